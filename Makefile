@@ -1,0 +1,33 @@
+# Tailor's two entry points on a fresh Debian 12 machine (as root):
+#   make demo   install what is missing, build, run the main job end to end
+#   make test   install what is missing, build, run every test through ctest
+BUILD ?= build
+JOBS ?= $(shell nproc)
+# Warnings are errors in CI (CI=true), warnings only on a workstation.
+WERROR ?= $(if $(CI),ON,OFF)
+
+.PHONY: all setup configure build test demo fuzz clean
+
+all: build
+
+setup:
+	@scripts/setup
+
+configure: setup
+	@cmake -S . -B $(BUILD) -G Ninja -DTAILOR_WERROR=$(WERROR) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+demo: build
+	@scripts/demo $(BUILD)
+
+# The spec-parser fuzzer alone (also part of `make test`); FUZZ_SECONDS=60.
+fuzz: configure
+	@tests/fuzz/run_fuzz.sh $(BUILD)-fuzz $${FUZZ_SECONDS:-60}
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-fuzz

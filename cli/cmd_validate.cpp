@@ -1,0 +1,141 @@
+// `tailor validate FILE...`: loads each spec and reports every problem.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <ostream>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/units.h"
+#include "dsl/spec_fields.h"
+#include "dsl/spec_loader.h"
+
+namespace tailor::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: tailor validate [OPTIONS] FILE...
+
+Checks job specs: YAML syntax, keys, types, ranges, presets, files, and the
+rules between fields. Every problem is reported with file:line:col and its
+key path. Exit 0 when all files are valid, 1 otherwise.
+
+options:
+  --set KEY=VALUE     override a key after extends (repeatable), e.g.
+                      --set training.lr=1e-4 --set strategy.forbid=[lora]
+  --resolved          print each resolved spec (extends, vars, overrides,
+                      presets and defaults applied)
+  --output FORMAT     text (default) or json
+  --catalog DIR       use models.yaml and gpus.yaml from DIR
+  --no-check-files    do not require data files and model folders to exist
+  -q, --quiet         print errors only
+  -h, --help          show this help
+)";
+
+nlohmann::ordered_json diagnostics_json(const dsl::Diagnostics& diags) {
+  auto arr = nlohmann::ordered_json::array();
+  for (const dsl::Diagnostic& d : diags.items()) {
+    static constexpr const char* kSeverity[] = {"error", "warning", "note"};
+    arr.push_back({{"severity", kSeverity[static_cast<int>(d.severity)]},
+                   {"file", d.location.file},
+                   {"line", d.location.line},
+                   {"column", d.location.column},
+                   {"path", d.path},
+                   {"message", d.message}});
+  }
+  return arr;
+}
+
+std::string format_epochs(double epochs) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g epoch%s", epochs, epochs == 1.0 ? "" : "s");
+  return buf;
+}
+
+std::string summary(const dsl::JobSpec& spec) {
+  const dsl::ModelArch& a = spec.model.arch;
+  std::string model = spec.model.preset.empty() ? std::string(dsl::to_string(a.family)) : spec.model.preset;
+  std::string out = spec.name + ": " + model;
+  if (a.layers > 0) out += " (" + format_count(static_cast<double>(a.parameter_count())) + " params)";
+  out += ", seq_len " + std::to_string(spec.data.seq_len) + ", global batch " +
+         std::to_string(spec.training.global_batch_size);
+  out += spec.training.max_steps ? ", " + std::to_string(*spec.training.max_steps) + " steps"
+                                 : ", " + format_epochs(spec.training.epochs);
+  return out;
+}
+
+}  // namespace
+
+int run_validate(const Argv& argv, Streams io) {
+  auto parsed = Args::parse(argv, {{"set", true, true},
+                                   {"resolved", false},
+                                   {"output", true},
+                                   {"catalog", true},
+                                   {"no-check-files", false},
+                                   {"quiet", false, false, 'q'},
+                                   {"help", false, false, 'h'}});
+  if (!parsed.is_ok()) {
+    io.err << "tailor validate: " << parsed.status().message() << "\n" << kHelp;
+    return kExitUsage;
+  }
+  const Args& args = *parsed;
+  if (args.has("help")) {
+    io.out << kHelp;
+    return kExitOk;
+  }
+  const std::string format = args.get("output", "text");
+  if (format != "text" && format != "json") {
+    io.err << "tailor validate: --output must be text or json, got '" << format << "'\n";
+    return kExitUsage;
+  }
+  if (args.positional().empty()) {
+    io.err << "tailor validate: no spec file given\n" << kHelp;
+    return kExitUsage;
+  }
+  dsl::LoadOptions opts;
+  opts.overrides = args.all("set");
+  opts.check_files = !args.has("no-check-files");
+  std::unique_ptr<dsl::Catalog> catalog;
+  if (args.has("catalog")) {
+    auto loaded = dsl::Catalog::load_dir(args.get("catalog"));
+    if (!loaded.is_ok()) {
+      io.err << "tailor validate: --catalog: " << loaded.status().message() << "\n";
+      return kExitInvalid;
+    }
+    catalog = std::make_unique<dsl::Catalog>(std::move(loaded).value());
+    opts.catalog = catalog.get();
+  }
+
+  bool all_ok = true;
+  auto results = nlohmann::ordered_json::array();
+  bool first = true;
+  for (const std::string& file : args.positional()) {
+    const dsl::LoadedSpec loaded = dsl::load_job_spec(file, opts);
+    all_ok = all_ok && loaded.ok();
+    if (format == "json") {
+      nlohmann::ordered_json r{{"file", file}, {"valid", loaded.ok()}, {"diagnostics", diagnostics_json(loaded.diagnostics)}};
+      if (loaded.ok() && args.has("resolved")) {
+        r["spec"] = nlohmann::ordered_json::parse(dsl::emit_json(dsl::write_job_spec(*loaded.spec)));
+      }
+      results.push_back(std::move(r));
+      continue;
+    }
+    io.err << loaded.diagnostics.to_string();
+    if (!loaded.ok()) {
+      const std::size_t n = loaded.diagnostics.error_count();
+      io.err << file << ": invalid (" << n << (n == 1 ? " error" : " errors") << ")\n";
+      continue;
+    }
+    if (args.has("resolved")) {
+      if (!first) io.out << "---\n";
+      io.out << "# " << file << " (resolved)\n" << dsl::emit_yaml(dsl::write_job_spec(*loaded.spec));
+    } else if (!args.has("quiet")) {
+      io.out << file << ": ok: " << summary(*loaded.spec) << "\n";
+    }
+    first = false;
+  }
+  if (format == "json") io.out << nlohmann::ordered_json{{"valid", all_ok}, {"files", results}}.dump(2) << "\n";
+  return all_ok ? kExitOk : kExitInvalid;
+}
+
+}  // namespace tailor::cli

@@ -1,0 +1,31 @@
+// The `tailor` commands. Each takes its arguments (after the command name)
+// and the streams to write to, and returns the process exit code.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace tailor::cli {
+
+// Exit codes shared by every command (documented in `tailor --help`).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInvalid = 1;  // bad spec or input
+inline constexpr int kExitUsage = 2;    // bad command line
+inline constexpr int kExitNoFit = 3;    // `plan`: nothing fits the hardware
+
+struct Streams {
+  std::ostream& out;
+  std::ostream& err;
+};
+
+using Argv = std::vector<std::string>;
+
+int run_validate(const Argv& args, Streams io);
+int run_schema(const Argv& args, Streams io);
+int run_import(const Argv& args, Streams io);
+
+// Entry point: `tailor COMMAND ...`.
+int run_tailor(const Argv& args, Streams io);
+
+}  // namespace tailor::cli

@@ -1,0 +1,57 @@
+#include <iostream>
+#include <ostream>
+
+#include "cli/commands.h"
+#include "core/text.h"
+
+namespace tailor::cli {
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const Argv&, Streams);
+};
+
+constexpr Command kCommands[] = {
+    {"validate", "Check job specs and report every problem with file:line:col", run_validate},
+    {"schema", "Print the JSON Schema of a job spec (for editor completion)", run_schema},
+    {"import", "Convert another tool's config into a job spec (axolotl)", run_import},
+};
+
+void print_help(std::ostream& out) {
+  out << "tailor: plan and run LLM training jobs that fit your GPUs\n\n"
+         "usage: tailor COMMAND [ARGS...]\n\ncommands:\n";
+  for (const Command& c : kCommands) {
+    std::string name = c.name;
+    name.resize(12, ' ');
+    out << "  " << name << c.summary << "\n";
+  }
+  out << "\n'tailor COMMAND --help' describes a command.\n"
+         "exit codes: 0 ok, 1 invalid spec or input, 2 bad command line, 3 job does not fit\n";
+}
+
+}  // namespace
+
+int run_tailor(const Argv& args, Streams io) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    if (args.size() >= 2 && args[0] == "help") return run_tailor({args[1], "--help"}, io);
+    print_help(args.empty() ? io.err : io.out);
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  if (args[0] == "--version") {
+    io.out << "tailor 0.1.0\n";
+    return kExitOk;
+  }
+  for (const Command& c : kCommands) {
+    if (args[0] == c.name) return c.run(Argv(args.begin() + 1, args.end()), io);
+  }
+  std::vector<std::string> names;
+  for (const Command& c : kCommands) names.emplace_back(c.name);
+  io.err << "tailor: unknown command '" << args[0] << "'";
+  if (std::string hint = closest_match(args[0], names); !hint.empty()) io.err << "; did you mean '" << hint << "'?";
+  io.err << "\nrun 'tailor --help' for the list of commands\n";
+  return kExitUsage;
+}
+
+}  // namespace tailor::cli

@@ -1,0 +1,27 @@
+# tailor_add_library(NAME SOURCES ...): a component library with includes
+# rooted at the repository root and the project's warning flags.
+function(tailor_add_library name)
+  add_library(${name} STATIC ${ARGN})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PRIVATE tailor_warnings)
+endfunction()
+
+# tailor_add_test(NAME LABEL SOURCES ... LIBS ...): one gtest binary per
+# module. Torch-free binaries register each test with ctest so failures are
+# reported individually; torch binaries register once (0.7 s start-up each).
+function(tailor_add_test name)
+  cmake_parse_arguments(T "" "LABEL" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main tailor_warnings)
+  target_compile_definitions(${name} PRIVATE
+    TAILOR_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    TAILOR_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  if(T_LABEL STREQUAL "torch")
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES LABELS torch)
+  else()
+    include(GoogleTest)
+    gtest_discover_tests(${name} PROPERTIES LABELS ${T_LABEL} DISCOVERY_TIMEOUT 30)
+  endif()
+endfunction()

@@ -1,0 +1,103 @@
+#include "core/text.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+namespace tailor {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string to_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string join(std::span<const std::string> parts, std::string_view sep) {
+  std::string out;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == sep) {
+      out.emplace_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+std::size_t edit_distance(std::string_view a_in, std::string_view b_in) {
+  const std::string a = to_lower(a_in), b = to_lower(b_in);
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[n][m];
+}
+
+std::string closest_match(std::string_view word, std::span<const std::string> candidates) {
+  if (word.empty()) return {};
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(1, word.size() / 3) + 1;
+  const std::string lower = to_lower(word);
+  for (const std::string& c : candidates) {
+    std::size_t dist = edit_distance(word, c);
+    // "micro_batch" for "micro_batch_size": a prefix is a likely near miss.
+    const std::string lc = to_lower(c);
+    if (lower.size() >= 3 && (starts_with(lc, lower) || starts_with(lower, lc))) dist = std::min<std::size_t>(dist, 1);
+    if (dist < best_distance) {
+      best_distance = dist;
+      best = c;
+    }
+  }
+  return best;
+}
+
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  std::size_t n = 0;
+  for (char c : s) {
+    if (++n > 60) {
+      out += "...";
+      break;
+    }
+    const auto uc = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (uc < 0x20 || uc == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", uc);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace tailor

@@ -1,0 +1,30 @@
+// Small string helpers shared by every layer: trimming, case, joining and
+// the "did you mean" suggestion used for unknown keys, presets and commands.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tailor {
+
+std::string_view trim(std::string_view s);
+std::string to_lower(std::string_view s);
+std::string join(std::span<const std::string> parts, std::string_view sep);
+std::vector<std::string> split(std::string_view s, char sep);
+bool starts_with(std::string_view s, std::string_view prefix);
+
+// Damerau-Levenshtein (optimal string alignment) distance, case-insensitive.
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+// The candidate closest to `word` when it is plausibly a typo of it (distance
+// at most a third of the word's length, minimum 1, or one is a prefix of the
+// other); empty otherwise.
+std::string closest_match(std::string_view word, std::span<const std::string> candidates);
+
+// Quotes a value for messages: "abc" with control characters escaped and the
+// text cut at 60 characters.
+std::string quote(std::string_view s);
+
+}  // namespace tailor

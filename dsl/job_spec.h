@@ -1,0 +1,154 @@
+// JobSpec: a validated `kind: TrainingJob` document as typed structs.
+// Every field says its meaning, default and unit. A strategy knob held in a
+// std::optional is "auto" when empty: the planner decides it.
+// The loader (dsl/spec_loader.h) fills these; nothing here parses YAML.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+
+namespace tailor::dsl {
+
+inline constexpr const char* kApiVersion = "tailor/v1";
+inline constexpr const char* kJobKind = "TrainingJob";
+
+enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2 };
+
+// A decoder-only transformer's shape, as in a Hugging Face config.json.
+struct ModelArch {
+  ModelFamily family = ModelFamily::kLlama;
+  std::int64_t layers = 0;        // transformer blocks (num_hidden_layers)
+  std::int64_t hidden = 0;        // model width (hidden_size)
+  std::int64_t intermediate = 0;  // MLP width (intermediate_size); gpt2 default 4 * hidden
+  std::int64_t heads = 0;         // attention heads (num_attention_heads)
+  std::int64_t kv_heads = 0;      // key/value heads for grouped-query attention; default = heads
+  std::int64_t vocab = 0;         // vocabulary size
+  std::int64_t max_seq_len = 0;   // longest supported context (max_position_embeddings)
+  bool tie_embeddings = false;    // lm_head shares the embedding matrix
+  double rope_theta = 10000.0;    // RoPE base (llama family); unused by gpt2
+  double norm_eps = 1e-5;         // RMSNorm / LayerNorm epsilon
+
+  std::int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  // Exact parameter count of this architecture (embeddings, blocks, norms, head).
+  std::int64_t parameter_count() const;
+};
+
+struct ModelSpec {
+  // Exactly one of preset, path and arch is given in the document; after
+  // loading, `arch` always holds the resolved architecture.
+  std::string preset;  // catalog name (configs/catalog/models.yaml), e.g. "llama-2-7b"
+  std::string path;    // Hugging Face-style folder whose config.json gives the arch (absolute after loading)
+  ModelArch arch;
+};
+
+enum class DataFormat { kJsonl, kText, kTokens };
+
+struct DataSpec {
+  std::string train;                  // training data file (absolute after loading); required
+  std::string eval;                   // optional held-out data file; empty = none
+  DataFormat format = DataFormat::kJsonl;  // default: from train's extension (.jsonl/.json, .txt/.md, .bin/.tokens)
+  std::string field = "text";         // jsonl: the text field
+  std::string prompt_field;           // jsonl: prompt field of prompt/completion pairs (loss masked on it)
+  std::string completion_field;       // jsonl: completion field; set together with prompt_field
+  std::int64_t seq_len = 0;           // tokens per sequence; default min(2048, model max_seq_len)
+  bool packing = true;                // pack several documents per sequence (with boundaries)
+};
+
+enum class LrScheduler { kConstant, kCosine, kLinear };
+
+struct TrainingSpec {
+  std::int64_t global_batch_size = 32;           // sequences per optimizer step, over all GPUs
+  std::optional<std::int64_t> micro_batch_size;  // sequences per forward pass per GPU; empty = auto
+  double epochs = 1.0;                           // passes over the training data
+  std::optional<std::int64_t> max_steps;         // optimizer steps; when set it overrides epochs
+  double lr = 1e-4;                              // peak learning rate
+  LrScheduler scheduler = LrScheduler::kCosine;
+  std::int64_t warmup_steps = 0;                 // linear warm-up from 0 to lr
+  double weight_decay = 0.0;                     // decoupled (AdamW) weight decay
+  double grad_clip = 1.0;                        // max global gradient L2 norm; 0 disables clipping
+  std::int64_t seed = 42;                        // seeds data order, initialisation and dropout
+  std::int64_t eval_every = 0;                   // evaluate every N optimizer steps; 0 = at the end only
+};
+
+enum class Precision { kFp32, kBf16, kFp16, kPureBf16 };
+enum class Adapter { kNone, kLora, kQlora };
+enum class Optimizer { kAdamw, kAdamw8bit, kSgd };
+enum class Offload { kNone, kOptimizer, kOptimizerAndParams };
+
+struct LoraSpec {
+  std::int64_t r = 16;       // adapter rank
+  double alpha = 32.0;       // scaling numerator: the update is scaled by alpha / r
+  double dropout = 0.05;     // dropout on the adapter input, in [0, 1)
+  // Target linear layers by their Hugging Face names (q_proj, ..., down_proj;
+  // gpt2: c_attn, c_proj, c_fc). Empty = every linear layer of the blocks.
+  std::vector<std::string> targets;
+};
+
+// Names usable in strategy.allow / strategy.forbid.
+inline const std::vector<std::string>& technique_names() {
+  static const std::vector<std::string> kNames = {
+      "fp32",       "bf16",  "fp16",  "pure-bf16", "gradient_checkpointing", "gradient_accumulation",
+      "lora",       "qlora", "adapters", "adamw_8bit", "sgd", "zero1", "zero2", "zero3", "offload_optimizer",
+      "offload_params"};
+  return kNames;
+}
+
+struct StrategySpec {
+  std::optional<Precision> precision;  // fp32 | bf16 | fp16 (mixed, fp32 master) | pure-bf16; empty = auto
+  // 0 = off, 1 = every layer, N = every N-th layer (layers 0, N, 2N, ...); empty = auto.
+  std::optional<std::int64_t> gradient_checkpointing;
+  std::optional<Adapter> adapter;      // none | lora | qlora; empty = auto
+  LoraSpec lora;                       // used when the adapter is lora or qlora
+  std::optional<Optimizer> optimizer;  // adamw | adamw_8bit | sgd; empty = auto (an AdamW)
+  std::optional<std::int64_t> zero_stage;  // 0..3; empty = auto
+  std::optional<Offload> offload;      // none | optimizer | optimizer_and_params; empty = auto
+  std::vector<std::string> allow;      // if non-empty, the only techniques the planner may choose
+  std::vector<std::string> forbid;     // techniques the planner must not choose
+};
+
+struct ResourcesSpec {
+  // GPUs to use: empty gpu_count and gpu_ids = auto (all detected);
+  // gpu_count 0 = train on the CPU.
+  std::optional<std::int64_t> gpu_count;
+  std::vector<std::int64_t> gpu_ids;  // explicit device indices; sets gpu_count to their number
+  std::string gpu_model;              // GPU catalog key (e.g. "A6000"): plan for this GPU instead of detecting
+  std::optional<Bytes> gpu_memory;    // memory per GPU, overriding the model's or the detected figure
+  std::optional<Bytes> host_memory;   // host RAM available to the job; default: detected
+  double headroom = 0.10;             // fraction of GPU memory kept free for fragmentation and spikes
+};
+
+struct CheckpointSpec {
+  std::int64_t every_steps = 0;       // save every N optimizer steps; 0 = only at the end
+  std::int64_t keep = 3;              // keep the newest K checkpoints
+  std::string dir = "checkpoints";    // relative to the job's output folder
+};
+
+struct JobSpec {
+  std::string name;                   // [a-z0-9][a-z0-9._-]*, at most 63 characters; default: file stem
+  std::string source_file;            // the spec file it was loaded from (absolute); not written by users
+  ModelSpec model;
+  DataSpec data;
+  TrainingSpec training;
+  StrategySpec strategy;
+  ResourcesSpec resources;
+  CheckpointSpec checkpoint;
+  std::int64_t retries = 2;           // retries after failures other than bad input; 0..100
+  std::int64_t priority = 0;          // higher runs first; -1000..1000
+  std::map<std::string, std::string> labels;  // free-form key/value labels for filtering
+};
+
+// Names as written in specs ("llama", "pure-bf16", "adamw_8bit", ...).
+const char* to_string(ModelFamily v);
+const char* to_string(DataFormat v);
+const char* to_string(LrScheduler v);
+const char* to_string(Precision v);
+const char* to_string(Adapter v);
+const char* to_string(Optimizer v);
+const char* to_string(Offload v);
+
+}  // namespace tailor::dsl

@@ -1,0 +1,478 @@
+#include "dsl/spec_fields.h"
+
+#include "core/text.h"
+#include "dsl/field_table.h"
+
+namespace tailor::dsl {
+
+namespace fields {
+
+template <>
+struct EnumNames<ModelFamily> {
+  static const std::vector<std::pair<ModelFamily, const char*>>& names() {
+    static const std::vector<std::pair<ModelFamily, const char*>> k = {{ModelFamily::kLlama, "llama"},
+                                                                       {ModelFamily::kGpt2, "gpt2"},
+                                                                       {ModelFamily::kMistral, "mistral"},
+                                                                       {ModelFamily::kQwen2, "qwen2"}};
+    return k;
+  }
+};
+template <>
+struct EnumNames<DataFormat> {
+  static const std::vector<std::pair<DataFormat, const char*>>& names() {
+    static const std::vector<std::pair<DataFormat, const char*>> k = {
+        {DataFormat::kJsonl, "jsonl"}, {DataFormat::kText, "text"}, {DataFormat::kTokens, "tokens"}};
+    return k;
+  }
+};
+template <>
+struct EnumNames<LrScheduler> {
+  static const std::vector<std::pair<LrScheduler, const char*>>& names() {
+    static const std::vector<std::pair<LrScheduler, const char*>> k = {
+        {LrScheduler::kConstant, "constant"}, {LrScheduler::kCosine, "cosine"}, {LrScheduler::kLinear, "linear"}};
+    return k;
+  }
+};
+template <>
+struct EnumNames<Precision> {
+  static const std::vector<std::pair<Precision, const char*>>& names() {
+    static const std::vector<std::pair<Precision, const char*>> k = {{Precision::kFp32, "fp32"},
+                                                                     {Precision::kBf16, "bf16"},
+                                                                     {Precision::kFp16, "fp16"},
+                                                                     {Precision::kPureBf16, "pure-bf16"}};
+    return k;
+  }
+};
+template <>
+struct EnumNames<Adapter> {
+  static const std::vector<std::pair<Adapter, const char*>>& names() {
+    static const std::vector<std::pair<Adapter, const char*>> k = {
+        {Adapter::kNone, "none"}, {Adapter::kLora, "lora"}, {Adapter::kQlora, "qlora"}};
+    return k;
+  }
+};
+template <>
+struct EnumNames<Optimizer> {
+  static const std::vector<std::pair<Optimizer, const char*>>& names() {
+    static const std::vector<std::pair<Optimizer, const char*>> k = {
+        {Optimizer::kAdamw, "adamw"}, {Optimizer::kAdamw8bit, "adamw_8bit"}, {Optimizer::kSgd, "sgd"}};
+    return k;
+  }
+};
+template <>
+struct EnumNames<Offload> {
+  static const std::vector<std::pair<Offload, const char*>>& names() {
+    static const std::vector<std::pair<Offload, const char*>> k = {{Offload::kNone, "none"},
+                                                                   {Offload::kOptimizer, "optimizer"},
+                                                                   {Offload::kOptimizerAndParams, "optimizer_and_params"}};
+    return k;
+  }
+};
+
+}  // namespace fields
+
+namespace {
+
+using namespace fields;
+
+template <class E>
+const char* name_of(E v) {
+  for (const auto& [e, name] : EnumNames<E>::names()) {
+    if (e == v) return name;
+  }
+  return "?";
+}
+
+// A technique name from technique_names(), with a suggestion when unknown.
+struct Technique {
+  std::string name;
+};
+
+}  // namespace
+
+namespace fields {
+template <>
+struct Codec<Technique> {
+  static std::optional<Technique> read(const Node& n, const std::string& p, Diagnostics& d) {
+    if (n.is_scalar()) {
+      for (const std::string& t : technique_names()) {
+        if (n.scalar == t) return Technique{t};
+      }
+    }
+    report_bad_choice(n, p, technique_names(), d);
+    return std::nullopt;
+  }
+  static Node write(const Technique& t) { return Node::make_scalar(t.name); }
+  static Json schema() { return {{"type", "string"}, {"enum", technique_names()}}; }
+};
+}  // namespace fields
+
+namespace {
+
+const std::vector<Field<ModelArch>>& arch_fields() {
+  static const std::vector<Field<ModelArch>> k = {
+      field("family", "Architecture family: llama, gpt2, mistral or qwen2.", &ModelArch::family, {}, true),
+      field("layers", "Number of transformer blocks.", &ModelArch::layers, int_at_least(1), true),
+      field("hidden", "Model width (hidden size).", &ModelArch::hidden, int_at_least(1), true),
+      field("intermediate", "MLP width; default 4 x hidden for gpt2.", &ModelArch::intermediate, int_at_least(1)),
+      field("heads", "Attention heads.", &ModelArch::heads, int_at_least(1), true),
+      field("kv_heads", "Key/value heads (grouped-query attention); default: heads.", &ModelArch::kv_heads,
+            int_at_least(1)),
+      field("vocab", "Vocabulary size.", &ModelArch::vocab, int_at_least(1), true),
+      field("max_seq_len", "Longest supported context in tokens.", &ModelArch::max_seq_len, int_at_least(1), true),
+      field("tie_embeddings", "The output head shares the embedding matrix. Default false.",
+            &ModelArch::tie_embeddings),
+      field("rope_theta", "RoPE base frequency (llama family). Default 10000.", &ModelArch::rope_theta,
+            number_above(0)),
+      field("norm_eps", "Normalisation epsilon. Default 1e-5.", &ModelArch::norm_eps, number_above(0)),
+  };
+  return k;
+}
+
+const std::vector<Field<ModelSpec>>& model_fields() {
+  static const std::vector<Field<ModelSpec>> k = {
+      field("preset", "Model preset from the catalog (configs/catalog/models.yaml), e.g. llama-2-7b.",
+            &ModelSpec::preset, string_not_empty()),
+      field("path", "Hugging Face-style model folder; its config.json gives the architecture.", &ModelSpec::path,
+            string_not_empty()),
+      section("arch", "Explicit architecture.", &ModelSpec::arch, &arch_fields()),
+  };
+  return k;
+}
+
+const std::vector<Field<ModelSpec>>& model_fields_resolved() {
+  // The resolved spec names a preset or a folder, not both it and the
+  // architecture it implies, so that it loads again as it prints.
+  static const std::vector<Field<ModelSpec>> k = [] {
+    std::vector<Field<ModelSpec>> t = model_fields();
+    auto write_arch = t.back().write;
+    t.back().write = [write_arch](const ModelSpec& m) -> std::optional<Node> {
+      if (!m.preset.empty() || !m.path.empty()) return std::nullopt;
+      return write_arch(m);
+    };
+    return t;
+  }();
+  return k;
+}
+
+const std::vector<Field<DataSpec>>& data_fields() {
+  static const std::vector<Field<DataSpec>> k = {
+      field("train", "Training data file, relative to the spec file.", &DataSpec::train, string_not_empty(), true),
+      field("eval", "Held-out evaluation data file (optional).", &DataSpec::eval, string_not_empty()),
+      field("format", "jsonl, text or tokens. Default: from the file extension.", &DataSpec::format),
+      field("field", "jsonl: the text field. Default \"text\".", &DataSpec::field, string_not_empty()),
+      field("prompt_field", "jsonl: prompt field of prompt/completion pairs; the loss is masked on it.",
+            &DataSpec::prompt_field, string_not_empty()),
+      field("completion_field", "jsonl: completion field of prompt/completion pairs.", &DataSpec::completion_field,
+            string_not_empty()),
+      field("seq_len", "Tokens per sequence. Default: min(2048, the model's max_seq_len).", &DataSpec::seq_len,
+            int_at_least(1)),
+      field("packing", "Pack several documents into each sequence. Default true.", &DataSpec::packing),
+  };
+  return k;
+}
+
+const std::vector<Field<TrainingSpec>>& training_fields() {
+  static const std::vector<Field<TrainingSpec>> k = {
+      field("global_batch_size", "Sequences per optimizer step over all GPUs. Default 32.",
+            &TrainingSpec::global_batch_size, int_at_least(1)),
+      auto_field("micro_batch_size", "Sequences per forward pass per GPU, or auto.", &TrainingSpec::micro_batch_size,
+                 int_at_least(1)),
+      field("epochs", "Passes over the training data. Default 1.", &TrainingSpec::epochs, number_above(0)),
+      optional_field("max_steps", "Optimizer steps; overrides epochs when set.", &TrainingSpec::max_steps,
+                     int_at_least(1)),
+      field("lr", "Peak learning rate. Default 1e-4.", &TrainingSpec::lr, number_above(0)),
+      field("scheduler", "constant, cosine or linear (after warm-up). Default cosine.", &TrainingSpec::scheduler),
+      field("warmup_steps", "Linear warm-up steps. Default 0.", &TrainingSpec::warmup_steps, int_at_least(0)),
+      field("weight_decay", "Decoupled weight decay. Default 0.", &TrainingSpec::weight_decay, number_at_least(0)),
+      field("grad_clip", "Maximum global gradient norm; 0 disables clipping. Default 1.0.", &TrainingSpec::grad_clip,
+            number_at_least(0)),
+      field("seed", "Random seed. Default 42.", &TrainingSpec::seed, int_at_least(0)),
+      field("eval_every", "Evaluate every N optimizer steps; 0 = at the end only. Default 0.",
+            &TrainingSpec::eval_every, int_at_least(0)),
+  };
+  return k;
+}
+
+const std::vector<Field<LoraSpec>>& lora_fields() {
+  static const std::vector<Field<LoraSpec>> k = {
+      field("r", "Adapter rank. Default 16.", &LoraSpec::r, int_at_least(1)),
+      field("alpha", "Scaling numerator (updates are scaled by alpha / r). Default 32.", &LoraSpec::alpha,
+            number_above(0)),
+      field("dropout", "Dropout on the adapter input, in [0, 1). Default 0.05.", &LoraSpec::dropout,
+            number_in_range(0, 1, false)),
+      field("targets", "Target linear layers (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; "
+                       "gpt2: c_attn, c_proj, c_fc). Default: all of them.",
+            &LoraSpec::targets),
+  };
+  return k;
+}
+
+std::vector<std::string> technique_strings(const std::vector<Technique>& v) {
+  std::vector<std::string> out;
+  for (const Technique& t : v) out.push_back(t.name);
+  return out;
+}
+
+Field<StrategySpec> technique_list(std::string key, std::string doc, std::vector<std::string> StrategySpec::*member) {
+  return custom_field<StrategySpec>(
+      key, doc, Codec<std::vector<Technique>>::schema(),
+      [member](const Node& n, StrategySpec& s, const std::string& path, Diagnostics& d) {
+        if (n.is_null()) return;
+        if (auto v = Codec<std::vector<Technique>>::read(n, path, d)) s.*member = technique_strings(*v);
+      },
+      [member](const StrategySpec& s) -> std::optional<Node> {
+        Node n = Node::make_sequence();
+        for (const std::string& t : s.*member) n.items.push_back(Node::make_scalar(t));
+        return n;
+      });
+}
+
+const std::vector<Field<StrategySpec>>& strategy_fields() {
+  static const std::vector<Field<StrategySpec>> k = {
+      auto_field("precision",
+                 "fp32; bf16 or fp16 (mixed precision, fp32 master weights and optimizer states); pure-bf16 "
+                 "(weights, gradients and optimizer states all bf16); or auto.",
+                 &StrategySpec::precision),
+      custom_field<StrategySpec>(
+          "gradient_checkpointing",
+          "true (every layer), false, an integer N (checkpoint every N-th layer), or auto.",
+          Json{{"anyOf", Json::array({Json{{"type", "boolean"}}, Json{{"type", "integer"}, {"minimum", 0}},
+                                      Json{{"const", "auto"}}})}},
+          [](const Node& n, StrategySpec& s, const std::string& path, Diagnostics& d) {
+            if (n.is_null() || is_auto(n)) {
+              s.gradient_checkpointing.reset();
+              return;
+            }
+            if (n.is_scalar()) {
+              const std::string v = to_lower(n.scalar);
+              if (v == "true" || v == "yes" || v == "on") {
+                s.gradient_checkpointing = 1;
+                return;
+              }
+              if (v == "false" || v == "no" || v == "off") {
+                s.gradient_checkpointing = 0;
+                return;
+              }
+              Diagnostics scratch;
+              if (auto every = read_int(n, path, scratch); every && *every >= 0) {
+                s.gradient_checkpointing = *every;
+                return;
+              }
+            }
+            d.error(n.location, path,
+                    "expected true, false, auto or a layer interval N >= 0, got " +
+                        (n.is_scalar() ? quote(n.scalar) : std::string(n.kind_name())));
+          },
+          [](const StrategySpec& s) -> std::optional<Node> {
+            if (!s.gradient_checkpointing) return Node::make_scalar("auto");
+            if (*s.gradient_checkpointing <= 1) return Codec<bool>::write(*s.gradient_checkpointing == 1);
+            return Codec<std::int64_t>::write(*s.gradient_checkpointing);
+          }),
+      auto_field("adapter", "none (full fine-tune), lora, qlora (LoRA on a 4-bit NF4 base), or auto.",
+                 &StrategySpec::adapter),
+      section("lora", "LoRA settings, used when the adapter is lora or qlora.", &StrategySpec::lora, &lora_fields()),
+      auto_field("optimizer", "adamw, adamw_8bit (8-bit block-wise states) or sgd (with momentum), or auto.",
+                 &StrategySpec::optimizer),
+      auto_field("zero_stage", "ZeRO stage 0-3 (shard optimizer states, gradients, parameters), or auto.",
+                 &StrategySpec::zero_stage, int_in_range(0, 3)),
+      auto_field("offload", "none, optimizer, optimizer_and_params (to host RAM), or auto.", &StrategySpec::offload),
+      technique_list("allow", "If set, the only techniques the planner may choose.", &StrategySpec::allow),
+      technique_list("forbid", "Techniques the planner must not choose (e.g. adapters for a full fine-tune).",
+                     &StrategySpec::forbid),
+  };
+  return k;
+}
+
+const std::vector<Field<ResourcesSpec>>& resources_fields() {
+  static const std::vector<Field<ResourcesSpec>> k = {
+      custom_field<ResourcesSpec>(
+          "gpus", "auto (all detected), a count (0 = CPU), or a list of device indices.",
+          Json{{"anyOf", Json::array({Json{{"type", "integer"}, {"minimum", 0}},
+                                      Json{{"type", "array"}, {"items", {{"type", "integer"}, {"minimum", 0}}}},
+                                      Json{{"const", "auto"}}})}},
+          [](const Node& n, ResourcesSpec& s, const std::string& path, Diagnostics& d) {
+            if (n.is_null() || is_auto(n)) {
+              s.gpu_count.reset();
+              s.gpu_ids.clear();
+              return;
+            }
+            if (n.is_sequence()) {
+              auto ids = Codec<std::vector<std::int64_t>>::read(n, path, d);
+              if (!ids) return;
+              for (std::size_t i = 0; i < ids->size(); ++i) {
+                const Node& at = n.items[i];
+                if ((*ids)[i] < 0) {
+                  d.error(at.location, path + "[" + std::to_string(i) + "]", "GPU indices are non-negative");
+                  return;
+                }
+                for (std::size_t j = 0; j < i; ++j) {
+                  if ((*ids)[j] == (*ids)[i]) {
+                    d.error(at.location, path + "[" + std::to_string(i) + "]",
+                            "GPU " + std::to_string((*ids)[i]) + " is listed twice");
+                    return;
+                  }
+                }
+              }
+              s.gpu_ids = *ids;
+              s.gpu_count = static_cast<std::int64_t>(ids->size());
+              return;
+            }
+            if (auto count = read_int(n, path, d)) {
+              if (*count < 0) {
+                d.error(n.location, path, "expected a GPU count of at least 0, got " + std::to_string(*count));
+                return;
+              }
+              s.gpu_count = *count;
+              s.gpu_ids.clear();
+            }
+          },
+          [](const ResourcesSpec& s) -> std::optional<Node> {
+            if (!s.gpu_ids.empty()) return Codec<std::vector<std::int64_t>>::write(s.gpu_ids);
+            if (s.gpu_count) return Codec<std::int64_t>::write(*s.gpu_count);
+            return Node::make_scalar("auto");
+          }),
+      field("gpu_model", "GPU catalog name (e.g. A6000, H100-80) to plan for instead of detecting.",
+            &ResourcesSpec::gpu_model, string_not_empty()),
+      optional_field("gpu_memory", "Memory per GPU, e.g. 24GiB; overrides the GPU model's figure.",
+                     &ResourcesSpec::gpu_memory, bytes_positive()),
+      optional_field("host_memory", "Host RAM available to the job, e.g. 64GiB. Default: detected.",
+                     &ResourcesSpec::host_memory, bytes_positive()),
+      custom_field<ResourcesSpec>(
+          "headroom", "Fraction of GPU memory kept free, e.g. 10%. Default 10%.", Codec<Fraction>::schema(),
+          [](const Node& n, ResourcesSpec& s, const std::string& path, Diagnostics& d) {
+            if (n.is_null()) return;
+            if (auto f = read_fraction(n, path, d)) {
+              if (*f >= 0.9) {
+                d.error(n.location, path, "headroom must be below 90%");
+                return;
+              }
+              s.headroom = *f;
+            }
+          },
+          [](const ResourcesSpec& s) -> std::optional<Node> { return Codec<Fraction>::write({s.headroom}); }),
+  };
+  return k;
+}
+
+const std::vector<Field<CheckpointSpec>>& checkpoint_fields() {
+  static const std::vector<Field<CheckpointSpec>> k = {
+      field("every_steps", "Save every N optimizer steps; 0 = only at the end. Default 0.",
+            &CheckpointSpec::every_steps, int_at_least(0)),
+      field("keep", "Keep the newest K checkpoints. Default 3.", &CheckpointSpec::keep, int_at_least(1)),
+      field("dir", "Folder inside the job's output folder. Default \"checkpoints\".", &CheckpointSpec::dir,
+            string_not_empty()),
+  };
+  return k;
+}
+
+// Keys consumed before field reading (they shape the tree itself).
+Field<JobSpec> consumed(std::string key, std::string doc, Json schema) {
+  return custom_field<JobSpec>(
+      key, doc, schema, [](const Node&, JobSpec&, const std::string&, Diagnostics&) {},
+      [](const JobSpec&) -> std::optional<Node> { return std::nullopt; });
+}
+
+Field<JobSpec> constant(std::string key, std::string doc, std::string value) {
+  return custom_field<JobSpec>(
+      key, doc, Json{{"const", value}},
+      [value](const Node& n, JobSpec&, const std::string& path, Diagnostics& d) {
+        if (!n.is_scalar() || n.scalar != value) {
+          d.error(n.location, path,
+                  "expected \"" + value + "\", got " + (n.is_scalar() ? quote(n.scalar) : std::string(n.kind_name())));
+        }
+      },
+      [value](const JobSpec&) -> std::optional<Node> { return Node::make_scalar(value); });
+}
+
+const std::vector<Field<JobSpec>>& job_fields() {
+  static const std::vector<Field<JobSpec>> k = [] {
+    std::vector<Field<JobSpec>> t = {
+        constant("apiVersion", "Spec version: tailor/v1.", kApiVersion),
+        constant("kind", "Document kind: TrainingJob.", kJobKind),
+        field("name", "Job name: lowercase letters, digits, '.', '_' and '-'; default: the file name.",
+              &JobSpec::name, string_not_empty()),
+        consumed("extends", "A base spec (path relative to this file) deep-merged under this one.",
+                 Json{{"type", "string"}}),
+        consumed("vars", "Variables for ${name} interpolation in any string value.",
+                 Json{{"type", "object"}, {"additionalProperties", {{"type", Json::array({"string", "number", "boolean"})}}}}),
+        section("model", "The model to train: preset, path or arch.", &JobSpec::model, &model_fields_resolved()),
+        section("data", "Training data.", &JobSpec::data, &data_fields()),
+        section("training", "Optimisation settings.", &JobSpec::training, &training_fields()),
+        section("strategy", "Memory strategy knobs: auto or pinned.", &JobSpec::strategy, &strategy_fields()),
+        section("resources", "Hardware to plan for.", &JobSpec::resources, &resources_fields()),
+        section("checkpoint", "Checkpointing.", &JobSpec::checkpoint, &checkpoint_fields()),
+        field("retries", "Retries after failures other than bad input. Default 2.", &JobSpec::retries,
+              int_in_range(0, 100)),
+        field("priority", "Scheduling priority; higher runs first. Default 0.", &JobSpec::priority,
+              int_in_range(-1000, 1000)),
+        field("labels", "Free-form key/value labels.", &JobSpec::labels),
+    };
+    t[0].required = true;
+    t[1].required = true;
+    return t;
+  }();
+  return k;
+}
+
+}  // namespace
+
+std::int64_t ModelArch::parameter_count() const {
+  const std::int64_t h = hidden, kv_dim = kv_heads * head_dim();
+  std::int64_t per_layer = 0;
+  std::int64_t total = vocab * h;  // token embedding
+  if (family == ModelFamily::kGpt2) {
+    // ln_1, c_attn (+bias), attn c_proj (+bias), ln_2, c_fc (+bias), mlp c_proj (+bias)
+    per_layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * intermediate + intermediate) +
+                (intermediate * h + h);
+    total += max_seq_len * h;  // learned position embedding
+    total += 2 * h;            // ln_f
+  } else {
+    // q, k, v, o projections; gate, up, down; two RMSNorms.
+    per_layer = h * h + 2 * h * kv_dim + h * h + 3 * h * intermediate + 2 * h;
+    if (family == ModelFamily::kQwen2) per_layer += h + 2 * kv_dim;  // q/k/v biases
+    total += h;                                                     // final norm
+  }
+  total += layers * per_layer;
+  if (!tie_embeddings) total += vocab * h;  // lm_head
+  return total;
+}
+
+void read_job_spec(const Node& root, JobSpec& spec, Diagnostics& d) { read_map(root, spec, job_fields(), "", d); }
+
+Node write_job_spec(const JobSpec& spec) { return write_map(spec, job_fields()); }
+
+std::string job_spec_json_schema() {
+  Json schema = schema_of(job_fields(), "A Tailor training job (apiVersion tailor/v1, kind TrainingJob).");
+  Json out{{"$schema", "https://json-schema.org/draft/2020-12/schema"},
+           {"$id", "https://tailor.dev/schemas/tailor-v1-trainingjob.json"},
+           {"title", "Tailor TrainingJob"}};
+  for (auto& [k, v] : schema.items()) out[k] = v;
+  return out.dump(2) + "\n";
+}
+
+void read_model_arch(const Node& n, ModelArch& arch, const std::string& path, Diagnostics& d) {
+  read_map(n, arch, arch_fields(), path, d);
+}
+
+Node write_model_arch(const ModelArch& arch) { return write_map(arch, arch_fields()); }
+
+bool parse_model_family(std::string_view name, ModelFamily& out) {
+  for (const auto& [v, n] : EnumNames<ModelFamily>::names()) {
+    if (name == n) {
+      out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* to_string(ModelFamily v) { return name_of(v); }
+const char* to_string(DataFormat v) { return name_of(v); }
+const char* to_string(LrScheduler v) { return name_of(v); }
+const char* to_string(Precision v) { return name_of(v); }
+const char* to_string(Adapter v) { return name_of(v); }
+const char* to_string(Optimizer v) { return name_of(v); }
+const char* to_string(Offload v) { return name_of(v); }
+
+}  // namespace tailor::dsl

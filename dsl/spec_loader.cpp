@@ -1,0 +1,629 @@
+#include "dsl/spec_loader.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "core/text.h"
+#include "dsl/spec_fields.h"
+
+namespace tailor::dsl {
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- extends ---------------------------------------------------------------
+
+struct ExtendsContext {
+  const LoadOptions& options;
+  Diagnostics& diags;
+  std::vector<std::string> chain;  // canonical paths being loaded, outermost first
+};
+
+std::string canonical_or_same(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? path : p.string();
+}
+
+std::string dir_of(const std::string& file) {
+  fs::path p(file);
+  return p.has_parent_path() ? p.parent_path().string() : std::string(".");
+}
+
+std::optional<Node> resolve_extends(Node root, const std::string& base_dir, ExtendsContext& ctx);
+
+std::optional<Node> load_with_extends(const std::string& path, const SourceLocation& from, ExtendsContext& ctx) {
+  const std::string canon = canonical_or_same(path);
+  if (std::find(ctx.chain.begin(), ctx.chain.end(), canon) != ctx.chain.end()) {
+    std::string cycle;
+    for (const std::string& c : ctx.chain) cycle += fs::path(c).filename().string() + " -> ";
+    cycle += fs::path(canon).filename().string();
+    ctx.diags.error(from, "extends", "cyclic extends: " + cycle);
+    return std::nullopt;
+  }
+  if (static_cast<int>(ctx.chain.size()) >= ctx.options.max_extends_depth) {
+    ctx.diags.error(from, "extends",
+                    "extends chain deeper than " + std::to_string(ctx.options.max_extends_depth) + " files");
+    return std::nullopt;
+  }
+  std::error_code ec;
+  if (!from.file.empty() && !fs::exists(path, ec)) {
+    ctx.diags.error(from, "extends", "base spec " + quote(path) + " does not exist");
+    return std::nullopt;
+  }
+  auto root = load_yaml_file(path, ctx.diags, from, from.file.empty() ? "" : "extends", ctx.options.limits);
+  if (!root) return std::nullopt;
+  ctx.chain.push_back(canon);
+  auto out = resolve_extends(std::move(*root), dir_of(path), ctx);
+  ctx.chain.pop_back();
+  return out;
+}
+
+std::optional<Node> resolve_extends(Node root, const std::string& base_dir, ExtendsContext& ctx) {
+  if (!root.is_map()) return root;
+  const MapEntry* ext = root.find_entry("extends");
+  if (ext == nullptr) return root;
+  if (!ext->value.is_scalar() || ext->value.scalar.empty()) {
+    ctx.diags.error(ext->value.location, "extends", "expected the path of a base spec file");
+    return std::nullopt;
+  }
+  fs::path base_path(ext->value.scalar);
+  if (base_path.is_relative()) base_path = fs::path(base_dir) / base_path;
+  auto base = load_with_extends(base_path.lexically_normal().string(), ext->value.location, ctx);
+  if (!base) return std::nullopt;
+  root.erase("extends");
+  return deep_merge(std::move(*base), root);
+}
+
+// ---- paths, lookups --------------------------------------------------------
+
+const Node* node_at(const Node& root, std::string_view dotted) {
+  const Node* n = &root;
+  for (const std::string& part : split(dotted, '.')) {
+    n = n->find(part);
+    if (n == nullptr) return nullptr;
+  }
+  return n;
+}
+
+SourceLocation loc_at(const Node& root, std::string_view dotted) {
+  std::string path(dotted);
+  while (true) {
+    if (const Node* n = node_at(root, path)) return n->location;
+    const auto dot = path.rfind('.');
+    if (dot == std::string::npos) return root.location;
+    path.resize(dot);
+  }
+}
+
+// A relative path is relative to the file that wrote it (extends may bring
+// values from another folder); values from --set are relative to the
+// working directory.
+std::string resolve_path(const std::string& value, const SourceLocation& written_at, const std::string& base_dir) {
+  fs::path p(value);
+  if (p.is_absolute()) return p.lexically_normal().string();
+  std::string dir = base_dir;
+  if (written_at.line > 0 && !written_at.file.empty() && written_at.file[0] != '<') dir = dir_of(written_at.file);
+  if (written_at.line == 0) dir = ".";
+  std::error_code ec;
+  fs::path abs = fs::absolute(fs::path(dir) / p, ec);
+  return (ec ? fs::path(dir) / p : abs).lexically_normal().string();
+}
+
+// ---- config.json -------------------------------------------------------------
+
+bool read_hf_config(const std::string& folder, ModelArch& arch, const SourceLocation& at, Diagnostics& d) {
+  const std::string file = (fs::path(folder) / "config.json").string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    d.error(at, "model.path", "no config.json in " + quote(folder));
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    d.error(at, "model.path", quote(file) + " is not a valid JSON object");
+    return false;
+  }
+  auto get_int = [&](const char* key, std::int64_t fallback) -> std::int64_t {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_number_integer()) {
+      d.error(at, "model.path", quote(file) + ": " + key + " is not an integer");
+      return fallback;
+    }
+    return it->get<std::int64_t>();
+  };
+  auto get_num = [&](const char* key, double fallback) -> double {
+    auto it = j.find(key);
+    return (it != j.end() && it->is_number()) ? it->get<double>() : fallback;
+  };
+  auto get_bool = [&](const char* key, bool fallback) -> bool {
+    auto it = j.find(key);
+    return (it != j.end() && it->is_boolean()) ? it->get<bool>() : fallback;
+  };
+  const std::string type = j.value("model_type", std::string());
+  const std::size_t errors_before = d.error_count();
+  if (type == "gpt2") {
+    arch.family = ModelFamily::kGpt2;
+    arch.layers = get_int("n_layer", 0);
+    arch.hidden = get_int("n_embd", 0);
+    arch.intermediate = get_int("n_inner", 4 * arch.hidden);
+    arch.heads = get_int("n_head", 0);
+    arch.kv_heads = arch.heads;
+    arch.vocab = get_int("vocab_size", 0);
+    arch.max_seq_len = get_int("n_positions", 1024);
+    arch.tie_embeddings = get_bool("tie_word_embeddings", true);
+    arch.norm_eps = get_num("layer_norm_epsilon", 1e-5);
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+    parse_model_family(type, arch.family);
+    arch.layers = get_int("num_hidden_layers", 0);
+    arch.hidden = get_int("hidden_size", 0);
+    arch.intermediate = get_int("intermediate_size", 0);
+    arch.heads = get_int("num_attention_heads", 0);
+    arch.kv_heads = get_int("num_key_value_heads", arch.heads);
+    arch.vocab = get_int("vocab_size", 0);
+    arch.max_seq_len = get_int("max_position_embeddings", 2048);
+    arch.tie_embeddings = get_bool("tie_word_embeddings", false);
+    arch.rope_theta = get_num("rope_theta", 10000.0);
+    arch.norm_eps = get_num("rms_norm_eps", 1e-6);
+  } else {
+    d.error(at, "model.path",
+            quote(file) + ": model_type " + quote(type) + " is not supported; expected llama, mistral, qwen2 or gpt2");
+    return false;
+  }
+  return d.error_count() == errors_before;
+}
+
+// ---- cross-field rules -------------------------------------------------------
+
+bool valid_job_name(const std::string& name) {
+  static const std::regex kName("^[a-z0-9][a-z0-9._-]{0,62}$");
+  return std::regex_match(name, kName);
+}
+
+std::string default_job_name(const std::string& source) {
+  std::string stem = to_lower(fs::path(source).stem().string());
+  for (char& c : stem) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  }
+  while (!stem.empty() && !std::isalnum(static_cast<unsigned char>(stem.front()))) stem.erase(stem.begin());
+  if (stem.size() > 63) stem.resize(63);
+  return stem.empty() ? "job" : stem;
+}
+
+void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnostics& d) {
+  if (a.kv_heads == 0) a.kv_heads = a.heads;
+  if (a.intermediate == 0) {
+    if (a.family == ModelFamily::kGpt2) {
+      a.intermediate = 4 * a.hidden;
+    } else {
+      d.error(loc_at(root, path), path + ".intermediate", "missing required key (only gpt2 has a default)");
+    }
+  }
+  if (a.heads > 0 && a.hidden % a.heads != 0) {
+    d.error(loc_at(root, path + ".heads"), path + ".heads",
+            "hidden (" + std::to_string(a.hidden) + ") must be divisible by heads (" + std::to_string(a.heads) + ")");
+  }
+  if (a.kv_heads > 0 && a.heads % a.kv_heads != 0) {
+    d.error(loc_at(root, path + ".kv_heads"), path + ".kv_heads",
+            "heads (" + std::to_string(a.heads) + ") must be divisible by kv_heads (" + std::to_string(a.kv_heads) +
+                ")");
+  }
+  if (a.family == ModelFamily::kGpt2 && a.kv_heads != a.heads) {
+    d.error(loc_at(root, path + ".kv_heads"), path + ".kv_heads", "gpt2 has no grouped-query attention");
+  }
+}
+
+void resolve_model(JobSpec& spec, const Node& root, const std::string& base_dir, const LoadOptions& opt,
+                   const Catalog& catalog, Diagnostics& d) {
+  const Node* model = root.find("model");
+  if (model == nullptr) {
+    d.error(root.location, "model", "missing required key (give preset, path or arch)");
+    return;
+  }
+  if (!model->is_map()) return;  // reported by field reading
+  const bool has_preset = model->find("preset"), has_path = model->find("path"), has_arch = model->find("arch");
+  const int given = int{has_preset} + int{has_path} + int{has_arch};
+  if (given != 1) {
+    d.error(model->location, "model",
+            given == 0 ? "give one of preset, path or arch" : "give only one of preset, path and arch");
+    return;
+  }
+  if (has_preset) {
+    const ModelPreset* p = catalog.find_model(spec.model.preset);
+    if (p == nullptr) {
+      std::string msg = "unknown model preset " + quote(spec.model.preset);
+      std::string hint = closest_match(spec.model.preset, catalog.model_names());
+      msg += hint.empty() ? "; see configs/catalog/models.yaml" : "; did you mean '" + hint + "'?";
+      d.error(loc_at(root, "model.preset"), "model.preset", msg);
+      return;
+    }
+    spec.model.arch = p->arch;
+  } else if (has_path) {
+    spec.model.path = resolve_path(spec.model.path, loc_at(root, "model.path"), base_dir);
+    if (opt.check_files) {
+      std::error_code ec;
+      if (!fs::is_directory(spec.model.path, ec)) {
+        d.error(loc_at(root, "model.path"), "model.path", "model folder " + quote(spec.model.path) + " does not exist");
+        return;
+      }
+      if (!read_hf_config(spec.model.path, spec.model.arch, loc_at(root, "model.path"), d)) return;
+    } else {
+      return;  // the architecture is unknown without the folder
+    }
+  }
+  check_arch(spec.model.arch, root, has_arch ? "model.arch" : "model", d);
+}
+
+void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, const LoadOptions& opt,
+                  Diagnostics& d) {
+  DataSpec& data = spec.data;
+  if (root.find("data") == nullptr) {
+    d.error(root.location, "data", "missing required key");
+    return;
+  }
+  for (auto [key, value] : {std::pair{"train", &data.train}, std::pair{"eval", &data.eval}}) {
+    if (value->empty()) continue;
+    const std::string path = std::string("data.") + key;
+    *value = resolve_path(*value, loc_at(root, path), base_dir);
+    std::error_code ec;
+    if (opt.check_files && !fs::is_regular_file(*value, ec)) {
+      d.error(loc_at(root, path), path, "data file " + quote(*value) + " does not exist");
+    }
+  }
+  if (node_at(root, "data.format") == nullptr && !data.train.empty()) {
+    const std::string ext = to_lower(fs::path(data.train).extension().string());
+    if (ext == ".jsonl" || ext == ".json") {
+      data.format = DataFormat::kJsonl;
+    } else if (ext == ".txt" || ext == ".md" || ext == ".text") {
+      data.format = DataFormat::kText;
+    } else if (ext == ".bin" || ext == ".tokens") {
+      data.format = DataFormat::kTokens;
+    } else {
+      d.error(loc_at(root, "data.train"), "data.format",
+              "cannot tell the format from the extension " + quote(ext) + "; set format: jsonl, text or tokens");
+    }
+  }
+  if (data.prompt_field.empty() != data.completion_field.empty()) {
+    d.error(loc_at(root, data.prompt_field.empty() ? "data.completion_field" : "data.prompt_field"), "data",
+            "prompt_field and completion_field go together");
+  }
+  if ((!data.prompt_field.empty() || data.field != DataSpec().field) && data.format != DataFormat::kJsonl) {
+    d.error(loc_at(root, "data.format"), "data.format", "field names apply to jsonl data only");
+  }
+  const std::int64_t max_len = spec.model.arch.max_seq_len;
+  if (data.seq_len == 0) {
+    data.seq_len = max_len > 0 ? std::min<std::int64_t>(2048, max_len) : 2048;
+  } else if (max_len > 0 && data.seq_len > max_len) {
+    d.error(loc_at(root, "data.seq_len"), "data.seq_len",
+            std::to_string(data.seq_len) + " tokens exceeds the model's max_seq_len of " + std::to_string(max_len));
+  }
+}
+
+bool technique_listed(const std::vector<std::string>& list, std::string_view t) {
+  return std::find(list.begin(), list.end(), t) != list.end();
+}
+
+// The techniques a pinned knob uses, to check them against allow/forbid.
+std::vector<std::pair<std::string, std::string>> pinned_techniques(const StrategySpec& s) {
+  std::vector<std::pair<std::string, std::string>> out;  // (technique, key path)
+  if (s.precision) out.emplace_back(to_string(*s.precision), "strategy.precision");
+  if (s.gradient_checkpointing && *s.gradient_checkpointing > 0)
+    out.emplace_back("gradient_checkpointing", "strategy.gradient_checkpointing");
+  if (s.adapter && *s.adapter != Adapter::kNone) {
+    out.emplace_back(to_string(*s.adapter), "strategy.adapter");
+    out.emplace_back("adapters", "strategy.adapter");
+  }
+  if (s.optimizer == Optimizer::kAdamw8bit) out.emplace_back("adamw_8bit", "strategy.optimizer");
+  if (s.optimizer == Optimizer::kSgd) out.emplace_back("sgd", "strategy.optimizer");
+  if (s.zero_stage && *s.zero_stage > 0)
+    out.emplace_back("zero" + std::to_string(*s.zero_stage), "strategy.zero_stage");
+  if (s.offload && *s.offload != Offload::kNone) out.emplace_back("offload_optimizer", "strategy.offload");
+  if (s.offload == Offload::kOptimizerAndParams) out.emplace_back("offload_params", "strategy.offload");
+  return out;
+}
+
+void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalog, Diagnostics& d) {
+  const StrategySpec& s = spec.strategy;
+  for (const std::string& t : s.allow) {
+    if (technique_listed(s.forbid, t)) {
+      d.error(loc_at(root, "strategy.forbid"), "strategy.forbid", quote(t) + " is both allowed and forbidden");
+    }
+  }
+  for (const auto& [tech, path] : pinned_techniques(s)) {
+    if (technique_listed(s.forbid, tech)) {
+      d.error(loc_at(root, path), path, "pinned to use " + quote(tech) + ", which strategy.forbid excludes");
+    }
+  }
+  if (s.offload == Offload::kOptimizerAndParams && s.zero_stage && *s.zero_stage != 3) {
+    // DeepSpeed ZeRO-Infinity/Offload: parameter offload needs stage 3.
+    d.error(loc_at(root, "strategy.offload"), "strategy.offload",
+            "parameter offload needs zero_stage 3, but zero_stage is pinned to " + std::to_string(*s.zero_stage));
+  }
+  if (s.adapter == Adapter::kNone && node_at(root, "strategy.lora") != nullptr) {
+    d.warning(loc_at(root, "strategy.lora"), "strategy.lora", "ignored: adapter is none");
+  }
+  // LoRA targets must name linear layers of this architecture.
+  if (!s.lora.targets.empty() && spec.model.arch.layers > 0) {
+    static const std::vector<std::string> kLlama = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                    "gate_proj", "up_proj", "down_proj"};
+    static const std::vector<std::string> kGpt2 = {"c_attn", "c_proj", "c_fc"};
+    const auto& valid = spec.model.arch.family == ModelFamily::kGpt2 ? kGpt2 : kLlama;
+    const Node* targets = node_at(root, "strategy.lora.targets");
+    for (std::size_t i = 0; i < s.lora.targets.size(); ++i) {
+      const std::string& t = s.lora.targets[i];
+      if (technique_listed(valid, t)) continue;
+      SourceLocation at = targets && targets->is_sequence() && i < targets->items.size()
+                              ? targets->items[i].location
+                              : loc_at(root, "strategy.lora.targets");
+      std::string msg = quote(t) + " is not a linear layer of a " +
+                        std::string(to_string(spec.model.arch.family)) + " model; expected one of " +
+                        join(valid, ", ");
+      std::string hint = closest_match(t, valid);
+      if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+      d.error(at, "strategy.lora.targets[" + std::to_string(i) + "]", msg);
+    }
+  }
+  // Hardware facts known from the catalog (detected hardware is the planner's).
+  if (!spec.resources.gpu_model.empty()) {
+    const GpuModel* gpu = catalog.find_gpu(spec.resources.gpu_model);
+    if (gpu == nullptr) {
+      std::string msg = "unknown GPU model " + quote(spec.resources.gpu_model);
+      std::string hint = closest_match(spec.resources.gpu_model, catalog.gpu_keys());
+      msg += hint.empty() ? "; known: " + join(catalog.gpu_keys(), ", ") : "; did you mean '" + hint + "'?";
+      d.error(loc_at(root, "resources.gpu_model"), "resources.gpu_model", msg);
+    } else if (!gpu->bf16 && (s.precision == Precision::kBf16 || s.precision == Precision::kPureBf16)) {
+      d.error(loc_at(root, "strategy.precision"), "strategy.precision",
+              std::string(to_string(*s.precision)) + " is pinned, but the " + gpu->key +
+                  " has no bf16 support; use fp16 or auto");
+    }
+  }
+}
+
+void check_training(const JobSpec& spec, const Node& root, Diagnostics& d) {
+  const TrainingSpec& t = spec.training;
+  if (t.micro_batch_size && *t.micro_batch_size > t.global_batch_size) {
+    d.error(loc_at(root, "training.micro_batch_size"), "training.micro_batch_size",
+            "micro_batch_size (" + std::to_string(*t.micro_batch_size) + ") exceeds global_batch_size (" +
+                std::to_string(t.global_batch_size) + ")");
+  } else if (t.micro_batch_size) {
+    const std::int64_t gpus = std::max<std::int64_t>(1, spec.resources.gpu_count.value_or(1));
+    if (t.global_batch_size % (*t.micro_batch_size * gpus) != 0) {
+      d.error(loc_at(root, "training.global_batch_size"), "training.global_batch_size",
+              "global_batch_size (" + std::to_string(t.global_batch_size) +
+                  ") must be a multiple of micro_batch_size x GPUs (" + std::to_string(*t.micro_batch_size) + " x " +
+                  std::to_string(gpus) + ") so that accumulation keeps it exact");
+    }
+  }
+  if (t.max_steps && t.warmup_steps > *t.max_steps) {
+    d.error(loc_at(root, "training.warmup_steps"), "training.warmup_steps",
+            "warmup_steps (" + std::to_string(t.warmup_steps) + ") exceeds max_steps (" + std::to_string(*t.max_steps) +
+                ")");
+  }
+  if (t.eval_every > 0 && spec.data.eval.empty()) {
+    d.warning(loc_at(root, "training.eval_every"), "training.eval_every", "no data.eval is set; nothing to evaluate");
+  }
+}
+
+void check_checkpoint(const JobSpec& spec, const Node& root, Diagnostics& d) {
+  const fs::path dir(spec.checkpoint.dir);
+  bool escapes = dir.is_absolute();
+  for (const auto& part : dir) escapes = escapes || part == "..";
+  if (escapes) {
+    d.error(loc_at(root, "checkpoint.dir"), "checkpoint.dir",
+            "must be a relative folder inside the job's output folder (no absolute paths, no '..')");
+  }
+}
+
+LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, const std::string& base_dir,
+                          const LoadOptions& opt, LoadedSpec out) {
+  Diagnostics& d = out.diagnostics;
+  if (!tree) return out;
+  Node root = std::move(*tree);
+  // A bad --set is skipped and reported; the rest is still checked.
+  for (const std::string& o : opt.overrides) apply_override(root, o, d);
+  // An unknown ${var} would only cause confusing follow-on type errors.
+  const std::size_t errors_before_vars = d.error_count();
+  interpolate_vars(root, d);
+  out.merged = root;
+  if (d.error_count() > errors_before_vars) return out;
+  if (!root.is_map()) {
+    d.error(root.location, "", root.is_null() ? "the document is empty; expected a TrainingJob"
+                                              : "expected a map with apiVersion, kind, model, data, ...");
+    return out;
+  }
+  const Catalog& catalog = opt.catalog ? *opt.catalog : Catalog::builtin();
+  JobSpec spec;
+  const std::size_t errors_before_fields = d.error_count();
+  read_job_spec(root, spec, d);
+  spec.source_file = source;
+  if (d.error_count() > errors_before_fields) return out;  // cross-field rules assume well-typed fields
+
+  if (spec.name.empty()) spec.name = default_job_name(source);
+  if (!valid_job_name(spec.name)) {
+    d.error(loc_at(root, "name"), "name",
+            quote(spec.name) + " is not a valid job name: use lowercase letters, digits, '.', '_' and '-', "
+                                "starting with a letter or digit, at most 63 characters");
+  }
+  resolve_model(spec, root, base_dir, opt, catalog, d);
+  resolve_data(spec, root, base_dir, opt, d);
+  check_training(spec, root, d);
+  check_strategy(spec, root, catalog, d);
+  check_checkpoint(spec, root, d);
+  if (!d.has_errors()) out.spec = std::move(spec);
+  return out;
+}
+
+}  // namespace
+
+Node deep_merge(Node base, const Node& overlay) {
+  if (!base.is_map() || !overlay.is_map()) return overlay;
+  for (const MapEntry& e : overlay.entries) {
+    Node* existing = base.find(e.key);
+    if (existing != nullptr) {
+      *existing = deep_merge(std::move(*existing), e.value);
+    } else {
+      base.entries.push_back(e);
+    }
+  }
+  base.location = overlay.location;
+  return base;
+}
+
+void apply_override(Node& root, std::string_view assignment, Diagnostics& d) {
+  const SourceLocation where{"--set " + std::string(assignment), 0, 0};
+  const auto eq = assignment.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    d.error(where, "", "expected key.path=value");
+    return;
+  }
+  const std::string path(trim(assignment.substr(0, eq)));
+  const std::string_view value_text = assignment.substr(eq + 1);
+  Diagnostics parse_diags;
+  auto value = parse_yaml(value_text, where.file, parse_diags);
+  if (!value) {
+    for (Diagnostic diag : parse_diags.items()) {
+      diag.location = where;
+      diag.path = path;
+      d.add(std::move(diag));
+    }
+    return;
+  }
+  // Values from a flag have no line in any file.
+  std::vector<Node*> todo = {&*value};
+  while (!todo.empty()) {
+    Node* n = todo.back();
+    todo.pop_back();
+    n->location = where;
+    for (Node& i : n->items) todo.push_back(&i);
+    for (MapEntry& e : n->entries) {
+      e.key_location = where;
+      todo.push_back(&e.value);
+    }
+  }
+  if (value->is_null() && value_text.empty()) *value = Node::make_scalar("", where, false);
+  const std::vector<std::string> parts = split(path, '.');
+  Node* cur = &root;
+  if (cur->is_null()) *cur = Node::make_map(where);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::string& key = parts[i];
+    if (key.empty()) {
+      d.error(where, path, "empty key in key path");
+      return;
+    }
+    if (!cur->is_map()) {
+      d.error(where, path, join(std::vector<std::string>(parts.begin(), parts.begin() + static_cast<long>(i)), ".") +
+                               " is " + std::string(cur->kind_name()) + ", not a map");
+      return;
+    }
+    if (i + 1 == parts.size()) {
+      cur->set(key, std::move(*value), where);
+      return;
+    }
+    Node* next = cur->find(key);
+    if (next == nullptr || next->is_null()) next = &cur->set(key, Node::make_map(where), where);
+    cur = next;
+  }
+}
+
+void interpolate_vars(Node& root, Diagnostics& d) {
+  if (!root.is_map()) return;
+  std::vector<std::pair<std::string, Node>> vars;  // resolved, in order
+  std::vector<std::string> names;
+  auto substitute = [&](Node& n, const std::string& path) {
+    if (!n.is_scalar() || n.scalar.find('$') == std::string::npos) return;
+    std::string out;
+    const std::string& s = n.scalar;
+    bool whole = false;
+    for (std::size_t i = 0; i < s.size();) {
+      if (s.compare(i, 3, "$${") == 0) {
+        out += "${";
+        i += 3;
+        continue;
+      }
+      if (s.compare(i, 2, "${") != 0) {
+        out += s[i++];
+        continue;
+      }
+      const auto close = s.find('}', i + 2);
+      if (close == std::string::npos) {
+        d.error(n.location, path, "unterminated ${ in " + quote(s) + "; write $${ for a literal ${");
+        return;
+      }
+      const std::string name(trim(std::string_view(s).substr(i + 2, close - i - 2)));
+      auto it = std::find_if(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; });
+      if (it == vars.end()) {
+        std::string msg = "unknown variable ${" + name + "}";
+        std::string hint = closest_match(name, names);
+        if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+        else if (names.empty()) msg += "; define it under vars:";
+        d.error(n.location, path, msg);
+        return;
+      }
+      whole = (i == 0 && close + 1 == s.size());
+      out += it->second.scalar;
+      i = close + 1;
+    }
+    n.scalar = std::move(out);
+    if (whole) n.plain = true;
+  };
+
+  if (Node* v = root.find("vars")) {
+    if (v->is_map()) {
+      for (MapEntry& e : v->entries) {
+        if (!e.value.is_scalar()) {
+          d.error(e.value.location, "vars." + e.key, "a variable holds a single value, not " +
+                                                         std::string(e.value.kind_name()));
+          continue;
+        }
+        substitute(e.value, "vars." + e.key);  // earlier vars may be used
+        vars.emplace_back(e.key, e.value);
+        names.push_back(e.key);
+      }
+    } else if (!v->is_null()) {
+      d.error(v->location, "vars", "expected a map of name: value");
+    }
+  }
+  // Walk everything except vars itself.
+  std::vector<std::pair<Node*, std::string>> todo;
+  for (MapEntry& e : root.entries) {
+    if (e.key != "vars") todo.emplace_back(&e.value, e.key);
+  }
+  while (!todo.empty()) {
+    auto [n, path] = todo.back();
+    todo.pop_back();
+    substitute(*n, path);
+    for (std::size_t i = 0; i < n->items.size(); ++i) todo.emplace_back(&n->items[i], path + "[" + std::to_string(i) + "]");
+    for (MapEntry& e : n->entries) todo.emplace_back(&e.value, path + "." + e.key);
+  }
+}
+
+LoadedSpec load_job_spec(const std::string& path, const LoadOptions& options) {
+  LoadedSpec out;
+  ExtendsContext ctx{options, out.diagnostics, {}};
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    out.diagnostics.error({path, 0, 0}, "", "no such file");
+    return out;
+  }
+  auto tree = load_with_extends(path, {}, ctx);
+  return finish_loading(std::move(tree), canonical_or_same(path), dir_of(path), options, std::move(out));
+}
+
+LoadedSpec load_job_spec_text(std::string_view text, std::string_view name, const std::string& base_dir,
+                              const LoadOptions& options) {
+  LoadedSpec out;
+  ExtendsContext ctx{options, out.diagnostics, {}};
+  auto tree = parse_yaml(text, name, out.diagnostics, options.limits);
+  if (tree) tree = resolve_extends(std::move(*tree), base_dir, ctx);
+  return finish_loading(std::move(tree), std::string(name), base_dir, options, std::move(out));
+}
+
+}  // namespace tailor::dsl

@@ -1,0 +1,59 @@
+// Loading a job spec: file -> tree -> `extends` chain deep-merged -> --set
+// overrides -> ${var} interpolation -> typed JobSpec -> cross-field rules
+// and resolution (preset or config.json to an architecture, relative paths
+// to absolute ones, defaults that depend on other fields).
+// Every problem is collected into the result's diagnostics; nothing throws.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dsl/catalog.h"
+#include "dsl/diagnostics.h"
+#include "dsl/job_spec.h"
+#include "dsl/yaml_tree.h"
+
+namespace tailor::dsl {
+
+struct LoadOptions {
+  // "key.path=value" assignments applied after `extends`, before ${vars};
+  // values are YAML ("training.lr=1e-4", "strategy.forbid=[lora,qlora]").
+  std::vector<std::string> overrides;
+  // Presets and GPU models; nullptr = Catalog::builtin().
+  const Catalog* catalog = nullptr;
+  // Check that data files and model folders exist. Off for specs checked
+  // away from the machine that will run them.
+  bool check_files = true;
+  YamlLimits limits;
+  int max_extends_depth = 16;
+};
+
+struct LoadedSpec {
+  std::optional<JobSpec> spec;  // set when there are no errors
+  Diagnostics diagnostics;      // errors and warnings, in order found
+  Node merged;                  // the document after extends, overrides and vars
+
+  bool ok() const { return spec.has_value(); }
+};
+
+LoadedSpec load_job_spec(const std::string& path, const LoadOptions& options = {});
+
+// For text that is not in a file (REST bodies, fuzzing): `name` labels
+// diagnostics, `base_dir` resolves relative paths and `extends`.
+LoadedSpec load_job_spec_text(std::string_view text, std::string_view name, const std::string& base_dir,
+                              const LoadOptions& options = {});
+
+// Deep merge: maps merge key by key (overlay wins), anything else is
+// replaced by the overlay. Exposed for tests.
+Node deep_merge(Node base, const Node& overlay);
+
+// Applies one "key.path=value" override; problems go to `d`.
+void apply_override(Node& root, std::string_view assignment, Diagnostics& d);
+
+// Replaces ${name} in every scalar with the value from the `vars` map (vars
+// may use earlier vars); "$${" stands for a literal "${". Problems go to `d`.
+void interpolate_vars(Node& root, Diagnostics& d);
+
+}  // namespace tailor::dsl

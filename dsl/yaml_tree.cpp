@@ -1,0 +1,558 @@
+#include "dsl/yaml_tree.h"
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/exceptions.h>
+#include <yaml-cpp/mark.h>
+#include <yaml-cpp/parser.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/text.h"
+
+namespace tailor::dsl {
+
+// ---- Node ------------------------------------------------------------------
+
+const MapEntry* Node::find_entry(std::string_view key) const {
+  if (kind != Kind::kMap) return nullptr;
+  for (const MapEntry& e : entries) {
+    if (e.key == key) return &e;
+  }
+  return nullptr;
+}
+
+const Node* Node::find(std::string_view key) const {
+  const MapEntry* e = find_entry(key);
+  return e ? &e->value : nullptr;
+}
+
+Node* Node::find(std::string_view key) { return const_cast<Node*>(static_cast<const Node*>(this)->find(key)); }
+
+Node& Node::set(std::string key, Node value, SourceLocation key_location) {
+  if (kind == Kind::kNull) kind = Kind::kMap;
+  for (MapEntry& e : entries) {
+    if (e.key == key) {
+      e.value = std::move(value);
+      if (key_location.line > 0) e.key_location = std::move(key_location);
+      return e.value;
+    }
+  }
+  entries.push_back({std::move(key), std::move(key_location), std::move(value)});
+  return entries.back().value;
+}
+
+bool Node::erase(std::string_view key) {
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    if (it->key == key) {
+      entries.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+Node Node::make_scalar(std::string text, SourceLocation loc, bool is_plain) {
+  Node n;
+  n.kind = Kind::kScalar;
+  n.scalar = std::move(text);
+  n.location = std::move(loc);
+  n.plain = is_plain;
+  return n;
+}
+
+Node Node::make_map(SourceLocation loc) {
+  Node n;
+  n.kind = Kind::kMap;
+  n.location = std::move(loc);
+  return n;
+}
+
+Node Node::make_sequence(SourceLocation loc) {
+  Node n;
+  n.kind = Kind::kSequence;
+  n.location = std::move(loc);
+  return n;
+}
+
+std::string_view Node::kind_name() const {
+  switch (kind) {
+    case Kind::kNull: return "null";
+    case Kind::kScalar: return "a scalar";
+    case Kind::kSequence: return "a list";
+    case Kind::kMap: return "a map";
+  }
+  return "?";
+}
+
+std::size_t Node::size() const {
+  std::size_t n = 1;
+  for (const Node& i : items) n += i.size();
+  for (const MapEntry& e : entries) n += e.value.size();
+  return n;
+}
+
+// ---- UTF-8 -----------------------------------------------------------------
+
+std::optional<std::size_t> find_invalid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    if (c == 0) return i;  // NUL is valid UTF-8 but never valid YAML text
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return i;
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+SourceLocation location_of_offset(std::string_view text, std::size_t offset, std::string_view file) {
+  int line = 1, column = 1;
+  for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+      ++column;
+    }
+  }
+  return {std::string(file), line, column};
+}
+
+// Thrown from inside the event handler to stop yaml-cpp's parser once a
+// diagnostic has been recorded; never leaves this file.
+struct StopParsing {};
+
+// Builds a Node tree from yaml-cpp parse events.
+class TreeBuilder final : public YAML::EventHandler {
+ public:
+  TreeBuilder(std::string_view file, Diagnostics& diags, const YamlLimits& limits)
+      : file_(file), diags_(diags), limits_(limits) {}
+
+  std::optional<Node> take_root() { return std::move(root_); }
+  int documents() const { return documents_; }
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents_ > 1) fail(loc(mark), "a job spec file holds one YAML document; found a second one");
+  }
+  void OnDocumentEnd() override {}
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    count_nodes(1, mark);
+    Node n;
+    n.location = loc(mark);
+    complete(std::move(n), anchor);
+  }
+
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    auto it = anchors_.find(anchor);
+    if (it == anchors_.end()) fail(loc(mark), "alias refers to an unknown anchor");
+    // Expanding aliases copies; the node budget bounds the total so that
+    // "billion laughs" documents stop early instead of exhausting memory.
+    const std::size_t cost = it->second.size();
+    count_nodes(cost, mark);
+    Node copy = it->second;
+    complete(std::move(copy), 0);
+  }
+
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& value) override {
+    count_nodes(1, mark);
+    // yaml-cpp reports "?" for plain scalars and "!" for quoted ones.
+    complete(Node::make_scalar(value, loc(mark), tag == "?"), anchor);
+  }
+
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    open(Node::make_sequence(loc(mark)), anchor, mark);
+  }
+  void OnSequenceEnd() override { close(); }
+
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    open(Node::make_map(loc(mark)), anchor, mark);
+  }
+  void OnMapEnd() override { close(); }
+
+  [[noreturn]] void fail(SourceLocation where, std::string message) {
+    diags_.error(std::move(where), path(), std::move(message));
+    throw StopParsing{};
+  }
+
+ private:
+  struct Frame {
+    Node node;
+    YAML::anchor_t anchor = 0;
+    bool has_key = false;
+    std::string key;
+    SourceLocation key_location;
+    std::vector<Node> merges;  // values of `<<` keys, applied when the map closes
+  };
+
+  SourceLocation loc(const YAML::Mark& mark) const {
+    return {file_, mark.line + 1, mark.column + 1};  // yaml-cpp marks are 0-based
+  }
+
+  // The key path of the node being built, for messages.
+  std::string path() const {
+    std::string p;
+    for (const Frame& f : stack_) {
+      if (f.node.is_map() && f.has_key) {
+        if (!p.empty()) p += '.';
+        p += f.key;
+      } else if (f.node.is_sequence()) {
+        p += "[" + std::to_string(f.node.items.size()) + "]";
+      }
+    }
+    // Deeply nested paths are noise; the position says where.
+    if (p.size() > 80) p = p.substr(0, 60) + "...";
+    return p;
+  }
+
+  void count_nodes(std::size_t n, const YAML::Mark& mark) {
+    nodes_ += n;
+    if (nodes_ > limits_.max_nodes) {
+      fail(loc(mark), "document expands to more than " + std::to_string(limits_.max_nodes) +
+                          " nodes (aliases expanded); refusing it as a possible alias bomb");
+    }
+  }
+
+  void open(Node n, YAML::anchor_t anchor, const YAML::Mark& mark) {
+    count_nodes(1, mark);
+    if (static_cast<int>(stack_.size()) >= limits_.max_depth) {
+      fail(loc(mark), "nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
+    }
+    stack_.push_back(Frame{std::move(n), anchor, false, {}, {}, {}});
+  }
+
+  void close() {
+    Frame f = std::move(stack_.back());
+    stack_.pop_back();
+    if (f.node.is_map()) apply_merges(f);
+    complete(std::move(f.node), f.anchor);
+  }
+
+  // YAML merge keys: entries of the merged maps that the map does not set itself.
+  void apply_merges(Frame& f) {
+    for (const Node& m : f.merges) {
+      std::vector<const Node*> sources;
+      if (m.is_map()) {
+        sources.push_back(&m);
+      } else if (m.is_sequence()) {
+        for (const Node& item : m.items) sources.push_back(&item);
+      }
+      for (const Node* src : sources) {
+        if (!src->is_map()) {
+          diags_.error(src->location, path(), "the merge key '<<' takes a map or a list of maps");
+          continue;
+        }
+        for (const MapEntry& e : src->entries) {
+          if (f.node.find(e.key) == nullptr) f.node.entries.push_back(e);
+        }
+      }
+    }
+  }
+
+  void complete(Node n, YAML::anchor_t anchor) {
+    if (anchor != 0) anchors_[anchor] = n;
+    if (stack_.empty()) {
+      root_ = std::move(n);
+      return;
+    }
+    Frame& top = stack_.back();
+    if (top.node.is_sequence()) {
+      top.node.items.push_back(std::move(n));
+      return;
+    }
+    if (!top.has_key) {
+      if (!n.is_scalar() && !n.is_null()) fail(n.location, "map keys must be plain strings");
+      top.has_key = true;
+      top.key = n.scalar;
+      top.key_location = n.location;
+      return;
+    }
+    top.has_key = false;
+    if (top.key == "<<") {
+      top.merges.push_back(std::move(n));
+      return;
+    }
+    for (const MapEntry& e : top.node.entries) {
+      if (e.key == top.key) {
+        // yaml-cpp keeps both silently; a later value would win unnoticed.
+        std::string p = path();
+        p += p.empty() ? "" : ".";
+        p += top.key;
+        diags_.error(top.key_location, p,
+                     "duplicate key; first defined at line " + std::to_string(e.key_location.line) + ", column " +
+                         std::to_string(e.key_location.column));
+        return;
+      }
+    }
+    top.node.entries.push_back({std::move(top.key), std::move(top.key_location), std::move(n)});
+  }
+
+  std::string file_;
+  Diagnostics& diags_;
+  const YamlLimits& limits_;
+  std::vector<Frame> stack_;
+  std::map<YAML::anchor_t, Node> anchors_;
+  std::optional<Node> root_;
+  std::size_t nodes_ = 0;
+  int documents_ = 0;
+};
+
+}  // namespace
+
+std::optional<Node> parse_yaml(std::string_view text, std::string_view file_name, Diagnostics& diags,
+                               const YamlLimits& limits) {
+  const std::string file(file_name);
+  if (text.size() > limits.max_bytes) {
+    diags.error({file, 0, 0}, "",
+                "file is " + std::to_string(text.size()) + " bytes; job spec files are limited to " +
+                    std::to_string(limits.max_bytes) + " bytes");
+    return std::nullopt;
+  }
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte order mark
+  if (auto bad = find_invalid_utf8(text)) {
+    diags.error(location_of_offset(text, *bad, file), "",
+                text[*bad] == '\0' ? "file contains a NUL byte; expected UTF-8 text"
+                                   : "file is not valid UTF-8 (invalid byte sequence here)");
+    return std::nullopt;
+  }
+  const std::size_t errors_before = diags.error_count();
+  TreeBuilder builder(file, diags, limits);
+  try {
+    std::istringstream in{std::string(text)};
+    YAML::Parser parser(in);
+    while (parser.HandleNextDocument(builder)) {
+    }
+  } catch (const StopParsing&) {
+    return std::nullopt;
+  } catch (const YAML::Exception& e) {
+    // DeepRecursion and malformed input both land here with a mark.
+    SourceLocation where{file, e.mark.line + 1, e.mark.column + 1};
+    if (e.mark.is_null()) where = {file, 0, 0};
+    diags.error(where, "", "malformed YAML: " + e.msg);
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    diags.error({file, 0, 0}, "", std::string("could not parse YAML: ") + e.what());
+    return std::nullopt;
+  }
+  if (diags.error_count() > errors_before) return std::nullopt;
+  std::optional<Node> root = builder.take_root();
+  if (!root) {
+    Node empty;
+    empty.location = {file, 1, 1};
+    return empty;
+  }
+  return root;
+}
+
+std::optional<Node> load_yaml_file(const std::string& path, Diagnostics& diags, const SourceLocation& referenced_from,
+                                   const std::string& key_path, const YamlLimits& limits) {
+  SourceLocation where = referenced_from;
+  if (where.file.empty()) where.file = path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    diags.error(where, key_path, "cannot open " + quote(path) + ": " + std::strerror(errno));
+    return std::nullopt;
+  }
+  // Read at most one byte past the limit: enough to know it is too large.
+  std::string text(limits.max_bytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (in.bad()) {
+    diags.error(where, key_path, "cannot read " + quote(path));
+    return std::nullopt;
+  }
+  return parse_yaml(text, path, diags, limits);
+}
+
+// ---- emitter ---------------------------------------------------------------
+
+namespace {
+
+bool needs_quotes(const Node& n) {
+  const std::string& s = n.scalar;
+  if (s.empty()) return true;
+  if (!n.plain) {
+    // A quoted scalar that YAML would read as another type keeps its quotes.
+    static const char* kSpecial[] = {"true", "false", "yes", "no", "on", "off", "null", "~", "auto"};
+    for (const char* k : kSpecial) {
+      if (to_lower(s) == k) return true;
+    }
+    char* end = nullptr;
+    std::strtod(s.c_str(), &end);
+    if (end && *end == '\0') return true;
+  }
+  if (s.front() == ' ' || s.back() == ' ') return true;
+  static const std::string_view kIndicators = "-?:,[]{}#&*!|>'\"%@`";
+  if (kIndicators.find(s.front()) != std::string_view::npos) return true;
+  for (char c : s) {
+    if (c == '\n' || c == '\t' || static_cast<unsigned char>(c) < 0x20) return true;
+  }
+  return s.find(": ") != std::string::npos || s.find(" #") != std::string::npos;
+}
+
+std::string quote_yaml(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string scalar_text(const Node& n) {
+  if (n.is_null()) return "null";
+  return needs_quotes(n) ? quote_yaml(n.scalar) : n.scalar;
+}
+
+bool is_inline(const Node& n) {
+  if (n.is_scalar() || n.is_null()) return true;
+  if (n.is_map()) return n.entries.empty();
+  if (n.items.empty()) return true;
+  for (const Node& i : n.items) {
+    if (!i.is_scalar()) return false;
+  }
+  return true;
+}
+
+std::string inline_text(const Node& n) {
+  if (n.is_map()) return "{}";
+  if (n.is_sequence()) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < n.items.size(); ++i) {
+      if (i) out += ", ";
+      out += scalar_text(n.items[i]);
+    }
+    return out + "]";
+  }
+  return scalar_text(n);
+}
+
+void emit(const Node& n, int indent, std::string& out) {
+  const std::string pad(static_cast<std::size_t>(indent), ' ');
+  if (n.is_map()) {
+    for (const MapEntry& e : n.entries) {
+      out += pad + (needs_quotes(Node::make_scalar(e.key)) ? quote_yaml(e.key) : e.key) + ":";
+      if (is_inline(e.value)) {
+        out += " " + inline_text(e.value) + "\n";
+      } else {
+        out += "\n";
+        emit(e.value, indent + 2, out);
+      }
+    }
+  } else if (n.is_sequence()) {
+    for (const Node& item : n.items) {
+      if (is_inline(item)) {
+        out += pad + "- " + inline_text(item) + "\n";
+      } else {
+        std::string nested;
+        emit(item, indent + 2, nested);
+        // Put the first line of the nested block on the dash line.
+        out += pad + "- " + nested.substr(static_cast<std::size_t>(indent) + 2);
+      }
+    }
+  } else {
+    out += pad + inline_text(n) + "\n";
+  }
+}
+
+}  // namespace
+
+std::string emit_yaml(const Node& node) {
+  std::string out;
+  emit(node, 0, out);
+  return out;
+}
+
+}  // namespace tailor::dsl
+
+#include <nlohmann/json.hpp>
+
+namespace tailor::dsl {
+namespace {
+
+nlohmann::ordered_json to_json(const Node& n) {
+  switch (n.kind) {
+    case Node::Kind::kNull: return nullptr;
+    case Node::Kind::kScalar: {
+      if (!n.plain) return n.scalar;
+      if (n.scalar == "true") return true;
+      if (n.scalar == "false") return false;
+      if (n.scalar == "null" || n.scalar == "~") return nullptr;
+      char* end = nullptr;
+      const long long i = std::strtoll(n.scalar.c_str(), &end, 10);
+      if (!n.scalar.empty() && *end == '\0') return i;
+      const double d = std::strtod(n.scalar.c_str(), &end);
+      if (!n.scalar.empty() && *end == '\0' && std::isfinite(d)) return d;
+      return n.scalar;
+    }
+    case Node::Kind::kSequence: {
+      auto a = nlohmann::ordered_json::array();
+      for (const Node& i : n.items) a.push_back(to_json(i));
+      return a;
+    }
+    case Node::Kind::kMap: {
+      auto o = nlohmann::ordered_json::object();
+      for (const MapEntry& e : n.entries) o[e.key] = to_json(e.value);
+      return o;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string emit_json(const Node& node, int indent) { return to_json(node).dump(indent); }
+
+}  // namespace tailor::dsl

@@ -1,0 +1,84 @@
+#include "dsl/catalog.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::dsl {
+namespace {
+
+TEST(CatalogTest, BuiltinHasEveryRequiredPreset) {
+  const Catalog& c = Catalog::builtin();
+  for (const char* name :
+       {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b",
+        "llama-3-70b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
+        "tinyllama-1.1b", "tiny-llama", "tiny-llama-byte", "tiny-gpt2"}) {
+    EXPECT_NE(c.find_model(name), nullptr) << name;
+  }
+}
+
+TEST(CatalogTest, BuiltinHasEveryRequiredGpu) {
+  const Catalog& c = Catalog::builtin();
+  for (const char* key : {"T4", "V100-16", "V100-32", "RTX-3090", "RTX-4090", "A10", "L4", "A6000", "L40S", "A100-40",
+                          "A100-80", "H100-80", "H200"}) {
+    EXPECT_NE(c.find_gpu(key), nullptr) << key;
+  }
+}
+
+// The published counts are independent facts (model cards, papers): the
+// architecture formulas must reproduce them exactly.
+TEST(CatalogTest, ArchitecturesReproducePublishedParameterCounts) {
+  const Catalog& c = Catalog::builtin();
+  EXPECT_EQ(c.find_model("gpt2")->arch.parameter_count(), 124'439'808);
+  EXPECT_EQ(c.find_model("llama-2-7b")->arch.parameter_count(), 6'738'415'616);
+  EXPECT_EQ(c.find_model("tinyllama-1.1b")->arch.parameter_count(), 1'100'048'384);
+  EXPECT_EQ(c.find_model("mistral-7b")->arch.parameter_count(), 7'241'732'096);
+  EXPECT_EQ(c.find_model("llama-3-8b")->arch.parameter_count(), 8'030'261'248);
+  for (const ModelPreset& m : c.models()) EXPECT_EQ(m.params, m.arch.parameter_count()) << m.name;
+}
+
+TEST(CatalogTest, GqaModelsHaveFewerKvHeads) {
+  const ModelArch& a = Catalog::builtin().find_model("llama-3-70b")->arch;
+  EXPECT_EQ(a.heads, 64);
+  EXPECT_EQ(a.kv_heads, 8);
+}
+
+TEST(CatalogTest, GpuLookupIsCaseInsensitiveAndFactsAreConsistent) {
+  const Catalog& c = Catalog::builtin();
+  const GpuModel* a6000 = c.find_gpu("a6000");
+  ASSERT_NE(a6000, nullptr);
+  EXPECT_EQ(a6000->memory, Bytes::gib(48));
+  EXPECT_TRUE(a6000->bf16);
+  EXPECT_FALSE(c.find_gpu("T4")->bf16);
+  for (const GpuModel& g : c.gpus()) {
+    EXPECT_EQ(g.bf16, g.peak_tflops_bf16 > 0) << g.key;
+    EXPECT_GT(g.memory, Bytes::gib(8)) << g.key;
+  }
+}
+
+TEST(CatalogTest, DeviceNamesMatchTheLongestSubstring) {
+  const Catalog& c = Catalog::builtin();
+  ASSERT_NE(c.match_gpu_name("NVIDIA A100-SXM4-80GB"), nullptr);
+  EXPECT_EQ(c.match_gpu_name("NVIDIA A100-SXM4-80GB")->key, "A100-80");
+  ASSERT_NE(c.match_gpu_name("NVIDIA L40S"), nullptr);
+  EXPECT_EQ(c.match_gpu_name("NVIDIA L40S")->key, "L40S");
+  ASSERT_NE(c.match_gpu_name("NVIDIA GeForce RTX 4090"), nullptr);
+  EXPECT_EQ(c.match_gpu_name("NVIDIA GeForce RTX 4090")->key, "RTX-4090");
+  EXPECT_EQ(c.match_gpu_name("Some Other Accelerator"), nullptr);
+}
+
+TEST(CatalogTest, CatalogFolderErrorsCarryPositions) {
+  tailor::testing::TempDir dir;
+  dir.write("models.yaml",
+            "apiVersion: tailor/v1\nkind: ModelCatalog\nmodels:\n  m:\n    params: 5\n    arch: {family: llama, layers: "
+            "1, hidden: 8, intermediate: 16, heads: 2, vocab: 4, max_seq_len: 8}\n");
+  dir.write("gpus.yaml", "apiVersion: tailor/v1\nkind: GpuCatalog\ngpus: {}\n");
+  auto r = Catalog::load_dir(dir.path().string());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("models.yaml:4:3: error: models.m.params: published count 5 differs"),
+            std::string::npos)
+      << r.status().message();
+}
+
+}  // namespace
+}  // namespace tailor::dsl

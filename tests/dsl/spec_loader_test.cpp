@@ -1,0 +1,329 @@
+#include "dsl/spec_loader.h"
+
+#include <gtest/gtest.h>
+
+#include "dsl/spec_fields.h"
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::dsl {
+namespace {
+
+using tailor::testing::TempDir;
+
+// A valid spec around a model and a data file that exist.
+const char* kMinimal = R"(apiVersion: tailor/v1
+kind: TrainingJob
+model:
+  preset: tiny-llama
+data:
+  train: data/train.txt
+)";
+
+class SpecLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_.write("data/train.txt", "hello world\n"); }
+
+  LoadedSpec load(const std::string& text, LoadOptions opts = {}) {
+    return load_job_spec(dir_.write("job.yaml", text), opts);
+  }
+
+  static std::string errors(const LoadedSpec& s) { return s.diagnostics.to_string(); }
+
+  TempDir dir_;
+};
+
+TEST_F(SpecLoaderTest, MinimalSpecGetsDocumentedDefaults) {
+  LoadedSpec s = load(kMinimal);
+  ASSERT_TRUE(s.ok()) << errors(s);
+  const JobSpec& j = *s.spec;
+  EXPECT_EQ(j.name, "job");  // from the file name
+  EXPECT_EQ(j.model.arch.layers, 4);
+  EXPECT_EQ(j.data.format, DataFormat::kText);  // from .txt
+  EXPECT_EQ(j.data.seq_len, 512);               // min(2048, max_seq_len 512)
+  EXPECT_EQ(j.data.train, dir_.file("data/train.txt"));
+  EXPECT_EQ(j.training.global_batch_size, 32);
+  EXPECT_FALSE(j.training.micro_batch_size.has_value());  // auto
+  EXPECT_FALSE(j.strategy.precision.has_value());         // auto
+  EXPECT_DOUBLE_EQ(j.resources.headroom, 0.10);
+}
+
+TEST_F(SpecLoaderTest, ReadsEveryKnobAndUnit) {
+  LoadedSpec s = load(std::string(kMinimal) + R"(training:
+  global_batch_size: 2k
+  micro_batch_size: 8
+  max_steps: 1.5k
+  lr: 3e-4
+strategy:
+  precision: pure-bf16
+  gradient_checkpointing: 2
+  adapter: qlora
+  lora: {r: 8, alpha: 16, targets: [q_proj, v_proj]}
+  optimizer: adamw_8bit
+  zero_stage: 3
+  offload: optimizer_and_params
+  forbid: [fp16]
+resources:
+  gpus: [0, 2]
+  gpu_memory: 24GiB
+  host_memory: 64GB
+  headroom: 15%
+labels: {team: nlp}
+)");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  const JobSpec& j = *s.spec;
+  EXPECT_EQ(j.training.global_batch_size, 2000);
+  EXPECT_EQ(*j.training.max_steps, 1500);
+  EXPECT_DOUBLE_EQ(j.training.lr, 3e-4);
+  EXPECT_EQ(*j.strategy.precision, Precision::kPureBf16);
+  EXPECT_EQ(*j.strategy.gradient_checkpointing, 2);
+  EXPECT_EQ(*j.strategy.adapter, Adapter::kQlora);
+  EXPECT_EQ(j.strategy.lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(*j.strategy.zero_stage, 3);
+  EXPECT_EQ(*j.resources.gpu_count, 2);
+  EXPECT_EQ(j.resources.gpu_memory->count(), 24LL << 30);
+  EXPECT_EQ(j.resources.host_memory->count(), 64'000'000'000LL);
+  EXPECT_DOUBLE_EQ(j.resources.headroom, 0.15);
+  EXPECT_EQ(j.labels.at("team"), "nlp");
+}
+
+TEST_F(SpecLoaderTest, CollectsAllErrorsOfADocumentAtOnce) {
+  LoadedSpec s = load(std::string(kMinimal) + R"(training:
+  lr: -1
+  global_batch_size: 0
+  epohcs: 2
+strategy:
+  lora: {r: 0}
+)");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.diagnostics.error_count(), 4u) << errors(s);
+  const std::string f = dir_.file("job.yaml");
+  EXPECT_EQ(errors(s), f + ":8:7: error: training.lr: expected a number greater than 0, got -1\n" + f +
+                           ":9:22: error: training.global_batch_size: expected a positive integer, got 0\n" + f +
+                           ":10:3: error: training.epohcs: unknown key; did you mean 'epochs'?\n" + f +
+                           ":12:13: error: strategy.lora.r: expected a positive integer, got 0\n");
+}
+
+TEST_F(SpecLoaderTest, ExtendsDeepMergesAndResolvesPathsFromTheBaseFile) {
+  dir_.write("base/data/base.jsonl", "{\"text\": \"x\"}\n");
+  dir_.write("base/common.yaml", R"(apiVersion: tailor/v1
+kind: TrainingJob
+data:
+  train: data/base.jsonl
+training:
+  lr: 1e-3
+  seed: 7
+)");
+  LoadedSpec s = load(R"(extends: base/common.yaml
+model: {preset: tiny-llama}
+training:
+  lr: 5e-4
+)");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_DOUBLE_EQ(s.spec->training.lr, 5e-4);  // child wins
+  EXPECT_EQ(s.spec->training.seed, 7);          // inherited
+  EXPECT_EQ(s.spec->data.train, dir_.file("base/data/base.jsonl"));
+  EXPECT_EQ(s.spec->data.format, DataFormat::kJsonl);
+}
+
+TEST_F(SpecLoaderTest, ErrorsInABaseFilePointIntoThatFile) {
+  dir_.write("base.yaml", "training:\n  lr: fast\n");
+  LoadedSpec s = load(std::string("extends: base.yaml\n") + kMinimal);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(errors(s), dir_.file("base.yaml") + ":2:7: error: training.lr: expected a number, got \"fast\"\n");
+}
+
+TEST_F(SpecLoaderTest, CyclicExtendsIsReportedWithTheChain) {
+  dir_.write("a.yaml", "extends: b.yaml\n");
+  dir_.write("b.yaml", "extends: a.yaml\n");
+  LoadedSpec s = load_job_spec(dir_.file("a.yaml"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(errors(s), dir_.file("b.yaml") + ":1:10: error: extends: cyclic extends: a.yaml -> b.yaml -> a.yaml\n");
+}
+
+TEST_F(SpecLoaderTest, MissingBaseSpecIsReportedAtTheExtendsKey) {
+  LoadedSpec s = load("extends: nowhere.yaml\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("job.yaml:1:10: error: extends: base spec"), std::string::npos) << errors(s);
+  EXPECT_NE(errors(s).find("does not exist"), std::string::npos);
+}
+
+TEST_F(SpecLoaderTest, VarsInterpolateEverywhereAndMayUseEarlierVars) {
+  LoadedSpec s = load(R"(apiVersion: tailor/v1
+kind: TrainingJob
+vars:
+  folder: data
+  file: ${folder}/train.txt
+  model: tiny-llama
+  rate: 2e-4
+name: run-${model}
+model: {preset: "${model}"}
+data: {train: "${file}"}
+training: {lr: "${rate}"}
+labels: {note: "cost $${not_a_var}"}
+)");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->name, "run-tiny-llama");
+  EXPECT_EQ(s.spec->data.train, dir_.file("data/train.txt"));
+  EXPECT_DOUBLE_EQ(s.spec->training.lr, 2e-4);
+  EXPECT_EQ(s.spec->labels.at("note"), "cost ${not_a_var}");
+}
+
+TEST_F(SpecLoaderTest, UnknownVarSuggestsTheClosestOne) {
+  LoadedSpec s = load(std::string(kMinimal) + "vars: {learning_rate: 1e-4}\ntraining: {lr: \"${learning_rat}\"}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(errors(s), dir_.file("job.yaml") +
+                           ":8:16: error: training.lr: unknown variable ${learning_rat}; did you mean "
+                           "'learning_rate'?\n");
+}
+
+TEST_F(SpecLoaderTest, OverridesSetAnyKeyPathWithYamlValues) {
+  LoadOptions opts;
+  opts.overrides = {"training.lr=1e-5", "strategy.forbid=[lora, qlora]", "resources.gpu_memory=16GiB",
+                    "vars.unused=1"};
+  LoadedSpec s = load(kMinimal, opts);
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_DOUBLE_EQ(s.spec->training.lr, 1e-5);
+  EXPECT_EQ(s.spec->strategy.forbid, (std::vector<std::string>{"lora", "qlora"}));
+  EXPECT_EQ(*s.spec->resources.gpu_memory, Bytes::gib(16));
+}
+
+TEST_F(SpecLoaderTest, OverrideErrorsNameTheFlag) {
+  LoadOptions opts;
+  opts.overrides = {"training.lr=abc", "training.micro_batch=4", "novalue"};
+  LoadedSpec s = load(kMinimal, opts);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(errors(s),
+            "--set novalue: error: expected key.path=value\n"
+            "--set training.lr=abc: error: training.lr: expected a number, got \"abc\"\n"
+            "--set training.micro_batch=4: error: training.micro_batch: unknown key; did you mean "
+            "'micro_batch_size'?\n");
+}
+
+TEST_F(SpecLoaderTest, OverrideVarsBeforeInterpolation) {
+  LoadOptions opts;
+  opts.overrides = {"vars.steps=50"};
+  LoadedSpec s = load(std::string(kMinimal) + "vars: {steps: 10}\ntraining: {max_steps: \"${steps}\"}\n", opts);
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(*s.spec->training.max_steps, 50);
+}
+
+TEST_F(SpecLoaderTest, UnknownPresetSuggestsCatalogName) {
+  LoadedSpec s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: llama-2-7B}\ndata: {train: data/train.txt}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(errors(s), dir_.file("job.yaml") +
+                           ":3:17: error: model.preset: unknown model preset \"llama-2-7B\"; did you mean "
+                           "'llama-2-7b'?\n");
+}
+
+TEST_F(SpecLoaderTest, MissingDataFileIsAnErrorUnlessFileChecksAreOff) {
+  const std::string text = "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: gone.jsonl}\n";
+  LoadedSpec s = load(text);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("job.yaml:4:15: error: data.train: data file"), std::string::npos) << errors(s);
+  LoadOptions opts;
+  opts.check_files = false;
+  EXPECT_TRUE(load(text, opts).ok());
+}
+
+TEST_F(SpecLoaderTest, ModelPathReadsHuggingFaceConfig) {
+  dir_.write("hf/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+    "intermediate_size": 172, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
+    "max_position_embeddings": 128, "rope_theta": 500000.0, "rms_norm_eps": 1e-6})");
+  LoadedSpec s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: hf}\ndata: {train: data/train.txt}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  const ModelArch& a = s.spec->model.arch;
+  EXPECT_EQ(a.family, ModelFamily::kLlama);
+  EXPECT_EQ(a.kv_heads, 2);
+  EXPECT_EQ(a.vocab, 100);
+  EXPECT_DOUBLE_EQ(a.rope_theta, 500000.0);
+  EXPECT_EQ(s.spec->model.path, dir_.file("hf"));
+  EXPECT_EQ(s.spec->data.seq_len, 128);
+}
+
+TEST_F(SpecLoaderTest, ModelPathWithoutConfigIsAnError) {
+  dir_.write("empty/README", "");
+  LoadedSpec s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: empty}\ndata: {train: data/train.txt}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("model.path: no config.json"), std::string::npos) << errors(s);
+}
+
+TEST_F(SpecLoaderTest, ExplicitArchIsCheckedForConsistency) {
+  LoadedSpec s = load(R"(apiVersion: tailor/v1
+kind: TrainingJob
+model:
+  arch: {family: llama, layers: 2, hidden: 100, intermediate: 256, heads: 3, vocab: 10, max_seq_len: 64}
+data: {train: data/train.txt}
+)");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("hidden (100) must be divisible by heads (3)"), std::string::npos) << errors(s);
+}
+
+TEST_F(SpecLoaderTest, PinnedKnobThatForbidExcludesIsAnError) {
+  LoadedSpec s = load(std::string(kMinimal) + "strategy:\n  adapter: lora\n  forbid: [adapters]\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(errors(s), dir_.file("job.yaml") +
+                           ":8:12: error: strategy.adapter: pinned to use \"adapters\", which strategy.forbid "
+                           "excludes\n");
+}
+
+TEST_F(SpecLoaderTest, Bf16PinnedOnAGpuWithoutBf16IsAnError) {
+  LoadedSpec s = load(std::string(kMinimal) + "strategy: {precision: bf16}\nresources: {gpu_model: T4}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("strategy.precision: bf16 is pinned, but the T4 has no bf16 support"), std::string::npos)
+      << errors(s);
+}
+
+TEST_F(SpecLoaderTest, BatchSizesMustKeepTheGlobalBatchExact) {
+  LoadedSpec s = load(std::string(kMinimal) + "training: {global_batch_size: 30, micro_batch_size: 4}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("must be a multiple of micro_batch_size x GPUs (4 x 1)"), std::string::npos);
+}
+
+TEST_F(SpecLoaderTest, CheckpointDirMayNotEscapeTheJobFolder) {
+  LoadedSpec s = load(std::string(kMinimal) + "checkpoint: {dir: ../../etc}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("checkpoint.dir: must be a relative folder"), std::string::npos);
+}
+
+TEST_F(SpecLoaderTest, LoraTargetsMustExistInTheArchitecture) {
+  LoadedSpec s = load(
+      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/train.txt}\n"
+      "strategy:\n  lora:\n    targets: [c_attn, q_proj]\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("job.yaml:7:23: error: strategy.lora.targets[1]: \"q_proj\" is not a linear layer of a "
+                           "gpt2 model"),
+            std::string::npos)
+      << errors(s);
+}
+
+TEST_F(SpecLoaderTest, ResolvedSpecRoundTripsThroughTheLoader) {
+  LoadedSpec s = load(std::string(kMinimal) + "strategy: {gradient_checkpointing: true, zero_stage: 1}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  const std::string resolved = emit_yaml(write_job_spec(*s.spec));
+  LoadedSpec again = load(resolved);
+  ASSERT_TRUE(again.ok()) << resolved << errors(again);
+  EXPECT_EQ(emit_yaml(write_job_spec(*again.spec)), resolved);
+}
+
+TEST_F(SpecLoaderTest, TextInputUsesTheGivenNameAndFolder) {
+  LoadedSpec s = load_job_spec_text(kMinimal, "<request>", dir_.path().string());
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->data.train, dir_.file("data/train.txt"));
+  LoadedSpec bad = load_job_spec_text("kind: [", "<request>", dir_.path().string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.diagnostics.items().at(0).location.file, "<request>");
+}
+
+TEST(DeepMergeTest, MapsMergeAndOtherValuesAreReplaced) {
+  Diagnostics d;
+  auto base = parse_yaml("a: {x: 1, y: [1, 2]}\nb: 1\n", "base", d);
+  auto over = parse_yaml("a: {y: [3]}\nc: 2\n", "over", d);
+  Node m = deep_merge(*base, *over);
+  EXPECT_EQ(m.find("a")->find("x")->scalar, "1");
+  ASSERT_EQ(m.find("a")->find("y")->items.size(), 1u);
+  EXPECT_EQ(m.find("a")->find("y")->items[0].location.file, "over");
+  EXPECT_EQ(m.find("c")->scalar, "2");
+}
+
+}  // namespace
+}  // namespace tailor::dsl
