@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
-#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -28,17 +27,13 @@ namespace fs = std::filesystem;
 // Axolotl options (docs/config.qmd) that Tailor reads. Also the candidates
 // for "did you mean" on keys it does not know.
 const std::vector<std::string>& mapped_keys() {
-  static const std::vector<std::string> k = {
-      "base_model",       "adapter",           "load_in_4bit",       "load_in_8bit",
-      "lora_r",           "lora_alpha",        "lora_dropout",       "lora_target_modules",
-      "lora_target_linear", "sequence_len",    "sample_packing",     "micro_batch_size",
-      "gradient_accumulation_steps", "batch_size", "num_epochs",      "max_steps",
-      "learning_rate",    "lr_scheduler",      "warmup_steps",       "warmup_ratio",
-      "weight_decay",     "max_grad_norm",     "seed",               "eval_steps",
-      "save_steps",       "save_total_limit",  "optimizer",          "bf16",
-      "fp16",             "bfloat16",          "float16",            "gradient_checkpointing",
-      "deepspeed",        "fsdp",              "fsdp_config",        "datasets",
-      "test_datasets",    "train_on_inputs",   "val_set_size"};
+  static const std::vector<std::string> k = split(
+      "base_model adapter load_in_4bit load_in_8bit lora_r lora_alpha lora_dropout lora_target_modules "
+      "lora_target_linear sequence_len sample_packing micro_batch_size gradient_accumulation_steps batch_size "
+      "num_epochs max_steps learning_rate lr_scheduler warmup_steps warmup_ratio weight_decay max_grad_norm seed "
+      "eval_steps save_steps save_total_limit optimizer bf16 fp16 bfloat16 float16 gradient_checkpointing deepspeed "
+      "fsdp fsdp_config datasets test_datasets train_on_inputs val_set_size",
+      ' ');
   return k;
 }
 
@@ -174,8 +169,8 @@ const std::vector<HubModel>& hub_models() {
 // Organisations whose repository names are trusted to mean the published
 // architecture; a fine-tune elsewhere may have resized the vocabulary.
 bool is_known_org(std::string_view org) {
-  static const char* kOrgs[] = {"",     "meta-llama", "nousresearch", "mistralai", "tinyllama",
-                                "qwen", "openai-community", "unsloth"};
+  static const char* kOrgs[] = {"",          "meta-llama", "nousresearch",     "mistralai",
+                                "tinyllama", "qwen",       "openai-community", "unsloth"};
   for (const char* o : kOrgs) {
     if (org == o) return true;
   }
@@ -213,10 +208,6 @@ bool contains(const std::vector<std::string>& v, std::string_view s) {
     if (x == s) return true;
   }
   return false;
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
 // Axolotl (PyYAML) reads an empty value, `null` and `~` as "not set".
@@ -369,12 +360,6 @@ class Importer {
     return static_cast<std::int64_t>(*v);
   }
 
-  std::optional<std::string> get_string(const MapEntry& e) {
-    if (e.value.is_scalar() && !e.value.scalar.empty()) return e.value.scalar;
-    warn_bad(e, "a string");
-    return std::nullopt;
-  }
-
   // A relative path as Axolotl wrote it, checked next to the Axolotl file.
   bool exists_near_file(const std::string& p) const {
     std::error_code ec;
@@ -390,35 +375,41 @@ class Importer {
 
   void map_model() {
     const MapEntry* e = take("base_model");
-    auto id = e ? get_string(*e) : std::nullopt;
-    if (!id) {
+    const bool usable = e != nullptr && e->value.is_scalar() && !e->value.scalar.empty();
+    if (!usable) {
       c_.model_path = "model";
-      d_.warning(e ? e->key_location : root_.location, "base_model",
-                 "no base model is set; model.path is the placeholder \"model\": set model.preset or model.path");
+      const std::string placeholder = "model.path is the placeholder \"model\": set model.preset or model.path";
+      if (e == nullptr) {
+        d_.warning(root_.location, "base_model", "no base model is set; " + placeholder);
+      } else {
+        d_.warning(e->value.location, e->key,
+                   "expected a model id or folder, got " + describe(e->value) + "; " + placeholder);
+      }
       return;
     }
-    if (!explicit_local(*id)) {
-      const std::string preset = preset_for_hub_id(*id);
+    const std::string& id = e->value.scalar;
+    if (!explicit_local(id)) {
+      const std::string preset = preset_for_hub_id(id);
       if (!preset.empty() && (preset_ = Catalog::builtin().find_model(preset)) != nullptr) {
         c_.preset = preset;
         return;
       }
     }
-    c_.model_path = *id;
-    const bool hub_shaped = !explicit_local(*id) && std::count(id->begin(), id->end(), '/') <= 1;
-    if (hub_shaped && !exists_near_file(*id)) {
-      warn(*e, quote(*id) +
+    c_.model_path = id;
+    const bool hub_shaped = !explicit_local(id) && std::count(id.begin(), id.end(), '/') <= 1;
+    if (hub_shaped && !exists_near_file(id)) {
+      warn(*e, quote(id) +
                    " is a Hugging Face model id with no Tailor preset; Tailor cannot download models, so "
                    "model.path is set to it and that folder (with config.json and weights) must exist locally, "
                    "relative to the spec; e.g. `huggingface-cli download " +
-                   *id + " --local-dir " + *id + "`");
+                   id + " --local-dir " + id + "`");
     }
   }
 
   // ---- data ----------------------------------------------------------------
 
   struct DatasetRef {
-    std::string file;   // local file or hub id
+    std::string file;  // local file or hub id
     bool local = false;
     const Node* entry = nullptr;
     std::string path;   // key path of the entry, e.g. "datasets[0]"
@@ -516,9 +507,15 @@ class Importer {
 
     const MapEntry* e = take("datasets");
     std::optional<DatasetRef> chosen;
+    const std::string placeholder = "data.train is the placeholder \"train.jsonl\": point it at a local JSONL file";
     if (e != nullptr && !e->value.is_sequence()) {
-      warn_bad(*e, "a list of datasets");
-    } else if (e != nullptr) {
+      d_.warning(e->value.location, e->key,
+                 "expected a list of datasets, got " + describe(e->value) + "; " + placeholder);
+      c_.train = "train.jsonl";
+      map_eval_and_inputs();
+      return;
+    }
+    if (e != nullptr) {
       const auto refs = read_datasets(*e);
       if (auto i = pick_dataset(refs)) {
         chosen = refs[*i];
@@ -530,18 +527,22 @@ class Importer {
     }
     if (!chosen) {
       c_.train = "train.jsonl";
-      d_.warning(e ? e->key_location : root_.location, "datasets",
-                 "no usable dataset; data.train is the placeholder \"train.jsonl\": point it at a local JSONL file");
+      d_.warning(e ? e->key_location : root_.location, "datasets", "no usable dataset; " + placeholder);
     } else {
       use_dataset_file(*chosen, c_.train, "data.train");
       map_format(*chosen);
     }
+    map_eval_and_inputs();
+  }
+
+  void map_eval_and_inputs() {
     map_eval_datasets();
     if (const MapEntry* v = take("val_set_size")) {
       // 0 means "no evaluation split", which is what Tailor does without data.eval.
       if (parse_number(v->value) != 0.0) {
-        warn(*v, "no Tailor equivalent; ignored (Tailor evaluates on a separate data.eval file: split one off and "
-                 "set it)");
+        warn(*v,
+             "no Tailor equivalent; ignored (Tailor evaluates on a separate data.eval file: split one off and "
+             "set it)");
       }
     }
     if (const MapEntry* t = take("train_on_inputs")) {
@@ -577,8 +578,9 @@ class Importer {
     c_.format = "jsonl";
     if (ext != ".jsonl" && ext != ".json") {
       d_.warning(ref.at, ref.path + ".path",
-                 quote(ref.file) + ": Tailor reads JSONL, plain text or token files; convert it to JSONL "
-                                   "(data.format is jsonl)");
+                 quote(ref.file) +
+                     ": Tailor reads JSONL, plain text or token files; convert it to JSONL "
+                     "(data.format is jsonl)");
     }
     const Node& item = *ref.entry;
     const Node* type = item.find("type");
@@ -593,12 +595,14 @@ class Importer {
       c_.prompt_field = name_of("field_instruction", "instruction");
       c_.completion_field = name_of("field_output", "output");
       d_.warning(type->location, type_path,
-                 "custom prompt format: the prompt is the " + quote(c_.prompt_field) + " field and the completion the " +
-                     quote(c_.completion_field) + " field; its template, system prompt and input field are not applied");
+                 "custom prompt format: the prompt is the " + quote(c_.prompt_field) +
+                     " field and the completion the " + quote(c_.completion_field) +
+                     " field; its template, system prompt and input field are not applied");
       return;
     }
     if (!type->is_scalar()) {
-      d_.warning(type->location, type_path, "expected a prompt format name or map, got " + describe(*type) + "; ignored");
+      d_.warning(type->location, type_path,
+                 "expected a prompt format name or map, got " + describe(*type) + "; ignored");
       return;
     }
     const std::string name = to_lower(split(type->scalar, ':').front());
@@ -651,8 +655,9 @@ class Importer {
     if (const MapEntry* e = take("eval_steps")) {
       c_.eval_every = get_step_interval(*e, "training.eval_every");
       if (c_.eval_every && c_.eval.empty()) {
-        warn(*e, "mapped to training.eval_every, but there is no evaluation file: set data.eval (Axolotl's "
-                 "val_set_size split has no Tailor equivalent)");
+        warn(*e,
+             "mapped to training.eval_every, but there is no evaluation file: set data.eval (Axolotl's "
+             "val_set_size split has no Tailor equivalent)");
       }
     }
     if (const MapEntry* e = take("gradient_checkpointing")) {
@@ -672,40 +677,40 @@ class Importer {
     const MapEntry* micro_e = take("micro_batch_size");
     const MapEntry* accum_e = take("gradient_accumulation_steps");
     const MapEntry* batch_e = take("batch_size");
-    auto micro = micro_e ? get_int(*micro_e, 1, "a positive integer") : std::nullopt;
-    auto accum = accum_e ? get_int(*accum_e, 1, "a positive integer") : std::nullopt;
-    auto batch = batch_e ? get_int(*batch_e, 1, "a positive integer") : std::nullopt;
-    if (!micro) {
-      for (const MapEntry* e : {accum ? accum_e : nullptr, batch ? batch_e : nullptr}) {
+    // 0 = not set or not a positive integer (already warned).
+    const std::int64_t micro = micro_e ? get_int(*micro_e, 1, "a positive integer").value_or(0) : 0;
+    const std::int64_t accum = accum_e ? get_int(*accum_e, 1, "a positive integer").value_or(0) : 0;
+    const std::int64_t batch = batch_e ? get_int(*batch_e, 1, "a positive integer").value_or(0) : 0;
+    if (micro == 0) {
+      for (const MapEntry* e : {accum > 0 ? accum_e : nullptr, batch > 0 ? batch_e : nullptr}) {
         if (e != nullptr) warn(*e, "ignored: micro_batch_size is not set, so Tailor picks the batch sizes");
       }
       return;
     }
-    c_.micro_batch_size = micro;
     const MapEntry* note_at = micro_e;
     std::string how;
     std::int64_t steps = 1;
-    if (accum) {
-      steps = *accum;
+    if (accum > 0) {
+      steps = accum;
       note_at = accum_e;
-      how = "micro_batch_size x gradient_accumulation_steps = " + std::to_string(*micro) + " x " +
-            std::to_string(*accum);
-      if (batch) warn(*batch_e, "ignored: gradient_accumulation_steps is set");
-    } else if (batch) {
+      how = "micro_batch_size x gradient_accumulation_steps = " + std::to_string(micro) + " x " + std::to_string(accum);
+      if (batch > 0) warn(*batch_e, "ignored: gradient_accumulation_steps is set");
+    } else if (batch > 0) {
       // Axolotl derives accumulation as batch_size // micro_batch_size.
-      steps = std::max<std::int64_t>(1, *batch / *micro);
+      steps = std::max<std::int64_t>(1, batch / micro);
       note_at = batch_e;
-      how = "micro_batch_size x (batch_size / micro_batch_size) = " + std::to_string(*micro) + " x " +
+      how = "micro_batch_size x (batch_size / micro_batch_size) = " + std::to_string(micro) + " x " +
             std::to_string(steps);
     } else {
       how = "micro_batch_size (no gradient accumulation)";
     }
-    if (static_cast<double>(*micro) * static_cast<double>(steps) > kMaxInt) {
+    if (static_cast<double>(micro) * static_cast<double>(steps) > kMaxInt) {
       warn(*note_at, "the batch of " + how + " is too large; ignored");
       return;
     }
-    c_.global_batch_size = *micro * steps;
-    warn(*note_at, "training.global_batch_size = " + how + " = " + std::to_string(*c_.global_batch_size) +
+    c_.micro_batch_size = micro;
+    c_.global_batch_size = micro * steps;
+    warn(*note_at, "training.global_batch_size = " + how + " = " + std::to_string(micro * steps) +
                        ", assuming one GPU; Axolotl's batch grows with the GPU count, so multiply it by the number "
                        "of GPUs you trained on");
   }
@@ -726,8 +731,9 @@ class Importer {
       c_.scheduler = "cosine";
       warn(*e, quote(e->value.scalar) + " mapped to cosine (decaying to zero, without restarts)");
     } else {
-      warn(*e, "scheduler " + quote(e->value.scalar) +
-                   " has no Tailor equivalent (constant, cosine, linear); training.scheduler keeps its default, cosine");
+      warn(*e,
+           "scheduler " + quote(e->value.scalar) +
+               " has no Tailor equivalent (constant, cosine, linear); training.scheduler keeps its default, cosine");
     }
   }
 
@@ -746,8 +752,9 @@ class Importer {
         warn(*ratio_e, "Tailor takes warmup_steps: " + format_number(*ratio) + " x max_steps " +
                            std::to_string(*c_.max_steps) + " = " + std::to_string(*c_.warmup_steps));
       } else {
-        warn(*ratio_e, "Tailor takes warmup_steps, and the total step count is unknown without max_steps; ignored: "
-                       "set training.warmup_steps to the ratio x total steps");
+        warn(*ratio_e,
+             "Tailor takes warmup_steps, and the total step count is unknown without max_steps; ignored: "
+             "set training.warmup_steps to the ratio x total steps");
       }
     }
     if (c_.warmup_steps && c_.max_steps && *c_.warmup_steps > *c_.max_steps) {
@@ -765,8 +772,8 @@ class Importer {
         warn(e, "a fraction of the total steps needs max_steps to convert; ignored: set " + target + " by hand");
         return std::nullopt;
       }
-      const auto steps = std::max<std::int64_t>(
-          1, static_cast<std::int64_t>(std::llround(*v * static_cast<double>(*c_.max_steps))));
+      const auto steps =
+          std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(*v * static_cast<double>(*c_.max_steps))));
       warn(e, format_number(*v) + " of max_steps " + std::to_string(*c_.max_steps) + " = every " +
                   std::to_string(steps) + " steps");
       return steps;
@@ -788,6 +795,9 @@ class Importer {
       const std::string v = adapter_e->value.is_scalar() ? to_lower(adapter_e->value.scalar) : "";
       if (v == "lora" || v == "qlora") {
         kind = v;
+      } else if (!adapter_e->value.is_scalar()) {
+        unknown = true;
+        warn_bad(*adapter_e, "lora or qlora");
       } else {
         unknown = true;
         warn(*adapter_e, "adapter " + describe(adapter_e->value) +
@@ -933,9 +943,14 @@ class Importer {
   void map_optimizer() {
     const MapEntry* e = take("optimizer");
     if (e == nullptr) return;
+    if (!e->value.is_scalar()) {
+      warn_bad(*e, "an optimizer name");
+      return;
+    }
     const std::string v = e->value.is_scalar() ? to_lower(e->value.scalar) : "";
-    static const char* kAdamw[] = {"adamw_torch", "adamw_hf",         "adamw_torch_fused", "adamw_apex_fused",
-                                   "optimi_adamw", "paged_adamw_32bit", "adamw"};
+    static const char* kAdamw[] = {
+        "adamw_torch",       "adamw_hf", "adamw_torch_fused", "adamw_apex_fused", "optimi_adamw",
+        "paged_adamw_32bit", "adamw"};
     static const char* kAdamw8bit[] = {"adamw_bnb_8bit", "paged_adamw_8bit", "adamw_8bit", "ao_adamw_8bit"};
     for (const char* name : kAdamw) {
       if (v == name) c_.optimizer = "adamw";
@@ -1034,8 +1049,9 @@ class Importer {
     const Node* param = zero && zero->is_map() ? zero->find("offload_param") : nullptr;
     const bool off_opt = offloaded(opt), off_param = offloaded(param);
     if (off_param && !off_opt) {
-      warn(at, "the DeepSpeed config offloads parameters but not optimizer states; Tailor offloads parameters only "
-               "together with them: strategy.offload is optimizer_and_params");
+      warn(at,
+           "the DeepSpeed config offloads parameters but not optimizer states; Tailor offloads parameters only "
+           "together with them: strategy.offload is optimizer_and_params");
     }
     set_sharding(stage, off_opt, off_param, at);
   }
@@ -1059,7 +1075,8 @@ class Importer {
     }
     const bool offload = name.find("offload") != std::string::npos;
     set_sharding(*stage, offload, offload && *stage == 3, e);
-    warn(e, why + "; inferred from its name: strategy.zero_stage " + std::to_string(*stage) + ", offload " + c_.offload);
+    warn(e,
+         why + "; inferred from its name: strategy.zero_stage " + std::to_string(*stage) + ", offload " + c_.offload);
   }
 
   void map_fsdp(const MapEntry* fsdp, const MapEntry* config) {

@@ -403,9 +403,10 @@ void check_training(const JobSpec& spec, const Node& root, Diagnostics& d) {
     }
   }
   if (t.max_steps && t.warmup_steps > *t.max_steps) {
-    d.error(loc_at(root, "training.warmup_steps"), "training.warmup_steps",
-            "warmup_steps (" + std::to_string(t.warmup_steps) + ") exceeds max_steps (" + std::to_string(*t.max_steps) +
-                ")");
+    // A warning, not an error: short smoke runs (--set training.max_steps=5) are common.
+    d.warning(loc_at(root, "training.warmup_steps"), "training.warmup_steps",
+              "warmup_steps (" + std::to_string(t.warmup_steps) + ") exceeds max_steps (" +
+                  std::to_string(*t.max_steps) + "): the learning rate never reaches its peak");
   }
   if (t.eval_every > 0 && spec.data.eval.empty()) {
     d.warning(loc_at(root, "training.eval_every"), "training.eval_every", "no data.eval is set; nothing to evaluate");

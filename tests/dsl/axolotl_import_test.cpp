@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -10,11 +9,12 @@
 
 #include "dsl/spec_loader.h"
 #include "dsl/yaml_tree.h"
+#include "tests/testing/temp_dir.h"
 
 namespace tailor::dsl {
 namespace {
 
-namespace fs = std::filesystem;
+using tailor::testing::TempDir;
 
 std::string fixture_path(const std::string& name) {
   return std::string(TAILOR_SOURCE_DIR) + "/tests/dsl/axolotl/" + name;
@@ -110,28 +110,6 @@ int line_of(const std::string& text, const std::string& key) {
   }
   return 0;
 }
-
-// A scratch folder removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("tailor-axolotl-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string write(const std::string& rel, const std::string& text) const {
-    const fs::path p = path / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary) << text;
-    return p.string();
-  }
-};
 
 // ---- fixtures ------------------------------------------------------------------
 
@@ -276,11 +254,11 @@ TEST(AxolotlImportTest, DeepSpeedStageAndOffloadInferredFromNameWhenFileIsMissin
     const char* stage;
     const char* offload;
   };
-  for (const Case& c : {Case{"deepspeed_configs/zero1.json", "1", "none"},
-                        Case{"deepspeed_configs/zero2.json", "2", "none"},
-                        Case{"deepspeed_configs/zero3_bf16.json", "3", "none"},
-                        Case{"deepspeed_configs/zero3_bf16_cpuoffload_all.json", "3", "optimizer_and_params"},
-                        Case{"deepspeed_configs/zero3_bf16_cpuoffload_params.json", "3", "optimizer_and_params"}}) {
+  for (const Case& c :
+       {Case{"deepspeed_configs/zero1.json", "1", "none"}, Case{"deepspeed_configs/zero2.json", "2", "none"},
+        Case{"deepspeed_configs/zero3_bf16.json", "3", "none"},
+        Case{"deepspeed_configs/zero3_bf16_cpuoffload_all.json", "3", "optimizer_and_params"},
+        Case{"deepspeed_configs/zero3_bf16_cpuoffload_params.json", "3", "optimizer_and_params"}}) {
     SCOPED_TRACE(c.config);
     const std::string text = std::string("base_model: gpt2\ndeepspeed: ") + c.config + "\n";
     const Imported r = convert(text, "/nonexistent-dir/axolotl.yml");
@@ -340,7 +318,7 @@ TEST(AxolotlImportTest, FullFineTuneFp16PinsNoAdapterAndMapsCheckpoints) {
   EXPECT_EQ(r.at("training.seed"), "1234");
   EXPECT_EQ(r.at("checkpoint.every_steps"), "500");
   EXPECT_EQ(r.at("checkpoint.keep"), "4");
-  EXPECT_TRUE(r.warnings_for("val_set_size").empty());  // 0: no split, as Tailor without data.eval
+  EXPECT_TRUE(r.warnings_for("val_set_size").empty());      // 0: no split, as Tailor without data.eval
   EXPECT_TRUE(r.warnings_for("datasets[0].path").empty());  // local file
   EXPECT_EQ(r.warning_for("xformers_attention").location.line, line_of(text, "xformers_attention"));
 }
@@ -352,25 +330,17 @@ TEST(AxolotlImportTest, WellKnownHubIdsMapToPresets) {
     const char* id;
     const char* preset;
   };
-  for (const Case& c : {Case{"meta-llama/Llama-2-7b-hf", "llama-2-7b"},
-                        Case{"NousResearch/Llama-2-7b-hf", "llama-2-7b"},
-                        Case{"meta-llama/Llama-2-13b-chat-hf", "llama-2-13b"},
-                        Case{"meta-llama/Llama-2-70b-hf", "llama-2-70b"},
-                        Case{"meta-llama/Meta-Llama-3-8B", "llama-3-8b"},
-                        Case{"NousResearch/Meta-Llama-3-8B-Instruct", "llama-3-8b"},
-                        Case{"meta-llama/Meta-Llama-3-70B", "llama-3-70b"},
-                        Case{"meta-llama/Llama-3.2-1B", "llama-3.2-1b"},
-                        Case{"meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"},
-                        Case{"mistralai/Mistral-7B-v0.1", "mistral-7b"},
-                        Case{"TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", "tinyllama-1.1b"},
-                        Case{"TinyLlama/TinyLlama-1.1B-Chat-v1.0", "tinyllama-1.1b"},
-                        Case{"Qwen/Qwen2.5-0.5B", "qwen2.5-0.5b"},
-                        Case{"Qwen/Qwen2.5-1.5B-Instruct", "qwen2.5-1.5b"},
-                        Case{"Qwen/Qwen2.5-7B", "qwen2.5-7b"},
-                        Case{"openai-community/gpt2", "gpt2"},
-                        Case{"openai-community/gpt2-xl", "gpt2-xl"},
-                        Case{"gpt2", "gpt2"},
-                        Case{"gpt2-medium", "gpt2-medium"}}) {
+  for (const Case& c :
+       {Case{"meta-llama/Llama-2-7b-hf", "llama-2-7b"}, Case{"NousResearch/Llama-2-7b-hf", "llama-2-7b"},
+        Case{"meta-llama/Llama-2-13b-chat-hf", "llama-2-13b"}, Case{"meta-llama/Llama-2-70b-hf", "llama-2-70b"},
+        Case{"meta-llama/Meta-Llama-3-8B", "llama-3-8b"}, Case{"NousResearch/Meta-Llama-3-8B-Instruct", "llama-3-8b"},
+        Case{"meta-llama/Meta-Llama-3-70B", "llama-3-70b"}, Case{"meta-llama/Llama-3.2-1B", "llama-3.2-1b"},
+        Case{"meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"}, Case{"mistralai/Mistral-7B-v0.1", "mistral-7b"},
+        Case{"TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", "tinyllama-1.1b"},
+        Case{"TinyLlama/TinyLlama-1.1B-Chat-v1.0", "tinyllama-1.1b"}, Case{"Qwen/Qwen2.5-0.5B", "qwen2.5-0.5b"},
+        Case{"Qwen/Qwen2.5-1.5B-Instruct", "qwen2.5-1.5b"}, Case{"Qwen/Qwen2.5-7B", "qwen2.5-7b"},
+        Case{"openai-community/gpt2", "gpt2"}, Case{"openai-community/gpt2-xl", "gpt2-xl"}, Case{"gpt2", "gpt2"},
+        Case{"gpt2-medium", "gpt2-medium"}}) {
     SCOPED_TRACE(c.id);
     const Imported r = convert(std::string("base_model: ") + c.id + "\n");
     EXPECT_EQ(r.at("model.preset"), c.preset);
@@ -465,10 +435,10 @@ TEST(AxolotlImportTest, PrecisionFlagsMapToTailorPrecisions) {
     const char* flags;
     const char* precision;
   };
-  for (const Case& c : {Case{"bf16: true\n", "bf16"}, Case{"bf16: auto\n", "bf16"}, Case{"bf16: full\n", "bf16"},
-                        Case{"fp16: true\n", "fp16"}, Case{"bf16: auto\nfp16: true\n", "fp16"},
-                        Case{"bfloat16: true\n", "pure-bf16"}, Case{"bf16: false\nfp16: false\n", "auto"},
-                        Case{"", "auto"}}) {
+  for (const Case& c :
+       {Case{"bf16: true\n", "bf16"}, Case{"bf16: auto\n", "bf16"}, Case{"bf16: full\n", "bf16"},
+        Case{"fp16: true\n", "fp16"}, Case{"bf16: auto\nfp16: true\n", "fp16"}, Case{"bfloat16: true\n", "pure-bf16"},
+        Case{"bf16: false\nfp16: false\n", "auto"}, Case{"", "auto"}}) {
     SCOPED_TRACE(c.flags);
     const Imported r = convert(std::string("base_model: gpt2\n") + c.flags);
     EXPECT_EQ(r.at("strategy.precision"), c.precision);
@@ -485,8 +455,8 @@ TEST(AxolotlImportTest, OptimizerNamesMapToTailorOptimizers) {
   };
   for (const Case& c : {Case{"adamw_torch", "adamw"}, Case{"adamw_hf", "adamw"}, Case{"adamw_torch_fused", "adamw"},
                         Case{"paged_adamw_32bit", "adamw"}, Case{"adamw_bnb_8bit", "adamw_8bit"},
-                        Case{"paged_adamw_8bit", "adamw_8bit"}, Case{"adamw_8bit", "adamw_8bit"},
-                        Case{"sgd", "sgd"}, Case{"lion_8bit", "auto"}, Case{"adafactor", "auto"}}) {
+                        Case{"paged_adamw_8bit", "adamw_8bit"}, Case{"adamw_8bit", "adamw_8bit"}, Case{"sgd", "sgd"},
+                        Case{"lion_8bit", "auto"}, Case{"adafactor", "auto"}}) {
     SCOPED_TRACE(c.name);
     const Imported r = convert(std::string("base_model: gpt2\noptimizer: ") + c.name + "\n");
     EXPECT_EQ(r.at("strategy.optimizer"), c.optimizer);
@@ -611,11 +581,33 @@ TEST(AxolotlImportTest, BadValuesAreWarnedAndTheSpecStillLoads) {
       "train_on_inputs: perhaps\nval_set_size: lots\n";
   const Imported r = convert(text);
   EXPECT_FALSE(r.result.diagnostics.has_errors());
-  for (const char* key : {"adapter", "load_in_4bit", "sequence_len", "sample_packing", "micro_batch_size",
-                          "gradient_accumulation_steps", "num_epochs", "max_steps", "learning_rate", "lr_scheduler",
-                          "warmup_steps", "warmup_ratio", "weight_decay", "max_grad_norm", "seed", "eval_steps",
-                          "save_steps", "save_total_limit", "optimizer", "bf16", "fp16", "gradient_checkpointing",
-                          "deepspeed", "datasets", "test_datasets", "train_on_inputs", "val_set_size"}) {
+  for (const char* key : {"adapter",
+                          "load_in_4bit",
+                          "sequence_len",
+                          "sample_packing",
+                          "micro_batch_size",
+                          "gradient_accumulation_steps",
+                          "num_epochs",
+                          "max_steps",
+                          "learning_rate",
+                          "lr_scheduler",
+                          "warmup_steps",
+                          "warmup_ratio",
+                          "weight_decay",
+                          "max_grad_norm",
+                          "seed",
+                          "eval_steps",
+                          "save_steps",
+                          "save_total_limit",
+                          "optimizer",
+                          "bf16",
+                          "fp16",
+                          "gradient_checkpointing",
+                          "deepspeed",
+                          "datasets",
+                          "test_datasets",
+                          "train_on_inputs",
+                          "val_set_size"}) {
     EXPECT_EQ(r.warnings_for(key).size(), 1u) << key << "\n" << r.result.diagnostics.to_string();
   }
   EXPECT_EQ(r.at("training"), "<missing>");

@@ -314,6 +314,24 @@ TEST_F(SpecLoaderTest, TextInputUsesTheGivenNameAndFolder) {
   EXPECT_EQ(bad.diagnostics.items().at(0).location.file, "<request>");
 }
 
+TEST_F(SpecLoaderTest, FilesOverOneMebibyteAreRefusedWithoutParsing) {
+  const std::string big = std::string(kMinimal) + "# " + std::string(1 << 20, 'x') + "\n";
+  LoadedSpec s = load(big);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.diagnostics.error_count(), 1u);
+  EXPECT_NE(errors(s).find("job spec files are limited to 1048576 bytes"), std::string::npos) << errors(s);
+}
+
+TEST_F(SpecLoaderTest, ExtendsChainsAreBoundedInDepth) {
+  for (int i = 0; i < 20; ++i) {
+    dir_.write("chain" + std::to_string(i) + ".yaml", "extends: chain" + std::to_string(i + 1) + ".yaml\n");
+  }
+  dir_.write("chain20.yaml", kMinimal);
+  LoadedSpec s = load_job_spec(dir_.file("chain0.yaml"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("extends chain deeper than 16 files"), std::string::npos) << errors(s);
+}
+
 TEST(DeepMergeTest, MapsMergeAndOtherValuesAreReplaced) {
   Diagnostics d;
   auto base = parse_yaml("a: {x: 1, y: [1, 2]}\nb: 1\n", "base", d);

@@ -1,0 +1,26 @@
+// What this machine's LibTorch can do: version, devices, threads and a
+// measured matmul rate. Torch-free header: the runner's torch code lives in
+// runner/torch/ and nothing outside runner/ includes LibTorch.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+
+namespace tailor::runner {
+
+struct TorchProbe {
+  std::string torch_version;   // e.g. "1.13.1"
+  bool cuda_available = false;
+  int cuda_devices = 0;
+  int threads = 0;             // intra-op threads
+  double fp32_matmul_gflops = 0;  // 512x512 fp32 matmul, best of a few runs
+  double bf16_matmul_gflops = 0;  // same in bf16 (oneDNN on CPU)
+
+  std::string to_json() const;
+};
+
+// Runs the probe on the default device. Never throws.
+Result<TorchProbe> probe_torch();
+
+}  // namespace tailor::runner

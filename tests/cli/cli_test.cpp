@@ -1,0 +1,180 @@
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "dsl/spec_loader.h"
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using tailor::testing::TempDir;
+
+struct CliRun {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+CliRun tailor(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = run_tailor(args, {out, err});
+  return {code, out.str(), err.str()};
+}
+
+std::string example(const char* name) { return (fs::path(TAILOR_SOURCE_DIR) / "configs/examples" / name).string(); }
+std::string spec_case(const char* name) { return (fs::path(TAILOR_SOURCE_DIR) / "tests/dsl/cases" / name).string(); }
+
+TEST(CliTest, EveryCommandHasHelp) {
+  for (const char* cmd : {"validate", "schema", "import"}) {
+    CliRun r = tailor({cmd, "--help"});
+    EXPECT_EQ(r.code, kExitOk) << cmd;
+    EXPECT_NE(r.out.find("usage: tailor " + std::string(cmd)), std::string::npos) << cmd;
+  }
+  CliRun top = tailor({"--help"});
+  EXPECT_EQ(top.code, kExitOk);
+  EXPECT_NE(top.out.find("validate"), std::string::npos);
+  EXPECT_EQ(tailor({}).code, kExitUsage);
+}
+
+TEST(CliTest, UnknownCommandAndOptionSuggestTheNearestOne) {
+  CliRun r = tailor({"valdate"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("did you mean 'validate'?"), std::string::npos) << r.err;
+  CliRun opt = tailor({"validate", "--resolve", example("tiny-cpu.yaml")});
+  EXPECT_EQ(opt.code, kExitUsage);
+  EXPECT_NE(opt.err.find("did you mean --resolved?"), std::string::npos) << opt.err;
+}
+
+TEST(CliTest, ValidateSucceedsOnExamplesAndSummarisesThem) {
+  CliRun r = tailor({"validate", example("tiny-cpu.yaml"), example("gpt2-t4.yaml")});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("tiny-cpu.yaml: ok: tiny-cpu: tiny-llama-byte"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gpt2 (124M params)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(CliTest, ValidateReportsEveryErrorAndExitsOne) {
+  CliRun r = tailor({"validate", example("tiny-cpu.yaml"), spec_case("unknown-key.yaml")});
+  EXPECT_EQ(r.code, kExitInvalid);
+  EXPECT_NE(r.err.find("unknown-key.yaml:12:3: error: training.micro_batch: unknown key; did you mean "
+                       "'micro_batch_size'?"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("unknown-key.yaml: invalid (3 errors)"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("tiny-cpu.yaml: ok"), std::string::npos);  // the valid file is still reported
+}
+
+TEST(CliTest, ValidateAppliesSetOverrides) {
+  CliRun r = tailor({"validate", "--set", "training.max_steps=7", example("tiny-cpu.yaml")});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("7 steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("tiny-cpu.yaml:19:17: warning: training.warmup_steps: warmup_steps (20) exceeds max_steps (7)"),
+            std::string::npos)
+      << r.err;
+  CliRun bad = tailor({"validate", "--set", "training.lr=-1", example("tiny-cpu.yaml")});
+  EXPECT_EQ(bad.code, kExitInvalid);
+  EXPECT_NE(bad.err.find("--set training.lr=-1: error: training.lr: expected a number greater than 0"),
+            std::string::npos)
+      << bad.err;
+}
+
+TEST(CliTest, ResolvedSpecIsAValidSpecItself) {
+  CliRun r = tailor({"validate", "--resolved", example("llama2-7b-qlora-24gb.yaml")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("preset: llama-2-7b"), std::string::npos);
+  EXPECT_EQ(r.out.find("extends"), std::string::npos);  // merged away
+  EXPECT_EQ(r.out.find("${"), std::string::npos);       // interpolated
+  TempDir dir;
+  const std::string path = dir.write("resolved.yaml", r.out);
+  CliRun again = tailor({"validate", path});
+  EXPECT_EQ(again.code, kExitOk) << again.err << r.out;
+}
+
+TEST(CliTest, JsonOutputIsMachineReadable) {
+  CliRun r = tailor({"validate", "--output", "json", spec_case("out-of-range.yaml")});
+  EXPECT_EQ(r.code, kExitInvalid);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["valid"].get<bool>());
+  const auto& d = j["files"][0]["diagnostics"];
+  ASSERT_EQ(d.size(), 9u);
+  EXPECT_EQ(d[0]["line"], 8);
+  EXPECT_EQ(d[0]["column"], 21);
+  EXPECT_EQ(d[0]["path"], "training.micro_batch_size");
+  EXPECT_EQ(d[0]["severity"], "error");
+
+  CliRun ok = tailor({"validate", "--output=json", "--resolved", example("tiny-cpu.yaml")});
+  ASSERT_EQ(ok.code, kExitOk) << ok.err;
+  const auto spec = nlohmann::json::parse(ok.out)["files"][0]["spec"];
+  EXPECT_EQ(spec["training"]["max_steps"], 200);
+  EXPECT_EQ(spec["strategy"]["precision"], "auto");
+}
+
+TEST(CliTest, SchemaIsJson) {
+  CliRun r = tailor({"schema"});
+  ASSERT_EQ(r.code, kExitOk);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["title"], "Tailor TrainingJob");
+  EXPECT_EQ(tailor({"schema", "extra"}).code, kExitUsage);
+}
+
+TEST(CliTest, ImportWritesAtomicallyAndRefusesToOverwrite) {
+  TempDir dir;
+  const std::string in = dir.write("my-run.yml", "base_model: NousResearch/Llama-2-7b-hf\nadapter: qlora\n"
+                                                 "load_in_4bit: true\nlora_r: 8\nsequence_len: 1024\n"
+                                                 "micro_batch_size: 2\ngradient_accumulation_steps: 4\n"
+                                                 "learning_rate: 0.0002\nnum_epochs: 1\nbf16: true\n"
+                                                 "datasets:\n  - path: data.jsonl\n    type: completion\n");
+  const std::string out = dir.file("my-run.yaml");
+  CliRun r = tailor({"import", "axolotl", in, "-o", out});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  ASSERT_TRUE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  dsl::LoadOptions opts;
+  opts.check_files = false;
+  const dsl::LoadedSpec s = dsl::load_job_spec(out, opts);
+  ASSERT_TRUE(s.ok()) << s.diagnostics.to_string();
+  EXPECT_EQ(s.spec->name, "my-run");
+  EXPECT_EQ(s.spec->model.preset, "llama-2-7b");
+  EXPECT_EQ(*s.spec->strategy.adapter, dsl::Adapter::kQlora);
+  EXPECT_EQ(s.spec->training.global_batch_size, 8);  // 2 x 4 accumulation
+  CliRun again = tailor({"import", "axolotl", in, "-o", out});
+  EXPECT_EQ(again.code, kExitInvalid);
+  EXPECT_NE(again.err.find("file exists"), std::string::npos);
+  EXPECT_EQ(tailor({"import", "axolotl", in, "-o", out, "--force"}).code, kExitOk);
+  EXPECT_EQ(tailor({"import", "unsloth", in}).code, kExitUsage);
+}
+
+// The real binary, as a user runs it: exit codes and streams.
+int run_binary(const std::string& args, std::string* output) {
+  const std::string cmd = std::string(TAILOR_BINARY_DIR) + "/bin/tailor " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(CliBinaryTest, ExitCodesAreDocumented) {
+  std::string out;
+  EXPECT_EQ(run_binary("validate " + example("tiny-cpu.yaml"), &out), 0) << out;
+  out.clear();
+  EXPECT_EQ(run_binary("validate " + spec_case("malformed.yaml"), &out), 1) << out;
+  EXPECT_NE(out.find("malformed.yaml:7:9: error: malformed YAML"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run_binary("validate /no/such/file.yaml", &out), 1);
+  EXPECT_NE(out.find("/no/such/file.yaml: error: no such file"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run_binary("frobnicate", &out), 2);
+}
+
+}  // namespace
+}  // namespace tailor::cli
