@@ -24,6 +24,7 @@ using Argv = std::vector<std::string>;
 int run_validate(const Argv& args, Streams io);
 int run_schema(const Argv& args, Streams io);
 int run_import(const Argv& args, Streams io);
+int run_plan(const Argv& args, Streams io);
 
 // Entry point: `tailor COMMAND ...`.
 int run_tailor(const Argv& args, Streams io);

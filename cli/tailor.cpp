@@ -15,6 +15,7 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"validate", "Check job specs and report every problem with file:line:col", run_validate},
+    {"plan", "Choose the fastest memory strategy that fits the GPUs, and explain it", run_plan},
     {"schema", "Print the JSON Schema of a job spec (for editor completion)", run_schema},
     {"import", "Convert another tool's config into a job spec (axolotl)", run_import},
 };

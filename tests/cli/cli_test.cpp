@@ -33,7 +33,7 @@ std::string example(const char* name) { return (fs::path(TAILOR_SOURCE_DIR) / "c
 std::string spec_case(const char* name) { return (fs::path(TAILOR_SOURCE_DIR) / "tests/dsl/cases" / name).string(); }
 
 TEST(CliTest, EveryCommandHasHelp) {
-  for (const char* cmd : {"validate", "schema", "import"}) {
+  for (const char* cmd : {"validate", "plan", "schema", "import"}) {
     CliRun r = tailor({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_NE(r.out.find("usage: tailor " + std::string(cmd)), std::string::npos) << cmd;
@@ -149,6 +149,37 @@ TEST(CliTest, ImportWritesAtomicallyAndRefusesToOverwrite) {
   EXPECT_NE(again.err.find("file exists"), std::string::npos);
   EXPECT_EQ(tailor({"import", "axolotl", in, "-o", out, "--force"}).code, kExitOk);
   EXPECT_EQ(tailor({"import", "unsloth", in}).code, kExitUsage);
+}
+
+TEST(CliTest, PlanPrintsStrategyMemoryDecisionsAndAlternatives) {
+  CliRun r = tailor({"plan", "--gpus", "1x24GiB", example("llama2-7b-qlora-24gb.yaml")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const char* part : {"Strategy (fits)", "Memory per GPU", "optimizer states", "activations", "budget",
+                           "Throughput (estimate)", "Decisions", "1. Does the job fit as written", "Alternatives"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  }
+}
+
+TEST(CliTest, PlanJsonIsThePlanDocument) {
+  CliRun r = tailor({"plan", "--output", "json", "--gpus", "2xA6000", "--set", "resources.host_memory=256GiB",
+                     example("llama2-70b-2xa6000.yaml")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_EQ(j["strategy"]["num_gpus"], 2);
+  EXPECT_EQ(j["hardware"]["source"], "--gpus 2xA6000");
+}
+
+TEST(CliTest, PlanExitCodesSayFitsNoFitBadSpecBadFlag) {
+  EXPECT_EQ(tailor({"plan", example("tiny-cpu.yaml")}).code, kExitOk);
+  CliRun nofit = tailor({"plan", "--gpus", "1xT4", "--set", "strategy.forbid=[adapters, offload_optimizer]",
+                         example("llama2-70b-2xa6000.yaml")});
+  EXPECT_EQ(nofit.code, kExitNoFit) << nofit.out << nofit.err;
+  EXPECT_NE(nofit.out.find("Does not fit. The closest strategy is short by"), std::string::npos) << nofit.out;
+  EXPECT_EQ(tailor({"plan", spec_case("out-of-range.yaml")}).code, kExitInvalid);
+  CliRun badflag = tailor({"plan", "--gpus", "3xB9000", example("tiny-cpu.yaml")});
+  EXPECT_EQ(badflag.code, kExitUsage);
+  EXPECT_NE(badflag.err.find("unknown GPU"), std::string::npos) << badflag.err;
 }
 
 // The real binary, as a user runs it: exit codes and streams.

@@ -1,0 +1,190 @@
+// `tailor plan JOB.yaml`: the fastest strategy that fits, with the memory
+// table, the decision trace and the alternatives.
+#include <cstdio>
+#include <memory>
+#include <ostream>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/units.h"
+#include "dsl/spec_loader.h"
+#include "strategies/hardware.h"
+#include "strategies/plan_document.h"
+#include "strategies/planner.h"
+
+namespace tailor::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: tailor plan [OPTIONS] JOB.yaml
+
+Plans a job: predicts each GPU's peak memory by component, walks the OOM
+decision tree, and picks the fastest strategy that fits, with the reasons.
+Exit 0 when the job fits, 3 when nothing fits, 1 on a bad spec, 2 on a bad
+command line.
+
+options:
+  --gpus SPEC         plan for this hardware instead of detecting it:
+                      2xA6000, 1x24GiB, 4xH100-80, or 0 / cpu
+  --set KEY=VALUE     override a spec key (repeatable)
+  --output FORMAT     text (default) or json (the plan document)
+  --catalog DIR       use models.yaml and gpus.yaml from DIR
+  --no-check-files    do not require data files to exist
+  -h, --help          show this help
+)";
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string pad(std::string s, std::size_t width) {
+  if (s.size() < width) s.resize(width, ' ');
+  return s;
+}
+
+void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, std::ostream& out) {
+  using strategies::Offload;
+  const auto& s = plan.chosen.strategy;
+  const auto& m = plan.chosen.memory.per_device;
+  out << "Plan for " << spec.name << ": "
+      << (spec.model.preset.empty() ? std::string(dsl::to_string(spec.model.arch.family)) : spec.model.preset) << " ("
+      << format_count(static_cast<double>(spec.model.arch.parameter_count())) << " params), seq_len " << plan.seq_len
+      << ", global batch " << plan.global_batch << "\n";
+  out << "Hardware: " << plan.hardware.describe() << " [" << plan.hardware.source << "]\n\n";
+  out << (plan.fits ? "Strategy (fits)\n" : "Closest strategy (does NOT fit)\n");
+  auto row = [&](const std::string& k, const std::string& v) { out << "  " << pad(k, 24) << v << "\n"; };
+  row("precision", dsl::to_string(s.precision));
+  row("gradient checkpointing", s.checkpoint_every == 0   ? "off"
+                                : s.checkpoint_every == 1 ? "every layer"
+                                                          : "every " + std::to_string(s.checkpoint_every) + " layers");
+  row("micro-batch", std::to_string(s.micro_batch_size) + " x " + std::to_string(s.grad_accumulation) +
+                         " accumulation x " + std::to_string(s.num_gpus) + " GPU(s) = global batch " +
+                         std::to_string(plan.global_batch));
+  row("adapter", s.adapter == dsl::Adapter::kNone ? "none (full fine-tune)"
+                                                  : std::string(dsl::to_string(s.adapter)) + " r" + std::to_string(s.lora_rank));
+  row("base weights", strategies::to_string(s.quantization));
+  row("optimizer", dsl::to_string(s.optimizer));
+  row("ZeRO stage", std::to_string(s.zero_stage));
+  row("offload", dsl::to_string(s.offload));
+
+  out << "\nMemory " << (plan.on_cpu ? "(host, CPU training)" : "per GPU") << "\n";
+  auto mem = [&](const char* k, Bytes b) { out << "  " << pad(k, 24) << b.to_string() << "\n"; };
+  mem("weights", m.weights);
+  mem("gradients", m.gradients);
+  mem("optimizer states", m.optimizer_states);
+  mem("fp32 master weights", m.master_weights);
+  mem("adapters", m.adapter);
+  mem("activations", m.activations);
+  mem("logits", m.logits);
+  mem("overhead", m.overhead);
+  out << "  " << pad("total", 24) << m.total().to_string() << "\n";
+  out << "  " << pad("budget", 24) << plan.budget_per_device.to_string() << " ("
+      << (plan.on_cpu ? plan.hardware.host_memory : plan.hardware.gpus.front().memory).to_string() << " less "
+      << fmt("%.0f%%", plan.headroom * 100) << " headroom)";
+  const Bytes free = plan.budget_per_device - m.total();
+  out << (free.count() >= 0 ? ", " + free.to_string() + " to spare\n" : ", " + (Bytes(0) - free).to_string() + " short\n");
+  if (s.offload != Offload::kNone) {
+    out << "  " << pad("host RAM (offload)", 24) << plan.chosen.memory.host.to_string() << " of "
+        << plan.host_budget.to_string() << "\n";
+  }
+  out << "\nThroughput (estimate): " << fmt("%.2f", plan.chosen.throughput.step_seconds) << " s per step, "
+      << fmt("%.0f", plan.chosen.throughput.tokens_per_second) << " tokens/s\n";
+
+  out << "\nDecisions\n";
+  int i = 1;
+  for (const auto& d : plan.decisions) {
+    out << "  " << i++ << ". " << d.question << "\n     " << d.answer << "\n     -> " << d.action << "\n";
+  }
+  if (!plan.alternatives.empty()) {
+    out << "\nAlternatives\n";
+    for (const auto& a : plan.alternatives) {
+      out << "  - " << a.candidate.strategy.describe() << "\n    " << a.why << "\n";
+    }
+  }
+  if (!plan.fits) {
+    out << "\nDoes not fit. The closest strategy is short by ";
+    if (plan.shortfall.count() > 0) out << plan.shortfall.to_string() << (plan.on_cpu ? " of memory" : " per GPU");
+    if (plan.shortfall.count() > 0 && plan.host_shortfall.count() > 0) out << " and ";
+    if (plan.host_shortfall.count() > 0) out << plan.host_shortfall.to_string() << " of host RAM";
+    out << ".\n";
+    out << (plan.smallest_fitting_gpu.empty() ? std::string("No GPU in the catalog fits it with this many GPUs.\n")
+                                              : "The smallest catalog hardware that fits: " + plan.smallest_fitting_gpu +
+                                                    "\n");
+  }
+}
+
+}  // namespace
+
+int run_plan(const Argv& argv, Streams io) {
+  auto parsed = Args::parse(argv, {{"gpus", true},
+                                   {"set", true, true},
+                                   {"output", true},
+                                   {"catalog", true},
+                                   {"no-check-files", false},
+                                   {"help", false, false, 'h'}});
+  if (!parsed.is_ok()) {
+    io.err << "tailor plan: " << parsed.status().message() << "\n" << kHelp;
+    return kExitUsage;
+  }
+  const Args& args = *parsed;
+  if (args.has("help")) {
+    io.out << kHelp;
+    return kExitOk;
+  }
+  const std::string format = args.get("output", "text");
+  if ((format != "text" && format != "json") || args.positional().size() != 1) {
+    io.err << "tailor plan: " << (args.positional().size() != 1 ? "expected one spec file" : "--output must be text or json")
+           << "\n" << kHelp;
+    return kExitUsage;
+  }
+  dsl::LoadOptions opts;
+  opts.overrides = args.all("set");
+  opts.check_files = !args.has("no-check-files");
+  std::unique_ptr<dsl::Catalog> own_catalog;
+  if (args.has("catalog")) {
+    auto loaded = dsl::Catalog::load_dir(args.get("catalog"));
+    if (!loaded.is_ok()) {
+      io.err << "tailor plan: --catalog: " << loaded.status().message() << "\n";
+      return kExitInvalid;
+    }
+    own_catalog = std::make_unique<dsl::Catalog>(std::move(loaded).value());
+    opts.catalog = own_catalog.get();
+  }
+  const dsl::Catalog& catalog = own_catalog ? *own_catalog : dsl::Catalog::builtin();
+  const std::string& file = args.positional()[0];
+  const dsl::LoadedSpec loaded = dsl::load_job_spec(file, opts);
+  io.err << loaded.diagnostics.to_string();
+  if (!loaded.ok()) {
+    io.err << file << ": invalid (" << loaded.diagnostics.error_count() << " errors)\n";
+    return kExitInvalid;
+  }
+  const dsl::JobSpec& spec = *loaded.spec;
+  std::optional<std::string> gpus_flag;
+  if (args.has("gpus")) gpus_flag = args.get("gpus");
+  // Detect only what the spec and the flag leave open.
+  const bool declared = gpus_flag || !spec.resources.gpu_model.empty() || spec.resources.gpu_memory ||
+                        (spec.resources.gpu_count && *spec.resources.gpu_count == 0);
+  const std::vector<strategies::Device> detected = declared ? std::vector<strategies::Device>{} : strategies::detect_gpus(catalog);
+  auto hw = strategies::resolve_hardware(spec, gpus_flag, detected, strategies::detect_host_memory(), catalog);
+  if (!hw.is_ok()) {
+    io.err << "tailor plan: " << hw.status().message() << "\n";
+    return gpus_flag ? kExitUsage : kExitInvalid;
+  }
+  strategies::PlanOptions popts;
+  popts.catalog = &catalog;
+  const strategies::Plan plan = strategies::plan_job(spec, *hw, popts);
+  if (!plan.errors.empty()) {
+    for (const std::string& e : plan.errors) io.err << file << ": error: " << e << "\n";
+    if (format == "json") io.out << strategies::plan_to_json(plan, spec);
+    return kExitInvalid;
+  }
+  if (format == "json") {
+    io.out << strategies::plan_to_json(plan, spec);
+  } else {
+    print_text(plan, spec, io.out);
+  }
+  return plan.fits ? kExitOk : kExitNoFit;
+}
+
+}  // namespace tailor::cli

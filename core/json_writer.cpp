@@ -1,0 +1,131 @@
+#include "core/json_writer.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/check.h"
+
+namespace tailor {
+
+std::string json_escape(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+void JsonWriter::newline() {
+  if (indent_ <= 0) return;
+  out_ += '\n';
+  out_.append(stack_.size() * static_cast<std::size_t>(indent_), ' ');
+}
+
+void JsonWriter::before_value() {
+  if (stack_.empty()) return;
+  Level& top = stack_.back();
+  if (top.object) {
+    TAILOR_CHECK(top.has_key);
+    top.has_key = false;
+    return;
+  }
+  if (!top.empty) out_ += ',';
+  top.empty = false;
+  newline();
+}
+
+JsonWriter& JsonWriter::key(std::string_view k) {
+  TAILOR_CHECK(!stack_.empty() && stack_.back().object && !stack_.back().has_key);
+  Level& top = stack_.back();
+  if (!top.empty) out_ += ',';
+  top.empty = false;
+  newline();
+  out_ += json_escape(k);
+  out_ += indent_ > 0 ? ": " : ":";
+  top.has_key = true;
+  return *this;
+}
+
+JsonWriter& JsonWriter::begin_object() {
+  before_value();
+  out_ += '{';
+  stack_.push_back({true});
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_object() {
+  TAILOR_CHECK(!stack_.empty() && stack_.back().object);
+  const bool empty = stack_.back().empty;
+  stack_.pop_back();
+  if (!empty) newline();
+  out_ += '}';
+  return *this;
+}
+
+JsonWriter& JsonWriter::begin_array() {
+  before_value();
+  out_ += '[';
+  stack_.push_back({false});
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_array() {
+  TAILOR_CHECK(!stack_.empty() && !stack_.back().object);
+  const bool empty = stack_.back().empty;
+  stack_.pop_back();
+  if (!empty) newline();
+  out_ += ']';
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(std::string_view v) {
+  before_value();
+  out_ += json_escape(v);
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(std::int64_t v) {
+  before_value();
+  out_ += std::to_string(v);
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(double v) {
+  before_value();
+  if (!std::isfinite(v)) {
+    out_ += "null";
+    return *this;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  out_ += buf;
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(bool v) {
+  before_value();
+  out_ += v ? "true" : "false";
+  return *this;
+}
+
+JsonWriter& JsonWriter::null() {
+  before_value();
+  out_ += "null";
+  return *this;
+}
+
+}  // namespace tailor

@@ -1,0 +1,108 @@
+#include "strategies/constraints.h"
+
+#include <algorithm>
+
+namespace tailor::strategies {
+
+Constraints::Constraints(const dsl::JobSpec& spec, const Hardware& hw)
+    : pins_(spec.strategy), training_(spec.training) {
+  on_cpu_ = hw.cpu_only();
+  num_gpus_ = on_cpu_ ? 1 : hw.gpu_count();
+  device_ = on_cpu_ ? hw.cpu : hw.gpus.front();
+  const std::int64_t g = spec.training.global_batch_size;
+  if (g % num_gpus_ != 0) {
+    error_ = "global_batch_size " + std::to_string(g) + " is not divisible by the " + std::to_string(num_gpus_) +
+             " GPUs: each GPU must process the same number of sequences";
+    return;
+  }
+  const std::int64_t per_gpu = g / num_gpus_;
+  for (std::int64_t m = 1; m <= per_gpu; ++m) {
+    if (per_gpu % m == 0) micro_batches_.push_back(m);
+  }
+  if (spec.training.micro_batch_size && per_gpu % *spec.training.micro_batch_size != 0) {
+    error_ = "micro_batch_size " + std::to_string(*spec.training.micro_batch_size) + " does not divide the " +
+             std::to_string(per_gpu) + " sequences per GPU of the global batch";
+  }
+}
+
+std::vector<std::string> Constraints::techniques_of(const Strategy& s) {
+  std::vector<std::string> t;
+  t.emplace_back(dsl::to_string(s.precision));
+  if (s.checkpoint_every > 0) t.emplace_back("gradient_checkpointing");
+  if (s.grad_accumulation > 1) t.emplace_back("gradient_accumulation");
+  if (s.adapter != Adapter::kNone) {
+    t.emplace_back(dsl::to_string(s.adapter));
+    t.emplace_back("adapters");
+  }
+  if (s.optimizer == Optimizer::kAdamw8bit) t.emplace_back("adamw_8bit");
+  if (s.optimizer == Optimizer::kSgd) t.emplace_back("sgd");
+  if (s.zero_stage > 0) t.emplace_back("zero" + std::to_string(s.zero_stage));
+  if (s.offload != Offload::kNone) t.emplace_back("offload_optimizer");
+  if (s.offload == Offload::kOptimizerAndParams) t.emplace_back("offload_params");
+  return t;
+}
+
+bool Constraints::allows(std::string_view t) const {
+  if (std::find(pins_.forbid.begin(), pins_.forbid.end(), t) != pins_.forbid.end()) return false;
+  if (pins_.allow.empty() || t == "fp32") return true;
+  return std::find(pins_.allow.begin(), pins_.allow.end(), t) != pins_.allow.end();
+}
+
+std::string Constraints::why_not(const Strategy& s) const {
+  const dsl::StrategySpec& p = pins_;
+  if (p.precision && s.precision != *p.precision) return "precision is pinned";
+  if (p.gradient_checkpointing && s.checkpoint_every != *p.gradient_checkpointing) return "checkpointing is pinned";
+  if (p.adapter && s.adapter != *p.adapter) return "adapter is pinned";
+  if (p.optimizer && s.optimizer != *p.optimizer) return "optimizer is pinned";
+  if (!p.optimizer && s.optimizer == Optimizer::kSgd) return "SGD is used only when pinned";
+  if (p.zero_stage && s.zero_stage != *p.zero_stage) return "zero_stage is pinned";
+  if (p.offload && s.offload != *p.offload) return "offload is pinned";
+  if (training_.micro_batch_size && s.micro_batch_size != *training_.micro_batch_size) return "micro-batch is pinned";
+  if (s.micro_batch_size * s.grad_accumulation * s.num_gpus != training_.global_batch_size) {
+    return "does not keep the global batch";
+  }
+  if (s.adapter != Adapter::kNone && s.lora_rank != p.lora.r) return "LoRA rank differs from the spec";
+  // Device support.
+  if (s.precision == Precision::kFp16 && (on_cpu_ || device_.peak_tflops_fp16 <= 0)) return "no fp16 on this device";
+  if ((s.precision == Precision::kBf16 || s.precision == Precision::kPureBf16) && !device_.bf16) {
+    return "no bf16 on this device";
+  }
+  if (on_cpu_ && (s.zero_stage > 0 || s.offload != Offload::kNone)) return "ZeRO and offload need GPUs";
+  if (s.zero_stage > 0 && num_gpus_ == 1 && s.offload == Offload::kNone) return "ZeRO on one GPU only with offload";
+  if (s.offload != Offload::kNone && s.zero_stage == 0) return "offload needs ZeRO stage 1 or more";
+  if (s.offload == Offload::kOptimizerAndParams && s.zero_stage != 3) return "parameter offload needs ZeRO-3";
+  if ((s.adapter == Adapter::kQlora) != (s.quantization != Quantization::kNone)) return "QLoRA means a quantised base";
+  // Techniques the spec does not allow, unless a pin asked for them.
+  for (const std::string& t : techniques_of(s)) {
+    const bool pinned = (t == dsl::to_string(s.precision) && p.precision) ||
+                        (t == "gradient_checkpointing" && p.gradient_checkpointing) ||
+                        (t == "gradient_accumulation" && training_.micro_batch_size) ||
+                        ((t == "lora" || t == "qlora" || t == "adapters") && p.adapter) ||
+                        ((t == "adamw_8bit" || t == "sgd") && p.optimizer) || (t.rfind("zero", 0) == 0 && p.zero_stage) ||
+                        (t.rfind("offload", 0) == 0 && p.offload);
+    if (!pinned && !allows(t)) return "\"" + t + "\" is not allowed by the spec";
+  }
+  return {};
+}
+
+bool Constraints::admits(const Strategy& s) const { return why_not(s).empty(); }
+
+Strategy Constraints::baseline() const {
+  const dsl::StrategySpec& p = pins_;
+  Strategy s;
+  s.num_gpus = num_gpus_;
+  s.precision = p.precision.value_or(Precision::kFp32);
+  s.checkpoint_every = p.gradient_checkpointing.value_or(0);
+  const std::int64_t per_gpu = training_.global_batch_size / num_gpus_;
+  s.micro_batch_size = training_.micro_batch_size.value_or(per_gpu);
+  s.grad_accumulation = per_gpu / std::max<std::int64_t>(1, s.micro_batch_size);
+  s.adapter = p.adapter.value_or(Adapter::kNone);
+  s.lora_rank = s.adapter == Adapter::kNone ? 0 : p.lora.r;
+  s.quantization = s.adapter == Adapter::kQlora ? Quantization::kNf4Double : Quantization::kNone;
+  s.optimizer = p.optimizer.value_or(Optimizer::kAdamw);
+  s.zero_stage = p.zero_stage.value_or(0);
+  s.offload = p.offload.value_or(Offload::kNone);
+  return s;
+}
+
+}  // namespace tailor::strategies

@@ -1,0 +1,53 @@
+// What a job allows the planner to choose: its pinned knobs, its allow and
+// forbid lists, the exact global batch, and what the hardware supports.
+// Shared by the search and the decision tree.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dsl/job_spec.h"
+#include "strategies/hardware.h"
+#include "strategies/strategy.h"
+
+namespace tailor::strategies {
+
+class Constraints {
+ public:
+  Constraints(const dsl::JobSpec& spec, const Hardware& hw);
+
+  // The technique names (dsl::technique_names()) a strategy uses.
+  static std::vector<std::string> techniques_of(const Strategy& s);
+
+  // A technique the planner may add: not forbidden, and listed in allow
+  // when allow is used. fp32 is the baseline and always allowed unless forbidden.
+  bool allows(std::string_view technique) const;
+
+  // The strategy respects every pin, bound and device limit.
+  bool admits(const Strategy& s) const;
+  // Why not (for messages); empty when admitted.
+  std::string why_not(const Strategy& s) const;
+
+  // The starting point of the decision tree: no technique, except pins.
+  Strategy baseline() const;
+
+  // Micro-batch sizes that keep the global batch exact (divisors of G/N).
+  const std::vector<std::int64_t>& micro_batches() const { return micro_batches_; }
+  std::int64_t num_gpus() const { return num_gpus_; }
+  bool on_cpu() const { return on_cpu_; }
+  const Device& device() const { return device_; }
+  // A problem no strategy can solve (e.g. global batch not divisible by GPUs).
+  const std::string& error() const { return error_; }
+
+ private:
+  const dsl::StrategySpec& pins_;
+  const dsl::TrainingSpec& training_;
+  std::int64_t num_gpus_ = 1;
+  bool on_cpu_ = false;
+  Device device_;
+  std::vector<std::int64_t> micro_batches_;
+  std::string error_;
+};
+
+}  // namespace tailor::strategies

@@ -1,0 +1,105 @@
+// FLOPs: the 6*P*tokens rule for a full training step (2P forward, 4P
+// backward; Kaplan et al. 2020, section 2.1) plus attention's 4*L*s*h per
+// token forward; recomputation adds one forward for checkpointed layers
+// (Chen et al. 2016); frozen weights skip their weight-gradient matmuls,
+// so an adapter step is about 2 forwards instead of 3 (Hu et al. 2021).
+// Communication: ring collectives move 2(N-1)/N of the buffer for
+// all-reduce, (N-1)/N for reduce-scatter and all-gather; ZeRO-3 moves 1.5x
+// data parallelism's volume (Rajbhandari et al. 2020, section 7).
+#include "strategies/cost_model.h"
+
+#include <algorithm>
+
+#include "strategies/memory_model.h"
+
+namespace tailor::strategies {
+
+int fidelity_cost(const Strategy& s) {
+  int cost = 0;
+  if (s.optimizer == Optimizer::kAdamw8bit) ++cost;
+  if (s.precision == Precision::kPureBf16) ++cost;
+  if (s.adapter == Adapter::kLora) cost += 1;
+  if (s.adapter == Adapter::kQlora) cost += 2;
+  return cost;
+}
+
+Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::int64_t seq_len,
+                               std::int64_t global_batch, const Device& dev, const CostConstants& k) {
+  Throughput t;
+  const ParameterCounts pc = count_parameters(a);
+  const double n = static_cast<double>(std::max<std::int64_t>(1, s.num_gpus));
+  const double L = static_cast<double>(a.layers), h = static_cast<double>(a.hidden);
+  const double seq = static_cast<double>(seq_len);
+  const bool adapter = s.adapter != Adapter::kNone;
+
+  // Forward FLOPs per token: every matmul weight twice (multiply-add), the
+  // lm_head included even when tied, and attention's QK^T and AV.
+  const double matmul_params = static_cast<double>(pc.block_linear + a.vocab * a.hidden);
+  const double forward = 2.0 * matmul_params + 4.0 * L * seq * h;
+  const double recompute_fraction =
+      s.checkpoint_every > 0 ? std::min(1.0, 1.0 / static_cast<double>(s.checkpoint_every)) : 0.0;
+  t.flops_per_token = forward * ((adapter ? 2.0 : 3.0) + recompute_fraction);
+
+  double peak_tflops = dev.peak_tflops_fp32;
+  double mfu = k.mfu_fp32;
+  if (s.precision == Precision::kBf16 || s.precision == Precision::kPureBf16) {
+    peak_tflops = dev.peak_tflops_bf16;
+    mfu = k.mfu_tensor;
+  } else if (s.precision == Precision::kFp16) {
+    peak_tflops = dev.peak_tflops_fp16;
+    mfu = k.mfu_tensor;
+  }
+  if (peak_tflops <= 0) peak_tflops = dev.peak_tflops_fp32;  // unsupported dtype: emulated at fp32 speed
+  const double micro_tokens = static_cast<double>(s.micro_batch_size) * seq;
+  const double utilisation = mfu * micro_tokens / (micro_tokens + k.half_saturation_tokens);
+  const double micro_compute = t.flops_per_token * micro_tokens / (peak_tflops * 1e12 * utilisation);
+
+  // QLoRA dequantises every base linear in forward, backward and
+  // recomputation; measured as a slowdown over the same step in 16 bits.
+  const double micro_dequant = s.quantization != Quantization::kNone ? micro_compute * k.qlora_slowdown : 0.0;
+
+  const double accum = static_cast<double>(s.grad_accumulation);
+  t.compute_seconds = accum * (micro_compute + micro_dequant);
+
+  // Gradient and parameter traffic between GPUs.
+  const double trainable = adapter ? static_cast<double>(lora_parameter_count(a, s.lora_rank, {})) :
+                                     static_cast<double>(pc.total);
+  const double grad_bytes = trainable * gradient_bytes_per_param(s.precision);
+  if (s.num_gpus > 1 && dev.interconnect_gbps > 0) {
+    const double bw = dev.interconnect_gbps * 1e9;
+    const double ring = (n - 1) / n;
+    double exposed = 0;
+    if (s.zero_stage <= 1) {
+      exposed = 2 * ring * grad_bytes / bw * (1 - k.comm_overlap);  // one all-reduce per step
+    } else if (s.zero_stage == 2) {
+      exposed = accum * ring * grad_bytes / bw * (1 - k.comm_overlap) + ring * grad_bytes / bw;  // RS each micro, AG params
+    } else {
+      const double param_bytes = static_cast<double>(pc.total) * weight_bytes_per_param(s.precision);
+      exposed = accum * ring * (2 * param_bytes + grad_bytes) / bw;  // AG fwd + AG bwd + RS grads, each micro
+    }
+    t.comm_seconds = exposed;
+  }
+
+  // Optimizer update: memory-bound over the trainable state it touches.
+  const double state_bytes = trainable * (weight_bytes_per_param(s.precision) + gradient_bytes_per_param(s.precision) +
+                                          master_bytes_per_param(s.precision) +
+                                          optimizer_bytes_per_param(s.optimizer, s.precision));
+  const double shard = s.zero_stage >= 1 ? n : 1.0;
+  if (s.offload == Offload::kNone) {
+    t.optimizer_seconds = 2.0 * state_bytes / shard / (dev.memory_bandwidth_gbps * 1e9);
+  } else {
+    // Gradients to the host, updated 16-bit weights back, the update on the CPU.
+    const double link = std::max(1.0, dev.host_link_gbps) * 1e9;
+    t.offload_seconds = 2.0 * trainable * 2.0 / shard / link + trainable / k.cpu_adam_params_per_second;
+    if (s.offload == Offload::kOptimizerAndParams) {
+      // Each micro-batch streams this rank's weights in for forward and backward.
+      const double weights = static_cast<double>(pc.total) * weight_bytes_per_param(s.precision) / n;
+      t.offload_seconds += accum * 2.0 * weights / link;
+    }
+  }
+  t.step_seconds = t.compute_seconds + t.comm_seconds + t.optimizer_seconds + t.offload_seconds;
+  t.tokens_per_second = static_cast<double>(global_batch) * seq / t.step_seconds;
+  return t;
+}
+
+}  // namespace tailor::strategies

@@ -1,0 +1,61 @@
+// Throughput estimate for a strategy on a device: training FLOPs over
+// achievable compute, plus the communication, offload and optimizer time
+// that do not overlap with it. An estimate for ranking strategies, not a
+// promise; the assumptions are named in CostConstants.
+#pragma once
+
+#include <cstdint>
+
+#include "dsl/job_spec.h"
+#include "strategies/hardware.h"
+#include "strategies/strategy.h"
+
+namespace tailor::strategies {
+
+struct CostConstants {
+  // Fraction of peak dense throughput a well-tuned training step reaches
+  // at large micro-batches (model FLOPs utilisation). Megatron-LM reports
+  // ~40-55% on A100s (Narayanan et al. 2021); 0.45 for tensor-core dtypes.
+  double mfu_tensor = 0.45;
+  double mfu_fp32 = 0.60;  // fp32 CUDA-core (or CPU BLAS) kernels saturate more easily
+  // Utilisation grows with the tokens in a micro-batch: u = mfu * t / (t + half),
+  // so tiny micro-batches pay for launch and memory-bound work.
+  double half_saturation_tokens = 512;
+  // Share of gradient communication hidden behind backward (ZeRO 0-2). ZeRO-3
+  // gathers are counted fully: they sit on the critical path of each layer.
+  double comm_overlap = 0.5;
+  // DeepSpeed's CPU Adam updates on the order of 1e9 parameters per second
+  // on a server CPU (Ren et al. 2021, ZeRO-Offload, section 5).
+  double cpu_adam_params_per_second = 1e9;
+  // QLoRA's extra time over LoRA from dequantising the 4-bit base in every
+  // forward and backward: measured 1.39x the runtime of 16-bit LoRA on
+  // Llama-2-7B (S. Raschka, "Practical Tips for Finetuning LLMs Using LoRA",
+  // 2023). The ideal memory-bound figure is far lower; kernels do not reach it.
+  double qlora_slowdown = 0.39;
+  // Ranking, not timing: each technique that changes what is trained
+  // (8-bit optimizer states, pure-bf16 states, adapters, a quantised base)
+  // must buy this much estimated speed to beat a more faithful plan. Without
+  // it, a sliver of optimizer-step time would pick 8-bit Adam for jobs that
+  // fit comfortably.
+  double fidelity_margin = 0.10;
+};
+
+// How far a strategy departs from exact full-model training: 1 each for
+// 8-bit optimizer states, pure-bf16 states and LoRA; 2 for QLoRA.
+int fidelity_cost(const Strategy& s);
+
+struct Throughput {
+  double flops_per_token = 0;     // model FLOPs per trained token, recomputation included
+  double compute_seconds = 0;     // per optimizer step
+  double comm_seconds = 0;        // exposed collective time per step
+  double offload_seconds = 0;     // host transfers and CPU optimizer per step
+  double optimizer_seconds = 0;   // on-device optimizer update per step
+  double step_seconds = 0;
+  double tokens_per_second = 0;
+};
+
+// `global_batch` sequences of `seq_len` tokens per optimizer step.
+Throughput estimate_throughput(const dsl::ModelArch& arch, const Strategy& s, std::int64_t seq_len,
+                               std::int64_t global_batch, const Device& device, const CostConstants& k = {});
+
+}  // namespace tailor::strategies

@@ -1,0 +1,240 @@
+#include "strategies/hardware.h"
+
+#include <dlfcn.h>
+
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/text.h"
+
+namespace tailor::strategies {
+namespace {
+
+// The slice of NVML's C API used here (nvml.h, stable since CUDA 5); the
+// library is loaded at run time so building needs no CUDA.
+using NvmlReturn = int;
+using NvmlDevice = void*;
+struct NvmlMemory {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+
+std::vector<Device> detect_with_nvml(const dsl::Catalog& catalog) {
+  std::vector<Device> out;
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return out;
+  auto sym = [&](const char* name) { return dlsym(lib, name); };
+  auto init = reinterpret_cast<NvmlReturn (*)()>(sym("nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<NvmlReturn (*)()>(sym("nvmlShutdown"));
+  auto count_fn = reinterpret_cast<NvmlReturn (*)(unsigned*)>(sym("nvmlDeviceGetCount_v2"));
+  auto handle_fn = reinterpret_cast<NvmlReturn (*)(unsigned, NvmlDevice*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+  auto name_fn = reinterpret_cast<NvmlReturn (*)(NvmlDevice, char*, unsigned)>(sym("nvmlDeviceGetName"));
+  auto mem_fn = reinterpret_cast<NvmlReturn (*)(NvmlDevice, NvmlMemory*)>(sym("nvmlDeviceGetMemoryInfo"));
+  if (init && shutdown && count_fn && handle_fn && name_fn && mem_fn && init() == 0) {
+    unsigned count = 0;
+    if (count_fn(&count) == 0) {
+      for (unsigned i = 0; i < count; ++i) {
+        NvmlDevice dev = nullptr;
+        char name[96] = {};
+        NvmlMemory mem{};
+        if (handle_fn(i, &dev) != 0 || name_fn(dev, name, sizeof name) != 0 || mem_fn(dev, &mem) != 0) continue;
+        const dsl::GpuModel* model = catalog.match_gpu_name(name);
+        Device d = model ? device_from_catalog(*model) : hypothetical_gpu(Bytes(0));
+        d.name = name;
+        d.memory = Bytes(static_cast<std::int64_t>(mem.total));
+        d.free_memory = Bytes(static_cast<std::int64_t>(mem.free));
+        out.push_back(d);
+      }
+    }
+    shutdown();
+  }
+  dlclose(lib);
+  return out;
+}
+
+std::vector<Device> detect_with_nvidia_smi(const dsl::Catalog& catalog) {
+  std::vector<Device> out;
+  FILE* p = popen("nvidia-smi --query-gpu=name,memory.total,memory.free --format=csv,noheader,nounits 2>/dev/null",
+                  "r");
+  if (p == nullptr) return out;
+  std::string text;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) text += buf;
+  pclose(p);
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const auto parts = split(line, ',');
+    if (parts.size() != 3) continue;
+    const std::string name(trim(parts[0]));
+    const double total_mib = std::atof(parts[1].c_str()), free_mib = std::atof(parts[2].c_str());
+    if (total_mib <= 0) continue;
+    const dsl::GpuModel* model = catalog.match_gpu_name(name);
+    Device d = model ? device_from_catalog(*model) : hypothetical_gpu(Bytes(0));
+    d.name = name;
+    d.memory = Bytes::mib(total_mib);
+    d.free_memory = Bytes::mib(free_mib);
+    out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Hardware::describe() const {
+  std::string out;
+  if (gpus.empty()) {
+    out = "CPU";
+  } else {
+    out = std::to_string(gpus.size()) + "x " + gpus[0].name + " (" + gpus[0].memory.to_string() + ")";
+  }
+  return out + ", host " + host_memory.to_string();
+}
+
+Device cpu_device(Bytes host_memory) {
+  Device d;
+  d.name = "CPU";
+  d.memory = host_memory;
+  d.free_memory = host_memory;
+  d.bf16 = true;  // through oneDNN; fp16 has no fast CPU path
+  d.peak_tflops_fp32 = 0.14;
+  d.peak_tflops_bf16 = 0.40;
+  d.peak_tflops_fp16 = 0;
+  d.memory_bandwidth_gbps = 20;
+  return d;
+}
+
+Device device_from_catalog(const dsl::GpuModel& g) {
+  Device d;
+  d.name = g.name;
+  d.catalog_key = g.key;
+  d.memory = g.memory;
+  d.free_memory = g.memory;
+  d.bf16 = g.bf16;
+  d.peak_tflops_bf16 = g.peak_tflops_bf16;
+  d.peak_tflops_fp16 = g.peak_tflops_fp16;
+  d.peak_tflops_fp32 = g.peak_tflops_fp32;
+  d.memory_bandwidth_gbps = g.memory_bandwidth_gbps;
+  d.interconnect_gbps = g.interconnect_gbps;
+  d.host_link_gbps = g.host_link_gbps;
+  return d;
+}
+
+Device hypothetical_gpu(Bytes memory) {
+  // Compute figures of a mid-range Ampere card (A10-class): only the
+  // memory is known, and memory is what decides whether a plan fits.
+  Device d;
+  d.name = "hypothetical GPU";
+  d.memory = memory;
+  d.free_memory = memory;
+  d.bf16 = true;
+  d.peak_tflops_bf16 = 125;
+  d.peak_tflops_fp16 = 125;
+  d.peak_tflops_fp32 = 31.2;
+  d.memory_bandwidth_gbps = 600;
+  d.interconnect_gbps = 32;
+  d.host_link_gbps = 32;
+  return d;
+}
+
+std::optional<Bytes> detect_host_memory() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);) {
+    if (starts_with(line, "MemTotal:")) {
+      const long long kib = std::atoll(line.c_str() + 9);
+      if (kib > 0) return Bytes(kib * 1024);
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<Device> detect_gpus(const dsl::Catalog& catalog) {
+  std::vector<Device> gpus = detect_with_nvml(catalog);
+  if (gpus.empty()) gpus = detect_with_nvidia_smi(catalog);
+  return gpus;
+}
+
+Result<std::vector<Device>> parse_gpus_flag(const std::string& text_in, const dsl::Catalog& catalog) {
+  const std::string text(trim(text_in));
+  if (text == "0" || to_lower(text) == "cpu") return std::vector<Device>{};
+  std::int64_t count = 1;
+  std::string what = text;
+  // "2xA6000": a count, an 'x', then a catalog GPU or a memory size.
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits > 0 && digits < text.size() && (text[digits] == 'x' || text[digits] == 'X')) {
+    count = std::atoll(text.substr(0, digits).c_str());
+    what = text.substr(digits + 1);
+  }
+  if (count < 1 || count > 1024) return Status::invalid_argument("--gpus: bad GPU count in \"" + text + "\"");
+  Device d;
+  if (const dsl::GpuModel* g = catalog.find_gpu(what)) {
+    d = device_from_catalog(*g);
+  } else if (auto bytes = parse_bytes(what); bytes.is_ok() && bytes->count() > 0 &&
+                                              !std::isdigit(static_cast<unsigned char>(what.back()))) {
+    d = hypothetical_gpu(*bytes);
+  } else {
+    std::string msg = "--gpus: unknown GPU \"" + what + "\"; expected COUNTxMODEL (e.g. 2xA6000) or COUNTxSIZE "
+                      "(e.g. 1x24GiB)";
+    const std::string hint = closest_match(what, catalog.gpu_keys());
+    if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+    return Status::invalid_argument(msg);
+  }
+  return std::vector<Device>(static_cast<std::size_t>(count), d);
+}
+
+Result<Hardware> resolve_hardware(const dsl::JobSpec& spec, const std::optional<std::string>& gpus_flag,
+                                  const std::vector<Device>& detected, std::optional<Bytes> detected_host_memory,
+                                  const dsl::Catalog& catalog) {
+  const dsl::ResourcesSpec& r = spec.resources;
+  Hardware hw;
+  hw.host_memory = r.host_memory.value_or(detected_host_memory.value_or(Bytes::gib(16)));
+  if (gpus_flag) {
+    TAILOR_ASSIGN_OR_RETURN(hw.gpus, parse_gpus_flag(*gpus_flag, catalog));
+    hw.source = "--gpus " + *gpus_flag;
+  } else if (r.gpu_count && *r.gpu_count == 0) {
+    hw.source = "spec: resources.gpus 0";
+  } else if (!r.gpu_model.empty() || r.gpu_memory) {
+    const std::int64_t n = r.gpu_count.value_or(1);
+    Device d;
+    if (!r.gpu_model.empty()) {
+      const dsl::GpuModel* g = catalog.find_gpu(r.gpu_model);
+      if (g == nullptr) return Status::invalid_argument("unknown GPU model \"" + r.gpu_model + "\"");
+      d = device_from_catalog(*g);
+    } else {
+      d = hypothetical_gpu(*r.gpu_memory);
+    }
+    if (r.gpu_memory) {
+      d.memory = *r.gpu_memory;
+      d.free_memory = *r.gpu_memory;
+    }
+    hw.gpus.assign(static_cast<std::size_t>(n), d);
+    hw.source = "spec: resources";
+  } else {
+    hw.source = detected.empty() ? "detected: no GPU" : "detected";
+    if (!r.gpu_ids.empty()) {
+      for (std::int64_t id : r.gpu_ids) {
+        if (id >= static_cast<std::int64_t>(detected.size())) {
+          return Status::invalid_argument("resources.gpus lists GPU " + std::to_string(id) + ", but " +
+                                          std::to_string(detected.size()) + " GPU(s) were detected");
+        }
+        hw.gpus.push_back(detected[static_cast<std::size_t>(id)]);
+      }
+    } else if (r.gpu_count) {
+      if (*r.gpu_count > static_cast<std::int64_t>(detected.size())) {
+        return Status::invalid_argument("resources.gpus asks for " + std::to_string(*r.gpu_count) + " GPU(s), but " +
+                                        std::to_string(detected.size()) +
+                                        " were detected; declare hardware with --gpus or resources.gpu_model");
+      }
+      hw.gpus.assign(detected.begin(), detected.begin() + *r.gpu_count);
+    } else {
+      hw.gpus = detected;
+    }
+  }
+  hw.cpu = cpu_device(hw.host_memory);
+  return hw;
+}
+
+}  // namespace tailor::strategies

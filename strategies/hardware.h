@@ -1,0 +1,73 @@
+// The hardware a plan is made for: detected (NVML through dlopen, then
+// nvidia-smi), declared on the command line (--gpus 2xA6000, --gpus
+// 1x24GiB), or from the spec's resources. With no GPU, the plan is for CPU
+// training with host RAM as the budget.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/units.h"
+#include "dsl/catalog.h"
+#include "dsl/job_spec.h"
+
+namespace tailor::strategies {
+
+// Facts about one accelerator (or the CPU) that planning needs.
+struct Device {
+  std::string name;                 // "NVIDIA RTX A6000", "CPU"
+  std::string catalog_key;          // GPU catalog key when known, else empty
+  Bytes memory;                     // total memory
+  Bytes free_memory;                // free when detected; = memory otherwise
+  bool bf16 = false;
+  double peak_tflops_bf16 = 0;      // dense; 0 when unsupported
+  double peak_tflops_fp16 = 0;
+  double peak_tflops_fp32 = 0;
+  double memory_bandwidth_gbps = 0; // GB/s
+  double interconnect_gbps = 0;     // GPU-to-GPU, GB/s per direction
+  double host_link_gbps = 0;        // device-to-host, GB/s per direction
+};
+
+struct Hardware {
+  std::vector<Device> gpus;  // empty: CPU training
+  Device cpu;                // the host as a compute device
+  Bytes host_memory;         // RAM available to the job
+  std::string source;        // "detected (NVML)", "--gpus 2xA6000", "spec resources", ...
+
+  bool cpu_only() const { return gpus.empty(); }
+  int gpu_count() const { return static_cast<int>(gpus.size()); }
+  // "2x NVIDIA RTX A6000 (48.0 GiB), host 256 GiB" / "CPU, host 23.4 GiB"
+  std::string describe() const;
+};
+
+// The host as a compute device: this project's 2-core reference machine
+// figures (FIELD-NOTES.md: ~140 GFLOP/s fp32 with OpenBLAS, bf16 through
+// oneDNN ~300-500 GFLOP/s). Measured runs calibrate them.
+Device cpu_device(Bytes host_memory);
+
+// Host RAM from /proc/meminfo (MemTotal); nullopt when unreadable.
+std::optional<Bytes> detect_host_memory();
+
+// GPUs through NVML (libnvidia-ml.so.1 via dlopen), falling back to
+// `nvidia-smi --query-gpu`; an empty list when there are none. Names are
+// matched against the catalog for compute figures. Never throws.
+std::vector<Device> detect_gpus(const dsl::Catalog& catalog);
+
+// Parses "2xA6000", "A6000", "1x24GiB", "4xH100-80", "0" / "cpu".
+Result<std::vector<Device>> parse_gpus_flag(const std::string& text, const dsl::Catalog& catalog);
+
+// A GPU of a catalog model, or a hypothetical one with only its memory known
+// (compute figures of a mid-range card, flagged in `name`).
+Device device_from_catalog(const dsl::GpuModel& model);
+Device hypothetical_gpu(Bytes memory);
+
+// The hardware for `spec`: an explicit --gpus flag wins, then the spec's
+// resources (gpu_model / gpu_memory / gpus count), then `detected`. The
+// spec's gpu count selects that many devices; gpus: 0 means CPU.
+Result<Hardware> resolve_hardware(const dsl::JobSpec& spec, const std::optional<std::string>& gpus_flag,
+                                  const std::vector<Device>& detected, std::optional<Bytes> detected_host_memory,
+                                  const dsl::Catalog& catalog);
+
+}  // namespace tailor::strategies

@@ -1,0 +1,328 @@
+// Memory formulas. Sources:
+//  - mixed-precision AdamW = 16 bytes/param (2 weights + 2 gradients + 4 fp32
+//    master + 8 fp32 moments) and the ZeRO stage formulas: Rajbhandari et
+//    al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+//    Models" (SC 2020), section 3 and figure 1.
+//  - activations per layer: Korthikanti et al., "Reducing Activation
+//    Recomputation in Large Transformer Models" (2022), section 4.1, adapted
+//    tensor by tensor for SwiGLU MLPs, RMSNorm and grouped-query attention.
+//  - NF4 and double quantisation: Dettmers et al., "QLoRA" (2023), section 3.
+//  - 8-bit block-wise optimizer states: Dettmers et al., "8-bit Optimizers
+//    via Block-wise Quantization" (2021): one byte per state, an fp32 absmax
+//    per block of 2048.
+//  - LoRA parameters r * (in + out) per adapted matrix: Hu et al. (2021).
+#include "strategies/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tailor::strategies {
+namespace {
+
+using dsl::ModelArch;
+using dsl::ModelFamily;
+
+bool is_half(Precision p) { return p != Precision::kFp32; }
+
+struct Linear {
+  const char* name;
+  std::int64_t in;
+  std::int64_t out;
+};
+
+// The linear layers of one block, by their Hugging Face names.
+std::vector<Linear> block_linears(const ModelArch& a) {
+  const std::int64_t h = a.hidden, kv = a.kv_heads * a.head_dim(), i = a.intermediate;
+  if (a.family == ModelFamily::kGpt2) {
+    return {{"c_attn", h, 3 * h}, {"c_proj", h, h}, {"c_fc", h, i}, {"c_proj", i, h}};
+  }
+  return {{"q_proj", h, h},    {"k_proj", h, kv}, {"v_proj", h, kv}, {"o_proj", h, h},
+          {"gate_proj", h, i}, {"up_proj", h, i}, {"down_proj", i, h}};
+}
+
+bool targeted(const Linear& l, const std::vector<std::string>& targets) {
+  return targets.empty() || std::find(targets.begin(), targets.end(), l.name) != targets.end();
+}
+
+}  // namespace
+
+const char* to_string(Quantization q) {
+  switch (q) {
+    case Quantization::kNone: return "none";
+    case Quantization::kInt8: return "int8";
+    case Quantization::kNf4: return "nf4";
+    case Quantization::kNf4Double: return "nf4-double-quant";
+  }
+  return "?";
+}
+
+ParameterCounts count_parameters(const ModelArch& a) {
+  ParameterCounts c;
+  c.total = a.parameter_count();
+  std::int64_t linear = 0;
+  for (const Linear& l : block_linears(a)) {
+    linear += l.in * l.out;
+    c.largest_linear = std::max(c.largest_linear, l.in * l.out);
+  }
+  c.block_linear = a.layers * linear;
+  c.other = c.total - c.block_linear;
+  const std::int64_t embeddings = a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) +
+                                  (a.family == ModelFamily::kGpt2 ? a.max_seq_len * a.hidden : 0);
+  c.per_layer = a.layers > 0 ? (c.total - embeddings) / a.layers : 0;
+  return c;
+}
+
+std::int64_t lora_parameter_count(const ModelArch& a, std::int64_t rank, const std::vector<std::string>& targets) {
+  std::int64_t per_layer = 0;
+  for (const Linear& l : block_linears(a)) {
+    if (targeted(l, targets)) per_layer += rank * (l.in + l.out);
+  }
+  return a.layers * per_layer;
+}
+
+MemoryConstants MemoryConstants::defaults() {
+  MemoryConstants k;
+  // CUDA context (~300-500 MiB depending on GPU, driver and loaded kernels)
+  // plus cuBLAS/cuDNN workspaces. An assumption until measured on a GPU.
+  k.gpu_runtime_overhead = Bytes::mib(640);
+  k.cpu_runtime_overhead = Bytes(0);
+  // At the forward/backward boundary: the logits in the compute dtype (2 B),
+  // the fp32 log-probabilities the loss keeps (4 B) and the fp32 gradient of
+  // the loss w.r.t. them (4 B) are alive together: 10 B per b*s*V element;
+  // 12 B when the logits themselves are fp32.
+  k.logits_bytes_per_element_half = 10.0;
+  k.logits_bytes_per_element_fp32 = 12.0;
+  return k;
+}
+
+MemoryConstants calibrate(const MemoryConstants& base, const MemoryBreakdown& est, const MemoryBreakdown& measured) {
+  MemoryConstants k = base;
+  auto ratio = [](Bytes m, Bytes e) { return m.count() > 0 && e.count() > 0 ? static_cast<double>(m.count()) / static_cast<double>(e.count()) : 1.0; };
+  k.activation_factor *= ratio(measured.activations, est.activations);
+  k.logits_factor *= ratio(measured.logits, est.logits);
+  const Bytes est_static = est.weights + est.gradients + est.optimizer_states + est.master_weights + est.adapter;
+  const Bytes measured_static =
+      measured.weights + measured.gradients + measured.optimizer_states + measured.master_weights + measured.adapter;
+  k.static_factor *= ratio(measured_static, est_static);
+  return k;
+}
+
+double weight_bytes_per_param(Precision p) { return is_half(p) ? 2.0 : 4.0; }
+double gradient_bytes_per_param(Precision p) { return is_half(p) ? 2.0 : 4.0; }
+double master_bytes_per_param(Precision p) { return (p == Precision::kBf16 || p == Precision::kFp16) ? 4.0 : 0.0; }
+
+double optimizer_bytes_per_param(Optimizer o, Precision p, std::int64_t block_size) {
+  const double state = p == Precision::kPureBf16 ? 2.0 : 4.0;  // pure bf16 keeps states in bf16
+  switch (o) {
+    case Optimizer::kAdamw: return 2 * state;                                    // m and v
+    case Optimizer::kAdamw8bit: return 2 * (1.0 + 4.0 / static_cast<double>(block_size));  // 2 states, 1 B + absmax
+    case Optimizer::kSgd: return state;                                          // momentum
+  }
+  return 0;
+}
+
+double quantized_bytes_per_param(Quantization q, std::int64_t row_length) {
+  switch (q) {
+    case Quantization::kNone: return 0;  // not quantised: the caller uses the compute dtype
+    case Quantization::kInt8: return 1.0 + 4.0 / static_cast<double>(row_length);  // fp32 scale per row
+    case Quantization::kNf4: return 0.5 + 4.0 / 64.0;  // 4 bits + fp32 absmax per 64
+    case Quantization::kNf4Double:
+      // 4 bits + an 8-bit absmax per 64 + an fp32 second-level scale per 256 absmax values.
+      return 0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0);
+  }
+  return 0;
+}
+
+double korthikanti_layer_bytes(std::int64_t s, std::int64_t b, std::int64_t h, std::int64_t a) {
+  const double sbh = static_cast<double>(s) * static_cast<double>(b) * static_cast<double>(h);
+  return sbh * (34.0 + 5.0 * static_cast<double>(a) * static_cast<double>(s) / static_cast<double>(h));
+}
+
+double zero_model_state_bytes(double params, std::int64_t stage, std::int64_t gpus) {
+  const double n = static_cast<double>(gpus);
+  const double weights = 2 * params / (stage >= 3 ? n : 1);
+  const double grads = 2 * params / (stage >= 2 ? n : 1);
+  const double states = 12 * params / (stage >= 1 ? n : 1);  // fp32 master + two fp32 moments
+  return weights + grads + states;
+}
+
+std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShape batch, Attention attention,
+                                                   bool dropout, double e) {
+  // Each row: a tensor one layer keeps for backward. sbh = s*b*h elements;
+  // `e` bytes per element; dropout masks are 1 byte per element.
+  const double s = static_cast<double>(batch.seq_len), b = static_cast<double>(batch.micro_batch);
+  const double h = static_cast<double>(a.hidden), i = static_cast<double>(a.intermediate);
+  const double heads = static_cast<double>(a.heads);
+  const double kv = static_cast<double>(a.kv_heads * a.head_dim());
+  const double sbh = s * b * h, sbi = s * b * i, scores = heads * s * s * b;
+  const bool standard = attention == Attention::kStandard;
+  std::vector<ActivationTerm> t;
+  auto add = [&](const char* name, double bytes) { t.push_back({name, bytes}); };
+
+  if (a.family == ModelFamily::kGpt2) {
+    // Korthikanti section 4.1, generalised from 4h to the MLP width i.
+    add("ln_1 input", e * sbh);
+    add("c_attn input (ln_1 output)", e * sbh);
+    add("Q and K", 2 * e * sbh);
+    add("V", e * sbh);
+    if (standard) {
+      add("softmax output", e * scores);
+      if (dropout) {
+        add("attention dropout mask", scores);
+        add("attention dropout output", e * scores);
+      }
+    } else {
+      add("softmax statistics (fp32 logsumexp)", 4 * heads * s * b);
+    }
+    add("attention c_proj input", e * sbh);
+    if (dropout) add("attention output dropout mask", sbh);
+    add("ln_2 input", e * sbh);
+    add("c_fc input (ln_2 output)", e * sbh);
+    add("GELU input (c_fc output)", e * sbi);
+    add("GELU output (mlp c_proj input)", e * sbi);
+    if (dropout) add("MLP output dropout mask", sbh);
+    return t;
+  }
+  // Llama family: RMSNorm, RoPE, grouped-query attention, SwiGLU; no dropout.
+  add("input_layernorm input", e * sbh);
+  add("RMSNorm statistics (fp32, both norms)", 2 * 4 * s * b);
+  add("q/k/v_proj input (norm output)", e * sbh);
+  add("Q after RoPE", e * sbh);
+  if (standard) {
+    // Eager attention repeats K and V to every query head before the matmuls.
+    add("K and V repeated to all heads", 2 * e * sbh);
+    add("softmax output", e * scores);
+    if (dropout) {
+      add("attention dropout mask", scores);
+      add("attention dropout output", e * scores);
+    }
+  } else {
+    add("K and V (kv_heads)", 2 * e * s * b * kv);
+    add("softmax statistics (fp32 logsumexp)", 4 * heads * s * b);
+  }
+  add("o_proj input", e * sbh);
+  add("post_attention_layernorm input", e * sbh);
+  add("gate/up_proj input (norm output)", e * sbh);
+  add("gate_proj output (SiLU input)", e * sbi);
+  add("SiLU output", e * sbi);
+  add("up_proj output", e * sbi);
+  add("down_proj input", e * sbi);
+  return t;
+}
+
+MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) {
+  const ModelArch& a = *in.arch;
+  const Strategy& st = in.strategy;
+  const ParameterCounts pc = count_parameters(a);
+  const double n = static_cast<double>(std::max<std::int64_t>(1, st.num_gpus));
+  const bool adapter = st.adapter != Adapter::kNone;
+  const double e = is_half(st.precision) ? 2.0 : 4.0;  // activation bytes per element
+
+  MemoryEstimate out;
+  MemoryBreakdown& m = out.per_device;
+  double weights = 0, grads = 0, master = 0, states = 0, adapter_bytes = 0;
+  if (!adapter) {
+    out.trainable_parameters = pc.total;
+    weights = static_cast<double>(pc.total) * weight_bytes_per_param(st.precision);
+    grads = static_cast<double>(pc.total) * gradient_bytes_per_param(st.precision);
+    master = static_cast<double>(pc.total) * master_bytes_per_param(st.precision);
+    states = static_cast<double>(pc.total) * optimizer_bytes_per_param(st.optimizer, st.precision);
+  } else {
+    const std::int64_t lora = lora_parameter_count(a, st.lora_rank, in.lora_targets);
+    out.trainable_parameters = lora;
+    out.frozen_parameters = pc.total;
+    // Frozen base: block linears possibly quantised, the rest in the compute dtype.
+    const double linear_bytes = st.quantization == Quantization::kNone
+                                    ? weight_bytes_per_param(st.precision)
+                                    : quantized_bytes_per_param(st.quantization, a.hidden);
+    weights = static_cast<double>(pc.block_linear) * linear_bytes +
+              static_cast<double>(pc.other) * weight_bytes_per_param(st.precision);
+    // Adapters are trained in fp32 under fp32 and mixed precision (no master
+    // copy needed), in bf16 under pure bf16.
+    const double adapter_dtype = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
+    adapter_bytes = static_cast<double>(lora) * adapter_dtype;
+    grads = static_cast<double>(lora) * adapter_dtype;
+    states = static_cast<double>(lora) * optimizer_bytes_per_param(st.optimizer, st.precision);
+  }
+  // ZeRO partitions across the N data-parallel ranks.
+  if (st.zero_stage >= 1) {
+    states /= n;
+    master /= n;
+  }
+  if (st.zero_stage >= 2) grads /= n;
+  if (st.zero_stage >= 3) {
+    weights /= n;
+    adapter_bytes /= n;
+  }
+  // Offload moves the optimizer (states + fp32 master) to host RAM, where the
+  // CPU optimizer also keeps an fp32 gradient copy (ZeRO-Offload, Ren et al.
+  // 2021); parameter offload (ZeRO-Infinity) moves the weights too.
+  double host = 0;
+  if (st.offload != Offload::kNone) {
+    host += (states + master) * n + static_cast<double>(out.trainable_parameters) * 4.0;
+    states = 0;
+    master = 0;
+    // Gradients stream to the host as backward produces them: the device
+    // holds about two layers' worth (the one being computed and the bucket in
+    // flight), not the whole set.
+    const double layer_grads = static_cast<double>(adapter ? out.trainable_parameters / std::max<std::int64_t>(1, a.layers)
+                                                           : pc.per_layer) *
+                               (adapter && st.precision != Precision::kPureBf16 ? 4.0 : gradient_bytes_per_param(st.precision));
+    grads = std::min(grads, 2.0 * layer_grads);
+  }
+  if (st.offload == Offload::kOptimizerAndParams) {
+    host += weights * n;
+    weights = 0;
+  }
+  const double sf = k.static_factor;
+  m.weights = Bytes(static_cast<std::int64_t>(weights * sf));
+  m.gradients = Bytes(static_cast<std::int64_t>(grads * sf));
+  m.master_weights = Bytes(static_cast<std::int64_t>(master * sf));
+  m.optimizer_states = Bytes(static_cast<std::int64_t>(states * sf));
+  m.adapter = Bytes(static_cast<std::int64_t>(adapter_bytes * sf));
+  out.host = Bytes(static_cast<std::int64_t>(host));
+
+  // Activations: a full layer, or only its input when checkpointed; during
+  // backward one checkpointed layer at a time is recomputed in full.
+  double full_layer = 0;
+  for (const ActivationTerm& term : layer_activation_terms(a, in.batch, in.attention, in.dropout, e)) {
+    full_layer += term.bytes;
+  }
+  const double s = static_cast<double>(in.batch.seq_len), b = static_cast<double>(in.batch.micro_batch);
+  if (adapter) {
+    // LoRA: with dropout, each adapted linear keeps its own dropped-out input
+    // copy and mask; every adapter keeps its A output (s*b*r).
+    for (const Linear& l : block_linears(a)) {
+      if (!targeted(l, in.lora_targets)) continue;
+      if (in.lora_dropout > 0) full_layer += (e + 1.0) * s * b * static_cast<double>(l.in);
+      full_layer += e * s * b * static_cast<double>(st.lora_rank);
+    }
+  }
+  const double layer_input = e * s * b * static_cast<double>(a.hidden);
+  const std::int64_t layers = a.layers;
+  std::int64_t checkpointed = 0;
+  if (st.checkpoint_every > 0) checkpointed = (layers + st.checkpoint_every - 1) / st.checkpoint_every;
+  double acts = static_cast<double>(checkpointed) * layer_input +
+                static_cast<double>(layers - checkpointed) * full_layer + (checkpointed > 0 ? full_layer : 0.0);
+  acts += 2 * layer_input;  // final norm input and lm_head input
+  m.activations = Bytes(static_cast<std::int64_t>(acts * k.activation_factor));
+
+  const double logit_elems = b * s * static_cast<double>(a.vocab);
+  const double per_elem = is_half(st.precision) ? k.logits_bytes_per_element_half : k.logits_bytes_per_element_fp32;
+  m.logits = Bytes(static_cast<std::int64_t>(logit_elems * per_elem * k.logits_factor));
+
+  double overhead = static_cast<double>((in.on_gpu ? k.gpu_runtime_overhead : k.cpu_runtime_overhead).count());
+  const double wbytes = weight_bytes_per_param(st.precision);
+  if (st.quantization == Quantization::kNf4 || st.quantization == Quantization::kNf4Double ||
+      st.quantization == Quantization::kInt8) {
+    overhead += static_cast<double>(pc.largest_linear) * wbytes;  // one dequantised weight at a time
+  }
+  if (st.zero_stage >= 3 || st.offload == Offload::kOptimizerAndParams) {
+    // The gathered layer being computed plus the one prefetched.
+    overhead += 2.0 * static_cast<double>(pc.per_layer) * wbytes;
+  }
+  m.overhead = Bytes(static_cast<std::int64_t>(overhead));
+  return out;
+}
+
+}  // namespace tailor::strategies

@@ -1,0 +1,119 @@
+// The memory model: bytes per device, by component, for a model shape, a
+// batch shape and a strategy. Every formula is in memory_model.cpp with its
+// source; constants that are assumptions rather than arithmetic are named
+// here and can be corrected by measured calibration.
+//
+// What it deliberately does not model: allocator fragmentation (the spec's
+// headroom covers it), NCCL buffers, and kernels' private workspaces beyond
+// the named overhead constants.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+#include "dsl/job_spec.h"
+#include "strategies/strategy.h"
+
+namespace tailor::strategies {
+
+// Parameter counts of an architecture, split the way memory needs them.
+struct ParameterCounts {
+  std::int64_t total = 0;
+  std::int64_t block_linear = 0;  // weights of the blocks' linear layers (what QLoRA quantises)
+  std::int64_t other = 0;         // embeddings, head, norms, biases: kept in the compute dtype
+  std::int64_t largest_linear = 0;  // the biggest single linear weight (dequantise / gather buffer)
+  std::int64_t per_layer = 0;     // all parameters of one block
+};
+ParameterCounts count_parameters(const dsl::ModelArch& arch);
+
+// LoRA parameters for `targets` (empty = every linear of the blocks) at rank r:
+// r * (in + out) per targeted linear, per layer (Hu et al. 2021).
+std::int64_t lora_parameter_count(const dsl::ModelArch& arch, std::int64_t rank,
+                                  const std::vector<std::string>& targets);
+
+// Attention implementation, which decides whether the s^2 score matrices
+// are stored for backward.
+enum class Attention {
+  kStandard,         // materialised softmax(QK^T): Korthikanti's 5as/h term (2as/h without dropout)
+  kMemoryEfficient,  // flash / SDPA memory-efficient: no s^2 buffers, GQA without K/V expansion
+};
+
+// Assumptions that are not arithmetic. Defaults are documented at their
+// definition; `calibrated()` applies measured correction factors.
+struct MemoryConstants {
+  Bytes gpu_runtime_overhead;  // CUDA context + cuBLAS/cuDNN workspaces per process
+  Bytes cpu_runtime_overhead;  // tracked on CPU: none (the tracking allocator counts tensors only)
+  double logits_bytes_per_element_half;  // logits + fp32 log-probs + their gradient, per b*s*V element
+  double logits_bytes_per_element_fp32;
+  // Multiplicative corrections from measurements (1.0 = formulas as derived).
+  double activation_factor = 1.0;
+  double logits_factor = 1.0;
+  double static_factor = 1.0;  // weights, gradients, optimizer states, master weights, adapters
+
+  static MemoryConstants defaults();
+};
+
+// Calibration: the constants corrected by a measured run, so that the same
+// strategy's estimate reproduces `measured` (per-component peaks, e.g. from
+// the runner's tracking allocator). `estimated` must come from `base`.
+// Components the measurement does not cover (zero bytes) keep their factor.
+MemoryConstants calibrate(const MemoryConstants& base, const MemoryBreakdown& estimated,
+                          const MemoryBreakdown& measured);
+
+// The shape of one forward pass.
+struct BatchShape {
+  std::int64_t micro_batch = 1;  // b
+  std::int64_t seq_len = 0;      // s
+};
+
+struct MemoryInput {
+  const dsl::ModelArch* arch = nullptr;
+  BatchShape batch;
+  Strategy strategy;
+  std::vector<std::string> lora_targets;  // empty = all linear layers
+  double lora_dropout = 0.0;
+  Attention attention = Attention::kMemoryEfficient;
+  bool on_gpu = true;       // false: CPU training (no CUDA context)
+  bool dropout = false;     // model dropout (GPT-3-style training); fine-tuning here runs without
+};
+
+struct MemoryEstimate {
+  MemoryBreakdown per_device;  // the peak on each GPU (all ranks are alike)
+  Bytes host;                  // host RAM the strategy needs (offload buffers, 0 without offload)
+  std::int64_t trainable_parameters = 0;
+  std::int64_t frozen_parameters = 0;
+};
+
+MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k = MemoryConstants::defaults());
+
+// ---- the individual formulas, exposed for tests and explanations ----------
+
+// Bytes per element of each dtype involved.
+double weight_bytes_per_param(Precision p);    // as stored for compute
+double gradient_bytes_per_param(Precision p);
+double optimizer_bytes_per_param(Optimizer o, Precision p, std::int64_t block_size = 2048);
+double master_bytes_per_param(Precision p);    // 4 under mixed precision, else 0
+double quantized_bytes_per_param(Quantization q, std::int64_t out_features = 4096);
+
+// Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+// Transformer Models", eq. 1): activations of one GPT-3-style layer with
+// 16-bit activations, dropout and standard attention: s*b*h*(34 + 5*a*s/h).
+double korthikanti_layer_bytes(std::int64_t s, std::int64_t b, std::int64_t h, std::int64_t a);
+
+// One layer's saved activations for this architecture, tensor by tensor
+// (see the table in memory_model.cpp), in bytes.
+struct ActivationTerm {
+  std::string tensor;  // "attention scores (softmax output)"
+  double bytes = 0;
+};
+std::vector<ActivationTerm> layer_activation_terms(const dsl::ModelArch& arch, BatchShape batch, Attention attention,
+                                                   bool dropout, double bytes_per_element);
+
+// ZeRO per-GPU model-state bytes for P parameters under mixed-precision
+// AdamW (Rajbhandari et al. 2020, fig. 1): stage 0: 16P; 1: 4P + 12P/N;
+// 2: 2P + 14P/N; 3: 16P/N.
+double zero_model_state_bytes(double params, std::int64_t stage, std::int64_t gpus);
+
+}  // namespace tailor::strategies

@@ -1,0 +1,123 @@
+#include "strategies/plan_document.h"
+
+#include "core/json_writer.h"
+
+namespace tailor::strategies {
+namespace {
+
+void write_strategy(JsonWriter& w, const Strategy& s) {
+  w.begin_object();
+  w.field("precision", dsl::to_string(s.precision));
+  w.field("gradient_checkpointing", s.checkpoint_every);
+  w.field("micro_batch_size", s.micro_batch_size);
+  w.field("gradient_accumulation_steps", s.grad_accumulation);
+  w.field("adapter", dsl::to_string(s.adapter));
+  w.field("lora_rank", s.lora_rank);
+  w.field("quantization", to_string(s.quantization));
+  w.field("optimizer", dsl::to_string(s.optimizer));
+  w.field("zero_stage", s.zero_stage);
+  w.field("offload", dsl::to_string(s.offload));
+  w.field("num_gpus", s.num_gpus);
+  w.end_object();
+}
+
+void write_memory(JsonWriter& w, const MemoryBreakdown& m) {
+  w.begin_object();
+  w.field("weights", m.weights.count());
+  w.field("gradients", m.gradients.count());
+  w.field("optimizer_states", m.optimizer_states.count());
+  w.field("master_weights", m.master_weights.count());
+  w.field("adapter", m.adapter.count());
+  w.field("activations", m.activations.count());
+  w.field("logits", m.logits.count());
+  w.field("overhead", m.overhead.count());
+  w.field("total", m.total().count());
+  w.end_object();
+}
+
+void write_throughput(JsonWriter& w, const Throughput& t) {
+  w.begin_object();
+  w.field("step_seconds", t.step_seconds);
+  w.field("tokens_per_second", t.tokens_per_second);
+  w.field("flops_per_token", t.flops_per_token);
+  w.field("compute_seconds", t.compute_seconds);
+  w.field("comm_seconds", t.comm_seconds);
+  w.field("offload_seconds", t.offload_seconds);
+  w.field("optimizer_seconds", t.optimizer_seconds);
+  w.end_object();
+}
+
+}  // namespace
+
+std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
+  JsonWriter w;
+  w.begin_object();
+  w.field("schema_version", kPlanSchemaVersion);
+  w.field("fits", plan.fits);
+  w.key("job").begin_object();
+  w.field("name", spec.name);
+  w.field("spec_file", spec.source_file);
+  w.field("model", spec.model.preset.empty() ? spec.model.path : spec.model.preset);
+  w.field("parameters", spec.model.arch.parameter_count());
+  w.field("seq_len", plan.seq_len);
+  w.field("global_batch_size", plan.global_batch);
+  w.end_object();
+  w.key("hardware").begin_object();
+  w.field("source", plan.hardware.source);
+  w.field("device", plan.on_cpu ? std::string("cpu") : plan.hardware.gpus.front().name);
+  w.field("num_gpus", plan.hardware.gpu_count());
+  w.field("memory_per_device", (plan.on_cpu ? plan.hardware.host_memory : plan.hardware.gpus.front().memory).count());
+  w.field("host_memory", plan.hardware.host_memory.count());
+  w.end_object();
+  w.key("errors").begin_array();
+  for (const std::string& e : plan.errors) w.value(e);
+  w.end_array();
+  if (!plan.errors.empty()) {
+    w.end_object();
+    return w.str() + "\n";
+  }
+  w.field("summary", plan.chosen.strategy.describe());
+  w.key("strategy");
+  write_strategy(w, plan.chosen.strategy);
+  w.key("memory").begin_object();
+  w.key("per_gpu");
+  write_memory(w, plan.chosen.memory.per_device);
+  w.field("budget_per_gpu", plan.budget_per_device.count());
+  w.field("headroom", plan.headroom);
+  w.field("host_total", plan.chosen.memory.host.count());
+  w.field("host_budget", plan.host_budget.count());
+  w.field("trainable_parameters", plan.chosen.memory.trainable_parameters);
+  w.end_object();
+  w.key("throughput");
+  write_throughput(w, plan.chosen.throughput);
+  w.key("decisions").begin_array();
+  for (const Decision& d : plan.decisions) {
+    w.begin_object().field("question", d.question).field("answer", d.answer).field("action", d.action).end_object();
+  }
+  w.end_array();
+  w.key("alternatives").begin_array();
+  for (const Alternative& a : plan.alternatives) {
+    w.begin_object();
+    w.key("strategy");
+    write_strategy(w, a.candidate.strategy);
+    w.field("fits", a.candidate.fits);
+    w.field("total_per_gpu", a.candidate.memory.per_device.total().count());
+    w.field("tokens_per_second", a.candidate.throughput.tokens_per_second);
+    w.field("why", a.why);
+    w.end_object();
+  }
+  w.end_array();
+  if (!plan.fits) {
+    w.field("shortfall_bytes", plan.shortfall.count());
+    w.field("host_shortfall_bytes", plan.host_shortfall.count());
+    if (plan.smallest_fitting_gpu.empty()) {
+      w.key("smallest_fitting_gpus").null();
+    } else {
+      w.field("smallest_fitting_gpus", plan.smallest_fitting_gpu);
+    }
+  }
+  w.end_object();
+  return w.str() + "\n";
+}
+
+}  // namespace tailor::strategies

@@ -1,0 +1,64 @@
+// One concrete point of the strategy space (every knob decided) and the
+// per-component memory figures the planner reports for it. These are the
+// planner's vocabulary; the plan document (plan_document.h) serialises them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/units.h"
+#include "dsl/job_spec.h"
+
+namespace tailor::strategies {
+
+using dsl::Adapter;
+using dsl::Offload;
+using dsl::Optimizer;
+using dsl::Precision;
+
+// How frozen base weights are stored.
+enum class Quantization {
+  kNone,       // compute dtype (or fp32)
+  kInt8,       // LLM.int8-style: 1 byte/param + an fp32 scale per output row
+  kNf4,        // 4-bit NormalFloat, block 64, fp32 absmax per block
+  kNf4Double,  // NF4 with the absmax values quantised again (8-bit, block 256)
+};
+
+const char* to_string(Quantization q);
+
+struct Strategy {
+  Precision precision = Precision::kFp32;
+  std::int64_t checkpoint_every = 0;  // 0 = off, 1 = every layer, N = every N-th layer
+  std::int64_t micro_batch_size = 1;  // sequences per forward pass per GPU
+  std::int64_t grad_accumulation = 1; // micro-batches per optimizer step per GPU
+  Adapter adapter = Adapter::kNone;
+  std::int64_t lora_rank = 0;         // 0 unless an adapter is used
+  Quantization quantization = Quantization::kNone;
+  Optimizer optimizer = Optimizer::kAdamw;
+  std::int64_t zero_stage = 0;
+  Offload offload = Offload::kNone;
+  std::int64_t num_gpus = 1;          // data-parallel ranks (1 on CPU)
+
+  bool operator==(const Strategy&) const = default;
+  // "bf16, checkpointing every layer, micro-batch 2 x 16, lora r16, adamw, ZeRO-0"
+  std::string describe() const;
+};
+
+// Bytes on one device, by component. Each is the steady-state or peak size
+// of that kind of buffer; see memory_model.h for the formulas.
+struct MemoryBreakdown {
+  Bytes weights;           // model parameters as stored on the device (frozen + trainable)
+  Bytes gradients;         // gradients of trainable parameters
+  Bytes optimizer_states;  // AdamW moments, 8-bit states + scales, or SGD momentum
+  Bytes master_weights;    // fp32 copy of trainable weights under mixed precision
+  Bytes adapter;           // LoRA A/B weights
+  Bytes activations;       // saved for backward, at their peak (includes recomputation)
+  Bytes logits;            // logits and loss buffers at the forward/backward boundary
+  Bytes overhead;          // runtime context, workspaces, gather/dequantise buffers
+
+  Bytes total() const {
+    return weights + gradients + optimizer_states + master_weights + adapter + activations + logits + overhead;
+  }
+};
+
+}  // namespace tailor::strategies

@@ -1,0 +1,80 @@
+#include "strategies/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include "dsl/catalog.h"
+
+namespace tailor::strategies {
+namespace {
+
+const dsl::ModelArch& llama7b() { return dsl::Catalog::builtin().find_model("llama-2-7b")->arch; }
+Device a100() { return device_from_catalog(*dsl::Catalog::builtin().find_gpu("A100-80")); }
+
+Strategy bf16(std::int64_t micro, std::int64_t accum) {
+  Strategy s;
+  s.precision = Precision::kBf16;
+  s.micro_batch_size = micro;
+  s.grad_accumulation = accum;
+  return s;
+}
+
+TEST(CostModelTest, FullTrainingIsSixFlopsPerParamPerTokenPlusAttention) {
+  const dsl::ModelArch& a = llama7b();
+  const Throughput t = estimate_throughput(a, bf16(1, 1), 2048, 1, a100());
+  const double matmul_params = static_cast<double>(a.parameter_count() - a.vocab * a.hidden) - 2.0 * a.hidden * a.layers -
+                               a.hidden;  // the embedding lookup and norms do no matmuls; lm_head does
+  const double attention = 4.0 * a.layers * 2048.0 * a.hidden;
+  EXPECT_NEAR(t.flops_per_token, 3 * (2 * matmul_params + attention), 1e6);
+}
+
+TEST(CostModelTest, RecomputationAddsAForwardAndAdaptersSkipWeightGradients) {
+  const dsl::ModelArch& a = llama7b();
+  const double full = estimate_throughput(a, bf16(1, 1), 2048, 1, a100()).flops_per_token;
+  Strategy ck = bf16(1, 1);
+  ck.checkpoint_every = 1;
+  EXPECT_NEAR(estimate_throughput(a, ck, 2048, 1, a100()).flops_per_token, full * 4 / 3, 1);
+  Strategy lora = bf16(1, 1);
+  lora.adapter = Adapter::kLora;
+  lora.lora_rank = 16;
+  EXPECT_NEAR(estimate_throughput(a, lora, 2048, 1, a100()).flops_per_token, full * 2 / 3, 1);
+}
+
+TEST(CostModelTest, LargerMicroBatchesAreFasterForTheSameGlobalBatch) {
+  const dsl::ModelArch& a = llama7b();
+  const double small = estimate_throughput(a, bf16(1, 8), 512, 8, a100()).tokens_per_second;
+  const double large = estimate_throughput(a, bf16(8, 1), 512, 8, a100()).tokens_per_second;
+  EXPECT_GT(large, small);
+}
+
+TEST(CostModelTest, Zero3CommunicatesMoreThanZero2AndOffloadCostsTime) {
+  const dsl::ModelArch& a = llama7b();
+  Strategy z2 = bf16(4, 2);
+  z2.num_gpus = 4;
+  z2.zero_stage = 2;
+  Strategy z3 = z2;
+  z3.zero_stage = 3;
+  const Throughput t2 = estimate_throughput(a, z2, 2048, 32, a100());
+  const Throughput t3 = estimate_throughput(a, z3, 2048, 32, a100());
+  EXPECT_GT(t2.comm_seconds, 0);
+  EXPECT_GT(t3.comm_seconds, t2.comm_seconds);
+  Strategy off = z3;
+  off.offload = Offload::kOptimizer;
+  EXPECT_GT(estimate_throughput(a, off, 2048, 32, a100()).offload_seconds, 0);
+  EXPECT_EQ(t3.offload_seconds, 0);
+}
+
+TEST(CostModelTest, QloraIsSlowerThanLoraByTheMeasuredFactor) {
+  const dsl::ModelArch& a = llama7b();
+  Strategy lora = bf16(1, 1);
+  lora.adapter = Adapter::kLora;
+  lora.lora_rank = 16;
+  Strategy qlora = lora;
+  qlora.adapter = Adapter::kQlora;
+  qlora.quantization = Quantization::kNf4Double;
+  const double tl = estimate_throughput(a, lora, 2048, 1, a100()).compute_seconds;
+  const double tq = estimate_throughput(a, qlora, 2048, 1, a100()).compute_seconds;
+  EXPECT_NEAR(tq / tl, 1.39, 1e-9);
+}
+
+}  // namespace
+}  // namespace tailor::strategies

@@ -1,0 +1,81 @@
+#include "strategies/hardware.h"
+
+#include <gtest/gtest.h>
+
+namespace tailor::strategies {
+namespace {
+
+const dsl::Catalog& cat() { return dsl::Catalog::builtin(); }
+
+TEST(HardwareTest, ParsesCountTimesCatalogGpu) {
+  auto d = parse_gpus_flag("2xA6000", cat());
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  ASSERT_EQ(d->size(), 2u);
+  EXPECT_EQ((*d)[0].catalog_key, "A6000");
+  EXPECT_EQ((*d)[0].memory, Bytes::gib(48));
+  EXPECT_TRUE((*d)[0].bf16);
+  EXPECT_EQ(parse_gpus_flag("A100-80", cat())->size(), 1u);
+  EXPECT_EQ(parse_gpus_flag("4xh100-80", cat())->front().catalog_key, "H100-80");
+}
+
+TEST(HardwareTest, ParsesHypotheticalMemoryAndCpu) {
+  auto d = parse_gpus_flag("1x24GiB", cat());
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->front().memory, Bytes::gib(24));
+  EXPECT_TRUE(parse_gpus_flag("0", cat())->empty());
+  EXPECT_TRUE(parse_gpus_flag("cpu", cat())->empty());
+}
+
+TEST(HardwareTest, RejectsUnknownGpusWithASuggestion) {
+  auto d = parse_gpus_flag("2xA600", cat());
+  ASSERT_FALSE(d.is_ok());
+  EXPECT_NE(d.status().message().find("did you mean 'A6000'?"), std::string::npos) << d.status().message();
+  EXPECT_FALSE(parse_gpus_flag("0xA6000", cat()).is_ok());
+  EXPECT_FALSE(parse_gpus_flag("2x4090", cat()).is_ok());  // a bare number is not a size
+}
+
+TEST(HardwareTest, FlagWinsOverSpecWhichWinsOverDetection) {
+  dsl::JobSpec spec;
+  spec.resources.gpu_model = "T4";
+  spec.resources.gpu_count = 2;
+  const std::vector<Device> detected = {hypothetical_gpu(Bytes::gib(80))};
+  auto from_spec = resolve_hardware(spec, std::nullopt, detected, Bytes::gib(64), cat());
+  ASSERT_TRUE(from_spec.is_ok());
+  EXPECT_EQ(from_spec->gpu_count(), 2);
+  EXPECT_EQ(from_spec->gpus[0].catalog_key, "T4");
+  auto from_flag = resolve_hardware(spec, std::string("1xH100-80"), detected, Bytes::gib(64), cat());
+  EXPECT_EQ(from_flag->gpus[0].catalog_key, "H100-80");
+  dsl::JobSpec plain;
+  auto detected_hw = resolve_hardware(plain, std::nullopt, detected, Bytes::gib(64), cat());
+  EXPECT_EQ(detected_hw->gpus[0].memory, Bytes::gib(80));
+  EXPECT_EQ(detected_hw->host_memory, Bytes::gib(64));
+}
+
+TEST(HardwareTest, GpuMemoryOverridesTheModelsFigure) {
+  dsl::JobSpec spec;
+  spec.resources.gpu_model = "A100-80";
+  spec.resources.gpu_memory = Bytes::gib(40);
+  auto hw = resolve_hardware(spec, std::nullopt, {}, std::nullopt, cat());
+  ASSERT_TRUE(hw.is_ok());
+  EXPECT_EQ(hw->gpus[0].memory, Bytes::gib(40));
+  EXPECT_EQ(hw->gpus[0].peak_tflops_bf16, cat().find_gpu("A100-80")->peak_tflops_bf16);
+}
+
+TEST(HardwareTest, NoGpusMeansCpuTrainingWithHostMemory) {
+  dsl::JobSpec spec;
+  auto hw = resolve_hardware(spec, std::nullopt, {}, Bytes::gib(24), cat());
+  ASSERT_TRUE(hw.is_ok());
+  EXPECT_TRUE(hw->cpu_only());
+  EXPECT_EQ(hw->host_memory, Bytes::gib(24));
+  spec.resources.gpu_count = 4;
+  EXPECT_FALSE(resolve_hardware(spec, std::nullopt, {}, Bytes::gib(24), cat()).is_ok());
+}
+
+TEST(HardwareTest, ReadsHostMemoryFromProc) {
+  auto mem = detect_host_memory();
+  ASSERT_TRUE(mem.has_value());
+  EXPECT_GT(*mem, Bytes::gib(1));
+}
+
+}  // namespace
+}  // namespace tailor::strategies

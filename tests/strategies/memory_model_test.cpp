@@ -1,0 +1,209 @@
+#include "strategies/memory_model.h"
+
+#include <gtest/gtest.h>
+
+#include "dsl/catalog.h"
+
+namespace tailor::strategies {
+namespace {
+
+const dsl::ModelArch& arch(const char* preset) { return dsl::Catalog::builtin().find_model(preset)->arch; }
+
+MemoryEstimate estimate(const dsl::ModelArch& a, Strategy s, std::int64_t seq = 512, std::int64_t micro = 1) {
+  MemoryInput in;
+  in.arch = &a;
+  in.batch = {micro, seq};
+  in.strategy = s;
+  return estimate_memory(in);
+}
+
+// weights + gradients + optimizer states + master weights
+double model_states(const MemoryEstimate& e) {
+  const MemoryBreakdown& m = e.per_device;
+  return static_cast<double>((m.weights + m.gradients + m.optimizer_states + m.master_weights).count());
+}
+
+TEST(MemoryModelTest, MixedPrecisionAdamwIsSixteenBytesPerParam) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  Strategy s;
+  s.precision = Precision::kBf16;
+  const MemoryEstimate e = estimate(a, s);
+  const double p = static_cast<double>(a.parameter_count());
+  EXPECT_DOUBLE_EQ(static_cast<double>(e.per_device.weights.count()), 2 * p);
+  EXPECT_DOUBLE_EQ(static_cast<double>(e.per_device.gradients.count()), 2 * p);
+  EXPECT_DOUBLE_EQ(static_cast<double>(e.per_device.master_weights.count()), 4 * p);
+  EXPECT_DOUBLE_EQ(static_cast<double>(e.per_device.optimizer_states.count()), 8 * p);
+  EXPECT_DOUBLE_EQ(model_states(e), 16 * p);
+}
+
+TEST(MemoryModelTest, PureBf16IsEightBytesPerParamAndFp32IsSixteen) {
+  const dsl::ModelArch& a = arch("tinyllama-1.1b");
+  const double p = static_cast<double>(a.parameter_count());
+  Strategy pure;
+  pure.precision = Precision::kPureBf16;
+  EXPECT_DOUBLE_EQ(model_states(estimate(a, pure)), 8 * p);
+  EXPECT_EQ(estimate(a, pure).per_device.master_weights.count(), 0);
+  Strategy fp32;  // 4 weights + 4 gradients + 8 moments, no master copy
+  EXPECT_DOUBLE_EQ(model_states(estimate(a, fp32)), 16 * p);
+}
+
+TEST(MemoryModelTest, ZeroStagesReproduceThePaperFormulas) {
+  const dsl::ModelArch& a = arch("llama-2-13b");
+  const double p = static_cast<double>(a.parameter_count());
+  for (std::int64_t n : {2, 4, 8}) {
+    for (std::int64_t stage : {0, 1, 2, 3}) {
+      Strategy s;
+      s.precision = Precision::kBf16;
+      s.num_gpus = n;
+      s.zero_stage = stage;
+      const double expected = stage == 0 ? 16 * p : stage == 1 ? 4 * p + 12 * p / n : stage == 2 ? 2 * p + 14 * p / n : 16 * p / n;
+      EXPECT_NEAR(model_states(estimate(a, s)), expected, 4.0) << "stage " << stage << " N " << n;
+      EXPECT_NEAR(zero_model_state_bytes(p, stage, n), expected, 1e-3);
+    }
+  }
+}
+
+TEST(MemoryModelTest, KorthikantiTableMatchesTheClosedFormForGpt3StyleLayers) {
+  // GPT-3-style layer: 4h MLP, dropout, standard attention, 16-bit.
+  dsl::ModelArch a = arch("gpt2-xl");
+  ASSERT_EQ(a.intermediate, 4 * a.hidden);
+  for (std::int64_t s : {128, 1024}) {
+    for (std::int64_t b : {1, 4}) {
+      double table = 0;
+      for (const ActivationTerm& t : layer_activation_terms(a, {b, s}, Attention::kStandard, true, 2.0)) table += t.bytes;
+      EXPECT_DOUBLE_EQ(table, korthikanti_layer_bytes(s, b, a.hidden, a.heads));
+    }
+  }
+}
+
+TEST(MemoryModelTest, MemoryEfficientAttentionDropsTheQuadraticTerm) {
+  const dsl::ModelArch& a = arch("gpt2");
+  const std::int64_t s = 1024, b = 2;
+  double table = 0;
+  for (const ActivationTerm& t : layer_activation_terms(a, {b, s}, Attention::kMemoryEfficient, true, 2.0)) table += t.bytes;
+  const double sbh = static_cast<double>(s * b * a.hidden);
+  EXPECT_DOUBLE_EQ(table, 34 * sbh + 4.0 * static_cast<double>(a.heads * s * b));  // + fp32 logsumexp
+}
+
+TEST(MemoryModelTest, GroupedQueryAttentionStoresSmallerKeysAndValues) {
+  const dsl::ModelArch& gqa = arch("llama-3-8b");  // 32 heads, 8 kv heads
+  dsl::ModelArch mha = gqa;
+  mha.kv_heads = mha.heads;
+  auto layer = [](const dsl::ModelArch& a) {
+    double sum = 0;
+    for (const ActivationTerm& t : layer_activation_terms(a, {1, 2048}, Attention::kMemoryEfficient, false, 2.0)) sum += t.bytes;
+    return sum;
+  };
+  const double sbh = 2048.0 * gqa.hidden;
+  // K and V shrink from 2*2*sbh to 2*2*sbh/4.
+  EXPECT_DOUBLE_EQ(layer(mha) - layer(gqa), 4 * sbh * 0.75);
+}
+
+TEST(MemoryModelTest, CheckpointingKeepsInputsPlusOneRecomputedLayer) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  Strategy off;
+  off.precision = Precision::kBf16;
+  Strategy on = off;
+  on.checkpoint_every = 1;
+  const double s = 2048, h = static_cast<double>(a.hidden);
+  double layer = 0;
+  for (const ActivationTerm& t : layer_activation_terms(a, {1, 2048}, Attention::kMemoryEfficient, false, 2.0)) layer += t.bytes;
+  const double L = static_cast<double>(a.layers);
+  EXPECT_NEAR(static_cast<double>(estimate(a, off, 2048).per_device.activations.count()), L * layer + 2 * 2 * s * h, 1);
+  EXPECT_NEAR(static_cast<double>(estimate(a, on, 2048).per_device.activations.count()),
+              L * 2 * s * h + layer + 2 * 2 * s * h, 1);
+  Strategy half = on;
+  half.checkpoint_every = 2;  // 16 of 32 layers checkpointed
+  EXPECT_NEAR(static_cast<double>(estimate(a, half, 2048).per_device.activations.count()),
+              16 * 2 * s * h + 16 * layer + layer + 2 * 2 * s * h, 1);
+}
+
+TEST(MemoryModelTest, LoraParameterCountsMatchPeft) {
+  // PEFT's print_trainable_parameters for Llama-2-7B: r=16 on all seven
+  // projections: 39,976,960; r=8 on q_proj and v_proj: 4,194,304.
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  EXPECT_EQ(lora_parameter_count(a, 16, {}), 39'976'960);
+  EXPECT_EQ(lora_parameter_count(a, 8, {"q_proj", "v_proj"}), 4'194'304);
+}
+
+TEST(MemoryModelTest, QuantisedAndEightBitFormatsHaveTheirByteCounts) {
+  EXPECT_DOUBLE_EQ(quantized_bytes_per_param(Quantization::kNf4), 0.5625);
+  EXPECT_NEAR(quantized_bytes_per_param(Quantization::kNf4Double), 0.515869, 1e-6);
+  EXPECT_LE(quantized_bytes_per_param(Quantization::kNf4Double), 0.55);
+  EXPECT_NEAR(optimizer_bytes_per_param(Optimizer::kAdamw8bit, Precision::kBf16), 2.0039, 1e-4);
+  EXPECT_DOUBLE_EQ(optimizer_bytes_per_param(Optimizer::kAdamw, Precision::kBf16), 8.0);
+  EXPECT_DOUBLE_EQ(optimizer_bytes_per_param(Optimizer::kSgd, Precision::kFp32), 4.0);
+}
+
+TEST(MemoryModelTest, QloraFreezesAQuantisedBaseAndTrainsOnlyAdapters) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  Strategy s;
+  s.precision = Precision::kBf16;
+  s.adapter = Adapter::kQlora;
+  s.lora_rank = 16;
+  s.quantization = Quantization::kNf4Double;
+  const MemoryEstimate e = estimate(a, s);
+  const ParameterCounts pc = count_parameters(a);
+  EXPECT_EQ(e.trainable_parameters, 39'976'960);
+  const double expected_weights = static_cast<double>(pc.block_linear) * quantized_bytes_per_param(Quantization::kNf4Double) +
+                                  static_cast<double>(pc.other) * 2.0;
+  EXPECT_NEAR(static_cast<double>(e.per_device.weights.count()), expected_weights, 1.0);
+  EXPECT_EQ(e.per_device.master_weights.count(), 0);
+  EXPECT_EQ(e.per_device.optimizer_states.count(), 39'976'960LL * 8);
+  EXPECT_EQ(e.per_device.adapter.count(), 39'976'960LL * 4);  // fp32 adapters under mixed precision
+  EXPECT_LT(e.per_device.weights, Bytes::gib(4));              // ~3.6 GiB for a 7B base
+}
+
+TEST(MemoryModelTest, OffloadMovesOptimizerStatesToTheHost) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  Strategy s;
+  s.precision = Precision::kBf16;
+  s.zero_stage = 1;
+  s.offload = Offload::kOptimizer;
+  const MemoryEstimate e = estimate(a, s);
+  const double p = static_cast<double>(a.parameter_count());
+  EXPECT_EQ(e.per_device.optimizer_states.count(), 0);
+  EXPECT_EQ(e.per_device.master_weights.count(), 0);
+  EXPECT_NEAR(static_cast<double>(e.host.count()), 16 * p, 1);  // 12 B states + fp32 gradient copy
+  Strategy params = s;
+  params.zero_stage = 3;
+  params.offload = Offload::kOptimizerAndParams;
+  EXPECT_EQ(estimate(a, params).per_device.weights.count(), 0);
+  EXPECT_NEAR(static_cast<double>(estimate(a, params).host.count()), 18 * p, 1);
+}
+
+TEST(MemoryModelTest, LogitsScaleWithBatchSequenceAndVocabulary) {
+  const dsl::ModelArch& a = arch("llama-3-8b");
+  Strategy s;
+  s.precision = Precision::kBf16;
+  const double one = static_cast<double>(estimate(a, s, 1024, 1).per_device.logits.count());
+  EXPECT_DOUBLE_EQ(one, 1024.0 * a.vocab * 10);
+  EXPECT_DOUBLE_EQ(static_cast<double>(estimate(a, s, 1024, 4).per_device.logits.count()), 4 * one);
+}
+
+TEST(MemoryModelTest, CalibrationMakesTheEstimateReproduceAMeasurement) {
+  const dsl::ModelArch& a = arch("tiny-llama");
+  Strategy s;
+  s.precision = Precision::kBf16;
+  const MemoryConstants base = MemoryConstants::defaults();
+  const MemoryBreakdown est = estimate(a, s, 256, 4).per_device;
+  MemoryBreakdown measured = est;
+  measured.activations = Bytes(est.activations.count() * 13 / 10);  // 30% more than estimated
+  measured.logits = Bytes(est.logits.count() * 9 / 10);
+  MemoryInput in;
+  in.arch = &a;
+  in.batch = {4, 256};
+  in.strategy = s;
+  const MemoryBreakdown again = estimate_memory(in, calibrate(base, est, measured)).per_device;
+  EXPECT_NEAR(static_cast<double>(again.activations.count()), static_cast<double>(measured.activations.count()), 2);
+  EXPECT_NEAR(static_cast<double>(again.logits.count()), static_cast<double>(measured.logits.count()), 2);
+  EXPECT_NEAR(static_cast<double>(again.weights.count()), static_cast<double>(est.weights.count()), 2);
+  // The correction carries over to another batch shape of the same model.
+  in.batch = {8, 256};
+  const double ratio = static_cast<double>(estimate_memory(in, calibrate(base, est, measured)).per_device.activations.count()) /
+                       static_cast<double>(estimate_memory(in, base).per_device.activations.count());
+  EXPECT_NEAR(ratio, 1.3, 1e-3);
+}
+
+}  // namespace
+}  // namespace tailor::strategies

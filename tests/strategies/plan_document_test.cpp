@@ -1,0 +1,49 @@
+#include "strategies/plan_document.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "dsl/spec_loader.h"
+
+namespace tailor::strategies {
+namespace {
+
+TEST(PlanDocumentTest, HasTheDocumentedSchema) {
+  const auto loaded = dsl::load_job_spec(
+      (std::filesystem::path(TAILOR_SOURCE_DIR) / "configs/examples/llama2-7b-qlora-24gb.yaml").string());
+  ASSERT_TRUE(loaded.ok());
+  Hardware hw;
+  hw.gpus = *parse_gpus_flag("1x24GiB", dsl::Catalog::builtin());
+  hw.host_memory = Bytes::gib(64);
+  hw.cpu = cpu_device(hw.host_memory);
+  const Plan plan = plan_job(*loaded.spec, hw);
+  const auto j = nlohmann::json::parse(plan_to_json(plan, *loaded.spec));
+  EXPECT_EQ(j["schema_version"], kPlanSchemaVersion);
+  EXPECT_EQ(j["fits"], plan.fits);
+  for (const char* k : {"precision", "gradient_checkpointing", "micro_batch_size", "gradient_accumulation_steps",
+                        "adapter", "lora_rank", "quantization", "optimizer", "zero_stage", "offload", "num_gpus"}) {
+    EXPECT_TRUE(j["strategy"].contains(k)) << k;
+  }
+  std::int64_t sum = 0;
+  for (const char* k : {"weights", "gradients", "optimizer_states", "master_weights", "adapter", "activations", "logits",
+                        "overhead"}) {
+    ASSERT_TRUE(j["memory"]["per_gpu"].contains(k)) << k;
+    sum += j["memory"]["per_gpu"][k].get<std::int64_t>();
+  }
+  EXPECT_EQ(j["memory"]["per_gpu"]["total"].get<std::int64_t>(), sum);
+  EXPECT_EQ(j["memory"]["budget_per_gpu"].get<std::int64_t>(), plan.budget_per_device.count());
+  EXPECT_TRUE(j["memory"].contains("host_total"));
+  EXPECT_GT(j["throughput"]["tokens_per_second"].get<double>(), 0);
+  EXPECT_GT(j["throughput"]["step_seconds"].get<double>(), 0);
+  ASSERT_GE(j["decisions"].size(), 2u);
+  EXPECT_TRUE(j["decisions"][0].contains("question") && j["decisions"][0].contains("answer") &&
+              j["decisions"][0].contains("action"));
+  EXPECT_FALSE(j["alternatives"].empty());
+  EXPECT_TRUE(j["alternatives"][0].contains("why"));
+  EXPECT_EQ(j["strategy"]["micro_batch_size"].get<int>() * j["strategy"]["gradient_accumulation_steps"].get<int>(), 32);
+}
+
+}  // namespace
+}  // namespace tailor::strategies
