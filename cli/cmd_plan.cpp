@@ -1,11 +1,11 @@
 // `tailor plan JOB.yaml`: the fastest strategy that fits, with the memory
 // table, the decision trace and the alternatives.
 #include <cstdio>
-#include <memory>
 #include <ostream>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/spec_options.h"
 #include "core/units.h"
 #include "dsl/spec_loader.h"
 #include "strategies/hardware.h"
@@ -117,12 +117,7 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, std::ost
 }  // namespace
 
 int run_plan(const Argv& argv, Streams io) {
-  auto parsed = Args::parse(argv, {{"gpus", true},
-                                   {"set", true, true},
-                                   {"output", true},
-                                   {"catalog", true},
-                                   {"no-check-files", false},
-                                   {"help", false, false, 'h'}});
+  auto parsed = Args::parse(argv, with_spec_flags({{"gpus", true}, {"output", true}, {"help", false, false, 'h'}}));
   if (!parsed.is_ok()) {
     io.err << "tailor plan: " << parsed.status().message() << "\n" << kHelp;
     return kExitUsage;
@@ -138,22 +133,14 @@ int run_plan(const Argv& argv, Streams io) {
            << "\n" << kHelp;
     return kExitUsage;
   }
-  dsl::LoadOptions opts;
-  opts.overrides = args.all("set");
-  opts.check_files = !args.has("no-check-files");
-  std::unique_ptr<dsl::Catalog> own_catalog;
-  if (args.has("catalog")) {
-    auto loaded = dsl::Catalog::load_dir(args.get("catalog"));
-    if (!loaded.is_ok()) {
-      io.err << "tailor plan: --catalog: " << loaded.status().message() << "\n";
-      return kExitInvalid;
-    }
-    own_catalog = std::make_unique<dsl::Catalog>(std::move(loaded).value());
-    opts.catalog = own_catalog.get();
+  auto options = spec_options(args);
+  if (!options.is_ok()) {
+    io.err << "tailor plan: " << options.status().message() << "\n";
+    return kExitInvalid;
   }
-  const dsl::Catalog& catalog = own_catalog ? *own_catalog : dsl::Catalog::builtin();
+  const dsl::Catalog& catalog = options->catalog();
   const std::string& file = args.positional()[0];
-  const dsl::LoadedSpec loaded = dsl::load_job_spec(file, opts);
+  const dsl::LoadedSpec loaded = dsl::load_job_spec(file, options->load);
   io.err << loaded.diagnostics.to_string();
   if (!loaded.ok()) {
     io.err << file << ": invalid (" << loaded.diagnostics.error_count() << " errors)\n";

@@ -2,11 +2,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <memory>
 #include <ostream>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/spec_options.h"
 #include "core/units.h"
 #include "dsl/spec_fields.h"
 #include "dsl/spec_loader.h"
@@ -67,13 +67,10 @@ std::string summary(const dsl::JobSpec& spec) {
 }  // namespace
 
 int run_validate(const Argv& argv, Streams io) {
-  auto parsed = Args::parse(argv, {{"set", true, true},
-                                   {"resolved", false},
-                                   {"output", true},
-                                   {"catalog", true},
-                                   {"no-check-files", false},
-                                   {"quiet", false, false, 'q'},
-                                   {"help", false, false, 'h'}});
+  auto parsed = Args::parse(argv, with_spec_flags({{"resolved", false},
+                                                   {"output", true},
+                                                   {"quiet", false, false, 'q'},
+                                                   {"help", false, false, 'h'}}));
   if (!parsed.is_ok()) {
     io.err << "tailor validate: " << parsed.status().message() << "\n" << kHelp;
     return kExitUsage;
@@ -92,19 +89,12 @@ int run_validate(const Argv& argv, Streams io) {
     io.err << "tailor validate: no spec file given\n" << kHelp;
     return kExitUsage;
   }
-  dsl::LoadOptions opts;
-  opts.overrides = args.all("set");
-  opts.check_files = !args.has("no-check-files");
-  std::unique_ptr<dsl::Catalog> catalog;
-  if (args.has("catalog")) {
-    auto loaded = dsl::Catalog::load_dir(args.get("catalog"));
-    if (!loaded.is_ok()) {
-      io.err << "tailor validate: --catalog: " << loaded.status().message() << "\n";
-      return kExitInvalid;
-    }
-    catalog = std::make_unique<dsl::Catalog>(std::move(loaded).value());
-    opts.catalog = catalog.get();
+  auto options = spec_options(args);
+  if (!options.is_ok()) {
+    io.err << "tailor validate: " << options.status().message() << "\n";
+    return kExitInvalid;
   }
+  const dsl::LoadOptions& opts = options->load;
 
   bool all_ok = true;
   auto results = nlohmann::ordered_json::array();

@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/json_writer.h"
 #include "core/text.h"
 
 namespace tailor::dsl {
@@ -430,26 +431,8 @@ bool needs_quotes(const Node& n) {
   return s.find(": ") != std::string::npos || s.find(" #") != std::string::npos;
 }
 
-std::string quote_yaml(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
+// YAML double-quoted scalars accept JSON's escapes.
+std::string quote_yaml(const std::string& s) { return json_escape(s); }
 
 std::string scalar_text(const Node& n) {
   if (n.is_null()) return "null";

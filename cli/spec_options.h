@@ -1,0 +1,28 @@
+// The flags every command that reads job specs shares (--set, --catalog,
+// --no-check-files), turned into loader options.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "cli/args.h"
+#include "core/status.h"
+#include "dsl/catalog.h"
+#include "dsl/spec_loader.h"
+
+namespace tailor::cli {
+
+struct SpecOptions {
+  dsl::LoadOptions load;
+  std::unique_ptr<dsl::Catalog> own_catalog;  // from --catalog; load.catalog points at it
+
+  const dsl::Catalog& catalog() const { return own_catalog ? *own_catalog : dsl::Catalog::builtin(); }
+};
+
+// Appends the shared flags to a command's own.
+std::vector<FlagSpec> with_spec_flags(std::vector<FlagSpec> flags);
+
+// Fails when --catalog names a folder that does not hold a valid catalog.
+Result<SpecOptions> spec_options(const Args& args);
+
+}  // namespace tailor::cli
