@@ -4,7 +4,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "cli/args.h"
+#include "core/args.h"
 #include "cli/commands.h"
 #include "dsl/axolotl_import.h"
 

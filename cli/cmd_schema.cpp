@@ -1,7 +1,7 @@
 // `tailor schema`: the JSON Schema of a job spec.
 #include <ostream>
 
-#include "cli/args.h"
+#include "core/args.h"
 #include "cli/commands.h"
 #include "dsl/spec_fields.h"
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <ostream>
 
-#include "cli/args.h"
+#include "core/args.h"
 #include "cli/commands.h"
 #include "cli/spec_options.h"
 #include "core/units.h"

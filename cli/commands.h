@@ -12,7 +12,9 @@ namespace tailor::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInvalid = 1;  // bad spec or input
 inline constexpr int kExitUsage = 2;    // bad command line
-inline constexpr int kExitNoFit = 3;    // `plan`: nothing fits the hardware
+inline constexpr int kExitNoFit = 3;    // nothing fits the hardware (or `run`: out of memory)
+inline constexpr int kExitCancelled = 4;  // `run`: interrupted
+inline constexpr int kExitRunFailed = 5;  // `run`: training failed
 
 struct Streams {
   std::ostream& out;
@@ -25,6 +27,7 @@ int run_validate(const Argv& args, Streams io);
 int run_schema(const Argv& args, Streams io);
 int run_import(const Argv& args, Streams io);
 int run_plan(const Argv& args, Streams io);
+int run_run(const Argv& args, Streams io);
 
 // Entry point: `tailor COMMAND ...`.
 int run_tailor(const Argv& args, Streams io);

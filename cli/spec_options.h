@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "cli/args.h"
+#include "core/args.h"
 #include "core/status.h"
 #include "dsl/catalog.h"
 #include "dsl/spec_loader.h"

@@ -16,6 +16,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"validate", "Check job specs and report every problem with file:line:col", run_validate},
     {"plan", "Choose the fastest memory strategy that fits the GPUs, and explain it", run_plan},
+    {"run", "Plan and train a job in the foreground on this machine", run_run},
     {"schema", "Print the JSON Schema of a job spec (for editor completion)", run_schema},
     {"import", "Convert another tool's config into a job spec (axolotl)", run_import},
 };
@@ -29,7 +30,8 @@ void print_help(std::ostream& out) {
     out << "  " << name << c.summary << "\n";
   }
   out << "\n'tailor COMMAND --help' describes a command.\n"
-         "exit codes: 0 ok, 1 invalid spec or input, 2 bad command line, 3 job does not fit\n";
+         "exit codes: 0 ok, 1 invalid spec or input, 2 bad command line, 3 job does not fit,\n"
+         "4 run cancelled, 5 training failed\n";
 }
 
 }  // namespace

@@ -122,6 +122,12 @@ JsonWriter& JsonWriter::value(bool v) {
   return *this;
 }
 
+JsonWriter& JsonWriter::raw(std::string_view json) {
+  before_value();
+  out_ += json;
+  return *this;
+}
+
 JsonWriter& JsonWriter::null() {
   before_value();
   out_ += "null";

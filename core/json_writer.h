@@ -30,6 +30,8 @@ class JsonWriter {
   JsonWriter& value(double v);
   JsonWriter& value(bool v);
   JsonWriter& null();
+  // Inserts an already serialised JSON value as is (the caller vouches for it).
+  JsonWriter& raw(std::string_view json);
 
   template <class T>
   JsonWriter& field(std::string_view k, const T& v) {

@@ -1,42 +1,91 @@
-// tailor-runner: the LibTorch training worker. Today it reports what the
-// local LibTorch can do (`--probe`); training from a plan document arrives
-// with the runner issue.
-#include <cstring>
+// tailor-runner: the LibTorch training worker. Runs a plan document and
+// reports through files (metrics.jsonl, events.jsonl) and its exit code.
+#include <unistd.h>
+
 #include <iostream>
 
+#include "core/args.h"
+#include "core/units.h"
+#include "runner/run_config.h"
+#include "runner/torch/trainer.h"
 #include "runner/torch_probe.h"
 
 namespace {
 
-constexpr const char* kHelp = R"(usage: tailor-runner --probe | --version | --help
+constexpr const char* kHelp = R"(usage: tailor-runner --plan PLAN.json --out DIR [OPTIONS]
+       tailor-runner --probe | --version | --help
 
-  --probe     print LibTorch's version, devices, threads and matmul rates as JSON
-  --version   print the version
-  --help      show this help
+Trains the job of a plan document (tailor plan --output json) with its
+strategy, writing DIR/metrics.jsonl (one line per step: loss, lr, grad_norm,
+tokens/s, memory by component), DIR/events.jsonl (start, checkpoint, resume,
+oom, cancelled, error, done), DIR/checkpoints/ and DIR/model.pt.
 
-exit codes: 0 ok, 2 bad command line, 70 internal error
+options:
+  --plan FILE          the plan document to run
+  --out DIR            output folder (created)
+  --resume             continue from the newest checkpoint in DIR
+  --memory-limit SIZE  byte budget for all tensors, e.g. 300MiB; 0 = none.
+                       Default on CPU: the plan's budget. Exceeding it fails
+                       the allocation exactly as a GPU out-of-memory would.
+  --progress           redraw a progress line on stderr (default on a terminal)
+  --quiet              no progress output
+  --probe              print LibTorch's version, devices and matmul rates
+
+exit codes: 0 done, 1 failure, 2 bad input (never retried), 3 out of memory
+(re-plan), 4 cancelled (SIGTERM/SIGINT; a checkpoint was written)
 )";
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+  using namespace tailor;
+  auto parsed = Args::parse(std::vector<std::string>(argv + 1, argv + argc),
+                            {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true}, {"progress", false},
+                             {"quiet", false}, {"probe", false}, {"version", false}, {"help", false, false, 'h'}});
+  if (!parsed.is_ok()) {
+    std::cerr << "tailor-runner: " << parsed.status().message() << "\n" << kHelp;
+    return runner::kExitBadInput;
+  }
+  const Args& args = *parsed;
+  if (args.has("help")) {
     std::cout << kHelp;
-    return 0;
+    return runner::kExitOk;
   }
-  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+  if (args.has("version")) {
     std::cout << "tailor-runner 0.1.0\n";
-    return 0;
+    return runner::kExitOk;
   }
-  if (argc == 2 && std::strcmp(argv[1], "--probe") == 0) {
-    auto probe = tailor::runner::probe_torch();
+  if (args.has("probe")) {
+    auto probe = runner::probe_torch();
     if (!probe.is_ok()) {
       std::cerr << "tailor-runner: " << probe.status().to_string() << "\n";
-      return 70;
+      return runner::kExitFailure;
     }
     std::cout << probe->to_json() << "\n";
-    return 0;
+    return runner::kExitOk;
   }
-  std::cerr << "tailor-runner: expected --probe, --version or --help\n" << kHelp;
-  return 2;
+  if (!args.has("plan") || !args.has("out") || !args.positional().empty()) {
+    std::cerr << "tailor-runner: --plan and --out are required\n" << kHelp;
+    return runner::kExitBadInput;
+  }
+  auto config = runner::read_plan_file(args.get("plan"));
+  if (!config.is_ok()) {
+    std::cerr << "tailor-runner: " << config.status().message() << "\n";
+    return runner::kExitBadInput;
+  }
+  runner::TrainOptions opts;
+  opts.config = std::move(config).value();
+  opts.out_dir = args.get("out");
+  opts.resume = args.has("resume");
+  opts.quiet = args.has("quiet");
+  opts.progress = !opts.quiet && (args.has("progress") || isatty(STDERR_FILENO));
+  if (args.has("memory-limit")) {
+    auto limit = parse_bytes(args.get("memory-limit"));
+    if (!limit.is_ok()) {
+      std::cerr << "tailor-runner: --memory-limit: " << limit.status().message() << "\n";
+      return runner::kExitBadInput;
+    }
+    opts.memory_limit = limit->count();
+  }
+  return runner::train(opts);
 }

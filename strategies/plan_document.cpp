@@ -1,6 +1,8 @@
 #include "strategies/plan_document.h"
 
 #include "core/json_writer.h"
+#include "dsl/spec_fields.h"
+#include "dsl/yaml_tree.h"
 
 namespace tailor::strategies {
 namespace {
@@ -116,6 +118,8 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
       w.field("smallest_fitting_gpus", plan.smallest_fitting_gpu);
     }
   }
+  w.key("spec");
+  w.raw(dsl::emit_json(dsl::write_job_spec(spec), 0));
   w.end_object();
   return w.str() + "\n";
 }

@@ -142,7 +142,9 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   in.strategy = s;
   in.lora_targets = spec.strategy.lora.targets;
   in.lora_dropout = spec.strategy.lora.dropout;
-  in.attention = o.attention;
+  // LibTorch 1.13 on the CPU has no fused attention: the runner materialises
+  // the score matrices there.
+  in.attention = on_cpu ? Attention::kStandard : o.attention;
   in.on_gpu = !on_cpu;
   Candidate c;
   c.strategy = s;

@@ -33,7 +33,7 @@ std::string example(const char* name) { return (fs::path(TAILOR_SOURCE_DIR) / "c
 std::string spec_case(const char* name) { return (fs::path(TAILOR_SOURCE_DIR) / "tests/dsl/cases" / name).string(); }
 
 TEST(CliTest, EveryCommandHasHelp) {
-  for (const char* cmd : {"validate", "plan", "schema", "import"}) {
+  for (const char* cmd : {"validate", "plan", "run", "schema", "import"}) {
     CliRun r = tailor({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_NE(r.out.find("usage: tailor " + std::string(cmd)), std::string::npos) << cmd;
@@ -192,6 +192,29 @@ int run_binary(const std::string& args, std::string* output) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) output->append(buf, n);
   const int status = pclose(p);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(CliBinaryTest, RunTrainsTheTinyJobAndReportsOutOfMemory) {
+  TempDir dir;
+  std::string out;
+  const std::string ok_dir = dir.file("ok");
+  EXPECT_EQ(run_binary("run --out " + ok_dir + " --set training.max_steps=3 --set training.warmup_steps=1 " +
+                           example("tiny-cpu.yaml"),
+                       &out),
+            0)
+      << out;
+  for (const char* f : {"plan.json", "metrics.jsonl", "events.jsonl", "model.pt"}) {
+    EXPECT_TRUE(fs::exists(ok_dir + "/" + f)) << f << "\n" << out;
+  }
+  EXPECT_NE(out.find("step 3/3"), std::string::npos) << out;
+  out.clear();
+  const std::string oom_dir = dir.file("oom");
+  EXPECT_EQ(run_binary("run --out " + oom_dir + " --memory-limit 40MiB --set training.max_steps=3 "
+                       "--set training.warmup_steps=1 " + example("tiny-cpu.yaml"),
+                       &out),
+            3)
+      << out;
+  EXPECT_NE(out.find("out of memory"), std::string::npos) << out;
 }
 
 TEST(CliBinaryTest, ExitCodesAreDocumented) {

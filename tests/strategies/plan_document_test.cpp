@@ -43,6 +43,12 @@ TEST(PlanDocumentTest, HasTheDocumentedSchema) {
   EXPECT_FALSE(j["alternatives"].empty());
   EXPECT_TRUE(j["alternatives"][0].contains("why"));
   EXPECT_EQ(j["strategy"]["micro_batch_size"].get<int>() * j["strategy"]["gradient_accumulation_steps"].get<int>(), 32);
+  // The embedded resolved spec loads back into the same job.
+  const auto again = dsl::load_job_spec_text(j["spec"].dump(), "<plan spec>", "/");
+  ASSERT_TRUE(again.ok()) << again.diagnostics.to_string();
+  EXPECT_EQ(again.spec->name, loaded.spec->name);
+  EXPECT_EQ(again.spec->data.train, loaded.spec->data.train);
+  EXPECT_EQ(again.spec->model.arch.parameter_count(), loaded.spec->model.arch.parameter_count());
 }
 
 }  // namespace

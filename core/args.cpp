@@ -1,8 +1,8 @@
-#include "cli/args.h"
+#include "core/args.h"
 
 #include "core/text.h"
 
-namespace tailor::cli {
+namespace tailor {
 
 Result<Args> Args::parse(const std::vector<std::string>& argv, const std::vector<FlagSpec>& flags) {
   Args out;
@@ -70,4 +70,4 @@ const std::vector<std::string>& Args::all(const std::string& flag) const {
   return it == values_.end() ? kEmpty : it->second;
 }
 
-}  // namespace tailor::cli
+}  // namespace tailor

@@ -10,7 +10,7 @@
 
 #include "core/status.h"
 
-namespace tailor::cli {
+namespace tailor {
 
 struct FlagSpec {
   std::string name;          // without dashes: "output"
@@ -34,4 +34,4 @@ class Args {
   std::vector<std::string> positional_;
 };
 
-}  // namespace tailor::cli
+}  // namespace tailor

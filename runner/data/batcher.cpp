@@ -1,0 +1,242 @@
+#include "runner/data/batcher.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "core/check.h"
+
+namespace tailor::runner::data {
+namespace {
+
+constexpr std::int32_t kIgnore = -100;  // PyTorch cross_entropy's default ignore_index
+
+// splitmix64 (Steele, Lea, Flood 2014; constants as in Vigna's reference
+// implementation): tiny, fully specified, so orders reproduce everywhere,
+// unlike std::shuffle or std::uniform_int_distribution.
+std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [0, bound): rejecting the 2^64 mod bound lowest draws removes
+// the modulo bias.
+std::uint64_t uniform_below(std::uint64_t& state, std::uint64_t bound) {
+  const std::uint64_t threshold = (0 - bound) % bound;
+  for (;;) {
+    const std::uint64_t r = splitmix64(state);
+    if (r >= threshold) return r % bound;
+  }
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// A batch of rows x cols, all padding until filled.
+Batch blank_batch(std::int64_t rows, std::int64_t cols) {
+  Batch b;
+  b.rows = rows;
+  b.seq_len = cols;
+  const auto cells = static_cast<std::size_t>(rows * cols);
+  b.inputs.assign(cells, ByteTokenizer::kPad);
+  b.targets.assign(cells, kIgnore);
+  b.positions.assign(cells, 0);
+  b.segment_ids.assign(cells, -1);
+  return b;
+}
+
+}  // namespace
+
+Batcher::Batcher(std::vector<Example> examples, std::int64_t seq_len, bool packing,
+                 std::int64_t micro_batch, std::uint64_t seed)
+    : examples_(std::move(examples)),
+      seq_len_(seq_len),
+      packing_(packing),
+      micro_batch_(micro_batch),
+      seed_(seed) {
+  TAILOR_CHECK(!examples_.empty());
+  TAILOR_CHECK(seq_len_ >= 1);
+  TAILOR_CHECK(micro_batch_ >= 1);
+  for (const Example& ex : examples_) {
+    TAILOR_CHECK(ex.tokens.size() >= 2);
+    TAILOR_CHECK(ex.trained.size() == ex.tokens.size());
+    total_tokens_ += static_cast<std::int64_t>(ex.tokens.size());
+  }
+  // A stream of N tokens holds N - 1 (input, next token) pairs.
+  rows_per_epoch_ = packing_ ? ceil_div(total_tokens_ - 1, seq_len_)
+                             : static_cast<std::int64_t>(examples_.size());
+}
+
+std::int64_t Batcher::rows_per_epoch() const { return rows_per_epoch_; }
+
+std::int64_t Batcher::batches_per_epoch() const { return ceil_div(rows_per_epoch_, micro_batch_); }
+
+Batcher::State Batcher::state() const { return state_; }
+
+void Batcher::restore(State s) {
+  s.epoch = std::max<std::int64_t>(s.epoch, 0);
+  s.index = std::max<std::int64_t>(s.index, 0);
+  state_ = State{s.epoch + s.index / rows_per_epoch_, s.index % rows_per_epoch_};
+}
+
+double Batcher::epoch_progress() const {
+  return static_cast<double>(state_.epoch) +
+         static_cast<double>(state_.index) / static_cast<double>(rows_per_epoch_);
+}
+
+Batch Batcher::next() {
+  std::vector<State> rows;
+  const Order* orders[2] = {nullptr, nullptr};
+  for (std::int64_t r = 0; r < micro_batch_; ++r) {
+    rows.push_back(state_);
+    if (++state_.index == rows_per_epoch_) state_ = State{state_.epoch + 1, 0};
+  }
+  // A batch spans at most two epochs (micro_batch may exceed an epoch's
+  // rows only for tiny data; then it spans more and orders are rebuilt).
+  orders[0] = &order_for(rows.front().epoch);
+  orders[1] = &order_for(rows.back().epoch);
+  if (rows.back().epoch - rows.front().epoch > 1) {
+    // Rare: rebuild per row below.
+    orders[0] = orders[1] = nullptr;
+  }
+  return batch_of(rows, orders);
+}
+
+Batch Batcher::longest_batch() const {
+  if (packing_) {
+    // Every packed batch is (micro_batch, seq_len): epoch 0's first is as large as any.
+    const Order order = make_order(0);
+    std::vector<State> rows;
+    for (std::int64_t r = 0; r < micro_batch_; ++r) rows.push_back({r / rows_per_epoch_, r % rows_per_epoch_});
+    const Order* epoch0[2] = {&order, &order};
+    const Order* rebuild[2] = {nullptr, nullptr};  // tiny data: the batch spans epochs
+    return batch_of(rows, rows.back().epoch == 0 ? epoch0 : rebuild);
+  }
+  // The widest possible batch: every row is at most the longest document,
+  // and a batch is widest when it holds the micro_batch longest together
+  // (repeating documents when there are fewer than micro_batch).
+  std::vector<std::size_t> docs(examples_.size());
+  std::iota(docs.begin(), docs.end(), std::size_t{0});
+  std::sort(docs.begin(), docs.end(), [&](std::size_t a, std::size_t b) {
+    const std::int64_t la = row_length(a), lb = row_length(b);
+    return la != lb ? la > lb : a < b;
+  });
+  std::vector<std::size_t> take;
+  for (std::int64_t r = 0; r < micro_batch_; ++r) take.push_back(docs[static_cast<std::size_t>(r) % docs.size()]);
+  return padded_batch(take);
+}
+
+Batcher::Order Batcher::make_order(std::int64_t epoch) const {
+  Order order;
+  order.docs.resize(examples_.size());
+  std::iota(order.docs.begin(), order.docs.end(), std::size_t{0});
+  // One key per seed, then the epoch mixed in, so (seed, epoch) pairs never
+  // share a stream the way seed + epoch would (seed 1 epoch 0 = seed 0 epoch 1).
+  std::uint64_t state = seed_;
+  state = splitmix64(state) ^ (static_cast<std::uint64_t>(epoch) * 0xD1B54A32D192ED03ull);
+  for (std::size_t i = order.docs.size(); i > 1; --i) {
+    const auto j = static_cast<std::size_t>(uniform_below(state, i));
+    std::swap(order.docs[i - 1], order.docs[j]);
+  }
+  if (packing_) {
+    order.starts.resize(order.docs.size() + 1);
+    order.starts[0] = 0;
+    for (std::size_t i = 0; i < order.docs.size(); ++i) {
+      order.starts[i + 1] = order.starts[i] + static_cast<std::int64_t>(examples_[order.docs[i]].tokens.size());
+    }
+  }
+  return order;
+}
+
+const Batcher::Order& Batcher::order_for(std::int64_t epoch) {
+  for (int i = 0; i < 2; ++i) {
+    if (order_epochs_[i] == epoch) return orders_[i];
+  }
+  // Replace the older of the two cached orders.
+  const int slot = order_epochs_[0] < order_epochs_[1] ? 0 : 1;
+  orders_[slot] = make_order(epoch);
+  order_epochs_[slot] = epoch;
+  return orders_[slot];
+}
+
+Batch Batcher::batch_of(const std::vector<State>& rows, const Order* const* orders) const {
+  auto order_of = [&](std::int64_t epoch, Order& scratch) -> const Order& {
+    if (orders[0] != nullptr && epoch == rows.front().epoch) return *orders[0];
+    if (orders[1] != nullptr && epoch == rows.back().epoch) return *orders[1];
+    scratch = make_order(epoch);
+    return scratch;
+  };
+  Order scratch;
+  if (!packing_) {
+    std::vector<std::size_t> docs;
+    for (const State& r : rows) docs.push_back(order_of(r.epoch, scratch).docs[static_cast<std::size_t>(r.index)]);
+    return padded_batch(docs);
+  }
+  Batch b = blank_batch(static_cast<std::int64_t>(rows.size()), seq_len_);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    fill_packed_row(b, static_cast<std::int64_t>(i), order_of(rows[i].epoch, scratch), rows[i].index);
+  }
+  return b;
+}
+
+void Batcher::fill_packed_row(Batch& b, std::int64_t r, const Order& order, std::int64_t row) const {
+  const std::int64_t pairs = total_tokens_ - 1;
+  const std::int64_t row_start = row * seq_len_;
+  // The document holding the row's first token.
+  std::size_t i = static_cast<std::size_t>(
+      std::upper_bound(order.starts.begin(), order.starts.end(), row_start) - order.starts.begin() - 1);
+  std::int32_t segment = -1;
+  std::int32_t position = 0;
+  for (std::int64_t c = 0; c < seq_len_; ++c) {
+    const std::int64_t k = row_start + c;
+    if (k >= pairs) break;  // the epoch's last row: the rest stays padding
+    while (k >= order.starts[i + 1]) ++i;
+    const auto offset = static_cast<std::size_t>(k - order.starts[i]);
+    if (c == 0 || offset == 0) {
+      ++segment;
+      position = 0;
+    }
+    const Example& ex = examples_[order.docs[i]];
+    // The next token is in this document, or it is the next document's
+    // BOS, which is never trained (so never a target across documents).
+    const Example& next_ex = offset + 1 < ex.tokens.size() ? ex : examples_[order.docs[i + 1]];
+    const std::size_t next_offset = offset + 1 < ex.tokens.size() ? offset + 1 : 0;
+    const auto cell = static_cast<std::size_t>(r * seq_len_ + c);
+    b.inputs[cell] = ex.tokens[offset];
+    if (next_ex.trained[next_offset]) {
+      b.targets[cell] = next_ex.tokens[next_offset];
+      ++b.target_tokens;
+    }
+    b.positions[cell] = position++;
+    b.segment_ids[cell] = segment;
+  }
+}
+
+std::int64_t Batcher::row_length(std::size_t doc) const {
+  return std::min(static_cast<std::int64_t>(examples_[doc].tokens.size()), seq_len_ + 1);
+}
+
+Batch Batcher::padded_batch(std::span<const std::size_t> docs) const {
+  std::int64_t cols = 0;
+  for (std::size_t d : docs) cols = std::max(cols, row_length(d) - 1);
+  Batch b = blank_batch(static_cast<std::int64_t>(docs.size()), cols);
+  for (std::size_t r = 0; r < docs.size(); ++r) {
+    const Example& ex = examples_[docs[r]];
+    const std::int64_t width = row_length(docs[r]) - 1;
+    for (std::int64_t c = 0; c < width; ++c) {
+      const auto cell = r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c);
+      const auto t = static_cast<std::size_t>(c);
+      b.inputs[cell] = ex.tokens[t];
+      if (ex.trained[t + 1]) {
+        b.targets[cell] = ex.tokens[t + 1];
+        ++b.target_tokens;
+      }
+      b.positions[cell] = static_cast<std::int32_t>(c);
+      b.segment_ids[cell] = 0;
+    }
+  }
+  return b;
+}
+
+}  // namespace tailor::runner::data

@@ -1,0 +1,119 @@
+// Turning tokenized documents into micro-batches of int32 arrays: packing or
+// dynamic padding, a portable per-epoch shuffle, and a resumable position.
+// Torch-free; the training loop wraps the arrays in tensors.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runner/data/dataset.h"
+
+namespace tailor::runner::data {
+
+// One micro-batch; every array is row-major (rows x seq_len).
+struct Batch {
+  std::int64_t rows = 0;                  // always micro_batch: a batch continues into the next epoch
+  std::int64_t seq_len = 0;               // columns: with packing the batcher's seq_len; with dynamic
+                                          // padding the longest row of this batch
+  std::vector<std::int32_t> inputs;       // (rows, seq_len) token ids; padding = ByteTokenizer::kPad
+  std::vector<std::int32_t> targets;      // (rows, seq_len) the next token; -100 where not trained
+                                          // (padding, masked prompt, a next document's BOS)
+  std::vector<std::int32_t> positions;    // (rows, seq_len) position within its document's piece in
+                                          // this row: 0 at each document start and at each row start,
+                                          // so always < seq_len; 0 on padding
+  std::vector<std::int32_t> segment_ids;  // (rows, seq_len) which document of the row (0, 1, ...);
+                                          // -1 on padding. Attend only within equal ids.
+  std::int64_t target_tokens = 0;         // count of targets != -100 (the loss denominator)
+};
+
+// Yields micro-batches from examples, forever, epoch after epoch.
+//
+// Packing: each epoch the documents, in that epoch's order, form one stream
+// cut into rows of seq_len inputs. Row r's inputs are stream[r*T, r*T+T) and
+// its targets stream[r*T+1, r*T+T+1) (rows overlap by one token, the nanoGPT
+// way), so no target is lost at a row boundary and an epoch's target_tokens
+// add up to exactly the examples' trained tokens. A document longer than a
+// row continues in the next one; its continuation restarts at position 0
+// and segment 0 since attention cannot reach back into the previous row.
+// Only the epoch's last row is padded (the stream rarely divides evenly).
+//
+// No packing: one document per row, cut to its first seq_len+1 tokens (so
+// seq_len inputs and targets), each batch padded only to its longest row.
+//
+// Order: a Fisher-Yates shuffle driven by splitmix64 of (seed, epoch), the
+// same on every platform and standard library, different every epoch.
+// Every batch has exactly micro_batch rows: at an epoch's end it continues
+// with the next epoch's first rows, so the global batch (micro-batch x
+// accumulation) is the same for every optimizer step and the same rows are
+// seen whatever the micro-batch size. Nothing is dropped and nothing repeats
+// within an epoch.
+//
+// Not thread-safe. Holds the examples; per epoch it keeps an order of
+// 16 bytes per document, never per token.
+class Batcher {
+ public:
+  // Requires non-empty examples, each with at least 2 tokens (BOS and EOS,
+  // as load_examples makes them) and trained.size() == tokens.size();
+  // seq_len >= 1; micro_batch >= 1. Violations are bugs (TAILOR_CHECK).
+  Batcher(std::vector<Example> examples, std::int64_t seq_len, bool packing, std::int64_t micro_batch,
+          std::uint64_t seed);
+
+  // The batch at state() and advances; after an epoch's last batch the
+  // state is {epoch + 1, 0}, reshuffled.
+  Batch next();
+
+  // The batch with the most tokens any epoch can yield, for a first step
+  // that surfaces out-of-memory early: with packing a full (rows, seq_len)
+  // batch of epoch 0; without, the micro_batch longest documents together.
+  // Does not move the state.
+  Batch longest_batch() const;
+
+  std::int64_t batches_per_epoch() const;
+  std::int64_t rows_per_epoch() const;
+
+  // Where next() reads: the epoch and the index of its next row
+  // (0 <= index < rows_per_epoch()).
+  struct State {
+    std::int64_t epoch = 0;
+    std::int64_t index = 0;
+  };
+  State state() const;
+  // Resumes at `s`, so next() gives bit-exactly the batches a batcher with
+  // the same examples, settings and seed gave from that state. An index past
+  // the epoch's end carries into later epochs; negative values read as 0.
+  void restore(State s);
+
+  // Epochs completed, counting rows: 1.25 = one epoch and a quarter of the
+  // next one's rows.
+  double epoch_progress() const;
+
+ private:
+  // One epoch's document order and, for packing, where each document
+  // starts in the stream (starts[i] for order[i]; starts.back() = total).
+  struct Order {
+    std::vector<std::size_t> docs;
+    std::vector<std::int64_t> starts;
+  };
+  Order make_order(std::int64_t epoch) const;
+  const Order& order_for(std::int64_t epoch);
+  // Rows (epoch, index) of a batch, in order.
+  Batch batch_of(const std::vector<State>& rows, const Order* const* orders) const;
+  void fill_packed_row(Batch& b, std::int64_t out_row, const Order& order, std::int64_t row) const;
+  Batch padded_batch(std::span<const std::size_t> docs) const;
+  std::int64_t row_length(std::size_t doc) const;  // tokens of a document used as an unpacked row
+
+  std::vector<Example> examples_;
+  std::int64_t seq_len_;
+  bool packing_;
+  std::int64_t micro_batch_;
+  std::uint64_t seed_;
+  std::int64_t total_tokens_ = 0;  // sum of all documents' lengths
+  std::int64_t rows_per_epoch_ = 0;
+  State state_;
+  Order orders_[2];                // cache: the two most recent epochs' orders
+  std::int64_t order_epochs_[2] = {-1, -1};
+};
+
+}  // namespace tailor::runner::data

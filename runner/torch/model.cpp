@@ -1,0 +1,208 @@
+#include "runner/torch/model.h"
+
+#include <cmath>
+
+namespace tailor::runner {
+namespace {
+
+using torch::Tensor;
+namespace F = torch::nn::functional;
+
+bool is_gpt2(const dsl::ModelArch& a) { return a.family == dsl::ModelFamily::kGpt2; }
+
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
+  // In the compute dtype: ATen's bf16 reductions accumulate in fp32
+  // internally, so the fp32 copy HF makes of every activation buys nothing.
+  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
+}
+
+Tensor rotate_half(const Tensor& x) {
+  auto halves = x.chunk(2, -1);
+  return torch::cat({-halves[1], halves[0]}, -1);
+}
+
+}  // namespace
+
+// One transformer block's parameters. Llama: attn_norm, qkv (fused q, k, v),
+// o, mlp_norm, gate_up (fused gate and up), down. GPT-2: ln_1, c_attn,
+// c_proj, ln_2, c_fc, mlp_proj, all with biases.
+struct CausalLMImpl::Layer : torch::nn::Module {
+  Layer(const dsl::ModelArch& a) {
+    const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d, i = a.intermediate;
+    norm1 = register_parameter("norm1", torch::ones({c}));
+    norm2 = register_parameter("norm2", torch::ones({c}));
+    qkv = register_parameter("qkv", torch::empty({q + 2 * kv, c}));
+    o = register_parameter("o", torch::empty({c, q}));
+    if (is_gpt2(a)) {
+      norm1_b = register_parameter("norm1_bias", torch::zeros({c}));
+      norm2_b = register_parameter("norm2_bias", torch::zeros({c}));
+      qkv_b = register_parameter("qkv_bias", torch::zeros({q + 2 * kv}));
+      o_b = register_parameter("o_bias", torch::zeros({c}));
+      up = register_parameter("fc", torch::empty({i, c}));
+      up_b = register_parameter("fc_bias", torch::zeros({i}));
+      down_b = register_parameter("down_bias", torch::zeros({c}));
+    } else {
+      if (a.family == dsl::ModelFamily::kQwen2) qkv_b = register_parameter("qkv_bias", torch::zeros({q + 2 * kv}));
+      up = register_parameter("gate_up", torch::empty({2 * i, c}));
+    }
+    down = register_parameter("down", torch::empty({c, i}));
+  }
+  Tensor norm1, norm1_b, norm2, norm2_b, qkv, qkv_b, o, o_b, up, up_b, down, down_b;
+};
+
+CausalLMImpl::CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_every)
+    : arch_(arch), checkpoint_every_(checkpoint_every) {
+  embed_ = register_module("embed", torch::nn::Embedding(arch.vocab, arch.hidden));
+  if (is_gpt2(arch)) pos_embed_ = register_module("pos_embed", torch::nn::Embedding(arch.max_seq_len, arch.hidden));
+  for (std::int64_t i = 0; i < arch.layers; ++i) {
+    layers_.push_back(register_module("layer" + std::to_string(i), std::make_shared<Layer>(arch)));
+  }
+  final_norm_weight_ = register_parameter("final_norm", torch::ones({arch.hidden}));
+  if (is_gpt2(arch)) final_norm_bias_ = register_parameter("final_norm_bias", torch::zeros({arch.hidden}));
+  if (!arch.tie_embeddings) lm_head_ = register_parameter("lm_head", torch::empty({arch.vocab, arch.hidden}));
+  reset_parameters_();
+}
+
+void CausalLMImpl::reset_parameters_() {
+  torch::NoGradGuard no_grad;
+  const double std = 0.02, residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(arch_.layers));
+  embed_->weight.normal_(0, std);
+  if (pos_embed_) pos_embed_->weight.normal_(0, 0.01);
+  for (auto& m : layers_) {
+    auto* l = static_cast<Layer*>(m.get());
+    l->qkv.normal_(0, std);
+    l->up.normal_(0, std);
+    l->o.normal_(0, residual_std);  // residual projections, scaled as in GPT-2
+    l->down.normal_(0, residual_std);
+  }
+  if (lm_head_.defined()) lm_head_.normal_(0, std);
+}
+
+Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos, const Tensor& sin,
+                               const Tensor& mask) {
+  const auto* l = static_cast<const Layer*>(layers_[i].get());
+  const std::int64_t b = x.size(0), t = x.size(1), d = arch_.head_dim();
+  const std::int64_t heads = arch_.heads, kv_heads = arch_.kv_heads;
+  const bool gpt2 = is_gpt2(arch_);
+
+  Tensor h = gpt2 ? torch::layer_norm(x, {arch_.hidden}, l->norm1, l->norm1_b, arch_.norm_eps)
+                  : rms_norm(x, l->norm1, arch_.norm_eps);
+  Tensor qkv = torch::linear(h, l->qkv, l->qkv_b);  // (B, T, (H + 2 KV) D)
+  auto parts = qkv.split({heads * d, kv_heads * d, kv_heads * d}, -1);
+  Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // (B, H, T, D)
+  Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
+  Tensor v = parts[2].view({b, t, kv_heads, d}).transpose(1, 2);
+  if (!gpt2) {
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+  }
+  if (kv_heads != heads) {
+    k = k.repeat_interleave(heads / kv_heads, 1);
+    v = v.repeat_interleave(heads / kv_heads, 1);
+  }
+  Tensor scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d))) + mask;
+  Tensor y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, heads * d});
+  Tensor out = x + torch::linear(y, l->o, l->o_b);
+
+  h = gpt2 ? torch::layer_norm(out, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps)
+           : rms_norm(out, l->norm2, arch_.norm_eps);
+  if (gpt2) {
+    return out + torch::linear(torch::gelu(torch::linear(h, l->up, l->up_b), "tanh"), l->down, l->down_b);
+  }
+  auto gate_up = torch::linear(h, l->up).chunk(2, -1);
+  return out + torch::linear(torch::silu(gate_up[0]) * gate_up[1], l->down);
+}
+
+namespace {
+
+// Gradient checkpointing: forward without saving the layer's activations;
+// backward recomputes the layer with grad enabled and back-propagates through
+// it, which accumulates the parameters' gradients (as torch.utils.checkpoint
+// does in reentrant mode; the C++ API has no equivalent). Only tensors and
+// plain values are kept, so nothing leaks when backward never runs.
+struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& anchor,
+                        CausalLMImpl* model, std::int64_t layer, const Tensor& cos, const Tensor& sin,
+                        const Tensor& mask) {
+    // `anchor` is a parameter of the layer: it makes autograd call backward
+    // even when x does not require grad (the first layer's input).
+    (void)anchor;
+    ctx->save_for_backward({x, cos, sin, mask});
+    ctx->saved_data["model"] = reinterpret_cast<std::int64_t>(model);
+    ctx->saved_data["layer"] = layer;
+    torch::NoGradGuard no_grad;
+    return model->run_layer(static_cast<std::size_t>(layer), x, cos, sin, mask);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto* model = reinterpret_cast<CausalLMImpl*>(ctx->saved_data["model"].toInt());
+    const auto layer = static_cast<std::size_t>(ctx->saved_data["layer"].toInt());
+    auto saved = ctx->get_saved_variables();
+    Tensor x = saved[0].detach().requires_grad_(true);
+    Tensor y;
+    {
+      torch::AutoGradMode enable(true);
+      y = model->run_layer(layer, x, saved[1], saved[2], saved[3]);
+    }
+    torch::autograd::backward({y}, {grad_out[0]});
+    return {x.grad(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+}  // namespace
+
+Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
+  const std::int64_t t = in.input_ids.size(1), d = arch_.head_dim();
+  Tensor x = embed_->forward(in.input_ids);
+  const auto dtype = x.scalar_type();
+  if (pos_embed_) x = x + pos_embed_->forward(in.positions);
+
+  // Additive mask (B or 1, 1, T, T): causal, and within one packed document.
+  Tensor allowed = torch::ones({t, t}, torch::kBool).tril();
+  if (in.segment_ids.defined()) {
+    Tensor same = in.segment_ids.unsqueeze(2) == in.segment_ids.unsqueeze(1);  // (B, T, T)
+    allowed = (allowed.unsqueeze(0) & same) | torch::eye(t, torch::kBool).unsqueeze(0);
+  } else {
+    allowed = allowed.unsqueeze(0);
+  }
+  Tensor mask = torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(dtype))
+                    .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity())
+                    .unsqueeze(1);
+
+  Tensor cos, sin;
+  if (!is_gpt2(arch_)) {
+    // RoPE (Su et al. 2021), rotate-half layout as in Hugging Face Llama.
+    Tensor inv = 1.0 / torch::pow(arch_.rope_theta, torch::arange(0, d, 2, torch::kFloat64) / static_cast<double>(d));
+    Tensor freqs = in.positions.to(torch::kFloat64).unsqueeze(-1) * inv;  // (B, T, D/2)
+    Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);            // (B, 1, T, D)
+    cos = emb.cos().to(dtype);
+    sin = emb.sin().to(dtype);
+  }
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const bool checkpoint = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() &&
+                            static_cast<std::int64_t>(i) % checkpoint_every_ == 0;
+    if (checkpoint) {
+      x = CheckpointedLayer::apply(x, static_cast<Layer*>(layers_[i].get())->norm1, this,
+                                   static_cast<std::int64_t>(i), cos, sin, mask);
+    } else {
+      x = run_layer(i, x, cos, sin, mask);
+    }
+  }
+  return is_gpt2(arch_) ? torch::layer_norm(x, {arch_.hidden}, final_norm_weight_, final_norm_bias_, arch_.norm_eps)
+                        : rms_norm(x, final_norm_weight_, arch_.norm_eps);
+}
+
+Tensor CausalLMImpl::logits(const Tensor& hidden) {
+  return torch::linear(hidden, lm_head_.defined() ? lm_head_ : embed_->weight);
+}
+
+Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets) {
+  const std::int64_t v = logits.size(-1);
+  // One fp32 log-softmax (saved for backward); the cast's own output is a
+  // temporary freed as soon as log_softmax has read it.
+  Tensor logp = torch::log_softmax(logits.reshape({-1, v}).to(torch::kFloat32), -1);
+  return torch::nll_loss(logp, targets.reshape({-1}), {}, at::Reduction::Sum, -100);
+}
+
+}  // namespace tailor::runner

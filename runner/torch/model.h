@@ -1,0 +1,67 @@
+// Decoder-only transformers in LibTorch, built from a ModelArch: the Llama
+// family (RMSNorm, RoPE, grouped-query attention, SwiGLU: Llama 2/3,
+// Mistral, Qwen2 with q/k/v biases, TinyLlama) and GPT-2 (LayerNorm,
+// learned positions, GELU MLP, biases).
+//
+// Layout choices for speed on CPU (FIELD-NOTES.md): q/k/v and gate/up are
+// each one fused matmul; RMSNorm runs in the compute dtype without fp32
+// round-trips. Attention is materialised (LibTorch 1.13 has no fused
+// attention), masked causally and within packed documents.
+// Not here: dropout (fine-tuning runs without), KV caches, generation.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "dsl/job_spec.h"
+
+namespace tailor::runner {
+
+struct ModelInput {
+  torch::Tensor input_ids;    // (B, T) int64
+  torch::Tensor positions;    // (B, T) int64: position within each document (RoPE / learned positions)
+  torch::Tensor segment_ids;  // (B, T) int64: packed document index, -1 for padding; undefined = one document per row
+};
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  // checkpoint_every: 0 = off, 1 = every layer, N = layers 0, N, 2N, ...
+  CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_every);
+
+  // The final hidden states (B, T, C) and the logits (B, T, V) in the
+  // parameters' dtype.
+  torch::Tensor hidden_states(const ModelInput& in);
+  torch::Tensor logits(const torch::Tensor& hidden);
+
+  const dsl::ModelArch& arch() const { return arch_; }
+  void set_checkpoint_every(std::int64_t n) { checkpoint_every_ = n; }
+
+  // Deterministic initialisation (normal(0, 0.02), scaled residual
+  // projections as in GPT-2) from the current torch seed.
+  void reset_parameters_();
+
+  // Block i on x (B, T, C); cos/sin (B, 1, T, D) for RoPE (undefined for
+  // gpt2); mask additive (B|1, 1, T, T). Public for gradient checkpointing.
+  torch::Tensor run_layer(std::size_t i, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                          const torch::Tensor& mask);
+
+ private:
+  struct Layer;
+
+  dsl::ModelArch arch_;
+  std::int64_t checkpoint_every_ = 0;
+  torch::nn::Embedding embed_{nullptr};
+  torch::nn::Embedding pos_embed_{nullptr};  // gpt2 only
+  std::vector<std::shared_ptr<torch::nn::Module>> layers_;
+  torch::Tensor final_norm_weight_, final_norm_bias_;
+  torch::Tensor lm_head_;  // (V, C); the embedding matrix when tied
+};
+TORCH_MODULE(CausalLM);
+
+// Sum of token cross-entropies over targets != -100, computed in fp32
+// without keeping an fp32 copy of the logits beyond the loss' own buffers.
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets);
+
+}  // namespace tailor::runner

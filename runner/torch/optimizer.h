@@ -1,0 +1,58 @@
+// AdamW (decoupled weight decay, Loshchilov & Hutter 2019) and SGD with
+// momentum over the model's parameters, owning the precision conventions:
+//  - fp32: parameters, gradients and states fp32;
+//  - bf16 / fp16 mixed: 16-bit parameters and gradients, an fp32 master copy
+//    updated by fp32 states and copied back into the 16-bit parameters;
+//  - pure bf16: parameters, gradients and states all bf16, no master copy.
+// Updates run in place per parameter (no whole-model temporaries). Weight
+// decay applies to matrices only, not to norms, biases or 1-D parameters.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "dsl/job_spec.h"
+
+namespace tailor::runner {
+
+class TrainingOptimizer {
+ public:
+  TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Precision precision, dsl::Optimizer kind,
+                    double weight_decay);
+
+  // One update with learning rate `lr`; gradients are multiplied by
+  // `grad_scale` first (clipping and loss-scale unscaling in one factor).
+  void step(double lr, double grad_scale);
+  void zero_grad();
+
+  // Global L2 norm of the gradients (fp32 accumulation), divided by
+  // `unscale` (the fp16 loss scale; 1 otherwise).
+  double grad_norm(double unscale = 1.0) const;
+  bool grads_finite() const;
+
+  std::int64_t state_bytes() const;   // moments / momentum
+  std::int64_t master_bytes() const;  // fp32 master copies
+  std::int64_t steps() const { return t_; }
+
+  // Everything a checkpoint needs, as tensors in a fixed order.
+  std::vector<torch::Tensor> state_tensors() const;
+  // Restores from state_tensors(); false when the shapes do not match.
+  bool load_state_tensors(const std::vector<torch::Tensor>& tensors, std::int64_t steps);
+
+ private:
+  struct Slot {
+    torch::Tensor param;
+    torch::Tensor master;  // undefined unless mixed precision
+    torch::Tensor m, v;    // v undefined for SGD
+    bool decay = false;
+  };
+  std::vector<Slot> slots_;
+  dsl::Optimizer kind_;
+  double weight_decay_;
+  double beta1_ = 0.9, beta2_ = 0.95, eps_ = 1e-8, momentum_ = 0.9;
+  std::int64_t t_ = 0;
+};
+
+}  // namespace tailor::runner

@@ -1,0 +1,199 @@
+// TrackingAllocator: a counting, budget-enforcing wrapper around LibTorch's
+// CPU allocator. It does no caching or pooling of its own.
+#include "runner/torch/tracking_allocator.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/check.h"
+#include "core/units.h"
+
+namespace tailor::runner {
+namespace {
+
+// Written in front of every block. The magic tells our blocks from foreign
+// ones in delete_block (see there).
+struct BlockHeader {
+  std::uint64_t magic;
+  std::int64_t bytes;
+};
+static_assert(sizeof(BlockHeader) <= TrackingAllocator::kHeaderBytes);
+static_assert(TrackingAllocator::kHeaderBytes % c10::gAlignment == 0,
+              "the header must keep the wrapped allocator's alignment");
+
+constexpr std::uint64_t kBlockMagic = 0x7461696c6f72a110;  // "tailor" + "a110c"
+constexpr std::uint64_t kFreedMagic = 0;
+
+// The one instance; delete_block is a plain function pointer (raw_deleter)
+// and cannot carry it.
+std::atomic<TrackingAllocator*> g_instance{nullptr};
+
+}  // namespace
+
+TrackingAllocator::TrackingAllocator(c10::Allocator* base) : base_(base), base_free_(base->raw_deleter()) {}
+
+TrackingAllocator& TrackingAllocator::install() {
+  // Leaked on purpose: storages released during static destruction (LibTorch
+  // keeps some in globals) still reach delete_block after main returns.
+  static TrackingAllocator* const instance = [] {
+    c10::Allocator* base = c10::GetCPUAllocator();
+    // Wrapping needs the raw interface: the header sits inside the base's
+    // block, so the base's DataPtr context cannot be kept.
+    TAILOR_CHECK(base != nullptr && base->raw_deleter() != nullptr);
+    auto* allocator = new TrackingAllocator(base);
+    g_instance.store(allocator);
+    c10::SetCPUAllocator(allocator, kPriority);
+    // SetCPUAllocator silently ignores a lower priority than the installed one.
+    TAILOR_CHECK(c10::GetCPUAllocator() == allocator);
+    return allocator;
+  }();
+  return *instance;
+}
+
+void TrackingAllocator::set_budget(std::int64_t bytes) {
+  TAILOR_CHECK(bytes >= 0);
+  budget_.store(bytes, std::memory_order_relaxed);
+}
+
+std::int64_t TrackingAllocator::budget() const { return budget_.load(std::memory_order_relaxed); }
+
+std::int64_t TrackingAllocator::current_bytes() const { return current_.load(std::memory_order_relaxed); }
+
+std::int64_t TrackingAllocator::peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+
+void TrackingAllocator::reset_peak() { peak_.store(current_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+
+std::int64_t TrackingAllocator::allocation_count() const { return count_.load(std::memory_order_relaxed); }
+
+std::optional<TrackingAllocator::Failure> TrackingAllocator::last_failure() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return last_failure_;
+}
+
+void TrackingAllocator::clear_last_failure() {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  last_failure_.reset();
+}
+
+c10::DeleterFnPtr TrackingAllocator::raw_deleter() const { return &delete_block; }
+
+c10::DataPtr TrackingAllocator::allocate(size_t n) const {
+  const c10::Device cpu(c10::DeviceType::CPU);
+  // Our header must fit on top of n without overflowing size_t or the
+  // int64 counters.
+  constexpr auto kMaxRequest = static_cast<size_t>(std::numeric_limits<std::int64_t>::max()) - kHeaderBytes;
+  if (n > kMaxRequest) {
+    refuse(std::numeric_limits<std::int64_t>::max(), current_bytes(), budget(), "request too large");
+  }
+  const auto bytes = static_cast<std::int64_t>(n);
+  if (bytes == 0) {
+    // LibTorch's default allocator returns null for zero bytes too; nothing
+    // to count or free.
+    count_.fetch_add(1, std::memory_order_relaxed);
+    return {nullptr, nullptr, &delete_block, cpu};
+  }
+
+  const std::int64_t now = reserve(bytes);
+  void* block = nullptr;
+  try {
+    block = base_->raw_allocate(n + kHeaderBytes);
+  } catch (const c10::Error& e) {
+    current_.fetch_sub(bytes, std::memory_order_relaxed);
+    refuse(bytes, current_bytes(), budget(), e.what_without_backtrace());
+  }
+  if (block == nullptr) {
+    current_.fetch_sub(bytes, std::memory_order_relaxed);
+    refuse(bytes, current_bytes(), budget(), "the wrapped allocator returned null");
+  }
+  // Raised only once the block exists, so a failed allocation never shows up
+  // in the peak.
+  raise_peak(now);
+  count_.fetch_add(1, std::memory_order_relaxed);
+
+  const BlockHeader header{kBlockMagic, bytes};
+  std::memcpy(block, &header, sizeof header);
+  void* data = static_cast<char*>(block) + kHeaderBytes;
+  return {data, data, &delete_block, cpu};
+}
+
+void TrackingAllocator::delete_block(void* data) {
+  if (data == nullptr) return;
+  TrackingAllocator* self = g_instance.load(std::memory_order_relaxed);
+  char* block = static_cast<char*>(data) - kHeaderBytes;
+  BlockHeader header;
+  std::memcpy(&header, block, sizeof header);
+  if (header.magic != kBlockMagic) {
+    // oneDNN frees through GetCPUAllocator()->raw_deallocate(), i.e. through
+    // whichever allocator is installed at free time: a buffer it took from
+    // the default allocator before install() arrives here. It has no header
+    // (the bytes before it belong to malloc), so it goes back untouched.
+    self->base_free_(data);
+    return;
+  }
+  // Clear the magic so the stale bytes never pass for a live header.
+  header.magic = kFreedMagic;
+  std::memcpy(block, &header, sizeof header);
+  self->current_.fetch_sub(header.bytes, std::memory_order_relaxed);
+  self->base_free_(block);
+}
+
+std::int64_t TrackingAllocator::reserve(std::int64_t n) const {
+  const std::int64_t limit = budget_.load(std::memory_order_relaxed);
+  if (limit == 0) return current_.fetch_add(n, std::memory_order_relaxed) + n;
+  // A compare-exchange rather than fetch_add-then-roll-back: a refused
+  // request never inflates current_, even for an instant, so it cannot make a
+  // concurrent request that fits fail. Which allocation fails then depends
+  // only on the sequence of requests, not on thread timing.
+  std::int64_t cur = current_.load(std::memory_order_relaxed);
+  do {
+    if (n > limit - cur) refuse(n, cur, limit, nullptr);
+  } while (!current_.compare_exchange_weak(cur, cur + n, std::memory_order_relaxed));
+  return cur + n;
+}
+
+void TrackingAllocator::refuse(std::int64_t requested, std::int64_t in_use, std::int64_t limit,
+                               const char* reason) const {
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    last_failure_ = Failure{requested, in_use, limit};
+  }
+  std::string msg = "tailor: out of memory (";
+  msg += reason == nullptr ? "budget" : "host";
+  msg += "): tried to allocate " + Bytes(requested).to_string() + " with " + Bytes(in_use).to_string();
+  if (limit > 0) {
+    msg += " of a " + Bytes(limit).to_string() + " budget";
+  }
+  msg += " in use";
+  if (reason != nullptr) {
+    msg += ": ";
+    msg += reason;
+  }
+  C10_THROW_ERROR(OutOfMemoryError, msg);
+}
+
+void TrackingAllocator::raise_peak(std::int64_t bytes) const {
+  std::int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (peak < bytes && !peak_.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
+  }
+}
+
+PeakScope::PeakScope(TrackingAllocator& allocator)
+    : allocator_(allocator), start_bytes_(0), peak_before_(allocator.peak_bytes()) {
+  allocator_.reset_peak();
+  start_bytes_ = allocator_.current_bytes();
+}
+
+PeakScope::~PeakScope() { allocator_.raise_peak(peak_before_); }
+
+std::int64_t PeakScope::peak_increase() const {
+  return std::max<std::int64_t>(0, allocator_.peak_bytes() - start_bytes_);
+}
+
+std::int64_t PeakScope::current_increase() const { return allocator_.current_bytes() - start_bytes_; }
+
+}  // namespace tailor::runner

@@ -1,0 +1,458 @@
+#include "runner/torch/trainer.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/json_writer.h"
+#include "core/units.h"
+#include "runner/data/batcher.h"
+#include "runner/data/dataset.h"
+#include "runner/torch/checkpoint.h"
+#include "runner/torch/model.h"
+#include "runner/torch/optimizer.h"
+#include "runner/torch/tracking_allocator.h"
+
+namespace tailor::runner {
+namespace fs = std::filesystem;
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop.store(true); }
+
+// Appends one JSON object per line and flushes it, so a reader following
+// the file (tailord, `tailor run`) sees each line as soon as it is written.
+class JsonLines {
+ public:
+  explicit JsonLines(const std::string& path) : out_(path, std::ios::app) {}
+  bool ok() const { return static_cast<bool>(out_); }
+  void write(const JsonWriter& w) {
+    out_ << w.str() << '\n';
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double learning_rate(const dsl::TrainingSpec& t, std::int64_t step, std::int64_t total) {
+  // `step` counts from 1. Linear warm-up, then the schedule down to 0.
+  if (t.warmup_steps > 0 && step <= t.warmup_steps) {
+    return t.lr * static_cast<double>(step) / static_cast<double>(t.warmup_steps);
+  }
+  const double span = static_cast<double>(std::max<std::int64_t>(1, total - t.warmup_steps));
+  const double progress = std::clamp(static_cast<double>(step - t.warmup_steps) / span, 0.0, 1.0);
+  switch (t.scheduler) {
+    case dsl::LrScheduler::kConstant: return t.lr;
+    case dsl::LrScheduler::kLinear: return t.lr * (1.0 - progress);
+    case dsl::LrScheduler::kCosine: return t.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+  }
+  return t.lr;
+}
+
+torch::Tensor to_tensor(const std::vector<std::int32_t>& v, std::int64_t rows, std::int64_t cols) {
+  return torch::from_blob(const_cast<std::int32_t*>(v.data()), {rows, cols}, torch::kInt32).to(torch::kInt64);
+}
+
+torch::Dtype param_dtype(dsl::Precision p) {
+  switch (p) {
+    case dsl::Precision::kFp32: return torch::kFloat32;
+    case dsl::Precision::kFp16: return torch::kFloat16;
+    default: return torch::kBFloat16;
+  }
+}
+
+std::string format_eta(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long s = std::lround(seconds);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
+
+struct Measured {  // bytes, from the tracking allocator and tensor sizes
+  std::int64_t weights = 0, gradients = 0, optimizer_states = 0, master_weights = 0;
+  std::int64_t activations = 0, logits = 0, peak = 0, allocated = 0;
+};
+
+void write_memory(JsonWriter& w, const Measured& m) {
+  w.key("memory").begin_object();
+  w.field("allocated_bytes", m.allocated);
+  w.field("peak_bytes", m.peak);
+  w.field("weights", m.weights);
+  w.field("gradients", m.gradients);
+  w.field("optimizer_states", m.optimizer_states);
+  w.field("master_weights", m.master_weights);
+  w.field("activations", m.activations);
+  w.field("logits", m.logits);
+  w.end_object();
+}
+
+class Run {
+ public:
+  explicit Run(const TrainOptions& o) : o_(o), cfg_(o.config), spec_(o.config.spec), st_(o.config.strategy) {}
+
+  int execute();
+
+ private:
+  int fail(int code, const std::string& kind, const std::string& message);
+  Status check_supported() const;
+  void event(const std::string& kind, const std::function<void(JsonWriter&)>& fill = {});
+  void save(std::int64_t step);
+  Measured measure_static() const;
+
+  const TrainOptions& o_;
+  const RunConfig& cfg_;
+  const dsl::JobSpec& spec_;
+  const strategies::Strategy& st_;
+  std::unique_ptr<JsonLines> metrics_, events_;
+  TrackingAllocator* alloc_ = nullptr;
+  std::unique_ptr<data::Batcher> batcher_;
+  CausalLM model_{nullptr};
+  std::unique_ptr<TrainingOptimizer> opt_;
+  CheckpointState state_;
+  Measured last_;
+};
+
+void Run::event(const std::string& kind, const std::function<void(JsonWriter&)>& fill) {
+  if (!events_) return;
+  JsonWriter w(0);
+  w.begin_object().field("event", kind).field("time", static_cast<std::int64_t>(std::time(nullptr)));
+  if (fill) fill(w);
+  w.end_object();
+  events_->write(w);
+}
+
+int Run::fail(int code, const std::string& kind, const std::string& message) {
+  event(kind, [&](JsonWriter& w) { w.field("message", message); });
+  std::fprintf(stderr, "tailor-runner: %s: %s\n", kind.c_str(), message.c_str());
+  return code;
+}
+
+Status Run::check_supported() const {
+  if (st_.adapter != dsl::Adapter::kNone) return Status::invalid_argument("adapters (LoRA/QLoRA) are not implemented yet");
+  if (st_.optimizer == dsl::Optimizer::kAdamw8bit) return Status::invalid_argument("adamw_8bit is not implemented yet");
+  if (st_.zero_stage > 0 || st_.offload != dsl::Offload::kNone || st_.num_gpus > 1) {
+    return Status::invalid_argument("ZeRO, offload and multiple GPUs are not implemented yet");
+  }
+  return Status::ok();
+}
+
+Measured Run::measure_static() const {
+  Measured m;
+  for (const auto& p : model_->parameters()) {
+    m.weights += static_cast<std::int64_t>(p.nbytes());
+    if (p.grad().defined()) m.gradients += static_cast<std::int64_t>(p.grad().nbytes());
+  }
+  m.optimizer_states = opt_->state_bytes();
+  m.master_weights = opt_->master_bytes();
+  return m;
+}
+
+void Run::save(std::int64_t step) {
+  const auto s = batcher_->state();
+  state_.step = step;
+  state_.data_epoch = s.epoch;
+  state_.data_index = s.index;
+  CheckpointTensors t;
+  for (const auto& p : model_->parameters()) t.params.push_back(p.detach());
+  t.optimizer = opt_->state_tensors();
+  t.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  const std::string dir = (fs::path(o_.out_dir) / spec_.checkpoint.dir).string();
+  const Status saved = save_checkpoint(dir, state_, t, spec_.checkpoint.keep);
+  if (saved.is_ok()) {
+    event("checkpoint", [&](JsonWriter& w) { w.field("step", step).field("dir", dir); });
+  } else {
+    event("error", [&](JsonWriter& w) { w.field("message", saved.message()); });
+  }
+}
+
+int Run::execute() {
+  std::error_code ec;
+  fs::create_directories(o_.out_dir, ec);
+  metrics_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "metrics.jsonl").string());
+  events_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "events.jsonl").string());
+  if (ec || !metrics_->ok() || !events_->ok()) {
+    std::fprintf(stderr, "tailor-runner: cannot write to output folder %s\n", o_.out_dir.c_str());
+    events_.reset();
+    return kExitBadInput;
+  }
+  if (Status s = check_supported(); !s.is_ok()) return fail(kExitBadInput, "error", s.message());
+  if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
+    return fail(kExitBadInput, "error", "data.seq_len exceeds the model's max_seq_len");
+  }
+
+  alloc_ = &TrackingAllocator::install();
+  const std::int64_t limit = o_.memory_limit >= 0 ? o_.memory_limit : (cfg_.on_cpu ? cfg_.budget_bytes : 0);
+  torch::manual_seed(static_cast<std::uint64_t>(spec_.training.seed));
+
+  data::ByteTokenizer tok;
+  auto examples = data::load_examples(spec_.data.train, spec_.data, tok);
+  if (!examples.is_ok()) return fail(kExitBadInput, "error", examples.status().message());
+  if (spec_.model.arch.vocab < data::ByteTokenizer::kVocabSize) {
+    return fail(kExitBadInput, "error",
+                "the byte-level tokenizer needs a vocabulary of at least " +
+                    std::to_string(data::ByteTokenizer::kVocabSize) + " (model has " +
+                    std::to_string(spec_.model.arch.vocab) + "); tokenizer files are not supported yet");
+  }
+  batcher_ = std::make_unique<data::Batcher>(std::move(examples).value(), spec_.data.seq_len, spec_.data.packing,
+                                             st_.micro_batch_size, static_cast<std::uint64_t>(spec_.training.seed));
+  const std::int64_t accum = st_.grad_accumulation;
+  const std::int64_t total_steps =
+      spec_.training.max_steps
+          ? *spec_.training.max_steps
+          : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
+                                          spec_.training.epochs * static_cast<double>(batcher_->rows_per_epoch()) /
+                                          static_cast<double>(st_.micro_batch_size * accum))));
+
+  model_ = CausalLM(spec_.model.arch, st_.checkpoint_every);
+  model_->to(param_dtype(st_.precision));
+  model_->train();
+  opt_ = std::make_unique<TrainingOptimizer>(model_->parameters(), st_.precision, st_.optimizer,
+                                             spec_.training.weight_decay);
+  state_.loss_scale = st_.precision == dsl::Precision::kFp16 ? 65536.0 : 1.0;
+
+  std::int64_t first_step = 1;
+  if (o_.resume) {
+    const auto latest = latest_checkpoint((fs::path(o_.out_dir) / spec_.checkpoint.dir).string());
+    if (latest) {
+      auto loaded = load_checkpoint(*latest);
+      if (!loaded.is_ok()) return fail(kExitBadInput, "error", loaded.status().message());
+      auto& [st, t] = *loaded;
+      auto params = model_->parameters();
+      if (t.params.size() != params.size()) return fail(kExitBadInput, "error", *latest + ": model does not match the job");
+      {
+        torch::NoGradGuard ng;
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          if (!t.params[i].defined() || t.params[i].sizes() != params[i].sizes()) {
+            return fail(kExitBadInput, "error", *latest + ": parameter " + std::to_string(i) + " has the wrong shape");
+          }
+          params[i].copy_(t.params[i]);
+        }
+      }
+      if (!opt_->load_state_tensors(t.optimizer, st.step)) {
+        return fail(kExitBadInput, "error", *latest + ": optimizer state does not match the job");
+      }
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      gen.set_state(t.rng_state);
+      batcher_->restore({st.data_epoch, st.data_index});
+      state_ = st;
+      first_step = st.step + 1;
+      event("resume", [&](JsonWriter& w) { w.field("step", st.step).field("checkpoint", *latest); });
+    }
+  }
+  // The budget applies to training, not to loading files.
+  alloc_->set_budget(limit);
+  alloc_->reset_peak();
+  event("start", [&](JsonWriter& w) {
+    w.field("job", spec_.name).field("steps", total_steps).field("first_step", first_step);
+    w.field("strategy", st_.describe()).field("memory_limit_bytes", limit);
+    w.field("parameters", spec_.model.arch.parameter_count());
+  });
+
+  // Forward and backward once on the longest batch the data can produce,
+  // gradients discarded: an out-of-memory surfaces before step 1, not an
+  // hour in, and the data order stays that of an uninterrupted run.
+  try {
+    const data::Batch longest = batcher_->longest_batch();
+    ModelInput in;
+    in.input_ids = to_tensor(longest.inputs, longest.rows, longest.seq_len);
+    in.positions = to_tensor(longest.positions, longest.rows, longest.seq_len);
+    in.segment_ids = to_tensor(longest.segment_ids, longest.rows, longest.seq_len);
+    cross_entropy_sum(model_->logits(model_->hidden_states(in)), to_tensor(longest.targets, longest.rows, longest.seq_len))
+        .backward();
+    opt_->zero_grad();
+  } catch (const c10::OutOfMemoryError& e) {
+    const auto f = alloc_->last_failure();
+    alloc_->set_budget(0);
+    event("oom", [&](JsonWriter& w) {
+      w.field("step", first_step).field("phase", "probe: longest batch");
+      w.field("requested_bytes", f ? f->requested : 0).field("in_use_bytes", f ? f->in_use : 0);
+      w.field("budget_bytes", f ? f->budget : limit);
+      Measured m = measure_static();
+      m.peak = alloc_->peak_bytes();
+      m.allocated = alloc_->current_bytes();
+      write_memory(w, m);
+    });
+    std::fprintf(stderr, "tailor-runner: out of memory on the longest batch: %s\n", e.what_without_backtrace());
+    return kExitOutOfMemory;
+  }
+  alloc_->reset_peak();
+
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  const double t_start = now_seconds();
+  std::int64_t tokens_this_run = 0;
+  std::int64_t step = first_step;
+  try {
+    for (; step <= total_steps; ++step) {
+      if (g_stop.load()) {
+        save(step - 1);
+        event("cancelled", [&](JsonWriter& w) { w.field("step", step - 1); });
+        return kExitCancelled;
+      }
+      const double t0 = now_seconds();
+      std::vector<data::Batch> micro;
+      std::int64_t target_tokens = 0;
+      for (std::int64_t k = 0; k < accum; ++k) {
+        micro.push_back(batcher_->next());
+        target_tokens += micro.back().target_tokens;
+      }
+      // Normalise by the whole global batch's target tokens, so accumulated
+      // training equals one large batch even with padding and masking.
+      const double denom = static_cast<double>(std::max<std::int64_t>(1, target_tokens));
+      opt_->zero_grad();
+      double loss_sum = 0;
+      std::int64_t tokens = 0;
+      Measured m;
+      for (const data::Batch& b : micro) {
+        const std::int64_t base = alloc_->current_bytes();
+        PeakScope scope(*alloc_);
+        ModelInput in;
+        in.input_ids = to_tensor(b.inputs, b.rows, b.seq_len);
+        in.positions = to_tensor(b.positions, b.rows, b.seq_len);
+        in.segment_ids = to_tensor(b.segment_ids, b.rows, b.seq_len);
+        torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len);
+        torch::Tensor hidden = model_->hidden_states(in);
+        const std::int64_t after_body = alloc_->current_bytes();
+        torch::Tensor loss;
+        std::int64_t head_peak = 0;
+        {
+          PeakScope head(*alloc_);
+          loss = cross_entropy_sum(model_->logits(hidden), targets);
+          head_peak = head.peak_increase();
+        }
+        (loss * (state_.loss_scale / denom)).backward();
+        loss_sum += loss.item<double>();
+        tokens += b.rows * b.seq_len;
+        m.activations = std::max(m.activations, after_body - base);
+        m.logits = std::max(m.logits, head_peak);
+        m.peak = std::max(m.peak, scope.peak_increase() + scope.start_bytes());
+      }
+      // fp16: skip the step on inf/nan and back off; grow after 2000 good steps.
+      bool skipped = false;
+      if (st_.precision == dsl::Precision::kFp16 && !opt_->grads_finite()) {
+        skipped = true;
+        state_.loss_scale = std::max(1.0, state_.loss_scale / 2);
+        state_.good_steps = 0;
+        event("loss_scale", [&](JsonWriter& w) { w.field("step", step).field("scale", state_.loss_scale); });
+      }
+      double norm = 0;
+      const double lr = learning_rate(spec_.training, step, total_steps);
+      if (!skipped) {
+        norm = opt_->grad_norm(state_.loss_scale);
+        double factor = 1.0 / state_.loss_scale;
+        if (spec_.training.grad_clip > 0 && norm > spec_.training.grad_clip) factor *= spec_.training.grad_clip / norm;
+        const Measured stat = measure_static();
+        m.gradients = stat.gradients;
+        opt_->step(lr, factor);
+        if (st_.precision == dsl::Precision::kFp16 && ++state_.good_steps >= 2000) {
+          state_.loss_scale *= 2;
+          state_.good_steps = 0;
+        }
+      }
+      const Measured stat = measure_static();
+      m.weights = stat.weights;
+      m.optimizer_states = stat.optimizer_states;
+      m.master_weights = stat.master_weights;
+      m.allocated = alloc_->current_bytes();
+      m.peak = std::max(m.peak, alloc_->peak_bytes());
+      last_ = m;
+
+      const double dt = now_seconds() - t0;
+      tokens_this_run += tokens;
+      state_.tokens_seen += tokens;
+      const double loss_value = loss_sum / denom;
+      JsonWriter w(0);
+      w.begin_object().field("step", step).field("loss", loss_value).field("lr", lr).field("grad_norm", norm);
+      w.field("tokens", tokens).field("target_tokens", target_tokens).field("tokens_per_second", tokens / dt);
+      w.field("step_seconds", dt).field("epoch", batcher_->epoch_progress()).field("skipped", skipped);
+      write_memory(w, m);
+      w.end_object();
+      metrics_->write(w);
+
+      if (!o_.quiet) {
+        const double elapsed = now_seconds() - t_start;
+        const double eta = elapsed / static_cast<double>(step - first_step + 1) * static_cast<double>(total_steps - step);
+        char line[256];
+        std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  mem %s  ETA %s",
+                      static_cast<long long>(step), static_cast<long long>(total_steps), loss_value,
+                      static_cast<double>(tokens_this_run) / elapsed, Bytes(m.peak).to_string().c_str(),
+                      format_eta(eta).c_str());
+        if (o_.progress) {
+          const int width = 24;
+          const int filled = static_cast<int>(width * step / std::max<std::int64_t>(1, total_steps));
+          std::fprintf(stderr, "\r[%s%s] %s\033[K", std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                       std::string(static_cast<std::size_t>(width - filled), '.').c_str(), line);
+          if (step == total_steps) std::fprintf(stderr, "\n");
+        } else if (step == first_step || step == total_steps || step % ((total_steps + 19) / 20) == 0) {
+          std::fprintf(stderr, "%s\n", line);
+        }
+      }
+      if (spec_.checkpoint.every_steps > 0 && step % spec_.checkpoint.every_steps == 0 && step < total_steps) save(step);
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    const auto f = alloc_->last_failure();
+    alloc_->set_budget(0);  // room to write the report
+    const Measured stat = measure_static();
+    event("oom", [&](JsonWriter& w) {
+      w.field("step", step);
+      w.field("requested_bytes", f ? f->requested : 0).field("in_use_bytes", f ? f->in_use : 0);
+      w.field("budget_bytes", f ? f->budget : limit);
+      Measured m = last_;
+      m.weights = stat.weights;
+      m.optimizer_states = stat.optimizer_states;
+      m.master_weights = stat.master_weights;
+      m.gradients = stat.gradients;
+      m.peak = alloc_->peak_bytes();
+      m.allocated = alloc_->current_bytes();
+      write_memory(w, m);
+    });
+    std::fprintf(stderr, "\ntailor-runner: out of memory at step %lld: %s\n", static_cast<long long>(step),
+                 e.what_without_backtrace());
+    return kExitOutOfMemory;
+  } catch (const c10::Error& e) {
+    return fail(kExitFailure, "error", std::string("LibTorch: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail(kExitFailure, "error", e.what());
+  }
+  alloc_->set_budget(0);
+  save(total_steps);
+  try {
+    std::vector<torch::Tensor> params;
+    for (const auto& p : model_->parameters()) params.push_back(p.detach());
+    const std::string tmp = (fs::path(o_.out_dir) / "model.pt.tmp").string();
+    torch::save(params, tmp);
+    fs::rename(tmp, fs::path(o_.out_dir) / "model.pt");
+  } catch (const std::exception& e) {
+    return fail(kExitFailure, "error", std::string("saving the model: ") + e.what());
+  }
+  event("done", [&](JsonWriter& w) {
+    w.field("steps", total_steps).field("seconds", now_seconds() - t_start).field("tokens", state_.tokens_seen);
+  });
+  return kExitOk;
+}
+
+}  // namespace
+
+int train(const TrainOptions& options) {
+  try {
+    Run run(options);
+    return run.execute();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tailor-runner: internal error: %s\n", e.what());
+    return kExitFailure;
+  }
+}
+
+}  // namespace tailor::runner

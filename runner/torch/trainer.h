@@ -1,0 +1,34 @@
+// The training loop of tailor-runner: the plan's strategy applied to the
+// job spec, with metrics and events as JSON lines, checkpoints, resume, and
+// out-of-memory reported as its own outcome.
+//
+// Implemented here: fp32, bf16 and fp16 mixed precision (fp32 master
+// weights; fp16 with dynamic loss scaling), pure bf16, gradient
+// checkpointing, micro-batches with accumulation normalised by the global
+// batch's target tokens, AdamW and SGD, warm-up with constant, cosine or
+// linear schedules, clipping, checkpoints, and a forward/backward probe on
+// the longest batch before step 1 so that out-of-memory surfaces at once. Not yet: adapters (LoRA, QLoRA),
+// 8-bit optimizer states, ZeRO and offload, which the runner refuses as bad
+// input; `tailor run` plans without them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runner/run_config.h"
+
+namespace tailor::runner {
+
+struct TrainOptions {
+  RunConfig config;
+  std::string out_dir;          // metrics.jsonl, events.jsonl, checkpoints/, model.pt
+  bool resume = false;          // continue from the newest checkpoint under out_dir
+  std::int64_t memory_limit = -1;  // bytes; -1 = the plan's budget on CPU; 0 = unlimited
+  bool progress = false;        // a redrawn progress line on stderr (a terminal)
+  bool quiet = false;           // no progress output at all
+};
+
+// Runs the job; returns one of the exit codes of run_config.h. Never throws.
+int train(const TrainOptions& options);
+
+}  // namespace tailor::runner

@@ -1,0 +1,564 @@
+// Tests of the torch-free data pipeline: byte tokenizer, dataset loading
+// (text, jsonl, tokens) and the batcher (packing, padding, order, resume).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runner/data/batcher.h"
+#include "runner/data/byte_tokenizer.h"
+#include "runner/data/dataset.h"
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::runner::data {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr std::int32_t B = ByteTokenizer::kBos;
+constexpr std::int32_t E = ByteTokenizer::kEos;
+constexpr std::int32_t P = ByteTokenizer::kPad;
+constexpr std::int32_t X = -100;  // ignored target
+
+dsl::DataSpec spec_of(dsl::DataFormat format) {
+  dsl::DataSpec spec;
+  spec.format = format;
+  return spec;
+}
+
+dsl::DataSpec pairs_spec() {
+  dsl::DataSpec spec = spec_of(dsl::DataFormat::kJsonl);
+  spec.prompt_field = "prompt";
+  spec.completion_field = "completion";
+  return spec;
+}
+
+// A document as load_examples makes it from plain text.
+Example doc(std::string_view text) {
+  Example ex{{B}, {0}};
+  for (std::int32_t id : ByteTokenizer().encode(text)) {
+    ex.tokens.push_back(id);
+    ex.trained.push_back(1);
+  }
+  ex.tokens.push_back(E);
+  ex.trained.push_back(1);
+  return ex;
+}
+
+// Documents of lengths 3.. (content 1..n bytes), each with distinct bytes.
+std::vector<Example> docs_of_lengths(int n) {
+  std::vector<Example> out;
+  for (int i = 0; i < n; ++i) out.push_back(doc(std::string(static_cast<std::size_t>(1 + i % 13), static_cast<char>('a' + i % 26))));
+  return out;
+}
+
+std::int64_t trained_tokens(const std::vector<Example>& examples) {
+  std::int64_t n = 0;
+  for (const Example& ex : examples) n += std::count(ex.trained.begin(), ex.trained.end(), 1);
+  return n;
+}
+
+std::string le_int32(const std::vector<std::int32_t>& ids) {
+  std::string out;
+  for (std::int32_t id : ids) {
+    const auto u = static_cast<std::uint32_t>(id);
+    for (int s = 0; s < 32; s += 8) out.push_back(static_cast<char>((u >> s) & 0xff));
+  }
+  return out;
+}
+
+std::vector<std::int32_t> row_of(const std::vector<std::int32_t>& v, const Batch& b, std::int64_t r) {
+  return {v.begin() + r * b.seq_len, v.begin() + (r + 1) * b.seq_len};
+}
+
+bool same_batch(const Batch& a, const Batch& b) {
+  return a.rows == b.rows && a.seq_len == b.seq_len && a.inputs == b.inputs && a.targets == b.targets &&
+         a.positions == b.positions && a.segment_ids == b.segment_ids && a.target_tokens == b.target_tokens;
+}
+
+// Every array has rows * seq_len cells and target_tokens counts the targets.
+void expect_consistent(const Batch& b) {
+  const auto cells = static_cast<std::size_t>(b.rows * b.seq_len);
+  ASSERT_EQ(b.inputs.size(), cells);
+  ASSERT_EQ(b.targets.size(), cells);
+  ASSERT_EQ(b.positions.size(), cells);
+  ASSERT_EQ(b.segment_ids.size(), cells);
+  EXPECT_EQ(b.target_tokens, static_cast<std::int64_t>(cells) - std::count(b.targets.begin(), b.targets.end(), X));
+  for (std::size_t i = 0; i < cells; ++i) {
+    if (b.segment_ids[i] == -1) {
+      EXPECT_EQ(b.inputs[i], P);
+      EXPECT_EQ(b.targets[i], X);
+    }
+  }
+}
+
+// ---- ByteTokenizer ----------------------------------------------------------
+
+TEST(ByteTokenizerTest, RoundTripsAsciiAndUtf8Bytes) {
+  const ByteTokenizer tok;
+  const std::string text = "h\xC3\xA9llo \xE2\x9C\x93 \xF0\x9F\x99\x82\n\t\x01";  // héllo ✓ 🙂
+  const auto ids = tok.encode(text);
+  ASSERT_EQ(ids.size(), text.size());
+  EXPECT_EQ(ids[0], 'h');
+  EXPECT_EQ(ids[1], 0xC3);  // bytes >= 0x80 map to 128..255, never negative
+  EXPECT_EQ(ids[2], 0xA9);
+  for (std::int32_t id : ids) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 256);
+  }
+  EXPECT_EQ(tok.decode(ids), text);
+  EXPECT_TRUE(tok.encode("").empty());
+}
+
+TEST(ByteTokenizerTest, DecodeSkipsSpecialsAndUnknownIds) {
+  const ByteTokenizer tok;
+  EXPECT_EQ(tok.decode({B, 'h', 'i', P, E, 259, -1, 0xFF}), "hi\xFF");
+  EXPECT_EQ(ByteTokenizer::kVocabSize, 259);
+}
+
+// ---- load_examples: jsonl ---------------------------------------------------
+
+TEST(DatasetTest, JsonlFieldGivesBosContentEosAllTrainedButBos) {
+  testing::TempDir dir;
+  const auto path = dir.write("data.jsonl", "{\"text\": \"hi\"}\n\n{\"text\": \"\\u00e9\", \"other\": 1}\n");
+  const auto examples = load_examples(path, spec_of(dsl::DataFormat::kJsonl), ByteTokenizer());
+  ASSERT_TRUE(examples.is_ok()) << examples.status().to_string();
+  ASSERT_EQ(examples->size(), 2u);
+  EXPECT_THAT((*examples)[0].tokens, ElementsAre(B, 'h', 'i', E));
+  EXPECT_THAT((*examples)[0].trained, ElementsAre(0, 1, 1, 1));
+  EXPECT_THAT((*examples)[1].tokens, ElementsAre(B, 0xC3, 0xA9, E));  // UTF-8 of é
+}
+
+TEST(DatasetTest, JsonlCustomFieldAndEmptyDocumentsSkipped) {
+  testing::TempDir dir;
+  const auto path = dir.write("data.jsonl", "{\"body\": \"\"}\n{\"body\": \"x\"}\r\n");
+  dsl::DataSpec spec = spec_of(dsl::DataFormat::kJsonl);
+  spec.field = "body";
+  const auto examples = load_examples(path, spec, ByteTokenizer());
+  ASSERT_TRUE(examples.is_ok()) << examples.status().to_string();
+  ASSERT_EQ(examples->size(), 1u);
+  EXPECT_THAT((*examples)[0].tokens, ElementsAre(B, 'x', E));
+}
+
+TEST(DatasetTest, JsonlPromptCompletionMasksBosAndPrompt) {
+  testing::TempDir dir;
+  const auto path = dir.write("data.jsonl",
+                              "{\"prompt\": \"Q:ab\\n\", \"completion\": \"cd\"}\n"
+                              "{\"prompt\": \"\", \"completion\": \"z\"}\n");
+  const auto examples = load_examples(path, pairs_spec(), ByteTokenizer());
+  ASSERT_TRUE(examples.is_ok()) << examples.status().to_string();
+  ASSERT_EQ(examples->size(), 2u);
+  EXPECT_THAT((*examples)[0].tokens, ElementsAre(B, 'Q', ':', 'a', 'b', '\n', 'c', 'd', E));
+  EXPECT_THAT((*examples)[0].trained, ElementsAre(0, 0, 0, 0, 0, 0, 1, 1, 1));
+  EXPECT_THAT((*examples)[1].tokens, ElementsAre(B, 'z', E));
+  EXPECT_THAT((*examples)[1].trained, ElementsAre(0, 1, 1));
+}
+
+TEST(DatasetTest, JsonlBadJsonNamesFileLineAndColumn) {
+  testing::TempDir dir;
+  const auto path = dir.write("data.jsonl", "{\"text\": \"ok\"}\n{\"text\": oops}\n");
+  const auto examples = load_examples(path, spec_of(dsl::DataFormat::kJsonl), ByteTokenizer());
+  ASSERT_FALSE(examples.is_ok());
+  EXPECT_EQ(examples.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(examples.status().message(), HasSubstr("data.jsonl:2:10: not valid JSON: "));
+  EXPECT_THAT(examples.status().message(), Not(HasSubstr("json.exception")));
+}
+
+TEST(DatasetTest, JsonlMissingFieldNamesFileAndLine) {
+  testing::TempDir dir;
+  const auto path = dir.write("data.jsonl",
+                              "{\"prompt\": \"a\", \"completion\": \"b\"}\n\n"
+                              "{\"prompt\": \"a\"}\n");
+  const auto examples = load_examples(path, pairs_spec(), ByteTokenizer());
+  ASSERT_FALSE(examples.is_ok());
+  EXPECT_EQ(examples.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(examples.status().message(), path + ":3: missing field \"completion\"");
+}
+
+TEST(DatasetTest, JsonlWrongTypesNameFileAndLine) {
+  testing::TempDir dir;
+  const auto not_string = dir.write("a.jsonl", "{\"text\": 5}\n");
+  auto r = load_examples(not_string, spec_of(dsl::DataFormat::kJsonl), ByteTokenizer());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), not_string + ":1: field \"text\" must be a string, got number");
+
+  const auto not_object = dir.write("b.jsonl", "{\"text\": \"a\"}\n[\"text\"]\n");
+  r = load_examples(not_object, spec_of(dsl::DataFormat::kJsonl), ByteTokenizer());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), not_object + ":2: expected a JSON object, got array");
+}
+
+TEST(DatasetTest, PromptFieldWithoutCompletionFieldIsAnError) {
+  testing::TempDir dir;
+  const auto path = dir.write("data.jsonl", "{\"prompt\": \"a\"}\n");
+  dsl::DataSpec spec = spec_of(dsl::DataFormat::kJsonl);
+  spec.prompt_field = "prompt";
+  const auto r = load_examples(path, spec, ByteTokenizer());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("must be set together"));
+}
+
+// ---- load_examples: text ----------------------------------------------------
+
+TEST(DatasetTest, TextSplitsParagraphsOnBlankLines) {
+  testing::TempDir dir;
+  const auto path = dir.write("book.txt", "\xEF\xBB\xBF\nfirst line\nsecond\n\n\n  \t\nthird\r\n\r\nfourth");
+  const ByteTokenizer tok;
+  const auto examples = load_examples(path, spec_of(dsl::DataFormat::kText), tok);
+  ASSERT_TRUE(examples.is_ok()) << examples.status().to_string();
+  std::vector<std::string> texts;
+  for (const Example& ex : *examples) {
+    EXPECT_EQ(ex.tokens.front(), B);
+    EXPECT_EQ(ex.tokens.back(), E);
+    EXPECT_EQ(ex.trained.front(), 0);
+    EXPECT_EQ(std::count(ex.trained.begin(), ex.trained.end(), 1), static_cast<long>(ex.tokens.size()) - 1);
+    texts.push_back(tok.decode(ex.tokens));
+  }
+  EXPECT_THAT(texts, ElementsAre("first line\nsecond", "third", "fourth"));
+}
+
+// ---- load_examples: tokens --------------------------------------------------
+
+TEST(DatasetTest, TokensFileRoundTrip) {
+  testing::TempDir dir;
+  const auto path = dir.write("data.tokens", le_int32({1, 2, E, B, 70000, 255, E, E, 5}));
+  const auto examples = load_examples(path, spec_of(dsl::DataFormat::kTokens), ByteTokenizer());
+  ASSERT_TRUE(examples.is_ok()) << examples.status().to_string();
+  ASSERT_EQ(examples->size(), 3u);
+  EXPECT_THAT((*examples)[0].tokens, ElementsAre(B, 1, 2, E));
+  EXPECT_THAT((*examples)[0].trained, ElementsAre(0, 1, 1, 1));
+  EXPECT_THAT((*examples)[1].tokens, ElementsAre(B, 70000, 255, E));  // its own BOS not doubled
+  EXPECT_THAT((*examples)[2].tokens, ElementsAre(B, 5, E));           // last document lacks its EOS
+}
+
+TEST(DatasetTest, TokensFileWithTornOrNegativeIdsIsAnError) {
+  testing::TempDir dir;
+  const auto torn = dir.write("torn.bin", le_int32({1, 2}) + "x");
+  auto r = load_examples(torn, spec_of(dsl::DataFormat::kTokens), ByteTokenizer());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("torn.bin: size 9 bytes is not a multiple of 4"));
+
+  const auto negative = dir.write("neg.bin", le_int32({1, 2, -7}));
+  r = load_examples(negative, spec_of(dsl::DataFormat::kTokens), ByteTokenizer());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("neg.bin: token 2 (byte 8): negative id -7"));
+}
+
+// ---- load_examples: empty and missing files ---------------------------------
+
+TEST(DatasetTest, EmptyFileIsAnErrorInEveryFormat) {
+  testing::TempDir dir;
+  const auto empty = dir.write("empty", "");
+  const auto blank = dir.write("blank", "\n  \n\n");
+  for (auto format : {dsl::DataFormat::kJsonl, dsl::DataFormat::kText, dsl::DataFormat::kTokens}) {
+    const auto r = load_examples(empty, spec_of(format), ByteTokenizer());
+    ASSERT_FALSE(r.is_ok()) << dsl::to_string(format);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr(empty + ": no documents"));
+  }
+  for (auto format : {dsl::DataFormat::kJsonl, dsl::DataFormat::kText}) {
+    EXPECT_FALSE(load_examples(blank, spec_of(format), ByteTokenizer()).is_ok()) << dsl::to_string(format);
+  }
+  const auto only_separators = dir.write("eos.bin", le_int32({E, E}));
+  EXPECT_FALSE(load_examples(only_separators, spec_of(dsl::DataFormat::kTokens), ByteTokenizer()).is_ok());
+}
+
+TEST(DatasetTest, MissingFileIsNotFound) {
+  testing::TempDir dir;
+  const auto r = load_examples(dir.file("nope.jsonl"), spec_of(dsl::DataFormat::kJsonl), ByteTokenizer());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("nope.jsonl"));
+}
+
+// ---- Batcher: packing -------------------------------------------------------
+
+TEST(BatcherTest, PackingExactLayoutWithRowOverlapAndBoundaries) {
+  // Two identical documents, so the shuffled order cannot change the layout.
+  // Stream: B a b E B a b E (8 tokens, 7 input/target pairs) -> 2 rows of 5.
+  Batcher batcher({doc("ab"), doc("ab")}, 5, /*packing=*/true, /*micro_batch=*/2, 1);
+  ASSERT_EQ(batcher.rows_per_epoch(), 2);
+  ASSERT_EQ(batcher.batches_per_epoch(), 1);
+  const Batch b = batcher.next();
+  expect_consistent(b);
+  ASSERT_EQ(b.rows, 2);
+  ASSERT_EQ(b.seq_len, 5);
+  EXPECT_THAT(row_of(b.inputs, b, 0), ElementsAre(B, 'a', 'b', E, B));
+  EXPECT_THAT(row_of(b.targets, b, 0), ElementsAre('a', 'b', E, X, 'a'));  // never predict the next BOS
+  EXPECT_THAT(row_of(b.positions, b, 0), ElementsAre(0, 1, 2, 3, 0));
+  EXPECT_THAT(row_of(b.segment_ids, b, 0), ElementsAre(0, 0, 0, 0, 1));
+  // The second document continues at position 0 of a new row; the final EOS
+  // is only a target; then padding to the end of the epoch's last row.
+  EXPECT_THAT(row_of(b.inputs, b, 1), ElementsAre('a', 'b', P, P, P));
+  EXPECT_THAT(row_of(b.targets, b, 1), ElementsAre('b', E, X, X, X));
+  EXPECT_THAT(row_of(b.positions, b, 1), ElementsAre(0, 1, 0, 0, 0));
+  EXPECT_THAT(row_of(b.segment_ids, b, 1), ElementsAre(0, 0, -1, -1, -1));
+  EXPECT_EQ(b.target_tokens, 6);  // = trained tokens: the row boundary loses none
+}
+
+TEST(BatcherTest, PackingFullRowsAndTargetsEqualTrainedTokens) {
+  auto examples = docs_of_lengths(57);
+  examples.push_back(doc(std::string(40, 'L')));  // longer than a row: split across rows
+  const std::int64_t trained = trained_tokens(examples);
+  std::int64_t total = 0;
+  for (const Example& ex : examples) total += static_cast<std::int64_t>(ex.tokens.size());
+  const std::int64_t seq_len = 16;
+  // Micro-batch 1: one epoch is exactly rows_per_epoch batches.
+  Batcher batcher(examples, seq_len, true, 1, 7);
+  EXPECT_EQ(batcher.rows_per_epoch(), (total - 1 + seq_len - 1) / seq_len);
+  EXPECT_EQ(batcher.batches_per_epoch(), batcher.rows_per_epoch());
+
+  std::int64_t targets = 0, rows = 0, padding = 0;
+  std::map<std::int32_t, std::int64_t> inputs_seen, targets_seen;
+  for (std::int64_t i = 0; i < batcher.batches_per_epoch(); ++i) {
+    const Batch b = batcher.next();
+    expect_consistent(b);
+    EXPECT_EQ(b.seq_len, seq_len);
+    const bool last = i + 1 == batcher.batches_per_epoch();
+    EXPECT_EQ(b.rows, 1);
+    for (std::int64_t r = 0; r < b.rows; ++r) {
+      const auto seg = row_of(b.segment_ids, b, r);
+      const auto pad = std::count(seg.begin(), seg.end(), -1);
+      padding += pad;
+      if (!(last && r + 1 == b.rows)) {
+        EXPECT_EQ(pad, 0) << "only the epoch's last row is padded";
+      }
+    }
+    for (std::size_t c = 0; c < b.inputs.size(); ++c) {
+      if (b.segment_ids[c] != -1) ++inputs_seen[b.inputs[c]];
+      if (b.targets[c] != X) ++targets_seen[b.targets[c]];
+    }
+    targets += b.target_tokens;
+    rows += b.rows;
+  }
+  EXPECT_EQ(batcher.state().epoch, 1);
+  EXPECT_EQ(rows, batcher.rows_per_epoch());
+  EXPECT_EQ(targets, trained) << "overlapping rows: no target lost at a row boundary";
+  EXPECT_EQ(rows * seq_len - padding, total - 1);  // every token but the stream's last is an input once
+  // Each trained token is a target exactly once: the multiset matches.
+  std::map<std::int32_t, std::int64_t> expected_targets;
+  for (const Example& ex : examples) {
+    for (std::size_t t = 0; t < ex.tokens.size(); ++t) {
+      if (ex.trained[t]) ++expected_targets[ex.tokens[t]];
+    }
+  }
+  EXPECT_EQ(targets_seen, expected_targets);
+  EXPECT_EQ(inputs_seen[B], static_cast<std::int64_t>(examples.size()));
+}
+
+TEST(BatcherTest, PackingPositionsResetAtDocumentAndRowStarts) {
+  Batcher batcher(docs_of_lengths(40), 24, true, 4, 3);
+  for (std::int64_t i = 0; i < batcher.batches_per_epoch(); ++i) {
+    const Batch b = batcher.next();
+    for (std::int64_t r = 0; r < b.rows; ++r) {
+      const auto in = row_of(b.inputs, b, r);
+      const auto pos = row_of(b.positions, b, r);
+      const auto seg = row_of(b.segment_ids, b, r);
+      EXPECT_EQ(pos[0], 0);
+      EXPECT_EQ(seg[0], 0);
+      for (std::size_t c = 1; c < in.size(); ++c) {
+        if (seg[c] == -1) continue;
+        if (in[c] == B) {  // a document starts: new segment, position 0
+          EXPECT_EQ(seg[c], seg[c - 1] + 1);
+          EXPECT_EQ(pos[c], 0);
+        } else {
+          EXPECT_EQ(seg[c], seg[c - 1]);
+          EXPECT_EQ(pos[c], pos[c - 1] + 1);
+        }
+        EXPECT_LT(pos[c], b.seq_len);
+      }
+    }
+  }
+}
+
+// ---- Batcher: dynamic padding -----------------------------------------------
+
+TEST(BatcherTest, NoPackingPadsOnlyToTheLongestRowOfEachBatch) {
+  Batcher batcher(docs_of_lengths(30), 64, false, 4, 11);
+  EXPECT_EQ(batcher.rows_per_epoch(), 30);
+  EXPECT_EQ(batcher.batches_per_epoch(), 8);
+  std::vector<std::int64_t> widths;
+  for (std::int64_t i = 0; i < batcher.batches_per_epoch(); ++i) {
+    const Batch b = batcher.next();
+    expect_consistent(b);
+    EXPECT_EQ(b.rows, 4);  // the 8th batch takes 2 rows of epoch 0 and 2 of epoch 1
+    std::int64_t longest = 0;
+    for (std::int64_t r = 0; r < b.rows; ++r) {
+      const auto seg = row_of(b.segment_ids, b, r);
+      const auto pos = row_of(b.positions, b, r);
+      const auto width = static_cast<std::int64_t>(std::count(seg.begin(), seg.end(), 0));
+      longest = std::max(longest, width);
+      // A row is its document from column 0, then padding.
+      for (std::int64_t c = 0; c < b.seq_len; ++c) {
+        EXPECT_EQ(seg[static_cast<std::size_t>(c)], c < width ? 0 : -1);
+        if (c < width) {
+          EXPECT_EQ(pos[static_cast<std::size_t>(c)], c);
+        }
+      }
+      EXPECT_EQ(row_of(b.inputs, b, r)[0], B);
+    }
+    EXPECT_EQ(b.seq_len, longest) << "padded past the longest row";
+    widths.push_back(b.seq_len);
+  }
+  EXPECT_GT(*std::max_element(widths.begin(), widths.end()), *std::min_element(widths.begin(), widths.end()));
+}
+
+TEST(BatcherTest, NoPackingTruncatesToSeqLenPlusOneAndMasksPrompt) {
+  // Prompt "pq" masked, completion "abcdefgh": B p q a b c d e f g h E.
+  Example ex{{B, 'p', 'q', 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', E}, {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1}};
+  Batcher batcher({ex}, 6, false, 1, 0);
+  const Batch b = batcher.next();
+  expect_consistent(b);
+  ASSERT_EQ(b.seq_len, 6);  // 7 tokens kept: 6 inputs, 6 targets
+  EXPECT_THAT(b.inputs, ElementsAre(B, 'p', 'q', 'a', 'b', 'c'));
+  EXPECT_THAT(b.targets, ElementsAre(X, X, 'a', 'b', 'c', 'd'));
+  EXPECT_EQ(b.target_tokens, 4);
+
+  Batcher whole({ex}, 64, false, 1, 0);
+  const Batch w = whole.next();
+  EXPECT_EQ(w.seq_len, 11);
+  EXPECT_THAT(w.targets, ElementsAre(X, X, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', E));
+}
+
+// ---- Batcher: order, resume, longest ----------------------------------------
+
+std::vector<std::int32_t> first_tokens_of_epoch(Batcher& batcher) {
+  std::vector<std::int32_t> firsts;  // each row's first content byte identifies its document
+  for (std::int64_t i = 0; i < batcher.batches_per_epoch(); ++i) {
+    const Batch b = batcher.next();
+    for (std::int64_t r = 0; r < b.rows; ++r) firsts.push_back(b.inputs[static_cast<std::size_t>(r * b.seq_len + 1)]);
+  }
+  return firsts;
+}
+
+std::vector<Example> distinct_docs(int n) {
+  std::vector<Example> out;
+  for (int i = 0; i < n; ++i) out.push_back(doc(std::string(1, static_cast<char>(i)) + "xyz"));
+  return out;
+}
+
+TEST(BatcherTest, ShuffleIsDeterministicForASeedAndDiffersAcrossEpochs) {
+  Batcher a(distinct_docs(50), 32, false, 5, 42);
+  Batcher b(distinct_docs(50), 32, false, 5, 42);
+  Batcher other_seed(distinct_docs(50), 32, false, 5, 43);
+  const auto a0 = first_tokens_of_epoch(a), a1 = first_tokens_of_epoch(a);
+  EXPECT_EQ(first_tokens_of_epoch(b), a0);
+  EXPECT_EQ(first_tokens_of_epoch(b), a1);
+  EXPECT_NE(a0, a1) << "reshuffled every epoch";
+  EXPECT_NE(first_tokens_of_epoch(other_seed), a0);
+  // Each epoch is a permutation: every document exactly once.
+  auto sorted0 = a0, sorted1 = a1;
+  std::sort(sorted0.begin(), sorted0.end());
+  std::sort(sorted1.begin(), sorted1.end());
+  EXPECT_EQ(sorted0, sorted1);
+  EXPECT_EQ(std::adjacent_find(sorted0.begin(), sorted0.end()), sorted0.end());
+  EXPECT_EQ(sorted0.size(), 50u);
+}
+
+TEST(BatcherTest, ShuffleIsPinnedAcrossPlatforms) {
+  // splitmix64 + Fisher-Yates is fully specified: this order must never
+  // change, or resumed jobs would see different data. The expected order
+  // was cross-checked with an independent Python transcription.
+  Batcher batcher(distinct_docs(8), 32, false, 8, 42);
+  const auto order = first_tokens_of_epoch(batcher);
+  EXPECT_THAT(order, ElementsAreArray(std::vector<std::int32_t>{3, 6, 0, 7, 1, 2, 5, 4}));
+}
+
+TEST(BatcherTest, SaveRestoreReproducesTheNextBatches) {
+  for (const bool packing : {true, false}) {
+    Batcher original(docs_of_lengths(23), 12, packing, 3, 5);
+    for (int i = 0; i < 5; ++i) (void)original.next();
+    const Batcher::State saved = original.state();
+    std::vector<Batch> expected;
+    for (int i = 0; i < 3 * original.batches_per_epoch(); ++i) expected.push_back(original.next());  // crosses epochs
+
+    Batcher resumed(docs_of_lengths(23), 12, packing, 3, 5);
+    resumed.restore(saved);
+    EXPECT_EQ(resumed.state().epoch, saved.epoch);
+    EXPECT_EQ(resumed.state().index, saved.index);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_TRUE(same_batch(resumed.next(), expected[i])) << "packing=" << packing << " batch " << i;
+    }
+  }
+}
+
+TEST(BatcherTest, StateCountsRowsAndBatchesContinueIntoTheNextEpoch) {
+  Batcher batcher(docs_of_lengths(10), 32, false, 4, 1);  // 10 rows an epoch, 4 a batch
+  ASSERT_EQ(batcher.batches_per_epoch(), 3);
+  EXPECT_DOUBLE_EQ(batcher.epoch_progress(), 0.0);
+  (void)batcher.next();
+  EXPECT_DOUBLE_EQ(batcher.epoch_progress(), 0.4);
+  (void)batcher.next();
+  const Batch third = batcher.next();  // rows 8, 9 of epoch 0 and rows 0, 1 of epoch 1
+  EXPECT_EQ(third.rows, 4);
+  EXPECT_EQ(batcher.state().epoch, 1);
+  EXPECT_EQ(batcher.state().index, 2);
+  EXPECT_DOUBLE_EQ(batcher.epoch_progress(), 1.2);
+  (void)batcher.next();
+  EXPECT_DOUBLE_EQ(batcher.epoch_progress(), 1.6);
+
+  batcher.restore({2, 27});  // an index past the end carries into later epochs
+  EXPECT_EQ(batcher.state().epoch, 4);
+  EXPECT_EQ(batcher.state().index, 7);
+}
+
+TEST(BatcherTest, TheSameRowsWhateverTheMicroBatch) {
+  // Micro-batch 2 x 4 sees the rows micro-batch 8 sees, across an epoch end.
+  for (const bool packing : {false, true}) {
+    Batcher big(docs_of_lengths(13), 16, packing, 8, 3), small(docs_of_lengths(13), 16, packing, 2, 3);
+    for (int step = 0; step < 5; ++step) {
+      const Batch b = big.next();
+      std::vector<std::int32_t> small_inputs;
+      for (int k = 0; k < 4; ++k) {
+        const Batch s = small.next();
+        for (std::int64_t r = 0; r < s.rows; ++r) {
+          auto row = row_of(s.inputs, s, r);
+          row.resize(static_cast<std::size_t>(b.seq_len), ByteTokenizer::kPad);  // pad to the big batch's width
+          small_inputs.insert(small_inputs.end(), row.begin(), row.end());
+        }
+      }
+      EXPECT_EQ(small_inputs, b.inputs) << "packing=" << packing << " step " << step;
+    }
+  }
+}
+
+TEST(BatcherTest, LongestBatchIsTheLongest) {
+  auto examples = docs_of_lengths(40);
+  examples.push_back(doc(std::string(100, 'W')));  // truncated to seq_len + 1 tokens
+  for (const bool packing : {false, true}) {
+    Batcher batcher(examples, 48, packing, 4, 9);
+    const Batch longest = batcher.longest_batch();
+    expect_consistent(longest);
+    EXPECT_EQ(batcher.state().index, 0) << "longest_batch does not move the state";
+    EXPECT_EQ(longest.rows, 4);
+    EXPECT_EQ(longest.seq_len, 48);
+    std::int64_t widest = 0;
+    for (int i = 0; i < 5 * batcher.batches_per_epoch(); ++i) {
+      const Batch b = batcher.next();
+      EXPECT_LE(b.rows * b.seq_len, longest.rows * longest.seq_len);
+      widest = std::max(widest, b.rows * b.seq_len);
+    }
+    EXPECT_EQ(widest, longest.rows * longest.seq_len) << "packing=" << packing;
+  }
+  // Without packing it gathers the longest documents: 13-byte contents (15
+  // tokens, 14 inputs) beside the truncated long one.
+  Batcher batcher(examples, 48, false, 4, 9);
+  const Batch longest = batcher.longest_batch();
+  std::vector<std::int64_t> widths;
+  for (std::int64_t r = 0; r < longest.rows; ++r) {
+    const auto seg = row_of(longest.segment_ids, longest, r);
+    widths.push_back(std::count(seg.begin(), seg.end(), 0));
+  }
+  std::sort(widths.begin(), widths.end());
+  EXPECT_THAT(widths, ElementsAre(14, 14, 14, 48));
+}
+
+}  // namespace
+}  // namespace tailor::runner::data

@@ -1,0 +1,120 @@
+#include "runner/torch/model.h"
+
+#include <gtest/gtest.h>
+
+namespace tailor::runner {
+namespace {
+
+dsl::ModelArch tiny(dsl::ModelFamily family, std::int64_t kv_heads = 2) {
+  dsl::ModelArch a;
+  a.family = family;
+  a.layers = 2;
+  a.hidden = 32;
+  a.intermediate = 64;
+  a.heads = 4;
+  a.kv_heads = family == dsl::ModelFamily::kGpt2 ? 4 : kv_heads;
+  a.vocab = 50;
+  a.max_seq_len = 16;
+  a.tie_embeddings = family == dsl::ModelFamily::kGpt2;
+  return a;
+}
+
+ModelInput input(const torch::Tensor& ids) {
+  ModelInput in;
+  in.input_ids = ids;
+  in.positions = torch::arange(ids.size(1)).unsqueeze(0).expand({ids.size(0), ids.size(1)}).contiguous();
+  return in;
+}
+
+std::int64_t count(CausalLM& m) {
+  std::int64_t n = 0;
+  for (const auto& p : m->parameters()) n += p.numel();
+  return n;
+}
+
+TEST(ModelTest, ParameterCountMatchesTheArchitecture) {
+  torch::manual_seed(0);
+  for (auto family : {dsl::ModelFamily::kLlama, dsl::ModelFamily::kQwen2, dsl::ModelFamily::kGpt2}) {
+    const dsl::ModelArch a = tiny(family);
+    CausalLM m(a, 0);
+    EXPECT_EQ(count(m), a.parameter_count()) << dsl::to_string(family);
+  }
+}
+
+TEST(ModelTest, OutputsAtAPositionIgnoreLaterTokens) {
+  torch::manual_seed(1);
+  for (auto family : {dsl::ModelFamily::kLlama, dsl::ModelFamily::kGpt2}) {
+    CausalLM m(tiny(family), 0);
+    torch::NoGradGuard ng;
+    auto ids = torch::randint(0, 50, {1, 12}, torch::kLong);
+    auto changed = ids.clone();
+    changed.index_put_({0, torch::indexing::Slice(8, torch::indexing::None)}, 7);
+    auto a = m->logits(m->hidden_states(input(ids)));
+    auto b = m->logits(m->hidden_states(input(changed)));
+    using torch::indexing::Slice;
+    EXPECT_TRUE(torch::allclose(a.index({0, Slice(0, 8)}), b.index({0, Slice(0, 8)}), 1e-5, 1e-6));
+    EXPECT_FALSE(torch::allclose(a.index({0, Slice(8, 12)}), b.index({0, Slice(8, 12)}), 1e-5, 1e-6));
+  }
+}
+
+TEST(ModelTest, PackedDocumentsDoNotSeeEachOther) {
+  torch::manual_seed(2);
+  for (auto family : {dsl::ModelFamily::kLlama, dsl::ModelFamily::kGpt2}) {
+    CausalLM m(tiny(family), 0);
+    torch::NoGradGuard ng;
+    auto doc1 = torch::randint(0, 50, {1, 5}, torch::kLong);
+    auto doc2 = torch::randint(0, 50, {1, 7}, torch::kLong);
+    ModelInput packed;
+    packed.input_ids = torch::cat({doc1, doc2}, 1);
+    packed.positions = torch::cat({torch::arange(5), torch::arange(7)}).unsqueeze(0);
+    packed.segment_ids = torch::cat({torch::zeros(5, torch::kLong), torch::ones(7, torch::kLong)}).unsqueeze(0);
+    auto together = m->logits(m->hidden_states(packed));
+    auto alone = m->logits(m->hidden_states(input(doc2)));
+    using torch::indexing::Slice;
+    EXPECT_TRUE(torch::allclose(together.index({0, Slice(5, 12)}), alone.index({0}), 1e-4, 1e-5))
+        << dsl::to_string(family);
+  }
+}
+
+TEST(ModelTest, CheckpointedGradientsEqualPlainGradients) {
+  for (std::int64_t every : {1, 2}) {
+    torch::manual_seed(3);
+    CausalLM plain(tiny(dsl::ModelFamily::kLlama), 0);
+    torch::manual_seed(3);
+    CausalLM ckpt(tiny(dsl::ModelFamily::kLlama), every);
+    auto ids = torch::randint(0, 50, {2, 10}, torch::kLong);
+    auto targets = torch::randint(0, 50, {2, 10}, torch::kLong);
+    for (CausalLM* m : {&plain, &ckpt}) {
+      (*m)->train();
+      cross_entropy_sum((*m)->logits((*m)->hidden_states(input(ids))), targets).backward();
+    }
+    auto p = plain->parameters(), c = ckpt->parameters();
+    ASSERT_EQ(p.size(), c.size());
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      ASSERT_TRUE(c[i].grad().defined()) << i;
+      EXPECT_TRUE(torch::allclose(p[i].grad(), c[i].grad(), 1e-5, 1e-6)) << "parameter " << i << " every " << every;
+    }
+  }
+}
+
+TEST(ModelTest, CrossEntropySumIgnoresMaskedTargets) {
+  auto logits = torch::randn({1, 4, 6});
+  auto targets = torch::tensor({{1, -100, 3, 5}}, torch::kLong);
+  auto logp = torch::log_softmax(logits[0], -1);
+  const double expected = -(logp[0][1] + logp[2][3] + logp[3][5]).item<double>();
+  EXPECT_NEAR(cross_entropy_sum(logits, targets).item<double>(), expected, 1e-5);
+}
+
+TEST(ModelTest, Bf16ForwardTracksFp32) {
+  torch::manual_seed(4);
+  CausalLM m(tiny(dsl::ModelFamily::kLlama), 0);
+  torch::NoGradGuard ng;
+  auto ids = torch::randint(0, 50, {2, 12}, torch::kLong);
+  auto ref = m->logits(m->hidden_states(input(ids)));
+  m->to(torch::kBFloat16);
+  auto low = m->logits(m->hidden_states(input(ids))).to(torch::kFloat32);
+  EXPECT_LT((ref - low).abs().max().item<double>(), 0.05);
+}
+
+}  // namespace
+}  // namespace tailor::runner

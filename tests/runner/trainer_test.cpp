@@ -1,0 +1,184 @@
+// The training loop on a tiny model and corpus, in process: each test is a
+// real run writing real files.
+#include "runner/torch/trainer.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "dsl/spec_loader.h"
+#include "runner/torch/tracking_allocator.h"
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::runner {
+namespace {
+
+namespace fs = std::filesystem;
+using tailor::testing::TempDir;
+
+std::string corpus() {
+  std::string text;
+  const char* words[] = {"the tailor mends a coat", "a weaver folds the sails", "the miller counts apples",
+                         "my neighbour paints the gate"};
+  for (int i = 0; i < 60; ++i) text += std::string(words[i % 4]) + " by the river.\n\n";
+  return text;
+}
+
+// A job over a 2-layer byte-level Llama, with --set style overrides.
+RunConfig job(const TempDir& dir, std::vector<std::string> overrides, dsl::Precision precision, std::int64_t micro,
+              std::int64_t accum) {
+  dir.write("data.txt", corpus());
+  const std::string spec = std::string(R"(apiVersion: tailor/v1
+kind: TrainingJob
+name: unit
+model:
+  arch: {family: llama, layers: 2, hidden: 64, intermediate: 128, heads: 4, kv_heads: 2, vocab: 260, max_seq_len: 64}
+data: {train: data.txt, seq_len: 32}
+training: {global_batch_size: 8, max_steps: 12, lr: 3e-3, warmup_steps: 2, seed: 7}
+)");
+  dsl::LoadOptions opts;
+  opts.overrides = std::move(overrides);
+  const auto loaded = dsl::load_job_spec(dir.write("job.yaml", spec), opts);
+  EXPECT_TRUE(loaded.ok()) << loaded.diagnostics.to_string();
+  RunConfig cfg;
+  cfg.spec = *loaded.spec;
+  cfg.strategy.precision = precision;
+  cfg.strategy.micro_batch_size = micro;
+  cfg.strategy.grad_accumulation = accum;
+  cfg.on_cpu = true;
+  return cfg;
+}
+
+int train_in(const RunConfig& cfg, const std::string& out, std::int64_t memory_limit = 0, bool resume = false) {
+  TrainOptions o;
+  o.config = cfg;
+  o.out_dir = out;
+  o.memory_limit = memory_limit;
+  o.resume = resume;
+  o.quiet = true;
+  return train(o);
+}
+
+std::vector<nlohmann::json> lines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::vector<double> losses(const std::string& out) {
+  std::vector<double> v;
+  for (const auto& j : lines(out + "/metrics.jsonl")) v.push_back(j["loss"].get<double>());
+  return v;
+}
+
+TEST(TrainerTest, LossFallsAndEveryArtifactIsWritten) {
+  TempDir dir;
+  const std::string out = dir.file("out");
+  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kBf16, 4, 2), out), kExitOk);
+  const auto l = losses(out);
+  ASSERT_EQ(l.size(), 12u);
+  EXPECT_LT(l.back(), l.front() * 0.7) << l.front() << " -> " << l.back();
+  EXPECT_TRUE(fs::exists(out + "/model.pt"));
+  const auto events = lines(out + "/events.jsonl");
+  EXPECT_EQ(events.front()["event"], "start");
+  EXPECT_EQ(events.back()["event"], "done");
+  const auto m = lines(out + "/metrics.jsonl").front()["memory"];
+  // bf16 weights, fp32 master copy, two fp32 moments.
+  EXPECT_EQ(m["master_weights"].get<std::int64_t>(), 2 * m["weights"].get<std::int64_t>());
+  EXPECT_EQ(m["optimizer_states"].get<std::int64_t>(), 4 * m["weights"].get<std::int64_t>());
+  EXPECT_GT(m["activations"].get<std::int64_t>(), 0);
+  EXPECT_GE(m["peak_bytes"].get<std::int64_t>(), m["allocated_bytes"].get<std::int64_t>());
+}
+
+TEST(TrainerTest, OutOfMemoryIsItsOwnExitCodeAndReportsTheAllocation) {
+  TempDir dir;
+  const std::string out = dir.file("out");
+  EXPECT_EQ(train_in(job(dir, {}, dsl::Precision::kFp32, 8, 1), out, 1 << 20), kExitOutOfMemory);
+  const auto events = lines(out + "/events.jsonl");
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["event"], "oom");
+  EXPECT_GT(events.back()["requested_bytes"].get<std::int64_t>(), 0);
+  EXPECT_EQ(events.back()["budget_bytes"].get<std::int64_t>(), 1 << 20);
+  EXPECT_FALSE(fs::exists(out + "/model.pt"));
+  EXPECT_EQ(TrackingAllocator::install().budget(), 0);  // released for what follows
+}
+
+TEST(TrainerTest, ResumeReproducesTheUninterruptedRunExactly) {
+  TempDir dir;
+  const RunConfig cfg = job(dir, {"checkpoint.every_steps=5", "checkpoint.keep=5"}, dsl::Precision::kFp32, 4, 2);
+  const std::string full = dir.file("full"), resumed = dir.file("resumed");
+  ASSERT_EQ(train_in(cfg, full), kExitOk);
+  // A run that stopped after step 5: its folder holds only that checkpoint.
+  fs::create_directories(resumed + "/checkpoints");
+  fs::copy(full + "/checkpoints/step-000005", resumed + "/checkpoints/step-000005", fs::copy_options::recursive);
+  ASSERT_EQ(train_in(cfg, resumed, 0, /*resume=*/true), kExitOk);
+  const auto a = losses(full), b = losses(resumed);
+  ASSERT_EQ(b.size(), 7u);  // steps 6..12
+  for (std::size_t i = 0; i < b.size(); ++i) EXPECT_EQ(a[i + 5], b[i]) << "step " << i + 6;
+  EXPECT_EQ(lines(resumed + "/events.jsonl")[0]["event"], "resume");
+}
+
+TEST(TrainerTest, AccumulationEqualsOneBatchKTimesLarger) {
+  TempDir dir;
+  const std::string one = dir.file("one"), four = dir.file("four");
+  ASSERT_EQ(train_in(job(dir, {"data.packing=false"}, dsl::Precision::kFp32, 8, 1), one), kExitOk);
+  ASSERT_EQ(train_in(job(dir, {"data.packing=false"}, dsl::Precision::kFp32, 2, 4), four), kExitOk);
+  const auto a = losses(one), b = losses(four);
+  ASSERT_EQ(a.size(), b.size());
+  // Dynamic padding differs per micro-batch; the token-normalised loss and
+  // the update do not.
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::max(1.0, a[i])) << "step " << i + 1;
+}
+
+TEST(TrainerTest, Bf16AndPureBf16TrackFp32) {
+  TempDir dir;
+  const std::string f32 = dir.file("fp32"), b16 = dir.file("bf16"), pure = dir.file("pure");
+  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kFp32, 8, 1), f32), kExitOk);
+  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kBf16, 8, 1), b16), kExitOk);
+  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kPureBf16, 8, 1), pure), kExitOk);
+  const auto a = losses(f32), b = losses(b16), c = losses(pure);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], 0.05 * a[i]) << "bf16 step " << i + 1;
+    EXPECT_NEAR(a[i], c[i], 0.10 * a[i]) << "pure-bf16 step " << i + 1;
+  }
+  const auto pm = lines(pure + "/metrics.jsonl").front()["memory"];
+  EXPECT_EQ(pm["master_weights"].get<std::int64_t>(), 0);
+  EXPECT_EQ(pm["optimizer_states"].get<std::int64_t>(), 2 * pm["weights"].get<std::int64_t>());
+}
+
+TEST(TrainerTest, CheckpointsAreCompleteAndPrunedToKeep) {
+  TempDir dir;
+  const std::string out = dir.file("out");
+  ASSERT_EQ(train_in(job(dir, {"checkpoint.every_steps=2", "checkpoint.keep=2"}, dsl::Precision::kBf16, 8, 1), out), kExitOk);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(out + "/checkpoints")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-000010", "step-000012"}));
+  for (const auto& n : names) EXPECT_TRUE(fs::exists(out + "/checkpoints/" + n + "/state.json"));
+}
+
+TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
+  TempDir dir;
+  RunConfig cfg = job(dir, {}, dsl::Precision::kFp32, 8, 1);
+  dir.write("empty.txt", "\n\n");
+  RunConfig empty = cfg;
+  empty.spec.data.train = dir.file("empty.txt");
+  EXPECT_EQ(train_in(empty, dir.file("e")), kExitBadInput);
+  EXPECT_NE(lines(dir.file("e") + "/events.jsonl").back()["message"].get<std::string>().find("no documents"),
+            std::string::npos);
+  EXPECT_EQ(train_in(cfg, "/proc/tailor-cannot-write-here"), kExitBadInput);
+  // A corrupt checkpoint is refused on resume.
+  dir.write("c/checkpoints/step-000003/state.json", "{not json");
+  EXPECT_EQ(train_in(cfg, dir.file("c"), 0, /*resume=*/true), kExitBadInput);
+  EXPECT_NE(lines(dir.file("c") + "/events.jsonl").back()["message"].get<std::string>().find("corrupt state.json"),
+            std::string::npos);
+  RunConfig lora = cfg;
+  lora.strategy.adapter = dsl::Adapter::kLora;
+  EXPECT_EQ(train_in(lora, dir.file("l")), kExitBadInput);
+}
+
+}  // namespace
+}  // namespace tailor::runner
