@@ -147,16 +147,10 @@ int run_plan(const Argv& argv, Streams io) {
     return kExitInvalid;
   }
   const dsl::JobSpec& spec = *loaded.spec;
-  std::optional<std::string> gpus_flag;
-  if (args.has("gpus")) gpus_flag = args.get("gpus");
-  // Detect only what the spec and the flag leave open.
-  const bool declared = gpus_flag || !spec.resources.gpu_model.empty() || spec.resources.gpu_memory ||
-                        (spec.resources.gpu_count && *spec.resources.gpu_count == 0);
-  const std::vector<strategies::Device> detected = declared ? std::vector<strategies::Device>{} : strategies::detect_gpus(catalog);
-  auto hw = strategies::resolve_hardware(spec, gpus_flag, detected, strategies::detect_host_memory(), catalog);
+  auto hw = hardware_for(spec, args, catalog);
   if (!hw.is_ok()) {
     io.err << "tailor plan: " << hw.status().message() << "\n";
-    return gpus_flag ? kExitUsage : kExitInvalid;
+    return args.has("gpus") ? kExitUsage : kExitInvalid;
   }
   strategies::PlanOptions popts;
   popts.catalog = &catalog;

@@ -103,13 +103,8 @@ int run_run(const Argv& argv, Streams io) {
     return kExitInvalid;
   }
 
-  std::optional<std::string> gpus_flag;
-  if (args.has("gpus")) gpus_flag = args.get("gpus");
   const dsl::Catalog& catalog = options->catalog();
-  const bool declared = gpus_flag || !spec.resources.gpu_model.empty() || spec.resources.gpu_memory ||
-                        (spec.resources.gpu_count && *spec.resources.gpu_count == 0);
-  auto hw = strategies::resolve_hardware(spec, gpus_flag, declared ? std::vector<strategies::Device>{} : strategies::detect_gpus(catalog),
-                                         strategies::detect_host_memory(), catalog);
+  auto hw = hardware_for(spec, args, catalog);
   if (!hw.is_ok()) {
     io.err << "tailor run: " << hw.status().message() << "\n";
     return kExitInvalid;

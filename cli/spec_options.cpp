@@ -22,4 +22,13 @@ Result<SpecOptions> spec_options(const Args& args) {
   return o;
 }
 
+Result<strategies::Hardware> hardware_for(const dsl::JobSpec& spec, const Args& args, const dsl::Catalog& catalog) {
+  std::optional<std::string> gpus_flag;
+  if (args.has("gpus")) gpus_flag = args.get("gpus");
+  const dsl::ResourcesSpec& r = spec.resources;
+  const bool declared = gpus_flag || !r.gpu_model.empty() || r.gpu_memory || (r.gpu_count && *r.gpu_count == 0);
+  const auto detected = declared ? std::vector<strategies::Device>{} : strategies::detect_gpus(catalog);
+  return strategies::resolve_hardware(spec, gpus_flag, detected, strategies::detect_host_memory(), catalog);
+}
+
 }  // namespace tailor::cli

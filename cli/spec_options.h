@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "dsl/catalog.h"
 #include "dsl/spec_loader.h"
+#include "strategies/hardware.h"
 
 namespace tailor::cli {
 
@@ -24,5 +25,9 @@ std::vector<FlagSpec> with_spec_flags(std::vector<FlagSpec> flags);
 
 // Fails when --catalog names a folder that does not hold a valid catalog.
 Result<SpecOptions> spec_options(const Args& args);
+
+// The hardware to plan `spec` for: --gpus when given, else what the spec
+// declares, else what is detected (GPUs are probed only when needed).
+Result<strategies::Hardware> hardware_for(const dsl::JobSpec& spec, const Args& args, const dsl::Catalog& catalog);
 
 }  // namespace tailor::cli

@@ -23,8 +23,9 @@ void write_strategy(JsonWriter& w, const Strategy& s) {
   w.end_object();
 }
 
-void write_memory(JsonWriter& w, const MemoryBreakdown& m) {
-  w.begin_object();
+}  // namespace
+
+void write_memory_breakdown(JsonWriter& w, const MemoryBreakdown& m) {
   w.field("weights", m.weights.count());
   w.field("gradients", m.gradients.count());
   w.field("optimizer_states", m.optimizer_states.count());
@@ -34,8 +35,9 @@ void write_memory(JsonWriter& w, const MemoryBreakdown& m) {
   w.field("logits", m.logits.count());
   w.field("overhead", m.overhead.count());
   w.field("total", m.total().count());
-  w.end_object();
 }
+
+namespace {
 
 void write_throughput(JsonWriter& w, const Throughput& t) {
   w.begin_object();
@@ -82,8 +84,9 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   w.key("strategy");
   write_strategy(w, plan.chosen.strategy);
   w.key("memory").begin_object();
-  w.key("per_gpu");
-  write_memory(w, plan.chosen.memory.per_device);
+  w.key("per_gpu").begin_object();
+  write_memory_breakdown(w, plan.chosen.memory.per_device);
+  w.end_object();
   w.field("budget_per_gpu", plan.budget_per_device.count());
   w.field("headroom", plan.headroom);
   w.field("host_total", plan.chosen.memory.host.count());

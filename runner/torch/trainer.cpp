@@ -18,6 +18,7 @@
 #include "runner/torch/model.h"
 #include "runner/torch/optimizer.h"
 #include "runner/torch/tracking_allocator.h"
+#include "strategies/plan_document.h"
 
 namespace tailor::runner {
 namespace fs = std::filesystem;
@@ -80,21 +81,18 @@ std::string format_eta(double seconds) {
   return buf;
 }
 
-struct Measured {  // bytes, from the tracking allocator and tensor sizes
-  std::int64_t weights = 0, gradients = 0, optimizer_states = 0, master_weights = 0;
-  std::int64_t activations = 0, logits = 0, peak = 0, allocated = 0;
+// Measured bytes: the planner's components (from tensor sizes and the
+// tracking allocator) plus the allocator's current and peak.
+struct Measured {
+  strategies::MemoryBreakdown parts;
+  std::int64_t peak = 0, allocated = 0;
 };
 
 void write_memory(JsonWriter& w, const Measured& m) {
   w.key("memory").begin_object();
+  strategies::write_memory_breakdown(w, m.parts);
   w.field("allocated_bytes", m.allocated);
   w.field("peak_bytes", m.peak);
-  w.field("weights", m.weights);
-  w.field("gradients", m.gradients);
-  w.field("optimizer_states", m.optimizer_states);
-  w.field("master_weights", m.master_weights);
-  w.field("activations", m.activations);
-  w.field("logits", m.logits);
   w.end_object();
 }
 
@@ -150,12 +148,15 @@ Status Run::check_supported() const {
 
 Measured Run::measure_static() const {
   Measured m;
+  std::int64_t weights = 0, gradients = 0;
   for (const auto& p : model_->parameters()) {
-    m.weights += static_cast<std::int64_t>(p.nbytes());
-    if (p.grad().defined()) m.gradients += static_cast<std::int64_t>(p.grad().nbytes());
+    weights += static_cast<std::int64_t>(p.nbytes());
+    if (p.grad().defined()) gradients += static_cast<std::int64_t>(p.grad().nbytes());
   }
-  m.optimizer_states = opt_->state_bytes();
-  m.master_weights = opt_->master_bytes();
+  m.parts.weights = Bytes(weights);
+  m.parts.gradients = Bytes(gradients);
+  m.parts.optimizer_states = Bytes(opt_->state_bytes());
+  m.parts.master_weights = Bytes(opt_->master_bytes());
   return m;
 }
 
@@ -335,8 +336,8 @@ int Run::execute() {
         (loss * (state_.loss_scale / denom)).backward();
         loss_sum += loss.item<double>();
         tokens += b.rows * b.seq_len;
-        m.activations = std::max(m.activations, after_body - base);
-        m.logits = std::max(m.logits, head_peak);
+        m.parts.activations = std::max(m.parts.activations, Bytes(after_body - base));
+        m.parts.logits = std::max(m.parts.logits, Bytes(head_peak));
         m.peak = std::max(m.peak, scope.peak_increase() + scope.start_bytes());
       }
       // fp16: skip the step on inf/nan and back off; grow after 2000 good steps.
@@ -354,7 +355,7 @@ int Run::execute() {
         double factor = 1.0 / state_.loss_scale;
         if (spec_.training.grad_clip > 0 && norm > spec_.training.grad_clip) factor *= spec_.training.grad_clip / norm;
         const Measured stat = measure_static();
-        m.gradients = stat.gradients;
+        m.parts.gradients = stat.parts.gradients;
         opt_->step(lr, factor);
         if (st_.precision == dsl::Precision::kFp16 && ++state_.good_steps >= 2000) {
           state_.loss_scale *= 2;
@@ -362,9 +363,9 @@ int Run::execute() {
         }
       }
       const Measured stat = measure_static();
-      m.weights = stat.weights;
-      m.optimizer_states = stat.optimizer_states;
-      m.master_weights = stat.master_weights;
+      m.parts.weights = stat.parts.weights;
+      m.parts.optimizer_states = stat.parts.optimizer_states;
+      m.parts.master_weights = stat.parts.master_weights;
       m.allocated = alloc_->current_bytes();
       m.peak = std::max(m.peak, alloc_->peak_bytes());
       last_ = m;
@@ -410,10 +411,10 @@ int Run::execute() {
       w.field("requested_bytes", f ? f->requested : 0).field("in_use_bytes", f ? f->in_use : 0);
       w.field("budget_bytes", f ? f->budget : limit);
       Measured m = last_;
-      m.weights = stat.weights;
-      m.optimizer_states = stat.optimizer_states;
-      m.master_weights = stat.master_weights;
-      m.gradients = stat.gradients;
+      m.parts.weights = stat.parts.weights;
+      m.parts.optimizer_states = stat.parts.optimizer_states;
+      m.parts.master_weights = stat.parts.master_weights;
+      m.parts.gradients = stat.parts.gradients;
       m.peak = alloc_->peak_bytes();
       m.allocated = alloc_->current_bytes();
       write_memory(w, m);
