@@ -284,9 +284,10 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
 
   // Activations: a full layer, or only its input when checkpointed; during
   // backward one checkpointed layer at a time is recomputed in full.
-  double full_layer = 0;
+  double full_layer = 0, largest_term = 0;
   for (const ActivationTerm& term : layer_activation_terms(a, in.batch, in.attention, in.dropout, e)) {
     full_layer += term.bytes;
+    largest_term = std::max(largest_term, term.bytes);
   }
   const double s = static_cast<double>(in.batch.seq_len), b = static_cast<double>(in.batch.micro_batch);
   if (adapter) {
@@ -302,14 +303,21 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   const std::int64_t layers = a.layers;
   std::int64_t checkpointed = 0;
   if (st.checkpoint_every > 0) checkpointed = (layers + st.checkpoint_every - 1) / st.checkpoint_every;
-  double acts = static_cast<double>(checkpointed) * layer_input +
-                static_cast<double>(layers - checkpointed) * full_layer + (checkpointed > 0 ? full_layer : 0.0);
-  acts += 2 * layer_input;  // final norm input and lm_head input
-  m.activations = Bytes(static_cast<std::int64_t>(acts * k.activation_factor));
-
   const double logit_elems = b * s * static_cast<double>(a.vocab);
   const double per_elem = is_half(st.precision) ? k.logits_bytes_per_element_half : k.logits_bytes_per_element_fp32;
-  m.logits = Bytes(static_cast<std::int64_t>(logit_elems * per_elem * k.logits_factor));
+  const double logits = logit_elems * per_elem * k.logits_factor;
+  m.logits = Bytes(static_cast<std::int64_t>(logits));
+
+  double acts = static_cast<double>(checkpointed) * layer_input +
+                static_cast<double>(layers - checkpointed) * full_layer;
+  acts += 2 * layer_input;  // final norm input and lm_head input
+  acts *= k.activation_factor;
+  // The recomputed layer lives in backward, after the loss has freed the
+  // logits buffers: only what exceeds them adds to the peak. While it
+  // back-propagates, a gradient as large as its largest tensor (the score
+  // matrices under standard attention) is alive too.
+  if (checkpointed > 0) acts += std::max(0.0, (full_layer + largest_term) * k.activation_factor - logits);
+  m.activations = Bytes(static_cast<std::int64_t>(acts));
 
   double overhead = static_cast<double>((in.on_gpu ? k.gpu_runtime_overhead : k.cpu_runtime_overhead).count());
   const double wbytes = weight_bytes_per_param(st.precision);

@@ -52,7 +52,8 @@ struct MemoryBreakdown {
   Bytes optimizer_states;  // AdamW moments, 8-bit states + scales, or SGD momentum
   Bytes master_weights;    // fp32 copy of trainable weights under mixed precision
   Bytes adapter;           // LoRA A/B weights
-  Bytes activations;       // saved for backward, at their peak (includes recomputation)
+  Bytes activations;       // saved for backward at their peak; with checkpointing, the recomputed
+                           // layer counts only beyond the logits buffers freed before it
   Bytes logits;            // logits and loss buffers at the forward/backward boundary
   Bytes overhead;          // runtime context, workspaces, gather/dequantise buffers
 

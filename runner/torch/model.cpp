@@ -10,11 +10,35 @@ namespace F = torch::nn::functional;
 
 bool is_gpt2(const dsl::ModelArch& a) { return a.family == dsl::ModelFamily::kGpt2; }
 
-Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
-  // In the compute dtype: ATen's bf16 reductions accumulate in fp32
-  // internally, so the fp32 copy HF makes of every activation buys nothing.
-  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
-}
+// RMSNorm (Zhang & Sennrich 2019) as one autograd node that keeps only its
+// input and the fp32 inverse RMS per token for backward: composed from ATen
+// ops, autograd would also keep the normalised copy x * r (one more
+// activation-sized tensor per norm).
+struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w, double eps) {
+    Tensor r = torch::rsqrt(x.to(torch::kFloat32).pow(2).mean(-1, /*keepdim=*/true) + eps);  // (..., 1)
+    ctx->save_for_backward({x, w, r});
+    return x * r.to(x.scalar_type()) * w;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    const Tensor x = saved[0].to(torch::kFloat32), w = saved[1].to(torch::kFloat32), r = saved[2];
+    const Tensor gy = grad_out[0].to(torch::kFloat32);
+    const Tensor xhat = x * r;
+    // d/dx of x * r * w with r = (mean(x^2) + eps)^-1/2:
+    //   r * (g - xhat * mean(g * xhat)),  g = grad * w
+    const Tensor g = gy * w;
+    const Tensor gx = r * (g - xhat * (g * xhat).mean(-1, /*keepdim=*/true));
+    std::vector<std::int64_t> dims(static_cast<std::size_t>(gy.dim() - 1));
+    for (std::size_t i = 0; i < dims.size(); ++i) dims[i] = static_cast<std::int64_t>(i);
+    const Tensor gw = (gy * xhat).sum(dims);
+    return {gx.to(saved[0].scalar_type()), gw.to(saved[1].scalar_type()), Tensor()};
+  }
+};
+
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) { return RmsNormFunction::apply(x, w, eps); }
 
 Tensor rotate_half(const Tensor& x) {
   auto halves = x.chunk(2, -1);
@@ -183,8 +207,12 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
     const bool checkpoint = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() &&
                             static_cast<std::int64_t>(i) % checkpoint_every_ == 0;
     if (checkpoint) {
+      // Custom autograd functions take defined tensors only: gpt2 has no
+      // RoPE tables, so empty ones stand in (run_layer ignores them).
+      const Tensor none = torch::empty({0});
       x = CheckpointedLayer::apply(x, static_cast<Layer*>(layers_[i].get())->norm1, this,
-                                   static_cast<std::int64_t>(i), cos, sin, mask);
+                                   static_cast<std::int64_t>(i), cos.defined() ? cos : none,
+                                   sin.defined() ? sin : none, mask);
     } else {
       x = run_layer(i, x, cos, sin, mask);
     }

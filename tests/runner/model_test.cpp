@@ -77,11 +77,12 @@ TEST(ModelTest, PackedDocumentsDoNotSeeEachOther) {
 }
 
 TEST(ModelTest, CheckpointedGradientsEqualPlainGradients) {
+  for (auto family : {dsl::ModelFamily::kLlama, dsl::ModelFamily::kGpt2}) {
   for (std::int64_t every : {1, 2}) {
     torch::manual_seed(3);
-    CausalLM plain(tiny(dsl::ModelFamily::kLlama), 0);
+    CausalLM plain(tiny(family), 0);
     torch::manual_seed(3);
-    CausalLM ckpt(tiny(dsl::ModelFamily::kLlama), every);
+    CausalLM ckpt(tiny(family), every);
     auto ids = torch::randint(0, 50, {2, 10}, torch::kLong);
     auto targets = torch::randint(0, 50, {2, 10}, torch::kLong);
     for (CausalLM* m : {&plain, &ckpt}) {
@@ -92,8 +93,10 @@ TEST(ModelTest, CheckpointedGradientsEqualPlainGradients) {
     ASSERT_EQ(p.size(), c.size());
     for (std::size_t i = 0; i < p.size(); ++i) {
       ASSERT_TRUE(c[i].grad().defined()) << i;
-      EXPECT_TRUE(torch::allclose(p[i].grad(), c[i].grad(), 1e-5, 1e-6)) << "parameter " << i << " every " << every;
+      EXPECT_TRUE(torch::allclose(p[i].grad(), c[i].grad(), 1e-5, 1e-6))
+          << dsl::to_string(family) << " parameter " << i << " every " << every;
     }
+  }
   }
 }
 
@@ -114,6 +117,37 @@ TEST(ModelTest, Bf16ForwardTracksFp32) {
   m->to(torch::kBFloat16);
   auto low = m->logits(m->hidden_states(input(ids))).to(torch::kFloat32);
   EXPECT_LT((ref - low).abs().max().item<double>(), 0.05);
+}
+
+}  // namespace
+}  // namespace tailor::runner
+
+namespace tailor::runner {
+namespace {
+
+// The hand-written RMSNorm backward against autograd on the composed ops.
+TEST(ModelTest, RmsNormGradientsMatchAutogradOfTheFormula) {
+  torch::manual_seed(5);
+  dsl::ModelArch a = tiny(dsl::ModelFamily::kLlama);
+  a.layers = 1;
+  CausalLM m(a, 0);
+  auto ids = torch::randint(0, 50, {2, 6}, torch::kLong);
+  auto targets = torch::randint(0, 50, {2, 6}, torch::kLong);
+  cross_entropy_sum(m->logits(m->hidden_states(input(ids))), targets).backward();
+  // Finite differences on one norm weight.
+  auto named = m->named_parameters();
+  torch::Tensor w = named["final_norm"];
+  const double analytic = w.grad()[3].item<double>();
+  torch::NoGradGuard ng;
+  auto loss_at = [&](double delta) {
+    w[3] += delta;
+    const double l = cross_entropy_sum(m->logits(m->hidden_states(input(ids))), targets).item<double>();
+    w[3] -= delta;
+    return l;
+  };
+  const double h = 1e-3;
+  const double numeric = (loss_at(h) - loss_at(-h)) / (2 * h);
+  EXPECT_NEAR(analytic, numeric, 1e-2 * std::max(1.0, std::fabs(numeric)));
 }
 
 }  // namespace

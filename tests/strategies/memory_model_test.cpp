@@ -106,16 +106,23 @@ TEST(MemoryModelTest, CheckpointingKeepsInputsPlusOneRecomputedLayer) {
   Strategy on = off;
   on.checkpoint_every = 1;
   const double s = 2048, h = static_cast<double>(a.hidden);
-  double layer = 0;
-  for (const ActivationTerm& t : layer_activation_terms(a, {1, 2048}, Attention::kMemoryEfficient, false, 2.0)) layer += t.bytes;
+  double layer = 0, largest = 0;
+  for (const ActivationTerm& t : layer_activation_terms(a, {1, 2048}, Attention::kMemoryEfficient, false, 2.0)) {
+    layer += t.bytes;
+    largest = std::max(largest, t.bytes);
+  }
   const double L = static_cast<double>(a.layers);
   EXPECT_NEAR(static_cast<double>(estimate(a, off, 2048).per_device.activations.count()), L * layer + 2 * 2 * s * h, 1);
+  // The recomputed layer (and the gradient of its largest tensor) counts
+  // beyond the logits buffers freed before backward reaches it.
+  const double logits = static_cast<double>(estimate(a, on, 2048).per_device.logits.count());
+  const double recompute = std::max(0.0, layer + largest - logits);
   EXPECT_NEAR(static_cast<double>(estimate(a, on, 2048).per_device.activations.count()),
-              L * 2 * s * h + layer + 2 * 2 * s * h, 1);
+              L * 2 * s * h + recompute + 2 * 2 * s * h, 1);
   Strategy half = on;
   half.checkpoint_every = 2;  // 16 of 32 layers checkpointed
   EXPECT_NEAR(static_cast<double>(estimate(a, half, 2048).per_device.activations.count()),
-              16 * 2 * s * h + 16 * layer + layer + 2 * 2 * s * h, 1);
+              16 * 2 * s * h + 16 * layer + recompute + 2 * 2 * s * h, 1);
 }
 
 TEST(MemoryModelTest, LoraParameterCountsMatchPeft) {
