@@ -29,7 +29,8 @@ with tailor-runner, showing step, loss, tokens/s, memory and ETA. The run
 folder gets plan.json, metrics.jsonl, events.jsonl, checkpoints/ and model.pt.
 
 options:
-  --out DIR            run folder (default: runs/NAME)
+  --out DIR            run folder (default: runs/NAME); one holding an earlier
+                       run's checkpoints is refused unless --resume
   --resume             continue from the newest checkpoint in the run folder
   --memory-limit SIZE  CPU byte budget for all tensors (default: the plan's);
                        exceeding it is an out-of-memory, as on a GPU

@@ -31,7 +31,7 @@ void on_signal(int) { g_stop.store(true); }
 // the file (tailord, `tailor run`) sees each line as soon as it is written.
 class JsonLines {
  public:
-  explicit JsonLines(const std::string& path) : out_(path, std::ios::app) {}
+  JsonLines(const std::string& path, bool append) : out_(path, append ? std::ios::app : std::ios::trunc) {}
   bool ok() const { return static_cast<bool>(out_); }
   void write(const JsonWriter& w) {
     out_ << w.str() << '\n';
@@ -181,8 +181,18 @@ void Run::save(std::int64_t step) {
 int Run::execute() {
   std::error_code ec;
   fs::create_directories(o_.out_dir, ec);
-  metrics_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "metrics.jsonl").string());
-  events_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "events.jsonl").string());
+  // A new run never mixes with an earlier one in the same folder: its
+  // checkpoints would be pruned against the old ones and its metrics appended.
+  const std::string checkpoints = (fs::path(o_.out_dir) / spec_.checkpoint.dir).string();
+  if (!o_.resume && latest_checkpoint(checkpoints)) {
+    std::fprintf(stderr,
+                 "tailor-runner: %s already holds checkpoints of an earlier run; resume it (--resume) or choose "
+                 "another output folder\n",
+                 checkpoints.c_str());
+    return kExitBadInput;
+  }
+  metrics_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "metrics.jsonl").string(), o_.resume);
+  events_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "events.jsonl").string(), o_.resume);
   if (ec || !metrics_->ok() || !events_->ok()) {
     std::fprintf(stderr, "tailor-runner: cannot write to output folder %s\n", o_.out_dir.c_str());
     events_.reset();

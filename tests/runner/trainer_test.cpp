@@ -160,6 +160,17 @@ TEST(TrainerTest, CheckpointsAreCompleteAndPrunedToKeep) {
   for (const auto& n : names) EXPECT_TRUE(fs::exists(out + "/checkpoints/" + n + "/state.json"));
 }
 
+TEST(TrainerTest, ANewRunRefusesAFolderWithAnEarlierRunsCheckpoints) {
+  TempDir dir;
+  const RunConfig cfg = job(dir, {"checkpoint.every_steps=5"}, dsl::Precision::kBf16, 8, 1);
+  const std::string out = dir.file("out");
+  ASSERT_EQ(train_in(cfg, out), kExitOk);
+  const auto before = losses(out);
+  EXPECT_EQ(train_in(cfg, out), kExitBadInput);
+  EXPECT_EQ(losses(out), before);  // nothing of the earlier run was touched
+  EXPECT_TRUE(fs::exists(out + "/checkpoints/step-000012/state.json"));
+}
+
 TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
   TempDir dir;
   RunConfig cfg = job(dir, {}, dsl::Precision::kFp32, 8, 1);
