@@ -28,17 +28,9 @@ options:
 }  // namespace
 
 int run_import(const Argv& argv, Streams io) {
-  auto parsed = Args::parse(
-      argv, {{"output-file", true, false, 'o'}, {"name", true}, {"force", false}, {"help", false, false, 'h'}});
-  if (!parsed.is_ok()) {
-    io.err << "tailor import: " << parsed.status().message() << "\n" << kHelp;
-    return kExitUsage;
-  }
-  const Args& args = *parsed;
-  if (args.has("help")) {
-    io.out << kHelp;
-    return kExitOk;
-  }
+  auto command = parse_command(argv, {{"output-file", true, false, 'o'}, {"name", true}, {"force", false}}, "import", kHelp, io);
+  if (!command.args) return command.exit_code;
+  const Args& args = *command.args;
   const auto& pos = args.positional();
   if (pos.size() != 2 || pos[0] != "axolotl") {
     io.err << "tailor import: expected 'axolotl FILE'\n" << kHelp;

@@ -117,16 +117,9 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, std::ost
 }  // namespace
 
 int run_plan(const Argv& argv, Streams io) {
-  auto parsed = Args::parse(argv, with_spec_flags({{"gpus", true}, {"output", true}, {"help", false, false, 'h'}}));
-  if (!parsed.is_ok()) {
-    io.err << "tailor plan: " << parsed.status().message() << "\n" << kHelp;
-    return kExitUsage;
-  }
-  const Args& args = *parsed;
-  if (args.has("help")) {
-    io.out << kHelp;
-    return kExitOk;
-  }
+  auto command = parse_command(argv, with_spec_flags({{"gpus", true}, {"output", true}}), "plan", kHelp, io);
+  if (!command.args) return command.exit_code;
+  const Args& args = *command.args;
   const std::string format = args.get("output", "text");
   if ((format != "text" && format != "json") || args.positional().size() != 1) {
     io.err << "tailor plan: " << (args.positional().size() != 1 ? "expected one spec file" : "--output must be text or json")

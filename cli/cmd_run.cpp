@@ -63,20 +63,9 @@ std::string runner_path() {
 }  // namespace
 
 int run_run(const Argv& argv, Streams io) {
-  auto parsed = Args::parse(argv, with_spec_flags({{"out", true},
-                                                   {"resume", false},
-                                                   {"memory-limit", true},
-                                                   {"gpus", true},
-                                                   {"help", false, false, 'h'}}));
-  if (!parsed.is_ok()) {
-    io.err << "tailor run: " << parsed.status().message() << "\n" << kHelp;
-    return kExitUsage;
-  }
-  const Args& args = *parsed;
-  if (args.has("help")) {
-    io.out << kHelp;
-    return kExitOk;
-  }
+  auto command = parse_command(argv, with_spec_flags({{"out", true}, {"resume", false}, {"memory-limit", true}, {"gpus", true}}), "run", kHelp, io);
+  if (!command.args) return command.exit_code;
+  const Args& args = *command.args;
   if (args.positional().size() != 1) {
     io.err << "tailor run: expected one spec file\n" << kHelp;
     return kExitUsage;

@@ -16,15 +16,11 @@ and add '# yaml-language-server: $schema=tailor.schema.json' to a spec.
 )";
 
 int run_schema(const Argv& argv, Streams io) {
-  auto parsed = Args::parse(argv, {{"help", false, false, 'h'}});
-  if (!parsed.is_ok() || !parsed->positional().empty()) {
-    io.err << "tailor schema: " << (parsed.is_ok() ? "takes no arguments" : parsed.status().message()) << "\n"
-           << kSchemaHelp;
+  auto command = parse_command(argv, {}, "schema", kSchemaHelp, io);
+  if (!command.args) return command.exit_code;
+  if (!command.args->positional().empty()) {
+    io.err << "tailor schema: takes no arguments\n" << kSchemaHelp;
     return kExitUsage;
-  }
-  if (parsed->has("help")) {
-    io.out << kSchemaHelp;
-    return kExitOk;
   }
   io.out << dsl::job_spec_json_schema();
   return kExitOk;

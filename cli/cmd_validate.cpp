@@ -67,19 +67,9 @@ std::string summary(const dsl::JobSpec& spec) {
 }  // namespace
 
 int run_validate(const Argv& argv, Streams io) {
-  auto parsed = Args::parse(argv, with_spec_flags({{"resolved", false},
-                                                   {"output", true},
-                                                   {"quiet", false, false, 'q'},
-                                                   {"help", false, false, 'h'}}));
-  if (!parsed.is_ok()) {
-    io.err << "tailor validate: " << parsed.status().message() << "\n" << kHelp;
-    return kExitUsage;
-  }
-  const Args& args = *parsed;
-  if (args.has("help")) {
-    io.out << kHelp;
-    return kExitOk;
-  }
+  auto command = parse_command(argv, with_spec_flags({{"resolved", false}, {"output", true}, {"quiet", false, false, 'q'}}), "validate", kHelp, io);
+  if (!command.args) return command.exit_code;
+  const Args& args = *command.args;
   const std::string format = args.get("output", "text");
   if (format != "text" && format != "json") {
     io.err << "tailor validate: --output must be text or json, got '" << format << "'\n";

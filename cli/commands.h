@@ -3,8 +3,11 @@
 #pragma once
 
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/args.h"
 
 namespace tailor::cli {
 
@@ -22,6 +25,16 @@ struct Streams {
 };
 
 using Argv = std::vector<std::string>;
+
+// A command's parsed arguments, or the exit code to end with: a bad command
+// line prints the error and the help to stderr (kExitUsage); --help prints
+// the help to stdout (kExitOk). Adds --help/-h to `flags`.
+struct ParsedCommand {
+  std::optional<Args> args;
+  int exit_code = kExitOk;
+};
+ParsedCommand parse_command(const Argv& argv, std::vector<FlagSpec> flags, const char* name, const char* help,
+                            Streams io);
 
 int run_validate(const Argv& args, Streams io);
 int run_schema(const Argv& args, Streams io);

@@ -36,6 +36,21 @@ void print_help(std::ostream& out) {
 
 }  // namespace
 
+ParsedCommand parse_command(const Argv& argv, std::vector<FlagSpec> flags, const char* name, const char* help,
+                            Streams io) {
+  flags.push_back({"help", false, false, 'h'});
+  auto parsed = Args::parse(argv, flags);
+  if (!parsed.is_ok()) {
+    io.err << "tailor " << name << ": " << parsed.status().message() << "\n" << help;
+    return {std::nullopt, kExitUsage};
+  }
+  if (parsed->has("help")) {
+    io.out << help;
+    return {std::nullopt, kExitOk};
+  }
+  return {std::move(parsed).value(), kExitOk};
+}
+
 int run_tailor(const Argv& args, Streams io) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     if (args.size() >= 2 && args[0] == "help") return run_tailor({args[1], "--help"}, io);
