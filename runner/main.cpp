@@ -2,7 +2,9 @@
 // reports through files (metrics.jsonl, events.jsonl) and its exit code.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "core/args.h"
 #include "core/units.h"
@@ -27,6 +29,8 @@ options:
   --memory-limit SIZE  byte budget for all tensors, e.g. 300MiB; 0 = none.
                        Default on CPU: the plan's budget. Exceeding it fails
                        the allocation exactly as a GPU out-of-memory would.
+  --threads N          intra-op threads (default: every core; Debian's LibTorch
+                       otherwise uses one)
   --progress           redraw a progress line on stderr (default on a terminal)
   --quiet              no progress output
   --probe              print LibTorch's version, devices and matmul rates
@@ -40,7 +44,7 @@ exit codes: 0 done, 1 failure, 2 bad input (never retried), 3 out of memory
 int main(int argc, char** argv) {
   using namespace tailor;
   auto parsed = Args::parse(std::vector<std::string>(argv + 1, argv + argc),
-                            {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true}, {"progress", false},
+                            {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true}, {"threads", true}, {"progress", false},
                              {"quiet", false}, {"probe", false}, {"version", false}, {"help", false, false, 'h'}});
   if (!parsed.is_ok()) {
     std::cerr << "tailor-runner: " << parsed.status().message() << "\n" << kHelp;
@@ -74,6 +78,14 @@ int main(int argc, char** argv) {
     return runner::kExitBadInput;
   }
   runner::TrainOptions opts;
+  opts.threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (args.has("threads")) {
+    opts.threads = std::atoi(args.get("threads").c_str());
+    if (opts.threads < 1) {
+      std::cerr << "tailor-runner: --threads must be a positive integer\n";
+      return runner::kExitBadInput;
+    }
+  }
   opts.config = std::move(config).value();
   opts.out_dir = args.get("out");
   opts.resume = args.has("resume");

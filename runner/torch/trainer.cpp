@@ -204,6 +204,7 @@ int Run::execute() {
   }
 
   alloc_ = &TrackingAllocator::install();
+  if (o_.threads > 0) at::set_num_threads(o_.threads);
   const std::int64_t limit = o_.memory_limit >= 0 ? o_.memory_limit : (cfg_.on_cpu ? cfg_.budget_bytes : 0);
   torch::manual_seed(static_cast<std::uint64_t>(spec_.training.seed));
 

@@ -26,6 +26,7 @@ struct TrainOptions {
   std::int64_t memory_limit = -1;  // bytes; -1 = the plan's budget on CPU; 0 = unlimited
   bool progress = false;        // a redrawn progress line on stderr (a terminal)
   bool quiet = false;           // no progress output at all
+  int threads = 0;              // intra-op threads; 0 = LibTorch's default
 };
 
 // Runs the job; returns one of the exit codes of run_config.h. Never throws.
