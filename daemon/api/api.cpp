@@ -1,0 +1,414 @@
+#include "daemon/api/api.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "core/units.h"
+#include "daemon/executor/run_files.h"
+#include "daemon/http/errors.h"
+
+namespace tailor::daemon {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr std::int64_t kMaxPageSize = 500;
+
+json time_json(std::optional<double> t) {
+  if (!t) return nullptr;
+  const auto secs = static_cast<std::time_t>(*t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[96];
+  const int ms = static_cast<int>((*t - static_cast<double>(secs)) * 1000.0);
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, std::max(0, std::min(ms, 999)));
+  return buf;
+}
+
+template <class T>
+json opt_json(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+json job_json(const JobRecord& j) {
+  json out = {{"id", j.id},
+              {"name", j.name},
+              {"state", to_string(j.state)},
+              {"priority", j.priority},
+              {"labels", j.labels},
+              {"created_at", time_json(j.created_at)},
+              {"updated_at", time_json(j.updated_at)},
+              {"started_at", time_json(j.started_at)},
+              {"finished_at", time_json(j.finished_at)},
+              {"attempts", j.attempts},
+              {"retries", j.retries},
+              {"failures", j.failures},
+              {"oom_restarts", j.oom_restarts},
+              {"next_attempt_at", time_json(j.next_attempt_at)},
+              {"cancel_requested", j.cancel_requested},
+              {"pid", opt_json(j.pid)},
+              {"last_step", opt_json(j.last_step)},
+              {"peak_bytes", opt_json(j.peak_bytes)},
+              {"reserved_bytes", j.estimated_bytes},
+              {"memory_limit_bytes", opt_json(j.memory_limit_bytes)},
+              {"gpus", j.assigned_gpus},
+              {"exit_code", opt_json(j.exit_code)},
+              {"exit_signal", opt_json(j.exit_signal)},
+              {"exit_reason", j.exit_reason.empty() ? json(nullptr) : json(j.exit_reason)}};
+  const json plan = json::parse(j.plan_json, nullptr, false);
+  out["plan"] = plan.is_discarded() ? json(nullptr) : plan;
+  return out;
+}
+
+HttpResponse json_response(int status, const json& body) { return HttpResponse::json(status, body.dump()); }
+
+Result<std::int64_t> int_param(const HttpRequest& r, const std::string& key, std::int64_t fallback, std::int64_t lo,
+                               std::int64_t hi) {
+  const std::string v = r.query_value(key);
+  if (v.empty()) return fallback;
+  try {
+    std::size_t used = 0;
+    const long long n = std::stoll(v, &used);
+    if (used != v.size() || n < lo || n > hi) throw std::out_of_range(v);
+    return static_cast<std::int64_t>(n);
+  } catch (...) {
+    return Status::invalid_argument("query parameter " + key + ": expected an integer in [" + std::to_string(lo) +
+                                    ", " + std::to_string(hi) + "], got '" + v + "'");
+  }
+}
+
+Result<bool> bool_param(const HttpRequest& r, const std::string& key) {
+  const std::string v = r.query_value(key);
+  if (v.empty() || v == "false" || v == "0") return false;
+  if (v == "true" || v == "1") return true;
+  return Status::invalid_argument("query parameter " + key + ": expected true or false, got '" + v + "'");
+}
+
+// FNV-1a (64 bit): tells two requests sent under one Idempotency-Key apart.
+std::string request_hash(const std::string& body, const std::string& extra) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const std::string* s : {&body, &extra}) {
+    for (unsigned char c : *s) {
+      h ^= c;
+      h *= 1099511628211ULL;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ULL;
+  }
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+json diagnostics_json(const dsl::Diagnostics& d) {
+  json arr = json::array();
+  for (const auto& item : d.items()) {
+    arr.push_back({{"severity", item.severity == dsl::Severity::kError     ? "error"
+                                : item.severity == dsl::Severity::kWarning ? "warning"
+                                                                           : "note"},
+                   {"file", item.location.file},
+                   {"line", item.location.line},
+                   {"column", item.location.column},
+                   {"path", item.path},
+                   {"message", item.message},
+                   {"text", item.to_string()}});
+  }
+  return arr;
+}
+
+}  // namespace
+
+std::string job_to_json(const JobRecord& job) { return job_json(job).dump(); }
+
+Api::Api(ApiContext context) : ctx_(std::move(context)) {
+  auto bind = [this](HttpResponse (Api::*fn)(HttpRequest&)) {
+    return [this, fn](HttpRequest& r) { return (this->*fn)(r); };
+  };
+  router_.add({"GET", "/healthz", false, [this](HttpRequest&) {
+                 return json_response(200, {{"status", "ok"}, {"uptime_seconds", now_seconds() - ctx_.started_at}});
+               }});
+  router_.add({"GET", "/metrics", false, [this](HttpRequest&) {
+                 ctx_.supervisor->publish_metrics();
+                 HttpResponse r;
+                 r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+                 r.body = ctx_.metrics->render();
+                 return r;
+               }});
+  router_.add({"GET", "/v1/hardware", true, [this](HttpRequest&) {
+                 HttpResponse r = HttpResponse::json(200, ctx_.hardware_json);
+                 return r;
+               }});
+  router_.add({"POST", "/v1/jobs", true, bind(&Api::submit)});
+  router_.add({"GET", "/v1/jobs", true, bind(&Api::list)});
+  router_.add({"GET", "/v1/jobs/{id}", true, bind(&Api::get)});
+  router_.add({"GET", "/v1/jobs/{id}/plan", true, bind(&Api::plan)});
+  router_.add({"GET", "/v1/jobs/{id}/metrics", true, bind(&Api::metrics_of)});
+  router_.add({"GET", "/v1/jobs/{id}/events", true, bind(&Api::events)});
+  router_.add({"GET", "/v1/jobs/{id}/logs", true, bind(&Api::logs)});
+  router_.add({"POST", "/v1/jobs/{id}/cancel", true, bind(&Api::cancel)});
+}
+
+HttpResponse Api::handle(HttpRequest& request) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string route = "unmatched";
+  HttpResponse res;
+  std::string why;
+  if (!ctx_.hosts.allows(request, why)) {
+    res = error_response(403, "forbidden_host", why);
+  } else {
+    const Router::Match m = router_.match(request);
+    if (!m.route) {
+      if (m.status == 405) {
+        res = error_response(405, "method_not_allowed", request.method + " is not allowed on " + request.path,
+                             json({{"allow", m.allow}}).dump());
+        res.headers.emplace_back("Allow", m.allow);
+      } else {
+        res = error_response(404, "not_found", "no such endpoint: " + request.path);
+      }
+    } else {
+      route = m.route->pattern;
+      if (m.route->authenticated && !has_bearer_token(request, ctx_.token)) {
+        res = error_response(401, "unauthorized", "missing or wrong bearer token (see DATA_DIR/token)");
+        res.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tailord\"");
+      } else {
+        res = m.route->handler(request);
+      }
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ctx_.metrics->observe_request(request.method, route, res.status, seconds);
+  return res;
+}
+
+HttpResponse Api::submit(HttpRequest& r) {
+  std::string type = r.header("content-type");
+  type = type.substr(0, type.find(';'));
+  static const char* kTypes[] = {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml",
+                                 "application/json", "text/plain", ""};
+  if (std::find(std::begin(kTypes), std::end(kTypes), type) == std::end(kTypes)) {
+    return error_response(415, "unsupported_media_type",
+                          "send the job spec as application/yaml or application/json, not " + type);
+  }
+  if (r.body.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return error_response(400, "invalid_spec", "empty request body: expected a job spec");
+  }
+  auto dry = bool_param(r, "dry_run");
+  if (!dry.is_ok()) return error_response(dry.status());
+  std::optional<std::int64_t> memory_limit;
+  if (const std::string ml = r.query_value("memory_limit"); !ml.empty()) {
+    auto b = parse_bytes(ml);
+    if (!b.is_ok()) return error_response(Status::invalid_argument("query parameter memory_limit: " + b.status().message()));
+    if (b->count() <= 0) return error_response(Status::invalid_argument("query parameter memory_limit: must be positive"));
+    memory_limit = b->count();
+  }
+  const std::string key = r.header("idempotency-key");
+  if (key.size() > 200 || std::any_of(key.begin(), key.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
+    return error_response(400, "invalid_idempotency_key", "Idempotency-Key: at most 200 visible ASCII characters");
+  }
+  auto planned = load_and_plan(r.body, "<request>", ctx_.planning);
+  if (auto* e = std::get_if<PlanningError>(&planned)) {
+    if (e->status.code() == StatusCode::kInvalidArgument) {
+      return error_response(400, "invalid_spec", e->status.message(),
+                            json({{"diagnostics", diagnostics_json(e->diagnostics)}}).dump());
+    }
+    json details = json::object();
+    if (e->plan) {
+      details["shortfall_bytes"] = e->plan->shortfall.count() + e->plan->host_shortfall.count();
+      details["smallest_fitting_gpu"] = e->plan->smallest_fitting_gpu;
+    }
+    return error_response(422, "does_not_fit", e->status.message(), details.dump());
+  }
+  PlannedJob& job = std::get<PlannedJob>(planned);
+  if (*dry) {
+    return HttpResponse::json(200, job.plan_json);
+  }
+  std::int64_t reserve = job.plan.chosen.memory.per_device.total().count();
+  if (memory_limit) reserve = std::min(reserve, *memory_limit);
+  const std::int64_t gpus = job.plan.on_cpu ? 0 : job.plan.chosen.strategy.num_gpus;
+  if (gpus == 0 && reserve > ctx_.host_budget_bytes) {
+    return error_response(422, "does_not_fit",
+                          job.spec.name + " needs " + Bytes(reserve).to_string() +
+                              " of host memory; tailord's budget for CPU jobs is " +
+                              Bytes(ctx_.host_budget_bytes).to_string() + " (see --memory-budget)",
+                          json({{"shortfall_bytes", reserve - ctx_.host_budget_bytes}}).dump());
+  }
+  NewJob nj;
+  nj.name = job.spec.name;
+  nj.priority = job.spec.priority;
+  nj.spec_text = r.body;
+  const json plan_doc = json::parse(job.plan_json, nullptr, false);
+  nj.spec_json = plan_doc.is_object() && plan_doc.contains("spec") ? plan_doc["spec"].dump() : "{}";
+  nj.labels = job.spec.labels;
+  nj.plan_json = job.plan_json;
+  nj.estimated_bytes = reserve;
+  nj.gpus_needed = gpus;
+  nj.memory_limit_bytes = memory_limit;
+  nj.retries = job.spec.retries;
+  nj.idempotency_key = key;
+  nj.request_hash = request_hash(r.body, r.query_value("memory_limit"));
+  auto made = ctx_.store->create(nj);
+  if (!made.is_ok()) {
+    if (made.status().code() == StatusCode::kFailedPrecondition) {
+      return error_response(422, "idempotency_key_reused", made.status().message());
+    }
+    return error_response(made.status());
+  }
+  HttpResponse res = HttpResponse::json(made->created ? 201 : 200, job_to_json(made->job));
+  res.headers.emplace_back("Location", "/v1/jobs/" + made->job.id);
+  if (!made->created) res.headers.emplace_back("Idempotent-Replayed", "true");
+  if (made->created) {
+    ctx_.metrics->add_submitted();
+    ctx_.supervisor->wake();
+  }
+  return res;
+}
+
+HttpResponse Api::list(HttpRequest& r) {
+  JobFilter f;
+  if (const std::string s = r.query_value("state"); !s.empty()) {
+    f.state = parse_job_state(s);
+    if (!f.state) {
+      return error_response(Status::invalid_argument(
+          "query parameter state: expected queued, planning, running, succeeded, failed or cancelled, got '" + s + "'"));
+    }
+  }
+  // label=key=value[,key=value...]: all must match.
+  if (const std::string l = r.query_value("label"); !l.empty()) {
+    std::size_t start = 0;
+    while (start <= l.size()) {
+      const auto comma = l.find(',', start);
+      const std::string one = l.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      const auto eq = one.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return error_response(Status::invalid_argument("query parameter label: expected key=value, got '" + one + "'"));
+      }
+      f.labels.emplace_back(one.substr(0, eq), one.substr(eq + 1));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  auto limit = int_param(r, "limit", 50, 1, kMaxPageSize);
+  if (!limit.is_ok()) return error_response(limit.status());
+  auto after = int_param(r, "after", 0, 0, INT64_MAX);
+  if (!after.is_ok()) return error_response(after.status());
+  f.limit = *limit;
+  f.after_seq = *after;
+  auto page = ctx_.store->list(f);
+  if (!page.is_ok()) return error_response(page.status());
+  json jobs = json::array();
+  for (const auto& j : page->jobs) {
+    json o = job_json(j);
+    o["seq"] = j.seq;
+    jobs.push_back(std::move(o));
+  }
+  return json_response(200, {{"jobs", jobs}, {"next_after", opt_json(page->next_after)}});
+}
+
+HttpResponse Api::get(HttpRequest& r) {
+  auto job = ctx_.store->get(r.params["id"]);
+  if (!job.is_ok()) return error_response(job.status());
+  return HttpResponse::json(200, job_to_json(*job));
+}
+
+HttpResponse Api::plan(HttpRequest& r) {
+  auto job = ctx_.store->get(r.params["id"]);
+  if (!job.is_ok()) return error_response(job.status());
+  return HttpResponse::json(200, job->plan_json);
+}
+
+HttpResponse Api::metrics_of(HttpRequest& r) {
+  auto since = int_param(r, "since_step", 0, 0, INT64_MAX);
+  if (!since.is_ok()) return error_response(since.status());
+  auto limit = int_param(r, "limit", 1000, 1, 100000);
+  if (!limit.is_ok()) return error_response(limit.status());
+  const std::string id = r.params["id"];
+  auto job = ctx_.store->get(id);
+  if (!job.is_ok()) return error_response(job.status());
+  auto rows = ctx_.store->metrics(id, *since, *limit);
+  if (!rows.is_ok()) return error_response(rows.status());
+  json arr = json::array();
+  for (const StepMetric& m : *rows) {
+    json mem = {{"allocated_bytes", opt_json(m.allocated_bytes)}, {"peak_bytes", opt_json(m.peak_bytes)}};
+    for (const auto& [k, v] : m.component_bytes) mem[k] = v;
+    arr.push_back({{"step", m.step},
+                   {"rank", m.rank},
+                   {"attempt", m.attempt},
+                   {"time", m.time},
+                   {"loss", opt_json(m.loss)},
+                   {"lr", opt_json(m.lr)},
+                   {"grad_norm", opt_json(m.grad_norm)},
+                   {"tokens", opt_json(m.tokens)},
+                   {"tokens_per_second", opt_json(m.tokens_per_second)},
+                   {"step_seconds", opt_json(m.step_seconds)},
+                   {"memory", mem}});
+  }
+  return json_response(200, {{"job_id", id}, {"metrics", arr}});
+}
+
+HttpResponse Api::events(HttpRequest& r) {
+  auto after = int_param(r, "after_id", 0, 0, INT64_MAX);
+  if (!after.is_ok()) return error_response(after.status());
+  const std::string id = r.params["id"];
+  auto job = ctx_.store->get(id);
+  if (!job.is_ok()) return error_response(job.status());
+  auto rows = ctx_.store->events(id, *after);
+  if (!rows.is_ok()) return error_response(rows.status());
+  json arr = json::array();
+  for (const EventRecord& e : *rows) {
+    json o = {{"id", e.id},   {"time", time_json(e.time)}, {"kind", e.kind},
+              {"message", e.message}, {"from_state", e.from_state.empty() ? json(nullptr) : json(e.from_state)},
+              {"to_state", e.to_state.empty() ? json(nullptr) : json(e.to_state)}};
+    const json data = e.data_json.empty() ? json(nullptr) : json::parse(e.data_json, nullptr, false);
+    o["data"] = data.is_discarded() ? json(nullptr) : data;
+    arr.push_back(std::move(o));
+  }
+  return json_response(200, {{"job_id", id}, {"events", arr}});
+}
+
+HttpResponse Api::logs(HttpRequest& r) {
+  auto follow = bool_param(r, "follow");
+  if (!follow.is_ok()) return error_response(follow.status());
+  auto offset = int_param(r, "offset", 0, 0, INT64_MAX);
+  if (!offset.is_ok()) return error_response(offset.status());
+  const std::string id = r.params["id"];
+  auto job = ctx_.store->get(id);
+  if (!job.is_ok()) return error_response(job.status());
+  const std::string path = (fs::path(ctx_.supervisor->job_dir(id)) / "runner.log").string();
+  HttpResponse res;
+  res.content_type = "text/plain; charset=utf-8";
+  if (!*follow) {
+    std::int64_t off = *offset;
+    auto text = read_bytes_from(path, off, 16 << 20);
+    if (!text.is_ok()) return error_response(text.status());
+    res.body = std::move(*text);
+    res.headers.emplace_back("X-Log-Offset", std::to_string(off));
+    return res;
+  }
+  // Streams until the job has finished and the log is read to its end.
+  JobStore* store = ctx_.store;
+  auto pos = std::make_shared<std::int64_t>(*offset);
+  res.stream = [store, id, path, pos](std::string& out) {
+    auto chunk = read_bytes_from(path, *pos, 256 << 10);
+    if (!chunk.is_ok()) return false;
+    out = std::move(*chunk);
+    if (!out.empty()) return true;
+    auto j = store->get(id);
+    return j.is_ok() && !is_terminal(j->state);
+  };
+  return res;
+}
+
+HttpResponse Api::cancel(HttpRequest& r) {
+  auto job = ctx_.supervisor->cancel(r.params["id"]);
+  if (!job.is_ok()) return error_response(job.status());
+  return HttpResponse::json(202, job_to_json(*job));
+}
+
+}  // namespace tailor::daemon

@@ -1,0 +1,55 @@
+// The REST API v1 (daemon/openapi.yaml is its contract): request checks in
+// order — Host/Origin (DNS rebinding), routing (404/405), bearer token
+// (401) — then the handler; every error is {error, message, details}; every
+// request is counted and timed in /metrics under its route pattern.
+// Thread-safe: handlers share only thread-safe components.
+#pragma once
+
+#include <string>
+
+#include "daemon/api/job_planning.h"
+#include "daemon/http/auth.h"
+#include "daemon/http/message.h"
+#include "daemon/http/router.h"
+#include "daemon/metrics/daemon_metrics.h"
+#include "daemon/scheduler/supervisor.h"
+#include "daemon/store/job_store.h"
+
+namespace tailor::daemon {
+
+struct ApiContext {
+  JobStore* store = nullptr;
+  Supervisor* supervisor = nullptr;
+  DaemonMetrics* metrics = nullptr;
+  PlanningContext planning;
+  std::string token;
+  HostPolicy hosts{0, "", {}};
+  std::int64_t host_budget_bytes = 0;
+  std::string hardware_json;  // GET /v1/hardware
+  double started_at = 0;
+};
+
+class Api {
+ public:
+  explicit Api(ApiContext context);
+  HttpResponse handle(HttpRequest& request);
+  const Router& router() const { return router_; }
+
+ private:
+  HttpResponse submit(HttpRequest& r);
+  HttpResponse list(HttpRequest& r);
+  HttpResponse get(HttpRequest& r);
+  HttpResponse plan(HttpRequest& r);
+  HttpResponse metrics_of(HttpRequest& r);
+  HttpResponse events(HttpRequest& r);
+  HttpResponse logs(HttpRequest& r);
+  HttpResponse cancel(HttpRequest& r);
+
+  ApiContext ctx_;
+  Router router_;
+};
+
+// A job as the API shows it.
+std::string job_to_json(const JobRecord& job);
+
+}  // namespace tailor::daemon

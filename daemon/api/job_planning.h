@@ -1,0 +1,73 @@
+// From a submitted document to a plan the local executor can run: the DSL
+// loader (diagnostics with file:line:col), the path rules that keep a job's
+// reads inside the spec root and its writes inside its own folder, the
+// techniques tailor-runner implements, and the planner. Also the re-plan
+// after a runtime out-of-memory.
+// Thread-safe: no shared mutable state.
+#pragma once
+
+#include <optional>
+#include <variant>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/units.h"
+#include "dsl/catalog.h"
+#include "dsl/diagnostics.h"
+#include "dsl/job_spec.h"
+#include "dsl/spec_loader.h"
+#include "strategies/hardware.h"
+#include "strategies/planner.h"
+
+namespace tailor::daemon {
+
+struct PlanningContext {
+  const dsl::Catalog* catalog = nullptr;         // nullptr: the built-in one
+  std::vector<strategies::Device> gpus;          // detected (or configured) at start-up
+  std::optional<Bytes> host_memory;              // detected at start-up
+  std::string spec_root;                         // absolute; relative spec paths resolve here
+  bool check_files = true;
+};
+
+struct PlannedJob {
+  dsl::JobSpec spec;
+  strategies::Plan plan;
+  std::string plan_json;  // the plan document (strategies/plan_document.h)
+};
+
+// Why a submission was refused: a Status plus, for spec errors, every
+// diagnostic (to return them all, not only the first).
+struct PlanningError {
+  Status status;
+  dsl::Diagnostics diagnostics;
+  std::optional<strategies::Plan> plan;  // when the job does not fit: the closest plan
+};
+
+// The document `text` (YAML or JSON) named `name` in diagnostics, with
+// `overrides` ("key=value" as for --set).
+std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, const std::string& name,
+                                                      const PlanningContext& ctx,
+                                                      const std::vector<std::string>& overrides = {});
+
+// Checks a loaded spec's paths: reads (data.train, data.eval, model.path)
+// inside ctx.spec_root, checkpoint.dir relative and without "..", no ".."
+// anywhere a path is written in the document. Problems go to `d`.
+void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_root, dsl::Diagnostics& d);
+
+// After the runner ran out of memory with `failed` under a budget of
+// `budget` bytes: the next plan, with the learned budget as the device
+// memory, the memory model calibrated by `measured` when it covers every
+// component, and, when the planner would pick `failed` again, the next step
+// of the decision tree pinned (halve the micro-batch, keeping the global
+// batch through accumulation; then gradient checkpointing). `story` says
+// what was done. ResourceExhausted when nothing smaller is left.
+Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& name, const PlanningContext& ctx,
+                                    const strategies::Strategy& failed, Bytes budget,
+                                    const std::optional<strategies::MemoryBreakdown>& measured, std::string& story);
+
+// The techniques tailor-runner does not implement yet (kept in step with
+// runner/torch/trainer.cpp's check_supported and cli/cmd_run.cpp).
+const std::vector<std::string>& techniques_not_in_runner();
+
+}  // namespace tailor::daemon

@@ -1,0 +1,198 @@
+#include "daemon/config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/args.h"
+#include "dsl/yaml_tree.h"
+
+namespace tailor::daemon {
+namespace {
+
+struct Key {
+  const char* name;      // as in files and env (with '_')
+  bool takes_value;
+};
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> kKeys = {
+      {"data_dir", true},       {"listen", true},        {"runner", true},          {"spec_root", true},
+      {"allowed_hosts", true},  {"catalog_dir", true},   {"gpus", true},            {"memory_budget", true},
+      {"max_body", true},       {"read_timeout", true},  {"poll_interval", true},   {"cancel_grace", true},
+      {"retry_backoff", true},  {"max_backoff", true},   {"max_oom_replans", true}, {"http_threads", true},
+      {"check_files", true}};
+  return kKeys;
+}
+
+std::string flag_name(std::string key) {
+  for (char& c : key) c = c == '_' ? '-' : c;
+  return key;
+}
+
+std::string env_name(std::string key) {
+  for (char& c : key) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return "TAILORD_" + key;
+}
+
+Result<double> parse_seconds(const std::string& v, const std::string& where) {
+  try {
+    std::size_t used = 0;
+    const double d = std::stod(v, &used);
+    if (used == v.size() && d >= 0) return d;
+  } catch (...) {
+  }
+  return Status::invalid_argument(where + ": expected a non-negative number of seconds, got '" + v + "'");
+}
+
+Result<int> parse_int(const std::string& v, const std::string& where, int lo, int hi) {
+  try {
+    std::size_t used = 0;
+    const int n = std::stoi(v, &used);
+    if (used == v.size() && n >= lo && n <= hi) return n;
+  } catch (...) {
+  }
+  return Status::invalid_argument(where + ": expected an integer in [" + std::to_string(lo) + ", " +
+                                  std::to_string(hi) + "], got '" + v + "'");
+}
+
+// A value with where it came from, for messages.
+struct Setting {
+  std::string value;
+  std::string where;
+};
+
+Status read_config_file(const std::string& path, std::map<std::string, Setting>& out) {
+  std::ifstream f(path);
+  if (!f) return Status::not_found("config file " + path + " cannot be read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  dsl::Diagnostics d;
+  auto root = dsl::parse_yaml(ss.str(), path, d);
+  if (!root || d.has_errors()) return Status::invalid_argument(d.to_string());
+  if (root->is_null()) return Status::ok();
+  if (!root->is_map()) return Status::invalid_argument(path + ": expected a map of settings");
+  for (const auto& e : root->entries) {
+    const std::string where = e.key_location.to_string() + ": " + e.key;
+    bool known = false;
+    for (const Key& k : keys()) known = known || e.key == k.name;
+    if (!known) return Status::invalid_argument(where + ": unknown setting");
+    std::string value;
+    if (e.value.is_scalar()) {
+      value = e.value.scalar;
+    } else if (e.value.is_sequence()) {
+      for (const auto& item : e.value.items) {
+        if (!item.is_scalar()) return Status::invalid_argument(where + ": expected a list of strings");
+        value += (value.empty() ? "" : ",") + item.scalar;
+      }
+    } else {
+      return Status::invalid_argument(where + ": expected a value");
+    }
+    out[e.key] = {value, where};
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* const kDaemonHelp = R"(usage: tailord --data-dir DIR [OPTIONS]
+
+The Tailor daemon: a REST API (daemon/openapi.yaml) that queues, plans and
+runs training jobs with tailor-runner, stores them in DIR/tailor.db and
+serves Prometheus metrics at /metrics.
+
+options (also TAILORD_<KEY> environment variables and keys of --config):
+  --data-dir DIR        store, API token (DIR/token), job folders (DIR/jobs/ID)
+  --listen HOST:PORT    default 127.0.0.1:8470; port 0 picks a free port; the
+                        bound address is written to DIR/address
+  --config FILE         YAML file of these settings (data_dir: ..., listen: ...)
+  --runner PATH         tailor-runner (default: $TAILOR_RUNNER, beside tailord, PATH)
+  --spec-root DIR       relative spec paths resolve here; every path a spec
+                        names must lie inside it (default: working directory)
+  --allowed-hosts LIST  extra Host names accepted, comma-separated
+  --catalog-dir DIR     models.yaml and gpus.yaml instead of the built-in catalog
+  --gpus SPEC           GPUs to schedule on, as in `tailor plan --gpus` ("0": none)
+  --memory-budget SIZE  host memory CPU jobs share (default: 90% of RAM)
+  --max-body SIZE       largest request body (default 1MiB)
+  --read-timeout S      seconds to receive a request (default 30)
+  --poll-interval S     supervisor tick (default 0.2)
+  --cancel-grace S      SIGTERM to SIGKILL on cancel (default 10)
+  --retry-backoff S     first retry delay, doubling per failure (default 5)
+  --max-backoff S       longest retry delay (default 300)
+  --max-oom-replans N   re-plans after out-of-memory per job (default 3)
+  --http-threads N      default 2
+  --check-files BOOL    data files must exist at submission (default true)
+  -h, --help
+
+Every endpoint but /healthz and /metrics needs "Authorization: Bearer TOKEN"
+with the token in DIR/token (created on first start, mode 0600).
+)";
+
+Result<DaemonConfig> load_config(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                                 bool& help) {
+  std::vector<FlagSpec> flags = {{"config", true}, {"help", false, false, 'h'}};
+  for (const Key& k : keys()) flags.push_back({flag_name(k.name), k.takes_value});
+  TAILOR_ASSIGN_OR_RETURN(Args args, Args::parse(argv, flags));
+  help = args.has("help");
+  if (!args.positional().empty()) return Status::invalid_argument("unexpected argument '" + args.positional()[0] + "'");
+
+  std::map<std::string, Setting> settings;
+  std::string config_file = args.get("config");
+  if (config_file.empty()) {
+    if (auto it = env.find("TAILORD_CONFIG"); it != env.end()) config_file = it->second;
+  }
+  if (!config_file.empty()) TAILOR_RETURN_IF_ERROR(read_config_file(config_file, settings));
+  for (const Key& k : keys()) {
+    if (auto it = env.find(env_name(k.name)); it != env.end()) settings[k.name] = {it->second, env_name(k.name)};
+    if (args.has(flag_name(k.name))) settings[k.name] = {args.get(flag_name(k.name)), "--" + flag_name(k.name)};
+  }
+
+  DaemonConfig c;
+  for (const auto& [key, s] : settings) {
+    const std::string& v = s.value;
+    const std::string where = s.where;
+    if (key == "data_dir") c.data_dir = v;
+    else if (key == "listen") c.listen = v;
+    else if (key == "runner") c.runner = v;
+    else if (key == "spec_root") c.spec_root = v;
+    else if (key == "catalog_dir") c.catalog_dir = v;
+    else if (key == "gpus") c.gpus = v;
+    else if (key == "allowed_hosts") {
+      std::stringstream ss(v);
+      for (std::string h; std::getline(ss, h, ',');) {
+        if (!h.empty()) c.allowed_hosts.push_back(h);
+      }
+    } else if (key == "memory_budget" || key == "max_body") {
+      auto b = parse_bytes(v);
+      if (!b.is_ok()) return b.status().prefixed(where);
+      if (b->count() <= 0) return Status::invalid_argument(where + ": must be positive");
+      if (key == "memory_budget") c.memory_budget = *b;
+      else c.max_body_bytes = b->count();
+    } else if (key == "read_timeout") {
+      TAILOR_ASSIGN_OR_RETURN(c.read_timeout_seconds, parse_seconds(v, where));
+    } else if (key == "poll_interval") {
+      TAILOR_ASSIGN_OR_RETURN(c.poll_seconds, parse_seconds(v, where));
+      if (c.poll_seconds < 0.01) return Status::invalid_argument(where + ": at least 0.01 seconds");
+    } else if (key == "cancel_grace") {
+      TAILOR_ASSIGN_OR_RETURN(c.cancel_grace_seconds, parse_seconds(v, where));
+    } else if (key == "retry_backoff") {
+      TAILOR_ASSIGN_OR_RETURN(c.retry_backoff_seconds, parse_seconds(v, where));
+    } else if (key == "max_backoff") {
+      TAILOR_ASSIGN_OR_RETURN(c.max_backoff_seconds, parse_seconds(v, where));
+    } else if (key == "max_oom_replans") {
+      TAILOR_ASSIGN_OR_RETURN(c.max_oom_replans, parse_int(v, where, 0, 100));
+    } else if (key == "http_threads") {
+      TAILOR_ASSIGN_OR_RETURN(c.http_threads, parse_int(v, where, 1, 64));
+    } else if (key == "check_files") {
+      if (v == "true" || v == "1") c.check_files = true;
+      else if (v == "false" || v == "0") c.check_files = false;
+      else return Status::invalid_argument(where + ": expected true or false, got '" + v + "'");
+    }
+  }
+  if (help) return c;
+  if (c.data_dir.empty()) return Status::invalid_argument("--data-dir is required (or TAILORD_DATA_DIR)");
+  return c;
+}
+
+}  // namespace tailor::daemon

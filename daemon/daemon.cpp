@@ -1,0 +1,216 @@
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+#include "daemon/api/api.h"
+#include "daemon/http/errors.h"
+#include "daemon/http/server.h"
+#include "daemon/scheduler/supervisor.h"
+#include "strategies/hardware.h"
+
+namespace tailor::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+Result<std::string> find_runner(const std::string& configured) {
+  auto usable = [](const std::string& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0; };
+  if (!configured.empty()) {
+    if (!usable(configured)) return Status::not_found("runner " + configured + " is not an executable file");
+    return fs::absolute(configured).string();
+  }
+  if (const char* env = std::getenv("TAILOR_RUNNER"); env && *env) {
+    if (!usable(env)) return Status::not_found(std::string("TAILOR_RUNNER=") + env + " is not an executable file");
+    return fs::absolute(env).string();
+  }
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && usable((self.parent_path() / "tailor-runner").string())) return (self.parent_path() / "tailor-runner").string();
+  if (const char* path = std::getenv("PATH")) {
+    std::string dirs = path;
+    std::size_t start = 0;
+    while (start <= dirs.size()) {
+      const auto colon = dirs.find(':', start);
+      const std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+      if (!dir.empty() && usable(dir + "/tailor-runner")) return dir + "/tailor-runner";
+      if (colon == std::string::npos) break;
+      start = colon + 1;
+    }
+  }
+  return Status::not_found("tailor-runner not found: set --runner or TAILOR_RUNNER, or put it beside tailord or on PATH");
+}
+
+Status write_address(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::io_error("creating " + tmp + ": " + std::strerror(errno));
+  const std::string line = text + "\n";
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) return Status::io_error("writing " + path);
+  return Status::ok();
+}
+
+}  // namespace
+
+struct Daemon::Parts {
+  int lock_fd = -1;
+  std::unique_ptr<dsl::Catalog> catalog;
+  std::unique_ptr<JobStore> store;
+  DaemonMetrics metrics;
+  std::unique_ptr<Supervisor> supervisor;
+  std::atomic<Api*> api{nullptr};
+  std::unique_ptr<Api> api_owner;
+  std::unique_ptr<HttpServer> server;
+  std::string address;
+
+  ~Parts() {
+    if (server) server->stop();
+    if (supervisor) supervisor->stop();
+    if (lock_fd >= 0) ::close(lock_fd);
+  }
+};
+
+Daemon::Daemon(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+Daemon::~Daemon() { stop(); }
+
+std::string Daemon::address() const { return parts_->address; }
+
+void Daemon::stop() {
+  if (parts_->server) parts_->server->stop();
+  if (parts_->supervisor) parts_->supervisor->stop();
+}
+
+Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
+  auto parts = std::make_unique<Parts>();
+  const fs::path data = fs::absolute(config.data_dir);
+  std::error_code ec;
+  fs::create_directories(data / "jobs", ec);
+  if (ec) return Status::io_error("creating " + (data / "jobs").string() + ": " + ec.message());
+  ::chmod(data.c_str(), 0700);
+  parts->lock_fd = ::open((data / "tailord.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (parts->lock_fd < 0 || ::flock(parts->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return Status::failed_precondition("another tailord is using " + data.string() + " (tailord.lock is held)");
+  }
+  TAILOR_ASSIGN_OR_RETURN(const std::string token, load_or_create_token((data / "token").string()));
+  TAILOR_ASSIGN_OR_RETURN(const std::string runner, find_runner(config.runner));
+
+  if (!config.catalog_dir.empty()) {
+    auto loaded = dsl::Catalog::load_dir(config.catalog_dir);
+    if (!loaded.is_ok()) return loaded.status().prefixed("catalog_dir");
+    parts->catalog = std::make_unique<dsl::Catalog>(std::move(loaded).value());
+  }
+  const dsl::Catalog& catalog = parts->catalog ? *parts->catalog : dsl::Catalog::builtin();
+  std::vector<strategies::Device> gpus;
+  if (!config.gpus.empty()) {
+    auto parsed = strategies::parse_gpus_flag(config.gpus, catalog);
+    if (!parsed.is_ok()) return parsed.status().prefixed("gpus");
+    gpus = *parsed;
+  } else {
+    gpus = strategies::detect_gpus(catalog);
+  }
+  const std::optional<Bytes> host = strategies::detect_host_memory();
+  const Bytes budget = config.memory_budget.value_or(
+      Bytes(static_cast<std::int64_t>(static_cast<double>(host.value_or(Bytes::gib(8)).count()) * 0.9)));
+
+  PlanningContext planning;
+  planning.catalog = parts->catalog.get();
+  planning.gpus = gpus;
+  planning.host_memory = host;
+  planning.spec_root = fs::weakly_canonical(fs::absolute(config.spec_root.empty() ? "." : config.spec_root)).string();
+  planning.check_files = config.check_files;
+
+  TAILOR_ASSIGN_OR_RETURN(parts->store, JobStore::open((data / "tailor.db").string()));
+  SupervisorOptions so;
+  so.data_dir = data.string();
+  so.runner_path = runner;
+  so.planning = planning;
+  so.host_budget_bytes = budget.count();
+  so.gpus = gpus;
+  so.poll_seconds = config.poll_seconds;
+  so.cancel_grace_seconds = config.cancel_grace_seconds;
+  so.backoff_seconds = config.retry_backoff_seconds;
+  so.max_backoff_seconds = config.max_backoff_seconds;
+  so.max_oom_replans = config.max_oom_replans;
+  parts->supervisor = std::make_unique<Supervisor>(*parts->store, parts->metrics, so);
+  TAILOR_RETURN_IF_ERROR(parts->supervisor->recover().prefixed("recovering jobs"));
+
+  const auto colon = config.listen.rfind(':');
+  if (colon == std::string::npos) return Status::invalid_argument("listen: expected HOST:PORT, got '" + config.listen + "'");
+  std::string host_part = config.listen.substr(0, colon);
+  if (host_part.size() >= 2 && host_part.front() == '[' && host_part.back() == ']') {
+    host_part = host_part.substr(1, host_part.size() - 2);
+  }
+  int port = -1;
+  try {
+    std::size_t used = 0;
+    port = std::stoi(config.listen.substr(colon + 1), &used);
+    if (used != config.listen.size() - colon - 1) port = -1;
+  } catch (...) {
+  }
+  if (port < 0 || port > 65535) return Status::invalid_argument("listen: bad port in '" + config.listen + "'");
+
+  ServerOptions sopts;
+  sopts.address = host_part;
+  sopts.port = static_cast<std::uint16_t>(port);
+  sopts.max_body_bytes = static_cast<std::size_t>(config.max_body_bytes);
+  sopts.read_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.read_timeout_seconds * 1000));
+  sopts.threads = config.http_threads;
+  Parts* p = parts.get();
+  TAILOR_ASSIGN_OR_RETURN(parts->server, HttpServer::start(sopts, [p](HttpRequest& req) {
+                            Api* api = p->api.load();
+                            if (!api) return error_response(503, "starting", "tailord is starting");
+                            return api->handle(req);
+                          }));
+
+  nlohmann::json hw = {{"cpu_only", gpus.empty()},
+                       {"host_memory_bytes", host ? host->count() : 0},
+                       {"memory_budget_bytes", budget.count()},
+                       {"runner", runner},
+                       {"spec_root", planning.spec_root}};
+  nlohmann::json gl = nlohmann::json::array();
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    gl.push_back({{"index", i},
+                  {"name", gpus[i].name},
+                  {"catalog_key", gpus[i].catalog_key},
+                  {"memory_bytes", gpus[i].memory.count()},
+                  {"free_memory_bytes", gpus[i].free_memory.count()},
+                  {"bf16", gpus[i].bf16}});
+  }
+  hw["gpus"] = gl;
+
+  ApiContext ctx;
+  ctx.store = parts->store.get();
+  ctx.supervisor = parts->supervisor.get();
+  ctx.metrics = &parts->metrics;
+  ctx.planning = planning;
+  ctx.token = token;
+  ctx.hosts = HostPolicy(parts->server->port(), parts->server->address(), config.allowed_hosts);
+  ctx.host_budget_bytes = budget.count();
+  ctx.hardware_json = hw.dump();
+  ctx.started_at = now_seconds();
+  parts->api_owner = std::make_unique<Api>(std::move(ctx));
+  parts->api.store(parts->api_owner.get());
+
+  const std::string bound = parts->server->address();
+  parts->address = (bound.find(':') != std::string::npos ? "[" + bound + "]" : bound) + ":" +
+                   std::to_string(parts->server->port());
+  TAILOR_RETURN_IF_ERROR(write_address((data / "address").string(), parts->address));
+  parts->supervisor->start();
+  log_info("tailord: listening on " + parts->address + ", data in " + data.string() + ", runner " + runner);
+  return std::unique_ptr<Daemon>(new Daemon(std::move(parts)));
+}
+
+}  // namespace tailor::daemon

@@ -1,0 +1,163 @@
+#include "daemon/executor/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace tailor::daemon {
+namespace {
+
+void close_from(int first) {
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, 0) == 0) return;
+#endif
+  const long max = sysconf(_SC_OPEN_MAX);
+  for (long fd = first; fd < (max > 0 ? max : 4096); ++fd) close(static_cast<int>(fd));
+}
+
+}  // namespace
+
+Result<Process> launch_process(const LaunchRequest& request) {
+  if (request.argv.empty()) return Status::invalid_argument("empty command");
+  // Everything the child needs is prepared before fork: after it, only
+  // async-signal-safe calls.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv(*e);
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos && request.env.count(kv.substr(0, eq))) continue;
+    env_strings.push_back(kv);
+  }
+  for (const auto& [k, v] : request.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = request.argv;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const int log_fd = ::open(request.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) return Status::io_error("opening " + request.log_path + ": " + std::strerror(errno));
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    ::close(log_fd);
+    return Status::io_error(std::string("pipe: ") + std::strerror(errno));
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(log_fd);
+    ::close(report[0]);
+    ::close(report[1]);
+    return Status::unavailable(std::string("fork: ") + std::strerror(err));
+  }
+  if (pid == 0) {
+    // Own process group: cancel signals the runner and anything it starts,
+    // and a terminal's Ctrl-C to tailord does not reach it.
+    ::setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) ::dup2(null_fd, 0);
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    const int keep = report[1];
+    // Move the report pipe to fd 3 so close_from(4) keeps it (it is CLOEXEC).
+    if (keep != 3) {
+      ::dup3(keep, 3, O_CLOEXEC);
+    }
+    close_from(4);
+    if (!request.working_dir.empty() && ::chdir(request.working_dir.c_str()) != 0) {
+      const int err = errno;
+      (void)!::write(3, &err, sizeof err);
+      _exit(127);
+    }
+    ::execve(argv[0], argv.data(), envp.data());
+    const int err = errno;
+    (void)!::write(3, &err, sizeof err);
+    _exit(127);
+  }
+  ::setpgid(pid, pid);  // also in the parent: no window where the group does not exist yet
+  ::close(log_fd);
+  ::close(report[1]);
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(report[0], &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n == sizeof child_errno) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return Status::failed_precondition("cannot start " + request.argv[0] + ": " + std::strerror(child_errno));
+  }
+  Process p;
+  p.pid = pid;
+  p.start_ticks = process_start_ticks(pid).value_or(0);
+  return p;
+}
+
+Result<std::optional<ProcessExit>> reap_child(pid_t pid) {
+  int status = 0;
+  pid_t r;
+  do {
+    r = ::waitpid(pid, &status, WNOHANG);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) return std::optional<ProcessExit>();
+  if (r < 0) {
+    if (errno == ECHILD) return Status::not_found("process " + std::to_string(pid) + " is not a child of tailord");
+    return Status::io_error(std::string("waitpid: ") + std::strerror(errno));
+  }
+  ProcessExit e;
+  if (WIFEXITED(status)) e.code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+  return std::optional<ProcessExit>(e);
+}
+
+std::optional<std::int64_t> process_start_ticks(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  if (!f) return std::nullopt;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string stat = ss.str();
+  // The command name (field 2) may hold spaces and parentheses: fields are
+  // counted after the last ')'.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  rest >> field;  // field 3: state
+  if (field == "Z" || field == "X") return std::nullopt;
+  for (int i = 4; i <= 22; ++i) {
+    if (!(rest >> field)) return std::nullopt;
+  }
+  try {
+    return std::stoll(field);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+bool process_is(pid_t pid, std::int64_t start_ticks) {
+  const auto t = process_start_ticks(pid);
+  return t && *t == start_ticks;
+}
+
+void signal_group(pid_t pgid, int sig) {
+  if (pgid > 1) ::kill(-pgid, sig);
+}
+
+}  // namespace tailor::daemon

@@ -1,0 +1,56 @@
+// Runner processes: launched in their own process group with output
+// captured to a file, reaped when they are this daemon's children, and
+// recognised after a daemon restart by pid plus kernel start time (a reused
+// pid has another start time).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tailor::daemon {
+
+struct LaunchRequest {
+  std::vector<std::string> argv;           // argv[0]: the executable's path
+  std::map<std::string, std::string> env;  // added to (or replacing in) the daemon's environment
+  std::string log_path;                    // stdout and stderr, appended
+  std::string working_dir;
+};
+
+struct Process {
+  pid_t pid = -1;              // also the process group id
+  std::int64_t start_ticks = 0;  // /proc/PID/stat field 22
+};
+
+// fork + setpgid + exec. Every descriptor but 0-2 is closed in the child (the
+// listening socket and the database must not leak into a runner). Fails
+// with the reason when the executable cannot be started (reported by the
+// child through a close-on-exec pipe, so "no such file" is not a job exit).
+Result<Process> launch_process(const LaunchRequest& request);
+
+struct ProcessExit {
+  int code = -1;    // exit status, or -1 when killed by a signal
+  int signal = 0;   // the signal that killed it, or 0
+};
+
+// Child processes: the exit when `pid` has ended (reaping it), nullopt while
+// it runs. NotFound when `pid` is not a child of this process.
+Result<std::optional<ProcessExit>> reap_child(pid_t pid);
+
+// The kernel start time of `pid`, or nullopt when it does not exist or is a
+// zombie.
+std::optional<std::int64_t> process_start_ticks(pid_t pid);
+
+// True when `pid` exists, is not a zombie and started at `start_ticks`.
+bool process_is(pid_t pid, std::int64_t start_ticks);
+
+// kill(-pgid, sig); quietly ignores a group that is already gone.
+void signal_group(pid_t pgid, int sig);
+
+}  // namespace tailor::daemon

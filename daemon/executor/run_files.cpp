@@ -1,0 +1,121 @@
+#include "daemon/executor/run_files.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tailor::daemon {
+
+using nlohmann::json;
+
+Result<std::string> read_bytes_from(const std::string& path, std::int64_t& offset, std::int64_t max_bytes) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::string();
+  f.seekg(0, std::ios::end);
+  const std::int64_t size = f.tellg();
+  if (size < offset) offset = 0;  // truncated or replaced: start again
+  const std::int64_t n = std::min(size - offset, max_bytes);
+  if (n <= 0) return std::string();
+  std::string out(static_cast<std::size_t>(n), '\0');
+  f.seekg(offset);
+  f.read(out.data(), n);
+  if (f.gcount() != n) return Status::io_error("reading " + path);
+  offset += n;
+  return out;
+}
+
+Result<std::vector<std::string>> read_new_lines(const std::string& path, std::int64_t& offset, std::int64_t max_bytes) {
+  std::int64_t pos = offset;
+  TAILOR_ASSIGN_OR_RETURN(std::string chunk, read_bytes_from(path, pos, max_bytes));
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  for (;;) {
+    const auto nl = chunk.find('\n', start);
+    if (nl == std::string::npos) break;
+    if (nl > start) lines.push_back(chunk.substr(start, nl - start));
+    start = nl + 1;
+  }
+  offset = (pos - static_cast<std::int64_t>(chunk.size())) + static_cast<std::int64_t>(start);
+  return lines;
+}
+
+namespace {
+
+template <class T>
+std::optional<T> opt(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if constexpr (std::is_same_v<T, double>) {
+    if (!it->is_number()) return std::nullopt;
+  } else {
+    if (!it->is_number_integer() && !it->is_number_unsigned()) return std::nullopt;
+  }
+  return it->get<T>();
+}
+
+}  // namespace
+
+std::optional<StepMetric> parse_metric_line(const std::string& line, std::int64_t attempt) {
+  const json j = json::parse(line, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  auto step = opt<std::int64_t>(j, "step");
+  if (!step) return std::nullopt;
+  StepMetric m;
+  m.step = *step;
+  m.rank = opt<std::int64_t>(j, "rank").value_or(0);
+  m.attempt = attempt;
+  m.time = opt<double>(j, "time").value_or(now_seconds());
+  m.loss = opt<double>(j, "loss");
+  m.lr = opt<double>(j, "lr");
+  m.grad_norm = opt<double>(j, "grad_norm");
+  m.tokens = opt<std::int64_t>(j, "tokens");
+  m.tokens_per_second = opt<double>(j, "tokens_per_second");
+  m.step_seconds = opt<double>(j, "step_seconds");
+  if (auto mem = j.find("memory"); mem != j.end() && mem->is_object()) {
+    m.allocated_bytes = opt<std::int64_t>(*mem, "allocated_bytes");
+    m.peak_bytes = opt<std::int64_t>(*mem, "peak_bytes");
+    for (const auto& name : memory_component_names()) {
+      if (auto v = opt<std::int64_t>(*mem, name.c_str())) m.component_bytes[name] = *v;
+    }
+  }
+  return m;
+}
+
+std::optional<NewEvent> parse_event_line(const std::string& line) {
+  const json j = json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) return std::nullopt;
+  NewEvent e;
+  const std::string kind = j["event"].get<std::string>();
+  e.kind = "runner." + kind;
+  e.time = opt<double>(j, "time").value_or(0);
+  e.data_json = j.dump();
+  if (auto msg = j.find("message"); msg != j.end() && msg->is_string()) {
+    e.message = msg->get<std::string>();
+  } else if (kind == "oom") {
+    e.message = "out of memory at step " + std::to_string(opt<std::int64_t>(j, "step").value_or(0)) + ": requested " +
+                std::to_string(opt<std::int64_t>(j, "requested_bytes").value_or(0)) + " bytes with " +
+                std::to_string(opt<std::int64_t>(j, "in_use_bytes").value_or(0)) + " in use of a " +
+                std::to_string(opt<std::int64_t>(j, "budget_bytes").value_or(0)) + "-byte budget";
+  } else if (auto step = opt<std::int64_t>(j, "step")) {
+    e.message = kind + " at step " + std::to_string(*step);
+  } else {
+    e.message = kind;
+  }
+  return e;
+}
+
+std::optional<int> exit_code_from_events(const std::vector<std::string>& lines) {
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    const json j = json::parse(*it, nullptr, false);
+    if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) continue;
+    const std::string kind = j["event"].get<std::string>();
+    if (kind == "done") return 0;
+    if (kind == "oom") return 3;
+    if (kind == "cancelled") return 4;
+    if (kind == "error") return 1;
+    if (kind == "start" || kind == "resume") return std::nullopt;  // ended without a word: killed
+  }
+  return std::nullopt;
+}
+
+}  // namespace tailor::daemon

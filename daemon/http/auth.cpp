@@ -1,0 +1,145 @@
+#include "daemon/http/auth.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace tailor::daemon {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+Result<std::string> random_hex(std::size_t bytes) {
+  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::io_error(std::string("/dev/urandom: ") + std::strerror(errno));
+  std::string raw(bytes, '\0');
+  std::size_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = ::read(fd, raw.data() + got, bytes - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return Status::io_error("/dev/urandom: short read");
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> load_or_create_token(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if ((st.st_mode & 077) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+      return Status::failed_precondition(path + " is accessible to other users (mode " + mode +
+                                         "); chmod 600 it, or delete it to generate a new token");
+    }
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string token = ss.str();
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+    if (!f && !f.eof()) return Status::io_error("reading " + path);
+    if (token.size() < 32) return Status::failed_precondition(path + " holds a token shorter than 32 characters");
+    return token;
+  }
+  TAILOR_ASSIGN_OR_RETURN(std::string token, random_hex(32));
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::io_error("creating " + tmp + ": " + std::strerror(errno));
+  const std::string line = token + "\n";
+  const bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+                  ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::io_error("writing " + path + ": " + std::strerror(errno));
+  }
+  return token;
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  // Every byte of the longer string is visited whatever matches, so timing
+  // tells an attacker nothing about how much of a guess was right.
+  const std::size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+bool has_bearer_token(const HttpRequest& request, const std::string& token) {
+  const std::string auth = request.header("authorization");
+  constexpr std::string_view kPrefix = "bearer ";
+  if (auth.size() <= kPrefix.size() || lower(auth.substr(0, kPrefix.size())) != kPrefix) return false;
+  std::string_view given(auth);
+  given.remove_prefix(kPrefix.size());
+  while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
+  return constant_time_equal(given, token);
+}
+
+HostPolicy::HostPolicy(std::uint16_t port, const std::string& bound_address, std::vector<std::string> extra) {
+  const std::string p = std::to_string(port);
+  std::vector<std::string> names = {"localhost", "127.0.0.1", "[::1]"};
+  if (!bound_address.empty() && bound_address != "0.0.0.0" && bound_address != "::") {
+    names.push_back(bound_address.find(':') != std::string::npos ? "[" + bound_address + "]" : bound_address);
+  }
+  for (const auto& n : names) {
+    hosts_.push_back(n);
+    hosts_.push_back(n + ":" + p);
+  }
+  for (auto& e : extra) hosts_.push_back(lower(e));
+}
+
+bool HostPolicy::host_allowed(std::string_view host) const {
+  const std::string h = lower(host);
+  return std::find(hosts_.begin(), hosts_.end(), h) != hosts_.end();
+}
+
+bool HostPolicy::allows(const HttpRequest& request, std::string& why) const {
+  const std::string host = request.header("host");
+  if (host.empty()) {
+    why = "missing Host header";
+    return false;
+  }
+  if (!host_allowed(host)) {
+    why = "Host '" + host + "' is not an allowed name for this server (add it to allowed_hosts)";
+    return false;
+  }
+  const std::string origin = request.header("origin");
+  if (origin.empty()) return true;
+  const auto scheme = origin.find("://");
+  const std::string origin_host = scheme == std::string::npos ? std::string() : origin.substr(scheme + 3);
+  if (origin_host.empty() || !host_allowed(origin_host)) {
+    why = "Origin '" + origin + "' is not allowed";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace tailor::daemon

@@ -1,0 +1,45 @@
+// Access control for tailord's API: a bearer token generated on first start
+// (DIR/token, mode 0600) and compared in constant time, and Host/Origin
+// checks that stop a web page from reaching the loopback API through DNS
+// rebinding (a browser sends the attacker's host name in Host).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "daemon/http/message.h"
+
+namespace tailor::daemon {
+
+// Reads the token at `path`, or creates it (32 random bytes from
+// /dev/urandom, hex) with mode 0600 through a temporary file and rename. An
+// existing token file readable by group or others is refused: someone may
+// have copied it.
+Result<std::string> load_or_create_token(const std::string& path);
+
+// Equal contents, in time that depends only on the lengths.
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+// True when `request` carries "Authorization: Bearer <token>".
+bool has_bearer_token(const HttpRequest& request, const std::string& token);
+
+// Which Host and Origin values the API accepts.
+class HostPolicy {
+ public:
+  // For a server bound to `port`: localhost, 127.0.0.1 and [::1] with that
+  // port (and without a port), the bound address, plus `extra` host names
+  // ("tailor.example.org" or "tailor.example.org:8470").
+  HostPolicy(std::uint16_t port, const std::string& bound_address, std::vector<std::string> extra);
+
+  // A missing Host is refused (HTTP/1.1 requires it). A request without an
+  // Origin is allowed (not from a browser); with one, its host must be allowed.
+  bool allows(const HttpRequest& request, std::string& why) const;
+
+ private:
+  bool host_allowed(std::string_view host) const;
+  std::vector<std::string> hosts_;  // lower-case, with and without port
+};
+
+}  // namespace tailor::daemon

@@ -1,0 +1,58 @@
+// The daemon's view of an HTTP exchange: plain structs that handlers and
+// tests use without seeing Boost.Beast (which stays inside server.cpp).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tailor::daemon {
+
+struct HttpRequest {
+  std::string method;                          // "GET", "POST", ...
+  std::string target;                          // as sent: "/v1/jobs?state=running"
+  std::string path;                            // percent-decoded path without the query
+  std::map<std::string, std::string> query;    // decoded; the last of repeated keys wins
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  std::map<std::string, std::string> params;   // path parameters, filled by the router
+  std::string remote;                          // peer address, for logs
+
+  // The header's value, or "" (name in any case).
+  std::string header(std::string_view name) const;
+  std::string query_value(const std::string& key, const std::string& fallback = {}) const {
+    auto it = query.find(key);
+    return it == query.end() ? fallback : it->second;
+  }
+};
+
+// A body written as it is produced (GET .../logs?follow=true): the server
+// calls `poll` every poll interval; it appends what is new to `out` and
+// returns false once the stream is complete. Called from one thread at a
+// time; must not block.
+using StreamPoll = std::function<bool(std::string& out)>;
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  StreamPoll stream;  // when set: sent chunked, `body` is ignored
+
+  static HttpResponse json(int status, std::string body) {
+    HttpResponse r;
+    r.status = status;
+    r.body = std::move(body);
+    r.body += '\n';
+    return r;
+  }
+};
+
+// Splits "/a/b?x=1&y=%20z" into a decoded path and query map. False when
+// the target is not origin-form or has a malformed percent escape.
+bool parse_target(std::string_view target, std::string& path, std::map<std::string, std::string>& query);
+
+}  // namespace tailor::daemon

@@ -1,0 +1,309 @@
+// Modelled on the shape of Beast's example/http/server/async (sessions that
+// own their stream, per-step error handling) and advanced_server (shutdown);
+// the code is this project's own.
+#include "daemon/http/server.h"
+
+#include <atomic>
+#include <cctype>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "core/json_writer.h"
+#include "core/log.h"
+#include "daemon/http/errors.h"
+
+namespace tailor::daemon {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& socket, const ServerOptions& options, const RequestHandler& handler,
+          std::atomic<int>& live)
+      : stream_(std::move(socket)), options_(options), handler_(handler), live_(live),
+        timer_(stream_.get_executor()) {
+    ++live_;
+  }
+  ~Session() { --live_; }
+
+  void run() {
+    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::read_request, shared_from_this()));
+  }
+
+ private:
+  void read_request() {
+    parser_.emplace();
+    parser_->body_limit(options_.max_body_bytes);
+    parser_->header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
+    // A keep-alive connection waits idle_timeout for its next request, a
+    // first request read_timeout; either bounds a slow-loris client.
+    stream_.expires_after(first_ ? options_.read_timeout : options_.idle_timeout);
+    first_ = false;
+    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, std::size_t) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::operation_aborted) {
+      return close();
+    }
+    if (ec == http::error::body_limit) {
+      return send(error_response(413, "payload_too_large",
+                                 "request body exceeds " + std::to_string(options_.max_body_bytes) + " bytes"),
+                  false, true);
+    }
+    if (ec == http::error::header_limit) {
+      return send(error_response(431, "headers_too_large", "request headers are too large"), false, true);
+    }
+    if (ec) {
+      if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
+        return send(error_response(400, "bad_request", "malformed HTTP request: " + ec.message()), false, true);
+      }
+      return close();
+    }
+    auto& msg = parser_->get();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
+    for (const auto& field : msg) {
+      std::string name(field.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers[name] = std::string(field.value());
+    }
+    req.body = std::move(msg.body());
+    beast::error_code rec;
+    const auto remote = stream_.socket().remote_endpoint(rec);
+    if (!rec) req.remote = remote.address().to_string();
+    const bool keep_alive = msg.keep_alive();
+    if (!parse_target(req.target, req.path, req.query)) {
+      return send(error_response(400, "bad_request", "malformed request target"), keep_alive, false);
+    }
+    HttpResponse res;
+    try {
+      res = handler_(req);
+    } catch (const std::exception& e) {
+      log_error(std::string("tailord: handler threw: ") + e.what());
+      res = error_response(500, "internal", "internal error");
+    } catch (...) {
+      res = error_response(500, "internal", "internal error");
+    }
+    send(std::move(res), keep_alive, false);
+  }
+
+  void send(HttpResponse res, bool keep_alive, bool drain) {
+    if (res.stream) return start_stream(std::move(res));
+    auto out = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(res.status), 11);
+    out->set(http::field::server, "tailord");
+    out->set(http::field::content_type, res.content_type);
+    for (const auto& [k, v] : res.headers) out->set(k, v);
+    out->keep_alive(keep_alive);
+    out->body() = std::move(res.body);
+    out->prepare_payload();
+    stream_.expires_after(options_.write_timeout);
+    http::async_write(stream_, *out, [self = shared_from_this(), out, keep_alive, drain](beast::error_code ec, std::size_t) {
+      if (ec) return self->close();
+      if (drain) return self->drain();
+      if (!keep_alive) return self->close();
+      self->read_request();
+    });
+  }
+
+  // After refusing a request whose body is still arriving: stop sending,
+  // read and discard the rest for a bounded time, then close, so the client
+  // sees the response rather than a connection reset.
+  void drain() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(5));
+    scratch_.resize(64 << 10);
+    stream_.async_read_some(net::buffer(scratch_), [self = shared_from_this()](beast::error_code e, std::size_t n) {
+      self->drained_ += n;
+      if (e || self->drained_ > (64u << 20)) return self->close();
+      self->drain_more();
+    });
+  }
+  void drain_more() {
+    stream_.async_read_some(net::buffer(scratch_), [self = shared_from_this()](beast::error_code e, std::size_t n) {
+      self->drained_ += n;
+      if (e || self->drained_ > (64u << 20)) return self->close();
+      self->drain_more();
+    });
+  }
+
+  void start_stream(HttpResponse res) {
+    poll_ = std::move(res.stream);
+    stream_res_ = std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(res.status), 11);
+    stream_res_->set(http::field::server, "tailord");
+    stream_res_->set(http::field::content_type, res.content_type);
+    for (const auto& [k, v] : res.headers) stream_res_->set(k, v);
+    stream_res_->keep_alive(false);
+    stream_res_->chunked(true);
+    serializer_ = std::make_shared<http::response_serializer<http::empty_body>>(*stream_res_);
+    stream_.expires_after(options_.write_timeout);
+    http::async_write_header(stream_, *serializer_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->close();
+      self->pump();
+    });
+  }
+
+  void pump() {
+    std::string out;
+    bool more = false;
+    try {
+      more = poll_(out);
+    } catch (...) {
+      more = false;
+    }
+    if (!out.empty()) {
+      chunk_ = std::move(out);
+      stream_.expires_after(options_.write_timeout);
+      net::async_write(stream_, http::make_chunk(net::buffer(chunk_)),
+                       [self = shared_from_this(), more](beast::error_code ec, std::size_t) {
+                         if (ec) return self->close();
+                         if (!more) return self->finish_stream();
+                         self->wait_and_pump();
+                       });
+      return;
+    }
+    if (!more) return finish_stream();
+    wait_and_pump();
+  }
+
+  void wait_and_pump() {
+    stream_.expires_never();
+    timer_.expires_after(options_.stream_poll);
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec) return self->close();
+      self->pump();
+    });
+  }
+
+  void finish_stream() {
+    stream_.expires_after(options_.write_timeout);
+    net::async_write(stream_, http::make_chunk_last(),
+                     [self = shared_from_this()](beast::error_code, std::size_t) { self->close(); });
+  }
+
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+  }
+
+  beast::tcp_stream stream_;
+  const ServerOptions& options_;
+  const RequestHandler& handler_;
+  std::atomic<int>& live_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  bool first_ = true;
+  std::string scratch_;
+  std::size_t drained_ = 0;
+  StreamPoll poll_;
+  std::string chunk_;
+  net::steady_timer timer_;
+  std::shared_ptr<http::response<http::empty_body>> stream_res_;
+  std::shared_ptr<http::response_serializer<http::empty_body>> serializer_;
+};
+
+}  // namespace
+
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+  // Sessions hold references to options, handler and live: declared before
+  // ioc so they outlive the handlers ioc destroys.
+  ServerOptions options;
+  RequestHandler handler;
+  std::atomic<int> live{0};
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  std::vector<std::thread> threads;
+  std::once_flag stopped;
+  tcp::endpoint bound;
+
+  void accept() {
+    acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+      if (!ec) {
+        if (live.load() >= options.max_connections) {
+          beast::error_code ignored;
+          socket.close(ignored);
+        } else {
+          std::make_shared<Session>(std::move(socket), options, handler, live)->run();
+        }
+      } else {
+        log_warning("tailord: accept: " + ec.message());
+      }
+      accept();
+    });
+  }
+};
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Result<std::unique_ptr<HttpServer>> HttpServer::start(const ServerOptions& options, RequestHandler handler) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->handler = std::move(handler);
+  beast::error_code ec;
+  const auto address = net::ip::make_address(options.address, ec);
+  if (ec) return Status::invalid_argument("listen address '" + options.address + "': " + ec.message());
+  const tcp::endpoint endpoint(address, options.port);
+  const std::string where = options.address + ":" + std::to_string(options.port);
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (ec) return Status::unavailable("cannot listen on " + where + ": " + ec.message());
+  impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return Status::unavailable("cannot listen on " + where + ": " + ec.message());
+  impl->bound = impl->acceptor.local_endpoint(ec);
+  impl->accept();
+  for (int i = 0; i < std::max(1, options.threads); ++i) {
+    impl->threads.emplace_back([p = impl.get()] {
+      for (;;) {
+        try {
+          p->ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          // A handler escaping an exception must not take the server down.
+          log_error(std::string("tailord: io thread: ") + e.what());
+        }
+      }
+    });
+  }
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+std::uint16_t HttpServer::port() const { return impl_->bound.port(); }
+std::string HttpServer::address() const { return impl_->bound.address().to_string(); }
+
+void HttpServer::stop() {
+  if (!impl_) return;
+  std::call_once(impl_->stopped, [this] {
+    net::post(impl_->ioc, [p = impl_.get()] {
+      beast::error_code ec;
+      p->acceptor.close(ec);
+    });
+    impl_->ioc.stop();
+    for (auto& t : impl_->threads) {
+      if (t.joinable()) t.join();
+    }
+  });
+}
+
+}  // namespace tailor::daemon

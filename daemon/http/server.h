@@ -1,0 +1,58 @@
+// tailord's HTTP/1.1 server: Boost.Beast on an Asio thread pool, one
+// asynchronous session per connection (keep-alive), bounded header and body
+// sizes, a timeout on every read and write, chunked streaming for bodies
+// produced over time. Requests go to one handler; the server itself answers
+// only what it must before a handler can: 413 (body too large), 400
+// (unparseable request), and drops idle or slow connections.
+// Beast stays inside server.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "daemon/http/message.h"
+
+namespace tailor::daemon {
+
+struct ServerOptions {
+  std::string address = "127.0.0.1";  // IPv4 or IPv6 literal to bind
+  std::uint16_t port = 8470;          // 0: an ephemeral port, see HttpServer::port()
+  std::size_t max_body_bytes = 1 << 20;
+  std::size_t max_header_bytes = 16 << 10;
+  std::chrono::milliseconds read_timeout{30'000};   // whole request, headers and body
+  std::chrono::milliseconds write_timeout{30'000};  // each write
+  std::chrono::milliseconds idle_timeout{60'000};   // keep-alive wait for the next request
+  std::chrono::milliseconds stream_poll{200};       // StreamPoll interval
+  int threads = 2;
+  int max_connections = 512;          // beyond it new connections are closed at once
+};
+
+using RequestHandler = std::function<HttpResponse(HttpRequest&)>;
+
+class HttpServer {
+ public:
+  // Binds and starts serving on `options.threads` threads. `handler` must
+  // be thread-safe and must not throw (a throw becomes a 500).
+  static Result<std::unique_ptr<HttpServer>> start(const ServerOptions& options, RequestHandler handler);
+  ~HttpServer();  // stop()s
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  std::uint16_t port() const;
+  std::string address() const;  // the bound address ("127.0.0.1")
+
+  // Stops accepting, closes every connection and joins the threads. Idempotent.
+  void stop();
+
+  struct Impl;
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tailor::daemon

@@ -1,0 +1,190 @@
+#include "daemon/metrics/daemon_metrics.h"
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+namespace tailor::daemon {
+
+using prometheus::Counter;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
+struct DaemonMetrics::JobSeries {
+  std::string name;
+  Gauge* loss = nullptr;
+  Gauge* tps = nullptr;
+  Gauge* step = nullptr;
+  Gauge* peak = nullptr;
+  std::map<std::pair<std::string, std::string>, Gauge*> memory;  // (component, source)
+};
+
+DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  requests_ = &prometheus::BuildCounter().Name("tailor_http_requests_total").Help("API requests by method, route and status code.").Register(r);
+  latency_ = &prometheus::BuildHistogram()
+                  .Name("tailor_http_request_duration_seconds")
+                  .Help("API request handling time.")
+                  .Register(r);
+  jobs_ = &prometheus::BuildGauge().Name("tailor_jobs").Help("Jobs in the store by state.").Register(r);
+  queue_ = &prometheus::BuildGauge().Name("tailor_queue_length").Help("Jobs waiting to start (queued).").Register(r).Add({});
+  submitted_ = &prometheus::BuildCounter().Name("tailor_jobs_submitted_total").Help("Jobs accepted by POST /v1/jobs.").Register(r).Add({});
+  oom_restarts_ = &prometheus::BuildCounter()
+                       .Name("tailor_oom_restarts_total")
+                       .Help("Runner out-of-memory exits answered by a re-plan and resume.")
+                       .Register(r)
+                       .Add({});
+  retries_ = &prometheus::BuildCounter().Name("tailor_job_retries_total").Help("Runner failures retried with backoff.").Register(r).Add({});
+  job_loss_ = &prometheus::BuildGauge().Name("tailor_job_loss").Help("Training loss of a job's latest step.").Register(r);
+  job_tps_ = &prometheus::BuildGauge()
+                  .Name("tailor_job_tokens_per_second")
+                  .Help("Training throughput of a job's latest step, in tokens per second.")
+                  .Register(r);
+  job_step_ = &prometheus::BuildGauge().Name("tailor_job_step").Help("A job's latest optimizer step.").Register(r);
+  job_memory_ = &prometheus::BuildGauge()
+                     .Name("tailor_job_memory_bytes")
+                     .Help("Device memory of a job by component: the plan's estimate and the runner's measurement.")
+                     .Register(r);
+  job_peak_ = &prometheus::BuildGauge()
+                   .Name("tailor_job_memory_peak_bytes")
+                   .Help("Peak device memory the runner measured in a job's latest step.")
+                   .Register(r);
+  host_memory_ = &prometheus::BuildGauge()
+                      .Name("tailor_host_memory_bytes")
+                      .Help("Host memory for CPU jobs: the daemon's budget and what running jobs reserve.")
+                      .Register(r);
+  gpu_total_ = &prometheus::BuildGauge().Name("tailor_gpu_memory_total_bytes").Help("GPU memory per device.").Register(r);
+  gpu_used_ = &prometheus::BuildGauge()
+                   .Name("tailor_gpu_memory_used_bytes")
+                   .Help("GPU memory used by running jobs per device (measured peak, else estimate).")
+                   .Register(r);
+}
+
+DaemonMetrics::~DaemonMetrics() = default;
+
+void DaemonMetrics::observe_request(const std::string& method, const std::string& route, int status, double seconds) {
+  std::lock_guard lock(mu_);
+  requests_->Add({{"method", method}, {"route", route}, {"code", std::to_string(status)}}).Increment();
+  static const Histogram::BucketBoundaries kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                       0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+  latency_->Add({{"method", method}, {"route", route}}, kBuckets).Observe(seconds);
+}
+
+void DaemonMetrics::set_jobs_by_state(const std::map<std::string, std::int64_t>& counts) {
+  std::lock_guard lock(mu_);
+  for (const auto& [state, n] : counts) jobs_->Add({{"state", state}}).Set(static_cast<double>(n));
+}
+
+void DaemonMetrics::set_queue_length(std::int64_t n) {
+  std::lock_guard lock(mu_);
+  queue_->Set(static_cast<double>(n));
+}
+
+void DaemonMetrics::add_submitted() {
+  std::lock_guard lock(mu_);
+  submitted_->Increment();
+}
+void DaemonMetrics::add_oom_restart() {
+  std::lock_guard lock(mu_);
+  oom_restarts_->Increment();
+}
+void DaemonMetrics::add_retry() {
+  std::lock_guard lock(mu_);
+  retries_->Increment();
+}
+
+void DaemonMetrics::set_job_estimate(const std::string& job_id, const std::string& name,
+                                     const std::map<std::string, std::int64_t>& component_bytes,
+                                     std::int64_t total_bytes) {
+  std::lock_guard lock(mu_);
+  auto& s = jobs_series_[job_id];
+  if (!s) s = std::make_unique<JobSeries>();
+  s->name = name;
+  auto set = [&](const std::string& component, std::int64_t v) {
+    auto& g = s->memory[{component, "estimated"}];
+    if (!g) g = &job_memory_->Add({{"job_id", job_id}, {"job", name}, {"component", component}, {"source", "estimated"}});
+    g->Set(static_cast<double>(v));
+  };
+  for (const auto& [c, v] : component_bytes) set(c, v);
+  set("total", total_bytes);
+}
+
+void DaemonMetrics::set_job_step(const std::string& job_id, const std::string& name, std::int64_t step, double loss,
+                                 double tokens_per_second, const std::map<std::string, std::int64_t>& component_bytes,
+                                 std::int64_t peak_bytes) {
+  std::lock_guard lock(mu_);
+  auto& s = jobs_series_[job_id];
+  if (!s) s = std::make_unique<JobSeries>();
+  s->name = name;
+  const prometheus::Labels labels = {{"job_id", job_id}, {"job", name}};
+  if (!s->loss) s->loss = &job_loss_->Add(labels);
+  if (!s->tps) s->tps = &job_tps_->Add(labels);
+  if (!s->step) s->step = &job_step_->Add(labels);
+  if (!s->peak) s->peak = &job_peak_->Add(labels);
+  s->loss->Set(loss);
+  s->tps->Set(tokens_per_second);
+  s->step->Set(static_cast<double>(step));
+  s->peak->Set(static_cast<double>(peak_bytes));
+  std::int64_t total = 0;
+  auto set = [&](const std::string& component, std::int64_t v) {
+    auto& g = s->memory[{component, "measured"}];
+    if (!g) g = &job_memory_->Add({{"job_id", job_id}, {"job", name}, {"component", component}, {"source", "measured"}});
+    g->Set(static_cast<double>(v));
+  };
+  for (const auto& [c, v] : component_bytes) {
+    set(c, v);
+    total += v;
+  }
+  set("total", total);
+}
+
+void DaemonMetrics::drop_job(const std::string& job_id) {
+  auto it = jobs_series_.find(job_id);
+  if (it == jobs_series_.end()) return;
+  JobSeries& s = *it->second;
+  if (s.loss) job_loss_->Remove(s.loss);
+  if (s.tps) job_tps_->Remove(s.tps);
+  if (s.step) job_step_->Remove(s.step);
+  if (s.peak) job_peak_->Remove(s.peak);
+  for (auto& [k, g] : s.memory) job_memory_->Remove(g);
+  jobs_series_.erase(it);
+}
+
+void DaemonMetrics::job_finished(const std::string& job_id) {
+  std::lock_guard lock(mu_);
+  if (std::find(finished_.begin(), finished_.end(), job_id) != finished_.end()) return;
+  finished_.push_back(job_id);
+  while (finished_.size() > kFinishedJobsKept) {
+    drop_job(finished_.front());
+    finished_.pop_front();
+  }
+}
+
+void DaemonMetrics::set_host_memory(std::int64_t budget_bytes, std::int64_t reserved_bytes) {
+  std::lock_guard lock(mu_);
+  host_memory_->Add({{"kind", "budget"}}).Set(static_cast<double>(budget_bytes));
+  host_memory_->Add({{"kind", "reserved"}}).Set(static_cast<double>(reserved_bytes));
+}
+
+void DaemonMetrics::set_gpu_memory(int gpu, const std::string& name, std::int64_t total_bytes, std::int64_t used_bytes) {
+  std::lock_guard lock(mu_);
+  const prometheus::Labels labels = {{"gpu", std::to_string(gpu)}, {"name", name}};
+  gpu_total_->Add(labels).Set(static_cast<double>(total_bytes));
+  gpu_used_->Add(labels).Set(static_cast<double>(used_bytes));
+}
+
+std::string DaemonMetrics::render() const {
+  std::lock_guard lock(mu_);
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+}  // namespace tailor::daemon

@@ -1,0 +1,84 @@
+// tailord's Prometheus metrics (prometheus-cpp core: Registry and
+// TextSerializer; tailord serves /metrics itself). Names follow the
+// Prometheus conventions: base units in the name (_bytes, _seconds),
+// _total for counters (https://prometheus.io/docs/practices/naming/).
+// Per-job series are kept for running jobs and the most recently finished
+// ones (kFinishedJobsKept), so cardinality stays bounded.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace prometheus {
+class Registry;
+template <typename T>
+class Family;
+class Gauge;
+class Counter;
+class Histogram;
+}  // namespace prometheus
+
+namespace tailor::daemon {
+
+class DaemonMetrics {
+ public:
+  static constexpr std::size_t kFinishedJobsKept = 50;
+
+  DaemonMetrics();
+  ~DaemonMetrics();
+
+  void observe_request(const std::string& method, const std::string& route, int status, double seconds);
+  void set_jobs_by_state(const std::map<std::string, std::int64_t>& counts);
+  void set_queue_length(std::int64_t n);
+  void add_submitted();
+  void add_oom_restart();
+  void add_retry();
+
+  // Estimated bytes by component (the plan's) for a job; replaces earlier ones.
+  void set_job_estimate(const std::string& job_id, const std::string& name,
+                        const std::map<std::string, std::int64_t>& component_bytes, std::int64_t total_bytes);
+  // The latest measured step of a job.
+  void set_job_step(const std::string& job_id, const std::string& name, std::int64_t step, double loss,
+                    double tokens_per_second, const std::map<std::string, std::int64_t>& component_bytes,
+                    std::int64_t peak_bytes);
+  // A job reached a terminal state: its series are dropped once
+  // kFinishedJobsKept later jobs have finished.
+  void job_finished(const std::string& job_id);
+
+  void set_host_memory(std::int64_t budget_bytes, std::int64_t reserved_bytes);
+  void set_gpu_memory(int gpu, const std::string& name, std::int64_t total_bytes, std::int64_t used_bytes);
+
+  // The exposition text (format 0.0.4).
+  std::string render() const;
+
+ private:
+  struct JobSeries;
+  void drop_job(const std::string& job_id);
+
+  mutable std::mutex mu_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Histogram>* latency_;
+  prometheus::Family<prometheus::Gauge>* jobs_;
+  prometheus::Gauge* queue_;
+  prometheus::Counter* submitted_;
+  prometheus::Counter* oom_restarts_;
+  prometheus::Counter* retries_;
+  prometheus::Family<prometheus::Gauge>* job_loss_;
+  prometheus::Family<prometheus::Gauge>* job_tps_;
+  prometheus::Family<prometheus::Gauge>* job_step_;
+  prometheus::Family<prometheus::Gauge>* job_memory_;
+  prometheus::Family<prometheus::Gauge>* job_peak_;
+  prometheus::Family<prometheus::Gauge>* host_memory_;
+  prometheus::Family<prometheus::Gauge>* gpu_total_;
+  prometheus::Family<prometheus::Gauge>* gpu_used_;
+  std::map<std::string, std::unique_ptr<JobSeries>> jobs_series_;
+  std::deque<std::string> finished_;
+};
+
+}  // namespace tailor::daemon

@@ -1,0 +1,117 @@
+// The supervisor: one thread that owns the job lifecycle. Each tick it
+//   1. ingests what running runners appended to metrics.jsonl/events.jsonl
+//      (one store transaction per job per tick; offsets move with the rows),
+//   2. notices runners that ended and decides: succeeded; failed (bad input,
+//      retries exhausted); re-planned and resumed (out of memory); retried
+//      with growing backoff; cancelled,
+//   3. escalates cancels (SIGTERM to the process group, SIGKILL after the
+//      grace period),
+//   4. starts queued jobs that fit (scheduler.h) with the local executor:
+//      tailor-runner as a child in its own process group, plan and output in
+//      DATA/jobs/ID/, stdout and stderr in DATA/jobs/ID/runner.log.
+// Every transition is an event in the store. recover() runs once before
+// start(): runners that outlived a tailord crash are re-adopted (pid plus
+// kernel start time), ones that ended are judged by their events file, and
+// nothing is launched twice.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "daemon/api/job_planning.h"
+#include "daemon/executor/process.h"
+#include "daemon/metrics/daemon_metrics.h"
+#include "daemon/store/job_store.h"
+#include "strategies/strategy.h"
+
+namespace tailor::daemon {
+
+struct SupervisorOptions {
+  std::string data_dir;
+  std::string runner_path;
+  PlanningContext planning;
+  std::int64_t host_budget_bytes = 0;      // CPU jobs share this
+  std::vector<strategies::Device> gpus;    // GPU jobs get whole devices
+  double poll_seconds = 0.2;
+  double cancel_grace_seconds = 10;
+  double backoff_seconds = 5;              // first retry delay; doubles per failure
+  double max_backoff_seconds = 300;
+  int max_oom_replans = 3;
+  std::map<std::string, std::string> runner_env;
+};
+
+class Supervisor {
+ public:
+  Supervisor(JobStore& store, DaemonMetrics& metrics, SupervisorOptions options);
+  ~Supervisor();  // stop()s; runners keep running and are re-adopted later
+
+  Status recover();
+  void start();
+  void stop();
+  void wake();
+
+  // Cancels a job: a queued one at once, a running one by SIGTERM to its
+  // process group (SIGKILL after the grace period). FailedPrecondition for
+  // a finished job.
+  Result<JobRecord> cancel(const std::string& id);
+
+  std::string job_dir(const std::string& id) const;
+  std::int64_t host_budget_bytes() const { return options_.host_budget_bytes; }
+  // Capacity gauges and job counts, for a /metrics scrape.
+  void publish_metrics();
+
+ private:
+  struct Running {
+    std::string id;
+    std::string name;
+    pid_t pid = -1;
+    std::int64_t start_ticks = 0;
+    bool child = true;  // false: adopted after a restart, cannot be reaped
+    std::int64_t attempt = 0;
+    std::int64_t reserved_bytes = 0;
+    std::vector<int> gpus;
+    std::int64_t metrics_offset = 0;
+    std::int64_t events_offset = 0;
+    std::optional<std::int64_t> last_step;
+    std::optional<std::int64_t> peak_bytes;
+    bool cancel_requested = false;
+    std::optional<double> cancel_sent_at;
+    std::string last_oom_json;  // the runner's latest oom event
+    std::string last_error;     // the runner's latest error message
+  };
+
+  void loop();
+  void tick();
+  void ingest(Running& r);
+  void finish(Running& r, const ProcessExit& exit, const std::string& context);
+  void handle_oom(Running& r, const JobRecord& job);
+  void fail_or_retry(Running& r, const JobRecord& job, const std::string& reason);
+  void schedule_queued();
+  void start_job(const JobRecord& job, const std::vector<int>& gpus, std::int64_t bytes);
+  std::string log_tail(const std::string& id) const;
+  void log_status(const Status& s, const std::string& what) const;
+
+  JobStore& store_;
+  DaemonMetrics& metrics_;
+  SupervisorOptions options_;
+  std::mutex mu_;  // guards running_ and serialises ticks with cancel()
+  std::map<std::string, Running> running_;
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool woken_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// The strategy of a plan document (its "strategy" object).
+Result<strategies::Strategy> strategy_from_plan_json(const std::string& plan_json);
+
+}  // namespace tailor::daemon

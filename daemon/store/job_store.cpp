@@ -1,0 +1,406 @@
+#include "daemon/store/job_store.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/store/migrations.h"
+
+namespace tailor::daemon {
+namespace {
+
+constexpr const char* kJobColumns =
+    "id, seq, name, state, priority, spec_text, spec_json, labels_json, plan_json, estimated_bytes, gpus_needed, "
+    "memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
+    "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
+    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at";
+
+JobRecord read_job(const Statement& q) {
+  JobRecord j;
+  int c = 0;
+  j.id = q.text(c++);
+  j.seq = q.int64(c++);
+  j.name = q.text(c++);
+  j.state = parse_job_state(q.text(c++)).value_or(JobState::kFailed);
+  j.priority = q.int64(c++);
+  j.spec_text = q.text(c++);
+  j.spec_json = q.text(c++);
+  const auto labels = nlohmann::json::parse(q.text(c++), nullptr, false);
+  if (labels.is_object()) {
+    for (const auto& [k, v] : labels.items()) {
+      if (v.is_string()) j.labels[k] = v.get<std::string>();
+    }
+  }
+  j.plan_json = q.text(c++);
+  j.estimated_bytes = q.int64(c++);
+  j.gpus_needed = q.int64(c++);
+  j.memory_limit_bytes = q.opt_int64(c++);
+  j.retries = q.int64(c++);
+  j.attempts = q.int64(c++);
+  j.failures = q.int64(c++);
+  j.oom_restarts = q.int64(c++);
+  j.next_attempt_at = q.opt_real(c++);
+  j.cancel_requested = q.int64(c++) != 0;
+  j.cancel_sent_at = q.opt_real(c++);
+  j.pid = q.opt_int64(c++);
+  j.pid_start_ticks = q.opt_int64(c++);
+  j.assigned_gpus = q.text(c++);
+  j.metrics_offset = q.int64(c++);
+  j.events_offset = q.int64(c++);
+  j.last_step = q.opt_int64(c++);
+  j.peak_bytes = q.opt_int64(c++);
+  j.exit_code = q.opt_int64(c++);
+  j.exit_signal = q.opt_int64(c++);
+  j.exit_reason = q.text(c++);
+  j.created_at = q.real(c++);
+  j.updated_at = q.real(c++);
+  j.started_at = q.opt_real(c++);
+  j.finished_at = q.opt_real(c++);
+  return j;
+}
+
+std::string new_job_id() {
+  // 64 random bits: ids are not guessable and collide with negligible
+  // probability; the primary key catches the rest.
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "j-%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+const std::vector<std::string>& component_columns() {
+  static const std::vector<std::string> kCols = {"weights_bytes",     "gradients_bytes",   "optimizer_states_bytes",
+                                                 "master_weights_bytes", "adapter_bytes", "activations_bytes",
+                                                 "logits_bytes",      "overhead_bytes"};
+  return kCols;
+}
+
+}  // namespace
+
+const std::vector<std::string>& memory_component_names() {
+  static const std::vector<std::string> kNames = {"weights", "gradients",   "optimizer_states", "master_weights",
+                                                  "adapter", "activations", "logits",           "overhead"};
+  return kNames;
+}
+
+const char* to_string(JobState s) {
+  switch (s) {
+    case JobState::kQueued: return "queued";
+    case JobState::kPlanning: return "planning";
+    case JobState::kRunning: return "running";
+    case JobState::kSucceeded: return "succeeded";
+    case JobState::kFailed: return "failed";
+    case JobState::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+std::optional<JobState> parse_job_state(std::string_view s) {
+  for (JobState st : all_job_states()) {
+    if (s == to_string(st)) return st;
+  }
+  return std::nullopt;
+}
+
+bool is_terminal(JobState s) {
+  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Result<std::unique_ptr<JobStore>> JobStore::open(const std::string& path) {
+  TAILOR_ASSIGN_OR_RETURN(Database db, Database::open(path));
+  auto version = migrate(db);
+  if (!version.is_ok()) return version.status().prefixed(path);
+  return std::unique_ptr<JobStore>(new JobStore(std::move(db)));
+}
+
+Result<JobRecord> JobStore::get_locked(const std::string& id) {
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?1"));
+  q.bind(1, id);
+  TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+  if (!row) return Status::not_found("no job " + id);
+  return read_job(q);
+}
+
+Result<JobRecord> JobStore::get(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return get_locked(id);
+}
+
+Result<CreateResult> JobStore::create(const NewJob& job) {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+  if (!job.idempotency_key.empty()) {
+    TAILOR_ASSIGN_OR_RETURN(Statement q,
+                            db_.prepare("SELECT job_id, request_hash FROM idempotency_keys WHERE key = ?1"));
+    q.bind(1, job.idempotency_key);
+    TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (row) {
+      if (q.text(1) != job.request_hash) {
+        return Status::failed_precondition("Idempotency-Key '" + job.idempotency_key +
+                                           "' was used for a different request (job " + q.text(0) + ")");
+      }
+      TAILOR_ASSIGN_OR_RETURN(JobRecord existing, get_locked(q.text(0)));
+      return CreateResult{std::move(existing), false};
+    }
+  }
+  const double now = now_seconds();
+  nlohmann::json labels = nlohmann::json::object();
+  for (const auto& [k, v] : job.labels) labels[k] = v;
+  std::string id;
+  for (int tries = 0;; ++tries) {
+    id = new_job_id();
+    TAILOR_ASSIGN_OR_RETURN(Statement ins,
+                            db_.prepare("INSERT INTO jobs (id, seq, name, state, priority, spec_text, spec_json, "
+                                        "labels_json, plan_json, estimated_bytes, gpus_needed, memory_limit_bytes, "
+                                        "retries, created_at, updated_at) VALUES (?1, (SELECT COALESCE(MAX(seq), 0) "
+                                        "+ 1 FROM jobs), ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                                        "?12)"));
+    ins.bind(1, id).bind(2, job.name).bind(3, job.priority).bind(4, job.spec_text).bind(5, job.spec_json);
+    ins.bind(6, labels.dump()).bind(7, job.plan_json).bind(8, job.estimated_bytes).bind(9, job.gpus_needed);
+    ins.bind(10, job.memory_limit_bytes).bind(11, job.retries).bind(12, now);
+    Status s = ins.run();
+    if (s.is_ok()) break;
+    if (s.code() != StatusCode::kAlreadyExists || tries >= 3) return s.prefixed("inserting job");
+  }
+  for (const auto& [k, v] : job.labels) {
+    TAILOR_ASSIGN_OR_RETURN(Statement l, db_.prepare("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)"));
+    l.bind(1, id).bind(2, k).bind(3, v);
+    TAILOR_RETURN_IF_ERROR(l.run());
+  }
+  if (!job.idempotency_key.empty()) {
+    TAILOR_ASSIGN_OR_RETURN(Statement k, db_.prepare("INSERT INTO idempotency_keys (key, request_hash, job_id, "
+                                                     "created_at) VALUES (?1, ?2, ?3, ?4)"));
+    k.bind(1, job.idempotency_key).bind(2, job.request_hash).bind(3, id).bind(4, now);
+    TAILOR_RETURN_IF_ERROR(k.run());
+  }
+  TAILOR_RETURN_IF_ERROR(insert_event(id, {"state", "submitted", "", now}, "", "queued"));
+  TAILOR_RETURN_IF_ERROR(tx.commit());
+  TAILOR_ASSIGN_OR_RETURN(JobRecord created, get_locked(id));
+  return CreateResult{std::move(created), true};
+}
+
+Result<JobPage> JobStore::list(const JobFilter& f) {
+  std::lock_guard lock(mu_);
+  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs j WHERE seq > ?1";
+  int next = 2;
+  if (f.state) sql += " AND state = ?" + std::to_string(next++);
+  for (std::size_t i = 0; i < f.labels.size(); ++i) {
+    sql += " AND EXISTS (SELECT 1 FROM job_labels l WHERE l.job_id = j.id AND l.key = ?" + std::to_string(next) +
+           " AND l.value = ?" + std::to_string(next + 1) + ")";
+    next += 2;
+  }
+  sql += " ORDER BY seq LIMIT ?" + std::to_string(next);
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
+  int b = 1;
+  q.bind(b++, f.after_seq);
+  if (f.state) q.bind(b++, to_string(*f.state));
+  for (const auto& [k, v] : f.labels) {
+    q.bind(b++, k);
+    q.bind(b++, v);
+  }
+  // One extra row tells whether another page follows.
+  q.bind(b, f.limit + 1);
+  JobPage page;
+  for (;;) {
+    TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) break;
+    page.jobs.push_back(read_job(q));
+  }
+  if (static_cast<std::int64_t>(page.jobs.size()) > f.limit) {
+    page.jobs.pop_back();
+    page.next_after = page.jobs.back().seq;
+  }
+  return page;
+}
+
+Result<std::vector<JobRecord>> JobStore::in_states(const std::vector<JobState>& states) {
+  std::lock_guard lock(mu_);
+  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE state IN (";
+  for (std::size_t i = 0; i < states.size(); ++i) sql += (i ? ", ?" : "?") + std::to_string(i + 1);
+  sql += ") ORDER BY priority DESC, seq";
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
+  for (std::size_t i = 0; i < states.size(); ++i) q.bind(static_cast<int>(i + 1), to_string(states[i]));
+  std::vector<JobRecord> out;
+  for (;;) {
+    TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) break;
+    out.push_back(read_job(q));
+  }
+  return out;
+}
+
+Status JobStore::apply_update(const std::string& id, const JobUpdate& changes) {
+  std::string sql = "UPDATE jobs SET updated_at = ?1";
+  int i = 2;
+  for (const auto& [col, value] : changes.values()) sql += ", " + col + " = ?" + std::to_string(i++);
+  sql += " WHERE id = ?" + std::to_string(i);
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
+  q.bind(1, now_seconds());
+  i = 2;
+  for (const auto& [col, value] : changes.values()) {
+    if (const auto* n = std::get_if<std::int64_t>(&value)) q.bind(i, *n);
+    else if (const auto* d = std::get_if<double>(&value)) q.bind(i, *d);
+    else if (const auto* s = std::get_if<std::string>(&value)) q.bind(i, *s);
+    else q.bind_null(i);
+    ++i;
+  }
+  q.bind(i, id);
+  return q.run();
+}
+
+Status JobStore::insert_event(const std::string& id, const NewEvent& e, const std::string& from, const std::string& to) {
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("INSERT INTO events (job_id, time, kind, from_state, to_state, "
+                                                   "message, data_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+  q.bind(1, id).bind(2, e.time > 0 ? e.time : now_seconds()).bind(3, e.kind);
+  if (from.empty()) q.bind_null(4);
+  else q.bind(4, from);
+  if (to.empty()) q.bind_null(5);
+  else q.bind(5, to);
+  q.bind(6, e.message);
+  if (e.data_json.empty()) q.bind_null(7);
+  else q.bind(7, e.data_json);
+  return q.run();
+}
+
+Status JobStore::transition(const std::string& id, JobState from, JobState to, const std::string& message,
+                            const JobUpdate& changes, const std::string& data_json) {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT state FROM jobs WHERE id = ?1"));
+  q.bind(1, id);
+  TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+  if (!row) return Status::not_found("no job " + id);
+  const std::string current = q.text(0);
+  if (current != to_string(from)) {
+    return Status::failed_precondition("job " + id + " is " + current + ", not " + to_string(from));
+  }
+  JobUpdate all = changes;
+  all.set("state", to_string(to));
+  TAILOR_RETURN_IF_ERROR(apply_update(id, all));
+  TAILOR_RETURN_IF_ERROR(insert_event(id, {"state", message, data_json, 0}, to_string(from), to_string(to)));
+  return tx.commit();
+}
+
+Status JobStore::update(const std::string& id, const JobUpdate& changes) {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+  TAILOR_RETURN_IF_ERROR(apply_update(id, changes));
+  return tx.commit();
+}
+
+Status JobStore::add_event(const std::string& id, const NewEvent& event) {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+  TAILOR_RETURN_IF_ERROR(insert_event(id, event, "", ""));
+  return tx.commit();
+}
+
+Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const JobUpdate& changes) {
+  std::lock_guard lock(mu_);
+  // Step metrics are re-derivable from the run's files (the offsets move in
+  // the same transaction), so these commits need not wait for a full fsync.
+  TAILOR_RETURN_IF_ERROR(db_.exec("PRAGMA synchronous=NORMAL"));
+  struct Restore {
+    Database& db;
+    ~Restore() { (void)db.exec("PRAGMA synchronous=FULL"); }
+  } restore{db_};
+  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+  for (const NewEvent& e : batch.events) TAILOR_RETURN_IF_ERROR(insert_event(id, e, "", ""));
+  if (!batch.metrics.empty()) {
+    std::string sql =
+        "INSERT OR REPLACE INTO step_metrics (job_id, rank, step, attempt, time, loss, lr, grad_norm, tokens, "
+        "tokens_per_second, step_seconds, allocated_bytes, peak_bytes";
+    for (const auto& c : component_columns()) sql += ", " + c;
+    sql += ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13";
+    for (std::size_t i = 0; i < component_columns().size(); ++i) sql += ", ?" + std::to_string(14 + i);
+    sql += ")";
+    TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
+    for (const StepMetric& m : batch.metrics) {
+      q.reset();
+      q.bind(1, id).bind(2, m.rank).bind(3, m.step).bind(4, m.attempt).bind(5, m.time);
+      q.bind(6, m.loss).bind(7, m.lr).bind(8, m.grad_norm).bind(9, m.tokens).bind(10, m.tokens_per_second);
+      q.bind(11, m.step_seconds).bind(12, m.allocated_bytes).bind(13, m.peak_bytes);
+      int b = 14;
+      for (const auto& name : memory_component_names()) {
+        const auto it = m.component_bytes.find(name);
+        if (it == m.component_bytes.end()) q.bind_null(b++);
+        else q.bind(b++, it->second);
+      }
+      TAILOR_RETURN_IF_ERROR(q.run());
+    }
+  }
+  JobUpdate all = changes;
+  all.set("metrics_offset", batch.metrics_offset).set("events_offset", batch.events_offset);
+  TAILOR_RETURN_IF_ERROR(apply_update(id, all));
+  return tx.commit();
+}
+
+Result<std::vector<EventRecord>> JobStore::events(const std::string& id, std::int64_t after_id, std::int64_t limit) {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT id, job_id, time, kind, COALESCE(from_state, ''), "
+                                                   "COALESCE(to_state, ''), message, COALESCE(data_json, '') FROM "
+                                                   "events WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"));
+  q.bind(1, id).bind(2, after_id).bind(3, limit);
+  std::vector<EventRecord> out;
+  for (;;) {
+    TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) break;
+    out.push_back({q.int64(0), q.text(1), q.real(2), q.text(3), q.text(4), q.text(5), q.text(6), q.text(7)});
+  }
+  return out;
+}
+
+Result<std::vector<StepMetric>> JobStore::metrics(const std::string& id, std::int64_t since_step, std::int64_t limit) {
+  std::lock_guard lock(mu_);
+  std::string sql = "SELECT rank, step, attempt, time, loss, lr, grad_norm, tokens, tokens_per_second, step_seconds, "
+                    "allocated_bytes, peak_bytes";
+  for (const auto& c : component_columns()) sql += ", " + c;
+  sql += " FROM step_metrics WHERE job_id = ?1 AND step > ?2 ORDER BY step, rank LIMIT ?3";
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
+  q.bind(1, id).bind(2, since_step).bind(3, limit);
+  std::vector<StepMetric> out;
+  for (;;) {
+    TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) break;
+    StepMetric m;
+    m.rank = q.int64(0);
+    m.step = q.int64(1);
+    m.attempt = q.int64(2);
+    m.time = q.real(3);
+    m.loss = q.opt_real(4);
+    m.lr = q.opt_real(5);
+    m.grad_norm = q.opt_real(6);
+    m.tokens = q.opt_int64(7);
+    m.tokens_per_second = q.opt_real(8);
+    m.step_seconds = q.opt_real(9);
+    m.allocated_bytes = q.opt_int64(10);
+    m.peak_bytes = q.opt_int64(11);
+    int c = 12;
+    for (const auto& name : memory_component_names()) {
+      if (auto v = q.opt_int64(c++)) m.component_bytes[name] = *v;
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Result<std::map<JobState, std::int64_t>> JobStore::count_by_state() {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT state, COUNT(*) FROM jobs GROUP BY state"));
+  std::map<JobState, std::int64_t> out;
+  for (JobState s : all_job_states()) out[s] = 0;
+  for (;;) {
+    TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) break;
+    if (auto s = parse_job_state(q.text(0))) out[*s] = q.int64(1);
+  }
+  return out;
+}
+
+}  // namespace tailor::daemon

@@ -1,0 +1,204 @@
+// The job repository: jobs, their events, step metrics and idempotency keys
+// in SQLite (daemon/store/migrations/). Every write is one BEGIN IMMEDIATE
+// transaction; a job is committed with synchronous=FULL before create()
+// returns, so a client that got an id keeps it across a crash. Step metrics
+// arrive in batches, one transaction each.
+// Thread-safe: one connection behind a mutex (the daemon's write rate is a
+// few transactions a second).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "core/status.h"
+#include "daemon/store/sqlite.h"
+
+namespace tailor::daemon {
+
+enum class JobState { kQueued, kPlanning, kRunning, kSucceeded, kFailed, kCancelled };
+
+const char* to_string(JobState s);
+std::optional<JobState> parse_job_state(std::string_view s);
+bool is_terminal(JobState s);
+inline const std::vector<JobState>& all_job_states() {
+  static const std::vector<JobState> kAll = {JobState::kQueued,    JobState::kPlanning, JobState::kRunning,
+                                             JobState::kSucceeded, JobState::kFailed,   JobState::kCancelled};
+  return kAll;
+}
+
+// Unix time in seconds, with sub-second precision.
+double now_seconds();
+
+struct JobRecord {
+  std::string id;
+  std::int64_t seq = 0;
+  std::string name;
+  JobState state = JobState::kQueued;
+  std::int64_t priority = 0;
+  std::string spec_text;
+  std::string spec_json;
+  std::map<std::string, std::string> labels;
+  std::string plan_json;
+  std::int64_t estimated_bytes = 0;
+  std::int64_t gpus_needed = 0;
+  std::optional<std::int64_t> memory_limit_bytes;
+  std::int64_t retries = 0;
+  std::int64_t attempts = 0;
+  std::int64_t failures = 0;
+  std::int64_t oom_restarts = 0;
+  std::optional<double> next_attempt_at;
+  bool cancel_requested = false;
+  std::optional<double> cancel_sent_at;
+  std::optional<std::int64_t> pid;
+  std::optional<std::int64_t> pid_start_ticks;
+  std::string assigned_gpus;
+  std::int64_t metrics_offset = 0;
+  std::int64_t events_offset = 0;
+  std::optional<std::int64_t> last_step;
+  std::optional<std::int64_t> peak_bytes;
+  std::optional<std::int64_t> exit_code;
+  std::optional<std::int64_t> exit_signal;
+  std::string exit_reason;
+  double created_at = 0;
+  double updated_at = 0;
+  std::optional<double> started_at;
+  std::optional<double> finished_at;
+};
+
+struct NewJob {
+  std::string name;
+  std::int64_t priority = 0;
+  std::string spec_text;
+  std::string spec_json;
+  std::map<std::string, std::string> labels;
+  std::string plan_json;
+  std::int64_t estimated_bytes = 0;
+  std::int64_t gpus_needed = 0;
+  std::optional<std::int64_t> memory_limit_bytes;
+  std::int64_t retries = 0;
+  std::string idempotency_key;   // empty: none
+  std::string request_hash;      // of the request the key was sent with
+};
+
+struct CreateResult {
+  JobRecord job;
+  bool created = true;  // false: the idempotency key named an existing job
+};
+
+// Column changes for update()/transition(): names are the jobs table's
+// columns, fixed in the daemon's code (never user input); values are bound.
+class JobUpdate {
+ public:
+  using Value = std::variant<std::monostate, std::int64_t, double, std::string>;
+  JobUpdate& set(const char* column, std::int64_t v) { return put(column, v); }
+  JobUpdate& set(const char* column, int v) { return put(column, static_cast<std::int64_t>(v)); }
+  JobUpdate& set(const char* column, double v) { return put(column, v); }
+  JobUpdate& set(const char* column, std::string v) { return put(column, std::move(v)); }
+  JobUpdate& set(const char* column, const char* v) { return put(column, std::string(v)); }
+  JobUpdate& set_null(const char* column) { return put(column, std::monostate{}); }
+  const std::vector<std::pair<std::string, Value>>& values() const { return values_; }
+
+ private:
+  JobUpdate& put(const char* column, Value v) {
+    values_.emplace_back(column, std::move(v));
+    return *this;
+  }
+  std::vector<std::pair<std::string, Value>> values_;
+};
+
+struct EventRecord {
+  std::int64_t id = 0;
+  std::string job_id;
+  double time = 0;
+  std::string kind;
+  std::string from_state;
+  std::string to_state;
+  std::string message;
+  std::string data_json;  // empty: none
+};
+
+struct NewEvent {
+  std::string kind;
+  std::string message;
+  std::string data_json;
+  double time = 0;  // 0: now
+};
+
+// One optimizer step of one rank, as the runner's metrics.jsonl reports it.
+struct StepMetric {
+  std::int64_t rank = 0;
+  std::int64_t step = 0;
+  std::int64_t attempt = 0;
+  double time = 0;
+  std::optional<double> loss, lr, grad_norm, tokens_per_second, step_seconds;
+  std::optional<std::int64_t> tokens, allocated_bytes, peak_bytes;
+  // weights, gradients, optimizer_states, master_weights, adapter,
+  // activations, logits, overhead (the plan document's keys).
+  std::map<std::string, std::int64_t> component_bytes;
+};
+
+// The memory components of a step row, in the order of the plan document.
+const std::vector<std::string>& memory_component_names();
+
+struct JobFilter {
+  std::optional<JobState> state;
+  std::vector<std::pair<std::string, std::string>> labels;  // all must match
+  std::int64_t limit = 50;
+  std::int64_t after_seq = 0;  // pagination cursor: jobs with seq > after_seq
+};
+
+struct JobPage {
+  std::vector<JobRecord> jobs;
+  std::optional<std::int64_t> next_after;  // set when more may follow
+};
+
+// What the supervisor ingests from a run's files in one transaction.
+struct IngestBatch {
+  std::vector<NewEvent> events;
+  std::vector<StepMetric> metrics;
+  std::int64_t metrics_offset = 0;
+  std::int64_t events_offset = 0;
+};
+
+class JobStore {
+ public:
+  // Opens or creates DIR's database at `path` and applies migrations.
+  static Result<std::unique_ptr<JobStore>> open(const std::string& path);
+
+  Result<CreateResult> create(const NewJob& job);
+  Result<JobRecord> get(const std::string& id);
+  Result<JobPage> list(const JobFilter& filter);
+  // Jobs in any of `states`, by priority (high first), then submission order.
+  Result<std::vector<JobRecord>> in_states(const std::vector<JobState>& states);
+
+  // Moves a job from `from` to `to` with its event and `changes`, atomically.
+  // FailedPrecondition when the job is no longer in `from`.
+  Status transition(const std::string& id, JobState from, JobState to, const std::string& message,
+                    const JobUpdate& changes = {}, const std::string& data_json = {});
+  Status update(const std::string& id, const JobUpdate& changes);
+  Status add_event(const std::string& id, const NewEvent& event);
+  Status ingest(const std::string& id, const IngestBatch& batch, const JobUpdate& changes = {});
+
+  Result<std::vector<EventRecord>> events(const std::string& id, std::int64_t after_id = 0, std::int64_t limit = 1000);
+  Result<std::vector<StepMetric>> metrics(const std::string& id, std::int64_t since_step = 0,
+                                          std::int64_t limit = 10000);
+  Result<std::map<JobState, std::int64_t>> count_by_state();
+
+ private:
+  explicit JobStore(Database db) : db_(std::move(db)) {}
+  Result<JobRecord> get_locked(const std::string& id);
+  Status apply_update(const std::string& id, const JobUpdate& changes);
+  Status insert_event(const std::string& id, const NewEvent& e, const std::string& from, const std::string& to);
+
+  std::mutex mu_;
+  Database db_;
+};
+
+}  // namespace tailor::daemon

@@ -1,0 +1,311 @@
+// The API's contract against a real tailord over loopback: authentication,
+// Host/Origin checks, limits, spec errors with positions, dry runs,
+// idempotency, and 100 concurrent submissions.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "tests/daemon/daemon_harness.h"
+
+namespace tailor::daemon::testing {
+namespace {
+
+using nlohmann::json;
+
+// These tests need no training: the "runner" is /bin/false, and a job that
+// fails waits out a long backoff instead of churning.
+std::vector<std::string> quiet_args() { return {"--retry-backoff", "1000", "--max-body", "64KiB"}; }
+
+TEST(ApiE2eTest, HealthzAndMetricsAreOpenEverythingElseNeedsTheToken) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+  EXPECT_EQ(http_request(d.address(), "GET", "/healthz").status, 200);
+  EXPECT_EQ(http_request(d.address(), "GET", "/metrics").status, 200);
+  const auto anon = http_request(d.address(), "GET", "/v1/jobs");
+  EXPECT_EQ(anon.status, 401);
+  EXPECT_EQ(anon.json()["error"], "unauthorized");
+  const auto wrong = http_request(d.address(), "GET", "/v1/jobs", {}, {{"Authorization", "Bearer " + std::string(64, 'a')}});
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(http_request(d.address(), "POST", "/v1/jobs", "name: x").status, 401);
+  EXPECT_EQ(d.get("/v1/jobs").status, 200);
+  EXPECT_EQ(d.get("/v1/hardware").status, 200);
+}
+
+TEST(ApiE2eTest, TokenFileIsPrivate) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  struct stat st {};
+  ASSERT_EQ(stat(dir.file("data/token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_GE(d.token().size(), 32u);
+}
+
+TEST(ApiE2eTest, ForeignHostOrOriginIsRefused) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const std::string auth = "Bearer " + d.token();
+  EXPECT_EQ(http_request(d.address(), "GET", "/v1/jobs", {}, {{"Authorization", auth}, {"Host", "evil.example:80"}}).status,
+            403);
+  EXPECT_EQ(http_request(d.address(), "GET", "/v1/jobs", {}, {{"Authorization", auth}, {"Origin", "http://evil.example"}})
+                .status,
+            403);
+  EXPECT_EQ(http_request(d.address(), "GET", "/v1/jobs", {},
+                         {{"Authorization", auth}, {"Origin", "http://" + d.address()}})
+                .status,
+            200);
+}
+
+TEST(ApiE2eTest, OversizeBodyIs413) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const auto r = d.post("/v1/jobs", std::string(1 << 20, '#'));
+  EXPECT_EQ(r.status, 413) << r.error;
+  EXPECT_EQ(r.json()["error"], "payload_too_large");
+  EXPECT_EQ(d.get("/healthz").status, 200);  // the server is still there
+}
+
+TEST(ApiE2eTest, MalformedYamlIs400WithLineAndColumn) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const auto r = d.post("/v1/jobs", "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: [unclosed\n");
+  ASSERT_EQ(r.status, 400) << r.body;
+  const json body = r.json();
+  EXPECT_EQ(body["error"], "invalid_spec");
+  ASSERT_FALSE(body["details"]["diagnostics"].empty());
+  const json& first = body["details"]["diagnostics"][0];
+  EXPECT_GT(first["line"].get<int>(), 0);
+  EXPECT_GT(first["column"].get<int>(), 0);
+  EXPECT_NE(body["message"].get<std::string>().find("<request>:" + std::to_string(first["line"].get<int>()) + ":"),
+            std::string::npos)
+      << body["message"];
+}
+
+TEST(ApiE2eTest, FieldErrorNamesKeyAndPosition) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  std::string spec = tiny_spec("bad-lr", 5, 0);
+  spec.replace(spec.find("lr: 1e-3"), 8, "lr: abc");
+  const auto r = d.post("/v1/jobs", spec);
+  ASSERT_EQ(r.status, 400);
+  const std::string msg = r.json()["message"].get<std::string>();
+  EXPECT_NE(msg.find("training.lr"), std::string::npos) << msg;
+  const auto line = std::count(spec.begin(), spec.begin() + static_cast<std::ptrdiff_t>(spec.find("lr: abc")), '\n') + 1;
+  EXPECT_NE(msg.find("<request>:" + std::to_string(line) + ":"), std::string::npos) << msg;
+}
+
+TEST(ApiE2eTest, PathsEscapingTheSpecRootOrTheJobFolderAreRefused) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  std::string up = tiny_spec("escape", 5, 0);
+  up.replace(up.find("data/tiny-corpus.txt"), 20, "../configs/data/tiny-corpus.txt");
+  auto r = d.post("/v1/jobs", up);
+  ASSERT_EQ(r.status, 400);
+  EXPECT_NE(r.json()["message"].get<std::string>().find("'..' is not allowed"), std::string::npos);
+  std::string outside = tiny_spec("outside", 5, 0);
+  outside.replace(outside.find("data/tiny-corpus.txt"), 20, "/etc/hostname");
+  r = d.post("/v1/jobs", outside);
+  ASSERT_EQ(r.status, 400);
+  EXPECT_NE(r.json()["message"].get<std::string>().find("outside the daemon's spec root"), std::string::npos);
+  std::string ckpt = tiny_spec("ckpt", 5, 0) + "";
+  ckpt.replace(ckpt.find("keep: 2"), 7, "keep: 2\n  dir: /tmp/elsewhere");
+  r = d.post("/v1/jobs", ckpt);
+  ASSERT_EQ(r.status, 400);
+  EXPECT_NE(r.json()["message"].get<std::string>().find("checkpoint.dir"), std::string::npos);
+  EXPECT_TRUE(d.get("/v1/jobs").json()["jobs"].empty());
+}
+
+TEST(ApiE2eTest, DryRunReturnsThePlanAndCreatesNoJob) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const auto r = d.post("/v1/jobs?dry_run=true", tiny_spec("dry", 5, 0));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.json()["fits"].get<bool>());
+  EXPECT_EQ(r.json()["schema_version"], 1);
+  EXPECT_TRUE(d.get("/v1/jobs").json()["jobs"].empty());
+}
+
+TEST(ApiE2eTest, JsonBodyIsAcceptedLikeYaml) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const json spec = {{"apiVersion", "tailor/v1"},
+                     {"kind", "TrainingJob"},
+                     {"name", "as-json"},
+                     {"model", {{"preset", "tiny-llama-byte"}}},
+                     {"data", {{"train", "data/tiny-corpus.txt"}, {"format", "text"}, {"seq_len", 64}}},
+                     {"training", {{"global_batch_size", 8}, {"max_steps", 3}}},
+                     {"resources", {{"gpus", 0}, {"host_memory", "2GiB"}}}};
+  const auto r = d.post("/v1/jobs?dry_run=true", spec.dump(), "application/json");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+TEST(ApiE2eTest, UnknownRouteIs404AndWrongMethod405) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d.get("/v1/nothing").status, 404);
+  EXPECT_EQ(d.get("/v1/jobs/j-0000000000000000").status, 404);
+  const auto r = http_request(d.address(), "DELETE", "/v1/jobs", {}, {{"Authorization", "Bearer " + d.token()}});
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.headers.at("allow"), "POST, GET");
+}
+
+TEST(ApiE2eTest, IdempotencyKeyNeverCreatesTwoJobs) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const std::string spec = tiny_spec("idem", 5, 0);
+  const auto a = d.post("/v1/jobs", spec, "application/yaml", {{"Idempotency-Key", "k-1"}});
+  const auto b = d.post("/v1/jobs", spec, "application/yaml", {{"Idempotency-Key", "k-1"}});
+  ASSERT_EQ(a.status, 201) << a.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(a.json()["id"], b.json()["id"]);
+  EXPECT_EQ(b.headers.at("idempotent-replayed"), "true");
+  const auto c = d.post("/v1/jobs", tiny_spec("other", 5, 0), "application/yaml", {{"Idempotency-Key", "k-1"}});
+  EXPECT_EQ(c.status, 422);
+  EXPECT_EQ(d.get("/v1/jobs").json()["jobs"].size(), 1u);
+}
+
+TEST(ApiE2eTest, FailingRunnerIsRetriedWithGrowingBackoffThenFails) {
+  tailor::testing::TempDir dir;
+  // /bin/false stands in for a runner that crashes at once (exit 1).
+  DaemonProcess d(dir.file("data"), {"--retry-backoff", "0.1"}, "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const auto r = d.post("/v1/jobs", tiny_spec("crashy", 5, 0));
+  ASSERT_EQ(r.status, 201) << r.body;
+  const std::string id = r.json()["id"].get<std::string>();
+  ASSERT_TRUE(d.wait_state(id, "failed", std::chrono::seconds(30)));
+  const json job = d.job(id);
+  EXPECT_EQ(job["attempts"], 3);  // the first run and retries: 2
+  EXPECT_EQ(job["failures"], 3);
+  EXPECT_EQ(job["exit_code"], 1);
+  EXPECT_NE(job["exit_reason"].get<std::string>().find("gave up after 2 retries"), std::string::npos) << job["exit_reason"];
+  const json events = d.get("/v1/jobs/" + id + "/events").json();
+  std::vector<double> backoffs;
+  for (const auto& e : events.at("events")) {
+    if (e["kind"] == "state" && e["to_state"] == "queued" && e["data"].is_object()) {
+      backoffs.push_back(e["data"]["backoff_seconds"].get<double>());
+    }
+  }
+  ASSERT_EQ(backoffs.size(), 2u);
+  EXPECT_DOUBLE_EQ(backoffs[0], 0.1);
+  EXPECT_DOUBLE_EQ(backoffs[1], 0.2);
+}
+
+TEST(ApiE2eTest, BadInputExitIsNeverRetried) {
+  tailor::testing::TempDir dir;
+  // A runner that rejects its input (exit 2), as tailor-runner does for an
+  // unusable plan or data file.
+  const std::string runner = dir.write("bad-input-runner", "#!/bin/sh\necho 'tailor-runner: data file unreadable' >&2\nexit 2\n");
+  chmod(runner.c_str(), 0755);
+  DaemonProcess d(dir.file("data"), {"--retry-backoff", "0.1"}, runner);
+  ASSERT_TRUE(d.ok());
+  const auto r = d.post("/v1/jobs", tiny_spec("refused", 5, 0));
+  ASSERT_EQ(r.status, 201);
+  const std::string id = r.json()["id"].get<std::string>();
+  ASSERT_TRUE(d.wait_state(id, "failed", std::chrono::seconds(30)));
+  const json job = d.job(id);
+  EXPECT_EQ(job["attempts"], 1);
+  EXPECT_EQ(job["exit_code"], 2);
+  const std::string reason = job["exit_reason"].get<std::string>();
+  EXPECT_NE(reason.find("not retried"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("data file unreadable"), std::string::npos) << reason;
+}
+
+TEST(ApiE2eTest, CancelOfAQueuedJobIsImmediate) {
+  tailor::testing::TempDir dir;
+  // /bin/false fails the first attempt; the retry waits out a long backoff
+  // in the queue.
+  DaemonProcess d(dir.file("data"), {"--retry-backoff", "1000"}, "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const auto r = d.post("/v1/jobs", tiny_spec("waiting", 5, 0));
+  const std::string id = r.json()["id"].get<std::string>();
+  ASSERT_TRUE(wait_for([&] { return d.job(id)["failures"] == 1; }, std::chrono::seconds(20)));
+  EXPECT_EQ(d.job(id)["state"], "queued");
+  const auto c = d.post("/v1/jobs/" + id + "/cancel", "");
+  EXPECT_EQ(c.status, 202);
+  EXPECT_EQ(c.json()["state"], "cancelled");
+}
+
+TEST(ApiE2eTest, CancelEscalatesToSigkillAfterTheGracePeriod) {
+  tailor::testing::TempDir dir;
+  // A runner that ignores SIGTERM: only the SIGKILL after the grace period stops it.
+  const std::string runner = dir.write("stubborn-runner", "#!/bin/sh\ntrap '' TERM\nexec sleep 1000\n");
+  chmod(runner.c_str(), 0755);
+  DaemonProcess d(dir.file("data"), {"--cancel-grace", "0.3"}, runner);
+  ASSERT_TRUE(d.ok());
+  const std::string id = d.post("/v1/jobs", tiny_spec("stubborn", 5, 0)).json()["id"].get<std::string>();
+  ASSERT_TRUE(d.wait_state(id, "running", std::chrono::seconds(20)));
+  const pid_t pid = d.job(id)["pid"].get<pid_t>();
+  ASSERT_EQ(d.post("/v1/jobs/" + id + "/cancel", "").status, 202);
+  ASSERT_TRUE(d.wait_state(id, "cancelled", std::chrono::seconds(20)));
+  const json job = d.job(id);
+  EXPECT_EQ(job["exit_signal"], SIGKILL);
+  EXPECT_EQ(::kill(-pid, 0), -1);
+  EXPECT_EQ(errno, ESRCH);
+}
+
+TEST(ApiE2eTest, HundredConcurrentSubmissionsAreAllRecordedExactlyOnce) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {"--retry-backoff", "1000", "--http-threads", "4"}, "/bin/false");
+  ASSERT_TRUE(d.ok());
+  constexpr int kClients = 100;
+  std::vector<std::string> ids(kClients);
+  std::vector<int> statuses(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      // Each client sends its submission twice with one key, as a client
+      // retrying after a lost reply would.
+      const std::string key = "submit-" + std::to_string(i);
+      const std::string spec = tiny_spec("c" + std::to_string(i), 5, 0);
+      const auto first = d.post("/v1/jobs", spec, "application/yaml", {{"Idempotency-Key", key}});
+      const auto again = d.post("/v1/jobs", spec, "application/yaml", {{"Idempotency-Key", key}});
+      statuses[static_cast<std::size_t>(i)] = first.status;
+      if (first.status == 201 && again.status == 200 && first.json()["id"] == again.json()["id"]) {
+        ids[static_cast<std::size_t>(i)] = first.json()["id"].get<std::string>();
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  std::set<std::string> unique;
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(statuses[static_cast<std::size_t>(i)], 201) << "client " << i;
+    EXPECT_FALSE(ids[static_cast<std::size_t>(i)].empty()) << "client " << i;
+    unique.insert(ids[static_cast<std::size_t>(i)]);
+  }
+  EXPECT_EQ(unique.size(), static_cast<std::size_t>(kClients));
+  const json list = d.get("/v1/jobs?limit=500").json();
+  ASSERT_EQ(list["jobs"].size(), static_cast<std::size_t>(kClients));
+  std::multiset<std::string> names;
+  for (const auto& j : list["jobs"]) names.insert(j["name"].get<std::string>());
+  for (int i = 0; i < kClients; ++i) EXPECT_EQ(names.count("c" + std::to_string(i)), 1u);
+  // Pagination walks the same set.
+  std::set<std::string> paged;
+  std::int64_t after = 0;
+  for (int page = 0; page < 20; ++page) {
+    const json p = d.get("/v1/jobs?limit=30&after=" + std::to_string(after)).json();
+    for (const auto& j : p["jobs"]) paged.insert(j["id"].get<std::string>());
+    if (p["next_after"].is_null()) break;
+    after = p["next_after"].get<std::int64_t>();
+  }
+  EXPECT_EQ(paged, unique);
+}
+
+}  // namespace
+}  // namespace tailor::daemon::testing

@@ -1,0 +1,272 @@
+// tailord with the real tailor-runner: submit -> plan -> run -> succeeded
+// with metrics in SQLite and on /metrics, log streaming, cancel, priority
+// order, out-of-memory -> re-plan -> resume, and a SIGKILLed daemon whose
+// job still completes exactly once. Skipped without a built runner.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "daemon/store/job_store.h"
+#include "tests/daemon/daemon_harness.h"
+
+namespace tailor::daemon::testing {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+
+#define REQUIRE_RUNNER()                                                                             \
+  if (runner_path().empty()) GTEST_SKIP() << "no tailor-runner: build with TAILOR_BUILD_RUNNER=ON or " \
+                                             "set TAILOR_RUNNER"
+
+std::string submit(const DaemonProcess& d, const std::string& spec, const std::string& query = "") {
+  const auto r = d.post("/v1/jobs" + query, spec);
+  EXPECT_EQ(r.status, 201) << r.body;
+  return r.json().value("id", "");
+}
+
+std::vector<std::string> event_kinds(const DaemonProcess& d, const std::string& id) {
+  std::vector<std::string> out;
+  const json body = d.get("/v1/jobs/" + id + "/events").json();
+  for (const auto& e : body.at("events")) {
+    std::string k = e["kind"].get<std::string>();
+    if (k == "state") k += ":" + e["to_state"].get<std::string>();
+    out.push_back(k);
+  }
+  return out;
+}
+
+std::size_t count(const std::vector<std::string>& v, const std::string& x) {
+  return static_cast<std::size_t>(std::count(v.begin(), v.end(), x));
+}
+
+TEST(RunE2eTest, SubmittedJobRunsToSuccessWithMetricsInStoreAndPrometheus) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"));
+  ASSERT_TRUE(d.ok()) << d.log();
+  const std::string id = submit(d, tiny_spec("ok-job", 6, 3));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(d.wait_state(id, "", seconds(120)));
+  const json job = d.job(id);
+  ASSERT_EQ(job["state"], "succeeded") << job.dump();
+  EXPECT_TRUE(job["exit_reason"].is_null());
+  EXPECT_EQ(job["exit_code"], 0);
+  EXPECT_EQ(job["last_step"], 6);
+  EXPECT_EQ(job["plan"]["fits"], true);
+  EXPECT_FALSE(job["created_at"].get<std::string>().empty());
+
+  const auto kinds = event_kinds(d, id);
+  const std::vector<std::string> states = {"state:queued", "state:planning", "state:running", "state:succeeded"};
+  std::vector<std::string> seen;
+  for (const auto& k : kinds) {
+    if (k.rfind("state:", 0) == 0) seen.push_back(k);
+  }
+  EXPECT_EQ(seen, states);
+  EXPECT_EQ(count(kinds, "runner.start"), 1u);
+  EXPECT_EQ(count(kinds, "runner.done"), 1u);
+
+  // The store, read directly (WAL lets a second connection read).
+  auto store = JobStore::open(dir.file("data/tailor.db"));
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+  auto rows = (*store)->metrics(id);
+  ASSERT_TRUE(rows.is_ok());
+  ASSERT_EQ(rows->size(), 6u);
+  for (std::size_t i = 0; i < rows->size(); ++i) {
+    EXPECT_EQ((*rows)[i].step, static_cast<std::int64_t>(i + 1));
+    EXPECT_TRUE((*rows)[i].loss.has_value());
+    EXPECT_GT((*rows)[i].component_bytes.at("weights"), 0);
+    EXPECT_GT(*(*rows)[i].peak_bytes, 0);
+  }
+  // The API's view of the same rows.
+  const json since = d.get("/v1/jobs/" + id + "/metrics?since_step=4").json();
+  ASSERT_EQ(since["metrics"].size(), 2u);
+  EXPECT_EQ(since["metrics"][0]["step"], 5);
+
+  const auto prom = http_request(d.address(), "GET", "/metrics");
+  ASSERT_EQ(prom.status, 200);
+  const std::string sel = "job_id=\"" + id + "\"";
+  for (const std::string& want :
+       {std::string("tailor_job_loss{"), std::string("tailor_job_tokens_per_second{"),
+        std::string("source=\"estimated\""), std::string("source=\"measured\"")}) {
+    bool found = false;
+    std::istringstream lines(prom.body);
+    for (std::string line; std::getline(lines, line);) found = found || (line.find(want) != std::string::npos && line.find(sel) != std::string::npos);
+    EXPECT_TRUE(found) << want;
+  }
+  EXPECT_NE(prom.body.find("tailor_jobs{state=\"succeeded\"} 1"), std::string::npos);
+  EXPECT_NE(prom.body.find("tailor_http_requests_total{"), std::string::npos);
+  EXPECT_NE(prom.body.find("tailor_http_request_duration_seconds_bucket{"), std::string::npos);
+}
+
+TEST(RunE2eTest, MetricsExpositionPassesPromtool) {
+  REQUIRE_RUNNER();
+  if (std::system("command -v promtool > /dev/null 2>&1") != 0) GTEST_SKIP() << "promtool not installed";
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"));
+  ASSERT_TRUE(d.ok());
+  const std::string id = submit(d, tiny_spec("prom", 3, 0));
+  ASSERT_TRUE(d.wait_state(id, "succeeded", seconds(120)));
+  d.get("/v1/jobs");  // some request series
+  const auto prom = http_request(d.address(), "GET", "/metrics");
+  ASSERT_EQ(prom.status, 200);
+  const std::string file = dir.write("metrics.txt", prom.body);
+  const std::string out = dir.file("promtool.out");
+  const int rc = std::system(("promtool check metrics < " + file + " > " + out + " 2>&1").c_str());
+  std::ifstream f(out);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_EQ(rc, 0) << ss.str();
+}
+
+TEST(RunE2eTest, LogsFollowStreamsUntilTheJobEnds) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"));
+  ASSERT_TRUE(d.ok());
+  const std::string id = submit(d, tiny_spec("logs", 5, 0));
+  const auto r = d.get("/v1/jobs/" + id + "/logs?follow=true");
+  ASSERT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.headers.at("transfer-encoding"), "chunked");
+  EXPECT_NE(r.body.find("step 5/5"), std::string::npos) << r.body;
+  EXPECT_EQ(d.job(id)["state"], "succeeded");  // the stream ended with the job
+}
+
+TEST(RunE2eTest, CancelStopsTheRunnerAndLeavesNoProcess) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {"--cancel-grace", "5"});
+  ASSERT_TRUE(d.ok());
+  const std::string id = submit(d, tiny_spec("long", 5000, 0));
+  ASSERT_TRUE(wait_for([&] { return d.job(id)["last_step"].is_number_integer(); }, seconds(60)));
+  const pid_t pid = d.job(id)["pid"].get<pid_t>();
+  const auto r = d.post("/v1/jobs/" + id + "/cancel", "");
+  ASSERT_EQ(r.status, 202) << r.body;
+  ASSERT_TRUE(d.wait_state(id, "cancelled", seconds(30)));
+  const json job = d.job(id);
+  EXPECT_NE(job["exit_reason"].get<std::string>().find("cancelled"), std::string::npos);
+  EXPECT_EQ(::kill(-pid, 0), -1);  // the whole process group is gone
+  EXPECT_EQ(errno, ESRCH);
+  EXPECT_EQ(d.post("/v1/jobs/" + id + "/cancel", "").status, 409);
+}
+
+TEST(RunE2eTest, SmallJobsShareTheMachineWhenTheirPlansFitTogether) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {"--memory-budget", "200MiB"});
+  ASSERT_TRUE(d.ok());
+  const json plan = d.post("/v1/jobs?dry_run=true", tiny_spec("probe", 3, 0)).json();
+  ASSERT_LT(plan["memory"]["per_gpu"]["total"].get<std::int64_t>() * 2, 200 << 20) << "two must fit";
+  const std::string a = submit(d, tiny_spec("share-a", 10, 0));
+  const std::string b = submit(d, tiny_spec("share-b", 10, 0));
+  ASSERT_TRUE(wait_for([&] { return d.job(a)["state"] == "running" && d.job(b)["state"] == "running"; }, seconds(30)));
+  for (const auto& id : {a, b}) ASSERT_TRUE(d.wait_state(id, "succeeded", seconds(120))) << id;
+}
+
+TEST(RunE2eTest, HigherPriorityStartsFirstWhenTheMachineIsFull) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  // Room for one tiny job at a time.
+  DaemonProcess d(dir.file("data"), {"--memory-budget", "100MiB"});
+  ASSERT_TRUE(d.ok());
+  const json plan = d.post("/v1/jobs?dry_run=true", tiny_spec("probe", 3, 0)).json();
+  ASSERT_LT(plan["memory"]["per_gpu"]["total"].get<std::int64_t>(), 100 << 20) << "tiny job grew: adjust the budget";
+  ASSERT_GT(plan["memory"]["per_gpu"]["total"].get<std::int64_t>(), 50 << 20) << "tiny job shrank: adjust the budget";
+  const std::string first = submit(d, tiny_spec("first", 8, 0));
+  ASSERT_TRUE(d.wait_state(first, "running", seconds(30)));
+  const std::string low = submit(d, tiny_spec("low", 2, 0, 0));
+  const std::string high = submit(d, tiny_spec("high", 2, 0, 5));
+  EXPECT_EQ(d.job(low)["state"], "queued");
+  for (const auto& id : {first, low, high}) ASSERT_TRUE(d.wait_state(id, "succeeded", seconds(120))) << id;
+  const std::string started_high = d.job(high)["started_at"].get<std::string>();
+  const std::string started_low = d.job(low)["started_at"].get<std::string>();
+  EXPECT_LT(started_high, started_low);  // RFC 3339 UTC strings order as times
+  EXPECT_GE(started_low, d.job(high)["finished_at"].get<std::string>());
+}
+
+TEST(RunE2eTest, OutOfMemoryIsReplannedAndResumedKeepingTheGlobalBatch) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"));
+  ASSERT_TRUE(d.ok());
+  const std::string spec = tiny_spec("oom", 6, 2, 0, /*small=*/false);
+  const json before = d.post("/v1/jobs?dry_run=true", spec).json();
+  const json& per = before["memory"]["per_gpu"];
+  const std::int64_t mb = before["strategy"]["micro_batch_size"].get<std::int64_t>();
+  ASSERT_GE(mb, 4);
+  // The runner may use the static state and 60% of the batch-dependent
+  // memory the plan needs: the chosen micro-batch must run out, half of it
+  // fits.
+  const std::int64_t fixed = per["weights"].get<std::int64_t>() + per["gradients"].get<std::int64_t>() +
+                             per["optimizer_states"].get<std::int64_t>() + per["master_weights"].get<std::int64_t>();
+  const std::int64_t per_batch = per["activations"].get<std::int64_t>() + per["logits"].get<std::int64_t>();
+  const std::int64_t limit = fixed + per_batch * 6 / 10;
+  const std::string id = submit(d, spec, "?memory_limit=" + std::to_string(limit));
+  ASSERT_TRUE(d.wait_state(id, "", seconds(180)));
+  const json job = d.job(id);
+  ASSERT_EQ(job["state"], "succeeded") << job.dump(1);
+  EXPECT_GE(job["oom_restarts"].get<int>(), 1);
+  EXPECT_GT(job["peak_bytes"].get<std::int64_t>(), 0);
+  const json& st = job["plan"]["strategy"];
+  EXPECT_LT(st["micro_batch_size"].get<std::int64_t>(), mb);
+  EXPECT_EQ(st["micro_batch_size"].get<std::int64_t>() * st["gradient_accumulation_steps"].get<std::int64_t>(), 16);
+  EXPECT_EQ(st["precision"], before["strategy"]["precision"]);  // kept: the checkpoint stays loadable
+  EXPECT_LE(job["plan"]["memory"]["per_gpu"]["total"].get<std::int64_t>(), limit);
+  const auto kinds = event_kinds(d, id);
+  EXPECT_GE(count(kinds, "runner.oom"), 1u);
+  EXPECT_GE(count(kinds, "replan"), 1u);
+  EXPECT_EQ(count(kinds, "runner.done"), 1u);
+  auto rows = d.get("/v1/jobs/" + id + "/metrics").json()["metrics"];
+  EXPECT_EQ(rows.size(), 6u);
+}
+
+TEST(RunE2eTest, SigkilledDaemonRestartsAndTheJobCompletesExactlyOnce) {
+  REQUIRE_RUNNER();
+  // The runner orphaned by the SIGKILL is re-parented to this process, which
+  // reaps it at the end (this machine's init does not reap orphans).
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  tailor::testing::TempDir dir;
+  std::string id;
+  pid_t runner_pid = -1;
+  {
+    DaemonProcess d(dir.file("data"));
+    ASSERT_TRUE(d.ok());
+    id = submit(d, tiny_spec("survivor", 20, 5));
+    ASSERT_TRUE(wait_for([&] { return d.job(id)["last_step"].is_number_integer(); }, seconds(60)));
+    runner_pid = d.job(id)["pid"].get<pid_t>();
+    d.kill_daemon(SIGKILL);
+    EXPECT_EQ(::kill(runner_pid, 0), 0) << "the runner should outlive tailord";
+  }
+  // Should the second daemon not come up, the orphaned runner still goes.
+  struct KillRunner {
+    pid_t pid;
+    ~KillRunner() {
+      ::kill(-pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } guard{runner_pid};
+  DaemonProcess again(dir.file("data"));
+  ASSERT_TRUE(again.ok()) << again.log();
+  ASSERT_TRUE(again.wait_state(id, "", seconds(120)));
+  const json job = again.job(id);
+  EXPECT_EQ(job["state"], "succeeded") << job.dump(1);
+  EXPECT_EQ(job["attempts"], 1);  // re-adopted, not launched again
+  const auto kinds = event_kinds(again, id);
+  EXPECT_EQ(count(kinds, "recovered"), 1u);
+  EXPECT_EQ(count(kinds, "runner.start"), 1u);
+  EXPECT_EQ(count(kinds, "runner.done"), 1u);
+  EXPECT_EQ(count(kinds, "state:running"), 1u);
+  const auto rows = again.get("/v1/jobs/" + id + "/metrics").json()["metrics"];
+  ASSERT_EQ(rows.size(), 20u);
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i]["step"], static_cast<int>(i + 1));
+}
+
+}  // namespace
+}  // namespace tailor::daemon::testing

@@ -1,0 +1,249 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include <thread>
+
+#include "daemon/store/job_store.h"
+#include "daemon/store/migrations.h"
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::daemon {
+namespace {
+
+NewJob sample_job(const std::string& name, std::int64_t priority = 0) {
+  NewJob j;
+  j.name = name;
+  j.priority = priority;
+  j.spec_text = "name: " + name + "\n";
+  j.spec_json = "{}";
+  j.plan_json = "{\"fits\":true}";
+  j.labels = {{"team", "nlp"}};
+  j.estimated_bytes = 1000;
+  j.retries = 2;
+  return j;
+}
+
+TEST(MigrationsTest, FreshStoreReachesNewestVersionAndReapplyIsNoop) {
+  testing::TempDir dir;
+  auto db = Database::open(dir.file("t.db"));
+  ASSERT_TRUE(db.is_ok()) << db.status().to_string();
+  auto v = migrate(*db);
+  ASSERT_TRUE(v.is_ok()) << v.status().to_string();
+  EXPECT_EQ(*v, builtin_migrations().back().version);
+  auto again = migrate(*db);
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(*again, *v);
+  auto q = db->prepare("SELECT COUNT(*) FROM schema_migrations");
+  ASSERT_TRUE(q.is_ok());
+  ASSERT_TRUE(*q->step());
+  EXPECT_EQ(q->int64(0), static_cast<std::int64_t>(builtin_migrations().size()));
+}
+
+TEST(MigrationsTest, StoreFromNewerDaemonIsRefused) {
+  testing::TempDir dir;
+  auto db = Database::open(dir.file("t.db"));
+  ASSERT_TRUE(db.is_ok());
+  ASSERT_TRUE(migrate(*db).is_ok());
+  ASSERT_TRUE(db->exec("INSERT INTO schema_migrations VALUES (999, 'future', 0)").is_ok());
+  auto v = migrate(*db);
+  ASSERT_FALSE(v.is_ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(v.status().message().find("999"), std::string::npos);
+}
+
+TEST(SqliteTest, OpensInWalModeWithFullSync) {
+  testing::TempDir dir;
+  auto db = Database::open(dir.file("t.db"));
+  ASSERT_TRUE(db.is_ok());
+  auto mode = db->prepare("PRAGMA journal_mode");
+  ASSERT_TRUE(*mode->step());
+  EXPECT_EQ(mode->text(0), "wal");
+  auto sync = db->prepare("PRAGMA synchronous");
+  ASSERT_TRUE(*sync->step());
+  EXPECT_EQ(sync->int64(0), 2);  // FULL
+}
+
+TEST(SqliteTest, FailedTransactionRollsBack) {
+  testing::TempDir dir;
+  auto db = Database::open(dir.file("t.db"));
+  ASSERT_TRUE(db->exec("CREATE TABLE t (x INTEGER PRIMARY KEY)").is_ok());
+  {
+    auto tx = Transaction::begin(*db);
+    ASSERT_TRUE(tx.is_ok());
+    ASSERT_TRUE(db->exec("INSERT INTO t VALUES (1)").is_ok());
+    // no commit
+  }
+  auto q = db->prepare("SELECT COUNT(*) FROM t");
+  ASSERT_TRUE(*q->step());
+  EXPECT_EQ(q->int64(0), 0);
+}
+
+TEST(JobStoreTest, CreateRecordsQueuedJobWithSubmittedEvent) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db"));
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+  auto made = (*store)->create(sample_job("alpha", 3));
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  EXPECT_TRUE(made->created);
+  EXPECT_EQ(made->job.state, JobState::kQueued);
+  EXPECT_EQ(made->job.priority, 3);
+  EXPECT_EQ(made->job.labels.at("team"), "nlp");
+  auto events = (*store)->events(made->job.id);
+  ASSERT_TRUE(events.is_ok());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].to_state, "queued");
+}
+
+TEST(JobStoreTest, JobSurvivesReopen) {
+  testing::TempDir dir;
+  std::string id;
+  {
+    auto store = JobStore::open(dir.file("tailor.db"));
+    id = (*store)->create(sample_job("durable"))->job.id;
+  }
+  auto store = JobStore::open(dir.file("tailor.db"));
+  auto job = (*store)->get(id);
+  ASSERT_TRUE(job.is_ok());
+  EXPECT_EQ(job->name, "durable");
+}
+
+TEST(JobStoreTest, IdempotencyKeyReturnsSameJobAndRefusesOtherBody) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  NewJob j = sample_job("idem");
+  j.idempotency_key = "key-1";
+  j.request_hash = "h1";
+  auto first = store->create(j);
+  auto second = store->create(j);
+  ASSERT_TRUE(first.is_ok() && second.is_ok());
+  EXPECT_TRUE(first->created);
+  EXPECT_FALSE(second->created);
+  EXPECT_EQ(first->job.id, second->job.id);
+  j.request_hash = "h2";
+  auto third = store->create(j);
+  ASSERT_FALSE(third.is_ok());
+  EXPECT_EQ(third.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->list({})->jobs.size(), 1u);
+}
+
+TEST(JobStoreTest, TransitionChecksCurrentStateAndRecordsEvent) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  const std::string id = store->create(sample_job("t"))->job.id;
+  ASSERT_TRUE(store->transition(id, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
+  Status lost = store->transition(id, JobState::kQueued, JobState::kPlanning, "again");
+  EXPECT_EQ(lost.code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store->transition(id, JobState::kPlanning, JobState::kRunning, "launched",
+                                JobUpdate().set("pid", std::int64_t{1234}).set("started_at", 5.0))
+                  .is_ok());
+  auto job = store->get(id);
+  EXPECT_EQ(job->state, JobState::kRunning);
+  EXPECT_EQ(job->pid, 1234);
+  auto events = store->events(id);
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ((*events)[2].from_state, "planning");
+  EXPECT_EQ((*events)[2].to_state, "running");
+  EXPECT_EQ((*events)[2].message, "launched");
+}
+
+TEST(JobStoreTest, ListFiltersByStateAndLabelAndPaginates) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  for (int i = 0; i < 5; ++i) {
+    NewJob j = sample_job("job" + std::to_string(i));
+    j.labels = {{"team", i % 2 ? "vision" : "nlp"}};
+    store->create(j).value();
+  }
+  JobFilter f;
+  f.labels = {{"team", "nlp"}};
+  f.limit = 2;
+  auto page1 = store->list(f);
+  ASSERT_TRUE(page1.is_ok()) << page1.status().to_string();
+  ASSERT_EQ(page1->jobs.size(), 2u);
+  ASSERT_TRUE(page1->next_after);
+  f.after_seq = *page1->next_after;
+  auto page2 = store->list(f);
+  ASSERT_EQ(page2->jobs.size(), 1u);
+  EXPECT_FALSE(page2->next_after);
+  EXPECT_EQ(page2->jobs[0].name, "job4");
+  JobFilter running;
+  running.state = JobState::kRunning;
+  EXPECT_TRUE(store->list(running)->jobs.empty());
+}
+
+TEST(JobStoreTest, InStatesOrdersByPriorityThenSubmission) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  const auto a = store->create(sample_job("a", 0))->job.id;
+  const auto b = store->create(sample_job("b", 5))->job.id;
+  const auto c = store->create(sample_job("c", 0))->job.id;
+  auto queued = store->in_states({JobState::kQueued});
+  ASSERT_EQ(queued->size(), 3u);
+  EXPECT_EQ((*queued)[0].id, b);
+  EXPECT_EQ((*queued)[1].id, a);
+  EXPECT_EQ((*queued)[2].id, c);
+}
+
+TEST(JobStoreTest, IngestStoresMetricsAndOffsetsInOneBatchAndReplacesRepeatedSteps) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  const auto id = store->create(sample_job("m"))->job.id;
+  IngestBatch batch;
+  for (int s = 1; s <= 3; ++s) {
+    StepMetric m;
+    m.step = s;
+    m.attempt = 1;
+    m.loss = 5.0 - s;
+    m.component_bytes = {{"weights", 100}, {"activations", 200 + s}};
+    batch.metrics.push_back(m);
+  }
+  batch.events.push_back({"runner.start", "", "{\"event\":\"start\"}", 0});
+  batch.metrics_offset = 300;
+  batch.events_offset = 40;
+  ASSERT_TRUE(store->ingest(id, batch).is_ok());
+  // A resumed attempt repeats step 3.
+  IngestBatch again;
+  StepMetric m3;
+  m3.step = 3;
+  m3.attempt = 2;
+  m3.loss = 1.5;
+  again.metrics.push_back(m3);
+  again.metrics_offset = 400;
+  again.events_offset = 40;
+  ASSERT_TRUE(store->ingest(id, again).is_ok());
+  auto rows = store->metrics(id, 1);
+  ASSERT_TRUE(rows.is_ok());
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].step, 2);
+  EXPECT_EQ((*rows)[0].component_bytes.at("activations"), 202);
+  EXPECT_EQ((*rows)[1].attempt, 2);
+  EXPECT_DOUBLE_EQ(*(*rows)[1].loss, 1.5);
+  auto job = store->get(id);
+  EXPECT_EQ(job->metrics_offset, 400);
+  EXPECT_EQ(job->events_offset, 40);
+}
+
+TEST(JobStoreTest, ConcurrentCreatesFromManyThreadsAllLand) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        if (!store->create(sample_job("c" + std::to_string(t * 10 + i))).is_ok()) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  JobFilter f;
+  f.limit = 1000;
+  auto all = store->list(f);
+  ASSERT_EQ(all->jobs.size(), 80u);
+  for (std::size_t i = 0; i < all->jobs.size(); ++i) EXPECT_EQ(all->jobs[i].seq, static_cast<std::int64_t>(i + 1));
+}
+
+}  // namespace
+}  // namespace tailor::daemon

@@ -1,0 +1,219 @@
+// Torch-free pieces of tailord without a server: routing, auth helpers,
+// scheduling decisions, run-file reading, configuration.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "daemon/api/api.h"
+#include "daemon/config.h"
+#include "dsl/yaml_tree.h"
+#include "daemon/executor/run_files.h"
+#include "daemon/http/auth.h"
+#include "daemon/http/router.h"
+#include "daemon/scheduler/scheduler.h"
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::daemon {
+namespace {
+
+TEST(RouterTest, BindsPathParametersAndReports405WithAllow) {
+  Router r;
+  r.add({"GET", "/v1/jobs/{id}/plan", true, [](HttpRequest& q) { return HttpResponse::json(200, q.params["id"]); }});
+  r.add({"POST", "/v1/jobs/{id}/cancel", true, {}});
+  HttpRequest q;
+  q.method = "GET";
+  q.path = "/v1/jobs/j-42/plan";
+  auto m = r.match(q);
+  ASSERT_NE(m.route, nullptr);
+  EXPECT_EQ(q.params["id"], "j-42");
+  q.method = "GET";
+  q.path = "/v1/jobs/j-42/cancel";
+  m = r.match(q);
+  EXPECT_EQ(m.route, nullptr);
+  EXPECT_EQ(m.status, 405);
+  EXPECT_EQ(m.allow, "POST");
+  q.path = "/v1/jobs//plan";
+  EXPECT_EQ(r.match(q).status, 404);
+}
+
+TEST(MessageTest, ParsesTargetWithPercentEscapes) {
+  std::string path;
+  std::map<std::string, std::string> query;
+  ASSERT_TRUE(parse_target("/v1/jobs?label=team%3Dnlp&state=running&x", path, query));
+  EXPECT_EQ(path, "/v1/jobs");
+  EXPECT_EQ(query["label"], "team=nlp");
+  EXPECT_EQ(query["state"], "running");
+  EXPECT_TRUE(query.count("x"));
+  EXPECT_FALSE(parse_target("/bad%zz", path, query));
+  EXPECT_FALSE(parse_target("/bad%2", path, query));
+  EXPECT_FALSE(parse_target("http://host/x", path, query));
+}
+
+TEST(AuthTest, ConstantTimeEqualComparesWholeStrings) {
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(constant_time_equal("abc", "abcd"));
+  EXPECT_FALSE(constant_time_equal("", "a"));
+}
+
+TEST(AuthTest, TokenIsCreatedPrivateAndReusedAndAWorldReadableOneRefused) {
+  tailor::testing::TempDir dir;
+  auto a = load_or_create_token(dir.file("token"));
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_EQ(a->size(), 64u);
+  struct stat st {};
+  ASSERT_EQ(stat(dir.file("token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto b = load_or_create_token(dir.file("token"));
+  EXPECT_EQ(*a, *b);
+  chmod(dir.file("token").c_str(), 0644);
+  EXPECT_EQ(load_or_create_token(dir.file("token")).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(AuthTest, BearerHeaderIsCheckedCaseInsensitivelyForTheScheme) {
+  HttpRequest r;
+  r.headers["authorization"] = "bearer secret-token-value";
+  EXPECT_TRUE(has_bearer_token(r, "secret-token-value"));
+  r.headers["authorization"] = "Basic secret-token-value";
+  EXPECT_FALSE(has_bearer_token(r, "secret-token-value"));
+}
+
+TEST(AuthTest, HostPolicyAllowsLoopbackNamesWithThePortOnly) {
+  HostPolicy p(8470, "127.0.0.1", {"tailor.lan"});
+  HttpRequest r;
+  std::string why;
+  r.headers["host"] = "localhost:8470";
+  EXPECT_TRUE(p.allows(r, why));
+  r.headers["host"] = "127.0.0.1:9999";
+  EXPECT_FALSE(p.allows(r, why));
+  r.headers["host"] = "tailor.lan";
+  EXPECT_TRUE(p.allows(r, why));
+  r.headers["host"] = "attacker.example:8470";
+  EXPECT_FALSE(p.allows(r, why));
+  r.headers["host"] = "localhost:8470";
+  r.headers["origin"] = "http://attacker.example";
+  EXPECT_FALSE(p.allows(r, why));
+  EXPECT_NE(why.find("Origin"), std::string::npos);
+}
+
+TEST(SchedulerTest, PriorityOrderWithoutBackfillPastABlockedJob) {
+  Capacity cap;
+  cap.host_total_bytes = 100;
+  cap.host_free_bytes = 100;
+  const std::vector<QueuedJob> jobs = {{"a", 0, 60, {}}, {"b", 0, 50, {}}, {"c", 0, 10, {}}};
+  const auto p = schedule(jobs, cap, 0);
+  ASSERT_EQ(p.size(), 1u);  // b does not fit beside a, and c must not overtake b
+  EXPECT_EQ(p[0].id, "a");
+}
+
+TEST(SchedulerTest, SmallJobsShareTheMachine) {
+  Capacity cap;
+  cap.host_total_bytes = 100;
+  cap.host_free_bytes = 100;
+  const auto p = schedule({{"a", 0, 30, {}}, {"b", 0, 30, {}}, {"c", 0, 30, {}}, {"d", 0, 30, {}}}, cap, 0);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[2].id, "c");
+}
+
+TEST(SchedulerTest, BackoffDoesNotBlockAndImpossibleJobsAreNamed) {
+  Capacity cap;
+  cap.host_total_bytes = 100;
+  cap.host_free_bytes = 100;
+  cap.gpu_total = 2;
+  cap.free_gpus = {0, 1};
+  const auto p = schedule({{"later", 0, 10, 50.0}, {"huge", 0, 500, {}}, {"g3", 3, 0, {}}, {"g2", 2, 0, {}}}, cap, 10);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].action, Placement::Action::kNeverFits);
+  EXPECT_EQ(p[1].action, Placement::Action::kNeverFits);
+  EXPECT_EQ(p[2].id, "g2");
+  EXPECT_EQ(p[2].gpus, (std::vector<int>{0, 1}));
+}
+
+TEST(RunFilesTest, ReadsOnlyCompleteLinesAndResumesAtTheOffset) {
+  tailor::testing::TempDir dir;
+  const std::string path = dir.write("m.jsonl", "{\"step\":1}\n{\"step\":2}\n{\"st");
+  std::int64_t off = 0;
+  auto lines = read_new_lines(path, off);
+  ASSERT_TRUE(lines.is_ok());
+  ASSERT_EQ(lines->size(), 2u);
+  EXPECT_EQ(off, 22);
+  dir.write("m.jsonl", "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n");
+  lines = read_new_lines(path, off);
+  ASSERT_EQ(lines->size(), 1u);
+  EXPECT_EQ(parse_metric_line((*lines)[0], 1)->step, 3);
+}
+
+TEST(RunFilesTest, MetricLineKeepsMemoryComponents) {
+  const auto m = parse_metric_line(
+      R"({"step":4,"loss":2.5,"tokens_per_second":100.5,"memory":{"weights":10,"activations":20,"peak_bytes":99}})", 2);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->attempt, 2);
+  EXPECT_DOUBLE_EQ(*m->loss, 2.5);
+  EXPECT_EQ(m->component_bytes.at("activations"), 20);
+  EXPECT_EQ(*m->peak_bytes, 99);
+  EXPECT_FALSE(parse_metric_line("not json", 1));
+}
+
+TEST(RunFilesTest, TerminalEventGivesTheExitOfARunnerTailordDidNotSeeEnd) {
+  EXPECT_EQ(exit_code_from_events({R"({"event":"start"})", R"({"event":"done"})"}), 0);
+  EXPECT_EQ(exit_code_from_events({R"({"event":"start"})", R"({"event":"oom"})"}), 3);
+  EXPECT_EQ(exit_code_from_events({R"({"event":"start"})", R"({"event":"checkpoint"})"}), std::nullopt);
+  EXPECT_EQ(exit_code_from_events({R"({"event":"done"})", R"({"event":"resume"})"}), std::nullopt);
+}
+
+TEST(ConfigTest, FlagsOverrideEnvironmentOverrideFile) {
+  tailor::testing::TempDir dir;
+  const std::string file = dir.write("tailord.yaml", "data_dir: /from/file\nlisten: 127.0.0.1:1\nallowed_hosts: [a, b]\n");
+  bool help = false;
+  auto c = load_config({"--config", file, "--listen", "127.0.0.1:3"},
+                       {{"TAILORD_LISTEN", "127.0.0.1:2"}, {"TAILORD_MAX_BODY", "2MiB"}}, help);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->data_dir, "/from/file");
+  EXPECT_EQ(c->listen, "127.0.0.1:3");
+  EXPECT_EQ(c->max_body_bytes, 2 << 20);
+  EXPECT_EQ(c->allowed_hosts, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(ConfigTest, ErrorsNameTheSource) {
+  tailor::testing::TempDir dir;
+  bool help = false;
+  auto c = load_config({"--data-dir", "/d"}, {{"TAILORD_CANCEL_GRACE", "soon"}}, help);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("TAILORD_CANCEL_GRACE"), std::string::npos);
+  const std::string file = dir.write("bad.yaml", "data_dir: /d\nlisten_port: 3\n");
+  c = load_config({"--config", file}, {}, help);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("bad.yaml:2:1"), std::string::npos) << c.status().message();
+  EXPECT_FALSE(load_config({}, {}, help).is_ok());  // no data dir
+}
+
+TEST(OpenApiTest, DocumentListsExactlyTheServedRoutes) {
+  std::ifstream f(std::string(TAILOR_SOURCE_DIR) + "/daemon/openapi.yaml");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  dsl::Diagnostics d;
+  auto doc = dsl::parse_yaml(ss.str(), "openapi.yaml", d);
+  ASSERT_TRUE(doc) << d.to_string();
+  const dsl::Node* paths = doc->find("paths");
+  ASSERT_NE(paths, nullptr);
+  std::set<std::string> documented;
+  for (const auto& p : paths->entries) {
+    for (const auto& op : p.value.entries) {
+      std::string method = op.key;
+      if (method == "parameters") continue;
+      for (char& c : method) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      documented.insert(method + " " + p.key);
+    }
+  }
+  Api api{ApiContext{}};
+  std::set<std::string> served;
+  for (const Route& r : api.router().routes()) served.insert(r.method + " " + r.pattern);
+  EXPECT_EQ(documented, served);
+}
+
+}  // namespace
+}  // namespace tailor::daemon
