@@ -5,9 +5,13 @@
 
 #include "core/args.h"
 #include "cli/commands.h"
+#include "cli/job_view.h"
+#include "cli/rest_client.h"
 #include "cli/spec_options.h"
 #include "core/units.h"
+#include "dsl/spec_fields.h"
 #include "dsl/spec_loader.h"
+#include "dsl/yaml_tree.h"
 #include "strategies/hardware.h"
 #include "strategies/plan_document.h"
 #include "strategies/planner.h"
@@ -29,6 +33,10 @@ options:
   --output FORMAT     text (default) or json (the plan document)
   --catalog DIR       use models.yaml and gpus.yaml from DIR
   --no-check-files    do not require data files to exist
+  --remote            ask tailord to plan it for the daemon's machine (with
+                      --addr/--token/--data-dir, as `tailor submit`)
+  --addr HOST:PORT, --token TOKEN, --data-dir DIR
+                      where tailord is and its token (see tailor submit --help)
   -h, --help          show this help
 )";
 
@@ -116,8 +124,57 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, std::ost
 
 }  // namespace
 
+// The daemon's plan (a dry-run submission) of an already validated spec.
+int plan_remote(const Args& args, const dsl::JobSpec& spec, const std::string& file, bool json, Streams io) {
+  auto endpoint = resolve_endpoint(args);
+  if (!endpoint.is_ok()) {
+    io.err << "tailor plan: " << endpoint.status().message() << "\n";
+    return kExitUsage;
+  }
+  const RestClient client(*endpoint);
+  auto r = client.request("POST", "/v1/jobs?dry_run=true", dsl::emit_yaml(dsl::write_job_spec(spec)), "application/yaml");
+  if (!r.is_ok()) {
+    io.err << "tailor plan: " << r.status().message() << "\n";
+    return kExitRunFailed;
+  }
+  if (r->status < 200 || r->status >= 300) {
+    io.err << "tailor plan: " << file << ": " << http_error(*r, *endpoint).message() << "\n";
+    return r->body.find("does_not_fit") != std::string::npos ? kExitNoFit : kExitInvalid;
+  }
+  const Json plan = Json::parse(r->body, nullptr, false);
+  if (plan.is_discarded()) {
+    io.err << "tailor plan: tailord answered with something that is not JSON\n";
+    return kExitRunFailed;
+  }
+  const bool fits = plan.value("fits", false);
+  if (json) {
+    io.out << plan.dump(2) << "\n";
+    return fits ? kExitOk : kExitNoFit;
+  }
+  io.out << "Plan by tailord at " << endpoint->address() << " for " << spec.name << ": "
+         << (fits ? "fits" : "does NOT fit") << "\n  " << plan.value("summary", std::string("-")) << "\n";
+  const Json per = plan.contains("memory") ? plan["memory"].value("per_gpu", Json()) : Json();
+  if (per.is_object()) {
+    io.out << "\nMemory per device (estimate)\n";
+    for (const auto& [k, v] : per.items()) {
+      if (v.is_number_integer() && v.get<std::int64_t>() > 0) {
+        io.out << "  " << pad(k, 22) << Bytes(v.get<std::int64_t>()).to_string() << "\n";
+      }
+    }
+  }
+  if (plan.contains("decisions") && plan["decisions"].is_array() && !plan["decisions"].empty()) {
+    io.out << "\nDecisions\n";
+    for (const Json& d : plan["decisions"]) {
+      io.out << "  " << d.value("question", std::string()) << " " << d.value("answer", std::string()) << " -> "
+             << d.value("action", std::string()) << "\n";
+    }
+  }
+  return fits ? kExitOk : kExitNoFit;
+}
+
 int run_plan(const Argv& argv, Streams io) {
-  auto command = parse_command(argv, with_spec_flags({{"gpus", true}, {"output", true}}), "plan", kHelp, io);
+  auto command = parse_command(
+      argv, with_remote_flags(with_spec_flags({{"gpus", true}, {"output", true}, {"remote", false}})), "plan", kHelp, io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   const std::string format = args.get("output", "text");
@@ -140,6 +197,13 @@ int run_plan(const Argv& argv, Streams io) {
     return kExitInvalid;
   }
   const dsl::JobSpec& spec = *loaded.spec;
+  if (args.has("remote")) {
+    if (args.has("gpus")) {
+      io.err << "tailor plan: --remote plans for the daemon's hardware; --gpus does not apply\n";
+      return kExitUsage;
+    }
+    return plan_remote(args, spec, file, format == "json", io);
+  }
   auto hw = hardware_for(spec, args, catalog);
   if (!hw.is_ok()) {
     io.err << "tailor plan: " << hw.status().message() << "\n";

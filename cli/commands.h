@@ -41,6 +41,13 @@ int run_schema(const Argv& args, Streams io);
 int run_import(const Argv& args, Streams io);
 int run_plan(const Argv& args, Streams io);
 int run_run(const Argv& args, Streams io);
+// Client commands of tailord's REST API.
+int run_submit(const Argv& args, Streams io);
+int run_list(const Argv& args, Streams io);
+int run_status(const Argv& args, Streams io);
+int run_cancel(const Argv& args, Streams io);
+int run_logs(const Argv& args, Streams io);
+int run_top(const Argv& args, Streams io);
 
 // Entry point: `tailor COMMAND ...`.
 int run_tailor(const Argv& args, Streams io);

@@ -17,6 +17,12 @@ constexpr Command kCommands[] = {
     {"validate", "Check job specs and report every problem with file:line:col", run_validate},
     {"plan", "Choose the fastest memory strategy that fits the GPUs, and explain it", run_plan},
     {"run", "Plan and train a job in the foreground on this machine", run_run},
+    {"submit", "Submit a job to tailord (--wait to follow it to the end)", run_submit},
+    {"list", "List tailord's jobs", run_list},
+    {"status", "Show one job: state, plan, progress, outcome", run_status},
+    {"logs", "Print a job's output; -f follows it with a progress line", run_logs},
+    {"cancel", "Cancel a queued or running job", run_cancel},
+    {"top", "A refreshing table of running and queued jobs", run_top},
     {"schema", "Print the JSON Schema of a job spec (for editor completion)", run_schema},
     {"import", "Convert another tool's config into a job spec (axolotl)", run_import},
 };
@@ -31,7 +37,8 @@ void print_help(std::ostream& out) {
   }
   out << "\n'tailor COMMAND --help' describes a command.\n"
          "exit codes: 0 ok, 1 invalid spec or input, 2 bad command line, 3 job does not fit,\n"
-         "4 run cancelled, 5 training failed\n";
+         "4 run or job cancelled, 5 training or job failed\n"
+         "daemon commands find tailord through --addr/--token, TAILOR_ADDR/TAILOR_TOKEN or --data-dir\n";
 }
 
 }  // namespace

@@ -1,0 +1,229 @@
+// `tailor list`, `tailor status ID`, `tailor cancel ID`: reading and
+// cancelling tailord's jobs.
+#include <cstdio>
+#include <ostream>
+
+#include "cli/commands.h"
+#include "cli/job_view.h"
+#include "cli/rest_client.h"
+#include "core/text.h"
+#include "core/units.h"
+
+namespace tailor::cli {
+namespace {
+
+constexpr const char* kListHelp = R"(usage: tailor list [OPTIONS]
+
+Lists tailord's jobs, oldest first.
+
+options:
+  --state STATE        only jobs in STATE (queued, planning, running,
+                       succeeded, failed, cancelled)
+  --label KEY=VALUE    only jobs with these labels (comma-separated)
+  --limit N            at most N jobs (default 50, at most 500)
+  --after SEQ          jobs submitted after SEQ (pagination; see next_after)
+  --output FORMAT      text (default) or json
+)";
+
+constexpr const char* kStatusHelp = R"(usage: tailor status [OPTIONS] ID
+
+Shows one job: its state, plan, progress and how it ended.
+
+options:
+  --output FORMAT      text (default) or json (the job object)
+)";
+
+constexpr const char* kCancelHelp = R"(usage: tailor cancel [OPTIONS] ID
+
+Cancels a job: a queued one at once; a running one's runner gets SIGTERM
+(it writes a checkpoint and stops), SIGKILL after the daemon's grace period.
+
+options:
+  --wait               wait until the job has stopped
+  --output FORMAT      text (default) or json (the job object)
+)";
+
+std::string help_of(const char* h) {
+  return std::string(h) + kRemoteFlagsHelp + "  -h, --help          show this help\n";
+}
+
+struct Remote {
+  std::optional<RestClient> client;
+  std::string output = "text";
+  int exit_code = kExitOk;
+};
+
+// Parses the common flags; on failure `client` is empty and exit_code set.
+Remote connect(const Args& args, const char* name, Streams io) {
+  Remote r;
+  r.output = args.get("output", "text");
+  if (r.output != "text" && r.output != "json") {
+    io.err << "tailor " << name << ": --output must be text or json, got " << quote(r.output) << "\n";
+    r.exit_code = kExitUsage;
+    return r;
+  }
+  auto e = resolve_endpoint(args);
+  if (!e.is_ok()) {
+    io.err << "tailor " << name << ": " << e.status().message() << "\n";
+    r.exit_code = kExitUsage;
+    return r;
+  }
+  r.client.emplace(*e);
+  return r;
+}
+
+int fail(const char* name, const Status& s, Streams io) {
+  io.err << "tailor " << name << ": " << s.message() << "\n";
+  return s.code() == StatusCode::kNotFound ? kExitInvalid : kExitRunFailed;
+}
+
+std::string str(const Json& j, const char* key, const std::string& fallback = "-") {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (j[key].is_string()) return j[key].get<std::string>();
+  return j[key].dump();
+}
+
+std::string pad(std::string s, std::size_t width) {
+  if (s.size() < width) s.resize(width, ' ');
+  return s;
+}
+
+// The strategy of a plan document in one line (the planner's own summary).
+std::string describe_strategy(const Json& plan) {
+  return plan.is_object() && plan.contains("summary") && plan["summary"].is_string() ? plan["summary"].get<std::string>()
+                                                                                      : "-";
+}
+
+}  // namespace
+
+int run_list(const Argv& argv, Streams io) {
+  const std::string help = help_of(kListHelp);
+  auto command = parse_command(
+      argv, with_remote_flags({{"state", true}, {"label", true}, {"limit", true}, {"after", true}, {"output", true}}),
+      "list", help.c_str(), io);
+  if (!command.args) return command.exit_code;
+  const Args& args = *command.args;
+  if (!args.positional().empty()) {
+    io.err << "tailor list: unexpected argument " << quote(args.positional()[0]) << "\n" << help;
+    return kExitUsage;
+  }
+  Remote r = connect(args, "list", io);
+  if (!r.client) return r.exit_code;
+  std::string query;
+  for (const char* key : {"state", "label", "limit", "after"}) {
+    if (args.has(key)) query += std::string(query.empty() ? "?" : "&") + key + "=" + url_encode(args.get(key));
+  }
+  auto list = get_json(*r.client, "/v1/jobs" + query);
+  if (!list.is_ok()) return fail("list", list.status(), io);
+  if (r.output == "json") {
+    io.out << list->dump(2) << "\n";
+    return kExitOk;
+  }
+  const Json jobs = list->value("jobs", Json::array());
+  if (jobs.empty()) {
+    io.out << "no jobs\n";
+    return kExitOk;
+  }
+  io.out << pad("ID", 20) << pad("NAME", 24) << pad("STATE", 11) << pad("STEP", 8) << pad("CREATED", 22) << "REASON\n";
+  for (const Json& j : jobs) {
+    io.out << pad(str(j, "id"), 20) << pad(str(j, "name"), 24) << pad(str(j, "state"), 11)
+           << pad(str(j, "last_step"), 8) << pad(str(j, "created_at"), 22) << str(j, "exit_reason", "") << "\n";
+  }
+  if (list->contains("next_after") && (*list)["next_after"].is_number()) {
+    io.out << "(more: --after " << (*list)["next_after"].dump() << ")\n";
+  }
+  return kExitOk;
+}
+
+int run_status(const Argv& argv, Streams io) {
+  const std::string help = help_of(kStatusHelp);
+  auto command = parse_command(argv, with_remote_flags({{"output", true}}), "status", help.c_str(), io);
+  if (!command.args) return command.exit_code;
+  const Args& args = *command.args;
+  if (args.positional().size() != 1) {
+    io.err << "tailor status: expected one job id\n" << help;
+    return kExitUsage;
+  }
+  Remote r = connect(args, "status", io);
+  if (!r.client) return r.exit_code;
+  const std::string id = args.positional()[0];
+  auto job = get_json(*r.client, "/v1/jobs/" + url_encode(id));
+  if (!job.is_ok()) return fail("status", job.status(), io);
+  if (r.output == "json") {
+    io.out << job->dump(2) << "\n";
+    return kExitOk;
+  }
+  const Json& j = *job;
+  auto row = [&](const char* k, const std::string& v) { io.out << "  " << pad(k, 14) << v << "\n"; };
+  io.out << str(j, "id") << " (" << str(j, "name") << ")\n";
+  row("state", str(j, "state"));
+  row("priority", str(j, "priority", "0"));
+  row("created", str(j, "created_at"));
+  row("started", str(j, "started_at"));
+  row("finished", str(j, "finished_at"));
+  row("strategy", describe_strategy(j.value("plan", Json())));
+  if (const Json plan = j.value("plan", Json()); plan.is_object() && plan.contains("memory")) {
+    const Json& per = plan["memory"].value("per_gpu", Json());
+    if (per.is_object() && per.contains("total") && per["total"].is_number()) {
+      row("estimate", Bytes(per["total"].get<std::int64_t>()).to_string() + " peak per device");
+    }
+  }
+  if (j.contains("peak_bytes") && j["peak_bytes"].is_number()) {
+    row("measured", Bytes(j["peak_bytes"].get<std::int64_t>()).to_string() + " peak");
+  }
+  row("step", str(j, "last_step"));
+  if (j.contains("last_step") && j["last_step"].is_number()) {
+    // The newest step's figures.
+    const std::int64_t last = j["last_step"].get<std::int64_t>();
+    auto m = get_json(*r.client, "/v1/jobs/" + url_encode(id) + "/metrics?since_step=" + std::to_string(last - 1));
+    if (m.is_ok()) {
+      for (const Json& row_json : m->value("metrics", Json::array())) {
+        char buf[96];
+        if (row_json.contains("loss") && row_json["loss"].is_number()) {
+          std::snprintf(buf, sizeof buf, "%.4f", row_json["loss"].get<double>());
+          row("loss", buf);
+        }
+        if (row_json.contains("tokens_per_second") && row_json["tokens_per_second"].is_number()) {
+          std::snprintf(buf, sizeof buf, "%.0f", row_json["tokens_per_second"].get<double>());
+          row("tokens/s", buf);
+        }
+      }
+    }
+  }
+  row("attempts", str(j, "attempts", "0") + " (" + str(j, "oom_restarts", "0") + " after out-of-memory)");
+  if (j.contains("exit_reason") && j["exit_reason"].is_string()) row("exit", str(j, "exit_reason"));
+  return kExitOk;
+}
+
+int run_cancel(const Argv& argv, Streams io) {
+  const std::string help = help_of(kCancelHelp);
+  auto command =
+      parse_command(argv, with_remote_flags({{"wait", false}, {"output", true}}), "cancel", help.c_str(), io);
+  if (!command.args) return command.exit_code;
+  const Args& args = *command.args;
+  if (args.positional().size() != 1) {
+    io.err << "tailor cancel: expected one job id\n" << help;
+    return kExitUsage;
+  }
+  Remote r = connect(args, "cancel", io);
+  if (!r.client) return r.exit_code;
+  const std::string id = args.positional()[0];
+  auto res = r.client->request("POST", "/v1/jobs/" + url_encode(id) + "/cancel");
+  if (!res.is_ok()) return fail("cancel", res.status(), io);
+  if (res->status < 200 || res->status >= 300) return fail("cancel", http_error(*res, r.client->endpoint()), io);
+  Json job = Json::parse(res->body, nullptr, false);
+  if (args.has("wait")) {
+    auto done = follow_job(*r.client, id, io, false, /*quiet=*/true);
+    if (!done.is_ok()) return fail("cancel", done.status(), io);
+    job = *done;
+  }
+  if (r.output == "json") {
+    io.out << job.dump(2) << "\n";
+  } else {
+    io.out << id << " " << (job.is_object() ? str(job, "state") : "cancel requested")
+           << (job.is_object() && job.value("state", "") == "running" ? " (stopping)" : "") << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace tailor::cli

@@ -1,0 +1,154 @@
+#include "cli/job_view.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "core/units.h"
+
+namespace tailor::cli {
+
+bool is_terminal_state(const std::string& state) {
+  return state == "succeeded" || state == "failed" || state == "cancelled";
+}
+
+int exit_code_for_state(const std::string& state) {
+  if (state == "succeeded") return kExitOk;
+  if (state == "cancelled") return kExitCancelled;
+  return kExitRunFailed;
+}
+
+Status http_error(const HttpResponse& r, const Endpoint& e) {
+  std::string msg = error_message(r);
+  if (r.status == 401) {
+    msg += e.token.empty() ? " (no token given: pass --token, set TAILOR_TOKEN, or --data-dir of the daemon)"
+                           : " (the token was refused)";
+  }
+  if (r.status == 404) return Status::not_found(msg);
+  if (r.status == 400 || r.status == 422 || r.status == 413 || r.status == 415) return Status::invalid_argument(msg);
+  return Status::failed_precondition(msg);
+}
+
+Result<Json> get_json(const RestClient& client, const std::string& target) {
+  TAILOR_ASSIGN_OR_RETURN(HttpResponse r, client.request("GET", target));
+  if (r.status < 200 || r.status >= 300) return http_error(r, client.endpoint());
+  Json j = Json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::internal("tailord sent a response that is not JSON for " + target);
+  return j;
+}
+
+std::string format_duration(double seconds) {
+  if (seconds < 0) return "--";
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, (s / 60) % 60);
+  } else if (s >= 60) {
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%llds", s);
+  }
+  return buf;
+}
+
+std::string progress_line(const Progress& p, bool bar) {
+  std::string out;
+  if (bar) {
+    const int width = 24;
+    const int filled = p.total > 0 ? static_cast<int>(width * std::min(p.step, p.total) / p.total) : 0;
+    out += "[" + std::string(static_cast<std::size_t>(filled), '#') +
+           std::string(static_cast<std::size_t>(width - filled), '.') + "] ";
+  }
+  char buf[256];
+  if (p.total > 0) {
+    std::snprintf(buf, sizeof buf, "step %lld/%lld", static_cast<long long>(p.step), static_cast<long long>(p.total));
+  } else {
+    std::snprintf(buf, sizeof buf, "step %lld", static_cast<long long>(p.step));
+  }
+  out += buf;
+  if (p.loss >= 0) {
+    std::snprintf(buf, sizeof buf, "  loss %.4f", p.loss);
+    out += buf;
+  }
+  if (p.tokens_per_second > 0) {
+    std::snprintf(buf, sizeof buf, "  %.0f tok/s", p.tokens_per_second);
+    out += buf;
+  }
+  if (p.peak_bytes > 0) out += "  mem " + Bytes(p.peak_bytes).to_string();
+  if (p.eta_seconds >= 0 && p.state == "running") out += "  ETA " + format_duration(p.eta_seconds);
+  out += "  " + p.state;
+  return out;
+}
+
+bool stderr_is_terminal(Streams io) { return &io.err == &std::cerr && isatty(STDERR_FILENO) == 1; }
+
+Result<Json> follow_job(const RestClient& client, const std::string& id, Streams io, bool redraw, bool quiet) {
+  Progress p;
+  std::int64_t last_event = 0, last_printed = -1;
+  double rate_sum = 0;  // seconds per step, smoothed over this run's steps
+  std::int64_t rate_steps = 0;
+  const std::string base = "/v1/jobs/" + url_encode(id);
+  for (;;) {
+    TAILOR_ASSIGN_OR_RETURN(Json job, get_json(client, base));
+    p.name = job.value("name", "");
+    p.state = job.value("state", "");
+
+    TAILOR_ASSIGN_OR_RETURN(Json events, get_json(client, base + "/events?after_id=" + std::to_string(last_event)));
+    for (const Json& e : events.value("events", Json::array())) {
+      last_event = std::max<std::int64_t>(last_event, e.value("id", std::int64_t{0}));
+      const std::string kind = e.value("kind", "");
+      if (kind == "runner.start" && e.contains("data") && e["data"].is_object()) {
+        p.total = e["data"].value("steps", p.total);
+      }
+      // Transitions and what the daemon did about failures tell the story;
+      // routine runner events (checkpoints) stay out of the way.
+      const bool notable = kind == "state" || kind == "replan" || kind == "cancel" || kind == "recovered" ||
+                           kind == "runner.oom" || kind == "runner.error" || kind == "retry";
+      if (notable && !quiet) {
+        if (redraw) io.err << "\r\033[K";
+        io.err << e.value("message", kind) << "\n";
+      }
+    }
+
+    TAILOR_ASSIGN_OR_RETURN(Json metrics,
+                            get_json(client, base + "/metrics?since_step=" + std::to_string(p.step) + "&limit=100000"));
+    for (const Json& m : metrics.value("metrics", Json::array())) {
+      if (m.value("rank", 0) != 0) continue;
+      p.step = m.value("step", p.step);
+      if (m.contains("loss") && m["loss"].is_number()) p.loss = m["loss"].get<double>();
+      if (m.contains("tokens_per_second") && m["tokens_per_second"].is_number()) {
+        p.tokens_per_second = m["tokens_per_second"].get<double>();
+      }
+      if (m.contains("step_seconds") && m["step_seconds"].is_number()) {
+        rate_sum += m["step_seconds"].get<double>();
+        ++rate_steps;
+      }
+      if (m.contains("memory") && m["memory"].is_object() && m["memory"].contains("peak_bytes") &&
+          m["memory"]["peak_bytes"].is_number()) {
+        p.peak_bytes = std::max(p.peak_bytes, m["memory"]["peak_bytes"].get<std::int64_t>());
+      }
+    }
+    if (rate_steps > 0 && p.total > 0) {
+      p.eta_seconds = rate_sum / static_cast<double>(rate_steps) * static_cast<double>(p.total - p.step);
+    }
+    const bool done = is_terminal_state(p.state);
+    if (!quiet) {
+      if (redraw) {
+        io.err << "\r" << progress_line(p, true) << "\033[K" << (done ? "\n" : "") << std::flush;
+      } else {
+        const std::int64_t every = std::max<std::int64_t>(1, (p.total + 19) / 20);
+        if (p.step != last_printed && (done || p.step / every != last_printed / every)) {
+          io.err << progress_line(p, false) << "\n";
+          last_printed = p.step;
+        }
+      }
+    }
+    if (done) return job;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+}  // namespace tailor::cli

@@ -1,0 +1,53 @@
+// How the client commands show tailord's jobs: tables, one-line progress
+// (step/total, loss, tokens/s, memory, ETA) and following a job to its end.
+// CLI-internal.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/rest_client.h"
+
+namespace tailor::cli {
+
+using Json = nlohmann::ordered_json;
+
+bool is_terminal_state(const std::string& state);
+
+// succeeded 0, cancelled kExitCancelled, failed kExitRunFailed.
+int exit_code_for_state(const std::string& state);
+
+// GET a JSON resource; a non-2xx answer becomes an error carrying the
+// daemon's message (and 401 a hint about the token).
+Result<Json> get_json(const RestClient& client, const std::string& target);
+Status http_error(const HttpResponse& r, const Endpoint& e);
+
+// What a progress line shows, from a job, its runner's start event and its
+// newest step metric.
+struct Progress {
+  std::string name, state;
+  std::int64_t step = 0, total = 0;
+  double loss = -1, tokens_per_second = 0;
+  std::int64_t peak_bytes = 0;
+  double eta_seconds = -1;
+};
+
+// "[#####.....] step 40/200  loss 2.3104  5120 tok/s  mem 180.4 MiB  ETA 1m12s"
+std::string progress_line(const Progress& p, bool bar);
+
+// "1m12s", "2h05m", "45s".
+std::string format_duration(double seconds);
+
+// Polls a job until it reaches a terminal state, redrawing a progress line on
+// stderr when `redraw` (a terminal) and printing a plain line every ~5% of
+// the steps otherwise, plus the job's notable events (re-plans, OOM,
+// retries). Returns the final job.
+Result<Json> follow_job(const RestClient& client, const std::string& id, Streams io, bool redraw, bool quiet);
+
+// True when `io.err` is the process' stderr and that is a terminal.
+bool stderr_is_terminal(Streams io);
+
+}  // namespace tailor::cli
