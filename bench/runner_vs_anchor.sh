@@ -3,7 +3,7 @@
 # PyTorch on the same LibTorch), same Llama config, same settings, same
 # thread count, run side by side; prints tokens/s, peak RSS and the ratios.
 # Needs `scripts/setup --bench` (Debian's python3-torch).
-#   bench/runner_vs_anchor.sh [BUILD_DIR]     STEPS=20 THREADS=2
+#   bench/runner_vs_anchor.sh [BUILD_DIR]     STEPS=20 THREADS=2 PRECISIONS="bf16 fp32"
 set -euo pipefail
 build=${1:-build}
 steps=${STEPS:-20}
@@ -27,7 +27,7 @@ with open(sys.argv[1], "wb") as f:
 PY
 
 printf '%-8s %-6s %14s %14s\n' impl prec tokens/s peak_rss_MiB
-for precision in bf16 fp32; do
+for precision in ${PRECISIONS:-bf16 fp32}; do
   a=$(/usr/bin/python3 "$anchor" --layers 4 --hidden 256 --heads 4 --kv-heads 4 --intermediate 688 --vocab 4096 \
       --seq 256 --batch 8 --precision "$precision" --steps "$steps" --warmup "$warmup" --threads "$threads")
   a_tps=$(echo "$a" | grep -o '"tokens_per_second": [0-9.]*' | cut -d' ' -f2)

@@ -46,9 +46,8 @@ exit codes: 0 trained, 1 invalid spec or data, 2 bad command line,
 )";
 
 // Techniques tailor-runner does not implement yet: the planner must not pick
-// them for a local run.
-constexpr const char* kNotInRunner[] = {"lora", "qlora", "adapters", "adamw_8bit", "zero1",
-                                        "zero2", "zero3", "offload_optimizer", "offload_params"};
+// them for a local run. (LoRA, QLoRA and adamw_8bit it does.)
+constexpr const char* kNotInRunner[] = {"zero1", "zero2", "zero3", "offload_optimizer", "offload_params"};
 
 std::string runner_path() {
   std::error_code ec;
@@ -85,11 +84,9 @@ int run_run(const Argv& argv, Streams io) {
       spec.strategy.forbid.emplace_back(t);
     }
   }
-  if ((spec.strategy.adapter && *spec.strategy.adapter != dsl::Adapter::kNone) ||
-      spec.strategy.optimizer == dsl::Optimizer::kAdamw8bit || (spec.strategy.zero_stage && *spec.strategy.zero_stage > 0) ||
+  if ((spec.strategy.zero_stage && *spec.strategy.zero_stage > 0) ||
       (spec.strategy.offload && *spec.strategy.offload != dsl::Offload::kNone)) {
-    io.err << file << ": error: the spec pins adapters, adamw_8bit, ZeRO or offload, which tailor-runner does not "
-                      "implement yet\n";
+    io.err << file << ": error: the spec pins ZeRO or offload, which tailor-runner does not implement yet\n";
     return kExitInvalid;
   }
 

@@ -1,5 +1,6 @@
 // tailor-runner: the LibTorch training worker. Runs a plan document and
 // reports through files (metrics.jsonl, events.jsonl) and its exit code.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 
 #include "core/args.h"
 #include "core/units.h"
+#include "runner/data/token_cache.h"
 #include "runner/run_config.h"
 #include "runner/torch/trainer.h"
 #include "runner/torch_probe.h"
@@ -20,7 +22,10 @@ constexpr const char* kHelp = R"(usage: tailor-runner --plan PLAN.json --out DIR
 Trains the job of a plan document (tailor plan --output json) with its
 strategy, writing DIR/metrics.jsonl (one line per step: loss, lr, grad_norm,
 tokens/s, memory by component), DIR/events.jsonl (start, checkpoint, resume,
-oom, cancelled, error, done), DIR/checkpoints/ and DIR/model.pt.
+oom, cancelled, error, done), DIR/checkpoints/, the final model as a
+Hugging Face folder DIR/model/ (config.json + model.safetensors, or shards
+and an index) and its raw parameters in DIR/model.pt. With model.path in the
+spec, training starts from that folder's safetensors weights.
 
 options:
   --plan FILE          the plan document to run
@@ -31,6 +36,10 @@ options:
                        the allocation exactly as a GPU out-of-memory would.
   --threads N          intra-op threads (default: every core; Debian's LibTorch
                        otherwise uses one)
+  --cache-dir DIR      where tokenized data files are cached (default
+                       $TAILOR_CACHE_DIR, else $XDG_CACHE_HOME/tailor/tokens,
+                       else ~/.cache/tailor/tokens); an unusable folder means
+                       tokenizing in memory, with a warning
   --progress           redraw a progress line on stderr (default on a terminal)
   --quiet              no progress output
   --probe              print LibTorch's version, devices and matmul rates
@@ -39,12 +48,24 @@ exit codes: 0 done, 1 failure, 2 bad input (never retried), 3 out of memory
 (re-plan), 4 cancelled (SIGTERM/SIGINT; a checkpoint was written)
 )";
 
+// Keeps freed tensor memory in the process' heap. By default glibc serves
+// large blocks with fresh mmap()s and unmaps them on free, so every step
+// pays the kernel's page faults again for each activation-sized tensor
+// (~0.4 ms per MiB here, FIELD-NOTES.md); a training loop allocates the same
+// sizes every step, so reuse is the right trade (RSS stays at the peak).
+void keep_freed_memory() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace tailor;
+  keep_freed_memory();
   auto parsed = Args::parse(std::vector<std::string>(argv + 1, argv + argc),
-                            {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true}, {"threads", true}, {"progress", false},
+                            {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true}, {"threads", true}, {"cache-dir", true}, {"progress", false},
                              {"quiet", false}, {"probe", false}, {"version", false}, {"help", false, false, 'h'}});
   if (!parsed.is_ok()) {
     std::cerr << "tailor-runner: " << parsed.status().message() << "\n" << kHelp;
@@ -91,6 +112,7 @@ int main(int argc, char** argv) {
   opts.resume = args.has("resume");
   opts.quiet = args.has("quiet");
   opts.progress = !opts.quiet && (args.has("progress") || isatty(STDERR_FILENO));
+  opts.cache_dir = args.has("cache-dir") ? args.get("cache-dir") : runner::data::default_token_cache_dir();
   if (args.has("memory-limit")) {
     auto limit = parse_bytes(args.get("memory-limit"));
     if (!limit.is_ok()) {

@@ -44,6 +44,19 @@ bool targeted(const Linear& l, const std::vector<std::string>& targets) {
   return targets.empty() || std::find(targets.begin(), targets.end(), l.name) != targets.end();
 }
 
+// 8-bit optimizers keep ordinary states for tensors below this many
+// elements (bitsandbytes' min_8bit_size; tailor-runner's
+// kAdamw8bitMinElements in runner/torch/adamw_8bit.h). Without it a small
+// model's LoRA states were estimated at 2 bytes per parameter where the
+// runner measures 8 (A is r x hidden: 16 x 128 = 2048 elements stays fp32).
+constexpr std::int64_t kAdamw8bitMinElements = 4096;
+
+// Optimizer state bytes of one tensor of `numel` elements.
+double tensor_state_bytes(std::int64_t numel, Optimizer o, Precision p) {
+  if (o == Optimizer::kAdamw8bit && numel < kAdamw8bitMinElements) o = Optimizer::kAdamw;
+  return static_cast<double>(numel) * optimizer_bytes_per_param(o, p);
+}
+
 }  // namespace
 
 const char* to_string(Quantization q) {
@@ -92,6 +105,10 @@ MemoryConstants MemoryConstants::defaults() {
   // 12 B when the logits themselves are fp32.
   k.logits_bytes_per_element_half = 10.0;
   k.logits_bytes_per_element_fp32 = 12.0;
+  // The runner's fused cross-entropy reads the logits as they are and writes
+  // their gradient in the same dtype: 2 + 2 B, or 4 + 4 B in fp32.
+  k.logits_bytes_per_element_fused_half = 4.0;
+  k.logits_bytes_per_element_fused_fp32 = 8.0;
   return k;
 }
 
@@ -147,7 +164,7 @@ double zero_model_state_bytes(double params, std::int64_t stage, std::int64_t gp
 }
 
 std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShape batch, Attention attention,
-                                                   bool dropout, double e) {
+                                                   bool dropout, double e, bool fused) {
   // Each row: a tensor one layer keeps for backward. sbh = s*b*h elements;
   // `e` bytes per element; dropout masks are 1 byte per element.
   const double s = static_cast<double>(batch.seq_len), b = static_cast<double>(batch.micro_batch);
@@ -187,10 +204,17 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   add("input_layernorm input", e * sbh);
   add("RMSNorm statistics (fp32, both norms)", 2 * 4 * s * b);
   add("q/k/v_proj input (norm output)", e * sbh);
-  add("Q after RoPE", e * sbh);
+  if (fused) {
+    // Fused RoPE writes one rotated copy of the qkv output; the attention
+    // matmuls keep q, k and v as views of it.
+    add("q, k, v after RoPE", e * (sbh + 2 * s * b * kv));
+  } else {
+    add("Q after RoPE", e * sbh);
+  }
   if (standard) {
-    // Eager attention repeats K and V to every query head before the matmuls.
-    add("K and V repeated to all heads", 2 * e * sbh);
+    // Eager attention repeats K and V to every query head before the matmuls
+    // (with fused RoPE and no GQA, k and v are used as they are).
+    if (!fused || a.kv_heads != a.heads) add("K and V repeated to all heads", 2 * e * sbh);
     add("softmax output", e * scores);
     if (dropout) {
       add("attention dropout mask", scores);
@@ -204,7 +228,7 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   add("post_attention_layernorm input", e * sbh);
   add("gate/up_proj input (norm output)", e * sbh);
   add("gate_proj output (SiLU input)", e * sbi);
-  add("SiLU output", e * sbi);
+  if (!fused) add("SiLU output", e * sbi);  // fused SwiGLU recomputes it in backward
   add("up_proj output", e * sbi);
   add("down_proj input", e * sbi);
   return t;
@@ -227,6 +251,16 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     grads = static_cast<double>(pc.total) * gradient_bytes_per_param(st.precision);
     master = static_cast<double>(pc.total) * master_bytes_per_param(st.precision);
     states = static_cast<double>(pc.total) * optimizer_bytes_per_param(st.optimizer, st.precision);
+    if (st.optimizer == Optimizer::kAdamw8bit && a.hidden < kAdamw8bitMinElements) {
+      // Norm weights and biases (pc.other less the embeddings and head) are
+      // 1-D tensors of about `hidden` elements: below the 8-bit threshold
+      // here, so they keep 32-bit states.
+      const std::int64_t embeddings = a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) +
+                                      (a.family == ModelFamily::kGpt2 ? a.max_seq_len * a.hidden : 0);
+      const double small = static_cast<double>(std::max<std::int64_t>(0, pc.other - embeddings));
+      states += small * (optimizer_bytes_per_param(Optimizer::kAdamw, st.precision) -
+                         optimizer_bytes_per_param(st.optimizer, st.precision));
+    }
   } else {
     const std::int64_t lora = lora_parameter_count(a, st.lora_rank, in.lora_targets);
     out.trainable_parameters = lora;
@@ -242,7 +276,13 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     const double adapter_dtype = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
     adapter_bytes = static_cast<double>(lora) * adapter_dtype;
     grads = static_cast<double>(lora) * adapter_dtype;
-    states = static_cast<double>(lora) * optimizer_bytes_per_param(st.optimizer, st.precision);
+    // A (r, in) and B (out, r) of each adapted linear, tensor by tensor: the
+    // 8-bit threshold decides small models' adapters.
+    for (const Linear& l : block_linears(a)) {
+      if (!targeted(l, in.lora_targets)) continue;
+      states += static_cast<double>(a.layers) * (tensor_state_bytes(st.lora_rank * l.in, st.optimizer, st.precision) +
+                                                 tensor_state_bytes(l.out * st.lora_rank, st.optimizer, st.precision));
+    }
   }
   // ZeRO partitions across the N data-parallel ranks.
   if (st.zero_stage >= 1) {
@@ -285,18 +325,50 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // Activations: a full layer, or only its input when checkpointed; during
   // backward one checkpointed layer at a time is recomputed in full.
   double full_layer = 0, largest_term = 0;
-  for (const ActivationTerm& term : layer_activation_terms(a, in.batch, in.attention, in.dropout, e)) {
+  for (const ActivationTerm& term : layer_activation_terms(a, in.batch, in.attention, in.dropout, e, in.fused_kernels)) {
     full_layer += term.bytes;
     largest_term = std::max(largest_term, term.bytes);
   }
   const double s = static_cast<double>(in.batch.seq_len), b = static_cast<double>(in.batch.micro_batch);
+  // The layer recomputed under checkpointing: while it back-propagates, the
+  // gradients flowing through its frozen linears are as large as the inputs
+  // a trainable layer would have kept, so it counts them as a full layer does
+  // (measured: without this, LoRA/QLoRA runs with checkpointing peaked 8-14%
+  // above the estimate).
+  double recomputed_layer = full_layer;
   if (adapter) {
+    // A frozen linear's input is kept for backward only when something else
+    // needs it: LibTorch saves a matmul operand only for the gradient that
+    // uses it, and NF4 layers keep no input at all. Measured with
+    // tailor-runner (tests/runner/adapter_memory_test.cpp): without this the
+    // estimate of LoRA runs without checkpointing was 10-20% high. An adapter
+    // reads that same input only without dropout.
+    const double sbh = s * b * static_cast<double>(a.hidden), sbi = s * b * static_cast<double>(a.intermediate);
+    auto input_kept = [&](std::initializer_list<const char*> names) {
+      if (in.lora_dropout > 0) return false;
+      for (const char* name : names) {
+        if (targeted(Linear{name, 0, 0}, in.lora_targets)) return true;
+      }
+      return false;
+    };
+    if (a.family == ModelFamily::kGpt2) {
+      if (!input_kept({"c_attn"})) full_layer -= e * sbh;
+      if (!input_kept({"c_proj"})) full_layer -= e * sbh + e * sbi;  // attention c_proj input, GELU output
+      if (!input_kept({"c_fc"})) full_layer -= e * sbh;
+    } else {
+      if (!input_kept({"q_proj", "k_proj", "v_proj"})) full_layer -= e * sbh;
+      if (!input_kept({"o_proj"})) full_layer -= e * sbh;
+      if (!input_kept({"gate_proj", "up_proj"})) full_layer -= e * sbh;
+      if (!input_kept({"down_proj"})) full_layer -= e * sbi;
+    }
     // LoRA: with dropout, each adapted linear keeps its own dropped-out input
     // copy and mask; every adapter keeps its A output (s*b*r).
     for (const Linear& l : block_linears(a)) {
       if (!targeted(l, in.lora_targets)) continue;
-      if (in.lora_dropout > 0) full_layer += (e + 1.0) * s * b * static_cast<double>(l.in);
-      full_layer += e * s * b * static_cast<double>(st.lora_rank);
+      double kept = e * s * b * static_cast<double>(st.lora_rank);
+      if (in.lora_dropout > 0) kept += (e + 1.0) * s * b * static_cast<double>(l.in);
+      full_layer += kept;
+      recomputed_layer += kept;
     }
   }
   const double layer_input = e * s * b * static_cast<double>(a.hidden);
@@ -304,7 +376,11 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   std::int64_t checkpointed = 0;
   if (st.checkpoint_every > 0) checkpointed = (layers + st.checkpoint_every - 1) / st.checkpoint_every;
   const double logit_elems = b * s * static_cast<double>(a.vocab);
-  const double per_elem = is_half(st.precision) ? k.logits_bytes_per_element_half : k.logits_bytes_per_element_fp32;
+  const double per_elem = in.fused_kernels
+                              ? (is_half(st.precision) ? k.logits_bytes_per_element_fused_half
+                                                       : k.logits_bytes_per_element_fused_fp32)
+                              : (is_half(st.precision) ? k.logits_bytes_per_element_half
+                                                       : k.logits_bytes_per_element_fp32);
   const double logits = logit_elems * per_elem * k.logits_factor;
   m.logits = Bytes(static_cast<std::int64_t>(logits));
 
@@ -316,7 +392,7 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // logits buffers: only what exceeds them adds to the peak. While it
   // back-propagates, a gradient as large as its largest tensor (the score
   // matrices under standard attention) is alive too.
-  if (checkpointed > 0) acts += std::max(0.0, (full_layer + largest_term) * k.activation_factor - logits);
+  if (checkpointed > 0) acts += std::max(0.0, (recomputed_layer + largest_term) * k.activation_factor - logits);
   m.activations = Bytes(static_cast<std::int64_t>(acts));
 
   double overhead = static_cast<double>((in.on_gpu ? k.gpu_runtime_overhead : k.cpu_runtime_overhead).count());

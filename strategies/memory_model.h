@@ -47,6 +47,8 @@ struct MemoryConstants {
   Bytes cpu_runtime_overhead;  // tracked on CPU: none (the tracking allocator counts tensors only)
   double logits_bytes_per_element_half;  // logits + fp32 log-probs + their gradient, per b*s*V element
   double logits_bytes_per_element_fp32;
+  double logits_bytes_per_element_fused_half;  // fused cross-entropy: logits + their gradient
+  double logits_bytes_per_element_fused_fp32;
   // Multiplicative corrections from measurements (1.0 = formulas as derived).
   double activation_factor = 1.0;
   double logits_factor = 1.0;
@@ -76,6 +78,10 @@ struct MemoryInput {
   double lora_dropout = 0.0;
   Attention attention = Attention::kMemoryEfficient;
   bool on_gpu = true;       // false: CPU training (no CUDA context)
+  // The runner's fused CPU kernels (runner/torch/fused_ops.h) keep fewer
+  // tensors than composed ops: SwiGLU keeps only its input, RoPE nothing,
+  // cross-entropy the logits and their gradient only. On by default for CPU.
+  bool fused_kernels = false;
   bool dropout = false;     // model dropout (GPT-3-style training); fine-tuning here runs without
 };
 
@@ -103,13 +109,14 @@ double quantized_bytes_per_param(Quantization q, std::int64_t out_features = 409
 double korthikanti_layer_bytes(std::int64_t s, std::int64_t b, std::int64_t h, std::int64_t a);
 
 // One layer's saved activations for this architecture, tensor by tensor
-// (see the table in memory_model.cpp), in bytes.
+// (see the table in memory_model.cpp), in bytes. `fused`: as the runner's
+// fused CPU kernels keep them (MemoryInput::fused_kernels).
 struct ActivationTerm {
   std::string tensor;  // "attention scores (softmax output)"
   double bytes = 0;
 };
 std::vector<ActivationTerm> layer_activation_terms(const dsl::ModelArch& arch, BatchShape batch, Attention attention,
-                                                   bool dropout, double bytes_per_element);
+                                                   bool dropout, double bytes_per_element, bool fused = false);
 
 // ZeRO per-GPU model-state bytes for P parameters under mixed-precision
 // AdamW (Rajbhandari et al. 2020, fig. 1): stage 0: 16P; 1: 4P + 12P/N;

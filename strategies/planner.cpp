@@ -146,6 +146,8 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   // the score matrices there.
   in.attention = on_cpu ? Attention::kStandard : o.attention;
   in.on_gpu = !on_cpu;
+  // tailor-runner's fused kernels cover fp32 and bf16 on the CPU.
+  in.fused_kernels = on_cpu && s.precision != Precision::kFp16;
   Candidate c;
   c.strategy = s;
   c.memory = estimate_memory(in, o.memory);

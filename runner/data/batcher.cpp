@@ -34,12 +34,12 @@ std::uint64_t uniform_below(std::uint64_t& state, std::uint64_t bound) {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // A batch of rows x cols, all padding until filled.
-Batch blank_batch(std::int64_t rows, std::int64_t cols) {
+Batch blank_batch(std::int64_t rows, std::int64_t cols, std::int32_t pad_id) {
   Batch b;
   b.rows = rows;
   b.seq_len = cols;
   const auto cells = static_cast<std::size_t>(rows * cols);
-  b.inputs.assign(cells, ByteTokenizer::kPad);
+  b.inputs.assign(cells, pad_id);
   b.targets.assign(cells, kIgnore);
   b.positions.assign(cells, 0);
   b.segment_ids.assign(cells, -1);
@@ -48,25 +48,27 @@ Batch blank_batch(std::int64_t rows, std::int64_t cols) {
 
 }  // namespace
 
-Batcher::Batcher(std::vector<Example> examples, std::int64_t seq_len, bool packing,
-                 std::int64_t micro_batch, std::uint64_t seed)
-    : examples_(std::move(examples)),
+Batcher::Batcher(TokenStore store, std::int64_t seq_len, bool packing, std::int64_t micro_batch,
+                 std::uint64_t seed, std::int32_t pad_id)
+    : store_(std::move(store)),
       seq_len_(seq_len),
       packing_(packing),
       micro_batch_(micro_batch),
-      seed_(seed) {
-  TAILOR_CHECK(!examples_.empty());
+      seed_(seed),
+      pad_id_(pad_id) {
+  TAILOR_CHECK(store_.documents() > 0);
   TAILOR_CHECK(seq_len_ >= 1);
   TAILOR_CHECK(micro_batch_ >= 1);
-  for (const Example& ex : examples_) {
-    TAILOR_CHECK(ex.tokens.size() >= 2);
-    TAILOR_CHECK(ex.trained.size() == ex.tokens.size());
-    total_tokens_ += static_cast<std::int64_t>(ex.tokens.size());
-  }
+  for (std::size_t d = 0; d < store_.documents(); ++d) TAILOR_CHECK(store_.length(d) >= 2);
+  total_tokens_ = store_.total_tokens();
   // A stream of N tokens holds N - 1 (input, next token) pairs.
   rows_per_epoch_ = packing_ ? ceil_div(total_tokens_ - 1, seq_len_)
-                             : static_cast<std::int64_t>(examples_.size());
+                             : static_cast<std::int64_t>(store_.documents());
 }
+
+Batcher::Batcher(const std::vector<Example>& examples, std::int64_t seq_len, bool packing,
+                 std::int64_t micro_batch, std::uint64_t seed, std::int32_t pad_id)
+    : Batcher(TokenStore::from_examples(examples), seq_len, packing, micro_batch, seed, pad_id) {}
 
 std::int64_t Batcher::rows_per_epoch() const { return rows_per_epoch_; }
 
@@ -116,7 +118,7 @@ Batch Batcher::longest_batch() const {
   // The widest possible batch: every row is at most the longest document,
   // and a batch is widest when it holds the micro_batch longest together
   // (repeating documents when there are fewer than micro_batch).
-  std::vector<std::size_t> docs(examples_.size());
+  std::vector<std::size_t> docs(store_.documents());
   std::iota(docs.begin(), docs.end(), std::size_t{0});
   std::sort(docs.begin(), docs.end(), [&](std::size_t a, std::size_t b) {
     const std::int64_t la = row_length(a), lb = row_length(b);
@@ -129,7 +131,7 @@ Batch Batcher::longest_batch() const {
 
 Batcher::Order Batcher::make_order(std::int64_t epoch) const {
   Order order;
-  order.docs.resize(examples_.size());
+  order.docs.resize(store_.documents());
   std::iota(order.docs.begin(), order.docs.end(), std::size_t{0});
   // One key per seed, then the epoch mixed in, so (seed, epoch) pairs never
   // share a stream the way seed + epoch would (seed 1 epoch 0 = seed 0 epoch 1).
@@ -143,7 +145,7 @@ Batcher::Order Batcher::make_order(std::int64_t epoch) const {
     order.starts.resize(order.docs.size() + 1);
     order.starts[0] = 0;
     for (std::size_t i = 0; i < order.docs.size(); ++i) {
-      order.starts[i + 1] = order.starts[i] + static_cast<std::int64_t>(examples_[order.docs[i]].tokens.size());
+      order.starts[i + 1] = order.starts[i] + store_.length(order.docs[i]);
     }
   }
   return order;
@@ -173,7 +175,7 @@ Batch Batcher::batch_of(const std::vector<State>& rows, const Order* const* orde
     for (const State& r : rows) docs.push_back(order_of(r.epoch, scratch).docs[static_cast<std::size_t>(r.index)]);
     return padded_batch(docs);
   }
-  Batch b = blank_batch(static_cast<std::int64_t>(rows.size()), seq_len_);
+  Batch b = blank_batch(static_cast<std::int64_t>(rows.size()), seq_len_, pad_id_);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     fill_packed_row(b, static_cast<std::int64_t>(i), order_of(rows[i].epoch, scratch), rows[i].index);
   }
@@ -197,15 +199,16 @@ void Batcher::fill_packed_row(Batch& b, std::int64_t r, const Order& order, std:
       ++segment;
       position = 0;
     }
-    const Example& ex = examples_[order.docs[i]];
+    const std::size_t doc = order.docs[i];
+    const auto length = static_cast<std::size_t>(store_.length(doc));
     // The next token is in this document, or it is the next document's
     // BOS, which is never trained (so never a target across documents).
-    const Example& next_ex = offset + 1 < ex.tokens.size() ? ex : examples_[order.docs[i + 1]];
-    const std::size_t next_offset = offset + 1 < ex.tokens.size() ? offset + 1 : 0;
+    const std::size_t next_doc = offset + 1 < length ? doc : order.docs[i + 1];
+    const std::size_t next_offset = offset + 1 < length ? offset + 1 : 0;
     const auto cell = static_cast<std::size_t>(r * seq_len_ + c);
-    b.inputs[cell] = ex.tokens[offset];
-    if (next_ex.trained[next_offset]) {
-      b.targets[cell] = next_ex.tokens[next_offset];
+    b.inputs[cell] = store_.tokens(doc)[offset];
+    if (store_.trained(next_doc)[next_offset]) {
+      b.targets[cell] = store_.tokens(next_doc)[next_offset];
       ++b.target_tokens;
     }
     b.positions[cell] = position++;
@@ -214,22 +217,23 @@ void Batcher::fill_packed_row(Batch& b, std::int64_t r, const Order& order, std:
 }
 
 std::int64_t Batcher::row_length(std::size_t doc) const {
-  return std::min(static_cast<std::int64_t>(examples_[doc].tokens.size()), seq_len_ + 1);
+  return std::min(store_.length(doc), seq_len_ + 1);
 }
 
 Batch Batcher::padded_batch(std::span<const std::size_t> docs) const {
   std::int64_t cols = 0;
   for (std::size_t d : docs) cols = std::max(cols, row_length(d) - 1);
-  Batch b = blank_batch(static_cast<std::int64_t>(docs.size()), cols);
+  Batch b = blank_batch(static_cast<std::int64_t>(docs.size()), cols, pad_id_);
   for (std::size_t r = 0; r < docs.size(); ++r) {
-    const Example& ex = examples_[docs[r]];
+    const auto tokens = store_.tokens(docs[r]);
+    const auto trained = store_.trained(docs[r]);
     const std::int64_t width = row_length(docs[r]) - 1;
     for (std::int64_t c = 0; c < width; ++c) {
       const auto cell = r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c);
       const auto t = static_cast<std::size_t>(c);
-      b.inputs[cell] = ex.tokens[t];
-      if (ex.trained[t + 1]) {
-        b.targets[cell] = ex.tokens[t + 1];
+      b.inputs[cell] = tokens[t];
+      if (trained[t + 1]) {
+        b.targets[cell] = tokens[t + 1];
         ++b.target_tokens;
       }
       b.positions[cell] = static_cast<std::int32_t>(c);

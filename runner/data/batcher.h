@@ -8,7 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "runner/data/dataset.h"
+#include "runner/data/byte_tokenizer.h"
+#include "runner/data/token_store.h"
 
 namespace tailor::runner::data {
 
@@ -17,7 +18,7 @@ struct Batch {
   std::int64_t rows = 0;                  // always micro_batch: a batch continues into the next epoch
   std::int64_t seq_len = 0;               // columns: with packing the batcher's seq_len; with dynamic
                                           // padding the longest row of this batch
-  std::vector<std::int32_t> inputs;       // (rows, seq_len) token ids; padding = ByteTokenizer::kPad
+  std::vector<std::int32_t> inputs;       // (rows, seq_len) token ids; padding = the batcher's pad_id
   std::vector<std::int32_t> targets;      // (rows, seq_len) the next token; -100 where not trained
                                           // (padding, masked prompt, a next document's BOS)
   std::vector<std::int32_t> positions;    // (rows, seq_len) position within its document's piece in
@@ -50,15 +51,22 @@ struct Batch {
 // seen whatever the micro-batch size. Nothing is dropped and nothing repeats
 // within an epoch.
 //
-// Not thread-safe. Holds the examples; per epoch it keeps an order of
-// 16 bytes per document, never per token.
+// Not thread-safe. Reads documents from a TokenStore (a copy shares its
+// storage: owned arrays or the token cache's mapping); per epoch it keeps an
+// order of 16 bytes per document, never per token.
 class Batcher {
  public:
-  // Requires non-empty examples, each with at least 2 tokens (BOS and EOS,
-  // as load_examples makes them) and trained.size() == tokens.size();
-  // seq_len >= 1; micro_batch >= 1. Violations are bugs (TAILOR_CHECK).
-  Batcher(std::vector<Example> examples, std::int64_t seq_len, bool packing, std::int64_t micro_batch,
-          std::uint64_t seed);
+  // Requires at least one document, each with at least 2 tokens (BOS and
+  // EOS, as tokenize_file makes them); seq_len >= 1; micro_batch >= 1.
+  // Violations are bugs (TAILOR_CHECK). pad_id fills padding inputs
+  // (Tokenizer::pad_id()). Batches depend only on the documents' content,
+  // not on whether the store is owned or mapped.
+  Batcher(TokenStore store, std::int64_t seq_len, bool packing, std::int64_t micro_batch, std::uint64_t seed,
+          std::int32_t pad_id);
+  // The same from per-document vectors (tests, small callers); the byte
+  // tokenizer's padding unless told otherwise.
+  Batcher(const std::vector<Example>& examples, std::int64_t seq_len, bool packing, std::int64_t micro_batch,
+          std::uint64_t seed, std::int32_t pad_id = ByteTokenizer::kPad);
 
   // The batch at state() and advances; after an epoch's last batch the
   // state is {epoch + 1, 0}, reshuffled.
@@ -104,11 +112,12 @@ class Batcher {
   Batch padded_batch(std::span<const std::size_t> docs) const;
   std::int64_t row_length(std::size_t doc) const;  // tokens of a document used as an unpacked row
 
-  std::vector<Example> examples_;
+  TokenStore store_;
   std::int64_t seq_len_;
   bool packing_;
   std::int64_t micro_batch_;
   std::uint64_t seed_;
+  std::int32_t pad_id_;
   std::int64_t total_tokens_ = 0;  // sum of all documents' lengths
   std::int64_t rows_per_epoch_ = 0;
   State state_;

@@ -1,36 +1,17 @@
 #include "runner/data/dataset.h"
 
-#include <filesystem>
-#include <fstream>
 #include <string_view>
-#include <system_error>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "core/text.h"
+#include "runner/data/file_io.h"
 
 namespace tailor::runner::data {
 namespace {
 
 using Json = nlohmann::json;
-
-Result<std::string> read_file(const std::string& path) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) {
-    const std::string msg = path + ": " + ec.message();
-    if (ec == std::errc::no_such_file_or_directory) return Status::not_found(msg);
-    return Status::io_error(msg);
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::io_error(path + ": cannot open for reading");
-  std::string bytes(size, '\0');
-  if (size > 0 && !in.read(bytes.data(), static_cast<std::streamsize>(size))) {
-    return Status::io_error(path + ": read failed");
-  }
-  return bytes;
-}
 
 std::string_view drop_utf8_bom(std::string_view s) {
   if (s.substr(0, 3) == "\xEF\xBB\xBF") s.remove_prefix(3);
@@ -52,38 +33,65 @@ Status for_each_line(std::string_view text, Fn&& fn) {
   return Status::ok();
 }
 
-// Appends `text` as trained or untrained tokens.
-void append(Example& ex, const ByteTokenizer& tok, std::string_view text, bool trained) {
-  const auto ids = tok.encode(text);
-  ex.tokens.insert(ex.tokens.end(), ids.begin(), ids.end());
-  ex.trained.insert(ex.trained.end(), ids.size(), trained ? 1 : 0);
-}
+// Documents appended to three flat arrays: no heap object per document.
+class Builder {
+ public:
+  Builder(const Tokenizer& tok, std::size_t input_bytes) : tok_(tok) {
+    // Reserved generously: untouched capacity is only address space, and
+    // growing by doubling would copy a large corpus several times. With the
+    // byte tokenizer this covers the content plus BOS/EOS of paragraphs of
+    // 16 bytes or more; the final shrink returns the rest.
+    const std::size_t guess = input_bytes + input_bytes / 8 + 16;
+    tokens_.reserve(guess);
+    trained_.reserve(guess);
+  }
 
-// Reserving the exact size matters: growing by push_back would leave up to
-// half of a 100 MB corpus's 500 MB of tokens as unused capacity.
-Example begin_example(std::size_t content_bytes) {
-  Example ex;
-  ex.tokens.reserve(content_bytes + 2);
-  ex.trained.reserve(content_bytes + 2);
-  ex.tokens.push_back(ByteTokenizer::kBos);
-  ex.trained.push_back(0);  // nothing predicts the first token
-  return ex;
-}
+  void begin() {
+    tokens_.push_back(tok_.bos_id());
+    trained_.push_back(0);  // nothing predicts the first token
+  }
+  // Appends `text` as trained or untrained tokens.
+  void append_text(std::string_view text, bool trained) {
+    const auto ids = tok_.encode(text);
+    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+    trained_.insert(trained_.end(), ids.size(), trained ? 1 : 0);
+  }
+  void append_id(std::int32_t id) {
+    tokens_.push_back(id);
+    trained_.push_back(1);
+  }
+  void end() {
+    tokens_.push_back(tok_.eos_id());
+    trained_.push_back(1);  // learning where a document ends is part of the task
+    offsets_.push_back(static_cast<std::int64_t>(tokens_.size()));
+  }
+  // Tokens of the open document so far (BOS included).
+  std::size_t open_length() const { return tokens_.size() - static_cast<std::size_t>(offsets_.back()); }
+  std::size_t documents() const { return offsets_.size() - 1; }
 
-void end_example(Example& ex) {
-  ex.tokens.push_back(ByteTokenizer::kEos);
-  ex.trained.push_back(1);  // learning where a document ends is part of the task
-}
+  // The documents ended so far; an open one (a lone BOS) is dropped.
+  TokenStore finish() && {
+    tokens_.resize(static_cast<std::size_t>(offsets_.back()));
+    trained_.resize(tokens_.size());
+    tokens_.shrink_to_fit();
+    trained_.shrink_to_fit();
+    return TokenStore::from_vectors(std::move(tokens_), std::move(trained_), std::move(offsets_));
+  }
 
-std::vector<Example> load_text(std::string_view text, const ByteTokenizer& tok) {
-  std::vector<Example> out;
+ private:
+  const Tokenizer& tok_;
+  std::vector<std::int32_t> tokens_;
+  std::vector<std::uint8_t> trained_;
+  std::vector<std::int64_t> offsets_{0};
+};
+
+void load_text(std::string_view text, Builder& out) {
   std::string paragraph;
   auto flush = [&] {
     if (paragraph.empty()) return;
-    Example ex = begin_example(paragraph.size());
-    append(ex, tok, paragraph, true);
-    end_example(ex);
-    out.push_back(std::move(ex));
+    out.begin();
+    out.append_text(paragraph, true);
+    out.end();
     paragraph.clear();
   };
   (void)for_each_line(text, [&](std::int64_t, std::string_view line) {
@@ -96,7 +104,6 @@ std::vector<Example> load_text(std::string_view text, const ByteTokenizer& tok) 
     return Status::ok();
   });
   flush();
-  return out;
 }
 
 // The string in obj[name], or an error naming the line.
@@ -126,8 +133,7 @@ std::string parse_reason(const Json::parse_error& e) {
   return std::string(what);
 }
 
-Result<std::vector<Example>> load_jsonl(std::string_view text, const std::string& path,
-                                        const dsl::DataSpec& spec, const ByteTokenizer& tok) {
+Status load_jsonl(std::string_view text, const std::string& path, const dsl::DataSpec& spec, Builder& out) {
   const bool pairs = !spec.prompt_field.empty() || !spec.completion_field.empty();
   if (pairs && (spec.prompt_field.empty() || spec.completion_field.empty())) {
     return Status::invalid_argument(
@@ -136,8 +142,7 @@ Result<std::vector<Example>> load_jsonl(std::string_view text, const std::string
   }
   if (!pairs && spec.field.empty()) return Status::invalid_argument("data: field must not be empty");
 
-  std::vector<Example> out;
-  const Status status = for_each_line(text, [&](std::int64_t number, std::string_view line) -> Status {
+  return for_each_line(text, [&](std::int64_t number, std::string_view line) -> Status {
     if (trim(line).empty()) return Status::ok();
     const std::string where = path + ":" + std::to_string(number) + ": ";
     Json obj;
@@ -151,45 +156,34 @@ Result<std::vector<Example>> load_jsonl(std::string_view text, const std::string
     if (!obj.is_object()) {
       return Status::invalid_argument(where + "expected a JSON object, got " + obj.type_name());
     }
-    Example ex;
     if (pairs) {
       TAILOR_ASSIGN_OR_RETURN(const std::string_view prompt, string_field(obj, spec.prompt_field, where));
       TAILOR_ASSIGN_OR_RETURN(const std::string_view completion,
                               string_field(obj, spec.completion_field, where));
       if (prompt.empty() && completion.empty()) return Status::ok();
-      ex = begin_example(prompt.size() + completion.size());
-      append(ex, tok, prompt, false);
-      append(ex, tok, completion, true);
+      out.begin();
+      out.append_text(prompt, false);
+      out.append_text(completion, true);
     } else {
       TAILOR_ASSIGN_OR_RETURN(const std::string_view content, string_field(obj, spec.field, where));
       if (content.empty()) return Status::ok();
-      ex = begin_example(content.size());
-      append(ex, tok, content, true);
+      out.begin();
+      out.append_text(content, true);
     }
-    end_example(ex);
-    out.push_back(std::move(ex));
+    out.end();
     return Status::ok();
   });
-  TAILOR_RETURN_IF_ERROR(status);
-  return out;
 }
 
-Result<std::vector<Example>> load_tokens(std::string_view bytes, const std::string& path) {
+Status load_tokens(std::string_view bytes, const std::string& path, const Tokenizer& tok, Builder& out) {
   if (bytes.size() % 4 != 0) {
     return Status::invalid_argument(path + ": size " + std::to_string(bytes.size()) +
                                     " bytes is not a multiple of 4 (expected little-endian int32 ids)");
   }
-  std::vector<Example> out;
-  Example ex = begin_example(0);
-  auto flush = [&] {
-    if (ex.tokens.size() > 1) {
-      end_example(ex);
-      ex.tokens.shrink_to_fit();  // the length was unknown while reading
-      ex.trained.shrink_to_fit();
-      out.push_back(std::move(ex));
-    }
-    ex = begin_example(0);
-  };
+  const std::int32_t bos = tok.bos_id(), eos = tok.eos_id();
+  // A document is opened lazily and closed at EOS; an open document with
+  // nothing but its BOS is left open for the next one (never ended).
+  bool open = false;
   const std::size_t count = bytes.size() / 4;
   for (std::size_t i = 0; i < count; ++i) {
     // Assembled byte by byte so the file reads the same on any host order.
@@ -201,42 +195,52 @@ Result<std::vector<Example>> load_tokens(std::string_view bytes, const std::stri
       return Status::invalid_argument(path + ": token " + std::to_string(i) + " (byte " +
                                       std::to_string(4 * i) + "): negative id " + std::to_string(id));
     }
-    if (id == ByteTokenizer::kEos) {
-      flush();
-    } else if (id == ByteTokenizer::kBos && ex.tokens.size() == 1) {
+    if (!open) {
+      out.begin();
+      open = true;
+    }
+    if (id == eos) {
+      if (out.open_length() > 1) {
+        out.end();
+        open = false;
+      }
+    } else if (id == bos && out.open_length() == 1) {
       // The file already marks the start of this document: ours stands for it.
     } else {
-      ex.tokens.push_back(id);
-      ex.trained.push_back(1);
+      out.append_id(id);
     }
   }
-  flush();
-  return out;
+  if (open && out.open_length() > 1) out.end();  // the last document may lack its EOS
+  return Status::ok();
 }
 
 }  // namespace
 
-Result<std::vector<Example>> load_examples(const std::string& path, const dsl::DataSpec& spec,
-                                           const ByteTokenizer& tok) {
+Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok) {
   TAILOR_ASSIGN_OR_RETURN(const std::string bytes, read_file(path));
-  Result<std::vector<Example>> examples = std::vector<Example>{};
+  Builder out(tok, bytes.size());
   switch (spec.format) {
     case dsl::DataFormat::kText:
-      examples = load_text(drop_utf8_bom(bytes), tok);
+      load_text(drop_utf8_bom(bytes), out);
       break;
     case dsl::DataFormat::kJsonl:
-      examples = load_jsonl(drop_utf8_bom(bytes), path, spec, tok);
+      TAILOR_RETURN_IF_ERROR(load_jsonl(drop_utf8_bom(bytes), path, spec, out));
       break;
     case dsl::DataFormat::kTokens:
-      examples = load_tokens(bytes, path);
+      TAILOR_RETURN_IF_ERROR(load_tokens(bytes, path, tok, out));
       break;
   }
-  if (!examples.is_ok()) return examples.status();
-  if (examples->empty()) {
+  if (out.documents() == 0) {
     return Status::invalid_argument(path + ": no documents (the file is empty or holds only empty " +
                                     std::string(dsl::to_string(spec.format)) + " documents)");
   }
-  return examples;
+  return std::move(out).finish();
+}
+
+Result<std::vector<Example>> load_examples(const std::string& path, const dsl::DataSpec& spec,
+                                           const Tokenizer& tok) {
+  TAILOR_ASSIGN_OR_RETURN(const TokenStore store, tokenize_file(path, spec, tok));
+  return store.to_examples();
 }
 
 }  // namespace tailor::runner::data

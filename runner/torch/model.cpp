@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "runner/torch/fused_ops.h"
+
 namespace tailor::runner {
 namespace {
 
@@ -38,11 +40,30 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   }
 };
 
-Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) { return RmsNormFunction::apply(x, w, eps); }
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
+  return fused_supported(x) ? fused_rms_norm(x, w, eps) : RmsNormFunction::apply(x, w, eps);
+}
 
-Tensor rotate_half(const Tensor& x) {
+// RoPE (Su et al. 2021) in the rotate-half layout of Hugging Face Llama on
+// the q and k heads of the fused qkv output (B, T, (H + 2 KV) D); cos/sin
+// are (B, T, D/2) fp32, one value per frequency.
+Tensor apply_rope(const Tensor& qkv, const Tensor& cos, const Tensor& sin, std::int64_t rotated_heads,
+                  std::int64_t d) {
+  if (fused_supported(qkv)) return fused_rope(qkv, cos, sin, rotated_heads, d);
+  const Tensor c = torch::cat({cos, cos}, -1).to(qkv.scalar_type()).unsqueeze(2);  // (B, T, 1, D)
+  const Tensor s = torch::cat({sin, sin}, -1).to(qkv.scalar_type()).unsqueeze(2);
+  const std::int64_t b = qkv.size(0), t = qkv.size(1);
+  auto parts = qkv.split({rotated_heads * d, qkv.size(-1) - rotated_heads * d}, -1);
+  const Tensor x = parts[0].view({b, t, rotated_heads, d});
   auto halves = x.chunk(2, -1);
-  return torch::cat({-halves[1], halves[0]}, -1);
+  const Tensor rotated = x * c + torch::cat({-halves[1], halves[0]}, -1) * s;
+  return torch::cat({rotated.reshape({b, t, rotated_heads * d}), parts[1]}, -1);
+}
+
+Tensor swiglu(const Tensor& gate_up) {
+  if (fused_supported(gate_up)) return fused_swiglu(gate_up);
+  auto parts = gate_up.chunk(2, -1);
+  return torch::silu(parts[0]) * parts[1];
 }
 
 }  // namespace
@@ -111,30 +132,54 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
 
   Tensor h = gpt2 ? torch::layer_norm(x, {arch_.hidden}, l->norm1, l->norm1_b, arch_.norm_eps)
                   : rms_norm(x, l->norm1, arch_.norm_eps);
-  Tensor qkv = torch::linear(h, l->qkv, l->qkv_b);  // (B, T, (H + 2 KV) D)
+  Tensor qkv = project(i, Projection::kQkv, h, l->qkv, l->qkv_b);  // (B, T, (H + 2 KV) D)
+  if (!gpt2) qkv = apply_rope(qkv, cos, sin, heads + kv_heads, d);
   auto parts = qkv.split({heads * d, kv_heads * d, kv_heads * d}, -1);
   Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // (B, H, T, D)
   Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
   Tensor v = parts[2].view({b, t, kv_heads, d}).transpose(1, 2);
-  if (!gpt2) {
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
-  }
   if (kv_heads != heads) {
     k = k.repeat_interleave(heads / kv_heads, 1);
     v = v.repeat_interleave(heads / kv_heads, 1);
   }
   Tensor scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d))) + mask;
   Tensor y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, heads * d});
-  Tensor out = x + torch::linear(y, l->o, l->o_b);
+  Tensor out = x + project(i, Projection::kO, y, l->o, l->o_b);
 
   h = gpt2 ? torch::layer_norm(out, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps)
            : rms_norm(out, l->norm2, arch_.norm_eps);
   if (gpt2) {
-    return out + torch::linear(torch::gelu(torch::linear(h, l->up, l->up_b), "tanh"), l->down, l->down_b);
+    return out + project(i, Projection::kDown, torch::gelu(project(i, Projection::kUp, h, l->up, l->up_b), "tanh"),
+                         l->down, l->down_b);
   }
-  auto gate_up = torch::linear(h, l->up).chunk(2, -1);
-  return out + torch::linear(torch::silu(gate_up[0]) * gate_up[1], l->down);
+  return out + project(i, Projection::kDown, swiglu(project(i, Projection::kUp, h, l->up, Tensor())), l->down,
+                       Tensor());
+}
+
+Tensor CausalLMImpl::project(std::size_t layer, Projection p, const Tensor& x, const Tensor& w, const Tensor& b) {
+  return hook_ ? hook_->project(layer, p, x, w, b) : torch::linear(x, w, b);
+}
+
+Tensor& CausalLMImpl::projection_weight(std::size_t layer, Projection p) {
+  auto* l = static_cast<Layer*>(layers_.at(layer).get());
+  switch (p) {
+    case Projection::kQkv: return l->qkv;
+    case Projection::kO: return l->o;
+    case Projection::kUp: return l->up;
+    case Projection::kDown: return l->down;
+  }
+  return l->qkv;
+}
+
+Tensor CausalLMImpl::projection_bias(std::size_t layer, Projection p) const {
+  const auto* l = static_cast<const Layer*>(layers_.at(layer).get());
+  switch (p) {
+    case Projection::kQkv: return l->qkv_b;
+    case Projection::kO: return l->o_b;
+    case Projection::kUp: return l->up_b;
+    case Projection::kDown: return l->down_b;
+  }
+  return Tensor();
 }
 
 namespace {
@@ -154,6 +199,9 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
     ctx->save_for_backward({x, cos, sin, mask});
     ctx->saved_data["model"] = reinterpret_cast<std::int64_t>(model);
     ctx->saved_data["layer"] = layer;
+    // Adapters may draw dropout masks: the recomputation must draw the same
+    // ones (torch.utils.checkpoint's preserve_rng_state).
+    if (model->projection_hook()) ctx->saved_data["rng"] = at::globalContext().defaultGenerator(x.device()).get_state();
     torch::NoGradGuard no_grad;
     return model->run_layer(static_cast<std::size_t>(layer), x, cos, sin, mask);
   }
@@ -167,7 +215,15 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
     Tensor y;
     {
       torch::AutoGradMode enable(true);
-      y = model->run_layer(layer, x, saved[1], saved[2], saved[3]);
+      if (ctx->saved_data.count("rng")) {
+        at::Generator gen = at::globalContext().defaultGenerator(x.device());
+        const Tensor now = gen.get_state();
+        gen.set_state(ctx->saved_data["rng"].toTensor());
+        y = model->run_layer(layer, x, saved[1], saved[2], saved[3]);
+        gen.set_state(now);
+      } else {
+        y = model->run_layer(layer, x, saved[1], saved[2], saved[3]);
+      }
     }
     torch::autograd::backward({y}, {grad_out[0]});
     return {x.grad(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
@@ -199,9 +255,8 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
     // RoPE (Su et al. 2021), rotate-half layout as in Hugging Face Llama.
     Tensor inv = 1.0 / torch::pow(arch_.rope_theta, torch::arange(0, d, 2, torch::kFloat64) / static_cast<double>(d));
     Tensor freqs = in.positions.to(torch::kFloat64).unsqueeze(-1) * inv;  // (B, T, D/2)
-    Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);            // (B, 1, T, D)
-    cos = emb.cos().to(dtype);
-    sin = emb.sin().to(dtype);
+    cos = freqs.cos().to(torch::kFloat32);
+    sin = freqs.sin().to(torch::kFloat32);
   }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const bool checkpoint = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() &&
@@ -210,7 +265,10 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
       // Custom autograd functions take defined tensors only: gpt2 has no
       // RoPE tables, so empty ones stand in (run_layer ignores them).
       const Tensor none = torch::empty({0});
-      x = CheckpointedLayer::apply(x, static_cast<Layer*>(layers_[i].get())->norm1, this,
+      // The anchor must require grad: with a frozen base (adapters) it is an adapter tensor.
+      Tensor anchor = static_cast<Layer*>(layers_[i].get())->norm1;
+      if (!anchor.requires_grad() && hook_ && hook_->trainable_anchor(i).defined()) anchor = hook_->trainable_anchor(i);
+      x = CheckpointedLayer::apply(x, anchor, this,
                                    static_cast<std::int64_t>(i), cos.defined() ? cos : none,
                                    sin.defined() ? sin : none, mask);
     } else {
@@ -226,6 +284,7 @@ Tensor CausalLMImpl::logits(const Tensor& hidden) {
 }
 
 Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets) {
+  if (fused_supported(logits)) return fused_cross_entropy_sum(logits, targets);
   const std::int64_t v = logits.size(-1);
   // One fp32 log-softmax (saved for backward); the cast's own output is a
   // temporary freed as soon as log_softmax has read it.

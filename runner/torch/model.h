@@ -19,6 +19,24 @@
 
 namespace tailor::runner {
 
+// The fused projections of a block. kUp is gate_up (Llama) or c_fc (GPT-2).
+enum class Projection { kQkv, kO, kUp, kDown };
+
+// Replaces torch::linear for the blocks' projections when installed
+// (adapters and quantised bases, lora.h). Called from the forward pass, so
+// it may throw like any tensor op.
+class ProjectionHook {
+ public:
+  virtual ~ProjectionHook() = default;
+  // x (..., in) -> (..., out). `weight` is the model's parameter (empty when
+  // the hook keeps the weight in another form); `bias` may be undefined.
+  virtual torch::Tensor project(std::size_t layer, Projection p, const torch::Tensor& x, const torch::Tensor& weight,
+                                const torch::Tensor& bias) = 0;
+  // A trainable tensor of the layer (undefined if none): gradient
+  // checkpointing needs one when the layer's own parameters are frozen.
+  virtual torch::Tensor trainable_anchor(std::size_t layer) const = 0;
+};
+
 struct ModelInput {
   torch::Tensor input_ids;    // (B, T) int64
   torch::Tensor positions;    // (B, T) int64: position within each document (RoPE / learned positions)
@@ -42,10 +60,18 @@ class CausalLMImpl : public torch::nn::Module {
   // projections as in GPT-2) from the current torch seed.
   void reset_parameters_();
 
-  // Block i on x (B, T, C); cos/sin (B, 1, T, D) for RoPE (undefined for
+  // Block i on x (B, T, C); cos/sin (B, T, D/2) fp32 for RoPE (undefined for
   // gpt2); mask additive (B|1, 1, T, T). Public for gradient checkpointing.
   torch::Tensor run_layer(std::size_t i, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                           const torch::Tensor& mask);
+
+  // The base weight (out, in) and bias (undefined if none) of a block's
+  // projection: the registered parameters themselves (for lora.h).
+  torch::Tensor& projection_weight(std::size_t layer, Projection p);
+  torch::Tensor projection_bias(std::size_t layer, Projection p) const;
+  // Routes the blocks' projections through `hook` (nullptr: plain linear).
+  void set_projection_hook(std::shared_ptr<ProjectionHook> hook) { hook_ = std::move(hook); }
+  const std::shared_ptr<ProjectionHook>& projection_hook() const { return hook_; }
 
  private:
   struct Layer;
@@ -57,6 +83,10 @@ class CausalLMImpl : public torch::nn::Module {
   std::vector<std::shared_ptr<torch::nn::Module>> layers_;
   torch::Tensor final_norm_weight_, final_norm_bias_;
   torch::Tensor lm_head_;  // (V, C); the embedding matrix when tied
+  std::shared_ptr<ProjectionHook> hook_;
+
+  torch::Tensor project(std::size_t layer, Projection p, const torch::Tensor& x, const torch::Tensor& w,
+                        const torch::Tensor& b);
 };
 TORCH_MODULE(CausalLM);
 

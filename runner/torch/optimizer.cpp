@@ -1,8 +1,48 @@
 #include "runner/torch/optimizer.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
+#include <functional>
+#include <vector>
+
+#include "runner/torch/kernels.h"
 
 namespace tailor::runner {
+
+namespace {
+
+using kernels::bf16;
+
+template <class T>
+T* ptr(const torch::Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+bool is(const torch::Tensor& t, torch::ScalarType type) {
+  return t.defined() && t.scalar_type() == type && t.device().is_cpu() && t.is_contiguous();
+}
+
+// Fixed-size blocks: the work splits the same way whatever the thread count,
+// so reductions over them are deterministic.
+constexpr std::int64_t kBlock = 1 << 16;
+
+double sum_squares(const torch::Tensor& g) {
+  const std::int64_t n = g.numel(), blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<std::size_t>(blocks), 0.0);
+  const bool bf = g.scalar_type() == torch::kBFloat16;
+  at::parallel_for(0, blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b) {
+      const std::int64_t start = b * kBlock, len = std::min(kBlock, n - start);
+      partial[static_cast<std::size_t>(b)] =
+          bf ? kernels::sum_squares(ptr<bf16>(g) + start, len) : kernels::sum_squares(ptr<float>(g) + start, len);
+    }
+  });
+  double s = 0;
+  for (double x : partial) s += x;
+  return s;
+}
+
+}  // namespace
 
 TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Precision precision, dsl::Optimizer kind,
                                      double weight_decay)
@@ -14,8 +54,12 @@ TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Pre
     Slot s;
     s.param = p;
     if (mixed) s.master = p.detach().to(torch::kFloat32).clone();
-    s.m = torch::zeros(p.sizes(), torch::TensorOptions().dtype(state_dtype));
-    if (kind_ != dsl::Optimizer::kSgd) s.v = torch::zeros(p.sizes(), torch::TensorOptions().dtype(state_dtype));
+    if (kind_ == dsl::Optimizer::kAdamw8bit && p.numel() >= kAdamw8bitMinElements) {
+      s.q8 = make_adam8bit_state(p.numel());
+    } else {
+      s.m = torch::zeros(p.sizes(), torch::TensorOptions().dtype(state_dtype));
+      if (kind_ != dsl::Optimizer::kSgd) s.v = torch::zeros(p.sizes(), torch::TensorOptions().dtype(state_dtype));
+    }
     s.decay = p.dim() >= 2;
     slots_.push_back(std::move(s));
   }
@@ -30,8 +74,13 @@ void TrainingOptimizer::zero_grad() {
 double TrainingOptimizer::grad_norm(double unscale) const {
   double sum = 0;
   for (const Slot& s : slots_) {
-    if (!s.param.grad().defined()) continue;
-    const double n = s.param.grad().to(torch::kFloat32).norm().item<double>();
+    const torch::Tensor& g = s.param.grad();
+    if (!g.defined()) continue;
+    if (is(g, torch::kFloat32) || is(g, torch::kBFloat16)) {
+      sum += sum_squares(g);
+      continue;
+    }
+    const double n = g.to(torch::kFloat32).norm().item<double>();
     sum += n * n;
   }
   return std::sqrt(sum) / unscale;
@@ -51,7 +100,15 @@ void TrainingOptimizer::step(double lr, double grad_scale) {
   const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t_));
   for (Slot& s : slots_) {
     if (!s.param.grad().defined()) continue;
+    if (kind_ == dsl::Optimizer::kAdamw && fused_step(s, lr, grad_scale, bc1, bc2)) continue;
     torch::Tensor& target = s.master.defined() ? s.master : s.param;
+    if (s.q8) {
+      // Scaled and converted chunk by chunk inside: no whole-tensor copy of the gradient.
+      if (s.decay && weight_decay_ > 0) target.mul_(1.0 - lr * weight_decay_);
+      adam8bit_update(target, s.param.grad(), *s.q8, AdamUpdate{lr, beta1_, beta2_, eps_, bc1, bc2, grad_scale});
+      if (s.master.defined()) s.param.copy_(s.master);
+      continue;
+    }
     // The gradient in the states' dtype, scaled; a temporary the size of
     // this one parameter at most.
     torch::Tensor g = s.param.grad().to(s.m.scalar_type());
@@ -70,9 +127,49 @@ void TrainingOptimizer::step(double lr, double grad_scale) {
   }
 }
 
+bool TrainingOptimizer::fused_step(Slot& s, double lr, double grad_scale, double bc1, double bc2) {
+  const torch::Tensor& g = s.param.grad();
+  kernels::AdamWArgs a{};
+  a.beta1 = static_cast<float>(beta1_);
+  a.beta2 = static_cast<float>(beta2_);
+  a.eps = static_cast<float>(eps_);
+  a.lr_wd = s.decay ? static_cast<float>(lr * weight_decay_) : 0.0f;
+  a.step_size = static_cast<float>(lr / bc1);
+  a.sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+  a.grad_scale = static_cast<float>(grad_scale);
+  const std::int64_t n = s.param.numel();
+  using F = torch::ScalarType;
+  std::function<void(std::int64_t, std::int64_t)> run;
+  if (!s.master.defined() && is(s.param, F::Float) && is(g, F::Float) && is(s.m, F::Float) && is(s.v, F::Float)) {
+    run = [&](std::int64_t i, std::int64_t len) {
+      kernels::adamw(ptr<float>(s.param) + i, ptr<float>(s.m) + i, ptr<float>(s.v) + i, ptr<float>(g) + i, len, a,
+                     nullptr);
+    };
+  } else if (is(s.master, F::Float) && is(s.param, F::BFloat16) && is(g, F::BFloat16) && is(s.m, F::Float) &&
+             is(s.v, F::Float)) {
+    run = [&](std::int64_t i, std::int64_t len) {
+      kernels::adamw(ptr<float>(s.master) + i, ptr<float>(s.m) + i, ptr<float>(s.v) + i, ptr<bf16>(g) + i, len, a,
+                     ptr<bf16>(s.param) + i);
+    };
+  } else if (!s.master.defined() && is(s.param, F::BFloat16) && is(g, F::BFloat16) && is(s.m, F::BFloat16) &&
+             is(s.v, F::BFloat16)) {
+    run = [&](std::int64_t i, std::int64_t len) {
+      kernels::adamw(ptr<bf16>(s.param) + i, ptr<bf16>(s.m) + i, ptr<bf16>(s.v) + i, ptr<bf16>(g) + i, len, a);
+    };
+  } else {
+    return false;  // fp16, CUDA or a layout the kernels do not take: the ATen ops below
+  }
+  at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b) run(b * kBlock, std::min(kBlock, n - b * kBlock));
+  });
+  return true;
+}
+
 std::int64_t TrainingOptimizer::state_bytes() const {
   std::int64_t n = 0;
   for (const Slot& s : slots_) {
+    if (s.q8) n += s.q8->bytes();
+    if (!s.m.defined()) continue;
     n += static_cast<std::int64_t>(s.m.nbytes());
     if (s.v.defined()) n += static_cast<std::int64_t>(s.v.nbytes());
   }
@@ -91,24 +188,31 @@ std::vector<torch::Tensor> TrainingOptimizer::state_tensors() const {
   std::vector<torch::Tensor> out;
   for (const Slot& s : slots_) {
     out.push_back(s.master.defined() ? s.master : torch::Tensor());
-    out.push_back(s.m);
-    out.push_back(s.v.defined() ? s.v : torch::Tensor());
+    out.push_back(s.q8 ? s.q8->m.codes : s.m);
+    out.push_back(s.q8 ? s.q8->v.codes : s.v.defined() ? s.v : torch::Tensor());
+    if (kind_ == dsl::Optimizer::kAdamw8bit) {
+      out.push_back(s.q8 ? s.q8->m.absmax : torch::Tensor());
+      out.push_back(s.q8 ? s.q8->v.absmax : torch::Tensor());
+    }
   }
   return out;
 }
 
 bool TrainingOptimizer::load_state_tensors(const std::vector<torch::Tensor>& in, std::int64_t steps) {
-  if (in.size() != slots_.size() * 3) return false;
+  const std::size_t per = kind_ == dsl::Optimizer::kAdamw8bit ? 5 : 3;
+  if (in.size() != slots_.size() * per) return false;
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
-    const torch::Tensor* parts[3] = {&in[3 * i], &in[3 * i + 1], &in[3 * i + 2]};
-    torch::Tensor* mine[3] = {&s.master, &s.m, &s.v};
-    for (int k = 0; k < 3; ++k) {
-      if (mine[k]->defined() != parts[k]->defined()) return false;
+    torch::Tensor none_m, none_v;
+    torch::Tensor* mine[5] = {&s.master, s.q8 ? &s.q8->m.codes : &s.m, s.q8 ? &s.q8->v.codes : &s.v,
+                              s.q8 ? &s.q8->m.absmax : &none_m, s.q8 ? &s.q8->v.absmax : &none_v};
+    for (std::size_t k = 0; k < per; ++k) {
+      const torch::Tensor* part = &in[per * i + k];
+      if (mine[k]->defined() != part->defined()) return false;
       if (!mine[k]->defined()) continue;
-      if (mine[k]->sizes() != parts[k]->sizes() || mine[k]->scalar_type() != parts[k]->scalar_type()) return false;
-      mine[k]->copy_(*parts[k]);
+      if (mine[k]->sizes() != part->sizes() || mine[k]->scalar_type() != part->scalar_type()) return false;
+      mine[k]->copy_(*part);
     }
   }
   t_ = steps;

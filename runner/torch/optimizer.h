@@ -4,16 +4,22 @@
 //  - bf16 / fp16 mixed: 16-bit parameters and gradients, an fp32 master copy
 //    updated by fp32 states and copied back into the 16-bit parameters;
 //  - pure bf16: parameters, gradients and states all bf16, no master copy.
-// Updates run in place per parameter (no whole-model temporaries). Weight
+// Updates run in place per parameter (no whole-model temporaries); AdamW on
+// CPU in one fused pass over parameter, gradient and states. Weight
 // decay applies to matrices only, not to norms, biases or 1-D parameters.
+// adamw_8bit keeps both moments block-wise in 8 bits (adamw_8bit.h) for
+// tensors of at least kAdamw8bitMinElements elements, fp32 moments for the
+// rest; the master-copy conventions above are unchanged.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "dsl/job_spec.h"
+#include "runner/torch/adamw_8bit.h"
 
 namespace tailor::runner {
 
@@ -36,7 +42,9 @@ class TrainingOptimizer {
   std::int64_t master_bytes() const;  // fp32 master copies
   std::int64_t steps() const { return t_; }
 
-  // Everything a checkpoint needs, as tensors in a fixed order.
+  // Everything a checkpoint needs, as tensors in a fixed order: per
+  // parameter master, m, v, and for adamw_8bit also the m and v absmax
+  // (m and v are then uint8 codes; all four undefined for fp32-state slots).
   std::vector<torch::Tensor> state_tensors() const;
   // Restores from state_tensors(); false when the shapes do not match.
   bool load_state_tensors(const std::vector<torch::Tensor>& tensors, std::int64_t steps);
@@ -46,8 +54,13 @@ class TrainingOptimizer {
     torch::Tensor param;
     torch::Tensor master;  // undefined unless mixed precision
     torch::Tensor m, v;    // v undefined for SGD
+    std::optional<Adam8bitState> q8;  // adamw_8bit on a large tensor: replaces m and v
     bool decay = false;
   };
+  // AdamW as one pass per parameter on CPU (kernels.h); false when the
+  // dtypes or device need the ATen ops instead.
+  bool fused_step(Slot& s, double lr, double grad_scale, double bc1, double bc2);
+
   std::vector<Slot> slots_;
   dsl::Optimizer kind_;
   double weight_decay_;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -14,7 +15,12 @@
 #include "core/units.h"
 #include "runner/data/batcher.h"
 #include "runner/data/dataset.h"
+#include "runner/data/token_cache.h"
+#include "runner/data/tokenizer.h"
+#include "runner/loss_scaler.h"
 #include "runner/torch/checkpoint.h"
+#include "runner/torch/hf_checkpoint.h"
+#include "runner/torch/lora.h"
 #include "runner/torch/model.h"
 #include "runner/torch/optimizer.h"
 #include "runner/torch/tracking_allocator.h"
@@ -138,8 +144,12 @@ int Run::fail(int code, const std::string& kind, const std::string& message) {
 }
 
 Status Run::check_supported() const {
-  if (st_.adapter != dsl::Adapter::kNone) return Status::invalid_argument("adapters (LoRA/QLoRA) are not implemented yet");
-  if (st_.optimizer == dsl::Optimizer::kAdamw8bit) return Status::invalid_argument("adamw_8bit is not implemented yet");
+  if (st_.precision == dsl::Precision::kFp16 && !torch::cuda::is_available()) {
+    // Training runs on the CPU, where LibTorch 1.13 has no fp16 matmul,
+    // softmax or SiLU.
+    return Status::invalid_argument(
+        "fp16 needs a CUDA GPU: LibTorch has no fp16 kernels on the CPU; plan with bf16 or fp32 for CPU training");
+  }
   if (st_.zero_stage > 0 || st_.offload != dsl::Offload::kNone || st_.num_gpus > 1) {
     return Status::invalid_argument("ZeRO, offload and multiple GPUs are not implemented yet");
   }
@@ -153,6 +163,11 @@ Measured Run::measure_static() const {
     weights += static_cast<std::int64_t>(p.nbytes());
     if (p.grad().defined()) gradients += static_cast<std::int64_t>(p.grad().nbytes());
   }
+  // Adapters are their own component; weights are the frozen base, with
+  // NF4 projections at their packed size.
+  const LoraFootprint lora = lora_footprint(*model_);
+  weights += lora.quantized_bytes - lora.adapter_bytes;
+  m.parts.adapter = Bytes(lora.adapter_bytes);
   m.parts.weights = Bytes(weights);
   m.parts.gradients = Bytes(gradients);
   m.parts.optimizer_states = Bytes(opt_->state_bytes());
@@ -208,17 +223,23 @@ int Run::execute() {
   const std::int64_t limit = o_.memory_limit >= 0 ? o_.memory_limit : (cfg_.on_cpu ? cfg_.budget_bytes : 0);
   torch::manual_seed(static_cast<std::uint64_t>(spec_.training.seed));
 
-  data::ByteTokenizer tok;
-  auto examples = data::load_examples(spec_.data.train, spec_.data, tok);
-  if (!examples.is_ok()) return fail(kExitBadInput, "error", examples.status().message());
-  if (spec_.model.arch.vocab < data::ByteTokenizer::kVocabSize) {
+  // The model folder's tokenizer.model, else bytes; tokenized once into the
+  // token cache (warnings about it go to stderr), mapped on later runs.
+  auto tok = data::make_tokenizer(spec_.model);
+  if (!tok.is_ok()) return fail(kExitBadInput, "error", tok.status().message());
+  auto tokenized = data::load_tokenized(spec_.data.train, spec_.data, **tok, o_.cache_dir);
+  if (!tokenized.is_ok()) return fail(kExitBadInput, "error", tokenized.status().message());
+  // A tokens file may hold ids past the embedding table: a clear error here,
+  // not an index error inside the forward pass.
+  const auto ids = tokenized->store.all_tokens();
+  if (const auto it = std::max_element(ids.begin(), ids.end()); it != ids.end() && *it >= spec_.model.arch.vocab) {
     return fail(kExitBadInput, "error",
-                "the byte-level tokenizer needs a vocabulary of at least " +
-                    std::to_string(data::ByteTokenizer::kVocabSize) + " (model has " +
-                    std::to_string(spec_.model.arch.vocab) + "); tokenizer files are not supported yet");
+                spec_.data.train + ": token id " + std::to_string(*it) + " is outside the model's vocabulary (" +
+                    std::to_string(spec_.model.arch.vocab) + " ids)");
   }
-  batcher_ = std::make_unique<data::Batcher>(std::move(examples).value(), spec_.data.seq_len, spec_.data.packing,
-                                             st_.micro_batch_size, static_cast<std::uint64_t>(spec_.training.seed));
+  batcher_ = std::make_unique<data::Batcher>(std::move(tokenized->store), spec_.data.seq_len, spec_.data.packing,
+                                             st_.micro_batch_size, static_cast<std::uint64_t>(spec_.training.seed),
+                                             (*tok)->pad_id());
   const std::int64_t accum = st_.grad_accumulation;
   const std::int64_t total_steps =
       spec_.training.max_steps
@@ -230,9 +251,37 @@ int Run::execute() {
   model_ = CausalLM(spec_.model.arch, st_.checkpoint_every);
   model_->to(param_dtype(st_.precision));
   model_->train();
-  opt_ = std::make_unique<TrainingOptimizer>(model_->parameters(), st_.precision, st_.optimizer,
-                                             spec_.training.weight_decay);
-  state_.loss_scale = st_.precision == dsl::Precision::kFp16 ? 65536.0 : 1.0;
+  // Fine-tuning: the model folder's weights replace the initialisation
+  // (before the optimizer copies them into fp32 master weights).
+  if (!spec_.model.path.empty()) {
+    if (Status s = load_hf_weights(model_, spec_.model.path); !s.is_ok()) {
+      return fail(s.code() == StatusCode::kInternal ? kExitFailure : kExitBadInput, "error", s.message());
+    }
+  }
+  // Adapters (LoRA, QLoRA): after the weights are final, so NF4 quantises
+  // the loaded ones. The optimizer sees only trainable tensors; adapters are
+  // fp32 under fp32 and mixed precision (so no master copy), bf16 under pure
+  // bf16, as memory_model.cpp assumes.
+  dsl::Precision opt_precision = st_.precision;
+  if (st_.adapter != dsl::Adapter::kNone) {
+    LoraOptions lo;
+    lo.rank = st_.lora_rank > 0 ? st_.lora_rank : spec_.strategy.lora.r;
+    lo.alpha = spec_.strategy.lora.alpha;
+    lo.dropout = spec_.strategy.lora.dropout;
+    lo.targets = spec_.strategy.lora.targets;
+    lo.quantize_base = st_.adapter == dsl::Adapter::kQlora || st_.quantization != strategies::Quantization::kNone;
+    lo.adapter_dtype = st_.precision == dsl::Precision::kPureBf16 ? torch::kBFloat16 : torch::kFloat32;
+    if (Status s = attach_lora(*model_, lo); !s.is_ok()) {
+      return fail(s.code() == StatusCode::kInternal ? kExitFailure : kExitBadInput, "error", s.message());
+    }
+    if (st_.precision != dsl::Precision::kPureBf16) opt_precision = dsl::Precision::kFp32;
+  }
+  std::vector<torch::Tensor> trainable;
+  for (const auto& p : model_->parameters()) {
+    if (p.requires_grad()) trainable.push_back(p);
+  }
+  opt_ = std::make_unique<TrainingOptimizer>(trainable, opt_precision, st_.optimizer, spec_.training.weight_decay);
+  state_.loss_scale = DynamicLossScaler(st_.precision == dsl::Precision::kFp16).scale();
 
   std::int64_t first_step = 1;
   if (o_.resume) {
@@ -351,30 +400,30 @@ int Run::execute() {
         m.parts.logits = std::max(m.parts.logits, Bytes(head_peak));
         m.peak = std::max(m.peak, scope.peak_increase() + scope.start_bytes());
       }
-      // fp16: skip the step on inf/nan and back off; grow after 2000 good steps.
-      bool skipped = false;
-      if (st_.precision == dsl::Precision::kFp16 && !opt_->grads_finite()) {
-        skipped = true;
-        state_.loss_scale = std::max(1.0, state_.loss_scale / 2);
-        state_.good_steps = 0;
+      // fp16: a step with inf/nan gradients is skipped and the scale backs
+      // off (loss_scaler.h); the gradients were scaled by `used`.
+      const double used = state_.loss_scale;
+      const bool fp16 = st_.precision == dsl::Precision::kFp16;
+      DynamicLossScaler scaler(fp16, state_.loss_scale, state_.good_steps);
+      const bool skipped = scaler.update(!fp16 || opt_->grads_finite()) == DynamicLossScaler::Outcome::kSkip;
+      state_.loss_scale = scaler.scale();
+      state_.good_steps = scaler.good_steps();
+      if (skipped) {
         event("loss_scale", [&](JsonWriter& w) { w.field("step", step).field("scale", state_.loss_scale); });
       }
       double norm = 0;
       const double lr = learning_rate(spec_.training, step, total_steps);
       if (!skipped) {
-        norm = opt_->grad_norm(state_.loss_scale);
-        double factor = 1.0 / state_.loss_scale;
+        norm = opt_->grad_norm(used);
+        double factor = 1.0 / used;
         if (spec_.training.grad_clip > 0 && norm > spec_.training.grad_clip) factor *= spec_.training.grad_clip / norm;
         const Measured stat = measure_static();
         m.parts.gradients = stat.parts.gradients;
         opt_->step(lr, factor);
-        if (st_.precision == dsl::Precision::kFp16 && ++state_.good_steps >= 2000) {
-          state_.loss_scale *= 2;
-          state_.good_steps = 0;
-        }
       }
       const Measured stat = measure_static();
       m.parts.weights = stat.parts.weights;
+      m.parts.adapter = stat.parts.adapter;
       m.parts.optimizer_states = stat.parts.optimizer_states;
       m.parts.master_weights = stat.parts.master_weights;
       m.allocated = alloc_->current_bytes();
@@ -423,6 +472,7 @@ int Run::execute() {
       w.field("budget_bytes", f ? f->budget : limit);
       Measured m = last_;
       m.parts.weights = stat.parts.weights;
+      m.parts.adapter = stat.parts.adapter;
       m.parts.optimizer_states = stat.parts.optimizer_states;
       m.parts.master_weights = stat.parts.master_weights;
       m.parts.gradients = stat.parts.gradients;
@@ -440,6 +490,15 @@ int Run::execute() {
   }
   alloc_->set_budget(0);
   save(total_steps);
+  // Adapters: the PEFT folder, then merged into the base (NF4 weights
+  // dequantised) so model.pt and model/ hold the plain fine-tuned model.
+  if (has_lora(*model_)) {
+    const std::string base = spec_.model.path.empty() ? spec_.model.preset : spec_.model.path;
+    Status s = save_peft_adapter(*model_, (fs::path(o_.out_dir) / "adapter").string(), base);
+    if (s.is_ok()) s = merge_lora(*model_, param_dtype(st_.precision));
+    if (!s.is_ok()) return fail(kExitFailure, "error", s.message());
+    event("adapter", [&](JsonWriter& w) { w.field("dir", (fs::path(o_.out_dir) / "adapter").string()); });
+  }
   try {
     std::vector<torch::Tensor> params;
     for (const auto& p : model_->parameters()) params.push_back(p.detach());
@@ -448,6 +507,11 @@ int Run::execute() {
     fs::rename(tmp, fs::path(o_.out_dir) / "model.pt");
   } catch (const std::exception& e) {
     return fail(kExitFailure, "error", std::string("saving the model: ") + e.what());
+  }
+  // The final model as a Hugging Face folder (config.json + safetensors),
+  // which transformers and model.path load; replaced as a whole.
+  if (Status s = save_hf_model(model_, (fs::path(o_.out_dir) / "model").string(), kDefaultMaxShardBytes); !s.is_ok()) {
+    return fail(kExitFailure, "error", s.message());
   }
   event("done", [&](JsonWriter& w) {
     w.field("steps", total_steps).field("seconds", now_seconds() - t_start).field("tokens", state_.tokens_seen);

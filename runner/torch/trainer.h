@@ -7,9 +7,11 @@
 // checkpointing, micro-batches with accumulation normalised by the global
 // batch's target tokens, AdamW and SGD, warm-up with constant, cosine or
 // linear schedules, clipping, checkpoints, and a forward/backward probe on
-// the longest batch before step 1 so that out-of-memory surfaces at once. Not yet: adapters (LoRA, QLoRA),
-// 8-bit optimizer states, ZeRO and offload, which the runner refuses as bad
-// input; `tailor run` plans without them.
+// the longest batch before step 1 so that out-of-memory surfaces at once;
+// LoRA and QLoRA (lora.h: frozen or NF4 base, adapters saved in PEFT's
+// layout to out_dir/adapter/ and merged into model.pt / model/ at the end)
+// and 8-bit AdamW states. Not yet: ZeRO and offload, which the runner
+// refuses as bad input; `tailor run` plans without them.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +23,14 @@ namespace tailor::runner {
 
 struct TrainOptions {
   RunConfig config;
-  std::string out_dir;          // metrics.jsonl, events.jsonl, checkpoints/, model.pt
+  std::string out_dir;          // metrics.jsonl, events.jsonl, checkpoints/, model.pt, model/ (Hugging Face)
   bool resume = false;          // continue from the newest checkpoint under out_dir
   std::int64_t memory_limit = -1;  // bytes; -1 = the plan's budget on CPU; 0 = unlimited
   bool progress = false;        // a redrawn progress line on stderr (a terminal)
   bool quiet = false;           // no progress output at all
   int threads = 0;              // intra-op threads; 0 = LibTorch's default
+  std::string cache_dir;        // token cache folder (data/token_cache.h); empty = tokenize in memory.
+                                // tailor-runner passes --cache-dir or default_token_cache_dir()
 };
 
 // Runs the job; returns one of the exit codes of run_config.h. Never throws.

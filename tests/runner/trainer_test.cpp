@@ -186,9 +186,30 @@ TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
   EXPECT_EQ(train_in(cfg, dir.file("c"), 0, /*resume=*/true), kExitBadInput);
   EXPECT_NE(lines(dir.file("c") + "/events.jsonl").back()["message"].get<std::string>().find("corrupt state.json"),
             std::string::npos);
+  // LoRA on a module the model does not have is bad input, named.
   RunConfig lora = cfg;
   lora.strategy.adapter = dsl::Adapter::kLora;
+  lora.strategy.lora_rank = 4;
+  lora.spec.strategy.lora.targets = {"qkv_proj"};
   EXPECT_EQ(train_in(lora, dir.file("l")), kExitBadInput);
+  EXPECT_NE(lines(dir.file("l") + "/events.jsonl").back()["message"].get<std::string>().find("qkv_proj"),
+            std::string::npos);
+  // ZeRO is not implemented: refused rather than ignored.
+  RunConfig zero = cfg;
+  zero.strategy.zero_stage = 1;
+  EXPECT_EQ(train_in(zero, dir.file("z")), kExitBadInput);
+  // fp16 cannot train on the CPU: refused with the reason, not a LibTorch error mid-step.
+  RunConfig fp16 = cfg;
+  fp16.strategy.precision = dsl::Precision::kFp16;
+  EXPECT_EQ(train_in(fp16, dir.file("h")), kExitBadInput);
+  EXPECT_NE(lines(dir.file("h") + "/events.jsonl").back()["message"].get<std::string>().find("fp16 needs a CUDA GPU"),
+            std::string::npos);
+  // A sequence longer than the model's context.
+  RunConfig longer = cfg;
+  longer.spec.data.seq_len = longer.spec.model.arch.max_seq_len + 1;
+  EXPECT_EQ(train_in(longer, dir.file("s")), kExitBadInput);
+  EXPECT_NE(lines(dir.file("s") + "/events.jsonl").back()["message"].get<std::string>().find("max_seq_len"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,28 @@
+// File helpers shared by the dataset loader, the token cache and the
+// tokenizers: whole-file reads with errors naming the path, and a file's
+// identity for cache keys.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace tailor::runner::data {
+
+// The bytes of `path`. NotFound when it does not exist, IOError when it
+// cannot be read (a folder, no permission); messages start with the path.
+Result<std::string> read_file(const std::string& path);
+
+// What identifies a file's content without reading it: if any of these
+// changes, the content may have. (Same path, size and nanosecond mtime with
+// other content needs a deliberate `touch -d`; accepted, like make does.)
+struct FileIdentity {
+  std::string absolute_path;  // lexically normal, symlinks not resolved
+  std::uint64_t size_bytes = 0;
+  std::int64_t mtime_ns = 0;  // last modification, ns since the Unix epoch
+  bool operator==(const FileIdentity&) const = default;
+};
+Result<FileIdentity> file_identity(const std::string& path);
+
+}  // namespace tailor::runner::data

@@ -1,0 +1,59 @@
+// The tokenizer interface of the data pipeline, and the choice of tokenizer
+// for a model. Implementations: ByteTokenizer (byte_tokenizer.h) and
+// SentencePieceTokenizer (sentencepiece_tokenizer.h). Hugging Face
+// tokenizer.json files (the `tokenizers` library's format) are not read.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "dsl/job_spec.h"
+
+namespace tailor::runner::data {
+
+// Text <-> token ids. Implementations are immutable after construction, so
+// a tokenizer may be shared between threads.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // The ids of `text`, without BOS/EOS (the dataset adds those per document).
+  virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+  // The text of `ids`; special ids (BOS, EOS, padding) contribute nothing.
+  virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
+
+  virtual std::int32_t bos_id() const = 0;
+  virtual std::int32_t eos_id() const = 0;
+  // The id written into padding cells. Padding is never a target and never
+  // attended to (segment id -1), so a model without a pad token may use any
+  // valid id here; see each implementation for its choice.
+  virtual std::int32_t pad_id() const = 0;
+  // Ids are in [0, vocab_size()); a model needs at least this many embeddings.
+  virtual std::int64_t vocab_size() const = 0;
+
+  // A string that differs whenever encode() could give different ids for
+  // some text (another model file, other specials, another algorithm). Used
+  // as part of the token cache's key; not meant for display.
+  virtual std::string fingerprint() const = 0;
+  // For messages: "byte-level" or "SentencePiece /path/tokenizer.model".
+  virtual std::string describe() const = 0;
+};
+
+// The tokenizer for a job's model:
+//  - model.path holds tokenizer.model: that SentencePiece model (Llama-2
+//    style folders);
+//  - model.path holds only tokenizer.json: InvalidArgument naming the file
+//    (Hugging Face `tokenizers` JSON is not supported);
+//  - otherwise (a preset, an inline arch, a folder without tokenizer files):
+//    the byte-level tokenizer.
+// InvalidArgument when the tokenizer's vocab_size() exceeds model.arch.vocab
+// (ids would index past the embedding table) or a SentencePiece model has no
+// BOS or EOS piece; the loading errors of SentencePieceTokenizer::load
+// otherwise. Never throws.
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(const dsl::ModelSpec& model);
+
+}  // namespace tailor::runner::data

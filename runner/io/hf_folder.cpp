@@ -1,0 +1,179 @@
+#include "runner/io/hf_folder.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/text.h"
+
+namespace tailor::runner::io {
+namespace fs = std::filesystem;
+namespace {
+
+bool is_plain_file_name(const std::string& s) {
+  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos && s.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+Status write_text_file_atomically(const std::string& path, std::string_view text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::io_error("cannot create " + tmp + ": " + std::strerror(errno));
+  bool ok = true;
+  for (std::size_t done = 0; ok && done < text.size();) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    ok = w >= 0;
+    if (ok) done += static_cast<std::size_t>(w);
+  }
+  ok = ok && ::fsync(fd) == 0;
+  const std::string why = ok ? "" : std::strerror(errno);
+  ok = (::close(fd) == 0) && ok;
+  if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return Status::ok();
+  const std::string reason = why.empty() ? std::strerror(errno) : why;
+  std::remove(tmp.c_str());
+  return Status::io_error("writing " + path + ": " + reason);
+}
+
+Result<ShardIndex> read_shard_index(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found("cannot open " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::invalid_argument(path + ": not a valid JSON object");
+  ShardIndex index;
+  if (const auto m = j.find("metadata"); m != j.end() && !m->is_null()) {
+    if (!m->is_object()) return Status::invalid_argument(path + ": metadata is not an object");
+    if (const auto t = m->find("total_size"); t != m->end() && !t->is_null()) {
+      // Some writers store total_size as a float (e.g. 1.2e10); accept whole values.
+      if (!t->is_number() || t->get<double>() < 0) {
+        return Status::invalid_argument(path + ": metadata.total_size is not a non-negative number");
+      }
+      index.total_size = t->is_number_integer() ? t->get<std::int64_t>() : static_cast<std::int64_t>(t->get<double>());
+    }
+  }
+  const auto w = j.find("weight_map");
+  if (w == j.end() || !w->is_object()) return Status::invalid_argument(path + ": missing object \"weight_map\"");
+  for (const auto& [name, file] : w->items()) {
+    if (!file.is_string()) {
+      return Status::invalid_argument(path + ": weight_map." + name + " is not a string: " + file.dump());
+    }
+    const std::string f = file.get<std::string>();
+    if (!is_plain_file_name(f)) {
+      return Status::invalid_argument(path + ": weight_map." + name + ": " + quote(f) +
+                                      " is not a file name in the model folder");
+    }
+    index.weight_map[name] = f;
+  }
+  if (index.weight_map.empty()) return Status::invalid_argument(path + ": weight_map is empty");
+  return index;
+}
+
+Status write_shard_index(const std::string& path, const ShardIndex& index) {
+  nlohmann::ordered_json j;
+  j["metadata"] = {{"total_size", index.total_size}};
+  j["weight_map"] = index.weight_map;
+  return write_text_file_atomically(path, j.dump(2) + "\n");
+}
+
+std::string shard_file_name(int shard, int count) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", shard, count);
+  return buf;
+}
+
+Result<WeightFiles> find_weight_files(const std::string& folder) {
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return Status::not_found(folder + " is not a folder");
+  WeightFiles out;
+  const fs::path single = fs::path(folder) / kSingleWeightsFile;
+  if (fs::is_regular_file(single, ec)) {
+    out.files.push_back(single.string());
+    return out;
+  }
+  const fs::path index_path = fs::path(folder) / kShardIndexFile;
+  if (!fs::is_regular_file(index_path, ec)) {
+    std::string msg = "no " + std::string(kSingleWeightsFile) + " or " + kShardIndexFile + " in " + folder;
+    if (fs::exists(fs::path(folder) / "pytorch_model.bin", ec) ||
+        fs::exists(fs::path(folder) / "pytorch_model.bin.index.json", ec)) {
+      msg += " (it holds pytorch_model.bin weights, which are not supported: convert them to safetensors)";
+    }
+    return Status::not_found(msg);
+  }
+  TAILOR_ASSIGN_OR_RETURN(ShardIndex index, read_shard_index(index_path.string()));
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index.weight_map) shards.insert(file);
+  for (const auto& file : shards) {
+    const fs::path p = fs::path(folder) / file;
+    if (!fs::is_regular_file(p, ec)) {
+      return Status::invalid_argument(index_path.string() + " names shard " + file + ", which does not exist in " +
+                                      folder);
+    }
+    out.files.push_back(p.string());
+  }
+  out.index = std::move(index);
+  out.index_path = index_path.string();
+  return out;
+}
+
+std::string hf_config_json(const dsl::ModelArch& a, std::string_view torch_dtype) {
+  nlohmann::ordered_json j;
+  switch (a.family) {
+    case dsl::ModelFamily::kGpt2:
+      j["architectures"] = {"GPT2LMHeadModel"};
+      j["model_type"] = "gpt2";
+      j["n_embd"] = a.hidden;
+      j["n_layer"] = a.layers;
+      j["n_head"] = a.heads;
+      j["n_positions"] = a.max_seq_len;
+      j["n_inner"] = a.intermediate;
+      j["vocab_size"] = a.vocab;
+      j["layer_norm_epsilon"] = a.norm_eps;
+      // The model's GELU is the tanh approximation (transformers' "gelu_new").
+      j["activation_function"] = "gelu_new";
+      break;
+    case dsl::ModelFamily::kLlama:
+    case dsl::ModelFamily::kMistral:
+    case dsl::ModelFamily::kQwen2: {
+      const bool mistral = a.family == dsl::ModelFamily::kMistral, qwen2 = a.family == dsl::ModelFamily::kQwen2;
+      j["architectures"] = {mistral ? "MistralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+      j["model_type"] = mistral ? "mistral" : qwen2 ? "qwen2" : "llama";
+      j["hidden_size"] = a.hidden;
+      j["intermediate_size"] = a.intermediate;
+      j["num_hidden_layers"] = a.layers;
+      j["num_attention_heads"] = a.heads;
+      j["num_key_value_heads"] = a.kv_heads;
+      j["vocab_size"] = a.vocab;
+      j["max_position_embeddings"] = a.max_seq_len;
+      j["rms_norm_eps"] = a.norm_eps;
+      j["rope_theta"] = a.rope_theta;
+      j["hidden_act"] = "silu";
+      // The model attends over the whole context: say so, or transformers
+      // would apply its default 4096-token sliding window to Mistral.
+      if (mistral) j["sliding_window"] = nullptr;
+      if (qwen2) j["use_sliding_window"] = false;
+      if (!qwen2) j["attention_bias"] = false;
+      break;
+    }
+  }
+  j["tie_word_embeddings"] = a.tie_embeddings;
+  j["torch_dtype"] = std::string(torch_dtype);
+  return j.dump(2) + "\n";
+}
+
+Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype) {
+  return write_text_file_atomically(path, hf_config_json(arch, torch_dtype));
+}
+
+}  // namespace tailor::runner::io

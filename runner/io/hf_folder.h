@@ -1,0 +1,72 @@
+// The files of a Hugging Face model folder, torch-free: where its weights
+// are (one model.safetensors, or model.safetensors.index.json and its
+// shards), the shard index itself, and config.json written from a ModelArch.
+// Not here: pytorch_model.bin weights (pickle; refused with a clear error),
+// tokenizer files.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "dsl/job_spec.h"
+
+namespace tailor::runner::io {
+
+inline constexpr const char* kSingleWeightsFile = "model.safetensors";
+inline constexpr const char* kShardIndexFile = "model.safetensors.index.json";
+inline constexpr const char* kConfigFile = "config.json";
+
+// model.safetensors.index.json:
+//   {"metadata": {"total_size": N}, "weight_map": {"tensor name": "shard file name"}}
+struct ShardIndex {
+  std::int64_t total_size = 0;                    // bytes of all tensors' data (metadata.total_size; 0 if absent)
+  std::map<std::string, std::string> weight_map;  // tensor name -> shard file name (a plain name in the same folder)
+};
+
+// Reads and validates an index: weight_map must be an object of strings,
+// each a plain file name (no folder part, not "." or ".."); total_size, when
+// present, a non-negative integer. Errors name the file and the key.
+Result<ShardIndex> read_shard_index(const std::string& path);
+
+// Writes the index atomically (path + ".tmp", then rename).
+Status write_shard_index(const std::string& path, const ShardIndex& index);
+
+// "model-00002-of-00003.safetensors" for shard 2 of 3 (1-based, as Hugging
+// Face names them).
+std::string shard_file_name(int shard, int count);
+
+// A folder's weight files.
+struct WeightFiles {
+  std::vector<std::string> files;  // full paths: model.safetensors, or the index's shards in name order
+  std::optional<ShardIndex> index; // set for a sharded folder
+  std::string index_path;          // the index's full path when sharded
+};
+
+// model.safetensors when present (as transformers prefers it), else the
+// index and its shards. Errors: NotFound when the folder has neither (the
+// message mentions a pytorch_model.bin found instead); InvalidArgument for a
+// bad index or one naming a shard that does not exist.
+Result<WeightFiles> find_weight_files(const std::string& folder);
+
+// config.json text for `arch`: LlamaForCausalLM / MistralForCausalLM /
+// Qwen2ForCausalLM (model_type, hidden_size, intermediate_size,
+// num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size,
+// max_position_embeddings, rms_norm_eps, rope_theta, tie_word_embeddings)
+// or GPT2LMHeadModel (n_embd, n_layer, n_head, n_positions, n_inner,
+// vocab_size, layer_norm_epsilon, tie_word_embeddings); both with
+// torch_dtype ("float32", "bfloat16", "float16"). The DSL's config.json
+// reader gives `arch` back from it.
+std::string hf_config_json(const dsl::ModelArch& arch, std::string_view torch_dtype);
+
+// Writes hf_config_json(arch, torch_dtype) to `path` atomically.
+Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype);
+
+// Writes `text` to `path` atomically (path + ".tmp", fsync, rename).
+Status write_text_file_atomically(const std::string& path, std::string_view text);
+
+}  // namespace tailor::runner::io

@@ -1,0 +1,69 @@
+#include "runner/torch/adamw_8bit.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tailor::runner {
+namespace {
+
+// Blocks per pass (see adamw_8bit.h): small on the CPU, where the tracked
+// peak is the product; large on accelerators, where launches cost time.
+constexpr std::int64_t kCpuChunkBlocks = 16;
+constexpr std::int64_t kDeviceChunkBlocks = 512;
+
+}  // namespace
+
+Adam8bitState make_adam8bit_state(std::int64_t numel) {
+  Adam8bitState s;
+  const std::int64_t nb = (numel + kAdamw8bitBlockSize - 1) / kAdamw8bitBlockSize;
+  for (Blockwise8* q : {&s.m, &s.v}) {
+    q->block_size = kAdamw8bitBlockSize;
+    q->is_signed = q == &s.m;
+    q->absmax = torch::ones({nb}, torch::kFloat32);
+    // The code of 0.0 in each map, so the initial moments are exact zeros.
+    const std::int64_t zero_code = torch::nonzero(dynamic_map(q->is_signed) == 0).item<std::int64_t>();
+    q->codes = torch::full({numel}, zero_code, torch::kUInt8);
+  }
+  return s;
+}
+
+void adam8bit_update(torch::Tensor& target, const torch::Tensor& grad, Adam8bitState& st, const AdamUpdate& u) {
+  torch::NoGradGuard no_grad;
+  const std::int64_t n = target.numel(), bs = kAdamw8bitBlockSize, nb = st.m.absmax.numel();
+  TORCH_CHECK(grad.numel() == n && st.m.codes.numel() == n && st.v.codes.numel() == n,
+              "adam8bit_update: parameter, gradient and state sizes differ");
+  torch::Tensor flat_target = target.view({-1});
+  const torch::Tensor flat_grad = grad.reshape({-1});
+  const torch::Tensor& map_m = dynamic_map(true);
+  const torch::Tensor& map_v = dynamic_map(false);
+  const double step = u.lr / u.bias_correction1, sqrt_bc2 = std::sqrt(u.bias_correction2);
+  const std::int64_t chunk = target.is_cpu() ? kCpuChunkBlocks : kDeviceChunkBlocks;
+  for (std::int64_t b0 = 0; b0 < nb; b0 += chunk) {
+    const std::int64_t b1 = std::min(nb, b0 + chunk), rows = b1 - b0;
+    const std::int64_t e0 = b0 * bs, e1 = std::min(n, b1 * bs), len = e1 - e0, padded = rows * bs;
+    // The last block may be partial: pad codes, gradient and result to whole blocks.
+    auto pad = [&](torch::Tensor t) { return len < padded ? torch::constant_pad_nd(t, {0, padded - len}, 0) : t; };
+    torch::Tensor g = pad(flat_grad.slice(0, e0, e1).to(torch::kFloat32)).view({rows, bs});
+    if (u.grad_scale != 1.0) g = g.mul(u.grad_scale);
+    torch::Tensor m = dequantize_blocks(pad(st.m.codes.slice(0, e0, e1)), st.m.absmax.slice(0, b0, b1), map_m);
+    torch::Tensor v = dequantize_blocks(pad(st.v.codes.slice(0, e0, e1)), st.v.absmax.slice(0, b0, b1), map_v);
+    if (len < padded) {
+      // Padding codes decode to map[0], not zero: keep the tail out of absmax.
+      m.view({-1}).slice(0, len).zero_();
+      v.view({-1}).slice(0, len).zero_();
+    }
+    m.mul_(u.beta1).add_(g, 1.0 - u.beta1);
+    v.mul_(u.beta2).addcmul_(g, g, 1.0 - u.beta2);
+    // Same update as the fp32 AdamW (optimizer.cpp), on the dequantised moments.
+    torch::Tensor delta = v.sqrt().div_(sqrt_bc2).add_(u.eps).reciprocal_().mul_(m).mul_(-step);
+    torch::Tensor t = flat_target.slice(0, e0, e1);
+    t.add_(delta.view({-1}).slice(0, 0, len).to(t.scalar_type()));
+    torch::Tensor mc = torch::empty({padded}, st.m.codes.options()), vc = torch::empty({padded}, st.v.codes.options());
+    quantize_blocks_into(m, map_m, mc, st.m.absmax.slice(0, b0, b1));
+    quantize_blocks_into(v, map_v, vc, st.v.absmax.slice(0, b0, b1));
+    st.m.codes.slice(0, e0, e1).copy_(mc.slice(0, 0, len));
+    st.v.codes.slice(0, e0, e1).copy_(vc.slice(0, 0, len));
+  }
+}
+
+}  // namespace tailor::runner

@@ -1,0 +1,37 @@
+// Autograd operations over the fused CPU kernels of kernels.h: cross-entropy,
+// SwiGLU, RMSNorm and RoPE, each one node that keeps only what its backward
+// needs. They run on CPU tensors of fp32 or bf16 (fused_supported); the model
+// falls back to composed ATen ops elsewhere (CUDA, fp16), so both paths give
+// the same results to rounding.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace tailor::runner {
+
+// True when the fused kernels handle tensors like `t` (CPU, fp32 or bf16).
+bool fused_supported(const torch::Tensor& t);
+
+// Sum over rows of -log softmax(logits)[target], targets == -100 ignored; an
+// fp32 scalar. logits (..., V) contiguous, targets (...) int64 in [0, V) or
+// -100. Keeps the logits and one fp32 log-sum-exp per row for backward, whose
+// gradient is written straight in the logits' dtype.
+torch::Tensor fused_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets);
+
+// silu(gate) * up for gate_up = [gate, up] along the last dimension
+// (..., 2I) -> (..., I). Keeps only gate_up.
+torch::Tensor fused_swiglu(const torch::Tensor& gate_up);
+
+// x * rsqrt(mean(x^2) + eps) * w over the last dimension. Keeps x, w and the
+// fp32 inverse RMS per row.
+torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps);
+
+// RoPE on the first `rotated_heads` heads (head size d) of each token's row
+// of x (B, T, W); the rest of the row is passed through. cos/sin (B, T, d/2)
+// fp32, one value per frequency. Keeps nothing but cos/sin.
+torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                         std::int64_t rotated_heads, std::int64_t d);
+
+}  // namespace tailor::runner

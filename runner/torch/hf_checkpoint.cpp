@@ -1,0 +1,387 @@
+#include "runner/torch/hf_checkpoint.h"
+
+#include <fcntl.h>  // AT_FDCWD
+
+#include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "runner/io/hf_folder.h"
+#include "runner/io/safetensors.h"
+
+namespace tailor::runner {
+namespace fs = std::filesystem;
+namespace {
+
+using io::DType;
+
+// One Hugging Face tensor and where it lives in the model: rows
+// [row0, row0 + rows) of parameter `param` (all rows when rows < 0),
+// transposed for GPT-2's Conv1D weights.
+struct Slot {
+  std::string hf_name;
+  std::string param;
+  std::vector<std::int64_t> hf_shape;
+  std::int64_t row0 = 0, rows = -1;
+  bool transpose = false;
+};
+
+bool is_gpt2(const dsl::ModelArch& a) { return a.family == dsl::ModelFamily::kGpt2; }
+
+// The model's parameters (names from model.cpp) as Hugging Face tensors, in
+// the order transformers' state_dict lists them.
+std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& gpt2_prefix) {
+  const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d, in = a.intermediate;
+  std::vector<Slot> s;
+  auto add = [&](std::string hf, std::string param, std::vector<std::int64_t> shape, std::int64_t row0 = 0,
+                 std::int64_t rows = -1, bool transpose = false) {
+    s.push_back({std::move(hf), std::move(param), std::move(shape), row0, rows, transpose});
+  };
+  if (is_gpt2(a)) {
+    const std::string& p = gpt2_prefix;
+    add(p + "wte.weight", "embed.weight", {a.vocab, c});
+    add(p + "wpe.weight", "pos_embed.weight", {a.max_seq_len, c});
+    for (std::int64_t i = 0; i < a.layers; ++i) {
+      const std::string h = p + "h." + std::to_string(i) + ".", l = "layer" + std::to_string(i) + ".";
+      add(h + "ln_1.weight", l + "norm1", {c});
+      add(h + "ln_1.bias", l + "norm1_bias", {c});
+      // Conv1D computes x @ W + b with W stored (in, out): our (out, in) transposed.
+      add(h + "attn.c_attn.weight", l + "qkv", {c, q + 2 * kv}, 0, -1, true);
+      add(h + "attn.c_attn.bias", l + "qkv_bias", {q + 2 * kv});
+      add(h + "attn.c_proj.weight", l + "o", {q, c}, 0, -1, true);
+      add(h + "attn.c_proj.bias", l + "o_bias", {c});
+      add(h + "ln_2.weight", l + "norm2", {c});
+      add(h + "ln_2.bias", l + "norm2_bias", {c});
+      add(h + "mlp.c_fc.weight", l + "fc", {c, in}, 0, -1, true);
+      add(h + "mlp.c_fc.bias", l + "fc_bias", {in});
+      add(h + "mlp.c_proj.weight", l + "down", {in, c}, 0, -1, true);
+      add(h + "mlp.c_proj.bias", l + "down_bias", {c});
+    }
+    add(p + "ln_f.weight", "final_norm", {c});
+    add(p + "ln_f.bias", "final_norm_bias", {c});
+  } else {
+    add("model.embed_tokens.weight", "embed.weight", {a.vocab, c});
+    for (std::int64_t i = 0; i < a.layers; ++i) {
+      const std::string h = "model.layers." + std::to_string(i) + ".", l = "layer" + std::to_string(i) + ".";
+      add(h + "input_layernorm.weight", l + "norm1", {c});
+      add(h + "self_attn.q_proj.weight", l + "qkv", {q, c}, 0, q);
+      add(h + "self_attn.k_proj.weight", l + "qkv", {kv, c}, q, kv);
+      add(h + "self_attn.v_proj.weight", l + "qkv", {kv, c}, q + kv, kv);
+      if (a.family == dsl::ModelFamily::kQwen2) {
+        add(h + "self_attn.q_proj.bias", l + "qkv_bias", {q}, 0, q);
+        add(h + "self_attn.k_proj.bias", l + "qkv_bias", {kv}, q, kv);
+        add(h + "self_attn.v_proj.bias", l + "qkv_bias", {kv}, q + kv, kv);
+      }
+      add(h + "self_attn.o_proj.weight", l + "o", {c, q});
+      add(h + "post_attention_layernorm.weight", l + "norm2", {c});
+      add(h + "mlp.gate_proj.weight", l + "gate_up", {in, c}, 0, in);
+      add(h + "mlp.up_proj.weight", l + "gate_up", {in, c}, in, in);
+      add(h + "mlp.down_proj.weight", l + "down", {c, in});
+    }
+    add("model.norm.weight", "final_norm", {c});
+  }
+  if (!a.tie_embeddings) add("lm_head.weight", "lm_head", {a.vocab, c});
+  return s;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Tensors found in real checkpoints that are not weights of the model:
+// GPT-2's causal-mask buffers (older transformers saved them), Llama's
+// rotary inv_freq buffer, and a tied model's copy of the embedding.
+bool harmless_extra(const dsl::ModelArch& a, const std::string& name) {
+  if (is_gpt2(a)) {
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) return true;
+  } else if (ends_with(name, ".rotary_emb.inv_freq")) {
+    return true;
+  }
+  return a.tie_embeddings && name == "lm_head.weight";
+}
+
+std::string shape_text(c10::IntArrayRef shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::optional<torch::Dtype> torch_dtype_of(DType t) {
+  switch (t) {
+    case DType::kF32: return torch::kFloat32;
+    case DType::kF16: return torch::kFloat16;
+    case DType::kBF16: return torch::kBFloat16;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<DType> io_dtype_of(torch::Dtype t) {
+  switch (t) {
+    case torch::kFloat32: return DType::kF32;
+    case torch::kFloat16: return DType::kF16;
+    case torch::kBFloat16: return DType::kBF16;
+    case torch::kFloat64: return DType::kF64;
+    default: return std::nullopt;
+  }
+}
+
+const char* hf_dtype_name(torch::Dtype t) {
+  switch (t) {
+    case torch::kFloat16: return "float16";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kFloat64: return "float64";
+    default: return "float32";
+  }
+}
+
+std::string family_name(const dsl::ModelArch& a) {
+  switch (a.family) {
+    case dsl::ModelFamily::kGpt2: return "gpt2";
+    case dsl::ModelFamily::kMistral: return "mistral";
+    case dsl::ModelFamily::kQwen2: return "qwen2";
+    case dsl::ModelFamily::kLlama: break;
+  }
+  return "llama";
+}
+
+struct Located {
+  const io::TensorView* view;
+  std::size_t file;
+};
+
+Status load_checked(CausalLM& model, const std::string& folder) {
+  TAILOR_ASSIGN_OR_RETURN(io::WeightFiles wf, io::find_weight_files(folder));
+  std::vector<io::SafetensorsFile> files;
+  std::vector<std::string> file_names;
+  std::map<std::string, Located, std::less<>> tensors;
+  for (const std::string& path : wf.files) {
+    TAILOR_ASSIGN_OR_RETURN(io::SafetensorsFile f, io::SafetensorsFile::open(path));
+    files.push_back(std::move(f));
+    file_names.push_back(fs::path(path).filename().string());
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    for (const io::TensorView& t : files[i].tensors()) {
+      const auto [it, fresh] = tensors.emplace(t.name, Located{&t, i});
+      if (!fresh) {
+        return Status::invalid_argument(t.name + " is in both " + file_names[it->second.file] + " and " +
+                                        file_names[i]);
+      }
+    }
+  }
+  if (wf.index) {
+    for (const auto& [name, file] : wf.index->weight_map) {
+      const auto it = tensors.find(name);
+      if (it == tensors.end() || file_names[it->second.file] != file) {
+        return Status::invalid_argument(std::string(io::kShardIndexFile) + " places " + name + " in " + file +
+                                        ", which does not hold it");
+      }
+    }
+  }
+
+  const dsl::ModelArch& arch = model->arch();
+  std::string prefix;
+  if (is_gpt2(arch)) {
+    for (const auto& [name, loc] : tensors) {
+      if (name.rfind("transformer.", 0) == 0) prefix = "transformer.";
+    }
+  }
+  const std::vector<Slot> layout = hf_layout(arch, prefix);
+  auto params = model->named_parameters();
+  std::set<std::string, std::less<>> used;
+  for (const Slot& s : layout) {
+    const torch::Tensor* p = params.find(s.param);
+    if (p == nullptr) return Status::internal("the model has no parameter " + s.param + " for " + s.hf_name);
+    const auto it = tensors.find(s.hf_name);
+    if (it == tensors.end()) {
+      return Status::invalid_argument("missing tensor " + s.hf_name + " (a " + family_name(arch) +
+                                      " model of this config needs it)");
+    }
+    const io::TensorView& t = *it->second.view;
+    const std::string where = s.hf_name + " in " + file_names[it->second.file];
+    if (!torch_dtype_of(t.dtype)) {
+      return Status::invalid_argument(where + ": dtype " + io::to_string(t.dtype) +
+                                      " is not supported (expected F32, F16 or BF16)");
+    }
+    if (t.shape != s.hf_shape) {
+      return Status::invalid_argument(where + ": shape " + shape_text(t.shape) + ", expected " +
+                                      shape_text(s.hf_shape) + " for this config");
+    }
+    used.insert(s.hf_name);
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    for (const io::TensorView& t : files[i].tensors()) {
+      if (!used.contains(t.name) && !harmless_extra(arch, t.name)) {
+        return Status::invalid_argument("unexpected tensor " + t.name + " in " + file_names[i] + " (not part of a " +
+                                        family_name(arch) + " model of this config)");
+      }
+    }
+  }
+
+  torch::NoGradGuard no_grad;
+  for (const Slot& s : layout) {
+    const io::TensorView& t = *tensors.find(s.hf_name)->second.view;
+    // Copied out of the map first: the file gives no alignment guarantee.
+    torch::Tensor src = torch::empty(t.shape, torch::TensorOptions().dtype(*torch_dtype_of(t.dtype)));
+    if (!t.data.empty()) std::memcpy(src.data_ptr(), t.data.data(), t.data.size());
+    if (s.transpose) src = src.t();
+    torch::Tensor dst = *params.find(s.param);
+    if (s.rows >= 0) dst = dst.narrow(0, s.row0, s.rows);
+    dst.copy_(src);  // converts to the parameter's dtype and device
+  }
+  return Status::ok();
+}
+
+// Moves the finished `tmp` folder to `folder`, replacing what is there only
+// now that the new folder is complete.
+Status publish_folder(const fs::path& tmp, const fs::path& folder) {
+  std::error_code ec;
+  if (!fs::exists(folder, ec)) {
+    fs::rename(tmp, folder, ec);
+    if (ec) return Status::io_error("cannot rename " + tmp.string() + " to " + folder.string() + ": " + ec.message());
+    return Status::ok();
+  }
+  // Linux swaps the two names in one step; readers never see no folder.
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, folder.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(tmp, ec);  // now the old folder
+    return Status::ok();
+  }
+  // File systems without RENAME_EXCHANGE: move the old folder aside first.
+  const fs::path old = folder.string() + ".old";
+  fs::remove_all(old, ec);
+  fs::rename(folder, old, ec);
+  if (ec) return Status::io_error("cannot move " + folder.string() + " aside: " + ec.message());
+  fs::rename(tmp, folder, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::rename(old, folder, ignored);
+    return Status::io_error("cannot rename " + tmp.string() + " to " + folder.string() + ": " + ec.message());
+  }
+  fs::remove_all(old, ec);
+  return Status::ok();
+}
+
+Status save_checked(const CausalLM& model, const std::string& folder_arg, std::int64_t max_shard_bytes) {
+  if (max_shard_bytes < 0) {
+    return Status::invalid_argument("max_shard_bytes must be positive (0 = one file), got " +
+                                    std::to_string(max_shard_bytes));
+  }
+  const dsl::ModelArch& arch = model->arch();
+  const std::vector<Slot> layout = hf_layout(arch, is_gpt2(arch) ? "transformer." : "");
+  const auto params = model->named_parameters();
+  std::set<std::string> mapped;
+  for (const Slot& s : layout) mapped.insert(s.param);
+  for (const auto& item : params) {
+    if (!mapped.contains(item.key())) {
+      return Status::internal("parameter " + item.key() + " has no Hugging Face name (merge adapters before saving)");
+    }
+  }
+
+  // The un-fused tensors, contiguous on the CPU, in the parameters' dtype.
+  struct Out {
+    const Slot* slot;
+    torch::Tensor t;
+    DType dtype;
+  };
+  std::vector<Out> outs;
+  torch::Dtype dtype = torch::kFloat32;
+  {
+    torch::NoGradGuard no_grad;
+    for (const Slot& s : layout) {
+      const torch::Tensor* p = params.find(s.param);
+      if (p == nullptr) return Status::internal("the model has no parameter " + s.param + " for " + s.hf_name);
+      torch::Tensor t = p->detach();
+      if (s.rows >= 0) t = t.narrow(0, s.row0, s.rows);
+      if (s.transpose) t = t.t();
+      t = t.to(torch::kCPU).contiguous();
+      if (t.sizes() != c10::IntArrayRef(s.hf_shape)) {
+        return Status::internal(s.param + " gives " + s.hf_name + " the shape " + shape_text(t.sizes()) + ", expected " +
+                                shape_text(s.hf_shape));
+      }
+      const auto d = io_dtype_of(t.scalar_type());
+      if (!d) return Status::internal(s.param + ": dtype " + std::string(c10::toString(t.scalar_type())) + " cannot be saved");
+      if (outs.empty()) dtype = t.scalar_type();
+      outs.push_back({&s, t, *d});
+    }
+  }
+
+  // Greedy sharding in state_dict order, as transformers does: a new shard
+  // starts when the next tensor would take this one over the limit.
+  std::vector<std::vector<std::size_t>> shards(1);
+  std::int64_t in_shard = 0, total = 0;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const auto n = static_cast<std::int64_t>(outs[i].t.nbytes());
+    if (max_shard_bytes > 0 && !shards.back().empty() && in_shard + n > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(i);
+    in_shard += n;
+    total += n;
+  }
+
+  const fs::path folder = fs::path(folder_arg).lexically_normal();
+  const fs::path target = folder.has_filename() ? folder : folder.parent_path();
+  const fs::path tmp = target.string() + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) return Status::io_error("cannot create " + tmp.string() + ": " + ec.message());
+  auto fail = [&](const Status& s) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    return s;
+  };
+
+  Status s = io::write_hf_config((tmp / io::kConfigFile).string(), arch, hf_dtype_name(dtype));
+  if (!s.is_ok()) return fail(s);
+  // transformers refuses safetensors files whose metadata lacks format "pt".
+  const std::map<std::string, std::string> metadata{{"format", "pt"}};
+  io::ShardIndex index;
+  index.total_size = total;
+  const int count = static_cast<int>(shards.size());
+  for (int k = 0; k < count; ++k) {
+    const std::string name = count == 1 ? io::kSingleWeightsFile : io::shard_file_name(k + 1, count);
+    std::vector<io::TensorToWrite> tw;
+    for (std::size_t i : shards[static_cast<std::size_t>(k)]) {
+      const Out& o = outs[i];
+      tw.push_back({o.slot->hf_name, o.dtype, o.slot->hf_shape,
+                    std::span<const std::byte>(static_cast<const std::byte*>(o.t.data_ptr()), o.t.nbytes())});
+      index.weight_map[o.slot->hf_name] = name;
+    }
+    s = io::write_safetensors((tmp / name).string(), tw, metadata);
+    if (!s.is_ok()) return fail(s);
+  }
+  if (count > 1) {
+    s = io::write_shard_index((tmp / io::kShardIndexFile).string(), index);
+    if (!s.is_ok()) return fail(s);
+  }
+  s = publish_folder(tmp, target);
+  return s.is_ok() ? s : fail(s);
+}
+
+}  // namespace
+
+Status load_hf_weights(CausalLM& model, const std::string& folder) {
+  try {
+    return load_checked(model, folder).prefixed("loading Hugging Face weights from " + folder);
+  } catch (const c10::Error& e) {
+    return Status::internal("loading Hugging Face weights from " + folder + ": LibTorch: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Status::internal("loading Hugging Face weights from " + folder + ": " + e.what());
+  }
+}
+
+Status save_hf_model(const CausalLM& model, const std::string& folder, std::int64_t max_shard_bytes) {
+  try {
+    return save_checked(model, folder, max_shard_bytes).prefixed("saving the model to " + folder);
+  } catch (const c10::Error& e) {
+    return Status::internal("saving the model to " + folder + ": LibTorch: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Status::internal("saving the model to " + folder + ": " + e.what());
+  }
+}
+
+}  // namespace tailor::runner

@@ -1,0 +1,51 @@
+// Hugging Face checkpoints for CausalLM: loading a model folder's
+// safetensors weights (one file or an index with shards) into the model's
+// fused parameters, and saving the model as a folder transformers can load
+// (config.json + model.safetensors or shards + index).
+//
+// Names: Llama/Mistral/Qwen2 as LlamaForCausalLM (model.embed_tokens,
+// model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
+// post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm, lm_head;
+// q/k/v biases for Qwen2); GPT-2 as GPT2LMHeadModel (wte, wpe,
+// h.N.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}, ln_f,
+// with or without the "transformer." prefix; its Conv1D weights are stored
+// (in, out), the transpose of ours). q/k/v and gate/up are slices of the
+// fused qkv and gate_up parameters, in that order.
+// Not here: pytorch_model.bin, adapters (merge them first), tokenizer files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "runner/torch/model.h"
+
+namespace tailor::runner {
+
+// transformers' default max_shard_size ("5GB").
+inline constexpr std::int64_t kDefaultMaxShardBytes = 5'000'000'000;
+
+// Copies the weights of the Hugging Face folder `folder` into `model`'s
+// parameters, converting F32/F16/BF16 to the parameters' dtype. Everything
+// is checked before anything is copied, so on error the model is unchanged.
+// Errors (InvalidArgument, naming the file and tensor): a missing tensor; an
+// unexpected one (the attention-mask buffers of GPT-2 files, rotary inv_freq
+// and a tied model's lm_head.weight are ignored); a wrong shape; an
+// unsupported dtype; a tensor in two files or not where the index says; an
+// index naming a missing shard. NotFound when the folder holds no
+// safetensors weights; IOError when a file cannot be read.
+Status load_hf_weights(CausalLM& model, const std::string& folder);
+
+// Writes `model` to `folder` as config.json plus model.safetensors, or, when
+// the tensors exceed `max_shard_bytes` (> 0; 0 = never shard), as
+// model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json.
+// Tensors are un-fused, named as above and stored in the parameters' dtype
+// (config.json's torch_dtype says which). The folder is built as
+// `folder`.tmp and renamed into place; an existing folder is replaced only
+// once the new one is complete (atomically swapped where the file system
+// supports it). InvalidArgument for a negative max_shard_bytes; Internal for
+// a parameter that has no Hugging Face name (adapters not merged);
+// IOError naming the path when writing fails.
+Status save_hf_model(const CausalLM& model, const std::string& folder, std::int64_t max_shard_bytes);
+
+}  // namespace tailor::runner

@@ -1,0 +1,398 @@
+#include "runner/torch/lora.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <nlohmann/json.hpp>
+
+#include "runner/io/safetensors.h"
+#include "runner/torch/nf4.h"
+
+namespace tailor::runner {
+namespace {
+
+namespace fs = std::filesystem;
+using torch::Tensor;
+
+bool is_gpt2(const dsl::ModelArch& a) { return a.family == dsl::ModelFamily::kGpt2; }
+
+// One Hugging Face linear layer of a block as a row slice of a fused
+// projection.
+struct ModuleSlice {
+  const char* target;  // the name used in targets ("c_proj" for both GPT-2 projections)
+  const char* module;  // PEFT's module path within the block
+  Projection proj;
+  std::int64_t row_offset, rows, in;
+};
+
+std::vector<ModuleSlice> module_slices(const dsl::ModelArch& a) {
+  const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d, i = a.intermediate;
+  if (is_gpt2(a)) {
+    return {{"c_attn", "attn.c_attn", Projection::kQkv, 0, q + 2 * kv, c},
+            {"c_proj", "attn.c_proj", Projection::kO, 0, c, q},
+            {"c_fc", "mlp.c_fc", Projection::kUp, 0, i, c},
+            {"c_proj", "mlp.c_proj", Projection::kDown, 0, c, i}};
+  }
+  return {{"q_proj", "self_attn.q_proj", Projection::kQkv, 0, q, c},
+          {"k_proj", "self_attn.k_proj", Projection::kQkv, q, kv, c},
+          {"v_proj", "self_attn.v_proj", Projection::kQkv, q + kv, kv, c},
+          {"o_proj", "self_attn.o_proj", Projection::kO, 0, c, q},
+          {"gate_proj", "mlp.gate_proj", Projection::kUp, 0, i, c},
+          {"up_proj", "mlp.up_proj", Projection::kUp, i, i, c},
+          {"down_proj", "mlp.down_proj", Projection::kDown, 0, c, i}};
+}
+
+// Inverted dropout keeping a one-byte mask for backward instead of a mask in
+// the input's dtype (what x * bernoulli would save): (e + 1) bytes per
+// element with the dropped copy, as memory_model.cpp counts.
+struct MaskedDropout : torch::autograd::Function<MaskedDropout> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, double p) {
+    Tensor keep = torch::empty(x.sizes(), x.options().dtype(torch::kBool)).bernoulli_(1.0 - p);
+    ctx->save_for_backward({keep});
+    ctx->saved_data["scale"] = 1.0 / (1.0 - p);
+    return x.mul(keep).mul_(1.0 / (1.0 - p));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const Tensor keep = ctx->get_saved_variables()[0];
+    return {grad_out[0].mul(keep).mul_(ctx->saved_data["scale"].toDouble()), Tensor()};
+  }
+};
+
+struct Adapter {
+  ModuleSlice slice;
+  Tensor a;  // (r, in)
+  Tensor b;  // (rows, r)
+};
+
+// The adapters of every layer and the NF4 copies of the frozen projections;
+// registered as the model's "lora" submodule and installed as its
+// projection hook.
+class LoraAdapters : public torch::nn::Module, public ProjectionHook {
+ public:
+  LoraAdapters(const CausalLMImpl& model, const LoraOptions& o) : options(o), arch(model.arch()) {
+    scale = o.alpha / static_cast<double>(o.rank);
+    const auto slices = module_slices(arch);
+    layers.resize(static_cast<std::size_t>(arch.layers));
+    quantized.resize(static_cast<std::size_t>(arch.layers));
+    torch::NoGradGuard no_grad;
+    for (std::int64_t l = 0; l < arch.layers; ++l) {
+      for (const ModuleSlice& s : slices) {
+        if (!o.targets.empty() && std::find(o.targets.begin(), o.targets.end(), s.target) == o.targets.end()) continue;
+        std::string base = "layer" + std::to_string(l) + "_" + s.module;
+        std::replace(base.begin(), base.end(), '.', '_');
+        Adapter ad{s, torch::empty({o.rank, s.in}, torch::kFloat32), torch::zeros({s.rows, o.rank}, torch::kFloat32)};
+        // PEFT's default init: A as nn.Linear's weight (kaiming-uniform with
+        // a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in))), B zero.
+        torch::nn::init::kaiming_uniform_(ad.a, std::sqrt(5.0));
+        ad.a = register_parameter(base + "_A", ad.a.to(o.adapter_dtype));
+        ad.b = register_parameter(base + "_B", ad.b.to(o.adapter_dtype));
+        layers[static_cast<std::size_t>(l)].push_back(std::move(ad));
+      }
+    }
+  }
+
+  Tensor project(std::size_t layer, Projection p, const Tensor& x, const Tensor& weight, const Tensor& bias) override {
+    const auto& q = quantized[layer][static_cast<std::size_t>(p)];
+    Tensor y = q ? nf4_linear(x, *q, bias) : torch::linear(x, weight, bias);
+    for (const Adapter& ad : layers[layer]) {
+      if (ad.slice.proj != p) continue;
+      Tensor in = x;
+      // Also without grad mode: a checkpointed layer's first forward must
+      // draw the masks its recomputation will draw again.
+      if (options.dropout > 0 && is_training()) {
+        in = MaskedDropout::apply(x, options.dropout);
+      }
+      const Tensor delta = torch::linear(torch::linear(in, ad.a.to(x.scalar_type())), ad.b.to(x.scalar_type()));
+      y.narrow(-1, ad.slice.row_offset, ad.slice.rows).add_(delta, scale);
+    }
+    return y;
+  }
+
+  Tensor trainable_anchor(std::size_t layer) const override {
+    return layers[layer].empty() ? Tensor() : layers[layer].front().a;
+  }
+
+  LoraOptions options;
+  dsl::ModelArch arch;
+  double scale = 1;
+  std::vector<std::vector<Adapter>> layers;
+  std::vector<std::array<std::optional<Nf4Tensor>, 4>> quantized;  // by layer, by Projection
+};
+
+LoraAdapters* adapters_of(const CausalLMImpl& model) {
+  return dynamic_cast<LoraAdapters*>(model.projection_hook().get());
+}
+
+constexpr std::array<Projection, 4> kProjections = {Projection::kQkv, Projection::kO, Projection::kUp,
+                                                    Projection::kDown};
+
+Result<io::DType> io_dtype(torch::Dtype t) {
+  switch (t) {
+    case torch::kFloat32: return io::DType::kF32;
+    case torch::kBFloat16: return io::DType::kBF16;
+    case torch::kFloat16: return io::DType::kF16;
+    default: return Status::invalid_argument(std::string("unsupported adapter dtype ") + c10::toString(t));
+  }
+}
+
+Result<torch::Dtype> torch_dtype(io::DType t) {
+  switch (t) {
+    case io::DType::kF32: return torch::kFloat32;
+    case io::DType::kBF16: return torch::kBFloat16;
+    case io::DType::kF16: return torch::kFloat16;
+    case io::DType::kF64: return torch::kFloat64;
+    default: return Status::invalid_argument(std::string("dtype ") + io::to_string(t) + " is not a floating type");
+  }
+}
+
+std::string shape_string(const std::vector<std::int64_t>& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
+}  // namespace
+
+std::string peft_tensor_name(const dsl::ModelArch& arch, std::int64_t layer, const std::string& module,
+                             const std::string& which) {
+  const std::string prefix = is_gpt2(arch) ? "base_model.model.transformer.h." : "base_model.model.model.layers.";
+  return prefix + std::to_string(layer) + "." + module + "." + which + ".weight";
+}
+
+Status attach_lora(CausalLMImpl& model, const LoraOptions& o) {
+  if (has_lora(model)) return Status::failed_precondition("attach_lora: the model already has adapters");
+  if (o.rank < 1) return Status::invalid_argument("lora: r must be at least 1, got " + std::to_string(o.rank));
+  if (!(o.dropout >= 0 && o.dropout < 1)) {
+    return Status::invalid_argument("lora: dropout must be in [0, 1), got " + std::to_string(o.dropout));
+  }
+  const auto slices = module_slices(model.arch());
+  for (const std::string& t : o.targets) {
+    if (std::none_of(slices.begin(), slices.end(), [&](const ModuleSlice& s) { return t == s.target; })) {
+      std::string valid;
+      for (const ModuleSlice& s : slices) {
+        if (valid.find(s.target) == std::string::npos) valid += std::string(valid.empty() ? "" : ", ") + s.target;
+      }
+      return Status::invalid_argument("lora: unknown target module \"" + t + "\" for a " +
+                                      dsl::to_string(model.arch().family) + " model (valid: " + valid + ")");
+    }
+  }
+  try {
+    for (auto& p : model.parameters()) p.requires_grad_(false);
+    auto adapters = std::make_shared<LoraAdapters>(model, o);
+    if (o.quantize_base) {
+      for (std::size_t l = 0; l < static_cast<std::size_t>(model.arch().layers); ++l) {
+        for (Projection p : kProjections) {
+          Tensor& w = model.projection_weight(l, p);
+          auto q = quantize_nf4(w);
+          if (!q.is_ok()) return q.status().prefixed("quantising layer " + std::to_string(l));
+          adapters->quantized[l][static_cast<std::size_t>(p)] = std::move(q).value();
+          // Free the dense copy: the parameter stays registered (same name,
+          // checkpoint order) but holds nothing.
+          w.set_data(torch::empty({0}, w.options()));
+        }
+      }
+    }
+    model.register_module("lora", adapters);
+    model.set_projection_hook(adapters);
+  } catch (const c10::Error& e) {
+    return Status::internal(std::string("attach_lora: ") + e.what_without_backtrace());
+  }
+  return Status::ok();
+}
+
+bool has_lora(const CausalLMImpl& model) { return adapters_of(model) != nullptr; }
+
+std::vector<Tensor> lora_parameters(const CausalLMImpl& model) {
+  std::vector<Tensor> out;
+  if (const LoraAdapters* a = adapters_of(model)) {
+    for (const auto& layer : a->layers) {
+      for (const Adapter& ad : layer) {
+        out.push_back(ad.a);
+        out.push_back(ad.b);
+      }
+    }
+  }
+  return out;
+}
+
+LoraFootprint lora_footprint(const CausalLMImpl& model) {
+  LoraFootprint f;
+  const LoraAdapters* a = adapters_of(model);
+  if (!a) return f;
+  for (const Tensor& t : lora_parameters(model)) {
+    f.adapter_parameters += t.numel();
+    f.adapter_bytes += static_cast<std::int64_t>(t.nbytes());
+  }
+  for (const auto& layer : a->quantized) {
+    for (const auto& q : layer) {
+      if (!q) continue;
+      f.quantized_parameters += q->numel;
+      f.quantized_bytes += q->bytes();
+    }
+  }
+  return f;
+}
+
+Status merge_lora(CausalLMImpl& model, torch::Dtype dtype) {
+  LoraAdapters* a = adapters_of(model);
+  if (!a) return Status::failed_precondition("merge_lora: the model has no adapters");
+  try {
+    torch::NoGradGuard no_grad;
+    for (std::size_t l = 0; l < a->layers.size(); ++l) {
+      for (Projection p : kProjections) {
+        auto& q = a->quantized[l][static_cast<std::size_t>(p)];
+        if (q) {
+          model.projection_weight(l, p).set_data(dequantize_nf4(*q, dtype));
+          q.reset();
+        }
+      }
+      for (const Adapter& ad : a->layers[l]) {
+        Tensor& w = model.projection_weight(l, ad.slice.proj);
+        // W += (alpha / r) B A, accumulated in fp32 before rounding into W.
+        const Tensor delta = torch::matmul(ad.b.to(torch::kFloat32), ad.a.to(torch::kFloat32)).mul_(a->scale);
+        Tensor rows = w.narrow(0, ad.slice.row_offset, ad.slice.rows);
+        rows.copy_(rows.to(torch::kFloat32).add_(delta));
+      }
+    }
+    model.set_projection_hook(nullptr);
+    model.unregister_module("lora");
+  } catch (const c10::Error& e) {
+    return Status::internal(std::string("merge_lora: ") + e.what_without_backtrace());
+  }
+  return Status::ok();
+}
+
+Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, const std::string& base_model) {
+  const LoraAdapters* a = adapters_of(model);
+  if (!a) return Status::failed_precondition("save_peft_adapter: the model has no adapters");
+  const fs::path tmp = dir + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) return Status::io_error("cannot create " + tmp.string() + ": " + ec.message());
+
+  std::vector<Tensor> keep;  // contiguous CPU copies the spans point into
+  std::vector<io::TensorToWrite> tensors;
+  std::vector<std::string> modules;
+  try {
+    for (std::size_t l = 0; l < a->layers.size(); ++l) {
+      for (const Adapter& ad : a->layers[l]) {
+        if (std::find(modules.begin(), modules.end(), ad.slice.target) == modules.end()) modules.push_back(ad.slice.target);
+        for (const auto& [which, t] : {std::pair<const char*, const Tensor&>{"lora_A", ad.a}, {"lora_B", ad.b}}) {
+          TAILOR_ASSIGN_OR_RETURN(const io::DType dt, io_dtype(t.scalar_type()));
+          keep.push_back(t.detach().to(torch::kCPU).contiguous());
+          const Tensor& c = keep.back();
+          tensors.push_back({peft_tensor_name(a->arch, static_cast<std::int64_t>(l), ad.slice.module, which), dt,
+                             c.sizes().vec(),
+                             std::span<const std::byte>(static_cast<const std::byte*>(c.data_ptr()), c.nbytes())});
+        }
+      }
+    }
+  } catch (const c10::Error& e) {
+    return Status::internal(std::string("save_peft_adapter: ") + e.what_without_backtrace());
+  }
+  TAILOR_RETURN_IF_ERROR(
+      io::write_safetensors((tmp / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}}));
+
+  nlohmann::json cfg = {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"base_model_name_or_path", base_model},
+      {"r", a->options.rank},
+      {"lora_alpha", a->options.alpha},
+      {"lora_dropout", a->options.dropout},
+      {"target_modules", modules},
+      {"bias", "none"},
+      // GPT-2's Hugging Face layers are Conv1D, whose weight is (in, out).
+      {"fan_in_fan_out", is_gpt2(a->arch)},
+      {"inference_mode", true},
+      {"init_lora_weights", true},
+      {"modules_to_save", nullptr},
+      {"use_rslora", false},
+  };
+  {
+    std::ofstream out(tmp / "adapter_config.json", std::ios::binary | std::ios::trunc);
+    out << cfg.dump(2) << '\n';
+    out.flush();
+    if (!out) return Status::io_error("cannot write " + (tmp / "adapter_config.json").string());
+  }
+  fs::remove_all(dir, ec);
+  fs::rename(tmp, dir, ec);
+  if (ec) return Status::io_error("cannot move " + tmp.string() + " to " + dir + ": " + ec.message());
+  return Status::ok();
+}
+
+Status load_peft_adapter(CausalLMImpl& model, const std::string& dir) {
+  LoraAdapters* a = adapters_of(model);
+  if (!a) return Status::failed_precondition("load_peft_adapter: attach adapters to the model first");
+  const std::string cfg_path = (fs::path(dir) / "adapter_config.json").string();
+  double alpha = a->options.alpha;
+  {
+    std::ifstream in(cfg_path, std::ios::binary);
+    if (!in) return Status::not_found("cannot open " + cfg_path);
+    const nlohmann::json cfg = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!cfg.is_object()) return Status::invalid_argument(cfg_path + ": not a JSON object");
+    if (cfg.contains("peft_type") && cfg["peft_type"] != "LORA") {
+      return Status::invalid_argument(cfg_path + ": peft_type is " + cfg["peft_type"].dump() + ", expected \"LORA\"");
+    }
+    if (!cfg.contains("r") || !cfg["r"].is_number_integer() || cfg["r"].get<std::int64_t>() != a->options.rank) {
+      return Status::invalid_argument(cfg_path + ": r must be " + std::to_string(a->options.rank) + " (the model's rank), got " +
+                                      (cfg.contains("r") ? cfg["r"].dump() : std::string("nothing")));
+    }
+    if (!cfg.contains("lora_alpha") || !cfg["lora_alpha"].is_number()) {
+      return Status::invalid_argument(cfg_path + ": lora_alpha: expected a number");
+    }
+    alpha = cfg["lora_alpha"].get<double>();
+  }
+  const std::string st_path = (fs::path(dir) / "adapter_model.safetensors").string();
+  TAILOR_ASSIGN_OR_RETURN(io::SafetensorsFile file, io::SafetensorsFile::open(st_path));
+  std::size_t used = 0;
+  try {
+    torch::NoGradGuard no_grad;
+    for (std::size_t l = 0; l < a->layers.size(); ++l) {
+      for (Adapter& ad : a->layers[l]) {
+        for (const auto& [which, t] : {std::pair<const char*, Tensor&>{"lora_A", ad.a}, {"lora_B", ad.b}}) {
+          const std::string name = peft_tensor_name(a->arch, static_cast<std::int64_t>(l), ad.slice.module, which);
+          const io::TensorView* v = file.find(name);
+          if (!v) return Status::invalid_argument(st_path + ": missing tensor " + name);
+          if (v->shape != t.sizes().vec()) {
+            return Status::invalid_argument(st_path + ": tensor " + name + " has shape " + shape_string(v->shape) +
+                                            ", expected " + shape_string(t.sizes().vec()));
+          }
+          auto dt = torch_dtype(v->dtype);
+          if (!dt.is_ok()) return dt.status().prefixed(st_path + ": tensor " + name);
+          // Copied out of the map: its bytes carry no alignment guarantee.
+          Tensor src = torch::empty(v->shape, torch::TensorOptions().dtype(*dt));
+          std::memcpy(src.data_ptr(), v->data.data(), v->data.size());
+          t.copy_(src);
+          ++used;
+        }
+      }
+    }
+  } catch (const c10::Error& e) {
+    return Status::internal(std::string("load_peft_adapter: ") + e.what_without_backtrace());
+  }
+  if (used != file.tensors().size()) {
+    for (const io::TensorView& v : file.tensors()) {
+      bool known = false;
+      for (std::size_t l = 0; l < a->layers.size() && !known; ++l) {
+        for (const Adapter& ad : a->layers[l]) {
+          for (const char* which : {"lora_A", "lora_B"}) {
+            known = known || v.name == peft_tensor_name(a->arch, static_cast<std::int64_t>(l), ad.slice.module, which);
+          }
+        }
+      }
+      if (!known) return Status::invalid_argument(st_path + ": tensor " + v.name + " has no adapter in this model");
+    }
+  }
+  a->scale = alpha / static_cast<double>(a->options.rank);
+  a->options.alpha = alpha;
+  return Status::ok();
+}
+
+}  // namespace tailor::runner

@@ -1,0 +1,84 @@
+// LoRA and QLoRA on CausalLM. LoRA (Hu et al., "LoRA: Low-Rank Adaptation
+// of Large Language Models", 2021): the base weights are frozen and each
+// targeted linear layer W (out, in) gains y += (alpha / r) * B A dropout(x)
+// with A (r, in) and B (out, r); A starts kaiming-uniform (as PEFT and
+// nn.Linear do), B at zero, so the adapted model starts equal to the base.
+// QLoRA (Dettmers et al. 2023): additionally the blocks' frozen projection
+// weights are stored in NF4 (nf4.h) and dequantised per call; embeddings,
+// norms, biases and the head stay in the compute dtype.
+//
+// Targets use Hugging Face names (Llama: q_proj, k_proj, v_proj, o_proj,
+// gate_proj, up_proj, down_proj; GPT-2: c_attn, c_proj, c_fc, where c_proj
+// names both attn.c_proj and mlp.c_proj as in PEFT). The model fuses
+// q/k/v and gate/up: their adapters write into row slices of the fused
+// projection's output. Adapters are registered as the model's submodule
+// "lora" (parameters "lora.layer<i>_<module>_{A,B}"); no existing parameter
+// is renamed. Files are PEFT's adapter_config.json and
+// adapter_model.safetensors with PEFT's tensor names, so HF PEFT loads them.
+//
+// Not here: rsLoRA/DoRA variants, bias training, adapters on the embedding
+// or the head, several adapters at once.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "runner/torch/model.h"
+
+namespace tailor::runner {
+
+struct LoraOptions {
+  std::int64_t rank = 16;                 // r >= 1
+  double alpha = 32;                      // the update is scaled by alpha / r
+  double dropout = 0.0;                   // on the adapter input while training, in [0, 1)
+  std::vector<std::string> targets;       // Hugging Face names; empty = every linear layer of the blocks
+  bool quantize_base = false;             // QLoRA: the blocks' projections stored in NF4
+  torch::Dtype adapter_dtype = torch::kFloat32;  // A and B (and so their gradients)
+};
+
+// What adapters and quantisation hold, in bytes and parameters.
+struct LoraFootprint {
+  std::int64_t adapter_parameters = 0;
+  std::int64_t adapter_bytes = 0;
+  std::int64_t quantized_parameters = 0;  // base weights held in NF4
+  std::int64_t quantized_bytes = 0;       // their NF4 storage, both levels of scales included
+};
+
+// Freezes every parameter of `model`, quantises the blocks' projections to
+// NF4 when asked (the dense weights are freed: their parameters become
+// empty tensors), and adds adapters. Call after moving the model to its
+// dtype. Errors (InvalidArgument): unknown target names (the valid ones are
+// listed), rank < 1, dropout outside [0, 1), adapters already attached.
+Status attach_lora(CausalLMImpl& model, const LoraOptions& options);
+
+bool has_lora(const CausalLMImpl& model);
+LoraFootprint lora_footprint(const CausalLMImpl& model);
+// The adapter tensors (A and B of every adapted module).
+std::vector<torch::Tensor> lora_parameters(const CausalLMImpl& model);
+
+// Folds (alpha / r) B A into the base weights (dequantising NF4 ones into
+// `dtype`, the compute dtype), then removes the adapters and the NF4
+// storage: the model becomes a plain dense model giving the same outputs.
+// FailedPrecondition without adapters.
+Status merge_lora(CausalLMImpl& model, torch::Dtype dtype);
+
+// Writes dir/adapter_config.json and dir/adapter_model.safetensors (PEFT
+// layout; tensors in the adapters' dtype) atomically: into dir + ".tmp",
+// which then replaces dir. `base_model` goes to base_model_name_or_path.
+Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, const std::string& base_model);
+
+// Reads a PEFT adapter folder into the attached adapters: every adapter
+// tensor must be present with shape (r, in) / (out, r); the file's
+// lora_alpha sets the scale. Errors name the file and tensor.
+Status load_peft_adapter(CausalLMImpl& model, const std::string& dir);
+
+// PEFT's tensor name of layer `layer`'s adapter on `module`
+// ("self_attn.q_proj", "mlp.c_proj", ...), `which` "lora_A" or "lora_B".
+std::string peft_tensor_name(const dsl::ModelArch& arch, std::int64_t layer, const std::string& module,
+                             const std::string& which);
+
+}  // namespace tailor::runner

@@ -1,0 +1,167 @@
+#include "runner/torch/nf4.h"
+
+#include <algorithm>
+#include <string>
+
+#include "runner/torch/quant8.h"
+
+namespace tailor::runner {
+namespace {
+
+using torch::Tensor;
+
+const Tensor& levels() {
+  static const Tensor kLevels =
+      torch::from_blob(const_cast<float*>(kNf4Levels.data()), {16}, torch::kFloat32).clone();
+  return kLevels;
+}
+
+// Midpoints between neighbouring levels: bucketize against them gives the
+// nearest level's index.
+const Tensor& level_bounds() {
+  static const Tensor kBounds = (levels().slice(0, 0, -1) + levels().slice(0, 1)) / 2;
+  return kBounds;
+}
+
+// (256, 2) fp32: the two values a packed byte stands for, so dequantising is
+// one table lookup per byte instead of unpacking nibbles first.
+const Tensor& byte_table() {
+  static const Tensor kTable = [] {
+    const Tensor b = torch::arange(256, torch::kInt64);
+    return torch::stack({levels().index_select(0, b.div(16, "floor")), levels().index_select(0, b.remainder(16))}, 1);
+  }();
+  return kTable;
+}
+
+std::string shape_string(const Tensor& t) {
+  std::string s = "(";
+  for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + ")";
+}
+
+// Backward yields only grad_x: the weight is frozen, so its gradient (and
+// the input it would need) is never computed or kept.
+struct Nf4LinearFunction : torch::autograd::Function<Nf4LinearFunction> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& packed,
+                        const Tensor& absmax_codes, const Tensor& absmax_scale, double offset, std::int64_t out_features,
+                        std::int64_t in_features) {
+    ctx->save_for_backward({packed, absmax_codes, absmax_scale});
+    ctx->saved_data["offset"] = offset;
+    ctx->saved_data["out"] = out_features;
+    ctx->saved_data["in"] = in_features;
+    Nf4Tensor w;
+    w.shape = {out_features, in_features};
+    w.numel = out_features * in_features;
+    w.packed = packed;
+    w.absmax_codes = absmax_codes;
+    w.absmax_scale = absmax_scale;
+    w.absmax_offset = static_cast<float>(offset);
+    return torch::linear(x, dequantize_nf4(w, x.scalar_type()));
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    Nf4Tensor w;
+    w.shape = {ctx->saved_data["out"].toInt(), ctx->saved_data["in"].toInt()};
+    w.numel = w.shape[0] * w.shape[1];
+    w.packed = saved[0];
+    w.absmax_codes = saved[1];
+    w.absmax_scale = saved[2];
+    w.absmax_offset = static_cast<float>(ctx->saved_data["offset"].toDouble());
+    const Tensor& g = grad_out[0];
+    return {torch::matmul(g, dequantize_nf4(w, g.scalar_type())), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
+            Tensor()};
+  }
+};
+
+}  // namespace
+
+std::int64_t Nf4Tensor::bytes() const {
+  return static_cast<std::int64_t>(packed.nbytes() + absmax_codes.nbytes() + absmax_scale.nbytes());
+}
+
+Result<Nf4Tensor> quantize_nf4(const Tensor& weight) {
+  if (!weight.defined() || weight.numel() == 0 || (weight.dim() != 1 && weight.dim() != 2)) {
+    return Status::invalid_argument("quantize_nf4: expected a non-empty 1-D or 2-D tensor, got shape " +
+                                    (weight.defined() ? shape_string(weight) : std::string("(undefined)")));
+  }
+  if (!weight.is_floating_point()) {
+    return Status::invalid_argument("quantize_nf4: expected a floating-point tensor, got " +
+                                    std::string(c10::toString(weight.scalar_type())));
+  }
+  try {
+    torch::NoGradGuard no_grad;
+    const Tensor flat = weight.detach().reshape({-1}).to(torch::kFloat32);
+    if (!torch::isfinite(flat).all().item<bool>()) {
+      return Status::invalid_argument("quantize_nf4: weight of shape " + shape_string(weight) +
+                                      " holds inf or nan values");
+    }
+    Nf4Tensor q;
+    q.shape = weight.sizes().vec();
+    q.numel = flat.numel();
+    const std::int64_t nb = (q.numel + kNf4BlockSize - 1) / kNf4BlockSize;
+    Tensor blocks = torch::constant_pad_nd(flat, {0, nb * kNf4BlockSize - q.numel}, 0).view({nb, kNf4BlockSize});
+    Tensor absmax = blocks.abs().amax(1);
+    absmax.masked_fill_(absmax == 0, 1.0f);  // an all-zero block: any scale gives zeros
+    const Tensor codes = torch::bucketize(blocks / absmax.unsqueeze(1), level_bounds().to(flat.device()),
+                                          /*out_int32=*/true)
+                             .view({-1, 2});
+    q.packed = (codes.select(1, 0) * 16 + codes.select(1, 1)).to(torch::kUInt8);
+    // Double quantisation (QLoRA section 3): the absmax values are positive
+    // and similar, so centring them on their mean lets the signed 8-bit map
+    // resolve their spread.
+    q.absmax_offset = absmax.mean().item<float>();
+    Blockwise8 dq = quantize_blockwise8(absmax - q.absmax_offset, kNf4AbsmaxBlockSize, /*is_signed=*/true);
+    q.absmax_codes = std::move(dq.codes);
+    q.absmax_scale = std::move(dq.absmax);
+    return q;
+  } catch (const c10::Error& e) {
+    return Status::internal(std::string("quantize_nf4: ") + e.what_without_backtrace());
+  }
+}
+
+Tensor nf4_absmax(const Nf4Tensor& q) {
+  Blockwise8 dq;
+  dq.codes = q.absmax_codes;
+  dq.absmax = q.absmax_scale;
+  dq.block_size = kNf4AbsmaxBlockSize;
+  dq.is_signed = true;
+  return dequantize_blockwise8(dq).add_(q.absmax_offset);
+}
+
+Tensor dequantize_nf4(const Nf4Tensor& q, torch::Dtype dtype) {
+  torch::NoGradGuard no_grad;
+  const std::int64_t nb = q.blocks();
+  const Tensor absmax = nf4_absmax(q);
+  const Tensor table = byte_table().to(q.packed.device());
+  // Written chunk by chunk into the output: the lookup's int32 index and
+  // fp32 products stay a fixed size, so a dequantised weight costs about its
+  // own bytes (memory_model.cpp's "one dequantised weight" overhead).
+  Tensor out = torch::empty({nb * kNf4BlockSize}, q.packed.options().dtype(dtype));
+  constexpr std::int64_t kChunkBlocks = 2048;
+  for (std::int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
+    const std::int64_t b1 = std::min(nb, b0 + kChunkBlocks);
+    const Tensor bytes = q.packed.slice(0, b0 * kNf4BlockSize / 2, b1 * kNf4BlockSize / 2).to(torch::kInt32);
+    out.slice(0, b0 * kNf4BlockSize, b1 * kNf4BlockSize)
+        .view({b1 - b0, kNf4BlockSize})
+        .copy_(table.index_select(0, bytes).view({b1 - b0, kNf4BlockSize}).mul_(absmax.slice(0, b0, b1).unsqueeze(1)));
+  }
+  const Tensor flat = out.numel() != q.numel ? out.slice(0, 0, q.numel) : out;
+  return flat.view(q.shape);
+}
+
+Tensor nf4_unpack_codes(const Nf4Tensor& q) {
+  torch::NoGradGuard no_grad;
+  const Tensor hi = q.packed.div(16, "floor"), lo = q.packed.remainder(16);
+  return torch::stack({hi, lo}, 1).view({-1}).slice(0, 0, q.numel).to(torch::kUInt8);
+}
+
+Tensor nf4_linear(const Tensor& x, const Nf4Tensor& w, const Tensor& bias) {
+  TORCH_CHECK(w.shape.size() == 2, "nf4_linear: the weight must be 2-D");
+  Tensor y = Nf4LinearFunction::apply(x, w.packed, w.absmax_codes, w.absmax_scale,
+                                      static_cast<double>(w.absmax_offset), w.shape[0], w.shape[1]);
+  return bias.defined() ? y.add_(bias) : y;
+}
+
+}  // namespace tailor::runner
