@@ -36,6 +36,8 @@ interrupted (Ctrl-C).
 options:
   --interval SECONDS   refresh period (default 2)
   --once               print the table once and exit
+  --output FORMAT      text (default) or json: the jobs with their progress,
+                       once
 )";
 
 std::string help_of(const char* h) {
@@ -138,7 +140,8 @@ int run_logs(const Argv& argv, Streams io) {
 int run_top(const Argv& argv, Streams io) {
   const std::string help = help_of(kTopHelp);
   auto command =
-      parse_command(argv, with_remote_flags({{"interval", true}, {"once", false}}), "top", help.c_str(), io);
+      parse_command(argv, with_remote_flags({{"interval", true}, {"once", false}, {"output", true}}), "top",
+                    help.c_str(), io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   double interval = 2;
@@ -156,10 +159,17 @@ int run_top(const Argv& argv, Streams io) {
     io.err << "tailor top: " << endpoint.status().message() << "\n";
     return kExitUsage;
   }
+  const std::string output = args.get("output", "text");
+  if (output != "text" && output != "json") {
+    io.err << "tailor top: --output must be text or json, got " << quote(output) << "\n";
+    return kExitUsage;
+  }
+  const bool json = output == "json";
   const RestClient client(*endpoint);
-  const bool redraw = !args.has("once") && &io.out == &std::cout;
+  const bool redraw = !args.has("once") && !json && &io.out == &std::cout;
   for (;;) {
     std::ostringstream table;
+    Json rows = Json::array();
     std::size_t shown = 0;
     for (const char* state : {"running", "planning", "queued"}) {
       auto list = get_json(client, std::string("/v1/jobs?limit=500&state=") + state);
@@ -172,9 +182,17 @@ int run_top(const Argv& argv, Streams io) {
           table << pad("ID", 20) << pad("NAME", 20) << pad("STATE", 10) << "PROGRESS\n";
         }
         const Progress p = state == std::string("running") ? progress_of(client, j) : Progress{j.value("name", ""), state};
+        rows.push_back({{"id", j.value("id", "")}, {"name", p.name}, {"state", p.state}, {"step", p.step},
+                        {"total_steps", p.total}, {"loss", p.loss >= 0 ? Json(p.loss) : Json()},
+                        {"tokens_per_second", p.tokens_per_second}, {"peak_bytes", p.peak_bytes},
+                        {"eta_seconds", p.eta_seconds >= 0 ? Json(p.eta_seconds) : Json()}});
         table << pad(j.value("id", ""), 20) << pad(p.name, 20) << pad(p.state, 10)
               << (state == std::string("running") ? progress_line(p, true) : "") << "\n";
       }
+    }
+    if (json) {
+      io.out << rows.dump(2) << "\n";
+      return kExitOk;
     }
     if (shown == 0) table << "no running or queued jobs\n";
     if (redraw) io.out << "\033[H\033[2J";  // home and clear: a refreshing screen

@@ -63,6 +63,17 @@ Status unreachable(const Endpoint& e, const beast::error_code& ec) {
                              "; is it running? (address from --addr, TAILOR_ADDR or DATA_DIR/address)");
 }
 
+Status connect(beast::tcp_stream& stream, const Endpoint& e, std::chrono::milliseconds timeout) {
+  beast::error_code ec;
+  tcp::resolver resolver(stream.get_executor());
+  const auto hosts = resolver.resolve(e.host, e.port, ec);
+  if (ec) return unreachable(e, ec);
+  stream.expires_after(timeout);
+  stream.connect(hosts, ec);
+  if (ec) return unreachable(e, ec);
+  return Status::ok();
+}
+
 template <class Body>
 http::request<Body> make_request(const Endpoint& e, http::verb verb, const std::string& target) {
   http::request<Body> req{verb, target, 11};
@@ -128,12 +139,7 @@ Result<HttpResponse> RestClient::request(const std::string& method, const std::s
   net::io_context ioc;
   beast::tcp_stream stream(ioc);
   beast::error_code ec;
-  tcp::resolver resolver(ioc);
-  const auto hosts = resolver.resolve(endpoint_.host, endpoint_.port, ec);
-  if (ec) return unreachable(endpoint_, ec);
-  stream.expires_after(timeout_);
-  stream.connect(hosts, ec);
-  if (ec) return unreachable(endpoint_, ec);
+  TAILOR_RETURN_IF_ERROR(connect(stream, endpoint_, timeout_));
 
   auto req = make_request<http::string_body>(endpoint_, http::string_to_verb(method), target);
   for (const auto& [k, v] : headers) req.set(k, v);
@@ -167,12 +173,7 @@ Result<int> RestClient::stream(const std::string& target, const std::function<bo
   net::io_context ioc;
   beast::tcp_stream stream(ioc);
   beast::error_code ec;
-  tcp::resolver resolver(ioc);
-  const auto hosts = resolver.resolve(endpoint_.host, endpoint_.port, ec);
-  if (ec) return unreachable(endpoint_, ec);
-  stream.expires_after(timeout_);
-  stream.connect(hosts, ec);
-  if (ec) return unreachable(endpoint_, ec);
+  TAILOR_RETURN_IF_ERROR(connect(stream, endpoint_, timeout_));
   auto req = make_request<http::empty_body>(endpoint_, http::verb::get, target);
   http::write(stream, req, ec);
   if (ec) return unreachable(endpoint_, ec);

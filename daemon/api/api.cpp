@@ -37,7 +37,8 @@ json opt_json(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
 }
 
-json job_json(const JobRecord& j) {
+// `compact_plan` (JSON text) replaces the whole plan document when given.
+json job_json(const JobRecord& j, const std::string* compact_plan = nullptr) {
   json out = {{"id", j.id},
               {"name", j.name},
               {"state", to_string(j.state)},
@@ -62,7 +63,7 @@ json job_json(const JobRecord& j) {
               {"exit_code", opt_json(j.exit_code)},
               {"exit_signal", opt_json(j.exit_signal)},
               {"exit_reason", j.exit_reason.empty() ? json(nullptr) : json(j.exit_reason)}};
-  const json plan = json::parse(j.plan_json, nullptr, false);
+  const json plan = json::parse(compact_plan != nullptr ? *compact_plan : j.plan_json, nullptr, false);
   out["plan"] = plan.is_discarded() ? json(nullptr) : plan;
   return out;
 }
@@ -303,12 +304,39 @@ HttpResponse Api::list(HttpRequest& r) {
   auto page = ctx_.store->list(f);
   if (!page.is_ok()) return error_response(page.status());
   json jobs = json::array();
+  auto full = bool_param(r, "full_plan");
+  if (!full.is_ok()) return error_response(full.status());
   for (const auto& j : page->jobs) {
-    json o = job_json(j);
+    const std::string compact = *full ? std::string() : compact_plan(j);
+    json o = job_json(j, *full ? nullptr : &compact);
     o["seq"] = j.seq;
     jobs.push_back(std::move(o));
   }
   return json_response(200, {{"jobs", jobs}, {"next_after", opt_json(page->next_after)}});
+}
+
+// A listing's plan: the verdict and strategy only (schema_version, fits,
+// summary, strategy, memory, throughput); GET /v1/jobs/{id} and /plan give
+// the whole document.
+std::string Api::compact_plan(const JobRecord& job) {
+  const std::uint64_t hash = std::hash<std::string>{}(job.plan_json);
+  {
+    std::lock_guard lock(plan_cache_mu_);
+    auto it = plan_cache_.find(job.id);
+    if (it != plan_cache_.end() && it->second.first == hash) return it->second.second;
+  }
+  json plan = json::parse(job.plan_json, nullptr, false);
+  json compact = json::object();
+  if (!plan.is_discarded()) {
+    for (const char* key : {"schema_version", "fits", "summary", "strategy", "memory", "throughput"}) {
+      if (plan.contains(key)) compact[key] = std::move(plan[key]);
+    }
+  }
+  std::string text = plan.is_discarded() ? "null" : compact.dump();
+  std::lock_guard lock(plan_cache_mu_);
+  if (plan_cache_.size() >= 100000) plan_cache_.clear();  // bounded: rebuilt on demand
+  plan_cache_[job.id] = {hash, text};
+  return text;
 }
 
 HttpResponse Api::get(HttpRequest& r) {

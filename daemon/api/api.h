@@ -5,7 +5,11 @@
 // Thread-safe: handlers share only thread-safe components.
 #pragma once
 
+#include <cstdint>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "daemon/api/job_planning.h"
 #include "daemon/http/auth.h"
@@ -44,9 +48,14 @@ class Api {
   HttpResponse events(HttpRequest& r);
   HttpResponse logs(HttpRequest& r);
   HttpResponse cancel(HttpRequest& r);
+  // The plan's verdict and strategy for listings (JSON text), cached by job
+  // and plan text: parsing each stored plan dominated GET /v1/jobs.
+  std::string compact_plan(const JobRecord& job);
 
   ApiContext ctx_;
   Router router_;
+  std::mutex plan_cache_mu_;
+  std::unordered_map<std::string, std::pair<std::uint64_t, std::string>> plan_cache_;  // id -> (plan hash, compact)
 };
 
 // A job as the API shows it.

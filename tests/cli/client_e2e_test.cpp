@@ -101,6 +101,12 @@ TEST_F(ClientTest, CancelStopsARunningJobAndWaitReportsCancelled) {
   ASSERT_EQ(sub.code, kExitOk) << sub.err;
   const std::string id = sub.out.substr(0, sub.out.find('\n'));
   ASSERT_TRUE(daemon_->wait_state(id, "running", std::chrono::seconds(60)));
+  const Result top = tailor(with_remote({"top", "--output", "json"}));
+  ASSERT_EQ(top.code, kExitOk) << top.err;
+  const auto rows = nlohmann::json::parse(top.out);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["id"], id);
+  EXPECT_EQ(rows[0]["state"], "running");
   const Result cancel = tailor(with_remote({"cancel", "--wait", "--output", "json", id}));
   ASSERT_EQ(cancel.code, kExitOk) << cancel.err;
   EXPECT_EQ(nlohmann::json::parse(cancel.out)["state"], "cancelled");

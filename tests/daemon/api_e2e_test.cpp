@@ -307,5 +307,22 @@ TEST(ApiE2eTest, HundredConcurrentSubmissionsAreAllRecordedExactlyOnce) {
   EXPECT_EQ(paged, unique);
 }
 
+TEST(ApiE2eTest, ListingsCarryThePlansVerdictAndFullPlanOnRequest) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {}, "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const auto r = d.post("/v1/jobs", tiny_spec("listed", 5, 0));
+  ASSERT_EQ(r.status, 201) << r.body;
+  const std::string id = r.json()["id"];
+  const json compact = d.get("/v1/jobs").json()["jobs"][0]["plan"];
+  for (const char* key : {"fits", "summary", "strategy", "memory"}) EXPECT_TRUE(compact.contains(key)) << key;
+  EXPECT_FALSE(compact.contains("decisions"));
+  EXPECT_FALSE(compact.contains("spec"));
+  const json full = d.get("/v1/jobs?full_plan=true").json()["jobs"][0]["plan"];
+  EXPECT_EQ(full, d.get("/v1/jobs/" + id).json()["plan"]);
+  EXPECT_TRUE(full.contains("decisions"));
+  EXPECT_EQ(d.get("/v1/jobs?full_plan=maybe").status, 400);
+}
+
 }  // namespace
 }  // namespace tailor::daemon::testing
