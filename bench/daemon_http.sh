@@ -15,7 +15,7 @@ work=$(mktemp -d)
 "$root/$build/bin/tailord" --data-dir "$work/data" --listen 127.0.0.1:0 --spec-root "$root/configs" \
   --runner /bin/true --poll-interval 0.05 >"$work/tailord.log" 2>&1 &
 daemon=$!
-trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $daemon 2>/dev/null || true; wait $daemon 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 100); do [[ -s $work/data/address ]] && break; sleep 0.1; done
 addr=$(cat "$work/data/address")
 token=$(cat "$work/data/token")

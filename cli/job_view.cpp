@@ -140,7 +140,8 @@ Result<Json> follow_job(const RestClient& client, const std::string& id, Streams
         io.err << "\r" << progress_line(p, true) << "\033[K" << (done ? "\n" : "") << std::flush;
       } else {
         const std::int64_t every = std::max<std::int64_t>(1, (p.total + 19) / 20);
-        if (p.step != last_printed && (done || p.step / every != last_printed / every)) {
+        // Nothing to show before the runner's first step but the events.
+        if (p.step != last_printed && (done || (p.step > 0 && p.step / every != last_printed / every))) {
           io.err << progress_line(p, false) << "\n";
           last_printed = p.step;
         }
