@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <fstream>
 
 #include "dsl/spec_loader.h"
 #include "runner/torch/nf4.h"
@@ -14,6 +13,7 @@
 #include "runner/torch/trainer.h"
 #include "strategies/memory_model.h"
 #include "strategies/planner.h"
+#include "tests/runner/estimate_and_train.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner {
@@ -100,25 +100,11 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
     s.quantization = c.adapter == dsl::Adapter::kQlora ? strategies::Quantization::kNf4Double
                                                        : strategies::Quantization::kNone;
     s.optimizer = c.optimizer;
-    strategies::Hardware hw;
-    hw.host_memory = Bytes::gib(8);
-    hw.cpu = strategies::cpu_device(hw.host_memory);
-    const strategies::Candidate est = strategies::evaluate(spec, hw, s, {});
-    const strategies::MemoryBreakdown& e = est.memory.per_device;
-
-    RunConfig cfg;
-    cfg.spec = spec;
-    cfg.strategy = s;
-    TrainOptions o;
-    o.config = cfg;
-    o.out_dir = dir.file("run" + std::to_string(n++));
-    o.memory_limit = 0;
-    o.quiet = true;
-    ASSERT_EQ(train(o), kExitOk);
-    std::ifstream in(o.out_dir + "/metrics.jsonl");
-    std::string last, line;
-    while (std::getline(in, line)) last = line;
-    const auto m = nlohmann::json::parse(last)["memory"];
+    const std::string out_dir = dir.file("run" + std::to_string(n++));
+    const auto run = testing::estimate_and_train(spec, s, out_dir);
+    ASSERT_TRUE(run.has_value());
+    const strategies::MemoryBreakdown& e = run->estimate;
+    const nlohmann::json& m = run->measured;
 
     // On the CPU the overhead is only QLoRA's dequantised weight, which the
     // allocator does see.
@@ -150,11 +136,11 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
     }
     if (c.adapter != dsl::Adapter::kNone && c.optimizer == dsl::Optimizer::kAdamw) {
       // LoRA training's optimizer states: adapter parameters x 8 bytes (fp32 m and v).
-      EXPECT_EQ(m["optimizer_states"].get<std::int64_t>(), est.memory.trainable_parameters * 8) << label;
+      EXPECT_EQ(m["optimizer_states"].get<std::int64_t>(), run->trainable_parameters * 8) << label;
     }
     if (c.adapter != dsl::Adapter::kNone) {
-      EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/adapter/adapter_model.safetensors")) << label;
-      EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/adapter/adapter_config.json")) << label;
+      EXPECT_TRUE(std::filesystem::exists(out_dir + "/adapter/adapter_model.safetensors")) << label;
+      EXPECT_TRUE(std::filesystem::exists(out_dir + "/adapter/adapter_config.json")) << label;
     }
   }
 }

@@ -6,11 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <fstream>
 
 #include "dsl/spec_loader.h"
 #include "runner/torch/trainer.h"
 #include "strategies/planner.h"
+#include "tests/runner/estimate_and_train.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner {
@@ -56,25 +56,10 @@ TEST(MemoryAccuracyTest, MeasuredPeaksAreWithinTenPercentOfTheEstimate) {
     s.checkpoint_every = c.checkpoint_every;
     s.micro_batch_size = c.micro;
     s.grad_accumulation = 8 / c.micro;
-    strategies::Hardware hw;
-    hw.host_memory = Bytes::gib(8);
-    hw.cpu = strategies::cpu_device(hw.host_memory);
-    const strategies::Candidate est = strategies::evaluate(spec, hw, s, {});
-    const strategies::MemoryBreakdown& e = est.memory.per_device;
-
-    RunConfig cfg;
-    cfg.spec = spec;
-    cfg.strategy = s;
-    TrainOptions o;
-    o.config = cfg;
-    o.out_dir = dir.file("run" + std::to_string(n++));
-    o.memory_limit = 0;
-    o.quiet = true;
-    ASSERT_EQ(train(o), kExitOk);
-    std::ifstream in(o.out_dir + "/metrics.jsonl");
-    std::string last, line;
-    while (std::getline(in, line)) last = line;
-    const auto m = nlohmann::json::parse(last)["memory"];
+    const auto run = testing::estimate_and_train(spec, s, dir.file("run" + std::to_string(n++)));
+    ASSERT_TRUE(run.has_value());
+    const strategies::MemoryBreakdown& e = run->estimate;
+    const nlohmann::json& m = run->measured;
 
     const double estimate = static_cast<double>((e.total() - e.overhead).count());
     const double measured = m["peak_bytes"].get<double>();

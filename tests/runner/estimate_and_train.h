@@ -1,0 +1,51 @@
+// For the memory accuracy tests: the planner's estimate of a strategy on an
+// 8 GiB CPU next to what tailor-runner measures training it.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "runner/torch/trainer.h"
+#include "strategies/planner.h"
+
+namespace tailor::runner::testing {
+
+struct EstimateAndMeasurement {
+  strategies::MemoryBreakdown estimate;  // per device
+  std::int64_t trainable_parameters = 0;  // as the planner counts them
+  nlohmann::json measured;               // the last step's "memory" object of metrics.jsonl
+};
+
+// Trains `spec` with `s` in `out_dir` without a byte budget; nullopt (and a
+// test failure) when training does not succeed.
+inline std::optional<EstimateAndMeasurement> estimate_and_train(const dsl::JobSpec& spec, const strategies::Strategy& s,
+                                                                const std::string& out_dir) {
+  strategies::Hardware hw;
+  hw.host_memory = Bytes::gib(8);
+  hw.cpu = strategies::cpu_device(hw.host_memory);
+  EstimateAndMeasurement r;
+  const strategies::Candidate c = strategies::evaluate(spec, hw, s, {});
+  r.estimate = c.memory.per_device;
+  r.trainable_parameters = c.memory.trainable_parameters;
+
+  TrainOptions o;
+  o.config.spec = spec;
+  o.config.strategy = s;
+  o.out_dir = out_dir;
+  o.memory_limit = 0;
+  o.quiet = true;
+  const int code = train(o);
+  EXPECT_EQ(code, kExitOk) << out_dir;
+  if (code != kExitOk) return std::nullopt;
+  std::ifstream in(out_dir + "/metrics.jsonl");
+  std::string last, line;
+  while (std::getline(in, line)) last = line;
+  r.measured = nlohmann::json::parse(last)["memory"];
+  return r;
+}
+
+}  // namespace tailor::runner::testing
