@@ -32,8 +32,10 @@ options:
   --out DIR            run folder (default: runs/NAME); one holding an earlier
                        run's checkpoints is refused unless --resume
   --resume             continue from the newest checkpoint in the run folder
-  --memory-limit SIZE  CPU byte budget for all tensors (default: the plan's);
-                       exceeding it is an out-of-memory, as on a GPU
+  --memory-limit SIZE  byte budget for the training device's tensors (default:
+                       the plan's); exceeding it is an out-of-memory
+  --device DEV         auto (default: CUDA for a GPU plan when LibTorch has
+                       it, else the CPU), cpu, cuda or cuda:N
   --gpus SPEC          plan for this hardware instead of detecting it
   --set KEY=VALUE      override a spec key (repeatable)
   --catalog DIR        use models.yaml and gpus.yaml from DIR
@@ -62,7 +64,7 @@ std::string runner_path() {
 }  // namespace
 
 int run_run(const Argv& argv, Streams io) {
-  auto command = parse_command(argv, with_spec_flags({{"out", true}, {"resume", false}, {"memory-limit", true}, {"gpus", true}}), "run", kHelp, io);
+  auto command = parse_command(argv, with_spec_flags({{"out", true}, {"resume", false}, {"memory-limit", true}, {"device", true}, {"gpus", true}}), "run", kHelp, io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   if (args.positional().size() != 1) {
@@ -137,6 +139,10 @@ int run_run(const Argv& argv, Streams io) {
   if (args.has("memory-limit")) {
     cmd.push_back("--memory-limit");
     cmd.push_back(args.get("memory-limit"));
+  }
+  if (args.has("device")) {
+    cmd.push_back("--device");
+    cmd.push_back(args.get("device"));
   }
   const pid_t pid = fork();
   if (pid < 0) {

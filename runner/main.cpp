@@ -31,9 +31,14 @@ options:
   --plan FILE          the plan document to run
   --out DIR            output folder (created)
   --resume             continue from the newest checkpoint in DIR
-  --memory-limit SIZE  byte budget for all tensors, e.g. 300MiB; 0 = none.
-                       Default on CPU: the plan's budget. Exceeding it fails
-                       the allocation exactly as a GPU out-of-memory would.
+  --device DEV         auto (default), cpu, cuda or cuda:N. auto trains a GPU
+                       plan on CUDA device 0 when this LibTorch has CUDA, and
+                       on the CPU otherwise; a CPU plan on the CPU
+  --memory-limit SIZE  byte budget for the training device's tensors, e.g.
+                       300MiB; 0 = none. Default: the plan's budget when the
+                       device is the plan's kind (a CPU plan on the CPU, a GPU
+                       plan on a GPU). Exceeding it fails the allocation as
+                       the device running out would.
   --threads N          intra-op threads (default: every core; Debian's LibTorch
                        otherwise uses one)
   --cache-dir DIR      where tokenized data files are cached (default
@@ -65,7 +70,7 @@ int main(int argc, char** argv) {
   using namespace tailor;
   keep_freed_memory();
   auto parsed = Args::parse(std::vector<std::string>(argv + 1, argv + argc),
-                            {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true}, {"threads", true}, {"cache-dir", true}, {"progress", false},
+                            {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true}, {"threads", true}, {"device", true}, {"cache-dir", true}, {"progress", false},
                              {"quiet", false}, {"probe", false}, {"version", false}, {"help", false, false, 'h'}});
   if (!parsed.is_ok()) {
     std::cerr << "tailor-runner: " << parsed.status().message() << "\n" << kHelp;
@@ -110,6 +115,7 @@ int main(int argc, char** argv) {
   opts.config = std::move(config).value();
   opts.out_dir = args.get("out");
   opts.resume = args.has("resume");
+  if (args.has("device")) opts.device = args.get("device");
   opts.quiet = args.has("quiet");
   opts.progress = !opts.quiet && (args.has("progress") || isatty(STDERR_FILENO));
   opts.cache_dir = args.has("cache-dir") ? args.get("cache-dir") : runner::data::default_token_cache_dir();

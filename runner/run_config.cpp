@@ -66,6 +66,7 @@ Result<RunConfig> parse_plan(const std::string& text, const std::string& name) {
     st.num_gpus = s.at("num_gpus").get<std::int64_t>();
     cfg.budget_bytes = j.at("memory").at("budget_per_gpu").get<std::int64_t>();
     cfg.on_cpu = j.at("hardware").at("num_gpus").get<int>() == 0;
+    cfg.device_memory_bytes = j.at("hardware").value("memory_per_device", std::int64_t{0});
   } catch (const nlohmann::json::exception& e) {
     return Status::invalid_argument(name + ": malformed plan: " + e.what());
   }

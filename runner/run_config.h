@@ -22,6 +22,7 @@ struct RunConfig {
   strategies::Strategy strategy;
   std::int64_t budget_bytes = 0;  // the plan's device budget (memory minus headroom)
   bool on_cpu = true;
+  std::int64_t device_memory_bytes = 0;  // the planned device's memory (host RAM for a CPU plan)
   std::string plan_path;
 };
 

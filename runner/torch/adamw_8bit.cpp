@@ -13,16 +13,16 @@ constexpr std::int64_t kDeviceChunkBlocks = 512;
 
 }  // namespace
 
-Adam8bitState make_adam8bit_state(std::int64_t numel) {
+Adam8bitState make_adam8bit_state(std::int64_t numel, torch::Device device) {
   Adam8bitState s;
   const std::int64_t nb = (numel + kAdamw8bitBlockSize - 1) / kAdamw8bitBlockSize;
   for (Blockwise8* q : {&s.m, &s.v}) {
     q->block_size = kAdamw8bitBlockSize;
     q->is_signed = q == &s.m;
-    q->absmax = torch::ones({nb}, torch::kFloat32);
+    q->absmax = torch::ones({nb}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
     // The code of 0.0 in each map, so the initial moments are exact zeros.
     const std::int64_t zero_code = torch::nonzero(dynamic_map(q->is_signed) == 0).item<std::int64_t>();
-    q->codes = torch::full({numel}, zero_code, torch::kUInt8);
+    q->codes = torch::full({numel}, zero_code, torch::TensorOptions().dtype(torch::kUInt8).device(device));
   }
   return s;
 }

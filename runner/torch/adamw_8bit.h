@@ -31,8 +31,8 @@ struct Adam8bitState {
   std::int64_t bytes() const { return m.bytes() + v.bytes(); }
 };
 
-// Zero moments for `numel` elements.
-Adam8bitState make_adam8bit_state(std::int64_t numel);
+// Zero moments for `numel` elements on `device`.
+Adam8bitState make_adam8bit_state(std::int64_t numel, torch::Device device = torch::kCPU);
 
 struct AdamUpdate {
   double lr = 1e-3;

@@ -15,7 +15,7 @@ namespace {
 // torch::save cannot hold undefined tensors: an empty int8 tensor stands in.
 std::vector<torch::Tensor> encode(const std::vector<torch::Tensor>& in) {
   std::vector<torch::Tensor> out;
-  for (const auto& t : in) out.push_back(t.defined() ? t : torch::empty({0}, torch::kInt8));
+  for (const auto& t : in) out.push_back(t.defined() ? t.to(torch::kCPU) : torch::empty({0}, torch::kInt8));
   return out;
 }
 
@@ -63,6 +63,7 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, con
     torch::save(encode(tensors.params), (tmp / "model.pt").string());
     torch::save(encode(tensors.optimizer), (tmp / "optimizer.pt").string());
     torch::save(tensors.rng_state, (tmp / "rng.pt").string());
+    if (tensors.device_rng_state.defined()) torch::save(tensors.device_rng_state, (tmp / "device_rng.pt").string());
   } catch (const c10::Error& e) {
     fs::remove_all(tmp, ec);
     return Status::io_error("writing checkpoint " + tmp.string() + ": " + e.what_without_backtrace());
@@ -119,6 +120,9 @@ Result<std::pair<CheckpointState, CheckpointTensors>> load_checkpoint(const std:
     torch::load(params, (fs::path(folder) / "model.pt").string());
     torch::load(opt, (fs::path(folder) / "optimizer.pt").string());
     torch::load(t.rng_state, (fs::path(folder) / "rng.pt").string());
+    if (fs::exists(fs::path(folder) / "device_rng.pt")) {
+      torch::load(t.device_rng_state, (fs::path(folder) / "device_rng.pt").string());
+    }
     t.params = decode(std::move(params));
     t.optimizer = decode(std::move(opt));
   } catch (const c10::Error& e) {

@@ -27,10 +27,12 @@ struct CheckpointState {
 struct CheckpointTensors {
   std::vector<torch::Tensor> params;
   std::vector<torch::Tensor> optimizer;  // undefined entries allowed
-  torch::Tensor rng_state;
+  torch::Tensor rng_state;         // the CPU generator's
+  torch::Tensor device_rng_state;  // the training GPU's generator's; undefined on the CPU
 };
 
 // Saves step `state.step` under `dir` and prunes to the newest `keep`.
+// Tensors are written as CPU tensors, so a checkpoint resumes on any device.
 Status save_checkpoint(const std::string& dir, const CheckpointState& state, const CheckpointTensors& tensors,
                        std::int64_t keep);
 

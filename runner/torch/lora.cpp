@@ -77,6 +77,9 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
   LoraAdapters(const CausalLMImpl& model, const LoraOptions& o) : options(o), arch(model.arch()) {
     scale = o.alpha / static_cast<double>(o.rank);
     const auto slices = module_slices(arch);
+    // Adapters live where the base model does (initialised on the CPU, so a
+    // seed draws the same values on every device).
+    const torch::Device device = model.parameters().front().device();
     layers.resize(static_cast<std::size_t>(arch.layers));
     quantized.resize(static_cast<std::size_t>(arch.layers));
     torch::NoGradGuard no_grad;
@@ -89,8 +92,8 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
         // PEFT's default init: A as nn.Linear's weight (kaiming-uniform with
         // a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in))), B zero.
         torch::nn::init::kaiming_uniform_(ad.a, std::sqrt(5.0));
-        ad.a = register_parameter(base + "_A", ad.a.to(o.adapter_dtype));
-        ad.b = register_parameter(base + "_B", ad.b.to(o.adapter_dtype));
+        ad.a = register_parameter(base + "_A", ad.a.to(device, o.adapter_dtype));
+        ad.b = register_parameter(base + "_B", ad.b.to(device, o.adapter_dtype));
         layers[static_cast<std::size_t>(l)].push_back(std::move(ad));
       }
     }

@@ -239,21 +239,22 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
   if (pos_embed_) x = x + pos_embed_->forward(in.positions);
 
   // Additive mask (B or 1, 1, T, T): causal, and within one packed document.
-  Tensor allowed = torch::ones({t, t}, torch::kBool).tril();
+  const auto on = torch::TensorOptions().device(in.input_ids.device());
+  Tensor allowed = torch::ones({t, t}, on.dtype(torch::kBool)).tril();
   if (in.segment_ids.defined()) {
     Tensor same = in.segment_ids.unsqueeze(2) == in.segment_ids.unsqueeze(1);  // (B, T, T)
-    allowed = (allowed.unsqueeze(0) & same) | torch::eye(t, torch::kBool).unsqueeze(0);
+    allowed = (allowed.unsqueeze(0) & same) | torch::eye(t, on.dtype(torch::kBool)).unsqueeze(0);
   } else {
     allowed = allowed.unsqueeze(0);
   }
-  Tensor mask = torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(dtype))
+  Tensor mask = torch::zeros(allowed.sizes(), on.dtype(dtype))
                     .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity())
                     .unsqueeze(1);
 
   Tensor cos, sin;
   if (!is_gpt2(arch_)) {
     // RoPE (Su et al. 2021), rotate-half layout as in Hugging Face Llama.
-    Tensor inv = 1.0 / torch::pow(arch_.rope_theta, torch::arange(0, d, 2, torch::kFloat64) / static_cast<double>(d));
+    Tensor inv = 1.0 / torch::pow(arch_.rope_theta, torch::arange(0, d, 2, on.dtype(torch::kFloat64)) / static_cast<double>(d));
     Tensor freqs = in.positions.to(torch::kFloat64).unsqueeze(-1) * inv;  // (B, T, D/2)
     cos = freqs.cos().to(torch::kFloat32);
     sin = freqs.sin().to(torch::kFloat32);
@@ -264,7 +265,7 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
     if (checkpoint) {
       // Custom autograd functions take defined tensors only: gpt2 has no
       // RoPE tables, so empty ones stand in (run_layer ignores them).
-      const Tensor none = torch::empty({0});
+      const Tensor none = torch::empty({0}, on);
       // The anchor must require grad: with a frozen base (adapters) it is an adapter tensor.
       Tensor anchor = static_cast<Layer*>(layers_[i].get())->norm1;
       if (!anchor.requires_grad() && hook_ && hook_->trainable_anchor(i).defined()) anchor = hook_->trainable_anchor(i);

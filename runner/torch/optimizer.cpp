@@ -55,10 +55,10 @@ TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Pre
     s.param = p;
     if (mixed) s.master = p.detach().to(torch::kFloat32).clone();
     if (kind_ == dsl::Optimizer::kAdamw8bit && p.numel() >= kAdamw8bitMinElements) {
-      s.q8 = make_adam8bit_state(p.numel());
+      s.q8 = make_adam8bit_state(p.numel(), p.device());
     } else {
-      s.m = torch::zeros(p.sizes(), torch::TensorOptions().dtype(state_dtype));
-      if (kind_ != dsl::Optimizer::kSgd) s.v = torch::zeros(p.sizes(), torch::TensorOptions().dtype(state_dtype));
+      s.m = torch::zeros(p.sizes(), p.options().dtype(state_dtype));
+      if (kind_ != dsl::Optimizer::kSgd) s.v = torch::zeros(p.sizes(), p.options().dtype(state_dtype));
     }
     s.decay = p.dim() >= 2;
     slots_.push_back(std::move(s));

@@ -112,7 +112,7 @@ c10::DataPtr TrackingAllocator::allocate(size_t n) const {
   }
   // Raised only once the block exists, so a failed allocation never shows up
   // in the peak.
-  raise_peak(now);
+  bump_peak(now);
   count_.fetch_add(1, std::memory_order_relaxed);
 
   const BlockHeader header{kBlockMagic, bytes};
@@ -176,24 +176,10 @@ void TrackingAllocator::refuse(std::int64_t requested, std::int64_t in_use, std:
   C10_THROW_ERROR(OutOfMemoryError, msg);
 }
 
-void TrackingAllocator::raise_peak(std::int64_t bytes) const {
+void TrackingAllocator::bump_peak(std::int64_t bytes) const {
   std::int64_t peak = peak_.load(std::memory_order_relaxed);
   while (peak < bytes && !peak_.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
   }
 }
-
-PeakScope::PeakScope(TrackingAllocator& allocator)
-    : allocator_(allocator), start_bytes_(0), peak_before_(allocator.peak_bytes()) {
-  allocator_.reset_peak();
-  start_bytes_ = allocator_.current_bytes();
-}
-
-PeakScope::~PeakScope() { allocator_.raise_peak(peak_before_); }
-
-std::int64_t PeakScope::peak_increase() const {
-  return std::max<std::int64_t>(0, allocator_.peak_bytes() - start_bytes_);
-}
-
-std::int64_t PeakScope::current_increase() const { return allocator_.current_bytes() - start_bytes_; }
 
 }  // namespace tailor::runner

@@ -43,10 +43,13 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <string>
+
+#include "runner/torch/memory_meter.h"
 
 namespace tailor::runner {
 
-class TrackingAllocator final : public c10::Allocator {
+class TrackingAllocator final : public c10::Allocator, public MemoryMeter {
  public:
   // Priority passed to c10::SetCPUAllocator: above the default allocator's 0
   // so this one wins, below the maximum so a test harness can still override.
@@ -64,32 +67,31 @@ class TrackingAllocator final : public c10::Allocator {
   TrackingAllocator(const TrackingAllocator&) = delete;
   TrackingAllocator& operator=(const TrackingAllocator&) = delete;
 
+  std::string device_name() const override { return "cpu"; }
+
   // Byte budget on current_bytes(); 0 = unlimited (the default). Lowering it
   // below current_bytes() frees nothing: the next allocation is refused.
-  void set_budget(std::int64_t bytes);
-  std::int64_t budget() const;
+  void set_budget(std::int64_t bytes) override;
+  std::int64_t budget() const override;
 
   // Bytes of live allocations made through this allocator (requested sizes).
-  std::int64_t current_bytes() const;
+  std::int64_t current_bytes() const override;
   // Highest current_bytes() since the last reset_peak() (or install()).
-  std::int64_t peak_bytes() const;
+  std::int64_t peak_bytes() const override;
   // Sets the peak to current_bytes(). An allocation racing with the reset on
   // another thread may be missed by the new peak.
-  void reset_peak();
+  void reset_peak() override;
+  void raise_peak(std::int64_t bytes) override { bump_peak(bytes); }
   // Successful allocations since install(), zero-byte ones included
   // (monotonic; refused allocations are not counted).
   std::int64_t allocation_count() const;
 
-  // An allocation that was refused: the requested bytes, the bytes in use at
-  // the time, and the budget then in force (0 when the budget was unlimited
-  // and the wrapped allocator itself failed).
-  struct Failure {
-    std::int64_t requested = 0;
-    std::int64_t in_use = 0;
-    std::int64_t budget = 0;
-  };
-  // The allocation that was refused last, if any since install().
+  // The allocation that was refused last, if any since install(): the
+  // requested bytes, the bytes in use at the time, and the budget then in
+  // force (0 when the budget was unlimited and the wrapped allocator itself
+  // failed).
   std::optional<Failure> last_failure() const;
+  std::optional<Failure> last_failure(const std::string&) const override { return last_failure(); }
   // Forgets last_failure() (e.g. between the runs of a test).
   void clear_last_failure();
 
@@ -101,8 +103,6 @@ class TrackingAllocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override;
 
  private:
-  friend class PeakScope;
-
   explicit TrackingAllocator(c10::Allocator* base);
 
   static void delete_block(void* data);
@@ -110,7 +110,7 @@ class TrackingAllocator final : public c10::Allocator {
   std::int64_t reserve(std::int64_t n) const;
   [[noreturn]] void refuse(std::int64_t requested, std::int64_t in_use, std::int64_t limit,
                            const char* reason) const;
-  void raise_peak(std::int64_t bytes) const;
+  void bump_peak(std::int64_t bytes) const;
 
   // The allocator that was installed before; must support the raw interface.
   c10::Allocator* base_;
@@ -123,34 +123,6 @@ class TrackingAllocator final : public c10::Allocator {
   std::atomic<std::int64_t> budget_{0};
   mutable std::mutex failure_mutex_;  // guards last_failure_
   mutable std::optional<Failure> last_failure_;
-};
-
-// Measures the peak of a region relative to its start. Construction resets
-// the allocator's peak to the current usage; destruction folds the peak seen
-// before the scope back in, so the process-wide peak_bytes() (and an outer
-// scope, once the inner one ends) still see the higher of the two. While an
-// inner scope is alive, an outer one's peak_increase() only covers the time
-// since the inner one began. Not for concurrent scopes on several threads:
-// they share one peak.
-class PeakScope {
- public:
-  explicit PeakScope(TrackingAllocator& allocator);
-  ~PeakScope();
-  PeakScope(const PeakScope&) = delete;
-  PeakScope& operator=(const PeakScope&) = delete;
-
-  // peak_bytes() - current_bytes() at construction: the extra memory the region
-  // needed at its highest point.
-  std::int64_t peak_increase() const;
-  // current_bytes() now - current_bytes() at construction (negative when the
-  // region freed more than it kept).
-  std::int64_t current_increase() const;
-  std::int64_t start_bytes() const { return start_bytes_; }
-
- private:
-  TrackingAllocator& allocator_;
-  std::int64_t start_bytes_;
-  std::int64_t peak_before_;
 };
 
 }  // namespace tailor::runner

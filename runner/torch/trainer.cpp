@@ -17,8 +17,10 @@
 #include "runner/data/dataset.h"
 #include "runner/data/token_cache.h"
 #include "runner/data/tokenizer.h"
+#include "runner/device_choice.h"
 #include "runner/loss_scaler.h"
 #include "runner/torch/checkpoint.h"
+#include "runner/torch/cuda_memory.h"
 #include "runner/torch/hf_checkpoint.h"
 #include "runner/torch/lora.h"
 #include "runner/torch/model.h"
@@ -67,8 +69,17 @@ double learning_rate(const dsl::TrainingSpec& t, std::int64_t step, std::int64_t
   return t.lr;
 }
 
-torch::Tensor to_tensor(const std::vector<std::int32_t>& v, std::int64_t rows, std::int64_t cols) {
-  return torch::from_blob(const_cast<std::int32_t*>(v.data()), {rows, cols}, torch::kInt32).to(torch::kInt64);
+torch::Tensor to_tensor(const std::vector<std::int32_t>& v, std::int64_t rows, std::int64_t cols,
+                        const torch::Device& device) {
+  return torch::from_blob(const_cast<std::int32_t*>(v.data()), {rows, cols}, torch::kInt32).to(device, torch::kInt64);
+}
+
+ModelInput model_input(const data::Batch& b, const torch::Device& device) {
+  ModelInput in;
+  in.input_ids = to_tensor(b.inputs, b.rows, b.seq_len, device);
+  in.positions = to_tensor(b.positions, b.rows, b.seq_len, device);
+  in.segment_ids = to_tensor(b.segment_ids, b.rows, b.seq_len, device);
+  return in;
 }
 
 torch::Dtype param_dtype(dsl::Precision p) {
@@ -110,6 +121,7 @@ class Run {
 
  private:
   int fail(int code, const std::string& kind, const std::string& message);
+  Status choose_device();
   Status check_supported() const;
   void event(const std::string& kind, const std::function<void(JsonWriter&)>& fill = {});
   void save(std::int64_t step);
@@ -120,7 +132,11 @@ class Run {
   const dsl::JobSpec& spec_;
   const strategies::Strategy& st_;
   std::unique_ptr<JsonLines> metrics_, events_;
-  TrackingAllocator* alloc_ = nullptr;
+  TrackingAllocator* alloc_ = nullptr;  // host tensors; the training device's too on the CPU
+  DeviceChoice device_;
+  torch::Device dev_{torch::kCPU};
+  std::unique_ptr<CudaMemoryMeter> cuda_meter_;
+  MemoryMeter* meter_ = nullptr;  // the training device's memory
   std::unique_ptr<data::Batcher> batcher_;
   CausalLM model_{nullptr};
   std::unique_ptr<TrainingOptimizer> opt_;
@@ -143,8 +159,25 @@ int Run::fail(int code, const std::string& kind, const std::string& message) {
   return code;
 }
 
+Status Run::choose_device() {
+  const int cuda_devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  auto chosen = runner::choose_device(o_.device, !cfg_.on_cpu, cuda_devices);
+  if (!chosen.is_ok()) return chosen.status();
+  device_ = *chosen;
+  if (!device_.cuda) {
+    meter_ = alloc_;
+    return Status::ok();
+  }
+  dev_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_.index));
+  auto meter = CudaMemoryMeter::open(device_.index, cfg_.device_memory_bytes);
+  if (!meter.is_ok()) return Status::failed_precondition(device_.name() + ": " + meter.status().message());
+  cuda_meter_ = std::move(meter).value();
+  meter_ = cuda_meter_.get();
+  return Status::ok();
+}
+
 Status Run::check_supported() const {
-  if (st_.precision == dsl::Precision::kFp16 && !torch::cuda::is_available()) {
+  if (st_.precision == dsl::Precision::kFp16 && !device_.cuda) {
     // Training runs on the CPU, where LibTorch 1.13 has no fp16 matmul,
     // softmax or SiLU.
     return Status::invalid_argument(
@@ -184,6 +217,7 @@ void Run::save(std::int64_t step) {
   for (const auto& p : model_->parameters()) t.params.push_back(p.detach());
   t.optimizer = opt_->state_tensors();
   t.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  if (device_.cuda) t.device_rng_state = at::globalContext().defaultGenerator(dev_).get_state();
   const std::string dir = (fs::path(o_.out_dir) / spec_.checkpoint.dir).string();
   const Status saved = save_checkpoint(dir, state_, t, spec_.checkpoint.keep);
   if (saved.is_ok()) {
@@ -213,14 +247,21 @@ int Run::execute() {
     events_.reset();
     return kExitBadInput;
   }
+  alloc_ = &TrackingAllocator::install();
+  if (Status s = choose_device(); !s.is_ok()) {
+    return fail(s.code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure, "error", s.message());
+  }
   if (Status s = check_supported(); !s.is_ok()) return fail(kExitBadInput, "error", s.message());
   if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
     return fail(kExitBadInput, "error", "data.seq_len exceeds the model's max_seq_len");
   }
 
-  alloc_ = &TrackingAllocator::install();
   if (o_.threads > 0) at::set_num_threads(o_.threads);
-  const std::int64_t limit = o_.memory_limit >= 0 ? o_.memory_limit : (cfg_.on_cpu ? cfg_.budget_bytes : 0);
+  // The plan's budget where the plan's kind of device trains: a CPU plan on
+  // the CPU, a GPU plan on a GPU. A GPU plan run on a CPU-only LibTorch has
+  // no meaningful budget there.
+  const bool plan_device = cfg_.on_cpu != device_.cuda;
+  const std::int64_t limit = o_.memory_limit >= 0 ? o_.memory_limit : (plan_device ? cfg_.budget_bytes : 0);
   torch::manual_seed(static_cast<std::uint64_t>(spec_.training.seed));
 
   // The model folder's tokenizer.model, else bytes; tokenized once into the
@@ -249,7 +290,7 @@ int Run::execute() {
                                           static_cast<double>(st_.micro_batch_size * accum))));
 
   model_ = CausalLM(spec_.model.arch, st_.checkpoint_every);
-  model_->to(param_dtype(st_.precision));
+  model_->to(dev_, param_dtype(st_.precision));
   model_->train();
   // Fine-tuning: the model folder's weights replace the initialisation
   // (before the optimizer copies them into fp32 master weights).
@@ -306,6 +347,10 @@ int Run::execute() {
       }
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       gen.set_state(t.rng_state);
+      if (device_.cuda && t.device_rng_state.defined()) {
+        at::Generator device_gen = at::globalContext().defaultGenerator(dev_);
+        device_gen.set_state(t.device_rng_state);
+      }
       batcher_->restore({st.data_epoch, st.data_index});
       state_ = st;
       first_step = st.step + 1;
@@ -313,10 +358,11 @@ int Run::execute() {
     }
   }
   // The budget applies to training, not to loading files.
-  alloc_->set_budget(limit);
-  alloc_->reset_peak();
+  meter_->set_budget(limit);
+  meter_->reset_peak();
   event("start", [&](JsonWriter& w) {
     w.field("job", spec_.name).field("steps", total_steps).field("first_step", first_step);
+    w.field("device", device_.name()).field("device_reason", device_.reason);
     w.field("strategy", st_.describe()).field("memory_limit_bytes", limit);
     w.field("parameters", spec_.model.arch.parameter_count());
   });
@@ -326,29 +372,26 @@ int Run::execute() {
   // hour in, and the data order stays that of an uninterrupted run.
   try {
     const data::Batch longest = batcher_->longest_batch();
-    ModelInput in;
-    in.input_ids = to_tensor(longest.inputs, longest.rows, longest.seq_len);
-    in.positions = to_tensor(longest.positions, longest.rows, longest.seq_len);
-    in.segment_ids = to_tensor(longest.segment_ids, longest.rows, longest.seq_len);
-    cross_entropy_sum(model_->logits(model_->hidden_states(in)), to_tensor(longest.targets, longest.rows, longest.seq_len))
+    cross_entropy_sum(model_->logits(model_->hidden_states(model_input(longest, dev_))),
+                      to_tensor(longest.targets, longest.rows, longest.seq_len, dev_))
         .backward();
     opt_->zero_grad();
   } catch (const c10::OutOfMemoryError& e) {
-    const auto f = alloc_->last_failure();
-    alloc_->set_budget(0);
+    const auto f = meter_->last_failure(e.what_without_backtrace());
+    meter_->set_budget(0);
     event("oom", [&](JsonWriter& w) {
       w.field("step", first_step).field("phase", "probe: longest batch");
       w.field("requested_bytes", f ? f->requested : 0).field("in_use_bytes", f ? f->in_use : 0);
       w.field("budget_bytes", f ? f->budget : limit);
       Measured m = measure_static();
-      m.peak = alloc_->peak_bytes();
-      m.allocated = alloc_->current_bytes();
+      m.peak = meter_->peak_bytes();
+      m.allocated = meter_->current_bytes();
       write_memory(w, m);
     });
     std::fprintf(stderr, "tailor-runner: out of memory on the longest batch: %s\n", e.what_without_backtrace());
     return kExitOutOfMemory;
   }
-  alloc_->reset_peak();
+  meter_->reset_peak();
 
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
@@ -377,19 +420,15 @@ int Run::execute() {
       std::int64_t tokens = 0;
       Measured m;
       for (const data::Batch& b : micro) {
-        const std::int64_t base = alloc_->current_bytes();
-        PeakScope scope(*alloc_);
-        ModelInput in;
-        in.input_ids = to_tensor(b.inputs, b.rows, b.seq_len);
-        in.positions = to_tensor(b.positions, b.rows, b.seq_len);
-        in.segment_ids = to_tensor(b.segment_ids, b.rows, b.seq_len);
-        torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len);
-        torch::Tensor hidden = model_->hidden_states(in);
-        const std::int64_t after_body = alloc_->current_bytes();
+        const std::int64_t base = meter_->current_bytes();
+        PeakScope scope(*meter_);
+        torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
+        torch::Tensor hidden = model_->hidden_states(model_input(b, dev_));
+        const std::int64_t after_body = meter_->current_bytes();
         torch::Tensor loss;
         std::int64_t head_peak = 0;
         {
-          PeakScope head(*alloc_);
+          PeakScope head(*meter_);
           loss = cross_entropy_sum(model_->logits(hidden), targets);
           head_peak = head.peak_increase();
         }
@@ -426,8 +465,8 @@ int Run::execute() {
       m.parts.adapter = stat.parts.adapter;
       m.parts.optimizer_states = stat.parts.optimizer_states;
       m.parts.master_weights = stat.parts.master_weights;
-      m.allocated = alloc_->current_bytes();
-      m.peak = std::max(m.peak, alloc_->peak_bytes());
+      m.allocated = meter_->current_bytes();
+      m.peak = std::max(m.peak, meter_->peak_bytes());
       last_ = m;
 
       const double dt = now_seconds() - t0;
@@ -463,8 +502,8 @@ int Run::execute() {
       if (spec_.checkpoint.every_steps > 0 && step % spec_.checkpoint.every_steps == 0 && step < total_steps) save(step);
     }
   } catch (const c10::OutOfMemoryError& e) {
-    const auto f = alloc_->last_failure();
-    alloc_->set_budget(0);  // room to write the report
+    const auto f = meter_->last_failure(e.what_without_backtrace());
+    meter_->set_budget(0);  // room to write the report
     const Measured stat = measure_static();
     event("oom", [&](JsonWriter& w) {
       w.field("step", step);
@@ -476,8 +515,8 @@ int Run::execute() {
       m.parts.optimizer_states = stat.parts.optimizer_states;
       m.parts.master_weights = stat.parts.master_weights;
       m.parts.gradients = stat.parts.gradients;
-      m.peak = alloc_->peak_bytes();
-      m.allocated = alloc_->current_bytes();
+      m.peak = meter_->peak_bytes();
+      m.allocated = meter_->current_bytes();
       write_memory(w, m);
     });
     std::fprintf(stderr, "\ntailor-runner: out of memory at step %lld: %s\n", static_cast<long long>(step),
@@ -488,7 +527,7 @@ int Run::execute() {
   } catch (const std::exception& e) {
     return fail(kExitFailure, "error", e.what());
   }
-  alloc_->set_budget(0);
+  meter_->set_budget(0);
   save(total_steps);
   // Adapters: the PEFT folder, then merged into the base (NF4 weights
   // dequantised) so model.pt and model/ hold the plain fine-tuned model.

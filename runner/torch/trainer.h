@@ -25,10 +25,11 @@ struct TrainOptions {
   RunConfig config;
   std::string out_dir;          // metrics.jsonl, events.jsonl, checkpoints/, model.pt, model/ (Hugging Face)
   bool resume = false;          // continue from the newest checkpoint under out_dir
-  std::int64_t memory_limit = -1;  // bytes; -1 = the plan's budget on CPU; 0 = unlimited
+  std::int64_t memory_limit = -1;  // bytes; -1 = the plan's budget on its own kind of device; 0 = unlimited
   bool progress = false;        // a redrawn progress line on stderr (a terminal)
   bool quiet = false;           // no progress output at all
   int threads = 0;              // intra-op threads; 0 = LibTorch's default
+  std::string device = "auto";  // auto, cpu, cuda, cuda:N (device_choice.h)
   std::string cache_dir;        // token cache folder (data/token_cache.h); empty = tokenize in memory.
                                 // tailor-runner passes --cache-dir or default_token_cache_dir()
 };

@@ -51,12 +51,14 @@ training: {global_batch_size: 8, max_steps: 12, lr: 3e-3, warmup_steps: 2, seed:
   return cfg;
 }
 
-int train_in(const RunConfig& cfg, const std::string& out, std::int64_t memory_limit = 0, bool resume = false) {
+int train_in(const RunConfig& cfg, const std::string& out, std::int64_t memory_limit = 0, bool resume = false,
+             const std::string& device = "auto") {
   TrainOptions o;
   o.config = cfg;
   o.out_dir = out;
   o.memory_limit = memory_limit;
   o.resume = resume;
+  o.device = device;
   o.quiet = true;
   return train(o);
 }
@@ -169,6 +171,33 @@ TEST(TrainerTest, ANewRunRefusesAFolderWithAnEarlierRunsCheckpoints) {
   EXPECT_EQ(train_in(cfg, out), kExitBadInput);
   EXPECT_EQ(losses(out), before);  // nothing of the earlier run was touched
   EXPECT_TRUE(fs::exists(out + "/checkpoints/step-000012/state.json"));
+}
+
+// The device: a GPU plan trains on CUDA where LibTorch has it, on the CPU
+// otherwise (without the GPU's budget); asking for CUDA that is not there is
+// bad input. Where LibTorch has CUDA the same job trains there.
+TEST(TrainerTest, GpuPlansTrainOnCudaWhereLibTorchHasIt) {
+  TempDir dir;
+  RunConfig cfg = job(dir, {}, dsl::Precision::kBf16, 4, 2);
+  cfg.on_cpu = false;
+  cfg.budget_bytes = 1 << 20;  // a GPU's budget: enforced on a GPU, not on the CPU
+  const bool cuda = torch::cuda::is_available();
+  ASSERT_EQ(train_in(cfg, dir.file("auto"), /*memory_limit=*/-1), cuda ? kExitOutOfMemory : kExitOk);
+  const auto start = lines(dir.file("auto") + "/events.jsonl").front();
+  EXPECT_EQ(start["device"], cuda ? "cuda:0" : "cpu");
+  EXPECT_EQ(start["memory_limit_bytes"].get<std::int64_t>(), cuda ? 1 << 20 : 0);
+
+  const int explicit_cuda = train_in(cfg, dir.file("cuda"), 0, false, "cuda");
+  if (!cuda) {
+    EXPECT_EQ(explicit_cuda, kExitBadInput);
+    EXPECT_NE(lines(dir.file("cuda") + "/events.jsonl").back()["message"].get<std::string>().find("no CUDA"),
+              std::string::npos);
+    return;
+  }
+  ASSERT_EQ(explicit_cuda, kExitOk);
+  const auto l = losses(dir.file("cuda"));
+  EXPECT_LT(l.back(), l.front() * 0.7) << l.front() << " -> " << l.back();
+  EXPECT_GT(lines(dir.file("cuda") + "/metrics.jsonl").front()["memory"]["activations"].get<std::int64_t>(), 0);
 }
 
 TEST(TrainerTest, BadInputsExitTwoWithAClearError) {

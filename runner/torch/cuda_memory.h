@@ -1,0 +1,62 @@
+// CudaMemoryMeter: the MemoryMeter of a CUDA device, read from LibTorch's
+// caching allocator (the figures torch.cuda.memory_allocated() and
+// max_memory_allocated() report), with the budget enforced as the caching
+// allocator's memory fraction, so an allocation past it throws
+// c10::OutOfMemoryError like the device running out.
+//
+// The caching allocator lives in libc10_cuda, which a CPU-only LibTorch
+// (Debian's) does not have and whose headers need the CUDA toolkit. So the
+// runner links none of it: open() looks its functions up in the running
+// process, where a CUDA LibTorch has loaded them, and fails with the reason
+// when they are absent. The functions' signatures and the layout of their
+// statistics are those of LibTorch 1.13 (c10/cuda/CUDACachingAllocator.h);
+// other versions are refused rather than misread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+#include "runner/torch/memory_meter.h"
+
+namespace tailor::runner {
+
+class CudaMemoryMeter final : public MemoryMeter {
+ public:
+  // The meter of CUDA device `index`; initialises CUDA on it. `fallback_total`
+  // is the device's memory when the CUDA runtime cannot be asked (the plan's
+  // figure), used to turn a byte budget into a fraction.
+  static Result<std::unique_ptr<CudaMemoryMeter>> open(int index, std::int64_t fallback_total);
+
+  std::string device_name() const override;
+  void set_budget(std::int64_t bytes) override;
+  std::int64_t budget() const override { return budget_; }
+  std::int64_t current_bytes() const override;
+  std::int64_t peak_bytes() const override;
+  void reset_peak() override;
+  void raise_peak(std::int64_t bytes) override;
+  std::optional<Failure> last_failure(const std::string& message) const override;
+
+  // The device's total memory in bytes.
+  std::int64_t total_bytes() const { return total_; }
+
+  struct Api;  // the looked-up functions (cuda_memory.cpp)
+
+ private:
+  CudaMemoryMeter(const Api* api, int index, std::int64_t total) : api_(api), index_(index), total_(total) {}
+
+  const Api* api_;
+  int index_;
+  std::int64_t total_;
+  std::int64_t budget_ = 0;
+  std::int64_t folded_peak_ = 0;  // raise_peak(): peaks from before a reset
+};
+
+// The bytes an out-of-memory message says were requested ("Tried to
+// allocate 20.00 MiB"), if it says; how CUDA and the tracking allocator
+// report a failing request.
+std::optional<std::int64_t> requested_bytes_in_message(const std::string& message);
+
+}  // namespace tailor::runner
