@@ -86,6 +86,7 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, std::ost
   mem("activations", m.activations);
   mem("logits", m.logits);
   mem("overhead", m.overhead);
+  if (m.overlap.count() > 0) mem("less not live at once", Bytes(0) - m.overlap);
   out << "  " << pad("total", 24) << m.total().to_string() << "\n";
   out << "  " << pad("budget", 24) << plan.budget_per_device.to_string() << " ("
       << (plan.on_cpu ? plan.hardware.host_memory : plan.hardware.gpus.front().memory).to_string() << " less "

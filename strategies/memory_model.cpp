@@ -344,7 +344,9 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     // estimate of LoRA runs without checkpointing was 10-20% high. An adapter
     // reads that same input only without dropout.
     const double sbh = s * b * static_cast<double>(a.hidden), sbi = s * b * static_cast<double>(a.intermediate);
+    const bool quantized = st.quantization != Quantization::kNone;
     auto input_kept = [&](std::initializer_list<const char*> names) {
+      if (quantized && in.quantized_linear_keeps_input) return true;
       if (in.lora_dropout > 0) return false;
       for (const char* name : names) {
         if (targeted(Linear{name, 0, 0}, in.lora_targets)) return true;
@@ -357,7 +359,10 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
       if (!input_kept({"c_fc"})) full_layer -= e * sbh;
     } else {
       if (!input_kept({"q_proj", "k_proj", "v_proj"})) full_layer -= e * sbh;
-      if (!input_kept({"o_proj"})) full_layer -= e * sbh;
+      // Memory-efficient attention keeps its own output (the o_proj input)
+      // for backward: FlashAttention's backward pass reads O (Dao et al.
+      // 2022, algorithm 4).
+      if (!input_kept({"o_proj"}) && in.attention == Attention::kStandard) full_layer -= e * sbh;
       if (!input_kept({"gate_proj", "up_proj"})) full_layer -= e * sbh;
       if (!input_kept({"down_proj"})) full_layer -= e * sbi;
     }
@@ -406,6 +411,28 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     overhead += 2.0 * static_cast<double>(pc.per_layer) * wbytes;
   }
   m.overhead = Bytes(static_cast<std::int64_t>(overhead));
+
+  // One micro-batch per step: the step's gradients come to life during
+  // backward, layer by layer, as the activations of the layers above are
+  // freed. At the start of backward only the head's gradient (the lm_head or
+  // tied embedding, produced first) exists beside the activations and
+  // logits; at its end nearly all gradients exist beside the first layer's
+  // activations (recomputed in full under checkpointing) and its gradient
+  // flow. So the peak holds the larger of those two moments, not the sum of
+  // activations and gradients. With accumulation, the gradients of earlier
+  // micro-batches are alive through the whole forward.
+  if (st.grad_accumulation <= 1) {
+    const double g = static_cast<double>(m.gradients.count());
+    const double a_l = static_cast<double>((m.activations + m.logits).count());
+    double head = adapter ? 0.0
+                          : static_cast<double>(a.vocab * a.hidden) * gradient_bytes_per_param(st.precision) *
+                                k.static_factor;
+    if (st.zero_stage >= 2) head /= n;
+    const double last_layer =
+        ((checkpointed > 0 ? recomputed_layer : full_layer) + largest_term + 2 * layer_input) * k.activation_factor;
+    const double peak_part = std::max(a_l + std::min(head, g), g + std::min(last_layer, a_l));
+    m.overlap = Bytes(static_cast<std::int64_t>(std::max(0.0, a_l + g - peak_part)));
+  }
   return out;
 }
 

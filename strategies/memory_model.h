@@ -83,6 +83,11 @@ struct MemoryInput {
   // cross-entropy the logits and their gradient only. On by default for CPU.
   bool fused_kernels = false;
   bool dropout = false;     // model dropout (GPT-3-style training); fine-tuning here runs without
+  // Whether a quantised (NF4/int8) frozen linear keeps its input for
+  // backward. tailor-runner's does not (only the input gradient is needed);
+  // bitsandbytes' MatMul4Bit does (it saves A whenever A requires grad), so
+  // QLoRA with bitsandbytes keeps every block linear's input.
+  bool quantized_linear_keeps_input = false;
 };
 
 struct MemoryEstimate {

@@ -34,6 +34,7 @@ void write_memory_breakdown(JsonWriter& w, const MemoryBreakdown& m) {
   w.field("activations", m.activations.count());
   w.field("logits", m.logits.count());
   w.field("overhead", m.overhead.count());
+  w.field("overlap", m.overlap.count());
   w.field("total", m.total().count());
 }
 

@@ -56,9 +56,15 @@ struct MemoryBreakdown {
                            // layer counts only beyond the logits buffers freed before it
   Bytes logits;            // logits and loss buffers at the forward/backward boundary
   Bytes overhead;          // runtime context, workspaces, gather/dequantise buffers
+  // Bytes counted above that are never live at the same time, subtracted
+  // from the total: with one micro-batch per step, gradients appear as
+  // backward frees the activations, so the peak holds the larger of the two
+  // rather than their sum. Zero in measured breakdowns.
+  Bytes overlap;
 
   Bytes total() const {
-    return weights + gradients + optimizer_states + master_weights + adapter + activations + logits + overhead;
+    return weights + gradients + optimizer_states + master_weights + adapter + activations + logits + overhead -
+           overlap;
   }
 };
 
