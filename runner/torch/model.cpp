@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "runner/torch/attention.h"
 #include "runner/torch/fused_ops.h"
 
 namespace tailor::runner {
@@ -138,12 +139,17 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
   Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // (B, H, T, D)
   Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
   Tensor v = parts[2].view({b, t, kv_heads, d}).transpose(1, 2);
-  if (kv_heads != heads) {
-    k = k.repeat_interleave(heads / kv_heads, 1);
-    v = v.repeat_interleave(heads / kv_heads, 1);
+  Tensor y;
+  if (memory_efficient_attention_) {
+    y = blockwise_attention(q, k, v, mask).transpose(1, 2).reshape({b, t, heads * d});
+  } else {
+    if (kv_heads != heads) {
+      k = k.repeat_interleave(heads / kv_heads, 1);
+      v = v.repeat_interleave(heads / kv_heads, 1);
+    }
+    Tensor scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d))) + mask;
+    y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, heads * d});
   }
-  Tensor scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d))) + mask;
-  Tensor y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, heads * d});
   Tensor out = x + project(i, Projection::kO, y, l->o, l->o_b);
 
   h = gpt2 ? torch::layer_norm(out, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps)

@@ -55,6 +55,10 @@ class CausalLMImpl : public torch::nn::Module {
 
   const dsl::ModelArch& arch() const { return arch_; }
   void set_checkpoint_every(std::int64_t n) { checkpoint_every_ = n; }
+  // Attention that keeps no (T x T) scores for backward (attention.h), as
+  // the planner assumes for GPU plans; off: materialised softmax, as it
+  // assumes for CPU plans (faster there at the sequence lengths a CPU trains).
+  void set_memory_efficient_attention(bool on) { memory_efficient_attention_ = on; }
 
   // Deterministic initialisation (normal(0, 0.02), scaled residual
   // projections as in GPT-2) from the current torch seed.
@@ -78,6 +82,7 @@ class CausalLMImpl : public torch::nn::Module {
 
   dsl::ModelArch arch_;
   std::int64_t checkpoint_every_ = 0;
+  bool memory_efficient_attention_ = false;
   torch::nn::Embedding embed_{nullptr};
   torch::nn::Embedding pos_embed_{nullptr};  // gpt2 only
   std::vector<std::shared_ptr<torch::nn::Module>> layers_;

@@ -291,6 +291,9 @@ int Run::execute() {
 
   model_ = CausalLM(spec_.model.arch, st_.checkpoint_every);
   model_->to(dev_, param_dtype(st_.precision));
+  // The attention the plan's memory estimate assumed: memory-efficient for
+  // GPU plans (strategies/planner.cpp), materialised on the CPU.
+  model_->set_memory_efficient_attention(device_.cuda);
   model_->train();
   // Fine-tuning: the model folder's weights replace the initialisation
   // (before the optimizer copies them into fp32 master weights).
