@@ -68,15 +68,8 @@ TEST(AttentionTest, KeepsOnlyItsOutputAndRowStatisticsForBackward) {
 }
 
 TEST(AttentionTest, TheModelTrainsTheSameWithEitherAttention) {
-  dsl::ModelArch a;
-  a.family = dsl::ModelFamily::kLlama;
-  a.layers = 2;
-  a.hidden = 32;
-  a.intermediate = 64;
-  a.heads = 4;
-  a.kv_heads = 2;
-  a.vocab = 50;
-  a.max_seq_len = 64;
+  const dsl::ModelArch a{.family = dsl::ModelFamily::kLlama, .layers = 2, .hidden = 32, .intermediate = 64,
+                         .heads = 4, .kv_heads = 2, .vocab = 50, .max_seq_len = 64};
   torch::manual_seed(5);
   CausalLM model(a, /*checkpoint_every=*/1);
   model->to(torch::kFloat64);
