@@ -58,9 +58,7 @@ struct Case {
 
 TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
   TempDir dir;
-  std::string corpus;
-  for (int i = 0; i < 400; ++i) corpus += "the tailor mends a blue coat by the river before the rain.\n\n";
-  dir.write("data.txt", corpus);
+  testing::write_accuracy_corpus(dir);
   const char* llama = "{family: llama, layers: 2, hidden: 256, intermediate: 688, heads: 8, kv_heads: 4, vocab: 512, max_seq_len: 128}";
   const char* gpt2 = "{family: gpt2, layers: 2, hidden: 256, intermediate: 1024, heads: 4, vocab: 512, max_seq_len: 128, tie_embeddings: true}";
   using A = dsl::Adapter;

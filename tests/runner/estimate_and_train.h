@@ -11,8 +11,16 @@
 
 #include "runner/torch/trainer.h"
 #include "strategies/planner.h"
+#include "tests/testing/temp_dir.h"
 
 namespace tailor::runner::testing {
+
+// The corpus both accuracy tests train on, written to DIR/data.txt.
+inline void write_accuracy_corpus(const tailor::testing::TempDir& dir) {
+  std::string corpus;
+  for (int i = 0; i < 400; ++i) corpus += "the tailor mends a blue coat by the river before the rain.\n\n";
+  dir.write("data.txt", corpus);
+}
 
 struct EstimateAndMeasurement {
   strategies::MemoryBreakdown estimate;  // per device

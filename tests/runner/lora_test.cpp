@@ -16,31 +16,13 @@ namespace tailor::runner {
 namespace {
 
 dsl::ModelArch llama_arch() {
-  dsl::ModelArch a;
-  a.family = dsl::ModelFamily::kLlama;
-  a.layers = 2;
-  a.hidden = 64;
-  a.intermediate = 96;
-  a.heads = 4;
-  a.kv_heads = 2;
-  a.vocab = 300;
-  a.max_seq_len = 32;
-  return a;
+  return {.family = dsl::ModelFamily::kLlama, .layers = 2, .hidden = 64, .intermediate = 96, .heads = 4,
+          .kv_heads = 2, .vocab = 300, .max_seq_len = 32};
 }
 
 dsl::ModelArch gpt2_arch() {
-  dsl::ModelArch a;
-  a.family = dsl::ModelFamily::kGpt2;
-  a.layers = 2;
-  a.hidden = 64;
-  a.intermediate = 256;
-  a.heads = 4;
-  a.kv_heads = 4;
-  a.vocab = 300;
-  a.max_seq_len = 32;
-  a.tie_embeddings = true;
-  a.norm_eps = 1e-5;
-  return a;
+  return {.family = dsl::ModelFamily::kGpt2, .layers = 2, .hidden = 64, .intermediate = 256, .heads = 4,
+          .kv_heads = 4, .vocab = 300, .max_seq_len = 32, .tie_embeddings = true, .norm_eps = 1e-5};
 }
 
 ModelInput sample_input() {

@@ -27,9 +27,7 @@ struct Case {
 
 TEST(MemoryAccuracyTest, MeasuredPeaksAreWithinTenPercentOfTheEstimate) {
   TempDir dir;
-  std::string corpus;
-  for (int i = 0; i < 400; ++i) corpus += "the tailor mends a blue coat by the river before the rain.\n\n";
-  dir.write("data.txt", corpus);
+  testing::write_accuracy_corpus(dir);
   const char* llama = "{family: llama, layers: 3, hidden: 128, intermediate: 344, heads: 8, kv_heads: 4, vocab: 1024, max_seq_len: 256}";
   const char* gpt2 = "{family: gpt2, layers: 3, hidden: 128, intermediate: 512, heads: 4, vocab: 1024, max_seq_len: 256, tie_embeddings: true}";
   std::vector<Case> cases;
