@@ -5,6 +5,10 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 # Warnings are errors in CI (CI=true), warnings only on a workstation.
 WERROR ?= $(if $(CI),ON,OFF)
+# The runner's CUDA path: ON where the CUDA toolkit is installed (default),
+# TAILOR_CUDA=OFF for a CPU-only build.
+CUDA_FLAG = $(if $(TAILOR_CUDA),-DTAILOR_CUDA=$(TAILOR_CUDA))
+export TAILOR_CUDA
 
 .PHONY: all setup configure build test demo fuzz clean
 
@@ -14,7 +18,7 @@ setup:
 	@scripts/setup
 
 configure: setup
-	@cmake -S . -B $(BUILD) -G Ninja -DTAILOR_WERROR=$(WERROR) >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DTAILOR_WERROR=$(WERROR) $(CUDA_FLAG) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)

@@ -75,6 +75,9 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, std::ost
   row("optimizer", dsl::to_string(s.optimizer));
   row("ZeRO stage", std::to_string(s.zero_stage));
   row("offload", dsl::to_string(s.offload));
+  row("attention", s.attention == strategies::Attention::kStandard
+                       ? "materialised (keeps the s x s scores; faster here)"
+                       : "fused (scaled_dot_product_attention: no s x s scores kept)");
 
   out << "\nMemory " << (plan.on_cpu ? "(host, CPU training)" : "per GPU") << "\n";
   auto mem = [&](const char* k, Bytes b) { out << "  " << pad(k, 24) << b.to_string() << "\n"; };

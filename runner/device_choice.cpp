@@ -4,8 +4,11 @@
 
 namespace tailor::runner {
 
-Result<DeviceChoice> choose_device(const std::string& flag, bool plan_for_gpus, int cuda_devices) {
+Result<DeviceChoice> choose_device(const std::string& flag, bool plan_for_gpus, int cuda_devices, bool cuda_built) {
   DeviceChoice d;
+  if (!cuda_built) cuda_devices = 0;
+  const std::string no_cuda = cuda_built ? "LibTorch sees no CUDA device (no driver, or none visible)"
+                                         : "this tailor-runner was built without its CUDA path (TAILOR_CUDA=OFF)";
   if (flag == "cpu") {
     d.reason = "--device cpu";
     return d;
@@ -18,7 +21,7 @@ Result<DeviceChoice> choose_device(const std::string& flag, bool plan_for_gpus, 
       d.reason = "the plan is for GPUs and LibTorch sees " + std::to_string(cuda_devices) + " CUDA device" +
                  (cuda_devices == 1 ? "" : "s");
     } else {
-      d.reason = "the plan is for GPUs but this LibTorch has no CUDA device: training on the CPU";
+      d.reason = "the plan is for GPUs but " + no_cuda + ": training on the CPU";
     }
     return d;
   }
@@ -34,8 +37,7 @@ Result<DeviceChoice> choose_device(const std::string& flag, bool plan_for_gpus, 
     }
   }
   if (cuda_devices == 0) {
-    return Status::invalid_argument("--device " + flag +
-                                    ": this LibTorch build has no CUDA device (CPU-only, or none visible)");
+    return Status::invalid_argument("--device " + flag + ": " + no_cuda);
   }
   if (d.index >= cuda_devices) {
     return Status::invalid_argument("--device " + flag + ": LibTorch sees " + std::to_string(cuda_devices) +

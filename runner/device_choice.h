@@ -21,7 +21,10 @@ struct DeviceChoice {
 // plan for GPUs trains on CUDA device 0 when LibTorch sees one, and on the
 // CPU otherwise (the same code paths; a CPU-only LibTorch trains GPU plans
 // there); a CPU plan always trains on the CPU. Asking for CUDA that is not
-// there is an error naming what is missing.
-Result<DeviceChoice> choose_device(const std::string& flag, bool plan_for_gpus, int cuda_devices);
+// there is an error naming what is missing. `cuda_built`: whether this
+// tailor-runner has its CUDA path (TAILOR_CUDA); without it there are no
+// devices, and errors say why.
+Result<DeviceChoice> choose_device(const std::string& flag, bool plan_for_gpus, int cuda_devices,
+                                   bool cuda_built = true);
 
 }  // namespace tailor::runner

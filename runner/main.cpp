@@ -39,8 +39,7 @@ options:
                        device is the plan's kind (a CPU plan on the CPU, a GPU
                        plan on a GPU). Exceeding it fails the allocation as
                        the device running out would.
-  --threads N          intra-op threads (default: every core; Debian's LibTorch
-                       otherwise uses one)
+  --threads N          intra-op threads (default: every core)
   --cache-dir DIR      where tokenized data files are cached (default
                        $TAILOR_CACHE_DIR, else $XDG_CACHE_HOME/tailor/tokens,
                        else ~/.cache/tailor/tokens); an unusable folder means

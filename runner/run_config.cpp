@@ -64,6 +64,15 @@ Result<RunConfig> parse_plan(const std::string& text, const std::string& name) {
     st.lora_rank = s.at("lora_rank").get<std::int64_t>();
     st.zero_stage = s.at("zero_stage").get<std::int64_t>();
     st.num_gpus = s.at("num_gpus").get<std::int64_t>();
+    // Plans from before the attention was planned (tailord may hold them)
+    // assumed the fused form everywhere but CPU half precision; fused is the
+    // lean choice for them.
+    const std::string attention = s.value("attention", std::string("fused"));
+    if (attention == to_string(strategies::Attention::kStandard)) {
+      st.attention = strategies::Attention::kStandard;
+    } else if (attention != to_string(strategies::Attention::kMemoryEfficient)) {
+      return Status::invalid_argument(name + ": strategy has an unknown attention \"" + attention + "\"");
+    }
     cfg.budget_bytes = j.at("memory").at("budget_per_gpu").get<std::int64_t>();
     cfg.on_cpu = j.at("hardware").at("num_gpus").get<int>() == 0;
     cfg.device_memory_bytes = j.at("hardware").value("memory_per_device", std::int64_t{0});

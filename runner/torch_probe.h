@@ -10,7 +10,9 @@
 namespace tailor::runner {
 
 struct TorchProbe {
-  std::string torch_version;   // e.g. "1.13.1"
+  std::string torch_version;   // e.g. "2.11.0+cu130"
+  bool cuda_build = false;     // tailor-runner built with its CUDA path (TAILOR_CUDA)
+  std::string cuda_version;    // the CUDA LibTorch was built for, e.g. "13.0"; empty without
   bool cuda_available = false;
   int cuda_devices = 0;
   int threads = 0;             // intra-op threads

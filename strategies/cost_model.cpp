@@ -35,10 +35,17 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   // Forward FLOPs per token: every matmul weight twice (multiply-add), the
   // lm_head included even when tied, and attention's QK^T and AV.
   const double matmul_params = static_cast<double>(pc.block_linear + a.vocab * a.hidden);
-  const double forward = 2.0 * matmul_params + 4.0 * L * seq * h;
+  const double attention = 4.0 * L * seq * h;
+  const double forward = 2.0 * matmul_params + attention;
   const double recompute_fraction =
       s.checkpoint_every > 0 ? std::min(1.0, 1.0 / static_cast<double>(s.checkpoint_every)) : 0.0;
-  t.flops_per_token = forward * ((adapter ? 2.0 : 3.0) + recompute_fraction);
+  const double passes = (adapter ? 2.0 : 3.0) + recompute_fraction;
+  t.flops_per_token = forward * passes;
+  // FLOPs that take as long as that, for the time estimate.
+  double timed_flops_per_token = t.flops_per_token;
+  if (dev.cpu && s.precision != Precision::kFp32 && s.attention == Attention::kMemoryEfficient) {
+    timed_flops_per_token += k.cpu_half_fused_attention_extra * attention * passes;
+  }
 
   double peak_tflops = dev.peak_tflops_fp32;
   double mfu = k.mfu_fp32;
@@ -52,7 +59,7 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   if (peak_tflops <= 0) peak_tflops = dev.peak_tflops_fp32;  // unsupported dtype: emulated at fp32 speed
   const double micro_tokens = static_cast<double>(s.micro_batch_size) * seq;
   const double utilisation = mfu * micro_tokens / (micro_tokens + k.half_saturation_tokens);
-  const double micro_compute = t.flops_per_token * micro_tokens / (peak_tflops * 1e12 * utilisation);
+  const double micro_compute = timed_flops_per_token * micro_tokens / (peak_tflops * 1e12 * utilisation);
 
   // QLoRA dequantises every base linear in forward, backward and
   // recomputation; measured as a slowdown over the same step in 16 bits.

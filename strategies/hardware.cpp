@@ -96,6 +96,7 @@ std::string Hardware::describe() const {
 Device cpu_device(Bytes host_memory) {
   Device d;
   d.name = "CPU";
+  d.cpu = true;
   d.memory = host_memory;
   d.free_memory = host_memory;
   d.bf16 = true;  // through oneDNN; fp16 has no fast CPU path

@@ -19,6 +19,7 @@ namespace tailor::strategies {
 struct Device {
   std::string name;                 // "NVIDIA RTX A6000", "CPU"
   std::string catalog_key;          // GPU catalog key when known, else empty
+  bool cpu = false;                 // the host itself (CPU training)
   Bytes memory;                     // total memory
   Bytes free_memory;                // free when detected; = memory otherwise
   bool bf16 = false;

@@ -221,7 +221,7 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
       add("attention dropout output", e * scores);
     }
   } else {
-    add("K and V (kv_heads)", 2 * e * s * b * kv);
+    if (!fused) add("K and V (kv_heads)", 2 * e * s * b * kv);  // fused: views of the rotated copy
     add("softmax statistics (fp32 logsumexp)", 4 * heads * s * b);
   }
   add("o_proj input", e * sbh);
@@ -325,7 +325,7 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // Activations: a full layer, or only its input when checkpointed; during
   // backward one checkpointed layer at a time is recomputed in full.
   double full_layer = 0, largest_term = 0;
-  for (const ActivationTerm& term : layer_activation_terms(a, in.batch, in.attention, in.dropout, e, in.fused_kernels)) {
+  for (const ActivationTerm& term : layer_activation_terms(a, in.batch, st.attention, in.dropout, e, in.fused_kernels)) {
     full_layer += term.bytes;
     largest_term = std::max(largest_term, term.bytes);
   }
@@ -362,7 +362,7 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
       // Memory-efficient attention keeps its own output (the o_proj input)
       // for backward: FlashAttention's backward pass reads O (Dao et al.
       // 2022, algorithm 4).
-      if (!input_kept({"o_proj"}) && in.attention == Attention::kStandard) full_layer -= e * sbh;
+      if (!input_kept({"o_proj"}) && st.attention == Attention::kStandard) full_layer -= e * sbh;
       if (!input_kept({"gate_proj", "up_proj"})) full_layer -= e * sbh;
       if (!input_kept({"down_proj"})) full_layer -= e * sbi;
     }
@@ -392,6 +392,9 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   double acts = static_cast<double>(checkpointed) * layer_input +
                 static_cast<double>(layers - checkpointed) * full_layer;
   acts += 2 * layer_input;  // final norm input and lm_head input
+  // Fused attention saves its additive mask (packed documents) for
+  // backward: one (b, 1, s, s) tensor that every layer shares.
+  if (st.attention == Attention::kMemoryEfficient) acts += e * b * s * s;
   acts *= k.activation_factor;
   // The recomputed layer lives in backward, after the loss has freed the
   // logits buffers: only what exceeds them adds to the peak. While it

@@ -33,12 +33,6 @@ ParameterCounts count_parameters(const dsl::ModelArch& arch);
 std::int64_t lora_parameter_count(const dsl::ModelArch& arch, std::int64_t rank,
                                   const std::vector<std::string>& targets);
 
-// Attention implementation, which decides whether the s^2 score matrices
-// are stored for backward.
-enum class Attention {
-  kStandard,         // materialised softmax(QK^T): Korthikanti's 5as/h term (2as/h without dropout)
-  kMemoryEfficient,  // flash / SDPA memory-efficient: no s^2 buffers, GQA without K/V expansion
-};
 
 // Assumptions that are not arithmetic. Defaults are documented at their
 // definition; `calibrated()` applies measured correction factors.
@@ -76,7 +70,6 @@ struct MemoryInput {
   Strategy strategy;
   std::vector<std::string> lora_targets;  // empty = all linear layers
   double lora_dropout = 0.0;
-  Attention attention = Attention::kMemoryEfficient;
   bool on_gpu = true;       // false: CPU training (no CUDA context)
   // The runner's fused CPU kernels (runner/torch/fused_ops.h) keep fewer
   // tensors than composed ops: SwiGLU keeps only its input, RoPE nothing,

@@ -20,6 +20,7 @@ void write_strategy(JsonWriter& w, const Strategy& s) {
   w.field("zero_stage", s.zero_stage);
   w.field("offload", dsl::to_string(s.offload));
   w.field("num_gpus", s.num_gpus);
+  w.field("attention", to_string(s.attention));
   w.end_object();
 }
 

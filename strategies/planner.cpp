@@ -123,7 +123,17 @@ struct SearchResult {
 SearchResult search(const dsl::JobSpec& spec, const Hardware& hw, const Constraints& c, const PlanOptions& o) {
   SearchResult r;
   const Better better{o.cost};
-  for (const Strategy& s : enumerate(spec, c)) r.all.push_back(evaluate(spec, hw, s, o));
+  for (Strategy s : enumerate(spec, c)) {
+    // GPUs: the fused kernels (or what the options say, e.g. to compare with
+    // eager-attention figures). The CPU: fused, and in half precision also
+    // materialised, which is faster there but keeps s^2 scores per layer.
+    s.attention = hw.cpu_only() ? Attention::kMemoryEfficient : o.attention;
+    r.all.push_back(evaluate(spec, hw, s, o));
+    if (hw.cpu_only() && s.precision != Precision::kFp32) {
+      s.attention = Attention::kStandard;
+      r.all.push_back(evaluate(spec, hw, s, o));
+    }
+  }
   for (const Candidate& cand : r.all) {
     if (cand.fits && (r.best == nullptr || better(cand, *r.best))) r.best = &cand;
     if (r.closest == nullptr || total_over(cand) < total_over(*r.closest)) r.closest = &cand;
@@ -142,9 +152,6 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   in.strategy = s;
   in.lora_targets = spec.strategy.lora.targets;
   in.lora_dropout = spec.strategy.lora.dropout;
-  // LibTorch 1.13 on the CPU has no fused attention: the runner materialises
-  // the score matrices there.
-  in.attention = on_cpu ? Attention::kStandard : o.attention;
   in.on_gpu = !on_cpu;
   // tailor-runner's fused kernels cover fp32 and bf16 on the CPU.
   in.fused_kernels = on_cpu && s.precision != Precision::kFp16;

@@ -28,7 +28,7 @@ namespace tailor::strategies {
 struct PlanOptions {
   MemoryConstants memory = MemoryConstants::defaults();
   CostConstants cost;
-  Attention attention = Attention::kMemoryEfficient;  // on GPUs; CPU plans assume standard attention
+  Attention attention = Attention::kMemoryEfficient;  // on GPUs; CPU plans search it
   int max_alternatives = 4;
   // When nothing fits, try every catalog GPU (same count) to name the
   // smallest that would. Costs one search per catalog entry.

@@ -16,7 +16,10 @@ std::string Strategy::describe() const {
   if (zero_stage > 0) out += ", ZeRO-" + std::to_string(zero_stage);
   if (offload != Offload::kNone) out += std::string(", offload ") + dsl::to_string(offload);
   if (num_gpus > 1) out += ", " + std::to_string(num_gpus) + " GPUs";
+  if (attention == Attention::kStandard) out += ", materialised attention";
   return out;
 }
+
+const char* to_string(Attention a) { return a == Attention::kStandard ? "materialised" : "fused"; }
 
 }  // namespace tailor::strategies

@@ -26,6 +26,16 @@ enum class Quantization {
 
 const char* to_string(Quantization q);
 
+// How attention is computed, which decides whether the s^2 score matrices
+// are stored for backward.
+enum class Attention {
+  kStandard,         // materialised softmax(QK^T): Korthikanti's 5as/h term (2as/h without dropout)
+  kMemoryEfficient,  // fused scaled_dot_product_attention (flash / memory-efficient kernels): no s^2
+                     // buffers, GQA without K/V expansion
+};
+
+const char* to_string(Attention a);  // "materialised" | "fused"
+
 struct Strategy {
   Precision precision = Precision::kFp32;
   std::int64_t checkpoint_every = 0;  // 0 = off, 1 = every layer, N = every N-th layer
@@ -38,9 +48,13 @@ struct Strategy {
   std::int64_t zero_stage = 0;
   Offload offload = Offload::kNone;
   std::int64_t num_gpus = 1;          // data-parallel ranks (1 on CPU)
+  // Fused on GPUs. On the CPU a searched choice in half precision: there
+  // the materialised form is faster (bench/README.md) but keeps s^2 scores.
+  Attention attention = Attention::kMemoryEfficient;
 
   bool operator==(const Strategy&) const = default;
-  // "bf16, checkpointing every layer, micro-batch 2 x 16, lora r16, adamw, ZeRO-0"
+  // "bf16, checkpointing every layer, micro-batch 2 x 16, lora r16, adamw, ZeRO-3";
+  // materialised attention is named, fused (the usual) is not.
   std::string describe() const;
 };
 

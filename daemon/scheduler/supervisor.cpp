@@ -107,6 +107,8 @@ Result<strategies::Strategy> strategy_from_plan_json(const std::string& plan_jso
   st.offload = enum_from(str("offload"), {Offload::kNone, Offload::kOptimizer, Offload::kOptimizerAndParams})
                    .value_or(Offload::kNone);
   st.num_gpus = num("num_gpus", 1);
+  st.attention = enum_from(str("attention"), {strategies::Attention::kStandard, strategies::Attention::kMemoryEfficient})
+                     .value_or(strategies::Attention::kMemoryEfficient);
   return st;
 }
 

@@ -1,25 +1,37 @@
-// Memory-efficient attention: the FlashAttention recipe (Dao et al. 2022,
-// algorithms 1 and 2) in ATen ops, one block of queries at a time. Backward
-// keeps only q, k, v, the output and one fp32 log-sum-exp per row, and
-// recomputes each block's scores, so no (T x T) score matrix per head is
-// kept across the step: what the planner assumes for GPU plans
-// (Attention::kMemoryEfficient), which LibTorch 1.13 has no fused kernel
-// for. Causal: a block of queries only reads keys up to its last row.
+// Causal self-attention for the model's blocks, in the two forms the
+// planner models (strategies::Attention):
+//   fused:        at::scaled_dot_product_attention, LibTorch's flash kernel
+//                 on the CPU and flash or memory-efficient kernels on CUDA.
+//                 Backward keeps q, k, v, the output and one fp32
+//                 log-sum-exp per row, no (T x T) scores; grouped-query
+//                 heads read their K/V head without a repeated copy.
+//   materialised: softmax(q k^T / sqrt(D) + mask) v in ATen ops, keeping
+//                 the (T x T) softmax per head; faster than the flash CPU
+//                 kernel for short bf16 sequences (bench/README.md).
+// Which one a run uses is strategies::attention_for(), shared with the
+// planner so that the estimate and the run agree.
 #pragma once
 
 #include <torch/torch.h>
 
-#include <cstdint>
-
 namespace tailor::runner {
 
-// q (B, H, T, D); k, v (B, KV, T, D) with H a multiple of KV (grouped-query
-// attention: each group of H / KV query heads reads one K/V head, without a
-// repeated copy being kept); mask additive, broadcastable to (B, 1, T, T),
-// with at least the diagonal allowed. Returns softmax(q k^T / sqrt(D) +
-// mask) v as (B, H, T, D), a view of a (B, T, H, D) tensor so that merging
+// The mask argument of causal_attention(), built once per forward for all
+// layers from the rows' packed-document ids (ModelInput::segment_ids,
+// undefined = one document per row).
+//   additive (B|1, 1, T, T) in `dtype`, 0 or -inf; for fused attention an
+//   empty tensor when every row is one document (the kernels' is_causal
+//   path, no mask at all). Additive rather than bool for the fused kernels
+//   too: SDPA converts a bool mask to an additive one on every call, and
+//   each layer's flash backward would then keep its own copy.
+torch::Tensor attention_mask(const torch::Tensor& segment_ids, std::int64_t t, bool fused, torch::ScalarType dtype,
+                             const torch::Device& device);
+
+// q (B, H, T, D); k, v (B, KV, T, D) with H a multiple of KV; mask from
+// attention_mask() with the same `fused`. Returns (B, H, T, D), a view of a
+// (B, T, H, D) tensor where the kernel writes that layout, so that merging
 // the heads costs no copy.
-torch::Tensor blockwise_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  const torch::Tensor& mask, std::int64_t block = 256);
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& mask, bool fused);
 
 }  // namespace tailor::runner

@@ -1,87 +1,57 @@
 #include "runner/torch/cuda_memory.h"
 
-#include <dlfcn.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
-#include <array>
 #include <cmath>
-#include <cstddef>
 #include <regex>
+
+#if TAILOR_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#endif
 
 namespace tailor::runner {
 namespace {
 
-// c10::cuda::CUDACachingAllocator::Stat and ::DeviceStats of LibTorch 1.13,
-// field for field (both trivially copyable, so a function returning one
-// returns it the same way as this copy).
-struct Stat {
-  std::int64_t current = 0, peak = 0, allocated = 0, freed = 0;
-};
-using StatArray = std::array<Stat, 3>;  // aggregate, small pool, large pool
-struct DeviceStats {
-  StatArray allocation, segment, active, inactive_split;
-  StatArray allocated_bytes, reserved_bytes, active_bytes, inactive_split_bytes;
-  std::int64_t num_alloc_retries = 0, num_ooms = 0;
-  Stat oversize_allocations, oversize_segments;
-  std::int64_t max_split_size = 0;
-};
-constexpr std::size_t kAggregate = 0;
+#if TAILOR_CUDA
+namespace alloc = c10::cuda::CUDACachingAllocator;
+constexpr auto kAggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
 
-constexpr bool kKnownTorch = TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR == 13;
-
-template <typename F>
-F lookup(const char* symbol) {
-  return reinterpret_cast<F>(dlsym(RTLD_DEFAULT, symbol));
+c10::CachingDeviceAllocator::DeviceStats stats_of(int index) {
+  return alloc::getDeviceStats(static_cast<c10::DeviceIndex>(index));
 }
+#endif
 
 }  // namespace
 
-struct CudaMemoryMeter::Api {
-  DeviceStats (*get_stats)(int) = nullptr;
-  void (*reset_peak)(int) = nullptr;
-  void (*set_fraction)(double, int) = nullptr;
-  // The CUDA runtime, for the device's total memory (optional).
-  int (*set_device)(int) = nullptr;
-  int (*mem_get_info)(std::size_t*, std::size_t*) = nullptr;
-
-  static const Api& get() {
-    static const Api api = [] {
-      Api a;
-      a.get_stats = lookup<decltype(a.get_stats)>("_ZN3c104cuda20CUDACachingAllocator14getDeviceStatsEi");
-      a.reset_peak = lookup<decltype(a.reset_peak)>("_ZN3c104cuda20CUDACachingAllocator14resetPeakStatsEi");
-      a.set_fraction = lookup<decltype(a.set_fraction)>("_ZN3c104cuda20CUDACachingAllocator17setMemoryFractionEdi");
-      a.set_device = lookup<decltype(a.set_device)>("cudaSetDevice");
-      a.mem_get_info = lookup<decltype(a.mem_get_info)>("cudaMemGetInfo");
-      return a;
-    }();
-    return api;
-  }
-};
-
 Result<std::unique_ptr<CudaMemoryMeter>> CudaMemoryMeter::open(int index, std::int64_t fallback_total) {
-  if (!kKnownTorch) {
-    return Status::unavailable("CUDA memory accounting reads LibTorch 1.13's caching allocator; this LibTorch is " +
-                               std::string(TORCH_VERSION));
+#if TAILOR_CUDA
+  try {
+    if (!torch::cuda::is_available() || index < 0 || index >= static_cast<int>(torch::cuda::device_count())) {
+      return Status::invalid_argument("no CUDA device " + std::to_string(index) + " (no driver, or none visible)");
+    }
+    // The allocator keeps statistics per device once CUDA is initialised on
+    // it, which the first tensor there does.
+    const auto device = static_cast<c10::DeviceIndex>(index);
+    (void)torch::empty({1}, torch::TensorOptions().device(torch::kCUDA, device));
+    std::int64_t total = fallback_total;
+    std::size_t free_bytes = 0, total_bytes = 0;
+    c10::cuda::CUDAGuard guard(device);
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && total_bytes > 0) {
+      total = static_cast<std::int64_t>(total_bytes);
+    }
+    if (total <= 0) return Status::unavailable("cannot tell the memory of CUDA device " + std::to_string(index));
+    return std::unique_ptr<CudaMemoryMeter>(new CudaMemoryMeter(index, total));
+  } catch (const c10::Error& e) {
+    return Status::unavailable("CUDA device " + std::to_string(index) + ": " + e.what_without_backtrace());
   }
-  if (!torch::cuda::is_available() || index < 0 || index >= static_cast<int>(torch::cuda::device_count())) {
-    return Status::invalid_argument("no CUDA device " + std::to_string(index) + " in this LibTorch build");
-  }
-  const Api& api = Api::get();
-  if (api.get_stats == nullptr || api.reset_peak == nullptr || api.set_fraction == nullptr) {
-    return Status::unavailable("LibTorch's CUDA caching allocator is not loaded in this process");
-  }
-  // The allocator keeps statistics per device once CUDA is initialised on
-  // it, which the first tensor there does.
-  (void)torch::empty({1}, torch::TensorOptions().device(torch::kCUDA, static_cast<c10::DeviceIndex>(index)));
-  std::int64_t total = fallback_total;
-  std::size_t free_bytes = 0, total_bytes = 0;
-  if (api.set_device != nullptr && api.mem_get_info != nullptr && api.set_device(index) == 0 &&
-      api.mem_get_info(&free_bytes, &total_bytes) == 0 && total_bytes > 0) {
-    total = static_cast<std::int64_t>(total_bytes);
-  }
-  if (total <= 0) return Status::unavailable("cannot tell the memory of CUDA device " + std::to_string(index));
-  return std::unique_ptr<CudaMemoryMeter>(new CudaMemoryMeter(&api, index, total));
+#else
+  (void)fallback_total;
+  return Status::unavailable("no CUDA device " + std::to_string(index) +
+                             ": this tailor-runner was built without its CUDA path (TAILOR_CUDA=OFF)");
+#endif
 }
 
 std::string CudaMemoryMeter::device_name() const { return "cuda:" + std::to_string(index_); }
@@ -93,21 +63,30 @@ void CudaMemoryMeter::set_budget(std::int64_t bytes) {
   budget_ = std::max<std::int64_t>(0, bytes);
   const double fraction =
       budget_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(budget_) / static_cast<double>(total_));
-  api_->set_fraction(fraction, index_);
+#if TAILOR_CUDA
+  alloc::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index_));
+#else
+  (void)fraction;
+#endif
 }
 
-std::int64_t CudaMemoryMeter::current_bytes() const {
-  return api_->get_stats(index_).allocated_bytes[kAggregate].current;
-}
+#if TAILOR_CUDA
+std::int64_t CudaMemoryMeter::current_bytes() const { return stats_of(index_).allocated_bytes[kAggregate].current; }
 
 std::int64_t CudaMemoryMeter::peak_bytes() const {
-  return std::max(folded_peak_, api_->get_stats(index_).allocated_bytes[kAggregate].peak);
+  return std::max(folded_peak_, stats_of(index_).allocated_bytes[kAggregate].peak);
 }
 
 void CudaMemoryMeter::reset_peak() {
-  api_->reset_peak(index_);
+  alloc::resetPeakStats(static_cast<c10::DeviceIndex>(index_));
   folded_peak_ = 0;
 }
+#else
+// Never constructed without the CUDA path (open() refuses).
+std::int64_t CudaMemoryMeter::current_bytes() const { return 0; }
+std::int64_t CudaMemoryMeter::peak_bytes() const { return folded_peak_; }
+void CudaMemoryMeter::reset_peak() { folded_peak_ = 0; }
+#endif
 
 void CudaMemoryMeter::raise_peak(std::int64_t bytes) { folded_peak_ = std::max(folded_peak_, bytes); }
 

@@ -4,13 +4,8 @@
 // allocator's memory fraction, so an allocation past it throws
 // c10::OutOfMemoryError like the device running out.
 //
-// The caching allocator lives in libc10_cuda, which a CPU-only LibTorch
-// (Debian's) does not have and whose headers need the CUDA toolkit. So the
-// runner links none of it: open() looks its functions up in the running
-// process, where a CUDA LibTorch has loaded them, and fails with the reason
-// when they are absent. The functions' signatures and the layout of their
-// statistics are those of LibTorch 1.13 (c10/cuda/CUDACachingAllocator.h);
-// other versions are refused rather than misread.
+// Compiled against c10/cuda's public API where the build has its CUDA path
+// (TAILOR_CUDA=1); in a build without it, open() says so. Torch-free header.
 #pragma once
 
 #include <cstdint>
@@ -42,12 +37,10 @@ class CudaMemoryMeter final : public MemoryMeter {
   // The device's total memory in bytes.
   std::int64_t total_bytes() const { return total_; }
 
-  struct Api;  // the looked-up functions (cuda_memory.cpp)
 
  private:
-  CudaMemoryMeter(const Api* api, int index, std::int64_t total) : api_(api), index_(index), total_(total) {}
+  CudaMemoryMeter(int index, std::int64_t total) : index_(index), total_(total) {}
 
-  const Api* api_;
   int index_;
   std::int64_t total_;
   std::int64_t budget_ = 0;

@@ -139,17 +139,7 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
   Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // (B, H, T, D)
   Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
   Tensor v = parts[2].view({b, t, kv_heads, d}).transpose(1, 2);
-  Tensor y;
-  if (memory_efficient_attention_) {
-    y = blockwise_attention(q, k, v, mask).transpose(1, 2).reshape({b, t, heads * d});
-  } else {
-    if (kv_heads != heads) {
-      k = k.repeat_interleave(heads / kv_heads, 1);
-      v = v.repeat_interleave(heads / kv_heads, 1);
-    }
-    Tensor scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d))) + mask;
-    y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, heads * d});
-  }
+  Tensor y = causal_attention(q, k, v, mask, fused_attention_).transpose(1, 2).reshape({b, t, heads * d});
   Tensor out = x + project(i, Projection::kO, y, l->o, l->o_b);
 
   h = gpt2 ? torch::layer_norm(out, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps)
@@ -244,18 +234,8 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
   const auto dtype = x.scalar_type();
   if (pos_embed_) x = x + pos_embed_->forward(in.positions);
 
-  // Additive mask (B or 1, 1, T, T): causal, and within one packed document.
   const auto on = torch::TensorOptions().device(in.input_ids.device());
-  Tensor allowed = torch::ones({t, t}, on.dtype(torch::kBool)).tril();
-  if (in.segment_ids.defined()) {
-    Tensor same = in.segment_ids.unsqueeze(2) == in.segment_ids.unsqueeze(1);  // (B, T, T)
-    allowed = (allowed.unsqueeze(0) & same) | torch::eye(t, on.dtype(torch::kBool)).unsqueeze(0);
-  } else {
-    allowed = allowed.unsqueeze(0);
-  }
-  Tensor mask = torch::zeros(allowed.sizes(), on.dtype(dtype))
-                    .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity())
-                    .unsqueeze(1);
+  const Tensor mask = attention_mask(in.segment_ids, t, fused_attention_, dtype, in.input_ids.device());
 
   Tensor cos, sin;
   if (!is_gpt2(arch_)) {

@@ -5,8 +5,8 @@
 //
 // Layout choices for speed on CPU (FIELD-NOTES.md): q/k/v and gate/up are
 // each one fused matmul; RMSNorm runs in the compute dtype without fp32
-// round-trips. Attention is materialised (LibTorch 1.13 has no fused
-// attention), masked causally and within packed documents.
+// round-trips. Attention is fused (scaled_dot_product_attention) or
+// materialised (attention.h), masked causally and within packed documents.
 // Not here: dropout (fine-tuning runs without), KV caches, generation.
 #pragma once
 
@@ -55,17 +55,17 @@ class CausalLMImpl : public torch::nn::Module {
 
   const dsl::ModelArch& arch() const { return arch_; }
   void set_checkpoint_every(std::int64_t n) { checkpoint_every_ = n; }
-  // Attention that keeps no (T x T) scores for backward (attention.h), as
-  // the planner assumes for GPU plans; off: materialised softmax, as it
-  // assumes for CPU plans (faster there at the sequence lengths a CPU trains).
-  void set_memory_efficient_attention(bool on) { memory_efficient_attention_ = on; }
+  // Fused attention, which keeps no (T x T) scores for backward, or
+  // materialised softmax (attention.h); strategies::attention_for() says
+  // which one the plan assumed.
+  void set_fused_attention(bool on) { fused_attention_ = on; }
 
   // Deterministic initialisation (normal(0, 0.02), scaled residual
   // projections as in GPT-2) from the current torch seed.
   void reset_parameters_();
 
   // Block i on x (B, T, C); cos/sin (B, T, D/2) fp32 for RoPE (undefined for
-  // gpt2); mask additive (B|1, 1, T, T). Public for gradient checkpointing.
+  // gpt2); mask from attention_mask(). Public for gradient checkpointing.
   torch::Tensor run_layer(std::size_t i, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                           const torch::Tensor& mask);
 
@@ -82,7 +82,7 @@ class CausalLMImpl : public torch::nn::Module {
 
   dsl::ModelArch arch_;
   std::int64_t checkpoint_every_ = 0;
-  bool memory_efficient_attention_ = false;
+  bool fused_attention_ = true;
   torch::nn::Embedding embed_{nullptr};
   torch::nn::Embedding pos_embed_{nullptr};  // gpt2 only
   std::vector<std::shared_ptr<torch::nn::Module>> layers_;

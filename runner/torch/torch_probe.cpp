@@ -3,6 +3,10 @@
 #include <chrono>
 #include <cstdio>
 
+#if TAILOR_CUDA
+#include <cuda.h>  // CUDA_VERSION
+#endif
+
 namespace tailor::runner {
 namespace {
 
@@ -26,9 +30,10 @@ double matmul_gflops(torch::Dtype dtype) {
 std::string TorchProbe::to_json() const {
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "{\"torch_version\": \"%s\", \"cuda_available\": %s, \"cuda_devices\": %d, \"threads\": %d, "
+                "{\"torch_version\": \"%s\", \"cuda_build\": %s, \"cuda_version\": \"%s\", "
+                "\"cuda_available\": %s, \"cuda_devices\": %d, \"threads\": %d, "
                 "\"fp32_matmul_gflops\": %.1f, \"bf16_matmul_gflops\": %.1f}",
-                torch_version.c_str(), cuda_available ? "true" : "false", cuda_devices, threads, fp32_matmul_gflops,
+                torch_version.c_str(), cuda_build ? "true" : "false", cuda_version.c_str(), cuda_available ? "true" : "false", cuda_devices, threads, fp32_matmul_gflops,
                 bf16_matmul_gflops);
   return buf;
 }
@@ -37,6 +42,10 @@ Result<TorchProbe> probe_torch() {
   try {
     TorchProbe p;
     p.torch_version = TORCH_VERSION;
+    p.cuda_build = TAILOR_CUDA != 0;
+#if TAILOR_CUDA
+    p.cuda_version = std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10);
+#endif
     p.cuda_available = torch::cuda::is_available();
     p.cuda_devices = p.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
     p.threads = at::get_num_threads();

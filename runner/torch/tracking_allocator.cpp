@@ -80,9 +80,13 @@ void TrackingAllocator::clear_last_failure() {
   last_failure_.reset();
 }
 
+void TrackingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  default_copy_data(dest, src, count);
+}
+
 c10::DeleterFnPtr TrackingAllocator::raw_deleter() const { return &delete_block; }
 
-c10::DataPtr TrackingAllocator::allocate(size_t n) const {
+c10::DataPtr TrackingAllocator::allocate(size_t n) {
   const c10::Device cpu(c10::DeviceType::CPU);
   // Our header must fit on top of n without overflowing size_t or the
   // int64 counters.
@@ -142,7 +146,7 @@ void TrackingAllocator::delete_block(void* data) {
   self->base_free_(block);
 }
 
-std::int64_t TrackingAllocator::reserve(std::int64_t n) const {
+std::int64_t TrackingAllocator::reserve(std::int64_t n) {
   const std::int64_t limit = budget_.load(std::memory_order_relaxed);
   if (limit == 0) return current_.fetch_add(n, std::memory_order_relaxed) + n;
   // A compare-exchange rather than fetch_add-then-roll-back: a refused
@@ -157,7 +161,7 @@ std::int64_t TrackingAllocator::reserve(std::int64_t n) const {
 }
 
 void TrackingAllocator::refuse(std::int64_t requested, std::int64_t in_use, std::int64_t limit,
-                               const char* reason) const {
+                               const char* reason) {
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
     last_failure_ = Failure{requested, in_use, limit};
@@ -176,7 +180,7 @@ void TrackingAllocator::refuse(std::int64_t requested, std::int64_t in_use, std:
   C10_THROW_ERROR(OutOfMemoryError, msg);
 }
 
-void TrackingAllocator::bump_peak(std::int64_t bytes) const {
+void TrackingAllocator::bump_peak(std::int64_t bytes) {
   std::int64_t peak = peak_.load(std::memory_order_relaxed);
   while (peak < bytes && !peak_.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
   }

@@ -99,30 +99,32 @@ class TrackingAllocator final : public c10::Allocator, public MemoryMeter {
   // would take current_bytes() over the budget, or when the wrapped allocator
   // fails; the counters are then unchanged. A zero-byte request returns a
   // null DataPtr, as LibTorch's default allocator does.
-  c10::DataPtr allocate(size_t n) const override;
+  c10::DataPtr allocate(size_t n) override;
   c10::DeleterFnPtr raw_deleter() const override;
+  // Allocator::clone() copies through this: a plain memcpy, as the wrapped
+  // CPU allocator does.
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
 
  private:
   explicit TrackingAllocator(c10::Allocator* base);
 
   static void delete_block(void* data);
   // Reserves n bytes against the budget or throws; returns current after it.
-  std::int64_t reserve(std::int64_t n) const;
+  std::int64_t reserve(std::int64_t n);
   [[noreturn]] void refuse(std::int64_t requested, std::int64_t in_use, std::int64_t limit,
-                           const char* reason) const;
-  void bump_peak(std::int64_t bytes) const;
+                           const char* reason);
+  void bump_peak(std::int64_t bytes);
 
   // The allocator that was installed before; must support the raw interface.
   c10::Allocator* base_;
   c10::DeleterFnPtr base_free_;
 
-  // allocate() is const in c10::Allocator, so the counters are mutable.
-  mutable std::atomic<std::int64_t> current_{0};
-  mutable std::atomic<std::int64_t> peak_{0};
-  mutable std::atomic<std::int64_t> count_{0};
+  std::atomic<std::int64_t> current_{0};
+  std::atomic<std::int64_t> peak_{0};
+  std::atomic<std::int64_t> count_{0};
   std::atomic<std::int64_t> budget_{0};
   mutable std::mutex failure_mutex_;  // guards last_failure_
-  mutable std::optional<Failure> last_failure_;
+  std::optional<Failure> last_failure_;
 };
 
 }  // namespace tailor::runner

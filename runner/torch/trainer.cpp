@@ -78,7 +78,10 @@ ModelInput model_input(const data::Batch& b, const torch::Device& device) {
   ModelInput in;
   in.input_ids = to_tensor(b.inputs, b.rows, b.seq_len, device);
   in.positions = to_tensor(b.positions, b.rows, b.seq_len, device);
-  in.segment_ids = to_tensor(b.segment_ids, b.rows, b.seq_len, device);
+  // Rows of one document each need no mask beyond causality (attention.h).
+  if (!std::all_of(b.segment_ids.begin(), b.segment_ids.end(), [](std::int32_t s) { return s == 0; })) {
+    in.segment_ids = to_tensor(b.segment_ids, b.rows, b.seq_len, device);
+  }
   return in;
 }
 
@@ -161,7 +164,7 @@ int Run::fail(int code, const std::string& kind, const std::string& message) {
 
 Status Run::choose_device() {
   const int cuda_devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-  auto chosen = runner::choose_device(o_.device, !cfg_.on_cpu, cuda_devices);
+  auto chosen = runner::choose_device(o_.device, !cfg_.on_cpu, cuda_devices, /*cuda_built=*/TAILOR_CUDA != 0);
   if (!chosen.is_ok()) return chosen.status();
   device_ = *chosen;
   if (!device_.cuda) {
@@ -177,12 +180,6 @@ Status Run::choose_device() {
 }
 
 Status Run::check_supported() const {
-  if (st_.precision == dsl::Precision::kFp16 && !device_.cuda) {
-    // Training runs on the CPU, where LibTorch 1.13 has no fp16 matmul,
-    // softmax or SiLU.
-    return Status::invalid_argument(
-        "fp16 needs a CUDA GPU: LibTorch has no fp16 kernels on the CPU; plan with bf16 or fp32 for CPU training");
-  }
   if (st_.zero_stage > 0 || st_.offload != dsl::Offload::kNone || st_.num_gpus > 1) {
     return Status::invalid_argument("ZeRO, offload and multiple GPUs are not implemented yet");
   }
@@ -291,9 +288,8 @@ int Run::execute() {
 
   model_ = CausalLM(spec_.model.arch, st_.checkpoint_every);
   model_->to(dev_, param_dtype(st_.precision));
-  // The attention the plan's memory estimate assumed: memory-efficient for
-  // GPU plans (strategies/planner.cpp), materialised on the CPU.
-  model_->set_memory_efficient_attention(device_.cuda);
+  // The attention the plan chose (its memory estimate assumed it).
+  model_->set_fused_attention(st_.attention == strategies::Attention::kMemoryEfficient);
   model_->train();
   // Fine-tuning: the model folder's weights replace the initialisation
   // (before the optimizer copies them into fp32 master weights).

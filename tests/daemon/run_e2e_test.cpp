@@ -215,7 +215,10 @@ TEST(RunE2eTest, OutOfMemoryIsReplannedAndResumedKeepingTheGlobalBatch) {
   EXPECT_GE(job["oom_restarts"].get<int>(), 1);
   EXPECT_GT(job["peak_bytes"].get<std::int64_t>(), 0);
   const json& st = job["plan"]["strategy"];
-  EXPECT_LT(st["micro_batch_size"].get<std::int64_t>(), mb);
+  // Leaner: a smaller micro-batch, or fused attention instead of the
+  // materialised scores (CPU plans in half precision may choose either).
+  EXPECT_TRUE(st["micro_batch_size"].get<std::int64_t>() < mb || st["attention"] != before["strategy"]["attention"])
+      << st.dump();
   EXPECT_EQ(st["micro_batch_size"].get<std::int64_t>() * st["gradient_accumulation_steps"].get<std::int64_t>(), 16);
   EXPECT_EQ(st["precision"], before["strategy"]["precision"]);  // kept: the checkpoint stays loadable
   EXPECT_LE(job["plan"]["memory"]["per_gpu"]["total"].get<std::int64_t>(), limit);

@@ -1,11 +1,10 @@
-// Memory-efficient attention against the materialised formula, in double
-// precision: outputs and gradients, with grouped-query heads, a packed
-// (per-document) causal mask and a block size that does not divide T.
+// Fused attention (scaled_dot_product_attention) against the materialised
+// formula, in double precision: outputs and gradients, with grouped-query
+// heads, a packed (per-document) causal mask and plain causal attention;
+// and what the fused form keeps for backward.
 #include "runner/torch/attention.h"
 
 #include <gtest/gtest.h>
-
-#include <cmath>
 
 #include "runner/torch/model.h"
 #include "runner/torch/tracking_allocator.h"
@@ -15,56 +14,60 @@ namespace {
 
 using torch::Tensor;
 
-Tensor reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
-  const std::int64_t groups = q.size(1) / k.size(1);
-  const Tensor kr = k.repeat_interleave(groups, 1), vr = v.repeat_interleave(groups, 1);
-  const Tensor s = torch::matmul(q, kr.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(3))) + mask;
-  return torch::matmul(torch::softmax(s, -1), vr);
+// Two packed documents per row: tokens [0, 13) and [13, T).
+Tensor two_documents(std::int64_t b, std::int64_t t) {
+  return (torch::arange(t) >= 13).to(torch::kInt64).unsqueeze(0).expand({b, t}).contiguous();
 }
 
-// Causal, within two packed documents per row: tokens [0, 13) and [13, T).
-Tensor packed_mask(std::int64_t b, std::int64_t t) {
-  Tensor seg = (torch::arange(t) >= 13).to(torch::kInt64).unsqueeze(0).expand({b, t});
-  Tensor allowed = torch::ones({t, t}, torch::kBool).tril().unsqueeze(0) & (seg.unsqueeze(2) == seg.unsqueeze(1));
-  return torch::zeros({b, t, t}, torch::kFloat64)
-      .masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity())
-      .unsqueeze(1);
-}
+// q (B, H, T, D), k and v (B, KV, T, D) as views of one (B, T, (H + 2 KV) D)
+// tensor, the layout the model's fused qkv projection gives them.
+struct Qkv {
+  Tensor qkv, q, k, v;
+  Qkv(std::int64_t b, std::int64_t h, std::int64_t kv, std::int64_t t, std::int64_t d, torch::Dtype dtype) {
+    qkv = torch::randn({b, t, (h + 2 * kv) * d}, torch::TensorOptions().dtype(dtype)).requires_grad_();
+    auto parts = qkv.split({h * d, kv * d, kv * d}, -1);
+    q = parts[0].view({b, t, h, d}).transpose(1, 2);
+    k = parts[1].view({b, t, kv, d}).transpose(1, 2);
+    v = parts[2].view({b, t, kv, d}).transpose(1, 2);
+  }
+};
 
-TEST(AttentionTest, BlockwiseMatchesMaterialisedOutputAndGradients) {
+TEST(AttentionTest, FusedMatchesMaterialisedOutputAndGradients) {
   torch::manual_seed(3);
   const std::int64_t b = 2, h = 6, kv = 2, t = 37, d = 8;
-  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
-  Tensor q = torch::randn({b, h, t, d}, opts).requires_grad_(), k = torch::randn({b, kv, t, d}, opts).requires_grad_(),
-         v = torch::randn({b, kv, t, d}, opts).requires_grad_();
-  const Tensor mask = packed_mask(b, t), dout = torch::randn({b, h, t, d}, opts);
-
-  const Tensor want = reference(q, k, v, mask);
-  const auto want_grads = torch::autograd::grad({want}, {q, k, v}, {dout});
-  for (std::int64_t block : {5, 16, 64}) {
-    const Tensor got = blockwise_attention(q, k, v, mask, block);
-    EXPECT_TRUE(torch::allclose(got, want, 1e-10, 1e-10)) << "block " << block;
-    const auto got_grads = torch::autograd::grad({got}, {q, k, v}, {dout});
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_TRUE(torch::allclose(got_grads[i], want_grads[i], 1e-9, 1e-9))
-          << "block " << block << " gradient " << i << " max diff "
-          << (got_grads[i] - want_grads[i]).abs().max().item<double>();
-    }
+  for (const bool packed : {true, false}) {
+    Qkv x(b, h, kv, t, d, torch::kFloat64);
+    const Tensor segments = packed ? two_documents(b, t) : Tensor();
+    const Tensor dout = torch::randn({b, h, t, d}, torch::kFloat64);
+    const Tensor want =
+        causal_attention(x.q, x.k, x.v, attention_mask(segments, t, false, torch::kFloat64, torch::kCPU), false);
+    const Tensor want_grad = torch::autograd::grad({want}, {x.qkv}, {dout})[0];
+    const Tensor fused_mask = attention_mask(segments, t, true, torch::kFloat64, torch::kCPU);
+    EXPECT_EQ(fused_mask.numel() == 0, !packed) << "plain causal rows need no mask";
+    const Tensor got = causal_attention(x.q, x.k, x.v, fused_mask, true);
+    EXPECT_TRUE(torch::allclose(got, want, 1e-10, 1e-10)) << "packed " << packed;
+    const Tensor got_grad = torch::autograd::grad({got}, {x.qkv}, {dout})[0];
+    EXPECT_TRUE(torch::allclose(got_grad, want_grad, 1e-9, 1e-9))
+        << "packed " << packed << " max diff " << (got_grad - want_grad).abs().max().item<double>();
   }
 }
 
-TEST(AttentionTest, KeepsOnlyItsOutputAndRowStatisticsForBackward) {
+TEST(AttentionTest, FusedKeepsOnlyItsOutputAndRowStatisticsForBackward) {
   TrackingAllocator& alloc = TrackingAllocator::install();
-  const std::int64_t b = 1, h = 4, t = 512, d = 16;
-  Tensor q = torch::randn({b, h, t, d}).requires_grad_(), k = torch::randn({b, h, t, d}).requires_grad_(),
-         v = torch::randn({b, h, t, d}).requires_grad_();
-  const Tensor mask = torch::zeros({t, t}).masked_fill_(torch::ones({t, t}, torch::kBool).triu(1),
-                                                        -std::numeric_limits<float>::infinity());
-  const std::int64_t before = alloc.current_bytes();
-  const Tensor out = blockwise_attention(q, k, v, mask.view({1, 1, t, t}), 64);
-  // The output and one fp32 log-sum-exp per row; materialised attention
-  // would keep its (T x T) softmax per head as well (4 MiB here).
-  EXPECT_EQ(alloc.current_bytes() - before, static_cast<std::int64_t>(out.nbytes()) + b * h * t * 4);
+  const std::int64_t b = 1, h = 8, kv = 2, t = 512, d = 16;
+  for (const bool packed : {true, false}) {
+    Qkv x(b, h, kv, t, d, torch::kFloat32);
+    const Tensor mask = attention_mask(packed ? two_documents(b, t) : Tensor(), t, true, torch::kFloat32, torch::kCPU);
+    const std::int64_t before = alloc.current_bytes();
+    const Tensor out = causal_attention(x.q, x.k, x.v, mask, true);
+    // The output and one fp32 log-sum-exp per row and head: no repeated K/V
+    // heads, no converted mask; materialised attention would keep its
+    // (T x T) softmax per head as well (8 MiB here).
+    EXPECT_EQ(alloc.current_bytes() - before, static_cast<std::int64_t>(out.nbytes()) + b * h * t * 4)
+        << "packed " << packed;
+    // Laid out (B, T, H, D), so merging the heads is a view.
+    EXPECT_TRUE(out.transpose(1, 2).is_contiguous());
+  }
 }
 
 TEST(AttentionTest, TheModelTrainsTheSameWithEitherAttention) {
@@ -77,8 +80,8 @@ TEST(AttentionTest, TheModelTrainsTheSameWithEitherAttention) {
   in.input_ids = torch::randint(0, 50, {2, 24}, torch::kInt64);
   in.positions = torch::arange(24).unsqueeze(0).expand({2, 24}).contiguous();
   in.segment_ids = (torch::arange(24) >= 10).to(torch::kInt64).unsqueeze(0).expand({2, 24}).contiguous();
-  auto loss_and_grads = [&](bool efficient) {
-    model->set_memory_efficient_attention(efficient);
+  auto loss_and_grads = [&](bool fused) {
+    model->set_fused_attention(fused);
     model->zero_grad();
     Tensor loss = model->logits(model->hidden_states(in)).pow(2).mean();
     loss.backward();

@@ -34,6 +34,12 @@ TEST(DeviceChoiceTest, CudaThatIsNotThereIsBadInputNamingWhy) {
   EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(none.status().message().find("no CUDA"), std::string::npos);
 
+  // A build without the CUDA path says so, whatever the driver shows.
+  const auto unbuilt = choose_device("cuda", true, 1, /*cuda_built=*/false);
+  ASSERT_FALSE(unbuilt.is_ok());
+  EXPECT_NE(unbuilt.status().message().find("built without its CUDA path"), std::string::npos);
+  EXPECT_FALSE(choose_device("auto", true, 1, /*cuda_built=*/false)->cuda);
+
   const auto past = choose_device("cuda:2", true, 2);
   ASSERT_FALSE(past.is_ok());
   EXPECT_NE(past.status().message().find("sees 2 CUDA devices"), std::string::npos);

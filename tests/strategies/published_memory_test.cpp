@@ -54,7 +54,7 @@ Point evaluate(const YAML::Node& n) {
   MemoryInput in;
   in.arch = &model->arch;
   in.batch = {n["micro_batch"].as<std::int64_t>(), n["seq_len"].as<std::int64_t>()};
-  in.attention = Attention::kMemoryEfficient;  // every source ran SDPA / flash attention
+  in.strategy.attention = Attention::kMemoryEfficient;  // every source ran SDPA / flash attention
   in.on_gpu = true;
   in.fused_kernels = n["fused"].as<bool>(false);
   in.quantized_linear_keeps_input = n["bitsandbytes"].as<bool>(false);
