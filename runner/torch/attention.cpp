@@ -38,7 +38,8 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
     kr = k.repeat_interleave(heads / kv_heads, 1);
     vr = v.repeat_interleave(heads / kv_heads, 1);
   }
-  Tensor scores = torch::matmul(q, kr.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d))) + mask;
+  // In place: the scores are a fresh tensor that nothing saves for backward.
+  Tensor scores = torch::matmul(q, kr.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d))).add_(mask);
   return torch::matmul(torch::softmax(scores, -1), vr);
 }
 
