@@ -77,11 +77,11 @@ std::string closest_match(std::string_view word, std::span<const std::string> ca
   return best;
 }
 
-std::string quote(std::string_view s) {
+std::string quote(std::string_view s, std::size_t max_chars) {
   std::string out = "\"";
   std::size_t n = 0;
   for (char c : s) {
-    if (++n > 60) {
+    if (++n > max_chars) {
       out += "...";
       break;
     }

@@ -24,7 +24,9 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 std::string closest_match(std::string_view word, std::span<const std::string> candidates);
 
 // Quotes a value for messages: "abc" with control characters escaped and the
-// text cut at 60 characters.
-std::string quote(std::string_view s);
+// text cut at `max_chars` characters (a file path is never cut: pass
+// kWhole, so that the message names the file however deep it lies).
+inline constexpr std::size_t kWhole = static_cast<std::size_t>(-1);
+std::string quote(std::string_view s, std::size_t max_chars = 60);
 
 }  // namespace tailor

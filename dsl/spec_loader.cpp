@@ -53,7 +53,7 @@ std::optional<Node> load_with_extends(const std::string& path, const SourceLocat
   }
   std::error_code ec;
   if (!from.file.empty() && !fs::exists(path, ec)) {
-    ctx.diags.error(from, "extends", "base spec " + quote(path) + " does not exist");
+    ctx.diags.error(from, "extends", "base spec " + quote(path, kWhole) + " does not exist");
     return std::nullopt;
   }
   auto root = load_yaml_file(path, ctx.diags, from, from.file.empty() ? "" : "extends", ctx.options.limits);
@@ -121,21 +121,21 @@ bool read_hf_config(const std::string& folder, ModelArch& arch, const SourceLoca
   const std::string file = (fs::path(folder) / "config.json").string();
   std::ifstream in(file, std::ios::binary);
   if (!in) {
-    d.error(at, "model.path", "no config.json in " + quote(folder));
+    d.error(at, "model.path", "no config.json in " + quote(folder, kWhole));
     return false;
   }
   std::ostringstream ss;
   ss << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    d.error(at, "model.path", quote(file) + " is not a valid JSON object");
+    d.error(at, "model.path", quote(file, kWhole) + " is not a valid JSON object");
     return false;
   }
   auto get_int = [&](const char* key, std::int64_t fallback) -> std::int64_t {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return fallback;
     if (!it->is_number_integer()) {
-      d.error(at, "model.path", quote(file) + ": " + key + " is not an integer");
+      d.error(at, "model.path", quote(file, kWhole) + ": " + key + " is not an integer");
       return fallback;
     }
     return it->get<std::int64_t>();
@@ -175,7 +175,7 @@ bool read_hf_config(const std::string& folder, ModelArch& arch, const SourceLoca
     arch.norm_eps = get_num("rms_norm_eps", 1e-6);
   } else {
     d.error(at, "model.path",
-            quote(file) + ": model_type " + quote(type) + " is not supported; expected llama, mistral, qwen2 or gpt2");
+            quote(file, kWhole) + ": model_type " + quote(type) + " is not supported; expected llama, mistral, qwen2 or gpt2");
     return false;
   }
   return d.error_count() == errors_before;
@@ -251,7 +251,7 @@ void resolve_model(JobSpec& spec, const Node& root, const std::string& base_dir,
     if (opt.check_files) {
       std::error_code ec;
       if (!fs::is_directory(spec.model.path, ec)) {
-        d.error(loc_at(root, "model.path"), "model.path", "model folder " + quote(spec.model.path) + " does not exist");
+        d.error(loc_at(root, "model.path"), "model.path", "model folder " + quote(spec.model.path, kWhole) + " does not exist");
         return;
       }
       if (!read_hf_config(spec.model.path, spec.model.arch, loc_at(root, "model.path"), d)) return;
@@ -275,7 +275,7 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
     *value = resolve_path(*value, loc_at(root, path), base_dir);
     std::error_code ec;
     if (opt.check_files && !fs::is_regular_file(*value, ec)) {
-      d.error(loc_at(root, path), path, "data file " + quote(*value) + " does not exist");
+      d.error(loc_at(root, path), path, "data file " + quote(*value, kWhole) + " does not exist");
     }
   }
   if (node_at(root, "data.format") == nullptr && !data.train.empty()) {

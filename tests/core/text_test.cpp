@@ -23,6 +23,9 @@ TEST(TextTest, QuoteEscapesAndTruncates) {
   EXPECT_EQ(quote("a\"b"), "\"a\\\"b\"");
   EXPECT_EQ(quote("tab\there"), "\"tab\\x09here\"");
   EXPECT_EQ(quote(std::string(100, 'x')).size(), 60u + 2u + 3u);
+  // Paths are quoted whole: the file name is at the end.
+  const std::string deep = "/a/deeply/nested/clone/of/the/repository/tests/dsl/cases/data/does-not-exist.jsonl";
+  EXPECT_EQ(quote(deep, kWhole), "\"" + deep + "\"");
 }
 
 TEST(TextTest, SplitKeepsEmptyParts) {
