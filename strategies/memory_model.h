@@ -33,7 +33,6 @@ ParameterCounts count_parameters(const dsl::ModelArch& arch);
 std::int64_t lora_parameter_count(const dsl::ModelArch& arch, std::int64_t rank,
                                   const std::vector<std::string>& targets);
 
-
 // Assumptions that are not arithmetic. Defaults are documented at their
 // definition; `calibrated()` applies measured correction factors.
 struct MemoryConstants {
