@@ -3,8 +3,8 @@
 // on this torch, side by side in one run: forward + backward time of each op
 // at the shapes of bench/runner_vs_python.sh's model, in bf16 and fp32, and
 // an AdamW step over that model's parameters. A fused kernel earns its place
-// only where it is faster than the best ATen form (DEVELOPERS.md); the
-// table says which.
+// only where it is measured faster than the best ATen form; the table says
+// which.
 //   build/bin/fused_ops_bench [--threads N] [--reps N]
 #include <torch/torch.h>
 

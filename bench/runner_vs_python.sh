@@ -23,7 +23,7 @@ anchor="$root/../shared/bench/anchor_pytorch_llama.py"
 command -v /usr/bin/time >/dev/null || { echo "bench: GNU time missing: scripts/setup --bench" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export OMP_WAIT_POLICY=PASSIVE  # the same environment for all (FIELD-NOTES.md)
+export OMP_WAIT_POLICY=PASSIVE  # the same environment for all (runner/README.md)
 
 # The anchor's model: 4 layers, hidden 256, 4 heads, MLP 688, vocab 4096, batch 8.
 model=(--layers 4 --hidden 256 --heads 4 --kv-heads 4 --intermediate 688 --vocab 4096 --seq "$seq" --batch 8

@@ -1,18 +1,19 @@
 // `tailor run JOB.yaml`: plan and train in the foreground, without a daemon.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <ostream>
 
 #include "cli/commands.h"
 #include "cli/spec_options.h"
 #include "core/args.h"
 #include "dsl/spec_loader.h"
+#include "platform/executable.h"
+#include "platform/files.h"
+#include "platform/process.h"
+#include "platform/signals.h"
+#include "runner/protocol/capabilities.h"
+#include "runner/protocol/exit_code.h"
 #include "strategies/hardware.h"
 #include "strategies/plan_document.h"
 #include "strategies/planner.h"
@@ -47,20 +48,6 @@ exit codes: 0 trained, 1 invalid spec or data, 2 bad command line,
 5 training failed
 )";
 
-// Techniques tailor-runner does not implement yet: the planner must not pick
-// them for a local run. (LoRA, QLoRA and adamw_8bit it does.)
-constexpr const char* kNotInRunner[] = {"zero1", "zero2", "zero3", "offload_optimizer", "offload_params"};
-
-std::string runner_path() {
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const fs::path beside = self.parent_path() / "tailor-runner";
-    if (fs::exists(beside)) return beside.string();
-  }
-  return "tailor-runner";  // from PATH
-}
-
 }  // namespace
 
 int run_run(const Argv& argv, Streams io) {
@@ -81,16 +68,11 @@ int run_run(const Argv& argv, Streams io) {
   io.err << loaded.diagnostics.to_string();
   if (!loaded.ok()) return kExitInvalid;
   dsl::JobSpec spec = *loaded.spec;
-  for (const char* t : kNotInRunner) {
-    if (std::find(spec.strategy.forbid.begin(), spec.strategy.forbid.end(), t) == spec.strategy.forbid.end()) {
-      spec.strategy.forbid.emplace_back(t);
-    }
-  }
-  if ((spec.strategy.zero_stage && *spec.strategy.zero_stage > 0) ||
-      (spec.strategy.offload && *spec.strategy.offload != dsl::Offload::kNone)) {
-    io.err << file << ": error: the spec pins ZeRO or offload, which tailor-runner does not implement yet\n";
+  if (Status s = runner::check_pins_executable(spec); !s.is_ok()) {
+    io.err << file << ": error: " << s.message() << "\n";
     return kExitInvalid;
   }
+  runner::forbid_unexecutable(spec);
 
   const dsl::Catalog& catalog = options->catalog();
   auto hw = hardware_for(spec, args, catalog);
@@ -117,16 +99,15 @@ int run_run(const Argv& argv, Streams io) {
     return kExitInvalid;
   }
   const fs::path plan_file = out / "plan.json";
-  {
-    std::ofstream f(out / "plan.json.tmp", std::ios::trunc);
-    f << strategies::plan_to_json(plan, spec);
-    f.flush();
-    if (!f) {
-      io.err << "tailor run: cannot write " << plan_file.string() << "\n";
-      return kExitInvalid;
-    }
+  if (Status w = platform::write_file_atomic(plan_file.string(), strategies::plan_to_json(plan, spec)); !w.is_ok()) {
+    io.err << "tailor run: " << w.message() << "\n";
+    return kExitInvalid;
   }
-  fs::rename(out / "plan.json.tmp", plan_file, ec);
+  auto runner = platform::find_executable("tailor-runner", "", "TAILOR_RUNNER");
+  if (!runner.is_ok()) {
+    io.err << "tailor run: " << runner.status().message() << "\n";
+    return kExitRunFailed;
+  }
   io.err << "tailor run: " << spec.name << " on " << hw->describe() << ": " << plan.chosen.strategy.describe() << ", "
          << plan.chosen.memory.per_device.total().to_string() << " of " << plan.budget_per_device.to_string()
          << " estimated\n";
@@ -134,48 +115,57 @@ int run_run(const Argv& argv, Streams io) {
   io.out.flush();
   io.err.flush();
 
-  std::vector<std::string> cmd = {runner_path(), "--plan", plan_file.string(), "--out", out.string()};
-  if (args.has("resume")) cmd.push_back("--resume");
+  platform::LaunchRequest req;
+  req.argv = {*runner, "--plan", plan_file.string(), "--out", out.string()};
+  if (args.has("resume")) req.argv.push_back("--resume");
   if (args.has("memory-limit")) {
-    cmd.push_back("--memory-limit");
-    cmd.push_back(args.get("memory-limit"));
+    req.argv.push_back("--memory-limit");
+    req.argv.push_back(args.get("memory-limit"));
   }
   if (args.has("device")) {
-    cmd.push_back("--device");
-    cmd.push_back(args.get("device"));
+    req.argv.push_back("--device");
+    req.argv.push_back(args.get("device"));
   }
-  const pid_t pid = fork();
-  if (pid < 0) {
-    io.err << "tailor run: fork: " << std::strerror(errno) << "\n";
+  // The runner shares this terminal and process group (a terminal's Ctrl-C
+  // reaches both); other signals are forwarded, and it dies with us.
+  req.own_process_group = false;
+  req.parent_death_signal = SIGTERM;
+  auto child = platform::launch_process(req);
+  if (!child.is_ok()) {
+    io.err << "tailor run: " << child.status().message() << "\n";
     return kExitRunFailed;
   }
-  if (pid == 0) {
-    std::vector<char*> c_args;
-    for (std::string& a : cmd) c_args.push_back(a.data());
-    c_args.push_back(nullptr);
-    execvp(c_args[0], c_args.data());
-    std::fprintf(stderr, "tailor run: cannot start %s: %s\n", c_args[0], std::strerror(errno));
-    _exit(127);
+  Result<platform::ProcessExit> exit = Status::internal("not waited");
+  {
+    platform::SignalForwarder forward(child->pid);
+    exit = platform::wait_child(child->pid);
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status)) {
-    io.err << "tailor run: tailor-runner was killed by signal " << WTERMSIG(status) << "\n";
+  if (!exit.is_ok()) {
+    io.err << "tailor run: " << exit.status().message() << "\n";
     return kExitRunFailed;
   }
-  switch (WEXITSTATUS(status)) {
-    case 0:
+  if (exit->signal != 0) {
+    io.err << "tailor run: tailor-runner was killed by signal " << exit->signal << " (" << strsignal(exit->signal)
+           << ")\n";
+    return kExitRunFailed;
+  }
+  const auto code = runner::runner_exit_from_status(exit->code);
+  if (!code) return kExitRunFailed;
+  switch (*code) {
+    case runner::RunnerExit::kOk:
       io.err << "tailor run: done; model at " << (out / "model.pt").string() << ", metrics in "
              << (out / "metrics.jsonl").string() << "\n";
       return kExitOk;
-    case 2: return kExitInvalid;
-    case 3:
+    case runner::RunnerExit::kBadInput: return kExitInvalid;
+    case runner::RunnerExit::kOutOfMemory:
       io.err << "tailor run: out of memory while training (see " << (out / "events.jsonl").string() << ")\n";
       return kExitNoFit;
-    case 4: return kExitCancelled;
-    default: return kExitRunFailed;
+    case runner::RunnerExit::kCancelled:
+      io.err << "tailor run: stopped; resume with --resume\n";
+      return kExitCancelled;
+    case runner::RunnerExit::kFailure: return kExitRunFailed;
   }
+  return kExitRunFailed;
 }
 
 }  // namespace tailor::cli

@@ -1,5 +1,7 @@
 #include "cli/spec_options.h"
 
+#include "platform/hardware_detect.h"
+
 namespace tailor::cli {
 
 std::vector<FlagSpec> with_spec_flags(std::vector<FlagSpec> flags) {
@@ -27,8 +29,8 @@ Result<strategies::Hardware> hardware_for(const dsl::JobSpec& spec, const Args& 
   if (args.has("gpus")) gpus_flag = args.get("gpus");
   const dsl::ResourcesSpec& r = spec.resources;
   const bool declared = gpus_flag || !r.gpu_model.empty() || r.gpu_memory || (r.gpu_count && *r.gpu_count == 0);
-  const auto detected = declared ? std::vector<strategies::Device>{} : strategies::detect_gpus(catalog);
-  return strategies::resolve_hardware(spec, gpus_flag, detected, strategies::detect_host_memory(), catalog);
+  const auto detected = declared ? std::vector<strategies::Device>{} : platform::detect_gpus(catalog);
+  return strategies::resolve_hardware(spec, gpus_flag, detected, platform::detect_host_memory(), catalog);
 }
 
 }  // namespace tailor::cli

@@ -18,50 +18,15 @@
 #include "daemon/http/errors.h"
 #include "daemon/http/server.h"
 #include "daemon/scheduler/supervisor.h"
+#include "platform/executable.h"
+#include "platform/files.h"
+#include "platform/hardware_detect.h"
 #include "strategies/hardware.h"
 
 namespace tailor::daemon {
 namespace {
 
 namespace fs = std::filesystem;
-
-Result<std::string> find_runner(const std::string& configured) {
-  auto usable = [](const std::string& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0; };
-  if (!configured.empty()) {
-    if (!usable(configured)) return Status::not_found("runner " + configured + " is not an executable file");
-    return fs::absolute(configured).string();
-  }
-  if (const char* env = std::getenv("TAILOR_RUNNER"); env && *env) {
-    if (!usable(env)) return Status::not_found(std::string("TAILOR_RUNNER=") + env + " is not an executable file");
-    return fs::absolute(env).string();
-  }
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec && usable((self.parent_path() / "tailor-runner").string())) return (self.parent_path() / "tailor-runner").string();
-  if (const char* path = std::getenv("PATH")) {
-    std::string dirs = path;
-    std::size_t start = 0;
-    while (start <= dirs.size()) {
-      const auto colon = dirs.find(':', start);
-      const std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-      if (!dir.empty() && usable(dir + "/tailor-runner")) return dir + "/tailor-runner";
-      if (colon == std::string::npos) break;
-      start = colon + 1;
-    }
-  }
-  return Status::not_found("tailor-runner not found: set --runner or TAILOR_RUNNER, or put it beside tailord or on PATH");
-}
-
-Status write_address(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::io_error("creating " + tmp + ": " + std::strerror(errno));
-  const std::string line = text + "\n";
-  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) return Status::io_error("writing " + path);
-  return Status::ok();
-}
 
 }  // namespace
 
@@ -105,7 +70,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
     return Status::failed_precondition("another tailord is using " + data.string() + " (tailord.lock is held)");
   }
   TAILOR_ASSIGN_OR_RETURN(const std::string token, load_or_create_token((data / "token").string()));
-  TAILOR_ASSIGN_OR_RETURN(const std::string runner, find_runner(config.runner));
+  TAILOR_ASSIGN_OR_RETURN(const std::string runner, platform::find_executable("tailor-runner", config.runner, "TAILOR_RUNNER"));
 
   if (!config.catalog_dir.empty()) {
     auto loaded = dsl::Catalog::load_dir(config.catalog_dir);
@@ -119,9 +84,9 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
     if (!parsed.is_ok()) return parsed.status().prefixed("gpus");
     gpus = *parsed;
   } else {
-    gpus = strategies::detect_gpus(catalog);
+    gpus = platform::detect_gpus(catalog);
   }
-  const std::optional<Bytes> host = strategies::detect_host_memory();
+  const std::optional<Bytes> host = platform::detect_host_memory();
   const Bytes budget = config.memory_budget.value_or(
       Bytes(static_cast<std::int64_t>(static_cast<double>(host.value_or(Bytes::gib(8)).count()) * 0.9)));
 
@@ -207,7 +172,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   const std::string bound = parts->server->address();
   parts->address = (bound.find(':') != std::string::npos ? "[" + bound + "]" : bound) + ":" +
                    std::to_string(parts->server->port());
-  TAILOR_RETURN_IF_ERROR(write_address((data / "address").string(), parts->address));
+  TAILOR_RETURN_IF_ERROR(platform::write_file_atomic((data / "address").string(), parts->address + "\n"));
   parts->supervisor->start();
   log_info("tailord: listening on " + parts->address + ", data in " + data.string() + ", runner " + runner);
   return std::unique_ptr<Daemon>(new Daemon(std::move(parts)));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/units.h"
+#include "dsl/technique.h"
 
 namespace tailor::dsl {
 
@@ -75,11 +76,6 @@ struct TrainingSpec {
   std::int64_t eval_every = 0;                   // evaluate every N optimizer steps; 0 = at the end only
 };
 
-enum class Precision { kFp32, kBf16, kFp16, kPureBf16 };
-enum class Adapter { kNone, kLora, kQlora };
-enum class Optimizer { kAdamw, kAdamw8bit, kSgd };
-enum class Offload { kNone, kOptimizer, kOptimizerAndParams };
-
 struct LoraSpec {
   std::int64_t r = 16;       // adapter rank
   double alpha = 32.0;       // scaling numerator: the update is scaled by alpha / r
@@ -88,15 +84,6 @@ struct LoraSpec {
   // gpt2: c_attn, c_proj, c_fc). Empty = every linear layer of the blocks.
   std::vector<std::string> targets;
 };
-
-// Names usable in strategy.allow / strategy.forbid.
-inline const std::vector<std::string>& technique_names() {
-  static const std::vector<std::string> kNames = {
-      "fp32",       "bf16",  "fp16",  "pure-bf16", "gradient_checkpointing", "gradient_accumulation",
-      "lora",       "qlora", "adapters", "adamw_8bit", "sgd", "zero1", "zero2", "zero3", "offload_optimizer",
-      "offload_params"};
-  return kNames;
-}
 
 struct StrategySpec {
   std::optional<Precision> precision;  // fp32 | bf16 | fp16 (mixed, fp32 master) | pure-bf16; empty = auto
@@ -107,8 +94,8 @@ struct StrategySpec {
   std::optional<Optimizer> optimizer;  // adamw | adamw_8bit | sgd; empty = auto (an AdamW)
   std::optional<std::int64_t> zero_stage;  // 0..3; empty = auto
   std::optional<Offload> offload;      // none | optimizer | optimizer_and_params; empty = auto
-  std::vector<std::string> allow;      // if non-empty, the only techniques the planner may choose
-  std::vector<std::string> forbid;     // techniques the planner must not choose
+  std::vector<Technique> allow;        // if non-empty, the only techniques the planner may choose (technique.h)
+  std::vector<Technique> forbid;       // techniques the planner must not choose
 };
 
 struct ResourcesSpec {
@@ -142,13 +129,9 @@ struct JobSpec {
   std::map<std::string, std::string> labels;  // free-form key/value labels for filtering
 };
 
-// Names as written in specs ("llama", "pure-bf16", "adamw_8bit", ...).
+// Names as written in specs ("llama", "jsonl", "cosine"); technique.h names the techniques.
 const char* to_string(ModelFamily v);
 const char* to_string(DataFormat v);
 const char* to_string(LrScheduler v);
-const char* to_string(Precision v);
-const char* to_string(Adapter v);
-const char* to_string(Optimizer v);
-const char* to_string(Offload v);
 
 }  // namespace tailor::dsl

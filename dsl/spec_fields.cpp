@@ -33,41 +33,22 @@ struct EnumNames<LrScheduler> {
     return k;
   }
 };
-template <>
-struct EnumNames<Precision> {
-  static const std::vector<std::pair<Precision, const char*>>& names() {
-    static const std::vector<std::pair<Precision, const char*>> k = {{Precision::kFp32, "fp32"},
-                                                                     {Precision::kBf16, "bf16"},
-                                                                     {Precision::kFp16, "fp16"},
-                                                                     {Precision::kPureBf16, "pure-bf16"}};
+// The technique knobs' names live in technique.h.
+template <class E>
+struct TechniqueKnobNames {
+  static const std::vector<std::pair<E, const char*>>& names() {
+    static const std::vector<std::pair<E, const char*>> k(enum_names<E>().begin(), enum_names<E>().end());
     return k;
   }
 };
 template <>
-struct EnumNames<Adapter> {
-  static const std::vector<std::pair<Adapter, const char*>>& names() {
-    static const std::vector<std::pair<Adapter, const char*>> k = {
-        {Adapter::kNone, "none"}, {Adapter::kLora, "lora"}, {Adapter::kQlora, "qlora"}};
-    return k;
-  }
-};
+struct EnumNames<Precision> : TechniqueKnobNames<Precision> {};
 template <>
-struct EnumNames<Optimizer> {
-  static const std::vector<std::pair<Optimizer, const char*>>& names() {
-    static const std::vector<std::pair<Optimizer, const char*>> k = {
-        {Optimizer::kAdamw, "adamw"}, {Optimizer::kAdamw8bit, "adamw_8bit"}, {Optimizer::kSgd, "sgd"}};
-    return k;
-  }
-};
+struct EnumNames<Adapter> : TechniqueKnobNames<Adapter> {};
 template <>
-struct EnumNames<Offload> {
-  static const std::vector<std::pair<Offload, const char*>>& names() {
-    static const std::vector<std::pair<Offload, const char*>> k = {{Offload::kNone, "none"},
-                                                                   {Offload::kOptimizer, "optimizer"},
-                                                                   {Offload::kOptimizerAndParams, "optimizer_and_params"}};
-    return k;
-  }
-};
+struct EnumNames<Optimizer> : TechniqueKnobNames<Optimizer> {};
+template <>
+struct EnumNames<Offload> : TechniqueKnobNames<Offload> {};
 
 }  // namespace fields
 
@@ -83,11 +64,6 @@ const char* name_of(E v) {
   return "?";
 }
 
-// A technique name from technique_names(), with a suggestion when unknown.
-struct Technique {
-  std::string name;
-};
-
 }  // namespace
 
 namespace fields {
@@ -95,14 +71,12 @@ template <>
 struct Codec<Technique> {
   static std::optional<Technique> read(const Node& n, const std::string& p, Diagnostics& d) {
     if (n.is_scalar()) {
-      for (const std::string& t : technique_names()) {
-        if (n.scalar == t) return Technique{t};
-      }
+      if (auto t = technique_from_name(n.scalar)) return t;
     }
     report_bad_choice(n, p, technique_names(), d);
     return std::nullopt;
   }
-  static Node write(const Technique& t) { return Node::make_scalar(t.name); }
+  static Node write(const Technique& t) { return Node::make_scalar(to_string(t)); }
   static Json schema() { return {{"type", "string"}, {"enum", technique_names()}}; }
 };
 }  // namespace fields
@@ -208,24 +182,14 @@ const std::vector<Field<LoraSpec>>& lora_fields() {
   return k;
 }
 
-std::vector<std::string> technique_strings(const std::vector<Technique>& v) {
-  std::vector<std::string> out;
-  for (const Technique& t : v) out.push_back(t.name);
-  return out;
-}
-
-Field<StrategySpec> technique_list(std::string key, std::string doc, std::vector<std::string> StrategySpec::*member) {
+Field<StrategySpec> technique_list(std::string key, std::string doc, std::vector<Technique> StrategySpec::*member) {
   return custom_field<StrategySpec>(
       key, doc, Codec<std::vector<Technique>>::schema(),
       [member](const Node& n, StrategySpec& s, const std::string& path, Diagnostics& d) {
         if (n.is_null()) return;
-        if (auto v = Codec<std::vector<Technique>>::read(n, path, d)) s.*member = technique_strings(*v);
+        if (auto v = Codec<std::vector<Technique>>::read(n, path, d)) s.*member = *v;
       },
-      [member](const StrategySpec& s) -> std::optional<Node> {
-        Node n = Node::make_sequence();
-        for (const std::string& t : s.*member) n.items.push_back(Node::make_scalar(t));
-        return n;
-      });
+      [member](const StrategySpec& s) -> std::optional<Node> { return Codec<std::vector<Technique>>::write(s.*member); });
 }
 
 const std::vector<Field<StrategySpec>>& strategy_fields() {
@@ -470,9 +434,5 @@ bool parse_model_family(std::string_view name, ModelFamily& out) {
 const char* to_string(ModelFamily v) { return name_of(v); }
 const char* to_string(DataFormat v) { return name_of(v); }
 const char* to_string(LrScheduler v) { return name_of(v); }
-const char* to_string(Precision v) { return name_of(v); }
-const char* to_string(Adapter v) { return name_of(v); }
-const char* to_string(Optimizer v) { return name_of(v); }
-const char* to_string(Offload v) { return name_of(v); }
 
 }  // namespace tailor::dsl

@@ -307,39 +307,29 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
   }
 }
 
-bool technique_listed(const std::vector<std::string>& list, std::string_view t) {
-  return std::find(list.begin(), list.end(), t) != list.end();
-}
-
 // The techniques a pinned knob uses, to check them against allow/forbid.
-std::vector<std::pair<std::string, std::string>> pinned_techniques(const StrategySpec& s) {
-  std::vector<std::pair<std::string, std::string>> out;  // (technique, key path)
-  if (s.precision) out.emplace_back(to_string(*s.precision), "strategy.precision");
-  if (s.gradient_checkpointing && *s.gradient_checkpointing > 0)
-    out.emplace_back("gradient_checkpointing", "strategy.gradient_checkpointing");
-  if (s.adapter && *s.adapter != Adapter::kNone) {
-    out.emplace_back(to_string(*s.adapter), "strategy.adapter");
-    out.emplace_back("adapters", "strategy.adapter");
-  }
-  if (s.optimizer == Optimizer::kAdamw8bit) out.emplace_back("adamw_8bit", "strategy.optimizer");
-  if (s.optimizer == Optimizer::kSgd) out.emplace_back("sgd", "strategy.optimizer");
-  if (s.zero_stage && *s.zero_stage > 0)
-    out.emplace_back("zero" + std::to_string(*s.zero_stage), "strategy.zero_stage");
-  if (s.offload && *s.offload != Offload::kNone) out.emplace_back("offload_optimizer", "strategy.offload");
-  if (s.offload == Offload::kOptimizerAndParams) out.emplace_back("offload_params", "strategy.offload");
-  return out;
+std::vector<Technique> pinned_techniques(const StrategySpec& s) {
+  KnobValues v;
+  v.precision = s.precision;
+  v.checkpoint_every = s.gradient_checkpointing.value_or(0);
+  v.adapter = s.adapter;
+  v.optimizer = s.optimizer;
+  v.zero_stage = s.zero_stage.value_or(0);
+  v.offload = s.offload;
+  return techniques_used(v);
 }
 
 void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalog, Diagnostics& d) {
   const StrategySpec& s = spec.strategy;
-  for (const std::string& t : s.allow) {
-    if (technique_listed(s.forbid, t)) {
-      d.error(loc_at(root, "strategy.forbid"), "strategy.forbid", quote(t) + " is both allowed and forbidden");
+  for (Technique t : s.allow) {
+    if (contains(s.forbid, t)) {
+      d.error(loc_at(root, "strategy.forbid"), "strategy.forbid", quote(to_string(t)) + " is both allowed and forbidden");
     }
   }
-  for (const auto& [tech, path] : pinned_techniques(s)) {
-    if (technique_listed(s.forbid, tech)) {
-      d.error(loc_at(root, path), path, "pinned to use " + quote(tech) + ", which strategy.forbid excludes");
+  for (Technique t : pinned_techniques(s)) {
+    if (contains(s.forbid, t)) {
+      const std::string path = knob_path(knob_of(t));
+      d.error(loc_at(root, path), path, "pinned to use " + quote(to_string(t)) + ", which strategy.forbid excludes");
     }
   }
   if (s.offload == Offload::kOptimizerAndParams && s.zero_stage && *s.zero_stage != 3) {
@@ -359,7 +349,7 @@ void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalo
     const Node* targets = node_at(root, "strategy.lora.targets");
     for (std::size_t i = 0; i < s.lora.targets.size(); ++i) {
       const std::string& t = s.lora.targets[i];
-      if (technique_listed(valid, t)) continue;
+      if (std::find(valid.begin(), valid.end(), t) != valid.end()) continue;
       SourceLocation at = targets && targets->is_sequence() && i < targets->items.size()
                               ? targets->items[i].location
                               : loc_at(root, "strategy.lora.targets");

@@ -10,7 +10,8 @@
 #include "core/args.h"
 #include "core/units.h"
 #include "runner/data/token_cache.h"
-#include "runner/run_config.h"
+#include "runner/protocol/exit_code.h"
+#include "runner/protocol/plan_reader.h"
 #include "runner/torch/trainer.h"
 #include "runner/torch_probe.h"
 
@@ -55,7 +56,7 @@ exit codes: 0 done, 1 failure, 2 bad input (never retried), 3 out of memory
 // Keeps freed tensor memory in the process' heap. By default glibc serves
 // large blocks with fresh mmap()s and unmaps them on free, so every step
 // pays the kernel's page faults again for each activation-sized tensor
-// (~0.4 ms per MiB here, FIELD-NOTES.md); a training loop allocates the same
+// (~0.4 ms per MiB here, runner/README.md); a training loop allocates the same
 // sizes every step, so reuse is the right trade (RSS stays at the peak).
 void keep_freed_memory() {
   mallopt(M_MMAP_MAX, 0);
@@ -73,34 +74,34 @@ int main(int argc, char** argv) {
                              {"quiet", false}, {"probe", false}, {"version", false}, {"help", false, false, 'h'}});
   if (!parsed.is_ok()) {
     std::cerr << "tailor-runner: " << parsed.status().message() << "\n" << kHelp;
-    return runner::kExitBadInput;
+    return runner::exit_status(runner::RunnerExit::kBadInput);
   }
   const Args& args = *parsed;
   if (args.has("help")) {
     std::cout << kHelp;
-    return runner::kExitOk;
+    return runner::exit_status(runner::RunnerExit::kOk);
   }
   if (args.has("version")) {
     std::cout << "tailor-runner 0.1.0\n";
-    return runner::kExitOk;
+    return runner::exit_status(runner::RunnerExit::kOk);
   }
   if (args.has("probe")) {
     auto probe = runner::probe_torch();
     if (!probe.is_ok()) {
       std::cerr << "tailor-runner: " << probe.status().to_string() << "\n";
-      return runner::kExitFailure;
+      return runner::exit_status(runner::RunnerExit::kFailure);
     }
     std::cout << probe->to_json() << "\n";
-    return runner::kExitOk;
+    return runner::exit_status(runner::RunnerExit::kOk);
   }
   if (!args.has("plan") || !args.has("out") || !args.positional().empty()) {
     std::cerr << "tailor-runner: --plan and --out are required\n" << kHelp;
-    return runner::kExitBadInput;
+    return runner::exit_status(runner::RunnerExit::kBadInput);
   }
   auto config = runner::read_plan_file(args.get("plan"));
   if (!config.is_ok()) {
     std::cerr << "tailor-runner: " << config.status().message() << "\n";
-    return runner::kExitBadInput;
+    return runner::exit_status(runner::RunnerExit::kBadInput);
   }
   runner::TrainOptions opts;
   opts.threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
     opts.threads = std::atoi(args.get("threads").c_str());
     if (opts.threads < 1) {
       std::cerr << "tailor-runner: --threads must be a positive integer\n";
-      return runner::kExitBadInput;
+      return runner::exit_status(runner::RunnerExit::kBadInput);
     }
   }
   opts.config = std::move(config).value();
@@ -122,9 +123,9 @@ int main(int argc, char** argv) {
     auto limit = parse_bytes(args.get("memory-limit"));
     if (!limit.is_ok()) {
       std::cerr << "tailor-runner: --memory-limit: " << limit.status().message() << "\n";
-      return runner::kExitBadInput;
+      return runner::exit_status(runner::RunnerExit::kBadInput);
     }
     opts.memory_limit = limit->count();
   }
-  return runner::train(opts);
+  return runner::exit_status(runner::train(opts));
 }

@@ -25,27 +25,35 @@ Constraints::Constraints(const dsl::JobSpec& spec, const Hardware& hw)
   }
 }
 
-std::vector<std::string> Constraints::techniques_of(const Strategy& s) {
-  std::vector<std::string> t;
-  t.emplace_back(dsl::to_string(s.precision));
-  if (s.checkpoint_every > 0) t.emplace_back("gradient_checkpointing");
-  if (s.grad_accumulation > 1) t.emplace_back("gradient_accumulation");
-  if (s.adapter != Adapter::kNone) {
-    t.emplace_back(dsl::to_string(s.adapter));
-    t.emplace_back("adapters");
-  }
-  if (s.optimizer == Optimizer::kAdamw8bit) t.emplace_back("adamw_8bit");
-  if (s.optimizer == Optimizer::kSgd) t.emplace_back("sgd");
-  if (s.zero_stage > 0) t.emplace_back("zero" + std::to_string(s.zero_stage));
-  if (s.offload != Offload::kNone) t.emplace_back("offload_optimizer");
-  if (s.offload == Offload::kOptimizerAndParams) t.emplace_back("offload_params");
-  return t;
+std::vector<dsl::Technique> Constraints::techniques_of(const Strategy& s) {
+  dsl::KnobValues v;
+  v.precision = s.precision;
+  v.checkpoint_every = s.checkpoint_every;
+  v.grad_accumulation = s.grad_accumulation;
+  v.adapter = s.adapter;
+  v.optimizer = s.optimizer;
+  v.zero_stage = s.zero_stage;
+  v.offload = s.offload;
+  return dsl::techniques_used(v);
 }
 
-bool Constraints::allows(std::string_view t) const {
-  if (std::find(pins_.forbid.begin(), pins_.forbid.end(), t) != pins_.forbid.end()) return false;
-  if (pins_.allow.empty() || t == "fp32") return true;
-  return std::find(pins_.allow.begin(), pins_.allow.end(), t) != pins_.allow.end();
+bool Constraints::allows(dsl::Technique t) const {
+  if (dsl::contains(pins_.forbid, t)) return false;
+  return pins_.allow.empty() || t == dsl::Technique::kFp32 || dsl::contains(pins_.allow, t);
+}
+
+bool Constraints::pinned(dsl::Knob k) const {
+  const dsl::StrategySpec& p = pins_;
+  switch (k) {
+    case dsl::Knob::kPrecision: return p.precision.has_value();
+    case dsl::Knob::kCheckpointing: return p.gradient_checkpointing.has_value();
+    case dsl::Knob::kMicroBatch: return training_.micro_batch_size.has_value();
+    case dsl::Knob::kAdapter: return p.adapter.has_value();
+    case dsl::Knob::kOptimizer: return p.optimizer.has_value();
+    case dsl::Knob::kZeroStage: return p.zero_stage.has_value();
+    case dsl::Knob::kOffload: return p.offload.has_value();
+  }
+  return false;
 }
 
 std::string Constraints::why_not(const Strategy& s) const {
@@ -73,14 +81,8 @@ std::string Constraints::why_not(const Strategy& s) const {
   if (s.offload == Offload::kOptimizerAndParams && s.zero_stage != 3) return "parameter offload needs ZeRO-3";
   if ((s.adapter == Adapter::kQlora) != (s.quantization != Quantization::kNone)) return "QLoRA means a quantised base";
   // Techniques the spec does not allow, unless a pin asked for them.
-  for (const std::string& t : techniques_of(s)) {
-    const bool pinned = (t == dsl::to_string(s.precision) && p.precision) ||
-                        (t == "gradient_checkpointing" && p.gradient_checkpointing) ||
-                        (t == "gradient_accumulation" && training_.micro_batch_size) ||
-                        ((t == "lora" || t == "qlora" || t == "adapters") && p.adapter) ||
-                        ((t == "adamw_8bit" || t == "sgd") && p.optimizer) || (t.rfind("zero", 0) == 0 && p.zero_stage) ||
-                        (t.rfind("offload", 0) == 0 && p.offload);
-    if (!pinned && !allows(t)) return "\"" + t + "\" is not allowed by the spec";
+  for (dsl::Technique t : techniques_of(s)) {
+    if (!pinned(dsl::knob_of(t)) && !allows(t)) return "\"" + std::string(dsl::to_string(t)) + "\" is not allowed by the spec";
   }
   return {};
 }

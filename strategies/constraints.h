@@ -17,12 +17,14 @@ class Constraints {
  public:
   Constraints(const dsl::JobSpec& spec, const Hardware& hw);
 
-  // The technique names (dsl::technique_names()) a strategy uses.
-  static std::vector<std::string> techniques_of(const Strategy& s);
+  // The techniques (dsl/technique.h) a strategy uses.
+  static std::vector<dsl::Technique> techniques_of(const Strategy& s);
 
   // A technique the planner may add: not forbidden, and listed in allow
   // when allow is used. fp32 is the baseline and always allowed unless forbidden.
-  bool allows(std::string_view technique) const;
+  bool allows(dsl::Technique technique) const;
+  // The spec pins this knob (its techniques are then not the planner's choice).
+  bool pinned(dsl::Knob knob) const;
 
   // The strategy respects every pin, bound and device limit.
   bool admits(const Strategy& s) const;

@@ -1,5 +1,5 @@
-// The hardware a plan is made for: detected (NVML through dlopen, then
-// nvidia-smi), declared on the command line (--gpus 2xA6000, --gpus
+// The hardware a plan is made for: detected (platform/hardware_detect.h),
+// declared on the command line (--gpus 2xA6000, --gpus
 // 1x24GiB), or from the spec's resources. With no GPU, the plan is for CPU
 // training with host RAM as the budget.
 #pragma once
@@ -44,17 +44,10 @@ struct Hardware {
 };
 
 // The host as a compute device: this project's 2-core reference machine
-// figures (FIELD-NOTES.md: ~140 GFLOP/s fp32 with OpenBLAS, bf16 through
-// oneDNN ~300-500 GFLOP/s). Measured runs calibrate them.
+// figures, kept below the peaks `tailor-runner --probe` measures on 512²
+// matmuls (runner/README.md: ~165 GFLOP/s fp32 with MKL, ~430 bf16 through
+// oneDNN) because a whole step runs below them. Measured runs calibrate them.
 Device cpu_device(Bytes host_memory);
-
-// Host RAM from /proc/meminfo (MemTotal); nullopt when unreadable.
-std::optional<Bytes> detect_host_memory();
-
-// GPUs through NVML (libnvidia-ml.so.1 via dlopen), falling back to
-// `nvidia-smi --query-gpu`; an empty list when there are none. Names are
-// matched against the catalog for compute figures. Never throws.
-std::vector<Device> detect_gpus(const dsl::Catalog& catalog);
 
 // Parses "2xA6000", "A6000", "1x24GiB", "4xH100-80", "0" / "cpu".
 Result<std::vector<Device>> parse_gpus_flag(const std::string& text, const dsl::Catalog& catalog);

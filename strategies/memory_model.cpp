@@ -59,16 +59,6 @@ double tensor_state_bytes(std::int64_t numel, Optimizer o, Precision p) {
 
 }  // namespace
 
-const char* to_string(Quantization q) {
-  switch (q) {
-    case Quantization::kNone: return "none";
-    case Quantization::kInt8: return "int8";
-    case Quantization::kNf4: return "nf4";
-    case Quantization::kNf4Double: return "nf4-double-quant";
-  }
-  return "?";
-}
-
 ParameterCounts count_parameters(const ModelArch& a) {
   ParameterCounts c;
   c.total = a.parameter_count();

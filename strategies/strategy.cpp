@@ -1,5 +1,7 @@
 #include "strategies/strategy.h"
 
+#include <utility>
+
 namespace tailor::strategies {
 
 std::string Strategy::describe() const {
@@ -20,6 +22,36 @@ std::string Strategy::describe() const {
   return out;
 }
 
-const char* to_string(Attention a) { return a == Attention::kStandard ? "materialised" : "fused"; }
+namespace {
+
+constexpr std::pair<Quantization, const char*> kQuantizations[] = {{Quantization::kNone, "none"},
+                                                                   {Quantization::kInt8, "int8"},
+                                                                   {Quantization::kNf4, "nf4"},
+                                                                   {Quantization::kNf4Double, "nf4-double-quant"}};
+constexpr std::pair<Attention, const char*> kAttentions[] = {{Attention::kStandard, "materialised"},
+                                                             {Attention::kMemoryEfficient, "fused"}};
+
+template <class E, std::size_t N>
+const char* name_in(const std::pair<E, const char*> (&table)[N], E v) {
+  for (const auto& [e, n] : table) {
+    if (e == v) return n;
+  }
+  return "?";
+}
+
+template <class E, std::size_t N>
+std::optional<E> value_in(const std::pair<E, const char*> (&table)[N], std::string_view name) {
+  for (const auto& [e, n] : table) {
+    if (name == n) return e;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const char* to_string(Quantization q) { return name_in(kQuantizations, q); }
+std::optional<Quantization> quantization_from_name(std::string_view name) { return value_in(kQuantizations, name); }
+const char* to_string(Attention a) { return name_in(kAttentions, a); }
+std::optional<Attention> attention_from_name(std::string_view name) { return value_in(kAttentions, name); }
 
 }  // namespace tailor::strategies

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/units.h"
 #include "dsl/job_spec.h"
@@ -24,7 +26,8 @@ enum class Quantization {
   kNf4Double,  // NF4 with the absmax values quantised again (8-bit, block 256)
 };
 
-const char* to_string(Quantization q);
+const char* to_string(Quantization q);  // "none" | "int8" | "nf4" | "nf4-double-quant"
+std::optional<Quantization> quantization_from_name(std::string_view name);
 
 // How attention is computed, which decides whether the s^2 score matrices
 // are stored for backward.
@@ -35,6 +38,7 @@ enum class Attention {
 };
 
 const char* to_string(Attention a);  // "materialised" | "fused"
+std::optional<Attention> attention_from_name(std::string_view name);
 
 struct Strategy {
   Precision precision = Precision::kFp32;

@@ -1,35 +1,70 @@
 #!/usr/bin/env bash
-# The dependency rules of DEVELOPERS.md, checked on the sources: only
-# runner/ includes LibTorch; strategies/ includes no third-party library;
-# core/ includes the standard library only; no yaml-cpp type leaks into a
-# dsl header that other components include.
+# The dependency rules of the components, checked on the sources: which component may include which (the table below), only
+# runner/torch includes LibTorch, strategies/ includes no third-party
+# library and does no I/O, core/ includes the standard library only, and
+# no yaml-cpp type leaks into a dsl header.
 set -u
 cd "$(dirname "$0")/.."
 fail=0
 report() { echo "layering: $1"; fail=1; }
 
-torch=$(grep -rlE '#include *[<"](torch|ATen|c10)/' --include='*.h' --include='*.cpp' \
-  core dsl strategies daemon cli 2>/dev/null)
-[[ -z $torch ]] || report "LibTorch included outside runner/: $torch"
+# component -> the components its files may include ("runner" is the
+# runner's top-level files: main, device choice, loss scaler, probe).
+declare -A allowed=(
+  [core]="core"
+  [dsl]="core dsl"
+  [strategies]="core dsl strategies"
+  [runner/protocol]="core dsl strategies runner/protocol"
+  [platform]="core dsl strategies platform"
+  [runner/data]="core dsl runner/data"
+  [runner/io]="core dsl strategies runner/io runner/data"
+  [runner]="core dsl strategies runner runner/protocol runner/data runner/io runner/torch"
+  [runner/torch]="core dsl strategies runner runner/protocol runner/data runner/io runner/torch"
+  [daemon]="core dsl strategies platform runner/protocol daemon"
+  [cli]="core dsl strategies platform runner/protocol cli"
+)
 
-torch_headers=$(grep -lE '#include *[<"](torch|ATen|c10)/' runner/*.h 2>/dev/null)
-[[ -z $torch_headers ]] || report "runner headers seen by others include LibTorch: $torch_headers"
+# The component of a path: runner/<sub>/... -> runner/<sub>; runner/x.h -> runner.
+component() {
+  case $1 in
+    runner/*/*) echo "runner/$(cut -d/ -f2 <<<"$1")" ;;
+    *) cut -d/ -f1 <<<"$1" ;;
+  esac
+}
+
+for comp in "${!allowed[@]}"; do
+  if [[ $comp == runner ]]; then
+    files=$(ls runner/*.h runner/*.cpp 2>/dev/null)
+  else
+    files=$(find "$comp" -name '*.h' -o -name '*.cpp')
+  fi
+  for f in $files; do
+    while read -r inc; do
+      [[ -z $inc ]] && continue
+      dep=$(component "$inc")
+      [[ " ${allowed[$comp]} " == *" $dep "* ]] || report "$f ($comp) includes $inc ($dep)"
+    done < <(grep -hoE '^#include *"[^"]+"' "$f" | sed -E 's/#include *"([^"]+)"/\1/')
+  done
+done
+
+torch=$(grep -rlE '#include *[<"](torch|ATen|c10)/' --include='*.h' --include='*.cpp' \
+  core dsl strategies platform daemon cli runner/protocol runner/data runner/io runner/*.h runner/*.cpp 2>/dev/null)
+[[ -z $torch ]] || report "LibTorch included outside runner/torch/: $torch"
 
 strat=$(grep -rlE '#include *[<"](yaml-cpp|boost|sqlite3|prometheus|torch|nlohmann)' strategies 2>/dev/null)
 [[ -z $strat ]] || report "strategies/ includes a third-party library: $strat"
 
+strat_io=$(grep -rlE '#include *<(fstream|dlfcn\.h|unistd\.h|sys/[a-z]+\.h|filesystem)>' strategies 2>/dev/null)
+[[ -z $strat_io ]] || report "strategies/ (pure) includes a file or system API: $strat_io"
+
+proto=$(grep -rlE '#include *[<"](yaml-cpp|boost|sqlite3|prometheus)' runner/protocol platform 2>/dev/null)
+[[ -z $proto ]] || report "runner/protocol or platform includes a library they must not: $proto"
+
 core=$(grep -rhE '^#include *<' core | grep -vE '#include *<[a-z_]+>' | sort -u)
 [[ -z $core ]] || report "core/ includes a non-standard header: $core"
 
-core_local=$(grep -rhE '^#include *"' core | grep -vE '#include *"core/' | sort -u)
-[[ -z $core_local ]] || report "core/ includes another component: $core_local"
-
 yaml=$(grep -lE '#include *[<"]yaml-cpp' dsl/*.h 2>/dev/null)
 [[ -z $yaml ]] || report "a dsl header includes yaml-cpp: $yaml"
-
-for f in $(grep -rlE '#include *"(runner|daemon)/' dsl strategies core cli 2>/dev/null); do
-  report "$f includes a component above it"
-done
 
 ((fail)) && exit 1
 echo "layering: ok"

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "daemon/api/job_planning.h"
+#include "daemon/planning/job_planning.h"
 #include "daemon/http/auth.h"
 #include "daemon/http/message.h"
 #include "daemon/http/router.h"

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/protocol/events.h"
+
 namespace tailor::daemon {
 
 using nlohmann::json;
@@ -91,7 +93,7 @@ std::optional<NewEvent> parse_event_line(const std::string& line) {
   e.data_json = j.dump();
   if (auto msg = j.find("message"); msg != j.end() && msg->is_string()) {
     e.message = msg->get<std::string>();
-  } else if (kind == "oom") {
+  } else if (kind == runner::events::kOom) {
     e.message = "out of memory at step " + std::to_string(opt<std::int64_t>(j, "step").value_or(0)) + ": requested " +
                 std::to_string(opt<std::int64_t>(j, "requested_bytes").value_or(0)) + " bytes with " +
                 std::to_string(opt<std::int64_t>(j, "in_use_bytes").value_or(0)) + " in use of a " +
@@ -102,20 +104,6 @@ std::optional<NewEvent> parse_event_line(const std::string& line) {
     e.message = kind;
   }
   return e;
-}
-
-std::optional<int> exit_code_from_events(const std::vector<std::string>& lines) {
-  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
-    const json j = json::parse(*it, nullptr, false);
-    if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) continue;
-    const std::string kind = j["event"].get<std::string>();
-    if (kind == "done") return 0;
-    if (kind == "oom") return 3;
-    if (kind == "cancelled") return 4;
-    if (kind == "error") return 1;
-    if (kind == "start" || kind == "resume") return std::nullopt;  // ended without a word: killed
-  }
-  return std::nullopt;
 }
 
 }  // namespace tailor::daemon

@@ -1,6 +1,7 @@
 // Reading what a runner writes while it runs: complete lines appended to a
 // JSON-lines file since a byte offset (a half-written last line waits for
-// the next read), and the runner's lines turned into store rows.
+// the next read), and the runner's lines (runner/protocol/events.h) turned
+// into store rows.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +28,5 @@ std::optional<StepMetric> parse_metric_line(const std::string& line, std::int64_
 
 // One events.jsonl line as an event row (kind "runner.<event>").
 std::optional<NewEvent> parse_event_line(const std::string& line);
-
-// The runner's terminal event in an events.jsonl tail, mapped to the exit
-// code it implies (done 0, error 1, oom 3, cancelled 4): how a job whose
-// runner ended while tailord was down is judged. nullopt: none recorded.
-std::optional<int> exit_code_from_events(const std::vector<std::string>& lines);
 
 }  // namespace tailor::daemon

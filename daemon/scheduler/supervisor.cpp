@@ -16,35 +16,16 @@
 #include "core/units.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/scheduler/scheduler.h"
+#include "platform/files.h"
+#include "runner/protocol/events.h"
+#include "runner/protocol/exit_code.h"
+#include "runner/protocol/plan_reader.h"
 
 namespace tailor::daemon {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-template <class E>
-std::optional<E> enum_from(const std::string& s, std::initializer_list<E> values) {
-  for (E v : values) {
-    if (s == to_string(v)) return v;
-  }
-  return std::nullopt;
-}
-
-// Writes `content` to `path` through a temporary file, fsync and rename:
-// a reader sees the old file or the new one, never half of one.
-Status write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::io_error("creating " + tmp + ": " + std::strerror(errno));
-  const bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::io_error("writing " + path + ": " + std::strerror(errno));
-  }
-  return Status::ok();
-}
 
 std::map<std::string, std::int64_t> plan_components(const std::string& plan_json, std::int64_t& total) {
   std::map<std::string, std::int64_t> out;
@@ -63,9 +44,11 @@ std::map<std::string, std::int64_t> plan_components(const std::string& plan_json
   return out;
 }
 
-double backoff_for(const SupervisorOptions& o, std::int64_t failures) {
-  const double d = o.backoff_seconds * std::pow(2.0, static_cast<double>(std::max<std::int64_t>(0, failures - 1)));
-  return std::min(d, o.max_backoff_seconds);
+// The exit a runner recorded in its events file (protocol/events.h), for a
+// runner whose exit status is gone; none recorded: it was killed.
+ProcessExit exit_recorded(const std::vector<std::string>& event_lines) {
+  const auto code = runner::events::exit_from_events(event_lines);
+  return code ? ProcessExit{runner::exit_status(*code), 0} : ProcessExit{-1, SIGKILL};
 }
 
 std::string describe_exit(const ProcessExit& e) {
@@ -74,43 +57,6 @@ std::string describe_exit(const ProcessExit& e) {
 }
 
 }  // namespace
-
-Result<strategies::Strategy> strategy_from_plan_json(const std::string& plan_json) {
-  const json j = json::parse(plan_json, nullptr, false);
-  if (!j.is_object() || !j.contains("strategy") || !j["strategy"].is_object()) {
-    return Status::invalid_argument("plan document without a strategy object");
-  }
-  const json& s = j["strategy"];
-  strategies::Strategy st;
-  auto str = [&](const char* k) { return s.contains(k) && s[k].is_string() ? s[k].get<std::string>() : std::string(); };
-  auto num = [&](const char* k, std::int64_t d) {
-    return s.contains(k) && s[k].is_number_integer() ? s[k].get<std::int64_t>() : d;
-  };
-  using dsl::Adapter;
-  using dsl::Offload;
-  using dsl::Optimizer;
-  using dsl::Precision;
-  st.precision = enum_from(str("precision"), {Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kPureBf16})
-                     .value_or(Precision::kFp32);
-  st.checkpoint_every = num("gradient_checkpointing", 0);
-  st.micro_batch_size = num("micro_batch_size", 1);
-  st.grad_accumulation = num("gradient_accumulation_steps", 1);
-  st.adapter = enum_from(str("adapter"), {Adapter::kNone, Adapter::kLora, Adapter::kQlora}).value_or(Adapter::kNone);
-  st.lora_rank = num("lora_rank", 0);
-  st.quantization = enum_from(str("quantization"), {strategies::Quantization::kNone, strategies::Quantization::kInt8,
-                                                    strategies::Quantization::kNf4,
-                                                    strategies::Quantization::kNf4Double})
-                        .value_or(strategies::Quantization::kNone);
-  st.optimizer = enum_from(str("optimizer"), {Optimizer::kAdamw, Optimizer::kAdamw8bit, Optimizer::kSgd})
-                     .value_or(Optimizer::kAdamw);
-  st.zero_stage = num("zero_stage", 0);
-  st.offload = enum_from(str("offload"), {Offload::kNone, Offload::kOptimizer, Offload::kOptimizerAndParams})
-                   .value_or(Offload::kNone);
-  st.num_gpus = num("num_gpus", 1);
-  st.attention = enum_from(str("attention"), {strategies::Attention::kStandard, strategies::Attention::kMemoryEfficient})
-                     .value_or(strategies::Attention::kMemoryEfficient);
-  return st;
-}
 
 Supervisor::Supervisor(JobStore& store, DaemonMetrics& metrics, SupervisorOptions options)
     : store_(store), metrics_(metrics), options_(std::move(options)) {}
@@ -171,19 +117,18 @@ void Supervisor::tick() {
     ingest(r);
     std::optional<ProcessExit> exit;
     if (r.child) {
-      auto reaped = reap_child(r.pid);
+      auto reaped = platform::reap_child(r.pid);
       if (reaped.is_ok()) {
         exit = *reaped;
       } else {
         r.child = false;  // reaped elsewhere; judge like an adopted runner
       }
     }
-    if (!r.child && !exit && !process_is(r.pid, r.start_ticks)) {
+    if (!r.child && !exit && !platform::process_is(r.pid, r.start_ticks)) {
       // Not our child: its exit status is gone; its events file tells.
       std::int64_t off = 0;
       auto lines = read_new_lines((fs::path(job_dir(id)) / "events.jsonl").string(), off, std::int64_t{1} << 30);
-      const auto code = lines.is_ok() ? exit_code_from_events(*lines) : std::nullopt;
-      exit = ProcessExit{code.value_or(-1), code ? 0 : SIGKILL};
+      exit = exit_recorded(lines.is_ok() ? *lines : std::vector<std::string>{});
     }
     if (exit) {
       ingest(r);
@@ -194,11 +139,11 @@ void Supervisor::tick() {
     if (r.cancel_requested) {
       const double now = now_seconds();
       if (!r.cancel_sent_at) {
-        signal_group(r.pid, SIGTERM);
+        platform::signal_group(r.pid, SIGTERM);
         r.cancel_sent_at = now;
         log_status(store_.update(id, JobUpdate().set("cancel_sent_at", now)), "recording SIGTERM");
       } else if (now - *r.cancel_sent_at > options_.cancel_grace_seconds) {
-        signal_group(r.pid, SIGKILL);
+        platform::signal_group(r.pid, SIGKILL);
       }
     }
   }
@@ -222,8 +167,8 @@ void Supervisor::ingest(Running& r) {
   for (const auto& line : *ev) {
     auto e = parse_event_line(line);
     if (!e) continue;
-    if (e->kind == "runner.oom") r.last_oom_json = e->data_json;
-    if (e->kind == "runner.error") r.last_error = e->message;
+    if (e->kind == std::string("runner.") + runner::events::kOom) r.last_oom_json = e->data_json;
+    if (e->kind == std::string("runner.") + runner::events::kError) r.last_error = e->message;
     batch.events.push_back(std::move(*e));
   }
   for (const auto& line : *ms) {
@@ -270,127 +215,153 @@ std::string Supervisor::log_tail(const std::string& id) const {
   return last;
 }
 
+struct OomEvent {
+  Bytes budget;
+  std::optional<strategies::MemoryBreakdown> measured;
+  std::int64_t peak = 0;  // the measured peak, or what the failing allocation needed
+};
+
+namespace {
+
+OomEvent read_oom_event(const std::string& text) {
+  OomEvent out;
+  const json oom = json::parse(text.empty() ? "{}" : text, nullptr, false);
+  if (!oom.is_object()) return out;
+  out.budget = Bytes(oom.value("budget_bytes", std::int64_t{0}));
+  if (auto m = oom.find("memory"); m != oom.end() && m->is_object()) {
+    strategies::MemoryBreakdown b;
+    auto get = [&](const char* k) { return Bytes(m->value(k, std::int64_t{0})); };
+    b.weights = get("weights");
+    b.gradients = get("gradients");
+    b.optimizer_states = get("optimizer_states");
+    b.master_weights = get("master_weights");
+    b.adapter = get("adapter");
+    b.activations = get("activations");
+    b.logits = get("logits");
+    b.overhead = get("overhead");
+    out.measured = b;
+    out.peak = m->value("peak_bytes", std::int64_t{0});
+  }
+  // The failing allocation shows what was needed at that moment.
+  out.peak = std::max(out.peak, oom.value("requested_bytes", std::int64_t{0}) + oom.value("in_use_bytes", std::int64_t{0}));
+  return out;
+}
+
+}  // namespace
+
+OutcomePolicy Supervisor::policy() const {
+  return {options_.max_oom_replans, options_.backoff_seconds, options_.max_backoff_seconds};
+}
+
 void Supervisor::finish(Running& r, const ProcessExit& exit, const std::string& context) {
   auto job = store_.get(r.id);
   if (!job.is_ok()) return log_status(job.status(), "loading job " + r.id);
+  const OomEvent oom = read_oom_event(r.last_oom_json);
+  AttemptEnd end;
+  end.exit_code = exit.code;
+  end.signal = exit.signal;
+  end.cancel_requested = r.cancel_requested || job->cancel_requested;
+  end.oom_reported = oom.budget.count() > 0;
+  end.failures = job->failures;
+  end.retries = job->retries;
+  end.oom_restarts = job->oom_restarts;
+  const Outcome o = decide_outcome(end, policy());
+
   const double now = now_seconds();
-  JobUpdate base;
-  base.set("exit_code", static_cast<std::int64_t>(exit.code)).set("exit_signal", static_cast<std::int64_t>(exit.signal));
-  base.set_null("pid").set_null("pid_start_ticks");
+  JobUpdate u;
+  u.set("exit_code", static_cast<std::int64_t>(exit.code)).set("exit_signal", static_cast<std::int64_t>(exit.signal));
+  u.set_null("pid").set_null("pid_start_ticks");
   const std::string prefix = context.empty() ? "" : context + ": ";
-  if (r.cancel_requested || job->cancel_requested) {
-    JobUpdate u = base;
-    u.set("exit_reason", prefix + "cancelled by request (" + describe_exit(exit) + ")").set("finished_at", now);
-    log_status(store_.transition(r.id, JobState::kRunning, JobState::kCancelled, "cancelled: runner stopped", u),
-               "cancelling " + r.id);
-    metrics_.job_finished(r.id);
-    return;
-  }
-  if (exit.signal == 0 && exit.code == 0) {
-    JobUpdate u = base;
-    u.set("exit_reason", "").set("finished_at", now);
-    log_status(store_.transition(r.id, JobState::kRunning, JobState::kSucceeded, prefix + "runner finished", u),
-               "finishing " + r.id);
-    metrics_.job_finished(r.id);
-    return;
-  }
-  if (exit.signal == 0 && exit.code == 3) {
-    log_status(store_.update(r.id, base), "recording exit of " + r.id);
-    return handle_oom(r, *job);
-  }
   const std::string detail = !r.last_error.empty() ? r.last_error : log_tail(r.id);
   const std::string what = prefix + describe_exit(exit) + (detail.empty() ? "" : ": " + detail);
-  if (exit.signal == 0 && exit.code == 2) {
-    JobUpdate u = base;
-    u.set("exit_reason", "bad input, not retried: " + what).set("finished_at", now);
-    log_status(store_.transition(r.id, JobState::kRunning, JobState::kFailed, "runner refused its input", u),
-               "failing " + r.id);
+  auto end_as = [&](JobState to, const std::string& message) {
+    u.set("finished_at", now);
+    log_status(store_.transition(r.id, job->state, to, message, u), "finishing " + r.id);
     metrics_.job_finished(r.id);
-    return;
+  };
+  switch (o.verdict) {
+    case Verdict::kCancelled:
+      u.set("exit_reason", prefix + "cancelled by request (" + describe_exit(exit) + ")");
+      return end_as(JobState::kCancelled, "cancelled: runner stopped");
+    case Verdict::kSucceeded:
+      u.set("exit_reason", "");
+      return end_as(JobState::kSucceeded, prefix + "runner finished");
+    case Verdict::kReplan:
+      return replan(r, *job, oom, u);
+    case Verdict::kRetry:
+      return retry(r, *job, o, what, u);
+    case Verdict::kFailed:
+      break;
   }
-  log_status(store_.update(r.id, base), "recording exit of " + r.id);
-  fail_or_retry(r, *job, what);
+  if (o.oom_restarts != job->oom_restarts) {  // out of memory, and no re-plan left
+    u.set("oom_restarts", o.oom_restarts);
+    if (oom.peak > 0) u.set("peak_bytes", std::max(oom.peak, job->peak_bytes.value_or(0)));
+    u.set("exit_reason", o.reason);
+    return end_as(JobState::kFailed, "failed: " + o.reason);
+  }
+  if (o.failures == job->failures) {  // bad input
+    u.set("exit_reason", o.reason + ": " + what);
+    return end_as(JobState::kFailed, "runner refused its input");
+  }
+  u.set("failures", o.failures).set("exit_reason", what + " (" + o.reason + ")");
+  end_as(JobState::kFailed, "failed: " + what);
 }
 
-void Supervisor::fail_or_retry(Running& r, const JobRecord& job, const std::string& reason) {
-  const std::int64_t failures = job.failures + 1;
-  const double now = now_seconds();
-  if (failures > job.retries) {
-    JobUpdate u;
-    u.set("failures", failures).set("finished_at", now);
-    u.set("exit_reason", reason + " (gave up after " + std::to_string(job.retries) + " retries)");
-    log_status(store_.transition(r.id, job.state, JobState::kFailed, "failed: " + reason, u), "failing " + r.id);
-    metrics_.job_finished(r.id);
-    return;
-  }
-  const double delay = backoff_for(options_, failures);
+void Supervisor::launch_failed(Running& r, const std::string& why) {
+  auto job = store_.get(r.id);
+  if (!job.is_ok()) return log_status(job.status(), "loading job " + r.id);
+  AttemptEnd end;
+  end.exit_code = runner::exit_status(runner::RunnerExit::kFailure);
+  end.failures = job->failures;
+  end.retries = job->retries;
+  end.oom_restarts = job->oom_restarts;
+  const Outcome o = decide_outcome(end, policy());
+  const std::string what = "cannot start tailor-runner: " + why;
   JobUpdate u;
-  u.set("failures", failures).set("next_attempt_at", now + delay).set("exit_reason", reason);
-  json data = {{"failure", failures}, {"retries", job.retries}, {"backoff_seconds", delay}, {"reason", reason}};
+  if (o.verdict == Verdict::kRetry) return retry(r, *job, o, what, u);
+  u.set("failures", o.failures).set("finished_at", now_seconds()).set("exit_reason", what + " (" + o.reason + ")");
+  log_status(store_.transition(r.id, job->state, JobState::kFailed, "failed: " + what, u), "failing " + r.id);
+  metrics_.job_finished(r.id);
+}
+
+void Supervisor::retry(Running& r, const JobRecord& job, const Outcome& o, const std::string& reason, JobUpdate u) {
+  u.set("failures", o.failures).set("next_attempt_at", now_seconds() + o.backoff_seconds).set("exit_reason", reason);
+  json data = {{"failure", o.failures}, {"retries", job.retries}, {"backoff_seconds", o.backoff_seconds}, {"reason", reason}};
   char msg[96];
   std::snprintf(msg, sizeof msg, "retry %lld of %lld in %.1f s (resumes from the last checkpoint)",
-                static_cast<long long>(failures), static_cast<long long>(job.retries), delay);
+                static_cast<long long>(o.failures), static_cast<long long>(job.retries), o.backoff_seconds);
   log_status(store_.transition(r.id, job.state, JobState::kQueued, msg, u, data.dump()), "retrying " + r.id);
   metrics_.add_retry();
 }
 
-void Supervisor::handle_oom(Running& r, const JobRecord& job) {
-  const json oom = json::parse(r.last_oom_json.empty() ? "{}" : r.last_oom_json, nullptr, false);
-  std::int64_t budget = 0;
-  std::optional<strategies::MemoryBreakdown> measured;
-  std::int64_t peak = 0;
-  if (oom.is_object()) {
-    budget = oom.value("budget_bytes", std::int64_t{0});
-    if (auto m = oom.find("memory"); m != oom.end() && m->is_object()) {
-      strategies::MemoryBreakdown b;
-      auto get = [&](const char* k) { return Bytes(m->value(k, std::int64_t{0})); };
-      b.weights = get("weights");
-      b.gradients = get("gradients");
-      b.optimizer_states = get("optimizer_states");
-      b.master_weights = get("master_weights");
-      b.adapter = get("adapter");
-      b.activations = get("activations");
-      b.logits = get("logits");
-      b.overhead = get("overhead");
-      measured = b;
-      peak = m->value("peak_bytes", std::int64_t{0});
-    }
-    // The failing allocation shows what was needed at that moment.
-    peak = std::max(peak, oom.value("requested_bytes", std::int64_t{0}) + oom.value("in_use_bytes", std::int64_t{0}));
-  }
-  const std::int64_t restarts = job.oom_restarts + 1;
-  JobUpdate u;
-  u.set("oom_restarts", restarts);
-  if (peak > 0) u.set("peak_bytes", std::max(peak, job.peak_bytes.value_or(0)));
+void Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom, JobUpdate u) {
+  u.set("oom_restarts", job.oom_restarts + 1);
+  if (oom.peak > 0) u.set("peak_bytes", std::max(oom.peak, job.peak_bytes.value_or(0)));
   const double now = now_seconds();
   auto give_up = [&](const std::string& reason) {
     u.set("exit_reason", reason).set("finished_at", now);
-    log_status(store_.transition(r.id, JobState::kRunning, JobState::kFailed, "failed: " + reason, u), "failing " + r.id);
+    log_status(store_.transition(r.id, job.state, JobState::kFailed, "failed: " + reason, u), "failing " + r.id);
     metrics_.job_finished(r.id);
   };
-  if (budget <= 0) return give_up("out of memory (exit 3) without an oom event to re-plan from");
-  if (restarts > options_.max_oom_replans) {
-    return give_up("out of memory " + std::to_string(restarts) + " times; gave up after " +
-                   std::to_string(options_.max_oom_replans) + " re-plans");
-  }
-  auto failed = strategy_from_plan_json(job.plan_json);
+  auto failed = runner::parse_plan_strategy(job.plan_json, "the job's plan");
   if (!failed.is_ok()) return give_up("out of memory, and the job's plan is unreadable: " + failed.status().message());
   std::string story;
-  auto next = replan_after_oom(job.spec_text, "<request>", options_.planning, *failed, Bytes(budget), measured, story);
+  auto next = replan_after_oom(job.spec_text, "<request>", options_.planning,
+                               strategies::OomReport{*failed, oom.budget, oom.measured}, story);
   if (!next.is_ok()) return give_up("out of memory: " + next.status().message());
   std::int64_t total = 0;
   const auto components = plan_components(next->plan_json, total);
   std::int64_t reserve = next->plan.chosen.memory.per_device.total().count();
   if (job.memory_limit_bytes) reserve = std::min(reserve, *job.memory_limit_bytes);
   u.set("plan_json", next->plan_json).set("estimated_bytes", reserve).set_null("next_attempt_at");
-  u.set("exit_reason", "out of memory at " + Bytes(peak).to_string() + " of a " + Bytes(budget).to_string() + " budget");
-  json data = {{"measured_peak_bytes", peak},
-               {"budget_bytes", budget},
+  u.set("exit_reason", "out of memory at " + Bytes(oom.peak).to_string() + " of a " + oom.budget.to_string() + " budget");
+  json data = {{"measured_peak_bytes", oom.peak},
+               {"budget_bytes", oom.budget.count()},
                {"from", failed->describe()},
                {"to", next->plan.chosen.strategy.describe()},
                {"estimated_bytes", next->plan.chosen.memory.per_device.total().count()},
                {"global_batch", next->plan.global_batch}};
-  log_status(store_.transition(r.id, JobState::kRunning, JobState::kQueued,
+  log_status(store_.transition(r.id, job.state, JobState::kQueued,
                                "out of memory; " + story + "; resuming from the last checkpoint", u, data.dump()),
              "re-planning " + r.id);
   log_status(store_.add_event(r.id, {"replan", story, data.dump(), 0}), "recording re-plan of " + r.id);
@@ -453,14 +424,11 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
   r.events_offset = job.events_offset;
   r.last_step = job.last_step;
   r.peak_bytes = job.peak_bytes;
-  auto launch_failed = [&](const std::string& why) {
-    auto fresh = store_.get(job.id);
-    if (fresh.is_ok()) fail_or_retry(r, *fresh, "cannot start tailor-runner: " + why);
-  };
+  auto launch_failed = [&](const std::string& why) { this->launch_failed(r, why); };
   if (ec) return launch_failed("creating " + dir.string() + ": " + ec.message());
   const std::string plan_path = (dir / "plan.json").string();
-  if (Status w = write_file_atomic(plan_path, job.plan_json); !w.is_ok()) return launch_failed(w.message());
-  LaunchRequest req;
+  if (Status w = platform::write_file_atomic(plan_path, job.plan_json); !w.is_ok()) return launch_failed(w.message());
+  platform::LaunchRequest req;
   // --resume always: the first attempt finds no checkpoint and starts at
   // step 1; a retry or re-plan continues from the newest checkpoint.
   req.argv = {options_.runner_path, "--plan", plan_path, "--out", dir.string(), "--resume"};
@@ -469,7 +437,7 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
     req.argv.push_back(std::to_string(*job.memory_limit_bytes));
   }
   req.env = options_.runner_env;
-  if (!req.env.count("OMP_WAIT_POLICY")) req.env["OMP_WAIT_POLICY"] = "PASSIVE";  // FIELD-NOTES.md
+  if (!req.env.count("OMP_WAIT_POLICY")) req.env["OMP_WAIT_POLICY"] = "PASSIVE";  // runner/README.md
   if (!gpus.empty()) {
     std::string list;
     for (int g : gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
@@ -477,11 +445,11 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
   }
   req.log_path = (dir / "runner.log").string();
   req.working_dir = dir.string();
-  auto proc = launch_process(req);
+  auto proc = platform::launch_process(req);
   if (!proc.is_ok()) return launch_failed(proc.status().message());
   // The pid file covers the moment between fork and the store's commit: a
   // restart finds the runner through it instead of launching a second one.
-  log_status(write_file_atomic((dir / "runner.pid").string(),
+  log_status(platform::write_file_atomic((dir / "runner.pid").string(),
                                std::to_string(proc->pid) + " " + std::to_string(proc->start_ticks) + "\n"),
              "writing pid file of " + job.id);
   r.pid = proc->pid;
@@ -521,7 +489,7 @@ Result<JobRecord> Supervisor::cancel(const std::string& id) {
   if (auto it = running_.find(id); it != running_.end()) {
     it->second.cancel_requested = true;
     if (!it->second.cancel_sent_at) {
-      signal_group(it->second.pid, SIGTERM);
+      platform::signal_group(it->second.pid, SIGTERM);
       it->second.cancel_sent_at = now_seconds();
     }
   }
@@ -559,7 +527,7 @@ Status Supervisor::recover() {
     r.peak_bytes = job.peak_bytes;
     r.cancel_requested = job.cancel_requested;
     r.cancel_sent_at = job.cancel_sent_at;
-    const bool alive = pid && ticks && process_is(static_cast<pid_t>(*pid), *ticks);
+    const bool alive = pid && ticks && platform::process_is(static_cast<pid_t>(*pid), *ticks);
     if (alive) {
       r.pid = static_cast<pid_t>(*pid);
       r.start_ticks = *ticks;
@@ -587,9 +555,7 @@ Status Supervisor::recover() {
     ingest(r);
     std::int64_t off = 0;
     auto lines = read_new_lines((dir / "events.jsonl").string(), off, std::int64_t{1} << 30);
-    const auto code = lines.is_ok() ? exit_code_from_events(*lines) : std::nullopt;
-    finish(r, ProcessExit{code.value_or(-1), code ? 0 : SIGKILL},
-           "runner ended while tailord was down");
+    finish(r, exit_recorded(lines.is_ok() ? *lines : std::vector<std::string>{}), "runner ended while tailord was down");
   }
   return Status::ok();
 }

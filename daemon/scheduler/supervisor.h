@@ -26,13 +26,18 @@
 #include <vector>
 
 #include "core/status.h"
-#include "daemon/api/job_planning.h"
-#include "daemon/executor/process.h"
+#include "daemon/planning/job_planning.h"
+#include "daemon/scheduler/outcome.h"
+#include "platform/process.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/store/job_store.h"
 #include "strategies/strategy.h"
 
 namespace tailor::daemon {
+
+using platform::ProcessExit;
+
+struct OomEvent;  // a runner's oom event, as the re-plan reads it
 
 struct SupervisorOptions {
   std::string data_dir;
@@ -91,9 +96,12 @@ class Supervisor {
   void loop();
   void tick();
   void ingest(Running& r);
+  // Judges an ended attempt (outcome.h) and applies the verdict.
   void finish(Running& r, const ProcessExit& exit, const std::string& context);
-  void handle_oom(Running& r, const JobRecord& job);
-  void fail_or_retry(Running& r, const JobRecord& job, const std::string& reason);
+  void launch_failed(Running& r, const std::string& why);
+  void retry(Running& r, const JobRecord& job, const Outcome& o, const std::string& reason, JobUpdate u);
+  void replan(Running& r, const JobRecord& job, const OomEvent& oom, JobUpdate u);
+  OutcomePolicy policy() const;
   void schedule_queued();
   void start_job(const JobRecord& job, const std::vector<int>& gpus, std::int64_t bytes);
   std::string log_tail(const std::string& id) const;
@@ -110,8 +118,5 @@ class Supervisor {
   bool stopping_ = false;
   std::thread thread_;
 };
-
-// The strategy of a plan document (its "strategy" object).
-Result<strategies::Strategy> strategy_from_plan_json(const std::string& plan_json);
 
 }  // namespace tailor::daemon

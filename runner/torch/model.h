@@ -3,7 +3,7 @@
 // Mistral, Qwen2 with q/k/v biases, TinyLlama) and GPT-2 (LayerNorm,
 // learned positions, GELU MLP, biases).
 //
-// Layout choices for speed on CPU (FIELD-NOTES.md): q/k/v and gate/up are
+// Layout choices for speed on CPU (runner/README.md): q/k/v and gate/up are
 // each one fused matmul; RMSNorm runs in the compute dtype without fp32
 // round-trips. Attention is fused (scaled_dot_product_attention) or
 // materialised (attention.h), masked causally and within packed documents.

@@ -26,6 +26,8 @@
 #include "runner/torch/model.h"
 #include "runner/torch/optimizer.h"
 #include "runner/torch/tracking_allocator.h"
+#include "runner/protocol/capabilities.h"
+#include "runner/protocol/events.h"
 #include "strategies/plan_document.h"
 
 namespace tailor::runner {
@@ -116,18 +118,64 @@ void write_memory(JsonWriter& w, const Measured& m) {
   w.end_object();
 }
 
+// The run's one Status -> exit mapping: what a phase's error means for the
+// job. Loading phases mark problems with their input as InvalidArgument
+// (as_bad_input); I/O and LibTorch errors while training or saving are
+// failures a retry may get past.
+RunnerExit exit_for(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk: return RunnerExit::kOk;
+    case StatusCode::kResourceExhausted: return RunnerExit::kOutOfMemory;
+    case StatusCode::kCancelled: return RunnerExit::kCancelled;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition: return RunnerExit::kBadInput;
+    case StatusCode::kUnavailable:
+    case StatusCode::kIOError:
+    case StatusCode::kInternal: return RunnerExit::kFailure;
+  }
+  return RunnerExit::kFailure;
+}
+
+// An error loading the job's input (data, weights, checkpoint) is bad input
+// unless it is a bug.
+Status as_bad_input(const Status& s) {
+  if (s.is_ok() || s.code() == StatusCode::kInternal) return s;
+  return Status::invalid_argument(s.message());
+}
+
+// A run in phases: open_outputs, prepare (device, data, model, adapters,
+// optimizer), resume, probe, train (train_step and checkpoints), finish;
+// conclude writes the terminal event with the exit code. Each phase
+// returns a Status; LibTorch exceptions become Statuses in guarded().
 class Run {
  public:
   explicit Run(const TrainOptions& o) : o_(o), cfg_(o.config), spec_(o.config.spec), st_(o.config.strategy) {}
 
-  int execute();
+  RunnerExit execute();
 
  private:
-  int fail(int code, const std::string& kind, const std::string& message);
+  Status open_outputs();
+  Status prepare();
   Status choose_device();
-  Status check_supported() const;
-  void event(const std::string& kind, const std::function<void(JsonWriter&)>& fill = {});
-  void save(std::int64_t step);
+  Status load_data();
+  Status build_model();
+  Status resume();
+  Status probe();
+  Status train();
+  Status train_step(std::int64_t step);
+  Status finish();
+  RunnerExit conclude(const Status& s);
+
+  // Runs a phase, turning LibTorch's out-of-memory into ResourceExhausted
+  // (with its report kept for the oom event) and other exceptions into
+  // Internal.
+  Status guarded(const char* phase, const std::function<Status()>& fn);
+  void record_oom(const c10::OutOfMemoryError& e, const char* phase);
+  void event(const char* kind, const std::function<void(JsonWriter&)>& fill = {});
+  void checkpoint(std::int64_t step);
+  void print_progress(std::int64_t step, double loss, std::int64_t peak);
   Measured measure_static() const;
 
   const TrainOptions& o_;
@@ -140,14 +188,21 @@ class Run {
   torch::Device dev_{torch::kCPU};
   std::unique_ptr<CudaMemoryMeter> cuda_meter_;
   MemoryMeter* meter_ = nullptr;  // the training device's memory
+  std::int64_t limit_ = 0;        // the byte budget applied while training; 0 = none
   std::unique_ptr<data::Batcher> batcher_;
   CausalLM model_{nullptr};
   std::unique_ptr<TrainingOptimizer> opt_;
   CheckpointState state_;
-  Measured last_;
+  Measured last_;                 // the last step's measured memory
+  std::int64_t total_steps_ = 0;
+  std::int64_t first_step_ = 1;
+  std::int64_t step_ = 0;         // the step being run (for reports)
+  double t_start_ = 0;
+  std::int64_t tokens_this_run_ = 0;
+  std::function<void(JsonWriter&)> oom_report_;  // fields of the oom event
 };
 
-void Run::event(const std::string& kind, const std::function<void(JsonWriter&)>& fill) {
+void Run::event(const char* kind, const std::function<void(JsonWriter&)>& fill) {
   if (!events_) return;
   JsonWriter w(0);
   w.begin_object().field("event", kind).field("time", static_cast<std::int64_t>(std::time(nullptr)));
@@ -156,10 +211,46 @@ void Run::event(const std::string& kind, const std::function<void(JsonWriter&)>&
   events_->write(w);
 }
 
-int Run::fail(int code, const std::string& kind, const std::string& message) {
-  event(kind, [&](JsonWriter& w) { w.field("message", message); });
-  std::fprintf(stderr, "tailor-runner: %s: %s\n", kind.c_str(), message.c_str());
-  return code;
+Status Run::guarded(const char* phase, const std::function<Status()>& fn) {
+  try {
+    return fn();
+  } catch (const c10::OutOfMemoryError& e) {
+    record_oom(e, phase);
+    return Status::resource_exhausted(std::string("out of memory (") + phase + "): " + e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    return Status::internal(std::string("LibTorch: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Status::internal(e.what());
+  }
+}
+
+void Run::record_oom(const c10::OutOfMemoryError& e, const char* phase) {
+  std::optional<MemoryMeter::Failure> f;
+  Measured m = last_;
+  if (meter_) {
+    f = meter_->last_failure(e.what_without_backtrace());
+    meter_->set_budget(0);  // room to write the report
+    m.peak = meter_->peak_bytes();
+    m.allocated = meter_->current_bytes();
+  }
+  // The static components as they are now; activations and logits as the
+  // last completed step measured them (none before step 1).
+  if (model_ && opt_) {
+    const Measured stat = measure_static();
+    m.parts.weights = stat.parts.weights;
+    m.parts.adapter = stat.parts.adapter;
+    m.parts.optimizer_states = stat.parts.optimizer_states;
+    m.parts.master_weights = stat.parts.master_weights;
+    m.parts.gradients = stat.parts.gradients;
+  }
+  const std::int64_t step = step_, limit = limit_;
+  const std::string where = phase;
+  oom_report_ = [=](JsonWriter& w) {
+    w.field("step", step).field("phase", where);
+    w.field("requested_bytes", f ? f->requested : 0).field("in_use_bytes", f ? f->in_use : 0);
+    w.field("budget_bytes", f ? f->budget : limit);
+    write_memory(w, m);
+  };
 }
 
 Status Run::choose_device() {
@@ -173,16 +264,9 @@ Status Run::choose_device() {
   }
   dev_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_.index));
   auto meter = CudaMemoryMeter::open(device_.index, cfg_.device_memory_bytes);
-  if (!meter.is_ok()) return Status::failed_precondition(device_.name() + ": " + meter.status().message());
+  if (!meter.is_ok()) return Status::unavailable(device_.name() + ": " + meter.status().message());
   cuda_meter_ = std::move(meter).value();
   meter_ = cuda_meter_.get();
-  return Status::ok();
-}
-
-Status Run::check_supported() const {
-  if (st_.zero_stage > 0 || st_.offload != dsl::Offload::kNone || st_.num_gpus > 1) {
-    return Status::invalid_argument("ZeRO, offload and multiple GPUs are not implemented yet");
-  }
   return Status::ok();
 }
 
@@ -205,7 +289,7 @@ Measured Run::measure_static() const {
   return m;
 }
 
-void Run::save(std::int64_t step) {
+void Run::checkpoint(std::int64_t step) {
   const auto s = batcher_->state();
   state_.step = step;
   state_.data_epoch = s.epoch;
@@ -218,74 +302,61 @@ void Run::save(std::int64_t step) {
   const std::string dir = (fs::path(o_.out_dir) / spec_.checkpoint.dir).string();
   const Status saved = save_checkpoint(dir, state_, t, spec_.checkpoint.keep);
   if (saved.is_ok()) {
-    event("checkpoint", [&](JsonWriter& w) { w.field("step", step).field("dir", dir); });
+    event(events::kCheckpoint, [&](JsonWriter& w) { w.field("step", step).field("dir", dir); });
   } else {
-    event("error", [&](JsonWriter& w) { w.field("message", saved.message()); });
+    event(events::kCheckpointError, [&](JsonWriter& w) { w.field("step", step).field("message", saved.message()); });
   }
 }
 
-int Run::execute() {
+// Output files first: every later problem is reported in events.jsonl.
+Status Run::open_outputs() {
   std::error_code ec;
   fs::create_directories(o_.out_dir, ec);
   // A new run never mixes with an earlier one in the same folder: its
   // checkpoints would be pruned against the old ones and its metrics appended.
   const std::string checkpoints = (fs::path(o_.out_dir) / spec_.checkpoint.dir).string();
   if (!o_.resume && latest_checkpoint(checkpoints)) {
-    std::fprintf(stderr,
-                 "tailor-runner: %s already holds checkpoints of an earlier run; resume it (--resume) or choose "
-                 "another output folder\n",
-                 checkpoints.c_str());
-    return kExitBadInput;
+    return Status::already_exists(checkpoints +
+                                  " already holds checkpoints of an earlier run; resume it (--resume) or choose "
+                                  "another output folder");
   }
   metrics_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "metrics.jsonl").string(), o_.resume);
   events_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "events.jsonl").string(), o_.resume);
   if (ec || !metrics_->ok() || !events_->ok()) {
-    std::fprintf(stderr, "tailor-runner: cannot write to output folder %s\n", o_.out_dir.c_str());
     events_.reset();
-    return kExitBadInput;
+    return Status::invalid_argument("cannot write to output folder " + o_.out_dir);
   }
-  alloc_ = &TrackingAllocator::install();
-  if (Status s = choose_device(); !s.is_ok()) {
-    return fail(s.code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure, "error", s.message());
-  }
-  if (Status s = check_supported(); !s.is_ok()) return fail(kExitBadInput, "error", s.message());
-  if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
-    return fail(kExitBadInput, "error", "data.seq_len exceeds the model's max_seq_len");
-  }
+  return Status::ok();
+}
 
-  if (o_.threads > 0) at::set_num_threads(o_.threads);
-  // The plan's budget where the plan's kind of device trains: a CPU plan on
-  // the CPU, a GPU plan on a GPU. A GPU plan run on a CPU-only LibTorch has
-  // no meaningful budget there.
-  const bool plan_device = cfg_.on_cpu != device_.cuda;
-  const std::int64_t limit = o_.memory_limit >= 0 ? o_.memory_limit : (plan_device ? cfg_.budget_bytes : 0);
-  torch::manual_seed(static_cast<std::uint64_t>(spec_.training.seed));
-
+Status Run::load_data() {
   // The model folder's tokenizer.model, else bytes; tokenized once into the
   // token cache (warnings about it go to stderr), mapped on later runs.
   auto tok = data::make_tokenizer(spec_.model);
-  if (!tok.is_ok()) return fail(kExitBadInput, "error", tok.status().message());
+  if (!tok.is_ok()) return as_bad_input(tok.status());
   auto tokenized = data::load_tokenized(spec_.data.train, spec_.data, **tok, o_.cache_dir);
-  if (!tokenized.is_ok()) return fail(kExitBadInput, "error", tokenized.status().message());
+  if (!tokenized.is_ok()) return as_bad_input(tokenized.status());
   // A tokens file may hold ids past the embedding table: a clear error here,
   // not an index error inside the forward pass.
   const auto ids = tokenized->store.all_tokens();
   if (const auto it = std::max_element(ids.begin(), ids.end()); it != ids.end() && *it >= spec_.model.arch.vocab) {
-    return fail(kExitBadInput, "error",
-                spec_.data.train + ": token id " + std::to_string(*it) + " is outside the model's vocabulary (" +
-                    std::to_string(spec_.model.arch.vocab) + " ids)");
+    return Status::invalid_argument(spec_.data.train + ": token id " + std::to_string(*it) +
+                                    " is outside the model's vocabulary (" + std::to_string(spec_.model.arch.vocab) +
+                                    " ids)");
   }
   batcher_ = std::make_unique<data::Batcher>(std::move(tokenized->store), spec_.data.seq_len, spec_.data.packing,
                                              st_.micro_batch_size, static_cast<std::uint64_t>(spec_.training.seed),
                                              (*tok)->pad_id());
-  const std::int64_t accum = st_.grad_accumulation;
-  const std::int64_t total_steps =
-      spec_.training.max_steps
-          ? *spec_.training.max_steps
-          : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
-                                          spec_.training.epochs * static_cast<double>(batcher_->rows_per_epoch()) /
-                                          static_cast<double>(st_.micro_batch_size * accum))));
+  total_steps_ = spec_.training.max_steps
+                     ? *spec_.training.max_steps
+                     : std::max<std::int64_t>(
+                           1, static_cast<std::int64_t>(std::ceil(
+                                  spec_.training.epochs * static_cast<double>(batcher_->rows_per_epoch()) /
+                                  static_cast<double>(st_.micro_batch_size * st_.grad_accumulation))));
+  return Status::ok();
+}
 
+Status Run::build_model() {
   model_ = CausalLM(spec_.model.arch, st_.checkpoint_every);
   model_->to(dev_, param_dtype(st_.precision));
   // The attention the plan chose (its memory estimate assumed it).
@@ -293,11 +364,7 @@ int Run::execute() {
   model_->train();
   // Fine-tuning: the model folder's weights replace the initialisation
   // (before the optimizer copies them into fp32 master weights).
-  if (!spec_.model.path.empty()) {
-    if (Status s = load_hf_weights(model_, spec_.model.path); !s.is_ok()) {
-      return fail(s.code() == StatusCode::kInternal ? kExitFailure : kExitBadInput, "error", s.message());
-    }
-  }
+  if (!spec_.model.path.empty()) TAILOR_RETURN_IF_ERROR(as_bad_input(load_hf_weights(model_, spec_.model.path)));
   // Adapters (LoRA, QLoRA): after the weights are final, so NF4 quantises
   // the loaded ones. The optimizer sees only trainable tensors; adapters are
   // fp32 under fp32 and mixed precision (so no master copy), bf16 under pure
@@ -311,9 +378,7 @@ int Run::execute() {
     lo.targets = spec_.strategy.lora.targets;
     lo.quantize_base = st_.adapter == dsl::Adapter::kQlora || st_.quantization != strategies::Quantization::kNone;
     lo.adapter_dtype = st_.precision == dsl::Precision::kPureBf16 ? torch::kBFloat16 : torch::kFloat32;
-    if (Status s = attach_lora(*model_, lo); !s.is_ok()) {
-      return fail(s.code() == StatusCode::kInternal ? kExitFailure : kExitBadInput, "error", s.message());
-    }
+    TAILOR_RETURN_IF_ERROR(as_bad_input(attach_lora(*model_, lo)));
     if (st_.precision != dsl::Precision::kPureBf16) opt_precision = dsl::Precision::kFp32;
   }
   std::vector<torch::Tensor> trainable;
@@ -322,220 +387,210 @@ int Run::execute() {
   }
   opt_ = std::make_unique<TrainingOptimizer>(trainable, opt_precision, st_.optimizer, spec_.training.weight_decay);
   state_.loss_scale = DynamicLossScaler(st_.precision == dsl::Precision::kFp16).scale();
+  return Status::ok();
+}
 
-  std::int64_t first_step = 1;
-  if (o_.resume) {
-    const auto latest = latest_checkpoint((fs::path(o_.out_dir) / spec_.checkpoint.dir).string());
-    if (latest) {
-      auto loaded = load_checkpoint(*latest);
-      if (!loaded.is_ok()) return fail(kExitBadInput, "error", loaded.status().message());
-      auto& [st, t] = *loaded;
-      auto params = model_->parameters();
-      if (t.params.size() != params.size()) return fail(kExitBadInput, "error", *latest + ": model does not match the job");
-      {
-        torch::NoGradGuard ng;
-        for (std::size_t i = 0; i < params.size(); ++i) {
-          if (!t.params[i].defined() || t.params[i].sizes() != params[i].sizes()) {
-            return fail(kExitBadInput, "error", *latest + ": parameter " + std::to_string(i) + " has the wrong shape");
-          }
-          params[i].copy_(t.params[i]);
-        }
+Status Run::prepare() {
+  alloc_ = &TrackingAllocator::install();
+  TAILOR_RETURN_IF_ERROR(choose_device());
+  TAILOR_RETURN_IF_ERROR(check_executable(st_));
+  if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
+    return Status::invalid_argument("data.seq_len exceeds the model's max_seq_len");
+  }
+  if (o_.threads > 0) at::set_num_threads(o_.threads);
+  // The plan's budget where the plan's kind of device trains: a CPU plan on
+  // the CPU, a GPU plan on a GPU. A GPU plan run on a CPU-only LibTorch has
+  // no meaningful budget there.
+  const bool plan_device = cfg_.on_cpu != device_.cuda;
+  limit_ = o_.memory_limit >= 0 ? o_.memory_limit : (plan_device ? cfg_.budget_bytes : 0);
+  torch::manual_seed(static_cast<std::uint64_t>(spec_.training.seed));
+  TAILOR_RETURN_IF_ERROR(load_data());
+  return build_model();
+}
+
+Status Run::resume() {
+  if (!o_.resume) return Status::ok();
+  const auto latest = latest_checkpoint((fs::path(o_.out_dir) / spec_.checkpoint.dir).string());
+  if (!latest) return Status::ok();  // a first attempt: nothing to resume
+  auto loaded = load_checkpoint(*latest);
+  if (!loaded.is_ok()) return as_bad_input(loaded.status());
+  auto& [st, t] = *loaded;
+  auto params = model_->parameters();
+  if (t.params.size() != params.size()) return Status::invalid_argument(*latest + ": model does not match the job");
+  {
+    torch::NoGradGuard ng;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!t.params[i].defined() || t.params[i].sizes() != params[i].sizes()) {
+        return Status::invalid_argument(*latest + ": parameter " + std::to_string(i) + " has the wrong shape");
       }
-      if (!opt_->load_state_tensors(t.optimizer, st.step)) {
-        return fail(kExitBadInput, "error", *latest + ": optimizer state does not match the job");
-      }
-      at::Generator gen = at::detail::getDefaultCPUGenerator();
-      gen.set_state(t.rng_state);
-      if (device_.cuda && t.device_rng_state.defined()) {
-        at::Generator device_gen = at::globalContext().defaultGenerator(dev_);
-        device_gen.set_state(t.device_rng_state);
-      }
-      batcher_->restore({st.data_epoch, st.data_index});
-      state_ = st;
-      first_step = st.step + 1;
-      event("resume", [&](JsonWriter& w) { w.field("step", st.step).field("checkpoint", *latest); });
+      params[i].copy_(t.params[i]);
     }
   }
+  if (!opt_->load_state_tensors(t.optimizer, st.step)) {
+    return Status::invalid_argument(*latest + ": optimizer state does not match the job");
+  }
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(t.rng_state);
+  if (device_.cuda && t.device_rng_state.defined()) {
+    at::Generator device_gen = at::globalContext().defaultGenerator(dev_);
+    device_gen.set_state(t.device_rng_state);
+  }
+  batcher_->restore({st.data_epoch, st.data_index});
+  state_ = st;
+  first_step_ = st.step + 1;
+  event(events::kResume, [&](JsonWriter& w) { w.field("step", st.step).field("checkpoint", *latest); });
+  return Status::ok();
+}
+
+// Forward and backward once on the longest batch the data can produce,
+// gradients discarded: an out-of-memory surfaces before step 1, not an
+// hour in, and the data order stays that of an uninterrupted run.
+Status Run::probe() {
   // The budget applies to training, not to loading files.
-  meter_->set_budget(limit);
+  meter_->set_budget(limit_);
   meter_->reset_peak();
-  event("start", [&](JsonWriter& w) {
-    w.field("job", spec_.name).field("steps", total_steps).field("first_step", first_step);
+  event(events::kStart, [&](JsonWriter& w) {
+    w.field("job", spec_.name).field("steps", total_steps_).field("first_step", first_step_);
     w.field("device", device_.name()).field("device_reason", device_.reason);
-    w.field("strategy", st_.describe()).field("memory_limit_bytes", limit);
+    w.field("strategy", st_.describe()).field("memory_limit_bytes", limit_);
     w.field("parameters", spec_.model.arch.parameter_count());
+    w.field("pid", static_cast<std::int64_t>(::getpid()));
   });
-
-  // Forward and backward once on the longest batch the data can produce,
-  // gradients discarded: an out-of-memory surfaces before step 1, not an
-  // hour in, and the data order stays that of an uninterrupted run.
-  try {
-    const data::Batch longest = batcher_->longest_batch();
-    cross_entropy_sum(model_->logits(model_->hidden_states(model_input(longest, dev_))),
-                      to_tensor(longest.targets, longest.rows, longest.seq_len, dev_))
-        .backward();
-    opt_->zero_grad();
-  } catch (const c10::OutOfMemoryError& e) {
-    const auto f = meter_->last_failure(e.what_without_backtrace());
-    meter_->set_budget(0);
-    event("oom", [&](JsonWriter& w) {
-      w.field("step", first_step).field("phase", "probe: longest batch");
-      w.field("requested_bytes", f ? f->requested : 0).field("in_use_bytes", f ? f->in_use : 0);
-      w.field("budget_bytes", f ? f->budget : limit);
-      Measured m = measure_static();
-      m.peak = meter_->peak_bytes();
-      m.allocated = meter_->current_bytes();
-      write_memory(w, m);
-    });
-    std::fprintf(stderr, "tailor-runner: out of memory on the longest batch: %s\n", e.what_without_backtrace());
-    return kExitOutOfMemory;
-  }
+  step_ = first_step_;
+  const data::Batch longest = batcher_->longest_batch();
+  cross_entropy_sum(model_->logits(model_->hidden_states(model_input(longest, dev_))),
+                    to_tensor(longest.targets, longest.rows, longest.seq_len, dev_))
+      .backward();
+  opt_->zero_grad();
   meter_->reset_peak();
+  return Status::ok();
+}
 
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
-  const double t_start = now_seconds();
-  std::int64_t tokens_this_run = 0;
-  std::int64_t step = first_step;
-  try {
-    for (; step <= total_steps; ++step) {
-      if (g_stop.load()) {
-        save(step - 1);
-        event("cancelled", [&](JsonWriter& w) { w.field("step", step - 1); });
-        return kExitCancelled;
-      }
-      const double t0 = now_seconds();
-      std::vector<data::Batch> micro;
-      std::int64_t target_tokens = 0;
-      for (std::int64_t k = 0; k < accum; ++k) {
-        micro.push_back(batcher_->next());
-        target_tokens += micro.back().target_tokens;
-      }
-      // Normalise by the whole global batch's target tokens, so accumulated
-      // training equals one large batch even with padding and masking.
-      const double denom = static_cast<double>(std::max<std::int64_t>(1, target_tokens));
-      opt_->zero_grad();
-      double loss_sum = 0;
-      std::int64_t tokens = 0;
-      Measured m;
-      for (const data::Batch& b : micro) {
-        const std::int64_t base = meter_->current_bytes();
-        PeakScope scope(*meter_);
-        torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
-        torch::Tensor hidden = model_->hidden_states(model_input(b, dev_));
-        const std::int64_t after_body = meter_->current_bytes();
-        torch::Tensor loss;
-        std::int64_t head_peak = 0;
-        {
-          PeakScope head(*meter_);
-          loss = cross_entropy_sum(model_->logits(hidden), targets);
-          head_peak = head.peak_increase();
-        }
-        (loss * (state_.loss_scale / denom)).backward();
-        loss_sum += loss.item<double>();
-        tokens += b.rows * b.seq_len;
-        m.parts.activations = std::max(m.parts.activations, Bytes(after_body - base));
-        m.parts.logits = std::max(m.parts.logits, Bytes(head_peak));
-        m.peak = std::max(m.peak, scope.peak_increase() + scope.start_bytes());
-      }
-      // fp16: a step with inf/nan gradients is skipped and the scale backs
-      // off (loss_scaler.h); the gradients were scaled by `used`.
-      const double used = state_.loss_scale;
-      const bool fp16 = st_.precision == dsl::Precision::kFp16;
-      DynamicLossScaler scaler(fp16, state_.loss_scale, state_.good_steps);
-      const bool skipped = scaler.update(!fp16 || opt_->grads_finite()) == DynamicLossScaler::Outcome::kSkip;
-      state_.loss_scale = scaler.scale();
-      state_.good_steps = scaler.good_steps();
-      if (skipped) {
-        event("loss_scale", [&](JsonWriter& w) { w.field("step", step).field("scale", state_.loss_scale); });
-      }
-      double norm = 0;
-      const double lr = learning_rate(spec_.training, step, total_steps);
-      if (!skipped) {
-        norm = opt_->grad_norm(used);
-        double factor = 1.0 / used;
-        if (spec_.training.grad_clip > 0 && norm > spec_.training.grad_clip) factor *= spec_.training.grad_clip / norm;
-        const Measured stat = measure_static();
-        m.parts.gradients = stat.parts.gradients;
-        opt_->step(lr, factor);
-      }
-      const Measured stat = measure_static();
-      m.parts.weights = stat.parts.weights;
-      m.parts.adapter = stat.parts.adapter;
-      m.parts.optimizer_states = stat.parts.optimizer_states;
-      m.parts.master_weights = stat.parts.master_weights;
-      m.allocated = meter_->current_bytes();
-      m.peak = std::max(m.peak, meter_->peak_bytes());
-      last_ = m;
-
-      const double dt = now_seconds() - t0;
-      tokens_this_run += tokens;
-      state_.tokens_seen += tokens;
-      const double loss_value = loss_sum / denom;
-      JsonWriter w(0);
-      w.begin_object().field("step", step).field("loss", loss_value).field("lr", lr).field("grad_norm", norm);
-      w.field("tokens", tokens).field("target_tokens", target_tokens).field("tokens_per_second", tokens / dt);
-      w.field("step_seconds", dt).field("epoch", batcher_->epoch_progress()).field("skipped", skipped);
-      write_memory(w, m);
-      w.end_object();
-      metrics_->write(w);
-
-      if (!o_.quiet) {
-        const double elapsed = now_seconds() - t_start;
-        const double eta = elapsed / static_cast<double>(step - first_step + 1) * static_cast<double>(total_steps - step);
-        char line[256];
-        std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  mem %s  ETA %s",
-                      static_cast<long long>(step), static_cast<long long>(total_steps), loss_value,
-                      static_cast<double>(tokens_this_run) / elapsed, Bytes(m.peak).to_string().c_str(),
-                      format_eta(eta).c_str());
-        if (o_.progress) {
-          const int width = 24;
-          const int filled = static_cast<int>(width * step / std::max<std::int64_t>(1, total_steps));
-          std::fprintf(stderr, "\r[%s%s] %s\033[K", std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                       std::string(static_cast<std::size_t>(width - filled), '.').c_str(), line);
-          if (step == total_steps) std::fprintf(stderr, "\n");
-        } else if (step == first_step || step == total_steps || step % ((total_steps + 19) / 20) == 0) {
-          std::fprintf(stderr, "%s\n", line);
-        }
-      }
-      if (spec_.checkpoint.every_steps > 0 && step % spec_.checkpoint.every_steps == 0 && step < total_steps) save(step);
-    }
-  } catch (const c10::OutOfMemoryError& e) {
-    const auto f = meter_->last_failure(e.what_without_backtrace());
-    meter_->set_budget(0);  // room to write the report
-    const Measured stat = measure_static();
-    event("oom", [&](JsonWriter& w) {
-      w.field("step", step);
-      w.field("requested_bytes", f ? f->requested : 0).field("in_use_bytes", f ? f->in_use : 0);
-      w.field("budget_bytes", f ? f->budget : limit);
-      Measured m = last_;
-      m.parts.weights = stat.parts.weights;
-      m.parts.adapter = stat.parts.adapter;
-      m.parts.optimizer_states = stat.parts.optimizer_states;
-      m.parts.master_weights = stat.parts.master_weights;
-      m.parts.gradients = stat.parts.gradients;
-      m.peak = meter_->peak_bytes();
-      m.allocated = meter_->current_bytes();
-      write_memory(w, m);
-    });
-    std::fprintf(stderr, "\ntailor-runner: out of memory at step %lld: %s\n", static_cast<long long>(step),
-                 e.what_without_backtrace());
-    return kExitOutOfMemory;
-  } catch (const c10::Error& e) {
-    return fail(kExitFailure, "error", std::string("LibTorch: ") + e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return fail(kExitFailure, "error", e.what());
+Status Run::train_step(std::int64_t step) {
+  const double t0 = now_seconds();
+  std::vector<data::Batch> micro;
+  std::int64_t target_tokens = 0;
+  for (std::int64_t k = 0; k < st_.grad_accumulation; ++k) {
+    micro.push_back(batcher_->next());
+    target_tokens += micro.back().target_tokens;
   }
+  // Normalise by the whole global batch's target tokens, so accumulated
+  // training equals one large batch even with padding and masking.
+  const double denom = static_cast<double>(std::max<std::int64_t>(1, target_tokens));
+  opt_->zero_grad();
+  double loss_sum = 0;
+  std::int64_t tokens = 0;
+  Measured m;
+  for (const data::Batch& b : micro) {
+    const std::int64_t base = meter_->current_bytes();
+    PeakScope scope(*meter_);
+    torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
+    torch::Tensor hidden = model_->hidden_states(model_input(b, dev_));
+    const std::int64_t after_body = meter_->current_bytes();
+    torch::Tensor loss;
+    std::int64_t head_peak = 0;
+    {
+      PeakScope head(*meter_);
+      loss = cross_entropy_sum(model_->logits(hidden), targets);
+      head_peak = head.peak_increase();
+    }
+    (loss * (state_.loss_scale / denom)).backward();
+    loss_sum += loss.item<double>();
+    tokens += b.rows * b.seq_len;
+    m.parts.activations = std::max(m.parts.activations, Bytes(after_body - base));
+    m.parts.logits = std::max(m.parts.logits, Bytes(head_peak));
+    m.peak = std::max(m.peak, scope.peak_increase() + scope.start_bytes());
+  }
+  // fp16: a step with inf/nan gradients is skipped and the scale backs
+  // off (loss_scaler.h); the gradients were scaled by `used`.
+  const double used = state_.loss_scale;
+  const bool fp16 = st_.precision == dsl::Precision::kFp16;
+  DynamicLossScaler scaler(fp16, state_.loss_scale, state_.good_steps);
+  const bool skipped = scaler.update(!fp16 || opt_->grads_finite()) == DynamicLossScaler::Outcome::kSkip;
+  state_.loss_scale = scaler.scale();
+  state_.good_steps = scaler.good_steps();
+  if (skipped) {
+    event(events::kLossScale, [&](JsonWriter& w) { w.field("step", step).field("scale", state_.loss_scale); });
+  }
+  double norm = 0;
+  const double lr = learning_rate(spec_.training, step, total_steps_);
+  if (!skipped) {
+    norm = opt_->grad_norm(used);
+    double factor = 1.0 / used;
+    if (spec_.training.grad_clip > 0 && norm > spec_.training.grad_clip) factor *= spec_.training.grad_clip / norm;
+    m.parts.gradients = measure_static().parts.gradients;
+    opt_->step(lr, factor);
+  }
+  const Measured stat = measure_static();
+  m.parts.weights = stat.parts.weights;
+  m.parts.adapter = stat.parts.adapter;
+  m.parts.optimizer_states = stat.parts.optimizer_states;
+  m.parts.master_weights = stat.parts.master_weights;
+  m.allocated = meter_->current_bytes();
+  m.peak = std::max(m.peak, meter_->peak_bytes());
+  last_ = m;
+
+  const double dt = now_seconds() - t0;
+  tokens_this_run_ += tokens;
+  state_.tokens_seen += tokens;
+  const double loss_value = loss_sum / denom;
+  JsonWriter w(0);
+  w.begin_object().field("step", step).field("loss", loss_value).field("lr", lr).field("grad_norm", norm);
+  w.field("tokens", tokens).field("target_tokens", target_tokens).field("tokens_per_second", tokens / dt);
+  w.field("step_seconds", dt).field("epoch", batcher_->epoch_progress()).field("skipped", skipped);
+  write_memory(w, m);
+  w.end_object();
+  metrics_->write(w);
+  print_progress(step, loss_value, m.peak);
+  return Status::ok();
+}
+
+void Run::print_progress(std::int64_t step, double loss, std::int64_t peak) {
+  if (o_.quiet) return;
+  const double elapsed = now_seconds() - t_start_;
+  const double eta = elapsed / static_cast<double>(step - first_step_ + 1) * static_cast<double>(total_steps_ - step);
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  mem %s  ETA %s",
+                static_cast<long long>(step), static_cast<long long>(total_steps_), loss,
+                static_cast<double>(tokens_this_run_) / elapsed, Bytes(peak).to_string().c_str(),
+                format_eta(eta).c_str());
+  if (o_.progress) {
+    const int width = 24;
+    const int filled = static_cast<int>(width * step / std::max<std::int64_t>(1, total_steps_));
+    std::fprintf(stderr, "\r[%s%s] %s\033[K", std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                 std::string(static_cast<std::size_t>(width - filled), '.').c_str(), line);
+    if (step == total_steps_) std::fprintf(stderr, "\n");
+  } else if (step == first_step_ || step == total_steps_ || step % ((total_steps_ + 19) / 20) == 0) {
+    std::fprintf(stderr, "%s\n", line);
+  }
+}
+
+Status Run::train() {
+  t_start_ = now_seconds();
+  for (step_ = first_step_; step_ <= total_steps_; ++step_) {
+    if (g_stop.load()) {
+      --step_;  // the last completed step; saved unless this run completed none
+      if (step_ >= first_step_) checkpoint(step_);
+      return Status::cancelled("stopped by a signal after step " + std::to_string(step_));
+    }
+    TAILOR_RETURN_IF_ERROR(train_step(step_));
+    const std::int64_t every = spec_.checkpoint.every_steps;
+    if (every > 0 && step_ % every == 0 && step_ < total_steps_) checkpoint(step_);
+  }
+  return Status::ok();
+}
+
+Status Run::finish() {
   meter_->set_budget(0);
-  save(total_steps);
+  checkpoint(total_steps_);
   // Adapters: the PEFT folder, then merged into the base (NF4 weights
   // dequantised) so model.pt and model/ hold the plain fine-tuned model.
   if (has_lora(*model_)) {
     const std::string base = spec_.model.path.empty() ? spec_.model.preset : spec_.model.path;
-    Status s = save_peft_adapter(*model_, (fs::path(o_.out_dir) / "adapter").string(), base);
-    if (s.is_ok()) s = merge_lora(*model_, param_dtype(st_.precision));
-    if (!s.is_ok()) return fail(kExitFailure, "error", s.message());
-    event("adapter", [&](JsonWriter& w) { w.field("dir", (fs::path(o_.out_dir) / "adapter").string()); });
+    const std::string dir = (fs::path(o_.out_dir) / "adapter").string();
+    TAILOR_RETURN_IF_ERROR(save_peft_adapter(*model_, dir, base));
+    TAILOR_RETURN_IF_ERROR(merge_lora(*model_, param_dtype(st_.precision)));
+    event(events::kAdapter, [&](JsonWriter& w) { w.field("dir", dir); });
   }
   try {
     std::vector<torch::Tensor> params;
@@ -544,28 +599,75 @@ int Run::execute() {
     torch::save(params, tmp);
     fs::rename(tmp, fs::path(o_.out_dir) / "model.pt");
   } catch (const std::exception& e) {
-    return fail(kExitFailure, "error", std::string("saving the model: ") + e.what());
+    return Status::io_error(std::string("saving the model: ") + e.what());
   }
   // The final model as a Hugging Face folder (config.json + safetensors),
   // which transformers and model.path load; replaced as a whole.
-  if (Status s = save_hf_model(model_, (fs::path(o_.out_dir) / "model").string(), kDefaultMaxShardBytes); !s.is_ok()) {
-    return fail(kExitFailure, "error", s.message());
+  return save_hf_model(model_, (fs::path(o_.out_dir) / "model").string(), kDefaultMaxShardBytes);
+}
+
+RunnerExit Run::conclude(const Status& s) {
+  const RunnerExit exit = exit_for(s);
+  auto code = [&](JsonWriter& w) { w.field(events::kExitCodeKey, static_cast<std::int64_t>(exit_status(exit))); };
+  switch (exit) {
+    case RunnerExit::kOk:
+      event(events::kDone, [&](JsonWriter& w) {
+        w.field("steps", total_steps_).field("seconds", now_seconds() - t_start_).field("tokens", state_.tokens_seen);
+        code(w);
+      });
+      return exit;
+    case RunnerExit::kCancelled:
+      event(events::kCancelled, [&](JsonWriter& w) {
+        w.field("step", step_);
+        code(w);
+      });
+      return exit;
+    case RunnerExit::kOutOfMemory:
+      event(events::kOom, [&](JsonWriter& w) {
+        if (oom_report_) oom_report_(w);
+        code(w);
+      });
+      std::fprintf(stderr, "\ntailor-runner: %s\n", s.message().c_str());
+      return exit;
+    case RunnerExit::kFailure:
+    case RunnerExit::kBadInput:
+      event(events::kError, [&](JsonWriter& w) {
+        w.field("message", s.message());
+        code(w);
+      });
+      std::fprintf(stderr, "tailor-runner: error: %s\n", s.message().c_str());
+      return exit;
   }
-  event("done", [&](JsonWriter& w) {
-    w.field("steps", total_steps).field("seconds", now_seconds() - t_start).field("tokens", state_.tokens_seen);
-  });
-  return kExitOk;
+  return exit;
+}
+
+RunnerExit Run::execute() {
+  // From here on SIGTERM/SIGINT stop the run at the next step boundary
+  // (train), after a checkpoint.
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  if (Status s = open_outputs(); !s.is_ok()) {
+    // No events file to report in (or one that belongs to an earlier run).
+    std::fprintf(stderr, "tailor-runner: %s\n", s.message().c_str());
+    return exit_for(s);
+  }
+  Status s = guarded("prepare", [&] { return prepare(); });
+  if (s.is_ok()) s = guarded("resume", [&] { return resume(); });
+  if (s.is_ok()) s = guarded("probe: longest batch", [&] { return probe(); });
+  if (s.is_ok()) s = guarded("training", [&] { return train(); });
+  if (s.is_ok()) s = guarded("saving", [&] { return finish(); });
+  return conclude(s);
 }
 
 }  // namespace
 
-int train(const TrainOptions& options) {
+RunnerExit train(const TrainOptions& options) {
   try {
     Run run(options);
     return run.execute();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tailor-runner: internal error: %s\n", e.what());
-    return kExitFailure;
+    return RunnerExit::kFailure;
   }
 }
 

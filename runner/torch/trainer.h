@@ -17,7 +17,8 @@
 #include <cstdint>
 #include <string>
 
-#include "runner/run_config.h"
+#include "runner/protocol/exit_code.h"
+#include "runner/protocol/plan_reader.h"
 
 namespace tailor::runner {
 
@@ -34,7 +35,8 @@ struct TrainOptions {
                                 // tailor-runner passes --cache-dir or default_token_cache_dir()
 };
 
-// Runs the job; returns one of the exit codes of run_config.h. Never throws.
-int train(const TrainOptions& options);
+// Runs the job; the result is also written as the terminal event's
+// exit_code (protocol/events.h). Never throws.
+RunnerExit train(const TrainOptions& options);
 
 }  // namespace tailor::runner

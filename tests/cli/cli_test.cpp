@@ -1,14 +1,19 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "dsl/spec_loader.h"
+#include "platform/process.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::cli {
@@ -228,6 +233,65 @@ TEST(CliBinaryTest, ExitCodesAreDocumented) {
   EXPECT_NE(out.find("/no/such/file.yaml: error: no such file"), std::string::npos) << out;
   out.clear();
   EXPECT_EQ(run_binary("frobnicate", &out), 2);
+}
+
+}  // namespace
+}  // namespace tailor::cli
+
+namespace tailor::cli {
+namespace {
+
+// SIGTERM to `tailor run` (a scheduler's stop, systemd, kill) reaches its
+// runner, which checkpoints and stops; none is left training under PID 1.
+TEST(CliRunTest, SigtermToTailorRunStopsItsRunnerToo) {
+  const fs::path bin = fs::path(TAILOR_BINARY_DIR) / "bin";
+  if (!fs::exists(bin / "tailor-runner")) GTEST_SKIP() << "no tailor-runner built";
+  // Orphans are re-parented here, so a runner left behind can be found and
+  // stopped at the end (and does not outlive the test).
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  TempDir dir;
+  const std::string out = dir.file("run");
+  platform::LaunchRequest req;
+  req.argv = {(bin / "tailor").string(), "run", example("tiny-cpu.yaml"), "--out", out,
+              "--set", "training.max_steps=100000", "--set", "checkpoint.every_steps=0"};
+  req.log_path = dir.file("tailor.log");
+  req.env["OMP_WAIT_POLICY"] = "PASSIVE";
+  auto tailor_run = platform::launch_process(req);
+  ASSERT_TRUE(tailor_run.is_ok()) << tailor_run.status().to_string();
+  // The runner's start event carries its pid; it comes after the first
+  // forward and backward pass (the probe).
+  pid_t runner = -1;
+  for (int i = 0; i < 24000 && runner < 0; ++i) {
+    std::ifstream events(out + "/events.jsonl");
+    for (std::string line; std::getline(events, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("event", "") == "start") runner = j.value("pid", -1);
+    }
+    if (runner < 0) usleep(5000);
+  }
+  ASSERT_GT(runner, 0) << "no start event; log: " << dir.file("tailor.log");
+  struct StopRunner {
+    pid_t pid;
+    ~StopRunner() {
+      // Only a runner re-parented here (still our child) is stopped.
+      if (waitpid(pid, nullptr, WNOHANG) == 0 && ::kill(pid, SIGKILL) == 0) waitpid(pid, nullptr, 0);
+    }
+  } guard{runner};
+  ASSERT_EQ(::kill(tailor_run->pid, SIGTERM), 0);
+  auto exit = platform::wait_child(tailor_run->pid);
+  ASSERT_TRUE(exit.is_ok());
+  EXPECT_EQ(exit->signal, 0) << "tailor run died of the signal instead of stopping its runner";
+  EXPECT_EQ(exit->code, kExitCancelled);
+  // `tailor run` reaped its runner before it exited: the pid is gone (or,
+  // at worst, reused by an unrelated process with another start time).
+  EXPECT_FALSE(platform::process_start_ticks(runner).has_value() && waitpid(runner, nullptr, WNOHANG) == 0)
+      << "tailor-runner " << runner << " is still running";
+  std::ifstream events(out + "/events.jsonl");
+  std::string last;
+  for (std::string line; std::getline(events, line);) last = line;
+  const auto j = nlohmann::json::parse(last, nullptr, false);
+  EXPECT_EQ(j.value("event", ""), "cancelled") << last;
+  EXPECT_EQ(j.value("exit_code", -1), 4) << last;
 }
 
 }  // namespace

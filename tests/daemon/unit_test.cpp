@@ -158,13 +158,6 @@ TEST(RunFilesTest, MetricLineKeepsMemoryComponents) {
   EXPECT_FALSE(parse_metric_line("not json", 1));
 }
 
-TEST(RunFilesTest, TerminalEventGivesTheExitOfARunnerTailordDidNotSeeEnd) {
-  EXPECT_EQ(exit_code_from_events({R"({"event":"start"})", R"({"event":"done"})"}), 0);
-  EXPECT_EQ(exit_code_from_events({R"({"event":"start"})", R"({"event":"oom"})"}), 3);
-  EXPECT_EQ(exit_code_from_events({R"({"event":"start"})", R"({"event":"checkpoint"})"}), std::nullopt);
-  EXPECT_EQ(exit_code_from_events({R"({"event":"done"})", R"({"event":"resume"})"}), std::nullopt);
-}
-
 TEST(ConfigTest, FlagsOverrideEnvironmentOverrideFile) {
   tailor::testing::TempDir dir;
   const std::string file = dir.write("tailord.yaml", "data_dir: /from/file\nlisten: 127.0.0.1:1\nallowed_hosts: [a, b]\n");

@@ -40,7 +40,7 @@ TEST(ExamplesTest, FullFineTuneExamplesForbidAdapters) {
   for (const char* name : {"llama3-8b-full-8xa100.yaml", "gpt2-t4.yaml"}) {
     LoadedSpec s = load_job_spec((fs::path(TAILOR_SOURCE_DIR) / "configs/examples" / name).string());
     ASSERT_TRUE(s.ok()) << s.diagnostics.to_string();
-    EXPECT_EQ(s.spec->strategy.forbid, std::vector<std::string>{"adapters"}) << name;
+    EXPECT_EQ(s.spec->strategy.forbid, std::vector<dsl::Technique>{dsl::Technique::kAdapters}) << name;
   }
 }
 

@@ -183,7 +183,7 @@ TEST_F(SpecLoaderTest, OverridesSetAnyKeyPathWithYamlValues) {
   LoadedSpec s = load(kMinimal, opts);
   ASSERT_TRUE(s.ok()) << errors(s);
   EXPECT_DOUBLE_EQ(s.spec->training.lr, 1e-5);
-  EXPECT_EQ(s.spec->strategy.forbid, (std::vector<std::string>{"lora", "qlora"}));
+  EXPECT_EQ(s.spec->strategy.forbid, (std::vector<Technique>{Technique::kLora, Technique::kQlora}));
   EXPECT_EQ(*s.spec->resources.gpu_memory, Bytes::gib(16));
 }
 

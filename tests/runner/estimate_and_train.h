@@ -46,9 +46,9 @@ inline std::optional<EstimateAndMeasurement> estimate_and_train(const dsl::JobSp
   o.out_dir = out_dir;
   o.memory_limit = 0;
   o.quiet = true;
-  const int code = train(o);
-  EXPECT_EQ(code, kExitOk) << out_dir;
-  if (code != kExitOk) return std::nullopt;
+  const RunnerExit code = train(o);
+  EXPECT_EQ(code, RunnerExit::kOk) << out_dir;
+  if (code != RunnerExit::kOk) return std::nullopt;
   std::ifstream in(out_dir + "/metrics.jsonl");
   std::string last, line;
   while (std::getline(in, line)) last = line;

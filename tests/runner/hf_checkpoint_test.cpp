@@ -440,7 +440,7 @@ RunConfig job_from_folder(const TempDir& dir, const std::string& folder, std::in
   return cfg;
 }
 
-int train_in(const RunConfig& cfg, const std::string& out) {
+RunnerExit train_in(const RunConfig& cfg, const std::string& out) {
   TrainOptions o;
   o.config = cfg;
   o.out_dir = out;
@@ -494,7 +494,7 @@ TEST(HfCheckpointTest, TrainingStartsFromTheFolderAndWritesAnHfModel) {
   const RunConfig cfg = job_from_folder(dir, dir.file("hf"), 2);
   ASSERT_EQ(cfg.spec.model.arch.hidden, 64);
   const std::string out = dir.file("out");
-  ASSERT_EQ(train_in(cfg, out), kExitOk);
+  ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
 
   const auto metrics = lines(out + "/metrics.jsonl");
   ASSERT_EQ(metrics.size(), 2u);
@@ -530,7 +530,7 @@ TEST(HfCheckpointTest, AFolderWithConfigButNoWeightsIsBadInput) {
   ASSERT_TRUE(io::write_hf_config(dir.file("hf/config.json"), arch, "float32").is_ok());
   const RunConfig cfg = job_from_folder(dir, dir.file("hf"), 2);
   const std::string out = dir.file("out");
-  EXPECT_EQ(train_in(cfg, out), kExitBadInput);
+  EXPECT_EQ(train_in(cfg, out), RunnerExit::kBadInput);
   const auto events = lines(out + "/events.jsonl");
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back()["event"], "error");

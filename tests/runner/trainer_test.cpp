@@ -51,7 +51,7 @@ training: {global_batch_size: 8, max_steps: 12, lr: 3e-3, warmup_steps: 2, seed:
   return cfg;
 }
 
-int train_in(const RunConfig& cfg, const std::string& out, std::int64_t memory_limit = 0, bool resume = false,
+RunnerExit train_in(const RunConfig& cfg, const std::string& out, std::int64_t memory_limit = 0, bool resume = false,
              const std::string& device = "auto") {
   TrainOptions o;
   o.config = cfg;
@@ -79,7 +79,7 @@ std::vector<double> losses(const std::string& out) {
 TEST(TrainerTest, LossFallsAndEveryArtifactIsWritten) {
   TempDir dir;
   const std::string out = dir.file("out");
-  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kBf16, 4, 2), out), kExitOk);
+  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kBf16, 4, 2), out), RunnerExit::kOk);
   const auto l = losses(out);
   ASSERT_EQ(l.size(), 12u);
   EXPECT_LT(l.back(), l.front() * 0.7) << l.front() << " -> " << l.back();
@@ -98,7 +98,7 @@ TEST(TrainerTest, LossFallsAndEveryArtifactIsWritten) {
 TEST(TrainerTest, OutOfMemoryIsItsOwnExitCodeAndReportsTheAllocation) {
   TempDir dir;
   const std::string out = dir.file("out");
-  EXPECT_EQ(train_in(job(dir, {}, dsl::Precision::kFp32, 8, 1), out, 1 << 20), kExitOutOfMemory);
+  EXPECT_EQ(train_in(job(dir, {}, dsl::Precision::kFp32, 8, 1), out, 1 << 20), RunnerExit::kOutOfMemory);
   const auto events = lines(out + "/events.jsonl");
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back()["event"], "oom");
@@ -112,11 +112,11 @@ TEST(TrainerTest, ResumeReproducesTheUninterruptedRunExactly) {
   TempDir dir;
   const RunConfig cfg = job(dir, {"checkpoint.every_steps=5", "checkpoint.keep=5"}, dsl::Precision::kFp32, 4, 2);
   const std::string full = dir.file("full"), resumed = dir.file("resumed");
-  ASSERT_EQ(train_in(cfg, full), kExitOk);
+  ASSERT_EQ(train_in(cfg, full), RunnerExit::kOk);
   // A run that stopped after step 5: its folder holds only that checkpoint.
   fs::create_directories(resumed + "/checkpoints");
   fs::copy(full + "/checkpoints/step-000005", resumed + "/checkpoints/step-000005", fs::copy_options::recursive);
-  ASSERT_EQ(train_in(cfg, resumed, 0, /*resume=*/true), kExitOk);
+  ASSERT_EQ(train_in(cfg, resumed, 0, /*resume=*/true), RunnerExit::kOk);
   const auto a = losses(full), b = losses(resumed);
   ASSERT_EQ(b.size(), 7u);  // steps 6..12
   for (std::size_t i = 0; i < b.size(); ++i) EXPECT_EQ(a[i + 5], b[i]) << "step " << i + 6;
@@ -126,8 +126,8 @@ TEST(TrainerTest, ResumeReproducesTheUninterruptedRunExactly) {
 TEST(TrainerTest, AccumulationEqualsOneBatchKTimesLarger) {
   TempDir dir;
   const std::string one = dir.file("one"), four = dir.file("four");
-  ASSERT_EQ(train_in(job(dir, {"data.packing=false"}, dsl::Precision::kFp32, 8, 1), one), kExitOk);
-  ASSERT_EQ(train_in(job(dir, {"data.packing=false"}, dsl::Precision::kFp32, 2, 4), four), kExitOk);
+  ASSERT_EQ(train_in(job(dir, {"data.packing=false"}, dsl::Precision::kFp32, 8, 1), one), RunnerExit::kOk);
+  ASSERT_EQ(train_in(job(dir, {"data.packing=false"}, dsl::Precision::kFp32, 2, 4), four), RunnerExit::kOk);
   const auto a = losses(one), b = losses(four);
   ASSERT_EQ(a.size(), b.size());
   // Dynamic padding differs per micro-batch; the token-normalised loss and
@@ -138,11 +138,11 @@ TEST(TrainerTest, AccumulationEqualsOneBatchKTimesLarger) {
 TEST(TrainerTest, HalfPrecisionsTrackFp32) {
   TempDir dir;
   const std::string f32 = dir.file("fp32"), b16 = dir.file("bf16"), pure = dir.file("pure"), f16 = dir.file("fp16");
-  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kFp32, 8, 1), f32), kExitOk);
-  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kBf16, 8, 1), b16), kExitOk);
-  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kPureBf16, 8, 1), pure), kExitOk);
+  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kFp32, 8, 1), f32), RunnerExit::kOk);
+  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kBf16, 8, 1), b16), RunnerExit::kOk);
+  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kPureBf16, 8, 1), pure), RunnerExit::kOk);
   // fp16 with dynamic loss scaling, on LibTorch 2.x's fp16 CPU kernels.
-  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kFp16, 8, 1), f16), kExitOk);
+  ASSERT_EQ(train_in(job(dir, {}, dsl::Precision::kFp16, 8, 1), f16), RunnerExit::kOk);
   const auto a = losses(f32), b = losses(b16), c = losses(pure), h = losses(f16);
   ASSERT_EQ(h.size(), a.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -158,7 +158,7 @@ TEST(TrainerTest, HalfPrecisionsTrackFp32) {
 TEST(TrainerTest, CheckpointsAreCompleteAndPrunedToKeep) {
   TempDir dir;
   const std::string out = dir.file("out");
-  ASSERT_EQ(train_in(job(dir, {"checkpoint.every_steps=2", "checkpoint.keep=2"}, dsl::Precision::kBf16, 8, 1), out), kExitOk);
+  ASSERT_EQ(train_in(job(dir, {"checkpoint.every_steps=2", "checkpoint.keep=2"}, dsl::Precision::kBf16, 8, 1), out), RunnerExit::kOk);
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(out + "/checkpoints")) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
@@ -170,35 +170,44 @@ TEST(TrainerTest, ANewRunRefusesAFolderWithAnEarlierRunsCheckpoints) {
   TempDir dir;
   const RunConfig cfg = job(dir, {"checkpoint.every_steps=5"}, dsl::Precision::kBf16, 8, 1);
   const std::string out = dir.file("out");
-  ASSERT_EQ(train_in(cfg, out), kExitOk);
+  ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
   const auto before = losses(out);
-  EXPECT_EQ(train_in(cfg, out), kExitBadInput);
+  EXPECT_EQ(train_in(cfg, out), RunnerExit::kBadInput);
   EXPECT_EQ(losses(out), before);  // nothing of the earlier run was touched
   EXPECT_TRUE(fs::exists(out + "/checkpoints/step-000012/state.json"));
 }
 
 // The device: a GPU plan trains on CUDA where LibTorch has it, on the CPU
 // otherwise (without the GPU's budget); asking for CUDA that is not there is
-// bad input. Where LibTorch has CUDA the same job trains there.
-TEST(TrainerTest, GpuPlansTrainOnCudaWhereLibTorchHasIt) {
+// bad input.
+TEST(TrainerTest, GpuPlansTrainOnTheCpuWithoutTheirBudgetWhereThereIsNoCuda) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
   TempDir dir;
   RunConfig cfg = job(dir, {}, dsl::Precision::kBf16, 4, 2);
   cfg.on_cpu = false;
   cfg.budget_bytes = 1 << 20;  // a GPU's budget: enforced on a GPU, not on the CPU
-  const bool cuda = torch::cuda::is_available();
-  ASSERT_EQ(train_in(cfg, dir.file("auto"), /*memory_limit=*/-1), cuda ? kExitOutOfMemory : kExitOk);
+  ASSERT_EQ(train_in(cfg, dir.file("auto"), /*memory_limit=*/-1), RunnerExit::kOk);
   const auto start = lines(dir.file("auto") + "/events.jsonl").front();
-  EXPECT_EQ(start["device"], cuda ? "cuda:0" : "cpu");
-  EXPECT_EQ(start["memory_limit_bytes"].get<std::int64_t>(), cuda ? 1 << 20 : 0);
+  EXPECT_EQ(start["device"], "cpu");
+  EXPECT_EQ(start["memory_limit_bytes"].get<std::int64_t>(), 0);
+  EXPECT_EQ(train_in(cfg, dir.file("cuda"), 0, false, "cuda"), RunnerExit::kBadInput);
+  const auto last = lines(dir.file("cuda") + "/events.jsonl").back();
+  EXPECT_NE(last["message"].get<std::string>().find("no CUDA"), std::string::npos);
+  EXPECT_EQ(last["exit_code"], 2);
+}
 
-  const int explicit_cuda = train_in(cfg, dir.file("cuda"), 0, false, "cuda");
-  if (!cuda) {
-    EXPECT_EQ(explicit_cuda, kExitBadInput);
-    EXPECT_NE(lines(dir.file("cuda") + "/events.jsonl").back()["message"].get<std::string>().find("no CUDA"),
-              std::string::npos);
-    return;
-  }
-  ASSERT_EQ(explicit_cuda, kExitOk);
+// Where LibTorch has CUDA the same job trains there, under the GPU's budget.
+TEST(TrainerTest, GpuPlansTrainOnCudaWhereLibTorchHasIt) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  TempDir dir;
+  RunConfig cfg = job(dir, {}, dsl::Precision::kBf16, 4, 2);
+  cfg.on_cpu = false;
+  cfg.budget_bytes = 1 << 20;
+  ASSERT_EQ(train_in(cfg, dir.file("auto"), /*memory_limit=*/-1), RunnerExit::kOutOfMemory);
+  const auto start = lines(dir.file("auto") + "/events.jsonl").front();
+  EXPECT_EQ(start["device"], "cuda:0");
+  EXPECT_EQ(start["memory_limit_bytes"].get<std::int64_t>(), 1 << 20);
+  ASSERT_EQ(train_in(cfg, dir.file("cuda"), 0, false, "cuda"), RunnerExit::kOk);
   const auto l = losses(dir.file("cuda"));
   EXPECT_LT(l.back(), l.front() * 0.7) << l.front() << " -> " << l.back();
   EXPECT_GT(lines(dir.file("cuda") + "/metrics.jsonl").front()["memory"]["activations"].get<std::int64_t>(), 0);
@@ -210,13 +219,13 @@ TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
   dir.write("empty.txt", "\n\n");
   RunConfig empty = cfg;
   empty.spec.data.train = dir.file("empty.txt");
-  EXPECT_EQ(train_in(empty, dir.file("e")), kExitBadInput);
+  EXPECT_EQ(train_in(empty, dir.file("e")), RunnerExit::kBadInput);
   EXPECT_NE(lines(dir.file("e") + "/events.jsonl").back()["message"].get<std::string>().find("no documents"),
             std::string::npos);
-  EXPECT_EQ(train_in(cfg, "/proc/tailor-cannot-write-here"), kExitBadInput);
+  EXPECT_EQ(train_in(cfg, "/proc/tailor-cannot-write-here"), RunnerExit::kBadInput);
   // A corrupt checkpoint is refused on resume.
   dir.write("c/checkpoints/step-000003/state.json", "{not json");
-  EXPECT_EQ(train_in(cfg, dir.file("c"), 0, /*resume=*/true), kExitBadInput);
+  EXPECT_EQ(train_in(cfg, dir.file("c"), 0, /*resume=*/true), RunnerExit::kBadInput);
   EXPECT_NE(lines(dir.file("c") + "/events.jsonl").back()["message"].get<std::string>().find("corrupt state.json"),
             std::string::npos);
   // LoRA on a module the model does not have is bad input, named.
@@ -224,17 +233,17 @@ TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
   lora.strategy.adapter = dsl::Adapter::kLora;
   lora.strategy.lora_rank = 4;
   lora.spec.strategy.lora.targets = {"qkv_proj"};
-  EXPECT_EQ(train_in(lora, dir.file("l")), kExitBadInput);
+  EXPECT_EQ(train_in(lora, dir.file("l")), RunnerExit::kBadInput);
   EXPECT_NE(lines(dir.file("l") + "/events.jsonl").back()["message"].get<std::string>().find("qkv_proj"),
             std::string::npos);
   // ZeRO is not implemented: refused rather than ignored.
   RunConfig zero = cfg;
   zero.strategy.zero_stage = 1;
-  EXPECT_EQ(train_in(zero, dir.file("z")), kExitBadInput);
+  EXPECT_EQ(train_in(zero, dir.file("z")), RunnerExit::kBadInput);
   // A sequence longer than the model's context.
   RunConfig longer = cfg;
   longer.spec.data.seq_len = longer.spec.model.arch.max_seq_len + 1;
-  EXPECT_EQ(train_in(longer, dir.file("s")), kExitBadInput);
+  EXPECT_EQ(train_in(longer, dir.file("s")), RunnerExit::kBadInput);
   EXPECT_NE(lines(dir.file("s") + "/events.jsonl").back()["message"].get<std::string>().find("max_seq_len"),
             std::string::npos);
 }

@@ -151,10 +151,11 @@ TEST(PlannerTest, ForbidAndAllowBoundTheChoice) {
                              gpus("1x24GiB"));
   ASSERT_TRUE(only.fits);
   EXPECT_EQ(only.chosen.strategy.adapter, Adapter::kQlora);
-  for (const std::string& t : Constraints::techniques_of(only.chosen.strategy)) {
-    EXPECT_TRUE(t == "bf16" || t == "qlora" || t == "adapters" || t == "gradient_checkpointing" ||
-                t == "gradient_accumulation")
-        << t;
+  using dsl::Technique;
+  for (Technique t : Constraints::techniques_of(only.chosen.strategy)) {
+    EXPECT_TRUE(t == Technique::kBf16 || t == Technique::kQlora || t == Technique::kAdapters ||
+                t == Technique::kGradientCheckpointing || t == Technique::kGradientAccumulation)
+        << dsl::to_string(t);
   }
 }
 

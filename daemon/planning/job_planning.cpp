@@ -1,4 +1,4 @@
-#include "daemon/api/job_planning.h"
+#include "daemon/planning/job_planning.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,7 +6,9 @@
 #include <variant>
 
 #include "dsl/spec_loader.h"
+#include "runner/protocol/capabilities.h"
 #include "strategies/plan_document.h"
+#include "strategies/replan.h"
 
 namespace tailor::daemon {
 namespace {
@@ -70,22 +72,7 @@ strategies::PlanOptions plan_options(const PlanningContext& ctx) {
   return o;
 }
 
-void forbid_unsupported(dsl::JobSpec& spec) {
-  for (const auto& t : techniques_not_in_runner()) {
-    if (std::find(spec.strategy.forbid.begin(), spec.strategy.forbid.end(), t) == spec.strategy.forbid.end()) {
-      spec.strategy.forbid.push_back(t);
-    }
-  }
-}
-
 }  // namespace
-
-const std::vector<std::string>& techniques_not_in_runner() {
-  // The same list as cli/cmd_run.cpp's kNotInRunner (LoRA, QLoRA and
-  // adamw_8bit are implemented; ZeRO and offload need several processes).
-  static const std::vector<std::string> kList = {"zero1", "zero2", "zero3", "offload_optimizer", "offload_params"};
-  return kList;
-}
 
 void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_root, dsl::Diagnostics& d) {
   const dsl::Node& doc = loaded.merged;
@@ -141,13 +128,11 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
   if (loaded.ok() || !loaded.merged.is_null()) check_spec_paths(loaded, ctx.spec_root, d);
   if (d.has_errors()) return spec_error(std::move(d));
   dsl::JobSpec spec = *loaded.spec;
-  const dsl::StrategySpec& st = spec.strategy;
-  if ((st.zero_stage && *st.zero_stage > 0) || (st.offload && *st.offload != dsl::Offload::kNone)) {
-    d.error(location_of(loaded.merged, {"strategy"}), "strategy",
-            "pins ZeRO or offload, which tailor-runner does not implement yet");
+  if (Status s = runner::check_pins_executable(spec); !s.is_ok()) {
+    d.error(location_of(loaded.merged, {"strategy"}), "strategy", s.message());
     return spec_error(std::move(d));
   }
-  forbid_unsupported(spec);
+  runner::forbid_unexecutable(spec);
   auto hw = hardware_for(spec, ctx);
   if (!hw.is_ok()) {
     d.error(location_of(loaded.merged, {"resources"}), "resources", hw.status().message());
@@ -169,70 +154,20 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
 }
 
 Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& name, const PlanningContext& ctx,
-                                    const strategies::Strategy& failed, Bytes budget,
-                                    const std::optional<strategies::MemoryBreakdown>& measured, std::string& story) {
-  auto first = load_and_plan(text, name, ctx);
-  // The document was accepted before; only the hardware can make it fail now.
-  if (auto* e = std::get_if<PlanningError>(&first); e && !e->plan) return e->status;
-  dsl::JobSpec spec = std::holds_alternative<PlannedJob>(first) ? std::get<PlannedJob>(first).spec
-                                                                 : dsl::JobSpec{};
-  if (!std::holds_alternative<PlannedJob>(first)) {
-    dsl::LoadOptions opts;
-    opts.catalog = ctx.catalog;
-    opts.check_files = ctx.check_files;
-    auto loaded = dsl::load_job_spec_text(text, name, ctx.spec_root, opts);
-    if (!loaded.ok()) return Status::invalid_argument(loaded.diagnostics.to_string());
-    spec = *loaded.spec;
-    forbid_unsupported(spec);
-  }
-  // What the device really offers is what the runner was allowed: plan for
-  // it as the device memory, headroom included (budget = memory * (1 - headroom)).
-  const double keep = 1.0 - spec.resources.headroom;
-  const Bytes memory(static_cast<std::int64_t>(static_cast<double>(budget.count()) / keep));
-  if (failed.num_gpus >= 1 && !ctx.gpus.empty()) {
-    spec.resources.gpu_memory = memory;
-  } else {
-    spec.resources.host_memory = memory;
-  }
-  // The precision (and so the checkpoint's tensor types and optimizer
-  // state layout) stays: the run resumes from its checkpoint.
-  spec.strategy.precision = failed.precision;
-  TAILOR_ASSIGN_OR_RETURN(strategies::Hardware hw, hardware_for(spec, ctx));
-  strategies::PlanOptions popts = plan_options(ctx);
-  story = "re-planned for the measured budget of " + budget.to_string();
-  if (measured && measured->activations.count() > 0 && measured->weights.count() > 0 &&
-      measured->optimizer_states.count() > 0) {
-    const strategies::Candidate est = strategies::evaluate(spec, hw, failed, popts);
-    popts.memory = strategies::calibrate(popts.memory, est.memory.per_device, *measured);
-    story += ", memory model calibrated by the last measured step";
-  }
-  strategies::Plan plan = strategies::plan_job(spec, hw, popts);
-  // The estimate said the failed strategy fits but it did not: walk the
-  // decision tree one step further by pinning it.
-  for (int guard = 0; guard < 16 && plan.errors.empty() && (!plan.fits || plan.chosen.strategy == failed); ++guard) {
-    const strategies::Strategy& cur = plan.chosen.strategy;
-    if (cur.micro_batch_size > 1) {
-      spec.training.micro_batch_size = cur.micro_batch_size / 2;
-      story += "; pinned micro-batch " + std::to_string(cur.micro_batch_size / 2) + " (global batch kept by accumulation)";
-    } else if (cur.checkpoint_every != 1) {
-      spec.strategy.gradient_checkpointing = 1;
-      story += "; pinned gradient checkpointing on every layer";
-    } else {
-      break;
-    }
-    plan = strategies::plan_job(spec, hw, popts);
-  }
-  if (!plan.errors.empty()) {
-    std::string all;
-    for (const auto& e : plan.errors) all += (all.empty() ? "" : "; ") + e;
-    return Status::resource_exhausted("re-planning after out-of-memory: " + all);
-  }
-  if (!plan.fits || plan.chosen.strategy == failed) {
-    return Status::resource_exhausted("out of memory with " + failed.describe() + " under a budget of " +
-                                      budget.to_string() + ", and no smaller strategy fits (" + story + ")");
-  }
-  story += ": " + failed.describe() + " -> " + plan.chosen.strategy.describe();
-  return PlannedJob{spec, plan, strategies::plan_to_json(plan, spec)};
+                                    const strategies::OomReport& oom, std::string& story) {
+  dsl::LoadOptions opts;
+  opts.catalog = ctx.catalog;
+  opts.check_files = ctx.check_files;
+  auto loaded = dsl::load_job_spec_text(text, name, ctx.spec_root, opts);
+  if (!loaded.ok()) return Status::invalid_argument(loaded.diagnostics.to_string());
+  dsl::JobSpec spec = *loaded.spec;
+  runner::forbid_unexecutable(spec);
+  TAILOR_ASSIGN_OR_RETURN(strategies::Replan next,
+                          strategies::replan_after_oom(std::move(spec), oom, {ctx.gpus, ctx.host_memory},
+                                                       plan_options(ctx)));
+  story = next.story;
+  std::string plan_json = strategies::plan_to_json(next.plan, next.spec);
+  return PlannedJob{std::move(next.spec), std::move(next.plan), std::move(plan_json)};
 }
 
 }  // namespace tailor::daemon

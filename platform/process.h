@@ -1,7 +1,9 @@
-// Runner processes: launched in their own process group with output
-// captured to a file, reaped when they are this daemon's children, and
-// recognised after a daemon restart by pid plus kernel start time (a reused
-// pid has another start time).
+// Child processes (tailor-runner, started by `tailor run` and by tailord):
+// launched with an error pipe so that "cannot start" is an error and not an
+// exit status, in their own process group with output captured to a file
+// (tailord) or in the caller's group and terminal (`tailor run`); reaped
+// when they are this process' children, and recognised after a restart by
+// pid plus kernel start time (a reused pid has another start time).
 #pragma once
 
 #include <sys/types.h>
@@ -14,13 +16,15 @@
 
 #include "core/status.h"
 
-namespace tailor::daemon {
+namespace tailor::platform {
 
 struct LaunchRequest {
   std::vector<std::string> argv;           // argv[0]: the executable's path
   std::map<std::string, std::string> env;  // added to (or replacing in) the daemon's environment
-  std::string log_path;                    // stdout and stderr, appended
-  std::string working_dir;
+  std::string log_path;                    // stdout and stderr, appended; empty: inherited
+  std::string working_dir;                 // empty: the caller's
+  bool own_process_group = true;           // false: stays in the caller's group (and terminal)
+  int parent_death_signal = 0;             // sent to the child when this process dies; 0 = none
 };
 
 struct Process {
@@ -28,8 +32,8 @@ struct Process {
   std::int64_t start_ticks = 0;  // /proc/PID/stat field 22
 };
 
-// fork + setpgid + exec. Every descriptor but 0-2 is closed in the child (the
-// listening socket and the database must not leak into a runner). Fails
+// fork (+ setpgid) + exec. Every descriptor but 0-2 is closed in the child
+// (a daemon's listening socket and database must not leak into a runner). Fails
 // with the reason when the executable cannot be started (reported by the
 // child through a close-on-exec pipe, so "no such file" is not a job exit).
 Result<Process> launch_process(const LaunchRequest& request);
@@ -43,6 +47,9 @@ struct ProcessExit {
 // it runs. NotFound when `pid` is not a child of this process.
 Result<std::optional<ProcessExit>> reap_child(pid_t pid);
 
+// Waits for the child `pid` to end (through EINTR) and reaps it.
+Result<ProcessExit> wait_child(pid_t pid);
+
 // The kernel start time of `pid`, or nullopt when it does not exist or is a
 // zombie.
 std::optional<std::int64_t> process_start_ticks(pid_t pid);
@@ -53,4 +60,4 @@ bool process_is(pid_t pid, std::int64_t start_ticks);
 // kill(-pgid, sig); quietly ignores a group that is already gone.
 void signal_group(pid_t pgid, int sig);
 
-}  // namespace tailor::daemon
+}  // namespace tailor::platform

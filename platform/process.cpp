@@ -1,4 +1,6 @@
-#include "daemon/executor/process.h"
+#include "platform/process.h"
+
+#include <sys/prctl.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -13,7 +15,7 @@
 
 extern char** environ;
 
-namespace tailor::daemon {
+namespace tailor::platform {
 namespace {
 
 void close_from(int first) {
@@ -46,17 +48,19 @@ Result<Process> launch_process(const LaunchRequest& request) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  const int log_fd = ::open(request.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) return Status::io_error("opening " + request.log_path + ": " + std::strerror(errno));
+  const bool capture = !request.log_path.empty();
+  const int log_fd = capture ? ::open(request.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+  if (capture && log_fd < 0) return Status::io_error("opening " + request.log_path + ": " + std::strerror(errno));
+  const pid_t parent = ::getpid();
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) {
-    ::close(log_fd);
+    if (capture) ::close(log_fd);
     return Status::io_error(std::string("pipe: ") + std::strerror(errno));
   }
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
-    ::close(log_fd);
+    if (capture) ::close(log_fd);
     ::close(report[0]);
     ::close(report[1]);
     return Status::unavailable(std::string("fork: ") + std::strerror(err));
@@ -64,15 +68,23 @@ Result<Process> launch_process(const LaunchRequest& request) {
   if (pid == 0) {
     // Own process group: cancel signals the runner and anything it starts,
     // and a terminal's Ctrl-C to tailord does not reach it.
-    ::setpgid(0, 0);
+    if (request.own_process_group) ::setpgid(0, 0);
+    // The parent may have died between fork and prctl: then the signal
+    // would never come.
+    if (request.parent_death_signal != 0 &&
+        (::prctl(PR_SET_PDEATHSIG, request.parent_death_signal) != 0 || ::getppid() != parent)) {
+      _exit(127);
+    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
-    const int null_fd = ::open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) ::dup2(null_fd, 0);
-    ::dup2(log_fd, 1);
-    ::dup2(log_fd, 2);
+    if (capture) {
+      const int null_fd = ::open("/dev/null", O_RDONLY);
+      if (null_fd >= 0) ::dup2(null_fd, 0);
+      ::dup2(log_fd, 1);
+      ::dup2(log_fd, 2);
+    }
     const int keep = report[1];
     // Move the report pipe to fd 3 so close_from(4) keeps it (it is CLOEXEC).
     if (keep != 3) {
@@ -89,8 +101,9 @@ Result<Process> launch_process(const LaunchRequest& request) {
     (void)!::write(3, &err, sizeof err);
     _exit(127);
   }
-  ::setpgid(pid, pid);  // also in the parent: no window where the group does not exist yet
-  ::close(log_fd);
+  // Also in the parent: no window where the group does not exist yet.
+  if (request.own_process_group) ::setpgid(pid, pid);
+  if (capture) ::close(log_fd);
   ::close(report[1]);
   int child_errno = 0;
   ssize_t n;
@@ -127,6 +140,19 @@ Result<std::optional<ProcessExit>> reap_child(pid_t pid) {
   return std::optional<ProcessExit>(e);
 }
 
+Result<ProcessExit> wait_child(pid_t pid) {
+  int status = 0;
+  pid_t r;
+  do {
+    r = ::waitpid(pid, &status, 0);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return Status::io_error("waitpid " + std::to_string(pid) + ": " + std::strerror(errno));
+  ProcessExit e;
+  if (WIFEXITED(status)) e.code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+  return e;
+}
+
 std::optional<std::int64_t> process_start_ticks(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   if (!f) return std::nullopt;
@@ -160,4 +186,4 @@ void signal_group(pid_t pgid, int sig) {
   if (pgid > 1) ::kill(-pgid, sig);
 }
 
-}  // namespace tailor::daemon
+}  // namespace tailor::platform

@@ -1,8 +1,9 @@
 // From a submitted document to a plan the local executor can run: the DSL
 // loader (diagnostics with file:line:col), the path rules that keep a job's
 // reads inside the spec root and its writes inside its own folder, the
-// techniques tailor-runner implements, and the planner. Also the re-plan
-// after a runtime out-of-memory.
+// techniques tailor-runner implements (runner/protocol/capabilities.h), and
+// the planner. Also the re-plan after a runtime out-of-memory. Used by the
+// API (submissions) and the supervisor (re-plans).
 // Thread-safe: no shared mutable state.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "dsl/spec_loader.h"
 #include "strategies/hardware.h"
 #include "strategies/planner.h"
+#include "strategies/replan.h"
 
 namespace tailor::daemon {
 
@@ -55,19 +57,9 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
 // anywhere a path is written in the document. Problems go to `d`.
 void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_root, dsl::Diagnostics& d);
 
-// After the runner ran out of memory with `failed` under a budget of
-// `budget` bytes: the next plan, with the learned budget as the device
-// memory, the memory model calibrated by `measured` when it covers every
-// component, and, when the planner would pick `failed` again, the next step
-// of the decision tree pinned (halve the micro-batch, keeping the global
-// batch through accumulation; then gradient checkpointing). `story` says
-// what was done. ResourceExhausted when nothing smaller is left.
+// The next plan after the runner ran out of memory (strategies/replan.h)
+// for the job submitted as `text`, planned as load_and_plan plans it.
 Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& name, const PlanningContext& ctx,
-                                    const strategies::Strategy& failed, Bytes budget,
-                                    const std::optional<strategies::MemoryBreakdown>& measured, std::string& story);
-
-// The techniques tailor-runner does not implement yet (kept in step with
-// runner/torch/trainer.cpp's check_supported and cli/cmd_run.cpp).
-const std::vector<std::string>& techniques_not_in_runner();
+                                    const strategies::OomReport& oom, std::string& story);
 
 }  // namespace tailor::daemon

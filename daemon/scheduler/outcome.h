@@ -1,0 +1,49 @@
+// What happens to a job when its runner attempt ends: a pure function of
+// the exit (or the exit its events file records, for a runner that ended
+// while tailord was down), the cancel flag, and the job's attempt counts.
+// The supervisor applies the verdict (store transitions, re-planning,
+// metrics); the table of cases is tests/daemon/outcome_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tailor::daemon {
+
+struct AttemptEnd {
+  int exit_code = -1;             // the runner's exit status; -1 when killed or unknown
+  int signal = 0;                 // the signal that killed it, or 0
+  bool cancel_requested = false;  // a cancel was asked for before it ended
+  bool oom_reported = false;      // the runner wrote an oom event with its budget
+  std::int64_t failures = 0;      // failed attempts before this one
+  std::int64_t retries = 0;       // failed attempts the job allows
+  std::int64_t oom_restarts = 0;  // re-plans after out-of-memory before this one
+};
+
+struct OutcomePolicy {
+  int max_oom_replans = 3;
+  double backoff_seconds = 5;  // first retry delay; doubles per failure
+  double max_backoff_seconds = 300;
+};
+
+enum class Verdict {
+  kSucceeded,
+  kCancelled,
+  kReplan,  // out of memory: plan again from the oom report, resume from the checkpoint
+  kRetry,   // queued again after backoff_seconds, resuming from the checkpoint
+  kFailed,
+};
+
+struct Outcome {
+  Verdict verdict = Verdict::kFailed;
+  std::string reason;           // why, for kFailed (without the exit's detail)
+  std::int64_t failures = 0;    // the job's failed attempts after this one
+  std::int64_t oom_restarts = 0;
+  double backoff_seconds = 0;   // kRetry: the delay before the next attempt
+};
+
+Outcome decide_outcome(const AttemptEnd& end, const OutcomePolicy& policy);
+
+const char* to_string(Verdict v);
+
+}  // namespace tailor::daemon

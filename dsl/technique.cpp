@@ -1,0 +1,116 @@
+#include "dsl/technique.h"
+
+#include <algorithm>
+#include <array>
+
+namespace tailor::dsl {
+namespace {
+
+constexpr std::array<std::pair<Precision, const char*>, 4> kPrecisions = {{
+    {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}, {Precision::kPureBf16, "pure-bf16"}}};
+constexpr std::array<std::pair<Adapter, const char*>, 3> kAdapters = {
+    {{Adapter::kNone, "none"}, {Adapter::kLora, "lora"}, {Adapter::kQlora, "qlora"}}};
+constexpr std::array<std::pair<Optimizer, const char*>, 3> kOptimizers = {
+    {{Optimizer::kAdamw, "adamw"}, {Optimizer::kAdamw8bit, "adamw_8bit"}, {Optimizer::kSgd, "sgd"}}};
+constexpr std::array<std::pair<Offload, const char*>, 3> kOffloads = {
+    {{Offload::kNone, "none"}, {Offload::kOptimizer, "optimizer"}, {Offload::kOptimizerAndParams, "optimizer_and_params"}}};
+
+constexpr std::array<TechniqueInfo, 16> kTechniques = {{
+    {Technique::kFp32, "fp32", Knob::kPrecision},
+    {Technique::kBf16, "bf16", Knob::kPrecision},
+    {Technique::kFp16, "fp16", Knob::kPrecision},
+    {Technique::kPureBf16, "pure-bf16", Knob::kPrecision},
+    {Technique::kGradientCheckpointing, "gradient_checkpointing", Knob::kCheckpointing},
+    {Technique::kGradientAccumulation, "gradient_accumulation", Knob::kMicroBatch},
+    {Technique::kLora, "lora", Knob::kAdapter},
+    {Technique::kQlora, "qlora", Knob::kAdapter},
+    {Technique::kAdapters, "adapters", Knob::kAdapter},
+    {Technique::kAdamw8bit, "adamw_8bit", Knob::kOptimizer},
+    {Technique::kSgd, "sgd", Knob::kOptimizer},
+    {Technique::kZero1, "zero1", Knob::kZeroStage},
+    {Technique::kZero2, "zero2", Knob::kZeroStage},
+    {Technique::kZero3, "zero3", Knob::kZeroStage},
+    {Technique::kOffloadOptimizer, "offload_optimizer", Knob::kOffload},
+    {Technique::kOffloadParams, "offload_params", Knob::kOffload},
+}};
+
+template <class E, std::size_t N>
+const char* name_in(const std::array<std::pair<E, const char*>, N>& table, E v) {
+  for (const auto& [e, n] : table) {
+    if (e == v) return n;
+  }
+  return "?";
+}
+
+const TechniqueInfo& info(Technique t) { return kTechniques[static_cast<std::size_t>(t)]; }
+
+}  // namespace
+
+template <>
+std::span<const std::pair<Precision, const char*>> enum_names<Precision>() { return kPrecisions; }
+template <>
+std::span<const std::pair<Adapter, const char*>> enum_names<Adapter>() { return kAdapters; }
+template <>
+std::span<const std::pair<Optimizer, const char*>> enum_names<Optimizer>() { return kOptimizers; }
+template <>
+std::span<const std::pair<Offload, const char*>> enum_names<Offload>() { return kOffloads; }
+
+const char* to_string(Precision v) { return name_in(kPrecisions, v); }
+const char* to_string(Adapter v) { return name_in(kAdapters, v); }
+const char* to_string(Optimizer v) { return name_in(kOptimizers, v); }
+const char* to_string(Offload v) { return name_in(kOffloads, v); }
+
+std::span<const TechniqueInfo> techniques() { return kTechniques; }
+const char* to_string(Technique t) { return info(t).name; }
+Knob knob_of(Technique t) { return info(t).knob; }
+
+std::optional<Technique> technique_from_name(std::string_view name) {
+  for (const TechniqueInfo& t : kTechniques) {
+    if (name == t.name) return t.id;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> technique_names() {
+  std::vector<std::string> out;
+  for (const TechniqueInfo& t : kTechniques) out.emplace_back(t.name);
+  return out;
+}
+
+const char* knob_path(Knob k) {
+  switch (k) {
+    case Knob::kPrecision: return "strategy.precision";
+    case Knob::kCheckpointing: return "strategy.gradient_checkpointing";
+    case Knob::kMicroBatch: return "training.micro_batch_size";
+    case Knob::kAdapter: return "strategy.adapter";
+    case Knob::kOptimizer: return "strategy.optimizer";
+    case Knob::kZeroStage: return "strategy.zero_stage";
+    case Knob::kOffload: return "strategy.offload";
+  }
+  return "strategy";
+}
+
+std::vector<Technique> techniques_used(const KnobValues& v) {
+  std::vector<Technique> out;
+  // A precision's technique has the precision's name.
+  if (v.precision) out.push_back(*technique_from_name(to_string(*v.precision)));
+  if (v.checkpoint_every > 0) out.push_back(Technique::kGradientCheckpointing);
+  if (v.grad_accumulation > 1) out.push_back(Technique::kGradientAccumulation);
+  if (v.adapter && *v.adapter != Adapter::kNone) {
+    out.push_back(*v.adapter == Adapter::kLora ? Technique::kLora : Technique::kQlora);
+    out.push_back(Technique::kAdapters);
+  }
+  if (v.optimizer == Optimizer::kAdamw8bit) out.push_back(Technique::kAdamw8bit);
+  if (v.optimizer == Optimizer::kSgd) out.push_back(Technique::kSgd);
+  constexpr Technique kZero[] = {Technique::kZero1, Technique::kZero2, Technique::kZero3};
+  if (v.zero_stage >= 1 && v.zero_stage <= 3) out.push_back(kZero[v.zero_stage - 1]);
+  if (v.offload && *v.offload != Offload::kNone) out.push_back(Technique::kOffloadOptimizer);
+  if (v.offload == Offload::kOptimizerAndParams) out.push_back(Technique::kOffloadParams);
+  return out;
+}
+
+bool contains(const std::vector<Technique>& list, Technique t) {
+  return std::find(list.begin(), list.end(), t) != list.end();
+}
+
+}  // namespace tailor::dsl

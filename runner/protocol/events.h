@@ -1,0 +1,37 @@
+// The runner's events.jsonl: one JSON object per line with "event" (one of
+// the kinds below) and "time". The run's last line is a terminal event
+// (done, error, oom, cancelled) that carries the run's "exit_code"
+// (exit_code.h), so a reader that could not wait for the process (tailord
+// restarted meanwhile) judges the run exactly as its exit status would.
+// Torch-free.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runner/protocol/exit_code.h"
+
+namespace tailor::runner::events {
+
+inline constexpr const char* kStart = "start";            // steps, first_step, device, strategy, pid
+inline constexpr const char* kResume = "resume";          // step, checkpoint
+inline constexpr const char* kCheckpoint = "checkpoint";  // step, dir
+inline constexpr const char* kCheckpointError = "checkpoint_error";  // message; training goes on
+inline constexpr const char* kLossScale = "loss_scale";   // step, scale (an fp16 step skipped)
+inline constexpr const char* kAdapter = "adapter";        // dir
+// Terminal events, each with "exit_code".
+inline constexpr const char* kDone = "done";
+inline constexpr const char* kError = "error";            // message
+inline constexpr const char* kOom = "oom";                // step, requested/in_use/budget bytes, memory
+inline constexpr const char* kCancelled = "cancelled";    // step
+
+inline constexpr const char* kExitCodeKey = "exit_code";
+
+// How the run in these events.jsonl lines ended: the last terminal event's
+// exit code (runners before the code was written: done 0, oom 3,
+// cancelled 4, error 1). nullopt when the run started (or resumed) after
+// its last terminal event, or never wrote one: it was killed.
+std::optional<RunnerExit> exit_from_events(const std::vector<std::string>& lines);
+
+}  // namespace tailor::runner::events

@@ -1,0 +1,104 @@
+#include "runner/protocol/plan_reader.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "dsl/spec_loader.h"
+#include "dsl/technique.h"
+#include "strategies/plan_document.h"
+
+namespace tailor::runner {
+namespace {
+
+using nlohmann::json;
+
+Result<json> parse_document(const std::string& text, const std::string& name) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::invalid_argument(name + ": not a JSON plan document");
+  if (j.value("schema_version", 0) != strategies::kPlanSchemaVersion) {
+    return Status::invalid_argument(name + ": schema_version must be " + std::to_string(strategies::kPlanSchemaVersion));
+  }
+  if (!j.contains("strategy") || !j["strategy"].is_object()) {
+    return Status::invalid_argument(name + ": missing \"strategy\" (was the plan made without errors?)");
+  }
+  return j;
+}
+
+// A name of `s[key]` looked up by `from_name`, or an error naming the key.
+template <class From>
+auto named(const json& s, const char* key, const std::string& name, From from_name)
+    -> Result<typename decltype(from_name(std::string_view()))::value_type> {
+  const std::string text = s.at(key).get<std::string>();
+  auto v = from_name(text);
+  if (!v) return Status::invalid_argument(name + ": strategy." + key + " \"" + text + "\" is not known");
+  return *v;
+}
+
+Result<strategies::Strategy> read_strategy(const json& s, const std::string& name) {
+  strategies::Strategy st;
+  try {
+    TAILOR_ASSIGN_OR_RETURN(st.precision, named(s, "precision", name, dsl::enum_from_name<dsl::Precision>));
+    TAILOR_ASSIGN_OR_RETURN(st.adapter, named(s, "adapter", name, dsl::enum_from_name<dsl::Adapter>));
+    TAILOR_ASSIGN_OR_RETURN(st.optimizer, named(s, "optimizer", name, dsl::enum_from_name<dsl::Optimizer>));
+    TAILOR_ASSIGN_OR_RETURN(st.offload, named(s, "offload", name, dsl::enum_from_name<dsl::Offload>));
+    TAILOR_ASSIGN_OR_RETURN(st.quantization, named(s, "quantization", name, strategies::quantization_from_name));
+    st.checkpoint_every = s.at("gradient_checkpointing").get<std::int64_t>();
+    st.micro_batch_size = s.at("micro_batch_size").get<std::int64_t>();
+    st.grad_accumulation = s.at("gradient_accumulation_steps").get<std::int64_t>();
+    st.lora_rank = s.at("lora_rank").get<std::int64_t>();
+    st.zero_stage = s.at("zero_stage").get<std::int64_t>();
+    st.num_gpus = s.at("num_gpus").get<std::int64_t>();
+    // Plans from before the attention was planned (tailord may hold them)
+    // assumed the fused form everywhere but CPU half precision; fused is the
+    // lean choice for them.
+    if (s.contains("attention")) {
+      TAILOR_ASSIGN_OR_RETURN(st.attention, named(s, "attention", name, strategies::attention_from_name));
+    }
+  } catch (const json::exception& e) {
+    return Status::invalid_argument(name + ": malformed strategy: " + e.what());
+  }
+  if (st.micro_batch_size < 1 || st.grad_accumulation < 1 || st.checkpoint_every < 0) {
+    return Status::invalid_argument(name + ": strategy has a non-positive micro-batch or accumulation");
+  }
+  return st;
+}
+
+}  // namespace
+
+Result<strategies::Strategy> parse_plan_strategy(const std::string& text, const std::string& name) {
+  TAILOR_ASSIGN_OR_RETURN(json j, parse_document(text, name));
+  return read_strategy(j["strategy"], name);
+}
+
+Result<RunConfig> parse_plan(const std::string& text, const std::string& name) {
+  TAILOR_ASSIGN_OR_RETURN(json j, parse_document(text, name));
+  if (!j.contains("spec")) return Status::invalid_argument(name + ": missing \"spec\" (was the plan made without errors?)");
+  RunConfig cfg;
+  cfg.plan_path = name;
+  // The embedded spec is JSON, which is YAML: the loader validates it again.
+  dsl::LoadOptions opts;
+  const auto loaded = dsl::load_job_spec_text(j["spec"].dump(), name + " (spec)", "/", opts);
+  if (!loaded.ok()) return Status::invalid_argument(loaded.diagnostics.to_string());
+  cfg.spec = *loaded.spec;
+  TAILOR_ASSIGN_OR_RETURN(cfg.strategy, read_strategy(j["strategy"], name));
+  try {
+    cfg.budget_bytes = j.at("memory").at("budget_per_gpu").get<std::int64_t>();
+    cfg.on_cpu = j.at("hardware").at("num_gpus").get<int>() == 0;
+    cfg.device_memory_bytes = j.at("hardware").value("memory_per_device", std::int64_t{0});
+  } catch (const json::exception& e) {
+    return Status::invalid_argument(name + ": malformed plan: " + e.what());
+  }
+  return cfg;
+}
+
+Result<RunConfig> read_plan_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found("cannot open plan " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_plan(ss.str(), path);
+}
+
+}  // namespace tailor::runner

@@ -1,0 +1,126 @@
+// The runner protocol both sides link: the plan reader, the exit an events
+// file records, and what the runner can execute.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runner/protocol/capabilities.h"
+#include "runner/protocol/events.h"
+#include "runner/protocol/exit_code.h"
+#include "runner/protocol/plan_reader.h"
+
+namespace tailor::runner {
+namespace {
+
+using nlohmann::json;
+
+json strategy_json() {
+  return {{"precision", "bf16"},       {"adapter", "qlora"},   {"optimizer", "adamw_8bit"},
+          {"offload", "none"},         {"quantization", "nf4-double-quant"},
+          {"gradient_checkpointing", 1}, {"micro_batch_size", 2}, {"gradient_accumulation_steps", 8},
+          {"lora_rank", 16},           {"zero_stage", 0},      {"num_gpus", 1}, {"attention", "fused"}};
+}
+
+std::string plan_text(const json& strategy) { return json{{"schema_version", 1}, {"strategy", strategy}}.dump(); }
+
+TEST(PlanReaderTest, StrategyReadsEveryKnobByItsName) {
+  auto s = parse_plan_strategy(plan_text(strategy_json()), "plan.json");
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ(s->precision, dsl::Precision::kBf16);
+  EXPECT_EQ(s->adapter, dsl::Adapter::kQlora);
+  EXPECT_EQ(s->optimizer, dsl::Optimizer::kAdamw8bit);
+  EXPECT_EQ(s->quantization, strategies::Quantization::kNf4Double);
+  EXPECT_EQ(s->grad_accumulation, 8);
+  EXPECT_EQ(s->attention, strategies::Attention::kMemoryEfficient);
+}
+
+// int8 and single NF4 were both read as NF4 double-quant before.
+TEST(PlanReaderTest, QuantisationIsReadAsWrittenNotRounded) {
+  for (auto q : {strategies::Quantization::kNone, strategies::Quantization::kInt8, strategies::Quantization::kNf4,
+                 strategies::Quantization::kNf4Double}) {
+    json st = strategy_json();
+    st["quantization"] = strategies::to_string(q);
+    auto s = parse_plan_strategy(plan_text(st), "plan.json");
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    EXPECT_EQ(s->quantization, q) << strategies::to_string(q);
+  }
+}
+
+TEST(PlanReaderTest, UnknownNamesAndMissingKeysAreErrorsNamingTheKey) {
+  json st = strategy_json();
+  st["optimizer"] = "lion";
+  auto bad = parse_plan_strategy(plan_text(st), "plan.json");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("strategy.optimizer \"lion\""), std::string::npos) << bad.status().message();
+  st = strategy_json();
+  st.erase("micro_batch_size");
+  EXPECT_FALSE(parse_plan_strategy(plan_text(st), "plan.json").is_ok());
+  EXPECT_FALSE(parse_plan_strategy(R"({"schema_version": 2})", "plan.json").is_ok());
+  // Plans written before the attention was planned read as fused.
+  st = strategy_json();
+  st.erase("attention");
+  auto old = parse_plan_strategy(plan_text(st), "plan.json");
+  ASSERT_TRUE(old.is_ok());
+  EXPECT_EQ(old->attention, strategies::Attention::kMemoryEfficient);
+}
+
+TEST(EventsTest, TheTerminalEventsExitCodeIsTheRunsExit) {
+  using events::exit_from_events;
+  // A runner that refused its input says so: bad input, not a crash to retry.
+  EXPECT_EQ(exit_from_events({R"({"event":"start"})", R"({"event":"error","message":"x","exit_code":2})"}),
+            RunnerExit::kBadInput);
+  EXPECT_EQ(exit_from_events({R"({"event":"start"})", R"({"event":"error","message":"x","exit_code":1})"}),
+            RunnerExit::kFailure);
+  EXPECT_EQ(exit_from_events({R"({"event":"start"})", R"({"event":"oom","exit_code":3})"}), RunnerExit::kOutOfMemory);
+  // Runners before the code was written: implied by the kind.
+  EXPECT_EQ(exit_from_events({R"({"event":"start"})", R"({"event":"done"})"}), RunnerExit::kOk);
+  EXPECT_EQ(exit_from_events({R"({"event":"start"})", R"({"event":"oom"})"}), RunnerExit::kOutOfMemory);
+  EXPECT_EQ(exit_from_events({R"({"event":"cancelled"})"}), RunnerExit::kCancelled);
+  // Killed: no terminal event after the last start or resume.
+  EXPECT_EQ(exit_from_events({R"({"event":"start"})", R"({"event":"checkpoint"})"}), std::nullopt);
+  EXPECT_EQ(exit_from_events({R"({"event":"done","exit_code":0})", R"({"event":"resume"})"}), std::nullopt);
+  EXPECT_EQ(exit_from_events({R"({"event":"start"})", R"({"event":"checkpoint_error","message":"disk"})"}),
+            std::nullopt);
+  EXPECT_EQ(exit_from_events({}), std::nullopt);
+}
+
+TEST(ExitCodeTest, OnlyTheRunnersStatusesAreExits) {
+  for (int c = 0; c <= 4; ++c) EXPECT_EQ(exit_status(*runner_exit_from_status(c)), c);
+  EXPECT_EQ(runner_exit_from_status(127), std::nullopt);
+  EXPECT_EQ(runner_exit_from_status(-1), std::nullopt);
+}
+
+TEST(CapabilitiesTest, ZeroOffloadRanksAndOtherQuantisationsAreRefusedByName) {
+  strategies::Strategy s;
+  EXPECT_TRUE(check_executable(s).is_ok());
+  s.zero_stage = 2;
+  EXPECT_NE(check_executable(s).message().find("zero2"), std::string::npos);
+  s = {};
+  s.offload = dsl::Offload::kOptimizer;
+  EXPECT_NE(check_executable(s).message().find("offload_optimizer"), std::string::npos);
+  s = {};
+  s.num_gpus = 2;
+  EXPECT_FALSE(check_executable(s).is_ok());
+  s = {};
+  s.adapter = dsl::Adapter::kQlora;
+  s.quantization = strategies::Quantization::kNf4Double;
+  EXPECT_TRUE(check_executable(s).is_ok());
+  s.quantization = strategies::Quantization::kInt8;
+  EXPECT_NE(check_executable(s).message().find("int8"), std::string::npos);
+}
+
+TEST(CapabilitiesTest, PlanningForbidsWhatTheRunnerLacksAndPinsOfItAreErrors) {
+  dsl::JobSpec spec;
+  spec.strategy.forbid = {dsl::Technique::kZero1};
+  forbid_unexecutable(spec);
+  for (dsl::Technique t : techniques_not_in_runner()) EXPECT_TRUE(dsl::contains(spec.strategy.forbid, t));
+  EXPECT_EQ(spec.strategy.forbid.size(), techniques_not_in_runner().size());  // no duplicate
+  EXPECT_TRUE(check_pins_executable(spec).is_ok());
+  spec.strategy.zero_stage = 3;
+  const Status s = check_pins_executable(spec);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("strategy.zero_stage pins zero3"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace tailor::runner
