@@ -164,12 +164,14 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   const double sbh = s * b * h, sbi = s * b * i, scores = heads * s * s * b;
   const bool standard = attention == Attention::kStandard;
   std::vector<ActivationTerm> t;
-  auto add = [&](const char* name, double bytes) { t.push_back({name, bytes}); };
+  auto add = [&](const char* name, double bytes, std::vector<std::string> weight_grad_of = {}) {
+    t.push_back({name, bytes, std::move(weight_grad_of)});
+  };
 
   if (a.family == ModelFamily::kGpt2) {
     // Korthikanti section 4.1, generalised from 4h to the MLP width i.
     add("ln_1 input", e * sbh);
-    add("c_attn input (ln_1 output)", e * sbh);
+    add("c_attn input (ln_1 output)", e * sbh, {"c_attn"});
     add("Q and K", 2 * e * sbh);
     add("V", e * sbh);
     if (standard) {
@@ -181,19 +183,19 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
     } else {
       add("softmax statistics (fp32 logsumexp)", 4 * heads * s * b);
     }
-    add("attention c_proj input", e * sbh);
+    add("attention c_proj input", e * sbh, {"c_proj"});
     if (dropout) add("attention output dropout mask", sbh);
     add("ln_2 input", e * sbh);
-    add("c_fc input (ln_2 output)", e * sbh);
+    add("c_fc input (ln_2 output)", e * sbh, {"c_fc"});
     add("GELU input (c_fc output)", e * sbi);
-    add("GELU output (mlp c_proj input)", e * sbi);
+    add("GELU output (mlp c_proj input)", e * sbi, {"c_proj"});
     if (dropout) add("MLP output dropout mask", sbh);
     return t;
   }
   // Llama family: RMSNorm, RoPE, grouped-query attention, SwiGLU; no dropout.
   add("input_layernorm input", e * sbh);
   add("RMSNorm statistics (fp32, both norms)", 2 * 4 * s * b);
-  add("q/k/v_proj input (norm output)", e * sbh);
+  add("q/k/v_proj input (norm output)", e * sbh, {"q_proj", "k_proj", "v_proj"});
   if (fused) {
     // Fused RoPE writes one rotated copy of the qkv output; the attention
     // matmuls keep q, k and v as views of it.
@@ -214,13 +216,16 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
     if (!fused) add("K and V (kv_heads)", 2 * e * s * b * kv);  // fused: views of the rotated copy
     add("softmax statistics (fp32 logsumexp)", 4 * heads * s * b);
   }
-  add("o_proj input", e * sbh);
+  // Memory-efficient attention keeps its own output (the o_proj input) for
+  // backward: FlashAttention's backward pass reads O (Dao et al. 2022,
+  // algorithm 4).
+  add("o_proj input", e * sbh, standard ? std::vector<std::string>{"o_proj"} : std::vector<std::string>{});
   add("post_attention_layernorm input", e * sbh);
-  add("gate/up_proj input (norm output)", e * sbh);
+  add("gate/up_proj input (norm output)", e * sbh, {"gate_proj", "up_proj"});
   add("gate_proj output (SiLU input)", e * sbi);
   if (!fused) add("SiLU output", e * sbi);  // fused SwiGLU recomputes it in backward
   add("up_proj output", e * sbi);
-  add("down_proj input", e * sbi);
+  add("down_proj input", e * sbi, {"down_proj"});
   return t;
 }
 
@@ -315,7 +320,9 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // Activations: a full layer, or only its input when checkpointed; during
   // backward one checkpointed layer at a time is recomputed in full.
   double full_layer = 0, largest_term = 0;
-  for (const ActivationTerm& term : layer_activation_terms(a, in.batch, st.attention, in.dropout, e, in.fused_kernels)) {
+  const std::vector<ActivationTerm> terms =
+      layer_activation_terms(a, in.batch, st.attention, in.dropout, e, in.fused_kernels);
+  for (const ActivationTerm& term : terms) {
     full_layer += term.bytes;
     largest_term = std::max(largest_term, term.bytes);
   }
@@ -333,28 +340,17 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     // tailor-runner (tests/runner/adapter_memory_test.cpp): without this the
     // estimate of LoRA runs without checkpointing was 10-20% high. An adapter
     // reads that same input only without dropout.
-    const double sbh = s * b * static_cast<double>(a.hidden), sbi = s * b * static_cast<double>(a.intermediate);
     const bool quantized = st.quantization != Quantization::kNone;
-    auto input_kept = [&](std::initializer_list<const char*> names) {
+    auto input_kept = [&](const std::vector<std::string>& linears) {
       if (quantized && in.quantized_linear_keeps_input) return true;
       if (in.lora_dropout > 0) return false;
-      for (const char* name : names) {
-        if (targeted(Linear{name, 0, 0}, in.lora_targets)) return true;
+      for (const std::string& name : linears) {
+        if (targeted(Linear{name.c_str(), 0, 0}, in.lora_targets)) return true;
       }
       return false;
     };
-    if (a.family == ModelFamily::kGpt2) {
-      if (!input_kept({"c_attn"})) full_layer -= e * sbh;
-      if (!input_kept({"c_proj"})) full_layer -= e * sbh + e * sbi;  // attention c_proj input, GELU output
-      if (!input_kept({"c_fc"})) full_layer -= e * sbh;
-    } else {
-      if (!input_kept({"q_proj", "k_proj", "v_proj"})) full_layer -= e * sbh;
-      // Memory-efficient attention keeps its own output (the o_proj input)
-      // for backward: FlashAttention's backward pass reads O (Dao et al.
-      // 2022, algorithm 4).
-      if (!input_kept({"o_proj"}) && st.attention == Attention::kStandard) full_layer -= e * sbh;
-      if (!input_kept({"gate_proj", "up_proj"})) full_layer -= e * sbh;
-      if (!input_kept({"down_proj"})) full_layer -= e * sbi;
+    for (const ActivationTerm& term : terms) {
+      if (!term.weight_grad_of.empty() && !input_kept(term.weight_grad_of)) full_layer -= term.bytes;
     }
     // LoRA: with dropout, each adapted linear keeps its own dropped-out input
     // copy and mask; every adapter keeps its A output (s*b*r).

@@ -111,6 +111,10 @@ double korthikanti_layer_bytes(std::int64_t s, std::int64_t b, std::int64_t h, s
 struct ActivationTerm {
   std::string tensor;  // "attention scores (softmax output)"
   double bytes = 0;
+  // The linears (Hugging Face names) whose weight gradient is the only use
+  // of this tensor in backward: when all of them are frozen (and not
+  // adapted), LibTorch does not keep it. Empty: kept regardless.
+  std::vector<std::string> weight_grad_of;
 };
 std::vector<ActivationTerm> layer_activation_terms(const dsl::ModelArch& arch, BatchShape batch, Attention attention,
                                                    bool dropout, double bytes_per_element, bool fused = false);

@@ -99,6 +99,25 @@ TEST(MemoryModelTest, GroupedQueryAttentionStoresSmallerKeysAndValues) {
   EXPECT_DOUBLE_EQ(layer(mha) - layer(gqa), 4 * sbh * 0.75);
 }
 
+// The tensors only a frozen linear's weight gradient would read name that
+// linear; the adapter branch drops them by asking the terms.
+TEST(MemoryModelTest, TermsNameTheLinearsWhoseWeightGradientKeepsThem) {
+  auto tagged = [](const dsl::ModelArch& a, Attention at) {
+    std::vector<std::string> out;
+    for (const ActivationTerm& t : layer_activation_terms(a, {1, 128}, at, false, 2.0)) {
+      for (const std::string& l : t.weight_grad_of) out.push_back(l);
+    }
+    return out;
+  };
+  const std::vector<std::string> llama = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"};
+  EXPECT_EQ(tagged(arch("llama-2-7b"), Attention::kMemoryEfficient), llama);  // fused attention keeps o_proj's input
+  std::vector<std::string> standard = llama;
+  standard.insert(standard.begin() + 3, "o_proj");
+  EXPECT_EQ(tagged(arch("llama-2-7b"), Attention::kStandard), standard);
+  EXPECT_EQ(tagged(arch("gpt2"), Attention::kStandard),
+            (std::vector<std::string>{"c_attn", "c_proj", "c_fc", "c_proj"}));
+}
+
 TEST(MemoryModelTest, CheckpointingKeepsInputsPlusOneRecomputedLayer) {
   const dsl::ModelArch& a = arch("llama-2-7b");
   Strategy off;
