@@ -145,6 +145,13 @@ Status as_bad_input(const Status& s) {
   return Status::invalid_argument(s.message());
 }
 
+// An error writing the results after training is a failure (a full disk may
+// be freed; the run resumes from its last checkpoint), never bad input.
+Status as_failure(const Status& s) {
+  if (s.is_ok() || exit_for(s) == RunnerExit::kFailure) return s;
+  return Status::io_error(s.message());
+}
+
 // A run in phases: open_outputs, prepare (device, data, model, adapters,
 // optimizer), resume, probe, train (train_step and checkpoints), finish;
 // conclude writes the terminal event with the exit code. Each phase
@@ -588,8 +595,8 @@ Status Run::finish() {
   if (has_lora(*model_)) {
     const std::string base = spec_.model.path.empty() ? spec_.model.preset : spec_.model.path;
     const std::string dir = (fs::path(o_.out_dir) / "adapter").string();
-    TAILOR_RETURN_IF_ERROR(save_peft_adapter(*model_, dir, base));
-    TAILOR_RETURN_IF_ERROR(merge_lora(*model_, param_dtype(st_.precision)));
+    TAILOR_RETURN_IF_ERROR(as_failure(save_peft_adapter(*model_, dir, base)));
+    TAILOR_RETURN_IF_ERROR(as_failure(merge_lora(*model_, param_dtype(st_.precision))));
     event(events::kAdapter, [&](JsonWriter& w) { w.field("dir", dir); });
   }
   try {
@@ -603,7 +610,7 @@ Status Run::finish() {
   }
   // The final model as a Hugging Face folder (config.json + safetensors),
   // which transformers and model.path load; replaced as a whole.
-  return save_hf_model(model_, (fs::path(o_.out_dir) / "model").string(), kDefaultMaxShardBytes);
+  return as_failure(save_hf_model(model_, (fs::path(o_.out_dir) / "model").string(), kDefaultMaxShardBytes));
 }
 
 RunnerExit Run::conclude(const Status& s) {
