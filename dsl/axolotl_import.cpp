@@ -16,6 +16,7 @@
 
 #include "core/text.h"
 #include "dsl/catalog.h"
+#include "dsl/model_family.h"
 #include "dsl/spec_loader.h"
 #include "dsl/yaml_tree.h"
 
@@ -191,16 +192,6 @@ std::string preset_for_hub_id(std::string_view id) {
   // Every TinyLlama 1.1B checkpoint and chat release keeps the architecture.
   if (org == "tinyllama" && starts_with(repo, "tinyllama-1.1b")) return "tinyllama-1.1b";
   return {};
-}
-
-const std::vector<std::string>& llama_linear_layers() {
-  static const std::vector<std::string> k = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                             "gate_proj", "up_proj", "down_proj"};
-  return k;
-}
-const std::vector<std::string>& gpt2_linear_layers() {
-  static const std::vector<std::string> k = {"c_attn", "c_proj", "c_fc"};
-  return k;
 }
 
 bool contains(const std::vector<std::string>& v, std::string_view s) {
@@ -871,13 +862,18 @@ class Importer {
       warn_bad(e, "a list of layer names");
       return;
     }
-    std::vector<std::string> valid = llama_linear_layers();
-    std::string family = "llama-family or gpt2";
+    // The preset's family's linears, or any family's without a preset.
+    std::vector<std::string> valid;
+    std::string family = "supported";
     if (preset_ != nullptr) {
       family = to_string(preset_->arch.family);
-      if (preset_->arch.family == ModelFamily::kGpt2) valid = gpt2_linear_layers();
+      valid = lora_target_names(preset_->arch.family);
     } else {
-      for (const std::string& l : gpt2_linear_layers()) valid.push_back(l);
+      for (const ModelFamilyInfo& f : model_families()) {
+        for (const std::string& l : lora_target_names(f.id)) {
+          if (!contains(valid, l)) valid.push_back(l);
+        }
+      }
     }
     bool dropped = false;
     for (std::size_t i = 0; i < items.size(); ++i) {

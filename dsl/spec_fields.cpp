@@ -2,18 +2,21 @@
 
 #include "core/text.h"
 #include "dsl/field_table.h"
+#include "dsl/model_family.h"
 
 namespace tailor::dsl {
 
 namespace fields {
 
+// The families' names live in model_family.h.
 template <>
 struct EnumNames<ModelFamily> {
   static const std::vector<std::pair<ModelFamily, const char*>>& names() {
-    static const std::vector<std::pair<ModelFamily, const char*>> k = {{ModelFamily::kLlama, "llama"},
-                                                                       {ModelFamily::kGpt2, "gpt2"},
-                                                                       {ModelFamily::kMistral, "mistral"},
-                                                                       {ModelFamily::kQwen2, "qwen2"}};
+    static const std::vector<std::pair<ModelFamily, const char*>> k = [] {
+      std::vector<std::pair<ModelFamily, const char*>> v;
+      for (const ModelFamilyInfo& f : model_families()) v.emplace_back(f.id, f.name);
+      return v;
+    }();
     return k;
   }
 };
@@ -83,9 +86,29 @@ struct Codec<Technique> {
 
 namespace {
 
+// "llama, mistral, qwen2: q_proj, ...; gpt2: c_attn, c_proj, c_fc": the
+// families grouped by their LoRA targets (model_family.h).
+std::string lora_targets_doc() {
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // (families, targets)
+  for (const ModelFamilyInfo& f : model_families()) {
+    const std::vector<std::string> targets = lora_target_names(f.id);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.second == targets; });
+    if (it == groups.end()) {
+      groups.emplace_back(f.name, targets);
+    } else {
+      it->first += std::string(", ") + f.name;
+    }
+  }
+  std::string out;
+  for (const auto& [families, targets] : groups) {
+    out += (out.empty() ? "" : "; ") + families + ": " + join(targets, ", ");
+  }
+  return out;
+}
+
 const std::vector<Field<ModelArch>>& arch_fields() {
   static const std::vector<Field<ModelArch>> k = {
-      field("family", "Architecture family: llama, gpt2, mistral or qwen2.", &ModelArch::family, {}, true),
+      field("family", "Architecture family: " + family_names_text() + ".", &ModelArch::family, {}, true),
       field("layers", "Number of transformer blocks.", &ModelArch::layers, int_at_least(1), true),
       field("hidden", "Model width (hidden size).", &ModelArch::hidden, int_at_least(1), true),
       field("intermediate", "MLP width; default 4 x hidden for gpt2.", &ModelArch::intermediate, int_at_least(1)),
@@ -175,8 +198,8 @@ const std::vector<Field<LoraSpec>>& lora_fields() {
             number_above(0)),
       field("dropout", "Dropout on the adapter input, in [0, 1). Default 0.05.", &LoraSpec::dropout,
             number_in_range(0, 1, false)),
-      field("targets", "Target linear layers (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; "
-                       "gpt2: c_attn, c_proj, c_fc). Default: all of them.",
+      field("targets", "Target linear layers by their Hugging Face names (" + lora_targets_doc() +
+                           "). Default: all of them.",
             &LoraSpec::targets),
   };
   return k;
@@ -385,7 +408,8 @@ std::int64_t ModelArch::parameter_count() const {
   const std::int64_t h = hidden, kv_dim = kv_heads * head_dim();
   std::int64_t per_layer = 0;
   std::int64_t total = vocab * h;  // token embedding
-  if (family == ModelFamily::kGpt2) {
+  const ModelFamilyInfo& f = family_info(family);
+  if (f.block == BlockKind::kGpt2) {
     // ln_1, c_attn (+bias), attn c_proj (+bias), ln_2, c_fc (+bias), mlp c_proj (+bias)
     per_layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * intermediate + intermediate) +
                 (intermediate * h + h);
@@ -394,8 +418,8 @@ std::int64_t ModelArch::parameter_count() const {
   } else {
     // q, k, v, o projections; gate, up, down; two RMSNorms.
     per_layer = h * h + 2 * h * kv_dim + h * h + 3 * h * intermediate + 2 * h;
-    if (family == ModelFamily::kQwen2) per_layer += h + 2 * kv_dim;  // q/k/v biases
-    total += h;                                                     // final norm
+    if (f.qkv_bias) per_layer += h + 2 * kv_dim;  // q/k/v biases
+    total += h;                                  // final norm
   }
   total += layers * per_layer;
   if (!tie_embeddings) total += vocab * h;  // lm_head
@@ -420,16 +444,6 @@ void read_model_arch(const Node& n, ModelArch& arch, const std::string& path, Di
 }
 
 Node write_model_arch(const ModelArch& arch) { return write_map(arch, arch_fields()); }
-
-bool parse_model_family(std::string_view name, ModelFamily& out) {
-  for (const auto& [v, n] : EnumNames<ModelFamily>::names()) {
-    if (name == n) {
-      out = v;
-      return true;
-    }
-  }
-  return false;
-}
 
 const char* to_string(ModelFamily v) { return name_of(v); }
 const char* to_string(DataFormat v) { return name_of(v); }

@@ -26,7 +26,5 @@ std::string job_spec_json_schema();
 void read_model_arch(const Node& n, ModelArch& arch, const std::string& path, Diagnostics& d);
 Node write_model_arch(const ModelArch& arch);
 
-// Parses a family name ("llama", ...); false when unknown.
-bool parse_model_family(std::string_view name, ModelFamily& out);
 
 }  // namespace tailor::dsl

@@ -1,5 +1,7 @@
 #include "dsl/spec_loader.h"
 
+#include "dsl/model_family.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -126,59 +128,10 @@ bool read_hf_config(const std::string& folder, ModelArch& arch, const SourceLoca
   }
   std::ostringstream ss;
   ss << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    d.error(at, "model.path", quote(file, kWhole) + " is not a valid JSON object");
-    return false;
-  }
-  auto get_int = [&](const char* key, std::int64_t fallback) -> std::int64_t {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return fallback;
-    if (!it->is_number_integer()) {
-      d.error(at, "model.path", quote(file, kWhole) + ": " + key + " is not an integer");
-      return fallback;
-    }
-    return it->get<std::int64_t>();
-  };
-  auto get_num = [&](const char* key, double fallback) -> double {
-    auto it = j.find(key);
-    return (it != j.end() && it->is_number()) ? it->get<double>() : fallback;
-  };
-  auto get_bool = [&](const char* key, bool fallback) -> bool {
-    auto it = j.find(key);
-    return (it != j.end() && it->is_boolean()) ? it->get<bool>() : fallback;
-  };
-  const std::string type = j.value("model_type", std::string());
-  const std::size_t errors_before = d.error_count();
-  if (type == "gpt2") {
-    arch.family = ModelFamily::kGpt2;
-    arch.layers = get_int("n_layer", 0);
-    arch.hidden = get_int("n_embd", 0);
-    arch.intermediate = get_int("n_inner", 4 * arch.hidden);
-    arch.heads = get_int("n_head", 0);
-    arch.kv_heads = arch.heads;
-    arch.vocab = get_int("vocab_size", 0);
-    arch.max_seq_len = get_int("n_positions", 1024);
-    arch.tie_embeddings = get_bool("tie_word_embeddings", true);
-    arch.norm_eps = get_num("layer_norm_epsilon", 1e-5);
-  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
-    parse_model_family(type, arch.family);
-    arch.layers = get_int("num_hidden_layers", 0);
-    arch.hidden = get_int("hidden_size", 0);
-    arch.intermediate = get_int("intermediate_size", 0);
-    arch.heads = get_int("num_attention_heads", 0);
-    arch.kv_heads = get_int("num_key_value_heads", arch.heads);
-    arch.vocab = get_int("vocab_size", 0);
-    arch.max_seq_len = get_int("max_position_embeddings", 2048);
-    arch.tie_embeddings = get_bool("tie_word_embeddings", false);
-    arch.rope_theta = get_num("rope_theta", 10000.0);
-    arch.norm_eps = get_num("rms_norm_eps", 1e-6);
-  } else {
-    d.error(at, "model.path",
-            quote(file, kWhole) + ": model_type " + quote(type) + " is not supported; expected llama, mistral, qwen2 or gpt2");
-    return false;
-  }
-  return d.error_count() == errors_before;
+  std::vector<std::string> errors;
+  const bool ok = arch_from_hf_config(ss.str(), file, arch, errors);
+  for (const std::string& e : errors) d.error(at, "model.path", e);
+  return ok;
 }
 
 // ---- cross-field rules -------------------------------------------------------
@@ -200,11 +153,13 @@ std::string default_job_name(const std::string& source) {
 
 void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnostics& d) {
   if (a.kv_heads == 0) a.kv_heads = a.heads;
+  const ModelFamilyInfo& family = family_info(a.family);
   if (a.intermediate == 0) {
-    if (a.family == ModelFamily::kGpt2) {
-      a.intermediate = 4 * a.hidden;
+    if (family.default_intermediate_per_hidden > 0) {
+      a.intermediate = family.default_intermediate_per_hidden * a.hidden;
     } else {
-      d.error(loc_at(root, path), path + ".intermediate", "missing required key (only gpt2 has a default)");
+      d.error(loc_at(root, path), path + ".intermediate",
+              std::string("missing required key (") + family.name + " has no default)");
     }
   }
   if (a.heads > 0 && a.hidden % a.heads != 0) {
@@ -216,8 +171,9 @@ void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnos
             "heads (" + std::to_string(a.heads) + ") must be divisible by kv_heads (" + std::to_string(a.kv_heads) +
                 ")");
   }
-  if (a.family == ModelFamily::kGpt2 && a.kv_heads != a.heads) {
-    d.error(loc_at(root, path + ".kv_heads"), path + ".kv_heads", "gpt2 has no grouped-query attention");
+  if (family.key_kv_heads == nullptr && a.kv_heads != a.heads) {
+    d.error(loc_at(root, path + ".kv_heads"), path + ".kv_heads",
+            std::string(family.name) + " has no grouped-query attention");
   }
 }
 
@@ -342,10 +298,7 @@ void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalo
   }
   // LoRA targets must name linear layers of this architecture.
   if (!s.lora.targets.empty() && spec.model.arch.layers > 0) {
-    static const std::vector<std::string> kLlama = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                    "gate_proj", "up_proj", "down_proj"};
-    static const std::vector<std::string> kGpt2 = {"c_attn", "c_proj", "c_fc"};
-    const auto& valid = spec.model.arch.family == ModelFamily::kGpt2 ? kGpt2 : kLlama;
+    const std::vector<std::string> valid = lora_target_names(spec.model.arch.family);
     const Node* targets = node_at(root, "strategy.lora.targets");
     for (std::size_t i = 0; i < s.lora.targets.size(); ++i) {
       const std::string& t = s.lora.targets[i];

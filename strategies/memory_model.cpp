@@ -13,6 +13,8 @@
 //  - LoRA parameters r * (in + out) per adapted matrix: Hu et al. (2021).
 #include "strategies/memory_model.h"
 
+#include "dsl/model_family.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -24,25 +26,13 @@ using dsl::ModelFamily;
 
 bool is_half(Precision p) { return p != Precision::kFp32; }
 
-struct Linear {
-  const char* name;
-  std::int64_t in;
-  std::int64_t out;
-};
+using dsl::LinearLayer;
 
-// The linear layers of one block, by their Hugging Face names.
-std::vector<Linear> block_linears(const ModelArch& a) {
-  const std::int64_t h = a.hidden, kv = a.kv_heads * a.head_dim(), i = a.intermediate;
-  if (a.family == ModelFamily::kGpt2) {
-    return {{"c_attn", h, 3 * h}, {"c_proj", h, h}, {"c_fc", h, i}, {"c_proj", i, h}};
-  }
-  return {{"q_proj", h, h},    {"k_proj", h, kv}, {"v_proj", h, kv}, {"o_proj", h, h},
-          {"gate_proj", h, i}, {"up_proj", h, i}, {"down_proj", i, h}};
+bool targeted(std::string_view target, const std::vector<std::string>& targets) {
+  return targets.empty() || std::find(targets.begin(), targets.end(), target) != targets.end();
 }
 
-bool targeted(const Linear& l, const std::vector<std::string>& targets) {
-  return targets.empty() || std::find(targets.begin(), targets.end(), l.name) != targets.end();
-}
+bool gpt2_block(const ModelArch& a) { return dsl::family_info(a.family).block == dsl::BlockKind::kGpt2; }
 
 // 8-bit optimizers keep ordinary states for tensors below this many
 // elements (bitsandbytes' min_8bit_size; tailor-runner's
@@ -63,22 +53,22 @@ ParameterCounts count_parameters(const ModelArch& a) {
   ParameterCounts c;
   c.total = a.parameter_count();
   std::int64_t linear = 0;
-  for (const Linear& l : block_linears(a)) {
-    linear += l.in * l.out;
-    c.largest_linear = std::max(c.largest_linear, l.in * l.out);
+  for (const LinearLayer& l : dsl::block_linears(a)) {
+    linear += l.in * l.rows;
+    c.largest_linear = std::max(c.largest_linear, l.in * l.rows);
   }
   c.block_linear = a.layers * linear;
   c.other = c.total - c.block_linear;
   const std::int64_t embeddings = a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) +
-                                  (a.family == ModelFamily::kGpt2 ? a.max_seq_len * a.hidden : 0);
+                                  (gpt2_block(a) ? a.max_seq_len * a.hidden : 0);
   c.per_layer = a.layers > 0 ? (c.total - embeddings) / a.layers : 0;
   return c;
 }
 
 std::int64_t lora_parameter_count(const ModelArch& a, std::int64_t rank, const std::vector<std::string>& targets) {
   std::int64_t per_layer = 0;
-  for (const Linear& l : block_linears(a)) {
-    if (targeted(l, targets)) per_layer += rank * (l.in + l.out);
+  for (const LinearLayer& l : dsl::block_linears(a)) {
+    if (targeted(l.target, targets)) per_layer += rank * (l.in + l.rows);
   }
   return a.layers * per_layer;
 }
@@ -168,7 +158,7 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
     t.push_back({name, bytes, std::move(weight_grad_of)});
   };
 
-  if (a.family == ModelFamily::kGpt2) {
+  if (gpt2_block(a)) {
     // Korthikanti section 4.1, generalised from 4h to the MLP width i.
     add("ln_1 input", e * sbh);
     add("c_attn input (ln_1 output)", e * sbh, {"c_attn"});
@@ -251,7 +241,7 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
       // 1-D tensors of about `hidden` elements: below the 8-bit threshold
       // here, so they keep 32-bit states.
       const std::int64_t embeddings = a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) +
-                                      (a.family == ModelFamily::kGpt2 ? a.max_seq_len * a.hidden : 0);
+                                      (gpt2_block(a) ? a.max_seq_len * a.hidden : 0);
       const double small = static_cast<double>(std::max<std::int64_t>(0, pc.other - embeddings));
       states += small * (optimizer_bytes_per_param(Optimizer::kAdamw, st.precision) -
                          optimizer_bytes_per_param(st.optimizer, st.precision));
@@ -273,10 +263,10 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     grads = static_cast<double>(lora) * adapter_dtype;
     // A (r, in) and B (out, r) of each adapted linear, tensor by tensor: the
     // 8-bit threshold decides small models' adapters.
-    for (const Linear& l : block_linears(a)) {
-      if (!targeted(l, in.lora_targets)) continue;
+    for (const LinearLayer& l : dsl::block_linears(a)) {
+      if (!targeted(l.target, in.lora_targets)) continue;
       states += static_cast<double>(a.layers) * (tensor_state_bytes(st.lora_rank * l.in, st.optimizer, st.precision) +
-                                                 tensor_state_bytes(l.out * st.lora_rank, st.optimizer, st.precision));
+                                                 tensor_state_bytes(l.rows * st.lora_rank, st.optimizer, st.precision));
     }
   }
   // ZeRO partitions across the N data-parallel ranks.
@@ -345,7 +335,7 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
       if (quantized && in.quantized_linear_keeps_input) return true;
       if (in.lora_dropout > 0) return false;
       for (const std::string& name : linears) {
-        if (targeted(Linear{name.c_str(), 0, 0}, in.lora_targets)) return true;
+        if (targeted(name, in.lora_targets)) return true;
       }
       return false;
     };
@@ -354,8 +344,8 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     }
     // LoRA: with dropout, each adapted linear keeps its own dropped-out input
     // copy and mask; every adapter keeps its A output (s*b*r).
-    for (const Linear& l : block_linears(a)) {
-      if (!targeted(l, in.lora_targets)) continue;
+    for (const LinearLayer& l : dsl::block_linears(a)) {
+      if (!targeted(l.target, in.lora_targets)) continue;
       double kept = e * s * b * static_cast<double>(st.lora_rank);
       if (in.lora_dropout > 0) kept += (e + 1.0) * s * b * static_cast<double>(l.in);
       full_layer += kept;

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/text.h"
+#include "dsl/model_family.h"
 
 namespace tailor::runner::io {
 namespace fs = std::filesystem;
@@ -127,53 +128,8 @@ Result<WeightFiles> find_weight_files(const std::string& folder) {
   return out;
 }
 
-std::string hf_config_json(const dsl::ModelArch& a, std::string_view torch_dtype) {
-  nlohmann::ordered_json j;
-  switch (a.family) {
-    case dsl::ModelFamily::kGpt2:
-      j["architectures"] = {"GPT2LMHeadModel"};
-      j["model_type"] = "gpt2";
-      j["n_embd"] = a.hidden;
-      j["n_layer"] = a.layers;
-      j["n_head"] = a.heads;
-      j["n_positions"] = a.max_seq_len;
-      j["n_inner"] = a.intermediate;
-      j["vocab_size"] = a.vocab;
-      j["layer_norm_epsilon"] = a.norm_eps;
-      // The model's GELU is the tanh approximation (transformers' "gelu_new").
-      j["activation_function"] = "gelu_new";
-      break;
-    case dsl::ModelFamily::kLlama:
-    case dsl::ModelFamily::kMistral:
-    case dsl::ModelFamily::kQwen2: {
-      const bool mistral = a.family == dsl::ModelFamily::kMistral, qwen2 = a.family == dsl::ModelFamily::kQwen2;
-      j["architectures"] = {mistral ? "MistralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-      j["model_type"] = mistral ? "mistral" : qwen2 ? "qwen2" : "llama";
-      j["hidden_size"] = a.hidden;
-      j["intermediate_size"] = a.intermediate;
-      j["num_hidden_layers"] = a.layers;
-      j["num_attention_heads"] = a.heads;
-      j["num_key_value_heads"] = a.kv_heads;
-      j["vocab_size"] = a.vocab;
-      j["max_position_embeddings"] = a.max_seq_len;
-      j["rms_norm_eps"] = a.norm_eps;
-      j["rope_theta"] = a.rope_theta;
-      j["hidden_act"] = "silu";
-      // The model attends over the whole context: say so, or transformers
-      // would apply its default 4096-token sliding window to Mistral.
-      if (mistral) j["sliding_window"] = nullptr;
-      if (qwen2) j["use_sliding_window"] = false;
-      if (!qwen2) j["attention_bias"] = false;
-      break;
-    }
-  }
-  j["tie_word_embeddings"] = a.tie_embeddings;
-  j["torch_dtype"] = std::string(torch_dtype);
-  return j.dump(2) + "\n";
-}
-
 Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype) {
-  return write_text_file_atomically(path, hf_config_json(arch, torch_dtype));
+  return write_text_file_atomically(path, dsl::hf_config_json(arch, torch_dtype));
 }
 
 }  // namespace tailor::runner::io

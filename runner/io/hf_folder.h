@@ -53,17 +53,8 @@ struct WeightFiles {
 // bad index or one naming a shard that does not exist.
 Result<WeightFiles> find_weight_files(const std::string& folder);
 
-// config.json text for `arch`: LlamaForCausalLM / MistralForCausalLM /
-// Qwen2ForCausalLM (model_type, hidden_size, intermediate_size,
-// num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size,
-// max_position_embeddings, rms_norm_eps, rope_theta, tie_word_embeddings)
-// or GPT2LMHeadModel (n_embd, n_layer, n_head, n_positions, n_inner,
-// vocab_size, layer_norm_epsilon, tie_word_embeddings); both with
-// torch_dtype ("float32", "bfloat16", "float16"). The DSL's config.json
-// reader gives `arch` back from it.
-std::string hf_config_json(const dsl::ModelArch& arch, std::string_view torch_dtype);
-
-// Writes hf_config_json(arch, torch_dtype) to `path` atomically.
+// Writes dsl::hf_config_json(arch, torch_dtype) (dsl/model_family.h), which
+// the DSL's config.json reader reads back as `arch`, to `path` atomically.
 Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype);
 
 // Writes `text` to `path` atomically (path + ".tmp", fsync, rename).

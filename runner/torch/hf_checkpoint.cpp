@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 
+#include "dsl/model_family.h"
 #include "runner/io/hf_folder.h"
 #include "runner/io/safetensors.h"
 
@@ -29,60 +30,60 @@ struct Slot {
   bool transpose = false;
 };
 
-bool is_gpt2(const dsl::ModelArch& a) { return a.family == dsl::ModelFamily::kGpt2; }
+bool is_gpt2(const dsl::ModelArch& a) { return dsl::family_info(a.family).block == dsl::BlockKind::kGpt2; }
 
-// The model's parameters (names from model.cpp) as Hugging Face tensors, in
-// the order transformers' state_dict lists them.
-std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& gpt2_prefix) {
-  const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d, in = a.intermediate;
+// The model's parameter (model.cpp) that holds a fused projection.
+const char* param_of(dsl::Projection p, bool gpt2) {
+  switch (p) {
+    case dsl::Projection::kQkv: return "qkv";
+    case dsl::Projection::kO: return "o";
+    case dsl::Projection::kUp: return gpt2 ? "fc" : "gate_up";
+    case dsl::Projection::kDown: return "down";
+  }
+  return "?";
+}
+
+// The model's parameters (names from model.cpp) as Hugging Face tensors
+// (names from the family's row in dsl/model_family.h), block by block:
+// norm, attention linears, norm, MLP linears. `body` is the prefix of the
+// body's tensors ("model.", "transformer.", or "" for GPT-2 files without it).
+std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body) {
+  const dsl::ModelFamilyInfo& f = dsl::family_info(a.family);
+  const bool gpt2 = is_gpt2(a);  // biases everywhere, Conv1D weights, learned positions
+  const std::int64_t c = a.hidden;
   std::vector<Slot> s;
   auto add = [&](std::string hf, std::string param, std::vector<std::int64_t> shape, std::int64_t row0 = 0,
                  std::int64_t rows = -1, bool transpose = false) {
     s.push_back({std::move(hf), std::move(param), std::move(shape), row0, rows, transpose});
   };
-  if (is_gpt2(a)) {
-    const std::string& p = gpt2_prefix;
-    add(p + "wte.weight", "embed.weight", {a.vocab, c});
-    add(p + "wpe.weight", "pos_embed.weight", {a.max_seq_len, c});
-    for (std::int64_t i = 0; i < a.layers; ++i) {
-      const std::string h = p + "h." + std::to_string(i) + ".", l = "layer" + std::to_string(i) + ".";
-      add(h + "ln_1.weight", l + "norm1", {c});
-      add(h + "ln_1.bias", l + "norm1_bias", {c});
-      // Conv1D computes x @ W + b with W stored (in, out): our (out, in) transposed.
-      add(h + "attn.c_attn.weight", l + "qkv", {c, q + 2 * kv}, 0, -1, true);
-      add(h + "attn.c_attn.bias", l + "qkv_bias", {q + 2 * kv});
-      add(h + "attn.c_proj.weight", l + "o", {q, c}, 0, -1, true);
-      add(h + "attn.c_proj.bias", l + "o_bias", {c});
-      add(h + "ln_2.weight", l + "norm2", {c});
-      add(h + "ln_2.bias", l + "norm2_bias", {c});
-      add(h + "mlp.c_fc.weight", l + "fc", {c, in}, 0, -1, true);
-      add(h + "mlp.c_fc.bias", l + "fc_bias", {in});
-      add(h + "mlp.c_proj.weight", l + "down", {in, c}, 0, -1, true);
-      add(h + "mlp.c_proj.bias", l + "down_bias", {c});
-    }
-    add(p + "ln_f.weight", "final_norm", {c});
-    add(p + "ln_f.bias", "final_norm_bias", {c});
-  } else {
-    add("model.embed_tokens.weight", "embed.weight", {a.vocab, c});
-    for (std::int64_t i = 0; i < a.layers; ++i) {
-      const std::string h = "model.layers." + std::to_string(i) + ".", l = "layer" + std::to_string(i) + ".";
-      add(h + "input_layernorm.weight", l + "norm1", {c});
-      add(h + "self_attn.q_proj.weight", l + "qkv", {q, c}, 0, q);
-      add(h + "self_attn.k_proj.weight", l + "qkv", {kv, c}, q, kv);
-      add(h + "self_attn.v_proj.weight", l + "qkv", {kv, c}, q + kv, kv);
-      if (a.family == dsl::ModelFamily::kQwen2) {
-        add(h + "self_attn.q_proj.bias", l + "qkv_bias", {q}, 0, q);
-        add(h + "self_attn.k_proj.bias", l + "qkv_bias", {kv}, q, kv);
-        add(h + "self_attn.v_proj.bias", l + "qkv_bias", {kv}, q + kv, kv);
+  auto add_norm = [&](const std::string& hf, const std::string& param) {
+    add(hf + ".weight", param, {c});
+    if (gpt2) add(hf + ".bias", param + "_bias", {c});
+  };
+  add(body + f.hf_embed + ".weight", "embed.weight", {a.vocab, c});
+  if (f.hf_positions) add(body + f.hf_positions + ".weight", "pos_embed.weight", {a.max_seq_len, c});
+  const std::vector<dsl::LinearLayer> linears = dsl::block_linears(a);
+  for (std::int64_t i = 0; i < a.layers; ++i) {
+    const std::string h = body + f.hf_layers + std::to_string(i) + ".", l = "layer" + std::to_string(i) + ".";
+    add_norm(h + f.hf_norm1, l + "norm1");
+    bool mlp = false;
+    for (const dsl::LinearLayer& lin : linears) {
+      if (!mlp && lin.projection == dsl::Projection::kUp) add_norm(h + f.hf_norm2, l + "norm2");  // before the MLP
+      mlp = mlp || lin.projection == dsl::Projection::kUp;
+      const std::string param = l + param_of(lin.projection, gpt2);
+      if (gpt2) {
+        // Conv1D computes x @ W + b with W stored (in, out): our (out, in) transposed.
+        add(h + lin.module + ".weight", param, {lin.in, lin.rows}, 0, -1, true);
+        add(h + lin.module + ".bias", param + "_bias", {lin.rows});
+        continue;
       }
-      add(h + "self_attn.o_proj.weight", l + "o", {c, q});
-      add(h + "post_attention_layernorm.weight", l + "norm2", {c});
-      add(h + "mlp.gate_proj.weight", l + "gate_up", {in, c}, 0, in);
-      add(h + "mlp.up_proj.weight", l + "gate_up", {in, c}, in, in);
-      add(h + "mlp.down_proj.weight", l + "down", {c, in});
+      add(h + lin.module + ".weight", param, {lin.rows, lin.in}, lin.row_offset, lin.rows);
+      if (f.qkv_bias && lin.projection == dsl::Projection::kQkv) {
+        add(h + lin.module + ".bias", param + "_bias", {lin.rows}, lin.row_offset, lin.rows);
+      }
     }
-    add("model.norm.weight", "final_norm", {c});
   }
+  add_norm(body + f.hf_final_norm, "final_norm");
   if (!a.tie_embeddings) add("lm_head.weight", "lm_head", {a.vocab, c});
   return s;
 }
@@ -137,15 +138,7 @@ const char* hf_dtype_name(torch::Dtype t) {
   }
 }
 
-std::string family_name(const dsl::ModelArch& a) {
-  switch (a.family) {
-    case dsl::ModelFamily::kGpt2: return "gpt2";
-    case dsl::ModelFamily::kMistral: return "mistral";
-    case dsl::ModelFamily::kQwen2: return "qwen2";
-    case dsl::ModelFamily::kLlama: break;
-  }
-  return "llama";
-}
+std::string family_name(const dsl::ModelArch& a) { return dsl::to_string(a.family); }
 
 struct Located {
   const io::TensorView* view;
@@ -182,11 +175,11 @@ Status load_checked(CausalLM& model, const std::string& folder) {
   }
 
   const dsl::ModelArch& arch = model->arch();
-  std::string prefix;
-  if (is_gpt2(arch)) {
-    for (const auto& [name, loc] : tensors) {
-      if (name.rfind("transformer.", 0) == 0) prefix = "transformer.";
-    }
+  // GPT-2 files are written with and without the body prefix.
+  const std::string body = dsl::family_info(arch.family).hf_body;
+  std::string prefix = is_gpt2(arch) ? "" : body;
+  for (const auto& [name, loc] : tensors) {
+    if (name.rfind(body, 0) == 0) prefix = body;
   }
   const std::vector<Slot> layout = hf_layout(arch, prefix);
   auto params = model->named_parameters();
@@ -269,7 +262,7 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
                                     std::to_string(max_shard_bytes));
   }
   const dsl::ModelArch& arch = model->arch();
-  const std::vector<Slot> layout = hf_layout(arch, is_gpt2(arch) ? "transformer." : "");
+  const std::vector<Slot> layout = hf_layout(arch, dsl::family_info(arch.family).hf_body);
   const auto params = model->named_parameters();
   std::set<std::string> mapped;
   for (const Slot& s : layout) mapped.insert(s.param);

@@ -18,33 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using torch::Tensor;
 
-bool is_gpt2(const dsl::ModelArch& a) { return a.family == dsl::ModelFamily::kGpt2; }
-
-// One Hugging Face linear layer of a block as a row slice of a fused
-// projection.
-struct ModuleSlice {
-  const char* target;  // the name used in targets ("c_proj" for both GPT-2 projections)
-  const char* module;  // PEFT's module path within the block
-  Projection proj;
-  std::int64_t row_offset, rows, in;
-};
-
-std::vector<ModuleSlice> module_slices(const dsl::ModelArch& a) {
-  const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d, i = a.intermediate;
-  if (is_gpt2(a)) {
-    return {{"c_attn", "attn.c_attn", Projection::kQkv, 0, q + 2 * kv, c},
-            {"c_proj", "attn.c_proj", Projection::kO, 0, c, q},
-            {"c_fc", "mlp.c_fc", Projection::kUp, 0, i, c},
-            {"c_proj", "mlp.c_proj", Projection::kDown, 0, c, i}};
-  }
-  return {{"q_proj", "self_attn.q_proj", Projection::kQkv, 0, q, c},
-          {"k_proj", "self_attn.k_proj", Projection::kQkv, q, kv, c},
-          {"v_proj", "self_attn.v_proj", Projection::kQkv, q + kv, kv, c},
-          {"o_proj", "self_attn.o_proj", Projection::kO, 0, c, q},
-          {"gate_proj", "mlp.gate_proj", Projection::kUp, 0, i, c},
-          {"up_proj", "mlp.up_proj", Projection::kUp, i, i, c},
-          {"down_proj", "mlp.down_proj", Projection::kDown, 0, c, i}};
-}
+bool is_gpt2(const dsl::ModelArch& a) { return dsl::family_info(a.family).block == dsl::BlockKind::kGpt2; }
 
 // Inverted dropout keeping a one-byte mask for backward instead of a mask in
 // the input's dtype (what x * bernoulli would save): (e + 1) bytes per
@@ -64,7 +38,7 @@ struct MaskedDropout : torch::autograd::Function<MaskedDropout> {
 };
 
 struct Adapter {
-  ModuleSlice slice;
+  dsl::LinearLayer slice;
   Tensor a;  // (r, in)
   Tensor b;  // (rows, r)
 };
@@ -76,7 +50,7 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
  public:
   LoraAdapters(const CausalLMImpl& model, const LoraOptions& o) : options(o), arch(model.arch()) {
     scale = o.alpha / static_cast<double>(o.rank);
-    const auto slices = module_slices(arch);
+    const auto slices = dsl::block_linears(arch);
     // Adapters live where the base model does (initialised on the CPU, so a
     // seed draws the same values on every device).
     const torch::Device device = model.parameters().front().device();
@@ -84,7 +58,7 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
     quantized.resize(static_cast<std::size_t>(arch.layers));
     torch::NoGradGuard no_grad;
     for (std::int64_t l = 0; l < arch.layers; ++l) {
-      for (const ModuleSlice& s : slices) {
+      for (const dsl::LinearLayer& s : slices) {
         if (!o.targets.empty() && std::find(o.targets.begin(), o.targets.end(), s.target) == o.targets.end()) continue;
         std::string base = "layer" + std::to_string(l) + "_" + s.module;
         std::replace(base.begin(), base.end(), '.', '_');
@@ -103,7 +77,7 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
     const auto& q = quantized[layer][static_cast<std::size_t>(p)];
     Tensor y = q ? nf4_linear(x, *q, bias) : torch::linear(x, weight, bias);
     for (const Adapter& ad : layers[layer]) {
-      if (ad.slice.proj != p) continue;
+      if (ad.slice.projection != p) continue;
       Tensor in = x;
       // Also without grad mode: a checkpointed layer's first forward must
       // draw the masks its recomputation will draw again.
@@ -163,7 +137,8 @@ std::string shape_string(const std::vector<std::int64_t>& s) {
 
 std::string peft_tensor_name(const dsl::ModelArch& arch, std::int64_t layer, const std::string& module,
                              const std::string& which) {
-  const std::string prefix = is_gpt2(arch) ? "base_model.model.transformer.h." : "base_model.model.model.layers.";
+  const dsl::ModelFamilyInfo& family = dsl::family_info(arch.family);
+  const std::string prefix = std::string("base_model.model.") + family.hf_body + family.hf_layers;
   return prefix + std::to_string(layer) + "." + module + "." + which + ".weight";
 }
 
@@ -173,11 +148,11 @@ Status attach_lora(CausalLMImpl& model, const LoraOptions& o) {
   if (!(o.dropout >= 0 && o.dropout < 1)) {
     return Status::invalid_argument("lora: dropout must be in [0, 1), got " + std::to_string(o.dropout));
   }
-  const auto slices = module_slices(model.arch());
+  const auto slices = dsl::block_linears(model.arch());
   for (const std::string& t : o.targets) {
-    if (std::none_of(slices.begin(), slices.end(), [&](const ModuleSlice& s) { return t == s.target; })) {
+    if (std::none_of(slices.begin(), slices.end(), [&](const dsl::LinearLayer& s) { return t == s.target; })) {
       std::string valid;
-      for (const ModuleSlice& s : slices) {
+      for (const dsl::LinearLayer& s : slices) {
         if (valid.find(s.target) == std::string::npos) valid += std::string(valid.empty() ? "" : ", ") + s.target;
       }
       return Status::invalid_argument("lora: unknown target module \"" + t + "\" for a " +
@@ -255,7 +230,7 @@ Status merge_lora(CausalLMImpl& model, torch::Dtype dtype) {
         }
       }
       for (const Adapter& ad : a->layers[l]) {
-        Tensor& w = model.projection_weight(l, ad.slice.proj);
+        Tensor& w = model.projection_weight(l, ad.slice.projection);
         // W += (alpha / r) B A, accumulated in fp32 before rounding into W.
         const Tensor delta = torch::matmul(ad.b.to(torch::kFloat32), ad.a.to(torch::kFloat32)).mul_(a->scale);
         Tensor rows = w.narrow(0, ad.slice.row_offset, ad.slice.rows);

@@ -11,7 +11,7 @@ namespace {
 using torch::Tensor;
 namespace F = torch::nn::functional;
 
-bool is_gpt2(const dsl::ModelArch& a) { return a.family == dsl::ModelFamily::kGpt2; }
+bool is_gpt2(const dsl::ModelArch& a) { return dsl::family_info(a.family).block == dsl::BlockKind::kGpt2; }
 
 // RMSNorm (Zhang & Sennrich 2019) as one autograd node that keeps only its
 // input and the fp32 inverse RMS per token for backward: composed from ATen
@@ -88,7 +88,7 @@ struct CausalLMImpl::Layer : torch::nn::Module {
       up_b = register_parameter("fc_bias", torch::zeros({i}));
       down_b = register_parameter("down_bias", torch::zeros({c}));
     } else {
-      if (a.family == dsl::ModelFamily::kQwen2) qkv_b = register_parameter("qkv_bias", torch::zeros({q + 2 * kv}));
+      if (dsl::family_info(a.family).qkv_bias) qkv_b = register_parameter("qkv_bias", torch::zeros({q + 2 * kv}));
       up = register_parameter("gate_up", torch::empty({2 * i, c}));
     }
     down = register_parameter("down", torch::empty({c, i}));

@@ -16,11 +16,13 @@
 #include <vector>
 
 #include "dsl/job_spec.h"
+#include "dsl/model_family.h"
 
 namespace tailor::runner {
 
-// The fused projections of a block. kUp is gate_up (Llama) or c_fc (GPT-2).
-enum class Projection { kQkv, kO, kUp, kDown };
+// The fused projections of a block (dsl/model_family.h). kUp is gate_up
+// (Llama) or c_fc (GPT-2).
+using dsl::Projection;
 
 // Replaces torch::linear for the blocks' projections when installed
 // (adapters and quantised bases, lora.h). Called from the forward pass, so

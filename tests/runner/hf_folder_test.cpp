@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "dsl/model_family.h"
 #include "dsl/spec_loader.h"
 #include "runner/io/safetensors.h"
 #include "tests/testing/temp_dir.h"
@@ -81,18 +82,18 @@ TEST(HfFolderTest, WrittenConfigReadsBackThroughTheDslToTheSameArch) {
 }
 
 TEST(HfFolderTest, ConfigNamesTheTransformersClassAndKeys) {
-  const auto llama = nlohmann::json::parse(hf_config_json(arch(dsl::ModelFamily::kLlama), "float32"));
+  const auto llama = nlohmann::json::parse(dsl::hf_config_json(arch(dsl::ModelFamily::kLlama), "float32"));
   EXPECT_EQ(llama["architectures"], nlohmann::json::array({"LlamaForCausalLM"}));
   EXPECT_EQ(llama["model_type"], "llama");
   EXPECT_EQ(llama["num_key_value_heads"], 2);
   EXPECT_EQ(llama["torch_dtype"], "float32");
   EXPECT_EQ(llama["tie_word_embeddings"], false);
-  const auto mistral = nlohmann::json::parse(hf_config_json(arch(dsl::ModelFamily::kMistral), "bfloat16"));
+  const auto mistral = nlohmann::json::parse(dsl::hf_config_json(arch(dsl::ModelFamily::kMistral), "bfloat16"));
   EXPECT_EQ(mistral["architectures"], nlohmann::json::array({"MistralForCausalLM"}));
   EXPECT_TRUE(mistral["sliding_window"].is_null());
-  const auto qwen = nlohmann::json::parse(hf_config_json(arch(dsl::ModelFamily::kQwen2), "bfloat16"));
+  const auto qwen = nlohmann::json::parse(dsl::hf_config_json(arch(dsl::ModelFamily::kQwen2), "bfloat16"));
   EXPECT_EQ(qwen["architectures"], nlohmann::json::array({"Qwen2ForCausalLM"}));
-  const auto gpt2 = nlohmann::json::parse(hf_config_json(arch(dsl::ModelFamily::kGpt2), "float16"));
+  const auto gpt2 = nlohmann::json::parse(dsl::hf_config_json(arch(dsl::ModelFamily::kGpt2), "float16"));
   EXPECT_EQ(gpt2["architectures"], nlohmann::json::array({"GPT2LMHeadModel"}));
   EXPECT_EQ(gpt2["n_embd"], 96);
   EXPECT_EQ(gpt2["n_inner"], 200);

@@ -1,0 +1,164 @@
+#include "dsl/model_family.h"
+
+#include <algorithm>
+#include <array>
+
+#include <nlohmann/json.hpp>
+
+#include "core/text.h"
+
+namespace tailor::dsl {
+namespace {
+
+// Config keys and defaults as transformers' LlamaConfig, MistralConfig,
+// Qwen2Config and GPT2Config define them.
+constexpr std::array<ModelFamilyInfo, 4> kFamilies = {{
+    {ModelFamily::kLlama, "llama", "LlamaForCausalLM", BlockKind::kLlama, false,
+     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+     "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
+     R"({"hidden_act": "silu", "attention_bias": false})",
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm"},
+    {ModelFamily::kGpt2, "gpt2", "GPT2LMHeadModel", BlockKind::kGpt2, true,
+     "n_layer", "n_embd", "n_inner", "n_head", nullptr, "n_positions", "layer_norm_epsilon", nullptr, 1024, 1e-5,
+     true, 4,
+     // The model's GELU is the tanh approximation (transformers' "gelu_new").
+     R"({"activation_function": "gelu_new"})",
+     "transformer.", "wte", "wpe", "h.", "ln_1", "ln_2", "ln_f"},
+    {ModelFamily::kMistral, "mistral", "MistralForCausalLM", BlockKind::kLlama, false,
+     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+     "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
+     // The model attends over the whole context: say so, or transformers
+     // would apply its default 4096-token sliding window.
+     R"({"hidden_act": "silu", "sliding_window": null, "attention_bias": false})",
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm"},
+    {ModelFamily::kQwen2, "qwen2", "Qwen2ForCausalLM", BlockKind::kLlama, true,
+     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+     "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
+     R"({"hidden_act": "silu", "use_sliding_window": false})",
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm"},
+}};
+
+}  // namespace
+
+std::span<const ModelFamilyInfo> model_families() { return kFamilies; }
+
+const ModelFamilyInfo& family_info(ModelFamily f) {
+  for (const ModelFamilyInfo& i : kFamilies) {
+    if (i.id == f) return i;
+  }
+  return kFamilies.front();
+}
+
+const ModelFamilyInfo* family_by_name(std::string_view name) {
+  for (const ModelFamilyInfo& i : kFamilies) {
+    if (name == i.name) return &i;
+  }
+  return nullptr;
+}
+
+std::string family_names_text() {
+  std::vector<std::string> names;
+  for (const ModelFamilyInfo& i : kFamilies) names.emplace_back(i.name);
+  std::string out;
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    out += (k == 0 ? "" : k + 1 == names.size() ? " or " : ", ") + names[k];
+  }
+  return out;
+}
+
+std::vector<LinearLayer> block_linears(const ModelArch& a) {
+  const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d, i = a.intermediate;
+  if (family_info(a.family).block == BlockKind::kGpt2) {
+    return {{"c_attn", "attn.c_attn", Projection::kQkv, 0, q + 2 * kv, c},
+            {"c_proj", "attn.c_proj", Projection::kO, 0, c, q},
+            {"c_fc", "mlp.c_fc", Projection::kUp, 0, i, c},
+            {"c_proj", "mlp.c_proj", Projection::kDown, 0, c, i}};
+  }
+  return {{"q_proj", "self_attn.q_proj", Projection::kQkv, 0, q, c},
+          {"k_proj", "self_attn.k_proj", Projection::kQkv, q, kv, c},
+          {"v_proj", "self_attn.v_proj", Projection::kQkv, q + kv, kv, c},
+          {"o_proj", "self_attn.o_proj", Projection::kO, 0, c, q},
+          {"gate_proj", "mlp.gate_proj", Projection::kUp, 0, i, c},
+          {"up_proj", "mlp.up_proj", Projection::kUp, i, i, c},
+          {"down_proj", "mlp.down_proj", Projection::kDown, 0, c, i}};
+}
+
+std::vector<std::string> lora_target_names(ModelFamily f) {
+  // Shapes do not matter for the names: a unit architecture of the family.
+  ModelArch a;
+  a.family = f;
+  a.hidden = a.heads = a.kv_heads = a.intermediate = 1;
+  std::vector<std::string> out;
+  for (const LinearLayer& l : block_linears(a)) {
+    if (std::find(out.begin(), out.end(), l.target) == out.end()) out.emplace_back(l.target);
+  }
+  return out;
+}
+
+bool arch_from_hf_config(const std::string& text, const std::string& file, ModelArch& arch,
+                         std::vector<std::string>& errors) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    errors.push_back(quote(file, kWhole) + " is not a valid JSON object");
+    return false;
+  }
+  const std::string type = j.value("model_type", std::string());
+  const ModelFamilyInfo* f = family_by_name(type);
+  if (f == nullptr) {
+    errors.push_back(quote(file, kWhole) + ": model_type " + quote(type) + " is not supported; expected " +
+                     family_names_text());
+    return false;
+  }
+  const std::size_t errors_before = errors.size();
+  auto get_int = [&](const char* key, std::int64_t fallback) -> std::int64_t {
+    if (key == nullptr) return fallback;
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_number_integer()) {
+      errors.push_back(quote(file, kWhole) + ": " + key + " is not an integer");
+      return fallback;
+    }
+    return it->get<std::int64_t>();
+  };
+  auto get_num = [&](const char* key, double fallback) -> double {
+    if (key == nullptr) return fallback;
+    auto it = j.find(key);
+    return (it != j.end() && it->is_number()) ? it->get<double>() : fallback;
+  };
+  arch.family = f->id;
+  arch.layers = get_int(f->key_layers, 0);
+  arch.hidden = get_int(f->key_hidden, 0);
+  arch.intermediate = get_int(f->key_intermediate, f->default_intermediate_per_hidden * arch.hidden);
+  arch.heads = get_int(f->key_heads, 0);
+  arch.kv_heads = get_int(f->key_kv_heads, arch.heads);
+  arch.vocab = get_int("vocab_size", 0);
+  arch.max_seq_len = get_int(f->key_positions, f->default_positions);
+  auto tie = j.find("tie_word_embeddings");
+  arch.tie_embeddings = (tie != j.end() && tie->is_boolean()) ? tie->get<bool>() : f->default_tie_embeddings;
+  arch.rope_theta = get_num(f->key_rope_theta, 10000.0);
+  arch.norm_eps = get_num(f->key_norm_eps, f->default_norm_eps);
+  return errors.size() == errors_before;
+}
+
+std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype) {
+  const ModelFamilyInfo& f = family_info(a.family);
+  nlohmann::ordered_json j;
+  j["architectures"] = {f.hf_architecture};
+  j["model_type"] = f.name;
+  j[f.key_hidden] = a.hidden;
+  j[f.key_intermediate] = a.intermediate;
+  j[f.key_layers] = a.layers;
+  j[f.key_heads] = a.heads;
+  if (f.key_kv_heads) j[f.key_kv_heads] = a.kv_heads;
+  j["vocab_size"] = a.vocab;
+  j[f.key_positions] = a.max_seq_len;
+  j[f.key_norm_eps] = a.norm_eps;
+  if (f.key_rope_theta) j[f.key_rope_theta] = a.rope_theta;
+  const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(f.config_extra);
+  for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
+  j["tie_word_embeddings"] = a.tie_embeddings;
+  j["torch_dtype"] = std::string(torch_dtype);
+  return j.dump(2) + "\n";
+}
+
+}  // namespace tailor::dsl

@@ -1,0 +1,93 @@
+// Model families in one table: a family's names, how its blocks are built
+// (read by the runner's model and by the memory model), its Hugging Face
+// config.json keys and defaults (read here, written for exports), its
+// tensor names, and its linear layers by Hugging Face name with the fused
+// projection that holds each (LoRA targets, PEFT modules, memory terms).
+// Adding a family is a row here plus what its block computes differently
+// (dsl/README.md lists the files).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dsl/job_spec.h"
+
+namespace tailor::dsl {
+
+// The runner's fused weights of a block: q/k/v as one (out, in) matrix, the
+// attention output, gate/up (GPT-2: c_fc) and down (GPT-2: mlp c_proj).
+enum class Projection { kQkv, kO, kUp, kDown };
+
+// A Hugging Face linear layer of a block as rows of a fused projection.
+struct LinearLayer {
+  const char* target;  // LoRA target name ("q_proj"; "c_proj" for both GPT-2 projections)
+  const char* module;  // path within the block ("self_attn.q_proj", "mlp.c_proj")
+  Projection projection;
+  std::int64_t row_offset = 0, rows = 0, in = 0;  // rows [offset, offset + rows) of the (out, in) weight
+};
+
+enum class BlockKind {
+  kLlama,  // RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, no biases but optional q/k/v ones
+  kGpt2,   // LayerNorm, learned positions, multi-head attention, GELU MLP, biases everywhere;
+           // Conv1D weights stored (in, out) in checkpoints
+};
+
+struct ModelFamilyInfo {
+  ModelFamily id;
+  const char* name;             // in specs, and the config.json model_type
+  const char* hf_architecture;  // config.json "architectures"
+  BlockKind block;
+  bool qkv_bias;                // q/k/v projections have biases (Qwen2; GPT-2's c_attn)
+
+  // config.json keys (nullptr: the family has none) and the defaults
+  // transformers uses when a key is absent.
+  const char* key_layers;
+  const char* key_hidden;
+  const char* key_intermediate;
+  const char* key_heads;
+  const char* key_kv_heads;     // nullptr: no grouped-query attention
+  const char* key_positions;
+  const char* key_norm_eps;
+  const char* key_rope_theta;
+  std::int64_t default_positions;
+  double default_norm_eps;
+  bool default_tie_embeddings;
+  std::int64_t default_intermediate_per_hidden;  // 0: intermediate is required
+  const char* config_extra;     // JSON object merged into exported config.json (activation, windows)
+
+  // Tensor names: the body prefix (optional when loading GPT-2) and the
+  // names below it.
+  const char* hf_body;          // "model." / "transformer."
+  const char* hf_embed;         // "embed_tokens" / "wte"
+  const char* hf_positions;     // nullptr / "wpe"
+  const char* hf_layers;        // "layers." / "h."
+  const char* hf_norm1;         // "input_layernorm" / "ln_1"
+  const char* hf_norm2;         // "post_attention_layernorm" / "ln_2"
+  const char* hf_final_norm;    // "norm" / "ln_f"
+};
+
+std::span<const ModelFamilyInfo> model_families();
+const ModelFamilyInfo& family_info(ModelFamily f);
+// By spec name (= model_type); nullptr when unknown.
+const ModelFamilyInfo* family_by_name(std::string_view name);
+// "llama, gpt2, mistral or qwen2".
+std::string family_names_text();
+
+// The block's linear layers, in Hugging Face's order, with their shapes.
+std::vector<LinearLayer> block_linears(const ModelArch& a);
+// The distinct LoRA target names of a family ("c_proj" once for GPT-2).
+std::vector<std::string> lora_target_names(ModelFamily f);
+
+// The architecture in a Hugging Face config.json's text. Problems (not a
+// JSON object, an unsupported model_type, a key of the wrong type) are
+// appended to `errors`, each naming `file` and the key; false when any.
+bool arch_from_hf_config(const std::string& json_text, const std::string& file, ModelArch& arch,
+                         std::vector<std::string>& errors);
+
+// A config.json that transformers' AutoConfig reads back as `arch`.
+std::string hf_config_json(const ModelArch& arch, std::string_view torch_dtype);
+
+}  // namespace tailor::dsl
