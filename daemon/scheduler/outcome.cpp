@@ -25,6 +25,7 @@ Outcome decide_outcome(const AttemptEnd& end, const OutcomePolicy& policy) {
   if (exit == RunnerExit::kOutOfMemory) {
     o.oom_restarts = end.oom_restarts + 1;
     o.verdict = Verdict::kFailed;
+    o.cause = FailureCause::kOutOfMemory;
     if (!end.oom_reported) {
       o.reason = "out of memory (exit 3) without an oom event to re-plan from";
     } else if (o.oom_restarts > policy.max_oom_replans) {
@@ -32,11 +33,13 @@ Outcome decide_outcome(const AttemptEnd& end, const OutcomePolicy& policy) {
                  std::to_string(policy.max_oom_replans) + " re-plans";
     } else {
       o.verdict = Verdict::kReplan;
+      o.cause = FailureCause::kNone;
     }
     return o;
   }
   if (exit == RunnerExit::kBadInput) {
     o.verdict = Verdict::kFailed;
+    o.cause = FailureCause::kBadInput;
     o.reason = "bad input, not retried";
     return o;
   }
@@ -45,6 +48,7 @@ Outcome decide_outcome(const AttemptEnd& end, const OutcomePolicy& policy) {
   o.failures = end.failures + 1;
   if (o.failures > end.retries) {
     o.verdict = Verdict::kFailed;
+    o.cause = FailureCause::kRetriesExhausted;
     o.reason = "gave up after " + std::to_string(end.retries) + " retries";
     return o;
   }

@@ -34,8 +34,17 @@ enum class Verdict {
   kFailed,
 };
 
+// Why a job failed (kFailed only).
+enum class FailureCause {
+  kNone,
+  kBadInput,          // the runner refused its input: never retried
+  kOutOfMemory,       // no oom report to re-plan from, or the re-plans are used up
+  kRetriesExhausted,  // failures past the job's retries
+};
+
 struct Outcome {
   Verdict verdict = Verdict::kFailed;
+  FailureCause cause = FailureCause::kNone;
   std::string reason;           // why, for kFailed (without the exit's detail)
   std::int64_t failures = 0;    // the job's failed attempts after this one
   std::int64_t oom_restarts = 0;

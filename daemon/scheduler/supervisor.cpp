@@ -293,18 +293,20 @@ void Supervisor::finish(Running& r, const ProcessExit& exit, const std::string& 
     case Verdict::kFailed:
       break;
   }
-  if (o.oom_restarts != job->oom_restarts) {  // out of memory, and no re-plan left
-    u.set("oom_restarts", o.oom_restarts);
-    if (oom.peak > 0) u.set("peak_bytes", std::max(oom.peak, job->peak_bytes.value_or(0)));
-    u.set("exit_reason", o.reason);
-    return end_as(JobState::kFailed, "failed: " + o.reason);
+  switch (o.cause) {
+    case FailureCause::kOutOfMemory:
+      u.set("oom_restarts", o.oom_restarts);
+      if (oom.peak > 0) u.set("peak_bytes", std::max(oom.peak, job->peak_bytes.value_or(0)));
+      u.set("exit_reason", o.reason);
+      return end_as(JobState::kFailed, "failed: " + o.reason);
+    case FailureCause::kBadInput:
+      u.set("exit_reason", o.reason + ": " + what);
+      return end_as(JobState::kFailed, "runner refused its input");
+    case FailureCause::kRetriesExhausted:
+    case FailureCause::kNone:
+      u.set("failures", o.failures).set("exit_reason", what + " (" + o.reason + ")");
+      return end_as(JobState::kFailed, "failed: " + what);
   }
-  if (o.failures == job->failures) {  // bad input
-    u.set("exit_reason", o.reason + ": " + what);
-    return end_as(JobState::kFailed, "runner refused its input");
-  }
-  u.set("failures", o.failures).set("exit_reason", what + " (" + o.reason + ")");
-  end_as(JobState::kFailed, "failed: " + what);
 }
 
 void Supervisor::launch_failed(Running& r, const std::string& why) {

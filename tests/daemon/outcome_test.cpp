@@ -15,6 +15,7 @@ struct Case {
   std::int64_t oom_restarts;  // after
   double backoff;
   const char* reason;         // a part of it; "" = none expected
+  FailureCause cause = FailureCause::kNone;
 };
 
 constexpr int kSigkill = 9;
@@ -27,16 +28,22 @@ TEST(OutcomeTest, EveryEndOfAnAttemptHasItsVerdict) {
       {"cancelled by request", {4, 0, true, false, 0, 2, 0}, Verdict::kCancelled, 0, 0, 0, ""},
       {"killed while a cancel was pending", {-1, kSigkill, true, false, 0, 2, 0}, Verdict::kCancelled, 0, 0, 0, ""},
       {"cancel wins over a clean exit", {0, 0, true, false, 0, 2, 0}, Verdict::kCancelled, 0, 0, 0, ""},
-      {"bad input is never retried", {2, 0, false, false, 0, 2, 0}, Verdict::kFailed, 0, 0, 0, "bad input"},
-      {"bad input with retries left", {2, 0, false, false, 0, 100, 0}, Verdict::kFailed, 0, 0, 0, "bad input"},
+      {"bad input is never retried", {2, 0, false, false, 0, 2, 0}, Verdict::kFailed, 0, 0, 0, "bad input",
+       FailureCause::kBadInput},
+      {"bad input with retries left", {2, 0, false, false, 0, 100, 0}, Verdict::kFailed, 0, 0, 0, "bad input",
+       FailureCause::kBadInput},
       {"oom with a report re-plans", {3, 0, false, true, 0, 2, 0}, Verdict::kReplan, 0, 1, 0, ""},
       {"third oom still re-plans", {3, 0, false, true, 0, 2, 2}, Verdict::kReplan, 0, 3, 0, ""},
-      {"fourth oom gives up", {3, 0, false, true, 0, 2, 3}, Verdict::kFailed, 0, 4, 0, "gave up after 3 re-plans"},
-      {"oom without a report", {3, 0, false, false, 0, 2, 0}, Verdict::kFailed, 0, 1, 0, "without an oom event"},
+      {"fourth oom gives up", {3, 0, false, true, 0, 2, 3}, Verdict::kFailed, 0, 4, 0, "gave up after 3 re-plans",
+       FailureCause::kOutOfMemory},
+      {"oom without a report", {3, 0, false, false, 0, 2, 0}, Verdict::kFailed, 0, 1, 0, "without an oom event",
+       FailureCause::kOutOfMemory},
       {"failure retries", {1, 0, false, false, 0, 2, 0}, Verdict::kRetry, 1, 0, 5, ""},
       {"second failure backs off twice as long", {1, 0, false, false, 1, 2, 0}, Verdict::kRetry, 2, 0, 10, ""},
-      {"failures past the retries fail", {1, 0, false, false, 2, 2, 0}, Verdict::kFailed, 3, 0, 0, "gave up after 2"},
-      {"no retries allowed", {1, 0, false, false, 0, 0, 0}, Verdict::kFailed, 1, 0, 0, "gave up after 0"},
+      {"failures past the retries fail", {1, 0, false, false, 2, 2, 0}, Verdict::kFailed, 3, 0, 0, "gave up after 2",
+       FailureCause::kRetriesExhausted},
+      {"no retries allowed", {1, 0, false, false, 0, 0, 0}, Verdict::kFailed, 1, 0, 0, "gave up after 0",
+       FailureCause::kRetriesExhausted},
       {"killed by a signal retries", {-1, kSigkill, false, false, 0, 2, 0}, Verdict::kRetry, 1, 0, 5, ""},
       {"a crash status retries", {134, 0, false, false, 0, 2, 0}, Verdict::kRetry, 1, 0, 5, ""},
       {"runner could not exec", {127, 0, false, false, 0, 2, 0}, Verdict::kRetry, 1, 0, 5, ""},
@@ -50,6 +57,7 @@ TEST(OutcomeTest, EveryEndOfAnAttemptHasItsVerdict) {
     EXPECT_EQ(o.oom_restarts, c.oom_restarts) << c.name;
     EXPECT_DOUBLE_EQ(o.backoff_seconds, c.backoff) << c.name;
     EXPECT_NE(o.reason.find(c.reason), std::string::npos) << c.name << ": " << o.reason;
+    EXPECT_EQ(o.cause, c.cause) << c.name;
   }
 }
 
