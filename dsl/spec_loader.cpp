@@ -1,6 +1,7 @@
 #include "dsl/spec_loader.h"
 
 #include "dsl/model_family.h"
+#include "dsl/tokenizer_files.h"
 
 #include <nlohmann/json.hpp>
 
@@ -211,6 +212,11 @@ void resolve_model(JobSpec& spec, const Node& root, const std::string& base_dir,
         return;
       }
       if (!read_hf_config(spec.model.path, spec.model.arch, loc_at(root, "model.path"), d)) return;
+      // The folder's tokenizer is the job's: one Tailor cannot read is an
+      // error now, not bytes at training time.
+      if (auto tok = choose_tokenizer(spec.model.path); !tok.is_ok()) {
+        d.error(loc_at(root, "model.path"), "model.path", tok.status().message());
+      }
     } else {
       return;  // the architecture is unknown without the folder
     }

@@ -1,39 +1,22 @@
 #include "runner/data/tokenizer.h"
 
-#include <filesystem>
-#include <system_error>
-
+#include "dsl/tokenizer_files.h"
 #include "runner/data/byte_tokenizer.h"
 #include "runner/data/sentencepiece_tokenizer.h"
 
 namespace tailor::runner::data {
-namespace {
-
-namespace fs = std::filesystem;
-
-bool is_file(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec);
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const dsl::ModelSpec& model) {
+  TAILOR_ASSIGN_OR_RETURN(const dsl::TokenizerChoice choice, dsl::choose_tokenizer(model.path));
   std::unique_ptr<Tokenizer> tok;
-  if (!model.path.empty() && is_file(fs::path(model.path) / "tokenizer.model")) {
-    const std::string file = (fs::path(model.path) / "tokenizer.model").string();
-    TAILOR_ASSIGN_OR_RETURN(auto sp, SentencePieceTokenizer::load(file));
+  if (choice.kind == dsl::TokenizerKind::kSentencePiece) {
+    TAILOR_ASSIGN_OR_RETURN(auto sp, SentencePieceTokenizer::load(choice.file));
     if (sp->bos_id() < 0 || sp->eos_id() < 0) {
-      return Status::invalid_argument(file + ": the SentencePiece model has no " +
+      return Status::invalid_argument(choice.file + ": the SentencePiece model has no " +
                                       (sp->bos_id() < 0 ? "BOS" : "EOS") +
                                       " piece; training needs both to mark document boundaries");
     }
     tok = std::move(sp);
-  } else if (!model.path.empty() && is_file(fs::path(model.path) / "tokenizer.json")) {
-    return Status::invalid_argument((fs::path(model.path) / "tokenizer.json").string() +
-                                    ": Hugging Face tokenizer.json files are not supported; the runner reads "
-                                    "SentencePiece tokenizer.model files (Llama-2 style) or uses its byte-level "
-                                    "tokenizer for folders without tokenizer files");
   } else {
     tok = std::make_unique<ByteTokenizer>();
   }

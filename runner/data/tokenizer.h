@@ -43,11 +43,13 @@ class Tokenizer {
   virtual std::string describe() const = 0;
 };
 
-// The tokenizer for a job's model:
+// The tokenizer for a job's model, as dsl::choose_tokenizer
+// (dsl/tokenizer_files.h) chooses it:
 //  - model.path holds tokenizer.model: that SentencePiece model (Llama-2
 //    style folders);
-//  - model.path holds only tokenizer.json: InvalidArgument naming the file
-//    (Hugging Face `tokenizers` JSON is not supported);
+//  - model.path holds only tokenizer files Tailor does not read yet
+//    (tokenizer.json, vocab.json + merges.txt, vocab.txt): InvalidArgument
+//    naming the file;
 //  - otherwise (a preset, an inline arch, a folder without tokenizer files):
 //    the byte-level tokenizer.
 // InvalidArgument when the tokenizer's vocab_size() exceeds model.arch.vocab

@@ -240,6 +240,30 @@ TEST_F(SpecLoaderTest, ModelPathReadsHuggingFaceConfig) {
   EXPECT_EQ(s.spec->data.seq_len, 128);
 }
 
+// A folder whose tokenizer Tailor cannot read fails validation, naming the
+// file, instead of training on byte ids; tokenizer.model beside it wins.
+TEST_F(SpecLoaderTest, ModelPathWithATokenizerTailorCannotReadIsAnErrorNamingTheFile) {
+  const std::string config = R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+    "vocab_size": 50257, "n_positions": 128})";
+  dir_.write("gpt2/config.json", config);
+  dir_.write("gpt2/vocab.json", "{}");
+  const std::string merges = dir_.write("gpt2/merges.txt", "#version: 0.2\n");
+  const char* spec = "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: gpt2}\ndata: {train: data/train.txt}\n";
+  LoadedSpec s = load(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find(":3:15: error: model.path: " + merges + ": byte-level BPE"), std::string::npos)
+      << errors(s);
+  dir_.write("llama/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+    "intermediate_size": 172, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 128})");
+  dir_.write("llama/tokenizer.json", "{}");
+  s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: llama}\ndata: {train: data/train.txt}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("tokenizer.json: Hugging Face tokenizer.json files are not supported"), std::string::npos)
+      << errors(s);
+  dir_.write("llama/tokenizer.model", "");  // read at training time; only its presence decides here
+  EXPECT_TRUE(load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: llama}\ndata: {train: data/train.txt}\n").ok());
+}
+
 TEST_F(SpecLoaderTest, ModelPathWithoutConfigIsAnError) {
   dir_.write("empty/README", "");
   LoadedSpec s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: empty}\ndata: {train: data/train.txt}\n");

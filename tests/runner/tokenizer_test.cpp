@@ -192,6 +192,19 @@ TEST(MakeTokenizerTest, TokenizerJsonOnlyFolderIsNamedAsUnsupported) {
   EXPECT_THAT(r.status().message(), HasSubstr(json + ": Hugging Face tokenizer.json files are not supported"));
 }
 
+// GPT-2 style folders trained on byte ids with exit 0 before.
+TEST(MakeTokenizerTest, VocabAndMergesFolderIsNamedAsUnsupportedNotTrainedOnBytes) {
+  testing::TempDir dir;
+  dir.write("gpt2/vocab.json", "{\"a\": 0}");
+  const auto merges = dir.write("gpt2/merges.txt", "#version: 0.2\n");
+  auto r = make_tokenizer(model_spec(dir.file("gpt2"), 50257));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr(merges + ": byte-level BPE (vocab.json + merges.txt) files are not supported"));
+  dir.write("bert/vocab.txt", "[PAD]\n");
+  EXPECT_FALSE(make_tokenizer(model_spec(dir.file("bert"), 30522)).is_ok());
+}
+
 TEST(MakeTokenizerTest, NoTokenizerFileGivesTheByteTokenizer) {
   testing::TempDir dir;
   dir.write("plain/config.json", "{}");
