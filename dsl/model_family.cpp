@@ -140,7 +140,7 @@ bool arch_from_hf_config(const std::string& text, const std::string& file, Model
   return errors.size() == errors_before;
 }
 
-std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype) {
+std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, const SpecialTokenIds& ids) {
   const ModelFamilyInfo& f = family_info(a.family);
   nlohmann::ordered_json j;
   j["architectures"] = {f.hf_architecture};
@@ -156,8 +156,17 @@ std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype) {
   if (f.key_rope_theta) j[f.key_rope_theta] = a.rope_theta;
   const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(f.config_extra);
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
+  if (ids.bos >= 0) j["bos_token_id"] = ids.bos;
+  if (ids.eos >= 0) j["eos_token_id"] = ids.eos;
   j["tie_word_embeddings"] = a.tie_embeddings;
   j["torch_dtype"] = std::string(torch_dtype);
+  return j.dump(2) + "\n";
+}
+
+std::string hf_generation_config_json(const SpecialTokenIds& ids) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  if (ids.bos >= 0) j["bos_token_id"] = ids.bos;
+  if (ids.eos >= 0) j["eos_token_id"] = ids.eos;
   return j.dump(2) + "\n";
 }
 

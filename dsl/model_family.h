@@ -87,7 +87,20 @@ std::vector<std::string> lora_target_names(ModelFamily f);
 bool arch_from_hf_config(const std::string& json_text, const std::string& file, ModelArch& arch,
                          std::vector<std::string>& errors);
 
-// A config.json that transformers' AutoConfig reads back as `arch`.
-std::string hf_config_json(const ModelArch& arch, std::string_view torch_dtype);
+// The special token ids an exported model declares (from its tokenizer);
+// negative: not declared.
+struct SpecialTokenIds {
+  std::int64_t bos = -1;
+  std::int64_t eos = -1;
+};
+
+// A config.json that transformers' AutoConfig reads back as `arch`, with
+// bos_token_id and eos_token_id when `ids` has them (without, transformers
+// would assume its defaults, e.g. GPT-2's 50256, beyond a small vocabulary).
+std::string hf_config_json(const ModelArch& arch, std::string_view torch_dtype, const SpecialTokenIds& ids = {});
+
+// generation_config.json for the same ids: what transformers' generate()
+// stops at.
+std::string hf_generation_config_json(const SpecialTokenIds& ids);
 
 }  // namespace tailor::dsl

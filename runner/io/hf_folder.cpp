@@ -128,8 +128,9 @@ Result<WeightFiles> find_weight_files(const std::string& folder) {
   return out;
 }
 
-Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype) {
-  return write_text_file_atomically(path, dsl::hf_config_json(arch, torch_dtype));
+Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype,
+                       const dsl::SpecialTokenIds& ids) {
+  return write_text_file_atomically(path, dsl::hf_config_json(arch, torch_dtype, ids));
 }
 
 }  // namespace tailor::runner::io

@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "dsl/job_spec.h"
+#include "dsl/model_family.h"
 
 namespace tailor::runner::io {
 
@@ -55,7 +56,8 @@ Result<WeightFiles> find_weight_files(const std::string& folder);
 
 // Writes dsl::hf_config_json(arch, torch_dtype) (dsl/model_family.h), which
 // the DSL's config.json reader reads back as `arch`, to `path` atomically.
-Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype);
+Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype,
+                       const dsl::SpecialTokenIds& ids = {});
 
 // Writes `text` to `path` atomically (path + ".tmp", fsync, rename).
 Status write_text_file_atomically(const std::string& path, std::string_view text);

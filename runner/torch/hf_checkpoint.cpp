@@ -256,7 +256,8 @@ Status publish_folder(const fs::path& tmp, const fs::path& folder) {
   return Status::ok();
 }
 
-Status save_checked(const CausalLM& model, const std::string& folder_arg, std::int64_t max_shard_bytes) {
+Status save_checked(const CausalLM& model, const std::string& folder_arg, std::int64_t max_shard_bytes,
+                    const HfExport& extras) {
   if (max_shard_bytes < 0) {
     return Status::invalid_argument("max_shard_bytes must be positive (0 = one file), got " +
                                     std::to_string(max_shard_bytes));
@@ -328,8 +329,22 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
     return s;
   };
 
-  Status s = io::write_hf_config((tmp / io::kConfigFile).string(), arch, hf_dtype_name(dtype));
+  Status s = io::write_hf_config((tmp / io::kConfigFile).string(), arch, hf_dtype_name(dtype), extras.tokens);
   if (!s.is_ok()) return fail(s);
+  if (extras.tokens.bos >= 0 || extras.tokens.eos >= 0) {
+    s = io::write_text_file_atomically((tmp / "generation_config.json").string(),
+                                       dsl::hf_generation_config_json(extras.tokens));
+    if (!s.is_ok()) return fail(s);
+  }
+  if (!extras.tokenizer_from.empty()) {
+    for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "added_tokens.json"}) {
+      const fs::path from = fs::path(extras.tokenizer_from) / name;
+      if (!fs::is_regular_file(from, ec)) continue;
+      fs::copy_file(from, tmp / name, fs::copy_options::overwrite_existing, ec);
+      if (ec) return fail(Status::io_error("copying " + from.string() + ": " + ec.message()));
+    }
+  }
   // transformers refuses safetensors files whose metadata lacks format "pt".
   const std::map<std::string, std::string> metadata{{"format", "pt"}};
   io::ShardIndex index;
@@ -367,9 +382,10 @@ Status load_hf_weights(CausalLM& model, const std::string& folder) {
   }
 }
 
-Status save_hf_model(const CausalLM& model, const std::string& folder, std::int64_t max_shard_bytes) {
+Status save_hf_model(const CausalLM& model, const std::string& folder, std::int64_t max_shard_bytes,
+                     const HfExport& extras) {
   try {
-    return save_checked(model, folder, max_shard_bytes).prefixed("saving the model to " + folder);
+    return save_checked(model, folder, max_shard_bytes, extras).prefixed("saving the model to " + folder);
   } catch (const c10::Error& e) {
     return Status::internal("saving the model to " + folder + ": LibTorch: " + e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -11,13 +11,15 @@
 // with or without the "transformer." prefix; its Conv1D weights are stored
 // (in, out), the transpose of ours). q/k/v and gate/up are slices of the
 // fused qkv and gate_up parameters, in that order.
-// Not here: pytorch_model.bin, adapters (merge them first), tokenizer files.
+// Not here: pytorch_model.bin, adapters (merge them first), tokenizers
+// (their files are copied, not read).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "core/status.h"
+#include "dsl/model_family.h"
 #include "runner/torch/model.h"
 
 namespace tailor::runner {
@@ -46,6 +48,17 @@ Status load_hf_weights(CausalLM& model, const std::string& folder);
 // supports it). InvalidArgument for a negative max_shard_bytes; Internal for
 // a parameter that has no Hugging Face name (adapters not merged);
 // IOError naming the path when writing fails.
-Status save_hf_model(const CausalLM& model, const std::string& folder, std::int64_t max_shard_bytes);
+//
+// With `tokens`, config.json and generation_config.json declare its BOS and
+// EOS ids, and the files of `tokenizer_from` (a model folder's
+// tokenizer.model, tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, added_tokens.json, those present) are copied
+// beside the weights, so transformers' AutoTokenizer loads the folder too.
+struct HfExport {
+  dsl::SpecialTokenIds tokens;
+  std::string tokenizer_from;  // a model folder; empty: no tokenizer files
+};
+Status save_hf_model(const CausalLM& model, const std::string& folder, std::int64_t max_shard_bytes,
+                     const HfExport& extras = {});
 
 }  // namespace tailor::runner

@@ -207,6 +207,7 @@ class Run {
   double t_start_ = 0;
   std::int64_t tokens_this_run_ = 0;
   std::function<void(JsonWriter&)> oom_report_;  // fields of the oom event
+  HfExport export_;               // the tokenizer's ids and files, for the exported model
 };
 
 void Run::event(const char* kind, const std::function<void(JsonWriter&)>& fill) {
@@ -351,6 +352,8 @@ Status Run::load_data() {
                                     " is outside the model's vocabulary (" + std::to_string(spec_.model.arch.vocab) +
                                     " ids)");
   }
+  export_.tokens = {(*tok)->bos_id(), (*tok)->eos_id()};
+  export_.tokenizer_from = spec_.model.path;
   batcher_ = std::make_unique<data::Batcher>(std::move(tokenized->store), spec_.data.seq_len, spec_.data.packing,
                                              st_.micro_batch_size, static_cast<std::uint64_t>(spec_.training.seed),
                                              (*tok)->pad_id());
@@ -610,7 +613,7 @@ Status Run::finish() {
   }
   // The final model as a Hugging Face folder (config.json + safetensors),
   // which transformers and model.path load; replaced as a whole.
-  return as_failure(save_hf_model(model_, (fs::path(o_.out_dir) / "model").string(), kDefaultMaxShardBytes));
+  return as_failure(save_hf_model(model_, (fs::path(o_.out_dir) / "model").string(), kDefaultMaxShardBytes, export_));
 }
 
 RunnerExit Run::conclude(const Status& s) {

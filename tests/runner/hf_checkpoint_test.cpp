@@ -16,6 +16,7 @@
 
 #include "dsl/spec_loader.h"
 #include "runner/data/batcher.h"
+#include "runner/data/byte_tokenizer.h"
 #include "runner/data/token_cache.h"
 #include "runner/data/tokenizer.h"
 #include "runner/io/hf_folder.h"
@@ -519,6 +520,37 @@ TEST(HfCheckpointTest, TrainingStartsFromTheFolderAndWritesAnHfModel) {
   ASSERT_EQ(saved.size(), params.size());
   for (std::size_t i = 0; i < saved.size(); ++i) EXPECT_TRUE(torch::equal(saved[i], params[i])) << i;
   EXPECT_FALSE(torch::equal(final_model->named_parameters()["embed.weight"], loaded->named_parameters()["embed.weight"]));
+  // It declares the tokenizer's special ids (the byte-level one's here), for
+  // the model and for generate().
+  const auto config = nlohmann::json::parse(read_all(out + "/model/config.json"));
+  EXPECT_EQ(config["bos_token_id"], data::ByteTokenizer::kBos);
+  EXPECT_EQ(config["eos_token_id"], data::ByteTokenizer::kEos);
+  const auto generation = nlohmann::json::parse(read_all(out + "/model/generation_config.json"));
+  EXPECT_EQ(generation["eos_token_id"], data::ByteTokenizer::kEos);
+}
+
+// The source folder's tokenizer files travel with the export, unchanged;
+// without a tokenizer nothing is added.
+TEST(HfCheckpointTest, ExportCarriesTheTokenizerFilesAndSpecialIds) {
+  TempDir dir;
+  const dsl::ModelArch arch = tiny(dsl::ModelFamily::kLlama, false);
+  CausalLM model = random_model(arch, 3);
+  const std::string sp = dir.write("src/tokenizer.model", std::string("\x0a\x05piece\x00binary", 14));
+  dir.write("src/tokenizer_config.json", R"({"add_bos_token": true})");
+  dir.write("src/README.md", "not a tokenizer file");
+  HfExport extras;
+  extras.tokens = {1, 2};
+  extras.tokenizer_from = dir.file("src");
+  ASSERT_TRUE(save_hf_model(model, dir.file("out"), 0, extras).is_ok());
+  EXPECT_EQ(read_all(dir.file("out/tokenizer.model")), read_all(sp));
+  EXPECT_EQ(read_all(dir.file("out/tokenizer_config.json")), R"({"add_bos_token": true})");
+  EXPECT_FALSE(fs::exists(dir.file("out/README.md")));
+  const auto config = nlohmann::json::parse(read_all(dir.file("out/config.json")));
+  EXPECT_EQ(config["bos_token_id"], 1);
+  EXPECT_EQ(config["eos_token_id"], 2);
+  ASSERT_TRUE(save_hf_model(model, dir.file("plain"), 0).is_ok());
+  EXPECT_FALSE(fs::exists(dir.file("plain/generation_config.json")));
+  EXPECT_FALSE(nlohmann::json::parse(read_all(dir.file("plain/config.json"))).contains("bos_token_id"));
 }
 
 TEST(HfCheckpointTest, AFolderWithConfigButNoWeightsIsBadInput) {
