@@ -75,20 +75,24 @@ std::int64_t lora_parameter_count(const ModelArch& a, std::int64_t rank, const s
 
 MemoryConstants MemoryConstants::defaults() {
   MemoryConstants k;
-  // CUDA context (~300-500 MiB depending on GPU, driver and loaded kernels)
-  // plus cuBLAS/cuDNN workspaces. An assumption until measured on a GPU.
-  k.gpu_runtime_overhead = Bytes::mib(640);
+  // Measured on an H100 80GB (driver 580, CUDA 13.0, LibTorch 2.11,
+  // runner/README.md): tailor-runner's process holds 852 MiB of device
+  // memory outside the caching allocator once CUDA is up (the context and
+  // the loaded libraries' modules), and the allocator's peak exceeds the
+  // tensors by a constant 125-142 MB whatever the model (cuBLAS workspaces).
+  k.gpu_context_overhead = Bytes::mib(852);
+  k.gpu_allocator_workspace = Bytes::mib(128);
   k.cpu_runtime_overhead = Bytes(0);
-  // At the forward/backward boundary: the logits in the compute dtype (2 B),
-  // the fp32 log-probabilities the loss keeps (4 B) and the fp32 gradient of
-  // the loss w.r.t. them (4 B) are alive together: 10 B per b*s*V element;
-  // 12 B when the logits themselves are fp32.
+  // Composed ops, at the forward/backward boundary: the logits in the
+  // compute dtype (2 B), the fp32 log-probabilities the loss keeps (4 B) and
+  // the fp32 gradient of the loss w.r.t. them (4 B) are alive together: 10 B
+  // per b*s*V element; 12 B when the logits themselves are fp32.
   k.logits_bytes_per_element_half = 10.0;
   k.logits_bytes_per_element_fp32 = 12.0;
-  // The runner's fused cross-entropy reads the logits as they are and writes
+  // tailor-runner's cross-entropy reads the logits as they are and writes
   // their gradient in the same dtype: 2 + 2 B, or 4 + 4 B in fp32.
-  k.logits_bytes_per_element_fused_half = 4.0;
-  k.logits_bytes_per_element_fused_fp32 = 8.0;
+  k.logits_bytes_per_element_lean_half = 4.0;
+  k.logits_bytes_per_element_lean_fp32 = 8.0;
   return k;
 }
 
@@ -144,7 +148,7 @@ double zero_model_state_bytes(double params, std::int64_t stage, std::int64_t gp
 }
 
 std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShape batch, Attention attention,
-                                                   bool dropout, double e, bool fused) {
+                                                   bool dropout, double e, bool fused, bool kv_repeated) {
   // Each row: a tensor one layer keeps for backward. sbh = s*b*h elements;
   // `e` bytes per element; dropout masks are 1 byte per element.
   const double s = static_cast<double>(batch.seq_len), b = static_cast<double>(batch.micro_batch);
@@ -203,7 +207,11 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
       add("attention dropout output", e * scores);
     }
   } else {
-    if (!fused) add("K and V (kv_heads)", 2 * e * s * b * kv);  // fused: views of the rotated copy
+    if (kv_repeated && a.kv_heads != a.heads) {
+      add("K and V repeated to all heads", 2 * e * sbh);
+    } else if (!fused) {
+      add("K and V (kv_heads)", 2 * e * s * b * kv);  // fused: views of the rotated copy
+    }
     add("softmax statistics (fp32 logsumexp)", 4 * heads * s * b);
   }
   // Memory-efficient attention keeps its own output (the o_proj input) for
@@ -311,7 +319,8 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // backward one checkpointed layer at a time is recomputed in full.
   double full_layer = 0, largest_term = 0;
   const std::vector<ActivationTerm> terms =
-      layer_activation_terms(a, in.batch, st.attention, in.dropout, e, in.fused_kernels);
+      layer_activation_terms(a, in.batch, st.attention, in.dropout, e, in.fused_kernels,
+                             /*kv_repeated=*/in.on_gpu && st.precision == Precision::kFp32);
   for (const ActivationTerm& term : terms) {
     full_layer += term.bytes;
     largest_term = std::max(largest_term, term.bytes);
@@ -357,12 +366,17 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   std::int64_t checkpointed = 0;
   if (st.checkpoint_every > 0) checkpointed = (layers + st.checkpoint_every - 1) / st.checkpoint_every;
   const double logit_elems = b * s * static_cast<double>(a.vocab);
-  const double per_elem = in.fused_kernels
-                              ? (is_half(st.precision) ? k.logits_bytes_per_element_fused_half
-                                                       : k.logits_bytes_per_element_fused_fp32)
+  const double per_elem = in.lean_cross_entropy
+                              ? (is_half(st.precision) ? k.logits_bytes_per_element_lean_half
+                                                       : k.logits_bytes_per_element_lean_fp32)
                               : (is_half(st.precision) ? k.logits_bytes_per_element_half
                                                        : k.logits_bytes_per_element_fp32);
-  const double logits = logit_elems * per_elem * k.logits_factor;
+  double logits = logit_elems * per_elem;
+  // Off the fused CPU kernel, one slice's fp32 (log-)softmax.
+  if (in.lean_cross_entropy && !in.fused_kernels) {
+    logits += 4.0 * std::min(logit_elems, static_cast<double>(kCrossEntropySliceElements));
+  }
+  logits *= k.logits_factor;
   m.logits = Bytes(static_cast<std::int64_t>(logits));
 
   double acts = static_cast<double>(checkpointed) * layer_input +
@@ -379,7 +393,8 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   if (checkpointed > 0) acts += std::max(0.0, (recomputed_layer + largest_term) * k.activation_factor - logits);
   m.activations = Bytes(static_cast<std::int64_t>(acts));
 
-  double overhead = static_cast<double>((in.on_gpu ? k.gpu_runtime_overhead : k.cpu_runtime_overhead).count());
+  double overhead = static_cast<double>(
+      (in.on_gpu ? k.gpu_context_overhead + k.gpu_allocator_workspace : k.cpu_runtime_overhead).count());
   const double wbytes = weight_bytes_per_param(st.precision);
   if (st.quantization == Quantization::kNf4 || st.quantization == Quantization::kNf4Double ||
       st.quantization == Quantization::kInt8) {

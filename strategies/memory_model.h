@@ -35,13 +35,22 @@ std::int64_t lora_parameter_count(const dsl::ModelArch& arch, std::int64_t rank,
 
 // Assumptions that are not arithmetic. Defaults are documented at their
 // definition; `calibrated()` applies measured correction factors.
+// tailor-runner's cross-entropy off the fused CPU kernel works on slices of
+// this many logits (runner/torch/cross_entropy.h); its one fp32 temporary is
+// the logits term's only addition to the logits and their gradient. 64 MiB:
+// smaller slices cost an H100 step time (2^22 logits: 8% of a 0.9B Llama's).
+inline constexpr std::int64_t kCrossEntropySliceElements = std::int64_t{1} << 24;
+
 struct MemoryConstants {
-  Bytes gpu_runtime_overhead;  // CUDA context + cuBLAS/cuDNN workspaces per process
+  // Per GPU process: the CUDA context, which no allocator counts, and the
+  // cuBLAS workspaces, which LibTorch's caching allocator does count.
+  Bytes gpu_context_overhead;
+  Bytes gpu_allocator_workspace;
   Bytes cpu_runtime_overhead;  // tracked on CPU: none (the tracking allocator counts tensors only)
-  double logits_bytes_per_element_half;  // logits + fp32 log-probs + their gradient, per b*s*V element
+  double logits_bytes_per_element_half;  // composed ops: logits + fp32 log-probs + their gradient, per b*s*V element
   double logits_bytes_per_element_fp32;
-  double logits_bytes_per_element_fused_half;  // fused cross-entropy: logits + their gradient
-  double logits_bytes_per_element_fused_fp32;
+  double logits_bytes_per_element_lean_half;  // tailor-runner's cross-entropy: logits + their gradient
+  double logits_bytes_per_element_lean_fp32;
   // Multiplicative corrections from measurements (1.0 = formulas as derived).
   double activation_factor = 1.0;
   double logits_factor = 1.0;
@@ -71,9 +80,13 @@ struct MemoryInput {
   double lora_dropout = 0.0;
   bool on_gpu = true;       // false: CPU training (no CUDA context)
   // The runner's fused CPU kernels (runner/torch/fused_ops.h) keep fewer
-  // tensors than composed ops: SwiGLU keeps only its input, RoPE nothing,
-  // cross-entropy the logits and their gradient only. On by default for CPU.
+  // tensors than composed ops: SwiGLU keeps only its input, RoPE nothing.
+  // On by default for CPU.
   bool fused_kernels = false;
+  // tailor-runner's cross-entropy (runner/torch/cross_entropy.h) keeps the
+  // logits and their gradient only, on every device; false models composed
+  // ops (a cast, log_softmax, nll_loss), as other frameworks run them.
+  bool lean_cross_entropy = true;
   bool dropout = false;     // model dropout (GPT-3-style training); fine-tuning here runs without
   // Whether a quantised (NF4/int8) frozen linear keeps its input for
   // backward. tailor-runner's does not (only the input gradient is needed);
@@ -107,7 +120,9 @@ double korthikanti_layer_bytes(std::int64_t s, std::int64_t b, std::int64_t h, s
 
 // One layer's saved activations for this architecture, tensor by tensor
 // (see the table in memory_model.cpp), in bytes. `fused`: as the runner's
-// fused CPU kernels keep them (MemoryInput::fused_kernels).
+// fused CPU kernels keep them (MemoryInput::fused_kernels). `kv_repeated`:
+// memory-efficient attention is given K and V repeated to every query head
+// (the runner on a GPU in fp32, where no fused kernel takes grouped heads).
 struct ActivationTerm {
   std::string tensor;  // "attention scores (softmax output)"
   double bytes = 0;
@@ -117,7 +132,8 @@ struct ActivationTerm {
   std::vector<std::string> weight_grad_of;
 };
 std::vector<ActivationTerm> layer_activation_terms(const dsl::ModelArch& arch, BatchShape batch, Attention attention,
-                                                   bool dropout, double bytes_per_element, bool fused = false);
+                                                   bool dropout, double bytes_per_element, bool fused = false,
+                                                   bool kv_repeated = false);
 
 // ZeRO per-GPU model-state bytes for P parameters under mixed-precision
 // AdamW (Rajbhandari et al. 2020, fig. 1): stage 0: 16P; 1: 4P + 12P/N;

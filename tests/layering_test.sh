@@ -17,9 +17,9 @@ declare -A allowed=(
   [runner/protocol]="core dsl strategies runner/protocol"
   [platform]="core dsl strategies platform"
   [runner/data]="core dsl runner/data"
-  [runner/io]="core dsl strategies runner/io runner/data"
-  [runner]="core dsl strategies runner runner/protocol runner/data runner/io runner/torch"
-  [runner/torch]="core dsl strategies runner runner/protocol runner/data runner/io runner/torch"
+  [runner/io]="core dsl strategies platform runner/io runner/data"
+  [runner]="core dsl strategies platform runner runner/protocol runner/data runner/io runner/torch"
+  [runner/torch]="core dsl strategies platform runner runner/protocol runner/data runner/io runner/torch"
   [daemon]="core dsl strategies platform runner/protocol daemon"
   [cli]="core dsl strategies platform runner/protocol cli"
 )

@@ -1,13 +1,8 @@
 #include "runner/io/hf_folder.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -15,6 +10,7 @@
 
 #include "core/text.h"
 #include "dsl/model_family.h"
+#include "platform/files.h"
 
 namespace tailor::runner::io {
 namespace fs = std::filesystem;
@@ -25,26 +21,6 @@ bool is_plain_file_name(const std::string& s) {
 }
 
 }  // namespace
-
-Status write_text_file_atomically(const std::string& path, std::string_view text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::io_error("cannot create " + tmp + ": " + std::strerror(errno));
-  bool ok = true;
-  for (std::size_t done = 0; ok && done < text.size();) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    ok = w >= 0;
-    if (ok) done += static_cast<std::size_t>(w);
-  }
-  ok = ok && ::fsync(fd) == 0;
-  const std::string why = ok ? "" : std::strerror(errno);
-  ok = (::close(fd) == 0) && ok;
-  if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return Status::ok();
-  const std::string reason = why.empty() ? std::strerror(errno) : why;
-  std::remove(tmp.c_str());
-  return Status::io_error("writing " + path + ": " + reason);
-}
 
 Result<ShardIndex> read_shard_index(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -85,7 +61,7 @@ Status write_shard_index(const std::string& path, const ShardIndex& index) {
   nlohmann::ordered_json j;
   j["metadata"] = {{"total_size", index.total_size}};
   j["weight_map"] = index.weight_map;
-  return write_text_file_atomically(path, j.dump(2) + "\n");
+  return platform::write_file_atomic(path, j.dump(2) + "\n");
 }
 
 std::string shard_file_name(int shard, int count) {
@@ -130,7 +106,7 @@ Result<WeightFiles> find_weight_files(const std::string& folder) {
 
 Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype,
                        const dsl::SpecialTokenIds& ids) {
-  return write_text_file_atomically(path, dsl::hf_config_json(arch, torch_dtype, ids));
+  return platform::write_file_atomic(path, dsl::hf_config_json(arch, torch_dtype, ids));
 }
 
 }  // namespace tailor::runner::io

@@ -59,7 +59,4 @@ Result<WeightFiles> find_weight_files(const std::string& folder);
 Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype,
                        const dsl::SpecialTokenIds& ids = {});
 
-// Writes `text` to `path` atomically (path + ".tmp", fsync, rename).
-Status write_text_file_atomically(const std::string& path, std::string_view text);
-
 }  // namespace tailor::runner::io

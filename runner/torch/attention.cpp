@@ -29,9 +29,16 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   const std::int64_t heads = q.size(1), kv_heads = k.size(1), d = q.size(3);
   if (fused) {
     const bool causal = mask.numel() == 0;
-    return at::scaled_dot_product_attention(q, k, v, causal ? std::optional<Tensor>() : std::optional<Tensor>(mask),
-                                            /*dropout_p=*/0.0, /*is_causal=*/causal, /*scale=*/std::nullopt,
-                                            /*enable_gqa=*/heads != kv_heads);
+    const std::optional<Tensor> m = causal ? std::optional<Tensor>() : std::optional<Tensor>(mask);
+    if (heads != kv_heads && q.is_cuda() && q.scalar_type() == torch::kFloat32) {
+      // On a GPU in fp32 only SDPA's math kernel takes grouped heads, and it
+      // keeps the s x s scores (measured on an H100: twice the activations);
+      // the memory-efficient kernel takes K and V repeated to every head.
+      return at::scaled_dot_product_attention(q, k.repeat_interleave(heads / kv_heads, 1),
+                                              v.repeat_interleave(heads / kv_heads, 1), m, 0.0, causal);
+    }
+    return at::scaled_dot_product_attention(q, k, v, m, /*dropout_p=*/0.0, /*is_causal=*/causal,
+                                            /*scale=*/std::nullopt, /*enable_gqa=*/heads != kv_heads);
   }
   Tensor kr = k, vr = v;
   if (kv_heads != heads) {

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "runner/torch/tensor_file.h"
+
 namespace tailor::runner {
 namespace fs = std::filesystem;
 namespace {
@@ -59,14 +61,15 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, con
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return Status::io_error("cannot create " + tmp.string() + ": " + ec.message());
-  try {
-    torch::save(encode(tensors.params), (tmp / "model.pt").string());
-    torch::save(encode(tensors.optimizer), (tmp / "optimizer.pt").string());
-    torch::save(tensors.rng_state, (tmp / "rng.pt").string());
-    if (tensors.device_rng_state.defined()) torch::save(tensors.device_rng_state, (tmp / "device_rng.pt").string());
-  } catch (const c10::Error& e) {
+  Status written = save_tensor_file(encode(tensors.params), (tmp / "model.pt").string());
+  if (written.is_ok()) written = save_tensor_file(encode(tensors.optimizer), (tmp / "optimizer.pt").string());
+  if (written.is_ok()) written = save_tensor_file(tensors.rng_state, (tmp / "rng.pt").string());
+  if (written.is_ok() && tensors.device_rng_state.defined()) {
+    written = save_tensor_file(tensors.device_rng_state, (tmp / "device_rng.pt").string());
+  }
+  if (!written.is_ok()) {
     fs::remove_all(tmp, ec);
-    return Status::io_error("writing checkpoint " + tmp.string() + ": " + e.what_without_backtrace());
+    return Status::io_error("writing checkpoint " + tmp.string() + ": " + written.message());
   }
   nlohmann::json j{{"step", state.step},         {"data_epoch", state.data_epoch}, {"data_index", state.data_index},
                    {"loss_scale", state.loss_scale}, {"good_steps", state.good_steps}, {"tokens_seen", state.tokens_seen}};

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "dsl/model_family.h"
+#include "platform/files.h"
 #include "runner/io/hf_folder.h"
 #include "runner/io/safetensors.h"
 
@@ -332,7 +333,7 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
   Status s = io::write_hf_config((tmp / io::kConfigFile).string(), arch, hf_dtype_name(dtype), extras.tokens);
   if (!s.is_ok()) return fail(s);
   if (extras.tokens.bos >= 0 || extras.tokens.eos >= 0) {
-    s = io::write_text_file_atomically((tmp / "generation_config.json").string(),
+    s = platform::write_file_atomic((tmp / "generation_config.json").string(),
                                        dsl::hf_generation_config_json(extras.tokens));
     if (!s.is_ok()) return fail(s);
   }

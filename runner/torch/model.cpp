@@ -270,13 +270,4 @@ Tensor CausalLMImpl::logits(const Tensor& hidden) {
   return torch::linear(hidden, lm_head_.defined() ? lm_head_ : embed_->weight);
 }
 
-Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets) {
-  if (fused_supported(logits)) return fused_cross_entropy_sum(logits, targets);
-  const std::int64_t v = logits.size(-1);
-  // One fp32 log-softmax (saved for backward); the cast's own output is a
-  // temporary freed as soon as log_softmax has read it.
-  Tensor logp = torch::log_softmax(logits.reshape({-1, v}).to(torch::kFloat32), -1);
-  return torch::nll_loss(logp, targets.reshape({-1}), {}, at::Reduction::Sum, -100);
-}
-
 }  // namespace tailor::runner

@@ -97,8 +97,4 @@ class CausalLMImpl : public torch::nn::Module {
 };
 TORCH_MODULE(CausalLM);
 
-// Sum of token cross-entropies over targets != -100, computed in fp32
-// without keeping an fp32 copy of the logits beyond the loss' own buffers.
-torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets);
-
 }  // namespace tailor::runner

@@ -20,11 +20,13 @@
 #include "runner/device_choice.h"
 #include "runner/loss_scaler.h"
 #include "runner/torch/checkpoint.h"
+#include "runner/torch/cross_entropy.h"
 #include "runner/torch/cuda_memory.h"
 #include "runner/torch/hf_checkpoint.h"
 #include "runner/torch/lora.h"
 #include "runner/torch/model.h"
 #include "runner/torch/optimizer.h"
+#include "runner/torch/tensor_file.h"
 #include "runner/torch/tracking_allocator.h"
 #include "runner/protocol/capabilities.h"
 #include "runner/protocol/events.h"
@@ -602,15 +604,9 @@ Status Run::finish() {
     TAILOR_RETURN_IF_ERROR(as_failure(merge_lora(*model_, param_dtype(st_.precision))));
     event(events::kAdapter, [&](JsonWriter& w) { w.field("dir", dir); });
   }
-  try {
-    std::vector<torch::Tensor> params;
-    for (const auto& p : model_->parameters()) params.push_back(p.detach());
-    const std::string tmp = (fs::path(o_.out_dir) / "model.pt.tmp").string();
-    torch::save(params, tmp);
-    fs::rename(tmp, fs::path(o_.out_dir) / "model.pt");
-  } catch (const std::exception& e) {
-    return Status::io_error(std::string("saving the model: ") + e.what());
-  }
+  std::vector<torch::Tensor> params;
+  for (const auto& p : model_->parameters()) params.push_back(p.detach());
+  TAILOR_RETURN_IF_ERROR(as_failure(save_tensor_file(params, (fs::path(o_.out_dir) / "model.pt").string())));
   // The final model as a Hugging Face folder (config.json + safetensors),
   // which transformers and model.path load; replaced as a whole.
   return as_failure(save_hf_model(model_, (fs::path(o_.out_dir) / "model").string(), kDefaultMaxShardBytes, export_));

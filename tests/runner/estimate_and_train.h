@@ -28,13 +28,15 @@ struct EstimateAndMeasurement {
   nlohmann::json measured;               // the last step's "memory" object of metrics.jsonl
 };
 
-// Trains `spec` with `s` in `out_dir` without a byte budget; nullopt (and a
-// test failure) when training does not succeed.
+// Trains `spec` with `s` in `out_dir` without a byte budget, on the CPU or,
+// with `gpu_memory` set, on CUDA device 0 planned as a GPU of that size;
+// nullopt (and a test failure) when training does not succeed.
 inline std::optional<EstimateAndMeasurement> estimate_and_train(const dsl::JobSpec& spec, const strategies::Strategy& s,
-                                                                const std::string& out_dir) {
+                                                                const std::string& out_dir, Bytes gpu_memory = {}) {
   strategies::Hardware hw;
   hw.host_memory = Bytes::gib(8);
   hw.cpu = strategies::cpu_device(hw.host_memory);
+  if (gpu_memory.count() > 0) hw.gpus.push_back(strategies::hypothetical_gpu(gpu_memory));
   EstimateAndMeasurement r;
   const strategies::Candidate c = strategies::evaluate(spec, hw, s, {});
   r.estimate = c.memory.per_device;
@@ -44,6 +46,9 @@ inline std::optional<EstimateAndMeasurement> estimate_and_train(const dsl::JobSp
   o.config.spec = spec;
   o.config.strategy = s;
   o.out_dir = out_dir;
+  o.config.on_cpu = hw.cpu_only();
+  o.config.device_memory_bytes = gpu_memory.count();
+  o.device = hw.cpu_only() ? "cpu" : "cuda:0";
   o.memory_limit = 0;
   o.quiet = true;
   const RunnerExit code = train(o);

@@ -21,6 +21,7 @@
 #include "runner/data/tokenizer.h"
 #include "runner/io/hf_folder.h"
 #include "runner/io/safetensors.h"
+#include "runner/torch/cross_entropy.h"
 #include "runner/torch/trainer.h"
 #include "tests/testing/temp_dir.h"
 

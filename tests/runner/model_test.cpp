@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "runner/torch/cross_entropy.h"
+
 namespace tailor::runner {
 namespace {
 

@@ -74,14 +74,14 @@ TEST(PlannerTest, TinyCpuJobFitsInHostMemoryWithoutApproximations) {
 }
 
 TEST(PlannerTest, NothingFittingIsAValueWithShortfallAndSmallestHardware) {
-  const Plan p = plan_job(load("llama3-8b-full-8xa100.yaml"), gpus("8xT4", Bytes::gib(32)));
+  const Plan p = plan_job(load("llama3-8b-full-8xa100.yaml"), gpus("4xT4", Bytes::gib(32)));
   EXPECT_FALSE(p.fits);
   EXPECT_GT(p.shortfall.count() + p.host_shortfall.count(), 0);
   // The named hardware is bigger than a T4 and really fits.
-  ASSERT_EQ(p.smallest_fitting_gpu.rfind("8x ", 0), 0u) << p.smallest_fitting_gpu;
+  ASSERT_EQ(p.smallest_fitting_gpu.rfind("4x ", 0), 0u) << p.smallest_fitting_gpu;
   const std::string key = p.smallest_fitting_gpu.substr(3);
   EXPECT_GT(dsl::Catalog::builtin().find_gpu(key)->memory, Bytes::gib(16));
-  EXPECT_TRUE(plan_job(load("llama3-8b-full-8xa100.yaml"), gpus("8x" + key, Bytes::gib(32))).fits);
+  EXPECT_TRUE(plan_job(load("llama3-8b-full-8xa100.yaml"), gpus("4x" + key, Bytes::gib(32))).fits);
   ASSERT_FALSE(p.decisions.empty());
   EXPECT_EQ(p.decisions.back().action, "reject the job");
 }
