@@ -17,11 +17,11 @@ function(tailor_add_test name)
   target_compile_definitions(${name} PRIVATE
     TAILOR_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     TAILOR_BINARY_DIR="${CMAKE_BINARY_DIR}")
-  if(T_LABEL STREQUAL "torch")
+  if(T_LABEL STREQUAL "torch" OR T_LABEL STREQUAL "interop")
     add_test(NAME ${name} COMMAND ${name})
     # Busy-waiting OpenMP threads stall when ctest runs other work beside
     # them on 2 cores (runner/README.md).
-    set_tests_properties(${name} PROPERTIES LABELS torch ENVIRONMENT OMP_WAIT_POLICY=PASSIVE)
+    set_tests_properties(${name} PROPERTIES LABELS ${T_LABEL} ENVIRONMENT OMP_WAIT_POLICY=PASSIVE)
   else()
     include(GoogleTest)
     gtest_discover_tests(${name} PROPERTIES LABELS ${T_LABEL} DISCOVERY_TIMEOUT 30)

@@ -38,6 +38,62 @@ constexpr std::array<ModelFamilyInfo, 4> kFamilies = {{
      "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm"},
 }};
 
+// What else a config.json says that changes the computation: read where
+// the model implements it, refused by name where it does not, so that a
+// model never trains silently as another one.
+void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelArch& arch, const std::string& where,
+                       std::vector<std::string>& errors) {
+  auto refuse = [&](const std::string& key, const nlohmann::json& value, const std::string& why) {
+    errors.push_back(where + ": " + key + " " + value.dump() + " is not supported: " + why);
+  };
+  auto value_of = [&](const char* key) -> const nlohmann::json* {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  };
+  const bool gpt2 = f.block == BlockKind::kGpt2;
+  // RoPE: transformers 5 writes rope_parameters {rope_theta, rope_type},
+  // 4.x a top-level rope_theta and an optional rope_scaling.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const nlohmann::json* rope = value_of(key);
+    if (rope == nullptr || gpt2) continue;
+    if (!rope->is_object()) {
+      refuse(key, *rope, "expected an object");
+      continue;
+    }
+    const std::string type = rope->value("rope_type", rope->value("type", std::string("default")));
+    if (type != "default") refuse(std::string(key) + ".rope_type", type, "Tailor computes RoPE without scaling");
+    auto theta = rope->find("rope_theta");
+    if (theta != rope->end() && theta->is_number() && value_of("rope_theta") == nullptr) arch.rope_theta = theta->get<double>();
+  }
+  if (const nlohmann::json* p = value_of("partial_rotary_factor"); p != nullptr && !(p->is_number() && p->get<double>() == 1.0)) {
+    refuse("partial_rotary_factor", *p, "Tailor rotates every dimension of a head");
+  }
+  if (const nlohmann::json* hd = value_of("head_dim");
+      hd != nullptr && !gpt2 && !(hd->is_number_integer() && arch.heads > 0 && hd->get<std::int64_t>() == arch.head_dim())) {
+    refuse("head_dim", *hd, "Tailor's heads are hidden_size / num_attention_heads wide");
+  }
+  // A sliding window narrower than the context changes attention.
+  const nlohmann::json* window = value_of("sliding_window");
+  const nlohmann::json* use_window = value_of("use_sliding_window");
+  const bool windowed = use_window != nullptr ? use_window->is_boolean() && use_window->get<bool>() : window != nullptr;
+  if (windowed && window != nullptr && !(window->is_number_integer() && window->get<std::int64_t>() >= arch.max_seq_len)) {
+    refuse("sliding_window", *window, "Tailor attends over the whole context");
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    const nlohmann::json* b = value_of(key);
+    if (b != nullptr && !gpt2 && !(b->is_boolean() && !b->get<bool>())) refuse(key, *b, "the family's linears have no bias");
+  }
+  const char* act_key = gpt2 ? "activation_function" : "hidden_act";
+  const std::string act = gpt2 ? "gelu_new" : "silu";
+  if (const nlohmann::json* a = value_of(act_key); a != nullptr && *a != act) {
+    refuse(act_key, *a, "the family's activation here is " + act);
+  }
+  for (const char* key : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"}) {
+    const nlohmann::json* b = value_of(key);
+    if (b != nullptr && gpt2 && !(b->is_boolean() && !b->get<bool>())) refuse(key, *b, "Tailor's GPT-2 attention is the original one");
+  }
+}
+
 }  // namespace
 
 std::span<const ModelFamilyInfo> model_families() { return kFamilies; }
@@ -137,6 +193,7 @@ bool arch_from_hf_config(const std::string& text, const std::string& file, Model
   arch.tie_embeddings = (tie != j.end() && tie->is_boolean()) ? tie->get<bool>() : f->default_tie_embeddings;
   arch.rope_theta = get_num(f->key_rope_theta, 10000.0);
   arch.norm_eps = get_num(f->key_norm_eps, f->default_norm_eps);
+  check_computation(j, *f, arch, quote(file, kWhole), errors);
   return errors.size() == errors_before;
 }
 

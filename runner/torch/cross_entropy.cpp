@@ -53,7 +53,7 @@ struct SlicedCrossEntropy : torch::autograd::Function<SlicedCrossEntropy> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     auto saved = ctx->get_saved_variables();
     const Tensor &logits = saved[0], &targets = saved[1];
-    const std::int64_t v = logits.size(-1), rows = logits.size(0);
+    const std::int64_t rows = logits.size(0);
     const Tensor keep = (targets != -100).to(torch::kFloat32).unsqueeze(1) * grad_out[0].to(torch::kFloat32);
     const Tensor index = targets.clamp_min(0).unsqueeze(1);
     Tensor grad = torch::empty_like(logits);

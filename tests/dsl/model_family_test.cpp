@@ -62,6 +62,56 @@ TEST(ModelFamilyTest, UnknownTypesAndWrongValuesAreErrorsNamingTheFileAndKey) {
   EXPECT_FALSE(arch_from_hf_config("[1]", "/m/config.json", a, errors));
 }
 
+// What a config.json says that changes the computation is read (RoPE's
+// theta in transformers 5's rope_parameters) or refused by name, never
+// trained past.
+TEST(ModelFamilyTest, WhatChangesTheComputationIsReadOrRefusedByName) {
+  const std::string llama =
+      R"("model_type": "llama", "num_hidden_layers": 2, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 300)";
+  auto read = [&](const std::string& body, std::vector<std::string>& errors) {
+    ModelArch a;
+    arch_from_hf_config("{" + body + "}", "/m/config.json", a, errors);
+    return a;
+  };
+  std::vector<std::string> errors;
+  ModelArch a = read(llama + R"(, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"})", errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_DOUBLE_EQ(a.rope_theta, 500000.0);
+  a = read(llama + R"(, "rope_theta": 10000.0, "rope_parameters": {"rope_theta": 500000.0})", errors);
+  EXPECT_DOUBLE_EQ(a.rope_theta, 10000.0);  // the top-level key wins where both are written
+
+  const std::map<std::string, std::string> refused = {
+      {R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})", "rope_scaling.rope_type \"llama3\""},
+      {R"("rope_parameters": {"rope_theta": 1e6, "rope_type": "yarn"})", "rope_parameters.rope_type \"yarn\""},
+      {R"("partial_rotary_factor": 0.5)", "partial_rotary_factor 0.5"},
+      {R"("head_dim": 96)", "head_dim 96"},
+      {R"("attention_bias": true)", "attention_bias true"},
+      {R"("mlp_bias": true)", "mlp_bias true"},
+      {R"("hidden_act": "gelu")", "hidden_act \"gelu\""},
+      {R"("sliding_window": 4096, "max_position_embeddings": 32768)", "sliding_window 4096"},
+  };
+  for (const auto& [extra, named] : refused) {
+    errors.clear();
+    read(llama + ", " + extra, errors);
+    ASSERT_EQ(errors.size(), 1u) << extra;
+    EXPECT_NE(errors[0].find("/m/config.json"), std::string::npos) << errors[0];
+    EXPECT_NE(errors[0].find(named + " is not supported"), std::string::npos) << errors[0];
+  }
+  // What does not change the computation passes.
+  for (const std::string& fine :
+       {std::string(R"("sliding_window": null)"), std::string(R"("sliding_window": 4096, "use_sliding_window": false)"),
+        std::string(R"("sliding_window": 4096, "max_position_embeddings": 4096)"), std::string(R"("head_dim": 128)"),
+        std::string(R"("attention_bias": false, "hidden_act": "silu", "rope_scaling": null)")}) {
+    errors.clear();
+    read(llama + ", " + fine, errors);
+    EXPECT_TRUE(errors.empty()) << fine << ": " << errors.front();
+  }
+  errors.clear();
+  read(R"("model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "activation_function": "gelu")", errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("activation_function \"gelu\" is not supported"), std::string::npos) << errors[0];
+}
+
 // Every linear of a block is a slice of one fused projection, the slices of
 // a projection tile it without overlap, and the LoRA targets are their names.
 TEST(ModelFamilyTest, LinearsTileTheFusedProjectionsAndNameTheTargets) {

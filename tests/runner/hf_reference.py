@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The Hugging Face side of tests/runner/hf_interop_test.cpp, run with the
+project's .venv (transformers, PEFT, safetensors on the same torch).
+
+  hf_reference.py make DIR FAMILY...
+      for each family, DIR/FAMILY/ gets: base/ (a tiny random model saved by
+      transformers' save_pretrained, fp32, every norm and bias perturbed so a
+      misplaced tensor shows), adapter/ (a PEFT LoRA adapter on every linear of
+      the blocks, saved by PEFT, with non-zero B), and reference.safetensors:
+      input_ids (2, 16), base_logits, base_loss (transformers' mean shifted
+      cross-entropy), adapter_logits.
+  hf_reference.py check DIR FAMILY...
+      for each family, loads what Tailor wrote: DIR/FAMILY/export/ with
+      AutoModelForCausalLM and DIR/FAMILY/tailor_adapter/ onto base/ with
+      PeftModel.from_pretrained, runs tailor.safetensors' input_ids and compares
+      with its export_logits and adapter_logits. Prints one line per check;
+      exits 1 when one is off by more than the tolerance.
+"""
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+TOLERANCE = 1e-4  # max |a - b| / max |b|, fp32
+
+# Small shapes with grouped-query heads where the family has them.
+CONFIGS = {
+    "llama": dict(model_type="llama", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
+                  rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
+    "mistral": dict(model_type="mistral", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
+                    rope_theta=1e6, sliding_window=None, tie_word_embeddings=False),
+    "qwen2": dict(model_type="qwen2", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
+                  rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False),
+    "gpt2": dict(model_type="gpt2", n_embd=64, n_inner=256, n_layer=2, n_head=4, vocab_size=300, n_positions=64,
+                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=1),
+}
+TARGETS = {
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+}
+LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def base_model(family):
+    from transformers import AutoConfig, AutoModelForCausalLM
+    cfg = dict(CONFIGS[family])
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # norms and biases: away from their 1 / 0 initialisation
+                p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+def make(root, family):
+    from peft import LoraConfig, get_peft_model
+    out = os.path.join(root, family)
+    os.makedirs(out, exist_ok=True)
+    model = base_model(family)
+    model.save_pretrained(os.path.join(out, "base"), safe_serialization=True)
+    ids = torch.randint(0, CONFIGS[family]["vocab_size"], (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        base = model(ids, labels=ids)
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS.get(family, LLAMA_TARGETS),
+                      init_lora_weights=False, task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, lora)
+    peft_model.save_pretrained(os.path.join(out, "adapter"))
+    with torch.no_grad():
+        adapted = peft_model(ids)
+    save_file({"input_ids": ids.contiguous(), "base_logits": base.logits.contiguous(),
+               "base_loss": base.loss.reshape(1).contiguous(), "adapter_logits": adapted.logits.contiguous()},
+              os.path.join(out, "reference.safetensors"))
+
+
+def off_by(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def check(root, family):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    d = os.path.join(root, family)
+    ref = load_file(os.path.join(d, "tailor.safetensors"))
+    ids = ref["input_ids"]
+    results = []
+    exported = AutoModelForCausalLM.from_pretrained(os.path.join(d, "export"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        results.append(("export", off_by(exported(ids).logits, ref["export_logits"])))
+    base = AutoModelForCausalLM.from_pretrained(os.path.join(d, "base"), dtype=torch.float32)
+    adapted = PeftModel.from_pretrained(base, os.path.join(d, "tailor_adapter")).eval()
+    with torch.no_grad():
+        results.append(("adapter", off_by(adapted(ids).logits, ref["adapter_logits"])))
+    return [(family, what, err) for what, err in results]
+
+
+def main():
+    if len(sys.argv) < 4 or sys.argv[1] not in ("make", "check"):
+        sys.exit(__doc__)
+    root, families = sys.argv[2], sys.argv[3:]
+    for f in families:
+        if f not in CONFIGS:
+            sys.exit(f"hf_reference.py: unknown family {f}")
+    if sys.argv[1] == "make":
+        for f in families:
+            make(root, f)
+        return
+    bad = False
+    for f in families:
+        for family, what, err in check(root, f):
+            ok = err <= TOLERANCE
+            bad |= not ok
+            print(json.dumps({"family": family, "check": what, "relative_error": err, "ok": ok}))
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
