@@ -1,6 +1,7 @@
 #include "runner/data/tokenizer.h"
 
 #include "dsl/tokenizer_files.h"
+#include "runner/data/bpe_tokenizer.h"
 #include "runner/data/byte_tokenizer.h"
 #include "runner/data/sentencepiece_tokenizer.h"
 
@@ -17,6 +18,8 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const dsl::ModelSpec& model) {
                                       " piece; training needs both to mark document boundaries");
     }
     tok = std::move(sp);
+  } else if (choice.kind == dsl::TokenizerKind::kByteLevelBpe) {
+    TAILOR_ASSIGN_OR_RETURN(tok, BpeTokenizer::load(choice.file));
   } else {
     tok = std::make_unique<ByteTokenizer>();
   }

@@ -1,7 +1,7 @@
 // The tokenizer interface of the data pipeline, and the choice of tokenizer
-// for a model. Implementations: ByteTokenizer (byte_tokenizer.h) and
-// SentencePieceTokenizer (sentencepiece_tokenizer.h). Hugging Face
-// tokenizer.json files (the `tokenizers` library's format) are not read.
+// for a model. Implementations: ByteTokenizer (byte_tokenizer.h),
+// SentencePieceTokenizer (sentencepiece_tokenizer.h) and BpeTokenizer
+// (bpe_tokenizer.h: Hugging Face tokenizer.json, byte-level BPE).
 #pragma once
 
 #include <cstdint>
@@ -47,9 +47,11 @@ class Tokenizer {
 // (dsl/tokenizer_files.h) chooses it:
 //  - model.path holds tokenizer.model: that SentencePiece model (Llama-2
 //    style folders);
-//  - model.path holds only tokenizer files Tailor does not read yet
-//    (tokenizer.json, vocab.json + merges.txt, vocab.txt): InvalidArgument
-//    naming the file;
+//  - else model.path holds a byte-level BPE tokenizer.json: that (GPT-2,
+//    Llama 3 style folders);
+//  - model.path holds only tokenizer files Tailor does not read (another
+//    kind of tokenizer.json, vocab.json + merges.txt, vocab.txt):
+//    InvalidArgument naming the file;
 //  - otherwise (a preset, an inline arch, a folder without tokenizer files):
 //    the byte-level tokenizer.
 // InvalidArgument when the tokenizer's vocab_size() exceeds model.arch.vocab

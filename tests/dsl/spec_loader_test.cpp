@@ -255,10 +255,10 @@ TEST_F(SpecLoaderTest, ModelPathWithATokenizerTailorCannotReadIsAnErrorNamingThe
       << errors(s);
   dir_.write("llama/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
     "intermediate_size": 172, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 128})");
-  dir_.write("llama/tokenizer.json", "{}");
+  dir_.write("llama/tokenizer.json", R"({"model": {"type": "Unigram"}})");
   s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: llama}\ndata: {train: data/train.txt}\n");
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(errors(s).find("tokenizer.json: Hugging Face tokenizer.json files are not supported"), std::string::npos)
+  EXPECT_NE(errors(s).find("tokenizer.json: model.type \"Unigram\" is not supported"), std::string::npos)
       << errors(s);
   dir_.write("llama/tokenizer.model", "");  // read at training time; only its presence decides here
   EXPECT_TRUE(load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: llama}\ndata: {train: data/train.txt}\n").ok());

@@ -25,8 +25,8 @@
 namespace tailor::runner {
 namespace {
 
-using torch::Tensor;
 using tailor::testing::TempDir;
+using torch::Tensor;
 
 constexpr double kTolerance = 1e-4;
 constexpr std::int64_t kRank = 4;
@@ -82,9 +82,7 @@ Tensor logits_of(CausalLM& m, const Tensor& ids) {
   return m->logits(m->hidden_states(in)).contiguous();
 }
 
-double off_by(const Tensor& a, const Tensor& b) {
-  return ((a - b).abs().max() / b.abs().max()).item<double>();
-}
+double off_by(const Tensor& a, const Tensor& b) { return ((a - b).abs().max() / b.abs().max()).item<double>(); }
 
 void attach_adapters(CausalLM& m) {
   LoraOptions o;
@@ -118,8 +116,8 @@ TEST(HfInteropTest, EveryFamilyRoundTripsThroughTransformersAndPeft) {
     const Tensor logits = logits_of(base, ids);
     const double base_error = off_by(logits, tensor_in(*ref, "base_logits"));
     EXPECT_LT(base_error, kTolerance);
-    const double loss = cross_entropy_sum(logits.slice(1, 0, t - 1), ids.slice(1, 1)).item<double>() /
-                        static_cast<double>(b * (t - 1));
+    const double loss =
+        cross_entropy_sum(logits.slice(1, 0, t - 1), ids.slice(1, 1)).item<double>() / static_cast<double>(b * (t - 1));
     const double loss_ratio = loss / tensor_in(*ref, "base_loss").item<double>();
     EXPECT_NEAR(loss_ratio, 1.0, 1e-5);
 
@@ -138,7 +136,8 @@ TEST(HfInteropTest, EveryFamilyRoundTripsThroughTransformersAndPeft) {
     {
       torch::NoGradGuard no_grad;
       torch::manual_seed(7);
-      for (Tensor& p : base->parameters()) p.add_(torch::randn_like(p) * 0.02);
+      for (Tensor& p : base->parameters())
+        p.add_(torch::randn_like(p) * 0.02);
     }
     s = save_hf_model(base, d + "/export", 0);
     ASSERT_TRUE(s.is_ok()) << s.message();
@@ -146,7 +145,8 @@ TEST(HfInteropTest, EveryFamilyRoundTripsThroughTransformersAndPeft) {
     attach_adapters(ours);
     {
       torch::NoGradGuard no_grad;
-      for (Tensor& p : lora_parameters(*ours)) p.copy_(torch::randn_like(p) * 0.1);
+      for (Tensor& p : lora_parameters(*ours))
+        p.copy_(torch::randn_like(p) * 0.1);
     }
     s = save_peft_adapter(*ours, d + "/tailor_adapter", d + "/base");
     ASSERT_TRUE(s.is_ok()) << s.message();

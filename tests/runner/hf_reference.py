@@ -9,6 +9,13 @@ project's .venv (transformers, PEFT, safetensors on the same torch).
       the blocks, saved by PEFT, with non-zero B), and reference.safetensors:
       input_ids (2, 16), base_logits, base_loss (transformers' mean shifted
       cross-entropy), adapter_logits.
+  hf_reference.py tokenizers DIR
+      trains byte-level BPE tokenizers with the `tokenizers` library on a
+      multilingual corpus (scripts, emoji, digits, whitespace runs, code): DIR/
+      gpt2/ (GPT-2's ByteLevel pre-tokenizer) and DIR/llama3/ (Llama 3's Split
+      regex + ByteLevel, ignore_merges, <|begin_of_text|>/<|end_of_text|> in
+      tokenizer_config.json), each with tokenizer.json and ids.json: the
+      library's ids of every line of DIR/lines.json, without special tokens.
   hf_reference.py check DIR FAMILY...
       for each family, loads what Tailor wrote: DIR/FAMILY/export/ with
       AutoModelForCausalLM and DIR/FAMILY/tailor_adapter/ onto base/ with
@@ -100,7 +107,59 @@ def check(root, family):
     return [(family, what, err) for what, err in results]
 
 
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. It's 2026; we'll see what they've done.",
+    "Grüße aus München! Ça va très bien, merci. ¿Dónde está la biblioteca?",
+    "東京は日本の首都です。我们今天去公园散步吧。",
+    "Привет, как дела? Всё хорошо.",
+    "مرحبا بالعالم، كيف حالك اليوم؟",
+    "नमस्ते दुनिया, आप कैसे हैं?",
+    "Emoji: 😀🎉👩‍💻🏳️‍🌈 and flags 🇯🇵🇫🇷!",
+    "Numbers 1234567890 and 3.14159, prices $19.99, 12,345 units.",
+    "    indented    with   runs of spaces\tand\ttabs\n\nand blank lines\r\n",
+    "def f(x):\n    return x**2 + 1  # comment\n",
+    "<|endoftext|> is special, and so is <|begin_of_text|> here.",
+    "A mixed line: naïve café résumé, Ελληνικά κείμενο, 한국어 텍스트.",
+]
+
+
+def train_tokenizers(root):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    lines = CORPUS + [f"{a} {b}, {c}!" for a in CORPUS[:6] for b in ("again", "und so weiter", "さらに") for c in range(3)]
+    with open(os.path.join(root, "lines.json"), "w") as f:
+        json.dump(lines, f, ensure_ascii=False)
+    specials = {"gpt2": ["<|endoftext|>"], "llama3": ["<|begin_of_text|>", "<|end_of_text|>"]}
+    for name in ("gpt2", "llama3"):
+        tok = Tokenizer(models.BPE(ignore_merges=name == "llama3"))
+        if name == "gpt2":
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        else:
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials[name], show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(lines * 3, trainer)
+        d = os.path.join(root, name)
+        os.makedirs(d, exist_ok=True)
+        tok.save(os.path.join(d, "tokenizer.json"))
+        if name == "llama3":
+            with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+                json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}, f)
+        tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        ids = [tok.encode(line, add_special_tokens=False).ids for line in lines]
+        with open(os.path.join(d, "ids.json"), "w") as f:
+            json.dump(ids, f)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "tokenizers":
+        train_tokenizers(sys.argv[2])
+        return
     if len(sys.argv) < 4 or sys.argv[1] not in ("make", "check"):
         sys.exit(__doc__)
     root, families = sys.argv[2], sys.argv[3:]

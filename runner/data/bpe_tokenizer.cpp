@@ -1,0 +1,368 @@
+#include "runner/data/bpe_tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "dsl/tokenizer_files.h"
+#include "runner/data/hash.h"
+
+namespace tailor::runner::data {
+namespace {
+
+using nlohmann::json;
+
+// GPT-2's pre-tokenizer pattern (ByteLevel with use_regex, as the tokenizers
+// library writes it in Rust: pre_tokenizers/byte_level.rs).
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// GPT-2's reversible byte -> printable character map (Radford et al. 2019,
+// encoder.py bytes_to_unicode): printable Latin-1 bytes stand for
+// themselves, the other 68 for U+0100 onwards in byte order.
+struct ByteSymbols {
+  std::array<std::string, 256> of_byte;
+  std::unordered_map<std::string, unsigned char> to_byte;
+  ByteSymbols() {
+    std::uint32_t next = 256;
+    for (std::uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      append_utf8(of_byte[b], printable ? b : next++);
+      to_byte.emplace(of_byte[b], static_cast<unsigned char>(b));
+    }
+  }
+};
+
+const ByteSymbols& byte_symbols() {
+  static const ByteSymbols s;
+  return s;
+}
+
+std::size_t utf8_length(unsigned char lead) {
+  return lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 1;
+}
+
+// The text of a token given as a string or as {"content": ...}; empty if neither.
+std::string token_text(const json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
+  return {};
+}
+
+}  // namespace
+
+struct BpeTokenizer::Regex {
+  pcre2_code* code = nullptr;
+  ~Regex() { pcre2_code_free(code); }
+};
+
+BpeTokenizer::~BpeTokenizer() = default;
+
+Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found("cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](const std::string& what) { return Status::invalid_argument(path + ": " + what); };
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+  const json& model = j.value("model", json());
+  if (!model.is_object()) return bad("no \"model\" object");
+  TAILOR_RETURN_IF_ERROR(dsl::check_tokenizer_json(text, path));
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model[key].is_null() && model[key] != "")
+      return bad(std::string("model.") + key + " is not supported");
+  }
+  if (model.contains("dropout") && !model["dropout"].is_null()) return bad("model.dropout is not supported");
+
+  auto tok = std::unique_ptr<BpeTokenizer>(new BpeTokenizer());
+  tok->path_ = path;
+  tok->ignore_merges_ = model.value("ignore_merges", false);
+
+  // Pre-tokenizer: ByteLevel (GPT-2's regex), or Split(regex) then
+  // ByteLevel without its regex (Llama 3).
+  std::vector<json> steps;
+  const json& pre = j.value("pre_tokenizer", json());
+  if (pre.is_object() && pre.value("type", std::string()) == "Sequence") {
+    for (const json& p : pre.value("pretokenizers", json::array()))
+      steps.push_back(p);
+  } else if (!pre.is_null()) {
+    steps.push_back(pre);
+  }
+  std::string pattern;
+  bool byte_level = false;
+  for (const json& p : steps) {
+    const std::string type = p.value("type", std::string());
+    if (type == "ByteLevel" && !byte_level) {
+      byte_level = true;
+      tok->add_prefix_space_ = p.value("add_prefix_space", false);
+      if (p.value("use_regex", true)) {
+        if (!pattern.empty()) return bad("pre_tokenizer: two regular expressions");
+        pattern = kGpt2Pattern;
+      }
+    } else if (type == "Split" && !byte_level && pattern.empty() && p.contains("pattern") &&
+               p["pattern"].contains("Regex") && p.value("behavior", std::string()) == "Isolated" &&
+               !p.value("invert", false)) {
+      pattern = p["pattern"]["Regex"].get<std::string>();
+    } else {
+      return bad("pre_tokenizer " + p.dump().substr(0, 120) +
+                 " is not supported: Tailor reads ByteLevel, or an isolating regex Split then ByteLevel");
+    }
+  }
+  if (!byte_level) return bad("pre_tokenizer: no ByteLevel step: not a byte-level BPE tokenizer");
+  if (!pattern.empty()) {
+    int err = 0;
+    PCRE2_SIZE at = 0;
+    tok->regex_ = std::make_unique<Regex>();
+    tok->regex_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &at, nullptr);
+    if (tok->regex_->code == nullptr) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      return bad("pre_tokenizer regex " + json(pattern).dump() + ": " + reinterpret_cast<const char*>(msg) +
+                 " at offset " + std::to_string(at));
+    }
+    pcre2_jit_compile(tok->regex_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if unavailable
+  }
+
+  // Vocabulary, merges, added tokens.
+  const json& vocab = model.value("vocab", json());
+  if (!vocab.is_object() || vocab.empty()) return bad("model.vocab is not a non-empty object");
+  std::int64_t max_id = -1;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<std::int64_t>() < 0) {
+      return bad("model.vocab[" + json(it.key()).dump() + "] is not a non-negative integer id");
+    }
+    const auto id = it.value().get<std::int32_t>();
+    tok->vocab_.emplace(it.key(), id);
+    max_id = std::max<std::int64_t>(max_id, id);
+  }
+  const json& merges = model.value("merges", json::array());
+  std::int32_t rank = 0;
+  for (const json& m : merges) {
+    std::string key;
+    if (m.is_string()) {
+      key = m.get<std::string>();
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      key = m[0].get<std::string>() + " " + m[1].get<std::string>();
+    }
+    if (key.find(' ') == std::string::npos) return bad("model.merges[" + std::to_string(rank) + "] is not a pair");
+    tok->merge_rank_.emplace(std::move(key), rank++);
+  }
+  std::size_t k = 0;
+  for (const json& a : j.value("added_tokens", json::array())) {
+    const std::string where = "added_tokens[" + std::to_string(k++) + "]";
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
+        !a["content"].is_string() || a["content"].get<std::string>().empty()) {
+      return bad(where + " is not {id, content}");
+    }
+    for (const char* key : {"lstrip", "rstrip", "single_word"}) {
+      if (a.value(key, false)) return bad(where + " (" + a["content"].dump() + "): " + key + " is not supported");
+    }
+    tok->added_.push_back({a["content"].get<std::string>(), a["id"].get<std::int32_t>(), a.value("special", false)});
+    max_id = std::max<std::int64_t>(max_id, tok->added_.back().id);
+  }
+  std::stable_sort(tok->added_.begin(), tok->added_.end(),
+                   [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+  tok->vocab_size_ = max_id + 1;
+  tok->id_to_token_.assign(static_cast<std::size_t>(tok->vocab_size_), std::string());
+  tok->special_.assign(static_cast<std::size_t>(tok->vocab_size_), false);
+  tok->added_id_.assign(static_cast<std::size_t>(tok->vocab_size_), false);
+  for (const auto& [t, id] : tok->vocab_)
+    tok->id_to_token_[static_cast<std::size_t>(id)] = t;
+  for (const AddedToken& a : tok->added_) {
+    tok->id_to_token_[static_cast<std::size_t>(a.id)] = a.content;
+    tok->special_[static_cast<std::size_t>(a.id)] = a.special;
+    tok->added_id_[static_cast<std::size_t>(a.id)] = true;
+    tok->added_first_byte_[static_cast<unsigned char>(a.content[0])] = true;
+  }
+
+  // BOS and EOS: tokenizer_config.json's, else GPT-2's <|endoftext|>.
+  auto id_of = [&](const std::string& t) -> std::int32_t {
+    for (const AddedToken& a : tok->added_) {
+      if (a.content == t) return a.id;
+    }
+    auto it = tok->vocab_.find(t);
+    return it == tok->vocab_.end() ? -1 : it->second;
+  };
+  const std::string config_path = (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
+  std::ifstream cfg_in(config_path);
+  std::string bos_text, eos_text = "<|endoftext|>";
+  if (cfg_in) {
+    std::stringstream cs;
+    cs << cfg_in.rdbuf();
+    const json cfg = json::parse(cs.str(), nullptr, false);
+    if (cfg.is_object()) {
+      if (cfg.contains("bos_token")) bos_text = token_text(cfg["bos_token"]);
+      if (cfg.contains("eos_token") && !token_text(cfg["eos_token"]).empty()) eos_text = token_text(cfg["eos_token"]);
+    }
+  }
+  tok->eos_ = id_of(eos_text);
+  if (tok->eos_ < 0) {
+    return bad("no EOS token (\"" + eos_text +
+               "\" is not in the vocabulary; tokenizer_config.json's eos_token names it): "
+               "training needs it to mark document boundaries");
+  }
+  tok->bos_ = bos_text.empty() ? tok->eos_ : id_of(bos_text);
+  if (tok->bos_ < 0) tok->bos_ = tok->eos_;
+  char fp[80];
+  std::snprintf(fp, sizeof fp, "bpe-v1:%016llx:%d:%d",
+                static_cast<unsigned long long>(checksum64(text.data(), text.size())), tok->bos_, tok->eos_);
+  tok->fingerprint_ = fp;
+  return tok;
+}
+
+void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& out) const {
+  const ByteSymbols& bs = byte_symbols();
+  std::vector<std::string> symbols;
+  symbols.reserve(word.size());
+  for (unsigned char b : word)
+    symbols.push_back(bs.of_byte[b]);
+  if (ignore_merges_) {
+    std::string whole;
+    for (const std::string& s : symbols)
+      whole += s;
+    if (auto it = vocab_.find(whole); it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  // Merge the lowest-ranked adjacent pair, leftmost first, until none is a merge.
+  std::string key;
+  while (symbols.size() > 1) {
+    std::int32_t best = -1;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+      key.assign(symbols[i]).append(" ").append(symbols[i + 1]);
+      auto it = merge_rank_.find(key);
+      if (it != merge_rank_.end() && (best < 0 || it->second < best)) {
+        best = it->second;
+        at = i;
+      }
+    }
+    if (best < 0) break;
+    symbols[at] += symbols[at + 1];
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  }
+  for (const std::string& s : symbols) {
+    if (auto it = vocab_.find(s); it != vocab_.end()) {
+      out.push_back(it->second);
+    } else {
+      // Not in the vocabulary (a tokenizer without every byte): its bytes.
+      for (std::size_t i = 0; i < s.size(); i += utf8_length(static_cast<unsigned char>(s[i]))) {
+        auto b = vocab_.find(s.substr(i, utf8_length(static_cast<unsigned char>(s[i]))));
+        if (b != vocab_.end()) out.push_back(b->second);
+      }
+    }
+  }
+}
+
+void BpeTokenizer::encode_words(std::string_view text, std::vector<std::int32_t>& out) const {
+  if (text.empty()) return;
+  if (!regex_) {
+    encode_word(text, out);
+    return;
+  }
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex_->code, nullptr);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const int rc = pcre2_match(regex_->code, subject, text.size(), pos, 0, md, nullptr);
+    if (rc < 0) {  // no further match: the rest is one piece
+      encode_word(text.substr(pos), out);
+      break;
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const std::size_t start = ov[0], end = ov[1];
+    if (start > pos) encode_word(text.substr(pos, start - pos), out);  // Isolated: gaps are pieces too
+    if (end > start) {
+      encode_word(text.substr(start, end - start), out);
+      pos = end;
+    } else {
+      // An empty match: step over one character.
+      const std::size_t n = std::min(text.size() - start, utf8_length(static_cast<unsigned char>(text[start])));
+      encode_word(text.substr(start, n), out);
+      pos = start + n;
+    }
+  }
+  pcre2_match_data_free(md);
+}
+
+std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<std::int32_t> out;
+  std::string prefixed;
+  if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
+    prefixed = " " + std::string(text);
+    text = prefixed;
+  }
+  // Added tokens are matched first, longest first at each position.
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    const AddedToken* hit = nullptr;
+    if (!added_first_byte_[static_cast<unsigned char>(text[i])]) {
+      ++i;
+      continue;
+    }
+    for (const AddedToken& a : added_) {
+      if (text.compare(i, a.content.size(), a.content) == 0) {
+        hit = &a;
+        break;
+      }
+    }
+    if (hit == nullptr) {
+      ++i;
+      continue;
+    }
+    encode_words(text.substr(start, i - start), out);
+    out.push_back(hit->id);
+    i += hit->content.size();
+    start = i;
+  }
+  encode_words(text.substr(start), out);
+  return out;
+}
+
+std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
+  const ByteSymbols& bs = byte_symbols();
+  std::string out;
+  for (std::int32_t id : ids) {
+    if (id < 0 || id >= vocab_size_) continue;
+    const auto i = static_cast<std::size_t>(id);
+    if (special_[i]) continue;
+    const std::string& t = id_to_token_[i];
+    if (added_id_[i]) {
+      out += t;
+      continue;
+    }
+    for (std::size_t k = 0; k < t.size();) {
+      const std::size_t n = utf8_length(static_cast<unsigned char>(t[k]));
+      auto b = bs.to_byte.find(t.substr(k, n));
+      if (b != bs.to_byte.end()) out += static_cast<char>(b->second);
+      k += n;
+    }
+  }
+  return out;
+}
+
+}  // namespace tailor::runner::data

@@ -1,0 +1,71 @@
+// Byte-level BPE from a Hugging Face tokenizer.json (the `tokenizers`
+// library's format), as GPT-2, Llama 3 and their descendants ship it:
+// added tokens split out first; the pre-tokenizer's regex (GPT-2's, or a
+// Split with its own pattern, as Llama 3's) cuts the rest into words, run
+// through PCRE2 with Unicode properties; each word's bytes become GPT-2's
+// printable byte symbols and are merged by the merges' ranks (or taken whole
+// when the model says ignore_merges and the word is in the vocabulary).
+//
+// Refused by name (InvalidArgument naming the file and key): another model
+// type (WordPiece, Unigram), a normalizer (Qwen2's NFC among them), a
+// pre-tokenizer other than ByteLevel or Split + ByteLevel, byte fallback,
+// subword prefixes or suffixes, dropout.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "runner/data/tokenizer.h"
+
+namespace tailor::runner::data {
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  // Loads `path` (a tokenizer.json). BOS and EOS are the bos_token and
+  // eos_token of tokenizer_config.json beside it, where it names them, else
+  // the added token "<|endoftext|>"; a tokenizer without an EOS is an error.
+  // Without a BOS, documents start with the EOS (as GPT-2's do).
+  static Result<std::unique_ptr<BpeTokenizer>> load(const std::string& path);
+  ~BpeTokenizer() override;
+
+  std::vector<std::int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<std::int32_t>& ids) const override;
+  std::int32_t bos_id() const override { return bos_; }
+  std::int32_t eos_id() const override { return eos_; }
+  std::int32_t pad_id() const override { return eos_; }
+  std::int64_t vocab_size() const override { return vocab_size_; }
+  std::string fingerprint() const override { return fingerprint_; }
+  std::string describe() const override { return "byte-level BPE " + path_; }
+
+ private:
+  struct Regex;
+  struct AddedToken {
+    std::string content;
+    std::int32_t id;
+    bool special;
+  };
+  BpeTokenizer() = default;
+  void encode_words(std::string_view text, std::vector<std::int32_t>& out) const;
+  void encode_word(std::string_view word, std::vector<std::int32_t>& out) const;
+
+  std::string path_, fingerprint_;
+  std::unique_ptr<Regex> regex_;
+  bool add_prefix_space_ = false;
+  bool ignore_merges_ = false;
+  std::unordered_map<std::string, std::int32_t> vocab_;
+  std::unordered_map<std::string, std::int32_t> merge_rank_;  // "left right" -> rank
+  std::vector<std::string> id_to_token_;                      // byte symbols, or an added token's text
+  std::vector<bool> special_;                                 // by id
+  std::vector<bool> added_id_;                                // by id
+  std::vector<AddedToken> added_;                             // longest first
+  std::array<bool, 256> added_first_byte_{};                  // bytes an added token starts with
+  std::int32_t bos_ = -1, eos_ = -1;
+  std::int64_t vocab_size_ = 0;
+};
+
+}  // namespace tailor::runner::data

@@ -1,0 +1,72 @@
+// tokenizer.json byte-level BPE against the `tokenizers` library itself:
+// tokenizers trained by it (GPT-2's pre-tokenizer; Llama 3's regex Split with
+// ignore_merges and its special tokens) give the same ids on a multilingual
+// corpus (scripts, emoji with joiners, digits, whitespace runs, code), and
+// decoding gives the text back.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "runner/data/tokenizer.h"
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::runner::data {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+TEST(BpeTokenizerTest, IdsEqualTheTokenizersLibrarysOnAMultilingualCorpus) {
+  tailor::testing::TempDir dir;
+  const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
+                          "/tests/runner/hf_reference.py tokenizers " + dir.path().string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const nlohmann::json lines = read_json(dir.file("lines.json"));
+  for (const char* name : {"gpt2", "llama3"}) {
+    SCOPED_TRACE(name);
+    dsl::ModelSpec model;
+    model.path = dir.file(name);
+    model.arch.vocab = 1000;
+    auto tok = make_tokenizer(model);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+    EXPECT_NE((*tok)->describe().find("byte-level BPE"), std::string::npos);
+    const nlohmann::json expected = read_json(dir.file(std::string(name) + "/ids.json"));
+    ASSERT_EQ(expected.size(), lines.size());
+    std::size_t tokens = 0;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      const std::string line = lines[i].get<std::string>();
+      const std::vector<std::int32_t> ids = (*tok)->encode(line);
+      EXPECT_EQ(ids, expected[i].get<std::vector<std::int32_t>>()) << line;
+      tokens += ids.size();
+      // Special tokens decode to nothing; everything else comes back.
+      if (line.find("<|") == std::string::npos) {
+        EXPECT_EQ((*tok)->decode(ids), line);
+      }
+    }
+    EXPECT_GT(tokens, lines.size());
+    const nlohmann::json vocab = read_json(dir.file(std::string(name) + "/tokenizer.json"));
+    auto id_of = [&](const std::string& t) {
+      for (const auto& a : vocab["added_tokens"]) {
+        if (a["content"] == t) return a["id"].get<std::int32_t>();
+      }
+      return -1;
+    };
+    if (std::string(name) == "gpt2") {
+      EXPECT_EQ((*tok)->bos_id(), id_of("<|endoftext|>"));
+      EXPECT_EQ((*tok)->eos_id(), id_of("<|endoftext|>"));
+    } else {
+      EXPECT_EQ((*tok)->bos_id(), id_of("<|begin_of_text|>"));
+      EXPECT_EQ((*tok)->eos_id(), id_of("<|end_of_text|>"));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tailor::runner::data
