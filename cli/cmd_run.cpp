@@ -68,9 +68,11 @@ int run_run(const Argv& argv, Streams io) {
   io.err << loaded.diagnostics.to_string();
   if (!loaded.ok()) return kExitInvalid;
   dsl::JobSpec spec = *loaded.spec;
-  if (Status s = runner::check_pins_executable(spec); !s.is_ok()) {
-    io.err << file << ": error: " << s.message() << "\n";
-    return kExitInvalid;
+  for (const Status& s : {dsl::check_weights(spec), runner::check_pins_executable(spec)}) {
+    if (!s.is_ok()) {
+      io.err << file << ": error: " << s.message() << "\n";
+      return kExitInvalid;
+    }
   }
   runner::forbid_unexecutable(spec);
 

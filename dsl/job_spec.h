@@ -39,11 +39,19 @@ struct ModelArch {
   std::int64_t parameter_count() const;
 };
 
+// Where a model's starting weights come from.
+enum class ModelInit {
+  kPretrained,  // loaded from model.path (a preset alone has none here: check_weights refuses to train it)
+  kRandom,      // random initialisation: training from scratch (model.path then gives the architecture only)
+};
+
 struct ModelSpec {
   // Exactly one of preset, path and arch is given in the document; after
   // loading, `arch` always holds the resolved architecture.
   std::string preset;  // catalog name (configs/catalog/models.yaml), e.g. "llama-2-7b"
   std::string path;    // Hugging Face-style folder whose config.json gives the arch (absolute after loading)
+  // Default: pretrained for a preset or path, random for an inline arch.
+  ModelInit init = ModelInit::kPretrained;
   ModelArch arch;
 };
 
@@ -132,6 +140,7 @@ struct JobSpec {
 // Names as written in specs ("llama", "jsonl", "cosine"); technique.h names the techniques.
 const char* to_string(ModelFamily v);
 const char* to_string(DataFormat v);
+const char* to_string(ModelInit v);
 const char* to_string(LrScheduler v);
 
 }  // namespace tailor::dsl

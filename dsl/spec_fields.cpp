@@ -21,6 +21,14 @@ struct EnumNames<ModelFamily> {
   }
 };
 template <>
+struct EnumNames<ModelInit> {
+  static const std::vector<std::pair<ModelInit, const char*>>& names() {
+    static const std::vector<std::pair<ModelInit, const char*>> k = {{ModelInit::kPretrained, "pretrained"},
+                                                                      {ModelInit::kRandom, "random"}};
+    return k;
+  }
+};
+template <>
 struct EnumNames<DataFormat> {
   static const std::vector<std::pair<DataFormat, const char*>>& names() {
     static const std::vector<std::pair<DataFormat, const char*>> k = {
@@ -132,6 +140,10 @@ const std::vector<Field<ModelSpec>>& model_fields() {
             &ModelSpec::preset, string_not_empty()),
       field("path", "Hugging Face-style model folder; its config.json gives the architecture.", &ModelSpec::path,
             string_not_empty()),
+      field("init",
+            "pretrained (the weights of model.path; default for preset and path) or random (train from "
+            "scratch; default for arch). A preset without model.path has no weights, so training it needs random.",
+            &ModelSpec::init),
       section("arch", "Explicit architecture.", &ModelSpec::arch, &arch_fields()),
   };
   return k;
@@ -447,6 +459,7 @@ Node write_model_arch(const ModelArch& arch) { return write_map(arch, arch_field
 
 const char* to_string(ModelFamily v) { return name_of(v); }
 const char* to_string(DataFormat v) { return name_of(v); }
+const char* to_string(ModelInit v) { return name_of(v); }
 const char* to_string(LrScheduler v) { return name_of(v); }
 
 }  // namespace tailor::dsl

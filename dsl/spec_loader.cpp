@@ -193,6 +193,7 @@ void resolve_model(JobSpec& spec, const Node& root, const std::string& base_dir,
             given == 0 ? "give one of preset, path or arch" : "give only one of preset, path and arch");
     return;
   }
+  if (has_arch && model->find("init") == nullptr) spec.model.init = ModelInit::kRandom;
   if (has_preset) {
     const ModelPreset* p = catalog.find_model(spec.model.preset);
     if (p == nullptr) {
@@ -574,6 +575,13 @@ LoadedSpec load_job_spec_text(std::string_view text, std::string_view name, cons
   auto tree = parse_yaml(text, name, out.diagnostics, options.limits);
   if (tree) tree = resolve_extends(std::move(*tree), base_dir, ctx);
   return finish_loading(std::move(tree), std::string(name), base_dir, options, std::move(out));
+}
+
+Status check_weights(const JobSpec& spec) {
+  if (spec.model.init == ModelInit::kRandom || !spec.model.path.empty()) return Status::ok();
+  return Status::invalid_argument("model.preset " + spec.model.preset +
+                                  " has no weights here: set model.path to its Hugging Face folder, or "
+                                  "model.init: random to train it from random weights");
 }
 
 }  // namespace tailor::dsl

@@ -40,6 +40,13 @@ struct LoadedSpec {
 
 LoadedSpec load_job_spec(const std::string& path, const LoadOptions& options = {});
 
+// Whether the job's model can start training: a preset without model.path
+// has no weights here, and fine-tuning it would train a random model in
+// silence, so that needs model.init: random. InvalidArgument saying what to
+// set otherwise. `tailor run`, tailord and tailor-runner call it; validate
+// and plan do not (a plan for a model whose weights are elsewhere is fine).
+Status check_weights(const JobSpec& spec);
+
 // For text that is not in a file (REST bodies, fuzzing): `name` labels
 // diagnostics, `base_dir` resolves relative paths and `extends`.
 LoadedSpec load_job_spec_text(std::string_view text, std::string_view name, const std::string& base_dir,

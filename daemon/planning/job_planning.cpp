@@ -128,6 +128,10 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
   if (loaded.ok() || !loaded.merged.is_null()) check_spec_paths(loaded, ctx.spec_root, d);
   if (d.has_errors()) return spec_error(std::move(d));
   dsl::JobSpec spec = *loaded.spec;
+  if (Status s = dsl::check_weights(spec); !s.is_ok()) {
+    d.error(location_of(loaded.merged, {"model"}), "model", s.message());
+    return spec_error(std::move(d));
+  }
   if (Status s = runner::check_pins_executable(spec); !s.is_ok()) {
     d.error(location_of(loaded.merged, {"strategy"}), "strategy", s.message());
     return spec_error(std::move(d));

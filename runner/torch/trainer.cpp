@@ -13,6 +13,7 @@
 
 #include "core/json_writer.h"
 #include "core/units.h"
+#include "dsl/spec_loader.h"
 #include "runner/data/batcher.h"
 #include "runner/data/dataset.h"
 #include "runner/data/token_cache.h"
@@ -376,7 +377,9 @@ Status Run::build_model() {
   model_->train();
   // Fine-tuning: the model folder's weights replace the initialisation
   // (before the optimizer copies them into fp32 master weights).
-  if (!spec_.model.path.empty()) TAILOR_RETURN_IF_ERROR(as_bad_input(load_hf_weights(model_, spec_.model.path)));
+  if (!spec_.model.path.empty() && spec_.model.init == dsl::ModelInit::kPretrained) {
+    TAILOR_RETURN_IF_ERROR(as_bad_input(load_hf_weights(model_, spec_.model.path)));
+  }
   // Adapters (LoRA, QLoRA): after the weights are final, so NF4 quantises
   // the loaded ones. The optimizer sees only trainable tensors; adapters are
   // fp32 under fp32 and mixed precision (so no master copy), bf16 under pure
@@ -406,6 +409,7 @@ Status Run::prepare() {
   alloc_ = &TrackingAllocator::install();
   TAILOR_RETURN_IF_ERROR(choose_device());
   TAILOR_RETURN_IF_ERROR(check_executable(st_));
+  TAILOR_RETURN_IF_ERROR(dsl::check_weights(spec_));
   if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
     return Status::invalid_argument("data.seq_len exceeds the model's max_seq_len");
   }

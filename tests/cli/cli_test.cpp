@@ -81,7 +81,7 @@ TEST(CliTest, ValidateAppliesSetOverrides) {
   CliRun r = tailor({"validate", "--set", "training.max_steps=7", example("tiny-cpu.yaml")});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_NE(r.out.find("7 steps"), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("tiny-cpu.yaml:19:17: warning: training.warmup_steps: warmup_steps (20) exceeds max_steps (7)"),
+  EXPECT_NE(r.err.find("tiny-cpu.yaml:20:17: warning: training.warmup_steps: warmup_steps (20) exceeds max_steps (7)"),
             std::string::npos)
       << r.err;
   CliRun bad = tailor({"validate", "--set", "training.lr=-1", example("tiny-cpu.yaml")});
@@ -220,6 +220,19 @@ TEST(CliBinaryTest, RunTrainsTheTinyJobAndReportsOutOfMemory) {
             3)
       << out;
   EXPECT_NE(out.find("out of memory"), std::string::npos) << out;
+}
+
+// A preset without weights is refused before anything runs; with init:
+// random it trains (the test above).
+TEST(CliBinaryTest, RunRefusesAPresetWithoutWeights) {
+  TempDir dir;
+  std::string out;
+  EXPECT_EQ(run_binary("run --out " + dir.file("out") + " --set model.init=pretrained " + example("tiny-cpu.yaml"), &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("tiny-cpu.yaml: error: model.preset tiny-llama-byte has no weights here"), std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dir.file("out/events.jsonl")));
 }
 
 TEST(CliBinaryTest, ExitCodesAreDocumented) {

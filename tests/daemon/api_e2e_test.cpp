@@ -146,12 +146,18 @@ TEST(ApiE2eTest, JsonBodyIsAcceptedLikeYaml) {
   const json spec = {{"apiVersion", "tailor/v1"},
                      {"kind", "TrainingJob"},
                      {"name", "as-json"},
-                     {"model", {{"preset", "tiny-llama-byte"}}},
+                     {"model", {{"preset", "tiny-llama-byte"}, {"init", "random"}}},
                      {"data", {{"train", "data/tiny-corpus.txt"}, {"format", "text"}, {"seq_len", 64}}},
                      {"training", {{"global_batch_size", 8}, {"max_steps", 3}}},
                      {"resources", {{"gpus", 0}, {"host_memory", "2GiB"}}}};
   const auto r = d.post("/v1/jobs?dry_run=true", spec.dump(), "application/json");
   EXPECT_EQ(r.status, 200) << r.body;
+  // Without init: random the preset has no weights to fine-tune: refused.
+  json without_weights = spec;
+  without_weights["model"].erase("init");
+  const auto refused = d.post("/v1/jobs?dry_run=true", without_weights.dump(), "application/json");
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.body.find("has no weights here"), std::string::npos) << refused.body;
 }
 
 TEST(ApiE2eTest, UnknownRouteIs404AndWrongMethod405) {

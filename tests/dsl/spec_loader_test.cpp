@@ -47,6 +47,36 @@ TEST_F(SpecLoaderTest, MinimalSpecGetsDocumentedDefaults) {
   EXPECT_DOUBLE_EQ(j.resources.headroom, 0.10);
 }
 
+// A preset names a model whose weights are not here: it validates and plans,
+// but training it needs model.init: random, where it trained a random model
+// in silence before; a folder's weights and an inline architecture need
+// nothing.
+TEST_F(SpecLoaderTest, APresetWithoutWeightsTrainsOnlyWithInitRandom) {
+  LoadedSpec s = load(kMinimal);
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->model.init, ModelInit::kPretrained);
+  const Status refused = check_weights(*s.spec);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("model.preset tiny-llama has no weights here: set model.path to its Hugging Face "
+                                   "folder, or model.init: random"),
+            std::string::npos)
+      << refused.message();
+  s = load(std::string(kMinimal).replace(std::string(kMinimal).find("  preset: tiny-llama"), 20,
+                                         "  preset: tiny-llama\n  init: random"));
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->model.init, ModelInit::kRandom);
+  EXPECT_TRUE(check_weights(*s.spec).is_ok());
+  s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  arch: {family: llama, layers: 2, hidden: 64, "
+           "intermediate: 172, heads: 4, vocab: 300, max_seq_len: 128}\ndata: {train: data/train.txt}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->model.init, ModelInit::kRandom);  // an inline architecture has no weights to load
+  EXPECT_TRUE(check_weights(*s.spec).is_ok());
+  s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: tiny-llama, init: fresh}\ndata: {train: "
+           "data/train.txt}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("model.init"), std::string::npos) << errors(s);
+}
+
 TEST_F(SpecLoaderTest, ReadsEveryKnobAndUnit) {
   LoadedSpec s = load(std::string(kMinimal) + R"(training:
   global_batch_size: 2k

@@ -228,6 +228,13 @@ TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
   EXPECT_EQ(train_in(cfg, dir.file("c"), 0, /*resume=*/true), RunnerExit::kBadInput);
   EXPECT_NE(lines(dir.file("c") + "/events.jsonl").back()["message"].get<std::string>().find("corrupt state.json"),
             std::string::npos);
+  // A preset without weights is bad input unless the spec says init: random.
+  RunConfig preset = cfg;
+  preset.spec.model.preset = "tiny-llama";
+  preset.spec.model.init = dsl::ModelInit::kPretrained;
+  EXPECT_EQ(train_in(preset, dir.file("p")), RunnerExit::kBadInput);
+  EXPECT_NE(lines(dir.file("p") + "/events.jsonl").back()["message"].get<std::string>().find("has no weights here"),
+            std::string::npos);
   // LoRA on a module the model does not have is bad input, named.
   RunConfig lora = cfg;
   lora.strategy.adapter = dsl::Adapter::kLora;
