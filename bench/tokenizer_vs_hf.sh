@@ -5,7 +5,8 @@
 # library through encode_batch, so that Python's per-call cost is not
 # counted), same tokenizer files and corpus, in one run. The tokenizers are
 # the ones tests/runner/hf_reference.py trains (GPT-2's pre-tokenizer; Llama
-# 3's regex split), the corpus its multilingual lines repeated to about 4 MB.
+# 3's regex split; Qwen2's NFC and regex), the corpus its multilingual lines
+# repeated to about 4 MB.
 # Prints MB/s and the ratio; warns if the token counts differ.
 #   bench/tokenizer_vs_hf.sh [BUILD_DIR]
 set -euo pipefail
@@ -24,7 +25,7 @@ with open(sys.argv[1] + "/corpus.txt", "w") as f:
             f.write(l.replace("\n", " ").replace("\r", " ") + "\n")
 PY
 printf '%-8s %12s %12s %8s\n' tokenizer tailor_MB/s hf_MB/s ratio
-for name in gpt2 llama3; do
+for name in gpt2 llama3 qwen2; do
   t=$("$root/$build/bin/tokenizer_bench" "$work/$name" "$work/corpus.txt")
   h=$(RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false "$python" - "$work/$name/tokenizer.json" "$work/corpus.txt" <<'PY'
 import json, sys, time

@@ -54,7 +54,7 @@ Status check_tokenizer_json(const std::string& json_text, const std::string& pat
   if (type != "BPE") return refuse("model.type " + type.dump() + " is not supported");
   if (j.contains("normalizer") && !j["normalizer"].is_null()) {
     const json n = j["normalizer"].is_object() ? j["normalizer"].value("type", json()) : j["normalizer"];
-    return refuse("normalizer " + n.dump() + " is not supported");
+    if (n != "NFC") return refuse("normalizer " + n.dump() + " is not supported (NFC is)");
   }
   if (model.value("byte_fallback", false)) return refuse("model.byte_fallback is not supported");
   bool byte_level = false;

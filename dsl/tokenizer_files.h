@@ -30,8 +30,8 @@ struct TokenizerChoice {
 Result<TokenizerChoice> choose_tokenizer(const std::string& model_path);
 
 // Whether the tokenizer.json text at `path` is of the kind Tailor reads: a
-// BPE model, no normalizer, a ByteLevel pre-tokenizer step, no byte
-// fallback. InvalidArgument naming the file and key otherwise.
+// BPE model, no normalizer or NFC (Qwen2's), a ByteLevel pre-tokenizer
+// step, no byte fallback. InvalidArgument naming the file and key otherwise.
 Status check_tokenizer_json(const std::string& json_text, const std::string& path);
 
 }  // namespace tailor::dsl

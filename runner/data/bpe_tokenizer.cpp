@@ -2,6 +2,8 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +71,23 @@ std::string token_text(const json& j) {
   return {};
 }
 
+// Unicode NFC (UAX #15) through ICU, as the tokenizers library's NFC
+// normalizer applies it; text that is not valid UTF-8 is left as it is.
+std::string nfc(std::string_view text) {
+  UErrorCode err = U_ZERO_ERROR;
+  const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(err);
+  if (U_FAILURE(err)) return std::string(text);
+  const icu::UnicodeString in =
+      icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  if (n->isNormalized(in, err) && U_SUCCESS(err)) return std::string(text);
+  err = U_ZERO_ERROR;
+  const icu::UnicodeString out = n->normalize(in, err);
+  if (U_FAILURE(err)) return std::string(text);
+  std::string utf8;
+  out.toUTF8String(utf8);
+  return utf8;
+}
+
 }  // namespace
 
 struct BpeTokenizer::Regex {
@@ -99,6 +118,7 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
   auto tok = std::unique_ptr<BpeTokenizer>(new BpeTokenizer());
   tok->path_ = path;
   tok->ignore_merges_ = model.value("ignore_merges", false);
+  tok->nfc_ = j.contains("normalizer") && !j["normalizer"].is_null();  // check_tokenizer_json admits NFC only
 
   // Pre-tokenizer: ByteLevel (GPT-2's regex), or Split(regex) then
   // ByteLevel without its regex (Llama 3).
@@ -278,8 +298,13 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>&
   }
 }
 
-void BpeTokenizer::encode_words(std::string_view text, std::vector<std::int32_t>& out) const {
-  if (text.empty()) return;
+void BpeTokenizer::encode_words(std::string_view raw, std::vector<std::int32_t>& out) const {
+  if (raw.empty()) return;
+  // The normalizer applies to the text between added tokens, as in the
+  // tokenizers library (its added tokens match the text as written).
+  std::string normalized;
+  if (nfc_) normalized = nfc(raw);
+  const std::string_view text = nfc_ ? std::string_view(normalized) : raw;
   if (!regex_) {
     encode_word(text, out);
     return;

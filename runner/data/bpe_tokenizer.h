@@ -5,9 +5,10 @@
 // through PCRE2 with Unicode properties; each word's bytes become GPT-2's
 // printable byte symbols and are merged by the merges' ranks (or taken whole
 // when the model says ignore_merges and the word is in the vocabulary).
+// Qwen2's NFC normalizer is applied (ICU) to the text between added tokens.
 //
 // Refused by name (InvalidArgument naming the file and key): another model
-// type (WordPiece, Unigram), a normalizer (Qwen2's NFC among them), a
+// type (WordPiece, Unigram), a normalizer other than NFC, a
 // pre-tokenizer other than ByteLevel or Split + ByteLevel, byte fallback,
 // subword prefixes or suffixes, dropout.
 #pragma once
@@ -57,6 +58,7 @@ class BpeTokenizer final : public Tokenizer {
   std::unique_ptr<Regex> regex_;
   bool add_prefix_space_ = false;
   bool ignore_merges_ = false;
+  bool nfc_ = false;  // the NFC normalizer (Qwen2)
   std::unordered_map<std::string, std::int32_t> vocab_;
   std::unordered_map<std::string, std::int32_t> merge_rank_;  // "left right" -> rank
   std::vector<std::string> id_to_token_;                      // byte symbols, or an added token's text

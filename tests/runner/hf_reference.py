@@ -11,11 +11,13 @@ project's .venv (transformers, PEFT, safetensors on the same torch).
       cross-entropy), adapter_logits.
   hf_reference.py tokenizers DIR
       trains byte-level BPE tokenizers with the `tokenizers` library on a
-      multilingual corpus (scripts, emoji, digits, whitespace runs, code): DIR/
-      gpt2/ (GPT-2's ByteLevel pre-tokenizer) and DIR/llama3/ (Llama 3's Split
-      regex + ByteLevel, ignore_merges, <|begin_of_text|>/<|end_of_text|> in
-      tokenizer_config.json), each with tokenizer.json and ids.json: the
-      library's ids of every line of DIR/lines.json, without special tokens.
+      multilingual corpus (scripts, emoji, digits, whitespace runs, code,
+      decomposed accents): DIR/gpt2/ (GPT-2's ByteLevel pre-tokenizer),
+      DIR/llama3/ (Llama 3's Split regex + ByteLevel, ignore_merges,
+      <|begin_of_text|>/<|end_of_text|> in tokenizer_config.json) and
+      DIR/qwen2/ (Qwen2's NFC normalizer and regex, no BOS), each with
+      tokenizer.json and ids.json: the library's ids of every line of
+      DIR/lines.json, without special tokens.
   hf_reference.py check DIR FAMILY...
       for each family, loads what Tailor wrote: DIR/FAMILY/export/ with
       AutoModelForCausalLM and DIR/FAMILY/tailor_adapter/ onto base/ with
@@ -107,6 +109,8 @@ def check(root, family):
     return [(family, what, err) for what, err in results]
 
 
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -123,23 +127,28 @@ CORPUS = [
     "def f(x):\n    return x**2 + 1  # comment\n",
     "<|endoftext|> is special, and so is <|begin_of_text|> here.",
     "A mixed line: naïve café résumé, Ελληνικά κείμενο, 한국어 텍스트.",
+    "Decomposed: cafe\u0301 nai\u0308ve \u1100\u1161 (NFC composes them), and Å vs A\u030a.",
 ]
 
 
 def train_tokenizers(root):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     lines = CORPUS + [f"{a} {b}, {c}!" for a in CORPUS[:6] for b in ("again", "und so weiter", "さらに") for c in range(3)]
     with open(os.path.join(root, "lines.json"), "w") as f:
         json.dump(lines, f, ensure_ascii=False)
-    specials = {"gpt2": ["<|endoftext|>"], "llama3": ["<|begin_of_text|>", "<|end_of_text|>"]}
-    for name in ("gpt2", "llama3"):
+    specials = {"gpt2": ["<|endoftext|>"], "llama3": ["<|begin_of_text|>", "<|end_of_text|>"],
+                "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]}
+    for name in ("gpt2", "llama3", "qwen2"):
         tok = Tokenizer(models.BPE(ignore_merges=name == "llama3"))
         if name == "gpt2":
             tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         else:
+            pattern = LLAMA3_PATTERN if name == "llama3" else QWEN2_PATTERN
             tok.pre_tokenizer = pre_tokenizers.Sequence([
-                pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+                pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        if name == "qwen2":
+            tok.normalizer = normalizers.NFC()
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials[name], show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -150,6 +159,9 @@ def train_tokenizers(root):
         if name == "llama3":
             with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
                 json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}, f)
+        if name == "qwen2":  # as Qwen2.5's: no BOS, <|endoftext|> ends documents
+            with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+                json.dump({"bos_token": None, "eos_token": "<|endoftext|>"}, f)
         tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
         ids = [tok.encode(line, add_special_tokens=False).ids for line in lines]
         with open(os.path.join(d, "ids.json"), "w") as f:

@@ -191,7 +191,7 @@ TEST(MakeTokenizerTest, TokenizerJsonOfAnotherKindIsNamedAsUnsupported) {
   testing::TempDir dir;
   const std::map<std::string, std::string> refused = {
       {R"({"model": {"type": "WordPiece"}})", "model.type \"WordPiece\" is not supported"},
-      {R"({"model": {"type": "BPE"}, "normalizer": {"type": "NFC"}})", "normalizer \"NFC\" is not supported"},
+      {R"({"model": {"type": "BPE"}, "normalizer": {"type": "NFKC"}})", "normalizer \"NFKC\" is not supported"},
       {R"({"model": {"type": "BPE"}, "pre_tokenizer": {"type": "Metaspace"}})", "pre_tokenizer has no ByteLevel step"},
       {R"({"model": {"type": "BPE", "byte_fallback": true}, "pre_tokenizer": {"type": "ByteLevel"}})",
        "model.byte_fallback is not supported"},
