@@ -88,6 +88,13 @@ std::string nfc(std::string_view text) {
   return utf8;
 }
 
+// Ids index tables of that size: a bound keeps a corrupt file from asking
+// for gigabytes (the largest real vocabularies are ~256k).
+constexpr std::int64_t kMaxId = std::int64_t{1} << 24;
+bool valid_id(const json& v) {
+  return v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() < kMaxId;
+}
+
 }  // namespace
 
 struct BpeTokenizer::Regex {
@@ -171,8 +178,8 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
   if (!vocab.is_object() || vocab.empty()) return bad("model.vocab is not a non-empty object");
   std::int64_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<std::int64_t>() < 0) {
-      return bad("model.vocab[" + json(it.key()).dump() + "] is not a non-negative integer id");
+    if (!valid_id(it.value())) {
+      return bad("model.vocab[" + json(it.key()).dump() + "] is not an integer id in [0, 2^24)");
     }
     const auto id = it.value().get<std::int32_t>();
     tok->vocab_.emplace(it.key(), id);
@@ -193,9 +200,9 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
   std::size_t k = 0;
   for (const json& a : j.value("added_tokens", json::array())) {
     const std::string where = "added_tokens[" + std::to_string(k++) + "]";
-    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
+    if (!a.is_object() || !a.contains("id") || !valid_id(a["id"]) || !a.contains("content") ||
         !a["content"].is_string() || a["content"].get<std::string>().empty()) {
-      return bad(where + " is not {id, content}");
+      return bad(where + " is not {id in [0, 2^24), content}");
     }
     for (const char* key : {"lstrip", "rstrip", "single_word"}) {
       if (a.value(key, false)) return bad(where + " (" + a["content"].dump() + "): " + key + " is not supported");

@@ -198,6 +198,11 @@ TEST(MakeTokenizerTest, TokenizerJsonOfAnotherKindIsNamedAsUnsupported) {
       {R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}})",
        "no EOS token"},
       {"{not json", "not a JSON object"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 4000000000}}, "pre_tokenizer": {"type": "ByteLevel"}})",
+       "model.vocab[\"a\"] is not an integer id in [0, 2^24)"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "ByteLevel"},
+           "added_tokens": [{"id": -5, "content": "<x>"}]})",
+       "added_tokens[0] is not {id in [0, 2^24), content}"},
   };
   for (const auto& [text, named] : refused) {
     const auto json = dir.write("hf/tokenizer.json", text);
