@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/text.h"
 #include "dsl/field_table.h"
+#include "dsl/model_family.h"
 #include "dsl/spec_fields.h"
 #include "dsl/yaml_tree.h"
 
@@ -109,6 +110,9 @@ std::optional<Catalog> Catalog::parse(std::string_view models_yaml, std::string_
         rest.erase("arch");
         read_map(rest, p, preset_fields(), path, diags);
         if (p.arch.kv_heads == 0) p.arch.kv_heads = p.arch.heads;
+        if (p.arch.head_size == 0) p.arch.head_size = family_info(p.arch.family).default_head_dim;
+        if (p.arch.experts == 0) p.arch.experts = family_info(p.arch.family).default_experts;
+        if (p.arch.experts_per_token == 0) p.arch.experts_per_token = family_info(p.arch.family).default_experts_per_token;
         if (p.arch.intermediate == 0) p.arch.intermediate = 4 * p.arch.hidden;
         if (p.params != p.arch.parameter_count()) {
           diags.error(e.key_location, path + ".params",

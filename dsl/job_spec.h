@@ -18,7 +18,7 @@ namespace tailor::dsl {
 inline constexpr const char* kApiVersion = "tailor/v1";
 inline constexpr const char* kJobKind = "TrainingJob";
 
-enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2 };
+enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2, kQwen3, kMixtral };
 
 // A decoder-only transformer's shape, as in a Hugging Face config.json.
 struct ModelArch {
@@ -33,8 +33,14 @@ struct ModelArch {
   bool tie_embeddings = false;    // lm_head shares the embedding matrix
   double rope_theta = 10000.0;    // RoPE base (llama family); unused by gpt2
   double norm_eps = 1e-5;         // RMSNorm / LayerNorm epsilon
+  std::int64_t head_size = 0;     // width of one attention head (head_dim); 0: hidden / heads
+  std::int64_t experts = 0;       // routed experts per block (num_local_experts); 0: a dense MLP
+  std::int64_t experts_per_token = 0;  // experts each token goes through (num_experts_per_tok)
 
-  std::int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  std::int64_t head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }
+  // A mixture of experts: every block's MLP is `experts` SwiGLU MLPs and a
+  // router that sends each token through `experts_per_token` of them.
+  bool moe() const { return experts > 0; }
   // Exact parameter count of this architecture (embeddings, blocks, norms, head).
   std::int64_t parameter_count() const;
 };

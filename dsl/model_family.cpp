@@ -11,31 +11,57 @@ namespace tailor::dsl {
 namespace {
 
 // Config keys and defaults as transformers' LlamaConfig, MistralConfig,
-// Qwen2Config and GPT2Config define them.
-constexpr std::array<ModelFamilyInfo, 4> kFamilies = {{
-    {ModelFamily::kLlama, "llama", "LlamaForCausalLM", BlockKind::kLlama, false,
+// Qwen2Config, Qwen3Config, MixtralConfig and GPT2Config define them.
+constexpr std::array<ModelFamilyInfo, 6> kFamilies = {{
+    {ModelFamily::kLlama, "llama", "LlamaForCausalLM", BlockKind::kLlama, false, false, 0,
      "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
      "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
      R"({"hidden_act": "silu", "attention_bias": false})",
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm"},
-    {ModelFamily::kGpt2, "gpt2", "GPT2LMHeadModel", BlockKind::kGpt2, true,
+     nullptr, nullptr, 0, 0,
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
+     nullptr, nullptr},
+    {ModelFamily::kGpt2, "gpt2", "GPT2LMHeadModel", BlockKind::kGpt2, true, false, 0,
      "n_layer", "n_embd", "n_inner", "n_head", nullptr, "n_positions", "layer_norm_epsilon", nullptr, 1024, 1e-5,
      true, 4,
      // The model's GELU is the tanh approximation (transformers' "gelu_new").
      R"({"activation_function": "gelu_new"})",
-     "transformer.", "wte", "wpe", "h.", "ln_1", "ln_2", "ln_f"},
-    {ModelFamily::kMistral, "mistral", "MistralForCausalLM", BlockKind::kLlama, false,
+     nullptr, nullptr, 0, 0,
+     "transformer.", "wte", "wpe", "h.", "ln_1", "ln_2", "ln_f", nullptr, nullptr, nullptr},
+    {ModelFamily::kMistral, "mistral", "MistralForCausalLM", BlockKind::kLlama, false, false, 0,
      "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
      "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
      // The model attends over the whole context: say so, or transformers
      // would apply its default 4096-token sliding window.
      R"({"hidden_act": "silu", "sliding_window": null, "attention_bias": false})",
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm"},
-    {ModelFamily::kQwen2, "qwen2", "Qwen2ForCausalLM", BlockKind::kLlama, true,
+     nullptr, nullptr, 0, 0,
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
+     nullptr, nullptr},
+    {ModelFamily::kQwen2, "qwen2", "Qwen2ForCausalLM", BlockKind::kLlama, true, false, 0,
      "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
      "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
      R"({"hidden_act": "silu", "use_sliding_window": false})",
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm"},
+     nullptr, nullptr, 0, 0,
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
+     nullptr, nullptr},
+    // Qwen3: Qwen2 without the q/k/v biases, with an RMSNorm over every q
+    // and k head before RoPE, and heads 128 wide whatever the hidden size.
+    {ModelFamily::kQwen3, "qwen3", "Qwen3ForCausalLM", BlockKind::kLlama, false, true, 128,
+     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+     "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
+     R"({"hidden_act": "silu", "use_sliding_window": false, "attention_bias": false})",
+     nullptr, nullptr, 0, 0,
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm",
+     "self_attn.q_norm", "self_attn.k_norm", nullptr},
+    // Mixtral: Mistral's attention; each block's MLP is num_local_experts
+    // SwiGLU experts and a router sending each token to the top
+    // num_experts_per_tok of them, weighted by their renormalised softmax.
+    {ModelFamily::kMixtral, "mixtral", "MixtralForCausalLM", BlockKind::kLlama, false, false, 0,
+     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+     "max_position_embeddings", "rms_norm_eps", "rope_theta", 131072, 1e-5, false, 0,
+     R"({"hidden_act": "silu", "sliding_window": null, "output_router_logits": false, "router_jitter_noise": 0.0})",
+     "num_local_experts", "num_experts_per_tok", 8, 2,
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
+     nullptr, "block_sparse_moe."},
 }};
 
 // What else a config.json says that changes the computation: read where
@@ -68,9 +94,12 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
   if (const nlohmann::json* p = value_of("partial_rotary_factor"); p != nullptr && !(p->is_number() && p->get<double>() == 1.0)) {
     refuse("partial_rotary_factor", *p, "Tailor rotates every dimension of a head");
   }
-  if (const nlohmann::json* hd = value_of("head_dim");
-      hd != nullptr && !gpt2 && !(hd->is_number_integer() && arch.heads > 0 && hd->get<std::int64_t>() == arch.head_dim())) {
-    refuse("head_dim", *hd, "Tailor's heads are hidden_size / num_attention_heads wide");
+  if (const nlohmann::json* hd = value_of("head_dim"); hd != nullptr && !gpt2) {
+    if (hd->is_number_integer() && hd->get<std::int64_t>() > 0 && hd->get<std::int64_t>() % 2 == 0) {
+      arch.head_size = hd->get<std::int64_t>();
+    } else {
+      refuse("head_dim", *hd, "expected a positive even integer (RoPE rotates pairs)");
+    }
   }
   // A sliding window narrower than the context changes attention.
   const nlohmann::json* window = value_of("sliding_window");
@@ -87,6 +116,20 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
   const std::string act = gpt2 ? "gelu_new" : "silu";
   if (const nlohmann::json* a = value_of(act_key); a != nullptr && *a != act) {
     refuse(act_key, *a, "the family's activation here is " + act);
+  }
+  if (f.key_experts != nullptr) {
+    // Training-only changes to the router: the load-balancing loss added to
+    // the loss, and multiplicative noise on the router's input.
+    if (const nlohmann::json* r = value_of("output_router_logits"); r != nullptr && !(r->is_boolean() && !r->get<bool>())) {
+      refuse("output_router_logits", *r, "Tailor trains without the router's load-balancing loss");
+    }
+    if (const nlohmann::json* r = value_of("router_jitter_noise"); r != nullptr && !(r->is_number() && r->get<double>() == 0)) {
+      refuse("router_jitter_noise", *r, "Tailor's router sees its input without noise");
+    }
+    if (arch.experts < 1 || arch.experts_per_token < 1 || arch.experts_per_token > arch.experts) {
+      errors.push_back(where + ": " + f.key_experts_per_token + " (" + std::to_string(arch.experts_per_token) +
+                       ") must be between 1 and " + f.key_experts + " (" + std::to_string(arch.experts) + ")");
+    }
   }
   for (const char* key : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"}) {
     const nlohmann::json* b = value_of(key);
@@ -130,13 +173,15 @@ std::vector<LinearLayer> block_linears(const ModelArch& a) {
             {"c_fc", "mlp.c_fc", Projection::kUp, 0, i, c},
             {"c_proj", "mlp.c_proj", Projection::kDown, 0, c, i}};
   }
-  return {{"q_proj", "self_attn.q_proj", Projection::kQkv, 0, q, c},
-          {"k_proj", "self_attn.k_proj", Projection::kQkv, q, kv, c},
-          {"v_proj", "self_attn.v_proj", Projection::kQkv, q + kv, kv, c},
-          {"o_proj", "self_attn.o_proj", Projection::kO, 0, c, q},
-          {"gate_proj", "mlp.gate_proj", Projection::kUp, 0, i, c},
-          {"up_proj", "mlp.up_proj", Projection::kUp, i, i, c},
-          {"down_proj", "mlp.down_proj", Projection::kDown, 0, c, i}};
+  std::vector<LinearLayer> out = {{"q_proj", "self_attn.q_proj", Projection::kQkv, 0, q, c},
+                                   {"k_proj", "self_attn.k_proj", Projection::kQkv, q, kv, c},
+                                   {"v_proj", "self_attn.v_proj", Projection::kQkv, q + kv, kv, c},
+                                   {"o_proj", "self_attn.o_proj", Projection::kO, 0, c, q}};
+  if (a.moe()) return out;  // the experts and the router are not linears every token goes through
+  out.push_back({"gate_proj", "mlp.gate_proj", Projection::kUp, 0, i, c});
+  out.push_back({"up_proj", "mlp.up_proj", Projection::kUp, i, i, c});
+  out.push_back({"down_proj", "mlp.down_proj", Projection::kDown, 0, c, i});
+  return out;
 }
 
 std::vector<std::string> lora_target_names(ModelFamily f) {
@@ -144,6 +189,7 @@ std::vector<std::string> lora_target_names(ModelFamily f) {
   ModelArch a;
   a.family = f;
   a.hidden = a.heads = a.kv_heads = a.intermediate = 1;
+  a.experts = family_info(f).default_experts;
   std::vector<std::string> out;
   for (const LinearLayer& l : block_linears(a)) {
     if (std::find(out.begin(), out.end(), l.target) == out.end()) out.emplace_back(l.target);
@@ -193,6 +239,9 @@ bool arch_from_hf_config(const std::string& text, const std::string& file, Model
   arch.tie_embeddings = (tie != j.end() && tie->is_boolean()) ? tie->get<bool>() : f->default_tie_embeddings;
   arch.rope_theta = get_num(f->key_rope_theta, 10000.0);
   arch.norm_eps = get_num(f->key_norm_eps, f->default_norm_eps);
+  arch.head_size = f->default_head_dim;
+  arch.experts = get_int(f->key_experts, f->default_experts);
+  arch.experts_per_token = get_int(f->key_experts_per_token, f->default_experts_per_token);
   check_computation(j, *f, arch, quote(file, kWhole), errors);
   return errors.size() == errors_before;
 }
@@ -211,6 +260,11 @@ std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, con
   j[f.key_positions] = a.max_seq_len;
   j[f.key_norm_eps] = a.norm_eps;
   if (f.key_rope_theta) j[f.key_rope_theta] = a.rope_theta;
+  if (f.block == BlockKind::kLlama) j["head_dim"] = a.head_dim();
+  if (f.key_experts) {
+    j[f.key_experts] = a.experts;
+    j[f.key_experts_per_token] = a.experts_per_token;
+  }
   const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(f.config_extra);
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
   if (ids.bos >= 0) j["bos_token_id"] = ids.bos;

@@ -41,6 +41,8 @@ struct ModelFamilyInfo {
   const char* hf_architecture;  // config.json "architectures"
   BlockKind block;
   bool qkv_bias;                // q/k/v projections have biases (Qwen2; GPT-2's c_attn)
+  bool qk_norm;                 // RMSNorm over each q and k head before RoPE (Qwen3)
+  std::int64_t default_head_dim;  // head width when config.json has no head_dim; 0: hidden / heads
 
   // config.json keys (nullptr: the family has none) and the defaults
   // transformers uses when a key is absent.
@@ -57,6 +59,11 @@ struct ModelFamilyInfo {
   bool default_tie_embeddings;
   std::int64_t default_intermediate_per_hidden;  // 0: intermediate is required
   const char* config_extra;     // JSON object merged into exported config.json (activation, windows)
+  // Mixture of experts (nullptr / 0: a dense MLP): config keys and defaults.
+  const char* key_experts;
+  const char* key_experts_per_token;
+  std::int64_t default_experts;
+  std::int64_t default_experts_per_token;
 
   // Tensor names: the body prefix (optional when loading GPT-2) and the
   // names below it.
@@ -67,6 +74,11 @@ struct ModelFamilyInfo {
   const char* hf_norm1;         // "input_layernorm" / "ln_1"
   const char* hf_norm2;         // "post_attention_layernorm" / "ln_2"
   const char* hf_final_norm;    // "norm" / "ln_f"
+  const char* hf_q_norm;        // "self_attn.q_norm" (qk_norm families), else nullptr
+  const char* hf_k_norm;
+  // Mixture of experts: the block's MoE module ("block_sparse_moe."), which
+  // holds the router ("gate") and experts.N.{w1 (gate), w3 (up), w2 (down)}.
+  const char* hf_moe;
 };
 
 std::span<const ModelFamilyInfo> model_families();

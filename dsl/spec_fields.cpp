@@ -130,6 +130,14 @@ const std::vector<Field<ModelArch>>& arch_fields() {
       field("rope_theta", "RoPE base frequency (llama family). Default 10000.", &ModelArch::rope_theta,
             number_above(0)),
       field("norm_eps", "Normalisation epsilon. Default 1e-5.", &ModelArch::norm_eps, number_above(0)),
+      field("head_dim",
+            "Width of one attention head (llama family); default hidden / heads, 128 for qwen3 as in its "
+            "config.json.",
+            &ModelArch::head_size, int_at_least(1)),
+      field("experts", "Routed experts per block (mixtral); default 8 for mixtral, none for dense families.",
+            &ModelArch::experts, int_at_least(1)),
+      field("experts_per_token", "Experts each token goes through (mixtral); default 2.",
+            &ModelArch::experts_per_token, int_at_least(1)),
   };
   return k;
 }
@@ -417,7 +425,7 @@ const std::vector<Field<JobSpec>>& job_fields() {
 }  // namespace
 
 std::int64_t ModelArch::parameter_count() const {
-  const std::int64_t h = hidden, kv_dim = kv_heads * head_dim();
+  const std::int64_t h = hidden, q_dim = heads * head_dim(), kv_dim = kv_heads * head_dim();
   std::int64_t per_layer = 0;
   std::int64_t total = vocab * h;  // token embedding
   const ModelFamilyInfo& f = family_info(family);
@@ -428,9 +436,12 @@ std::int64_t ModelArch::parameter_count() const {
     total += max_seq_len * h;  // learned position embedding
     total += 2 * h;            // ln_f
   } else {
-    // q, k, v, o projections; gate, up, down; two RMSNorms.
-    per_layer = h * h + 2 * h * kv_dim + h * h + 3 * h * intermediate + 2 * h;
-    if (f.qkv_bias) per_layer += h + 2 * kv_dim;  // q/k/v biases
+    // q, k, v, o projections; gate, up, down (in every expert, plus the
+    // router, under a mixture of experts); two RMSNorms.
+    const std::int64_t mlp = 3 * h * intermediate;
+    per_layer = h * q_dim + 2 * h * kv_dim + q_dim * h + (moe() ? experts * (mlp + h) : mlp) + 2 * h;
+    if (f.qkv_bias) per_layer += q_dim + 2 * kv_dim;  // q/k/v biases
+    if (f.qk_norm) per_layer += 2 * head_dim();        // q_norm, k_norm (one head wide)
     total += h;                                  // final norm
   }
   total += layers * per_layer;

@@ -163,7 +163,30 @@ void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnos
               std::string("missing required key (") + family.name + " has no default)");
     }
   }
-  if (a.heads > 0 && a.hidden % a.heads != 0) {
+  if (a.head_size == 0) a.head_size = family.default_head_dim;
+  if (family.key_experts == nullptr) {
+    const std::pair<const char*, std::int64_t> given[] = {{"experts", a.experts},
+                                                          {"experts_per_token", a.experts_per_token}};
+    for (const auto& [key, value] : given) {
+      if (value != 0) {
+        d.error(loc_at(root, path + "." + key), path + "." + key, std::string(family.name) + " has no experts");
+      }
+    }
+  } else {
+    if (a.experts == 0) a.experts = family.default_experts;
+    if (a.experts_per_token == 0) a.experts_per_token = family.default_experts_per_token;
+    if (a.experts_per_token > a.experts) {
+      d.error(loc_at(root, path + ".experts_per_token"), path + ".experts_per_token",
+              "must be at most experts (" + std::to_string(a.experts) + ")");
+    }
+  }
+  if (a.head_size > 0 && family.block == BlockKind::kGpt2) {
+    d.error(loc_at(root, path + ".head_dim"), path + ".head_dim",
+            std::string(family.name) + " heads are hidden / heads wide");
+  } else if (a.head_size % 2 != 0) {
+    d.error(loc_at(root, path + ".head_dim"), path + ".head_dim", "must be even (RoPE rotates pairs)");
+  }
+  if (a.head_size == 0 && a.heads > 0 && a.hidden % a.heads != 0) {
     d.error(loc_at(root, path + ".heads"), path + ".heads",
             "hidden (" + std::to_string(a.hidden) + ") must be divisible by heads (" + std::to_string(a.heads) + ")");
   }

@@ -28,14 +28,15 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   Throughput t;
   const ParameterCounts pc = count_parameters(a);
   const double n = static_cast<double>(std::max<std::int64_t>(1, s.num_gpus));
-  const double L = static_cast<double>(a.layers), h = static_cast<double>(a.hidden);
+  const double L = static_cast<double>(a.layers);
   const double seq = static_cast<double>(seq_len);
   const bool adapter = s.adapter != Adapter::kNone;
 
   // Forward FLOPs per token: every matmul weight twice (multiply-add), the
   // lm_head included even when tied, and attention's QK^T and AV.
-  const double matmul_params = static_cast<double>(pc.block_linear + a.vocab * a.hidden);
-  const double attention = 4.0 * L * seq * h;
+  // Under a mixture of experts, a token goes through its experts only.
+  const double matmul_params = static_cast<double>(pc.block_linear + pc.active_expert + a.vocab * a.hidden);
+  const double attention = 4.0 * L * seq * static_cast<double>(a.heads * a.head_dim());
   const double forward = 2.0 * matmul_params + attention;
   const double recompute_fraction =
       s.checkpoint_every > 0 ? std::min(1.0, 1.0 / static_cast<double>(s.checkpoint_every)) : 0.0;

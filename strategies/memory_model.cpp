@@ -58,7 +58,12 @@ ParameterCounts count_parameters(const ModelArch& a) {
     c.largest_linear = std::max(c.largest_linear, l.in * l.rows);
   }
   c.block_linear = a.layers * linear;
-  c.other = c.total - c.block_linear;
+  if (a.moe()) {
+    const std::int64_t expert_mlp = 3 * a.hidden * a.intermediate, router = a.experts * a.hidden;
+    c.expert = a.layers * (a.experts * expert_mlp + router);
+    c.active_expert = a.layers * (a.experts_per_token * expert_mlp + router);
+  }
+  c.other = c.total - c.block_linear - c.expert;
   const std::int64_t embeddings = a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) +
                                   (gpt2_block(a) ? a.max_seq_len * a.hidden : 0);
   c.per_layer = a.layers > 0 ? (c.total - embeddings) / a.layers : 0;
@@ -155,7 +160,8 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   const double h = static_cast<double>(a.hidden), i = static_cast<double>(a.intermediate);
   const double heads = static_cast<double>(a.heads);
   const double kv = static_cast<double>(a.kv_heads * a.head_dim());
-  const double sbh = s * b * h, sbi = s * b * i, scores = heads * s * s * b;
+  const double q = static_cast<double>(a.heads * a.head_dim());  // = h unless head_dim is set
+  const double sbh = s * b * h, sbi = s * b * i, sbq = s * b * q, scores = heads * s * s * b;
   const bool standard = attention == Attention::kStandard;
   std::vector<ActivationTerm> t;
   auto add = [&](const char* name, double bytes, std::vector<std::string> weight_grad_of = {}) {
@@ -190,17 +196,25 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   add("input_layernorm input", e * sbh);
   add("RMSNorm statistics (fp32, both norms)", 2 * 4 * s * b);
   add("q/k/v_proj input (norm output)", e * sbh, {"q_proj", "k_proj", "v_proj"});
+  if (dsl::family_info(a.family).qk_norm) {
+    // q_norm and k_norm keep their inputs and an fp32 inverse RMS per head:
+    // the fused norm keeps contiguous copies of the q and k heads, the
+    // composed one views of the q/k/v_proj output, which so stays alive whole.
+    add(fused ? "q and k (q_norm/k_norm input)" : "q/k/v_proj output (q_norm/k_norm input)",
+        e * (sbq + (fused ? 1 : 2) * s * b * kv));
+    add("q_norm/k_norm statistics (fp32)", 4 * s * b * static_cast<double>(a.heads + a.kv_heads));
+  }
   if (fused) {
     // Fused RoPE writes one rotated copy of the qkv output; the attention
     // matmuls keep q, k and v as views of it.
-    add("q, k, v after RoPE", e * (sbh + 2 * s * b * kv));
+    add("q, k, v after RoPE", e * (sbq + 2 * s * b * kv));
   } else {
-    add("Q after RoPE", e * sbh);
+    add("Q after RoPE", e * sbq);
   }
   if (standard) {
     // Eager attention repeats K and V to every query head before the matmuls
     // (with fused RoPE and no GQA, k and v are used as they are).
-    if (!fused || a.kv_heads != a.heads) add("K and V repeated to all heads", 2 * e * sbh);
+    if (!fused || a.kv_heads != a.heads) add("K and V repeated to all heads", 2 * e * sbq);
     add("softmax output", e * scores);
     if (dropout) {
       add("attention dropout mask", scores);
@@ -208,7 +222,7 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
     }
   } else {
     if (kv_repeated && a.kv_heads != a.heads) {
-      add("K and V repeated to all heads", 2 * e * sbh);
+      add("K and V repeated to all heads", 2 * e * sbq);
     } else if (!fused) {
       add("K and V (kv_heads)", 2 * e * s * b * kv);  // fused: views of the rotated copy
     }
@@ -217,8 +231,25 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   // Memory-efficient attention keeps its own output (the o_proj input) for
   // backward: FlashAttention's backward pass reads O (Dao et al. 2022,
   // algorithm 4).
-  add("o_proj input", e * sbh, standard ? std::vector<std::string>{"o_proj"} : std::vector<std::string>{});
+  add("o_proj input", e * sbq, standard ? std::vector<std::string>{"o_proj"} : std::vector<std::string>{});
   add("post_attention_layernorm input", e * sbh);
+  if (a.moe()) {
+    // tailor-runner's MoE block (runner/torch/model.cpp): a token's k
+    // assignments gathered expert by expert, so each expert tensor holds
+    // s*b*k rows in all. The router and the experts are never LoRA targets:
+    // under adapters they are frozen and their inputs are not kept.
+    const double sbk = s * b * static_cast<double>(a.experts_per_token);
+    add("router input (norm output)", e * sbh, {"router"});
+    add("router probabilities (fp32 softmax)", 4 * s * b * static_cast<double>(a.experts));
+    add("top-k weights, their sum (fp32) and indices (int64)", 4 * sbk + 4 * s * b + 8 * sbk);
+    add("token order and positions of the assignments (int64)", 16 * sbk);
+    add("expert inputs (tokens gathered by expert)", e * sbk * h, {"experts"});
+    add("expert gate/up output (SiLU input)", 2 * e * sbk * i);
+    if (!fused) add("expert SiLU output", e * sbk * i);
+    add("expert down input", e * sbk * i, {"experts"});
+    add("expert outputs and routing weights (before weighting)", e * sbk * (h + 1));
+    return t;
+  }
   add("gate/up_proj input (norm output)", e * sbh, {"gate_proj", "up_proj"});
   add("gate_proj output (SiLU input)", e * sbi);
   if (!fused) add("SiLU output", e * sbi);  // fused SwiGLU recomputes it in backward
@@ -262,8 +293,10 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     const double linear_bytes = st.quantization == Quantization::kNone
                                     ? weight_bytes_per_param(st.precision)
                                     : quantized_bytes_per_param(st.quantization, a.hidden);
+    // Experts stay in the compute dtype: the runner quantises the linears
+    // every token goes through.
     weights = static_cast<double>(pc.block_linear) * linear_bytes +
-              static_cast<double>(pc.other) * weight_bytes_per_param(st.precision);
+              static_cast<double>(pc.other + pc.expert) * weight_bytes_per_param(st.precision);
     // Adapters are trained in fp32 under fp32 and mixed precision (no master
     // copy needed), in bf16 under pure bf16.
     const double adapter_dtype = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;

@@ -22,6 +22,8 @@ namespace tailor::strategies {
 struct ParameterCounts {
   std::int64_t total = 0;
   std::int64_t block_linear = 0;  // weights of the blocks' linear layers (what QLoRA quantises)
+  std::int64_t expert = 0;        // every block's experts and router (mixture of experts): compute dtype
+  std::int64_t active_expert = 0; // of those, what one token goes through (its experts and the routers)
   std::int64_t other = 0;         // embeddings, head, norms, biases: kept in the compute dtype
   std::int64_t largest_linear = 0;  // the biggest single linear weight (dequantise / gather buffer)
   std::int64_t per_layer = 0;     // all parameters of one block

@@ -21,14 +21,16 @@ namespace {
 using io::DType;
 
 // One Hugging Face tensor and where it lives in the model: rows
-// [row0, row0 + rows) of parameter `param` (all rows when rows < 0),
-// transposed for GPT-2's Conv1D weights.
+// [row0, row0 + rows) of parameter `param` (all rows when rows < 0), of its
+// slice `index` along the first dimension when index >= 0 (one expert of a
+// mixture's stacked weights), transposed for GPT-2's Conv1D weights.
 struct Slot {
   std::string hf_name;
   std::string param;
   std::vector<std::int64_t> hf_shape;
   std::int64_t row0 = 0, rows = -1;
   bool transpose = false;
+  std::int64_t index = -1;
 };
 
 bool is_gpt2(const dsl::ModelArch& a) { return dsl::family_info(a.family).block == dsl::BlockKind::kGpt2; }
@@ -67,6 +69,10 @@ std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body) {
   for (std::int64_t i = 0; i < a.layers; ++i) {
     const std::string h = body + f.hf_layers + std::to_string(i) + ".", l = "layer" + std::to_string(i) + ".";
     add_norm(h + f.hf_norm1, l + "norm1");
+    if (f.qk_norm) {
+      add(h + f.hf_q_norm + ".weight", l + "q_norm", {a.head_dim()});
+      add(h + f.hf_k_norm + ".weight", l + "k_norm", {a.head_dim()});
+    }
     bool mlp = false;
     for (const dsl::LinearLayer& lin : linears) {
       if (!mlp && lin.projection == dsl::Projection::kUp) add_norm(h + f.hf_norm2, l + "norm2");  // before the MLP
@@ -81,6 +87,20 @@ std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body) {
       add(h + lin.module + ".weight", param, {lin.rows, lin.in}, lin.row_offset, lin.rows);
       if (f.qkv_bias && lin.projection == dsl::Projection::kQkv) {
         add(h + lin.module + ".bias", param + "_bias", {lin.rows}, lin.row_offset, lin.rows);
+      }
+    }
+    if (a.moe()) {
+      // Mixtral's files: the router, then w1 (gate), w2 (down) and w3 (up)
+      // of every expert.
+      add_norm(h + f.hf_norm2, l + "norm2");
+      const std::string moe = h + f.hf_moe;
+      const std::int64_t n = a.intermediate;
+      add(moe + "gate.weight", l + "router", {a.experts, c});
+      for (std::int64_t e = 0; e < a.experts; ++e) {
+        const std::string x = moe + "experts." + std::to_string(e) + ".";
+        s.push_back({x + "w1.weight", l + "experts_gate_up", {n, c}, 0, n, false, e});
+        s.push_back({x + "w2.weight", l + "experts_down", {c, n}, 0, -1, false, e});
+        s.push_back({x + "w3.weight", l + "experts_gate_up", {n, c}, n, n, false, e});
       }
     }
   }
@@ -222,6 +242,7 @@ Status load_checked(CausalLM& model, const std::string& folder) {
     if (!t.data.empty()) std::memcpy(src.data_ptr(), t.data.data(), t.data.size());
     if (s.transpose) src = src.t();
     torch::Tensor dst = *params.find(s.param);
+    if (s.index >= 0) dst = dst.select(0, s.index);
     if (s.rows >= 0) dst = dst.narrow(0, s.row0, s.rows);
     dst.copy_(src);  // converts to the parameter's dtype and device
   }
@@ -288,6 +309,7 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
       const torch::Tensor* p = params.find(s.param);
       if (p == nullptr) return Status::internal("the model has no parameter " + s.param + " for " + s.hf_name);
       torch::Tensor t = p->detach();
+      if (s.index >= 0) t = t.select(0, s.index);
       if (s.rows >= 0) t = t.narrow(0, s.row0, s.rows);
       if (s.transpose) t = t.t();
       t = t.to(torch::kCPU).contiguous();

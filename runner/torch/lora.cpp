@@ -166,6 +166,7 @@ Status attach_lora(CausalLMImpl& model, const LoraOptions& o) {
       for (std::size_t l = 0; l < static_cast<std::size_t>(model.arch().layers); ++l) {
         for (Projection p : kProjections) {
           Tensor& w = model.projection_weight(l, p);
+          if (!w.defined()) continue;  // a mixture of experts has no shared MLP: its experts stay as they are
           auto q = quantize_nf4(w);
           if (!q.is_ok()) return q.status().prefixed("quantising layer " + std::to_string(l));
           adapters->quantized[l][static_cast<std::size_t>(p)] = std::move(q).value();

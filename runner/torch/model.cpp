@@ -4,6 +4,7 @@
 
 #include "runner/torch/attention.h"
 #include "runner/torch/fused_ops.h"
+#include "runner/torch/grouped_linear.h"
 
 namespace tailor::runner {
 namespace {
@@ -67,6 +68,33 @@ Tensor swiglu(const Tensor& gate_up) {
   return torch::silu(parts[0]) * parts[1];
 }
 
+// A sparse mixture-of-experts MLP (Shazeer et al. 2017; Mixtral, Jiang et
+// al. 2024) on h (B, T, C): the router's softmax picks each token's top k
+// experts, whose SwiGLU outputs are summed weighted by the renormalised
+// probabilities (transformers' MixtralSparseMoeBlock). The token/expert
+// assignments are sorted by expert so that each expert runs one matmul
+// over its tokens (grouped_linear.h), and the outputs are scattered back in
+// one index_add; a token's contributions are added in expert order, as
+// transformers does.
+Tensor mixture_of_experts(const Tensor& h, const Tensor& router, const Tensor& gate_up, const Tensor& down,
+                          std::int64_t top_k) {
+  const std::int64_t c = h.size(-1), experts = router.size(0);
+  const Tensor x = h.reshape({-1, c});  // (N, C)
+  const Tensor probs = torch::softmax(torch::linear(x, router).to(torch::kFloat32), -1);  // (N, E)
+  auto [top, index] = probs.topk(top_k, -1);                                             // (N, k)
+  const Tensor weights = (top / top.sum(-1, /*keepdim=*/true)).to(h.scalar_type());
+  // The assignments, token-major, stably sorted by expert.
+  const Tensor order = index.flatten().argsort(/*stable=*/true);                         // (N k)
+  const Tensor token = order.div(top_k, "floor");
+  const std::vector<std::int64_t> counts = [&] {
+    const Tensor n = index.flatten().bincount({}, experts).to(torch::kCPU);
+    return std::vector<std::int64_t>(n.data_ptr<std::int64_t>(), n.data_ptr<std::int64_t>() + experts);
+  }();
+  const Tensor act = swiglu(grouped_linear(x.index_select(0, token), gate_up, counts));  // (N k, I)
+  const Tensor y = grouped_linear(act, down, counts) * weights.flatten().index_select(0, order).unsqueeze(1);
+  return torch::zeros_like(x).index_add(0, token, y).view(h.sizes());
+}
+
 }  // namespace
 
 // One transformer block's parameters. Llama: attn_norm, qkv (fused q, k, v),
@@ -79,6 +107,10 @@ struct CausalLMImpl::Layer : torch::nn::Module {
     norm2 = register_parameter("norm2", torch::ones({c}));
     qkv = register_parameter("qkv", torch::empty({q + 2 * kv, c}));
     o = register_parameter("o", torch::empty({c, q}));
+    if (dsl::family_info(a.family).qk_norm) {
+      q_norm = register_parameter("q_norm", torch::ones({d}));
+      k_norm = register_parameter("k_norm", torch::ones({d}));
+    }
     if (is_gpt2(a)) {
       norm1_b = register_parameter("norm1_bias", torch::zeros({c}));
       norm2_b = register_parameter("norm2_bias", torch::zeros({c}));
@@ -89,11 +121,21 @@ struct CausalLMImpl::Layer : torch::nn::Module {
       down_b = register_parameter("down_bias", torch::zeros({c}));
     } else {
       if (dsl::family_info(a.family).qkv_bias) qkv_b = register_parameter("qkv_bias", torch::zeros({q + 2 * kv}));
+      if (a.moe()) {
+        router = register_parameter("router", torch::empty({a.experts, c}));
+        experts_gate_up = register_parameter("experts_gate_up", torch::empty({a.experts, 2 * i, c}));
+        experts_down = register_parameter("experts_down", torch::empty({a.experts, c, i}));
+        return;
+      }
       up = register_parameter("gate_up", torch::empty({2 * i, c}));
     }
     down = register_parameter("down", torch::empty({c, i}));
   }
   Tensor norm1, norm1_b, norm2, norm2_b, qkv, qkv_b, o, o_b, up, up_b, down, down_b;
+  Tensor q_norm, k_norm;  // qk_norm families: one head wide
+  // Mixture of experts (instead of gate_up and down): the router (E, C) and
+  // every expert's fused gate/up (E, 2I, C) and down (E, C, I).
+  Tensor router, experts_gate_up, experts_down;
 };
 
 CausalLMImpl::CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_every)
@@ -117,9 +159,15 @@ void CausalLMImpl::reset_parameters_() {
   for (auto& m : layers_) {
     auto* l = static_cast<Layer*>(m.get());
     l->qkv.normal_(0, std);
-    l->up.normal_(0, std);
     l->o.normal_(0, residual_std);  // residual projections, scaled as in GPT-2
-    l->down.normal_(0, residual_std);
+    if (l->router.defined()) {
+      l->router.normal_(0, std);
+      l->experts_gate_up.normal_(0, std);
+      l->experts_down.normal_(0, residual_std);
+    } else {
+      l->up.normal_(0, std);
+      l->down.normal_(0, residual_std);
+    }
   }
   if (lm_head_.defined()) lm_head_.normal_(0, std);
 }
@@ -134,6 +182,14 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
   Tensor h = gpt2 ? torch::layer_norm(x, {arch_.hidden}, l->norm1, l->norm1_b, arch_.norm_eps)
                   : rms_norm(x, l->norm1, arch_.norm_eps);
   Tensor qkv = project(i, Projection::kQkv, h, l->qkv, l->qkv_b);  // (B, T, (H + 2 KV) D)
+  if (l->q_norm.defined()) {
+    // Qwen3: each q and k head RMS-normalised over its own width before RoPE.
+    auto p = qkv.split({heads * d, kv_heads * d, kv_heads * d}, -1);
+    qkv = torch::cat({rms_norm(p[0].view({b, t, heads, d}), l->q_norm, arch_.norm_eps).view({b, t, heads * d}),
+                      rms_norm(p[1].view({b, t, kv_heads, d}), l->k_norm, arch_.norm_eps).view({b, t, kv_heads * d}),
+                      p[2]},
+                     -1);
+  }
   if (!gpt2) qkv = apply_rope(qkv, cos, sin, heads + kv_heads, d);
   auto parts = qkv.split({heads * d, kv_heads * d, kv_heads * d}, -1);
   Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // (B, H, T, D)
@@ -144,6 +200,9 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
 
   h = gpt2 ? torch::layer_norm(out, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps)
            : rms_norm(out, l->norm2, arch_.norm_eps);
+  if (l->router.defined()) {
+    return out + mixture_of_experts(h, l->router, l->experts_gate_up, l->experts_down, arch_.experts_per_token);
+  }
   if (gpt2) {
     return out + project(i, Projection::kDown, torch::gelu(project(i, Projection::kUp, h, l->up, l->up_b), "tanh"),
                          l->down, l->down_b);

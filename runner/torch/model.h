@@ -1,6 +1,6 @@
 // Decoder-only transformers in LibTorch, built from a ModelArch: the Llama
 // family (RMSNorm, RoPE, grouped-query attention, SwiGLU: Llama 2/3,
-// Mistral, Qwen2 with q/k/v biases, TinyLlama) and GPT-2 (LayerNorm,
+// Mistral, Qwen2 with q/k/v biases, Qwen3 with q/k norms, TinyLlama) and GPT-2 (LayerNorm,
 // learned positions, GELU MLP, biases).
 //
 // Layout choices for speed on CPU (runner/README.md): q/k/v and gate/up are
@@ -72,7 +72,8 @@ class CausalLMImpl : public torch::nn::Module {
                           const torch::Tensor& mask);
 
   // The base weight (out, in) and bias (undefined if none) of a block's
-  // projection: the registered parameters themselves (for lora.h).
+  // projection: the registered parameters themselves (for lora.h). A
+  // mixture of experts has no kUp and kDown: their weights are undefined.
   torch::Tensor& projection_weight(std::size_t layer, Projection p);
   torch::Tensor projection_bias(std::size_t layer, Projection p) const;
   // Routes the blocks' projections through `hook` (nullptr: plain linear).

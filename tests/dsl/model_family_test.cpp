@@ -22,6 +22,11 @@ ModelArch small(ModelFamily f) {
   a.tie_embeddings = f == ModelFamily::kGpt2;
   a.rope_theta = family_info(f).key_rope_theta ? 500000.0 : 10000.0;
   a.norm_eps = 1e-5;
+  a.head_size = family_info(f).default_head_dim;  // qwen3: 128, wider than hidden / heads
+  if (family_info(f).key_experts != nullptr) {
+    a.experts = 4;
+    a.experts_per_token = 2;
+  }
   return a;
 }
 
@@ -42,6 +47,9 @@ TEST(ModelFamilyTest, EveryFamilysConfigJsonReadsBackAsTheSameArchitecture) {
     EXPECT_EQ(back.tie_embeddings, a.tie_embeddings) << f.name;
     EXPECT_DOUBLE_EQ(back.rope_theta, a.rope_theta) << f.name;
     EXPECT_DOUBLE_EQ(back.norm_eps, a.norm_eps) << f.name;
+    EXPECT_EQ(back.head_dim(), a.head_dim()) << f.name;
+    EXPECT_EQ(back.experts, a.experts) << f.name;
+    EXPECT_EQ(back.experts_per_token, a.experts_per_token) << f.name;
     EXPECT_EQ(back.parameter_count(), a.parameter_count()) << f.name;
   }
 }
@@ -51,7 +59,7 @@ TEST(ModelFamilyTest, UnknownTypesAndWrongValuesAreErrorsNamingTheFileAndKey) {
   std::vector<std::string> errors;
   EXPECT_FALSE(arch_from_hf_config(R"({"model_type": "bert"})", "/m/config.json", a, errors));
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_NE(errors[0].find("model_type \"bert\" is not supported; expected llama, gpt2, mistral or qwen2"),
+  EXPECT_NE(errors[0].find("model_type \"bert\" is not supported; expected llama, gpt2, mistral, qwen2, qwen3 or mixtral"),
             std::string::npos)
       << errors[0];
   errors.clear();
@@ -79,12 +87,26 @@ TEST(ModelFamilyTest, WhatChangesTheComputationIsReadOrRefusedByName) {
   EXPECT_DOUBLE_EQ(a.rope_theta, 500000.0);
   a = read(llama + R"(, "rope_theta": 10000.0, "rope_parameters": {"rope_theta": 500000.0})", errors);
   EXPECT_DOUBLE_EQ(a.rope_theta, 10000.0);  // the top-level key wins where both are written
+  a = read(llama + R"(, "head_dim": 96)", errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(a.head_dim(), 96);  // not hidden / heads (128): q and o are 32 x 96 wide
+  a = read(R"("model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 1024, "num_attention_heads": 16,
+              "vocab_size": 300, "intermediate_size": 3072)",
+           errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(a.head_dim(), 128);  // Qwen3Config's default, not 1024 / 16
+  a = read(R"("model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+              "vocab_size": 300, "intermediate_size": 112)",
+           errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(a.experts, 8);  // MixtralConfig's defaults
+  EXPECT_EQ(a.experts_per_token, 2);
 
   const std::map<std::string, std::string> refused = {
       {R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})", "rope_scaling.rope_type \"llama3\""},
       {R"("rope_parameters": {"rope_theta": 1e6, "rope_type": "yarn"})", "rope_parameters.rope_type \"yarn\""},
       {R"("partial_rotary_factor": 0.5)", "partial_rotary_factor 0.5"},
-      {R"("head_dim": 96)", "head_dim 96"},
+      {R"("head_dim": 95)", "head_dim 95"},
       {R"("attention_bias": true)", "attention_bias true"},
       {R"("mlp_bias": true)", "mlp_bias true"},
       {R"("hidden_act": "gelu")", "hidden_act \"gelu\""},
@@ -96,6 +118,19 @@ TEST(ModelFamilyTest, WhatChangesTheComputationIsReadOrRefusedByName) {
     ASSERT_EQ(errors.size(), 1u) << extra;
     EXPECT_NE(errors[0].find("/m/config.json"), std::string::npos) << errors[0];
     EXPECT_NE(errors[0].find(named + " is not supported"), std::string::npos) << errors[0];
+  }
+  const std::string mixtral =
+      R"("model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 300, "intermediate_size": 112)";
+  const std::map<std::string, std::string> mixtral_refused = {
+      {R"("output_router_logits": true)", "output_router_logits true is not supported"},
+      {R"("router_jitter_noise": 0.01)", "router_jitter_noise 0.01 is not supported"},
+      {R"("num_local_experts": 2, "num_experts_per_tok": 3)", "num_experts_per_tok (3) must be between 1 and num_local_experts (2)"},
+  };
+  for (const auto& [extra, named] : mixtral_refused) {
+    errors.clear();
+    read(mixtral + ", " + extra, errors);
+    ASSERT_EQ(errors.size(), 1u) << extra;
+    EXPECT_NE(errors[0].find(named), std::string::npos) << errors[0];
   }
   // What does not change the computation passes.
   for (const std::string& fine :
@@ -135,6 +170,8 @@ TEST(ModelFamilyTest, LinearsTileTheFusedProjectionsAndNameTheTargets) {
   EXPECT_EQ(lora_target_names(ModelFamily::kGpt2), (std::vector<std::string>{"c_attn", "c_proj", "c_fc"}));
   EXPECT_EQ(lora_target_names(ModelFamily::kLlama),
             (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}));
+  // A mixture's experts and router are not targets: attention only.
+  EXPECT_EQ(lora_target_names(ModelFamily::kMixtral), (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}));
 }
 
 }  // namespace

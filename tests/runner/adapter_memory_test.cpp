@@ -61,6 +61,7 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
   testing::write_accuracy_corpus(dir);
   const char* llama = "{family: llama, layers: 2, hidden: 256, intermediate: 688, heads: 8, kv_heads: 4, vocab: 512, max_seq_len: 128}";
   const char* gpt2 = "{family: gpt2, layers: 2, hidden: 256, intermediate: 1024, heads: 4, vocab: 512, max_seq_len: 128, tie_embeddings: true}";
+  const char* mixtral = "{family: mixtral, layers: 2, hidden: 256, intermediate: 384, heads: 8, kv_heads: 4, experts: 4, experts_per_token: 2, vocab: 512, max_seq_len: 128}";
   using A = dsl::Adapter;
   using P = dsl::Precision;
   using O = dsl::Optimizer;
@@ -72,8 +73,11 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
       {llama, A::kNone, P::kBf16, 0, O::kAdamw8bit},   {llama, A::kLora, P::kPureBf16, 0, O::kAdamw8bit},
       {gpt2, A::kLora, P::kBf16, 0, O::kAdamw},        {gpt2, A::kQlora, P::kFp32, 0, O::kAdamw},
       {gpt2, A::kQlora, P::kBf16, 1, O::kAdamw},       {gpt2, A::kNone, P::kFp32, 0, O::kAdamw8bit},
+      // The experts are frozen and not quantised (attention only).
+      {mixtral, A::kLora, P::kBf16, 0, O::kAdamw},     {mixtral, A::kQlora, P::kBf16, 1, O::kAdamw},
+      {mixtral, A::kNone, P::kBf16, 0, O::kAdamw8bit},
   };
-  std::printf("%-6s %-5s %-9s %-10s %-4s %12s %12s %7s %10s %10s %7s\n", "model", "adapt", "precision", "optimizer",
+  std::printf("%-7s %-5s %-9s %-10s %-4s %12s %12s %7s %10s %10s %7s\n", "model", "adapt", "precision", "optimizer",
               "ckpt", "peak est", "peak meas", "ratio", "states est", "states", "ratio");
   int n = 0;
   for (const Case& c : cases) {
@@ -110,11 +114,12 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
     const double measured = m["peak_bytes"].get<double>();
     const double states = m["optimizer_states"].get<double>();
     const double states_est = static_cast<double>(e.optimizer_states.count());
-    const bool gpt = std::string(c.model).find("gpt2") != std::string::npos;
-    const std::string label = std::string(gpt ? "gpt2 " : "llama ") + dsl::to_string(c.adapter) + " " +
+    const std::string family = dsl::to_string(spec.model.arch.family);
+    const bool gpt = spec.model.arch.family == dsl::ModelFamily::kGpt2;
+    const std::string label = family + " " + dsl::to_string(c.adapter) + " " +
                               dsl::to_string(c.precision) + " " + dsl::to_string(c.optimizer) + " ckpt " +
                               std::to_string(c.checkpoint_every);
-    std::printf("%-6s %-5s %-9s %-10s %-4lld %12.0f %12.0f %7.3f %10.0f %10.0f %7.3f\n", gpt ? "gpt2" : "llama",
+    std::printf("%-7s %-5s %-9s %-10s %-4lld %12.0f %12.0f %7.3f %10.0f %10.0f %7.3f\n", family.c_str(),
                 dsl::to_string(c.adapter), dsl::to_string(c.precision), dsl::to_string(c.optimizer),
                 static_cast<long long>(c.checkpoint_every), estimate, measured, measured / estimate, states_est, states,
                 states / states_est);

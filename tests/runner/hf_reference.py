@@ -45,11 +45,21 @@ CONFIGS = {
     "qwen2": dict(model_type="qwen2", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
                   rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False),
+    # Heads 32 wide over a 64-wide model (head_dim != hidden / heads), tied head.
+    "qwen3": dict(model_type="qwen3", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=300,
+                  max_position_embeddings=64, rope_theta=1e6, tie_word_embeddings=True, use_sliding_window=False),
+    # Four experts, two per token.
+    "mixtral": dict(model_type="mixtral", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+                    vocab_size=300, max_position_embeddings=64, rope_theta=1e6, sliding_window=None,
+                    tie_word_embeddings=False),
     "gpt2": dict(model_type="gpt2", n_embd=64, n_inner=256, n_layer=2, n_head=4, vocab_size=300, n_positions=64,
                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=1),
 }
 TARGETS = {
     "gpt2": ["c_attn", "c_proj", "c_fc"],
+    "mixtral": ["q_proj", "k_proj", "v_proj", "o_proj"],  # the experts are not LoRA targets in Tailor
 }
 LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -1,7 +1,7 @@
 // The planner's memory estimate against what the runner measures with the
 // tracking allocator, across precision x checkpointing x micro-batch x
 // attention (fused, and materialised where CPU plans may choose it: half
-// precision) for small Llama (GQA) and GPT-2 models: the peak within +-10%
+// precision) for small Llama (GQA), GPT-2, Qwen3 and Mixtral models: the peak within +-10%
 // of the estimate, and the exactly-known components exact. Prints the table.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -21,6 +21,7 @@ namespace {
 using tailor::testing::TempDir;
 
 struct Case {
+  const char* name;
   const char* model;  // arch block
   dsl::Precision precision;
   std::int64_t checkpoint_every;
@@ -51,18 +52,22 @@ TEST(MemoryAccuracyTest, MeasuredPeaksAreWithinTenPercentOfTheEstimate) {
   testing::write_accuracy_corpus(dir);
   const char* llama = "{family: llama, layers: 3, hidden: 128, intermediate: 344, heads: 8, kv_heads: 4, vocab: 1024, max_seq_len: 256}";
   const char* gpt2 = "{family: gpt2, layers: 3, hidden: 128, intermediate: 512, heads: 4, vocab: 1024, max_seq_len: 256, tie_embeddings: true}";
+  // Heads wider than hidden / heads, q/k norms.
+  const char* qwen3 = "{family: qwen3, layers: 3, hidden: 128, intermediate: 344, heads: 8, kv_heads: 4, head_dim: 32, vocab: 1024, max_seq_len: 256}";
+  // Four experts, two per token.
+  const char* mixtral = "{family: mixtral, layers: 3, hidden: 128, intermediate: 256, heads: 8, kv_heads: 4, experts: 4, experts_per_token: 2, vocab: 1024, max_seq_len: 256}";
   std::vector<Case> cases;
-  for (const char* m : {llama, gpt2}) {
+  for (const auto& [name, m] : {std::pair{"llama", llama}, {"gpt2", gpt2}, {"qwen3", qwen3}, {"mixtral", mixtral}}) {
     for (auto p : {dsl::Precision::kFp32, dsl::Precision::kBf16, dsl::Precision::kPureBf16}) {
       for (std::int64_t ck : {0, 1}) {
         for (std::int64_t micro : {2, 8}) {
-          cases.push_back({m, p, ck, micro, strategies::Attention::kMemoryEfficient});
-          if (p != dsl::Precision::kFp32) cases.push_back({m, p, ck, micro, strategies::Attention::kStandard});
+          cases.push_back({name, m, p, ck, micro, strategies::Attention::kMemoryEfficient});
+          if (p != dsl::Precision::kFp32) cases.push_back({name, m, p, ck, micro, strategies::Attention::kStandard});
         }
       }
     }
   }
-  std::printf("%-6s %-9s %-4s %-5s %-12s %12s %12s %7s\n", "model", "precision", "ckpt", "micro", "attention",
+  std::printf("%-7s %-9s %-4s %-5s %-12s %12s %12s %7s\n", "model", "precision", "ckpt", "micro", "attention",
               "estimate", "measured", "ratio");
   int n = 0;
   for (const Case& c : cases) {
@@ -76,12 +81,11 @@ TEST(MemoryAccuracyTest, MeasuredPeaksAreWithinTenPercentOfTheEstimate) {
 
     const double estimate = static_cast<double>((e.total() - e.overhead).count());
     const double measured = m["peak_bytes"].get<double>();
-    const bool gpt = std::string(c.model).find("gpt2") != std::string::npos;
-    std::printf("%-6s %-9s %-4lld %-5lld %-12s %12.0f %12.0f %7.3f\n", gpt ? "gpt2" : "llama",
+    std::printf("%-7s %-9s %-4lld %-5lld %-12s %12.0f %12.0f %7.3f\n", c.name,
                 dsl::to_string(c.precision), static_cast<long long>(c.checkpoint_every),
                 static_cast<long long>(c.micro), strategies::to_string(c.attention), estimate, measured,
                 measured / estimate);
-    EXPECT_NEAR(measured / estimate, 1.0, 0.10) << (gpt ? "gpt2 " : "llama ") << dsl::to_string(c.precision)
+    EXPECT_NEAR(measured / estimate, 1.0, 0.10) << c.name << " " << dsl::to_string(c.precision)
                                                  << " ckpt " << c.checkpoint_every << " micro " << c.micro << " "
                                                  << strategies::to_string(c.attention);
     // What is known exactly is exact.
@@ -112,17 +116,17 @@ TEST(MemoryAccuracyTest, OnACudaGpuMeasuredPeaksAreWithinTenPercentOfTheEstimate
     dsl::Optimizer optimizer = dsl::Optimizer::kAdamw;
   };
   std::vector<GpuCase> cases;
-  for (const char* m : {llama, gpt2}) {
+  for (const auto& [name, m] : {std::pair{"llama", llama}, {"gpt2", gpt2}}) {
     for (auto p : {dsl::Precision::kFp32, dsl::Precision::kBf16, dsl::Precision::kPureBf16}) {
       for (std::int64_t ck : {0, 1}) {
         for (std::int64_t micro : {1, 4}) {
-          cases.push_back({{m, p, ck, micro, strategies::Attention::kMemoryEfficient}});
-          if (p != dsl::Precision::kFp32) cases.push_back({{m, p, ck, micro, strategies::Attention::kStandard}});
+          cases.push_back({{name, m, p, ck, micro, strategies::Attention::kMemoryEfficient}});
+          if (p != dsl::Precision::kFp32) cases.push_back({{name, m, p, ck, micro, strategies::Attention::kStandard}});
         }
       }
     }
   }
-  const Case adapter_base{llama, dsl::Precision::kBf16, 1, 4, strategies::Attention::kMemoryEfficient};
+  const Case adapter_base{"llama", llama, dsl::Precision::kBf16, 1, 4, strategies::Attention::kMemoryEfficient};
   cases.push_back({adapter_base, dsl::Adapter::kLora});
   cases.push_back({adapter_base, dsl::Adapter::kQlora});
   cases.push_back({adapter_base, dsl::Adapter::kNone, dsl::Optimizer::kAdamw8bit});
@@ -146,13 +150,12 @@ TEST(MemoryAccuracyTest, OnACudaGpuMeasuredPeaksAreWithinTenPercentOfTheEstimate
     const double estimate = static_cast<double>((e.total() - strategies::MemoryConstants::defaults().gpu_context_overhead).count());
     const double measured = m["peak_bytes"].get<double>();
     const double act = m["activations"].get<double>() / static_cast<double>(e.activations.count());
-    const bool gpt = std::string(c.model).find("gpt2") != std::string::npos;
-    std::printf("%-6s %-9s %-5s %-4lld %-5lld %-12s %12.0f %12.0f %7.3f %7.3f\n", gpt ? "gpt2" : "llama",
+    std::printf("%-6s %-9s %-5s %-4lld %-5lld %-12s %12.0f %12.0f %7.3f %7.3f\n", c.name,
                 dsl::to_string(c.precision), dsl::to_string(g.adapter), static_cast<long long>(c.checkpoint_every),
                 static_cast<long long>(c.micro), strategies::to_string(c.attention), estimate, measured,
                 measured / estimate, act);
     EXPECT_NEAR(measured / estimate, 1.0, 0.10)
-        << (gpt ? "gpt2 " : "llama ") << dsl::to_string(c.precision) << " " << dsl::to_string(g.adapter) << " ckpt "
+        << c.name << " " << dsl::to_string(c.precision) << " " << dsl::to_string(g.adapter) << " ckpt "
         << c.checkpoint_every << " micro " << c.micro << " " << strategies::to_string(c.attention);
     EXPECT_EQ(m["weights"].get<std::int64_t>(), e.weights.count());
     EXPECT_EQ(m["optimizer_states"].get<std::int64_t>(), e.optimizer_states.count());

@@ -18,8 +18,18 @@ dsl::ModelArch tiny(dsl::ModelFamily family, std::int64_t kv_heads = 2) {
   a.vocab = 50;
   a.max_seq_len = 16;
   a.tie_embeddings = family == dsl::ModelFamily::kGpt2;
+  if (family == dsl::ModelFamily::kQwen3) a.head_size = 16;  // wider than hidden / heads
+  if (family == dsl::ModelFamily::kMixtral) {
+    a.experts = 4;
+    a.experts_per_token = 2;
+  }
   return a;
 }
+
+// Every block kind and what varies it: grouped-query heads, biases, q/k
+// norms with wide heads, a mixture of experts.
+constexpr dsl::ModelFamily kFamilies[] = {dsl::ModelFamily::kLlama, dsl::ModelFamily::kQwen2, dsl::ModelFamily::kQwen3,
+                                          dsl::ModelFamily::kMixtral, dsl::ModelFamily::kGpt2};
 
 ModelInput input(const torch::Tensor& ids) {
   ModelInput in;
@@ -36,7 +46,7 @@ std::int64_t count(CausalLM& m) {
 
 TEST(ModelTest, ParameterCountMatchesTheArchitecture) {
   torch::manual_seed(0);
-  for (auto family : {dsl::ModelFamily::kLlama, dsl::ModelFamily::kQwen2, dsl::ModelFamily::kGpt2}) {
+  for (auto family : kFamilies) {
     const dsl::ModelArch a = tiny(family);
     CausalLM m(a, 0);
     EXPECT_EQ(count(m), a.parameter_count()) << dsl::to_string(family);
@@ -45,7 +55,7 @@ TEST(ModelTest, ParameterCountMatchesTheArchitecture) {
 
 TEST(ModelTest, OutputsAtAPositionIgnoreLaterTokens) {
   torch::manual_seed(1);
-  for (auto family : {dsl::ModelFamily::kLlama, dsl::ModelFamily::kGpt2}) {
+  for (auto family : kFamilies) {
     CausalLM m(tiny(family), 0);
     torch::NoGradGuard ng;
     auto ids = torch::randint(0, 50, {1, 12}, torch::kLong);
@@ -61,7 +71,7 @@ TEST(ModelTest, OutputsAtAPositionIgnoreLaterTokens) {
 
 TEST(ModelTest, PackedDocumentsDoNotSeeEachOther) {
   torch::manual_seed(2);
-  for (auto family : {dsl::ModelFamily::kLlama, dsl::ModelFamily::kGpt2}) {
+  for (auto family : kFamilies) {
     CausalLM m(tiny(family), 0);
     torch::NoGradGuard ng;
     auto doc1 = torch::randint(0, 50, {1, 5}, torch::kLong);
@@ -79,7 +89,7 @@ TEST(ModelTest, PackedDocumentsDoNotSeeEachOther) {
 }
 
 TEST(ModelTest, CheckpointedGradientsEqualPlainGradients) {
-  for (auto family : {dsl::ModelFamily::kLlama, dsl::ModelFamily::kGpt2}) {
+  for (auto family : kFamilies) {
   for (std::int64_t every : {1, 2}) {
     torch::manual_seed(3);
     CausalLM plain(tiny(family), 0);
