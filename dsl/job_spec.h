@@ -18,7 +18,7 @@ namespace tailor::dsl {
 inline constexpr const char* kApiVersion = "tailor/v1";
 inline constexpr const char* kJobKind = "TrainingJob";
 
-enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2, kQwen3, kMixtral };
+enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2, kQwen3, kMixtral, kPhi3 };
 
 // A decoder-only transformer's shape, as in a Hugging Face config.json.
 struct ModelArch {
@@ -34,6 +34,7 @@ struct ModelArch {
   double rope_theta = 10000.0;    // RoPE base (llama family); unused by gpt2
   double norm_eps = 1e-5;         // RMSNorm / LayerNorm epsilon
   std::int64_t head_size = 0;     // width of one attention head (head_dim); 0: hidden / heads
+  std::int64_t sliding_window = 0;  // tokens each position attends to, itself included (every layer); 0: all before it
   std::int64_t experts = 0;       // routed experts per block (num_local_experts); 0: a dense MLP
   std::int64_t experts_per_token = 0;  // experts each token goes through (num_experts_per_tok)
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -11,23 +12,23 @@ namespace tailor::dsl {
 namespace {
 
 // Config keys and defaults as transformers' LlamaConfig, MistralConfig,
-// Qwen2Config, Qwen3Config, MixtralConfig and GPT2Config define them.
-constexpr std::array<ModelFamilyInfo, 6> kFamilies = {{
-    {ModelFamily::kLlama, "llama", "LlamaForCausalLM", BlockKind::kLlama, false, false, 0,
+// Qwen2Config, Qwen3Config, MixtralConfig, Phi3Config and GPT2Config define them.
+constexpr std::array<ModelFamilyInfo, 7> kFamilies = {{
+    {ModelFamily::kLlama, "llama", "LlamaForCausalLM", BlockKind::kLlama, false, false, false, 0,
      "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
      "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
      R"({"hidden_act": "silu", "attention_bias": false})",
      nullptr, nullptr, 0, 0,
      "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
      nullptr, nullptr},
-    {ModelFamily::kGpt2, "gpt2", "GPT2LMHeadModel", BlockKind::kGpt2, true, false, 0,
+    {ModelFamily::kGpt2, "gpt2", "GPT2LMHeadModel", BlockKind::kGpt2, true, false, false, 0,
      "n_layer", "n_embd", "n_inner", "n_head", nullptr, "n_positions", "layer_norm_epsilon", nullptr, 1024, 1e-5,
      true, 4,
      // The model's GELU is the tanh approximation (transformers' "gelu_new").
      R"({"activation_function": "gelu_new"})",
      nullptr, nullptr, 0, 0,
      "transformer.", "wte", "wpe", "h.", "ln_1", "ln_2", "ln_f", nullptr, nullptr, nullptr},
-    {ModelFamily::kMistral, "mistral", "MistralForCausalLM", BlockKind::kLlama, false, false, 0,
+    {ModelFamily::kMistral, "mistral", "MistralForCausalLM", BlockKind::kLlama, false, false, false, 0,
      "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
      "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
      // The model attends over the whole context: say so, or transformers
@@ -36,7 +37,7 @@ constexpr std::array<ModelFamilyInfo, 6> kFamilies = {{
      nullptr, nullptr, 0, 0,
      "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
      nullptr, nullptr},
-    {ModelFamily::kQwen2, "qwen2", "Qwen2ForCausalLM", BlockKind::kLlama, true, false, 0,
+    {ModelFamily::kQwen2, "qwen2", "Qwen2ForCausalLM", BlockKind::kLlama, true, false, false, 0,
      "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
      "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
      R"({"hidden_act": "silu", "use_sliding_window": false})",
@@ -45,7 +46,7 @@ constexpr std::array<ModelFamilyInfo, 6> kFamilies = {{
      nullptr, nullptr},
     // Qwen3: Qwen2 without the q/k/v biases, with an RMSNorm over every q
     // and k head before RoPE, and heads 128 wide whatever the hidden size.
-    {ModelFamily::kQwen3, "qwen3", "Qwen3ForCausalLM", BlockKind::kLlama, false, true, 128,
+    {ModelFamily::kQwen3, "qwen3", "Qwen3ForCausalLM", BlockKind::kLlama, false, true, false, 128,
      "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
      "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
      R"({"hidden_act": "silu", "use_sliding_window": false, "attention_bias": false})",
@@ -55,13 +56,23 @@ constexpr std::array<ModelFamilyInfo, 6> kFamilies = {{
     // Mixtral: Mistral's attention; each block's MLP is num_local_experts
     // SwiGLU experts and a router sending each token to the top
     // num_experts_per_tok of them, weighted by their renormalised softmax.
-    {ModelFamily::kMixtral, "mixtral", "MixtralForCausalLM", BlockKind::kLlama, false, false, 0,
+    {ModelFamily::kMixtral, "mixtral", "MixtralForCausalLM", BlockKind::kLlama, false, false, false, 0,
      "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
      "max_position_embeddings", "rms_norm_eps", "rope_theta", 131072, 1e-5, false, 0,
      R"({"hidden_act": "silu", "sliding_window": null, "output_router_logits": false, "router_jitter_noise": 0.0})",
      "num_local_experts", "num_experts_per_tok", 8, 2,
      "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
      nullptr, "block_sparse_moe."},
+    // Phi-3: Llama's block with q/k/v and gate/up each one linear in the
+    // checkpoint (qkv_proj, gate_up_proj), as Tailor computes them; Phi-3
+    // mini 4k windows attention to 2047 tokens.
+    {ModelFamily::kPhi3, "phi3", "Phi3ForCausalLM", BlockKind::kLlama, false, false, true, 0,
+     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+     "max_position_embeddings", "rms_norm_eps", "rope_theta", 4096, 1e-5, false, 0,
+     R"({"hidden_act": "silu", "sliding_window": null})",
+     nullptr, nullptr, 0, 0,
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
+     nullptr, nullptr},
 }};
 
 // What else a config.json says that changes the computation: read where
@@ -101,12 +112,32 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
       refuse("head_dim", *hd, "expected a positive even integer (RoPE rotates pairs)");
     }
   }
-  // A sliding window narrower than the context changes attention.
+  // A sliding window narrower than the context changes attention. Qwen
+  // windows the layers from max_window_layers up (Qwen2Config): Tailor
+  // windows every layer or none.
   const nlohmann::json* window = value_of("sliding_window");
   const nlohmann::json* use_window = value_of("use_sliding_window");
   const bool windowed = use_window != nullptr ? use_window->is_boolean() && use_window->get<bool>() : window != nullptr;
-  if (windowed && window != nullptr && !(window->is_number_integer() && window->get<std::int64_t>() >= arch.max_seq_len)) {
-    refuse("sliding_window", *window, "Tailor attends over the whole context");
+  const bool covers_context = window != nullptr && window->is_number_integer() &&
+                              window->get<std::int64_t>() >= arch.max_seq_len;
+  if (windowed && window != nullptr && !covers_context) {
+    const nlohmann::json* from_layer = value_of("max_window_layers");
+    if (!has_sliding_window(f)) {
+      refuse("sliding_window", *window, std::string(f.name) + " attends over the whole context");
+    } else if (!(window->is_number_integer() && window->get<std::int64_t>() > 0)) {
+      refuse("sliding_window", *window, "expected a positive integer or null");
+    } else if (use_window != nullptr && !(from_layer != nullptr && from_layer->is_number_integer() &&
+                                          from_layer->get<std::int64_t>() == 0)) {
+      refuse("max_window_layers", from_layer ? *from_layer : nlohmann::json(28),
+             "Tailor windows every layer (max_window_layers 0) or none (use_sliding_window false)");
+    } else {
+      arch.sliding_window = window->get<std::int64_t>();
+    }
+  }
+  // Dropout in training: Tailor's llama-family blocks have none.
+  for (const char* key : {"attention_dropout", "resid_pdrop", "embd_pdrop"}) {
+    const nlohmann::json* p = value_of(key);
+    if (p != nullptr && !gpt2 && !(p->is_number() && p->get<double>() == 0)) refuse(key, *p, "Tailor trains this family without dropout");
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     const nlohmann::json* b = value_of(key);
@@ -138,6 +169,12 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
 }
 
 }  // namespace
+
+bool has_sliding_window(const ModelFamilyInfo& f) {
+  // The families whose configs say sliding_window (transformers' Mistral,
+  // Mixtral, Qwen2, Qwen3 and Phi-3); exported through config_extra's keys.
+  return std::string_view(f.config_extra).find("sliding_window") != std::string_view::npos;
+}
 
 std::span<const ModelFamilyInfo> model_families() { return kFamilies; }
 
@@ -172,6 +209,12 @@ std::vector<LinearLayer> block_linears(const ModelArch& a) {
             {"c_proj", "attn.c_proj", Projection::kO, 0, c, q},
             {"c_fc", "mlp.c_fc", Projection::kUp, 0, i, c},
             {"c_proj", "mlp.c_proj", Projection::kDown, 0, c, i}};
+  }
+  if (family_info(a.family).hf_fused_linears) {
+    return {{"qkv_proj", "self_attn.qkv_proj", Projection::kQkv, 0, q + 2 * kv, c},
+            {"o_proj", "self_attn.o_proj", Projection::kO, 0, c, q},
+            {"gate_up_proj", "mlp.gate_up_proj", Projection::kUp, 0, 2 * i, c},
+            {"down_proj", "mlp.down_proj", Projection::kDown, 0, c, i}};
   }
   std::vector<LinearLayer> out = {{"q_proj", "self_attn.q_proj", Projection::kQkv, 0, q, c},
                                    {"k_proj", "self_attn.k_proj", Projection::kQkv, q, kv, c},
@@ -267,8 +310,20 @@ std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, con
   }
   const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(f.config_extra);
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
-  if (ids.bos >= 0) j["bos_token_id"] = ids.bos;
-  if (ids.eos >= 0) j["eos_token_id"] = ids.eos;
+  if (a.sliding_window > 0) {
+    j["sliding_window"] = a.sliding_window;
+    if (j.contains("use_sliding_window")) {  // Qwen: every layer windowed
+      j["use_sliding_window"] = true;
+      j["max_window_layers"] = 0;
+    }
+  }
+  // Unknown ids are written as null: the config classes' defaults (GPT-2's
+  // 50256, Phi-3's 32000) can lie beyond a smaller vocabulary, and
+  // transformers then warns (bos, eos) or refuses to build the model (pad).
+  // Tailor's embedding has no padding row.
+  j["bos_token_id"] = ids.bos >= 0 ? nlohmann::ordered_json(ids.bos) : nlohmann::ordered_json(nullptr);
+  j["eos_token_id"] = ids.eos >= 0 ? nlohmann::ordered_json(ids.eos) : nlohmann::ordered_json(nullptr);
+  j["pad_token_id"] = nullptr;
   j["tie_word_embeddings"] = a.tie_embeddings;
   j["torch_dtype"] = std::string(torch_dtype);
   return j.dump(2) + "\n";

@@ -42,6 +42,7 @@ struct ModelFamilyInfo {
   BlockKind block;
   bool qkv_bias;                // q/k/v projections have biases (Qwen2; GPT-2's c_attn)
   bool qk_norm;                 // RMSNorm over each q and k head before RoPE (Qwen3)
+  bool hf_fused_linears;        // checkpoints hold qkv_proj and gate_up_proj whole (Phi-3)
   std::int64_t default_head_dim;  // head width when config.json has no head_dim; 0: hidden / heads
 
   // config.json keys (nullptr: the family has none) and the defaults
@@ -82,6 +83,8 @@ struct ModelFamilyInfo {
 };
 
 std::span<const ModelFamilyInfo> model_families();
+// Whether the family's config.json can say sliding_window (every layer).
+bool has_sliding_window(const ModelFamilyInfo& f);
 const ModelFamilyInfo& family_info(ModelFamily f);
 // By spec name (= model_type); nullptr when unknown.
 const ModelFamilyInfo* family_by_name(std::string_view name);
@@ -107,8 +110,9 @@ struct SpecialTokenIds {
 };
 
 // A config.json that transformers' AutoConfig reads back as `arch`, with
-// bos_token_id and eos_token_id when `ids` has them (without, transformers
-// would assume its defaults, e.g. GPT-2's 50256, beyond a small vocabulary).
+// bos_token_id and eos_token_id from `ids`, null where it has none (else
+// transformers would assume its defaults, e.g. GPT-2's 50256, beyond a
+// small vocabulary).
 std::string hf_config_json(const ModelArch& arch, std::string_view torch_dtype, const SpecialTokenIds& ids = {});
 
 // generation_config.json for the same ids: what transformers' generate()

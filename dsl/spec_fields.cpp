@@ -134,6 +134,10 @@ const std::vector<Field<ModelArch>>& arch_fields() {
             "Width of one attention head (llama family); default hidden / heads, 128 for qwen3 as in its "
             "config.json.",
             &ModelArch::head_size, int_at_least(1)),
+      field("sliding_window",
+            "Tokens each position attends to, itself included, in every layer (mistral, mixtral, qwen2, "
+            "qwen3, phi3; Mistral 7B v0.1 says 4096); default: the whole context.",
+            &ModelArch::sliding_window, int_at_least(1)),
       field("experts", "Routed experts per block (mixtral); default 8 for mixtral, none for dense families.",
             &ModelArch::experts, int_at_least(1)),
       field("experts_per_token", "Experts each token goes through (mixtral); default 2.",

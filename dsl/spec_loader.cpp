@@ -164,6 +164,14 @@ void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnos
     }
   }
   if (a.head_size == 0) a.head_size = family.default_head_dim;
+  if (a.sliding_window > 0 && !has_sliding_window(family)) {
+    std::string windowed;
+    for (const ModelFamilyInfo& f : model_families()) {
+      if (has_sliding_window(f)) windowed += std::string(windowed.empty() ? "" : ", ") + f.name;
+    }
+    d.error(loc_at(root, path + ".sliding_window"), path + ".sliding_window",
+            std::string(family.name) + " has no sliding window (" + windowed + " have one)");
+  }
   if (family.key_experts == nullptr) {
     const std::pair<const char*, std::int64_t> given[] = {{"experts", a.experts},
                                                           {"experts_per_token", a.experts_per_token}};

@@ -27,6 +27,7 @@ using dsl::ModelFamily;
 bool is_half(Precision p) { return p != Precision::kFp32; }
 
 using dsl::LinearLayer;
+using dsl::Projection;
 
 bool targeted(std::string_view target, const std::vector<std::string>& targets) {
   return targets.empty() || std::find(targets.begin(), targets.end(), target) != targets.end();
@@ -167,6 +168,16 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   auto add = [&](const char* name, double bytes, std::vector<std::string> weight_grad_of = {}) {
     t.push_back({name, bytes, std::move(weight_grad_of)});
   };
+  // The LoRA targets whose input a term is: the family's linears of one
+  // fused projection (q_proj, k_proj, v_proj; Phi-3's qkv_proj).
+  const std::vector<LinearLayer> linears = dsl::block_linears(a);
+  auto inputs_of = [&](Projection p) {
+    std::vector<std::string> names;
+    for (const LinearLayer& l : linears) {
+      if (l.projection == p) names.emplace_back(l.target);
+    }
+    return names;
+  };
 
   if (gpt2_block(a)) {
     // Korthikanti section 4.1, generalised from 4h to the MLP width i.
@@ -195,7 +206,7 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   // Llama family: RMSNorm, RoPE, grouped-query attention, SwiGLU; no dropout.
   add("input_layernorm input", e * sbh);
   add("RMSNorm statistics (fp32, both norms)", 2 * 4 * s * b);
-  add("q/k/v_proj input (norm output)", e * sbh, {"q_proj", "k_proj", "v_proj"});
+  add("q/k/v_proj input (norm output)", e * sbh, inputs_of(Projection::kQkv));
   if (dsl::family_info(a.family).qk_norm) {
     // q_norm and k_norm keep their inputs and an fp32 inverse RMS per head:
     // the fused norm keeps contiguous copies of the q and k heads, the
@@ -231,7 +242,7 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   // Memory-efficient attention keeps its own output (the o_proj input) for
   // backward: FlashAttention's backward pass reads O (Dao et al. 2022,
   // algorithm 4).
-  add("o_proj input", e * sbq, standard ? std::vector<std::string>{"o_proj"} : std::vector<std::string>{});
+  add("o_proj input", e * sbq, standard ? inputs_of(Projection::kO) : std::vector<std::string>{});
   add("post_attention_layernorm input", e * sbh);
   if (a.moe()) {
     // tailor-runner's MoE block (runner/torch/model.cpp): a token's k
@@ -250,11 +261,11 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
     add("expert outputs and routing weights (before weighting)", e * sbk * (h + 1));
     return t;
   }
-  add("gate/up_proj input (norm output)", e * sbh, {"gate_proj", "up_proj"});
+  add("gate/up_proj input (norm output)", e * sbh, inputs_of(Projection::kUp));
   add("gate_proj output (SiLU input)", e * sbi);
   if (!fused) add("SiLU output", e * sbi);  // fused SwiGLU recomputes it in backward
   add("up_proj output", e * sbi);
-  add("down_proj input", e * sbi, {"down_proj"});
+  add("down_proj input", e * sbi, inputs_of(Projection::kDown));
   return t;
 }
 

@@ -8,10 +8,12 @@ namespace tailor::runner {
 using torch::Tensor;
 
 Tensor attention_mask(const Tensor& segment_ids, std::int64_t t, bool fused, torch::ScalarType dtype,
-                      const torch::Device& device) {
+                      const torch::Device& device, std::int64_t window) {
   const auto on = torch::TensorOptions().device(device);
-  if (fused && !segment_ids.defined()) return torch::empty({0}, on);
+  const bool windowed = window > 0 && window < t;  // a window as long as the sequence changes nothing
+  if (fused && !segment_ids.defined() && !windowed) return torch::empty({0}, on);
   Tensor allowed = torch::ones({t, t}, on.dtype(torch::kBool)).tril();
+  if (windowed) allowed = allowed.triu(-(window - 1));  // j > i - window
   if (segment_ids.defined()) {
     // Causal within one document; every position sees itself, so padding
     // rows (segment -1) keep a finite softmax.

@@ -24,8 +24,10 @@ namespace tailor::runner {
 //   path, no mask at all). Additive rather than bool for the fused kernels
 //   too: SDPA converts a bool mask to an additive one on every call, and
 //   each layer's flash backward would then keep its own copy.
+// window > 0: a sliding window (Mistral 7B v0.1): position i sees
+// positions i - window < j <= i only, as transformers' sliding-window mask.
 torch::Tensor attention_mask(const torch::Tensor& segment_ids, std::int64_t t, bool fused, torch::ScalarType dtype,
-                             const torch::Device& device);
+                             const torch::Device& device, std::int64_t window = 0);
 
 // q (B, H, T, D); k, v (B, KV, T, D) with H a multiple of KV; mask from
 // attention_mask() with the same `fused`. Returns (B, H, T, D), a view of a

@@ -294,7 +294,8 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
   if (pos_embed_) x = x + pos_embed_->forward(in.positions);
 
   const auto on = torch::TensorOptions().device(in.input_ids.device());
-  const Tensor mask = attention_mask(in.segment_ids, t, fused_attention_, dtype, in.input_ids.device());
+  const Tensor mask =
+      attention_mask(in.segment_ids, t, fused_attention_, dtype, in.input_ids.device(), arch_.sliding_window);
 
   Tensor cos, sin;
   if (!is_gpt2(arch_)) {

@@ -59,7 +59,7 @@ TEST(ModelFamilyTest, UnknownTypesAndWrongValuesAreErrorsNamingTheFileAndKey) {
   std::vector<std::string> errors;
   EXPECT_FALSE(arch_from_hf_config(R"({"model_type": "bert"})", "/m/config.json", a, errors));
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_NE(errors[0].find("model_type \"bert\" is not supported; expected llama, gpt2, mistral, qwen2, qwen3 or mixtral"),
+  EXPECT_NE(errors[0].find("model_type \"bert\" is not supported; expected llama, gpt2, mistral, qwen2, qwen3, mixtral or phi3"),
             std::string::npos)
       << errors[0];
   errors.clear();
@@ -110,6 +110,7 @@ TEST(ModelFamilyTest, WhatChangesTheComputationIsReadOrRefusedByName) {
       {R"("attention_bias": true)", "attention_bias true"},
       {R"("mlp_bias": true)", "mlp_bias true"},
       {R"("hidden_act": "gelu")", "hidden_act \"gelu\""},
+      {R"("attention_dropout": 0.1)", "attention_dropout 0.1"},
       {R"("sliding_window": 4096, "max_position_embeddings": 32768)", "sliding_window 4096"},
   };
   for (const auto& [extra, named] : refused) {
@@ -147,6 +148,52 @@ TEST(ModelFamilyTest, WhatChangesTheComputationIsReadOrRefusedByName) {
   EXPECT_NE(errors[0].find("activation_function \"gelu\" is not supported"), std::string::npos) << errors[0];
 }
 
+// Mistral's, Mixtral's and Qwen's sliding windows are read and written
+// back; Qwen's window over only the upper layers is refused by name.
+TEST(ModelFamilyTest, SlidingWindowsAreReadWhereTheFamilyHasOne) {
+  auto read = [](const std::string& body, std::vector<std::string>& errors) {
+    ModelArch a;
+    arch_from_hf_config("{" + body + "}", "/m/config.json", a, errors);
+    return a;
+  };
+  const std::string dims =
+      R"("num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 300, "intermediate_size": 112)";
+  std::vector<std::string> errors;
+  ModelArch a = read(R"("model_type": "mistral", "sliding_window": 4096, "max_position_embeddings": 32768, )" + dims,
+                     errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(a.sliding_window, 4096);
+  a = read(R"("model_type": "mistral", "sliding_window": 4096, "max_position_embeddings": 4096, )" + dims, errors);
+  EXPECT_EQ(a.sliding_window, 0);  // as wide as the context: no window
+  a = read(R"("model_type": "qwen2", "use_sliding_window": false, "sliding_window": 4096, )" + dims, errors);
+  EXPECT_EQ(a.sliding_window, 0);
+  a = read(R"("model_type": "qwen2", "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 0, )" + dims,
+           errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(a.sliding_window, 16);
+
+  a = read(R"("model_type": "qwen2", "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 1, )" + dims,
+           errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("max_window_layers 1 is not supported"), std::string::npos) << errors[0];
+  errors.clear();
+  read(R"("model_type": "mistral", "sliding_window": 0, )" + dims, errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("sliding_window 0 is not supported"), std::string::npos) << errors[0];
+  errors.clear();
+
+  for (const ModelFamilyInfo& f : model_families()) {
+    if (!has_sliding_window(f)) continue;
+    ModelArch windowed = small(f.id);
+    windowed.sliding_window = 128;
+    ModelArch back;
+    ASSERT_TRUE(arch_from_hf_config(hf_config_json(windowed, "bfloat16"), "config.json", back, errors)) << f.name;
+    EXPECT_EQ(back.sliding_window, 128) << f.name;
+  }
+  EXPECT_FALSE(has_sliding_window(family_info(ModelFamily::kLlama)));
+  EXPECT_FALSE(has_sliding_window(family_info(ModelFamily::kGpt2)));
+}
+
 // Every linear of a block is a slice of one fused projection, the slices of
 // a projection tile it without overlap, and the LoRA targets are their names.
 TEST(ModelFamilyTest, LinearsTileTheFusedProjectionsAndNameTheTargets) {
@@ -172,6 +219,9 @@ TEST(ModelFamilyTest, LinearsTileTheFusedProjectionsAndNameTheTargets) {
             (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}));
   // A mixture's experts and router are not targets: attention only.
   EXPECT_EQ(lora_target_names(ModelFamily::kMixtral), (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}));
+  // Phi-3's checkpoints hold q/k/v and gate/up as one linear each.
+  EXPECT_EQ(lora_target_names(ModelFamily::kPhi3),
+            (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
 }
 
 }  // namespace

@@ -59,9 +59,11 @@ struct Case {
 TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
   TempDir dir;
   testing::write_accuracy_corpus(dir);
-  const char* llama = "{family: llama, layers: 2, hidden: 256, intermediate: 688, heads: 8, kv_heads: 4, vocab: 512, max_seq_len: 128}";
+  const char* llama = "{family: llama, layers: 2, hidden: 256, intermediate: 688, heads: 8, kv_heads: 4, vocab: 512, max_seq_len: 128, sliding_window: 48}";
   const char* gpt2 = "{family: gpt2, layers: 2, hidden: 256, intermediate: 1024, heads: 4, vocab: 512, max_seq_len: 128, tie_embeddings: true}";
-  const char* mixtral = "{family: mixtral, layers: 2, hidden: 256, intermediate: 384, heads: 8, kv_heads: 4, experts: 4, experts_per_token: 2, vocab: 512, max_seq_len: 128}";
+  const char* mixtral = "{family: mixtral, layers: 2, hidden: 256, intermediate: 384, heads: 8, kv_heads: 4, experts: 4, experts_per_token: 2, vocab: 512, max_seq_len: 128, sliding_window: 48}";
+  // Phi-3: LoRA on the whole qkv_proj and gate_up_proj; windowed attention.
+  const char* phi3 = "{family: phi3, layers: 2, hidden: 256, intermediate: 688, heads: 8, kv_heads: 4, vocab: 512, max_seq_len: 128, sliding_window: 48}";
   using A = dsl::Adapter;
   using P = dsl::Precision;
   using O = dsl::Optimizer;
@@ -76,6 +78,7 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
       // The experts are frozen and not quantised (attention only).
       {mixtral, A::kLora, P::kBf16, 0, O::kAdamw},     {mixtral, A::kQlora, P::kBf16, 1, O::kAdamw},
       {mixtral, A::kNone, P::kBf16, 0, O::kAdamw8bit},
+      {phi3, A::kLora, P::kBf16, 0, O::kAdamw},        {phi3, A::kQlora, P::kBf16, 1, O::kAdamw},
   };
   std::printf("%-7s %-5s %-9s %-10s %-4s %12s %12s %7s %10s %10s %7s\n", "model", "adapt", "precision", "optimizer",
               "ckpt", "peak est", "peak meas", "ratio", "states est", "states", "ratio");

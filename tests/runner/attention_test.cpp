@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "runner/torch/model.h"
 #include "runner/torch/tracking_allocator.h"
 
@@ -49,6 +52,36 @@ TEST(AttentionTest, FusedMatchesMaterialisedOutputAndGradients) {
     const Tensor got_grad = torch::autograd::grad({got}, {x.qkv}, {dout})[0];
     EXPECT_TRUE(torch::allclose(got_grad, want_grad, 1e-9, 1e-9))
         << "packed " << packed << " max diff " << (got_grad - want_grad).abs().max().item<double>();
+  }
+}
+
+// A sliding window of w: position i attends to i - w < j <= i, written out
+// here position by position; a window as long as the sequence is no window.
+TEST(AttentionTest, ASlidingWindowSeesOnlyTheLastWindowOfPositions) {
+  torch::manual_seed(5);
+  const std::int64_t b = 2, h = 4, kv = 2, t = 21, d = 8, window = 6;
+  Qkv x(b, h, kv, t, d, torch::kFloat64);
+  const Tensor k = x.k.repeat_interleave(h / kv, 1), v = x.v.repeat_interleave(h / kv, 1);
+  Tensor want = torch::empty({b, h, t, d}, torch::kFloat64);
+  for (std::int64_t i = 0; i < t; ++i) {
+    const std::int64_t from = std::max<std::int64_t>(0, i - window + 1);
+    const Tensor q_i = x.q.narrow(2, i, 1);
+    const Tensor k_seen = k.narrow(2, from, i + 1 - from), v_seen = v.narrow(2, from, i + 1 - from);
+    const Tensor p = (q_i.matmul(k_seen.transpose(-1, -2)) / std::sqrt(static_cast<double>(d))).softmax(-1);
+    want.narrow(2, i, 1).copy_(p.matmul(v_seen));
+  }
+  for (const bool fused : {true, false}) {
+    const Tensor mask = attention_mask(Tensor(), t, fused, torch::kFloat64, torch::kCPU, window);
+    EXPECT_GT(mask.numel(), 0) << "fused " << fused;
+    const Tensor got = causal_attention(x.q, x.k, x.v, mask, fused).detach();
+    EXPECT_TRUE(torch::allclose(got, want, 1e-10, 1e-10)) << "fused " << fused;
+    const Tensor whole = causal_attention(x.q, x.k, x.v, attention_mask(Tensor(), t, fused, torch::kFloat64,
+                                                                        torch::kCPU), fused).detach();
+    EXPECT_FALSE(torch::allclose(got, whole, 1e-6, 1e-6)) << "the window changes rows past it";
+    EXPECT_TRUE(torch::allclose(got.narrow(2, 0, window), whole.narrow(2, 0, window), 1e-10, 1e-10))
+        << "rows within the first window see everything before them";
+    const Tensor as_long = attention_mask(Tensor(), t, fused, torch::kFloat64, torch::kCPU, t);
+    EXPECT_TRUE(torch::equal(as_long, attention_mask(Tensor(), t, fused, torch::kFloat64, torch::kCPU)));
   }
 }
 

@@ -551,7 +551,10 @@ TEST(HfCheckpointTest, ExportCarriesTheTokenizerFilesAndSpecialIds) {
   EXPECT_EQ(config["eos_token_id"], 2);
   ASSERT_TRUE(save_hf_model(model, dir.file("plain"), 0).is_ok());
   EXPECT_FALSE(fs::exists(dir.file("plain/generation_config.json")));
-  EXPECT_FALSE(nlohmann::json::parse(read_all(dir.file("plain/config.json"))).contains("bos_token_id"));
+  // No ids known: null, not the config class's default (GPT-2's 50256).
+  const auto plain = nlohmann::json::parse(read_all(dir.file("plain/config.json")));
+  EXPECT_TRUE(plain.at("bos_token_id").is_null());
+  EXPECT_TRUE(plain.at("eos_token_id").is_null());
 }
 
 TEST(HfCheckpointTest, AFolderWithConfigButNoWeightsIsBadInput) {

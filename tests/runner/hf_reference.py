@@ -39,9 +39,10 @@ CONFIGS = {
     "llama": dict(model_type="llama", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
                   rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
+    # A sliding window of 8 tokens over the 16-token inputs, as Mistral v0.1's 4096 over 32k.
     "mistral": dict(model_type="mistral", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
-                    rope_theta=1e6, sliding_window=None, tie_word_embeddings=False),
+                    rope_theta=1e6, sliding_window=8, tie_word_embeddings=False),
     "qwen2": dict(model_type="qwen2", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
                   rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False),
@@ -54,12 +55,18 @@ CONFIGS = {
                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
                     vocab_size=300, max_position_embeddings=64, rope_theta=1e6, sliding_window=None,
                     tie_word_embeddings=False),
+    # q/k/v and gate/up stored whole (qkv_proj, gate_up_proj); a window of 8.
+    "phi3": dict(model_type="phi3", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
+                 rope_theta=10000.0, sliding_window=8, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                 pad_token_id=0),
     "gpt2": dict(model_type="gpt2", n_embd=64, n_inner=256, n_layer=2, n_head=4, vocab_size=300, n_positions=64,
                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=1),
 }
 TARGETS = {
     "gpt2": ["c_attn", "c_proj", "c_fc"],
     "mixtral": ["q_proj", "k_proj", "v_proj", "o_proj"],  # the experts are not LoRA targets in Tailor
+    "phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
 }
 LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -19,6 +19,7 @@ dsl::ModelArch tiny(dsl::ModelFamily family, std::int64_t kv_heads = 2) {
   a.max_seq_len = 16;
   a.tie_embeddings = family == dsl::ModelFamily::kGpt2;
   if (family == dsl::ModelFamily::kQwen3) a.head_size = 16;  // wider than hidden / heads
+  if (family == dsl::ModelFamily::kPhi3) a.sliding_window = 5;
   if (family == dsl::ModelFamily::kMixtral) {
     a.experts = 4;
     a.experts_per_token = 2;
@@ -29,7 +30,8 @@ dsl::ModelArch tiny(dsl::ModelFamily family, std::int64_t kv_heads = 2) {
 // Every block kind and what varies it: grouped-query heads, biases, q/k
 // norms with wide heads, a mixture of experts.
 constexpr dsl::ModelFamily kFamilies[] = {dsl::ModelFamily::kLlama, dsl::ModelFamily::kQwen2, dsl::ModelFamily::kQwen3,
-                                          dsl::ModelFamily::kMixtral, dsl::ModelFamily::kGpt2};
+                                          dsl::ModelFamily::kMixtral, dsl::ModelFamily::kPhi3,
+                                          dsl::ModelFamily::kGpt2};
 
 ModelInput input(const torch::Tensor& ids) {
   ModelInput in;
