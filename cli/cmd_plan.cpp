@@ -75,8 +75,11 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, std::ost
   row("optimizer", dsl::to_string(s.optimizer));
   row("ZeRO stage", std::to_string(s.zero_stage));
   row("offload", dsl::to_string(s.offload));
+  const char* materialised = spec.model.arch.attn_logit_softcap > 0
+                                 ? "materialised (keeps the s x s scores; the fused kernels cannot cap them)"
+                                 : "materialised (keeps the s x s scores; faster here)";
   row("attention", s.attention == strategies::Attention::kStandard
-                       ? "materialised (keeps the s x s scores; faster here)"
+                       ? materialised
                        : "fused (scaled_dot_product_attention: no s x s scores kept)");
 
   out << "\nMemory " << (plan.on_cpu ? "(host, CPU training)" : "per GPU") << "\n";

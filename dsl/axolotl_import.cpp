@@ -122,8 +122,7 @@ bool is_tracker_key(std::string_view key) {
 // Hugging Face repositories whose architecture a catalog preset describes
 // exactly (configs/catalog/models.yaml gives each preset's source). Keyed by
 // the lower-cased repository name; instruct/chat variants share the base
-// architecture. Mistral v0.2+ and Llama 3.1+ differ (vocab, RoPE), so they
-// are not listed.
+// architecture. Mistral v0.2+ differs (vocab, RoPE), so it is not listed.
 struct HubModel {
   const char* repo;
   const char* preset;
@@ -147,6 +146,10 @@ const std::vector<HubModel>& hub_models() {
       {"meta-llama-3-8b-instruct", "llama-3-8b"},
       {"meta-llama-3-70b", "llama-3-70b"},
       {"meta-llama-3-70b-instruct", "llama-3-70b"},
+      {"llama-3.1-8b", "llama-3.1-8b"},
+      {"llama-3.1-8b-instruct", "llama-3.1-8b"},
+      {"meta-llama-3.1-8b", "llama-3.1-8b"},
+      {"meta-llama-3.1-8b-instruct", "llama-3.1-8b"},
       {"llama-3.2-1b", "llama-3.2-1b"},
       {"llama-3.2-1b-instruct", "llama-3.2-1b"},
       {"llama-3.2-3b", "llama-3.2-3b"},
@@ -159,6 +162,12 @@ const std::vector<HubModel>& hub_models() {
       {"qwen2.5-1.5b-instruct", "qwen2.5-1.5b"},
       {"qwen2.5-7b", "qwen2.5-7b"},
       {"qwen2.5-7b-instruct", "qwen2.5-7b"},
+      {"gemma-2-2b", "gemma-2-2b"},
+      {"gemma-2-2b-it", "gemma-2-2b"},
+      {"gemma-2-9b", "gemma-2-9b"},
+      {"gemma-2-9b-it", "gemma-2-9b"},
+      {"gemma-2-27b", "gemma-2-27b"},
+      {"gemma-2-27b-it", "gemma-2-27b"},
       {"gpt2", "gpt2"},
       {"gpt2-medium", "gpt2-medium"},
       {"gpt2-large", "gpt2-large"},
@@ -171,7 +180,7 @@ const std::vector<HubModel>& hub_models() {
 // architecture; a fine-tune elsewhere may have resized the vocabulary.
 bool is_known_org(std::string_view org) {
   static const char* kOrgs[] = {"",          "meta-llama", "nousresearch",     "mistralai",
-                                "tinyllama", "qwen",       "openai-community", "unsloth"};
+                                "tinyllama", "qwen",       "openai-community", "unsloth", "google"};
   for (const char* o : kOrgs) {
     if (org == o) return true;
   }

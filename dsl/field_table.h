@@ -367,6 +367,17 @@ Json schema_of(const std::vector<Field<S>>& table, const std::string& doc) {
   return out;
 }
 
+// A count whose 0 means "not given" (the family's default applies): 0 is
+// not written, so a resolved spec reads back (0 is not a valid value).
+template <class S, class T>
+Field<S> zero_unset(Field<S> f, T S::*member) {
+  f.write = [member, write = std::move(f.write)](const S& s) -> std::optional<Node> {
+    if (s.*member == 0) return std::nullopt;
+    return write(s);
+  };
+  return f;
+}
+
 // A nested section read with its own table.
 template <class S, class Sub>
 Field<S> section(std::string key, std::string doc, Sub S::*member, const std::vector<Field<Sub>>* table) {

@@ -18,7 +18,21 @@ namespace tailor::dsl {
 inline constexpr const char* kApiVersion = "tailor/v1";
 inline constexpr const char* kJobKind = "TrainingJob";
 
-enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2, kQwen3, kMixtral, kPhi3 };
+enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2, kQwen3, kMixtral, kPhi3, kGemma2 };
+
+// RoPE's frequencies stretched for a longer context than pretraining's.
+enum class RopeScalingType {
+  kNone,
+  kLinear,  // every frequency divided by factor (position interpolation, Chen et al. 2023)
+  kLlama3,  // Llama 3.1's: low frequencies divided by factor, high ones kept, a smooth ramp between
+};
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;             // llama3: wavelengths over original / low_freq_factor are divided
+  double high_freq_factor = 4.0;            // llama3: wavelengths under original / high_freq_factor are kept
+  std::int64_t original_max_seq_len = 0;    // llama3: pretraining's context (original_max_position_embeddings)
+};
 
 // A decoder-only transformer's shape, as in a Hugging Face config.json.
 struct ModelArch {
@@ -32,13 +46,22 @@ struct ModelArch {
   std::int64_t max_seq_len = 0;   // longest supported context (max_position_embeddings)
   bool tie_embeddings = false;    // lm_head shares the embedding matrix
   double rope_theta = 10000.0;    // RoPE base (llama family); unused by gpt2
+  RopeScaling rope_scaling{};     // rope_scaling / rope_parameters of config.json
   double norm_eps = 1e-5;         // RMSNorm / LayerNorm epsilon
   std::int64_t head_size = 0;     // width of one attention head (head_dim); 0: hidden / heads
-  std::int64_t sliding_window = 0;  // tokens each position attends to, itself included (every layer); 0: all before it
+  std::int64_t sliding_window = 0;  // tokens a position sees, itself included (gemma2: even layers); 0: all
   std::int64_t experts = 0;       // routed experts per block (num_local_experts); 0: a dense MLP
   std::int64_t experts_per_token = 0;  // experts each token goes through (num_experts_per_tok)
+  // Gemma 2: attention scores and final logits soft-capped as cap * tanh(x / cap)
+  // (0: not capped), and scores scaled by query_pre_attn_scalar^-1/2
+  // instead of head_dim^-1/2 (0: head_dim).
+  double attn_logit_softcap = 0;
+  double final_logit_softcap = 0;
+  std::int64_t query_pre_attn_scalar = 0;
 
   std::int64_t head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }
+  // The factor on q.k before the softmax.
+  double attention_scale() const;
   // A mixture of experts: every block's MLP is `experts` SwiGLU MLPs and a
   // router that sends each token through `experts_per_token` of them.
   bool moe() const { return experts > 0; }

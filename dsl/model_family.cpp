@@ -2,18 +2,21 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "core/text.h"
+#include "dsl/rope.h"
 
 namespace tailor::dsl {
 namespace {
 
 // Config keys and defaults as transformers' LlamaConfig, MistralConfig,
-// Qwen2Config, Qwen3Config, MixtralConfig, Phi3Config and GPT2Config define them.
-constexpr std::array<ModelFamilyInfo, 7> kFamilies = {{
+// Qwen2Config, Qwen3Config, MixtralConfig, Phi3Config, Gemma2Config and
+// GPT2Config define them.
+constexpr std::array<ModelFamilyInfo, 8> kFamilies = {{
     {ModelFamily::kLlama, "llama", "LlamaForCausalLM", BlockKind::kLlama, false, false, false, 0,
      "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
      "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
@@ -73,7 +76,77 @@ constexpr std::array<ModelFamilyInfo, 7> kFamilies = {{
      nullptr, nullptr, 0, 0,
      "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
      nullptr, nullptr},
+    // Gemma 2: Llama's attention with heads 256 wide, scores scaled by
+    // query_pre_attn_scalar and soft-capped, a window on every other layer;
+    // GeGLU; four norms a block; tied, soft-capped logits.
+    {ModelFamily::kGemma2, "gemma2", "Gemma2ForCausalLM", BlockKind::kLlama, false, false, false, 256,
+     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+     "max_position_embeddings", "rms_norm_eps", "rope_theta", 8192, 1e-6, true, 0,
+     R"({"hidden_activation": "gelu_pytorch_tanh", "sliding_window": null, "attention_bias": false})",
+     nullptr, nullptr, 0, 0,
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "pre_feedforward_layernorm", "norm", nullptr,
+     nullptr, nullptr, true, "post_attention_layernorm", "post_feedforward_layernorm"},
 }};
+
+// Gemma2Config's defaults for keys a config.json leaves out (null says
+// "none" and is not the same as absent).
+constexpr double kGemma2AttnSoftcap = 50.0, kGemma2FinalSoftcap = 30.0;
+constexpr std::int64_t kGemma2QueryScalar = 256, kGemma2Window = 4096;
+
+// Gemma 2's soft-capping, score scale and per-layer attention kinds. A
+// layer_types that windows no layer sets sliding_window to -1 for the
+// caller; false when something is refused.
+template <typename Refuse>
+bool read_gemma(const nlohmann::json& j, ModelArch& arch, Refuse&& refuse) {
+  bool ok = true;
+  auto positive_or_null = [&](const char* key, double fallback, double& out) {
+    auto it = j.find(key);
+    if (it == j.end()) {
+      out = fallback;
+    } else if (it->is_null()) {
+      out = 0;
+    } else if (it->is_number() && it->get<double>() > 0) {
+      out = it->get<double>();
+    } else {
+      refuse(key, *it, "expected a positive number or null");
+      ok = false;
+    }
+  };
+  positive_or_null("attn_logit_softcapping", kGemma2AttnSoftcap, arch.attn_logit_softcap);
+  positive_or_null("final_logit_softcapping", kGemma2FinalSoftcap, arch.final_logit_softcap);
+  arch.query_pre_attn_scalar = kGemma2QueryScalar;
+  if (auto it = j.find("query_pre_attn_scalar"); it != j.end()) {
+    if (it->is_number_integer() && it->get<std::int64_t>() > 0) {
+      arch.query_pre_attn_scalar = it->get<std::int64_t>();
+    } else {
+      refuse("query_pre_attn_scalar", *it, "expected a positive integer");
+      ok = false;
+    }
+  }
+  if (auto it = j.find("use_bidirectional_attention"); it != j.end() && !it->is_null() && *it != false) {
+    refuse("use_bidirectional_attention", *it, "Tailor trains causal language models");
+    ok = false;
+  }
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    // Sliding where (i + 1) is odd, as Gemma2Config's default; or none.
+    bool alternating = it->is_array() && static_cast<std::int64_t>(it->size()) == arch.layers;
+    bool all_full = alternating;
+    for (std::size_t i = 0; it->is_array() && i < it->size(); ++i) {
+      const bool sliding = (*it)[i] == "sliding_attention";
+      if (!sliding && (*it)[i] != "full_attention") all_full = alternating = false;
+      alternating = alternating && sliding == ((i + 1) % 2 == 1);
+      all_full = all_full && !sliding;
+    }
+    if (all_full) {
+      arch.sliding_window = -1;
+    } else if (!alternating) {
+      refuse("layer_types", *it,
+             "Tailor windows Gemma 2's even layers (Gemma2Config's default) or none, one entry per layer");
+      ok = false;
+    }
+  }
+  return ok;
+}
 
 // What else a config.json says that changes the computation: read where
 // the model implements it, refused by name where it does not, so that a
@@ -98,9 +171,32 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
       continue;
     }
     const std::string type = rope->value("rope_type", rope->value("type", std::string("default")));
-    if (type != "default") refuse(std::string(key) + ".rope_type", type, "Tailor computes RoPE without scaling");
     auto theta = rope->find("rope_theta");
     if (theta != rope->end() && theta->is_number() && value_of("rope_theta") == nullptr) arch.rope_theta = theta->get<double>();
+    if (type == "default") continue;
+    RopeScaling r;
+    if (!rope_scaling_type_from(type, r.type) || r.type == RopeScalingType::kNone) {
+      refuse(std::string(key) + ".rope_type", type, "Tailor scales RoPE as llama3 or linear, or not at all");
+      continue;
+    }
+    auto number = [&](const char* name, double fallback) {
+      auto it = rope->find(name);
+      return it != rope->end() && it->is_number() ? it->get<double>() : fallback;
+    };
+    r.factor = number("factor", 1.0);
+    if (r.type == RopeScalingType::kLlama3) {
+      r.low_freq_factor = number("low_freq_factor", r.low_freq_factor);
+      r.high_freq_factor = number("high_freq_factor", r.high_freq_factor);
+      // In the scaling's object (Llama 3.1's config.json), else top-level.
+      const nlohmann::json* top = value_of("original_max_position_embeddings");
+      r.original_max_seq_len = static_cast<std::int64_t>(
+          number("original_max_position_embeddings", top != nullptr && top->is_number() ? top->get<double>() : 0));
+    }
+    if (const std::string problem = rope_scaling_problem(r); !problem.empty()) {
+      refuse(key, *rope, problem);
+    } else {
+      arch.rope_scaling = r;
+    }
   }
   if (const nlohmann::json* p = value_of("partial_rotary_factor"); p != nullptr && !(p->is_number() && p->get<double>() == 1.0)) {
     refuse("partial_rotary_factor", *p, "Tailor rotates every dimension of a head");
@@ -112,10 +208,15 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
       refuse("head_dim", *hd, "expected a positive even integer (RoPE rotates pairs)");
     }
   }
+  nlohmann::json gemma_window = kGemma2Window;
+  if (f.gemma && !read_gemma(j, arch, refuse)) return;
   // A sliding window narrower than the context changes attention. Qwen
   // windows the layers from max_window_layers up (Qwen2Config): Tailor
   // windows every layer or none.
   const nlohmann::json* window = value_of("sliding_window");
+  if (f.gemma && !j.contains("sliding_window")) window = &gemma_window;
+  if (f.gemma && arch.sliding_window < 0) window = nullptr;  // layer_types: no layer windowed
+  arch.sliding_window = 0;
   const nlohmann::json* use_window = value_of("use_sliding_window");
   const bool windowed = use_window != nullptr ? use_window->is_boolean() && use_window->get<bool>() : window != nullptr;
   const bool covers_context = window != nullptr && window->is_number_integer() &&
@@ -143,10 +244,12 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
     const nlohmann::json* b = value_of(key);
     if (b != nullptr && !gpt2 && !(b->is_boolean() && !b->get<bool>())) refuse(key, *b, "the family's linears have no bias");
   }
-  const char* act_key = gpt2 ? "activation_function" : "hidden_act";
-  const std::string act = gpt2 ? "gelu_new" : "silu";
-  if (const nlohmann::json* a = value_of(act_key); a != nullptr && *a != act) {
-    refuse(act_key, *a, "the family's activation here is " + act);
+  // Gemma's configs say hidden_activation (and older ones hidden_act too).
+  const std::string act = gpt2 ? "gelu_new" : f.gemma ? "gelu_pytorch_tanh" : "silu";
+  for (const char* act_key : {gpt2 ? "activation_function" : "hidden_act", f.gemma ? "hidden_activation" : ""}) {
+    if (const nlohmann::json* a = value_of(act_key); a != nullptr && *a != act) {
+      refuse(act_key, *a, "the family's activation here is " + act);
+    }
   }
   if (f.key_experts != nullptr) {
     // Training-only changes to the router: the load-balancing loss added to
@@ -174,6 +277,15 @@ bool has_sliding_window(const ModelFamilyInfo& f) {
   // The families whose configs say sliding_window (transformers' Mistral,
   // Mixtral, Qwen2, Qwen3 and Phi-3); exported through config_extra's keys.
   return std::string_view(f.config_extra).find("sliding_window") != std::string_view::npos;
+}
+
+std::int64_t layer_window(const ModelArch& a, std::int64_t layer) {
+  if (family_info(a.family).gemma && layer % 2 == 1) return 0;
+  return a.sliding_window;
+}
+
+double ModelArch::attention_scale() const {
+  return 1.0 / std::sqrt(static_cast<double>(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : head_dim()));
 }
 
 std::span<const ModelFamilyInfo> model_families() { return kFamilies; }
@@ -303,6 +415,17 @@ std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, con
   j[f.key_positions] = a.max_seq_len;
   j[f.key_norm_eps] = a.norm_eps;
   if (f.key_rope_theta) j[f.key_rope_theta] = a.rope_theta;
+  if (const RopeScaling& r = a.rope_scaling; r.type != RopeScalingType::kNone) {
+    // As Llama 3.1's config.json writes it; transformers 5 reads it into
+    // rope_parameters with the top-level rope_theta.
+    nlohmann::ordered_json scaling = {{"rope_type", to_string(r.type)}, {"factor", r.factor}};
+    if (r.type == RopeScalingType::kLlama3) {
+      scaling["low_freq_factor"] = r.low_freq_factor;
+      scaling["high_freq_factor"] = r.high_freq_factor;
+      scaling["original_max_position_embeddings"] = r.original_max_seq_len;
+    }
+    j["rope_scaling"] = scaling;
+  }
   if (f.block == BlockKind::kLlama) j["head_dim"] = a.head_dim();
   if (f.key_experts) {
     j[f.key_experts] = a.experts;
@@ -310,6 +433,17 @@ std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, con
   }
   const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(f.config_extra);
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
+  if (f.gemma) {
+    auto cap = [](double c) { return c > 0 ? nlohmann::ordered_json(c) : nlohmann::ordered_json(nullptr); };
+    j["query_pre_attn_scalar"] = a.query_pre_attn_scalar > 0 ? a.query_pre_attn_scalar : a.head_dim();
+    j["attn_logit_softcapping"] = cap(a.attn_logit_softcap);
+    j["final_logit_softcapping"] = cap(a.final_logit_softcap);
+    nlohmann::ordered_json types = nlohmann::ordered_json::array();
+    for (std::int64_t i = 0; i < a.layers; ++i) {
+      types.push_back(layer_window(a, i) > 0 ? "sliding_attention" : "full_attention");
+    }
+    j["layer_types"] = types;
+  }
   if (a.sliding_window > 0) {
     j["sliding_window"] = a.sliding_window;
     if (j.contains("use_sliding_window")) {  // Qwen: every layer windowed

@@ -80,11 +80,23 @@ struct ModelFamilyInfo {
   // Mixture of experts: the block's MoE module ("block_sparse_moe."), which
   // holds the router ("gate") and experts.N.{w1 (gate), w3 (up), w2 (down)}.
   const char* hf_moe;
+
+  // Gemma 2 (Gemma Team 2024): RMSNorm scales by (1 + weight) and its
+  // weights start at 0; embeddings are multiplied by sqrt(hidden); the MLP
+  // is GeGLU (tanh GELU); the attention output and the MLP output are
+  // RMS-normalised before their residual adds (hf_norm2 is then the norm
+  // before the MLP); the sliding window applies to every other layer.
+  bool gemma = false;
+  const char* hf_post_attn_norm = nullptr;  // "post_attention_layernorm" (Gemma 2's)
+  const char* hf_post_mlp_norm = nullptr;   // "post_feedforward_layernorm"
 };
 
 std::span<const ModelFamilyInfo> model_families();
-// Whether the family's config.json can say sliding_window (every layer).
+// Whether the family's config.json can say sliding_window.
 bool has_sliding_window(const ModelFamilyInfo& f);
+// The window of block `layer` (0: it attends to everything before it):
+// arch.sliding_window in every block, or in even ones for Gemma 2.
+std::int64_t layer_window(const ModelArch& a, std::int64_t layer);
 const ModelFamilyInfo& family_info(ModelFamily f);
 // By spec name (= model_type); nullptr when unknown.
 const ModelFamilyInfo* family_by_name(std::string_view name);

@@ -3,6 +3,7 @@
 #include "core/text.h"
 #include "dsl/field_table.h"
 #include "dsl/model_family.h"
+#include "dsl/rope.h"
 
 namespace tailor::dsl {
 
@@ -15,6 +16,19 @@ struct EnumNames<ModelFamily> {
     static const std::vector<std::pair<ModelFamily, const char*>> k = [] {
       std::vector<std::pair<ModelFamily, const char*>> v;
       for (const ModelFamilyInfo& f : model_families()) v.emplace_back(f.id, f.name);
+      return v;
+    }();
+    return k;
+  }
+};
+template <>
+struct EnumNames<RopeScalingType> {
+  static const std::vector<std::pair<RopeScalingType, const char*>>& names() {
+    static const std::vector<std::pair<RopeScalingType, const char*>> k = [] {
+      std::vector<std::pair<RopeScalingType, const char*>> v;
+      for (RopeScalingType t : {RopeScalingType::kNone, RopeScalingType::kLinear, RopeScalingType::kLlama3}) {
+        v.emplace_back(t, to_string(t));
+      }
       return v;
     }();
     return k;
@@ -114,6 +128,36 @@ std::string lora_targets_doc() {
   return out;
 }
 
+const std::vector<Field<RopeScaling>>& rope_scaling_fields() {
+  static const std::vector<Field<RopeScaling>> k = {
+      field("type",
+            "none, linear (every frequency divided by factor) or llama3 (Llama 3.1/3.2: low frequencies "
+            "divided by factor, high ones kept, a ramp between).",
+            &RopeScaling::type, {}, true),
+      field("factor", "How much longer the context is than pretraining's (Llama 3.1: 8, 3.2: 32).",
+            &RopeScaling::factor, number_at_least(1)),
+      field("low_freq_factor", "llama3: wavelengths over original_max_seq_len / this are stretched. Default 1.",
+            &RopeScaling::low_freq_factor, number_above(0)),
+      field("high_freq_factor", "llama3: wavelengths under original_max_seq_len / this are kept. Default 4.",
+            &RopeScaling::high_freq_factor, number_above(0)),
+      zero_unset(field("original_max_seq_len", "llama3: pretraining's context (8192 for Llama 3.1/3.2).",
+                       &RopeScaling::original_max_seq_len, int_at_least(1)),
+                 &RopeScaling::original_max_seq_len),
+  };
+  return k;
+}
+
+// The scaling section, left out of a resolved spec when there is none.
+Field<ModelArch> rope_scaling_section() {
+  Field<ModelArch> f = section("rope_scaling", "RoPE scaling, as config.json's rope_scaling (llama family).",
+                               &ModelArch::rope_scaling, &rope_scaling_fields());
+  f.write = [write = std::move(f.write)](const ModelArch& a) -> std::optional<Node> {
+    if (a.rope_scaling.type == RopeScalingType::kNone) return std::nullopt;
+    return write(a);
+  };
+  return f;
+}
+
 const std::vector<Field<ModelArch>>& arch_fields() {
   static const std::vector<Field<ModelArch>> k = {
       field("family", "Architecture family: " + family_names_text() + ".", &ModelArch::family, {}, true),
@@ -129,19 +173,39 @@ const std::vector<Field<ModelArch>>& arch_fields() {
             &ModelArch::tie_embeddings),
       field("rope_theta", "RoPE base frequency (llama family). Default 10000.", &ModelArch::rope_theta,
             number_above(0)),
+      rope_scaling_section(),
       field("norm_eps", "Normalisation epsilon. Default 1e-5.", &ModelArch::norm_eps, number_above(0)),
-      field("head_dim",
-            "Width of one attention head (llama family); default hidden / heads, 128 for qwen3 as in its "
-            "config.json.",
-            &ModelArch::head_size, int_at_least(1)),
-      field("sliding_window",
-            "Tokens each position attends to, itself included, in every layer (mistral, mixtral, qwen2, "
-            "qwen3, phi3; Mistral 7B v0.1 says 4096); default: the whole context.",
-            &ModelArch::sliding_window, int_at_least(1)),
-      field("experts", "Routed experts per block (mixtral); default 8 for mixtral, none for dense families.",
-            &ModelArch::experts, int_at_least(1)),
-      field("experts_per_token", "Experts each token goes through (mixtral); default 2.",
-            &ModelArch::experts_per_token, int_at_least(1)),
+      zero_unset(field("head_dim",
+                       "Width of one attention head (llama family); default hidden / heads, 128 for qwen3 as "
+                       "in its config.json.",
+                       &ModelArch::head_size, int_at_least(1)),
+                 &ModelArch::head_size),
+      zero_unset(field("sliding_window",
+                       "Tokens each position attends to, itself included, in every layer (mistral, mixtral, "
+                       "qwen2, qwen3, phi3; Mistral 7B v0.1 says 4096); default: the whole context.",
+                       &ModelArch::sliding_window, int_at_least(1)),
+                 &ModelArch::sliding_window),
+      zero_unset(field("experts", "Routed experts per block (mixtral); default 8 for mixtral, none for dense "
+                       "families.",
+                       &ModelArch::experts, int_at_least(1)),
+                 &ModelArch::experts),
+      zero_unset(field("experts_per_token", "Experts each token goes through (mixtral); default 2.",
+                       &ModelArch::experts_per_token, int_at_least(1)),
+                 &ModelArch::experts_per_token),
+      zero_unset(field("attn_logit_softcap",
+                       "Attention scores capped as cap * tanh(score / cap) (gemma2, whose configs say 50); "
+                       "default: not capped.",
+                       &ModelArch::attn_logit_softcap, number_above(0)),
+                 &ModelArch::attn_logit_softcap),
+      zero_unset(field("final_logit_softcap",
+                       "Output logits capped as cap * tanh(logit / cap) (gemma2, whose configs say 30); default: "
+                       "not capped.",
+                       &ModelArch::final_logit_softcap, number_above(0)),
+                 &ModelArch::final_logit_softcap),
+      zero_unset(field("query_pre_attn_scalar",
+                       "Attention scores are scaled by this^-1/2 (gemma2); default: head_dim.",
+                       &ModelArch::query_pre_attn_scalar, int_at_least(1)),
+                 &ModelArch::query_pre_attn_scalar),
   };
   return k;
 }
@@ -446,6 +510,7 @@ std::int64_t ModelArch::parameter_count() const {
     per_layer = h * q_dim + 2 * h * kv_dim + q_dim * h + (moe() ? experts * (mlp + h) : mlp) + 2 * h;
     if (f.qkv_bias) per_layer += q_dim + 2 * kv_dim;  // q/k/v biases
     if (f.qk_norm) per_layer += 2 * head_dim();        // q_norm, k_norm (one head wide)
+    if (f.gemma) per_layer += 2 * h;                   // post-attention and post-MLP norms
     total += h;                                  // final norm
   }
   total += layers * per_layer;

@@ -1,6 +1,7 @@
 #include "dsl/spec_loader.h"
 
 #include "dsl/model_family.h"
+#include "dsl/rope.h"
 #include "dsl/tokenizer_files.h"
 
 #include <nlohmann/json.hpp>
@@ -186,6 +187,25 @@ void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnos
     if (a.experts_per_token > a.experts) {
       d.error(loc_at(root, path + ".experts_per_token"), path + ".experts_per_token",
               "must be at most experts (" + std::to_string(a.experts) + ")");
+    }
+  }
+  if (!family.gemma) {
+    const std::pair<const char*, bool> given[] = {{"attn_logit_softcap", a.attn_logit_softcap != 0},
+                                                  {"final_logit_softcap", a.final_logit_softcap != 0},
+                                                  {"query_pre_attn_scalar", a.query_pre_attn_scalar != 0}};
+    for (const auto& [key, set] : given) {
+      if (set) {
+        d.error(loc_at(root, path + "." + key), path + "." + key,
+                std::string(family.name) + " has no " + key + " (gemma2 has)");
+      }
+    }
+  }
+  if (a.rope_scaling.type != RopeScalingType::kNone) {
+    const std::string at = path + ".rope_scaling";
+    if (family.block == BlockKind::kGpt2) {
+      d.error(loc_at(root, at), at, std::string(family.name) + " has no RoPE (learned positions)");
+    } else if (const std::string problem = rope_scaling_problem(a.rope_scaling); !problem.empty()) {
+      d.error(loc_at(root, at), at, problem);
     }
   }
   if (a.head_size > 0 && family.block == BlockKind::kGpt2) {

@@ -204,8 +204,12 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
     return t;
   }
   // Llama family: RMSNorm, RoPE, grouped-query attention, SwiGLU; no dropout.
+  // Gemma 2 also normalises the attention and MLP outputs (four norms), caps
+  // its scores (materialised attention only) and runs GeGLU in ATen ops.
+  const bool gemma = dsl::family_info(a.family).gemma;
   add("input_layernorm input", e * sbh);
-  add("RMSNorm statistics (fp32, both norms)", 2 * 4 * s * b);
+  add(gemma ? "RMSNorm statistics (fp32, four norms)" : "RMSNorm statistics (fp32, both norms)",
+      (gemma ? 4 : 2) * 4 * s * b);
   add("q/k/v_proj input (norm output)", e * sbh, inputs_of(Projection::kQkv));
   if (dsl::family_info(a.family).qk_norm) {
     // q_norm and k_norm keep their inputs and an fp32 inverse RMS per head:
@@ -226,6 +230,8 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
     // Eager attention repeats K and V to every query head before the matmuls
     // (with fused RoPE and no GQA, k and v are used as they are).
     if (!fused || a.kv_heads != a.heads) add("K and V repeated to all heads", 2 * e * sbq);
+    // tanh keeps its output; the capped scores feed the softmax in place.
+    if (a.attn_logit_softcap > 0) add("soft-capped scores (tanh output)", e * scores);
     add("softmax output", e * scores);
     if (dropout) {
       add("attention dropout mask", scores);
@@ -243,7 +249,8 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   // backward: FlashAttention's backward pass reads O (Dao et al. 2022,
   // algorithm 4).
   add("o_proj input", e * sbq, standard ? inputs_of(Projection::kO) : std::vector<std::string>{});
-  add("post_attention_layernorm input", e * sbh);
+  if (gemma) add("post_attention_layernorm input (o_proj output)", e * sbh);
+  add(gemma ? "pre_feedforward_layernorm input" : "post_attention_layernorm input", e * sbh);
   if (a.moe()) {
     // tailor-runner's MoE block (runner/torch/model.cpp): a token's k
     // assignments gathered expert by expert, so each expert tensor holds
@@ -262,10 +269,12 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
     return t;
   }
   add("gate/up_proj input (norm output)", e * sbh, inputs_of(Projection::kUp));
-  add("gate_proj output (SiLU input)", e * sbi);
-  if (!fused) add("SiLU output", e * sbi);  // fused SwiGLU recomputes it in backward
+  add(gemma ? "gate_proj output (GELU input)" : "gate_proj output (SiLU input)", e * sbi);
+  // Fused SwiGLU recomputes its activation in backward; GeGLU keeps it.
+  if (!fused || gemma) add(gemma ? "GELU output" : "SiLU output", e * sbi);
   add("up_proj output", e * sbi);
   add("down_proj input", e * sbi, inputs_of(Projection::kDown));
+  if (gemma) add("post_feedforward_layernorm input (down_proj output)", e * sbh);
   return t;
 }
 
@@ -417,8 +426,11 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
                                                        : k.logits_bytes_per_element_fp32);
   double logits = logit_elems * per_elem;
   // Off the fused CPU kernel, one slice's fp32 (log-)softmax.
-  if (in.lean_cross_entropy && !in.fused_kernels) {
-    logits += 4.0 * std::min(logit_elems, static_cast<double>(kCrossEntropySliceElements));
+  // Soft-capped logits (Gemma 2) always take that path, with the slice's
+  // capped logits as a second fp32 temporary.
+  const bool capped = a.final_logit_softcap > 0;
+  if (in.lean_cross_entropy && (!in.fused_kernels || capped)) {
+    logits += (capped ? 8.0 : 4.0) * std::min(logit_elems, static_cast<double>(kCrossEntropySliceElements));
   }
   logits *= k.logits_factor;
   m.logits = Bytes(static_cast<std::int64_t>(logits));

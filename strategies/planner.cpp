@@ -127,9 +127,12 @@ SearchResult search(const dsl::JobSpec& spec, const Hardware& hw, const Constrai
     // GPUs: the fused kernels (or what the options say, e.g. to compare with
     // eager-attention figures). The CPU: fused, and in half precision also
     // materialised, which is faster there but keeps s^2 scores per layer.
-    s.attention = hw.cpu_only() ? Attention::kMemoryEfficient : o.attention;
+    // No fused kernel caps scores (Gemma 2's attn_logit_softcap): such
+    // models attend materialised everywhere.
+    const bool capped = spec.model.arch.attn_logit_softcap > 0;
+    s.attention = capped ? Attention::kStandard : hw.cpu_only() ? Attention::kMemoryEfficient : o.attention;
     r.all.push_back(evaluate(spec, hw, s, o));
-    if (hw.cpu_only() && s.precision != Precision::kFp32) {
+    if (hw.cpu_only() && s.precision != Precision::kFp32 && !capped) {
       s.attention = Attention::kStandard;
       r.all.push_back(evaluate(spec, hw, s, o));
     }

@@ -27,8 +27,12 @@ Tensor attention_mask(const Tensor& segment_ids, std::int64_t t, bool fused, tor
       .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
 }
 
-Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool fused) {
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool fused,
+                        const AttentionScores& sc) {
   const std::int64_t heads = q.size(1), kv_heads = k.size(1), d = q.size(3);
+  TORCH_CHECK(!(fused && sc.softcap > 0), "attention: soft-capped scores need materialised attention");
+  const double scale = sc.scale > 0 ? sc.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  const std::optional<double> sdpa_scale = sc.scale > 0 ? std::optional<double>(sc.scale) : std::nullopt;
   if (fused) {
     const bool causal = mask.numel() == 0;
     const std::optional<Tensor> m = causal ? std::optional<Tensor>() : std::optional<Tensor>(mask);
@@ -37,10 +41,11 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
       // keeps the s x s scores (measured on an H100: twice the activations);
       // the memory-efficient kernel takes K and V repeated to every head.
       return at::scaled_dot_product_attention(q, k.repeat_interleave(heads / kv_heads, 1),
-                                              v.repeat_interleave(heads / kv_heads, 1), m, 0.0, causal);
+                                              v.repeat_interleave(heads / kv_heads, 1), m, 0.0, causal,
+                                              sdpa_scale);
     }
     return at::scaled_dot_product_attention(q, k, v, m, /*dropout_p=*/0.0, /*is_causal=*/causal,
-                                            /*scale=*/std::nullopt, /*enable_gqa=*/heads != kv_heads);
+                                            /*scale=*/sdpa_scale, /*enable_gqa=*/heads != kv_heads);
   }
   Tensor kr = k, vr = v;
   if (kv_heads != heads) {
@@ -48,8 +53,10 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
     vr = v.repeat_interleave(heads / kv_heads, 1);
   }
   // In place: the scores are a fresh tensor that nothing saves for backward.
-  Tensor scores = torch::matmul(q, kr.transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d))).add_(mask);
-  return torch::matmul(torch::softmax(scores, -1), vr);
+  Tensor scores = torch::matmul(q, kr.transpose(-2, -1)).mul_(scale);
+  // tanh keeps its output for backward: the cap's product is a new tensor.
+  if (sc.softcap > 0) scores = torch::tanh(scores.div_(sc.softcap)) * sc.softcap;
+  return torch::matmul(torch::softmax(scores.add_(mask), -1), vr);
 }
 
 }  // namespace tailor::runner

@@ -29,11 +29,20 @@ namespace tailor::runner {
 torch::Tensor attention_mask(const torch::Tensor& segment_ids, std::int64_t t, bool fused, torch::ScalarType dtype,
                              const torch::Device& device, std::int64_t window = 0);
 
+// How scores are formed from q.k: scaled by `scale` (0: 1/sqrt(D)), then,
+// when softcap > 0, capped as softcap * tanh(score / softcap) before the
+// mask (Gemma 2). The fused kernels take no cap: capped attention is
+// materialised.
+struct AttentionScores {
+  double scale = 0;
+  double softcap = 0;
+};
+
 // q (B, H, T, D); k, v (B, KV, T, D) with H a multiple of KV; mask from
 // attention_mask() with the same `fused`. Returns (B, H, T, D), a view of a
 // (B, T, H, D) tensor where the kernel writes that layout, so that merging
 // the heads costs no copy.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& mask, bool fused);
+                               const torch::Tensor& mask, bool fused, const AttentionScores& scores = {});
 
 }  // namespace tailor::runner

@@ -20,7 +20,11 @@ namespace tailor::runner {
 // per logit on an H100 instead (runner/README.md), which with a 32k-152k
 // vocabulary is often the largest activation. `slice_elements` > 0 sets
 // another slice size (tests).
+//
+// softcap > 0: the loss of softcap * tanh(logits / softcap) (Gemma 2's final
+// logits), capped a slice at a time in fp32 in both passes, so the capped
+// logits are never a tensor of their own; always the sliced ATen path.
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets,
-                                std::int64_t slice_elements = 0);
+                                std::int64_t slice_elements = 0, double softcap = 0);
 
 }  // namespace tailor::runner

@@ -75,7 +75,10 @@ std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body) {
     }
     bool mlp = false;
     for (const dsl::LinearLayer& lin : linears) {
-      if (!mlp && lin.projection == dsl::Projection::kUp) add_norm(h + f.hf_norm2, l + "norm2");  // before the MLP
+      if (!mlp && lin.projection == dsl::Projection::kUp) {
+        if (f.hf_post_attn_norm) add_norm(h + f.hf_post_attn_norm, l + "post_attn_norm");
+        add_norm(h + f.hf_norm2, l + "norm2");  // before the MLP
+      }
       mlp = mlp || lin.projection == dsl::Projection::kUp;
       const std::string param = l + param_of(lin.projection, gpt2);
       if (gpt2) {
@@ -89,6 +92,7 @@ std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body) {
         add(h + lin.module + ".bias", param + "_bias", {lin.rows}, lin.row_offset, lin.rows);
       }
     }
+    if (f.hf_post_mlp_norm) add_norm(h + f.hf_post_mlp_norm, l + "post_mlp_norm");
     if (a.moe()) {
       // Mixtral's files: the router, then w1 (gate), w2 (down) and w3 (up)
       // of every expert.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "dsl/rope.h"
 #include "runner/torch/attention.h"
 #include "runner/torch/fused_ops.h"
 #include "runner/torch/grouped_linear.h"
@@ -62,6 +63,21 @@ Tensor apply_rope(const Tensor& qkv, const Tensor& cos, const Tensor& sin, std::
   return torch::cat({rotated.reshape({b, t, rotated_heads * d}), parts[1]}, -1);
 }
 
+// Gemma's RMSNorm scales by (1 + w), w stored as in its checkpoints; the
+// sum is formed in fp32 and used in the input's dtype (in bf16 within its
+// rounding of transformers' all-fp32 product).
+Tensor norm_of(const dsl::ModelArch& a, const Tensor& x, const Tensor& w) {
+  if (!dsl::family_info(a.family).gemma) return rms_norm(x, w, a.norm_eps);
+  return rms_norm(x, (w.to(torch::kFloat32) + 1.0).to(x.scalar_type()), a.norm_eps);
+}
+
+// GeGLU (Shazeer 2020) with the tanh GELU, as Gemma's MLP: composed ATen ops,
+// which keep gate_up and the GELU output for backward.
+Tensor geglu(const Tensor& gate_up) {
+  auto parts = gate_up.chunk(2, -1);
+  return torch::gelu(parts[0], "tanh") * parts[1];
+}
+
 Tensor swiglu(const Tensor& gate_up) {
   if (fused_supported(gate_up)) return fused_swiglu(gate_up);
   auto parts = gate_up.chunk(2, -1);
@@ -103,8 +119,17 @@ Tensor mixture_of_experts(const Tensor& h, const Tensor& router, const Tensor& g
 struct CausalLMImpl::Layer : torch::nn::Module {
   Layer(const dsl::ModelArch& a) {
     const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d, i = a.intermediate;
-    norm1 = register_parameter("norm1", torch::ones({c}));
-    norm2 = register_parameter("norm2", torch::ones({c}));
+    const bool gemma = dsl::family_info(a.family).gemma;
+    // Gemma's norms scale by 1 + w: an identity norm has w = 0.
+    auto norm = [&](const char* name) {
+      return register_parameter(name, gemma ? torch::zeros({c}) : torch::ones({c}));
+    };
+    norm1 = norm("norm1");
+    norm2 = norm("norm2");
+    if (gemma) {
+      post_attn_norm = norm("post_attn_norm");
+      post_mlp_norm = norm("post_mlp_norm");
+    }
     qkv = register_parameter("qkv", torch::empty({q + 2 * kv, c}));
     o = register_parameter("o", torch::empty({c, q}));
     if (dsl::family_info(a.family).qk_norm) {
@@ -133,6 +158,7 @@ struct CausalLMImpl::Layer : torch::nn::Module {
   }
   Tensor norm1, norm1_b, norm2, norm2_b, qkv, qkv_b, o, o_b, up, up_b, down, down_b;
   Tensor q_norm, k_norm;  // qk_norm families: one head wide
+  Tensor post_attn_norm, post_mlp_norm;  // Gemma 2: on the attention and MLP outputs
   // Mixture of experts (instead of gate_up and down): the router (E, C) and
   // every expert's fused gate/up (E, 2I, C) and down (E, C, I).
   Tensor router, experts_gate_up, experts_down;
@@ -145,7 +171,8 @@ CausalLMImpl::CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_e
   for (std::int64_t i = 0; i < arch.layers; ++i) {
     layers_.push_back(register_module("layer" + std::to_string(i), std::make_shared<Layer>(arch)));
   }
-  final_norm_weight_ = register_parameter("final_norm", torch::ones({arch.hidden}));
+  final_norm_weight_ = register_parameter(
+      "final_norm", dsl::family_info(arch.family).gemma ? torch::zeros({arch.hidden}) : torch::ones({arch.hidden}));
   if (is_gpt2(arch)) final_norm_bias_ = register_parameter("final_norm_bias", torch::zeros({arch.hidden}));
   if (!arch.tie_embeddings) lm_head_ = register_parameter("lm_head", torch::empty({arch.vocab, arch.hidden}));
   reset_parameters_();
@@ -177,10 +204,10 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
   const auto* l = static_cast<const Layer*>(layers_[i].get());
   const std::int64_t b = x.size(0), t = x.size(1), d = arch_.head_dim();
   const std::int64_t heads = arch_.heads, kv_heads = arch_.kv_heads;
-  const bool gpt2 = is_gpt2(arch_);
+  const bool gpt2 = is_gpt2(arch_), gemma = dsl::family_info(arch_.family).gemma;
 
   Tensor h = gpt2 ? torch::layer_norm(x, {arch_.hidden}, l->norm1, l->norm1_b, arch_.norm_eps)
-                  : rms_norm(x, l->norm1, arch_.norm_eps);
+                  : norm_of(arch_, x, l->norm1);
   Tensor qkv = project(i, Projection::kQkv, h, l->qkv, l->qkv_b);  // (B, T, (H + 2 KV) D)
   if (l->q_norm.defined()) {
     // Qwen3: each q and k head RMS-normalised over its own width before RoPE.
@@ -195,11 +222,15 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
   Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // (B, H, T, D)
   Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
   Tensor v = parts[2].view({b, t, kv_heads, d}).transpose(1, 2);
-  Tensor y = causal_attention(q, k, v, mask, fused_attention_).transpose(1, 2).reshape({b, t, heads * d});
-  Tensor out = x + project(i, Projection::kO, y, l->o, l->o_b);
+  const AttentionScores scores{arch_.attention_scale(), arch_.attn_logit_softcap};
+  Tensor y = causal_attention(q, k, v, mask, fused_attention_ && scores.softcap == 0, scores)
+                 .transpose(1, 2)
+                 .reshape({b, t, heads * d});
+  y = project(i, Projection::kO, y, l->o, l->o_b);
+  const Tensor out = x + (l->post_attn_norm.defined() ? norm_of(arch_, y, l->post_attn_norm) : y);
 
   h = gpt2 ? torch::layer_norm(out, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps)
-           : rms_norm(out, l->norm2, arch_.norm_eps);
+           : norm_of(arch_, out, l->norm2);
   if (l->router.defined()) {
     return out + mixture_of_experts(h, l->router, l->experts_gate_up, l->experts_down, arch_.experts_per_token);
   }
@@ -207,8 +238,10 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
     return out + project(i, Projection::kDown, torch::gelu(project(i, Projection::kUp, h, l->up, l->up_b), "tanh"),
                          l->down, l->down_b);
   }
-  return out + project(i, Projection::kDown, swiglu(project(i, Projection::kUp, h, l->up, Tensor())), l->down,
-                       Tensor());
+  const Tensor gate_up = project(i, Projection::kUp, h, l->up, Tensor());
+  const Tensor mlp = project(i, Projection::kDown, gemma ? geglu(gate_up) : swiglu(gate_up),
+                             l->down, Tensor());
+  return out + (l->post_mlp_norm.defined() ? norm_of(arch_, mlp, l->post_mlp_norm) : mlp);
 }
 
 Tensor CausalLMImpl::project(std::size_t layer, Projection p, const Tensor& x, const Tensor& w, const Tensor& b) {
@@ -288,24 +321,42 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
 }  // namespace
 
 Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
-  const std::int64_t t = in.input_ids.size(1), d = arch_.head_dim();
+  const std::int64_t t = in.input_ids.size(1);
   Tensor x = embed_->forward(in.input_ids);
   const auto dtype = x.scalar_type();
   if (pos_embed_) x = x + pos_embed_->forward(in.positions);
+  // Gemma: embeddings times sqrt(hidden), the factor rounded to the dtype
+  // first as transformers does.
+  if (dsl::family_info(arch_.family).gemma) {
+    x = x * torch::scalar_tensor(std::sqrt(static_cast<double>(arch_.hidden)), x.options()).item();
+  }
 
   const auto on = torch::TensorOptions().device(in.input_ids.device());
-  const Tensor mask =
-      attention_mask(in.segment_ids, t, fused_attention_, dtype, in.input_ids.device(), arch_.sliding_window);
+  // One mask for the windowed layers and one for the others (Gemma 2
+  // alternates them); both the same tensor when every layer is alike.
+  const bool fused = fused_attention_ && arch_.attn_logit_softcap == 0;
+  const Tensor mask = attention_mask(in.segment_ids, t, fused, dtype, in.input_ids.device(), arch_.sliding_window);
+  Tensor full_mask = mask;
+  for (std::int64_t i = 0; i < arch_.layers; ++i) {
+    if (dsl::layer_window(arch_, i) != arch_.sliding_window) {
+      full_mask = attention_mask(in.segment_ids, t, fused, dtype, in.input_ids.device(), 0);
+      break;
+    }
+  }
 
   Tensor cos, sin;
   if (!is_gpt2(arch_)) {
     // RoPE (Su et al. 2021), rotate-half layout as in Hugging Face Llama.
-    Tensor inv = 1.0 / torch::pow(arch_.rope_theta, torch::arange(0, d, 2, on.dtype(torch::kFloat64)) / static_cast<double>(d));
-    Tensor freqs = in.positions.to(torch::kFloat64).unsqueeze(-1) * inv;  // (B, T, D/2)
+    // With Llama 3.1's or linear scaling where the arch has one.
+    if (!rope_inv_freq_.defined() || rope_inv_freq_.device() != in.input_ids.device()) {
+      rope_inv_freq_ = torch::tensor(dsl::rope_inverse_frequencies(arch_), torch::kFloat64).to(in.input_ids.device());
+    }
+    Tensor freqs = in.positions.to(torch::kFloat64).unsqueeze(-1) * rope_inv_freq_;  // (B, T, D/2)
     cos = freqs.cos().to(torch::kFloat32);
     sin = freqs.sin().to(torch::kFloat32);
   }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const Tensor& layer_mask = dsl::layer_window(arch_, static_cast<std::int64_t>(i)) > 0 ? mask : full_mask;
     const bool checkpoint = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() &&
                             static_cast<std::int64_t>(i) % checkpoint_every_ == 0;
     if (checkpoint) {
@@ -317,17 +368,20 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
       if (!anchor.requires_grad() && hook_ && hook_->trainable_anchor(i).defined()) anchor = hook_->trainable_anchor(i);
       x = CheckpointedLayer::apply(x, anchor, this,
                                    static_cast<std::int64_t>(i), cos.defined() ? cos : none,
-                                   sin.defined() ? sin : none, mask);
+                                   sin.defined() ? sin : none, layer_mask);
     } else {
-      x = run_layer(i, x, cos, sin, mask);
+      x = run_layer(i, x, cos, sin, layer_mask);
     }
   }
   return is_gpt2(arch_) ? torch::layer_norm(x, {arch_.hidden}, final_norm_weight_, final_norm_bias_, arch_.norm_eps)
-                        : rms_norm(x, final_norm_weight_, arch_.norm_eps);
+                        : norm_of(arch_, x, final_norm_weight_);
 }
 
-Tensor CausalLMImpl::logits(const Tensor& hidden) {
-  return torch::linear(hidden, lm_head_.defined() ? lm_head_ : embed_->weight);
+Tensor CausalLMImpl::logits(const Tensor& hidden, bool capped) {
+  Tensor z = torch::linear(hidden, lm_head_.defined() ? lm_head_ : embed_->weight);
+  const double cap = arch_.final_logit_softcap;
+  if (!capped || cap == 0) return z;
+  return torch::tanh(z / cap) * cap;
 }
 
 }  // namespace tailor::runner

@@ -1,7 +1,8 @@
 // Decoder-only transformers in LibTorch, built from a ModelArch: the Llama
 // family (RMSNorm, RoPE, grouped-query attention, SwiGLU: Llama 2/3,
-// Mistral, Qwen2 with q/k/v biases, Qwen3 with q/k norms, TinyLlama) and GPT-2 (LayerNorm,
-// learned positions, GELU MLP, biases).
+// Mistral, Qwen2 with q/k/v biases, Qwen3 with q/k norms, Mixtral's
+// experts, Phi-3, Gemma 2 with its soft-capping, GeGLU and four norms a
+// block) and GPT-2 (LayerNorm, learned positions, GELU MLP, biases).
 //
 // Layout choices for speed on CPU (runner/README.md): q/k/v and gate/up are
 // each one fused matmul; RMSNorm runs in the compute dtype without fp32
@@ -51,9 +52,11 @@ class CausalLMImpl : public torch::nn::Module {
   CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_every);
 
   // The final hidden states (B, T, C) and the logits (B, T, V) in the
-  // parameters' dtype.
+  // parameters' dtype. Gemma 2's logits are soft-capped (arch's
+  // final_logit_softcap) unless `capped` is false: training leaves the cap
+  // to cross_entropy_sum(), which applies it a slice at a time.
   torch::Tensor hidden_states(const ModelInput& in);
-  torch::Tensor logits(const torch::Tensor& hidden);
+  torch::Tensor logits(const torch::Tensor& hidden, bool capped = true);
 
   const dsl::ModelArch& arch() const { return arch_; }
   void set_checkpoint_every(std::int64_t n) { checkpoint_every_ = n; }
@@ -90,6 +93,9 @@ class CausalLMImpl : public torch::nn::Module {
   torch::nn::Embedding pos_embed_{nullptr};  // gpt2 only
   std::vector<std::shared_ptr<torch::nn::Module>> layers_;
   torch::Tensor final_norm_weight_, final_norm_bias_;
+  // RoPE's inverse frequencies (fp64, dsl/rope.h), on the device last used:
+  // not a buffer, so checkpoints and state dicts hold weights only.
+  torch::Tensor rope_inv_freq_;
   torch::Tensor lm_head_;  // (V, C); the embedding matrix when tied
   std::shared_ptr<ProjectionHook> hook_;
 

@@ -474,8 +474,9 @@ Status Run::probe() {
   });
   step_ = first_step_;
   const data::Batch longest = batcher_->longest_batch();
-  cross_entropy_sum(model_->logits(model_->hidden_states(model_input(longest, dev_))),
-                    to_tensor(longest.targets, longest.rows, longest.seq_len, dev_))
+  cross_entropy_sum(model_->logits(model_->hidden_states(model_input(longest, dev_)), /*capped=*/false),
+                    to_tensor(longest.targets, longest.rows, longest.seq_len, dev_), 0,
+                    spec_.model.arch.final_logit_softcap)
       .backward();
   opt_->zero_grad();
   meter_->reset_peak();
@@ -507,7 +508,8 @@ Status Run::train_step(std::int64_t step) {
     std::int64_t head_peak = 0;
     {
       PeakScope head(*meter_);
-      loss = cross_entropy_sum(model_->logits(hidden), targets);
+      loss = cross_entropy_sum(model_->logits(hidden, /*capped=*/false), targets, 0,
+                               spec_.model.arch.final_logit_softcap);
       head_peak = head.peak_increase();
     }
     (loss * (state_.loss_scale / denom)).backward();

@@ -11,8 +11,8 @@ TEST(CatalogTest, BuiltinHasEveryRequiredPreset) {
   const Catalog& c = Catalog::builtin();
   for (const char* name :
        {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b",
-        "llama-3-70b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
-        "tinyllama-1.1b", "tiny-llama", "tiny-llama-byte", "tiny-gpt2"}) {
+        "llama-3.1-8b", "llama-3-70b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
+        "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "tinyllama-1.1b", "tiny-llama", "tiny-llama-byte", "tiny-gpt2"}) {
     EXPECT_NE(c.find_model(name), nullptr) << name;
   }
 }
@@ -34,7 +34,41 @@ TEST(CatalogTest, ArchitecturesReproducePublishedParameterCounts) {
   EXPECT_EQ(c.find_model("tinyllama-1.1b")->arch.parameter_count(), 1'100'048'384);
   EXPECT_EQ(c.find_model("mistral-7b")->arch.parameter_count(), 7'241'732'096);
   EXPECT_EQ(c.find_model("llama-3-8b")->arch.parameter_count(), 8'030'261'248);
+  EXPECT_EQ(c.find_model("gemma-2-2b")->arch.parameter_count(), 2'614'341'888);
+  EXPECT_EQ(c.find_model("gemma-2-27b")->arch.parameter_count(), 27'227'128'320);
   for (const ModelPreset& m : c.models()) EXPECT_EQ(m.params, m.arch.parameter_count()) << m.name;
+}
+
+// Llama 3.1 and 3.2 stretch 8192 pretrained positions with llama3 RoPE
+// scaling; their presets carry it, so plans, runs and exports use it.
+TEST(CatalogTest, Llama31And32PresetsScaleRopeAsTheirConfigsSay) {
+  const Catalog& c = Catalog::builtin();
+  for (const auto& [name, factor] : {std::pair{"llama-3.1-8b", 8.0}, std::pair{"llama-3.2-1b", 32.0},
+                                     std::pair{"llama-3.2-3b", 32.0}}) {
+    const RopeScaling& r = c.find_model(name)->arch.rope_scaling;
+    EXPECT_EQ(r.type, RopeScalingType::kLlama3) << name;
+    EXPECT_DOUBLE_EQ(r.factor, factor) << name;
+    EXPECT_DOUBLE_EQ(r.low_freq_factor, 1.0) << name;
+    EXPECT_DOUBLE_EQ(r.high_freq_factor, 4.0) << name;
+    EXPECT_EQ(r.original_max_seq_len, 8192) << name;
+  }
+  EXPECT_EQ(c.find_model("llama-3-8b")->arch.rope_scaling.type, RopeScalingType::kNone);
+}
+
+// Gemma 2's presets say what its config.json files say (Gemma2Config's
+// defaults): caps of 50 and 30, a 4096 window on even layers, and scores
+// scaled by 256^-1/2, except 27B's 144 = hidden / heads.
+TEST(CatalogTest, Gemma2PresetsCapAndWindowAsTheirConfigsSay) {
+  const Catalog& c = Catalog::builtin();
+  for (const auto& [name, scalar] : {std::pair{"gemma-2-2b", 256}, {"gemma-2-9b", 256}, {"gemma-2-27b", 144}}) {
+    const ModelArch& a = c.find_model(name)->arch;
+    EXPECT_EQ(a.family, ModelFamily::kGemma2) << name;
+    EXPECT_DOUBLE_EQ(a.attn_logit_softcap, 50.0) << name;
+    EXPECT_DOUBLE_EQ(a.final_logit_softcap, 30.0) << name;
+    EXPECT_EQ(a.sliding_window, 4096) << name;
+    EXPECT_EQ(a.query_pre_attn_scalar, scalar) << name;
+    EXPECT_TRUE(a.tie_embeddings) << name;
+  }
 }
 
 TEST(CatalogTest, GqaModelsHaveFewerKvHeads) {

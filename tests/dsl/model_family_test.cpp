@@ -50,6 +50,9 @@ TEST(ModelFamilyTest, EveryFamilysConfigJsonReadsBackAsTheSameArchitecture) {
     EXPECT_EQ(back.head_dim(), a.head_dim()) << f.name;
     EXPECT_EQ(back.experts, a.experts) << f.name;
     EXPECT_EQ(back.experts_per_token, a.experts_per_token) << f.name;
+    EXPECT_DOUBLE_EQ(back.attention_scale(), a.attention_scale()) << f.name;
+    EXPECT_DOUBLE_EQ(back.attn_logit_softcap, a.attn_logit_softcap) << f.name;
+    EXPECT_DOUBLE_EQ(back.final_logit_softcap, a.final_logit_softcap) << f.name;
     EXPECT_EQ(back.parameter_count(), a.parameter_count()) << f.name;
   }
 }
@@ -59,7 +62,7 @@ TEST(ModelFamilyTest, UnknownTypesAndWrongValuesAreErrorsNamingTheFileAndKey) {
   std::vector<std::string> errors;
   EXPECT_FALSE(arch_from_hf_config(R"({"model_type": "bert"})", "/m/config.json", a, errors));
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_NE(errors[0].find("model_type \"bert\" is not supported; expected llama, gpt2, mistral, qwen2, qwen3, mixtral or phi3"),
+  EXPECT_NE(errors[0].find("model_type \"bert\" is not supported; expected llama, gpt2, mistral, qwen2, qwen3, mixtral, phi3 or gemma2"),
             std::string::npos)
       << errors[0];
   errors.clear();
@@ -103,7 +106,9 @@ TEST(ModelFamilyTest, WhatChangesTheComputationIsReadOrRefusedByName) {
   EXPECT_EQ(a.experts_per_token, 2);
 
   const std::map<std::string, std::string> refused = {
-      {R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})", "rope_scaling.rope_type \"llama3\""},
+      {R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})", "rope_scaling {\"factor\":8.0,\"rope_type\":\"llama3\"}"},
+      {R"("rope_scaling": {"rope_type": "linear", "factor": 0.5})", "rope_scaling {\"factor\":0.5,\"rope_type\":\"linear\"}"},
+      {R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0})", "rope_scaling.rope_type \"dynamic\""},
       {R"("rope_parameters": {"rope_theta": 1e6, "rope_type": "yarn"})", "rope_parameters.rope_type \"yarn\""},
       {R"("partial_rotary_factor": 0.5)", "partial_rotary_factor 0.5"},
       {R"("head_dim": 95)", "head_dim 95"},
@@ -194,6 +199,78 @@ TEST(ModelFamilyTest, SlidingWindowsAreReadWhereTheFamilyHasOne) {
   EXPECT_FALSE(has_sliding_window(family_info(ModelFamily::kGpt2)));
 }
 
+// Gemma 2: what Gemma2Config assumes for absent keys is what Tailor reads
+// (null caps are no caps); its caps, score scale and alternating window are
+// written back; attention kinds other than its own pattern are refused.
+TEST(ModelFamilyTest, Gemma2CapsScalesAndWindowsAreReadAndWrittenBack) {
+  auto read = [](const std::string& body, std::vector<std::string>& errors) {
+    ModelArch a;
+    arch_from_hf_config("{" + body + "}", "/m/config.json", a, errors);
+    return a;
+  };
+  const std::string gemma =
+      R"("model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 300, "intermediate_size": 112)";
+  std::vector<std::string> errors;
+  ModelArch a = read(gemma, errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_DOUBLE_EQ(a.attn_logit_softcap, 50.0);
+  EXPECT_DOUBLE_EQ(a.final_logit_softcap, 30.0);
+  EXPECT_EQ(a.query_pre_attn_scalar, 256);
+  EXPECT_EQ(a.head_dim(), 256);
+  EXPECT_EQ(a.max_seq_len, 8192);
+  EXPECT_EQ(a.sliding_window, 4096);
+  EXPECT_TRUE(a.tie_embeddings);
+  EXPECT_EQ(layer_window(a, 0), 4096);
+  EXPECT_EQ(layer_window(a, 1), 0);
+  EXPECT_DOUBLE_EQ(a.attention_scale(), 1.0 / 16.0);
+
+  a = read(gemma + R"(, "attn_logit_softcapping": null, "final_logit_softcapping": null, "query_pre_attn_scalar": 144,
+                      "layer_types": ["full_attention", "full_attention"], "hidden_act": "gelu_pytorch_tanh")",
+           errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(a.attn_logit_softcap, 0.0);
+  EXPECT_EQ(a.final_logit_softcap, 0.0);
+  EXPECT_EQ(a.sliding_window, 0);
+  EXPECT_DOUBLE_EQ(a.attention_scale(), 1.0 / 12.0);
+
+  const std::map<std::string, std::string> refused = {
+      {R"("layer_types": ["full_attention", "sliding_attention"])", "layer_types"},
+      {R"("layer_types": ["sliding_attention"])", "layer_types"},
+      {R"("use_bidirectional_attention": true)", "use_bidirectional_attention true"},
+      {R"("hidden_activation": "gelu")", "hidden_activation \"gelu\""},
+      {R"("attn_logit_softcapping": -1)", "attn_logit_softcapping -1"},
+      {R"("query_pre_attn_scalar": 0.5)", "query_pre_attn_scalar 0.5"},
+  };
+  for (const auto& [extra, named] : refused) {
+    errors.clear();
+    read(gemma + ", " + extra, errors);
+    ASSERT_EQ(errors.size(), 1u) << extra;
+    EXPECT_NE(errors[0].find(named), std::string::npos) << errors[0];
+    EXPECT_NE(errors[0].find("is not supported"), std::string::npos) << errors[0];
+  }
+
+  ModelArch g = small(ModelFamily::kGemma2);
+  g.attn_logit_softcap = 50;
+  g.final_logit_softcap = 30;
+  g.query_pre_attn_scalar = 144;
+  g.sliding_window = 128;
+  const std::string json = hf_config_json(g, "bfloat16");
+  EXPECT_NE(json.find(R"("layer_types": [
+    "sliding_attention",
+    "full_attention",
+    "sliding_attention"
+  ])"),
+            std::string::npos)
+      << json;
+  ModelArch back;
+  errors.clear();
+  ASSERT_TRUE(arch_from_hf_config(json, "config.json", back, errors)) << errors.front();
+  EXPECT_DOUBLE_EQ(back.attn_logit_softcap, 50);
+  EXPECT_DOUBLE_EQ(back.final_logit_softcap, 30);
+  EXPECT_EQ(back.query_pre_attn_scalar, 144);
+  EXPECT_EQ(back.sliding_window, 128);
+}
+
 // Every linear of a block is a slice of one fused projection, the slices of
 // a projection tile it without overlap, and the LoRA targets are their names.
 TEST(ModelFamilyTest, LinearsTileTheFusedProjectionsAndNameTheTargets) {
@@ -222,6 +299,48 @@ TEST(ModelFamilyTest, LinearsTileTheFusedProjectionsAndNameTheTargets) {
   // Phi-3's checkpoints hold q/k/v and gate/up as one linear each.
   EXPECT_EQ(lora_target_names(ModelFamily::kPhi3),
             (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
+}
+
+// Llama 3.1's rope_scaling (and transformers 5's rope_parameters) is read,
+// with original_max_position_embeddings from the object or the top level,
+// and written back as Llama 3.1's config.json has it.
+TEST(ModelFamilyTest, RopeScalingIsReadAndWrittenBack) {
+  const std::string llama =
+      R"("model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 300, "intermediate_size": 112, "max_position_embeddings": 131072)";
+  auto read = [&](const std::string& extra) {
+    ModelArch a;
+    std::vector<std::string> errors;
+    EXPECT_TRUE(arch_from_hf_config("{" + llama + ", " + extra + "}", "/m/config.json", a, errors))
+        << extra << ": " << (errors.empty() ? "" : errors.front());
+    return a;
+  };
+  ModelArch a = read(R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})");
+  EXPECT_EQ(a.rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.factor, 8.0);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(a.rope_scaling.original_max_seq_len, 8192);
+
+  ModelArch back;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(arch_from_hf_config(hf_config_json(a, "bfloat16"), "config.json", back, errors));
+  EXPECT_EQ(back.rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_DOUBLE_EQ(back.rope_scaling.factor, 8.0);
+  EXPECT_EQ(back.rope_scaling.original_max_seq_len, 8192);
+
+  a = read(R"("original_max_position_embeddings": 4096,
+              "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 32.0})");
+  EXPECT_DOUBLE_EQ(a.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.factor, 32.0);
+  EXPECT_EQ(a.rope_scaling.original_max_seq_len, 4096);
+
+  a = read(R"("rope_scaling": {"type": "linear", "factor": 2.0})");
+  EXPECT_EQ(a.rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.factor, 2.0);
+  ASSERT_TRUE(arch_from_hf_config(hf_config_json(a, "float32"), "config.json", back, errors));
+  EXPECT_EQ(back.rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_NE(hf_config_json(a, "float32").find(R"("rope_type": "linear")"), std::string::npos);
 }
 
 }  // namespace

@@ -359,6 +359,44 @@ TEST_F(SpecLoaderTest, ResolvedSpecRoundTripsThroughTheLoader) {
   EXPECT_EQ(emit_yaml(write_job_spec(*again.spec)), resolved);
 }
 
+// An explicit architecture of each kind reads back from its resolved form:
+// counts left to the family's default (head_dim, experts, a window) are
+// not written as 0, which the loader would refuse.
+TEST_F(SpecLoaderTest, ResolvedArchitecturesRoundTripThroughTheLoader) {
+  for (const std::string arch :
+       {"{family: llama, layers: 2, hidden: 64, intermediate: 128, heads: 4, vocab: 300, max_seq_len: 128}",
+        "{family: qwen3, layers: 2, hidden: 64, intermediate: 128, heads: 4, vocab: 300, max_seq_len: 128}",
+        "{family: mixtral, layers: 2, hidden: 64, intermediate: 128, heads: 4, vocab: 300, max_seq_len: 128}",
+        "{family: mistral, layers: 2, hidden: 64, intermediate: 128, heads: 4, vocab: 300, max_seq_len: 128, "
+        "sliding_window: 32}",
+        "{family: gemma2, layers: 2, hidden: 64, intermediate: 128, heads: 4, vocab: 300, max_seq_len: 128, "
+        "sliding_window: 32, attn_logit_softcap: 50, final_logit_softcap: 30, query_pre_attn_scalar: 16}"}) {
+    LoadedSpec s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  arch: " + arch +
+                        "\ndata: {train: data/train.txt, seq_len: 64}\n");
+    ASSERT_TRUE(s.ok()) << arch << errors(s);
+    const std::string resolved = emit_yaml(write_job_spec(*s.spec));
+    LoadedSpec again = load(resolved);
+    ASSERT_TRUE(again.ok()) << resolved << errors(again);
+    EXPECT_EQ(emit_yaml(write_job_spec(*again.spec)), resolved);
+    EXPECT_EQ(again.spec->model.arch.parameter_count(), s.spec->model.arch.parameter_count()) << arch;
+  }
+}
+
+// Soft-capping and the score scale are Gemma 2's: elsewhere they would be
+// trained and exported as a model that has neither.
+TEST_F(SpecLoaderTest, Gemma2sCapsOnAnotherFamilyAreErrorsAtTheirKeys) {
+  LoadedSpec s = load(
+      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  arch: {family: llama, layers: 2, hidden: 64, "
+      "intermediate: 128, heads: 4, vocab: 300, max_seq_len: 128, attn_logit_softcap: 50, query_pre_attn_scalar: 16}"
+      "\ndata: {train: data/train.txt, seq_len: 64}\n");
+  ASSERT_FALSE(s.ok());
+  const std::string text = errors(s);
+  EXPECT_NE(text.find("model.arch.attn_logit_softcap: llama has no attn_logit_softcap (gemma2 has)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("model.arch.query_pre_attn_scalar"), std::string::npos) << text;
+  EXPECT_EQ(s.diagnostics.items().size(), 2u) << text;
+}
+
 TEST_F(SpecLoaderTest, TextInputUsesTheGivenNameAndFolder) {
   LoadedSpec s = load_job_spec_text(kMinimal, "<request>", dir_.path().string());
   ASSERT_TRUE(s.ok()) << errors(s);

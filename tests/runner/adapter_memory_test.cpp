@@ -59,7 +59,7 @@ struct Case {
 TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
   TempDir dir;
   testing::write_accuracy_corpus(dir);
-  const char* llama = "{family: llama, layers: 2, hidden: 256, intermediate: 688, heads: 8, kv_heads: 4, vocab: 512, max_seq_len: 128, sliding_window: 48}";
+  const char* llama = "{family: llama, layers: 2, hidden: 256, intermediate: 688, heads: 8, kv_heads: 4, vocab: 512, max_seq_len: 128}";
   const char* gpt2 = "{family: gpt2, layers: 2, hidden: 256, intermediate: 1024, heads: 4, vocab: 512, max_seq_len: 128, tie_embeddings: true}";
   const char* mixtral = "{family: mixtral, layers: 2, hidden: 256, intermediate: 384, heads: 8, kv_heads: 4, experts: 4, experts_per_token: 2, vocab: 512, max_seq_len: 128, sliding_window: 48}";
   // Phi-3: LoRA on the whole qkv_proj and gate_up_proj; windowed attention.

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace tailor::runner {
 namespace {
 
@@ -19,19 +21,20 @@ struct LossAndGrad {
 // Small slices, so that a small batch spans several.
 constexpr std::int64_t kSlice = 1 << 16;
 
-LossAndGrad ours(const Tensor& logits_in, const Tensor& targets) {
+LossAndGrad ours(const Tensor& logits_in, const Tensor& targets, double softcap = 0) {
   Tensor logits = logits_in.detach().clone().requires_grad_(true);
-  Tensor loss = cross_entropy_sum(logits, targets, kSlice);
+  Tensor loss = cross_entropy_sum(logits, targets, kSlice, softcap);
   EXPECT_EQ(loss.scalar_type(), torch::kFloat32);
   (loss * 0.5).backward();
   EXPECT_EQ(logits.grad().scalar_type(), logits.scalar_type());
   return {loss.item<double>(), logits.grad().to(torch::kFloat64)};
 }
 
-LossAndGrad reference(const Tensor& logits_in, const Tensor& targets) {
+LossAndGrad reference(const Tensor& logits_in, const Tensor& targets, double softcap = 0) {
   Tensor logits = logits_in.detach().to(torch::kFloat64).requires_grad_(true);
+  const Tensor z = softcap > 0 ? torch::tanh(logits / softcap) * softcap : logits;
   Tensor loss = torch::nn::functional::cross_entropy(
-      logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+      z.reshape({-1, z.size(-1)}), targets.reshape({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
   (loss * 0.5).backward();
   return {loss.item<double>(), logits.grad()};
@@ -65,6 +68,22 @@ TEST(CrossEntropyTest, TheFusedCpuKernelEqualsLibTorchsCrossEntropy) {
   const LossAndGrad a = ours(logits, targets), b = reference(logits, targets);
   EXPECT_NEAR(a.loss / b.loss, 1.0, 1e-5);
   EXPECT_LT((a.grad - b.grad).abs().max().item<double>(), 1e-6);
+}
+
+TEST(CrossEntropyTest, SoftCappedLogitsGiveTheLossAndGradientOfTheCappedLogits) {
+  // Gemma 2's final cap, 30, on logits of about +-10: tanh bends them.
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat64}) {
+    auto [logits, targets] = batch(5000, dtype, torch::kCPU);
+    logits.mul_(3);
+    const Tensor before = logits.clone();
+    const LossAndGrad a = ours(logits, targets, 30.0), b = reference(logits, targets, 30.0);
+    const LossAndGrad uncapped = reference(logits, targets);
+    const bool half = dtype == torch::kBFloat16;
+    EXPECT_NEAR(a.loss / b.loss, 1.0, half ? 1e-3 : 1e-6) << dtype;
+    EXPECT_GT(std::abs(uncapped.loss / b.loss - 1.0), 1e-2) << "the cap must matter here";
+    EXPECT_LT((a.grad - b.grad).abs().max().item<double>(), half ? 1e-2 : 1e-6) << dtype;
+    EXPECT_TRUE(torch::equal(logits, before)) << "the logits are left as they were";
+  }
 }
 
 TEST(CrossEntropyTest, ATargetOutsideTheVocabularyIsAnError) {

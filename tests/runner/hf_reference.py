@@ -36,16 +36,23 @@ TOLERANCE = 1e-4  # max |a - b| / max |b|, fp32
 
 # Small shapes with grouped-query heads where the family has them.
 CONFIGS = {
+    # Llama 3.1's RoPE scaling with a pretraining context of 128: of the head's
+    # wavelengths (6, 20, 63, 199 ... positions) the first two are kept, 63 is
+    # on the ramp and the rest are stretched, so every branch is compared.
     "llama": dict(model_type="llama", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
-                  rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=1024,
+                  rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                  rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                    original_max_position_embeddings=128)),
     # A sliding window of 8 tokens over the 16-token inputs, as Mistral v0.1's 4096 over 32k.
     "mistral": dict(model_type="mistral", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
                     rope_theta=1e6, sliding_window=8, tie_word_embeddings=False),
+    # Linear RoPE scaling (position interpolation), factor 2.
     "qwen2": dict(model_type="qwen2", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
-                  rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False),
+                  rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False,
+                  rope_scaling=dict(rope_type="linear", factor=2.0)),
     # Heads 32 wide over a 64-wide model (head_dim != hidden / heads), tied head.
     "qwen3": dict(model_type="qwen3", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=300,
@@ -60,6 +67,14 @@ CONFIGS = {
                  num_attention_heads=4, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
                  rope_theta=10000.0, sliding_window=8, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                  pad_token_id=0),
+    # Heads 32 wide over a 64-wide model, scores scaled by 24^-1/2, layer 0
+    # windowed to 8 tokens and layer 1 not; caps low enough that tanh bends
+    # these small random scores and logits.
+    "gemma2": dict(model_type="gemma2", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=24,
+                   vocab_size=300, max_position_embeddings=64, rope_theta=10000.0, sliding_window=8,
+                   attn_logit_softcapping=0.2, final_logit_softcapping=0.3, tie_word_embeddings=True,
+                   pad_token_id=None, bos_token_id=None, eos_token_id=None),
     "gpt2": dict(model_type="gpt2", n_embd=64, n_inner=256, n_layer=2, n_head=4, vocab_size=300, n_positions=64,
                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=1),
 }

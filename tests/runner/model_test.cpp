@@ -24,14 +24,22 @@ dsl::ModelArch tiny(dsl::ModelFamily family, std::int64_t kv_heads = 2) {
     a.experts = 4;
     a.experts_per_token = 2;
   }
+  if (family == dsl::ModelFamily::kGemma2) {  // windowed even layers, capped scores and logits
+    a.head_size = 16;
+    a.sliding_window = 5;
+    a.attn_logit_softcap = 2.0;
+    a.final_logit_softcap = 3.0;
+    a.query_pre_attn_scalar = 12;
+    a.tie_embeddings = true;
+  }
   return a;
 }
 
 // Every block kind and what varies it: grouped-query heads, biases, q/k
-// norms with wide heads, a mixture of experts.
+// norms with wide heads, a mixture of experts, Gemma 2's caps and norms.
 constexpr dsl::ModelFamily kFamilies[] = {dsl::ModelFamily::kLlama, dsl::ModelFamily::kQwen2, dsl::ModelFamily::kQwen3,
                                           dsl::ModelFamily::kMixtral, dsl::ModelFamily::kPhi3,
-                                          dsl::ModelFamily::kGpt2};
+                                          dsl::ModelFamily::kGemma2, dsl::ModelFamily::kGpt2};
 
 ModelInput input(const torch::Tensor& ids) {
   ModelInput in;

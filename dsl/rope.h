@@ -1,0 +1,27 @@
+// RoPE's frequencies for an architecture, with the context-extending
+// scalings config.json files name (rope_scaling / rope_parameters). Pure
+// arithmetic: the runner builds its cos/sin tables from these, the spec
+// loader checks the numbers, and tests compare them without torch.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dsl/job_spec.h"
+
+namespace tailor::dsl {
+
+// head_dim / 2 inverse frequencies: theta^(-2i / head_dim) (Su et al. 2021,
+// "RoFormer"), then scaled as `a.rope_scaling` says.
+std::vector<double> rope_inverse_frequencies(const ModelArch& a);
+
+// What is wrong with a scaling's numbers ("factor must be at least 1"), or
+// "" when nothing is.
+std::string rope_scaling_problem(const RopeScaling& r);
+
+// "none", "linear", "llama3"; and back (false when unknown).
+const char* to_string(RopeScalingType t);
+bool rope_scaling_type_from(std::string_view name, RopeScalingType& out);
+
+}  // namespace tailor::dsl
