@@ -18,7 +18,7 @@ namespace tailor::dsl {
 inline constexpr const char* kApiVersion = "tailor/v1";
 inline constexpr const char* kJobKind = "TrainingJob";
 
-enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2, kQwen3, kMixtral, kPhi3, kGemma2 };
+enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2, kQwen3, kMixtral, kPhi3, kGemma2, kGemma3 };
 
 // RoPE's frequencies stretched for a longer context than pretraining's.
 enum class RopeScalingType {
@@ -46,15 +46,16 @@ struct ModelArch {
   std::int64_t max_seq_len = 0;   // longest supported context (max_position_embeddings)
   bool tie_embeddings = false;    // lm_head shares the embedding matrix
   double rope_theta = 10000.0;    // RoPE base (llama family); unused by gpt2
-  RopeScaling rope_scaling{};     // rope_scaling / rope_parameters of config.json
+  double rope_local_theta = 0;    // gemma3: RoPE base of the windowed layers, never scaled; 0: rope_theta
+  RopeScaling rope_scaling{};     // rope_scaling / rope_parameters of config.json (gemma3: global layers)
   double norm_eps = 1e-5;         // RMSNorm / LayerNorm epsilon
   std::int64_t head_size = 0;     // width of one attention head (head_dim); 0: hidden / heads
-  std::int64_t sliding_window = 0;  // tokens a position sees, itself included (gemma2: even layers); 0: all
+  std::int64_t sliding_window = 0;  // tokens a position sees, itself included (gemma: some layers); 0: all
   std::int64_t experts = 0;       // routed experts per block (num_local_experts); 0: a dense MLP
   std::int64_t experts_per_token = 0;  // experts each token goes through (num_experts_per_tok)
   // Gemma 2: attention scores and final logits soft-capped as cap * tanh(x / cap)
-  // (0: not capped), and scores scaled by query_pre_attn_scalar^-1/2
-  // instead of head_dim^-1/2 (0: head_dim).
+  // (0: not capped). Gemma 2 and 3: scores scaled by
+  // query_pre_attn_scalar^-1/2 instead of head_dim^-1/2 (0: head_dim).
   double attn_logit_softcap = 0;
   double final_logit_softcap = 0;
   std::int64_t query_pre_attn_scalar = 0;

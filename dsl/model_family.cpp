@@ -14,9 +14,9 @@ namespace tailor::dsl {
 namespace {
 
 // Config keys and defaults as transformers' LlamaConfig, MistralConfig,
-// Qwen2Config, Qwen3Config, MixtralConfig, Phi3Config, Gemma2Config and
-// GPT2Config define them.
-constexpr std::array<ModelFamilyInfo, 8> kFamilies = {{
+// Qwen2Config, Qwen3Config, MixtralConfig, Phi3Config, Gemma2Config,
+// Gemma3TextConfig and GPT2Config define them.
+constexpr std::array<ModelFamilyInfo, 9> kFamilies = {{
     {ModelFamily::kLlama, "llama", "LlamaForCausalLM", BlockKind::kLlama, false, false, false, 0,
      "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
      "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
@@ -85,20 +85,42 @@ constexpr std::array<ModelFamilyInfo, 8> kFamilies = {{
      R"({"hidden_activation": "gelu_pytorch_tanh", "sliding_window": null, "attention_bias": false})",
      nullptr, nullptr, 0, 0,
      "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "pre_feedforward_layernorm", "norm", nullptr,
-     nullptr, nullptr, true, "post_attention_layernorm", "post_feedforward_layernorm"},
+     nullptr, nullptr, true, "post_attention_layernorm", "post_feedforward_layernorm", 2, false},
+    // Gemma 3 (text; 270M and 1B are text-only checkpoints): Gemma 2's block
+    // with q/k norms instead of soft-capping, five windowed layers to one
+    // global, and the windowed layers on their own RoPE base.
+    {ModelFamily::kGemma3, "gemma3_text", "Gemma3ForCausalLM", BlockKind::kLlama, false, true, false, 256,
+     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+     "max_position_embeddings", "rms_norm_eps", "rope_theta", 131072, 1e-6, true, 0,
+     R"({"hidden_activation": "gelu_pytorch_tanh", "sliding_window": null, "attention_bias": false,
+         "use_bidirectional_attention": false})",
+     nullptr, nullptr, 0, 0,
+     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "pre_feedforward_layernorm", "norm",
+     "self_attn.q_norm", "self_attn.k_norm", nullptr, true, "post_attention_layernorm", "post_feedforward_layernorm",
+     6, true},
 }};
 
-// Gemma2Config's defaults for keys a config.json leaves out (null says
-// "none" and is not the same as absent).
-constexpr double kGemma2AttnSoftcap = 50.0, kGemma2FinalSoftcap = 30.0;
-constexpr std::int64_t kGemma2QueryScalar = 256, kGemma2Window = 4096;
+// Gemma2Config's and Gemma3TextConfig's defaults for keys a config.json
+// leaves out (null says "none" and is not the same as absent).
+struct GemmaDefaults {
+  ModelFamily id;
+  double attn_softcap, final_softcap;
+  double global_theta, local_theta;  // local 0: no local base
+};
+constexpr GemmaDefaults kGemmaDefaults[] = {{ModelFamily::kGemma2, 50.0, 30.0, 10000.0, 0},
+                                            {ModelFamily::kGemma3, 0, 0, 1e6, 10000.0}};
+constexpr std::int64_t kGemmaQueryScalar = 256, kGemmaWindow = 4096;
 
 // Gemma 2's soft-capping, score scale and per-layer attention kinds. A
 // layer_types that windows no layer sets sliding_window to -1 for the
 // caller; false when something is refused.
 template <typename Refuse>
-bool read_gemma(const nlohmann::json& j, ModelArch& arch, Refuse&& refuse) {
+bool read_gemma(const nlohmann::json& j, const ModelFamilyInfo& f, ModelArch& arch, Refuse&& refuse) {
   bool ok = true;
+  GemmaDefaults defaults = kGemmaDefaults[0];
+  for (const GemmaDefaults& g : kGemmaDefaults) {
+    if (g.id == f.id) defaults = g;
+  }
   auto positive_or_null = [&](const char* key, double fallback, double& out) {
     auto it = j.find(key);
     if (it == j.end()) {
@@ -112,9 +134,21 @@ bool read_gemma(const nlohmann::json& j, ModelArch& arch, Refuse&& refuse) {
       ok = false;
     }
   };
-  positive_or_null("attn_logit_softcapping", kGemma2AttnSoftcap, arch.attn_logit_softcap);
-  positive_or_null("final_logit_softcapping", kGemma2FinalSoftcap, arch.final_logit_softcap);
-  arch.query_pre_attn_scalar = kGemma2QueryScalar;
+  positive_or_null("attn_logit_softcapping", defaults.attn_softcap, arch.attn_logit_softcap);
+  positive_or_null("final_logit_softcapping", defaults.final_softcap, arch.final_logit_softcap);
+  if (!j.contains("rope_theta") && !j.contains("rope_parameters")) arch.rope_theta = defaults.global_theta;
+  if (f.local_rope) {
+    if (arch.rope_local_theta == 0) arch.rope_local_theta = defaults.local_theta;
+    if (auto it = j.find("rope_local_base_freq"); it != j.end()) {
+      if (it->is_number() && it->get<double>() > 0) {
+        arch.rope_local_theta = it->get<double>();
+      } else {
+        refuse("rope_local_base_freq", *it, "expected a positive number");
+        ok = false;
+      }
+    }
+  }
+  arch.query_pre_attn_scalar = kGemmaQueryScalar;
   if (auto it = j.find("query_pre_attn_scalar"); it != j.end()) {
     if (it->is_number_integer() && it->get<std::int64_t>() > 0) {
       arch.query_pre_attn_scalar = it->get<std::int64_t>();
@@ -127,21 +161,32 @@ bool read_gemma(const nlohmann::json& j, ModelArch& arch, Refuse&& refuse) {
     refuse("use_bidirectional_attention", *it, "Tailor trains causal language models");
     ok = false;
   }
+  const std::int64_t every = f.window_every;
+  // Hub configs say sliding_window_pattern, transformers 5 writes it with
+  // a leading underscore.
+  for (const char* key : {"sliding_window_pattern", "_sliding_window_pattern"}) {
+    if (auto it = j.find(key); it != j.end() && !it->is_null() && *it != every) {
+      refuse(key, *it, std::string(f.name) + "'s global layers are every " + std::to_string(every) + "th");
+      ok = false;
+    }
+  }
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
-    // Sliding where (i + 1) is odd, as Gemma2Config's default; or none.
-    bool alternating = it->is_array() && static_cast<std::int64_t>(it->size()) == arch.layers;
-    bool all_full = alternating;
+    // Full where (i + 1) is a multiple of the family's period, as the
+    // configs' default; or full everywhere.
+    bool patterned = it->is_array() && static_cast<std::int64_t>(it->size()) == arch.layers;
+    bool all_full = patterned;
     for (std::size_t i = 0; it->is_array() && i < it->size(); ++i) {
       const bool sliding = (*it)[i] == "sliding_attention";
-      if (!sliding && (*it)[i] != "full_attention") all_full = alternating = false;
-      alternating = alternating && sliding == ((i + 1) % 2 == 1);
+      if (!sliding && (*it)[i] != "full_attention") all_full = patterned = false;
+      patterned = patterned && sliding == ((static_cast<std::int64_t>(i) + 1) % every != 0);
       all_full = all_full && !sliding;
     }
     if (all_full) {
       arch.sliding_window = -1;
-    } else if (!alternating) {
+    } else if (!patterned) {
       refuse("layer_types", *it,
-             "Tailor windows Gemma 2's even layers (Gemma2Config's default) or none, one entry per layer");
+             "Tailor windows every layer of " + std::string(f.name) + " but every " + std::to_string(every) +
+                 "th (its config's default), or none; one entry per layer");
       ok = false;
     }
   }
@@ -170,13 +215,30 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
       refuse(key, *rope, "expected an object");
       continue;
     }
+    std::string at = key;
+    // Gemma 3 in transformers 5: one object per attention kind, the windowed
+    // layers' never scaled.
+    if (f.local_rope && (rope->contains("full_attention") || rope->contains("sliding_attention"))) {
+      if (auto local = rope->find("sliding_attention"); local != rope->end() && local->is_object()) {
+        const std::string local_type = local->value("rope_type", std::string("default"));
+        if (local_type != "default") {
+          refuse(at + ".sliding_attention.rope_type", local_type, "Gemma 3's windowed layers rotate unscaled");
+        }
+        auto theta = local->find("rope_theta");
+        if (theta != local->end() && theta->is_number()) arch.rope_local_theta = theta->get<double>();
+      }
+      auto global = rope->find("full_attention");
+      if (global == rope->end() || !global->is_object()) continue;
+      rope = &*global;
+      at += ".full_attention";
+    }
     const std::string type = rope->value("rope_type", rope->value("type", std::string("default")));
     auto theta = rope->find("rope_theta");
     if (theta != rope->end() && theta->is_number() && value_of("rope_theta") == nullptr) arch.rope_theta = theta->get<double>();
     if (type == "default") continue;
     RopeScaling r;
     if (!rope_scaling_type_from(type, r.type) || r.type == RopeScalingType::kNone) {
-      refuse(std::string(key) + ".rope_type", type, "Tailor scales RoPE as llama3 or linear, or not at all");
+      refuse(at + ".rope_type", type, "Tailor scales RoPE as llama3 or linear, or not at all");
       continue;
     }
     auto number = [&](const char* name, double fallback) {
@@ -193,7 +255,7 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
           number("original_max_position_embeddings", top != nullptr && top->is_number() ? top->get<double>() : 0));
     }
     if (const std::string problem = rope_scaling_problem(r); !problem.empty()) {
-      refuse(key, *rope, problem);
+      refuse(at, *rope, problem);
     } else {
       arch.rope_scaling = r;
     }
@@ -208,18 +270,23 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
       refuse("head_dim", *hd, "expected a positive even integer (RoPE rotates pairs)");
     }
   }
-  nlohmann::json gemma_window = kGemma2Window;
-  if (f.gemma && !read_gemma(j, arch, refuse)) return;
+  nlohmann::json gemma_window = kGemmaWindow;
+  if (f.gemma && !read_gemma(j, f, arch, refuse)) return;
   // A sliding window narrower than the context changes attention. Qwen
   // windows the layers from max_window_layers up (Qwen2Config): Tailor
   // windows every layer or none.
+  // Gemma's windowed layers are a kind of layer even where the window
+  // spans the context (Gemma 3 rotates them by their own RoPE base): a
+  // window is kept whatever its width, and a null one spans the context.
   const nlohmann::json* window = value_of("sliding_window");
+  nlohmann::json whole_context = arch.max_seq_len;
   if (f.gemma && !j.contains("sliding_window")) window = &gemma_window;
+  if (f.gemma && window == nullptr) window = &whole_context;
   if (f.gemma && arch.sliding_window < 0) window = nullptr;  // layer_types: no layer windowed
   arch.sliding_window = 0;
   const nlohmann::json* use_window = value_of("use_sliding_window");
   const bool windowed = use_window != nullptr ? use_window->is_boolean() && use_window->get<bool>() : window != nullptr;
-  const bool covers_context = window != nullptr && window->is_number_integer() &&
+  const bool covers_context = !f.gemma && window != nullptr && window->is_number_integer() &&
                               window->get<std::int64_t>() >= arch.max_seq_len;
   if (windowed && window != nullptr && !covers_context) {
     const nlohmann::json* from_layer = value_of("max_window_layers");
@@ -280,7 +347,8 @@ bool has_sliding_window(const ModelFamilyInfo& f) {
 }
 
 std::int64_t layer_window(const ModelArch& a, std::int64_t layer) {
-  if (family_info(a.family).gemma && layer % 2 == 1) return 0;
+  const std::int64_t every = family_info(a.family).window_every;
+  if (every > 1 && (layer + 1) % every == 0) return 0;
   return a.sliding_window;
 }
 
@@ -395,6 +463,7 @@ bool arch_from_hf_config(const std::string& text, const std::string& file, Model
   arch.rope_theta = get_num(f->key_rope_theta, 10000.0);
   arch.norm_eps = get_num(f->key_norm_eps, f->default_norm_eps);
   arch.head_size = f->default_head_dim;
+  arch.rope_local_theta = 0;
   arch.experts = get_int(f->key_experts, f->default_experts);
   arch.experts_per_token = get_int(f->key_experts_per_token, f->default_experts_per_token);
   check_computation(j, *f, arch, quote(file, kWhole), errors);
@@ -433,6 +502,7 @@ std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, con
   }
   const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(f.config_extra);
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
+  if (f.local_rope) j["rope_local_base_freq"] = a.rope_local_theta > 0 ? a.rope_local_theta : a.rope_theta;
   if (f.gemma) {
     auto cap = [](double c) { return c > 0 ? nlohmann::ordered_json(c) : nlohmann::ordered_json(nullptr); };
     j["query_pre_attn_scalar"] = a.query_pre_attn_scalar > 0 ? a.query_pre_attn_scalar : a.head_dim();

@@ -81,21 +81,27 @@ struct ModelFamilyInfo {
   // holds the router ("gate") and experts.N.{w1 (gate), w3 (up), w2 (down)}.
   const char* hf_moe;
 
-  // Gemma 2 (Gemma Team 2024): RMSNorm scales by (1 + weight) and its
-  // weights start at 0; embeddings are multiplied by sqrt(hidden); the MLP
-  // is GeGLU (tanh GELU); the attention output and the MLP output are
-  // RMS-normalised before their residual adds (hf_norm2 is then the norm
-  // before the MLP); the sliding window applies to every other layer.
+  // Gemma 2 and 3 (Gemma Team 2024, 2025): RMSNorm scales by (1 + weight)
+  // and its weights start at 0; embeddings are multiplied by sqrt(hidden);
+  // the MLP is GeGLU (tanh GELU); the attention output and the MLP output
+  // are RMS-normalised before their residual adds (hf_norm2 is then the
+  // norm before the MLP).
   bool gemma = false;
-  const char* hf_post_attn_norm = nullptr;  // "post_attention_layernorm" (Gemma 2's)
+  const char* hf_post_attn_norm = nullptr;  // "post_attention_layernorm" (Gemma's)
   const char* hf_post_mlp_norm = nullptr;   // "post_feedforward_layernorm"
+  // The sliding window skips every `window_every`-th layer (Gemma 2: 2,
+  // Gemma 3: 6), whose attention is global; 1: every layer is windowed.
+  std::int64_t window_every = 1;
+  // Windowed layers rotate by their own RoPE base (Gemma 3's
+  // rope_local_base_freq), unscaled; rope_scaling stretches the global ones.
+  bool local_rope = false;
 };
 
 std::span<const ModelFamilyInfo> model_families();
 // Whether the family's config.json can say sliding_window.
 bool has_sliding_window(const ModelFamilyInfo& f);
 // The window of block `layer` (0: it attends to everything before it):
-// arch.sliding_window in every block, or in even ones for Gemma 2.
+// arch.sliding_window in every block but the family's global ones.
 std::int64_t layer_window(const ModelArch& a, std::int64_t layer);
 const ModelFamilyInfo& family_info(ModelFamily f);
 // By spec name (= model_type); nullptr when unknown.

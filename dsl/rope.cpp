@@ -25,13 +25,15 @@ double llama3(double inv, const RopeScaling& r) {
 
 }  // namespace
 
-std::vector<double> rope_inverse_frequencies(const ModelArch& a) {
+std::vector<double> rope_inverse_frequencies(const ModelArch& a, bool local) {
   const std::int64_t d = a.head_dim();
+  const bool own_base = local && a.rope_local_theta > 0;
+  const double theta = own_base ? a.rope_local_theta : a.rope_theta;
   std::vector<double> out;
   out.reserve(static_cast<std::size_t>(d / 2));
   for (std::int64_t i = 0; i < d; i += 2) {
-    double inv = 1.0 / std::pow(a.rope_theta, static_cast<double>(i) / static_cast<double>(d));
-    switch (a.rope_scaling.type) {
+    double inv = 1.0 / std::pow(theta, static_cast<double>(i) / static_cast<double>(d));
+    switch (own_base ? RopeScalingType::kNone : a.rope_scaling.type) {
       case RopeScalingType::kNone: break;
       case RopeScalingType::kLinear: inv /= a.rope_scaling.factor; break;
       case RopeScalingType::kLlama3: inv = llama3(inv, a.rope_scaling); break;

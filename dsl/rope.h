@@ -13,8 +13,10 @@
 namespace tailor::dsl {
 
 // head_dim / 2 inverse frequencies: theta^(-2i / head_dim) (Su et al. 2021,
-// "RoFormer"), then scaled as `a.rope_scaling` says.
-std::vector<double> rope_inverse_frequencies(const ModelArch& a);
+// "RoFormer"), then scaled as `a.rope_scaling` says. `local`: those of a
+// windowed layer, which Gemma 3 rotates by rope_local_theta unscaled (the
+// same as the others where the arch has no local base).
+std::vector<double> rope_inverse_frequencies(const ModelArch& a, bool local = false);
 
 // What is wrong with a scaling's numbers ("factor must be at least 1"), or
 // "" when nothing is.

@@ -173,6 +173,11 @@ const std::vector<Field<ModelArch>>& arch_fields() {
             &ModelArch::tie_embeddings),
       field("rope_theta", "RoPE base frequency (llama family). Default 10000.", &ModelArch::rope_theta,
             number_above(0)),
+      zero_unset(field("rope_local_theta",
+                       "RoPE base of the windowed layers, never scaled (gemma3_text's rope_local_base_freq, "
+                       "10000); default: rope_theta.",
+                       &ModelArch::rope_local_theta, number_above(0)),
+                 &ModelArch::rope_local_theta),
       rope_scaling_section(),
       field("norm_eps", "Normalisation epsilon. Default 1e-5.", &ModelArch::norm_eps, number_above(0)),
       zero_unset(field("head_dim",
@@ -203,7 +208,7 @@ const std::vector<Field<ModelArch>>& arch_fields() {
                        &ModelArch::final_logit_softcap, number_above(0)),
                  &ModelArch::final_logit_softcap),
       zero_unset(field("query_pre_attn_scalar",
-                       "Attention scores are scaled by this^-1/2 (gemma2); default: head_dim.",
+                       "Attention scores are scaled by this^-1/2 (gemma2, gemma3_text); default: head_dim.",
                        &ModelArch::query_pre_attn_scalar, int_at_least(1)),
                  &ModelArch::query_pre_attn_scalar),
   };

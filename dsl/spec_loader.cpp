@@ -11,6 +11,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <tuple>
 
 #include "core/text.h"
 #include "dsl/spec_fields.h"
@@ -189,15 +190,17 @@ void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnos
               "must be at most experts (" + std::to_string(a.experts) + ")");
     }
   }
-  if (!family.gemma) {
-    const std::pair<const char*, bool> given[] = {{"attn_logit_softcap", a.attn_logit_softcap != 0},
-                                                  {"final_logit_softcap", a.final_logit_softcap != 0},
-                                                  {"query_pre_attn_scalar", a.query_pre_attn_scalar != 0}};
-    for (const auto& [key, set] : given) {
-      if (set) {
-        d.error(loc_at(root, path + "." + key), path + "." + key,
-                std::string(family.name) + " has no " + key + " (gemma2 has)");
-      }
+  // Keys only some families' configs have: elsewhere they would be trained
+  // and exported as a model that has none.
+  const std::tuple<const char*, bool, bool, const char*> given[] = {
+      {"attn_logit_softcap", a.attn_logit_softcap != 0, family.gemma, "gemma2 and gemma3_text have"},
+      {"final_logit_softcap", a.final_logit_softcap != 0, family.gemma, "gemma2 and gemma3_text have"},
+      {"query_pre_attn_scalar", a.query_pre_attn_scalar != 0, family.gemma, "gemma2 and gemma3_text have"},
+      {"rope_local_theta", a.rope_local_theta != 0, family.local_rope, "gemma3_text has"}};
+  for (const auto& [key, set, allowed, who] : given) {
+    if (set && !allowed) {
+      d.error(loc_at(root, path + "." + key), path + "." + key,
+              std::string(family.name) + " has no " + key + " (" + who + ")");
     }
   }
   if (a.rope_scaling.type != RopeScalingType::kNone) {

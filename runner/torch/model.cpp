@@ -210,11 +210,11 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
                   : norm_of(arch_, x, l->norm1);
   Tensor qkv = project(i, Projection::kQkv, h, l->qkv, l->qkv_b);  // (B, T, (H + 2 KV) D)
   if (l->q_norm.defined()) {
-    // Qwen3: each q and k head RMS-normalised over its own width before RoPE.
+    // Qwen3, Gemma 3: each q and k head RMS-normalised over its own width
+    // before RoPE.
     auto p = qkv.split({heads * d, kv_heads * d, kv_heads * d}, -1);
-    qkv = torch::cat({rms_norm(p[0].view({b, t, heads, d}), l->q_norm, arch_.norm_eps).view({b, t, heads * d}),
-                      rms_norm(p[1].view({b, t, kv_heads, d}), l->k_norm, arch_.norm_eps).view({b, t, kv_heads * d}),
-                      p[2]},
+    qkv = torch::cat({norm_of(arch_, p[0].view({b, t, heads, d}), l->q_norm).view({b, t, heads * d}),
+                      norm_of(arch_, p[1].view({b, t, kv_heads, d}), l->k_norm).view({b, t, kv_heads * d}), p[2]},
                      -1);
   }
   if (!gpt2) qkv = apply_rope(qkv, cos, sin, heads + kv_heads, d);
@@ -344,19 +344,34 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
     }
   }
 
-  Tensor cos, sin;
+  // RoPE (Su et al. 2021), rotate-half layout as in Hugging Face Llama,
+  // with Llama 3.1's or linear scaling where the arch has one; Gemma 3's
+  // windowed layers by their own base (local_cos/sin).
+  Tensor cos, sin, local_cos, local_sin;
+  const bool local_rope = !is_gpt2(arch_) && arch_.rope_local_theta > 0;
   if (!is_gpt2(arch_)) {
-    // RoPE (Su et al. 2021), rotate-half layout as in Hugging Face Llama.
-    // With Llama 3.1's or linear scaling where the arch has one.
     if (!rope_inv_freq_.defined() || rope_inv_freq_.device() != in.input_ids.device()) {
       rope_inv_freq_ = torch::tensor(dsl::rope_inverse_frequencies(arch_), torch::kFloat64).to(in.input_ids.device());
+      if (local_rope) {
+        rope_local_inv_freq_ = torch::tensor(dsl::rope_inverse_frequencies(arch_, /*local=*/true), torch::kFloat64)
+                                   .to(in.input_ids.device());
+      }
     }
-    Tensor freqs = in.positions.to(torch::kFloat64).unsqueeze(-1) * rope_inv_freq_;  // (B, T, D/2)
+    const Tensor positions = in.positions.to(torch::kFloat64).unsqueeze(-1);
+    const Tensor freqs = positions * rope_inv_freq_;  // (B, T, D/2)
     cos = freqs.cos().to(torch::kFloat32);
     sin = freqs.sin().to(torch::kFloat32);
+    if (local_rope) {
+      const Tensor local = positions * rope_local_inv_freq_;
+      local_cos = local.cos().to(torch::kFloat32);
+      local_sin = local.sin().to(torch::kFloat32);
+    }
   }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const Tensor& layer_mask = dsl::layer_window(arch_, static_cast<std::int64_t>(i)) > 0 ? mask : full_mask;
+    const bool windowed = dsl::layer_window(arch_, static_cast<std::int64_t>(i)) > 0;
+    const Tensor& layer_mask = windowed ? mask : full_mask;
+    const Tensor& layer_cos = windowed && local_rope ? local_cos : cos;
+    const Tensor& layer_sin = windowed && local_rope ? local_sin : sin;
     const bool checkpoint = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() &&
                             static_cast<std::int64_t>(i) % checkpoint_every_ == 0;
     if (checkpoint) {
@@ -366,11 +381,11 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
       // The anchor must require grad: with a frozen base (adapters) it is an adapter tensor.
       Tensor anchor = static_cast<Layer*>(layers_[i].get())->norm1;
       if (!anchor.requires_grad() && hook_ && hook_->trainable_anchor(i).defined()) anchor = hook_->trainable_anchor(i);
-      x = CheckpointedLayer::apply(x, anchor, this,
-                                   static_cast<std::int64_t>(i), cos.defined() ? cos : none,
-                                   sin.defined() ? sin : none, layer_mask);
+      x = CheckpointedLayer::apply(x, anchor, this, static_cast<std::int64_t>(i),
+                                   layer_cos.defined() ? layer_cos : none, layer_sin.defined() ? layer_sin : none,
+                                   layer_mask);
     } else {
-      x = run_layer(i, x, cos, sin, layer_mask);
+      x = run_layer(i, x, layer_cos, layer_sin, layer_mask);
     }
   }
   return is_gpt2(arch_) ? torch::layer_norm(x, {arch_.hidden}, final_norm_weight_, final_norm_bias_, arch_.norm_eps)

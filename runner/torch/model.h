@@ -1,8 +1,8 @@
 // Decoder-only transformers in LibTorch, built from a ModelArch: the Llama
 // family (RMSNorm, RoPE, grouped-query attention, SwiGLU: Llama 2/3,
 // Mistral, Qwen2 with q/k/v biases, Qwen3 with q/k norms, Mixtral's
-// experts, Phi-3, Gemma 2 with its soft-capping, GeGLU and four norms a
-// block) and GPT-2 (LayerNorm, learned positions, GELU MLP, biases).
+// experts, Phi-3, Gemma 2 and 3 with GeGLU, four norms a block, Gemma 2's
+// soft-capping and Gemma 3's local RoPE) and GPT-2 (LayerNorm, learned positions, GELU MLP, biases).
 //
 // Layout choices for speed on CPU (runner/README.md): q/k/v and gate/up are
 // each one fused matmul; RMSNorm runs in the compute dtype without fp32
@@ -95,7 +95,7 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor final_norm_weight_, final_norm_bias_;
   // RoPE's inverse frequencies (fp64, dsl/rope.h), on the device last used:
   // not a buffer, so checkpoints and state dicts hold weights only.
-  torch::Tensor rope_inv_freq_;
+  torch::Tensor rope_inv_freq_, rope_local_inv_freq_;  // local: Gemma 3's windowed layers
   torch::Tensor lm_head_;  // (V, C); the embedding matrix when tied
   std::shared_ptr<ProjectionHook> hook_;
 

@@ -335,7 +335,7 @@ TEST(AxolotlImportTest, WellKnownHubIdsMapToPresets) {
         Case{"meta-llama/Llama-2-13b-chat-hf", "llama-2-13b"}, Case{"meta-llama/Llama-2-70b-hf", "llama-2-70b"},
         Case{"meta-llama/Meta-Llama-3-8B", "llama-3-8b"}, Case{"NousResearch/Meta-Llama-3-8B-Instruct", "llama-3-8b"},
         Case{"meta-llama/Meta-Llama-3-70B", "llama-3-70b"}, Case{"meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"},
-        Case{"google/gemma-2-9b-it", "gemma-2-9b"},
+        Case{"google/gemma-2-9b-it", "gemma-2-9b"}, Case{"google/gemma-3-1b-pt", "gemma-3-1b"},
         Case{"meta-llama/Llama-3.2-1B", "llama-3.2-1b"},
         Case{"meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"}, Case{"mistralai/Mistral-7B-v0.1", "mistral-7b"},
         Case{"TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", "tinyllama-1.1b"},

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dsl/model_family.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::dsl {
@@ -12,7 +13,7 @@ TEST(CatalogTest, BuiltinHasEveryRequiredPreset) {
   for (const char* name :
        {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b",
         "llama-3.1-8b", "llama-3-70b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
-        "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "tinyllama-1.1b", "tiny-llama", "tiny-llama-byte", "tiny-gpt2"}) {
+        "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-270m", "gemma-3-1b", "tinyllama-1.1b", "tiny-llama", "tiny-llama-byte", "tiny-gpt2"}) {
     EXPECT_NE(c.find_model(name), nullptr) << name;
   }
 }
@@ -36,6 +37,7 @@ TEST(CatalogTest, ArchitecturesReproducePublishedParameterCounts) {
   EXPECT_EQ(c.find_model("llama-3-8b")->arch.parameter_count(), 8'030'261'248);
   EXPECT_EQ(c.find_model("gemma-2-2b")->arch.parameter_count(), 2'614'341'888);
   EXPECT_EQ(c.find_model("gemma-2-27b")->arch.parameter_count(), 27'227'128'320);
+  EXPECT_EQ(c.find_model("gemma-3-1b")->arch.parameter_count(), 999'885'952);
   for (const ModelPreset& m : c.models()) EXPECT_EQ(m.params, m.arch.parameter_count()) << m.name;
 }
 
@@ -68,6 +70,22 @@ TEST(CatalogTest, Gemma2PresetsCapAndWindowAsTheirConfigsSay) {
     EXPECT_EQ(a.sliding_window, 4096) << name;
     EXPECT_EQ(a.query_pre_attn_scalar, scalar) << name;
     EXPECT_TRUE(a.tie_embeddings) << name;
+  }
+}
+
+// Gemma 3's text presets: no caps, q/k norms, windows of 512 on five layers
+// in six, rotated by base 10000 while the global layers use 1e6.
+TEST(CatalogTest, Gemma3PresetsWindowAndRotateAsTheirConfigsSay) {
+  const Catalog& c = Catalog::builtin();
+  for (const char* name : {"gemma-3-270m", "gemma-3-1b"}) {
+    const ModelArch& a = c.find_model(name)->arch;
+    EXPECT_EQ(a.family, ModelFamily::kGemma3) << name;
+    EXPECT_EQ(a.attn_logit_softcap, 0.0) << name;
+    EXPECT_EQ(a.sliding_window, 512) << name;
+    EXPECT_DOUBLE_EQ(a.rope_theta, 1e6) << name;
+    EXPECT_DOUBLE_EQ(a.rope_local_theta, 1e4) << name;
+    EXPECT_EQ(layer_window(a, 4), 512) << name;
+    EXPECT_EQ(layer_window(a, 5), 0) << name;
   }
 }
 

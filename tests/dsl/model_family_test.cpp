@@ -62,7 +62,7 @@ TEST(ModelFamilyTest, UnknownTypesAndWrongValuesAreErrorsNamingTheFileAndKey) {
   std::vector<std::string> errors;
   EXPECT_FALSE(arch_from_hf_config(R"({"model_type": "bert"})", "/m/config.json", a, errors));
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_NE(errors[0].find("model_type \"bert\" is not supported; expected llama, gpt2, mistral, qwen2, qwen3, mixtral, phi3 or gemma2"),
+  EXPECT_NE(errors[0].find("model_type \"bert\" is not supported; expected llama, gpt2, mistral, qwen2, qwen3, mixtral, phi3, gemma2 or gemma3_text"),
             std::string::npos)
       << errors[0];
   errors.clear();
@@ -269,6 +269,78 @@ TEST(ModelFamilyTest, Gemma2CapsScalesAndWindowsAreReadAndWrittenBack) {
   EXPECT_DOUBLE_EQ(back.final_logit_softcap, 30);
   EXPECT_EQ(back.query_pre_attn_scalar, 144);
   EXPECT_EQ(back.sliding_window, 128);
+}
+
+// Gemma 3 (text): Gemma3TextConfig's defaults where keys are absent; its
+// per-kind RoPE as transformers 5 writes it (rope_parameters by attention
+// kind) and as Hub configs do (rope_theta, rope_local_base_freq,
+// rope_scaling for the global layers); windows on five layers in six.
+TEST(ModelFamilyTest, Gemma3RopePerLayerKindAndWindowsAreReadAndWrittenBack) {
+  auto read = [](const std::string& body, std::vector<std::string>& errors) {
+    ModelArch a;
+    arch_from_hf_config("{" + body + "}", "/m/config.json", a, errors);
+    return a;
+  };
+  const std::string gemma =
+      R"("model_type": "gemma3_text", "num_hidden_layers": 12, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 300, "intermediate_size": 112)";
+  std::vector<std::string> errors;
+  ModelArch a = read(gemma, errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(a.attn_logit_softcap, 0.0);
+  EXPECT_EQ(a.final_logit_softcap, 0.0);
+  EXPECT_DOUBLE_EQ(a.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(a.rope_local_theta, 1e4);
+  EXPECT_EQ(a.sliding_window, 4096);
+  EXPECT_EQ(a.max_seq_len, 131072);
+  for (std::int64_t i = 0; i < 12; ++i) EXPECT_EQ(layer_window(a, i) == 0, i == 5 || i == 11) << i;
+
+  a = read(gemma + R"(, "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                                            "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
+                      "_sliding_window_pattern": 6, "sliding_window": 512, "max_position_embeddings": 256)",
+           errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(a.rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.factor, 8.0);
+  EXPECT_DOUBLE_EQ(a.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(a.rope_local_theta, 100.0);
+  EXPECT_EQ(a.sliding_window, 512);  // wider than the context, yet the windowed layers stay local
+
+  a = read(gemma + R"(, "rope_theta": 5e5, "rope_local_base_freq": 2e4, "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+                      "sliding_window": null)",
+           errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_DOUBLE_EQ(a.rope_theta, 5e5);
+  EXPECT_DOUBLE_EQ(a.rope_local_theta, 2e4);
+  EXPECT_DOUBLE_EQ(a.rope_scaling.factor, 4.0);
+  EXPECT_EQ(a.sliding_window, a.max_seq_len);  // null: the windowed layers see everything
+
+  const std::map<std::string, std::string> refused = {
+      {R"("rope_parameters": {"sliding_attention": {"rope_type": "linear", "factor": 2.0}})",
+       "rope_parameters.sliding_attention.rope_type \"linear\""},
+      {R"("sliding_window_pattern": 2)", "sliding_window_pattern 2"},
+      {R"("layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"])",
+       "\"sliding_attention\",\"full_attention\"]"},
+      {R"("use_bidirectional_attention": true)", "use_bidirectional_attention true"},
+  };
+  for (const auto& [extra, named] : refused) {
+    errors.clear();
+    read(gemma + ", " + extra, errors);
+    ASSERT_EQ(errors.size(), 1u) << extra;
+    EXPECT_NE(errors[0].find(named + " is not supported"), std::string::npos) << errors[0];
+  }
+
+  ModelArch g = small(ModelFamily::kGemma3);
+  g.layers = 6;
+  g.sliding_window = 64;
+  g.rope_local_theta = 123.0;
+  g.rope_scaling = {.type = RopeScalingType::kLinear, .factor = 8.0};
+  ModelArch back;
+  errors.clear();
+  ASSERT_TRUE(arch_from_hf_config(hf_config_json(g, "bfloat16"), "config.json", back, errors)) << errors.front();
+  EXPECT_DOUBLE_EQ(back.rope_local_theta, 123.0);
+  EXPECT_DOUBLE_EQ(back.rope_theta, g.rope_theta);
+  EXPECT_EQ(back.rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_EQ(back.sliding_window, 64);
 }
 
 // Every linear of a block is a slice of one fused projection, the slices of

@@ -370,7 +370,9 @@ TEST_F(SpecLoaderTest, ResolvedArchitecturesRoundTripThroughTheLoader) {
         "{family: mistral, layers: 2, hidden: 64, intermediate: 128, heads: 4, vocab: 300, max_seq_len: 128, "
         "sliding_window: 32}",
         "{family: gemma2, layers: 2, hidden: 64, intermediate: 128, heads: 4, vocab: 300, max_seq_len: 128, "
-        "sliding_window: 32, attn_logit_softcap: 50, final_logit_softcap: 30, query_pre_attn_scalar: 16}"}) {
+        "sliding_window: 32, attn_logit_softcap: 50, final_logit_softcap: 30, query_pre_attn_scalar: 16}",
+        "{family: gemma3_text, layers: 6, hidden: 64, intermediate: 128, heads: 4, vocab: 300, max_seq_len: 128, "
+        "sliding_window: 32, rope_local_theta: 10000, query_pre_attn_scalar: 16}"}) {
     LoadedSpec s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  arch: " + arch +
                         "\ndata: {train: data/train.txt, seq_len: 64}\n");
     ASSERT_TRUE(s.ok()) << arch << errors(s);
@@ -391,7 +393,7 @@ TEST_F(SpecLoaderTest, Gemma2sCapsOnAnotherFamilyAreErrorsAtTheirKeys) {
       "\ndata: {train: data/train.txt, seq_len: 64}\n");
   ASSERT_FALSE(s.ok());
   const std::string text = errors(s);
-  EXPECT_NE(text.find("model.arch.attn_logit_softcap: llama has no attn_logit_softcap (gemma2 has)"), std::string::npos)
+  EXPECT_NE(text.find("model.arch.attn_logit_softcap: llama has no attn_logit_softcap (gemma2 and gemma3_text have)"), std::string::npos)
       << text;
   EXPECT_NE(text.find("model.arch.query_pre_attn_scalar"), std::string::npos) << text;
   EXPECT_EQ(s.diagnostics.items().size(), 2u) << text;

@@ -75,6 +75,14 @@ CONFIGS = {
                    vocab_size=300, max_position_embeddings=64, rope_theta=10000.0, sliding_window=8,
                    attn_logit_softcapping=0.2, final_logit_softcapping=0.3, tie_word_embeddings=True,
                    pad_token_id=None, bos_token_id=None, eos_token_id=None),
+    # Six layers, the last global: the windowed ones rotate by base 100 and
+    # the global one by 1e4 stretched 8x (linear, as Gemma 3 4B and up).
+    "gemma3_text": dict(model_type="gemma3_text", hidden_size=64, intermediate_size=112, num_hidden_layers=6,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=24,
+                        vocab_size=300, max_position_embeddings=64, sliding_window=8,
+                        rope_parameters={"full_attention": dict(rope_type="linear", factor=8.0, rope_theta=10000.0),
+                                         "sliding_attention": dict(rope_type="default", rope_theta=100.0)},
+                        tie_word_embeddings=True, pad_token_id=None, bos_token_id=None, eos_token_id=None),
     "gpt2": dict(model_type="gpt2", n_embd=64, n_inner=256, n_layer=2, n_head=4, vocab_size=300, n_positions=64,
                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=1),
 }

@@ -59,9 +59,12 @@ TEST(MemoryAccuracyTest, MeasuredPeaksAreWithinTenPercentOfTheEstimate) {
   // Four norms a block, GeGLU, alternating windows, capped scores (so
   // materialised attention only) and capped logits.
   const char* gemma2 = "{family: gemma2, layers: 3, hidden: 128, intermediate: 344, heads: 8, kv_heads: 4, head_dim: 32, vocab: 1024, max_seq_len: 256, tie_embeddings: true, sliding_window: 64, attn_logit_softcap: 50, final_logit_softcap: 30, query_pre_attn_scalar: 32}";
+  // Gemma 3: q/k norms under Gemma's norms, windows on five layers in six
+  // (six layers: one global), a local RoPE base.
+  const char* gemma3 = "{family: gemma3_text, layers: 6, hidden: 128, intermediate: 344, heads: 8, kv_heads: 4, head_dim: 32, vocab: 1024, max_seq_len: 256, tie_embeddings: true, sliding_window: 64, rope_local_theta: 100, query_pre_attn_scalar: 32}";
   std::vector<Case> cases;
-  for (const auto& [name, m] :
-       {std::pair{"llama", llama}, {"gpt2", gpt2}, {"qwen3", qwen3}, {"mixtral", mixtral}, {"gemma2", gemma2}}) {
+  for (const auto& [name, m] : {std::pair{"llama", llama}, {"gpt2", gpt2}, {"qwen3", qwen3}, {"mixtral", mixtral},
+                                {"gemma2", gemma2}, {"gemma3", gemma3}}) {
     const bool capped = m == gemma2;
     for (auto p : {dsl::Precision::kFp32, dsl::Precision::kBf16, dsl::Precision::kPureBf16}) {
       for (std::int64_t ck : {0, 1}) {

@@ -32,6 +32,13 @@ dsl::ModelArch tiny(dsl::ModelFamily family, std::int64_t kv_heads = 2) {
     a.query_pre_attn_scalar = 12;
     a.tie_embeddings = true;
   }
+  if (family == dsl::ModelFamily::kGemma3) {  // q/k norms; windowed layers on their own RoPE base
+    a.head_size = 16;
+    a.sliding_window = 5;
+    a.rope_local_theta = 100.0;
+    a.query_pre_attn_scalar = 12;
+    a.tie_embeddings = true;
+  }
   return a;
 }
 
@@ -39,7 +46,8 @@ dsl::ModelArch tiny(dsl::ModelFamily family, std::int64_t kv_heads = 2) {
 // norms with wide heads, a mixture of experts, Gemma 2's caps and norms.
 constexpr dsl::ModelFamily kFamilies[] = {dsl::ModelFamily::kLlama, dsl::ModelFamily::kQwen2, dsl::ModelFamily::kQwen3,
                                           dsl::ModelFamily::kMixtral, dsl::ModelFamily::kPhi3,
-                                          dsl::ModelFamily::kGemma2, dsl::ModelFamily::kGpt2};
+                                          dsl::ModelFamily::kGemma2, dsl::ModelFamily::kGemma3,
+                                          dsl::ModelFamily::kGpt2};
 
 ModelInput input(const torch::Tensor& ids) {
   ModelInput in;
