@@ -102,9 +102,11 @@ Result<Nf4Tensor> quantize_nf4(const Tensor& weight) {
     q.numel = flat.numel();
     const std::int64_t nb = (q.numel + kNf4BlockSize - 1) / kNf4BlockSize;
     Tensor blocks = torch::constant_pad_nd(flat, {0, nb * kNf4BlockSize - q.numel}, 0).view({nb, kNf4BlockSize});
-    Tensor absmax = blocks.abs().amax(1);
-    absmax.masked_fill_(absmax == 0, 1.0f);  // an all-zero block: any scale gives zeros
-    const Tensor codes = torch::bucketize(blocks / absmax.unsqueeze(1), level_bounds().to(flat.device()),
+    const Tensor absmax = blocks.abs().amax(1);
+    // An all-zero block: any divisor gives zeros (code 7); its absmax stays
+    // 0 in the statistics, as bitsandbytes stores it.
+    const Tensor divisor = absmax.masked_fill(absmax == 0, 1.0f);
+    const Tensor codes = torch::bucketize(blocks / divisor.unsqueeze(1), level_bounds().to(flat.device()),
                                           /*out_int32=*/true)
                              .view({-1, 2});
     q.packed = (codes.select(1, 0) * 16 + codes.select(1, 1)).to(torch::kUInt8);

@@ -18,23 +18,21 @@ constexpr std::int64_t kChunkElements = std::int64_t{1} << 20;
 // 2^e fractions (e = 0..6): 1 + 2 + ... + 64 = 127 magnitudes per sign, plus
 // 0 and 1: 256 codes. Without a sign bit each exponent gets one more
 // fraction bit: 2 + 4 + ... + 128 = 254, plus 0 and 1. The fractions are the
-// midpoints of 2^bits equal intervals of [0.1, 1].
-std::vector<float> build_map(bool is_signed) {
-  std::vector<float> v;
+// midpoints of 2^bits equal intervals of [0.1, 1], formed in fp32 torch ops
+// as bitsandbytes' create_dynamic_map forms them, so that the values (and
+// with them NF4's double-quantised scales) are bit for bit bitsandbytes'
+// (tests/runner/hf_interop_test.cpp).
+torch::Tensor build_map(bool is_signed) {
+  std::vector<torch::Tensor> parts;
   for (int e = 0; e < 7; ++e) {
-    const int n = is_signed ? (1 << e) : (1 << (e + 1));
-    const double scale = std::pow(10.0, e - 6);
-    for (int j = 0; j < n; ++j) {
-      const double lo = 0.1 + 0.9 * j / n, hi = 0.1 + 0.9 * (j + 1) / n;
-      const double mag = scale * (lo + hi) / 2;
-      v.push_back(static_cast<float>(mag));
-      if (is_signed) v.push_back(static_cast<float>(-mag));
-    }
+    const std::int64_t n = is_signed ? (1 << e) : (1 << (e + 1));
+    const torch::Tensor bounds = torch::linspace(0.1, 1.0, n + 1, torch::kFloat32);
+    const torch::Tensor mag = (bounds.slice(0, 0, -1) + bounds.slice(0, 1)) / 2.0 * std::pow(10.0, e - 6);
+    parts.push_back(mag);
+    if (is_signed) parts.push_back(-mag);
   }
-  v.push_back(0.0f);
-  v.push_back(1.0f);
-  std::sort(v.begin(), v.end());
-  return v;
+  parts.push_back(torch::tensor({0.0f, 1.0f}));
+  return std::get<0>(torch::cat(parts).sort());
 }
 
 struct MapTables {
@@ -43,9 +41,8 @@ struct MapTables {
 };
 
 MapTables make_tables(bool is_signed) {
-  const std::vector<float> v = build_map(is_signed);
   MapTables t;
-  t.map = torch::from_blob(const_cast<float*>(v.data()), {static_cast<std::int64_t>(v.size())}, torch::kFloat32).clone();
+  t.map = build_map(is_signed);
   t.bounds = (t.map.slice(0, 0, -1) + t.map.slice(0, 1)) / 2;
   return t;
 }
@@ -56,7 +53,7 @@ const MapTables& tables(bool is_signed) {
   return is_signed ? kSigned : kUnsigned;
 }
 
-const torch::Tensor& bounds_for(const torch::Tensor& map) {
+const torch::Tensor& bounds(const torch::Tensor& map) {
   // The maps are the two cached tensors: look the bounds up by identity.
   const MapTables& s = tables(true);
   if (map.is_same(s.map)) return s.bounds;
@@ -77,8 +74,10 @@ void quantize_blocks_into(const torch::Tensor& blocks, const torch::Tensor& map,
   torch::Tensor absmax = blocks.abs().amax(1);
   // An all-zero block would divide 0 by 0; with scale 1 its zeros stay zeros.
   absmax.masked_fill_(absmax == 0, 1.0f);
+  // The nearest map value: the index of the midpoint interval the value
+  // falls in (bitsandbytes' torch backend does the same).
   const torch::Tensor idx =
-      torch::bucketize(blocks / absmax.unsqueeze(1), bounds_for(map).to(blocks.device()), /*out_int32=*/true);
+      torch::bucketize(blocks / absmax.unsqueeze(1), bounds(map).to(blocks.device()), /*out_int32=*/true);
   codes_out.copy_(idx.view({-1}));
   absmax_out.copy_(absmax);
 }

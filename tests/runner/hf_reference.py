@@ -18,6 +18,12 @@ project's .venv (transformers, PEFT, safetensors on the same torch).
       DIR/qwen2/ (Qwen2's NFC normalizer and regex, no BOS), each with
       tokenizer.json and ids.json: the library's ids of every line of
       DIR/lines.json, without special tokens.
+  hf_reference.py nf4 DIR
+      quantises weights with bitsandbytes' quantize_4bit (nf4, block 64,
+      double quantisation) on the CPU: DIR/nf4.safetensors holds, for each
+      case (fp32_, bf16_), the weight, bnb's packed codes, absmax codes, absmax
+      offset, second-level scales and its dequantised weight; and code, bnb's
+      signed 8-bit dynamic map.
   hf_reference.py check DIR FAMILY...
       for each family, loads what Tailor wrote: DIR/FAMILY/export/ with
       AutoModelForCausalLM and DIR/FAMILY/tailor_adapter/ onto base/ with
@@ -208,9 +214,32 @@ def train_tokenizers(root):
             json.dump(ids, f)
 
 
+def nf4(root):
+    import bitsandbytes.functional as F
+    out = {}
+    g = torch.Generator().manual_seed(3)
+    # 300 blocks of 64: the last block of 256 absmax values is partial; a
+    # few blocks of outliers and one of zeros.
+    w = torch.randn(96, 200, generator=g) * 0.02
+    w[5, :64] *= 40
+    w[40, 64:128] = 0
+    for name, dtype in (("fp32_", torch.float32), ("bf16_", torch.bfloat16)):
+        x = w.to(dtype)
+        q, st = F.quantize_4bit(x, blocksize=64, quant_type="nf4", compress_statistics=True)
+        out.update({name + "weight": x.float().contiguous(), name + "packed": q.flatten().contiguous(),
+                    name + "absmax_codes": st.absmax.contiguous(), name + "offset": st.offset.float().reshape(1),
+                    name + "absmax_scale": st.state2.absmax.float().contiguous(),
+                    name + "dequantized": F.dequantize_4bit(q, st).float().contiguous()})
+    out["code"] = F.create_dynamic_map(signed=True).contiguous()
+    save_file(out, os.path.join(root, "nf4.safetensors"))
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "tokenizers":
         train_tokenizers(sys.argv[2])
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "nf4":
+        nf4(sys.argv[2])
         return
     if len(sys.argv) < 4 or sys.argv[1] not in ("make", "check"):
         sys.exit(__doc__)
