@@ -4,10 +4,12 @@
 // Tailor with transformers' logits and loss; the folder Tailor exports loads
 // in transformers with Tailor's logits; an adapter saved by PEFT loads in
 // Tailor with PEFT's logits; the adapter Tailor saves loads in PEFT with
-// Tailor's. fp32 throughout, within 1e-4 of the largest logit. And QLoRA's
+// Tailor's. fp32 within 1e-4 of the largest logit; bf16 as near
+// transformers' bf16 as bf16 is to fp32. And QLoRA's
 // NF4 storage against bitsandbytes' quantize_4bit on the CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -137,8 +139,17 @@ TEST(HfInteropTest, EveryFamilyRoundTripsThroughTransformersAndPeft) {
     ASSERT_TRUE(s.is_ok()) << s.message();
     const double adapter_error = off_by(logits_of(adapted, ids), tensor_in(*ref, "adapter_logits"));
     EXPECT_LT(adapter_error, kTolerance);
-    std::printf("%-8s transformers -> Tailor: logits %.2e, loss ratio %.8f; PEFT -> Tailor: logits %.2e\n",
-                family.c_str(), base_error, loss_ratio, adapter_error);
+    // bf16: Tailor's bf16 forward is as near transformers' bf16 forward as
+    // bf16 itself is to fp32 (both round every op; their orders differ).
+    CausalLM half = load_model(d + "/base");
+    half->to(torch::kBFloat16);
+    const Tensor hf_bf16 = tensor_in(*ref, "bf16_logits"), hf_fp32 = tensor_in(*ref, "base_logits");
+    const double bf16_error = off_by(logits_of(half, ids).to(torch::kFloat32), hf_bf16);
+    const double bf16_rounding = off_by(hf_bf16, hf_fp32);
+    EXPECT_LT(bf16_error, std::max(2 * bf16_rounding, 1.0 / 256)) << "bf16 rounding alone: " << bf16_rounding;
+    std::printf("%-8s transformers -> Tailor: logits %.2e, loss ratio %.8f, bf16 %.2e (bf16 vs fp32: %.2e); "
+                "PEFT -> Tailor: logits %.2e\n",
+                family.c_str(), base_error, loss_ratio, bf16_error, bf16_rounding, adapter_error);
 
     // Tailor's export and adapter, for transformers and PEFT to check: the
     // weights moved away from transformers' so that the check sees ours.

@@ -8,7 +8,7 @@ project's .venv (transformers, PEFT, safetensors on the same torch).
       misplaced tensor shows), adapter/ (a PEFT LoRA adapter on every linear of
       the blocks, saved by PEFT, with non-zero B), and reference.safetensors:
       input_ids (2, 16), base_logits, base_loss (transformers' mean shifted
-      cross-entropy), adapter_logits.
+      cross-entropy), adapter_logits, bf16_logits (the base cast to bf16).
   hf_reference.py tokenizers DIR
       trains byte-level BPE tokenizers with the `tokenizers` library on a
       multilingual corpus (scripts, emoji, digits, whitespace runs, code,
@@ -31,6 +31,7 @@ project's .venv (transformers, PEFT, safetensors on the same torch).
       with its export_logits and adapter_logits. Prints one line per check;
       exits 1 when one is off by more than the tolerance.
 """
+import copy
 import json
 import os
 import sys
@@ -123,6 +124,9 @@ def make(root, family):
     ids = torch.randint(0, CONFIGS[family]["vocab_size"], (2, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         base = model(ids, labels=ids)
+        # The same model in bf16, as transformers runs it: what Tailor's bf16
+        # forward is compared with ("within bf16's rounding").
+        bf16_logits = copy.deepcopy(model).to(torch.bfloat16)(ids).logits.float()
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS.get(family, LLAMA_TARGETS),
                       init_lora_weights=False, task_type="CAUSAL_LM")
     peft_model = get_peft_model(model, lora)
@@ -130,7 +134,8 @@ def make(root, family):
     with torch.no_grad():
         adapted = peft_model(ids)
     save_file({"input_ids": ids.contiguous(), "base_logits": base.logits.contiguous(),
-               "base_loss": base.loss.reshape(1).contiguous(), "adapter_logits": adapted.logits.contiguous()},
+               "base_loss": base.loss.reshape(1).contiguous(), "adapter_logits": adapted.logits.contiguous(),
+               "bf16_logits": bf16_logits.contiguous()},
               os.path.join(out, "reference.safetensors"))
 
 
