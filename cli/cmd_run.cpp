@@ -27,7 +27,9 @@ constexpr const char* kHelp = R"(usage: tailor run [OPTIONS] JOB.yaml
 
 Plans the job for this machine (or --gpus) and trains it in the foreground
 with tailor-runner, showing step, loss, tokens/s, memory and ETA. The run
-folder gets plan.json, metrics.jsonl, events.jsonl, checkpoints/ and model.pt.
+folder gets plan.json, metrics.jsonl, events.jsonl, checkpoints/, model/ (a
+Hugging Face folder for transformers' from_pretrained or another job's
+model.path), model.pt, and with LoRA or QLoRA adapter/ (PEFT's layout).
 
 options:
   --out DIR            run folder (default: runs/NAME); one holding an earlier
@@ -155,8 +157,13 @@ int run_run(const Argv& argv, Streams io) {
   if (!code) return kExitRunFailed;
   switch (*code) {
     case runner::RunnerExit::kOk:
-      io.err << "tailor run: done; model at " << (out / "model.pt").string() << ", metrics in "
-             << (out / "metrics.jsonl").string() << "\n";
+      // The folders transformers and PEFT load (model/ holds a LoRA run's
+      // merged model); model.pt is Tailor's own.
+      io.err << "tailor run: done; model at " << (out / "model").string() << " (Hugging Face)";
+      if (std::filesystem::is_directory(out / "adapter")) {
+        io.err << ", adapter at " << (out / "adapter").string() << " (PEFT)";
+      }
+      io.err << ", metrics in " << (out / "metrics.jsonl").string() << "\n";
       return kExitOk;
     case runner::RunnerExit::kBadInput: return kExitInvalid;
     case runner::RunnerExit::kOutOfMemory:

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -177,6 +178,60 @@ TEST(HfInteropTest, EveryFamilyRoundTripsThroughTransformersAndPeft) {
     ASSERT_TRUE(s.is_ok()) << s.message();
   }
   EXPECT_TRUE(python(dir, "check " + dir.path().string() + names));
+  std::printf("%s", read_text(dir.file("python.log")).c_str());
+}
+
+// What a newcomer does: point model.path at a folder transformers saved,
+// train with `tailor run` (LoRA on Gemma 2, a full fine-tune of Qwen2, on
+// this CPU), and load the run's adapter/ in PEFT and model/ in transformers:
+// the same logits as Tailor's own loader gives, and not the base's.
+TEST(HfInteropTest, TrainedRunsLoadInTransformersAndPeft) {
+  TempDir dir;
+  ASSERT_TRUE(python(dir, "make " + dir.path().string() + " gemma2 qwen2"));
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Tailor trains what transformers saved, line " + std::to_string(i) + ".\n";
+  const std::string data = dir.write("train.txt", text);
+  for (const auto& [family, adapter] : {std::pair<std::string, std::string>{"gemma2", "lora"}, {"qwen2", "none"}}) {
+    SCOPED_TRACE(family);
+    const std::string d = dir.file(family);
+    const std::string spec = dir.write(
+        family + ".yaml",
+        "apiVersion: tailor/v1\nkind: TrainingJob\nname: " + family + "\nmodel: {path: " + d + "/base}\n" +
+            "data: {train: " + data + ", format: text, seq_len: 16}\n" +
+            "training: {global_batch_size: 4, max_steps: 3, lr: 1e-2}\nstrategy: {adapter: " + adapter +
+            ", precision: fp32}\nresources: {gpus: 0, host_memory: 2GiB}\n");
+    const std::string out = d + "/run";
+    const std::string cmd = std::string(TAILOR_BINARY_DIR) + "/bin/tailor run " + spec + " --out " + out + " > " +
+                            dir.file(family + "-run.log") + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(dir.file(family + "-run.log"));
+
+    auto ref = io::SafetensorsFile::open(d + "/reference.safetensors");
+    ASSERT_TRUE(ref.is_ok()) << ref.status().message();
+    const Tensor ids = tensor_in(*ref, "input_ids");
+    std::vector<io::TensorToWrite> tensors = {to_write("input_ids", ids)};
+    Tensor trained;
+    if (adapter == "lora") {
+      std::filesystem::rename(out + "/adapter", d + "/tailor_adapter");
+      CausalLM m = load_model(d + "/base");
+      const dsl::ModelArch arch = m->arch();
+      LoraOptions o;
+      o.targets = dsl::lora_target_names(arch.family);
+      ASSERT_TRUE(attach_lora(*m, o).is_ok());
+      const Status s = load_peft_adapter(*m, d + "/tailor_adapter");
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      trained = logits_of(m, ids);
+      tensors.push_back(to_write("adapter_logits", trained));
+    } else {
+      std::filesystem::rename(out + "/model", d + "/export");
+      CausalLM m = load_model(d + "/export");
+      trained = logits_of(m, ids);
+      tensors.push_back(to_write("export_logits", trained));
+    }
+    EXPECT_GT(off_by(trained, tensor_in(*ref, "base_logits")), 1e-3) << "training changed nothing";
+    const Status s = io::write_safetensors(d + "/tailor.safetensors", tensors);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+  EXPECT_TRUE(python(dir, "check " + dir.path().string() + " gemma2 qwen2"));
   std::printf("%s", read_text(dir.file("python.log")).c_str());
 }
 

@@ -150,13 +150,19 @@ def check(root, family):
     ref = load_file(os.path.join(d, "tailor.safetensors"))
     ids = ref["input_ids"]
     results = []
-    exported = AutoModelForCausalLM.from_pretrained(os.path.join(d, "export"), dtype=torch.float32).eval()
-    with torch.no_grad():
-        results.append(("export", off_by(exported(ids).logits, ref["export_logits"])))
-    base = AutoModelForCausalLM.from_pretrained(os.path.join(d, "base"), dtype=torch.float32)
-    adapted = PeftModel.from_pretrained(base, os.path.join(d, "tailor_adapter")).eval()
-    with torch.no_grad():
-        results.append(("adapter", off_by(adapted(ids).logits, ref["adapter_logits"])))
+    # A run that trained one kind leaves only its folder (export: a full
+    # fine-tune's model, tailor_adapter: LoRA's adapter).
+    if os.path.isdir(os.path.join(d, "export")):
+        exported = AutoModelForCausalLM.from_pretrained(os.path.join(d, "export"), dtype=torch.float32).eval()
+        with torch.no_grad():
+            results.append(("export", off_by(exported(ids).logits, ref["export_logits"])))
+    if os.path.isdir(os.path.join(d, "tailor_adapter")):
+        base = AutoModelForCausalLM.from_pretrained(os.path.join(d, "base"), dtype=torch.float32)
+        adapted = PeftModel.from_pretrained(base, os.path.join(d, "tailor_adapter")).eval()
+        with torch.no_grad():
+            results.append(("adapter", off_by(adapted(ids).logits, ref["adapter_logits"])))
+    if not results:
+        sys.exit(f"{d}: neither export/ nor tailor_adapter/ to check")
     return [(family, what, err) for what, err in results]
 
 
