@@ -63,6 +63,13 @@ ParameterCounts count_parameters(const ModelArch& a) {
     const std::int64_t expert_mlp = 3 * a.hidden * a.intermediate, router = a.experts * a.hidden;
     c.expert = a.layers * (a.experts * expert_mlp + router);
     c.active_expert = a.layers * (a.experts_per_token * expert_mlp + router);
+    // The runner quantises an expert stack when each expert's weight is
+    // whole 64-value blocks (runner/torch/lora.cpp): gate/up (2I x C) and
+    // down (C x I).
+    const std::int64_t up = 2 * a.intermediate * a.hidden, down = a.hidden * a.intermediate;
+    if (up % 64 == 0) c.expert_quantizable += a.layers * a.experts * up;
+    if (down % 64 == 0) c.expert_quantizable += a.layers * a.experts * down;
+    c.largest_expert = c.expert_quantizable > 0 ? up : 0;
   }
   c.other = c.total - c.block_linear - c.expert;
   const std::int64_t embeddings = a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) +
@@ -313,10 +320,11 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     const double linear_bytes = st.quantization == Quantization::kNone
                                     ? weight_bytes_per_param(st.precision)
                                     : quantized_bytes_per_param(st.quantization, a.hidden);
-    // Experts stay in the compute dtype: the runner quantises the linears
-    // every token goes through.
-    weights = static_cast<double>(pc.block_linear) * linear_bytes +
-              static_cast<double>(pc.other + pc.expert) * weight_bytes_per_param(st.precision);
+    // Under QLoRA the experts are NF4 too (the routers stay in the compute
+    // dtype), as bitsandbytes quantises them.
+    const std::int64_t expert_quantized = st.quantization == Quantization::kNone ? 0 : pc.expert_quantizable;
+    weights = static_cast<double>(pc.block_linear + expert_quantized) * linear_bytes +
+              static_cast<double>(pc.other + pc.expert - expert_quantized) * weight_bytes_per_param(st.precision);
     // Adapters are trained in fp32 under fp32 and mixed precision (no master
     // copy needed), in bf16 under pure bf16.
     const double adapter_dtype = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
@@ -454,7 +462,8 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   const double wbytes = weight_bytes_per_param(st.precision);
   if (st.quantization == Quantization::kNf4 || st.quantization == Quantization::kNf4Double ||
       st.quantization == Quantization::kInt8) {
-    overhead += static_cast<double>(pc.largest_linear) * wbytes;  // one dequantised weight at a time
+    // One dequantised weight at a time: a linear's, or one expert's.
+    overhead += static_cast<double>(std::max(pc.largest_linear, pc.largest_expert)) * wbytes;
   }
   if (st.zero_stage >= 3 || st.offload == Offload::kOptimizerAndParams) {
     // The gathered layer being computed plus the one prefetched.

@@ -22,7 +22,9 @@ namespace tailor::strategies {
 struct ParameterCounts {
   std::int64_t total = 0;
   std::int64_t block_linear = 0;  // weights of the blocks' linear layers (what QLoRA quantises)
-  std::int64_t expert = 0;        // every block's experts and router (mixture of experts): compute dtype
+  std::int64_t expert = 0;        // every block's experts and router (mixture of experts)
+  std::int64_t expert_quantizable = 0;  // of those, the expert weights QLoRA stores in NF4 (not the routers)
+  std::int64_t largest_expert = 0;  // one expert's gate/up weight (2I x C): the dequantise buffer under QLoRA
   std::int64_t active_expert = 0; // of those, what one token goes through (its experts and the routers)
   std::int64_t other = 0;         // embeddings, head, norms, biases: kept in the compute dtype
   std::int64_t largest_linear = 0;  // the biggest single linear weight (dequantise / gather buffer)

@@ -93,7 +93,7 @@ Tensor swiglu(const Tensor& gate_up) {
 // one index_add; a token's contributions are added in expert order, as
 // transformers does.
 Tensor mixture_of_experts(const Tensor& h, const Tensor& router, const Tensor& gate_up, const Tensor& down,
-                          std::int64_t top_k) {
+                          std::int64_t top_k, ProjectionHook* hook, std::size_t layer) {
   const std::int64_t c = h.size(-1), experts = router.size(0);
   const Tensor x = h.reshape({-1, c});  // (N, C)
   const Tensor probs = torch::softmax(torch::linear(x, router).to(torch::kFloat32), -1);  // (N, E)
@@ -106,8 +106,11 @@ Tensor mixture_of_experts(const Tensor& h, const Tensor& router, const Tensor& g
     const Tensor n = index.flatten().bincount({}, experts).to(torch::kCPU);
     return std::vector<std::int64_t>(n.data_ptr<std::int64_t>(), n.data_ptr<std::int64_t>() + experts);
   }();
-  const Tensor act = swiglu(grouped_linear(x.index_select(0, token), gate_up, counts));  // (N k, I)
-  const Tensor y = grouped_linear(act, down, counts) * weights.flatten().index_select(0, order).unsqueeze(1);
+  auto apply_experts = [&](const Tensor& rows, const Tensor& w, bool up) {
+    return hook ? hook->experts(layer, up, rows, w, counts) : grouped_linear(rows, w, counts);
+  };
+  const Tensor act = swiglu(apply_experts(x.index_select(0, token), gate_up, true));  // (N k, I)
+  const Tensor y = apply_experts(act, down, false) * weights.flatten().index_select(0, order).unsqueeze(1);
   return torch::zeros_like(x).index_add(0, token, y).view(h.sizes());
 }
 
@@ -232,7 +235,8 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
   h = gpt2 ? torch::layer_norm(out, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps)
            : norm_of(arch_, out, l->norm2);
   if (l->router.defined()) {
-    return out + mixture_of_experts(h, l->router, l->experts_gate_up, l->experts_down, arch_.experts_per_token);
+    return out + mixture_of_experts(h, l->router, l->experts_gate_up, l->experts_down, arch_.experts_per_token,
+                                    hook_.get(), i);
   }
   if (gpt2) {
     return out + project(i, Projection::kDown, torch::gelu(project(i, Projection::kUp, h, l->up, l->up_b), "tanh"),
@@ -257,6 +261,16 @@ Tensor& CausalLMImpl::projection_weight(std::size_t layer, Projection p) {
     case Projection::kDown: return l->down;
   }
   return l->qkv;
+}
+
+Tensor& CausalLMImpl::experts_weight(std::size_t layer, bool gate_up) {
+  auto* l = static_cast<Layer*>(layers_.at(layer).get());
+  return gate_up ? l->experts_gate_up : l->experts_down;
+}
+
+Tensor ProjectionHook::experts(std::size_t /*layer*/, bool /*gate_up*/, const Tensor& x, const Tensor& weight,
+                               const std::vector<std::int64_t>& counts) {
+  return grouped_linear(x, weight, counts);
 }
 
 Tensor CausalLMImpl::projection_bias(std::size_t layer, Projection p) const {

@@ -38,6 +38,12 @@ class ProjectionHook {
   // A trainable tensor of the layer (undefined if none): gradient
   // checkpointing needs one when the layer's own parameters are frozen.
   virtual torch::Tensor trainable_anchor(std::size_t layer) const = 0;
+  // A mixture of experts' gate/up (gate_up true) or down weights applied to
+  // the rows routed to each expert (grouped_linear.h); `weight` is the
+  // model's (E, out, in) parameter, empty when the hook keeps it in another
+  // form (QLoRA's NF4 experts).
+  virtual torch::Tensor experts(std::size_t layer, bool gate_up, const torch::Tensor& x,
+                                const torch::Tensor& weight, const std::vector<std::int64_t>& counts);
 };
 
 struct ModelInput {
@@ -78,6 +84,9 @@ class CausalLMImpl : public torch::nn::Module {
   // projection: the registered parameters themselves (for lora.h). A
   // mixture of experts has no kUp and kDown: their weights are undefined.
   torch::Tensor& projection_weight(std::size_t layer, Projection p);
+  // A mixture of experts' stacked gate/up (E, 2I, C) or down (E, C, I)
+  // weights (undefined for a dense MLP).
+  torch::Tensor& experts_weight(std::size_t layer, bool gate_up);
   torch::Tensor projection_bias(std::size_t layer, Projection p) const;
   // Routes the blocks' projections through `hook` (nullptr: plain linear).
   void set_projection_hook(std::shared_ptr<ProjectionHook> hook) { hook_ = std::move(hook); }

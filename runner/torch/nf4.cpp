@@ -75,6 +75,66 @@ struct Nf4LinearFunction : torch::autograd::Function<Nf4LinearFunction> {
   }
 };
 
+// The NF4 tensor a grouped linear's saved tensors and values stand for.
+Nf4Tensor grouped_weight(const std::vector<Tensor>& saved, torch::autograd::AutogradContext* ctx) {
+  Nf4Tensor w;
+  w.shape = {ctx->saved_data["rows"].toInt(), ctx->saved_data["in"].toInt()};
+  w.numel = w.shape[0] * w.shape[1];
+  w.packed = saved[0];
+  w.absmax_codes = saved[1];
+  w.absmax_scale = saved[2];
+  w.absmax_offset = static_cast<float>(ctx->saved_data["offset"].toDouble());
+  return w;
+}
+
+// Keeps only the codes and scales: the weight is frozen, so neither its
+// gradient nor the input it would need is computed or kept.
+struct Nf4GroupedLinear : torch::autograd::Function<Nf4GroupedLinear> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x_in, const Tensor& packed,
+                        const Tensor& absmax_codes, const Tensor& absmax_scale, double offset,
+                        std::vector<std::int64_t> shape, std::int64_t groups, std::vector<std::int64_t> counts) {
+    ctx->save_for_backward({packed, absmax_codes, absmax_scale});
+    ctx->saved_data["offset"] = offset;
+    ctx->saved_data["rows"] = shape[0];
+    ctx->saved_data["in"] = shape[1];
+    ctx->saved_data["groups"] = groups;
+    ctx->saved_data["counts"] = c10::IValue(counts);
+    const Nf4Tensor w = grouped_weight({packed, absmax_codes, absmax_scale}, ctx);
+    const std::int64_t out = shape[0] / groups;
+    const Tensor x = x_in.contiguous();
+    Tensor y = torch::empty({x.size(0), out}, x.options());
+    std::int64_t row = 0;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int64_t n = counts[static_cast<std::size_t>(g)];
+      if (n > 0) {
+        Tensor dst = y.narrow(0, row, n);
+        at::mm_out(dst, x.narrow(0, row, n), dequantize_nf4_rows(w, g * out, out, x.scalar_type()).t());
+      }
+      row += n;
+    }
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const Nf4Tensor w = grouped_weight(ctx->get_saved_variables(), ctx);
+    const std::int64_t groups = ctx->saved_data["groups"].toInt(), out = w.shape[0] / groups;
+    const std::vector<std::int64_t> counts = ctx->saved_data["counts"].toIntVector();
+    const Tensor gy = grad_out[0].contiguous();
+    Tensor gx = torch::empty({gy.size(0), w.shape[1]}, gy.options());
+    std::int64_t row = 0;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int64_t n = counts[static_cast<std::size_t>(g)];
+      if (n > 0) {
+        Tensor dst = gx.narrow(0, row, n);
+        at::mm_out(dst, gy.narrow(0, row, n), dequantize_nf4_rows(w, g * out, out, gy.scalar_type()));
+      }
+      row += n;
+    }
+    return {gx, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
 }  // namespace
 
 std::int64_t Nf4Tensor::bytes() const {
@@ -151,6 +211,41 @@ Tensor dequantize_nf4(const Nf4Tensor& q, torch::Dtype dtype) {
   }
   const Tensor flat = out.numel() != q.numel ? out.slice(0, 0, q.numel) : out;
   return flat.view(q.shape);
+}
+
+Tensor dequantize_nf4_rows(const Nf4Tensor& q, std::int64_t row0, std::int64_t rows, torch::Dtype dtype) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(q.shape.size() == 2, "dequantize_nf4_rows: expected a 2-D weight");
+  const std::int64_t in = q.shape[1], e0 = row0 * in, n = rows * in;
+  TORCH_CHECK(e0 % kNf4BlockSize == 0 && n % kNf4BlockSize == 0 && row0 >= 0 && row0 + rows <= q.shape[0],
+              "dequantize_nf4_rows: rows [", row0, ", ", row0 + rows, ") of ", in, " values are not whole blocks");
+  const std::int64_t b0 = e0 / kNf4BlockSize, nb = n / kNf4BlockSize;
+  // This slice's first-level absmax: its 8-bit codes times their 256-block
+  // scales, plus the offset (nf4_absmax() for the whole tensor).
+  const Tensor block = torch::arange(b0, b0 + nb, q.absmax_codes.options().dtype(torch::kInt64));
+  const Tensor absmax = dynamic_map(true)
+                            .to(q.absmax_codes.device())
+                            .index_select(0, q.absmax_codes.slice(0, b0, b0 + nb).to(torch::kInt64))
+                            .mul_(q.absmax_scale.index_select(0, block.div(kNf4AbsmaxBlockSize, "floor")))
+                            .add_(q.absmax_offset);
+  const Tensor bytes = q.packed.slice(0, e0 / 2, (e0 + n) / 2).to(torch::kInt32);
+  return byte_table()
+      .to(q.packed.device())
+      .index_select(0, bytes)
+      .view({nb, kNf4BlockSize})
+      .mul_(absmax.unsqueeze(1))
+      .to(dtype)
+      .view({rows, in});
+}
+
+Tensor nf4_grouped_linear(const Tensor& x, const Nf4Tensor& w, std::int64_t groups,
+                          const std::vector<std::int64_t>& counts) {
+  TORCH_CHECK(w.shape.size() == 2 && groups > 0 && w.shape[0] % groups == 0,
+              "nf4_grouped_linear: ", groups, " groups do not divide the weight's rows");
+  TORCH_CHECK(static_cast<std::int64_t>(counts.size()) == groups, "nf4_grouped_linear: ", counts.size(),
+              " counts for ", groups, " groups");
+  return Nf4GroupedLinear::apply(x, w.packed, w.absmax_codes, w.absmax_scale, static_cast<double>(w.absmax_offset),
+                                 w.shape, groups, counts);
 }
 
 Tensor nf4_unpack_codes(const Nf4Tensor& q) {

@@ -76,6 +76,18 @@ torch::Tensor nf4_absmax(const Nf4Tensor& q);
 // Codes (uint8, one per element, unpacked) of the weight's elements.
 torch::Tensor nf4_unpack_codes(const Nf4Tensor& q);
 
+// Rows [row0, row0 + rows) of a 2-D weight, dequantised into `dtype`
+// (rows x in): a slice of blocks, so row0 * in and rows * in must be
+// multiples of the block size. Throws c10::Error otherwise.
+torch::Tensor dequantize_nf4_rows(const Nf4Tensor& q, std::int64_t row0, std::int64_t rows, torch::Dtype dtype);
+
+// A mixture of experts' frozen NF4 weights (grouped_linear.h with w stored
+// as one 2-D NF4 tensor of `groups` stacked (out, in) weights): each
+// group's rows times its weight, one group's weight dequantised at a time,
+// in forward and again in backward. Differentiable with respect to x only.
+torch::Tensor nf4_grouped_linear(const torch::Tensor& x, const Nf4Tensor& w, std::int64_t groups,
+                                 const std::vector<std::int64_t>& counts);
+
 // y = x W^T (+ bias) with W dequantised blockwise into x's dtype for this
 // call only. Differentiable with respect to x (grad_x = grad_y W, W
 // dequantised again in backward) and bias; W itself gets no gradient.

@@ -75,7 +75,7 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
       {llama, A::kNone, P::kBf16, 0, O::kAdamw8bit},   {llama, A::kLora, P::kPureBf16, 0, O::kAdamw8bit},
       {gpt2, A::kLora, P::kBf16, 0, O::kAdamw},        {gpt2, A::kQlora, P::kFp32, 0, O::kAdamw},
       {gpt2, A::kQlora, P::kBf16, 1, O::kAdamw},       {gpt2, A::kNone, P::kFp32, 0, O::kAdamw8bit},
-      // The experts are frozen and not quantised (attention only).
+      // The experts are frozen, and NF4 under QLoRA.
       {mixtral, A::kLora, P::kBf16, 0, O::kAdamw},     {mixtral, A::kQlora, P::kBf16, 1, O::kAdamw},
       {mixtral, A::kNone, P::kBf16, 0, O::kAdamw8bit},
       {phi3, A::kLora, P::kBf16, 0, O::kAdamw},        {phi3, A::kQlora, P::kBf16, 1, O::kAdamw},

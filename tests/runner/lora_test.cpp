@@ -15,6 +15,8 @@
 namespace tailor::runner {
 namespace {
 
+using torch::Tensor;
+
 dsl::ModelArch llama_arch() {
   return {.family = dsl::ModelFamily::kLlama, .layers = 2, .hidden = 64, .intermediate = 96, .heads = 4,
           .kv_heads = 2, .vocab = 300, .max_seq_len = 32};
@@ -23,6 +25,11 @@ dsl::ModelArch llama_arch() {
 dsl::ModelArch gpt2_arch() {
   return {.family = dsl::ModelFamily::kGpt2, .layers = 2, .hidden = 64, .intermediate = 256, .heads = 4,
           .kv_heads = 4, .vocab = 300, .max_seq_len = 32, .tie_embeddings = true, .norm_eps = 1e-5};
+}
+
+dsl::ModelArch mixtral_arch() {
+  return {.family = dsl::ModelFamily::kMixtral, .layers = 2, .hidden = 64, .intermediate = 96, .heads = 4,
+          .kv_heads = 2, .vocab = 300, .max_seq_len = 32, .experts = 4, .experts_per_token = 2};
 }
 
 ModelInput sample_input() {
@@ -139,7 +146,9 @@ TEST(LoraTest, MergedWeightsGiveTheSameOutputs) {
 }
 
 TEST(QloraTest, QuantisedBaseMatchesADequantisedReferenceAndFreesDenseWeights) {
-  for (const auto& arch : {llama_arch(), gpt2_arch()}) {
+  // Mixtral: the experts in NF4 too, one expert dequantised at a time.
+  for (const auto& arch : {llama_arch(), gpt2_arch(), mixtral_arch()}) {
+    SCOPED_TRACE(dsl::to_string(arch.family));
     torch::manual_seed(4);
     CausalLM m(arch, 0);
     torch::manual_seed(4);
@@ -155,11 +164,21 @@ TEST(QloraTest, QuantisedBaseMatchesADequantisedReferenceAndFreesDenseWeights) {
     plain.quantize_base = false;
     for (std::size_t l = 0; l < 2; ++l) {
       for (Projection p : {Projection::kQkv, Projection::kO, Projection::kUp, Projection::kDown}) {
+        if (!ref->projection_weight(l, p).defined()) continue;  // a mixture has no shared MLP
         EXPECT_EQ(m->projection_weight(l, p).numel(), 0);
         auto q = quantize_nf4(ref->projection_weight(l, p));
         ASSERT_TRUE(q.is_ok());
         torch::NoGradGuard ng;
         ref->projection_weight(l, p).copy_(dequantize_nf4(*q, torch::kFloat32));
+      }
+      for (bool up : {true, false}) {
+        if (!arch.moe()) continue;
+        EXPECT_EQ(m->experts_weight(l, up).numel(), 0);
+        Tensor& w = ref->experts_weight(l, up);
+        auto q = quantize_nf4(w.reshape({w.size(0) * w.size(1), w.size(2)}));
+        ASSERT_TRUE(q.is_ok());
+        torch::NoGradGuard ng;
+        w.copy_(dequantize_nf4(*q, torch::kFloat32).view(w.sizes()));
       }
     }
     ASSERT_TRUE(attach_lora(*ref, plain).is_ok());
@@ -171,6 +190,9 @@ TEST(QloraTest, QuantisedBaseMatchesADequantisedReferenceAndFreesDenseWeights) {
     }
     const auto f = lora_footprint(*m);
     EXPECT_LE(static_cast<double>(f.quantized_bytes) / static_cast<double>(f.quantized_parameters), 0.55);
+    if (arch.moe()) {  // every expert's weights are among the quantised ones
+      EXPECT_GE(f.quantized_parameters, arch.layers * arch.experts * 3 * arch.hidden * arch.intermediate);
+    }
     m->eval();
     ref->eval();
     const ModelInput in = sample_input();
@@ -186,6 +208,9 @@ TEST(QloraTest, QuantisedBaseMatchesADequantisedReferenceAndFreesDenseWeights) {
     m->eval();
     ASSERT_TRUE(merge_lora(*m, torch::kFloat32).is_ok());
     EXPECT_TRUE(torch::allclose(logits_of(m, in), yr, 1e-4, 1e-5));
+    if (arch.moe()) {
+      EXPECT_EQ(m->experts_weight(0, true).sizes(), ref->experts_weight(0, true).sizes());
+    }
   }
 }
 
