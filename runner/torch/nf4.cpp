@@ -39,53 +39,53 @@ std::string shape_string(const Tensor& t) {
   return s + ")";
 }
 
+// An NF4 weight as an autograd function keeps it: its three tensors saved
+// for backward and its offset and 2-D shape as saved values.
+void save_weight(torch::autograd::AutogradContext* ctx, const Tensor& packed, const Tensor& absmax_codes,
+                 const Tensor& absmax_scale, double offset, std::int64_t rows, std::int64_t in) {
+  ctx->save_for_backward({packed, absmax_codes, absmax_scale});
+  ctx->saved_data["offset"] = offset;
+  ctx->saved_data["rows"] = rows;
+  ctx->saved_data["in"] = in;
+}
+
+Nf4Tensor weight_of(const Tensor& packed, const Tensor& absmax_codes, const Tensor& absmax_scale, double offset,
+                    std::int64_t rows, std::int64_t in) {
+  Nf4Tensor w;
+  w.shape = {rows, in};
+  w.numel = rows * in;
+  w.packed = packed;
+  w.absmax_codes = absmax_codes;
+  w.absmax_scale = absmax_scale;
+  w.absmax_offset = static_cast<float>(offset);
+  return w;
+}
+
+// In backward only: forward has the tensors themselves.
+Nf4Tensor saved_weight(torch::autograd::AutogradContext* ctx) {
+  const auto saved = ctx->get_saved_variables();
+  return weight_of(saved[0], saved[1], saved[2], ctx->saved_data["offset"].toDouble(),
+                   ctx->saved_data["rows"].toInt(), ctx->saved_data["in"].toInt());
+}
+
 // Backward yields only grad_x: the weight is frozen, so its gradient (and
 // the input it would need) is never computed or kept.
 struct Nf4LinearFunction : torch::autograd::Function<Nf4LinearFunction> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& packed,
                         const Tensor& absmax_codes, const Tensor& absmax_scale, double offset, std::int64_t out_features,
                         std::int64_t in_features) {
-    ctx->save_for_backward({packed, absmax_codes, absmax_scale});
-    ctx->saved_data["offset"] = offset;
-    ctx->saved_data["out"] = out_features;
-    ctx->saved_data["in"] = in_features;
-    Nf4Tensor w;
-    w.shape = {out_features, in_features};
-    w.numel = out_features * in_features;
-    w.packed = packed;
-    w.absmax_codes = absmax_codes;
-    w.absmax_scale = absmax_scale;
-    w.absmax_offset = static_cast<float>(offset);
+    save_weight(ctx, packed, absmax_codes, absmax_scale, offset, out_features, in_features);
+    const Nf4Tensor w = weight_of(packed, absmax_codes, absmax_scale, offset, out_features, in_features);
     return torch::linear(x, dequantize_nf4(w, x.scalar_type()));
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    auto saved = ctx->get_saved_variables();
-    Nf4Tensor w;
-    w.shape = {ctx->saved_data["out"].toInt(), ctx->saved_data["in"].toInt()};
-    w.numel = w.shape[0] * w.shape[1];
-    w.packed = saved[0];
-    w.absmax_codes = saved[1];
-    w.absmax_scale = saved[2];
-    w.absmax_offset = static_cast<float>(ctx->saved_data["offset"].toDouble());
     const Tensor& g = grad_out[0];
-    return {torch::matmul(g, dequantize_nf4(w, g.scalar_type())), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
-            Tensor()};
+    return {torch::matmul(g, dequantize_nf4(saved_weight(ctx), g.scalar_type())), Tensor(), Tensor(), Tensor(),
+            Tensor(), Tensor(), Tensor()};
   }
 };
-
-// The NF4 tensor a grouped linear's saved tensors and values stand for.
-Nf4Tensor grouped_weight(const std::vector<Tensor>& saved, torch::autograd::AutogradContext* ctx) {
-  Nf4Tensor w;
-  w.shape = {ctx->saved_data["rows"].toInt(), ctx->saved_data["in"].toInt()};
-  w.numel = w.shape[0] * w.shape[1];
-  w.packed = saved[0];
-  w.absmax_codes = saved[1];
-  w.absmax_scale = saved[2];
-  w.absmax_offset = static_cast<float>(ctx->saved_data["offset"].toDouble());
-  return w;
-}
 
 // Keeps only the codes and scales: the weight is frozen, so neither its
 // gradient nor the input it would need is computed or kept.
@@ -93,13 +93,10 @@ struct Nf4GroupedLinear : torch::autograd::Function<Nf4GroupedLinear> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x_in, const Tensor& packed,
                         const Tensor& absmax_codes, const Tensor& absmax_scale, double offset,
                         std::vector<std::int64_t> shape, std::int64_t groups, std::vector<std::int64_t> counts) {
-    ctx->save_for_backward({packed, absmax_codes, absmax_scale});
-    ctx->saved_data["offset"] = offset;
-    ctx->saved_data["rows"] = shape[0];
-    ctx->saved_data["in"] = shape[1];
+    save_weight(ctx, packed, absmax_codes, absmax_scale, offset, shape[0], shape[1]);
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["counts"] = c10::IValue(counts);
-    const Nf4Tensor w = grouped_weight({packed, absmax_codes, absmax_scale}, ctx);
+    const Nf4Tensor w = weight_of(packed, absmax_codes, absmax_scale, offset, shape[0], shape[1]);
     const std::int64_t out = shape[0] / groups;
     const Tensor x = x_in.contiguous();
     Tensor y = torch::empty({x.size(0), out}, x.options());
@@ -117,7 +114,7 @@ struct Nf4GroupedLinear : torch::autograd::Function<Nf4GroupedLinear> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    const Nf4Tensor w = grouped_weight(ctx->get_saved_variables(), ctx);
+    const Nf4Tensor w = saved_weight(ctx);
     const std::int64_t groups = ctx->saved_data["groups"].toInt(), out = w.shape[0] / groups;
     const std::vector<std::int64_t> counts = ctx->saved_data["counts"].toIntVector();
     const Tensor gy = grad_out[0].contiguous();

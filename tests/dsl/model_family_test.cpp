@@ -30,6 +30,14 @@ ModelArch small(ModelFamily f) {
   return a;
 }
 
+// The architecture config.json's members `body` describe; problems go to
+// `errors`.
+ModelArch read(const std::string& body, std::vector<std::string>& errors) {
+  ModelArch a;
+  arch_from_hf_config("{" + body + "}", "/m/config.json", a, errors);
+  return a;
+}
+
 TEST(ModelFamilyTest, EveryFamilysConfigJsonReadsBackAsTheSameArchitecture) {
   for (const ModelFamilyInfo& f : model_families()) {
     const ModelArch a = small(f.id);
@@ -79,11 +87,6 @@ TEST(ModelFamilyTest, UnknownTypesAndWrongValuesAreErrorsNamingTheFileAndKey) {
 TEST(ModelFamilyTest, WhatChangesTheComputationIsReadOrRefusedByName) {
   const std::string llama =
       R"("model_type": "llama", "num_hidden_layers": 2, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 300)";
-  auto read = [&](const std::string& body, std::vector<std::string>& errors) {
-    ModelArch a;
-    arch_from_hf_config("{" + body + "}", "/m/config.json", a, errors);
-    return a;
-  };
   std::vector<std::string> errors;
   ModelArch a = read(llama + R"(, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"})", errors);
   EXPECT_TRUE(errors.empty());
@@ -156,11 +159,6 @@ TEST(ModelFamilyTest, WhatChangesTheComputationIsReadOrRefusedByName) {
 // Mistral's, Mixtral's and Qwen's sliding windows are read and written
 // back; Qwen's window over only the upper layers is refused by name.
 TEST(ModelFamilyTest, SlidingWindowsAreReadWhereTheFamilyHasOne) {
-  auto read = [](const std::string& body, std::vector<std::string>& errors) {
-    ModelArch a;
-    arch_from_hf_config("{" + body + "}", "/m/config.json", a, errors);
-    return a;
-  };
   const std::string dims =
       R"("num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 300, "intermediate_size": 112)";
   std::vector<std::string> errors;
@@ -203,11 +201,6 @@ TEST(ModelFamilyTest, SlidingWindowsAreReadWhereTheFamilyHasOne) {
 // (null caps are no caps); its caps, score scale and alternating window are
 // written back; attention kinds other than its own pattern are refused.
 TEST(ModelFamilyTest, Gemma2CapsScalesAndWindowsAreReadAndWrittenBack) {
-  auto read = [](const std::string& body, std::vector<std::string>& errors) {
-    ModelArch a;
-    arch_from_hf_config("{" + body + "}", "/m/config.json", a, errors);
-    return a;
-  };
   const std::string gemma =
       R"("model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 300, "intermediate_size": 112)";
   std::vector<std::string> errors;
@@ -276,11 +269,6 @@ TEST(ModelFamilyTest, Gemma2CapsScalesAndWindowsAreReadAndWrittenBack) {
 // kind) and as Hub configs do (rope_theta, rope_local_base_freq,
 // rope_scaling for the global layers); windows on five layers in six.
 TEST(ModelFamilyTest, Gemma3RopePerLayerKindAndWindowsAreReadAndWrittenBack) {
-  auto read = [](const std::string& body, std::vector<std::string>& errors) {
-    ModelArch a;
-    arch_from_hf_config("{" + body + "}", "/m/config.json", a, errors);
-    return a;
-  };
   const std::string gemma =
       R"("model_type": "gemma3_text", "num_hidden_layers": 12, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 300, "intermediate_size": 112)";
   std::vector<std::string> errors;
