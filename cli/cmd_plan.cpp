@@ -1,13 +1,17 @@
 // `tailor plan JOB.yaml`: the fastest strategy that fits, with the memory
 // table, the decision trace and the alternatives.
 #include <cstdio>
+#include <filesystem>
 #include <ostream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/args.h"
 #include "cli/commands.h"
 #include "cli/job_view.h"
 #include "cli/rest_client.h"
 #include "cli/spec_options.h"
+#include "core/text.h"
 #include "core/units.h"
 #include "dsl/spec_fields.h"
 #include "dsl/spec_loader.h"
@@ -20,13 +24,23 @@ namespace tailor::cli {
 namespace {
 
 constexpr const char* kHelp = R"(usage: tailor plan [OPTIONS] JOB.yaml
+       tailor plan --model PRESET|FOLDER [--gpus SPEC] [--adapter A] [--seq-len N] [--batch N]
 
 Plans a job: predicts each GPU's peak memory by component, walks the OOM
 decision tree, and picks the fastest strategy that fits, with the reasons.
+With --model instead of a spec file, plans fine-tuning that model (a preset
+from `tailor catalog models`, or a Hugging Face folder) without writing
+YAML, e.g.  tailor plan --model llama-3.1-8b --gpus 1xRTX-4090 --adapter qlora
 Exit 0 when the job fits, 3 when nothing fits, 1 on a bad spec, 2 on a bad
 command line.
 
 options:
+  --model NAME|DIR    quick plan: this preset or model folder
+  --adapter A         quick plan: none (full fine-tune), lora, qlora or auto
+                      (default: auto, the planner's choice)
+  --seq-len N         quick plan: tokens per sequence (default: min(2048,
+                      the model's context))
+  --batch N           quick plan: global batch in sequences (default 32)
   --gpus SPEC         plan for this hardware instead of detecting it:
                       2xA6000, 1x24GiB, 4xH100-80, or 0 / cpu
   --set KEY=VALUE     override a spec key (repeatable)
@@ -179,16 +193,80 @@ int plan_remote(const Args& args, const dsl::JobSpec& spec, const std::string& f
   return fits ? kExitOk : kExitNoFit;
 }
 
+// A YAML scalar holding `s` exactly: JSON's double-quoted strings are YAML's.
+std::string yaml_string(const std::string& s) { return nlohmann::json(s).dump(); }
+
+// The spec text of a quick plan (--model), or an error naming the flag.
+Result<std::string> quick_spec(const Args& args, const dsl::Catalog& catalog) {
+  const std::string model = args.get("model", "");
+  std::string name, source;
+  if (catalog.find_model(model) != nullptr) {
+    name = model;
+    source = "preset: " + yaml_string(model);
+  } else if (std::filesystem::is_directory(model)) {
+    name = std::filesystem::absolute(model).lexically_normal().filename().string();
+    if (name.empty()) name = std::filesystem::absolute(model).lexically_normal().parent_path().filename().string();
+    source = "path: " + yaml_string(std::filesystem::absolute(model).string());
+  } else {
+    return Status::invalid_argument("--model " + model +
+                                    " is neither a preset (tailor catalog models) nor a model folder");
+  }
+  auto integer = [&](const char* flag) -> Result<std::string> {
+    const std::string v = args.get(flag, "");
+    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9 || std::stoll(v) < 1) {
+      return Status::invalid_argument(std::string("--") + flag + " must be a positive integer, got " + quote(v));
+    }
+    return v;
+  };
+  std::string text = "apiVersion: tailor/v1\nkind: TrainingJob\nname: " + yaml_string(name.empty() ? "model" : name) +
+                     "\nmodel: {" + source + "}\ndata:\n  train: quick-plan.txt\n";
+  if (args.has("seq-len")) {
+    TAILOR_ASSIGN_OR_RETURN(const std::string n, integer("seq-len"));
+    text += "  seq_len: " + n + "\n";
+  }
+  if (args.has("batch")) {
+    TAILOR_ASSIGN_OR_RETURN(const std::string n, integer("batch"));
+    text += "training: {global_batch_size: " + n + "}\n";
+  }
+  if (args.has("adapter")) {
+    const std::string a = args.get("adapter", "");
+    if (a != "none" && a != "lora" && a != "qlora" && a != "auto") {
+      return Status::invalid_argument("--adapter must be none, lora, qlora or auto, got " + quote(a));
+    }
+    text += "strategy: {adapter: " + a + "}\n";
+  }
+  return text;
+}
+
 int run_plan(const Argv& argv, Streams io) {
-  auto command = parse_command(
-      argv, with_remote_flags(with_spec_flags({{"gpus", true}, {"output", true}, {"remote", false}})), "plan", kHelp, io);
+  auto command = parse_command(argv,
+                               with_remote_flags(with_spec_flags({{"gpus", true},
+                                                                  {"output", true},
+                                                                  {"remote", false},
+                                                                  {"model", true},
+                                                                  {"adapter", true},
+                                                                  {"seq-len", true},
+                                                                  {"batch", true}})),
+                               "plan", kHelp, io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   const std::string format = args.get("output", "text");
-  if ((format != "text" && format != "json") || args.positional().size() != 1) {
-    io.err << "tailor plan: " << (args.positional().size() != 1 ? "expected one spec file" : "--output must be text or json")
-           << "\n" << kHelp;
+  const bool quick = args.has("model");
+  const std::size_t files = quick ? 0 : 1;
+  if ((format != "text" && format != "json") || args.positional().size() != files) {
+    io.err << "tailor plan: "
+           << (args.positional().size() == files ? "--output must be text or json"
+               : quick                           ? "--model plans without a spec file"
+                                                 : "expected one spec file (or --model)")
+           << "\n"
+           << kHelp;
     return kExitUsage;
+  }
+  for (const char* flag : {"adapter", "seq-len", "batch"}) {
+    if (!quick && args.has(flag)) {
+      io.err << "tailor plan: --" << flag << " goes with --model; a spec file says it itself (or use --set)\n";
+      return kExitUsage;
+    }
   }
   auto options = spec_options(args);
   if (!options.is_ok()) {
@@ -196,14 +274,31 @@ int run_plan(const Argv& argv, Streams io) {
     return kExitInvalid;
   }
   const dsl::Catalog& catalog = options->catalog();
-  const std::string& file = args.positional()[0];
-  const dsl::LoadedSpec loaded = dsl::load_job_spec(file, options->load);
+  std::string file = quick ? "--model " + args.get("model", "") : args.positional()[0];
+  dsl::LoadedSpec loaded;
+  if (quick) {
+    auto text = quick_spec(args, catalog);
+    if (!text.is_ok()) {
+      io.err << "tailor plan: " << text.status().message() << "\n";
+      return kExitUsage;
+    }
+    // Nothing to read but the model: no data file is needed to plan.
+    options->load.check_files = false;
+    loaded = dsl::load_job_spec_text(*text, file, std::filesystem::current_path().string(), options->load);
+  } else {
+    loaded = dsl::load_job_spec(file, options->load);
+  }
   io.err << loaded.diagnostics.to_string();
   if (!loaded.ok()) {
     io.err << file << ": invalid (" << loaded.diagnostics.error_count() << " errors)\n";
     return kExitInvalid;
   }
   const dsl::JobSpec& spec = *loaded.spec;
+  if (spec.model.arch.layers == 0 && !args.has("remote")) {
+    io.err << "tailor plan: " << file << ": model.path " << quote(spec.model.path, kWhole)
+           << " is not here, and its config.json gives the architecture: plan where the folder is, or with --remote\n";
+    return kExitInvalid;
+  }
   if (args.has("remote")) {
     if (args.has("gpus")) {
       io.err << "tailor plan: --remote plans for the daemon's hardware; --gpus does not apply\n";

@@ -39,6 +39,7 @@ ParsedCommand parse_command(const Argv& argv, std::vector<FlagSpec> flags, const
 int run_validate(const Argv& args, Streams io);
 int run_schema(const Argv& args, Streams io);
 int run_import(const Argv& args, Streams io);
+int run_catalog(const Argv& args, Streams io);
 int run_plan(const Argv& args, Streams io);
 int run_run(const Argv& args, Streams io);
 // Client commands of tailord's REST API.

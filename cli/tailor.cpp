@@ -25,6 +25,7 @@ constexpr Command kCommands[] = {
     {"top", "A refreshing table of running and queued jobs", run_top},
     {"schema", "Print the JSON Schema of a job spec (for editor completion)", run_schema},
     {"import", "Convert another tool's config into a job spec (axolotl)", run_import},
+    {"catalog", "List the model presets or the GPUs Tailor knows (--output json)", run_catalog},
 };
 
 void print_help(std::ostream& out) {

@@ -260,7 +260,10 @@ void resolve_model(JobSpec& spec, const Node& root, const std::string& base_dir,
     spec.model.arch = p->arch;
   } else if (has_path) {
     spec.model.path = resolve_path(spec.model.path, loc_at(root, "model.path"), base_dir);
-    if (opt.check_files) {
+    // The folder gives the architecture: read it wherever it exists, even
+    // when files are not required to (a plan needs the shape).
+    std::error_code exists_ec;
+    if (opt.check_files || fs::is_directory(spec.model.path, exists_ec)) {
       std::error_code ec;
       if (!fs::is_directory(spec.model.path, ec)) {
         d.error(loc_at(root, "model.path"), "model.path", "model folder " + quote(spec.model.path, kWhole) + " does not exist");

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "dsl/catalog.h"
 #include "dsl/spec_loader.h"
 #include "platform/process.h"
 #include "tests/testing/temp_dir.h"
@@ -38,7 +39,7 @@ std::string example(const char* name) { return (fs::path(TAILOR_SOURCE_DIR) / "c
 std::string spec_case(const char* name) { return (fs::path(TAILOR_SOURCE_DIR) / "tests/dsl/cases" / name).string(); }
 
 TEST(CliTest, EveryCommandHasHelp) {
-  for (const char* cmd : {"validate", "plan", "run", "schema", "import"}) {
+  for (const char* cmd : {"validate", "plan", "run", "schema", "import", "catalog"}) {
     CliRun r = tailor({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_NE(r.out.find("usage: tailor " + std::string(cmd)), std::string::npos) << cmd;
@@ -182,9 +183,79 @@ TEST(CliTest, PlanExitCodesSayFitsNoFitBadSpecBadFlag) {
   EXPECT_EQ(nofit.code, kExitNoFit) << nofit.out << nofit.err;
   EXPECT_NE(nofit.out.find("Does not fit. The closest strategy is short by"), std::string::npos) << nofit.out;
   EXPECT_EQ(tailor({"plan", spec_case("out-of-range.yaml")}).code, kExitInvalid);
+  // Without its folder a path model has no shape: an error, not a plan of nothing.
+  TempDir dir;
+  CliRun nowhere = tailor({"plan", "--no-check-files", "--gpus", "1xT4",
+                           dir.write("x.yaml", "apiVersion: tailor/v1\nkind: TrainingJob\nname: x\nmodel: {path: "
+                                               "/nowhere/model}\ndata: {train: a.txt}\n")});
+  EXPECT_EQ(nowhere.code, kExitInvalid);
+  EXPECT_NE(nowhere.err.find("model.path \"/nowhere/model\" is not here"), std::string::npos) << nowhere.err;
   CliRun badflag = tailor({"plan", "--gpus", "3xB9000", example("tiny-cpu.yaml")});
   EXPECT_EQ(badflag.code, kExitUsage);
   EXPECT_NE(badflag.err.find("unknown GPU"), std::string::npos) << badflag.err;
+}
+
+// Quick planning: --model with a preset or a model folder, no YAML; the
+// flags say what a spec would, and the plan is the one the same spec gives.
+TEST(CliTest, PlanWithModelNeedsNoSpecFile) {
+  CliRun quick = tailor({"plan", "--output", "json", "--model", "llama-2-7b", "--gpus", "1x24GiB", "--adapter",
+                         "qlora", "--seq-len", "1024", "--batch", "8"});
+  ASSERT_EQ(quick.code, kExitOk) << quick.err;
+  const auto j = nlohmann::json::parse(quick.out);
+  EXPECT_EQ(j["strategy"]["adapter"], "qlora");
+  EXPECT_EQ(j["job"]["seq_len"], 1024);
+  EXPECT_EQ(j["job"]["global_batch_size"], 8);
+  EXPECT_EQ(j["job"]["parameters"], 6738415616);
+
+  TempDir dir;
+  const std::string spec = dir.write("same.yaml",
+                                     "apiVersion: tailor/v1\nkind: TrainingJob\nname: llama-2-7b\nmodel: {preset: "
+                                     "llama-2-7b}\ndata: {train: none.txt, seq_len: 1024}\ntraining: "
+                                     "{global_batch_size: 8}\nstrategy: {adapter: qlora}\n");
+  CliRun same = tailor({"plan", "--output", "json", "--no-check-files", "--gpus", "1x24GiB", spec});
+  ASSERT_EQ(same.code, kExitOk) << same.err;
+  EXPECT_EQ(nlohmann::json::parse(same.out)["memory"], j["memory"]);
+
+  // A Hugging Face folder: its config.json gives the shape.
+  dir.write("model/config.json", R"({"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 112, "vocab_size": 300})");
+  CliRun folder = tailor({"plan", "--model", dir.file("model"), "--gpus", "1xT4", "--seq-len", "64"});
+  ASSERT_EQ(folder.code, kExitOk) << folder.err;
+  EXPECT_NE(folder.out.find("Plan for model: qwen2"), std::string::npos) << folder.out;
+
+  for (const auto& [args, says] :
+       {std::pair<std::vector<std::string>, std::string>{{"plan", "--model", "llama-9"}, "neither a preset"},
+        {{"plan", "--model", "gpt2", "--batch", "0"}, "--batch must be a positive integer"},
+        {{"plan", "--model", "gpt2", "--adapter", "dora"}, "--adapter must be none, lora, qlora or auto"},
+        {{"plan", "--model", "gpt2", example("tiny-cpu.yaml")}, "--model plans without a spec file"},
+        {{"plan", "--adapter", "lora", example("tiny-cpu.yaml")}, "--adapter goes with --model"}}) {
+    CliRun bad = tailor(args);
+    EXPECT_EQ(bad.code, kExitUsage) << says;
+    EXPECT_NE(bad.err.find(says), std::string::npos) << bad.err;
+  }
+}
+
+TEST(CliTest, CatalogListsPresetsAndGpusAsTablesAndJson) {
+  CliRun models = tailor({"catalog", "models"});
+  ASSERT_EQ(models.code, kExitOk) << models.err;
+  EXPECT_NE(models.out.find("gemma-2-9b"), std::string::npos);
+  EXPECT_NE(models.out.find("9.24B"), std::string::npos) << models.out;
+  CliRun json = tailor({"catalog", "models", "--output", "json"});
+  ASSERT_EQ(json.code, kExitOk);
+  const auto list = nlohmann::json::parse(json.out);
+  ASSERT_EQ(list.size(), dsl::Catalog::builtin().models().size());
+  for (const auto& m : list) {
+    const dsl::ModelPreset* p = dsl::Catalog::builtin().find_model(m["name"].get<std::string>());
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(m["parameters"].get<std::int64_t>(), p->params);
+  }
+  CliRun gpus = tailor({"catalog", "gpus", "--output", "json"});
+  ASSERT_EQ(gpus.code, kExitOk);
+  const auto g = nlohmann::json::parse(gpus.out);
+  ASSERT_EQ(g.size(), dsl::Catalog::builtin().gpus().size());
+  EXPECT_EQ(g[0]["memory_bytes"].get<std::int64_t>(), dsl::Catalog::builtin().gpus()[0].memory.count());
+  EXPECT_NE(tailor({"catalog", "gpus"}).out.find("H100-80"), std::string::npos);
+  EXPECT_EQ(tailor({"catalog", "everything"}).code, kExitUsage);
 }
 
 // The real binary, as a user runs it: exit codes and streams.
