@@ -111,9 +111,10 @@ constexpr GemmaDefaults kGemmaDefaults[] = {{ModelFamily::kGemma2, 50.0, 30.0, 1
                                             {ModelFamily::kGemma3, 0, 0, 1e6, 10000.0}};
 constexpr std::int64_t kGemmaQueryScalar = 256, kGemmaWindow = 4096;
 
-// Gemma 2's soft-capping, score scale and per-layer attention kinds. A
-// layer_types that windows no layer sets sliding_window to -1 for the
-// caller; false when something is refused.
+// Gemma's soft-capping, score scale, local RoPE base and per-layer
+// attention kinds, with its config class's defaults. A layer_types that
+// windows no layer sets sliding_window to -1 for the caller; false when
+// something is refused.
 template <typename Refuse>
 bool read_gemma(const nlohmann::json& j, const ModelFamilyInfo& f, ModelArch& arch, Refuse&& refuse) {
   bool ok = true;
