@@ -42,7 +42,8 @@ options:
                       the model's context))
   --batch N           quick plan: global batch in sequences (default 32)
   --gpus SPEC         plan for this hardware instead of detecting it:
-                      2xA6000, 1x24GiB, 4xH100-80, or 0 / cpu
+                      2xA6000, 1x24GiB, 4xH100, 8xA100-80GB, or 0 / cpu
+                      (tailor catalog gpus lists the GPUs)
   --set KEY=VALUE     override a spec key (repeatable)
   --output FORMAT     text (default) or json (the plan document)
   --catalog DIR       use models.yaml and gpus.yaml from DIR

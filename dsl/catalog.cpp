@@ -177,12 +177,71 @@ const ModelPreset* Catalog::find_model(std::string_view name) const {
   return nullptr;
 }
 
-const GpuModel* Catalog::find_gpu(std::string_view key) const {
-  const std::string want = to_lower(key);
-  for (const GpuModel& g : gpus_) {
-    if (to_lower(g.key) == want) return &g;
+namespace {
+
+// Lowercase letters and digits only; a trailing memory unit after a digit
+// ("80gb", "40g", "80gib") and leading vendor words dropped.
+std::string gpu_name_core(std::string_view text) {
+  std::string s;
+  for (char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c))) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
-  return nullptr;
+  for (const char* unit : {"gib", "gb", "g"}) {
+    const std::size_t n = std::string_view(unit).size();
+    if (s.size() > n && s.compare(s.size() - n, n, unit) == 0 &&
+        std::isdigit(static_cast<unsigned char>(s[s.size() - n - 1]))) {
+      s.resize(s.size() - n);
+      break;
+    }
+  }
+  for (bool again = true; again;) {
+    again = false;
+    for (const char* vendor : {"nvidia", "geforce", "tesla", "quadro"}) {
+      const std::size_t n = std::string_view(vendor).size();
+      if (s.size() > n && s.compare(0, n, vendor) == 0) {
+        s.erase(0, n);
+        again = true;
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<const GpuModel*> Catalog::gpus_matching(std::string_view key) const {
+  const std::string want = gpu_name_core(key);
+  if (want.empty()) return {};
+  const bool digits = want.find_first_not_of("0123456789") == std::string::npos;
+  std::vector<const GpuModel*> exact, partial;
+  for (const GpuModel& g : gpus_) {
+    const std::string k = gpu_name_core(g.key);
+    // The model without a memory size ("A100-80" -> "a100"); a model number
+    // ("4090" of "RTX-4090") has four digits, a memory size one to three.
+    std::string model = k;
+    if (const std::size_t dash = g.key.rfind('-'); dash != std::string::npos) {
+      const std::string tail = g.key.substr(dash + 1);
+      if (!tail.empty() && tail.size() <= 3 && tail.find_first_not_of("0123456789") == std::string::npos) {
+        model = gpu_name_core(g.key.substr(0, dash));
+      }
+    }
+    const bool number = digits && k.size() > want.size() && k.compare(k.size() - want.size(), want.size(), want) == 0 &&
+                        std::isalpha(static_cast<unsigned char>(k[k.size() - want.size() - 1]));
+    if (k == want) {
+      exact.push_back(&g);
+    } else if (model == want || number) {
+      partial.push_back(&g);
+    }
+  }
+  if (!exact.empty()) return exact;
+  if (!partial.empty()) return partial;
+  if (const GpuModel* g = match_gpu_name(key)) return {g};
+  return {};
+}
+
+const GpuModel* Catalog::find_gpu(std::string_view key) const {
+  const std::vector<const GpuModel*> found = gpus_matching(key);
+  return found.size() == 1 ? found.front() : nullptr;
 }
 
 const GpuModel* Catalog::match_gpu_name(std::string_view device_name) const {

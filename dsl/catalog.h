@@ -56,8 +56,13 @@ class Catalog {
   const std::vector<GpuModel>& gpus() const { return gpus_; }
 
   const ModelPreset* find_model(std::string_view name) const;
-  // By catalog key, case-insensitively ("a6000", "H100-80").
+  // By what a user types (--gpus, resources.gpu_model): the catalog key in
+  // any case ("h100-80"), with or without separators and a memory unit
+  // ("A100-80GB", "rtx4090", "NVIDIA H100"), a part of one key that names no
+  // other ("H100", "4090"), or an NVML name (match_gpu_name). nullptr when
+  // nothing or several match; gpus_matching() says which.
   const GpuModel* find_gpu(std::string_view key) const;
+  std::vector<const GpuModel*> gpus_matching(std::string_view key) const;
   // By a device name as NVML reports it ("NVIDIA RTX A6000"): the entry with
   // the longest `match` substring that ends at a token boundary.
   const GpuModel* match_gpu_name(std::string_view device_name) const;

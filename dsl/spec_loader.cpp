@@ -381,7 +381,12 @@ void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalo
   // Hardware facts known from the catalog (detected hardware is the planner's).
   if (!spec.resources.gpu_model.empty()) {
     const GpuModel* gpu = catalog.find_gpu(spec.resources.gpu_model);
-    if (gpu == nullptr) {
+    if (const auto several = catalog.gpus_matching(spec.resources.gpu_model); gpu == nullptr && several.size() > 1) {
+      std::vector<std::string> keys;
+      for (const GpuModel* g : several) keys.push_back(g->key);
+      d.error(loc_at(root, "resources.gpu_model"), "resources.gpu_model",
+              quote(spec.resources.gpu_model) + " names several GPUs: say which, " + join(keys, " or "));
+    } else if (gpu == nullptr) {
       std::string msg = "unknown GPU model " + quote(spec.resources.gpu_model);
       std::string hint = closest_match(spec.resources.gpu_model, catalog.gpu_keys());
       msg += hint.empty() ? "; known: " + join(catalog.gpu_keys(), ", ") : "; did you mean '" + hint + "'?";

@@ -84,9 +84,13 @@ Result<std::vector<Device>> parse_gpus_flag(const std::string& text_in, const ds
   } else if (auto bytes = parse_bytes(what); bytes.is_ok() && bytes->count() > 0 &&
                                               !std::isdigit(static_cast<unsigned char>(what.back()))) {
     d = hypothetical_gpu(*bytes);
+  } else if (const auto several = catalog.gpus_matching(what); several.size() > 1) {
+    std::vector<std::string> keys;
+    for (const dsl::GpuModel* m : several) keys.push_back(m->key);
+    return Status::invalid_argument("--gpus: \"" + what + "\" names several GPUs: say which, " + join(keys, " or "));
   } else {
     std::string msg = "--gpus: unknown GPU \"" + what + "\"; expected COUNTxMODEL (e.g. 2xA6000) or COUNTxSIZE "
-                      "(e.g. 1x24GiB)";
+                      "(e.g. 1x24GiB); tailor catalog gpus lists them";
     const std::string hint = closest_match(what, catalog.gpu_keys());
     if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
     return Status::invalid_argument(msg);

@@ -193,6 +193,11 @@ TEST(CliTest, PlanExitCodesSayFitsNoFitBadSpecBadFlag) {
   CliRun badflag = tailor({"plan", "--gpus", "3xB9000", example("tiny-cpu.yaml")});
   EXPECT_EQ(badflag.code, kExitUsage);
   EXPECT_NE(badflag.err.find("unknown GPU"), std::string::npos) << badflag.err;
+  CliRun several = tailor({"plan", "--gpus", "2xA100", example("tiny-cpu.yaml")});
+  EXPECT_EQ(several.code, kExitUsage);
+  EXPECT_NE(several.err.find("\"A100\" names several GPUs: say which, A100-40 or A100-80"), std::string::npos)
+      << several.err;
+  EXPECT_EQ(tailor({"plan", "--gpus", "2xA100-80GB", example("llama2-7b-qlora-24gb.yaml")}).code, kExitOk);
 }
 
 // Quick planning: --model with a preset or a model folder, no YAML; the

@@ -108,6 +108,26 @@ TEST(CatalogTest, GpuLookupIsCaseInsensitiveAndFactsAreConsistent) {
   }
 }
 
+// GPU names as people type them: separators, memory units and vendor words
+// do not matter; a model whose memory variants differ must say which.
+TEST(CatalogTest, GpuNamesAreFoundAsUsersTypeThemAndAmbiguityIsNamed) {
+  const Catalog& c = Catalog::builtin();
+  const std::pair<const char*, const char*> found[] = {
+      {"A100-80GB", "A100-80"}, {"a100 40gb", "A100-40"}, {"A100_80G", "A100-80"}, {"H100", "H100-80"},
+      {"nvidia h100", "H100-80"}, {"RTX4090", "RTX-4090"}, {"4090", "RTX-4090"}, {"GeForce RTX 3090", "RTX-3090"},
+      {"RTX A6000", "A6000"}, {"a10", "A10"}, {"L4", "L4"}, {"l40s", "L40S"}, {"V100-32GB", "V100-32"}};
+  for (const auto& [typed, key] : found) {
+    const GpuModel* g = c.find_gpu(typed);
+    ASSERT_NE(g, nullptr) << typed;
+    EXPECT_EQ(g->key, key) << typed;
+  }
+  for (const char* several : {"A100", "V100", "nvidia a100"}) {
+    EXPECT_EQ(c.find_gpu(several), nullptr) << several;
+    EXPECT_EQ(c.gpus_matching(several).size(), 2u) << several;
+  }
+  for (const char* none : {"H1", "B9000", "", "80", "16GB"}) EXPECT_TRUE(c.gpus_matching(none).empty()) << none;
+}
+
 TEST(CatalogTest, DeviceNamesMatchTheLongestSubstring) {
   const Catalog& c = Catalog::builtin();
   ASSERT_NE(c.match_gpu_name("NVIDIA A100-SXM4-80GB"), nullptr);

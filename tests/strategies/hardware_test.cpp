@@ -31,7 +31,12 @@ TEST(HardwareTest, RejectsUnknownGpusWithASuggestion) {
   ASSERT_FALSE(d.is_ok());
   EXPECT_NE(d.status().message().find("did you mean 'A6000'?"), std::string::npos) << d.status().message();
   EXPECT_FALSE(parse_gpus_flag("0xA6000", cat()).is_ok());
-  EXPECT_FALSE(parse_gpus_flag("2x4090", cat()).is_ok());  // a bare number is not a size
+  EXPECT_FALSE(parse_gpus_flag("2x4096", cat()).is_ok());  // a bare number is not a size
+  // ... but it may be a model number: 4090 is the RTX 4090.
+  auto rtx = parse_gpus_flag("2x4090", cat());
+  ASSERT_TRUE(rtx.is_ok()) << rtx.status().message();
+  EXPECT_EQ(rtx->size(), 2u);
+  EXPECT_EQ(rtx->front().memory, Bytes::gib(24));
 }
 
 TEST(HardwareTest, FlagWinsOverSpecWhichWinsOverDetection) {
