@@ -43,7 +43,9 @@ options:
   --batch N           quick plan: global batch in sequences (default 32)
   --gpus SPEC         plan for this hardware instead of detecting it:
                       2xA6000, 1x24GiB, 4xH100, 8xA100-80GB, or 0 / cpu
-                      (tailor catalog gpus lists the GPUs)
+                      (tailor catalog gpus lists the GPUs); add ,host=SIZE
+                      for that machine's RAM (8xH100,host=1TiB), else this
+                      machine's stands in and the plan says so
   --set KEY=VALUE     override a spec key (repeatable)
   --output FORMAT     text (default) or json (the plan document)
   --catalog DIR       use models.yaml and gpus.yaml from DIR

@@ -15,7 +15,8 @@ std::string Hardware::describe() const {
   } else {
     out = std::to_string(gpus.size()) + "x " + gpus[0].name + " (" + gpus[0].memory.to_string() + ")";
   }
-  return out + ", host " + host_memory.to_string();
+  return out + ", host " + host_memory.to_string() +
+         (host_memory_assumed ? " (this machine's; --gpus ...,host=SIZE or resources.host_memory says theirs)" : "");
 }
 
 Device cpu_device(Bytes host_memory) {
@@ -103,10 +104,27 @@ Result<Hardware> resolve_hardware(const dsl::JobSpec& spec, const std::optional<
                                   const dsl::Catalog& catalog) {
   const dsl::ResourcesSpec& r = spec.resources;
   Hardware hw;
-  hw.host_memory = r.host_memory.value_or(detected_host_memory.value_or(Bytes::gib(16)));
+  // --gpus GPUS[,host=SIZE]: the declared machine's RAM, which offload uses.
+  std::optional<Bytes> flag_host;
+  std::string gpus_text = gpus_flag.value_or("");
+  if (const std::size_t comma = gpus_text.find(','); gpus_flag && comma != std::string::npos) {
+    for (const std::string& option : split(gpus_text.substr(comma + 1), ',')) {
+      const std::string o(trim(option));
+      auto bytes = o.rfind("host=", 0) == 0 ? parse_bytes(o.substr(5)) : Result<Bytes>(Status::invalid_argument(""));
+      if (!bytes.is_ok() || bytes->count() <= 0) {
+        return Status::invalid_argument("--gpus: \"" + o + "\" is not host=SIZE (e.g. 8xH100,host=1TiB)");
+      }
+      flag_host = *bytes;
+    }
+    gpus_text = gpus_text.substr(0, comma);
+  }
+  hw.host_memory = flag_host.value_or(r.host_memory.value_or(detected_host_memory.value_or(Bytes::gib(16))));
+  const bool declared = gpus_flag || !r.gpu_model.empty() || r.gpu_memory.has_value();
+  hw.host_memory_assumed = declared && !flag_host && !r.host_memory && !(r.gpu_count && *r.gpu_count == 0);
   if (gpus_flag) {
-    TAILOR_ASSIGN_OR_RETURN(hw.gpus, parse_gpus_flag(*gpus_flag, catalog));
+    TAILOR_ASSIGN_OR_RETURN(hw.gpus, parse_gpus_flag(gpus_text, catalog));
     hw.source = "--gpus " + *gpus_flag;
+    if (hw.gpus.empty()) hw.host_memory_assumed = false;  // "cpu": this machine
   } else if (r.gpu_count && *r.gpu_count == 0) {
     hw.source = "spec: resources.gpus 0";
   } else if (!r.gpu_model.empty() || r.gpu_memory) {

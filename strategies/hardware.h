@@ -35,6 +35,9 @@ struct Hardware {
   std::vector<Device> gpus;  // empty: CPU training
   Device cpu;                // the host as a compute device
   Bytes host_memory;         // RAM available to the job
+  // Declared GPUs (--gpus, resources) with this machine's RAM standing in
+  // for their host's, because nothing said it: describe() says so.
+  bool host_memory_assumed = false;
   std::string source;        // "detected (NVML)", "--gpus 2xA6000", "spec resources", ...
 
   bool cpu_only() const { return gpus.empty(); }
@@ -49,7 +52,8 @@ struct Hardware {
 // oneDNN) because a whole step runs below them. Measured runs calibrate them.
 Device cpu_device(Bytes host_memory);
 
-// Parses "2xA6000", "A6000", "1x24GiB", "4xH100-80", "0" / "cpu".
+// Parses "2xA6000", "A6000", "1x24GiB", "4xH100-80", "0" / "cpu" (the GPU
+// part of --gpus; resolve_hardware() takes ",host=SIZE" after it).
 Result<std::vector<Device>> parse_gpus_flag(const std::string& text, const dsl::Catalog& catalog);
 
 // A GPU of a catalog model, or a hypothetical one with only its memory known

@@ -56,6 +56,42 @@ TEST(HardwareTest, FlagWinsOverSpecWhichWinsOverDetection) {
   EXPECT_EQ(detected_hw->host_memory, Bytes::gib(64));
 }
 
+// Declared GPUs come with their host's RAM when something says it (host=
+// on --gpus, then resources.host_memory); otherwise this machine's stands
+// in, and the description says so.
+TEST(HardwareTest, DeclaredHardwareTakesItsHostMemoryOrSaysItBorrowsThisMachines) {
+  dsl::JobSpec spec;
+  auto flag = resolve_hardware(spec, std::string("8xH100,host=1TiB"), {}, Bytes::gib(24), cat());
+  ASSERT_TRUE(flag.is_ok()) << flag.status().message();
+  EXPECT_EQ(flag->gpus.size(), 8u);
+  EXPECT_EQ(flag->host_memory, Bytes::gib(1024));
+  EXPECT_FALSE(flag->host_memory_assumed);
+  EXPECT_EQ(flag->describe().find("this machine's"), std::string::npos);
+
+  auto borrowed = resolve_hardware(spec, std::string("8xH100"), {}, Bytes::gib(24), cat());
+  ASSERT_TRUE(borrowed.is_ok());
+  EXPECT_EQ(borrowed->host_memory, Bytes::gib(24));
+  EXPECT_TRUE(borrowed->host_memory_assumed);
+  EXPECT_NE(borrowed->describe().find("host 24.0 GiB (this machine's"), std::string::npos) << borrowed->describe();
+
+  spec.resources.host_memory = Bytes::gib(512);
+  auto from_spec = resolve_hardware(spec, std::string("8xH100"), {}, Bytes::gib(24), cat());
+  ASSERT_TRUE(from_spec.is_ok());
+  EXPECT_EQ(from_spec->host_memory, Bytes::gib(512));
+  EXPECT_FALSE(from_spec->host_memory_assumed);
+
+  // Detected GPUs are this machine's, and so is its RAM.
+  auto detected = resolve_hardware(dsl::JobSpec{}, std::nullopt, {hypothetical_gpu(Bytes::gib(80))}, Bytes::gib(24), cat());
+  ASSERT_TRUE(detected.is_ok());
+  EXPECT_FALSE(detected->host_memory_assumed);
+
+  for (const char* bad : {"8xH100,hots=1TiB", "8xH100,host=", "8xH100,host=lots"}) {
+    auto r = resolve_hardware(dsl::JobSpec{}, std::string(bad), {}, Bytes::gib(24), cat());
+    ASSERT_FALSE(r.is_ok()) << bad;
+    EXPECT_NE(r.status().message().find("is not host=SIZE"), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(HardwareTest, GpuMemoryOverridesTheModelsFigure) {
   dsl::JobSpec spec;
   spec.resources.gpu_model = "A100-80";
