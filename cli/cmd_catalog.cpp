@@ -1,6 +1,7 @@
 // `tailor catalog models|gpus`: what the presets and GPU names that specs,
 // --gpus and --model accept stand for, as a table or JSON.
 #include <algorithm>
+#include <cstdio>
 #include <ostream>
 #include <string>
 #include <vector>
