@@ -168,7 +168,14 @@ int run_status(const Argv& argv, Streams io) {
       row("estimate", Bytes(per["total"].get<std::int64_t>()).to_string() + " peak per device");
     }
   }
-  if (j.contains("peak_bytes") && j["peak_bytes"].is_number()) {
+  // The measurement of the attempt the estimate is for (the newest), not
+  // a failed attempt's refused allocation.
+  const Json history = j.value("attempt_history", Json::array());
+  const Json newest = history.is_array() && !history.empty() ? history.back() : Json();
+  if (newest.is_object() && newest.contains("measured_peak_bytes")) {
+    row("measured", Bytes(newest["measured_peak_bytes"].get<std::int64_t>()).to_string() + " peak (attempt " +
+                        std::to_string(newest.value("attempt", 0)) + ")");
+  } else if (history.empty() && j.contains("peak_bytes") && j["peak_bytes"].is_number()) {
     row("measured", Bytes(j["peak_bytes"].get<std::int64_t>()).to_string() + " peak");
   }
   row("step", str(j, "last_step"));
@@ -191,6 +198,20 @@ int run_status(const Argv& argv, Streams io) {
     }
   }
   row("attempts", str(j, "attempts", "0") + " (" + str(j, "oom_restarts", "0") + " after out-of-memory)");
+  if (history.is_array() && history.size() > 1) {
+    // Estimate against measurement, attempt by attempt.
+    for (const Json& a : history) {
+      auto bytes = [&](const char* key) {
+        return a.contains(key) && a[key].is_number() ? Bytes(a[key].get<std::int64_t>()).to_string() : std::string("-");
+      };
+      std::string line = "#" + std::to_string(a.value("attempt", 0)) + " " + a.value("strategy", std::string("?")) +
+                         ": estimate " + bytes("estimated_bytes") + ", measured " + bytes("measured_peak_bytes");
+      if (a.value("outcome", std::string()) == "out_of_memory") {
+        line += ", out of memory at " + bytes("oom_at_bytes") + " of a " + bytes("budget_bytes") + " budget";
+      }
+      io.out << "    " << line << "\n";
+    }
+  }
   if (j.contains("exit_reason") && j["exit_reason"].is_string()) row("exit", str(j, "exit_reason"));
   return kExitOk;
 }

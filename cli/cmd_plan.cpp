@@ -16,6 +16,7 @@
 #include "dsl/spec_fields.h"
 #include "dsl/spec_loader.h"
 #include "dsl/yaml_tree.h"
+#include "runner/protocol/capabilities.h"
 #include "strategies/hardware.h"
 #include "strategies/plan_document.h"
 #include "strategies/planner.h"
@@ -54,7 +55,14 @@ options:
                       --addr/--token/--data-dir, as `tailor submit`)
   --addr HOST:PORT, --token TOKEN, --data-dir DIR
                       where tailord is and its token (see tailor submit --help)
+  --explain           add a table of the chosen plan beside the best plan of
+                      each other kind: memory per GPU, spare, tokens/s, and
+                      why each lost
   -h, --help          show this help
+
+Plans are made of what this build's tailor-runner executes (one rank; no
+ZeRO or offload yet), so `tailor run` and tailord make the same plan; when
+a plan it cannot run would be better, the output says which and why.
 )";
 
 std::string fmt(const char* f, double v) {
@@ -68,7 +76,26 @@ std::string pad(std::string s, std::size_t width) {
   return s;
 }
 
-void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, std::ostream& out) {
+// The chosen plan and its alternatives side by side: memory, spare and speed.
+void print_alternatives_table(const strategies::Plan& plan, std::ostream& out) {
+  out << "\nThe chosen plan and the best of each other kind\n";
+  out << "  " << pad("", 3) << pad("PER GPU", 10) << pad("SPARE", 10) << pad("TOKENS/S", 10) << pad("SPEED", 8)
+      << "STRATEGY / WHY NOT\n";
+  const double base = plan.chosen.throughput.tokens_per_second;
+  auto line = [&](const char* mark, const strategies::Candidate& c, const std::string& why) {
+    const Bytes spare = c.spare();
+    out << "  " << pad(mark, 3) << pad(c.memory.per_device.total().to_string(), 10)
+        << pad(spare.count() >= 0 ? spare.to_string() : "-" + (Bytes(0) - spare).to_string(), 10)
+        << pad(fmt("%.0f", c.throughput.tokens_per_second), 10)
+        << pad(base > 0 ? fmt("%.2fx", c.throughput.tokens_per_second / base) : "-", 8) << c.strategy.describe() << "\n";
+    if (!why.empty()) out << "  " << pad("", 41) << why << "\n";
+  };
+  line(plan.fits ? "*" : "x", plan.chosen, plan.fits ? "chosen" : "closest; does not fit");
+  for (const auto& a : plan.alternatives) line(" ", a.candidate, a.why);
+  if (const auto& f = plan.fastest_by_estimate) line(" ", f->candidate, f->why);
+}
+
+void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, bool explain, std::ostream& out) {
   using strategies::Offload;
   const auto& s = plan.chosen.strategy;
   const auto& m = plan.chosen.memory.per_device;
@@ -126,16 +153,23 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, std::ost
   out << "\nDecisions\n";
   int i = 1;
   for (const auto& d : plan.decisions) {
-    out << "  " << i++ << ". " << d.question << "\n     " << d.answer << "\n     -> " << d.action << "\n";
+    out << "  " << i++ << ". " << d.question << "\n     " << d.answer() << "\n     -> " << d.action() << "\n";
   }
-  if (!plan.alternatives.empty()) {
-    out << "\nAlternatives\n";
+  if (explain) {
+    print_alternatives_table(plan, out);
+  } else if (!plan.alternatives.empty()) {
+    out << "\nAlternatives (tailor plan --explain: a table with memory and speed)\n";
     for (const auto& a : plan.alternatives) {
       out << "  - " << a.candidate.strategy.describe() << "\n    " << a.why << "\n";
     }
   }
+  if (const auto& p = plan.preferred_if_executable) {
+    out << "\nWith a runner that executed it, the plan would be: " << p->candidate.strategy.describe() << " ("
+        << fmt("%.0f", p->candidate.throughput.tokens_per_second) << " tokens/s, "
+        << p->candidate.memory.per_device.total().to_string() << " per GPU); " << p->why << "\n";
+  }
   if (!plan.fits) {
-    out << "\nDoes not fit. The closest strategy is short by ";
+    out << "\nDoes not fit. The closest strategy tailor-runner can run is short by ";
     if (plan.shortfall.count() > 0) out << plan.shortfall.to_string() << (plan.on_cpu ? " of memory" : " per GPU");
     if (plan.shortfall.count() > 0 && plan.host_shortfall.count() > 0) out << " and ";
     if (plan.host_shortfall.count() > 0) out << plan.host_shortfall.to_string() << " of host RAM";
@@ -189,8 +223,8 @@ int plan_remote(const Args& args, const dsl::JobSpec& spec, const std::string& f
   if (plan.contains("decisions") && plan["decisions"].is_array() && !plan["decisions"].empty()) {
     io.out << "\nDecisions\n";
     for (const Json& d : plan["decisions"]) {
-      io.out << "  " << d.value("question", std::string()) << " " << d.value("answer", std::string()) << " -> "
-             << d.value("action", std::string()) << "\n";
+      io.out << "  " << d.value("question", std::string()) << "\n     " << d.value("answer", std::string())
+             << "\n     -> " << d.value("action", std::string()) << "\n";
     }
   }
   return fits ? kExitOk : kExitNoFit;
@@ -248,6 +282,7 @@ int run_plan(const Argv& argv, Streams io) {
                                                                   {"remote", false},
                                                                   {"model", true},
                                                                   {"adapter", true},
+                                                                  {"explain", false},
                                                                   {"seq-len", true},
                                                                   {"batch", true}})),
                                "plan", kHelp, io);
@@ -314,8 +349,8 @@ int run_plan(const Argv& argv, Streams io) {
     io.err << "tailor plan: " << hw.status().message() << "\n";
     return args.has("gpus") ? kExitUsage : kExitInvalid;
   }
-  strategies::PlanOptions popts;
-  popts.catalog = &catalog;
+  strategies::PlanOptions popts = runner::runner_plan_options(&catalog);
+  if (args.has("explain")) popts.max_alternatives = 8;
   const strategies::Plan plan = strategies::plan_job(spec, *hw, popts);
   if (!plan.errors.empty()) {
     for (const std::string& e : plan.errors) io.err << file << ": error: " << e << "\n";
@@ -325,7 +360,7 @@ int run_plan(const Argv& argv, Streams io) {
   if (format == "json") {
     io.out << strategies::plan_to_json(plan, spec);
   } else {
-    print_text(plan, spec, io.out);
+    print_text(plan, spec, args.has("explain"), io.out);
   }
   return plan.fits ? kExitOk : kExitNoFit;
 }

@@ -76,7 +76,6 @@ int run_run(const Argv& argv, Streams io) {
       return kExitInvalid;
     }
   }
-  runner::forbid_unexecutable(spec);
 
   const dsl::Catalog& catalog = options->catalog();
   auto hw = hardware_for(spec, args, catalog);
@@ -84,14 +83,12 @@ int run_run(const Argv& argv, Streams io) {
     io.err << "tailor run: " << hw.status().message() << "\n";
     return kExitInvalid;
   }
-  strategies::PlanOptions popts;
-  popts.catalog = &catalog;
-  const strategies::Plan plan = strategies::plan_job(spec, *hw, popts);
+  const strategies::Plan plan = strategies::plan_job(spec, *hw, runner::runner_plan_options(&catalog));
   for (const std::string& e : plan.errors) io.err << file << ": error: " << e << "\n";
   if (!plan.errors.empty()) return kExitInvalid;
   if (!plan.fits) {
-    io.err << "tailor run: " << spec.name << " does not fit " << hw->describe() << "; short by "
-           << (plan.shortfall + plan.host_shortfall).to_string() << " (see 'tailor plan " << file << "')\n";
+    io.err << "tailor run: " << spec.name << " " << plan.no_fit_reason() << " (the same plan: 'tailor plan --explain "
+           << file << "')\n";
     return kExitNoFit;
   }
 

@@ -341,6 +341,10 @@ std::vector<Technique> pinned_techniques(const StrategySpec& s) {
 
 void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalog, Diagnostics& d) {
   const StrategySpec& s = spec.strategy;
+  if (s.headroom && spec.resources.headroom) {
+    d.error(loc_at(root, "resources.headroom"), "resources.headroom",
+            "set twice: strategy.headroom is the one to keep");
+  }
   for (Technique t : s.allow) {
     if (contains(s.forbid, t)) {
       d.error(loc_at(root, "strategy.forbid"), "strategy.forbid", quote(to_string(t)) + " is both allowed and forbidden");

@@ -25,6 +25,21 @@ Constraints::Constraints(const dsl::JobSpec& spec, const Hardware& hw)
   }
 }
 
+std::vector<std::int64_t> Constraints::micro_batches_for(std::int64_t ranks) const {
+  if (ranks == num_gpus_) return micro_batches_;
+  std::vector<std::int64_t> out;
+  const std::int64_t per_rank = training_.global_batch_size / ranks;
+  for (std::int64_t m = 1; m <= per_rank; ++m) {
+    if (per_rank % m == 0) out.push_back(m);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> Constraints::rank_counts() const {
+  if (num_gpus_ == 1) return {1};
+  return {num_gpus_, 1};
+}
+
 std::vector<dsl::Technique> Constraints::techniques_of(const Strategy& s) {
   dsl::KnobValues v;
   v.precision = s.precision;
@@ -65,6 +80,7 @@ std::string Constraints::why_not(const Strategy& s) const {
   if (!p.optimizer && s.optimizer == Optimizer::kSgd) return "SGD is used only when pinned";
   if (p.zero_stage && s.zero_stage != *p.zero_stage) return "zero_stage is pinned";
   if (p.offload && s.offload != *p.offload) return "offload is pinned";
+  if (s.num_gpus != num_gpus_ && s.num_gpus != 1) return "ranks are every GPU or one";
   if (training_.micro_batch_size && s.micro_batch_size != *training_.micro_batch_size) return "micro-batch is pinned";
   if (s.micro_batch_size * s.grad_accumulation * s.num_gpus != training_.global_batch_size) {
     return "does not keep the global batch";
@@ -76,7 +92,7 @@ std::string Constraints::why_not(const Strategy& s) const {
     return "no bf16 on this device";
   }
   if (on_cpu_ && (s.zero_stage > 0 || s.offload != Offload::kNone)) return "ZeRO and offload need GPUs";
-  if (s.zero_stage > 0 && num_gpus_ == 1 && s.offload == Offload::kNone) return "ZeRO on one GPU only with offload";
+  if (s.zero_stage > 0 && s.num_gpus == 1 && s.offload == Offload::kNone) return "ZeRO on one GPU only with offload";
   if (s.offload != Offload::kNone && s.zero_stage == 0) return "offload needs ZeRO stage 1 or more";
   if (s.offload == Offload::kOptimizerAndParams && s.zero_stage != 3) return "parameter offload needs ZeRO-3";
   if ((s.adapter == Adapter::kQlora) != (s.quantization != Quantization::kNone)) return "QLoRA means a quantised base";

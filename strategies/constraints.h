@@ -36,6 +36,11 @@ class Constraints {
 
   // Micro-batch sizes that keep the global batch exact (divisors of G/N).
   const std::vector<std::int64_t>& micro_batches() const { return micro_batches_; }
+  // The same for `ranks` data-parallel ranks (divisors of G/ranks).
+  std::vector<std::int64_t> micro_batches_for(std::int64_t ranks) const;
+  // Rank counts a plan may use: every GPU, and one of them when there are
+  // several (what a runner without rank processes can execute).
+  std::vector<std::int64_t> rank_counts() const;
   std::int64_t num_gpus() const { return num_gpus_; }
   bool on_cpu() const { return on_cpu_; }
   const Device& device() const { return device_; }

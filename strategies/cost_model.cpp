@@ -62,9 +62,15 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   const double utilisation = mfu * micro_tokens / (micro_tokens + k.half_saturation_tokens);
   const double micro_compute = timed_flops_per_token * micro_tokens / (peak_tflops * 1e12 * utilisation);
 
-  // QLoRA dequantises every base linear in forward, backward and
-  // recomputation; measured as a slowdown over the same step in 16 bits.
-  const double micro_dequant = s.quantization != Quantization::kNone ? micro_compute * k.qlora_slowdown : 0.0;
+  // QLoRA dequantises every quantised base weight for forward, backward and
+  // recomputation: 0.5 B read and 2 B written per parameter, each pass.
+  double micro_dequant = 0;
+  if (s.quantization != Quantization::kNone) {
+    const double quantized = static_cast<double>(pc.block_linear + pc.expert_quantizable);
+    const double dense_passes = 2.0 + recompute_fraction;
+    const double bandwidth = std::max(1.0, dev.memory_bandwidth_gbps) * 1e9 * k.dequant_bandwidth_efficiency;
+    micro_dequant = dense_passes * quantized * (0.5 + weight_bytes_per_param(s.precision)) / bandwidth;
+  }
 
   const double accum = static_cast<double>(s.grad_accumulation);
   t.compute_seconds = accum * (micro_compute + micro_dequant);

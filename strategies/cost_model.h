@@ -27,11 +27,15 @@ struct CostConstants {
   // DeepSpeed's CPU Adam updates on the order of 1e9 parameters per second
   // on a server CPU (Ren et al. 2021, ZeRO-Offload, section 5).
   double cpu_adam_params_per_second = 1e9;
-  // QLoRA's extra time over LoRA from dequantising the 4-bit base in every
-  // forward and backward: measured 1.39x the runtime of 16-bit LoRA on
-  // Llama-2-7B (S. Raschka, "Practical Tips for Finetuning LLMs Using LoRA",
-  // 2023). The ideal memory-bound figure is far lower; kernels do not reach it.
-  double qlora_slowdown = 0.39;
+  // QLoRA dequantises every 4-bit base weight before each pass that needs
+  // it dense (forward, backward, recomputation): it reads 0.5 B and writes
+  // 2 B per parameter, a memory-bound kernel (its ~3 FLOPs per parameter are
+  // negligible next to the bytes). Its share of peak bandwidth: 0.3
+  // reproduces the measured 1.39x runtime of 16-bit LoRA on Llama-2-7B with
+  // one ~200-token sequence per micro-batch on an A100 (S. Raschka,
+  // "Practical Tips for Finetuning LLMs Using LoRA", 2023); at longer
+  // micro-batches the same bytes weigh less, as practice reports.
+  double dequant_bandwidth_efficiency = 0.3;
   // LibTorch's flash CPU kernel in half precision against materialised
   // attention, in the step of tailor-runner on this project's 2-core AMD
   // machine (bench/README.md): the fused form's attention FLOPs take this

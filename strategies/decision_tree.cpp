@@ -15,162 +15,282 @@ std::string largest_components(const MemoryBreakdown& m) {
   std::string out;
   for (int i = 0; i < 3; ++i) {
     if (parts[i].first.count() <= 0) break;
-    if (i) out += ", ";
-    out += std::string(parts[i].second) + " " + parts[i].first.to_string();
+    out += std::string(i ? ", " : "largest: ") + parts[i].second + " " + parts[i].first.to_string();
   }
   return out;
 }
 
+std::string tokens_per_second(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f tokens/s", v);
+  return buf;
+}
+
+// The trace walks from the spec as written to the chosen strategy, one rung
+// of the tree at a time.
 class Walker {
  public:
-  Walker(const dsl::JobSpec& spec, const Hardware& hw, const Constraints& c, const PlanOptions& o)
-      : spec_(spec), hw_(hw), c_(c), o_(o), cur_(c.baseline()), cur_eval_(evaluate(spec, hw, cur_, o)) {}
+  Walker(const dsl::JobSpec& spec, const Hardware& hw, const Constraints& c, const PlanOptions& o, const Plan& plan)
+      : spec_(spec), hw_(hw), c_(c), o_(o), plan_(plan), target_(plan.chosen.strategy), cur_(c.baseline()) {
+    // The attention form follows the target from the start: on GPUs it is
+    // not a rung, on the CPU it is the last one.
+    cur_.attention = hw.cpu_only() ? Attention::kMemoryEfficient : target_.attention;
+    if (spec.model.arch.attn_logit_softcap > 0) cur_.attention = Attention::kStandard;
+    cur_eval_ = evaluate(spec_, hw_, cur_, o_);
+  }
 
   std::vector<Decision> run() {
-    const std::int64_t n = c_.num_gpus();
-    const std::string where = c_.on_cpu() ? "in host RAM" : "per GPU";
-    out_.push_back({"Does the job fit as written (" + cur_.describe() + ")?",
-                    fit_text(cur_eval_) + (cur_eval_.fits ? "" : "; largest: " + largest_components(cur_eval_.memory.per_device)),
-                    cur_eval_.fits ? "keep it" : "reduce memory"});
-    if (cur_eval_.fits) return out_;
+    Decision first = measure("as_written", "Does the job fit as written (" + cur_.describe() + ")?", cur_eval_);
+    first.verdict = cur_eval_.fits ? Verdict::kFits : Verdict::kDoesNotFit;
+    if (!cur_eval_.fits) first.reason = largest_components(cur_eval_.memory.per_device);
+    out_.push_back(first);
 
+    ranks();
     const bool bf16 = c_.device().bf16;
-    step("Mixed precision (" + std::string(bf16 ? "bf16" : "fp16 with loss scaling") +
-             " weights and gradients, fp32 master weights and optimizer states)?",
-         [&](Strategy& s) { s.precision = bf16 ? Precision::kBf16 : Precision::kFp16; }, cur_.precision != Precision::kFp32,
-         std::string("use ") + (bf16 ? "bf16" : "fp16") + " mixed precision");
-    if (done()) return out_;
-    step("Gradient checkpointing (keep each layer's input, recompute the layer in backward)?",
-         [](Strategy& s) { s.checkpoint_every = 1; }, cur_.checkpoint_every == 1, "checkpoint every layer");
-    if (done()) return out_;
-    shrink_micro_batch();
-    if (done()) return out_;
-    if (n > 1) {
-      step("ZeRO-1 (shard optimizer states and master weights over " + std::to_string(n) + " GPUs)?",
-           [](Strategy& s) { s.zero_stage = std::max<std::int64_t>(s.zero_stage, 1); }, cur_.zero_stage >= 1, "use ZeRO-1");
-      if (done()) return out_;
-      step("ZeRO-2 (shard gradients too)?", [](Strategy& s) { s.zero_stage = std::max<std::int64_t>(s.zero_stage, 2); },
-           cur_.zero_stage >= 2, "use ZeRO-2");
-      if (done()) return out_;
+    const Precision mixed = bf16 ? Precision::kBf16 : Precision::kFp16;
+    const Precision to = target_.precision != cur_.precision ? target_.precision : mixed;
+    rung("precision", precision_question(to), target_.precision != cur_.precision,
+         [&](Strategy& s) { s.precision = to; }, std::string("use ") + dsl::to_string(to) + " precision");
+    const std::int64_t every = target_.checkpoint_every != cur_.checkpoint_every ? target_.checkpoint_every : 1;
+    rung("checkpointing",
+         every == 1 ? "Gradient checkpointing (keep each layer's input, recompute the layer in backward)?"
+                    : "Gradient checkpointing every " + std::to_string(every) + " layers?",
+         target_.checkpoint_every != cur_.checkpoint_every, [&](Strategy& s) { s.checkpoint_every = every; },
+         every == 1 ? "checkpoint every layer" : "checkpoint every " + std::to_string(every) + " layers");
+    micro_batch();
+    if (cur_.num_gpus > 1) {
+      const std::int64_t stage = std::clamp<std::int64_t>(target_.zero_stage, 1, 2);
+      rung("zero_1_2",
+           "ZeRO-" + std::to_string(stage) + " (shard optimizer states and master weights" +
+               (stage == 2 ? ", and gradients," : "") + " over " + std::to_string(cur_.num_gpus) + " GPUs)?",
+           target_.zero_stage >= 1 && cur_.zero_stage < 1,
+           [&](Strategy& s) { s.zero_stage = std::max(s.zero_stage, stage); }, "use ZeRO-" + std::to_string(stage));
     }
-    step("8-bit optimizer states (block-wise AdamW, ~2 bytes/param instead of 8)?",
-         [](Strategy& s) { s.optimizer = Optimizer::kAdamw8bit; }, cur_.optimizer != Optimizer::kAdamw, "use adamw_8bit");
-    if (done()) return out_;
-    step("LoRA (freeze the base, train rank-" + std::to_string(spec_.strategy.lora.r) + " adapters)?",
+    rung("optimizer_8bit", "8-bit optimizer states (block-wise AdamW, ~2 bytes/param instead of 8)?",
+         target_.optimizer == Optimizer::kAdamw8bit && cur_.optimizer != Optimizer::kAdamw8bit,
+         [](Strategy& s) { s.optimizer = Optimizer::kAdamw8bit; }, "use adamw_8bit");
+    rung("lora", "LoRA (freeze the base, train rank-" + std::to_string(spec_.strategy.lora.r) + " adapters)?",
+         target_.adapter != Adapter::kNone && cur_.adapter == Adapter::kNone,
          [&](Strategy& s) {
            s.adapter = Adapter::kLora;
            s.lora_rank = spec_.strategy.lora.r;
          },
-         cur_.adapter != Adapter::kNone, "train LoRA adapters");
-    if (done()) return out_;
-    step("QLoRA (4-bit NF4 base weights with double quantisation under the adapters)?",
+         "train LoRA adapters");
+    rung("qlora", "QLoRA (4-bit NF4 base weights with double quantisation under the adapters)?",
+         target_.adapter == Adapter::kQlora && cur_.adapter != Adapter::kQlora,
          [&](Strategy& s) {
            s.adapter = Adapter::kQlora;
            s.lora_rank = spec_.strategy.lora.r;
            s.quantization = Quantization::kNf4Double;
          },
-         cur_.adapter == Adapter::kQlora, "quantise the base to NF4");
-    if (done()) return out_;
-    if (n > 1) {
-      step("ZeRO-3 (shard the weights over " + std::to_string(n) + " GPUs too)?", [](Strategy& s) { s.zero_stage = 3; },
-           cur_.zero_stage == 3, "use ZeRO-3");
-      if (done()) return out_;
+         "quantise the base to NF4");
+    if (cur_.num_gpus > 1) {
+      rung("zero_3", "ZeRO-3 (shard the weights over " + std::to_string(cur_.num_gpus) + " GPUs too)?",
+           target_.zero_stage == 3 && cur_.zero_stage != 3, [](Strategy& s) { s.zero_stage = 3; }, "use ZeRO-3");
     }
-    step("Offload optimizer states to host RAM (ZeRO-Offload)?",
-         [](Strategy& s) {
+    if (hw_.cpu_only()) {
+      attention();
+      search();
+      return out_;
+    }
+    const std::int64_t offload_stage = std::max<std::int64_t>(target_.zero_stage, 1);
+    rung("offload_optimizer", "Offload optimizer states to host RAM (ZeRO-Offload)?",
+         target_.offload != Offload::kNone && cur_.offload == Offload::kNone,
+         [&](Strategy& s) {
            s.offload = Offload::kOptimizer;
-           s.zero_stage = std::max<std::int64_t>(s.zero_stage, 1);
+           s.zero_stage = std::max(s.zero_stage, offload_stage);
          },
-         cur_.offload != Offload::kNone, "offload the optimizer");
-    if (done()) return out_;
-    step("Offload parameters too (ZeRO-3 with parameter offload)?",
+         "offload the optimizer");
+    rung("offload_params", "Offload parameters too (ZeRO-3 with parameter offload)?",
+         target_.offload == Offload::kOptimizerAndParams && cur_.offload != Offload::kOptimizerAndParams,
          [](Strategy& s) {
            s.offload = Offload::kOptimizerAndParams;
            s.zero_stage = 3;
          },
-         cur_.offload == Offload::kOptimizerAndParams, "offload parameters");
-    if (done()) return out_;
-    out_.push_back({"Does it fit " + where + " now?", fit_text(cur_eval_), "nothing in the tree fits"});
+         "offload parameters");
+    search();
     return out_;
   }
 
  private:
-  bool done() const { return cur_eval_.fits; }
-
-  std::string fit_text(const Candidate& e) const {
-    const Bytes total = e.memory.per_device.total();
-    const Bytes budget = total - e.over_budget;
-    std::string text = (e.fits ? "yes: needs " : "no: needs ") + total.to_string() + " of a " + budget.to_string() +
-                       " budget" + (c_.on_cpu() ? "" : " per GPU");
-    if (e.over_budget.count() > 0) text += " (" + e.over_budget.to_string() + " over)";
-    if (e.host_over_budget.count() > 0) {
-      text += "; host RAM " + e.memory.host.to_string() + " is " + e.host_over_budget.to_string() + " over its budget";
+  std::string precision_question(Precision p) const {
+    switch (p) {
+      case Precision::kPureBf16:
+        return "Pure bf16 (weights, gradients and optimizer states in bf16, no fp32 master copy)?";
+      case Precision::kFp16:
+        return "Mixed precision (fp16 with loss scaling weights and gradients, fp32 master weights and optimizer "
+               "states)?";
+      case Precision::kFp32: return "Full fp32 precision?";
+      default: return "Mixed precision (bf16 weights and gradients, fp32 master weights and optimizer states)?";
     }
-    return text;
   }
 
-  template <class Change>
-  void step(const std::string& question, Change change, bool already, const std::string& action) {
-    if (already) {
-      out_.push_back({question, "already in use (pinned or chosen earlier)", "keep"});
-      return;
+  Decision measure(const std::string& step, const std::string& question, const Candidate& e) const {
+    Decision d;
+    d.step = step;
+    d.question = question;
+    d.fits = e.fits;
+    d.needed = e.memory.per_device.total();
+    d.budget = plan_.budget_per_device;
+    if (!hw_.cpu_only()) {
+      d.host_needed = e.memory.host;
+      d.host_budget = plan_.host_budget;
     }
+    return d;
+  }
+
+  // One rung: taken when the chosen plan takes it, else explained.
+  template <class Change>
+  void rung(const std::string& step, const std::string& question, bool taken, Change change,
+            const std::string& change_text) {
+    // Once the plan fits, a step the chosen plan does not take is not
+    // needed and left out: the trace shows only the steps that led to it.
+    if (!taken && cur_eval_.fits) return;
     Strategy next = cur_;
     change(next);
-    const std::string why = c_.why_not(next);
-    if (!why.empty()) {
-      out_.push_back({question, "skipped: " + why, "none"});
+    if (next == cur_) {
+      // Pinned in the spec: the baseline has it already.
+      Decision d = measure(step, question, cur_eval_);
+      d.verdict = Verdict::kAlready;
+      d.reason = "pinned by the spec";
+      out_.push_back(d);
       return;
     }
     const Candidate e = evaluate(spec_, hw_, next, o_);
-    const Bytes saved = cur_eval_.memory.per_device.total() - e.memory.per_device.total();
-    if (saved.count() <= 0 && e.host_over_budget >= cur_eval_.host_over_budget) {
-      out_.push_back({question, "no saving (" + fit_text(e) + ")", "none"});
+    Decision d = measure(step, question, e);
+    d.saved = cur_eval_.memory.per_device.total() - e.memory.per_device.total();
+    if (taken) {
+      d.verdict = Verdict::kApplied;
+      d.change = change_text;
+      if (cur_eval_.fits) {
+        // Taken for speed, not memory.
+        d.reason = "estimated " + tokens_per_second(cur_eval_.throughput.tokens_per_second) + " -> " +
+                   tokens_per_second(e.throughput.tokens_per_second);
+      }
+      out_.push_back(d);
+      cur_ = next;
+      cur_eval_ = e;
       return;
     }
-    out_.push_back({question, fit_text(e) + " (saves " + saved.to_string() + ")", action});
-    cur_ = next;
+    // Not taken: would the chosen plan be allowed and runnable with it?
+    Strategy probe = target_;
+    change(probe);
+    if (probe == target_) probe = next;
+    const std::string disallowed = c_.why_not(probe);
+    const std::string unrunnable = disallowed.empty() && o_.why_not_executable ? o_.why_not_executable(probe) : "";
+    if (!disallowed.empty()) {
+      d.verdict = Verdict::kNotAllowed;
+      d.reason = disallowed;
+    } else if (!unrunnable.empty()) {
+      d.verdict = Verdict::kNotExecutable;
+      d.reason = unrunnable;
+    } else if (cur_eval_.fits) {
+      d.verdict = Verdict::kNotNeeded;
+      d.reason = "the plan fits without it (" + cur_eval_.memory.per_device.total().to_string() + " of " +
+                 plan_.budget_per_device.to_string() + ")";
+    } else {
+      d.verdict = Verdict::kNotChosen;
+      const Candidate with = evaluate(spec_, hw_, probe, o_);
+      const double gain = with.throughput.tokens_per_second / plan_.chosen.throughput.tokens_per_second - 1.0;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "the chosen plan with it would be %s (%.0f against %.0f tokens/s)",
+                    gain > o_.small_gain ? "faster, not enough to change what is trained"
+                                         : "no faster",
+                    with.throughput.tokens_per_second, plan_.chosen.throughput.tokens_per_second);
+      d.reason = with.fits ? std::string(buf) : "the chosen plan reaches the budget by other steps";
+    }
+    out_.push_back(d);
+  }
+
+  // The CPU's last rung: its fused attention kernel is slow in half precision.
+  void attention() {
+    if (target_.attention == cur_.attention) return;
+    rung("attention",
+         "Materialised attention (faster than the fused kernel on the CPU in half precision; keeps s x s scores)?",
+         true, [&](Strategy& s) { s.attention = target_.attention; }, "attend materialised");
+  }
+
+  // Several GPUs and a runner that runs one rank: the plan uses one of them.
+  void ranks() {
+    if (target_.num_gpus == cur_.num_gpus) return;
+    Strategy all = cur_;
+    Strategy one = cur_;
+    one.num_gpus = target_.num_gpus;
+    one.grad_accumulation = cur_.grad_accumulation * cur_.num_gpus / target_.num_gpus;
+    const Candidate e = evaluate(spec_, hw_, one, o_);
+    Decision d = measure("ranks",
+                         "Data parallel over the " + std::to_string(cur_.num_gpus) + " GPUs (one rank each)?", e);
+    d.verdict = Verdict::kApplied;
+    d.change = "train on " + std::to_string(target_.num_gpus) + " of the " + std::to_string(cur_.num_gpus) +
+               " GPUs (global batch kept by accumulation)";
+    d.saved = cur_eval_.memory.per_device.total() - e.memory.per_device.total();
+    const std::string why = o_.why_not_executable ? o_.why_not_executable(all) : "";
+    d.reason = why.empty() ? "the chosen plan uses fewer ranks" : "tailor-runner cannot run " +
+                                                                       std::to_string(all.num_gpus) + " ranks: " + why;
+    out_.push_back(d);
+    cur_ = one;
     cur_eval_ = e;
   }
 
-  void shrink_micro_batch() {
+  void micro_batch() {
     const std::string q = "Smaller micro-batch with gradient accumulation (global batch stays " +
                           std::to_string(spec_.training.global_batch_size) + ")?";
-    if (spec_.training.micro_batch_size) {
-      out_.push_back({q, "skipped: micro_batch_size is pinned to " + std::to_string(*spec_.training.micro_batch_size),
-                      "none"});
+    const std::int64_t per_rank = spec_.training.global_batch_size / cur_.num_gpus;
+    const std::int64_t to = target_.micro_batch_size != cur_.micro_batch_size ? target_.micro_batch_size : 1;
+    const bool taken = target_.micro_batch_size != cur_.micro_batch_size;
+    if (!taken && cur_eval_.fits) return;
+    if (!taken && cur_.micro_batch_size == 1) {
+      Decision d = measure("micro_batch", q, cur_eval_);
+      d.verdict = Verdict::kNotNeeded;
+      d.reason = "the micro-batch is 1 already";
+      out_.push_back(d);
       return;
     }
     const std::int64_t from = cur_.micro_batch_size;
-    Strategy next = cur_;
-    Candidate e = cur_eval_;
-    const auto& sizes = c_.micro_batches();
-    for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
-      if (*it >= next.micro_batch_size) continue;
-      Strategy trial = next;
-      trial.micro_batch_size = *it;
-      trial.grad_accumulation = spec_.training.global_batch_size / c_.num_gpus() / *it;
-      if (!c_.admits(trial)) continue;
-      next = trial;
-      e = evaluate(spec_, hw_, next, o_);
-      if (e.fits) break;
-    }
-    if (next.micro_batch_size == from) {
-      out_.push_back({q, from == 1 ? "already 1" : "skipped: " + c_.why_not(next), "none"});
+    rung("micro_batch", q, taken,
+         [&](Strategy& s) {
+           s.micro_batch_size = to;
+           s.grad_accumulation = per_rank / to;
+         },
+         "micro-batch " + std::to_string(from) + " -> " + std::to_string(to) + " with " +
+             std::to_string(per_rank / to) + " accumulation steps");
+  }
+
+  void search() {
+    const std::string q = "Which plan that fits and that tailor-runner runs is fastest? (" +
+                          std::to_string(plan_.candidates_considered) + " candidates estimated)";
+    Decision d = measure("search", q, plan_.chosen);
+    if (!plan_.fits) {
+      d.verdict = Verdict::kNoneFits;
+      d.reason = "it is " + plan_.chosen.strategy.describe();
+      if (const auto& p = plan_.preferred_if_executable) {
+        d.reason += "; " + p->candidate.strategy.describe() + " would fit, but " + p->why;
+      }
+      out_.push_back(d);
       return;
     }
-    const Bytes saved = cur_eval_.memory.per_device.total() - e.memory.per_device.total();
-    out_.push_back({q, fit_text(e) + " (saves " + saved.to_string() + ")",
-                    "micro-batch " + std::to_string(from) + " -> " + std::to_string(next.micro_batch_size) + " with " +
-                        std::to_string(next.grad_accumulation) + " accumulation steps"});
-    cur_ = next;
-    cur_eval_ = e;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ": %.0f tokens/s, %.2f s per step", plan_.chosen.throughput.tokens_per_second,
+                  plan_.chosen.throughput.step_seconds);
+    d.verdict = Verdict::kChosen;
+    d.reason = plan_.chosen.strategy.describe() + buf + ", " + plan_.chosen.memory.per_device.total().to_string() +
+               " of " + plan_.budget_per_device.to_string() + " (" + plan_.chosen.spare().to_string() + " to spare)";
+    if (const auto& f = plan_.fastest_by_estimate) {
+      d.reason += "; " + f->candidate.strategy.describe() + " " + f->why;
+    }
+    if (const auto& p = plan_.preferred_if_executable) {
+      d.reason += "; it would choose " + p->candidate.strategy.describe() + " (" +
+                  tokens_per_second(p->candidate.throughput.tokens_per_second) + "), but " + p->why;
+    }
+    out_.push_back(d);
   }
 
   const dsl::JobSpec& spec_;
   const Hardware& hw_;
   const Constraints& c_;
   const PlanOptions& o_;
+  const Plan& plan_;
+  const Strategy target_;
   Strategy cur_;
   Candidate cur_eval_;
   std::vector<Decision> out_;
@@ -179,23 +299,8 @@ class Walker {
 }  // namespace
 
 std::vector<Decision> walk_decision_tree(const dsl::JobSpec& spec, const Hardware& hw, const Constraints& c,
-                                         const PlanOptions& o) {
-  return Walker(spec, hw, c, o).run();
-}
-
-void add_search_decision(Plan& plan, const Candidate* best, int candidates) {
-  const std::string q = "Which plan that fits is fastest? (" + std::to_string(candidates) + " candidates estimated)";
-  if (best == nullptr) {
-    plan.decisions.push_back({q, "none fits; the closest needs " + plan.chosen.memory.per_device.total().to_string() +
-                                     " of a " + plan.budget_per_device.to_string() + " budget",
-                              "reject the job"});
-    return;
-  }
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%s: %.0f tokens/s, %.2f s per step, %s per device", best->strategy.describe().c_str(),
-                best->throughput.tokens_per_second, best->throughput.step_seconds,
-                best->memory.per_device.total().to_string().c_str());
-  plan.decisions.push_back({q, buf, "choose it"});
+                                         const PlanOptions& o, const Plan& plan) {
+  return Walker(spec, hw, c, o, plan).run();
 }
 
 }  // namespace tailor::strategies

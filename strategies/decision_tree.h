@@ -1,10 +1,12 @@
-// The OOM decision tree of the seed documents, walked greedily and
-// recorded: does it fit? -> mixed precision -> gradient checkpointing ->
-// smaller micro-batch with accumulation -> ZeRO-1/2 and 8-bit optimizer
-// states -> LoRA -> QLoRA -> ZeRO-3 -> CPU offload -> does not fit.
-// Each step is a question, an answer with byte figures, and the action
-// taken; pinned knobs and allow/forbid lists skip steps. The walk explains;
-// the search (planner.cpp) then looks for a faster plan among all that fit.
+// The OOM decision tree of the seed documents, as the explanation of the
+// plan chosen: does it fit as written? -> ranks the runner executes ->
+// mixed precision -> gradient checkpointing -> smaller micro-batch with
+// accumulation -> ZeRO-1/2 -> 8-bit optimizer states -> LoRA -> QLoRA ->
+// ZeRO-3 -> CPU offload -> the search's choice. The walk starts at the spec
+// as written and takes exactly the steps the chosen plan took, so it ends
+// at that plan; every step not taken says why (not needed, a pin, a forbid,
+// the device, the runner, or the ranking), with the bytes it would have
+// saved.
 #pragma once
 
 #include <vector>
@@ -14,10 +16,9 @@
 
 namespace tailor::strategies {
 
+// `plan` has its chosen candidate, budgets and preferred/fastest
+// alternatives set; the decisions are returned, not stored.
 std::vector<Decision> walk_decision_tree(const dsl::JobSpec& spec, const Hardware& hw, const Constraints& c,
-                                         const PlanOptions& o);
-
-// Appends the search's verdict to the plan's decisions.
-void add_search_decision(Plan& plan, const Candidate* best, int candidates);
+                                         const PlanOptions& o, const Plan& plan);
 
 }  // namespace tailor::strategies

@@ -53,6 +53,23 @@ void write_throughput(JsonWriter& w, const Throughput& t) {
   w.end_object();
 }
 
+void write_alternative(JsonWriter& w, const Alternative& a) {
+  w.begin_object();
+  w.field("summary", a.candidate.strategy.describe());
+  w.key("strategy");
+  write_strategy(w, a.candidate.strategy);
+  w.field("fits", a.candidate.fits);
+  w.field("executable", a.candidate.executable());
+  if (!a.candidate.executable()) w.field("not_executable", a.candidate.not_executable);
+  w.field("total_per_gpu", a.candidate.memory.per_device.total().count());
+  w.field("spare_per_gpu", a.candidate.spare().count());
+  w.field("host_total", a.candidate.memory.host.count());
+  w.field("tokens_per_second", a.candidate.throughput.tokens_per_second);
+  w.field("step_seconds", a.candidate.throughput.step_seconds);
+  w.field("why", a.why);
+  w.end_object();
+}
+
 }  // namespace
 
 std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
@@ -90,6 +107,7 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   write_memory_breakdown(w, plan.chosen.memory.per_device);
   w.end_object();
   w.field("budget_per_gpu", plan.budget_per_device.count());
+  w.field("spare_per_gpu", plan.chosen.spare().count());
   w.field("headroom", plan.headroom);
   w.field("host_total", plan.chosen.memory.host.count());
   w.field("host_budget", plan.host_budget.count());
@@ -99,22 +117,39 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   write_throughput(w, plan.chosen.throughput);
   w.key("decisions").begin_array();
   for (const Decision& d : plan.decisions) {
-    w.begin_object().field("question", d.question).field("answer", d.answer).field("action", d.action).end_object();
-  }
-  w.end_array();
-  w.key("alternatives").begin_array();
-  for (const Alternative& a : plan.alternatives) {
     w.begin_object();
-    w.key("strategy");
-    write_strategy(w, a.candidate.strategy);
-    w.field("fits", a.candidate.fits);
-    w.field("total_per_gpu", a.candidate.memory.per_device.total().count());
-    w.field("tokens_per_second", a.candidate.throughput.tokens_per_second);
-    w.field("why", a.why);
+    w.field("step", d.step);
+    w.field("question", d.question);
+    w.field("verdict", to_string(d.verdict));
+    w.field("fits", d.fits);
+    w.field("bytes_needed", d.needed.count());
+    w.field("budget", d.budget.count());
+    w.field("saved", d.saved.count());
+    if (d.host_budget.count() > 0) {
+      w.field("host_bytes_needed", d.host_needed.count());
+      w.field("host_budget", d.host_budget.count());
+    }
+    w.field("change", d.change);
+    w.field("reason", d.reason);
+    w.field("answer", d.answer());
+    w.field("action", d.action());
     w.end_object();
   }
   w.end_array();
+  w.key("alternatives").begin_array();
+  for (const Alternative& a : plan.alternatives) write_alternative(w, a);
+  w.end_array();
+  for (const auto& [key, alt] : {std::pair{"preferred_if_executable", &plan.preferred_if_executable},
+                                 std::pair{"fastest_by_estimate", &plan.fastest_by_estimate}}) {
+    w.key(key);
+    if (*alt) {
+      write_alternative(w, **alt);
+    } else {
+      w.null();
+    }
+  }
   if (!plan.fits) {
+    w.field("reason", plan.no_fit_reason());
     w.field("shortfall_bytes", plan.shortfall.count());
     w.field("host_shortfall_bytes", plan.host_shortfall.count());
     if (plan.smallest_fitting_gpu.empty()) {

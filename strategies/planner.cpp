@@ -20,8 +20,9 @@ double score(const Candidate& c, const CostConstants& k) {
   return c.throughput.tokens_per_second / (1.0 + k.fidelity_margin * fidelity_cost(c.strategy));
 }
 
-// The ranking of plans that fit: better score, then fewer techniques.
-struct Better {
+// The speed order (a strict weak order, for sorting): better score, then
+// fewer techniques.
+struct Faster {
   const CostConstants& k;
   bool operator()(const Candidate& a, const Candidate& b) const {
     const double sa = score(a, k), sb = score(b, k);
@@ -29,6 +30,47 @@ struct Better {
     return complexity(a.strategy) < complexity(b.strategy);
   }
 };
+
+bool comfortable(const Candidate& c, Bytes budget, const PlanOptions& o) {
+  return static_cast<double>(c.spare().count()) >= o.comfortable_spare * static_cast<double>(budget.count());
+}
+
+// The policy's choice among `fitting` (PlanOptions::small_gain): each
+// preference in turn (no offload, comfortable spare memory, fewer
+// techniques) narrows the set to the plans that have it, when the best of
+// them is within the tie band of the fastest plan left; then the fastest.
+// Null when `fitting` is empty.
+const Candidate* choose(std::vector<const Candidate*> set, Bytes budget, const PlanOptions& o) {
+  const Faster faster{o.cost};
+  auto fastest_of = [&](const std::vector<const Candidate*>& v) {
+    const Candidate* f = nullptr;
+    for (const Candidate* c : v) {
+      if (f == nullptr || faster(*c, *f)) f = c;
+    }
+    return f;
+  };
+  if (set.empty()) return nullptr;
+  // Keep only the plans that have it, when the fastest of them is within
+  // the band of the fastest plan left; the next preference measures its
+  // band from the fastest of those.
+  auto prefer = [&](auto&& has) {
+    const double floor = score(*fastest_of(set), o.cost) * (1.0 - o.small_gain);
+    std::vector<const Candidate*> kept;
+    for (const Candidate* c : set) {
+      if (has(*c)) kept.push_back(c);
+    }
+    if (!kept.empty() && score(*fastest_of(kept), o.cost) >= floor) set = std::move(kept);
+  };
+  prefer([](const Candidate& c) { return c.strategy.offload == Offload::kNone; });
+  prefer([&](const Candidate& c) { return comfortable(c, budget, o); });
+  int fewest = 1 << 20;
+  const double floor = score(*fastest_of(set), o.cost) * (1.0 - o.small_gain);
+  for (const Candidate* c : set) {
+    if (score(*c, o.cost) >= floor) fewest = std::min(fewest, complexity(c->strategy));
+  }
+  prefer([&](const Candidate& c) { return complexity(c.strategy) == fewest; });
+  return fastest_of(set);
+}
 
 // Every admitted strategy of the candidate space.
 std::vector<Strategy> enumerate(const dsl::JobSpec& spec, const Constraints& c) {
@@ -38,29 +80,31 @@ std::vector<Strategy> enumerate(const dsl::JobSpec& spec, const Constraints& c) 
   const std::vector<Adapter> adapters = {Adapter::kNone, Adapter::kLora, Adapter::kQlora};
   const std::vector<Optimizer> optimizers = {Optimizer::kAdamw, Optimizer::kAdamw8bit, Optimizer::kSgd};
   const std::vector<Offload> offloads = {Offload::kNone, Offload::kOptimizer, Offload::kOptimizerAndParams};
-  const std::int64_t per_gpu = spec.training.global_batch_size / c.num_gpus();
 
   std::vector<Strategy> out;
-  for (Precision p : precisions) {
-    for (std::int64_t ck : checkpointing) {
-      for (std::int64_t micro : c.micro_batches()) {
-        for (Adapter ad : adapters) {
-          for (Optimizer opt : optimizers) {
-            for (std::int64_t zero = 0; zero <= 3; ++zero) {
-              for (Offload off : offloads) {
-                Strategy s;
-                s.precision = p;
-                s.checkpoint_every = ck;
-                s.micro_batch_size = micro;
-                s.grad_accumulation = per_gpu / micro;
-                s.adapter = ad;
-                s.lora_rank = ad == Adapter::kNone ? 0 : spec.strategy.lora.r;
-                s.quantization = ad == Adapter::kQlora ? Quantization::kNf4Double : Quantization::kNone;
-                s.optimizer = opt;
-                s.zero_stage = zero;
-                s.offload = off;
-                s.num_gpus = c.num_gpus();
-                if (c.admits(s)) out.push_back(s);
+  for (std::int64_t ranks : c.rank_counts()) {
+    const std::int64_t per_rank = spec.training.global_batch_size / ranks;
+    for (Precision p : precisions) {
+      for (std::int64_t ck : checkpointing) {
+        for (std::int64_t micro : c.micro_batches_for(ranks)) {
+          for (Adapter ad : adapters) {
+            for (Optimizer opt : optimizers) {
+              for (std::int64_t zero = 0; zero <= 3; ++zero) {
+                for (Offload off : offloads) {
+                  Strategy s;
+                  s.precision = p;
+                  s.checkpoint_every = ck;
+                  s.micro_batch_size = micro;
+                  s.grad_accumulation = per_rank / micro;
+                  s.adapter = ad;
+                  s.lora_rank = ad == Adapter::kNone ? 0 : spec.strategy.lora.r;
+                  s.quantization = ad == Adapter::kQlora ? Quantization::kNf4Double : Quantization::kNone;
+                  s.optimizer = opt;
+                  s.zero_stage = zero;
+                  s.offload = off;
+                  s.num_gpus = ranks;
+                  if (c.admits(s)) out.push_back(s);
+                }
               }
             }
           }
@@ -71,18 +115,25 @@ std::vector<Strategy> enumerate(const dsl::JobSpec& spec, const Constraints& c) 
   return out;
 }
 
-std::string why_it_lost(const Candidate& chosen, const Candidate& other) {
+std::string why_it_lost(const Candidate& chosen, const Candidate& other, const PlanOptions& o) {
+  if (!other.executable()) return "fits, but tailor-runner cannot run it: " + other.not_executable;
   const double ratio = chosen.throughput.tokens_per_second / other.throughput.tokens_per_second;
-  char buf[192];
+  char buf[224];
   if (ratio >= 1.1) {
     std::snprintf(buf, sizeof buf, "fits, but %.2fx slower (%.0f vs %.0f tokens/s)", ratio,
                   other.throughput.tokens_per_second, chosen.throughput.tokens_per_second);
   } else if (ratio >= 1.0) {
     std::snprintf(buf, sizeof buf, "fits, but %.1f%% slower (%.0f vs %.0f tokens/s)", (ratio - 1.0) * 100,
                   other.throughput.tokens_per_second, chosen.throughput.tokens_per_second);
-  } else if (ratio > 0.995) {
-    std::snprintf(buf, sizeof buf, "fits and is as fast (%.0f tokens/s), but changes what is trained more",
-                  other.throughput.tokens_per_second);
+  } else if (ratio > 1.0 - o.small_gain) {
+    std::snprintf(buf, sizeof buf,
+                  "fits and is %.1f%% faster (%.0f tokens/s), within the cost model's error; the chosen plan %s",
+                  (1.0 / ratio - 1.0) * 100, other.throughput.tokens_per_second,
+                  other.strategy.offload != Offload::kNone && chosen.strategy.offload == Offload::kNone
+                      ? "needs no offload"
+                  : other.spare() < chosen.spare() ? ("keeps " + chosen.spare().to_string() + " free, not " +
+                                                      other.spare().to_string()).c_str()
+                                                   : "uses fewer techniques or changes less of what is trained");
   } else {
     std::snprintf(buf, sizeof buf,
                   "fits and is %.2fx faster (%.0f tokens/s), but changes what is trained more for too little speed",
@@ -101,8 +152,8 @@ std::string does_not_fit(const Candidate& c, Bytes budget, Bytes host_budget) {
 }
 
 // A key for "kind of plan": alternatives show the best of each other kind.
-// bf16 and fp16 mixed precision are one kind, and so are ZeRO stages: the
-// search already picked the best of those.
+// bf16 and fp16 mixed precision are one kind, and so are ZeRO stages and
+// rank counts: the search already picked the best of those.
 std::string kind_of(const Strategy& s) {
   const char* precision = s.precision == Precision::kFp32 ? "fp32" : s.precision == Precision::kPureBf16 ? "pure" : "mixed";
   return std::string(precision) + "/" + (s.checkpoint_every > 0 ? "ckpt" : "nockpt") + "/" +
@@ -116,13 +167,19 @@ Bytes total_over(const Candidate& c) {
 
 struct SearchResult {
   std::vector<Candidate> all;
-  const Candidate* best = nullptr;     // fastest that fits
-  const Candidate* closest = nullptr;  // smallest overshoot when nothing fits
+  const Candidate* best = nullptr;       // the policy's choice among executable plans that fit
+  const Candidate* best_any = nullptr;   // the same, were every plan executable
+  const Candidate* closest = nullptr;    // the executable plan nearest to fitting when none fits
+  const Candidate* fastest = nullptr;    // the fastest executable plan that fits
 };
+
+Bytes device_budget(const dsl::JobSpec& spec, const Hardware& hw) {
+  const Device& dev = hw.cpu_only() ? hw.cpu : hw.gpus.front();
+  return Bytes(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * (1.0 - spec.headroom())));
+}
 
 SearchResult search(const dsl::JobSpec& spec, const Hardware& hw, const Constraints& c, const PlanOptions& o) {
   SearchResult r;
-  const Better better{o.cost};
   for (Strategy s : enumerate(spec, c)) {
     // GPUs: the fused kernels (or what the options say, e.g. to compare with
     // eager-attention figures). The CPU: fused, and in half precision also
@@ -137,14 +194,109 @@ SearchResult search(const dsl::JobSpec& spec, const Hardware& hw, const Constrai
       r.all.push_back(evaluate(spec, hw, s, o));
     }
   }
+  std::vector<const Candidate*> fitting, fitting_any;
   for (const Candidate& cand : r.all) {
-    if (cand.fits && (r.best == nullptr || better(cand, *r.best))) r.best = &cand;
-    if (r.closest == nullptr || total_over(cand) < total_over(*r.closest)) r.closest = &cand;
+    if (cand.fits) fitting_any.push_back(&cand);
+    if (cand.fits && cand.executable()) fitting.push_back(&cand);
+    if (cand.executable() && (r.closest == nullptr || total_over(cand) < total_over(*r.closest))) r.closest = &cand;
   }
+  const Bytes budget = device_budget(spec, hw);
+  r.best = choose(fitting, budget, o);
+  const Faster faster{o.cost};
+  for (const Candidate* f : fitting) {
+    if (r.fastest == nullptr || faster(*f, *r.fastest)) r.fastest = f;
+  }
+  r.best_any = choose(fitting_any, budget, o);
   return r;
 }
 
 }  // namespace
+
+const char* to_string(Verdict v) {
+  switch (v) {
+    case Verdict::kFits: return "fits";
+    case Verdict::kDoesNotFit: return "does_not_fit";
+    case Verdict::kApplied: return "applied";
+    case Verdict::kAlready: return "already";
+    case Verdict::kNotNeeded: return "not_needed";
+    case Verdict::kNotChosen: return "not_chosen";
+    case Verdict::kNotAllowed: return "not_allowed";
+    case Verdict::kNotExecutable: return "not_executable";
+    case Verdict::kChosen: return "chosen";
+    case Verdict::kNoneFits: return "none_fits";
+  }
+  return "?";
+}
+
+namespace {
+
+// "needs 15.0 GiB of a 21.6 GiB budget (1.2 GiB over); host RAM ..."
+std::string needs_text(const Decision& d) {
+  std::string t = "needs " + d.needed.to_string() + " of a " + d.budget.to_string() + " budget";
+  if (d.needed > d.budget) t += " (" + (d.needed - d.budget).to_string() + " over)";
+  if (d.host_needed > d.host_budget && d.host_budget.count() > 0) {
+    t += "; host RAM " + d.host_needed.to_string() + " is " + (d.host_needed - d.host_budget).to_string() +
+         " over its " + d.host_budget.to_string() + " budget";
+  }
+  return t;
+}
+
+std::string saves_text(Bytes saved, bool would = false) {
+  if (saved.count() >= 0) return (would ? "save " : "saves ") + saved.to_string();
+  return (would ? "cost " : "costs ") + (Bytes(0) - saved).to_string() + " more";
+}
+
+std::string with_reason(std::string text, const std::string& reason) {
+  return reason.empty() ? text : text + "; " + reason;
+}
+
+}  // namespace
+
+std::string Decision::answer() const {
+  switch (verdict) {
+    case Verdict::kFits: return with_reason("yes: " + needs_text(*this), reason);
+    case Verdict::kDoesNotFit: return with_reason("no: " + needs_text(*this), reason);
+    case Verdict::kApplied:
+      return with_reason((fits ? "yes: " : "not yet: ") + needs_text(*this) + " (" + saves_text(saved) + ")", reason);
+    case Verdict::kAlready: return "already in use: " + reason;
+    case Verdict::kNotNeeded: return "not needed: " + reason;
+    case Verdict::kNotChosen:
+      return "not taken: it would " + saves_text(saved, true) + " (" + needs_text(*this) + "), but " + reason;
+    case Verdict::kNotAllowed: return "skipped: " + reason;
+    case Verdict::kNotExecutable: return "skipped: tailor-runner cannot run it: " + reason;
+    case Verdict::kChosen: return reason;
+    case Verdict::kNoneFits: return with_reason("none fits; the closest " + needs_text(*this), reason);
+  }
+  return reason;
+}
+
+std::string Decision::action() const {
+  switch (verdict) {
+    case Verdict::kFits: return "keep it";
+    case Verdict::kDoesNotFit: return "reduce memory";
+    case Verdict::kApplied: return change;
+    case Verdict::kAlready: return "keep";
+    case Verdict::kChosen: return "choose it";
+    case Verdict::kNoneFits: return "reject the job";
+    default: return "none";
+  }
+}
+
+std::string Plan::no_fit_reason() const {
+  if (fits) return {};
+  std::string msg = "does not fit " + hardware.describe();
+  if (!errors.empty()) {
+    for (const std::string& e : errors) msg += "; " + e;
+    return msg;
+  }
+  msg += "; short by " + (shortfall + host_shortfall).to_string();
+  if (preferred_if_executable) {
+    msg += "; " + preferred_if_executable->candidate.strategy.describe() + " would fit, but tailor-runner cannot run it: " +
+           preferred_if_executable->candidate.not_executable;
+  }
+  if (!smallest_fitting_gpu.empty()) msg += "; the smallest catalog GPU that fits: " + smallest_fitting_gpu;
+  return msg;
+}
 
 Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy& s, const PlanOptions& o) {
   const bool on_cpu = hw.cpu_only();
@@ -162,13 +314,14 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   c.strategy = s;
   c.memory = estimate_memory(in, o.memory);
   c.throughput = estimate_throughput(spec.model.arch, s, spec.data.seq_len, spec.training.global_batch_size, dev, o.cost);
-  const double keep = 1.0 - spec.resources.headroom;
+  const double keep = 1.0 - spec.headroom();
   const Bytes budget(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * keep));
   // On the CPU the model and the host share one budget.
   const Bytes host_budget(static_cast<std::int64_t>(static_cast<double>(hw.host_memory.count()) * keep));
   c.over_budget = c.memory.per_device.total() - budget;
   c.host_over_budget = on_cpu ? Bytes(-1) : c.memory.host - host_budget;
   c.fits = c.over_budget.count() <= 0 && c.host_over_budget.count() <= 0;
+  if (o.why_not_executable) c.not_executable = o.why_not_executable(s);
   return c;
 }
 
@@ -176,12 +329,12 @@ Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o
   Plan plan;
   plan.hardware = hw;
   plan.on_cpu = hw.cpu_only();
-  plan.headroom = spec.resources.headroom;
+  plan.headroom = spec.headroom();
   plan.seq_len = spec.data.seq_len;
   plan.global_batch = spec.training.global_batch_size;
   const Device& dev = plan.on_cpu ? hw.cpu : hw.gpus.front();
-  const double keep = 1.0 - spec.resources.headroom;
-  plan.budget_per_device = Bytes(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * keep));
+  const double keep = 1.0 - spec.headroom();
+  plan.budget_per_device = device_budget(spec, hw);
   plan.host_budget = Bytes(static_cast<std::int64_t>(static_cast<double>(hw.host_memory.count()) * keep));
 
   const Constraints c(spec, hw);
@@ -189,38 +342,55 @@ Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o
     plan.errors.push_back(c.error());
     return plan;
   }
-  plan.decisions = walk_decision_tree(spec, hw, c, o);
   const SearchResult r = search(spec, hw, c, o);
   plan.candidates_considered = static_cast<int>(r.all.size());
   if (r.all.empty()) {
     plan.errors.push_back("no strategy satisfies the pinned knobs and allow/forbid lists on " + hw.describe());
     return plan;
   }
+  if (r.closest == nullptr) {
+    // Nothing admitted is executable: say what the runner lacks for the
+    // candidate nearest to fitting.
+    const Candidate* nearest = &r.all.front();
+    for (const Candidate& cand : r.all) {
+      if (total_over(cand) < total_over(*nearest)) nearest = &cand;
+    }
+    plan.errors.push_back("tailor-runner cannot run any strategy the spec allows on " + hw.describe() + ": " +
+                          nearest->not_executable);
+    return plan;
+  }
   plan.fits = r.best != nullptr;
   plan.chosen = plan.fits ? *r.best : *r.closest;
-  add_search_decision(plan, r.best, plan.candidates_considered);
+  if (r.best_any != nullptr && !r.best_any->executable()) {
+    plan.preferred_if_executable = Alternative{*r.best_any, "tailor-runner cannot run it: " + r.best_any->not_executable};
+  }
+  if (r.best != nullptr && r.fastest != r.best) {
+    plan.fastest_by_estimate = Alternative{*r.fastest, why_it_lost(*r.best, *r.fastest, o)};
+  }
+  plan.decisions = walk_decision_tree(spec, hw, c, o, plan);
 
-  // Alternatives: the best candidate of each other kind, fitting ones first.
-  const Better better{o.cost};
+  // Alternatives: the best candidate of each other kind: fitting and
+  // executable first, then fitting, then nearest to fitting.
+  const Faster faster{o.cost};
+  auto rank = [](const Candidate& x) { return x.fits ? (x.executable() ? 0 : 1) : 2; };
+  auto before = [&](const Candidate& a, const Candidate& b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    return a.fits ? faster(a, b) : total_over(a) < total_over(b);
+  };
   std::map<std::string, const Candidate*> best_of_kind;
   for (const Candidate& cand : r.all) {
     const std::string k = kind_of(cand.strategy);
     if (k == kind_of(plan.chosen.strategy)) continue;
     auto& slot = best_of_kind[k];
-    const bool improves = slot == nullptr || (cand.fits && !slot->fits) ||
-                        (cand.fits == slot->fits && (cand.fits ? better(cand, *slot) : cand.over_budget < slot->over_budget));
-    if (improves) slot = &cand;
+    if (slot == nullptr || before(cand, *slot)) slot = &cand;
   }
   std::vector<const Candidate*> alts;
   for (const auto& [k, cand] : best_of_kind) alts.push_back(cand);
-  std::sort(alts.begin(), alts.end(), [&](const Candidate* a, const Candidate* b) {
-    if (a->fits != b->fits) return a->fits;
-    return a->fits ? better(*a, *b) : a->over_budget < b->over_budget;
-  });
+  std::sort(alts.begin(), alts.end(), [&](const Candidate* a, const Candidate* b) { return before(*a, *b); });
   for (const Candidate* a : alts) {
     if (static_cast<int>(plan.alternatives.size()) >= o.max_alternatives) break;
     plan.alternatives.push_back(
-        {*a, a->fits ? why_it_lost(plan.chosen, *a) : does_not_fit(*a, plan.budget_per_device, plan.host_budget)});
+        {*a, a->fits ? why_it_lost(plan.chosen, *a, o) : does_not_fit(*a, plan.budget_per_device, plan.host_budget)});
   }
 
   if (!plan.fits) {

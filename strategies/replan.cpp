@@ -1,6 +1,36 @@
 #include "strategies/replan.h"
 
+#include "strategies/constraints.h"
+
 namespace tailor::strategies {
+namespace {
+
+// The largest micro-batch below the failed one that fits with every other
+// knob of the failed strategy pinned; nullopt when none does.
+std::optional<Replan> same_knobs_smaller_micro_batch(const dsl::JobSpec& spec, const Hardware& hw,
+                                                     const Strategy& failed, const PlanOptions& o) {
+  const Constraints c(spec, hw);
+  if (!c.error().empty()) return std::nullopt;
+  const std::vector<std::int64_t> sizes = c.micro_batches_for(failed.num_gpus);
+  for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
+    if (*it >= failed.micro_batch_size) continue;
+    dsl::JobSpec pinned = spec;
+    pinned.training.micro_batch_size = *it;
+    pinned.strategy.precision = failed.precision;
+    pinned.strategy.gradient_checkpointing = failed.checkpoint_every;
+    pinned.strategy.adapter = failed.adapter;
+    pinned.strategy.optimizer = failed.optimizer;
+    pinned.strategy.zero_stage = failed.zero_stage;
+    pinned.strategy.offload = failed.offload;
+    Plan plan = plan_job(pinned, hw, o);
+    if (plan.errors.empty() && plan.fits && plan.chosen.strategy.num_gpus == failed.num_gpus) {
+      return Replan{std::move(pinned), std::move(plan), {}};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 Result<Replan> replan_after_oom(dsl::JobSpec spec, const OomReport& oom, const DetectedHardware& detected,
                                 const PlanOptions& options) {
@@ -8,7 +38,7 @@ Result<Replan> replan_after_oom(dsl::JobSpec spec, const OomReport& oom, const D
   const Strategy& failed = oom.failed;
   // What the device really offers is what the runner was allowed: plan for
   // it as the device memory, headroom included (budget = memory * (1 - headroom)).
-  const double keep = 1.0 - spec.resources.headroom;
+  const double keep = 1.0 - spec.headroom();
   const Bytes memory(static_cast<std::int64_t>(static_cast<double>(oom.budget.count()) / keep));
   if (failed.num_gpus >= 1 && !detected.gpus.empty()) {
     spec.resources.gpu_memory = memory;
@@ -25,6 +55,25 @@ Result<Replan> replan_after_oom(dsl::JobSpec spec, const OomReport& oom, const D
     const Candidate est = evaluate(spec, hw, failed, popts);
     popts.memory = calibrate(popts.memory, est.memory.per_device, *m);
     story += ", memory model calibrated by the last measured step";
+  }
+  // First the same plan with a smaller micro-batch (the global batch kept
+  // by accumulation): every other knob stays, so the checkpoint's optimizer
+  // states and the run's numerics carry over.
+  if (auto kept = same_knobs_smaller_micro_batch(spec, hw, failed, popts)) {
+    story += "; kept every knob, micro-batch " + std::to_string(failed.micro_batch_size) + " -> " +
+             std::to_string(kept->plan.chosen.strategy.micro_batch_size) + " (global batch kept by accumulation)";
+    story += ": " + failed.describe() + " -> " + kept->plan.chosen.strategy.describe();
+    kept->story = std::move(story);
+    return std::move(*kept);
+  }
+  // Then a new plan that keeps the optimizer when one fits with it.
+  if (!spec.strategy.optimizer) {
+    dsl::JobSpec same_optimizer = spec;
+    same_optimizer.strategy.optimizer = failed.optimizer;
+    if (const Plan p = plan_job(same_optimizer, hw, popts); p.errors.empty() && p.fits && p.chosen.strategy != failed) {
+      spec = std::move(same_optimizer);
+      story += "; kept the optimizer (" + std::string(dsl::to_string(failed.optimizer)) + ")";
+    }
   }
   Plan plan = plan_job(spec, hw, popts);
   // The estimate said the failed strategy fits but it did not: walk the

@@ -36,13 +36,16 @@ struct Replan {
 };
 
 // The next plan after `oom`: the learned budget taken as the device memory
-// (headroom included), the memory model calibrated by the measured
-// breakdown when it covers weights, optimizer states and activations, and,
-// when the planner would pick the failed strategy again, the next step of
-// the decision tree pinned (halve the micro-batch, keeping the global batch
-// through accumulation; then gradient checkpointing on every layer). The
-// precision stays (the run resumes from its checkpoint). ResourceExhausted
-// when nothing smaller is left.
+// (headroom included) and the memory model calibrated by the measured
+// breakdown when it covers weights, optimizer states and activations. Then,
+// in order: the failed strategy with the largest smaller micro-batch that
+// fits (every other knob kept, the global batch kept by accumulation); else
+// a new plan keeping the optimizer when one fits (the checkpoint holds its
+// states); else any new plan; and when the planner would pick the failed
+// strategy again, the next step of the decision tree pinned (halve the
+// micro-batch, then gradient checkpointing on every layer). The precision
+// always stays (the run resumes from its checkpoint). ResourceExhausted when
+// nothing smaller is left.
 Result<Replan> replan_after_oom(dsl::JobSpec spec, const OomReport& oom, const DetectedHardware& detected,
                                 const PlanOptions& options);
 

@@ -339,11 +339,51 @@ std::string Api::compact_plan(const JobRecord& job) {
   return text;
 }
 
+namespace {
+
+// Each attempt's strategy and estimate (its "runner started" event), its
+// measured peak (its steps, or the allocation refused when it ran out of
+// memory) and how it ended, so that an estimate is compared with its own
+// attempt's measurement.
+Result<json> attempt_history(JobStore& store, const std::string& id) {
+  TAILOR_ASSIGN_OR_RETURN(const std::vector<EventRecord> events, store.events(id));
+  TAILOR_ASSIGN_OR_RETURN(const auto peaks, store.peak_by_attempt(id));
+  std::map<std::int64_t, json> by_attempt;
+  for (const EventRecord& e : events) {
+    const json data = e.data_json.empty() ? json() : json::parse(e.data_json, nullptr, false);
+    if (!data.is_object() || !data.contains("attempt") || !data["attempt"].is_number_integer()) continue;
+    json& a = by_attempt[data["attempt"].get<std::int64_t>()];
+    if (e.to_state == "running") {
+      a["strategy"] = data.value("strategy", "");
+      a["estimated_bytes"] = data.value("estimated_bytes", std::int64_t{0});
+    } else if (e.kind == "replan") {
+      a["outcome"] = "out_of_memory";
+      a["oom_at_bytes"] = data.value("measured_peak_bytes", std::int64_t{0});
+      a["budget_bytes"] = data.value("budget_bytes", std::int64_t{0});
+    }
+  }
+  json out = json::array();
+  for (auto& [attempt, a] : by_attempt) {
+    a["attempt"] = attempt;
+    if (auto it = peaks.find(attempt); it != peaks.end()) a["measured_peak_bytes"] = it->second;
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+}  // namespace
+
 HttpResponse Api::get(HttpRequest& r) {
   auto job = ctx_.store->get(r.params["id"]);
   if (!job.is_ok()) return error_response(job.status());
-  return HttpResponse::json(200, job_to_json(*job));
+  json o = job_json(*job);
+  auto history = attempt_history(*ctx_.store, job->id);
+  if (!history.is_ok()) return error_response(history.status());
+  o["attempt_history"] = std::move(*history);
+  return json_response(200, o);
 }
+
+
 
 HttpResponse Api::plan(HttpRequest& r) {
   auto job = ctx_.store->get(r.params["id"]);

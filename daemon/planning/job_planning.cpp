@@ -61,16 +61,64 @@ PlanningError spec_error(dsl::Diagnostics d) {
   return {Status::invalid_argument(text), std::move(d), std::nullopt};
 }
 
+// "2x NVIDIA RTX 4090 (24.0 GiB)" / "no GPU"
+std::string our_gpus(const std::vector<strategies::Device>& gpus) {
+  if (gpus.empty()) return "no GPU";
+  return std::to_string(gpus.size()) + "x " + gpus.front().name + " (" + gpus.front().memory.to_string() + ")";
+}
+
+// The hardware tailord runs the job on: its own GPUs. What the spec's
+// resources declare (a count, a GPU model, memory per GPU) is a
+// requirement of them, refused with the shortfall when they fall short, not
+// hardware to plan for: a plan for GPUs tailord lacks would fail at start.
 Result<strategies::Hardware> hardware_for(const dsl::JobSpec& spec, const PlanningContext& ctx) {
   const dsl::Catalog& catalog = ctx.catalog ? *ctx.catalog : dsl::Catalog::builtin();
+  const dsl::ResourcesSpec& r = spec.resources;
+  const auto have = static_cast<std::int64_t>(ctx.gpus.size());
+  const bool cpu_job = r.gpu_count && *r.gpu_count == 0;
+  const bool declared = !r.gpu_model.empty() || r.gpu_memory.has_value();
+  if (!cpu_job && declared) {
+    const std::int64_t want = r.gpu_count.value_or(1);
+    const std::string here = "this tailord has " + our_gpus(ctx.gpus);
+    if (want > have) {
+      return Status::resource_exhausted("the job asks for " + std::to_string(want) + " GPU(s); " + here + ": short by " +
+                                        std::to_string(want - have) + " GPU(s)");
+    }
+    const strategies::Device& ours = ctx.gpus.front();
+    if (!r.gpu_model.empty()) {
+      const dsl::GpuModel* g = catalog.find_gpu(r.gpu_model);
+      if (g == nullptr) return Status::invalid_argument("unknown GPU model \"" + r.gpu_model + "\"");
+      if (ours.catalog_key != g->key && ours.memory < g->memory) {
+        return Status::resource_exhausted("resources.gpu_model asks for " + g->key + " (" + g->memory.to_string() +
+                                          "); " + here + ": short by " + (g->memory - ours.memory).to_string() +
+                                          " per GPU");
+      }
+    }
+    if (r.gpu_memory && *r.gpu_memory > ours.memory) {
+      return Status::resource_exhausted("resources.gpu_memory asks for " + r.gpu_memory->to_string() + " per GPU; " +
+                                        here + ": short by " + (*r.gpu_memory - ours.memory).to_string() + " per GPU");
+    }
+    // Plan on our GPUs; a smaller declared memory is a cap on them.
+    dsl::JobSpec local = spec;
+    local.resources.gpu_model.clear();
+    local.resources.gpu_memory.reset();
+    local.resources.gpu_count = want;
+    TAILOR_ASSIGN_OR_RETURN(strategies::Hardware hw,
+                            strategies::resolve_hardware(local, std::nullopt, ctx.gpus, ctx.host_memory, catalog));
+    if (r.gpu_memory) {
+      for (strategies::Device& d : hw.gpus) d.memory = d.free_memory = *r.gpu_memory;
+    }
+    return hw;
+  }
+  if (!cpu_job && r.gpu_count && *r.gpu_count > have) {
+    return Status::resource_exhausted("the job asks for " + std::to_string(*r.gpu_count) + " GPU(s); this tailord has " +
+                                      our_gpus(ctx.gpus) + ": short by " + std::to_string(*r.gpu_count - have) +
+                                      " GPU(s)");
+  }
   return strategies::resolve_hardware(spec, std::nullopt, ctx.gpus, ctx.host_memory, catalog);
 }
 
-strategies::PlanOptions plan_options(const PlanningContext& ctx) {
-  strategies::PlanOptions o;
-  o.catalog = ctx.catalog;
-  return o;
-}
+strategies::PlanOptions plan_options(const PlanningContext& ctx) { return runner::runner_plan_options(ctx.catalog); }
 
 }  // namespace
 
@@ -136,9 +184,12 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
     d.error(location_of(loaded.merged, {"strategy"}), "strategy", s.message());
     return spec_error(std::move(d));
   }
-  runner::forbid_unexecutable(spec);
   auto hw = hardware_for(spec, ctx);
   if (!hw.is_ok()) {
+    if (hw.status().code() == StatusCode::kResourceExhausted) {
+      return PlanningError{Status::resource_exhausted(spec.name + " cannot be placed: " + hw.status().message()), d,
+                           std::nullopt};
+    }
     d.error(location_of(loaded.merged, {"resources"}), "resources", hw.status().message());
     return spec_error(std::move(d));
   }
@@ -148,10 +199,7 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
     return spec_error(std::move(d));
   }
   if (!plan.fits) {
-    std::string msg = spec.name + " does not fit " + hw->describe() + "; short by " +
-                      (plan.shortfall + plan.host_shortfall).to_string();
-    if (!plan.smallest_fitting_gpu.empty()) msg += "; the smallest catalog GPU that fits: " + plan.smallest_fitting_gpu;
-    return PlanningError{Status::resource_exhausted(msg), d, plan};
+    return PlanningError{Status::resource_exhausted(spec.name + " " + plan.no_fit_reason()), d, plan};
   }
   PlannedJob out{spec, plan, strategies::plan_to_json(plan, spec)};
   return out;
@@ -165,7 +213,6 @@ Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& 
   auto loaded = dsl::load_job_spec_text(text, name, ctx.spec_root, opts);
   if (!loaded.ok()) return Status::invalid_argument(loaded.diagnostics.to_string());
   dsl::JobSpec spec = *loaded.spec;
-  runner::forbid_unexecutable(spec);
   TAILOR_ASSIGN_OR_RETURN(strategies::Replan next,
                           strategies::replan_after_oom(std::move(spec), oom, {ctx.gpus, ctx.host_memory},
                                                        plan_options(ctx)));

@@ -357,7 +357,8 @@ void Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom, J
   if (job.memory_limit_bytes) reserve = std::min(reserve, *job.memory_limit_bytes);
   u.set("plan_json", next->plan_json).set("estimated_bytes", reserve).set_null("next_attempt_at");
   u.set("exit_reason", "out of memory at " + Bytes(oom.peak).to_string() + " of a " + oom.budget.to_string() + " budget");
-  json data = {{"measured_peak_bytes", oom.peak},
+  json data = {{"attempt", r.attempt},
+               {"measured_peak_bytes", oom.peak},
                {"budget_bytes", oom.budget.count()},
                {"from", failed->describe()},
                {"to", next->plan.chosen.strategy.describe()},
@@ -462,13 +463,18 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
   u.set("pid", static_cast<std::int64_t>(proc->pid)).set("pid_start_ticks", proc->start_ticks);
   u.set("attempts", r.attempt).set("assigned_gpus", gpu_list).set_null("next_attempt_at").set("estimated_bytes", bytes);
   if (!job.started_at) u.set("started_at", now_seconds());
+  std::int64_t total = 0;
+  const auto components = plan_components(job.plan_json, total);
+  // What this attempt runs and its estimate: the job's attempt history.
+  json started = {{"attempt", r.attempt}, {"estimated_bytes", total}};
+  if (auto st = runner::parse_plan_strategy(job.plan_json, "the job's plan"); st.is_ok()) {
+    started["strategy"] = st->describe();
+  }
   log_status(store_.transition(job.id, JobState::kPlanning, JobState::kRunning,
                                "runner started (pid " + std::to_string(proc->pid) + ", attempt " +
                                    std::to_string(r.attempt) + ")",
-                               u),
+                               u, started.dump()),
              "starting " + job.id);
-  std::int64_t total = 0;
-  const auto components = plan_components(job.plan_json, total);
   metrics_.set_job_estimate(job.id, job.name, components, total);
   running_[job.id] = std::move(r);
 }

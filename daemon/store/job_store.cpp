@@ -356,6 +356,20 @@ Result<std::vector<EventRecord>> JobStore::events(const std::string& id, std::in
   return out;
 }
 
+Result<std::map<std::int64_t, std::int64_t>> JobStore::peak_by_attempt(const std::string& id) {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT attempt, MAX(peak_bytes) FROM step_metrics WHERE job_id = ?1 "
+                                                   "AND peak_bytes IS NOT NULL GROUP BY attempt"));
+  q.bind(1, id);
+  std::map<std::int64_t, std::int64_t> out;
+  for (;;) {
+    TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) break;
+    out[q.int64(0)] = q.int64(1);
+  }
+  return out;
+}
+
 Result<std::vector<StepMetric>> JobStore::metrics(const std::string& id, std::int64_t since_step, std::int64_t limit) {
   std::lock_guard lock(mu_);
   std::string sql = "SELECT rank, step, attempt, time, loss, lr, grad_norm, tokens, tokens_per_second, step_seconds, "

@@ -189,6 +189,8 @@ class JobStore {
   Result<std::vector<EventRecord>> events(const std::string& id, std::int64_t after_id = 0, std::int64_t limit = 1000);
   Result<std::vector<StepMetric>> metrics(const std::string& id, std::int64_t since_step = 0,
                                           std::int64_t limit = 10000);
+  // The highest peak_bytes the runner reported in each attempt's steps.
+  Result<std::map<std::int64_t, std::int64_t>> peak_by_attempt(const std::string& id);
   Result<std::map<JobState, std::int64_t>> count_by_state();
 
  private:

@@ -12,12 +12,6 @@ std::span<const dsl::Technique> techniques_not_in_runner() {
   return kList;
 }
 
-void forbid_unexecutable(dsl::JobSpec& spec) {
-  for (dsl::Technique t : techniques_not_in_runner()) {
-    if (!dsl::contains(spec.strategy.forbid, t)) spec.strategy.forbid.push_back(t);
-  }
-}
-
 Status check_pins_executable(const dsl::JobSpec& spec) {
   const dsl::StrategySpec& s = spec.strategy;
   dsl::KnobValues pins;
@@ -34,21 +28,33 @@ Status check_pins_executable(const dsl::JobSpec& spec) {
   return Status::ok();
 }
 
-Status check_executable(const strategies::Strategy& s) {
+std::string why_not_executable(const strategies::Strategy& s) {
   dsl::KnobValues v;
   v.zero_stage = s.zero_stage;
   v.offload = s.offload;
   for (dsl::Technique t : dsl::techniques_used(v)) {
     for (dsl::Technique missing : techniques_not_in_runner()) {
-      if (t == missing) return Status::invalid_argument(std::string(dsl::to_string(t)) + " is not implemented yet");
+      if (t == missing) return std::string(dsl::to_string(t)) + " is not implemented yet";
     }
   }
-  if (s.num_gpus > 1) return Status::invalid_argument("several GPUs (ranks) are not implemented yet");
+  if (s.num_gpus > 1) return "several ranks (one per GPU) are not implemented yet";
   if (s.quantization != strategies::Quantization::kNone && s.quantization != strategies::Quantization::kNf4Double) {
-    return Status::invalid_argument(std::string("base quantisation ") + strategies::to_string(s.quantization) +
-                                    " is not implemented (NF4 with double quantisation is)");
+    return std::string("base quantisation ") + strategies::to_string(s.quantization) +
+           " is not implemented (NF4 with double quantisation is)";
   }
-  return Status::ok();
+  return {};
+}
+
+strategies::PlanOptions runner_plan_options(const dsl::Catalog* catalog) {
+  strategies::PlanOptions o;
+  o.catalog = catalog;
+  o.why_not_executable = why_not_executable;
+  return o;
+}
+
+Status check_executable(const strategies::Strategy& s) {
+  const std::string why = why_not_executable(s);
+  return why.empty() ? Status::ok() : Status::invalid_argument(why);
 }
 
 }  // namespace tailor::runner

@@ -1,13 +1,16 @@
-// What this build's tailor-runner can execute: the one list that `tailor
-// run`, tailord and the runner itself consult, so that a plan is made only
-// of what the runner implements (planning forbids the rest) and the runner
-// refuses the rest as bad input. Torch-free.
+// What this build's tailor-runner can execute: the one predicate that
+// `tailor plan`, `tailor run`, tailord and the runner itself consult, so
+// that a plan is made only of what the runner implements (the planner asks
+// it of every candidate) and the runner refuses the rest as bad input.
+// Torch-free.
 #pragma once
 
 #include <span>
+#include <string>
 
 #include "core/status.h"
 #include "dsl/job_spec.h"
+#include "strategies/planner.h"
 #include "strategies/strategy.h"
 
 namespace tailor::runner {
@@ -16,16 +19,20 @@ namespace tailor::runner {
 // and offload need several rank processes (one per GPU).
 std::span<const dsl::Technique> techniques_not_in_runner();
 
-// Adds techniques_not_in_runner() to spec.strategy.forbid.
-void forbid_unexecutable(dsl::JobSpec& spec);
+// Why this build's runner cannot execute `s` ("" when it can): ZeRO,
+// offload, several ranks, a base quantisation other than NF4 with double
+// quantisation.
+std::string why_not_executable(const strategies::Strategy& s);
+
+// Planner options whose executability is this runner's: every command that
+// plans for tailor-runner plans through them.
+strategies::PlanOptions runner_plan_options(const dsl::Catalog* catalog);
 
 // InvalidArgument naming the pinned knob when the spec pins what the
 // runner cannot execute (a plan could only ignore the pin).
 Status check_pins_executable(const dsl::JobSpec& spec);
 
-// InvalidArgument saying what the runner cannot execute in `s`: ZeRO,
-// offload, several GPUs in one process, a base quantisation other than
-// NF4 with double quantisation.
+// InvalidArgument with why_not_executable(s), when not empty.
 Status check_executable(const strategies::Strategy& s);
 
 }  // namespace tailor::runner

@@ -166,14 +166,61 @@ TEST(CliTest, PlanPrintsStrategyMemoryDecisionsAndAlternatives) {
   }
 }
 
+TEST(CliTest, PlanExplainTabulatesTheAlternativesMemoryAndSpeed) {
+  CliRun r = tailor({"plan", "--explain", "--gpus", "1xT4", example("llama2-7b-qlora-24gb.yaml")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const char* part : {"The chosen plan and the best of each other kind", "PER GPU", "SPARE", "TOKENS/S",
+                           "chosen", "tailor-runner cannot run it"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  }
+}
+
+// `tailor plan` and `tailor run` plan through one function: what plan says
+// does not fit (only an offloaded plan would, which this runner cannot run),
+// run refuses with the same reason before starting anything.
+TEST(CliTest, PlanAndRunAgreeOnWhatTheRunnerCanExecute) {
+  TempDir dir;
+  const std::vector<std::string> flags = {"--gpus",         "1xT4,host=64GiB",    "--set",
+                                          "strategy.forbid=[qlora]", "--set", "model.init=random",
+                                          "--no-check-files", example("llama2-7b-qlora-24gb.yaml")};
+  std::vector<std::string> plan = {"plan"};
+  plan.insert(plan.end(), flags.begin(), flags.end());
+  CliRun p = tailor(plan);
+  EXPECT_EQ(p.code, kExitNoFit) << p.out << p.err;
+  EXPECT_NE(p.out.find("With a runner that executed it, the plan would be"), std::string::npos) << p.out;
+  std::vector<std::string> run = {"run", "--out", dir.file("run")};
+  run.insert(run.end(), flags.begin(), flags.end());
+  CliRun r = tailor(run);
+  EXPECT_EQ(r.code, kExitNoFit) << r.err;
+  EXPECT_NE(r.err.find("would fit, but tailor-runner cannot run it"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run/plan.json")));
+}
+
 TEST(CliTest, PlanJsonIsThePlanDocument) {
   CliRun r = tailor({"plan", "--output", "json", "--gpus", "2xA6000", "--set", "resources.host_memory=256GiB",
                      example("llama2-70b-2xa6000.yaml")});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_TRUE(j["fits"].get<bool>());
-  EXPECT_EQ(j["strategy"]["num_gpus"], 2);
   EXPECT_EQ(j["hardware"]["source"], "--gpus 2xA6000");
+  EXPECT_EQ(j["hardware"]["num_gpus"], 2);
+  // This build's runner runs one rank: the plan uses one GPU, and names the
+  // two-GPU plan it would choose with ranks.
+  EXPECT_EQ(j["strategy"]["num_gpus"], 1);
+  ASSERT_TRUE(j["preferred_if_executable"].is_object()) << j.dump(1);
+  EXPECT_EQ(j["preferred_if_executable"]["strategy"]["num_gpus"], 2);
+  EXPECT_FALSE(j["preferred_if_executable"]["executable"].get<bool>());
+  // Decisions are data, with the prose derived from them.
+  ASSERT_GE(j["decisions"].size(), 3u);
+  for (const auto& d : j["decisions"]) {
+    for (const char* key : {"step", "question", "verdict", "fits", "bytes_needed", "budget", "saved", "reason",
+                            "change", "answer", "action"}) {
+      EXPECT_TRUE(d.contains(key)) << key << " in " << d.dump();
+    }
+  }
+  EXPECT_EQ(j["decisions"][1]["step"], "ranks");
+  EXPECT_EQ(j["decisions"].back()["verdict"], "chosen");
+  EXPECT_EQ(j["decisions"].back()["bytes_needed"], j["memory"]["per_gpu"]["total"]);
 }
 
 TEST(CliTest, PlanExitCodesSayFitsNoFitBadSpecBadFlag) {
@@ -181,7 +228,7 @@ TEST(CliTest, PlanExitCodesSayFitsNoFitBadSpecBadFlag) {
   CliRun nofit = tailor({"plan", "--gpus", "1xT4", "--set", "strategy.forbid=[adapters, offload_optimizer]",
                          example("llama2-70b-2xa6000.yaml")});
   EXPECT_EQ(nofit.code, kExitNoFit) << nofit.out << nofit.err;
-  EXPECT_NE(nofit.out.find("Does not fit. The closest strategy is short by"), std::string::npos) << nofit.out;
+  EXPECT_NE(nofit.out.find("Does not fit. The closest strategy tailor-runner can run is short by"), std::string::npos) << nofit.out;
   EXPECT_EQ(tailor({"plan", spec_case("out-of-range.yaml")}).code, kExitInvalid);
   // Without its folder a path model has no shape: an error, not a plan of nothing.
   TempDir dir;

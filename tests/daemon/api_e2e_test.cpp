@@ -187,6 +187,37 @@ TEST(ApiE2eTest, IdempotencyKeyNeverCreatesTwoJobs) {
   EXPECT_EQ(d.get("/v1/jobs").json()["jobs"].size(), 1u);
 }
 
+// tailord plans on its own GPUs: declared resources are requirements of
+// them, and a job asking for more than it has is refused at submission with
+// the shortfall, not accepted to fail at start.
+TEST(ApiE2eTest, JobsAskingForHardwareTheDaemonLacksAreRefusedWithTheShortfall) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {"--gpus", "1xRTX-4090"}, "/bin/false");
+  ASSERT_TRUE(d.ok());
+  auto with_resources = [](const std::string& resources) {
+    std::string spec = tiny_spec("hw", 5, 0);
+    const std::string cpu = "  gpus: 0                # CPU training: host RAM is the memory budget\n";
+    spec.replace(spec.find(cpu), cpu.size(), resources);
+    return spec;
+  };
+  const auto two = d.post("/v1/jobs?dry_run=true", with_resources("  gpus: 2\n  gpu_model: RTX-4090\n"));
+  EXPECT_EQ(two.status, 422) << two.body;
+  EXPECT_NE(two.body.find("short by 1 GPU(s)"), std::string::npos) << two.body;
+  const auto big = d.post("/v1/jobs", with_resources("  gpus: 1\n  gpu_model: A100-80GB\n"));
+  EXPECT_EQ(big.status, 422) << big.body;
+  EXPECT_NE(big.body.find("asks for A100-80 (80.0 GiB)"), std::string::npos) << big.body;
+  EXPECT_NE(big.body.find("this tailord has 1x"), std::string::npos) << big.body;
+  const auto memory = d.post("/v1/jobs", with_resources("  gpus: 1\n  gpu_memory: 40GiB\n"));
+  EXPECT_EQ(memory.status, 422) << memory.body;
+  EXPECT_NE(memory.body.find("short by 16.0 GiB per GPU"), std::string::npos) << memory.body;
+  EXPECT_EQ(d.get("/v1/jobs").json()["jobs"].size(), 0u);
+  // What it has (or less memory than it has, as a cap) is planned on its GPU.
+  const auto fits = d.post("/v1/jobs?dry_run=true", with_resources("  gpus: 1\n  gpu_memory: 16GiB\n"));
+  ASSERT_EQ(fits.status, 200) << fits.body;
+  EXPECT_EQ(fits.json()["hardware"]["memory_per_device"].get<std::int64_t>(), 16LL << 30);
+  EXPECT_NE(fits.json()["hardware"]["device"].get<std::string>().find("4090"), std::string::npos);
+}
+
 TEST(ApiE2eTest, FailingRunnerIsRetriedWithGrowingBackoffThenFails) {
   tailor::testing::TempDir dir;
   // /bin/false stands in for a runner that crashes at once (exit 1).

@@ -221,6 +221,21 @@ TEST(RunE2eTest, OutOfMemoryIsReplannedAndResumedKeepingTheGlobalBatch) {
       << st.dump();
   EXPECT_EQ(st["micro_batch_size"].get<std::int64_t>() * st["gradient_accumulation_steps"].get<std::int64_t>(), 16);
   EXPECT_EQ(st["precision"], before["strategy"]["precision"]);  // kept: the checkpoint stays loadable
+  EXPECT_EQ(st["optimizer"], before["strategy"]["optimizer"]);  // kept: its states are in the checkpoint
+  // Each attempt carries its own estimate and measurement: the failed one
+  // its refused allocation, the last one its steps' peak, set against the
+  // plan it ran.
+  const json& history = job["attempt_history"];
+  ASSERT_GE(history.size(), 2u) << job.dump(1);
+  EXPECT_EQ(history[0]["attempt"], 1);
+  EXPECT_EQ(history[0]["outcome"], "out_of_memory");
+  EXPECT_GT(history[0]["oom_at_bytes"].get<std::int64_t>(), 0);
+  EXPECT_EQ(history[0]["estimated_bytes"], per["total"]);
+  const json& last = history.back();
+  EXPECT_FALSE(last.contains("outcome"));
+  EXPECT_EQ(last["estimated_bytes"], job["plan"]["memory"]["per_gpu"]["total"]);
+  EXPECT_GT(last["measured_peak_bytes"].get<std::int64_t>(), 0);
+  EXPECT_LE(last["measured_peak_bytes"].get<std::int64_t>(), limit);
   EXPECT_LE(job["plan"]["memory"]["per_gpu"]["total"].get<std::int64_t>(), limit);
   const auto kinds = event_kinds(d, id);
   EXPECT_GE(count(kinds, "runner.oom"), 1u);

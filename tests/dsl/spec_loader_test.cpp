@@ -32,6 +32,23 @@ class SpecLoaderTest : public ::testing::Test {
   TempDir dir_;
 };
 
+// Headroom is a planning policy (strategy.headroom); the older
+// resources.headroom still reads, with a warning, and both at once is an
+// error at the second.
+TEST_F(SpecLoaderTest, HeadroomLivesInStrategyAndTheOldSpellingWarns) {
+  LoadedSpec now = load(std::string(kMinimal) + "strategy:\n  headroom: 20%\n");
+  ASSERT_TRUE(now.ok()) << errors(now);
+  EXPECT_DOUBLE_EQ(now.spec->headroom(), 0.20);
+  EXPECT_EQ(now.diagnostics.to_string().find("warning"), std::string::npos);
+  LoadedSpec old = load(std::string(kMinimal) + "resources:\n  headroom: 15%\n");
+  ASSERT_TRUE(old.ok()) << errors(old);
+  EXPECT_DOUBLE_EQ(old.spec->headroom(), 0.15);
+  EXPECT_NE(errors(old).find("resources.headroom is now strategy.headroom"), std::string::npos) << errors(old);
+  LoadedSpec both = load(std::string(kMinimal) + "strategy:\n  headroom: 20%\nresources:\n  headroom: 15%\n");
+  EXPECT_FALSE(both.ok());
+  EXPECT_NE(errors(both).find("resources.headroom: set twice"), std::string::npos) << errors(both);
+}
+
 TEST_F(SpecLoaderTest, MinimalSpecGetsDocumentedDefaults) {
   LoadedSpec s = load(kMinimal);
   ASSERT_TRUE(s.ok()) << errors(s);
@@ -44,7 +61,7 @@ TEST_F(SpecLoaderTest, MinimalSpecGetsDocumentedDefaults) {
   EXPECT_EQ(j.training.global_batch_size, 32);
   EXPECT_FALSE(j.training.micro_batch_size.has_value());  // auto
   EXPECT_FALSE(j.strategy.precision.has_value());         // auto
-  EXPECT_DOUBLE_EQ(j.resources.headroom, 0.10);
+  EXPECT_DOUBLE_EQ(j.headroom(), 0.10);
 }
 
 // A preset names a model whose weights are not here: it validates and plans,
@@ -92,11 +109,11 @@ strategy:
   zero_stage: 3
   offload: optimizer_and_params
   forbid: [fp16]
+  headroom: 15%
 resources:
   gpus: [0, 2]
   gpu_memory: 24GiB
   host_memory: 64GB
-  headroom: 15%
 labels: {team: nlp}
 )");
   ASSERT_TRUE(s.ok()) << errors(s);
@@ -112,7 +129,7 @@ labels: {team: nlp}
   EXPECT_EQ(*j.resources.gpu_count, 2);
   EXPECT_EQ(j.resources.gpu_memory->count(), 24LL << 30);
   EXPECT_EQ(j.resources.host_memory->count(), 64'000'000'000LL);
-  EXPECT_DOUBLE_EQ(j.resources.headroom, 0.15);
+  EXPECT_DOUBLE_EQ(j.headroom(), 0.15);
   EXPECT_EQ(j.labels.at("team"), "nlp");
 }
 

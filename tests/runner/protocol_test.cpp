@@ -4,6 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <vector>
+
+#include "dsl/catalog.h"
+#include "dsl/spec_loader.h"
 #include "runner/protocol/capabilities.h"
 #include "runner/protocol/events.h"
 #include "runner/protocol/exit_code.h"
@@ -109,17 +114,71 @@ TEST(CapabilitiesTest, ZeroOffloadRanksAndOtherQuantisationsAreRefusedByName) {
   EXPECT_NE(check_executable(s).message().find("int8"), std::string::npos);
 }
 
-TEST(CapabilitiesTest, PlanningForbidsWhatTheRunnerLacksAndPinsOfItAreErrors) {
+TEST(CapabilitiesTest, PinsOfWhatTheRunnerLacksAreErrors) {
   dsl::JobSpec spec;
-  spec.strategy.forbid = {dsl::Technique::kZero1};
-  forbid_unexecutable(spec);
-  for (dsl::Technique t : techniques_not_in_runner()) EXPECT_TRUE(dsl::contains(spec.strategy.forbid, t));
-  EXPECT_EQ(spec.strategy.forbid.size(), techniques_not_in_runner().size());  // no duplicate
   EXPECT_TRUE(check_pins_executable(spec).is_ok());
   spec.strategy.zero_stage = 3;
   const Status s = check_pins_executable(spec);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("strategy.zero_stage pins zero3"), std::string::npos) << s.message();
+}
+
+dsl::JobSpec example(const std::string& name, std::vector<std::string> overrides = {}) {
+  dsl::LoadOptions opts;
+  opts.overrides = std::move(overrides);
+  const auto loaded = dsl::load_job_spec(std::string(TAILOR_SOURCE_DIR) + "/configs/examples/" + name, opts);
+  EXPECT_TRUE(loaded.ok()) << loaded.diagnostics.to_string();
+  return *loaded.spec;
+}
+
+strategies::Hardware declared(const std::string& gpus) {
+  auto hw = strategies::resolve_hardware(example("tiny-cpu.yaml"), gpus + ",host=64GiB", {}, std::nullopt,
+                                         dsl::Catalog::builtin());
+  EXPECT_TRUE(hw.is_ok()) << hw.status().to_string();
+  return *hw;
+}
+
+// Planning through runner_plan_options() (what `tailor plan`, `tailor run`
+// and tailord do) chooses only what the runner executes, and names the plan
+// it would choose otherwise.
+TEST(CapabilitiesTest, PlansForTheRunnerAreExecutableAndSayWhatMoreWouldChoose) {
+  const auto opts = runner_plan_options(nullptr);
+  // One T4, QLoRA forbidden: without the runner's limits the planner
+  // offloads to the host; with them nothing fits, and the plan says what
+  // would and why it cannot run.
+  const dsl::JobSpec lora = example("llama2-7b-qlora-24gb.yaml", {"strategy.forbid=[qlora]"});
+  const strategies::Plan any = strategies::plan_job(lora, declared("1xT4"));
+  ASSERT_TRUE(any.fits);
+  ASSERT_NE(any.chosen.strategy.offload, dsl::Offload::kNone) << any.chosen.strategy.describe();
+  const strategies::Plan tight = strategies::plan_job(lora, declared("1xT4"), opts);
+  EXPECT_FALSE(tight.fits);
+  EXPECT_TRUE(check_executable(tight.chosen.strategy).is_ok());
+  ASSERT_TRUE(tight.preferred_if_executable.has_value());
+  EXPECT_EQ(tight.preferred_if_executable->candidate.strategy, any.chosen.strategy);
+  EXPECT_NE(tight.no_fit_reason().find("would fit, but tailor-runner cannot run it"), std::string::npos)
+      << tight.no_fit_reason();
+  for (const auto& a : tight.alternatives) {
+    EXPECT_EQ(a.candidate.executable(), check_executable(a.candidate.strategy).is_ok());
+  }
+
+  const dsl::JobSpec llama = example("llama2-7b-qlora-24gb.yaml");
+  const strategies::Plan t4 = strategies::plan_job(llama, declared("1xT4"), opts);
+  ASSERT_TRUE(t4.fits);
+  EXPECT_TRUE(check_executable(t4.chosen.strategy).is_ok()) << t4.chosen.strategy.describe();
+
+  // Two GPUs: the runner runs one rank, so the plan trains on one of them
+  // with the global batch kept, and the trace says so first.
+  const strategies::Plan two = strategies::plan_job(llama, declared("2xA100-80GB"), opts);
+  ASSERT_TRUE(two.fits);
+  EXPECT_EQ(two.chosen.strategy.num_gpus, 1);
+  EXPECT_EQ(two.chosen.strategy.micro_batch_size * two.chosen.strategy.grad_accumulation, llama.training.global_batch_size);
+  ASSERT_GE(two.decisions.size(), 2u);
+  EXPECT_EQ(two.decisions[1].step, "ranks");
+  EXPECT_EQ(two.decisions[1].verdict, strategies::Verdict::kApplied);
+  EXPECT_NE(two.decisions[1].reason.find("several ranks"), std::string::npos) << two.decisions[1].reason;
+  ASSERT_TRUE(two.preferred_if_executable.has_value());
+  EXPECT_EQ(two.preferred_if_executable->candidate.strategy.num_gpus, 2);
+
 }
 
 }  // namespace

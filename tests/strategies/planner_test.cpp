@@ -36,12 +36,13 @@ Hardware cpu(Bytes host) {
   return hw;
 }
 
-TEST(PlannerTest, Llama2_7bOnOne24GbGpuPicksAnAdapterPlanWithCheckpointing) {
+TEST(PlannerTest, Llama2_7bOnOne24GbGpuPicksAnAdapterPlanWithMemoryToSpare) {
   const Plan p = plan_job(load("llama2-7b-qlora-24gb.yaml"), gpus("1x24GiB"));
   ASSERT_TRUE(p.fits);
   EXPECT_NE(p.chosen.strategy.adapter, Adapter::kNone);
-  EXPECT_GE(p.chosen.strategy.checkpoint_every, 1);
   EXPECT_LE(p.chosen.memory.per_device.total(), p.budget_per_device);
+  // Not a plan that grazes the budget for a sliver of speed.
+  EXPECT_GE(static_cast<double>(p.chosen.spare().count()), 0.05 * static_cast<double>(p.budget_per_device.count()));
   // The global batch is kept exact through accumulation.
   EXPECT_EQ(p.chosen.strategy.micro_batch_size * p.chosen.strategy.grad_accumulation, 32);
 }
@@ -83,7 +84,7 @@ TEST(PlannerTest, NothingFittingIsAValueWithShortfallAndSmallestHardware) {
   EXPECT_GT(dsl::Catalog::builtin().find_gpu(key)->memory, Bytes::gib(16));
   EXPECT_TRUE(plan_job(load("llama3-8b-full-8xa100.yaml"), gpus("4x" + key, Bytes::gib(32))).fits);
   ASSERT_FALSE(p.decisions.empty());
-  EXPECT_EQ(p.decisions.back().action, "reject the job");
+  EXPECT_EQ(p.decisions.back().action(), "reject the job");
 }
 
 TEST(PlannerTest, MoreGpuMemoryNeverGivesASlowerPlan) {
@@ -97,10 +98,15 @@ TEST(PlannerTest, MoreGpuMemoryNeverGivesASlowerPlan) {
         EXPECT_TRUE(p.fits) << example << " at " << gib << " GiB";
       }
       if (p.fits) {
-        EXPECT_GE(p.chosen.throughput.tokens_per_second / (1 + 0.1 * fidelity_cost(p.chosen.strategy)),
-                  last_speed * (1 - 1e-9))
-            << example << " at " << gib << " GiB";
-        last_speed = p.chosen.throughput.tokens_per_second / (1 + 0.1 * fidelity_cost(p.chosen.strategy));
+        // The fastest plan that fits never slows down; the chosen one stays
+        // within the policy's three tie bands of it (no offload, spare
+        // memory, fewer techniques: each may give up one band).
+        auto score = [](const Candidate& c) { return c.throughput.tokens_per_second / (1 + 0.1 * fidelity_cost(c.strategy)); };
+        const double fastest = score(p.fastest_by_estimate ? p.fastest_by_estimate->candidate : p.chosen);
+        EXPECT_GE(fastest, last_speed * (1 - 1e-9)) << example << " at " << gib << " GiB";
+        const double band = 1 - PlanOptions{}.small_gain;
+        EXPECT_GE(score(p.chosen), fastest * band * band * band * (1 - 1e-9)) << example << " at " << gib;
+        last_speed = fastest;
         fitted = true;
       }
     }
@@ -166,12 +172,16 @@ TEST(PlannerTest, DecisionTraceFollowsTheTreeAndStopsWhenItFits) {
   EXPECT_NE(p.decisions[1].question.find("Mixed precision"), std::string::npos);
   EXPECT_NE(p.decisions[2].question.find("Gradient checkpointing"), std::string::npos);
   EXPECT_NE(p.decisions[3].question.find("micro-batch"), std::string::npos);
-  EXPECT_NE(p.decisions[0].answer.find("GiB"), std::string::npos);  // byte figures
+  EXPECT_NE(p.decisions[0].answer().find("GiB"), std::string::npos);  // byte figures
   EXPECT_NE(p.decisions.back().question.find("fastest"), std::string::npos);
-  // A job that fits as written stops at the first question.
+  // A job that fits as written shows only the steps its plan takes (here
+  // for speed): nothing "not needed".
   const Plan easy = plan_job(load("tiny-cpu.yaml"), cpu(Bytes::gib(2)));
-  EXPECT_EQ(easy.decisions.size(), 2u);
-  EXPECT_EQ(easy.decisions[0].action, "keep it");
+  EXPECT_EQ(easy.decisions[0].action(), "keep it");
+  for (const Decision& d : easy.decisions) {
+    EXPECT_TRUE(d.verdict == Verdict::kFits || d.verdict == Verdict::kApplied || d.verdict == Verdict::kChosen)
+        << d.question << " " << d.answer();
+  }
 }
 
 TEST(PlannerTest, ForbiddenStepsAreSkippedInTheTrace) {
@@ -180,12 +190,121 @@ TEST(PlannerTest, ForbiddenStepsAreSkippedInTheTrace) {
   for (const Decision& d : p.decisions) {
     if (d.question.find("Gradient checkpointing") != std::string::npos) {
       found = true;
-      EXPECT_NE(d.answer.find("not allowed"), std::string::npos) << d.answer;
-      EXPECT_EQ(d.action, "none");
+      EXPECT_NE(d.answer().find("not allowed"), std::string::npos) << d.answer();
+      EXPECT_EQ(d.action(), "none");
     }
   }
   EXPECT_TRUE(found);
   EXPECT_EQ(p.chosen.strategy.checkpoint_every, 0);
+}
+
+// The trace starts at the spec as written and ends at the plan chosen: every
+// step it takes is one the plan uses, every step it does not take says why.
+TEST(PlannerTest, TheTraceEndsAtTheChosenPlanWithAReasonForEveryStepNotTaken) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"llama2-7b-qlora-24gb.yaml", "1x24GiB"}, {"llama2-7b-qlora-24gb.yaml", "1xT4"},
+      {"llama2-70b-2xa6000.yaml", "2xA6000"},   {"gpt2-t4.yaml", "1xT4"},
+      {"llama3-8b-full-8xa100.yaml", "8xA100-80GB"}, {"llama2-13b-4090.yaml", "1xRTX-4090"}};
+  for (const auto& [example, hw] : cases) {
+    const Plan p = plan_job(load(example), gpus(hw, Bytes::gib(256)));
+    ASSERT_GE(p.decisions.size(), 2u) << example;
+    const Strategy& s = p.chosen.strategy;
+    EXPECT_EQ(p.decisions.front().step, "as_written");
+    EXPECT_EQ(p.decisions.back().step, "search");
+    EXPECT_EQ(p.decisions.back().needed, p.chosen.memory.per_device.total()) << example;
+    for (const Decision& d : p.decisions) {
+      EXPECT_GT(d.budget.count(), 0);
+      if (d.verdict == Verdict::kApplied) {
+        const bool uses = d.step == "precision"        ? s.precision != Precision::kFp32
+                          : d.step == "checkpointing"  ? s.checkpoint_every > 0
+                          : d.step == "micro_batch"    ? true
+                          : d.step == "zero_1_2"       ? s.zero_stage >= 1
+                          : d.step == "optimizer_8bit" ? s.optimizer == Optimizer::kAdamw8bit
+                          : d.step == "lora"           ? s.adapter != Adapter::kNone
+                          : d.step == "qlora"          ? s.adapter == Adapter::kQlora
+                          : d.step == "zero_3"         ? s.zero_stage == 3
+                          : d.step == "offload_optimizer" ? s.offload != Offload::kNone
+                          : d.step == "offload_params" ? s.offload == Offload::kOptimizerAndParams
+                                                       : true;
+        EXPECT_TRUE(uses) << example << " on " << hw << ": " << d.question << " applied, plan " << s.describe();
+        EXPECT_FALSE(d.change.empty());
+      } else if (d.verdict != Verdict::kFits && d.verdict != Verdict::kChosen) {
+        EXPECT_FALSE(d.reason.empty()) << example << ": " << d.question << " " << to_string(d.verdict);
+      }
+    }
+    // Every step the plan uses appears as taken (or pinned).
+    auto shown = [&](const std::string& step) {
+      for (const Decision& d : p.decisions) {
+        if (d.step == step && (d.verdict == Verdict::kApplied || d.verdict == Verdict::kAlready)) return true;
+      }
+      return false;
+    };
+    if (s.optimizer == Optimizer::kAdamw8bit) {
+      EXPECT_TRUE(shown("optimizer_8bit")) << example;
+    }
+    if (s.adapter == Adapter::kQlora) {
+      EXPECT_TRUE(shown("qlora")) << example;
+    }
+    if (s.offload != Offload::kNone) {
+      EXPECT_TRUE(shown("offload_optimizer")) << example;
+    }
+  }
+}
+
+// A runner that cannot execute offload gets plans without it, and the plan
+// says which plan it would choose otherwise.
+TEST(PlannerTest, OnlyExecutablePlansAreChosenAndTheBetterOneIsNamed) {
+  const dsl::JobSpec spec = load("llama2-7b-qlora-24gb.yaml", {"strategy.forbid=[qlora]"});
+  const Plan any = plan_job(spec, gpus("1xT4"));
+  ASSERT_TRUE(any.fits);
+  ASSERT_NE(any.chosen.strategy.offload, Offload::kNone) << any.chosen.strategy.describe();
+  EXPECT_FALSE(any.preferred_if_executable.has_value());
+  PlanOptions o;
+  o.why_not_executable = [](const Strategy& s) { return s.offload != Offload::kNone ? std::string("no host offload here") : ""; };
+  const Plan limited = plan_job(spec, gpus("1xT4"), o);
+  EXPECT_FALSE(limited.fits);
+  EXPECT_EQ(limited.chosen.strategy.offload, Offload::kNone);
+  ASSERT_TRUE(limited.preferred_if_executable.has_value());
+  EXPECT_EQ(limited.preferred_if_executable->candidate.strategy, any.chosen.strategy);
+  EXPECT_NE(limited.no_fit_reason().find("no host offload here"), std::string::npos) << limited.no_fit_reason();
+  EXPECT_EQ(limited.decisions.back().verdict, Verdict::kNoneFits);
+  bool named = false;
+  for (const Decision& d : limited.decisions) named |= d.verdict == Verdict::kNotExecutable;
+  EXPECT_TRUE(named);
+}
+
+// Speed differences inside the cost model's error do not buy a plan that
+// grazes the budget or offloads: the T4 case (Llama-2-7B, one T4)
+// keeps QLoRA on the device with memory to spare.
+TEST(PlannerTest, NearTiesGoToNoOffloadAndSpareMemory) {
+  const Plan p = plan_job(load("llama2-7b-qlora-24gb.yaml"), gpus("1xT4"));
+  ASSERT_TRUE(p.fits);
+  EXPECT_EQ(p.chosen.strategy.offload, Offload::kNone) << p.chosen.strategy.describe();
+  EXPECT_EQ(p.chosen.strategy.adapter, Adapter::kQlora);
+  EXPECT_GE(static_cast<double>(p.chosen.spare().count()), 0.05 * static_cast<double>(p.budget_per_device.count()));
+  if (p.fastest_by_estimate) {
+    // Whatever was faster by estimate was so by less than the tie band.
+    EXPECT_LT(p.fastest_by_estimate->candidate.throughput.tokens_per_second,
+              p.chosen.throughput.tokens_per_second * 1.06);
+  }
+  // Without the tie band the plan is the estimate's fastest (speed
+  // discounted for what a plan changes in training), offload or not.
+  PlanOptions strict;
+  strict.small_gain = 0;
+  const Plan fastest = plan_job(load("llama2-7b-qlora-24gb.yaml"), gpus("1xT4"), strict);
+  EXPECT_FALSE(fastest.fastest_by_estimate.has_value());
+  auto score = [](const Candidate& c) { return c.throughput.tokens_per_second / (1 + 0.1 * fidelity_cost(c.strategy)); };
+  EXPECT_GT(score(fastest.chosen), score(p.chosen));
+}
+
+TEST(PlannerTest, HeadroomIsAStrategyPolicy) {
+  const Plan ten = plan_job(load("llama2-7b-qlora-24gb.yaml"), gpus("1x24GiB"));
+  const Plan thirty = plan_job(load("llama2-7b-qlora-24gb.yaml", {"strategy.headroom=30%"}), gpus("1x24GiB"));
+  EXPECT_DOUBLE_EQ(ten.headroom, 0.10);
+  EXPECT_DOUBLE_EQ(thirty.headroom, 0.30);
+  EXPECT_EQ(thirty.budget_per_device.count(), static_cast<std::int64_t>(0.7 * static_cast<double>(Bytes::gib(24).count())));
+  ASSERT_TRUE(thirty.fits);
+  EXPECT_LE(thirty.chosen.memory.per_device.total(), thirty.budget_per_device);
 }
 
 TEST(PlannerTest, GlobalBatchNotDivisibleByGpusIsAnError) {
