@@ -45,8 +45,9 @@ options:
   --gpus SPEC         plan for this hardware instead of detecting it:
                       2xA6000, 1x24GiB, 4xH100, 8xA100-80GB, or 0 / cpu
                       (tailor catalog gpus lists the GPUs); add ,host=SIZE
-                      for that machine's RAM (8xH100,host=1TiB), else this
-                      machine's stands in and the plan says so
+                      for each machine's RAM (8xH100,host=1TiB), else this
+                      machine's stands in and the plan says so, and
+                      ,nodes=N for N such machines (8xH100,host=1TiB,nodes=2)
   --set KEY=VALUE     override a spec key (repeatable)
   --output FORMAT     text (default) or json (the plan document)
   --catalog DIR       use models.yaml and gpus.yaml from DIR

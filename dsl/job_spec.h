@@ -155,7 +155,8 @@ struct ResourcesSpec {
   std::vector<std::int64_t> gpu_ids;  // explicit device indices; sets gpu_count to their number
   std::string gpu_model;              // GPU catalog key (e.g. "A6000"): plan for this GPU instead of detecting
   std::optional<Bytes> gpu_memory;    // memory per GPU, overriding the model's or the detected figure
-  std::optional<Bytes> host_memory;   // host RAM available to the job; default: detected
+  std::optional<Bytes> host_memory;   // host RAM per node available to the job; default: detected
+  std::int64_t nodes = 1;             // machines; the GPU count is per node
   std::optional<double> headroom;     // deprecated spelling of strategy.headroom
 };
 

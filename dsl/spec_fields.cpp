@@ -438,8 +438,10 @@ const std::vector<Field<ResourcesSpec>>& resources_fields() {
             &ResourcesSpec::gpu_model, string_not_empty()),
       optional_field("gpu_memory", "Memory per GPU, e.g. 24GiB; overrides the GPU model's figure.",
                      &ResourcesSpec::gpu_memory, bytes_positive()),
-      optional_field("host_memory", "Host RAM available to the job, e.g. 64GiB. Default: detected.",
+      optional_field("host_memory", "Host RAM per node available to the job, e.g. 64GiB. Default: detected.",
                      &ResourcesSpec::host_memory, bytes_positive()),
+      field("nodes", "Machines the job spans; gpus counts the GPUs of each. Default 1.", &ResourcesSpec::nodes,
+            int_in_range(1, 4096)),
       custom_field<ResourcesSpec>(
           "headroom", "Deprecated: use strategy.headroom.", Codec<Fraction>::schema(),
           [](const Node& n, ResourcesSpec& s, const std::string& path, Diagnostics& d) {

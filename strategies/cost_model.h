@@ -21,6 +21,10 @@ struct CostConstants {
   // Utilisation grows with the tokens in a micro-batch: u = mfu * t / (t + half),
   // so tiny micro-batches pay for launch and memory-bound work.
   double half_saturation_tokens = 512;
+  // Between nodes a collective runs at the network's speed, not NVLink's:
+  // one 200 Gb/s InfiniBand rail per GPU (25 GB/s), the common HDR/NDR
+  // layout of 8-GPU training nodes.
+  double inter_node_gbps = 25;
   // Share of gradient communication hidden behind backward (ZeRO 0-2). ZeRO-3
   // gathers are counted fully: they sit on the critical path of each layer.
   double comm_overlap = 0.5;

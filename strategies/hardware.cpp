@@ -13,9 +13,10 @@ std::string Hardware::describe() const {
   if (gpus.empty()) {
     out = "CPU";
   } else {
-    out = std::to_string(gpus.size()) + "x " + gpus[0].name + " (" + gpus[0].memory.to_string() + ")";
+    if (nodes > 1) out = std::to_string(nodes) + " nodes x ";
+    out += std::to_string(gpus_per_node()) + "x " + gpus[0].name + " (" + gpus[0].memory.to_string() + ")";
   }
-  return out + ", host " + host_memory.to_string() +
+  return out + ", host " + host_memory.to_string() + (nodes > 1 ? " per node" : "") +
          (host_memory_assumed ? " (this machine's; --gpus ...,host=SIZE or resources.host_memory says theirs)" : "");
 }
 
@@ -106,18 +107,29 @@ Result<Hardware> resolve_hardware(const dsl::JobSpec& spec, const std::optional<
   Hardware hw;
   // --gpus GPUS[,host=SIZE]: the declared machine's RAM, which offload uses.
   std::optional<Bytes> flag_host;
+  std::optional<int> flag_nodes;
   std::string gpus_text = gpus_flag.value_or("");
   if (const std::size_t comma = gpus_text.find(','); gpus_flag && comma != std::string::npos) {
     for (const std::string& option : split(gpus_text.substr(comma + 1), ',')) {
       const std::string o(trim(option));
+      if (o.rfind("nodes=", 0) == 0) {
+        const std::string n = o.substr(6);
+        if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1) {
+          return Status::invalid_argument("--gpus: \"" + o + "\" is not nodes=N with N from 1 to 9999");
+        }
+        flag_nodes = std::stoi(n);
+        continue;
+      }
       auto bytes = o.rfind("host=", 0) == 0 ? parse_bytes(o.substr(5)) : Result<Bytes>(Status::invalid_argument(""));
       if (!bytes.is_ok() || bytes->count() <= 0) {
-        return Status::invalid_argument("--gpus: \"" + o + "\" is not host=SIZE (e.g. 8xH100,host=1TiB)");
+        return Status::invalid_argument("--gpus: \"" + o + "\" is neither host=SIZE nor nodes=N (e.g. "
+                                        "8xH100,host=1TiB,nodes=2)");
       }
       flag_host = *bytes;
     }
     gpus_text = gpus_text.substr(0, comma);
   }
+  hw.nodes = static_cast<int>(flag_nodes.value_or(gpus_flag ? 1 : r.nodes));
   hw.host_memory = flag_host.value_or(r.host_memory.value_or(detected_host_memory.value_or(Bytes::gib(16))));
   const bool declared = gpus_flag || !r.gpu_model.empty() || r.gpu_memory.has_value();
   hw.host_memory_assumed = declared && !flag_host && !r.host_memory && !(r.gpu_count && *r.gpu_count == 0);
@@ -163,6 +175,17 @@ Result<Hardware> resolve_hardware(const dsl::JobSpec& spec, const std::optional<
     } else {
       hw.gpus = detected;
     }
+  }
+  if (hw.nodes > 1) {
+    if (hw.gpus.empty()) return Status::invalid_argument("several nodes need GPUs: CPU training runs on one machine");
+    if (!gpus_flag && (r.gpu_model.empty() && !r.gpu_memory)) {
+      return Status::invalid_argument("resources.nodes " + std::to_string(hw.nodes) +
+                                      " needs the nodes' GPUs declared (resources.gpu_model or gpu_memory): this "
+                                      "machine's stand for one node only");
+    }
+    // Every node has the same GPUs.
+    const std::vector<Device> one = hw.gpus;
+    for (int n = 1; n < hw.nodes; ++n) hw.gpus.insert(hw.gpus.end(), one.begin(), one.end());
   }
   hw.cpu = cpu_device(hw.host_memory);
   return hw;

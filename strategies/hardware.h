@@ -4,6 +4,7 @@
 // training with host RAM as the budget.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,9 +33,10 @@ struct Device {
 };
 
 struct Hardware {
-  std::vector<Device> gpus;  // empty: CPU training
+  std::vector<Device> gpus;  // every GPU of every node; empty: CPU training
   Device cpu;                // the host as a compute device
-  Bytes host_memory;         // RAM available to the job
+  Bytes host_memory;         // RAM available to the job on each node
+  int nodes = 1;             // machines, each with gpus.size() / nodes GPUs
   // Declared GPUs (--gpus, resources) with this machine's RAM standing in
   // for their host's, because nothing said it: describe() says so.
   bool host_memory_assumed = false;
@@ -42,7 +44,9 @@ struct Hardware {
 
   bool cpu_only() const { return gpus.empty(); }
   int gpu_count() const { return static_cast<int>(gpus.size()); }
-  // "2x NVIDIA RTX A6000 (48.0 GiB), host 256 GiB" / "CPU, host 23.4 GiB"
+  int gpus_per_node() const { return gpu_count() / std::max(1, nodes); }
+  // "2x NVIDIA RTX A6000 (48.0 GiB), host 256 GiB" / "CPU, host 23.4 GiB" /
+  // "2 nodes x 8x NVIDIA H100 (80.0 GiB), host 1.00 TiB per node"
   std::string describe() const;
 };
 
@@ -53,7 +57,8 @@ struct Hardware {
 Device cpu_device(Bytes host_memory);
 
 // Parses "2xA6000", "A6000", "1x24GiB", "4xH100-80", "0" / "cpu" (the GPU
-// part of --gpus; resolve_hardware() takes ",host=SIZE" after it).
+// part of --gpus; resolve_hardware() takes ",host=SIZE" and ",nodes=N"
+// after it: the GPUs and RAM of each node).
 Result<std::vector<Device>> parse_gpus_flag(const std::string& text, const dsl::Catalog& catalog);
 
 // A GPU of a catalog model, or a hypothetical one with only its memory known

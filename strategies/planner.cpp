@@ -313,7 +313,13 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   Candidate c;
   c.strategy = s;
   c.memory = estimate_memory(in, o.memory);
-  c.throughput = estimate_throughput(spec.model.arch, s, spec.data.seq_len, spec.training.global_batch_size, dev, o.cost);
+  // Offloaded bytes live on every node's host, a share of the ranks each.
+  if (s.num_gpus > 1 && hw.nodes > 1) c.memory.host = Bytes(c.memory.host.count() / hw.nodes);
+  Device link = dev;
+  if (hw.nodes > 1 && s.num_gpus > hw.gpus_per_node()) {
+    link.interconnect_gbps = std::min(link.interconnect_gbps, o.cost.inter_node_gbps);
+  }
+  c.throughput = estimate_throughput(spec.model.arch, s, spec.data.seq_len, spec.training.global_batch_size, link, o.cost);
   const double keep = 1.0 - spec.headroom();
   const Bytes budget(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * keep));
   // On the CPU the model and the host share one budget.

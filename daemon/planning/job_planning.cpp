@@ -77,6 +77,10 @@ Result<strategies::Hardware> hardware_for(const dsl::JobSpec& spec, const Planni
   const auto have = static_cast<std::int64_t>(ctx.gpus.size());
   const bool cpu_job = r.gpu_count && *r.gpu_count == 0;
   const bool declared = !r.gpu_model.empty() || r.gpu_memory.has_value();
+  if (r.nodes > 1) {
+    return Status::resource_exhausted("the job spans " + std::to_string(r.nodes) +
+                                      " nodes; this tailord runs jobs on its own machine (1 node)");
+  }
   if (!cpu_job && declared) {
     const std::int64_t want = r.gpu_count.value_or(1);
     const std::string here = "this tailord has " + our_gpus(ctx.gpus);

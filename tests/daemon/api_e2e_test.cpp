@@ -210,6 +210,9 @@ TEST(ApiE2eTest, JobsAskingForHardwareTheDaemonLacksAreRefusedWithTheShortfall) 
   const auto memory = d.post("/v1/jobs", with_resources("  gpus: 1\n  gpu_memory: 40GiB\n"));
   EXPECT_EQ(memory.status, 422) << memory.body;
   EXPECT_NE(memory.body.find("short by 16.0 GiB per GPU"), std::string::npos) << memory.body;
+  const auto nodes = d.post("/v1/jobs", with_resources("  gpus: 1\n  gpu_model: RTX-4090\n  nodes: 2\n"));
+  EXPECT_EQ(nodes.status, 422) << nodes.body;
+  EXPECT_NE(nodes.body.find("spans 2 nodes"), std::string::npos) << nodes.body;
   EXPECT_EQ(d.get("/v1/jobs").json()["jobs"].size(), 0u);
   // What it has (or less memory than it has, as a cap) is planned on its GPU.
   const auto fits = d.post("/v1/jobs?dry_run=true", with_resources("  gpus: 1\n  gpu_memory: 16GiB\n"));

@@ -88,7 +88,39 @@ TEST(HardwareTest, DeclaredHardwareTakesItsHostMemoryOrSaysItBorrowsThisMachines
   for (const char* bad : {"8xH100,hots=1TiB", "8xH100,host=", "8xH100,host=lots"}) {
     auto r = resolve_hardware(dsl::JobSpec{}, std::string(bad), {}, Bytes::gib(24), cat());
     ASSERT_FALSE(r.is_ok()) << bad;
-    EXPECT_NE(r.status().message().find("is not host=SIZE"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("is neither host=SIZE nor nodes=N"), std::string::npos) << r.status().message();
+  }
+}
+
+// Several nodes: the GPU count and host RAM are per node, on the flag and
+// in resources; this machine never stands for more than one node.
+TEST(HardwareTest, NodesMultiplyTheGpusAndKeepHostMemoryPerNode) {
+  auto two = resolve_hardware(dsl::JobSpec{}, std::string("8xH100,host=1TiB,nodes=2"), {}, Bytes::gib(24), cat());
+  ASSERT_TRUE(two.is_ok()) << two.status().message();
+  EXPECT_EQ(two->nodes, 2);
+  EXPECT_EQ(two->gpu_count(), 16);
+  EXPECT_EQ(two->gpus_per_node(), 8);
+  EXPECT_EQ(two->host_memory, Bytes::gib(1024));
+  EXPECT_NE(two->describe().find("2 nodes x 8x"), std::string::npos) << two->describe();
+  EXPECT_NE(two->describe().find("per node"), std::string::npos) << two->describe();
+
+  dsl::JobSpec spec;
+  spec.resources.nodes = 4;
+  spec.resources.gpu_count = 2;
+  spec.resources.gpu_model = "A100-80GB";
+  spec.resources.host_memory = Bytes::gib(256);
+  auto four = resolve_hardware(spec, std::nullopt, {}, Bytes::gib(24), cat());
+  ASSERT_TRUE(four.is_ok()) << four.status().message();
+  EXPECT_EQ(four->gpu_count(), 8);
+  EXPECT_EQ(four->host_memory, Bytes::gib(256));
+
+  dsl::JobSpec undeclared;
+  undeclared.resources.nodes = 2;
+  auto mine = resolve_hardware(undeclared, std::nullopt, {hypothetical_gpu(Bytes::gib(80))}, Bytes::gib(24), cat());
+  ASSERT_FALSE(mine.is_ok());
+  EXPECT_NE(mine.status().message().find("this machine's stand for one node only"), std::string::npos);
+  for (const char* bad : {"8xH100,nodes=0", "8xH100,nodes=two", "cpu,nodes=2"}) {
+    EXPECT_FALSE(resolve_hardware(dsl::JobSpec{}, std::string(bad), {}, Bytes::gib(24), cat()).is_ok()) << bad;
   }
 }
 

@@ -307,6 +307,30 @@ TEST(PlannerTest, HeadroomIsAStrategyPolicy) {
   EXPECT_LE(thirty.chosen.memory.per_device.total(), thirty.budget_per_device);
 }
 
+// Across nodes collectives run at the network's speed, and offloaded bytes
+// are shared by the nodes' hosts.
+TEST(PlannerTest, SeveralNodesPayTheNetworkAndShareHostMemory) {
+  const dsl::JobSpec spec = load("llama3-8b-full-8xa100.yaml");
+  auto hw = [](const std::string& flag) {
+    return *resolve_hardware(dsl::JobSpec{}, flag, {}, std::nullopt, dsl::Catalog::builtin());
+  };
+  const Hardware one_node = hw("16xH100,host=1TiB");
+  const Hardware two_nodes = hw("8xH100,host=1TiB,nodes=2");
+  Strategy s;
+  s.precision = Precision::kBf16;
+  s.checkpoint_every = 1;
+  s.micro_batch_size = 1;
+  s.grad_accumulation = spec.training.global_batch_size / 16;
+  s.num_gpus = 16;
+  s.zero_stage = 3;
+  s.offload = Offload::kOptimizer;
+  const Candidate a = evaluate(spec, one_node, s, {});
+  const Candidate b = evaluate(spec, two_nodes, s, {});
+  EXPECT_GT(b.throughput.comm_seconds, a.throughput.comm_seconds);
+  EXPECT_EQ(b.memory.per_device.total(), a.memory.per_device.total());
+  EXPECT_NEAR(static_cast<double>(b.memory.host.count()), static_cast<double>(a.memory.host.count()) / 2, 1.0);
+}
+
 TEST(PlannerTest, GlobalBatchNotDivisibleByGpusIsAnError) {
   const Plan p = plan_job(load("gpt2-t4.yaml", {"training.global_batch_size=30"}), gpus("4xT4"));
   EXPECT_FALSE(p.fits);
