@@ -104,7 +104,12 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, bool exp
       << (spec.model.preset.empty() ? std::string(dsl::to_string(spec.model.arch.family)) : spec.model.preset) << " ("
       << format_count(static_cast<double>(spec.model.arch.parameter_count())) << " params), seq_len " << plan.seq_len
       << ", global batch " << plan.global_batch << "\n";
-  out << "Hardware: " << plan.hardware.describe() << " [" << plan.hardware.source << "]\n\n";
+  out << "Hardware: " << plan.hardware.describe() << " [" << plan.hardware.source << "]\n";
+  if (spec.planner.runtime != dsl::Runtime::kTailor) {
+    out << "Runtime: " << dsl::to_string(spec.planner.runtime)
+        << " (memory as that stack keeps it: a prediction for its run, not tailor-runner's)\n";
+  }
+  out << "\n";
   out << (plan.fits ? "Strategy (fits)\n" : "Closest strategy (does NOT fit)\n");
   auto row = [&](const std::string& k, const std::string& v) { out << "  " << pad(k, 24) << v << "\n"; };
   row("precision", dsl::to_string(s.precision));
@@ -142,6 +147,10 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, bool exp
   out << "  " << pad("budget", 24) << plan.budget_per_device.to_string() << " ("
       << (plan.on_cpu ? plan.hardware.host_memory : plan.hardware.gpus.front().memory).to_string() << " less "
       << fmt("%.0f%%", plan.headroom * 100) << " headroom)";
+  if (!plan.on_cpu) {
+    out << "  " << pad("reserved (allocator)", 24) << plan.chosen.reserved.to_string() << " at the peak ("
+        << dsl::to_string(spec.planner.runtime) << " runtime's fragmentation)\n";
+  }
   const Bytes free = plan.budget_per_device - m.total();
   out << (free.count() >= 0 ? ", " + free.to_string() + " to spare\n" : ", " + (Bytes(0) - free).to_string() + " short\n");
   if (s.offload != Offload::kNone) {
@@ -350,7 +359,10 @@ int run_plan(const Argv& argv, Streams io) {
     io.err << "tailor plan: " << hw.status().message() << "\n";
     return args.has("gpus") ? kExitUsage : kExitInvalid;
   }
+  // A plan for tailor-runner holds to what it executes; one predicting
+  // another stack (planner.runtime) does not: that stack runs it.
   strategies::PlanOptions popts = runner::runner_plan_options(&catalog);
+  if (spec.planner.runtime != dsl::Runtime::kTailor) popts.why_not_executable = nullptr;
   if (args.has("explain")) popts.max_alternatives = 8;
   const strategies::Plan plan = strategies::plan_job(spec, *hw, popts);
   if (!plan.errors.empty()) {

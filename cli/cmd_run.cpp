@@ -83,6 +83,9 @@ int run_run(const Argv& argv, Streams io) {
     io.err << "tailor run: " << hw.status().message() << "\n";
     return kExitInvalid;
   }
+  // tailor-runner trains it: its memory behaviour, whatever runtime the
+  // spec predicts for other tools.
+  spec.planner.runtime = dsl::Runtime::kTailor;
   const strategies::Plan plan = strategies::plan_job(spec, *hw, runner::runner_plan_options(&catalog));
   for (const std::string& e : plan.errors) io.err << file << ": error: " << e << "\n";
   if (!plan.errors.empty()) return kExitInvalid;

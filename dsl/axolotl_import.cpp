@@ -1231,6 +1231,12 @@ Node build_spec(const Converted& c, const std::string& name) {
   strategy.set("zero_stage", c.zero_stage ? int_node(*c.zero_stage) : word_node("auto"));
   strategy.set("offload", or_auto(c.offload));
   doc.set("strategy", std::move(strategy));
+  // Plans of an imported spec predict the Axolotl run's memory
+  // (transformers, PEFT, bitsandbytes); tailor run trains it with
+  // tailor-runner, planned as its own.
+  Node planner = Node::make_map();
+  planner.set("runtime", word_node("hf"));
+  doc.set("planner", std::move(planner));
 
   if (c.checkpoint_every || c.checkpoint_keep) {
     Node checkpoint = Node::make_map();

@@ -160,6 +160,15 @@ struct ResourcesSpec {
   std::optional<double> headroom;     // deprecated spelling of strategy.headroom
 };
 
+// Whose training stack a plan predicts: tailor-runner's, or another
+// framework's memory behaviour (strategies/runtime_profile.h), so that a
+// user of that framework learns whether a run will fit.
+enum class Runtime { kTailor, kHf, kTorchtune, kLitgpt, kTorchtitan };
+
+struct PlannerSpec {
+  Runtime runtime = Runtime::kTailor;
+};
+
 struct CheckpointSpec {
   std::int64_t every_steps = 0;       // save every N optimizer steps; 0 = only at the end
   std::int64_t keep = 3;              // keep the newest K checkpoints
@@ -174,6 +183,7 @@ struct JobSpec {
   TrainingSpec training;
   StrategySpec strategy;
   ResourcesSpec resources;
+  PlannerSpec planner;
   CheckpointSpec checkpoint;
   std::int64_t retries = 2;           // retries after failures other than bad input; 0..100
   std::int64_t priority = 0;          // higher runs first; -1000..1000
@@ -190,5 +200,6 @@ const char* to_string(ModelFamily v);
 const char* to_string(DataFormat v);
 const char* to_string(ModelInit v);
 const char* to_string(LrScheduler v);
+const char* to_string(Runtime v);  // tailor | hf | torchtune | litgpt | torchtitan
 
 }  // namespace tailor::dsl

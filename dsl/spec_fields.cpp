@@ -58,6 +58,17 @@ struct EnumNames<LrScheduler> {
     return k;
   }
 };
+template <>
+struct EnumNames<Runtime> {
+  static const std::vector<std::pair<Runtime, const char*>>& names() {
+    static const std::vector<std::pair<Runtime, const char*>> k = {{Runtime::kTailor, "tailor"},
+                                                                    {Runtime::kHf, "hf"},
+                                                                    {Runtime::kTorchtune, "torchtune"},
+                                                                    {Runtime::kLitgpt, "litgpt"},
+                                                                    {Runtime::kTorchtitan, "torchtitan"}};
+    return k;
+  }
+};
 // The technique knobs' names live in technique.h.
 template <class E>
 struct TechniqueKnobNames {
@@ -459,6 +470,16 @@ const std::vector<Field<ResourcesSpec>>& resources_fields() {
   return k;
 }
 
+const std::vector<Field<PlannerSpec>>& planner_fields() {
+  static const std::vector<Field<PlannerSpec>> k = {
+      field("runtime",
+            "Whose memory behaviour plans predict: tailor (tailor-runner, the default), hf (transformers with "
+            "PEFT, TRL, Axolotl: bitsandbytes QLoRA, composed losses), torchtune, litgpt or torchtitan.",
+            &PlannerSpec::runtime),
+  };
+  return k;
+}
+
 const std::vector<Field<CheckpointSpec>>& checkpoint_fields() {
   static const std::vector<Field<CheckpointSpec>> k = {
       field("every_steps", "Save every N optimizer steps; 0 = only at the end. Default 0.",
@@ -505,6 +526,7 @@ const std::vector<Field<JobSpec>>& job_fields() {
         section("training", "Optimisation settings.", &JobSpec::training, &training_fields()),
         section("strategy", "Memory strategy knobs: auto or pinned.", &JobSpec::strategy, &strategy_fields()),
         section("resources", "Hardware to plan for.", &JobSpec::resources, &resources_fields()),
+        section("planner", "How plans are made.", &JobSpec::planner, &planner_fields()),
         section("checkpoint", "Checkpointing.", &JobSpec::checkpoint, &checkpoint_fields()),
         field("retries", "Retries after failures other than bad input. Default 2.", &JobSpec::retries,
               int_in_range(0, 100)),
@@ -570,5 +592,6 @@ const char* to_string(ModelFamily v) { return name_of(v); }
 const char* to_string(DataFormat v) { return name_of(v); }
 const char* to_string(ModelInit v) { return name_of(v); }
 const char* to_string(LrScheduler v) { return name_of(v); }
+const char* to_string(Runtime v) { return name_of(v); }
 
 }  // namespace tailor::dsl

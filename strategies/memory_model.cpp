@@ -492,6 +492,16 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     const double peak_part = std::max(a_l + std::min(head, g), g + std::min(last_layer, a_l));
     m.overlap = Bytes(static_cast<std::int64_t>(std::max(0.0, a_l + g - peak_part)));
   }
+  // The optimizer step: activations and logits are gone, weights,
+  // gradients and states alive, plus the step's temporaries (each one
+  // moment's size: AdamW keeps two). When that exceeds the backward peak,
+  // the excess is the step's workspace, counted in overhead.
+  if (in.optimizer_step_temporaries > 0) {
+    const Bytes step = m.weights + m.gradients + m.master_weights + m.optimizer_states + m.adapter + m.overhead +
+                       Bytes(static_cast<std::int64_t>(in.optimizer_step_temporaries *
+                                                       static_cast<double>(m.optimizer_states.count()) / 2.0));
+    if (step > m.total()) m.overhead += step - m.total();
+  }
   return out;
 }
 

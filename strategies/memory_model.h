@@ -97,6 +97,12 @@ struct MemoryInput {
   // bitsandbytes' MatMul4Bit does (it saves A whenever A requires grad), so
   // QLoRA with bitsandbytes keeps every block linear's input.
   bool quantized_linear_keeps_input = false;
+  // Temporaries of the optimizer step, in bytes per optimizer-state element
+  // of one moment: torch's foreach AdamW allocates sqrt(v) for every
+  // parameter at once (one moment's size) while weights, gradients and
+  // states are all alive, which can exceed the backward peak. tailor-runner
+  // updates in place (0).
+  double optimizer_step_temporaries = 0;
 };
 
 struct MemoryEstimate {

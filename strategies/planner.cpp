@@ -7,6 +7,7 @@
 
 #include "strategies/constraints.h"
 #include "strategies/decision_tree.h"
+#include "strategies/runtime_profile.h"
 
 namespace tailor::strategies {
 namespace {
@@ -308,11 +309,18 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   in.lora_targets = spec.strategy.lora.targets;
   in.lora_dropout = spec.strategy.lora.dropout;
   in.on_gpu = !on_cpu;
+  // What the stack that will run it keeps (planner.runtime): tailor-runner
+  // by default, another framework to predict its users' runs.
+  const RuntimeProfile& profile = runtime_profile(spec.planner.runtime);
+  apply(profile, in);
   // tailor-runner's fused kernels cover fp32 and bf16 on the CPU.
-  in.fused_kernels = on_cpu && s.precision != Precision::kFp16;
+  in.fused_kernels = on_cpu && s.precision != Precision::kFp16 && spec.planner.runtime == dsl::Runtime::kTailor;
   Candidate c;
   c.strategy = s;
   c.memory = estimate_memory(in, o.memory);
+  if (!on_cpu) {
+    c.reserved = reserved_peak(profile, c.memory.per_device.total(), o.memory.gpu_context_overhead);
+  }
   // Offloaded bytes live on every node's host, a share of the ranks each.
   if (s.num_gpus > 1 && hw.nodes > 1) c.memory.host = Bytes(c.memory.host.count() / hw.nodes);
   Device link = dev;

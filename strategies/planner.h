@@ -62,6 +62,10 @@ struct Candidate {
   Bytes over_budget;     // device total minus budget (negative when it fits)
   Bytes host_over_budget;
   std::string not_executable;  // why the runner cannot run it; empty when it can
+  // The peak the GPU caching allocator reserves (fragmentation of the
+  // runtime profile, strategies/runtime_profile.h); 0 on the CPU. The
+  // budget check uses the allocated total: headroom covers the rest.
+  Bytes reserved;
 
   bool executable() const { return not_executable.empty(); }
   // Device budget left free (negative when over).

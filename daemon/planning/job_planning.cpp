@@ -197,6 +197,7 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
     d.error(location_of(loaded.merged, {"resources"}), "resources", hw.status().message());
     return spec_error(std::move(d));
   }
+  spec.planner.runtime = dsl::Runtime::kTailor;  // tailor-runner runs it, whatever the spec predicts for others
   strategies::Plan plan = strategies::plan_job(spec, *hw, plan_options(ctx));
   if (!plan.errors.empty()) {
     for (const auto& e : plan.errors) d.error({name, 0, 0}, "", e);

@@ -121,6 +121,7 @@ TEST(AxolotlImportTest, QloraExampleMapsModelAdapterAndHyperparameters) {
   EXPECT_EQ(r.at("kind"), "TrainingJob");
   EXPECT_EQ(r.at("name"), "llama2-qlora");
   EXPECT_EQ(r.at("model.preset"), "llama-2-7b");
+  EXPECT_EQ(r.at("planner.runtime"), "hf");  // plans predict the Axolotl run's memory
   EXPECT_EQ(r.at("strategy.adapter"), "qlora");
   EXPECT_EQ(r.at("strategy.lora.r"), "32");
   EXPECT_EQ(r.at("strategy.lora.alpha"), "16");

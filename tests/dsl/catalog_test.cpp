@@ -12,7 +12,7 @@ TEST(CatalogTest, BuiltinHasEveryRequiredPreset) {
   const Catalog& c = Catalog::builtin();
   for (const char* name :
        {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b",
-        "llama-3.1-8b", "llama-3-70b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
+        "llama-3.1-8b", "llama-3-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
         "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-270m", "gemma-3-1b", "tinyllama-1.1b", "tiny-llama", "tiny-llama-byte", "tiny-gpt2"}) {
     EXPECT_NE(c.find_model(name), nullptr) << name;
   }

@@ -6,6 +6,7 @@
 
 #include "dsl/spec_loader.h"
 #include "strategies/constraints.h"
+#include "strategies/runtime_profile.h"
 
 namespace tailor::strategies {
 namespace {
@@ -329,6 +330,32 @@ TEST(PlannerTest, SeveralNodesPayTheNetworkAndShareHostMemory) {
   EXPECT_GT(b.throughput.comm_seconds, a.throughput.comm_seconds);
   EXPECT_EQ(b.memory.per_device.total(), a.memory.per_device.total());
   EXPECT_NEAR(static_cast<double>(b.memory.host.count()), static_cast<double>(a.memory.host.count()) / 2, 1.0);
+}
+
+// planner.runtime predicts another stack's run: transformers keeps what
+// tailor-runner does not (bitsandbytes' 4-bit linears keep their inputs, a
+// composed loss, foreach AdamW's step temporary) and reserves more.
+TEST(PlannerTest, TheRuntimeProfilePredictsAnotherStacksMemory) {
+  const std::vector<std::string> pins = {"strategy.adapter=qlora", "strategy.precision=bf16",
+                                         "strategy.gradient_checkpointing=false", "training.micro_batch_size=1"};
+  const dsl::JobSpec tailor_spec = load("llama2-7b-qlora-24gb.yaml", pins);
+  std::vector<std::string> hf_pins = pins;
+  hf_pins.push_back("planner.runtime=hf");
+  const dsl::JobSpec hf_spec = load("llama2-7b-qlora-24gb.yaml", hf_pins);
+  EXPECT_EQ(hf_spec.planner.runtime, dsl::Runtime::kHf);
+  const Plan tailor = plan_job(tailor_spec, gpus("1x80GiB"));
+  const Plan hf = plan_job(hf_spec, gpus("1x80GiB"));
+  ASSERT_TRUE(tailor.fits && hf.fits);
+  ASSERT_EQ(tailor.chosen.strategy, hf.chosen.strategy);
+  EXPECT_GT(hf.chosen.memory.per_device.activations, tailor.chosen.memory.per_device.activations);
+  EXPECT_GT(hf.chosen.memory.per_device.logits, tailor.chosen.memory.per_device.logits);
+  // Reserved is reported beside allocated: context plus the tensors grown
+  // by the stack's fragmentation.
+  const Bytes context = MemoryConstants::defaults().gpu_context_overhead;
+  EXPECT_EQ(hf.chosen.reserved, context + Bytes(static_cast<std::int64_t>(
+                                              static_cast<double>((hf.chosen.memory.per_device.total() - context).count()) *
+                                              runtime_profile(dsl::Runtime::kHf).reserved_over_allocated)));
+  EXPECT_GT(hf.chosen.reserved, hf.chosen.memory.per_device.total());
 }
 
 TEST(PlannerTest, GlobalBatchNotDivisibleByGpusIsAnError) {

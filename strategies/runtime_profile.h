@@ -1,0 +1,41 @@
+// What another training stack keeps in memory that tailor-runner does not
+// (or the reverse), as named inputs of the memory model, grouped by stack:
+// `planner.runtime` in a spec picks one, so one model predicts both
+// tailor-runner's runs and, say, an Axolotl user's. Each input is a
+// measured or documented difference, not a fudge factor; the corpus test
+// (tests/strategies/published_memory_test.cpp) checks them against
+// published measurements of each stack.
+#pragma once
+
+#include "dsl/job_spec.h"
+#include "strategies/memory_model.h"
+
+namespace tailor::strategies {
+
+struct RuntimeProfile {
+  dsl::Runtime runtime = dsl::Runtime::kTailor;
+  // The loss keeps only the logits and their gradient (tailor-runner's
+  // sliced cross-entropy, torchtune's chunked one, compiled losses); false:
+  // composed ops that upcast the logits to fp32 and keep the log-softmax.
+  bool lean_cross_entropy = true;
+  // A quantised frozen linear keeps its input for backward (bitsandbytes'
+  // MatMul4Bit saves it whenever it requires grad).
+  bool quantized_linear_keeps_input = false;
+  // The peak the caching allocator reserves over the peak it hands out
+  // (fragmentation: freed blocks of the wrong size stay cached).
+  double reserved_over_allocated = 1.0;
+  // MemoryInput::optimizer_step_temporaries: torch's foreach AdamW (hf,
+  // torchtune, litgpt) allocates one moment-sized temporary in its step.
+  double optimizer_step_temporaries = 0;
+};
+
+const RuntimeProfile& runtime_profile(dsl::Runtime runtime);
+
+// Sets the memory model's inputs that the profile decides.
+void apply(const RuntimeProfile& profile, MemoryInput& in);
+
+// The reserved peak of an allocated peak: `context` (outside the caching
+// allocator) stays, the rest grows by the profile's fragmentation.
+Bytes reserved_peak(const RuntimeProfile& profile, Bytes allocated_total, Bytes context);
+
+}  // namespace tailor::strategies
