@@ -147,12 +147,12 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, bool exp
   out << "  " << pad("budget", 24) << plan.budget_per_device.to_string() << " ("
       << (plan.on_cpu ? plan.hardware.host_memory : plan.hardware.gpus.front().memory).to_string() << " less "
       << fmt("%.0f%%", plan.headroom * 100) << " headroom)";
+  const Bytes free = plan.budget_per_device - m.total();
+  out << (free.count() >= 0 ? ", " + free.to_string() + " to spare\n" : ", " + (Bytes(0) - free).to_string() + " short\n");
   if (!plan.on_cpu) {
     out << "  " << pad("reserved (allocator)", 24) << plan.chosen.reserved.to_string() << " at the peak ("
         << dsl::to_string(spec.planner.runtime) << " runtime's fragmentation)\n";
   }
-  const Bytes free = plan.budget_per_device - m.total();
-  out << (free.count() >= 0 ? ", " + free.to_string() + " to spare\n" : ", " + (Bytes(0) - free).to_string() + " short\n");
   if (s.offload != Offload::kNone) {
     out << "  " << pad("host RAM (offload)", 24) << plan.chosen.memory.host.to_string() << " of "
         << plan.host_budget.to_string() << "\n";

@@ -141,11 +141,11 @@ struct StrategySpec {
   std::optional<double> headroom;
 };
 
-// Why 10%: the largest under-estimate measured against tailor-runner is
-// +9.0% (LoRA with dropout under materialised attention, where backward's
-// score gradients are a transient the model leaves out; the median is about
-// 1%), so a plan at the budget still holds that run. strategies/README.md
-// ("Headroom") has the measurements.
+// Why 10%: the largest under-estimates measured against tailor-runner are
+// 8-10% (LoRA with dropout under materialised attention, where backward's
+// score gradients are a transient the model leaves out; most cells are
+// within 1-6%), so a plan at the budget still holds those runs.
+// strategies/README.md ("Headroom") has the measurements.
 inline constexpr double kDefaultHeadroom = 0.10;
 
 struct ResourcesSpec {

@@ -384,7 +384,7 @@ const std::vector<Field<StrategySpec>>& strategy_fields() {
       custom_field<StrategySpec>(
           "headroom",
           "Fraction of each device's memory a plan keeps free for estimate error and fragmentation, e.g. 15%. "
-          "Default 10% (the largest under-estimate measured against tailor-runner is 9%).",
+          "Default 10% (the largest under-estimates measured against tailor-runner are 8-10%).",
           Codec<Fraction>::schema(),
           [](const Node& n, StrategySpec& s, const std::string& path, Diagnostics& d) {
             if (n.is_null()) return;

@@ -194,8 +194,9 @@ class Walker {
       const double gain = with.throughput.tokens_per_second / plan_.chosen.throughput.tokens_per_second - 1.0;
       char buf[160];
       std::snprintf(buf, sizeof buf, "the chosen plan with it would be %s (%.0f against %.0f tokens/s)",
-                    gain > o_.small_gain ? "faster, not enough to change what is trained"
-                                         : "no faster",
+                    gain > o_.small_gain    ? "faster, not enough to change what is trained"
+                    : gain < -o_.small_gain ? "slower"
+                                            : "no faster",
                     with.throughput.tokens_per_second, plan_.chosen.throughput.tokens_per_second);
       d.reason = with.fits ? std::string(buf) : "the chosen plan reaches the budget by other steps";
     }
