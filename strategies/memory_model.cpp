@@ -292,6 +292,11 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   const double n = static_cast<double>(std::max<std::int64_t>(1, st.num_gpus));
   const bool adapter = st.adapter != Adapter::kNone;
   const double e = is_half(st.precision) ? 2.0 : 4.0;  // activation bytes per element
+  // PEFT's k-bit preparation (MemoryInput::fp32_non_quantized).
+  // TRL skips it for sharded QLoRA (ZeRO-3/FSDP load the 4-bit weights on
+  // the CPU or meta device first).
+  const bool upcast = in.fp32_non_quantized && st.quantization != Quantization::kNone && st.zero_stage < 3;
+  const double residual_bytes = upcast ? 4.0 : e;
 
   MemoryEstimate out;
   MemoryBreakdown& m = out.per_device;
@@ -324,7 +329,8 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     // dtype), as bitsandbytes quantises them.
     const std::int64_t expert_quantized = st.quantization == Quantization::kNone ? 0 : pc.expert_quantizable;
     weights = static_cast<double>(pc.block_linear + expert_quantized) * linear_bytes +
-              static_cast<double>(pc.other + pc.expert - expert_quantized) * weight_bytes_per_param(st.precision);
+              static_cast<double>(pc.other + pc.expert - expert_quantized) *
+                  (upcast ? 4.0 : weight_bytes_per_param(st.precision));
     // Adapters are trained in fp32 under fp32 and mixed precision (no master
     // copy needed), in bf16 under pure bf16.
     const double adapter_dtype = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
@@ -422,16 +428,17 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
       recomputed_layer += kept;
     }
   }
-  const double layer_input = e * s * b * static_cast<double>(a.hidden);
+  const double layer_input = residual_bytes * s * b * static_cast<double>(a.hidden);
   const std::int64_t layers = a.layers;
   std::int64_t checkpointed = 0;
   if (st.checkpoint_every > 0) checkpointed = (layers + st.checkpoint_every - 1) / st.checkpoint_every;
   const double logit_elems = b * s * static_cast<double>(a.vocab);
+  const bool half_logits = is_half(st.precision) && !upcast;
   const double per_elem = in.lean_cross_entropy
-                              ? (is_half(st.precision) ? k.logits_bytes_per_element_lean_half
-                                                       : k.logits_bytes_per_element_lean_fp32)
-                              : (is_half(st.precision) ? k.logits_bytes_per_element_half
-                                                       : k.logits_bytes_per_element_fp32);
+                              ? (half_logits ? k.logits_bytes_per_element_lean_half
+                                             : k.logits_bytes_per_element_lean_fp32)
+                              : (half_logits ? k.logits_bytes_per_element_half
+                                             : k.logits_bytes_per_element_fp32);
   double logits = logit_elems * per_elem;
   // Off the fused CPU kernel, one slice's fp32 (log-)softmax.
   // Soft-capped logits (Gemma 2) always take that path, with the slice's

@@ -103,6 +103,13 @@ struct MemoryInput {
   // states are all alive, which can exceed the backward peak. tailor-runner
   // updates in place (0).
   double optimizer_step_temporaries = 0;
+  // PEFT's prepare_model_for_kbit_training (which TRL's SFTTrainer and
+  // Axolotl call for a 4-bit base) casts every parameter that is not
+  // quantised (embeddings, norms, lm_head) to fp32: those weights take 4
+  // bytes, and the residual stream they feed, with every checkpointed layer
+  // input and the logits, is fp32. Only with a quantised base, and not
+  // under ZeRO-3/FSDP, where TRL skips the preparation (sharded QLoRA).
+  bool fp32_non_quantized = false;
 };
 
 struct MemoryEstimate {

@@ -319,7 +319,8 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   c.strategy = s;
   c.memory = estimate_memory(in, o.memory);
   if (!on_cpu) {
-    c.reserved = reserved_peak(profile, c.memory.per_device.total(), o.memory.gpu_context_overhead);
+    c.reserved = reserved_peak(profile, c.memory.per_device.total(), o.memory.gpu_context_overhead,
+                               s.zero_stage >= 3 && s.num_gpus > 1);
   }
   // Offloaded bytes live on every node's host, a share of the ranks each.
   if (s.num_gpus > 1 && hw.nodes > 1) c.memory.host = Bytes(c.memory.host.count() / hw.nodes);

@@ -24,9 +24,14 @@ struct RuntimeProfile {
   // The peak the caching allocator reserves over the peak it hands out
   // (fragmentation: freed blocks of the wrong size stay cached).
   double reserved_over_allocated = 1.0;
+  // The same under parameter sharding (ZeRO-3/FSDP): FSDP1's record_stream
+  // on its all-gather buffers keeps blocks cached longer.
+  double reserved_over_allocated_sharded = 1.0;
   // MemoryInput::optimizer_step_temporaries: torch's foreach AdamW (hf,
   // torchtune, litgpt) allocates one moment-sized temporary in its step.
   double optimizer_step_temporaries = 0;
+  // MemoryInput::fp32_non_quantized: PEFT's k-bit preparation under QLoRA.
+  bool fp32_non_quantized = false;
 };
 
 const RuntimeProfile& runtime_profile(dsl::Runtime runtime);
@@ -35,7 +40,8 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime);
 void apply(const RuntimeProfile& profile, MemoryInput& in);
 
 // The reserved peak of an allocated peak: `context` (outside the caching
-// allocator) stays, the rest grows by the profile's fragmentation.
-Bytes reserved_peak(const RuntimeProfile& profile, Bytes allocated_total, Bytes context);
+// allocator) stays, the rest grows by the profile's fragmentation
+// (`sharded`: parameters sharded, ZeRO-3).
+Bytes reserved_peak(const RuntimeProfile& profile, Bytes allocated_total, Bytes context, bool sharded);
 
 }  // namespace tailor::strategies

@@ -3,12 +3,13 @@
 // verbatim quote, the settings and the metric), through the runtime profile
 // of the stack that ran it (strategies/runtime_profile.h), one GPU and
 // several GPUs reported apart. The goal (issue 14) is median |error| <= 10%
-// and p90 <= 25% for both; today's figures (strategies/README.md,
-// "Accuracy") are asserted as a guard against regressions: one GPU median
-// 12.1% / p90 30.2%, several GPUs 12.6% / 22.9%. The gap is mostly
-// bitsandbytes QLoRA (fms-acceleration's PEFT baseline, litgpt), 20-35%
-// above the estimate for reasons not yet pinned down, and litgpt's LoRA on
-// FSDP, whose rank 0 peaks near the unsharded model.
+// and p90 <= 25% for both. Today's figures (strategies/README.md,
+// "Accuracy") meet the p90s and miss the medians: one GPU 10.7% / 19.8%,
+// several GPUs 12.2% / 22.4%; they are asserted as a guard against
+// regressions. The largest misses are litgpt's QLoRA (20-35% above the
+// estimate), Mistral LoRA under FSDP1 (12-25% above, growing with the
+// batch) and litgpt's LoRA on FSDP, whose rank 0 peaks near the unsharded
+// model (56-75% above); their causes are not pinned down yet.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -82,6 +83,7 @@ Point evaluate(const YAML::Node& n) {
   // What the point says of itself wins over its stack's defaults.
   in.fused_kernels = n["compiled"].as<bool>(false);
   in.lean_cross_entropy = n["fused_loss"].as<bool>(profile.lean_cross_entropy);
+  in.fp32_non_quantized = n["fp32_non_quantized"].as<bool>(profile.fp32_non_quantized);
   Strategy& s = in.strategy;
   s.attention = n["attention"].as<std::string>("sdpa") == "eager" ? Attention::kStandard : Attention::kMemoryEfficient;
   s.precision = precision_named(n["precision"].as<std::string>());
@@ -110,13 +112,14 @@ Point evaluate(const YAML::Node& n) {
   const Bytes context = k.gpu_context_overhead;
   const MemoryEstimate e = estimate_memory(in, k);
   const Bytes total = e.per_device.total();
+  const bool sharded = s.zero_stage >= 3 && s.num_gpus > 1;
   if (p.metric == "allocated" || p.metric == "active") {
     p.estimate = static_cast<double>((total - context).count());
   } else if (p.metric == "reserved") {
-    p.estimate = static_cast<double>((reserved_peak(profile, total, context) - context).count());
+    p.estimate = static_cast<double>((reserved_peak(profile, total, context, sharded) - context).count());
   } else {
     EXPECT_EQ(p.metric, "nvidia-smi") << p.id;
-    p.estimate = static_cast<double>(reserved_peak(profile, total, context).count());
+    p.estimate = static_cast<double>(reserved_peak(profile, total, context, sharded).count());
   }
   return p;
 }
@@ -153,7 +156,7 @@ TEST(PeakCorpusTest, EstimatesMatchPublishedMeasurementsAcrossStacksAndGpuCounts
     const std::vector<double>* errors;
     double median, p90;
   };
-  for (const Budget& b : {Budget{"one GPU", &single, 0.13, 0.31}, Budget{"several GPUs", &multi, 0.13, 0.25}}) {
+  for (const Budget& b : {Budget{"one GPU", &single, 0.11, 0.21}, Budget{"several GPUs", &multi, 0.125, 0.23}}) {
     ASSERT_FALSE(b.errors->empty());
     const double median = percentile(*b.errors, 0.5), p90 = percentile(*b.errors, 0.9);
     std::printf("%s: %zu points, median |error| %.1f%%, p90 %.1f%%\n", b.name, b.errors->size(), 100 * median,
