@@ -96,11 +96,17 @@ MemoryConstants MemoryConstants::defaults() {
   k.gpu_context_overhead = Bytes::mib(852);
   k.gpu_allocator_workspace = Bytes::mib(128);
   k.cpu_runtime_overhead = Bytes(0);
-  // Composed ops, at the forward/backward boundary: the logits in the
-  // compute dtype (2 B), the fp32 log-probabilities the loss keeps (4 B) and
-  // the fp32 gradient of the loss w.r.t. them (4 B) are alive together: 10 B
-  // per b*s*V element; 12 B when the logits themselves are fp32.
-  k.logits_bytes_per_element_half = 10.0;
+  // Composed ops (a cast to fp32, log_softmax, nll_loss), at the start of
+  // backward: the fp32 log-probabilities log_softmax saved (4 B), the loss's
+  // gradient w.r.t. them (4 B) and log_softmax's gradient w.r.t. the logits
+  // it is writing (4 B) are alive together: 12 B per b*s*V element, whether
+  // the logits were computed in half precision or fp32 (the model's own
+  // logits are gone with its output by then). Counting only the first two
+  // (10 B) put the estimates of transformers runs up to 17% under their
+  // published peaks (tests/strategies/data/peak_corpus.yaml).
+  // transformers 4.46-4.49 briefly hold 14 B in forward (the half logits,
+  // their fp32 copy, its shifted contiguous copy, the log-probabilities).
+  k.logits_bytes_per_element_half = 12.0;
   k.logits_bytes_per_element_fp32 = 12.0;
   // tailor-runner's cross-entropy reads the logits as they are and writes
   // their gradient in the same dtype: 2 + 2 B, or 4 + 4 B in fp32.
@@ -288,7 +294,14 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
 MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) {
   const ModelArch& a = *in.arch;
   const Strategy& st = in.strategy;
-  const ParameterCounts pc = count_parameters(a);
+  ParameterCounts pc = count_parameters(a);
+  // MemoryInput::unties_embeddings: the head is a parameter of its own.
+  const std::int64_t head_params = a.vocab * a.hidden;
+  if (a.tie_embeddings && in.unties_embeddings) {
+    pc.total += head_params;
+    pc.other += head_params;
+  }
+  const bool head_own = !a.tie_embeddings || in.unties_embeddings;
   const double n = static_cast<double>(std::max<std::int64_t>(1, st.num_gpus));
   const bool adapter = st.adapter != Adapter::kNone;
   const double e = is_half(st.precision) ? 2.0 : 4.0;  // activation bytes per element
@@ -328,8 +341,11 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     // Under QLoRA the experts are NF4 too (the routers stay in the compute
     // dtype), as bitsandbytes quantises them.
     const std::int64_t expert_quantized = st.quantization == Quantization::kNone ? 0 : pc.expert_quantizable;
-    weights = static_cast<double>(pc.block_linear + expert_quantized) * linear_bytes +
-              static_cast<double>(pc.other + pc.expert - expert_quantized) *
+    // MemoryInput::quantizes_head.
+    const std::int64_t head_quantized =
+        st.quantization != Quantization::kNone && in.quantizes_head && head_own ? head_params : 0;
+    weights = static_cast<double>(pc.block_linear + expert_quantized + head_quantized) * linear_bytes +
+              static_cast<double>(pc.other - head_quantized + pc.expert - expert_quantized) *
                   (upcast ? 4.0 : weight_bytes_per_param(st.precision));
     // Adapters are trained in fp32 under fp32 and mixed precision (no master
     // copy needed), in bf16 under pure bf16.
@@ -350,6 +366,13 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     master /= n;
   }
   if (st.zero_stage >= 2) grads /= n;
+  if (in.unsharded_accumulated_gradients && st.zero_stage >= 3 && st.grad_accumulation > 1 && n > 1) {
+    // MemoryInput::unsharded_accumulated_gradients: the blocks' parameters
+    // (and the adapters in them) under LoRA; every parameter otherwise.
+    const double in_trainable_units =
+        adapter ? static_cast<double>(pc.per_layer * a.layers + out.trainable_parameters) : static_cast<double>(pc.total);
+    grads = in_trainable_units * gradient_bytes_per_param(st.precision);
+  }
   if (st.zero_stage >= 3) {
     weights /= n;
     adapter_bytes /= n;
@@ -469,12 +492,22 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   const double wbytes = weight_bytes_per_param(st.precision);
   if (st.quantization == Quantization::kNf4 || st.quantization == Quantization::kNf4Double ||
       st.quantization == Quantization::kInt8) {
-    // One dequantised weight at a time: a linear's, or one expert's.
-    overhead += static_cast<double>(std::max(pc.largest_linear, pc.largest_expert)) * wbytes;
+    // One dequantised weight at a time: a linear's, one expert's, or the
+    // head's where it is quantised; MemoryInput::dequantized_copies of it.
+    std::int64_t largest = std::max(pc.largest_linear, pc.largest_expert);
+    if (adapter && in.quantizes_head && head_own) largest = std::max(largest, head_params);
+    overhead += static_cast<double>(largest) * wbytes * static_cast<double>(in.dequantized_copies);
   }
   if (st.zero_stage >= 3 || st.offload == Offload::kOptimizerAndParams) {
-    // The gathered layer being computed plus the one prefetched.
-    overhead += 2.0 * static_cast<double>(pc.per_layer) * wbytes;
+    // The gathered layer being computed plus the one prefetched, as stored:
+    // sharded QLoRA gathers the NF4 bytes (torchao's NF4Tensor under FSDP2,
+    // bitsandbytes' quant_storage under FSDP1), not dequantised weights.
+    double layer = static_cast<double>(pc.per_layer) * wbytes;
+    if (adapter && st.quantization != Quantization::kNone && a.layers > 0) {
+      const double quantized = static_cast<double>(pc.block_linear + pc.expert_quantizable) / static_cast<double>(a.layers);
+      layer -= quantized * (wbytes - quantized_bytes_per_param(st.quantization, a.hidden));
+    }
+    overhead += 2.0 * layer;
   }
   m.overhead = Bytes(static_cast<std::int64_t>(overhead));
 

@@ -51,7 +51,7 @@ struct MemoryConstants {
   Bytes gpu_context_overhead;
   Bytes gpu_allocator_workspace;
   Bytes cpu_runtime_overhead;  // tracked on CPU: none (the tracking allocator counts tensors only)
-  double logits_bytes_per_element_half;  // composed ops: logits + fp32 log-probs + their gradient, per b*s*V element
+  double logits_bytes_per_element_half;  // composed ops: fp32 log-probs + the gradients w.r.t. them and the logits, per b*s*V element
   double logits_bytes_per_element_fp32;
   double logits_bytes_per_element_lean_half;  // tailor-runner's cross-entropy: logits + their gradient
   double logits_bytes_per_element_lean_fp32;
@@ -110,6 +110,29 @@ struct MemoryInput {
   // input and the logits, is fp32. Only with a quantised base, and not
   // under ZeRO-3/FSDP, where TRL skips the preparation (sharded QLoRA).
   bool fp32_non_quantized = false;
+  // FSDP1's no_sync() under gradient accumulation (litgpt's
+  // fabric.no_backward_sync): every micro-step but the last leaves each
+  // unit's gradient unsharded, and a FlatParameter mixing frozen and LoRA
+  // weights (use_orig_params=True) has a gradient for all of them. So under
+  // ZeRO-3 with accumulation each rank holds a full-size gradient of every
+  // unit with a trainable parameter: the blocks (frozen weights included)
+  // under LoRA, the whole model in full fine-tuning. Source: torch 2.1
+  // fsdp/_runtime_utils.py (post-backward returns before resharding the
+  // gradient when not syncing), flat_param.py (requires_grad of a mixed
+  // FlatParameter); litgpt's 2-GPU LoRA tables measure it (peak_corpus).
+  bool unsharded_accumulated_gradients = false;
+  // litgpt keeps no tied weights: its checkpoint converter copies a tied
+  // embedding into a separate lm_head (litgpt/scripts/convert_hf_checkpoint.py),
+  // so Llama 3.2 1B/3B carry the head twice.
+  bool unties_embeddings = false;
+  // Lightning's bitsandbytes plugin quantises every nn.Linear, the lm_head
+  // included (litgpt passes no ignore_modules); PEFT/transformers and
+  // tailor-runner keep the head in the compute dtype.
+  bool quantizes_head = false;
+  // Dequantised copies of a 4-bit weight alive at once in its matmul:
+  // Lightning quantises from fp16, so bitsandbytes dequantises to fp16 and
+  // MatMul4Bit casts that to bf16 (2); quantised from the compute dtype, 1.
+  double dequantized_copies = 1;
 };
 
 struct MemoryEstimate {

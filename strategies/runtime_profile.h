@@ -19,7 +19,8 @@ struct RuntimeProfile {
   // composed ops that upcast the logits to fp32 and keep the log-softmax.
   bool lean_cross_entropy = true;
   // A quantised frozen linear keeps its input for backward (bitsandbytes'
-  // MatMul4Bit saves it whenever it requires grad).
+  // MatMul4Bit saves it whenever it requires grad, up to 0.43; 0.44 keeps
+  // none).
   bool quantized_linear_keeps_input = false;
   // The peak the caching allocator reserves over the peak it hands out
   // (fragmentation: freed blocks of the wrong size stay cached).
@@ -32,6 +33,14 @@ struct RuntimeProfile {
   double optimizer_step_temporaries = 0;
   // MemoryInput::fp32_non_quantized: PEFT's k-bit preparation under QLoRA.
   bool fp32_non_quantized = false;
+  // MemoryInput::unsharded_accumulated_gradients: FSDP1's no_sync()
+  // accumulation over units that mix frozen and trainable weights.
+  bool unsharded_accumulated_gradients = false;
+  // MemoryInput::unties_embeddings, quantizes_head, dequantized_copies:
+  // litgpt's model and Lightning's bitsandbytes plugin.
+  bool unties_embeddings = false;
+  bool quantizes_head = false;
+  double dequantized_copies = 1;
 };
 
 const RuntimeProfile& runtime_profile(dsl::Runtime runtime);

@@ -212,6 +212,86 @@ TEST(MemoryModelTest, LogitsScaleWithBatchSequenceAndVocabulary) {
   EXPECT_DOUBLE_EQ(static_cast<double>(estimate(a, s, 1024, 4).per_device.logits.count()), 4 * (one - slice) + slice);
 }
 
+// The runtime profiles' inputs (strategies/runtime_profile.h), each alone.
+MemoryInput lora_input(const dsl::ModelArch& a, Quantization q) {
+  MemoryInput in;
+  in.arch = &a;
+  in.batch = {2, 512};
+  in.strategy.precision = Precision::kPureBf16;
+  in.strategy.adapter = q == Quantization::kNone ? Adapter::kLora : Adapter::kQlora;
+  in.strategy.quantization = q;
+  in.strategy.lora_rank = 8;
+  return in;
+}
+
+TEST(MemoryModelTest, ComposedLossKeepsTwelveBytesPerLogitInAnyDtype) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  in.lean_cross_entropy = false;
+  const double elems = 2.0 * 512 * static_cast<double>(a.vocab);
+  EXPECT_DOUBLE_EQ(static_cast<double>(estimate_memory(in).per_device.logits.count()), 12 * elems);
+  in.strategy.precision = Precision::kFp32;
+  EXPECT_DOUBLE_EQ(static_cast<double>(estimate_memory(in).per_device.logits.count()), 12 * elems);
+}
+
+TEST(MemoryModelTest, NoSyncAccumulationUnderFsdp1KeepsWholeBlockGradients) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  in.strategy.zero_stage = 3;
+  in.strategy.num_gpus = 2;
+  in.strategy.grad_accumulation = 8;
+  const Bytes sharded = estimate_memory(in).per_device.gradients;
+  in.unsharded_accumulated_gradients = true;
+  const MemoryEstimate e = estimate_memory(in);
+  const ParameterCounts pc = count_parameters(a);
+  EXPECT_EQ(e.per_device.gradients.count(), (pc.per_layer * a.layers + e.trainable_parameters) * 2);
+  EXPECT_GT(e.per_device.gradients, sharded * 100);
+  // Syncing every step (no accumulation) reduce-scatters as usual.
+  in.strategy.grad_accumulation = 1;
+  EXPECT_LT(estimate_memory(in).per_device.gradients, Bytes::mib(100));
+}
+
+TEST(MemoryModelTest, AnUntiedQuantisedHeadIsLitgptsHead) {
+  const dsl::ModelArch& a = arch("llama-3.2-1b");
+  ASSERT_TRUE(a.tie_embeddings);
+  const double head = static_cast<double>(a.vocab * a.hidden);
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  const Bytes tied = estimate_memory(in).per_device.weights;
+  in.unties_embeddings = true;
+  EXPECT_DOUBLE_EQ(static_cast<double>((estimate_memory(in).per_device.weights - tied).count()), 2 * head);
+
+  MemoryInput q = lora_input(a, Quantization::kNf4);
+  q.unties_embeddings = true;
+  const MemoryEstimate bf16_head = estimate_memory(q);
+  q.quantizes_head = true;
+  const MemoryEstimate nf4_head = estimate_memory(q);
+  EXPECT_NEAR(static_cast<double>((bf16_head.per_device.weights - nf4_head.per_device.weights).count()),
+              head * (2 - quantized_bytes_per_param(Quantization::kNf4, a.hidden)), 1);
+  // The head is the largest weight dequantised; from fp16, twice over.
+  const Bytes one_copy = nf4_head.per_device.overhead;
+  q.dequantized_copies = 2;
+  EXPECT_NEAR(static_cast<double>((estimate_memory(q).per_device.overhead - one_copy).count()), 2 * head, 1);
+}
+
+TEST(MemoryModelTest, ShardedQloraGathersQuantisedLayers) {
+  const dsl::ModelArch& a = arch("llama-2-70b");
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  in.strategy.zero_stage = 3;
+  in.strategy.num_gpus = 8;
+  const ParameterCounts pc = count_parameters(a);
+  const double lora_overhead = static_cast<double>(estimate_memory(in).per_device.overhead.count());
+  MemoryInput q = lora_input(a, Quantization::kNf4);
+  q.strategy.zero_stage = 3;
+  q.strategy.num_gpus = 8;
+  const double qlora_overhead = static_cast<double>(estimate_memory(q).per_device.overhead.count());
+  // Two gathered layers, NF4 instead of bf16, plus one dequantised linear.
+  const double per_layer_linear = static_cast<double>(pc.block_linear) / static_cast<double>(a.layers);
+  EXPECT_NEAR(lora_overhead - qlora_overhead,
+              2 * per_layer_linear * (2 - quantized_bytes_per_param(Quantization::kNf4, a.hidden)) -
+                  static_cast<double>(pc.largest_linear) * 2,
+              8);
+}
+
 TEST(MemoryModelTest, CalibrationMakesTheEstimateReproduceAMeasurement) {
   const dsl::ModelArch& a = arch("tiny-llama");
   Strategy s;
