@@ -30,7 +30,10 @@ Result<strategies::Hardware> hardware_for(const dsl::JobSpec& spec, const Args& 
   const dsl::ResourcesSpec& r = spec.resources;
   const bool declared = gpus_flag || !r.gpu_model.empty() || r.gpu_memory || (r.gpu_count && *r.gpu_count == 0);
   const auto detected = declared ? std::vector<strategies::Device>{} : platform::detect_gpus(catalog);
-  return strategies::resolve_hardware(spec, gpus_flag, detected, platform::detect_host_memory(), catalog);
+  auto hw = strategies::resolve_hardware(spec, gpus_flag, detected, platform::detect_host_memory(), catalog);
+  // CPU training runs on this machine's CPU, whatever was declared.
+  if (hw.is_ok()) hw->cpu = strategies::cpu_device(hw->host_memory, platform::detect_native_bf16());
+  return hw;
 }
 
 }  // namespace tailor::cli

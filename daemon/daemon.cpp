@@ -94,6 +94,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   planning.catalog = parts->catalog.get();
   planning.gpus = gpus;
   planning.host_memory = host;
+  planning.cpu_native_bf16 = platform::detect_native_bf16();
   planning.spec_root = fs::weakly_canonical(fs::absolute(config.spec_root.empty() ? "." : config.spec_root)).string();
   planning.check_files = config.check_files;
 

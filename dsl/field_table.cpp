@@ -170,6 +170,14 @@ Check<std::int64_t> int_in_range(std::int64_t lo, std::int64_t hi) {
   };
 }
 
+Check<std::int64_t> positive_int_at_most(std::int64_t hi) {
+  return [hi](const std::int64_t& v) -> std::optional<std::string> {
+    if (v < 1) return int_at_least(1)(v);
+    if (v <= hi) return std::nullopt;
+    return "expected an integer of at most " + std::to_string(hi) + ", got " + std::to_string(v);
+  };
+}
+
 Check<double> number_above(double lo) {
   return [lo](const double& v) -> std::optional<std::string> {
     if (v > lo) return std::nullopt;

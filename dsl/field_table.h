@@ -184,6 +184,8 @@ using Check = std::function<std::optional<std::string>(const T&)>;
 
 Check<std::int64_t> int_at_least(std::int64_t lo);
 Check<std::int64_t> int_in_range(std::int64_t lo, std::int64_t hi);
+// 1..hi, worded as int_at_least(1) below and as a maximum above.
+Check<std::int64_t> positive_int_at_most(std::int64_t hi);
 Check<double> number_above(double lo);
 Check<double> number_at_least(double lo);
 Check<double> number_in_range(double lo, double hi, bool hi_inclusive);

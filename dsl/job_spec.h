@@ -101,6 +101,9 @@ struct DataSpec {
 
 enum class LrScheduler { kConstant, kCosine, kLinear };
 
+// The largest global (and micro) batch a spec may ask for, in sequences.
+inline constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 20;
+
 struct TrainingSpec {
   std::int64_t global_batch_size = 32;           // sequences per optimizer step, over all GPUs
   std::optional<std::int64_t> micro_batch_size;  // sequences per forward pass per GPU; empty = auto

@@ -285,10 +285,13 @@ const std::vector<Field<DataSpec>>& data_fields() {
 
 const std::vector<Field<TrainingSpec>>& training_fields() {
   static const std::vector<Field<TrainingSpec>> k = {
-      field("global_batch_size", "Sequences per optimizer step over all GPUs. Default 32.",
-            &TrainingSpec::global_batch_size, int_at_least(1)),
+      // The bound keeps the planner's arithmetic (divisors, bytes per
+      // micro-batch) finite: 2^20 sequences is 250x the largest published
+      // pretraining batches (about 4M tokens of 1-4k-token sequences).
+      field("global_batch_size", "Sequences per optimizer step over all GPUs, 1 to 1048576. Default 32.",
+            &TrainingSpec::global_batch_size, positive_int_at_most(kMaxGlobalBatch)),
       auto_field("micro_batch_size", "Sequences per forward pass per GPU, or auto.", &TrainingSpec::micro_batch_size,
-                 int_at_least(1)),
+                 positive_int_at_most(kMaxGlobalBatch)),
       field("epochs", "Passes over the training data. Default 1.", &TrainingSpec::epochs, number_above(0)),
       optional_field("max_steps", "Optimizer steps; overrides epochs when set.", &TrainingSpec::max_steps,
                      int_at_least(1)),

@@ -79,6 +79,15 @@ std::optional<Node> resolve_extends(Node root, const std::string& base_dir, Exte
   }
   fs::path base_path(ext->value.scalar);
   if (base_path.is_relative()) base_path = fs::path(base_dir) / base_path;
+  if (const std::string& spec_root = ctx.options.extends_root; !spec_root.empty()) {
+    const fs::path canon(canonical_or_same(base_path.string()));
+    const fs::path rel = canon.lexically_relative(fs::path(canonical_or_same(spec_root)));
+    if (rel.empty() || *rel.begin() == "..") {
+      ctx.diags.error(ext->value.location, "extends",
+                      "base spec " + quote(ext->value.scalar, kWhole) + " is outside the spec root " + spec_root);
+      return std::nullopt;
+    }
+  }
   auto base = load_with_extends(base_path.lexically_normal().string(), ext->value.location, ctx);
   if (!base) return std::nullopt;
   root.erase("extends");
@@ -448,7 +457,7 @@ LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, c
   for (const std::string& o : opt.overrides) apply_override(root, o, d);
   // An unknown ${var} would only cause confusing follow-on type errors.
   const std::size_t errors_before_vars = d.error_count();
-  interpolate_vars(root, d);
+  interpolate_vars(root, d, opt.limits.max_bytes);
   out.merged = root;
   if (d.error_count() > errors_before_vars) return out;
   if (!root.is_map()) {
@@ -550,11 +559,16 @@ void apply_override(Node& root, std::string_view assignment, Diagnostics& d) {
   }
 }
 
-void interpolate_vars(Node& root, Diagnostics& d) {
+void interpolate_vars(Node& root, Diagnostics& d, std::size_t max_bytes) {
   if (!root.is_map()) return;
   std::vector<std::pair<std::string, Node>> vars;  // resolved, in order
   std::vector<std::string> names;
+  // Variables that use variables grow geometrically (each doubling the
+  // last): the expanded text is held to the size a spec file may have.
+  std::size_t expanded = 0;
+  bool over = false;
   auto substitute = [&](Node& n, const std::string& path) {
+    if (over) return;
     if (!n.is_scalar() || n.scalar.find('$') == std::string::npos) return;
     std::string out;
     const std::string& s = n.scalar;
@@ -585,6 +599,13 @@ void interpolate_vars(Node& root, Diagnostics& d) {
         return;
       }
       whole = (i == 0 && close + 1 == s.size());
+      expanded += it->second.scalar.size();
+      if (expanded > max_bytes) {
+        d.error(n.location, path,
+                "variables expand to more than " + std::to_string(max_bytes) + " bytes (the size limit of a spec)");
+        over = true;
+        return;
+      }
       out += it->second.scalar;
       i = close + 1;
     }

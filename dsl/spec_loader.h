@@ -28,6 +28,10 @@ struct LoadOptions {
   bool check_files = true;
   YamlLimits limits;
   int max_extends_depth = 16;
+  // When set, every `extends` must resolve, symbolic links followed, to a
+  // file inside this folder, and one that does not is an error before it is
+  // read (so nothing of it is echoed): tailord passes its --spec-root.
+  std::string extends_root;
 };
 
 struct LoadedSpec {
@@ -60,7 +64,8 @@ Node deep_merge(Node base, const Node& overlay);
 void apply_override(Node& root, std::string_view assignment, Diagnostics& d);
 
 // Replaces ${name} in every scalar with the value from the `vars` map (vars
-// may use earlier vars); "$${" stands for a literal "${". Problems go to `d`.
-void interpolate_vars(Node& root, Diagnostics& d);
+// may use earlier vars); "$${" stands for a literal "${". Problems go to `d`,
+// among them text expanding past `max_bytes` in all (vars of vars double).
+void interpolate_vars(Node& root, Diagnostics& d, std::size_t max_bytes = YamlLimits{}.max_bytes);
 
 }  // namespace tailor::dsl

@@ -16,6 +16,11 @@ namespace tailor::platform {
 // Host RAM (MemTotal); nullopt when unreadable.
 std::optional<Bytes> detect_host_memory();
 
+// Whether the CPU multiplies bf16 in hardware: /proc/cpuinfo's flags name
+// avx512_bf16 or amx_bf16 (x86) or its Features name bf16 (Arm). True when
+// unreadable, the figures tailor assumed before it asked.
+bool detect_native_bf16();
+
 // The GPUs, an empty list when there are none. Names are matched against
 // the catalog for compute figures. Never throws.
 std::vector<strategies::Device> detect_gpus(const dsl::Catalog& catalog);

@@ -3,6 +3,21 @@
 #include <algorithm>
 
 namespace tailor::strategies {
+namespace {
+
+// The divisors of n in increasing order, by trial division up to sqrt(n).
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> low, high;
+  for (std::int64_t d = 1; d * d <= n; ++d) {
+    if (n % d != 0) continue;
+    low.push_back(d);
+    if (d != n / d) high.push_back(n / d);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
+}  // namespace
 
 Constraints::Constraints(const dsl::JobSpec& spec, const Hardware& hw)
     : pins_(spec.strategy), training_(spec.training) {
@@ -16,9 +31,7 @@ Constraints::Constraints(const dsl::JobSpec& spec, const Hardware& hw)
     return;
   }
   const std::int64_t per_gpu = g / num_gpus_;
-  for (std::int64_t m = 1; m <= per_gpu; ++m) {
-    if (per_gpu % m == 0) micro_batches_.push_back(m);
-  }
+  micro_batches_ = divisors(per_gpu);
   if (spec.training.micro_batch_size && per_gpu % *spec.training.micro_batch_size != 0) {
     error_ = "micro_batch_size " + std::to_string(*spec.training.micro_batch_size) + " does not divide the " +
              std::to_string(per_gpu) + " sequences per GPU of the global batch";
@@ -27,12 +40,7 @@ Constraints::Constraints(const dsl::JobSpec& spec, const Hardware& hw)
 
 std::vector<std::int64_t> Constraints::micro_batches_for(std::int64_t ranks) const {
   if (ranks == num_gpus_) return micro_batches_;
-  std::vector<std::int64_t> out;
-  const std::int64_t per_rank = training_.global_batch_size / ranks;
-  for (std::int64_t m = 1; m <= per_rank; ++m) {
-    if (per_rank % m == 0) out.push_back(m);
-  }
-  return out;
+  return divisors(training_.global_batch_size / ranks);
 }
 
 std::vector<std::int64_t> Constraints::rank_counts() const {

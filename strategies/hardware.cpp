@@ -11,7 +11,7 @@ namespace tailor::strategies {
 std::string Hardware::describe() const {
   std::string out;
   if (gpus.empty()) {
-    out = "CPU";
+    out = cpu.name.empty() ? "CPU" : cpu.name;
   } else {
     if (nodes > 1) out = std::to_string(nodes) + " nodes x ";
     out += std::to_string(gpus_per_node()) + "x " + gpus[0].name + " (" + gpus[0].memory.to_string() + ")";
@@ -20,15 +20,15 @@ std::string Hardware::describe() const {
          (host_memory_assumed ? " (this machine's; --gpus ...,host=SIZE or resources.host_memory says theirs)" : "");
 }
 
-Device cpu_device(Bytes host_memory) {
+Device cpu_device(Bytes host_memory, bool native_bf16) {
   Device d;
-  d.name = "CPU";
+  d.name = native_bf16 ? "CPU" : "CPU (bf16 emulated)";
   d.cpu = true;
   d.memory = host_memory;
   d.free_memory = host_memory;
   d.bf16 = true;  // through oneDNN; fp16 has no fast CPU path
   d.peak_tflops_fp32 = 0.14;
-  d.peak_tflops_bf16 = 0.40;
+  d.peak_tflops_bf16 = native_bf16 ? 0.40 : 0.14 / 60;
   d.peak_tflops_fp16 = 0;
   d.memory_bandwidth_gbps = 20;
   return d;

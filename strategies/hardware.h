@@ -54,7 +54,12 @@ struct Hardware {
 // figures, kept below the peaks `tailor-runner --probe` measures on 512²
 // matmuls (runner/README.md: ~165 GFLOP/s fp32 with MKL, ~430 bf16 through
 // oneDNN) because a whole step runs below them. Measured runs calibrate them.
-Device cpu_device(Bytes host_memory);
+// `native_bf16`: the CPU multiplies bf16 in hardware (AVX512_BF16, AMX,
+// Arm's BF16; platform::detect_native_bf16()). Without it oneDNN emulates
+// bf16 some 60x slower than fp32 (an AVX2 AMD EPYC, torch 2.x, 1024²
+// matmuls on 2 threads: 0.9 against 59 GFLOP/s), so bf16 stays possible
+// (it halves memory) but is costed as what it is.
+Device cpu_device(Bytes host_memory, bool native_bf16 = true);
 
 // Parses "2xA6000", "A6000", "1x24GiB", "4xH100-80", "0" / "cpu" (the GPU
 // part of --gpus; resolve_hardware() takes ",host=SIZE" and ",nodes=N"

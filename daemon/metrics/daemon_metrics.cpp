@@ -1,6 +1,8 @@
 #include "daemon/metrics/daemon_metrics.h"
 
 #include <algorithm>
+#include <chrono>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -26,8 +28,36 @@ struct DaemonMetrics::JobSeries {
   std::map<std::pair<std::string, std::string>, Gauge*> memory;  // (component, source)
 };
 
+namespace {
+
+// Request methods as a closed set: any other word a client sends is
+// "other", so made-up methods cannot add series without bound.
+const std::string& method_label(const std::string& method) {
+  static const std::set<std::string> kKnown = {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"};
+  static const std::string kOther = "other";
+  const auto it = kKnown.find(method);
+  return it == kKnown.end() ? kOther : *it;
+}
+
+}  // namespace
+
 DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
+  // The process collector's name (Prometheus client guidelines), so uptime
+  // and restarts read the same as for any exporter.
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  prometheus::BuildGauge()
+      .Name("process_start_time_seconds")
+      .Help("Start time of the process since the Unix epoch, in seconds.")
+      .Register(r)
+      .Add({})
+      .Set(std::chrono::duration<double>(now).count());
+  prometheus::BuildGauge()
+      .Name("tailord_build_info")
+      .Help("Always 1; the labels name the build.")
+      .Register(r)
+      .Add({{"version", TAILOR_VERSION}})
+      .Set(1);
   requests_ = &prometheus::BuildCounter().Name("tailor_http_requests_total").Help("API requests by method, route and status code.").Register(r);
   latency_ = &prometheus::BuildHistogram()
                   .Name("tailor_http_request_duration_seconds")
@@ -71,10 +101,11 @@ DaemonMetrics::~DaemonMetrics() = default;
 
 void DaemonMetrics::observe_request(const std::string& method, const std::string& route, int status, double seconds) {
   std::lock_guard lock(mu_);
-  requests_->Add({{"method", method}, {"route", route}, {"code", std::to_string(status)}}).Increment();
+  const std::string& m = method_label(method);
+  requests_->Add({{"method", m}, {"route", route}, {"code", std::to_string(status)}}).Increment();
   static const Histogram::BucketBoundaries kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                        0.1,    0.25,  0.5,    1,     2.5,  5,     10};
-  latency_->Add({{"method", method}, {"route", route}}, kBuckets).Observe(seconds);
+  latency_->Add({{"method", m}, {"route", route}}, kBuckets).Observe(seconds);
 }
 
 void DaemonMetrics::set_jobs_by_state(const std::map<std::string, std::int64_t>& counts) {

@@ -174,6 +174,7 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
   dsl::LoadOptions opts;
   opts.catalog = ctx.catalog;
   opts.check_files = ctx.check_files;
+  opts.extends_root = ctx.spec_root;
   opts.overrides = overrides;
   dsl::LoadedSpec loaded = dsl::load_job_spec_text(text, name, ctx.spec_root, opts);
   dsl::Diagnostics d = loaded.diagnostics;
@@ -197,6 +198,7 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
     d.error(location_of(loaded.merged, {"resources"}), "resources", hw.status().message());
     return spec_error(std::move(d));
   }
+  hw->cpu = strategies::cpu_device(hw->host_memory, ctx.cpu_native_bf16);  // CPU jobs run on this machine's
   spec.planner.runtime = dsl::Runtime::kTailor;  // tailor-runner runs it, whatever the spec predicts for others
   strategies::Plan plan = strategies::plan_job(spec, *hw, plan_options(ctx));
   if (!plan.errors.empty()) {
@@ -215,6 +217,7 @@ Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& 
   dsl::LoadOptions opts;
   opts.catalog = ctx.catalog;
   opts.check_files = ctx.check_files;
+  opts.extends_root = ctx.spec_root;
   auto loaded = dsl::load_job_spec_text(text, name, ctx.spec_root, opts);
   if (!loaded.ok()) return Status::invalid_argument(loaded.diagnostics.to_string());
   dsl::JobSpec spec = *loaded.spec;

@@ -125,6 +125,12 @@ TEST(ApiE2eTest, PathsEscapingTheSpecRootOrTheJobFolderAreRefused) {
   r = d.post("/v1/jobs", ckpt);
   ASSERT_EQ(r.status, 400);
   EXPECT_NE(r.json()["message"].get<std::string>().find("checkpoint.dir"), std::string::npos);
+  // A base spec outside the root is refused before it is read.
+  r = d.post("/v1/jobs", "extends: /etc/passwd\n" + tiny_spec("extends", 5, 0));
+  ASSERT_EQ(r.status, 400);
+  const std::string msg = r.json()["message"].get<std::string>();
+  EXPECT_NE(msg.find("is outside the spec root"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("root:"), std::string::npos) << msg;
   EXPECT_TRUE(d.get("/v1/jobs").json()["jobs"].empty());
 }
 

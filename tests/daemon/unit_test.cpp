@@ -14,6 +14,7 @@
 #include "daemon/executor/run_files.h"
 #include "daemon/http/auth.h"
 #include "daemon/http/router.h"
+#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/scheduler/scheduler.h"
 #include "tests/testing/temp_dir.h"
 
@@ -98,6 +99,25 @@ TEST(AuthTest, HostPolicyAllowsLoopbackNamesWithThePortOnly) {
   r.headers["origin"] = "http://attacker.example";
   EXPECT_FALSE(p.allows(r, why));
   EXPECT_NE(why.find("Origin"), std::string::npos);
+}
+
+TEST(DaemonMetricsTest, MadeUpMethodsShareOneSeriesAndTheProcessNamesItself) {
+  DaemonMetrics metrics;
+  metrics.observe_request("GET", "/v1/jobs", 200, 0.001);
+  for (int i = 0; i < 1000; ++i) metrics.observe_request("FOO" + std::to_string(i), "unmatched", 404, 0.001);
+  const std::string text = metrics.render();
+  std::istringstream lines(text);
+  int request_series = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("tailor_http_requests_total{", 0) == 0) ++request_series;
+  }
+  EXPECT_EQ(request_series, 2) << text;
+  EXPECT_NE(text.find("tailor_http_requests_total{code=\"404\",method=\"other\",route=\"unmatched\"} 1000"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("FOO"), std::string::npos);
+  EXPECT_NE(text.find("process_start_time_seconds "), std::string::npos);
+  EXPECT_NE(text.find("tailord_build_info{version=\""), std::string::npos);
 }
 
 TEST(SchedulerTest, PriorityOrderWithoutBackfillPastABlockedJob) {

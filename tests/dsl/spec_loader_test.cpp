@@ -150,6 +150,56 @@ strategy:
                            ":12:13: error: strategy.lora.r: expected a positive integer, got 0\n");
 }
 
+TEST_F(SpecLoaderTest, BatchesAreBoundedSoPlanningStaysFinite) {
+  LoadedSpec s = load(std::string(kMinimal) + R"(training:
+  global_batch_size: 1000000000000
+  micro_batch_size: 2000000
+)");
+  ASSERT_FALSE(s.ok());
+  const std::string f = dir_.file("job.yaml");
+  EXPECT_EQ(errors(s), f + ":8:22: error: training.global_batch_size: expected an integer of at most 1048576, got " +
+                           "1000000000000\n" + f +
+                           ":9:21: error: training.micro_batch_size: expected an integer of at most 1048576, got 2000000\n");
+  EXPECT_TRUE(load(std::string(kMinimal) + "training:\n  global_batch_size: 1048576\n").ok());
+}
+
+TEST_F(SpecLoaderTest, ExtendsOutsideTheRootIsRefusedUnreadWhenARootIsSet) {
+  TempDir elsewhere;
+  const std::string secret = elsewhere.write("secret.yaml", "training:\n  lr: not-a-secret-42\n");
+  dir_.write("base/ok.yaml", "training:\n  lr: 1e-3\n");
+  std::filesystem::create_symlink(secret, dir_.file("base/link.yaml"));
+  LoadOptions rooted;
+  rooted.extends_root = dir_.file("");
+  const std::string f = dir_.file("job.yaml");
+  for (const std::string& target : {secret, std::string("../") + std::filesystem::path(elsewhere.file("")).parent_path().filename().string() + "/secret.yaml",
+                                    std::string("base/link.yaml")}) {
+    LoadedSpec s = load("extends: " + target + "\n" + kMinimal, rooted);
+    ASSERT_FALSE(s.ok()) << target;
+    EXPECT_NE(errors(s).find(f + ":1:10: error: extends: base spec \"" + target + "\" is outside the spec root"),
+              std::string::npos)
+        << errors(s);
+    EXPECT_EQ(errors(s).find("not-a-secret-42"), std::string::npos) << errors(s);
+  }
+  // Inside the root it is read; without a root (the CLI on one's own files)
+  // any file is.
+  EXPECT_TRUE(load(std::string("extends: base/ok.yaml\n") + kMinimal, rooted).ok());
+  EXPECT_FALSE(load("extends: " + secret + "\n" + kMinimal).ok());  // read: its lr is not a number
+  EXPECT_NE(errors(load("extends: " + secret + "\n" + kMinimal)).find("not-a-secret-42"), std::string::npos);
+}
+
+TEST_F(SpecLoaderTest, VariablesThatDoubleEachOtherStopAtTheSpecSizeLimit) {
+  // 24 variables, each twice the one before: 2^24 copies of the first.
+  std::string vars = "vars:\n  v0: xxxxxxxxxxxxxxxx\n";
+  for (int i = 1; i <= 24; ++i) {
+    vars += "  v" + std::to_string(i) + ": ${v" + std::to_string(i - 1) + "}${v" + std::to_string(i - 1) + "}\n";
+  }
+  LoadedSpec s = load(vars + kMinimal + "name: ${v24}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.diagnostics.error_count(), 1u) << errors(s);
+  EXPECT_NE(errors(s).find("variables expand to more than 1048576 bytes"), std::string::npos) << errors(s);
+  EXPECT_LT(s.merged.find("vars")->find("v24")->scalar.size(), 1u << 21);
+}
+
 TEST_F(SpecLoaderTest, ExtendsDeepMergesAndResolvesPathsFromTheBaseFile) {
   dir_.write("base/data/base.jsonl", "{\"text\": \"x\"}\n");
   dir_.write("base/common.yaml", R"(apiVersion: tailor/v1

@@ -75,6 +75,16 @@ TEST(PlannerTest, TinyCpuJobFitsInHostMemoryWithoutApproximations) {
   EXPECT_EQ(p.chosen.strategy.zero_stage, 0);
 }
 
+TEST(PlannerTest, ACpuThatEmulatesBf16TrainsInFp32) {
+  Hardware avx2 = cpu(Bytes::gib(2));
+  avx2.cpu = cpu_device(avx2.host_memory, /*native_bf16=*/false);
+  const Plan p = plan_job(load("tiny-cpu.yaml"), avx2);
+  ASSERT_TRUE(p.fits);
+  EXPECT_EQ(p.chosen.strategy.precision, Precision::kFp32) << p.chosen.strategy.describe();
+  // The same job on a CPU with bf16 in hardware: bf16, the faster.
+  EXPECT_EQ(plan_job(load("tiny-cpu.yaml"), cpu(Bytes::gib(2))).chosen.strategy.precision, Precision::kBf16);
+}
+
 TEST(PlannerTest, NothingFittingIsAValueWithShortfallAndSmallestHardware) {
   const Plan p = plan_job(load("llama3-8b-full-8xa100.yaml"), gpus("4xT4", Bytes::gib(32)));
   EXPECT_FALSE(p.fits);
@@ -356,6 +366,17 @@ TEST(PlannerTest, TheRuntimeProfilePredictsAnotherStacksMemory) {
                                               static_cast<double>((hf.chosen.memory.per_device.total() - context).count()) *
                                               runtime_profile(dsl::Runtime::kHf).reserved_over_allocated)));
   EXPECT_GT(hf.chosen.reserved, hf.chosen.memory.per_device.total());
+}
+
+TEST(PlannerTest, TheLargestGlobalBatchPlansWithEveryDivisorAsAMicroBatch) {
+  // 2^20 sequences over 4 GPUs: micro-batches are the 19 divisors of 2^18,
+  // found by trial division to the square root, not by counting to 2^18.
+  const Plan p = plan_job(load("gpt2-t4.yaml", {"training.global_batch_size=1048576"}), gpus("4xT4"));
+  ASSERT_TRUE(p.errors.empty()) << p.errors.front();
+  ASSERT_TRUE(p.fits);
+  const Strategy& s = p.chosen.strategy;
+  EXPECT_EQ(s.micro_batch_size * s.grad_accumulation * s.num_gpus, 1048576);
+  EXPECT_EQ(s.micro_batch_size & (s.micro_batch_size - 1), 0);  // a power of two
 }
 
 TEST(PlannerTest, GlobalBatchNotDivisibleByGpusIsAnError) {
