@@ -324,7 +324,7 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
       // Norm weights and biases (pc.other less the embeddings and head) are
       // 1-D tensors of about `hidden` elements: below the 8-bit threshold
       // here, so they keep 32-bit states.
-      const std::int64_t embeddings = a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) +
+      const std::int64_t embeddings = a.vocab * a.hidden * (head_own ? 2 : 1) +
                                       (gpt2_block(a) ? a.max_seq_len * a.hidden : 0);
       const double small = static_cast<double>(std::max<std::int64_t>(0, pc.other - embeddings));
       states += small * (optimizer_bytes_per_param(Optimizer::kAdamw, st.precision) -
