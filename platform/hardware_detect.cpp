@@ -97,17 +97,15 @@ std::optional<Bytes> detect_host_memory() {
 
 bool detect_native_bf16() {
   std::ifstream in("/proc/cpuinfo");
-  bool read_flags = false;
   for (std::string line; std::getline(in, line);) {
     if (!starts_with(line, "flags") && !starts_with(line, "Features")) continue;
-    read_flags = true;
-    std::istringstream words(line.substr(line.find(':') == std::string::npos ? 0 : line.find(':') + 1));
+    std::istringstream words(line.substr(line.find(':') + 1));
     for (std::string w; words >> w;) {
       if (w == "avx512_bf16" || w == "amx_bf16" || w == "bf16") return true;
     }
     return false;  // every core reports the same features
   }
-  return !read_flags;
+  return true;  // unreadable: as assumed before it asked
 }
 
 std::vector<strategies::Device> detect_gpus(const dsl::Catalog& catalog) {
