@@ -117,7 +117,7 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, bool exp
                                 : s.checkpoint_every == 1 ? "every layer"
                                                           : "every " + std::to_string(s.checkpoint_every) + " layers");
   row("micro-batch", std::to_string(s.micro_batch_size) + " x " + std::to_string(s.grad_accumulation) +
-                         " accumulation x " + std::to_string(s.num_gpus) + " GPU(s) = global batch " +
+                         " accumulation x " + std::to_string(s.num_gpus) + (s.num_gpus == 1 ? " rank" : " ranks") + " = global batch " +
                          std::to_string(plan.global_batch));
   row("adapter", s.adapter == dsl::Adapter::kNone ? "none (full fine-tune)"
                                                   : std::string(dsl::to_string(s.adapter)) + " r" + std::to_string(s.lora_rank));

@@ -160,6 +160,10 @@ struct ResourcesSpec {
   std::optional<Bytes> gpu_memory;    // memory per GPU, overriding the model's or the detected figure
   std::optional<Bytes> host_memory;   // host RAM per node available to the job; default: detected
   std::int64_t nodes = 1;             // machines; the GPU count is per node
+  // Training processes (data-parallel ranks): on GPUs at most one per GPU
+  // (default: every GPU, or one); on the CPU processes sharing its cores and
+  // memory (default 1).
+  std::optional<std::int64_t> ranks;
   std::optional<double> headroom;     // deprecated spelling of strategy.headroom
 };
 

@@ -456,6 +456,10 @@ const std::vector<Field<ResourcesSpec>>& resources_fields() {
                      &ResourcesSpec::host_memory, bytes_positive()),
       field("nodes", "Machines the job spans; gpus counts the GPUs of each. Default 1.", &ResourcesSpec::nodes,
             int_in_range(1, 4096)),
+      optional_field("ranks",
+                     "Training processes (data-parallel ranks). On GPUs at most one per GPU; default: every GPU "
+                     "or one, whichever plans faster. On the CPU, processes sharing its cores and memory; default 1.",
+                     &ResourcesSpec::ranks, int_in_range(1, 4096)),
       custom_field<ResourcesSpec>(
           "headroom", "Deprecated: use strategy.headroom.", Codec<Fraction>::schema(),
           [](const Node& n, ResourcesSpec& s, const std::string& path, Diagnostics& d) {

@@ -10,6 +10,8 @@
 #include "core/args.h"
 #include "core/units.h"
 #include "runner/data/token_cache.h"
+#include "runner/dist/launcher.h"
+#include "runner/dist/rank_env.h"
 #include "runner/protocol/exit_code.h"
 #include "runner/protocol/plan_reader.h"
 #include "runner/torch/trainer.h"
@@ -48,6 +50,12 @@ options:
   --progress           redraw a progress line on stderr (default on a terminal)
   --quiet              no progress output
   --probe              print LibTorch's version, devices and matmul rates
+
+Ranks: a plan for several ranks (strategy.num_gpus > 1) starts one process
+per rank and supervises them as one job, the cores split between them; with
+RANK and WORLD_SIZE set (torchrun, srun, a Kubernetes Job) this process is
+that rank and meets the others at MASTER_ADDR:MASTER_PORT (rank 0 listens).
+TAILOR_RENDEZVOUS_TIMEOUT (seconds, default 300) bounds the wait for them.
 
 exit codes: 0 done, 1 failure, 2 bad input (never retried), 3 out of memory
 (re-plan), 4 cancelled (SIGTERM/SIGINT; a checkpoint was written)
@@ -103,6 +111,11 @@ int main(int argc, char** argv) {
     std::cerr << "tailor-runner: " << config.status().message() << "\n";
     return runner::exit_status(runner::RunnerExit::kBadInput);
   }
+  auto rank = runner::dist::rank_env_from_environment();
+  if (!rank.is_ok()) {
+    std::cerr << "tailor-runner: " << rank.status().message() << "\n";
+    return runner::exit_status(runner::RunnerExit::kBadInput);
+  }
   runner::TrainOptions opts;
   opts.threads = static_cast<int>(std::thread::hardware_concurrency());
   if (args.has("threads")) {
@@ -112,11 +125,28 @@ int main(int argc, char** argv) {
       return runner::exit_status(runner::RunnerExit::kBadInput);
     }
   }
+  // A multi-rank plan started as one process: become the ranks' launcher.
+  if (!rank->present && config->strategy.num_gpus > 1) {
+    runner::dist::LaunchOptions launch;
+    launch.world = static_cast<int>(config->strategy.num_gpus);
+    launch.threads = opts.threads;
+    launch.out_dir = args.get("out");
+    const std::vector<std::string> all(argv + 1, argv + argc);
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (all[i] == "--threads") {
+        ++i;  // each rank gets its share instead
+      } else if (all[i].rfind("--threads=", 0) != 0) {
+        launch.args.push_back(all[i]);
+      }
+    }
+    return runner::dist::launch_ranks(launch);
+  }
+  opts.rank = *rank;
   opts.config = std::move(config).value();
   opts.out_dir = args.get("out");
   opts.resume = args.has("resume");
   if (args.has("device")) opts.device = args.get("device");
-  opts.quiet = args.has("quiet");
+  opts.quiet = args.has("quiet") || opts.rank.rank > 0;  // rank 0 reports progress
   opts.progress = !opts.quiet && (args.has("progress") || isatty(STDERR_FILENO));
   opts.cache_dir = args.has("cache-dir") ? args.get("cache-dir") : runner::data::default_token_cache_dir();
   if (args.has("memory-limit")) {

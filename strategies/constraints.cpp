@@ -22,12 +22,19 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
 Constraints::Constraints(const dsl::JobSpec& spec, const Hardware& hw)
     : pins_(spec.strategy), training_(spec.training) {
   on_cpu_ = hw.cpu_only();
-  num_gpus_ = on_cpu_ ? 1 : hw.gpu_count();
-  device_ = on_cpu_ ? hw.cpu : hw.gpus.front();
+  const std::int64_t devices = on_cpu_ ? 1 : hw.gpu_count();
+  ranks_fixed_ = spec.resources.ranks.has_value();
+  num_gpus_ = spec.resources.ranks.value_or(devices);
+  device_ = rank_device(spec, hw);
+  if (!on_cpu_ && num_gpus_ > devices) {
+    error_ = "resources.ranks is " + std::to_string(num_gpus_) + ", but " + hw.describe() +
+             " has " + std::to_string(devices) + " GPU" + (devices == 1 ? "" : "s") + ": one rank per GPU at most";
+    return;
+  }
   const std::int64_t g = spec.training.global_batch_size;
   if (g % num_gpus_ != 0) {
     error_ = "global_batch_size " + std::to_string(g) + " is not divisible by the " + std::to_string(num_gpus_) +
-             " GPUs: each GPU must process the same number of sequences";
+             (on_cpu_ ? " ranks" : " GPUs") + ": each rank must process the same number of sequences";
     return;
   }
   const std::int64_t per_gpu = g / num_gpus_;
@@ -44,7 +51,7 @@ std::vector<std::int64_t> Constraints::micro_batches_for(std::int64_t ranks) con
 }
 
 std::vector<std::int64_t> Constraints::rank_counts() const {
-  if (num_gpus_ == 1) return {1};
+  if (num_gpus_ == 1 || ranks_fixed_) return {num_gpus_};
   return {num_gpus_, 1};
 }
 
@@ -88,7 +95,9 @@ std::string Constraints::why_not(const Strategy& s) const {
   if (!p.optimizer && s.optimizer == Optimizer::kSgd) return "SGD is used only when pinned";
   if (p.zero_stage && s.zero_stage != *p.zero_stage) return "zero_stage is pinned";
   if (p.offload && s.offload != *p.offload) return "offload is pinned";
-  if (s.num_gpus != num_gpus_ && s.num_gpus != 1) return "ranks are every GPU or one";
+  if (s.num_gpus != num_gpus_ && (ranks_fixed_ || s.num_gpus != 1)) {
+    return ranks_fixed_ ? "resources.ranks fixes the ranks" : "ranks are every GPU or one";
+  }
   if (training_.micro_batch_size && s.micro_batch_size != *training_.micro_batch_size) return "micro-batch is pinned";
   if (s.micro_batch_size * s.grad_accumulation * s.num_gpus != training_.global_batch_size) {
     return "does not keep the global batch";
@@ -99,8 +108,9 @@ std::string Constraints::why_not(const Strategy& s) const {
   if ((s.precision == Precision::kBf16 || s.precision == Precision::kPureBf16) && !device_.bf16) {
     return "no bf16 on this device";
   }
-  if (on_cpu_ && (s.zero_stage > 0 || s.offload != Offload::kNone)) return "ZeRO and offload need GPUs";
-  if (s.zero_stage > 0 && s.num_gpus == 1 && s.offload == Offload::kNone) return "ZeRO on one GPU only with offload";
+  // On the CPU host and device memory are one: nothing to offload to.
+  if (on_cpu_ && s.offload != Offload::kNone) return "offload needs GPUs";
+  if (s.zero_stage > 0 && s.num_gpus == 1 && s.offload == Offload::kNone) return "ZeRO on one rank only with offload";
   if (s.offload != Offload::kNone && s.zero_stage == 0) return "offload needs ZeRO stage 1 or more";
   if (s.offload == Offload::kOptimizerAndParams && s.zero_stage != 3) return "parameter offload needs ZeRO-3";
   if ((s.adapter == Adapter::kQlora) != (s.quantization != Quantization::kNone)) return "QLoRA means a quantised base";

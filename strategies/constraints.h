@@ -51,6 +51,7 @@ class Constraints {
   const dsl::StrategySpec& pins_;
   const dsl::TrainingSpec& training_;
   std::int64_t num_gpus_ = 1;
+  bool ranks_fixed_ = false;  // resources.ranks: exactly that many
   bool on_cpu_ = false;
   Device device_;
   std::vector<std::int64_t> micro_batches_;

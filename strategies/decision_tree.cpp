@@ -62,7 +62,7 @@ class Walker {
       const std::int64_t stage = std::clamp<std::int64_t>(target_.zero_stage, 1, 2);
       rung("zero_1_2",
            "ZeRO-" + std::to_string(stage) + " (shard optimizer states and master weights" +
-               (stage == 2 ? ", and gradients," : "") + " over " + std::to_string(cur_.num_gpus) + " GPUs)?",
+               (stage == 2 ? ", and gradients," : "") + " over " + ranks_text() + ")?",
            target_.zero_stage >= 1 && cur_.zero_stage < 1,
            [&](Strategy& s) { s.zero_stage = std::max(s.zero_stage, stage); }, "use ZeRO-" + std::to_string(stage));
     }
@@ -85,7 +85,7 @@ class Walker {
          },
          "quantise the base to NF4");
     if (cur_.num_gpus > 1) {
-      rung("zero_3", "ZeRO-3 (shard the weights over " + std::to_string(cur_.num_gpus) + " GPUs too)?",
+      rung("zero_3", "ZeRO-3 (shard the weights over " + ranks_text() + " too)?",
            target_.zero_stage == 3 && cur_.zero_stage != 3, [](Strategy& s) { s.zero_stage = 3; }, "use ZeRO-3");
     }
     if (hw_.cpu_only()) {
@@ -209,6 +209,11 @@ class Walker {
     rung("attention",
          "Materialised attention (faster than the fused kernel on the CPU in half precision; keeps s x s scores)?",
          true, [&](Strategy& s) { s.attention = target_.attention; }, "attend materialised");
+  }
+
+  // "4 GPUs", or on the CPU "2 ranks".
+  std::string ranks_text() const {
+    return std::to_string(cur_.num_gpus) + (hw_.cpu_only() ? " ranks" : " GPUs");
   }
 
   // Several GPUs and a runner that runs one rank: the plan uses one of them.

@@ -191,4 +191,20 @@ Result<Hardware> resolve_hardware(const dsl::JobSpec& spec, const std::optional<
   return hw;
 }
 
+Device rank_device(const dsl::JobSpec& spec, const Hardware& hw) {
+  if (!hw.cpu_only()) return hw.gpus.front();
+  Device d = hw.cpu;
+  const std::int64_t ranks = std::max<std::int64_t>(1, spec.resources.ranks.value_or(1));
+  if (ranks == 1) return d;
+  const double share = 1.0 / static_cast<double>(ranks);
+  d.memory = Bytes(d.memory.count() / ranks);
+  d.free_memory = Bytes(d.free_memory.count() / ranks);
+  d.peak_tflops_bf16 *= share;
+  d.peak_tflops_fp16 *= share;
+  d.peak_tflops_fp32 *= share;
+  d.memory_bandwidth_gbps *= share;
+  d.interconnect_gbps = kCpuLoopbackGBps;
+  return d;
+}
+
 }  // namespace tailor::strategies

@@ -50,6 +50,16 @@ struct Hardware {
   std::string describe() const;
 };
 
+// What ranks on one CPU move between them per second over loopback
+// (runner/dist/communicator.h, measured in runner/README.md).
+inline constexpr double kCpuLoopbackGBps = 1.0;
+
+// The device one rank trains on: the first GPU, or on the CPU its share of
+// the machine when resources.ranks processes share it (memory, compute and
+// bandwidth divided between them, loopback in between).
+Device rank_device(const dsl::JobSpec& spec, const Hardware& hw);
+
+
 // The host as a compute device: this project's 2-core reference machine
 // figures, kept below the peaks `tailor-runner --probe` measures on 512²
 // matmuls (runner/README.md: ~165 GFLOP/s fp32 with MKL, ~430 bf16 through

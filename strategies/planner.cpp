@@ -175,7 +175,7 @@ struct SearchResult {
 };
 
 Bytes device_budget(const dsl::JobSpec& spec, const Hardware& hw) {
-  const Device& dev = hw.cpu_only() ? hw.cpu : hw.gpus.front();
+  const Device dev = rank_device(spec, hw);
   return Bytes(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * (1.0 - spec.headroom())));
 }
 
@@ -301,7 +301,7 @@ std::string Plan::no_fit_reason() const {
 
 Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy& s, const PlanOptions& o) {
   const bool on_cpu = hw.cpu_only();
-  const Device& dev = on_cpu ? hw.cpu : hw.gpus.front();
+  const Device dev = rank_device(spec, hw);
   MemoryInput in;
   in.arch = &spec.model.arch;
   in.batch = {s.micro_batch_size, spec.data.seq_len};
@@ -347,7 +347,7 @@ Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o
   plan.headroom = spec.headroom();
   plan.seq_len = spec.data.seq_len;
   plan.global_batch = spec.training.global_batch_size;
-  const Device& dev = plan.on_cpu ? hw.cpu : hw.gpus.front();
+  const Device dev = rank_device(spec, hw);
   const double keep = 1.0 - spec.headroom();
   plan.budget_per_device = device_budget(spec, hw);
   plan.host_budget = Bytes(static_cast<std::int64_t>(static_cast<double>(hw.host_memory.count()) * keep));

@@ -17,7 +17,7 @@ std::string Strategy::describe() const {
   out += std::string(", ") + dsl::to_string(optimizer);
   if (zero_stage > 0) out += ", ZeRO-" + std::to_string(zero_stage);
   if (offload != Offload::kNone) out += std::string(", offload ") + dsl::to_string(offload);
-  if (num_gpus > 1) out += ", " + std::to_string(num_gpus) + " GPUs";
+  if (num_gpus > 1) out += ", " + std::to_string(num_gpus) + " ranks";
   if (attention == Attention::kStandard) out += ", materialised attention";
   return out;
 }

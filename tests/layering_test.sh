@@ -18,8 +18,9 @@ declare -A allowed=(
   [platform]="core dsl strategies platform"
   [runner/data]="core dsl runner/data"
   [runner/io]="core dsl strategies platform runner/io runner/data"
-  [runner]="core dsl strategies platform runner runner/protocol runner/data runner/io runner/torch"
-  [runner/torch]="core dsl strategies platform runner runner/protocol runner/data runner/io runner/torch"
+  [runner/dist]="core runner/protocol runner/dist"
+  [runner]="core dsl strategies platform runner runner/protocol runner/data runner/io runner/dist runner/torch"
+  [runner/torch]="core dsl strategies platform runner runner/protocol runner/data runner/io runner/dist runner/torch"
   [daemon]="core dsl strategies platform runner/protocol daemon"
   [cli]="core dsl strategies platform runner/protocol cli"
 )
@@ -48,7 +49,7 @@ for comp in "${!allowed[@]}"; do
 done
 
 torch=$(grep -rlE '#include *[<"](torch|ATen|c10)/' --include='*.h' --include='*.cpp' \
-  core dsl strategies platform daemon cli runner/protocol runner/data runner/io runner/*.h runner/*.cpp 2>/dev/null)
+  core dsl strategies platform daemon cli runner/protocol runner/data runner/io runner/dist runner/*.h runner/*.cpp 2>/dev/null)
 [[ -z $torch ]] || report "LibTorch included outside runner/torch/: $torch"
 
 strat=$(grep -rlE '#include *[<"](yaml-cpp|boost|sqlite3|prometheus|torch|nlohmann)' strategies 2>/dev/null)

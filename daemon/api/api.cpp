@@ -230,8 +230,7 @@ HttpResponse Api::submit(HttpRequest& r) {
   if (*dry) {
     return HttpResponse::json(200, job.plan_json);
   }
-  std::int64_t reserve = job.plan.chosen.memory.per_device.total().count();
-  if (memory_limit) reserve = std::min(reserve, *memory_limit);
+  const std::int64_t reserve = estimated_job_bytes(job.plan, memory_limit);
   const std::int64_t gpus = job.plan.on_cpu ? 0 : job.plan.chosen.strategy.num_gpus;
   if (gpus == 0 && reserve > ctx_.host_budget_bytes) {
     return error_response(422, "does_not_fit",

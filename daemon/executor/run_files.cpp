@@ -80,6 +80,14 @@ std::optional<StepMetric> parse_metric_line(const std::string& line, std::int64_
       if (auto v = opt<std::int64_t>(*mem, name.c_str())) m.component_bytes[name] = *v;
     }
   }
+  if (auto ranks = j.find("ranks"); ranks != j.end() && ranks->is_array()) {
+    for (const json& r : *ranks) {
+      if (!r.is_object()) continue;
+      auto rank = opt<std::int64_t>(r, "rank");
+      auto peak = opt<std::int64_t>(r, "peak_bytes");
+      if (rank && peak && *rank >= 0 && *rank < 4096) m.rank_peak_bytes[*rank] = *peak;
+    }
+  }
   return m;
 }
 

@@ -26,6 +26,7 @@ struct DaemonMetrics::JobSeries {
   Gauge* step = nullptr;
   Gauge* peak = nullptr;
   std::map<std::pair<std::string, std::string>, Gauge*> memory;  // (component, source)
+  std::map<std::int64_t, Gauge*> rank_peak;                       // by rank, multi-rank jobs only
 };
 
 namespace {
@@ -86,6 +87,10 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                    .Name("tailor_job_memory_peak_bytes")
                    .Help("Peak device memory the runner measured in a job's latest step.")
                    .Register(r);
+  job_rank_peak_ = &prometheus::BuildGauge()
+                       .Name("tailor_job_rank_memory_peak_bytes")
+                       .Help("Peak device memory of each rank of a multi-rank job in its latest step.")
+                       .Register(r);
   host_memory_ = &prometheus::BuildGauge()
                       .Name("tailor_host_memory_bytes")
                       .Help("Host memory for CPU jobs: the daemon's budget and what running jobs reserve.")
@@ -149,7 +154,7 @@ void DaemonMetrics::set_job_estimate(const std::string& job_id, const std::strin
 
 void DaemonMetrics::set_job_step(const std::string& job_id, const std::string& name, std::int64_t step, double loss,
                                  double tokens_per_second, const std::map<std::string, std::int64_t>& component_bytes,
-                                 std::int64_t peak_bytes) {
+                                 std::int64_t peak_bytes, const std::map<std::int64_t, std::int64_t>& rank_peak_bytes) {
   std::lock_guard lock(mu_);
   auto& s = jobs_series_[job_id];
   if (!s) s = std::make_unique<JobSeries>();
@@ -163,6 +168,11 @@ void DaemonMetrics::set_job_step(const std::string& job_id, const std::string& n
   s->tps->Set(tokens_per_second);
   s->step->Set(static_cast<double>(step));
   s->peak->Set(static_cast<double>(peak_bytes));
+  for (const auto& [rank, bytes] : rank_peak_bytes) {
+    auto& g = s->rank_peak[rank];
+    if (!g) g = &job_rank_peak_->Add({{"job_id", job_id}, {"job", name}, {"rank", std::to_string(rank)}});
+    g->Set(static_cast<double>(bytes));
+  }
   std::int64_t total = 0;
   auto set = [&](const std::string& component, std::int64_t v) {
     auto& g = s->memory[{component, "measured"}];
@@ -185,6 +195,7 @@ void DaemonMetrics::drop_job(const std::string& job_id) {
   if (s.step) job_step_->Remove(s.step);
   if (s.peak) job_peak_->Remove(s.peak);
   for (auto& [k, g] : s.memory) job_memory_->Remove(g);
+  for (auto& [k, g] : s.rank_peak) job_rank_peak_->Remove(g);
   jobs_series_.erase(it);
 }
 

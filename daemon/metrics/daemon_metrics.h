@@ -45,7 +45,7 @@ class DaemonMetrics {
   // The latest measured step of a job.
   void set_job_step(const std::string& job_id, const std::string& name, std::int64_t step, double loss,
                     double tokens_per_second, const std::map<std::string, std::int64_t>& component_bytes,
-                    std::int64_t peak_bytes);
+                    std::int64_t peak_bytes, const std::map<std::int64_t, std::int64_t>& rank_peak_bytes = {});
   // A job reached a terminal state: its series are dropped once
   // kFinishedJobsKept later jobs have finished.
   void job_finished(const std::string& job_id);
@@ -72,6 +72,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Gauge>* job_loss_;
   prometheus::Family<prometheus::Gauge>* job_tps_;
   prometheus::Family<prometheus::Gauge>* job_step_;
+  prometheus::Family<prometheus::Gauge>* job_rank_peak_;
   prometheus::Family<prometheus::Gauge>* job_memory_;
   prometheus::Family<prometheus::Gauge>* job_peak_;
   prometheus::Family<prometheus::Gauge>* host_memory_;

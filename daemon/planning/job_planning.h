@@ -47,6 +47,10 @@ struct PlanningError {
   std::optional<strategies::Plan> plan;  // when the job does not fit: the closest plan
 };
 
+// The bytes a job's estimate reserves: on the CPU every rank's (its ranks
+// share the host), capped by a per-rank `memory_limit`; on GPUs one GPU's.
+std::int64_t estimated_job_bytes(const strategies::Plan& plan, std::optional<std::int64_t> memory_limit);
+
 // The document `text` (YAML or JSON) named `name` in diagnostics, with
 // `overrides` ("key=value" as for --set).
 std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, const std::string& name,

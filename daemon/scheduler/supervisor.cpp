@@ -181,7 +181,7 @@ void Supervisor::ingest(Running& r) {
   if (!batch.metrics.empty()) {
     const StepMetric& last = batch.metrics.back();
     metrics_.set_job_step(r.id, r.name, last.step, last.loss.value_or(NAN), last.tokens_per_second.value_or(0),
-                          last.component_bytes, last.peak_bytes.value_or(0));
+                          last.component_bytes, last.peak_bytes.value_or(0), last.rank_peak_bytes);
   }
   JobUpdate changes;
   if (r.last_step) changes.set("last_step", *r.last_step);
@@ -353,8 +353,7 @@ void Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom, J
   if (!next.is_ok()) return give_up("out of memory: " + next.status().message());
   std::int64_t total = 0;
   const auto components = plan_components(next->plan_json, total);
-  std::int64_t reserve = next->plan.chosen.memory.per_device.total().count();
-  if (job.memory_limit_bytes) reserve = std::min(reserve, *job.memory_limit_bytes);
+  const std::int64_t reserve = estimated_job_bytes(next->plan, job.memory_limit_bytes);
   u.set("plan_json", next->plan_json).set("estimated_bytes", reserve).set_null("next_attempt_at");
   u.set("exit_reason", "out of memory at " + Bytes(oom.peak).to_string() + " of a " + oom.budget.to_string() + " budget");
   json data = {{"attempt", r.attempt},

@@ -142,6 +142,8 @@ struct StepMetric {
   // weights, gradients, optimizer_states, master_weights, adapter,
   // activations, logits, overhead (the plan document's keys).
   std::map<std::string, std::int64_t> component_bytes;
+  // A multi-rank job's line: every rank's peak (for /metrics; not stored).
+  std::map<std::int64_t, std::int64_t> rank_peak_bytes;
 };
 
 // The memory components of a step row, in the order of the plan document.

@@ -7,7 +7,7 @@
 namespace tailor::runner {
 
 std::span<const dsl::Technique> techniques_not_in_runner() {
-  static constexpr dsl::Technique kList[] = {dsl::Technique::kZero1, dsl::Technique::kZero2, dsl::Technique::kZero3,
+  static constexpr dsl::Technique kList[] = {dsl::Technique::kZero2, dsl::Technique::kZero3,
                                              dsl::Technique::kOffloadOptimizer, dsl::Technique::kOffloadParams};
   return kList;
 }
@@ -37,7 +37,6 @@ std::string why_not_executable(const strategies::Strategy& s) {
       if (t == missing) return std::string(dsl::to_string(t)) + " is not implemented yet";
     }
   }
-  if (s.num_gpus > 1) return "several ranks (one per GPU) are not implemented yet";
   if (s.quantization != strategies::Quantization::kNone && s.quantization != strategies::Quantization::kNf4Double) {
     return std::string("base quantisation ") + strategies::to_string(s.quantization) +
            " is not implemented (NF4 with double quantisation is)";

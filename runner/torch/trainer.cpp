@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -19,10 +20,13 @@
 #include "runner/data/token_cache.h"
 #include "runner/data/tokenizer.h"
 #include "runner/device_choice.h"
+#include "runner/dist/communicator.h"
+#include "runner/dist/launcher.h"
 #include "runner/loss_scaler.h"
 #include "runner/torch/checkpoint.h"
 #include "runner/torch/cross_entropy.h"
 #include "runner/torch/cuda_memory.h"
+#include "runner/torch/data_parallel.h"
 #include "runner/torch/hf_checkpoint.h"
 #include "runner/torch/lora.h"
 #include "runner/torch/model.h"
@@ -161,7 +165,8 @@ Status as_failure(const Status& s) {
 // returns a Status; LibTorch exceptions become Statuses in guarded().
 class Run {
  public:
-  explicit Run(const TrainOptions& o) : o_(o), cfg_(o.config), spec_(o.config.spec), st_(o.config.strategy) {}
+  explicit Run(const TrainOptions& o)
+      : o_(o), cfg_(o.config), spec_(o.config.spec), st_(o.config.strategy), rank_(o.rank.rank), world_(o.rank.world) {}
 
   RunnerExit execute();
 
@@ -169,6 +174,7 @@ class Run {
   Status open_outputs();
   Status prepare();
   Status choose_device();
+  Status join_ranks();
   Status load_data();
   Status build_model();
   Status resume();
@@ -184,7 +190,16 @@ class Run {
   Status guarded(const char* phase, const std::function<Status()>& fn);
   void record_oom(const c10::OutOfMemoryError& e, const char* phase);
   void event(const char* kind, const std::function<void(JsonWriter&)>& fill = {});
-  void checkpoint(std::int64_t step);
+  // Collective under ZeRO-1 (rank 0 gathers the optimizer states): every
+  // rank calls it at the same steps; a failed write is an event, a failed
+  // collective an error.
+  Status checkpoint(std::int64_t step);
+  Result<std::vector<torch::Tensor>> gathered_optimizer_state();
+  void zero_grads();
+  // True on every rank when any rank was asked to stop, so that all stop
+  // after the same step.
+  Result<bool> stop_requested();
+  bool leader() const { return rank_ == 0; }
   void print_progress(std::int64_t step, double loss, std::int64_t peak);
   Measured measure_static() const;
 
@@ -211,7 +226,30 @@ class Run {
   std::int64_t tokens_this_run_ = 0;
   std::function<void(JsonWriter&)> oom_report_;  // fields of the oom event
   HfExport export_;               // the tokenizer's ids and files, for the exported model
+  // Ranks (world_ > 1): rank 0 writes metrics.jsonl, events.jsonl, the
+  // checkpoints and the model; each rank trains on its share of every
+  // global batch.
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<dist::Communicator> comm_;
+  std::vector<torch::Tensor> trainable_;
+  std::vector<int> owner_;        // ZeRO-1: the rank that updates each trainable tensor
+  bool sharded_ = false;          // ZeRO-1 over several ranks
 };
+
+// Gradient buckets: large enough that loopback latency is amortised, small
+// next to what they carry (the fp32 staging buffer is live after backward).
+constexpr std::int64_t kGradientBucketBytes = 4 << 20;
+
+int optimizer_tensors_per_slot(dsl::Optimizer o) { return o == dsl::Optimizer::kAdamw8bit ? 5 : 3; }
+
+std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::milliseconds fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s > 0)) return fallback;
+  return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+}
 
 void Run::event(const char* kind, const std::function<void(JsonWriter&)>& fill) {
   if (!events_) return;
@@ -269,6 +307,12 @@ Status Run::choose_device() {
   auto chosen = runner::choose_device(o_.device, !cfg_.on_cpu, cuda_devices, /*cuda_built=*/TAILOR_CUDA != 0);
   if (!chosen.is_ok()) return chosen.status();
   device_ = *chosen;
+  // Ranks on one machine take a GPU each.
+  if (device_.cuda && world_ > 1 && o_.device == "auto" && cuda_devices > 0) {
+    device_.index = o_.rank.local_rank % cuda_devices;
+    device_.reason += "; rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " on device " +
+                      std::to_string(device_.index);
+  }
   if (!device_.cuda) {
     meter_ = alloc_;
     return Status::ok();
@@ -279,6 +323,64 @@ Status Run::choose_device() {
   cuda_meter_ = std::move(meter).value();
   meter_ = cuda_meter_.get();
   return Status::ok();
+}
+
+Status Run::join_ranks() {
+  if (world_ == 1 && st_.num_gpus == 1) return Status::ok();
+  if (st_.num_gpus != world_) {
+    return Status::invalid_argument("the plan is for " + std::to_string(st_.num_gpus) + " ranks, but WORLD_SIZE is " +
+                                    std::to_string(world_) + (o_.rank.present ? "" : " (RANK and WORLD_SIZE are not set)"));
+  }
+  dist::CommunicatorOptions co;
+  co.rendezvous_timeout = seconds_from_env("TAILOR_RENDEZVOUS_TIMEOUT", co.rendezvous_timeout);
+  co.collective_timeout = seconds_from_env("TAILOR_COLLECTIVE_TIMEOUT", co.collective_timeout);
+  auto comm = dist::Communicator::connect(o_.rank, co);
+  if (!comm.is_ok()) return Status::unavailable("rank " + std::to_string(rank_) + ": " + comm.status().message());
+  comm_ = std::move(comm).value();
+  return Status::ok();
+}
+
+void Run::zero_grads() {
+  for (torch::Tensor& p : trainable_) {
+    if (p.grad().defined()) p.mutable_grad() = torch::Tensor();  // free, as set_to_none does
+  }
+}
+
+Result<bool> Run::stop_requested() {
+  bool stop = g_stop.load();
+  if (world_ == 1) return stop;
+  std::vector<double> v = {stop ? 1.0 : 0.0};
+  TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
+  return v[0] > 0;
+}
+
+Result<std::vector<torch::Tensor>> Run::gathered_optimizer_state() {
+  std::vector<torch::Tensor> local = opt_->state_tensors();
+  if (!sharded_) return local;
+  const auto per = static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer));
+  std::vector<torch::Tensor> all;
+  std::size_t mine = 0;
+  for (std::size_t i = 0; i < trainable_.size(); ++i) {
+    const int owner = owner_[i];
+    if (owner == rank_) {
+      for (std::size_t k = 0; k < per; ++k) {
+        const torch::Tensor& t = local[mine * per + k];
+        if (leader()) {
+          all.push_back(t);
+        } else {
+          TAILOR_RETURN_IF_ERROR(send_tensor(*comm_, 0, t));
+        }
+      }
+      ++mine;
+    } else if (leader()) {
+      for (std::size_t k = 0; k < per; ++k) {
+        auto t = recv_tensor(*comm_, owner);
+        if (!t.is_ok()) return t.status();
+        all.push_back(std::move(t).value());
+      }
+    }
+  }
+  return all;
 }
 
 Measured Run::measure_static() const {
@@ -300,14 +402,21 @@ Measured Run::measure_static() const {
   return m;
 }
 
-void Run::checkpoint(std::int64_t step) {
+Status Run::checkpoint(std::int64_t step) {
+  // Rank 0 holds every rank's states while it writes them (on the CPU, in
+  // the budget's ledger): the budget is for training.
+  if (sharded_ && leader()) meter_->set_budget(0);
+  auto optimizer = gathered_optimizer_state();
+  if (sharded_ && leader()) meter_->set_budget(limit_);
+  if (!optimizer.is_ok()) return optimizer.status();
+  if (!leader()) return Status::ok();
   const auto s = batcher_->state();
   state_.step = step;
   state_.data_epoch = s.epoch;
   state_.data_index = s.index;
   CheckpointTensors t;
   for (const auto& p : model_->parameters()) t.params.push_back(p.detach());
-  t.optimizer = opt_->state_tensors();
+  t.optimizer = std::move(optimizer).value();
   t.rng_state = at::detail::getDefaultCPUGenerator().get_state();
   if (device_.cuda) t.device_rng_state = at::globalContext().defaultGenerator(dev_).get_state();
   const std::string dir = (fs::path(o_.out_dir) / spec_.checkpoint.dir).string();
@@ -317,6 +426,9 @@ void Run::checkpoint(std::int64_t step) {
   } else {
     event(events::kCheckpointError, [&](JsonWriter& w) { w.field("step", step).field("message", saved.message()); });
   }
+  t.optimizer.clear();
+  if (sharded_) meter_->reset_peak();  // the gathered states are gone
+  return Status::ok();
 }
 
 // Output files first: every later problem is reported in events.jsonl.
@@ -331,9 +443,11 @@ Status Run::open_outputs() {
                                   " already holds checkpoints of an earlier run; resume it (--resume) or choose "
                                   "another output folder");
   }
-  metrics_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "metrics.jsonl").string(), o_.resume);
-  events_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "events.jsonl").string(), o_.resume);
-  if (ec || !metrics_->ok() || !events_->ok()) {
+  // Rank 0 writes the job's files; other ranks their own events
+  // (dist/launcher.h).
+  if (leader()) metrics_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "metrics.jsonl").string(), o_.resume);
+  events_ = std::make_unique<JsonLines>(dist::rank_events_path(o_.out_dir, rank_), o_.resume);
+  if (ec || (metrics_ && !metrics_->ok()) || !events_->ok()) {
     events_.reset();
     return Status::invalid_argument("cannot write to output folder " + o_.out_dir);
   }
@@ -365,7 +479,7 @@ Status Run::load_data() {
                      : std::max<std::int64_t>(
                            1, static_cast<std::int64_t>(std::ceil(
                                   spec_.training.epochs * static_cast<double>(batcher_->rows_per_epoch()) /
-                                  static_cast<double>(st_.micro_batch_size * st_.grad_accumulation))));
+                                  static_cast<double>(st_.micro_batch_size * st_.grad_accumulation * world_))));
   return Status::ok();
 }
 
@@ -400,6 +514,17 @@ Status Run::build_model() {
   for (const auto& p : model_->parameters()) {
     if (p.requires_grad()) trainable.push_back(p);
   }
+  trainable_ = trainable;
+  // ZeRO-1: this rank's optimizer sees only the tensors it owns.
+  sharded_ = st_.zero_stage >= 1 && world_ > 1;
+  if (sharded_) {
+    owner_ = partition_by_size(trainable_, world_);
+    std::vector<torch::Tensor> owned;
+    for (std::size_t i = 0; i < trainable_.size(); ++i) {
+      if (owner_[i] == rank_) owned.push_back(trainable_[i]);
+    }
+    trainable = std::move(owned);
+  }
   opt_ = std::make_unique<TrainingOptimizer>(trainable, opt_precision, st_.optimizer, spec_.training.weight_decay);
   state_.loss_scale = DynamicLossScaler(st_.precision == dsl::Precision::kFp16).scale();
   return Status::ok();
@@ -409,6 +534,7 @@ Status Run::prepare() {
   alloc_ = &TrackingAllocator::install();
   TAILOR_RETURN_IF_ERROR(choose_device());
   TAILOR_RETURN_IF_ERROR(check_executable(st_));
+  TAILOR_RETURN_IF_ERROR(join_ranks());
   TAILOR_RETURN_IF_ERROR(dsl::check_weights(spec_));
   if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
     return Status::invalid_argument("data.seq_len exceeds the model's max_seq_len");
@@ -442,6 +568,20 @@ Status Run::resume() {
       params[i].copy_(t.params[i]);
     }
   }
+  if (sharded_) {
+    // A checkpoint holds every tensor's states (whatever the rank count it
+    // was written with): keep this rank's.
+    const auto per = static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer));
+    if (t.optimizer.size() != trainable_.size() * per) {
+      return Status::invalid_argument(*latest + ": optimizer state does not match the job");
+    }
+    std::vector<torch::Tensor> mine;
+    for (std::size_t i = 0; i < trainable_.size(); ++i) {
+      if (owner_[i] != rank_) continue;
+      for (std::size_t k = 0; k < per; ++k) mine.push_back(t.optimizer[i * per + k]);
+    }
+    t.optimizer = std::move(mine);
+  }
   if (!opt_->load_state_tensors(t.optimizer, st.step)) {
     return Status::invalid_argument(*latest + ": optimizer state does not match the job");
   }
@@ -470,7 +610,11 @@ Status Run::probe() {
     w.field("device", device_.name()).field("device_reason", device_.reason);
     w.field("strategy", st_.describe()).field("memory_limit_bytes", limit_);
     w.field("parameters", spec_.model.arch.parameter_count());
-    w.field("pid", static_cast<std::int64_t>(::getpid()));
+    // The process to signal: the launcher of a multi-rank job.
+    const char* launcher = std::getenv("TAILOR_LAUNCHER_PID");
+    w.field("pid", launcher != nullptr ? static_cast<std::int64_t>(std::atoll(launcher)) : static_cast<std::int64_t>(::getpid()));
+    w.field("rank", static_cast<std::int64_t>(rank_)).field("ranks", static_cast<std::int64_t>(world_));
+    w.field("rank_pid", static_cast<std::int64_t>(::getpid()));
   });
   step_ = first_step_;
   const data::Batch longest = batcher_->longest_batch();
@@ -478,7 +622,7 @@ Status Run::probe() {
                     to_tensor(longest.targets, longest.rows, longest.seq_len, dev_), 0,
                     spec_.model.arch.final_logit_softcap)
       .backward();
-  opt_->zero_grad();
+  zero_grads();
   meter_->reset_peak();
   return Status::ok();
 }
@@ -487,14 +631,18 @@ Status Run::train_step(std::int64_t step) {
   const double t0 = now_seconds();
   std::vector<data::Batch> micro;
   std::int64_t target_tokens = 0;
-  for (std::int64_t k = 0; k < st_.grad_accumulation; ++k) {
-    micro.push_back(batcher_->next());
-    target_tokens += micro.back().target_tokens;
+  // Every rank draws the whole global batch and trains on micro-batches
+  // rank, rank + world, ...: the data order is one rank's, whatever the
+  // rank count, and so is a checkpoint's data position.
+  for (std::int64_t k = 0; k < st_.grad_accumulation * world_; ++k) {
+    data::Batch b = batcher_->next();
+    target_tokens += b.target_tokens;
+    if (k % world_ == rank_) micro.push_back(std::move(b));
   }
   // Normalise by the whole global batch's target tokens, so accumulated
   // training equals one large batch even with padding and masking.
   const double denom = static_cast<double>(std::max<std::int64_t>(1, target_tokens));
-  opt_->zero_grad();
+  zero_grads();
   double loss_sum = 0;
   std::int64_t tokens = 0;
   Measured m;
@@ -519,12 +667,26 @@ Status Run::train_step(std::int64_t step) {
     m.parts.logits = std::max(m.parts.logits, Bytes(head_peak));
     m.peak = std::max(m.peak, scope.peak_increase() + scope.start_bytes());
   }
+  if (world_ > 1) {
+    // The global batch's gradients and loss on every rank.
+    TAILOR_RETURN_IF_ERROR(all_reduce_gradients(*comm_, trainable_, kGradientBucketBytes));
+    std::vector<double> v = {loss_sum, static_cast<double>(tokens)};
+    TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
+    loss_sum = v[0];
+    tokens = static_cast<std::int64_t>(v[1]);
+  }
   // fp16: a step with inf/nan gradients is skipped and the scale backs
   // off (loss_scaler.h); the gradients were scaled by `used`.
   const double used = state_.loss_scale;
   const bool fp16 = st_.precision == dsl::Precision::kFp16;
+  bool finite = !fp16 || opt_->grads_finite();
+  if (fp16 && sharded_) {  // each rank checked its own share
+    std::vector<double> v = {finite ? 0.0 : 1.0};
+    TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
+    finite = v[0] == 0;
+  }
   DynamicLossScaler scaler(fp16, state_.loss_scale, state_.good_steps);
-  const bool skipped = scaler.update(!fp16 || opt_->grads_finite()) == DynamicLossScaler::Outcome::kSkip;
+  const bool skipped = scaler.update(finite) == DynamicLossScaler::Outcome::kSkip;
   state_.loss_scale = scaler.scale();
   state_.good_steps = scaler.good_steps();
   if (skipped) {
@@ -534,10 +696,16 @@ Status Run::train_step(std::int64_t step) {
   const double lr = learning_rate(spec_.training, step, total_steps_);
   if (!skipped) {
     norm = opt_->grad_norm(used);
+    if (sharded_) {  // the norm of every rank's share
+      std::vector<double> v = {norm * norm};
+      TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
+      norm = std::sqrt(v[0]);
+    }
     double factor = 1.0 / used;
     if (spec_.training.grad_clip > 0 && norm > spec_.training.grad_clip) factor *= spec_.training.grad_clip / norm;
     m.parts.gradients = measure_static().parts.gradients;
     opt_->step(lr, factor);
+    if (sharded_) TAILOR_RETURN_IF_ERROR(broadcast_from_owners(*comm_, trainable_, owner_));
   }
   const Measured stat = measure_static();
   m.parts.weights = stat.parts.weights;
@@ -552,11 +720,65 @@ Status Run::train_step(std::int64_t step) {
   tokens_this_run_ += tokens;
   state_.tokens_seen += tokens;
   const double loss_value = loss_sum / denom;
+  // Every rank's memory, for rank 0's line.
+  constexpr std::size_t kFields = 9;
+  std::vector<double> per_rank(static_cast<std::size_t>(world_) * kFields, 0.0);
+  {
+    const std::int64_t mine[kFields] = {m.peak,
+                                        m.allocated,
+                                        m.parts.weights.count(),
+                                        m.parts.gradients.count(),
+                                        m.parts.optimizer_states.count(),
+                                        m.parts.master_weights.count(),
+                                        m.parts.adapter.count(),
+                                        m.parts.activations.count(),
+                                        m.parts.logits.count()};
+    for (std::size_t k = 0; k < kFields; ++k) {
+      per_rank[static_cast<std::size_t>(rank_) * kFields + k] = static_cast<double>(mine[k]);
+    }
+  }
+  int peak_rank = 0;
+  if (world_ > 1) {
+    TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, per_rank));
+    // The line's memory is the rank with the largest peak: the one a budget
+    // must hold (ranks differ by their ZeRO shares).
+    for (int r = 1; r < world_; ++r) {
+      if (per_rank[static_cast<std::size_t>(r) * kFields] > per_rank[static_cast<std::size_t>(peak_rank) * kFields]) {
+        peak_rank = r;
+      }
+    }
+    const double* row = &per_rank[static_cast<std::size_t>(peak_rank) * kFields];
+    m.peak = static_cast<std::int64_t>(row[0]);
+    m.allocated = static_cast<std::int64_t>(row[1]);
+    m.parts.weights = Bytes(static_cast<std::int64_t>(row[2]));
+    m.parts.gradients = Bytes(static_cast<std::int64_t>(row[3]));
+    m.parts.optimizer_states = Bytes(static_cast<std::int64_t>(row[4]));
+    m.parts.master_weights = Bytes(static_cast<std::int64_t>(row[5]));
+    m.parts.adapter = Bytes(static_cast<std::int64_t>(row[6]));
+    m.parts.activations = Bytes(static_cast<std::int64_t>(row[7]));
+    m.parts.logits = Bytes(static_cast<std::int64_t>(row[8]));
+  }
+  if (!metrics_) return Status::ok();
   JsonWriter w(0);
   w.begin_object().field("step", step).field("loss", loss_value).field("lr", lr).field("grad_norm", norm);
   w.field("tokens", tokens).field("target_tokens", target_tokens).field("tokens_per_second", tokens / dt);
   w.field("step_seconds", dt).field("epoch", batcher_->epoch_progress()).field("skipped", skipped);
   write_memory(w, m);
+  if (world_ > 1) {
+    w.field("peak_rank", static_cast<std::int64_t>(peak_rank));
+    w.key("ranks").begin_array();
+    static const char* kNames[kFields] = {"peak_bytes",         "allocated_bytes",       "weights_bytes",
+                                          "gradients_bytes",    "optimizer_states_bytes", "master_weights_bytes",
+                                          "adapter_bytes",      "activations_bytes",     "logits_bytes"};
+    for (int r = 0; r < world_; ++r) {
+      w.begin_object().field("rank", static_cast<std::int64_t>(r));
+      for (std::size_t k = 0; k < kFields; ++k) {
+        w.field(kNames[k], static_cast<std::int64_t>(per_rank[static_cast<std::size_t>(r) * kFields + k]));
+      }
+      w.end_object();
+    }
+    w.end_array();
+  }
   w.end_object();
   metrics_->write(w);
   print_progress(step, loss_value, m.peak);
@@ -586,21 +808,25 @@ void Run::print_progress(std::int64_t step, double loss, std::int64_t peak) {
 Status Run::train() {
   t_start_ = now_seconds();
   for (step_ = first_step_; step_ <= total_steps_; ++step_) {
-    if (g_stop.load()) {
+    auto stop = stop_requested();
+    if (!stop.is_ok()) return stop.status();
+    if (*stop) {
       --step_;  // the last completed step; saved unless this run completed none
-      if (step_ >= first_step_) checkpoint(step_);
+      if (step_ >= first_step_) TAILOR_RETURN_IF_ERROR(checkpoint(step_));
       return Status::cancelled("stopped by a signal after step " + std::to_string(step_));
     }
     TAILOR_RETURN_IF_ERROR(train_step(step_));
     const std::int64_t every = spec_.checkpoint.every_steps;
-    if (every > 0 && step_ % every == 0 && step_ < total_steps_) checkpoint(step_);
+    if (every > 0 && step_ % every == 0 && step_ < total_steps_) TAILOR_RETURN_IF_ERROR(checkpoint(step_));
   }
   return Status::ok();
 }
 
 Status Run::finish() {
   meter_->set_budget(0);
-  checkpoint(total_steps_);
+  limit_ = 0;
+  TAILOR_RETURN_IF_ERROR(checkpoint(total_steps_));
+  if (!leader()) return Status::ok();  // rank 0 writes the model
   // Adapters: the PEFT folder, then merged into the base (NF4 weights
   // dequantised) so model.pt and model/ hold the plain fine-tuned model.
   if (has_lora(*model_)) {

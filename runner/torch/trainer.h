@@ -10,13 +10,17 @@
 // the longest batch before step 1 so that out-of-memory surfaces at once;
 // LoRA and QLoRA (lora.h: frozen or NF4 base, adapters saved in PEFT's
 // layout to out_dir/adapter/ and merged into model.pt / model/ at the end)
-// and 8-bit AdamW states. Not yet: ZeRO and offload, which the runner
-// refuses as bad input; `tailor run` plans without them.
+// and 8-bit AdamW states; data parallelism over several rank processes
+// (runner/dist/): stage 0 sums gradients across ranks, ZeRO-1 also shares
+// out the optimizer states and master weights. Not yet: ZeRO-2/3 and
+// offload, which the runner refuses as bad input; `tailor run` plans
+// without them.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "runner/dist/rank_env.h"
 #include "runner/protocol/exit_code.h"
 #include "runner/protocol/plan_reader.h"
 
@@ -33,6 +37,7 @@ struct TrainOptions {
   std::string device = "auto";  // auto, cpu, cuda, cuda:N (device_choice.h)
   std::string cache_dir;        // token cache folder (data/token_cache.h); empty = tokenize in memory.
                                 // tailor-runner passes --cache-dir or default_token_cache_dir()
+  dist::RankEnv rank;           // this process' rank of a multi-rank plan (rank_env.h)
 };
 
 // Runs the job; the result is also written as the terminal event's

@@ -204,11 +204,11 @@ TEST(CliTest, PlanJsonIsThePlanDocument) {
   EXPECT_TRUE(j["fits"].get<bool>());
   EXPECT_EQ(j["hardware"]["source"], "--gpus 2xA6000");
   EXPECT_EQ(j["hardware"]["num_gpus"], 2);
-  // This build's runner runs one rank: the plan uses one GPU, and names the
-  // two-GPU plan it would choose with ranks.
-  EXPECT_EQ(j["strategy"]["num_gpus"], 1);
+  // One rank per GPU; the ZeRO-3 plan it would choose, were ZeRO-3
+  // executable, is named.
+  EXPECT_EQ(j["strategy"]["num_gpus"], 2);
   ASSERT_TRUE(j["preferred_if_executable"].is_object()) << j.dump(1);
-  EXPECT_EQ(j["preferred_if_executable"]["strategy"]["num_gpus"], 2);
+  EXPECT_EQ(j["preferred_if_executable"]["strategy"]["zero_stage"], 3);
   EXPECT_FALSE(j["preferred_if_executable"]["executable"].get<bool>());
   // Decisions are data, with the prose derived from them.
   ASSERT_GE(j["decisions"].size(), 3u);
@@ -218,7 +218,7 @@ TEST(CliTest, PlanJsonIsThePlanDocument) {
       EXPECT_TRUE(d.contains(key)) << key << " in " << d.dump();
     }
   }
-  EXPECT_EQ(j["decisions"][1]["step"], "ranks");
+  EXPECT_EQ(j["decisions"][1]["step"], "precision");
   EXPECT_EQ(j["decisions"].back()["verdict"], "chosen");
   EXPECT_EQ(j["decisions"].back()["bytes_needed"], j["memory"]["per_gpu"]["total"]);
 }

@@ -106,6 +106,31 @@ TEST(RunE2eTest, SubmittedJobRunsToSuccessWithMetricsInStoreAndPrometheus) {
   EXPECT_NE(prom.body.find("tailor_http_request_duration_seconds_bucket{"), std::string::npos);
 }
 
+TEST(RunE2eTest, ATwoRankJobReservesBothRanksAndReportsEachRanksPeak) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"));
+  ASSERT_TRUE(d.ok()) << d.log();
+  std::string spec = tiny_spec("two-ranks", 4, 2, 0, /*small=*/true);
+  spec.replace(spec.find("host_memory: 2GiB"), 17, "host_memory: 2GiB\n  ranks: 2");
+  spec.replace(spec.find("adapter: none"), 13, "adapter: none\n  zero_stage: 1");
+  const std::string id = submit(d, spec);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(d.wait_state(id, "", seconds(120)));
+  const json job = d.job(id);
+  ASSERT_EQ(job["state"], "succeeded") << job.dump();
+  EXPECT_EQ(job["last_step"], 4);
+  EXPECT_EQ(job["plan"]["strategy"]["num_gpus"], 2);
+  // Both ranks' estimates are held on the host while it runs.
+  EXPECT_EQ(job["reserved_bytes"].get<std::int64_t>(), 2 * job["plan"]["memory"]["per_gpu"]["total"].get<std::int64_t>());
+  EXPECT_EQ(count(event_kinds(d, id), "runner.start"), 1u);  // rank 0's; rank 1 reports in its own file
+  const auto prom = http_request(d.address(), "GET", "/metrics");
+  for (const std::string rank : {"0", "1"}) {
+    const std::string want = "tailor_job_rank_memory_peak_bytes{job=\"two-ranks\",job_id=\"" + id + "\",rank=\"" + rank + "\"}";
+    EXPECT_NE(prom.body.find(want), std::string::npos) << want << "\n" << prom.body;
+  }
+}
+
 TEST(RunE2eTest, MetricsExpositionPassesPromtool) {
   REQUIRE_RUNNER();
   if (std::system("command -v promtool > /dev/null 2>&1") != 0) GTEST_SKIP() << "promtool not installed";

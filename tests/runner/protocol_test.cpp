@@ -104,8 +104,12 @@ TEST(CapabilitiesTest, ZeroOffloadRanksAndOtherQuantisationsAreRefusedByName) {
   s.offload = dsl::Offload::kOptimizer;
   EXPECT_NE(check_executable(s).message().find("offload_optimizer"), std::string::npos);
   s = {};
-  s.num_gpus = 2;
-  EXPECT_FALSE(check_executable(s).is_ok());
+  s.num_gpus = 2;  // data parallel and ZeRO-1 over rank processes (runner/dist)
+  EXPECT_TRUE(check_executable(s).is_ok());
+  s.zero_stage = 1;
+  EXPECT_TRUE(check_executable(s).is_ok());
+  s.zero_stage = 3;
+  EXPECT_NE(check_executable(s).message().find("zero3"), std::string::npos);
   s = {};
   s.adapter = dsl::Adapter::kQlora;
   s.quantization = strategies::Quantization::kNf4Double;
@@ -166,18 +170,20 @@ TEST(CapabilitiesTest, PlansForTheRunnerAreExecutableAndSayWhatMoreWouldChoose) 
   ASSERT_TRUE(t4.fits);
   EXPECT_TRUE(check_executable(t4.chosen.strategy).is_ok()) << t4.chosen.strategy.describe();
 
-  // Two GPUs: the runner runs one rank, so the plan trains on one of them
-  // with the global batch kept, and the trace says so first.
+  // Two GPUs: one rank each, the global batch shared between them.
   const strategies::Plan two = strategies::plan_job(llama, declared("2xA100-80GB"), opts);
   ASSERT_TRUE(two.fits);
-  EXPECT_EQ(two.chosen.strategy.num_gpus, 1);
-  EXPECT_EQ(two.chosen.strategy.micro_batch_size * two.chosen.strategy.grad_accumulation, llama.training.global_batch_size);
-  ASSERT_GE(two.decisions.size(), 2u);
-  EXPECT_EQ(two.decisions[1].step, "ranks");
-  EXPECT_EQ(two.decisions[1].verdict, strategies::Verdict::kApplied);
-  EXPECT_NE(two.decisions[1].reason.find("several ranks"), std::string::npos) << two.decisions[1].reason;
-  ASSERT_TRUE(two.preferred_if_executable.has_value());
-  EXPECT_EQ(two.preferred_if_executable->candidate.strategy.num_gpus, 2);
+  EXPECT_EQ(two.chosen.strategy.num_gpus, 2);
+  EXPECT_EQ(two.chosen.strategy.micro_batch_size * two.chosen.strategy.grad_accumulation * 2,
+            llama.training.global_batch_size);
+  EXPECT_TRUE(check_executable(two.chosen.strategy).is_ok());
+  // A ZeRO-3 plan, were it executable, is named as such.
+  const dsl::JobSpec seventy = example("llama2-70b-2xa6000.yaml");
+  const strategies::Plan big = strategies::plan_job(seventy, declared("2xA6000"), opts);
+  ASSERT_TRUE(big.fits);
+  EXPECT_EQ(big.chosen.strategy.num_gpus, 2);
+  ASSERT_TRUE(big.preferred_if_executable.has_value());
+  EXPECT_EQ(big.preferred_if_executable->candidate.strategy.zero_stage, 3);
 
 }
 

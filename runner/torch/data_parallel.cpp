@@ -1,0 +1,134 @@
+#include "runner/torch/data_parallel.h"
+
+#include <algorithm>
+
+namespace tailor::runner {
+namespace {
+
+// Runs the communicator on a host copy when `t` lives on a GPU (the TCP
+// collectives read host memory) and writes the result back.
+template <typename Fn>
+Status on_host(torch::Tensor& t, Fn&& fn) {
+  if (t.is_cpu() && t.is_contiguous()) return fn(t);
+  torch::Tensor host = t.to(torch::kCPU).contiguous();
+  TAILOR_RETURN_IF_ERROR(fn(host));
+  torch::NoGradGuard ng;
+  t.copy_(host);
+  return Status::ok();
+}
+
+}  // namespace
+
+std::vector<int> partition_by_size(const std::vector<torch::Tensor>& tensors, int world) {
+  // Largest first, each to the least-loaded rank (Graham's LPT rule: the
+  // largest share exceeds the mean by at most one tensor, usually far less).
+  std::vector<std::size_t> order(tensors.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return tensors[a].nbytes() > tensors[b].nbytes(); });
+  std::vector<std::int64_t> load(static_cast<std::size_t>(std::max(1, world)), 0);
+  std::vector<int> owner(tensors.size(), 0);
+  for (std::size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end());
+    *least += static_cast<std::int64_t>(tensors[i].nbytes());
+    owner[i] = static_cast<int>(least - load.begin());
+  }
+  return owner;
+}
+
+Status all_reduce_gradients(dist::Communicator& comm, const std::vector<torch::Tensor>& params,
+                            std::int64_t bucket_bytes) {
+  if (comm.world() == 1) return Status::ok();
+  torch::NoGradGuard ng;
+  const std::int64_t bucket_elems = std::max<std::int64_t>(1, bucket_bytes / 4);
+  std::size_t i = 0;
+  while (i < params.size()) {
+    // fp32 CPU gradients of at least a bucket are summed where they lie.
+    const torch::Tensor& p = params[i];
+    torch::Tensor g = p.grad();
+    if (g.defined() && g.scalar_type() == torch::kFloat32 && g.is_cpu() && g.is_contiguous() &&
+        g.numel() >= bucket_elems) {
+      TAILOR_RETURN_IF_ERROR(comm.all_reduce_sum(g.data_ptr<float>(), static_cast<std::size_t>(g.numel())));
+      ++i;
+      continue;
+    }
+    // Otherwise a bucket: consecutive gradients packed into one fp32 buffer.
+    std::size_t end = i;
+    std::int64_t n = 0;
+    while (end < params.size() && (end == i || n + params[end].numel() <= bucket_elems)) {
+      n += params[end].numel();
+      ++end;
+    }
+    torch::Tensor flat = torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat32));
+    std::int64_t at = 0;
+    for (std::size_t k = i; k < end; ++k) {
+      const torch::Tensor& gk = params[k].grad();
+      const std::int64_t len = params[k].numel();
+      if (gk.defined()) flat.narrow(0, at, len).copy_(gk.reshape({-1}));
+      at += len;
+    }
+    TAILOR_RETURN_IF_ERROR(comm.all_reduce_sum(flat.data_ptr<float>(), static_cast<std::size_t>(n)));
+    at = 0;
+    for (std::size_t k = i; k < end; ++k) {
+      torch::Tensor pk = params[k];
+      const std::int64_t len = pk.numel();
+      torch::Tensor sum = flat.narrow(0, at, len).view(pk.sizes());
+      if (pk.grad().defined()) {
+        pk.mutable_grad().copy_(sum);
+      } else {
+        pk.mutable_grad() = sum.to(pk.device(), pk.scalar_type());
+      }
+      at += len;
+    }
+    i = end;
+  }
+  return Status::ok();
+}
+
+Status all_reduce_values(dist::Communicator& comm, std::vector<double>& values) {
+  return comm.all_reduce_sum(values.data(), values.size());
+}
+
+Status broadcast_from_owners(dist::Communicator& comm, const std::vector<torch::Tensor>& tensors,
+                             const std::vector<int>& owner) {
+  if (comm.world() == 1) return Status::ok();
+  torch::NoGradGuard ng;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    torch::Tensor t = tensors[i];
+    TAILOR_RETURN_IF_ERROR(on_host(t, [&](torch::Tensor& h) {
+      return comm.broadcast(h.data_ptr(), h.nbytes(), owner[i]);
+    }));
+  }
+  return Status::ok();
+}
+
+namespace {
+constexpr int kMaxDims = 8;
+}
+
+Status send_tensor(dist::Communicator& comm, int peer, const torch::Tensor& t) {
+  std::int64_t header[2 + kMaxDims] = {};
+  header[0] = t.defined() ? t.dim() : -1;
+  if (t.defined()) {
+    if (t.dim() > kMaxDims) return Status::internal("send_tensor: more than 8 dimensions");
+    header[1] = static_cast<std::int64_t>(t.scalar_type());
+    for (std::int64_t d = 0; d < t.dim(); ++d) header[2 + d] = t.size(d);
+  }
+  TAILOR_RETURN_IF_ERROR(comm.send(peer, header, sizeof header));
+  if (!t.defined()) return Status::ok();
+  const torch::Tensor host = t.to(torch::kCPU).contiguous();
+  return comm.send(peer, host.data_ptr(), host.nbytes());
+}
+
+Result<torch::Tensor> recv_tensor(dist::Communicator& comm, int peer) {
+  std::int64_t header[2 + kMaxDims] = {};
+  TAILOR_RETURN_IF_ERROR(comm.recv(peer, header, sizeof header));
+  if (header[0] < 0) return torch::Tensor();
+  if (header[0] > kMaxDims) return Status::internal("recv_tensor: a malformed header from rank " + std::to_string(peer));
+  std::vector<std::int64_t> sizes(header + 2, header + 2 + header[0]);
+  torch::Tensor t = torch::empty(sizes, torch::TensorOptions().dtype(static_cast<torch::ScalarType>(header[1])));
+  TAILOR_RETURN_IF_ERROR(comm.recv(peer, t.data_ptr(), t.nbytes()));
+  return t;
+}
+
+}  // namespace tailor::runner

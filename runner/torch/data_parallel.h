@@ -1,0 +1,41 @@
+// Data parallelism over dist::Communicator for the trainer: gradients summed
+// across ranks, ZeRO-1's ownership of parameters (each rank keeps the
+// optimizer states and fp32 master weights of its share and sends the
+// updated parameters to the others), and tensors sent whole between ranks
+// (the checkpoint gathers ZeRO-1's states on rank 0).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "runner/dist/communicator.h"
+
+namespace tailor::runner {
+
+// Which rank owns each tensor: the largest first, each to the least-loaded
+// rank by bytes, so every rank computes the same split and the shares are
+// nearly equal (ZeRO partitions flat buffers, Rajbhandari et al. 2020;
+// whole tensors keep each update a single fused pass).
+std::vector<int> partition_by_size(const std::vector<torch::Tensor>& tensors, int world);
+
+// Sums every tensor's .grad over the ranks, in place, in buckets of at most
+// `bucket_bytes` (fp32; 16-bit gradients are summed in fp32 and rounded once).
+// Tensors without a gradient contribute zeros.
+Status all_reduce_gradients(dist::Communicator& comm, const std::vector<torch::Tensor>& params,
+                            std::int64_t bucket_bytes);
+
+// Sums small figures (losses, counts, flags) over the ranks.
+Status all_reduce_values(dist::Communicator& comm, std::vector<double>& values);
+
+// Each tensor's value from its owner to every rank.
+Status broadcast_from_owners(dist::Communicator& comm, const std::vector<torch::Tensor>& tensors,
+                             const std::vector<int>& owner);
+
+// A tensor (possibly undefined) with its dtype and shape, to one peer.
+Status send_tensor(dist::Communicator& comm, int peer, const torch::Tensor& t);
+Result<torch::Tensor> recv_tensor(dist::Communicator& comm, int peer);
+
+}  // namespace tailor::runner

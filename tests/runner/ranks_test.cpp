@@ -1,0 +1,297 @@
+// Multi-rank jobs end to end on this machine's CPU: `tailor plan` for
+// several ranks, tailor-runner launching and supervising them, and what they
+// train compared with one rank on the same global batch; faults (a killed
+// rank, SIGTERM, a rank that never joins) and resuming on another rank count.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runner/dist/launcher.h"
+#include "runner/io/safetensors.h"
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::runner {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+using io::DType;
+using io::SafetensorsFile;
+using io::TensorView;
+const std::string kBin = std::string(TAILOR_BINARY_DIR) + "/bin/";
+// Busy-waiting OpenMP threads stall ranks that share 2 cores with ctest's
+// other work (runner/README.md).
+const bool kPassiveOmp = ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0) == 0;
+
+struct JobShape {
+  int ranks = 1;
+  int zero = 0;
+  bool lora = false;
+  int steps = 4;
+  int checkpoint_every = 0;
+};
+
+std::string spec_text(const JobShape& j) {
+  std::ostringstream s;
+  s << "apiVersion: tailor/v1\nkind: TrainingJob\nname: ranks-test\n"
+    << "model: {preset: tiny-llama-byte, init: random}\n"
+    << "data: {train: " << TAILOR_SOURCE_DIR << "/configs/data/tiny-corpus.txt, format: text, seq_len: 64, packing: true}\n"
+    << "training: {global_batch_size: 16, micro_batch_size: 2, max_steps: " << j.steps
+    << ", lr: 2e-3, scheduler: constant, warmup_steps: 0, weight_decay: 0.01, seed: 7}\n"
+    << "strategy: {precision: fp32, gradient_checkpointing: 0, optimizer: adamw, zero_stage: " << j.zero
+    << ", adapter: " << (j.lora ? "lora, lora: {r: 4, alpha: 8, dropout: 0}" : "none") << "}\n"
+    << "resources: {gpus: 0, host_memory: 4GiB, ranks: " << j.ranks << "}\n"
+    << "checkpoint: {every_steps: " << j.checkpoint_every << ", keep: 2}\n";
+  return s.str();
+}
+
+int shell(const std::string& cmd) {
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+}
+
+// `tailor plan --output json` of the shape, as a file.
+std::string plan_file(const TempDir& t, const std::string& name, const JobShape& j) {
+  const std::string spec = t.write(name + ".yaml", spec_text(j));
+  const std::string plan = t.file(name + ".plan.json");
+  EXPECT_EQ(shell(kBin + "tailor plan " + spec + " --output json > " + plan + " 2> " + plan + ".err"), 0)
+      << spec_text(j);
+  return plan;
+}
+
+int run_runner(const std::string& plan, const std::string& out, const std::string& extra = "") {
+  return shell(kBin + "tailor-runner --plan " + plan + " --out " + out + " --quiet " + extra + " 2> " + out + ".log");
+}
+
+std::vector<json> json_lines(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded()) out.push_back(j);
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<float>> fp32_tensors(const std::string& path) {
+  std::map<std::string, std::vector<float>> out;
+  auto f = SafetensorsFile::open(path);
+  EXPECT_TRUE(f.is_ok()) << f.status().message();
+  if (!f.is_ok()) return out;
+  for (const TensorView& t : f->tensors()) {
+    if (t.dtype != DType::kF32) continue;
+    std::vector<float> v(t.data.size() / 4);
+    std::memcpy(v.data(), t.data.data(), t.data.size());
+    out[t.name] = std::move(v);
+  }
+  return out;
+}
+
+double max_abs_difference(const std::map<std::string, std::vector<float>>& a,
+                          const std::map<std::string, std::vector<float>>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (const auto& [name, va] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || it->second.size() != va.size()) return INFINITY;
+    for (std::size_t i = 0; i < va.size(); ++i) worst = std::max(worst, std::abs(double(va[i]) - it->second[i]));
+  }
+  return worst;
+}
+
+// Losses of two runs step by step: equal to fp32 rounding of a different
+// summation order (ranks sum partial gradients, one rank accumulates).
+void expect_same_losses(const std::string& a, const std::string& b) {
+  const auto la = json_lines(a), lb = json_lines(b);
+  ASSERT_EQ(la.size(), lb.size());
+  ASSERT_FALSE(la.empty());
+  for (std::size_t i = 0; i < la.size(); ++i) {
+    const double x = la[i]["loss"], y = lb[i]["loss"];
+    EXPECT_NEAR(x, y, 1e-5 * std::abs(x)) << "step " << la[i]["step"];
+  }
+}
+
+// Waits for `pred` (polling files a child writes), up to `limit`.
+template <typename Pred>
+bool wait_for(Pred pred, std::chrono::seconds limit = std::chrono::seconds(120)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+pid_t start_runner(const std::string& plan, const std::string& out) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string log = out + ".log";
+    std::freopen(log.c_str(), "w", stderr);
+    const std::string exe = kBin + "tailor-runner";
+    ::execl(exe.c_str(), exe.c_str(), "--plan", plan.c_str(), "--out", out.c_str(), "--quiet", nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+TEST(RanksTest, APlanForTwoRanksOnTheCpuGivesEachHalfTheMemory) {
+  TempDir t;
+  const json one = json::parse(std::ifstream(plan_file(t, "one", {})));
+  const json two = json::parse(std::ifstream(plan_file(t, "two", {.ranks = 2, .zero = 1})));
+  EXPECT_EQ(two["strategy"]["num_gpus"], 2);
+  EXPECT_EQ(two["strategy"]["zero_stage"], 1);
+  EXPECT_NEAR(two["memory"]["budget_per_gpu"].get<double>(), one["memory"]["budget_per_gpu"].get<double>() / 2, 1);
+}
+
+TEST(RanksTest, TwoAndFourRanksTrainLikeOneRankAtStageZeroAndOne) {
+  TempDir t;
+  const std::string base = t.file("one");
+  ASSERT_EQ(run_runner(plan_file(t, "one", {}), base), 0);
+  for (const JobShape& shape : {JobShape{.ranks = 2, .zero = 0}, JobShape{.ranks = 2, .zero = 1},
+                                JobShape{.ranks = 4, .zero = 1}}) {
+    SCOPED_TRACE("ranks " + std::to_string(shape.ranks) + ", ZeRO-" + std::to_string(shape.zero));
+    const std::string name = "r" + std::to_string(shape.ranks) + "z" + std::to_string(shape.zero);
+    const std::string plan = plan_file(t, name, shape);
+    const std::string out = t.file(name);
+    ASSERT_EQ(run_runner(plan, out), 0) << out;
+    expect_same_losses(base + "/metrics.jsonl", out + "/metrics.jsonl");
+    EXPECT_LT(max_abs_difference(fp32_tensors(base + "/model/model.safetensors"),
+                                 fp32_tensors(out + "/model/model.safetensors")),
+              1e-5);
+    // Each rank's memory as planned for one rank of them.
+    const json p = json::parse(std::ifstream(plan));
+    const double planned = p["memory"]["per_gpu"]["total"].get<double>();
+    const json last = json_lines(out + "/metrics.jsonl").back();
+    ASSERT_EQ(last["ranks"].size(), static_cast<std::size_t>(shape.ranks));
+    double states = 0;
+    for (const json& r : last["ranks"]) {
+      EXPECT_NEAR(r["peak_bytes"].get<double>(), planned, 0.05 * planned) << "rank " << r["rank"];
+      states += r["optimizer_states_bytes"].get<double>();
+    }
+    // ZeRO-1 shares the states out; stage 0 keeps a copy on each rank.
+    const double one_rank_states = json_lines(base + "/metrics.jsonl").back()["memory"]["optimizer_states"];
+    EXPECT_DOUBLE_EQ(states, one_rank_states * (shape.zero == 1 ? 1 : shape.ranks));
+  }
+}
+
+TEST(RanksTest, LoraAdaptersTrainLikeOneRankUnderDataParallelAndZeroOne) {
+  TempDir t;
+  const std::string base = t.file("one");
+  ASSERT_EQ(run_runner(plan_file(t, "one", {.lora = true}), base), 0);
+  for (int zero : {0, 1}) {
+    const std::string out = t.file("two-z" + std::to_string(zero));
+    ASSERT_EQ(run_runner(plan_file(t, "two-z" + std::to_string(zero), {.ranks = 2, .zero = zero, .lora = true}), out), 0);
+    expect_same_losses(base + "/metrics.jsonl", out + "/metrics.jsonl");
+    EXPECT_LT(max_abs_difference(fp32_tensors(base + "/adapter/adapter_model.safetensors"),
+                                 fp32_tensors(out + "/adapter/adapter_model.safetensors")),
+              1e-5)
+        << "ZeRO-" << zero;
+  }
+}
+
+TEST(RanksTest, AZeroOneCheckpointResumesOnAnotherRankCount) {
+  TempDir t;
+  const std::string base = t.file("one");
+  ASSERT_EQ(run_runner(plan_file(t, "one", {.steps = 4}), base), 0);
+  // Two ranks to step 2, then one rank from that checkpoint to step 4.
+  const std::string out = t.file("resumed");
+  ASSERT_EQ(run_runner(plan_file(t, "two", {.ranks = 2, .zero = 1, .steps = 2}), out), 0);
+  ASSERT_EQ(run_runner(plan_file(t, "one-more", {.steps = 4}), out, "--resume"), 0);
+  const auto events = json_lines(out + "/events.jsonl");
+  bool resumed = false;
+  for (const json& e : events) resumed = resumed || (e["event"] == "resume" && e["step"] == 2);
+  EXPECT_TRUE(resumed);
+  expect_same_losses(base + "/metrics.jsonl", out + "/metrics.jsonl");
+  EXPECT_LT(max_abs_difference(fp32_tensors(base + "/model/model.safetensors"),
+                               fp32_tensors(out + "/model/model.safetensors")),
+            1e-5);
+}
+
+TEST(RanksTest, KillingOneRankStopsTheJobAtOnceAndItResumesFromTheLastCheckpoint) {
+  TempDir t;
+  const std::string out = t.file("job");
+  const pid_t launcher = start_runner(plan_file(t, "long", {.ranks = 2, .zero = 1, .steps = 100000, .checkpoint_every = 2}), out);
+  // Rank 1's process id from its start event, once rank 0 has checkpointed.
+  std::int64_t victim = 0, rank0 = 0;
+  ASSERT_TRUE(wait_for([&] {
+    for (const json& e : json_lines(out + "/events.jsonl")) {
+      if (e["event"] == "start") rank0 = e["rank_pid"];
+      if (e["event"] == "checkpoint") return true;
+    }
+    return false;
+  }));
+  for (const json& e : json_lines(dist::rank_events_path(out, 1))) {
+    if (e["event"] == "start") victim = e["rank_pid"];
+  }
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(static_cast<pid_t>(victim), SIGKILL), 0);
+  EXPECT_EQ(wait_exit(launcher), 1);  // a failure: retried from the checkpoint
+  EXPECT_NE(::kill(static_cast<pid_t>(rank0), 0), 0) << "rank 0 outlived the job";
+  const json last = json_lines(out + "/events.jsonl").back();
+  EXPECT_EQ(last["event"], "error");
+  EXPECT_EQ(last["rank"], 1);
+  EXPECT_NE(last["message"].get<std::string>().find("rank 1 was killed by signal 9"), std::string::npos) << last;
+  std::int64_t saved = 0;
+  for (const json& e : json_lines(out + "/events.jsonl")) {
+    if (e["event"] == "checkpoint") saved = e["step"];
+  }
+  ASSERT_GT(saved, 0);
+  ASSERT_EQ(run_runner(plan_file(t, "short", {.ranks = 2, .zero = 1, .steps = static_cast<int>(saved) + 2}), out,
+                       "--resume"),
+            0);
+  EXPECT_EQ(json_lines(out + "/metrics.jsonl").back()["step"], saved + 2);
+}
+
+TEST(RanksTest, SigtermStopsEveryRankAfterTheSameStepWithACheckpoint) {
+  TempDir t;
+  const std::string out = t.file("job");
+  const pid_t launcher = start_runner(plan_file(t, "long", {.ranks = 2, .zero = 1, .steps = 100000}), out);
+  ASSERT_TRUE(wait_for([&] { return !json_lines(out + "/metrics.jsonl").empty(); }));
+  ASSERT_EQ(::kill(launcher, SIGTERM), 0);
+  EXPECT_EQ(wait_exit(launcher), 4);
+  const auto events = json_lines(out + "/events.jsonl");
+  const json last = events.back();
+  ASSERT_EQ(last["event"], "cancelled");
+  const json before = events[events.size() - 2];
+  EXPECT_EQ(before["event"], "checkpoint");
+  EXPECT_EQ(before["step"], last["step"]);
+  EXPECT_EQ(json_lines(dist::rank_events_path(out, 1)).back()["step"], last["step"]);
+  const int step = last["step"];
+  ASSERT_EQ(run_runner(plan_file(t, "short", {.ranks = 2, .zero = 1, .steps = step + 1}), out, "--resume"), 0);
+}
+
+TEST(RanksTest, ARankThatNeverJoinsFailsTheJobWithAClearError) {
+  TempDir t;
+  const std::string out = t.file("job");
+  const std::string plan = plan_file(t, "two", {.ranks = 2});
+  const int port = dist::free_loopback_port();
+  ASSERT_EQ(shell("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+                  " TAILOR_RENDEZVOUS_TIMEOUT=1 " + kBin + "tailor-runner --plan " + plan + " --out " + out +
+                  " --quiet 2> " + out + ".log"),
+            1);
+  const json last = json_lines(out + "/events.jsonl").back();
+  EXPECT_EQ(last["event"], "error");
+  EXPECT_NE(last["message"].get<std::string>().find("rank 1 of 2 did not join within 1 s"), std::string::npos) << last;
+}
+
+}  // namespace
+}  // namespace tailor::runner
