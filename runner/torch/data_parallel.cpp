@@ -103,7 +103,59 @@ Status broadcast_from_owners(dist::Communicator& comm, const std::vector<torch::
 }
 
 namespace {
+
 constexpr int kMaxDims = 8;
+
+class ReduceToOwner : public torch::autograd::PostAccumulateGradHook {
+ public:
+  ReduceToOwner(GradientSharder* sharder, std::size_t index) : sharder_(sharder), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { sharder_->on_gradient(index_); }
+
+ private:
+  GradientSharder* sharder_;
+  std::size_t index_;
+};
+
+void throw_if_error(const Status& s) {
+  if (!s.is_ok()) throw std::runtime_error(s.message());
+}
+
+}  // namespace
+
+GradientSharder::GradientSharder(dist::Communicator& comm, std::vector<torch::Tensor> params, std::vector<int> owner)
+    : comm_(comm), params_(std::move(params)), owner_(std::move(owner)) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ReduceToOwner>(this, i));
+  }
+}
+
+GradientSharder::~GradientSharder() {
+  for (const torch::Tensor& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+void GradientSharder::on_gradient(std::size_t i) {
+  torch::NoGradGuard ng;
+  torch::Tensor p = params_[i];
+  const int owner = owner_[i];
+  torch::Tensor g = p.grad();
+  if (!g.defined()) return;
+  if (comm_.rank() != owner) {
+    const torch::Tensor host = g.to(torch::kCPU).contiguous();
+    throw_if_error(comm_.send(owner, host.data_ptr(), host.nbytes()));
+    p.mutable_grad() = torch::Tensor();
+    return;
+  }
+  // The owner adds every other rank's gradient to its own, in rank order
+  // (the same sum on every run); 16-bit gradients are summed in fp32.
+  const bool half = g.scalar_type() != torch::kFloat32;
+  torch::Tensor sum = half ? g.to(torch::kFloat32) : g;
+  torch::Tensor in = torch::empty(g.sizes(), g.options().device(torch::kCPU));
+  for (int r = 0; r < comm_.world(); ++r) {
+    if (r == owner) continue;
+    throw_if_error(comm_.recv(r, in.data_ptr(), in.nbytes()));
+    sum.add_(in.to(sum.device(), sum.scalar_type()));
+  }
+  if (half) g.copy_(sum);
 }
 
 Status send_tensor(dist::Communicator& comm, int peer, const torch::Tensor& t) {

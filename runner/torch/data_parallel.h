@@ -34,6 +34,28 @@ Status all_reduce_values(dist::Communicator& comm, std::vector<double>& values);
 Status broadcast_from_owners(dist::Communicator& comm, const std::vector<torch::Tensor>& tensors,
                              const std::vector<int>& owner);
 
+// ZeRO-2: as backward finishes each gradient (a post-accumulate hook), it is
+// summed into its owner's .grad and freed on every other rank, so a rank
+// holds the gradients of its share only (Rajbhandari et al. 2020, section
+// 5.2) and one tensor's at a time of the rest. Every rank must run the same
+// backward passes (the hooks are collective); a failed transfer throws out
+// of backward with the communicator's message. Removes its hooks when
+// destroyed.
+class GradientSharder {
+ public:
+  GradientSharder(dist::Communicator& comm, std::vector<torch::Tensor> params, std::vector<int> owner);
+  ~GradientSharder();
+  GradientSharder(const GradientSharder&) = delete;
+  GradientSharder& operator=(const GradientSharder&) = delete;
+
+  void on_gradient(std::size_t index);
+
+ private:
+  dist::Communicator& comm_;
+  std::vector<torch::Tensor> params_;
+  std::vector<int> owner_;
+};
+
 // A tensor (possibly undefined) with its dtype and shape, to one peer.
 Status send_tensor(dist::Communicator& comm, int peer, const torch::Tensor& t);
 Result<torch::Tensor> recv_tensor(dist::Communicator& comm, int peer);

@@ -232,8 +232,9 @@ class Run {
   int rank_ = 0, world_ = 1;
   std::unique_ptr<dist::Communicator> comm_;
   std::vector<torch::Tensor> trainable_;
-  std::vector<int> owner_;        // ZeRO-1: the rank that updates each trainable tensor
-  bool sharded_ = false;          // ZeRO-1 over several ranks
+  std::vector<int> owner_;        // ZeRO-1/2: the rank that updates each trainable tensor
+  bool sharded_ = false;          // ZeRO-1 or 2 over several ranks
+  std::unique_ptr<GradientSharder> grad_sharder_;  // ZeRO-2
 };
 
 // Gradient buckets: large enough that loopback latency is amortised, small
@@ -524,6 +525,7 @@ Status Run::build_model() {
       if (owner_[i] == rank_) owned.push_back(trainable_[i]);
     }
     trainable = std::move(owned);
+    if (st_.zero_stage >= 2) grad_sharder_ = std::make_unique<GradientSharder>(*comm_, trainable_, owner_);
   }
   opt_ = std::make_unique<TrainingOptimizer>(trainable, opt_precision, st_.optimizer, spec_.training.weight_decay);
   state_.loss_scale = DynamicLossScaler(st_.precision == dsl::Precision::kFp16).scale();
@@ -668,8 +670,9 @@ Status Run::train_step(std::int64_t step) {
     m.peak = std::max(m.peak, scope.peak_increase() + scope.start_bytes());
   }
   if (world_ > 1) {
-    // The global batch's gradients and loss on every rank.
-    TAILOR_RETURN_IF_ERROR(all_reduce_gradients(*comm_, trainable_, kGradientBucketBytes));
+    // The global batch's gradients (ZeRO-2: already on their owners) and
+    // loss on every rank.
+    if (!grad_sharder_) TAILOR_RETURN_IF_ERROR(all_reduce_gradients(*comm_, trainable_, kGradientBucketBytes));
     std::vector<double> v = {loss_sum, static_cast<double>(tokens)};
     TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
     loss_sum = v[0];

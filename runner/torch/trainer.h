@@ -12,9 +12,9 @@
 // layout to out_dir/adapter/ and merged into model.pt / model/ at the end)
 // and 8-bit AdamW states; data parallelism over several rank processes
 // (runner/dist/): stage 0 sums gradients across ranks, ZeRO-1 also shares
-// out the optimizer states and master weights. Not yet: ZeRO-2/3 and
-// offload, which the runner refuses as bad input; `tailor run` plans
-// without them.
+// out the optimizer states and master weights, ZeRO-2 the gradients too.
+// Not yet: ZeRO-3 and offload, which the runner refuses as bad input;
+// `tailor run` plans without them.
 #pragma once
 
 #include <cstdint>

@@ -162,12 +162,12 @@ TEST(RanksTest, APlanForTwoRanksOnTheCpuGivesEachHalfTheMemory) {
   EXPECT_NEAR(two["memory"]["budget_per_gpu"].get<double>(), one["memory"]["budget_per_gpu"].get<double>() / 2, 1);
 }
 
-TEST(RanksTest, TwoAndFourRanksTrainLikeOneRankAtStageZeroAndOne) {
+TEST(RanksTest, TwoAndFourRanksTrainLikeOneRankAtStagesZeroToTwo) {
   TempDir t;
   const std::string base = t.file("one");
   ASSERT_EQ(run_runner(plan_file(t, "one", {}), base), 0);
   for (const JobShape& shape : {JobShape{.ranks = 2, .zero = 0}, JobShape{.ranks = 2, .zero = 1},
-                                JobShape{.ranks = 4, .zero = 1}}) {
+                                JobShape{.ranks = 2, .zero = 2}, JobShape{.ranks = 4, .zero = 2}}) {
     SCOPED_TRACE("ranks " + std::to_string(shape.ranks) + ", ZeRO-" + std::to_string(shape.zero));
     const std::string name = "r" + std::to_string(shape.ranks) + "z" + std::to_string(shape.zero);
     const std::string plan = plan_file(t, name, shape);
@@ -182,22 +182,25 @@ TEST(RanksTest, TwoAndFourRanksTrainLikeOneRankAtStageZeroAndOne) {
     const double planned = p["memory"]["per_gpu"]["total"].get<double>();
     const json last = json_lines(out + "/metrics.jsonl").back();
     ASSERT_EQ(last["ranks"].size(), static_cast<std::size_t>(shape.ranks));
-    double states = 0;
+    double states = 0, gradients = 0;
     for (const json& r : last["ranks"]) {
       EXPECT_NEAR(r["peak_bytes"].get<double>(), planned, 0.05 * planned) << "rank " << r["rank"];
       states += r["optimizer_states_bytes"].get<double>();
+      gradients += r["gradients_bytes"].get<double>();
     }
-    // ZeRO-1 shares the states out; stage 0 keeps a copy on each rank.
-    const double one_rank_states = json_lines(base + "/metrics.jsonl").back()["memory"]["optimizer_states"];
-    EXPECT_DOUBLE_EQ(states, one_rank_states * (shape.zero == 1 ? 1 : shape.ranks));
+    // ZeRO-1 shares the states out, ZeRO-2 the gradients too; stage 0 keeps
+    // a copy of each on every rank.
+    const json one_rank = json_lines(base + "/metrics.jsonl").back()["memory"];
+    EXPECT_DOUBLE_EQ(states, one_rank["optimizer_states"].get<double>() * (shape.zero >= 1 ? 1 : shape.ranks));
+    EXPECT_DOUBLE_EQ(gradients, one_rank["gradients"].get<double>() * (shape.zero >= 2 ? 1 : shape.ranks));
   }
 }
 
-TEST(RanksTest, LoraAdaptersTrainLikeOneRankUnderDataParallelAndZeroOne) {
+TEST(RanksTest, LoraAdaptersTrainLikeOneRankAtStagesZeroToTwo) {
   TempDir t;
   const std::string base = t.file("one");
   ASSERT_EQ(run_runner(plan_file(t, "one", {.lora = true}), base), 0);
-  for (int zero : {0, 1}) {
+  for (int zero : {0, 1, 2}) {
     const std::string out = t.file("two-z" + std::to_string(zero));
     ASSERT_EQ(run_runner(plan_file(t, "two-z" + std::to_string(zero), {.ranks = 2, .zero = zero, .lora = true}), out), 0);
     expect_same_losses(base + "/metrics.jsonl", out + "/metrics.jsonl");
@@ -229,7 +232,7 @@ TEST(RanksTest, AZeroOneCheckpointResumesOnAnotherRankCount) {
 TEST(RanksTest, KillingOneRankStopsTheJobAtOnceAndItResumesFromTheLastCheckpoint) {
   TempDir t;
   const std::string out = t.file("job");
-  const pid_t launcher = start_runner(plan_file(t, "long", {.ranks = 2, .zero = 1, .steps = 100000, .checkpoint_every = 2}), out);
+  const pid_t launcher = start_runner(plan_file(t, "long", {.ranks = 2, .zero = 2, .steps = 100000, .checkpoint_every = 2}), out);
   // Rank 1's process id from its start event, once rank 0 has checkpointed.
   std::int64_t victim = 0, rank0 = 0;
   ASSERT_TRUE(wait_for([&] {
@@ -255,7 +258,7 @@ TEST(RanksTest, KillingOneRankStopsTheJobAtOnceAndItResumesFromTheLastCheckpoint
     if (e["event"] == "checkpoint") saved = e["step"];
   }
   ASSERT_GT(saved, 0);
-  ASSERT_EQ(run_runner(plan_file(t, "short", {.ranks = 2, .zero = 1, .steps = static_cast<int>(saved) + 2}), out,
+  ASSERT_EQ(run_runner(plan_file(t, "short", {.ranks = 2, .zero = 2, .steps = static_cast<int>(saved) + 2}), out,
                        "--resume"),
             0);
   EXPECT_EQ(json_lines(out + "/metrics.jsonl").back()["step"], saved + 2);
