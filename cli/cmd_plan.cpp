@@ -132,7 +132,11 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, bool exp
                        ? materialised
                        : "fused (scaled_dot_product_attention: no s x s scores kept)");
 
-  out << "\nMemory " << (plan.on_cpu ? "(host, CPU training)" : "per GPU") << "\n";
+  out << "\nMemory "
+      << (!plan.on_cpu                ? "per GPU"
+          : s.num_gpus > 1 ? "per rank (host, CPU training, " + std::to_string(s.num_gpus) + " ranks sharing it)"
+                           : std::string("(host, CPU training)"))
+      << "\n";
   auto mem = [&](const char* k, Bytes b) { out << "  " << pad(k, 24) << b.to_string() << "\n"; };
   mem("weights", m.weights);
   mem("gradients", m.gradients);

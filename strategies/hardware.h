@@ -50,8 +50,9 @@ struct Hardware {
   std::string describe() const;
 };
 
-// What ranks on one CPU move between them per second over loopback
-// (runner/dist/communicator.h, measured in runner/README.md).
+// What tailor-runner's ranks move between them per second (bus bandwidth,
+// GB/s): its TCP ring over loopback, 1.0-1.6 GB/s for 1-64 MiB between 2
+// and 4 ranks on the 2-core machine (bench/comm_bench.cpp, runner/README.md).
 inline constexpr double kCpuLoopbackGBps = 1.0;
 
 // The device one rank trains on: the first GPU, or on the CPU its share of

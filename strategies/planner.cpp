@@ -328,7 +328,16 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   if (hw.nodes > 1 && s.num_gpus > hw.gpus_per_node()) {
     link.interconnect_gbps = std::min(link.interconnect_gbps, o.cost.inter_node_gbps);
   }
-  c.throughput = estimate_throughput(spec.model.arch, s, spec.data.seq_len, spec.training.global_batch_size, link, o.cost);
+  CostConstants cost = o.cost;
+  if (spec.planner.runtime == dsl::Runtime::kTailor) {
+    // tailor-runner's collectives run over TCP through host memory
+    // (runner/dist: NCCL is not wired to them yet), after backward (ZeRO-2's
+    // transfers block inside it): its ranks talk at loopback speed, not over
+    // NVLink, and nothing hides the time.
+    link.interconnect_gbps = std::min(link.interconnect_gbps, kCpuLoopbackGBps);
+    cost.comm_overlap = 0;
+  }
+  c.throughput = estimate_throughput(spec.model.arch, s, spec.data.seq_len, spec.training.global_batch_size, link, cost);
   const double keep = 1.0 - spec.headroom();
   const Bytes budget(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * keep));
   // On the CPU the model and the host share one budget.

@@ -122,15 +122,27 @@ void throw_if_error(const Status& s) {
 
 }  // namespace
 
-GradientSharder::GradientSharder(dist::Communicator& comm, std::vector<torch::Tensor> params, std::vector<int> owner)
-    : comm_(comm), params_(std::move(params)), owner_(std::move(owner)) {
+GradientSharder::GradientSharder(dist::Communicator& comm, std::vector<torch::Tensor> params, std::vector<int> owner,
+                                 bool during_backward)
+    : comm_(comm), params_(std::move(params)), owner_(std::move(owner)), hooked_(during_backward) {
+  if (!hooked_) return;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ReduceToOwner>(this, i));
   }
 }
 
 GradientSharder::~GradientSharder() {
+  if (!hooked_) return;
   for (const torch::Tensor& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+Status GradientSharder::reduce_all() {
+  try {
+    for (std::size_t i = 0; i < params_.size(); ++i) on_gradient(i);
+  } catch (const std::exception& e) {
+    return Status::unavailable(e.what());
+  }
+  return Status::ok();
 }
 
 void GradientSharder::on_gradient(std::size_t i) {
@@ -138,7 +150,7 @@ void GradientSharder::on_gradient(std::size_t i) {
   torch::Tensor p = params_[i];
   const int owner = owner_[i];
   torch::Tensor g = p.grad();
-  if (!g.defined()) return;
+  if (!g.defined()) return;  // the same on every rank: no rank used it
   if (comm_.rank() != owner) {
     const torch::Tensor host = g.to(torch::kCPU).contiguous();
     throw_if_error(comm_.send(owner, host.data_ptr(), host.nbytes()));

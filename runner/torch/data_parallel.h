@@ -34,16 +34,23 @@ Status all_reduce_values(dist::Communicator& comm, std::vector<double>& values);
 Status broadcast_from_owners(dist::Communicator& comm, const std::vector<torch::Tensor>& tensors,
                              const std::vector<int>& owner);
 
-// ZeRO-2: as backward finishes each gradient (a post-accumulate hook), it is
-// summed into its owner's .grad and freed on every other rank, so a rank
-// holds the gradients of its share only (Rajbhandari et al. 2020, section
-// 5.2) and one tensor's at a time of the rest. Every rank must run the same
-// backward passes (the hooks are collective); a failed transfer throws out
-// of backward with the communicator's message. Removes its hooks when
-// destroyed.
+// Gradients summed into their owners' .grad and freed on every other rank:
+// each rank sends the gradients it does not own once (Ψ(N-1)/N bytes) and
+// later receives the updated parameters it does not own, 2Ψ(N-1)/N in all,
+// as much as an all-reduce moves.
+//  - ZeRO-1: reduce_all() after the step's last backward;
+//  - ZeRO-2 (`during_backward`): as backward finishes each gradient (a
+//    post-accumulate hook), so a rank holds the gradients of its share only
+//    (Rajbhandari et al. 2020, section 5.2) and one tensor's of the rest.
+//    Every rank must run the same backward passes (the hooks are
+//    collective); a failed transfer throws out of backward with the
+//    communicator's message. The hooks are removed on destruction.
 class GradientSharder {
  public:
-  GradientSharder(dist::Communicator& comm, std::vector<torch::Tensor> params, std::vector<int> owner);
+  GradientSharder(dist::Communicator& comm, std::vector<torch::Tensor> params, std::vector<int> owner,
+                  bool during_backward);
+  // Every gradient to its owner, in order; those no rank has are skipped.
+  Status reduce_all();
   ~GradientSharder();
   GradientSharder(const GradientSharder&) = delete;
   GradientSharder& operator=(const GradientSharder&) = delete;
@@ -54,6 +61,7 @@ class GradientSharder {
   dist::Communicator& comm_;
   std::vector<torch::Tensor> params_;
   std::vector<int> owner_;
+  bool hooked_ = false;
 };
 
 // A tensor (possibly undefined) with its dtype and shape, to one peer.

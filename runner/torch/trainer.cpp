@@ -234,7 +234,7 @@ class Run {
   std::vector<torch::Tensor> trainable_;
   std::vector<int> owner_;        // ZeRO-1/2: the rank that updates each trainable tensor
   bool sharded_ = false;          // ZeRO-1 or 2 over several ranks
-  std::unique_ptr<GradientSharder> grad_sharder_;  // ZeRO-2
+  std::unique_ptr<GradientSharder> grad_sharder_;  // ZeRO-1 and 2
 };
 
 // Gradient buckets: large enough that loopback latency is amortised, small
@@ -525,7 +525,7 @@ Status Run::build_model() {
       if (owner_[i] == rank_) owned.push_back(trainable_[i]);
     }
     trainable = std::move(owned);
-    if (st_.zero_stage >= 2) grad_sharder_ = std::make_unique<GradientSharder>(*comm_, trainable_, owner_);
+    grad_sharder_ = std::make_unique<GradientSharder>(*comm_, trainable_, owner_, /*during_backward=*/st_.zero_stage >= 2);
   }
   opt_ = std::make_unique<TrainingOptimizer>(trainable, opt_precision, st_.optimizer, spec_.training.weight_decay);
   state_.loss_scale = DynamicLossScaler(st_.precision == dsl::Precision::kFp16).scale();
@@ -631,6 +631,7 @@ Status Run::probe() {
 
 Status Run::train_step(std::int64_t step) {
   const double t0 = now_seconds();
+  const std::uint64_t sent_before = comm_ ? comm_->bytes_sent() : 0;
   std::vector<data::Batch> micro;
   std::int64_t target_tokens = 0;
   // Every rank draws the whole global batch and trains on micro-batches
@@ -669,10 +670,18 @@ Status Run::train_step(std::int64_t step) {
     m.parts.logits = std::max(m.parts.logits, Bytes(head_peak));
     m.peak = std::max(m.peak, scope.peak_increase() + scope.start_bytes());
   }
+  // Gradients as backward left them (ZeRO-2: this rank's share), before
+  // ZeRO-1 sends away those it does not own.
+  const Bytes gradients_after_backward = measure_static().parts.gradients;
   if (world_ > 1) {
-    // The global batch's gradients (ZeRO-2: already on their owners) and
-    // loss on every rank.
-    if (!grad_sharder_) TAILOR_RETURN_IF_ERROR(all_reduce_gradients(*comm_, trainable_, kGradientBucketBytes));
+    // The global batch's gradients: on every rank (stage 0), or on their
+    // owners (ZeRO-1 now; ZeRO-2 already during backward); the loss on every
+    // rank.
+    if (!grad_sharder_) {
+      TAILOR_RETURN_IF_ERROR(all_reduce_gradients(*comm_, trainable_, kGradientBucketBytes));
+    } else if (st_.zero_stage == 1) {
+      TAILOR_RETURN_IF_ERROR(grad_sharder_->reduce_all());
+    }
     std::vector<double> v = {loss_sum, static_cast<double>(tokens)};
     TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
     loss_sum = v[0];
@@ -706,7 +715,7 @@ Status Run::train_step(std::int64_t step) {
     }
     double factor = 1.0 / used;
     if (spec_.training.grad_clip > 0 && norm > spec_.training.grad_clip) factor *= spec_.training.grad_clip / norm;
-    m.parts.gradients = measure_static().parts.gradients;
+    m.parts.gradients = gradients_after_backward;
     opt_->step(lr, factor);
     if (sharded_) TAILOR_RETURN_IF_ERROR(broadcast_from_owners(*comm_, trainable_, owner_));
   }
@@ -768,6 +777,8 @@ Status Run::train_step(std::int64_t step) {
   w.field("step_seconds", dt).field("epoch", batcher_->epoch_progress()).field("skipped", skipped);
   write_memory(w, m);
   if (world_ > 1) {
+    // Bytes rank 0 sent this step (bench/ranks_vs_ddp.sh compares them with 2Ψ).
+    w.field("comm_bytes", static_cast<std::int64_t>(comm_->bytes_sent() - sent_before));
     w.field("peak_rank", static_cast<std::int64_t>(peak_rank));
     w.key("ranks").begin_array();
     static const char* kNames[kFields] = {"peak_bytes",         "allocated_bytes",       "weights_bytes",

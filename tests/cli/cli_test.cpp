@@ -204,11 +204,11 @@ TEST(CliTest, PlanJsonIsThePlanDocument) {
   EXPECT_TRUE(j["fits"].get<bool>());
   EXPECT_EQ(j["hardware"]["source"], "--gpus 2xA6000");
   EXPECT_EQ(j["hardware"]["num_gpus"], 2);
-  // One rank per GPU; the ZeRO-3 plan it would choose, were ZeRO-3
+  // One rank per GPU; the plan it would choose with offload, were offload
   // executable, is named.
   EXPECT_EQ(j["strategy"]["num_gpus"], 2);
   ASSERT_TRUE(j["preferred_if_executable"].is_object()) << j.dump(1);
-  EXPECT_EQ(j["preferred_if_executable"]["strategy"]["zero_stage"], 3);
+  EXPECT_NE(j["preferred_if_executable"]["strategy"]["offload"], "none");
   EXPECT_FALSE(j["preferred_if_executable"]["executable"].get<bool>());
   // Decisions are data, with the prose derived from them.
   ASSERT_GE(j["decisions"].size(), 3u);

@@ -243,10 +243,17 @@ TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
   EXPECT_EQ(train_in(lora, dir.file("l")), RunnerExit::kBadInput);
   EXPECT_NE(lines(dir.file("l") + "/events.jsonl").back()["message"].get<std::string>().find("qkv_proj"),
             std::string::npos);
-  // ZeRO is not implemented: refused rather than ignored.
+  // ZeRO-3 is not implemented: refused rather than ignored.
   RunConfig zero = cfg;
-  zero.strategy.zero_stage = 1;
+  zero.strategy.zero_stage = 3;
   EXPECT_EQ(train_in(zero, dir.file("z")), RunnerExit::kBadInput);
+  // A plan for two ranks trained as one process without RANK/WORLD_SIZE
+  // (tailor-runner's main would have launched them).
+  RunConfig ranks = cfg;
+  ranks.strategy.num_gpus = 2;
+  EXPECT_EQ(train_in(ranks, dir.file("r")), RunnerExit::kBadInput);
+  EXPECT_NE(lines(dir.file("r") + "/events.jsonl").back()["message"].get<std::string>().find("WORLD_SIZE is 1"),
+            std::string::npos);
   // A sequence longer than the model's context.
   RunConfig longer = cfg;
   longer.spec.data.seq_len = longer.spec.model.arch.max_seq_len + 1;

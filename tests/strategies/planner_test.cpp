@@ -318,10 +318,46 @@ TEST(PlannerTest, HeadroomIsAStrategyPolicy) {
   EXPECT_LE(thirty.chosen.memory.per_device.total(), thirty.budget_per_device);
 }
 
+// resources.ranks on the CPU: N processes share it, each with 1/N of the
+// memory as its budget; ZeRO may shard across them, offload has nowhere to go.
+TEST(PlannerTest, RanksOnTheCpuShareItsMemoryAndMayShardTheOptimizer) {
+  const Plan one = plan_job(load("tiny-cpu.yaml"), cpu(Bytes::gib(2)));
+  const Plan two = plan_job(load("tiny-cpu.yaml", {"resources.ranks=2", "strategy.zero_stage=2"}), cpu(Bytes::gib(2)));
+  ASSERT_TRUE(two.fits) << two.no_fit_reason();
+  EXPECT_EQ(two.chosen.strategy.num_gpus, 2);
+  EXPECT_EQ(two.chosen.strategy.zero_stage, 2);
+  EXPECT_EQ(two.chosen.strategy.micro_batch_size * two.chosen.strategy.grad_accumulation * 2, 16);
+  EXPECT_NEAR(static_cast<double>(two.budget_per_device.count()), one.budget_per_device.count() / 2.0, 1.0);
+  // Without a pin, ranks stay as asked (never fewer) and stage 0 is admitted.
+  const Plan free = plan_job(load("tiny-cpu.yaml", {"resources.ranks=2"}), cpu(Bytes::gib(2)));
+  ASSERT_TRUE(free.fits);
+  EXPECT_EQ(free.chosen.strategy.num_gpus, 2);
+  const Plan offload =
+      plan_job(load("tiny-cpu.yaml", {"resources.ranks=2", "strategy.zero_stage=1", "strategy.offload=optimizer"}),
+               cpu(Bytes::gib(2)));
+  EXPECT_FALSE(offload.fits);
+  // Three ranks cannot share a global batch of 16.
+  const Plan three = plan_job(load("tiny-cpu.yaml", {"resources.ranks=3"}), cpu(Bytes::gib(2)));
+  ASSERT_FALSE(three.errors.empty());
+  EXPECT_NE(three.errors[0].find("not divisible by the 3 ranks"), std::string::npos) << three.errors[0];
+}
+
+// More ranks than GPUs is an error naming both.
+TEST(PlannerTest, RanksBeyondTheGpusAreRefused) {
+  auto hw = *resolve_hardware(dsl::JobSpec{}, "2xA100-80GB,host=256GiB", {}, std::nullopt, dsl::Catalog::builtin());
+  const Plan p = plan_job(load("llama3-8b-full-8xa100.yaml", {"resources.ranks=4"}), hw);
+  ASSERT_FALSE(p.errors.empty());
+  EXPECT_NE(p.errors[0].find("resources.ranks is 4"), std::string::npos) << p.errors[0];
+  EXPECT_NE(p.errors[0].find("one rank per GPU at most"), std::string::npos) << p.errors[0];
+}
+
 // Across nodes collectives run at the network's speed, and offloaded bytes
 // are shared by the nodes' hosts.
 TEST(PlannerTest, SeveralNodesPayTheNetworkAndShareHostMemory) {
-  const dsl::JobSpec spec = load("llama3-8b-full-8xa100.yaml");
+  dsl::JobSpec spec = load("llama3-8b-full-8xa100.yaml");
+  // A stack with NVLink-speed collectives (tailor-runner's run over TCP at
+  // loopback speed on every link for now).
+  spec.planner.runtime = dsl::Runtime::kHf;
   auto hw = [](const std::string& flag) {
     return *resolve_hardware(dsl::JobSpec{}, flag, {}, std::nullopt, dsl::Catalog::builtin());
   };
