@@ -352,6 +352,12 @@ Result<std::unique_ptr<Communicator>> Communicator::connect(const RankEnv& env, 
   return comm;
 }
 
+void Communicator::abort() {
+  for (int fd : fds_) {
+    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  }
+}
+
 Communicator::~Communicator() {
   for (int fd : fds_) {
     if (fd >= 0) ::close(fd);

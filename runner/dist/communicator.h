@@ -56,6 +56,10 @@ class Communicator {
   Status send(int peer, const void* data, std::size_t bytes);
   Status recv(int peer, void* data, std::size_t bytes);
   Status barrier();
+  // Shuts every connection down: transfers in progress on any thread fail at
+  // once, and the peers see this rank stop. For leaving while another thread
+  // may be blocked in a collective.
+  void abort();
 
   // The part of a `count`-element buffer that rank `r` reduces.
   std::pair<std::size_t, std::size_t> segment_range(std::size_t count, int r) const;

@@ -17,6 +17,19 @@ Status on_host(torch::Tensor& t, Fn&& fn) {
   return Status::ok();
 }
 
+// Calls `owner->on_gradient(index)` when backward has accumulated a
+// parameter's gradient.
+template <typename Owner>
+class GradientHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradientHook(Owner* owner, std::size_t index) : owner_(owner), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { owner_->on_gradient(index_); }
+
+ private:
+  Owner* owner_;
+  std::size_t index_;
+};
+
 }  // namespace
 
 std::vector<int> partition_by_size(const std::vector<torch::Tensor>& tensors, int world) {
@@ -85,6 +98,124 @@ Status all_reduce_gradients(dist::Communicator& comm, const std::vector<torch::T
   return Status::ok();
 }
 
+
+OverlappedAllReduce::OverlappedAllReduce(dist::Communicator& comm, std::vector<torch::Tensor> params,
+                                         std::int64_t bucket_bytes)
+    : comm_(comm), params_(std::move(params)), bucket_elements_(std::max<std::int64_t>(1, bucket_bytes / 4)) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradientHook<OverlappedAllReduce>>(this, i));
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+OverlappedAllReduce::~OverlappedAllReduce() {
+  for (const torch::Tensor& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    if (busy_ || !queue_.empty()) comm_.abort();  // a bucket's peers may never come
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void OverlappedAllReduce::arm() {
+  armed_ = true;
+  current_.clear();
+  current_elements_ = 0;
+  seen_.assign(params_.size(), 0);
+}
+
+void OverlappedAllReduce::on_gradient(std::size_t i) {
+  if (!armed_) return;  // an earlier micro-batch: gradients accumulate locally
+  // A tensor whose gradient arrives in two parts (used inside and outside a
+  // recomputed layer) would be summed before it is complete: refuse loudly.
+  if (seen_[i]++) {
+    if (twice_.empty()) {
+      std::string shape;
+      for (std::int64_t d : params_[i].sizes()) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+      twice_ = "tensor " + std::to_string(i) + " (" + shape + ") received its gradient twice in one backward";
+    }
+    return;
+  }
+  current_.push_back(i);
+  current_elements_ += params_[i].numel();
+  if (current_elements_ >= bucket_elements_) enqueue();
+}
+
+void OverlappedAllReduce::enqueue() {
+  if (current_.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(current_));
+  }
+  cv_.notify_all();
+  current_.clear();
+  current_elements_ = 0;
+}
+
+Status OverlappedAllReduce::finish() {
+  enqueue();
+  armed_ = false;
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (!twice_.empty()) return Status::internal("overlapped all-reduce: " + twice_);
+  return error_;
+}
+
+void OverlappedAllReduce::run() {
+  for (;;) {
+    std::vector<std::size_t> bucket;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping
+      bucket = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    Status s = error_.is_ok() ? reduce(bucket) : Status::ok();  // after an error the rest are dropped
+    {
+      std::lock_guard lock(mu_);
+      if (!s.is_ok() && error_.is_ok()) error_ = s;
+      busy_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+Status OverlappedAllReduce::reduce(const std::vector<std::size_t>& bucket) {
+  try {
+    torch::NoGradGuard ng;
+    // Gradients backward has finished are not written again this step.
+    if (bucket.size() == 1) {
+      torch::Tensor g = params_[bucket[0]].grad();
+      if (g.scalar_type() == torch::kFloat32 && g.is_cpu() && g.is_contiguous()) {
+        return comm_.all_reduce_sum(g.data_ptr<float>(), static_cast<std::size_t>(g.numel()));
+      }
+    }
+    std::int64_t n = 0;
+    for (std::size_t i : bucket) n += params_[i].numel();
+    torch::Tensor flat = torch::empty({n}, torch::TensorOptions().dtype(torch::kFloat32));
+    std::int64_t at = 0;
+    for (std::size_t i : bucket) {
+      const std::int64_t len = params_[i].numel();
+      flat.narrow(0, at, len).copy_(params_[i].grad().reshape({-1}));
+      at += len;
+    }
+    TAILOR_RETURN_IF_ERROR(comm_.all_reduce_sum(flat.data_ptr<float>(), static_cast<std::size_t>(n)));
+    at = 0;
+    for (std::size_t i : bucket) {
+      const std::int64_t len = params_[i].numel();
+      params_[i].mutable_grad().copy_(flat.narrow(0, at, len).view(params_[i].sizes()));
+      at += len;
+    }
+    return Status::ok();
+  } catch (const std::exception& e) {
+    return Status::internal(std::string("gradient all-reduce: ") + e.what());
+  }
+}
+
 Status all_reduce_values(dist::Communicator& comm, std::vector<double>& values) {
   return comm.all_reduce_sum(values.data(), values.size());
 }
@@ -106,15 +237,6 @@ namespace {
 
 constexpr int kMaxDims = 8;
 
-class ReduceToOwner : public torch::autograd::PostAccumulateGradHook {
- public:
-  ReduceToOwner(GradientSharder* sharder, std::size_t index) : sharder_(sharder), index_(index) {}
-  void operator()(const torch::autograd::Variable&) override { sharder_->on_gradient(index_); }
-
- private:
-  GradientSharder* sharder_;
-  std::size_t index_;
-};
 
 void throw_if_error(const Status& s) {
   if (!s.is_ok()) throw std::runtime_error(s.message());
@@ -127,13 +249,20 @@ GradientSharder::GradientSharder(dist::Communicator& comm, std::vector<torch::Te
     : comm_(comm), params_(std::move(params)), owner_(std::move(owner)), hooked_(during_backward) {
   if (!hooked_) return;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ReduceToOwner>(this, i));
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradientHook<GradientSharder>>(this, i));
   }
 }
 
 GradientSharder::~GradientSharder() {
   if (!hooked_) return;
   for (const torch::Tensor& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+void GradientSharder::begin_backward() { seen_.assign(params_.size(), 0); }
+
+Status GradientSharder::check() const {
+  if (twice_.empty()) return Status::ok();
+  return Status::internal("ZeRO-2: " + twice_);
 }
 
 Status GradientSharder::reduce_all() {
@@ -146,6 +275,10 @@ Status GradientSharder::reduce_all() {
 }
 
 void GradientSharder::on_gradient(std::size_t i) {
+  if (hooked_ && !seen_.empty() && seen_[i]++) {
+    if (twice_.empty()) twice_ = "tensor " + std::to_string(i) + " received its gradient twice in one backward";
+    return;
+  }
   torch::NoGradGuard ng;
   torch::Tensor p = params_[i];
   const int owner = owner_[i];

@@ -7,7 +7,11 @@
 
 #include <torch/torch.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/status.h"
@@ -26,6 +30,46 @@ std::vector<int> partition_by_size(const std::vector<torch::Tensor>& tensors, in
 // Tensors without a gradient contribute zeros.
 Status all_reduce_gradients(dist::Communicator& comm, const std::vector<torch::Tensor>& params,
                             std::int64_t bucket_bytes);
+
+// Stage 0 with the all-reduce overlapped with backward (DDP's reducer, Li et
+// al. 2020): once armed, post-accumulate hooks gather each gradient backward
+// finishes into buckets of `bucket_bytes` (fp32) in the order backward
+// produces them, the same on every rank, and a thread of its own sums each
+// full bucket across the ranks and writes the sums back while backward goes
+// on. Arm it for the step's last micro-batch; finish() after that backward
+// sends the last bucket and waits. Destroying it while a bucket is in flight
+// aborts the communicator (the peers see this rank stop) rather than wait.
+class OverlappedAllReduce {
+ public:
+  OverlappedAllReduce(dist::Communicator& comm, std::vector<torch::Tensor> params, std::int64_t bucket_bytes);
+  ~OverlappedAllReduce();
+  OverlappedAllReduce(const OverlappedAllReduce&) = delete;
+  OverlappedAllReduce& operator=(const OverlappedAllReduce&) = delete;
+
+  void arm();
+  Status finish();
+  void on_gradient(std::size_t index);  // the hook (autograd's thread)
+
+ private:
+  void enqueue();
+  void run();  // the communication thread
+  Status reduce(const std::vector<std::size_t>& bucket);
+
+  dist::Communicator& comm_;
+  std::vector<torch::Tensor> params_;
+  std::int64_t bucket_elements_;
+  bool armed_ = false;
+  std::vector<std::size_t> current_;  // the bucket being filled
+  std::vector<char> seen_;            // this step's gradients so far
+  std::string twice_;                 // a gradient finished twice in one backward
+  std::int64_t current_elements_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::vector<std::size_t>> queue_;
+  bool busy_ = false, stop_ = false;
+  Status error_;
+  std::thread thread_;
+};
 
 // Sums small figures (losses, counts, flags) over the ranks.
 Status all_reduce_values(dist::Communicator& comm, std::vector<double>& values);
@@ -51,6 +95,11 @@ class GradientSharder {
                   bool during_backward);
   // Every gradient to its owner, in order; those no rank has are skipped.
   Status reduce_all();
+  // ZeRO-2: before each backward. A gradient that arrives twice in one
+  // backward is not sent again (its owner could not tell the parts apart);
+  // check() after that backward reports it.
+  void begin_backward();
+  Status check() const;
   ~GradientSharder();
   GradientSharder(const GradientSharder&) = delete;
   GradientSharder& operator=(const GradientSharder&) = delete;
@@ -62,6 +111,8 @@ class GradientSharder {
   std::vector<torch::Tensor> params_;
   std::vector<int> owner_;
   bool hooked_ = false;
+  std::vector<char> seen_;
+  std::string twice_;
 };
 
 // A tensor (possibly undefined) with its dtype and shape, to one peer.

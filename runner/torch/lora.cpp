@@ -91,10 +91,6 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
     return y;
   }
 
-  Tensor trainable_anchor(std::size_t layer) const override {
-    return layers[layer].empty() ? Tensor() : layers[layer].front().a;
-  }
-
   Tensor experts(std::size_t layer, bool gate_up, const Tensor& x, const Tensor& weight,
                  const std::vector<std::int64_t>& counts) override {
     const auto& q = quantized_experts[layer][gate_up ? 0 : 1];

@@ -295,8 +295,11 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& anchor,
                         CausalLMImpl* model, std::int64_t layer, const Tensor& cos, const Tensor& sin,
                         const Tensor& mask) {
-    // `anchor` is a parameter of the layer: it makes autograd call backward
-    // even when x does not require grad (the first layer's input).
+    // `anchor` is a leaf that requires grad and is no parameter: it makes
+    // autograd call backward even when x does not require grad (the first
+    // layer's input). Backward gives it no gradient, so no parameter's
+    // gradient arrives twice (once from the recomputation, once, empty,
+    // from this edge), which would fire its post-accumulate hooks twice.
     (void)anchor;
     ctx->save_for_backward({x, cos, sin, mask});
     ctx->saved_data["model"] = reinterpret_cast<std::int64_t>(model);
@@ -392,10 +395,10 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
       // Custom autograd functions take defined tensors only: gpt2 has no
       // RoPE tables, so empty ones stand in (run_layer ignores them).
       const Tensor none = torch::empty({0}, on);
-      // The anchor must require grad: with a frozen base (adapters) it is an adapter tensor.
-      Tensor anchor = static_cast<Layer*>(layers_[i].get())->norm1;
-      if (!anchor.requires_grad() && hook_ && hook_->trainable_anchor(i).defined()) anchor = hook_->trainable_anchor(i);
-      x = CheckpointedLayer::apply(x, anchor, this, static_cast<std::int64_t>(i),
+      if (!backward_anchor_.defined() || backward_anchor_.device() != x.device()) {
+        backward_anchor_ = torch::zeros({}, torch::TensorOptions().device(x.device())).requires_grad_(true);
+      }
+      x = CheckpointedLayer::apply(x, backward_anchor_, this, static_cast<std::int64_t>(i),
                                    layer_cos.defined() ? layer_cos : none, layer_sin.defined() ? layer_sin : none,
                                    layer_mask);
     } else {

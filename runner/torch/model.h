@@ -35,9 +35,6 @@ class ProjectionHook {
   // the hook keeps the weight in another form); `bias` may be undefined.
   virtual torch::Tensor project(std::size_t layer, Projection p, const torch::Tensor& x, const torch::Tensor& weight,
                                 const torch::Tensor& bias) = 0;
-  // A trainable tensor of the layer (undefined if none): gradient
-  // checkpointing needs one when the layer's own parameters are frozen.
-  virtual torch::Tensor trainable_anchor(std::size_t layer) const = 0;
   // A mixture of experts' gate/up (gate_up true) or down weights applied to
   // the rows routed to each expert (grouped_linear.h); `weight` is the
   // model's (E, out, in) parameter, empty when the hook keeps it in another
@@ -102,6 +99,9 @@ class CausalLMImpl : public torch::nn::Module {
   torch::nn::Embedding pos_embed_{nullptr};  // gpt2 only
   std::vector<std::shared_ptr<torch::nn::Module>> layers_;
   torch::Tensor final_norm_weight_, final_norm_bias_;
+  // A scalar leaf that requires grad, not a parameter: an input of every
+  // recomputed layer so that its backward runs (model.cpp).
+  torch::Tensor backward_anchor_;
   // RoPE's inverse frequencies (fp64, dsl/rope.h), on the device last used:
   // not a buffer, so checkpoints and state dicts hold weights only.
   torch::Tensor rope_inv_freq_, rope_local_inv_freq_;  // local: Gemma 3's windowed layers

@@ -235,6 +235,7 @@ class Run {
   std::vector<int> owner_;        // ZeRO-1/2: the rank that updates each trainable tensor
   bool sharded_ = false;          // ZeRO-1 or 2 over several ranks
   std::unique_ptr<GradientSharder> grad_sharder_;  // ZeRO-1 and 2
+  std::unique_ptr<OverlappedAllReduce> overlap_;   // stage 0
 };
 
 // Gradient buckets: large enough that loopback latency is amortised, small
@@ -526,6 +527,8 @@ Status Run::build_model() {
     }
     trainable = std::move(owned);
     grad_sharder_ = std::make_unique<GradientSharder>(*comm_, trainable_, owner_, /*during_backward=*/st_.zero_stage >= 2);
+  } else if (world_ > 1) {
+    overlap_ = std::make_unique<OverlappedAllReduce>(*comm_, trainable_, kGradientBucketBytes);
   }
   opt_ = std::make_unique<TrainingOptimizer>(trainable, opt_precision, st_.optimizer, spec_.training.weight_decay);
   state_.loss_scale = DynamicLossScaler(st_.precision == dsl::Precision::kFp16).scale();
@@ -619,6 +622,7 @@ Status Run::probe() {
     w.field("rank_pid", static_cast<std::int64_t>(::getpid()));
   });
   step_ = first_step_;
+  if (grad_sharder_) grad_sharder_->begin_backward();
   const data::Batch longest = batcher_->longest_batch();
   cross_entropy_sum(model_->logits(model_->hidden_states(model_input(longest, dev_)), /*capped=*/false),
                     to_tensor(longest.targets, longest.rows, longest.seq_len, dev_), 0,
@@ -650,6 +654,10 @@ Status Run::train_step(std::int64_t step) {
   std::int64_t tokens = 0;
   Measured m;
   for (const data::Batch& b : micro) {
+    // Stage 0: the last micro-batch's gradients are summed as backward
+    // finishes them.
+    if (overlap_ && &b == &micro.back()) overlap_->arm();
+    if (grad_sharder_) grad_sharder_->begin_backward();
     const std::int64_t base = meter_->current_bytes();
     PeakScope scope(*meter_);
     torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
@@ -677,7 +685,10 @@ Status Run::train_step(std::int64_t step) {
     // The global batch's gradients: on every rank (stage 0), or on their
     // owners (ZeRO-1 now; ZeRO-2 already during backward); the loss on every
     // rank.
-    if (!grad_sharder_) {
+    if (grad_sharder_) TAILOR_RETURN_IF_ERROR(grad_sharder_->check());
+    if (overlap_) {
+      TAILOR_RETURN_IF_ERROR(overlap_->finish());
+    } else if (!grad_sharder_) {
       TAILOR_RETURN_IF_ERROR(all_reduce_gradients(*comm_, trainable_, kGradientBucketBytes));
     } else if (st_.zero_stage == 1) {
       TAILOR_RETURN_IF_ERROR(grad_sharder_->reduce_all());

@@ -41,6 +41,7 @@ struct JobShape {
   bool lora = false;
   int steps = 4;
   int checkpoint_every = 0;
+  int recompute_every = 0;  // gradient checkpointing
 };
 
 std::string spec_text(const JobShape& j) {
@@ -50,7 +51,8 @@ std::string spec_text(const JobShape& j) {
     << "data: {train: " << TAILOR_SOURCE_DIR << "/configs/data/tiny-corpus.txt, format: text, seq_len: 64, packing: true}\n"
     << "training: {global_batch_size: 16, micro_batch_size: 2, max_steps: " << j.steps
     << ", lr: 2e-3, scheduler: constant, warmup_steps: 0, weight_decay: 0.01, seed: 7}\n"
-    << "strategy: {precision: fp32, gradient_checkpointing: 0, optimizer: adamw, zero_stage: " << j.zero
+    << "strategy: {precision: fp32, gradient_checkpointing: " << j.recompute_every
+    << ", optimizer: adamw, zero_stage: " << j.zero
     << ", adapter: " << (j.lora ? "lora, lora: {r: 4, alpha: 8, dropout: 0}" : "none") << "}\n"
     << "resources: {gpus: 0, host_memory: 4GiB, ranks: " << j.ranks << "}\n"
     << "checkpoint: {every_steps: " << j.checkpoint_every << ", keep: 2}\n";
@@ -196,19 +198,34 @@ TEST(RanksTest, TwoAndFourRanksTrainLikeOneRankAtStagesZeroToTwo) {
   }
 }
 
-TEST(RanksTest, LoraAdaptersTrainLikeOneRankAtStagesZeroToTwo) {
+// One rank's run of `one`, then two ranks of the same job at each stage in
+// `stages`: the same losses and final weights (`weights`, under the output
+// folder).
+void expect_two_ranks_like_one(JobShape one, const std::vector<int>& stages, const std::string& weights) {
   TempDir t;
   const std::string base = t.file("one");
-  ASSERT_EQ(run_runner(plan_file(t, "one", {.lora = true}), base), 0);
-  for (int zero : {0, 1, 2}) {
-    const std::string out = t.file("two-z" + std::to_string(zero));
-    ASSERT_EQ(run_runner(plan_file(t, "two-z" + std::to_string(zero), {.ranks = 2, .zero = zero, .lora = true}), out), 0);
+  ASSERT_EQ(run_runner(plan_file(t, "one", one), base), 0);
+  for (int zero : stages) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(zero));
+    JobShape two = one;
+    two.ranks = 2;
+    two.zero = zero;
+    const std::string name = "two-z" + std::to_string(zero);
+    const std::string out = t.file(name);
+    ASSERT_EQ(run_runner(plan_file(t, name, two), out), 0);
     expect_same_losses(base + "/metrics.jsonl", out + "/metrics.jsonl");
-    EXPECT_LT(max_abs_difference(fp32_tensors(base + "/adapter/adapter_model.safetensors"),
-                                 fp32_tensors(out + "/adapter/adapter_model.safetensors")),
-              1e-5)
-        << "ZeRO-" << zero;
+    EXPECT_LT(max_abs_difference(fp32_tensors(base + "/" + weights), fp32_tensors(out + "/" + weights)), 1e-5);
   }
+}
+
+TEST(RanksTest, LoraAdaptersTrainLikeOneRankAtStagesZeroToTwo) {
+  expect_two_ranks_like_one({.lora = true}, {0, 1, 2}, "adapter/adapter_model.safetensors");
+}
+
+// Recomputed layers run a backward inside backward: the hooks that sum
+// (stage 0, overlapped) or send (ZeRO-2) gradients fire from there too.
+TEST(RanksTest, RecomputedLayersTrainLikeOneRank) {
+  expect_two_ranks_like_one({.recompute_every = 1}, {0, 2}, "model/model.safetensors");
 }
 
 TEST(RanksTest, AZeroOneCheckpointResumesOnAnotherRankCount) {
