@@ -54,7 +54,8 @@ options:
 Ranks: a plan for several ranks (strategy.num_gpus > 1) starts one process
 per rank and supervises them as one job, the cores split between them; with
 RANK and WORLD_SIZE set (torchrun, srun, a Kubernetes Job) this process is
-that rank and meets the others at MASTER_ADDR:MASTER_PORT (rank 0 listens).
+that rank and meets the others at MASTER_ADDR:MASTER_PORT (rank 0 listens;
+under torchrun, whose agent holds MASTER_PORT, at MASTER_PORT + 1).
 TAILOR_RENDEZVOUS_TIMEOUT (seconds, default 300) bounds the wait for them.
 
 exit codes: 0 done, 1 failure, 2 bad input (never retried), 3 out of memory

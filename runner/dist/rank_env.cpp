@@ -51,6 +51,12 @@ Result<RankEnv> rank_env_from(const std::function<const char*(const char*)>& get
                                     std::to_string(e.world) + ", got \"" + std::string(port ? port : "") + "\"");
   }
   e.master_port = p.value_or(0);
+  // torchrun's agent serves its own store on MASTER_PORT: meet on the next.
+  if (const char* agent = get("TORCHELASTIC_USE_AGENT_STORE");
+      agent != nullptr && std::string(agent) == "True" && e.master_port > 0) {
+    if (e.master_port == 65535) return Status::invalid_argument("MASTER_PORT 65535 leaves no port after torchrun's store");
+    ++e.master_port;
+  }
   return e;
 }
 

@@ -1,7 +1,9 @@
 // Which rank of a multi-process job this process is, from the variables
 // torchrun, srun wrappers and Kubernetes Jobs set (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and tailor-runner's own launcher
-// sets (launcher.h). Torch-free.
+// sets (launcher.h). Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) its
+// agent's store holds MASTER_PORT, so the ranks meet on MASTER_PORT + 1.
+// Torch-free.
 #pragma once
 
 #include <functional>

@@ -211,6 +211,10 @@ TEST(RankEnvTest, ReadsTheUsualVariablesAndNamesOnesThatDoNotParse) {
   EXPECT_NE(from({{"RANK", "0"}, {"WORLD_SIZE", "two"}}).status().message().find("WORLD_SIZE"), std::string::npos);
   EXPECT_NE(from({{"RANK", "0"}, {"WORLD_SIZE", "2"}}).status().message().find("MASTER_PORT"), std::string::npos);
   EXPECT_TRUE(from({{"RANK", "0"}, {"WORLD_SIZE", "1"}}).is_ok());  // one rank needs no port
+  // torchrun's agent serves its store on MASTER_PORT.
+  auto torchrun = from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  ASSERT_TRUE(torchrun.is_ok());
+  EXPECT_EQ(torchrun->master_port, 29501);
 }
 
 TEST(JobOutcomeTest, TheFirstRankToFailDecidesAndCancelledRanksDoNot) {
