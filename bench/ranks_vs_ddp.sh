@@ -17,24 +17,9 @@ threads=${THREADS:-$(nproc)}
 precision=${PRECISION:-fp32}
 seq=256
 warmup=3
-root=$(cd "$(dirname "$0")/.." && pwd)
-python="$root/.venv/bin/python"
-anchor="$root/../shared/bench/anchor_pytorch_llama.py"
-[[ -x $python ]] || { echo "bench: $python not found: run scripts/setup" >&2; exit 1; }
-[[ -f $anchor ]] || { echo "bench: $anchor not found" >&2; exit 1; }
-command -v /usr/bin/time >/dev/null || { echo "bench: GNU time missing: scripts/setup --bench" >&2; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMP_WAIT_POLICY=PASSIVE  # the same environment for all (runner/README.md)
-
-"$python" - "$work/tokens.bin" <<'PY'
-import random, struct, sys
-random.seed(0)
-with open(sys.argv[1], "wb") as f:
-    for _ in range(400):
-        f.write(struct.pack("<300i", *[random.randrange(260, 4096) for _ in range(300)]))
-        f.write(struct.pack("<i", 257))
-PY
+source "$(dirname "$0")/lib.sh"
+bench_init
+bench_random_tokens "$work/tokens.bin"
 
 field() { grep -o "\"$2\": [0-9.]*" <<<"$1" | cut -d' ' -f2; }
 

@@ -15,27 +15,13 @@ steps=${STEPS:-20}
 threads=${THREADS:-$(nproc)}
 seq=${SEQ:-256}
 warmup=3
-root=$(cd "$(dirname "$0")/.." && pwd)
-python="$root/.venv/bin/python"
-anchor="$root/../shared/bench/anchor_pytorch_llama.py"
-[[ -x $python ]] || { echo "bench: $python not found: run scripts/setup" >&2; exit 1; }
-[[ -f $anchor ]] || { echo "bench: $anchor not found" >&2; exit 1; }
-command -v /usr/bin/time >/dev/null || { echo "bench: GNU time missing: scripts/setup --bench" >&2; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMP_WAIT_POLICY=PASSIVE  # the same environment for all (runner/README.md)
+source "$(dirname "$0")/lib.sh"
+bench_init
 
 # The anchor's model: 4 layers, hidden 256, 4 heads, MLP 688, vocab 4096, batch 8.
 model=(--layers 4 --hidden 256 --heads 4 --kv-heads 4 --intermediate 688 --vocab 4096 --seq "$seq" --batch 8
        --steps "$steps" --warmup "$warmup" --threads "$threads")
-"$python" - "$work/tokens.bin" <<'PY'
-import random, struct, sys
-random.seed(0)
-with open(sys.argv[1], "wb") as f:
-    for _ in range(400):  # documents of 300 random ids, EOS-separated (257)
-        f.write(struct.pack("<300i", *[random.randrange(260, 4096) for _ in range(300)]))
-        f.write(struct.pack("<i", 257))
-PY
+bench_random_tokens "$work/tokens.bin"
 
 field() { grep -o "\"$2\": [0-9.]*" <<<"$1" | cut -d' ' -f2; }
 row() {  # impl mode precision tokens/s rss_bytes

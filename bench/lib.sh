@@ -1,0 +1,29 @@
+# Sourced by the bench scripts: the project's paths and Python environment,
+# checked, a work folder removed on exit, and the same synthetic data.
+
+# Sets root, python, anchor and work; exports the environment every
+# implementation runs under (runner/README.md).
+bench_init() {
+  root=$(cd "$(dirname "${BASH_SOURCE[1]}")/.." && pwd)
+  python="$root/.venv/bin/python"
+  anchor="$root/../shared/bench/anchor_pytorch_llama.py"
+  [[ -x $python ]] || { echo "bench: $python not found: run scripts/setup" >&2; exit 1; }
+  [[ -f $anchor ]] || { echo "bench: $anchor not found" >&2; exit 1; }
+  command -v /usr/bin/time >/dev/null || { echo "bench: GNU time missing: scripts/setup --bench" >&2; exit 1; }
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  export OMP_WAIT_POLICY=PASSIVE
+}
+
+# FILE: 400 documents of 300 random ids in [260, 4096), EOS-separated (257),
+# as little-endian int32 (data.format: tokens).
+bench_random_tokens() {
+  "$python" - "$1" <<'PY'
+import random, struct, sys
+random.seed(0)
+with open(sys.argv[1], "wb") as f:
+    for _ in range(400):
+        f.write(struct.pack("<300i", *[random.randrange(260, 4096) for _ in range(300)]))
+        f.write(struct.pack("<i", 257))
+PY
+}
