@@ -131,6 +131,48 @@ TEST(RunE2eTest, ATwoRankJobReservesBothRanksAndReportsEachRanksPeak) {
   }
 }
 
+// One rank killed: the launcher stops the other at once, tailord counts a
+// failure, and the retry resumes both ranks from the last checkpoint.
+TEST(RunE2eTest, AKilledRankFailsTheAttemptAndTheRetryResumesFromTheCheckpoint) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {"--retry-backoff", "0.1"});
+  ASSERT_TRUE(d.ok()) << d.log();
+  std::string spec = tiny_spec("rank-dies", 200, 5, 0, /*small=*/true);
+  spec.replace(spec.find("host_memory: 2GiB"), 17, "host_memory: 2GiB\n  ranks: 2");
+  const std::string id = submit(d, spec);
+  ASSERT_FALSE(id.empty());
+  const std::string job_dir = dir.file("data/jobs/" + id);
+  // Rank 1's process, once rank 0 has written a checkpoint.
+  pid_t victim = 0;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        if (count(event_kinds(d, id), "runner.checkpoint") == 0) return false;
+        std::ifstream f(job_dir + "/events.rank-1.jsonl");
+        for (std::string line; std::getline(f, line);) {
+          const json e = json::parse(line, nullptr, false);
+          if (e.is_object() && e.value("event", "") == "start") victim = e.value("rank_pid", 0);
+        }
+        return victim > 0;
+      },
+      seconds(120)));
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(d.wait_state(id, "", seconds(240)));
+  const json job = d.job(id);
+  ASSERT_EQ(job["state"], "succeeded") << job.dump(1);
+  EXPECT_EQ(job["last_step"], 200);
+  EXPECT_GE(job["attempts"].get<int>(), 2);
+  const auto kinds = event_kinds(d, id);
+  EXPECT_GE(count(kinds, "runner.resume"), 1u);
+  EXPECT_EQ(count(kinds, "runner.done"), 1u);
+  bool named = false;
+  const json events = d.get("/v1/jobs/" + id + "/events").json();
+  for (const auto& e : events.at("events")) {
+    named = named || e.value("message", "").find("rank 1 was killed by signal 9") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << events.dump(1);
+}
+
 TEST(RunE2eTest, MetricsExpositionPassesPromtool) {
   REQUIRE_RUNNER();
   if (std::system("command -v promtool > /dev/null 2>&1") != 0) GTEST_SKIP() << "promtool not installed";
