@@ -133,7 +133,20 @@ struct MemoryInput {
   // Lightning quantises from fp16, so bitsandbytes dequantises to fp16 and
   // MatMul4Bit casts that to bf16 (2); quantised from the compute dtype, 1.
   double dequantized_copies = 1;
+  // ZeRO-3: units gathered whole at once. FSDP and DeepSpeed hold the one
+  // computing and the one prefetched (2); tailor-runner gathers one at a
+  // time (runner/torch/zero3.h), the head's unit when it is the larger.
+  double gathered_units = 2;
+  bool head_unit_gathered = false;
+  // Stage 0 across ranks: gradient buckets staged in fp32 for the
+  // all-reduce at once (the one filling and the one in flight).
+  double gradient_buckets = 0;
+  Bytes gradient_bucket_bytes;
 };
+
+// tailor-runner's all-reduce buckets: large enough that loopback latency is
+// amortised, small next to what they carry.
+inline constexpr std::int64_t kTailorGradientBucketBytes = std::int64_t{4} << 20;
 
 struct MemoryEstimate {
   MemoryBreakdown per_device;  // the peak on each GPU (all ranks are alike)

@@ -6,12 +6,16 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
   // Fields: lean cross-entropy, 4-bit linears keep their input, reserved /
   // allocated (unsharded, sharded), optimizer step temporaries, fp32 upcast
   // of what is not quantised, unsharded gradients under accumulation, an
-  // untied head, a quantised head, dequantised copies.
+  // untied head, a quantised head, dequantised copies, units gathered at
+  // once under ZeRO-3 and whether the head's unit counts among them,
+  // gradient buckets at stage 0.
   //
   // tailor-runner: its sliced loss and NF4 linears; in-place optimizer
-  // steps. Its CUDA fragmentation is not measured yet: torchtitan's (also
-  // compiled kernels and no record_stream) stands in.
-  static const RuntimeProfile kTailor{dsl::Runtime::kTailor, true, false, 1.08, 1.08, 0, false};
+  // steps; ZeRO-3 gathers one unit at a time. Its CUDA fragmentation is not
+  // measured yet: torchtitan's (also compiled kernels and no record_stream)
+  // stands in.
+  static const RuntimeProfile kTailor{dsl::Runtime::kTailor, true, false, 1.08, 1.08, 0, false, false,
+                                      false, false, 1, 1, true, 2};
   // transformers with PEFT/TRL: composed losses upcasting the logits,
   // bitsandbytes' Linear4bit (before 0.44 it keeps every input, as in the
   // corpus' runs; 0.44 keeps none), foreach AdamW, and prepare_model_for_
@@ -51,6 +55,10 @@ void apply(const RuntimeProfile& profile, MemoryInput& in) {
   in.unties_embeddings = profile.unties_embeddings;
   in.quantizes_head = profile.quantizes_head;
   in.dequantized_copies = profile.dequantized_copies;
+  in.gathered_units = profile.gathered_units;
+  in.head_unit_gathered = profile.head_unit_gathered;
+  in.gradient_buckets = profile.gradient_buckets;
+  in.gradient_bucket_bytes = Bytes(kTailorGradientBucketBytes);
 }
 
 Bytes reserved_peak(const RuntimeProfile& profile, Bytes allocated_total, Bytes context, bool sharded) {

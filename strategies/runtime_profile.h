@@ -41,6 +41,12 @@ struct RuntimeProfile {
   bool unties_embeddings = false;
   bool quantizes_head = false;
   double dequantized_copies = 1;
+  // MemoryInput::gathered_units, head_unit_gathered.
+  double gathered_units = 2;
+  bool head_unit_gathered = false;
+  // MemoryInput::gradient_buckets (of kTailorGradientBucketBytes); the
+  // others' buckets (DDP's 25 MiB) are not modelled yet.
+  double gradient_buckets = 0;
 };
 
 const RuntimeProfile& runtime_profile(dsl::Runtime runtime);

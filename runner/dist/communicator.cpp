@@ -364,10 +364,15 @@ Communicator::~Communicator() {
   }
 }
 
-std::pair<std::size_t, std::size_t> Communicator::segment_range(std::size_t count, int r) const {
+std::pair<std::size_t, std::size_t> Communicator::segment_range(std::size_t count, int r, std::size_t align) const {
   const auto n = static_cast<std::size_t>(world_);
+  const std::size_t a = std::max<std::size_t>(1, align);
+  auto bound = [&](std::size_t k) {
+    if (k >= n) return count;
+    return std::min(count, (count * k / n + a - 1) / a * a);
+  };
   const auto k = static_cast<std::size_t>(r);
-  return {count * k / n, count * (k + 1) / n};
+  return {bound(k), bound(k + 1)};
 }
 
 Status Communicator::peer_error(int peer, const char* what, int err) const {
@@ -389,13 +394,13 @@ Status Communicator::exchange(int to, const void* out, std::size_t out_bytes, in
 }
 
 template <typename T>
-Status Communicator::ring_reduce_scatter(T* data, std::size_t count) {
+Status Communicator::ring_reduce_scatter(T* data, std::size_t count, std::size_t align) {
   const int n = world_, next = (rank_ + 1) % n, prev = (rank_ + n - 1) % n;
   // At step s rank r passes on segment r-1-s (its running sum) and adds what
   // arrives into segment r-2-s; after n-1 steps segment r holds every rank's.
   for (int s = 0; s < n - 1; ++s) {
-    const auto [so, se] = segment_range(count, (rank_ + 2 * n - 1 - s) % n);
-    const auto [ro, re] = segment_range(count, (rank_ + 2 * n - 2 - s) % n);
+    const auto [so, se] = segment_range(count, (rank_ + 2 * n - 1 - s) % n, align);
+    const auto [ro, re] = segment_range(count, (rank_ + 2 * n - 2 - s) % n, align);
     scratch_.resize(std::max(scratch_.size(), (re - ro) * sizeof(T)));
     T* in = reinterpret_cast<T*>(scratch_.data());
     TAILOR_RETURN_IF_ERROR(exchange(next, data + so, (se - so) * sizeof(T), prev, in, (re - ro) * sizeof(T)));
@@ -405,11 +410,11 @@ Status Communicator::ring_reduce_scatter(T* data, std::size_t count) {
   return Status::ok();
 }
 
-Status Communicator::ring_all_gather(char* data, std::size_t count, std::size_t element_bytes) {
+Status Communicator::ring_all_gather(char* data, std::size_t count, std::size_t element_bytes, std::size_t align) {
   const int n = world_, next = (rank_ + 1) % n, prev = (rank_ + n - 1) % n;
   for (int s = 0; s < n - 1; ++s) {
-    const auto [so, se] = segment_range(count, (rank_ + n - s) % n);
-    const auto [ro, re] = segment_range(count, (rank_ + 2 * n - 1 - s) % n);
+    const auto [so, se] = segment_range(count, (rank_ + n - s) % n, align);
+    const auto [ro, re] = segment_range(count, (rank_ + 2 * n - 1 - s) % n, align);
     TAILOR_RETURN_IF_ERROR(exchange(next, data + so * element_bytes, (se - so) * element_bytes, prev,
                                     data + ro * element_bytes, (re - ro) * element_bytes));
   }
@@ -418,24 +423,24 @@ Status Communicator::ring_all_gather(char* data, std::size_t count, std::size_t 
 
 Status Communicator::all_reduce_sum(float* data, std::size_t count) {
   if (world_ == 1 || count == 0) return Status::ok();
-  TAILOR_RETURN_IF_ERROR(ring_reduce_scatter(data, count));
-  return ring_all_gather(reinterpret_cast<char*>(data), count, sizeof(float));
+  TAILOR_RETURN_IF_ERROR(ring_reduce_scatter(data, count, 1));
+  return ring_all_gather(reinterpret_cast<char*>(data), count, sizeof(float), 1);
 }
 
 Status Communicator::all_reduce_sum(double* data, std::size_t count) {
   if (world_ == 1 || count == 0) return Status::ok();
-  TAILOR_RETURN_IF_ERROR(ring_reduce_scatter(data, count));
-  return ring_all_gather(reinterpret_cast<char*>(data), count, sizeof(double));
+  TAILOR_RETURN_IF_ERROR(ring_reduce_scatter(data, count, 1));
+  return ring_all_gather(reinterpret_cast<char*>(data), count, sizeof(double), 1);
 }
 
-Status Communicator::reduce_scatter_sum(float* data, std::size_t count) {
+Status Communicator::reduce_scatter_sum(float* data, std::size_t count, std::size_t align) {
   if (world_ == 1 || count == 0) return Status::ok();
-  return ring_reduce_scatter(data, count);
+  return ring_reduce_scatter(data, count, align);
 }
 
-Status Communicator::all_gather(void* data, std::size_t count, std::size_t element_bytes) {
+Status Communicator::all_gather(void* data, std::size_t count, std::size_t element_bytes, std::size_t align) {
   if (world_ == 1 || count == 0) return Status::ok();
-  return ring_all_gather(static_cast<char*>(data), count, element_bytes);
+  return ring_all_gather(static_cast<char*>(data), count, element_bytes, align);
 }
 
 Status Communicator::broadcast(void* data, std::size_t bytes, int root) {

@@ -47,10 +47,10 @@ class Communicator {
   Status all_reduce_sum(float* data, std::size_t count);
   Status all_reduce_sum(double* data, std::size_t count);
   // The first phase only: afterwards rank r holds the sum of segment r
-  // (segment_range), the rest of `data` is scratch.
-  Status reduce_scatter_sum(float* data, std::size_t count);
-  // Every rank's segment (segment_range) to every rank.
-  Status all_gather(void* data, std::size_t count, std::size_t element_bytes);
+  // (segment_range with `align`), the rest of `data` is scratch.
+  Status reduce_scatter_sum(float* data, std::size_t count, std::size_t align = 1);
+  // Every rank's segment (segment_range with `align`) to every rank.
+  Status all_gather(void* data, std::size_t count, std::size_t element_bytes, std::size_t align = 1);
   // `bytes` of `root`'s buffer into everyone's.
   Status broadcast(void* data, std::size_t bytes, int root);
   Status send(int peer, const void* data, std::size_t bytes);
@@ -61,8 +61,10 @@ class Communicator {
   // may be blocked in a collective.
   void abort();
 
-  // The part of a `count`-element buffer that rank `r` reduces.
-  std::pair<std::size_t, std::size_t> segment_range(std::size_t count, int r) const;
+  // The part [begin, end) of a `count`-element buffer that rank `r` reduces:
+  // about count / N elements, boundaries on multiples of `align` (so that
+  // block-wise quantised states split at block boundaries).
+  std::pair<std::size_t, std::size_t> segment_range(std::size_t count, int r, std::size_t align = 1) const;
 
   // Bytes this rank has sent since it joined (for the benchmark's bytes-moved
   // figure against the 2Ψ formula).
@@ -72,8 +74,8 @@ class Communicator {
   Communicator(int rank, int world, std::vector<int> fds, std::chrono::milliseconds timeout)
       : rank_(rank), world_(world), fds_(std::move(fds)), timeout_(timeout) {}
   template <typename T>
-  Status ring_reduce_scatter(T* data, std::size_t count);
-  Status ring_all_gather(char* data, std::size_t count, std::size_t element_bytes);
+  Status ring_reduce_scatter(T* data, std::size_t count, std::size_t align);
+  Status ring_all_gather(char* data, std::size_t count, std::size_t element_bytes, std::size_t align);
   // Sends to `to` and receives from `from` at once, so that a ring never
   // deadlocks on full socket buffers.
   Status exchange(int to, const void* out, std::size_t out_bytes, int from, void* in, std::size_t in_bytes);

@@ -218,6 +218,25 @@ std::vector<Tensor> lora_parameters(const CausalLMImpl& model) {
   return out;
 }
 
+std::vector<Tensor> lora_layer_tensors(const CausalLMImpl& model, std::size_t layer) {
+  std::vector<Tensor> out;
+  const LoraAdapters* a = adapters_of(model);
+  if (!a || layer >= a->layers.size()) return out;
+  for (const Adapter& ad : a->layers[layer]) {
+    out.push_back(ad.a);
+    out.push_back(ad.b);
+  }
+  auto add = [&](const std::optional<Nf4Tensor>& q) {
+    if (!q) return;
+    out.push_back(q->packed);
+    out.push_back(q->absmax_codes);
+    out.push_back(q->absmax_scale);
+  };
+  std::for_each(a->quantized[layer].begin(), a->quantized[layer].end(), add);
+  std::for_each(a->quantized_experts[layer].begin(), a->quantized_experts[layer].end(), add);
+  return out;
+}
+
 LoraFootprint lora_footprint(const CausalLMImpl& model) {
   LoraFootprint f;
   const LoraAdapters* a = adapters_of(model);

@@ -59,6 +59,9 @@ bool has_lora(const CausalLMImpl& model);
 LoraFootprint lora_footprint(const CausalLMImpl& model);
 // The adapter tensors (A and B of every adapted module).
 std::vector<torch::Tensor> lora_parameters(const CausalLMImpl& model);
+// Block `layer`'s adapters and the storage of its NF4 projections (packed
+// codes and both levels of scales): what ZeRO-3 shards with the block.
+std::vector<torch::Tensor> lora_layer_tensors(const CausalLMImpl& model, std::size_t layer);
 
 // Folds (alpha / r) B A into the base weights (dequantising NF4 ones into
 // `dtype`, the compute dtype), then removes the adapters and the NF4

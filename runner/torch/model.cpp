@@ -339,6 +339,7 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
 
 Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
   const std::int64_t t = in.input_ids.size(1);
+  if (unit_hook_) unit_hook_->before_unit(0, Tensor());
   Tensor x = embed_->forward(in.input_ids);
   const auto dtype = x.scalar_type();
   if (pos_embed_) x = x + pos_embed_->forward(in.positions);
@@ -347,6 +348,8 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
   if (dsl::family_info(arch_.family).gemma) {
     x = x * torch::scalar_tensor(std::sqrt(static_cast<double>(arch_.hidden)), x.options()).item();
   }
+  // The embeddings' backward reads the token ids, not the table.
+  if (unit_hook_) unit_hook_->after_unit(0);
 
   const auto on = torch::TensorOptions().device(in.input_ids.device());
   // One mask for the windowed layers and one for the others (Gemma 2
@@ -391,6 +394,7 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
     const Tensor& layer_sin = windowed && local_rope ? local_sin : sin;
     const bool checkpoint = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() &&
                             static_cast<std::int64_t>(i) % checkpoint_every_ == 0;
+    if (unit_hook_) unit_hook_->before_unit(i + 1, x);
     if (checkpoint) {
       // Custom autograd functions take defined tensors only: gpt2 has no
       // RoPE tables, so empty ones stand in (run_layer ignores them).
@@ -404,9 +408,24 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
     } else {
       x = run_layer(i, x, layer_cos, layer_sin, layer_mask);
     }
+    if (unit_hook_) unit_hook_->after_unit(i + 1);
   }
+  if (unit_hook_) unit_hook_->before_unit(layers_.size() + 1, x);
   return is_gpt2(arch_) ? torch::layer_norm(x, {arch_.hidden}, final_norm_weight_, final_norm_bias_, arch_.norm_eps)
                         : norm_of(arch_, x, final_norm_weight_);
+}
+
+std::vector<Tensor> CausalLMImpl::unit_parameters(std::size_t unit) const {
+  if (unit == 0) {
+    std::vector<Tensor> out = {embed_->weight};
+    if (pos_embed_) out.push_back(pos_embed_->weight);
+    return out;
+  }
+  if (unit <= layers_.size()) return layers_[unit - 1]->parameters();
+  std::vector<Tensor> out = {final_norm_weight_};
+  if (final_norm_bias_.defined()) out.push_back(final_norm_bias_);
+  out.push_back(lm_head_.defined() ? lm_head_ : embed_->weight);
+  return out;
 }
 
 Tensor CausalLMImpl::logits(const Tensor& hidden, bool capped) {

@@ -43,6 +43,20 @@ class ProjectionHook {
                                 const torch::Tensor& weight, const std::vector<std::int64_t>& counts);
 };
 
+// Called around each unit of the forward pass, so that ZeRO-3 (zero3.h) can
+// gather a unit's parameters just before it computes and free them after.
+// Units: 0 the embeddings, 1..L the blocks, L + 1 the final norm and head
+// (unit_parameters()). Not called when backward recomputes a block.
+class UnitHook {
+ public:
+  virtual ~UnitHook() = default;
+  // `input` is the hidden state the unit reads (undefined for unit 0).
+  virtual void before_unit(std::size_t unit, const torch::Tensor& input) = 0;
+  // After the unit in forward; never for the head, whose weights logits()
+  // and backward still read.
+  virtual void after_unit(std::size_t unit) = 0;
+};
+
 struct ModelInput {
   torch::Tensor input_ids;    // (B, T) int64
   torch::Tensor positions;    // (B, T) int64: position within each document (RoPE / learned positions)
@@ -89,6 +103,14 @@ class CausalLMImpl : public torch::nn::Module {
   void set_projection_hook(std::shared_ptr<ProjectionHook> hook) { hook_ = std::move(hook); }
   const std::shared_ptr<ProjectionHook>& projection_hook() const { return hook_; }
 
+  // Units of the forward pass (UnitHook): L + 2.
+  std::size_t unit_count() const { return layers_.size() + 2; }
+  // The model's own parameters of a unit, as registered (a tied head is the
+  // embedding matrix, in units 0 and L + 1); the projection hook's tensors
+  // (adapters, NF4 storage) are not among them.
+  std::vector<torch::Tensor> unit_parameters(std::size_t unit) const;
+  void set_unit_hook(UnitHook* hook) { unit_hook_ = hook; }
+
  private:
   struct Layer;
 
@@ -107,6 +129,7 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor rope_inv_freq_, rope_local_inv_freq_;  // local: Gemma 3's windowed layers
   torch::Tensor lm_head_;  // (V, C); the embedding matrix when tied
   std::shared_ptr<ProjectionHook> hook_;
+  UnitHook* unit_hook_ = nullptr;
 
   torch::Tensor project(std::size_t layer, Projection p, const torch::Tensor& x, const torch::Tensor& w,
                         const torch::Tensor& b);

@@ -44,23 +44,29 @@ double sum_squares(const torch::Tensor& g) {
 
 }  // namespace
 
+ParamOptions param_options(const torch::Tensor& whole, dsl::Optimizer kind) {
+  return {whole.dim() >= 2, kind == dsl::Optimizer::kAdamw8bit && whole.numel() >= kAdamw8bitMinElements};
+}
+
 TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Precision precision, dsl::Optimizer kind,
-                                     double weight_decay)
+                                     double weight_decay, const std::vector<ParamOptions>& options)
     : kind_(kind), weight_decay_(weight_decay) {
   const bool mixed = precision == dsl::Precision::kBf16 || precision == dsl::Precision::kFp16;
   const auto state_dtype = precision == dsl::Precision::kPureBf16 ? torch::kBFloat16 : torch::kFloat32;
   torch::NoGradGuard no_grad;
-  for (torch::Tensor& p : params) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor& p = params[i];
+    const ParamOptions po = i < options.size() ? options[i] : param_options(p, kind);
     Slot s;
     s.param = p;
     if (mixed) s.master = p.detach().to(torch::kFloat32).clone();
-    if (kind_ == dsl::Optimizer::kAdamw8bit && p.numel() >= kAdamw8bitMinElements) {
+    if (kind_ == dsl::Optimizer::kAdamw8bit && po.blockwise_8bit) {
       s.q8 = make_adam8bit_state(p.numel(), p.device());
     } else {
       s.m = torch::zeros(p.sizes(), p.options().dtype(state_dtype));
       if (kind_ != dsl::Optimizer::kSgd) s.v = torch::zeros(p.sizes(), p.options().dtype(state_dtype));
     }
-    s.decay = p.dim() >= 2;
+    s.decay = po.decay;
     slots_.push_back(std::move(s));
   }
 }

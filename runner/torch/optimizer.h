@@ -23,10 +23,20 @@
 
 namespace tailor::runner {
 
+// How one parameter is treated, when it is not the tensor it stands for
+// (ZeRO-3 updates a flat part of each parameter: decay and the 8-bit
+// threshold follow the whole parameter).
+struct ParamOptions {
+  bool decay = false;           // matrices: dim >= 2
+  bool blockwise_8bit = false;  // adamw_8bit: numel >= kAdamw8bitMinElements
+};
+ParamOptions param_options(const torch::Tensor& whole, dsl::Optimizer kind);
+
 class TrainingOptimizer {
  public:
+  // `options`: one per parameter, or empty for param_options() of each.
   TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Precision precision, dsl::Optimizer kind,
-                    double weight_decay);
+                    double weight_decay, const std::vector<ParamOptions>& options = {});
 
   // One update with learning rate `lr`; gradients are multiplied by
   // `grad_scale` first (clipping and loss-scale unscaling in one factor).

@@ -33,8 +33,10 @@
 #include "runner/torch/optimizer.h"
 #include "runner/torch/tensor_file.h"
 #include "runner/torch/tracking_allocator.h"
+#include "runner/torch/zero3.h"
 #include "runner/protocol/capabilities.h"
 #include "runner/protocol/events.h"
+#include "strategies/memory_model.h"
 #include "strategies/plan_document.h"
 
 namespace tailor::runner {
@@ -233,14 +235,14 @@ class Run {
   std::unique_ptr<dist::Communicator> comm_;
   std::vector<torch::Tensor> trainable_;
   std::vector<int> owner_;        // ZeRO-1/2: the rank that updates each trainable tensor
-  bool sharded_ = false;          // ZeRO-1 or 2 over several ranks
+  bool sharded_ = false;          // ZeRO-1, 2 or 3 over several ranks
   std::unique_ptr<GradientSharder> grad_sharder_;  // ZeRO-1 and 2
+  std::unique_ptr<ParameterSharder> param_sharder_;  // ZeRO-3: the model's tensors too
   std::unique_ptr<OverlappedAllReduce> overlap_;   // stage 0
 };
 
-// Gradient buckets: large enough that loopback latency is amortised, small
-// next to what they carry (the fp32 staging buffer is live after backward).
-constexpr std::int64_t kGradientBucketBytes = 4 << 20;
+// Gradient buckets as the planner counts them (strategies/memory_model.h).
+constexpr std::int64_t kGradientBucketBytes = strategies::kTailorGradientBucketBytes;
 
 int optimizer_tensors_per_slot(dsl::Optimizer o) { return o == dsl::Optimizer::kAdamw8bit ? 5 : 3; }
 
@@ -346,6 +348,7 @@ void Run::zero_grads() {
   for (torch::Tensor& p : trainable_) {
     if (p.grad().defined()) p.mutable_grad() = torch::Tensor();  // free, as set_to_none does
   }
+  if (param_sharder_) opt_->zero_grad();  // the parts' gradients
 }
 
 Result<bool> Run::stop_requested() {
@@ -360,6 +363,7 @@ Result<std::vector<torch::Tensor>> Run::gathered_optimizer_state() {
   std::vector<torch::Tensor> local = opt_->state_tensors();
   if (!sharded_) return local;
   const auto per = static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer));
+  if (param_sharder_) return param_sharder_->gather_states(trainable_, local, per, 0);
   std::vector<torch::Tensor> all;
   std::size_t mine = 0;
   for (std::size_t i = 0; i < trainable_.size(); ++i) {
@@ -399,6 +403,16 @@ Measured Run::measure_static() const {
   m.parts.adapter = Bytes(lora.adapter_bytes);
   m.parts.weights = Bytes(weights);
   m.parts.gradients = Bytes(gradients);
+  if (param_sharder_) {  // ZeRO-3: this rank's parts (gathered units are transient)
+    std::vector<const void*> adapters;
+    for (const torch::Tensor& t : lora_parameters(*model_)) adapters.push_back(t.unsafeGetTensorImpl());
+    const auto owned = param_sharder_->owned_bytes([&](const torch::Tensor& t) {
+      return std::find(adapters.begin(), adapters.end(), t.unsafeGetTensorImpl()) != adapters.end();
+    });
+    m.parts.adapter = Bytes(owned.adapter);
+    m.parts.weights = Bytes(owned.other);
+    m.parts.gradients = Bytes(gradients + owned.gradients);
+  }
   m.parts.optimizer_states = Bytes(opt_->state_bytes());
   m.parts.master_weights = Bytes(opt_->master_bytes());
   return m;
@@ -409,8 +423,11 @@ Status Run::checkpoint(std::int64_t step) {
   // the budget's ledger): the budget is for training.
   if (sharded_ && leader()) meter_->set_budget(0);
   auto optimizer = gathered_optimizer_state();
+  // ZeRO-3: the parameters too, emptied again once written.
+  Status params = optimizer.is_ok() && param_sharder_ ? param_sharder_->gather_to(0) : Status::ok();
   if (sharded_ && leader()) meter_->set_budget(limit_);
   if (!optimizer.is_ok()) return optimizer.status();
+  TAILOR_RETURN_IF_ERROR(params);
   if (!leader()) return Status::ok();
   const auto s = batcher_->state();
   state_.step = step;
@@ -429,6 +446,8 @@ Status Run::checkpoint(std::int64_t step) {
     event(events::kCheckpointError, [&](JsonWriter& w) { w.field("step", step).field("message", saved.message()); });
   }
   t.optimizer.clear();
+  t.params.clear();
+  if (param_sharder_) param_sharder_->release_gathered();
   if (sharded_) meter_->reset_peak();  // the gathered states are gone
   return Status::ok();
 }
@@ -519,7 +538,29 @@ Status Run::build_model() {
   trainable_ = trainable;
   // ZeRO-1: this rank's optimizer sees only the tensors it owns.
   sharded_ = st_.zero_stage >= 1 && world_ > 1;
-  if (sharded_) {
+  std::vector<ParamOptions> param_opts;
+  if (sharded_ && st_.zero_stage >= 3) {
+    // ZeRO-3: every tensor of the model cut into N parts; this rank's
+    // optimizer updates its parts, decayed and quantised as the whole
+    // tensors would be (8-bit states split at block boundaries).
+    std::vector<std::vector<torch::Tensor>> units(model_->unit_count());
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      units[u] = model_->unit_parameters(u);
+      if (u >= 1 && u + 1 < units.size()) {
+        for (torch::Tensor& t : lora_layer_tensors(*model_, u - 1)) units[u].push_back(std::move(t));
+      }
+    }
+    const dsl::Optimizer kind = st_.optimizer;
+    param_sharder_ = std::make_unique<ParameterSharder>(*comm_, units, [kind](const torch::Tensor& t) {
+      return t.requires_grad() && param_options(t, kind).blockwise_8bit ? kAdamw8bitBlockSize : std::int64_t{1};
+    });
+    model_->set_unit_hook(param_sharder_.get());
+    trainable.clear();
+    for (const torch::Tensor& t : trainable_) {
+      trainable.push_back(param_sharder_->shard_of(t));
+      param_opts.push_back(param_options(t, kind));
+    }
+  } else if (sharded_) {
     owner_ = partition_by_size(trainable_, world_);
     std::vector<torch::Tensor> owned;
     for (std::size_t i = 0; i < trainable_.size(); ++i) {
@@ -530,7 +571,8 @@ Status Run::build_model() {
   } else if (world_ > 1) {
     overlap_ = std::make_unique<OverlappedAllReduce>(*comm_, trainable_, kGradientBucketBytes);
   }
-  opt_ = std::make_unique<TrainingOptimizer>(trainable, opt_precision, st_.optimizer, spec_.training.weight_decay);
+  opt_ = std::make_unique<TrainingOptimizer>(trainable, opt_precision, st_.optimizer, spec_.training.weight_decay,
+                                             param_opts);
   state_.loss_scale = DynamicLossScaler(st_.precision == dsl::Precision::kFp16).scale();
   return Status::ok();
 }
@@ -573,7 +615,13 @@ Status Run::resume() {
       params[i].copy_(t.params[i]);
     }
   }
-  if (sharded_) {
+  if (param_sharder_) {
+    const auto per = static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer));
+    if (t.optimizer.size() != trainable_.size() * per) {
+      return Status::invalid_argument(*latest + ": optimizer state does not match the job");
+    }
+    t.optimizer = param_sharder_->shard_states(trainable_, t.optimizer, per);
+  } else if (sharded_) {
     // A checkpoint holds every tensor's states (whatever the rank count it
     // was written with): keep this rank's.
     const auto per = static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer));
@@ -609,6 +657,7 @@ Status Run::resume() {
 Status Run::probe() {
   // The budget applies to training, not to loading files.
   meter_->set_budget(limit_);
+  if (param_sharder_) param_sharder_->shard();
   meter_->reset_peak();
   event(events::kStart, [&](JsonWriter& w) {
     w.field("job", spec_.name).field("steps", total_steps_).field("first_step", first_step_);
@@ -628,6 +677,7 @@ Status Run::probe() {
                     to_tensor(longest.targets, longest.rows, longest.seq_len, dev_), 0,
                     spec_.model.arch.final_logit_softcap)
       .backward();
+  if (param_sharder_) param_sharder_->end_backward();
   zero_grads();
   meter_->reset_peak();
   return Status::ok();
@@ -672,6 +722,7 @@ Status Run::train_step(std::int64_t step) {
       head_peak = head.peak_increase();
     }
     (loss * (state_.loss_scale / denom)).backward();
+    if (param_sharder_) param_sharder_->end_backward();
     loss_sum += loss.item<double>();
     tokens += b.rows * b.seq_len;
     m.parts.activations = std::max(m.parts.activations, Bytes(after_body - base));
@@ -688,7 +739,7 @@ Status Run::train_step(std::int64_t step) {
     if (grad_sharder_) TAILOR_RETURN_IF_ERROR(grad_sharder_->check());
     if (overlap_) {
       TAILOR_RETURN_IF_ERROR(overlap_->finish());
-    } else if (!grad_sharder_) {
+    } else if (!grad_sharder_ && !param_sharder_) {
       TAILOR_RETURN_IF_ERROR(all_reduce_gradients(*comm_, trainable_, kGradientBucketBytes));
     } else if (st_.zero_stage == 1) {
       TAILOR_RETURN_IF_ERROR(grad_sharder_->reduce_all());
@@ -728,7 +779,8 @@ Status Run::train_step(std::int64_t step) {
     if (spec_.training.grad_clip > 0 && norm > spec_.training.grad_clip) factor *= spec_.training.grad_clip / norm;
     m.parts.gradients = gradients_after_backward;
     opt_->step(lr, factor);
-    if (sharded_) TAILOR_RETURN_IF_ERROR(broadcast_from_owners(*comm_, trainable_, owner_));
+    // ZeRO-1/2: every rank needs every parameter; ZeRO-3 gathers them per use.
+    if (sharded_ && !param_sharder_) TAILOR_RETURN_IF_ERROR(broadcast_from_owners(*comm_, trainable_, owner_));
   }
   const Measured stat = measure_static();
   m.parts.weights = stat.parts.weights;
@@ -851,6 +903,7 @@ Status Run::finish() {
   meter_->set_budget(0);
   limit_ = 0;
   TAILOR_RETURN_IF_ERROR(checkpoint(total_steps_));
+  if (param_sharder_) TAILOR_RETURN_IF_ERROR(param_sharder_->gather_to(0));
   if (!leader()) return Status::ok();  // rank 0 writes the model
   // Adapters: the PEFT folder, then merged into the base (NF4 weights
   // dequantised) so model.pt and model/ hold the plain fine-tuned model.

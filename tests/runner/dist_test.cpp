@@ -100,6 +100,30 @@ TEST(CommunicatorTest, ReduceScatterLeavesEachRankTheSumOfItsSegment) {
   for (const auto& e : errors) EXPECT_EQ(e, "");
 }
 
+// ZeRO-3 cuts 8-bit optimizer states at block boundaries.
+TEST(CommunicatorTest, AlignedSegmentsStartOnMultiplesAndStillCoverTheBuffer) {
+  const int world = 4;
+  const std::size_t count = 10000, align = 2048;
+  const auto errors = run_ranks(world, [&](Communicator& c) {
+    std::size_t covered = 0;
+    for (int r = 0; r < world; ++r) {
+      const auto [lo, hi] = c.segment_range(count, r, align);
+      ASSERT_EQ(lo, covered) << "segment " << r;
+      ASSERT_TRUE(lo % align == 0 || lo == count) << "segment " << r << " starts at " << lo;
+      covered = hi;
+    }
+    ASSERT_EQ(covered, count);
+    std::vector<float> v(count);
+    for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>(i % 97) * static_cast<float>(c.rank() + 1);
+    ASSERT_TRUE(c.reduce_scatter_sum(v.data(), count, align).is_ok());
+    const auto [lo, hi] = c.segment_range(count, c.rank(), align);
+    for (std::size_t i = lo; i < hi; ++i) ASSERT_EQ(v[i], static_cast<float>(i % 97) * 10) << "rank " << c.rank();
+    ASSERT_TRUE(c.all_gather(v.data(), count, sizeof(float), align).is_ok());
+    for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(v[i], static_cast<float>(i % 97) * 10);
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
 TEST(CommunicatorTest, BroadcastSendAndReceiveMoveBytesUnchanged) {
   const int world = 4;
   const auto errors = run_ranks(world, [&](Communicator& c) {

@@ -243,10 +243,11 @@ TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
   EXPECT_EQ(train_in(lora, dir.file("l")), RunnerExit::kBadInput);
   EXPECT_NE(lines(dir.file("l") + "/events.jsonl").back()["message"].get<std::string>().find("qkv_proj"),
             std::string::npos);
-  // ZeRO-3 is not implemented: refused rather than ignored.
-  RunConfig zero = cfg;
-  zero.strategy.zero_stage = 3;
-  EXPECT_EQ(train_in(zero, dir.file("z")), RunnerExit::kBadInput);
+  // Offload is not implemented: refused rather than ignored.
+  RunConfig offload = cfg;
+  offload.strategy.zero_stage = 1;
+  offload.strategy.offload = dsl::Offload::kOptimizer;
+  EXPECT_EQ(train_in(offload, dir.file("z")), RunnerExit::kBadInput);
   // A plan for two ranks trained as one process without RANK/WORLD_SIZE
   // (tailor-runner's main would have launched them).
   RunConfig ranks = cfg;

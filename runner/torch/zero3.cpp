@@ -1,0 +1,285 @@
+#include "runner/torch/zero3.h"
+
+#include <c10/core/DeviceGuard.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "runner/torch/data_parallel.h"
+
+namespace tailor::runner {
+namespace {
+
+c10::StorageImpl* storage_of(const torch::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
+
+// Frees the bytes; shape, dtype and the autograd identity stay.
+void empty_storage(const torch::Tensor& t) {
+  c10::StorageImpl* s = storage_of(t);
+  s->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+void allocate_storage(const torch::Tensor& t, std::int64_t bytes) {
+  c10::StorageImpl* s = storage_of(t);
+  c10::DeviceGuard guard(t.device());
+  c10::Allocator* a = s->allocator() != nullptr ? s->allocator() : c10::GetAllocator(t.device().type());
+  s->set_data_ptr_noswap(a->allocate(static_cast<std::size_t>(bytes)));
+  s->set_nbytes(static_cast<std::size_t>(bytes));
+}
+
+// An alias of t's bytes with a version counter of its own, so that writing
+// through it does not mark t as modified for the autograd graphs saving it.
+torch::Tensor alias_of(const torch::Tensor& t) {
+  return torch::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options());
+}
+
+void throw_if_error(const Status& s) {
+  if (!s.is_ok()) throw std::runtime_error("ZeRO-3: " + s.message());
+}
+
+class ShardGradientHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  ShardGradientHook(ParameterSharder* owner, std::size_t slot) : owner_(owner), slot_(slot) {}
+  void operator()(const torch::autograd::Variable&) override { owner_->on_gradient(slot_); }
+
+ private:
+  ParameterSharder* owner_;
+  std::size_t slot_;
+};
+
+}  // namespace
+
+ParameterSharder::ParameterSharder(dist::Communicator& comm, const std::vector<std::vector<torch::Tensor>>& units,
+                                   const std::function<std::int64_t(const torch::Tensor&)>& alignment)
+    : comm_(comm), units_(units.size()), gathered_(units.size(), 0) {
+  torch::NoGradGuard ng;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    for (const torch::Tensor& t : units[u]) {
+      if (!t.defined() || t.numel() == 0) continue;
+      auto [it, added] = by_storage_.emplace(storage_of(t), slots_.size());
+      if (added) {
+        Slot s;
+        s.whole = t;
+        s.numel = t.numel();
+        s.bytes = static_cast<std::int64_t>(t.nbytes());
+        s.align = std::max<std::int64_t>(1, alignment(t));
+        const auto [b, e] = comm_.segment_range(static_cast<std::size_t>(s.numel), comm_.rank(),
+                                                static_cast<std::size_t>(s.align));
+        s.begin = static_cast<std::int64_t>(b);
+        s.end = static_cast<std::int64_t>(e);
+        s.shard = t.detach().reshape({-1}).narrow(0, s.begin, s.end - s.begin).clone();
+        if (t.requires_grad()) {
+          s.shard.set_requires_grad(true);
+          torch::autograd::impl::set_post_acc_grad_hooks(t, std::make_unique<ShardGradientHook>(this, slots_.size()));
+        }
+        slots_.push_back(std::move(s));
+      }
+      units_[u].push_back(it->second);
+    }
+  }
+}
+
+ParameterSharder::~ParameterSharder() {
+  for (const Slot& s : slots_) {
+    if (s.whole.requires_grad()) torch::autograd::impl::set_post_acc_grad_hooks(s.whole, nullptr);
+  }
+}
+
+const ParameterSharder::Slot& ParameterSharder::slot_of(const torch::Tensor& t) const {
+  const auto it = by_storage_.find(storage_of(t));
+  if (it == by_storage_.end()) throw std::logic_error("ZeRO-3: a tensor outside the sharded model");
+  return slots_[it->second];
+}
+
+torch::Tensor ParameterSharder::shard_of(const torch::Tensor& t) const { return slot_of(t).shard; }
+
+void ParameterSharder::shard() {
+  torch::NoGradGuard ng;
+  for (Slot& s : slots_) {
+    if (s.refs > 0 || storage_of(s.whole)->nbytes() == 0) continue;
+    s.shard.copy_(s.whole.reshape({-1}).narrow(0, s.begin, s.end - s.begin));
+    empty_storage(s.whole);
+  }
+}
+
+void ParameterSharder::fill(Slot& s) {
+  const auto e = static_cast<std::size_t>(s.whole.element_size());
+  allocate_storage(s.whole, s.bytes);
+  torch::NoGradGuard ng;
+  if (s.whole.is_cpu()) {
+    char* base = static_cast<char*>(storage_of(s.whole)->mutable_data());
+    std::memcpy(base + static_cast<std::size_t>(s.begin) * e, s.shard.data_ptr(),
+                static_cast<std::size_t>(s.end - s.begin) * e);
+    throw_if_error(comm_.all_gather(base, static_cast<std::size_t>(s.numel), e, static_cast<std::size_t>(s.align)));
+    return;
+  }
+  // The collectives read host memory: a GPU tensor is gathered there first.
+  torch::Tensor host = torch::empty({s.numel}, s.whole.options().device(torch::kCPU));
+  host.narrow(0, s.begin, s.end - s.begin).copy_(s.shard);
+  throw_if_error(comm_.all_gather(host.data_ptr(), static_cast<std::size_t>(s.numel), e,
+                                  static_cast<std::size_t>(s.align)));
+  alias_of(s.whole).copy_(host.view(s.whole.sizes()));
+}
+
+void ParameterSharder::gather(std::size_t unit) {
+  if (gathered_[unit]) return;
+  gathered_[unit] = 1;
+  for (std::size_t i : units_[unit]) {
+    if (slots_[i].refs++ == 0) fill(slots_[i]);
+  }
+}
+
+void ParameterSharder::release(std::size_t unit) {
+  if (!gathered_[unit]) return;
+  gathered_[unit] = 0;
+  for (std::size_t i : units_[unit]) {
+    if (--slots_[i].refs == 0) empty_storage(slots_[i].whole);
+  }
+}
+
+void ParameterSharder::before_unit(std::size_t unit, const torch::Tensor& input) {
+  gather(unit);
+  // The hook on the unit's input fires when that gradient is complete,
+  // i.e. once the unit's backward is done: the unit is emptied and the one
+  // below it, whose backward comes next, gathered.
+  if (input.defined() && input.requires_grad() && torch::GradMode::is_enabled()) {
+    input.register_hook([this, unit](const torch::Tensor&) { on_input_gradient(unit); });
+  }
+}
+
+void ParameterSharder::after_unit(std::size_t unit) { release(unit); }
+
+void ParameterSharder::on_input_gradient(std::size_t unit) {
+  release(unit);
+  // Unit 0 (the embeddings) needs only the token ids in backward.
+  if (unit >= 2) gather(unit - 1);
+}
+
+void ParameterSharder::end_backward() {
+  for (std::size_t u = 0; u < units_.size(); ++u) release(u);
+}
+
+void ParameterSharder::on_gradient(std::size_t i) {
+  Slot& s = slots_[i];
+  torch::NoGradGuard ng;
+  torch::Tensor g = s.whole.grad();
+  if (!g.defined()) return;  // the same on every rank: nothing used it
+  // Summed in fp32 (16-bit gradients rounded once, into the part).
+  torch::Tensor sum = g.is_cpu() && g.scalar_type() == torch::kFloat32 && g.is_contiguous()
+                          ? g
+                          : g.to(torch::kCPU, torch::kFloat32).contiguous();
+  throw_if_error(comm_.reduce_scatter_sum(sum.data_ptr<float>(), static_cast<std::size_t>(s.numel),
+                                          static_cast<std::size_t>(s.align)));
+  torch::Tensor part = sum.view({-1}).narrow(0, s.begin, s.end - s.begin).to(s.shard.device(), s.shard.scalar_type());
+  if (part.is_alias_of(sum)) part = part.clone();  // not the whole gradient's storage
+  s.whole.mutable_grad() = torch::Tensor();
+  torch::Tensor& acc = s.shard.mutable_grad();
+  if (acc.defined()) {
+    acc.add_(part);
+  } else {
+    acc = part;
+  }
+}
+
+Status ParameterSharder::gather_to(int root) {
+  try {
+    torch::NoGradGuard ng;
+    for (Slot& s : slots_) {
+      if (s.refs > 0) continue;  // whole on every rank already
+      const auto e = static_cast<std::size_t>(s.whole.element_size());
+      if (comm_.rank() != root) {
+        const torch::Tensor part = s.shard.detach().to(torch::kCPU).contiguous();
+        TAILOR_RETURN_IF_ERROR(comm_.send(root, part.data_ptr(), part.nbytes()));
+        continue;
+      }
+      allocate_storage(s.whole, s.bytes);
+      torch::Tensor host = torch::empty({s.numel}, s.whole.options().device(torch::kCPU));
+      host.narrow(0, s.begin, s.end - s.begin).copy_(s.shard);
+      for (int r = 0; r < comm_.world(); ++r) {
+        if (r == root) continue;
+        const auto [b, end] = comm_.segment_range(static_cast<std::size_t>(s.numel), r, static_cast<std::size_t>(s.align));
+        TAILOR_RETURN_IF_ERROR(comm_.recv(r, static_cast<char*>(host.data_ptr()) + b * e, (end - b) * e));
+      }
+      alias_of(s.whole).copy_(host.view(s.whole.sizes()));
+    }
+  } catch (const std::exception& e) {
+    return Status::internal(std::string("ZeRO-3 gather: ") + e.what());
+  }
+  return Status::ok();
+}
+
+void ParameterSharder::release_gathered() {
+  for (Slot& s : slots_) {
+    if (s.refs == 0 && storage_of(s.whole)->nbytes() > 0) empty_storage(s.whole);
+  }
+}
+
+Result<std::vector<torch::Tensor>> ParameterSharder::gather_states(const std::vector<torch::Tensor>& trainable,
+                                                                   const std::vector<torch::Tensor>& local,
+                                                                   std::size_t per, int root) {
+  std::vector<torch::Tensor> out;
+  for (std::size_t i = 0; i < trainable.size(); ++i) {
+    const Slot& s = slot_of(trainable[i]);
+    for (std::size_t k = 0; k < per; ++k) {
+      const torch::Tensor& mine = local[i * per + k];
+      if (comm_.rank() != root) {
+        TAILOR_RETURN_IF_ERROR(send_tensor(comm_, root, mine));
+        continue;
+      }
+      std::vector<torch::Tensor> parts(static_cast<std::size_t>(comm_.world()));
+      for (int r = 0; r < comm_.world(); ++r) {
+        if (r == root) {
+          parts[static_cast<std::size_t>(r)] = mine.defined() ? mine.to(torch::kCPU).reshape({-1}) : mine;
+          continue;
+        }
+        auto t = recv_tensor(comm_, r);
+        if (!t.is_ok()) return t.status();
+        parts[static_cast<std::size_t>(r)] = t->defined() ? t->reshape({-1}) : *t;
+      }
+      if (!mine.defined()) {
+        out.emplace_back();
+        continue;
+      }
+      torch::Tensor whole = torch::cat(parts);
+      // Element-wise states take the parameter's shape (as one rank keeps
+      // them), except 8-bit codes, which are flat; block scales stay flat.
+      const bool codes = s.align > 1 && k >= 1;
+      if (whole.numel() == s.numel && !codes) whole = whole.view(s.whole.sizes());
+      out.push_back(std::move(whole));
+    }
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> ParameterSharder::shard_states(const std::vector<torch::Tensor>& trainable,
+                                                          const std::vector<torch::Tensor>& whole,
+                                                          std::size_t per) const {
+  std::vector<torch::Tensor> out;
+  for (std::size_t i = 0; i < trainable.size(); ++i) {
+    const Slot& s = slot_of(trainable[i]);
+    for (std::size_t k = 0; k < per && i * per + k < whole.size(); ++k) {
+      const torch::Tensor& w = whole[i * per + k];
+      if (!w.defined()) {
+        out.emplace_back();
+      } else if (w.numel() == s.numel) {
+        out.push_back(w.reshape({-1}).narrow(0, s.begin, s.end - s.begin).clone());
+      } else {  // block scales: the blocks of this rank's elements
+        const std::int64_t b0 = s.begin / s.align;
+        const std::int64_t b1 = s.end == s.begin ? b0 : (s.end + s.align - 1) / s.align;
+        out.push_back(w.narrow(0, std::min(b0, w.numel()), std::max<std::int64_t>(0, std::min(b1, w.numel()) - std::min(b0, w.numel()))).clone());
+      }
+    }
+  }
+  return out;
+}
+
+ParameterSharder::Owned ParameterSharder::owned_bytes(const std::function<bool(const torch::Tensor&)>& is_adapter) const {
+  Owned o;
+  for (const Slot& s : slots_) {
+    (is_adapter(s.whole) ? o.adapter : o.other) += static_cast<std::int64_t>(s.shard.nbytes());
+    if (s.shard.grad().defined()) o.gradients += static_cast<std::int64_t>(s.shard.grad().nbytes());
+  }
+  return o;
+}
+
+}  // namespace tailor::runner

@@ -1,0 +1,113 @@
+// ZeRO-3 (Rajbhandari et al. 2020, section 5.3), sharded per parameter as
+// FSDP2 does: each tensor of the model, trainable or frozen (adapters and
+// NF4 storage included), is cut into N flat parts (Communicator's
+// segment_range) and rank r keeps part r only, as a tensor of its own: the
+// "shard", which is what the optimizer updates. The model's tensors keep
+// their shapes with an empty storage. Just before a unit of the forward
+// pass computes (model.h's UnitHook: the embeddings, each block, the head)
+// its tensors are all-gathered into their storage, and right after it
+// emptied again; backward gathers each block once more as the gradient of
+// its output is complete (a hook on the block's input releases it after)
+// and its gradients are reduce-scattered into the shards' gradients as
+// backward finishes each one (a post-accumulate hook). The optimizer step
+// touches shards only: nothing is sent after it.
+//
+// Storage is swapped under autograd's feet on purpose: a block's saved
+// activations reference the weights' storage (a linear keeps its weight for
+// the input gradient) and read the refilled bytes in backward. The bytes
+// are written through the raw pointer (or an alias), so version counters
+// do not move.
+//
+// Per step and rank: every parameter byte but its own part is received
+// twice (forward, backward) and every gradient reduce-scattered once, 3Ψ(N-1)/N
+// in all, as the ZeRO paper and FSDP; memory holds Ψ/N of weights,
+// gradients and states plus the unit being computed.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "runner/dist/communicator.h"
+#include "runner/torch/model.h"
+
+namespace tailor::runner {
+
+class ParameterSharder : public UnitHook {
+ public:
+  // `units[u]`: the tensors unit u reads (a tensor may be in several; empty
+  // tensors are left alone). `alignment(t)`: part boundaries of t on
+  // multiples of that many elements (8-bit optimizer blocks), 1 otherwise.
+  // Each part is copied out of its tensor now; shard() empties the tensors.
+  ParameterSharder(dist::Communicator& comm, const std::vector<std::vector<torch::Tensor>>& units,
+                   const std::function<std::int64_t(const torch::Tensor&)>& alignment);
+  ~ParameterSharder() override;
+  ParameterSharder(const ParameterSharder&) = delete;
+  ParameterSharder& operator=(const ParameterSharder&) = delete;
+
+  // This rank's part of `t`, a 1-D tensor (a leaf requiring grad when t does,
+  // whose .grad receives t's summed gradient part).
+  torch::Tensor shard_of(const torch::Tensor& t) const;
+  // The parts copied again from the whole tensors (after a resume wrote
+  // them), then every whole tensor emptied: before training.
+  void shard();
+
+  // UnitHook: collective (every rank runs the same forward). A failed
+  // transfer throws, out of the forward or backward pass.
+  void before_unit(std::size_t unit, const torch::Tensor& input) override;
+  void after_unit(std::size_t unit) override;
+  // After each backward: any unit still gathered is emptied (the first
+  // block when the embeddings are frozen, whose input has no gradient to
+  // hook; the head when forward ran without grad).
+  void end_backward();
+
+  // Every whole tensor onto rank `root` for a checkpoint or the export
+  // (collective); release_gathered() empties them again.
+  Status gather_to(int root);
+  void release_gathered();
+
+  // Optimizer states of the parts of `trainable` (TrainingOptimizer's
+  // state_tensors(), `per` a tensor) to and from the one-rank layout, which
+  // checkpoints hold whatever the rank count: gather_states is collective
+  // and returns the whole states on `root` (nothing elsewhere).
+  Result<std::vector<torch::Tensor>> gather_states(const std::vector<torch::Tensor>& trainable,
+                                                   const std::vector<torch::Tensor>& local, std::size_t per, int root);
+  std::vector<torch::Tensor> shard_states(const std::vector<torch::Tensor>& trainable,
+                                          const std::vector<torch::Tensor>& whole, std::size_t per) const;
+
+  // This rank's parts in bytes, split by `is_adapter` (of the whole tensor),
+  // and their gradients.
+  struct Owned {
+    std::int64_t adapter = 0, other = 0, gradients = 0;
+  };
+  Owned owned_bytes(const std::function<bool(const torch::Tensor&)>& is_adapter) const;
+
+  void on_gradient(std::size_t slot);  // the post-accumulate hook
+
+ private:
+  struct Slot {
+    torch::Tensor whole;
+    torch::Tensor shard;
+    std::int64_t numel = 0, bytes = 0, align = 1;
+    std::int64_t begin = 0, end = 0;  // this rank's elements
+    int refs = 0;                     // gathered units holding it
+  };
+  const Slot& slot_of(const torch::Tensor& t) const;
+  void gather(std::size_t unit);
+  void release(std::size_t unit);
+  void fill(Slot& s);  // all-gather into the whole tensor's storage
+  void on_input_gradient(std::size_t unit);
+
+  dist::Communicator& comm_;
+  std::vector<Slot> slots_;
+  std::unordered_map<const void*, std::size_t> by_storage_;
+  std::vector<std::vector<std::size_t>> units_;
+  std::vector<char> gathered_;
+};
+
+}  // namespace tailor::runner
