@@ -108,8 +108,10 @@ std::string Constraints::why_not(const Strategy& s) const {
   if ((s.precision == Precision::kBf16 || s.precision == Precision::kPureBf16) && !device_.bf16) {
     return "no bf16 on this device";
   }
-  // On the CPU host and device memory are one: nothing to offload to.
-  if (on_cpu_ && s.offload != Offload::kNone) return "offload needs GPUs";
+  // On the CPU host and device memory are one: nothing to gain by
+  // offloading, so only a pin asks for it (tailor-runner then keeps the
+  // offloaded bytes in its host ledger, apart from the budget).
+  if (on_cpu_ && s.offload != Offload::kNone && !p.offload) return "offload needs GPUs (or a pin)";
   if (s.zero_stage > 0 && s.num_gpus == 1 && s.offload == Offload::kNone) return "ZeRO on one rank only with offload";
   if (s.offload != Offload::kNone && s.zero_stage == 0) return "offload needs ZeRO stage 1 or more";
   if (s.offload == Offload::kOptimizerAndParams && s.zero_stage != 3) return "parameter offload needs ZeRO-3";

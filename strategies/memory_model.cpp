@@ -381,7 +381,16 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // CPU optimizer also keeps an fp32 gradient copy (ZeRO-Offload, Ren et al.
   // 2021); parameter offload (ZeRO-Infinity) moves the weights too.
   double host = 0;
-  if (st.offload != Offload::kNone) {
+  if (st.offload != Offload::kNone && !in.offload_streams_gradients) {
+    // tailor-runner: the host copy of each trainable tensor and of its
+    // gradient, in their dtypes, beside the states and master weights.
+    host += (states + master) * n + static_cast<double>(out.trainable_parameters) *
+                                        (adapter ? 2.0 * (st.precision == Precision::kPureBf16 ? 2.0 : 4.0)
+                                                 : weight_bytes_per_param(st.precision) +
+                                                       gradient_bytes_per_param(st.precision));
+    states = 0;
+    master = 0;
+  } else if (st.offload != Offload::kNone) {
     host += (states + master) * n + static_cast<double>(out.trainable_parameters) * 4.0;
     states = 0;
     master = 0;

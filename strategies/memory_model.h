@@ -142,6 +142,12 @@ struct MemoryInput {
   // all-reduce at once (the one filling and the one in flight).
   double gradient_buckets = 0;
   Bytes gradient_bucket_bytes;
+  // Offload: gradients streamed to the host as backward produces them
+  // (DeepSpeed's ZeRO-Offload: the device holds about two layers' worth);
+  // false: the device keeps this rank's gradients until the step, and the
+  // host holds a copy of its parameters and gradients in their own dtype
+  // (tailor-runner, runner/torch/optimizer.h) rather than fp32 gradients.
+  bool offload_streams_gradients = true;
 };
 
 // tailor-runner's all-reduce buckets: large enough that loopback latency is

@@ -47,6 +47,8 @@ struct RuntimeProfile {
   // MemoryInput::gradient_buckets (of kTailorGradientBucketBytes); the
   // others' buckets (DDP's 25 MiB) are not modelled yet.
   double gradient_buckets = 0;
+  // MemoryInput::offload_streams_gradients.
+  bool offload_streams_gradients = true;
 };
 
 const RuntimeProfile& runtime_profile(dsl::Runtime runtime);

@@ -232,7 +232,11 @@ Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& 
 std::int64_t estimated_job_bytes(const strategies::Plan& plan, std::optional<std::int64_t> memory_limit) {
   std::int64_t per_rank = plan.chosen.memory.per_device.total().count();
   if (memory_limit) per_rank = std::min(per_rank, *memory_limit);
-  return plan.on_cpu ? per_rank * std::max<std::int64_t>(1, plan.chosen.strategy.num_gpus) : per_rank;
+  // On the CPU an offloaded optimizer (the runner's host ledger) is the
+  // same memory too.
+  return plan.on_cpu ? per_rank * std::max<std::int64_t>(1, plan.chosen.strategy.num_gpus) +
+                           plan.chosen.memory.host.count()
+                     : per_rank;
 }
 
 }  // namespace tailor::daemon

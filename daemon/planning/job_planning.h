@@ -48,7 +48,8 @@ struct PlanningError {
 };
 
 // The bytes a job's estimate reserves: on the CPU every rank's (its ranks
-// share the host), capped by a per-rank `memory_limit`; on GPUs one GPU's.
+// share the host), capped by a per-rank `memory_limit`, and what an
+// offloaded optimizer keeps on the host; on GPUs one GPU's.
 std::int64_t estimated_job_bytes(const strategies::Plan& plan, std::optional<std::int64_t> memory_limit);
 
 // The document `text` (YAML or JSON) named `name` in diagnostics, with

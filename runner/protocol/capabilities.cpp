@@ -7,7 +7,7 @@
 namespace tailor::runner {
 
 std::span<const dsl::Technique> techniques_not_in_runner() {
-  static constexpr dsl::Technique kList[] = {dsl::Technique::kOffloadOptimizer, dsl::Technique::kOffloadParams};
+  static constexpr dsl::Technique kList[] = {dsl::Technique::kOffloadParams};
   return kList;
 }
 

@@ -17,19 +17,6 @@ Status on_host(torch::Tensor& t, Fn&& fn) {
   return Status::ok();
 }
 
-// Calls `owner->on_gradient(index)` when backward has accumulated a
-// parameter's gradient.
-template <typename Owner>
-class GradientHook : public torch::autograd::PostAccumulateGradHook {
- public:
-  GradientHook(Owner* owner, std::size_t index) : owner_(owner), index_(index) {}
-  void operator()(const torch::autograd::Variable&) override { owner_->on_gradient(index_); }
-
- private:
-  Owner* owner_;
-  std::size_t index_;
-};
-
 }  // namespace
 
 std::vector<int> partition_by_size(const std::vector<torch::Tensor>& tensors, int world) {

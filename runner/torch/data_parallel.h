@@ -71,6 +71,19 @@ class OverlappedAllReduce {
   std::thread thread_;
 };
 
+// Calls `owner->on_gradient(index)` when backward has accumulated a
+// parameter's gradient (stage 0's buckets, ZeRO-2's and ZeRO-3's sends).
+template <typename Owner>
+class GradientHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradientHook(Owner* owner, std::size_t index) : owner_(owner), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { owner_->on_gradient(index_); }
+
+ private:
+  Owner* owner_;
+  std::size_t index_;
+};
+
 // Sums small figures (losses, counts, flags) over the ranks.
 Status all_reduce_values(dist::Communicator& comm, std::vector<double>& values);
 

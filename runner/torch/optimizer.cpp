@@ -3,10 +3,12 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <optional>
 #include <functional>
 #include <vector>
 
 #include "runner/torch/kernels.h"
+#include "runner/torch/tracking_allocator.h"
 
 namespace tailor::runner {
 
@@ -49,16 +51,24 @@ ParamOptions param_options(const torch::Tensor& whole, dsl::Optimizer kind) {
 }
 
 TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Precision precision, dsl::Optimizer kind,
-                                     double weight_decay, const std::vector<ParamOptions>& options)
-    : kind_(kind), weight_decay_(weight_decay) {
+                                     double weight_decay, const std::vector<ParamOptions>& options, bool offload)
+    : offload_(offload), kind_(kind), weight_decay_(weight_decay) {
   const bool mixed = precision == dsl::Precision::kBf16 || precision == dsl::Precision::kFp16;
   const auto state_dtype = precision == dsl::Precision::kPureBf16 ? torch::kBFloat16 : torch::kFloat32;
   torch::NoGradGuard no_grad;
+  std::optional<HostLedgerScope> host;
+  if (offload_) host.emplace();
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const torch::Tensor& p = params[i];
-    const ParamOptions po = i < options.size() ? options[i] : param_options(p, kind);
+    const ParamOptions po = i < options.size() ? options[i] : param_options(params[i], kind);
     Slot s;
-    s.param = p;
+    if (offload_) {
+      s.device = params[i];
+      s.param = torch::empty(params[i].sizes(), params[i].options().device(torch::kCPU));
+      s.param.copy_(params[i]);
+    } else {
+      s.param = params[i];
+    }
+    const torch::Tensor& p = s.param;
     if (mixed) s.master = p.detach().to(torch::kFloat32).clone();
     if (kind_ == dsl::Optimizer::kAdamw8bit && po.blockwise_8bit) {
       s.q8 = make_adam8bit_state(p.numel(), p.device());
@@ -74,7 +84,32 @@ TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Pre
 void TrainingOptimizer::zero_grad() {
   for (Slot& s : slots_) {
     if (s.param.grad().defined()) s.param.mutable_grad() = torch::Tensor();  // free, as set_to_none does
+    if (s.device.defined() && s.device.grad().defined()) s.device.mutable_grad() = torch::Tensor();
   }
+}
+
+void TrainingOptimizer::offload_gradients() {
+  if (!offload_) return;
+  torch::NoGradGuard no_grad;
+  HostLedgerScope host;
+  for (Slot& s : slots_) {
+    const torch::Tensor g = s.device.grad();
+    if (!g.defined()) continue;
+    torch::Tensor& h = s.param.mutable_grad();
+    if (h.defined()) {
+      h.add_(g.to(torch::kCPU));
+    } else {
+      h = torch::empty(g.sizes(), g.options().device(torch::kCPU));
+      h.copy_(g);
+    }
+    s.device.mutable_grad() = torch::Tensor();
+  }
+}
+
+void TrainingOptimizer::sync_from_device() {
+  if (!offload_) return;
+  torch::NoGradGuard no_grad;
+  for (Slot& s : slots_) s.param.copy_(s.device);
 }
 
 double TrainingOptimizer::grad_norm(double unscale) const {
@@ -101,6 +136,8 @@ bool TrainingOptimizer::grads_finite() const {
 
 void TrainingOptimizer::step(double lr, double grad_scale) {
   torch::NoGradGuard no_grad;
+  std::optional<HostLedgerScope> host;  // the update's temporaries too
+  if (offload_) host.emplace();
   ++t_;
   const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t_));
   const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t_));
@@ -130,6 +167,10 @@ void TrainingOptimizer::step(double lr, double grad_scale) {
       target.addcdiv_(s.m, denom, -lr / bc1);
     }
     if (s.master.defined()) s.param.copy_(s.master);
+  }
+  // Offloaded: the device's parameters from the updated host copies.
+  if (offload_) {
+    for (Slot& s : slots_) s.device.copy_(s.param);
   }
 }
 

@@ -10,6 +10,13 @@
 // adamw_8bit keeps both moments block-wise in 8 bits (adamw_8bit.h) for
 // tensors of at least kAdamw8bitMinElements elements, fp32 moments for the
 // rest; the master-copy conventions above are unchanged.
+// Offloaded (ZeRO-Offload, Ren et al. 2021): the optimizer keeps a host copy
+// of each parameter and its states and master weights in host memory (the
+// tracking allocator's host ledger, HostLedgerScope); offload_gradients()
+// moves the gradients there, the update runs there with the same
+// conventions, and the parameters on the device are written from the
+// copies. The same numbers as without offload, and the same checkpoint
+// layout.
 #pragma once
 
 #include <torch/torch.h>
@@ -36,7 +43,15 @@ class TrainingOptimizer {
  public:
   // `options`: one per parameter, or empty for param_options() of each.
   TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Precision precision, dsl::Optimizer kind,
-                    double weight_decay, const std::vector<ParamOptions>& options = {});
+                    double weight_decay, const std::vector<ParamOptions>& options = {}, bool offload = false);
+
+  bool offloaded() const { return offload_; }
+  // Offloaded: each parameter's gradient added into its host copy's and
+  // freed on the device.
+  void offload_gradients();
+  // Offloaded: the host copies read again from the parameters (after a
+  // resume wrote them).
+  void sync_from_device();
 
   // One update with learning rate `lr`; gradients are multiplied by
   // `grad_scale` first (clipping and loss-scale unscaling in one factor).
@@ -61,7 +76,8 @@ class TrainingOptimizer {
 
  private:
   struct Slot {
-    torch::Tensor param;
+    torch::Tensor param;   // what the update writes: the parameter, or its host copy when offloaded
+    torch::Tensor device;  // offloaded: the parameter itself
     torch::Tensor master;  // undefined unless mixed precision
     torch::Tensor m, v;    // v undefined for SGD
     std::optional<Adam8bitState> q8;  // adamw_8bit on a large tensor: replaces m and v
@@ -72,6 +88,7 @@ class TrainingOptimizer {
   bool fused_step(Slot& s, double lr, double grad_scale, double bc1, double bc2);
 
   std::vector<Slot> slots_;
+  bool offload_ = false;
   dsl::Optimizer kind_;
   double weight_decay_;
   double beta1_ = 0.9, beta2_ = 0.95, eps_ = 1e-8, momentum_ = 0.9;

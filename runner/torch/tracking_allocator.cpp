@@ -21,6 +21,7 @@ namespace {
 struct BlockHeader {
   std::uint64_t magic;
   std::int64_t bytes;
+  std::int64_t host;  // 1: the host ledger
 };
 static_assert(sizeof(BlockHeader) <= TrackingAllocator::kHeaderBytes);
 static_assert(TrackingAllocator::kHeaderBytes % c10::gAlignment == 0,
@@ -33,7 +34,18 @@ constexpr std::uint64_t kFreedMagic = 0;
 // and cannot carry it.
 std::atomic<TrackingAllocator*> g_instance{nullptr};
 
+thread_local bool t_host_ledger = false;
+
+void raise_to(std::atomic<std::int64_t>& peak, std::int64_t value) {
+  std::int64_t p = peak.load(std::memory_order_relaxed);
+  while (value > p && !peak.compare_exchange_weak(p, value, std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
+
+HostLedgerScope::HostLedgerScope() : previous_(t_host_ledger) { t_host_ledger = true; }
+HostLedgerScope::~HostLedgerScope() { t_host_ledger = previous_; }
 
 TrackingAllocator::TrackingAllocator(c10::Allocator* base) : base_(base), base_free_(base->raw_deleter()) {}
 
@@ -66,7 +78,12 @@ std::int64_t TrackingAllocator::current_bytes() const { return current_.load(std
 
 std::int64_t TrackingAllocator::peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
 
-void TrackingAllocator::reset_peak() { peak_.store(current_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+void TrackingAllocator::reset_peak() {
+  peak_.store(current_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  host_peak_.store(host_current_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+std::int64_t TrackingAllocator::host_bytes() const { return host_current_.load(std::memory_order_relaxed); }
+std::int64_t TrackingAllocator::host_peak_bytes() const { return host_peak_.load(std::memory_order_relaxed); }
 
 std::int64_t TrackingAllocator::allocation_count() const { return count_.load(std::memory_order_relaxed); }
 
@@ -102,24 +119,30 @@ c10::DataPtr TrackingAllocator::allocate(size_t n) {
     return {nullptr, nullptr, &delete_block, cpu};
   }
 
-  const std::int64_t now = reserve(bytes);
+  const bool host = t_host_ledger;
+  std::atomic<std::int64_t>& ledger = host ? host_current_ : current_;
+  const std::int64_t now = host ? host_current_.fetch_add(bytes, std::memory_order_relaxed) + bytes : reserve(bytes);
   void* block = nullptr;
   try {
     block = base_->raw_allocate(n + kHeaderBytes);
   } catch (const c10::Error& e) {
-    current_.fetch_sub(bytes, std::memory_order_relaxed);
+    ledger.fetch_sub(bytes, std::memory_order_relaxed);
     refuse(bytes, current_bytes(), budget(), e.what_without_backtrace());
   }
   if (block == nullptr) {
-    current_.fetch_sub(bytes, std::memory_order_relaxed);
+    ledger.fetch_sub(bytes, std::memory_order_relaxed);
     refuse(bytes, current_bytes(), budget(), "the wrapped allocator returned null");
   }
   // Raised only once the block exists, so a failed allocation never shows up
   // in the peak.
-  bump_peak(now);
+  if (host) {
+    raise_to(host_peak_, now);
+  } else {
+    bump_peak(now);
+  }
   count_.fetch_add(1, std::memory_order_relaxed);
 
-  const BlockHeader header{kBlockMagic, bytes};
+  const BlockHeader header{kBlockMagic, bytes, host ? 1 : 0};
   std::memcpy(block, &header, sizeof header);
   void* data = static_cast<char*>(block) + kHeaderBytes;
   return {data, data, &delete_block, cpu};
@@ -142,7 +165,7 @@ void TrackingAllocator::delete_block(void* data) {
   // Clear the magic so the stale bytes never pass for a live header.
   header.magic = kFreedMagic;
   std::memcpy(block, &header, sizeof header);
-  self->current_.fetch_sub(header.bytes, std::memory_order_relaxed);
+  (header.host != 0 ? self->host_current_ : self->current_).fetch_sub(header.bytes, std::memory_order_relaxed);
   self->base_free_(block);
 }
 

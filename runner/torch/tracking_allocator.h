@@ -31,6 +31,13 @@
 //  - tensors allocated before install(). Pinned memory throws in this
 //    CPU-only LibTorch build, so it is never reached.
 //
+// Two ledgers. What is allocated inside a HostLedgerScope (on that thread)
+// is host memory standing in for a GPU job's pinned host buffers (offloaded
+// optimizer states and master weights): it is counted apart (host_bytes(),
+// host_peak_bytes()) and not against the budget, which stands for the
+// device's memory. Everything else is the device ledger: current_bytes(),
+// peak_bytes() and the budget.
+//
 // Thread safety: all members are safe to call from any thread. Counters are
 // process-wide: they include allocations from every thread (OpenMP workers,
 // data loaders), not only the caller's.
@@ -48,6 +55,18 @@
 #include "runner/torch/memory_meter.h"
 
 namespace tailor::runner {
+
+// While alive, this thread's CPU allocations go to the host ledger.
+class HostLedgerScope {
+ public:
+  HostLedgerScope();
+  ~HostLedgerScope();
+  HostLedgerScope(const HostLedgerScope&) = delete;
+  HostLedgerScope& operator=(const HostLedgerScope&) = delete;
+
+ private:
+  bool previous_;
+};
 
 class TrackingAllocator final : public c10::Allocator, public MemoryMeter {
  public:
@@ -78,6 +97,10 @@ class TrackingAllocator final : public c10::Allocator, public MemoryMeter {
   std::int64_t current_bytes() const override;
   // Highest current_bytes() since the last reset_peak() (or install()).
   std::int64_t peak_bytes() const override;
+  // The host ledger (HostLedgerScope) and its highest value since
+  // reset_peak().
+  std::int64_t host_bytes() const;
+  std::int64_t host_peak_bytes() const;
   // Sets the peak to current_bytes(). An allocation racing with the reset on
   // another thread may be missed by the new peak.
   void reset_peak() override;
@@ -121,6 +144,8 @@ class TrackingAllocator final : public c10::Allocator, public MemoryMeter {
 
   std::atomic<std::int64_t> current_{0};
   std::atomic<std::int64_t> peak_{0};
+  std::atomic<std::int64_t> host_current_{0};
+  std::atomic<std::int64_t> host_peak_{0};
   std::atomic<std::int64_t> count_{0};
   std::atomic<std::int64_t> budget_{0};
   mutable std::mutex failure_mutex_;  // guards last_failure_

@@ -348,7 +348,7 @@ void Run::zero_grads() {
   for (torch::Tensor& p : trainable_) {
     if (p.grad().defined()) p.mutable_grad() = torch::Tensor();  // free, as set_to_none does
   }
-  if (param_sharder_) opt_->zero_grad();  // the parts' gradients
+  if (param_sharder_ || opt_->offloaded()) opt_->zero_grad();  // the parts' or the host copies' gradients
 }
 
 Result<bool> Run::stop_requested() {
@@ -413,8 +413,9 @@ Measured Run::measure_static() const {
     m.parts.weights = Bytes(owned.other);
     m.parts.gradients = Bytes(gradients + owned.gradients);
   }
-  m.parts.optimizer_states = Bytes(opt_->state_bytes());
-  m.parts.master_weights = Bytes(opt_->master_bytes());
+  // Offloaded states and master weights are host memory, not the device's.
+  m.parts.optimizer_states = Bytes(opt_->offloaded() ? 0 : opt_->state_bytes());
+  m.parts.master_weights = Bytes(opt_->offloaded() ? 0 : opt_->master_bytes());
   return m;
 }
 
@@ -571,8 +572,9 @@ Status Run::build_model() {
   } else if (world_ > 1) {
     overlap_ = std::make_unique<OverlappedAllReduce>(*comm_, trainable_, kGradientBucketBytes);
   }
+  // Offload: this rank's optimizer in host memory (optimizer.h).
   opt_ = std::make_unique<TrainingOptimizer>(trainable, opt_precision, st_.optimizer, spec_.training.weight_decay,
-                                             param_opts);
+                                             param_opts, st_.offload == dsl::Offload::kOptimizer);
   state_.loss_scale = DynamicLossScaler(st_.precision == dsl::Precision::kFp16).scale();
   return Status::ok();
 }
@@ -658,6 +660,7 @@ Status Run::probe() {
   // The budget applies to training, not to loading files.
   meter_->set_budget(limit_);
   if (param_sharder_) param_sharder_->shard();
+  opt_->sync_from_device();  // offloaded: the host copies of what resume wrote
   meter_->reset_peak();
   event(events::kStart, [&](JsonWriter& w) {
     w.field("job", spec_.name).field("steps", total_steps_).field("first_step", first_step_);
@@ -749,6 +752,8 @@ Status Run::train_step(std::int64_t step) {
     loss_sum = v[0];
     tokens = static_cast<std::int64_t>(v[1]);
   }
+  // Offloaded: the step's gradients to the host, where the update runs.
+  opt_->offload_gradients();
   // fp16: a step with inf/nan gradients is skipped and the scale backs
   // off (loss_scaler.h); the gradients were scaled by `used`.
   const double used = state_.loss_scale;
@@ -839,6 +844,13 @@ Status Run::train_step(std::int64_t step) {
   w.field("tokens", tokens).field("target_tokens", target_tokens).field("tokens_per_second", tokens / dt);
   w.field("step_seconds", dt).field("epoch", batcher_->epoch_progress()).field("skipped", skipped);
   write_memory(w, m);
+  if (opt_->offloaded()) {
+    // Rank 0's host ledger: its optimizer's copies, states and master weights.
+    w.key("host").begin_object();
+    w.field("optimizer_states_bytes", opt_->state_bytes()).field("master_weights_bytes", opt_->master_bytes());
+    w.field("bytes", alloc_->host_bytes()).field("peak_bytes", alloc_->host_peak_bytes());
+    w.end_object();
+  }
   if (world_ > 1) {
     // Bytes rank 0 sent this step (bench/ranks_vs_ddp.sh compares them with 2Ψ).
     w.field("comm_bytes", static_cast<std::int64_t>(comm_->bytes_sent() - sent_before));

@@ -37,16 +37,6 @@ void throw_if_error(const Status& s) {
   if (!s.is_ok()) throw std::runtime_error("ZeRO-3: " + s.message());
 }
 
-class ShardGradientHook : public torch::autograd::PostAccumulateGradHook {
- public:
-  ShardGradientHook(ParameterSharder* owner, std::size_t slot) : owner_(owner), slot_(slot) {}
-  void operator()(const torch::autograd::Variable&) override { owner_->on_gradient(slot_); }
-
- private:
-  ParameterSharder* owner_;
-  std::size_t slot_;
-};
-
 }  // namespace
 
 ParameterSharder::ParameterSharder(dist::Communicator& comm, const std::vector<std::vector<torch::Tensor>>& units,
@@ -63,14 +53,15 @@ ParameterSharder::ParameterSharder(dist::Communicator& comm, const std::vector<s
         s.numel = t.numel();
         s.bytes = static_cast<std::int64_t>(t.nbytes());
         s.align = std::max<std::int64_t>(1, alignment(t));
-        const auto [b, e] = comm_.segment_range(static_cast<std::size_t>(s.numel), comm_.rank(),
-                                                static_cast<std::size_t>(s.align));
+        const auto [b, e] =
+            comm_.segment_range(static_cast<std::size_t>(s.numel), comm_.rank(), static_cast<std::size_t>(s.align));
         s.begin = static_cast<std::int64_t>(b);
         s.end = static_cast<std::int64_t>(e);
         s.shard = t.detach().reshape({-1}).narrow(0, s.begin, s.end - s.begin).clone();
         if (t.requires_grad()) {
           s.shard.set_requires_grad(true);
-          torch::autograd::impl::set_post_acc_grad_hooks(t, std::make_unique<ShardGradientHook>(this, slots_.size()));
+          torch::autograd::impl::set_post_acc_grad_hooks(
+              t, std::make_unique<GradientHook<ParameterSharder>>(this, slots_.size()));
         }
         slots_.push_back(std::move(s));
       }
@@ -116,8 +107,8 @@ void ParameterSharder::fill(Slot& s) {
   // The collectives read host memory: a GPU tensor is gathered there first.
   torch::Tensor host = torch::empty({s.numel}, s.whole.options().device(torch::kCPU));
   host.narrow(0, s.begin, s.end - s.begin).copy_(s.shard);
-  throw_if_error(comm_.all_gather(host.data_ptr(), static_cast<std::size_t>(s.numel), e,
-                                  static_cast<std::size_t>(s.align)));
+  throw_if_error(
+      comm_.all_gather(host.data_ptr(), static_cast<std::size_t>(s.numel), e, static_cast<std::size_t>(s.align)));
   alias_of(s.whole).copy_(host.view(s.whole.sizes()));
 }
 
@@ -156,7 +147,8 @@ void ParameterSharder::on_input_gradient(std::size_t unit) {
 }
 
 void ParameterSharder::end_backward() {
-  for (std::size_t u = 0; u < units_.size(); ++u) release(u);
+  for (std::size_t u = 0; u < units_.size(); ++u)
+    release(u);
 }
 
 void ParameterSharder::on_gradient(std::size_t i) {
@@ -197,7 +189,8 @@ Status ParameterSharder::gather_to(int root) {
       host.narrow(0, s.begin, s.end - s.begin).copy_(s.shard);
       for (int r = 0; r < comm_.world(); ++r) {
         if (r == root) continue;
-        const auto [b, end] = comm_.segment_range(static_cast<std::size_t>(s.numel), r, static_cast<std::size_t>(s.align));
+        const auto [b, end] =
+            comm_.segment_range(static_cast<std::size_t>(s.numel), r, static_cast<std::size_t>(s.align));
         TAILOR_RETURN_IF_ERROR(comm_.recv(r, static_cast<char*>(host.data_ptr()) + b * e, (end - b) * e));
       }
       alias_of(s.whole).copy_(host.view(s.whole.sizes()));
@@ -266,14 +259,17 @@ std::vector<torch::Tensor> ParameterSharder::shard_states(const std::vector<torc
       } else {  // block scales: the blocks of this rank's elements
         const std::int64_t b0 = s.begin / s.align;
         const std::int64_t b1 = s.end == s.begin ? b0 : (s.end + s.align - 1) / s.align;
-        out.push_back(w.narrow(0, std::min(b0, w.numel()), std::max<std::int64_t>(0, std::min(b1, w.numel()) - std::min(b0, w.numel()))).clone());
+        out.push_back(w.narrow(0, std::min(b0, w.numel()),
+                               std::max<std::int64_t>(0, std::min(b1, w.numel()) - std::min(b0, w.numel())))
+                          .clone());
       }
     }
   }
   return out;
 }
 
-ParameterSharder::Owned ParameterSharder::owned_bytes(const std::function<bool(const torch::Tensor&)>& is_adapter) const {
+ParameterSharder::Owned ParameterSharder::owned_bytes(
+    const std::function<bool(const torch::Tensor&)>& is_adapter) const {
   Owned o;
   for (const Slot& s : slots_) {
     (is_adapter(s.whole) ? o.adapter : o.other) += static_cast<std::int64_t>(s.shard.nbytes());

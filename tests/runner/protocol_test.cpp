@@ -95,14 +95,18 @@ TEST(ExitCodeTest, OnlyTheRunnersStatusesAreExits) {
   EXPECT_EQ(runner_exit_from_status(-1), std::nullopt);
 }
 
-TEST(CapabilitiesTest, OffloadAndOtherQuantisationsAreRefusedByName) {
+TEST(CapabilitiesTest, ParameterOffloadAndOtherQuantisationsAreRefusedByName) {
   strategies::Strategy s;
   EXPECT_TRUE(check_executable(s).is_ok());
   s.zero_stage = 3;
   EXPECT_TRUE(check_executable(s).is_ok());
   s = {};
+  s.zero_stage = 1;
   s.offload = dsl::Offload::kOptimizer;
-  EXPECT_NE(check_executable(s).message().find("offload_optimizer"), std::string::npos);
+  EXPECT_TRUE(check_executable(s).is_ok());
+  s.zero_stage = 3;
+  s.offload = dsl::Offload::kOptimizerAndParams;
+  EXPECT_NE(check_executable(s).message().find("offload_params"), std::string::npos);
   s = {};
   s.num_gpus = 2;  // data parallel and ZeRO-1 over rank processes (runner/dist)
   EXPECT_TRUE(check_executable(s).is_ok());
@@ -126,9 +130,11 @@ TEST(CapabilitiesTest, PinsOfWhatTheRunnerLacksAreErrors) {
   spec.strategy.zero_stage = 3;
   EXPECT_TRUE(check_pins_executable(spec).is_ok());
   spec.strategy.offload = dsl::Offload::kOptimizer;
+  EXPECT_TRUE(check_pins_executable(spec).is_ok());
+  spec.strategy.offload = dsl::Offload::kOptimizerAndParams;
   const Status s = check_pins_executable(spec);
   ASSERT_FALSE(s.is_ok());
-  EXPECT_NE(s.message().find("strategy.offload pins offload_optimizer"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("strategy.offload pins offload_params"), std::string::npos) << s.message();
 }
 
 dsl::JobSpec example(const std::string& name, std::vector<std::string> overrides = {}) {
@@ -139,8 +145,8 @@ dsl::JobSpec example(const std::string& name, std::vector<std::string> overrides
   return *loaded.spec;
 }
 
-strategies::Hardware declared(const std::string& gpus) {
-  auto hw = strategies::resolve_hardware(example("tiny-cpu.yaml"), gpus + ",host=64GiB", {}, std::nullopt,
+strategies::Hardware declared(const std::string& gpus, const std::string& host = "64GiB") {
+  auto hw = strategies::resolve_hardware(example("tiny-cpu.yaml"), gpus + ",host=" + host, {}, std::nullopt,
                                          dsl::Catalog::builtin());
   EXPECT_TRUE(hw.is_ok()) << hw.status().to_string();
   return *hw;
@@ -181,13 +187,18 @@ TEST(CapabilitiesTest, PlansForTheRunnerAreExecutableAndSayWhatMoreWouldChoose) 
   EXPECT_EQ(two.chosen.strategy.micro_batch_size * two.chosen.strategy.grad_accumulation * 2,
             llama.training.global_batch_size);
   EXPECT_TRUE(check_executable(two.chosen.strategy).is_ok());
-  // A plan with what the runner lacks (offload), were it executable, is
-  // named as such.
-  const dsl::JobSpec seventy = example("llama2-70b-2xa6000.yaml");
-  const strategies::Plan big = strategies::plan_job(seventy, declared("2xA6000"), opts);
-  ASSERT_TRUE(big.fits);
-  EXPECT_EQ(big.chosen.strategy.num_gpus, 2);
+  // ZeRO-3 where only it fits: a full fine-tune of 70B on eight A100s.
+  dsl::JobSpec seventy = example("llama2-70b-2xa6000.yaml", {"strategy.adapter=none"});
+  const strategies::Plan eight = strategies::plan_job(seventy, declared("8xA100-80GB", "1TiB"), opts);
+  ASSERT_TRUE(eight.fits) << eight.no_fit_reason();
+  EXPECT_EQ(eight.chosen.strategy.zero_stage, 3);
+  EXPECT_TRUE(check_executable(eight.chosen.strategy).is_ok());
+  // A plan with what the runner lacks (parameter offload), were it
+  // executable, is named as such: on two A100s nothing else would fit.
+  const strategies::Plan big = strategies::plan_job(seventy, declared("2xA100-80GB", "1TiB"), opts);
+  ASSERT_FALSE(big.fits);
   ASSERT_TRUE(big.preferred_if_executable.has_value());
+  EXPECT_EQ(big.preferred_if_executable->candidate.strategy.offload, dsl::Offload::kOptimizerAndParams);
   EXPECT_FALSE(check_executable(big.preferred_if_executable->candidate.strategy).is_ok());
   EXPECT_FALSE(big.preferred_if_executable->candidate.executable());
 

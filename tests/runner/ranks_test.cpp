@@ -1,7 +1,8 @@
 // Multi-rank jobs end to end on this machine's CPU: `tailor plan` for
 // several ranks, tailor-runner launching and supervising them, and what they
 // train compared with one rank on the same global batch; faults (a killed
-// rank, SIGTERM, a rank that never joins) and resuming on another rank count.
+// rank, SIGTERM, a rank that never joins), resuming on another rank count,
+// and the optimizer offloaded to the host ledger.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -44,6 +45,8 @@ struct JobShape {
   int steps = 4;
   int checkpoint_every = 0;
   int recompute_every = 0;  // gradient checkpointing
+  const char* offload = "none";
+  const char* host_memory = "4GiB";
 };
 
 std::string spec_text(const JobShape& j) {
@@ -54,10 +57,10 @@ std::string spec_text(const JobShape& j) {
     << "training: {global_batch_size: 16, micro_batch_size: 2, max_steps: " << j.steps
     << ", lr: 2e-3, scheduler: constant, warmup_steps: 0, weight_decay: 0.01, seed: 7}\n"
     << "strategy: {precision: fp32, gradient_checkpointing: " << j.recompute_every
-    << ", optimizer: " << j.optimizer << ", zero_stage: " << j.zero << ", adapter: "
+    << ", optimizer: " << j.optimizer << ", zero_stage: " << j.zero << ", offload: " << j.offload << ", adapter: "
     << (j.lora || j.qlora ? std::string(j.qlora ? "qlora" : "lora") + ", lora: {r: 4, alpha: 8, dropout: 0}" : "none")
     << "}\n"
-    << "resources: {gpus: 0, host_memory: 4GiB, ranks: " << j.ranks << "}\n"
+    << "resources: {gpus: 0, host_memory: " << j.host_memory << ", ranks: " << j.ranks << "}\n"
     << "checkpoint: {every_steps: " << j.checkpoint_every << ", keep: 2}\n";
   return s.str();
 }
@@ -139,6 +142,20 @@ void expect_ranks_as_planned(const std::string& plan, const std::string& out, in
   }
 }
 
+// Runs `shape` into t/`name` and expects the losses and final weights of the
+// one-rank run in `base`. Returns the plan file.
+std::string expect_trains_like(const TempDir& t, const std::string& base, const std::string& name,
+                               const JobShape& shape) {
+  const std::string plan = plan_file(t, name, shape);
+  const std::string out = t.file(name);
+  EXPECT_EQ(run_runner(plan, out), 0) << out;
+  expect_same_losses(base + "/metrics.jsonl", out + "/metrics.jsonl");
+  EXPECT_LT(max_abs_difference(fp32_tensors(base + "/model/model.safetensors"),
+                               fp32_tensors(out + "/model/model.safetensors")),
+            1e-5);
+  return plan;
+}
+
 // Waits for `pred` (polling files a child writes), up to `limit`.
 template <typename Pred>
 bool wait_for(Pred pred, std::chrono::seconds limit = std::chrono::seconds(120)) {
@@ -186,13 +203,8 @@ TEST(RanksTest, TwoAndFourRanksTrainLikeOneRankAtEveryStage) {
                                 JobShape{.ranks = 4, .zero = 2}, JobShape{.ranks = 4, .zero = 3}}) {
     SCOPED_TRACE("ranks " + std::to_string(shape.ranks) + ", ZeRO-" + std::to_string(shape.zero));
     const std::string name = "r" + std::to_string(shape.ranks) + "z" + std::to_string(shape.zero);
-    const std::string plan = plan_file(t, name, shape);
+    const std::string plan = expect_trains_like(t, base, name, shape);
     const std::string out = t.file(name);
-    ASSERT_EQ(run_runner(plan, out), 0) << out;
-    expect_same_losses(base + "/metrics.jsonl", out + "/metrics.jsonl");
-    EXPECT_LT(max_abs_difference(fp32_tensors(base + "/model/model.safetensors"),
-                                 fp32_tensors(out + "/model/model.safetensors")),
-              1e-5);
     // Each rank's memory as planned for one rank of them.
     expect_ranks_as_planned(plan, out, shape.ranks);
     double states = 0, gradients = 0, weights = 0;
@@ -300,6 +312,57 @@ TEST(RanksTest, AZeroThreeCheckpointResumesOnAnotherRankCountAndTheReverse) {
           << out;
     }
   }
+}
+
+// Offload keeps the optimizer's copies, states and master weights in the
+// host ledger and runs the update there: the same numbers as on the
+// device, and the device holds what the plan says.
+TEST(RanksTest, AnOffloadedOptimizerTrainsLikeOneOnTheDevice) {
+  TempDir t;
+  const std::string base = t.file("one");
+  ASSERT_EQ(run_runner(plan_file(t, "one", {}), base), 0);
+  const json one_rank = json_lines(base + "/metrics.jsonl").back()["memory"];
+  for (const JobShape& shape : {JobShape{.ranks = 1, .zero = 1, .offload = "optimizer"},
+                                JobShape{.ranks = 2, .zero = 2, .offload = "optimizer"},
+                                JobShape{.ranks = 2, .zero = 3, .offload = "optimizer"}}) {
+    SCOPED_TRACE("ranks " + std::to_string(shape.ranks) + ", ZeRO-" + std::to_string(shape.zero));
+    const std::string name = "offload-r" + std::to_string(shape.ranks) + "z" + std::to_string(shape.zero);
+    const std::string plan = expect_trains_like(t, base, name, shape);
+    const std::string out = t.file(name);
+    const json last = json_lines(out + "/metrics.jsonl").back();
+    EXPECT_EQ(last["memory"]["optimizer_states"], 0);
+    // Rank 0's share of the states, on the host.
+    EXPECT_NEAR(last["host"]["optimizer_states_bytes"].get<double>(),
+                one_rank["optimizer_states"].get<double>() / shape.ranks, 0.02 * one_rank["optimizer_states"].get<double>());
+    const double planned = json::parse(std::ifstream(plan))["memory"]["per_gpu"]["total"].get<double>();
+    if (shape.ranks > 1) {
+      expect_ranks_as_planned(plan, out, shape.ranks);
+    } else {
+      EXPECT_NEAR(last["memory"]["peak_bytes"].get<double>(), planned, 0.05 * planned);
+    }
+  }
+}
+
+// What does not fit the device's budget with the optimizer on it fits
+// with the optimizer offloaded, and trains within that budget.
+TEST(RanksTest, AJobOverTheDeviceBudgetFitsWithTheOptimizerOffloaded) {
+  TempDir t;
+  const JobShape small{.zero = 0, .offload = "none", .host_memory = "50MiB"};
+  JobShape offloaded = small;
+  offloaded.zero = 1;
+  offloaded.offload = "optimizer";
+  const std::string refused = t.write("refused.yaml", spec_text(small));
+  EXPECT_EQ(shell(kBin + "tailor plan " + refused + " > " + t.file("refused.out") + " 2>&1"), 3);  // does not fit
+  const std::string plan = plan_file(t, "offloaded", offloaded);
+  const json p = json::parse(std::ifstream(plan));
+  const double budget = p["memory"]["budget_per_gpu"].get<double>();
+  const std::string out = t.file("offloaded");
+  ASSERT_EQ(run_runner(plan, out), 0);
+  EXPECT_LE(json_lines(out + "/metrics.jsonl").back()["memory"]["peak_bytes"].get<double>(), budget);
+  // The same job with its optimizer on the device, held to that budget:
+  // out of memory (exit 3).
+  const std::string device = plan_file(t, "device", {.zero = 0});
+  EXPECT_EQ(run_runner(device, t.file("device"), "--memory-limit " + std::to_string(static_cast<std::int64_t>(budget))), 3);
 }
 
 TEST(RanksTest, KillingOneRankStopsTheJobAtOnceAndItResumesFromTheLastCheckpoint) {

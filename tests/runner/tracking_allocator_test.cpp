@@ -99,6 +99,29 @@ TEST_F(TrackingAllocatorTest, ZeroByteAllocationsWork) {
   EXPECT_EQ(alloc_.current_bytes(), start);
 }
 
+// Offloaded optimizer states: host memory, apart from the device's budget.
+TEST_F(TrackingAllocatorTest, TheHostLedgerIsCountedApartAndOutsideTheBudget) {
+  const std::int64_t device = alloc_.current_bytes(), host = alloc_.host_bytes();
+  alloc_.set_budget(device + kMiB);
+  {
+    torch::Tensor h;
+    {
+      HostLedgerScope scope;
+      h = float_tensor_of(4 * kMiB);  // over the budget, but on the host
+    }
+    EXPECT_EQ(alloc_.host_bytes() - host, 4 * kMiB);
+    EXPECT_GE(alloc_.host_peak_bytes(), host + 4 * kMiB);
+    EXPECT_EQ(alloc_.current_bytes(), device);
+    // Outside the scope the budget holds again.
+    EXPECT_THROW(float_tensor_of(2 * kMiB), c10::OutOfMemoryError);
+    torch::Tensor d = float_tensor_of(kMiB / 2);
+    EXPECT_EQ(alloc_.current_bytes() - device, kMiB / 2);
+  }
+  // Each block returns to the ledger it came from.
+  EXPECT_EQ(alloc_.host_bytes(), host);
+  EXPECT_EQ(alloc_.current_bytes(), device);
+}
+
 TEST_F(TrackingAllocatorTest, PeakStaysAfterReleaseUntilReset) {
   const std::int64_t start = alloc_.current_bytes();
   alloc_.reset_peak();

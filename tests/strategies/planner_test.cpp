@@ -332,10 +332,16 @@ TEST(PlannerTest, RanksOnTheCpuShareItsMemoryAndMayShardTheOptimizer) {
   const Plan free = plan_job(load("tiny-cpu.yaml", {"resources.ranks=2"}), cpu(Bytes::gib(2)));
   ASSERT_TRUE(free.fits);
   EXPECT_EQ(free.chosen.strategy.num_gpus, 2);
+  // Host and device are one memory on the CPU: offload only when pinned
+  // (the runner then keeps it in its host ledger), with its host bytes.
+  EXPECT_EQ(free.chosen.strategy.offload, Offload::kNone);
   const Plan offload =
       plan_job(load("tiny-cpu.yaml", {"resources.ranks=2", "strategy.zero_stage=1", "strategy.offload=optimizer"}),
                cpu(Bytes::gib(2)));
-  EXPECT_FALSE(offload.fits);
+  ASSERT_TRUE(offload.fits) << offload.no_fit_reason();
+  EXPECT_EQ(offload.chosen.strategy.offload, Offload::kOptimizer);
+  EXPECT_EQ(offload.chosen.memory.per_device.optimizer_states.count(), 0);
+  EXPECT_GT(offload.chosen.memory.host.count(), 0);
   // Three ranks cannot share a global batch of 16.
   const Plan three = plan_job(load("tiny-cpu.yaml", {"resources.ranks=3"}), cpu(Bytes::gib(2)));
   ASSERT_FALSE(three.errors.empty());
