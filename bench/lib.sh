@@ -15,6 +15,23 @@ bench_init() {
   export OMP_WAIT_POLICY=PASSIVE
 }
 
+# The number after "KEY": in the JSON line TEXT: field TEXT KEY.
+field() { grep -o "\"$2\": [0-9.]*" <<<"$1" | cut -d' ' -f2; }
+
+# The head of a job spec on the anchor's Llama (4 layers, hidden 256, vocab
+# 4096) over $work/tokens.bin at sequence length SEQ: bench_anchor_job SEQ.
+# The caller appends training, strategy and resources.
+bench_anchor_job() {
+  cat <<YAML
+apiVersion: tailor/v1
+kind: TrainingJob
+name: bench
+model:
+  arch: {family: llama, layers: 4, hidden: 256, intermediate: 688, heads: 4, kv_heads: 4, vocab: 4096, max_seq_len: $1}
+data: {train: $work/tokens.bin, format: tokens, seq_len: $1, packing: true}
+YAML
+}
+
 # FILE: 400 documents of 300 random ids in [260, 4096), EOS-separated (257),
 # as little-endian int32 (data.format: tokens).
 bench_random_tokens() {

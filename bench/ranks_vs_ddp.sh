@@ -22,16 +22,9 @@ source "$(dirname "$0")/lib.sh"
 bench_init
 bench_random_tokens "$work/tokens.bin"
 
-field() { grep -o "\"$2\": [0-9.]*" <<<"$1" | cut -d' ' -f2; }
 
 tailor() {  # ranks zero -> "tokens/s rss_bytes tracked_peak comm_bytes weights_bytes"
-  cat > "$work/job.yaml" <<YAML
-apiVersion: tailor/v1
-kind: TrainingJob
-name: bench
-model:
-  arch: {family: llama, layers: 4, hidden: 256, intermediate: 688, heads: 4, kv_heads: 4, vocab: 4096, max_seq_len: $seq}
-data: {train: $work/tokens.bin, format: tokens, seq_len: $seq, packing: true}
+  { bench_anchor_job "$seq"; cat <<YAML; } > "$work/job.yaml"
 training: {global_batch_size: 8, micro_batch_size: $((8 / $1)), max_steps: $((steps + warmup)), lr: 3e-4, scheduler: constant, grad_clip: 0}
 strategy: {precision: $precision, gradient_checkpointing: false, adapter: none, optimizer: adamw, zero_stage: $2}
 resources: {gpus: 0, host_memory: 8GiB, ranks: $1}

@@ -23,7 +23,6 @@ model=(--layers 4 --hidden 256 --heads 4 --kv-heads 4 --intermediate 688 --vocab
        --steps "$steps" --warmup "$warmup" --threads "$threads")
 bench_random_tokens "$work/tokens.bin"
 
-field() { grep -o "\"$2\": [0-9.]*" <<<"$1" | cut -d' ' -f2; }
 row() {  # impl mode precision tokens/s rss_bytes
   printf '%-11s %-5s %-5s %12.1f %12.1f\n' "$1" "$2" "$3" "$4" "$(echo "$5 / 1048576" | bc -l)"
 }
@@ -35,13 +34,7 @@ runner() {  # precision lora_rank -> "tokens/s rss_bytes"
     adapter=lora
     lora=", lora: {r: $2, alpha: $(($2 * 2)), dropout: 0.0}"
   fi
-  cat > "$work/job.yaml" <<YAML
-apiVersion: tailor/v1
-kind: TrainingJob
-name: bench
-model:
-  arch: {family: llama, layers: 4, hidden: 256, intermediate: 688, heads: 4, kv_heads: 4, vocab: 4096, max_seq_len: $seq}
-data: {train: $work/tokens.bin, format: tokens, seq_len: $seq, packing: true}
+  { bench_anchor_job "$seq"; cat <<YAML; } > "$work/job.yaml"
 training: {global_batch_size: 8, micro_batch_size: 8, max_steps: $((steps + warmup)), lr: 3e-4, scheduler: constant, grad_clip: 0}
 strategy: {precision: $1, gradient_checkpointing: false, adapter: $adapter, optimizer: adamw$lora}
 resources: {gpus: 0, host_memory: 8GiB}
