@@ -381,7 +381,14 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // CPU optimizer also keeps an fp32 gradient copy (ZeRO-Offload, Ren et al.
   // 2021); parameter offload (ZeRO-Infinity) moves the weights too.
   double host = 0;
-  if (st.offload != Offload::kNone && !in.offload_streams_gradients) {
+  if (st.offload == Offload::kOptimizerAndParams && !in.offload_streams_gradients) {
+    // tailor-runner: each rank's ZeRO-3 parts (frozen, adapters) and their
+    // gradients are host tensors, updated in place by the optimizer beside
+    // them; the device keeps only the gathered units (overhead, below) and
+    // the gradients backward is producing.
+    host += (states + master + weights + adapter_bytes + grads) * n;
+    states = master = weights = adapter_bytes = grads = 0;
+  } else if (st.offload != Offload::kNone && !in.offload_streams_gradients) {
     // tailor-runner: the host copy of each trainable tensor and of its
     // gradient, in their dtypes, beside the states and master weights.
     host += (states + master) * n + static_cast<double>(out.trainable_parameters) *
@@ -529,6 +536,21 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     // their backward (tailor-runner: a unit of their own).
     if (in.head_unit_gathered) layer = std::max(layer, static_cast<double>(head_params + a.hidden) * wbytes);
     overhead += in.gathered_units * layer;
+    if (in.whole_gradient_transient) {
+      // MemoryInput::whole_gradient_transient: the largest trainable tensor.
+      double largest = 0, grad_bytes = gradient_bytes_per_param(st.precision);
+      if (adapter) {
+        for (const LinearLayer& l : dsl::block_linears(a)) {
+          if (targeted(l.target, in.lora_targets)) {
+            largest = std::max(largest, static_cast<double>(st.lora_rank * std::max(l.in, l.rows)));
+          }
+        }
+        grad_bytes = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
+      } else {
+        largest = static_cast<double>(std::max({pc.largest_linear, pc.largest_expert, head_params}));
+      }
+      overhead += largest * (grad_bytes + (grad_bytes < 4.0 ? 4.0 : 0.0));
+    }
   }
   m.overhead = Bytes(static_cast<std::int64_t>(overhead));
 

@@ -290,7 +290,12 @@ std::string Plan::no_fit_reason() const {
     for (const std::string& e : errors) msg += "; " + e;
     return msg;
   }
-  msg += "; short by " + (shortfall + host_shortfall).to_string();
+  // Device and host shortfalls apart: one sum would name neither.
+  const char* per = on_cpu ? " of memory" : " per GPU";
+  if (shortfall.count() > 0) msg += "; short by " + shortfall.to_string() + per;
+  if (host_shortfall.count() > 0) {
+    msg += (shortfall.count() > 0 ? " and " : "; short by ") + host_shortfall.to_string() + " of host RAM";
+  }
   if (preferred_if_executable) {
     msg += "; " + preferred_if_executable->candidate.strategy.describe() + " would fit, but tailor-runner cannot run it: " +
            preferred_if_executable->candidate.not_executable;

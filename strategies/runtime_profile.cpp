@@ -9,14 +9,14 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
   // untied head, a quantised head, dequantised copies, units gathered at
   // once under ZeRO-3 and whether the head's unit counts among them,
   // gradient buckets at stage 0, gradients streamed to the host under
-  // offload.
+  // offload, a whole gradient beside the parts under ZeRO-3.
   //
   // tailor-runner: its sliced loss and NF4 linears; in-place optimizer
   // steps; ZeRO-3 gathers one unit at a time. Its CUDA fragmentation is not
   // measured yet: torchtitan's (also compiled kernels and no record_stream)
   // stands in.
   static const RuntimeProfile kTailor{dsl::Runtime::kTailor, true, false, 1.08, 1.08, 0, false, false,
-                                      false, false, 1, 1, true, 2, false};
+                                      false, false, 1, 1, true, 2, false, true};
   // transformers with PEFT/TRL: composed losses upcasting the logits,
   // bitsandbytes' Linear4bit (before 0.44 it keeps every input, as in the
   // corpus' runs; 0.44 keeps none), foreach AdamW, and prepare_model_for_
@@ -60,6 +60,7 @@ void apply(const RuntimeProfile& profile, MemoryInput& in) {
   in.head_unit_gathered = profile.head_unit_gathered;
   in.gradient_buckets = profile.gradient_buckets;
   in.offload_streams_gradients = profile.offload_streams_gradients;
+  in.whole_gradient_transient = profile.whole_gradient_transient;
   in.gradient_bucket_bytes = Bytes(kTailorGradientBucketBytes);
 }
 

@@ -49,6 +49,8 @@ struct RuntimeProfile {
   double gradient_buckets = 0;
   // MemoryInput::offload_streams_gradients.
   bool offload_streams_gradients = true;
+  // MemoryInput::whole_gradient_transient.
+  bool whole_gradient_transient = false;
 };
 
 const RuntimeProfile& runtime_profile(dsl::Runtime runtime);

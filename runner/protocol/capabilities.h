@@ -15,13 +15,12 @@
 
 namespace tailor::runner {
 
-// Techniques of the decision tree the runner does not implement yet: ZeRO
-// and offload need several rank processes (one per GPU).
+// Techniques of the decision tree the runner does not implement (none
+// today: every rung, parameter offload included, runs).
 std::span<const dsl::Technique> techniques_not_in_runner();
 
-// Why this build's runner cannot execute `s` ("" when it can): ZeRO,
-// offload, several ranks, a base quantisation other than NF4 with double
-// quantisation.
+// Why this build's runner cannot execute `s` ("" when it can): a base
+// quantisation other than NF4 with double quantisation.
 std::string why_not_executable(const strategies::Strategy& s);
 
 // Planner options whose executability is this runner's: every command that

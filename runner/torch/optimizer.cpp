@@ -51,17 +51,18 @@ ParamOptions param_options(const torch::Tensor& whole, dsl::Optimizer kind) {
 }
 
 TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Precision precision, dsl::Optimizer kind,
-                                     double weight_decay, const std::vector<ParamOptions>& options, bool offload)
-    : offload_(offload), kind_(kind), weight_decay_(weight_decay) {
+                                     double weight_decay, const std::vector<ParamOptions>& options,
+                                     OptimizerHome home)
+    : home_(home), kind_(kind), weight_decay_(weight_decay) {
   const bool mixed = precision == dsl::Precision::kBf16 || precision == dsl::Precision::kFp16;
   const auto state_dtype = precision == dsl::Precision::kPureBf16 ? torch::kBFloat16 : torch::kFloat32;
   torch::NoGradGuard no_grad;
   std::optional<HostLedgerScope> host;
-  if (offload_) host.emplace();
+  if (offloaded()) host.emplace();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const ParamOptions po = i < options.size() ? options[i] : param_options(params[i], kind);
     Slot s;
-    if (offload_) {
+    if (home_ == OptimizerHome::kHostCopies) {
       s.device = params[i];
       s.param = torch::empty(params[i].sizes(), params[i].options().device(torch::kCPU));
       s.param.copy_(params[i]);
@@ -89,7 +90,7 @@ void TrainingOptimizer::zero_grad() {
 }
 
 void TrainingOptimizer::offload_gradients() {
-  if (!offload_) return;
+  if (home_ != OptimizerHome::kHostCopies) return;
   torch::NoGradGuard no_grad;
   HostLedgerScope host;
   for (Slot& s : slots_) {
@@ -107,7 +108,7 @@ void TrainingOptimizer::offload_gradients() {
 }
 
 void TrainingOptimizer::sync_from_device() {
-  if (!offload_) return;
+  if (home_ != OptimizerHome::kHostCopies) return;
   torch::NoGradGuard no_grad;
   for (Slot& s : slots_) s.param.copy_(s.device);
 }
@@ -137,7 +138,7 @@ bool TrainingOptimizer::grads_finite() const {
 void TrainingOptimizer::step(double lr, double grad_scale) {
   torch::NoGradGuard no_grad;
   std::optional<HostLedgerScope> host;  // the update's temporaries too
-  if (offload_) host.emplace();
+  if (offloaded()) host.emplace();
   ++t_;
   const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t_));
   const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t_));
@@ -169,7 +170,7 @@ void TrainingOptimizer::step(double lr, double grad_scale) {
     if (s.master.defined()) s.param.copy_(s.master);
   }
   // Offloaded: the device's parameters from the updated host copies.
-  if (offload_) {
+  if (home_ == OptimizerHome::kHostCopies) {
     for (Slot& s : slots_) s.device.copy_(s.param);
   }
 }

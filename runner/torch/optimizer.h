@@ -16,7 +16,9 @@
 // moves the gradients there, the update runs there with the same
 // conventions, and the parameters on the device are written from the
 // copies. The same numbers as without offload, and the same checkpoint
-// layout.
+// layout. Where the parameters themselves are host tensors (ZeRO-3's parts
+// under parameter offload), the optimizer updates them in place, its
+// states and masters in the host ledger too, and there is nothing to copy.
 #pragma once
 
 #include <torch/torch.h>
@@ -39,13 +41,21 @@ struct ParamOptions {
 };
 ParamOptions param_options(const torch::Tensor& whole, dsl::Optimizer kind);
 
+// Where the optimizer keeps its states and runs its update.
+enum class OptimizerHome {
+  kDevice,      // beside the parameters
+  kHostCopies,  // the host, updating host copies of the device's parameters
+  kHost,        // the host, where the parameters already are
+};
+
 class TrainingOptimizer {
  public:
   // `options`: one per parameter, or empty for param_options() of each.
   TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Precision precision, dsl::Optimizer kind,
-                    double weight_decay, const std::vector<ParamOptions>& options = {}, bool offload = false);
+                    double weight_decay, const std::vector<ParamOptions>& options = {},
+                    OptimizerHome home = OptimizerHome::kDevice);
 
-  bool offloaded() const { return offload_; }
+  bool offloaded() const { return home_ != OptimizerHome::kDevice; }
   // Offloaded: each parameter's gradient added into its host copy's and
   // freed on the device.
   void offload_gradients();
@@ -88,7 +98,7 @@ class TrainingOptimizer {
   bool fused_step(Slot& s, double lr, double grad_scale, double bc1, double bc2);
 
   std::vector<Slot> slots_;
-  bool offload_ = false;
+  OptimizerHome home_ = OptimizerHome::kDevice;
   dsl::Optimizer kind_;
   double weight_decay_;
   double beta1_ = 0.9, beta2_ = 0.95, eps_ = 1e-8, momentum_ = 0.9;

@@ -330,7 +330,8 @@ Status Run::choose_device() {
 }
 
 Status Run::join_ranks() {
-  if (world_ == 1 && st_.num_gpus == 1) return Status::ok();
+  // One rank offloading its parameters is ZeRO-3 over a world of one.
+  if (world_ == 1 && st_.num_gpus == 1 && st_.offload != dsl::Offload::kOptimizerAndParams) return Status::ok();
   if (st_.num_gpus != world_) {
     return Status::invalid_argument("the plan is for " + std::to_string(st_.num_gpus) + " ranks, but WORLD_SIZE is " +
                                     std::to_string(world_) + (o_.rank.present ? "" : " (RANK and WORLD_SIZE are not set)"));
@@ -409,9 +410,11 @@ Measured Run::measure_static() const {
     const auto owned = param_sharder_->owned_bytes([&](const torch::Tensor& t) {
       return std::find(adapters.begin(), adapters.end(), t.unsafeGetTensorImpl()) != adapters.end();
     });
-    m.parts.adapter = Bytes(owned.adapter);
-    m.parts.weights = Bytes(owned.other);
-    m.parts.gradients = Bytes(gradients + owned.gradients);
+    // Offloaded parts and their gradients are host memory.
+    const bool device = !param_sharder_->host_parts();
+    m.parts.adapter = Bytes(device ? owned.adapter : 0);
+    m.parts.weights = Bytes(device ? owned.other : 0);
+    m.parts.gradients = Bytes(gradients + (device ? owned.gradients : 0));
   }
   // Offloaded states and master weights are host memory, not the device's.
   m.parts.optimizer_states = Bytes(opt_->offloaded() ? 0 : opt_->state_bytes());
@@ -538,7 +541,8 @@ Status Run::build_model() {
   }
   trainable_ = trainable;
   // ZeRO-1: this rank's optimizer sees only the tensors it owns.
-  sharded_ = st_.zero_stage >= 1 && world_ > 1;
+  const bool offload_params = st_.offload == dsl::Offload::kOptimizerAndParams;
+  sharded_ = st_.zero_stage >= 1 && (world_ > 1 || offload_params);
   std::vector<ParamOptions> param_opts;
   if (sharded_ && st_.zero_stage >= 3) {
     // ZeRO-3: every tensor of the model cut into N parts; this rank's
@@ -552,9 +556,13 @@ Status Run::build_model() {
       }
     }
     const dsl::Optimizer kind = st_.optimizer;
-    param_sharder_ = std::make_unique<ParameterSharder>(*comm_, units, [kind](const torch::Tensor& t) {
-      return t.requires_grad() && param_options(t, kind).blockwise_8bit ? kAdamw8bitBlockSize : std::int64_t{1};
-    });
+    // Parameter offload: the parts on the host (zero3.h).
+    param_sharder_ = std::make_unique<ParameterSharder>(
+        *comm_, units,
+        [kind](const torch::Tensor& t) {
+          return t.requires_grad() && param_options(t, kind).blockwise_8bit ? kAdamw8bitBlockSize : std::int64_t{1};
+        },
+        offload_params);
     model_->set_unit_hook(param_sharder_.get());
     trainable.clear();
     for (const torch::Tensor& t : trainable_) {
@@ -572,9 +580,13 @@ Status Run::build_model() {
   } else if (world_ > 1) {
     overlap_ = std::make_unique<OverlappedAllReduce>(*comm_, trainable_, kGradientBucketBytes);
   }
-  // Offload: this rank's optimizer in host memory (optimizer.h).
+  // Offload: this rank's optimizer in host memory (optimizer.h), beside
+  // the parts it updates when those are offloaded too.
+  const OptimizerHome home = offload_params                           ? OptimizerHome::kHost
+                             : st_.offload == dsl::Offload::kOptimizer ? OptimizerHome::kHostCopies
+                                                                       : OptimizerHome::kDevice;
   opt_ = std::make_unique<TrainingOptimizer>(trainable, opt_precision, st_.optimizer, spec_.training.weight_decay,
-                                             param_opts, st_.offload == dsl::Offload::kOptimizer);
+                                             param_opts, home);
   state_.loss_scale = DynamicLossScaler(st_.precision == dsl::Precision::kFp16).scale();
   return Status::ok();
 }
@@ -845,9 +857,14 @@ Status Run::train_step(std::int64_t step) {
   w.field("step_seconds", dt).field("epoch", batcher_->epoch_progress()).field("skipped", skipped);
   write_memory(w, m);
   if (opt_->offloaded()) {
-    // Rank 0's host ledger: its optimizer's copies, states and master weights.
+    // Rank 0's host ledger: its optimizer's copies, states and master
+    // weights, and under parameter offload its parts and their gradients.
     w.key("host").begin_object();
     w.field("optimizer_states_bytes", opt_->state_bytes()).field("master_weights_bytes", opt_->master_bytes());
+    if (param_sharder_ && param_sharder_->host_parts()) {
+      const auto owned = param_sharder_->owned_bytes([](const torch::Tensor&) { return false; });
+      w.field("parameters_bytes", owned.other).field("gradients_bytes", owned.gradients);
+    }
     w.field("bytes", alloc_->host_bytes()).field("peak_bytes", alloc_->host_peak_bytes());
     w.end_object();
   }

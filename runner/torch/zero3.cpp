@@ -3,9 +3,11 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "runner/torch/data_parallel.h"
+#include "runner/torch/tracking_allocator.h"
 
 namespace tailor::runner {
 namespace {
@@ -40,9 +42,12 @@ void throw_if_error(const Status& s) {
 }  // namespace
 
 ParameterSharder::ParameterSharder(dist::Communicator& comm, const std::vector<std::vector<torch::Tensor>>& units,
-                                   const std::function<std::int64_t(const torch::Tensor&)>& alignment)
-    : comm_(comm), units_(units.size()), gathered_(units.size(), 0) {
+                                   const std::function<std::int64_t(const torch::Tensor&)>& alignment,
+                                   bool host_parts)
+    : comm_(comm), host_parts_(host_parts), units_(units.size()), gathered_(units.size(), 0) {
   torch::NoGradGuard ng;
+  std::optional<HostLedgerScope> host;
+  if (host_parts_) host.emplace();
   for (std::size_t u = 0; u < units.size(); ++u) {
     for (const torch::Tensor& t : units[u]) {
       if (!t.defined() || t.numel() == 0) continue;
@@ -57,7 +62,7 @@ ParameterSharder::ParameterSharder(dist::Communicator& comm, const std::vector<s
             comm_.segment_range(static_cast<std::size_t>(s.numel), comm_.rank(), static_cast<std::size_t>(s.align));
         s.begin = static_cast<std::int64_t>(b);
         s.end = static_cast<std::int64_t>(e);
-        s.shard = t.detach().reshape({-1}).narrow(0, s.begin, s.end - s.begin).clone();
+        s.shard = part_like(t.detach().reshape({-1}).narrow(0, s.begin, s.end - s.begin));
         if (t.requires_grad()) {
           s.shard.set_requires_grad(true);
           torch::autograd::impl::set_post_acc_grad_hooks(
@@ -74,6 +79,16 @@ ParameterSharder::~ParameterSharder() {
   for (const Slot& s : slots_) {
     if (s.whole.requires_grad()) torch::autograd::impl::set_post_acc_grad_hooks(s.whole, nullptr);
   }
+}
+
+torch::Tensor ParameterSharder::part_like(const torch::Tensor& t) const {
+  if (!host_parts_) return t.clone();
+  // Pinned where a GPU copies from it (page-locked: DMA without staging);
+  // on the CPU, where host and device memory are one, the ledger tells them
+  // apart.
+  torch::Tensor out = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(t.is_cuda()));
+  out.copy_(t);
+  return out;
 }
 
 const ParameterSharder::Slot& ParameterSharder::slot_of(const torch::Tensor& t) const {
@@ -162,6 +177,8 @@ void ParameterSharder::on_gradient(std::size_t i) {
                           : g.to(torch::kCPU, torch::kFloat32).contiguous();
   throw_if_error(comm_.reduce_scatter_sum(sum.data_ptr<float>(), static_cast<std::size_t>(s.numel),
                                           static_cast<std::size_t>(s.align)));
+  std::optional<HostLedgerScope> host;
+  if (host_parts_) host.emplace();  // the part's gradient beside the part
   torch::Tensor part = sum.view({-1}).narrow(0, s.begin, s.end - s.begin).to(s.shard.device(), s.shard.scalar_type());
   if (part.is_alias_of(sum)) part = part.clone();  // not the whole gradient's storage
   s.whole.mutable_grad() = torch::Tensor();

@@ -22,6 +22,13 @@
 // twice (forward, backward) and every gradient reduce-scattered once, 3Ψ(N-1)/N
 // in all, as the ZeRO paper and FSDP; memory holds Ψ/N of weights,
 // gradients and states plus the unit being computed.
+//
+// Parameter offload (ZeRO-Infinity, Rajbhandari et al. 2021, with the
+// parts in CPU memory rather than NVMe): the parts and their gradients are
+// host tensors (the tracking allocator's host ledger; pinned when the model
+// is on a GPU), so the device holds only the gathered units and the
+// gradients backward is producing; the optimizer updates the parts where
+// they are.
 #pragma once
 
 #include <torch/torch.h>
@@ -44,8 +51,9 @@ class ParameterSharder : public UnitHook {
   // tensors are left alone). `alignment(t)`: part boundaries of t on
   // multiples of that many elements (8-bit optimizer blocks), 1 otherwise.
   // Each part is copied out of its tensor now; shard() empties the tensors.
+  // `host_parts`: the parts and their gradients in host memory.
   ParameterSharder(dist::Communicator& comm, const std::vector<std::vector<torch::Tensor>>& units,
-                   const std::function<std::int64_t(const torch::Tensor&)>& alignment);
+                   const std::function<std::int64_t(const torch::Tensor&)>& alignment, bool host_parts = false);
   ~ParameterSharder() override;
   ParameterSharder(const ParameterSharder&) = delete;
   ParameterSharder& operator=(const ParameterSharder&) = delete;
@@ -80,8 +88,9 @@ class ParameterSharder : public UnitHook {
   std::vector<torch::Tensor> shard_states(const std::vector<torch::Tensor>& trainable,
                                           const std::vector<torch::Tensor>& whole, std::size_t per) const;
 
+  bool host_parts() const { return host_parts_; }
   // This rank's parts in bytes, split by `is_adapter` (of the whole tensor),
-  // and their gradients.
+  // and their gradients (host bytes under host_parts()).
   struct Owned {
     std::int64_t adapter = 0, other = 0, gradients = 0;
   };
@@ -103,7 +112,11 @@ class ParameterSharder : public UnitHook {
   void fill(Slot& s);  // all-gather into the whole tensor's storage
   void on_input_gradient(std::size_t unit);
 
+  // The part and gradient memory's: the host ledger or not, as built.
+  torch::Tensor part_like(const torch::Tensor& t) const;
+
   dist::Communicator& comm_;
+  bool host_parts_ = false;
   std::vector<Slot> slots_;
   std::unordered_map<const void*, std::size_t> by_storage_;
   std::vector<std::vector<std::size_t>> units_;

@@ -2,7 +2,7 @@
 // several ranks, tailor-runner launching and supervising them, and what they
 // train compared with one rank on the same global batch; faults (a killed
 // rank, SIGTERM, a rank that never joins), resuming on another rank count,
-// and the optimizer offloaded to the host ledger.
+// and the optimizer and parameters offloaded to the host ledger.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -363,6 +363,60 @@ TEST(RanksTest, AJobOverTheDeviceBudgetFitsWithTheOptimizerOffloaded) {
   // out of memory (exit 3).
   const std::string device = plan_file(t, "device", {.zero = 0});
   EXPECT_EQ(run_runner(device, t.file("device"), "--memory-limit " + std::to_string(static_cast<std::int64_t>(budget))), 3);
+}
+
+// Parameter offload: every rank's ZeRO-3 parts, their gradients and the
+// optimizer in the host ledger, updated there in place. The same numbers
+// as one rank on the device; the device holds what the plan says (the
+// gathered unit, activations, the gradient in flight) and the host ledgers
+// add up to the plan's host bytes.
+TEST(RanksTest, OffloadedParametersTrainLikeOnesOnTheDevice) {
+  TempDir t;
+  for (const bool lora : {false, true}) {
+    const std::string base = t.file(lora ? "one-lora" : "one");
+    ASSERT_EQ(run_runner(plan_file(t, lora ? "one-lora" : "one", {.lora = lora}), base), 0);
+    for (const int ranks : {1, 2}) {
+      if (lora && ranks == 1) continue;
+      SCOPED_TRACE(std::to_string(ranks) + " ranks" + (lora ? ", LoRA" : ""));
+      const JobShape shape{.ranks = ranks, .zero = 3, .lora = lora, .offload = "optimizer_and_params"};
+      const std::string name = "params-r" + std::to_string(ranks) + (lora ? "-lora" : "");
+      const std::string plan = expect_trains_like(t, base, name, shape);
+      const json p = json::parse(std::ifstream(plan));
+      const json last = json_lines(t.file(name) + "/metrics.jsonl").back();
+      for (const char* part : {"weights", "adapter", "gradients", "optimizer_states", "master_weights"}) {
+        EXPECT_EQ(last["memory"][part], 0) << part;
+      }
+      const double planned = p["memory"]["per_gpu"]["total"].get<double>();
+      EXPECT_NEAR(last["memory"]["peak_bytes"].get<double>(), planned, 0.05 * planned);
+      if (ranks > 1) expect_ranks_as_planned(plan, t.file(name), ranks);
+      // Rank 0's ledger: its share of the host bytes (the parts split evenly).
+      const double host = p["memory"]["host_total"].get<double>();
+      EXPECT_GT(last["host"]["parameters_bytes"].get<double>(), 0);
+      EXPECT_NEAR(last["host"]["bytes"].get<double>(), host / ranks, 0.01 * host);
+    }
+  }
+}
+
+// The three rungs under one device budget: the optimizer on the device does
+// not fit, nor offloaded alone; with the parameters offloaded too the job
+// plans and trains within the budget, and the others, held to it, run out
+// of memory.
+TEST(RanksTest, AJobOverTheDeviceBudgetFitsWithTheParametersOffloaded) {
+  TempDir t;
+  JobShape shape{.zero = 1, .offload = "optimizer", .host_memory = "20MiB"};
+  const std::string refused = t.write("refused.yaml", spec_text(shape));
+  EXPECT_EQ(shell(kBin + "tailor plan " + refused + " > " + t.file("refused.out") + " 2>&1"), 3);
+  shape.zero = 3;
+  shape.offload = "optimizer_and_params";
+  const std::string plan = plan_file(t, "params", shape);
+  const double budget = json::parse(std::ifstream(plan))["memory"]["budget_per_gpu"].get<double>();
+  const std::string out = t.file("params");
+  ASSERT_EQ(run_runner(plan, out), 0);
+  EXPECT_LE(json_lines(out + "/metrics.jsonl").back()["memory"]["peak_bytes"].get<double>(), budget);
+  const std::string optimizer = plan_file(t, "optimizer", {.zero = 1, .offload = "optimizer"});
+  EXPECT_EQ(run_runner(optimizer, t.file("optimizer"),
+                       "--memory-limit " + std::to_string(static_cast<std::int64_t>(budget))),
+            3);
 }
 
 TEST(RanksTest, KillingOneRankStopsTheJobAtOnceAndItResumesFromTheLastCheckpoint) {

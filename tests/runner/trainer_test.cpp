@@ -243,11 +243,6 @@ TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
   EXPECT_EQ(train_in(lora, dir.file("l")), RunnerExit::kBadInput);
   EXPECT_NE(lines(dir.file("l") + "/events.jsonl").back()["message"].get<std::string>().find("qkv_proj"),
             std::string::npos);
-  // Parameter offload is not implemented: refused rather than ignored.
-  RunConfig offload = cfg;
-  offload.strategy.zero_stage = 3;
-  offload.strategy.offload = dsl::Offload::kOptimizerAndParams;
-  EXPECT_EQ(train_in(offload, dir.file("z")), RunnerExit::kBadInput);
   // A plan for two ranks trained as one process without RANK/WORLD_SIZE
   // (tailor-runner's main would have launched them).
   RunConfig ranks = cfg;
