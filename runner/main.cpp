@@ -50,6 +50,11 @@ options:
   --progress           redraw a progress line on stderr (default on a terminal)
   --quiet              no progress output
   --probe              print LibTorch's version, devices and matmul rates
+  --export CHECKPOINT  write the model of a checkpoint folder (e.g.
+                       DIR/checkpoints/step-000500, sharded or not, from any
+                       rank count) to --out as the end of training does:
+                       model/ (Hugging Face), model.pt and, under LoRA,
+                       adapter/; one process on the CPU unless --device
 
 Ranks: a plan for several ranks (strategy.num_gpus > 1) starts one process
 per rank and supervises them as one job, the cores split between them; with
@@ -80,7 +85,7 @@ int main(int argc, char** argv) {
   keep_freed_memory();
   auto parsed = Args::parse(std::vector<std::string>(argv + 1, argv + argc),
                             {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true}, {"threads", true}, {"device", true}, {"cache-dir", true}, {"progress", false},
-                             {"quiet", false}, {"probe", false}, {"version", false}, {"help", false, false, 'h'}});
+                             {"quiet", false}, {"probe", false}, {"export", true}, {"version", false}, {"help", false, false, 'h'}});
   if (!parsed.is_ok()) {
     std::cerr << "tailor-runner: " << parsed.status().message() << "\n" << kHelp;
     return runner::exit_status(runner::RunnerExit::kBadInput);
@@ -125,6 +130,16 @@ int main(int argc, char** argv) {
       std::cerr << "tailor-runner: --threads must be a positive integer\n";
       return runner::exit_status(runner::RunnerExit::kBadInput);
     }
+  }
+  if (args.has("export")) {
+    runner::TrainOptions e;
+    e.config = std::move(config).value();
+    e.out_dir = args.get("out");
+    e.device = args.has("device") ? args.get("device") : "cpu";
+    e.threads = opts.threads;
+    e.quiet = args.has("quiet");
+    e.cache_dir = args.has("cache-dir") ? args.get("cache-dir") : runner::data::default_token_cache_dir();
+    return runner::exit_status(runner::export_checkpoint(e, args.get("export")));
   }
   // A multi-rank plan started as one process: become the ranks' launcher.
   if (!rank->present && config->strategy.num_gpus > 1) {

@@ -4,10 +4,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "runner/io/safetensors.h"
+#include "runner/torch/io_dtype.h"
 #include "runner/torch/tensor_file.h"
 
 namespace tailor::runner {
@@ -49,48 +54,182 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
   return out;
 }
 
+std::string shard_file_name(int rank, int ranks) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "rank-%05d-of-%05d.safetensors", rank, ranks);
+  return buf;
+}
+
+// The one-rank layout's tensors "<prefix>.0" .. "<prefix>.<count-1>" from
+// every rank's pieces: each whole tensor allocated once and filled from the
+// memory-mapped files. A tensor no rank holds is undefined (an optimizer
+// slot without that state); pieces that leave part of a tensor unwritten,
+// overlap or disagree about its shape or dtype make the checkpoint corrupt.
+Result<std::vector<torch::Tensor>> assemble(const std::vector<io::SafetensorsFile>& files, const std::string& prefix,
+                                            std::int64_t count, const std::string& folder) {
+  std::vector<torch::Tensor> out(static_cast<std::size_t>(count));
+  std::vector<std::int64_t> filled(static_cast<std::size_t>(count), 0);
+  for (const io::SafetensorsFile& f : files) {
+    for (const io::TensorView& v : f.tensors()) {
+      if (v.name.rfind(prefix + ".", 0) != 0) continue;
+      const std::string where = "checkpoint " + folder + ": " + v.name + " in " + fs::path(f.path()).filename().string();
+      char* end = nullptr;
+      const long long index = std::strtoll(v.name.c_str() + prefix.size() + 1, &end, 10);
+      const auto meta = f.metadata().find(v.name);
+      if (*end != '\0' || index < 0 || index >= count || meta == f.metadata().end()) {
+        return Status::invalid_argument(where + ": not a tensor of this checkpoint");
+      }
+      const auto j = nlohmann::json::parse(meta->second, nullptr, false);
+      std::vector<std::int64_t> shape;
+      std::int64_t begin = 0;
+      try {
+        shape = j.at("shape").get<std::vector<std::int64_t>>();
+        begin = j.at("begin").get<std::int64_t>();
+      } catch (const std::exception&) {
+        return Status::invalid_argument(where + ": unreadable placement " + meta->second);
+      }
+      const auto dtype = torch_dtype_of(v.dtype);
+      if (!dtype) return Status::invalid_argument(where + ": unsupported dtype " + io::to_string(v.dtype));
+      torch::Tensor& whole = out[static_cast<std::size_t>(index)];
+      if (!whole.defined()) {
+        for (std::int64_t d : shape) {
+          if (d < 0) return Status::invalid_argument(where + ": a negative dimension");
+        }
+        whole = torch::empty(shape, torch::TensorOptions().dtype(*dtype));
+      } else if (whole.sizes() != c10::IntArrayRef(shape) || whole.scalar_type() != *dtype) {
+        return Status::invalid_argument(where + ": its ranks disagree about its shape or dtype");
+      }
+      const auto n = static_cast<std::int64_t>(v.data.size() / io::dtype_size(v.dtype));
+      if (begin < 0 || begin + n > whole.numel()) {
+        return Status::invalid_argument(where + ": elements [" + std::to_string(begin) + ", " +
+                                        std::to_string(begin + n) + ") outside its " + std::to_string(whole.numel()));
+      }
+      std::memcpy(static_cast<char*>(whole.data_ptr()) + static_cast<std::size_t>(begin) * whole.element_size(),
+                  v.data.data(), v.data.size());
+      filled[static_cast<std::size_t>(index)] += n;
+    }
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i].defined() && filled[i] != out[i].numel()) {
+      return Status::invalid_argument("checkpoint " + folder + ": " + prefix + "." + std::to_string(i) + " has " +
+                                      std::to_string(filled[i]) + " of its " + std::to_string(out[i].numel()) +
+                                      " elements");
+    }
+  }
+  return out;
+}
+
+Result<std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>> load_shards(const std::string& folder,
+                                                                                      const ShardLayout& layout) {
+  std::vector<io::SafetensorsFile> files;
+  for (int r = 0; r < layout.ranks; ++r) {
+    const std::string path = (fs::path(folder) / shard_file_name(r, layout.ranks)).string();
+    auto f = io::SafetensorsFile::open(path);
+    if (!f.is_ok()) return Status::invalid_argument("checkpoint " + folder + ": " + f.status().message());
+    files.push_back(std::move(f).value());
+  }
+  auto model = assemble(files, "model", layout.model_tensors, folder);
+  if (!model.is_ok()) return model.status();
+  for (std::size_t i = 0; i < model->size(); ++i) {
+    if (!(*model)[i].defined()) {
+      return Status::invalid_argument("checkpoint " + folder + ": no rank holds model." + std::to_string(i));
+    }
+  }
+  auto optimizer = assemble(files, "optimizer", layout.optimizer_tensors, folder);
+  if (!optimizer.is_ok()) return optimizer.status();
+  return std::make_pair(std::move(model).value(), std::move(optimizer).value());
+}
+
 }  // namespace
 
-Status save_checkpoint(const std::string& dir, const CheckpointState& state, const CheckpointTensors& tensors,
-                       std::int64_t keep) {
+Result<std::string> begin_checkpoint(const std::string& dir, std::int64_t step) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status::io_error("cannot create " + dir + ": " + ec.message());
-  const fs::path final_path = fs::path(dir) / step_name(state.step);
-  const fs::path tmp = fs::path(dir) / (step_name(state.step) + ".tmp");
+  const fs::path tmp = checkpoint_tmp_path(dir, step);
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return Status::io_error("cannot create " + tmp.string() + ": " + ec.message());
-  Status written = save_tensor_file(encode(tensors.params), (tmp / "model.pt").string());
-  if (written.is_ok()) written = save_tensor_file(encode(tensors.optimizer), (tmp / "optimizer.pt").string());
-  if (written.is_ok()) written = save_tensor_file(tensors.rng_state, (tmp / "rng.pt").string());
-  if (written.is_ok() && tensors.device_rng_state.defined()) {
-    written = save_tensor_file(tensors.device_rng_state, (tmp / "device_rng.pt").string());
+  return tmp.string();
+}
+
+std::string checkpoint_tmp_path(const std::string& dir, std::int64_t step) {
+  return (fs::path(dir) / (step_name(step) + ".tmp")).string();
+}
+
+void abandon_checkpoint(const std::string& tmp) {
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+}
+
+Status write_checkpoint_shard(const std::string& tmp, int rank, int ranks, const std::vector<ShardPiece>& pieces) {
+  const std::string path = (fs::path(tmp) / shard_file_name(rank, ranks)).string();
+  std::vector<torch::Tensor> keep;  // contiguous CPU copies where needed, alive until written
+  std::vector<io::TensorToWrite> out;
+  std::map<std::string, std::string> metadata{{"format", "tailor-checkpoint-shard"}};
+  for (const ShardPiece& p : pieces) {
+    keep.push_back(p.data.detach().to(torch::kCPU).contiguous().reshape({-1}));
+    const torch::Tensor& t = keep.back();
+    const auto dtype = io_dtype_of(t.scalar_type());
+    if (!dtype) return Status::internal(p.name + ": dtype " + std::string(c10::toString(t.scalar_type())) + " cannot be saved");
+    out.push_back({p.name, *dtype, {t.numel()},
+                   std::span<const std::byte>(static_cast<const std::byte*>(t.data_ptr()), t.nbytes())});
+    metadata[p.name] = nlohmann::json{{"begin", p.begin}, {"shape", p.shape}}.dump();
+  }
+  const Status s = io::write_safetensors(path, out, metadata);
+  return s.is_ok() ? s : Status::io_error("writing checkpoint " + path + ": " + s.message());
+}
+
+Status commit_checkpoint(const std::string& dir, const std::string& tmp, const CheckpointState& state,
+                         const CheckpointTensors& rng, const ShardLayout* layout, std::int64_t keep) {
+  std::error_code ec;
+  Status written = save_tensor_file(rng.rng_state, (fs::path(tmp) / "rng.pt").string());
+  if (written.is_ok() && rng.device_rng_state.defined()) {
+    written = save_tensor_file(rng.device_rng_state, (fs::path(tmp) / "device_rng.pt").string());
   }
   if (!written.is_ok()) {
-    fs::remove_all(tmp, ec);
-    return Status::io_error("writing checkpoint " + tmp.string() + ": " + written.message());
+    abandon_checkpoint(tmp);
+    return Status::io_error("writing checkpoint " + tmp + ": " + written.message());
   }
   nlohmann::json j{{"step", state.step},         {"data_epoch", state.data_epoch}, {"data_index", state.data_index},
                    {"loss_scale", state.loss_scale}, {"good_steps", state.good_steps}, {"tokens_seen", state.tokens_seen}};
+  if (layout != nullptr) {
+    j["shards"] = {{"ranks", layout->ranks},
+                   {"model_tensors", layout->model_tensors},
+                   {"optimizer_tensors", layout->optimizer_tensors}};
+  }
   {
-    std::ofstream out(tmp / "state.json");
+    std::ofstream out(fs::path(tmp) / "state.json");
     out << j.dump(2) << "\n";
     out.flush();
     if (!out) {
-      fs::remove_all(tmp, ec);
-      return Status::io_error("cannot write " + (tmp / "state.json").string());
+      abandon_checkpoint(tmp);
+      return Status::io_error("cannot write " + (fs::path(tmp) / "state.json").string());
     }
   }
+  const fs::path final_path = fs::path(dir) / step_name(state.step);
   fs::remove_all(final_path, ec);
   fs::rename(tmp, final_path, ec);
-  if (ec) return Status::io_error("cannot rename " + tmp.string() + ": " + ec.message());
+  if (ec) return Status::io_error("cannot rename " + tmp + ": " + ec.message());
   auto all = complete_checkpoints(dir);
   while (static_cast<std::int64_t>(all.size()) > std::max<std::int64_t>(1, keep)) {
     fs::remove_all(all.front(), ec);
     all.erase(all.begin());
   }
   return Status::ok();
+}
+
+Status save_checkpoint(const std::string& dir, const CheckpointState& state, const CheckpointTensors& tensors,
+                       std::int64_t keep) {
+  auto tmp = begin_checkpoint(dir, state.step);
+  if (!tmp.is_ok()) return tmp.status();
+  Status written = save_tensor_file(encode(tensors.params), (fs::path(*tmp) / "model.pt").string());
+  if (written.is_ok()) written = save_tensor_file(encode(tensors.optimizer), (fs::path(*tmp) / "optimizer.pt").string());
+  if (!written.is_ok()) {
+    abandon_checkpoint(*tmp);
+    return Status::io_error("writing checkpoint " + *tmp + ": " + written.message());
+  }
+  return commit_checkpoint(dir, *tmp, state, tensors, nullptr, keep);
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
@@ -117,17 +256,40 @@ Result<std::pair<CheckpointState, CheckpointTensors>> load_checkpoint(const std:
   } catch (const std::exception& e) {
     return Status::invalid_argument("checkpoint " + folder + ": corrupt state.json (" + e.what() + ")");
   }
+  ShardLayout layout;
+  const bool sharded = j.contains("shards");
+  if (sharded) {
+    try {
+      layout.ranks = j.at("shards").at("ranks").get<int>();
+      layout.model_tensors = j.at("shards").at("model_tensors").get<std::int64_t>();
+      layout.optimizer_tensors = j.at("shards").at("optimizer_tensors").get<std::int64_t>();
+    } catch (const std::exception& e) {
+      return Status::invalid_argument("checkpoint " + folder + ": corrupt state.json shards (" + e.what() + ")");
+    }
+    constexpr std::int64_t kMost = std::int64_t{1} << 24;  // tensors of one model: far fewer
+    if (layout.ranks < 1 || layout.ranks > 65536 || layout.model_tensors < 0 || layout.model_tensors > kMost ||
+        layout.optimizer_tensors < 0 || layout.optimizer_tensors > kMost) {
+      return Status::invalid_argument("checkpoint " + folder + ": corrupt state.json shards");
+    }
+  }
   CheckpointTensors t;
   try {
-    std::vector<torch::Tensor> params, opt;
-    torch::load(params, (fs::path(folder) / "model.pt").string());
-    torch::load(opt, (fs::path(folder) / "optimizer.pt").string());
+    if (sharded) {
+      auto shards = load_shards(folder, layout);
+      if (!shards.is_ok()) return shards.status();
+      t.params = std::move(shards->first);
+      t.optimizer = std::move(shards->second);
+    } else {
+      std::vector<torch::Tensor> params, opt;
+      torch::load(params, (fs::path(folder) / "model.pt").string());
+      torch::load(opt, (fs::path(folder) / "optimizer.pt").string());
+      t.params = decode(std::move(params));
+      t.optimizer = decode(std::move(opt));
+    }
     torch::load(t.rng_state, (fs::path(folder) / "rng.pt").string());
     if (fs::exists(fs::path(folder) / "device_rng.pt")) {
       torch::load(t.device_rng_state, (fs::path(folder) / "device_rng.pt").string());
     }
-    t.params = decode(std::move(params));
-    t.optimizer = decode(std::move(opt));
   } catch (const c10::Error& e) {
     return Status::invalid_argument("checkpoint " + folder + ": cannot read tensors: " + e.what_without_backtrace());
   }

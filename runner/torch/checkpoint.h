@@ -2,6 +2,13 @@
 // optimizer state, and state.json (step, data position, loss scale, RNG).
 // Written into a temporary folder and renamed, so a folder named step-N is
 // always complete; the newest `keep` are kept.
+//
+// One rank writes model.pt and optimizer.pt. Sharded ranks (ZeRO) each
+// write their own file, rank-00001-of-00004.safetensors, holding the flat
+// element ranges of the tensors they keep (ShardPiece), and nothing is
+// gathered: rank 0 commits the folder once every rank has written. Loading
+// assembles either layout into the one-rank layout (whole tensors, in the
+// same order), so a checkpoint resumes on any rank count and stage.
 #pragma once
 
 #include <torch/torch.h>
@@ -30,6 +37,34 @@ struct CheckpointTensors {
   torch::Tensor rng_state;         // the CPU generator's
   torch::Tensor device_rng_state;  // the training GPU's generator's; undefined on the CPU
 };
+
+// Elements [begin, begin + data.numel()) of the row-major tensor `name`
+// of shape `shape`: "model.<i>" (the i-th parameter) or "optimizer.<j>"
+// (the j-th of the one-rank optimizer state's tensors).
+struct ShardPiece {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::int64_t begin = 0;
+  torch::Tensor data;  // flat or not, any device: its elements in order
+};
+
+// What a sharded checkpoint's ranks wrote: the one-rank layout's sizes.
+struct ShardLayout {
+  int ranks = 1;
+  std::int64_t model_tensors = 0, optimizer_tensors = 0;
+};
+
+// A sharded save across ranks: rank 0 begins (a fresh DIR/step-N.tmp) and
+// then every rank writes its pieces into it; once all have, rank 0 commits
+// (state, RNG, the rename, pruning) or, when any failed, abandons it.
+// commit_checkpoint's `layout`: the shards written, nullptr for model.pt
+// and optimizer.pt.
+Result<std::string> begin_checkpoint(const std::string& dir, std::int64_t step);
+std::string checkpoint_tmp_path(const std::string& dir, std::int64_t step);  // what begin_checkpoint returns
+Status write_checkpoint_shard(const std::string& tmp, int rank, int ranks, const std::vector<ShardPiece>& pieces);
+Status commit_checkpoint(const std::string& dir, const std::string& tmp, const CheckpointState& state,
+                         const CheckpointTensors& rng, const ShardLayout* layout, std::int64_t keep);
+void abandon_checkpoint(const std::string& tmp);
 
 // Saves step `state.step` under `dir` and prunes to the newest `keep`.
 // Tensors are written as CPU tensors, so a checkpoint resumes on any device.

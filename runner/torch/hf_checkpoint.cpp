@@ -13,6 +13,7 @@
 #include "platform/files.h"
 #include "runner/io/hf_folder.h"
 #include "runner/io/safetensors.h"
+#include "runner/torch/io_dtype.h"
 
 namespace tailor::runner {
 namespace fs = std::filesystem;
@@ -135,23 +136,10 @@ std::string shape_text(c10::IntArrayRef shape) {
   return s + "]";
 }
 
-std::optional<torch::Dtype> torch_dtype_of(DType t) {
-  switch (t) {
-    case DType::kF32: return torch::kFloat32;
-    case DType::kF16: return torch::kFloat16;
-    case DType::kBF16: return torch::kBFloat16;
-    default: return std::nullopt;
-  }
-}
-
-std::optional<DType> io_dtype_of(torch::Dtype t) {
-  switch (t) {
-    case torch::kFloat32: return DType::kF32;
-    case torch::kFloat16: return DType::kF16;
-    case torch::kBFloat16: return DType::kBF16;
-    case torch::kFloat64: return DType::kF64;
-    default: return std::nullopt;
-  }
+// Model weights are floating point; other safetensors types are refused.
+std::optional<torch::Dtype> weight_dtype_of(DType t) {
+  const auto d = torch_dtype_of(t);
+  return d && *d != torch::kFloat64 && c10::isFloatingType(*d) ? d : std::nullopt;
 }
 
 const char* hf_dtype_name(torch::Dtype t) {
@@ -219,7 +207,7 @@ Status load_checked(CausalLM& model, const std::string& folder) {
     }
     const io::TensorView& t = *it->second.view;
     const std::string where = s.hf_name + " in " + file_names[it->second.file];
-    if (!torch_dtype_of(t.dtype)) {
+    if (!weight_dtype_of(t.dtype)) {
       return Status::invalid_argument(where + ": dtype " + io::to_string(t.dtype) +
                                       " is not supported (expected F32, F16 or BF16)");
     }
@@ -242,7 +230,7 @@ Status load_checked(CausalLM& model, const std::string& folder) {
   for (const Slot& s : layout) {
     const io::TensorView& t = *tensors.find(s.hf_name)->second.view;
     // Copied out of the map first: the file gives no alignment guarantee.
-    torch::Tensor src = torch::empty(t.shape, torch::TensorOptions().dtype(*torch_dtype_of(t.dtype)));
+    torch::Tensor src = torch::empty(t.shape, torch::TensorOptions().dtype(*weight_dtype_of(t.dtype)));
     if (!t.data.empty()) std::memcpy(src.data_ptr(), t.data.data(), t.data.size());
     if (s.transpose) src = src.t();
     torch::Tensor dst = *params.find(s.param);

@@ -171,6 +171,9 @@ class Run {
       : o_(o), cfg_(o.config), spec_(o.config.spec), st_(o.config.strategy), rank_(o.rank.rank), world_(o.rank.world) {}
 
   RunnerExit execute();
+  // The model of checkpoint `folder` written as the job's output model
+  // (export_checkpoint in trainer.h). The options are one rank's.
+  RunnerExit export_model(const std::string& folder);
 
  private:
   Status open_outputs();
@@ -184,6 +187,8 @@ class Run {
   Status train();
   Status train_step(std::int64_t step);
   Status finish();
+  Status write_model();  // out_dir/model/, model.pt and adapter/ from the model as it is
+  Status load_parameters(const std::vector<torch::Tensor>& values, const std::string& where);
   RunnerExit conclude(const Status& s);
 
   // Runs a phase, turning LibTorch's out-of-memory into ResourceExhausted
@@ -196,7 +201,9 @@ class Run {
   // rank calls it at the same steps; a failed write is an event, a failed
   // collective an error.
   Status checkpoint(std::int64_t step);
-  Result<std::vector<torch::Tensor>> gathered_optimizer_state();
+  // This rank's part of a sharded checkpoint (checkpoint.h).
+  std::vector<ShardPiece> checkpoint_pieces() const;
+  Status sharded_checkpoint(std::int64_t step, const std::string& dir);
   void zero_grads();
   // True on every rank when any rank was asked to stop, so that all stop
   // after the same step.
@@ -360,34 +367,37 @@ Result<bool> Run::stop_requested() {
   return v[0] > 0;
 }
 
-Result<std::vector<torch::Tensor>> Run::gathered_optimizer_state() {
-  std::vector<torch::Tensor> local = opt_->state_tensors();
-  if (!sharded_) return local;
-  const auto per = static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer));
-  if (param_sharder_) return param_sharder_->gather_states(trainable_, local, per, 0);
-  std::vector<torch::Tensor> all;
-  std::size_t mine = 0;
-  for (std::size_t i = 0; i < trainable_.size(); ++i) {
-    const int owner = owner_[i];
-    if (owner == rank_) {
-      for (std::size_t k = 0; k < per; ++k) {
-        const torch::Tensor& t = local[mine * per + k];
-        if (leader()) {
-          all.push_back(t);
-        } else {
-          TAILOR_RETURN_IF_ERROR(send_tensor(*comm_, 0, t));
-        }
-      }
-      ++mine;
-    } else if (leader()) {
-      for (std::size_t k = 0; k < per; ++k) {
-        auto t = recv_tensor(*comm_, owner);
-        if (!t.is_ok()) return t.status();
-        all.push_back(std::move(t).value());
+std::vector<ShardPiece> Run::checkpoint_pieces() const {
+  std::vector<ShardPiece> out;
+  const std::vector<torch::Tensor> params = model_->parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    std::string name = "model." + std::to_string(i);
+    // ZeRO-3: each rank its parts; ZeRO-1/2 (replicated): rank 0 all of it.
+    if (param_sharder_) {
+      if (auto piece = param_sharder_->piece_of(params[i], name)) {
+        out.push_back(std::move(*piece));
+        continue;
       }
     }
+    if (leader()) out.push_back({std::move(name), params[i].sizes().vec(), 0, params[i]});
   }
-  return all;
+  const std::vector<torch::Tensor> local = opt_->state_tensors();
+  const auto per = static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer));
+  if (param_sharder_) {
+    for (ShardPiece& p : param_sharder_->state_pieces(trainable_, local, per)) out.push_back(std::move(p));
+    return out;
+  }
+  // ZeRO-1/2: the states of the tensors this rank owns, whole.
+  std::size_t mine = 0;
+  for (std::size_t i = 0; i < trainable_.size(); ++i) {
+    if (owner_[i] != rank_) continue;
+    for (std::size_t k = 0; k < per; ++k) {
+      const torch::Tensor& t = local[mine * per + k];
+      if (t.defined()) out.push_back({"optimizer." + std::to_string(i * per + k), t.sizes().vec(), 0, t});
+    }
+    ++mine;
+  }
+  return out;
 }
 
 Measured Run::measure_static() const {
@@ -423,37 +433,60 @@ Measured Run::measure_static() const {
 }
 
 Status Run::checkpoint(std::int64_t step) {
-  // Rank 0 holds every rank's states while it writes them (on the CPU, in
-  // the budget's ledger): the budget is for training.
-  if (sharded_ && leader()) meter_->set_budget(0);
-  auto optimizer = gathered_optimizer_state();
-  // ZeRO-3: the parameters too, emptied again once written.
-  Status params = optimizer.is_ok() && param_sharder_ ? param_sharder_->gather_to(0) : Status::ok();
-  if (sharded_ && leader()) meter_->set_budget(limit_);
-  if (!optimizer.is_ok()) return optimizer.status();
-  TAILOR_RETURN_IF_ERROR(params);
-  if (!leader()) return Status::ok();
   const auto s = batcher_->state();
   state_.step = step;
   state_.data_epoch = s.epoch;
   state_.data_index = s.index;
-  CheckpointTensors t;
-  for (const auto& p : model_->parameters()) t.params.push_back(p.detach());
-  t.optimizer = std::move(optimizer).value();
-  t.rng_state = at::detail::getDefaultCPUGenerator().get_state();
-  if (device_.cuda) t.device_rng_state = at::globalContext().defaultGenerator(dev_).get_state();
   const std::string dir = (fs::path(o_.out_dir) / spec_.checkpoint.dir).string();
-  const Status saved = save_checkpoint(dir, state_, t, spec_.checkpoint.keep);
+  Status saved;
+  if (sharded_) {
+    saved = sharded_checkpoint(step, dir);
+  } else if (leader()) {
+    CheckpointTensors t;
+    for (const auto& p : model_->parameters()) t.params.push_back(p.detach());
+    t.optimizer = opt_->state_tensors();
+    t.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+    if (device_.cuda) t.device_rng_state = at::globalContext().defaultGenerator(dev_).get_state();
+    saved = save_checkpoint(dir, state_, t, spec_.checkpoint.keep);
+  }
+  if (!leader()) return saved;
   if (saved.is_ok()) {
     event(events::kCheckpoint, [&](JsonWriter& w) { w.field("step", step).field("dir", dir); });
   } else {
     event(events::kCheckpointError, [&](JsonWriter& w) { w.field("step", step).field("message", saved.message()); });
   }
-  t.optimizer.clear();
-  t.params.clear();
-  if (param_sharder_) param_sharder_->release_gathered();
-  if (sharded_) meter_->reset_peak();  // the gathered states are gone
   return Status::ok();
+}
+
+// Every rank writes what it keeps, nothing is gathered; rank 0 commits the
+// folder when all have written, or abandons it when any could not (the
+// same outcome on every rank, decided by one all-reduce).
+Status Run::sharded_checkpoint(std::int64_t step, const std::string& dir) {
+  std::vector<double> failed = {0.0};
+  Status begun;
+  if (leader()) {
+    auto folder = begin_checkpoint(dir, step);
+    if (!folder.is_ok()) begun = folder.status();
+  }
+  failed[0] = begun.is_ok() ? 0.0 : 1.0;
+  // The folder exists before anyone writes into it.
+  TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, failed));
+  if (failed[0] > 0) return begun;
+  const std::string path = checkpoint_tmp_path(dir, step);
+  const Status written = write_checkpoint_shard(path, rank_, world_, checkpoint_pieces());
+  failed[0] = written.is_ok() ? 0.0 : 1.0;
+  TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, failed));
+  if (!leader()) return Status::ok();
+  if (failed[0] > 0) {
+    abandon_checkpoint(path);
+    return written.is_ok() ? Status::io_error("a rank could not write its part of checkpoint " + path) : written;
+  }
+  CheckpointTensors rng;
+  rng.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  if (device_.cuda) rng.device_rng_state = at::globalContext().defaultGenerator(dev_).get_state();
+  const ShardLayout layout{world_, static_cast<std::int64_t>(model_->parameters().size()),
+                           static_cast<std::int64_t>(trainable_.size()) * optimizer_tensors_per_slot(st_.optimizer)};
+  return commit_checkpoint(dir, path, state_, rng, &layout, spec_.checkpoint.keep);
 }
 
 // Output files first: every later problem is reported in events.jsonl.
@@ -611,6 +644,19 @@ Status Run::prepare() {
   return build_model();
 }
 
+Status Run::load_parameters(const std::vector<torch::Tensor>& values, const std::string& where) {
+  auto params = model_->parameters();
+  if (values.size() != params.size()) return Status::invalid_argument(where + ": model does not match the job");
+  torch::NoGradGuard ng;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!values[i].defined() || values[i].sizes() != params[i].sizes()) {
+      return Status::invalid_argument(where + ": parameter " + std::to_string(i) + " has the wrong shape");
+    }
+    params[i].copy_(values[i]);
+  }
+  return Status::ok();
+}
+
 Status Run::resume() {
   if (!o_.resume) return Status::ok();
   const auto latest = latest_checkpoint((fs::path(o_.out_dir) / spec_.checkpoint.dir).string());
@@ -618,17 +664,7 @@ Status Run::resume() {
   auto loaded = load_checkpoint(*latest);
   if (!loaded.is_ok()) return as_bad_input(loaded.status());
   auto& [st, t] = *loaded;
-  auto params = model_->parameters();
-  if (t.params.size() != params.size()) return Status::invalid_argument(*latest + ": model does not match the job");
-  {
-    torch::NoGradGuard ng;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (!t.params[i].defined() || t.params[i].sizes() != params[i].sizes()) {
-        return Status::invalid_argument(*latest + ": parameter " + std::to_string(i) + " has the wrong shape");
-      }
-      params[i].copy_(t.params[i]);
-    }
-  }
+  TAILOR_RETURN_IF_ERROR(load_parameters(t.params, *latest));
   if (param_sharder_) {
     const auto per = static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer));
     if (t.optimizer.size() != trainable_.size() * per) {
@@ -934,6 +970,10 @@ Status Run::finish() {
   TAILOR_RETURN_IF_ERROR(checkpoint(total_steps_));
   if (param_sharder_) TAILOR_RETURN_IF_ERROR(param_sharder_->gather_to(0));
   if (!leader()) return Status::ok();  // rank 0 writes the model
+  return write_model();
+}
+
+Status Run::write_model() {
   // Adapters: the PEFT folder, then merged into the base (NF4 weights
   // dequantised) so model.pt and model/ hold the plain fine-tuned model.
   if (has_lora(*model_)) {
@@ -1004,7 +1044,55 @@ RunnerExit Run::execute() {
   return conclude(s);
 }
 
+RunnerExit Run::export_model(const std::string& folder) {
+  std::error_code ec;
+  fs::create_directories(o_.out_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "tailor-runner: cannot create %s: %s\n", o_.out_dir.c_str(), ec.message().c_str());
+    return RunnerExit::kBadInput;
+  }
+  Status s = guarded("prepare", [&] { return prepare(); });
+  std::int64_t step = 0;
+  if (s.is_ok()) {
+    s = guarded("loading the checkpoint", [&] {
+      auto loaded = load_checkpoint(folder);
+      if (!loaded.is_ok()) return as_bad_input(loaded.status());
+      step = loaded->first.step;
+      return load_parameters(loaded->second.params, folder);
+    });
+  }
+  if (s.is_ok()) s = guarded("saving", [&] { return write_model(); });
+  if (!s.is_ok()) {
+    std::fprintf(stderr, "tailor-runner: export: %s\n", s.message().c_str());
+    return exit_for(s);
+  }
+  if (!o_.quiet) {
+    std::fprintf(stderr, "tailor-runner: step %lld of %s exported to %s\n", static_cast<long long>(step),
+                 folder.c_str(), (fs::path(o_.out_dir) / "model").c_str());
+  }
+  return RunnerExit::kOk;
+}
+
 }  // namespace
+
+RunnerExit export_checkpoint(const TrainOptions& options, const std::string& checkpoint) {
+  // One process on the CPU, whatever the plan: the checkpoint's one-rank
+  // layout needs no ranks, and nothing here trains.
+  TrainOptions one = options;
+  one.config.strategy.num_gpus = 1;
+  one.config.strategy.zero_stage = 0;
+  one.config.strategy.offload = dsl::Offload::kNone;
+  one.rank = dist::RankEnv{};
+  one.memory_limit = 0;
+  one.resume = false;
+  try {
+    Run run(one);
+    return run.export_model(checkpoint);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tailor-runner: internal error: %s\n", e.what());
+    return RunnerExit::kFailure;
+  }
+}
 
 RunnerExit train(const TrainOptions& options) {
   try {

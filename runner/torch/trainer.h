@@ -12,9 +12,10 @@
 // layout to out_dir/adapter/ and merged into model.pt / model/ at the end)
 // and 8-bit AdamW states; data parallelism over several rank processes
 // (runner/dist/): stage 0 sums gradients across ranks, ZeRO-1 also shares
-// out the optimizer states and master weights, ZeRO-2 the gradients too.
-// Not yet: ZeRO-3 and offload, which the runner refuses as bad input;
-// `tailor run` plans without them.
+// out the optimizer states and master weights, ZeRO-2 the gradients too,
+// ZeRO-3 the parameters (zero3.h); the optimizer, and at ZeRO-3 the
+// parameters, offloaded to host memory. Sharded ranks write sharded
+// checkpoints (checkpoint.h).
 #pragma once
 
 #include <cstdint>
@@ -43,5 +44,13 @@ struct TrainOptions {
 // Runs the job; the result is also written as the terminal event's
 // exit_code (protocol/events.h). Never throws.
 RunnerExit train(const TrainOptions& options);
+
+// The parameters of checkpoint folder `checkpoint` (one-rank or sharded,
+// written with any rank count) merged into the output model of the job:
+// out_dir/model/ (a Hugging Face folder), out_dir/model.pt and, under LoRA,
+// out_dir/adapter/ (PEFT's layout) with the adapters merged into model/.
+// One process on the CPU (`device` as given), whatever the plan's ranks;
+// the data is read only for the tokenizer's files. Never throws.
+RunnerExit export_checkpoint(const TrainOptions& options, const std::string& checkpoint);
 
 }  // namespace tailor::runner

@@ -218,44 +218,31 @@ Status ParameterSharder::gather_to(int root) {
   return Status::ok();
 }
 
-void ParameterSharder::release_gathered() {
-  for (Slot& s : slots_) {
-    if (s.refs == 0 && storage_of(s.whole)->nbytes() > 0) empty_storage(s.whole);
-  }
+std::optional<ShardPiece> ParameterSharder::piece_of(const torch::Tensor& t, std::string name) const {
+  const auto it = by_storage_.find(storage_of(t));
+  if (it == by_storage_.end()) return std::nullopt;
+  const Slot& s = slots_[it->second];
+  return ShardPiece{std::move(name), s.whole.sizes().vec(), s.begin, s.shard};
 }
 
-Result<std::vector<torch::Tensor>> ParameterSharder::gather_states(const std::vector<torch::Tensor>& trainable,
-                                                                   const std::vector<torch::Tensor>& local,
-                                                                   std::size_t per, int root) {
-  std::vector<torch::Tensor> out;
+std::vector<ShardPiece> ParameterSharder::state_pieces(const std::vector<torch::Tensor>& trainable,
+                                                       const std::vector<torch::Tensor>& local, std::size_t per) const {
+  std::vector<ShardPiece> out;
   for (std::size_t i = 0; i < trainable.size(); ++i) {
     const Slot& s = slot_of(trainable[i]);
     for (std::size_t k = 0; k < per; ++k) {
       const torch::Tensor& mine = local[i * per + k];
-      if (comm_.rank() != root) {
-        TAILOR_RETURN_IF_ERROR(send_tensor(comm_, root, mine));
-        continue;
+      // No such state for this tensor (on any rank), or no part of it here.
+      if (!mine.defined() || mine.numel() == 0) continue;
+      ShardPiece p{"optimizer." + std::to_string(i * per + k), s.whole.sizes().vec(), s.begin, mine};
+      // adamw_8bit's slots: master, m and v codes (flat), m and v block
+      // scales (this rank's blocks of the whole tensor's).
+      if (s.align > 1 && (k == 1 || k == 2)) p.shape = {s.numel};
+      if (s.align > 1 && k >= 3) {
+        p.shape = {(s.numel + s.align - 1) / s.align};
+        p.begin = s.begin / s.align;
       }
-      std::vector<torch::Tensor> parts(static_cast<std::size_t>(comm_.world()));
-      for (int r = 0; r < comm_.world(); ++r) {
-        if (r == root) {
-          parts[static_cast<std::size_t>(r)] = mine.defined() ? mine.to(torch::kCPU).reshape({-1}) : mine;
-          continue;
-        }
-        auto t = recv_tensor(comm_, r);
-        if (!t.is_ok()) return t.status();
-        parts[static_cast<std::size_t>(r)] = t->defined() ? t->reshape({-1}) : *t;
-      }
-      if (!mine.defined()) {
-        out.emplace_back();
-        continue;
-      }
-      torch::Tensor whole = torch::cat(parts);
-      // Element-wise states take the parameter's shape (as one rank keeps
-      // them), except 8-bit codes, which are flat; block scales stay flat.
-      const bool codes = s.align > 1 && k >= 1;
-      if (whole.numel() == s.numel && !codes) whole = whole.view(s.whole.sizes());
-      out.push_back(std::move(whole));
+      out.push_back(std::move(p));
     }
   }
   return out;

@@ -36,11 +36,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
 #include "runner/dist/communicator.h"
+#include "runner/torch/checkpoint.h"
 #include "runner/torch/model.h"
 
 namespace tailor::runner {
@@ -74,17 +77,20 @@ class ParameterSharder : public UnitHook {
   // hook; the head when forward ran without grad).
   void end_backward();
 
-  // Every whole tensor onto rank `root` for a checkpoint or the export
-  // (collective); release_gathered() empties them again.
+  // Every whole tensor onto rank `root` (collective), for the export.
   Status gather_to(int root);
-  void release_gathered();
 
-  // Optimizer states of the parts of `trainable` (TrainingOptimizer's
-  // state_tensors(), `per` a tensor) to and from the one-rank layout, which
-  // checkpoints hold whatever the rank count: gather_states is collective
-  // and returns the whole states on `root` (nothing elsewhere).
-  Result<std::vector<torch::Tensor>> gather_states(const std::vector<torch::Tensor>& trainable,
-                                                   const std::vector<torch::Tensor>& local, std::size_t per, int root);
+  // This rank's part of model tensor `t` as checkpoint piece `name`
+  // (checkpoint.h); nullopt for a tensor the sharder does not hold.
+  std::optional<ShardPiece> piece_of(const torch::Tensor& t, std::string name) const;
+  // The optimizer states of the parts of `trainable` (TrainingOptimizer's
+  // state_tensors(), `per` a tensor) as pieces of the one-rank layout's
+  // states "optimizer.<i * per + k>", as shard_states() cuts them: states
+  // element-wise in the parameter's shape, 8-bit codes flat, block scales
+  // by block. shard_states() is the inverse: this rank's parts of the whole
+  // states of a checkpoint.
+  std::vector<ShardPiece> state_pieces(const std::vector<torch::Tensor>& trainable,
+                                       const std::vector<torch::Tensor>& local, std::size_t per) const;
   std::vector<torch::Tensor> shard_states(const std::vector<torch::Tensor>& trainable,
                                           const std::vector<torch::Tensor>& whole, std::size_t per) const;
 

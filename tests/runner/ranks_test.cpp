@@ -419,6 +419,46 @@ TEST(RanksTest, AJobOverTheDeviceBudgetFitsWithTheParametersOffloaded) {
             3);
 }
 
+// Sharded ranks write their own parts of a checkpoint, and any checkpoint
+// exports into the job's output model as the end of training writes it:
+// the last one into the same bytes, an earlier one into what a run that
+// stopped there would have written.
+TEST(RanksTest, ShardedCheckpointsExportIntoOneHuggingFaceFolder) {
+  TempDir t;
+  const std::string job = t.file("job");
+  const std::string plan = plan_file(t, "job", {.ranks = 2, .zero = 3, .lora = true, .checkpoint_every = 2});
+  ASSERT_EQ(run_runner(plan, job), 0);
+  const std::string last = job + "/checkpoints/step-000004";
+  for (const char* f : {"rank-00000-of-00002.safetensors", "rank-00001-of-00002.safetensors", "state.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(last + "/" + f)) << f;
+  }
+  EXPECT_FALSE(std::filesystem::exists(last + "/model.pt"));
+  const std::string whole = t.file("export-4");
+  ASSERT_EQ(shell(kBin + "tailor-runner --plan " + plan + " --out " + whole + " --export " + last + " --quiet"), 0);
+  EXPECT_EQ(max_abs_difference(fp32_tensors(job + "/model/model.safetensors"),
+                               fp32_tensors(whole + "/model/model.safetensors")),
+            0.0);
+  EXPECT_EQ(max_abs_difference(fp32_tensors(job + "/adapter/adapter_model.safetensors"),
+                               fp32_tensors(whole + "/adapter/adapter_model.safetensors")),
+            0.0);
+  const std::string two_steps = t.file("two-steps");
+  ASSERT_EQ(run_runner(plan_file(t, "two-steps", {.lora = true, .steps = 2}), two_steps), 0);
+  const std::string earlier = t.file("export-2");
+  ASSERT_EQ(shell(kBin + "tailor-runner --plan " + plan + " --out " + earlier + " --export " + job +
+                  "/checkpoints/step-000002 --quiet"),
+            0);
+  EXPECT_LT(max_abs_difference(fp32_tensors(two_steps + "/model/model.safetensors"),
+                               fp32_tensors(earlier + "/model/model.safetensors")),
+            kWeightTolerance);
+  // No such checkpoint: bad input, named.
+  EXPECT_EQ(shell(kBin + "tailor-runner --plan " + plan + " --out " + t.file("none") + " --export " + job +
+                  "/checkpoints/step-000003 --quiet 2> " + t.file("none.err")),
+            2);
+  std::ifstream err(t.file("none.err"));
+  const std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(message.find("step-000003"), std::string::npos) << message;
+}
+
 TEST(RanksTest, KillingOneRankStopsTheJobAtOnceAndItResumesFromTheLastCheckpoint) {
   TempDir t;
   const std::string out = t.file("job");
