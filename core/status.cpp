@@ -13,6 +13,7 @@ std::string_view status_code_name(StatusCode code) {
     case StatusCode::kUnavailable: return "unavailable";
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kIOError: return "I/O error";
+    case StatusCode::kDataLoss: return "data loss";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

@@ -27,6 +27,7 @@ enum class StatusCode : std::uint8_t {
   kUnavailable,        // transient: retry may succeed
   kCancelled,
   kIOError,
+  kDataLoss,           // stored data damaged: truncated, overwritten, unreadable
   kInternal,           // a bug: an invariant did not hold
 };
 
@@ -46,6 +47,7 @@ class [[nodiscard]] Status {
   static Status unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
   static Status cancelled(std::string msg) { return {StatusCode::kCancelled, std::move(msg)}; }
   static Status io_error(std::string msg) { return {StatusCode::kIOError, std::move(msg)}; }
+  static Status data_loss(std::string msg) { return {StatusCode::kDataLoss, std::move(msg)}; }
   static Status internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
 
   bool is_ok() const { return rep_ == nullptr; }

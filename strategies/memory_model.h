@@ -133,17 +133,17 @@ struct MemoryInput {
   // Lightning quantises from fp16, so bitsandbytes dequantises to fp16 and
   // MatMul4Bit casts that to bf16 (2); quantised from the compute dtype, 1.
   double dequantized_copies = 1;
-  // ZeRO-3: units gathered whole at once. FSDP and DeepSpeed hold the one
-  // computing and the one prefetched (2); tailor-runner gathers one at a
-  // time (runner/torch/zero3.h), the head's unit when it is the larger.
+  // ZeRO-3: units gathered whole at once. FSDP, DeepSpeed and tailor-runner
+  // (runner/torch/zero3.h) hold the one computing and the one prefetched
+  // (2); tailor-runner counts the head's unit when it is the larger.
   double gathered_units = 2;
   bool head_unit_gathered = false;
-  // ZeRO-3: the whole gradient of one tensor alive until it is
-  // reduce-scattered into the parts, with its fp32 copy for the sum when
-  // gradients are 16-bit (tailor-runner's post-accumulate hooks send each
-  // gradient as backward completes it). Measured: without it, full
-  // fine-tunes under ZeRO-3 peaked 2-5% above the estimate, the gradient of
-  // the tiny Llama's largest projection.
+  // ZeRO-3: whole gradients alive until they are reduce-scattered into the
+  // parts. tailor-runner sends each as backward completes it, in fp32, one
+  // in flight while backward computes the next: the fp32 sum being sent
+  // and the gradient just computed, of the largest trainable tensor at
+  // most. Measured: without it, full fine-tunes under ZeRO-3 peaked 2-5%
+  // above the estimate (with synchronous sends, one gradient).
   bool whole_gradient_transient = false;
   // Stage 0 across ranks: gradient buckets staged in fp32 for the
   // all-reduce at once (the one filling and the one in flight).

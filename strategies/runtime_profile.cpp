@@ -12,11 +12,11 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
   // offload, a whole gradient beside the parts under ZeRO-3.
   //
   // tailor-runner: its sliced loss and NF4 linears; in-place optimizer
-  // steps; ZeRO-3 gathers one unit at a time. Its CUDA fragmentation is not
+  // steps; ZeRO-3 gathers the next unit while one computes. Its CUDA fragmentation is not
   // measured yet: torchtitan's (also compiled kernels and no record_stream)
   // stands in.
   static const RuntimeProfile kTailor{dsl::Runtime::kTailor, true, false, 1.08, 1.08, 0, false, false,
-                                      false, false, 1, 1, true, 2, false, true};
+                                      false, false, 1, 2, true, 2, false, true};
   // transformers with PEFT/TRL: composed losses upcasting the logits,
   // bitsandbytes' Linear4bit (before 0.44 it keeps every input, as in the
   // corpus' runs; 0.44 keeps none), foreach AdamW, and prepare_model_for_

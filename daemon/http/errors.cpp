@@ -15,6 +15,7 @@ int http_status_for(StatusCode code) {
     case StatusCode::kResourceExhausted: return 422;
     case StatusCode::kUnavailable: return 503;
     case StatusCode::kIOError:
+    case StatusCode::kDataLoss:
     case StatusCode::kInternal: return 500;
   }
   return 500;
@@ -31,6 +32,7 @@ std::string error_code_for(StatusCode code) {
     case StatusCode::kUnavailable: return "unavailable";
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kIOError: return "io_error";
+    case StatusCode::kDataLoss: return "data_loss";
     case StatusCode::kInternal: return "internal";
   }
   return "internal";

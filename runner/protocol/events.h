@@ -18,6 +18,10 @@ inline constexpr const char* kStart = "start";            // steps, first_step, 
 inline constexpr const char* kResume = "resume";          // step, checkpoint
 inline constexpr const char* kCheckpoint = "checkpoint";  // step, dir
 inline constexpr const char* kCheckpointError = "checkpoint_error";  // message; training goes on
+// A damaged checkpoint passed over at resume: checkpoint, message, moved_to.
+inline constexpr const char* kCheckpointSkipped = "checkpoint_skipped";
+// The loss turned NaN or infinite: step, loss; the run fails (exit 1).
+inline constexpr const char* kNonfiniteLoss = "nonfinite_loss";
 inline constexpr const char* kLossScale = "loss_scale";   // step, scale (an fp16 step skipped)
 inline constexpr const char* kAdapter = "adapter";        // dir
 // Terminal events, each with "exit_code".

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "runner/data/hash.h"
 #include "runner/io/safetensors.h"
 #include "runner/torch/io_dtype.h"
 #include "runner/torch/tensor_file.h"
@@ -54,11 +55,15 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
   return out;
 }
 
-std::string shard_file_name(int rank, int ranks) {
+}  // namespace
+
+std::string checkpoint_shard_name(int rank, int ranks) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "rank-%05d-of-%05d.safetensors", rank, ranks);
   return buf;
 }
+
+namespace {
 
 // The one-rank layout's tensors "<prefix>.0" .. "<prefix>.<count-1>" from
 // every rank's pieces: each whole tensor allocated once and filled from the
@@ -77,7 +82,7 @@ Result<std::vector<torch::Tensor>> assemble(const std::vector<io::SafetensorsFil
       const long long index = std::strtoll(v.name.c_str() + prefix.size() + 1, &end, 10);
       const auto meta = f.metadata().find(v.name);
       if (*end != '\0' || index < 0 || index >= count || meta == f.metadata().end()) {
-        return Status::invalid_argument(where + ": not a tensor of this checkpoint");
+        return Status::data_loss(where + ": not a tensor of this checkpoint");
       }
       const auto j = nlohmann::json::parse(meta->second, nullptr, false);
       std::vector<std::int64_t> shape;
@@ -86,22 +91,22 @@ Result<std::vector<torch::Tensor>> assemble(const std::vector<io::SafetensorsFil
         shape = j.at("shape").get<std::vector<std::int64_t>>();
         begin = j.at("begin").get<std::int64_t>();
       } catch (const std::exception&) {
-        return Status::invalid_argument(where + ": unreadable placement " + meta->second);
+        return Status::data_loss(where + ": unreadable placement " + meta->second);
       }
       const auto dtype = torch_dtype_of(v.dtype);
-      if (!dtype) return Status::invalid_argument(where + ": unsupported dtype " + io::to_string(v.dtype));
+      if (!dtype) return Status::data_loss(where + ": unsupported dtype " + io::to_string(v.dtype));
       torch::Tensor& whole = out[static_cast<std::size_t>(index)];
       if (!whole.defined()) {
         for (std::int64_t d : shape) {
-          if (d < 0) return Status::invalid_argument(where + ": a negative dimension");
+          if (d < 0) return Status::data_loss(where + ": a negative dimension");
         }
         whole = torch::empty(shape, torch::TensorOptions().dtype(*dtype));
       } else if (whole.sizes() != c10::IntArrayRef(shape) || whole.scalar_type() != *dtype) {
-        return Status::invalid_argument(where + ": its ranks disagree about its shape or dtype");
+        return Status::data_loss(where + ": its ranks disagree about its shape or dtype");
       }
       const auto n = static_cast<std::int64_t>(v.data.size() / io::dtype_size(v.dtype));
       if (begin < 0 || begin + n > whole.numel()) {
-        return Status::invalid_argument(where + ": elements [" + std::to_string(begin) + ", " +
+        return Status::data_loss(where + ": elements [" + std::to_string(begin) + ", " +
                                         std::to_string(begin + n) + ") outside its " + std::to_string(whole.numel()));
       }
       std::memcpy(static_cast<char*>(whole.data_ptr()) + static_cast<std::size_t>(begin) * whole.element_size(),
@@ -111,7 +116,7 @@ Result<std::vector<torch::Tensor>> assemble(const std::vector<io::SafetensorsFil
   }
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (out[i].defined() && filled[i] != out[i].numel()) {
-      return Status::invalid_argument("checkpoint " + folder + ": " + prefix + "." + std::to_string(i) + " has " +
+      return Status::data_loss("checkpoint " + folder + ": " + prefix + "." + std::to_string(i) + " has " +
                                       std::to_string(filled[i]) + " of its " + std::to_string(out[i].numel()) +
                                       " elements");
     }
@@ -123,16 +128,16 @@ Result<std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>> load_s
                                                                                       const ShardLayout& layout) {
   std::vector<io::SafetensorsFile> files;
   for (int r = 0; r < layout.ranks; ++r) {
-    const std::string path = (fs::path(folder) / shard_file_name(r, layout.ranks)).string();
+    const std::string path = (fs::path(folder) / checkpoint_shard_name(r, layout.ranks)).string();
     auto f = io::SafetensorsFile::open(path);
-    if (!f.is_ok()) return Status::invalid_argument("checkpoint " + folder + ": " + f.status().message());
+    if (!f.is_ok()) return Status::data_loss("checkpoint " + folder + ": " + f.status().message());
     files.push_back(std::move(f).value());
   }
   auto model = assemble(files, "model", layout.model_tensors, folder);
   if (!model.is_ok()) return model.status();
   for (std::size_t i = 0; i < model->size(); ++i) {
     if (!(*model)[i].defined()) {
-      return Status::invalid_argument("checkpoint " + folder + ": no rank holds model." + std::to_string(i));
+      return Status::data_loss("checkpoint " + folder + ": no rank holds model." + std::to_string(i));
     }
   }
   auto optimizer = assemble(files, "optimizer", layout.optimizer_tensors, folder);
@@ -141,6 +146,56 @@ Result<std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>> load_s
 }
 
 }  // namespace
+
+namespace {
+
+// Each file state.json lists, as it was written.
+Status verify_files(const std::string& folder, const nlohmann::json& files) {
+  if (!files.is_array()) return Status::data_loss("checkpoint " + folder + ": corrupt state.json (files)");
+  for (const nlohmann::json& f : files) {
+    std::string name, checksum;
+    std::int64_t bytes = 0;
+    try {
+      name = f.at("name").get<std::string>();
+      bytes = f.at("bytes").get<std::int64_t>();
+      checksum = f.at("checksum").get<std::string>();
+    } catch (const std::exception& e) {
+      return Status::data_loss("checkpoint " + folder + ": corrupt state.json (" + e.what() + ")");
+    }
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      return Status::data_loss("checkpoint " + folder + ": corrupt state.json (file name \"" + name + "\")");
+    }
+    auto sum = sum_file(folder, name);
+    if (!sum.is_ok()) return Status::data_loss("checkpoint " + folder + ": " + sum.status().message());
+    if (sum->bytes != bytes || data::hex64(sum->checksum) != checksum) {
+      return Status::data_loss("checkpoint " + folder + ": " + name + " is damaged (" + std::to_string(sum->bytes) +
+                               " bytes, checksum " + data::hex64(sum->checksum) + "; written as " +
+                               std::to_string(bytes) + " bytes, checksum " + checksum + ")");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<FileSum> sum_file(const std::string& folder, const std::string& name) {
+  const std::string path = (fs::path(folder) / name).string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found(path + " is missing");
+  data::Checksum64 sum;
+  std::vector<char> buf(std::size_t{1} << 20);
+  FileSum f{name, 0, 0};
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto got = in.gcount();
+    if (got <= 0) break;
+    sum.update(buf.data(), static_cast<std::size_t>(got));
+    f.bytes += got;
+  }
+  if (in.bad()) return Status::io_error("cannot read " + path);
+  f.checksum = sum.finish();
+  return f;
+}
 
 Result<std::string> begin_checkpoint(const std::string& dir, std::int64_t step) {
   std::error_code ec;
@@ -162,8 +217,9 @@ void abandon_checkpoint(const std::string& tmp) {
   fs::remove_all(tmp, ec);
 }
 
-Status write_checkpoint_shard(const std::string& tmp, int rank, int ranks, const std::vector<ShardPiece>& pieces) {
-  const std::string path = (fs::path(tmp) / shard_file_name(rank, ranks)).string();
+Result<FileSum> write_checkpoint_shard(const std::string& tmp, int rank, int ranks,
+                                       const std::vector<ShardPiece>& pieces) {
+  const std::string path = (fs::path(tmp) / checkpoint_shard_name(rank, ranks)).string();
   std::vector<torch::Tensor> keep;  // contiguous CPU copies where needed, alive until written
   std::vector<io::TensorToWrite> out;
   std::map<std::string, std::string> metadata{{"format", "tailor-checkpoint-shard"}};
@@ -177,11 +233,14 @@ Status write_checkpoint_shard(const std::string& tmp, int rank, int ranks, const
     metadata[p.name] = nlohmann::json{{"begin", p.begin}, {"shape", p.shape}}.dump();
   }
   const Status s = io::write_safetensors(path, out, metadata);
-  return s.is_ok() ? s : Status::io_error("writing checkpoint " + path + ": " + s.message());
+  if (!s.is_ok()) return Status::io_error("writing checkpoint " + path + ": " + s.message());
+  keep.clear();
+  return sum_file(tmp, checkpoint_shard_name(rank, ranks));
 }
 
 Status commit_checkpoint(const std::string& dir, const std::string& tmp, const CheckpointState& state,
-                         const CheckpointTensors& rng, const ShardLayout* layout, std::int64_t keep) {
+                         const CheckpointTensors& rng, const ShardLayout* layout, const std::vector<FileSum>& shards,
+                         std::int64_t keep) {
   std::error_code ec;
   Status written = save_tensor_file(rng.rng_state, (fs::path(tmp) / "rng.pt").string());
   if (written.is_ok() && rng.device_rng_state.defined()) {
@@ -198,6 +257,29 @@ Status commit_checkpoint(const std::string& dir, const std::string& tmp, const C
                    {"model_tensors", layout->model_tensors},
                    {"optimizer_tensors", layout->optimizer_tensors}};
   }
+  // Every file of the folder with its size and checksum: the ranks' files
+  // as they summed them, the rest (this rank's) summed here.
+  std::vector<FileSum> sums = shards;
+  for (const auto& e : fs::directory_iterator(tmp, ec)) {
+    const std::string name = e.path().filename().string();
+    if (std::any_of(shards.begin(), shards.end(), [&](const FileSum& f) { return f.name == name; })) continue;
+    auto sum = sum_file(tmp, name);
+    if (!sum.is_ok()) {
+      abandon_checkpoint(tmp);
+      return Status::io_error("writing checkpoint " + tmp + ": " + sum.status().message());
+    }
+    sums.push_back(*sum);
+  }
+  if (ec) {
+    abandon_checkpoint(tmp);
+    return Status::io_error("cannot list " + tmp + ": " + ec.message());
+  }
+  std::sort(sums.begin(), sums.end(), [](const FileSum& a, const FileSum& b) { return a.name < b.name; });
+  nlohmann::json files = nlohmann::json::array();
+  for (const FileSum& f : sums) {
+    files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"checksum", data::hex64(f.checksum)}});
+  }
+  j["files"] = std::move(files);
   {
     std::ofstream out(fs::path(tmp) / "state.json");
     out << j.dump(2) << "\n";
@@ -229,7 +311,23 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, con
     abandon_checkpoint(*tmp);
     return Status::io_error("writing checkpoint " + *tmp + ": " + written.message());
   }
-  return commit_checkpoint(dir, *tmp, state, tensors, nullptr, keep);
+  return commit_checkpoint(dir, *tmp, state, tensors, nullptr, {}, keep);
+}
+
+std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const fs::path& p : complete_checkpoints(dir)) out.insert(out.begin(), p.string());
+  return out;
+}
+
+Result<std::string> set_aside_checkpoint(const std::string& folder) {
+  const fs::path from(folder);
+  fs::path to = from.parent_path() / ("damaged-" + from.filename().string());
+  std::error_code ec;
+  fs::remove_all(to, ec);
+  fs::rename(from, to, ec);
+  if (ec) return Status::io_error("cannot move " + folder + " aside: " + ec.message());
+  return to.string();
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
@@ -240,7 +338,7 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
 
 Result<std::pair<CheckpointState, CheckpointTensors>> load_checkpoint(const std::string& folder) {
   std::ifstream in(fs::path(folder) / "state.json");
-  if (!in) return Status::not_found("checkpoint " + folder + ": no state.json");
+  if (!in) return Status::data_loss("checkpoint " + folder + ": no state.json");
   std::ostringstream ss;
   ss << in.rdbuf();
   const auto j = nlohmann::json::parse(ss.str(), nullptr, false);
@@ -254,8 +352,9 @@ Result<std::pair<CheckpointState, CheckpointTensors>> load_checkpoint(const std:
     st.good_steps = j.at("good_steps").get<std::int64_t>();
     st.tokens_seen = j.at("tokens_seen").get<std::int64_t>();
   } catch (const std::exception& e) {
-    return Status::invalid_argument("checkpoint " + folder + ": corrupt state.json (" + e.what() + ")");
+    return Status::data_loss("checkpoint " + folder + ": corrupt state.json (" + e.what() + ")");
   }
+  if (j.contains("files")) TAILOR_RETURN_IF_ERROR(verify_files(folder, j.at("files")));
   ShardLayout layout;
   const bool sharded = j.contains("shards");
   if (sharded) {
@@ -264,12 +363,12 @@ Result<std::pair<CheckpointState, CheckpointTensors>> load_checkpoint(const std:
       layout.model_tensors = j.at("shards").at("model_tensors").get<std::int64_t>();
       layout.optimizer_tensors = j.at("shards").at("optimizer_tensors").get<std::int64_t>();
     } catch (const std::exception& e) {
-      return Status::invalid_argument("checkpoint " + folder + ": corrupt state.json shards (" + e.what() + ")");
+      return Status::data_loss("checkpoint " + folder + ": corrupt state.json shards (" + e.what() + ")");
     }
     constexpr std::int64_t kMost = std::int64_t{1} << 24;  // tensors of one model: far fewer
     if (layout.ranks < 1 || layout.ranks > 65536 || layout.model_tensors < 0 || layout.model_tensors > kMost ||
         layout.optimizer_tensors < 0 || layout.optimizer_tensors > kMost) {
-      return Status::invalid_argument("checkpoint " + folder + ": corrupt state.json shards");
+      return Status::data_loss("checkpoint " + folder + ": corrupt state.json shards");
     }
   }
   CheckpointTensors t;
@@ -291,7 +390,7 @@ Result<std::pair<CheckpointState, CheckpointTensors>> load_checkpoint(const std:
       torch::load(t.device_rng_state, (fs::path(folder) / "device_rng.pt").string());
     }
   } catch (const c10::Error& e) {
-    return Status::invalid_argument("checkpoint " + folder + ": cannot read tensors: " + e.what_without_backtrace());
+    return Status::data_loss("checkpoint " + folder + ": cannot read tensors: " + e.what_without_backtrace());
   }
   return std::make_pair(st, t);
 }

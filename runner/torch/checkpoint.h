@@ -9,6 +9,11 @@
 // gathered: rank 0 commits the folder once every rank has written. Loading
 // assembles either layout into the one-rank layout (whole tensors, in the
 // same order), so a checkpoint resumes on any rank count and stage.
+//
+// state.json lists every file of the folder with its size and checksum
+// (data/hash.h's checksum64), and loading verifies them: a file truncated,
+// overwritten or missing makes the checkpoint damaged (DataLoss), and the
+// trainer resumes from the newest checkpoint that is not.
 #pragma once
 
 #include <torch/torch.h>
@@ -54,6 +59,16 @@ struct ShardLayout {
   std::int64_t model_tensors = 0, optimizer_tensors = 0;
 };
 
+// A file of a checkpoint folder as written: what loading verifies.
+struct FileSum {
+  std::string name;  // in the folder
+  std::int64_t bytes = 0;
+  std::uint64_t checksum = 0;
+};
+Result<FileSum> sum_file(const std::string& folder, const std::string& name);
+// rank-00001-of-00004.safetensors: rank `rank`'s file of a sharded checkpoint.
+std::string checkpoint_shard_name(int rank, int ranks);
+
 // A sharded save across ranks: rank 0 begins (a fresh DIR/step-N.tmp) and
 // then every rank writes its pieces into it; once all have, rank 0 commits
 // (state, RNG, the rename, pruning) or, when any failed, abandons it.
@@ -61,9 +76,13 @@ struct ShardLayout {
 // and optimizer.pt.
 Result<std::string> begin_checkpoint(const std::string& dir, std::int64_t step);
 std::string checkpoint_tmp_path(const std::string& dir, std::int64_t step);  // what begin_checkpoint returns
-Status write_checkpoint_shard(const std::string& tmp, int rank, int ranks, const std::vector<ShardPiece>& pieces);
+// Returns the file's sum, read back from the file, for rank 0 to record.
+Result<FileSum> write_checkpoint_shard(const std::string& tmp, int rank, int ranks,
+                                       const std::vector<ShardPiece>& pieces);
+// `shards`: the ranks' files' sums; the files rank 0 writes it sums itself.
 Status commit_checkpoint(const std::string& dir, const std::string& tmp, const CheckpointState& state,
-                         const CheckpointTensors& rng, const ShardLayout* layout, std::int64_t keep);
+                         const CheckpointTensors& rng, const ShardLayout* layout, const std::vector<FileSum>& shards,
+                         std::int64_t keep);
 void abandon_checkpoint(const std::string& tmp);
 
 // Saves step `state.step` under `dir` and prunes to the newest `keep`.
@@ -71,10 +90,19 @@ void abandon_checkpoint(const std::string& tmp);
 Status save_checkpoint(const std::string& dir, const CheckpointState& state, const CheckpointTensors& tensors,
                        std::int64_t keep);
 
-// The newest complete checkpoint folder under `dir`, if any.
+// The newest complete checkpoint folder under `dir`, if any, and all of
+// them, newest first.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
+std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 
-// Loads a checkpoint folder; a missing or corrupt file is an error naming it.
+// Moves a damaged checkpoint folder aside (DIR/damaged-step-N), so that it
+// is neither resumed nor counted among the newest `keep`; its name, or an
+// IOError.
+Result<std::string> set_aside_checkpoint(const std::string& folder);
+
+// Loads a checkpoint folder; a missing or corrupt file is an error naming
+// it: DataLoss when the file does not match its recorded size or checksum,
+// InvalidArgument when it cannot be read.
 Result<std::pair<CheckpointState, CheckpointTensors>> load_checkpoint(const std::string& folder);
 
 }  // namespace tailor::runner

@@ -64,7 +64,9 @@ TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Pre
     Slot s;
     if (home_ == OptimizerHome::kHostCopies) {
       s.device = params[i];
-      s.param = torch::empty(params[i].sizes(), params[i].options().device(torch::kCPU));
+      // Pinned where a GPU's tensor is copied to and from it.
+      s.param = torch::empty(params[i].sizes(),
+                             params[i].options().device(torch::kCPU).pinned_memory(params[i].is_cuda()));
       s.param.copy_(params[i]);
     } else {
       s.param = params[i];
@@ -100,7 +102,7 @@ void TrainingOptimizer::offload_gradients() {
     if (h.defined()) {
       h.add_(g.to(torch::kCPU));
     } else {
-      h = torch::empty(g.sizes(), g.options().device(torch::kCPU));
+      h = torch::empty(g.sizes(), g.options().device(torch::kCPU).pinned_memory(g.is_cuda()));
       h.copy_(g);
     }
     s.device.mutable_grad() = torch::Tensor();

@@ -12,7 +12,8 @@
 // rest; the master-copy conventions above are unchanged.
 // Offloaded (ZeRO-Offload, Ren et al. 2021): the optimizer keeps a host copy
 // of each parameter and its states and master weights in host memory (the
-// tracking allocator's host ledger, HostLedgerScope); offload_gradients()
+// tracking allocator's host ledger, HostLedgerScope; pinned for a GPU's
+// parameters); offload_gradients()
 // moves the gradients there, the update runs there with the same
 // conventions, and the parameters on the device are written from the
 // copies. The same numbers as without offload, and the same checkpoint

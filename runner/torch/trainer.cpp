@@ -142,6 +142,7 @@ RunnerExit exit_for(const Status& s) {
     case StatusCode::kFailedPrecondition: return RunnerExit::kBadInput;
     case StatusCode::kUnavailable:
     case StatusCode::kIOError:
+    case StatusCode::kDataLoss:
     case StatusCode::kInternal: return RunnerExit::kFailure;
   }
   return RunnerExit::kFailure;
@@ -473,20 +474,33 @@ Status Run::sharded_checkpoint(std::int64_t step, const std::string& dir) {
   TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, failed));
   if (failed[0] > 0) return begun;
   const std::string path = checkpoint_tmp_path(dir, step);
-  const Status written = write_checkpoint_shard(path, rank_, world_, checkpoint_pieces());
+  const auto written = write_checkpoint_shard(path, rank_, world_, checkpoint_pieces());
   failed[0] = written.is_ok() ? 0.0 : 1.0;
   TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, failed));
+  // Every rank's file size and checksum, for rank 0's state.json.
+  std::vector<std::uint64_t> sums(2 * static_cast<std::size_t>(world_), 0);
+  if (written.is_ok()) {
+    sums[2 * static_cast<std::size_t>(rank_)] = static_cast<std::uint64_t>(written->bytes);
+    sums[2 * static_cast<std::size_t>(rank_) + 1] = written->checksum;
+  }
+  TAILOR_RETURN_IF_ERROR(comm_->all_gather(sums.data(), sums.size(), sizeof(std::uint64_t), 2));
   if (!leader()) return Status::ok();
   if (failed[0] > 0) {
     abandon_checkpoint(path);
-    return written.is_ok() ? Status::io_error("a rank could not write its part of checkpoint " + path) : written;
+    return written.is_ok() ? Status::io_error("a rank could not write its part of checkpoint " + path)
+                           : written.status();
+  }
+  std::vector<FileSum> files;
+  for (int r = 0; r < world_; ++r) {
+    files.push_back({checkpoint_shard_name(r, world_), static_cast<std::int64_t>(sums[2 * static_cast<std::size_t>(r)]),
+                     sums[2 * static_cast<std::size_t>(r) + 1]});
   }
   CheckpointTensors rng;
   rng.rng_state = at::detail::getDefaultCPUGenerator().get_state();
   if (device_.cuda) rng.device_rng_state = at::globalContext().defaultGenerator(dev_).get_state();
   const ShardLayout layout{world_, static_cast<std::int64_t>(model_->parameters().size()),
                            static_cast<std::int64_t>(trainable_.size()) * optimizer_tensors_per_slot(st_.optimizer)};
-  return commit_checkpoint(dir, path, state_, rng, &layout, spec_.checkpoint.keep);
+  return commit_checkpoint(dir, path, state_, rng, &layout, files, spec_.checkpoint.keep);
 }
 
 // Output files first: every later problem is reported in events.jsonl.
@@ -659,9 +673,37 @@ Status Run::load_parameters(const std::vector<torch::Tensor>& values, const std:
 
 Status Run::resume() {
   if (!o_.resume) return Status::ok();
-  const auto latest = latest_checkpoint((fs::path(o_.out_dir) / spec_.checkpoint.dir).string());
+  // The newest checkpoint that is whole: a damaged one (a file truncated,
+  // overwritten or gone since it was written) is reported, set aside by
+  // rank 0 and passed over for the one before.
+  std::optional<std::string> latest;
+  Result<std::pair<CheckpointState, CheckpointTensors>> loaded = Status::not_found("no checkpoint");
+  const std::string dir = (fs::path(o_.out_dir) / spec_.checkpoint.dir).string();
+  int skipped = 0;
+  for (const std::string& folder : checkpoints_newest_first(dir)) {
+    loaded = load_checkpoint(folder);
+    if (loaded.is_ok() || loaded.status().code() != StatusCode::kDataLoss) {
+      latest = folder;
+      break;
+    }
+    std::string moved;
+    if (leader()) {
+      auto aside = set_aside_checkpoint(folder);
+      moved = aside.is_ok() ? *aside : aside.status().message();
+    }
+    event(events::kCheckpointSkipped, [&](JsonWriter& w) {
+      w.field("checkpoint", folder).field("message", loaded.status().message());
+      if (!moved.empty()) w.field("moved_to", moved);
+    });
+    ++skipped;
+  }
+  if (!latest && skipped > 0) {
+    // Not silently from step 1: the next attempt does that, the damaged
+    // checkpoints being set aside.
+    return Status::data_loss("every checkpoint in " + dir + " is damaged (set aside as damaged-step-*): " +
+                             loaded.status().message());
+  }
   if (!latest) return Status::ok();  // a first attempt: nothing to resume
-  auto loaded = load_checkpoint(*latest);
   if (!loaded.is_ok()) return as_bad_input(loaded.status());
   auto& [st, t] = *loaded;
   TAILOR_RETURN_IF_ERROR(load_parameters(t.params, *latest));
@@ -728,7 +770,7 @@ Status Run::probe() {
                     to_tensor(longest.targets, longest.rows, longest.seq_len, dev_), 0,
                     spec_.model.arch.final_logit_softcap)
       .backward();
-  if (param_sharder_) param_sharder_->end_backward();
+  if (param_sharder_) TAILOR_RETURN_IF_ERROR(param_sharder_->end_backward());
   zero_grads();
   meter_->reset_peak();
   return Status::ok();
@@ -773,7 +815,7 @@ Status Run::train_step(std::int64_t step) {
       head_peak = head.peak_increase();
     }
     (loss * (state_.loss_scale / denom)).backward();
-    if (param_sharder_) param_sharder_->end_backward();
+    if (param_sharder_) TAILOR_RETURN_IF_ERROR(param_sharder_->end_backward());
     loss_sum += loss.item<double>();
     tokens += b.rows * b.seq_len;
     m.parts.activations = std::max(m.parts.activations, Bytes(after_body - base));
@@ -848,6 +890,16 @@ Status Run::train_step(std::int64_t step) {
   tokens_this_run_ += tokens;
   state_.tokens_seen += tokens;
   const double loss_value = loss_sum / denom;
+  if (!std::isfinite(loss_value)) {
+    // Training diverged (or read damaged weights): nothing later in this
+    // run can be trusted, and the last checkpoint is older than the damage.
+    event(events::kNonfiniteLoss, [&](JsonWriter& w) {
+      w.field("step", step).field("loss", std::isnan(loss_value) ? "nan" : (loss_value > 0 ? "inf" : "-inf"));
+    });
+    return Status::internal("the loss at step " + std::to_string(step) + " is " +
+                            (std::isnan(loss_value) ? "NaN" : "infinite") +
+                            ": training diverged (a lower lr, grad_clip, or bf16 rather than fp16 may help)");
+  }
   // Every rank's memory, for rank 0's line.
   constexpr std::size_t kFields = 9;
   std::vector<double> per_rank(static_cast<std::size_t>(world_) * kFields, 0.0);

@@ -44,7 +44,12 @@ void throw_if_error(const Status& s) {
 ParameterSharder::ParameterSharder(dist::Communicator& comm, const std::vector<std::vector<torch::Tensor>>& units,
                                    const std::function<std::int64_t(const torch::Tensor&)>& alignment,
                                    bool host_parts)
-    : comm_(comm), host_parts_(host_parts), units_(units.size()), gathered_(units.size(), 0) {
+    : comm_(comm),
+      host_parts_(host_parts),
+      units_(units.size()),
+      state_(units.size(), Unit::kReleased),
+      ready_(units.size(), 0),
+      worker_(std::make_unique<dist::SerialWorker>([&comm] { comm.abort(); })) {
   torch::NoGradGuard ng;
   std::optional<HostLedgerScope> host;
   if (host_parts_) host.emplace();
@@ -76,6 +81,7 @@ ParameterSharder::ParameterSharder(dist::Communicator& comm, const std::vector<s
 }
 
 ParameterSharder::~ParameterSharder() {
+  worker_.reset();  // before the tensors its jobs write go
   for (const Slot& s : slots_) {
     if (s.whole.requires_grad()) torch::autograd::impl::set_post_acc_grad_hooks(s.whole, nullptr);
   }
@@ -108,36 +114,60 @@ void ParameterSharder::shard() {
   }
 }
 
-void ParameterSharder::fill(Slot& s) {
+void ParameterSharder::start_fill(Slot& s) {
   const auto e = static_cast<std::size_t>(s.whole.element_size());
   allocate_storage(s.whole, s.bytes);
   torch::NoGradGuard ng;
+  const auto count = static_cast<std::size_t>(s.numel), align = static_cast<std::size_t>(s.align);
+  void* into = nullptr;
   if (s.whole.is_cpu()) {
     char* base = static_cast<char*>(storage_of(s.whole)->mutable_data());
     std::memcpy(base + static_cast<std::size_t>(s.begin) * e, s.shard.data_ptr(),
                 static_cast<std::size_t>(s.end - s.begin) * e);
-    throw_if_error(comm_.all_gather(base, static_cast<std::size_t>(s.numel), e, static_cast<std::size_t>(s.align)));
-    return;
+    into = base;
+  } else {
+    // The collectives read host memory: a GPU tensor is gathered there
+    // and copied up when its unit completes.
+    s.staging = torch::empty({s.numel}, s.whole.options().device(torch::kCPU));
+    s.staging.narrow(0, s.begin, s.end - s.begin).copy_(s.shard);
+    into = s.staging.data_ptr();
   }
-  // The collectives read host memory: a GPU tensor is gathered there first.
-  torch::Tensor host = torch::empty({s.numel}, s.whole.options().device(torch::kCPU));
-  host.narrow(0, s.begin, s.end - s.begin).copy_(s.shard);
-  throw_if_error(
-      comm_.all_gather(host.data_ptr(), static_cast<std::size_t>(s.numel), e, static_cast<std::size_t>(s.align)));
-  alias_of(s.whole).copy_(host.view(s.whole.sizes()));
+  worker_->submit([this, into, count, e, align] { return comm_.all_gather(into, count, e, align); });
+}
+
+void ParameterSharder::issue(std::size_t unit) {
+  if (state_[unit] != Unit::kReleased) return;
+  state_[unit] = Unit::kIssued;
+  for (std::size_t i : units_[unit]) {
+    if (slots_[i].refs++ == 0) start_fill(slots_[i]);
+  }
+  // A tensor shared with a unit issued earlier is complete with it: the
+  // queue runs in order.
+  ready_[unit] = worker_->last();
+}
+
+void ParameterSharder::complete(std::size_t unit) {
+  if (state_[unit] != Unit::kIssued) return;
+  throw_if_error(worker_->wait(ready_[unit]));
+  torch::NoGradGuard ng;
+  for (std::size_t i : units_[unit]) {
+    Slot& s = slots_[i];
+    if (!s.staging.defined()) continue;
+    alias_of(s.whole).copy_(s.staging.view(s.whole.sizes()));
+    s.staging = torch::Tensor();
+  }
+  state_[unit] = Unit::kGathered;
 }
 
 void ParameterSharder::gather(std::size_t unit) {
-  if (gathered_[unit]) return;
-  gathered_[unit] = 1;
-  for (std::size_t i : units_[unit]) {
-    if (slots_[i].refs++ == 0) fill(slots_[i]);
-  }
+  issue(unit);
+  complete(unit);
 }
 
 void ParameterSharder::release(std::size_t unit) {
-  if (!gathered_[unit]) return;
-  gathered_[unit] = 0;
+  if (state_[unit] == Unit::kReleased) return;
+  complete(unit);
+  state_[unit] = Unit::kReleased;
   for (std::size_t i : units_[unit]) {
     if (--slots_[i].refs == 0) empty_storage(slots_[i].whole);
   }
@@ -145,25 +175,41 @@ void ParameterSharder::release(std::size_t unit) {
 
 void ParameterSharder::before_unit(std::size_t unit, const torch::Tensor& input) {
   gather(unit);
+  if (!torch::GradMode::is_enabled()) return;
+  // The next unit arrives while this one computes.
+  if (unit + 1 < units_.size()) issue(unit + 1);
   // The hook on the unit's input fires when that gradient is complete,
   // i.e. once the unit's backward is done: the unit is emptied and the one
-  // below it, whose backward comes next, gathered.
-  if (input.defined() && input.requires_grad() && torch::GradMode::is_enabled()) {
+  // below it, whose backward comes next, completed.
+  if (input.defined() && input.requires_grad()) {
     input.register_hook([this, unit](const torch::Tensor&) { on_input_gradient(unit); });
   }
 }
 
-void ParameterSharder::after_unit(std::size_t unit) { release(unit); }
+void ParameterSharder::after_unit(std::size_t unit) {
+  // The last block's backward comes first, right after the head's: it
+  // stays gathered rather than being sent again.
+  if (torch::GradMode::is_enabled() && unit + 2 == units_.size()) return;
+  release(unit);
+}
 
 void ParameterSharder::on_input_gradient(std::size_t unit) {
   release(unit);
   // Unit 0 (the embeddings) needs only the token ids in backward.
-  if (unit >= 2) gather(unit - 1);
+  if (unit < 2) return;
+  gather(unit - 1);
+  if (unit >= 3) issue(unit - 2);
 }
 
-void ParameterSharder::end_backward() {
-  for (std::size_t u = 0; u < units_.size(); ++u)
+Status ParameterSharder::end_backward() {
+  Status s = worker_->drain();
+  last_reduce_ = 0;
+  // Nothing is in flight: releasing waits for nothing.
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (state_[u] == Unit::kIssued) state_[u] = Unit::kGathered;
     release(u);
+  }
+  return s.is_ok() ? s : Status(s.code(), "ZeRO-3: " + s.message());
 }
 
 void ParameterSharder::on_gradient(std::size_t i) {
@@ -171,26 +217,41 @@ void ParameterSharder::on_gradient(std::size_t i) {
   torch::NoGradGuard ng;
   torch::Tensor g = s.whole.grad();
   if (!g.defined()) return;  // the same on every rank: nothing used it
+  // One gradient in flight: the one before is sent before this one is
+  // staged (so two whole gradients at most are alive).
+  if (last_reduce_ != 0) throw_if_error(worker_->wait(last_reduce_));
   // Summed in fp32 (16-bit gradients rounded once, into the part).
   torch::Tensor sum = g.is_cpu() && g.scalar_type() == torch::kFloat32 && g.is_contiguous()
                           ? g
                           : g.to(torch::kCPU, torch::kFloat32).contiguous();
-  throw_if_error(comm_.reduce_scatter_sum(sum.data_ptr<float>(), static_cast<std::size_t>(s.numel),
-                                          static_cast<std::size_t>(s.align)));
+  s.whole.mutable_grad() = torch::Tensor();
+  g = torch::Tensor();
+  last_reduce_ = worker_->submit([this, i, sum] { return reduce_part(i, sum); });
+}
+
+Status ParameterSharder::reduce_part(std::size_t i, const torch::Tensor& sum) {
+  Slot& s = slots_[i];
+  TAILOR_RETURN_IF_ERROR(comm_.reduce_scatter_sum(sum.data_ptr<float>(), static_cast<std::size_t>(s.numel),
+                                                  static_cast<std::size_t>(s.align)));
+  torch::NoGradGuard ng;
+  // This thread's allocations: the part's gradient beside the part.
   std::optional<HostLedgerScope> host;
-  if (host_parts_) host.emplace();  // the part's gradient beside the part
+  if (host_parts_) host.emplace();
+  std::optional<c10::DeviceGuard> device;
+  if (!s.shard.is_cpu()) device.emplace(s.shard.device());
   torch::Tensor part = sum.view({-1}).narrow(0, s.begin, s.end - s.begin).to(s.shard.device(), s.shard.scalar_type());
   if (part.is_alias_of(sum)) part = part.clone();  // not the whole gradient's storage
-  s.whole.mutable_grad() = torch::Tensor();
   torch::Tensor& acc = s.shard.mutable_grad();
   if (acc.defined()) {
     acc.add_(part);
   } else {
     acc = part;
   }
+  return Status::ok();
 }
 
 Status ParameterSharder::gather_to(int root) {
+  TAILOR_RETURN_IF_ERROR(worker_->drain());  // the communicator is this thread's from here
   try {
     torch::NoGradGuard ng;
     for (Slot& s : slots_) {

@@ -18,10 +18,19 @@
 // are written through the raw pointer (or an alias), so version counters
 // do not move.
 //
+// The collectives run on a worker thread of their own (dist::SerialWorker),
+// in the same order on every rank, while the compute thread goes on: the
+// next unit is gathered while this one computes (forward: the next block;
+// backward: the block below the next), and each gradient is
+// reduce-scattered while backward computes the next one (one in flight at
+// a time, so at most two whole gradients are alive). The last block stays
+// gathered from its forward into its backward.
+//
 // Per step and rank: every parameter byte but its own part is received
-// twice (forward, backward) and every gradient reduce-scattered once, 3Ψ(N-1)/N
-// in all, as the ZeRO paper and FSDP; memory holds Ψ/N of weights,
-// gradients and states plus the unit being computed.
+// twice (forward, backward; the embeddings, the head and the last block
+// once) and every gradient reduce-scattered once, 3Ψ(N-1)/N in all, as the
+// ZeRO paper and FSDP; memory holds Ψ/N of weights, gradients and states
+// plus two units (the one computing and the one arriving).
 //
 // Parameter offload (ZeRO-Infinity, Rajbhandari et al. 2021, with the
 // parts in CPU memory rather than NVMe): the parts and their gradients are
@@ -43,6 +52,7 @@
 
 #include "core/status.h"
 #include "runner/dist/communicator.h"
+#include "runner/dist/serial_worker.h"
 #include "runner/torch/checkpoint.h"
 #include "runner/torch/model.h"
 
@@ -72,10 +82,11 @@ class ParameterSharder : public UnitHook {
   // transfer throws, out of the forward or backward pass.
   void before_unit(std::size_t unit, const torch::Tensor& input) override;
   void after_unit(std::size_t unit) override;
-  // After each backward: any unit still gathered is emptied (the first
-  // block when the embeddings are frozen, whose input has no gradient to
-  // hook; the head when forward ran without grad).
-  void end_backward();
+  // After each backward (collective): waits for the gradients in flight,
+  // then empties any unit still gathered (the first block when the
+  // embeddings are frozen, whose input has no gradient to hook; the head
+  // when forward ran without grad). A failed transfer is an error.
+  Status end_backward();
 
   // Every whole tensor onto rank `root` (collective), for the export.
   Status gather_to(int root);
@@ -108,15 +119,24 @@ class ParameterSharder : public UnitHook {
   struct Slot {
     torch::Tensor whole;
     torch::Tensor shard;
+    torch::Tensor staging;  // a GPU tensor's gather, in host memory until copied
     std::int64_t numel = 0, bytes = 0, align = 1;
     std::int64_t begin = 0, end = 0;  // this rank's elements
     int refs = 0;                     // gathered units holding it
   };
+  // A unit's gather: issued (storage allocated, the all-gathers queued),
+  // then completed (waited for; GPU tensors copied from staging). release()
+  // completes a unit before emptying it, so no transfer writes into freed
+  // storage.
+  enum class Unit : char { kReleased, kIssued, kGathered };
   const Slot& slot_of(const torch::Tensor& t) const;
+  void issue(std::size_t unit);
+  void complete(std::size_t unit);
   void gather(std::size_t unit);
   void release(std::size_t unit);
-  void fill(Slot& s);  // all-gather into the whole tensor's storage
+  void start_fill(Slot& s);  // allocate, copy this rank's part, queue the all-gather
   void on_input_gradient(std::size_t unit);
+  Status reduce_part(std::size_t slot, const torch::Tensor& sum);  // on the worker
 
   // The part and gradient memory's: the host ledger or not, as built.
   torch::Tensor part_like(const torch::Tensor& t) const;
@@ -126,7 +146,10 @@ class ParameterSharder : public UnitHook {
   std::vector<Slot> slots_;
   std::unordered_map<const void*, std::size_t> by_storage_;
   std::vector<std::vector<std::size_t>> units_;
-  std::vector<char> gathered_;
+  std::vector<Unit> state_;
+  std::vector<dist::SerialWorker::Ticket> ready_;  // per unit: its gathers are done when this is
+  dist::SerialWorker::Ticket last_reduce_ = 0;     // the gradient in flight
+  std::unique_ptr<dist::SerialWorker> worker_;     // last: stopped first
 };
 
 }  // namespace tailor::runner

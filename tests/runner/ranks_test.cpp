@@ -459,6 +459,70 @@ TEST(RanksTest, ShardedCheckpointsExportIntoOneHuggingFaceFolder) {
   EXPECT_NE(message.find("step-000003"), std::string::npos) << message;
 }
 
+// A checkpoint whose files changed after they were written is passed over
+// at resume, with an event, for the one before it; one rank and sharded
+// ranks alike. The run then ends as an uninterrupted one would.
+TEST(RanksTest, ADamagedNewestCheckpointResumesFromTheOneBefore) {
+  TempDir t;
+  const std::string base = t.file("base");
+  ASSERT_EQ(run_runner(plan_file(t, "base", {.steps = 6}), base), 0);
+  for (const JobShape& shape : {JobShape{.steps = 4, .checkpoint_every = 2},
+                                JobShape{.ranks = 2, .zero = 3, .steps = 4, .checkpoint_every = 2}}) {
+    SCOPED_TRACE(std::to_string(shape.ranks) + " ranks");
+    const std::string out = t.file("job-" + std::to_string(shape.ranks));
+    ASSERT_EQ(run_runner(plan_file(t, "first-" + std::to_string(shape.ranks), shape), out), 0);
+    const std::string newest = out + "/checkpoints/step-000004";
+    const std::string file =
+        newest + (shape.ranks > 1 ? "/rank-00001-of-00002.safetensors" : "/optimizer.pt");
+    {  // 4 KiB of other bytes in the middle of the file, its size unchanged
+      std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(file) / 2));
+      const std::string noise(4096, '\x5a');
+      f.write(noise.data(), static_cast<std::streamsize>(noise.size()));
+    }
+    JobShape more = shape;
+    more.steps = 6;
+    ASSERT_EQ(run_runner(plan_file(t, "more-" + std::to_string(shape.ranks), more), out, "--resume"), 0);
+    bool skipped = false;
+    std::int64_t resumed = -1;
+    for (const json& e : json_lines(out + "/events.jsonl")) {
+      if (e["event"] == "checkpoint_skipped") {
+        skipped = true;
+        EXPECT_EQ(e["checkpoint"], newest);
+        EXPECT_NE(e["message"].get<std::string>().find("is damaged"), std::string::npos) << e;
+        EXPECT_TRUE(std::filesystem::exists(e["moved_to"].get<std::string>())) << e;
+      }
+      if (e["event"] == "resume") resumed = e["step"];
+    }
+    EXPECT_TRUE(skipped);
+    EXPECT_EQ(resumed, 2);
+    EXPECT_LT(max_abs_difference(fp32_tensors(base + "/model/model.safetensors"),
+                                 fp32_tensors(out + "/model/model.safetensors")),
+              kWeightTolerance);
+  }
+}
+
+// A loss that turns NaN or infinite fails the run with an event saying so,
+// rather than training on and reporting success.
+TEST(RanksTest, ANonFiniteLossFailsTheRunWithItsOwnEvent) {
+  TempDir t;
+  std::string spec = spec_text({.steps = 6});
+  const std::string lr = "lr: 2e-3";
+  spec.replace(spec.find(lr), lr.size(), "lr: 1e30");
+  const std::string file = t.write("diverges.yaml", spec);
+  const std::string plan = t.file("diverges.plan.json");
+  ASSERT_EQ(shell(kBin + "tailor plan " + file + " --output json > " + plan + " 2> " + plan + ".err"), 0);
+  const std::string out = t.file("diverges");
+  EXPECT_EQ(run_runner(plan, out), 1);
+  const auto events = json_lines(out + "/events.jsonl");
+  ASSERT_GE(events.size(), 2u);
+  const json& before = events[events.size() - 2];
+  EXPECT_EQ(before["event"], "nonfinite_loss") << before;
+  EXPECT_EQ(events.back()["event"], "error");
+  EXPECT_NE(events.back()["message"].get<std::string>().find("diverged"), std::string::npos) << events.back();
+  EXPECT_FALSE(std::filesystem::exists(out + "/model")) << "no model from a diverged run";
+}
+
 TEST(RanksTest, KillingOneRankStopsTheJobAtOnceAndItResumesFromTheLastCheckpoint) {
   TempDir t;
   const std::string out = t.file("job");
