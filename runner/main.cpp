@@ -25,7 +25,9 @@ constexpr const char* kHelp = R"(usage: tailor-runner --plan PLAN.json --out DIR
 Trains the job of a plan document (tailor plan --output json) with its
 strategy, writing DIR/metrics.jsonl (one line per step: loss, lr, grad_norm,
 tokens/s, memory by component), DIR/events.jsonl (start, checkpoint, resume,
-oom, cancelled, error, done), DIR/checkpoints/, the final model as a
+oom, cancelled, error, done; checkpoint_skipped, nonfinite_loss),
+DIR/checkpoints/ (verified at resume: a damaged one is set aside for the
+one before), the final model as a
 Hugging Face folder DIR/model/ (config.json + model.safetensors, or shards
 and an index) and its raw parameters in DIR/model.pt. With model.path in the
 spec, training starts from that folder's safetensors weights.
