@@ -15,7 +15,7 @@
 namespace tailor::runner::events {
 
 inline constexpr const char* kStart = "start";            // steps, first_step, device, strategy, pid
-inline constexpr const char* kResume = "resume";          // step, checkpoint
+inline constexpr const char* kResume = "resume";          // step, checkpoint[, optimizer_converted]
 inline constexpr const char* kCheckpoint = "checkpoint";  // step, dir
 inline constexpr const char* kCheckpointError = "checkpoint_error";  // message; training goes on
 // A damaged checkpoint passed over at resume: checkpoint, message, moved_to.

@@ -46,6 +46,49 @@ double sum_squares(const torch::Tensor& g) {
 
 }  // namespace
 
+std::optional<std::vector<torch::Tensor>> convert_adamw_states(const std::vector<torch::Tensor>& states,
+                                                               const std::vector<torch::Tensor>& params,
+                                                               dsl::Optimizer to, dsl::Precision precision) {
+  const std::size_t n = params.size();
+  const bool to_8bit = to == dsl::Optimizer::kAdamw8bit;
+  if ((to != dsl::Optimizer::kAdamw && !to_8bit) || states.size() != n * (to_8bit ? 3 : 5)) return std::nullopt;
+  const std::size_t per_in = to_8bit ? 3 : 5;
+  const auto state_dtype = precision == dsl::Precision::kPureBf16 ? torch::kBFloat16 : torch::kFloat32;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const torch::Tensor* in = &states[i * per_in];
+    const torch::Tensor &m = in[1], &v = in[2];
+    if (!m.defined() || !v.defined()) return std::nullopt;  // SGD's momentum, or not these tensors
+    out.push_back(in[0]);
+    if (to_8bit) {
+      if (m.numel() != params[i].numel()) return std::nullopt;
+      if (param_options(params[i], to).blockwise_8bit) {
+        Blockwise8 qm = quantize_blockwise8(m, kAdamw8bitBlockSize, /*is_signed=*/true);
+        Blockwise8 qv = quantize_blockwise8(v, kAdamw8bitBlockSize, /*is_signed=*/false);
+        out.insert(out.end(), {qm.codes, qv.codes, qm.absmax, qv.absmax});
+      } else {
+        out.insert(out.end(), {m, v, torch::Tensor(), torch::Tensor()});
+      }
+      continue;
+    }
+    const torch::Tensor &m_absmax = in[3], &v_absmax = in[4];
+    if (m_absmax.defined() != v_absmax.defined() || m.numel() != params[i].numel()) return std::nullopt;
+    if (!m_absmax.defined()) {  // fp32 moments already (a small tensor)
+      out.insert(out.end(), {m, v});
+      continue;
+    }
+    const auto moment = [&](const torch::Tensor& codes, const torch::Tensor& absmax, bool is_signed) {
+      return dequantize_blockwise8(Blockwise8{codes, absmax, kAdamw8bitBlockSize, is_signed})
+          .view(params[i].sizes())
+          .to(state_dtype);
+    };
+    out.push_back(moment(m, m_absmax, true));
+    out.push_back(moment(v, v_absmax, false));
+  }
+  return out;
+}
+
 ParamOptions param_options(const torch::Tensor& whole, dsl::Optimizer kind) {
   return {whole.dim() >= 2, kind == dsl::Optimizer::kAdamw8bit && whole.numel() >= kAdamw8bitMinElements};
 }

@@ -49,6 +49,18 @@ enum class OptimizerHome {
   kHost,        // the host, where the parameters already are
 };
 
+// A checkpoint's optimizer state (state_tensors() in the one-rank layout)
+// written by AdamW, for 8-bit AdamW, or the other way: the moments of
+// tensors the 8-bit optimizer quantises are quantised block-wise as it
+// keeps them, or dequantised into `precision`'s state dtype; the rest (fp32
+// moments, master weights) carry over. So an out-of-memory re-plan that
+// switches between the two resumes from the same checkpoint. `params`: the
+// whole trainable tensors, in order. nullopt when the states are neither
+// AdamW's nor 8-bit AdamW's for these tensors, or `to` is not the other.
+std::optional<std::vector<torch::Tensor>> convert_adamw_states(const std::vector<torch::Tensor>& states,
+                                                               const std::vector<torch::Tensor>& params,
+                                                               dsl::Optimizer to, dsl::Precision precision);
+
 class TrainingOptimizer {
  public:
   // `options`: one per parameter, or empty for param_options() of each.

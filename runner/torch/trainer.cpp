@@ -707,6 +707,15 @@ Status Run::resume() {
   if (!loaded.is_ok()) return as_bad_input(loaded.status());
   auto& [st, t] = *loaded;
   TAILOR_RETURN_IF_ERROR(load_parameters(t.params, *latest));
+  // Written by the other AdamW (an out-of-memory re-plan switches between
+  // them): its states converted rather than the checkpoint refused.
+  std::string converted;
+  if (t.optimizer.size() != trainable_.size() * static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer))) {
+    if (auto c = convert_adamw_states(t.optimizer, trainable_, st_.optimizer, st_.precision)) {
+      t.optimizer = std::move(*c);
+      converted = st_.optimizer == dsl::Optimizer::kAdamw8bit ? "adamw -> adamw_8bit" : "adamw_8bit -> adamw";
+    }
+  }
   if (param_sharder_) {
     const auto per = static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer));
     if (t.optimizer.size() != trainable_.size() * per) {
@@ -739,7 +748,10 @@ Status Run::resume() {
   batcher_->restore({st.data_epoch, st.data_index});
   state_ = st;
   first_step_ = st.step + 1;
-  event(events::kResume, [&](JsonWriter& w) { w.field("step", st.step).field("checkpoint", *latest); });
+  event(events::kResume, [&](JsonWriter& w) {
+    w.field("step", st.step).field("checkpoint", *latest);
+    if (!converted.empty()) w.field("optimizer_converted", converted);
+  });
   return Status::ok();
 }
 

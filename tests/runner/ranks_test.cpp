@@ -502,6 +502,43 @@ TEST(RanksTest, ADamagedNewestCheckpointResumesFromTheOneBefore) {
   }
 }
 
+// A checkpoint of AdamW resumes under 8-bit AdamW and the other way round
+// (an out-of-memory re-plan may switch between them): the states are
+// converted, the resume event says so, and training goes on (the losses
+// near a run under the second optimizer throughout; the weights are not
+// compared: the two optimizers' first steps differ); one rank and ZeRO-3
+// ranks alike. optimizer_test.cpp checks the conversion itself.
+TEST(RanksTest, ACheckpointResumesUnderTheOtherAdamw) {
+  TempDir t;
+  for (const char* from : {"adamw", "adamw_8bit"}) {
+    const char* to = std::string(from) == "adamw" ? "adamw_8bit" : "adamw";
+    for (const int ranks : {1, 2}) {
+      SCOPED_TRACE(std::string(from) + " -> " + to + ", " + std::to_string(ranks) + " ranks");
+      const int zero = ranks > 1 ? 3 : 0;
+      const std::string name = std::string(from) + "-" + std::to_string(ranks);
+      const std::string base = t.file(name + "-base");
+      ASSERT_EQ(run_runner(plan_file(t, name + "-base", {.ranks = ranks, .zero = zero, .optimizer = to}), base), 0);
+      const std::string out = t.file(name);
+      ASSERT_EQ(run_runner(plan_file(t, name + "-first", {.ranks = ranks, .zero = zero, .optimizer = from, .steps = 2}),
+                           out),
+                0);
+      ASSERT_EQ(run_runner(plan_file(t, name + "-then", {.ranks = ranks, .zero = zero, .optimizer = to}), out,
+                           "--resume"),
+                0);
+      std::string converted;
+      for (const json& e : json_lines(out + "/events.jsonl")) {
+        if (e["event"] == "resume") converted = e.value("optimizer_converted", "");
+      }
+      EXPECT_EQ(converted, std::string(from) + " -> " + to);
+      // The last two steps: the first two ran under the other optimizer,
+      // so only the losses after them compare, loosely (8-bit moments).
+      const auto a = json_lines(base + "/metrics.jsonl"), b = json_lines(out + "/metrics.jsonl");
+      ASSERT_EQ(b.back()["step"], 4);
+      EXPECT_NEAR(a.back()["loss"].get<double>(), b.back()["loss"].get<double>(), 0.02 * a.back()["loss"].get<double>());
+    }
+  }
+}
+
 // A loss that turns NaN or infinite fails the run with an event saying so,
 // rather than training on and reporting success.
 TEST(RanksTest, ANonFiniteLossFailsTheRunWithItsOwnEvent) {
