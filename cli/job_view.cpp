@@ -106,7 +106,8 @@ Result<Json> follow_job(const RestClient& client, const std::string& id, Streams
       // Transitions and what the daemon did about failures tell the story;
       // routine runner events (checkpoints) stay out of the way.
       const bool notable = kind == "state" || kind == "replan" || kind == "cancel" || kind == "recovered" ||
-                           kind == "runner.oom" || kind == "runner.error" || kind == "retry";
+                           kind == "runner.oom" || kind == "runner.error" || kind == "retry" ||
+                           kind == "runner.checkpoint_skipped" || kind == "runner.nonfinite_loss";
       if (notable && !quiet) {
         if (redraw) io.err << "\r\033[K";
         io.err << e.value("message", kind) << "\n";
