@@ -223,11 +223,14 @@ TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
   EXPECT_NE(lines(dir.file("e") + "/events.jsonl").back()["message"].get<std::string>().find("no documents"),
             std::string::npos);
   EXPECT_EQ(train_in(cfg, "/proc/tailor-cannot-write-here"), RunnerExit::kBadInput);
-  // A corrupt checkpoint is refused on resume.
+  // A damaged checkpoint, and none before it: not bad input (a retry
+  // starts over), a failure naming it, the folder set aside.
   dir.write("c/checkpoints/step-000003/state.json", "{not json");
-  EXPECT_EQ(train_in(cfg, dir.file("c"), 0, /*resume=*/true), RunnerExit::kBadInput);
-  EXPECT_NE(lines(dir.file("c") + "/events.jsonl").back()["message"].get<std::string>().find("corrupt state.json"),
-            std::string::npos);
+  EXPECT_EQ(train_in(cfg, dir.file("c"), 0, /*resume=*/true), RunnerExit::kFailure);
+  const std::string message = lines(dir.file("c") + "/events.jsonl").back()["message"].get<std::string>();
+  EXPECT_NE(message.find("corrupt state.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("every checkpoint"), std::string::npos) << message;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("c/checkpoints/damaged-step-000003/state.json")));
   // A preset without weights is bad input unless the spec says init: random.
   RunConfig preset = cfg;
   preset.spec.model.preset = "tiny-llama";
