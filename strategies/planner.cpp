@@ -335,11 +335,12 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   }
   CostConstants cost = o.cost;
   if (spec.planner.runtime == dsl::Runtime::kTailor) {
-    // tailor-runner's collectives run over TCP through host memory
-    // (runner/dist: NCCL is not wired to them yet), after backward (ZeRO-2's
-    // transfers block inside it): its ranks talk at loopback speed, not over
-    // NVLink, and nothing hides the time.
-    link.interconnect_gbps = std::min(link.interconnect_gbps, kCpuLoopbackGBps);
+    // tailor-runner's ranks on GPUs of their own move gradients and
+    // parameters through NCCL (runner/torch/nccl_group.h) at the
+    // interconnect's speed; on the CPU over its TCP ring at loopback speed.
+    // Either way each collective is queued in the compute stream's order
+    // (ZeRO-2's inside backward), so nothing hides the time.
+    if (on_cpu) link.interconnect_gbps = std::min(link.interconnect_gbps, kCpuLoopbackGBps);
     cost.comm_overlap = 0;
   }
   c.throughput = estimate_throughput(spec.model.arch, s, spec.data.seq_len, spec.training.global_batch_size, link, cost);

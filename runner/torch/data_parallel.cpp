@@ -1,6 +1,9 @@
 #include "runner/torch/data_parallel.h"
 
+#include <c10/core/DeviceGuard.h>
+
 #include <algorithm>
+#include <optional>
 
 namespace tailor::runner {
 namespace {
@@ -15,6 +18,15 @@ Status on_host(torch::Tensor& t, Fn&& fn) {
   torch::NoGradGuard ng;
   t.copy_(host);
   return Status::ok();
+}
+
+// Whether NCCL sums `t` where it lies.
+bool on_gpu(const NcclGroup* nccl, const torch::Tensor& t) { return nccl != nullptr && t.is_cuda(); }
+
+// Sums a contiguous fp32 buffer over the ranks: NCCL on a GPU, else the ring.
+Status sum_flat(dist::Communicator& comm, NcclGroup* nccl, const torch::Tensor& flat) {
+  if (on_gpu(nccl, flat)) return nccl->all_reduce_sum(flat);
+  return comm.all_reduce_sum(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()));
 }
 
 }  // namespace
@@ -37,18 +49,18 @@ std::vector<int> partition_by_size(const std::vector<torch::Tensor>& tensors, in
 }
 
 Status all_reduce_gradients(dist::Communicator& comm, const std::vector<torch::Tensor>& params,
-                            std::int64_t bucket_bytes) {
+                            std::int64_t bucket_bytes, NcclGroup* nccl) {
   if (comm.world() == 1) return Status::ok();
   torch::NoGradGuard ng;
   const std::int64_t bucket_elems = std::max<std::int64_t>(1, bucket_bytes / 4);
   std::size_t i = 0;
   while (i < params.size()) {
-    // fp32 CPU gradients of at least a bucket are summed where they lie.
+    // fp32 gradients of at least a bucket are summed where they lie.
     const torch::Tensor& p = params[i];
     torch::Tensor g = p.grad();
-    if (g.defined() && g.scalar_type() == torch::kFloat32 && g.is_cpu() && g.is_contiguous() &&
+    if (g.defined() && g.scalar_type() == torch::kFloat32 && (g.is_cpu() || on_gpu(nccl, g)) && g.is_contiguous() &&
         g.numel() >= bucket_elems) {
-      TAILOR_RETURN_IF_ERROR(comm.all_reduce_sum(g.data_ptr<float>(), static_cast<std::size_t>(g.numel())));
+      TAILOR_RETURN_IF_ERROR(sum_flat(comm, nccl, g));
       ++i;
       continue;
     }
@@ -59,7 +71,8 @@ Status all_reduce_gradients(dist::Communicator& comm, const std::vector<torch::T
       n += params[end].numel();
       ++end;
     }
-    torch::Tensor flat = torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat32));
+    const torch::Device where = on_gpu(nccl, params[i]) ? params[i].device() : torch::Device(torch::kCPU);
+    torch::Tensor flat = torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat32).device(where));
     std::int64_t at = 0;
     for (std::size_t k = i; k < end; ++k) {
       const torch::Tensor& gk = params[k].grad();
@@ -67,7 +80,7 @@ Status all_reduce_gradients(dist::Communicator& comm, const std::vector<torch::T
       if (gk.defined()) flat.narrow(0, at, len).copy_(gk.reshape({-1}));
       at += len;
     }
-    TAILOR_RETURN_IF_ERROR(comm.all_reduce_sum(flat.data_ptr<float>(), static_cast<std::size_t>(n)));
+    TAILOR_RETURN_IF_ERROR(sum_flat(comm, nccl, flat));
     at = 0;
     for (std::size_t k = i; k < end; ++k) {
       torch::Tensor pk = params[k];
@@ -87,8 +100,8 @@ Status all_reduce_gradients(dist::Communicator& comm, const std::vector<torch::T
 
 
 OverlappedAllReduce::OverlappedAllReduce(dist::Communicator& comm, std::vector<torch::Tensor> params,
-                                         std::int64_t bucket_bytes)
-    : comm_(comm), params_(std::move(params)), bucket_elements_(std::max<std::int64_t>(1, bucket_bytes / 4)) {
+                                         std::int64_t bucket_bytes, NcclGroup* nccl)
+    : comm_(comm), nccl_(nccl), params_(std::move(params)), bucket_elements_(std::max<std::int64_t>(1, bucket_bytes / 4)) {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradientHook<OverlappedAllReduce>>(this, i));
   }
@@ -175,22 +188,27 @@ Status OverlappedAllReduce::reduce(const std::vector<std::size_t>& bucket) {
   try {
     torch::NoGradGuard ng;
     // Gradients backward has finished are not written again this step.
+    const torch::Tensor& first = params_[bucket[0]];
+    // This thread's CUDA calls go to the gradients' GPU.
+    std::optional<c10::DeviceGuard> device;
+    if (first.is_cuda()) device.emplace(first.device());
     if (bucket.size() == 1) {
-      torch::Tensor g = params_[bucket[0]].grad();
-      if (g.scalar_type() == torch::kFloat32 && g.is_cpu() && g.is_contiguous()) {
-        return comm_.all_reduce_sum(g.data_ptr<float>(), static_cast<std::size_t>(g.numel()));
+      torch::Tensor g = first.grad();
+      if (g.scalar_type() == torch::kFloat32 && (g.is_cpu() || on_gpu(nccl_, g)) && g.is_contiguous()) {
+        return sum_flat(comm_, nccl_, g);
       }
     }
     std::int64_t n = 0;
     for (std::size_t i : bucket) n += params_[i].numel();
-    torch::Tensor flat = torch::empty({n}, torch::TensorOptions().dtype(torch::kFloat32));
+    const torch::Device where = on_gpu(nccl_, first) ? first.device() : torch::Device(torch::kCPU);
+    torch::Tensor flat = torch::empty({n}, torch::TensorOptions().dtype(torch::kFloat32).device(where));
     std::int64_t at = 0;
     for (std::size_t i : bucket) {
       const std::int64_t len = params_[i].numel();
       flat.narrow(0, at, len).copy_(params_[i].grad().reshape({-1}));
       at += len;
     }
-    TAILOR_RETURN_IF_ERROR(comm_.all_reduce_sum(flat.data_ptr<float>(), static_cast<std::size_t>(n)));
+    TAILOR_RETURN_IF_ERROR(sum_flat(comm_, nccl_, flat));
     at = 0;
     for (std::size_t i : bucket) {
       const std::int64_t len = params_[i].numel();
@@ -208,11 +226,15 @@ Status all_reduce_values(dist::Communicator& comm, std::vector<double>& values) 
 }
 
 Status broadcast_from_owners(dist::Communicator& comm, const std::vector<torch::Tensor>& tensors,
-                             const std::vector<int>& owner) {
+                             const std::vector<int>& owner, NcclGroup* nccl) {
   if (comm.world() == 1) return Status::ok();
   torch::NoGradGuard ng;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     torch::Tensor t = tensors[i];
+    if (on_gpu(nccl, t) && t.is_contiguous()) {
+      TAILOR_RETURN_IF_ERROR(nccl->broadcast(t, owner[i]));
+      continue;
+    }
     TAILOR_RETURN_IF_ERROR(on_host(t, [&](torch::Tensor& h) {
       return comm.broadcast(h.data_ptr(), h.nbytes(), owner[i]);
     }));
@@ -232,8 +254,8 @@ void throw_if_error(const Status& s) {
 }  // namespace
 
 GradientSharder::GradientSharder(dist::Communicator& comm, std::vector<torch::Tensor> params, std::vector<int> owner,
-                                 bool during_backward)
-    : comm_(comm), params_(std::move(params)), owner_(std::move(owner)), hooked_(during_backward) {
+                                 bool during_backward, NcclGroup* nccl)
+    : comm_(comm), nccl_(nccl), params_(std::move(params)), owner_(std::move(owner)), hooked_(during_backward) {
   if (!hooked_) return;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradientHook<GradientSharder>>(this, i));
@@ -271,6 +293,18 @@ void GradientSharder::on_gradient(std::size_t i) {
   const int owner = owner_[i];
   torch::Tensor g = p.grad();
   if (!g.defined()) return;  // the same on every rank: no rank used it
+  if (on_gpu(nccl_, g)) {
+    // One NCCL reduce onto the owner, in fp32.
+    const bool half = g.scalar_type() != torch::kFloat32 || !g.is_contiguous();
+    torch::Tensor sum = half ? g.to(torch::kFloat32).contiguous() : g;
+    throw_if_error(nccl_->reduce_sum(sum, owner));
+    if (comm_.rank() != owner) {
+      p.mutable_grad() = torch::Tensor();
+    } else if (half) {
+      g.copy_(sum);
+    }
+    return;
+  }
   if (comm_.rank() != owner) {
     const torch::Tensor host = g.to(torch::kCPU).contiguous();
     throw_if_error(comm_.send(owner, host.data_ptr(), host.nbytes()));

@@ -1,4 +1,5 @@
-// Data parallelism over dist::Communicator for the trainer: gradients summed
+// Data parallelism over dist::Communicator for the trainer (or, given an
+// NcclGroup, over NCCL for tensors on GPUs): gradients summed
 // across ranks, ZeRO-1's ownership of parameters (each rank keeps the
 // optimizer states and fp32 master weights of its share and sends the
 // updated parameters to the others), and tensors sent whole between ranks
@@ -16,6 +17,7 @@
 
 #include "core/status.h"
 #include "runner/dist/communicator.h"
+#include "runner/torch/nccl_group.h"
 
 namespace tailor::runner {
 
@@ -27,9 +29,10 @@ std::vector<int> partition_by_size(const std::vector<torch::Tensor>& tensors, in
 
 // Sums every tensor's .grad over the ranks, in place, in buckets of at most
 // `bucket_bytes` (fp32; 16-bit gradients are summed in fp32 and rounded once).
-// Tensors without a gradient contribute zeros.
+// Tensors without a gradient contribute zeros. With `nccl`, GPU gradients
+// are summed on the GPU.
 Status all_reduce_gradients(dist::Communicator& comm, const std::vector<torch::Tensor>& params,
-                            std::int64_t bucket_bytes);
+                            std::int64_t bucket_bytes, NcclGroup* nccl = nullptr);
 
 // Stage 0 with the all-reduce overlapped with backward (DDP's reducer, Li et
 // al. 2020): once armed, post-accumulate hooks gather each gradient backward
@@ -41,7 +44,8 @@ Status all_reduce_gradients(dist::Communicator& comm, const std::vector<torch::T
 // aborts the communicator (the peers see this rank stop) rather than wait.
 class OverlappedAllReduce {
  public:
-  OverlappedAllReduce(dist::Communicator& comm, std::vector<torch::Tensor> params, std::int64_t bucket_bytes);
+  OverlappedAllReduce(dist::Communicator& comm, std::vector<torch::Tensor> params, std::int64_t bucket_bytes,
+                      NcclGroup* nccl = nullptr);
   ~OverlappedAllReduce();
   OverlappedAllReduce(const OverlappedAllReduce&) = delete;
   OverlappedAllReduce& operator=(const OverlappedAllReduce&) = delete;
@@ -56,6 +60,7 @@ class OverlappedAllReduce {
   Status reduce(const std::vector<std::size_t>& bucket);
 
   dist::Communicator& comm_;
+  NcclGroup* nccl_;
   std::vector<torch::Tensor> params_;
   std::int64_t bucket_elements_;
   bool armed_ = false;
@@ -89,7 +94,7 @@ Status all_reduce_values(dist::Communicator& comm, std::vector<double>& values);
 
 // Each tensor's value from its owner to every rank.
 Status broadcast_from_owners(dist::Communicator& comm, const std::vector<torch::Tensor>& tensors,
-                             const std::vector<int>& owner);
+                             const std::vector<int>& owner, NcclGroup* nccl = nullptr);
 
 // Gradients summed into their owners' .grad and freed on every other rank:
 // each rank sends the gradients it does not own once (Ψ(N-1)/N bytes) and
@@ -105,7 +110,7 @@ Status broadcast_from_owners(dist::Communicator& comm, const std::vector<torch::
 class GradientSharder {
  public:
   GradientSharder(dist::Communicator& comm, std::vector<torch::Tensor> params, std::vector<int> owner,
-                  bool during_backward);
+                  bool during_backward, NcclGroup* nccl = nullptr);
   // Every gradient to its owner, in order; those no rank has are skipped.
   Status reduce_all();
   // ZeRO-2: before each backward. A gradient that arrives twice in one
@@ -121,6 +126,7 @@ class GradientSharder {
 
  private:
   dist::Communicator& comm_;
+  NcclGroup* nccl_;
   std::vector<torch::Tensor> params_;
   std::vector<int> owner_;
   bool hooked_ = false;

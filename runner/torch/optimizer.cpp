@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "runner/torch/host_tensor.h"
 #include "runner/torch/kernels.h"
 #include "runner/torch/tracking_allocator.h"
 
@@ -108,9 +109,7 @@ TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Pre
     if (home_ == OptimizerHome::kHostCopies) {
       s.device = params[i];
       // Pinned where a GPU's tensor is copied to and from it.
-      s.param = torch::empty(params[i].sizes(),
-                             params[i].options().device(torch::kCPU).pinned_memory(params[i].is_cuda()));
-      s.param.copy_(params[i]);
+      s.param = host_copy(params[i]);
     } else {
       s.param = params[i];
     }
@@ -145,8 +144,7 @@ void TrainingOptimizer::offload_gradients() {
     if (h.defined()) {
       h.add_(g.to(torch::kCPU));
     } else {
-      h = torch::empty(g.sizes(), g.options().device(torch::kCPU).pinned_memory(g.is_cuda()));
-      h.copy_(g);
+      h = host_copy(g);
     }
     s.device.mutable_grad() = torch::Tensor();
   }

@@ -36,6 +36,12 @@ std::atomic<TrackingAllocator*> g_instance{nullptr};
 
 thread_local bool t_host_ledger = false;
 
+// count_as_host()'s context: the wrapped memory and what it counts.
+struct CountedHost {
+  c10::DataPtr data;
+  std::int64_t bytes;
+};
+
 void raise_to(std::atomic<std::int64_t>& peak, std::int64_t value) {
   std::int64_t p = peak.load(std::memory_order_relaxed);
   while (value > p && !peak.compare_exchange_weak(p, value, std::memory_order_relaxed)) {
@@ -167,6 +173,21 @@ void TrackingAllocator::delete_block(void* data) {
   std::memcpy(block, &header, sizeof header);
   (header.host != 0 ? self->host_current_ : self->current_).fetch_sub(header.bytes, std::memory_order_relaxed);
   self->base_free_(block);
+}
+
+c10::DataPtr TrackingAllocator::count_as_host(c10::DataPtr data, std::size_t bytes) {
+  const auto n = static_cast<std::int64_t>(bytes);
+  raise_to(host_peak_, host_current_.fetch_add(n, std::memory_order_relaxed) + n);
+  void* ptr = data.get();
+  const c10::Device device = data.device();
+  auto* context = new CountedHost{std::move(data), n};
+  return {ptr, context, &delete_counted_host, device};
+}
+
+void TrackingAllocator::delete_counted_host(void* context) {
+  auto* counted = static_cast<CountedHost*>(context);
+  g_instance.load(std::memory_order_relaxed)->host_current_.fetch_sub(counted->bytes, std::memory_order_relaxed);
+  delete counted;  // frees the memory through its own allocator
 }
 
 std::int64_t TrackingAllocator::reserve(std::int64_t n) {

@@ -28,8 +28,10 @@
 //  - memory wrapped with torch::from_blob, shared-memory and file-mapped
 //    storages (MapAllocator), and anything allocated through
 //    c10::GetDefaultCPUAllocator() directly;
-//  - tensors allocated before install(). Pinned memory throws in this
-//    CPU-only LibTorch build, so it is never reached.
+//  - tensors allocated before install();
+//  - CUDA's pinned host memory, which has an allocator of its own, except
+//    where count_as_host() wraps it (the runner's offloaded buffers:
+//    host_tensor.h).
 //
 // Two ledgers. What is allocated inside a HostLedgerScope (on that thread)
 // is host memory standing in for a GPU job's pinned host buffers (offloaded
@@ -118,6 +120,11 @@ class TrackingAllocator final : public c10::Allocator, public MemoryMeter {
   // Forgets last_failure() (e.g. between the runs of a test).
   void clear_last_failure();
 
+  // `data` (memory of another allocator: CUDA's pinned host memory),
+  // counted in the host ledger as `bytes` until the returned DataPtr frees
+  // it.
+  c10::DataPtr count_as_host(c10::DataPtr data, std::size_t bytes);
+
   // c10::Allocator. allocate() throws c10::OutOfMemoryError when the request
   // would take current_bytes() over the budget, or when the wrapped allocator
   // fails; the counters are then unchanged. A zero-byte request returns a
@@ -132,6 +139,7 @@ class TrackingAllocator final : public c10::Allocator, public MemoryMeter {
   explicit TrackingAllocator(c10::Allocator* base);
 
   static void delete_block(void* data);
+  static void delete_counted_host(void* context);
   // Reserves n bytes against the budget or throws; returns current after it.
   std::int64_t reserve(std::int64_t n);
   [[noreturn]] void refuse(std::int64_t requested, std::int64_t in_use, std::int64_t limit,

@@ -181,6 +181,9 @@ class Run {
   Status prepare();
   Status choose_device();
   Status join_ranks();
+  // After join_ranks on a GPU: NCCL for the gradients and parameters when
+  // every rank has a GPU of its own (nccl_group.h).
+  Status join_nccl();
   Status load_data();
   Status build_model();
   Status resume();
@@ -241,6 +244,8 @@ class Run {
   // global batch.
   int rank_ = 0, world_ = 1;
   std::unique_ptr<dist::Communicator> comm_;
+  std::unique_ptr<NcclGroup> nccl_;  // the gradients and parameters of GPU ranks; null: the ring
+  std::string collectives_;          // what carries them, for the start event
   std::vector<torch::Tensor> trainable_;
   std::vector<int> owner_;        // ZeRO-1/2: the rank that updates each trainable tensor
   bool sharded_ = false;          // ZeRO-1, 2 or 3 over several ranks
@@ -350,6 +355,41 @@ Status Run::join_ranks() {
   auto comm = dist::Communicator::connect(o_.rank, co);
   if (!comm.is_ok()) return Status::unavailable("rank " + std::to_string(rank_) + ": " + comm.status().message());
   comm_ = std::move(comm).value();
+  collectives_ = "ring";
+  return device_.cuda ? join_nccl() : Status::ok();
+}
+
+Status Run::join_nccl() {
+  // TAILOR_COLLECTIVES: auto (the default), nccl (required) or ring.
+  const char* env = std::getenv("TAILOR_COLLECTIVES");
+  const std::string want = env != nullptr && *env != '\0' ? env : "auto";
+  if (want != "auto" && want != "nccl" && want != "ring") {
+    return Status::invalid_argument("TAILOR_COLLECTIVES must be auto, nccl or ring, got \"" + want + "\"");
+  }
+  if (want == "ring") {
+    collectives_ = "ring (TAILOR_COLLECTIVES=ring)";
+    return Status::ok();
+  }
+  if (world_ == 1) {
+    collectives_ = "none (one rank)";
+    return Status::ok();
+  }
+  // NCCL takes one rank per GPU: where any two ranks share one, all keep the ring.
+  const int cuda_devices = static_cast<int>(torch::cuda::device_count());
+  std::vector<double> sharing{o_.rank.local_rank >= cuda_devices ? 1.0 : 0.0};
+  TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, sharing));
+  if (sharing[0] > 0) {
+    if (want == "nccl") {
+      return Status::invalid_argument("TAILOR_COLLECTIVES=nccl, but ranks share a GPU (NCCL takes one rank per GPU)");
+    }
+    collectives_ = "ring (ranks share a GPU)";
+    return Status::ok();
+  }
+  auto group = NcclGroup::connect(*comm_, o_.rank.master_addr, device_.index,
+                                  seconds_from_env("TAILOR_COLLECTIVE_TIMEOUT", std::chrono::minutes(30)));
+  if (!group.is_ok()) return Status::unavailable("rank " + std::to_string(rank_) + ": " + group.status().message());
+  nccl_ = std::move(group).value();
+  collectives_ = "nccl";
   return Status::ok();
 }
 
@@ -609,7 +649,7 @@ Status Run::build_model() {
         [kind](const torch::Tensor& t) {
           return t.requires_grad() && param_options(t, kind).blockwise_8bit ? kAdamw8bitBlockSize : std::int64_t{1};
         },
-        offload_params);
+        offload_params, nccl_.get());
     model_->set_unit_hook(param_sharder_.get());
     trainable.clear();
     for (const torch::Tensor& t : trainable_) {
@@ -623,9 +663,10 @@ Status Run::build_model() {
       if (owner_[i] == rank_) owned.push_back(trainable_[i]);
     }
     trainable = std::move(owned);
-    grad_sharder_ = std::make_unique<GradientSharder>(*comm_, trainable_, owner_, /*during_backward=*/st_.zero_stage >= 2);
+    grad_sharder_ = std::make_unique<GradientSharder>(*comm_, trainable_, owner_, /*during_backward=*/st_.zero_stage >= 2,
+                                                      nccl_.get());
   } else if (world_ > 1) {
-    overlap_ = std::make_unique<OverlappedAllReduce>(*comm_, trainable_, kGradientBucketBytes);
+    overlap_ = std::make_unique<OverlappedAllReduce>(*comm_, trainable_, kGradientBucketBytes, nccl_.get());
   }
   // Offload: this rank's optimizer in host memory (optimizer.h), beside
   // the parts it updates when those are offloaded too.
@@ -774,6 +815,7 @@ Status Run::probe() {
     w.field("pid", launcher != nullptr ? static_cast<std::int64_t>(std::atoll(launcher)) : static_cast<std::int64_t>(::getpid()));
     w.field("rank", static_cast<std::int64_t>(rank_)).field("ranks", static_cast<std::int64_t>(world_));
     w.field("rank_pid", static_cast<std::int64_t>(::getpid()));
+    if (comm_) w.field("collectives", collectives_);
   });
   step_ = first_step_;
   if (grad_sharder_) grad_sharder_->begin_backward();
@@ -845,7 +887,7 @@ Status Run::train_step(std::int64_t step) {
     if (overlap_) {
       TAILOR_RETURN_IF_ERROR(overlap_->finish());
     } else if (!grad_sharder_ && !param_sharder_) {
-      TAILOR_RETURN_IF_ERROR(all_reduce_gradients(*comm_, trainable_, kGradientBucketBytes));
+      TAILOR_RETURN_IF_ERROR(all_reduce_gradients(*comm_, trainable_, kGradientBucketBytes, nccl_.get()));
     } else if (st_.zero_stage == 1) {
       TAILOR_RETURN_IF_ERROR(grad_sharder_->reduce_all());
     }
@@ -887,7 +929,7 @@ Status Run::train_step(std::int64_t step) {
     m.parts.gradients = gradients_after_backward;
     opt_->step(lr, factor);
     // ZeRO-1/2: every rank needs every parameter; ZeRO-3 gathers them per use.
-    if (sharded_ && !param_sharder_) TAILOR_RETURN_IF_ERROR(broadcast_from_owners(*comm_, trainable_, owner_));
+    if (sharded_ && !param_sharder_) TAILOR_RETURN_IF_ERROR(broadcast_from_owners(*comm_, trainable_, owner_, nccl_.get()));
   }
   const Measured stat = measure_static();
   m.parts.weights = stat.parts.weights;

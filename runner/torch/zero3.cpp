@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "runner/torch/data_parallel.h"
+#include "runner/torch/host_tensor.h"
 #include "runner/torch/tracking_allocator.h"
 
 namespace tailor::runner {
@@ -43,8 +44,9 @@ void throw_if_error(const Status& s) {
 
 ParameterSharder::ParameterSharder(dist::Communicator& comm, const std::vector<std::vector<torch::Tensor>>& units,
                                    const std::function<std::int64_t(const torch::Tensor&)>& alignment,
-                                   bool host_parts)
+                                   bool host_parts, NcclGroup* nccl)
     : comm_(comm),
+      nccl_(nccl),
       host_parts_(host_parts),
       units_(units.size()),
       state_(units.size(), Unit::kReleased),
@@ -92,9 +94,7 @@ torch::Tensor ParameterSharder::part_like(const torch::Tensor& t) const {
   // Pinned where a GPU copies from it (page-locked: DMA without staging);
   // on the CPU, where host and device memory are one, the ledger tells them
   // apart.
-  torch::Tensor out = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(t.is_cuda()));
-  out.copy_(t);
-  return out;
+  return host_copy(t);
 }
 
 const ParameterSharder::Slot& ParameterSharder::slot_of(const torch::Tensor& t) const {
@@ -125,6 +125,17 @@ void ParameterSharder::start_fill(Slot& s) {
     std::memcpy(base + static_cast<std::size_t>(s.begin) * e, s.shard.data_ptr(),
                 static_cast<std::size_t>(s.end - s.begin) * e);
     into = base;
+  } else if (nccl_ != nullptr || comm_.world() == 1) {
+    // NCCL gathers on the GPU, straight into the storage; a rank alone
+    // (parameter offload on one GPU) only copies its part up.
+    torch::Tensor flat = torch::from_blob(storage_of(s.whole)->mutable_data(), {s.numel}, s.whole.options());
+    flat.narrow(0, s.begin, s.end - s.begin).copy_(s.shard);
+    if (comm_.world() > 1) {
+      worker_->submit([this, flat, segments = segments_of(comm_, s.numel, s.align)] {
+        return nccl_->all_gather(flat, segments);
+      });
+    }
+    return;
   } else {
     // The collectives read host memory: a GPU tensor is gathered there
     // and copied up when its unit completes.
@@ -220,10 +231,14 @@ void ParameterSharder::on_gradient(std::size_t i) {
   // One gradient in flight: the one before is sent before this one is
   // staged (so two whole gradients at most are alive).
   if (last_reduce_ != 0) throw_if_error(worker_->wait(last_reduce_));
-  // Summed in fp32 (16-bit gradients rounded once, into the part).
-  torch::Tensor sum = g.is_cpu() && g.scalar_type() == torch::kFloat32 && g.is_contiguous()
+  // Summed in fp32 (16-bit gradients rounded once, into the part): by NCCL
+  // where it lies, or over the ring in host memory. A rank alone sums
+  // nothing: its gradient goes to the part as it is.
+  const bool alone = comm_.world() == 1;
+  const torch::Device at = nccl_ != nullptr || alone ? g.device() : torch::Device(torch::kCPU);
+  torch::Tensor sum = g.device() == at && (alone || g.scalar_type() == torch::kFloat32) && g.is_contiguous()
                           ? g
-                          : g.to(torch::kCPU, torch::kFloat32).contiguous();
+                          : g.to(at, torch::kFloat32).contiguous();
   s.whole.mutable_grad() = torch::Tensor();
   g = torch::Tensor();
   last_reduce_ = worker_->submit([this, i, sum] { return reduce_part(i, sum); });
@@ -231,8 +246,14 @@ void ParameterSharder::on_gradient(std::size_t i) {
 
 Status ParameterSharder::reduce_part(std::size_t i, const torch::Tensor& sum) {
   Slot& s = slots_[i];
-  TAILOR_RETURN_IF_ERROR(comm_.reduce_scatter_sum(sum.data_ptr<float>(), static_cast<std::size_t>(s.numel),
-                                                  static_cast<std::size_t>(s.align)));
+  if (comm_.world() == 1) {
+    // Nothing to sum.
+  } else if (sum.is_cpu()) {
+    TAILOR_RETURN_IF_ERROR(comm_.reduce_scatter_sum(sum.data_ptr<float>(), static_cast<std::size_t>(s.numel),
+                                                    static_cast<std::size_t>(s.align)));
+  } else {
+    TAILOR_RETURN_IF_ERROR(nccl_->reduce_scatter_sum(sum.view({-1}), segments_of(comm_, s.numel, s.align)));
+  }
   torch::NoGradGuard ng;
   // This thread's allocations: the part's gradient beside the part.
   std::optional<HostLedgerScope> host;

@@ -55,6 +55,7 @@
 #include "runner/dist/serial_worker.h"
 #include "runner/torch/checkpoint.h"
 #include "runner/torch/model.h"
+#include "runner/torch/nccl_group.h"
 
 namespace tailor::runner {
 
@@ -64,9 +65,12 @@ class ParameterSharder : public UnitHook {
   // tensors are left alone). `alignment(t)`: part boundaries of t on
   // multiples of that many elements (8-bit optimizer blocks), 1 otherwise.
   // Each part is copied out of its tensor now; shard() empties the tensors.
-  // `host_parts`: the parts and their gradients in host memory.
+  // `host_parts`: the parts and their gradients in host memory. `nccl`:
+  // GPU tensors gathered and reduce-scattered on the GPU (nccl_group.h)
+  // rather than through host memory over `comm`.
   ParameterSharder(dist::Communicator& comm, const std::vector<std::vector<torch::Tensor>>& units,
-                   const std::function<std::int64_t(const torch::Tensor&)>& alignment, bool host_parts = false);
+                   const std::function<std::int64_t(const torch::Tensor&)>& alignment, bool host_parts = false,
+                   NcclGroup* nccl = nullptr);
   ~ParameterSharder() override;
   ParameterSharder(const ParameterSharder&) = delete;
   ParameterSharder& operator=(const ParameterSharder&) = delete;
@@ -142,6 +146,7 @@ class ParameterSharder : public UnitHook {
   torch::Tensor part_like(const torch::Tensor& t) const;
 
   dist::Communicator& comm_;
+  NcclGroup* nccl_ = nullptr;
   bool host_parts_ = false;
   std::vector<Slot> slots_;
   std::unordered_map<const void*, std::size_t> by_storage_;

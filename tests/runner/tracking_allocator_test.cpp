@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/units.h"
+#include "runner/torch/host_tensor.h"
 
 namespace tailor::runner {
 namespace {
@@ -120,6 +121,40 @@ TEST_F(TrackingAllocatorTest, TheHostLedgerIsCountedApartAndOutsideTheBudget) {
   // Each block returns to the ledger it came from.
   EXPECT_EQ(alloc_.host_bytes(), host);
   EXPECT_EQ(alloc_.current_bytes(), device);
+}
+
+// host_copy: the offloaded buffers' copies land in the host ledger; a GPU
+// tensor's is pinned memory, which has an allocator of its own.
+TEST_F(TrackingAllocatorTest, HostCopiesOfCpuTensorsCountInTheHostLedger) {
+  const torch::Tensor values = torch::arange(1024, torch::kFloat32);
+  const std::int64_t device = alloc_.current_bytes(), host = alloc_.host_bytes();
+  {
+    torch::Tensor copy;
+    {
+      HostLedgerScope scope;
+      copy = host_copy(values);
+    }
+    EXPECT_TRUE(torch::equal(copy, values));
+    EXPECT_EQ(alloc_.host_bytes() - host, 4 * 1024);
+    EXPECT_EQ(alloc_.current_bytes(), device);
+  }
+  EXPECT_EQ(alloc_.host_bytes(), host);
+}
+
+TEST_F(TrackingAllocatorTest, PinnedHostCopiesOfGpuTensorsCountInTheHostLedger) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  const torch::Tensor values = torch::arange(1 << 20, torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCUDA, 0));
+  const std::int64_t device = alloc_.current_bytes(), host = alloc_.host_bytes();
+  const std::int64_t peak = alloc_.host_peak_bytes();
+  {
+    torch::Tensor copy = host_copy(values);  // no scope needed: pinned is host memory
+    EXPECT_TRUE(copy.is_pinned());
+    EXPECT_TRUE(torch::equal(copy, values.cpu()));
+    EXPECT_EQ(alloc_.host_bytes() - host, 4 << 20);
+    EXPECT_GE(alloc_.host_peak_bytes(), std::max(peak, host + (4 << 20)));
+    EXPECT_EQ(alloc_.current_bytes(), device);
+  }
+  EXPECT_EQ(alloc_.host_bytes(), host);
 }
 
 TEST_F(TrackingAllocatorTest, PeakStaysAfterReleaseUntilReset) {

@@ -361,8 +361,8 @@ TEST(PlannerTest, RanksBeyondTheGpusAreRefused) {
 // are shared by the nodes' hosts.
 TEST(PlannerTest, SeveralNodesPayTheNetworkAndShareHostMemory) {
   dsl::JobSpec spec = load("llama3-8b-full-8xa100.yaml");
-  // A stack with NVLink-speed collectives (tailor-runner's run over TCP at
-  // loopback speed on every link for now).
+  // A stack whose collectives overlap with compute (tailor-runner's are
+  // queued in the compute stream's order).
   spec.planner.runtime = dsl::Runtime::kHf;
   auto hw = [](const std::string& flag) {
     return *resolve_hardware(dsl::JobSpec{}, flag, {}, std::nullopt, dsl::Catalog::builtin());
