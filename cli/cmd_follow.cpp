@@ -21,7 +21,8 @@ Prints a job's runner output (stdout and stderr). With -f, follows the job
 until it ends: on a terminal as a live progress line (step/total, loss,
 tokens/s, memory, ETA) with the job's notable events; otherwise (or with
 --raw) as the raw log stream. Exits with the job's outcome when following:
-0 succeeded, 4 cancelled, 5 failed.
+0 succeeded, 4 cancelled, 5 failed; 6 when tailord stayed unreachable
+(the job's outcome unknown).
 
 options:
   -f, --follow         follow the job until it ends
@@ -86,9 +87,10 @@ Progress progress_of(const RestClient& client, const Json& job) {
 }  // namespace
 
 int run_logs(const Argv& argv, Streams io) {
-  const std::string help = help_of(kLogsHelp);
+  const std::string help = help_of((std::string(kLogsHelp) + kReconnectHelp).c_str());
   auto command =
-      parse_command(argv, with_remote_flags({{"follow", false, false, 'f'}, {"raw", false}}), "logs", help.c_str(), io);
+      parse_command(argv, with_remote_flags({{"follow", false, false, 'f'}, {"raw", false}, {"reconnect", true}}),
+                    "logs", help.c_str(), io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   if (args.positional().size() != 1) {
@@ -112,10 +114,16 @@ int run_logs(const Argv& argv, Streams io) {
     io.out << r->body;
     return kExitOk;
   }
+  auto reconnect = reconnect_options(args);
+  if (!reconnect.is_ok()) {
+    io.err << "tailor logs: " << reconnect.status().message() << "\n";
+    return kExitUsage;
+  }
   if (stderr_is_terminal(io) && !args.has("raw")) {
-    auto job = follow_job(client, id, io, /*redraw=*/true, /*quiet=*/false);
+    auto job = follow_job(client, id, io, /*redraw=*/true, /*quiet=*/false, *reconnect);
     if (!job.is_ok()) {
       io.err << "tailor logs: " << job.status().message() << "\n";
+      if (job.status().code() == StatusCode::kUnavailable) return kExitUnreachable;
       return job.status().code() == StatusCode::kNotFound ? kExitInvalid : kExitRunFailed;
     }
     if (job->contains("exit_reason") && (*job)["exit_reason"].is_string()) {

@@ -20,7 +20,9 @@ constexpr const char* kHelp = R"(usage: tailor submit [OPTIONS] JOB.yaml
 Validates the job spec here (extends, vars and --set applied, every problem
 with file:line:col), then submits the resolved spec to tailord, which plans,
 queues and runs it. Prints the job's id; with --wait follows it to the end
-with a progress line and exits with its outcome.
+with a progress line and exits with its outcome: 0 succeeded, 4 cancelled,
+5 failed, 6 tailord stayed unreachable (the job's outcome unknown). A
+tailord that restarts meanwhile is waited for (--reconnect).
 
 options:
   --wait               follow the job until it ends (progress on stderr)
@@ -49,13 +51,15 @@ std::string random_key() {
 }  // namespace
 
 int run_submit(const Argv& argv, Streams io) {
-  const std::string help = std::string(kHelp) + kRemoteFlagsHelp + "  -h, --help          show this help\n";
+  const std::string help =
+      std::string(kHelp) + kReconnectHelp + kRemoteFlagsHelp + "  -h, --help          show this help\n";
   auto command = parse_command(argv,
                                with_remote_flags(with_spec_flags({{"wait", false},
                                                                   {"dry-run", false},
                                                                   {"memory-limit", true},
                                                                   {"idempotency-key", true},
                                                                   {"output", true},
+                                                                  {"reconnect", true},
                                                                   {"quiet", false, false, 'q'}})),
                                "submit", help.c_str(), io);
   if (!command.args) return command.exit_code;
@@ -67,6 +71,11 @@ int run_submit(const Argv& argv, Streams io) {
   }
   if (args.positional().size() != 1) {
     io.err << "tailor submit: expected one job spec file\n" << help;
+    return kExitUsage;
+  }
+  const auto reconnect = reconnect_options(args);
+  if (!reconnect.is_ok()) {
+    io.err << "tailor submit: " << reconnect.status().message() << "\n";
     return kExitUsage;
   }
   std::string query;
@@ -137,10 +146,10 @@ int run_submit(const Argv& argv, Streams io) {
     return kExitOk;
   }
   if (!quiet && output == "text") io.err << "submitted " << id << " (" << job.value("name", "") << ")\n";
-  auto final_job = follow_job(client, id, io, stderr_is_terminal(io), quiet || output == "json");
+  auto final_job = follow_job(client, id, io, stderr_is_terminal(io), quiet || output == "json", *reconnect);
   if (!final_job.is_ok()) {
     io.err << "tailor submit: following " << id << ": " << final_job.status().message() << "\n";
-    return kExitRunFailed;
+    return final_job.status().code() == StatusCode::kUnavailable ? kExitUnreachable : kExitRunFailed;
   }
   const std::string state = final_job->value("state", "");
   if (output == "json") {

@@ -18,6 +18,7 @@ inline constexpr int kExitUsage = 2;    // bad command line
 inline constexpr int kExitNoFit = 3;    // nothing fits the hardware (or `run`: out of memory)
 inline constexpr int kExitCancelled = 4;  // `run`: interrupted
 inline constexpr int kExitRunFailed = 5;  // `run`: training failed
+inline constexpr int kExitUnreachable = 6;  // following a job: tailord stayed unreachable (outcome unknown)
 
 struct Streams {
   std::ostream& out;

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "core/units.h"
@@ -29,6 +31,7 @@ Status http_error(const HttpResponse& r, const Endpoint& e) {
   }
   if (r.status == 404) return Status::not_found(msg);
   if (r.status == 400 || r.status == 422 || r.status == 413 || r.status == 415) return Status::invalid_argument(msg);
+  if (r.status == 503) return Status::unavailable(msg);
   return Status::failed_precondition(msg);
 }
 
@@ -85,18 +88,97 @@ std::string progress_line(const Progress& p, bool bar) {
 
 bool stderr_is_terminal(Streams io) { return &io.err == &std::cerr && isatty(STDERR_FILENO) == 1; }
 
-Result<Json> follow_job(const RestClient& client, const std::string& id, Streams io, bool redraw, bool quiet) {
+namespace {
+
+// get_json through `client`, riding out a tailord that cannot be reached:
+// every `reconnect.interval` a fresh client (a restarted tailord may listen
+// elsewhere) until one answers or `reconnect.window` has passed.
+class Poller {
+ public:
+  Poller(const RestClient& client, const Reconnect& reconnect, Streams io, bool redraw, bool quiet)
+      : client_(client), reconnect_(reconnect), io_(io), clear_(redraw ? "\r\033[K" : ""), quiet_(quiet) {}
+
+  Result<Json> get(const std::string& target) {
+    for (;;) {
+      auto r = get_json(client_, target);
+      if (r.is_ok() || r.status().code() != StatusCode::kUnavailable) {
+        if (r.is_ok() && lost_) {
+          if (!quiet_) io_.err << clear_ << "tailord is back at " << client_.endpoint().address() << "\n";
+          lost_.reset();
+        }
+        return r;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (!lost_) {
+        lost_ = now;
+        if (!quiet_) {
+          io_.err << clear_ << r.status().message() << "\nwaiting up to "
+                  << format_duration(std::chrono::duration<double>(reconnect_.window).count())
+                  << " for tailord to come back\n";
+        }
+      }
+      if (now - *lost_ >= reconnect_.window) {
+        return Status::unavailable(
+            r.status().message() + "; gave up after " +
+            format_duration(std::chrono::duration<double>(reconnect_.window).count()) +
+            " (the job may still be running: tailor logs -f)");
+      }
+      std::this_thread::sleep_for(reconnect_.interval);
+      if (reconnect_.client) {
+        if (auto fresh = reconnect_.client(); fresh.is_ok()) client_ = std::move(fresh).value();
+      }
+    }
+  }
+
+ private:
+  RestClient client_;
+  const Reconnect& reconnect_;
+  Streams io_;
+  const char* clear_;  // the progress line's, on a terminal
+  bool quiet_;
+  std::optional<std::chrono::steady_clock::time_point> lost_;
+};
+
+}  // namespace
+
+const char* const kReconnectHelp =
+    R"(  --reconnect SECONDS  while following, how long to wait for a tailord that
+                       cannot be reached (a restart) before giving up with exit
+                       6 (default 120)
+)";
+
+Result<Reconnect> reconnect_options(const Args& args) {
+  Reconnect r;
+  if (args.has("reconnect")) {
+    const std::string v = args.get("reconnect");
+    char* end = nullptr;
+    const double s = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(s >= 0) || s > 86400) {
+      return Status::invalid_argument("--reconnect: expected seconds from 0 to 86400, got \"" + v + "\"");
+    }
+    r.window = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+  }
+  r.client = [&args]() -> Result<RestClient> {
+    TAILOR_ASSIGN_OR_RETURN(Endpoint e, resolve_endpoint(args));
+    return RestClient(std::move(e));
+  };
+  return r;
+}
+
+Result<Json> follow_job(const RestClient& client, const std::string& id, Streams io, bool redraw, bool quiet,
+                        const Reconnect& reconnect) {
+  Poller poll(client, reconnect, io, redraw, quiet);
   Progress p;
   std::int64_t last_event = 0, last_printed = -1;
   double rate_sum = 0;  // seconds per step, smoothed over this run's steps
   std::int64_t rate_steps = 0;
   const std::string base = "/v1/jobs/" + url_encode(id);
   for (;;) {
-    TAILOR_ASSIGN_OR_RETURN(Json job, get_json(client, base));
+    TAILOR_ASSIGN_OR_RETURN(Json job, poll.get(base));
     p.name = job.value("name", "");
     p.state = job.value("state", "");
 
-    TAILOR_ASSIGN_OR_RETURN(Json events, get_json(client, base + "/events?after_id=" + std::to_string(last_event)));
+    TAILOR_ASSIGN_OR_RETURN(Json events, poll.get(base + "/events?after_id=" + std::to_string(last_event)));
     for (const Json& e : events.value("events", Json::array())) {
       last_event = std::max<std::int64_t>(last_event, e.value("id", std::int64_t{0}));
       const std::string kind = e.value("kind", "");
@@ -105,7 +187,7 @@ Result<Json> follow_job(const RestClient& client, const std::string& id, Streams
       }
       // Transitions and what the daemon did about failures tell the story;
       // routine runner events (checkpoints) stay out of the way.
-      const bool notable = kind == "state" || kind == "replan" || kind == "cancel" || kind == "recovered" ||
+      const bool notable = kind == "state" || kind == "replan" || kind == "cancel" || kind == "recovered" || kind == "lost" ||
                            kind == "runner.oom" || kind == "runner.error" || kind == "retry" ||
                            kind == "runner.checkpoint_skipped" || kind == "runner.nonfinite_loss";
       if (notable && !quiet) {
@@ -115,7 +197,7 @@ Result<Json> follow_job(const RestClient& client, const std::string& id, Streams
     }
 
     TAILOR_ASSIGN_OR_RETURN(Json metrics,
-                            get_json(client, base + "/metrics?since_step=" + std::to_string(p.step) + "&limit=100000"));
+                            poll.get(base + "/metrics?since_step=" + std::to_string(p.step) + "&limit=100000"));
     for (const Json& m : metrics.value("metrics", Json::array())) {
       if (m.value("rank", 0) != 0) continue;
       p.step = m.value("step", p.step);

@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "cli/commands.h"
@@ -41,11 +43,29 @@ std::string progress_line(const Progress& p, bool bar);
 // "1m12s", "2h05m", "45s".
 std::string format_duration(double seconds);
 
+// How following a job rides out a tailord that cannot be reached (it
+// restarts; the job goes on): it retries every `interval`, with a fresh
+// client from `client` when set (a restarted tailord on an ephemeral port
+// has a new DATA_DIR/address), and gives up after `window` without an
+// answer.
+struct Reconnect {
+  std::function<Result<RestClient>()> client;
+  std::chrono::milliseconds window{std::chrono::seconds(120)};
+  std::chrono::milliseconds interval{std::chrono::milliseconds(500)};
+};
+
+// --reconnect SECONDS (default 120; 0 gives up at once) with a client
+// re-resolved from the command's --addr/--data-dir/... each time.
+Result<Reconnect> reconnect_options(const Args& args);
+extern const char* const kReconnectHelp;
+
 // Polls a job until it reaches a terminal state, redrawing a progress line on
 // stderr when `redraw` (a terminal) and printing a plain line every ~5% of
 // the steps otherwise, plus the job's notable events (re-plans, OOM,
-// retries). Returns the final job.
-Result<Json> follow_job(const RestClient& client, const std::string& id, Streams io, bool redraw, bool quiet);
+// retries). Returns the final job; Unavailable when tailord stayed
+// unreachable for the whole reconnect window (the job's outcome unknown).
+Result<Json> follow_job(const RestClient& client, const std::string& id, Streams io, bool redraw, bool quiet,
+                        const Reconnect& reconnect = {});
 
 // True when `io.err` is the process' stderr and that is a terminal.
 bool stderr_is_terminal(Streams io);

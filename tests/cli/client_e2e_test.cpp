@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+
 #include <sstream>
+#include <thread>
 
 #include "cli/commands.h"
 #include "tests/daemon/daemon_harness.h"
@@ -111,6 +114,58 @@ TEST_F(ClientTest, CancelStopsARunningJobAndWaitReportsCancelled) {
   ASSERT_EQ(cancel.code, kExitOk) << cancel.err;
   EXPECT_EQ(nlohmann::json::parse(cancel.out)["state"], "cancelled");
   EXPECT_EQ(tailor(with_remote({"logs", "-f", id})).code, kExitCancelled);
+}
+
+// The id of the one job once it runs; empty if it never does.
+std::string running_job(const DaemonProcess& d) {
+  std::string id;
+  daemon::testing::wait_for(
+      [&] {
+        const auto jobs = d.get("/v1/jobs").json();
+        if (!jobs.is_object() || jobs["jobs"].size() != 1 || jobs["jobs"][0]["state"] != "running") return false;
+        id = jobs["jobs"][0]["id"];
+        return true;
+      },
+      std::chrono::seconds(60));
+  return id;
+}
+
+TEST_F(ClientTest, SubmitWaitRidesOutADaemonRestartAndReportsTheOutcome) {
+  const std::string spec = write_spec(dir_, "client-restart", 80);
+  Result sub;
+  std::thread waiter([&] { sub = tailor(with_remote({"submit", "--wait", spec})); });
+  const std::string id = running_job(*daemon_);
+  // tailord dies while the job runs and comes back on the same folder (on
+  // another ephemeral port); the runner goes on and is adopted.
+  daemon_->kill_daemon(SIGKILL);
+  daemon_ = std::make_unique<DaemonProcess>(dir_.file("data"));
+  const bool restarted = daemon_->ok();
+  waiter.join();
+  ASSERT_FALSE(id.empty()) << "the job never ran";
+  ASSERT_TRUE(restarted) << "tailord did not start again; log: " << daemon_->log();
+  EXPECT_EQ(sub.code, kExitOk) << sub.err;
+  EXPECT_NE(sub.out.find(id + " succeeded"), std::string::npos) << sub.out;
+  EXPECT_NE(sub.err.find("cannot reach tailord"), std::string::npos) << sub.err;
+  EXPECT_NE(sub.err.find("waiting up to 2m00s for tailord to come back"), std::string::npos) << sub.err;
+  EXPECT_NE(sub.err.find("tailord is back at " + daemon_->address()), std::string::npos) << sub.err;
+  EXPECT_EQ(daemon_->job(id)["state"], "succeeded");
+}
+
+TEST_F(ClientTest, FollowingGivesUpWithItsOwnExitCodeWhenTailordStaysAway) {
+  const std::string spec = write_spec(dir_, "client-away", 100000);
+  Result sub;
+  std::thread waiter([&] { sub = tailor(with_remote({"submit", "--wait", "--reconnect", "1", spec})); });
+  const std::string id = running_job(*daemon_);
+  const auto pid = id.empty() ? 0 : daemon_->job(id)["pid"].get<pid_t>();
+  daemon_->kill_daemon(SIGKILL);
+  waiter.join();
+  if (pid > 1) ::kill(-pid, SIGKILL);  // no daemon is left to stop it
+  ASSERT_FALSE(id.empty()) << "the job never ran";
+  EXPECT_EQ(sub.code, kExitUnreachable) << sub.err;
+  EXPECT_NE(sub.err.find("gave up after 1s (the job may still be running: tailor logs -f)"), std::string::npos)
+      << sub.err;
+  // A window that is not a number of seconds is a usage error.
+  EXPECT_EQ(tailor(with_remote({"submit", "--wait", "--reconnect", "soon", spec})).code, kExitUsage);
 }
 
 TEST_F(ClientTest, AnInvalidSpecIsReportedLocallyWithItsPositionAndNothingIsSubmitted) {
