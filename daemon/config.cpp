@@ -22,7 +22,7 @@ const std::vector<Key>& keys() {
       {"allowed_hosts", true},  {"catalog_dir", true},   {"gpus", true},            {"memory_budget", true},
       {"max_body", true},       {"read_timeout", true},  {"poll_interval", true},   {"cancel_grace", true},
       {"retry_backoff", true},  {"max_backoff", true},   {"max_oom_replans", true}, {"http_threads", true},
-      {"check_files", true}};
+      {"check_files", true},    {"heartbeat_timeout", true}};
   return kKeys;
 }
 
@@ -118,6 +118,9 @@ options (also TAILORD_<KEY> environment variables and keys of --config):
   --read-timeout S      seconds to receive a request (default 30)
   --poll-interval S     supervisor tick (default 0.2)
   --cancel-grace S      SIGTERM to SIGKILL on cancel (default 10)
+  --heartbeat-timeout S a runner silent this long (stopped, frozen) is lost:
+                        killed and retried from its last checkpoint
+                        (default 120; 0: never)
   --retry-backoff S     first retry delay, doubling per failure (default 5)
   --max-backoff S       longest retry delay (default 300)
   --max-oom-replans N   re-plans after out-of-memory per job (default 3)
@@ -176,6 +179,11 @@ Result<DaemonConfig> load_config(const std::vector<std::string>& argv, const std
       if (c.poll_seconds < 0.01) return Status::invalid_argument(where + ": at least 0.01 seconds");
     } else if (key == "cancel_grace") {
       TAILOR_ASSIGN_OR_RETURN(c.cancel_grace_seconds, parse_seconds(v, where));
+    } else if (key == "heartbeat_timeout") {
+      TAILOR_ASSIGN_OR_RETURN(c.heartbeat_timeout_seconds, parse_seconds(v, where));
+      if (c.heartbeat_timeout_seconds > 0 && c.heartbeat_timeout_seconds < 1) {
+        return Status::invalid_argument(where + ": at least 1 second (or 0 to turn the check off)");
+      }
     } else if (key == "retry_backoff") {
       TAILOR_ASSIGN_OR_RETURN(c.retry_backoff_seconds, parse_seconds(v, where));
     } else if (key == "max_backoff") {

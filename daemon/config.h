@@ -29,6 +29,7 @@ struct DaemonConfig {
   double read_timeout_seconds = 30;         // read_timeout: seconds to receive one request
   double poll_seconds = 0.2;                // poll_interval: supervisor tick in seconds
   double cancel_grace_seconds = 10;         // cancel_grace: SIGTERM to SIGKILL, seconds
+  double heartbeat_timeout_seconds = 120;   // heartbeat_timeout: a silent runner is lost; 0 = never
   double retry_backoff_seconds = 5;         // retry_backoff: first retry delay, doubling per failure
   double max_backoff_seconds = 300;         // max_backoff
   int max_oom_replans = 3;                  // max_oom_replans: out-of-memory re-plans per job

@@ -107,6 +107,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   so.gpus = gpus;
   so.poll_seconds = config.poll_seconds;
   so.cancel_grace_seconds = config.cancel_grace_seconds;
+  so.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;
   so.backoff_seconds = config.retry_backoff_seconds;
   so.max_backoff_seconds = config.max_backoff_seconds;
   so.max_oom_replans = config.max_oom_replans;

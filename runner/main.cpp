@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "core/args.h"
@@ -13,6 +15,7 @@
 #include "runner/dist/launcher.h"
 #include "runner/dist/rank_env.h"
 #include "runner/protocol/exit_code.h"
+#include "runner/protocol/heartbeat.h"
 #include "runner/protocol/plan_reader.h"
 #include "runner/torch/trainer.h"
 #include "runner/torch_probe.h"
@@ -142,6 +145,13 @@ int main(int argc, char** argv) {
     e.quiet = args.has("quiet");
     e.cache_dir = args.has("cache-dir") ? args.get("cache-dir") : runner::data::default_token_cache_dir();
     return runner::exit_status(runner::export_checkpoint(e, args.get("export")));
+  }
+  // tailord's liveness check (protocol/heartbeat.h): this process beats
+  // while it is scheduled, whatever it is busy with.
+  std::optional<runner::Heartbeat> heartbeat;
+  if (const auto every = runner::heartbeat_interval_from_env()) {
+    const auto name = runner::heartbeat_file_name(rank->present ? std::optional<int>(rank->rank) : std::nullopt);
+    heartbeat.emplace((std::filesystem::path(args.get("out")) / name).string(), *every);
   }
   // A multi-rank plan started as one process: become the ranks' launcher.
   if (!rank->present && config->strategy.num_gpus > 1) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "platform/files.h"
 #include "runner/protocol/events.h"
 #include "runner/protocol/exit_code.h"
+#include "runner/protocol/heartbeat.h"
 #include "runner/protocol/plan_reader.h"
 
 namespace tailor::daemon {
@@ -132,10 +134,11 @@ void Supervisor::tick() {
     }
     if (exit) {
       ingest(r);
-      finish(r, *exit, "");
+      finish(r, *exit, r.lost);
       ended.push_back(id);
       continue;
     }
+    check_heartbeat(r);
     if (r.cancel_requested) {
       const double now = now_seconds();
       if (!r.cancel_sent_at) {
@@ -149,6 +152,29 @@ void Supervisor::tick() {
   }
   for (const auto& id : ended) running_.erase(id);
   schedule_queued();
+}
+
+void Supervisor::check_heartbeat(Running& r) {
+  if (options_.heartbeat_timeout_seconds <= 0 || !r.lost.empty()) return;
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (const auto& entry : fs::directory_iterator(job_dir(r.id), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!runner::is_heartbeat_file_name(name)) continue;
+    std::error_code tec;
+    const auto beat = fs::last_write_time(entry.path(), tec);
+    if (tec) continue;  // gone meanwhile
+    const double age = std::chrono::duration<double>(now - beat).count();
+    if (age <= options_.heartbeat_timeout_seconds) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "lost: no heartbeat in %s for %.0f s (stopped or frozen); killed", name.c_str(), age);
+    r.lost = buf;
+    log_status(store_.add_event(r.id, {"lost", r.lost, json{{"file", name}, {"age_seconds", age}}.dump(), 0}),
+               "recording the loss of " + r.id);
+    // SIGKILL ends a stopped process too; its exit is judged next tick.
+    platform::signal_group(r.pid, SIGKILL);
+    return;
+  }
 }
 
 void Supervisor::ingest(Running& r) {
@@ -440,6 +466,18 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
   }
   req.env = options_.runner_env;
   if (!req.env.count("OMP_WAIT_POLICY")) req.env["OMP_WAIT_POLICY"] = "PASSIVE";  // runner/README.md
+  if (options_.heartbeat_timeout_seconds > 0) {
+    // Ten beats per timeout. The last attempt's files go, and the runner's
+    // own starts now, so that one stopped before its first beat is lost too.
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (runner::is_heartbeat_file_name(entry.path().filename().string())) fs::remove(entry.path(), ec);
+    }
+    ec.clear();
+    runner::touch_heartbeat((dir / runner::heartbeat_file_name(std::nullopt)).string());
+    char every[32];
+    std::snprintf(every, sizeof every, "%.3f", std::max(0.05, options_.heartbeat_timeout_seconds / 10));
+    req.env[runner::kHeartbeatEnv] = every;
+  }
   if (!gpus.empty()) {
     std::string list;
     for (int g : gpus) list += (list.empty() ? "" : ",") + std::to_string(g);

@@ -5,7 +5,7 @@
 //      retries exhausted); re-planned and resumed (out of memory); retried
 //      with growing backoff; cancelled,
 //   3. escalates cancels (SIGTERM to the process group, SIGKILL after the
-//      grace period),
+//      grace period), and kills runners whose heartbeat stopped (lost),
 //   4. starts queued jobs that fit (scheduler.h) with the local executor:
 //      tailor-runner as a child in its own process group, plan and output in
 //      DATA/jobs/ID/, stdout and stderr in DATA/jobs/ID/runner.log.
@@ -50,6 +50,10 @@ struct SupervisorOptions {
   double backoff_seconds = 5;              // first retry delay; doubles per failure
   double max_backoff_seconds = 300;
   int max_oom_replans = 3;
+  // A runner whose heartbeat files (runner/protocol/heartbeat.h) are older
+  // than this is lost (stopped, frozen): killed and judged like a crash.
+  // 0 turns the check off.
+  double heartbeat_timeout_seconds = 120;
   std::map<std::string, std::string> runner_env;
 };
 
@@ -91,11 +95,15 @@ class Supervisor {
     std::optional<double> cancel_sent_at;
     std::string last_oom_json;  // the runner's latest oom event
     std::string last_error;     // the runner's latest error message
+    std::string lost;           // why it was declared lost (no heartbeat); empty while it is not
   };
 
   void loop();
   void tick();
   void ingest(Running& r);
+  // Declares `r` lost and kills it when a heartbeat file of its job is
+  // older than the timeout.
+  void check_heartbeat(Running& r);
   // Judges an ended attempt (outcome.h) and applies the verdict.
   void finish(Running& r, const ProcessExit& exit, const std::string& context);
   void launch_failed(Running& r, const std::string& why);

@@ -173,6 +173,36 @@ TEST(RunE2eTest, AKilledRankFailsTheAttemptAndTheRetryResumesFromTheCheckpoint) 
   EXPECT_TRUE(named) << events.dump(1);
 }
 
+TEST(RunE2eTest, AStoppedRunnerIsLostAfterTheHeartbeatTimeoutAndResumesFromTheCheckpoint) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {"--retry-backoff", "0.1", "--heartbeat-timeout", "3"});
+  ASSERT_TRUE(d.ok()) << d.log();
+  const std::string id = submit(d, tiny_spec("stopped", 120, 5, 0, /*small=*/true));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(wait_for([&] { return count(event_kinds(d, id), "runner.checkpoint") > 0; }, seconds(120)));
+  const pid_t pid = d.job(id)["pid"].get<pid_t>();
+  // The whole process group stops, as under a frozen cgroup: no exit, no
+  // output, only silence.
+  ASSERT_EQ(::kill(-pid, SIGSTOP), 0);
+  ASSERT_TRUE(d.wait_state(id, "", seconds(240)));
+  const json job = d.job(id);
+  ASSERT_EQ(job["state"], "succeeded") << job.dump(1);
+  EXPECT_EQ(job["last_step"], 120);
+  EXPECT_GE(job["attempts"].get<int>(), 2);
+  const auto kinds = event_kinds(d, id);
+  EXPECT_EQ(count(kinds, "lost"), 1u);
+  EXPECT_GE(count(kinds, "runner.resume"), 1u);
+  EXPECT_EQ(count(kinds, "runner.done"), 1u);
+  const json events = d.get("/v1/jobs/" + id + "/events").json();
+  bool said = false;
+  for (const auto& e : events.at("events")) {
+    said = said || e.value("message", "").find("lost: no heartbeat in heartbeat for") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << events.dump(1);
+  EXPECT_NE(::kill(pid, 0), 0) << "the stopped runner is still there";
+}
+
 TEST(RunE2eTest, MetricsExpositionPassesPromtool) {
   REQUIRE_RUNNER();
   if (std::system("command -v promtool > /dev/null 2>&1") != 0) GTEST_SKIP() << "promtool not installed";
