@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/units.h"
+#include "daemon/api/openapi_document.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/http/errors.h"
 
@@ -140,6 +141,18 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
                  HttpResponse r;
                  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
                  r.body = ctx_.metrics->render();
+                 return r;
+               }});
+  // The API's description, public like the liveness check.
+  router_.add({"GET", "/openapi.yaml", false, [](HttpRequest&) {
+                 HttpResponse r;
+                 r.content_type = "application/yaml";
+                 r.body = std::string(openapi_yaml());
+                 return r;
+               }});
+  router_.add({"GET", "/openapi.json", false, [](HttpRequest&) {
+                 HttpResponse r;
+                 r.body = openapi_json();
                  return r;
                }});
   router_.add({"GET", "/v1/hardware", true, [this](HttpRequest&) {

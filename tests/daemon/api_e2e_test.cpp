@@ -9,6 +9,8 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <thread>
 
@@ -37,6 +39,37 @@ TEST(ApiE2eTest, HealthzAndMetricsAreOpenEverythingElseNeedsTheToken) {
   EXPECT_EQ(http_request(d.address(), "POST", "/v1/jobs", "name: x").status, 401);
   EXPECT_EQ(d.get("/v1/jobs").status, 200);
   EXPECT_EQ(d.get("/v1/hardware").status, 200);
+}
+
+// The API describes itself: the embedded document, byte for byte, and the
+// same as JSON with YAML's plain scalars typed (daemon_unit_test checks
+// that it lists exactly the served routes).
+TEST(ApiE2eTest, TheOpenApiDocumentIsServedAsYamlAndJsonWithoutAToken) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+  std::ifstream f(std::string(TAILOR_SOURCE_DIR) + "/daemon/openapi.yaml");
+  const std::string file((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto yaml = http_request(d.address(), "GET", "/openapi.yaml");
+  ASSERT_EQ(yaml.status, 200);
+  EXPECT_EQ(yaml.headers.at("content-type"), "application/yaml");
+  EXPECT_EQ(yaml.body, file);
+  const auto doc = http_request(d.address(), "GET", "/openapi.json");
+  ASSERT_EQ(doc.status, 200);
+  const json j = doc.json();
+  ASSERT_TRUE(j.is_object()) << doc.body.substr(0, 200);
+  EXPECT_EQ(j["openapi"], "3.0.3");       // plain, but not a number: a string
+  EXPECT_EQ(j["info"]["version"], "1");   // quoted: a string
+  EXPECT_TRUE(j["paths"].contains("/v1/jobs/{id}/cancel"));
+  EXPECT_TRUE(j["paths"]["/healthz"]["get"]["security"].is_array());
+  const json& list_params = j["paths"]["/v1/jobs"]["get"]["parameters"];
+  ASSERT_TRUE(list_params.is_array());
+  bool typed = false;  // some parameter's schema has a number where YAML has a plain one
+  for (const auto& p : list_params) {
+    const json& schema = p.value("schema", json::object());
+    for (const char* k : {"minimum", "maximum", "default"}) typed = typed || (schema.contains(k) && schema[k].is_number());
+  }
+  EXPECT_TRUE(typed) << list_params.dump(1);
 }
 
 TEST(ApiE2eTest, TokenFileIsPrivate) {
