@@ -213,6 +213,11 @@ int run_status(const Argv& argv, Streams io) {
     }
   }
   if (j.contains("exit_reason") && j["exit_reason"].is_string()) row("exit", str(j, "exit_reason"));
+  // Where its files are (on the daemon's machine); the model once it succeeded.
+  if (j.contains("output_dir") && j["output_dir"].is_string()) {
+    const std::string dir = str(j, "output_dir");
+    row("output", str(j, "state") == "succeeded" ? dir + " (model: " + dir + "/model)" : dir);
+  }
   return kExitOk;
 }
 

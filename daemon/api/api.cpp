@@ -1,6 +1,7 @@
 #include "daemon/api/api.h"
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -39,7 +40,7 @@ json opt_json(const std::optional<T>& v) {
 }
 
 // `compact_plan` (JSON text) replaces the whole plan document when given.
-json job_json(const JobRecord& j, const std::string* compact_plan = nullptr) {
+json job_json(const JobRecord& j, const std::string& output_dir, const std::string* compact_plan = nullptr) {
   json out = {{"id", j.id},
               {"name", j.name},
               {"state", to_string(j.state)},
@@ -63,13 +64,41 @@ json job_json(const JobRecord& j, const std::string* compact_plan = nullptr) {
               {"gpus", j.assigned_gpus},
               {"exit_code", opt_json(j.exit_code)},
               {"exit_signal", opt_json(j.exit_signal)},
-              {"exit_reason", j.exit_reason.empty() ? json(nullptr) : json(j.exit_reason)}};
+              {"exit_reason", j.exit_reason.empty() ? json(nullptr) : json(j.exit_reason)},
+              {"output_dir", output_dir}};
   const json plan = json::parse(compact_plan != nullptr ? *compact_plan : j.plan_json, nullptr, false);
   out["plan"] = plan.is_discarded() ? json(nullptr) : plan;
   return out;
 }
 
 HttpResponse json_response(int status, const json& body) { return HttpResponse::json(status, body.dump()); }
+
+// A strong validator of a response body: FNV-1a over its bytes (a change
+// detector, not a security measure), quoted as RFC 9110 wants.
+std::string etag_of(const std::string& body) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const unsigned char c : body) h = (h ^ c) * 0x100000001b3ull;
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "\"%016llx\"", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// Whether If-None-Match (a list of tags, or *) names `tag`. A weak tag
+// (W/"...") matches too: If-None-Match compares weakly (RFC 9110 13.1.2).
+bool none_match_names(const std::string& header, const std::string& tag) {
+  std::size_t at = 0;
+  while (at < header.size()) {
+    std::size_t end = header.find(',', at);
+    if (end == std::string::npos) end = header.size();
+    std::string t = header.substr(at, end - at);
+    t.erase(0, t.find_first_not_of(" \t"));
+    t.erase(t.find_last_not_of(" \t") + 1);
+    if (t.rfind("W/", 0) == 0) t.erase(0, 2);
+    if (t == "*" || t == tag) return true;
+    at = end + 1;
+  }
+  return false;
+}
 
 Result<std::int64_t> int_param(const HttpRequest& r, const std::string& key, std::int64_t fallback, std::int64_t lo,
                                std::int64_t hi) {
@@ -127,7 +156,9 @@ json diagnostics_json(const dsl::Diagnostics& d) {
 
 }  // namespace
 
-std::string job_to_json(const JobRecord& job) { return job_json(job).dump(); }
+std::string job_to_json(const JobRecord& job, const std::string& output_dir) {
+  return job_json(job, output_dir).dump();
+}
 
 Api::Api(ApiContext context) : ctx_(std::move(context)) {
   auto bind = [this](HttpResponse (Api::*fn)(HttpRequest&)) {
@@ -193,6 +224,16 @@ HttpResponse Api::handle(HttpRequest& request) {
         res.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tailord\"");
       } else {
         res = m.route->handler(request);
+        // Conditional reads: a poller that sends back the ETag it had gets
+        // 304 and no body while nothing changed.
+        if (request.method == "GET" && res.status == 200 && !res.stream && m.route->authenticated) {
+          const std::string tag = etag_of(res.body);
+          res.headers.emplace_back("ETag", tag);
+          if (none_match_names(request.header("if-none-match"), tag)) {
+            res.status = 304;
+            res.body.clear();
+          }
+        }
       }
     }
   }
@@ -273,7 +314,7 @@ HttpResponse Api::submit(HttpRequest& r) {
     }
     return error_response(made.status());
   }
-  HttpResponse res = HttpResponse::json(made->created ? 201 : 200, job_to_json(made->job));
+  HttpResponse res = HttpResponse::json(made->created ? 201 : 200, job_to_json(made->job, ctx_.supervisor->job_dir(made->job.id)));
   res.headers.emplace_back("Location", "/v1/jobs/" + made->job.id);
   if (!made->created) res.headers.emplace_back("Idempotent-Replayed", "true");
   if (made->created) {
@@ -320,7 +361,7 @@ HttpResponse Api::list(HttpRequest& r) {
   if (!full.is_ok()) return error_response(full.status());
   for (const auto& j : page->jobs) {
     const std::string compact = *full ? std::string() : compact_plan(j);
-    json o = job_json(j, *full ? nullptr : &compact);
+    json o = job_json(j, ctx_.supervisor->job_dir(j.id), *full ? nullptr : &compact);
     o["seq"] = j.seq;
     jobs.push_back(std::move(o));
   }
@@ -388,7 +429,7 @@ Result<json> attempt_history(JobStore& store, const std::string& id) {
 HttpResponse Api::get(HttpRequest& r) {
   auto job = ctx_.store->get(r.params["id"]);
   if (!job.is_ok()) return error_response(job.status());
-  json o = job_json(*job);
+  json o = job_json(*job, ctx_.supervisor->job_dir(job->id));
   auto history = attempt_history(*ctx_.store, job->id);
   if (!history.is_ok()) return error_response(history.status());
   o["attempt_history"] = std::move(*history);
@@ -488,7 +529,7 @@ HttpResponse Api::logs(HttpRequest& r) {
 HttpResponse Api::cancel(HttpRequest& r) {
   auto job = ctx_.supervisor->cancel(r.params["id"]);
   if (!job.is_ok()) return error_response(job.status());
-  return HttpResponse::json(202, job_to_json(*job));
+  return HttpResponse::json(202, job_to_json(*job, ctx_.supervisor->job_dir(job->id)));
 }
 
 }  // namespace tailor::daemon

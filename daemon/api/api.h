@@ -59,6 +59,7 @@ class Api {
 };
 
 // A job as the API shows it.
-std::string job_to_json(const JobRecord& job);
+// `output_dir`: its folder (metrics, events, checkpoints, the model).
+std::string job_to_json(const JobRecord& job, const std::string& output_dir);
 
 }  // namespace tailor::daemon

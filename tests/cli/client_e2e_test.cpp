@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <filesystem>
 #include <sstream>
 #include <thread>
 
@@ -59,7 +60,7 @@ TEST_F(ClientTest, SubmitWaitFollowsTheJobToSuccessAndListAndStatusShowIt) {
   ASSERT_EQ(sub.code, kExitOk) << sub.err;
   const auto job = nlohmann::json::parse(sub.out);
   EXPECT_EQ(job["state"], "succeeded");
-  for (const char* key : {"id", "name", "state", "created_at", "plan", "exit_reason"}) {
+  for (const char* key : {"id", "name", "state", "created_at", "plan", "exit_reason", "output_dir"}) {
     EXPECT_TRUE(job.contains(key)) << key;
   }
   const std::string id = job["id"];
@@ -78,6 +79,11 @@ TEST_F(ClientTest, SubmitWaitFollowsTheJobToSuccessAndListAndStatusShowIt) {
   ASSERT_EQ(status.code, kExitOk) << status.err;
   EXPECT_NE(status.out.find("succeeded"), std::string::npos);
   EXPECT_NE(status.out.find("measured"), std::string::npos) << status.out;
+  // Where the job's files are: its folder, with the trained model in it.
+  const std::string folder = job["output_dir"];
+  EXPECT_EQ(std::filesystem::path(folder), std::filesystem::path(dir_.file("data")) / "jobs" / id);
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(folder) / "model" / "config.json")) << folder;
+  EXPECT_NE(status.out.find("(model: " + folder + "/model)"), std::string::npos) << status.out;
 
   // Following a finished job prints its last progress and exits with its outcome.
   const Result logs = tailor(with_remote({"logs", "-f", id}));

@@ -72,6 +72,41 @@ TEST(ApiE2eTest, TheOpenApiDocumentIsServedAsYamlAndJsonWithoutAToken) {
   EXPECT_TRUE(typed) << list_params.dump(1);
 }
 
+TEST(ApiE2eTest, AJobReadWithItsETagIsNotModifiedUntilItChanges) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+  const auto made = d.post("/v1/jobs", tiny_spec("etag", 5, 100));
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string id = made.json()["id"];
+  const std::string target = "/v1/jobs/" + id;
+  const std::string auth = "Bearer " + d.token();
+  ASSERT_EQ(d.post(target + "/cancel", "").status, 202);
+  ASSERT_TRUE(d.wait_state(id, "cancelled", std::chrono::seconds(30)));
+  const auto first = d.get(target);
+  ASSERT_EQ(first.status, 200);
+  const std::string tag = first.headers.at("etag");
+  ASSERT_EQ(tag.size(), 18u) << tag;  // a quoted 64-bit hash
+  // The same tag, alone, in a list or weak: not modified, no body.
+  for (const std::string& sent : {tag, "\"0\", " + tag, "W/" + tag, std::string("*")}) {
+    const auto again = http_request(d.address(), "GET", target, {}, {{"Authorization", auth}, {"If-None-Match", sent}});
+    EXPECT_EQ(again.status, 304) << sent;
+    EXPECT_TRUE(again.body.empty()) << again.body;
+    EXPECT_EQ(again.headers.at("etag"), tag);
+  }
+  // Another tag: the job in full.
+  const auto other = http_request(d.address(), "GET", target, {}, {{"Authorization", auth}, {"If-None-Match", "\"0\""}});
+  EXPECT_EQ(other.status, 200);
+  EXPECT_EQ(other.body, first.body);
+  // The list changes once another job is submitted, and so does its tag.
+  const auto list = d.get("/v1/jobs");
+  ASSERT_EQ(d.post("/v1/jobs", tiny_spec("etag-2", 5, 100)).status, 201);
+  const auto changed =
+      http_request(d.address(), "GET", "/v1/jobs", {}, {{"Authorization", auth}, {"If-None-Match", list.headers.at("etag")}});
+  EXPECT_EQ(changed.status, 200);
+  EXPECT_NE(changed.headers.at("etag"), list.headers.at("etag"));
+}
+
 TEST(ApiE2eTest, TokenFileIsPrivate) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
