@@ -43,6 +43,16 @@ options:
   --output FORMAT      text (default) or json (the job object)
 )";
 
+constexpr const char* kDeleteHelp = R"(usage: tailor delete [OPTIONS] ID
+
+Deletes a finished job (succeeded, failed or cancelled): its records in
+tailord and its folder (checkpoints, model, logs). A queued or running job
+is refused: cancel it first.
+
+options:
+  --output FORMAT      text (default) or json
+)";
+
 std::string help_of(const char* h) {
   return std::string(h) + kRemoteFlagsHelp + "  -h, --help          show this help\n";
 }
@@ -248,6 +258,29 @@ int run_cancel(const Argv& argv, Streams io) {
   } else {
     io.out << id << " " << (job.is_object() ? str(job, "state") : "cancel requested")
            << (job.is_object() && job.value("state", "") == "running" ? " (stopping)" : "") << "\n";
+  }
+  return kExitOk;
+}
+
+int run_delete(const Argv& argv, Streams io) {
+  const std::string help = help_of(kDeleteHelp);
+  auto command = parse_command(argv, with_remote_flags({{"output", true}}), "delete", help.c_str(), io);
+  if (!command.args) return command.exit_code;
+  const Args& args = *command.args;
+  if (args.positional().size() != 1) {
+    io.err << "tailor delete: expected one job id\n" << help;
+    return kExitUsage;
+  }
+  Remote r = connect(args, "delete", io);
+  if (!r.client) return r.exit_code;
+  const std::string id = args.positional()[0];
+  auto res = r.client->request("DELETE", "/v1/jobs/" + url_encode(id));
+  if (!res.is_ok()) return fail("delete", res.status(), io);
+  if (res->status < 200 || res->status >= 300) return fail("delete", http_error(*res, r.client->endpoint()), io);
+  if (r.output == "json") {
+    io.out << res->body;
+  } else {
+    io.out << id << " deleted\n";
   }
   return kExitOk;
 }

@@ -198,6 +198,7 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   router_.add({"GET", "/v1/jobs/{id}/events", true, bind(&Api::events)});
   router_.add({"GET", "/v1/jobs/{id}/logs", true, bind(&Api::logs)});
   router_.add({"POST", "/v1/jobs/{id}/cancel", true, bind(&Api::cancel)});
+  router_.add({"DELETE", "/v1/jobs/{id}", true, bind(&Api::remove)});
 }
 
 HttpResponse Api::handle(HttpRequest& request) {
@@ -524,6 +525,12 @@ HttpResponse Api::logs(HttpRequest& r) {
     return j.is_ok() && !is_terminal(j->state);
   };
   return res;
+}
+
+HttpResponse Api::remove(HttpRequest& r) {
+  const std::string id = r.params["id"];
+  if (Status s = ctx_.supervisor->remove(id); !s.is_ok()) return error_response(s);
+  return json_response(200, {{"id", id}, {"deleted", true}});
 }
 
 HttpResponse Api::cancel(HttpRequest& r) {

@@ -516,6 +516,17 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
   running_[job.id] = std::move(r);
 }
 
+Status Supervisor::remove(const std::string& id) {
+  // Under the tick's lock, so that no attempt starts meanwhile.
+  std::lock_guard lock(mu_);
+  TAILOR_RETURN_IF_ERROR(store_.remove(id));
+  metrics_.job_finished(id);
+  std::error_code ec;
+  fs::remove_all(job_dir(id), ec);
+  if (ec) return Status::io_error("job " + id + " deleted, but not its folder " + job_dir(id) + ": " + ec.message());
+  return Status::ok();
+}
+
 Result<JobRecord> Supervisor::cancel(const std::string& id) {
   std::lock_guard lock(mu_);
   TAILOR_ASSIGN_OR_RETURN(JobRecord job, store_.get(id));

@@ -71,6 +71,10 @@ class Supervisor {
   // process group (SIGKILL after the grace period). FailedPrecondition for
   // a finished job.
   Result<JobRecord> cancel(const std::string& id);
+  // Deletes a finished job: its records, then its folder. FailedPrecondition
+  // for a job still queued or running; an IOError when the records went
+  // but the folder could not (it names the folder).
+  Status remove(const std::string& id);
 
   std::string job_dir(const std::string& id) const;
   std::int64_t host_budget_bytes() const { return options_.host_budget_bytes; }

@@ -294,6 +294,19 @@ Status JobStore::update(const std::string& id, const JobUpdate& changes) {
   return tx.commit();
 }
 
+Status JobStore::remove(const std::string& id) {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+  TAILOR_ASSIGN_OR_RETURN(const JobRecord job, get_locked(id));
+  if (!is_terminal(job.state)) {
+    return Status::failed_precondition("job " + id + " is " + to_string(job.state) + ": cancel it first");
+  }
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("DELETE FROM jobs WHERE id = ?1"));
+  q.bind(1, id);
+  TAILOR_RETURN_IF_ERROR(q.run());
+  return tx.commit();
+}
+
 Status JobStore::add_event(const std::string& id, const NewEvent& event) {
   std::lock_guard lock(mu_);
   TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));

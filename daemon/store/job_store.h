@@ -185,6 +185,10 @@ class JobStore {
   Status transition(const std::string& id, JobState from, JobState to, const std::string& message,
                     const JobUpdate& changes = {}, const std::string& data_json = {});
   Status update(const std::string& id, const JobUpdate& changes);
+  // Deletes a finished job (succeeded, failed or cancelled) with its
+  // labels, events, step metrics and idempotency keys (ON DELETE CASCADE).
+  // FailedPrecondition for a job that is not finished, NotFound for none.
+  Status remove(const std::string& id);
   Status add_event(const std::string& id, const NewEvent& event);
   Status ingest(const std::string& id, const IngestBatch& batch, const JobUpdate& changes = {});
 

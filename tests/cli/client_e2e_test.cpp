@@ -120,6 +120,12 @@ TEST_F(ClientTest, CancelStopsARunningJobAndWaitReportsCancelled) {
   ASSERT_EQ(cancel.code, kExitOk) << cancel.err;
   EXPECT_EQ(nlohmann::json::parse(cancel.out)["state"], "cancelled");
   EXPECT_EQ(tailor(with_remote({"logs", "-f", id})).code, kExitCancelled);
+  // A finished job can go, and then it is not found.
+  const Result del = tailor(with_remote({"delete", id}));
+  ASSERT_EQ(del.code, kExitOk) << del.err;
+  EXPECT_EQ(del.out, id + " deleted\n");
+  EXPECT_EQ(tailor(with_remote({"status", id})).code, kExitInvalid);
+  EXPECT_EQ(tailor(with_remote({"delete", id})).code, kExitInvalid);
 }
 
 // The id of the one job once it runs; empty if it never does.
@@ -207,7 +213,7 @@ TEST(ClientWithoutDaemonTest, SaysWhereItLookedWhenNothingListens) {
 }
 
 TEST(ClientWithoutDaemonTest, EveryClientCommandHasHelp) {
-  for (const char* cmd : {"submit", "list", "status", "logs", "cancel", "top"}) {
+  for (const char* cmd : {"submit", "list", "status", "logs", "cancel", "delete", "top"}) {
     const Result r = tailor({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_NE(r.out.find(std::string("usage: tailor ") + cmd), std::string::npos) << cmd;

@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -105,6 +106,37 @@ TEST(ApiE2eTest, AJobReadWithItsETagIsNotModifiedUntilItChanges) {
       http_request(d.address(), "GET", "/v1/jobs", {}, {{"Authorization", auth}, {"If-None-Match", list.headers.at("etag")}});
   EXPECT_EQ(changed.status, 200);
   EXPECT_NE(changed.headers.at("etag"), list.headers.at("etag"));
+}
+
+TEST(ApiE2eTest, AFinishedJobIsDeletedWithItsRecordsAndFolderAndAnUnfinishedOneIsNot) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+  const auto made = d.post("/v1/jobs", tiny_spec("doomed", 5, 100));
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string id = made.json()["id"];
+  const std::string target = "/v1/jobs/" + id;
+  const std::string auth = "Bearer " + d.token();
+  // Its runner (/bin/false) fails and it waits out the long backoff, queued.
+  ASSERT_TRUE(wait_for([&] { return d.job(id).value("failures", 0) == 1; }, std::chrono::seconds(30)));
+  const std::string folder = dir.file("data/jobs/" + id);
+  ASSERT_TRUE(std::filesystem::exists(folder));
+  const auto refused = http_request(d.address(), "DELETE", target, {}, {{"Authorization", auth}});
+  EXPECT_EQ(refused.status, 409);
+  EXPECT_NE(refused.json()["message"].get<std::string>().find("cancel it first"), std::string::npos) << refused.body;
+  EXPECT_EQ(d.get(target).status, 200);
+  ASSERT_EQ(d.post(target + "/cancel", "").status, 202);
+  ASSERT_TRUE(d.wait_state(id, "cancelled", std::chrono::seconds(30)));
+  const auto gone = http_request(d.address(), "DELETE", target, {}, {{"Authorization", auth}});
+  ASSERT_EQ(gone.status, 200) << gone.body;
+  EXPECT_EQ(gone.json()["deleted"], true);
+  EXPECT_EQ(d.get(target).status, 404);
+  EXPECT_EQ(d.get(target + "/events").status, 404);
+  EXPECT_EQ(d.get("/v1/jobs").json()["jobs"].size(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(folder));
+  EXPECT_EQ(http_request(d.address(), "DELETE", target, {}, {{"Authorization", auth}}).status, 404);
+  // Without the token nothing is deleted.
+  EXPECT_EQ(http_request(d.address(), "DELETE", "/v1/jobs/" + id).status, 401);
 }
 
 TEST(ApiE2eTest, TokenFileIsPrivate) {
