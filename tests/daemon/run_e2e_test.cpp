@@ -47,6 +47,27 @@ std::size_t count(const std::vector<std::string>& v, const std::string& x) {
   return static_cast<std::size_t>(std::count(v.begin(), v.end(), x));
 }
 
+// Whether any of the job's events has `text` in its message.
+bool some_event_says(const DaemonProcess& d, const std::string& id, const std::string& text) {
+  const json events = d.get("/v1/jobs/" + id + "/events").json();
+  for (const auto& e : events.at("events")) {
+    if (e.value("message", "").find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The job ended as a crash retried from its checkpoint should: succeeded
+// at `steps` after more than one attempt, resumed, done once.
+void expect_recovered_to_success(const DaemonProcess& d, const std::string& id, int steps) {
+  const json job = d.job(id);
+  ASSERT_EQ(job["state"], "succeeded") << job.dump(1);
+  EXPECT_EQ(job["last_step"], steps);
+  EXPECT_GE(job["attempts"].get<int>(), 2);
+  const auto kinds = event_kinds(d, id);
+  EXPECT_GE(count(kinds, "runner.resume"), 1u);
+  EXPECT_EQ(count(kinds, "runner.done"), 1u);
+}
+
 TEST(RunE2eTest, SubmittedJobRunsToSuccessWithMetricsInStoreAndPrometheus) {
   REQUIRE_RUNNER();
   tailor::testing::TempDir dir;
@@ -158,19 +179,8 @@ TEST(RunE2eTest, AKilledRankFailsTheAttemptAndTheRetryResumesFromTheCheckpoint) 
       seconds(120)));
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   ASSERT_TRUE(d.wait_state(id, "", seconds(240)));
-  const json job = d.job(id);
-  ASSERT_EQ(job["state"], "succeeded") << job.dump(1);
-  EXPECT_EQ(job["last_step"], 200);
-  EXPECT_GE(job["attempts"].get<int>(), 2);
-  const auto kinds = event_kinds(d, id);
-  EXPECT_GE(count(kinds, "runner.resume"), 1u);
-  EXPECT_EQ(count(kinds, "runner.done"), 1u);
-  bool named = false;
-  const json events = d.get("/v1/jobs/" + id + "/events").json();
-  for (const auto& e : events.at("events")) {
-    named = named || e.value("message", "").find("rank 1 was killed by signal 9") != std::string::npos;
-  }
-  EXPECT_TRUE(named) << events.dump(1);
+  expect_recovered_to_success(d, id, 200);
+  EXPECT_TRUE(some_event_says(d, id, "rank 1 was killed by signal 9")) << d.get("/v1/jobs/" + id + "/events").body;
 }
 
 TEST(RunE2eTest, AStoppedRunnerIsLostAfterTheHeartbeatTimeoutAndResumesFromTheCheckpoint) {
@@ -186,20 +196,9 @@ TEST(RunE2eTest, AStoppedRunnerIsLostAfterTheHeartbeatTimeoutAndResumesFromTheCh
   // output, only silence.
   ASSERT_EQ(::kill(-pid, SIGSTOP), 0);
   ASSERT_TRUE(d.wait_state(id, "", seconds(240)));
-  const json job = d.job(id);
-  ASSERT_EQ(job["state"], "succeeded") << job.dump(1);
-  EXPECT_EQ(job["last_step"], 120);
-  EXPECT_GE(job["attempts"].get<int>(), 2);
-  const auto kinds = event_kinds(d, id);
-  EXPECT_EQ(count(kinds, "lost"), 1u);
-  EXPECT_GE(count(kinds, "runner.resume"), 1u);
-  EXPECT_EQ(count(kinds, "runner.done"), 1u);
-  const json events = d.get("/v1/jobs/" + id + "/events").json();
-  bool said = false;
-  for (const auto& e : events.at("events")) {
-    said = said || e.value("message", "").find("lost: no heartbeat in heartbeat for") != std::string::npos;
-  }
-  EXPECT_TRUE(said) << events.dump(1);
+  expect_recovered_to_success(d, id, 120);
+  EXPECT_EQ(count(event_kinds(d, id), "lost"), 1u);
+  EXPECT_TRUE(some_event_says(d, id, "lost: no heartbeat in heartbeat for")) << d.get("/v1/jobs/" + id + "/events").body;
   EXPECT_NE(::kill(pid, 0), 0) << "the stopped runner is still there";
 }
 
