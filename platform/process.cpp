@@ -85,12 +85,20 @@ Result<Process> launch_process(const LaunchRequest& request) {
       ::dup2(log_fd, 1);
       ::dup2(log_fd, 2);
     }
+    // Out of the way of descriptors 3 and 4 first, whatever its number.
+    const int inherit = request.inherit_fd >= 0 ? ::fcntl(request.inherit_fd, F_DUPFD_CLOEXEC, 10) : -1;
+    if (request.inherit_fd >= 0 && inherit < 0) {
+      const int err = errno;
+      (void)!::write(report[1], &err, sizeof err);
+      _exit(127);
+    }
     const int keep = report[1];
     // Move the report pipe to fd 3 so close_from(4) keeps it (it is CLOEXEC).
     if (keep != 3) {
       ::dup3(keep, 3, O_CLOEXEC);
     }
-    close_from(4);
+    if (inherit >= 0) ::dup2(inherit, 4);  // dup2 clears close-on-exec
+    close_from(inherit >= 0 ? 5 : 4);
     if (!request.working_dir.empty() && ::chdir(request.working_dir.c_str()) != 0) {
       const int err = errno;
       (void)!::write(3, &err, sizeof err);

@@ -25,6 +25,9 @@ struct LaunchRequest {
   std::string working_dir;                 // empty: the caller's
   bool own_process_group = true;           // false: stays in the caller's group (and terminal)
   int parent_death_signal = 0;             // sent to the child when this process dies; 0 = none
+  // A descriptor the child keeps across exec, as descriptor 4 (a FileLock's,
+  // so that the lock lives as long as the child); -1: none.
+  int inherit_fd = -1;
 };
 
 struct Process {
@@ -32,7 +35,7 @@ struct Process {
   std::int64_t start_ticks = 0;  // /proc/PID/stat field 22
 };
 
-// fork (+ setpgid) + exec. Every descriptor but 0-2 is closed in the child
+// fork (+ setpgid) + exec. Every descriptor but 0-2 (and inherit_fd) is closed in the child
 // (a daemon's listening socket and database must not leak into a runner). Fails
 // with the reason when the executable cannot be started (reported by the
 // child through a close-on-exec pipe, so "no such file" is not a job exit).

@@ -17,6 +17,7 @@
 #include "core/units.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/scheduler/scheduler.h"
+#include "platform/file_lock.h"
 #include "platform/files.h"
 #include "runner/protocol/events.h"
 #include "runner/protocol/exit_code.h"
@@ -51,6 +52,32 @@ std::map<std::string, std::int64_t> plan_components(const std::string& plan_json
 ProcessExit exit_recorded(const std::vector<std::string>& event_lines) {
   const auto code = runner::events::exit_from_events(event_lines);
   return code ? ProcessExit{runner::exit_status(*code), 0} : ProcessExit{-1, SIGKILL};
+}
+
+// Held from before tailord forks a job's runner until the runner and
+// everything that inherited the descriptor have ended (platform/file_lock.h).
+constexpr const char* kRunnerLockFile = "runner.lock";
+
+// A runner tailord never recorded (it died between fork and its commit):
+// the process group of whoever holds the job's lock, or the holder itself
+// once the group's leader is gone.
+std::optional<platform::Process> runner_holding_lock(const fs::path& dir, std::string& why_not) {
+  const std::string path = (dir / kRunnerLockFile).string();
+  auto held = platform::file_lock_held(path);
+  if (!held.is_ok()) {
+    why_not = held.status().message();
+    return std::nullopt;
+  }
+  if (!*held) return std::nullopt;
+  for (const pid_t holder : platform::processes_with_file_open(path)) {
+    const pid_t group = ::getpgid(holder);
+    for (const pid_t pid : {group, holder}) {
+      if (pid <= 1) continue;
+      if (auto ticks = platform::process_start_ticks(pid)) return platform::Process{pid, *ticks};
+    }
+  }
+  why_not = path + " is locked, but no process holding it can be seen";
+  return std::nullopt;
 }
 
 std::string describe_exit(const ProcessExit& e) {
@@ -485,6 +512,17 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
   }
   req.log_path = (dir / "runner.log").string();
   req.working_dir = dir.string();
+  // Taken before the fork and inherited by the runner: from here on, a
+  // crash of tailord at any moment leaves a held lock that the next
+  // tailord finds (recover()), so no job ever gets a second runner.
+  auto lock = platform::FileLock::acquire((dir / kRunnerLockFile).string());
+  if (!lock.is_ok()) {
+    if (lock.status().code() == StatusCode::kFailedPrecondition) {
+      return launch_failed("a process of an earlier attempt still holds " + std::string(kRunnerLockFile));
+    }
+    return launch_failed(lock.status().message());
+  }
+  req.inherit_fd = lock->fd();
   auto proc = platform::launch_process(req);
   if (!proc.is_ok()) return launch_failed(proc.status().message());
   // The pid file covers the moment between fork and the store's commit: a
@@ -583,7 +621,22 @@ Status Supervisor::recover() {
     r.peak_bytes = job.peak_bytes;
     r.cancel_requested = job.cancel_requested;
     r.cancel_sent_at = job.cancel_sent_at;
-    const bool alive = pid && ticks && platform::process_is(static_cast<pid_t>(*pid), *ticks);
+    bool alive = pid && ticks && platform::process_is(static_cast<pid_t>(*pid), *ticks);
+    std::string found_by;
+    if (!alive) {
+      std::string why_not;
+      if (auto holder = runner_holding_lock(dir, why_not)) {
+        pid = holder->pid;
+        ticks = holder->start_ticks;
+        alive = true;
+        found_by = " (found by its lock: tailord stopped before recording it)";
+      } else if (!why_not.empty()) {
+        // Neither adopted nor launched again: launching would fail on the
+        // lock too; the operator sees why.
+        log_error("tailord: job " + job.id + " left alone: " + why_not);
+        continue;
+      }
+    }
     if (alive) {
       r.pid = static_cast<pid_t>(*pid);
       r.start_ticks = *ticks;
@@ -592,10 +645,13 @@ Status Supervisor::recover() {
         u.set("pid", *pid).set("pid_start_ticks", *ticks).set("attempts", job.attempts + 1);
         r.attempt = job.attempts + 1;
         TAILOR_RETURN_IF_ERROR(store_.transition(job.id, JobState::kPlanning, JobState::kRunning,
-                                                 "recovered: re-adopted runner pid " + std::to_string(*pid), u));
+                                                 "recovered: re-adopted runner pid " + std::to_string(*pid) + found_by, u));
       } else {
+        if (!found_by.empty()) {
+          TAILOR_RETURN_IF_ERROR(store_.update(job.id, JobUpdate().set("pid", *pid).set("pid_start_ticks", *ticks)));
+        }
         TAILOR_RETURN_IF_ERROR(store_.add_event(
-            job.id, {"recovered", "tailord restarted; re-adopted runner pid " + std::to_string(*pid), "", 0}));
+            job.id, {"recovered", "tailord restarted; re-adopted runner pid " + std::to_string(*pid) + found_by, "", 0}));
       }
       running_[job.id] = std::move(r);
       continue;

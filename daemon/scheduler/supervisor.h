@@ -11,8 +11,10 @@
 //      DATA/jobs/ID/, stdout and stderr in DATA/jobs/ID/runner.log.
 // Every transition is an event in the store. recover() runs once before
 // start(): runners that outlived a tailord crash are re-adopted (pid plus
-// kernel start time), ones that ended are judged by their events file, and
-// nothing is launched twice.
+// kernel start time; or, when tailord died before recording the pid, the
+// holder of the job's runner.lock, which tailord takes before the fork and
+// the runner inherits), ones that ended are judged by their events file,
+// and nothing is launched twice.
 #pragma once
 
 #include <sys/types.h>

@@ -1,7 +1,10 @@
 // Supervisor::recover on a real SQLite store: a runner that ended while
-// tailord was down is judged by the exit its events file records.
+// tailord was down is judged by the exit its events file records; one whose
+// pid tailord never recorded is found by the job's lock and re-adopted, and
+// no attempt starts while that lock is held.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +14,8 @@
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/scheduler/supervisor.h"
 #include "daemon/store/job_store.h"
+#include "platform/file_lock.h"
+#include "platform/process.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::daemon {
@@ -78,6 +83,96 @@ TEST(SupervisorRecoverTest, ARunnerThatEndedWhileTailordWasDownIsJudgedByItsReco
     EXPECT_EQ(job->failures, c.failures) << c.name;
     EXPECT_NE(job->exit_reason.find(c.reason), std::string::npos) << c.name << ": " << job->exit_reason;
   }
+}
+
+// A job whose runner holds the job's lock, as tailord hands it over at
+// launch: `sleep` stands in for tailor-runner.
+struct LockedRunner {
+  platform::Process process;
+  explicit LockedRunner(const fs::path& job_dir) {
+    fs::create_directories(job_dir);
+    auto lock = platform::FileLock::acquire((job_dir / "runner.lock").string());
+    EXPECT_TRUE(lock.is_ok()) << lock.status().to_string();
+    platform::LaunchRequest req;
+    req.argv = {"/bin/sleep", "120"};
+    req.log_path = (job_dir / "runner.log").string();
+    req.inherit_fd = lock->fd();
+    auto p = platform::launch_process(req);
+    EXPECT_TRUE(p.is_ok()) << p.status().to_string();
+    if (p.is_ok()) process = *p;
+  }
+  ~LockedRunner() {
+    platform::signal_group(process.pid, SIGKILL);
+    (void)platform::wait_child(process.pid);
+  }
+};
+
+NewJob small_job() {
+  NewJob nj;
+  nj.name = "j";
+  nj.spec_text = "name: j\n";
+  nj.spec_json = "{}";
+  nj.plan_json = "{}";
+  nj.retries = 2;
+  nj.estimated_bytes = 1;
+  return nj;
+}
+
+TEST(SupervisorRecoverTest, ARunnerLaunchedBeforeTailordRecordedItIsReadoptedByItsLockNotLaunchedAgain) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db"));
+  ASSERT_TRUE(store.is_ok());
+  auto made = (*store)->create(small_job());
+  ASSERT_TRUE(made.is_ok());
+  const std::string id = made->job.id;
+  // tailord died after the fork: the job is still planning, with no pid in
+  // the store and no pid file.
+  ASSERT_TRUE((*store)->transition(id, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
+  LockedRunner runner(fs::path(dir.file("data")) / "jobs" / id);
+  ASSERT_GT(runner.process.pid, 0);
+  DaemonMetrics metrics;
+  SupervisorOptions o;
+  o.data_dir = dir.file("data");
+  Supervisor sup(**store, metrics, o);
+  ASSERT_TRUE(sup.recover().is_ok());
+  auto job = (*store)->get(id);
+  ASSERT_TRUE(job.is_ok());
+  EXPECT_EQ(job->state, JobState::kRunning) << to_string(job->state);
+  EXPECT_EQ(job->pid, runner.process.pid);
+  EXPECT_EQ(job->pid_start_ticks, runner.process.start_ticks);
+  EXPECT_EQ(job->attempts, 1);
+}
+
+TEST(SupervisorStartTest, NoAttemptStartsWhileAnEarlierRunnerStillHoldsTheJobsLock) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db"));
+  ASSERT_TRUE(store.is_ok());
+  auto made = (*store)->create(small_job());
+  ASSERT_TRUE(made.is_ok());
+  const std::string id = made->job.id;
+  LockedRunner earlier(fs::path(dir.file("data")) / "jobs" / id);
+  DaemonMetrics metrics;
+  SupervisorOptions o;
+  o.data_dir = dir.file("data");
+  o.runner_path = "/bin/true";
+  o.host_budget_bytes = 1 << 20;
+  o.poll_seconds = 0.01;
+  o.backoff_seconds = 60;
+  o.heartbeat_timeout_seconds = 0;
+  Supervisor sup(**store, metrics, o);
+  sup.start();
+  std::optional<JobRecord> job;
+  for (int i = 0; i < 2000 && !(job && job->failures > 0); ++i) {
+    auto j = (*store)->get(id);
+    if (j.is_ok()) job = *j;
+    usleep(5000);
+  }
+  sup.stop();
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->state, JobState::kQueued) << to_string(job->state);
+  EXPECT_EQ(job->failures, 1);
+  EXPECT_EQ(job->attempts, 0);
+  EXPECT_NE(job->exit_reason.find("runner.lock"), std::string::npos) << job->exit_reason;
 }
 
 }  // namespace
