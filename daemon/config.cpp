@@ -22,7 +22,7 @@ const std::vector<Key>& keys() {
       {"allowed_hosts", true},  {"catalog_dir", true},   {"gpus", true},            {"memory_budget", true},
       {"max_body", true},       {"read_timeout", true},  {"poll_interval", true},   {"cancel_grace", true},
       {"retry_backoff", true},  {"max_backoff", true},   {"max_oom_replans", true}, {"http_threads", true},
-      {"check_files", true},    {"heartbeat_timeout", true}};
+      {"check_files", true},    {"heartbeat_timeout", true}, {"max_connections", true}};
   return kKeys;
 }
 
@@ -125,6 +125,9 @@ options (also TAILORD_<KEY> environment variables and keys of --config):
   --max-backoff S       longest retry delay (default 300)
   --max-oom-replans N   re-plans after out-of-memory per job (default 3)
   --http-threads N      default 2
+  --max-connections N   connections open at once (default 512); at the limit
+                        a new one closes the connection that has waited
+                        longest for a request, never one being answered
   --check-files BOOL    data files must exist at submission (default true)
   -h, --help
 
@@ -192,6 +195,8 @@ Result<DaemonConfig> load_config(const std::vector<std::string>& argv, const std
       TAILOR_ASSIGN_OR_RETURN(c.max_oom_replans, parse_int(v, where, 0, 100));
     } else if (key == "http_threads") {
       TAILOR_ASSIGN_OR_RETURN(c.http_threads, parse_int(v, where, 1, 64));
+    } else if (key == "max_connections") {
+      TAILOR_ASSIGN_OR_RETURN(c.max_connections, parse_int(v, where, 2, 1 << 20));
     } else if (key == "check_files") {
       if (v == "true" || v == "1") c.check_files = true;
       else if (v == "false" || v == "0") c.check_files = false;

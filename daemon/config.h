@@ -34,6 +34,7 @@ struct DaemonConfig {
   double max_backoff_seconds = 300;         // max_backoff
   int max_oom_replans = 3;                  // max_oom_replans: out-of-memory re-plans per job
   int http_threads = 2;                     // http_threads
+  int max_connections = 512;                // max_connections: open at once; the longest-waiting goes first
   bool check_files = true;                  // check_files: data files must exist at submission
 };
 

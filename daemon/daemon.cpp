@@ -135,6 +135,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   sopts.max_body_bytes = static_cast<std::size_t>(config.max_body_bytes);
   sopts.read_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.read_timeout_seconds * 1000));
   sopts.threads = config.http_threads;
+  sopts.max_connections = config.max_connections;
   Parts* p = parts.get();
   TAILOR_ASSIGN_OR_RETURN(parts->server, HttpServer::start(sopts, [p](HttpRequest& req) {
                             Api* api = p->api.load();
@@ -168,6 +169,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   ctx.host_budget_bytes = budget.count();
   ctx.hardware_json = hw.dump();
   ctx.started_at = now_seconds();
+  ctx.server = parts->server.get();
   parts->api_owner = std::make_unique<Api>(std::move(ctx));
   parts->api.store(parts->api_owner.get());
 

@@ -63,7 +63,7 @@ Result<bool> file_lock_held(const std::string& path) {
 
 std::vector<pid_t> processes_with_file_open(const std::string& path) {
   std::vector<pid_t> out;
-  struct stat target{};
+  struct stat target {};
   if (::stat(path.c_str(), &target) != 0) return out;
   const pid_t self = ::getpid();
   std::error_code ec;
@@ -74,7 +74,7 @@ std::vector<pid_t> processes_with_file_open(const std::string& path) {
     if (pid == self) continue;
     std::error_code fec;
     for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", fec)) {
-      struct stat st{};
+      struct stat st {};
       // stat follows the /proc link to the open file itself.
       if (::stat(fd.path().c_str(), &st) == 0 && st.st_dev == target.st_dev && st.st_ino == target.st_ino) {
         out.push_back(pid);

@@ -169,6 +169,9 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
                }});
   router_.add({"GET", "/metrics", false, [this](HttpRequest&) {
                  ctx_.supervisor->publish_metrics();
+                 if (ctx_.server) {
+                   ctx_.metrics->set_http_connections(ctx_.server->connections(), ctx_.server->evicted_connections());
+                 }
                  HttpResponse r;
                  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
                  r.body = ctx_.metrics->render();

@@ -13,6 +13,7 @@
 
 #include "daemon/planning/job_planning.h"
 #include "daemon/http/auth.h"
+#include "daemon/http/server.h"
 #include "daemon/http/message.h"
 #include "daemon/http/router.h"
 #include "daemon/metrics/daemon_metrics.h"
@@ -31,6 +32,7 @@ struct ApiContext {
   std::int64_t host_budget_bytes = 0;
   std::string hardware_json;  // GET /v1/hardware
   double started_at = 0;
+  const HttpServer* server = nullptr;  // its connection figures go to /metrics
 };
 
 class Api {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -31,22 +32,75 @@ using tcp = net::ip::tcp;
 
 namespace {
 
+class Session;
+
+// The live connections, and among them those waiting for a request to
+// arrive (a new connection, an idle keep-alive one, one dribbling its
+// headers) in the order they began to wait. At the connection limit a new
+// connection evicts the one that has waited longest, so connections that
+// send nothing cannot starve clients that do; a connection whose request is
+// being answered is never evicted.
+struct ConnectionTable {
+  std::atomic<int> live{0};
+  std::mutex mu;
+  std::map<std::uint64_t, std::weak_ptr<Session>> waiting;  // by the order they began to wait
+  std::uint64_t next = 0;
+  std::atomic<std::uint64_t> evicted{0};
+
+  std::uint64_t enter(std::weak_ptr<Session> s) {
+    std::lock_guard lock(mu);
+    waiting.emplace(next, std::move(s));
+    return next++;
+  }
+  void leave(std::uint64_t slot) {
+    std::lock_guard lock(mu);
+    waiting.erase(slot);  // nothing when an eviction took it already
+  }
+  // The longest-waiting session still alive, taken off the list.
+  std::shared_ptr<Session> oldest_waiting() {
+    std::lock_guard lock(mu);
+    while (!waiting.empty()) {
+      auto s = waiting.begin()->second.lock();
+      waiting.erase(waiting.begin());
+      if (s) return s;
+    }
+    return nullptr;
+  }
+};
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket&& socket, const ServerOptions& options, const RequestHandler& handler,
-          std::atomic<int>& live)
-      : stream_(std::move(socket)), options_(options), handler_(handler), live_(live),
+          ConnectionTable& table)
+      : stream_(std::move(socket)), options_(options), handler_(handler), table_(table),
         timer_(stream_.get_executor()) {
-    ++live_;
+    ++table_.live;
   }
-  ~Session() { --live_; }
+  ~Session() {
+    stop_waiting();
+    --table_.live;
+  }
 
   void run() {
     net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::read_request, shared_from_this()));
   }
 
+  // From any thread: closes the connection on its own strand, which ends
+  // the pending read, unless a request arrived meanwhile.
+  void evict() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->slot_) self->close();
+    });
+  }
+
  private:
+  void stop_waiting() {
+    if (slot_) table_.leave(*slot_);
+    slot_.reset();
+  }
+
   void read_request() {
+    slot_ = table_.enter(weak_from_this());
     parser_.emplace();
     parser_->body_limit(options_.max_body_bytes);
     parser_->header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
@@ -58,6 +112,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_read(beast::error_code ec, std::size_t) {
+    stop_waiting();
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::operation_aborted) {
       return close();
     }
@@ -207,7 +262,8 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   const ServerOptions& options_;
   const RequestHandler& handler_;
-  std::atomic<int>& live_;
+  ConnectionTable& table_;
+  std::optional<std::uint64_t> slot_;  // set while waiting for a request
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool first_ = true;
@@ -223,11 +279,11 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
-  // Sessions hold references to options, handler and live: declared before
-  // ioc so they outlive the handlers ioc destroys.
+  // Sessions hold references to options, handler and connections: declared
+  // before ioc so they outlive the handlers ioc destroys.
   ServerOptions options;
   RequestHandler handler;
-  std::atomic<int> live{0};
+  ConnectionTable connections;
   net::io_context ioc;
   tcp::acceptor acceptor{ioc};
   std::vector<std::thread> threads;
@@ -238,11 +294,19 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
       if (!ec) {
-        if (live.load() >= options.max_connections) {
+        std::shared_ptr<Session> victim;
+        if (connections.live.load() >= options.max_connections) victim = connections.oldest_waiting();
+        if (connections.live.load() >= options.max_connections && !victim) {
+          // Every connection has a request in progress: this one waits for
+          // a later try.
           beast::error_code ignored;
           socket.close(ignored);
         } else {
-          std::make_shared<Session>(std::move(socket), options, handler, live)->run();
+          if (victim) {
+            ++connections.evicted;
+            victim->evict();
+          }
+          std::make_shared<Session>(std::move(socket), options, handler, connections)->run();
         }
       } else {
         log_warning("tailord: accept: " + ec.message());
@@ -291,6 +355,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const ServerOptions& optio
 
 std::uint16_t HttpServer::port() const { return impl_->bound.port(); }
 std::string HttpServer::address() const { return impl_->bound.address().to_string(); }
+int HttpServer::connections() const { return impl_->connections.live.load(); }
+std::uint64_t HttpServer::evicted_connections() const { return impl_->connections.evicted.load(); }
 
 void HttpServer::stop() {
   if (!impl_) return;

@@ -3,7 +3,8 @@
 // sizes, a timeout on every read and write, chunked streaming for bodies
 // produced over time. Requests go to one handler; the server itself answers
 // only what it must before a handler can: 413 (body too large), 400
-// (unparseable request), and drops idle or slow connections.
+// (unparseable request), and drops idle or slow connections, the
+// longest-waiting first when the connection limit is reached.
 // Beast stays inside server.cpp.
 #pragma once
 
@@ -28,7 +29,10 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{60'000};   // keep-alive wait for the next request
   std::chrono::milliseconds stream_poll{200};       // StreamPoll interval
   int threads = 2;
-  int max_connections = 512;          // beyond it new connections are closed at once
+  // At the limit a new connection evicts the one that has waited longest
+  // for a request (idle, or still sending it); when every connection has a
+  // request in progress, the new one is closed.
+  int max_connections = 512;
 };
 
 using RequestHandler = std::function<HttpResponse(HttpRequest&)>;
@@ -44,6 +48,8 @@ class HttpServer {
 
   std::uint16_t port() const;
   std::string address() const;  // the bound address ("127.0.0.1")
+  int connections() const;                     // open now
+  std::uint64_t evicted_connections() const;   // closed to make room, since start
 
   // Stops accepting, closes every connection and joins the threads. Idempotent.
   void stop();

@@ -73,6 +73,12 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                        .Register(r)
                        .Add({});
   retries_ = &prometheus::BuildCounter().Name("tailor_job_retries_total").Help("Runner failures retried with backoff.").Register(r).Add({});
+  connections_ = &prometheus::BuildGauge().Name("tailor_http_connections").Help("Open HTTP connections.").Register(r).Add({});
+  evicted_ = &prometheus::BuildCounter()
+                  .Name("tailor_http_connections_evicted_total")
+                  .Help("Connections closed at the connection limit because they waited longest for a request.")
+                  .Register(r)
+                  .Add({});
   job_loss_ = &prometheus::BuildGauge().Name("tailor_job_loss").Help("Training loss of a job's latest step.").Register(r);
   job_tps_ = &prometheus::BuildGauge()
                   .Name("tailor_job_tokens_per_second")
@@ -213,6 +219,13 @@ void DaemonMetrics::set_host_memory(std::int64_t budget_bytes, std::int64_t rese
   std::lock_guard lock(mu_);
   host_memory_->Add({{"kind", "budget"}}).Set(static_cast<double>(budget_bytes));
   host_memory_->Add({{"kind", "reserved"}}).Set(static_cast<double>(reserved_bytes));
+}
+
+void DaemonMetrics::set_http_connections(std::int64_t open, std::uint64_t evicted_total) {
+  std::lock_guard lock(mu_);
+  connections_->Set(static_cast<double>(open));
+  if (evicted_total > evicted_seen_) evicted_->Increment(static_cast<double>(evicted_total - evicted_seen_));
+  evicted_seen_ = std::max(evicted_seen_, evicted_total);
 }
 
 void DaemonMetrics::set_gpu_memory(int gpu, const std::string& name, std::int64_t total_bytes, std::int64_t used_bytes) {

@@ -51,6 +51,9 @@ class DaemonMetrics {
   void job_finished(const std::string& job_id);
 
   void set_host_memory(std::int64_t budget_bytes, std::int64_t reserved_bytes);
+  // The HTTP server's open connections and how many it has evicted since
+  // start (a running total; the counter follows it).
+  void set_http_connections(std::int64_t open, std::uint64_t evicted_total);
   void set_gpu_memory(int gpu, const std::string& name, std::int64_t total_bytes, std::int64_t used_bytes);
 
   // The exposition text (format 0.0.4).
@@ -69,6 +72,9 @@ class DaemonMetrics {
   prometheus::Counter* submitted_;
   prometheus::Counter* oom_restarts_;
   prometheus::Counter* retries_;
+  prometheus::Gauge* connections_;
+  prometheus::Counter* evicted_;
+  std::uint64_t evicted_seen_ = 0;
   prometheus::Family<prometheus::Gauge>* job_loss_;
   prometheus::Family<prometheus::Gauge>* job_tps_;
   prometheus::Family<prometheus::Gauge>* job_step_;

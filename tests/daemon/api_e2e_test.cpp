@@ -1,5 +1,5 @@
 // The API's contract against a real tailord over loopback: authentication,
-// Host/Origin checks, limits, spec errors with positions, dry runs,
+// Host/Origin checks, limits, the connection budget, spec errors with positions, dry runs,
 // idempotency, and 100 concurrent submissions.
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "tests/daemon/daemon_harness.h"
+#include "tests/testing/raw_socket.h"
 
 namespace tailor::daemon::testing {
 namespace {
@@ -173,6 +174,32 @@ TEST(ApiE2eTest, OversizeBodyIs413) {
   EXPECT_EQ(r.status, 413) << r.error;
   EXPECT_EQ(r.json()["error"], "payload_too_large");
   EXPECT_EQ(d.get("/healthz").status, 200);  // the server is still there
+}
+
+// The defect: 512 connections that sent half a request and no token
+// locked every client out until their read timeout.
+TEST(ApiE2eTest, ConnectionsThatSendNothingCannotLockClientsOut) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const auto port = static_cast<std::uint16_t>(std::stoi(d.address().substr(d.address().rfind(':') + 1)));
+  std::vector<std::unique_ptr<tailor::testing::RawSocket>> idle;
+  for (int i = 0; i < 512; ++i) {  // the default --max-connections
+    idle.push_back(std::make_unique<tailor::testing::RawSocket>(port));
+    ASSERT_TRUE(idle.back()->connected()) << i;
+    idle.back()->send("GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const auto r = d.get("/v1/jobs");
+  EXPECT_EQ(r.status, 200) << r.error;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  // The oldest of them made room; /metrics counts it.
+  EXPECT_TRUE(idle.front()->closed_within(std::chrono::milliseconds(5000)));
+  const auto metrics = d.get("/metrics");
+  ASSERT_EQ(metrics.status, 200) << metrics.error;
+  const auto at = metrics.body.find("\ntailor_http_connections_evicted_total ");
+  ASSERT_NE(at, std::string::npos) << metrics.body;
+  EXPECT_GE(std::stod(metrics.body.substr(at + 39)), 1.0);
 }
 
 TEST(ApiE2eTest, MalformedYamlIs400WithLineAndColumn) {

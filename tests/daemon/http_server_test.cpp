@@ -1,0 +1,143 @@
+// The HTTP server's connection budget, over real sockets on loopback: at
+// the limit a new connection evicts the one that has waited longest for a
+// request, so clients that connect and send nothing (or dribble headers)
+// cannot lock everyone else out; a connection whose request is being
+// answered is never evicted.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "daemon/http/server.h"
+#include "tests/testing/raw_socket.h"
+
+namespace tailor::daemon {
+namespace {
+
+using std::chrono::milliseconds;
+using tailor::testing::RawSocket;
+
+const char* kPartial = "GET /fast HTTP/1.1\r\nHost: 127.0.0.1\r\n";  // the blank line never comes
+const char* kFast = "GET /fast HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+const char* kSlow = "GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+
+// A handler that answers /fast at once and holds /slow until released.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  int waiting = 0;
+  bool open = false;
+
+  HttpResponse handle(const HttpRequest& req) {
+    if (req.path == "/slow") {
+      std::unique_lock lock(mu);
+      ++waiting;
+      cv.notify_all();
+      cv.wait(lock, [&] { return open; });
+    }
+    return HttpResponse::json(200, R"({"path":")" + req.path + "\"}");
+  }
+  bool wait_for_waiting(int n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return waiting >= n; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
+
+std::unique_ptr<HttpServer> start_server(int max_connections, int threads, Gate& gate) {
+  ServerOptions o;
+  o.port = 0;
+  o.max_connections = max_connections;
+  o.threads = threads;
+  auto server = HttpServer::start(o, [&gate](HttpRequest& req) { return gate.handle(req); });
+  EXPECT_TRUE(server.is_ok()) << server.status().to_string();
+  return server.is_ok() ? std::move(*server) : nullptr;
+}
+
+// Polls the server's own count of open connections (it accepts on its own
+// threads).
+bool wait_connections(const HttpServer& s, int n) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (s.connections() != n) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  return true;
+}
+
+TEST(HttpServerTest, AtTheLimitANewConnectionEvictsTheOneThatHasWaitedLongestForARequest) {
+  Gate gate;
+  auto server = start_server(4, 2, gate);
+  ASSERT_TRUE(server);
+  std::vector<std::unique_ptr<RawSocket>> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(std::make_unique<RawSocket>(server->port()));
+    ASSERT_TRUE(idle.back()->connected());
+    idle.back()->send(kPartial);
+    ASSERT_TRUE(wait_connections(*server, i + 1));
+  }
+  RawSocket client(server->port());
+  client.send(kFast);
+  const auto started = std::chrono::steady_clock::now();
+  const std::string reply = client.receive();
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
+  // Served at once, not after the 30 s read timeout of the idle ones.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_EQ(server->evicted_connections(), 1u);
+  EXPECT_TRUE(idle[0]->closed_within(milliseconds(5000)));
+  for (int i = 1; i < 4; ++i)
+    EXPECT_FALSE(idle[i]->closed_within(milliseconds(0))) << i;
+}
+
+TEST(HttpServerTest, AConnectionWhoseRequestIsBeingAnsweredIsNeverEvicted) {
+  Gate gate;
+  auto server = start_server(2, 2, gate);
+  ASSERT_TRUE(server);
+  RawSocket busy(server->port());
+  busy.send(kSlow);
+  ASSERT_TRUE(gate.wait_for_waiting(1));
+  RawSocket idle(server->port());
+  idle.send(kPartial);
+  ASSERT_TRUE(wait_connections(*server, 2));
+  // The busy connection is older, but only the idle one may go.
+  RawSocket client(server->port());
+  client.send(kFast);
+  const std::string reply = client.receive();
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
+  EXPECT_TRUE(idle.closed_within(milliseconds(5000)));
+  gate.release();
+  const std::string slow = busy.receive();
+  EXPECT_EQ(slow.rfind("HTTP/1.1 200", 0), 0u) << slow;
+  EXPECT_NE(slow.find("/slow"), std::string::npos) << slow;
+}
+
+TEST(HttpServerTest, WhenEveryConnectionHasARequestInProgressANewOneIsClosed) {
+  Gate gate;
+  auto server = start_server(2, 3, gate);
+  ASSERT_TRUE(server);
+  RawSocket a(server->port()), b(server->port());
+  a.send(kSlow);
+  b.send(kSlow);
+  ASSERT_TRUE(gate.wait_for_waiting(2));
+  RawSocket refused(server->port());
+  refused.send(kFast);
+  EXPECT_EQ(refused.receive(), "");
+  EXPECT_TRUE(refused.ended()) << "closed without an answer, not left waiting";
+  EXPECT_EQ(server->evicted_connections(), 0u);
+  gate.release();
+  EXPECT_EQ(a.receive().rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_EQ(b.receive().rfind("HTTP/1.1 200", 0), 0u);
+}
+
+}  // namespace
+}  // namespace tailor::daemon
