@@ -32,6 +32,7 @@ Status http_error(const HttpResponse& r, const Endpoint& e) {
   if (r.status == 404) return Status::not_found(msg);
   if (r.status == 400 || r.status == 422 || r.status == 413 || r.status == 415) return Status::invalid_argument(msg);
   if (r.status == 503) return Status::unavailable(msg);
+  if (r.status == 507) return Status::no_space(msg);
   return Status::failed_precondition(msg);
 }
 

@@ -15,6 +15,7 @@ std::string_view status_code_name(StatusCode code) {
     case StatusCode::kIOError: return "I/O error";
     case StatusCode::kDataLoss: return "data loss";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kNoSpace: return "no space";
   }
   return "unknown";
 }

@@ -23,12 +23,13 @@ enum class StatusCode : std::uint8_t {
   kNotFound,           // a named thing (file, preset, job) does not exist
   kAlreadyExists,
   kFailedPrecondition, // the system is not in a state to do this
-  kResourceExhausted,  // out of memory (real or budgeted), disk full
+  kResourceExhausted,  // out of memory (real or budgeted): a smaller plan may fit
   kUnavailable,        // transient: retry may succeed
   kCancelled,
   kIOError,
   kDataLoss,           // stored data damaged: truncated, overwritten, unreadable
   kInternal,           // a bug: an invariant did not hold
+  kNoSpace,            // a disk or file system is full: freeing space helps, a smaller plan does not
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -49,6 +50,7 @@ class [[nodiscard]] Status {
   static Status io_error(std::string msg) { return {StatusCode::kIOError, std::move(msg)}; }
   static Status data_loss(std::string msg) { return {StatusCode::kDataLoss, std::move(msg)}; }
   static Status internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status no_space(std::string msg) { return {StatusCode::kNoSpace, std::move(msg)}; }
 
   bool is_ok() const { return rep_ == nullptr; }
   StatusCode code() const { return rep_ ? rep_->code : StatusCode::kOk; }

@@ -11,7 +11,11 @@ namespace tailor::platform {
 Status write_file_atomic(const std::string& path, const std::string& content) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::io_error("creating " + tmp + ": " + std::strerror(errno));
+  if (fd < 0) {
+    const int err = errno;
+    std::string msg = "creating " + tmp + ": " + std::strerror(err);
+    return err == ENOSPC || err == EDQUOT ? Status::no_space(std::move(msg)) : Status::io_error(std::move(msg));
+  }
   std::size_t done = 0;
   bool ok = true;
   while (ok && done < content.size()) {
@@ -26,7 +30,8 @@ Status write_file_atomic(const std::string& path, const std::string& content) {
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
     const int why = ok ? errno : err;
     ::unlink(tmp.c_str());
-    return Status::io_error("writing " + path + ": " + std::strerror(why));
+    std::string msg = "writing " + path + ": " + std::strerror(why);
+    return why == ENOSPC || why == EDQUOT ? Status::no_space(std::move(msg)) : Status::io_error(std::move(msg));
   }
   return Status::ok();
 }

@@ -9,7 +9,8 @@ namespace tailor::platform {
 
 // Writes `content` to `path` through `path`.tmp, fsync and rename: a reader
 // sees the old file or the new one, never half of one. IOError naming the
-// file and the reason; the temporary file is removed on failure.
+// file and the reason (NoSpace when the file system is full); the temporary
+// file is removed on failure.
 Status write_file_atomic(const std::string& path, const std::string& content);
 
 }  // namespace tailor::platform

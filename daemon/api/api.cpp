@@ -165,6 +165,17 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
     return [this, fn](HttpRequest& r) { return (this->*fn)(r); };
   };
   router_.add({"GET", "/healthz", false, [this](HttpRequest&) {
+                 // Degraded while the store cannot be written: what tailord
+                 // has seen happen is then only in its memory.
+                 const StoreHealth h = ctx_.store->probe();
+                 if (!h.writable) {
+                   HttpResponse r = json_response(503, {{"status", "degraded"},
+                                                        {"reason", "the store cannot be written: " + h.error},
+                                                        {"failing_since", h.failing_since},
+                                                        {"uptime_seconds", now_seconds() - ctx_.started_at}});
+                   r.headers.emplace_back("Retry-After", "1");
+                   return r;
+                 }
                  return json_response(200, {{"status", "ok"}, {"uptime_seconds", now_seconds() - ctx_.started_at}});
                }});
   router_.add({"GET", "/metrics", false, [this](HttpRequest&) {

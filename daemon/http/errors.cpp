@@ -14,6 +14,7 @@ int http_status_for(StatusCode code) {
     case StatusCode::kCancelled: return 409;
     case StatusCode::kResourceExhausted: return 422;
     case StatusCode::kUnavailable: return 503;
+    case StatusCode::kNoSpace: return 507;
     case StatusCode::kIOError:
     case StatusCode::kDataLoss:
     case StatusCode::kInternal: return 500;
@@ -30,6 +31,7 @@ std::string error_code_for(StatusCode code) {
     case StatusCode::kFailedPrecondition: return "conflict";
     case StatusCode::kResourceExhausted: return "does_not_fit";
     case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kNoSpace: return "insufficient_storage";
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kIOError: return "io_error";
     case StatusCode::kDataLoss: return "data_loss";
@@ -48,8 +50,11 @@ HttpResponse error_response(int http_status, std::string_view error, std::string
 }
 
 HttpResponse error_response(const Status& status, std::string_view details_json) {
-  return error_response(http_status_for(status.code()), error_code_for(status.code()), status.message(),
-                        details_json);
+  HttpResponse r = error_response(http_status_for(status.code()), error_code_for(status.code()), status.message(),
+                                  details_json);
+  // Transient: tell clients when to try again (RFC 9110 section 10.2.3).
+  if (r.status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
 }  // namespace tailor::daemon

@@ -80,6 +80,13 @@ std::optional<platform::Process> runner_holding_lock(const fs::path& dir, std::s
   return std::nullopt;
 }
 
+// A write that failed for the store's own reasons (locked by another
+// process, disk full, I/O): worth trying again. Anything else (the job was
+// deleted, or is no longer in the expected state) will not change.
+bool store_cannot_write(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kNoSpace || s.code() == StatusCode::kIOError;
+}
+
 std::string describe_exit(const ProcessExit& e) {
   if (e.signal) return "killed by signal " + std::to_string(e.signal) + " (" + strsignal(e.signal) + ")";
   return "exit code " + std::to_string(e.code);
@@ -143,26 +150,32 @@ void Supervisor::tick() {
   std::lock_guard lock(mu_);
   std::vector<std::string> ended;
   for (auto& [id, r] : running_) {
-    ingest(r);
-    std::optional<ProcessExit> exit;
-    if (r.child) {
-      auto reaped = platform::reap_child(r.pid);
-      if (reaped.is_ok()) {
-        exit = *reaped;
-      } else {
-        r.child = false;  // reaped elsewhere; judge like an adopted runner
+    if (r.unrecorded_start && !record_start(r)) continue;
+    if (!r.exit) {
+      ingest(r);
+      std::optional<ProcessExit> exit;
+      if (r.child) {
+        auto reaped = platform::reap_child(r.pid);
+        if (reaped.is_ok()) {
+          exit = *reaped;
+        } else {
+          r.child = false;  // reaped elsewhere; judge like an adopted runner
+        }
+      }
+      if (!r.child && !exit && !platform::process_is(r.pid, r.start_ticks)) {
+        // Not our child: its exit status is gone; its events file tells.
+        std::int64_t off = 0;
+        auto lines = read_new_lines((fs::path(job_dir(id)) / "events.jsonl").string(), off, std::int64_t{1} << 30);
+        exit = exit_recorded(lines.is_ok() ? *lines : std::vector<std::string>{});
+      }
+      if (exit) {
+        r.exit = exit;
+        r.exit_context = r.lost;
       }
     }
-    if (!r.child && !exit && !platform::process_is(r.pid, r.start_ticks)) {
-      // Not our child: its exit status is gone; its events file tells.
-      std::int64_t off = 0;
-      auto lines = read_new_lines((fs::path(job_dir(id)) / "events.jsonl").string(), off, std::int64_t{1} << 30);
-      exit = exit_recorded(lines.is_ok() ? *lines : std::vector<std::string>{});
-    }
-    if (exit) {
-      ingest(r);
-      finish(r, *exit, r.lost);
-      ended.push_back(id);
+    if (r.exit) {
+      ingest(r);  // the last lines, or those a failed store write left
+      if (judge(r)) ended.push_back(id);
       continue;
     }
     check_heartbeat(r);
@@ -243,8 +256,10 @@ void Supervisor::ingest(Running& r) {
   if (s.is_ok()) {
     r.events_offset = ev_off;
     r.metrics_offset = m_off;
+    r.store_error.clear();
   } else {
-    log_status(s, "storing metrics of " + r.id);
+    if (s.message() != r.store_error) log_status(s, "storing metrics of " + r.id + " (tried again every tick)");
+    r.store_error = s.message();
   }
 }
 
@@ -306,9 +321,35 @@ OutcomePolicy Supervisor::policy() const {
   return {options_.max_oom_replans, options_.backoff_seconds, options_.max_backoff_seconds};
 }
 
-void Supervisor::finish(Running& r, const ProcessExit& exit, const std::string& context) {
+bool Supervisor::judge(Running& r) {
+  const Status s = r.launch_error.empty() ? finish(r, *r.exit, r.exit_context) : launch_failed(r, r.launch_error);
+  if (s.is_ok()) return true;
+  if (!store_cannot_write(s)) {
+    log_status(s, "judging the attempt of " + r.id);
+    return true;
+  }
+  if (s.message() != r.store_error) log_status(s, "storing the end of " + r.id + "'s attempt (tried again every tick)");
+  r.store_error = s.message();
+  return false;
+}
+
+bool Supervisor::record_start(Running& r) {
+  const Status s =
+      store_.transition(r.id, JobState::kPlanning, JobState::kRunning, r.start_message, *r.unrecorded_start, r.start_data);
+  if (!s.is_ok() && store_cannot_write(s)) {
+    if (s.message() != r.store_error) log_status(s, "storing the start of " + r.id + " (tried again every tick)");
+    r.store_error = s.message();
+    return false;
+  }
+  log_status(s, "starting " + r.id);
+  r.unrecorded_start.reset();
+  r.store_error.clear();
+  return true;
+}
+
+Status Supervisor::finish(Running& r, const ProcessExit& exit, const std::string& context) {
   auto job = store_.get(r.id);
-  if (!job.is_ok()) return log_status(job.status(), "loading job " + r.id);
+  if (!job.is_ok()) return job.status();
   const OomEvent oom = read_oom_event(r.last_oom_json);
   AttemptEnd end;
   end.exit_code = exit.code;
@@ -329,8 +370,9 @@ void Supervisor::finish(Running& r, const ProcessExit& exit, const std::string& 
   const std::string what = prefix + describe_exit(exit) + (detail.empty() ? "" : ": " + detail);
   auto end_as = [&](JobState to, const std::string& message) {
     u.set("finished_at", now);
-    log_status(store_.transition(r.id, job->state, to, message, u), "finishing " + r.id);
-    metrics_.job_finished(r.id);
+    const Status s = store_.transition(r.id, job->state, to, message, u);
+    if (s.is_ok()) metrics_.job_finished(r.id);
+    return s;
   };
   switch (o.verdict) {
     case Verdict::kCancelled:
@@ -360,11 +402,12 @@ void Supervisor::finish(Running& r, const ProcessExit& exit, const std::string& 
       u.set("failures", o.failures).set("exit_reason", what + " (" + o.reason + ")");
       return end_as(JobState::kFailed, "failed: " + what);
   }
+  return Status::internal("no verdict for the attempt of " + r.id);
 }
 
-void Supervisor::launch_failed(Running& r, const std::string& why) {
+Status Supervisor::launch_failed(Running& r, const std::string& why) {
   auto job = store_.get(r.id);
-  if (!job.is_ok()) return log_status(job.status(), "loading job " + r.id);
+  if (!job.is_ok()) return job.status();
   AttemptEnd end;
   end.exit_code = runner::exit_status(runner::RunnerExit::kFailure);
   end.failures = job->failures;
@@ -375,28 +418,31 @@ void Supervisor::launch_failed(Running& r, const std::string& why) {
   JobUpdate u;
   if (o.verdict == Verdict::kRetry) return retry(r, *job, o, what, u);
   u.set("failures", o.failures).set("finished_at", now_seconds()).set("exit_reason", what + " (" + o.reason + ")");
-  log_status(store_.transition(r.id, job->state, JobState::kFailed, "failed: " + what, u), "failing " + r.id);
-  metrics_.job_finished(r.id);
+  const Status s = store_.transition(r.id, job->state, JobState::kFailed, "failed: " + what, u);
+  if (s.is_ok()) metrics_.job_finished(r.id);
+  return s;
 }
 
-void Supervisor::retry(Running& r, const JobRecord& job, const Outcome& o, const std::string& reason, JobUpdate u) {
+Status Supervisor::retry(Running& r, const JobRecord& job, const Outcome& o, const std::string& reason, JobUpdate u) {
   u.set("failures", o.failures).set("next_attempt_at", now_seconds() + o.backoff_seconds).set("exit_reason", reason);
   json data = {{"failure", o.failures}, {"retries", job.retries}, {"backoff_seconds", o.backoff_seconds}, {"reason", reason}};
   char msg[96];
   std::snprintf(msg, sizeof msg, "retry %lld of %lld in %.1f s (resumes from the last checkpoint)",
                 static_cast<long long>(o.failures), static_cast<long long>(job.retries), o.backoff_seconds);
-  log_status(store_.transition(r.id, job.state, JobState::kQueued, msg, u, data.dump()), "retrying " + r.id);
-  metrics_.add_retry();
+  const Status s = store_.transition(r.id, job.state, JobState::kQueued, msg, u, data.dump());
+  if (s.is_ok()) metrics_.add_retry();
+  return s;
 }
 
-void Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom, JobUpdate u) {
+Status Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom, JobUpdate u) {
   u.set("oom_restarts", job.oom_restarts + 1);
   if (oom.peak > 0) u.set("peak_bytes", std::max(oom.peak, job.peak_bytes.value_or(0)));
   const double now = now_seconds();
   auto give_up = [&](const std::string& reason) {
     u.set("exit_reason", reason).set("finished_at", now);
-    log_status(store_.transition(r.id, job.state, JobState::kFailed, "failed: " + reason, u), "failing " + r.id);
-    metrics_.job_finished(r.id);
+    const Status s = store_.transition(r.id, job.state, JobState::kFailed, "failed: " + reason, u);
+    if (s.is_ok()) metrics_.job_finished(r.id);
+    return s;
   };
   auto failed = runner::parse_plan_strategy(job.plan_json, "the job's plan");
   if (!failed.is_ok()) return give_up("out of memory, and the job's plan is unreadable: " + failed.status().message());
@@ -416,12 +462,13 @@ void Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom, J
                {"to", next->plan.chosen.strategy.describe()},
                {"estimated_bytes", next->plan.chosen.memory.per_device.total().count()},
                {"global_batch", next->plan.global_batch}};
-  log_status(store_.transition(r.id, job.state, JobState::kQueued,
-                               "out of memory; " + story + "; resuming from the last checkpoint", u, data.dump()),
-             "re-planning " + r.id);
+  TAILOR_RETURN_IF_ERROR(store_.transition(r.id, job.state, JobState::kQueued,
+                                           "out of memory; " + story + "; resuming from the last checkpoint", u,
+                                           data.dump()));
   log_status(store_.add_event(r.id, {"replan", story, data.dump(), 0}), "recording re-plan of " + r.id);
   metrics_.set_job_estimate(r.id, r.name, components, total);
   metrics_.add_oom_restart();
+  return Status::ok();
 }
 
 void Supervisor::schedule_queued() {
@@ -479,8 +526,16 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
   r.events_offset = job.events_offset;
   r.last_step = job.last_step;
   r.peak_bytes = job.peak_bytes;
-  auto launch_failed = [&](const std::string& why) { this->launch_failed(r, why); };
+  auto launch_failed = [&](const std::string& why) {
+    r.exit = ProcessExit{runner::exit_status(runner::RunnerExit::kFailure), 0};
+    r.launch_error = why;
+    if (!judge(r)) running_[job.id] = std::move(r);
+  };
   if (ec) return launch_failed("creating " + dir.string() + ": " + ec.message());
+  // An earlier attempt's pid file must not stand for this attempt should
+  // tailord stop before it writes this one's (recover() reads it).
+  fs::remove(dir / "runner.pid", ec);
+  ec.clear();
   const std::string plan_path = (dir / "plan.json").string();
   if (Status w = platform::write_file_atomic(plan_path, job.plan_json); !w.is_ok()) return launch_failed(w.message());
   platform::LaunchRequest req;
@@ -545,11 +600,10 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
   if (auto st = runner::parse_plan_strategy(job.plan_json, "the job's plan"); st.is_ok()) {
     started["strategy"] = st->describe();
   }
-  log_status(store_.transition(job.id, JobState::kPlanning, JobState::kRunning,
-                               "runner started (pid " + std::to_string(proc->pid) + ", attempt " +
-                                   std::to_string(r.attempt) + ")",
-                               u, started.dump()),
-             "starting " + job.id);
+  r.unrecorded_start = u;
+  r.start_message = "runner started (pid " + std::to_string(proc->pid) + ", attempt " + std::to_string(r.attempt) + ")";
+  r.start_data = started.dump();
+  record_start(r);  // should the store refuse it now, every tick tries again
   metrics_.set_job_estimate(job.id, job.name, components, total);
   running_[job.id] = std::move(r);
 }
@@ -656,18 +710,31 @@ Status Supervisor::recover() {
       running_[job.id] = std::move(r);
       continue;
     }
-    if (job.state == JobState::kPlanning) {
+    if (job.state == JobState::kPlanning && !pid) {
       TAILOR_RETURN_IF_ERROR(store_.transition(job.id, JobState::kPlanning, JobState::kQueued,
                                                "recovered: tailord restarted before the runner started"));
       continue;
     }
+    r.pid = static_cast<pid_t>(pid.value_or(-1));
+    if (job.state == JobState::kPlanning) {
+      // Its pid file says it started, and it has ended: the attempt ran
+      // although its start was never stored. Launching it again would run
+      // the job twice.
+      r.attempt = job.attempts + 1;
+      JobUpdate u;
+      u.set("attempts", r.attempt).set("pid", *pid).set("pid_start_ticks", ticks.value_or(0));
+      r.unrecorded_start = u;
+      r.start_message = "recovered: runner pid " + std::to_string(*pid) + " started before tailord stopped";
+      if (!record_start(r)) return Status::unavailable("the store cannot be written; try again");
+    }
     // The runner ended while tailord was down: take in what it wrote, then
     // judge the attempt by its last event.
-    r.pid = static_cast<pid_t>(pid.value_or(-1));
     ingest(r);
     std::int64_t off = 0;
     auto lines = read_new_lines((dir / "events.jsonl").string(), off, std::int64_t{1} << 30);
-    finish(r, exit_recorded(lines.is_ok() ? *lines : std::vector<std::string>{}), "runner ended while tailord was down");
+    r.exit = exit_recorded(lines.is_ok() ? *lines : std::vector<std::string>{});
+    r.exit_context = "runner ended while tailord was down";
+    if (!judge(r)) running_[job.id] = std::move(r);  // every tick tries again
   }
   return Status::ok();
 }

@@ -102,6 +102,16 @@ class Supervisor {
     std::string last_oom_json;  // the runner's latest oom event
     std::string last_error;     // the runner's latest error message
     std::string lost;           // why it was declared lost (no heartbeat); empty while it is not
+    // Memory ahead of the store: a verdict or a start whose store write
+    // failed (the database locked by another process, the disk full) is
+    // kept here and written again every tick until it lands, so that the
+    // store never loses a runner tailord has seen start or end.
+    std::optional<ProcessExit> exit;   // ended (reaped), its verdict not yet stored
+    std::string exit_context;          // finish()'s context for that verdict
+    std::string launch_error;          // the launch failed (exit is set): why
+    std::optional<JobUpdate> unrecorded_start;  // planning -> running, not yet stored
+    std::string start_message, start_data;
+    std::string store_error;  // the last failed write's message, logged once
   };
 
   void loop();
@@ -110,11 +120,18 @@ class Supervisor {
   // Declares `r` lost and kills it when a heartbeat file of its job is
   // older than the timeout.
   void check_heartbeat(Running& r);
-  // Judges an ended attempt (outcome.h) and applies the verdict.
-  void finish(Running& r, const ProcessExit& exit, const std::string& context);
-  void launch_failed(Running& r, const std::string& why);
-  void retry(Running& r, const JobRecord& job, const Outcome& o, const std::string& reason, JobUpdate u);
-  void replan(Running& r, const JobRecord& job, const OomEvent& oom, JobUpdate u);
+  // Judges an ended attempt (outcome.h) and stores the verdict; the status
+  // of that store write.
+  Status finish(Running& r, const ProcessExit& exit, const std::string& context);
+  Status launch_failed(Running& r, const std::string& why);
+  Status retry(Running& r, const JobRecord& job, const Outcome& o, const std::string& reason, JobUpdate u);
+  Status replan(Running& r, const JobRecord& job, const OomEvent& oom, JobUpdate u);
+  // Stores the verdict of an attempt that ended (r.exit); false while the
+  // store cannot be written, to be tried again next tick.
+  bool judge(Running& r);
+  // Stores planning -> running for an attempt whose start was not stored;
+  // false while the store cannot be written.
+  bool record_start(Running& r);
   OutcomePolicy policy() const;
   void schedule_queued();
   void start_job(const JobRecord& job, const std::vector<int>& gpus, std::int64_t bytes);

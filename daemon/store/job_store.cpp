@@ -112,11 +112,50 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Result<std::unique_ptr<JobStore>> JobStore::open(const std::string& path) {
-  TAILOR_ASSIGN_OR_RETURN(Database db, Database::open(path));
+Result<std::unique_ptr<JobStore>> JobStore::open(const std::string& path, int busy_timeout_ms) {
+  TAILOR_ASSIGN_OR_RETURN(Database db, Database::open(path, busy_timeout_ms));
   auto version = migrate(db);
   if (!version.is_ok()) return version.status().prefixed(path);
-  return std::unique_ptr<JobStore>(new JobStore(std::move(db)));
+  return std::unique_ptr<JobStore>(new JobStore(std::move(db), busy_timeout_ms));
+}
+
+Status JobStore::noted(Status s) {
+  const StatusCode c = s.code();
+  const bool store_failed = c == StatusCode::kUnavailable || c == StatusCode::kNoSpace || c == StatusCode::kIOError;
+  std::lock_guard lock(health_mu_);
+  if (s.is_ok()) {
+    health_ = StoreHealth{};
+  } else if (store_failed && health_.writable) {
+    health_ = StoreHealth{false, s.message(), now_seconds()};
+  }
+  return s;
+}
+
+StoreHealth JobStore::health() const {
+  std::lock_guard lock(health_mu_);
+  return health_;
+}
+
+StoreHealth JobStore::probe() {
+  if (health().writable) return health();
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return health();
+  // A health check answers quickly: a held lock is the answer.
+  db_.set_busy_timeout(100);
+  struct Restore {
+    Database& db;
+    int ms;
+    ~Restore() { db.set_busy_timeout(ms); }
+  } restore{db_, busy_timeout_ms_};
+  (void)noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+    TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("INSERT INTO store_probe (id, probed_at) VALUES (1, ?1) "
+                                                     "ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at"));
+    q.bind(1, now_seconds());
+    TAILOR_RETURN_IF_ERROR(q.run());
+    return tx.commit();
+  }());
+  return health();
 }
 
 Result<JobRecord> JobStore::get_locked(const std::string& id) {
@@ -134,55 +173,57 @@ Result<JobRecord> JobStore::get(const std::string& id) {
 
 Result<CreateResult> JobStore::create(const NewJob& job) {
   std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
-  if (!job.idempotency_key.empty()) {
-    TAILOR_ASSIGN_OR_RETURN(Statement q,
-                            db_.prepare("SELECT job_id, request_hash FROM idempotency_keys WHERE key = ?1"));
-    q.bind(1, job.idempotency_key);
-    TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
-    if (row) {
-      if (q.text(1) != job.request_hash) {
-        return Status::failed_precondition("Idempotency-Key '" + job.idempotency_key +
-                                           "' was used for a different request (job " + q.text(0) + ")");
+  return noted([&]() -> Result<CreateResult> {
+    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+    if (!job.idempotency_key.empty()) {
+      TAILOR_ASSIGN_OR_RETURN(Statement q,
+                              db_.prepare("SELECT job_id, request_hash FROM idempotency_keys WHERE key = ?1"));
+      q.bind(1, job.idempotency_key);
+      TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+      if (row) {
+        if (q.text(1) != job.request_hash) {
+          return Status::failed_precondition("Idempotency-Key '" + job.idempotency_key +
+                                             "' was used for a different request (job " + q.text(0) + ")");
+        }
+        TAILOR_ASSIGN_OR_RETURN(JobRecord existing, get_locked(q.text(0)));
+        return CreateResult{std::move(existing), false};
       }
-      TAILOR_ASSIGN_OR_RETURN(JobRecord existing, get_locked(q.text(0)));
-      return CreateResult{std::move(existing), false};
     }
-  }
-  const double now = now_seconds();
-  nlohmann::json labels = nlohmann::json::object();
-  for (const auto& [k, v] : job.labels) labels[k] = v;
-  std::string id;
-  for (int tries = 0;; ++tries) {
-    id = new_job_id();
-    TAILOR_ASSIGN_OR_RETURN(Statement ins,
-                            db_.prepare("INSERT INTO jobs (id, seq, name, state, priority, spec_text, spec_json, "
-                                        "labels_json, plan_json, estimated_bytes, gpus_needed, memory_limit_bytes, "
-                                        "retries, created_at, updated_at) VALUES (?1, (SELECT COALESCE(MAX(seq), 0) "
-                                        "+ 1 FROM jobs), ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-                                        "?12)"));
-    ins.bind(1, id).bind(2, job.name).bind(3, job.priority).bind(4, job.spec_text).bind(5, job.spec_json);
-    ins.bind(6, labels.dump()).bind(7, job.plan_json).bind(8, job.estimated_bytes).bind(9, job.gpus_needed);
-    ins.bind(10, job.memory_limit_bytes).bind(11, job.retries).bind(12, now);
-    Status s = ins.run();
-    if (s.is_ok()) break;
-    if (s.code() != StatusCode::kAlreadyExists || tries >= 3) return s.prefixed("inserting job");
-  }
-  for (const auto& [k, v] : job.labels) {
-    TAILOR_ASSIGN_OR_RETURN(Statement l, db_.prepare("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)"));
-    l.bind(1, id).bind(2, k).bind(3, v);
-    TAILOR_RETURN_IF_ERROR(l.run());
-  }
-  if (!job.idempotency_key.empty()) {
-    TAILOR_ASSIGN_OR_RETURN(Statement k, db_.prepare("INSERT INTO idempotency_keys (key, request_hash, job_id, "
-                                                     "created_at) VALUES (?1, ?2, ?3, ?4)"));
-    k.bind(1, job.idempotency_key).bind(2, job.request_hash).bind(3, id).bind(4, now);
-    TAILOR_RETURN_IF_ERROR(k.run());
-  }
-  TAILOR_RETURN_IF_ERROR(insert_event(id, {"state", "submitted", "", now}, "", "queued"));
-  TAILOR_RETURN_IF_ERROR(tx.commit());
-  TAILOR_ASSIGN_OR_RETURN(JobRecord created, get_locked(id));
-  return CreateResult{std::move(created), true};
+    const double now = now_seconds();
+    nlohmann::json labels = nlohmann::json::object();
+    for (const auto& [k, v] : job.labels) labels[k] = v;
+    std::string id;
+    for (int tries = 0;; ++tries) {
+      id = new_job_id();
+      TAILOR_ASSIGN_OR_RETURN(Statement ins,
+                              db_.prepare("INSERT INTO jobs (id, seq, name, state, priority, spec_text, spec_json, "
+                                          "labels_json, plan_json, estimated_bytes, gpus_needed, memory_limit_bytes, "
+                                          "retries, created_at, updated_at) VALUES (?1, (SELECT COALESCE(MAX(seq), 0) "
+                                          "+ 1 FROM jobs), ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                                          "?12)"));
+      ins.bind(1, id).bind(2, job.name).bind(3, job.priority).bind(4, job.spec_text).bind(5, job.spec_json);
+      ins.bind(6, labels.dump()).bind(7, job.plan_json).bind(8, job.estimated_bytes).bind(9, job.gpus_needed);
+      ins.bind(10, job.memory_limit_bytes).bind(11, job.retries).bind(12, now);
+      Status s = ins.run();
+      if (s.is_ok()) break;
+      if (s.code() != StatusCode::kAlreadyExists || tries >= 3) return s.prefixed("inserting job");
+    }
+    for (const auto& [k, v] : job.labels) {
+      TAILOR_ASSIGN_OR_RETURN(Statement l, db_.prepare("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)"));
+      l.bind(1, id).bind(2, k).bind(3, v);
+      TAILOR_RETURN_IF_ERROR(l.run());
+    }
+    if (!job.idempotency_key.empty()) {
+      TAILOR_ASSIGN_OR_RETURN(Statement k, db_.prepare("INSERT INTO idempotency_keys (key, request_hash, job_id, "
+                                                       "created_at) VALUES (?1, ?2, ?3, ?4)"));
+      k.bind(1, job.idempotency_key).bind(2, job.request_hash).bind(3, id).bind(4, now);
+      TAILOR_RETURN_IF_ERROR(k.run());
+    }
+    TAILOR_RETURN_IF_ERROR(insert_event(id, {"state", "submitted", "", now}, "", "queued"));
+    TAILOR_RETURN_IF_ERROR(tx.commit());
+    TAILOR_ASSIGN_OR_RETURN(JobRecord created, get_locked(id));
+    return CreateResult{std::move(created), true};
+  }());
 }
 
 Result<JobPage> JobStore::list(const JobFilter& f) {
@@ -271,87 +312,97 @@ Status JobStore::insert_event(const std::string& id, const NewEvent& e, const st
 Status JobStore::transition(const std::string& id, JobState from, JobState to, const std::string& message,
                             const JobUpdate& changes, const std::string& data_json) {
   std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT state FROM jobs WHERE id = ?1"));
-  q.bind(1, id);
-  TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
-  if (!row) return Status::not_found("no job " + id);
-  const std::string current = q.text(0);
-  if (current != to_string(from)) {
-    return Status::failed_precondition("job " + id + " is " + current + ", not " + to_string(from));
-  }
-  JobUpdate all = changes;
-  all.set("state", to_string(to));
-  TAILOR_RETURN_IF_ERROR(apply_update(id, all));
-  TAILOR_RETURN_IF_ERROR(insert_event(id, {"state", message, data_json, 0}, to_string(from), to_string(to)));
-  return tx.commit();
+  return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+    TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT state FROM jobs WHERE id = ?1"));
+    q.bind(1, id);
+    TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) return Status::not_found("no job " + id);
+    const std::string current = q.text(0);
+    if (current != to_string(from)) {
+      return Status::failed_precondition("job " + id + " is " + current + ", not " + to_string(from));
+    }
+    JobUpdate all = changes;
+    all.set("state", to_string(to));
+    TAILOR_RETURN_IF_ERROR(apply_update(id, all));
+    TAILOR_RETURN_IF_ERROR(insert_event(id, {"state", message, data_json, 0}, to_string(from), to_string(to)));
+    return tx.commit();
+  }());
 }
 
 Status JobStore::update(const std::string& id, const JobUpdate& changes) {
   std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
-  TAILOR_RETURN_IF_ERROR(apply_update(id, changes));
-  return tx.commit();
+  return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+    TAILOR_RETURN_IF_ERROR(apply_update(id, changes));
+    return tx.commit();
+  }());
 }
 
 Status JobStore::remove(const std::string& id) {
   std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
-  TAILOR_ASSIGN_OR_RETURN(const JobRecord job, get_locked(id));
-  if (!is_terminal(job.state)) {
-    return Status::failed_precondition("job " + id + " is " + to_string(job.state) + ": cancel it first");
-  }
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("DELETE FROM jobs WHERE id = ?1"));
-  q.bind(1, id);
-  TAILOR_RETURN_IF_ERROR(q.run());
-  return tx.commit();
+  return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+    TAILOR_ASSIGN_OR_RETURN(const JobRecord job, get_locked(id));
+    if (!is_terminal(job.state)) {
+      return Status::failed_precondition("job " + id + " is " + to_string(job.state) + ": cancel it first");
+    }
+    TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("DELETE FROM jobs WHERE id = ?1"));
+    q.bind(1, id);
+    TAILOR_RETURN_IF_ERROR(q.run());
+    return tx.commit();
+  }());
 }
 
 Status JobStore::add_event(const std::string& id, const NewEvent& event) {
   std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
-  TAILOR_RETURN_IF_ERROR(insert_event(id, event, "", ""));
-  return tx.commit();
+  return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+    TAILOR_RETURN_IF_ERROR(insert_event(id, event, "", ""));
+    return tx.commit();
+  }());
 }
 
 Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const JobUpdate& changes) {
   std::lock_guard lock(mu_);
-  // Step metrics are re-derivable from the run's files (the offsets move in
-  // the same transaction), so these commits need not wait for a full fsync.
-  TAILOR_RETURN_IF_ERROR(db_.exec("PRAGMA synchronous=NORMAL"));
-  struct Restore {
-    Database& db;
-    ~Restore() { (void)db.exec("PRAGMA synchronous=FULL"); }
-  } restore{db_};
-  TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
-  for (const NewEvent& e : batch.events) TAILOR_RETURN_IF_ERROR(insert_event(id, e, "", ""));
-  if (!batch.metrics.empty()) {
-    std::string sql =
-        "INSERT OR REPLACE INTO step_metrics (job_id, rank, step, attempt, time, loss, lr, grad_norm, tokens, "
-        "tokens_per_second, step_seconds, allocated_bytes, peak_bytes";
-    for (const auto& c : component_columns()) sql += ", " + c;
-    sql += ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13";
-    for (std::size_t i = 0; i < component_columns().size(); ++i) sql += ", ?" + std::to_string(14 + i);
-    sql += ")";
-    TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
-    for (const StepMetric& m : batch.metrics) {
-      q.reset();
-      q.bind(1, id).bind(2, m.rank).bind(3, m.step).bind(4, m.attempt).bind(5, m.time);
-      q.bind(6, m.loss).bind(7, m.lr).bind(8, m.grad_norm).bind(9, m.tokens).bind(10, m.tokens_per_second);
-      q.bind(11, m.step_seconds).bind(12, m.allocated_bytes).bind(13, m.peak_bytes);
-      int b = 14;
-      for (const auto& name : memory_component_names()) {
-        const auto it = m.component_bytes.find(name);
-        if (it == m.component_bytes.end()) q.bind_null(b++);
-        else q.bind(b++, it->second);
+  return noted([&]() -> Status {
+    // Step metrics are re-derivable from the run's files (the offsets move in
+    // the same transaction), so these commits need not wait for a full fsync.
+    TAILOR_RETURN_IF_ERROR(db_.exec("PRAGMA synchronous=NORMAL"));
+    struct Restore {
+      Database& db;
+      ~Restore() { (void)db.exec("PRAGMA synchronous=FULL"); }
+    } restore{db_};
+    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+    for (const NewEvent& e : batch.events) TAILOR_RETURN_IF_ERROR(insert_event(id, e, "", ""));
+    if (!batch.metrics.empty()) {
+      std::string sql =
+          "INSERT OR REPLACE INTO step_metrics (job_id, rank, step, attempt, time, loss, lr, grad_norm, tokens, "
+          "tokens_per_second, step_seconds, allocated_bytes, peak_bytes";
+      for (const auto& c : component_columns()) sql += ", " + c;
+      sql += ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13";
+      for (std::size_t i = 0; i < component_columns().size(); ++i) sql += ", ?" + std::to_string(14 + i);
+      sql += ")";
+      TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
+      for (const StepMetric& m : batch.metrics) {
+        q.reset();
+        q.bind(1, id).bind(2, m.rank).bind(3, m.step).bind(4, m.attempt).bind(5, m.time);
+        q.bind(6, m.loss).bind(7, m.lr).bind(8, m.grad_norm).bind(9, m.tokens).bind(10, m.tokens_per_second);
+        q.bind(11, m.step_seconds).bind(12, m.allocated_bytes).bind(13, m.peak_bytes);
+        int b = 14;
+        for (const auto& name : memory_component_names()) {
+          const auto it = m.component_bytes.find(name);
+          if (it == m.component_bytes.end()) q.bind_null(b++);
+          else q.bind(b++, it->second);
+        }
+        TAILOR_RETURN_IF_ERROR(q.run());
       }
-      TAILOR_RETURN_IF_ERROR(q.run());
     }
-  }
-  JobUpdate all = changes;
-  all.set("metrics_offset", batch.metrics_offset).set("events_offset", batch.events_offset);
-  TAILOR_RETURN_IF_ERROR(apply_update(id, all));
-  return tx.commit();
+    JobUpdate all = changes;
+    all.set("metrics_offset", batch.metrics_offset).set("events_offset", batch.events_offset);
+    TAILOR_RETURN_IF_ERROR(apply_update(id, all));
+    return tx.commit();
+  }());
 }
 
 Result<std::vector<EventRecord>> JobStore::events(const std::string& id, std::int64_t after_id, std::int64_t limit) {

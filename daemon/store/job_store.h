@@ -169,10 +169,22 @@ struct IngestBatch {
   std::int64_t events_offset = 0;
 };
 
+// Whether the store's writes reach the database. A write that fails for
+// the store's own reasons (another process holds the database: Unavailable;
+// the file system is full: NoSpace; an I/O error) makes it unwritable until
+// a write succeeds; a refusal (a job in another state, a reused key) does not.
+struct StoreHealth {
+  bool writable = true;
+  std::string error;         // the first failure's message
+  double failing_since = 0;  // Unix seconds
+};
+
 class JobStore {
  public:
-  // Opens or creates DIR's database at `path` and applies migrations.
-  static Result<std::unique_ptr<JobStore>> open(const std::string& path);
+  // Opens or creates DIR's database at `path` and applies migrations. A
+  // write waits up to `busy_timeout_ms` for another process' lock, then
+  // fails as Unavailable.
+  static Result<std::unique_ptr<JobStore>> open(const std::string& path, int busy_timeout_ms = 2000);
 
   Result<CreateResult> create(const NewJob& job);
   Result<JobRecord> get(const std::string& id);
@@ -199,14 +211,30 @@ class JobStore {
   Result<std::map<std::int64_t, std::int64_t>> peak_by_attempt(const std::string& id);
   Result<std::map<JobState, std::int64_t>> count_by_state();
 
+  // As the last write found it; never waits for the database.
+  StoreHealth health() const;
+  // While unwritable: rewrites the probe row to learn whether writes work
+  // again, unless another write is under way (that one will tell).
+  StoreHealth probe();
+
  private:
-  explicit JobStore(Database db) : db_(std::move(db)) {}
+  JobStore(Database db, int busy_timeout_ms) : db_(std::move(db)), busy_timeout_ms_(busy_timeout_ms) {}
   Result<JobRecord> get_locked(const std::string& id);
   Status apply_update(const std::string& id, const JobUpdate& changes);
   Status insert_event(const std::string& id, const NewEvent& e, const std::string& from, const std::string& to);
 
+  Status noted(Status s);
+  template <class T>
+  Result<T> noted(Result<T> r) {
+    (void)noted(r.is_ok() ? Status::ok() : r.status());
+    return r;
+  }
+
   std::mutex mu_;
   Database db_;
+  int busy_timeout_ms_;
+  mutable std::mutex health_mu_;  // apart from mu_, which a write holds while it waits
+  StoreHealth health_;
 };
 
 }  // namespace tailor::daemon

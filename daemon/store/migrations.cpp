@@ -3,12 +3,14 @@
 #include <chrono>
 
 extern const char tailor_daemon_migration_0001[];
+extern const char tailor_daemon_migration_0002[];
 
 namespace tailor::daemon {
 
 const std::vector<Migration>& builtin_migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, "0001_initial", tailor_daemon_migration_0001},
+      {2, "0002_store_probe", tailor_daemon_migration_0002},
   };
   return kMigrations;
 }

@@ -2,9 +2,28 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
+
 #include <utility>
 
 namespace tailor::daemon {
+
+namespace {
+
+// One mapping for every failed call: another process holding the database
+// is transient (503, retry), a full disk is its own condition (507, freeing
+// space helps), anything else an I/O error.
+Status status_for(sqlite3* db, int primary_code, std::string msg) {
+  if (primary_code == SQLITE_BUSY || primary_code == SQLITE_LOCKED) {
+    return Status::unavailable(msg + " (another process holds the database)");
+  }
+  if (primary_code == SQLITE_FULL || (primary_code == SQLITE_IOERR && sqlite3_system_errno(db) == ENOSPC)) {
+    return Status::no_space(msg + " (no space left on the data folder's file system)");
+  }
+  return Status::io_error(std::move(msg));
+}
+
+}  // namespace
 
 Statement::~Statement() {
   if (stmt_) sqlite3_finalize(stmt_);
@@ -47,10 +66,8 @@ Status Statement::error(std::string_view what) const {
   std::string msg = std::string(what) + ": " + sqlite3_errmsg(db_);
   if (const char* sql = sqlite3_sql(stmt_)) msg += " (in: " + std::string(sql).substr(0, 120) + ")";
   const int code = sqlite3_errcode(db_) & 0xff;
-  if (code == SQLITE_BUSY || code == SQLITE_LOCKED) return Status::unavailable(msg);
-  if (code == SQLITE_FULL) return Status::resource_exhausted(msg);
   if (code == SQLITE_CONSTRAINT) return Status::already_exists(msg);
-  return Status::io_error(msg);
+  return status_for(db_, code, std::move(msg));
 }
 
 Result<bool> Statement::step() {
@@ -128,6 +145,8 @@ Database& Database::operator=(Database&& o) noexcept {
   return *this;
 }
 
+void Database::set_busy_timeout(int ms) { sqlite3_busy_timeout(db_, ms); }
+
 Result<Statement> Database::prepare(std::string_view sql) {
   sqlite3_stmt* stmt = nullptr;
   const int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), 0, &stmt, nullptr);
@@ -144,9 +163,7 @@ Status Database::exec(std::string_view sql) {
   if (rc != SQLITE_OK) {
     std::string msg = err ? err : sqlite3_errstr(rc);
     sqlite3_free(err);
-    const int code = rc & 0xff;
-    if (code == SQLITE_BUSY || code == SQLITE_LOCKED) return Status::unavailable(msg);
-    return Status::io_error(msg);
+    return status_for(db_, rc & 0xff, std::move(msg));
   }
   return Status::ok();
 }

@@ -72,6 +72,8 @@ class Database {
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
 
+  // How long a statement waits for another process' lock before failing.
+  void set_busy_timeout(int ms);
   Result<Statement> prepare(std::string_view sql);
   // Runs SQL without parameters (pragmas, migration scripts with several statements).
   Status exec(std::string_view sql);

@@ -143,6 +143,7 @@ RunnerExit exit_for(const Status& s) {
     case StatusCode::kUnavailable:
     case StatusCode::kIOError:
     case StatusCode::kDataLoss:
+    case StatusCode::kNoSpace:
     case StatusCode::kInternal: return RunnerExit::kFailure;
   }
   return RunnerExit::kFailure;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -15,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "daemon/store/sqlite.h"
 #include "tests/daemon/daemon_harness.h"
 #include "tests/testing/raw_socket.h"
 
@@ -200,6 +202,83 @@ TEST(ApiE2eTest, ConnectionsThatSendNothingCannotLockClientsOut) {
   const auto at = metrics.body.find("\ntailor_http_connections_evicted_total ");
   ASSERT_NE(at, std::string::npos) << metrics.body;
   EXPECT_GE(std::stod(metrics.body.substr(at + 39)), 1.0);
+}
+
+// The held-lock defect: another process' 15 s BEGIN EXCLUSIVE stalled a
+// submission 14.75 s and answered it 500. Now the submission is 503 with
+// Retry-After after the 2 s busy timeout, /healthz says why, and both
+// recover when the lock goes.
+TEST(ApiE2eTest, WhileAnotherProcessHoldsTheStoreSubmissionsAre503AndHealthzSaysWhy) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  auto other = Database::open(dir.file("data") + "/tailor.db");
+  ASSERT_TRUE(other.is_ok());
+  ASSERT_TRUE(other->exec("BEGIN EXCLUSIVE").is_ok());
+  const auto started = std::chrono::steady_clock::now();
+  const auto refused = d.post("/v1/jobs", tiny_spec("held", 5, 0));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_EQ(refused.json()["error"], "unavailable");
+  EXPECT_EQ(refused.headers.count("retry-after") ? refused.headers.at("retry-after") : "", "1");
+  const auto health = d.get("/healthz");
+  EXPECT_EQ(health.status, 503) << health.body;
+  EXPECT_EQ(health.json()["status"], "degraded");
+  EXPECT_NE(health.json().value("reason", "").find("locked"), std::string::npos) << health.body;
+  ASSERT_TRUE(other->exec("ROLLBACK").is_ok());
+  EXPECT_EQ(d.get("/healthz").status, 200);
+  EXPECT_EQ(d.post("/v1/jobs", tiny_spec("after", 5, 0)).status, 201);
+  EXPECT_EQ(d.get("/v1/jobs").json()["jobs"].size(), 1u);  // the refused one left nothing
+}
+
+// A small tmpfs for the data folder, unmounted at the end; skipped where
+// this process may not mount (not root, or no CAP_SYS_ADMIN).
+struct SmallTmpfs {
+  std::string path;
+  bool mounted = false;
+  SmallTmpfs(std::string where, const char* size) : path(std::move(where)) {
+    std::filesystem::create_directories(path);
+    mounted = ::mount("tmpfs", path.c_str(), "tmpfs", 0, (std::string("size=") + size).c_str()) == 0;
+  }
+  ~SmallTmpfs() {
+    if (mounted) ::umount2(path.c_str(), MNT_DETACH);
+  }
+  // Writes a file until the file system is full.
+  void fill(const std::string& name) const {
+    std::FILE* f = std::fopen((path + "/" + name).c_str(), "wb");
+    if (!f) return;
+    const std::string block(64 << 10, 'x');
+    while (std::fwrite(block.data(), 1, block.size(), f) == block.size() && std::fflush(f) == 0) {
+    }
+    std::fclose(f);
+  }
+};
+
+// The disk-full defect: submissions were 500 and /healthz said ok. Now a
+// submission is 507 (nothing recorded), /healthz is degraded with the
+// reason, and both recover when space returns.
+TEST(ApiE2eTest, OnAFullDataFolderSubmissionsAre507AndTheDaemonRecoversWhenSpaceReturns) {
+  tailor::testing::TempDir dir;
+  // Declared before the daemon: unmounted after it stopped.
+  SmallTmpfs data(dir.file("data"), "8m");
+  if (!data.mounted) GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  DaemonProcess d(data.path, quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok()) << d.log();
+  data.fill("filler");
+  // Big enough to need new pages whatever room the WAL has left.
+  std::string spec = tiny_spec("full", 5, 0);
+  spec += "# " + std::string(60 << 10, 'p') + "\n";
+  const auto refused = d.post("/v1/jobs", spec);
+  EXPECT_EQ(refused.status, 507) << refused.body;
+  EXPECT_EQ(refused.json()["error"], "insufficient_storage");
+  EXPECT_NE(refused.json().value("message", "").find("no space"), std::string::npos) << refused.body;
+  const auto health = d.get("/healthz");
+  EXPECT_EQ(health.status, 503) << health.body;
+  EXPECT_NE(health.json().value("reason", "").find("no space"), std::string::npos) << health.body;
+  std::filesystem::remove(data.path + "/filler");
+  EXPECT_EQ(d.get("/healthz").status, 200);
+  EXPECT_EQ(d.post("/v1/jobs", spec).status, 201);
+  EXPECT_EQ(d.get("/v1/jobs").json()["jobs"].size(), 1u);
 }
 
 TEST(ApiE2eTest, MalformedYamlIs400WithLineAndColumn) {

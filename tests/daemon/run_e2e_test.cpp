@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <iostream>
 
 #include "daemon/store/job_store.h"
 #include "tests/daemon/daemon_harness.h"
@@ -200,6 +203,66 @@ TEST(RunE2eTest, AStoppedRunnerIsLostAfterTheHeartbeatTimeoutAndResumesFromTheCh
   EXPECT_EQ(count(event_kinds(d, id), "lost"), 1u);
   EXPECT_TRUE(some_event_says(d, id, "lost: no heartbeat in heartbeat for")) << d.get("/v1/jobs/" + id + "/events").body;
   EXPECT_NE(::kill(pid, 0), 0) << "the stopped runner is still there";
+}
+
+// The disk-full defect: a checkpoint write failed, the runner aborted, and
+// the job stayed "running" with a dead pid until a restart, because the
+// store could not take the verdict and the supervisor forgot the runner.
+// Now what the store cannot take waits in memory (/healthz degraded) and
+// lands when space returns, and the job ends once, at its last step.
+TEST(RunE2eTest, AFullDataFolderDegradesHealthAndTheJobEndsOnceWhenSpaceReturns) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  const std::string data = dir.file("data");
+  std::filesystem::create_directories(data);
+  if (::mount("tmpfs", data.c_str(), "tmpfs", 0, "size=64m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{data};
+  const std::string filler = data + "/filler";
+  {
+    DaemonProcess d(data, {"--retry-backoff", "0.1"});
+    ASSERT_TRUE(d.ok()) << d.log();
+    const std::string id = submit(d, tiny_spec("fills-up", 60, 5, 0, /*small=*/true));
+    ASSERT_FALSE(id.empty());
+    ASSERT_TRUE(wait_for([&] { return count(event_kinds(d, id), "runner.checkpoint") > 0; }, seconds(120)));
+    {
+      std::FILE* f = std::fopen(filler.c_str(), "wb");
+      ASSERT_NE(f, nullptr);
+      const std::string block(64 << 10, 'x');
+      while (std::fwrite(block.data(), 1, block.size(), f) == block.size() && std::fflush(f) == 0) {
+      }
+      std::fclose(f);
+    }
+    // The attempt fails; its verdict cannot be stored, or it can and the
+    // retry fails in turn. Either way the job must not stay "running" for
+    // a runner that is gone.
+    bool degraded = false;
+    ASSERT_TRUE(wait_for(
+        [&] {
+          degraded = degraded || d.get("/healthz").status == 503;
+          return degraded || d.job(id)["failures"].get<int>() > 0;
+        },
+        seconds(120)));
+    std::filesystem::remove(filler);
+    ASSERT_TRUE(d.wait_state(id, "", seconds(240)));
+    // A failed checkpoint does not stop training (checkpoint_error); a
+    // failed write of the model does, and the retry resumes. Either way:
+    const json job = d.job(id);
+    EXPECT_EQ(job["state"], "succeeded") << job.dump(1);
+    EXPECT_EQ(job["last_step"], 60);
+    EXPECT_EQ(count(event_kinds(d, id), "runner.done"), 1u);
+    EXPECT_EQ(d.get("/healthz").status, 200);
+    std::cout << "[ note     ] /healthz was " << (degraded ? "" : "not ") << "seen degraded; attempts "
+              << job["attempts"] << "\n";
+    // No half-written checkpoint stays behind or was taken for a whole one.
+    for (const auto& e : std::filesystem::directory_iterator(data + "/jobs/" + id + "/checkpoints")) {
+      EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+    }
+  }
 }
 
 TEST(RunE2eTest, MetricsExpositionPassesPromtool) {

@@ -245,5 +245,44 @@ TEST(JobStoreTest, ConcurrentCreatesFromManyThreadsAllLand) {
   for (std::size_t i = 0; i < all->jobs.size(); ++i) EXPECT_EQ(all->jobs[i].seq, static_cast<std::int64_t>(i + 1));
 }
 
+// The held-lock defect: a write waits out the busy timeout, then fails as
+// Unavailable (503, retry) instead of an I/O error (500); the store knows it
+// cannot write, and a probe finds out when it can again.
+TEST(JobStoreTest, AWriteWhileAnotherProcessHoldsTheDatabaseIsUnavailableUntilItLetsGo) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("t.db"), 100);
+  ASSERT_TRUE(store.is_ok());
+  EXPECT_TRUE((*store)->health().writable);
+  auto other = Database::open(dir.file("t.db"));
+  ASSERT_TRUE(other.is_ok());
+  ASSERT_TRUE(other->exec("BEGIN EXCLUSIVE").is_ok());
+  auto made = (*store)->create(sample_job("held"));
+  ASSERT_FALSE(made.is_ok());
+  EXPECT_EQ(made.status().code(), StatusCode::kUnavailable) << made.status().to_string();
+  EXPECT_NE(made.status().message().find("another process holds the database"), std::string::npos)
+      << made.status().message();
+  StoreHealth h = (*store)->probe();
+  EXPECT_FALSE(h.writable);
+  EXPECT_NE(h.error.find("locked"), std::string::npos) << h.error;
+  EXPECT_GT(h.failing_since, 0);
+  // Reads go on meanwhile (WAL).
+  EXPECT_TRUE((*store)->list({}).is_ok());
+  ASSERT_TRUE(other->exec("ROLLBACK").is_ok());
+  EXPECT_TRUE((*store)->probe().writable);
+  EXPECT_TRUE((*store)->create(sample_job("after")).is_ok());
+}
+
+// A refusal is not a store failure.
+TEST(JobStoreTest, ARefusedTransitionLeavesTheStoreWritable) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("t.db"));
+  ASSERT_TRUE(store.is_ok());
+  auto made = (*store)->create(sample_job("j"));
+  ASSERT_TRUE(made.is_ok());
+  const Status s = (*store)->transition(made->job.id, JobState::kRunning, JobState::kSucceeded, "x");
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*store)->health().writable);
+}
+
 }  // namespace
 }  // namespace tailor::daemon

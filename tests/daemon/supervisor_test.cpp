@@ -1,19 +1,25 @@
 // Supervisor::recover on a real SQLite store: a runner that ended while
 // tailord was down is judged by the exit its events file records; one whose
 // pid tailord never recorded is found by the job's lock and re-adopted, and
-// no attempt starts while that lock is held.
+// no attempt starts while that lock is held; one whose start was never
+// stored is judged, not launched again; and the end of a runner that the
+// store could not take (another process held it) is written once it can.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
+#include <thread>
 
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/scheduler/supervisor.h"
 #include "daemon/store/job_store.h"
+#include "daemon/store/sqlite.h"
 #include "platform/file_lock.h"
 #include "platform/process.h"
 #include "tests/testing/temp_dir.h"
@@ -173,6 +179,84 @@ TEST(SupervisorStartTest, NoAttemptStartsWhileAnEarlierRunnerStillHoldsTheJobsLo
   EXPECT_EQ(job->failures, 1);
   EXPECT_EQ(job->attempts, 0);
   EXPECT_NE(job->exit_reason.find("runner.lock"), std::string::npos) << job->exit_reason;
+}
+
+TEST(SupervisorRecoverTest, ARunnerWhoseStartWasNeverStoredIsJudgedByItsEventsNotLaunchedAgain) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db"));
+  ASSERT_TRUE(store.is_ok());
+  auto made = (*store)->create(small_job());
+  ASSERT_TRUE(made.is_ok());
+  const std::string id = made->job.id;
+  // Launched (its pid file is there), ran to the end, but the store still
+  // says planning: tailord could not store the start, then stopped.
+  ASSERT_TRUE((*store)->transition(id, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
+  const fs::path job_dir = fs::path(dir.file("data")) / "jobs" / id;
+  fs::create_directories(job_dir);
+  std::ofstream(job_dir / "runner.pid") << dead_pid() << " 1\n";
+  std::ofstream(job_dir / "events.jsonl") << R"({"event":"start"})" "\n" R"({"event":"done","steps":3,"exit_code":0})" "\n";
+  DaemonMetrics metrics;
+  SupervisorOptions o;
+  o.data_dir = dir.file("data");
+  Supervisor sup(**store, metrics, o);
+  ASSERT_TRUE(sup.recover().is_ok());
+  auto job = (*store)->get(id);
+  ASSERT_TRUE(job.is_ok());
+  EXPECT_EQ(job->state, JobState::kSucceeded) << to_string(job->state) << " (" << job->exit_reason << ")";
+  EXPECT_EQ(job->attempts, 1);
+}
+
+// Polls `cond` for up to 10 s.
+bool eventually(const std::function<bool()>& cond) {
+  for (int i = 0; i < 2000; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cond();
+}
+
+// The defect: the supervisor logged the failed write and forgot the runner,
+// so the job stayed "running" with a dead pid until tailord restarted.
+TEST(SupervisorStartTest, TheEndOfARunnerIsStoredOnceAnotherProcessLetsGoOfTheDatabase) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db"), 50);
+  ASSERT_TRUE(store.is_ok());
+  auto made = (*store)->create(small_job());
+  ASSERT_TRUE(made.is_ok());
+  const std::string id = made->job.id;
+  // A runner that ends when told to: a file "go" in its folder.
+  const std::string runner = dir.file("runner.sh");
+  std::ofstream(runner) << "#!/bin/sh\nwhile [ ! -e go ]; do sleep 0.01; done\nexit 0\n";
+  fs::permissions(runner, fs::perms::owner_all);
+  DaemonMetrics metrics;
+  SupervisorOptions o;
+  o.data_dir = dir.file("data");
+  o.runner_path = runner;
+  o.host_budget_bytes = 1 << 20;
+  o.poll_seconds = 0.01;
+  o.heartbeat_timeout_seconds = 0;
+  Supervisor sup(**store, metrics, o);
+  sup.start();
+  auto state = [&] {
+    auto j = (*store)->get(id);
+    return j.is_ok() ? j->state : JobState::kQueued;
+  };
+  ASSERT_TRUE(eventually([&] { return state() == JobState::kRunning; }));
+  auto other = Database::open(dir.file("tailor.db"));
+  ASSERT_TRUE(other.is_ok());
+  ASSERT_TRUE(other->exec("BEGIN EXCLUSIVE").is_ok());
+  std::ofstream(fs::path(dir.file("data")) / "jobs" / id / "go") << "";
+  // The runner ends; storing its verdict fails while the lock is held.
+  ASSERT_TRUE(eventually([&] { return !(*store)->health().writable; }));
+  EXPECT_EQ(state(), JobState::kRunning);
+  ASSERT_TRUE(other->exec("ROLLBACK").is_ok());
+  EXPECT_TRUE(eventually([&] { return state() == JobState::kSucceeded; })) << to_string(state());
+  sup.stop();
+  auto job = (*store)->get(id);
+  ASSERT_TRUE(job.is_ok());
+  EXPECT_FALSE(job->pid.has_value());
+  EXPECT_EQ(job->attempts, 1);
+  EXPECT_TRUE((*store)->health().writable);
 }
 
 }  // namespace
