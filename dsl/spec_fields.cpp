@@ -539,7 +539,10 @@ const std::vector<Field<JobSpec>>& job_fields() {
               int_in_range(0, 100)),
         field("priority", "Scheduling priority; higher runs first. Default 0.", &JobSpec::priority,
               int_in_range(-1000, 1000)),
-        field("labels", "Free-form key/value labels.", &JobSpec::labels),
+        field("labels",
+              "Key/value labels for filtering (GET /v1/jobs?label=k=v): at most 64; keys of letters, digits, "
+              "'.', '_', '/' and '-' (at most 63 characters); values at most 256 characters, without ','.",
+              &JobSpec::labels),
     };
     t[0].required = true;
     t[1].required = true;

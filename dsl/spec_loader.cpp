@@ -448,6 +448,35 @@ void check_checkpoint(const JobSpec& spec, const Node& root, Diagnostics& d) {
   }
 }
 
+// Labels are indexed (one store row each) and matched by `label=k=v,...`
+// filters: bounded in number and size so that a submission stays cheap,
+// and free of the filter's separators.
+constexpr std::size_t kMaxLabels = 64;
+constexpr std::size_t kMaxLabelValue = 256;
+
+void check_labels(const JobSpec& spec, const Node& root, Diagnostics& d) {
+  if (spec.labels.size() > kMaxLabels) {
+    d.error(loc_at(root, "labels"), "labels",
+            std::to_string(spec.labels.size()) + " labels; at most " + std::to_string(kMaxLabels));
+    return;
+  }
+  static const std::regex kKey("^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$");
+  for (const auto& [key, value] : spec.labels) {
+    const std::string path = "labels." + key;
+    if (!std::regex_match(key, kKey)) {
+      d.error(loc_at(root, "labels"), "labels",
+              quote(key.substr(0, 80)) + " is not a valid label key: letters, digits, '.', '_', '/' and '-', "
+                                         "starting with a letter or digit, at most 63 characters");
+    } else if (value.size() > kMaxLabelValue) {
+      d.error(loc_at(root, path), path,
+              std::to_string(value.size()) + " characters; at most " + std::to_string(kMaxLabelValue));
+    } else if (std::any_of(value.begin(), value.end(),
+                           [](char c) { return c == ',' || static_cast<unsigned char>(c) < 0x20; })) {
+      d.error(loc_at(root, path), path, "may not contain ',' or control characters (',' separates label filters)");
+    }
+  }
+}
+
 LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, const std::string& base_dir,
                           const LoadOptions& opt, LoadedSpec out) {
   Diagnostics& d = out.diagnostics;
@@ -483,6 +512,7 @@ LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, c
   check_training(spec, root, d);
   check_strategy(spec, root, catalog, d);
   check_checkpoint(spec, root, d);
+  check_labels(spec, root, d);
   if (!d.has_errors()) out.spec = std::move(spec);
   return out;
 }
