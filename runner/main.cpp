@@ -11,11 +11,13 @@
 
 #include "core/args.h"
 #include "core/units.h"
+#include "runner/data/file_io.h"
 #include "runner/data/token_cache.h"
 #include "runner/dist/launcher.h"
 #include "runner/dist/rank_env.h"
 #include "runner/protocol/exit_code.h"
 #include "runner/protocol/heartbeat.h"
+#include "runner/protocol/launch_env.h"
 #include "runner/protocol/plan_reader.h"
 #include "runner/torch/trainer.h"
 #include "runner/torch_probe.h"
@@ -121,6 +123,12 @@ int main(int argc, char** argv) {
   if (!config.is_ok()) {
     std::cerr << "tailor-runner: " << config.status().message() << "\n";
     return runner::exit_status(runner::RunnerExit::kBadInput);
+  }
+  if (const char* root = std::getenv(runner::kSpecRootEnv)) {
+    if (Status s = runner::data::set_read_root(root); !s.is_ok()) {
+      std::cerr << "tailor-runner: " << s.message() << "\n";
+      return runner::exit_status(runner::RunnerExit::kBadInput);
+    }
   }
   auto rank = runner::dist::rank_env_from_environment();
   if (!rank.is_ok()) {

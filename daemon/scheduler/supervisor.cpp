@@ -22,6 +22,7 @@
 #include "runner/protocol/events.h"
 #include "runner/protocol/exit_code.h"
 #include "runner/protocol/heartbeat.h"
+#include "runner/protocol/launch_env.h"
 #include "runner/protocol/plan_reader.h"
 
 namespace tailor::daemon {
@@ -548,6 +549,9 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
   }
   req.env = options_.runner_env;
   if (!req.env.count("OMP_WAIT_POLICY")) req.env["OMP_WAIT_POLICY"] = "PASSIVE";  // runner/README.md
+  // The runner reads the files the spec names only from where they were
+  // checked at submission (runner/data/file_io.h).
+  if (!options_.planning.spec_root.empty()) req.env[runner::kSpecRootEnv] = options_.planning.spec_root;
   if (options_.heartbeat_timeout_seconds > 0) {
     // Ten beats per timeout. The last attempt's files go, and the runner's
     // own starts now, so that one stopped before its first beat is lost too.

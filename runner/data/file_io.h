@@ -12,7 +12,17 @@ namespace tailor::runner::data {
 
 // The bytes of `path`. NotFound when it does not exist, IOError when it
 // cannot be read (a folder, no permission); messages start with the path.
+// Under a read root: InvalidArgument when the file opened lies outside it.
 Result<std::string> read_file(const std::string& path);
+
+// The folder the files a spec names (data, tokenizer models) must lie in,
+// as tailord checked them at submission. read_file() checks the file it
+// actually opened (its /proc/self/fd link), so a path swapped for a symlink
+// after submission cannot lead outside. Empty (the default, `tailor run`):
+// no check. tailor-runner sets it from what tailord passes
+// (runner/protocol/launch_env.h).
+Status set_read_root(const std::string& root);
+const std::string& read_root();
 
 // What identifies a file's content without reading it: if any of these
 // changes, the content may have. (Same path, size and nanosecond mtime with

@@ -226,7 +226,8 @@ TEST(SupervisorStartTest, TheEndOfARunnerIsStoredOnceAnotherProcessLetsGoOfTheDa
   const std::string id = made->job.id;
   // A runner that ends when told to: a file "go" in its folder.
   const std::string runner = dir.file("runner.sh");
-  std::ofstream(runner) << "#!/bin/sh\nwhile [ ! -e go ]; do sleep 0.01; done\nexit 0\n";
+  std::ofstream(runner) << "#!/bin/sh\necho \"$TAILOR_SPEC_ROOT\" > spec-root\n"
+                           "while [ ! -e go ]; do sleep 0.01; done\nexit 0\n";
   fs::permissions(runner, fs::perms::owner_all);
   DaemonMetrics metrics;
   SupervisorOptions o;
@@ -235,6 +236,7 @@ TEST(SupervisorStartTest, TheEndOfARunnerIsStoredOnceAnotherProcessLetsGoOfTheDa
   o.host_budget_bytes = 1 << 20;
   o.poll_seconds = 0.01;
   o.heartbeat_timeout_seconds = 0;
+  o.planning.spec_root = dir.path().string();
   Supervisor sup(**store, metrics, o);
   sup.start();
   auto state = [&] {
@@ -257,6 +259,11 @@ TEST(SupervisorStartTest, TheEndOfARunnerIsStoredOnceAnotherProcessLetsGoOfTheDa
   EXPECT_FALSE(job->pid.has_value());
   EXPECT_EQ(job->attempts, 1);
   EXPECT_TRUE((*store)->health().writable);
+  // The runner was told where the files its spec names must be read from.
+  std::ifstream told(fs::path(dir.file("data")) / "jobs" / id / "spec-root");
+  std::string root;
+  std::getline(told, root);
+  EXPECT_EQ(root, dir.path().string());
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "runner/data/batcher.h"
 #include "runner/data/byte_tokenizer.h"
 #include "runner/data/dataset.h"
+#include "runner/data/file_io.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner::data {
@@ -558,6 +561,31 @@ TEST(BatcherTest, LongestBatchIsTheLongest) {
   }
   std::sort(widths.begin(), widths.end());
   EXPECT_THAT(widths, ElementsAre(14, 14, 14, 48));
+}
+
+// The symlink defect: a data file swapped for a link after submission led
+// the runner outside the spec root. The check is on the file opened.
+TEST(FileIoTest, UnderAReadRootOnlyFilesInsideItAreRead) {
+  tailor::testing::TempDir root, elsewhere;
+  std::ofstream(root.file("inside.txt")) << "in";
+  std::ofstream(elsewhere.file("secret.txt")) << "secret";
+  std::filesystem::create_symlink(elsewhere.file("secret.txt"), root.file("swapped.txt"));
+  std::filesystem::create_symlink(root.file("inside.txt"), root.file("alias.txt"));
+  ASSERT_TRUE(set_read_root(root.path().string()).is_ok());
+  struct Reset {
+    ~Reset() { (void)set_read_root(""); }
+  } reset;
+  EXPECT_EQ(*read_file(root.file("inside.txt")), "in");
+  EXPECT_EQ(*read_file(root.file("alias.txt")), "in");  // a link that stays inside is fine
+  auto swapped = read_file(root.file("swapped.txt"));
+  ASSERT_FALSE(swapped.is_ok());
+  EXPECT_EQ(swapped.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(swapped.status().message().find("outside the spec root"), std::string::npos) << swapped.status().message();
+  auto dotted = read_file(root.path().string() + "/../" + elsewhere.path().filename().string() + "/secret.txt");
+  EXPECT_FALSE(dotted.is_ok());
+  EXPECT_EQ(read_file(root.file("missing.txt")).status().code(), StatusCode::kNotFound);
+  (void)set_read_root("");
+  EXPECT_EQ(*read_file(root.file("swapped.txt")), "secret");  // no root: tailor run reads what it is given
 }
 
 }  // namespace
