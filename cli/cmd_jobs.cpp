@@ -1,5 +1,5 @@
-// `tailor list`, `tailor status ID`, `tailor cancel ID`: reading and
-// cancelling tailord's jobs.
+// `tailor list`, `tailor status ID`, `tailor cancel ID`, `tailor retry ID`,
+// `tailor delete ID`: reading, cancelling, retrying and deleting tailord's jobs.
 #include <cstdio>
 #include <ostream>
 
@@ -51,6 +51,18 @@ is refused: cancel it first.
 
 options:
   --output FORMAT      text (default) or json
+)";
+
+constexpr const char* kRetryHelp = R"(usage: tailor retry [OPTIONS] ID
+
+Puts a failed or cancelled job back in tailord's queue with a fresh budget of
+retries and out-of-memory re-plans; it resumes from its newest complete
+checkpoint, with the plan it had. A queued, running or succeeded job is
+refused (submit a succeeded job's spec again to train anew).
+
+options:
+  --wait               follow the job until it ends; the exit code says how
+  --output FORMAT      text (default) or json (the job object)
 )";
 
 std::string help_of(const char* h) {
@@ -260,6 +272,36 @@ int run_cancel(const Argv& argv, Streams io) {
            << (job.is_object() && job.value("state", "") == "running" ? " (stopping)" : "") << "\n";
   }
   return kExitOk;
+}
+
+int run_retry(const Argv& argv, Streams io) {
+  const std::string help = help_of(kRetryHelp);
+  auto command =
+      parse_command(argv, with_remote_flags({{"wait", false}, {"output", true}}), "retry", help.c_str(), io);
+  if (!command.args) return command.exit_code;
+  const Args& args = *command.args;
+  if (args.positional().size() != 1) {
+    io.err << "tailor retry: expected one job id\n" << help;
+    return kExitUsage;
+  }
+  Remote r = connect(args, "retry", io);
+  if (!r.client) return r.exit_code;
+  const std::string id = args.positional()[0];
+  auto res = r.client->request("POST", "/v1/jobs/" + url_encode(id) + "/retry");
+  if (!res.is_ok()) return fail("retry", res.status(), io);
+  if (res->status < 200 || res->status >= 300) return fail("retry", http_error(*res, r.client->endpoint()), io);
+  Json job = Json::parse(res->body, nullptr, false);
+  if (args.has("wait")) {
+    auto done = follow_job(*r.client, id, io, false, /*quiet=*/r.output == "json");
+    if (!done.is_ok()) return fail("retry", done.status(), io);
+    job = *done;
+  }
+  if (r.output == "json") {
+    io.out << job.dump(2) << "\n";
+  } else {
+    io.out << id << " " << (job.is_object() ? str(job, "state") : "queued") << "\n";
+  }
+  return args.has("wait") ? exit_code_for_state(job.is_object() ? str(job, "state") : "") : kExitOk;
 }
 
 int run_delete(const Argv& argv, Streams io) {

@@ -49,6 +49,7 @@ int run_list(const Argv& args, Streams io);
 int run_status(const Argv& args, Streams io);
 int run_cancel(const Argv& args, Streams io);
 int run_delete(const Argv& args, Streams io);
+int run_retry(const Argv& args, Streams io);
 int run_logs(const Argv& args, Streams io);
 int run_top(const Argv& args, Streams io);
 

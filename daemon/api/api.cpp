@@ -212,6 +212,7 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   router_.add({"GET", "/v1/jobs/{id}/events", true, bind(&Api::events)});
   router_.add({"GET", "/v1/jobs/{id}/logs", true, bind(&Api::logs)});
   router_.add({"POST", "/v1/jobs/{id}/cancel", true, bind(&Api::cancel)});
+  router_.add({"POST", "/v1/jobs/{id}/retry", true, bind(&Api::retry)});
   router_.add({"DELETE", "/v1/jobs/{id}", true, bind(&Api::remove)});
 }
 
@@ -545,6 +546,12 @@ HttpResponse Api::remove(HttpRequest& r) {
   const std::string id = r.params["id"];
   if (Status s = ctx_.supervisor->remove(id); !s.is_ok()) return error_response(s);
   return json_response(200, {{"id", id}, {"deleted", true}});
+}
+
+HttpResponse Api::retry(HttpRequest& r) {
+  auto job = ctx_.supervisor->retry_job(r.params["id"]);
+  if (!job.is_ok()) return error_response(job.status());
+  return HttpResponse::json(202, job_to_json(*job, ctx_.supervisor->job_dir(job->id)));
 }
 
 HttpResponse Api::cancel(HttpRequest& r) {

@@ -623,6 +623,24 @@ Status Supervisor::remove(const std::string& id) {
   return Status::ok();
 }
 
+Result<JobRecord> Supervisor::retry_job(const std::string& id) {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(JobRecord job, store_.get(id));
+  if (job.state != JobState::kFailed && job.state != JobState::kCancelled) {
+    return Status::failed_precondition("job " + id + " is " + to_string(job.state) +
+                                       (job.state == JobState::kSucceeded ? "; submit its spec again to train anew"
+                                                                          : "; only a failed or cancelled job is retried"));
+  }
+  JobUpdate u;
+  u.set("failures", 0).set("oom_restarts", 0).set("cancel_requested", 0);
+  u.set_null("cancel_sent_at").set_null("finished_at").set_null("next_attempt_at").set("exit_reason", "");
+  json data = {{"after", to_string(job.state)}, {"exit_reason", job.exit_reason}, {"attempts", job.attempts}};
+  TAILOR_RETURN_IF_ERROR(store_.transition(id, job.state, JobState::kQueued,
+                                           "retry requested: resumes from the last checkpoint", u, data.dump()));
+  wake();
+  return store_.get(id);
+}
+
 Result<JobRecord> Supervisor::cancel(const std::string& id) {
   std::lock_guard lock(mu_);
   TAILOR_ASSIGN_OR_RETURN(JobRecord job, store_.get(id));

@@ -77,6 +77,10 @@ class Supervisor {
   // for a job still queued or running; an IOError when the records went
   // but the folder could not (it names the folder).
   Status remove(const std::string& id);
+  // Puts a failed or cancelled job back in the queue with a fresh retry
+  // and re-plan budget; its runner resumes from the newest checkpoint.
+  // FailedPrecondition for a job that is queued, running or succeeded.
+  Result<JobRecord> retry_job(const std::string& id);
 
   std::string job_dir(const std::string& id) const;
   std::int64_t host_budget_bytes() const { return options_.host_budget_bytes; }

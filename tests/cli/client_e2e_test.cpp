@@ -128,6 +128,41 @@ TEST_F(ClientTest, CancelStopsARunningJobAndWaitReportsCancelled) {
   EXPECT_EQ(tailor(with_remote({"delete", id})).code, kExitInvalid);
 }
 
+TEST_F(ClientTest, ACancelledJobIsRetriedFromItsCheckpointAndASucceededOneIsNot) {
+  std::string text = daemon::testing::tiny_spec("client-retry", 40, 5);
+  const std::string rel = "data/tiny-corpus.txt";
+  text.replace(text.find(rel), rel.size(), std::string(TAILOR_SOURCE_DIR) + "/configs/" + rel);
+  const std::string spec = dir_.write("client-retry.yaml", text);
+  const Result sub = tailor(with_remote({"submit", "--quiet", spec}));
+  ASSERT_EQ(sub.code, kExitOk) << sub.err;
+  const std::string id = sub.out.substr(0, sub.out.find('\n'));
+  ASSERT_TRUE(daemon::testing::wait_for(
+      [&] {
+        const auto events = daemon_->get("/v1/jobs/" + id + "/events").json()["events"];
+        for (const auto& e : events) {
+          if (e.value("kind", "") == "runner.checkpoint") return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(120)));
+  const Result cancel = tailor(with_remote({"cancel", "--wait", id}));
+  ASSERT_EQ(cancel.code, kExitOk) << cancel.err;
+  const Result retry = tailor(with_remote({"retry", "--wait", "--output", "json", id}));
+  ASSERT_EQ(retry.code, kExitOk) << retry.err;
+  const auto job = nlohmann::json::parse(retry.out);
+  EXPECT_EQ(job["state"], "succeeded");
+  EXPECT_EQ(job["last_step"], 40);
+  int resumed = 0;
+  const auto events = daemon_->get("/v1/jobs/" + id + "/events").json();
+  for (const auto& e : events["events"]) {
+    resumed += e.value("kind", "") == "runner.resume";
+  }
+  EXPECT_EQ(resumed, 1) << events.dump(1);
+  const Result again = tailor(with_remote({"retry", id}));
+  EXPECT_NE(again.code, kExitOk);
+  EXPECT_NE(again.err.find("submit its spec again"), std::string::npos) << again.err;
+}
+
 // The id of the one job once it runs; empty if it never does.
 std::string running_job(const DaemonProcess& d) {
   std::string id;
@@ -213,7 +248,7 @@ TEST(ClientWithoutDaemonTest, SaysWhereItLookedWhenNothingListens) {
 }
 
 TEST(ClientWithoutDaemonTest, EveryClientCommandHasHelp) {
-  for (const char* cmd : {"submit", "list", "status", "logs", "cancel", "delete", "top"}) {
+  for (const char* cmd : {"submit", "list", "status", "logs", "cancel", "retry", "delete", "top"}) {
     const Result r = tailor({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_NE(r.out.find(std::string("usage: tailor ") + cmd), std::string::npos) << cmd;
