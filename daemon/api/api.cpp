@@ -1,5 +1,6 @@
 #include "daemon/api/api.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -10,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/units.h"
+#include "daemon/api/event_stream.h"
 #include "daemon/api/openapi_document.h"
+#include "daemon/api/resource_json.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/http/errors.h"
 
@@ -21,55 +24,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr std::int64_t kMaxPageSize = 500;
-
-json time_json(std::optional<double> t) {
-  if (!t) return nullptr;
-  const auto secs = static_cast<std::time_t>(*t);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[96];
-  const int ms = static_cast<int>((*t - static_cast<double>(secs)) * 1000.0);
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, std::max(0, std::min(ms, 999)));
-  return buf;
-}
-
-template <class T>
-json opt_json(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-
-// `compact_plan` (JSON text) replaces the whole plan document when given.
-json job_json(const JobRecord& j, const std::string& output_dir, const std::string* compact_plan = nullptr) {
-  json out = {{"id", j.id},
-              {"name", j.name},
-              {"state", to_string(j.state)},
-              {"priority", j.priority},
-              {"labels", j.labels},
-              {"created_at", time_json(j.created_at)},
-              {"updated_at", time_json(j.updated_at)},
-              {"started_at", time_json(j.started_at)},
-              {"finished_at", time_json(j.finished_at)},
-              {"attempts", j.attempts},
-              {"retries", j.retries},
-              {"failures", j.failures},
-              {"oom_restarts", j.oom_restarts},
-              {"next_attempt_at", time_json(j.next_attempt_at)},
-              {"cancel_requested", j.cancel_requested},
-              {"pid", opt_json(j.pid)},
-              {"last_step", opt_json(j.last_step)},
-              {"peak_bytes", opt_json(j.peak_bytes)},
-              {"reserved_bytes", j.estimated_bytes},
-              {"memory_limit_bytes", opt_json(j.memory_limit_bytes)},
-              {"gpus", j.assigned_gpus},
-              {"exit_code", opt_json(j.exit_code)},
-              {"exit_signal", opt_json(j.exit_signal)},
-              {"exit_reason", j.exit_reason.empty() ? json(nullptr) : json(j.exit_reason)},
-              {"output_dir", output_dir}};
-  const json plan = json::parse(compact_plan != nullptr ? *compact_plan : j.plan_json, nullptr, false);
-  out["plan"] = plan.is_discarded() ? json(nullptr) : plan;
-  return out;
-}
 
 HttpResponse json_response(int status, const json& body) { return HttpResponse::json(status, body.dump()); }
 
@@ -471,41 +425,39 @@ HttpResponse Api::metrics_of(HttpRequest& r) {
   auto rows = ctx_.store->metrics(id, *since, *limit);
   if (!rows.is_ok()) return error_response(rows.status());
   json arr = json::array();
-  for (const StepMetric& m : *rows) {
-    json mem = {{"allocated_bytes", opt_json(m.allocated_bytes)}, {"peak_bytes", opt_json(m.peak_bytes)}};
-    for (const auto& [k, v] : m.component_bytes) mem[k] = v;
-    arr.push_back({{"step", m.step},
-                   {"rank", m.rank},
-                   {"attempt", m.attempt},
-                   {"time", m.time},
-                   {"loss", opt_json(m.loss)},
-                   {"lr", opt_json(m.lr)},
-                   {"grad_norm", opt_json(m.grad_norm)},
-                   {"tokens", opt_json(m.tokens)},
-                   {"tokens_per_second", opt_json(m.tokens_per_second)},
-                   {"step_seconds", opt_json(m.step_seconds)},
-                   {"memory", mem}});
-  }
+  for (const StepMetric& m : *rows) arr.push_back(step_json(m));
   return json_response(200, {{"job_id", id}, {"metrics", arr}});
 }
 
 HttpResponse Api::events(HttpRequest& r) {
   auto after = int_param(r, "after_id", 0, 0, INT64_MAX);
   if (!after.is_ok()) return error_response(after.status());
+  auto follow = bool_param(r, "follow");
+  if (!follow.is_ok()) return error_response(follow.status());
   const std::string id = r.params["id"];
   auto job = ctx_.store->get(id);
   if (!job.is_ok()) return error_response(job.status());
+  if (*follow) {
+    // A reconnecting EventSource says where it stopped.
+    std::int64_t from = *after;
+    if (const std::string last = r.header("last-event-id"); !last.empty()) {
+      const auto [end, ec] = std::from_chars(last.data(), last.data() + last.size(), from);
+      if (ec != std::errc() || end != last.data() + last.size() || from < 0) {
+        return error_response(400, "invalid_argument", "Last-Event-ID: expected an event id, got '" + last + "'");
+      }
+    }
+    auto since = int_param(r, "since_step", job->last_step.value_or(0), 0, INT64_MAX);
+    if (!since.is_ok()) return error_response(since.status());
+    HttpResponse res;
+    res.content_type = "text/event-stream";
+    res.headers.emplace_back("Cache-Control", "no-cache");
+    res.stream = job_event_stream(*ctx_.store, id, ctx_.supervisor->job_dir(id), from, *since);
+    return res;
+  }
   auto rows = ctx_.store->events(id, *after);
   if (!rows.is_ok()) return error_response(rows.status());
   json arr = json::array();
-  for (const EventRecord& e : *rows) {
-    json o = {{"id", e.id},   {"time", time_json(e.time)}, {"kind", e.kind},
-              {"message", e.message}, {"from_state", e.from_state.empty() ? json(nullptr) : json(e.from_state)},
-              {"to_state", e.to_state.empty() ? json(nullptr) : json(e.to_state)}};
-    const json data = e.data_json.empty() ? json(nullptr) : json::parse(e.data_json, nullptr, false);
-    o["data"] = data.is_discarded() ? json(nullptr) : data;
-    arr.push_back(std::move(o));
-  }
+  for (const EventRecord& e : *rows) arr.push_back(event_json(e));
   return json_response(200, {{"job_id", id}, {"events", arr}});
 }
 

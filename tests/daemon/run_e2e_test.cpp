@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <iostream>
 
 #include "daemon/store/job_store.h"
@@ -296,6 +297,81 @@ TEST(RunE2eTest, LogsFollowStreamsUntilTheJobEnds) {
   EXPECT_EQ(r.headers.at("transfer-encoding"), "chunked");
   EXPECT_NE(r.body.find("step 5/5"), std::string::npos) << r.body;
   EXPECT_EQ(d.job(id)["state"], "succeeded");  // the stream ended with the job
+}
+
+// One server-sent event: its id (0: none), type and data.
+struct Sse {
+  std::int64_t id = 0;
+  std::string event;
+  json data;
+};
+
+// Parses a text/event-stream body (fields "id", "event", "data"; comments
+// and "retry" skipped).
+std::vector<Sse> parse_sse(const std::string& body) {
+  std::vector<Sse> out;
+  Sse cur;
+  std::istringstream in(body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) {
+      if (!cur.event.empty()) out.push_back(cur);
+      cur = Sse{};
+    } else if (line.rfind("id: ", 0) == 0) {
+      cur.id = std::stoll(line.substr(4));
+    } else if (line.rfind("event: ", 0) == 0) {
+      cur.event = line.substr(7);
+    } else if (line.rfind("data: ", 0) == 0) {
+      cur.data = json::parse(line.substr(6), nullptr, false);
+    }
+  }
+  return out;
+}
+
+TEST(RunE2eTest, TheEventStreamCarriesEveryEventStepAndChangeUntilTheJobEnds) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"));
+  ASSERT_TRUE(d.ok());
+  const std::string id = submit(d, tiny_spec("stream", 8, 0));
+  const auto r = d.get("/v1/jobs/" + id + "/events?follow=true");
+  ASSERT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.headers.at("content-type"), "text/event-stream");
+  EXPECT_EQ(r.body.rfind("retry: 2000\n\n", 0), 0u) << r.body.substr(0, 200);
+  const auto all = parse_sse(r.body);
+  ASSERT_FALSE(all.empty());
+  // Every stored event once, in order, with its id.
+  const json stored = d.get("/v1/jobs/" + id + "/events").json()["events"];
+  std::vector<std::int64_t> ids;
+  std::vector<int> steps;
+  for (const Sse& e : all) {
+    if (e.id > 0) {
+      ids.push_back(e.id);
+      EXPECT_EQ(e.event, e.data["kind"]);
+    }
+    if (e.event == "step") steps.push_back(e.data["step"].get<int>());
+  }
+  ASSERT_EQ(ids.size(), stored.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], stored[i]["id"].get<std::int64_t>());
+  EXPECT_EQ(steps, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_GE(std::count_if(all.begin(), all.end(), [](const Sse& e) { return e.event == "job"; }), 2);
+  EXPECT_EQ(all.back().event, "end");
+  EXPECT_EQ(all.back().data["state"], "succeeded");
+  EXPECT_TRUE(all.back().data["plan"].is_null());  // the stream leaves the plan out
+  // A reconnecting client says where it stopped and gets only what followed.
+  const std::int64_t middle = ids[ids.size() / 2];
+  const auto again = http_request(d.address(), "GET", "/v1/jobs/" + id + "/events?follow=true", {},
+                                  {{"Authorization", "Bearer " + d.token()}, {"Last-Event-ID", std::to_string(middle)}});
+  ASSERT_EQ(again.status, 200) << again.error;
+  const auto rest = parse_sse(again.body);
+  std::size_t after = 0;
+  for (const Sse& e : rest) {
+    if (e.id > 0) {
+      EXPECT_GT(e.id, middle);
+      ++after;
+    }
+  }
+  EXPECT_EQ(after, ids.size() - ids.size() / 2 - 1);
+  EXPECT_EQ(rest.back().event, "end");
 }
 
 TEST(RunE2eTest, CancelStopsTheRunnerAndLeavesNoProcess) {

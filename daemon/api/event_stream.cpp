@@ -1,0 +1,91 @@
+#include "daemon/api/event_stream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "daemon/api/resource_json.h"
+
+namespace tailor::daemon {
+namespace {
+
+constexpr auto kKeepAlive = std::chrono::seconds(15);
+constexpr std::int64_t kBatch = 1000;  // rows per poll; the rest come next poll
+
+struct StreamState {
+  std::string id;
+  std::string output_dir;
+  std::int64_t after_id = 0;
+  std::int64_t since_step = 0;
+  std::string last_job;  // the last `job` data sent
+  bool opened = false;
+  std::chrono::steady_clock::time_point last_sent = std::chrono::steady_clock::now();
+};
+
+void append(std::string& out, const char* event, const std::string& data, const std::int64_t* id = nullptr) {
+  if (id != nullptr) out += "id: " + std::to_string(*id) + "\n";
+  out += "event: ";
+  out += event;
+  out += "\ndata: " + data + "\n\n";
+}
+
+}  // namespace
+
+StreamPoll job_event_stream(JobStore& store, const std::string& id, const std::string& output_dir,
+                            std::int64_t after_id, std::int64_t since_step) {
+  auto st = std::make_shared<StreamState>();
+  st->id = id;
+  st->output_dir = output_dir;
+  st->after_id = after_id;
+  st->since_step = since_step;
+  return [&store, st](std::string& out) {
+    if (!st->opened) {
+      out += "retry: 2000\n\n";  // reconnect after 2 s (with Last-Event-ID)
+      st->opened = true;
+    }
+    // The job first: if it has finished, every event of it is stored by
+    // now (a transition and its event commit together), so what follows
+    // drains the stream.
+    auto job = store.get(st->id);
+    if (!job.is_ok()) return false;  // deleted meanwhile
+    auto events = store.events(st->id, st->after_id, kBatch);
+    if (!events.is_ok()) return false;
+    for (const EventRecord& e : *events) {
+      append(out, e.kind.c_str(), event_json(e).dump(), &e.id);
+      st->after_id = e.id;
+    }
+    auto steps = store.metrics(st->id, st->since_step, kBatch);
+    if (!steps.is_ok()) return false;
+    // A full batch may end inside a step (one row per rank): that step
+    // comes whole with the next poll.
+    const bool full = static_cast<std::int64_t>(steps->size()) == kBatch;
+    const std::int64_t cut = full && !steps->empty() ? steps->back().step : INT64_MAX;
+    for (const StepMetric& m : *steps) {
+      if (m.step >= cut) break;
+      append(out, "step", step_json(m).dump());
+      st->since_step = std::max(st->since_step, m.step);
+    }
+    static const std::string kNoPlan = "null";
+    const std::string now = job_json(*job, st->output_dir, &kNoPlan).dump();
+    const bool drained = static_cast<std::int64_t>(events->size()) < kBatch && !full;
+    if (is_terminal(job->state) && drained) {
+      append(out, "end", now);
+      return false;
+    }
+    if (now != st->last_job) {
+      append(out, "job", now);
+      st->last_job = now;
+    }
+    const auto t = std::chrono::steady_clock::now();
+    if (!out.empty()) {
+      st->last_sent = t;
+    } else if (t - st->last_sent >= kKeepAlive) {
+      out = ": keep-alive\n\n";
+      st->last_sent = t;
+    }
+    return true;
+  };
+}
+
+}  // namespace tailor::daemon
