@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "cli/sse_reader.h"
 #include "core/units.h"
 
 namespace tailor::cli {
@@ -91,44 +93,57 @@ bool stderr_is_terminal(Streams io) { return &io.err == &std::cerr && isatty(STD
 
 namespace {
 
-// get_json through `client`, riding out a tailord that cannot be reached:
+// A connection to tailord that rides out its absence: after a failure,
 // every `reconnect.interval` a fresh client (a restarted tailord may listen
-// elsewhere) until one answers or `reconnect.window` has passed.
-class Poller {
+// elsewhere), until one answers or `reconnect.window` has passed.
+class Link {
  public:
-  Poller(const RestClient& client, const Reconnect& reconnect, Streams io, bool redraw, bool quiet)
+  Link(const RestClient& client, const Reconnect& reconnect, Streams io, bool redraw, bool quiet)
       : client_(client), reconnect_(reconnect), io_(io), clear_(redraw ? "\r\033[K" : ""), quiet_(quiet) {}
 
+  const RestClient& client() const { return client_; }
+
+  // get_json, waiting out an unreachable tailord.
   Result<Json> get(const std::string& target) {
     for (;;) {
       auto r = get_json(client_, target);
       if (r.is_ok() || r.status().code() != StatusCode::kUnavailable) {
-        if (r.is_ok() && lost_) {
-          if (!quiet_) io_.err << clear_ << "tailord is back at " << client_.endpoint().address() << "\n";
-          lost_.reset();
-        }
+        if (r.is_ok()) answered();
         return r;
       }
-      const auto now = std::chrono::steady_clock::now();
-      if (!lost_) {
-        lost_ = now;
-        if (!quiet_) {
-          io_.err << clear_ << r.status().message() << "\nwaiting up to "
-                  << format_duration(std::chrono::duration<double>(reconnect_.window).count())
-                  << " for tailord to come back\n";
-        }
-      }
-      if (now - *lost_ >= reconnect_.window) {
-        return Status::unavailable(
-            r.status().message() + "; gave up after " +
-            format_duration(std::chrono::duration<double>(reconnect_.window).count()) +
-            " (the job may still be running: tailor logs -f)");
-      }
-      std::this_thread::sleep_for(reconnect_.interval);
-      if (reconnect_.client) {
-        if (auto fresh = reconnect_.client(); fresh.is_ok()) client_ = std::move(fresh).value();
+      TAILOR_RETURN_IF_ERROR(wait_after(r.status()));
+    }
+  }
+
+  // tailord answered: says so if it had been away.
+  void answered() {
+    if (!lost_) return;
+    if (!quiet_) io_.err << clear_ << "tailord is back at " << client_.endpoint().address() << "\n";
+    lost_.reset();
+  }
+
+  // After `failure` (tailord unreachable): Ok once it is time to try again
+  // (with a fresh client), Unavailable when the window has passed.
+  Status wait_after(const Status& failure) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!lost_) {
+      lost_ = now;
+      if (!quiet_) {
+        io_.err << clear_ << failure.message() << "\nwaiting up to "
+                << format_duration(std::chrono::duration<double>(reconnect_.window).count())
+                << " for tailord to come back\n";
       }
     }
+    if (now - *lost_ >= reconnect_.window) {
+      return Status::unavailable(failure.message() + "; gave up after " +
+                                 format_duration(std::chrono::duration<double>(reconnect_.window).count()) +
+                                 " (the job may still be running: tailor logs -f)");
+    }
+    std::this_thread::sleep_for(reconnect_.interval);
+    if (reconnect_.client) {
+      if (auto fresh = reconnect_.client(); fresh.is_ok()) client_ = std::move(fresh).value();
+    }
+    return Status::ok();
   }
 
  private:
@@ -138,6 +153,85 @@ class Poller {
   const char* clear_;  // the progress line's, on a terminal
   bool quiet_;
   std::optional<std::chrono::steady_clock::time_point> lost_;
+};
+
+// What following a job has seen, and how it shows it.
+class FollowView {
+ public:
+  FollowView(Streams io, bool redraw, bool quiet) : io_(io), redraw_(redraw), quiet_(quiet) {}
+
+  std::int64_t last_event() const { return last_event_; }
+  std::int64_t step() const { return p_.step; }
+  bool done() const { return is_terminal_state(p_.state); }
+
+  void job(const Json& j) {
+    if (!j.is_object()) return;
+    p_.name = j.value("name", p_.name);
+    p_.state = j.value("state", p_.state);
+    if (j.contains("last_step") && j["last_step"].is_number_integer()) {
+      p_.step = std::max(p_.step, j["last_step"].get<std::int64_t>());
+    }
+  }
+
+  void event(std::int64_t id, const Json& e) {
+    last_event_ = std::max(last_event_, id);
+    const std::string kind = e.value("kind", "");
+    if (kind == "runner.start" && e.contains("data") && e["data"].is_object()) {
+      p_.total = e["data"].value("steps", p_.total);
+    }
+    // Transitions and what the daemon did about failures tell the story;
+    // routine runner events (checkpoints) stay out of the way.
+    const bool notable = kind == "state" || kind == "replan" || kind == "cancel" || kind == "recovered" ||
+                         kind == "lost" || kind == "runner.oom" || kind == "runner.error" || kind == "retry" ||
+                         kind == "runner.checkpoint_skipped" || kind == "runner.nonfinite_loss";
+    if (notable && !quiet_) {
+      if (redraw_) io_.err << "\r\033[K";
+      io_.err << e.value("message", kind) << "\n";
+    }
+  }
+
+  void step_row(const Json& m) {
+    if (m.value("rank", 0) != 0) return;
+    p_.step = m.value("step", p_.step);
+    if (m.contains("loss") && m["loss"].is_number()) p_.loss = m["loss"].get<double>();
+    if (m.contains("tokens_per_second") && m["tokens_per_second"].is_number()) {
+      p_.tokens_per_second = m["tokens_per_second"].get<double>();
+    }
+    if (m.contains("step_seconds") && m["step_seconds"].is_number()) {
+      rate_sum_ += m["step_seconds"].get<double>();
+      ++rate_steps_;
+    }
+    if (m.contains("memory") && m["memory"].is_object() && m["memory"].contains("peak_bytes") &&
+        m["memory"]["peak_bytes"].is_number()) {
+      p_.peak_bytes = std::max(p_.peak_bytes, m["memory"]["peak_bytes"].get<std::int64_t>());
+    }
+  }
+
+  void draw() {
+    if (rate_steps_ > 0 && p_.total > 0) {
+      p_.eta_seconds = rate_sum_ / static_cast<double>(rate_steps_) * static_cast<double>(p_.total - p_.step);
+    }
+    if (quiet_) return;
+    const bool finished = done();
+    if (redraw_) {
+      io_.err << "\r" << progress_line(p_, true) << "\033[K" << (finished ? "\n" : "") << std::flush;
+      return;
+    }
+    const std::int64_t every = std::max<std::int64_t>(1, (p_.total + 19) / 20);
+    // Nothing to show before the runner's first step but the events.
+    if (p_.step != last_printed_ && (finished || (p_.step > 0 && p_.step / every != last_printed_ / every))) {
+      io_.err << progress_line(p_, false) << "\n";
+      last_printed_ = p_.step;
+    }
+  }
+
+ private:
+  Streams io_;
+  bool redraw_, quiet_;
+  Progress p_;
+  std::int64_t last_event_ = 0, last_printed_ = -1;
+  double rate_sum_ = 0;  // seconds per step, smoothed over this run's steps
+  std::int64_t rate_steps_ = 0;
 };
 
 }  // namespace
@@ -168,71 +262,55 @@ Result<Reconnect> reconnect_options(const Args& args) {
 
 Result<Json> follow_job(const RestClient& client, const std::string& id, Streams io, bool redraw, bool quiet,
                         const Reconnect& reconnect) {
-  Poller poll(client, reconnect, io, redraw, quiet);
-  Progress p;
-  std::int64_t last_event = 0, last_printed = -1;
-  double rate_sum = 0;  // seconds per step, smoothed over this run's steps
-  std::int64_t rate_steps = 0;
+  Link link(client, reconnect, io, redraw, quiet);
+  FollowView view(io, redraw, quiet);
   const std::string base = "/v1/jobs/" + url_encode(id);
+  bool reconnecting = false;
   for (;;) {
-    TAILOR_ASSIGN_OR_RETURN(Json job, poll.get(base));
-    p.name = job.value("name", "");
-    p.state = job.value("state", "");
-
-    TAILOR_ASSIGN_OR_RETURN(Json events, poll.get(base + "/events?after_id=" + std::to_string(last_event)));
-    for (const Json& e : events.value("events", Json::array())) {
-      last_event = std::max<std::int64_t>(last_event, e.value("id", std::int64_t{0}));
-      const std::string kind = e.value("kind", "");
-      if (kind == "runner.start" && e.contains("data") && e["data"].is_object()) {
-        p.total = e["data"].value("steps", p.total);
-      }
-      // Transitions and what the daemon did about failures tell the story;
-      // routine runner events (checkpoints) stay out of the way.
-      const bool notable = kind == "state" || kind == "replan" || kind == "cancel" || kind == "recovered" || kind == "lost" ||
-                           kind == "runner.oom" || kind == "runner.error" || kind == "retry" ||
-                           kind == "runner.checkpoint_skipped" || kind == "runner.nonfinite_loss";
-      if (notable && !quiet) {
-        if (redraw) io.err << "\r\033[K";
-        io.err << e.value("message", kind) << "\n";
-      }
+    // The job's server-sent events (daemon/api/event_stream.h); after a
+    // reconnect, from where the last stream stopped.
+    std::string target = base + "/events?follow=true&after_id=" + std::to_string(view.last_event());
+    if (reconnecting) target += "&since_step=" + std::to_string(view.step());
+    SseReader reader;
+    std::optional<Json> ended;
+    std::string body;  // an error response's
+    auto status = link.client().stream(
+        target,
+        [&](const std::string& piece) {
+          link.answered();
+          if (body.size() < (64 << 10)) body += piece;
+          for (const SseMessage& m : reader.feed(piece)) {
+            const Json data = Json::parse(m.data, nullptr, /*allow_exceptions=*/false);
+            if (m.id) {
+              view.event(*m.id, data);
+            } else if (m.event == "step") {
+              view.step_row(data);
+            } else if (m.event == "job") {
+              view.job(data);
+            } else if (m.event == "end") {
+              view.job(data);
+              ended = data;
+            }
+          }
+          view.draw();
+          return !ended;
+        },
+        // tailord sends a keep-alive every 15 s: a minute of silence is a lost connection.
+        std::chrono::seconds(60));
+    if (ended) {
+      // The whole job (the stream leaves its plan out).
+      auto full = link.get(base);
+      if (full.is_ok()) return full;
+      return *ended;
     }
-
-    TAILOR_ASSIGN_OR_RETURN(Json metrics,
-                            poll.get(base + "/metrics?since_step=" + std::to_string(p.step) + "&limit=100000"));
-    for (const Json& m : metrics.value("metrics", Json::array())) {
-      if (m.value("rank", 0) != 0) continue;
-      p.step = m.value("step", p.step);
-      if (m.contains("loss") && m["loss"].is_number()) p.loss = m["loss"].get<double>();
-      if (m.contains("tokens_per_second") && m["tokens_per_second"].is_number()) {
-        p.tokens_per_second = m["tokens_per_second"].get<double>();
-      }
-      if (m.contains("step_seconds") && m["step_seconds"].is_number()) {
-        rate_sum += m["step_seconds"].get<double>();
-        ++rate_steps;
-      }
-      if (m.contains("memory") && m["memory"].is_object() && m["memory"].contains("peak_bytes") &&
-          m["memory"]["peak_bytes"].is_number()) {
-        p.peak_bytes = std::max(p.peak_bytes, m["memory"]["peak_bytes"].get<std::int64_t>());
-      }
-    }
-    if (rate_steps > 0 && p.total > 0) {
-      p.eta_seconds = rate_sum / static_cast<double>(rate_steps) * static_cast<double>(p.total - p.step);
-    }
-    const bool done = is_terminal_state(p.state);
-    if (!quiet) {
-      if (redraw) {
-        io.err << "\r" << progress_line(p, true) << "\033[K" << (done ? "\n" : "") << std::flush;
-      } else {
-        const std::int64_t every = std::max<std::int64_t>(1, (p.total + 19) / 20);
-        // Nothing to show before the runner's first step but the events.
-        if (p.step != last_printed && (done || (p.step > 0 && p.step / every != last_printed / every))) {
-          io.err << progress_line(p, false) << "\n";
-          last_printed = p.step;
-        }
-      }
-    }
-    if (done) return job;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (status.is_ok() && *status >= 300) return http_error(HttpResponse{*status, body, {}}, link.client().endpoint());
+    // Unreachable, or the stream broke off (tailord stopped): wait for it.
+    const Status lost = status.is_ok() ? Status::unavailable("tailord at " + link.client().endpoint().address() +
+                                                             " closed the job's event stream")
+                                       : status.status();
+    if (lost.code() != StatusCode::kUnavailable) return lost;
+    TAILOR_RETURN_IF_ERROR(link.wait_after(lost));
+    reconnecting = true;
   }
 }
 

@@ -59,11 +59,13 @@ struct Reconnect {
 Result<Reconnect> reconnect_options(const Args& args);
 extern const char* const kReconnectHelp;
 
-// Polls a job until it reaches a terminal state, redrawing a progress line on
-// stderr when `redraw` (a terminal) and printing a plain line every ~5% of
-// the steps otherwise, plus the job's notable events (re-plans, OOM,
-// retries). Returns the final job; Unavailable when tailord stayed
-// unreachable for the whole reconnect window (the job's outcome unknown).
+// Follows a job through its server-sent event stream (one connection, no
+// polling; resumed where it stopped after a reconnect) until it reaches a
+// terminal state, redrawing a progress line on stderr when `redraw` (a
+// terminal) and printing a plain line every ~5% of the steps otherwise,
+// plus the job's notable events (re-plans, OOM, retries). Returns the final
+// job; Unavailable when tailord stayed unreachable for the whole reconnect
+// window (the job's outcome unknown).
 Result<Json> follow_job(const RestClient& client, const std::string& id, Streams io, bool redraw, bool quiet,
                         const Reconnect& reconnect = {});
 

@@ -64,6 +64,23 @@ TEST_F(ClientTest, SubmitWaitFollowsTheJobToSuccessAndListAndStatusShowIt) {
     EXPECT_TRUE(job.contains(key)) << key;
   }
   const std::string id = job["id"];
+  // It followed the job's event stream, not by polling: one stream and one
+  // read of the whole job at the end.
+  const std::string exposition = daemon_->get("/metrics").body;
+  auto requests = [&](const std::string& route) {
+    double n = 0;
+    const std::string key = "route=\"" + route + "\"";
+    std::istringstream lines(exposition);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("tailor_http_requests_total{", 0) == 0 && line.find(key) != std::string::npos) {
+        n += std::stod(line.substr(line.rfind(' ') + 1));
+      }
+    }
+    return n;
+  };
+  EXPECT_EQ(requests("/v1/jobs/{id}/events"), 1) << exposition;
+  EXPECT_EQ(requests("/v1/jobs/{id}"), 1) << exposition;
+  EXPECT_EQ(requests("/v1/jobs/{id}/metrics"), 0) << exposition;
 
   const Result list = tailor(with_remote({"list", "--output", "json"}));
   ASSERT_EQ(list.code, kExitOk) << list.err;
