@@ -42,7 +42,8 @@ void SseReader::line(const std::string& text, std::vector<SseMessage>& out) {
   } else if (field == "id") {
     std::int64_t id = 0;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), id);
-    current_.id = ec == std::errc() && end == value.data() + value.size() ? std::optional<std::int64_t>(id) : std::nullopt;
+    current_.id =
+        ec == std::errc() && end == value.data() + value.size() ? std::optional<std::int64_t>(id) : std::nullopt;
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/units.h"
 #include "daemon/api/event_stream.h"
+#include "daemon/api/job_files.h"
 #include "daemon/api/openapi_document.h"
 #include "daemon/api/resource_json.h"
 #include "daemon/executor/run_files.h"
@@ -165,6 +166,7 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   router_.add({"GET", "/v1/jobs/{id}/metrics", true, bind(&Api::metrics_of)});
   router_.add({"GET", "/v1/jobs/{id}/events", true, bind(&Api::events)});
   router_.add({"GET", "/v1/jobs/{id}/logs", true, bind(&Api::logs)});
+  router_.add({"GET", "/v1/jobs/{id}/files", true, bind(&Api::files)});
   router_.add({"POST", "/v1/jobs/{id}/cancel", true, bind(&Api::cancel)});
   router_.add({"POST", "/v1/jobs/{id}/retry", true, bind(&Api::retry)});
   router_.add({"DELETE", "/v1/jobs/{id}", true, bind(&Api::remove)});
@@ -196,7 +198,7 @@ HttpResponse Api::handle(HttpRequest& request) {
         res = m.route->handler(request);
         // Conditional reads: a poller that sends back the ETag it had gets
         // 304 and no body while nothing changed.
-        if (request.method == "GET" && res.status == 200 && !res.stream && m.route->authenticated) {
+        if (request.method == "GET" && res.status == 200 && !res.stream && !res.file && m.route->authenticated) {
           const std::string tag = etag_of(res.body);
           res.headers.emplace_back("ETag", tag);
           if (none_match_names(request.header("if-none-match"), tag)) {
@@ -492,6 +494,15 @@ HttpResponse Api::logs(HttpRequest& r) {
     return j.is_ok() && !is_terminal(j->state);
   };
   return res;
+}
+
+HttpResponse Api::files(HttpRequest& r) {
+  const std::string id = r.params["id"];
+  auto job = ctx_.store->get(id);
+  if (!job.is_ok()) return error_response(job.status());
+  const std::string path = r.query_value("path");
+  if (path.empty()) return list_job_files(id, ctx_.supervisor->job_dir(id));
+  return job_file(ctx_.supervisor->job_dir(id), path, r);
 }
 
 HttpResponse Api::remove(HttpRequest& r) {

@@ -51,6 +51,7 @@ class Api {
   HttpResponse logs(HttpRequest& r);
   HttpResponse cancel(HttpRequest& r);
   HttpResponse retry(HttpRequest& r);
+  HttpResponse files(HttpRequest& r);
   HttpResponse remove(HttpRequest& r);
   // The plan's verdict and strategy for listings (JSON text), cached by job
   // and plan text: parsing each stored plan dominated GET /v1/jobs.

@@ -52,8 +52,11 @@ json job_json(const JobRecord& j, const std::string& output_dir, const std::stri
 }
 
 json event_json(const EventRecord& e) {
-  json o = {{"id", e.id},           {"time", time_json(e.time)}, {"kind", e.kind},
-            {"message", e.message}, {"from_state", e.from_state.empty() ? json(nullptr) : json(e.from_state)},
+  json o = {{"id", e.id},
+            {"time", time_json(e.time)},
+            {"kind", e.kind},
+            {"message", e.message},
+            {"from_state", e.from_state.empty() ? json(nullptr) : json(e.from_state)},
             {"to_state", e.to_state.empty() ? json(nullptr) : json(e.to_state)}};
   const json data = e.data_json.empty() ? json(nullptr) : json::parse(e.data_json, nullptr, false);
   o["data"] = data.is_discarded() ? json(nullptr) : data;
@@ -62,7 +65,8 @@ json event_json(const EventRecord& e) {
 
 json step_json(const StepMetric& m) {
   json mem = {{"allocated_bytes", opt_json(m.allocated_bytes)}, {"peak_bytes", opt_json(m.peak_bytes)}};
-  for (const auto& [k, v] : m.component_bytes) mem[k] = v;
+  for (const auto& [k, v] : m.component_bytes)
+    mem[k] = v;
   return {{"step", m.step},
           {"rank", m.rank},
           {"attempt", m.attempt},

@@ -2,8 +2,11 @@
 // tests use without seeing Boost.Beast (which stays inside server.cpp).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,12 +38,22 @@ struct HttpRequest {
 // time; must not block.
 using StreamPoll = std::function<bool(std::string& out)>;
 
+// Bytes of an open file sent as the body, with their Content-Length, read
+// as they are written (a model of gigabytes is never held in memory). The
+// descriptor closes with the last copy.
+struct FileBody {
+  std::shared_ptr<const int> fd;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+
 struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
   StreamPoll stream;  // when set: sent chunked, `body` is ignored
+  std::optional<FileBody> file;  // when set: sent from the file, `body` is ignored
 
   static HttpResponse json(int status, std::string body) {
     HttpResponse r;

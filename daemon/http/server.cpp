@@ -3,6 +3,9 @@
 // the code is this project's own.
 #include "daemon/http/server.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <map>
@@ -31,6 +34,49 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 namespace {
+
+// A Beast body that sends `length` bytes of a file from `offset` (Beast's
+// own file_body always sends the whole file): what a Range request asks.
+struct FileSliceBody {
+  struct value_type {
+    beast::file file;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+  };
+
+  static std::uint64_t size(const value_type& v) { return v.length; }
+
+  class writer {
+   public:
+    using const_buffers_type = net::const_buffer;
+
+    template <bool isRequest, class Fields>
+    writer(http::header<isRequest, Fields>&, value_type& body) : body_(body), remain_(body.length) {}
+
+    void init(beast::error_code& ec) { body_.file.seek(body_.offset, ec); }
+
+    boost::optional<std::pair<const_buffers_type, bool>> get(beast::error_code& ec) {
+      const auto amount = static_cast<std::size_t>(std::min<std::uint64_t>(remain_, sizeof buf_));
+      if (amount == 0) {
+        ec = {};
+        return boost::none;
+      }
+      const std::size_t n = body_.file.read(buf_, amount, ec);
+      if (ec) return boost::none;
+      if (n == 0) {
+        ec = http::error::short_read;  // the file shrank while it was sent
+        return boost::none;
+      }
+      remain_ -= n;
+      return {{const_buffers_type(buf_, n), remain_ > 0}};
+    }
+
+   private:
+    value_type& body_;
+    std::uint64_t remain_;
+    char buf_[64 << 10];
+  };
+};
 
 class Session;
 
@@ -161,6 +207,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void send(HttpResponse res, bool keep_alive, bool drain) {
     if (res.stream) return start_stream(std::move(res));
+    if (res.file) return send_file(std::move(res), keep_alive);
     auto out = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(res.status), 11);
     out->set(http::field::server, "tailord");
     out->set(http::field::content_type, res.content_type);
@@ -175,6 +222,39 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!keep_alive) return self->close();
       self->read_request();
     });
+  }
+
+  void send_file(HttpResponse res, bool keep_alive) {
+    auto out = std::make_shared<http::response<FileSliceBody>>(static_cast<http::status>(res.status), 11);
+    out->set(http::field::server, "tailord");
+    out->set(http::field::content_type, res.content_type);
+    for (const auto& [k, v] : res.headers) out->set(k, v);
+    out->keep_alive(keep_alive);
+    // A descriptor of its own: the response's copy closes with it.
+    const int fd = ::dup(*res.file->fd);
+    if (fd < 0) {
+      return send(error_response(500, "internal", "cannot send the file: out of descriptors"), false, false);
+    }
+    out->body().file.native_handle(fd);
+    out->body().offset = res.file->offset;
+    out->body().length = res.file->length;
+    out->prepare_payload();
+    auto sr = std::make_shared<http::response_serializer<FileSliceBody>>(*out);
+    write_file_part(out, sr, keep_alive);
+  }
+
+  // Piece by piece, each under the write timeout: a big file to a slow
+  // client is fine, a client that stops reading is not.
+  void write_file_part(const std::shared_ptr<http::response<FileSliceBody>>& out,
+                       const std::shared_ptr<http::response_serializer<FileSliceBody>>& sr, bool keep_alive) {
+    stream_.expires_after(options_.write_timeout);
+    http::async_write_some(stream_, *sr,
+                           [self = shared_from_this(), out, sr, keep_alive](beast::error_code ec, std::size_t) {
+                             if (ec) return self->close();
+                             if (!sr->is_done()) return self->write_file_part(out, sr, keep_alive);
+                             if (!keep_alive) return self->close();
+                             self->read_request();
+                           });
   }
 
   // After refusing a request whose body is still arriving: stop sending,

@@ -9,11 +9,13 @@ namespace {
 
 TEST(SseReaderTest, MessagesSplitAtAnyByteComeOutWhole) {
   const std::string body =
-      "retry: 2000\n\n: keep-alive\n\nid: 7\nevent: state\ndata: {\"a\":1}\n\nevent: step\r\ndata: x\r\ndata: y\r\n\r\n";
+      "retry: 2000\n\n: keep-alive\n\nid: 7\nevent: state\ndata: {\"a\":1}\n\nevent: step\r\ndata: x\r\ndata: "
+      "y\r\n\r\n";
   for (std::size_t cut = 0; cut <= body.size(); ++cut) {
     SseReader reader;
     auto messages = reader.feed(body.substr(0, cut));
-    for (auto& m : reader.feed(body.substr(cut))) messages.push_back(std::move(m));
+    for (auto& m : reader.feed(body.substr(cut)))
+      messages.push_back(std::move(m));
     ASSERT_EQ(messages.size(), 2u) << "cut at " << cut;
     EXPECT_EQ(messages[0].id, 7);
     EXPECT_EQ(messages[0].event, "state");

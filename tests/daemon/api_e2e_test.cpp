@@ -142,6 +142,76 @@ TEST(ApiE2eTest, AFinishedJobIsDeletedWithItsRecordsAndFolderAndAnUnfinishedOneI
   EXPECT_EQ(http_request(d.address(), "DELETE", "/v1/jobs/" + id).status, 401);
 }
 
+// Downloads: the listing, a whole file with its length, byte ranges for a
+// resumed download, If-Range, 416, and no way out of the job's folder.
+TEST(ApiE2eTest, AJobsFilesAreListedAndDownloadedWholeOrByRange) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+  const auto made = d.post("/v1/jobs", tiny_spec("files", 5, 100));
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string id = made.json()["id"];
+  ASSERT_TRUE(wait_for([&] { return d.job(id).value("failures", 0) == 1; }, std::chrono::seconds(30)));
+  // What a finished run leaves, written here: a model of 300 kB.
+  const std::string folder = dir.file("data/jobs/" + id);
+  std::filesystem::create_directories(folder + "/model");
+  std::string model(300000, '\0');
+  for (std::size_t i = 0; i < model.size(); ++i) model[i] = static_cast<char>((i * 7919) % 251);
+  std::ofstream(folder + "/model/model.safetensors", std::ios::binary) << model;
+  std::ofstream(dir.file("secret")) << "not the job's";
+  std::filesystem::create_symlink(dir.file("secret"), folder + "/link");
+  std::filesystem::create_directories(folder + "/checkpoints/step-000010.tmp");
+
+  const std::string base = "/v1/jobs/" + id + "/files";
+  const auto listing = d.get(base);
+  ASSERT_EQ(listing.status, 200) << listing.body;
+  std::set<std::string> paths;
+  const auto listed = listing.json();
+  for (const auto& f : listed["files"]) paths.insert(f["path"].get<std::string>());
+  EXPECT_TRUE(paths.count("model/model.safetensors")) << listing.body;
+  EXPECT_TRUE(paths.count("plan.json")) << listing.body;
+  EXPECT_TRUE(paths.count("runner.log")) << listing.body;
+  for (const auto& p : paths) {
+    EXPECT_EQ(p.find("heartbeat"), std::string::npos) << p;
+    EXPECT_NE(p, "runner.lock");
+    EXPECT_NE(p, "link");
+    EXPECT_EQ(p.find(".tmp"), std::string::npos) << p;
+  }
+
+  const std::string target = base + "?path=model/model.safetensors";
+  const auto whole = d.get(target);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(whole.body, model);
+  EXPECT_EQ(whole.headers.at("content-length"), std::to_string(model.size()));
+  EXPECT_EQ(whole.headers.at("accept-ranges"), "bytes");
+  const std::string tag = whole.headers.at("etag");
+  const std::map<std::string, std::string> auth = {{"Authorization", "Bearer " + d.token()}};
+  auto with = [&](std::map<std::string, std::string> h) {
+    h.insert(auth.begin(), auth.end());
+    return http_request(d.address(), "GET", target, {}, h);
+  };
+  // The rest of a download interrupted at 100,000 bytes.
+  const auto rest = with({{"Range", "bytes=100000-"}, {"If-Range", tag}});
+  ASSERT_EQ(rest.status, 206) << rest.body;
+  EXPECT_EQ(rest.body, model.substr(100000));
+  EXPECT_EQ(rest.headers.at("content-range"), "bytes 100000-299999/300000");
+  EXPECT_EQ(with({{"Range", "bytes=-10"}}).body, model.substr(299990));
+  // A range of another version of the file gets the whole current one.
+  const auto changed = with({{"Range", "bytes=100000-"}, {"If-Range", "\"stale\""}});
+  EXPECT_EQ(changed.status, 200);
+  EXPECT_EQ(changed.body.size(), model.size());
+  const auto beyond = with({{"Range", "bytes=300000-"}});
+  EXPECT_EQ(beyond.status, 416);
+  EXPECT_EQ(beyond.headers.at("content-range"), "bytes */300000");
+
+  for (const char* bad : {"../../tailor.db", "/etc/passwd", "link", "runner.lock", "model", "checkpoints/step-000010.tmp"}) {
+    const auto r = d.get(base + "?path=" + bad);
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
+  }
+  EXPECT_EQ(d.get(base + "?path=nothing.bin").status, 404);
+  EXPECT_EQ(http_request(d.address(), "GET", target).status, 401);
+}
+
 TEST(ApiE2eTest, TokenFileIsPrivate) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
