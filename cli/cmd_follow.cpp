@@ -41,10 +41,6 @@ options:
                        once
 )";
 
-std::string help_of(const char* h) {
-  return std::string(h) + kRemoteFlagsHelp + "  -h, --help          show this help\n";
-}
-
 std::string pad(std::string s, std::size_t width) {
   if (s.size() < width) s.resize(width, ' ');
   return s;

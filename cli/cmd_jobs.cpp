@@ -65,40 +65,6 @@ options:
   --output FORMAT      text (default) or json (the job object)
 )";
 
-std::string help_of(const char* h) {
-  return std::string(h) + kRemoteFlagsHelp + "  -h, --help          show this help\n";
-}
-
-struct Remote {
-  std::optional<RestClient> client;
-  std::string output = "text";
-  int exit_code = kExitOk;
-};
-
-// Parses the common flags; on failure `client` is empty and exit_code set.
-Remote connect(const Args& args, const char* name, Streams io) {
-  Remote r;
-  r.output = args.get("output", "text");
-  if (r.output != "text" && r.output != "json") {
-    io.err << "tailor " << name << ": --output must be text or json, got " << quote(r.output) << "\n";
-    r.exit_code = kExitUsage;
-    return r;
-  }
-  auto e = resolve_endpoint(args);
-  if (!e.is_ok()) {
-    io.err << "tailor " << name << ": " << e.status().message() << "\n";
-    r.exit_code = kExitUsage;
-    return r;
-  }
-  r.client.emplace(*e);
-  return r;
-}
-
-int fail(const char* name, const Status& s, Streams io) {
-  io.err << "tailor " << name << ": " << s.message() << "\n";
-  return s.code() == StatusCode::kNotFound ? kExitInvalid : kExitRunFailed;
-}
-
 std::string str(const Json& j, const char* key, const std::string& fallback = "-") {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   if (j[key].is_string()) return j[key].get<std::string>();
@@ -129,14 +95,14 @@ int run_list(const Argv& argv, Streams io) {
     io.err << "tailor list: unexpected argument " << quote(args.positional()[0]) << "\n" << help;
     return kExitUsage;
   }
-  Remote r = connect(args, "list", io);
+  Remote r = connect_remote(args, "list", io);
   if (!r.client) return r.exit_code;
   std::string query;
   for (const char* key : {"state", "label", "limit", "after"}) {
     if (args.has(key)) query += std::string(query.empty() ? "?" : "&") + key + "=" + url_encode(args.get(key));
   }
   auto list = get_json(*r.client, "/v1/jobs" + query);
-  if (!list.is_ok()) return fail("list", list.status(), io);
+  if (!list.is_ok()) return fail_command("list", list.status(), io);
   if (r.output == "json") {
     io.out << list->dump(2) << "\n";
     return kExitOk;
@@ -166,11 +132,11 @@ int run_status(const Argv& argv, Streams io) {
     io.err << "tailor status: expected one job id\n" << help;
     return kExitUsage;
   }
-  Remote r = connect(args, "status", io);
+  Remote r = connect_remote(args, "status", io);
   if (!r.client) return r.exit_code;
   const std::string id = args.positional()[0];
   auto job = get_json(*r.client, "/v1/jobs/" + url_encode(id));
-  if (!job.is_ok()) return fail("status", job.status(), io);
+  if (!job.is_ok()) return fail_command("status", job.status(), io);
   if (r.output == "json") {
     io.out << job->dump(2) << "\n";
     return kExitOk;
@@ -253,16 +219,16 @@ int run_cancel(const Argv& argv, Streams io) {
     io.err << "tailor cancel: expected one job id\n" << help;
     return kExitUsage;
   }
-  Remote r = connect(args, "cancel", io);
+  Remote r = connect_remote(args, "cancel", io);
   if (!r.client) return r.exit_code;
   const std::string id = args.positional()[0];
   auto res = r.client->request("POST", "/v1/jobs/" + url_encode(id) + "/cancel");
-  if (!res.is_ok()) return fail("cancel", res.status(), io);
-  if (res->status < 200 || res->status >= 300) return fail("cancel", http_error(*res, r.client->endpoint()), io);
+  if (!res.is_ok()) return fail_command("cancel", res.status(), io);
+  if (res->status < 200 || res->status >= 300) return fail_command("cancel", http_error(*res, r.client->endpoint()), io);
   Json job = Json::parse(res->body, nullptr, false);
   if (args.has("wait")) {
     auto done = follow_job(*r.client, id, io, false, /*quiet=*/true);
-    if (!done.is_ok()) return fail("cancel", done.status(), io);
+    if (!done.is_ok()) return fail_command("cancel", done.status(), io);
     job = *done;
   }
   if (r.output == "json") {
@@ -284,16 +250,16 @@ int run_retry(const Argv& argv, Streams io) {
     io.err << "tailor retry: expected one job id\n" << help;
     return kExitUsage;
   }
-  Remote r = connect(args, "retry", io);
+  Remote r = connect_remote(args, "retry", io);
   if (!r.client) return r.exit_code;
   const std::string id = args.positional()[0];
   auto res = r.client->request("POST", "/v1/jobs/" + url_encode(id) + "/retry");
-  if (!res.is_ok()) return fail("retry", res.status(), io);
-  if (res->status < 200 || res->status >= 300) return fail("retry", http_error(*res, r.client->endpoint()), io);
+  if (!res.is_ok()) return fail_command("retry", res.status(), io);
+  if (res->status < 200 || res->status >= 300) return fail_command("retry", http_error(*res, r.client->endpoint()), io);
   Json job = Json::parse(res->body, nullptr, false);
   if (args.has("wait")) {
     auto done = follow_job(*r.client, id, io, false, /*quiet=*/r.output == "json");
-    if (!done.is_ok()) return fail("retry", done.status(), io);
+    if (!done.is_ok()) return fail_command("retry", done.status(), io);
     job = *done;
   }
   if (r.output == "json") {
@@ -313,12 +279,12 @@ int run_delete(const Argv& argv, Streams io) {
     io.err << "tailor delete: expected one job id\n" << help;
     return kExitUsage;
   }
-  Remote r = connect(args, "delete", io);
+  Remote r = connect_remote(args, "delete", io);
   if (!r.client) return r.exit_code;
   const std::string id = args.positional()[0];
   auto res = r.client->request("DELETE", "/v1/jobs/" + url_encode(id));
-  if (!res.is_ok()) return fail("delete", res.status(), io);
-  if (res->status < 200 || res->status >= 300) return fail("delete", http_error(*res, r.client->endpoint()), io);
+  if (!res.is_ok()) return fail_command("delete", res.status(), io);
+  if (res->status < 200 || res->status >= 300) return fail_command("delete", http_error(*res, r.client->endpoint()), io);
   if (r.output == "json") {
     io.out << res->body;
   } else {

@@ -50,6 +50,7 @@ int run_status(const Argv& args, Streams io);
 int run_cancel(const Argv& args, Streams io);
 int run_delete(const Argv& args, Streams io);
 int run_retry(const Argv& args, Streams io);
+int run_download(const Argv& args, Streams io);
 int run_logs(const Argv& args, Streams io);
 int run_top(const Argv& args, Streams io);
 

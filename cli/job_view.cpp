@@ -89,6 +89,33 @@ std::string progress_line(const Progress& p, bool bar) {
   return out;
 }
 
+std::string help_of(const char* usage) {
+  return std::string(usage) + kRemoteFlagsHelp + "  -h, --help          show this help\n";
+}
+
+Remote connect_remote(const Args& args, const char* name, Streams io) {
+  Remote r;
+  r.output = args.get("output", "text");
+  if (r.output != "text" && r.output != "json") {
+    io.err << "tailor " << name << ": --output must be text or json, got \"" << r.output << "\"\n";
+    r.exit_code = kExitUsage;
+    return r;
+  }
+  auto e = resolve_endpoint(args);
+  if (!e.is_ok()) {
+    io.err << "tailor " << name << ": " << e.status().message() << "\n";
+    r.exit_code = kExitUsage;
+    return r;
+  }
+  r.client.emplace(*e);
+  return r;
+}
+
+int fail_command(const char* name, const Status& s, Streams io) {
+  io.err << "tailor " << name << ": " << s.message() << "\n";
+  return s.code() == StatusCode::kNotFound ? kExitInvalid : kExitRunFailed;
+}
+
 bool stderr_is_terminal(Streams io) { return &io.err == &std::cerr && isatty(STDERR_FILENO) == 1; }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
@@ -68,6 +69,24 @@ extern const char* const kReconnectHelp;
 // window (the job's outcome unknown).
 Result<Json> follow_job(const RestClient& client, const std::string& id, Streams io, bool redraw, bool quiet,
                         const Reconnect& reconnect = {});
+
+// A client command's usage text followed by the remote flags' and --help.
+std::string help_of(const char* usage);
+
+// The common part of a client command: its client and --output format.
+struct Remote {
+  std::optional<RestClient> client;
+  std::string output = "text";
+  int exit_code = kExitOk;
+};
+
+// Reads --output (text or json) and the endpoint flags; on failure `client`
+// is empty and `exit_code` says why (kExitUsage, with the message on stderr).
+Remote connect_remote(const Args& args, const char* name, Streams io);
+
+// Reports `s` as command `name`'s failure: kExitInvalid for something not
+// found, kExitRunFailed otherwise.
+int fail_command(const char* name, const Status& s, Streams io);
 
 // True when `io.err` is the process' stderr and that is a terminal.
 bool stderr_is_terminal(Streams io);

@@ -169,12 +169,15 @@ Result<HttpResponse> RestClient::request(const std::string& method, const std::s
 }
 
 Result<int> RestClient::stream(const std::string& target, const std::function<bool(const std::string&)>& on_data,
-                               std::chrono::milliseconds idle) const {
+                               std::chrono::milliseconds idle, const std::map<std::string, std::string>& headers,
+                               const std::function<void(int, const std::map<std::string, std::string>&)>& on_status)
+    const {
   net::io_context ioc;
   beast::tcp_stream stream(ioc);
   beast::error_code ec;
   TAILOR_RETURN_IF_ERROR(connect(stream, endpoint_, timeout_));
   auto req = make_request<http::empty_body>(endpoint_, http::verb::get, target);
+  for (const auto& [k, v] : headers) req.set(k, v);
   http::write(stream, req, ec);
   if (ec) return unreachable(endpoint_, ec);
 
@@ -185,6 +188,15 @@ Result<int> RestClient::stream(const std::string& target, const std::function<bo
   http::read_header(stream, buffer, parser, ec);
   if (ec) return unreachable(endpoint_, ec);
   const int status = static_cast<int>(parser.get().result_int());
+  if (on_status) {
+    std::map<std::string, std::string> got;
+    for (const auto& field : parser.get()) {
+      std::string name(field.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      got[name] = std::string(field.value());
+    }
+    on_status(status, got);
+  }
   char chunk[16384];
   std::string error_body;
   while (!parser.is_done()) {

@@ -51,8 +51,12 @@ class RestClient {
   // GET with a streamed body: `on_data` gets each piece as it arrives until
   // the server ends the response (or on_data returns false). No overall
   // timeout; `idle` bounds the wait for the next piece.
+  // `headers` go with the request; `on_status` hears the status and the
+  // response's headers (lower-case names) before the first piece.
   Result<int> stream(const std::string& target, const std::function<bool(const std::string&)>& on_data,
-                     std::chrono::milliseconds idle = std::chrono::minutes(10)) const;
+                     std::chrono::milliseconds idle = std::chrono::minutes(10),
+                     const std::map<std::string, std::string>& headers = {},
+                     const std::function<void(int, const std::map<std::string, std::string>&)>& on_status = {}) const;
 
   const Endpoint& endpoint() const { return endpoint_; }
 

@@ -23,6 +23,7 @@ constexpr Command kCommands[] = {
     {"logs", "Print a job's output; -f follows it with a progress line", run_logs},
     {"cancel", "Cancel a queued or running job", run_cancel},
     {"retry", "Retry a failed or cancelled job from its last checkpoint", run_retry},
+    {"download", "Copy a job's model, adapter or other files from tailord", run_download},
     {"delete", "Delete a finished job and its files", run_delete},
     {"top", "A refreshing table of running and queued jobs", run_top},
     {"schema", "Print the JSON Schema of a job spec (for editor completion)", run_schema},

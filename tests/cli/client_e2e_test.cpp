@@ -6,6 +6,8 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -180,6 +182,46 @@ TEST_F(ClientTest, ACancelledJobIsRetriedFromItsCheckpointAndASucceededOneIsNot)
   EXPECT_NE(again.err.find("submit its spec again"), std::string::npos) << again.err;
 }
 
+std::string file_bytes(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+TEST_F(ClientTest, ADownloadedModelEqualsTheJobsAndABrokenDownloadResumes) {
+  const Result sub =
+      tailor(with_remote({"submit", "--wait", "--output", "json", write_spec(dir_, "client-download", 4)}));
+  ASSERT_EQ(sub.code, kExitOk) << sub.err;
+  const std::string id = nlohmann::json::parse(sub.out)["id"];
+  const std::filesystem::path job = std::filesystem::path(dir_.file("data")) / "jobs" / id;
+  const std::filesystem::path to = dir_.file("out");
+  const Result got = tailor(with_remote({"download", "--to", to.string(), id}));
+  ASSERT_EQ(got.code, kExitOk) << got.err;
+  std::size_t files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(job / "model")) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    const auto rel = e.path().lexically_relative(job);
+    EXPECT_EQ(file_bytes(to / rel), file_bytes(e.path())) << rel;
+  }
+  EXPECT_GE(files, 2u);  // config.json and the weights at least
+  // A download that broke off halfway through the weights.
+  const std::filesystem::path weights = to / "model" / "model.safetensors";
+  const std::string whole = file_bytes(weights);
+  ASSERT_GT(whole.size(), 1000u);
+  std::filesystem::remove(weights);
+  std::ofstream(weights.string() + ".part", std::ios::binary) << whole.substr(0, whole.size() / 2);
+  const Result again = tailor(with_remote({"download", "--to", to.string(), id}));
+  ASSERT_EQ(again.code, kExitOk) << again.err;
+  EXPECT_NE(again.err.find("model/model.safetensors"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("resumed at"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("up to date"), std::string::npos) << again.err;  // config.json
+  EXPECT_EQ(file_bytes(weights), whole);
+  EXPECT_FALSE(std::filesystem::exists(weights.string() + ".part"));
+  const Result listed = tailor(with_remote({"download", "--list", id}));
+  EXPECT_NE(listed.out.find("model/model.safetensors"), std::string::npos) << listed.out;
+  EXPECT_EQ(tailor(with_remote({"download", id, "nothing"})).code, kExitInvalid);
+}
+
 // The id of the one job once it runs; empty if it never does.
 std::string running_job(const DaemonProcess& d) {
   std::string id;
@@ -265,7 +307,7 @@ TEST(ClientWithoutDaemonTest, SaysWhereItLookedWhenNothingListens) {
 }
 
 TEST(ClientWithoutDaemonTest, EveryClientCommandHasHelp) {
-  for (const char* cmd : {"submit", "list", "status", "logs", "cancel", "retry", "delete", "top"}) {
+  for (const char* cmd : {"submit", "list", "status", "logs", "cancel", "retry", "download", "delete", "top"}) {
     const Result r = tailor({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_NE(r.out.find(std::string("usage: tailor ") + cmd), std::string::npos) << cmd;
