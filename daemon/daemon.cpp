@@ -139,7 +139,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   Parts* p = parts.get();
   TAILOR_ASSIGN_OR_RETURN(parts->server, HttpServer::start(sopts, [p](HttpRequest& req) {
                             Api* api = p->api.load();
-                            if (!api) return error_response(503, "starting", "tailord is starting");
+                            if (!api) return error_response(ApiError::kUnavailable, "tailord is starting");
                             return api->handle(req);
                           }));
 

@@ -178,21 +178,21 @@ HttpResponse Api::handle(HttpRequest& request) {
   HttpResponse res;
   std::string why;
   if (!ctx_.hosts.allows(request, why)) {
-    res = error_response(403, "forbidden_host", why);
+    res = error_response(ApiError::kForbiddenHost, why);
   } else {
     const Router::Match m = router_.match(request);
     if (!m.route) {
       if (m.status == 405) {
-        res = error_response(405, "method_not_allowed", request.method + " is not allowed on " + request.path,
+        res = error_response(ApiError::kMethodNotAllowed, request.method + " is not allowed on " + request.path,
                              json({{"allow", m.allow}}).dump());
         res.headers.emplace_back("Allow", m.allow);
       } else {
-        res = error_response(404, "not_found", "no such endpoint: " + request.path);
+        res = error_response(ApiError::kNotFound, "no such endpoint: " + request.path);
       }
     } else {
       route = m.route->pattern;
       if (m.route->authenticated && !has_bearer_token(request, ctx_.token)) {
-        res = error_response(401, "unauthorized", "missing or wrong bearer token (see DATA_DIR/token)");
+        res = error_response(ApiError::kUnauthorized, "missing or wrong bearer token (see DATA_DIR/token)");
         res.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tailord\"");
       } else {
         res = m.route->handler(request);
@@ -220,11 +220,11 @@ HttpResponse Api::submit(HttpRequest& r) {
   static const char* kTypes[] = {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml",
                                  "application/json", "text/plain", ""};
   if (std::find(std::begin(kTypes), std::end(kTypes), type) == std::end(kTypes)) {
-    return error_response(415, "unsupported_media_type",
+    return error_response(ApiError::kUnsupportedMediaType,
                           "send the job spec as application/yaml or application/json, not " + type);
   }
   if (r.body.find_first_not_of(" \t\r\n") == std::string::npos) {
-    return error_response(400, "invalid_spec", "empty request body: expected a job spec");
+    return error_response(ApiError::kInvalidSpec, "empty request body: expected a job spec");
   }
   auto dry = bool_param(r, "dry_run");
   if (!dry.is_ok()) return error_response(dry.status());
@@ -237,12 +237,12 @@ HttpResponse Api::submit(HttpRequest& r) {
   }
   const std::string key = r.header("idempotency-key");
   if (key.size() > 200 || std::any_of(key.begin(), key.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
-    return error_response(400, "invalid_idempotency_key", "Idempotency-Key: at most 200 visible ASCII characters");
+    return error_response(ApiError::kInvalidIdempotencyKey, "Idempotency-Key: at most 200 visible ASCII characters");
   }
   auto planned = load_and_plan(r.body, "<request>", ctx_.planning);
   if (auto* e = std::get_if<PlanningError>(&planned)) {
     if (e->status.code() == StatusCode::kInvalidArgument) {
-      return error_response(400, "invalid_spec", e->status.message(),
+      return error_response(ApiError::kInvalidSpec, e->status.message(),
                             json({{"diagnostics", diagnostics_json(e->diagnostics)}}).dump());
     }
     json details = json::object();
@@ -250,7 +250,7 @@ HttpResponse Api::submit(HttpRequest& r) {
       details["shortfall_bytes"] = e->plan->shortfall.count() + e->plan->host_shortfall.count();
       details["smallest_fitting_gpu"] = e->plan->smallest_fitting_gpu;
     }
-    return error_response(422, "does_not_fit", e->status.message(), details.dump());
+    return error_response(ApiError::kDoesNotFit, e->status.message(), details.dump());
   }
   PlannedJob& job = std::get<PlannedJob>(planned);
   if (*dry) {
@@ -259,7 +259,7 @@ HttpResponse Api::submit(HttpRequest& r) {
   const std::int64_t reserve = estimated_job_bytes(job.plan, memory_limit);
   const std::int64_t gpus = job.plan.on_cpu ? 0 : job.plan.chosen.strategy.num_gpus;
   if (gpus == 0 && reserve > ctx_.host_budget_bytes) {
-    return error_response(422, "does_not_fit",
+    return error_response(ApiError::kDoesNotFit,
                           job.spec.name + " needs " + Bytes(reserve).to_string() +
                               " of host memory; tailord's budget for CPU jobs is " +
                               Bytes(ctx_.host_budget_bytes).to_string() + " (see --memory-budget)",
@@ -282,7 +282,7 @@ HttpResponse Api::submit(HttpRequest& r) {
   auto made = ctx_.store->create(nj);
   if (!made.is_ok()) {
     if (made.status().code() == StatusCode::kFailedPrecondition) {
-      return error_response(422, "idempotency_key_reused", made.status().message());
+      return error_response(ApiError::kIdempotencyKeyReused, made.status().message());
     }
     return error_response(made.status());
   }
@@ -445,7 +445,7 @@ HttpResponse Api::events(HttpRequest& r) {
     if (const std::string last = r.header("last-event-id"); !last.empty()) {
       const auto [end, ec] = std::from_chars(last.data(), last.data() + last.size(), from);
       if (ec != std::errc() || end != last.data() + last.size() || from < 0) {
-        return error_response(400, "invalid_argument", "Last-Event-ID: expected an event id, got '" + last + "'");
+        return error_response(ApiError::kInvalidArgument, "Last-Event-ID: expected an event id, got '" + last + "'");
       }
     }
     auto since = int_param(r, "since_step", job->last_step.value_or(0), 0, INT64_MAX);

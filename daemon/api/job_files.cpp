@@ -66,20 +66,20 @@ HttpResponse job_file(const std::string& job_dir, const std::string& relative, c
   for (const auto& part : rel)
     escapes = escapes || part == ".." || private_name(part.string());
   if (escapes) {
-    return error_response(400, "invalid_argument",
+    return error_response(ApiError::kInvalidArgument,
                           "path '" + relative + "': expected a file of the job's folder, as GET .../files lists them");
   }
   std::error_code ec;
   const fs::path root = fs::canonical(job_dir, ec);
-  if (ec) return error_response(404, "not_found", "the job has no files yet");
+  if (ec) return error_response(ApiError::kNotFound, "the job has no files yet");
   const int raw = ::open((root / rel).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (raw < 0) {
     const int err = errno;
     if (err == ENOENT || err == ENOTDIR)
-      return error_response(404, "not_found", "no file '" + relative + "' in the job's folder");
+      return error_response(ApiError::kNotFound, "no file '" + relative + "' in the job's folder");
     if (err == ELOOP)
-      return error_response(400, "invalid_argument", "'" + relative + "' is a link, not a file of the job");
-    return error_response(500, "io_error", "opening '" + relative + "': " + std::strerror(err));
+      return error_response(ApiError::kInvalidArgument, "'" + relative + "' is a link, not a file of the job");
+    return error_response(ApiError::kIoError, "opening '" + relative + "': " + std::strerror(err));
   }
   const auto fd = std::shared_ptr<const int>(new int(raw), [](const int* p) {
     ::close(*p);
@@ -88,12 +88,12 @@ HttpResponse job_file(const std::string& job_dir, const std::string& relative, c
   // Where the descriptor really leads (a folder on the way may be a link).
   const fs::path opened = fs::read_symlink("/proc/self/fd/" + std::to_string(raw), ec);
   if (ec || opened.string().rfind(root.string() + "/", 0) != 0) {
-    return error_response(400, "invalid_argument", "'" + relative + "' leads outside the job's folder");
+    return error_response(ApiError::kInvalidArgument, "'" + relative + "' leads outside the job's folder");
   }
   struct stat st {};
   if (::fstat(raw, &st) != 0)
-    return error_response(500, "io_error", "stat '" + relative + "': " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return error_response(400, "invalid_argument", "'" + relative + "' is not a regular file");
+    return error_response(ApiError::kIoError, "stat '" + relative + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return error_response(ApiError::kInvalidArgument, "'" + relative + "' is not a regular file");
   const auto size = static_cast<std::uint64_t>(st.st_size);
   // Changes with the file's content as far as the file system tells: a
   // rewritten file (a new checkpoint's rename) gets a new inode or mtime.
@@ -108,7 +108,7 @@ HttpResponse job_file(const std::string& job_dir, const std::string& relative, c
                                                                  : RangeChoice{RangeChoice::Kind::kWhole, 0, size};
   if (choice.kind == RangeChoice::Kind::kUnsatisfiable) {
     HttpResponse res =
-        error_response(416, "range_not_satisfiable",
+        error_response(ApiError::kRangeNotSatisfiable,
                        "the file has " + std::to_string(size) + " bytes; the range asked for is beyond them");
     res.headers.emplace_back("Content-Range", "bytes */" + std::to_string(size));
     return res;

@@ -4,57 +4,68 @@
 
 namespace tailor::daemon {
 
-int http_status_for(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kAlreadyExists:
-    case StatusCode::kFailedPrecondition:
-    case StatusCode::kCancelled: return 409;
-    case StatusCode::kResourceExhausted: return 422;
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kNoSpace: return 507;
-    case StatusCode::kIOError:
-    case StatusCode::kDataLoss:
-    case StatusCode::kInternal: return 500;
-  }
-  return 500;
+const std::vector<ErrorKind>& error_table() {
+  static const std::vector<ErrorKind> kTable = {
+      {ApiError::kBadRequest, 400, "bad_request"},
+      {ApiError::kInvalidArgument, 400, "invalid_argument"},
+      {ApiError::kInvalidSpec, 400, "invalid_spec"},
+      {ApiError::kInvalidIdempotencyKey, 400, "invalid_idempotency_key"},
+      {ApiError::kUnauthorized, 401, "unauthorized"},
+      {ApiError::kForbiddenHost, 403, "forbidden_host"},
+      {ApiError::kNotFound, 404, "not_found"},
+      {ApiError::kMethodNotAllowed, 405, "method_not_allowed"},
+      {ApiError::kConflict, 409, "conflict"},
+      {ApiError::kAlreadyExists, 409, "already_exists"},
+      {ApiError::kCancelled, 409, "cancelled"},
+      {ApiError::kPayloadTooLarge, 413, "payload_too_large"},
+      {ApiError::kUnsupportedMediaType, 415, "unsupported_media_type"},
+      {ApiError::kRangeNotSatisfiable, 416, "range_not_satisfiable"},
+      {ApiError::kDoesNotFit, 422, "does_not_fit"},
+      {ApiError::kIdempotencyKeyReused, 422, "idempotency_key_reused"},
+      {ApiError::kHeadersTooLarge, 431, "headers_too_large"},
+      {ApiError::kInternal, 500, "internal"},
+      {ApiError::kIoError, 500, "io_error"},
+      {ApiError::kDataLoss, 500, "data_loss"},
+      {ApiError::kUnavailable, 503, "unavailable"},
+      {ApiError::kInsufficientStorage, 507, "insufficient_storage"},
+  };
+  return kTable;
 }
 
-std::string error_code_for(StatusCode code) {
+const ErrorKind& error_kind(ApiError error) { return error_table()[static_cast<std::size_t>(error)]; }
+
+ApiError api_error_for(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kAlreadyExists: return "already_exists";
-    case StatusCode::kFailedPrecondition: return "conflict";
-    case StatusCode::kResourceExhausted: return "does_not_fit";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kNoSpace: return "insufficient_storage";
-    case StatusCode::kCancelled: return "cancelled";
-    case StatusCode::kIOError: return "io_error";
-    case StatusCode::kDataLoss: return "data_loss";
-    case StatusCode::kInternal: return "internal";
+    case StatusCode::kOk:
+    case StatusCode::kInternal: return ApiError::kInternal;
+    case StatusCode::kInvalidArgument: return ApiError::kInvalidArgument;
+    case StatusCode::kNotFound: return ApiError::kNotFound;
+    case StatusCode::kAlreadyExists: return ApiError::kAlreadyExists;
+    case StatusCode::kFailedPrecondition: return ApiError::kConflict;
+    case StatusCode::kResourceExhausted: return ApiError::kDoesNotFit;
+    case StatusCode::kUnavailable: return ApiError::kUnavailable;
+    case StatusCode::kCancelled: return ApiError::kCancelled;
+    case StatusCode::kIOError: return ApiError::kIoError;
+    case StatusCode::kDataLoss: return ApiError::kDataLoss;
+    case StatusCode::kNoSpace: return ApiError::kInsufficientStorage;
   }
-  return "internal";
+  return ApiError::kInternal;
 }
 
-HttpResponse error_response(int http_status, std::string_view error, std::string_view message,
-                            std::string_view details_json) {
+HttpResponse error_response(ApiError error, std::string_view message, std::string_view details_json) {
+  const ErrorKind& kind = error_kind(error);
   JsonWriter w(0);
-  w.begin_object().field("error", error).field("message", message).key("details");
+  w.begin_object().field("error", kind.code).field("message", message).key("details");
   w.raw(details_json.empty() ? std::string_view("{}") : details_json);
   w.end_object();
-  return HttpResponse::json(http_status, w.str());
+  HttpResponse r = HttpResponse::json(kind.http_status, w.str());
+  // Transient: tell clients when to try again (RFC 9110 section 10.2.3).
+  if (kind.http_status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
 HttpResponse error_response(const Status& status, std::string_view details_json) {
-  HttpResponse r = error_response(http_status_for(status.code()), error_code_for(status.code()), status.message(),
-                                  details_json);
-  // Transient: tell clients when to try again (RFC 9110 section 10.2.3).
-  if (r.status == 503) r.headers.emplace_back("Retry-After", "1");
-  return r;
+  return error_response(api_error_for(status.code()), status.message(), details_json);
 }
 
 }  // namespace tailor::daemon

@@ -163,16 +163,16 @@ class Session : public std::enable_shared_from_this<Session> {
       return close();
     }
     if (ec == http::error::body_limit) {
-      return send(error_response(413, "payload_too_large",
+      return send(error_response(ApiError::kPayloadTooLarge,
                                  "request body exceeds " + std::to_string(options_.max_body_bytes) + " bytes"),
                   false, true);
     }
     if (ec == http::error::header_limit) {
-      return send(error_response(431, "headers_too_large", "request headers are too large"), false, true);
+      return send(error_response(ApiError::kHeadersTooLarge, "request headers are too large"), false, true);
     }
     if (ec) {
       if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
-        return send(error_response(400, "bad_request", "malformed HTTP request: " + ec.message()), false, true);
+        return send(error_response(ApiError::kBadRequest, "malformed HTTP request: " + ec.message()), false, true);
       }
       return close();
     }
@@ -191,16 +191,16 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!rec) req.remote = remote.address().to_string();
     const bool keep_alive = msg.keep_alive();
     if (!parse_target(req.target, req.path, req.query)) {
-      return send(error_response(400, "bad_request", "malformed request target"), keep_alive, false);
+      return send(error_response(ApiError::kBadRequest, "malformed request target"), keep_alive, false);
     }
     HttpResponse res;
     try {
       res = handler_(req);
     } catch (const std::exception& e) {
       log_error(std::string("tailord: handler threw: ") + e.what());
-      res = error_response(500, "internal", "internal error");
+      res = error_response(ApiError::kInternal, "internal error");
     } catch (...) {
-      res = error_response(500, "internal", "internal error");
+      res = error_response(ApiError::kInternal, "internal error");
     }
     send(std::move(res), keep_alive, false);
   }
@@ -233,7 +233,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // A descriptor of its own: the response's copy closes with it.
     const int fd = ::dup(*res.file->fd);
     if (fd < 0) {
-      return send(error_response(500, "internal", "cannot send the file: out of descriptors"), false, false);
+      return send(error_response(ApiError::kInternal, "cannot send the file: out of descriptors"), false, false);
     }
     out->body().file.native_handle(fd);
     out->body().offset = res.file->offset;

@@ -13,6 +13,7 @@
 #include "dsl/yaml_tree.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/http/auth.h"
+#include "daemon/http/errors.h"
 #include "daemon/http/router.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/scheduler/scheduler.h"
@@ -226,6 +227,44 @@ TEST(OpenApiTest, DocumentListsExactlyTheServedRoutes) {
   std::set<std::string> served;
   for (const Route& r : api.router().routes()) served.insert(r.method + " " + r.pattern);
   EXPECT_EQ(documented, served);
+}
+
+// The error table and the document's Error.error enum are the same list,
+// and the description gives each code the status the table does.
+TEST(OpenApiTest, TheErrorCodesAreTheErrorTables) {
+  std::ifstream f(std::string(TAILOR_SOURCE_DIR) + "/daemon/openapi.yaml");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  dsl::Diagnostics d;
+  auto doc = dsl::parse_yaml(ss.str(), "openapi.yaml", d);
+  ASSERT_TRUE(doc) << d.to_string();
+  const dsl::Node* error = doc->find("components");
+  for (const char* key : {"schemas", "Error", "properties", "error"}) {
+    ASSERT_NE(error, nullptr) << key;
+    error = error->find(key);
+  }
+  ASSERT_NE(error, nullptr);
+  const dsl::Node* listed = error->find("enum");
+  ASSERT_NE(listed, nullptr);
+  std::vector<std::string> documented;
+  for (const auto& item : listed->items) documented.push_back(item.scalar);
+  std::vector<std::string> table;
+  const std::string description = error->find("description")->scalar;
+  for (const ErrorKind& k : error_table()) {
+    table.emplace_back(k.code);
+    // "<status> ... <code>" with no other status between them.
+    const auto at = description.find(std::string(k.code));
+    ASSERT_NE(at, std::string::npos) << k.code;
+    const auto status_at = description.rfind(std::to_string(k.http_status), at);
+    ASSERT_NE(status_at, std::string::npos) << k.code;
+    for (const ErrorKind& other : error_table()) {
+      if (other.http_status == k.http_status) continue;
+      const auto between = description.find(std::to_string(other.http_status), status_at);
+      EXPECT_TRUE(between == std::string::npos || between > at) << k.code << " is not listed under " << k.http_status;
+    }
+  }
+  EXPECT_EQ(documented, table);
+  for (const ErrorKind& k : error_table()) EXPECT_EQ(&error_kind(k.error), &k);
 }
 
 }  // namespace
