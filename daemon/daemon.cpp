@@ -34,6 +34,7 @@ struct Daemon::Parts {
   int lock_fd = -1;
   std::unique_ptr<dsl::Catalog> catalog;
   std::unique_ptr<JobStore> store;
+  std::unique_ptr<TokenFiles> tokens;
   DaemonMetrics metrics;
   std::unique_ptr<Supervisor> supervisor;
   std::atomic<Api*> api{nullptr};
@@ -69,7 +70,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   if (parts->lock_fd < 0 || ::flock(parts->lock_fd, LOCK_EX | LOCK_NB) != 0) {
     return Status::failed_precondition("another tailord is using " + data.string() + " (tailord.lock is held)");
   }
-  TAILOR_ASSIGN_OR_RETURN(const std::string token, load_or_create_token((data / "token").string()));
+  TAILOR_ASSIGN_OR_RETURN(parts->tokens, TokenFiles::open((data / "token").string(), (data / "token.read").string()));
   TAILOR_ASSIGN_OR_RETURN(const std::string runner, platform::find_executable("tailor-runner", config.runner, "TAILOR_RUNNER"));
 
   if (!config.catalog_dir.empty()) {
@@ -164,7 +165,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   ctx.supervisor = parts->supervisor.get();
   ctx.metrics = &parts->metrics;
   ctx.planning = planning;
-  ctx.token = token;
+  ctx.tokens = parts->tokens.get();
   ctx.hosts = HostPolicy(parts->server->port(), parts->server->address(), config.allowed_hosts);
   ctx.host_budget_bytes = budget.count();
   ctx.hardware_json = hw.dump();

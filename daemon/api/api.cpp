@@ -191,9 +191,14 @@ HttpResponse Api::handle(HttpRequest& request) {
       }
     } else {
       route = m.route->pattern;
-      if (m.route->authenticated && !has_bearer_token(request, ctx_.token)) {
+      const Access access = m.route->authenticated && ctx_.tokens ? ctx_.tokens->access(request) : Access::kNone;
+      if (m.route->authenticated && access == Access::kNone) {
         res = error_response(ApiError::kUnauthorized, "missing or wrong bearer token (see DATA_DIR/token)");
         res.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tailord\"");
+      } else if (m.route->authenticated && access == Access::kRead && request.method != "GET") {
+        res = error_response(ApiError::kForbidden,
+                             "this token may only read (DATA_DIR/token.read); " + request.method + " " + m.route->pattern +
+                                 " needs the admin token (DATA_DIR/token)");
       } else {
         res = m.route->handler(request);
         // Conditional reads: a poller that sends back the ETag it had gets

@@ -14,6 +14,7 @@
 #include "daemon/planning/job_planning.h"
 #include "daemon/http/auth.h"
 #include "daemon/http/server.h"
+#include "daemon/http/tokens.h"
 #include "daemon/http/message.h"
 #include "daemon/http/router.h"
 #include "daemon/metrics/daemon_metrics.h"
@@ -27,7 +28,7 @@ struct ApiContext {
   Supervisor* supervisor = nullptr;
   DaemonMetrics* metrics = nullptr;
   PlanningContext planning;
-  std::string token;
+  TokenFiles* tokens = nullptr;  // null: every authenticated route is refused
   HostPolicy hosts{0, "", {}};
   std::int64_t host_budget_bytes = 0;
   std::string hardware_json;  // GET /v1/hardware

@@ -12,6 +12,7 @@ const std::vector<ErrorKind>& error_table() {
       {ApiError::kInvalidIdempotencyKey, 400, "invalid_idempotency_key"},
       {ApiError::kUnauthorized, 401, "unauthorized"},
       {ApiError::kForbiddenHost, 403, "forbidden_host"},
+      {ApiError::kForbidden, 403, "forbidden"},
       {ApiError::kNotFound, 404, "not_found"},
       {ApiError::kMethodNotAllowed, 405, "method_not_allowed"},
       {ApiError::kConflict, 409, "conflict"},

@@ -21,6 +21,7 @@ enum class ApiError {
   kInvalidIdempotencyKey,  // 400
   kUnauthorized,           // 401 no or a wrong bearer token
   kForbiddenHost,          // 403 Host or Origin is not this server's
+  kForbidden,              // 403 the token may not do this (a read-only token, a change)
   kNotFound,               // 404
   kMethodNotAllowed,       // 405 (with Allow)
   kConflict,               // 409 the job is not in a state for this

@@ -212,14 +212,70 @@ TEST(ApiE2eTest, AJobsFilesAreListedAndDownloadedWholeOrByRange) {
   EXPECT_EQ(http_request(d.address(), "GET", target).status, 401);
 }
 
-TEST(ApiE2eTest, TokenFileIsPrivate) {
+TEST(ApiE2eTest, TokenFilesArePrivate) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
   ASSERT_TRUE(d.ok());
-  struct stat st {};
-  ASSERT_EQ(stat(dir.file("data/token").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  for (const char* name : {"data/token", "data/token.read"}) {
+    struct stat st {};
+    ASSERT_EQ(stat(dir.file(name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << name;
+  }
   EXPECT_GE(d.token().size(), 32u);
+}
+
+std::string read_token(const std::string& path) {
+  std::ifstream f(path);
+  std::string t;
+  std::getline(f, t);
+  return t;
+}
+
+// Writes `token` over `path` the way an operator rotates one: a private
+// temporary file renamed into place.
+void rotate_token(const std::string& path, const std::string& token) {
+  const std::string tmp = path + ".new";
+  std::ofstream(tmp) << token << "\n";
+  std::filesystem::permissions(tmp, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::filesystem::rename(tmp, path);
+}
+
+// A read-only token reads and is refused every change (403, not 401: it is
+// known, it may not); tokens are rotated by replacing their files, and the
+// old one stops working at once, without a restart.
+TEST(ApiE2eTest, AReadOnlyTokenOnlyReadsAndTokensRotateWithoutARestart) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const std::string reader = read_token(dir.file("data/token.read"));
+  ASSERT_GE(reader.size(), 32u);
+  EXPECT_NE(reader, d.token());
+  auto as = [&](const std::string& token, const std::string& method, const std::string& target,
+                const std::string& body = {}) {
+    return http_request(d.address(), method, target, body,
+                        {{"Authorization", "Bearer " + token}, {"Content-Type", "application/yaml"}});
+  };
+  EXPECT_EQ(as(reader, "GET", "/v1/jobs").status, 200);
+  EXPECT_EQ(as(reader, "GET", "/v1/hardware").status, 200);
+  const auto refused = as(reader, "POST", "/v1/jobs", tiny_spec("read-only", 5, 0));
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  EXPECT_EQ(refused.json()["error"], "forbidden");
+  EXPECT_EQ(as(reader, "DELETE", "/v1/jobs/j-0000000000000000").status, 403);
+  const auto listed = d.get("/v1/jobs");
+  ASSERT_EQ(listed.status, 200) << listed.body;
+  EXPECT_EQ(listed.json()["jobs"].size(), 0u);  // nothing was submitted
+
+  const std::string old_admin = d.token();
+  const std::string new_admin(64, 'c');
+  rotate_token(dir.file("data/token"), new_admin);
+  EXPECT_EQ(as(old_admin, "GET", "/v1/jobs").status, 401);
+  EXPECT_EQ(as(new_admin, "POST", "/v1/jobs", tiny_spec("rotated", 5, 0)).status, 201);
+  // A deleted token file is generated afresh: a rotation to a random token.
+  std::filesystem::remove(dir.file("data/token.read"));
+  EXPECT_EQ(as(reader, "GET", "/v1/jobs").status, 401);
+  const std::string fresh = read_token(dir.file("data/token.read"));
+  ASSERT_GE(fresh.size(), 32u);
+  EXPECT_EQ(as(fresh, "GET", "/v1/jobs").status, 200);
 }
 
 TEST(ApiE2eTest, ForeignHostOrOriginIsRefused) {

@@ -137,8 +137,14 @@ DaemonProcess::DaemonProcess(const std::string& data_dir, std::vector<std::strin
   if (!up || pid_ < 0) return;
   std::ifstream a(address_file);
   std::getline(a, address_);
-  std::ifstream t((fs::path(data_dir) / "token").string());
-  std::getline(t, token_);
+}
+
+std::string DaemonProcess::token() const {
+  // Read at each use: a test may rotate it.
+  std::ifstream t((fs::path(data_dir_) / "token").string());
+  std::string token;
+  std::getline(t, token);
+  return token;
 }
 
 DaemonProcess::~DaemonProcess() {
@@ -157,7 +163,7 @@ void DaemonProcess::kill_daemon(int sig) {
 void DaemonProcess::kill_runners() {
   if (pid_ > 0 && ok()) {
     const auto list = get("/v1/jobs?limit=500").json();
-    if (list.is_object()) {
+    if (list.is_object() && list.contains("jobs")) {
       for (const auto& j : list.at("jobs")) {
         if (j["pid"].is_number_integer()) runner_pids_.push_back(j["pid"].get<pid_t>());
       }
@@ -170,12 +176,12 @@ void DaemonProcess::kill_runners() {
 }
 
 HttpResult DaemonProcess::get(const std::string& target) const {
-  return http_request(address_, "GET", target, {}, {{"Authorization", "Bearer " + token_}});
+  return http_request(address_, "GET", target, {}, {{"Authorization", "Bearer " + token()}});
 }
 
 HttpResult DaemonProcess::post(const std::string& target, const std::string& body, const std::string& content_type,
                                std::map<std::string, std::string> headers) const {
-  headers["Authorization"] = "Bearer " + token_;
+  headers["Authorization"] = "Bearer " + token();
   headers["Content-Type"] = content_type;
   return http_request(address_, "POST", target, body, headers);
 }

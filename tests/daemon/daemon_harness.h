@@ -49,7 +49,7 @@ class DaemonProcess {
 
   bool ok() const { return !address_.empty(); }
   const std::string& address() const { return address_; }
-  const std::string& token() const { return token_; }
+  std::string token() const;  // DATA/token as it is now
   const std::string& log() const { return log_path_; }
   pid_t pid() const { return pid_; }
 
@@ -71,7 +71,6 @@ class DaemonProcess {
   std::string log_path_;
   pid_t pid_ = -1;
   std::string address_;
-  std::string token_;
   std::vector<pid_t> runner_pids_;
 };
 
