@@ -480,9 +480,10 @@ TEST(RunE2eTest, OutOfMemoryIsReplannedAndResumedKeepingTheGlobalBatch) {
   EXPECT_EQ(rows.size(), 6u);
 }
 
-TEST(RunE2eTest, SigkilledDaemonRestartsAndTheJobCompletesExactlyOnce) {
-  REQUIRE_RUNNER();
-  // The runner orphaned by the SIGKILL is re-parented to this process, which
+// tailord stopped by `sig` while a job runs: the runner goes on, the next
+// tailord re-adopts it, and the job completes once, every step stored once.
+void expect_the_job_outlives_tailord(int sig) {
+  // The runner orphaned by the stop is re-parented to this process, which
   // reaps it at the end (this machine's init does not reap orphans).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   tailor::testing::TempDir dir;
@@ -494,7 +495,10 @@ TEST(RunE2eTest, SigkilledDaemonRestartsAndTheJobCompletesExactlyOnce) {
     id = submit(d, tiny_spec("survivor", 20, 5));
     ASSERT_TRUE(wait_for([&] { return d.job(id)["last_step"].is_number_integer(); }, seconds(60)));
     runner_pid = d.job(id)["pid"].get<pid_t>();
-    d.kill_daemon(SIGKILL);
+    const auto stopping = std::chrono::steady_clock::now();
+    d.kill_daemon(sig);
+    // SIGTERM: it stops taking work and exits, well within a grace period.
+    EXPECT_LT(std::chrono::steady_clock::now() - stopping, seconds(10));
     EXPECT_EQ(::kill(runner_pid, 0), 0) << "the runner should outlive tailord";
   }
   // Should the second daemon not come up, the orphaned runner still goes.
@@ -519,6 +523,16 @@ TEST(RunE2eTest, SigkilledDaemonRestartsAndTheJobCompletesExactlyOnce) {
   const auto rows = again.get("/v1/jobs/" + id + "/metrics").json()["metrics"];
   ASSERT_EQ(rows.size(), 20u);
   for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i]["step"], static_cast<int>(i + 1));
+}
+
+TEST(RunE2eTest, SigkilledDaemonRestartsAndTheJobCompletesExactlyOnce) {
+  REQUIRE_RUNNER();
+  expect_the_job_outlives_tailord(SIGKILL);
+}
+
+TEST(RunE2eTest, ATerminatedDaemonExitsAtOnceAndTheRestartedOneFinishesTheJobOnce) {
+  REQUIRE_RUNNER();
+  expect_the_job_outlives_tailord(SIGTERM);
 }
 
 }  // namespace
