@@ -1,5 +1,7 @@
 #include "daemon/api/resource_json.h"
 
+#include "core/json_writer.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -20,35 +22,71 @@ json time_json(std::optional<double> t) {
   return buf;
 }
 
+namespace {
+
+void write_time(JsonWriter& w, std::string_view key, std::optional<double> t) {
+  const json v = time_json(t);
+  w.key(key);
+  if (v.is_string()) {
+    w.value(v.get_ref<const std::string&>());
+  } else {
+    w.null();
+  }
+}
+
+template <class T>
+void write_opt(JsonWriter& w, std::string_view key, const std::optional<T>& v) {
+  w.key(key);
+  if (v) {
+    w.value(static_cast<std::int64_t>(*v));
+  } else {
+    w.null();
+  }
+}
+
+}  // namespace
+
+void write_job(JsonWriter& w, const JobRecord& j, const std::string& output_dir, std::string_view plan_raw,
+               std::optional<std::int64_t> seq) {
+  w.begin_object();
+  w.field("id", j.id).field("name", j.name).field("state", to_string(j.state)).field("priority", j.priority);
+  if (seq) w.field("seq", *seq);
+  w.key("labels").begin_object();
+  for (const auto& [k, v] : j.labels) w.field(k, v);
+  w.end_object();
+  write_time(w, "created_at", j.created_at);
+  write_time(w, "updated_at", j.updated_at);
+  write_time(w, "started_at", j.started_at);
+  write_time(w, "finished_at", j.finished_at);
+  w.field("attempts", j.attempts).field("retries", j.retries).field("failures", j.failures);
+  w.field("oom_restarts", j.oom_restarts);
+  write_time(w, "next_attempt_at", j.next_attempt_at);
+  w.field("cancel_requested", static_cast<bool>(j.cancel_requested));
+  write_opt(w, "pid", j.pid);
+  write_opt(w, "last_step", j.last_step);
+  write_opt(w, "peak_bytes", j.peak_bytes);
+  w.field("reserved_bytes", j.estimated_bytes);
+  write_opt(w, "memory_limit_bytes", j.memory_limit_bytes);
+  w.field("gpus", j.assigned_gpus);
+  write_opt(w, "exit_code", j.exit_code);
+  write_opt(w, "exit_signal", j.exit_signal);
+  w.key("exit_reason");
+  if (j.exit_reason.empty()) {
+    w.null();
+  } else {
+    w.value(j.exit_reason);
+  }
+  w.field("output_dir", output_dir);
+  w.key("plan").raw(plan_raw);
+  w.end_object();
+}
+
 json job_json(const JobRecord& j, const std::string& output_dir, const std::string* compact_plan) {
-  json out = {{"id", j.id},
-              {"name", j.name},
-              {"state", to_string(j.state)},
-              {"priority", j.priority},
-              {"labels", j.labels},
-              {"created_at", time_json(j.created_at)},
-              {"updated_at", time_json(j.updated_at)},
-              {"started_at", time_json(j.started_at)},
-              {"finished_at", time_json(j.finished_at)},
-              {"attempts", j.attempts},
-              {"retries", j.retries},
-              {"failures", j.failures},
-              {"oom_restarts", j.oom_restarts},
-              {"next_attempt_at", time_json(j.next_attempt_at)},
-              {"cancel_requested", j.cancel_requested},
-              {"pid", opt_json(j.pid)},
-              {"last_step", opt_json(j.last_step)},
-              {"peak_bytes", opt_json(j.peak_bytes)},
-              {"reserved_bytes", j.estimated_bytes},
-              {"memory_limit_bytes", opt_json(j.memory_limit_bytes)},
-              {"gpus", j.assigned_gpus},
-              {"exit_code", opt_json(j.exit_code)},
-              {"exit_signal", opt_json(j.exit_signal)},
-              {"exit_reason", j.exit_reason.empty() ? json(nullptr) : json(j.exit_reason)},
-              {"output_dir", output_dir}};
-  const json plan = json::parse(compact_plan != nullptr ? *compact_plan : j.plan_json, nullptr, false);
-  out["plan"] = plan.is_discarded() ? json(nullptr) : plan;
-  return out;
+  const std::string& plan = compact_plan != nullptr ? *compact_plan : j.plan_json;
+  JsonWriter w(0);
+  // A damaged plan document must not make the whole answer invalid.
+  write_job(w, j, output_dir, json::accept(plan) ? std::string_view(plan) : std::string_view("null"));
+  return json::parse(w.str());
 }
 
 json event_json(const EventRecord& e) {

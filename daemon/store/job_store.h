@@ -188,6 +188,8 @@ class JobStore {
 
   Result<CreateResult> create(const NewJob& job);
   Result<JobRecord> get(const std::string& id);
+  // A page in submission order. The records leave out the spec (spec_text
+  // and spec_json are empty): get() has it.
   Result<JobPage> list(const JobFilter& filter);
   // Jobs in any of `states`, by priority (high first), then submission order.
   Result<std::vector<JobRecord>> in_states(const std::vector<JobState>& states);

@@ -4,6 +4,7 @@
 
 extern const char tailor_daemon_migration_0001[];
 extern const char tailor_daemon_migration_0002[];
+extern const char tailor_daemon_migration_0003[];
 
 namespace tailor::daemon {
 
@@ -11,6 +12,7 @@ const std::vector<Migration>& builtin_migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, "0001_initial", tailor_daemon_migration_0001},
       {2, "0002_store_probe", tailor_daemon_migration_0002},
+      {3, "0003_jobs_by_state_seq", tailor_daemon_migration_0003},
   };
   return kMigrations;
 }
