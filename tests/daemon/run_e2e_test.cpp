@@ -1,7 +1,9 @@
 // tailord with the real tailor-runner: submit -> plan -> run -> succeeded
-// with metrics in SQLite and on /metrics, log streaming, cancel, priority
-// order, out-of-memory -> re-plan -> resume, and a SIGKILLed daemon whose
-// job still completes exactly once. Skipped without a built runner.
+// with metrics in SQLite and on /metrics, log and event streaming, cancel,
+// priority order, out-of-memory -> re-plan -> resume, a killed rank, a
+// stopped runner, a full data folder, and a SIGKILLed or SIGTERMed daemon
+// (once, and three times over) whose job still completes exactly once.
+// Skipped without a built runner.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -14,10 +16,14 @@
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <thread>
+#include <set>
 #include <sstream>
 #include <iostream>
 
 #include "daemon/store/job_store.h"
+#include "daemon/store/sqlite.h"
 #include "tests/daemon/daemon_harness.h"
 
 namespace tailor::daemon::testing {
@@ -533,6 +539,78 @@ TEST(RunE2eTest, SigkilledDaemonRestartsAndTheJobCompletesExactlyOnce) {
 TEST(RunE2eTest, ATerminatedDaemonExitsAtOnceAndTheRestartedOneFinishesTheJobOnce) {
   REQUIRE_RUNNER();
   expect_the_job_outlives_tailord(SIGTERM);
+}
+
+std::int64_t last_step_of(const json& job) {
+  return job["last_step"].is_number_integer() ? job["last_step"].get<std::int64_t>() : 0;
+}
+
+// The contract under repeated crashes: tailord SIGKILLed three times while
+// a job trains, down 0, 1 and 2 s each time. The job list stays the same,
+// the job completes once at its last step with every step stored once, the
+// store passes SQLite's integrity check, and cancel still works.
+TEST(RunE2eTest, ThreeKillsOfTailordLoseNothingAndRunNothingTwice) {
+  REQUIRE_RUNNER();
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  tailor::testing::TempDir dir;
+  const std::string data = dir.file("data");
+  auto d = std::make_unique<DaemonProcess>(data);
+  ASSERT_TRUE(d->ok()) << d->log();
+  const std::string id = submit(*d, tiny_spec("crashes", 80, 10));
+  const std::string other = submit(*d, tiny_spec("cancel-me", 100000, 1000, -1));
+  ASSERT_FALSE(id.empty());
+  ASSERT_FALSE(other.empty());
+  std::set<pid_t> runners;
+  struct Reap {
+    std::set<pid_t>& pids;
+    ~Reap() {
+      for (pid_t p : pids) {
+        ::kill(-p, SIGKILL);
+        waitpid(p, nullptr, 0);
+      }
+    }
+  } reap{runners};
+  std::int64_t step = 0;
+  for (const int down : {0, 1, 2}) {
+    // Progress since the last restart (or the end), then the crash.
+    ASSERT_TRUE(wait_for(
+        [&] {
+          const json job = d->job(id);
+          if (job["pid"].is_number_integer()) runners.insert(job["pid"].get<pid_t>());
+          const json other_job = d->job(other);
+          if (other_job["pid"].is_number_integer()) runners.insert(other_job["pid"].get<pid_t>());
+          return last_step_of(job) > step || job["state"] == "succeeded";
+        },
+        seconds(120)));
+    step = last_step_of(d->job(id));
+    d->kill_daemon(SIGKILL);
+    d.reset();
+    std::this_thread::sleep_for(seconds(down));  // the downtime itself, not a wait for anything
+    d = std::make_unique<DaemonProcess>(data);
+    ASSERT_TRUE(d->ok()) << d->log();
+  }
+  ASSERT_TRUE(d->wait_state(id, "", seconds(180)));
+  const json job = d->job(id);
+  EXPECT_EQ(job["state"], "succeeded") << job.dump(1);
+  EXPECT_EQ(job["last_step"], 80);
+  const auto kinds = event_kinds(*d, id);
+  EXPECT_EQ(count(kinds, "runner.done"), 1u);
+  EXPECT_EQ(count(kinds, "runner.start"), static_cast<std::size_t>(job["attempts"].get<int>()));
+  const json rows = d->get("/v1/jobs/" + id + "/metrics?limit=1000").json()["metrics"];
+  std::set<int> steps;
+  for (const auto& r : rows) EXPECT_TRUE(steps.insert(r["step"].get<int>()).second) << "step " << r["step"] << " twice";
+  EXPECT_EQ(steps.size(), 80u);
+  const json listed = d->get("/v1/jobs").json();
+  ASSERT_EQ(listed["jobs"].size(), 2u);
+  // Cancel works on the job that ran through every crash.
+  ASSERT_EQ(d->post("/v1/jobs/" + other + "/cancel", "").status, 202);
+  ASSERT_TRUE(d->wait_state(other, "cancelled", seconds(60)));
+  auto db = Database::open(data + "/tailor.db");
+  ASSERT_TRUE(db.is_ok());
+  auto check = db->prepare("PRAGMA integrity_check");
+  ASSERT_TRUE(check.is_ok());
+  ASSERT_TRUE(*check->step());
+  EXPECT_EQ(check->text(0), "ok");
 }
 
 }  // namespace
