@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
+#include <sstream>
+#include <iostream>
 #include <iterator>
 #include <set>
 #include <thread>
@@ -210,6 +213,44 @@ TEST(ApiE2eTest, AJobsFilesAreListedAndDownloadedWholeOrByRange) {
   }
   EXPECT_EQ(d.get(base + "?path=nothing.bin").status, 404);
   EXPECT_EQ(http_request(d.address(), "GET", target).status, 401);
+}
+
+// /metrics stays bounded however many jobs ran: per-job series are kept for
+// running jobs and the last 50 finished ones, and the exposition still
+// passes promtool.
+TEST(ApiE2eTest, MetricsCardinalityStaysBoundedAfterManyJobs) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {}, "/bin/true");
+  ASSERT_TRUE(d.ok()) << d.log();
+  const std::string spec = tiny_spec("many", 1, 0);
+  constexpr int kJobs = 150;
+  for (int i = 0; i < kJobs; ++i) ASSERT_EQ(d.post("/v1/jobs", spec).status, 201) << i;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        const json page = d.get("/v1/jobs?state=succeeded&limit=500").json();
+        return page.contains("jobs") && page["jobs"].size() == static_cast<std::size_t>(kJobs);
+      },
+      std::chrono::seconds(120)));
+  const auto prom = d.get("/metrics");
+  ASSERT_EQ(prom.status, 200);
+  std::set<std::string> jobs_with_series;
+  std::size_t series = 0;
+  std::istringstream lines(prom.body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    ++series;
+    const auto at = line.find("job_id=\"");
+    if (at != std::string::npos) jobs_with_series.insert(line.substr(at + 8, line.find('"', at + 8) - at - 8));
+  }
+  EXPECT_LE(jobs_with_series.size(), 50u);
+  EXPECT_GE(jobs_with_series.size(), 1u);
+  EXPECT_LT(series, 2000u) << prom.body.substr(0, 2000);
+  std::cout << "[ note     ] " << series << " series after " << kJobs << " jobs, " << jobs_with_series.size()
+            << " jobs with series of their own\n";
+  if (std::system("command -v promtool > /dev/null 2>&1") == 0) {
+    const std::string file = dir.write("metrics.txt", prom.body);
+    EXPECT_EQ(std::system(("promtool check metrics < " + file + " > /dev/null 2>&1").c_str()), 0);
+  }
 }
 
 TEST(ApiE2eTest, TokenFilesArePrivate) {
