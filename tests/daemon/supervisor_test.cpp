@@ -12,8 +12,8 @@
 
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "daemon/metrics/daemon_metrics.h"
@@ -48,10 +48,16 @@ struct Case {
 TEST(SupervisorRecoverTest, ARunnerThatEndedWhileTailordWasDownIsJudgedByItsRecordedExit) {
   const Case cases[] = {
       // The bug: a refused input was retried as a crash after a restart.
-      {"refused input", {R"({"event":"start"})", R"({"event":"error","message":"token id 300 is outside","exit_code":2})"},
-       JobState::kFailed, 0, "bad input"},
-      {"failure", {R"({"event":"start"})", R"({"event":"error","message":"LibTorch: boom","exit_code":1})"},
-       JobState::kQueued, 1, "LibTorch: boom"},
+      {"refused input",
+       {R"({"event":"start"})", R"({"event":"error","message":"token id 300 is outside","exit_code":2})"},
+       JobState::kFailed,
+       0,
+       "bad input"},
+      {"failure",
+       {R"({"event":"start"})", R"({"event":"error","message":"LibTorch: boom","exit_code":1})"},
+       JobState::kQueued,
+       1,
+       "LibTorch: boom"},
       {"done", {R"({"event":"start"})", R"({"event":"done","steps":3,"exit_code":0})"}, JobState::kSucceeded, 0, ""},
       {"killed", {R"({"event":"start"})"}, JobState::kQueued, 1, "signal 9"},
   };
@@ -76,7 +82,8 @@ TEST(SupervisorRecoverTest, ARunnerThatEndedWhileTailordWasDownIsJudgedByItsReco
     fs::create_directories(job_dir);
     {
       std::ofstream f(job_dir / "events.jsonl");
-      for (const auto& e : c.events) f << e << "\n";
+      for (const auto& e : c.events)
+        f << e << "\n";
     }
     DaemonMetrics metrics;
     SupervisorOptions o;
@@ -124,88 +131,6 @@ NewJob small_job() {
   return nj;
 }
 
-TEST(SupervisorRecoverTest, ARunnerLaunchedBeforeTailordRecordedItIsReadoptedByItsLockNotLaunchedAgain) {
-  testing::TempDir dir;
-  auto store = JobStore::open(dir.file("tailor.db"));
-  ASSERT_TRUE(store.is_ok());
-  auto made = (*store)->create(small_job());
-  ASSERT_TRUE(made.is_ok());
-  const std::string id = made->job.id;
-  // tailord died after the fork: the job is still planning, with no pid in
-  // the store and no pid file.
-  ASSERT_TRUE((*store)->transition(id, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
-  LockedRunner runner(fs::path(dir.file("data")) / "jobs" / id);
-  ASSERT_GT(runner.process.pid, 0);
-  DaemonMetrics metrics;
-  SupervisorOptions o;
-  o.data_dir = dir.file("data");
-  Supervisor sup(**store, metrics, o);
-  ASSERT_TRUE(sup.recover().is_ok());
-  auto job = (*store)->get(id);
-  ASSERT_TRUE(job.is_ok());
-  EXPECT_EQ(job->state, JobState::kRunning) << to_string(job->state);
-  EXPECT_EQ(job->pid, runner.process.pid);
-  EXPECT_EQ(job->pid_start_ticks, runner.process.start_ticks);
-  EXPECT_EQ(job->attempts, 1);
-}
-
-TEST(SupervisorStartTest, NoAttemptStartsWhileAnEarlierRunnerStillHoldsTheJobsLock) {
-  testing::TempDir dir;
-  auto store = JobStore::open(dir.file("tailor.db"));
-  ASSERT_TRUE(store.is_ok());
-  auto made = (*store)->create(small_job());
-  ASSERT_TRUE(made.is_ok());
-  const std::string id = made->job.id;
-  LockedRunner earlier(fs::path(dir.file("data")) / "jobs" / id);
-  DaemonMetrics metrics;
-  SupervisorOptions o;
-  o.data_dir = dir.file("data");
-  o.runner_path = "/bin/true";
-  o.host_budget_bytes = 1 << 20;
-  o.poll_seconds = 0.01;
-  o.backoff_seconds = 60;
-  o.heartbeat_timeout_seconds = 0;
-  Supervisor sup(**store, metrics, o);
-  sup.start();
-  std::optional<JobRecord> job;
-  for (int i = 0; i < 2000 && !(job && job->failures > 0); ++i) {
-    auto j = (*store)->get(id);
-    if (j.is_ok()) job = *j;
-    usleep(5000);
-  }
-  sup.stop();
-  ASSERT_TRUE(job.has_value());
-  EXPECT_EQ(job->state, JobState::kQueued) << to_string(job->state);
-  EXPECT_EQ(job->failures, 1);
-  EXPECT_EQ(job->attempts, 0);
-  EXPECT_NE(job->exit_reason.find("runner.lock"), std::string::npos) << job->exit_reason;
-}
-
-TEST(SupervisorRecoverTest, ARunnerWhoseStartWasNeverStoredIsJudgedByItsEventsNotLaunchedAgain) {
-  testing::TempDir dir;
-  auto store = JobStore::open(dir.file("tailor.db"));
-  ASSERT_TRUE(store.is_ok());
-  auto made = (*store)->create(small_job());
-  ASSERT_TRUE(made.is_ok());
-  const std::string id = made->job.id;
-  // Launched (its pid file is there), ran to the end, but the store still
-  // says planning: tailord could not store the start, then stopped.
-  ASSERT_TRUE((*store)->transition(id, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
-  const fs::path job_dir = fs::path(dir.file("data")) / "jobs" / id;
-  fs::create_directories(job_dir);
-  std::ofstream(job_dir / "runner.pid") << dead_pid() << " 1\n";
-  std::ofstream(job_dir / "events.jsonl") << R"({"event":"start"})" "\n" R"({"event":"done","steps":3,"exit_code":0})" "\n";
-  DaemonMetrics metrics;
-  SupervisorOptions o;
-  o.data_dir = dir.file("data");
-  Supervisor sup(**store, metrics, o);
-  ASSERT_TRUE(sup.recover().is_ok());
-  auto job = (*store)->get(id);
-  ASSERT_TRUE(job.is_ok());
-  EXPECT_EQ(job->state, JobState::kSucceeded) << to_string(job->state) << " (" << job->exit_reason << ")";
-  EXPECT_EQ(job->attempts, 1);
-}
-
 // Polls `cond` for up to 10 s.
 bool eventually(const std::function<bool()>& cond) {
   for (int i = 0; i < 2000; ++i) {
@@ -215,55 +140,122 @@ bool eventually(const std::function<bool()>& cond) {
   return cond();
 }
 
+// A store with one job (small_job) in it, and the data folder beside it.
+class SupervisorJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto opened = JobStore::open(dir_.file("tailor.db"), 50);
+    ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+    store_ = std::move(*opened);
+    auto made = store_->create(small_job());
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    id_ = made->job.id;
+  }
+  fs::path job_dir() const { return fs::path(dir_.file("data")) / "jobs" / id_; }
+  SupervisorOptions options() const {
+    SupervisorOptions o;
+    o.data_dir = dir_.file("data");
+    return o;
+  }
+  JobRecord job() const {
+    auto j = store_->get(id_);
+    EXPECT_TRUE(j.is_ok());
+    return j.is_ok() ? *j : JobRecord{};
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<JobStore> store_;
+  std::string id_;
+  DaemonMetrics metrics_;
+};
+
+TEST_F(SupervisorJobTest, ARunnerLaunchedBeforeTailordRecordedItIsReadoptedByItsLockNotLaunchedAgain) {
+  // tailord died after the fork: the job is still planning, with no pid in
+  // the store and no pid file.
+  ASSERT_TRUE(store_->transition(id_, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
+  LockedRunner runner(job_dir());
+  ASSERT_GT(runner.process.pid, 0);
+  Supervisor sup(*store_, metrics_, options());
+  ASSERT_TRUE(sup.recover().is_ok());
+  const JobRecord j = job();
+  EXPECT_EQ(j.state, JobState::kRunning) << to_string(j.state);
+  EXPECT_EQ(j.pid, runner.process.pid);
+  EXPECT_EQ(j.pid_start_ticks, runner.process.start_ticks);
+  EXPECT_EQ(j.attempts, 1);
+}
+
+TEST_F(SupervisorJobTest, NoAttemptStartsWhileAnEarlierRunnerStillHoldsTheJobsLock) {
+  LockedRunner earlier(job_dir());
+  SupervisorOptions o = options();
+  o.runner_path = "/bin/true";
+  o.host_budget_bytes = 1 << 20;
+  o.poll_seconds = 0.01;
+  o.backoff_seconds = 60;
+  o.heartbeat_timeout_seconds = 0;
+  Supervisor sup(*store_, metrics_, o);
+  sup.start();
+  ASSERT_TRUE(eventually([&] { return job().failures > 0; }));
+  sup.stop();
+  const JobRecord j = job();
+  EXPECT_EQ(j.state, JobState::kQueued) << to_string(j.state);
+  EXPECT_EQ(j.failures, 1);
+  EXPECT_EQ(j.attempts, 0);
+  EXPECT_NE(j.exit_reason.find("runner.lock"), std::string::npos) << j.exit_reason;
+}
+
+TEST_F(SupervisorJobTest, ARunnerWhoseStartWasNeverStoredIsJudgedByItsEventsNotLaunchedAgain) {
+  // Launched (its pid file is there), ran to the end, but the store still
+  // says planning: tailord could not store the start, then stopped.
+  ASSERT_TRUE(store_->transition(id_, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
+  fs::create_directories(job_dir());
+  std::ofstream(job_dir() / "runner.pid") << dead_pid() << " 1\n";
+  std::ofstream(job_dir() / "events.jsonl") << R"({"event":"start"})"
+                                               "\n"
+                                               R"({"event":"done","steps":3,"exit_code":0})"
+                                               "\n";
+  Supervisor sup(*store_, metrics_, options());
+  ASSERT_TRUE(sup.recover().is_ok());
+  const JobRecord j = job();
+  EXPECT_EQ(j.state, JobState::kSucceeded) << to_string(j.state) << " (" << j.exit_reason << ")";
+  EXPECT_EQ(j.attempts, 1);
+}
+
 // The defect: the supervisor logged the failed write and forgot the runner,
 // so the job stayed "running" with a dead pid until tailord restarted.
-TEST(SupervisorStartTest, TheEndOfARunnerIsStoredOnceAnotherProcessLetsGoOfTheDatabase) {
-  testing::TempDir dir;
-  auto store = JobStore::open(dir.file("tailor.db"), 50);
-  ASSERT_TRUE(store.is_ok());
-  auto made = (*store)->create(small_job());
-  ASSERT_TRUE(made.is_ok());
-  const std::string id = made->job.id;
+TEST_F(SupervisorJobTest, TheEndOfARunnerIsStoredOnceAnotherProcessLetsGoOfTheDatabase) {
   // A runner that ends when told to: a file "go" in its folder.
-  const std::string runner = dir.file("runner.sh");
+  const std::string runner = dir_.file("runner.sh");
   std::ofstream(runner) << "#!/bin/sh\necho \"$TAILOR_SPEC_ROOT\" > spec-root\n"
                            "while [ ! -e go ]; do sleep 0.01; done\nexit 0\n";
   fs::permissions(runner, fs::perms::owner_all);
-  DaemonMetrics metrics;
-  SupervisorOptions o;
-  o.data_dir = dir.file("data");
+  SupervisorOptions o = options();
   o.runner_path = runner;
   o.host_budget_bytes = 1 << 20;
   o.poll_seconds = 0.01;
   o.heartbeat_timeout_seconds = 0;
-  o.planning.spec_root = dir.path().string();
-  Supervisor sup(**store, metrics, o);
+  o.planning.spec_root = dir_.path().string();
+  Supervisor sup(*store_, metrics_, o);
   sup.start();
-  auto state = [&] {
-    auto j = (*store)->get(id);
-    return j.is_ok() ? j->state : JobState::kQueued;
-  };
-  ASSERT_TRUE(eventually([&] { return state() == JobState::kRunning; }));
-  auto other = Database::open(dir.file("tailor.db"));
+  ASSERT_TRUE(eventually([&] { return job().state == JobState::kRunning; }));
+  auto other = Database::open(dir_.file("tailor.db"));
   ASSERT_TRUE(other.is_ok());
   ASSERT_TRUE(other->exec("BEGIN EXCLUSIVE").is_ok());
-  std::ofstream(fs::path(dir.file("data")) / "jobs" / id / "go") << "";
+  std::ofstream(job_dir() / "go") << "";
   // The runner ends; storing its verdict fails while the lock is held.
-  ASSERT_TRUE(eventually([&] { return !(*store)->health().writable; }));
-  EXPECT_EQ(state(), JobState::kRunning);
+  ASSERT_TRUE(eventually([&] { return !store_->health().writable; }));
+  EXPECT_EQ(job().state, JobState::kRunning);
   ASSERT_TRUE(other->exec("ROLLBACK").is_ok());
-  EXPECT_TRUE(eventually([&] { return state() == JobState::kSucceeded; })) << to_string(state());
+  EXPECT_TRUE(eventually([&] { return job().state == JobState::kSucceeded; })) << to_string(job().state);
   sup.stop();
-  auto job = (*store)->get(id);
-  ASSERT_TRUE(job.is_ok());
-  EXPECT_FALSE(job->pid.has_value());
-  EXPECT_EQ(job->attempts, 1);
-  EXPECT_TRUE((*store)->health().writable);
+  const JobRecord j = job();
+  EXPECT_FALSE(j.pid.has_value());
+  EXPECT_EQ(j.attempts, 1);
+  EXPECT_TRUE(store_->health().writable);
   // The runner was told where the files its spec names must be read from.
-  std::ifstream told(fs::path(dir.file("data")) / "jobs" / id / "spec-root");
+  std::ifstream told(job_dir() / "spec-root");
   std::string root;
   std::getline(told, root);
-  EXPECT_EQ(root, dir.path().string());
+  EXPECT_EQ(root, dir_.path().string());
 }
 
 }  // namespace
