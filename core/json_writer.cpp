@@ -4,12 +4,15 @@
 #include <cstdio>
 
 #include "core/check.h"
+#include "core/text.h"
 
 namespace tailor {
 
 std::string json_escape(std::string_view s) {
   std::string out = "\"";
-  for (char c : s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const char c = s[i];
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -21,10 +24,22 @@ std::string json_escape(std::string_view s) {
           char buf[8];
           std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
           out += buf;
+        } else if (static_cast<unsigned char>(c) >= 0x80) {
+          // JSON text is UTF-8 (RFC 8259 section 8.1): bytes that are not
+          // (a client's percent-encoded query, a stray byte in a log line)
+          // become U+FFFD rather than making the whole document unreadable.
+          const std::size_t len = utf8_sequence_length(s, i);
+          if (len == 0) {
+            out += "\\ufffd";
+          } else {
+            out.append(s.substr(i, len));
+            i += len - 1;
+          }
         } else {
           out += c;
         }
     }
+    ++i;
   }
   return out + "\"";
 }

@@ -29,4 +29,9 @@ std::string closest_match(std::string_view word, std::span<const std::string> ca
 inline constexpr std::size_t kWhole = static_cast<std::size_t>(-1);
 std::string quote(std::string_view s, std::size_t max_chars = 60);
 
+// The length (1 to 4) of the well-formed UTF-8 sequence that starts at
+// s[i], or 0 where none does: a stray continuation byte, a truncated
+// sequence, an overlong form, a surrogate or a value past U+10FFFF.
+std::size_t utf8_sequence_length(std::string_view s, std::size_t i);
+
 }  // namespace tailor

@@ -102,40 +102,11 @@ std::size_t Node::size() const {
 // ---- UTF-8 -----------------------------------------------------------------
 
 std::optional<std::size_t> find_invalid_utf8(std::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const std::size_t n = text.size();
   std::size_t i = 0;
-  while (i < n) {
-    const unsigned char c = s[i];
-    if (c == 0) return i;  // NUL is valid UTF-8 but never valid YAML text
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len = 0;
-    std::uint32_t cp = 0;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return i;
-    }
-    if (i + len > n) return i;
-    for (std::size_t k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are invalid.
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return i;
-    }
+  while (i < text.size()) {
+    if (text[i] == '\0') return i;  // NUL is valid UTF-8 but never valid YAML text
+    const std::size_t len = utf8_sequence_length(text, i);
+    if (len == 0) return i;
     i += len;
   }
   return std::nullopt;
@@ -195,6 +166,13 @@ class TreeBuilder final : public YAML::EventHandler {
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& value) override {
     count_nodes(1, mark);
+    // The file is UTF-8, but yaml-cpp decodes a double-quoted "\N" (U+0085)
+    // to the lone byte 0x85, and "\0" is NUL: every later layer (JSON,
+    // SQLite, logs) assumes text.
+    if (auto bad = find_invalid_utf8(value)) {
+      fail(loc(mark), value[*bad] == '\0' ? "string contains a NUL character (from an escape)"
+                                          : "string's escapes decode to bytes that are not UTF-8 (write the character itself, or \\uXXXX)");
+    }
     // yaml-cpp reports "?" for plain scalars and "!" for quoted ones.
     complete(Node::make_scalar(value, loc(mark), tag == "?"), anchor);
   }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_writer.h"
+#include "core/text.h"
 #include "core/units.h"
 #include "daemon/api/event_stream.h"
 #include "daemon/api/job_files.h"
@@ -27,7 +28,7 @@ namespace fs = std::filesystem;
 
 constexpr std::int64_t kMaxPageSize = 500;
 
-HttpResponse json_response(int status, const json& body) { return HttpResponse::json(status, body.dump()); }
+HttpResponse json_response(int status, const json& body) { return HttpResponse::json(status, json_text(body)); }
 
 // A strong validator of a response body: FNV-1a over its bytes (a change
 // detector, not a security measure), quoted as RFC 9110 wants.
@@ -56,26 +57,27 @@ bool none_match_names(const std::string& header, const std::string& tag) {
   return false;
 }
 
+// A query parameter given with no value ("?limit=") is malformed, not
+// absent: a client that sends one meant something and gets told.
+bool given(const HttpRequest& r, const std::string& key) { return r.query.count(key) != 0; }
+
 Result<std::int64_t> int_param(const HttpRequest& r, const std::string& key, std::int64_t fallback, std::int64_t lo,
                                std::int64_t hi) {
+  if (!given(r, key)) return fallback;
   const std::string v = r.query_value(key);
-  if (v.empty()) return fallback;
-  try {
-    std::size_t used = 0;
-    const long long n = std::stoll(v, &used);
-    if (used != v.size() || n < lo || n > hi) throw std::out_of_range(v);
-    return static_cast<std::int64_t>(n);
-  } catch (...) {
-    return Status::invalid_argument("query parameter " + key + ": expected an integer in [" + std::to_string(lo) +
-                                    ", " + std::to_string(hi) + "], got '" + v + "'");
-  }
+  std::int64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec == std::errc() && end == v.data() + v.size() && n >= lo && n <= hi) return n;
+  return Status::invalid_argument("query parameter " + key + ": expected an integer in [" + std::to_string(lo) + ", " +
+                                  std::to_string(hi) + "], got " + quote(v));
 }
 
 Result<bool> bool_param(const HttpRequest& r, const std::string& key) {
+  if (!given(r, key)) return false;
   const std::string v = r.query_value(key);
-  if (v.empty() || v == "false" || v == "0") return false;
+  if (v == "false" || v == "0") return false;
   if (v == "true" || v == "1") return true;
-  return Status::invalid_argument("query parameter " + key + ": expected true or false, got '" + v + "'");
+  return Status::invalid_argument("query parameter " + key + ": expected true or false, got " + quote(v));
 }
 
 // FNV-1a (64 bit): tells two requests sent under one Idempotency-Key apart.
@@ -113,7 +115,7 @@ json diagnostics_json(const dsl::Diagnostics& d) {
 }  // namespace
 
 std::string job_to_json(const JobRecord& job, const std::string& output_dir) {
-  return job_json(job, output_dir).dump();
+  return json_text(job_json(job, output_dir));
 }
 
 Api::Api(ApiContext context) : ctx_(std::move(context)) {
@@ -185,7 +187,7 @@ HttpResponse Api::handle(HttpRequest& request) {
     if (!m.route) {
       if (m.status == 405) {
         res = error_response(ApiError::kMethodNotAllowed, request.method + " is not allowed on " + request.path,
-                             json({{"allow", m.allow}}).dump());
+                             json_text(json({{"allow", m.allow}})));
         res.headers.emplace_back("Allow", m.allow);
       } else {
         res = error_response(ApiError::kNotFound, "no such endpoint: " + request.path);
@@ -235,28 +237,28 @@ HttpResponse Api::submit(HttpRequest& r) {
   auto dry = bool_param(r, "dry_run");
   if (!dry.is_ok()) return error_response(dry.status());
   std::optional<std::int64_t> memory_limit;
-  if (const std::string ml = r.query_value("memory_limit"); !ml.empty()) {
-    auto b = parse_bytes(ml);
+  if (given(r, "memory_limit")) {
+    auto b = parse_bytes(r.query_value("memory_limit"));
     if (!b.is_ok()) return error_response(Status::invalid_argument("query parameter memory_limit: " + b.status().message()));
     if (b->count() <= 0) return error_response(Status::invalid_argument("query parameter memory_limit: must be positive"));
     memory_limit = b->count();
   }
   const std::string key = r.header("idempotency-key");
-  if (key.size() > 200 || std::any_of(key.begin(), key.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
+  if ((key.empty() && r.headers.count("idempotency-key") != 0) || key.size() > 200 || std::any_of(key.begin(), key.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
     return error_response(ApiError::kInvalidIdempotencyKey, "Idempotency-Key: at most 200 visible ASCII characters");
   }
   auto planned = load_and_plan(r.body, "<request>", ctx_.planning);
   if (auto* e = std::get_if<PlanningError>(&planned)) {
     if (e->status.code() == StatusCode::kInvalidArgument) {
       return error_response(ApiError::kInvalidSpec, e->status.message(),
-                            json({{"diagnostics", diagnostics_json(e->diagnostics)}}).dump());
+                            json_text(json({{"diagnostics", diagnostics_json(e->diagnostics)}})));
     }
     json details = json::object();
     if (e->plan) {
       details["shortfall_bytes"] = e->plan->shortfall.count() + e->plan->host_shortfall.count();
       details["smallest_fitting_gpu"] = e->plan->smallest_fitting_gpu;
     }
-    return error_response(ApiError::kDoesNotFit, e->status.message(), details.dump());
+    return error_response(ApiError::kDoesNotFit, e->status.message(), json_text(details));
   }
   PlannedJob& job = std::get<PlannedJob>(planned);
   if (*dry) {
@@ -269,14 +271,14 @@ HttpResponse Api::submit(HttpRequest& r) {
                           job.spec.name + " needs " + Bytes(reserve).to_string() +
                               " of host memory; tailord's budget for CPU jobs is " +
                               Bytes(ctx_.host_budget_bytes).to_string() + " (see --memory-budget)",
-                          json({{"shortfall_bytes", reserve - ctx_.host_budget_bytes}}).dump());
+                          json_text(json({{"shortfall_bytes", reserve - ctx_.host_budget_bytes}})));
   }
   NewJob nj;
   nj.name = job.spec.name;
   nj.priority = job.spec.priority;
   nj.spec_text = r.body;
   const json plan_doc = json::parse(job.plan_json, nullptr, false);
-  nj.spec_json = plan_doc.is_object() && plan_doc.contains("spec") ? plan_doc["spec"].dump() : "{}";
+  nj.spec_json = plan_doc.is_object() && plan_doc.contains("spec") ? json_text(plan_doc["spec"]) : "{}";
   nj.labels = job.spec.labels;
   nj.plan_json = job.plan_json;
   nj.estimated_bytes = reserve;
@@ -304,22 +306,24 @@ HttpResponse Api::submit(HttpRequest& r) {
 
 HttpResponse Api::list(HttpRequest& r) {
   JobFilter f;
-  if (const std::string s = r.query_value("state"); !s.empty()) {
+  if (given(r, "state")) {
+    const std::string s = r.query_value("state");
     f.state = parse_job_state(s);
     if (!f.state) {
       return error_response(Status::invalid_argument(
-          "query parameter state: expected queued, planning, running, succeeded, failed or cancelled, got '" + s + "'"));
+          "query parameter state: expected queued, planning, running, succeeded, failed or cancelled, got " + quote(s)));
     }
   }
   // label=key=value[,key=value...]: all must match.
-  if (const std::string l = r.query_value("label"); !l.empty()) {
+  if (given(r, "label")) {
+    const std::string l = r.query_value("label");
     std::size_t start = 0;
     while (start <= l.size()) {
       const auto comma = l.find(',', start);
       const std::string one = l.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       const auto eq = one.find('=');
       if (eq == std::string::npos || eq == 0) {
-        return error_response(Status::invalid_argument("query parameter label: expected key=value, got '" + one + "'"));
+        return error_response(Status::invalid_argument("query parameter label: expected key=value, got " + quote(one)));
       }
       f.labels.emplace_back(one.substr(0, eq), one.substr(eq + 1));
       if (comma == std::string::npos) break;
@@ -371,7 +375,7 @@ std::string Api::compact_plan(const JobRecord& job) {
       if (plan.contains(key)) compact[key] = std::move(plan[key]);
     }
   }
-  std::string text = plan.is_discarded() ? "null" : compact.dump();
+  std::string text = plan.is_discarded() ? "null" : json_text(compact);
   std::lock_guard lock(plan_cache_mu_);
   if (plan_cache_.size() >= 100000) plan_cache_.clear();  // bounded: rebuilt on demand
   plan_cache_[job.id] = {hash, text};
@@ -450,24 +454,28 @@ HttpResponse Api::events(HttpRequest& r) {
   if (!after.is_ok()) return error_response(after.status());
   auto follow = bool_param(r, "follow");
   if (!follow.is_ok()) return error_response(follow.status());
+  // Checked with or without follow: a malformed parameter is an error
+  // even where it would not be used.
+  auto since = int_param(r, "since_step", -1, 0, INT64_MAX);
+  if (!since.is_ok()) return error_response(since.status());
+  // A reconnecting EventSource says where it stopped.
+  std::int64_t from = *after;
+  if (r.headers.count("last-event-id") != 0) {
+    const std::string last = r.header("last-event-id");
+    const auto [end, ec] = std::from_chars(last.data(), last.data() + last.size(), from);
+    if (ec != std::errc() || end != last.data() + last.size() || from < 0) {
+      return error_response(ApiError::kInvalidArgument, "Last-Event-ID: expected an event id, got " + quote(last));
+    }
+  }
   const std::string id = r.params["id"];
   auto job = ctx_.store->get(id);
   if (!job.is_ok()) return error_response(job.status());
   if (*follow) {
-    // A reconnecting EventSource says where it stopped.
-    std::int64_t from = *after;
-    if (const std::string last = r.header("last-event-id"); !last.empty()) {
-      const auto [end, ec] = std::from_chars(last.data(), last.data() + last.size(), from);
-      if (ec != std::errc() || end != last.data() + last.size() || from < 0) {
-        return error_response(ApiError::kInvalidArgument, "Last-Event-ID: expected an event id, got '" + last + "'");
-      }
-    }
-    auto since = int_param(r, "since_step", job->last_step.value_or(0), 0, INT64_MAX);
-    if (!since.is_ok()) return error_response(since.status());
+    const std::int64_t since_step = *since >= 0 ? *since : job->last_step.value_or(0);
     HttpResponse res;
     res.content_type = "text/event-stream";
     res.headers.emplace_back("Cache-Control", "no-cache");
-    res.stream = job_event_stream(*ctx_.store, id, ctx_.supervisor->job_dir(id), from, *since);
+    res.stream = job_event_stream(*ctx_.store, id, ctx_.supervisor->job_dir(id), from, since_step);
     return res;
   }
   auto rows = ctx_.store->events(id, *after);
@@ -514,8 +522,9 @@ HttpResponse Api::files(HttpRequest& r) {
   const std::string id = r.params["id"];
   auto job = ctx_.store->get(id);
   if (!job.is_ok()) return error_response(job.status());
+  if (!given(r, "path")) return list_job_files(id, ctx_.supervisor->job_dir(id));
   const std::string path = r.query_value("path");
-  if (path.empty()) return list_job_files(id, ctx_.supervisor->job_dir(id));
+  if (path.empty()) return error_response(Status::invalid_argument("query parameter path: empty; leave it out to list the job's files"));
   return job_file(ctx_.supervisor->job_dir(id), path, r);
 }
 

@@ -52,7 +52,7 @@ StreamPoll job_event_stream(JobStore& store, const std::string& id, const std::s
     auto events = store.events(st->id, st->after_id, kBatch);
     if (!events.is_ok()) return false;
     for (const EventRecord& e : *events) {
-      append(out, e.kind.c_str(), event_json(e).dump(), &e.id);
+      append(out, e.kind.c_str(), json_text(event_json(e)), &e.id);
       st->after_id = e.id;
     }
     auto steps = store.metrics(st->id, st->since_step, kBatch);
@@ -63,11 +63,11 @@ StreamPoll job_event_stream(JobStore& store, const std::string& id, const std::s
     const std::int64_t cut = full && !steps->empty() ? steps->back().step : INT64_MAX;
     for (const StepMetric& m : *steps) {
       if (m.step >= cut) break;
-      append(out, "step", step_json(m).dump());
+      append(out, "step", json_text(step_json(m)));
       st->since_step = std::max(st->since_step, m.step);
     }
     static const std::string kNoPlan = "null";
-    const std::string now = job_json(*job, st->output_dir, &kNoPlan).dump();
+    const std::string now = json_text(job_json(*job, st->output_dir, &kNoPlan));
     const bool drained = static_cast<std::int64_t>(events->size()) < kBatch && !full;
     if (is_terminal(job->state) && drained) {
       append(out, "end", now);

@@ -57,7 +57,7 @@ HttpResponse list_job_files(const std::string& job_id, const std::string& job_di
                      {"modified", time_json(mtime_seconds(st))}});
   }
   std::sort(files.begin(), files.end(), [](const json& a, const json& b) { return a["path"] < b["path"]; });
-  return HttpResponse::json(200, json{{"job_id", job_id}, {"files", files}}.dump());
+  return HttpResponse::json(200, json_text(json{{"job_id", job_id}, {"files", files}}));
 }
 
 HttpResponse job_file(const std::string& job_dir, const std::string& relative, const HttpRequest& request) {

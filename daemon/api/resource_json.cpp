@@ -8,6 +8,8 @@
 
 namespace tailor::daemon {
 
+std::string json_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 using nlohmann::json;
 
 json time_json(std::optional<double> t) {

@@ -17,6 +17,10 @@ class JsonWriter;
 
 namespace tailor::daemon {
 
+// A JSON value as text. Bytes that are not UTF-8 (a client's query echoed
+// in an error, a runner's log line) become U+FFFD instead of throwing.
+std::string json_text(const nlohmann::json& j);
+
 // RFC 3339 UTC with milliseconds; null for none.
 nlohmann::json time_json(std::optional<double> t);
 

@@ -1,5 +1,7 @@
 #include "core/text.h"
 
+#include "core/json_writer.h"
+
 #include <gtest/gtest.h>
 
 namespace tailor {
@@ -31,6 +33,25 @@ TEST(TextTest, QuoteEscapesAndTruncates) {
 TEST(TextTest, SplitKeepsEmptyParts) {
   EXPECT_EQ(split("a.b..c", '.'), (std::vector<std::string>{"a", "b", "", "c"}));
   EXPECT_EQ(trim("  x \n"), "x");
+}
+
+TEST(TextTest, Utf8SequenceLengthAcceptsWellFormedSequencesOnly) {
+  EXPECT_EQ(utf8_sequence_length("a", 0), 1u);
+  EXPECT_EQ(utf8_sequence_length("\xC3\xA9", 0), 2u);          // é
+  EXPECT_EQ(utf8_sequence_length("\xE2\x9C\x93", 0), 3u);      // ✓
+  EXPECT_EQ(utf8_sequence_length("\xF0\x9F\x99\x82", 0), 4u);  // 🙂
+  EXPECT_EQ(utf8_sequence_length("\x85", 0), 0u);              // stray continuation byte
+  EXPECT_EQ(utf8_sequence_length("\xC3", 0), 0u);              // truncated
+  EXPECT_EQ(utf8_sequence_length("\xC0\xAF", 0), 0u);          // overlong '/'
+  EXPECT_EQ(utf8_sequence_length("\xED\xA0\x80", 0), 0u);      // surrogate U+D800
+  EXPECT_EQ(utf8_sequence_length("\xF4\x90\x80\x80", 0), 0u);  // past U+10FFFF
+  EXPECT_EQ(utf8_sequence_length("a", 1), 0u);
+}
+
+TEST(TextTest, JsonEscapeKeepsUtf8AndReplacesBytesThatAreNot) {
+  EXPECT_EQ(json_escape("caf\xC3\xA9"), "\"caf\xC3\xA9\"");
+  EXPECT_EQ(json_escape("a\x85" "b\xC3"), "\"a\\ufffdb\\ufffd\"");
+  EXPECT_EQ(json_escape("\"\x01\n"), "\"\\\"\\u0001\\n\"");
 }
 
 }  // namespace

@@ -465,6 +465,50 @@ TEST(ApiE2eTest, MalformedYamlIs400WithLineAndColumn) {
       << body["message"];
 }
 
+TEST(ApiE2eTest, MalformedParametersAre400WithAnErrorThatIsValidJson) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const auto made = d.post("/v1/jobs", tiny_spec("params", 1, 0));
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string job = "/v1/jobs/" + made.json()["id"].get<std::string>();
+  const std::string auth = "Bearer " + d.token();
+  // A value given empty is malformed, not absent; a value that is not UTF-8
+  // is echoed in the message as U+FFFD, so the error still parses as JSON.
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> cases = {
+      {"/v1/jobs?limit=", {}},
+      {"/v1/jobs?limit=+5", {}},
+      {"/v1/jobs?after=99999999999999999999", {}},
+      {"/v1/jobs?state=", {}},
+      {"/v1/jobs?state=%85%FF", {}},
+      {"/v1/jobs?label=", {}},
+      {"/v1/jobs?full_plan=", {}},
+      {job + "/events?since_step=-1", {}},
+      {job + "/events", {{"Last-Event-ID", "x"}}},
+      {job + "/files?path=", {}},
+      {job + "/logs?offset=1e3", {}},
+  };
+  for (auto [target, headers] : cases) {
+    headers["Authorization"] = auth;
+    const auto r = http_request(d.address(), "GET", target, {}, headers);
+    EXPECT_EQ(r.status, 400) << target << ": " << r.body;
+    const json body = r.json();
+    ASSERT_FALSE(body.is_discarded()) << target << ": " << r.body;
+    EXPECT_EQ(body["error"], "invalid_argument") << target;
+  }
+  const auto replaced = http_request(d.address(), "GET", "/v1/jobs?state=%85", {}, {{"Authorization", auth}});
+  EXPECT_NE(replaced.json()["message"].get<std::string>().find("\xEF\xBF\xBD"), std::string::npos) << replaced.body;
+
+  const auto no_key = d.post("/v1/jobs", tiny_spec("params", 1, 0), "application/yaml", {{"Idempotency-Key", ""}});
+  EXPECT_EQ(no_key.status, 400) << no_key.body;
+  // An escape that decodes to a byte that is not text is bad input at its
+  // position, not a server error.
+  const auto escaped = d.post("/v1/jobs", "apiVersion: tailor/v1\nkind: TrainingJob\nname: \"caf\\N\"\n");
+  ASSERT_EQ(escaped.status, 400) << escaped.body;
+  EXPECT_EQ(escaped.json()["error"], "invalid_spec");
+  EXPECT_NE(escaped.json()["message"].get<std::string>().find("<request>:3:"), std::string::npos) << escaped.body;
+}
+
 TEST(ApiE2eTest, FieldErrorNamesKeyAndPosition) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");

@@ -72,6 +72,22 @@ TEST(YamlTreeTest, RejectsNulByte) {
   EXPECT_NE(d.items().at(0).message.find("NUL"), std::string::npos);
 }
 
+TEST(YamlTreeTest, RejectsEscapesThatDecodeToBytesThatAreNotText) {
+  // The file is valid UTF-8; yaml-cpp decodes "\N" (next line, U+0085) to
+  // the lone byte 0x85 and "\0" to NUL, which JSON, SQLite and logs
+  // downstream cannot carry.
+  for (const char* text : {"a: ok\nb: \"caf\\N\"\n", "a: ok\nb: \"a\\0b\"\n", "a: ok\n\"k\\N\": 1\n"}) {
+    Diagnostics d;
+    EXPECT_FALSE(parse(text, d)) << text;
+    ASSERT_EQ(d.error_count(), 1u) << text;
+    EXPECT_EQ(d.items()[0].location.line, 2) << text;
+  }
+  Diagnostics d;
+  auto root = parse("b: \"caf\\u00e9 \\x41\"\n", d);
+  ASSERT_TRUE(root) << d.to_string();
+  EXPECT_EQ(root->find("b")->scalar, "caf\xC3\xA9 A");
+}
+
 TEST(YamlTreeTest, RejectsFilesOverTheSizeLimit) {
   Diagnostics d;
   YamlLimits limits;
