@@ -509,6 +509,41 @@ TEST(ApiE2eTest, MalformedParametersAre400WithAnErrorThatIsValidJson) {
   EXPECT_NE(escaped.json()["message"].get<std::string>().find("<request>:3:"), std::string::npos) << escaped.body;
 }
 
+TEST(ApiE2eTest, DeeplyNestedJsonIs400AndTheServerStaysUp) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  // 30,000 levels in 60 KB: under the body limit, far past the parser's
+  // depth bound (a recursive parser without one overflows its stack).
+  const std::string deep = std::string(30'000, '[') + std::string(30'000, ']');
+  const auto r = d.post("/v1/jobs", deep, "application/json");
+  ASSERT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_EQ(r.json()["error"], "invalid_spec");
+  EXPECT_NE(r.body.find("nest"), std::string::npos) << r.body.substr(0, 300);
+  const auto objects = d.post("/v1/jobs", std::string(30'000, '{') + std::string(30'000, '}'), "application/json");
+  EXPECT_EQ(objects.status, 400) << objects.body.substr(0, 300);
+  EXPECT_EQ(d.get("/healthz").status, 200);
+}
+
+TEST(ApiE2eTest, TheTokenNeverReachesTheLogNorIsTakenFromTheUrl) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const std::string token = d.token();
+  ASSERT_EQ(d.post("/v1/jobs", tiny_spec("logged", 1, 0)).status, 201);
+  EXPECT_EQ(d.get("/v1/jobs").status, 200);
+  // A token in the query string is not a credential.
+  EXPECT_EQ(http_request(d.address(), "GET", "/v1/jobs?token=" + token).status, 401);
+  EXPECT_EQ(http_request(d.address(), "GET", "/v1/jobs?access_token=" + token).status, 401);
+  const std::string wrong = std::string(token.size(), 'x');
+  EXPECT_EQ(http_request(d.address(), "GET", "/v1/jobs", {}, {{"Authorization", "Bearer " + wrong}}).status, 401);
+  std::ifstream in(d.log());
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(log.empty());
+  EXPECT_EQ(log.find(token), std::string::npos);
+  EXPECT_EQ(log.find(wrong), std::string::npos);
+}
+
 TEST(ApiE2eTest, FieldErrorNamesKeyAndPosition) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");

@@ -1,8 +1,10 @@
-// The HTTP server's connection budget, over real sockets on loopback: at
-// the limit a new connection evicts the one that has waited longest for a
-// request, so clients that connect and send nothing (or dribble headers)
-// cannot lock everyone else out; a connection whose request is being
-// answered is never evicted.
+// The HTTP server against hostile clients, over real sockets on loopback.
+// Its connection budget: at the limit a new connection evicts the one that
+// has waited longest for a request, so clients that connect and send
+// nothing cannot lock everyone else out; a connection whose request is
+// being answered is never evicted. Its request budget: a request that
+// dribbles in, lies about its length or is too large ends at its deadline
+// or its limit without reaching a handler.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -31,8 +33,13 @@ struct Gate {
   std::condition_variable cv;
   int waiting = 0;
   bool open = false;
+  int calls = 0;
 
   HttpResponse handle(const HttpRequest& req) {
+    {
+      std::lock_guard lock(mu);
+      ++calls;
+    }
     if (req.path == "/slow") {
       std::unique_lock lock(mu);
       ++waiting;
@@ -52,13 +59,20 @@ struct Gate {
     }
     cv.notify_all();
   }
+  int handled() {
+    std::lock_guard lock(mu);
+    return calls;
+  }
 };
 
-std::unique_ptr<HttpServer> start_server(int max_connections, int threads, Gate& gate) {
+std::unique_ptr<HttpServer> start_server(int max_connections, int threads, Gate& gate,
+                                         milliseconds read_timeout = milliseconds(30'000)) {
   ServerOptions o;
   o.port = 0;
   o.max_connections = max_connections;
   o.threads = threads;
+  o.read_timeout = read_timeout;
+  o.max_body_bytes = 64 << 10;
   auto server = HttpServer::start(o, [&gate](HttpRequest& req) { return gate.handle(req); });
   EXPECT_TRUE(server.is_ok()) << server.status().to_string();
   return server.is_ok() ? std::move(*server) : nullptr;
@@ -137,6 +151,91 @@ TEST(HttpServerTest, WhenEveryConnectionHasARequestInProgressANewOneIsClosed) {
   gate.release();
   EXPECT_EQ(a.receive().rfind("HTTP/1.1 200", 0), 0u);
   EXPECT_EQ(b.receive().rfind("HTTP/1.1 200", 0), 0u);
+}
+
+// A client that sends a byte of its headers every 20 ms is always active,
+// but its request must still be whole within the read timeout.
+TEST(HttpServerTest, AClientThatDribblesItsHeadersIsCutOffAtTheReadTimeout) {
+  Gate gate;
+  auto server = start_server(8, 2, gate, milliseconds(400));
+  ASSERT_TRUE(server);
+  RawSocket slow(server->port());
+  const std::string request = std::string(kFast);
+  const auto started = std::chrono::steady_clock::now();
+  std::size_t sent = 0;
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - started < std::chrono::seconds(10)) {
+    slow.send(request.substr(sent % 20, 1));  // never reaches the blank line
+    ++sent;
+    closed = slow.closed_within(milliseconds(20));
+  }
+  const auto lasted = std::chrono::steady_clock::now() - started;
+  EXPECT_TRUE(closed);
+  EXPECT_GE(lasted, milliseconds(350));
+  EXPECT_LT(lasted, milliseconds(3000));
+  RawSocket client(server->port());
+  client.send(kFast);
+  EXPECT_EQ(client.receive().rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_EQ(gate.handled(), 1);  // the dribbled request never reached it
+}
+
+// Content-Length promises more than comes: the request ends at the read
+// timeout, unanswered and unhandled, while other clients are served.
+TEST(HttpServerTest, ARequestShortOfItsContentLengthEndsAtTheReadTimeoutUnhandled) {
+  Gate gate;
+  auto server = start_server(8, 2, gate, milliseconds(400));
+  ASSERT_TRUE(server);
+  RawSocket liar(server->port());
+  liar.send("POST /fast HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\nonly ten..");
+  RawSocket client(server->port());
+  client.send(kFast);
+  EXPECT_EQ(client.receive().rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_TRUE(liar.closed_within(milliseconds(5000)));
+  EXPECT_EQ(gate.handled(), 1);
+}
+
+// A body announced past the limit is refused from its headers: a client
+// that says 1 GiB gets 413 without sending a byte of it.
+TEST(HttpServerTest, AContentLengthPastTheLimitIs413BeforeTheBodyIsSent) {
+  Gate gate;
+  auto server = start_server(8, 2, gate);
+  ASSERT_TRUE(server);
+  RawSocket big(server->port());
+  big.send("POST /fast HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1073741824\r\n\r\n");
+  const std::string reply = big.receive();
+  EXPECT_EQ(reply.rfind("HTTP/1.1 413", 0), 0u) << reply;
+  EXPECT_NE(reply.find("payload_too_large"), std::string::npos) << reply;
+  EXPECT_EQ(gate.handled(), 0);
+}
+
+// Without a length, a chunked body is cut where it passes the limit.
+TEST(HttpServerTest, AChunkedBodyPastTheLimitIs413) {
+  Gate gate;
+  auto server = start_server(8, 2, gate);
+  ASSERT_TRUE(server);
+  RawSocket big(server->port());
+  big.send("POST /fast HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+  const std::string chunk = "4000\r\n" + std::string(0x4000, 'x') + "\r\n";
+  for (int i = 0; i < 8; ++i) big.send(chunk);  // 128 KiB against a 64 KiB limit
+  const std::string reply = big.receive();
+  EXPECT_EQ(reply.rfind("HTTP/1.1 413", 0), 0u) << reply.substr(0, 200);
+  EXPECT_EQ(gate.handled(), 0);
+}
+
+// Framing that two parsers could read differently (request smuggling) is
+// refused, not guessed at.
+TEST(HttpServerTest, AmbiguousOrMalformedFramingIs400) {
+  Gate gate;
+  auto server = start_server(8, 2, gate);
+  ASSERT_TRUE(server);
+  for (const char* framing : {"Content-Length: 5\r\nContent-Length: 6\r\n", "Content-Length: -1\r\n",
+                              "Content-Length: 5x\r\n", "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n"}) {
+    RawSocket c(server->port());
+    c.send(std::string("POST /fast HTTP/1.1\r\nHost: 127.0.0.1\r\n") + framing + "\r\nhello");
+    const std::string reply = c.receive();
+    EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << framing << ": " << reply;
+  }
+  EXPECT_EQ(gate.handled(), 0);
 }
 
 }  // namespace
