@@ -175,7 +175,9 @@ void Supervisor::tick() {
       }
     }
     if (r.exit) {
-      ingest(r);  // the last lines, or those a failed store write left
+      // The last lines, or those a failed store write left: all of them
+      // before the verdict, however far the runner wrote ahead.
+      if (ingest_all(r) == Ingested::kFailed) continue;
       if (judge(r)) ended.push_back(id);
       continue;
     }
@@ -218,16 +220,16 @@ void Supervisor::check_heartbeat(Running& r) {
   }
 }
 
-void Supervisor::ingest(Running& r) {
+Supervisor::Ingested Supervisor::ingest(Running& r) {
   const fs::path dir = job_dir(r.id);
   std::int64_t ev_off = r.events_offset, m_off = r.metrics_offset;
   auto ev = read_new_lines((dir / "events.jsonl").string(), ev_off);
   auto ms = read_new_lines((dir / "metrics.jsonl").string(), m_off);
   if (!ev.is_ok() || !ms.is_ok()) {
     log_status(ev.is_ok() ? ms.status() : ev.status(), "reading run files of " + r.id);
-    return;
+    return Ingested::kFailed;
   }
-  if (ev->empty() && ms->empty()) return;
+  if (ev->empty() && ms->empty()) return Ingested::kNothing;
   IngestBatch batch;
   batch.events_offset = ev_off;
   batch.metrics_offset = m_off;
@@ -258,10 +260,17 @@ void Supervisor::ingest(Running& r) {
     r.events_offset = ev_off;
     r.metrics_offset = m_off;
     r.store_error.clear();
-  } else {
-    if (s.message() != r.store_error) log_status(s, "storing metrics of " + r.id + " (tried again every tick)");
-    r.store_error = s.message();
+    return Ingested::kSome;
   }
+  if (s.message() != r.store_error) log_status(s, "storing metrics of " + r.id + " (tried again every tick)");
+  r.store_error = s.message();
+  return Ingested::kFailed;
+}
+
+Supervisor::Ingested Supervisor::ingest_all(Running& r) {
+  Ingested last = Ingested::kSome;
+  while (last == Ingested::kSome) last = ingest(r);
+  return last;
 }
 
 std::string Supervisor::log_tail(const std::string& id) const {
@@ -751,7 +760,10 @@ Status Supervisor::recover() {
     }
     // The runner ended while tailord was down: take in what it wrote, then
     // judge the attempt by its last event.
-    ingest(r);
+    if (ingest_all(r) == Ingested::kFailed) {
+      running_[job.id] = std::move(r);  // every tick tries again
+      continue;
+    }
     std::int64_t off = 0;
     auto lines = read_new_lines((dir / "events.jsonl").string(), off, std::int64_t{1} << 30);
     r.exit = exit_recorded(lines.is_ok() ? *lines : std::vector<std::string>{});

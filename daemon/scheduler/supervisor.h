@@ -120,7 +120,13 @@ class Supervisor {
 
   void loop();
   void tick();
-  void ingest(Running& r);
+  // Stores the run files' new lines, a few MiB at most per call: kSome
+  // when it stored some (more may be waiting).
+  enum class Ingested { kNothing, kSome, kFailed };
+  Ingested ingest(Running& r);
+  // Everything an ended runner wrote, before it is judged: kFailed when a
+  // store write failed (the verdict waits for the rows).
+  Ingested ingest_all(Running& r);
   // Declares `r` lost and kills it when a heartbeat file of its job is
   // older than the timeout.
   void check_heartbeat(Running& r);

@@ -258,5 +258,34 @@ TEST_F(SupervisorJobTest, TheEndOfARunnerIsStoredOnceAnotherProcessLetsGoOfTheDa
   EXPECT_EQ(root, dir_.path().string());
 }
 
+// A runner whose metrics outran tailord (it was down, or the runner logs
+// fast) and that has exited: every row is stored before the job ends,
+// however many reads of a few MiB that takes.
+TEST_F(SupervisorJobTest, EveryMetricRowOfAnExitedRunnerIsStoredBeforeItsJobEnds) {
+  constexpr int kRows = 100'000;  // about 10 MB of metrics.jsonl
+  const std::string runner = dir_.file("runner.sh");
+  std::ofstream(runner) << "#!/bin/sh\n"
+                           "awk 'BEGIN { for (i = 1; i <= " << kRows << "; i++) printf \"{\\\"step\\\":%d,\\\"loss\\\":%.6f,"
+                           "\\\"lr\\\":0.001,\\\"tokens\\\":4096,\\\"memory\\\":{\\\"peak_bytes\\\":%d}}\\n\", i, 1.0 / i, 1000 + i }' "
+                           "> metrics.tmp && mv metrics.tmp metrics.jsonl\nexit 0\n";
+  fs::permissions(runner, fs::perms::owner_all);
+  SupervisorOptions o = options();
+  o.runner_path = runner;
+  o.host_budget_bytes = 1 << 20;
+  o.poll_seconds = 0.01;
+  o.heartbeat_timeout_seconds = 0;
+  o.planning.spec_root = dir_.path().string();
+  Supervisor sup(*store_, metrics_, o);
+  sup.start();
+  ASSERT_TRUE(eventually([&] { return is_terminal(job().state); }));
+  sup.stop();
+  auto rows = store_->metrics(id_, 0, 2 * kRows);
+  ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+  ASSERT_EQ(rows->size(), static_cast<std::size_t>(kRows));
+  EXPECT_EQ(rows->back().step, kRows);
+  EXPECT_EQ(job().last_step, kRows);
+  EXPECT_EQ(job().peak_bytes, 1000 + kRows);
+}
+
 }  // namespace
 }  // namespace tailor::daemon
