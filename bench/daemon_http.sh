@@ -43,3 +43,12 @@ for target in "/v1/jobs" "/v1/jobs?state=succeeded&limit=100" "/healthz"; do
   wrk -t2 -c"$connections" -d"${duration}s" --latency -H "Authorization: Bearer $token" "http://$addr$target" |
     grep -E 'Requests/sec|Latency  |50%|99%|Non-2xx|Socket errors'
 done
+
+# Reads while submissions plan and commit: what a dashboard polling tailord
+# sees during a burst of submissions.
+half=$(( (connections + 1) / 2 ))
+echo "== GET /healthz ($half connections) while POST /v1/jobs ($half connections), ${duration}s"
+wrk -t1 -c"$half" -d"${duration}s" --latency -s "$root/bench/submit.lua" "http://$addr/v1/jobs" >"$work/post.txt" &
+wrk -t1 -c"$half" -d"${duration}s" --latency "http://$addr/healthz" | grep -E 'Requests/sec|Latency  |50%|99%'
+wait %%
+grep -E 'Requests/sec|99%' "$work/post.txt" | sed 's/^/  POST: /'

@@ -136,6 +136,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   sopts.max_body_bytes = static_cast<std::size_t>(config.max_body_bytes);
   sopts.read_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.read_timeout_seconds * 1000));
   sopts.threads = config.http_threads;
+  sopts.worker_threads = config.http_threads;
+  sopts.offload = runs_on_a_worker;
   sopts.max_connections = config.max_connections;
   Parts* p = parts.get();
   TAILOR_ASSIGN_OR_RETURN(parts->server, HttpServer::start(sopts, [p](HttpRequest& req) {

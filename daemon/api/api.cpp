@@ -304,6 +304,10 @@ HttpResponse Api::submit(HttpRequest& r) {
   return res;
 }
 
+bool runs_on_a_worker(const HttpRequest& r) {
+  return (r.method == "POST" && r.path == "/v1/jobs") || r.method == "DELETE";
+}
+
 HttpResponse Api::list(HttpRequest& r) {
   JobFilter f;
   if (given(r, "state")) {

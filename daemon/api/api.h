@@ -36,6 +36,10 @@ struct ApiContext {
   const HttpServer* server = nullptr;  // its connection figures go to /metrics
 };
 
+// Requests whose work (planning a job, removing a job's folder) would hold
+// an I/O thread for milliseconds: the server runs them on its workers.
+bool runs_on_a_worker(const HttpRequest& r);
+
 class Api {
  public:
   explicit Api(ApiContext context);

@@ -17,7 +17,9 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -117,8 +119,8 @@ struct ConnectionTable {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket&& socket, const ServerOptions& options, const RequestHandler& handler,
-          ConnectionTable& table)
-      : stream_(std::move(socket)), options_(options), handler_(handler), table_(table),
+          ConnectionTable& table, net::thread_pool* workers)
+      : stream_(std::move(socket)), options_(options), handler_(handler), table_(table), workers_(workers),
         timer_(stream_.get_executor()) {
     ++table_.live;
   }
@@ -193,16 +195,28 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!parse_target(req.target, req.path, req.query)) {
       return send(error_response(ApiError::kBadRequest, "malformed request target"), keep_alive, false);
     }
-    HttpResponse res;
+    if (workers_ != nullptr && options_.offload && options_.offload(req)) {
+      // Handled on a worker; the answer is sent from this session's strand.
+      net::post(*workers_, [self = shared_from_this(), req = std::move(req), keep_alive]() mutable {
+        HttpResponse res = self->call_handler(req);
+        net::post(self->stream_.get_executor(), [self, res = std::move(res), keep_alive]() mutable {
+          self->send(std::move(res), keep_alive, false);
+        });
+      });
+      return;
+    }
+    send(call_handler(req), keep_alive, false);
+  }
+
+  HttpResponse call_handler(HttpRequest& req) {
     try {
-      res = handler_(req);
+      return handler_(req);
     } catch (const std::exception& e) {
       log_error(std::string("tailord: handler threw: ") + e.what());
-      res = error_response(ApiError::kInternal, "internal error");
     } catch (...) {
-      res = error_response(ApiError::kInternal, "internal error");
+      log_error("tailord: handler threw a non-exception");
     }
-    send(std::move(res), keep_alive, false);
+    return error_response(ApiError::kInternal, "internal error");
   }
 
   void send(HttpResponse res, bool keep_alive, bool drain) {
@@ -343,6 +357,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const ServerOptions& options_;
   const RequestHandler& handler_;
   ConnectionTable& table_;
+  net::thread_pool* workers_;  // null: every request on the I/O threads
   std::optional<std::uint64_t> slot_;  // set while waiting for a request
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -365,6 +380,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   RequestHandler handler;
   ConnectionTable connections;
   net::io_context ioc;
+  // After ioc: destroyed first, joined in stop() before ioc goes.
+  std::optional<net::thread_pool> workers;
   tcp::acceptor acceptor{ioc};
   std::vector<std::thread> threads;
   std::once_flag stopped;
@@ -386,7 +403,9 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
             ++connections.evicted;
             victim->evict();
           }
-          std::make_shared<Session>(std::move(socket), options, handler, connections)->run();
+          std::make_shared<Session>(std::move(socket), options, handler, connections,
+                                    workers ? &*workers : nullptr)
+              ->run();
         }
       } else {
         log_warning("tailord: accept: " + ec.message());
@@ -416,6 +435,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const ServerOptions& optio
   impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) return Status::unavailable("cannot listen on " + where + ": " + ec.message());
   impl->bound = impl->acceptor.local_endpoint(ec);
+  if (options.offload) impl->workers.emplace(static_cast<std::size_t>(std::max(1, options.worker_threads)));
   impl->accept();
   for (int i = 0; i < std::max(1, options.threads); ++i) {
     impl->threads.emplace_back([p = impl.get()] {
@@ -448,6 +468,12 @@ void HttpServer::stop() {
     impl_->ioc.stop();
     for (auto& t : impl_->threads) {
       if (t.joinable()) t.join();
+    }
+    // A request in progress finishes (its answer, posted to the stopped
+    // io_context, is dropped with it); none starts after this.
+    if (impl_->workers) {
+      impl_->workers->stop();
+      impl_->workers->join();
     }
   });
 }

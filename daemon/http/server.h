@@ -33,6 +33,11 @@ struct ServerOptions {
   // for a request (idle, or still sending it); when every connection has a
   // request in progress, the new one is closed.
   int max_connections = 512;
+  // Requests for which `offload` says true (a submission that plans a job
+  // and commits it) run on a pool of `worker_threads`, never on an I/O
+  // thread, so that reads and writes of every other connection go on.
+  std::function<bool(const HttpRequest&)> offload;
+  int worker_threads = 2;
 };
 
 using RequestHandler = std::function<HttpResponse(HttpRequest&)>;
@@ -51,7 +56,8 @@ class HttpServer {
   int connections() const;                     // open now
   std::uint64_t evicted_connections() const;   // closed to make room, since start
 
-  // Stops accepting, closes every connection and joins the threads. Idempotent.
+  // Stops accepting, closes every connection and joins the threads (the
+  // workers after their requests in progress). Idempotent.
   void stop();
 
   struct Impl;

@@ -34,6 +34,7 @@ struct Gate {
   int waiting = 0;
   bool open = false;
   int calls = 0;
+  int returned = 0;  // /slow requests answered
 
   HttpResponse handle(const HttpRequest& req) {
     {
@@ -45,6 +46,7 @@ struct Gate {
       ++waiting;
       cv.notify_all();
       cv.wait(lock, [&] { return open; });
+      ++returned;
     }
     return HttpResponse::json(200, R"({"path":")" + req.path + "\"}");
   }
@@ -62,6 +64,10 @@ struct Gate {
   int handled() {
     std::lock_guard lock(mu);
     return calls;
+  }
+  int slow_returned() {
+    std::lock_guard lock(mu);
+    return returned;
   }
 };
 
@@ -236,6 +242,51 @@ TEST(HttpServerTest, AmbiguousOrMalformedFramingIs400) {
     EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << framing << ": " << reply;
   }
   EXPECT_EQ(gate.handled(), 0);
+}
+
+// One I/O thread, and a request that holds its handler (as planning a job
+// does): run on a worker, it leaves the I/O thread free for everyone else.
+TEST(HttpServerTest, AnOffloadedRequestLeavesTheIoThreadToOtherConnections) {
+  Gate gate;
+  ServerOptions o;
+  o.port = 0;
+  o.threads = 1;
+  o.worker_threads = 1;
+  o.offload = [](const HttpRequest& r) { return r.path == "/slow"; };
+  auto server = HttpServer::start(o, [&gate](HttpRequest& req) { return gate.handle(req); });
+  ASSERT_TRUE(server.is_ok()) << server.status().to_string();
+  RawSocket busy((*server)->port());
+  busy.send(kSlow);
+  ASSERT_TRUE(gate.wait_for_waiting(1));
+  RawSocket client((*server)->port());
+  client.send(kFast);
+  EXPECT_EQ(client.receive().rfind("HTTP/1.1 200", 0), 0u) << "served while /slow still holds its worker";
+  gate.release();
+  const std::string slow = busy.receive();
+  EXPECT_EQ(slow.rfind("HTTP/1.1 200", 0), 0u) << slow;
+  EXPECT_NE(slow.find("/slow"), std::string::npos) << slow;
+}
+
+// Stopping while a worker holds a request: stop() returns only once that
+// request is done (the handler may use what its owner frees next).
+TEST(HttpServerTest, StopWaitsForTheRequestAWorkerHolds) {
+  Gate gate;
+  ServerOptions o;
+  o.port = 0;
+  o.offload = [](const HttpRequest& r) { return r.path == "/slow"; };
+  auto server = HttpServer::start(o, [&gate](HttpRequest& req) { return gate.handle(req); });
+  ASSERT_TRUE(server.is_ok()) << server.status().to_string();
+  RawSocket busy((*server)->port());
+  busy.send(kSlow);
+  ASSERT_TRUE(gate.wait_for_waiting(1));
+  std::thread releaser([&gate] {
+    // Lets stop() start first; were it to return early, returned is 0.
+    std::this_thread::sleep_for(milliseconds(100));
+    gate.release();
+  });
+  (*server)->stop();
+  EXPECT_EQ(gate.slow_returned(), 1);
+  releaser.join();
 }
 
 }  // namespace
