@@ -27,6 +27,7 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr std::int64_t kMaxPageSize = 500;
+constexpr std::size_t kPlanCacheEntries = 10'000;
 
 HttpResponse json_response(int status, const json& body) { return HttpResponse::json(status, json_text(body)); }
 
@@ -381,7 +382,9 @@ std::string Api::compact_plan(const JobRecord& job) {
   }
   std::string text = plan.is_discarded() ? "null" : json_text(compact);
   std::lock_guard lock(plan_cache_mu_);
-  if (plan_cache_.size() >= 100000) plan_cache_.clear();  // bounded: rebuilt on demand
+  // Bounded (about 1 KB an entry): a listing of the newest jobs keeps
+  // hitting, and a soak of many short-lived jobs cannot grow it.
+  if (plan_cache_.size() >= kPlanCacheEntries) plan_cache_.clear();
   plan_cache_[job.id] = {hash, text};
   return text;
 }
@@ -535,6 +538,10 @@ HttpResponse Api::files(HttpRequest& r) {
 HttpResponse Api::remove(HttpRequest& r) {
   const std::string id = r.params["id"];
   if (Status s = ctx_.supervisor->remove(id); !s.is_ok()) return error_response(s);
+  {
+    std::lock_guard lock(plan_cache_mu_);
+    plan_cache_.erase(id);
+  }
   return json_response(200, {{"id", id}, {"deleted", true}});
 }
 

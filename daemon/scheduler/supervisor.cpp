@@ -482,7 +482,9 @@ Status Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom,
 }
 
 void Supervisor::schedule_queued() {
-  auto queued = store_.in_states({JobState::kQueued});
+  // Every tick reads the whole queue: its records without spec or plan,
+  // the whole record only of a job that starts.
+  auto queued = store_.in_states({JobState::kQueued}, /*documents=*/false);
   if (!queued.is_ok()) return log_status(queued.status(), "listing queued jobs");
   metrics_.set_queue_length(static_cast<std::int64_t>(queued->size()));
   if (queued->empty()) return;
@@ -514,7 +516,12 @@ void Supervisor::schedule_queued() {
       log_status(store_.transition(j.id, JobState::kQueued, JobState::kFailed, p.reason, u), "failing " + j.id);
       continue;
     }
-    start_job(j, p.gpus, p.bytes);
+    auto full = store_.get(j.id);
+    if (!full.is_ok()) {
+      log_status(full.status(), "reading " + j.id + " to start it");
+      continue;
+    }
+    start_job(*full, p.gpus, p.bytes);
   }
 }
 

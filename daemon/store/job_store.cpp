@@ -25,6 +25,13 @@ constexpr const char* kListColumns =
     "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
     "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at";
 
+// The scheduler's columns: a listing's, without the plan either.
+constexpr const char* kScheduleColumns =
+    "id, seq, name, state, priority, '' AS spec_text, '' AS spec_json, labels_json, '' AS plan_json, estimated_bytes, "
+    "gpus_needed, memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
+    "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
+    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at";
+
 JobRecord read_job(const Statement& q) {
   JobRecord j;
   int c = 0;
@@ -268,9 +275,9 @@ Result<JobPage> JobStore::list(const JobFilter& f) {
   return page;
 }
 
-Result<std::vector<JobRecord>> JobStore::in_states(const std::vector<JobState>& states) {
+Result<std::vector<JobRecord>> JobStore::in_states(const std::vector<JobState>& states, bool documents) {
   std::lock_guard lock(mu_);
-  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE state IN (";
+  std::string sql = std::string("SELECT ") + (documents ? kJobColumns : kScheduleColumns) + " FROM jobs WHERE state IN (";
   for (std::size_t i = 0; i < states.size(); ++i) sql += (i ? ", ?" : "?") + std::to_string(i + 1);
   sql += ") ORDER BY priority DESC, seq";
   TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));

@@ -192,7 +192,9 @@ class JobStore {
   // and spec_json are empty): get() has it.
   Result<JobPage> list(const JobFilter& filter);
   // Jobs in any of `states`, by priority (high first), then submission order.
-  Result<std::vector<JobRecord>> in_states(const std::vector<JobState>& states);
+  // Without `documents`, the records leave out the spec and plan (a few kB
+  // each): what the scheduler reads every tick, however long the queue.
+  Result<std::vector<JobRecord>> in_states(const std::vector<JobState>& states, bool documents = true);
 
   // Moves a job from `from` to `to` with its event and `changes`, atomically.
   // FailedPrecondition when the job is no longer in `from`.
