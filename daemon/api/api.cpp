@@ -27,7 +27,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr std::int64_t kMaxPageSize = 500;
-constexpr std::size_t kPlanCacheEntries = 10'000;
 
 HttpResponse json_response(int status, const json& body) { return HttpResponse::json(status, json_text(body)); }
 
@@ -339,19 +338,22 @@ HttpResponse Api::list(HttpRequest& r) {
   if (!limit.is_ok()) return error_response(limit.status());
   auto after = int_param(r, "after", 0, 0, INT64_MAX);
   if (!after.is_ok()) return error_response(after.status());
-  f.limit = *limit;
-  f.after_seq = *after;
-  auto page = ctx_.store->list(f);
-  if (!page.is_ok()) return error_response(page.status());
   auto full = bool_param(r, "full_plan");
   if (!full.is_ok()) return error_response(full.status());
+  f.limit = *limit;
+  f.after_seq = *after;
+  f.full_plan = *full;
+  auto page = ctx_.store->list(f);
+  if (!page.is_ok()) return error_response(page.status());
   // Written straight out: a page is the API's most frequent answer, and a
   // DOM per job cost more than the store's query.
   JsonWriter w(0);
   w.begin_object().key("jobs").begin_array();
   for (const auto& j : page->jobs) {
-    const std::string plan = *full ? (json::accept(j.plan_json) ? j.plan_json : "null") : compact_plan(j);
-    write_job(w, j, ctx_.supervisor->job_dir(j.id), plan, j.seq);
+    // The summary is JSON by construction (the store's trigger); a whole
+    // document is checked before it is written into the page.
+    const bool is_json = !*full || json::accept(j.plan_json);
+    write_job(w, j, ctx_.supervisor->job_dir(j.id), is_json ? j.plan_json : "null", j.seq);
   }
   w.end_array().key("next_after");
   if (page->next_after) {
@@ -361,32 +363,6 @@ HttpResponse Api::list(HttpRequest& r) {
   }
   w.end_object();
   return HttpResponse::json(200, w.str());
-}
-
-// A listing's plan: the verdict and strategy only (schema_version, fits,
-// summary, strategy, memory, throughput); GET /v1/jobs/{id} and /plan give
-// the whole document.
-std::string Api::compact_plan(const JobRecord& job) {
-  const std::uint64_t hash = std::hash<std::string>{}(job.plan_json);
-  {
-    std::lock_guard lock(plan_cache_mu_);
-    auto it = plan_cache_.find(job.id);
-    if (it != plan_cache_.end() && it->second.first == hash) return it->second.second;
-  }
-  json plan = json::parse(job.plan_json, nullptr, false);
-  json compact = json::object();
-  if (!plan.is_discarded()) {
-    for (const char* key : {"schema_version", "fits", "summary", "strategy", "memory", "throughput"}) {
-      if (plan.contains(key)) compact[key] = std::move(plan[key]);
-    }
-  }
-  std::string text = plan.is_discarded() ? "null" : json_text(compact);
-  std::lock_guard lock(plan_cache_mu_);
-  // Bounded (about 1 KB an entry): a listing of the newest jobs keeps
-  // hitting, and a soak of many short-lived jobs cannot grow it.
-  if (plan_cache_.size() >= kPlanCacheEntries) plan_cache_.clear();
-  plan_cache_[job.id] = {hash, text};
-  return text;
 }
 
 namespace {
@@ -538,10 +514,6 @@ HttpResponse Api::files(HttpRequest& r) {
 HttpResponse Api::remove(HttpRequest& r) {
   const std::string id = r.params["id"];
   if (Status s = ctx_.supervisor->remove(id); !s.is_ok()) return error_response(s);
-  {
-    std::lock_guard lock(plan_cache_mu_);
-    plan_cache_.erase(id);
-  }
   return json_response(200, {{"id", id}, {"deleted", true}});
 }
 

@@ -58,14 +58,9 @@ class Api {
   HttpResponse retry(HttpRequest& r);
   HttpResponse files(HttpRequest& r);
   HttpResponse remove(HttpRequest& r);
-  // The plan's verdict and strategy for listings (JSON text), cached by job
-  // and plan text: parsing each stored plan dominated GET /v1/jobs.
-  std::string compact_plan(const JobRecord& job);
 
   ApiContext ctx_;
   Router router_;
-  std::mutex plan_cache_mu_;
-  std::unordered_map<std::string, std::pair<std::uint64_t, std::string>> plan_cache_;  // id -> (plan hash, compact)
 };
 
 // A job as the API shows it.

@@ -18,8 +18,14 @@ constexpr const char* kJobColumns =
     "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at";
 
 // A listing's columns: the job's spec (its text and resolved form, a few
-// kB each) stays in the store, empty in the records a page returns.
+// kB each) stays in the store, empty in the records a page returns, and
+// the plan is its summary (migration 4) unless the whole is asked for.
 constexpr const char* kListColumns =
+    "id, seq, name, state, priority, '' AS spec_text, '' AS spec_json, labels_json, plan_summary_json, estimated_bytes, "
+    "gpus_needed, memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
+    "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
+    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at";
+constexpr const char* kListColumnsFullPlan =
     "id, seq, name, state, priority, '' AS spec_text, '' AS spec_json, labels_json, plan_json, estimated_bytes, "
     "gpus_needed, memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
     "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
@@ -243,7 +249,8 @@ Result<CreateResult> JobStore::create(const NewJob& job) {
 
 Result<JobPage> JobStore::list(const JobFilter& f) {
   std::lock_guard lock(mu_);
-  std::string sql = std::string("SELECT ") + kListColumns + " FROM jobs j WHERE seq > ?1";
+  std::string sql = std::string("SELECT ") + (f.full_plan ? kListColumnsFullPlan : kListColumns) +
+                    " FROM jobs j WHERE seq > ?1";
   int next = 2;
   if (f.state) sql += " AND state = ?" + std::to_string(next++);
   for (std::size_t i = 0; i < f.labels.size(); ++i) {

@@ -154,6 +154,9 @@ struct JobFilter {
   std::vector<std::pair<std::string, std::string>> labels;  // all must match
   std::int64_t limit = 50;
   std::int64_t after_seq = 0;  // pagination cursor: jobs with seq > after_seq
+  // The records' plan_json: the whole plan document, or by default its
+  // summary (schema_version, fits, summary, strategy, memory, throughput).
+  bool full_plan = false;
 };
 
 struct JobPage {
@@ -189,7 +192,8 @@ class JobStore {
   Result<CreateResult> create(const NewJob& job);
   Result<JobRecord> get(const std::string& id);
   // A page in submission order. The records leave out the spec (spec_text
-  // and spec_json are empty): get() has it.
+  // and spec_json are empty): get() has it; their plan_json is the plan's
+  // summary unless filter.full_plan.
   Result<JobPage> list(const JobFilter& filter);
   // Jobs in any of `states`, by priority (high first), then submission order.
   // Without `documents`, the records leave out the spec and plan (a few kB

@@ -5,6 +5,7 @@
 extern const char tailor_daemon_migration_0001[];
 extern const char tailor_daemon_migration_0002[];
 extern const char tailor_daemon_migration_0003[];
+extern const char tailor_daemon_migration_0004[];
 
 namespace tailor::daemon {
 
@@ -13,6 +14,7 @@ const std::vector<Migration>& builtin_migrations() {
       {1, "0001_initial", tailor_daemon_migration_0001},
       {2, "0002_store_probe", tailor_daemon_migration_0002},
       {3, "0003_jobs_by_state_seq", tailor_daemon_migration_0003},
+      {4, "0004_plan_summary", tailor_daemon_migration_0004},
   };
   return kMigrations;
 }

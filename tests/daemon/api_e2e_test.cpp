@@ -977,6 +977,8 @@ TEST(ApiE2eTest, ListingsCarryThePlansVerdictAndFullPlanOnRequest) {
   const json full = d.get("/v1/jobs?full_plan=true").json()["jobs"][0]["plan"];
   EXPECT_EQ(full, d.get("/v1/jobs/" + id).json()["plan"]);
   EXPECT_TRUE(full.contains("decisions"));
+  for (const auto& [key, value] : compact.items()) EXPECT_EQ(value, full[key]) << key;
+  EXPECT_TRUE(compact["fits"].is_boolean());
   EXPECT_EQ(d.get("/v1/jobs?full_plan=maybe").status, 400);
 }
 

@@ -95,6 +95,32 @@ TEST(JobStoreTest, CreateRecordsQueuedJobWithSubmittedEvent) {
   EXPECT_EQ((*events)[0].to_state, "queued");
 }
 
+// A listing's plan is the document's summary, kept by the store's
+// triggers as the document changes (a re-plan after out-of-memory).
+TEST(JobStoreTest, AListingsPlanIsTheSummaryOfTheCurrentPlan) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db"));
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+  NewJob j = sample_job("planned");
+  j.plan_json = R"({"schema_version":1,"fits":true,"summary":"fp32","strategy":{"micro_batch_size":4},)"
+                R"("memory":{"total":10},"decisions":[{"step":"precision"}],"spec":{"name":"planned"}})";
+  const std::string id = (*store)->create(j)->job.id;
+  const auto page = [&](bool full) {
+    JobFilter f;
+    f.full_plan = full;
+    auto listed = (*store)->list(f);
+    EXPECT_TRUE(listed.is_ok());
+    return listed.is_ok() && !listed->jobs.empty() ? listed->jobs[0].plan_json : std::string();
+  };
+  EXPECT_EQ(page(false),
+            R"({"schema_version":1,"fits":true,"summary":"fp32","strategy":{"micro_batch_size":4},"memory":{"total":10}})");
+  EXPECT_EQ(page(true), j.plan_json);
+  ASSERT_TRUE((*store)->update(id, JobUpdate().set("plan_json", std::string(R"({"schema_version":1,"fits":false})"))).is_ok());
+  EXPECT_EQ(page(false), R"({"schema_version":1,"fits":false})");
+  ASSERT_TRUE((*store)->update(id, JobUpdate().set("plan_json", std::string("not json"))).is_ok());
+  EXPECT_EQ(page(false), "null");
+}
+
 TEST(JobStoreTest, JobSurvivesReopen) {
   testing::TempDir dir;
   std::string id;
