@@ -157,6 +157,17 @@ class SupervisorJobTest : public ::testing::Test {
     o.data_dir = dir_.file("data");
     return o;
   }
+  // Options for a supervisor that runs the job with `runner`, ticking
+  // every 10 ms.
+  SupervisorOptions options_running(const std::string& runner) const {
+    SupervisorOptions o = options();
+    o.runner_path = runner;
+    o.host_budget_bytes = 1 << 20;
+    o.poll_seconds = 0.01;
+    o.heartbeat_timeout_seconds = 0;
+    o.planning.spec_root = dir_.path().string();
+    return o;
+  }
   JobRecord job() const {
     auto j = store_->get(id_);
     EXPECT_TRUE(j.is_ok());
@@ -228,13 +239,7 @@ TEST_F(SupervisorJobTest, TheEndOfARunnerIsStoredOnceAnotherProcessLetsGoOfTheDa
   std::ofstream(runner) << "#!/bin/sh\necho \"$TAILOR_SPEC_ROOT\" > spec-root\n"
                            "while [ ! -e go ]; do sleep 0.01; done\nexit 0\n";
   fs::permissions(runner, fs::perms::owner_all);
-  SupervisorOptions o = options();
-  o.runner_path = runner;
-  o.host_budget_bytes = 1 << 20;
-  o.poll_seconds = 0.01;
-  o.heartbeat_timeout_seconds = 0;
-  o.planning.spec_root = dir_.path().string();
-  Supervisor sup(*store_, metrics_, o);
+  Supervisor sup(*store_, metrics_, options_running(runner));
   sup.start();
   ASSERT_TRUE(eventually([&] { return job().state == JobState::kRunning; }));
   auto other = Database::open(dir_.file("tailor.db"));
@@ -269,13 +274,7 @@ TEST_F(SupervisorJobTest, EveryMetricRowOfAnExitedRunnerIsStoredBeforeItsJobEnds
                            "\\\"lr\\\":0.001,\\\"tokens\\\":4096,\\\"memory\\\":{\\\"peak_bytes\\\":%d}}\\n\", i, 1.0 / i, 1000 + i }' "
                            "> metrics.tmp && mv metrics.tmp metrics.jsonl\nexit 0\n";
   fs::permissions(runner, fs::perms::owner_all);
-  SupervisorOptions o = options();
-  o.runner_path = runner;
-  o.host_budget_bytes = 1 << 20;
-  o.poll_seconds = 0.01;
-  o.heartbeat_timeout_seconds = 0;
-  o.planning.spec_root = dir_.path().string();
-  Supervisor sup(*store_, metrics_, o);
+  Supervisor sup(*store_, metrics_, options_running(runner));
   sup.start();
   ASSERT_TRUE(eventually([&] { return is_terminal(job().state); }));
   sup.stop();
