@@ -244,7 +244,9 @@ HttpResponse Api::submit(HttpRequest& r) {
     memory_limit = b->count();
   }
   const std::string key = r.header("idempotency-key");
-  if ((key.empty() && r.headers.count("idempotency-key") != 0) || key.size() > 200 || std::any_of(key.begin(), key.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
+  const bool sent_empty = key.empty() && r.headers.count("idempotency-key") != 0;
+  if (sent_empty || key.size() > 200 ||
+      std::any_of(key.begin(), key.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
     return error_response(ApiError::kInvalidIdempotencyKey, "Idempotency-Key: at most 200 visible ASCII characters");
   }
   auto planned = load_and_plan(r.body, "<request>", ctx_.planning);

@@ -226,8 +226,10 @@ Supervisor::Ingested Supervisor::ingest(Running& r) {
   auto ev = read_new_lines((dir / "events.jsonl").string(), ev_off);
   auto ms = read_new_lines((dir / "metrics.jsonl").string(), m_off);
   if (!ev.is_ok() || !ms.is_ok()) {
+    // Not the store's failure: the verdict need not wait for lines that
+    // cannot be read.
     log_status(ev.is_ok() ? ms.status() : ev.status(), "reading run files of " + r.id);
-    return Ingested::kFailed;
+    return Ingested::kNothing;
   }
   if (ev->empty() && ms->empty()) return Ingested::kNothing;
   IngestBatch batch;

@@ -121,7 +121,8 @@ class Supervisor {
   void loop();
   void tick();
   // Stores the run files' new lines, a few MiB at most per call: kSome
-  // when it stored some (more may be waiting).
+  // when it stored some (more may be waiting), kFailed when the store
+  // refused them (they are read again next time).
   enum class Ingested { kNothing, kSome, kFailed };
   Ingested ingest(Running& r);
   // Everything an ended runner wrote, before it is judged: kFailed when a
