@@ -12,21 +12,14 @@ duration=${SECONDS_:-10}
 connections=${CONNECTIONS:-16}
 root=$(cd "$(dirname "$0")/.." && pwd)
 command -v wrk >/dev/null || { echo "bench: wrk not found (scripts/setup --bench)" >&2; exit 1; }
-work=$(mktemp -d)
-"$root/$build/bin/tailord" --data-dir "$work/data" --listen 127.0.0.1:0 --spec-root "$root/configs" \
-  --runner /bin/true --poll-interval 0.05 >"$work/tailord.log" 2>&1 &
-daemon=$!
-trap 'kill $daemon 2>/dev/null || true; wait $daemon 2>/dev/null || true; rm -rf "$work"' EXIT
-for _ in $(seq 100); do [[ -s $work/data/address ]] && break; sleep 0.1; done
-addr=$(cat "$work/data/address")
-token=$(cat "$work/data/token")
+source "$root/bench/tailord_lib.sh"
+tailord_start "$root" "$build" /bin/true
 export TAILOR_DATA_DIR="$work/data"
 
 # The resolved demo spec, POSTed by wrk's $connections connections for
 # SUBMIT_SECONDS_ (the measured round), then in 2 s rounds until the store
 # holds $jobs jobs. Each 201 is a planned job, durable in the store.
-"$root/$build/bin/tailor" validate --resolved --set training.max_steps=1 "$root/configs/examples/tiny-cpu.yaml" 2>/dev/null |
-  grep -v '^#' > "$work/job.yaml"
+demo_spec "$root" "$build" "$work/job.yaml"
 export SPEC="$work/job.yaml" TOKEN="$token"
 count_jobs() { curl -sf -H "Authorization: Bearer $token" "http://$addr/metrics" |
   awk '/^tailor_jobs_submitted_total/ {print int($2)}'; }

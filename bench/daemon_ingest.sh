@@ -29,18 +29,12 @@ awk 'BEGIN { for (i = 1; i <= $rows; i++) {
 } }' >> metrics.jsonl
 SH
 chmod +x "$work/runner.sh"
-"$root/$build/bin/tailord" --data-dir "$work/data" --listen 127.0.0.1:0 --spec-root "$root/configs" \
-  --runner "$work/runner.sh" --poll-interval 0.05 >"$work/tailord.log" 2>&1 &
-daemon=$!
-trap 'kill $daemon 2>/dev/null || true; wait $daemon 2>/dev/null || true; rm -rf "$work"' EXIT
-for _ in $(seq 100); do [[ -s $work/data/address ]] && break; sleep 0.1; done
-addr=$(cat "$work/data/address")
-token=$(cat "$work/data/token")
+source "$root/bench/tailord_lib.sh"
+tailord_start "$root" "$build" "$work/runner.sh"
 auth="Authorization: Bearer $token"
 
 # Small jobs (a 64 MiB reservation each) so that all JOBS run at once.
-"$root/$build/bin/tailor" validate --resolved --set training.max_steps=1 --set resources.host_memory=64GiB \
-  "$root/configs/examples/tiny-cpu.yaml" 2>/dev/null | grep -v '^#' >"$work/job.yaml"
+demo_spec "$root" "$build" "$work/job.yaml" --set resources.host_memory=64GiB
 start=$(date +%s.%N)
 for _ in $(seq "$jobs"); do
   curl -sf -o /dev/null -H "$auth" -H 'Content-Type: application/yaml' --data-binary @"$work/job.yaml" "http://$addr/v1/jobs"

@@ -14,15 +14,10 @@ sample=${SAMPLE_SECONDS_:-10}
 root=$(cd "$(dirname "$0")/.." && pwd)
 python="$root/.venv/bin/python"
 [[ -x $python ]] || { echo "bench: $python not found: run scripts/setup" >&2; exit 1; }
-work=$(mktemp -d)
-"$root/$build/bin/tailord" --data-dir "$work/data" --listen 127.0.0.1:0 --spec-root "$root/configs" \
-  --runner /bin/true --poll-interval 0.05 >"$work/tailord.log" 2>&1 &
-daemon=$!
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
-for _ in $(seq 100); do [[ -s $work/data/address ]] && break; sleep 0.1; done
-"$root/$build/bin/tailor" validate --resolved --set training.max_steps=1 "$root/configs/examples/tiny-cpu.yaml" 2>/dev/null |
-  grep -v '^#' >"$work/job.yaml"
-"$python" "$root/bench/soak_clients.py" "$(cat "$work/data/address")" "$(cat "$work/data/token")" "$work/job.yaml" \
+source "$root/bench/tailord_lib.sh"
+tailord_start "$root" "$build" /bin/true
+demo_spec "$root" "$build" "$work/job.yaml"
+"$python" "$root/bench/soak_clients.py" "$addr" "$token" "$work/job.yaml" \
   "$soak" 8 >"$work/clients.txt" &
 clients=$!
 
@@ -41,7 +36,9 @@ done
 wait $clients
 cat "$work/clients.txt"
 per_minute=$((60 / sample))
+# A soak shorter than two minutes compares its halves.
+((2 * per_minute > ${#samples[@]})) && per_minute=$((${#samples[@]} / 2))
 second=$(printf '%s\n' "${samples[@]:per_minute:per_minute}" | awk '{s+=$1} END {printf "%d", s/NR}')
 last=$(printf '%s\n' "${samples[@]: -per_minute}" | awk '{s+=$1} END {printf "%d", s/NR}')
-printf 'RSS: second minute %d KiB, last minute %d KiB (%+.1f%%)\n' "$second" "$last" \
+printf 'RSS: after warm-up %d KiB, at the end %d KiB (%+.1f%%)\n' "$second" "$last" \
   "$(echo "100 * ($last - $second) / $second" | bc -l)"
