@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # tailord under load, measured with wrk (requests/s and latency
 # percentiles): POST /v1/jobs (each a planned job, durable before the
-# reply), then GET /v1/jobs with at least $JOBS jobs in the store. The
-# jobs' runner is /bin/true, so they finish at once.
-#   bench/daemon_http.sh [BUILD_DIR]     JOBS=1000 SECONDS_=10 SUBMIT_SECONDS_=5 CONNECTIONS=16
+# reply), then GET /v1/jobs with at least $JOBS jobs in the store: the
+# first page, a page deep in the list, by state, by label (one that every
+# job has, one that none has) and by both. The jobs' runner is /bin/true,
+# so they finish at once; the reads are measured once the last has.
+#   bench/daemon_http.sh [BUILD_DIR]     JOBS=10000 SECONDS_=5 SUBMIT_SECONDS_=5 CONNECTIONS=16
 # Needs wrk (scripts/setup --bench).
 set -euo pipefail
 build=${1:-build}
-jobs=${JOBS:-1000}
-duration=${SECONDS_:-10}
+jobs=${JOBS:-10000}
+duration=${SECONDS_:-5}
 connections=${CONNECTIONS:-16}
 root=$(cd "$(dirname "$0")/.." && pwd)
 command -v wrk >/dev/null || { echo "bench: wrk not found (scripts/setup --bench)" >&2; exit 1; }
@@ -21,17 +23,22 @@ export TAILOR_DATA_DIR="$work/data"
 # holds $jobs jobs. Each 201 is a planned job, durable in the store.
 demo_spec "$root" "$build" "$work/job.yaml"
 export SPEC="$work/job.yaml" TOKEN="$token"
+# Jobs in the store, and of them those not finished, from tailord's gauge.
 count_jobs() { curl -sf -H "Authorization: Bearer $token" "http://$addr/metrics" |
-  awk '/^tailor_jobs_submitted_total/ {print int($2)}'; }
+  awk -v pat="${1:-.}" '/^tailor_jobs\{/ && $0 ~ pat {n += $2} END {print int(n)}'; }
 echo "== POST /v1/jobs ($connections connections, ${SUBMIT_SECONDS_:-5}s)"
 wrk -t2 -c"$connections" -d"${SUBMIT_SECONDS_:-5}s" --latency -s "$root/bench/submit.lua" "http://$addr/v1/jobs" |
   grep -E 'Requests/sec|Latency  |50%|99%|Non-2xx|Socket errors'
 while (( $(count_jobs) < jobs )); do
   wrk -t2 -c"$connections" -d2s -s "$root/bench/submit.lua" "http://$addr/v1/jobs" >/dev/null
 done
-echo "the store holds $(count_jobs) jobs"
+while (( $(count_jobs 'queued|planning|running') > 0 )); do sleep 1; done
+echo "the store holds $(count_jobs) jobs, all finished"
 
-for target in "/v1/jobs" "/v1/jobs?state=succeeded&limit=100" "/healthz"; do
+deep=$(( jobs / 2 ))
+for target in "/v1/jobs" "/v1/jobs?after=$deep" "/v1/jobs?state=succeeded&limit=100" "/v1/jobs?state=failed" \
+  "/v1/jobs?label=purpose=demo" "/v1/jobs?label=purpose=none" "/v1/jobs?state=succeeded&label=purpose=demo&after=$deep" \
+  "/v1/jobs?state=failed&label=purpose=demo" "/healthz"; do
   echo "== GET $target ($connections connections, ${duration}s)"
   wrk -t2 -c"$connections" -d"${duration}s" --latency -H "Authorization: Bearer $token" "http://$addr$target" |
     grep -E 'Requests/sec|Latency  |50%|99%|Non-2xx|Socket errors'

@@ -1,5 +1,6 @@
 #include "core/json_writer.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -8,10 +9,24 @@
 
 namespace tailor {
 
-std::string json_escape(std::string_view s) {
-  std::string out = "\"";
+namespace {
+
+// Bytes that JSON text may carry as they are: printable ASCII other than
+// the quote and the backslash.
+bool plain(unsigned char c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; }
+
+}  // namespace
+
+void append_json_escaped(std::string& out, std::string_view s) {
+  out += '"';
   std::size_t i = 0;
   while (i < s.size()) {
+    // Runs of plain bytes (nearly all of a listing) are copied at once.
+    std::size_t run = i;
+    while (run < s.size() && plain(static_cast<unsigned char>(s[run]))) ++run;
+    out.append(s.data() + i, run - i);
+    i = run;
+    if (i == s.size()) break;
     const char c = s[i];
     switch (c) {
       case '"': out += "\\\""; break;
@@ -21,10 +36,11 @@ std::string json_escape(std::string_view s) {
       case '\t': out += "\\t"; break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
-          out += buf;
-        } else if (static_cast<unsigned char>(c) >= 0x80) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          out += "\\u00";
+          out += kHex[(c >> 4) & 0xf];
+          out += kHex[c & 0xf];
+        } else {
           // JSON text is UTF-8 (RFC 8259 section 8.1): bytes that are not
           // (a client's percent-encoded query, a stray byte in a log line)
           // become U+FFFD rather than making the whole document unreadable.
@@ -35,13 +51,18 @@ std::string json_escape(std::string_view s) {
             out.append(s.substr(i, len));
             i += len - 1;
           }
-        } else {
-          out += c;
         }
     }
     ++i;
   }
-  return out + "\"";
+  out += '"';
+}
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  append_json_escaped(out, s);
+  return out;
 }
 
 void JsonWriter::newline() {
@@ -69,7 +90,7 @@ JsonWriter& JsonWriter::key(std::string_view k) {
   if (!top.empty) out_ += ',';
   top.empty = false;
   newline();
-  out_ += json_escape(k);
+  append_json_escaped(out_, k);
   out_ += indent_ > 0 ? ": " : ":";
   top.has_key = true;
   return *this;
@@ -109,13 +130,15 @@ JsonWriter& JsonWriter::end_array() {
 
 JsonWriter& JsonWriter::value(std::string_view v) {
   before_value();
-  out_ += json_escape(v);
+  append_json_escaped(out_, v);
   return *this;
 }
 
 JsonWriter& JsonWriter::value(std::int64_t v) {
   before_value();
-  out_ += std::to_string(v);
+  char buf[24];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  out_.append(buf, end);
   return *this;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tailor {
@@ -40,6 +41,9 @@ class JsonWriter {
   }
 
   const std::string& str() const { return out_; }
+  // Moves the text out (the writer is spent afterwards).
+  std::string take() { return std::move(out_); }
+  void reserve(std::size_t bytes) { out_.reserve(bytes); }
 
  private:
   void before_value();
@@ -55,6 +59,9 @@ class JsonWriter {
   int indent_;
 };
 
+// `s` as a JSON string literal, quotes included.
 std::string json_escape(std::string_view s);
+// The same, appended to `out` (no temporary: the listing's hot path).
+void append_json_escaped(std::string& out, std::string_view s);
 
 }  // namespace tailor

@@ -1,9 +1,11 @@
 #include "daemon/api/api.h"
 
+#include <bit>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <variant>
@@ -30,11 +32,28 @@ constexpr std::int64_t kMaxPageSize = 500;
 
 HttpResponse json_response(int status, const json& body) { return HttpResponse::json(status, json_text(body)); }
 
-// A strong validator of a response body: FNV-1a over its bytes (a change
-// detector, not a security measure), quoted as RFC 9110 wants.
+// A strong validator of a response body (a change detector, not a
+// security measure), quoted as RFC 9110 wants. Eight bytes a step: each
+// step is a bijection of the state for a given word and of the word for a
+// given state, so two bodies that differ in one word always get different
+// tags; the finaliser is MurmurHash3's fmix64. A page of jobs is 75 KB and
+// a byte-wise FNV-1a over it was a tenth of the listing's time.
 std::string etag_of(const std::string& body) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const unsigned char c : body) h = (h ^ c) * 0x100000001b3ull;
+  std::uint64_t h = 0xcbf29ce484222325ull ^ body.size();
+  std::size_t i = 0;
+  for (; i + 8 <= body.size(); i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, body.data() + i, 8);
+    h = std::rotl((h ^ w) * 0x9e3779b97f4a7c15ull, 31);
+  }
+  std::uint64_t tail = 0;
+  std::memcpy(&tail, body.data() + i, body.size() - i);
+  h = std::rotl((h ^ tail) * 0x9e3779b97f4a7c15ull, 31);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
   char buf[24];
   std::snprintf(buf, sizeof buf, "\"%016llx\"", static_cast<unsigned long long>(h));
   return buf;
@@ -350,6 +369,7 @@ HttpResponse Api::list(HttpRequest& r) {
   // Written straight out: a page is the API's most frequent answer, and a
   // DOM per job cost more than the store's query.
   JsonWriter w(0);
+  w.reserve(page->jobs.size() * 2048 + 64);
   w.begin_object().key("jobs").begin_array();
   for (const auto& j : page->jobs) {
     // The summary is JSON by construction (the store's trigger); a whole
@@ -364,7 +384,7 @@ HttpResponse Api::list(HttpRequest& r) {
     w.null();
   }
   w.end_object();
-  return HttpResponse::json(200, w.str());
+  return HttpResponse::json(200, w.take());
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 namespace tailor::daemon {
@@ -12,28 +13,55 @@ std::string json_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, n
 
 using nlohmann::json;
 
-json time_json(std::optional<double> t) {
-  if (!t) return nullptr;
-  const auto secs = static_cast<std::time_t>(*t);
+namespace {
+
+// "2026-11-26T11:04:04.685Z" into `buf` (24 bytes), digits written by
+// hand: snprintf was most of a listing's formatting time.
+std::size_t format_time(double t, char* buf) {
+  const auto secs = static_cast<std::time_t>(t);
   std::tm tm{};
   gmtime_r(&secs, &tm);
-  char buf[96];
-  const int ms = static_cast<int>((*t - static_cast<double>(secs)) * 1000.0);
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, std::max(0, std::min(ms, 999)));
-  return buf;
+  const int ms = std::max(0, std::min(static_cast<int>((t - static_cast<double>(secs)) * 1000.0), 999));
+  const auto put = [&buf](std::size_t at, int value, int digits) {
+    for (int d = digits - 1; d >= 0; --d) {
+      buf[at + static_cast<std::size_t>(d)] = static_cast<char>('0' + value % 10);
+      value /= 10;
+    }
+  };
+  const int year = tm.tm_year + 1900;
+  if (year < 0 || year > 9999) {
+    return static_cast<std::size_t>(std::snprintf(buf, 32, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", year, tm.tm_mon + 1,
+                                                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms));
+  }
+  std::memcpy(buf, "0000-00-00T00:00:00.000Z", 24);
+  put(0, year, 4);
+  put(5, tm.tm_mon + 1, 2);
+  put(8, tm.tm_mday, 2);
+  put(11, tm.tm_hour, 2);
+  put(14, tm.tm_min, 2);
+  put(17, tm.tm_sec, 2);
+  put(20, ms, 3);
+  return 24;
+}
+
+}  // namespace
+
+json time_json(std::optional<double> t) {
+  if (!t) return nullptr;
+  char buf[48];
+  return std::string(buf, format_time(*t, buf));
 }
 
 namespace {
 
 void write_time(JsonWriter& w, std::string_view key, std::optional<double> t) {
-  const json v = time_json(t);
   w.key(key);
-  if (v.is_string()) {
-    w.value(v.get_ref<const std::string&>());
-  } else {
+  if (!t) {
     w.null();
+    return;
   }
+  char buf[48];
+  w.value(std::string_view(buf, format_time(*t, buf)));
 }
 
 template <class T>

@@ -249,23 +249,37 @@ Result<CreateResult> JobStore::create(const NewJob& job) {
 
 Result<JobPage> JobStore::list(const JobFilter& f) {
   std::lock_guard lock(mu_);
-  std::string sql = std::string("SELECT ") + (f.full_plan ? kListColumnsFullPlan : kListColumns) +
-                    " FROM jobs j WHERE seq > ?1";
+  std::string sql = std::string("SELECT ") + (f.full_plan ? kListColumnsFullPlan : kListColumns) + " FROM jobs j WHERE ";
   int next = 2;
-  if (f.state) sql += " AND state = ?" + std::to_string(next++);
-  for (std::size_t i = 0; i < f.labels.size(); ++i) {
-    sql += " AND EXISTS (SELECT 1 FROM job_labels l WHERE l.job_id = j.id AND l.key = ?" + std::to_string(next) +
-           " AND l.value = ?" + std::to_string(next + 1) + ")";
-    next += 2;
+  if (f.labels.empty()) {
+    sql += "seq > ?1";
+    if (f.state) sql += " AND state = ?" + std::to_string(next++);
+    sql += " ORDER BY seq LIMIT ?" + std::to_string(next);
+  } else {
+    // The first label's index (with the state where one is asked for)
+    // yields the page's seqs in order; any further label is checked per
+    // row. The page is then read by seq.
+    sql += "seq IN (SELECT l0.seq FROM job_labels l0 WHERE l0.key = ?2 AND l0.value = ?3 AND l0.seq > ?1";
+    next = 4;
+    if (f.state) sql += " AND l0.state = ?" + std::to_string(next++);
+    for (std::size_t i = 1; i < f.labels.size(); ++i) {
+      sql += " AND EXISTS (SELECT 1 FROM job_labels l WHERE l.job_id = l0.job_id AND l.key = ?" +
+             std::to_string(next) + " AND l.value = ?" + std::to_string(next + 1) + ")";
+      next += 2;
+    }
+    sql += " ORDER BY l0.seq LIMIT ?" + std::to_string(next) + ") ORDER BY seq";
   }
-  sql += " ORDER BY seq LIMIT ?" + std::to_string(next);
   TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
   int b = 1;
   q.bind(b++, f.after_seq);
+  if (!f.labels.empty()) {
+    q.bind(b++, f.labels[0].first);
+    q.bind(b++, f.labels[0].second);
+  }
   if (f.state) q.bind(b++, to_string(*f.state));
-  for (const auto& [k, v] : f.labels) {
-    q.bind(b++, k);
-    q.bind(b++, v);
+  for (std::size_t i = f.labels.empty() ? 0 : 1; i < f.labels.size(); ++i) {
+    q.bind(b++, f.labels[i].first);
+    q.bind(b++, f.labels[i].second);
   }
   // One extra row tells whether another page follows.
   q.bind(b, f.limit + 1);

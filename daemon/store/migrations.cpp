@@ -6,6 +6,7 @@ extern const char tailor_daemon_migration_0001[];
 extern const char tailor_daemon_migration_0002[];
 extern const char tailor_daemon_migration_0003[];
 extern const char tailor_daemon_migration_0004[];
+extern const char tailor_daemon_migration_0005[];
 
 namespace tailor::daemon {
 
@@ -15,6 +16,7 @@ const std::vector<Migration>& builtin_migrations() {
       {2, "0002_store_probe", tailor_daemon_migration_0002},
       {3, "0003_jobs_by_state_seq", tailor_daemon_migration_0003},
       {4, "0004_plan_summary", tailor_daemon_migration_0004},
+      {5, "0005_labels_by_seq", tailor_daemon_migration_0005},
   };
   return kMigrations;
 }

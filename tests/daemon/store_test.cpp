@@ -112,10 +112,12 @@ TEST(JobStoreTest, AListingsPlanIsTheSummaryOfTheCurrentPlan) {
     EXPECT_TRUE(listed.is_ok());
     return listed.is_ok() && !listed->jobs.empty() ? listed->jobs[0].plan_json : std::string();
   };
-  EXPECT_EQ(page(false),
-            R"({"schema_version":1,"fits":true,"summary":"fp32","strategy":{"micro_batch_size":4},"memory":{"total":10}})");
+  EXPECT_EQ(
+      page(false),
+      R"({"schema_version":1,"fits":true,"summary":"fp32","strategy":{"micro_batch_size":4},"memory":{"total":10}})");
   EXPECT_EQ(page(true), j.plan_json);
-  ASSERT_TRUE((*store)->update(id, JobUpdate().set("plan_json", std::string(R"({"schema_version":1,"fits":false})"))).is_ok());
+  ASSERT_TRUE(
+      (*store)->update(id, JobUpdate().set("plan_json", std::string(R"({"schema_version":1,"fits":false})"))).is_ok());
   EXPECT_EQ(page(false), R"({"schema_version":1,"fits":false})");
   ASSERT_TRUE((*store)->update(id, JobUpdate().set("plan_json", std::string("not json"))).is_ok());
   EXPECT_EQ(page(false), "null");
@@ -160,8 +162,9 @@ TEST(JobStoreTest, TransitionChecksCurrentStateAndRecordsEvent) {
   ASSERT_TRUE(store->transition(id, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
   Status lost = store->transition(id, JobState::kQueued, JobState::kPlanning, "again");
   EXPECT_EQ(lost.code(), StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(store->transition(id, JobState::kPlanning, JobState::kRunning, "launched",
-                                JobUpdate().set("pid", std::int64_t{1234}).set("started_at", 5.0))
+  ASSERT_TRUE(store
+                  ->transition(id, JobState::kPlanning, JobState::kRunning, "launched",
+                               JobUpdate().set("pid", std::int64_t{1234}).set("started_at", 5.0))
                   .is_ok());
   auto job = store->get(id);
   EXPECT_EQ(job->state, JobState::kRunning);
@@ -196,6 +199,103 @@ TEST(JobStoreTest, ListFiltersByStateAndLabelAndPaginates) {
   JobFilter running;
   running.state = JobState::kRunning;
   EXPECT_TRUE(store->list(running)->jobs.empty());
+}
+
+// Label filters walk the label's own index (with the job's state, which a
+// trigger keeps): the answer must equal the plain filter over every job,
+// for one label, two, with and without a state, and across pages.
+TEST(JobStoreTest, LabelListingsFollowStateChangesAndMatchAFullScan) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 30; ++i) {
+    NewJob j = sample_job("job" + std::to_string(i));
+    j.labels = {{"team", i % 3 ? "nlp" : "vision"}, {"size", i % 2 ? "big" : "small"}};
+    ids.push_back(store->create(j).value().job.id);
+  }
+  for (int i = 0; i < 30; i += 4) {
+    ASSERT_TRUE(store->transition(ids[i], JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
+  }
+  ASSERT_TRUE(store->transition(ids[9], JobState::kQueued, JobState::kCancelled, "cancelled").is_ok());
+  ASSERT_TRUE(store->remove(ids[9]).is_ok());
+  ASSERT_TRUE(store->transition(ids[10], JobState::kQueued, JobState::kCancelled, "cancelled").is_ok());
+  const auto all = [&](const JobFilter& f) {
+    std::vector<std::string> got;
+    JobFilter page = f;
+    page.limit = 4;
+    for (;;) {
+      auto listed = store->list(page);
+      EXPECT_TRUE(listed.is_ok()) << listed.status().to_string();
+      if (!listed.is_ok()) break;
+      for (const auto& j : listed->jobs)
+        got.push_back(j.id);
+      if (!listed->next_after) break;
+      page.after_seq = *listed->next_after;
+    }
+    return got;
+  };
+  JobFilter everything;
+  everything.limit = 1000;
+  const auto jobs = store->list(everything).value().jobs;
+  ASSERT_EQ(jobs.size(), 29u);
+  const std::optional<JobState> states[] = {std::nullopt, JobState::kQueued, JobState::kPlanning, JobState::kCancelled,
+                                            JobState::kRunning};
+  const std::vector<std::vector<std::pair<std::string, std::string>>> label_sets = {
+      {{"team", "nlp"}},
+      {{"team", "vision"}, {"size", "small"}},
+      {{"size", "big"}, {"team", "nlp"}},
+      {{"team", "none"}}};
+  for (const auto& state : states) {
+    for (const auto& labels : label_sets) {
+      std::vector<std::string> expected;
+      for (const auto& j : jobs) {
+        bool match = !state || j.state == *state;
+        for (const auto& [k, v] : labels)
+          match = match && j.labels.count(k) && j.labels.at(k) == v;
+        if (match) expected.push_back(j.id);
+      }
+      JobFilter f;
+      f.state = state;
+      f.labels = labels;
+      EXPECT_EQ(all(f), expected) << (state ? to_string(*state) : "any") << " " << labels[0].first << "="
+                                  << labels[0].second;
+    }
+  }
+  JobFilter planning_nlp;
+  planning_nlp.state = JobState::kPlanning;
+  planning_nlp.labels = {{"team", "nlp"}};
+  EXPECT_FALSE(all(planning_nlp).empty());
+}
+
+// A store written before version 5 lists by label after the migration: the
+// label rows are given their job's seq and state.
+TEST(MigrationsTest, LabelsStoredBeforeVersionFiveAreListedByLabel) {
+  testing::TempDir dir;
+  {
+    auto db = Database::open(dir.file("tailor.db")).value();
+    const std::vector<Migration> up_to_4(builtin_migrations().begin(), builtin_migrations().begin() + 4);
+    ASSERT_EQ(migrate(db, up_to_4).value(), 4);
+    for (int i = 1; i <= 3; ++i) {
+      const std::string id = "j-old" + std::to_string(i);
+      ASSERT_TRUE(db.exec("INSERT INTO jobs (id, seq, name, state, spec_text, spec_json, created_at, updated_at) "
+                          "VALUES ('" +
+                          id + "', " + std::to_string(i) + ", 'old', '" + (i == 2 ? "succeeded" : "queued") +
+                          "', '', '{}', 0, 0)")
+                      .is_ok());
+      ASSERT_TRUE(db.exec("INSERT INTO job_labels (job_id, key, value) VALUES ('" + id + "', 'team', 'nlp')").is_ok());
+    }
+  }
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  JobFilter f;
+  f.labels = {{"team", "nlp"}};
+  const auto page = store->list(f).value();
+  ASSERT_EQ(page.jobs.size(), 3u);
+  EXPECT_EQ(page.jobs[0].id, "j-old1");
+  EXPECT_EQ(page.jobs[2].id, "j-old3");
+  f.state = JobState::kSucceeded;
+  const auto done = store->list(f).value();
+  ASSERT_EQ(done.jobs.size(), 1u);
+  EXPECT_EQ(done.jobs[0].id, "j-old2");
 }
 
 TEST(JobStoreTest, InStatesOrdersByPriorityThenSubmission) {
@@ -262,13 +362,15 @@ TEST(JobStoreTest, ConcurrentCreatesFromManyThreadsAllLand) {
       }
     });
   }
-  for (auto& th : threads) th.join();
+  for (auto& th : threads)
+    th.join();
   EXPECT_EQ(failures.load(), 0);
   JobFilter f;
   f.limit = 1000;
   auto all = store->list(f);
   ASSERT_EQ(all->jobs.size(), 80u);
-  for (std::size_t i = 0; i < all->jobs.size(); ++i) EXPECT_EQ(all->jobs[i].seq, static_cast<std::int64_t>(i + 1));
+  for (std::size_t i = 0; i < all->jobs.size(); ++i)
+    EXPECT_EQ(all->jobs[i].seq, static_cast<std::int64_t>(i + 1));
 }
 
 // The held-lock defect: a write waits out the busy timeout, then fails as
