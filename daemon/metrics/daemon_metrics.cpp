@@ -25,6 +25,7 @@ struct DaemonMetrics::JobSeries {
   Gauge* tps = nullptr;
   Gauge* step = nullptr;
   Gauge* peak = nullptr;
+  Gauge* running = nullptr;
   std::map<std::pair<std::string, std::string>, Gauge*> memory;  // (component, source)
   std::map<std::int64_t, Gauge*> rank_peak;                       // by rank, multi-rank jobs only
 };
@@ -85,6 +86,10 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                   .Help("Training throughput of a job's latest step, in tokens per second.")
                   .Register(r);
   job_step_ = &prometheus::BuildGauge().Name("tailor_job_step").Help("A job's latest optimizer step.").Register(r);
+  job_running_ = &prometheus::BuildGauge()
+                      .Name("tailor_job_running")
+                      .Help("1 while a job's runner is running (from its start or first step), 0 once the job has ended.")
+                      .Register(r);
   job_memory_ = &prometheus::BuildGauge()
                      .Name("tailor_job_memory_bytes")
                      .Help("Device memory of a job by component: the plan's estimate and the runner's measurement.")
@@ -156,6 +161,9 @@ void DaemonMetrics::set_job_estimate(const std::string& job_id, const std::strin
   };
   for (const auto& [c, v] : component_bytes) set(c, v);
   set("total", total_bytes);
+  // An estimate is set when an attempt starts: a retried job runs again.
+  std::erase(finished_, job_id);
+  mark_running(job_id, *s, true);
 }
 
 void DaemonMetrics::set_job_step(const std::string& job_id, const std::string& name, std::int64_t step, double loss,
@@ -174,6 +182,7 @@ void DaemonMetrics::set_job_step(const std::string& job_id, const std::string& n
   s->tps->Set(tokens_per_second);
   s->step->Set(static_cast<double>(step));
   s->peak->Set(static_cast<double>(peak_bytes));
+  if (std::find(finished_.begin(), finished_.end(), job_id) == finished_.end()) mark_running(job_id, *s, true);
   for (const auto& [rank, bytes] : rank_peak_bytes) {
     auto& g = s->rank_peak[rank];
     if (!g) g = &job_rank_peak_->Add({{"job_id", job_id}, {"job", name}, {"rank", std::to_string(rank)}});
@@ -192,6 +201,11 @@ void DaemonMetrics::set_job_step(const std::string& job_id, const std::string& n
   set("total", total);
 }
 
+void DaemonMetrics::mark_running(const std::string& job_id, JobSeries& s, bool running) {
+  if (!s.running) s.running = &job_running_->Add({{"job_id", job_id}, {"job", s.name}});
+  s.running->Set(running ? 1.0 : 0.0);
+}
+
 void DaemonMetrics::drop_job(const std::string& job_id) {
   auto it = jobs_series_.find(job_id);
   if (it == jobs_series_.end()) return;
@@ -200,6 +214,7 @@ void DaemonMetrics::drop_job(const std::string& job_id) {
   if (s.tps) job_tps_->Remove(s.tps);
   if (s.step) job_step_->Remove(s.step);
   if (s.peak) job_peak_->Remove(s.peak);
+  if (s.running) job_running_->Remove(s.running);
   for (auto& [k, g] : s.memory) job_memory_->Remove(g);
   for (auto& [k, g] : s.rank_peak) job_rank_peak_->Remove(g);
   jobs_series_.erase(it);
@@ -207,6 +222,7 @@ void DaemonMetrics::drop_job(const std::string& job_id) {
 
 void DaemonMetrics::job_finished(const std::string& job_id) {
   std::lock_guard lock(mu_);
+  if (auto it = jobs_series_.find(job_id); it != jobs_series_.end()) mark_running(job_id, *it->second, false);
   if (std::find(finished_.begin(), finished_.end(), job_id) != finished_.end()) return;
   finished_.push_back(job_id);
   while (finished_.size() > kFinishedJobsKept) {

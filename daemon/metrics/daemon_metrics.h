@@ -62,6 +62,7 @@ class DaemonMetrics {
  private:
   struct JobSeries;
   void drop_job(const std::string& job_id);
+  void mark_running(const std::string& job_id, JobSeries& s, bool running);
 
   mutable std::mutex mu_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -78,6 +79,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Gauge>* job_loss_;
   prometheus::Family<prometheus::Gauge>* job_tps_;
   prometheus::Family<prometheus::Gauge>* job_step_;
+  prometheus::Family<prometheus::Gauge>* job_running_;
   prometheus::Family<prometheus::Gauge>* job_rank_peak_;
   prometheus::Family<prometheus::Gauge>* job_memory_;
   prometheus::Family<prometheus::Gauge>* job_peak_;

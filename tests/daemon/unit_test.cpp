@@ -122,6 +122,35 @@ TEST(DaemonMetricsTest, MadeUpMethodsShareOneSeriesAndTheProcessNamesItself) {
   EXPECT_NE(text.find("tailord_build_info{version=\""), std::string::npos);
 }
 
+// tailor_job_running is what the "job stuck" alert and the fleet dashboard
+// select running jobs by: 1 from an attempt's start, 0 once it ends, 1
+// again when a retried job starts another attempt.
+TEST(DaemonMetricsTest, AJobIsRunningFromItsStartUntilItEndsAndAgainWhenRetried) {
+  DaemonMetrics metrics;
+  const auto running = [&]() -> std::string {
+    const std::string text = metrics.render();
+    const std::string series = "tailor_job_running{job=\"demo\",job_id=\"j-1\"} ";
+    const auto at = text.find(series);
+    return at == std::string::npos ? "absent" : text.substr(at + series.size(), 1);
+  };
+  EXPECT_EQ(running(), "absent");
+  metrics.set_job_estimate("j-1", "demo", {{"weights", 10}}, 10);
+  EXPECT_EQ(running(), "1");
+  metrics.set_job_step("j-1", "demo", 1, 2.0, 100.0, {{"weights", 10}}, 10);
+  EXPECT_EQ(running(), "1");
+  metrics.job_finished("j-1");
+  EXPECT_EQ(running(), "0");
+  metrics.set_job_estimate("j-1", "demo", {{"weights", 10}}, 10);
+  EXPECT_EQ(running(), "1");
+  metrics.job_finished("j-1");
+  EXPECT_EQ(running(), "0");
+  for (int i = 0; i < static_cast<int>(DaemonMetrics::kFinishedJobsKept); ++i) {
+    metrics.set_job_estimate("other-" + std::to_string(i), "x", {}, 1);
+    metrics.job_finished("other-" + std::to_string(i));
+  }
+  EXPECT_EQ(running(), "absent");
+}
+
 TEST(SchedulerTest, PriorityOrderWithoutBackfillPastABlockedJob) {
   Capacity cap;
   cap.host_total_bytes = 100;
