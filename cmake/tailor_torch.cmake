@@ -102,4 +102,9 @@ endif()
 # Naming libstdc++ before everything else puts it first in the executable's
 # DT_NEEDED, and so first in the symbol lookup order.
 target_link_options(tailor_torch INTERFACE "-Wl,--no-as-needed" "-lstdc++")
+# Where an installed tailor-runner finds LibTorch: the environment's real
+# folder. .venv is a link inside the source tree, so CMake's
+# INSTALL_RPATH_USE_LINK_PATH takes it for a build path and drops it.
+file(REAL_PATH "${_torch_root}/lib" TAILOR_TORCH_LIBDIR)
+set(TAILOR_TORCH_LIBDIR "${TAILOR_TORCH_LIBDIR}" CACHE INTERNAL "")
 message(STATUS "Tailor: torch ${TAILOR_TORCH_VERSION} from ${_torch_root}, CUDA path ${TAILOR_CUDA}")

@@ -48,4 +48,16 @@ echo "== deploy/grafana: generated, and decoded by Grafana's model"
 diff -r "$work/dashboards" "$src/deploy/grafana/dashboards" ||
   fail "deploy/grafana/dashboards differ from what generate.py writes: run deploy/grafana/generate.py"
 "$python" "$src/tests/deploy/dashboard_model_check.py" "$src"/deploy/grafana/dashboards/*.json
+# The provisioning files: Grafana's format 1, a Prometheus source, a file
+# provider whose folder the README copies the dashboards to.
+"$python" - "$src/deploy/grafana/provisioning" <<'PY'
+import sys, yaml
+root = sys.argv[1]
+ds = yaml.safe_load(open(f"{root}/datasources/tailor.yaml"))
+assert ds["apiVersion"] == 1 and [d["type"] for d in ds["datasources"]] == ["prometheus"], ds
+dash = yaml.safe_load(open(f"{root}/dashboards/tailor.yaml"))
+assert dash["apiVersion"] == 1 and dash["providers"][0]["type"] == "file", dash
+assert dash["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards/tailor", dash
+print("ok: grafana provisioning")
+PY
 echo "deploy: ok"
