@@ -19,6 +19,7 @@
 #include "daemon/api/job_files.h"
 #include "daemon/api/openapi_document.h"
 #include "daemon/api/resource_json.h"
+#include "daemon/api/web_ui.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/http/errors.h"
 
@@ -176,6 +177,21 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
                  HttpResponse r;
                  r.body = openapi_json();
                  return r;
+               }});
+  // The web UI: / leads to it; its page and files need no token.
+  router_.add({"GET", "/", false, [](HttpRequest&) {
+                 HttpResponse r;
+                 r.status = 302;
+                 r.content_type = "text/plain; charset=utf-8";
+                 r.body = "the web UI is at /ui\n";
+                 r.headers.emplace_back("Location", "/ui");
+                 return r;
+               }});
+  router_.add({"GET", "/ui", false, [](HttpRequest&) { return *web_ui_file("index.html"); }});
+  router_.add({"GET", "/ui/{file}", false, [](HttpRequest& r) {
+                 auto f = web_ui_file(r.params["file"]);
+                 if (!f) return error_response(ApiError::kNotFound, "no such file of the web UI: " + quote(r.params["file"]));
+                 return *f;
                }});
   router_.add({"GET", "/v1/hardware", true, [this](HttpRequest&) {
                  HttpResponse r = HttpResponse::json(200, ctx_.hardware_json);

@@ -1,0 +1,489 @@
+// Tailor's web UI: plain JavaScript over tailord's REST API (daemon/openapi.yaml).
+// Served by tailord from /ui with a Content-Security-Policy that allows only
+// this file's own origin: no inline script or style, no eval, no third party.
+// The token lives in sessionStorage (this tab) and goes out as a bearer
+// header, never in a URL. Every value from the API is written as text.
+"use strict";
+
+const FINISHED = new Set(["succeeded", "failed", "cancelled"]);
+const COLORS = ["#1f6feb", "#cf222e", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#0a7ea4", "#57606a", "#e16f24"];
+const POLL_MS = 2000;
+
+// ---- DOM helpers -----------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const svg = ["svg", "path", "line", "text", "g", "rect", "polyline"].includes(tag);
+  const el = svg ? document.createElementNS("http://www.w3.org/2000/svg", tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.setAttribute("class", v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let v = Number(n);
+  while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return `${v.toFixed(i === 0 ? 0 : v < 10 ? 2 : 1)} ${units[i]}`;
+}
+
+function number(n, digits = 0) {
+  return n === null || n === undefined || Number.isNaN(n) ? "–" : Number(n).toLocaleString("en", {maximumFractionDigits: digits});
+}
+
+function when(t) { return t ? t.replace("T", " ").replace(/\.\d+Z$/, "Z") : "–"; }
+
+function stateCell(state) { return h("span", {class: `state state-${state}`}, state); }
+
+// ---- the API ---------------------------------------------------------------
+
+class Unauthorized extends Error {}
+
+async function api(path, {method = "GET", body, type, etag} = {}) {
+  const headers = {Authorization: `Bearer ${sessionStorage.getItem("tailor.token") || ""}`};
+  if (type) headers["Content-Type"] = type;
+  if (etag) headers["If-None-Match"] = etag;
+  const res = await fetch(path, {method, body, headers, cache: "no-store"});
+  if (res.status === 401) throw new Unauthorized();
+  if (res.status === 304) return {status: 304, etag};
+  const text = await res.text();
+  let data = null;
+  const isJson = (res.headers.get("Content-Type") || "").includes("json");
+  try { data = isJson && text ? JSON.parse(text) : text; } catch { data = text; }
+  return {status: res.status, ok: res.ok, data, etag: res.headers.get("ETag"), headers: res.headers};
+}
+
+function apiError(r) {
+  return r.data && r.data.message ? r.data.message : `HTTP ${r.status}`;
+}
+
+// ---- pages -----------------------------------------------------------------
+
+let stopPage = () => {};  // the current page's timers and streams
+
+function repeat(fn, ms = POLL_MS) {
+  let live = true;
+  let timer = null;
+  const tick = async () => {
+    if (!live) return;
+    try { await fn(); } catch (e) { if (e instanceof Unauthorized) { live = false; showLogin(); return; } }
+    if (live) timer = setTimeout(tick, ms);
+  };
+  tick();
+  return () => { live = false; clearTimeout(timer); };
+}
+
+function page(title, ...children) {
+  const main = document.getElementById("main");
+  main.replaceChildren(h("h1", {}, title), ...children);
+  document.title = `${title} – Tailor`;
+  return main;
+}
+
+// Jobs: the store's first page, refreshed while nothing changes cheaply
+// (If-None-Match: tailord answers 304). Running jobs' latest loss and
+// tokens/s come from their newest metric row.
+function jobsPage() {
+  const body = h("tbody");
+  const table = h("table", {"aria-label": "Jobs"},
+    h("thead", {}, h("tr", {},
+      ["Job", "Name", "State", "Step", "Loss", "Tokens/s", "Estimated", "Measured peak", "Created"].map((t, i) =>
+        h("th", {scope: "col", class: i >= 3 && i <= 7 ? "num" : undefined}, t)))),
+    body);
+  const empty = h("p", {class: "muted", hidden: true}, "No jobs yet. ", h("a", {href: "#/submit"}, "Submit one"), ".");
+  page("Jobs", table, empty);
+  let etag = null;
+  const latest = new Map();
+  return repeat(async () => {
+    const r = await api("/v1/jobs?limit=200", {etag});
+    if (r.status === 304) return;
+    etag = r.etag;
+    const jobs = r.data.jobs.slice().reverse();
+    await Promise.all(jobs.filter(j => j.state === "running" && j.last_step).map(async j => {
+      const m = await api(`/v1/jobs/${encodeURIComponent(j.id)}/metrics?since_step=${j.last_step}&limit=1`);
+      if (m.ok && m.data.metrics.length) latest.set(j.id, m.data.metrics[m.data.metrics.length - 1]);
+    }));
+    body.replaceChildren(...jobs.map(j => {
+      const m = latest.get(j.id) || {};
+      return h("tr", {"data-job": j.id},
+        h("td", {}, h("a", {href: `#/jobs/${encodeURIComponent(j.id)}`}, j.id)),
+        h("td", {}, j.name),
+        h("td", {}, stateCell(j.state)),
+        h("td", {class: "num"}, number(j.last_step)),
+        h("td", {class: "num"}, j.state === "running" ? number(m.loss, 4) : "–"),
+        h("td", {class: "num"}, j.state === "running" ? number(m.tokens_per_second) : "–"),
+        h("td", {class: "num"}, bytes(j.reserved_bytes)),
+        h("td", {class: "num"}, bytes(j.peak_bytes)),
+        h("td", {}, when(j.created_at)));
+    }));
+    empty.hidden = jobs.length > 0;
+  });
+}
+
+// A line chart in SVG: series of [x, y] points on shared axes.
+function chart(label, series, {unit = (v) => number(v, 3), zero = false} = {}) {
+  const W = 420, H = 220, L = 64, R = 10, T = 10, B = 24;
+  const pts = series.flatMap(s => s.points);
+  const svg = h("svg", {class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": label});
+  const legend = h("div", {class: "legend"}, series.map((s, i) =>
+    h("span", {}, h("span", {class: "swatch", "data-color": COLORS[i % COLORS.length]}), s.name)));
+  legend.querySelectorAll(".swatch").forEach(el => { el.style.background = el.dataset.color; });
+  if (!pts.length) {
+    svg.append(h("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, "no steps yet"));
+    return h("div", {}, svg, legend);
+  }
+  const xs = pts.map(p => p[0]), ys = pts.map(p => p[1]);
+  let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+  if (zero) y0 = Math.min(0, y0);
+  if (x0 === x1) x1 = x0 + 1;
+  if (y0 === y1) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
+  const X = x => L + (x - x0) / (x1 - x0) * (W - L - R);
+  const Y = y => H - B - (y - y0) / (y1 - y0) * (H - T - B);
+  svg.append(
+    h("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#d9dde2"}),
+    h("line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#d9dde2"}),
+    h("text", {x: L - 4, y: T + 8, "text-anchor": "end"}, unit(y1)),
+    h("text", {x: L - 4, y: H - B, "text-anchor": "end"}, unit(y0)),
+    h("text", {x: L, y: H - 6}, `step ${number(x0)}`),
+    h("text", {x: W - R, y: H - 6, "text-anchor": "end"}, `step ${number(x1)}`));
+  series.forEach((s, i) => {
+    if (!s.points.length) return;
+    const d = s.points.map((p, k) => `${k ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join("");
+    svg.append(h("path", {d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.6, "data-series": s.name,
+      "data-points": s.points.length}));
+  });
+  return h("div", {}, svg, legend);
+}
+
+// Memory by component: one stacked bar per source against the budget. A
+// row's total is the plan's (components that never coexist overlap) or the
+// measured peak, not the components' sum.
+function memoryBars(components, budget, rows) {
+  const names = components.filter(c => rows.some(r => (r.values[c] || 0) > 0));
+  const wrap = h("div", {});
+  for (const r of rows) {
+    const sum = names.reduce((a, c) => a + (r.values[c] || 0), 0);
+    const total = r.total ?? sum;
+    const bar = h("div", {class: "bar", role: "img", "aria-label": `${r.name}: ${bytes(total)} of ${bytes(budget)}`});
+    names.forEach((c, i) => {
+      const v = r.values[c] || 0;
+      if (!v) return;
+      const seg = h("span", {title: `${c}: ${bytes(v)}`});
+      seg.style.width = `${Math.min(100, v / budget * 100)}%`;
+      seg.style.background = COLORS[i % COLORS.length];
+      bar.append(seg);
+    });
+    const note = sum > total ? ` (the components add up to ${bytes(sum)}; ${bytes(sum - total)} of them never coexist)` : "";
+    wrap.append(h("p", {}, h("strong", {}, r.name), ` ${bytes(total)} of ${bytes(budget)}`, h("span", {class: "muted"}, note)), bar);
+  }
+  const legend = h("div", {class: "legend"}, names.map((c, i) => {
+    const sw = h("span", {class: "swatch"});
+    sw.style.background = COLORS[i % COLORS.length];
+    return h("span", {}, sw, c);
+  }));
+  wrap.append(legend);
+  return wrap;
+}
+
+const COMPONENTS = ["weights", "gradients", "optimizer_states", "master_weights", "adapter", "activations", "logits", "overhead"];
+
+// One job: facts, actions, curves, memory estimated against measured,
+// attempts, events and the runner's log, refreshed while it runs.
+function jobPage(id) {
+  const enc = encodeURIComponent(id);
+  const facts = h("dl", {class: "facts"});
+  const actions = h("div", {class: "actions"});
+  const message = h("p", {class: "error", role: "alert"});
+  const curves = h("div", {class: "grid"});
+  const memory = h("div", {class: "card"});
+  const attempts = h("tbody");
+  const events = h("tbody");
+  const log = h("pre", {class: "log", "aria-label": "Runner log"});
+  const files = h("ul");
+  page(`Job ${id}`, facts, actions, message,
+    h("h2", {}, "Curves"), curves,
+    h("h2", {}, "Memory: the plan's estimate against the runner's measurement"), memory,
+    h("h2", {}, "Attempts"), h("table", {}, h("thead", {}, h("tr", {},
+      ["Attempt", "Strategy", "Estimated", "Measured peak", "Ended"].map(t => h("th", {scope: "col"}, t)))), attempts),
+    h("h2", {}, "Events"), h("table", {}, h("thead", {}, h("tr", {},
+      ["Time", "Kind", "Message"].map(t => h("th", {scope: "col"}, t)))), events),
+    h("h2", {}, "Files"), files,
+    h("h2", {}, "Runner log (the newest 64 KiB)"), log);
+  const steps = [];
+  let etag = null, job = null, plan = null, logOffset = 0;
+
+  const act = (label, cls, fn) => h("button", {type: "button", class: `action ${cls}`, onclick: async (e) => {
+    e.target.disabled = true;
+    try {
+      const r = await fn();
+      message.textContent = r.ok ? "" : apiError(r);
+    } finally { e.target.disabled = false; }
+  }}, label);
+
+  return repeat(async () => {
+    const r = await api(`/v1/jobs/${enc}`, {etag});
+    if (r.status === 404) { page("No such job", h("p", {}, `tailord has no job ${id}.`)); throw new Error("gone"); }
+    if (r.status !== 304) {
+      etag = r.etag;
+      job = r.data;
+      if (!plan) {
+        const p = await api(`/v1/jobs/${enc}/plan`);
+        if (p.ok) plan = p.data;
+      }
+      const total = plan && plan.spec && plan.spec.training ? plan.spec.training.max_steps : null;
+      facts.replaceChildren(
+        h("dt", {}, "Name"), h("dd", {}, job.name),
+        h("dt", {}, "State"), h("dd", {"data-state": job.state}, stateCell(job.state), job.exit_reason ? ` – ${job.exit_reason}` : ""),
+        h("dt", {}, "Progress"), h("dd", {}, `step ${number(job.last_step || 0)}${total ? ` of ${number(total)}` : ""}`),
+        h("dt", {}, "Strategy"), h("dd", {}, job.plan && job.plan.summary ? job.plan.summary : "–"),
+        h("dt", {}, "Attempts"), h("dd", {}, `${job.attempts} (OOM re-plans ${job.oom_restarts}, failures ${job.failures})`),
+        h("dt", {}, "Output folder"), h("dd", {}, h("code", {}, job.output_dir)),
+        h("dt", {}, "Created"), h("dd", {}, when(job.created_at)));
+      actions.replaceChildren(...[
+        !FINISHED.has(job.state) && act("Cancel", "danger", () => api(`/v1/jobs/${enc}/cancel`, {method: "POST"})),
+        (job.state === "failed" || job.state === "cancelled") &&
+          act("Retry", "", () => api(`/v1/jobs/${enc}/retry`, {method: "POST"}))].filter(Boolean));
+      attempts.replaceChildren(...(job.attempt_history || []).map(a => h("tr", {},
+        h("td", {}, a.attempt), h("td", {}, a.strategy || "–"), h("td", {}, bytes(a.estimated_bytes)),
+        h("td", {}, bytes(a.measured_peak_bytes)),
+        h("td", {}, a.outcome === "out_of_memory" ? `out of memory at ${bytes(a.oom_at_bytes)}: re-planned` : "–"))));
+      const ev = await api(`/v1/jobs/${enc}/events?limit=200`);
+      if (ev.ok) {
+        events.replaceChildren(...ev.data.events.slice(-50).reverse().map(e => h("tr", {},
+          h("td", {}, when(e.time)), h("td", {}, e.kind), h("td", {}, e.message))));
+      }
+      const fl = await api(`/v1/jobs/${enc}/files`);
+      if (fl.ok) {
+        files.replaceChildren(...(fl.data.files || []).map(f => h("li", {},
+          h("button", {type: "button", class: "action", onclick: () => download(enc, f.path)}, `Download ${f.path}`),
+          ` ${bytes(f.bytes)}`)));
+      }
+    }
+    const since = steps.length ? steps[steps.length - 1].step : 0;
+    const m = await api(`/v1/jobs/${enc}/metrics?since_step=${since}&limit=10000`);
+    if (m.ok) for (const row of m.data.metrics) if (row.rank === 0 && row.step > since) steps.push(row);
+    // The log from where the last read ended; the newest 64 KiB are shown.
+    const lg = await api(`/v1/jobs/${enc}/logs?offset=${logOffset}`);
+    if (lg.status === 200 && typeof lg.data === "string" && lg.data) {
+      log.textContent = (log.textContent + lg.data).slice(-65536);
+      logOffset = Number(lg.headers.get("X-Log-Offset") || logOffset);
+    }
+    const estimate = plan && plan.memory ? plan.memory.per_gpu : null;
+    curves.replaceChildren(
+      h("div", {class: "card"}, h("h2", {}, "Loss"), chart("Loss by step", [{name: "loss", points: steps.filter(s => s.loss !== null).map(s => [s.step, s.loss])}])),
+      h("div", {class: "card"}, h("h2", {}, "Tokens/s"), chart("Tokens per second by step",
+        [{name: "tokens/s", points: steps.filter(s => s.tokens_per_second).map(s => [s.step, s.tokens_per_second])}], {unit: v => number(v)})),
+      h("div", {class: "card"}, h("h2", {}, "Peak memory"), chart("Peak memory by step, measured and estimated", [
+        {name: "measured peak", points: steps.filter(s => s.memory && s.memory.peak_bytes).map(s => [s.step, s.memory.peak_bytes])},
+        {name: "estimated total", points: estimate ? steps.map(s => [s.step, estimate.total]) : []}], {unit: bytes, zero: true})));
+    const last = steps.length ? steps[steps.length - 1].memory : null;
+    const budget = plan && plan.memory ? plan.memory.budget_per_gpu : 0;
+    memory.replaceChildren(estimate && budget
+      ? memoryBars(COMPONENTS, budget, [{name: "Estimated", values: estimate, total: estimate.total},
+        ...(last ? [{name: `Measured at step ${steps[steps.length - 1].step}`, values: last, total: last.peak_bytes}] : [])])
+      : h("p", {class: "muted"}, "No plan document."));
+  });
+}
+
+async function download(enc, path) {
+  const res = await fetch(`/v1/jobs/${enc}/files?path=${encodeURIComponent(path)}`,
+    {headers: {Authorization: `Bearer ${sessionStorage.getItem("tailor.token") || ""}`}});
+  if (!res.ok) return;
+  const url = URL.createObjectURL(await res.blob());
+  const a = h("a", {href: url, download: path.split("/").pop()});
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+}
+
+const EXAMPLE = `apiVersion: tailor/v1
+kind: TrainingJob
+name: my-job
+model:
+  preset: tiny-llama-byte
+  init: random
+data:
+  train: data/tiny-corpus.txt
+  format: text
+  seq_len: 128
+training:
+  global_batch_size: 16
+  max_steps: 200
+resources:
+  gpus: 0
+  host_memory: 2GiB
+`;
+
+// Submit: the spec in an editor, planned by tailord as you type (a dry
+// run): diagnostics at line:col, the memory bar against the budget, the
+// decision trace and the alternatives; then submitted.
+function submitPage() {
+  const editor = h("textarea", {id: "spec", spellcheck: "false", "aria-label": "Job spec (YAML)"});
+  editor.value = sessionStorage.getItem("tailor.draft") || EXAMPLE;
+  const diagnostics = h("ul", {class: "diagnostics", "aria-live": "polite"});
+  const preview = h("div", {class: "card", id: "preview"}, h("p", {class: "muted"}, "Planning…"));
+  const status = h("p", {role: "status"});
+  const submit = h("button", {type: "button", class: "action primary", id: "submit"}, "Submit");
+  page("Submit a job", h("div", {class: "editor"},
+    h("div", {}, editor, diagnostics, h("div", {class: "actions"}, submit), status), preview));
+
+  const goTo = (line, col) => {
+    const lines = editor.value.split("\n");
+    let at = 0;
+    for (let i = 0; i < line - 1 && i < lines.length; i++) at += lines[i].length + 1;
+    at += Math.max(0, col - 1);
+    editor.focus();
+    editor.setSelectionRange(at, at);
+  };
+  const showDiagnostics = (r) => {
+    const list = r.data && r.data.details && r.data.details.diagnostics;
+    diagnostics.replaceChildren(...(list || [{text: apiError(r)}]).map(d => h("li", {},
+      d.line ? h("button", {type: "button", onclick: () => goTo(d.line, d.column)}, `${d.line}:${d.column}`) : "",
+      ` ${d.path ? d.path + ": " : ""}${d.message || d.text}`)));
+  };
+  let seq = 0;
+  const plan = async () => {
+    const mine = ++seq;
+    sessionStorage.setItem("tailor.draft", editor.value);
+    const r = await api("/v1/jobs?dry_run=true", {method: "POST", body: editor.value, type: "application/yaml"});
+    if (mine !== seq) return;
+    if (!r.ok) {
+      showDiagnostics(r);
+      preview.replaceChildren(h("p", {class: "muted"}, "Fix the spec to see its plan."));
+      return;
+    }
+    diagnostics.replaceChildren();
+    preview.replaceChildren(...planView(r.data));
+  };
+  let timer = null;
+  editor.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => plan().catch(onError), 300); });
+  submit.addEventListener("click", async () => {
+    submit.disabled = true;
+    try {
+      const r = await api("/v1/jobs", {method: "POST", body: editor.value, type: "application/yaml"});
+      if (r.ok) { location.hash = `#/jobs/${encodeURIComponent(r.data.id)}`; return; }
+      showDiagnostics(r);
+      status.textContent = apiError(r);
+    } finally { submit.disabled = false; }
+  });
+  plan().catch(onError);
+  return () => clearTimeout(timer);
+}
+
+function planView(p) {
+  const out = [h("h2", {}, p.fits ? "Fits" : "Does not fit"), h("p", {}, p.summary || "")];
+  if (p.memory && p.memory.per_gpu) {
+    out.push(memoryBars(COMPONENTS, p.memory.budget_per_gpu,
+      [{name: "Per device", values: p.memory.per_gpu, total: p.memory.per_gpu.total}]));
+  }
+  if (p.throughput) out.push(h("p", {class: "muted"}, `about ${number(p.throughput.tokens_per_second)} tokens/s (an estimate for ranking)`));
+  if (p.decisions) {
+    out.push(h("h2", {}, "Decisions"), h("ol", {class: "decisions"}, p.decisions.map(d =>
+      h("li", {}, h("strong", {}, d.question), h("br"), d.answer, d.action ? ` → ${d.action}` : ""))));
+  }
+  if (p.alternatives && p.alternatives.length) {
+    out.push(h("h2", {}, "Alternatives"), h("table", {},
+      h("thead", {}, h("tr", {}, ["Strategy", "Per device", "Tokens/s", "Fits"].map(t => h("th", {scope: "col"}, t)))),
+      h("tbody", {}, p.alternatives.slice(0, 8).map(a => h("tr", {},
+        h("td", {}, a.summary), h("td", {}, bytes(a.total_per_gpu)), h("td", {}, number(a.tokens_per_second)),
+        h("td", {}, a.fits ? "yes" : "no"))))));
+  }
+  return out;
+}
+
+// Hardware: what tailord schedules on, and what runs where.
+function hardwarePage() {
+  const facts = h("dl", {class: "facts"});
+  const gpus = h("tbody");
+  const running = h("tbody");
+  page("Hardware", facts,
+    h("h2", {}, "GPUs"), h("table", {}, h("thead", {}, h("tr", {}, ["GPU", "Name", "Memory"].map(t => h("th", {scope: "col"}, t)))), gpus),
+    h("h2", {}, "Running"), h("table", {}, h("thead", {}, h("tr", {},
+      ["Job", "Name", "GPUs", "Reserved", "Measured peak"].map(t => h("th", {scope: "col"}, t)))), running));
+  return repeat(async () => {
+    const hw = await api("/v1/hardware");
+    if (hw.ok) {
+      const d = hw.data;
+      facts.replaceChildren(
+        h("dt", {}, "Devices"), h("dd", {}, d.cpu_only ? "CPU only" : `${d.gpus.length} GPU(s)`),
+        h("dt", {}, "Host memory"), h("dd", {}, bytes(d.host_memory_bytes)),
+        h("dt", {}, "Budget for CPU jobs"), h("dd", {}, bytes(d.memory_budget_bytes)),
+        h("dt", {}, "Runner"), h("dd", {}, h("code", {}, d.runner)),
+        h("dt", {}, "Spec root"), h("dd", {}, h("code", {}, d.spec_root)));
+      gpus.replaceChildren(...(d.gpus || []).map((g, i) => h("tr", {},
+        h("td", {}, g.index ?? i), h("td", {}, g.name), h("td", {}, bytes(g.memory_bytes ?? g.memory)))));
+    }
+    const r = await api("/v1/jobs?state=running&limit=200");
+    if (r.ok) {
+      running.replaceChildren(...r.data.jobs.map(j => h("tr", {},
+        h("td", {}, h("a", {href: `#/jobs/${encodeURIComponent(j.id)}`}, j.id)), h("td", {}, j.name),
+        h("td", {}, j.gpus || "host"), h("td", {}, bytes(j.reserved_bytes)), h("td", {}, bytes(j.peak_bytes)))));
+    }
+  }, 5000);
+}
+
+// ---- sign-in and routing ----------------------------------------------------
+
+function showLogin(error) {
+  const dialog = document.getElementById("login");
+  document.getElementById("login-error").textContent = error || "";
+  document.getElementById("logout").hidden = true;
+  if (!dialog.open) dialog.showModal();
+  document.getElementById("token").focus();
+}
+
+function onError(e) {
+  if (e instanceof Unauthorized) showLogin("That token was refused.");
+}
+
+function route() {
+  stopPage();
+  stopPage = () => {};
+  if (!sessionStorage.getItem("tailor.token")) { showLogin(); return; }
+  document.getElementById("logout").hidden = false;
+  const hash = location.hash || "#/jobs";
+  const [, view, arg] = hash.match(/^#\/([a-z]+)(?:\/(.+))?$/) || [null, "jobs"];
+  document.querySelectorAll("nav a").forEach(a => {
+    if (a.dataset.view === view) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+  });
+  if (view === "jobs" && arg) stopPage = jobPage(decodeURIComponent(arg));
+  else if (view === "submit") stopPage = submitPage();
+  else if (view === "hardware") stopPage = hardwarePage();
+  else stopPage = jobsPage();
+  document.getElementById("main").focus({preventScroll: true});
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("login-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const token = document.getElementById("token").value.trim();
+    sessionStorage.setItem("tailor.token", token);
+    try {
+      const r = await api("/v1/hardware");
+      if (!r.ok) throw new Error(apiError(r));
+      document.getElementById("token").value = "";
+      document.getElementById("login").close();
+      route();
+    } catch (err) {
+      sessionStorage.removeItem("tailor.token");
+      showLogin(err instanceof Unauthorized ? "That token was refused." : String(err.message || err));
+    }
+  });
+  document.getElementById("logout").addEventListener("click", () => {
+    sessionStorage.removeItem("tailor.token");
+    stopPage();
+    showLogin();
+  });
+  window.addEventListener("hashchange", route);
+  route();
+});
