@@ -70,16 +70,48 @@ function apiError(r) {
 
 let stopPage = () => {};  // the current page's timers and streams
 
+// Runs fn now and every `ms` until stopped; stop.now() runs it at once
+// (an event arrived), never two at a time.
 function repeat(fn, ms = POLL_MS) {
-  let live = true;
-  let timer = null;
+  let live = true, running = false, again = false, timer = null;
   const tick = async () => {
     if (!live) return;
+    if (running) { again = true; return; }
+    running = true;
+    clearTimeout(timer);
     try { await fn(); } catch (e) { if (e instanceof Unauthorized) { live = false; showLogin(); return; } }
+    finally { running = false; }
+    if (again) { again = false; tick(); return; }
     if (live) timer = setTimeout(tick, ms);
   };
   tick();
-  return () => { live = false; clearTimeout(timer); };
+  const stop = () => { live = false; clearTimeout(timer); };
+  stop.now = tick;
+  return stop;
+}
+
+// A server-sent event stream read through fetch, so that the token goes in
+// a header (EventSource cannot send one). Calls onEvent with each event's
+// type and data until the server ends the stream or `signal` aborts it.
+async function streamEvents(path, onEvent, signal) {
+  const res = await fetch(path, {signal, cache: "no-store",
+    headers: {Authorization: `Bearer ${sessionStorage.getItem("tailor.token") || ""}`, Accept: "text/event-stream"}});
+  if (!res.ok || !res.body) return;
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) return;
+    buffer += value;
+    for (let end; (end = buffer.indexOf("\n\n")) >= 0;) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const lines = block.split("\n");
+      const type = (lines.find(l => l.startsWith("event:")) || "event: message").slice(6).trim();
+      const data = lines.filter(l => l.startsWith("data:")).map(l => l.slice(5).trimStart()).join("\n");
+      if (data) { try { onEvent(type, JSON.parse(data)); } catch { /* not JSON: ignored */ } }
+    }
+  }
 }
 
 function page(title, ...children) {
@@ -129,13 +161,21 @@ function jobsPage() {
   });
 }
 
+// A series' colour: its own, or (a dashed estimate) the one of the series
+// it follows.
+function colorOf(series, i) {
+  const solid = Math.max(0, series.slice(0, i + 1).filter(s => !s.dashed).length - 1);
+  return COLORS[solid % COLORS.length];
+}
+
 // A line chart in SVG: series of [x, y] points on shared axes.
 function chart(label, series, {unit = (v) => number(v, 3), zero = false} = {}) {
   const W = 420, H = 220, L = 64, R = 10, T = 10, B = 24;
   const pts = series.flatMap(s => s.points);
   const svg = h("svg", {class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": label});
-  const legend = h("div", {class: "legend"}, series.map((s, i) =>
-    h("span", {}, h("span", {class: "swatch", "data-color": COLORS[i % COLORS.length]}), s.name)));
+  const legend = h("div", {class: "legend"}, series.filter(s => !s.dashed).map(s =>
+    h("span", {}, h("span", {class: "swatch", "data-color": colorOf(series, series.indexOf(s))}), s.name)),
+    series.some(s => s.dashed) ? h("span", {}, "dashed: the plan's estimate") : "");
   legend.querySelectorAll(".swatch").forEach(el => { el.style.background = el.dataset.color; });
   if (!pts.length) {
     svg.append(h("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, "no steps yet"));
@@ -158,8 +198,8 @@ function chart(label, series, {unit = (v) => number(v, 3), zero = false} = {}) {
   series.forEach((s, i) => {
     if (!s.points.length) return;
     const d = s.points.map((p, k) => `${k ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join("");
-    svg.append(h("path", {d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.6, "data-series": s.name,
-      "data-points": s.points.length}));
+    svg.append(h("path", {d, fill: "none", stroke: colorOf(series, i), "stroke-width": 1.6, "data-series": s.name,
+      "data-points": s.points.length, "stroke-dasharray": s.dashed ? "4 3" : undefined}));
   });
   return h("div", {}, svg, legend);
 }
@@ -219,7 +259,32 @@ function jobPage(id) {
     h("h2", {}, "Files"), files,
     h("h2", {}, "Runner log (the newest 64 KiB)"), log);
   const steps = [];
-  let etag = null, job = null, plan = null, logOffset = 0;
+  let etag = null, job = null, plan = null, logOffset = 0, renderTimer = null;
+  const addStep = (row) => {
+    if (row.rank === 0 && (!steps.length || row.step > steps[steps.length - 1].step)) steps.push(row);
+  };
+  // Curves and memory from `steps`.
+  const renderSteps = () => {
+    const estimate = plan && plan.memory ? plan.memory.per_gpu : null;
+    curves.replaceChildren(
+      h("div", {class: "card"}, h("h2", {}, "Loss"), chart("Loss by step", [{name: "loss", points: steps.filter(s => s.loss !== null).map(s => [s.step, s.loss])}])),
+      h("div", {class: "card"}, h("h2", {}, "Tokens/s"), chart("Tokens per second by step",
+        [{name: "tokens/s", points: steps.filter(s => s.tokens_per_second).map(s => [s.step, s.tokens_per_second])}], {unit: v => number(v)})),
+      h("div", {class: "card"}, h("h2", {}, "Peak memory"), chart("Peak memory by step, measured and estimated", [
+        {name: "measured peak", points: steps.filter(s => s.memory && s.memory.peak_bytes).map(s => [s.step, s.memory.peak_bytes])},
+        {name: "estimated total", points: estimate ? steps.map(s => [s.step, estimate.total]) : []}], {unit: bytes, zero: true})),
+      h("div", {class: "card"}, h("h2", {}, "Memory by component"), chart("Measured memory by component and step, with the estimate of each",
+        COMPONENTS.filter(c => steps.some(s => s.memory && s.memory[c] > 0)).flatMap(c => [
+          {name: c, points: steps.filter(s => s.memory && s.memory[c] !== undefined).map(s => [s.step, s.memory[c]])},
+          ...(estimate && estimate[c] ? [{name: `${c} (estimated)`, dashed: true,
+            points: steps.map(s => [s.step, estimate[c]])}] : [])]), {unit: bytes, zero: true})));
+    const last = steps.length ? steps[steps.length - 1].memory : null;
+    const budget = plan && plan.memory ? plan.memory.budget_per_gpu : 0;
+    memory.replaceChildren(estimate && budget
+      ? memoryBars(COMPONENTS, budget, [{name: "Estimated", values: estimate, total: estimate.total},
+        ...(last ? [{name: `Measured at step ${steps[steps.length - 1].step}`, values: last, total: last.peak_bytes}] : [])])
+      : h("p", {class: "muted"}, "No plan document."));
+  };
 
   const act = (label, cls, fn) => h("button", {type: "button", class: `action ${cls}`, onclick: async (e) => {
     e.target.disabled = true;
@@ -229,7 +294,7 @@ function jobPage(id) {
     } finally { e.target.disabled = false; }
   }}, label);
 
-  return repeat(async () => {
+  const stop = repeat(async () => {
     const r = await api(`/v1/jobs/${enc}`, {etag});
     if (r.status === 404) { page("No such job", h("p", {}, `tailord has no job ${id}.`)); throw new Error("gone"); }
     if (r.status !== 304) {
@@ -270,28 +335,29 @@ function jobPage(id) {
     }
     const since = steps.length ? steps[steps.length - 1].step : 0;
     const m = await api(`/v1/jobs/${enc}/metrics?since_step=${since}&limit=10000`);
-    if (m.ok) for (const row of m.data.metrics) if (row.rank === 0 && row.step > since) steps.push(row);
+    if (m.ok) m.data.metrics.forEach(addStep);
     // The log from where the last read ended; the newest 64 KiB are shown.
     const lg = await api(`/v1/jobs/${enc}/logs?offset=${logOffset}`);
     if (lg.status === 200 && typeof lg.data === "string" && lg.data) {
       log.textContent = (log.textContent + lg.data).slice(-65536);
       logOffset = Number(lg.headers.get("X-Log-Offset") || logOffset);
     }
-    const estimate = plan && plan.memory ? plan.memory.per_gpu : null;
-    curves.replaceChildren(
-      h("div", {class: "card"}, h("h2", {}, "Loss"), chart("Loss by step", [{name: "loss", points: steps.filter(s => s.loss !== null).map(s => [s.step, s.loss])}])),
-      h("div", {class: "card"}, h("h2", {}, "Tokens/s"), chart("Tokens per second by step",
-        [{name: "tokens/s", points: steps.filter(s => s.tokens_per_second).map(s => [s.step, s.tokens_per_second])}], {unit: v => number(v)})),
-      h("div", {class: "card"}, h("h2", {}, "Peak memory"), chart("Peak memory by step, measured and estimated", [
-        {name: "measured peak", points: steps.filter(s => s.memory && s.memory.peak_bytes).map(s => [s.step, s.memory.peak_bytes])},
-        {name: "estimated total", points: estimate ? steps.map(s => [s.step, estimate.total]) : []}], {unit: bytes, zero: true})));
-    const last = steps.length ? steps[steps.length - 1].memory : null;
-    const budget = plan && plan.memory ? plan.memory.budget_per_gpu : 0;
-    memory.replaceChildren(estimate && budget
-      ? memoryBars(COMPONENTS, budget, [{name: "Estimated", values: estimate, total: estimate.total},
-        ...(last ? [{name: `Measured at step ${steps[steps.length - 1].step}`, values: last, total: last.peak_bytes}] : [])])
-      : h("p", {class: "muted"}, "No plan document."));
+    renderSteps();
   });
+  // The job as it happens, from its event stream: each step extends the
+  // curves (redrawn at most twice a second), and anything else (a state
+  // change, a checkpoint, a re-plan) refreshes the page at once. The 2 s
+  // refresh stays, for what the stream does not carry (files, the log).
+  const streaming = new AbortController();
+  streamEvents(`/v1/jobs/${enc}/events?follow=true`, (type, data) => {
+    if (type === "step") {
+      addStep(data);
+      if (!renderTimer) renderTimer = setTimeout(() => { renderTimer = null; renderSteps(); }, 500);
+    } else if (type !== "job" || !job || data.state !== job.state) {
+      stop.now();  // a "job" event comes with every step: only a new state counts
+    }
+  }, streaming.signal).catch(() => {});
+  return () => { streaming.abort(); clearTimeout(renderTimer); stop(); };
 }
 
 async function download(enc, path) {
@@ -324,6 +390,143 @@ resources:
   host_memory: 2GiB
 `;
 
+// ---- completion from the spec's JSON Schema ---------------------------------
+
+let specSchema = null;
+
+async function loadSpecSchema() {
+  if (!specSchema) {
+    const res = await fetch("/v1/spec-schema", {cache: "no-store"});
+    specSchema = res.ok ? await res.json() : {};
+  }
+  return specSchema;
+}
+
+// The schema node at a key path ("training", "max_steps"), through anyOf.
+function schemaAt(schema, path) {
+  let n = schema;
+  for (const key of path) {
+    const props = n && (n.properties || (n.anyOf || []).map(a => a.properties).find(Boolean));
+    n = props ? props[key] : null;
+    if (!n) return null;
+  }
+  return n;
+}
+
+// The values a schema node allows, as YAML words: its enums, consts, booleans.
+function schemaValues(n) {
+  const out = [];
+  const walk = (x) => {
+    if (!x) return;
+    if (x.enum) out.push(...x.enum.map(String));
+    if (x.const !== undefined) out.push(String(x.const));
+    if (x.type === "boolean") out.push("true", "false");
+    (x.anyOf || []).forEach(walk);
+  };
+  walk(n);
+  return [...new Set(out)];
+}
+
+// What the cursor stands on: a key being written (its parent path, the
+// keys its block already has) or a value after "key: " (the key's path).
+function cursorContext(text, pos) {
+  const lineStart = text.lastIndexOf("\n", pos - 1) + 1;
+  // The rest of the word under the cursor is replaced too.
+  const wordEnd = pos + text.slice(pos).match(/^[\w.-]*/)[0].length;
+  const before = text.slice(lineStart, pos);
+  const indent = before.match(/^ */)[0].length;
+  const lines = text.split("\n");
+  const row = text.slice(0, lineStart).split("\n").length - 1;
+  const parents = [];
+  let want = indent;
+  for (let i = row - 1; i >= 0 && want > 0; i--) {
+    const m = lines[i].match(/^( *)([A-Za-z_][\w-]*):\s*(#.*)?$/);
+    if (m && m[1].length < want) { parents.unshift(m[2]); want = m[1].length; }
+  }
+  const value = before.match(/^ *([A-Za-z_][\w-]*): *([\w.-]*)$/);
+  if (value) return {kind: "value", path: [...parents, value[1]], word: value[2], from: pos - value[2].length, to: wordEnd};
+  const key = before.match(/^ *([A-Za-z_][\w-]*)?$/);
+  if (!key) return null;
+  // The keys already written at this level of this block.
+  const present = new Set();
+  for (const step of [-1, 1]) {
+    for (let i = row + step; i >= 0 && i < lines.length; i += step) {
+      const m = lines[i].match(/^( *)([A-Za-z_][\w-]*):/);
+      if (!lines[i].trim() || lines[i].trim().startsWith("#")) continue;
+      const ind = lines[i].match(/^ */)[0].length;
+      if (ind < indent) break;
+      if (m && ind === indent) present.add(m[2]);
+    }
+  }
+  const word = key[1] || "";
+  return {kind: "key", path: parents, word, present, from: pos - word.length, to: wordEnd, indent};
+}
+
+function completions(schema, ctx) {
+  if (!ctx) return [];
+  const prefix = ctx.word.toLowerCase();
+  if (ctx.kind === "value") {
+    return schemaValues(schemaAt(schema, ctx.path)).filter(v => v.toLowerCase().startsWith(prefix) && v !== ctx.word)
+      .map(v => ({label: v, insert: v, detail: ""}));
+  }
+  const n = schemaAt(schema, ctx.path);
+  const props = n && n.properties ? n.properties : {};
+  return Object.entries(props).filter(([k]) => !ctx.present.has(k) && k.toLowerCase().startsWith(prefix)).map(([k, v]) => {
+    const object = v.type === "object" && v.properties;
+    return {label: k, detail: v.description || "",
+            insert: object ? `${k}:\n${" ".repeat(ctx.indent + 2)}` : `${k}: `};
+  });
+}
+
+// Wires completion to an editor: Ctrl+Space, or typing a key or a value
+// the schema lists, opens a list under the editor; arrows choose, Enter or
+// Tab inserts, Escape closes.
+function attachCompletion(editor, list) {
+  let items = [], active = 0, ctx = null;
+  const close = () => { items = []; list.hidden = true; list.replaceChildren(); editor.removeAttribute("aria-activedescendant"); };
+  const render = () => {
+    list.replaceChildren(...items.map((it, i) => h("li", {id: `completion-${i}`, role: "option",
+      "aria-selected": i === active ? "true" : "false", onmousedown: (e) => { e.preventDefault(); accept(i); }},
+      h("code", {}, it.label), it.detail ? h("span", {class: "muted"}, ` ${it.detail}`) : "")));
+    list.hidden = items.length === 0;
+    if (items.length) editor.setAttribute("aria-activedescendant", `completion-${active}`);
+  };
+  const open = async (explicit) => {
+    const schema = await loadSpecSchema();
+    ctx = cursorContext(editor.value, editor.selectionStart);
+    items = completions(schema, ctx);
+    if (!explicit && ctx && ctx.kind === "key" && !ctx.word) items = [];
+    active = 0;
+    render();
+  };
+  const accept = (i) => {
+    const it = items[i];
+    if (!it || !ctx) return;
+    editor.setRangeText(it.insert, ctx.from, ctx.to, "end");
+    close();
+    editor.focus();
+    editor.dispatchEvent(new Event("input"));
+  };
+  editor.addEventListener("keydown", (e) => {
+    if (e.key === " " && e.ctrlKey) { e.preventDefault(); open(true); return; }
+    if (list.hidden) return;
+    if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      e.preventDefault();
+      active = (active + (e.key === "ArrowDown" ? 1 : items.length - 1)) % items.length;
+      render();
+    } else if (e.key === "Enter" || e.key === "Tab") {
+      e.preventDefault();
+      accept(active);
+    } else if (e.key === "Escape") {
+      e.preventDefault();
+      close();
+    }
+  });
+  editor.addEventListener("input", (e) => { if (e.isTrusted) open(false); });
+  editor.addEventListener("blur", close);
+  close();
+}
+
 // Submit: the spec in an editor, planned by tailord as you type (a dry
 // run): diagnostics at line:col, the memory bar against the budget, the
 // decision trace and the alternatives; then submitted.
@@ -331,11 +534,16 @@ function submitPage() {
   const editor = h("textarea", {id: "spec", spellcheck: "false", "aria-label": "Job spec (YAML)"});
   editor.value = sessionStorage.getItem("tailor.draft") || EXAMPLE;
   const diagnostics = h("ul", {class: "diagnostics", "aria-live": "polite"});
+  const suggestions = h("ul", {class: "completions", id: "completions", role: "listbox", "aria-label": "Completions"});
+  editor.setAttribute("aria-controls", "completions");
+  editor.setAttribute("aria-autocomplete", "list");
   const preview = h("div", {class: "card", id: "preview"}, h("p", {class: "muted"}, "Planning…"));
   const status = h("p", {role: "status"});
   const submit = h("button", {type: "button", class: "action primary", id: "submit"}, "Submit");
   page("Submit a job", h("div", {class: "editor"},
-    h("div", {}, editor, diagnostics, h("div", {class: "actions"}, submit), status), preview));
+    h("div", {}, editor, suggestions, h("p", {class: "muted"}, "Ctrl+Space completes keys and values from the spec's schema."),
+      diagnostics, h("div", {class: "actions"}, submit), status), preview));
+  attachCompletion(editor, suggestions);
 
   const goTo = (line, col) => {
     const lines = editor.value.split("\n");
@@ -357,6 +565,8 @@ function submitPage() {
     sessionStorage.setItem("tailor.draft", editor.value);
     const r = await api("/v1/jobs?dry_run=true", {method: "POST", body: editor.value, type: "application/yaml"});
     if (mine !== seq) return;
+    diagnostics.classList.remove("stale");
+    preview.classList.remove("stale");
     if (!r.ok) {
       showDiagnostics(r);
       preview.replaceChildren(h("p", {class: "muted"}, "Fix the spec to see its plan."));
@@ -366,7 +576,13 @@ function submitPage() {
     preview.replaceChildren(...planView(r.data));
   };
   let timer = null;
-  editor.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => plan().catch(onError), 300); });
+  editor.addEventListener("input", () => {
+    // Until the new plan arrives, what is shown is of the text before.
+    diagnostics.classList.add("stale");
+    preview.classList.add("stale");
+    clearTimeout(timer);
+    timer = setTimeout(() => plan().catch(onError), 300);
+  });
   submit.addEventListener("click", async () => {
     submit.disabled = true;
     try {

@@ -20,6 +20,7 @@
 #include "daemon/api/openapi_document.h"
 #include "daemon/api/resource_json.h"
 #include "daemon/api/web_ui.h"
+#include "dsl/spec_fields.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/http/errors.h"
 
@@ -192,6 +193,15 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
                  auto f = web_ui_file(r.params["file"]);
                  if (!f) return error_response(ApiError::kNotFound, "no such file of the web UI: " + quote(r.params["file"]));
                  return *f;
+               }});
+  // The job spec's JSON Schema (`tailor schema`): the web UI's editor
+  // completes keys and values from it. A description, public like the API's.
+  router_.add({"GET", "/v1/spec-schema", false, [](HttpRequest&) {
+                 static const std::string kSchema = dsl::job_spec_json_schema();
+                 HttpResponse r;
+                 r.content_type = "application/schema+json";
+                 r.body = kSchema;
+                 return r;
                }});
   router_.add({"GET", "/v1/hardware", true, [this](HttpRequest&) {
                  HttpResponse r = HttpResponse::json(200, ctx_.hardware_json);

@@ -57,7 +57,8 @@ def main():
     parser.add_argument("--paint-budget", type=float, default=300.0)
     args = parser.parse_args()
     build, src, artifacts = (os.path.abspath(p) for p in (args.build_dir, args.source_dir, args.artifacts_dir))
-    os.makedirs(artifacts, exist_ok=True)
+    shutil.rmtree(artifacts, ignore_errors=True)  # only this run's screenshots
+    os.makedirs(artifacts)
     work = tempfile.mkdtemp(prefix="tailor-web-")
     data = os.path.join(work, "data")
     tailord = driver = None
@@ -151,6 +152,26 @@ def main():
               f"the first at {where}, and a click puts the cursor there")
         shot("02-submit-diagnostics")
 
+        # Completion from the spec's schema: a key under training (Ctrl+Space,
+        # then Enter), then a value the schema enumerates.
+        type_spec("apiVersion: tailor/v1\nkind: TrainingJob\nname: c\ntraining:\n  global_batch_size: 16\n")
+        editor.send_keys("  max_st")
+        options = wait.until(lambda d: [li.text for li in d.find_elements(By.CSS_SELECTOR, "#completions li")] or None)
+        if not options[0].startswith("max_steps"):
+            fail(f"typing 'max_st' under training offered {options}")
+        editor.send_keys(Keys.ENTER, "5\nstrategy:\n")
+        editor.send_keys("  precision: ")
+        editor.send_keys(Keys.CONTROL, " ")
+        values = wait.until(lambda d: [li.text for li in d.find_elements(By.CSS_SELECTOR, "#completions li")] or None)
+        if "bf16" not in values or "auto" not in values:
+            fail(f"Ctrl+Space after 'precision: ' offered {values}")
+        editor.send_keys(Keys.ARROW_DOWN, Keys.ENTER)
+        text = editor.get_attribute("value")
+        if "  max_steps: 5\n" not in text or f"precision: {values[1]}" not in text:
+            fail(f"the completions were not inserted where they belong:\n{text}")
+        print(f"ok: completion offers {options[0]!r} for 'max_st' and {values} for 'precision: ', and inserts them")
+        shot("03-submit-completion")
+
         # The demo spec: planned as it is typed, then submitted.
         type_spec(resolved(30))
         wait.until(EC.text_to_be_present_in_element((By.ID, "preview"), "Fits"))
@@ -158,7 +179,7 @@ def main():
         if not preview.find_elements(By.CSS_SELECTOR, ".bar span") or not preview.find_elements(By.CSS_SELECTOR, "ol.decisions li"):
             fail("the plan preview has no memory bar or no decisions")
         print("ok: the demo spec is planned as it is typed: memory bar and decisions shown")
-        shot("03-submit-plan-preview")
+        shot("04-submit-plan-preview")
         driver.find_element(By.ID, "submit").click()
         wait.until(lambda d: "#/jobs/j-" in d.current_url)
         job_id = driver.current_url.split("#/jobs/")[1]
@@ -169,15 +190,18 @@ def main():
         bars = driver.find_elements(By.CSS_SELECTOR, ".bar")
         if len(bars) < 2:
             fail(f"the job page shows {len(bars)} memory bars, not the estimate and the measurement")
-        print(f"ok: job {job_id} submitted through the UI succeeded; its loss curve has 30 points, memory shown "
-              "estimated and measured")
-        shot("04-job-succeeded")
+        metrics = urllib.request.urlopen(f"http://{address}/metrics", timeout=30).read().decode()
+        if 'route="/v1/jobs/{id}/events"' not in metrics:
+            fail("the job page did not open the job's event stream")
+        print(f"ok: job {job_id} submitted through the UI succeeded, followed through its event stream; its loss "
+              "curve has 30 points, memory shown estimated and measured")
+        shot("05-job-succeeded")
 
         # Cancel a running job from its page.
         other = http(address, "/v1/jobs", token, "POST", resolved(100000).encode(), "application/yaml")["id"]
         driver.get(base + f"/ui#/jobs/{other}")
         long_wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "dd[data-state=running]")))
-        shot("05-job-running")
+        shot("06-job-running")
         cancel = wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Cancel']")))
         cancel.click()
         long_wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "dd[data-state=cancelled]")))
@@ -188,10 +212,10 @@ def main():
         # The jobs table lists both; the hardware page names the runner.
         driver.get(base + "/ui#/jobs")
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-job]")) == 2)
-        shot("06-jobs")
+        shot("07-jobs")
         driver.get(base + "/ui#/hardware")
         wait.until(EC.text_to_be_present_in_element((By.ID, "main"), "tailor-runner"))
-        shot("07-hardware")
+        shot("08-hardware")
         print("ok: the jobs table lists both jobs; the hardware page names the runner")
 
         # Keyboard: Tab from the page reaches the navigation's links.
