@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "dsl/tokenizer_files.h"
+#include "runner/data/file_io.h"
 #include "runner/data/hash.h"
 
 namespace tailor::runner::data {
@@ -105,11 +106,8 @@ struct BpeTokenizer::Regex {
 BpeTokenizer::~BpeTokenizer() = default;
 
 Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::not_found("cannot open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  // read_file: under tailord, only inside the spec root.
+  TAILOR_ASSIGN_OR_RETURN(const std::string text, read_file(path));
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto bad = [&](const std::string& what) { return Status::invalid_argument(path + ": " + what); };
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
@@ -234,12 +232,13 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
     return it == tok->vocab_.end() ? -1 : it->second;
   };
   const std::string config_path = (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
-  std::ifstream cfg_in(config_path);
   std::string bos_text, eos_text = "<|endoftext|>";
-  if (cfg_in) {
-    std::stringstream cs;
-    cs << cfg_in.rdbuf();
-    const json cfg = json::parse(cs.str(), nullptr, false);
+  // Optional; but one that exists is read like tokenizer.json (under
+  // tailord, only inside the spec root).
+  auto cfg_text = read_file(config_path);
+  if (!cfg_text.is_ok() && cfg_text.status().code() != StatusCode::kNotFound) return cfg_text.status();
+  if (cfg_text.is_ok()) {
+    const json cfg = json::parse(*cfg_text, nullptr, false);
     if (cfg.is_object()) {
       if (cfg.contains("bos_token")) bos_text = token_text(cfg["bos_token"]);
       if (cfg.contains("eos_token") && !token_text(cfg["eos_token"]).empty()) eos_text = token_text(cfg["eos_token"]);

@@ -35,6 +35,20 @@ Status set_read_root(const std::string& root) {
 
 const std::string& read_root() { return root_storage(); }
 
+Status check_inside_read_root(int fd, const std::string& path) {
+  if (read_root().empty()) return Status::ok();
+  // What was opened, whatever links led there (checked after the open: no
+  // window for a swap between the check and the read).
+  std::error_code ec;
+  const auto opened = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
+  const std::string inside = read_root() == "/" ? "/" : read_root() + "/";
+  if (ec || opened.string().rfind(inside, 0) != 0) {
+    return Status::invalid_argument(path + ": resolves to " + (ec ? "an unknown file" : opened.string()) +
+                                    ", outside the spec root " + read_root());
+  }
+  return Status::ok();
+}
+
 Result<std::string> read_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -46,17 +60,7 @@ Result<std::string> read_file(const std::string& path) {
     int fd;
     ~Close() { ::close(fd); }
   } close_fd{fd};
-  if (!read_root().empty()) {
-    // What was opened, whatever links led there (checked after the open:
-    // no window for a swap between the check and the read).
-    std::error_code ec;
-    const auto opened = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
-    const std::string inside = read_root() == "/" ? "/" : read_root() + "/";
-    if (ec || opened.string().rfind(inside, 0) != 0) {
-      return Status::invalid_argument(path + ": resolves to " + (ec ? "an unknown file" : opened.string()) +
-                                      ", outside the spec root " + read_root());
-    }
-  }
+  TAILOR_RETURN_IF_ERROR(check_inside_read_root(fd, path));
   struct stat st {};
   if (::fstat(fd, &st) != 0) return Status::io_error(path + ": " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) return Status::io_error(path + ": is a folder");

@@ -24,6 +24,11 @@ Result<std::string> read_file(const std::string& path);
 Status set_read_root(const std::string& root);
 const std::string& read_root();
 
+// Under a read root: InvalidArgument when the file open as `fd` (opened
+// from `path`) lies outside it. OK when it lies inside, and without a root.
+// For readers that open files themselves (safetensors maps its file).
+Status check_inside_read_root(int fd, const std::string& path);
+
 // What identifies a file's content without reading it: if any of these
 // changes, the content may have. (Same path, size and nanosecond mtime with
 // other content needs a deliberate `touch -d`; accepted, like make does.)

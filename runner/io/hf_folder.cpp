@@ -11,6 +11,7 @@
 #include "core/text.h"
 #include "dsl/model_family.h"
 #include "platform/files.h"
+#include "runner/data/file_io.h"
 
 namespace tailor::runner::io {
 namespace fs = std::filesystem;
@@ -23,11 +24,9 @@ bool is_plain_file_name(const std::string& s) {
 }  // namespace
 
 Result<ShardIndex> read_shard_index(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::not_found("cannot open " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  // read_file: under tailord, only inside the spec root.
+  TAILOR_ASSIGN_OR_RETURN(const std::string text, data::read_file(path));
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::invalid_argument(path + ": not a valid JSON object");
   ShardIndex index;
   if (const auto m = j.find("metadata"); m != j.end() && !m->is_null()) {

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/text.h"
+#include "runner/data/file_io.h"
 
 // The format stores little-endian values and the reader hands out views of
 // the mapped bytes unchanged; a big-endian host would need byte swapping.
@@ -174,11 +175,17 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+Result<SafetensorsFile> SafetensorsFile::open(const std::string& path, bool inside_read_root) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const std::string why = errno_text();
     return errno == ENOENT ? Status::not_found(path + ": " + why) : Status::io_error(path + ": " + why);
+  }
+  if (inside_read_root) {
+    if (Status inside = data::check_inside_read_root(fd, path); !inside.is_ok()) {
+      ::close(fd);
+      return inside;
+    }
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

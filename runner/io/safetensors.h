@@ -55,7 +55,10 @@ class SafetensorsFile {
   // data_offsets}; unknown dtype; negative or overflowing shape; end < begin;
   // offsets beyond the buffer; byte size != prod(shape) * dtype size;
   // overlapping tensors; __metadata__ not an object of strings.
-  static Result<SafetensorsFile> open(const std::string& path);
+  // inside_read_root: a file a spec names (a model's weights), which under
+  // tailord must lie inside the spec root (runner/data/file_io.h), checked
+  // on the file opened; InvalidArgument when it does not.
+  static Result<SafetensorsFile> open(const std::string& path, bool inside_read_root = false);
 
   SafetensorsFile(SafetensorsFile&& other) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;

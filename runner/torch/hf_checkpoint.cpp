@@ -164,7 +164,7 @@ Status load_checked(CausalLM& model, const std::string& folder) {
   std::vector<std::string> file_names;
   std::map<std::string, Located, std::less<>> tensors;
   for (const std::string& path : wf.files) {
-    TAILOR_ASSIGN_OR_RETURN(io::SafetensorsFile f, io::SafetensorsFile::open(path));
+    TAILOR_ASSIGN_OR_RETURN(io::SafetensorsFile f, io::SafetensorsFile::open(path, /*inside_read_root=*/true));
     files.push_back(std::move(f));
     file_names.push_back(fs::path(path).filename().string());
   }

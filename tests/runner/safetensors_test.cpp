@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "runner/data/file_io.h"
+#include "runner/io/hf_folder.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner::io {
@@ -147,6 +149,34 @@ TEST(SafetensorsTest, ReadsAFileBuiltByHandFromTheSpecification) {
   EXPECT_EQ(values<float>(*f->find("w")), (std::vector<float>{1.0f, -2.5f}));
   EXPECT_EQ(values<std::int16_t>(*f->find("s")), (std::vector<std::int16_t>{258}));
   EXPECT_EQ(f->metadata().at("format"), "pt");
+}
+
+// A model's weights, under tailord, only from inside the spec root: a
+// safetensors file (or a shard index) linked out of it is refused, checked
+// on the file opened. Files of the runner's own (checkpoints) are opened
+// without the check.
+TEST(SafetensorsTest, AWeightFileLinkedOutOfTheSpecRootIsRefused) {
+  TempDir root, elsewhere;
+  const std::string outside = elsewhere.file("model.safetensors");
+  const std::vector<float> a = {1.0f, 2.0f};
+  ASSERT_TRUE(write_safetensors(outside, {{"a", DType::kF32, {2}, bytes_of(a)}}).is_ok());
+  std::ofstream(elsewhere.file("model.safetensors.index.json")) << R"({"weight_map": {"a": "model.safetensors"}})";
+  fs::create_symlink(outside, root.file("model.safetensors"));
+  fs::create_symlink(elsewhere.file("model.safetensors.index.json"), root.file("model.safetensors.index.json"));
+  ASSERT_TRUE(write_safetensors(root.file("own.safetensors"), {{"a", DType::kF32, {2}, bytes_of(a)}}).is_ok());
+  ASSERT_TRUE(data::set_read_root(root.path().string()).is_ok());
+  struct Reset {
+    ~Reset() { (void)data::set_read_root(""); }
+  } reset;
+  auto linked = SafetensorsFile::open(root.file("model.safetensors"), /*inside_read_root=*/true);
+  ASSERT_FALSE(linked.is_ok());
+  EXPECT_EQ(linked.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(linked.status().message().find("outside the spec root"), std::string::npos) << linked.status().message();
+  auto index = read_shard_index(root.file("model.safetensors.index.json"));
+  ASSERT_FALSE(index.is_ok());
+  EXPECT_NE(index.status().message().find("outside the spec root"), std::string::npos) << index.status().message();
+  EXPECT_TRUE(SafetensorsFile::open(root.file("own.safetensors"), /*inside_read_root=*/true).is_ok());
+  EXPECT_TRUE(SafetensorsFile::open(root.file("model.safetensors")).is_ok()) << "a checkpoint of the runner's own";
 }
 
 TEST(SafetensorsTest, ViewsStayValidWhenTheFileObjectIsMoved) {

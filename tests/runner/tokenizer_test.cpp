@@ -14,6 +14,7 @@
 #include "runner/data/batcher.h"
 #include "runner/data/byte_tokenizer.h"
 #include "runner/data/dataset.h"
+#include "runner/data/file_io.h"
 #include "runner/data/sentencepiece_tokenizer.h"
 #include "runner/data/tokenizer.h"
 #include "tests/runner/tiny_sentencepiece.h"
@@ -211,6 +212,38 @@ TEST(MakeTokenizerTest, TokenizerJsonOfAnotherKindIsNamedAsUnsupported) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(r.status().message(), HasSubstr(json + ": " + named));
   }
+}
+
+// Under tailord, a model folder's tokenizer files are read only inside the
+// spec root, checked on the file opened: tokenizer.json or
+// tokenizer_config.json swapped for a link out of it is refused by name.
+TEST(MakeTokenizerTest, TokenizerFilesLinkedOutOfTheSpecRootAreRefused) {
+  testing::TempDir root, elsewhere;
+  const std::string bpe =
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "<|endoftext|>": 1}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}})";
+  elsewhere.write("secret/tokenizer.json", bpe);
+  elsewhere.write("secret/tokenizer_config.json", R"({"eos_token": "a"})");
+  std::filesystem::create_directories(root.file("linked"));
+  std::filesystem::create_symlink(elsewhere.file("secret/tokenizer.json"), root.file("linked/tokenizer.json"));
+  root.write("config-linked/tokenizer.json", bpe);
+  std::filesystem::create_symlink(elsewhere.file("secret/tokenizer_config.json"),
+                                  root.file("config-linked/tokenizer_config.json"));
+  root.write("inside/tokenizer.json", bpe);
+  root.write("inside/tokenizer_config.json", R"({"eos_token": "a"})");
+  ASSERT_TRUE(set_read_root(root.path().string()).is_ok());
+  struct Reset {
+    ~Reset() { (void)set_read_root(""); }
+  } reset;
+  for (const char* folder : {"linked", "config-linked"}) {
+    auto r = make_tokenizer(model_spec(root.file(folder), 32000));
+    ASSERT_FALSE(r.is_ok()) << folder;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << folder;
+    EXPECT_THAT(r.status().message(), HasSubstr("outside the spec root")) << folder;
+  }
+  EXPECT_TRUE(make_tokenizer(model_spec(root.file("inside"), 32000)).is_ok());
+  (void)set_read_root("");
+  // No root (tailor run): what it is given is read.
+  EXPECT_TRUE(make_tokenizer(model_spec(root.file("linked"), 32000)).is_ok());
 }
 
 // GPT-2 style folders trained on byte ids with exit 0 before.
