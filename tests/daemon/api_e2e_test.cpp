@@ -53,6 +53,41 @@ TEST(ApiE2eTest, HealthzAndMetricsAreOpenEverythingElseNeedsTheToken) {
 // The API describes itself: the embedded document, byte for byte, and the
 // same as JSON with YAML's plain scalars typed (daemon_unit_test checks
 // that it lists exactly the served routes).
+// The web UI's files are web/'s, served without a token under a policy
+// that lets a browser run only this origin's scripts; / leads there; the
+// spec's schema (for the editor's completion) is `tailor schema`'s.
+TEST(ApiE2eTest, TheWebUiIsServedWithItsSecurityHeadersAndTheSpecSchema) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+  const auto root = http_request(d.address(), "GET", "/");
+  EXPECT_EQ(root.status, 302);
+  EXPECT_EQ(root.headers.at("location"), "/ui");
+  const std::pair<const char*, const char*> files[] = {
+      {"/ui", "web/index.html"}, {"/ui/app.js", "web/app.js"}, {"/ui/app.css", "web/app.css"}};
+  for (const auto& [path, source] : files) {
+    std::ifstream f(std::string(TAILOR_SOURCE_DIR) + "/" + source);
+    const std::string file((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const auto r = http_request(d.address(), "GET", path);
+    ASSERT_EQ(r.status, 200) << path;
+    EXPECT_EQ(r.body, file) << path;
+    const std::string csp = r.headers.count("content-security-policy") ? r.headers.at("content-security-policy") : "";
+    EXPECT_NE(csp.find("default-src 'none'"), std::string::npos) << path << ": " << csp;
+    EXPECT_NE(csp.find("script-src 'self'"), std::string::npos) << path << ": " << csp;
+    EXPECT_EQ(csp.find("unsafe"), std::string::npos) << path << ": " << csp;
+    EXPECT_NE(csp.find("frame-ancestors 'none'"), std::string::npos) << path << ": " << csp;
+    EXPECT_EQ(r.headers.at("x-content-type-options"), "nosniff") << path;
+  }
+  EXPECT_EQ(http_request(d.address(), "GET", "/ui/app.js").headers.at("content-type"), "text/javascript; charset=utf-8");
+  EXPECT_EQ(http_request(d.address(), "GET", "/ui/../token").status, 404);
+  EXPECT_EQ(http_request(d.address(), "GET", "/ui/tailor.db").status, 404);
+  const auto schema = http_request(d.address(), "GET", "/v1/spec-schema");
+  ASSERT_EQ(schema.status, 200);
+  const json j = schema.json();
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["properties"]["training"]["properties"]["max_steps"].is_object(), true) << schema.body.substr(0, 200);
+}
+
 TEST(ApiE2eTest, TheOpenApiDocumentIsServedAsYamlAndJsonWithoutAToken) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
