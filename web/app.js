@@ -121,9 +121,9 @@ function page(title, ...children) {
   return main;
 }
 
-// Jobs: the store's first page, refreshed while nothing changes cheaply
-// (If-None-Match: tailord answers 304). Running jobs' latest loss and
-// tokens/s come from their newest metric row.
+// Jobs: the store's first page, refreshed when any job's event arrives and
+// every 5 s (If-None-Match: tailord answers 304 while nothing changed).
+// Running jobs' latest loss and tokens/s come from their newest metric row.
 function jobsPage() {
   const body = h("tbody");
   const table = h("table", {"aria-label": "Jobs"},
@@ -135,7 +135,7 @@ function jobsPage() {
   page("Jobs", table, empty);
   let etag = null;
   const latest = new Map();
-  return repeat(async () => {
+  const stop = repeat(async () => {
     const r = await api("/v1/jobs?limit=200", {etag});
     if (r.status === 304) return;
     etag = r.etag;
@@ -158,7 +158,13 @@ function jobsPage() {
         h("td", {}, when(j.created_at)));
     }));
     empty.hidden = jobs.length > 0;
-  });
+  }, 5000);
+  // Every job's events as they are stored (GET /v1/events?follow=true): a
+  // submission, a state change, a checkpoint refreshes the table at once;
+  // the 5 s refresh carries the running jobs' loss and tokens/s.
+  const streaming = new AbortController();
+  streamEvents("/v1/events?follow=true", () => stop.now(), streaming.signal).catch(() => {});
+  return () => { streaming.abort(); stop(); };
 }
 
 // A series' colour: its own, or (a dashed estimate) the one of the series

@@ -213,6 +213,7 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   router_.add({"GET", "/v1/jobs/{id}/plan", true, bind(&Api::plan)});
   router_.add({"GET", "/v1/jobs/{id}/metrics", true, bind(&Api::metrics_of)});
   router_.add({"GET", "/v1/jobs/{id}/events", true, bind(&Api::events)});
+  router_.add({"GET", "/v1/events", true, bind(&Api::all_events)});
   router_.add({"GET", "/v1/jobs/{id}/logs", true, bind(&Api::logs)});
   router_.add({"GET", "/v1/jobs/{id}/files", true, bind(&Api::files)});
   router_.add({"POST", "/v1/jobs/{id}/cancel", true, bind(&Api::cancel)});
@@ -480,6 +481,55 @@ HttpResponse Api::metrics_of(HttpRequest& r) {
   return json_response(200, {{"job_id", id}, {"metrics", arr}});
 }
 
+namespace {
+
+// Where a stream resumes: a reconnecting EventSource says where it stopped
+// (Last-Event-ID), else `fallback` (the after_id parameter).
+Result<std::int64_t> last_event_id(const HttpRequest& r, std::int64_t fallback) {
+  if (r.headers.count("last-event-id") == 0) return fallback;
+  const std::string last = r.header("last-event-id");
+  std::int64_t from = 0;
+  const auto [end, ec] = std::from_chars(last.data(), last.data() + last.size(), from);
+  if (ec != std::errc() || end != last.data() + last.size() || from < 0) {
+    return Status::invalid_argument("Last-Event-ID: expected an event id, got " + quote(last));
+  }
+  return from;
+}
+
+}  // namespace
+
+HttpResponse Api::all_events(HttpRequest& r) {
+  auto follow = bool_param(r, "follow");
+  if (!follow.is_ok()) return error_response(follow.status());
+  auto limit = int_param(r, "limit", 100, 1, kMaxPageSize);
+  if (!limit.is_ok()) return error_response(limit.status());
+  // A stream starts at what is new unless told where (a page, at the start).
+  const bool from_given = given(r, "after_id") || r.headers.count("last-event-id") != 0;
+  auto after = int_param(r, "after_id", 0, 0, INT64_MAX);
+  if (!after.is_ok()) return error_response(after.status());
+  auto from = last_event_id(r, *after);
+  if (!from.is_ok()) return error_response(from.status());
+  if (*follow) {
+    std::int64_t start = *from;
+    if (!from_given) {
+      auto newest = ctx_.store->last_event_id();
+      if (!newest.is_ok()) return error_response(newest.status());
+      start = *newest;
+    }
+    HttpResponse res;
+    res.content_type = "text/event-stream";
+    res.headers.emplace_back("Cache-Control", "no-cache");
+    res.stream = fleet_event_stream(*ctx_.store, start);
+    return res;
+  }
+  auto rows = ctx_.store->all_events(*from, *limit);
+  if (!rows.is_ok()) return error_response(rows.status());
+  json arr = json::array();
+  for (const EventRecord& e : *rows) arr.push_back(event_json(e));
+  json next = rows->size() == static_cast<std::size_t>(*limit) ? json(rows->back().id) : json(nullptr);
+  return json_response(200, {{"events", arr}, {"next_after", next}});
+}
+
 HttpResponse Api::events(HttpRequest& r) {
   auto after = int_param(r, "after_id", 0, 0, INT64_MAX);
   if (!after.is_ok()) return error_response(after.status());
@@ -489,15 +539,9 @@ HttpResponse Api::events(HttpRequest& r) {
   // even where it would not be used.
   auto since = int_param(r, "since_step", -1, 0, INT64_MAX);
   if (!since.is_ok()) return error_response(since.status());
-  // A reconnecting EventSource says where it stopped.
-  std::int64_t from = *after;
-  if (r.headers.count("last-event-id") != 0) {
-    const std::string last = r.header("last-event-id");
-    const auto [end, ec] = std::from_chars(last.data(), last.data() + last.size(), from);
-    if (ec != std::errc() || end != last.data() + last.size() || from < 0) {
-      return error_response(ApiError::kInvalidArgument, "Last-Event-ID: expected an event id, got " + quote(last));
-    }
-  }
+  auto resumed = last_event_id(r, *after);
+  if (!resumed.is_ok()) return error_response(resumed.status());
+  const std::int64_t from = *resumed;
   const std::string id = r.params["id"];
   auto job = ctx_.store->get(id);
   if (!job.is_ok()) return error_response(job.status());

@@ -53,6 +53,7 @@ class Api {
   HttpResponse plan(HttpRequest& r);
   HttpResponse metrics_of(HttpRequest& r);
   HttpResponse events(HttpRequest& r);
+  HttpResponse all_events(HttpRequest& r);
   HttpResponse logs(HttpRequest& r);
   HttpResponse cancel(HttpRequest& r);
   HttpResponse retry(HttpRequest& r);

@@ -88,4 +88,34 @@ StreamPoll job_event_stream(JobStore& store, const std::string& id, const std::s
   };
 }
 
+StreamPoll fleet_event_stream(JobStore& store, std::int64_t after_id) {
+  struct Fleet {
+    std::int64_t after_id = 0;
+    bool opened = false;
+    std::chrono::steady_clock::time_point last_sent = std::chrono::steady_clock::now();
+  };
+  auto st = std::make_shared<Fleet>();
+  st->after_id = after_id;
+  return [&store, st](std::string& out) {
+    if (!st->opened) {
+      out += "retry: 2000\n\n";
+      st->opened = true;
+    }
+    auto events = store.all_events(st->after_id, kBatch);
+    if (!events.is_ok()) return false;
+    for (const EventRecord& e : *events) {
+      append(out, e.kind.c_str(), json_text(event_json(e)), &e.id);
+      st->after_id = e.id;
+    }
+    const auto t = std::chrono::steady_clock::now();
+    if (!out.empty()) {
+      st->last_sent = t;
+    } else if (t - st->last_sent >= kKeepAlive) {
+      out = ": keep-alive\n\n";
+      st->last_sent = t;
+    }
+    return true;
+  };
+}
+
 }  // namespace tailor::daemon

@@ -22,4 +22,10 @@ namespace tailor::daemon {
 StreamPoll job_event_stream(JobStore& store, const std::string& id, const std::string& output_dir,
                             std::int64_t after_id, std::int64_t since_step);
 
+// GET /v1/events?follow=true: every job's events after `after_id`, as they
+// are stored (id, event: kind, data: Event with its job_id), and a
+// keep-alive after 15 s of silence; it ends only when the client leaves.
+// The web UI's jobs table listens to it instead of polling.
+StreamPoll fleet_event_stream(JobStore& store, std::int64_t after_id);
+
 }  // namespace tailor::daemon

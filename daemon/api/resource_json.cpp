@@ -121,6 +121,7 @@ json job_json(const JobRecord& j, const std::string& output_dir, const std::stri
 
 json event_json(const EventRecord& e) {
   json o = {{"id", e.id},
+            {"job_id", e.job_id},
             {"time", time_json(e.time)},
             {"kind", e.kind},
             {"message", e.message},

@@ -441,12 +441,12 @@ Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const J
   }());
 }
 
-Result<std::vector<EventRecord>> JobStore::events(const std::string& id, std::int64_t after_id, std::int64_t limit) {
-  std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT id, job_id, time, kind, COALESCE(from_state, ''), "
-                                                   "COALESCE(to_state, ''), message, COALESCE(data_json, '') FROM "
-                                                   "events WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"));
-  q.bind(1, id).bind(2, after_id).bind(3, limit);
+namespace {
+
+constexpr const char* kEventColumns =
+    "id, job_id, time, kind, COALESCE(from_state, ''), COALESCE(to_state, ''), message, COALESCE(data_json, '')";
+
+Result<std::vector<EventRecord>> read_events(Statement& q) {
   std::vector<EventRecord> out;
   for (;;) {
     TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
@@ -454,6 +454,31 @@ Result<std::vector<EventRecord>> JobStore::events(const std::string& id, std::in
     out.push_back({q.int64(0), q.text(1), q.real(2), q.text(3), q.text(4), q.text(5), q.text(6), q.text(7)});
   }
   return out;
+}
+
+}  // namespace
+
+Result<std::vector<EventRecord>> JobStore::events(const std::string& id, std::int64_t after_id, std::int64_t limit) {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(std::string("SELECT ") + kEventColumns +
+                                                   " FROM events WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"));
+  q.bind(1, id).bind(2, after_id).bind(3, limit);
+  return read_events(q);
+}
+
+Result<std::vector<EventRecord>> JobStore::all_events(std::int64_t after_id, std::int64_t limit) {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(std::string("SELECT ") + kEventColumns +
+                                                   " FROM events WHERE id > ?1 ORDER BY id LIMIT ?2"));
+  q.bind(1, after_id).bind(2, limit);
+  return read_events(q);
+}
+
+Result<std::int64_t> JobStore::last_event_id() {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT COALESCE(MAX(id), 0) FROM events"));
+  TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+  return row ? q.int64(0) : 0;
 }
 
 Result<std::map<std::int64_t, std::int64_t>> JobStore::peak_by_attempt(const std::string& id) {

@@ -213,6 +213,10 @@ class JobStore {
   Status ingest(const std::string& id, const IngestBatch& batch, const JobUpdate& changes = {});
 
   Result<std::vector<EventRecord>> events(const std::string& id, std::int64_t after_id = 0, std::int64_t limit = 1000);
+  // Every job's events after `after_id`, in order (GET /v1/events).
+  Result<std::vector<EventRecord>> all_events(std::int64_t after_id, std::int64_t limit);
+  // The newest event's id (0 for none): where a stream of what is new starts.
+  Result<std::int64_t> last_event_id();
   Result<std::vector<StepMetric>> metrics(const std::string& id, std::int64_t since_step = 0,
                                           std::int64_t limit = 10000);
   // The highest peak_bytes the runner reported in each attempt's steps.

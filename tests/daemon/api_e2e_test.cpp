@@ -88,6 +88,58 @@ TEST(ApiE2eTest, TheWebUiIsServedWithItsSecurityHeadersAndTheSpecSchema) {
   EXPECT_EQ(j["properties"]["training"]["properties"]["max_steps"].is_object(), true) << schema.body.substr(0, 200);
 }
 
+// GET /v1/events: every job's events, as a page (with each event's job)
+// and as a stream that starts at what is new, or where Last-Event-ID says,
+// and carries the events of jobs submitted while it is open.
+TEST(ApiE2eTest, TheStreamOfEveryJobsEventsCarriesNewJobsAndResumesWhereItWasLeft) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+  const auto made = d.post("/v1/jobs", tiny_spec("first", 5, 100));
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string first = made.json()["id"];
+  // Its runner (/bin/false) fails once; the retry waits out a long backoff,
+  // so its story stops there.
+  ASSERT_TRUE(wait_for([&] { return d.job(first)["failures"] == 1 && d.job(first)["state"] == "queued"; },
+                       std::chrono::seconds(30)));
+  // A page, then the next.
+  const json page = d.get("/v1/events?limit=2").json();
+  ASSERT_EQ(page["events"].size(), 2u) << page.dump();
+  EXPECT_EQ(page["events"][0]["job_id"], first);
+  const std::int64_t second_id = page["events"][1]["id"];
+  EXPECT_EQ(page["next_after"], second_id);
+  const json rest = d.get("/v1/events?after_id=" + std::to_string(second_id)).json();
+  ASSERT_FALSE(rest["events"].empty());
+  EXPECT_GT(rest["events"][0]["id"].get<std::int64_t>(), second_id);
+  EXPECT_TRUE(rest["next_after"].is_null());
+  const std::int64_t last_of_first = rest["events"].back()["id"];
+
+  const auto port = static_cast<std::uint16_t>(std::stoi(d.address().substr(d.address().rfind(':') + 1)));
+  const auto open_stream = [&](const std::string& extra) {
+    auto s = std::make_unique<tailor::testing::RawSocket>(port);
+    s->send("GET /v1/events?follow=true HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + d.token() + "\r\n" +
+            extra + "\r\n");
+    return s;
+  };
+  auto live = open_stream("");
+  std::string seen = live->receive("retry: 2000");
+  ASSERT_NE(seen.find("text/event-stream"), std::string::npos) << seen;
+  const auto next = d.post("/v1/jobs", tiny_spec("second", 5, 100));
+  ASSERT_EQ(next.status, 201);
+  const std::string second = next.json()["id"];
+  seen += live->receive("\"job_id\":\"" + second + "\"");
+  EXPECT_NE(seen.find("\"job_id\":\"" + second + "\""), std::string::npos) << seen;
+  EXPECT_NE(seen.find("event: state"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find(first), std::string::npos) << "a new stream starts at what is new";
+  // Resumed after the first job's second event: the rest of its story.
+  auto resumed = open_stream("Last-Event-ID: " + std::to_string(second_id) + "\r\n");
+  const std::string again = resumed->receive("id: " + std::to_string(last_of_first) + "\n");
+  EXPECT_NE(again.find("id: " + std::to_string(last_of_first) + "\n"), std::string::npos) << again;
+  EXPECT_EQ(again.find("id: " + std::to_string(second_id) + "\n"), std::string::npos) << again;
+  EXPECT_EQ(d.get("/v1/events?follow=maybe").status, 400);
+  EXPECT_EQ(http_request(d.address(), "GET", "/v1/events").status, 401);
+}
+
 TEST(ApiE2eTest, TheOpenApiDocumentIsServedAsYamlAndJsonWithoutAToken) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");

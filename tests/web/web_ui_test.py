@@ -191,8 +191,8 @@ def main():
         if len(bars) < 2:
             fail(f"the job page shows {len(bars)} memory bars, not the estimate and the measurement")
         metrics = urllib.request.urlopen(f"http://{address}/metrics", timeout=30).read().decode()
-        if 'route="/v1/jobs/{id}/events"' not in metrics:
-            fail("the job page did not open the job's event stream")
+        if 'route="/v1/jobs/{id}/events"' not in metrics or 'route="/v1/events"' not in metrics:
+            fail("the job page or the jobs table did not open its event stream")
         print(f"ok: job {job_id} submitted through the UI succeeded, followed through its event stream; its loss "
               "curve has 30 points, memory shown estimated and measured")
         shot("05-job-succeeded")
