@@ -265,7 +265,7 @@ function jobPage(id) {
     h("h2", {}, "Files"), files,
     h("h2", {}, "Runner log (the newest 64 KiB)"), log);
   const steps = [];
-  let etag = null, job = null, plan = null, logOffset = 0, renderTimer = null;
+  let etag = null, job = null, plan = null, logOffset = 0, renderTimer = null, actionsFor = null;
   const addStep = (row) => {
     if (row.rank === 0 && (!steps.length || row.step > steps[steps.length - 1].step)) steps.push(row);
   };
@@ -319,10 +319,13 @@ function jobPage(id) {
         h("dt", {}, "Attempts"), h("dd", {}, `${job.attempts} (OOM re-plans ${job.oom_restarts}, failures ${job.failures})`),
         h("dt", {}, "Output folder"), h("dd", {}, h("code", {}, job.output_dir)),
         h("dt", {}, "Created"), h("dd", {}, when(job.created_at)));
-      actions.replaceChildren(...[
+      // Rebuilt only when the state changes: a button replaced under the
+      // pointer on every refresh would swallow a click.
+      if (job.state !== actionsFor) actions.replaceChildren(...[
         !FINISHED.has(job.state) && act("Cancel", "danger", () => api(`/v1/jobs/${enc}/cancel`, {method: "POST"})),
         (job.state === "failed" || job.state === "cancelled") &&
           act("Retry", "", () => api(`/v1/jobs/${enc}/retry`, {method: "POST"}))].filter(Boolean));
+      actionsFor = job.state;
       attempts.replaceChildren(...(job.attempt_history || []).map(a => h("tr", {},
         h("td", {}, a.attempt), h("td", {}, a.strategy || "–"), h("td", {}, bytes(a.estimated_bytes)),
         h("td", {}, bytes(a.measured_peak_bytes)),

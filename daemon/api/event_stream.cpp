@@ -23,6 +23,18 @@ struct StreamState {
   std::chrono::steady_clock::time_point last_sent = std::chrono::steady_clock::now();
 };
 
+// A comment line after kKeepAlive of silence keeps proxies and clients from
+// taking a quiet stream for a dead one.
+void keep_alive(std::string& out, std::chrono::steady_clock::time_point& last_sent) {
+  const auto t = std::chrono::steady_clock::now();
+  if (!out.empty()) {
+    last_sent = t;
+  } else if (t - last_sent >= kKeepAlive) {
+    out = ": keep-alive\n\n";
+    last_sent = t;
+  }
+}
+
 void append(std::string& out, const char* event, const std::string& data, const std::int64_t* id = nullptr) {
   if (id != nullptr) out += "id: " + std::to_string(*id) + "\n";
   out += "event: ";
@@ -77,13 +89,7 @@ StreamPoll job_event_stream(JobStore& store, const std::string& id, const std::s
       append(out, "job", now);
       st->last_job = now;
     }
-    const auto t = std::chrono::steady_clock::now();
-    if (!out.empty()) {
-      st->last_sent = t;
-    } else if (t - st->last_sent >= kKeepAlive) {
-      out = ": keep-alive\n\n";
-      st->last_sent = t;
-    }
+    keep_alive(out, st->last_sent);
     return true;
   };
 }
@@ -107,13 +113,7 @@ StreamPoll fleet_event_stream(JobStore& store, std::int64_t after_id) {
       append(out, e.kind.c_str(), json_text(event_json(e)), &e.id);
       st->after_id = e.id;
     }
-    const auto t = std::chrono::steady_clock::now();
-    if (!out.empty()) {
-      st->last_sent = t;
-    } else if (t - st->last_sent >= kKeepAlive) {
-      out = ": keep-alive\n\n";
-      st->last_sent = t;
-    }
+    keep_alive(out, st->last_sent);
     return true;
   };
 }

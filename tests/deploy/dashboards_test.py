@@ -18,7 +18,6 @@ import glob
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +25,9 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
+from tailord_process import TailordProcess  # noqa: E402
 
 RATE_INTERVAL = "30s"  # Grafana's $__rate_interval at a 1 s scrape interval, generously
 
@@ -103,21 +105,10 @@ def panel_queries(dashboard):
 def main():
     build, src = (os.path.abspath(a) for a in sys.argv[1:3])
     work = tempfile.mkdtemp(prefix="tailor-dashboards-")
-    data = os.path.join(work, "data")
     tailord = prometheus = None
     try:
-        env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
-        tailord_log = open(os.path.join(work, "tailord.log"), "w")
-        tailord = subprocess.Popen(
-            [os.path.join(build, "bin", "tailord"), "--data-dir", data, "--listen", "127.0.0.1:0",
-             "--spec-root", os.path.join(src, "configs"), "--runner", os.path.join(build, "bin", "tailor-runner"),
-             "--poll-interval", "0.1", "--gpus", "1xA100-80GB"],
-            stdout=tailord_log, stderr=subprocess.STDOUT, env=env)
-        address_file = os.path.join(data, "address")
-        wait_until("tailord listening", lambda: os.path.exists(address_file) and os.path.getsize(address_file) > 0,
-                   30, [("tailord", tailord)])
-        address = open(address_file).read().strip()
-        token = open(os.path.join(data, "token")).read().strip()
+        tailord = TailordProcess(build, src, work, ["--gpus", "1xA100-80GB"])
+        address, token = tailord.address, tailord.token
         auth = {"Authorization": f"Bearer {token}"}
 
         # The demo job, long enough to outlast the checks (it is cancelled).
@@ -145,7 +136,7 @@ scrape_configs:
         prometheus = Prometheus(work, config)
         prometheus.start()
         print(f"Prometheus at {prometheus.url}")
-        both = [("tailord", tailord), ("Prometheus", prometheus.process)]
+        both = [("tailord", tailord.process), ("Prometheus", prometheus.process)]
 
         def stepped(n):
             r = prometheus.query(f'tailor_job_step{{job_id="{job_id}"}} >= {n}')["data"]["result"]
@@ -204,7 +195,7 @@ scrape_configs:
         http(f"http://{address}/v1/jobs/{job_id}/cancel", "POST", b"", auth)
         wait_until("the job cancelled",
                    lambda: json.loads(http(f"http://{address}/v1/jobs/{job_id}", headers=auth))["state"] == "cancelled",
-                   60, [("tailord", tailord)])
+                   60, [("tailord", tailord.process)])
         if failures:
             print(f"FAIL: {len(failures)} of {checked} checks:")
             for f in failures:
@@ -214,12 +205,8 @@ scrape_configs:
     finally:
         if prometheus:
             prometheus.stop()
-        if tailord and tailord.poll() is None:
-            tailord.send_signal(signal.SIGTERM)
-            try:
-                tailord.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                tailord.kill()
+        if tailord:
+            tailord.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

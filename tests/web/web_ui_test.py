@@ -20,14 +20,17 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
+from tailord_process import TailordProcess  # noqa: E402
+
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -60,24 +63,10 @@ def main():
     shutil.rmtree(artifacts, ignore_errors=True)  # only this run's screenshots
     os.makedirs(artifacts)
     work = tempfile.mkdtemp(prefix="tailor-web-")
-    data = os.path.join(work, "data")
     tailord = driver = None
     try:
-        env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
-        log_path = os.path.join(work, "tailord.log")
-        tailord = subprocess.Popen(
-            [os.path.join(build, "bin", "tailord"), "--data-dir", data, "--listen", "127.0.0.1:0",
-             "--spec-root", os.path.join(src, "configs"), "--runner", os.path.join(build, "bin", "tailor-runner"),
-             "--poll-interval", "0.1"],
-            stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=env)
-        address_file = os.path.join(data, "address")
-        deadline = time.monotonic() + 30
-        while not (os.path.exists(address_file) and os.path.getsize(address_file)):
-            if tailord.poll() is not None or time.monotonic() > deadline:
-                fail(f"tailord did not start: {open(log_path).read()}")
-            time.sleep(0.05)
-        address = open(address_file).read().strip()
-        token = open(os.path.join(data, "token")).read().strip()
+        tailord = TailordProcess(build, src, work)
+        address, token, log_path = tailord.address, tailord.token, tailord.log_path
         base = f"http://{address}"
 
         def resolved(max_steps):
@@ -94,7 +83,9 @@ def main():
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"),
                                   options=options)
-        wait = WebDriverWait(driver, 60)
+        # The pages redraw as events arrive: an element read a moment after
+        # it was found may have been replaced, which is a reason to look again.
+        wait = WebDriverWait(driver, 60, ignored_exceptions=[StaleElementReferenceException])
         shot = lambda name: driver.save_screenshot(os.path.join(artifacts, f"{name}.png"))
 
         # Sign in: a wrong token is refused, the right one opens the jobs page.
@@ -183,7 +174,7 @@ def main():
         driver.find_element(By.ID, "submit").click()
         wait.until(lambda d: "#/jobs/j-" in d.current_url)
         job_id = driver.current_url.split("#/jobs/")[1]
-        long_wait = WebDriverWait(driver, 240)
+        long_wait = WebDriverWait(driver, 240, ignored_exceptions=[StaleElementReferenceException])
         long_wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "dd[data-state=succeeded]")))
         long_wait.until(lambda d: int(d.find_element(By.CSS_SELECTOR, "path[data-series=loss]")
                                       .get_attribute("data-points") or 0) >= 30)
@@ -202,8 +193,7 @@ def main():
         driver.get(base + f"/ui#/jobs/{other}")
         long_wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "dd[data-state=running]")))
         shot("06-job-running")
-        cancel = wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Cancel']")))
-        cancel.click()
+        wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Cancel']"))).click()
         long_wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "dd[data-state=cancelled]")))
         if http(address, f"/v1/jobs/{other}", token)["state"] != "cancelled":
             fail("the job the UI cancelled is not cancelled in tailord")
@@ -239,12 +229,8 @@ def main():
     finally:
         if driver:
             driver.quit()
-        if tailord and tailord.poll() is None:
-            tailord.send_signal(signal.SIGTERM)
-            try:
-                tailord.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                tailord.kill()
+        if tailord:
+            tailord.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
