@@ -22,7 +22,9 @@ const std::vector<Key>& keys() {
       {"allowed_hosts", true},  {"catalog_dir", true},   {"gpus", true},            {"memory_budget", true},
       {"max_body", true},       {"read_timeout", true},  {"poll_interval", true},   {"cancel_grace", true},
       {"retry_backoff", true},  {"max_backoff", true},   {"max_oom_replans", true}, {"http_threads", true},
-      {"check_files", true},    {"heartbeat_timeout", true}, {"max_connections", true}};
+      {"check_files", true},    {"heartbeat_timeout", true}, {"max_connections", true},
+      {"executor", true},       {"slurm_partition", true}, {"slurm_account", true}, {"slurm_qos", true},
+      {"slurm_time_limit", true}, {"slurm_options", true}, {"slurm_bin_dir", true}, {"slurm_poll_interval", true}};
   return kKeys;
 }
 
@@ -84,7 +86,8 @@ Status read_config_file(const std::string& path, std::map<std::string, Setting>&
     } else if (e.value.is_sequence()) {
       for (const auto& item : e.value.items) {
         if (!item.is_scalar()) return Status::invalid_argument(where + ": expected a list of strings");
-        value += (value.empty() ? "" : ",") + item.scalar;
+        // slurm_options are separated by spaces (an option may hold a comma).
+        value += (value.empty() ? "" : e.key == "slurm_options" ? " " : ",") + item.scalar;
       }
     } else {
       return Status::invalid_argument(where + ": expected a value");
@@ -129,6 +132,19 @@ options (also TAILORD_<KEY> environment variables and keys of --config):
                         a new one closes the connection that has waited
                         longest for a request, never one being answered
   --check-files BOOL    data files must exist at submission (default true)
+
+executors (where a job runs; its spec's executor.kind decides, else this):
+  --executor KIND       local (default): tailor-runner processes on this machine;
+                        slurm: sbatch to a Slurm cluster whose nodes see DIR
+                        and the spec root at the same paths; auto: Slurm for
+                        what this machine cannot hold
+  --slurm-partition P   partition to plan for and submit to (default: Slurm's)
+  --slurm-account A     --slurm-qos Q     --slurm-time-limit T (e.g. 2:00:00)
+  --slurm-options "--exclusive --constraint=a100"
+                        extra sbatch options, whitespace-separated
+  --slurm-bin-dir DIR   where sbatch, squeue, scontrol, sacct, scancel are (default PATH;
+                        SLURM_CONF is passed on from the environment)
+  --slurm-poll-interval S  read Slurm's queue at most this often (default 1)
   -h, --help
 
 Every endpoint but /healthz and /metrics needs "Authorization: Bearer TOKEN"
@@ -197,6 +213,30 @@ Result<DaemonConfig> load_config(const std::vector<std::string>& argv, const std
       TAILOR_ASSIGN_OR_RETURN(c.http_threads, parse_int(v, where, 1, 64));
     } else if (key == "max_connections") {
       TAILOR_ASSIGN_OR_RETURN(c.max_connections, parse_int(v, where, 2, 1 << 20));
+    } else if (key == "executor") {
+      if (v == "local") c.executor = dsl::ExecutorKind::kLocal;
+      else if (v == "slurm") c.executor = dsl::ExecutorKind::kSlurm;
+      else if (v == "auto") c.executor = dsl::ExecutorKind::kAuto;
+      else return Status::invalid_argument(where + ": expected local, slurm or auto, got '" + v + "'");
+    } else if (key == "slurm_partition" || key == "slurm_account" || key == "slurm_qos") {
+      if (v.empty() || v.find_first_of(" \t\n") != std::string::npos) {
+        return Status::invalid_argument(where + ": expected a name without spaces, got '" + v + "'");
+      }
+      (key == "slurm_partition" ? c.slurm.partition : key == "slurm_account" ? c.slurm.account : c.slurm.qos) = v;
+    } else if (key == "slurm_time_limit") {
+      if (auto why = dsl::check_slurm_time_limit(v)) return Status::invalid_argument(where + ": " + *why + ", got '" + v + "'");
+      c.slurm.time_limit = v;
+    } else if (key == "slurm_options") {
+      std::stringstream ss(v);
+      for (std::string o; ss >> o;) {
+        if (auto why = dsl::check_sbatch_option(o)) return Status::invalid_argument(where + ": '" + o + "': " + *why);
+        c.slurm.sbatch_options.push_back(o);
+      }
+    } else if (key == "slurm_bin_dir") {
+      c.slurm_bin_dir = v;
+    } else if (key == "slurm_poll_interval") {
+      TAILOR_ASSIGN_OR_RETURN(c.slurm_poll_seconds, parse_seconds(v, where));
+      if (c.slurm_poll_seconds < 0.1) return Status::invalid_argument(where + ": at least 0.1 seconds");
     } else if (key == "check_files") {
       if (v == "true" || v == "1") c.check_files = true;
       else if (v == "false" || v == "0") c.check_files = false;

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "core/units.h"
+#include "dsl/job_spec.h"
 
 namespace tailor::daemon {
 
@@ -36,6 +37,13 @@ struct DaemonConfig {
   int http_threads = 2;                     // http_threads
   int max_connections = 512;                // max_connections: open at once; the longest-waiting goes first
   bool check_files = true;                  // check_files: data files must exist at submission
+  // executor: where jobs run whose spec does not say: local, slurm, or auto
+  // (Slurm for what this machine cannot hold).
+  dsl::ExecutorKind executor = dsl::ExecutorKind::kLocal;
+  dsl::SlurmSpec slurm;                     // slurm_partition, slurm_account, slurm_qos, slurm_time_limit,
+                                            // slurm_options (whitespace-separated --flag[=value]s)
+  std::string slurm_bin_dir;                // slurm_bin_dir: where sbatch & co. are; default PATH
+  double slurm_poll_seconds = 1;            // slurm_poll_interval: squeue at most this often
 };
 
 // Parses argv (without the program name) and `env`. Errors name the key

@@ -35,6 +35,7 @@ struct Daemon::Parts {
   std::unique_ptr<dsl::Catalog> catalog;
   std::unique_ptr<JobStore> store;
   std::unique_ptr<TokenFiles> tokens;
+  std::unique_ptr<slurm::Executor> slurm;
   DaemonMetrics metrics;
   std::unique_ptr<Supervisor> supervisor;
   std::atomic<Api*> api{nullptr};
@@ -98,6 +99,29 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   planning.cpu_native_bf16 = platform::detect_native_bf16();
   planning.spec_root = fs::weakly_canonical(fs::absolute(config.spec_root.empty() ? "." : config.spec_root)).string();
   planning.check_files = config.check_files;
+  planning.executor = config.executor;
+  planning.slurm = config.slurm;
+  if (config.executor != dsl::ExecutorKind::kLocal) {
+    // The job folders go into #SBATCH lines and must be the same path on
+    // every node.
+    if (data.string().find_first_of(" \t\n") != std::string::npos) {
+      return Status::invalid_argument("executor " + std::string(dsl::to_string(config.executor)) +
+                                      ": the data folder's path must not contain spaces (" + data.string() + ")");
+    }
+    slurm::ClientOptions co;
+    co.bin_dir = config.slurm_bin_dir;
+    parts->slurm = std::make_unique<slurm::Executor>(co, config.slurm.partition);
+    // Unavailable is not fatal: local jobs run, Slurm jobs are refused with
+    // the reason until Slurm answers.
+    if (Status probe = parts->slurm->probe(); probe.is_ok()) {
+      log_info("tailord: Slurm executor: " + parts->slurm->describe());
+    } else {
+      log_error("tailord: Slurm executor unavailable: " + probe.message() +
+                " (jobs for Slurm are refused until it answers; local jobs are unaffected)");
+    }
+    slurm::Executor* exec = parts->slurm.get();
+    planning.slurm_partition = [exec](const std::string& name) { return exec->partition(name); };
+  }
 
   TAILOR_ASSIGN_OR_RETURN(parts->store, JobStore::open((data / "tailor.db").string()));
   SupervisorOptions so;
@@ -112,6 +136,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   so.backoff_seconds = config.retry_backoff_seconds;
   so.max_backoff_seconds = config.max_backoff_seconds;
   so.max_oom_replans = config.max_oom_replans;
+  so.slurm = parts->slurm.get();
+  so.slurm_poll_seconds = config.slurm_poll_seconds;
   parts->supervisor = std::make_unique<Supervisor>(*parts->store, parts->metrics, so);
   TAILOR_RETURN_IF_ERROR(parts->supervisor->recover().prefixed("recovering jobs"));
 
@@ -171,6 +197,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   ctx.hosts = HostPolicy(parts->server->port(), parts->server->address(), config.allowed_hosts);
   ctx.host_budget_bytes = budget.count();
   ctx.hardware_json = hw.dump();
+  ctx.slurm = parts->slurm.get();
+  ctx.default_executor = dsl::to_string(config.executor);
   ctx.started_at = now_seconds();
   ctx.server = parts->server.get();
   parts->api_owner = std::make_unique<Api>(std::move(ctx));

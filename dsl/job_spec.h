@@ -176,6 +176,26 @@ struct PlannerSpec {
   Runtime runtime = Runtime::kTailor;
 };
 
+// Where tailord runs a job (daemon/executor/): its own machine, a Slurm
+// cluster, or (auto) the cluster only when its own machine cannot hold it.
+// kDefault: tailord's --executor decides.
+enum class ExecutorKind { kDefault, kLocal, kSlurm, kAuto };
+
+// sbatch settings of a job run on Slurm; empty fields take tailord's
+// (--slurm-partition, ...), and those Slurm's defaults.
+struct SlurmSpec {
+  std::string partition;
+  std::string account;
+  std::string qos;
+  std::string time_limit;                   // Slurm's format: "90", "2:00:00", "1-12:00:00"
+  std::vector<std::string> sbatch_options;  // extra "--flag=value" arguments, each one argument
+};
+
+struct ExecutorSpec {
+  ExecutorKind kind = ExecutorKind::kDefault;
+  SlurmSpec slurm;
+};
+
 struct CheckpointSpec {
   std::int64_t every_steps = 0;       // save every N optimizer steps; 0 = only at the end
   std::int64_t keep = 3;              // keep the newest K checkpoints
@@ -192,6 +212,7 @@ struct JobSpec {
   ResourcesSpec resources;
   PlannerSpec planner;
   CheckpointSpec checkpoint;
+  ExecutorSpec executor;
   std::int64_t retries = 2;           // retries after failures other than bad input; 0..100
   std::int64_t priority = 0;          // higher runs first; -1000..1000
   std::map<std::string, std::string> labels;  // free-form key/value labels for filtering
@@ -208,5 +229,13 @@ const char* to_string(DataFormat v);
 const char* to_string(ModelInit v);
 const char* to_string(LrScheduler v);
 const char* to_string(Runtime v);  // tailor | hf | torchtune | litgpt | torchtitan
+const char* to_string(ExecutorKind v);  // default | local | slurm | auto
+
+// Why a time limit is not in Slurm's format (minutes, minutes:seconds,
+// hours:minutes:seconds, days-hours[:minutes[:seconds]]); nullopt when it is.
+std::optional<std::string> check_slurm_time_limit(const std::string& v);
+// Why an extra sbatch option cannot be passed: not "--name[=value]", or one
+// Tailor sets itself (the job's tag, folders, size, requeue policy).
+std::optional<std::string> check_sbatch_option(const std::string& v);
 
 }  // namespace tailor::dsl

@@ -69,6 +69,16 @@ struct EnumNames<Runtime> {
     return k;
   }
 };
+template <>
+struct EnumNames<ExecutorKind> {
+  static const std::vector<std::pair<ExecutorKind, const char*>>& names() {
+    static const std::vector<std::pair<ExecutorKind, const char*>> k = {{ExecutorKind::kDefault, "default"},
+                                                                         {ExecutorKind::kLocal, "local"},
+                                                                         {ExecutorKind::kSlurm, "slurm"},
+                                                                         {ExecutorKind::kAuto, "auto"}};
+    return k;
+  }
+};
 // The technique knobs' names live in technique.h.
 template <class E>
 struct TechniqueKnobNames {
@@ -498,6 +508,53 @@ const std::vector<Field<CheckpointSpec>>& checkpoint_fields() {
   return k;
 }
 
+const std::vector<Field<SlurmSpec>>& slurm_fields() {
+  static const std::vector<Field<SlurmSpec>> k = {
+      field("partition", "Partition to submit to. Default: tailord's --slurm-partition, else Slurm's default.",
+            &SlurmSpec::partition, string_not_empty()),
+      field("account", "Account to charge (sbatch --account).", &SlurmSpec::account, string_not_empty()),
+      field("qos", "Quality of service (sbatch --qos).", &SlurmSpec::qos, string_not_empty()),
+      field("time_limit", "Time limit in Slurm's format: minutes, hours:minutes:seconds or days-hours:minutes.",
+            &SlurmSpec::time_limit, Check<std::string>([](const std::string& v) { return check_slurm_time_limit(v); })),
+      field("sbatch_options", "Extra sbatch arguments, one per item, e.g. --exclusive or --constraint=a100.",
+            &SlurmSpec::sbatch_options, Check<std::vector<std::string>>([](const std::vector<std::string>& v) {
+              for (const std::string& o : v) {
+                if (auto why = check_sbatch_option(o)) return std::optional<std::string>("\"" + o + "\": " + *why);
+              }
+              return std::optional<std::string>();
+            })),
+  };
+  return k;
+}
+
+const std::vector<Field<ExecutorSpec>>& executor_fields() {
+  static const std::vector<Field<ExecutorSpec>> k = {
+      field("kind",
+            "Where tailord runs the job: local (its own machine), slurm (the cluster), auto (the cluster when its "
+            "own machine cannot hold the job) or default (tailord's --executor).",
+            &ExecutorSpec::kind),
+      section("slurm", "sbatch settings for a job run on Slurm.", &ExecutorSpec::slurm, &slurm_fields()),
+  };
+  return k;
+}
+
+// The executor section, left out of a resolved spec while it says nothing
+// (most specs leave the choice to tailord).
+Field<JobSpec> executor_section() {
+  Field<JobSpec> f = section("executor", "Where tailord runs the job: its machine or a Slurm cluster.",
+                             &JobSpec::executor, &executor_fields());
+  f.write = [write = f.write](const JobSpec& s) -> std::optional<Node> {
+    const ExecutorSpec& e = s.executor;
+    const SlurmSpec& sl = e.slurm;
+    if (e.kind == ExecutorKind::kDefault && sl.partition.empty() && sl.account.empty() && sl.qos.empty() &&
+        sl.time_limit.empty() && sl.sbatch_options.empty()) {
+      return std::nullopt;
+    }
+    return write(s);
+  };
+  return f;
+}
+
 // Keys consumed before field reading (they shape the tree itself).
 Field<JobSpec> consumed(std::string key, std::string doc, Json schema) {
   return custom_field<JobSpec>(
@@ -535,6 +592,7 @@ const std::vector<Field<JobSpec>>& job_fields() {
         section("resources", "Hardware to plan for.", &JobSpec::resources, &resources_fields()),
         section("planner", "How plans are made.", &JobSpec::planner, &planner_fields()),
         section("checkpoint", "Checkpointing.", &JobSpec::checkpoint, &checkpoint_fields()),
+        executor_section(),
         field("retries", "Retries after failures other than bad input. Default 2.", &JobSpec::retries,
               int_in_range(0, 100)),
         field("priority", "Scheduling priority; higher runs first. Default 0.", &JobSpec::priority,
@@ -603,5 +661,49 @@ const char* to_string(DataFormat v) { return name_of(v); }
 const char* to_string(ModelInit v) { return name_of(v); }
 const char* to_string(LrScheduler v) { return name_of(v); }
 const char* to_string(Runtime v) { return name_of(v); }
+const char* to_string(ExecutorKind v) { return name_of(v); }
+
+std::optional<std::string> check_slurm_time_limit(const std::string& v) {
+  // sbatch(1) --time: "minutes", "minutes:seconds", "hours:minutes:seconds",
+  // "days-hours", "days-hours:minutes", "days-hours:minutes:seconds".
+  const std::string why = "expected a Slurm time limit: minutes, hours:minutes:seconds or days-hours[:minutes[:seconds]]";
+  if (v.empty() || v.size() > 16) return why;
+  auto numbers = [](const std::string& part, std::size_t max_parts) {
+    const auto pieces = split(part, ':');
+    if (pieces.empty() || pieces.size() > max_parts) return false;
+    for (const std::string& p : pieces) {
+      if (p.empty() || p.size() > 6 || p.find_first_not_of("0123456789") != std::string::npos) return false;
+    }
+    return true;
+  };
+  const std::size_t dash = v.find('-');
+  if (dash == std::string::npos) return numbers(v, 3) ? std::nullopt : std::optional<std::string>(why);
+  const std::string days = v.substr(0, dash), rest = v.substr(dash + 1);
+  if (days.empty() || days.find_first_not_of("0123456789") != std::string::npos) return why;
+  return numbers(rest, 3) ? std::nullopt : std::optional<std::string>(why);
+}
+
+std::optional<std::string> check_sbatch_option(const std::string& v) {
+  if (v.size() < 3 || v.rfind("--", 0) != 0 || v.size() > 256) return "expected --name or --name=value";
+  for (const char c : v) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return "control characters are not allowed";
+  }
+  const std::string name = v.substr(2, v.find('=') == std::string::npos ? std::string::npos : v.find('=') - 2);
+  if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
+    return "expected --name or --name=value with a lowercase option name";
+  }
+  // What the batch script and tailord's reconciliation rely on.
+  static const char* const kOurs[] = {"comment", "requeue", "no-requeue", "output", "error", "open-mode", "chdir",
+                                      "nodes", "ntasks", "ntasks-per-node", "job-name", "parsable", "wrap",
+                                      "array", "export", "export-file", "gres", "gpus", "gpus-per-node", "wait",
+                                      "partition", "account", "qos", "time"};
+  for (const char* ours : kOurs) {
+    if (name == ours) return "Tailor sets --" + name + " itself" +
+                             (name == "partition" || name == "account" || name == "qos" || name == "time"
+                                  ? std::string("; use executor.slurm.") + (name == "time" ? "time_limit" : name)
+                                  : std::string());
+  }
+  return std::nullopt;
+}
 
 }  // namespace tailor::dsl

@@ -89,6 +89,7 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   w.field("source", plan.hardware.source);
   w.field("device", plan.on_cpu ? std::string("cpu") : plan.hardware.gpus.front().name);
   w.field("num_gpus", plan.hardware.gpu_count());
+  w.field("nodes", plan.hardware.nodes);
   w.field("memory_per_device", (plan.on_cpu ? plan.hardware.host_memory : plan.hardware.gpus.front().memory).count());
   w.field("host_memory", plan.hardware.host_memory.count());
   w.end_object();

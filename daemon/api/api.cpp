@@ -204,8 +204,15 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
                  return r;
                }});
   router_.add({"GET", "/v1/hardware", true, [this](HttpRequest&) {
-                 HttpResponse r = HttpResponse::json(200, ctx_.hardware_json);
-                 return r;
+                 json hw = json::parse(ctx_.hardware_json);
+                 json slurm = {{"configured", ctx_.slurm != nullptr}};
+                 if (ctx_.slurm) {
+                   slurm["available"] = ctx_.slurm->available();
+                   slurm["partition"] = ctx_.slurm->default_partition();
+                   slurm["status"] = ctx_.slurm->describe();
+                 }
+                 hw["executors"] = {{"default", ctx_.default_executor}, {"slurm", slurm}};
+                 return HttpResponse::json(200, json_text(hw));
                }});
   router_.add({"POST", "/v1/jobs", true, bind(&Api::submit)});
   router_.add({"GET", "/v1/jobs", true, bind(&Api::list)});
@@ -301,6 +308,8 @@ HttpResponse Api::submit(HttpRequest& r) {
       return error_response(ApiError::kInvalidSpec, e->status.message(),
                             json_text(json({{"diagnostics", diagnostics_json(e->diagnostics)}})));
     }
+    // Slurm cannot be asked now: try again later.
+    if (e->status.code() == StatusCode::kUnavailable) return error_response(e->status);
     json details = json::object();
     if (e->plan) {
       details["shortfall_bytes"] = e->plan->shortfall.count() + e->plan->host_shortfall.count();
@@ -314,7 +323,7 @@ HttpResponse Api::submit(HttpRequest& r) {
   }
   const std::int64_t reserve = estimated_job_bytes(job.plan, memory_limit);
   const std::int64_t gpus = job.plan.on_cpu ? 0 : job.plan.chosen.strategy.num_gpus;
-  if (gpus == 0 && reserve > ctx_.host_budget_bytes) {
+  if (job.executor == "local" && gpus == 0 && reserve > ctx_.host_budget_bytes) {
     return error_response(ApiError::kDoesNotFit,
                           job.spec.name + " needs " + Bytes(reserve).to_string() +
                               " of host memory; tailord's budget for CPU jobs is " +
@@ -333,6 +342,7 @@ HttpResponse Api::submit(HttpRequest& r) {
   nj.gpus_needed = gpus;
   nj.memory_limit_bytes = memory_limit;
   nj.retries = job.spec.retries;
+  nj.executor = job.executor;
   nj.idempotency_key = key;
   nj.request_hash = request_hash(r.body, r.query_value("memory_limit"));
   auto made = ctx_.store->create(nj);

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "daemon/executor/slurm_executor.h"
 #include "daemon/planning/job_planning.h"
 #include "daemon/http/auth.h"
 #include "daemon/http/server.h"
@@ -32,6 +33,8 @@ struct ApiContext {
   HostPolicy hosts{0, "", {}};
   std::int64_t host_budget_bytes = 0;
   std::string hardware_json;  // GET /v1/hardware
+  slurm::Executor* slurm = nullptr;       // null: no Slurm executor
+  std::string default_executor = "local";  // --executor
   double started_at = 0;
   const HttpServer* server = nullptr;  // its connection figures go to /metrics
 };

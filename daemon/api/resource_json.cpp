@@ -98,6 +98,19 @@ void write_job(JsonWriter& w, const JobRecord& j, const std::string& output_dir,
   w.field("reserved_bytes", j.estimated_bytes);
   write_opt(w, "memory_limit_bytes", j.memory_limit_bytes);
   w.field("gpus", j.assigned_gpus);
+  // Where it runs: tailord's machine, or a Slurm batch job and what Slurm
+  // last said of it.
+  w.key("executor").begin_object().field("kind", j.executor);
+  if (j.executor != "local") {
+    w.key("job_id");
+    if (j.executor_job_id.empty()) {
+      w.null();
+    } else {
+      w.value(j.executor_job_id);
+    }
+    w.field("state", j.executor_state);
+  }
+  w.end_object();
   write_opt(w, "exit_code", j.exit_code);
   write_opt(w, "exit_signal", j.exit_signal);
   w.key("exit_reason");

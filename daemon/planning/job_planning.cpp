@@ -124,7 +124,95 @@ Result<strategies::Hardware> hardware_for(const dsl::JobSpec& spec, const Planni
 
 strategies::PlanOptions plan_options(const PlanningContext& ctx) { return runner::runner_plan_options(ctx.catalog); }
 
+std::string plural(std::int64_t n, const std::string& what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+// The executor a job runs on: the spec's choice, else tailord's.
+dsl::ExecutorKind executor_of(const dsl::JobSpec& spec, const PlanningContext& ctx) {
+  return spec.executor.kind == dsl::ExecutorKind::kDefault ? ctx.executor : spec.executor.kind;
+}
+
 }  // namespace
+
+dsl::SlurmSpec slurm_settings(const dsl::JobSpec& spec, const PlanningContext& ctx) {
+  dsl::SlurmSpec out = ctx.slurm;
+  const dsl::SlurmSpec& s = spec.executor.slurm;
+  if (!s.partition.empty()) out.partition = s.partition;
+  if (!s.account.empty()) out.account = s.account;
+  if (!s.qos.empty()) out.qos = s.qos;
+  if (!s.time_limit.empty()) out.time_limit = s.time_limit;
+  out.sbatch_options.insert(out.sbatch_options.end(), s.sbatch_options.begin(), s.sbatch_options.end());
+  return out;
+}
+
+Result<dsl::JobSpec> spec_on_partition(const dsl::JobSpec& spec, const slurm::Partition& partition,
+                                       const dsl::Catalog& catalog) {
+  const dsl::ResourcesSpec& r = spec.resources;
+  const std::vector<slurm::Node> nodes = partition.usable_nodes();
+  const std::string where = partition.describe();
+  if (nodes.empty()) return Status::unavailable(where + ": no node can take a job now");
+  const auto have_nodes = static_cast<std::int64_t>(nodes.size());
+  if (r.nodes > have_nodes) {
+    return Status::resource_exhausted("the job asks for " + plural(r.nodes, "node") + "; " + where + ": short by " +
+                                      plural(r.nodes - have_nodes, "node"));
+  }
+  if (partition.max_nodes > 0 && r.nodes > partition.max_nodes) {
+    return Status::resource_exhausted("the job asks for " + plural(r.nodes, "node") + "; partition " + partition.name +
+                                      " allows " + std::to_string(partition.max_nodes) + " a job (MaxNodes)");
+  }
+  if (!r.gpu_ids.empty()) {
+    return Status::invalid_argument("resources.gpus lists device indices, which name tailord's own GPUs; give a count "
+                                    "for a job on Slurm");
+  }
+  int gpus = nodes.front().gpus;
+  std::int64_t memory_mib = nodes.front().memory_mib;
+  for (const slurm::Node& n : nodes) {
+    gpus = std::min(gpus, n.gpus);
+    memory_mib = std::min(memory_mib, n.memory_mib);
+  }
+  dsl::JobSpec out = spec;
+  dsl::ResourcesSpec& o = out.resources;
+  const Bytes node_memory = Bytes::mib(static_cast<double>(memory_mib));
+  if (memory_mib > 0) {
+    if (r.host_memory && *r.host_memory > node_memory) {
+      return Status::resource_exhausted("resources.host_memory asks for " + r.host_memory->to_string() + " per node; " +
+                                        where + ": short by " + (*r.host_memory - node_memory).to_string() + " per node");
+    }
+    if (!r.host_memory) o.host_memory = node_memory;
+  }
+  const bool cpu_job = r.gpu_count && *r.gpu_count == 0;
+  const bool wants_gpus = (r.gpu_count && *r.gpu_count > 0) || !r.gpu_model.empty() || r.gpu_memory.has_value();
+  if (cpu_job || (gpus == 0 && !wants_gpus)) {
+    if (r.nodes > 1) {
+      return Status::resource_exhausted("the job spans " + plural(r.nodes, "node") + " without GPUs; " + where +
+                                        (gpus == 0 ? " has no GPUs" : "") +
+                                        ", and CPU training runs on one node (give the job GPUs, or one node)");
+    }
+    o.gpu_count = 0;
+    return out;
+  }
+  if (gpus == 0) {
+    return Status::resource_exhausted("the job asks for GPUs; " + where + " has none (Gres=gpu:N on its nodes)");
+  }
+  const std::int64_t want = r.gpu_count.value_or(gpus);
+  if (want > gpus) {
+    return Status::resource_exhausted("the job asks for " + plural(want, "GPU") + " per node; " + where +
+                                      ": short by " + plural(want - gpus, "GPU") + " per node");
+  }
+  o.gpu_count = want;
+  if (r.gpu_model.empty() && !r.gpu_memory) {
+    const std::string& type = nodes.front().gpu_type;
+    const dsl::GpuModel* g = type.empty() ? nullptr : catalog.find_gpu(type);
+    if (g == nullptr) {
+      return Status::invalid_argument(
+          "the GPUs of " + partition.name + " are " + (type.empty() ? "untyped (Gres=gpu:N)" : "of gres type \"" + type + "\", which the GPU catalog does not know") +
+          ": declare resources.gpu_model or resources.gpu_memory so the plan knows their memory");
+    }
+    o.gpu_model = g->key;
+  }
+  return out;
+}
 
 void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_root, dsl::Diagnostics& d) {
   const dsl::Node& doc = loaded.merged;
@@ -189,7 +277,50 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
     d.error(location_of(loaded.merged, {"strategy"}), "strategy", s.message());
     return spec_error(std::move(d));
   }
-  auto hw = hardware_for(spec, ctx);
+  std::string executor = "local";
+  const dsl::ExecutorKind kind = executor_of(spec, ctx);
+  const dsl::Catalog& catalog = ctx.catalog ? *ctx.catalog : dsl::Catalog::builtin();
+  Result<strategies::Hardware> hw = Status::internal("unplanned");
+  auto on_slurm = [&]() -> Result<strategies::Hardware> {
+    if (!ctx.slurm_partition) {
+      return Status::failed_precondition("the job asks for the Slurm executor, which this tailord does not have "
+                                         "(tailord --executor slurm|auto)");
+    }
+    TAILOR_ASSIGN_OR_RETURN(slurm::Partition partition, ctx.slurm_partition(slurm_settings(spec, ctx).partition));
+    TAILOR_ASSIGN_OR_RETURN(dsl::JobSpec placed, spec_on_partition(spec, partition, catalog));
+    TAILOR_ASSIGN_OR_RETURN(strategies::Hardware h,
+                            strategies::resolve_hardware(placed, std::nullopt, {}, placed.resources.host_memory, catalog));
+    h.source = partition.describe();
+    spec = std::move(placed);
+    executor = "slurm";
+    return h;
+  };
+  if (kind == dsl::ExecutorKind::kSlurm) {
+    hw = on_slurm();
+  } else {
+    hw = hardware_for(spec, ctx);
+    if (kind == dsl::ExecutorKind::kAuto && ctx.slurm_partition) {
+      // What this machine cannot hold goes to the cluster.
+      bool local_fits = hw.is_ok();
+      if (local_fits) {
+        strategies::Hardware probe = *hw;
+        probe.cpu = strategies::cpu_device(probe.host_memory, ctx.cpu_native_bf16);
+        dsl::JobSpec tailor_spec = spec;
+        tailor_spec.planner.runtime = dsl::Runtime::kTailor;
+        local_fits = strategies::plan_job(tailor_spec, probe, plan_options(ctx)).fits;
+      }
+      if (!local_fits && hw.status().code() != StatusCode::kInvalidArgument) {
+        auto there = on_slurm();
+        // Neither place: the cluster's reason (the machine's is the smaller).
+        hw = std::move(there);
+      }
+    }
+  }
+  if (!hw.is_ok() && (hw.status().code() == StatusCode::kFailedPrecondition ||
+                      hw.status().code() == StatusCode::kUnavailable)) {
+    return PlanningError{Status(hw.status().code(), spec.name + " cannot be placed: " + hw.status().message()), d,
+                         std::nullopt};
+  }
   if (!hw.is_ok()) {
     if (hw.status().code() == StatusCode::kResourceExhausted) {
       return PlanningError{Status::resource_exhausted(spec.name + " cannot be placed: " + hw.status().message()), d,
@@ -208,12 +339,13 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
   if (!plan.fits) {
     return PlanningError{Status::resource_exhausted(spec.name + " " + plan.no_fit_reason()), d, plan};
   }
-  PlannedJob out{spec, plan, strategies::plan_to_json(plan, spec)};
+  PlannedJob out{spec, plan, strategies::plan_to_json(plan, spec), executor};
   return out;
 }
 
 Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& name, const PlanningContext& ctx,
-                                    const strategies::OomReport& oom, std::string& story) {
+                                    const strategies::OomReport& oom, std::string& story,
+                                    const std::string& executor) {
   dsl::LoadOptions opts;
   opts.catalog = ctx.catalog;
   opts.check_files = ctx.check_files;
@@ -221,12 +353,18 @@ Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& 
   auto loaded = dsl::load_job_spec_text(text, name, ctx.spec_root, opts);
   if (!loaded.ok()) return Status::invalid_argument(loaded.diagnostics.to_string());
   dsl::JobSpec spec = *loaded.spec;
+  strategies::DetectedHardware here{ctx.gpus, ctx.host_memory};
+  if (executor == "slurm") {
+    if (!ctx.slurm_partition) return Status::failed_precondition("this tailord no longer has a Slurm executor");
+    TAILOR_ASSIGN_OR_RETURN(slurm::Partition partition, ctx.slurm_partition(slurm_settings(spec, ctx).partition));
+    TAILOR_ASSIGN_OR_RETURN(spec, spec_on_partition(spec, partition, ctx.catalog ? *ctx.catalog : dsl::Catalog::builtin()));
+    here = {{}, spec.resources.host_memory};
+  }
   TAILOR_ASSIGN_OR_RETURN(strategies::Replan next,
-                          strategies::replan_after_oom(std::move(spec), oom, {ctx.gpus, ctx.host_memory},
-                                                       plan_options(ctx)));
+                          strategies::replan_after_oom(std::move(spec), oom, here, plan_options(ctx)));
   story = next.story;
   std::string plan_json = strategies::plan_to_json(next.plan, next.spec);
-  return PlannedJob{std::move(next.spec), std::move(next.plan), std::move(plan_json)};
+  return PlannedJob{std::move(next.spec), std::move(next.plan), std::move(plan_json), executor};
 }
 
 std::int64_t estimated_job_bytes(const strategies::Plan& plan, std::optional<std::int64_t> memory_limit) {

@@ -7,6 +7,7 @@
 // Thread-safe: no shared mutable state.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <variant>
 #include <string>
@@ -18,6 +19,7 @@
 #include "dsl/diagnostics.h"
 #include "dsl/job_spec.h"
 #include "dsl/spec_loader.h"
+#include "daemon/executor/slurm_text.h"
 #include "strategies/hardware.h"
 #include "strategies/planner.h"
 #include "strategies/replan.h"
@@ -31,13 +33,34 @@ struct PlanningContext {
   bool cpu_native_bf16 = true;                   // platform::detect_native_bf16() at start-up
   std::string spec_root;                         // absolute; relative spec paths resolve here
   bool check_files = true;
+  // Where jobs run whose spec leaves it to tailord (--executor).
+  dsl::ExecutorKind executor = dsl::ExecutorKind::kLocal;
+  // The Slurm partition of that name (empty: tailord's, else Slurm's
+  // default), as the Slurm executor last read it; empty function: tailord
+  // has no Slurm executor. Unavailable (with why) while Slurm cannot be asked.
+  std::function<Result<slurm::Partition>(const std::string& name)> slurm_partition;
+  dsl::SlurmSpec slurm;  // tailord's sbatch settings, under the spec's
 };
 
 struct PlannedJob {
   dsl::JobSpec spec;
   strategies::Plan plan;
-  std::string plan_json;  // the plan document (strategies/plan_document.h)
+  std::string plan_json;      // the plan document (strategies/plan_document.h)
+  std::string executor = "local";  // "local" or "slurm"
 };
+
+// The spec's executor settings over tailord's: the partition, account, QoS,
+// time limit and extra options a Slurm job is submitted with.
+dsl::SlurmSpec slurm_settings(const dsl::JobSpec& spec, const PlanningContext& ctx);
+
+// `spec` with its resources declared from a Slurm partition's nodes (GPU
+// model or memory, host memory per node), so that the planner plans for
+// the cluster and not for tailord's machine. ResourceExhausted naming the
+// shortfall when the job asks for more nodes, GPUs or memory than the
+// partition's usable nodes have; InvalidArgument when the GPUs' kind
+// cannot be known (untyped gres and nothing declared).
+Result<dsl::JobSpec> spec_on_partition(const dsl::JobSpec& spec, const slurm::Partition& partition,
+                                       const dsl::Catalog& catalog);
 
 // Why a submission was refused: a Status plus, for spec errors, every
 // diagnostic (to return them all, not only the first).
@@ -64,8 +87,10 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
 void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_root, dsl::Diagnostics& d);
 
 // The next plan after the runner ran out of memory (strategies/replan.h)
-// for the job submitted as `text`, planned as load_and_plan plans it.
+// for the job submitted as `text`, planned as load_and_plan plans it: for
+// the Slurm partition's nodes when `executor` is "slurm".
 Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& name, const PlanningContext& ctx,
-                                    const strategies::OomReport& oom, std::string& story);
+                                    const strategies::OomReport& oom, std::string& story,
+                                    const std::string& executor = "local");
 
 }  // namespace tailor::daemon

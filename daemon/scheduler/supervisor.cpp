@@ -17,6 +17,7 @@
 #include "core/units.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/scheduler/scheduler.h"
+#include "daemon/scheduler/supervisor_parts.h"
 #include "platform/file_lock.h"
 #include "platform/files.h"
 #include "runner/protocol/events.h"
@@ -30,30 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::map<std::string, std::int64_t> plan_components(const std::string& plan_json, std::int64_t& total) {
-  std::map<std::string, std::int64_t> out;
-  const json j = json::parse(plan_json, nullptr, false);
-  total = 0;
-  if (!j.is_object()) return out;
-  const json* per = nullptr;
-  if (auto m = j.find("memory"); m != j.end() && m->is_object()) {
-    if (auto p = m->find("per_gpu"); p != m->end() && p->is_object()) per = &*p;
-  }
-  if (!per) return out;
-  for (const auto& name : memory_component_names()) {
-    if (auto v = per->find(name); v != per->end() && v->is_number_integer()) out[name] = v->get<std::int64_t>();
-  }
-  if (auto t = per->find("total"); t != per->end() && t->is_number_integer()) total = t->get<std::int64_t>();
-  return out;
-}
-
-// The exit a runner recorded in its events file (protocol/events.h), for a
-// runner whose exit status is gone; none recorded: it was killed.
-ProcessExit exit_recorded(const std::vector<std::string>& event_lines) {
-  const auto code = runner::events::exit_from_events(event_lines);
-  return code ? ProcessExit{runner::exit_status(*code), 0} : ProcessExit{-1, SIGKILL};
-}
 
 // Held from before tailord forks a job's runner until the runner and
 // everything that inherited the descriptor have ended (platform/file_lock.h).
@@ -94,6 +71,37 @@ std::string describe_exit(const ProcessExit& e) {
 }
 
 }  // namespace
+
+namespace supervisor_parts {
+
+std::map<std::string, std::int64_t> plan_components(const std::string& plan_json, std::int64_t& total) {
+  std::map<std::string, std::int64_t> out;
+  const json j = json::parse(plan_json, nullptr, false);
+  total = 0;
+  if (!j.is_object()) return out;
+  const json* per = nullptr;
+  if (auto m = j.find("memory"); m != j.end() && m->is_object()) {
+    if (auto p = m->find("per_gpu"); p != m->end() && p->is_object()) per = &*p;
+  }
+  if (!per) return out;
+  for (const auto& name : memory_component_names()) {
+    if (auto v = per->find(name); v != per->end() && v->is_number_integer()) out[name] = v->get<std::int64_t>();
+  }
+  if (auto t = per->find("total"); t != per->end() && t->is_number_integer()) total = t->get<std::int64_t>();
+  return out;
+}
+
+// The exit a runner recorded in its events file (protocol/events.h), for a
+// runner whose exit status is gone; none recorded: it was killed.
+ProcessExit exit_recorded(const std::vector<std::string>& event_lines) {
+  const auto code = runner::events::exit_from_events(event_lines);
+  return code ? ProcessExit{runner::exit_status(*code), 0} : ProcessExit{-1, SIGKILL};
+}
+
+}  // namespace supervisor_parts
+
+using supervisor_parts::exit_recorded;
+using supervisor_parts::plan_components;
 
 Supervisor::Supervisor(JobStore& store, DaemonMetrics& metrics, SupervisorOptions options)
     : store_(store), metrics_(metrics), options_(std::move(options)) {}
@@ -154,9 +162,16 @@ void Supervisor::loop() {
 void Supervisor::tick() {
   std::lock_guard lock(mu_);
   std::vector<std::string> ended;
+  refresh_slurm_queue();
   for (auto& [id, r] : running_) {
     if (r.unrecorded_start && !record_start(r)) continue;
-    if (!r.exit) {
+    if (!r.exit && r.executor == "slurm") {
+      ingest(r);
+      if (!follow_slurm(r)) {
+        ended.push_back(id);  // never submitted: queued again
+        continue;
+      }
+    } else if (!r.exit) {
       ingest(r);
       std::optional<ProcessExit> exit;
       if (r.child) {
@@ -189,11 +204,11 @@ void Supervisor::tick() {
     if (r.cancel_requested) {
       const double now = now_seconds();
       if (!r.cancel_sent_at) {
-        platform::signal_group(r.pid, SIGTERM);
+        signal_attempt(r, false);
         r.cancel_sent_at = now;
         log_status(store_.update(id, JobUpdate().set("cancel_sent_at", now)), "recording SIGTERM");
       } else if (now - *r.cancel_sent_at > options_.cancel_grace_seconds) {
-        platform::signal_group(r.pid, SIGKILL);
+        signal_attempt(r, true);
       }
     }
   }
@@ -203,6 +218,7 @@ void Supervisor::tick() {
 
 void Supervisor::check_heartbeat(Running& r) {
   if (options_.heartbeat_timeout_seconds <= 0 || !r.lost.empty()) return;
+  if (r.executor == "slurm" && !r.slurm_running) return;  // pending: nothing beats yet
   std::error_code ec;
   const auto now = fs::file_time_type::clock::now();
   for (const auto& entry : fs::directory_iterator(job_dir(r.id), ec)) {
@@ -219,7 +235,7 @@ void Supervisor::check_heartbeat(Running& r) {
     log_status(store_.add_event(r.id, {"lost", r.lost, json{{"file", name}, {"age_seconds", age}}.dump(), 0}),
                "recording the loss of " + r.id);
     // SIGKILL ends a stopped process too; its exit is judged next tick.
-    platform::signal_group(r.pid, SIGKILL);
+    signal_attempt(r, true);
     return;
   }
 }
@@ -464,7 +480,7 @@ Status Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom,
   if (!failed.is_ok()) return give_up("out of memory, and the job's plan is unreadable: " + failed.status().message());
   std::string story;
   auto next = replan_after_oom(job.spec_text, "<request>", options_.planning,
-                               strategies::OomReport{*failed, oom.budget, oom.measured}, story);
+                               strategies::OomReport{*failed, oom.budget, oom.measured}, story, job.executor);
   if (!next.is_ok()) return give_up("out of memory: " + next.status().message());
   std::int64_t total = 0;
   const auto components = plan_components(next->plan_json, total);
@@ -511,6 +527,17 @@ void Supervisor::schedule_queued() {
   std::vector<QueuedJob> order;
   std::map<std::string, const JobRecord*> by_id;
   for (const JobRecord& j : *queued) {
+    if (j.executor == "slurm") {
+      // Slurm queues and places it; tailord only waits out a backoff.
+      if (j.next_attempt_at && *j.next_attempt_at > now_seconds()) continue;
+      auto full = store_.get(j.id);
+      if (!full.is_ok()) {
+        log_status(full.status(), "reading " + j.id + " to submit it");
+        continue;
+      }
+      start_slurm_job(*full);
+      continue;
+    }
     order.push_back({j.id, j.gpus_needed, j.gpus_needed > 0 ? 0 : j.estimated_bytes, j.next_attempt_at});
     by_id[j.id] = &j;
   }
@@ -681,7 +708,7 @@ Result<JobRecord> Supervisor::cancel(const std::string& id) {
   if (auto it = running_.find(id); it != running_.end()) {
     it->second.cancel_requested = true;
     if (!it->second.cancel_sent_at) {
-      platform::signal_group(it->second.pid, SIGTERM);
+      signal_attempt(it->second, false);
       it->second.cancel_sent_at = now_seconds();
     }
   }
@@ -694,6 +721,35 @@ Status Supervisor::recover() {
   TAILOR_ASSIGN_OR_RETURN(auto jobs, store_.in_states({JobState::kPlanning, JobState::kRunning}));
   for (const JobRecord& job : jobs) {
     const fs::path dir = job_dir(job.id);
+    if (job.executor == "slurm") {
+      // Followed through Slurm's queue by its tag from the first tick on:
+      // re-adopted when Slurm still has it, judged by its events when it
+      // ended meanwhile, queued again when it was never submitted.
+      Running r;
+      r.id = job.id;
+      r.name = job.name;
+      r.child = false;
+      r.executor = "slurm";
+      r.attempt = job.attempts;
+      r.slurm_id = job.executor_job_id;
+      r.slurm_state = job.executor_state;
+      r.slurm_running = job.state == JobState::kRunning;
+      r.metrics_offset = job.metrics_offset;
+      r.events_offset = job.events_offset;
+      r.last_step = job.last_step;
+      r.peak_bytes = job.peak_bytes;
+      r.cancel_requested = job.cancel_requested;
+      r.cancel_sent_at = job.cancel_sent_at;
+      if (auto st = runner::parse_plan_strategy(job.plan_json, "the job's plan"); st.is_ok()) {
+        r.ranks = static_cast<int>(std::max<std::int64_t>(1, st->num_gpus));
+      }
+      TAILOR_RETURN_IF_ERROR(store_.add_event(
+          job.id, {"recovered",
+                   "tailord restarted; following Slurm job " + (r.slurm_id.empty() ? "(by its tag " + slurm_tag(job.id, job.attempts) + ")" : r.slurm_id),
+                   "", 0}));
+      running_[job.id] = std::move(r);
+      continue;
+    }
     std::optional<std::int64_t> pid = job.pid, ticks = job.pid_start_ticks;
     if (!pid) {
       std::ifstream f(dir / "runner.pid");

@@ -8,7 +8,10 @@
 //      grace period), and kills runners whose heartbeat stopped (lost),
 //   4. starts queued jobs that fit (scheduler.h) with the local executor:
 //      tailor-runner as a child in its own process group, plan and output in
-//      DATA/jobs/ID/, stdout and stderr in DATA/jobs/ID/runner.log.
+//      DATA/jobs/ID/, stdout and stderr in DATA/jobs/ID/runner.log; or
+//      submits a job placed on Slurm with sbatch (supervisor_slurm.cpp):
+//      its ranks write to the same folder, which every node sees, and
+//      Slurm's queue, read by the attempt's tag, says when it runs and ends.
 // Every transition is an event in the store. recover() runs once before
 // start(): runners that outlived a tailord crash are re-adopted (pid plus
 // kernel start time; or, when tailord died before recording the pid, the
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "daemon/executor/slurm_executor.h"
 #include "daemon/planning/job_planning.h"
 #include "daemon/scheduler/outcome.h"
 #include "platform/process.h"
@@ -57,6 +61,9 @@ struct SupervisorOptions {
   // 0 turns the check off.
   double heartbeat_timeout_seconds = 120;
   std::map<std::string, std::string> runner_env;
+  // The Slurm executor (nullptr: none), and how often its queue is read.
+  slurm::Executor* slurm = nullptr;
+  double slurm_poll_seconds = 1;
 };
 
 class Supervisor {
@@ -116,6 +123,15 @@ class Supervisor {
     std::optional<JobUpdate> unrecorded_start;  // planning -> running, not yet stored
     std::string start_message, start_data;
     std::string store_error;  // the last failed write's message, logged once
+    // Slurm (executor "slurm"): the batch job of this attempt, found by its
+    // tag (slurm_tag()); pid stays -1.
+    std::string executor = "local";
+    std::string slurm_id;        // empty until sbatch answered (or the tag was found)
+    std::string slurm_state;     // what executor_state holds
+    std::string slurm_phase;     // tailor_state_name() of it, for events on change
+    bool slurm_running = false;  // seen running: its ranks beat
+    bool slurm_killed = false;   // scancel --signal=KILL sent (once is enough)
+    int ranks = 1;
   };
 
   void loop();
@@ -146,6 +162,18 @@ class Supervisor {
   OutcomePolicy policy() const;
   void schedule_queued();
   void start_job(const JobRecord& job, const std::vector<int>& gpus, std::int64_t bytes);
+  // supervisor_slurm.cpp
+  void start_slurm_job(const JobRecord& job);
+  void refresh_slurm_queue();
+  // Reconciles `r` with the queue read last: its state, its start, its end
+  // (r.exit set). Returns false when `r` was never submitted and is queued
+  // again (it leaves running_).
+  bool follow_slurm(Running& r);
+  void note_slurm_state(Running& r, const std::string& state, const std::string& phase);
+  // SIGTERM (then, with `kill`, SIGKILL) to the attempt: its process group,
+  // or its Slurm job through scancel.
+  void signal_attempt(Running& r, bool kill);
+  static std::string slurm_tag(const std::string& id, std::int64_t attempt);
   std::string log_tail(const std::string& id) const;
   void log_status(const Status& s, const std::string& what) const;
 
@@ -154,6 +182,12 @@ class Supervisor {
   SupervisorOptions options_;
   std::mutex mu_;  // guards running_ and serialises ticks with cancel()
   std::map<std::string, Running> running_;
+  struct SlurmQueue {
+    bool fresh = false;  // read this tick
+    double read_at = -1e18;
+    Result<std::vector<slurm::Job>> jobs = Status::unavailable("not read yet");
+  };
+  SlurmQueue slurm_queue_;
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool woken_ = false;

@@ -15,7 +15,8 @@ constexpr const char* kJobColumns =
     "id, seq, name, state, priority, spec_text, spec_json, labels_json, plan_json, estimated_bytes, gpus_needed, "
     "memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
     "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
-    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at";
+    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at, executor, "
+    "executor_job_id, executor_state";
 
 // A listing's columns: the job's spec (its text and resolved form, a few
 // kB each) stays in the store, empty in the records a page returns, and
@@ -24,19 +25,22 @@ constexpr const char* kListColumns =
     "id, seq, name, state, priority, '' AS spec_text, '' AS spec_json, labels_json, plan_summary_json, estimated_bytes, "
     "gpus_needed, memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
     "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
-    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at";
+    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at, executor, "
+    "executor_job_id, executor_state";
 constexpr const char* kListColumnsFullPlan =
     "id, seq, name, state, priority, '' AS spec_text, '' AS spec_json, labels_json, plan_json, estimated_bytes, "
     "gpus_needed, memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
     "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
-    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at";
+    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at, executor, "
+    "executor_job_id, executor_state";
 
 // The scheduler's columns: a listing's, without the plan either.
 constexpr const char* kScheduleColumns =
     "id, seq, name, state, priority, '' AS spec_text, '' AS spec_json, labels_json, '' AS plan_json, estimated_bytes, "
     "gpus_needed, memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
     "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
-    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at";
+    "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at, executor, "
+    "executor_job_id, executor_state";
 
 JobRecord read_job(const Statement& q) {
   JobRecord j;
@@ -79,6 +83,9 @@ JobRecord read_job(const Statement& q) {
   j.updated_at = q.real(c++);
   j.started_at = q.opt_real(c++);
   j.finished_at = q.opt_real(c++);
+  j.executor = q.text(c++);
+  j.executor_job_id = q.text(c++);
+  j.executor_state = q.text(c++);
   return j;
 }
 
@@ -219,12 +226,12 @@ Result<CreateResult> JobStore::create(const NewJob& job) {
       TAILOR_ASSIGN_OR_RETURN(Statement ins,
                               db_.prepare("INSERT INTO jobs (id, seq, name, state, priority, spec_text, spec_json, "
                                           "labels_json, plan_json, estimated_bytes, gpus_needed, memory_limit_bytes, "
-                                          "retries, created_at, updated_at) VALUES (?1, (SELECT COALESCE(MAX(seq), 0) "
-                                          "+ 1 FROM jobs), ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-                                          "?12)"));
+                                          "retries, created_at, updated_at, executor) VALUES (?1, (SELECT "
+                                          "COALESCE(MAX(seq), 0) + 1 FROM jobs), ?2, 'queued', ?3, ?4, ?5, ?6, ?7, "
+                                          "?8, ?9, ?10, ?11, ?12, ?12, ?13)"));
       ins.bind(1, id).bind(2, job.name).bind(3, job.priority).bind(4, job.spec_text).bind(5, job.spec_json);
       ins.bind(6, labels.dump()).bind(7, job.plan_json).bind(8, job.estimated_bytes).bind(9, job.gpus_needed);
-      ins.bind(10, job.memory_limit_bytes).bind(11, job.retries).bind(12, now);
+      ins.bind(10, job.memory_limit_bytes).bind(11, job.retries).bind(12, now).bind(13, job.executor);
       Status s = ins.run();
       if (s.is_ok()) break;
       if (s.code() != StatusCode::kAlreadyExists || tries >= 3) return s.prefixed("inserting job");

@@ -70,6 +70,9 @@ struct JobRecord {
   double updated_at = 0;
   std::optional<double> started_at;
   std::optional<double> finished_at;
+  std::string executor = "local";   // "local" or "slurm" (migration 6)
+  std::string executor_job_id;      // Slurm: the current attempt's batch job
+  std::string executor_state;       // Slurm: what it last said of that job
 };
 
 struct NewJob {
@@ -83,6 +86,7 @@ struct NewJob {
   std::int64_t gpus_needed = 0;
   std::optional<std::int64_t> memory_limit_bytes;
   std::int64_t retries = 0;
+  std::string executor = "local";
   std::string idempotency_key;   // empty: none
   std::string request_hash;      // of the request the key was sent with
 };

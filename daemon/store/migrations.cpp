@@ -7,6 +7,7 @@ extern const char tailor_daemon_migration_0002[];
 extern const char tailor_daemon_migration_0003[];
 extern const char tailor_daemon_migration_0004[];
 extern const char tailor_daemon_migration_0005[];
+extern const char tailor_daemon_migration_0006[];
 
 namespace tailor::daemon {
 
@@ -17,6 +18,7 @@ const std::vector<Migration>& builtin_migrations() {
       {3, "0003_jobs_by_state_seq", tailor_daemon_migration_0003},
       {4, "0004_plan_summary", tailor_daemon_migration_0004},
       {5, "0005_labels_by_seq", tailor_daemon_migration_0005},
+      {6, "0006_executor", tailor_daemon_migration_0006},
   };
   return kMigrations;
 }

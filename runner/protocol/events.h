@@ -38,4 +38,15 @@ inline constexpr const char* kExitCodeKey = "exit_code";
 // its last terminal event, or never wrote one: it was killed.
 std::optional<RunnerExit> exit_from_events(const std::vector<std::string>& lines);
 
+// Ranks started by another launcher (srun) leave their outcomes in one
+// events file each: rank 0's events.jsonl and events.rank-R.jsonl
+// (dist/launcher.h). The terminal event of the rank that decides the run,
+// with "rank" added, for appending to events.jsonl when rank 0's own last
+// word is not already as telling; nullopt when nothing need be appended.
+// What decides, most telling first: out of memory (re-planned), then bad
+// input (never retried), then rank 0's own failure, then another rank's; a
+// failing rank outweighs one that finished or was cancelled. Appending its
+// answer and asking again gives nullopt, so it can be applied more than once.
+std::optional<std::string> deciding_rank_event(const std::vector<std::vector<std::string>>& lines_by_rank);
+
 }  // namespace tailor::runner::events

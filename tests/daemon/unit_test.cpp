@@ -235,6 +235,32 @@ TEST(ConfigTest, ErrorsNameTheSource) {
   EXPECT_FALSE(load_config({}, {}, help).is_ok());  // no data dir
 }
 
+TEST(ConfigTest, TheSlurmExecutorsSettingsAreReadAndChecked) {
+  tailor::testing::TempDir dir;
+  const std::string file = dir.write("tailord.yaml",
+                                     "data_dir: /d\nexecutor: auto\nslurm_partition: gpu\nslurm_time_limit: 1-12:00\n"
+                                     "slurm_options: [--exclusive, \"--constraint=a100,h100\"]\n");
+  bool help = false;
+  auto c = load_config({"--config", file, "--slurm-account", "ml"}, {{"TAILORD_SLURM_QOS", "high"}}, help);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->executor, dsl::ExecutorKind::kAuto);
+  EXPECT_EQ(c->slurm.partition, "gpu");
+  EXPECT_EQ(c->slurm.account, "ml");
+  EXPECT_EQ(c->slurm.qos, "high");
+  EXPECT_EQ(c->slurm.time_limit, "1-12:00");
+  EXPECT_EQ(c->slurm.sbatch_options, (std::vector<std::string>{"--exclusive", "--constraint=a100,h100"}));
+  auto bad = load_config({"--data-dir", "/d", "--executor", "kubernetes"}, {}, help);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("--executor: expected local, slurm or auto"), std::string::npos);
+  bad = load_config({"--data-dir", "/d", "--slurm-time-limit", "2h"}, {}, help);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("--slurm-time-limit"), std::string::npos);
+  // Options Tailor sets itself cannot be overridden: its tag, its folders.
+  bad = load_config({"--data-dir", "/d", "--slurm-options", "--exclusive --comment=x"}, {}, help);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("Tailor sets --comment itself"), std::string::npos) << bad.status().message();
+}
+
 // daemon/openapi.yaml as the source tree has it; nullopt (with a failure)
 // when it does not parse.
 std::optional<dsl::Node> load_openapi() {

@@ -43,6 +43,30 @@ wait "$daemon" || fail "tailord did not stop cleanly on SIGTERM: $(cat "$work/ta
 daemon=""
 echo "ok"
 
+echo "== tailord --config deploy/slurm/tailord.yaml (no Slurm here: unavailable, and says why)"
+mkdir -p "$work/slurm-specs" "$work/slurm-bin"
+sed -e "s#/shared/tailor/data#$work/slurm-data#" -e "s#/shared/tailor/specs#$work/slurm-specs#" \
+  -e "s#127.0.0.1:8470#127.0.0.1:0#" -e "s#/shared/tailor/bin/tailor-runner#$build/bin/tailor-runner#" \
+  "$src/deploy/slurm/tailord.yaml" >"$work/tailord-slurm.yaml"
+# An empty folder for Slurm's commands: this check never asks a real cluster.
+"$build/bin/tailord" --config "$work/tailord-slurm.yaml" --slurm-bin-dir "$work/slurm-bin" >"$work/tailord-slurm.log" 2>&1 &
+daemon=$!
+for _ in $(seq 200); do [[ -s $work/slurm-data/address ]] && break; kill -0 "$daemon" 2>/dev/null || break; sleep 0.05; done
+[[ -s $work/slurm-data/address ]] || fail "tailord did not start with the Slurm config: $(cat "$work/tailord-slurm.log")"
+hw=$(curl -sf -H "Authorization: Bearer $(cat "$work/slurm-data/token")" "http://$(cat "$work/slurm-data/address")/v1/hardware") ||
+  fail "/v1/hardware did not answer"
+"$python" -c '
+import json, sys
+e = json.loads(sys.argv[1])["executors"]
+assert e["default"] == "auto" and e["slurm"]["configured"] and not e["slurm"]["available"], e
+assert e["slurm"]["partition"] == "gpu" and "scontrol" in e["slurm"]["status"], e
+' "$hw" || fail "the Slurm executor's state is not in /v1/hardware: $hw"
+grep -q "Slurm executor unavailable" "$work/tailord-slurm.log" || fail "tailord did not log why Slurm is unavailable"
+kill "$daemon"
+wait "$daemon" || fail "tailord did not stop cleanly on SIGTERM: $(cat "$work/tailord-slurm.log")"
+daemon=""
+echo "ok"
+
 echo "== deploy/grafana: generated, and decoded by Grafana's model"
 "$python" "$src/deploy/grafana/generate.py" "$work/dashboards" >/dev/null
 diff -r "$work/dashboards" "$src/deploy/grafana/dashboards" ||

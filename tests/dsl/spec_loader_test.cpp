@@ -513,6 +513,53 @@ TEST_F(SpecLoaderTest, ExtendsChainsAreBoundedInDepth) {
   EXPECT_NE(errors(s).find("extends chain deeper than 16 files"), std::string::npos) << errors(s);
 }
 
+TEST(SlurmSettingsTest, TimeLimitsAreSlurmsFormats) {
+  for (const char* ok : {"90", "90:30", "2:00:00", "1-12", "1-12:30", "3-00:00:00"}) {
+    EXPECT_EQ(check_slurm_time_limit(ok), std::nullopt) << ok;
+  }
+  for (const char* bad : {"", "2h", "1:2:3:4", "-1", "1-", "1-2:3:4:5", ":30", "1 day"}) {
+    EXPECT_NE(check_slurm_time_limit(bad), std::nullopt) << bad;
+  }
+}
+
+TEST(SlurmSettingsTest, ExtraSbatchOptionsCannotTakeWhatTailorSets) {
+  EXPECT_EQ(check_sbatch_option("--exclusive"), std::nullopt);
+  EXPECT_EQ(check_sbatch_option("--constraint=a100|h100"), std::nullopt);
+  EXPECT_NE(check_sbatch_option("-N2"), std::nullopt);
+  EXPECT_NE(check_sbatch_option("--mem=1G\n#SBATCH --x"), std::nullopt);
+  auto why = check_sbatch_option("--requeue");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("Tailor sets --requeue itself"), std::string::npos);
+  why = check_sbatch_option("--partition=debug");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("executor.slurm.partition"), std::string::npos);
+}
+
+TEST_F(SpecLoaderTest, TheExecutorSectionIsReadAndCheckedWhereWritten) {
+  LoadOptions no_files;
+  no_files.check_files = false;
+  auto ok = load(
+      "apiVersion: tailor/v1\nkind: TrainingJob\nname: t\nmodel: {preset: tiny-llama-byte, init: random}\n"
+      "data: {train: x.txt, format: text}\ntraining: {global_batch_size: 8, max_steps: 2}\n"
+      "executor:\n  kind: slurm\n  slurm:\n    partition: gpu\n    time_limit: \"30\"\n"
+      "    sbatch_options: [--exclusive]\n",
+      no_files);
+  ASSERT_TRUE(ok.ok()) << ok.diagnostics.to_string();
+  EXPECT_EQ(ok.spec->executor.kind, ExecutorKind::kSlurm);
+  EXPECT_EQ(ok.spec->executor.slurm.partition, "gpu");
+  EXPECT_EQ(ok.spec->executor.slurm.time_limit, "30");
+  auto bad = load(
+      "apiVersion: tailor/v1\nkind: TrainingJob\nname: t\nmodel: {preset: tiny-llama-byte, init: random}\n"
+      "data: {train: x.txt, format: text}\ntraining: {global_batch_size: 8, max_steps: 2}\n"
+      "executor:\n  kind: kubernetes\n  slurm:\n    sbatch_options: [--output=/etc/x]\n",
+      no_files);
+  ASSERT_FALSE(bad.ok());
+  const std::string text = bad.diagnostics.to_string();
+  EXPECT_NE(text.find("job.yaml:8:9"), std::string::npos) << text;  // kind
+  EXPECT_NE(text.find("executor.slurm.sbatch_options"), std::string::npos) << text;
+  EXPECT_NE(text.find("Tailor sets --output itself"), std::string::npos) << text;
+}
+
 TEST(DeepMergeTest, MapsMergeAndOtherValuesAreReplaced) {
   Diagnostics d;
   auto base = parse_yaml("a: {x: 1, y: [1, 2]}\nb: 1\n", "base", d);

@@ -89,6 +89,42 @@ TEST(EventsTest, TheTerminalEventsExitCodeIsTheRunsExit) {
   EXPECT_EQ(exit_from_events({}), std::nullopt);
 }
 
+// Ranks that srun started (not the launcher) each leave their own events
+// file; the one that decides is what tailord appends to events.jsonl.
+TEST(EventsTest, TheMostTellingRankDecidesAndAskingAgainAddsNothing) {
+  const std::string start = R"({"event":"start","time":1})";
+  const std::string done = R"({"event":"done","time":9,"exit_code":0})";
+  const std::string peer_gone = R"({"event":"error","time":5,"message":"rank 1 stopped","exit_code":1})";
+  const std::string oom = R"({"event":"oom","time":4,"budget_bytes":100,"exit_code":3})";
+  const std::string bad = R"({"event":"error","time":4,"message":"unreadable","exit_code":2})";
+  using Lines = std::vector<std::vector<std::string>>;
+  // Every rank finished: rank 0's done stands.
+  EXPECT_FALSE(events::deciding_rank_event(Lines{{start, done}, {start, done}}));
+  // One rank alone: nothing to decide.
+  EXPECT_FALSE(events::deciding_rank_event(Lines{{start}}));
+  // Rank 1 ran out of memory; rank 0 said its peer stopped: the OOM decides
+  // (re-planned), with the rank that had it.
+  auto d = events::deciding_rank_event(Lines{{start, peer_gone}, {start, oom}});
+  ASSERT_TRUE(d);
+  const json j = json::parse(*d);
+  EXPECT_EQ(j["event"], "oom");
+  EXPECT_EQ(j["rank"], 1);
+  EXPECT_EQ(j["budget_bytes"], 100);
+  // Applied: the answer is already there.
+  EXPECT_FALSE(events::deciding_rank_event(Lines{{start, peer_gone, *d}, {start, oom}}));
+  EXPECT_EQ(events::exit_from_events({start, peer_gone, *d}), RunnerExit::kOutOfMemory);
+  // Rank 0 killed without a word (srun's --kill-on-bad-exit): rank 2's bad
+  // input decides over rank 1's plain failure.
+  d = events::deciding_rank_event(Lines{{start}, {start, peer_gone}, {start, bad}});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(json::parse(*d)["rank"], 2);
+  EXPECT_EQ(json::parse(*d)["exit_code"], 2);
+  // Rank 0's own failure outweighs another rank's plain one.
+  EXPECT_FALSE(events::deciding_rank_event(Lines{{start, peer_gone}, {start, peer_gone}}));
+  // A rank whose run started again after its last word has not spoken yet.
+  EXPECT_FALSE(events::deciding_rank_event(Lines{{start, done}, {start, oom, start}}));
+}
+
 TEST(ExitCodeTest, OnlyTheRunnersStatusesAreExits) {
   for (int c = 0; c <= 4; ++c) EXPECT_EQ(exit_status(*runner_exit_from_status(c)), c);
   EXPECT_EQ(runner_exit_from_status(127), std::nullopt);

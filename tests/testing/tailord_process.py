@@ -13,10 +13,16 @@ import time
 
 
 class TailordProcess:
-    def __init__(self, build, src, work, extra_args=()):
+    def __init__(self, build, src, work, extra_args=(), env=None, log_name="tailord.log"):
         self.data = os.path.join(work, "data")
-        self.log_path = os.path.join(work, "tailord.log")
-        env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
+        self.log_path = os.path.join(work, log_name)
+        os.makedirs(work, exist_ok=True)
+        # A restart on the same folder must not read the last one's address.
+        try:
+            os.unlink(os.path.join(self.data, "address"))
+        except FileNotFoundError:
+            pass
+        env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE", **(env or {}))
         self.process = subprocess.Popen(
             [os.path.join(build, "bin", "tailord"), "--data-dir", self.data, "--listen", "127.0.0.1:0",
              "--spec-root", os.path.join(src, "configs"), "--runner", os.path.join(build, "bin", "tailor-runner"),
@@ -31,6 +37,11 @@ class TailordProcess:
             time.sleep(0.05)
         self.address = open(address_file).read().strip()
         self.token = open(os.path.join(self.data, "token")).read().strip()
+
+    def kill(self):
+        """SIGKILL tailord alone: its runners live on, as after a crash."""
+        self.process.kill()
+        self.process.wait()
 
     def alive(self):
         return self.process.poll() is None
