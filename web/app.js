@@ -317,6 +317,7 @@ function jobPage(id) {
         h("dt", {}, "Progress"), h("dd", {}, `step ${number(job.last_step || 0)}${total ? ` of ${number(total)}` : ""}`),
         h("dt", {}, "Strategy"), h("dd", {}, job.plan && job.plan.summary ? job.plan.summary : "–"),
         h("dt", {}, "Attempts"), h("dd", {}, `${job.attempts} (OOM re-plans ${job.oom_restarts}, failures ${job.failures})`),
+        h("dt", {}, "Runs on"), h("dd", {}, runsOn(job)),
         h("dt", {}, "Output folder"), h("dd", {}, h("code", {}, job.output_dir)),
         h("dt", {}, "Created"), h("dd", {}, when(job.created_at)));
       // Rebuilt only when the state changes: a button replaced under the
@@ -644,7 +645,9 @@ function hardwarePage() {
         h("dt", {}, "Host memory"), h("dd", {}, bytes(d.host_memory_bytes)),
         h("dt", {}, "Budget for CPU jobs"), h("dd", {}, bytes(d.memory_budget_bytes)),
         h("dt", {}, "Runner"), h("dd", {}, h("code", {}, d.runner)),
-        h("dt", {}, "Spec root"), h("dd", {}, h("code", {}, d.spec_root)));
+        h("dt", {}, "Spec root"), h("dd", {}, h("code", {}, d.spec_root)),
+        h("dt", {}, "Default executor"), h("dd", {}, d.executors ? d.executors.default : "local"),
+        h("dt", {}, "Slurm"), h("dd", {}, slurmStatus(d.executors && d.executors.slurm)));
       gpus.replaceChildren(...(d.gpus || []).map((g, i) => h("tr", {},
         h("td", {}, g.index ?? i), h("td", {}, g.name), h("td", {}, bytes(g.memory_bytes ?? g.memory)))));
     }
@@ -652,9 +655,22 @@ function hardwarePage() {
     if (r.ok) {
       running.replaceChildren(...r.data.jobs.map(j => h("tr", {},
         h("td", {}, h("a", {href: `#/jobs/${encodeURIComponent(j.id)}`}, j.id)), h("td", {}, j.name),
-        h("td", {}, j.gpus || "host"), h("td", {}, bytes(j.reserved_bytes)), h("td", {}, bytes(j.peak_bytes)))));
+        h("td", {}, j.executor && j.executor.kind === "slurm" ? runsOn(j) : j.gpus || "host"),
+        h("td", {}, bytes(j.reserved_bytes)), h("td", {}, bytes(j.peak_bytes)))));
     }
   }, 5000);
+}
+
+// Where a job runs: this machine, or a Slurm job and what Slurm last said.
+function runsOn(job) {
+  const e = job.executor || {kind: "local"};
+  if (e.kind !== "slurm") return "this machine";
+  return `Slurm job ${e.job_id || "(not yet submitted)"}${e.state ? `: ${e.state}` : ""}`;
+}
+
+function slurmStatus(s) {
+  if (!s || !s.configured) return "not configured (tailord --executor slurm|auto)";
+  return `${s.available ? "available" : "unavailable"}: ${s.status}`;
 }
 
 // ---- sign-in and routing ----------------------------------------------------

@@ -185,6 +185,26 @@ void Supervisor::signal_attempt(Running& r, bool kill) {
 
 void Supervisor::start_slurm_job(const JobRecord& job) {
   const std::int64_t attempt = job.attempts + 1;
+  // The spec's sbatch settings over tailord's; while Slurm cannot be asked
+  // the job waits in the queue with the reason, neither submitted nor
+  // counted as a failure (the partition is read at most every few seconds).
+  dsl::LoadOptions lo;
+  lo.catalog = options_.planning.catalog;
+  lo.check_files = false;
+  lo.extends_root = options_.planning.spec_root;
+  auto loaded = dsl::load_job_spec_text(job.spec_text, "<request>", options_.planning.spec_root, lo);
+  const dsl::SlurmSpec settings =
+      loaded.ok() ? slurm_settings(*loaded.spec, options_.planning) : options_.planning.slurm;
+  if (options_.slurm) {
+    auto part = options_.slurm->partition(settings.partition);
+    if (!part.is_ok() && part.status().code() == StatusCode::kUnavailable) {
+      const std::string why = "waiting for Slurm: " + part.status().message();
+      if (job.executor_state != why) {
+        log_status(store_.update(job.id, JobUpdate().set("executor_state", why)), "recording why " + job.id + " waits");
+      }
+      return;
+    }
+  }
   JobUpdate planning;
   planning.set("attempts", attempt).set("executor_job_id", "").set("executor_state", "submitting");
   planning.set_null("next_attempt_at").set_null("pid").set_null("pid_start_ticks");
@@ -249,14 +269,8 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
   slurm::lay_out_ranks(static_cast<int>(strategy->num_gpus), plan_nodes,
                        on_cpu ? 0 : plan_gpus / plan_nodes, b);
   r.ranks = b.ranks;
-  // The spec's sbatch settings over tailord's.
-  dsl::LoadOptions lo;
-  lo.catalog = options_.planning.catalog;
-  lo.check_files = false;
-  lo.extends_root = options_.planning.spec_root;
-  auto loaded = dsl::load_job_spec_text(job.spec_text, "<request>", options_.planning.spec_root, lo);
   if (!loaded.ok()) return failed("the job's spec no longer loads: " + loaded.diagnostics.to_string());
-  b.slurm = slurm_settings(*loaded.spec, options_.planning);
+  b.slurm = settings;
   // The node's cores split between its ranks (their threads follow them).
   if (auto part = options_.slurm->partition(b.slurm.partition); part.is_ok()) {
     const auto nodes = part->usable_nodes();
@@ -277,6 +291,18 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
   const std::string script = dir + "/" + kBatchScript;
   if (Status w = platform::write_file_atomic(script, slurm::batch_script(b)); !w.is_ok()) return failed(w.message());
   auto id = options_.slurm->client().submit(script);
+  if (!id.is_ok() && id.status().code() == StatusCode::kUnavailable) {
+    // The controller went away since the partition was read: back to the
+    // queue, the attempt not counted, tried again in a few seconds.
+    JobUpdate back;
+    back.set("attempts", job.attempts).set("executor_state", "waiting for Slurm: " + id.status().message());
+    back.set("next_attempt_at", now_seconds() + std::max(2.0, options_.slurm_poll_seconds));
+    const Status q = store_.transition(job.id, JobState::kPlanning, JobState::kQueued,
+                                       "Slurm did not take the job: " + id.status().message() + "; submitted again when it answers",
+                                       back);
+    if (q.is_ok()) return;
+    log_status(q, "queueing " + job.id + " again");
+  }
   if (!id.is_ok()) return failed(id.status().message());
   r.slurm_id = *id;
   const std::string layout = std::to_string(b.ranks) + " rank" + (b.ranks > 1 ? "s" : "") + " on " +

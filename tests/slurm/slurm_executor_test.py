@@ -328,6 +328,18 @@ def with_cluster(build, src, work):
         down = api.wait(job5["id"], lambda j: j["executor"]["state"].startswith("unreachable"), 30, "unreachable")
         check("controller_killed: the job stays running with the reason",
               down["state"] == "running", down["executor"]["state"][:160])
+        # A submission meanwhile is refused with Slurm's words, or (planned
+        # from the partition read moments before) waits with the reason and
+        # runs once Slurm is back; never counted as a failure.
+        code, job7 = api.submit(spec("while-down", 5, CPU_ONE, "slurm"))
+        if code == 201:
+            waiting = api.wait(job7["id"], lambda j: j["executor"]["state"].startswith("waiting for Slurm"), 30,
+                               "waiting for Slurm")
+            check("controller_killed: a job submitted meanwhile waits in the queue with the reason",
+                  waiting["state"] == "queued" and waiting["failures"] == 0, waiting["executor"]["state"][:160])
+        else:
+            check("controller_killed: a job submitted meanwhile is refused with the reason",
+                  code == 503 and "Slurm" in job7["message"], f"{code} {job7.get('message', '')[:160]}")
         cluster.start_controller()
         end5 = api.wait_end(job5["id"])
         ev = api.events(job5["id"])
@@ -336,6 +348,11 @@ def with_cluster(build, src, work):
               end5["state"] == "succeeded" and len(completions(ev)) == 1 and len(submitted) == 1,
               f"{end5['state']} completions={len(completions(ev))} submissions={len(submitted)} "
               f"{end5['exit_reason']}")
+        if code == 201:
+            end7 = api.wait_end(job7["id"])
+            check("controller_killed: the waiting job runs once Slurm is back",
+                  end7["state"] == "succeeded" and end7["failures"] == 0 and end7["attempts"] == 1,
+                  f"{end7['state']} failures={end7['failures']} attempts={end7['attempts']}")
     finally:
         tailord.stop()
         cluster.stop()

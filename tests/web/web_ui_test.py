@@ -184,8 +184,10 @@ def main():
         metrics = urllib.request.urlopen(f"http://{address}/metrics", timeout=30).read().decode()
         if 'route="/v1/jobs/{id}/events"' not in metrics or 'route="/v1/events"' not in metrics:
             fail("the job page or the jobs table did not open its event stream")
+        if "this machine" not in driver.find_element(By.ID, "main").text:
+            fail("the job page does not say where the job ran")
         print(f"ok: job {job_id} submitted through the UI succeeded, followed through its event stream; its loss "
-              "curve has 30 points, memory shown estimated and measured")
+              "curve has 30 points, memory shown estimated and measured, run on this machine")
         shot("05-job-succeeded")
 
         # Cancel a running job from its page.
@@ -205,8 +207,9 @@ def main():
         shot("07-jobs")
         driver.get(base + "/ui#/hardware")
         wait.until(EC.text_to_be_present_in_element((By.ID, "main"), "tailor-runner"))
+        wait.until(EC.text_to_be_present_in_element((By.ID, "main"), "not configured (tailord --executor slurm|auto)"))
         shot("08-hardware")
-        print("ok: the jobs table lists both jobs; the hardware page names the runner")
+        print("ok: the jobs table lists both jobs; the hardware page names the runner and the Slurm executor's state")
 
         # Keyboard: Tab from the page reaches the navigation's links.
         driver.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
