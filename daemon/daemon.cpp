@@ -120,7 +120,12 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
                 " (jobs for Slurm are refused until it answers; local jobs are unaffected)");
     }
     slurm::Executor* exec = parts->slurm.get();
-    planning.slurm_partition = [exec](const std::string& name) { return exec->partition(name); };
+    // While Slurm is known to be down, submissions are refused at once; the
+    // supervisor's poller asks again and lifts this when it answers.
+    planning.slurm_partition = [exec](const std::string& name) -> Result<slurm::Partition> {
+      if (!exec->available()) return Status::unavailable(exec->describe());
+      return exec->partition(name);
+    };
   }
 
   TAILOR_ASSIGN_OR_RETURN(parts->store, JobStore::open((data / "tailor.db").string()));

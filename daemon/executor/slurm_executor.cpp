@@ -24,7 +24,12 @@ Result<Partition> Executor::partition(const std::string& name) {
   // Outside the lock: scontrol may take a while when the controller is slow.
   Result<Partition> read = client_.partition(want);
   std::lock_guard lock(mu_);
-  cache_[want] = {steady_seconds(), read};
+  // Only an answer is kept: once Slurm is back, the next call sees it.
+  if (read.is_ok()) {
+    cache_[want] = {steady_seconds(), read};
+  } else {
+    cache_.erase(want);
+  }
   if (read.is_ok()) {
     available_ = true;
     if (want == default_partition_) describe_ = read->describe();

@@ -1,6 +1,7 @@
 // tailord's view of a Slurm cluster: the client (slurm_client.h), the
-// partitions it plans for (re-read at most every few seconds, so that a
-// burst of submissions does not become a burst of scontrol calls), and
+// partitions it plans for (an answer is kept a few seconds, so that a burst
+// of submissions does not become a burst of scontrol calls; a failure is
+// not kept), and
 // whether Slurm can be reached at all, with the reason when it cannot.
 // Thread-safe.
 #pragma once

@@ -116,20 +116,6 @@ std::string Job::describe() const {
   return out;
 }
 
-std::optional<Job> parse_scontrol_job(std::string_view line) {
-  const auto f = scontrol_fields(line);
-  Job j;
-  j.id = get(f, "JobId");
-  if (j.id.empty()) return std::nullopt;
-  j.comment = get(f, "Comment");
-  if (j.comment == "(null)") j.comment.clear();
-  j.state = get(f, "JobState");
-  j.reason = get(f, "Reason");
-  j.nodes = get(f, "NodeList");
-  parse_exit(get(f, "ExitCode"), j.exit_code, j.exit_signal);
-  return j;
-}
-
 std::vector<Job> parse_squeue(std::string_view text) {
   std::vector<Job> out;
   for (const std::string& line : lines_of(text)) {

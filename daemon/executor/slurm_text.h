@@ -1,5 +1,5 @@
 // What Slurm's commands print, read into structs: `scontrol show
-// job|node|partition -o` lines, the squeue and sacct formats the Slurm
+// node|partition -o` lines, the squeue and sacct formats the Slurm
 // client asks for, and Slurm's job states mapped to the ones Tailor
 // reports. Pure (no process is run here), so the parsing is unit-tested on
 // the text Slurm 22.05 prints.
@@ -45,9 +45,6 @@ struct Job {
   // "PENDING (Resources)", "RUNNING on n[1-2]", "COMPLETED", "FAILED (exit 1)"
   std::string describe() const;
 };
-
-// One `scontrol show job -o` line; nullopt when it has no JobId.
-std::optional<Job> parse_scontrol_job(std::string_view line);
 
 // The squeue format the client asks for (kSqueueFormat): one job a line.
 inline constexpr const char* kSqueueFormat = "%i|%k|%T|%r|%N";

@@ -122,6 +122,7 @@ void Supervisor::log_status(const Status& s, const std::string& what) const {
 
 void Supervisor::start() {
   thread_ = std::thread([this] { loop(); });
+  if (options_.slurm) slurm_thread_ = std::thread([this] { poll_slurm(); });
 }
 
 void Supervisor::stop() {
@@ -131,6 +132,7 @@ void Supervisor::stop() {
   }
   wake_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (slurm_thread_.joinable()) slurm_thread_.join();
 }
 
 void Supervisor::wake() {
@@ -716,6 +718,21 @@ Result<JobRecord> Supervisor::cancel(const std::string& id) {
   return store_.get(id);
 }
 
+Supervisor::Running Supervisor::recovered(const JobRecord& job) {
+  Running r;
+  r.id = job.id;
+  r.name = job.name;
+  r.child = false;
+  r.attempt = job.attempts;
+  r.metrics_offset = job.metrics_offset;
+  r.events_offset = job.events_offset;
+  r.last_step = job.last_step;
+  r.peak_bytes = job.peak_bytes;
+  r.cancel_requested = job.cancel_requested;
+  r.cancel_sent_at = job.cancel_sent_at;
+  return r;
+}
+
 Status Supervisor::recover() {
   std::lock_guard lock(mu_);
   TAILOR_ASSIGN_OR_RETURN(auto jobs, store_.in_states({JobState::kPlanning, JobState::kRunning}));
@@ -725,21 +742,11 @@ Status Supervisor::recover() {
       // Followed through Slurm's queue by its tag from the first tick on:
       // re-adopted when Slurm still has it, judged by its events when it
       // ended meanwhile, queued again when it was never submitted.
-      Running r;
-      r.id = job.id;
-      r.name = job.name;
-      r.child = false;
+      Running r = recovered(job);
       r.executor = "slurm";
-      r.attempt = job.attempts;
       r.slurm_id = job.executor_job_id;
       r.slurm_state = job.executor_state;
       r.slurm_running = job.state == JobState::kRunning;
-      r.metrics_offset = job.metrics_offset;
-      r.events_offset = job.events_offset;
-      r.last_step = job.last_step;
-      r.peak_bytes = job.peak_bytes;
-      r.cancel_requested = job.cancel_requested;
-      r.cancel_sent_at = job.cancel_sent_at;
       if (auto st = runner::parse_plan_strategy(job.plan_json, "the job's plan"); st.is_ok()) {
         r.ranks = static_cast<int>(std::max<std::int64_t>(1, st->num_gpus));
       }
@@ -759,22 +766,12 @@ Status Supervisor::recover() {
         ticks = t;
       }
     }
-    Running r;
-    r.id = job.id;
-    r.name = job.name;
-    r.child = false;
-    r.attempt = job.attempts;
+    Running r = recovered(job);
     r.reserved_bytes = job.gpus_needed > 0 ? 0 : job.estimated_bytes;
     std::stringstream gl(job.assigned_gpus);
     for (std::string g; std::getline(gl, g, ',');) {
       if (!g.empty()) r.gpus.push_back(std::atoi(g.c_str()));
     }
-    r.metrics_offset = job.metrics_offset;
-    r.events_offset = job.events_offset;
-    r.last_step = job.last_step;
-    r.peak_bytes = job.peak_bytes;
-    r.cancel_requested = job.cancel_requested;
-    r.cancel_sent_at = job.cancel_sent_at;
     bool alive = pid && ticks && platform::process_is(static_cast<pid_t>(*pid), *ticks);
     std::string found_by;
     if (!alive) {

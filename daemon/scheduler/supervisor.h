@@ -22,6 +22,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -131,9 +132,13 @@ class Supervisor {
     std::string slurm_phase;     // tailor_state_name() of it, for events on change
     bool slurm_running = false;  // seen running: its ranks beat
     bool slurm_killed = false;   // scancel --signal=KILL sent (once is enough)
+    double submitted_at = 0;     // a queue read begun before this cannot know the job
     int ranks = 1;
   };
 
+  // A job's attempt as the store has it, for recover(): not this process'
+  // child, its offsets and cancel request as recorded.
+  static Running recovered(const JobRecord& job);
   void loop();
   void tick();
   // Stores the run files' new lines, a few MiB at most per call: kSome
@@ -182,12 +187,20 @@ class Supervisor {
   SupervisorOptions options_;
   std::mutex mu_;  // guards running_ and serialises ticks with cancel()
   std::map<std::string, Running> running_;
+  // Slurm's queue as the poller thread last read it (squeue can take
+  // seconds, and ~9 s to fail while slurmctld is down: never on the tick).
   struct SlurmQueue {
-    bool fresh = false;  // read this tick
-    double read_at = -1e18;
+    bool fresh = false;      // new this tick
+    double asked_at = 0;     // when the squeue call began (now_seconds())
     Result<std::vector<slurm::Job>> jobs = Status::unavailable("not read yet");
   };
-  SlurmQueue slurm_queue_;
+  SlurmQueue slurm_queue_;   // the tick's copy (under mu_)
+  std::mutex slurm_mu_;      // guards the poller's result below
+  SlurmQueue slurm_read_;
+  std::uint64_t slurm_reads_ = 0, slurm_reads_seen_ = 0;
+  std::atomic<int> slurm_following_{0};  // Slurm attempts the tick follows
+  std::thread slurm_thread_;
+  void poll_slurm();
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool woken_ = false;

@@ -63,14 +63,35 @@ std::string Supervisor::slurm_tag(const std::string& id, std::int64_t attempt) {
 void Supervisor::refresh_slurm_queue() {
   slurm_queue_.fresh = false;
   if (!options_.slurm) return;
-  const bool any = std::any_of(running_.begin(), running_.end(),
-                               [](const auto& kv) { return kv.second.executor == "slurm" && !kv.second.exit; });
-  if (!any) return;
-  const double now = now_seconds();
-  if (now - slurm_queue_.read_at < options_.slurm_poll_seconds) return;
-  slurm_queue_.jobs = options_.slurm->client().queue();
-  slurm_queue_.read_at = now;
+  slurm_following_ = static_cast<int>(std::count_if(running_.begin(), running_.end(), [](const auto& kv) {
+    return kv.second.executor == "slurm" && !kv.second.exit;
+  }));
+  std::lock_guard lock(slurm_mu_);
+  if (slurm_reads_ == slurm_reads_seen_) return;
+  slurm_reads_seen_ = slurm_reads_;
+  slurm_queue_ = slurm_read_;
   slurm_queue_.fresh = true;
+}
+
+void Supervisor::poll_slurm() {
+  for (;;) {
+    {
+      std::unique_lock lock(wake_mu_);
+      wake_cv_.wait_for(lock, std::chrono::duration<double>(options_.slurm_poll_seconds), [this] { return stopping_; });
+      if (stopping_) return;
+    }
+    if (slurm_following_ > 0) {
+      SlurmQueue read;
+      read.asked_at = now_seconds();
+      read.jobs = options_.slurm->client().queue();
+      std::lock_guard lock(slurm_mu_);
+      slurm_read_ = std::move(read);
+      ++slurm_reads_;
+    }
+    // Unavailable: asked again here, so that waiting jobs go as soon as
+    // Slurm answers.
+    if (!options_.slurm->available()) (void)options_.slurm->probe();
+  }
 }
 
 void Supervisor::note_slurm_state(Running& r, const std::string& state, const std::string& phase) {
@@ -92,7 +113,8 @@ void Supervisor::note_slurm_state(Running& r, const std::string& state, const st
 }
 
 bool Supervisor::follow_slurm(Running& r) {
-  if (!slurm_queue_.fresh) return true;
+  // A read begun before the submission cannot know the job.
+  if (!slurm_queue_.fresh || slurm_queue_.asked_at < r.submitted_at) return true;
   if (!slurm_queue_.jobs.is_ok()) {
     // slurmctld down or slow: the job stays as it is, with the reason.
     note_slurm_state(r, "unreachable: " + slurm_queue_.jobs.status().message(), "unreachable");
@@ -127,6 +149,13 @@ bool Supervisor::follow_slurm(Running& r) {
     }
     note_slurm_state(r, mine->describe(), slurm::tailor_state_name(mine->state));
     if (mine->phase() == slurm::Phase::kEnded) ended = mine;
+    // COMPLETING: the batch script (so srun, so every rank) has ended and
+    // Slurm is cleaning up, which can take a minute when slurmctld came
+    // back after the job ended. Rank 0's last word settles it then.
+    if (mine->state == "COMPLETING" &&
+        runner::events::exit_from_events(all_lines(rank_events(job_dir(r.id), 0))).has_value()) {
+      ended = mine;
+    }
   } else if (!r.slurm_id.empty()) {
     // Left the queue (MinJobAge) while tailord was away: the completion log.
     auto f = options_.slurm->client().finished(r.slurm_id);
@@ -196,7 +225,9 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
   const dsl::SlurmSpec settings =
       loaded.ok() ? slurm_settings(*loaded.spec, options_.planning) : options_.planning.slurm;
   if (options_.slurm) {
-    auto part = options_.slurm->partition(settings.partition);
+    // While Slurm is known to be down, only the poller asks it again.
+    auto part = options_.slurm->available() ? options_.slurm->partition(settings.partition)
+                                            : Result<slurm::Partition>(Status::unavailable(options_.slurm->describe()));
     if (!part.is_ok() && part.status().code() == StatusCode::kUnavailable) {
       const std::string why = "waiting for Slurm: " + part.status().message();
       if (job.executor_state != why) {
@@ -288,8 +319,20 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
     std::snprintf(every, sizeof every, "%.3f", std::max(0.05, options_.heartbeat_timeout_seconds / 10));
     b.env[runner::kHeartbeatEnv] = every;
   }
+  // The attempt's first line in events.jsonl: its verdict reads nothing
+  // older (runner/protocol/events.h).
+  {
+    const json launch = {{"event", runner::events::kLaunch},
+                         {"time", static_cast<std::int64_t>(now_seconds())},
+                         {"attempt", attempt},
+                         {"message", "attempt " + std::to_string(attempt) + " submitted to Slurm"}};
+    std::ofstream events(rank_events(dir, 0), std::ios::app);
+    events << launch.dump() << '\n';
+    if (!events.flush()) return failed("cannot write " + rank_events(dir, 0));
+  }
   const std::string script = dir + "/" + kBatchScript;
   if (Status w = platform::write_file_atomic(script, slurm::batch_script(b)); !w.is_ok()) return failed(w.message());
+  r.submitted_at = now_seconds();
   auto id = options_.slurm->client().submit(script);
   if (!id.is_ok() && id.status().code() == StatusCode::kUnavailable) {
     // The controller went away since the partition was read: back to the

@@ -12,7 +12,7 @@ std::optional<RunnerExit> exit_from_events(const std::vector<std::string>& lines
     const json j = json::parse(*it, nullptr, false);
     if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) continue;
     const std::string kind = j["event"].get<std::string>();
-    if (kind == kStart || kind == kResume) return std::nullopt;  // ended without a word: killed
+    if (kind == kStart || kind == kResume || kind == kLaunch) return std::nullopt;  // ended without a word: killed
     std::optional<RunnerExit> implied;
     if (kind == kDone) implied = RunnerExit::kOk;
     if (kind == kOom) implied = RunnerExit::kOutOfMemory;
@@ -36,7 +36,7 @@ std::optional<nlohmann::json> last_terminal(const std::vector<std::string>& line
     json j = json::parse(*it, nullptr, false);
     if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) continue;
     const std::string kind = j["event"].get<std::string>();
-    if (kind == kStart || kind == kResume) return std::nullopt;
+    if (kind == kStart || kind == kResume || kind == kLaunch) return std::nullopt;
     if (kind == kDone || kind == kOom || kind == kCancelled || kind == kError) return j;
   }
   return std::nullopt;

@@ -15,6 +15,10 @@
 namespace tailor::runner::events {
 
 inline constexpr const char* kStart = "start";            // steps, first_step, device, strategy, pid
+// Written by tailord, not the runner, before an attempt whose exit status it
+// cannot see (a Slurm job): a boundary like start, so that an attempt whose
+// ranks never started is not judged by the attempt before. attempt, message.
+inline constexpr const char* kLaunch = "launch";
 inline constexpr const char* kResume = "resume";          // step, checkpoint[, optimizer_converted]
 inline constexpr const char* kCheckpoint = "checkpoint";  // step, dir
 inline constexpr const char* kCheckpointError = "checkpoint_error";  // message; training goes on

@@ -45,19 +45,19 @@ TEST(SlurmTextTest, ScontrolFieldsKeepValuesWithSpacesAndEmptyOnes) {
   EXPECT_EQ(f.at("X"), "1");
 }
 
-TEST(SlurmTextTest, AJobLineGivesStateTagNodesAndExit) {
-  auto j = parse_scontrol_job(
-      "JobId=1 JobName=j.sh UserId=root(0) JobState=FAILED Reason=NonZeroExitCode Dependency=(null) Requeue=1 "
-      "ExitCode=3:0 RunTime=00:00:00 NodeList=n[1-2] BatchHost=n1 Command=/tmp/sl/j.sh WorkDir=/tmp "
-      "Comment=j-abc/1  StdErr=/tmp/sl/out.log");
-  ASSERT_TRUE(j);
-  EXPECT_EQ(j->id, "1");
-  EXPECT_EQ(j->comment, "j-abc/1");
-  EXPECT_EQ(j->nodes, "n[1-2]");
-  EXPECT_EQ(j->exit_code, 3);
-  EXPECT_EQ(j->phase(), Phase::kEnded);
-  EXPECT_EQ(j->describe(), "FAILED (exit 3)");
-  EXPECT_FALSE(parse_scontrol_job("No jobs in the system"));
+TEST(SlurmTextTest, AJobsStateDescribesWhereItIs) {
+  Job j;
+  j.state = "FAILED";
+  j.exit_code = 3;
+  EXPECT_EQ(j.phase(), Phase::kEnded);
+  EXPECT_EQ(j.describe(), "FAILED (exit 3)");
+  j.state = "CANCELLED by 0";
+  j.exit_code = 0;
+  j.exit_signal = 15;
+  EXPECT_EQ(j.describe(), "CANCELLED by 0 (signal 15)");
+  j.state = "PENDING";
+  j.reason = "None";
+  EXPECT_EQ(j.describe(), "PENDING");
 }
 
 TEST(SlurmTextTest, SqueueAndSacctLinesAreRead) {

@@ -87,6 +87,9 @@ TEST(EventsTest, TheTerminalEventsExitCodeIsTheRunsExit) {
   EXPECT_EQ(exit_from_events({R"({"event":"start"})", R"({"event":"checkpoint_error","message":"disk"})"}),
             std::nullopt);
   EXPECT_EQ(exit_from_events({}), std::nullopt);
+  // tailord's launch line: the attempt after it has not spoken yet, whatever
+  // the one before said.
+  EXPECT_EQ(exit_from_events({R"({"event":"oom","exit_code":3})", R"({"event":"launch","attempt":2})"}), std::nullopt);
 }
 
 // Ranks that srun started (not the launcher) each leave their own events

@@ -30,8 +30,12 @@ Each check names the behaviour it holds tailord to:
                        queue meanwhile; the restarted tailord finds its end
                        in the completion log (sacct -c): one completion
   controller_killed    SIGKILL of slurmctld while a job runs: the job keeps
-                       its state with the reason; once slurmctld is back it
-                       is reconciled by its tag and completes exactly once
+                       its state with the reason, a new submission is 503
+                       with Slurm's words; once slurmctld is back the job is
+                       reconciled by its tag and completes exactly once
+  waits_for_slurm      slurmctld down while a failed attempt waits out its
+                       backoff: the retry waits in the queue with the reason
+                       (not a failure) and runs once Slurm is back
 
   slurm_executor_test.py BUILD_DIR SOURCE_DIR
 
@@ -90,8 +94,12 @@ GPU_TWO_NODES = "  nodes: 2\n  gpus: 1\n  gpu_memory: 2GiB\n  ranks: 2"
 failures = []
 
 
+STARTED = time.monotonic()
+
+
 def check(name, ok, detail=""):
-    print(("ok   " if ok else "FAIL ") + name + (f": {detail}" if detail else ""), flush=True)
+    print(f"{time.monotonic() - STARTED:6.1f} s " + ("ok   " if ok else "FAIL ") + name + (f": {detail}" if detail else ""),
+          flush=True)
     if not ok:
         failures.append(name)
     return ok
@@ -160,7 +168,9 @@ def without_slurm(build, src, work):
     # A Slurm configuration that names no running controller.
     conf = os.path.join(work, "no-cluster.conf")
     with open(conf, "w") as f:
-        f.write("ClusterName=none\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=9\nAuthType=auth/none\n")
+        # MessageTimeout: how long a command tries (default 10 s, ~9 s to fail).
+        f.write("ClusterName=none\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=9\nAuthType=auth/none\n"
+                "MessageTimeout=2\n")
     with TailordProcess(build, src, os.path.join(work, "no-slurm"),
                         ["--executor", "auto", "--slurm-poll-interval", "0.2"],
                         env={"SLURM_CONF": conf}) as tailord:
@@ -184,7 +194,7 @@ def with_cluster(build, src, work):
     cluster = slurm_cluster.SlurmCluster(work, nodes=2, cpus=1, gpus=1, memory_mib=3000, min_job_age=5)
     print(f"cluster up in {time.monotonic() - started:.1f} s", flush=True)
     tailord_work = os.path.join(work, "tailord")
-    args = ["--executor", "slurm", "--slurm-poll-interval", "0.2", "--retry-backoff", "0.5",
+    args = ["--executor", "slurm", "--slurm-poll-interval", "0.2", "--retry-backoff", "3",
             "--heartbeat-timeout", "60", "--cancel-grace", "20"]
     tailord = TailordProcess(build, src, tailord_work, args, env=cluster.env)
     try:
@@ -321,25 +331,19 @@ def with_cluster(build, src, work):
               f"left={left} {end6['state']} {end6['executor']} completions={len(completions(ev))}")
 
         # controller_killed
-        code, job5 = api.submit(spec("survives-slurmctld", 80, CPU_ONE, "slurm", every=10))
+        code, job5 = api.submit(spec("survives-slurmctld", 200, CPU_ONE, "slurm", every=20))
         api.wait(job5["id"], lambda j: j["state"] == "running" and (j.get("last_step") or 0) >= 3, 90, "running")
         time.sleep(5.5)  # slurmctld saves its state at most every 5 s (FIELD-NOTES)
         cluster.kill_controller()
         down = api.wait(job5["id"], lambda j: j["executor"]["state"].startswith("unreachable"), 30, "unreachable")
         check("controller_killed: the job stays running with the reason",
               down["state"] == "running", down["executor"]["state"][:160])
-        # A submission meanwhile is refused with Slurm's words, or (planned
-        # from the partition read moments before) waits with the reason and
-        # runs once Slurm is back; never counted as a failure.
+        # A submission meanwhile is planned against the partition, which
+        # tailord last read over 5 s ago (its cache's age), so it asks Slurm
+        # and is refused with Slurm's words.
         code, job7 = api.submit(spec("while-down", 5, CPU_ONE, "slurm"))
-        if code == 201:
-            waiting = api.wait(job7["id"], lambda j: j["executor"]["state"].startswith("waiting for Slurm"), 30,
-                               "waiting for Slurm")
-            check("controller_killed: a job submitted meanwhile waits in the queue with the reason",
-                  waiting["state"] == "queued" and waiting["failures"] == 0, waiting["executor"]["state"][:160])
-        else:
-            check("controller_killed: a job submitted meanwhile is refused with the reason",
-                  code == 503 and "Slurm" in job7["message"], f"{code} {job7.get('message', '')[:160]}")
+        check("controller_killed: a job submitted meanwhile is refused with 503 and the reason",
+              code == 503 and "Slurm" in job7["message"], f"{code} {job7.get('message', '')[:160]}")
         cluster.start_controller()
         end5 = api.wait_end(job5["id"])
         ev = api.events(job5["id"])
@@ -348,11 +352,26 @@ def with_cluster(build, src, work):
               end5["state"] == "succeeded" and len(completions(ev)) == 1 and len(submitted) == 1,
               f"{end5['state']} completions={len(completions(ev))} submissions={len(submitted)} "
               f"{end5['exit_reason']}")
-        if code == 201:
-            end7 = api.wait_end(job7["id"])
-            check("controller_killed: the waiting job runs once Slurm is back",
-                  end7["state"] == "succeeded" and end7["failures"] == 0 and end7["attempts"] == 1,
-                  f"{end7['state']} failures={end7['failures']} attempts={end7['attempts']}")
+
+        # waits_for_slurm: an attempt fails (its runner killed); while it
+        # waits out its backoff, slurmctld goes down. The retry waits in
+        # Tailor's queue with the reason, neither submitted nor counted, and
+        # runs once Slurm is back.
+        code, job8 = api.submit(spec("retry-waits", 40, CPU_ONE, "slurm", every=5))
+        api.wait(job8["id"], lambda j: (j.get("last_step") or 0) >= 7, 90, "step 7, past a checkpoint")
+        killed = kill_rank(job8["id"], 0)
+        api.wait(job8["id"], lambda j: j["state"] == "queued", 30, "queued for a retry")
+        cluster.kill_controller()
+        waiting = api.wait(job8["id"], lambda j: j["executor"]["state"].startswith("waiting for Slurm"), 30,
+                           "waiting for Slurm")
+        check("waits_for_slurm: the retry waits in the queue with the reason, not counted as a failure",
+              killed and waiting["state"] == "queued" and waiting["failures"] == 1, waiting["executor"]["state"][:160])
+        cluster.start_controller()
+        end8 = api.wait_end(job8["id"])
+        check("waits_for_slurm: it runs once Slurm is back and resumes from its checkpoint",
+              end8["state"] == "succeeded" and end8["failures"] == 1 and end8["attempts"] == 2
+              and any(e["kind"] == "runner.resume" for e in api.events(job8["id"])),
+              f"{end8['state']} failures={end8['failures']} attempts={end8['attempts']}")
     finally:
         tailord.stop()
         cluster.stop()

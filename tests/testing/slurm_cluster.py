@@ -98,6 +98,7 @@ class SlurmCluster:
                 "ReturnToService=2",
                 f"MinJobAge={min_job_age}",  # seconds a finished job stays in squeue
                 "KillWait=5",
+                "MessageTimeout=2",  # a command fails in ~1 s, not ~9 s, while slurmctld is down
                 "SlurmdParameters=config_overrides",
                 "GresTypes=gpu",
                 *node_lines,
