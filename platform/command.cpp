@@ -42,7 +42,8 @@ std::vector<std::string> merged_environment(const std::map<std::string, std::str
     const std::string key = kv.substr(0, kv.find('='));
     if (!extra.count(key)) out.push_back(kv);
   }
-  for (const auto& [k, v] : extra) out.push_back(k + "=" + v);
+  for (const auto& [k, v] : extra)
+    out.push_back(k + "=" + v);
   return out;
 }
 
@@ -83,10 +84,12 @@ Result<CommandResult> run_command(const CommandRequest& request) {
 
   std::vector<std::string> env = merged_environment(request.env);
   std::vector<char*> envp, argv;
-  for (auto& e : env) envp.push_back(e.data());
+  for (auto& e : env)
+    envp.push_back(e.data());
   envp.push_back(nullptr);
   std::vector<std::string> args = request.argv;
-  for (auto& a : args) argv.push_back(a.data());
+  for (auto& a : args)
+    argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = -1;
   const int rc = ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
@@ -137,7 +140,7 @@ Result<CommandResult> run_command(const CommandRequest& request) {
   }
   if (timed_out) {
     return Status::unavailable(request.argv[0] + " did not finish within " +
-                                     std::to_string(static_cast<int>(request.timeout_seconds)) + " s");
+                               std::to_string(static_cast<int>(request.timeout_seconds)) + " s");
   }
   if (too_much) return Status::resource_exhausted(request.argv[0] + " printed more than expected");
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);

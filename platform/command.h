@@ -15,8 +15,8 @@ namespace tailor::platform {
 struct CommandResult {
   int exit_code = -1;  // -1 when killed by a signal
   int signal = 0;
-  std::string out;     // stdout
-  std::string err;     // stderr
+  std::string out;  // stdout
+  std::string err;  // stderr
   bool ok() const { return exit_code == 0; }
   // "exit code 1: <first line of stderr>" / "killed by signal 9"
   std::string describe() const;

@@ -56,9 +56,11 @@ std::string batch_script(const BatchJob& job) {
   if (!job.slurm.account.empty()) s << "#SBATCH --account=" << job.slurm.account << "\n";
   if (!job.slurm.qos.empty()) s << "#SBATCH --qos=" << job.slurm.qos << "\n";
   if (!job.slurm.time_limit.empty()) s << "#SBATCH --time=" << job.slurm.time_limit << "\n";
-  for (const std::string& o : job.slurm.sbatch_options) s << "#SBATCH " << o << "\n";
+  for (const std::string& o : job.slurm.sbatch_options)
+    s << "#SBATCH " << o << "\n";
   s << "\nset -u\n";
-  for (const auto& [k, v] : job.env) s << "export " << k << "=" << shell_quote(v) << "\n";
+  for (const auto& [k, v] : job.env)
+    s << "export " << k << "=" << shell_quote(v) << "\n";
   if (job.cpus_per_task > 0) {
     s << "export OMP_NUM_THREADS=" << job.cpus_per_task << " MKL_NUM_THREADS=" << job.cpus_per_task
       << " OPENBLAS_NUM_THREADS=" << job.cpus_per_task << "\n";
@@ -76,7 +78,8 @@ std::string batch_script(const BatchJob& job) {
   s << "  bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; exec \"$@\"' "
        "tailor-rank \\\n";
   s << "  " << shell_quote(job.runner);
-  for (const std::string& a : job.runner_args) s << " " << shell_quote(a);
+  for (const std::string& a : job.runner_args)
+    s << " " << shell_quote(a);
   s << "\n";
   return s.str();
 }

@@ -17,14 +17,14 @@
 namespace tailor::daemon::slurm {
 
 struct BatchJob {
-  std::string tailor_id;   // the tag: --comment, and what reconciliation looks for
-  std::string name;        // the job's name
+  std::string tailor_id;  // the tag: --comment, and what reconciliation looks for
+  std::string name;       // the job's name
   std::int64_t attempt = 1;
-  std::string job_dir;     // on a path every node sees: plan in, run files out
-  std::string runner;      // tailor-runner's path on the nodes
-  std::vector<std::string> runner_args;     // after the program
-  std::map<std::string, std::string> env;   // exported before srun
-  int ranks = 1;           // tailor-runner processes in all
+  std::string job_dir;                     // on a path every node sees: plan in, run files out
+  std::string runner;                      // tailor-runner's path on the nodes
+  std::vector<std::string> runner_args;    // after the program
+  std::map<std::string, std::string> env;  // exported before srun
+  int ranks = 1;                           // tailor-runner processes in all
   int nodes = 1;
   int tasks_per_node = 1;  // ranks on each node (at most)
   int gpus_per_node = 0;   // --gres=gpu:N; 0 on CPU nodes

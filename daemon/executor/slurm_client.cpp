@@ -16,9 +16,10 @@ Result<std::string> Client::run(const std::string& program, const std::vector<st
   if (!r->ok()) {
     std::string words(trim(r->err.empty() ? r->out : r->err));
     if (const auto nl = words.find('\n'); nl != std::string::npos) words.resize(nl);
-    return Status::unavailable("Slurm: " + program + " failed (" +
-                               (r->signal ? "signal " + std::to_string(r->signal) : "exit " + std::to_string(r->exit_code)) +
-                               ")" + (words.empty() ? "" : ": " + words));
+    return Status::unavailable(
+        "Slurm: " + program + " failed (" +
+        (r->signal ? "signal " + std::to_string(r->signal) : "exit " + std::to_string(r->exit_code)) + ")" +
+        (words.empty() ? "" : ": " + words));
   }
   return std::move(r->out);
 }

@@ -24,7 +24,8 @@ bool starts_field(std::string_view word) {
 std::string upper_word(const std::string& state) {
   // "CANCELLED by 0" -> "CANCELLED"; "DOWN*+DRAIN" keeps its flags.
   std::string s = state.substr(0, state.find(' '));
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (char& c : s)
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
 }
 
@@ -81,12 +82,9 @@ Phase phase_of(const std::string& slurm_state) {
 std::string tailor_state_name(const std::string& slurm_state) {
   const std::string s = upper_word(slurm_state);
   switch (phase_of(s)) {
-    case Phase::kPending:
-      return "pending";
-    case Phase::kRunning:
-      return "running";
-    case Phase::kEnded:
-      break;
+    case Phase::kPending: return "pending";
+    case Phase::kRunning: return "running";
+    case Phase::kEnded: break;
   }
   if (s == "COMPLETED") return "completed";
   if (s == "CANCELLED" || s == "REVOKED") return "cancelled";
@@ -149,7 +147,8 @@ std::optional<Job> parse_sacct(std::string_view text, const std::string& id) {
 
 bool Node::usable() const {
   std::string s = state;
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (char& c : s)
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   for (const char* bad : {"DOWN", "DRAIN", "FAIL", "INVAL", "FUTURE", "*"}) {
     if (s.find(bad) != std::string::npos) return false;
   }
@@ -199,7 +198,8 @@ std::vector<Node> Partition::usable_nodes() const {
 std::string Partition::describe() const {
   const auto ok = usable_nodes();
   std::string names;
-  for (const Node& n : ok) names += (names.empty() ? "" : ", ") + n.name;
+  for (const Node& n : ok)
+    names += (names.empty() ? "" : ", ") + n.name;
   std::string out = "partition " + name + ": " + std::to_string(ok.size()) + " usable node(s)";
   if (!names.empty()) out += " (" + names + ")";
   if (ok.empty()) return out + (nodes.empty() ? "" : " of " + std::to_string(nodes.size()));
@@ -234,9 +234,11 @@ Result<Partition> parse_partition(std::string_view partitions_text, std::string_
   }
   if (!found) {
     std::string have;
-    for (const auto& n : names) have += (have.empty() ? "" : ", ") + n;
+    for (const auto& n : names)
+      have += (have.empty() ? "" : ", ") + n;
     if (name.empty()) return Status::not_found("Slurm has no default partition (partitions: " + have + ")");
-    return Status::not_found("Slurm has no partition \"" + name + "\"" + (have.empty() ? "" : " (partitions: " + have + ")"));
+    return Status::not_found("Slurm has no partition \"" + name + "\"" +
+                             (have.empty() ? "" : " (partitions: " + have + ")"));
   }
   for (const std::string& line : lines_of(nodes_text)) {
     auto n = parse_scontrol_node(line);

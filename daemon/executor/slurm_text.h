@@ -75,7 +75,7 @@ void parse_gres_gpus(const std::string& gres, int& count, std::string& type);
 
 struct Partition {
   std::string name;
-  std::string state;         // UP, DOWN, DRAIN, INACTIVE
+  std::string state;  // UP, DOWN, DRAIN, INACTIVE
   bool is_default = false;
   std::int64_t max_nodes = 0;  // 0: unlimited
   std::string max_time;        // "UNLIMITED", "1-00:00:00"

@@ -50,7 +50,8 @@ std::string start_data(const std::string& plan_json, std::int64_t attempt, const
   std::int64_t total = 0;
   supervisor_parts::plan_components(plan_json, total);
   json started = {{"attempt", attempt}, {"estimated_bytes", total}, {"slurm_job_id", slurm_id}};
-  if (auto st = runner::parse_plan_strategy(plan_json, "the job's plan"); st.is_ok()) started["strategy"] = st->describe();
+  if (auto st = runner::parse_plan_strategy(plan_json, "the job's plan"); st.is_ok())
+    started["strategy"] = st->describe();
   return started.dump();
 }
 
@@ -131,7 +132,8 @@ bool Supervisor::follow_slurm(Running& r) {
     if (mine->id != r.slurm_id) {
       // tailord stopped between sbatch and recording the id: found by its tag.
       r.slurm_id = mine->id;
-      log_status(store_.update(r.id, JobUpdate().set("executor_job_id", r.slurm_id)), "recording the Slurm job of " + r.id);
+      log_status(store_.update(r.id, JobUpdate().set("executor_job_id", r.slurm_id)),
+                 "recording the Slurm job of " + r.id);
     }
     if (mine->phase() == slurm::Phase::kRunning && !r.slurm_running) {
       // Its ranks beat from now on; each gets the full timeout to start.
@@ -187,7 +189,8 @@ bool Supervisor::follow_slurm(Running& r) {
   // that the verdict (and an OOM re-plan) reads it as from one process.
   const std::string dir = job_dir(r.id);
   std::vector<std::vector<std::string>> by_rank;
-  for (int k = 0; k < r.ranks; ++k) by_rank.push_back(all_lines(rank_events(dir, k)));
+  for (int k = 0; k < r.ranks; ++k)
+    by_rank.push_back(all_lines(rank_events(dir, k)));
   if (auto line = runner::events::deciding_rank_event(by_rank)) {
     std::ofstream events(rank_events(dir, 0), std::ios::app);
     events << *line << '\n';
@@ -297,8 +300,7 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
     b.runner_args.push_back("--memory-limit");
     b.runner_args.push_back(std::to_string(*job.memory_limit_bytes));
   }
-  slurm::lay_out_ranks(static_cast<int>(strategy->num_gpus), plan_nodes,
-                       on_cpu ? 0 : plan_gpus / plan_nodes, b);
+  slurm::lay_out_ranks(static_cast<int>(strategy->num_gpus), plan_nodes, on_cpu ? 0 : plan_gpus / plan_nodes, b);
   r.ranks = b.ranks;
   if (!loaded.ok()) return failed("the job's spec no longer loads: " + loaded.diagnostics.to_string());
   b.slurm = settings;
@@ -307,7 +309,8 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
     const auto nodes = part->usable_nodes();
     if (!nodes.empty()) {
       int cpus = nodes.front().cpus;
-      for (const slurm::Node& n : nodes) cpus = std::min(cpus, n.cpus);
+      for (const slurm::Node& n : nodes)
+        cpus = std::min(cpus, n.cpus);
       b.cpus_per_task = std::max(1, cpus / std::max(1, b.tasks_per_node));
     }
   }
@@ -340,9 +343,9 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
     JobUpdate back;
     back.set("attempts", job.attempts).set("executor_state", "waiting for Slurm: " + id.status().message());
     back.set("next_attempt_at", now_seconds() + std::max(2.0, options_.slurm_poll_seconds));
-    const Status q = store_.transition(job.id, JobState::kPlanning, JobState::kQueued,
-                                       "Slurm did not take the job: " + id.status().message() + "; submitted again when it answers",
-                                       back);
+    const Status q = store_.transition(
+        job.id, JobState::kPlanning, JobState::kQueued,
+        "Slurm did not take the job: " + id.status().message() + "; submitted again when it answers", back);
     if (q.is_ok()) return;
     log_status(q, "queueing " + job.id + " again");
   }
@@ -354,8 +357,9 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
              "recording the Slurm job of " + job.id);
   const json data = {{"attempt", attempt}, {"slurm_job_id", r.slurm_id}, {"tag", b.tailor_id},
                      {"ranks", b.ranks},   {"nodes", b.nodes},           {"script", script}};
-  log_status(store_.add_event(job.id, {"slurm", "submitted as Slurm job " + r.slurm_id + " (" + layout + ", attempt " +
-                                                    std::to_string(attempt) + ")",
+  log_status(store_.add_event(job.id, {"slurm",
+                                       "submitted as Slurm job " + r.slurm_id + " (" + layout + ", attempt " +
+                                           std::to_string(attempt) + ")",
                                        data.dump(), 0}),
              "recording the submission of " + job.id);
   r.slurm_state = "submitted";

@@ -147,12 +147,12 @@ TEST(BatchScriptTest, TheScriptTagsTheAttemptAndIsValidBash) {
   b.slurm.time_limit = "2:00:00";
   b.slurm.sbatch_options = {"--exclusive"};
   const std::string s = batch_script(b);
-  for (const char* want : {"#SBATCH --comment=j-00ff/3\n", "#SBATCH --no-requeue\n", "#SBATCH --open-mode=append\n",
-                           "#SBATCH --output=/data/jobs/j-00ff/runner.log\n", "#SBATCH --nodes=2\n",
-                           "#SBATCH --ntasks-per-node=1\n", "#SBATCH --gres=gpu:1\n", "#SBATCH --partition=gpu\n",
-                           "#SBATCH --time=2:00:00\n", "#SBATCH --exclusive\n", "#SBATCH --cpus-per-task=4\n",
-                           "export TAILOR_SPEC_ROOT='/specs/it'\\''s here'\n", "--kill-on-bad-exit=1",
-                           "--ntasks=2", "RANK=$SLURM_PROCID", "'/opt/tailor/bin/tailor-runner' '--plan'"}) {
+  for (const char* want :
+       {"#SBATCH --comment=j-00ff/3\n", "#SBATCH --no-requeue\n", "#SBATCH --open-mode=append\n",
+        "#SBATCH --output=/data/jobs/j-00ff/runner.log\n", "#SBATCH --nodes=2\n", "#SBATCH --ntasks-per-node=1\n",
+        "#SBATCH --gres=gpu:1\n", "#SBATCH --partition=gpu\n", "#SBATCH --time=2:00:00\n", "#SBATCH --exclusive\n",
+        "#SBATCH --cpus-per-task=4\n", "export TAILOR_SPEC_ROOT='/specs/it'\\''s here'\n", "--kill-on-bad-exit=1",
+        "--ntasks=2", "RANK=$SLURM_PROCID", "'/opt/tailor/bin/tailor-runner' '--plan'"}) {
     EXPECT_NE(s.find(want), std::string::npos) << want << "\n" << s;
   }
   // Every #SBATCH line comes before the first command (sbatch stops reading them there).
@@ -170,7 +170,8 @@ TEST(SlurmPlacementTest, APartitionThatFallsShortSaysByHowMuch) {
     const std::string text =
         "apiVersion: tailor/v1\nkind: TrainingJob\nname: t\nmodel: {preset: tiny-llama-byte, init: random}\n"
         "data: {train: x.txt, format: text, seq_len: 64}\ntraining: {global_batch_size: 8, max_steps: 2}\n"
-        "resources: " + resources + "\n";
+        "resources: " +
+        resources + "\n";
     dsl::LoadOptions o;
     o.check_files = false;
     auto loaded = dsl::load_job_spec_text(text, "t.yaml", "/", o);
