@@ -530,8 +530,16 @@ void Supervisor::schedule_queued() {
   std::map<std::string, const JobRecord*> by_id;
   for (const JobRecord& j : *queued) {
     if (j.executor == "slurm") {
-      // Slurm queues and places it; tailord only waits out a backoff.
+      // Slurm queues and places it; tailord only waits out a backoff, or
+      // for Slurm to answer again (asked by the poller, not here).
       if (j.next_attempt_at && *j.next_attempt_at > now_seconds()) continue;
+      if (options_.slurm && !options_.slurm->available()) {
+        const std::string why = "waiting for Slurm: " + options_.slurm->describe();
+        if (j.executor_state != why) {
+          log_status(store_.update(j.id, JobUpdate().set("executor_state", why)), "recording why " + j.id + " waits");
+        }
+        continue;
+      }
       auto full = store_.get(j.id);
       if (!full.is_ok()) {
         log_status(full.status(), "reading " + j.id + " to submit it");

@@ -219,7 +219,7 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
   const std::int64_t attempt = job.attempts + 1;
   // The spec's sbatch settings over tailord's; while Slurm cannot be asked
   // the job waits in the queue with the reason, neither submitted nor
-  // counted as a failure (the partition is read at most every few seconds).
+  // counted as a failure (an answer about the partition is kept 5 s).
   dsl::LoadOptions lo;
   lo.catalog = options_.planning.catalog;
   lo.check_files = false;
@@ -228,9 +228,8 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
   const dsl::SlurmSpec settings =
       loaded.ok() ? slurm_settings(*loaded.spec, options_.planning) : options_.planning.slurm;
   if (options_.slurm) {
-    // While Slurm is known to be down, only the poller asks it again.
-    auto part = options_.slurm->available() ? options_.slurm->partition(settings.partition)
-                                            : Result<slurm::Partition>(Status::unavailable(options_.slurm->describe()));
+    // Slurm known to be down: schedule_queued() does not come here.
+    auto part = options_.slurm->partition(settings.partition);
     if (!part.is_ok() && part.status().code() == StatusCode::kUnavailable) {
       const std::string why = "waiting for Slurm: " + part.status().message();
       if (job.executor_state != why) {
