@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 
@@ -26,6 +27,15 @@ def available():
     for tool in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sacct", "scancel"):
         if shutil.which(tool) is None and not os.path.exists("/usr/sbin/" + tool):
             return f"{tool} is not installed (scripts/setup installs slurm-wlm and munge)"
+    # The fake GPUs are character devices: a container without CAP_MKNOD
+    # cannot make them.
+    probe = tempfile.mkdtemp(prefix="tailor-mknod-")
+    try:
+        os.mknod(os.path.join(probe, "dev"), 0o666 | 0o020000, os.makedev(1, 3))
+    except OSError as e:
+        return f"cannot create the fake GPUs' device files here ({e})"
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
     return None
 
 
