@@ -3,13 +3,15 @@
 
 #include "core/args.h"
 #include "cli/commands.h"
+#include "dsl/catalog.h"
 #include "dsl/spec_fields.h"
 
 namespace tailor::cli {
 
 constexpr const char* kSchemaHelp = R"(usage: tailor schema
 
-Prints the JSON Schema (draft 2020-12) of a TrainingJob spec. Point your
+Prints the JSON Schema (draft 2020-12) of a TrainingJob spec, with the
+built-in catalog's model presets and GPU names as examples. Point your
 editor's YAML language server at it for completion and inline docs, e.g.
   tailor schema > tailor.schema.json
 and add '# yaml-language-server: $schema=tailor.schema.json' to a spec.
@@ -22,7 +24,7 @@ int run_schema(const Argv& argv, Streams io) {
     io.err << "tailor schema: takes no arguments\n" << kSchemaHelp;
     return kExitUsage;
   }
-  io.out << dsl::job_spec_json_schema();
+  io.out << dsl::job_spec_json_schema(&dsl::Catalog::builtin());
   return kExitOk;
 }
 

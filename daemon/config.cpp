@@ -113,7 +113,9 @@ options (also TAILORD_<KEY> environment variables and keys of --config):
   --runner PATH         tailor-runner (default: $TAILOR_RUNNER, beside tailord, PATH)
   --spec-root DIR       relative spec paths resolve here; every path a spec
                         names must lie inside it (default: working directory)
-  --allowed-hosts LIST  extra Host names accepted, comma-separated
+  --allowed-hosts LIST  extra Host names accepted, comma-separated (bound to
+                        0.0.0.0 or ::, as in a container, any IP address is
+                        accepted as Host too: probes and scrapes use it)
   --catalog-dir DIR     models.yaml and gpus.yaml instead of the built-in catalog
   --gpus SPEC           GPUs to schedule on, as in `tailor plan --gpus` ("0": none)
   --memory-budget SIZE  host memory CPU jobs share (default: 90% of RAM)

@@ -1,6 +1,7 @@
 #include "dsl/spec_fields.h"
 
 #include "core/text.h"
+#include "dsl/catalog.h"
 #include "dsl/field_table.h"
 #include "dsl/model_family.h"
 #include "dsl/rope.h"
@@ -641,8 +642,16 @@ void read_job_spec(const Node& root, JobSpec& spec, Diagnostics& d) { read_map(r
 
 Node write_job_spec(const JobSpec& spec) { return write_map(spec, job_fields()); }
 
-std::string job_spec_json_schema() {
+std::string job_spec_json_schema(const Catalog* catalog) {
   Json schema = schema_of(job_fields(), "A Tailor training job (apiVersion tailor/v1, kind TrainingJob).");
+  if (catalog != nullptr) {
+    Json models = Json::array();
+    for (const ModelPreset& m : catalog->models()) models.push_back(m.name);
+    Json gpus = Json::array();
+    for (const GpuModel& g : catalog->gpus()) gpus.push_back(g.key);
+    schema["properties"]["model"]["properties"]["preset"]["examples"] = models;
+    schema["properties"]["resources"]["properties"]["gpu_model"]["examples"] = gpus;
+  }
   Json out{{"$schema", "https://json-schema.org/draft/2020-12/schema"},
            {"$id", "https://tailor.dev/schemas/tailor-v1-trainingjob.json"},
            {"title", "Tailor TrainingJob"}};

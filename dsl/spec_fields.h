@@ -19,8 +19,13 @@ void read_job_spec(const Node& root, JobSpec& spec, Diagnostics& d);
 // The resolved spec as a tree, every field present (knobs print "auto").
 Node write_job_spec(const JobSpec& spec);
 
+class Catalog;
+
 // JSON Schema (draft 2020-12) of a TrainingJob document, pretty-printed.
-std::string job_spec_json_schema();
+// With a catalog, model.preset and resources.gpu_model list its names as
+// `examples` (suggestions for editors; any name the catalog loaded later
+// knows stays valid).
+std::string job_spec_json_schema(const Catalog* catalog = nullptr);
 
 // An architecture block (model.arch, or a catalog preset's arch).
 void read_model_arch(const Node& n, ModelArch& arch, const std::string& path, Diagnostics& d);

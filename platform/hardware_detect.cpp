@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -84,15 +86,84 @@ std::vector<strategies::Device> detect_with_nvidia_smi(const dsl::Catalog& catal
 
 }  // namespace
 
-std::optional<Bytes> detect_host_memory() {
-  std::ifstream in("/proc/meminfo");
+std::optional<Bytes> parse_cgroup_memory_limit(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  if (t.empty() || t == "max" || t.find_first_not_of("0123456789") != std::string::npos || t.size() > 19) {
+    return std::nullopt;
+  }
+  const unsigned long long v = std::strtoull(t.c_str(), nullptr, 10);
+  // v1 writes "no limit" as LONG_MAX rounded down to a page.
+  if (v == 0 || v >= (1ULL << 62)) return std::nullopt;
+  return Bytes(static_cast<std::int64_t>(v));
+}
+
+namespace {
+
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The smallest memory limit on the way from this process' control group up
+// to the root of the hierarchy it sees (a limit set on a parent binds too).
+// /proc/self/cgroup names the group: "0::/PATH" (v2), "N:memory:/PATH" or
+// "N:...,memory,...:/PATH" (v1). Inside a container's cgroup namespace PATH
+// is "/" and the group's files are at the mount's top; without one (v1,
+// older runtimes) PATH is the host's and may not exist under the mount, so
+// the mount's top is read as well.
+std::optional<Bytes> cgroup_memory_limit(const std::string& root) {
+  std::ifstream in(root + "/proc/self/cgroup");
+  std::optional<Bytes> best;
+  const auto consider = [&](const std::string& file) {
+    const std::string line = first_line(file);
+    if (line.empty()) return;
+    if (auto limit = parse_cgroup_memory_limit(line); limit && (!best || *limit < *best)) best = limit;
+  };
+  for (std::string line; std::getline(in, line);) {
+    const auto a = line.find(':');
+    const auto b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    std::string mount;
+    std::string file;
+    if (controllers.empty()) {
+      mount = root + "/sys/fs/cgroup";
+      file = "memory.max";
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      mount = root + "/sys/fs/cgroup/memory";
+      file = "memory.limit_in_bytes";
+    } else {
+      continue;
+    }
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    for (;;) {
+      consider(mount + path + "/" + file);
+      if (path.empty()) break;
+      path = path.substr(0, path.rfind('/'));
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::optional<Bytes> detect_host_memory(const std::string& root) {
+  std::optional<Bytes> total;
+  std::ifstream in(root + "/proc/meminfo");
   for (std::string line; std::getline(in, line);) {
     if (starts_with(line, "MemTotal:")) {
       const long long kib = std::atoll(line.c_str() + 9);
-      if (kib > 0) return Bytes(kib * 1024);
+      if (kib > 0) total = Bytes(kib * 1024);
+      break;
     }
   }
-  return std::nullopt;
+  const std::optional<Bytes> limit = cgroup_memory_limit(root);
+  if (limit && (!total || *limit < *total)) return limit;
+  return total;
 }
 
 bool detect_native_bf16() {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/units.h"
@@ -13,8 +14,17 @@
 
 namespace tailor::platform {
 
-// Host RAM (MemTotal); nullopt when unreadable.
-std::optional<Bytes> detect_host_memory();
+// The memory this process may use: host RAM (MemTotal), or its control
+// group's limit where that is smaller (a container started with --memory, a
+// Kubernetes pod's limit, a systemd MemoryMax=), so that jobs are planned for
+// what the kernel will allow before it kills them. nullopt when unreadable.
+// `root` prefixes /proc and /sys (tests lay out a tree of their own).
+std::optional<Bytes> detect_host_memory(const std::string& root = "");
+
+// A control group's memory limit as its file holds it: cgroup v2's
+// memory.max ("max" or bytes) or v1's memory.limit_in_bytes (bytes, a
+// number near 2^63 for none). nullopt for no limit or unreadable text.
+std::optional<Bytes> parse_cgroup_memory_limit(const std::string& text);
 
 // Whether the CPU multiplies bf16 in hardware: /proc/cpuinfo's flags name
 // avx512_bf16 or amx_bf16 (x86) or its Features name bf16 (Arm). True when

@@ -423,12 +423,14 @@ function schemaAt(schema, path) {
   return n;
 }
 
-// The values a schema node allows, as YAML words: its enums, consts, booleans.
+// The values a schema node allows, as YAML words: its enums, consts,
+// booleans, and its examples (the catalog's model presets and GPU names).
 function schemaValues(n) {
   const out = [];
   const walk = (x) => {
     if (!x) return;
     if (x.enum) out.push(...x.enum.map(String));
+    if (x.examples) out.push(...x.examples.map(String));
     if (x.const !== undefined) out.push(String(x.const));
     if (x.type === "boolean") out.push("true", "false");
     (x.anyOf || []).forEach(walk);

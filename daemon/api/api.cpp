@@ -20,6 +20,7 @@
 #include "daemon/api/openapi_document.h"
 #include "daemon/api/resource_json.h"
 #include "daemon/api/web_ui.h"
+#include "dsl/catalog.h"
 #include "dsl/spec_fields.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/http/errors.h"
@@ -194,13 +195,15 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
                  if (!f) return error_response(ApiError::kNotFound, "no such file of the web UI: " + quote(r.params["file"]));
                  return *f;
                }});
-  // The job spec's JSON Schema (`tailor schema`): the web UI's editor
-  // completes keys and values from it. A description, public like the API's.
-  router_.add({"GET", "/v1/spec-schema", false, [](HttpRequest&) {
-                 static const std::string kSchema = dsl::job_spec_json_schema();
+  // The job spec's JSON Schema (`tailor schema`) with this daemon's catalog
+  // names as examples: the web UI's editor completes keys and values from
+  // it. A description, public like the API's.
+  router_.add({"GET", "/v1/spec-schema", false,
+               [schema = dsl::job_spec_json_schema(ctx_.planning.catalog ? ctx_.planning.catalog
+                                                                         : &dsl::Catalog::builtin())](HttpRequest&) {
                  HttpResponse r;
                  r.content_type = "application/schema+json";
-                 r.body = kSchema;
+                 r.body = schema;
                  return r;
                }});
   router_.add({"GET", "/v1/hardware", true, [this](HttpRequest&) {

@@ -1,5 +1,6 @@
 #include "daemon/http/auth.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -113,13 +114,54 @@ HostPolicy::HostPolicy(std::uint16_t port, const std::string& bound_address, std
     hosts_.push_back(n);
     hosts_.push_back(n + ":" + p);
   }
-  for (auto& e : extra) hosts_.push_back(lower(e));
+  for (const auto& e : extra) {
+    // A name given without a port is accepted with the server's port too,
+    // as a client that connects to it writes it ("tailord:8470").
+    const std::string name = lower(e);
+    if (name.empty()) continue;
+    const auto colon = name.rfind(':');
+    const bool has_port = colon != std::string::npos && (name.front() != '[' || name.rfind(']') < colon);
+    hosts_.push_back(name);
+    if (!has_port) hosts_.push_back(name + ":" + p);
+  }
+  any_address_ = bound_address == "0.0.0.0" || bound_address == "::";
 }
 
-bool HostPolicy::host_allowed(std::string_view host) const {
+bool is_ip_host(std::string_view host) {
+  std::string_view address = host;
+  std::string_view port;
+  int family = AF_INET;
+  if (!host.empty() && host.front() == '[') {
+    const auto close = host.find(']');
+    if (close == std::string_view::npos) return false;
+    address = host.substr(1, close - 1);
+    const std::string_view rest = host.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return false;
+      port = rest.substr(1);
+      if (port.empty()) return false;
+    }
+    family = AF_INET6;
+  } else if (const auto colon = host.find(':'); colon != std::string_view::npos) {
+    address = host.substr(0, colon);
+    port = host.substr(colon + 1);
+    if (port.empty()) return false;
+  }
+  if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  // inet_pton takes only the strict forms: dotted-quad decimal for IPv4, so
+  // "0x7f.1" or "2130706433", which resolvers read as addresses, are names here.
+  unsigned char buffer[16];
+  return ::inet_pton(family, std::string(address).c_str(), buffer) == 1;
+}
+
+bool HostPolicy::name_allowed(std::string_view host) const {
   const std::string h = lower(host);
   return std::find(hosts_.begin(), hosts_.end(), h) != hosts_.end();
 }
+
+bool HostPolicy::address_allowed(std::string_view host) const { return any_address_ && is_ip_host(host); }
 
 bool HostPolicy::allows(const HttpRequest& request, std::string& why) const {
   const std::string host = request.header("host");
@@ -127,7 +169,7 @@ bool HostPolicy::allows(const HttpRequest& request, std::string& why) const {
     why = "missing Host header";
     return false;
   }
-  if (!host_allowed(host)) {
+  if (!name_allowed(host) && !address_allowed(host)) {
     why = "Host '" + host + "' is not an allowed name for this server (add it to allowed_hosts)";
     return false;
   }
@@ -135,7 +177,8 @@ bool HostPolicy::allows(const HttpRequest& request, std::string& why) const {
   if (origin.empty()) return true;
   const auto scheme = origin.find("://");
   const std::string origin_host = scheme == std::string::npos ? std::string() : origin.substr(scheme + 3);
-  if (origin_host.empty() || !host_allowed(origin_host)) {
+  const bool same_address = address_allowed(origin_host) && lower(origin_host) == lower(host);
+  if (origin_host.empty() || !(name_allowed(origin_host) || same_address)) {
     why = "Origin '" + origin + "' is not allowed";
     return false;
   }

@@ -30,16 +30,32 @@ class HostPolicy {
  public:
   // For a server bound to `port`: localhost, 127.0.0.1 and [::1] with that
   // port (and without a port), the bound address, plus `extra` host names
-  // ("tailor.example.org" or "tailor.example.org:8470").
+  // ("tailor.example.org", also with that port, or "tailor.example.org:8470",
+  // with that port only).
+  //
+  // A server bound to every interface (0.0.0.0 or ::, as in a container or
+  // a Kubernetes pod) also accepts any IP address as Host, with any port:
+  // kubelet's probes and Prometheus' scrapes name the pod by its address,
+  // which is not known beforehand, and an address cannot be a rebinding
+  // attack, which needs a host name the attacker's DNS answers for.
   HostPolicy(std::uint16_t port, const std::string& bound_address, std::vector<std::string> extra);
 
   // A missing Host is refused (HTTP/1.1 requires it). A request without an
-  // Origin is allowed (not from a browser); with one, its host must be allowed.
+  // Origin is allowed (not from a browser); with one, its host must be an
+  // allowed name, or the request's own Host when that is an address (the
+  // UI opened by the pod's address): a page served from another address is
+  // refused.
   bool allows(const HttpRequest& request, std::string& why) const;
 
  private:
-  bool host_allowed(std::string_view host) const;
+  bool name_allowed(std::string_view host) const;
+  bool address_allowed(std::string_view host) const;
   std::vector<std::string> hosts_;  // lower-case, with and without port
+  bool any_address_ = false;        // bound to 0.0.0.0 or ::
 };
+
+// True for "10.1.2.3", "10.1.2.3:8470", "[fd00::1]" and "[fd00::1]:8470":
+// an IPv4 or bracketed IPv6 address, with an optional decimal port.
+bool is_ip_host(std::string_view host);
 
 }  // namespace tailor::daemon

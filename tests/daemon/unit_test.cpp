@@ -95,12 +95,49 @@ TEST(AuthTest, HostPolicyAllowsLoopbackNamesWithThePortOnly) {
   EXPECT_FALSE(p.allows(r, why));
   r.headers["host"] = "tailor.lan";
   EXPECT_TRUE(p.allows(r, why));
+  r.headers["host"] = "tailor.lan:8470";
+  EXPECT_TRUE(p.allows(r, why));
+  r.headers["host"] = "tailor.lan:9999";
+  EXPECT_FALSE(p.allows(r, why));
   r.headers["host"] = "attacker.example:8470";
   EXPECT_FALSE(p.allows(r, why));
   r.headers["host"] = "localhost:8470";
   r.headers["origin"] = "http://attacker.example";
   EXPECT_FALSE(p.allows(r, why));
   EXPECT_NE(why.find("Origin"), std::string::npos);
+}
+
+// In a pod, kubelet's probes and Prometheus' scrapes send the pod's address
+// as Host; a server bound to every interface takes any address, never a
+// name it was not given, and an Origin only when it is the request's own.
+TEST(AuthTest, AServerBoundToEveryInterfaceAcceptsAddressesAsHostButNotOtherNames) {
+  HostPolicy p(8470, "0.0.0.0", {"tailord"});
+  HttpRequest r;
+  std::string why;
+  for (const char* host : {"10.1.2.3:8470", "10.1.2.3", "10.1.2.3:18470", "[fd00::1]:8470", "[::1]", "tailord:8470",
+                           "tailord", "localhost:8470"}) {
+    r.headers["host"] = host;
+    EXPECT_TRUE(p.allows(r, why)) << host << ": " << why;
+  }
+  for (const char* host : {"attacker.example:8470", "10.1.2.3.nip.io:8470", "2130706433:8470", "0x7f.1:8470",
+                           "10.1.2.3:", "10.1.2.3:84a0", "10.1.2.3:847000", "[fd00::1", "[fd00::1]x", "fd00::1"}) {
+    r.headers["host"] = host;
+    EXPECT_FALSE(p.allows(r, why)) << host;
+  }
+  r.headers["host"] = "10.1.2.3:8470";
+  r.headers["origin"] = "http://10.1.2.3:8470";
+  EXPECT_TRUE(p.allows(r, why)) << why;
+  r.headers["origin"] = "http://10.9.9.9:8470";
+  EXPECT_FALSE(p.allows(r, why));
+  EXPECT_NE(why.find("Origin"), std::string::npos);
+  r.headers["origin"] = "http://tailord";
+  EXPECT_TRUE(p.allows(r, why)) << why;
+
+  // Bound to loopback, an address is a name like any other: only the listed ones.
+  HostPolicy loopback(8470, "127.0.0.1", {});
+  r.headers.erase("origin");
+  r.headers["host"] = "10.1.2.3:8470";
+  EXPECT_FALSE(loopback.allows(r, why));
 }
 
 TEST(DaemonMetricsTest, MadeUpMethodsShareOneSeriesAndTheProcessNamesItself) {

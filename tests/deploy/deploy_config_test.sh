@@ -84,4 +84,77 @@ assert dash["apiVersion"] == 1 and dash["providers"][0]["type"] == "file", dash
 assert dash["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards/tailor", dash
 print("ok: grafana provisioning")
 PY
+
+# --- the container, compose and Kubernetes files ------------------------------
+bin=$(dirname "$python")
+# A broken copy of each file must be refused too: a checker that passes
+# everything proves nothing.
+refused() {  # refused NAME FILE SED-EXPRESSION COMMAND... (FILE is the command's last argument)
+  local name=$1 file=$2 edit=$3
+  shift 3
+  sed "$edit" "$file" >"$work/broken-$name"
+  cmp -s "$file" "$work/broken-$name" && fail "the broken copy of $name is not broken ($edit)"
+  if "$@" "$work/broken-$name" >"$work/broken-$name.out" 2>&1; then fail "$name with '$edit' was accepted by $1"; fi
+}
+
+echo "== hadolint deploy/container/Containerfile"
+"$bin/hadolint" "$src/deploy/container/Containerfile" || fail "hadolint found faults in the Containerfile"
+refused Containerfile "$src/deploy/container/Containerfile" 's/^USER 10001:10001/USER root/' "$bin/hadolint"
+bash -n "$src/deploy/container/build-image" || fail "build-image does not parse"
+"$src/deploy/container/build-image" --help | grep -q -- "--stage-only" || fail "build-image --help"
+echo "ok"
+
+echo "== deploy/compose against the Compose specification (check-jsonschema)"
+"$bin/check-jsonschema" --builtin-schema vendor.compose-spec "$src/deploy/compose/compose.yaml"
+refused compose.yaml "$src/deploy/compose/compose.yaml" 's/^    restart: unless-stopped/    restarts: unless-stopped/' \
+  "$bin/check-jsonschema" --builtin-schema vendor.compose-spec
+mkdir -p "$work/compose-prometheus"
+cp "$src/deploy/compose/prometheus.yml" "$src/deploy/prometheus/alerts.yml" "$work/compose-prometheus/"
+promtool check config "$work/compose-prometheus/prometheus.yml"
+
+echo "== deploy/kubernetes against Kubernetes' schemas (kubernetes-validate --strict)"
+for f in "$src"/deploy/kubernetes/*.yaml; do
+  [[ $f == */kustomization.yaml || $f == */servicemonitor.yaml ]] && continue  # no schema on PyPI: manifests_check.py
+  out=$("$bin/kubernetes-validate" --strict "$f" 2>&1) || fail "$out"
+  grep -q "^INFO .* passed" <<<"$out" && ! grep -q "^WARN" <<<"$out" || fail "not validated: $out"
+done
+refused deployment.yaml "$src/deploy/kubernetes/deployment.yaml" 's/readOnlyRootFilesystem/readOnlyRootFileSystem/' \
+  "$bin/kubernetes-validate" --strict
+echo "ok"
+
+echo "== cross-references between the compose and Kubernetes files"
+"$python" "$src/tests/deploy/manifests_check.py" "$src"
+
+echo "== tailord with the image's and the ConfigMap's settings (on loopback here)"
+# Both bind every interface in their container; here 127.0.0.1:0, with the
+# rest as written. Scrapes by the names they allow are answered, another
+# name is refused. (An address as Host, accepted where tailord is bound to
+# every interface: AuthTest, and the container_image test.)
+config_map=$work/k8s-tailord.yaml
+"$python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["data"]["tailord.yaml"])' \
+  "$src/deploy/kubernetes/configmap.yaml" >"$config_map"
+for settings in "$src/deploy/container/tailord.yaml" "$config_map"; do
+  name=$(basename "$settings" .yaml)
+  mkdir -p "$work/$name-specs"
+  sed -e "s#/var/lib/tailord#$work/$name-data#" -e "s#/srv/tailor#$work/$name-specs#" -e "s#0.0.0.0:8470#127.0.0.1:0#" \
+    -e "s#/usr/local/bin/tailor-runner#$build/bin/tailor-runner#" "$settings" >"$work/$name-run.yaml"
+  grep -q "listen: 127.0.0.1:0" "$work/$name-run.yaml" || fail "$settings does not listen on 0.0.0.0:8470"
+  "$build/bin/tailord" --config "$work/$name-run.yaml" >"$work/$name.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 200); do [[ -s $work/$name-data/address ]] && break; kill -0 "$daemon" 2>/dev/null || break; sleep 0.05; done
+  [[ -s $work/$name-data/address ]] || fail "tailord did not start with $settings: $(cat "$work/$name.log")"
+  address=$(cat "$work/$name-data/address")
+  hosts=$("$python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["allowed_hosts"].replace(",", " "))' "$settings")
+  port=${address##*:}  # 8470 in the container; a free one here
+  for host in $hosts; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: $host:$port" "http://$address/metrics")
+    [[ $code == 200 ]] || fail "a scrape addressed to $host:$port got $code with $settings"
+  done
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: attacker.example:8470" "http://$address/healthz")
+  [[ $code == 403 ]] || fail "Host attacker.example got $code with $settings"
+  kill "$daemon"
+  wait "$daemon" || fail "tailord did not stop cleanly with $settings: $(cat "$work/$name.log")"
+  daemon=""
+done
+echo "ok"
 echo "deploy: ok"

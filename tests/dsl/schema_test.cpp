@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "dsl/catalog.h"
 #include "dsl/spec_fields.h"
 
 namespace tailor::dsl {
@@ -41,6 +44,25 @@ TEST(SchemaTest, EveryPropertyHasADescription) {
     }
   }
   EXPECT_GT(checked, 50);
+}
+
+// Editors and the web UI suggest the catalog's names from the schema; the
+// plain schema names none (a spec's catalog may differ).
+TEST(SchemaTest, ACatalogsNamesAreTheExamplesOfPresetAndGpuModel) {
+  const Catalog& catalog = Catalog::builtin();
+  const auto schema = nlohmann::json::parse(job_spec_json_schema(&catalog));
+  const auto& preset = schema["properties"]["model"]["properties"]["preset"];
+  const auto& gpu = schema["properties"]["resources"]["properties"]["gpu_model"];
+  ASSERT_EQ(preset["examples"].size(), catalog.models().size());
+  for (std::size_t i = 0; i < catalog.models().size(); ++i) EXPECT_EQ(preset["examples"][i], catalog.models()[i].name);
+  ASSERT_EQ(gpu["examples"].size(), catalog.gpus().size());
+  for (std::size_t i = 0; i < catalog.gpus().size(); ++i) EXPECT_EQ(gpu["examples"][i], catalog.gpus()[i].key);
+  EXPECT_NE(std::find(preset["examples"].begin(), preset["examples"].end(), "llama-2-7b"), preset["examples"].end());
+  EXPECT_EQ(preset["type"], "string");
+
+  const auto plain = nlohmann::json::parse(job_spec_json_schema());
+  EXPECT_FALSE(plain["properties"]["model"]["properties"]["preset"].contains("examples"));
+  EXPECT_FALSE(plain["properties"]["resources"]["properties"]["gpu_model"].contains("examples"));
 }
 
 }  // namespace

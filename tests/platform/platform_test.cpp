@@ -34,6 +34,55 @@ TEST(HardwareDetectTest, ReadsHostMemoryFromProc) {
   EXPECT_GT(*mem, Bytes::gib(1));
 }
 
+void write_tree_file(const TempDir& root, const std::string& path, const std::string& text) {
+  const std::filesystem::path p = root.path().string() + path;
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+// A container's or pod's memory limit, not the host's RAM, is what its jobs
+// may use: the smaller of the two is the host memory planned for.
+TEST(HardwareDetectTest, AControlGroupsMemoryLimitBelowTheRamIsTheHostMemory) {
+  const std::string meminfo = "MemTotal:       65536000 kB\nMemFree:        1000 kB\n";
+  {  // cgroup v2 inside a cgroup namespace: the group is the mount's top.
+    TempDir root;
+    write_tree_file(root, "/proc/meminfo", meminfo);
+    write_tree_file(root, "/proc/self/cgroup", "0::/\n");
+    write_tree_file(root, "/sys/fs/cgroup/memory.max", "3221225472\n");
+    EXPECT_EQ(detect_host_memory(root.path().string()), Bytes::gib(3));
+  }
+  {  // v2 without one: the group's own path, and a tighter limit on its parent.
+    TempDir root;
+    write_tree_file(root, "/proc/meminfo", meminfo);
+    write_tree_file(root, "/proc/self/cgroup", "0::/kubepods/pod1/c1\n");
+    write_tree_file(root, "/sys/fs/cgroup/kubepods/pod1/c1/memory.max", "max\n");
+    write_tree_file(root, "/sys/fs/cgroup/kubepods/pod1/memory.max", "2147483648\n");
+    EXPECT_EQ(detect_host_memory(root.path().string()), Bytes::gib(2));
+  }
+  {  // v1 (a hybrid host): the memory controller's line among others; the
+     // host's path is absent under the container's mount, its top holds the limit.
+    TempDir root;
+    write_tree_file(root, "/proc/meminfo", meminfo);
+    write_tree_file(root, "/proc/self/cgroup", "12:pids:/docker/abc\n4:memory:/docker/abc\n0::/docker/abc\n");
+    write_tree_file(root, "/sys/fs/cgroup/memory/memory.limit_in_bytes", "1073741824\n");
+    EXPECT_EQ(detect_host_memory(root.path().string()), Bytes::gib(1));
+  }
+  {  // No limit (v1 writes a number near 2^63), or one above the RAM: the RAM.
+    TempDir root;
+    write_tree_file(root, "/proc/meminfo", meminfo);
+    write_tree_file(root, "/proc/self/cgroup", "4:cpu,memory:/\n");
+    write_tree_file(root, "/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    EXPECT_EQ(detect_host_memory(root.path().string()), Bytes(65536000LL * 1024));
+    write_tree_file(root, "/sys/fs/cgroup/memory/memory.limit_in_bytes", "137438953472\n");
+    EXPECT_EQ(detect_host_memory(root.path().string()), Bytes(65536000LL * 1024));
+  }
+  EXPECT_EQ(parse_cgroup_memory_limit("max"), std::nullopt);
+  EXPECT_EQ(parse_cgroup_memory_limit("12x"), std::nullopt);
+  EXPECT_EQ(parse_cgroup_memory_limit(""), std::nullopt);
+  EXPECT_EQ(parse_cgroup_memory_limit("99999999999999999999999"), std::nullopt);
+  EXPECT_EQ(parse_cgroup_memory_limit("4096\n"), Bytes(4096));
+}
+
 TEST(FilesTest, AtomicWriteReplacesTheWholeFileAndLeavesNoTemporary) {
   TempDir dir;
   const std::string path = dir.file("plan.json");

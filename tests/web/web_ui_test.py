@@ -160,7 +160,16 @@ def main():
         text = editor.get_attribute("value")
         if "  max_steps: 5\n" not in text or f"precision: {values[1]}" not in text:
             fail(f"the completions were not inserted where they belong:\n{text}")
-        print(f"ok: completion offers {options[0]!r} for 'max_st' and {values} for 'precision: ', and inserts them")
+        # A catalog name: the daemon's schema lists its presets as examples.
+        type_spec("apiVersion: tailor/v1\nkind: TrainingJob\nname: c\nmodel:\n")
+        editor.send_keys("  preset: llama-2")
+        editor.send_keys(Keys.CONTROL, " ")
+        presets = wait.until(lambda d: [li.text for li in d.find_elements(By.CSS_SELECTOR, "#completions li")] or None)
+        if "llama-2-7b" not in presets or any(not p.startswith("llama-2") for p in presets):
+            fail(f"Ctrl+Space after 'preset: llama-2' offered {presets}")
+        editor.send_keys(Keys.ESCAPE)
+        print(f"ok: completion offers {options[0]!r} for 'max_st', {values} for 'precision: ' and {presets} for "
+              "'preset: llama-2', and inserts them")
         shot("03-submit-completion")
 
         # The demo spec: planned as it is typed, then submitted.
