@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <cctype>
 #include <filesystem>
 #include <variant>
 
@@ -82,6 +83,26 @@ bool none_match_names(const std::string& header, const std::string& tag) {
 // A query parameter given with no value ("?limit=") is malformed, not
 // absent: a client that sends one meant something and gets told.
 bool given(const HttpRequest& r, const std::string& key) { return r.query.count(key) != 0; }
+
+// Content-Disposition for saving `path` under its last name (RFC 6266): a
+// plain ASCII fallback, and the exact name percent-encoded (RFC 8187).
+std::string attachment_header(const std::string& path) {
+  const std::string name = path.substr(path.rfind('/') + 1);
+  std::string plain, encoded;
+  static const char kHex[] = "0123456789ABCDEF";
+  for (const char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    plain += (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') ? '_' : ch;
+    if (std::isalnum(c) || c == '.' || c == '-' || c == '_') {
+      encoded += ch;
+    } else {
+      encoded += '%';
+      encoded += kHex[c >> 4];
+      encoded += kHex[c & 15];
+    }
+  }
+  return "attachment; filename=\"" + plain + "\"; filename*=UTF-8''" + encoded;
+}
 
 Result<std::int64_t> int_param(const HttpRequest& r, const std::string& key, std::int64_t fallback, std::int64_t lo,
                                std::int64_t hi) {
@@ -226,6 +247,10 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   router_.add({"GET", "/v1/events", true, bind(&Api::all_events)});
   router_.add({"GET", "/v1/jobs/{id}/logs", true, bind(&Api::logs)});
   router_.add({"GET", "/v1/jobs/{id}/files", true, bind(&Api::files)});
+  router_.add({"POST", "/v1/jobs/{id}/files/link", true, bind(&Api::file_link), /*reads_only=*/true});
+  // The link is the credential: no token, so a browser's own download
+  // manager can fetch it.
+  router_.add({"GET", "/v1/downloads/{link}", false, bind(&Api::download)});
   router_.add({"POST", "/v1/jobs/{id}/cancel", true, bind(&Api::cancel)});
   router_.add({"POST", "/v1/jobs/{id}/retry", true, bind(&Api::retry)});
   router_.add({"DELETE", "/v1/jobs/{id}", true, bind(&Api::remove)});
@@ -254,7 +279,8 @@ HttpResponse Api::handle(HttpRequest& request) {
       if (m.route->authenticated && access == Access::kNone) {
         res = error_response(ApiError::kUnauthorized, "missing or wrong bearer token (see DATA_DIR/token)");
         res.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tailord\"");
-      } else if (m.route->authenticated && access == Access::kRead && request.method != "GET") {
+      } else if (m.route->authenticated && access == Access::kRead && request.method != "GET" &&
+                 !m.route->reads_only) {
         res = error_response(ApiError::kForbidden,
                              "this token may only read (DATA_DIR/token.read); " + request.method + " " + m.route->pattern +
                                  " needs the admin token (DATA_DIR/token)");
@@ -614,6 +640,48 @@ HttpResponse Api::files(HttpRequest& r) {
   const std::string path = r.query_value("path");
   if (path.empty()) return error_response(Status::invalid_argument("query parameter path: empty; leave it out to list the job's files"));
   return job_file(ctx_.supervisor->job_dir(id), path, r);
+}
+
+HttpResponse Api::file_link(HttpRequest& r) {
+  const std::string id = r.params["id"];
+  auto job = ctx_.store->get(id);
+  if (!job.is_ok()) return error_response(job.status());
+  const std::string path = r.query_value("path");
+  if (path.empty()) {
+    return error_response(Status::invalid_argument(
+        "query parameter path: required: a file of the job's folder (GET /v1/jobs/{id}/files lists them)"));
+  }
+  // The download's own checks, now: a link is made only for a file that
+  // can be downloaded (inside the folder, regular, the job's output).
+  const HttpRequest plain;
+  const HttpResponse file = job_file(ctx_.supervisor->job_dir(id), path, plain);
+  if (file.status != 200) return file;
+  auto link = links_.make(id, path, now_seconds(), ctx_.download_link_seconds);
+  if (!link.is_ok()) return error_response(link.status());
+  return json_response(201, {{"url", "/v1/downloads/" + link->id},
+                             {"job_id", id},
+                             {"path", path},
+                             {"bytes", file.file ? file.file->length : file.body.size()},
+                             {"expires_at", time_json(link->expires_at)}});
+}
+
+HttpResponse Api::download(HttpRequest& r) {
+  const std::optional<DownloadLink> link = links_.find(r.params["link"], now_seconds());
+  if (!link) {
+    return error_response(ApiError::kNotFound,
+                          "no such download link: it expired or was never made (POST /v1/jobs/{id}/files/link)");
+  }
+  if (!ctx_.store->get(link->job_id).is_ok()) {
+    return error_response(ApiError::kNotFound, "the job " + link->job_id + " of this link is gone");
+  }
+  HttpResponse res = job_file(ctx_.supervisor->job_dir(link->job_id), link->path, r);
+  if (res.status == 200 || res.status == 206) {
+    res.headers.emplace_back("Content-Disposition", attachment_header(link->path));
+  }
+  // The URL stays out of caches and other sites' Referer headers.
+  res.headers.emplace_back("Cache-Control", "no-store");
+  res.headers.emplace_back("Referrer-Policy", "no-referrer");
+  return res;
 }
 
 HttpResponse Api::remove(HttpRequest& r) {

@@ -13,6 +13,7 @@
 
 #include "daemon/executor/slurm_executor.h"
 #include "daemon/planning/job_planning.h"
+#include "daemon/api/download_links.h"
 #include "daemon/http/auth.h"
 #include "daemon/http/server.h"
 #include "daemon/http/tokens.h"
@@ -37,6 +38,7 @@ struct ApiContext {
   std::string default_executor = "local";  // --executor
   double started_at = 0;
   const HttpServer* server = nullptr;  // its connection figures go to /metrics
+  double download_link_seconds = 600;  // how long a download link works
 };
 
 // Requests whose work (planning a job, removing a job's folder) would hold
@@ -61,10 +63,13 @@ class Api {
   HttpResponse cancel(HttpRequest& r);
   HttpResponse retry(HttpRequest& r);
   HttpResponse files(HttpRequest& r);
+  HttpResponse file_link(HttpRequest& r);
+  HttpResponse download(HttpRequest& r);
   HttpResponse remove(HttpRequest& r);
 
   ApiContext ctx_;
   Router router_;
+  DownloadLinks links_;
 };
 
 // A job as the API shows it.

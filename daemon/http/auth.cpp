@@ -22,6 +22,8 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+}  // namespace
+
 Result<std::string> random_hex(std::size_t bytes) {
   const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::io_error(std::string("/dev/urandom: ") + std::strerror(errno));
@@ -45,8 +47,6 @@ Result<std::string> random_hex(std::size_t bytes) {
   }
   return out;
 }
-
-}  // namespace
 
 Result<std::string> load_or_create_token(const std::string& path) {
   struct stat st {};

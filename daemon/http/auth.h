@@ -13,6 +13,9 @@
 
 namespace tailor::daemon {
 
+// `bytes` random bytes from /dev/urandom as lower-case hex.
+Result<std::string> random_hex(std::size_t bytes);
+
 // Reads the token at `path`, or creates it (32 random bytes from
 // /dev/urandom, hex) with mode 0600 through a temporary file and rename. An
 // existing token file readable by group or others is refused: someone may

@@ -17,6 +17,9 @@ struct Route {
   std::string pattern;        // also the `route` label of request metrics
   bool authenticated = true;  // false: /healthz, /metrics
   Handler handler;
+  // A POST that only reads (making a download link): a read-only token may
+  // call it, as it may every GET.
+  bool reads_only = false;
 };
 
 class Router {

@@ -304,6 +304,71 @@ TEST(ApiE2eTest, AJobsFilesAreListedAndDownloadedWholeOrByRange) {
   EXPECT_EQ(http_request(d.address(), "GET", target).status, 401);
 }
 
+std::string read_token(const std::string& path);
+
+// A download link: made with a token (a read-only one too), then the file
+// without any, whole or by range, saved under its name; never for a file a
+// download would refuse; gone with its job.
+TEST(ApiE2eTest, ADownloadLinkServesAJobsFileWithoutATokenUntilTheJobIsGone) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+  const auto made = d.post("/v1/jobs", tiny_spec("linked", 5, 100));
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string id = made.json()["id"];
+  ASSERT_TRUE(wait_for([&] { return d.job(id).value("failures", 0) == 1; }, std::chrono::seconds(30)));
+  const std::string folder = dir.file("data/jobs/" + id);
+  std::filesystem::create_directories(folder + "/adapter");
+  std::string adapter(200000, '\0');
+  for (std::size_t i = 0; i < adapter.size(); ++i) adapter[i] = static_cast<char>((i * 31) % 253);
+  std::ofstream(folder + "/adapter/adapter model.safetensors", std::ios::binary) << adapter;
+
+  const std::string base = "/v1/jobs/" + id + "/files/link?path=";
+  const auto link = d.post(base + "adapter/adapter%20model.safetensors", "");
+  ASSERT_EQ(link.status, 201) << link.body;
+  const auto made_link = link.json();
+  EXPECT_EQ(made_link["bytes"], adapter.size());
+  EXPECT_EQ(made_link["path"], "adapter/adapter model.safetensors");
+  const std::string url = made_link["url"];
+  ASSERT_EQ(url.rfind("/v1/downloads/", 0), 0u) << url;
+  EXPECT_EQ(url.size(), std::string("/v1/downloads/").size() + 64);
+  EXPECT_EQ(url.find(d.token()), std::string::npos);
+
+  const auto whole = http_request(d.address(), "GET", url);  // no token
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(whole.body, adapter);
+  EXPECT_EQ(whole.headers.at("content-disposition"),
+            "attachment; filename=\"adapter model.safetensors\"; filename*=UTF-8''adapter%20model.safetensors");
+  EXPECT_EQ(whole.headers.at("cache-control"), "no-store");
+  const auto rest = http_request(d.address(), "GET", url, {}, {{"Range", "bytes=150000-"}});
+  ASSERT_EQ(rest.status, 206);
+  EXPECT_EQ(rest.body, adapter.substr(150000));
+  EXPECT_EQ(http_request(d.address(), "GET", url).body, adapter);  // asked again, still served
+
+  // A read-only token may make one: it is a read.
+  const auto reader = http_request(d.address(), "POST", base + "plan.json", {},
+                                   {{"Authorization", "Bearer " + read_token(dir.file("data/token.read"))}});
+  EXPECT_EQ(reader.status, 201) << reader.body;
+  std::ofstream(dir.file("secret")) << "not the job's";
+  std::filesystem::create_symlink(dir.file("secret"), folder + "/link");
+  for (const char* bad : {"../../tailor.db", "/etc/passwd", "link", "adapter", ""}) {
+    const auto r = d.post(base + bad, "");
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
+  }
+  EXPECT_EQ(d.post(base + "nothing.bin", "").status, 404);
+  EXPECT_EQ(d.post("/v1/jobs/j-0000000000000000/files/link?path=plan.json", "").status, 404);
+  EXPECT_EQ(http_request(d.address(), "POST", base + "plan.json").status, 401);
+  EXPECT_EQ(http_request(d.address(), "GET", "/v1/downloads/" + std::string(64, '0')).status, 404);
+
+  // The job deleted: its links serve nothing.
+  ASSERT_EQ(d.post("/v1/jobs/" + id + "/cancel", "").status, 202);
+  ASSERT_TRUE(d.wait_state(id, "cancelled", std::chrono::seconds(30)));
+  ASSERT_EQ(http_request(d.address(), "DELETE", "/v1/jobs/" + id, {}, {{"Authorization", "Bearer " + d.token()}}).status,
+            200);
+  const auto gone = http_request(d.address(), "GET", url);
+  EXPECT_EQ(gone.status, 404) << gone.body;
+}
+
 // /metrics stays bounded however many jobs ran: per-job series are kept for
 // running jobs and the last 50 finished ones, and the exposition still
 // passes promtool.

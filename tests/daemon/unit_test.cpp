@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "daemon/api/download_links.h"
 #include "daemon/api/api.h"
 #include "daemon/config.h"
 #include "dsl/yaml_tree.h"
@@ -138,6 +139,34 @@ TEST(AuthTest, AServerBoundToEveryInterfaceAcceptsAddressesAsHostButNotOtherName
   r.headers.erase("origin");
   r.headers["host"] = "10.1.2.3:8470";
   EXPECT_FALSE(loopback.allows(r, why));
+}
+
+// A link works until its moment of expiry and not from then on; ids are
+// 32 random bytes; at capacity the link expiring first makes room.
+TEST(DownloadLinksTest, ALinkWorksUntilItExpiresAndTheEarliestMakesRoom) {
+  DownloadLinks links(2);
+  auto a = links.make("j-a", "model/model.safetensors", 1000.0, 600.0);
+  ASSERT_TRUE(a.is_ok()) << a.status().message();
+  EXPECT_EQ(a->id.size(), 64u);
+  EXPECT_EQ(a->id.find_first_not_of("0123456789abcdef"), std::string::npos);
+  ASSERT_TRUE(links.find(a->id, 1599.9).has_value());
+  EXPECT_EQ(links.find(a->id, 1000.0)->path, "model/model.safetensors");
+  EXPECT_EQ(links.find(a->id, 1000.0)->job_id, "j-a");
+  EXPECT_FALSE(links.find(a->id, 1600.0).has_value());
+  EXPECT_FALSE(links.find(std::string(64, 'x'), 1000.0).has_value());
+
+  auto b = links.make("j-b", "plan.json", 1000.0, 100.0);  // expires first
+  auto c = links.make("j-c", "plan.json", 1000.0, 300.0);
+  ASSERT_TRUE(b.is_ok() && c.is_ok());
+  EXPECT_NE(b->id, c->id);
+  EXPECT_TRUE(links.find(a->id, 1001.0).has_value());
+  EXPECT_FALSE(links.find(b->id, 1001.0).has_value());
+  EXPECT_TRUE(links.find(c->id, 1001.0).has_value());
+  // At capacity again, expired links are dropped and no live one evicted.
+  auto d = links.make("j-d", "plan.json", 1700.0, 10.0);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_TRUE(links.find(d->id, 1700.0).has_value());
+  EXPECT_FALSE(links.find(a->id, 1500.0).has_value());
 }
 
 TEST(DaemonMetricsTest, MadeUpMethodsShareOneSeriesAndTheProcessNamesItself) {

@@ -83,6 +83,9 @@ def main():
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"),
                                   options=options)
+        downloads = os.path.join(work, "downloads")
+        os.makedirs(downloads)
+        driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": downloads})
         # The pages redraw as events arrive: an element read a moment after
         # it was found may have been replaced, which is a reason to look again.
         wait = WebDriverWait(driver, 60, ignored_exceptions=[StaleElementReferenceException])
@@ -198,6 +201,25 @@ def main():
         print(f"ok: job {job_id} submitted through the UI succeeded, followed through its event stream; its loss "
               "curve has 30 points, memory shown estimated and measured, run on this machine")
         shot("05-job-succeeded")
+
+        # Its model downloaded from its page: saved by the browser's own
+        # download manager through a link, byte for byte the job's file.
+        button = wait.until(lambda d: next((b for b in d.find_elements(By.CSS_SELECTOR, "#main button.action")
+                                            if b.text.startswith("Download model/")
+                                            and b.text.endswith(".safetensors")), None))
+        wanted = button.text[len("Download "):]
+        button.click()
+        saved = os.path.join(downloads, os.path.basename(wanted))
+        job_file = os.path.join(tailord.data, "jobs", job_id, wanted)
+        long_wait.until(lambda d: os.path.exists(saved) and os.path.getsize(saved) == os.path.getsize(job_file)
+                        and not any(n.endswith(".crdownload") for n in os.listdir(downloads)))
+        if open(saved, "rb").read() != open(job_file, "rb").read():
+            fail(f"the downloaded {wanted} differs from the job's")
+        metrics = urllib.request.urlopen(f"http://{address}/metrics", timeout=30).read().decode()
+        if 'route="/v1/downloads/{link}"' not in metrics:
+            fail("the download did not go through a download link")
+        print(f"ok: {wanted} ({os.path.getsize(saved)} bytes) downloaded from the job page through a link, "
+              "equal to the job's file")
 
         # Cancel a running job from its page.
         other = http(address, "/v1/jobs", token, "POST", resolved(100000).encode(), "application/yaml")["id"]
