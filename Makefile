@@ -1,6 +1,8 @@
 # Tailor's two entry points on a fresh Debian 12 machine (as root):
-#   make demo   install what is missing, build, run the main job end to end
-#   make test   install what is missing, build, run every test through ctest
+#   make demo   install what the programs need, build them, run the main job
+#               end to end
+#   make test   install what is missing for the tests too, build, run every
+#               test through ctest
 BUILD ?= build
 JOBS ?= $(shell nproc)
 # Warnings are errors in CI (CI=true), warnings only on a workstation.
@@ -10,12 +12,17 @@ WERROR ?= $(if $(CI),ON,OFF)
 CUDA_FLAG = $(if $(TAILOR_CUDA),-DTAILOR_CUDA=$(TAILOR_CUDA))
 export TAILOR_CUDA
 
-.PHONY: all setup configure build test demo fuzz clean
+.PHONY: all setup setup-demo configure build test demo fuzz clean
 
 all: build
 
 setup:
 	@scripts/setup
+
+# Only what building and running Tailor needs: no Slurm, podman, Chromium
+# or Prometheus (those are the tests' peers).
+setup-demo:
+	@scripts/setup --demo
 
 configure: setup
 	@cmake -S . -B $(BUILD) -G Ninja -DTAILOR_WERROR=$(WERROR) $(CUDA_FLAG) >/dev/null
@@ -26,7 +33,10 @@ build: configure
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-demo: build
+# The three programs and the SentencePiece module the runner loads.
+demo: setup-demo
+	@cmake -S . -B $(BUILD) -G Ninja -DTAILOR_WERROR=$(WERROR) $(CUDA_FLAG) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target tailor tailord tailor-runner tailor_sentencepiece
 	@scripts/demo $(BUILD)
 
 # The spec-parser fuzzer alone (also part of `make test`); FUZZ_SECONDS=60.

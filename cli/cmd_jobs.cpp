@@ -76,6 +76,7 @@ std::string pad(std::string s, std::size_t width) {
   return s;
 }
 
+
 // The strategy of a plan document in one line (the planner's own summary).
 std::string describe_strategy(const Json& plan) {
   return plan.is_object() && plan.contains("summary") && plan["summary"].is_string() ? plan["summary"].get<std::string>()
@@ -112,11 +113,12 @@ int run_list(const Argv& argv, Streams io) {
     io.out << "no jobs\n";
     return kExitOk;
   }
-  io.out << pad("ID", 20) << pad("NAME", 24) << pad("STATE", 11) << pad("STEP", 8) << pad("CREATED", 22) << "REASON\n";
+  std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "STATE", "STEP", "CREATED", "REASON"}};
   for (const Json& j : jobs) {
-    io.out << pad(str(j, "id"), 20) << pad(str(j, "name"), 24) << pad(str(j, "state"), 11)
-           << pad(str(j, "last_step"), 8) << pad(str(j, "created_at"), 22) << str(j, "exit_reason", "") << "\n";
+    rows.push_back({str(j, "id"), str(j, "name"), str(j, "state"), str(j, "last_step"), str(j, "created_at"),
+                    str(j, "exit_reason", "")});
   }
+  io.out << format_columns(rows);
   if (list->contains("next_after") && (*list)["next_after"].is_number()) {
     io.out << "(more: --after " << (*list)["next_after"].dump() << ")\n";
   }

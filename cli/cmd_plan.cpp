@@ -61,9 +61,9 @@ options:
                       why each lost
   -h, --help          show this help
 
-Plans are made of what this build's tailor-runner executes (one rank; no
-ZeRO or offload yet), so `tailor run` and tailord make the same plan; when
-a plan it cannot run would be better, the output says which and why.
+Plans are made only of what this build's tailor-runner executes, so
+`tailor run` and tailord make the same plan; when a plan it cannot run
+would be better, the output says which and why.
 )";
 
 std::string fmt(const char* f, double v) {
@@ -181,6 +181,10 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, bool exp
     out << "\nWith a runner that executed it, the plan would be: " << p->candidate.strategy.describe() << " ("
         << fmt("%.0f", p->candidate.throughput.tokens_per_second) << " tokens/s, "
         << p->candidate.memory.per_device.total().to_string() << " per GPU); " << p->why << "\n";
+  }
+  if (!plan.advice.empty()) {
+    out << "\nPinned knobs that exclude a better plan\n";
+    for (const auto& a : plan.advice) out << "  - " << a.text << "\n";
   }
   if (!plan.fits) {
     out << "\nDoes not fit. The closest strategy tailor-runner can run is short by ";

@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/rest_client.h"
@@ -43,6 +44,11 @@ std::string progress_line(const Progress& p, bool bar);
 
 // "1m12s", "2h05m", "45s".
 std::string format_duration(double seconds);
+
+// Rows as aligned columns, each as wide as its widest cell and two spaces
+// apart, so that no cell (a 63-character job name) runs into the next; the
+// last column is not padded. Cells are counted in bytes (ASCII tables).
+std::string format_columns(const std::vector<std::vector<std::string>>& rows);
 
 // How following a job rides out a tailord that cannot be reached (it
 // restarts; the job goes on): it retries every `interval`, with a fresh

@@ -35,6 +35,7 @@ struct Daemon::Parts {
   std::unique_ptr<dsl::Catalog> catalog;
   std::unique_ptr<JobStore> store;
   std::unique_ptr<TokenFiles> tokens;
+  std::unique_ptr<Sessions> sessions;
   std::unique_ptr<slurm::Executor> slurm;
   DaemonMetrics metrics;
   std::unique_ptr<Supervisor> supervisor;
@@ -72,6 +73,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
     return Status::failed_precondition("another tailord is using " + data.string() + " (tailord.lock is held)");
   }
   TAILOR_ASSIGN_OR_RETURN(parts->tokens, TokenFiles::open((data / "token").string(), (data / "token.read").string()));
+  TAILOR_ASSIGN_OR_RETURN(parts->sessions, Sessions::open((data / "sessions").string()));
   TAILOR_ASSIGN_OR_RETURN(const std::string runner, platform::find_executable("tailor-runner", config.runner, "TAILOR_RUNNER"));
 
   if (!config.catalog_dir.empty()) {
@@ -199,6 +201,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   ctx.metrics = &parts->metrics;
   ctx.planning = planning;
   ctx.tokens = parts->tokens.get();
+  ctx.sessions = parts->sessions.get();
   ctx.hosts = HostPolicy(parts->server->port(), parts->server->address(), config.allowed_hosts);
   ctx.host_budget_bytes = budget.count();
   ctx.hardware_json = hw.dump();
@@ -215,6 +218,13 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   TAILOR_RETURN_IF_ERROR(platform::write_file_atomic((data / "address").string(), parts->address + "\n"));
   parts->supervisor->start();
   log_info("tailord: listening on " + parts->address + ", data in " + data.string() + ", runner " + runner);
+  // What a newcomer needs first: where the UI is and what signs them in.
+  const bool everywhere = bound == "0.0.0.0" || bound == "::";
+  const std::string ui_host =
+      everywhere ? "127.0.0.1:" + std::to_string(parts->server->port()) : parts->address;
+  log_info("tailord: web UI at http://" + ui_host + "/ui" + (everywhere ? " (or this machine's address)" : "") +
+           "; sign in with the token in " + (data / "token").string() + " (read-only: " +
+           (data / "token.read").string() + ")");
   return std::unique_ptr<Daemon>(new Daemon(std::move(parts)));
 }
 

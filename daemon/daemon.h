@@ -1,7 +1,8 @@
 // tailord assembled: the store, the supervisor (scheduler + local
 // executor), the API and the HTTP server, over one data folder:
 //   DATA/tailor.db    SQLite store (WAL)
-//   DATA/token        API bearer token (0600)
+//   DATA/token        API bearer token (0600); DATA/token.read, the read-only one
+//   DATA/sessions     the web UI's sign-ins (0600; http/sessions.h)
 //   DATA/address      the bound HOST:PORT, written once listening
 //   DATA/tailord.lock held while a daemon uses DATA (one daemon per folder)
 //   DATA/jobs/ID/     plan.json, runner.log, metrics.jsonl, events.jsonl, checkpoints/

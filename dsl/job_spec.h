@@ -138,6 +138,11 @@ struct StrategySpec {
   std::optional<Offload> offload;      // none | optimizer | optimizer_and_params; empty = auto
   std::vector<Technique> allow;        // if non-empty, the only techniques the planner may choose (technique.h)
   std::vector<Technique> forbid;       // techniques the planner must not choose
+  // A full fine-tune may combine pure bf16 weights with 8-bit optimizer
+  // states: both round the update, and together they can lose small
+  // updates entirely. Default false: the planner does not choose that pair
+  // unless both are pinned.
+  bool allow_lossy = false;
   // Fraction of device memory the plan keeps free for the memory model's
   // error and the allocator's fragmentation; empty = kDefaultHeadroom
   // (JobSpec::headroom() also reads the older resources.headroom).

@@ -395,6 +395,11 @@ const std::vector<Field<StrategySpec>>& strategy_fields() {
       technique_list("allow", "If set, the only techniques the planner may choose.", &StrategySpec::allow),
       technique_list("forbid", "Techniques the planner must not choose (e.g. adapters for a full fine-tune).",
                      &StrategySpec::forbid),
+      field("allow_lossy",
+            "Let a full fine-tune combine pure bf16 weights with 8-bit optimizer states (both round the update; "
+            "together small updates can be lost). Default false: the planner chooses that pair only when both are "
+            "pinned.",
+            &StrategySpec::allow_lossy),
       custom_field<StrategySpec>(
           "headroom",
           "Fraction of each device's memory a plan keeps free for estimate error and fragmentation, e.g. 15%. "

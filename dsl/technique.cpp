@@ -113,4 +113,15 @@ bool contains(const std::vector<Technique>& list, Technique t) {
   return std::find(list.begin(), list.end(), t) != list.end();
 }
 
+bool allow_list_admits(const std::vector<Technique>& allow, Technique t) {
+  if (allow.empty() || contains(allow, t)) return true;
+  switch (t) {
+    case Technique::kAdapters: return contains(allow, Technique::kLora) || contains(allow, Technique::kQlora);
+    case Technique::kLora:
+    case Technique::kQlora: return contains(allow, Technique::kAdapters);
+    case Technique::kOffloadOptimizer: return contains(allow, Technique::kOffloadParams);
+    default: return false;
+  }
+}
+
 }  // namespace tailor::dsl

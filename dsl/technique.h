@@ -96,4 +96,11 @@ std::vector<Technique> techniques_used(const KnobValues& v);
 
 bool contains(const std::vector<Technique>& list, Technique t);
 
+// Whether a strategy.allow list admits t, as users name techniques: a list
+// naming a technique admits what it includes ("lora" and "qlora" each admit
+// the "adapters" they use, "offload_params" the optimizer offload it
+// includes), and "adapters" admits either adapter. An empty list admits
+// everything.
+bool allow_list_admits(const std::vector<Technique>& allow, Technique t);
+
 }  // namespace tailor::dsl

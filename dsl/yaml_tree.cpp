@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "core/json_writer.h"
 #include "core/text.h"
+#include "core/units.h"
 
 namespace tailor::dsl {
 
@@ -316,15 +318,22 @@ class TreeBuilder final : public YAML::EventHandler {
   int documents_ = 0;
 };
 
+// "file is 18.1 MiB; job spec files are limited to 1.00 MiB": sizes people
+// read at a glance (a byte count of 19 digits is not).
+std::string too_large(std::size_t size, std::size_t limit, bool at_least) {
+  std::string is = Bytes(static_cast<std::int64_t>(size)).to_string();
+  const std::string most = Bytes(static_cast<std::int64_t>(limit)).to_string();
+  if (is == most) is += " (" + std::to_string(size) + " bytes)";  // just over: rounding would hide it
+  return std::string("file is ") + (at_least ? "over " : "") + is + "; job spec files are limited to " + most;
+}
+
 }  // namespace
 
 std::optional<Node> parse_yaml(std::string_view text, std::string_view file_name, Diagnostics& diags,
                                const YamlLimits& limits) {
   const std::string file(file_name);
   if (text.size() > limits.max_bytes) {
-    diags.error({file, 0, 0}, "",
-                "file is " + std::to_string(text.size()) + " bytes; job spec files are limited to " +
-                    std::to_string(limits.max_bytes) + " bytes");
+    diags.error({file, 0, 0}, "", too_large(text.size(), limits.max_bytes, false));
     return std::nullopt;
   }
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte order mark
@@ -378,6 +387,14 @@ std::optional<Node> load_yaml_file(const std::string& path, Diagnostics& diags, 
   text.resize(static_cast<std::size_t>(in.gcount()));
   if (in.bad()) {
     diags.error(where, key_path, "cannot read " + quote(path));
+    return std::nullopt;
+  }
+  if (text.size() > limits.max_bytes) {
+    // Only max_bytes + 1 were read: the size to report is the file's.
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    diags.error({path, 0, 0}, "", ec ? too_large(text.size(), limits.max_bytes, true)
+                                     : too_large(static_cast<std::size_t>(size), limits.max_bytes, false));
     return std::nullopt;
   }
   return parse_yaml(text, path, diags, limits);

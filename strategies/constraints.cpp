@@ -69,7 +69,7 @@ std::vector<dsl::Technique> Constraints::techniques_of(const Strategy& s) {
 
 bool Constraints::allows(dsl::Technique t) const {
   if (dsl::contains(pins_.forbid, t)) return false;
-  return pins_.allow.empty() || t == dsl::Technique::kFp32 || dsl::contains(pins_.allow, t);
+  return t == dsl::Technique::kFp32 || dsl::allow_list_admits(pins_.allow, t);
 }
 
 bool Constraints::pinned(dsl::Knob k) const {
@@ -104,7 +104,11 @@ std::string Constraints::why_not(const Strategy& s) const {
   }
   if (s.adapter != Adapter::kNone && s.lora_rank != p.lora.r) return "LoRA rank differs from the spec";
   // Device support.
-  if (s.precision == Precision::kFp16 && (on_cpu_ || device_.peak_tflops_fp16 <= 0)) return "no fp16 on this device";
+  if (s.precision == Precision::kFp16 && on_cpu_) {
+    return "fp16 has no CPU kernels worth training with (LibTorch runs CPU fp16 matmuls as slow emulation); pin bf16 or "
+           "fp32 on the CPU, or plan for a GPU";
+  }
+  if (s.precision == Precision::kFp16 && device_.peak_tflops_fp16 <= 0) return "no fp16 on this device";
   if ((s.precision == Precision::kBf16 || s.precision == Precision::kPureBf16) && !device_.bf16) {
     return "no bf16 on this device";
   }
@@ -116,6 +120,16 @@ std::string Constraints::why_not(const Strategy& s) const {
   if (s.offload != Offload::kNone && s.zero_stage == 0) return "offload needs ZeRO stage 1 or more";
   if (s.offload == Offload::kOptimizerAndParams && s.zero_stage != 3) return "parameter offload needs ZeRO-3";
   if ((s.adapter == Adapter::kQlora) != (s.quantization != Quantization::kNone)) return "QLoRA means a quantised base";
+  // bf16 keeps 8 bits of mantissa, so a pure-bf16 weight ignores an update
+  // under about 2^-9 of itself, and 8-bit states round the moments as well:
+  // on a full fine-tune's pretrained weights (small updates to large values)
+  // the pair loses updates, so it is a trade the spec must accept. Adapters
+  // start at zero, where bf16's relative precision costs little.
+  if (s.adapter == Adapter::kNone && s.precision == Precision::kPureBf16 && s.optimizer == Optimizer::kAdamw8bit &&
+      !p.allow_lossy && !(p.precision && p.optimizer)) {
+    return "a full fine-tune with pure bf16 weights and 8-bit optimizer states loses small updates "
+           "(strategy.allow_lossy: true allows the trade)";
+  }
   // Techniques the spec does not allow, unless a pin asked for them.
   for (dsl::Technique t : techniques_of(s)) {
     if (!pinned(dsl::knob_of(t)) && !allows(t)) return "\"" + std::string(dsl::to_string(t)) + "\" is not allowed by the spec";

@@ -151,6 +151,18 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
       w.null();
     }
   }
+  w.key("advice").begin_array();
+  for (const PinAdvice& a : plan.advice) {
+    w.begin_object();
+    w.field("unpin", dsl::knob_path(a.knob));
+    w.field("summary", a.candidate.strategy.describe());
+    w.field("bytes_per_gpu", a.candidate.memory.per_device.total().count());
+    w.field("tokens_per_second", a.candidate.throughput.tokens_per_second);
+    w.field("fits", a.candidate.fits);
+    w.field("text", a.text);
+    w.end_object();
+  }
+  w.end_array();
   if (!plan.fits) {
     w.field("reason", plan.no_fit_reason());
     w.field("shortfall_bytes", plan.shortfall.count());

@@ -355,6 +355,77 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   return c;
 }
 
+namespace {
+
+// The spec with knob `k` left to the planner.
+dsl::JobSpec unpinned(const dsl::JobSpec& spec, dsl::Knob k) {
+  dsl::JobSpec free = spec;
+  dsl::StrategySpec& p = free.strategy;
+  switch (k) {
+    case dsl::Knob::kPrecision: p.precision.reset(); break;
+    case dsl::Knob::kCheckpointing: p.gradient_checkpointing.reset(); break;
+    case dsl::Knob::kMicroBatch: free.training.micro_batch_size.reset(); break;
+    case dsl::Knob::kAdapter: p.adapter.reset(); break;
+    case dsl::Knob::kOptimizer: p.optimizer.reset(); break;
+    case dsl::Knob::kZeroStage: p.zero_stage.reset(); break;
+    case dsl::Knob::kOffload: p.offload.reset(); break;
+  }
+  return free;
+}
+
+bool same_knob_value(const Strategy& a, const Strategy& b, dsl::Knob k) {
+  switch (k) {
+    case dsl::Knob::kPrecision: return a.precision == b.precision;
+    case dsl::Knob::kCheckpointing: return a.checkpoint_every == b.checkpoint_every;
+    case dsl::Knob::kMicroBatch: return a.micro_batch_size == b.micro_batch_size;
+    case dsl::Knob::kAdapter: return a.adapter == b.adapter;
+    case dsl::Knob::kOptimizer: return a.optimizer == b.optimizer;
+    case dsl::Knob::kZeroStage: return a.zero_stage == b.zero_stage;
+    case dsl::Knob::kOffload: return a.offload == b.offload;
+  }
+  return true;
+}
+
+std::vector<PinAdvice> advise_unpinning(const dsl::JobSpec& spec, const Hardware& hw, const Constraints& c,
+                                        const Plan& plan, PlanOptions o) {
+  o.advise_unpinning = false;
+  o.find_smallest_gpu = false;
+  constexpr dsl::Knob kKnobs[] = {dsl::Knob::kAdapter,  dsl::Knob::kPrecision, dsl::Knob::kOffload,
+                                  dsl::Knob::kZeroStage, dsl::Knob::kOptimizer, dsl::Knob::kCheckpointing,
+                                  dsl::Knob::kMicroBatch};
+  std::vector<PinAdvice> out;
+  for (dsl::Knob k : kKnobs) {
+    if (!c.pinned(k)) continue;
+    const dsl::JobSpec free = unpinned(spec, k);
+    const Constraints fc(free, hw);
+    if (!fc.error().empty()) continue;
+    const SearchResult r = search(free, hw, fc, o);
+    if (r.best == nullptr || same_knob_value(r.best->strategy, plan.chosen.strategy, k)) continue;
+    const Candidate& b = *r.best;
+    const double ratio = b.throughput.tokens_per_second / std::max(1e-9, plan.chosen.throughput.tokens_per_second);
+    std::string gain;
+    if (!plan.fits) {
+      gain = "fits";
+    } else if (plan.chosen.strategy.offload != Offload::kNone && b.strategy.offload == Offload::kNone) {
+      gain = "fits without offload";
+    } else if (k != dsl::Knob::kAdapter && ratio > 1.0 + o.small_gain) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "is %.2fx faster", ratio);
+      gain = buf;
+    } else {
+      continue;
+    }
+    char speed[64];
+    std::snprintf(speed, sizeof speed, "%.0f tokens/s", b.throughput.tokens_per_second);
+    out.push_back({k, b,
+                   b.strategy.describe() + " " + gain + " at " + b.memory.per_device.total().to_string() +
+                       (plan.on_cpu ? "" : " per GPU") + " (" + speed + "): unpin " + dsl::knob_path(k)});
+  }
+  return out;
+}
+
+}  // namespace
+
 Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o) {
   Plan plan;
   plan.hardware = hw;
@@ -375,7 +446,10 @@ Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o
   const SearchResult r = search(spec, hw, c, o);
   plan.candidates_considered = static_cast<int>(r.all.size());
   if (r.all.empty()) {
-    plan.errors.push_back("no strategy satisfies the pinned knobs and allow/forbid lists on " + hw.describe());
+    // The pinned knobs as written say why, where a pin is the obstacle.
+    const std::string why = c.why_not(c.baseline());
+    plan.errors.push_back("no strategy satisfies the pinned knobs and allow/forbid lists on " + hw.describe() +
+                          (why.empty() ? "" : ": " + why));
     return plan;
   }
   if (r.closest == nullptr) {
@@ -422,6 +496,8 @@ Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o
     plan.alternatives.push_back(
         {*a, a->fits ? why_it_lost(plan.chosen, *a, o) : does_not_fit(*a, plan.budget_per_device, plan.host_budget)});
   }
+
+  if (o.advise_unpinning) plan.advice = advise_unpinning(spec, hw, c, plan, o);
 
   if (!plan.fits) {
     plan.shortfall = std::max(Bytes(0), plan.chosen.over_budget);

@@ -51,6 +51,9 @@ struct PlanOptions {
   // budget free, then to fewer techniques, then to speed.
   double small_gain = 0.05;
   double comfortable_spare = 0.05;
+  // Plan again with each pinned knob left to the planner, and say which pin
+  // excludes a better plan (Plan::advice). One search per pinned knob.
+  bool advise_unpinning = true;
 };
 
 // One evaluated strategy.
@@ -111,6 +114,16 @@ struct Alternative {
   std::string why;  // "19% slower", "does not fit: needs 30.1 GiB of 21.6 GiB"
 };
 
+// A pinned knob that keeps the planner from a better plan: the plan it
+// would choose with the knob free, and the advice in one line, e.g. "qlora
+// ... fits without offload at 17.9 GiB per device (2,310 tokens/s): unpin
+// strategy.adapter".
+struct PinAdvice {
+  dsl::Knob knob;
+  Candidate candidate;
+  std::string text;
+};
+
 struct Plan {
   bool fits = false;    // the chosen strategy fits and the runner executes it
   Candidate chosen;     // when nothing fits: the executable candidate closest to fitting
@@ -134,6 +147,11 @@ struct Plan {
   std::string smallest_fitting_gpu;  // when !fits: a catalog key, or empty
   int candidates_considered = 0;
   std::vector<std::string> errors;   // constraints that cannot be met at all (e.g. batch not divisible)
+  // Pins that exclude a plan that fits where this one does not, needs no
+  // offload where this one does, or is faster beyond the cost model's error
+  // (the adapter pin only for the first two: an adapter changes what is
+  // trained). Empty without pins.
+  std::vector<PinAdvice> advice;
 
   // Why the job cannot run when !fits, in one line for `tailor run`, tailord
   // and `tailor plan`: "does not fit 1x NVIDIA T4 (16.0 GiB), host ...; short

@@ -1,8 +1,10 @@
 // Tailor's web UI: plain JavaScript over tailord's REST API (daemon/openapi.yaml).
 // Served by tailord from /ui with a Content-Security-Policy that allows only
 // this file's own origin: no inline script or style, no eval, no third party.
-// The token lives in sessionStorage (this tab) and goes out as a bearer
-// header, never in a URL. Every value from the API is written as text.
+// Signing in posts the token once (POST /v1/session); the browser then keeps
+// tailord's HttpOnly, SameSite=Strict session cookie, which this script never
+// sees, so the token is neither stored by the page nor put in a URL. Every
+// value from the API is written as text.
 "use strict";
 
 const FINISHED = new Set(["succeeded", "failed", "cancelled"]);
@@ -49,10 +51,10 @@ function stateCell(state) { return h("span", {class: `state state-${state}`}, st
 class Unauthorized extends Error {}
 
 async function api(path, {method = "GET", body, type, etag} = {}) {
-  const headers = {Authorization: `Bearer ${sessionStorage.getItem("tailor.token") || ""}`};
+  const headers = {};
   if (type) headers["Content-Type"] = type;
   if (etag) headers["If-None-Match"] = etag;
-  const res = await fetch(path, {method, body, headers, cache: "no-store"});
+  const res = await fetch(path, {method, body, headers, cache: "no-store", credentials: "same-origin"});
   if (res.status === 401) throw new Unauthorized();
   if (res.status === 304) return {status: 304, etag};
   const text = await res.text();
@@ -79,7 +81,7 @@ function repeat(fn, ms = POLL_MS) {
     if (running) { again = true; return; }
     running = true;
     clearTimeout(timer);
-    try { await fn(); } catch (e) { if (e instanceof Unauthorized) { live = false; showLogin(); return; } }
+    try { await fn(); } catch (e) { if (e instanceof Unauthorized) { live = false; signedIn = false; showLogin(); return; } }
     finally { running = false; }
     if (again) { again = false; tick(); return; }
     if (live) timer = setTimeout(tick, ms);
@@ -90,12 +92,12 @@ function repeat(fn, ms = POLL_MS) {
   return stop;
 }
 
-// A server-sent event stream read through fetch, so that the token goes in
-// a header (EventSource cannot send one). Calls onEvent with each event's
-// type and data until the server ends the stream or `signal` aborts it.
+// A server-sent event stream read through fetch (under the session's
+// cookie). Calls onEvent with each event's type and data until the server
+// ends the stream or `signal` aborts it.
 async function streamEvents(path, onEvent, signal) {
-  const res = await fetch(path, {signal, cache: "no-store",
-    headers: {Authorization: `Bearer ${sessionStorage.getItem("tailor.token") || ""}`, Accept: "text/event-stream"}});
+  const res = await fetch(path, {signal, cache: "no-store", credentials: "same-origin",
+    headers: {Accept: "text/event-stream"}});
   if (!res.ok || !res.body) return;
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
@@ -324,7 +326,7 @@ function jobPage(id) {
       // pointer on every refresh would swallow a click.
       if (job.state !== actionsFor) actions.replaceChildren(...[
         !FINISHED.has(job.state) && act("Cancel", "danger", () => api(`/v1/jobs/${enc}/cancel`, {method: "POST"})),
-        (job.state === "failed" || job.state === "cancelled") &&
+        job.retryable &&
           act("Retry", "", () => api(`/v1/jobs/${enc}/retry`, {method: "POST"}))].filter(Boolean));
       actionsFor = job.state;
       attempts.replaceChildren(...(job.attempt_history || []).map(a => h("tr", {},
@@ -372,7 +374,7 @@ function jobPage(id) {
 
 // Saved by the browser's own download manager, streamed to disk (a model
 // of gigabytes is never held in this page): tailord makes a link that
-// needs no token for a few minutes, so the token stays out of the URL.
+// needs no sign-in for a few minutes, so nothing secret goes in the URL.
 async function download(enc, path) {
   const res = await api(`/v1/jobs/${enc}/files/link?path=${encodeURIComponent(path)}`, {method: "POST"});
   if (!res.ok) return;
@@ -686,13 +688,22 @@ function showLogin(error) {
 }
 
 function onError(e) {
-  if (e instanceof Unauthorized) showLogin("That token was refused.");
+  if (e instanceof Unauthorized) { signedIn = false; showLogin("Signed out: the session ended or its token was rotated."); }
 }
 
-function route() {
+let signedIn = false;  // the session cookie works (GET /v1/session answered)
+
+async function route() {
   stopPage();
   stopPage = () => {};
-  if (!sessionStorage.getItem("tailor.token")) { showLogin(); return; }
+  if (!signedIn) {
+    try {
+      signedIn = (await api("/v1/session")).ok;
+    } catch (e) {
+      if (!(e instanceof Unauthorized)) throw e;
+    }
+    if (!signedIn) { showLogin(); return; }
+  }
   document.getElementById("logout").hidden = false;
   const hash = location.hash || "#/jobs";
   const [, view, arg] = hash.match(/^#\/([a-z]+)(?:\/(.+))?$/) || [null, "jobs"];
@@ -710,21 +721,21 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("login-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const token = document.getElementById("token").value.trim();
-    sessionStorage.setItem("tailor.token", token);
     try {
-      const r = await api("/v1/hardware");
+      const r = await api("/v1/session", {method: "POST", body: JSON.stringify({token}), type: "application/json"});
       if (!r.ok) throw new Error(apiError(r));
       document.getElementById("token").value = "";
       document.getElementById("login").close();
+      signedIn = true;
       route();
     } catch (err) {
-      sessionStorage.removeItem("tailor.token");
       showLogin(err instanceof Unauthorized ? "That token was refused." : String(err.message || err));
     }
   });
-  document.getElementById("logout").addEventListener("click", () => {
-    sessionStorage.removeItem("tailor.token");
+  document.getElementById("logout").addEventListener("click", async () => {
+    signedIn = false;
     stopPage();
+    try { await api("/v1/session", {method: "DELETE"}); } catch { /* signed out either way */ }
     showLogin();
   });
   window.addEventListener("hashchange", route);

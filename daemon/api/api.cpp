@@ -254,6 +254,21 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   router_.add({"POST", "/v1/jobs/{id}/cancel", true, bind(&Api::cancel)});
   router_.add({"POST", "/v1/jobs/{id}/retry", true, bind(&Api::retry)});
   router_.add({"DELETE", "/v1/jobs/{id}", true, bind(&Api::remove)});
+  // The web UI's sign-in (sessions.h): the token is the credential here.
+  router_.add({"POST", "/v1/session", false, bind(&Api::sign_in)});
+  router_.add({"DELETE", "/v1/session", false, bind(&Api::sign_out)});
+  router_.add({"GET", "/v1/session", true, bind(&Api::session)});
+}
+
+Access Api::access_of(const HttpRequest& r, bool& by_cookie) {
+  by_cookie = false;
+  if (!ctx_.tokens) return Access::kNone;
+  const Access bearer = ctx_.tokens->access(r);
+  if (bearer != Access::kNone || !ctx_.sessions) return bearer;
+  const auto s = ctx_.sessions->find(r, static_cast<std::int64_t>(now_seconds()));
+  if (!s || !ctx_.tokens->holds(s->access, s->fingerprint)) return Access::kNone;
+  by_cookie = true;
+  return s->access;
 }
 
 HttpResponse Api::handle(HttpRequest& request) {
@@ -275,10 +290,19 @@ HttpResponse Api::handle(HttpRequest& request) {
       }
     } else {
       route = m.route->pattern;
-      const Access access = m.route->authenticated && ctx_.tokens ? ctx_.tokens->access(request) : Access::kNone;
+      bool by_cookie = false;
+      const Access access = m.route->authenticated ? access_of(request, by_cookie) : Access::kNone;
+      const bool changes = request.method != "GET" && request.method != "HEAD";
       if (m.route->authenticated && access == Access::kNone) {
         res = error_response(ApiError::kUnauthorized, "missing or wrong bearer token (see DATA_DIR/token)");
         res.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tailord\"");
+      } else if (by_cookie && changes && request.header("origin").empty()) {
+        // A session's cookie goes out with whatever asks for it from this
+        // origin; a change must also say where it comes from, which the
+        // Host policy has checked above (a browser always sends Origin on
+        // such requests).
+        res = error_response(ApiError::kForbidden,
+                             "a request signed in by the web UI's session must carry an Origin header");
       } else if (m.route->authenticated && access == Access::kRead && request.method != "GET" &&
                  !m.route->reads_only) {
         res = error_response(ApiError::kForbidden,
@@ -331,7 +355,8 @@ HttpResponse Api::submit(HttpRequest& r) {
       std::any_of(key.begin(), key.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
     return error_response(ApiError::kInvalidIdempotencyKey, "Idempotency-Key: at most 200 visible ASCII characters");
   }
-  auto planned = load_and_plan(r.body, "<request>", ctx_.planning);
+  // A dry run is a what-if: a preset plans without its weights.
+  auto planned = load_and_plan(r.body, "<request>", ctx_.planning, {}, *dry ? PlanPurpose::kWhatIf : PlanPurpose::kTrain);
   if (auto* e = std::get_if<PlanningError>(&planned)) {
     if (e->status.code() == StatusCode::kInvalidArgument) {
       return error_response(ApiError::kInvalidSpec, e->status.message(),
@@ -392,7 +417,8 @@ HttpResponse Api::submit(HttpRequest& r) {
 }
 
 bool runs_on_a_worker(const HttpRequest& r) {
-  return (r.method == "POST" && r.path == "/v1/jobs") || r.method == "DELETE";
+  // A sign-in writes the sessions file with fsync.
+  return (r.method == "POST" && (r.path == "/v1/jobs" || r.path == "/v1/session")) || r.method == "DELETE";
 }
 
 HttpResponse Api::list(HttpRequest& r) {
@@ -700,6 +726,43 @@ HttpResponse Api::cancel(HttpRequest& r) {
   auto job = ctx_.supervisor->cancel(r.params["id"]);
   if (!job.is_ok()) return error_response(job.status());
   return HttpResponse::json(202, job_to_json(*job, ctx_.supervisor->job_dir(job->id)));
+}
+
+HttpResponse Api::sign_in(HttpRequest& r) {
+  if (!ctx_.tokens || !ctx_.sessions) return error_response(ApiError::kNotFound, "this tailord has no sign-in");
+  const json body = json::parse(r.body, nullptr, false);
+  if (!body.is_object() || !body.contains("token") || !body["token"].is_string()) {
+    return error_response(ApiError::kInvalidArgument,
+                          "expected {\"token\": \"...\"} with the token of DATA_DIR/token or DATA_DIR/token.read");
+  }
+  const std::string token = body["token"].get<std::string>();
+  const Access access = ctx_.tokens->access_of(token);
+  if (access == Access::kNone) {
+    return error_response(ApiError::kUnauthorized, "that token is not tailord's (see DATA_DIR/token)");
+  }
+  auto id = ctx_.sessions->create(access, token, static_cast<std::int64_t>(now_seconds()));
+  if (!id.is_ok()) return error_response(id.status());
+  HttpResponse res = HttpResponse::json(200, json_text(json({{"access", access == Access::kAdmin ? "admin" : "read"}})));
+  res.headers.emplace_back("Set-Cookie", Sessions::set_cookie(*id));
+  res.headers.emplace_back("Cache-Control", "no-store");
+  return res;
+}
+
+HttpResponse Api::sign_out(HttpRequest& r) {
+  if (ctx_.sessions) {
+    if (Status s = ctx_.sessions->remove(r); !s.is_ok()) return error_response(s);
+  }
+  HttpResponse res;
+  res.status = 204;
+  res.headers.emplace_back("Set-Cookie", Sessions::clear_cookie());
+  return res;
+}
+
+HttpResponse Api::session(HttpRequest& r) {
+  bool by_cookie = false;
+  const Access access = access_of(r, by_cookie);
+  return HttpResponse::json(200, json_text(json({{"access", access == Access::kAdmin ? "admin" : "read"},
+                                                 {"by", by_cookie ? "session" : "token"}})));
 }
 
 }  // namespace tailor::daemon

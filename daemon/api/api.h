@@ -16,6 +16,7 @@
 #include "daemon/api/download_links.h"
 #include "daemon/http/auth.h"
 #include "daemon/http/server.h"
+#include "daemon/http/sessions.h"
 #include "daemon/http/tokens.h"
 #include "daemon/http/message.h"
 #include "daemon/http/router.h"
@@ -31,6 +32,7 @@ struct ApiContext {
   DaemonMetrics* metrics = nullptr;
   PlanningContext planning;
   TokenFiles* tokens = nullptr;  // null: every authenticated route is refused
+  Sessions* sessions = nullptr;  // the web UI's sign-ins (sessions.h); null: bearer tokens only
   HostPolicy hosts{0, "", {}};
   std::int64_t host_budget_bytes = 0;
   std::string hardware_json;  // GET /v1/hardware
@@ -66,6 +68,12 @@ class Api {
   HttpResponse file_link(HttpRequest& r);
   HttpResponse download(HttpRequest& r);
   HttpResponse remove(HttpRequest& r);
+  HttpResponse sign_in(HttpRequest& r);
+  HttpResponse sign_out(HttpRequest& r);
+  HttpResponse session(HttpRequest& r);
+  // What the request may do: its bearer token's scope, else its session's.
+  // `by_cookie` says which.
+  Access access_of(const HttpRequest& r, bool& by_cookie);
 
   ApiContext ctx_;
   Router router_;

@@ -119,6 +119,7 @@ void write_job(JsonWriter& w, const JobRecord& j, const std::string& output_dir,
   } else {
     w.value(j.exit_reason);
   }
+  w.field("retryable", j.retryable());
   w.field("output_dir", output_dir);
   w.key("plan").raw(plan_raw);
   w.end_object();

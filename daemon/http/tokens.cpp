@@ -4,6 +4,7 @@
 
 #include "core/log.h"
 #include "daemon/http/auth.h"
+#include "daemon/http/sessions.h"
 
 namespace tailor::daemon {
 namespace {
@@ -59,6 +60,23 @@ Access TokenFiles::access(const HttpRequest& request) {
   const bool admin = has_bearer_token(request, admin_.token);
   const bool read = has_bearer_token(request, read_.token);
   return admin ? Access::kAdmin : read ? Access::kRead : Access::kNone;
+}
+
+Access TokenFiles::access_of(std::string_view token) {
+  std::lock_guard lock(mu_);
+  refresh(admin_);
+  refresh(read_);
+  const bool admin = constant_time_equal(token, admin_.token);
+  const bool read = constant_time_equal(token, read_.token);
+  return token.empty() ? Access::kNone : admin ? Access::kAdmin : read ? Access::kRead : Access::kNone;
+}
+
+bool TokenFiles::holds(Access a, std::uint64_t fingerprint) {
+  std::lock_guard lock(mu_);
+  File& f = a == Access::kAdmin ? admin_ : read_;
+  if (a == Access::kNone) return false;
+  refresh(f);
+  return token_fingerprint(f.token) == fingerprint;
 }
 
 }  // namespace tailor::daemon

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "daemon/http/message.h"
@@ -27,6 +28,11 @@ class TokenFiles {
 
   // What the request's "Authorization: Bearer ..." may do.
   Access access(const HttpRequest& request);
+  // What `token` (as posted to sign in) may do.
+  Access access_of(std::string_view token);
+  // Whether the token of scope `a` is still the one whose fingerprint
+  // (sessions.h) a session keeps: rotating a token ends its sessions.
+  bool holds(Access a, std::uint64_t fingerprint);
 
  private:
   struct File {

@@ -258,7 +258,7 @@ void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_roo
 
 std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, const std::string& name,
                                                       const PlanningContext& ctx,
-                                                      const std::vector<std::string>& overrides) {
+                                                      const std::vector<std::string>& overrides, PlanPurpose purpose) {
   dsl::LoadOptions opts;
   opts.catalog = ctx.catalog;
   opts.check_files = ctx.check_files;
@@ -269,7 +269,7 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
   if (loaded.ok() || !loaded.merged.is_null()) check_spec_paths(loaded, ctx.spec_root, d);
   if (d.has_errors()) return spec_error(std::move(d));
   dsl::JobSpec spec = *loaded.spec;
-  if (Status s = dsl::check_weights(spec); !s.is_ok()) {
+  if (Status s = dsl::check_weights(spec); purpose == PlanPurpose::kTrain && !s.is_ok()) {
     d.error(location_of(loaded.merged, {"model"}), "model", s.message());
     return spec_error(std::move(d));
   }

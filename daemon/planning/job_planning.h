@@ -75,11 +75,16 @@ struct PlanningError {
 // offloaded optimizer keeps on the host; on GPUs one GPU's.
 std::int64_t estimated_job_bytes(const strategies::Plan& plan, std::optional<std::int64_t> memory_limit);
 
+// Why a spec is planned: to be trained (its weights must be there), or as a
+// what-if (a dry run: a preset plans without weights, as `tailor plan` does).
+enum class PlanPurpose { kTrain, kWhatIf };
+
 // The document `text` (YAML or JSON) named `name` in diagnostics, with
 // `overrides` ("key=value" as for --set).
 std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, const std::string& name,
                                                       const PlanningContext& ctx,
-                                                      const std::vector<std::string>& overrides = {});
+                                                      const std::vector<std::string>& overrides = {},
+                                                      PlanPurpose purpose = PlanPurpose::kTrain);
 
 // Checks a loaded spec's paths: reads (data.train, data.eval, model.path)
 // inside ctx.spec_root, checkpoint.dir relative and without "..", no ".."

@@ -690,6 +690,11 @@ Result<JobRecord> Supervisor::retry_job(const std::string& id) {
                                        (job.state == JobState::kSucceeded ? "; submit its spec again to train anew"
                                                                           : "; only a failed or cancelled job is retried"));
   }
+  if (job.failed_as_bad_input()) {
+    return Status::failed_precondition("job " + id + " failed because the runner refused its input (" +
+                                       job.exit_reason + "); a retry would fail the same way: fix the spec or its data "
+                                       "and submit it again");
+  }
   JobUpdate u;
   u.set("failures", 0).set("oom_restarts", 0).set("cancel_requested", 0);
   u.set_null("cancel_sent_at").set_null("finished_at").set_null("next_attempt_at").set("exit_reason", "");

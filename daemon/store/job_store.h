@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "daemon/store/sqlite.h"
+#include "runner/protocol/exit_code.h"
 
 namespace tailor::daemon {
 
@@ -73,6 +74,16 @@ struct JobRecord {
   std::string executor = "local";   // "local" or "slurm" (migration 6)
   std::string executor_job_id;      // Slurm: the current attempt's batch job
   std::string executor_state;       // Slurm: what it last said of that job
+
+  // Failed because the runner refused its input (the spec, data or a
+  // checkpoint): retrying it as it is cannot help, so it is not offered.
+  bool failed_as_bad_input() const {
+    return state == JobState::kFailed && exit_code == runner::exit_status(runner::RunnerExit::kBadInput);
+  }
+  // POST /v1/jobs/{id}/retry can help: failed or cancelled, not refused input.
+  bool retryable() const {
+    return (state == JobState::kFailed || state == JobState::kCancelled) && !failed_as_bad_input();
+  }
 };
 
 struct NewJob {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/job_view.h"
 #include "core/units.h"
 #include "dsl/catalog.h"
 #include "dsl/spec_loader.h"
@@ -442,6 +443,32 @@ TEST(CliRunTest, SigtermToTailorRunStopsItsRunnerToo) {
   const auto j = nlohmann::json::parse(last, nullptr, false);
   EXPECT_EQ(j.value("event", ""), "cancelled") << last;
   EXPECT_EQ(j.value("exit_code", -1), 4) << last;
+}
+
+}  // namespace
+}  // namespace tailor::cli
+
+namespace tailor::cli {
+namespace {
+
+// `tailor list` once padded columns to fixed widths, so a long job name ran
+// into the state beside it.
+TEST(CliTest, ListColumnsAreAsWideAsTheirWidestCellAndNeverTouch) {
+  const std::string name(63, 'n');
+  const std::string out = format_columns({{"ID", "NAME", "STATE", "REASON"},
+                                          {"job-1", name, "failed", "bad input"},
+                                          {"job-22", "short", "succeeded", ""}});
+  std::istringstream lines(out);
+  std::string header, first, second;
+  std::getline(lines, header);
+  std::getline(lines, first);
+  std::getline(lines, second);
+  EXPECT_EQ(first, "job-1   " + name + "  failed     bad input");
+  EXPECT_EQ(second, "job-22  short" + std::string(60, ' ') + "succeeded");
+  // Every column starts at the same offset on every line.
+  EXPECT_EQ(header.find("STATE"), first.find("failed"));
+  EXPECT_EQ(header.find("STATE"), second.find("succeeded"));
+  EXPECT_EQ(header.find("REASON"), first.find("bad input"));
 }
 
 }  // namespace

@@ -60,6 +60,20 @@ TEST(ApiE2eTest, TheWebUiIsServedWithItsSecurityHeadersAndTheSpecSchema) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
   ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+  // Its log tells a newcomer where the UI is and which file signs them in.
+  std::string log_text;
+  EXPECT_TRUE(wait_for(
+      [&] {
+        std::ifstream f(d.log());
+        log_text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+        return log_text.find("web UI at") != std::string::npos;
+      },
+      std::chrono::seconds(10)))
+      << log_text;
+  EXPECT_NE(log_text.find("web UI at http://" + d.address() + "/ui; sign in with the token in " + dir.file("data") +
+                          "/token"),
+            std::string::npos)
+      << log_text;
   const auto root = http_request(d.address(), "GET", "/");
   EXPECT_EQ(root.status, 302);
   EXPECT_EQ(root.headers.at("location"), "/ui");
@@ -479,6 +493,87 @@ TEST(ApiE2eTest, AReadOnlyTokenOnlyReadsAndTokensRotateWithoutARestart) {
   EXPECT_EQ(as(fresh, "GET", "/v1/jobs").status, 200);
 }
 
+// The web UI signs in once per browser: a token posted to /v1/session gives
+// an HttpOnly, SameSite=Strict cookie with that token's scope, which works
+// across a restart of tailord until the browser signs out or the token is
+// rotated; a change made under the cookie must carry this server's Origin,
+// so another site's page cannot act for the user.
+TEST(ApiE2eTest, ASessionCookieSignsABrowserInWithItsTokensScope) {
+  tailor::testing::TempDir dir;
+  auto d = std::make_unique<DaemonProcess>(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d->ok());
+  std::string address = d->address();
+  auto sign_in = [&](const std::string& token) {
+    return http_request(d->address(), "POST", "/v1/session", nlohmann::json{{"token", token}}.dump(),
+                        {{"Content-Type", "application/json"}});
+  };
+  auto with_cookie = [&](const std::string& cookie, const std::string& method, const std::string& target,
+                         const std::string& origin = {}, const std::string& body = {}) {
+    std::map<std::string, std::string> headers = {{"Cookie", cookie}, {"Content-Type", "application/yaml"}};
+    if (!origin.empty()) headers["Origin"] = origin;
+    return http_request(d->address(), method, target, body, headers);
+  };
+  const auto wrong = sign_in("not-the-token");
+  EXPECT_EQ(wrong.status, 401) << wrong.body;
+  EXPECT_EQ(wrong.headers.count("set-cookie"), 0u);
+  EXPECT_EQ(http_request(address, "POST", "/v1/session", "{}", {{"Content-Type", "application/json"}}).status, 400);
+
+  const auto in = sign_in(d->token());
+  ASSERT_EQ(in.status, 200) << in.body;
+  EXPECT_EQ(in.json()["access"], "admin");
+  const std::string set_cookie = in.headers.at("set-cookie");
+  for (const char* attribute : {"; HttpOnly", "; SameSite=Strict", "; Path=/", "; Max-Age=2592000"}) {
+    EXPECT_NE(set_cookie.find(attribute), std::string::npos) << set_cookie;
+  }
+  const std::string cookie = set_cookie.substr(0, set_cookie.find(';'));
+  ASSERT_EQ(cookie.size(), std::string("tailor_session=").size() + 64) << cookie;
+  namespace fs = std::filesystem;
+  EXPECT_EQ(fs::status(dir.file("data/sessions")).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  const std::string session_file = [&] {
+    std::ifstream f(dir.file("data/sessions"));
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }();
+  EXPECT_EQ(session_file.find(d->token()), std::string::npos) << "the sessions file holds the token";
+
+  // Reads under the cookie; a change needs this server's Origin.
+  EXPECT_EQ(with_cookie(cookie, "GET", "/v1/jobs").status, 200);
+  const auto who = with_cookie(cookie, "GET", "/v1/session");
+  EXPECT_EQ(who.json()["by"], "session") << who.body;
+  const std::string spec = tiny_spec("cookie", 3, 0);
+  const auto no_origin = with_cookie(cookie, "POST", "/v1/jobs?dry_run=true", "", spec);
+  EXPECT_EQ(no_origin.status, 403) << no_origin.body;
+  EXPECT_NE(no_origin.body.find("Origin"), std::string::npos) << no_origin.body;
+  EXPECT_EQ(with_cookie(cookie, "POST", "/v1/jobs?dry_run=true", "http://evil.example", spec).status, 403);
+  const auto same = with_cookie(cookie, "POST", "/v1/jobs?dry_run=true", "http://" + address, spec);
+  EXPECT_EQ(same.status, 200) << same.body;
+
+  // A restart keeps the session.
+  d.reset();
+  d = std::make_unique<DaemonProcess>(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d->ok());
+  address = d->address();
+  EXPECT_EQ(with_cookie(cookie, "GET", "/v1/jobs").status, 200);
+
+  // Signing out ends it.
+  const auto out = with_cookie(cookie, "DELETE", "/v1/session", "http://" + address);
+  EXPECT_EQ(out.status, 204);
+  EXPECT_NE(out.headers.at("set-cookie").find("Max-Age=0"), std::string::npos);
+  EXPECT_EQ(with_cookie(cookie, "GET", "/v1/jobs").status, 401);
+
+  // A read-only token's session reads and may not change; rotating a token
+  // ends the sessions made with it.
+  const std::string reader = read_token(dir.file("data/token.read"));
+  const auto read_in = sign_in(reader);
+  ASSERT_EQ(read_in.status, 200) << read_in.body;
+  EXPECT_EQ(read_in.json()["access"], "read");
+  const std::string read_cookie = read_in.headers.at("set-cookie").substr(0, read_in.headers.at("set-cookie").find(';'));
+  EXPECT_EQ(with_cookie(read_cookie, "GET", "/v1/jobs").status, 200);
+  EXPECT_EQ(with_cookie(read_cookie, "POST", "/v1/jobs", "http://" + address, spec).status, 403);
+  rotate_token(dir.file("data/token.read"), std::string(64, 'e'));
+  EXPECT_EQ(with_cookie(read_cookie, "GET", "/v1/jobs").status, 401);
+}
+
 TEST(ApiE2eTest, ForeignHostOrOriginIsRefused) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
@@ -779,10 +874,14 @@ TEST(ApiE2eTest, JsonBodyIsAcceptedLikeYaml) {
                      {"resources", {{"gpus", 0}, {"host_memory", "2GiB"}}}};
   const auto r = d.post("/v1/jobs?dry_run=true", spec.dump(), "application/json");
   EXPECT_EQ(r.status, 200) << r.body;
-  // Without init: random the preset has no weights to fine-tune: refused.
+  // Without init: random the preset has no weights to fine-tune: a dry
+  // run plans it as a what-if (as `tailor plan` does); training it is refused.
   json without_weights = spec;
   without_weights["model"].erase("init");
-  const auto refused = d.post("/v1/jobs?dry_run=true", without_weights.dump(), "application/json");
+  const auto what_if = d.post("/v1/jobs?dry_run=true", without_weights.dump(), "application/json");
+  EXPECT_EQ(what_if.status, 200) << what_if.body;
+  EXPECT_TRUE(what_if.json().value("fits", false)) << what_if.body;
+  const auto refused = d.post("/v1/jobs", without_weights.dump(), "application/json");
   EXPECT_EQ(refused.status, 400) << refused.body;
   EXPECT_NE(refused.body.find("has no weights here"), std::string::npos) << refused.body;
 }

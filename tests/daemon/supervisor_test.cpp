@@ -95,6 +95,16 @@ TEST(SupervisorRecoverTest, ARunnerThatEndedWhileTailordWasDownIsJudgedByItsReco
     EXPECT_EQ(job->state, c.state) << c.name << ": " << to_string(job->state) << " (" << job->exit_reason << ")";
     EXPECT_EQ(job->failures, c.failures) << c.name;
     EXPECT_NE(job->exit_reason.find(c.reason), std::string::npos) << c.name << ": " << job->exit_reason;
+    // Refused input is not offered a retry: it would be refused again.
+    if (c.state == JobState::kFailed) {
+      EXPECT_FALSE(job->retryable()) << c.name;
+      auto retried = sup.retry_job(id);
+      ASSERT_FALSE(retried.is_ok()) << c.name;
+      EXPECT_EQ(retried.status().code(), StatusCode::kFailedPrecondition);
+      EXPECT_NE(retried.status().message().find("fix the spec or its data"), std::string::npos)
+          << retried.status().message();
+      EXPECT_EQ((*store)->get(id)->state, JobState::kFailed) << c.name;
+    }
   }
 }
 

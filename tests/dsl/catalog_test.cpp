@@ -110,6 +110,16 @@ TEST(CatalogTest, GpuLookupIsCaseInsensitiveAndFactsAreConsistent) {
 
 // GPU names as people type them: separators, memory units and vendor words
 // do not matter; a model whose memory variants differ must say which.
+// A plan can use what the driver reports, not the capacity as sold: a T4
+// sold as 16 GB has 15360 MiB.
+TEST(CatalogTest, GpuMemoriesAreWhatTheDriverReports) {
+  const Catalog& c = Catalog::builtin();
+  EXPECT_EQ(c.find_gpu("T4")->memory, Bytes::mib(15360));
+  EXPECT_EQ(c.find_gpu("L4")->memory, Bytes::mib(23034));
+  EXPECT_EQ(c.find_gpu("H100-80")->memory, Bytes::mib(81559));
+  EXPECT_EQ(c.find_gpu("H200")->memory, Bytes::mib(143771));
+}
+
 TEST(CatalogTest, GpuNamesAreFoundAsUsersTypeThemAndAmbiguityIsNamed) {
   const Catalog& c = Catalog::builtin();
   const std::pair<const char*, const char*> found[] = {

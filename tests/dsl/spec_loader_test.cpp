@@ -500,7 +500,17 @@ TEST_F(SpecLoaderTest, FilesOverOneMebibyteAreRefusedWithoutParsing) {
   LoadedSpec s = load(big);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.diagnostics.error_count(), 1u);
-  EXPECT_NE(errors(s).find("job spec files are limited to 1048576 bytes"), std::string::npos) << errors(s);
+  EXPECT_NE(errors(s).find("job spec files are limited to 1.00 MiB"), std::string::npos) << errors(s);
+}
+
+// A 19 MB spec file is reported at its size, in MiB (only the first MiB and
+// a byte are read, so the size comes from the file).
+TEST_F(SpecLoaderTest, AFileFarOverTheLimitIsReportedAtItsSizeInMebibytes) {
+  const std::string big = std::string(kMinimal) + "# " + std::string(19'000'000, 'x') + "\n";
+  LoadedSpec s = load(big);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("file is 18.1 MiB; job spec files are limited to 1.00 MiB"), std::string::npos)
+      << errors(s);
 }
 
 TEST_F(SpecLoaderTest, ExtendsChainsAreBoundedInDepth) {

@@ -56,5 +56,53 @@ TEST(TechniqueTest, KnobPathsAreSpecKeys) {
   EXPECT_STREQ(knob_path(knob_of(Technique::kOffloadParams)), "strategy.offload");
 }
 
+// The knob values a user pins to get technique t (and what it includes).
+KnobValues using_only(Technique t) {
+  KnobValues v;
+  switch (t) {
+    case Technique::kFp32:
+    case Technique::kBf16:
+    case Technique::kFp16:
+    case Technique::kPureBf16: v.precision = enum_from_name<Precision>(to_string(t)); break;
+    case Technique::kGradientCheckpointing: v.checkpoint_every = 1; break;
+    case Technique::kGradientAccumulation: v.grad_accumulation = 4; break;
+    case Technique::kLora:
+    case Technique::kAdapters: v.adapter = Adapter::kLora; break;
+    case Technique::kQlora: v.adapter = Adapter::kQlora; break;
+    case Technique::kAdamw8bit: v.optimizer = Optimizer::kAdamw8bit; break;
+    case Technique::kSgd: v.optimizer = Optimizer::kSgd; break;
+    case Technique::kZero1: v.zero_stage = 1; break;
+    case Technique::kZero2: v.zero_stage = 2; break;
+    case Technique::kZero3: v.zero_stage = 3; break;
+    case Technique::kOffloadOptimizer: v.offload = Offload::kOptimizer; break;
+    case Technique::kOffloadParams: v.offload = Offload::kOptimizerAndParams; break;
+  }
+  return v;
+}
+
+// `allow: [lora]` once forbade LoRA, because a LoRA plan also uses
+// "adapters": an allow list admits each technique it names with what that
+// technique includes.
+TEST(TechniqueTest, AnAllowListNamingATechniqueAdmitsEverythingItUses) {
+  for (const TechniqueInfo& t : techniques()) {
+    const std::vector<Technique> used = techniques_used(using_only(t.id));
+    ASSERT_TRUE(contains(used, t.id) || t.id == Technique::kAdapters) << t.name;
+    for (Technique u : used) {
+      EXPECT_TRUE(allow_list_admits({t.id}, u)) << "allow: [" << t.name << "] refuses " << to_string(u);
+    }
+  }
+  EXPECT_TRUE(allow_list_admits({Technique::kAdapters}, Technique::kLora));
+  EXPECT_TRUE(allow_list_admits({Technique::kAdapters}, Technique::kQlora));
+  EXPECT_TRUE(allow_list_admits({}, Technique::kZero3));
+}
+
+TEST(TechniqueTest, AnAllowListAdmitsNothingItDoesNotInclude) {
+  EXPECT_FALSE(allow_list_admits({Technique::kLora}, Technique::kQlora));
+  EXPECT_FALSE(allow_list_admits({Technique::kQlora}, Technique::kLora));
+  EXPECT_FALSE(allow_list_admits({Technique::kOffloadOptimizer}, Technique::kOffloadParams));
+  EXPECT_FALSE(allow_list_admits({Technique::kZero3}, Technique::kZero2));
+  EXPECT_FALSE(allow_list_admits({Technique::kBf16}, Technique::kPureBf16));
+}
+
 }  // namespace
 }  // namespace tailor::dsl

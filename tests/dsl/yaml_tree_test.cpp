@@ -93,7 +93,7 @@ TEST(YamlTreeTest, RejectsFilesOverTheSizeLimit) {
   YamlLimits limits;
   limits.max_bytes = 64;
   EXPECT_FALSE(parse(std::string(65, '#'), d, limits));
-  EXPECT_NE(d.items().at(0).message.find("limited to 64 bytes"), std::string::npos);
+  EXPECT_NE(d.items().at(0).message.find("file is 65 B; job spec files are limited to 64 B"), std::string::npos);
 }
 
 TEST(YamlTreeTest, BoundsNestingDepth) {

@@ -106,6 +106,22 @@ def main():
         wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "table[aria-label=Jobs]")))
         print("ok: signed in; a wrong token was refused")
 
+        # Once per browser: a new tab opens signed in (the session cookie is
+        # the browser's, not the tab's), and no page script can read it.
+        first_tab = driver.current_window_handle
+        driver.switch_to.new_window("tab")
+        driver.get(base + "/ui#/jobs")
+        wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "table[aria-label=Jobs]")))
+        if driver.find_element(By.ID, "login").is_displayed():
+            fail("a new tab asked to sign in again")
+        if "tailor_session" in driver.execute_script("return document.cookie"):
+            fail("the session cookie is readable by page scripts (not HttpOnly)")
+        if token in driver.execute_script("return JSON.stringify(sessionStorage) + JSON.stringify(localStorage)"):
+            fail("the page stored the token")
+        driver.close()
+        driver.switch_to.window(first_tab)
+        print("ok: a new tab is signed in by the HttpOnly session cookie; the page keeps no token")
+
         # Page load: first contentful paint of a fresh load, signed in; the
         # best of five, as other tests share the cores.
         paints = []
@@ -251,7 +267,7 @@ def main():
         # What the steps above provoke on purpose: the wrong token's 401 and
         # the bad spec's 400. Anything else (a script error, a refused
         # resource, a Content-Security-Policy violation) fails.
-        expected = (f"{base}/v1/hardware - Failed to load resource: the server responded with a status of 401",
+        expected = (f"{base}/v1/session - Failed to load resource: the server responded with a status of 401",
                     f"{base}/v1/jobs?dry_run=true - Failed to load resource: the server responded with a status of 400")
         problems = [e for e in driver.get_log("browser")
                     if e["level"] in ("SEVERE", "WARNING") and not e["message"].startswith(expected)]
