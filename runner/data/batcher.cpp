@@ -130,15 +130,20 @@ void Batcher::pack_first_fit_decreasing() {
     const std::int64_t la = row_length(a), lb = row_length(b);
     return la != lb ? la > lb : a < b;
   });
-  // First fit in O(n log n): a max-tree over the room left in each of n
-  // potential rows (n items never need more) finds the first row with room.
+  // First fit in O(n log n): a max-tree over the room left in each
+  // potential row finds the first row with room. First fit never leaves two
+  // rows at most half full, so it needs fewer than 2 x cells / seq_len + 1
+  // rows (and never more than one per item).
+  const auto most_rows = static_cast<std::size_t>(
+      std::min<std::int64_t>(static_cast<std::int64_t>(items.size()), 2 * stats_.input_cells / seq_len_ + 1));
   std::size_t leaves = 1;
-  while (leaves < items.size()) leaves <<= 1;
+  while (leaves < most_rows) leaves <<= 1;
   std::vector<std::int64_t> room(2 * leaves, seq_len_);
   std::vector<std::size_t> bin_of(items.size());
   std::size_t bins = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
     const std::int64_t cols = row_length(items[i]) - 1;  // <= seq_len: every item fits an empty row
+    TAILOR_CHECK(room[1] >= cols);
     std::size_t node = 1;
     while (node < leaves) node = room[2 * node] >= cols ? 2 * node : 2 * node + 1;
     bin_of[i] = node - leaves;
