@@ -150,7 +150,7 @@ TEST(TrainerTest, PromptCompletionJobsTrainOnWholeExamples) {
   }
   dir.write("pairs.jsonl", pairs);
   RunConfig cfg = job(dir,
-                      {"data.train=pairs.jsonl", "data.prompt_field=prompt", "data.completion_field=completion",
+                      {"data.train=" + dir.file("pairs.jsonl"), "data.prompt_field=prompt", "data.completion_field=completion",
                        "training.max_steps=3"},
                       dsl::Precision::kFp32, 4, 1);
   const std::string out = dir.file("out");
