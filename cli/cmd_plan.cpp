@@ -105,6 +105,14 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, bool exp
       << format_count(static_cast<double>(spec.model.arch.parameter_count())) << " params), seq_len " << plan.seq_len
       << ", global batch " << plan.global_batch << "\n";
   out << "Hardware: " << plan.hardware.describe() << " [" << plan.hardware.source << "]\n";
+  const dsl::Packing packing = dsl::packing_of(spec.data);
+  out << "Packing: " << dsl::describe(packing)
+      << (packing == dsl::Packing::kStream
+              ? std::string()
+              : std::string("; an example over seq_len + 1 tokens is ") +
+                    (spec.data.on_long_example == dsl::LongExample::kDrop ? "dropped" : "truncated") +
+                    " (on_long_example: " + dsl::to_string(spec.data.on_long_example) + ")")
+      << "\n";
   if (spec.planner.runtime != dsl::Runtime::kTailor) {
     out << "Runtime: " << dsl::to_string(spec.planner.runtime)
         << " (memory as that stack keeps it: a prediction for its run, not tailor-runner's)\n";

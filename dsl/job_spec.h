@@ -88,6 +88,13 @@ struct ModelSpec {
 
 enum class DataFormat { kJsonl, kText, kTokens };
 
+// What becomes of an example longer than a row (seq_len + 1 tokens: seq_len
+// inputs and seq_len targets) where examples are kept whole.
+enum class LongExample {
+  kTruncate,  // cut to its first seq_len + 1 tokens
+  kDrop,      // left out, counted
+};
+
 struct DataSpec {
   std::string train;                  // training data file (absolute after loading); required
   std::string eval;                   // optional held-out data file; empty = none
@@ -97,7 +104,22 @@ struct DataSpec {
   std::string completion_field;       // jsonl: completion field; set together with prompt_field
   std::int64_t seq_len = 0;           // tokens per sequence; default min(2048, model max_seq_len)
   bool packing = true;                // pack several documents per sequence (with boundaries)
+  LongExample on_long_example = LongExample::kTruncate;  // whole examples and no packing; see Packing
 };
+
+// How examples become rows of seq_len, decided from the spec alone so the
+// plan can say it before any data is read.
+enum class Packing {
+  kNone,           // packing: false: one example per row, padded to the batch's longest
+  kStream,         // plain text, field or tokens: one stream cut at row boundaries (a
+                   // long document continues in the next row; harmless without a prompt)
+  kWholeExamples,  // prompt/completion: whole examples placed into rows by first-fit
+                   // decreasing, never split; on_long_example says what a long one becomes
+};
+inline Packing packing_of(const DataSpec& d) {
+  if (!d.packing) return Packing::kNone;
+  return d.prompt_field.empty() || d.completion_field.empty() ? Packing::kStream : Packing::kWholeExamples;
+}
 
 enum class LrScheduler { kConstant, kCosine, kLinear };
 
@@ -235,6 +257,11 @@ const char* to_string(ModelInit v);
 const char* to_string(LrScheduler v);
 const char* to_string(Runtime v);  // tailor | hf | torchtune | litgpt | torchtitan
 const char* to_string(ExecutorKind v);  // default | local | slurm | auto
+const char* to_string(LongExample v);   // truncate | drop
+const char* to_string(Packing v);       // none | stream | whole-examples
+// The plan's words: "whole examples, first-fit decreasing", "stream, split at
+// row boundaries (plain text)", "none: one example per row, padded".
+const char* describe(Packing v);
 
 // Why a time limit is not in Slurm's format (minutes, minutes:seconds,
 // hours:minutes:seconds, days-hours[:minutes[:seconds]]); nullopt when it is.

@@ -52,6 +52,14 @@ struct EnumNames<DataFormat> {
   }
 };
 template <>
+struct EnumNames<LongExample> {
+  static const std::vector<std::pair<LongExample, const char*>>& names() {
+    static const std::vector<std::pair<LongExample, const char*>> k = {{LongExample::kTruncate, "truncate"},
+                                                                        {LongExample::kDrop, "drop"}};
+    return k;
+  }
+};
+template <>
 struct EnumNames<LrScheduler> {
   static const std::vector<std::pair<LrScheduler, const char*>>& names() {
     static const std::vector<std::pair<LrScheduler, const char*>> k = {
@@ -289,7 +297,14 @@ const std::vector<Field<DataSpec>>& data_fields() {
             string_not_empty()),
       field("seq_len", "Tokens per sequence. Default: min(2048, the model's max_seq_len).", &DataSpec::seq_len,
             int_at_least(1)),
-      field("packing", "Pack several documents into each sequence. Default true.", &DataSpec::packing),
+      field("packing",
+            "Pack several documents into each sequence. Default true. Prompt/completion examples are placed "
+            "whole (first-fit decreasing), never split; plain text is one stream cut at row boundaries.",
+            &DataSpec::packing),
+      field("on_long_example",
+            "truncate or drop an example longer than seq_len + 1 tokens (prompt/completion packing, or packing "
+            "false). Default truncate; one truncated to no trained token is dropped. Plain text is split instead.",
+            &DataSpec::on_long_example),
   };
   return k;
 }
@@ -676,6 +691,25 @@ const char* to_string(ModelInit v) { return name_of(v); }
 const char* to_string(LrScheduler v) { return name_of(v); }
 const char* to_string(Runtime v) { return name_of(v); }
 const char* to_string(ExecutorKind v) { return name_of(v); }
+const char* to_string(LongExample v) { return name_of(v); }
+
+const char* to_string(Packing v) {
+  switch (v) {
+    case Packing::kNone: return "none";
+    case Packing::kStream: return "stream";
+    case Packing::kWholeExamples: return "whole-examples";
+  }
+  return "?";
+}
+
+const char* describe(Packing v) {
+  switch (v) {
+    case Packing::kNone: return "none: one example per row, padded";
+    case Packing::kStream: return "stream, split at row boundaries (plain text)";
+    case Packing::kWholeExamples: return "whole examples, first-fit decreasing";
+  }
+  return "?";
+}
 
 std::optional<std::string> check_slurm_time_limit(const std::string& v) {
   // sbatch(1) --time: "minutes", "minutes:seconds", "hours:minutes:seconds",

@@ -84,6 +84,10 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   w.field("parameters", spec.model.arch.parameter_count());
   w.field("seq_len", plan.seq_len);
   w.field("global_batch_size", plan.global_batch);
+  const dsl::Packing packing = dsl::packing_of(spec.data);
+  w.field("packing", dsl::to_string(packing));
+  w.field("packing_description", dsl::describe(packing));
+  w.field("on_long_example", dsl::to_string(spec.data.on_long_example));
   w.end_object();
   w.key("hardware").begin_object();
   w.field("source", plan.hardware.source);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <utility>
 
 #include "core/check.h"
@@ -48,8 +49,13 @@ Batch blank_batch(std::int64_t rows, std::int64_t cols, std::int32_t pad_id) {
 
 }  // namespace
 
-Batcher::Batcher(TokenStore store, std::int64_t seq_len, bool packing, std::int64_t micro_batch,
-                 std::uint64_t seed, std::int32_t pad_id)
+double PackingStats::efficiency() const {
+  const double cells = static_cast<double>(rows_per_epoch) * static_cast<double>(seq_len);
+  return cells > 0 ? static_cast<double>(input_cells) / cells : 0.0;
+}
+
+Batcher::Batcher(TokenStore store, std::int64_t seq_len, dsl::Packing packing, dsl::LongExample on_long,
+                 std::int64_t micro_batch, std::uint64_t seed, std::int32_t pad_id)
     : store_(std::move(store)),
       seq_len_(seq_len),
       packing_(packing),
@@ -61,14 +67,102 @@ Batcher::Batcher(TokenStore store, std::int64_t seq_len, bool packing, std::int6
   TAILOR_CHECK(micro_batch_ >= 1);
   for (std::size_t d = 0; d < store_.documents(); ++d) TAILOR_CHECK(store_.length(d) >= 2);
   total_tokens_ = store_.total_tokens();
-  // A stream of N tokens holds N - 1 (input, next token) pairs.
-  rows_per_epoch_ = packing_ ? ceil_div(total_tokens_ - 1, seq_len_)
-                             : static_cast<std::int64_t>(store_.documents());
+  stats_.packing = packing_;
+  stats_.seq_len = seq_len_;
+  stats_.documents = static_cast<std::int64_t>(store_.documents());
+  if (packing_ == dsl::Packing::kStream) {
+    // A stream of N tokens holds N - 1 (input, next token) pairs.
+    rows_per_epoch_ = ceil_div(total_tokens_ - 1, seq_len_);
+    stats_.examples = stats_.documents;
+    stats_.input_cells = total_tokens_ - 1;
+  } else {
+    select_documents(on_long);
+    if (packing_ == dsl::Packing::kWholeExamples) {
+      pack_first_fit_decreasing();
+      rows_per_epoch_ = static_cast<std::int64_t>(bin_starts_.size()) - 1;
+    } else {
+      rows_per_epoch_ = static_cast<std::int64_t>(kept_.size());
+    }
+  }
+  stats_.rows_per_epoch = rows_per_epoch_;
 }
+
+Batcher::Batcher(const std::vector<Example>& examples, std::int64_t seq_len, dsl::Packing packing,
+                 dsl::LongExample on_long, std::int64_t micro_batch, std::uint64_t seed, std::int32_t pad_id)
+    : Batcher(TokenStore::from_examples(examples), seq_len, packing, on_long, micro_batch, seed, pad_id) {}
+
+Batcher::Batcher(TokenStore store, std::int64_t seq_len, bool packing, std::int64_t micro_batch,
+                 std::uint64_t seed, std::int32_t pad_id)
+    : Batcher(std::move(store), seq_len, packing ? dsl::Packing::kStream : dsl::Packing::kNone,
+              dsl::LongExample::kTruncate, micro_batch, seed, pad_id) {}
 
 Batcher::Batcher(const std::vector<Example>& examples, std::int64_t seq_len, bool packing,
                  std::int64_t micro_batch, std::uint64_t seed, std::int32_t pad_id)
     : Batcher(TokenStore::from_examples(examples), seq_len, packing, micro_batch, seed, pad_id) {}
+
+void Batcher::select_documents(dsl::LongExample on_long) {
+  kept_.reserve(store_.documents());
+  for (std::size_t d = 0; d < store_.documents(); ++d) {
+    const bool too_long = store_.length(d) > seq_len_ + 1;
+    if (too_long && on_long == dsl::LongExample::kDrop) {
+      ++stats_.dropped;
+      continue;
+    }
+    // Searched from the end: an untruncated example's EOS is trained, so
+    // this usually looks at one flag.
+    const auto used = store_.trained(d).subspan(1, static_cast<std::size_t>(row_length(d) - 1));
+    if (std::find(used.rbegin(), used.rend(), std::uint8_t{1}) == used.rend()) {
+      ++stats_.dropped;
+      ++stats_.dropped_untrained;
+      continue;
+    }
+    if (too_long) ++stats_.truncated;
+    kept_.push_back(d);
+    stats_.input_cells += row_length(d) - 1;
+  }
+  stats_.examples = static_cast<std::int64_t>(kept_.size());
+}
+
+void Batcher::pack_first_fit_decreasing() {
+  // Longest first (ties by document, so the packing is the same everywhere).
+  std::vector<std::size_t> items = kept_;
+  std::sort(items.begin(), items.end(), [&](std::size_t a, std::size_t b) {
+    const std::int64_t la = row_length(a), lb = row_length(b);
+    return la != lb ? la > lb : a < b;
+  });
+  // First fit in O(n log n): a max-tree over the room left in each
+  // potential row finds the first row with room. First fit never leaves two
+  // rows at most half full, so it needs fewer than 2 x cells / seq_len + 1
+  // rows (and never more than one per item).
+  const auto most_rows = static_cast<std::size_t>(
+      std::min<std::int64_t>(static_cast<std::int64_t>(items.size()), 2 * stats_.input_cells / seq_len_ + 1));
+  std::size_t leaves = 1;
+  while (leaves < most_rows) leaves <<= 1;
+  std::vector<std::int64_t> room(2 * leaves, seq_len_);
+  std::vector<std::size_t> bin_of(items.size());
+  std::size_t bins = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::int64_t cols = row_length(items[i]) - 1;  // <= seq_len: every item fits an empty row
+    TAILOR_CHECK(room[1] >= cols);
+    std::size_t node = 1;
+    while (node < leaves) node = room[2 * node] >= cols ? 2 * node : 2 * node + 1;
+    bin_of[i] = node - leaves;
+    bins = std::max(bins, bin_of[i] + 1);
+    room[node] -= cols;
+    for (node /= 2; node >= 1; node /= 2) room[node] = std::max(room[2 * node], room[2 * node + 1]);
+  }
+  // Rows as contiguous runs of documents (a counting sort by row).
+  bin_starts_.assign(bins + 1, 0);
+  for (std::size_t i = 0; i < items.size(); ++i) ++bin_starts_[bin_of[i] + 1];
+  for (std::size_t b = 0; b < bins; ++b) bin_starts_[b + 1] += bin_starts_[b];
+  bin_docs_.resize(items.size());
+  std::vector<std::int64_t> fill(bin_starts_.begin(), bin_starts_.end() - 1);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    bin_docs_[static_cast<std::size_t>(fill[bin_of[i]]++)] = items[i];
+  }
+  kept_.clear();  // the rows say it all now
+  kept_.shrink_to_fit();
+}
 
 std::int64_t Batcher::rows_per_epoch() const { return rows_per_epoch_; }
 
@@ -77,6 +171,7 @@ std::int64_t Batcher::batches_per_epoch() const { return ceil_div(rows_per_epoch
 Batcher::State Batcher::state() const { return state_; }
 
 void Batcher::restore(State s) {
+  TAILOR_CHECK(rows_per_epoch_ > 0);
   s.epoch = std::max<std::int64_t>(s.epoch, 0);
   s.index = std::max<std::int64_t>(s.index, 0);
   state_ = State{s.epoch + s.index / rows_per_epoch_, s.index % rows_per_epoch_};
@@ -88,6 +183,7 @@ double Batcher::epoch_progress() const {
 }
 
 Batch Batcher::next() {
+  TAILOR_CHECK(rows_per_epoch_ > 0);
   std::vector<State> rows;
   const Order* orders[2] = {nullptr, nullptr};
   for (std::int64_t r = 0; r < micro_batch_; ++r) {
@@ -106,7 +202,15 @@ Batch Batcher::next() {
 }
 
 Batch Batcher::longest_batch() const {
-  if (packing_) {
+  TAILOR_CHECK(rows_per_epoch_ > 0);
+  if (packing_ == dsl::Packing::kWholeExamples) {
+    // Every packed batch is (micro_batch, seq_len); first-fit decreasing
+    // fills its first rows fullest.
+    Batch b = blank_batch(micro_batch_, seq_len_, pad_id_);
+    for (std::int64_t r = 0; r < micro_batch_; ++r) fill_whole_row(b, r, static_cast<std::size_t>(r % rows_per_epoch_));
+    return b;
+  }
+  if (packing_ == dsl::Packing::kStream) {
     // Every packed batch is (micro_batch, seq_len): epoch 0's first is as large as any.
     const Order order = make_order(0);
     std::vector<State> rows;
@@ -118,8 +222,7 @@ Batch Batcher::longest_batch() const {
   // The widest possible batch: every row is at most the longest document,
   // and a batch is widest when it holds the micro_batch longest together
   // (repeating documents when there are fewer than micro_batch).
-  std::vector<std::size_t> docs(store_.documents());
-  std::iota(docs.begin(), docs.end(), std::size_t{0});
+  std::vector<std::size_t> docs = kept_;
   std::sort(docs.begin(), docs.end(), [&](std::size_t a, std::size_t b) {
     const std::int64_t la = row_length(a), lb = row_length(b);
     return la != lb ? la > lb : a < b;
@@ -131,7 +234,8 @@ Batch Batcher::longest_batch() const {
 
 Batcher::Order Batcher::make_order(std::int64_t epoch) const {
   Order order;
-  order.docs.resize(store_.documents());
+  order.docs.resize(packing_ == dsl::Packing::kStream ? store_.documents()
+                                                      : static_cast<std::size_t>(rows_per_epoch_));
   std::iota(order.docs.begin(), order.docs.end(), std::size_t{0});
   // One key per seed, then the epoch mixed in, so (seed, epoch) pairs never
   // share a stream the way seed + epoch would (seed 1 epoch 0 = seed 0 epoch 1).
@@ -141,7 +245,7 @@ Batcher::Order Batcher::make_order(std::int64_t epoch) const {
     const auto j = static_cast<std::size_t>(uniform_below(state, i));
     std::swap(order.docs[i - 1], order.docs[j]);
   }
-  if (packing_) {
+  if (packing_ == dsl::Packing::kStream) {
     order.starts.resize(order.docs.size() + 1);
     order.starts[0] = 0;
     for (std::size_t i = 0; i < order.docs.size(); ++i) {
@@ -170,14 +274,21 @@ Batch Batcher::batch_of(const std::vector<State>& rows, const Order* const* orde
     return scratch;
   };
   Order scratch;
-  if (!packing_) {
+  if (packing_ == dsl::Packing::kNone) {
     std::vector<std::size_t> docs;
-    for (const State& r : rows) docs.push_back(order_of(r.epoch, scratch).docs[static_cast<std::size_t>(r.index)]);
+    for (const State& r : rows) {
+      docs.push_back(kept_[order_of(r.epoch, scratch).docs[static_cast<std::size_t>(r.index)]]);
+    }
     return padded_batch(docs);
   }
   Batch b = blank_batch(static_cast<std::int64_t>(rows.size()), seq_len_, pad_id_);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    fill_packed_row(b, static_cast<std::int64_t>(i), order_of(rows[i].epoch, scratch), rows[i].index);
+    const Order& order = order_of(rows[i].epoch, scratch);
+    if (packing_ == dsl::Packing::kWholeExamples) {
+      fill_whole_row(b, static_cast<std::int64_t>(i), order.docs[static_cast<std::size_t>(rows[i].index)]);
+    } else {
+      fill_packed_row(b, static_cast<std::int64_t>(i), order, rows[i].index);
+    }
   }
   return b;
 }
@@ -216,6 +327,26 @@ void Batcher::fill_packed_row(Batch& b, std::int64_t r, const Order& order, std:
   }
 }
 
+void Batcher::fill_whole_row(Batch& b, std::int64_t r, std::size_t bin) const {
+  auto cell = static_cast<std::size_t>(r * seq_len_);
+  std::int32_t segment = 0;
+  for (auto k = bin_starts_[bin]; k < bin_starts_[bin + 1]; ++k, ++segment) {
+    const std::size_t doc = bin_docs_[static_cast<std::size_t>(k)];
+    const auto tokens = store_.tokens(doc);
+    const auto trained = store_.trained(doc);
+    const auto width = static_cast<std::size_t>(row_length(doc) - 1);
+    for (std::size_t t = 0; t < width; ++t, ++cell) {
+      b.inputs[cell] = tokens[t];
+      if (trained[t + 1]) {
+        b.targets[cell] = tokens[t + 1];
+        ++b.target_tokens;
+      }
+      b.positions[cell] = static_cast<std::int32_t>(t);
+      b.segment_ids[cell] = segment;
+    }
+  }
+}
+
 std::int64_t Batcher::row_length(std::size_t doc) const {
   return std::min(store_.length(doc), seq_len_ + 1);
 }
@@ -239,6 +370,26 @@ Batch Batcher::padded_batch(std::span<const std::size_t> docs) const {
       b.positions[cell] = static_cast<std::int32_t>(c);
       b.segment_ids[cell] = 0;
     }
+  }
+  return b;
+}
+
+Result<Batcher> make_batcher(TokenStore store, const dsl::DataSpec& spec, std::int64_t micro_batch,
+                             std::uint64_t seed, std::int32_t pad_id) {
+  Batcher b(std::move(store), spec.seq_len, dsl::packing_of(spec), spec.on_long_example, micro_batch, seed, pad_id);
+  const PackingStats& s = b.stats();
+  if (s.examples == 0) {
+    const std::int64_t long_dropped = s.dropped - s.dropped_untrained;
+    std::string why;
+    if (long_dropped > 0) {
+      why += std::to_string(long_dropped) + " longer than seq_len + 1 tokens (data.on_long_example: drop)";
+    }
+    if (s.dropped_untrained > 0) {
+      why += std::string(why.empty() ? "" : ", ") + std::to_string(s.dropped_untrained) +
+             " with no trained token within their first seq_len + 1 tokens";
+    }
+    return Status::invalid_argument(spec.train + ": every example was dropped at seq_len " +
+                                    std::to_string(spec.seq_len) + ": " + why);
   }
   return b;
 }

@@ -14,7 +14,10 @@
 
 namespace tailor::runner::events {
 
-inline constexpr const char* kStart = "start";            // steps, first_step, device, strategy, pid
+// steps, first_step, device, strategy, pid; the data as batched: packing
+// (dsl::to_string(Packing)), on_long_example, examples, rows_per_epoch,
+// truncated, dropped, packing_efficiency (non-padding cells / all cells).
+inline constexpr const char* kStart = "start";
 // Written by tailord, not the runner, before an attempt whose exit status it
 // cannot see (a Slurm job): a boundary like start, so that an attempt whose
 // ranks never started is not judged by the attempt before. attempt, message.

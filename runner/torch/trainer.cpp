@@ -584,9 +584,10 @@ Status Run::load_data() {
   }
   export_.tokens = {(*tok)->bos_id(), (*tok)->eos_id()};
   export_.tokenizer_from = spec_.model.path;
-  batcher_ = std::make_unique<data::Batcher>(std::move(tokenized->store), spec_.data.seq_len, spec_.data.packing,
-                                             st_.micro_batch_size, static_cast<std::uint64_t>(spec_.training.seed),
-                                             (*tok)->pad_id());
+  auto batcher = data::make_batcher(std::move(tokenized->store), spec_.data, st_.micro_batch_size,
+                                    static_cast<std::uint64_t>(spec_.training.seed), (*tok)->pad_id());
+  if (!batcher.is_ok()) return as_bad_input(batcher.status());
+  batcher_ = std::make_unique<data::Batcher>(std::move(*batcher));
   total_steps_ = spec_.training.max_steps
                      ? *spec_.training.max_steps
                      : std::max<std::int64_t>(
@@ -817,7 +818,23 @@ Status Run::probe() {
     w.field("rank", static_cast<std::int64_t>(rank_)).field("ranks", static_cast<std::int64_t>(world_));
     w.field("rank_pid", static_cast<std::int64_t>(::getpid()));
     if (comm_) w.field("collectives", collectives_);
+    const data::PackingStats& d = batcher_->stats();
+    w.field("packing", dsl::to_string(d.packing)).field("on_long_example", dsl::to_string(spec_.data.on_long_example));
+    w.field("examples", d.examples).field("rows_per_epoch", d.rows_per_epoch);
+    w.field("truncated", d.truncated).field("dropped", d.dropped);
+    w.field("packing_efficiency", d.efficiency());
   });
+  if (leader() && !o_.quiet) {
+    const data::PackingStats& d = batcher_->stats();
+    std::fprintf(stderr, "data: %lld examples in %lld rows of %lld an epoch (packing %s, %.1f%% of cells filled)",
+                 static_cast<long long>(d.examples), static_cast<long long>(d.rows_per_epoch),
+                 static_cast<long long>(d.seq_len), dsl::describe(d.packing), 100.0 * d.efficiency());
+    if (d.packing != dsl::Packing::kStream) {
+      std::fprintf(stderr, "; %lld truncated, %lld dropped (on_long_example: %s)", static_cast<long long>(d.truncated),
+                   static_cast<long long>(d.dropped), dsl::to_string(spec_.data.on_long_example));
+    }
+    std::fprintf(stderr, "\n");
+  }
   step_ = first_step_;
   if (grad_sharder_) grad_sharder_->begin_backward();
   const data::Batch longest = batcher_->longest_batch();

@@ -29,6 +29,14 @@ TEST(SchemaTest, StrategyKnobsAcceptAuto) {
   EXPECT_FALSE(precision["description"].get<std::string>().empty());
 }
 
+TEST(SchemaTest, OnLongExampleIsTruncateOrDrop) {
+  const auto schema = nlohmann::json::parse(job_spec_json_schema());
+  const auto& on_long = schema["properties"]["data"]["properties"]["on_long_example"];
+  EXPECT_EQ(on_long["enum"], nlohmann::json::array({"truncate", "drop"}));
+  EXPECT_NE(on_long["description"].get<std::string>().find("truncated to no trained token is dropped"),
+            std::string::npos);
+}
+
 TEST(SchemaTest, EveryPropertyHasADescription) {
   const auto schema = nlohmann::json::parse(job_spec_json_schema());
   std::vector<std::pair<std::string, const nlohmann::json*>> todo = {{"", &schema}};

@@ -563,6 +563,258 @@ TEST(BatcherTest, LongestBatchIsTheLongest) {
   EXPECT_THAT(widths, ElementsAre(14, 14, 14, 48));
 }
 
+// ---- Batcher: whole examples (prompt/completion) ----------------------------
+
+constexpr dsl::Packing kWhole = dsl::Packing::kWholeExamples;
+constexpr dsl::LongExample kTruncate = dsl::LongExample::kTruncate;
+constexpr dsl::LongExample kDrop = dsl::LongExample::kDrop;
+
+// B, a prompt of `prompt` tokens (>= 2; the first two name the example, so
+// examples differ), a completion of `completion` tokens, E; the prompt and
+// BOS untrained, as load_examples makes prompt/completion pairs.
+Example pair_example(int id, int prompt, int completion) {
+  Example ex{{B}, {0}};
+  for (int i = 0; i < prompt; ++i) {
+    ex.tokens.push_back(i == 0 ? id % 200 : i == 1 ? id / 200 : 'p');
+    ex.trained.push_back(0);
+  }
+  for (int i = 0; i < completion; ++i) {
+    ex.tokens.push_back('a' + i % 26);
+    ex.trained.push_back(1);
+  }
+  ex.tokens.push_back(E);
+  ex.trained.push_back(1);
+  return ex;
+}
+
+// n examples of 4..max_len tokens with prompts of every share.
+std::vector<Example> pair_examples(int n, int max_len) {
+  std::vector<Example> out;
+  std::uint32_t s = 12345;
+  for (int i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    const int total = 4 + static_cast<int>((s >> 8) % static_cast<std::uint32_t>(max_len - 3));
+    const int prompt = 2 + static_cast<int>((s >> 3) % static_cast<std::uint32_t>(total - 3));
+    out.push_back(pair_example(i, prompt, total - 2 - prompt));
+  }
+  return out;
+}
+
+struct Row {
+  std::vector<std::int32_t> inputs, targets, positions, segments;
+};
+
+// Exactly one epoch's rows from the batcher's state {e, 0}.
+std::vector<Row> one_epoch(Batcher& batcher) {
+  std::vector<Row> rows;
+  while (static_cast<std::int64_t>(rows.size()) < batcher.rows_per_epoch()) {
+    const Batch b = batcher.next();
+    expect_consistent(b);
+    for (std::int64_t r = 0; r < b.rows && static_cast<std::int64_t>(rows.size()) < batcher.rows_per_epoch(); ++r) {
+      rows.push_back({row_of(b.inputs, b, r), row_of(b.targets, b, r), row_of(b.positions, b, r),
+                      row_of(b.segment_ids, b, r)});
+    }
+  }
+  return rows;
+}
+
+// A document's cells as a row holds it whole: (inputs, targets).
+std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> cells_of(const Example& ex, std::size_t keep) {
+  std::vector<std::int32_t> in, tg;
+  for (std::size_t t = 0; t + 1 < std::min(keep, ex.tokens.size()); ++t) {
+    in.push_back(ex.tokens[t]);
+    tg.push_back(ex.trained[t + 1] ? ex.tokens[t + 1] : X);
+  }
+  return {in, tg};
+}
+
+// Each row's pieces as (inputs, targets), checking the layout on the way:
+// every piece starts at column 0 or right after the previous one, with
+// BOS at position 0 in a new segment, and padding only ends a row.
+std::vector<std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>> pieces_of(const std::vector<Row>& rows) {
+  std::vector<std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>> out;
+  for (const Row& row : rows) {
+    for (std::size_t c = 0; c < row.inputs.size(); ++c) {
+      if (row.segments[c] == -1) {
+        for (std::size_t rest = c; rest < row.inputs.size(); ++rest) EXPECT_EQ(row.segments[rest], -1);
+        break;
+      }
+      const bool starts = c == 0 || row.segments[c] != row.segments[c - 1];
+      if (starts) {
+        EXPECT_EQ(row.inputs[c], B) << "a piece that does not start with its BOS: an example split across rows";
+        EXPECT_EQ(row.positions[c], 0);
+        EXPECT_EQ(row.segments[c], c == 0 ? 0 : row.segments[c - 1] + 1);
+        out.emplace_back();
+      } else {
+        EXPECT_NE(row.inputs[c], B);
+        EXPECT_EQ(row.positions[c], row.positions[c - 1] + 1);
+      }
+      out.back().first.push_back(row.inputs[c]);
+      out.back().second.push_back(row.targets[c]);
+    }
+  }
+  return out;
+}
+
+TEST(BatcherTest, WholeExamplesAreNeverSplitAndEachTrainsOncePerEpoch) {
+  const auto examples = pair_examples(120, 40);
+  const std::int64_t seq_len = 48;
+  Batcher batcher(examples, seq_len, kWhole, kTruncate, 3, 7);
+  EXPECT_EQ(batcher.stats().examples, 120);
+  EXPECT_EQ(batcher.stats().truncated + batcher.stats().dropped, 0);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    ASSERT_EQ(batcher.state().index, 0);
+    const auto rows = one_epoch(batcher);
+    std::map<std::vector<std::int32_t>, std::vector<std::int32_t>> seen;
+    std::int64_t targets = 0;
+    for (const auto& [in, tg] : pieces_of(rows)) {
+      EXPECT_TRUE(seen.emplace(in, tg).second) << "an example twice in one epoch";
+      targets += static_cast<std::int64_t>(tg.size()) - std::count(tg.begin(), tg.end(), X);
+    }
+    ASSERT_EQ(seen.size(), examples.size()) << "epoch " << epoch;
+    for (const Example& ex : examples) {
+      const auto [in, tg] = cells_of(ex, ex.tokens.size());
+      ASSERT_TRUE(seen.count(in)) << "epoch " << epoch;
+      EXPECT_EQ(seen[in], tg) << "every trained target of the example, in its own row";
+    }
+    EXPECT_EQ(targets, trained_tokens(examples));
+    // Realign: the last batch may have run into the next epoch.
+    batcher.restore({epoch + 1, 0});
+  }
+  // The same data as one stream cuts examples at row boundaries: what the
+  // whole-example packing is for.
+  Batcher stream(examples, seq_len, true, 3, 7);
+  const auto rows = one_epoch(stream);
+  EXPECT_GT(std::count_if(rows.begin(), rows.end(), [](const Row& r) { return r.inputs[0] != B; }), 0);
+}
+
+TEST(BatcherTest, FirstFitDecreasingFillsRows) {
+  // Columns 9 3 8 4 7 5 6 6 (a document of L tokens takes L - 1): four
+  // rows of 12 exactly, but only when the longest are placed first.
+  std::vector<Example> examples;
+  int id = 0;
+  for (int cols : {9, 3, 8, 4, 7, 5, 6, 6}) examples.push_back(pair_example(id++, 2, cols - 3));
+  Batcher batcher(examples, 12, kWhole, kTruncate, 2, 1);
+  EXPECT_EQ(batcher.rows_per_epoch(), 4);
+  EXPECT_EQ(batcher.stats().input_cells, 48);
+  EXPECT_DOUBLE_EQ(batcher.stats().efficiency(), 1.0);
+  for (const Row& row : one_epoch(batcher)) {
+    EXPECT_EQ(std::count(row.segments.begin(), row.segments.end(), -1), 0) << "a full row";
+    EXPECT_EQ(*std::max_element(row.segments.begin(), row.segments.end()), 1) << "two examples a row";
+  }
+  // The longest batch is a full (micro_batch, seq_len) one.
+  const Batch longest = batcher.longest_batch();
+  expect_consistent(longest);
+  EXPECT_EQ(longest.rows, 2);
+  EXPECT_EQ(longest.seq_len, 12);
+  EXPECT_EQ(std::count(longest.segment_ids.begin(), longest.segment_ids.end(), -1), 0);
+
+  // One more example of 3 columns opens a fifth row: 51 of 60 cells.
+  examples.push_back(pair_example(id, 2, 0));
+  Batcher more(examples, 12, kWhole, kTruncate, 2, 1);
+  EXPECT_EQ(more.rows_per_epoch(), 5);
+  EXPECT_DOUBLE_EQ(more.stats().efficiency(), 51.0 / 60.0);
+}
+
+TEST(BatcherTest, LongExamplesAreTruncatedOrDroppedAndCounted) {
+  // seq_len 8: a row holds 9 tokens of an example.
+  const Example fits = pair_example(1, 2, 3);        // 7 tokens
+  const Example long_ok = pair_example(2, 3, 10);    // 15: its first 9 keep 5 completion tokens
+  const Example long_cut = pair_example(3, 9, 4);    // 15: its first 9 are BOS and prompt only
+  const std::vector<Example> examples = {fits, long_ok, long_cut};
+  for (const dsl::Packing packing : {kWhole, dsl::Packing::kNone}) {
+    Batcher truncate(examples, 8, packing, kTruncate, 1, 3);
+    EXPECT_EQ(truncate.stats().examples, 2);
+    EXPECT_EQ(truncate.stats().truncated, 1);
+    EXPECT_EQ(truncate.stats().dropped, 1) << "truncated to no trained target";
+    EXPECT_EQ(truncate.stats().dropped_untrained, 1);
+    std::map<std::vector<std::int32_t>, std::vector<std::int32_t>> seen;
+    for (const auto& piece : pieces_of(one_epoch(truncate))) seen.insert(piece);
+    ASSERT_EQ(seen.size(), 2u) << dsl::to_string(packing);
+    const auto [in, tg] = cells_of(long_ok, 9);
+    ASSERT_EQ(in.size(), 8u);
+    EXPECT_EQ(seen[in], tg) << "the first seq_len + 1 tokens";
+    EXPECT_EQ(seen.count(cells_of(fits, 99).first), 1u);
+
+    Batcher drop(examples, 8, packing, kDrop, 1, 3);
+    EXPECT_EQ(drop.stats().examples, 1);
+    EXPECT_EQ(drop.stats().truncated, 0);
+    EXPECT_EQ(drop.stats().dropped, 2);
+    EXPECT_EQ(drop.stats().dropped_untrained, 0);
+    EXPECT_EQ(drop.rows_per_epoch(), 1);
+    const auto rows = one_epoch(drop);
+    EXPECT_EQ(pieces_of(rows).front().first, cells_of(fits, 99).first);
+  }
+}
+
+TEST(BatcherTest, EveryExampleDroppedIsAnErrorNamingTheFileAndSeqLen) {
+  dsl::DataSpec spec = pairs_spec();
+  spec.train = "/data/pairs.jsonl";
+  spec.seq_len = 4;
+  spec.on_long_example = kDrop;
+  const std::vector<Example> examples = {pair_example(1, 2, 5), pair_example(2, 3, 3)};  // 9 and 8 tokens, 5 fit a row
+  auto dropped = make_batcher(TokenStore::from_examples(examples), spec, 2, 1, P);
+  ASSERT_FALSE(dropped.is_ok());
+  EXPECT_EQ(dropped.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(dropped.status().message(), HasSubstr("/data/pairs.jsonl"));
+  EXPECT_THAT(dropped.status().message(), HasSubstr("seq_len 4"));
+  EXPECT_THAT(dropped.status().message(), HasSubstr("2 longer than seq_len + 1 tokens (data.on_long_example: drop)"));
+
+  spec.on_long_example = kTruncate;  // the prompts fill the 5 tokens kept
+  auto untrained = make_batcher(TokenStore::from_examples({pair_example(1, 6, 2)}), spec, 2, 1, P);
+  ASSERT_FALSE(untrained.is_ok());
+  EXPECT_THAT(untrained.status().message(), HasSubstr("1 with no trained token"));
+
+  spec.seq_len = 16;
+  auto fine = make_batcher(TokenStore::from_examples(examples), spec, 2, 1, P);
+  ASSERT_TRUE(fine.is_ok()) << fine.status().to_string();
+  EXPECT_EQ(fine->stats().packing, kWhole);
+  EXPECT_EQ(fine->stats().examples, 2);
+}
+
+TEST(BatcherTest, WholeExamplesResumeBitExactlyAcrossEpochs) {
+  const auto examples = pair_examples(60, 30);
+  Batcher original(examples, 32, kWhole, kTruncate, 3, 5);
+  ASSERT_GT(original.batches_per_epoch(), 3);
+  for (int i = 0; i < 5; ++i) (void)original.next();
+  const Batcher::State saved = original.state();
+  std::vector<Batch> expected;
+  for (int i = 0; i < 3 * original.batches_per_epoch(); ++i) expected.push_back(original.next());  // crosses epochs
+
+  Batcher resumed(examples, 32, kWhole, kTruncate, 3, 5);
+  resumed.restore(saved);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(same_batch(resumed.next(), expected[i])) << "batch " << i;
+  }
+  // The rows are reshuffled every epoch, and by the seed.
+  Batcher a(examples, 32, kWhole, kTruncate, 1, 5), b(examples, 32, kWhole, kTruncate, 1, 6);
+  const auto a0 = pieces_of(one_epoch(a)), a1 = pieces_of(one_epoch(a)), b0 = pieces_of(one_epoch(b));
+  EXPECT_NE(a0, a1);
+  EXPECT_NE(a0, b0);
+}
+
+TEST(BatcherTest, TheSpecDecidesThePackingAndPlainTextStaysAStream) {
+  const auto text = docs_of_lengths(23);
+  dsl::DataSpec spec = spec_of(dsl::DataFormat::kText);
+  spec.seq_len = 12;
+  auto from_spec = make_batcher(TokenStore::from_examples(text), spec, 3, 5, P);
+  ASSERT_TRUE(from_spec.is_ok());
+  EXPECT_EQ(from_spec->stats().packing, dsl::Packing::kStream);
+  Batcher stream(text, 12, true, 3, 5);
+  EXPECT_EQ(from_spec->rows_per_epoch(), stream.rows_per_epoch());
+  EXPECT_DOUBLE_EQ(from_spec->stats().efficiency(),
+                   static_cast<double>(stream.stats().input_cells) / static_cast<double>(stream.rows_per_epoch() * 12));
+  for (int i = 0; i < 3 * stream.batches_per_epoch(); ++i) {
+    EXPECT_TRUE(same_batch(from_spec->next(), stream.next())) << "batch " << i;
+  }
+  spec.packing = false;
+  EXPECT_EQ(dsl::packing_of(spec), dsl::Packing::kNone);
+  dsl::DataSpec pairs = pairs_spec();
+  EXPECT_EQ(dsl::packing_of(pairs), kWhole);
+  pairs.packing = false;
+  EXPECT_EQ(dsl::packing_of(pairs), dsl::Packing::kNone);
+}
+
 // The symlink defect: a data file swapped for a link after submission led
 // the runner outside the spec root. The check is on the file opened.
 TEST(FileIoTest, UnderAReadRootOnlyFilesInsideItAreRead) {

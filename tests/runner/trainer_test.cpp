@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -133,6 +134,44 @@ TEST(TrainerTest, AccumulationEqualsOneBatchKTimesLarger) {
   // Dynamic padding differs per micro-batch; the token-normalised loss and
   // the update do not.
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::max(1.0, a[i])) << "step " << i + 1;
+}
+
+// Prompt/completion data is packed whole: the start event counts what
+// became of the examples; a job whose every example is dropped is bad input.
+TEST(TrainerTest, PromptCompletionJobsTrainOnWholeExamples) {
+  TempDir dir;
+  std::string pairs;
+  for (int i = 0; i < 40; ++i) {  // 20 tokens, or 66 (truncated to 33, completion kept)
+    pairs += "{\"prompt\": \"Q" + std::to_string(10 + i) + ": tool?\", \"completion\": \"" +
+             (i % 5 == 0 ? "a needle and thread, then a hot iron to press the seam" : "a needle") + "\"}\n";
+  }
+  for (int i = 0; i < 2; ++i) {  // a prompt that fills the row: nothing to train on
+    pairs += "{\"prompt\": \"" + std::string(40, 'q') + "\", \"completion\": \"yes\"}\n";
+  }
+  dir.write("pairs.jsonl", pairs);
+  RunConfig cfg = job(dir,
+                      {"data.train=" + dir.file("pairs.jsonl"), "data.prompt_field=prompt", "data.completion_field=completion",
+                       "training.max_steps=3"},
+                      dsl::Precision::kFp32, 4, 1);
+  const std::string out = dir.file("out");
+  ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+  const auto start = lines(out + "/events.jsonl").front();
+  EXPECT_EQ(start["packing"], "whole-examples");
+  EXPECT_EQ(start["on_long_example"], "truncate");
+  EXPECT_EQ(start["examples"], 40);
+  EXPECT_EQ(start["truncated"], 8);
+  EXPECT_EQ(start["dropped"], 2);
+  EXPECT_GT(start["packing_efficiency"].get<double>(), 0.5);
+  EXPECT_LE(start["packing_efficiency"].get<double>(), 1.0);
+  const auto l = losses(out);
+  ASSERT_EQ(l.size(), 3u);
+  for (double v : l) EXPECT_TRUE(std::isfinite(v));
+
+  cfg.spec.data.on_long_example = dsl::LongExample::kDrop;
+  cfg.spec.data.seq_len = 8;
+  EXPECT_EQ(train_in(cfg, dir.file("dropped")), RunnerExit::kBadInput);
+  const std::string message = lines(dir.file("dropped") + "/events.jsonl").back()["message"].get<std::string>();
+  EXPECT_NE(message.find("pairs.jsonl: every example was dropped at seq_len 8"), std::string::npos) << message;
 }
 
 TEST(TrainerTest, HalfPrecisionsTrackFp32) {

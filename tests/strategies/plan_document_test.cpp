@@ -22,6 +22,10 @@ TEST(PlanDocumentTest, HasTheDocumentedSchema) {
   const auto j = nlohmann::json::parse(plan_to_json(plan, *loaded.spec));
   EXPECT_EQ(j["schema_version"], kPlanSchemaVersion);
   EXPECT_EQ(j["fits"], plan.fits);
+  // Prompt/completion pairs: packed whole, long ones truncated (the default).
+  EXPECT_EQ(j["job"]["packing"], "whole-examples");
+  EXPECT_EQ(j["job"]["packing_description"], "whole examples, first-fit decreasing");
+  EXPECT_EQ(j["job"]["on_long_example"], "truncate");
   for (const char* k : {"precision", "gradient_checkpointing", "micro_batch_size", "gradient_accumulation_steps",
                         "adapter", "lora_rank", "quantization", "optimizer", "zero_stage", "offload", "num_gpus"}) {
     EXPECT_TRUE(j["strategy"].contains(k)) << k;
