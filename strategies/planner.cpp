@@ -396,6 +396,9 @@ std::vector<PinAdvice> advise_unpinning(const dsl::JobSpec& spec, const Hardware
   std::vector<PinAdvice> out;
   for (dsl::Knob k : kKnobs) {
     if (!c.pinned(k)) continue;
+    // An adapter is advised only where this plan does not fit or offloads:
+    // no search where that cannot be.
+    if (k == dsl::Knob::kAdapter && plan.fits && plan.chosen.strategy.offload == Offload::kNone) continue;
     const dsl::JobSpec free = unpinned(spec, k);
     const Constraints fc(free, hw);
     if (!fc.error().empty()) continue;

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <iostream>
 #include <iterator>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -1185,6 +1186,13 @@ TEST(ApiE2eTest, MemoryStaysFlatOverThousandsOfJobsSubmittedListedAndDeleted) {
   ASSERT_EQ(d.post("/v1/jobs", tiny_spec("holder", 5, 0)).status, 201);
   const auto round = [&](int jobs) {
     std::atomic<int> bad{0};
+    std::mutex said;
+    // A refusal names the request and its answer (one line each, the first few).
+    const auto refused = [&](const std::string& request, const HttpResult& r) {
+      if (++bad > 5) return;
+      std::lock_guard lock(said);
+      std::cout << request << ": HTTP " << r.status << " " << r.error << " " << r.body.substr(0, 200) << "\n";
+    };
     std::vector<std::vector<std::string>> ids(4);
     const auto in_parallel = [](const std::function<void(int)>& work) {
       std::vector<std::thread> clients;
@@ -1194,7 +1202,7 @@ TEST(ApiE2eTest, MemoryStaysFlatOverThousandsOfJobsSubmittedListedAndDeleted) {
     in_parallel([&](int c) {
       for (int i = c; i < jobs; i += 4) {
         const auto r = d.post("/v1/jobs", tiny_spec("flat-" + std::to_string(i), 5, 0));
-        if (r.status != 201) ++bad;
+        if (r.status != 201) refused("POST /v1/jobs (flat-" + std::to_string(i) + ")", r);
         if (r.status == 201) ids[static_cast<std::size_t>(c)].push_back(r.json()["id"].get<std::string>());
       }
     });
@@ -1208,8 +1216,10 @@ TEST(ApiE2eTest, MemoryStaysFlatOverThousandsOfJobsSubmittedListedAndDeleted) {
     in_parallel([&](int c) {
       const std::map<std::string, std::string> auth = {{"Authorization", "Bearer " + d.token()}};
       for (const auto& id : ids[static_cast<std::size_t>(c)]) {
-        if (http_request(d.address(), "POST", "/v1/jobs/" + id + "/cancel", {}, auth).status != 202) ++bad;
-        if (http_request(d.address(), "DELETE", "/v1/jobs/" + id, {}, auth).status != 200) ++bad;
+        const auto cancelled = http_request(d.address(), "POST", "/v1/jobs/" + id + "/cancel", {}, auth);
+        if (cancelled.status != 202) refused("POST /v1/jobs/" + id + "/cancel", cancelled);
+        const auto deleted = http_request(d.address(), "DELETE", "/v1/jobs/" + id, {}, auth);
+        if (deleted.status != 200) refused("DELETE /v1/jobs/" + id, deleted);
       }
     });
     return bad.load();
