@@ -37,8 +37,9 @@ options:
   --resume             continue from the newest checkpoint in the run folder
   --memory-limit SIZE  byte budget for the training device's tensors (default:
                        the plan's); exceeding it is an out-of-memory
-  --device DEV         auto (default: CUDA for a GPU plan when LibTorch has
-                       it, else the CPU), cpu, cuda or cuda:N
+  --device DEV         auto (default: CUDA for a GPU plan, an error saying why
+                       where there is none; the CPU for a CPU plan or with
+                       resources.device: cpu), cpu, cuda or cuda:N
   --gpus SPEC          plan for this hardware instead of detecting it
   --set KEY=VALUE      override a spec key (repeatable)
   --catalog DIR        use models.yaml and gpus.yaml from DIR

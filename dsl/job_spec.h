@@ -178,6 +178,12 @@ struct StrategySpec {
 // strategies/README.md ("Headroom") has the measurements.
 inline constexpr double kDefaultHeadroom = 0.10;
 
+// The device tailor-runner trains on. kAuto: the plan's kind of hardware (a
+// GPU plan on a CUDA device, and an error naming why when the runner finds
+// none); kCpu: on the CPU whatever the plan is for, e.g. to try a GPU plan
+// on a laptop (the plan's memory budget then does not apply).
+enum class TrainDevice { kAuto, kCpu };
+
 struct ResourcesSpec {
   // GPUs to use: empty gpu_count and gpu_ids = auto (all detected);
   // gpu_count 0 = train on the CPU.
@@ -192,6 +198,7 @@ struct ResourcesSpec {
   // memory (default 1).
   std::optional<std::int64_t> ranks;
   std::optional<double> headroom;     // deprecated spelling of strategy.headroom
+  TrainDevice device = TrainDevice::kAuto;  // where tailor-runner trains (see TrainDevice)
 };
 
 // Whose training stack a plan predicts: tailor-runner's, or another
@@ -262,6 +269,7 @@ const char* to_string(Packing v);       // none | stream | whole-examples
 // The plan's words: "whole examples, first-fit decreasing", "stream, split at
 // row boundaries (plain text)", "none: one example per row, padded".
 const char* describe(Packing v);
+const char* to_string(TrainDevice v);  // auto | cpu
 
 // Why a time limit is not in Slurm's format (minutes, minutes:seconds,
 // hours:minutes:seconds, days-hours[:minutes[:seconds]]); nullopt when it is.

@@ -79,6 +79,14 @@ struct EnumNames<Runtime> {
   }
 };
 template <>
+struct EnumNames<TrainDevice> {
+  static const std::vector<std::pair<TrainDevice, const char*>>& names() {
+    static const std::vector<std::pair<TrainDevice, const char*>> k = {{TrainDevice::kAuto, "auto"},
+                                                                        {TrainDevice::kCpu, "cpu"}};
+    return k;
+  }
+};
+template <>
 struct EnumNames<ExecutorKind> {
   static const std::vector<std::pair<ExecutorKind, const char*>>& names() {
     static const std::vector<std::pair<ExecutorKind, const char*>> k = {{ExecutorKind::kDefault, "default"},
@@ -431,6 +439,22 @@ const std::vector<Field<StrategySpec>>& strategy_fields() {
   return k;
 }
 
+// Written only when it says cpu, so that resolved specs and plan documents
+// of the usual case read as before.
+Field<ResourcesSpec> device_field() {
+  Field<ResourcesSpec> f =
+      field("device",
+            "Where tailor-runner trains: auto (the default: the plan's kind of hardware; a GPU plan on a CUDA "
+            "device, an error saying why when the runner finds none) or cpu (on the CPU whatever the plan is "
+            "for, e.g. to try a GPU plan on a laptop; the plan's memory budget then does not apply).",
+            &ResourcesSpec::device);
+  f.write = [](const ResourcesSpec& s) -> std::optional<Node> {
+    if (s.device == TrainDevice::kAuto) return std::nullopt;
+    return Codec<TrainDevice>::write(s.device);
+  };
+  return f;
+}
+
 const std::vector<Field<ResourcesSpec>>& resources_fields() {
   static const std::vector<Field<ResourcesSpec>> k = {
       custom_field<ResourcesSpec>(
@@ -491,6 +515,7 @@ const std::vector<Field<ResourcesSpec>>& resources_fields() {
                      "Training processes (data-parallel ranks). On GPUs at most one per GPU; default: every GPU "
                      "or one, whichever plans faster. On the CPU, processes sharing its cores and memory; default 1.",
                      &ResourcesSpec::ranks, int_in_range(1, 4096)),
+      device_field(),
       custom_field<ResourcesSpec>(
           "headroom", "Deprecated: use strategy.headroom.", Codec<Fraction>::schema(),
           [](const Node& n, ResourcesSpec& s, const std::string& path, Diagnostics& d) {
@@ -710,6 +735,7 @@ const char* describe(Packing v) {
   }
   return "?";
 }
+const char* to_string(TrainDevice v) { return name_of(v); }
 
 std::optional<std::string> check_slurm_time_limit(const std::string& v) {
   // sbatch(1) --time: "minutes", "minutes:seconds", "hours:minutes:seconds",

@@ -22,7 +22,7 @@ Result<TokenizerChoice> choose_tokenizer(const std::string& model_path) {
   }
   const char* kNotRead =
       " files are not supported; Tailor reads SentencePiece tokenizer.model and byte-level BPE tokenizer.json "
-      "files, and uses its byte-level tokenizer for folders without tokenizer files";
+      "files";
   if (const std::string json = file("tokenizer.json"); !json.empty()) {
     std::ifstream in(json, std::ios::binary);
     std::stringstream text;
@@ -39,7 +39,12 @@ Result<TokenizerChoice> choose_tokenizer(const std::string& model_path) {
   if (const std::string vocab = file("vocab.txt"); !vocab.empty()) {
     return Status::invalid_argument(vocab + ": WordPiece vocab.txt" + kNotRead);
   }
-  return TokenizerChoice{};
+  // Byte ids would be trained into (and exported as the specials of) a model
+  // whose vocabulary means something else.
+  return Status::invalid_argument("model folder " + model_path +
+                                  " has no tokenizer files (looked for tokenizer.model and tokenizer.json): copy "
+                                  "the base model's tokenizer files beside its config.json; the byte-level "
+                                  "tokenizer is for model.arch specs and presets trained from init: random");
 }
 
 Status check_tokenizer_json(const std::string& json_text, const std::string& path) {

@@ -11,7 +11,7 @@
 namespace tailor::dsl {
 
 enum class TokenizerKind {
-  kBytes,          // no model folder, or one without tokenizer files: byte-level ids
+  kBytes,          // no model folder (a preset or model.arch): byte-level ids
   kSentencePiece,  // the folder's tokenizer.model (Llama-2 style)
   kByteLevelBpe,   // the folder's tokenizer.json, byte-level BPE (GPT-2, Llama 3 style)
 };
@@ -26,7 +26,10 @@ struct TokenizerChoice {
 // (check_tokenizer_json). A tokenizer.json of another kind, or a folder whose
 // only tokenizer files are ones Tailor does not read (GPT-2's vocab.json +
 // merges.txt without tokenizer.json; BERT's vocab.txt), is InvalidArgument
-// naming the file.
+// naming the file; a folder without tokenizer files is InvalidArgument naming
+// the folder and the files looked for (never bytes: their ids would be
+// trained into a vocabulary that means something else, pre-tokenized data
+// included, whose documents are framed by the tokenizer's BOS and EOS).
 Result<TokenizerChoice> choose_tokenizer(const std::string& model_path);
 
 // Whether the tokenizer.json text at `path` is of the kind Tailor reads: a

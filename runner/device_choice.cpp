@@ -4,24 +4,35 @@
 
 namespace tailor::runner {
 
-Result<DeviceChoice> choose_device(const std::string& flag, bool plan_for_gpus, int cuda_devices, bool cuda_built) {
+Result<DeviceChoice> choose_device(const std::string& flag, dsl::TrainDevice spec_device, bool plan_for_gpus,
+                                   int cuda_devices, bool cuda_built, const char* cuda_visible) {
   DeviceChoice d;
   if (!cuda_built) cuda_devices = 0;
-  const std::string no_cuda = cuda_built ? "LibTorch sees no CUDA device (no driver, or none visible)"
-                                         : "this tailor-runner was built without its CUDA path (TAILOR_CUDA=OFF)";
+  std::string no_cuda = "this tailor-runner was built without its CUDA path (TAILOR_CUDA=OFF)";
+  if (cuda_built && cuda_visible != nullptr) {
+    no_cuda = "LibTorch sees no CUDA device: CUDA_VISIBLE_DEVICES='" + std::string(cuda_visible) +
+              "' hides them, or there is no NVIDIA driver";
+  } else if (cuda_built) {
+    no_cuda = "LibTorch sees no CUDA device: no NVIDIA driver, or no GPU on this machine";
+  }
   if (flag == "cpu") {
     d.reason = "--device cpu";
     return d;
   }
   if (flag.empty() || flag == "auto") {
-    if (!plan_for_gpus) {
+    if (spec_device == dsl::TrainDevice::kCpu) {
+      d.reason = plan_for_gpus ? "resources.device: cpu (the plan is for GPUs; its memory budget does not apply)"
+                               : "resources.device: cpu";
+    } else if (!plan_for_gpus) {
       d.reason = "the plan is for CPU training";
     } else if (cuda_devices > 0) {
       d.cuda = true;
       d.reason = "the plan is for GPUs and LibTorch sees " + std::to_string(cuda_devices) + " CUDA device" +
                  (cuda_devices == 1 ? "" : "s");
     } else {
-      d.reason = "the plan is for GPUs but " + no_cuda + ": training on the CPU";
+      return Status::invalid_argument("the plan is for GPUs but " + no_cuda +
+                                      "; to train it on the CPU anyway, set resources.device: cpu in the spec "
+                                      "(or --device cpu)");
     }
     return d;
   }

@@ -41,9 +41,10 @@ options:
   --plan FILE          the plan document to run
   --out DIR            output folder (created)
   --resume             continue from the newest checkpoint in DIR
-  --device DEV         auto (default), cpu, cuda or cuda:N. auto trains a GPU
-                       plan on CUDA device 0 when this LibTorch has CUDA, and
-                       on the CPU otherwise; a CPU plan on the CPU
+  --device DEV         auto (default), cpu, cuda or cuda:N. auto follows the
+                       spec's resources.device: a GPU plan on CUDA device 0
+                       (exit 2 saying why where there is none), a CPU plan
+                       or resources.device: cpu on the CPU
   --memory-limit SIZE  byte budget for the training device's tensors, e.g.
                        300MiB; 0 = none. Default: the plan's budget when the
                        device is the plan's kind (a CPU plan on the CPU, a GPU

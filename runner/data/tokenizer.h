@@ -52,8 +52,9 @@ class Tokenizer {
 //  - model.path holds only tokenizer files Tailor does not read (another
 //    kind of tokenizer.json, vocab.json + merges.txt, vocab.txt):
 //    InvalidArgument naming the file;
-//  - otherwise (a preset, an inline arch, a folder without tokenizer files):
-//    the byte-level tokenizer.
+//  - a folder without tokenizer files: InvalidArgument naming the folder
+//    (`tailor validate` refuses it first; this is the runner's own check);
+//  - no folder (a preset, an inline arch): the byte-level tokenizer.
 // InvalidArgument when the tokenizer's vocab_size() exceeds model.arch.vocab
 // (ids would index past the embedding table) or a SentencePiece model has no
 // BOS or EOS piece; the loading errors of SentencePieceTokenizer::load

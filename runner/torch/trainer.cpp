@@ -322,7 +322,8 @@ void Run::record_oom(const c10::OutOfMemoryError& e, const char* phase) {
 
 Status Run::choose_device() {
   const int cuda_devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-  auto chosen = runner::choose_device(o_.device, !cfg_.on_cpu, cuda_devices, /*cuda_built=*/TAILOR_CUDA != 0);
+  auto chosen = runner::choose_device(o_.device, spec_.resources.device, !cfg_.on_cpu, cuda_devices,
+                                     /*cuda_built=*/TAILOR_CUDA != 0, std::getenv("CUDA_VISIBLE_DEVICES"));
   if (!chosen.is_ok()) return chosen.status();
   device_ = *chosen;
   // Ranks on one machine take a GPU each.
@@ -692,8 +693,8 @@ Status Run::prepare() {
   }
   if (o_.threads > 0) at::set_num_threads(o_.threads);
   // The plan's budget where the plan's kind of device trains: a CPU plan on
-  // the CPU, a GPU plan on a GPU. A GPU plan run on a CPU-only LibTorch has
-  // no meaningful budget there.
+  // the CPU, a GPU plan on a GPU. A GPU plan trained on the CPU on purpose
+  // (resources.device: cpu, --device cpu) has no meaningful budget there.
   const bool plan_device = cfg_.on_cpu != device_.cuda;
   limit_ = o_.memory_limit >= 0 ? o_.memory_limit : (plan_device ? cfg_.budget_bytes : 0);
   torch::manual_seed(static_cast<std::uint64_t>(spec_.training.seed));

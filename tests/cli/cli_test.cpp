@@ -18,6 +18,7 @@
 #include "dsl/spec_loader.h"
 #include "platform/process.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tokenizer_json.h"
 
 namespace tailor::cli {
 namespace {
@@ -286,6 +287,7 @@ TEST(CliTest, PlanWithModelNeedsNoSpecFile) {
   // A Hugging Face folder: its config.json gives the shape.
   dir.write("model/config.json", R"({"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64,
       "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 112, "vocab_size": 300})");
+  dir.write("model/tokenizer.json", tailor::testing::byte_level_tokenizer_json());
   CliRun folder = tailor({"plan", "--model", dir.file("model"), "--gpus", "1xT4", "--seq-len", "64"});
   ASSERT_EQ(folder.code, kExitOk) << folder.err;
   EXPECT_NE(folder.out.find("Plan for model: qwen2"), std::string::npos) << folder.out;
@@ -391,6 +393,50 @@ TEST(CliBinaryTest, ExitCodesAreDocumented) {
 
 namespace tailor::cli {
 namespace {
+
+// A GPU plan whose runner finds no CUDA device trained on the CPU before,
+// with only an event saying so: `tailor run` now fails as bad input with the
+// reason, and trains it on the CPU when the spec says resources.device: cpu.
+// CUDA_VISIBLE_DEVICES="" hides any GPU, so this means the same on a GPU
+// machine.
+TEST(CliRunTest, AGpuPlanWithoutCudaFailsWithTheReasonUnlessTheSpecSaysCpu) {
+  const fs::path bin = fs::path(TAILOR_BINARY_DIR) / "bin";
+  if (!fs::exists(bin / "tailor-runner")) GTEST_SKIP() << "no tailor-runner built";
+  TempDir dir;
+  auto run = [&](const std::string& name, const std::vector<std::string>& extra) {
+    platform::LaunchRequest req;
+    req.argv = {(bin / "tailor").string(), "run", example("tiny-cpu.yaml"), "--out", dir.file(name), "--gpus", "1xT4",
+                "--set", "resources.gpus=1", "--set", "strategy.precision=fp32", "--set", "training.max_steps=2",
+                "--set", "checkpoint.every_steps=0"};
+    req.argv.insert(req.argv.end(), extra.begin(), extra.end());
+    req.log_path = dir.file(name + ".log");
+    req.env["CUDA_VISIBLE_DEVICES"] = "";
+    req.env["OMP_WAIT_POLICY"] = "PASSIVE";
+    auto child = platform::launch_process(req);
+    EXPECT_TRUE(child.is_ok()) << child.status().to_string();
+    auto exit = child.is_ok() ? platform::wait_child(child->pid) : Result<platform::ProcessExit>(child.status());
+    std::ifstream log(req.log_path);
+    std::stringstream text;
+    text << log.rdbuf();
+    return std::pair<int, std::string>(exit.is_ok() ? exit->code : -1, text.str());
+  };
+  const auto [refused, why] = run("auto", {});
+  EXPECT_EQ(refused, kExitInvalid) << why;
+  EXPECT_NE(why.find("the plan is for GPUs but"), std::string::npos) << why;
+  EXPECT_TRUE(why.find("CUDA_VISIBLE_DEVICES='' hides them") != std::string::npos ||
+              why.find("built without its CUDA path") != std::string::npos)
+      << why;
+  EXPECT_NE(why.find("set resources.device: cpu"), std::string::npos) << why;
+
+  const auto [trained, log] = run("cpu", {"--set", "resources.device=cpu"});
+  ASSERT_EQ(trained, kExitOk) << log;
+  std::ifstream events(dir.file("cpu/events.jsonl"));
+  std::string first;
+  std::getline(events, first);
+  const auto start = nlohmann::json::parse(first);
+  EXPECT_EQ(start["device"], "cpu");
+  EXPECT_NE(start["device_reason"].get<std::string>().find("resources.device: cpu"), std::string::npos) << start;
+}
 
 // SIGTERM to `tailor run` (a scheduler's stop, systemd, kill) reaches its
 // runner, which checkpoints and stops; none is left training under PID 1.

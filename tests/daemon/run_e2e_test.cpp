@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <cstring>
 #include <fstream>
@@ -612,6 +613,60 @@ TEST(RunE2eTest, ThreeKillsOfTailordLoseNothingAndRunNothingTwice) {
   ASSERT_TRUE(check.is_ok());
   ASSERT_TRUE(*check->step());
   EXPECT_EQ(check->text(0), "ok");
+}
+
+// A GPU plan whose runner finds no CUDA device trained on the CPU before,
+// with only an event saying so: now the job fails as bad input with the
+// runner's reason, and is not retried on the same machine; with
+// resources.device: cpu it trains there. tailord plans on a declared T4;
+// CUDA_VISIBLE_DEVICES="" hides any real GPU from its runners.
+TEST(RunE2eTest, AGpuJobWhoseRunnerFindsNoCudaFailsAsBadInputWithTheReason) {
+  REQUIRE_RUNNER();
+  struct HideGpus {
+    std::string before;
+    bool had;
+    HideGpus() {
+      const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+      had = v != nullptr;
+      if (had) before = v;
+      setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    }
+    ~HideGpus() {
+      if (had) {
+        setenv("CUDA_VISIBLE_DEVICES", before.c_str(), 1);
+      } else {
+        unsetenv("CUDA_VISIBLE_DEVICES");
+      }
+    }
+  } hide;
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {"--gpus", "1xT4", "--retry-backoff", "0.1"});
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto on_gpu = [](const std::string& name, const std::string& device) {
+    std::string spec = tiny_spec(name, 2, 0);
+    const std::string cpu = "  gpus: 0                # CPU training: host RAM is the memory budget\n";
+    spec.replace(spec.find(cpu), cpu.size(), "  gpus: 1\n" + device);
+    spec.replace(spec.find("strategy:\n"), 10, "strategy:\n  precision: fp32\n");
+    return spec;
+  };
+  const auto r = d.post("/v1/jobs", on_gpu("no-cuda", ""));
+  ASSERT_EQ(r.status, 201) << r.body;
+  const std::string id = r.json()["id"].get<std::string>();
+  ASSERT_TRUE(d.wait_state(id, "", seconds(120)));
+  const json job = d.job(id);
+  EXPECT_EQ(job["state"], "failed") << job.dump();
+  EXPECT_EQ(job["attempts"], 1);
+  EXPECT_EQ(job["exit_code"], 2);
+  const std::string reason = job["exit_reason"].get<std::string>();
+  EXPECT_NE(reason.find("not retried"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("the plan is for GPUs but"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("resources.device: cpu"), std::string::npos) << reason;
+
+  const auto ok = d.post("/v1/jobs", on_gpu("cpu-on-purpose", "  device: cpu\n"));
+  ASSERT_EQ(ok.status, 201) << ok.body;
+  const std::string ok_id = ok.json()["id"].get<std::string>();
+  ASSERT_TRUE(d.wait_state(ok_id, "", seconds(120)));
+  EXPECT_EQ(d.job(ok_id)["state"], "succeeded") << d.job(ok_id).dump();
 }
 
 }  // namespace

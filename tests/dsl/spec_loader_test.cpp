@@ -4,6 +4,7 @@
 
 #include "dsl/spec_fields.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tokenizer_json.h"
 
 namespace tailor::dsl {
 namespace {
@@ -326,6 +327,7 @@ TEST_F(SpecLoaderTest, ModelPathReadsHuggingFaceConfig) {
   dir_.write("hf/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
     "intermediate_size": 172, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
     "max_position_embeddings": 128, "rope_theta": 500000.0, "rms_norm_eps": 1e-6})");
+  dir_.write("hf/tokenizer.json", testing::byte_level_tokenizer_json());
   LoadedSpec s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: hf}\ndata: {train: data/train.txt}\n");
   ASSERT_TRUE(s.ok()) << errors(s);
   const ModelArch& a = s.spec->model.arch;
@@ -359,6 +361,32 @@ TEST_F(SpecLoaderTest, ModelPathWithATokenizerTailorCannotReadIsAnErrorNamingThe
       << errors(s);
   dir_.write("llama/tokenizer.model", "");  // read at training time; only its presence decides here
   EXPECT_TRUE(load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: llama}\ndata: {train: data/train.txt}\n").ok());
+}
+
+// A folder without tokenizer files trained on byte ids and exported their
+// specials (256, 257) for a model whose vocabulary means something else: an
+// error now, from random weights too, and for pre-tokenized data (whose
+// documents the tokenizer's BOS and EOS frame).
+TEST_F(SpecLoaderTest, ModelPathWithoutTokenizerFilesIsAnErrorNamingTheFolder) {
+  dir_.write("bare/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+    "intermediate_size": 172, "num_attention_heads": 4, "vocab_size": 968, "max_position_embeddings": 128})");
+  dir_.write("data/train.bin", std::string(8, '\0'));
+  for (const char* extra : {"", "  init: random\n"}) {
+    for (const char* train : {"data/train.txt", "data/train.bin"}) {
+      LoadedSpec s = load(std::string("apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  path: bare\n") + extra +
+                          "data: {train: " + train + "}\n");
+      ASSERT_FALSE(s.ok()) << extra << train;
+      EXPECT_NE(errors(s).find(":4:9: error: model.path: model folder " + dir_.file("bare") +
+                               " has no tokenizer files (looked for tokenizer.model and tokenizer.json)"),
+                std::string::npos)
+          << errors(s);
+    }
+  }
+  // An inline architecture and a preset from random weights keep the
+  // byte-level tokenizer.
+  EXPECT_TRUE(load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: tiny-llama, init: random}\n"
+                   "data: {train: data/train.txt}\n")
+                  .ok());
 }
 
 TEST_F(SpecLoaderTest, ModelPathWithoutConfigIsAnError) {

@@ -24,6 +24,7 @@
 #include "runner/torch/cross_entropy.h"
 #include "runner/torch/trainer.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tokenizer_json.h"
 
 namespace tailor::runner {
 namespace {
@@ -427,6 +428,10 @@ std::string corpus() {
 
 RunConfig job_from_folder(const TempDir& dir, const std::string& folder, std::int64_t steps) {
   const std::string data = dir.write("data.txt", corpus());
+  // A model folder carries its tokenizer (a folder without one is refused).
+  if (!fs::exists(folder + "/tokenizer.json")) {
+    std::ofstream(folder + "/tokenizer.json", std::ios::binary) << tailor::testing::byte_level_tokenizer_json();
+  }
   const std::string spec = "apiVersion: tailor/v1\nkind: TrainingJob\nname: hf\nmodel: {path: " + folder +
                            "}\ndata: {train: " + data + ", seq_len: 32}\ntraining: {global_batch_size: 8, max_steps: " +
                            std::to_string(steps) + ", lr: 1e-3, seed: 7}\n";
@@ -482,7 +487,7 @@ std::vector<nlohmann::json> lines(const std::string& path) {
 TEST(HfCheckpointTest, TrainingStartsFromTheFolderAndWritesAnHfModel) {
   TempDir dir;
   dsl::ModelArch arch = tiny(dsl::ModelFamily::kLlama, false);
-  arch.vocab = 260;  // the byte-level tokenizer's ids
+  arch.vocab = 260;  // the folder's tokenizer's 257 ids fit
   arch.hidden = 64;
   arch.max_seq_len = 64;
   // Weights far from any initialisation: a sharp head makes the loss differ
@@ -521,13 +526,17 @@ TEST(HfCheckpointTest, TrainingStartsFromTheFolderAndWritesAnHfModel) {
   ASSERT_EQ(saved.size(), params.size());
   for (std::size_t i = 0; i < saved.size(); ++i) EXPECT_TRUE(torch::equal(saved[i], params[i])) << i;
   EXPECT_FALSE(torch::equal(final_model->named_parameters()["embed.weight"], loaded->named_parameters()["embed.weight"]));
-  // It declares the tokenizer's special ids (the byte-level one's here), for
-  // the model and for generate().
+  // It declares the folder's tokenizer's special ids (not the byte-level
+  // tokenizer's), for the model and for generate(), and carries its file.
+  auto tok = data::make_tokenizer(cfg.spec.model);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  ASSERT_NE((*tok)->eos_id(), data::ByteTokenizer::kEos);
   const auto config = nlohmann::json::parse(read_all(out + "/model/config.json"));
-  EXPECT_EQ(config["bos_token_id"], data::ByteTokenizer::kBos);
-  EXPECT_EQ(config["eos_token_id"], data::ByteTokenizer::kEos);
+  EXPECT_EQ(config["bos_token_id"], (*tok)->bos_id());
+  EXPECT_EQ(config["eos_token_id"], (*tok)->eos_id());
   const auto generation = nlohmann::json::parse(read_all(out + "/model/generation_config.json"));
-  EXPECT_EQ(generation["eos_token_id"], data::ByteTokenizer::kEos);
+  EXPECT_EQ(generation["eos_token_id"], (*tok)->eos_id());
+  EXPECT_EQ(read_all(out + "/model/tokenizer.json"), read_all(dir.file("hf/tokenizer.json")));
 }
 
 // The source folder's tokenizer files travel with the export, unchanged;

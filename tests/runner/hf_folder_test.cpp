@@ -14,6 +14,7 @@
 #include "dsl/spec_loader.h"
 #include "runner/io/safetensors.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tokenizer_json.h"
 
 namespace tailor::runner::io {
 namespace {
@@ -31,6 +32,7 @@ std::string read_all(const std::string& path) {
 // The architecture the DSL resolves for a spec whose model.path is `folder`.
 dsl::ModelArch read_back(const TempDir& dir, const std::string& folder) {
   const std::string train = dir.write("train.txt", "hello\n");
+  dir.write(folder + "/tokenizer.json", tailor::testing::byte_level_tokenizer_json());
   const auto loaded = dsl::load_job_spec_text("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: " +
                                                   dir.file(folder) + "}\ndata: {train: " + train + "}\n",
                                               "job.yaml", dir.path().string());

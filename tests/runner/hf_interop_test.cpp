@@ -27,6 +27,7 @@
 #include "runner/torch/nf4.h"
 #include "runner/torch/quant8.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tokenizer_json.h"
 
 namespace tailor::runner {
 namespace {
@@ -194,6 +195,8 @@ TEST(HfInteropTest, TrainedRunsLoadInTransformersAndPeft) {
   for (const auto& [family, adapter] : {std::pair<std::string, std::string>{"gemma2", "lora"}, {"qwen2", "none"}}) {
     SCOPED_TRACE(family);
     const std::string d = dir.file(family);
+    // transformers saved no tokenizer; a model folder trains with its own.
+    dir.write(family + "/base/tokenizer.json", tailor::testing::byte_level_tokenizer_json());
     const std::string spec = dir.write(
         family + ".yaml",
         "apiVersion: tailor/v1\nkind: TrainingJob\nname: " + family + "\nmodel: {path: " + d + "/base}\n" +

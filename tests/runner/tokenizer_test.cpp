@@ -259,15 +259,24 @@ TEST(MakeTokenizerTest, VocabAndMergesFolderIsNamedAsUnsupportedNotTrainedOnByte
   EXPECT_FALSE(make_tokenizer(model_spec(dir.file("bert"), 30522)).is_ok());
 }
 
-TEST(MakeTokenizerTest, NoTokenizerFileGivesTheByteTokenizer) {
+// Only a model without a folder (a preset, an inline arch) gets the byte
+// tokenizer; a folder without tokenizer files trained on byte ids before and
+// exported 256 as the BOS of a model whose vocabulary means something else.
+// `tailor validate` refuses it; the runner checks again, never falling back.
+TEST(MakeTokenizerTest, OnlyAModelWithoutAFolderGetsTheByteTokenizer) {
   testing::TempDir dir;
+  auto tok = make_tokenizer(model_spec("", 260));
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  EXPECT_EQ((*tok)->fingerprint(), ByteTokenizer().fingerprint());
+  EXPECT_EQ((*tok)->bos_id(), ByteTokenizer::kBos);
+
   dir.write("plain/config.json", "{}");
-  for (const std::string& path : {std::string(), dir.file("plain")}) {
-    auto tok = make_tokenizer(model_spec(path, 260));
-    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-    EXPECT_EQ((*tok)->fingerprint(), ByteTokenizer().fingerprint());
-    EXPECT_EQ((*tok)->bos_id(), ByteTokenizer::kBos);
-  }
+  auto plain = make_tokenizer(model_spec(dir.file("plain"), 968));
+  ASSERT_FALSE(plain.is_ok());
+  EXPECT_EQ(plain.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(plain.status().message(), HasSubstr("model folder " + dir.file("plain") +
+                                                  " has no tokenizer files (looked for tokenizer.model and "
+                                                  "tokenizer.json)"));
 }
 
 TEST(MakeTokenizerTest, CorruptTokenizerModelInTheFolderIsAnError) {

@@ -216,19 +216,33 @@ TEST(TrainerTest, ANewRunRefusesAFolderWithAnEarlierRunsCheckpoints) {
   EXPECT_TRUE(fs::exists(out + "/checkpoints/step-000012/state.json"));
 }
 
-// The device: a GPU plan trains on CUDA where LibTorch has it, on the CPU
-// otherwise (without the GPU's budget); asking for CUDA that is not there is
-// bad input.
-TEST(TrainerTest, GpuPlansTrainOnTheCpuWithoutTheirBudgetWhereThereIsNoCuda) {
+// The device: a GPU plan trains on CUDA where LibTorch has it; where it has
+// none the run is bad input saying why (it trained on the CPU before, with
+// only an event saying so), unless the spec or the command line says cpu:
+// then it trains there without the GPU's budget. Asking for CUDA that is not
+// there is bad input too.
+TEST(TrainerTest, GpuPlansWithoutCudaAreBadInputUnlessTheyAskForTheCpu) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
   TempDir dir;
   RunConfig cfg = job(dir, {}, dsl::Precision::kBf16, 4, 2);
   cfg.on_cpu = false;
   cfg.budget_bytes = 1 << 20;  // a GPU's budget: enforced on a GPU, not on the CPU
-  ASSERT_EQ(train_in(cfg, dir.file("auto"), /*memory_limit=*/-1), RunnerExit::kOk);
-  const auto start = lines(dir.file("auto") + "/events.jsonl").front();
+  ASSERT_EQ(train_in(cfg, dir.file("auto"), /*memory_limit=*/-1), RunnerExit::kBadInput);
+  const auto refused = lines(dir.file("auto") + "/events.jsonl").back();
+  EXPECT_NE(refused["message"].get<std::string>().find("the plan is for GPUs but"), std::string::npos) << refused;
+  EXPECT_NE(refused["message"].get<std::string>().find("resources.device: cpu"), std::string::npos) << refused;
+  EXPECT_EQ(refused["exit_code"], 2);
+
+  RunConfig on_cpu = cfg;
+  on_cpu.spec.resources.device = dsl::TrainDevice::kCpu;
+  ASSERT_EQ(train_in(on_cpu, dir.file("spec-cpu"), /*memory_limit=*/-1), RunnerExit::kOk);
+  const auto start = lines(dir.file("spec-cpu") + "/events.jsonl").front();
   EXPECT_EQ(start["device"], "cpu");
+  EXPECT_NE(start["device_reason"].get<std::string>().find("resources.device: cpu"), std::string::npos) << start;
   EXPECT_EQ(start["memory_limit_bytes"].get<std::int64_t>(), 0);
+  ASSERT_EQ(train_in(cfg, dir.file("flag-cpu"), /*memory_limit=*/-1, false, "cpu"), RunnerExit::kOk);
+  EXPECT_EQ(lines(dir.file("flag-cpu") + "/events.jsonl").front()["device"], "cpu");
+
   EXPECT_EQ(train_in(cfg, dir.file("cuda"), 0, false, "cuda"), RunnerExit::kBadInput);
   const auto last = lines(dir.file("cuda") + "/events.jsonl").back();
   EXPECT_NE(last["message"].get<std::string>().find("no CUDA"), std::string::npos);
