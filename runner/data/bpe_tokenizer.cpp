@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "dsl/tokenizer_files.h"
+#include "runner/data/byte_tokenizer.h"
 #include "runner/data/file_io.h"
 #include "runner/data/hash.h"
 
@@ -394,6 +395,49 @@ std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
     }
   }
   return out;
+}
+
+std::string byte_tokenizer_json() {
+  const ByteSymbols& bs = byte_symbols();
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[bs.of_byte[static_cast<std::size_t>(b)]] = b;
+  json added = json::array();
+  for (const auto& [id, content] : {std::pair{ByteTokenizer::kBos, "<|bos|>"}, std::pair{ByteTokenizer::kEos, "<|eos|>"},
+                                    std::pair{ByteTokenizer::kPad, "<|pad|>"}}) {
+    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                     {"normalized", false}, {"special", true}});
+  }
+  // Without merges the regex split changes nothing: every byte is a token.
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+  const json doc = {{"version", "1.0"},
+                    {"truncation", nullptr},
+                    {"padding", nullptr},
+                    {"added_tokens", added},
+                    {"normalizer", nullptr},
+                    {"pre_tokenizer", byte_level},
+                    {"post_processor", nullptr},
+                    {"decoder", byte_level},
+                    {"model",
+                     {{"type", "BPE"},
+                      {"dropout", nullptr},
+                      {"unk_token", nullptr},
+                      {"continuing_subword_prefix", nullptr},
+                      {"end_of_word_suffix", nullptr},
+                      {"fuse_unk", false},
+                      {"byte_fallback", false},
+                      {"ignore_merges", false},
+                      {"vocab", vocab},
+                      {"merges", json::array()}}}};
+  return doc.dump(1) + "\n";
+}
+
+std::string byte_tokenizer_config_json() {
+  const json cfg = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                    {"bos_token", "<|bos|>"},
+                    {"eos_token", "<|eos|>"},
+                    {"pad_token", "<|pad|>"},
+                    {"add_bos_token", false}};
+  return cfg.dump(1) + "\n";
 }
 
 }  // namespace tailor::runner::data

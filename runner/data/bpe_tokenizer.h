@@ -70,4 +70,16 @@ class BpeTokenizer final : public Tokenizer {
   std::int64_t vocab_size_ = 0;
 };
 
+// The files of a model folder whose tokenizer is the byte tokenizer
+// (byte_tokenizer.h): tokenizer.json (byte-level BPE without merges: byte b
+// is id b; "<|bos|>" 256, "<|eos|>" 257 and "<|pad|>" 258 special added
+// tokens) and tokenizer_config.json naming those BOS, EOS and padding. This
+// reader and the tokenizers library (transformers' AutoTokenizer) both read
+// them as the byte tokenizer's ids, so a model trained from scratch on bytes
+// is a folder that model.path and transformers can use. One difference
+// remains: text that spells a special ("<|eos|>") is that special here, and
+// its bytes under the byte tokenizer.
+std::string byte_tokenizer_json();
+std::string byte_tokenizer_config_json();
+
 }  // namespace tailor::runner::data

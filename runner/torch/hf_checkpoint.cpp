@@ -11,6 +11,7 @@
 
 #include "dsl/model_family.h"
 #include "platform/files.h"
+#include "runner/data/bpe_tokenizer.h"
 #include "runner/io/hf_folder.h"
 #include "runner/io/safetensors.h"
 #include "runner/torch/io_dtype.h"
@@ -350,6 +351,13 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
     s = platform::write_file_atomic((tmp / "generation_config.json").string(),
                                        dsl::hf_generation_config_json(extras.tokens));
     if (!s.is_ok()) return fail(s);
+  }
+  if (extras.tokenizer_from.empty() && extras.byte_tokenizer) {
+    for (const auto& [name, text] : {std::pair{"tokenizer.json", data::byte_tokenizer_json()},
+                                     std::pair{"tokenizer_config.json", data::byte_tokenizer_config_json()}}) {
+      s = platform::write_file_atomic((tmp / name).string(), text);
+      if (!s.is_ok()) return fail(s);
+    }
   }
   if (!extras.tokenizer_from.empty()) {
     for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

@@ -57,6 +57,10 @@ Status load_hf_weights(CausalLM& model, const std::string& folder);
 struct HfExport {
   dsl::SpecialTokenIds tokens;
   std::string tokenizer_from;  // a model folder; empty: no tokenizer files
+  // Trained with the byte tokenizer (no model folder): its tokenizer.json
+  // and tokenizer_config.json are written (bpe_tokenizer.h), so the folder
+  // has a tokenizer that Tailor and transformers read as the same ids.
+  bool byte_tokenizer = false;
 };
 Status save_hf_model(const CausalLM& model, const std::string& folder, std::int64_t max_shard_bytes,
                      const HfExport& extras = {});

@@ -585,6 +585,7 @@ Status Run::load_data() {
   }
   export_.tokens = {(*tok)->bos_id(), (*tok)->eos_id()};
   export_.tokenizer_from = spec_.model.path;
+  export_.byte_tokenizer = dynamic_cast<const data::ByteTokenizer*>(tok->get()) != nullptr;
   auto batcher = data::make_batcher(std::move(tokenized->store), spec_.data, st_.micro_batch_size,
                                     static_cast<std::uint64_t>(spec_.training.seed), (*tok)->pad_id());
   if (!batcher.is_ok()) return as_bad_input(batcher.status());

@@ -10,7 +10,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
+#include "runner/data/bpe_tokenizer.h"
+#include "runner/data/byte_tokenizer.h"
 #include "runner/data/tokenizer.h"
 #include "tests/testing/temp_dir.h"
 
@@ -67,6 +71,38 @@ TEST(BpeTokenizerTest, IdsEqualTheTokenizersLibrarysOnAMultilingualCorpus) {
       EXPECT_EQ((*tok)->bos_id(), id_of("<|begin_of_text|>"));
       EXPECT_EQ((*tok)->eos_id(), id_of("<|end_of_text|>"));
     }
+  }
+}
+
+// A model trained from scratch on bytes is exported with a tokenizer.json
+// that says so: transformers reads it as the byte tokenizer's ids (and its
+// BOS, EOS and padding), and so does Tailor when the folder is model.path.
+TEST(BpeTokenizerTest, TheByteTokenizersFilesReadAsTheSameIdsInTransformersAndTailor) {
+  tailor::testing::TempDir dir;
+  std::ofstream(dir.file("tokenizer.json")) << byte_tokenizer_json();
+  std::ofstream(dir.file("tokenizer_config.json")) << byte_tokenizer_config_json();
+  const std::vector<std::string> lines = {"Hello, world!", "  two  spaces\tand a tab\nnew line",
+                                          "caf\xC3\xA9 \xCE\xBB \xE2\x9C\x93 \xF0\x9F\x99\x82"};
+  std::ofstream(dir.file("lines.json")) << nlohmann::json(lines).dump();
+  const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
+                          "/tests/runner/hf_reference.py encode " + dir.path().string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const nlohmann::json hf = read_json(dir.file("encoded.json"));
+  dsl::ModelSpec model;
+  model.path = dir.path().string();
+  model.arch.vocab = 260;
+  auto tok = make_tokenizer(model);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+  const ByteTokenizer bytes;
+  EXPECT_EQ(hf["bos"], ByteTokenizer::kBos);
+  EXPECT_EQ(hf["eos"], ByteTokenizer::kEos);
+  EXPECT_EQ(hf["pad"], ByteTokenizer::kPad);
+  EXPECT_EQ((*tok)->bos_id(), ByteTokenizer::kBos);
+  EXPECT_EQ((*tok)->eos_id(), ByteTokenizer::kEos);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(hf["ids"][i].get<std::vector<std::int32_t>>(), bytes.encode(lines[i])) << lines[i];
+    EXPECT_EQ((*tok)->encode(lines[i]), bytes.encode(lines[i])) << lines[i];
+    EXPECT_EQ(hf["decoded"][i], lines[i]);
   }
 }
 

@@ -564,6 +564,22 @@ TEST(HfCheckpointTest, ExportCarriesTheTokenizerFilesAndSpecialIds) {
   const auto plain = nlohmann::json::parse(read_all(dir.file("plain/config.json")));
   EXPECT_TRUE(plain.at("bos_token_id").is_null());
   EXPECT_TRUE(plain.at("eos_token_id").is_null());
+  // Trained on bytes: the folder gets the byte tokenizer's files, so it is a
+  // model.path that reads as the same ids (a folder without tokenizer files
+  // is refused).
+  HfExport bytes;
+  bytes.tokens = {data::ByteTokenizer::kBos, data::ByteTokenizer::kEos};
+  bytes.byte_tokenizer = true;
+  ASSERT_TRUE(save_hf_model(model, dir.file("bytes"), 0, bytes).is_ok());
+  EXPECT_EQ(read_all(dir.file("bytes/tokenizer.json")), data::byte_tokenizer_json());
+  dsl::ModelSpec again;
+  again.path = dir.file("bytes");
+  again.arch = arch;
+  auto tok = data::make_tokenizer(again);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  EXPECT_EQ((*tok)->bos_id(), data::ByteTokenizer::kBos);
+  EXPECT_EQ((*tok)->eos_id(), data::ByteTokenizer::kEos);
+  EXPECT_EQ((*tok)->encode("caf\xC3\xA9 x"), data::ByteTokenizer().encode("caf\xC3\xA9 x"));
 }
 
 TEST(HfCheckpointTest, AFolderWithConfigButNoWeightsIsBadInput) {

@@ -245,7 +245,25 @@ def nf4(root):
     save_file(out, os.path.join(root, "nf4.safetensors"))
 
 
+def encode(root):
+    """The folder's tokenizer as transformers loads it: the ids of each line
+    of root/lines.json (no specials added), their decoding, and its BOS, EOS
+    and padding ids, into root/encoded.json."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(root)
+    with open(os.path.join(root, "lines.json")) as f:
+        lines = json.load(f)
+    ids = [tok(line, add_special_tokens=False)["input_ids"] for line in lines]
+    out = {"ids": ids, "decoded": [tok.decode(i) for i in ids],
+           "bos": tok.bos_token_id, "eos": tok.eos_token_id, "pad": tok.pad_token_id}
+    with open(os.path.join(root, "encoded.json"), "w") as f:
+        json.dump(out, f)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "encode":
+        encode(sys.argv[2])
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "tokenizers":
         train_tokenizers(sys.argv[2])
         return
