@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <ctime>
 
 namespace tailor::daemon {
@@ -69,7 +70,11 @@ template <class T>
 void write_opt(JsonWriter& w, std::string_view key, const std::optional<T>& v) {
   w.key(key);
   if (v) {
-    w.value(static_cast<std::int64_t>(*v));
+    if constexpr (std::is_floating_point_v<T>) {
+      w.value(*v);
+    } else {
+      w.value(static_cast<std::int64_t>(*v));
+    }
   } else {
     w.null();
   }
