@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <type_traits>
 #include <ctime>
+#include <type_traits>
 
 namespace tailor::daemon {
 

@@ -83,9 +83,9 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                   .Add({});
   job_loss_ = &prometheus::BuildGauge().Name("tailor_job_loss").Help("Training loss of a job's latest step.").Register(r);
   job_eval_loss_ = &prometheus::BuildGauge()
-                       .Name("tailor_job_eval_loss")
-                       .Help("Loss on data.eval (the mean over its trained tokens) of a job's latest evaluation.")
-                       .Register(r);
+                        .Name("tailor_job_eval_loss")
+                        .Help("Loss on data.eval (the mean over its trained tokens) of a job's latest evaluation.")
+                        .Register(r);
   job_tps_ = &prometheus::BuildGauge()
                   .Name("tailor_job_tokens_per_second")
                   .Help("Training throughput of a job's latest step, in tokens per second.")

@@ -146,7 +146,8 @@ TEST(RunE2eTest, SubmittedJobRunsToSuccessWithMetricsInStoreAndPrometheus) {
   ASSERT_EQ(prom.status, 200);
   const std::string sel = "job_id=\"" + id + "\"";
   for (const std::string& want :
-       {std::string("tailor_job_loss{"), std::string("tailor_job_eval_loss{"), std::string("tailor_job_tokens_per_second{"),
+       {std::string("tailor_job_loss{"), std::string("tailor_job_eval_loss{"),
+        std::string("tailor_job_tokens_per_second{"),
         std::string("source=\"estimated\""), std::string("source=\"measured\"")}) {
     bool found = false;
     std::istringstream lines(prom.body);

@@ -55,9 +55,11 @@ std::string spec_text(const JobShape& j) {
   std::ostringstream s;
   s << "apiVersion: tailor/v1\nkind: TrainingJob\nname: ranks-test\n"
     << "model: {preset: tiny-llama-byte, init: random}\n"
-    << "data: {train: " << TAILOR_SOURCE_DIR << "/configs/data/tiny-corpus.txt, format: text, seq_len: 64, packing: true"
+    << "data: {train: " << TAILOR_SOURCE_DIR
+    << "/configs/data/tiny-corpus.txt, format: text, seq_len: 64, packing: true"
     << (j.eval.empty() ? "" : ", eval: " + j.eval) << "}\n"
-    << "training: {global_batch_size: 16, micro_batch_size: 2, max_steps: " << j.steps << ", eval_every: " << j.eval_every
+    << "training: {global_batch_size: 16, micro_batch_size: 2, max_steps: " << j.steps
+    << ", eval_every: " << j.eval_every
     << ", lr: 2e-3, scheduler: constant, warmup_steps: 0, weight_decay: 0.01, seed: 7}\n"
     << "strategy: {precision: fp32, gradient_checkpointing: " << j.recompute_every
     << ", optimizer: " << j.optimizer << ", zero_stage: " << j.zero << ", offload: " << j.offload << ", adapter: "
@@ -296,7 +298,8 @@ TEST(RanksTest, TwoRanksEvaluateLikeOneAtEveryStage) {
     const auto got = evals(t.file(name));
     ASSERT_EQ(got.size(), expected.size());
     for (const auto& [step, loss] : expected) EXPECT_NEAR(got.at(step), loss, 1e-5 * loss) << "step " << step;
-    EXPECT_EQ(json_lines(t.file(name) + "/metrics.jsonl")[3]["eval_tokens"], json_lines(base + "/metrics.jsonl")[3]["eval_tokens"]);
+    EXPECT_EQ(json_lines(t.file(name) + "/metrics.jsonl")[3]["eval_tokens"],
+              json_lines(base + "/metrics.jsonl")[3]["eval_tokens"]);
   }
 }
 

@@ -163,7 +163,8 @@ TEST(TrainerTest, EvalLossIsTheMaskedMeanOverTheEvalSetEveryNStepsAndAfterTheLas
     if (!m.contains("eval_loss")) continue;
     evaluated.push_back(m["step"].get<std::int64_t>());
     // Both as the metrics line rounds them (6 significant digits).
-    EXPECT_NEAR(m["eval_perplexity"].get<double>(), std::exp(m["eval_loss"].get<double>()), 1e-5 * m["eval_perplexity"].get<double>());
+    const double perplexity = m["eval_perplexity"].get<double>();
+    EXPECT_NEAR(perplexity, std::exp(m["eval_loss"].get<double>()), 1e-5 * perplexity);
     EXPECT_GT(m["eval_tokens"].get<std::int64_t>(), 0);
   }
   // The last step is a multiple of 4: evaluated once, not twice.
