@@ -1,5 +1,6 @@
 // `tailor list`, `tailor status ID`, `tailor cancel ID`, `tailor retry ID`,
 // `tailor delete ID`: reading, cancelling, retrying and deleting tailord's jobs.
+#include <cmath>
 #include <cstdio>
 #include <ostream>
 
@@ -186,6 +187,13 @@ int run_status(const Argv& argv, Streams io) {
         }
       }
     }
+  }
+  if (j.contains("last_eval_loss") && j["last_eval_loss"].is_number()) {
+    const double eval = j["last_eval_loss"].get<double>();
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.4f (perplexity %.2f) after step %s", eval, std::exp(eval),
+                  str(j, "last_eval_step").c_str());
+    row("eval loss", buf);
   }
   row("attempts", str(j, "attempts", "0") + " (" + str(j, "oom_restarts", "0") + " after out-of-memory)");
   if (history.is_array() && history.size() > 1) {

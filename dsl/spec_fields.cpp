@@ -296,7 +296,9 @@ const std::vector<Field<ModelSpec>>& model_fields_resolved() {
 const std::vector<Field<DataSpec>>& data_fields() {
   static const std::vector<Field<DataSpec>> k = {
       field("train", "Training data file, relative to the spec file.", &DataSpec::train, string_not_empty(), true),
-      field("eval", "Held-out evaluation data file (optional).", &DataSpec::eval, string_not_empty()),
+      field("eval",
+            "Held-out evaluation data file (optional), read like train: its masked mean loss (eval_loss) "
+            "after every training.eval_every steps and after the last.", &DataSpec::eval, string_not_empty()),
       field("format", "jsonl, text or tokens. Default: from the file extension.", &DataSpec::format),
       field("field", "jsonl: the text field. Default \"text\".", &DataSpec::field, string_not_empty()),
       field("prompt_field", "jsonl: prompt field of prompt/completion pairs; the loss is masked on it.",

@@ -275,7 +275,10 @@ function jobPage(id) {
   const renderSteps = () => {
     const estimate = plan && plan.memory ? plan.memory.per_gpu : null;
     curves.replaceChildren(
-      h("div", {class: "card"}, h("h2", {}, "Loss"), chart("Loss by step", [{name: "loss", points: steps.filter(s => s.loss !== null).map(s => [s.step, s.loss])}])),
+      h("div", {class: "card"}, h("h2", {}, "Loss"), chart("Loss by step", [
+        {name: "loss", points: steps.filter(s => s.loss !== null).map(s => [s.step, s.loss])},
+        ...(steps.some(s => s.eval_loss != null)
+          ? [{name: "eval loss", points: steps.filter(s => s.eval_loss != null).map(s => [s.step, s.eval_loss])}] : [])])),
       h("div", {class: "card"}, h("h2", {}, "Tokens/s"), chart("Tokens per second by step",
         [{name: "tokens/s", points: steps.filter(s => s.tokens_per_second).map(s => [s.step, s.tokens_per_second])}], {unit: v => number(v)})),
       h("div", {class: "card"}, h("h2", {}, "Peak memory"), chart("Peak memory by step, measured and estimated", [

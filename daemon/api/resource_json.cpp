@@ -3,9 +3,11 @@
 #include "core/json_writer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <type_traits>
 
 namespace tailor::daemon {
 
@@ -68,7 +70,11 @@ template <class T>
 void write_opt(JsonWriter& w, std::string_view key, const std::optional<T>& v) {
   w.key(key);
   if (v) {
-    w.value(static_cast<std::int64_t>(*v));
+    if constexpr (std::is_floating_point_v<T>) {
+      w.value(*v);
+    } else {
+      w.value(static_cast<std::int64_t>(*v));
+    }
   } else {
     w.null();
   }
@@ -95,6 +101,8 @@ void write_job(JsonWriter& w, const JobRecord& j, const std::string& output_dir,
   write_opt(w, "pid", j.pid);
   write_opt(w, "last_step", j.last_step);
   write_opt(w, "peak_bytes", j.peak_bytes);
+  write_opt(w, "last_eval_step", j.last_eval_step);
+  write_opt(w, "last_eval_loss", j.last_eval_loss);
   w.field("reserved_bytes", j.estimated_bytes);
   write_opt(w, "memory_limit_bytes", j.memory_limit_bytes);
   w.field("gpus", j.assigned_gpus);
@@ -160,6 +168,10 @@ json step_json(const StepMetric& m) {
           {"tokens", opt_json(m.tokens)},
           {"tokens_per_second", opt_json(m.tokens_per_second)},
           {"step_seconds", opt_json(m.step_seconds)},
+          {"eval_loss", opt_json(m.eval_loss)},
+          {"eval_perplexity", m.eval_loss ? json(std::exp(*m.eval_loss)) : json(nullptr)},
+          {"eval_tokens", opt_json(m.eval_tokens)},
+          {"eval_seconds", opt_json(m.eval_seconds)},
           {"memory", mem}};
 }
 

@@ -22,6 +22,7 @@ using prometheus::Histogram;
 struct DaemonMetrics::JobSeries {
   std::string name;
   Gauge* loss = nullptr;
+  Gauge* eval_loss = nullptr;
   Gauge* tps = nullptr;
   Gauge* step = nullptr;
   Gauge* peak = nullptr;
@@ -81,6 +82,10 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                   .Register(r)
                   .Add({});
   job_loss_ = &prometheus::BuildGauge().Name("tailor_job_loss").Help("Training loss of a job's latest step.").Register(r);
+  job_eval_loss_ = &prometheus::BuildGauge()
+                        .Name("tailor_job_eval_loss")
+                        .Help("Loss on data.eval (the mean over its trained tokens) of a job's latest evaluation.")
+                        .Register(r);
   job_tps_ = &prometheus::BuildGauge()
                   .Name("tailor_job_tokens_per_second")
                   .Help("Training throughput of a job's latest step, in tokens per second.")
@@ -201,6 +206,15 @@ void DaemonMetrics::set_job_step(const std::string& job_id, const std::string& n
   set("total", total);
 }
 
+void DaemonMetrics::set_job_eval_loss(const std::string& job_id, const std::string& name, double eval_loss) {
+  std::lock_guard lock(mu_);
+  auto& s = jobs_series_[job_id];
+  if (!s) s = std::make_unique<JobSeries>();
+  s->name = name;
+  if (!s->eval_loss) s->eval_loss = &job_eval_loss_->Add({{"job_id", job_id}, {"job", name}});
+  s->eval_loss->Set(eval_loss);
+}
+
 void DaemonMetrics::mark_running(const std::string& job_id, JobSeries& s, bool running) {
   if (!s.running) s.running = &job_running_->Add({{"job_id", job_id}, {"job", s.name}});
   s.running->Set(running ? 1.0 : 0.0);
@@ -211,6 +225,7 @@ void DaemonMetrics::drop_job(const std::string& job_id) {
   if (it == jobs_series_.end()) return;
   JobSeries& s = *it->second;
   if (s.loss) job_loss_->Remove(s.loss);
+  if (s.eval_loss) job_eval_loss_->Remove(s.eval_loss);
   if (s.tps) job_tps_->Remove(s.tps);
   if (s.step) job_step_->Remove(s.step);
   if (s.peak) job_peak_->Remove(s.peak);

@@ -46,6 +46,8 @@ class DaemonMetrics {
   void set_job_step(const std::string& job_id, const std::string& name, std::int64_t step, double loss,
                     double tokens_per_second, const std::map<std::string, std::int64_t>& component_bytes,
                     std::int64_t peak_bytes, const std::map<std::int64_t, std::int64_t>& rank_peak_bytes = {});
+  // The eval loss after a job's latest evaluated step.
+  void set_job_eval_loss(const std::string& job_id, const std::string& name, double eval_loss);
   // A job reached a terminal state: its series are dropped once
   // kFinishedJobsKept later jobs have finished.
   void job_finished(const std::string& job_id);
@@ -77,6 +79,7 @@ class DaemonMetrics {
   prometheus::Counter* evicted_;
   std::uint64_t evicted_seen_ = 0;
   prometheus::Family<prometheus::Gauge>* job_loss_;
+  prometheus::Family<prometheus::Gauge>* job_eval_loss_;
   prometheus::Family<prometheus::Gauge>* job_tps_;
   prometheus::Family<prometheus::Gauge>* job_step_;
   prometheus::Family<prometheus::Gauge>* job_running_;

@@ -278,6 +278,12 @@ Supervisor::Ingested Supervisor::ingest(Running& r) {
   }
   JobUpdate changes;
   if (r.last_step) changes.set("last_step", *r.last_step);
+  for (auto m = batch.metrics.rbegin(); m != batch.metrics.rend(); ++m) {
+    if (!m->eval_loss) continue;
+    metrics_.set_job_eval_loss(r.id, r.name, *m->eval_loss);
+    changes.set("last_eval_step", m->step).set("last_eval_loss", *m->eval_loss);
+    break;
+  }
   if (r.peak_bytes) changes.set("peak_bytes", *r.peak_bytes);
   const Status s = store_.ingest(r.id, batch, changes);
   if (s.is_ok()) {

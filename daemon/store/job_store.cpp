@@ -16,7 +16,7 @@ constexpr const char* kJobColumns =
     "memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
     "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
     "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at, executor, "
-    "executor_job_id, executor_state";
+    "executor_job_id, executor_state, last_eval_step, last_eval_loss";
 
 // A listing's columns: the job's spec (its text and resolved form, a few
 // kB each) stays in the store, empty in the records a page returns, and
@@ -26,13 +26,13 @@ constexpr const char* kListColumns =
     "gpus_needed, memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
     "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
     "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at, executor, "
-    "executor_job_id, executor_state";
+    "executor_job_id, executor_state, last_eval_step, last_eval_loss";
 constexpr const char* kListColumnsFullPlan =
     "id, seq, name, state, priority, '' AS spec_text, '' AS spec_json, labels_json, plan_json, estimated_bytes, "
     "gpus_needed, memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
     "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
     "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at, executor, "
-    "executor_job_id, executor_state";
+    "executor_job_id, executor_state, last_eval_step, last_eval_loss";
 
 // The scheduler's columns: a listing's, without the plan either.
 constexpr const char* kScheduleColumns =
@@ -40,7 +40,7 @@ constexpr const char* kScheduleColumns =
     "gpus_needed, memory_limit_bytes, retries, attempts, failures, oom_restarts, next_attempt_at, cancel_requested, "
     "cancel_sent_at, pid, pid_start_ticks, assigned_gpus, metrics_offset, events_offset, last_step, peak_bytes, "
     "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at, executor, "
-    "executor_job_id, executor_state";
+    "executor_job_id, executor_state, last_eval_step, last_eval_loss";
 
 JobRecord read_job(const Statement& q) {
   JobRecord j;
@@ -86,6 +86,8 @@ JobRecord read_job(const Statement& q) {
   j.executor = q.text(c++);
   j.executor_job_id = q.text(c++);
   j.executor_state = q.text(c++);
+  j.last_eval_step = q.opt_int64(c++);
+  j.last_eval_loss = q.opt_real(c++);
   return j;
 }
 
@@ -421,10 +423,10 @@ Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const J
     if (!batch.metrics.empty()) {
       std::string sql =
           "INSERT OR REPLACE INTO step_metrics (job_id, rank, step, attempt, time, loss, lr, grad_norm, tokens, "
-          "tokens_per_second, step_seconds, allocated_bytes, peak_bytes";
+          "tokens_per_second, step_seconds, allocated_bytes, peak_bytes, eval_loss, eval_tokens, eval_seconds";
       for (const auto& c : component_columns()) sql += ", " + c;
-      sql += ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13";
-      for (std::size_t i = 0; i < component_columns().size(); ++i) sql += ", ?" + std::to_string(14 + i);
+      sql += ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16";
+      for (std::size_t i = 0; i < component_columns().size(); ++i) sql += ", ?" + std::to_string(17 + i);
       sql += ")";
       TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
       for (const StepMetric& m : batch.metrics) {
@@ -432,7 +434,8 @@ Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const J
         q.bind(1, id).bind(2, m.rank).bind(3, m.step).bind(4, m.attempt).bind(5, m.time);
         q.bind(6, m.loss).bind(7, m.lr).bind(8, m.grad_norm).bind(9, m.tokens).bind(10, m.tokens_per_second);
         q.bind(11, m.step_seconds).bind(12, m.allocated_bytes).bind(13, m.peak_bytes);
-        int b = 14;
+        q.bind(14, m.eval_loss).bind(15, m.eval_tokens).bind(16, m.eval_seconds);
+        int b = 17;
         for (const auto& name : memory_component_names()) {
           const auto it = m.component_bytes.find(name);
           if (it == m.component_bytes.end()) q.bind_null(b++);
@@ -505,7 +508,7 @@ Result<std::map<std::int64_t, std::int64_t>> JobStore::peak_by_attempt(const std
 Result<std::vector<StepMetric>> JobStore::metrics(const std::string& id, std::int64_t since_step, std::int64_t limit) {
   std::lock_guard lock(mu_);
   std::string sql = "SELECT rank, step, attempt, time, loss, lr, grad_norm, tokens, tokens_per_second, step_seconds, "
-                    "allocated_bytes, peak_bytes";
+                    "allocated_bytes, peak_bytes, eval_loss, eval_tokens, eval_seconds";
   for (const auto& c : component_columns()) sql += ", " + c;
   sql += " FROM step_metrics WHERE job_id = ?1 AND step > ?2 ORDER BY step, rank LIMIT ?3";
   TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
@@ -527,7 +530,10 @@ Result<std::vector<StepMetric>> JobStore::metrics(const std::string& id, std::in
     m.step_seconds = q.opt_real(9);
     m.allocated_bytes = q.opt_int64(10);
     m.peak_bytes = q.opt_int64(11);
-    int c = 12;
+    m.eval_loss = q.opt_real(12);
+    m.eval_tokens = q.opt_int64(13);
+    m.eval_seconds = q.opt_real(14);
+    int c = 15;
     for (const auto& name : memory_component_names()) {
       if (auto v = q.opt_int64(c++)) m.component_bytes[name] = *v;
     }

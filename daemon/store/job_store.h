@@ -64,6 +64,9 @@ struct JobRecord {
   std::int64_t events_offset = 0;
   std::optional<std::int64_t> last_step;
   std::optional<std::int64_t> peak_bytes;
+  // The newest step after which the model was evaluated on data.eval, and its loss.
+  std::optional<std::int64_t> last_eval_step;
+  std::optional<double> last_eval_loss;
   std::optional<std::int64_t> exit_code;
   std::optional<std::int64_t> exit_signal;
   std::string exit_reason;
@@ -154,6 +157,9 @@ struct StepMetric {
   double time = 0;
   std::optional<double> loss, lr, grad_norm, tokens_per_second, step_seconds;
   std::optional<std::int64_t> tokens, allocated_bytes, peak_bytes;
+  // Set on a step after which the model was evaluated on data.eval.
+  std::optional<double> eval_loss, eval_seconds;
+  std::optional<std::int64_t> eval_tokens;
   // weights, gradients, optimizer_states, master_weights, adapter,
   // activations, logits, overhead (the plan document's keys).
   std::map<std::string, std::int64_t> component_bytes;

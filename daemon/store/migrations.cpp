@@ -8,6 +8,7 @@ extern const char tailor_daemon_migration_0003[];
 extern const char tailor_daemon_migration_0004[];
 extern const char tailor_daemon_migration_0005[];
 extern const char tailor_daemon_migration_0006[];
+extern const char tailor_daemon_migration_0007[];
 
 namespace tailor::daemon {
 
@@ -19,6 +20,7 @@ const std::vector<Migration>& builtin_migrations() {
       {4, "0004_plan_summary", tailor_daemon_migration_0004},
       {5, "0005_labels_by_seq", tailor_daemon_migration_0005},
       {6, "0006_executor", tailor_daemon_migration_0006},
+      {7, "0007_eval_loss", tailor_daemon_migration_0007},
   };
   return kMigrations;
 }

@@ -141,7 +141,10 @@ JOB = dashboard(
         stat("Measured peak", ['tailor_job_memory_peak_bytes{job_id="$job_id"}'], unit="bytes"),
         stat("Estimated total", ['tailor_job_memory_bytes{job_id="$job_id", component="total", source="estimated"}'],
              unit="bytes", description="The plan's per-device total."),
-        timeseries("Loss", [('tailor_job_loss{job_id="$job_id"}', "loss")]),
+        timeseries("Loss", [('tailor_job_loss{job_id="$job_id"}', "loss"),
+                            ('tailor_job_eval_loss{job_id="$job_id"}', "eval loss")],
+                   description="Training loss of the latest step; eval loss on data.eval after the latest evaluation "
+                               "(training.eval_every, and the last step)."),
         timeseries("Tokens/s", [('tailor_job_tokens_per_second{job_id="$job_id"}', "tokens/s")]),
         timeseries("Memory by component (measured)",
                    [('tailor_job_memory_bytes{job_id="$job_id", source="measured", component!="total"}', "{{component}}")],

@@ -201,6 +201,27 @@ Batch Batcher::next() {
   return batch_of(rows, orders);
 }
 
+Batch Batcher::pass_batch(std::int64_t k) {
+  TAILOR_CHECK(k >= 0 && k < batches_per_epoch());
+  if (stored_.empty()) {
+    Order order;
+    order.docs.resize(store_.documents());
+    std::iota(order.docs.begin(), order.docs.end(), std::size_t{0});
+    if (packing_) {
+      order.starts.resize(order.docs.size() + 1);
+      order.starts[0] = 0;
+      for (std::size_t i = 0; i < order.docs.size(); ++i) order.starts[i + 1] = order.starts[i] + store_.length(i);
+    }
+    stored_.push_back(std::move(order));
+  }
+  std::vector<State> rows;
+  for (std::int64_t r = k * micro_batch_; r < std::min((k + 1) * micro_batch_, rows_per_epoch_); ++r) {
+    rows.push_back({0, r});
+  }
+  const Order* orders[2] = {&stored_[0], &stored_[0]};
+  return batch_of(rows, orders);
+}
+
 Batch Batcher::longest_batch() const {
   TAILOR_CHECK(rows_per_epoch_ > 0);
   if (packing_ == dsl::Packing::kWholeExamples) {

@@ -17,7 +17,8 @@ namespace tailor::runner::data {
 
 // One micro-batch; every array is row-major (rows x seq_len).
 struct Batch {
-  std::int64_t rows = 0;                  // always micro_batch: a batch continues into the next epoch
+  std::int64_t rows = 0;                  // micro_batch from next(): a batch continues into the next
+                                          // epoch; pass_batch's last may have fewer
   std::int64_t seq_len = 0;               // columns: with packing the batcher's seq_len; with dynamic
                                           // padding the longest row of this batch
   std::vector<std::int32_t> inputs;       // (rows, seq_len) token ids; padding = the batcher's pad_id
@@ -128,6 +129,13 @@ class Batcher {
   // Does not move the state.
   Batch longest_batch() const;
 
+  // Batch k (0 <= k < batches_per_epoch()) of one pass over the documents
+  // in their stored order, unshuffled: the rows of the pass in batches of
+  // micro_batch, the last one holding what is left (possibly fewer rows),
+  // so each row is in exactly one batch and the pass's target_tokens add up
+  // to one epoch's. For evaluation; does not move the state.
+  Batch pass_batch(std::int64_t k);
+
   std::int64_t batches_per_epoch() const;
   std::int64_t rows_per_epoch() const;
 
@@ -182,6 +190,7 @@ class Batcher {
   std::vector<std::int64_t> bin_starts_; // row b holds bin_docs_[bin_starts_[b], bin_starts_[b+1])
   State state_;
   Order orders_[2];                // cache: the two most recent epochs' orders
+  std::vector<Order> stored_;      // pass_batch's unshuffled order, made on first use
   std::int64_t order_epochs_[2] = {-1, -1};
 };
 

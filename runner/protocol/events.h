@@ -31,6 +31,10 @@ inline constexpr const char* kCheckpointSkipped = "checkpoint_skipped";
 inline constexpr const char* kNonfiniteLoss = "nonfinite_loss";
 inline constexpr const char* kLossScale = "loss_scale";   // step, scale (an fp16 step skipped)
 inline constexpr const char* kAdapter = "adapter";        // dir
+// The model evaluated on data.eval after a step (training.eval_every, and
+// after the last step): step, loss (mean over the eval set's trained
+// tokens), perplexity (exp(loss)), tokens, seconds.
+inline constexpr const char* kEval = "eval";
 // Terminal events, each with "exit_code".
 inline constexpr const char* kDone = "done";
 inline constexpr const char* kError = "error";            // message

@@ -191,6 +191,15 @@ class Run {
   Status probe();
   Status train();
   Status train_step(std::int64_t step);
+  // The loss on data.eval with the model as it is: after every eval_every
+  // steps and after the last, once.
+  struct Evaluation {
+    double loss = 0;
+    std::int64_t tokens = 0;
+    double seconds = 0;
+  };
+  bool eval_due(std::int64_t step) const;
+  Result<Evaluation> evaluate();
   Status finish();
   Status write_model();  // out_dir/model/, model.pt and adapter/ from the model as it is
   Status load_parameters(const std::vector<torch::Tensor>& values, const std::string& where);
@@ -214,7 +223,7 @@ class Run {
   // after the same step.
   Result<bool> stop_requested();
   bool leader() const { return rank_ == 0; }
-  void print_progress(std::int64_t step, double loss, std::int64_t peak);
+  void print_progress(std::int64_t step, double loss, std::int64_t peak, const std::optional<Evaluation>& eval);
   Measured measure_static() const;
 
   const TrainOptions& o_;
@@ -229,6 +238,7 @@ class Run {
   MemoryMeter* meter_ = nullptr;  // the training device's memory
   std::int64_t limit_ = 0;        // the byte budget applied while training; 0 = none
   std::unique_ptr<data::Batcher> batcher_;
+  std::unique_ptr<data::Batcher> eval_batcher_;  // data.eval; null without one
   CausalLM model_{nullptr};
   std::unique_ptr<TrainingOptimizer> opt_;
   CheckpointState state_;
@@ -568,20 +578,51 @@ Status Run::open_outputs() {
   return Status::ok();
 }
 
+// Whether any target of one pass is trained (the eval loss's denominator
+// is not 0): a document's token t >= 1 predicted from t - 1, within a
+// row's first seq_len + 1 tokens without packing.
+bool has_trained_tokens(const data::TokenStore& store, std::int64_t seq_len, bool packing) {
+  for (std::size_t d = 0; d < store.documents(); ++d) {
+    const auto trained = store.trained(d);
+    const std::int64_t end = packing ? store.length(d) : std::min(store.length(d), seq_len + 1);
+    for (std::int64_t t = 1; t < end; ++t) {
+      if (trained[static_cast<std::size_t>(t)]) return true;
+    }
+  }
+  return false;
+}
+
 Status Run::load_data() {
   // The model folder's tokenizer.model, else bytes; tokenized once into the
   // token cache (warnings about it go to stderr), mapped on later runs.
   auto tok = data::make_tokenizer(spec_.model);
   if (!tok.is_ok()) return as_bad_input(tok.status());
-  auto tokenized = data::load_tokenized(spec_.data.train, spec_.data, **tok, o_.cache_dir);
-  if (!tokenized.is_ok()) return as_bad_input(tokenized.status());
   // A tokens file may hold ids past the embedding table: a clear error here,
   // not an index error inside the forward pass.
-  const auto ids = tokenized->store.all_tokens();
-  if (const auto it = std::max_element(ids.begin(), ids.end()); it != ids.end() && *it >= spec_.model.arch.vocab) {
-    return Status::invalid_argument(spec_.data.train + ": token id " + std::to_string(*it) +
-                                    " is outside the model's vocabulary (" + std::to_string(spec_.model.arch.vocab) +
-                                    " ids)");
+  auto load = [&](const std::string& path) -> Result<data::TokenizedData> {
+    auto tokenized = data::load_tokenized(path, spec_.data, **tok, o_.cache_dir);
+    if (!tokenized.is_ok()) return as_bad_input(tokenized.status());
+    const auto ids = tokenized->store.all_tokens();
+    if (const auto it = std::max_element(ids.begin(), ids.end()); it != ids.end() && *it >= spec_.model.arch.vocab) {
+      return Status::invalid_argument(path + ": token id " + std::to_string(*it) +
+                                      " is outside the model's vocabulary (" + std::to_string(spec_.model.arch.vocab) +
+                                      " ids)");
+    }
+    return tokenized;
+  };
+  auto tokenized = load(spec_.data.train);
+  if (!tokenized.is_ok()) return tokenized.status();
+  if (!spec_.data.eval.empty()) {
+    // The eval file as the training data is read: the same tokenizer,
+    // masking, seq_len and packing, so the two losses compare.
+    auto eval = load(spec_.data.eval);
+    if (!eval.is_ok()) return eval.status();
+    if (!has_trained_tokens(eval->store, spec_.data.seq_len, spec_.data.packing)) {
+      return Status::invalid_argument(spec_.data.eval + ": no token is trained (every one is masked), so there is no "
+                                      "loss to evaluate");
+    }
+    eval_batcher_ = std::make_unique<data::Batcher>(std::move(eval->store), spec_.data.seq_len, spec_.data.packing,
+                                                    st_.micro_batch_size, /*seed=*/0, (*tok)->pad_id());
   }
   export_.tokens = {(*tok)->bos_id(), (*tok)->eos_id()};
   export_.tokenizer_from = spec_.model.path;
@@ -597,6 +638,62 @@ Status Run::load_data() {
                                   spec_.training.epochs * static_cast<double>(batcher_->rows_per_epoch()) /
                                   static_cast<double>(st_.micro_batch_size * st_.grad_accumulation * world_))));
   return Status::ok();
+}
+
+bool Run::eval_due(std::int64_t step) const {
+  if (!eval_batcher_) return false;
+  const std::int64_t every = spec_.training.eval_every;
+  return step == total_steps_ || (every > 0 && step % every == 0);
+}
+
+// One pass over data.eval without gradients (so no activations are kept:
+// it fits wherever a training step does) and without dropout. Ranks share
+// the batches (k on rank k % world) and sum their losses and tokens.
+Result<Run::Evaluation> Run::evaluate() {
+  const double t0 = now_seconds();
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  struct TrainAgain {
+    CausalLM& model;
+    ~TrainAgain() { model->train(); }
+  } train_again{model_};
+  const std::int64_t batches = eval_batcher_->batches_per_epoch();
+  // ZeRO-3 gathers each unit's parameters collectively: every rank runs as
+  // many forward passes, a rank out of batches a one-token one that counts
+  // nothing.
+  const std::int64_t rounds = (batches + world_ - 1) / world_;
+  double sums[2] = {0, 0};  // loss, target tokens
+  for (std::int64_t round = 0; round < rounds; ++round) {
+    const std::int64_t k = round * world_ + rank_;
+    data::Batch b;
+    if (k < batches) {
+      b = eval_batcher_->pass_batch(k);
+    } else if (param_sharder_) {
+      b.rows = b.seq_len = 1;
+      b.inputs = b.positions = b.segment_ids = {0};
+      b.targets = {-100};
+    } else {
+      break;
+    }
+    const torch::Tensor loss =
+        cross_entropy_sum(model_->logits(model_->hidden_states(model_input(b, dev_)), /*capped=*/false),
+                          to_tensor(b.targets, b.rows, b.seq_len, dev_), 0, spec_.model.arch.final_logit_softcap);
+    sums[0] += loss.item<double>();
+    sums[1] += static_cast<double>(b.target_tokens);
+    // The head is still gathered: no backward released it.
+    if (param_sharder_) TAILOR_RETURN_IF_ERROR(param_sharder_->end_backward());
+  }
+  if (world_ > 1) {
+    std::vector<double> v(sums, sums + 2);
+    TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
+    sums[0] = v[0];
+    sums[1] = v[1];
+  }
+  Evaluation e;
+  e.tokens = static_cast<std::int64_t>(sums[1]);
+  e.loss = sums[0] / std::max(1.0, sums[1]);
+  e.seconds = now_seconds() - t0;
+  return e;
 }
 
 Status Run::build_model() {
@@ -1012,6 +1109,13 @@ Status Run::train_step(std::int64_t step) {
     m.parts.activations = Bytes(static_cast<std::int64_t>(row[7]));
     m.parts.logits = Bytes(static_cast<std::int64_t>(row[8]));
   }
+  // Evaluated after the step, on every rank, into the step's line.
+  std::optional<Evaluation> eval;
+  if (eval_due(step)) {
+    auto e = evaluate();
+    if (!e.is_ok()) return e.status();
+    eval = *e;
+  }
   if (!metrics_) return Status::ok();
   JsonWriter w(0);
   w.begin_object().field("step", step).field("loss", loss_value).field("lr", lr).field("grad_norm", norm);
@@ -1047,14 +1151,29 @@ Status Run::train_step(std::int64_t step) {
     }
     w.end_array();
   }
+  if (eval) {
+    w.field("eval_loss", eval->loss).field("eval_perplexity", std::exp(eval->loss));
+    w.field("eval_tokens", eval->tokens).field("eval_seconds", eval->seconds);
+  }
   w.end_object();
   metrics_->write(w);
-  print_progress(step, loss_value, m.peak);
+  if (eval) {
+    event(events::kEval, [&](JsonWriter& ev) {
+      ev.field("step", step).field("loss", eval->loss).field("perplexity", std::exp(eval->loss));
+      ev.field("tokens", eval->tokens).field("seconds", eval->seconds);
+    });
+  }
+  print_progress(step, loss_value, m.peak, eval);
   return Status::ok();
 }
 
-void Run::print_progress(std::int64_t step, double loss, std::int64_t peak) {
+void Run::print_progress(std::int64_t step, double loss, std::int64_t peak, const std::optional<Evaluation>& eval) {
   if (o_.quiet) return;
+  if (eval) {
+    std::fprintf(stderr, "%seval at step %lld: loss %.4f  perplexity %.2f  (%lld tokens, %.1f s)\n",
+                 o_.progress ? "\r\033[K" : "", static_cast<long long>(step), eval->loss, std::exp(eval->loss),
+                 static_cast<long long>(eval->tokens), eval->seconds);
+  }
   const double elapsed = now_seconds() - t_start_;
   const double eta = elapsed / static_cast<double>(step - first_step_ + 1) * static_cast<double>(total_steps_ - step);
   char line[256];

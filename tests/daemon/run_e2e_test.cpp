@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -84,7 +85,14 @@ TEST(RunE2eTest, SubmittedJobRunsToSuccessWithMetricsInStoreAndPrometheus) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"));
   ASSERT_TRUE(d.ok()) << d.log();
-  const std::string id = submit(d, tiny_spec("ok-job", 6, 3));
+  // Evaluated after steps 3 and 6 on the training file (what is measured
+  // is that the eval loss travels, not generalisation).
+  std::string spec = tiny_spec("ok-job", 6, 3);
+  const std::string train = "  train: data/tiny-corpus.txt\n";
+  ASSERT_NE(spec.find(train), std::string::npos);
+  spec.replace(spec.find(train), train.size(), train + "  eval: data/tiny-corpus.txt\n");
+  spec.replace(spec.find("training:\n"), 10, "training:\n  eval_every: 3\n");
+  const std::string id = submit(d, spec);
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(d.wait_state(id, "", seconds(120)));
   const json job = d.job(id);
@@ -104,6 +112,7 @@ TEST(RunE2eTest, SubmittedJobRunsToSuccessWithMetricsInStoreAndPrometheus) {
   EXPECT_EQ(seen, states);
   EXPECT_EQ(count(kinds, "runner.start"), 1u);
   EXPECT_EQ(count(kinds, "runner.done"), 1u);
+  EXPECT_EQ(count(kinds, "runner.eval"), 2u);
 
   // The store, read directly (WAL lets a second connection read).
   auto store = JobStore::open(dir.file("data/tailor.db"));
@@ -116,17 +125,30 @@ TEST(RunE2eTest, SubmittedJobRunsToSuccessWithMetricsInStoreAndPrometheus) {
     EXPECT_TRUE((*rows)[i].loss.has_value());
     EXPECT_GT((*rows)[i].component_bytes.at("weights"), 0);
     EXPECT_GT(*(*rows)[i].peak_bytes, 0);
+    // The eval loss on the steps evaluated, and only there.
+    EXPECT_EQ((*rows)[i].eval_loss.has_value(), (i + 1) % 3 == 0) << "step " << i + 1;
+    if ((*rows)[i].eval_loss) {
+      EXPECT_GT(*(*rows)[i].eval_tokens, 0);
+    }
   }
+  ASSERT_TRUE((*rows)[5].eval_loss.has_value());
+  EXPECT_LT(*(*rows)[5].eval_loss, *(*rows)[2].eval_loss);
+  EXPECT_EQ(job["last_eval_step"], 6);
+  EXPECT_DOUBLE_EQ(job["last_eval_loss"].get<double>(), *(*rows)[5].eval_loss);
   // The API's view of the same rows.
   const json since = d.get("/v1/jobs/" + id + "/metrics?since_step=4").json();
   ASSERT_EQ(since["metrics"].size(), 2u);
   EXPECT_EQ(since["metrics"][0]["step"], 5);
+  EXPECT_TRUE(since["metrics"][0]["eval_loss"].is_null());
+  EXPECT_DOUBLE_EQ(since["metrics"][1]["eval_loss"].get<double>(), *(*rows)[5].eval_loss);
+  EXPECT_NEAR(since["metrics"][1]["eval_perplexity"].get<double>(), std::exp(*(*rows)[5].eval_loss), 1e-9);
 
   const auto prom = http_request(d.address(), "GET", "/metrics");
   ASSERT_EQ(prom.status, 200);
   const std::string sel = "job_id=\"" + id + "\"";
   for (const std::string& want :
-       {std::string("tailor_job_loss{"), std::string("tailor_job_tokens_per_second{"),
+       {std::string("tailor_job_loss{"), std::string("tailor_job_eval_loss{"),
+        std::string("tailor_job_tokens_per_second{"),
         std::string("source=\"estimated\""), std::string("source=\"measured\"")}) {
     bool found = false;
     std::istringstream lines(prom.body);

@@ -350,6 +350,41 @@ TEST(JobStoreTest, IngestStoresMetricsAndOffsetsInOneBatchAndReplacesRepeatedSte
   EXPECT_EQ(job->events_offset, 40);
 }
 
+TEST(JobStoreTest, AnEvaluatedStepKeepsItsEvalLossAndTheJobItsNewest) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  const auto id = store->create(sample_job("e"))->job.id;
+  IngestBatch batch;
+  for (int s = 1; s <= 2; ++s) {
+    StepMetric m;
+    m.step = s;
+    m.loss = 3.0;
+    if (s == 2) {
+      m.eval_loss = 2.5;
+      m.eval_tokens = 301;
+      m.eval_seconds = 0.25;
+    }
+    batch.metrics.push_back(m);
+  }
+  JobUpdate changes;
+  changes.set("last_eval_step", std::int64_t{2}).set("last_eval_loss", 2.5);
+  ASSERT_TRUE(store->ingest(id, batch, changes).is_ok());
+  auto rows = store->metrics(id);
+  ASSERT_TRUE(rows.is_ok());
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_FALSE((*rows)[0].eval_loss);
+  EXPECT_DOUBLE_EQ(*(*rows)[1].eval_loss, 2.5);
+  EXPECT_EQ(*(*rows)[1].eval_tokens, 301);
+  EXPECT_DOUBLE_EQ(*(*rows)[1].eval_seconds, 0.25);
+  auto job = store->get(id);
+  EXPECT_EQ(*job->last_eval_step, 2);
+  EXPECT_DOUBLE_EQ(*job->last_eval_loss, 2.5);
+  // Listings read the same columns.
+  auto page = store->list({});
+  ASSERT_TRUE(page.is_ok());
+  EXPECT_DOUBLE_EQ(*page->jobs.at(0).last_eval_loss, 2.5);
+}
+
 TEST(JobStoreTest, ConcurrentCreatesFromManyThreadsAllLand) {
   testing::TempDir dir;
   auto store = JobStore::open(dir.file("tailor.db")).value();

@@ -217,6 +217,23 @@ TEST(DaemonMetricsTest, AJobIsRunningFromItsStartUntilItEndsAndAgainWhenRetried)
   EXPECT_EQ(running(), "absent");
 }
 
+// The eval loss is a series of its own, kept and dropped with the job's
+// others, so finished jobs do not add series without bound.
+TEST(DaemonMetricsTest, TheEvalLossIsAJobSeriesDroppedWithTheOthers) {
+  DaemonMetrics metrics;
+  metrics.set_job_step("j-1", "demo", 4, 2.0, 100.0, {{"weights", 10}}, 10);
+  EXPECT_EQ(metrics.render().find("tailor_job_eval_loss{"), std::string::npos);
+  metrics.set_job_eval_loss("j-1", "demo", 1.25);
+  EXPECT_NE(metrics.render().find("tailor_job_eval_loss{job=\"demo\",job_id=\"j-1\"} 1.25"), std::string::npos)
+      << metrics.render();
+  metrics.job_finished("j-1");
+  for (int i = 0; i < static_cast<int>(DaemonMetrics::kFinishedJobsKept); ++i) {
+    metrics.set_job_estimate("other-" + std::to_string(i), "x", {}, 1);
+    metrics.job_finished("other-" + std::to_string(i));
+  }
+  EXPECT_EQ(metrics.render().find("job_id=\"j-1\""), std::string::npos);
+}
+
 TEST(SchedulerTest, PriorityOrderWithoutBackfillPastABlockedJob) {
   Capacity cap;
   cap.host_total_bytes = 100;
@@ -273,6 +290,17 @@ TEST(RunFilesTest, MetricLineKeepsMemoryComponents) {
   EXPECT_EQ(m->component_bytes.at("activations"), 20);
   EXPECT_EQ(*m->peak_bytes, 99);
   EXPECT_FALSE(parse_metric_line("not json", 1));
+}
+
+TEST(RunFilesTest, AnEvaluatedStepsLineCarriesTheEvalLoss) {
+  const auto m = parse_metric_line(
+      R"({"step":10,"loss":2.5,"eval_loss":2.75,"eval_perplexity":15.6,"eval_tokens":301,"eval_seconds":0.5})", 1);
+  ASSERT_TRUE(m);
+  EXPECT_DOUBLE_EQ(*m->loss, 2.5);
+  EXPECT_DOUBLE_EQ(*m->eval_loss, 2.75);
+  EXPECT_EQ(*m->eval_tokens, 301);
+  EXPECT_DOUBLE_EQ(*m->eval_seconds, 0.5);
+  EXPECT_FALSE(parse_metric_line(R"({"step":11,"loss":2.4})", 1)->eval_loss);
 }
 
 TEST(ConfigTest, FlagsOverrideEnvironmentOverrideFile) {

@@ -512,6 +512,33 @@ TEST(BatcherTest, StateCountsRowsAndBatchesContinueIntoTheNextEpoch) {
   EXPECT_EQ(batcher.state().index, 7);
 }
 
+// Evaluation's pass: every row once, in stored order, the last batch
+// short rather than continued into another epoch.
+TEST(BatcherTest, APassHoldsEachRowOnceInStoredOrder) {
+  auto examples = docs_of_lengths(10);
+  const std::int64_t trained = trained_tokens(examples);
+  for (const bool packing : {false, true}) {
+    Batcher batcher(examples, 16, packing, 4, 1);
+    const std::int64_t rows = batcher.rows_per_epoch();
+    std::int64_t seen_rows = 0, targets = 0;
+    for (std::int64_t k = 0; k < batcher.batches_per_epoch(); ++k) {
+      const Batch b = batcher.pass_batch(k);
+      expect_consistent(b);
+      EXPECT_EQ(b.rows, std::min<std::int64_t>(4, rows - k * 4)) << "packing=" << packing << " batch " << k;
+      seen_rows += b.rows;
+      targets += b.target_tokens;
+    }
+    EXPECT_EQ(seen_rows, rows);
+    EXPECT_EQ(targets, trained) << "packing=" << packing;
+    EXPECT_EQ(batcher.state().index, 0) << "a pass does not move the state";
+    // Unshuffled: without packing, row r is document r.
+    const Batch first = batcher.pass_batch(0);
+    if (!packing) {
+      EXPECT_THAT(row_of(first.inputs, first, 3), ElementsAre(B, 'd', 'd', 'd', 'd'));
+    }
+  }
+}
+
 TEST(BatcherTest, TheSameRowsWhateverTheMicroBatch) {
   // Micro-batch 2 x 4 sees the rows micro-batch 8 sees, across an epoch end.
   for (const bool packing : {false, true}) {

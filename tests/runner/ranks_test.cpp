@@ -47,14 +47,19 @@ struct JobShape {
   int recompute_every = 0;  // gradient checkpointing
   const char* offload = "none";
   const char* host_memory = "4GiB";
+  std::string eval = "";  // data.eval; empty: none
+  int eval_every = 0;
 };
 
 std::string spec_text(const JobShape& j) {
   std::ostringstream s;
   s << "apiVersion: tailor/v1\nkind: TrainingJob\nname: ranks-test\n"
     << "model: {preset: tiny-llama-byte, init: random}\n"
-    << "data: {train: " << TAILOR_SOURCE_DIR << "/configs/data/tiny-corpus.txt, format: text, seq_len: 64, packing: true}\n"
+    << "data: {train: " << TAILOR_SOURCE_DIR
+    << "/configs/data/tiny-corpus.txt, format: text, seq_len: 64, packing: true"
+    << (j.eval.empty() ? "" : ", eval: " + j.eval) << "}\n"
     << "training: {global_batch_size: 16, micro_batch_size: 2, max_steps: " << j.steps
+    << ", eval_every: " << j.eval_every
     << ", lr: 2e-3, scheduler: constant, warmup_steps: 0, weight_decay: 0.01, seed: 7}\n"
     << "strategy: {precision: fp32, gradient_checkpointing: " << j.recompute_every
     << ", optimizer: " << j.optimizer << ", zero_stage: " << j.zero << ", offload: " << j.offload << ", adapter: "
@@ -257,6 +262,44 @@ void expect_two_ranks_like_one(JobShape one, const std::vector<int>& stages, con
     expect_same_losses(base + "/metrics.jsonl", out + "/metrics.jsonl");
     if (one.recompute_every == 0 || (!one.lora && !one.qlora)) expect_ranks_as_planned(plan, out, 2);
     EXPECT_LT(max_abs_difference(fp32_tensors(base + "/" + weights), fp32_tensors(out + "/" + weights)), tolerance);
+  }
+}
+
+// Evaluation shares the eval batches out (ZeRO-3: a rank out of batches
+// still joins every gather) and sums the losses: the eval loss of one rank.
+TEST(RanksTest, TwoRanksEvaluateLikeOneAtEveryStage) {
+  TempDir t;
+  // One 300-byte document: 5 packed rows, so 3 batches of 2, 2 and 1 rows,
+  // two for rank 0 and one for rank 1.
+  std::string text;
+  while (text.size() < 300) text += "the tailor mends a coat by the river. ";
+  text.resize(300);
+  JobShape one{.steps = 4, .eval = t.write("eval.txt", text + "\n"), .eval_every = 2};
+  const std::string base = t.file("one");
+  ASSERT_EQ(run_runner(plan_file(t, "one", one), base), 0);
+  auto evals = [](const std::string& out) {
+    std::map<std::int64_t, double> by_step;
+    for (const json& m : json_lines(out + "/metrics.jsonl")) {
+      if (m.contains("eval_loss")) by_step[m["step"].get<std::int64_t>()] = m["eval_loss"].get<double>();
+    }
+    return by_step;
+  };
+  const auto expected = evals(base);
+  ASSERT_EQ(expected.size(), 2u);
+  // Each of the 300 bytes and the EOS predicted once.
+  EXPECT_EQ(json_lines(base + "/metrics.jsonl")[1]["eval_tokens"].get<std::int64_t>(), 300 + 1);
+  for (int zero : {0, 3}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(zero));
+    JobShape two = one;
+    two.ranks = 2;
+    two.zero = zero;
+    const std::string name = "two-z" + std::to_string(zero);
+    ASSERT_EQ(run_runner(plan_file(t, name, two), t.file(name)), 0);
+    const auto got = evals(t.file(name));
+    ASSERT_EQ(got.size(), expected.size());
+    for (const auto& [step, loss] : expected) EXPECT_NEAR(got.at(step), loss, 1e-5 * loss) << "step " << step;
+    EXPECT_EQ(json_lines(t.file(name) + "/metrics.jsonl")[3]["eval_tokens"],
+              json_lines(base + "/metrics.jsonl")[3]["eval_tokens"]);
   }
 }
 

@@ -10,6 +10,10 @@
 #include <fstream>
 
 #include "dsl/spec_loader.h"
+#include "runner/data/dataset.h"
+#include "runner/data/tokenizer.h"
+#include "runner/torch/hf_checkpoint.h"
+#include "runner/torch/model.h"
 #include "runner/torch/tracking_allocator.h"
 #include "tests/testing/temp_dir.h"
 
@@ -94,6 +98,111 @@ TEST(TrainerTest, LossFallsAndEveryArtifactIsWritten) {
   EXPECT_EQ(m["optimizer_states"].get<std::int64_t>(), 4 * m["weights"].get<std::int64_t>());
   EXPECT_GT(m["activations"].get<std::int64_t>(), 0);
   EXPECT_GE(m["peak_bytes"].get<std::int64_t>(), m["allocated_bytes"].get<std::int64_t>());
+}
+
+// Prompt/completion pairs: the prompt is masked, so the eval loss counts
+// completions only.
+std::string pairs(int n, int offset) {
+  const char* prompts[] = {"who mends the coat?", "who folds the sails?", "who counts apples?", "who paints the gate?"};
+  const char* answers[] = {"the tailor by the river", "a weaver at dawn", "the miller, slowly", "my neighbour"};
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    const int k = (i + offset) % 4;
+    out += std::string(R"({"prompt": ")") + prompts[k] + R"(", "completion": " )" + answers[(k + i / 4) % 4] + "\"}\n";
+  }
+  return out;
+}
+
+RunConfig eval_job(const TempDir& dir, std::vector<std::string> overrides, bool with_eval) {
+  dir.write("train.jsonl", pairs(40, 0));
+  dir.write("eval.jsonl", pairs(10, 1));  // 10 documents: batches of 4, 4 and 2
+  overrides.insert(overrides.end(), {"data.train=" + dir.file("train.jsonl"), "data.prompt_field=prompt",
+                                     "data.completion_field=completion", "data.packing=false"});
+  if (with_eval) overrides.push_back("data.eval=" + dir.file("eval.jsonl"));
+  return job(dir, overrides, dsl::Precision::kFp32, 4, 2);
+}
+
+// The masked mean loss over eval.jsonl of the exported model, one document
+// at a time, with log_softmax (not the runner's batcher or cross entropy);
+// `masked` false counts the prompts' tokens too.
+double reference_eval_loss(const RunConfig& cfg, const std::string& model_dir, bool masked) {
+  CausalLM model(cfg.spec.model.arch, 0);
+  EXPECT_TRUE(load_hf_weights(model, model_dir).is_ok());
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto tok = data::make_tokenizer(cfg.spec.model);
+  EXPECT_TRUE(tok.is_ok());
+  auto docs = data::load_examples(cfg.spec.data.eval, cfg.spec.data, **tok);
+  EXPECT_TRUE(docs.is_ok());
+  double sum = 0;
+  std::int64_t count = 0;
+  for (const auto& d : *docs) {
+    const auto n = static_cast<std::int64_t>(std::min<std::size_t>(d.tokens.size(), cfg.spec.data.seq_len + 1)) - 1;
+    std::vector<std::int64_t> ids(d.tokens.begin(), d.tokens.begin() + n);
+    ModelInput in;
+    in.input_ids = torch::tensor(ids).unsqueeze(0);
+    in.positions = torch::arange(n).unsqueeze(0);
+    const auto logp = torch::log_softmax(model->logits(model->hidden_states(in), true).to(torch::kFloat64), -1)[0];
+    for (std::int64_t t = 0; t < n; ++t) {
+      if (masked && !d.trained[static_cast<std::size_t>(t + 1)]) continue;
+      sum -= logp[t][d.tokens[static_cast<std::size_t>(t + 1)]].item<double>();
+      ++count;
+    }
+  }
+  return sum / static_cast<double>(count);
+}
+
+TEST(TrainerTest, EvalLossIsTheMaskedMeanOverTheEvalSetEveryNStepsAndAfterTheLast) {
+  TempDir dir;
+  const std::string out = dir.file("out");
+  const RunConfig cfg = eval_job(dir, {"training.eval_every=4"}, true);
+  ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+  const auto metrics = lines(out + "/metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 12u);
+  std::vector<std::int64_t> evaluated;
+  for (const auto& m : metrics) {
+    if (!m.contains("eval_loss")) continue;
+    evaluated.push_back(m["step"].get<std::int64_t>());
+    // Both as the metrics line rounds them (6 significant digits).
+    const double perplexity = m["eval_perplexity"].get<double>();
+    EXPECT_NEAR(perplexity, std::exp(m["eval_loss"].get<double>()), 1e-5 * perplexity);
+    EXPECT_GT(m["eval_tokens"].get<std::int64_t>(), 0);
+  }
+  // The last step is a multiple of 4: evaluated once, not twice.
+  EXPECT_EQ(evaluated, (std::vector<std::int64_t>{4, 8, 12}));
+  std::vector<std::int64_t> events;
+  for (const auto& e : lines(out + "/events.jsonl")) {
+    if (e["event"] == "eval") events.push_back(e["step"].get<std::int64_t>());
+  }
+  EXPECT_EQ(events, evaluated);
+  // Training lowers the eval loss too (the eval pairs are the training ones, reshuffled).
+  EXPECT_LT(metrics[11]["eval_loss"].get<double>(), metrics[3]["eval_loss"].get<double>());
+  const double masked = reference_eval_loss(cfg, out + "/model", true);
+  const double unmasked = reference_eval_loss(cfg, out + "/model", false);
+  EXPECT_NEAR(metrics[11]["eval_loss"].get<double>(), masked, 1e-4 * masked);
+  EXPECT_GT(std::abs(masked - unmasked), 0.05) << "the prompts must weigh in the unmasked loss";
+}
+
+TEST(TrainerTest, EvaluationLeavesTrainingUnchangedAndWithoutEvalEveryRunsAtTheEnd) {
+  TempDir dir;
+  const std::string every = dir.file("every"), end = dir.file("end"), none = dir.file("none");
+  ASSERT_EQ(train_in(eval_job(dir, {"training.eval_every=3"}, true), every), RunnerExit::kOk);
+  ASSERT_EQ(train_in(eval_job(dir, {}, true), end), RunnerExit::kOk);
+  ASSERT_EQ(train_in(eval_job(dir, {}, false), none), RunnerExit::kOk);
+  EXPECT_EQ(losses(every), losses(none));
+  EXPECT_EQ(losses(end), losses(none));
+  auto evaluated = [&](const std::string& out) {
+    std::vector<std::int64_t> steps;
+    for (const auto& m : lines(out + "/metrics.jsonl")) {
+      if (m.contains("eval_loss")) steps.push_back(m["step"].get<std::int64_t>());
+    }
+    return steps;
+  };
+  EXPECT_EQ(evaluated(every), (std::vector<std::int64_t>{3, 6, 9, 12}));
+  EXPECT_EQ(evaluated(end), (std::vector<std::int64_t>{12}));
+  EXPECT_TRUE(evaluated(none).empty());
+  // The same weights at the end: the same eval loss.
+  EXPECT_EQ(lines(every + "/metrics.jsonl")[11]["eval_loss"], lines(end + "/metrics.jsonl")[11]["eval_loss"]);
 }
 
 TEST(TrainerTest, OutOfMemoryIsItsOwnExitCodeAndReportsTheAllocation) {
