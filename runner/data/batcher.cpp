@@ -204,10 +204,12 @@ Batch Batcher::next() {
 Batch Batcher::pass_batch(std::int64_t k) {
   TAILOR_CHECK(k >= 0 && k < batches_per_epoch());
   if (stored_.empty()) {
+    // make_order's sources (documents of the stream; rows otherwise) unshuffled.
     Order order;
-    order.docs.resize(store_.documents());
+    order.docs.resize(packing_ == dsl::Packing::kStream ? store_.documents()
+                                                        : static_cast<std::size_t>(rows_per_epoch_));
     std::iota(order.docs.begin(), order.docs.end(), std::size_t{0});
-    if (packing_) {
+    if (packing_ == dsl::Packing::kStream) {
       order.starts.resize(order.docs.size() + 1);
       order.starts[0] = 0;
       for (std::size_t i = 0; i < order.docs.size(); ++i) order.starts[i + 1] = order.starts[i] + store_.length(i);

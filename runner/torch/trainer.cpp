@@ -621,8 +621,14 @@ Status Run::load_data() {
       return Status::invalid_argument(spec_.data.eval + ": no token is trained (every one is masked), so there is no "
                                       "loss to evaluate");
     }
-    eval_batcher_ = std::make_unique<data::Batcher>(std::move(eval->store), spec_.data.seq_len, spec_.data.packing,
-                                                    st_.micro_batch_size, /*seed=*/0, (*tok)->pad_id());
+    // Packed as training packs (whole examples, or the stream), long
+    // examples handled alike; errors name the eval file.
+    dsl::DataSpec eval_data = spec_.data;
+    eval_data.train = spec_.data.eval;
+    auto eval_batcher =
+        data::make_batcher(std::move(eval->store), eval_data, st_.micro_batch_size, /*seed=*/0, (*tok)->pad_id());
+    if (!eval_batcher.is_ok()) return as_bad_input(eval_batcher.status());
+    eval_batcher_ = std::make_unique<data::Batcher>(std::move(*eval_batcher));
   }
   export_.tokens = {(*tok)->bos_id(), (*tok)->eos_id()};
   export_.tokenizer_from = spec_.model.path;

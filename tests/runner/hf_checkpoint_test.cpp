@@ -16,6 +16,7 @@
 
 #include "dsl/spec_loader.h"
 #include "runner/data/batcher.h"
+#include "runner/data/bpe_tokenizer.h"
 #include "runner/data/byte_tokenizer.h"
 #include "runner/data/token_cache.h"
 #include "runner/data/tokenizer.h"
@@ -567,14 +568,16 @@ TEST(HfCheckpointTest, ExportCarriesTheTokenizerFilesAndSpecialIds) {
   // Trained on bytes: the folder gets the byte tokenizer's files, so it is a
   // model.path that reads as the same ids (a folder without tokenizer files
   // is refused).
+  dsl::ModelArch byte_arch = arch;
+  byte_arch.vocab = 260;  // as tiny-llama-byte: the byte tokenizer's 259 ids and one spare
   HfExport bytes;
   bytes.tokens = {data::ByteTokenizer::kBos, data::ByteTokenizer::kEos};
   bytes.byte_tokenizer = true;
-  ASSERT_TRUE(save_hf_model(model, dir.file("bytes"), 0, bytes).is_ok());
+  ASSERT_TRUE(save_hf_model(random_model(byte_arch, 3), dir.file("bytes"), 0, bytes).is_ok());
   EXPECT_EQ(read_all(dir.file("bytes/tokenizer.json")), data::byte_tokenizer_json());
   dsl::ModelSpec again;
   again.path = dir.file("bytes");
-  again.arch = arch;
+  again.arch = byte_arch;
   auto tok = data::make_tokenizer(again);
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
   EXPECT_EQ((*tok)->bos_id(), data::ByteTokenizer::kBos);
