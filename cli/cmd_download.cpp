@@ -15,7 +15,8 @@ namespace fs = std::filesystem;
 constexpr const char* kDownloadHelp = R"(usage: tailor download [OPTIONS] ID [PATH]
 
 Copies a job's files from tailord's machine: PATH is a file or folder of the
-job's folder as --list shows it (default: model, else adapter). Files keep
+job's folder as --list shows it (default: adapter for a LoRA or QLoRA job,
+the job's output at adapter size; model otherwise). Files keep
 their paths under --to. A file that broke off (FILE.part) is resumed where
 it stopped; one already there with the right size is skipped.
 
@@ -117,9 +118,10 @@ int run_download(const Argv& argv, Streams io) {
     }
     return out;
   };
-  std::string wanted = args.positional().size() == 2 ? args.positional()[1] : "model";
+  // An adapter job's output is its adapter, even beside a merged model.
+  std::string wanted = args.positional().size() == 2 ? args.positional()[1] : "adapter";
   std::vector<Wanted> files = under(wanted);
-  if (files.empty() && args.positional().size() == 1) files = under(wanted = "adapter");
+  if (files.empty() && args.positional().size() == 1) files = under(wanted = "model");
   if (files.empty()) {
     io.err << "tailor download: job " << id << " has no file or folder "
            << (args.positional().size() == 2 ? "\"" + wanted + "\"" : "model or adapter") << " (tailor download --list "

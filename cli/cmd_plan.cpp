@@ -51,7 +51,7 @@ options:
   --set KEY=VALUE     override a spec key (repeatable)
   --output FORMAT     text (default) or json (the plan document)
   --catalog DIR       use models.yaml and gpus.yaml from DIR
-  --no-check-files    do not require data files to exist
+  --no-check-files    do not require data files to exist, nor read them
   --remote            ask tailord to plan it for the daemon's machine (with
                       --addr/--token/--data-dir, as `tailor submit`)
   --addr HOST:PORT, --token TOKEN, --data-dir DIR
@@ -96,7 +96,8 @@ void print_alternatives_table(const strategies::Plan& plan, std::ostream& out) {
   if (const auto& f = plan.fastest_by_estimate) line(" ", f->candidate, f->why);
 }
 
-void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, bool explain, std::ostream& out) {
+void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const std::vector<dsl::DataFileFacts>& data,
+                bool explain, std::ostream& out) {
   using strategies::Offload;
   const auto& s = plan.chosen.strategy;
   const auto& m = plan.chosen.memory.per_device;
@@ -113,6 +114,11 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, bool exp
                     (spec.data.on_long_example == dsl::LongExample::kDrop ? "dropped" : "truncated") +
                     " (on_long_example: " + dsl::to_string(spec.data.on_long_example) + ")")
       << "\n";
+  if (!data.empty()) {
+    out << "Data:";
+    for (std::size_t i = 0; i < data.size(); ++i) out << (i ? "; " : " ") << data[i].key << " " << dsl::describe(data[i]);
+    out << "\n";
+  }
   if (spec.planner.runtime != dsl::Runtime::kTailor) {
     out << "Runtime: " << dsl::to_string(spec.planner.runtime)
         << " (memory as that stack keeps it: a prediction for its run, not tailor-runner's)\n";
@@ -389,7 +395,7 @@ int run_plan(const Argv& argv, Streams io) {
   if (format == "json") {
     io.out << strategies::plan_to_json(plan, spec);
   } else {
-    print_text(plan, spec, args.has("explain"), io.out);
+    print_text(plan, spec, loaded.data, args.has("explain"), io.out);
   }
   return plan.fits ? kExitOk : kExitNoFit;
 }

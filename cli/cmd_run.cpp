@@ -27,9 +27,11 @@ constexpr const char* kHelp = R"(usage: tailor run [OPTIONS] JOB.yaml
 
 Plans the job for this machine (or --gpus) and trains it in the foreground
 with tailor-runner, showing step, loss, tokens/s, memory and ETA. The run
-folder gets plan.json, metrics.jsonl, events.jsonl, checkpoints/, model/ (a
-Hugging Face folder for transformers' from_pretrained or another job's
-model.path), model.pt, and with LoRA or QLoRA adapter/ (PEFT's layout).
+folder gets plan.json, metrics.jsonl, events.jsonl, checkpoints/ (under
+LoRA or QLoRA only the adapters and their optimizer states), and either
+model/ (a full fine-tune: a Hugging Face folder for transformers'
+from_pretrained or another job's model.path) or, with LoRA or QLoRA,
+adapter/ (PEFT's layout), plus the merged model/ with output.merge: true.
 
 options:
   --out DIR            run folder (default: runs/NAME); one holding an earlier
@@ -43,7 +45,8 @@ options:
   --gpus SPEC          plan for this hardware instead of detecting it
   --set KEY=VALUE      override a spec key (repeatable)
   --catalog DIR        use models.yaml and gpus.yaml from DIR
-  --no-check-files     do not require data files to exist when planning
+  --no-check-files     do not require data files to exist (nor read them) when
+                       planning
   -h, --help           show this help
 
 exit codes: 0 trained, 1 invalid spec or data, 2 bad command line,
@@ -159,12 +162,15 @@ int run_run(const Argv& argv, Streams io) {
   switch (*code) {
     case runner::RunnerExit::kOk:
       // The folders transformers and PEFT load (model/ holds a LoRA run's
-      // merged model); model.pt is Tailor's own.
-      io.err << "tailor run: done; model at " << (out / "model").string() << " (Hugging Face)";
+      // merged model when output.merge asked for it).
+      io.err << "tailor run: done;";
       if (std::filesystem::is_directory(out / "adapter")) {
-        io.err << ", adapter at " << (out / "adapter").string() << " (PEFT)";
+        io.err << " adapter at " << (out / "adapter").string() << " (PEFT),";
       }
-      io.err << ", metrics in " << (out / "metrics.jsonl").string() << "\n";
+      if (std::filesystem::is_directory(out / "model")) {
+        io.err << " model at " << (out / "model").string() << " (Hugging Face),";
+      }
+      io.err << " metrics in " << (out / "metrics.jsonl").string() << "\n";
       return kExitOk;
     case runner::RunnerExit::kBadInput: return kExitInvalid;
     case runner::RunnerExit::kOutOfMemory:

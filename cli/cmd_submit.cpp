@@ -36,7 +36,7 @@ options:
   -q, --quiet          print only the job id (and errors)
   --set KEY=VALUE      override a spec key (repeatable)
   --catalog DIR        use models.yaml and gpus.yaml from DIR
-  --no-check-files     do not require data files to exist here
+  --no-check-files     do not require data files to exist here, nor read them
 )";
 
 std::string random_key() {

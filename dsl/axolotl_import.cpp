@@ -579,11 +579,13 @@ class Importer {
       c_.format = "text";
       return;
     }
-    c_.format = "jsonl";
+    // Axolotl reads local .json files with Hugging Face's json loader: an
+    // array or JSON Lines, as Tailor's json format does.
+    c_.format = ext == ".json" ? "json" : "jsonl";
     if (ext != ".jsonl" && ext != ".json") {
       d_.warning(ref.at, ref.path + ".path",
                  quote(ref.file) +
-                     ": Tailor reads JSONL, plain text or token files; convert it to JSONL "
+                     ": Tailor reads JSON, JSONL, plain text or token files; convert it to JSONL "
                      "(data.format is jsonl)");
     }
     const Node& item = *ref.entry;
@@ -1183,7 +1185,7 @@ Node build_spec(const Converted& c, const std::string& name) {
   data.set("train", text_node(c.train));
   if (!c.eval.empty()) data.set("eval", text_node(c.eval));
   data.set("format", word_node(c.format));
-  if (c.format == "jsonl") {
+  if (c.format == "jsonl" || c.format == "json") {
     if (!c.prompt_field.empty()) {
       data.set("prompt_field", text_node(c.prompt_field));
       data.set("completion_field", text_node(c.completion_field));

@@ -86,7 +86,10 @@ struct ModelSpec {
   ModelArch arch;
 };
 
-enum class DataFormat { kJsonl, kText, kTokens };
+// jsonl: JSON Lines; json: a JSON array of records, or JSON Lines (as
+// Hugging Face's json loader reads them); text: paragraphs; tokens: int32 ids.
+enum class DataFormat { kJsonl, kJson, kText, kTokens };
+inline bool has_records_of_fields(DataFormat f) { return f == DataFormat::kJsonl || f == DataFormat::kJson; }
 
 // What becomes of an example longer than a row (seq_len + 1 tokens: seq_len
 // inputs and seq_len targets) where examples are kept whole.
@@ -98,10 +101,10 @@ enum class LongExample {
 struct DataSpec {
   std::string train;                  // training data file (absolute after loading); required
   std::string eval;                   // optional held-out data file; empty = none
-  DataFormat format = DataFormat::kJsonl;  // default: from train's extension (.jsonl/.json, .txt/.md, .bin/.tokens)
-  std::string field = "text";         // jsonl: the text field
-  std::string prompt_field;           // jsonl: prompt field of prompt/completion pairs (loss masked on it)
-  std::string completion_field;       // jsonl: completion field; set together with prompt_field
+  DataFormat format = DataFormat::kJsonl;  // default: from train's extension (.jsonl, .json, .txt/.md, .bin/.tokens)
+  std::string field = "text";         // jsonl/json: the text field
+  std::string prompt_field;           // jsonl/json: prompt field of prompt/completion pairs (loss masked on it)
+  std::string completion_field;       // jsonl/json: completion field; set together with prompt_field
   std::int64_t seq_len = 0;           // tokens per sequence; default min(2048, model max_seq_len)
   bool packing = true;                // pack several documents per sequence (with boundaries)
   LongExample on_long_example = LongExample::kTruncate;  // whole examples and no packing; see Packing
@@ -236,6 +239,15 @@ struct CheckpointSpec {
   std::string dir = "checkpoints";    // relative to the job's output folder
 };
 
+struct OutputSpec {
+  // Also write the merged model (OUT/model/, a Hugging Face folder): the
+  // adapter folded into the base. Empty = true for a full fine-tune (its
+  // model is the output), false for adapters (OUT/adapter/ is, at adapter
+  // size; tailor-runner --export merges later).
+  std::optional<bool> merge;
+  bool merge_for(bool adapters) const { return merge.value_or(!adapters); }
+};
+
 struct JobSpec {
   std::string name;                   // [a-z0-9][a-z0-9._-]*, at most 63 characters; default: file stem
   std::string source_file;            // the spec file it was loaded from (absolute); not written by users
@@ -246,6 +258,7 @@ struct JobSpec {
   ResourcesSpec resources;
   PlannerSpec planner;
   CheckpointSpec checkpoint;
+  OutputSpec output;
   ExecutorSpec executor;
   std::int64_t retries = 2;           // retries after failures other than bad input; 0..100
   std::int64_t priority = 0;          // higher runs first; -1000..1000

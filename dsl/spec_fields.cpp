@@ -47,7 +47,7 @@ template <>
 struct EnumNames<DataFormat> {
   static const std::vector<std::pair<DataFormat, const char*>>& names() {
     static const std::vector<std::pair<DataFormat, const char*>> k = {
-        {DataFormat::kJsonl, "jsonl"}, {DataFormat::kText, "text"}, {DataFormat::kTokens, "tokens"}};
+        {DataFormat::kJsonl, "jsonl"}, {DataFormat::kJson, "json"}, {DataFormat::kText, "text"}, {DataFormat::kTokens, "tokens"}};
     return k;
   }
 };
@@ -299,11 +299,14 @@ const std::vector<Field<DataSpec>>& data_fields() {
       field("eval",
             "Held-out evaluation data file (optional), read like train: its masked mean loss (eval_loss) "
             "after every training.eval_every steps and after the last.", &DataSpec::eval, string_not_empty()),
-      field("format", "jsonl, text or tokens. Default: from the file extension.", &DataSpec::format),
-      field("field", "jsonl: the text field. Default \"text\".", &DataSpec::field, string_not_empty()),
-      field("prompt_field", "jsonl: prompt field of prompt/completion pairs; the loss is masked on it.",
+      field("format",
+            "jsonl (JSON Lines), json (a JSON array of records, or JSON Lines), text (paragraphs) or tokens "
+            "(int32 ids). Default: from the file extension (.jsonl, .json, .txt/.md, .bin/.tokens).",
+            &DataSpec::format),
+      field("field", "jsonl/json: the text field. Default \"text\".", &DataSpec::field, string_not_empty()),
+      field("prompt_field", "jsonl/json: prompt field of prompt/completion pairs; the loss is masked on it.",
             &DataSpec::prompt_field, string_not_empty()),
-      field("completion_field", "jsonl: completion field of prompt/completion pairs.", &DataSpec::completion_field,
+      field("completion_field", "jsonl/json: completion field of prompt/completion pairs.", &DataSpec::completion_field,
             string_not_empty()),
       field("seq_len", "Tokens per sequence. Default: min(2048, the model's max_seq_len).", &DataSpec::seq_len,
             int_at_least(1)),
@@ -556,6 +559,16 @@ const std::vector<Field<CheckpointSpec>>& checkpoint_fields() {
   return k;
 }
 
+const std::vector<Field<OutputSpec>>& output_fields() {
+  static const std::vector<Field<OutputSpec>> k = {
+      optional_field("merge",
+                     "Write the merged model (model/, a Hugging Face folder) as well as the adapter. Default: true "
+                     "for a full fine-tune, false with LoRA or QLoRA (adapter/ is the output, at adapter size).",
+                     &OutputSpec::merge),
+  };
+  return k;
+}
+
 const std::vector<Field<SlurmSpec>>& slurm_fields() {
   static const std::vector<Field<SlurmSpec>> k = {
       field("partition", "Partition to submit to. Default: tailord's --slurm-partition, else Slurm's default.",
@@ -640,6 +653,7 @@ const std::vector<Field<JobSpec>>& job_fields() {
         section("resources", "Hardware to plan for.", &JobSpec::resources, &resources_fields()),
         section("planner", "How plans are made.", &JobSpec::planner, &planner_fields()),
         section("checkpoint", "Checkpointing.", &JobSpec::checkpoint, &checkpoint_fields()),
+        section("output", "What the job writes when it finishes.", &JobSpec::output, &output_fields()),
         executor_section(),
         field("retries", "Retries after failures other than bad input. Default 2.", &JobSpec::retries,
               int_in_range(0, 100)),

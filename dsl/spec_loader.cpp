@@ -79,7 +79,7 @@ std::optional<Node> resolve_extends(Node root, const std::string& base_dir, Exte
   }
   fs::path base_path(ext->value.scalar);
   if (base_path.is_relative()) base_path = fs::path(base_dir) / base_path;
-  if (const std::string& spec_root = ctx.options.extends_root; !spec_root.empty()) {
+  if (const std::string& spec_root = ctx.options.read_root; !spec_root.empty()) {
     const fs::path canon(canonical_or_same(base_path.string()));
     const fs::path rel = canon.lexically_relative(fs::path(canonical_or_same(spec_root)));
     if (rel.empty() || *rel.begin() == "..") {
@@ -303,29 +303,40 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
     const std::string path = std::string("data.") + key;
     *value = resolve_path(*value, loc_at(root, path), base_dir);
     std::error_code ec;
-    if (opt.check_files && !fs::is_regular_file(*value, ec)) {
+    if (!opt.check_files) continue;
+    const fs::file_status status = fs::status(*value, ec);
+    if (!fs::exists(status)) {
       d.error(loc_at(root, path), path, "data file " + quote(*value, kWhole) + " does not exist");
+    } else if (!fs::is_regular_file(status)) {
+      d.error(loc_at(root, path), path,
+              "data file " + quote(*value, kWhole) + " is " +
+                  (fs::is_directory(status) ? "a directory"
+                   : fs::is_fifo(status)    ? "a FIFO (named pipe)"
+                                            : "not a regular file") +
+                  ": name the file itself");
     }
   }
   if (node_at(root, "data.format") == nullptr && !data.train.empty()) {
     const std::string ext = to_lower(fs::path(data.train).extension().string());
-    if (ext == ".jsonl" || ext == ".json") {
+    if (ext == ".jsonl") {
       data.format = DataFormat::kJsonl;
+    } else if (ext == ".json") {
+      data.format = DataFormat::kJson;
     } else if (ext == ".txt" || ext == ".md" || ext == ".text") {
       data.format = DataFormat::kText;
     } else if (ext == ".bin" || ext == ".tokens") {
       data.format = DataFormat::kTokens;
     } else {
       d.error(loc_at(root, "data.train"), "data.format",
-              "cannot tell the format from the extension " + quote(ext) + "; set format: jsonl, text or tokens");
+              "cannot tell the format from the extension " + quote(ext) + "; set format: jsonl, json, text or tokens");
     }
   }
   if (data.prompt_field.empty() != data.completion_field.empty()) {
     d.error(loc_at(root, data.prompt_field.empty() ? "data.completion_field" : "data.prompt_field"), "data",
             "prompt_field and completion_field go together");
   }
-  if ((!data.prompt_field.empty() || data.field != DataSpec().field) && data.format != DataFormat::kJsonl) {
-    d.error(loc_at(root, "data.format"), "data.format", "field names apply to jsonl data only");
+  if ((!data.prompt_field.empty() || data.field != DataSpec().field) && !has_records_of_fields(data.format)) {
+    d.error(loc_at(root, "data.format"), "data.format", "field names apply to jsonl and json data only");
   }
   const std::int64_t max_len = spec.model.arch.max_seq_len;
   if (data.seq_len == 0) {
@@ -333,6 +344,28 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
   } else if (max_len > 0 && data.seq_len > max_len) {
     d.error(loc_at(root, "data.seq_len"), "data.seq_len",
             std::to_string(data.seq_len) + " tokens exceeds the model's max_seq_len of " + std::to_string(max_len));
+  }
+}
+
+bool inside_root(const std::string& path, const std::string& root) {
+  const fs::path rel = fs::path(canonical_or_same(path)).lexically_relative(fs::path(canonical_or_same(root)));
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+// data.train and data.eval read as the runner will: a file the job would
+// fail on is an error now, at file:line, not a queued job that fails.
+void check_data_files(const JobSpec& spec, const Node& root, const LoadOptions& opt,
+                      std::vector<DataFileFacts>& facts, Diagnostics& d) {
+  for (auto [key, path] : {std::pair{"data.train", &spec.data.train}, std::pair{"data.eval", &spec.data.eval}}) {
+    if (path->empty()) continue;
+    if (!opt.read_root.empty() && !inside_root(*path, opt.read_root)) continue;
+    Result<DataFileFacts> checked = check_data_file(*path, spec.data);
+    if (checked.is_ok()) {
+      checked->key = key;
+      facts.push_back(std::move(*checked));
+    } else {
+      d.error(loc_at(root, key), key, checked.status().message());
+    }
   }
 }
 
@@ -446,6 +479,11 @@ void check_checkpoint(const JobSpec& spec, const Node& root, Diagnostics& d) {
     d.error(loc_at(root, "checkpoint.dir"), "checkpoint.dir",
             "must be a relative folder inside the job's output folder (no absolute paths, no '..')");
   }
+  if (spec.output.merge == false && spec.strategy.adapter == Adapter::kNone) {
+    d.warning(loc_at(root, "output.merge"), "output.merge",
+              "a full fine-tune with merge: false writes no model/: the final checkpoint is its only output "
+              "(tailor-runner --export makes a model folder of it)");
+  }
 }
 
 // Labels are indexed (one store row each) and matched by `label=k=v,...`
@@ -513,6 +551,9 @@ LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, c
   check_strategy(spec, root, catalog, d);
   check_checkpoint(spec, root, d);
   check_labels(spec, root, d);
+  // Data is read only for a spec otherwise valid: its format and fields
+  // decide how, and a broken spec is not worth the reading.
+  if (opt.check_files && opt.check_data && !d.has_errors()) check_data_files(spec, root, opt, out.data, d);
   if (!d.has_errors()) out.spec = std::move(spec);
   return out;
 }

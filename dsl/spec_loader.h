@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dsl/catalog.h"
+#include "dsl/data_records.h"
 #include "dsl/diagnostics.h"
 #include "dsl/job_spec.h"
 #include "dsl/yaml_tree.h"
@@ -23,21 +24,29 @@ struct LoadOptions {
   std::vector<std::string> overrides;
   // Presets and GPU models; nullptr = Catalog::builtin().
   const Catalog* catalog = nullptr;
-  // Check that data files and model folders exist. Off for specs checked
-  // away from the machine that will run them.
+  // Check that model folders exist and read the data files as the runner
+  // will (dsl/data_records.h). Off for specs checked away from the machine
+  // that will run them.
   bool check_files = true;
+  // With check_files, also read the data files (off in tailor-runner, which
+  // reads them itself moments later, under its read root).
+  bool check_data = true;
   YamlLimits limits;
   int max_extends_depth = 16;
   // When set, every `extends` must resolve, symbolic links followed, to a
   // file inside this folder, and one that does not is an error before it is
-  // read (so nothing of it is echoed): tailord passes its --spec-root.
-  std::string extends_root;
+  // read (so nothing of it is echoed); data files outside it are not read
+  // (the caller refuses them by name). tailord passes its --spec-root.
+  std::string read_root;
 };
 
 struct LoadedSpec {
   std::optional<JobSpec> spec;  // set when there are no errors
   Diagnostics diagnostics;      // errors and warnings, in order found
   Node merged;                  // the document after extends, overrides and vars
+  // What reading data.train and data.eval found (check_files and a spec
+  // otherwise valid): train first.
+  std::vector<DataFileFacts> data;
 
   bool ok() const { return spec.has_value(); }
 };

@@ -32,10 +32,12 @@ strategy, writing DIR/metrics.jsonl (one line per step: loss, lr, grad_norm,
 tokens/s, memory by component), DIR/events.jsonl (start, checkpoint, resume,
 oom, cancelled, error, done; checkpoint_skipped, nonfinite_loss),
 DIR/checkpoints/ (verified at resume: a damaged one is set aside for the
-one before), the final model as a
-Hugging Face folder DIR/model/ (config.json + model.safetensors, or shards
-and an index) and its raw parameters in DIR/model.pt. With model.path in the
-spec, training starts from that folder's safetensors weights.
+one before; under LoRA or QLoRA they hold only the adapters, their optimizer
+states and the base's fingerprint), and the output: under LoRA or QLoRA
+DIR/adapter/ (PEFT's layout), and the model as a Hugging Face folder
+DIR/model/ (config.json + model.safetensors, or shards and an index) for a
+full fine-tune or with output.merge: true. With model.path in the spec,
+training starts from that folder's safetensors weights.
 
 options:
   --plan FILE          the plan document to run
@@ -61,8 +63,11 @@ options:
   --export CHECKPOINT  write the model of a checkpoint folder (e.g.
                        DIR/checkpoints/step-000500, sharded or not, from any
                        rank count) to --out as the end of training does:
-                       model/ (Hugging Face), model.pt and, under LoRA,
-                       adapter/; one process on the CPU unless --device
+                       under LoRA adapter/, and model/ (Hugging Face) for a
+                       full fine-tune or with output.merge; one process on
+                       the CPU unless --device
+  --merge              with --export: write the merged model/ too, whatever
+                       output.merge says
 
 Ranks: a plan for several ranks (strategy.num_gpus > 1) starts one process
 per rank and supervises them as one job, the cores split between them; with
@@ -93,7 +98,7 @@ int main(int argc, char** argv) {
   keep_freed_memory();
   auto parsed = Args::parse(std::vector<std::string>(argv + 1, argv + argc),
                             {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true}, {"threads", true}, {"device", true}, {"cache-dir", true}, {"progress", false},
-                             {"quiet", false}, {"probe", false}, {"export", true}, {"version", false}, {"help", false, false, 'h'}});
+                             {"quiet", false}, {"probe", false}, {"export", true}, {"merge", false}, {"version", false}, {"help", false, false, 'h'}});
   if (!parsed.is_ok()) {
     std::cerr << "tailor-runner: " << parsed.status().message() << "\n" << kHelp;
     return runner::exit_status(runner::RunnerExit::kBadInput);
@@ -152,6 +157,7 @@ int main(int argc, char** argv) {
     e.device = args.has("device") ? args.get("device") : "cpu";
     e.threads = opts.threads;
     e.quiet = args.has("quiet");
+    e.merge = args.has("merge");
     e.cache_dir = args.has("cache-dir") ? args.get("cache-dir") : runner::data::default_token_cache_dir();
     return runner::exit_status(runner::export_checkpoint(e, args.get("export")));
   }

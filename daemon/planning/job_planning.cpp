@@ -262,7 +262,7 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
   dsl::LoadOptions opts;
   opts.catalog = ctx.catalog;
   opts.check_files = ctx.check_files;
-  opts.extends_root = ctx.spec_root;
+  opts.read_root = ctx.spec_root;
   opts.overrides = overrides;
   dsl::LoadedSpec loaded = dsl::load_job_spec_text(text, name, ctx.spec_root, opts);
   dsl::Diagnostics d = loaded.diagnostics;
@@ -349,7 +349,7 @@ Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& 
   dsl::LoadOptions opts;
   opts.catalog = ctx.catalog;
   opts.check_files = ctx.check_files;
-  opts.extends_root = ctx.spec_root;
+  opts.read_root = ctx.spec_root;
   auto loaded = dsl::load_job_spec_text(text, name, ctx.spec_root, opts);
   if (!loaded.ok()) return Status::invalid_argument(loaded.diagnostics.to_string());
   dsl::JobSpec spec = *loaded.spec;

@@ -223,7 +223,7 @@ void Supervisor::start_slurm_job(const JobRecord& job) {
   dsl::LoadOptions lo;
   lo.catalog = options_.planning.catalog;
   lo.check_files = false;
-  lo.extends_root = options_.planning.spec_root;
+  lo.read_root = options_.planning.spec_root;
   auto loaded = dsl::load_job_spec_text(job.spec_text, "<request>", options_.planning.spec_root, lo);
   const dsl::SlurmSpec settings =
       loaded.ok() ? slurm_settings(*loaded.spec, options_.planning) : options_.planning.slurm;

@@ -3,35 +3,11 @@
 #include <string_view>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
-#include "core/text.h"
+#include "dsl/data_records.h"
 #include "runner/data/file_io.h"
 
 namespace tailor::runner::data {
 namespace {
-
-using Json = nlohmann::json;
-
-std::string_view drop_utf8_bom(std::string_view s) {
-  if (s.substr(0, 3) == "\xEF\xBB\xBF") s.remove_prefix(3);
-  return s;
-}
-
-// Calls fn(line_number, line) for each line, 1-based, without its "\n" or a
-// trailing "\r"; stops at the first non-ok Status and returns it.
-template <class Fn>
-Status for_each_line(std::string_view text, Fn&& fn) {
-  std::int64_t number = 0;
-  while (!text.empty()) {
-    const auto end = text.find('\n');
-    std::string_view line = text.substr(0, end);
-    text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    TAILOR_RETURN_IF_ERROR(fn(++number, line));
-  }
-  return Status::ok();
-}
 
 // Documents appended to three flat arrays: no heap object per document.
 class Builder {
@@ -85,91 +61,14 @@ class Builder {
   std::vector<std::int64_t> offsets_{0};
 };
 
-void load_text(std::string_view text, Builder& out) {
-  std::string paragraph;
-  auto flush = [&] {
-    if (paragraph.empty()) return;
+// jsonl, json and text: the records dsl::for_each_record reads, the same
+// reader `tailor validate` and tailord's submission check files with.
+Status load_records(std::string_view bytes, const std::string& path, const dsl::DataSpec& spec, Builder& out) {
+  return dsl::for_each_record(bytes, path, spec, [&](const dsl::DataRecord& r) {
+    if (r.prompt.empty() && r.text.empty()) return Status::ok();
     out.begin();
-    out.append_text(paragraph, true);
-    out.end();
-    paragraph.clear();
-  };
-  (void)for_each_line(text, [&](std::int64_t, std::string_view line) {
-    if (trim(line).empty()) {
-      flush();
-    } else {
-      if (!paragraph.empty()) paragraph += '\n';
-      paragraph += line;
-    }
-    return Status::ok();
-  });
-  flush();
-}
-
-// The string in obj[name], or an error naming the line.
-Result<std::string_view> string_field(const Json& obj, const std::string& name, const std::string& where) {
-  const auto it = obj.find(name);
-  if (it == obj.end()) return Status::invalid_argument(where + "missing field " + quote(name));
-  if (!it->is_string()) {
-    return Status::invalid_argument(where + "field " + quote(name) + " must be a string, got " +
-                                    it->type_name());
-  }
-  return std::string_view(it->get_ref<const std::string&>());
-}
-
-// nlohmann's message reads "[json.exception.parse_error.101] parse error at
-// line 1, column 12: syntax error ..."; the position is already in ours.
-// Its "last read" echoes the token so far, which for an unterminated string
-// can be a whole megabyte line: cut it.
-std::string parse_reason(const Json::parse_error& e) {
-  std::string_view what = e.what();
-  if (const auto col = what.find("column "); col != std::string_view::npos) {
-    if (const auto colon = what.find(": ", col); colon != std::string_view::npos) {
-      what.remove_prefix(colon + 2);
-    }
-  }
-  constexpr std::size_t kMaxReason = 200;
-  if (what.size() > kMaxReason) return std::string(what.substr(0, kMaxReason)) + "...";
-  return std::string(what);
-}
-
-Status load_jsonl(std::string_view text, const std::string& path, const dsl::DataSpec& spec, Builder& out) {
-  const bool pairs = !spec.prompt_field.empty() || !spec.completion_field.empty();
-  if (pairs && (spec.prompt_field.empty() || spec.completion_field.empty())) {
-    return Status::invalid_argument(
-        "data: prompt_field and completion_field must be set together (got prompt_field=" +
-        quote(spec.prompt_field) + ", completion_field=" + quote(spec.completion_field) + ")");
-  }
-  if (!pairs && spec.field.empty()) return Status::invalid_argument("data: field must not be empty");
-
-  return for_each_line(text, [&](std::int64_t number, std::string_view line) -> Status {
-    if (trim(line).empty()) return Status::ok();
-    const std::string where = path + ":" + std::to_string(number) + ": ";
-    Json obj;
-    try {
-      obj = Json::parse(line);
-    } catch (const Json::parse_error& e) {
-      // e.byte is the 1-based offset in the line, i.e. the column.
-      return Status::invalid_argument(path + ":" + std::to_string(number) + ":" +
-                                      std::to_string(e.byte) + ": not valid JSON: " + parse_reason(e));
-    }
-    if (!obj.is_object()) {
-      return Status::invalid_argument(where + "expected a JSON object, got " + obj.type_name());
-    }
-    if (pairs) {
-      TAILOR_ASSIGN_OR_RETURN(const std::string_view prompt, string_field(obj, spec.prompt_field, where));
-      TAILOR_ASSIGN_OR_RETURN(const std::string_view completion,
-                              string_field(obj, spec.completion_field, where));
-      if (prompt.empty() && completion.empty()) return Status::ok();
-      out.begin();
-      out.append_text(prompt, false);
-      out.append_text(completion, true);
-    } else {
-      TAILOR_ASSIGN_OR_RETURN(const std::string_view content, string_field(obj, spec.field, where));
-      if (content.empty()) return Status::ok();
-      out.begin();
-      out.append_text(content, true);
-    }
+    if (!r.prompt.empty()) out.append_text(r.prompt, false);
+    out.append_text(r.text, true);
     out.end();
     return Status::ok();
   });
@@ -219,16 +118,10 @@ Status load_tokens(std::string_view bytes, const std::string& path, const Tokeni
 Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok) {
   TAILOR_ASSIGN_OR_RETURN(const std::string bytes, read_file(path));
   Builder out(tok, bytes.size());
-  switch (spec.format) {
-    case dsl::DataFormat::kText:
-      load_text(drop_utf8_bom(bytes), out);
-      break;
-    case dsl::DataFormat::kJsonl:
-      TAILOR_RETURN_IF_ERROR(load_jsonl(drop_utf8_bom(bytes), path, spec, out));
-      break;
-    case dsl::DataFormat::kTokens:
-      TAILOR_RETURN_IF_ERROR(load_tokens(bytes, path, tok, out));
-      break;
+  if (spec.format == dsl::DataFormat::kTokens) {
+    TAILOR_RETURN_IF_ERROR(load_tokens(bytes, path, tok, out));
+  } else {
+    TAILOR_RETURN_IF_ERROR(load_records(bytes, path, spec, out));
   }
   if (out.documents() == 0) {
     return Status::invalid_argument(path + ": no documents (the file is empty or holds only empty " +

@@ -18,24 +18,22 @@ namespace tailor::runner::data {
 
 // Reads `path` as `spec.format` and tokenizes it with `tok` into documents
 // of BOS + content + EOS (tok's ids):
-//  - text:   documents are paragraphs separated by one or more blank lines
-//            (whitespace-only lines count as blank); the lines of a paragraph
-//            are joined with "\n"; "\r\n" endings are read as "\n".
-//  - jsonl:  one JSON object per line; blank lines are skipped. With both
-//            spec.prompt_field and spec.completion_field set, a document is
-//            prompt + completion (concatenated as is, no separator) with
-//            trained = 0 on BOS and the prompt, 1 on the completion and EOS.
-//            Otherwise it is the string in spec.field, all trained but BOS.
+//  - text, jsonl, json: the records of dsl::for_each_record (paragraphs, or
+//            objects by line or in an array). With both spec.prompt_field
+//            and spec.completion_field set, a document is prompt +
+//            completion (concatenated as is, no separator) with trained = 0
+//            on BOS and the prompt, 1 on the completion and EOS. Otherwise
+//            it is the record's text, all trained but BOS.
 //  - tokens: little-endian int32 ids, documents separated by tok.eos_id() (a
 //            final document may lack it); a BOS already leading a document is not
 //            doubled. Ids are not checked against any vocab here (the file
 //            may come from a real tokenizer); negative ids are errors.
-// A UTF-8 byte-order mark opening a text or jsonl file is dropped. Documents
+// Documents
 // with no content (an empty "text", two EOS in a row) are skipped. With
 // SentencePiece, a prompt and its completion are encoded separately and
 // concatenated, so the completion starts a new word (its own "▁" prefix).
 //
-// Errors (InvalidArgument) name the file and line, e.g.
+// Errors (InvalidArgument) name the file and line (dsl/data_records.h), e.g.
 //   data.jsonl:17: missing field "completion"
 //   data.jsonl:3:12: not valid JSON: syntax error while parsing value ...
 // a file that cannot be read is NotFound or IOError, and a file without a

@@ -225,7 +225,7 @@ std::string entry_name_key(const FileIdentity& file, const dsl::DataSpec& spec, 
   add_field(key, "dataset_version", std::to_string(kDatasetFormatVersion));
   add_field(key, "path", file.absolute_path);
   add_field(key, "format", dsl::to_string(spec.format));
-  if (spec.format == dsl::DataFormat::kJsonl) {  // the fields mean nothing to text and tokens files
+  if (dsl::has_records_of_fields(spec.format)) {  // the fields mean nothing to text and tokens files
     add_field(key, "field", spec.field);
     add_field(key, "prompt_field", spec.prompt_field);
     add_field(key, "completion_field", spec.completion_field);

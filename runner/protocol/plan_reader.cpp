@@ -79,6 +79,7 @@ Result<RunConfig> parse_plan(const std::string& text, const std::string& name) {
   cfg.plan_path = name;
   // The embedded spec is JSON, which is YAML: the loader validates it again.
   dsl::LoadOptions opts;
+  opts.check_data = false;  // the trainer reads it, under the read root, with the same reader
   const auto loaded = dsl::load_job_spec_text(j["spec"].dump(), name + " (spec)", "/", opts);
   if (!loaded.ok()) return Status::invalid_argument(loaded.diagnostics.to_string());
   cfg.spec = *loaded.spec;

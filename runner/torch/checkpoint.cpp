@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -252,6 +253,10 @@ Status commit_checkpoint(const std::string& dir, const std::string& tmp, const C
   }
   nlohmann::json j{{"step", state.step},         {"data_epoch", state.data_epoch}, {"data_index", state.data_index},
                    {"loss_scale", state.loss_scale}, {"good_steps", state.good_steps}, {"tokens_seen", state.tokens_seen}};
+  if (!state.base_fingerprint.empty()) {
+    j["params"] = "trainable";
+    j["base_fingerprint"] = state.base_fingerprint;
+  }
   if (layout != nullptr) {
     j["shards"] = {{"ranks", layout->ranks},
                    {"model_tensors", layout->model_tensors},
@@ -314,6 +319,46 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, con
   return commit_checkpoint(dir, *tmp, state, tensors, nullptr, {}, keep);
 }
 
+std::vector<double> weights_fingerprint(const std::vector<torch::Tensor>& tensors) {
+  constexpr std::int64_t kChunk = std::int64_t{1} << 20;
+  torch::NoGradGuard ng;
+  std::vector<double> out;
+  out.reserve(2 * tensors.size());
+  for (const torch::Tensor& t : tensors) {
+    double sum = 0, squares = 0;
+    if (t.defined() && t.numel() > 0) {
+      const torch::Tensor flat = t.detach().reshape({-1});
+      for (std::int64_t at = 0; at < flat.numel(); at += kChunk) {
+        const torch::Tensor part = flat.narrow(0, at, std::min(kChunk, flat.numel() - at)).to(torch::kFloat64);
+        sum += part.sum().item<double>();
+        squares += part.square().sum().item<double>();
+      }
+    }
+    out.push_back(sum);
+    out.push_back(squares);
+  }
+  return out;
+}
+
+Status check_fingerprint(const std::vector<double>& expected, const std::vector<double>& found,
+                         const std::vector<std::string>& names, const std::string& folder) {
+  if (expected.size() != found.size()) {
+    return Status::failed_precondition("checkpoint " + folder + " was trained over a base of " +
+                                       std::to_string(expected.size() / 2) + " tensors; this job's has " +
+                                       std::to_string(found.size() / 2) + ": resume it with the model it trained");
+  }
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const double a = expected[i], b = found[i];
+    if (std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)})) continue;
+    const std::size_t tensor = i / 2;
+    const std::string name = tensor < names.size() ? names[tensor] : "tensor " + std::to_string(tensor);
+    return Status::failed_precondition(
+        "checkpoint " + folder + " was trained over other base weights (" + name +
+        " differs): the model folder or the precision changed since; resume it with the base it trained");
+  }
+  return Status::ok();
+}
+
 std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   std::vector<std::string> out;
   for (const fs::path& p : complete_checkpoints(dir)) out.insert(out.begin(), p.string());
@@ -351,6 +396,10 @@ Result<std::pair<CheckpointState, CheckpointTensors>> load_checkpoint(const std:
     st.loss_scale = j.at("loss_scale").get<double>();
     st.good_steps = j.at("good_steps").get<std::int64_t>();
     st.tokens_seen = j.at("tokens_seen").get<std::int64_t>();
+    if (j.value("params", std::string("all")) == "trainable") {
+      st.base_fingerprint = j.at("base_fingerprint").get<std::vector<double>>();
+      if (st.base_fingerprint.empty()) throw std::runtime_error("an adapter checkpoint without its base_fingerprint");
+    }
   } catch (const std::exception& e) {
     return Status::data_loss("checkpoint " + folder + ": corrupt state.json (" + e.what() + ")");
   }

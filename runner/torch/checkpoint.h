@@ -28,6 +28,11 @@
 namespace tailor::runner {
 
 struct CheckpointState {
+  // Adapter runs (LoRA, QLoRA) checkpoint only what trains: the params are
+  // the trainable tensors, and the frozen base is named by its fingerprint
+  // (base_fingerprint below), which resume checks against the base it
+  // builds. Empty: the params are every parameter of the model.
+  std::vector<double> base_fingerprint;
   std::int64_t step = 0;
   std::int64_t data_epoch = 0;
   std::int64_t data_index = 0;
@@ -58,6 +63,18 @@ struct ShardLayout {
   int ranks = 1;
   std::int64_t model_tensors = 0, optimizer_tensors = 0;
 };
+
+// What names a frozen base: per tensor, the sum and the sum of squares of
+// its elements in fp64 (summed in chunks, so no fp64 copy of a tensor is
+// ever whole). Not a cryptographic hash: it tells another base (another
+// folder, a changed file, another precision) from the one a checkpoint was
+// trained over, which is what resuming an adapter needs.
+std::vector<double> weights_fingerprint(const std::vector<torch::Tensor>& tensors);
+// OK when `found` is `expected` (relative difference at most 1e-9: the same
+// weights summed on another device); else FailedPrecondition naming the
+// first tensor that differs (`names[i]`) and the checkpoint folder.
+Status check_fingerprint(const std::vector<double>& expected, const std::vector<double>& found,
+                         const std::vector<std::string>& names, const std::string& folder);
 
 // A file of a checkpoint folder as written: what loading verifies.
 struct FileSum {

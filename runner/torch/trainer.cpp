@@ -201,8 +201,15 @@ class Run {
   bool eval_due(std::int64_t step) const;
   Result<Evaluation> evaluate();
   Status finish();
-  Status write_model();  // out_dir/model/, model.pt and adapter/ from the model as it is
-  Status load_parameters(const std::vector<torch::Tensor>& values, const std::string& where);
+  // out_dir/adapter/ under adapters, and out_dir/model/ when output.merge
+  // says (the adapters merged into the base), from the model as it is.
+  Status write_model();
+  bool merge_output() const { return o_.merge || spec_.output.merge_for(has_lora(*model_)); }
+  // A checkpoint's params into the model: the trainable tensors of an
+  // adapter checkpoint (its base checked against `base_fingerprint`), or
+  // every parameter.
+  Status load_parameters(const std::vector<torch::Tensor>& values, const std::vector<double>& base_fingerprint,
+                         const std::string& where);
   RunnerExit conclude(const Status& s);
 
   // Runs a phase, turning LibTorch's out-of-memory into ResourceExhausted
@@ -258,6 +265,12 @@ class Run {
   std::unique_ptr<NcclGroup> nccl_;  // the gradients and parameters of GPU ranks; null: the ring
   std::string collectives_;          // what carries them, for the start event
   std::vector<torch::Tensor> trainable_;
+  // What a checkpoint holds of the model: the trainable tensors under
+  // adapters (the frozen base is named by base_fingerprint_, over the
+  // tensors base_names_ names), every parameter otherwise.
+  std::vector<torch::Tensor> checkpointed_;
+  std::vector<double> base_fingerprint_;
+  std::vector<std::string> base_names_;
   std::vector<int> owner_;        // ZeRO-1/2: the rank that updates each trainable tensor
   bool sharded_ = false;          // ZeRO-1, 2 or 3 over several ranks
   std::unique_ptr<GradientSharder> grad_sharder_;  // ZeRO-1 and 2
@@ -422,7 +435,7 @@ Result<bool> Run::stop_requested() {
 
 std::vector<ShardPiece> Run::checkpoint_pieces() const {
   std::vector<ShardPiece> out;
-  const std::vector<torch::Tensor> params = model_->parameters();
+  const std::vector<torch::Tensor>& params = checkpointed_;
   for (std::size_t i = 0; i < params.size(); ++i) {
     std::string name = "model." + std::to_string(i);
     // ZeRO-3: each rank its parts; ZeRO-1/2 (replicated): rank 0 all of it.
@@ -496,7 +509,7 @@ Status Run::checkpoint(std::int64_t step) {
     saved = sharded_checkpoint(step, dir);
   } else if (leader()) {
     CheckpointTensors t;
-    for (const auto& p : model_->parameters()) t.params.push_back(p.detach());
+    for (const auto& p : checkpointed_) t.params.push_back(p.detach());
     t.optimizer = opt_->state_tensors();
     t.rng_state = at::detail::getDefaultCPUGenerator().get_state();
     if (device_.cuda) t.device_rng_state = at::globalContext().defaultGenerator(dev_).get_state();
@@ -550,7 +563,7 @@ Status Run::sharded_checkpoint(std::int64_t step, const std::string& dir) {
   CheckpointTensors rng;
   rng.rng_state = at::detail::getDefaultCPUGenerator().get_state();
   if (device_.cuda) rng.device_rng_state = at::globalContext().defaultGenerator(dev_).get_state();
-  const ShardLayout layout{world_, static_cast<std::int64_t>(model_->parameters().size()),
+  const ShardLayout layout{world_, static_cast<std::int64_t>(checkpointed_.size()),
                            static_cast<std::int64_t>(trainable_.size()) * optimizer_tensors_per_slot(st_.optimizer)};
   return commit_checkpoint(dir, path, state_, rng, &layout, files, spec_.checkpoint.keep);
 }
@@ -719,6 +732,14 @@ Status Run::build_model() {
   // bf16, as memory_model.cpp assumes.
   dsl::Precision opt_precision = st_.precision;
   if (st_.adapter != dsl::Adapter::kNone) {
+    // The base as it will stay, before QLoRA quantises it: a re-plan from
+    // LoRA to QLoRA resumes over the same base.
+    std::vector<torch::Tensor> base;
+    for (const auto& item : model_->named_parameters()) {
+      base_names_.push_back(item.key());
+      base.push_back(item.value());
+    }
+    base_fingerprint_ = weights_fingerprint(base);
     LoraOptions lo;
     lo.rank = st_.lora_rank > 0 ? st_.lora_rank : spec_.strategy.lora.r;
     lo.alpha = spec_.strategy.lora.alpha;
@@ -734,6 +755,8 @@ Status Run::build_model() {
     if (p.requires_grad()) trainable.push_back(p);
   }
   trainable_ = trainable;
+  checkpointed_ = has_lora(*model_) ? trainable_ : model_->parameters();
+  state_.base_fingerprint = has_lora(*model_) ? base_fingerprint_ : std::vector<double>();
   // ZeRO-1: this rank's optimizer sees only the tensors it owns.
   const bool offload_params = st_.offload == dsl::Offload::kOptimizerAndParams;
   sharded_ = st_.zero_stage >= 1 && (world_ > 1 || offload_params);
@@ -806,8 +829,19 @@ Status Run::prepare() {
   return build_model();
 }
 
-Status Run::load_parameters(const std::vector<torch::Tensor>& values, const std::string& where) {
-  auto params = model_->parameters();
+Status Run::load_parameters(const std::vector<torch::Tensor>& values, const std::vector<double>& base_fingerprint,
+                            const std::string& where) {
+  std::vector<torch::Tensor> params;
+  if (!base_fingerprint.empty()) {
+    // An adapter checkpoint: only over the base it was trained on.
+    if (!has_lora(*model_)) {
+      return Status::invalid_argument(where + " holds adapters; this job trains without them (strategy.adapter)");
+    }
+    TAILOR_RETURN_IF_ERROR(as_bad_input(check_fingerprint(base_fingerprint, base_fingerprint_, base_names_, where)));
+    params = trainable_;
+  } else {
+    params = model_->parameters();  // every parameter (adapter runs wrote these before adapter checkpoints too)
+  }
   if (values.size() != params.size()) return Status::invalid_argument(where + ": model does not match the job");
   torch::NoGradGuard ng;
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -854,7 +888,7 @@ Status Run::resume() {
   if (!latest) return Status::ok();  // a first attempt: nothing to resume
   if (!loaded.is_ok()) return as_bad_input(loaded.status());
   auto& [st, t] = *loaded;
-  TAILOR_RETURN_IF_ERROR(load_parameters(t.params, *latest));
+  TAILOR_RETURN_IF_ERROR(load_parameters(t.params, st.base_fingerprint, *latest));
   // Written by the other AdamW (an out-of-memory re-plan switches between
   // them): its states converted rather than the checkpoint refused.
   std::string converted;
@@ -943,11 +977,23 @@ Status Run::probe() {
   step_ = first_step_;
   if (grad_sharder_) grad_sharder_->begin_backward();
   const data::Batch longest = batcher_->longest_batch();
+  // The probe draws no random numbers of the run's (dropout would): a
+  // resumed run goes on from the checkpoint's generator state exactly.
+  at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();
+  const torch::Tensor cpu_state = cpu_gen.get_state();
+  std::optional<at::Generator> device_gen;
+  torch::Tensor device_state;
+  if (device_.cuda) {
+    device_gen = at::globalContext().defaultGenerator(dev_);
+    device_state = device_gen->get_state();
+  }
   cross_entropy_sum(model_->logits(model_->hidden_states(model_input(longest, dev_)), /*capped=*/false),
                     to_tensor(longest.targets, longest.rows, longest.seq_len, dev_), 0,
                     spec_.model.arch.final_logit_softcap)
       .backward();
   if (param_sharder_) TAILOR_RETURN_IF_ERROR(param_sharder_->end_backward());
+  cpu_gen.set_state(cpu_state);
+  if (device_gen) device_gen->set_state(device_state);
   zero_grads();
   meter_->reset_peak();
   return Status::ok();
@@ -1219,24 +1265,31 @@ Status Run::finish() {
   meter_->set_budget(0);
   limit_ = 0;
   TAILOR_RETURN_IF_ERROR(checkpoint(total_steps_));
-  if (param_sharder_) TAILOR_RETURN_IF_ERROR(param_sharder_->gather_to(0));
+  if (param_sharder_) {
+    // Only what is written: the adapters alone unless the base is merged
+    // (no whole model on one GPU for an adapter's sake).
+    if (merge_output()) {
+      TAILOR_RETURN_IF_ERROR(param_sharder_->gather_to(0));
+    } else if (has_lora(*model_)) {
+      TAILOR_RETURN_IF_ERROR(param_sharder_->gather_to(0, lora_parameters(*model_)));
+    }
+  }
   if (!leader()) return Status::ok();  // rank 0 writes the model
   return write_model();
 }
 
 Status Run::write_model() {
-  // Adapters: the PEFT folder, then merged into the base (NF4 weights
-  // dequantised) so model.pt and model/ hold the plain fine-tuned model.
+  const bool merge = merge_output();
+  // Adapters: the PEFT folder, the job's output at adapter size; merged
+  // into the base (NF4 weights dequantised) only when output.merge says.
   if (has_lora(*model_)) {
     const std::string base = spec_.model.path.empty() ? spec_.model.preset : spec_.model.path;
     const std::string dir = (fs::path(o_.out_dir) / "adapter").string();
     TAILOR_RETURN_IF_ERROR(as_failure(save_peft_adapter(*model_, dir, base)));
-    TAILOR_RETURN_IF_ERROR(as_failure(merge_lora(*model_, param_dtype(st_.precision))));
-    event(events::kAdapter, [&](JsonWriter& w) { w.field("dir", dir); });
+    event(events::kAdapter, [&](JsonWriter& w) { w.field("dir", dir).field("merged", merge); });
+    if (merge) TAILOR_RETURN_IF_ERROR(as_failure(merge_lora(*model_, param_dtype(st_.precision))));
   }
-  std::vector<torch::Tensor> params;
-  for (const auto& p : model_->parameters()) params.push_back(p.detach());
-  TAILOR_RETURN_IF_ERROR(as_failure(save_tensor_file(params, (fs::path(o_.out_dir) / "model.pt").string())));
+  if (!merge) return Status::ok();
   // The final model as a Hugging Face folder (config.json + safetensors),
   // which transformers and model.path load; replaced as a whole.
   return as_failure(save_hf_model(model_, (fs::path(o_.out_dir) / "model").string(), kDefaultMaxShardBytes, export_));
@@ -1309,7 +1362,7 @@ RunnerExit Run::export_model(const std::string& folder) {
       auto loaded = load_checkpoint(folder);
       if (!loaded.is_ok()) return as_bad_input(loaded.status());
       step = loaded->first.step;
-      return load_parameters(loaded->second.params, folder);
+      return load_parameters(loaded->second.params, loaded->first.base_fingerprint, folder);
     });
   }
   if (s.is_ok()) s = guarded("saving", [&] { return write_model(); });

@@ -29,7 +29,7 @@ namespace tailor::runner {
 
 struct TrainOptions {
   RunConfig config;
-  std::string out_dir;          // metrics.jsonl, events.jsonl, checkpoints/, model.pt, model/ (Hugging Face)
+  std::string out_dir;          // metrics.jsonl, events.jsonl, checkpoints/, adapter/, model/ (Hugging Face)
   bool resume = false;          // continue from the newest checkpoint under out_dir
   std::int64_t memory_limit = -1;  // bytes; -1 = the plan's budget on its own kind of device; 0 = unlimited
   bool progress = false;        // a redrawn progress line on stderr (a terminal)
@@ -39,6 +39,7 @@ struct TrainOptions {
   std::string cache_dir;        // token cache folder (data/token_cache.h); empty = tokenize in memory.
                                 // tailor-runner passes --cache-dir or default_token_cache_dir()
   dist::RankEnv rank;           // this process' rank of a multi-rank plan (rank_env.h)
+  bool merge = false;           // write the merged model/ whatever output.merge says (--export --merge)
 };
 
 // Runs the job; the result is also written as the terminal event's
@@ -46,9 +47,10 @@ struct TrainOptions {
 RunnerExit train(const TrainOptions& options);
 
 // The parameters of checkpoint folder `checkpoint` (one-rank or sharded,
-// written with any rank count) merged into the output model of the job:
-// out_dir/model/ (a Hugging Face folder), out_dir/model.pt and, under LoRA,
-// out_dir/adapter/ (PEFT's layout) with the adapters merged into model/.
+// written with any rank count; an adapter checkpoint over the job's base)
+// written as the end of training writes them: under LoRA out_dir/adapter/
+// (PEFT's layout), and out_dir/model/ (a Hugging Face folder, the adapters
+// merged in) when output.merge or options.merge says.
 // One process on the CPU (`device` as given), whatever the plan's ranks;
 // the data is read only for the tokenizer's files. Never throws.
 RunnerExit export_checkpoint(const TrainOptions& options, const std::string& checkpoint);

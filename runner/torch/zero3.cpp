@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "runner/torch/data_parallel.h"
 #include "runner/torch/host_tensor.h"
@@ -271,12 +272,15 @@ Status ParameterSharder::reduce_part(std::size_t i, const torch::Tensor& sum) {
   return Status::ok();
 }
 
-Status ParameterSharder::gather_to(int root) {
+Status ParameterSharder::gather_to(int root, const std::vector<torch::Tensor>& only) {
   TAILOR_RETURN_IF_ERROR(worker_->drain());  // the communicator is this thread's from here
+  std::unordered_set<const void*> wanted;
+  for (const torch::Tensor& t : only) wanted.insert(storage_of(t));
   try {
     torch::NoGradGuard ng;
     for (Slot& s : slots_) {
       if (s.refs > 0) continue;  // whole on every rank already
+      if (!wanted.empty() && wanted.count(storage_of(s.whole)) == 0) continue;
       const auto e = static_cast<std::size_t>(s.whole.element_size());
       if (comm_.rank() != root) {
         const torch::Tensor part = s.shard.detach().to(torch::kCPU).contiguous();

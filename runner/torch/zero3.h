@@ -92,8 +92,10 @@ class ParameterSharder : public UnitHook {
   // when forward ran without grad). A failed transfer is an error.
   Status end_backward();
 
-  // Every whole tensor onto rank `root` (collective), for the export.
-  Status gather_to(int root);
+  // Every whole tensor onto rank `root` (collective), for the export; with
+  // `only` not empty, just those tensors (the adapters, when the base is
+  // not written).
+  Status gather_to(int root, const std::vector<torch::Tensor>& only = {});
 
   // This rank's part of model tensor `t` as checkpoint piece `name`
   // (checkpoint.h); nullopt for a tensor the sharder does not hold.

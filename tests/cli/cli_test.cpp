@@ -126,6 +126,43 @@ TEST(CliTest, JsonOutputIsMachineReadable) {
   EXPECT_EQ(spec["strategy"]["precision"], "auto");
 }
 
+// validate reads the data as the runner will: it says what it read, and a
+// file the runner would refuse makes the spec invalid, naming the line.
+TEST(CliTest, ValidateReadsTheDataAndSaysWhatItHolds) {
+  CliRun r = tailor({"validate", "--output", "json", example("tiny-cpu.yaml")});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const auto data = nlohmann::json::parse(r.out)["files"][0]["data"];
+  ASSERT_EQ(data.size(), 1u);
+  EXPECT_EQ(data[0]["key"], "data.train");
+  EXPECT_EQ(data[0]["format"], "text");
+  // Paragraphs counted here independently: runs of lines with content.
+  std::ifstream corpus(std::string(TAILOR_SOURCE_DIR) + "/configs/data/tiny-corpus.txt");
+  std::int64_t paragraphs = 0;
+  bool in_paragraph = false;
+  for (std::string line; std::getline(corpus, line);) {
+    const bool blank = line.find_first_not_of(" \t\r") == std::string::npos;
+    if (!blank && !in_paragraph) ++paragraphs;
+    in_paragraph = !blank;
+  }
+  EXPECT_GT(paragraphs, 10);
+  EXPECT_EQ(data[0]["records"], paragraphs);
+  EXPECT_TRUE(data[0]["all_checked"].get<bool>());
+  CliRun text = tailor({"validate", example("tiny-cpu.yaml")});
+  EXPECT_NE(text.out.find("; data.train: " + std::to_string(paragraphs) + " records, "), std::string::npos) << text.out;
+
+  TempDir dir;
+  dir.write("data.jsonl", "{\"text\": \"a\"}\n{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n");
+  const std::string spec = dir.write("job.yaml", "apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  preset: tiny-llama\n"
+                                                 "data:\n  train: data.jsonl\n");
+  CliRun chat = tailor({"validate", spec});
+  EXPECT_EQ(chat.code, kExitInvalid);
+  EXPECT_NE(chat.err.find("job.yaml:6:10: error: data.train: " + dir.file("data.jsonl") +
+                          ":2: missing field \"text\": this record is a conversation"),
+            std::string::npos)
+      << chat.err;
+  EXPECT_EQ(tailor({"validate", "--no-check-files", spec}).code, kExitOk);
+}
+
 TEST(CliTest, SchemaIsJson) {
   CliRun r = tailor({"schema"});
   ASSERT_EQ(r.code, kExitOk);
@@ -348,7 +385,7 @@ TEST(CliBinaryTest, RunTrainsTheTinyJobAndReportsOutOfMemory) {
                        &out),
             0)
       << out;
-  for (const char* f : {"plan.json", "metrics.jsonl", "events.jsonl", "model.pt"}) {
+  for (const char* f : {"plan.json", "metrics.jsonl", "events.jsonl", "model/config.json"}) {
     EXPECT_TRUE(fs::exists(ok_dir + "/" + f)) << f << "\n" << out;
   }
   EXPECT_NE(out.find("step 3/3"), std::string::npos) << out;

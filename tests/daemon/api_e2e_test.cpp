@@ -851,6 +851,48 @@ TEST(ApiE2eTest, PathsEscapingTheSpecRootOrTheJobFolderAreRefused) {
   EXPECT_TRUE(d.get("/v1/jobs").json()["jobs"].empty());
 }
 
+// tailord reads the data as the runner will before it queues a job: a file
+// the job would fail on is a 400 naming the file and line, and no job.
+TEST(ApiE2eTest, DataTheRunnerWouldRefuseIsRefusedAtSubmissionWithFileAndLine) {
+  tailor::testing::TempDir dir;
+  const std::string root = dir.file("specs");
+  dir.write("specs/array.jsonl", "[\n  {\"text\": \"a\"},\n  {\"text\": \"b\"}\n]\n");
+  dir.write("specs/chat.jsonl", "{\"text\": \"a\"}\n{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n");
+  dir.write("specs/empty.txt", "");
+  std::filesystem::create_directories(root + "/folder.txt");
+  ASSERT_EQ(mkfifo((root + "/pipe.txt").c_str(), 0600), 0);
+  std::vector<std::string> args = quiet_args();
+  args.insert(args.end(), {"--spec-root", root});
+  DaemonProcess d(dir.file("data"), args, "/bin/false");
+  ASSERT_TRUE(d.ok());
+  auto spec_for = [](const std::string& file, const std::string& format) {
+    std::string spec = tiny_spec("data-" + format, 5, 0);
+    spec.replace(spec.find("data/tiny-corpus.txt"), 20, file);
+    spec.replace(spec.find("format: text"), 12, "format: " + format);
+    return spec;
+  };
+  const std::pair<std::string, std::string> refused[] = {
+      {spec_for("array.jsonl", "jsonl"), root + "/array.jsonl:1: this file is a JSON array, not JSON Lines: convert "
+                                                "it with `jq -c '.[]' "},
+      {spec_for("chat.jsonl", "jsonl"), root + "/chat.jsonl:2: missing field \"text\": this record is a conversation"},
+      {spec_for("empty.txt", "text"), root + "/empty.txt: is empty"},
+      {spec_for("folder.txt", "text"), "folder.txt\" is a directory"},
+      {spec_for("pipe.txt", "text"), "pipe.txt\" is a FIFO (named pipe)"},
+  };
+  for (const auto& [spec, why] : refused) {
+    const auto r = d.post("/v1/jobs", spec);
+    ASSERT_EQ(r.status, 400) << why << ": " << r.body;
+    const std::string msg = r.json()["message"].get<std::string>();
+    EXPECT_NE(msg.find(why), std::string::npos) << msg;
+    EXPECT_NE(msg.find("data.train"), std::string::npos) << msg;
+  }
+  EXPECT_TRUE(d.get("/v1/jobs").json()["jobs"].empty());
+  // The same array read as json plans.
+  std::filesystem::rename(root + "/array.jsonl", root + "/array.json");
+  const auto ok = d.post("/v1/jobs?dry_run=true", spec_for("array.json", "json"));
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
 TEST(ApiE2eTest, DryRunReturnsThePlanAndCreatesNoJob) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -107,8 +108,11 @@ DaemonProcess::DaemonProcess(const std::string& data_dir, std::vector<std::strin
   fs::create_directories(data_dir);
   fs::remove(fs::path(data_dir) / "address");
   std::vector<std::string> argv = {TAILORD_BINARY, "--data-dir", data_dir, "--listen", "127.0.0.1:0",
-                                   "--spec-root", std::string(TAILOR_SOURCE_DIR) + "/configs", "--poll-interval",
-                                   "0.05", "--runner", runner.empty() ? "/bin/false" : runner};
+                                   "--poll-interval", "0.05", "--runner", runner.empty() ? "/bin/false" : runner};
+  // The source tree's configs/ unless the test names its own root.
+  if (std::find(args.begin(), args.end(), "--spec-root") == args.end()) {
+    argv.insert(argv.end(), {"--spec-root", std::string(TAILOR_SOURCE_DIR) + "/configs"});
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   pid_ = fork();
   if (pid_ == 0) {

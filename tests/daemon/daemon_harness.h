@@ -42,7 +42,8 @@ std::string tiny_spec(const std::string& name, int steps, int checkpoint_every, 
 
 class DaemonProcess {
  public:
-  // Starts tailord on DATA = dir/data with `args` appended.
+  // Starts tailord on DATA = dir/data with `args` appended; the spec root is
+  // the source tree's configs/ unless `args` names one.
   explicit DaemonProcess(const std::string& data_dir, std::vector<std::string> args = {},
                          const std::string& runner = runner_path());
   ~DaemonProcess();  // SIGTERM and wait; SIGKILLs runners of every job of the store it knows

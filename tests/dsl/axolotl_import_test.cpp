@@ -308,6 +308,7 @@ TEST(AxolotlImportTest, FullFineTuneFp16PinsNoAdapterAndMapsCheckpoints) {
   EXPECT_EQ(r.at("strategy.precision"), "fp16");
   EXPECT_EQ(r.at("strategy.optimizer"), "adamw_8bit");  // adamw_bnb_8bit
   EXPECT_EQ(r.at("data.train"), "./data/alpaca_train.json");
+  EXPECT_EQ(r.at("data.format"), "json");  // Hugging Face's json loader: an array or JSON Lines
   EXPECT_EQ(r.at("data.prompt_field"), "instruction");
   EXPECT_EQ(r.at("data.packing"), "false");
   EXPECT_EQ(r.at("training.global_batch_size"), "16");

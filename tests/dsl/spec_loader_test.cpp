@@ -170,7 +170,7 @@ TEST_F(SpecLoaderTest, ExtendsOutsideTheRootIsRefusedUnreadWhenARootIsSet) {
   dir_.write("base/ok.yaml", "training:\n  lr: 1e-3\n");
   std::filesystem::create_symlink(secret, dir_.file("base/link.yaml"));
   LoadOptions rooted;
-  rooted.extends_root = dir_.file("");
+  rooted.read_root = dir_.file("");
   const std::string f = dir_.file("job.yaml");
   for (const std::string& target : {secret, std::string("../") + std::filesystem::path(elsewhere.file("")).parent_path().filename().string() + "/secret.yaml",
                                     std::string("base/link.yaml")}) {
@@ -236,6 +236,73 @@ TEST_F(SpecLoaderTest, CyclicExtendsIsReportedWithTheChain) {
   LoadedSpec s = load_job_spec(dir_.file("a.yaml"));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(errors(s), dir_.file("b.yaml") + ":1:10: error: extends: cyclic extends: a.yaml -> b.yaml -> a.yaml\n");
+}
+
+// validate, plan and tailord read the data as the runner will: a data
+// file's problem is the spec's error at data.train or data.eval, naming the
+// data file's own line.
+TEST_F(SpecLoaderTest, DataFilesAreReadAsTheRunnerWillAndTheirErrorsNameFileAndLine) {
+  auto spec_with = [](const std::string& data) {
+    return "apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  preset: tiny-llama\ndata:\n" + data;
+  };
+  const std::string array = dir_.write("data/array.jsonl", "[\n  {\"text\": \"a\"},\n  {\"text\": \"b\"}\n]\n");
+  LoadedSpec s = load(spec_with("  train: data/array.jsonl\n"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(errors(s), dir_.file("job.yaml") + ":6:10: error: data.train: " + array +
+                           ":1: this file is a JSON array, not JSON Lines: convert it with `jq -c '.[]' " + array +
+                           " > " + array + "l`, or set data.format: json\n");
+
+  // The same file as json: read, counted, and said. The eval file is read
+  // in the same format (json reads JSON Lines too).
+  dir_.write("data/eval.jsonl", "{\"text\": \"c\"}\n");
+  s = load(spec_with("  train: data/array.jsonl\n  format: json\n  eval: data/eval.jsonl\n"));
+  ASSERT_TRUE(s.ok()) << errors(s);
+  ASSERT_EQ(s.data.size(), 2u);
+  EXPECT_EQ(s.data[0].key, "data.train");
+  EXPECT_TRUE(s.data[0].json_array);
+  EXPECT_EQ(s.data[0].records, 2);
+  EXPECT_EQ(s.data[1].key, "data.eval");
+  EXPECT_EQ(s.data[1].records, 1);
+
+  dir_.write("data/folder.txt/x", "");
+  s = load(spec_with("  train: data/train.txt\n  eval: data/folder.txt\n"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find(":7:9: error: data.eval: data file \"" + dir_.file("data/folder.txt") +
+                           "\" is a directory: name the file itself"),
+            std::string::npos)
+      << errors(s);
+
+  // Not read: without check_files, in tailor-runner (which reads it itself),
+  // or outside the read root (tailord refuses that by name).
+  LoadOptions no_files;
+  no_files.check_files = false;
+  LoadOptions no_data;
+  no_data.check_data = false;
+  LoadOptions rooted;
+  rooted.read_root = dir_.file("elsewhere");
+  for (const LoadOptions& o : {no_files, no_data, rooted}) {
+    s = load(spec_with("  train: data/array.jsonl\n"), o);
+    EXPECT_TRUE(s.ok()) << errors(s);
+    EXPECT_TRUE(s.data.empty());
+  }
+}
+
+// output.merge: auto by default (the runner decides by the adapter); a
+// full fine-tune told not to write its model is warned.
+TEST_F(SpecLoaderTest, OutputMergeDefaultsByAdapterAndAFullFineTuneWithoutItIsWarned) {
+  LoadedSpec s = load(kMinimal);
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_FALSE(s.spec->output.merge.has_value());
+  EXPECT_TRUE(s.spec->output.merge_for(/*adapters=*/false));
+  EXPECT_FALSE(s.spec->output.merge_for(/*adapters=*/true));
+  s = load(std::string(kMinimal) + "output:\n  merge: true\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_TRUE(s.spec->output.merge_for(/*adapters=*/true));
+  s = load(std::string(kMinimal) + "strategy:\n  adapter: none\noutput:\n  merge: false\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_NE(errors(s).find(":10:10: warning: output.merge: a full fine-tune with merge: false writes no model/"),
+            std::string::npos)
+      << errors(s);
 }
 
 TEST_F(SpecLoaderTest, MissingBaseSpecIsReportedAtTheExtendsKey) {

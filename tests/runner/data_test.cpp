@@ -164,6 +164,34 @@ TEST(DatasetTest, JsonlPromptCompletionMasksBosAndPrompt) {
   EXPECT_THAT((*examples)[1].trained, ElementsAre(0, 1, 1));
 }
 
+// A JSON array is read element by element into the same documents as the
+// JSON Lines holding the same records.
+TEST(DatasetTest, JsonArrayGivesTheDocumentsOfTheSameJsonLines) {
+  testing::TempDir dir;
+  const auto lines = dir.write("data.jsonl",
+                               "{\"prompt\": \"Q:ab\\n\", \"completion\": \"cd\"}\n"
+                               "{\"prompt\": \"\", \"completion\": \"z\"}\n");
+  const auto array = dir.write("data.json",
+                               "[\n  {\"prompt\": \"Q:ab\\n\", \"completion\": \"cd\"},\n"
+                               "  {\"prompt\": \"\", \"completion\": \"z\"}\n]\n");
+  dsl::DataSpec spec = pairs_spec();
+  const auto from_lines = load_examples(lines, spec, ByteTokenizer());
+  spec.format = dsl::DataFormat::kJson;
+  const auto from_array = load_examples(array, spec, ByteTokenizer());
+  const auto json_lines = load_examples(lines, spec, ByteTokenizer());  // json reads JSON Lines too
+  ASSERT_TRUE(from_lines.is_ok() && from_array.is_ok() && json_lines.is_ok()) << from_array.status().to_string();
+  ASSERT_EQ(from_array->size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ((*from_array)[i].tokens, (*from_lines)[i].tokens);
+    EXPECT_EQ((*from_array)[i].trained, (*from_lines)[i].trained);
+    EXPECT_EQ((*json_lines)[i].tokens, (*from_lines)[i].tokens);
+  }
+  spec.format = dsl::DataFormat::kJsonl;
+  const auto refused = load_examples(array, spec, ByteTokenizer());
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("data.json:1: this file is a JSON array, not JSON Lines"));
+}
+
 TEST(DatasetTest, JsonlBadJsonNamesFileLineAndColumn) {
   testing::TempDir dir;
   const auto path = dir.write("data.jsonl", "{\"text\": \"ok\"}\n{\"text\": oops}\n");
@@ -182,7 +210,7 @@ TEST(DatasetTest, JsonlMissingFieldNamesFileAndLine) {
   const auto examples = load_examples(path, pairs_spec(), ByteTokenizer());
   ASSERT_FALSE(examples.is_ok());
   EXPECT_EQ(examples.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(examples.status().message(), path + ":3: missing field \"completion\"");
+  EXPECT_EQ(examples.status().message(), path + ":3: missing field \"completion\" (the record has \"prompt\")");
 }
 
 TEST(DatasetTest, JsonlWrongTypesNameFileAndLine) {

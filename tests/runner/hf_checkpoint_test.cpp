@@ -22,6 +22,7 @@
 #include "runner/data/tokenizer.h"
 #include "runner/io/hf_folder.h"
 #include "runner/io/safetensors.h"
+#include "runner/torch/checkpoint.h"
 #include "runner/torch/cross_entropy.h"
 #include "runner/torch/trainer.h"
 #include "tests/testing/temp_dir.h"
@@ -516,13 +517,17 @@ TEST(HfCheckpointTest, TrainingStartsFromTheFolderAndWritesAnHfModel) {
   EXPECT_GT(std::abs(expected - fresh_loss), 1.0) << expected << " vs a fresh model's " << fresh_loss;
   EXPECT_NEAR(trained_step1, expected, 1e-5 * expected);
 
-  // OUT/model/ is the final model: it loads back to model.pt's parameters.
+  // OUT/model/ is the final model: it loads back to the final checkpoint's
+  // parameters (a full fine-tune's checkpoint holds them all).
   EXPECT_TRUE(fs::exists(out + "/model/config.json"));
   CausalLM final_model(cfg.spec.model.arch, 0);
   const Status s = load_hf_weights(final_model, out + "/model");
   ASSERT_TRUE(s.is_ok()) << s.to_string();
-  std::vector<torch::Tensor> saved;
-  torch::load(saved, out + "/model.pt");
+  const auto last = latest_checkpoint(out + "/checkpoints");
+  ASSERT_TRUE(last.has_value());
+  auto checkpoint = load_checkpoint(*last);
+  ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().to_string();
+  const std::vector<torch::Tensor>& saved = checkpoint->second.params;
   const auto params = final_model->parameters();
   ASSERT_EQ(saved.size(), params.size());
   for (std::size_t i = 0; i < saved.size(); ++i) EXPECT_TRUE(torch::equal(saved[i], params[i])) << i;

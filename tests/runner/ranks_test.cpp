@@ -49,6 +49,7 @@ struct JobShape {
   const char* host_memory = "4GiB";
   std::string eval = "";  // data.eval; empty: none
   int eval_every = 0;
+  bool merge = true;      // output.merge: the tests compare the merged model too
 };
 
 std::string spec_text(const JobShape& j) {
@@ -66,7 +67,8 @@ std::string spec_text(const JobShape& j) {
     << (j.lora || j.qlora ? std::string(j.qlora ? "qlora" : "lora") + ", lora: {r: 4, alpha: 8, dropout: 0}" : "none")
     << "}\n"
     << "resources: {gpus: 0, host_memory: " << j.host_memory << ", ranks: " << j.ranks << "}\n"
-    << "checkpoint: {every_steps: " << j.checkpoint_every << ", keep: 2}\n";
+    << "checkpoint: {every_steps: " << j.checkpoint_every << ", keep: 2}\n"
+    << "output: {merge: " << (j.merge ? "true" : "false") << "}\n";
   return s.str();
 }
 
@@ -509,6 +511,39 @@ TEST(RanksTest, ShardedCheckpointsExportIntoOneHuggingFaceFolder) {
   std::ifstream err(t.file("none.err"));
   const std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
   EXPECT_NE(message.find("step-000003"), std::string::npos) << message;
+}
+
+// Under ZeRO-3 a LoRA job's checkpoints hold the adapters only (each rank
+// its parts of them, beside the base's fingerprint) and, with output.merge
+// false (the adapters' default), only the adapters are gathered at the end:
+// adapter/ is the merged run's, and there is no model/.
+TEST(RanksTest, ZeroThreeAdapterJobsCheckpointAndWriteOnlyTheAdapters) {
+  TempDir t;
+  const std::string merged = t.file("merged"), adapter_only = t.file("adapter-only");
+  ASSERT_EQ(run_runner(plan_file(t, "merged", {.ranks = 2, .zero = 3, .lora = true, .checkpoint_every = 2}), merged), 0);
+  ASSERT_EQ(run_runner(plan_file(t, "adapter-only",
+                                 {.ranks = 2, .zero = 3, .lora = true, .checkpoint_every = 2, .merge = false}),
+                       adapter_only),
+            0);
+  EXPECT_TRUE(std::filesystem::exists(merged + "/model/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(adapter_only + "/model"));
+  EXPECT_EQ(max_abs_difference(fp32_tensors(merged + "/adapter/adapter_model.safetensors"),
+                               fp32_tensors(adapter_only + "/adapter/adapter_model.safetensors")),
+            0.0);
+  const std::string last = adapter_only + "/checkpoints/step-000004";
+  std::ifstream in(last + "/state.json");
+  const json state = json::parse(in, nullptr, false);
+  ASSERT_FALSE(state.is_discarded());
+  EXPECT_EQ(state["params"], "trainable");
+  EXPECT_FALSE(state["base_fingerprint"].empty());
+  // The shards hold the adapters and their states: a small part of the
+  // base's 4-byte weights.
+  std::uintmax_t shards = 0;
+  for (const char* f : {"rank-00000-of-00002.safetensors", "rank-00001-of-00002.safetensors"}) {
+    shards += std::filesystem::file_size(last + "/" + f);
+  }
+  const std::uintmax_t base = std::filesystem::file_size(merged + "/model/model.safetensors");
+  EXPECT_LT(shards * 4, base) << shards << " bytes of shards for a base of " << base;
 }
 
 // A checkpoint whose files changed after they were written is passed over

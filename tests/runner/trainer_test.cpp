@@ -12,6 +12,7 @@
 #include "dsl/spec_loader.h"
 #include "runner/data/dataset.h"
 #include "runner/data/tokenizer.h"
+#include "runner/torch/checkpoint.h"
 #include "runner/torch/hf_checkpoint.h"
 #include "runner/torch/model.h"
 #include "runner/torch/tracking_allocator.h"
@@ -88,7 +89,9 @@ TEST(TrainerTest, LossFallsAndEveryArtifactIsWritten) {
   const auto l = losses(out);
   ASSERT_EQ(l.size(), 12u);
   EXPECT_LT(l.back(), l.front() * 0.7) << l.front() << " -> " << l.back();
-  EXPECT_TRUE(fs::exists(out + "/model.pt"));
+  EXPECT_TRUE(fs::exists(out + "/model/config.json"));
+  EXPECT_FALSE(fs::exists(out + "/model.pt"));  // no raw copy beside the Hugging Face folder
+  EXPECT_FALSE(fs::exists(out + "/adapter"));
   const auto events = lines(out + "/events.jsonl");
   EXPECT_EQ(events.front()["event"], "start");
   EXPECT_EQ(events.back()["event"], "done");
@@ -214,7 +217,7 @@ TEST(TrainerTest, OutOfMemoryIsItsOwnExitCodeAndReportsTheAllocation) {
   EXPECT_EQ(events.back()["event"], "oom");
   EXPECT_GT(events.back()["requested_bytes"].get<std::int64_t>(), 0);
   EXPECT_EQ(events.back()["budget_bytes"].get<std::int64_t>(), 1 << 20);
-  EXPECT_FALSE(fs::exists(out + "/model.pt"));
+  EXPECT_FALSE(fs::exists(out + "/model"));
   EXPECT_EQ(TrackingAllocator::install().budget(), 0);  // released for what follows
 }
 
@@ -231,6 +234,67 @@ TEST(TrainerTest, ResumeReproducesTheUninterruptedRunExactly) {
   ASSERT_EQ(b.size(), 7u);  // steps 6..12
   for (std::size_t i = 0; i < b.size(); ++i) EXPECT_EQ(a[i + 5], b[i]) << "step " << i + 6;
   EXPECT_EQ(lines(resumed + "/events.jsonl")[0]["event"], "resume");
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Under LoRA a checkpoint holds what trains (the adapters, their optimizer
+// states, the data position) and the base's fingerprint, never the frozen
+// base: resuming reproduces the uninterrupted run, over the same base only.
+// The job's output is the adapter; output.merge adds the merged model.
+TEST(TrainerTest, LoraCheckpointsHoldOnlyTheAdaptersAndResumeOverTheSameBase) {
+  TempDir dir;
+  RunConfig cfg = job(dir, {"checkpoint.every_steps=5", "checkpoint.keep=5"}, dsl::Precision::kFp32, 4, 2);
+  cfg.strategy.adapter = dsl::Adapter::kLora;
+  cfg.strategy.lora_rank = 4;
+  const std::string full = dir.file("full");
+  ASSERT_EQ(train_in(cfg, full), RunnerExit::kOk);
+  const std::string step5 = full + "/checkpoints/step-000005";
+  auto checkpoint = load_checkpoint(step5);
+  ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().to_string();
+  EXPECT_EQ(nlohmann::json::parse(file_text(step5 + "/state.json"))["params"], "trainable");
+  EXPECT_FALSE(checkpoint->first.base_fingerprint.empty());
+  std::int64_t held = 0;
+  for (const torch::Tensor& t : checkpoint->second.params) {
+    // Every tensor is an adapter matrix: A is (r, in), B is (out, r).
+    EXPECT_TRUE(t.dim() == 2 && (t.size(0) == 4 || t.size(1) == 4)) << t.sizes();
+    held += t.numel();
+  }
+  EXPECT_LT(held * 10, cfg.spec.model.arch.parameter_count());
+  EXPECT_TRUE(fs::exists(full + "/adapter/adapter_model.safetensors"));
+  EXPECT_FALSE(fs::exists(full + "/model"));  // output.merge defaults to false for adapters
+
+  const std::string resumed = dir.file("resumed");
+  fs::create_directories(resumed + "/checkpoints");
+  fs::copy(step5, resumed + "/checkpoints/step-000005", fs::copy_options::recursive);
+  ASSERT_EQ(train_in(cfg, resumed, 0, /*resume=*/true), RunnerExit::kOk);
+  const auto a = losses(full), b = losses(resumed);
+  ASSERT_EQ(b.size(), 7u);
+  for (std::size_t i = 0; i < b.size(); ++i) EXPECT_EQ(a[i + 5], b[i]) << "step " << i + 6;
+  EXPECT_EQ(file_text(resumed + "/adapter/adapter_model.safetensors"),
+            file_text(full + "/adapter/adapter_model.safetensors"));
+
+  // Another base (a random one from another seed): refused, named.
+  RunConfig other = cfg;
+  other.spec.training.seed = 8;
+  const std::string elsewhere = dir.file("elsewhere");
+  fs::create_directories(elsewhere + "/checkpoints");
+  fs::copy(step5, elsewhere + "/checkpoints/step-000005", fs::copy_options::recursive);
+  ASSERT_EQ(train_in(other, elsewhere, 0, /*resume=*/true), RunnerExit::kBadInput);
+  const std::string why = lines(elsewhere + "/events.jsonl").back()["message"].get<std::string>();
+  EXPECT_NE(why.find("was trained over other base weights (lm_head differs)"), std::string::npos) << why;
+
+  // output.merge: true writes the merged model beside the adapter.
+  RunConfig merged = cfg;
+  merged.spec.output.merge = true;
+  const std::string with_model = dir.file("merged");
+  ASSERT_EQ(train_in(merged, with_model), RunnerExit::kOk);
+  EXPECT_TRUE(fs::exists(with_model + "/model/config.json"));
+  EXPECT_EQ(file_text(with_model + "/adapter/adapter_model.safetensors"),
+            file_text(full + "/adapter/adapter_model.safetensors"));
 }
 
 TEST(TrainerTest, AccumulationEqualsOneBatchKTimesLarger) {

@@ -1,0 +1,78 @@
+// A data file's records as the job reads them: the one reader that
+// tailor-runner tokenizes from and that `tailor validate`/`plan` and
+// tailord's submission check with, so a file the runner would refuse is an
+// error with file:line before a job is queued.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "dsl/job_spec.h"
+
+namespace tailor::dsl {
+
+// One example of a jsonl, json or text file, as the spec's fields select it.
+// The views live until the callback returns.
+struct DataRecord {
+  std::int64_t line = 0;    // 1-based line where the record starts
+  std::string_view prompt;  // prompt/completion data: the prompt (untrained); else empty
+  std::string_view text;    // the completion, the `field` text, or a text paragraph
+};
+
+// Calls fn for each record of `bytes`, the content of `path` read as
+// spec.format (jsonl, json or text; tokens files have no records here):
+//  - text:  paragraphs separated by blank lines (whitespace-only lines are
+//           blank), their lines joined with "\n", "\r\n" read as "\n".
+//  - jsonl: one JSON object per line; blank lines are skipped.
+//  - json:  a JSON array of objects, or JSON Lines (what Hugging Face's
+//           `json` loader accepts), told apart by the first character.
+// In jsonl and json, with spec.prompt_field and completion_field set a
+// record is that pair, else the string in spec.field. A UTF-8 byte-order
+// mark is dropped. Records whose strings are all empty are delivered too
+// (the caller skips them). Stops after `max_records` records (0: all) or at
+// the first non-ok Status from fn, which it returns.
+//
+// Errors (InvalidArgument) start with "path:line: " or "path:line:col: ":
+// invalid JSON, a record that is not an object, a missing or non-string
+// field (naming the fields the record has, and saying so when the record
+// is a conversation or a preference pair), a JSON array in a jsonl file
+// (with the `jq` line that converts it), an array not closed.
+using DataRecordFn = std::function<Status(const DataRecord&)>;
+Status for_each_record(std::string_view bytes, const std::string& path, const DataSpec& spec,
+                       const DataRecordFn& fn, std::int64_t max_records = 0);
+
+// What checking a data file found.
+struct DataFileFacts {
+  std::string key;             // "data.train" or "data.eval" (the spec loader's)
+  std::string path;
+  DataFormat format = DataFormat::kJsonl;
+  bool json_array = false;     // json: the file is one array (else JSON Lines)
+  std::uint64_t bytes = 0;
+  std::int64_t records = -1;   // records (tokens for a tokens file); -1: too large to count
+  std::int64_t checked = 0;    // records read in full as the runner reads them
+  bool all_checked = false;    // every record was
+};
+
+// Reads `path` as tailor-runner will, within a bounded cost: files up to
+// kCheckWholeBytes are read in full; larger ones have their first
+// kCheckedRecords records read and (up to kCountBytes) their records
+// counted. Errors name the file and, where it applies, the line:
+//  - NotFound: the file does not exist;
+//  - InvalidArgument: a directory, FIFO, socket or device (never opened,
+//    so a FIFO cannot block the check); empty; no record with content; any
+//    for_each_record error; a tokens file whose size is not a multiple of 4
+//    or which holds a negative id;
+//  - IOError: it cannot be read (permissions), with the system's reason.
+inline constexpr std::uint64_t kCheckWholeBytes = 16ull << 20;
+inline constexpr std::int64_t kCheckedRecords = 10000;
+inline constexpr std::uint64_t kCountBytes = 1ull << 30;
+Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& spec);
+
+// "1,234 records, 3.1 MiB" / "JSON array of 20 records, 2.0 KiB" /
+// "51,200 tokens, 200.0 KiB" / "records not counted, 3.5 GiB".
+std::string describe(const DataFileFacts& facts);
+
+}  // namespace tailor::dsl

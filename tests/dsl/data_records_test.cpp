@@ -1,0 +1,202 @@
+#include "dsl/data_records.h"
+
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::dsl {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using tailor::testing::TempDir;
+
+DataSpec spec_of(DataFormat format) {
+  DataSpec spec;
+  spec.format = format;
+  return spec;
+}
+
+DataSpec pairs(DataFormat format) {
+  DataSpec spec = spec_of(format);
+  spec.prompt_field = "prompt";
+  spec.completion_field = "completion";
+  return spec;
+}
+
+// "line:prompt|text" for each record.
+Result<std::vector<std::string>> records(std::string_view bytes, const DataSpec& spec,
+                                         std::int64_t max_records = 0) {
+  std::vector<std::string> out;
+  const Status st = for_each_record(
+      bytes, "d", spec,
+      [&](const DataRecord& r) {
+        out.push_back(std::to_string(r.line) + ":" + std::string(r.prompt) + "|" + std::string(r.text));
+        return Status::ok();
+      },
+      max_records);
+  if (!st.is_ok()) return st;
+  return out;
+}
+
+std::string error_of(std::string_view bytes, const DataSpec& spec) {
+  const auto r = records(bytes, spec);
+  EXPECT_FALSE(r.is_ok()) << "expected an error for: " << bytes;
+  return r.is_ok() ? std::string() : r.status().message();
+}
+
+// ---- for_each_record ---------------------------------------------------------
+
+TEST(DataRecordsTest, JsonArrayAndJsonLinesGiveTheSameRecordsAtTheirLines) {
+  const std::string lines = "{\"prompt\": \"a\", \"completion\": \"b\"}\n\n{\"prompt\": \"c\", \"completion\": \"d\"}\n";
+  const std::string array = "\xEF\xBB\xBF[\n  {\"prompt\": \"a\", \"completion\": \"b\"},\n\n"
+                            "  {\"prompt\": \"c\",\n   \"completion\": \"d\"}\n]\n";
+  for (DataFormat f : {DataFormat::kJsonl, DataFormat::kJson}) {
+    const auto r = records(lines, pairs(f));
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_THAT(*r, ElementsAre("1:a|b", "3:c|d")) << to_string(f);
+  }
+  const auto r = records(array, pairs(DataFormat::kJson));
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_THAT(*r, ElementsAre("2:a|b", "4:c|d"));
+  // Strings holding the array's punctuation do not end an element.
+  const auto tricky = records(R"([{"text": "a], {\"b\", ["}, {"text": "]"}])", spec_of(DataFormat::kJson));
+  ASSERT_TRUE(tricky.is_ok()) << tricky.status().to_string();
+  EXPECT_THAT(*tricky, ElementsAre("1:|a], {\"b\", [", "1:|]"));
+  const auto empty = records("[ ]", spec_of(DataFormat::kJson));
+  ASSERT_TRUE(empty.is_ok());
+  EXPECT_TRUE(empty->empty());
+}
+
+TEST(DataRecordsTest, TextRecordsAreParagraphsAtTheirFirstLine) {
+  const auto r = records("\nfirst\nsecond\n\n \t\nthird\r\n", spec_of(DataFormat::kText));
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_THAT(*r, ElementsAre("2:|first\nsecond", "6:|third"));
+}
+
+TEST(DataRecordsTest, StopsAfterMaxRecords) {
+  const auto r = records("{\"text\": \"a\"}\n{\"text\": \"b\"}\nnot json\n", spec_of(DataFormat::kJsonl), 2);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->size(), 2u);
+}
+
+TEST(DataRecordsTest, JsonArrayInAJsonlFileSaysHowToConvertIt) {
+  const std::string array = "[\n{\"text\": \"a\"},\n{\"text\": \"b\"}\n]\n";
+  EXPECT_EQ(error_of(array, spec_of(DataFormat::kJsonl)),
+            "d:1: this file is a JSON array, not JSON Lines: convert it with `jq -c '.[]' d > dl`, or set "
+            "data.format: json");
+  // A line that is an array in a file that is not one is just that.
+  EXPECT_EQ(error_of("[1, 2]\n[3]\n", spec_of(DataFormat::kJsonl)), "d:1: expected a JSON object, got array");
+}
+
+TEST(DataRecordsTest, ErrorsInsideAJsonArrayNameTheLineAndColumn) {
+  const std::string missing = "[\n {\"prompt\": \"a\", \"completion\": \"b\"},\n {\"prompt\": \"a\"}\n]";
+  EXPECT_EQ(error_of(missing, pairs(DataFormat::kJson)), "d:3: missing field \"completion\" (the record has \"prompt\")");
+  EXPECT_THAT(error_of("[\n {\"text\": \"a\"},\n {\"text\":\n  nope}\n]", spec_of(DataFormat::kJson)),
+              HasSubstr("d:4:4: not valid JSON"));
+  EXPECT_EQ(error_of("[\n {\"text\": \"a\"},\n {\"text\": \"b\"}\n", spec_of(DataFormat::kJson)),
+            "d:3: the JSON array is not closed (no ']' after this element)");
+  EXPECT_EQ(error_of("[{\"text\": \"a\"}] {}", spec_of(DataFormat::kJson)),
+            "d:1: text after the JSON array's closing ']'");
+  EXPECT_EQ(error_of("[{\"text\": \"a\"}, 7]", spec_of(DataFormat::kJson)), "d:1: expected a JSON object, got number");
+}
+
+TEST(DataRecordsTest, ConversationsAndPreferencePairsWhereTextIsExpectedAreNamed) {
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})";
+  EXPECT_THAT(error_of(chat, spec_of(DataFormat::kJsonl)),
+              HasSubstr("d:1: missing field \"text\": this record is a conversation (\"messages\", a list of turns)"));
+  EXPECT_THAT(error_of(R"({"conversations": []})", pairs(DataFormat::kJsonl)),
+              HasSubstr("missing field \"prompt\": this record is a conversation (\"conversations\""));
+  EXPECT_THAT(error_of(R"({"prompt": "q", "chosen": "a", "rejected": "b"})", pairs(DataFormat::kJsonl)),
+              HasSubstr("missing field \"completion\": this record is a preference pair"));
+  EXPECT_EQ(error_of(R"({"instruction": "i", "input": "", "output": "o"})", spec_of(DataFormat::kJsonl)),
+            "d:1: missing field \"text\" (the record has \"input\", \"instruction\", \"output\")");
+  EXPECT_EQ(error_of("{}", spec_of(DataFormat::kJsonl)), "d:1: missing field \"text\" (the record is empty)");
+}
+
+// ---- check_data_file ---------------------------------------------------------
+
+TEST(DataFileCheckTest, CountsWhatItReadsAndDescribesIt) {
+  TempDir dir;
+  const auto jsonl = dir.write("a.jsonl", "{\"text\": \"a\"}\n\n{\"text\": \"\"}\n{\"text\": \"c\"}\n");
+  auto facts = check_data_file(jsonl, spec_of(DataFormat::kJsonl));
+  ASSERT_TRUE(facts.is_ok()) << facts.status().to_string();
+  EXPECT_EQ(facts->records, 3);
+  EXPECT_TRUE(facts->all_checked);
+  EXPECT_EQ(describe(*facts), "3 records, 42 B");
+
+  const auto array = dir.write("a.json", "[{\"text\": \"a\"}]");
+  facts = check_data_file(array, spec_of(DataFormat::kJson));
+  ASSERT_TRUE(facts.is_ok()) << facts.status().to_string();
+  EXPECT_EQ(describe(*facts), "JSON array of 1 record, 15 B");
+
+  const auto tokens = dir.write("a.bin", std::string(4000, '\0'));
+  facts = check_data_file(tokens, spec_of(DataFormat::kTokens));
+  ASSERT_TRUE(facts.is_ok()) << facts.status().to_string();
+  EXPECT_EQ(describe(*facts), "1,000 tokens, 3.91 KiB");
+}
+
+TEST(DataFileCheckTest, FilesTheRunnerWouldRefuseAreErrorsNamingThem) {
+  TempDir dir;
+  auto error = [](const std::string& path, DataFormat f) {
+    const auto facts = check_data_file(path, spec_of(f));
+    EXPECT_FALSE(facts.is_ok()) << path;
+    return facts.is_ok() ? std::string() : facts.status().message();
+  };
+  EXPECT_EQ(error(dir.write("empty.jsonl", ""), DataFormat::kJsonl), dir.file("empty.jsonl") + ": is empty");
+  EXPECT_EQ(error(dir.write("blank.txt", "\n \n"), DataFormat::kText),
+            dir.file("blank.txt") + ": no documents (only blank lines)");
+  EXPECT_EQ(error(dir.write("hollow.jsonl", "{\"text\": \"\"}\n{\"text\": \"\"}\n"), DataFormat::kJsonl),
+            dir.file("hollow.jsonl") + ": no documents (all 2 records are empty)");
+  EXPECT_EQ(error(dir.path().string(), DataFormat::kJsonl), dir.path().string() + ": is a directory, not a data file");
+  EXPECT_EQ(error(dir.file("nope.jsonl"), DataFormat::kJsonl), dir.file("nope.jsonl") + ": does not exist");
+  // A FIFO is refused without being opened: opening it would wait for a writer.
+  const std::string fifo = dir.file("pipe.jsonl");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error(fifo, DataFormat::kJsonl), fifo + ": is a FIFO (named pipe), not a data file");
+  EXPECT_THAT(error(dir.write("torn.bin", "12345"), DataFormat::kTokens), HasSubstr("is not a multiple of 4"));
+  EXPECT_THAT(error(dir.write("neg.bin", std::string("\x01\0\0\0\xff\xff\xff\xff", 8)), DataFormat::kTokens),
+              HasSubstr("neg.bin: token 1 (byte 4): negative id"));
+  EXPECT_THAT(error(dir.write("bad.jsonl", "{\"text\": \"a\"}\n{\"txt\": \"b\"}\n"), DataFormat::kJsonl),
+              HasSubstr("bad.jsonl:2: missing field \"text\" (the record has \"txt\")"));
+}
+
+// Past kCheckWholeBytes the head is read record by record and the rest only
+// counted: a bad record early is found, one late is the runner's to find.
+TEST(DataFileCheckTest, LargeFilesAreCheckedByTheirHeadAndCountedWhole) {
+  TempDir dir;
+  const std::string record = "{\"text\": \"" + std::string(100, 'x') + "\"}\n";  // 113 bytes
+  const std::int64_t n = static_cast<std::int64_t>(kCheckWholeBytes / record.size()) + 1000;
+  std::string body;
+  body.reserve(static_cast<std::size_t>(n) * record.size() + 16);
+  for (std::int64_t i = 0; i < n; ++i) body += record;
+  const auto big = dir.write("big.jsonl", body + "not json\n");
+  auto facts = check_data_file(big, spec_of(DataFormat::kJsonl));
+  ASSERT_TRUE(facts.is_ok()) << facts.status().to_string();
+  EXPECT_EQ(facts->records, n + 1);
+  EXPECT_EQ(facts->checked, kCheckedRecords);
+  EXPECT_FALSE(facts->all_checked);
+
+  const auto early = dir.write("early.jsonl", record + "{\"text\": 5}\n" + body);
+  facts = check_data_file(early, spec_of(DataFormat::kJsonl));
+  ASSERT_FALSE(facts.is_ok());
+  EXPECT_THAT(facts.status().message(), HasSubstr("early.jsonl:2: field \"text\" must be a string, got number"));
+
+  std::string array = "[";
+  for (std::int64_t i = 0; i < n; ++i) array += (i ? "," : "") + record;
+  const auto big_array = dir.write("big.json", array + "]");
+  facts = check_data_file(big_array, spec_of(DataFormat::kJson));
+  ASSERT_TRUE(facts.is_ok()) << facts.status().to_string();
+  EXPECT_TRUE(facts->json_array);
+  EXPECT_EQ(facts->checked, kCheckedRecords);
+  EXPECT_EQ(facts->records, -1);
+}
+
+}  // namespace
+}  // namespace tailor::dsl
