@@ -1,5 +1,6 @@
 // `tailor download ID [PATH]`: a job's files from tailord (GET
 // /v1/jobs/{id}/files), resumed with byte ranges where a download broke off.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -22,6 +23,8 @@ it stopped; one already there with the right size is skipped.
 
 options:
   --to DIR             where to put them (default: the current folder)
+  --tar                a folder as one tar archive, DIR/ID-FOLDER.tar (GET
+                       /v1/jobs/ID/archive; started over if it breaks off)
   --list               list the job's files instead (path and size)
   --quiet              no line per file
   --output FORMAT      text (default) or json (the files and what was done)
@@ -79,12 +82,57 @@ Result<std::string> fetch(const RestClient& client, const std::string& target, c
   return std::string(resumed ? "resumed at " + Bytes(static_cast<std::int64_t>(have)).to_string() : "downloaded");
 }
 
+// The folder `folder` of job `id` as one tar archive at `dest`, through
+// `dest`.part; an archive that broke off starts over.
+Result<std::uint64_t> fetch_archive(const RestClient& client, const std::string& id, const std::string& folder,
+                                    const fs::path& dest) {
+  std::error_code ec;
+  fs::create_directories(dest.parent_path().empty() ? fs::path(".") : dest.parent_path(), ec);
+  if (ec) return Status::io_error("creating " + dest.parent_path().string() + ": " + ec.message());
+  const fs::path part = dest.string() + ".part";
+  std::ofstream out;
+  std::string error_body;
+  int got_status = 0;
+  std::uint64_t expected = 0;
+  auto status = client.stream(
+      "/v1/jobs/" + url_encode(id) + "/archive?path=" + url_encode(folder),
+      [&](const std::string& piece) {
+        if (got_status >= 300) {
+          error_body += piece;
+          return true;
+        }
+        out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
+        return static_cast<bool>(out);
+      },
+      std::chrono::minutes(2), {},
+      [&](int code, const std::map<std::string, std::string>& headers) {
+        got_status = code;
+        if (code >= 300) return;
+        if (const auto it = headers.find("content-length"); it != headers.end()) {
+          expected = std::strtoull(it->second.c_str(), nullptr, 10);
+        }
+        out.open(part, std::ios::binary | std::ios::trunc);
+      });
+  if (!status.is_ok()) return status.status().prefixed(folder + ": the archive broke off (run it again)");
+  if (*status >= 300) return http_error(HttpResponse{*status, error_body, {}}, client.endpoint()).prefixed(folder);
+  out.close();
+  if (!out) return Status::io_error("writing " + part.string());
+  const auto size = fs::file_size(part, ec);
+  if (ec || size != expected) {
+    return Status::unavailable(folder + ": got " + std::to_string(ec ? 0 : size) + " of " + std::to_string(expected) +
+                               " bytes of the archive (run it again)");
+  }
+  fs::rename(part, dest, ec);
+  if (ec) return Status::io_error("renaming " + part.string() + ": " + ec.message());
+  return static_cast<std::uint64_t>(size);
+}
+
 }  // namespace
 
 int run_download(const Argv& argv, Streams io) {
   const std::string help = help_of(kDownloadHelp);
   auto command =
-      parse_command(argv, with_remote_flags({{"to", true}, {"list", false}, {"quiet", false}, {"output", true}}),
+      parse_command(argv, with_remote_flags({{"to", true}, {"list", false}, {"tar", false}, {"quiet", false}, {"output", true}}),
                     "download", help.c_str(), io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
@@ -129,6 +177,24 @@ int run_download(const Argv& argv, Streams io) {
     return kExitInvalid;
   }
   const fs::path to = args.get("to", ".");
+  if (args.has("tar")) {
+    std::string folder = wanted;
+    while (!folder.empty() && folder.back() == '/') folder.pop_back();
+    if (files.size() == 1 && files[0].path == folder) {
+      io.err << "tailor download: \"" << folder << "\" is a file; --tar takes a folder\n";
+      return kExitUsage;
+    }
+    const fs::path dest = to / (id + "-" + fs::path(folder).filename().string() + ".tar");
+    auto bytes = fetch_archive(*r.client, id, folder, dest);
+    if (!bytes.is_ok()) return fail_command("download", bytes.status(), io);
+    if (r.output == "json") {
+      io.out << Json{{"path", folder}, {"archive", dest.string()}, {"bytes", *bytes}}.dump(2) << "\n";
+    } else if (!args.has("quiet")) {
+      io.err << folder << "/  " << Bytes(static_cast<std::int64_t>(*bytes)).to_string() << "  archived in "
+             << dest.string() << "\n";
+    }
+    return kExitOk;
+  }
   Json report = Json::array();
   for (const Wanted& f : files) {
     auto done = fetch(*r.client, base + "?path=" + url_encode(f.path), f, to / f.path);

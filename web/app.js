@@ -343,9 +343,17 @@ function jobPage(id) {
       }
       const fl = await api(`/v1/jobs/${enc}/files`);
       if (fl.ok) {
-        files.replaceChildren(...(fl.data.files || []).map(f => h("li", {},
-          h("button", {type: "button", class: "action", onclick: () => download(enc, f.path)}, `Download ${f.path}`),
-          ` ${bytes(f.bytes)}`)));
+        // Each folder (adapter/, model/, ...) also as one .tar archive.
+        const list = fl.data.files || [];
+        const folders = [...new Set(list.filter(f => f.path.includes("/")).map(f => f.path.split("/")[0]))].sort();
+        files.replaceChildren(
+          ...folders.map(d => h("li", {},
+            h("button", {type: "button", class: "action", onclick: () => download(enc, d, `${id}-${d}.tar`)},
+              `Download ${d}/ as .tar`),
+            ` ${bytes(list.filter(f => f.path.startsWith(d + "/")).reduce((n, f) => n + f.bytes, 0))}`)),
+          ...list.map(f => h("li", {},
+            h("button", {type: "button", class: "action", onclick: () => download(enc, f.path)}, `Download ${f.path}`),
+            ` ${bytes(f.bytes)}`)));
       }
     }
     const since = steps.length ? steps[steps.length - 1].step : 0;
@@ -378,10 +386,12 @@ function jobPage(id) {
 // Saved by the browser's own download manager, streamed to disk (a model
 // of gigabytes is never held in this page): tailord makes a link that
 // needs no sign-in for a few minutes, so nothing secret goes in the URL.
-async function download(enc, path) {
-  const res = await api(`/v1/jobs/${enc}/files/link?path=${encodeURIComponent(path)}`, {method: "POST"});
+// With `archive` (the name to save it as), the folder at `path` as one tar.
+async function download(enc, path, archive) {
+  const query = `path=${encodeURIComponent(path)}${archive ? "&archive=true" : ""}`;
+  const res = await api(`/v1/jobs/${enc}/files/link?${query}`, {method: "POST"});
   if (!res.ok) return;
-  const a = h("a", {href: res.data.url, download: path.split("/").pop()});
+  const a = h("a", {href: res.data.url, download: archive || path.split("/").pop()});
   document.body.append(a);
   a.click();
   a.remove();

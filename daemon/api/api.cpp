@@ -247,6 +247,7 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   router_.add({"GET", "/v1/events", true, bind(&Api::all_events)});
   router_.add({"GET", "/v1/jobs/{id}/logs", true, bind(&Api::logs)});
   router_.add({"GET", "/v1/jobs/{id}/files", true, bind(&Api::files)});
+  router_.add({"GET", "/v1/jobs/{id}/archive", true, bind(&Api::archive)});
   router_.add({"POST", "/v1/jobs/{id}/files/link", true, bind(&Api::file_link), /*reads_only=*/true});
   // The link is the credential: no token, so a browser's own download
   // manager can fetch it.
@@ -668,6 +669,13 @@ HttpResponse Api::files(HttpRequest& r) {
   return job_file(ctx_.supervisor->job_dir(id), path, r);
 }
 
+HttpResponse Api::archive(HttpRequest& r) {
+  const std::string id = r.params["id"];
+  auto job = ctx_.store->get(id);
+  if (!job.is_ok()) return error_response(job.status());
+  return job_archive(id, ctx_.supervisor->job_dir(id), r.query_value("path"));
+}
+
 HttpResponse Api::file_link(HttpRequest& r) {
   const std::string id = r.params["id"];
   auto job = ctx_.store->get(id);
@@ -676,6 +684,25 @@ HttpResponse Api::file_link(HttpRequest& r) {
   if (path.empty()) {
     return error_response(Status::invalid_argument(
         "query parameter path: required: a file of the job's folder (GET /v1/jobs/{id}/files lists them)"));
+  }
+  const std::string archive = r.query_value("archive", "false");
+  if (archive != "true" && archive != "false") {
+    return error_response(Status::invalid_argument("query parameter archive: expected true or false, got '" + archive + "'"));
+  }
+  if (archive == "true") {
+    // A folder as one tar archive: made only for one that can be archived.
+    const HttpResponse tar = job_archive(id, ctx_.supervisor->job_dir(id), path);
+    if (tar.status != 200) return tar;
+    auto link = links_.make(id, path, now_seconds(), ctx_.download_link_seconds, /*archive=*/true);
+    if (!link.is_ok()) return error_response(link.status());
+    std::uint64_t bytes = 0;
+    for (const BodyPart& p : tar.file->parts) bytes += p.size();
+    return json_response(201, {{"url", "/v1/downloads/" + link->id},
+                               {"job_id", id},
+                               {"path", path},
+                               {"archive", true},
+                               {"bytes", bytes},
+                               {"expires_at", time_json(link->expires_at)}});
   }
   // The download's own checks, now: a link is made only for a file that
   // can be downloaded (inside the folder, regular, the job's output).
@@ -700,8 +727,9 @@ HttpResponse Api::download(HttpRequest& r) {
   if (!ctx_.store->get(link->job_id).is_ok()) {
     return error_response(ApiError::kNotFound, "the job " + link->job_id + " of this link is gone");
   }
-  HttpResponse res = job_file(ctx_.supervisor->job_dir(link->job_id), link->path, r);
-  if (res.status == 200 || res.status == 206) {
+  HttpResponse res = link->archive ? job_archive(link->job_id, ctx_.supervisor->job_dir(link->job_id), link->path)
+                                    : job_file(ctx_.supervisor->job_dir(link->job_id), link->path, r);
+  if (!link->archive && (res.status == 200 || res.status == 206)) {
     res.headers.emplace_back("Content-Disposition", attachment_header(link->path));
   }
   // The URL stays out of caches and other sites' Referer headers.

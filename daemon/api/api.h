@@ -66,6 +66,7 @@ class Api {
   HttpResponse retry(HttpRequest& r);
   HttpResponse files(HttpRequest& r);
   HttpResponse file_link(HttpRequest& r);
+  HttpResponse archive(HttpRequest& r);
   HttpResponse download(HttpRequest& r);
   HttpResponse remove(HttpRequest& r);
   HttpResponse sign_in(HttpRequest& r);

@@ -7,9 +7,9 @@
 namespace tailor::daemon {
 
 Result<DownloadLink> DownloadLinks::make(const std::string& job_id, const std::string& path, double now,
-                                         double ttl_seconds) {
+                                         double ttl_seconds, bool archive) {
   TAILOR_ASSIGN_OR_RETURN(std::string id, random_hex(32));
-  DownloadLink link{id, job_id, path, now + ttl_seconds};
+  DownloadLink link{id, job_id, path, archive, now + ttl_seconds};
   std::lock_guard<std::mutex> lock(mu_);
   drop_expired(now);
   while (links_.size() >= capacity_) {

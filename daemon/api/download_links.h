@@ -20,6 +20,7 @@ struct DownloadLink {
   std::string id;  // 64 hex digits, the URL's last segment
   std::string job_id;
   std::string path;       // inside the job's folder
+  bool archive = false;   // the folder at path as one tar archive (job_files.h)
   double expires_at = 0;  // Unix seconds
 };
 
@@ -29,7 +30,8 @@ class DownloadLinks {
   explicit DownloadLinks(std::size_t capacity = 1024) : capacity_(capacity) {}
 
   // A new link for `path` of `job_id`, valid from `now` for `ttl_seconds`.
-  Result<DownloadLink> make(const std::string& job_id, const std::string& path, double now, double ttl_seconds);
+  Result<DownloadLink> make(const std::string& job_id, const std::string& path, double now, double ttl_seconds,
+                            bool archive = false);
 
   // The link `id` while it is valid at `now` (usable any number of times
   // until then: a resumed download asks again); nullopt once expired or

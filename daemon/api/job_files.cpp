@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/api/resource_json.h"
+#include "daemon/api/tar_format.h"
 #include "daemon/http/byte_range.h"
 #include "daemon/http/errors.h"
 #include "runner/protocol/heartbeat.h"
@@ -30,6 +31,15 @@ constexpr std::size_t kMaxListed = 10000;
 bool private_name(const std::string& name) {
   return name == "runner.lock" || name == "runner.pid" || runner::is_heartbeat_file_name(name) ||
          (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0);
+}
+
+// Whether `relative` names something inside the job's folder that may be
+// served: not absolute, no "..", none of tailord's own files on the way.
+bool servable(const std::string& relative, bool empty_ok) {
+  const fs::path rel(relative);
+  bool escapes = (rel.empty() && !empty_ok) || rel.is_absolute() || relative.find('\0') != std::string::npos;
+  for (const auto& part : rel) escapes = escapes || part == ".." || private_name(part.string());
+  return !escapes;
 }
 
 double mtime_seconds(const struct stat& st) {
@@ -62,10 +72,7 @@ HttpResponse list_job_files(const std::string& job_id, const std::string& job_di
 
 HttpResponse job_file(const std::string& job_dir, const std::string& relative, const HttpRequest& request) {
   const fs::path rel(relative);
-  bool escapes = rel.empty() || rel.is_absolute() || relative.find('\0') != std::string::npos;
-  for (const auto& part : rel)
-    escapes = escapes || part == ".." || private_name(part.string());
-  if (escapes) {
+  if (!servable(relative, /*empty_ok=*/false)) {
     return error_response(ApiError::kInvalidArgument,
                           "path '" + relative + "': expected a file of the job's folder, as GET .../files lists them");
   }
@@ -124,7 +131,71 @@ HttpResponse job_file(const std::string& job_dir, const std::string& relative, c
                                                   std::to_string(choice.first + choice.length - 1) + "/" +
                                                   std::to_string(size));
   }
-  res.file = FileBody{fd, choice.first, choice.length};
+  res.file = FileBody{fd, choice.first, choice.length, {}};
+  return res;
+}
+
+HttpResponse job_archive(const std::string& job_id, const std::string& job_dir, const std::string& given) {
+  std::string relative = given;
+  while (!relative.empty() && relative.back() == '/') relative.pop_back();  // "adapter/" is the folder
+  if (!servable(relative, /*empty_ok=*/true)) {
+    return error_response(ApiError::kInvalidArgument,
+                          "path '" + relative + "': expected a folder of the job's folder, as GET .../files lists them");
+  }
+  std::error_code ec;
+  const fs::path root = fs::canonical(job_dir, ec);
+  if (ec) return error_response(ApiError::kNotFound, "the job has no files yet");
+  const fs::path rel = fs::path(relative).lexically_normal();
+  const fs::path folder = relative.empty() ? root : root / rel;
+  struct stat st {};
+  if (::lstat(folder.c_str(), &st) != 0) {
+    return error_response(ApiError::kNotFound, "no folder '" + relative + "' in the job's folder");
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return error_response(ApiError::kInvalidArgument,
+                          "'" + relative + "' is not a folder (GET .../files?path= downloads a file)");
+  }
+  const fs::path real = fs::canonical(folder, ec);
+  if (ec || (real != root && real.string().rfind(root.string() + "/", 0) != 0)) {
+    return error_response(ApiError::kInvalidArgument, "'" + relative + "' leads outside the job's folder");
+  }
+  // What the listing would show under the folder, in path order.
+  struct Entry {
+    std::string path;  // in the job's folder
+    std::uint64_t bytes = 0;
+    std::int64_t mtime = 0;
+  };
+  std::vector<Entry> entries;
+  fs::recursive_directory_iterator it(real, fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (private_name(it->path().filename().string())) {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    struct stat fst {};
+    if (::lstat(it->path().c_str(), &fst) != 0 || !S_ISREG(fst.st_mode)) continue;
+    if (entries.size() == kMaxListed) {
+      return error_response(ApiError::kInvalidArgument, "'" + relative + "' holds more than " +
+                                                            std::to_string(kMaxListed) +
+                                                            " files: download a folder inside it");
+    }
+    entries.push_back({it->path().lexically_relative(root).string(), static_cast<std::uint64_t>(fst.st_size),
+                       static_cast<std::int64_t>(fst.st_mtim.tv_sec)});
+  }
+  if (ec) return error_response(ApiError::kIoError, "listing '" + relative + "': " + ec.message());
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.path < b.path; });
+  FileBody body;
+  for (const Entry& e : entries) {
+    body.parts.push_back({tar_file_header(e.path, e.bytes, e.mtime), "", "", 0});
+    body.parts.push_back({"", (root / e.path).string(), root.string(), e.bytes});
+    body.parts.push_back({tar_padding(e.bytes), "", "", 0});
+  }
+  body.parts.push_back({tar_end(), "", "", 0});
+  HttpResponse res;
+  res.content_type = "application/x-tar";
+  const std::string name = relative.empty() ? job_id : job_id + "-" + rel.filename().string();
+  res.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + name + ".tar\"");
+  res.file = std::move(body);
   return res;
 }
 

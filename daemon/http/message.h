@@ -38,13 +38,27 @@ struct HttpRequest {
 // time; must not block.
 using StreamPoll = std::function<bool(std::string& out)>;
 
+// A stretch of a body of several files (an archive): `bytes` as they are
+// (headers, padding), or, with `path` set, `length` bytes of that file from
+// the start, opened only when the sending reaches it (without following a
+// link) and refused unless it lies inside the folder `inside`.
+struct BodyPart {
+  std::string bytes;
+  std::string path;
+  std::string inside;
+  std::uint64_t length = 0;
+  std::uint64_t size() const { return path.empty() ? bytes.size() : length; }
+};
+
 // Bytes of an open file sent as the body, with their Content-Length, read
 // as they are written (a model of gigabytes is never held in memory). The
-// descriptor closes with the last copy.
+// descriptor closes with the last copy. With `parts` the body is those, in
+// order, and fd, offset and length are not used.
 struct FileBody {
   std::shared_ptr<const int> fd;
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
+  std::vector<BodyPart> parts;
 };
 
 struct HttpResponse {

@@ -3,11 +3,15 @@
 // the code is this project's own.
 #include "daemon/http/server.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -37,45 +41,105 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-// A Beast body that sends `length` bytes of a file from `offset` (Beast's
-// own file_body always sends the whole file): what a Range request asks.
+// A Beast body that sends a FileBody: `length` bytes of a file from
+// `offset` (Beast's own file_body always sends the whole file: a Range asks
+// for less), or its parts in order (an archive), each file opened when its
+// turn comes. A file that shrank, or one that leads outside its folder when
+// opened, ends the response early (the client sees fewer bytes than the
+// Content-Length said).
 struct FileSliceBody {
   struct value_type {
-    beast::file file;
-    std::uint64_t offset = 0;
-    std::uint64_t length = 0;
+    FileBody file;
+    std::uint64_t total = 0;
   };
 
-  static std::uint64_t size(const value_type& v) { return v.length; }
+  static std::uint64_t size(const value_type& v) { return v.total; }
 
   class writer {
    public:
     using const_buffers_type = net::const_buffer;
 
     template <bool isRequest, class Fields>
-    writer(http::header<isRequest, Fields>&, value_type& body) : body_(body), remain_(body.length) {}
+    writer(http::header<isRequest, Fields>&, value_type& body) : body_(body), remain_(body.total) {}
+    ~writer() {
+      if (open_fd_ >= 0) ::close(open_fd_);
+    }
+    writer(const writer&) = delete;
+    writer& operator=(const writer&) = delete;
 
-    void init(beast::error_code& ec) { body_.file.seek(body_.offset, ec); }
+    void init(beast::error_code& ec) { ec = {}; }
 
     boost::optional<std::pair<const_buffers_type, bool>> get(beast::error_code& ec) {
-      const auto amount = static_cast<std::size_t>(std::min<std::uint64_t>(remain_, sizeof buf_));
-      if (amount == 0) {
-        ec = {};
-        return boost::none;
+      ec = {};
+      if (remain_ == 0) return boost::none;
+      const FileBody& f = body_.file;
+      if (f.parts.empty()) return read_from(*f.fd, f.offset + (f.length - remain_), remain_, ec);
+      while (index_ < f.parts.size() && done_ == f.parts[index_].size()) next_part();
+      if (index_ == f.parts.size()) return boost::none;
+      const BodyPart& p = f.parts[index_];
+      if (p.path.empty()) {
+        const std::size_t n = p.bytes.size() - static_cast<std::size_t>(done_);
+        const char* at = p.bytes.data() + done_;
+        done_ += n;
+        remain_ -= n;
+        return {{const_buffers_type(at, n), remain_ > 0}};
       }
-      const std::size_t n = body_.file.read(buf_, amount, ec);
-      if (ec) return boost::none;
-      if (n == 0) {
-        ec = http::error::short_read;  // the file shrank while it was sent
-        return boost::none;
+      if (open_fd_ < 0) {
+        open_fd_ = open_inside(p);
+        if (open_fd_ < 0) {
+          ec = http::error::short_read;
+          return boost::none;
+        }
       }
-      remain_ -= n;
-      return {{const_buffers_type(buf_, n), remain_ > 0}};
+      return read_from(open_fd_, done_, p.length - done_, ec);
     }
 
    private:
+    // Up to `want` bytes at `offset` of `fd` into buf_, counted as sent.
+    boost::optional<std::pair<const_buffers_type, bool>> read_from(int fd, std::uint64_t offset, std::uint64_t want,
+                                                                   beast::error_code& ec) {
+      const auto amount = static_cast<std::size_t>(std::min<std::uint64_t>(want, sizeof buf_));
+      ssize_t n;
+      do {
+        n = ::pread(fd, buf_, amount, static_cast<off_t>(offset));
+      } while (n < 0 && errno == EINTR);
+      if (n <= 0) {
+        ec = http::error::short_read;  // the file shrank while it was sent, or cannot be read
+        return boost::none;
+      }
+      const auto got = static_cast<std::uint64_t>(n);
+      if (!body_.file.parts.empty()) done_ += got;
+      remain_ -= got;
+      return {{const_buffers_type(buf_, static_cast<std::size_t>(n)), remain_ > 0}};
+    }
+
+    void next_part() {
+      if (open_fd_ >= 0) ::close(open_fd_);
+      open_fd_ = -1;
+      ++index_;
+      done_ = 0;
+    }
+
+    // The part's file, opened without following a link at its end and
+    // checked to lie inside its folder (a folder on the way may be a link).
+    static int open_inside(const BodyPart& p) {
+      const int fd = ::open(p.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0) return -1;
+      std::error_code ec;
+      const std::string opened = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec).string();
+      struct stat st {};
+      if (ec || opened.rfind(p.inside + "/", 0) != 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return -1;
+      }
+      return fd;
+    }
+
     value_type& body_;
     std::uint64_t remain_;
+    std::size_t index_ = 0;   // the part being sent
+    std::uint64_t done_ = 0;  // of it
+    int open_fd_ = -1;        // its file, once reached
     char buf_[64 << 10];
   };
 };
@@ -244,14 +308,14 @@ class Session : public std::enable_shared_from_this<Session> {
     out->set(http::field::content_type, res.content_type);
     for (const auto& [k, v] : res.headers) out->set(k, v);
     out->keep_alive(keep_alive);
-    // A descriptor of its own: the response's copy closes with it.
-    const int fd = ::dup(*res.file->fd);
-    if (fd < 0) {
-      return send(error_response(ApiError::kInternal, "cannot send the file: out of descriptors"), false, false);
+    // The descriptor (shared) lives as long as the response.
+    std::uint64_t total = res.file->length;
+    if (!res.file->parts.empty()) {
+      total = 0;
+      for (const BodyPart& p : res.file->parts) total += p.size();
     }
-    out->body().file.native_handle(fd);
-    out->body().offset = res.file->offset;
-    out->body().length = res.file->length;
+    out->body().file = std::move(*res.file);
+    out->body().total = total;
     out->prepare_payload();
     auto sr = std::make_shared<http::response_serializer<FileSliceBody>>(*out);
     write_file_part(out, sr, keep_alive);

@@ -222,6 +222,43 @@ TEST_F(ClientTest, ADownloadedModelEqualsTheJobsAndABrokenDownloadResumes) {
   EXPECT_EQ(tailor(with_remote({"download", id, "nothing"})).code, kExitInvalid);
 }
 
+// A LoRA job's output is its adapter: `tailor download` gets adapter/ (no
+// merged model was written), at adapter size, and --tar gets the folder as
+// one archive that tar unpacks into the same files.
+TEST_F(ClientTest, ALoraJobDownloadsItsAdapterFileByFileOrAsOneArchive) {
+  std::string text = daemon::testing::tiny_spec("client-lora", 3, 1000);
+  const std::string rel = "data/tiny-corpus.txt";
+  text.replace(text.find(rel), rel.size(), std::string(TAILOR_SOURCE_DIR) + "/configs/" + rel);
+  text.replace(text.find("adapter: none"), 13, "adapter: lora");
+  const Result sub = tailor(with_remote({"submit", "--wait", "--output", "json", dir_.write("client-lora.yaml", text)}));
+  ASSERT_EQ(sub.code, kExitOk) << sub.err;
+  const std::string id = nlohmann::json::parse(sub.out)["id"];
+  const std::filesystem::path job = std::filesystem::path(dir_.file("data")) / "jobs" / id;
+  EXPECT_FALSE(std::filesystem::exists(job / "model"));  // output.merge: false, the adapters' default
+  const std::filesystem::path to = dir_.file("out");
+  const Result got = tailor(with_remote({"download", "--to", to.string(), id}));
+  ASSERT_EQ(got.code, kExitOk) << got.err;
+  std::uintmax_t adapter_bytes = 0;
+  for (const char* f : {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"}) {
+    EXPECT_EQ(file_bytes(to / f), file_bytes(job / f)) << f;
+    adapter_bytes += std::filesystem::file_size(job / f);
+  }
+  // The base: 3.04M parameters, 12 MB in fp32.
+  EXPECT_LT(adapter_bytes, 3'040'000u * 4 / 10) << adapter_bytes;
+  const Result tar = tailor(with_remote({"download", "--tar", "--to", to.string(), id, "adapter"}));
+  ASSERT_EQ(tar.code, kExitOk) << tar.err;
+  const std::filesystem::path archive = to / (id + "-adapter.tar");
+  ASSERT_TRUE(std::filesystem::exists(archive)) << tar.err;
+  const std::filesystem::path unpacked = dir_.file("unpacked");
+  std::filesystem::create_directories(unpacked);
+  ASSERT_EQ(std::system(("tar -xf " + archive.string() + " -C " + unpacked.string()).c_str()), 0);
+  for (const char* f : {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"}) {
+    EXPECT_EQ(file_bytes(unpacked / f), file_bytes(job / f)) << f;
+  }
+  const Result file_tar = tailor(with_remote({"download", "--tar", id, "adapter/adapter_config.json"}));
+  EXPECT_EQ(file_tar.code, kExitUsage) << file_tar.err;
+}
+
 // The id of the one job once it runs; empty if it never does.
 std::string running_job(const DaemonProcess& d) {
   std::string id;

@@ -319,6 +319,89 @@ TEST(ApiE2eTest, AJobsFilesAreListedAndDownloadedWholeOrByRange) {
   EXPECT_EQ(http_request(d.address(), "GET", target).status, 401);
 }
 
+// The content of `path`, binary.
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A folder downloads as one tar archive that GNU tar lists and unpacks into
+// the same files at their paths in the job's folder (a long path in a pax
+// header too); tailord's bookkeeping and links stay out, and a download
+// link serves it without a token.
+TEST(ApiE2eTest, AFolderDownloadsAsOneTarArchiveThatTarUnpacks) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+  const auto made = d.post("/v1/jobs", tiny_spec("archive", 5, 100));
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string id = made.json()["id"];
+  ASSERT_TRUE(wait_for([&] { return d.job(id).value("failures", 0) == 1; }, std::chrono::seconds(30)));
+  const std::string folder = dir.file("data/jobs/" + id);
+  std::string weights(70001, '\0');
+  for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<char>((i * 131) % 253);
+  const std::string deep = "adapter/" + std::string(120, 'd') + "/" + std::string(90, 'n') + ".json";
+  // A name of 110 bytes fits no ustar field: it goes in a pax header.
+  const std::string long_name = "adapter/" + std::string(110, 'x') + ".bin";
+  const std::map<std::string, std::string> files = {{"adapter/adapter_config.json", "{\"r\": 8}\n"},
+                                                    {"adapter/adapter_model.safetensors", weights},
+                                                    {deep, "{}"},
+                                                    {long_name, "x"}};
+  for (const auto& [path, content] : files) {
+    std::filesystem::create_directories(std::filesystem::path(folder + "/" + path).parent_path());
+    std::ofstream(folder + "/" + path, std::ios::binary) << content;
+  }
+  std::ofstream(folder + "/adapter/runner.lock") << "private";
+  std::ofstream(dir.file("secret")) << "not the job's";
+  std::filesystem::create_symlink(dir.file("secret"), folder + "/adapter/link");
+
+  const auto tar = d.get("/v1/jobs/" + id + "/archive?path=adapter");
+  ASSERT_EQ(tar.status, 200) << tar.body.substr(0, 300);
+  EXPECT_EQ(tar.headers.at("content-type"), "application/x-tar");
+  EXPECT_EQ(tar.headers.at("content-length"), std::to_string(tar.body.size()));
+  EXPECT_EQ(tar.headers.at("content-disposition"), "attachment; filename=\"" + id + "-adapter.tar\"");
+  const std::string archive = dir.file("adapter.tar"), out = dir.file("unpacked");
+  std::ofstream(archive, std::ios::binary) << tar.body;
+  std::filesystem::create_directories(out);
+  ASSERT_EQ(std::system(("tar -tf " + archive + " > " + dir.file("list") + " && tar -xf " + archive + " -C " + out).c_str()),
+            0);
+  std::set<std::string> listed;
+  std::istringstream names(slurp(dir.file("list")));
+  for (std::string line; std::getline(names, line);) listed.insert(line);
+  std::set<std::string> expected;
+  for (const auto& [path, content] : files) {
+    expected.insert(path);
+    EXPECT_EQ(slurp(out + "/" + path), content) << path;
+  }
+  EXPECT_EQ(listed, expected);
+
+  // The whole folder: the job's files, none of tailord's.
+  const auto whole = d.get("/v1/jobs/" + id + "/archive");
+  ASSERT_EQ(whole.status, 200);
+  std::ofstream(dir.file("job.tar"), std::ios::binary) << whole.body;
+  ASSERT_EQ(std::system(("tar -tf " + dir.file("job.tar") + " > " + dir.file("job.list")).c_str()), 0);
+  const std::string job_list = slurp(dir.file("job.list"));
+  EXPECT_NE(job_list.find("plan.json\n"), std::string::npos) << job_list;
+  EXPECT_NE(job_list.find("adapter/adapter_model.safetensors\n"), std::string::npos) << job_list;
+  EXPECT_EQ(job_list.find("runner.lock"), std::string::npos) << job_list;
+  EXPECT_EQ(job_list.find("link"), std::string::npos) << job_list;
+
+  for (const char* bad : {"../..", "/etc", "adapter/link", "adapter/adapter_config.json", "adapter/runner.lock"}) {
+    EXPECT_EQ(d.get("/v1/jobs/" + id + "/archive?path=" + bad).status, 400) << bad;
+  }
+  EXPECT_EQ(d.get("/v1/jobs/" + id + "/archive?path=model").status, 404);
+  EXPECT_EQ(http_request(d.address(), "GET", "/v1/jobs/" + id + "/archive?path=adapter").status, 401);
+
+  // Through a link, without a token: the same bytes.
+  const auto link = d.post("/v1/jobs/" + id + "/files/link?path=adapter&archive=true", "");
+  ASSERT_EQ(link.status, 201) << link.body;
+  EXPECT_EQ(link.json()["bytes"], tar.body.size());
+  const auto linked = http_request(d.address(), "GET", link.json()["url"].get<std::string>());
+  ASSERT_EQ(linked.status, 200);
+  EXPECT_EQ(linked.body, tar.body);
+  EXPECT_EQ(d.post("/v1/jobs/" + id + "/files/link?path=adapter&archive=maybe", "").status, 400);
+}
+
 std::string read_token(const std::string& path);
 
 // A download link: made with a token (a read-only one too), then the file

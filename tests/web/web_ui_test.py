@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.request
@@ -236,6 +237,26 @@ def main():
             fail("the download did not go through a download link")
         print(f"ok: {wanted} ({os.path.getsize(saved)} bytes) downloaded from the job page through a link, "
               "equal to the job's file")
+
+        # The whole model/ folder as one archive: Python's tarfile reads it
+        # as the job's files, byte for byte.
+        button = wait.until(lambda d: next((b for b in d.find_elements(By.CSS_SELECTOR, "#main button.action")
+                                            if b.text == "Download model/ as .tar"), None))
+        button.click()
+        archive = os.path.join(downloads, f"{job_id}-model.tar")
+        long_wait.until(lambda d: os.path.exists(archive)
+                        and not any(n.endswith(".crdownload") for n in os.listdir(downloads)))
+        model_dir = os.path.join(tailord.data, "jobs", job_id, "model")
+        expected = sorted("model/" + n for n in os.listdir(model_dir))
+        with tarfile.open(archive) as tar:
+            names = sorted(tar.getnames())
+            if names != expected:
+                fail(f"the model archive holds {names}, not {expected}")
+            for name in names:
+                if tar.extractfile(name).read() != open(os.path.join(model_dir, name[len("model/"):]), "rb").read():
+                    fail(f"{name} in the archive differs from the job's file")
+        print(f"ok: model/ downloaded as one archive ({os.path.getsize(archive)} bytes, {len(names)} files), "
+              "equal to the job's folder")
 
         # Cancel a running job from its page.
         other = http(address, "/v1/jobs", token, "POST", resolved(100000).encode(), "application/yaml")["id"]
