@@ -1266,12 +1266,13 @@ Status Run::finish() {
   limit_ = 0;
   TAILOR_RETURN_IF_ERROR(checkpoint(total_steps_));
   if (param_sharder_) {
-    // Only what is written: the adapters alone unless the base is merged
-    // (no whole model on one GPU for an adapter's sake).
+    // Only what is written, onto rank 0's host memory a tensor at a time
+    // (never the whole model on one GPU): the adapters alone unless the
+    // base is merged, and then the merge runs on the host.
     if (merge_output()) {
-      TAILOR_RETURN_IF_ERROR(param_sharder_->gather_to(0));
+      TAILOR_RETURN_IF_ERROR(param_sharder_->gather_to(0, {}, /*to_host=*/true));
     } else if (has_lora(*model_)) {
-      TAILOR_RETURN_IF_ERROR(param_sharder_->gather_to(0, lora_parameters(*model_)));
+      TAILOR_RETURN_IF_ERROR(param_sharder_->gather_to(0, lora_parameters(*model_), /*to_host=*/true));
     }
   }
   if (!leader()) return Status::ok();  // rank 0 writes the model

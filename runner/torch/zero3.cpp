@@ -272,22 +272,24 @@ Status ParameterSharder::reduce_part(std::size_t i, const torch::Tensor& sum) {
   return Status::ok();
 }
 
-Status ParameterSharder::gather_to(int root, const std::vector<torch::Tensor>& only) {
+Status ParameterSharder::gather_to(int root, const std::vector<torch::Tensor>& only, bool to_host) {
   TAILOR_RETURN_IF_ERROR(worker_->drain());  // the communicator is this thread's from here
   std::unordered_set<const void*> wanted;
   for (const torch::Tensor& t : only) wanted.insert(storage_of(t));
   try {
     torch::NoGradGuard ng;
     for (Slot& s : slots_) {
-      if (s.refs > 0) continue;  // whole on every rank already
       if (!wanted.empty() && wanted.count(storage_of(s.whole)) == 0) continue;
+      if (s.refs > 0) {  // whole on every rank already
+        if (to_host && comm_.rank() == root && !s.whole.is_cpu()) s.whole.set_data(s.whole.detach().to(torch::kCPU));
+        continue;
+      }
       const auto e = static_cast<std::size_t>(s.whole.element_size());
       if (comm_.rank() != root) {
         const torch::Tensor part = s.shard.detach().to(torch::kCPU).contiguous();
         TAILOR_RETURN_IF_ERROR(comm_.send(root, part.data_ptr(), part.nbytes()));
         continue;
       }
-      allocate_storage(s.whole, s.bytes);
       torch::Tensor host = torch::empty({s.numel}, s.whole.options().device(torch::kCPU));
       host.narrow(0, s.begin, s.end - s.begin).copy_(s.shard);
       for (int r = 0; r < comm_.world(); ++r) {
@@ -296,7 +298,12 @@ Status ParameterSharder::gather_to(int root, const std::vector<torch::Tensor>& o
             comm_.segment_range(static_cast<std::size_t>(s.numel), r, static_cast<std::size_t>(s.align));
         TAILOR_RETURN_IF_ERROR(comm_.recv(r, static_cast<char*>(host.data_ptr()) + b * e, (end - b) * e));
       }
-      alias_of(s.whole).copy_(host.view(s.whole.sizes()));
+      if (to_host) {
+        s.whole.set_data(host.view(s.whole.sizes()));
+      } else {
+        allocate_storage(s.whole, s.bytes);
+        alias_of(s.whole).copy_(host.view(s.whole.sizes()));
+      }
     }
   } catch (const std::exception& e) {
     return Status::internal(std::string("ZeRO-3 gather: ") + e.what());

@@ -94,8 +94,10 @@ class ParameterSharder : public UnitHook {
 
   // Every whole tensor onto rank `root` (collective), for the export; with
   // `only` not empty, just those tensors (the adapters, when the base is
-  // not written).
-  Status gather_to(int root, const std::vector<torch::Tensor>& only = {});
+  // not written). Each tensor is assembled in host memory, one at a time;
+  // with `to_host` it stays there (the model's tensor becomes a host
+  // tensor), so the whole model is never on one GPU.
+  Status gather_to(int root, const std::vector<torch::Tensor>& only = {}, bool to_host = false);
 
   // This rank's part of model tensor `t` as checkpoint piece `name`
   // (checkpoint.h); nullopt for a tensor the sharder does not hold.
