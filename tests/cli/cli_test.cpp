@@ -201,7 +201,8 @@ TEST(CliTest, PlanPrintsStrategyMemoryDecisionsAndAlternatives) {
   CliRun r = tailor({"plan", "--gpus", "1x24GiB", example("llama2-7b-qlora-24gb.yaml")});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   for (const char* part : {"Strategy (fits)", "Memory per GPU", "optimizer states", "activations", "budget",
-                           "Throughput (estimate)", "Decisions", "1. Does the job fit as written", "Alternatives"}) {
+                           "Throughput (estimate)", "Decisions", "1. Does the job fit as written", "Alternatives",
+                           "\nData: data.train "}) {
     EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
   }
 }

@@ -188,6 +188,17 @@ TEST(DataFileCheckTest, LargeFilesAreCheckedByTheirHeadAndCountedWhole) {
   ASSERT_FALSE(facts.is_ok());
   EXPECT_THAT(facts.status().message(), HasSubstr("early.jsonl:2: field \"text\" must be a string, got number"));
 
+  // Text: paragraphs counted across the chunks the count reads, blank and
+  // whitespace-only lines between them.
+  const std::string paragraph = std::string(60, 'w') + "\n" + std::string(60, 'v') + "\n \t\n\n";
+  const std::int64_t paragraphs = static_cast<std::int64_t>(kCheckWholeBytes / paragraph.size()) + 777;
+  std::string text;
+  text.reserve(static_cast<std::size_t>(paragraphs) * paragraph.size());
+  for (std::int64_t i = 0; i < paragraphs; ++i) text += paragraph;
+  facts = check_data_file(dir.write("big.txt", text + "last"), spec_of(DataFormat::kText));
+  ASSERT_TRUE(facts.is_ok()) << facts.status().to_string();
+  EXPECT_EQ(facts->records, paragraphs + 1);
+
   std::string array = "[";
   for (std::int64_t i = 0; i < n; ++i) array += (i ? "," : "") + record;
   const auto big_array = dir.write("big.json", array + "]");
