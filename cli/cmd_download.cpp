@@ -35,6 +35,50 @@ struct Wanted {
   std::uint64_t bytes = 0;
 };
 
+// How GET `target` ended when its body went into `part`.
+struct Streamed {
+  Status error;           // a broken transfer or an error status (its body as the message)
+  bool broke_off = false;  // the transfer, not the answer, failed
+  int status = 0;
+  std::map<std::string, std::string> headers;  // the answer's, lower-case names
+};
+
+// The body of GET `target` (with `headers`) written to `part`: appended to
+// when tailord grants the range asked for (206), else from the start.
+Streamed stream_to_file(const RestClient& client, const std::string& target, const fs::path& part,
+                        const std::map<std::string, std::string>& headers) {
+  Streamed r;
+  std::ofstream out;
+  std::string error_body;
+  auto status = client.stream(
+      target,
+      [&](const std::string& piece) {
+        if (r.status >= 300) {
+          error_body += piece;
+          return true;
+        }
+        out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
+        return static_cast<bool>(out);
+      },
+      std::chrono::minutes(2), headers,
+      [&](int code, const std::map<std::string, std::string>& answer) {
+        r.status = code;
+        r.headers = answer;
+        if (code >= 300) return;
+        out.open(part, code == 206 ? std::ios::binary | std::ios::app : std::ios::binary | std::ios::trunc);
+      });
+  if (!status.is_ok()) {
+    r.error = status.status();
+    r.broke_off = true;
+  } else if (*status >= 300) {
+    r.error = http_error(HttpResponse{*status, error_body, {}}, client.endpoint());
+  } else {
+    out.close();
+    if (!out) r.error = Status::io_error("writing " + part.string());
+  }
+  return r;
+}
+
 // One file to `dest`, through `dest`.part: resumed from the part's size
 // when tailord grants the range, started over when it sends the whole file.
 Result<std::string> fetch(const RestClient& client, const std::string& target, const Wanted& f, const fs::path& dest) {
@@ -47,31 +91,9 @@ Result<std::string> fetch(const RestClient& client, const std::string& target, c
   if (ec || have >= f.bytes) have = 0;
   std::map<std::string, std::string> headers;
   if (have > 0) headers["Range"] = "bytes=" + std::to_string(have) + "-";
-  std::ofstream out;
-  bool resumed = false;
-  std::string error_body;
-  int got_status = 0;
-  auto status = client.stream(
-      target,
-      [&](const std::string& piece) {
-        if (got_status >= 300) {
-          error_body += piece;
-          return true;
-        }
-        out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
-        return static_cast<bool>(out);
-      },
-      std::chrono::minutes(2), headers,
-      [&](int code, const std::map<std::string, std::string>&) {
-        got_status = code;
-        if (code >= 300) return;
-        resumed = code == 206;
-        out.open(part, resumed ? std::ios::binary | std::ios::app : std::ios::binary | std::ios::trunc);
-      });
-  if (!status.is_ok()) return status.status().prefixed(f.path + ": the download broke off (run it again to resume)");
-  if (*status >= 300) return http_error(HttpResponse{*status, error_body, {}}, client.endpoint()).prefixed(f.path);
-  out.close();
-  if (!out) return Status::io_error("writing " + part.string());
+  const Streamed got = stream_to_file(client, target, part, headers);
+  if (got.broke_off) return got.error.prefixed(f.path + ": the download broke off (run it again to resume)");
+  if (!got.error.is_ok()) return got.error.prefixed(f.path);
   const auto size = fs::file_size(part, ec);
   if (ec || size != f.bytes) {
     return Status::unavailable(f.path + ": got " + std::to_string(ec ? 0 : size) + " of " + std::to_string(f.bytes) +
@@ -79,7 +101,8 @@ Result<std::string> fetch(const RestClient& client, const std::string& target, c
   }
   fs::rename(part, dest, ec);
   if (ec) return Status::io_error("renaming " + part.string() + ": " + ec.message());
-  return std::string(resumed ? "resumed at " + Bytes(static_cast<std::int64_t>(have)).to_string() : "downloaded");
+  return std::string(got.status == 206 ? "resumed at " + Bytes(static_cast<std::int64_t>(have)).to_string()
+                                       : "downloaded");
 }
 
 // The folder `folder` of job `id` as one tar archive at `dest`, through
@@ -90,33 +113,12 @@ Result<std::uint64_t> fetch_archive(const RestClient& client, const std::string&
   fs::create_directories(dest.parent_path().empty() ? fs::path(".") : dest.parent_path(), ec);
   if (ec) return Status::io_error("creating " + dest.parent_path().string() + ": " + ec.message());
   const fs::path part = dest.string() + ".part";
-  std::ofstream out;
-  std::string error_body;
-  int got_status = 0;
-  std::uint64_t expected = 0;
-  auto status = client.stream(
-      "/v1/jobs/" + url_encode(id) + "/archive?path=" + url_encode(folder),
-      [&](const std::string& piece) {
-        if (got_status >= 300) {
-          error_body += piece;
-          return true;
-        }
-        out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
-        return static_cast<bool>(out);
-      },
-      std::chrono::minutes(2), {},
-      [&](int code, const std::map<std::string, std::string>& headers) {
-        got_status = code;
-        if (code >= 300) return;
-        if (const auto it = headers.find("content-length"); it != headers.end()) {
-          expected = std::strtoull(it->second.c_str(), nullptr, 10);
-        }
-        out.open(part, std::ios::binary | std::ios::trunc);
-      });
-  if (!status.is_ok()) return status.status().prefixed(folder + ": the archive broke off (run it again)");
-  if (*status >= 300) return http_error(HttpResponse{*status, error_body, {}}, client.endpoint()).prefixed(folder);
-  out.close();
-  if (!out) return Status::io_error("writing " + part.string());
+  const Streamed got =
+      stream_to_file(client, "/v1/jobs/" + url_encode(id) + "/archive?path=" + url_encode(folder), part, {});
+  if (got.broke_off) return got.error.prefixed(folder + ": the archive broke off (run it again)");
+  if (!got.error.is_ok()) return got.error.prefixed(folder);
+  const auto length = got.headers.find("content-length");
+  const std::uint64_t expected = length == got.headers.end() ? 0 : std::strtoull(length->second.c_str(), nullptr, 10);
   const auto size = fs::file_size(part, ec);
   if (ec || size != expected) {
     return Status::unavailable(folder + ": got " + std::to_string(ec ? 0 : size) + " of " + std::to_string(expected) +
