@@ -150,6 +150,10 @@ int main(int argc, char** argv) {
       return runner::exit_status(runner::RunnerExit::kBadInput);
     }
   }
+  if (args.has("merge") && !args.has("export")) {
+    std::cerr << "tailor-runner: --merge goes with --export (a run merges as its spec's output.merge says)\n";
+    return runner::exit_status(runner::RunnerExit::kBadInput);
+  }
   if (args.has("export")) {
     runner::TrainOptions e;
     e.config = std::move(config).value();

@@ -511,6 +511,10 @@ TEST(RanksTest, ShardedCheckpointsExportIntoOneHuggingFaceFolder) {
   std::ifstream err(t.file("none.err"));
   const std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
   EXPECT_NE(message.find("step-000003"), std::string::npos) << message;
+  // --merge belongs to --export: alone it is refused, not ignored.
+  EXPECT_EQ(shell(kBin + "tailor-runner --plan " + plan + " --out " + t.file("merge-alone") + " --merge --quiet 2> " +
+                  t.file("merge.err")),
+            2);
 }
 
 // Under ZeRO-3 a LoRA job's checkpoints hold the adapters only (each rank
