@@ -80,10 +80,31 @@ struct MemoryBreakdown {
   // rather than their sum. Zero in measured breakdowns.
   Bytes overlap;
 
-  Bytes total() const {
-    return weights + gradients + optimizer_states + master_weights + adapter + activations + logits + overhead -
-           overlap;
-  }
+  Bytes total() const;
 };
+
+// The components of a breakdown (all but `overlap`), in the order plans,
+// metrics, the store and the UI show them: the one list of their names.
+struct MemoryComponent {
+  const char* key;    // JSON key in plans, metrics.jsonl and the oom event; the store's column is key + "_bytes"
+  const char* label;  // in words, for explanations and tables
+  Bytes MemoryBreakdown::*member;
+};
+inline constexpr MemoryComponent kMemoryComponents[] = {
+    {"weights", "weights", &MemoryBreakdown::weights},
+    {"gradients", "gradients", &MemoryBreakdown::gradients},
+    {"optimizer_states", "optimizer states", &MemoryBreakdown::optimizer_states},
+    {"master_weights", "fp32 master weights", &MemoryBreakdown::master_weights},
+    {"adapter", "adapters", &MemoryBreakdown::adapter},
+    {"activations", "activations", &MemoryBreakdown::activations},
+    {"logits", "logits", &MemoryBreakdown::logits},
+    {"overhead", "overhead", &MemoryBreakdown::overhead},
+};
+
+inline Bytes MemoryBreakdown::total() const {
+  Bytes sum;
+  for (const MemoryComponent& c : kMemoryComponents) sum += this->*c.member;
+  return sum - overlap;
+}
 
 }  // namespace tailor::strategies

@@ -1,0 +1,232 @@
+// One training run of tailor-runner (trainer.h's train and
+// export_checkpoint), in phases: open_outputs, prepare (device, ranks,
+// data, model, adapters, gradient synchronisation, optimizer), resume,
+// probe, train (train_step and checkpoints), finish; conclude writes the
+// terminal event with the exit code. Each phase returns a Status; LibTorch
+// exceptions become Statuses in guarded(). Private to runner/torch: the
+// class is spread over
+//   trainer.cpp          the phases in order, the loop, the end, the events
+//   run_setup.cpp        the device, the ranks, the data, the model
+//   run_step.cpp         the probe, one step, the evaluation, measured memory
+//   run_checkpoints.cpp  writing checkpoints and resuming from them
+// and gradient_sync.h holds what differs between the ZeRO stages.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json_writer.h"
+#include "core/status.h"
+#include "runner/data/batcher.h"
+#include "runner/device_choice.h"
+#include "runner/dist/communicator.h"
+#include "runner/torch/checkpoint.h"
+#include "runner/torch/cuda_memory.h"
+#include "runner/torch/gradient_sync.h"
+#include "runner/torch/hf_checkpoint.h"
+#include "runner/torch/model.h"
+#include "runner/torch/nccl_group.h"
+#include "runner/torch/optimizer.h"
+#include "runner/torch/tracking_allocator.h"
+#include "runner/torch/trainer.h"
+#include "strategies/strategy.h"
+
+namespace tailor::runner {
+
+// Appends one JSON object per line and flushes it, so a reader following
+// the file (tailord, `tailor run`) sees each line as soon as it is written.
+class JsonLines {
+ public:
+  JsonLines(const std::string& path, bool append) : out_(path, append ? std::ios::app : std::ios::trunc) {}
+  bool ok() const { return static_cast<bool>(out_); }
+  void write(const JsonWriter& w) {
+    out_ << w.str() << '\n';
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+// Measured bytes: the planner's components (from tensor sizes and the
+// tracking allocator) plus the allocator's current and peak.
+struct Measured {
+  strategies::MemoryBreakdown parts;
+  std::int64_t peak = 0, allocated = 0;
+};
+void write_memory(JsonWriter& w, const Measured& m);
+
+double now_seconds();
+torch::Tensor to_tensor(const std::vector<std::int32_t>& v, std::int64_t rows, std::int64_t cols,
+                        const torch::Device& device);
+torch::Dtype param_dtype(dsl::Precision p);
+inline int optimizer_tensors_per_slot(dsl::Optimizer o) { return o == dsl::Optimizer::kAdamw8bit ? 5 : 3; }
+
+// The run's one Status -> exit mapping (trainer.cpp), and the two ways a
+// phase marks its errors: a problem with the job's input (data, weights,
+// checkpoint) is bad input unless it is a bug; an error writing results
+// after training is a failure a retry may get past, never bad input.
+RunnerExit exit_for(const Status& s);
+Status as_bad_input(const Status& s);
+Status as_failure(const Status& s);
+
+class Run {
+ public:
+  explicit Run(const TrainOptions& o)
+      : o_(o), cfg_(o.config), spec_(o.config.spec), st_(o.config.strategy), rank_(o.rank.rank), world_(o.rank.world) {}
+
+  RunnerExit execute();
+  // The model of checkpoint `folder` written as the job's output model
+  // (export_checkpoint in trainer.h). The options are one rank's.
+  RunnerExit export_model(const std::string& folder);
+
+ private:
+  // What load_data produces.
+  struct Data {
+    std::unique_ptr<data::Batcher> train;
+    std::unique_ptr<data::Batcher> eval;  // data.eval; null without one
+    HfExport tokenizer;                   // the tokenizer's ids and files, for the exported model
+    std::int64_t total_steps = 0;
+  };
+  // The model's tensors as training sees them (build_model).
+  struct Tensors {
+    std::vector<torch::Tensor> trainable;
+    // What a checkpoint holds of the model: the trainable tensors under
+    // adapters (the frozen base is named by base_fingerprint, over the
+    // tensors base_names names), every parameter otherwise.
+    std::vector<torch::Tensor> checkpointed;
+    std::vector<double> base_fingerprint;
+    std::vector<std::string> base_names;
+  };
+  // One step's micro-batches for this rank, and the global batch's target
+  // tokens (the loss's denominator).
+  struct GlobalBatch {
+    std::vector<data::Batch> mine;
+    std::int64_t target_tokens = 0;
+  };
+  // What a step's forward and backward passes produced: the loss summed
+  // over target tokens and the tokens (every rank's, once reduced), and
+  // the memory the passes measured (activations, logits, the peak).
+  struct Pass {
+    double loss_sum = 0;
+    std::int64_t tokens = 0;
+    Measured memory;
+  };
+  struct Update {
+    double lr = 0, norm = 0;
+    bool skipped = false;  // fp16: inf/nan gradients
+  };
+  // Every rank's memory after a step; `line` the rank with the largest peak.
+  struct RankMemory {
+    std::vector<Measured> ranks;
+    int peak_rank = 0;
+    const Measured& line() const { return ranks[static_cast<std::size_t>(peak_rank)]; }
+  };
+  // The loss on data.eval with the model as it is: after every eval_every
+  // steps and after the last, once.
+  struct Evaluation {
+    double loss = 0;
+    std::int64_t tokens = 0;
+    double seconds = 0;
+  };
+
+  // trainer.cpp
+  Status open_outputs();
+  Status prepare();
+  Status train();
+  Result<bool> stop_requested();  // on every rank when any rank was asked to stop
+  Status finish();
+  // out_dir/adapter/ under adapters, and out_dir/model/ when output.merge
+  // says (the adapters merged into the base), from the model as it is.
+  Status write_model();
+  bool merge_output() const;
+  RunnerExit conclude(const Status& s);
+  // Runs a phase, turning LibTorch's out-of-memory into ResourceExhausted
+  // (with its report kept for the oom event) and other exceptions into
+  // Internal.
+  Status guarded(const char* phase, const std::function<Status()>& fn);
+  void record_oom(const c10::OutOfMemoryError& e, const char* phase);
+  void event(const char* kind, const std::function<void(JsonWriter&)>& fill = {});
+  void print_progress(std::int64_t step, double loss, std::int64_t peak, const std::optional<Evaluation>& eval);
+  bool leader() const { return rank_ == 0; }
+
+  // run_setup.cpp
+  Status choose_device();
+  Status join_ranks();
+  // After join_ranks on a GPU: NCCL for the gradients and parameters when
+  // every rank has a GPU of its own (nccl_group.h).
+  Status join_nccl();
+  Result<Data> load_data();
+  Status build_model();
+  // Adapters attached to model_ (LoRA, QLoRA) as the plan says, the base
+  // fingerprinted first; the tensors training sees.
+  Result<Tensors> attach_adapters();
+
+  // run_step.cpp
+  Status probe();
+  Status train_step(std::int64_t step);
+  GlobalBatch draw_global_batch();
+  Result<Pass> forward_backward(const std::vector<data::Batch>& micro, double denom);
+  Result<Update> update(std::int64_t step, Measured& memory);
+  Status check_loss(std::int64_t step, double loss);
+  Result<RankMemory> gather_memory(const Measured& mine);
+  void write_metrics(std::int64_t step, double loss, const Update& u, const Pass& pass, std::int64_t target_tokens,
+                     double seconds, std::uint64_t sent, const RankMemory& memory,
+                     const std::optional<Evaluation>& eval);
+  bool eval_due(std::int64_t step) const;
+  Result<Evaluation> evaluate();
+  void zero_grads();
+  Measured measure_static() const;
+
+  // run_checkpoints.cpp
+  // Collective where ranks shard: every rank calls it at the same steps; a
+  // failed write is an event, a failed collective an error.
+  Status checkpoint(std::int64_t step);
+  Status sharded_checkpoint(std::int64_t step, const std::string& dir);
+  Status resume();
+  // A checkpoint's params into the model: the trainable tensors of an
+  // adapter checkpoint (its base checked against `base_fingerprint`), or
+  // every parameter.
+  Status load_parameters(const std::vector<torch::Tensor>& values, const std::vector<double>& base_fingerprint,
+                         const std::string& where);
+
+  const TrainOptions& o_;
+  const RunConfig& cfg_;
+  const dsl::JobSpec& spec_;
+  const strategies::Strategy& st_;
+  std::unique_ptr<JsonLines> metrics_, events_;
+  TrackingAllocator* alloc_ = nullptr;  // host tensors; the training device's too on the CPU
+  DeviceChoice device_;
+  torch::Device dev_{torch::kCPU};
+  std::unique_ptr<CudaMemoryMeter> cuda_meter_;
+  MemoryMeter* meter_ = nullptr;  // the training device's memory
+  std::int64_t limit_ = 0;        // the byte budget applied while training; 0 = none
+  Data data_;
+  CausalLM model_{nullptr};
+  Tensors tensors_;
+  std::unique_ptr<TrainingOptimizer> opt_;
+  CheckpointState state_;
+  Measured last_;  // the last step's measured memory
+  std::int64_t first_step_ = 1;
+  std::int64_t step_ = 0;  // the step being run (for reports)
+  double t_start_ = 0;
+  std::int64_t tokens_this_run_ = 0;
+  std::function<void(JsonWriter&)> oom_report_;  // fields of the oom event
+  // Ranks (world_ > 1): rank 0 writes metrics.jsonl, events.jsonl, the
+  // checkpoints and the model; each rank trains on its share of every
+  // global batch.
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<dist::Communicator> comm_;
+  std::unique_ptr<NcclGroup> nccl_;  // the gradients and parameters of GPU ranks; null: the ring
+  std::string collectives_;          // what carries them, for the start event
+  std::unique_ptr<GradientSync> sync_;  // last: it references the model, comm_ and nccl_
+};
+
+}  // namespace tailor::runner

@@ -1,0 +1,263 @@
+// The run's setup phases (run.h): the device, the ranks, the data, the
+// model with its adapters, how gradients are synchronised, the optimizer.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "dsl/spec_loader.h"
+#include "runner/data/dataset.h"
+#include "runner/data/token_cache.h"
+#include "runner/data/tokenizer.h"
+#include "runner/dist/launcher.h"
+#include "runner/loss_scaler.h"
+#include "runner/protocol/capabilities.h"
+#include "runner/torch/data_parallel.h"
+#include "runner/torch/lora.h"
+#include "runner/torch/run.h"
+
+namespace tailor::runner {
+namespace {
+
+std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::milliseconds fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s > 0)) return fallback;
+  return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+}
+
+// Whether any target of one pass is trained (the eval loss's denominator
+// is not 0): a document's token t >= 1 predicted from t - 1, within a
+// row's first seq_len + 1 tokens without packing.
+bool has_trained_tokens(const data::TokenStore& store, std::int64_t seq_len, bool packing) {
+  for (std::size_t d = 0; d < store.documents(); ++d) {
+    const auto trained = store.trained(d);
+    const std::int64_t end = packing ? store.length(d) : std::min(store.length(d), seq_len + 1);
+    for (std::int64_t t = 1; t < end; ++t) {
+      if (trained[static_cast<std::size_t>(t)]) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Status Run::prepare() {
+  alloc_ = &TrackingAllocator::install();
+  TAILOR_RETURN_IF_ERROR(choose_device());
+  TAILOR_RETURN_IF_ERROR(check_executable(st_));
+  TAILOR_RETURN_IF_ERROR(join_ranks());
+  TAILOR_RETURN_IF_ERROR(dsl::check_weights(spec_));
+  if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
+    return Status::invalid_argument("data.seq_len exceeds the model's max_seq_len");
+  }
+  if (o_.threads > 0) at::set_num_threads(o_.threads);
+  // The plan's budget where the plan's kind of device trains: a CPU plan on
+  // the CPU, a GPU plan on a GPU. A GPU plan trained on the CPU on purpose
+  // (resources.device: cpu, --device cpu) has no meaningful budget there.
+  const bool plan_device = cfg_.on_cpu != device_.cuda;
+  limit_ = o_.memory_limit >= 0 ? o_.memory_limit : (plan_device ? cfg_.budget_bytes : 0);
+  torch::manual_seed(static_cast<std::uint64_t>(spec_.training.seed));
+  TAILOR_ASSIGN_OR_RETURN(data_, load_data());
+  return build_model();
+}
+
+Status Run::choose_device() {
+  const int cuda_devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  auto chosen = runner::choose_device(o_.device, spec_.resources.device, !cfg_.on_cpu, cuda_devices,
+                                     /*cuda_built=*/TAILOR_CUDA != 0, std::getenv("CUDA_VISIBLE_DEVICES"));
+  if (!chosen.is_ok()) return chosen.status();
+  device_ = *chosen;
+  // Ranks on one machine take a GPU each.
+  if (device_.cuda && world_ > 1 && o_.device == "auto" && cuda_devices > 0) {
+    device_.index = o_.rank.local_rank % cuda_devices;
+    device_.reason += "; rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " on device " +
+                      std::to_string(device_.index);
+  }
+  if (!device_.cuda) {
+    meter_ = alloc_;
+    return Status::ok();
+  }
+  dev_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_.index));
+  auto meter = CudaMemoryMeter::open(device_.index, cfg_.device_memory_bytes);
+  if (!meter.is_ok()) return Status::unavailable(device_.name() + ": " + meter.status().message());
+  cuda_meter_ = std::move(meter).value();
+  meter_ = cuda_meter_.get();
+  return Status::ok();
+}
+
+Status Run::join_ranks() {
+  // One rank offloading its parameters is ZeRO-3 over a world of one.
+  if (world_ == 1 && st_.num_gpus == 1 && st_.offload != dsl::Offload::kOptimizerAndParams) return Status::ok();
+  if (st_.num_gpus != world_) {
+    return Status::invalid_argument("the plan is for " + std::to_string(st_.num_gpus) + " ranks, but WORLD_SIZE is " +
+                                    std::to_string(world_) + (o_.rank.present ? "" : " (RANK and WORLD_SIZE are not set)"));
+  }
+  dist::CommunicatorOptions co;
+  co.rendezvous_timeout = seconds_from_env("TAILOR_RENDEZVOUS_TIMEOUT", co.rendezvous_timeout);
+  co.collective_timeout = seconds_from_env("TAILOR_COLLECTIVE_TIMEOUT", co.collective_timeout);
+  auto comm = dist::Communicator::connect(o_.rank, co);
+  if (!comm.is_ok()) return Status::unavailable("rank " + std::to_string(rank_) + ": " + comm.status().message());
+  comm_ = std::move(comm).value();
+  collectives_ = "ring";
+  return device_.cuda ? join_nccl() : Status::ok();
+}
+
+Status Run::join_nccl() {
+  // TAILOR_COLLECTIVES: auto (the default), nccl (required) or ring.
+  const char* env = std::getenv("TAILOR_COLLECTIVES");
+  const std::string want = env != nullptr && *env != '\0' ? env : "auto";
+  if (want != "auto" && want != "nccl" && want != "ring") {
+    return Status::invalid_argument("TAILOR_COLLECTIVES must be auto, nccl or ring, got \"" + want + "\"");
+  }
+  if (want == "ring") {
+    collectives_ = "ring (TAILOR_COLLECTIVES=ring)";
+    return Status::ok();
+  }
+  if (world_ == 1) {
+    collectives_ = "none (one rank)";
+    return Status::ok();
+  }
+  // NCCL takes one rank per GPU: where any two ranks share one, all keep the ring.
+  const int cuda_devices = static_cast<int>(torch::cuda::device_count());
+  std::vector<double> sharing{o_.rank.local_rank >= cuda_devices ? 1.0 : 0.0};
+  TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, sharing));
+  if (sharing[0] > 0) {
+    if (want == "nccl") {
+      return Status::invalid_argument("TAILOR_COLLECTIVES=nccl, but ranks share a GPU (NCCL takes one rank per GPU)");
+    }
+    collectives_ = "ring (ranks share a GPU)";
+    return Status::ok();
+  }
+  auto group = NcclGroup::connect(*comm_, o_.rank.master_addr, device_.index,
+                                  seconds_from_env("TAILOR_COLLECTIVE_TIMEOUT", std::chrono::minutes(30)));
+  if (!group.is_ok()) return Status::unavailable("rank " + std::to_string(rank_) + ": " + group.status().message());
+  nccl_ = std::move(group).value();
+  collectives_ = "nccl";
+  return Status::ok();
+}
+
+Result<Run::Data> Run::load_data() {
+  // The model folder's tokenizer.model, else bytes; tokenized once into the
+  // token cache (warnings about it go to stderr), mapped on later runs.
+  auto tok = data::make_tokenizer(spec_.model);
+  if (!tok.is_ok()) return as_bad_input(tok.status());
+  // A tokens file may hold ids past the embedding table: a clear error here,
+  // not an index error inside the forward pass.
+  auto load = [&](const std::string& path) -> Result<data::TokenizedData> {
+    auto tokenized = data::load_tokenized(path, spec_.data, **tok, o_.cache_dir);
+    if (!tokenized.is_ok()) return as_bad_input(tokenized.status());
+    const auto ids = tokenized->store.all_tokens();
+    if (const auto it = std::max_element(ids.begin(), ids.end()); it != ids.end() && *it >= spec_.model.arch.vocab) {
+      return Status::invalid_argument(path + ": token id " + std::to_string(*it) +
+                                      " is outside the model's vocabulary (" + std::to_string(spec_.model.arch.vocab) +
+                                      " ids)");
+    }
+    return tokenized;
+  };
+  Data out;
+  TAILOR_ASSIGN_OR_RETURN(data::TokenizedData tokenized, load(spec_.data.train));
+  if (!spec_.data.eval.empty()) {
+    // The eval file as the training data is read: the same tokenizer,
+    // masking, seq_len and packing, so the two losses compare.
+    TAILOR_ASSIGN_OR_RETURN(data::TokenizedData eval, load(spec_.data.eval));
+    if (!has_trained_tokens(eval.store, spec_.data.seq_len, spec_.data.packing)) {
+      return Status::invalid_argument(spec_.data.eval + ": no token is trained (every one is masked), so there is no "
+                                      "loss to evaluate");
+    }
+    // Packed as training packs (whole examples, or the stream), long
+    // examples handled alike; errors name the eval file.
+    dsl::DataSpec eval_data = spec_.data;
+    eval_data.train = spec_.data.eval;
+    auto eval_batcher =
+        data::make_batcher(std::move(eval.store), eval_data, st_.micro_batch_size, /*seed=*/0, (*tok)->pad_id());
+    if (!eval_batcher.is_ok()) return as_bad_input(eval_batcher.status());
+    out.eval = std::make_unique<data::Batcher>(std::move(*eval_batcher));
+  }
+  out.tokenizer.tokens = {(*tok)->bos_id(), (*tok)->eos_id()};
+  out.tokenizer.tokenizer_from = spec_.model.path;
+  out.tokenizer.byte_tokenizer = dynamic_cast<const data::ByteTokenizer*>(tok->get()) != nullptr;
+  auto batcher = data::make_batcher(std::move(tokenized.store), spec_.data, st_.micro_batch_size,
+                                    static_cast<std::uint64_t>(spec_.training.seed), (*tok)->pad_id());
+  if (!batcher.is_ok()) return as_bad_input(batcher.status());
+  out.train = std::make_unique<data::Batcher>(std::move(*batcher));
+  const double global_rows = static_cast<double>(st_.micro_batch_size * st_.grad_accumulation * world_);
+  out.total_steps = spec_.training.max_steps
+                        ? *spec_.training.max_steps
+                        : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
+                                                        spec_.training.epochs *
+                                                        static_cast<double>(out.train->rows_per_epoch()) / global_rows)));
+  return out;
+}
+
+Result<Run::Tensors> Run::attach_adapters() {
+  Tensors out;
+  if (st_.adapter != dsl::Adapter::kNone) {
+    // The base as it will stay, before QLoRA quantises it: a re-plan from
+    // LoRA to QLoRA resumes over the same base.
+    std::vector<torch::Tensor> base;
+    for (const auto& item : model_->named_parameters()) {
+      out.base_names.push_back(item.key());
+      base.push_back(item.value());
+    }
+    out.base_fingerprint = weights_fingerprint(base);
+    LoraOptions lo;
+    lo.rank = st_.lora_rank > 0 ? st_.lora_rank : spec_.strategy.lora.r;
+    lo.alpha = spec_.strategy.lora.alpha;
+    lo.dropout = spec_.strategy.lora.dropout;
+    lo.targets = spec_.strategy.lora.targets;
+    lo.quantize_base = st_.adapter == dsl::Adapter::kQlora || st_.quantization != strategies::Quantization::kNone;
+    lo.adapter_dtype = st_.precision == dsl::Precision::kPureBf16 ? torch::kBFloat16 : torch::kFloat32;
+    TAILOR_RETURN_IF_ERROR(as_bad_input(attach_lora(*model_, lo)));
+  }
+  for (const auto& p : model_->parameters()) {
+    if (p.requires_grad()) out.trainable.push_back(p);
+  }
+  out.checkpointed = has_lora(*model_) ? out.trainable : model_->parameters();
+  if (!has_lora(*model_)) out.base_fingerprint.clear();
+  return out;
+}
+
+Status Run::build_model() {
+  model_ = CausalLM(spec_.model.arch, st_.checkpoint_every);
+  model_->to(dev_, param_dtype(st_.precision));
+  // The attention the plan chose (its memory estimate assumed it).
+  model_->set_fused_attention(st_.attention == strategies::Attention::kMemoryEfficient);
+  model_->train();
+  // Fine-tuning: the model folder's weights replace the initialisation
+  // (before the optimizer copies them into fp32 master weights).
+  if (!spec_.model.path.empty() && spec_.model.init == dsl::ModelInit::kPretrained) {
+    TAILOR_RETURN_IF_ERROR(as_bad_input(load_hf_weights(model_, spec_.model.path)));
+  }
+  // Adapters after the weights are final, so NF4 quantises the loaded ones.
+  TAILOR_ASSIGN_OR_RETURN(tensors_, attach_adapters());
+  state_.base_fingerprint = tensors_.base_fingerprint;
+  const bool offload_params = st_.offload == dsl::Offload::kOptimizerAndParams;
+  SyncSetup sync;
+  sync.zero_stage = st_.zero_stage;
+  sync.offload_params = offload_params;
+  sync.optimizer = st_.optimizer;
+  sync.rank = rank_;
+  sync.world = world_;
+  sync.comm = comm_.get();
+  sync.nccl = nccl_.get();
+  sync_ = make_gradient_sync(sync, *model_, tensors_.trainable);
+  // The optimizer sees only trainable tensors (this rank's share); adapters
+  // are fp32 under fp32 and mixed precision (so no master copy), bf16 under
+  // pure bf16, as memory_model.cpp assumes. Offload: this rank's optimizer
+  // in host memory (optimizer.h), beside the parts it updates when those
+  // are offloaded too.
+  const dsl::Precision opt_precision =
+      st_.adapter != dsl::Adapter::kNone && st_.precision != dsl::Precision::kPureBf16 ? dsl::Precision::kFp32 : st_.precision;
+  const OptimizerHome home = offload_params                           ? OptimizerHome::kHost
+                             : st_.offload == dsl::Offload::kOptimizer ? OptimizerHome::kHostCopies
+                                                                       : OptimizerHome::kDevice;
+  GradientSync::Share share = sync_->optimizer_share();
+  opt_ = std::make_unique<TrainingOptimizer>(std::move(share.tensors), opt_precision, st_.optimizer,
+                                             spec_.training.weight_decay, share.options, home);
+  state_.loss_scale = DynamicLossScaler(st_.precision == dsl::Precision::kFp16).scale();
+  return Status::ok();
+}
+
+}  // namespace tailor::runner

@@ -1,0 +1,419 @@
+// One training step of the run (run.h), in phases that pass their products
+// on: the global batch drawn, forward and backward over this rank's
+// micro-batches, the update, every rank's memory, the metrics line. Also the
+// probe before step 1 and the evaluation on data.eval.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
+#include "runner/loss_scaler.h"
+#include "runner/protocol/events.h"
+#include "runner/torch/cross_entropy.h"
+#include "runner/torch/data_parallel.h"
+#include "runner/torch/lora.h"
+#include "runner/torch/run.h"
+
+namespace tailor::runner {
+namespace {
+
+double learning_rate(const dsl::TrainingSpec& t, std::int64_t step, std::int64_t total) {
+  // `step` counts from 1. Linear warm-up, then the schedule down to 0.
+  if (t.warmup_steps > 0 && step <= t.warmup_steps) {
+    return t.lr * static_cast<double>(step) / static_cast<double>(t.warmup_steps);
+  }
+  const double span = static_cast<double>(std::max<std::int64_t>(1, total - t.warmup_steps));
+  const double progress = std::clamp(static_cast<double>(step - t.warmup_steps) / span, 0.0, 1.0);
+  switch (t.scheduler) {
+    case dsl::LrScheduler::kConstant: return t.lr;
+    case dsl::LrScheduler::kLinear: return t.lr * (1.0 - progress);
+    case dsl::LrScheduler::kCosine: return t.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+  }
+  return t.lr;
+}
+
+ModelInput model_input(const data::Batch& b, const torch::Device& device) {
+  ModelInput in;
+  in.input_ids = to_tensor(b.inputs, b.rows, b.seq_len, device);
+  in.positions = to_tensor(b.positions, b.rows, b.seq_len, device);
+  // Rows of one document each need no mask beyond causality (attention.h).
+  if (!std::all_of(b.segment_ids.begin(), b.segment_ids.end(), [](std::int32_t s) { return s == 0; })) {
+    in.segment_ids = to_tensor(b.segment_ids, b.rows, b.seq_len, device);
+  }
+  return in;
+}
+
+// The summed cross-entropy of a batch, the logits uncapped for the loss
+// (the model's final soft cap applied inside).
+torch::Tensor batch_loss(CausalLM& model, const data::Batch& b, const torch::Device& dev, double softcap) {
+  return cross_entropy_sum(model->logits(model->hidden_states(model_input(b, dev)), /*capped=*/false),
+                           to_tensor(b.targets, b.rows, b.seq_len, dev), 0, softcap);
+}
+
+// A measured breakdown's figures in a fixed order (peak, allocated, then
+// the components' table), to sum them over the ranks as doubles.
+constexpr std::size_t kRankFields = 2 + std::size(strategies::kMemoryComponents);
+
+void to_fields(const Measured& m, double* out) {
+  out[0] = static_cast<double>(m.peak);
+  out[1] = static_cast<double>(m.allocated);
+  std::size_t k = 2;
+  for (const auto& c : strategies::kMemoryComponents) out[k++] = static_cast<double>((m.parts.*c.member).count());
+}
+
+Measured from_fields(const double* in) {
+  Measured m;
+  m.peak = static_cast<std::int64_t>(in[0]);
+  m.allocated = static_cast<std::int64_t>(in[1]);
+  std::size_t k = 2;
+  for (const auto& c : strategies::kMemoryComponents) m.parts.*c.member = Bytes(static_cast<std::int64_t>(in[k++]));
+  return m;
+}
+
+}  // namespace
+
+void Run::zero_grads() {
+  for (torch::Tensor& p : tensors_.trainable) {
+    if (p.grad().defined()) p.mutable_grad() = torch::Tensor();  // free, as set_to_none does
+  }
+  // The parts' or the host copies' gradients.
+  if (sync_->optimizer_has_own_tensors() || opt_->offloaded()) opt_->zero_grad();
+}
+
+Measured Run::measure_static() const {
+  Measured m;
+  std::int64_t weights = 0, gradients = 0;
+  for (const auto& p : model_->parameters()) {
+    weights += static_cast<std::int64_t>(p.nbytes());
+    if (p.grad().defined()) gradients += static_cast<std::int64_t>(p.grad().nbytes());
+  }
+  // Adapters are their own component; weights are the frozen base, with
+  // NF4 projections at their packed size.
+  const LoraFootprint lora = lora_footprint(*model_);
+  weights += lora.quantized_bytes - lora.adapter_bytes;
+  m.parts.adapter = Bytes(lora.adapter_bytes);
+  m.parts.weights = Bytes(weights);
+  m.parts.gradients = Bytes(gradients);
+  sync_->correct_static_bytes(*model_, m.parts);
+  // Offloaded states and master weights are host memory, not the device's.
+  m.parts.optimizer_states = Bytes(opt_->offloaded() ? 0 : opt_->state_bytes());
+  m.parts.master_weights = Bytes(opt_->offloaded() ? 0 : opt_->master_bytes());
+  return m;
+}
+
+// Forward and backward once on the longest batch the data can produce,
+// gradients discarded: an out-of-memory surfaces before step 1, not an
+// hour in, and the data order stays that of an uninterrupted run.
+Status Run::probe() {
+  // The budget applies to training, not to loading files.
+  meter_->set_budget(limit_);
+  sync_->begin_training();
+  opt_->sync_from_device();  // offloaded: the host copies of what resume wrote
+  meter_->reset_peak();
+  event(events::kStart, [&](JsonWriter& w) {
+    w.field("job", spec_.name).field("steps", data_.total_steps).field("first_step", first_step_);
+    w.field("device", device_.name()).field("device_reason", device_.reason);
+    w.field("strategy", st_.describe()).field("memory_limit_bytes", limit_);
+    w.field("parameters", spec_.model.arch.parameter_count());
+    // The process to signal: the launcher of a multi-rank job.
+    const char* launcher = std::getenv("TAILOR_LAUNCHER_PID");
+    w.field("pid", launcher != nullptr ? static_cast<std::int64_t>(std::atoll(launcher)) : static_cast<std::int64_t>(::getpid()));
+    w.field("rank", static_cast<std::int64_t>(rank_)).field("ranks", static_cast<std::int64_t>(world_));
+    w.field("rank_pid", static_cast<std::int64_t>(::getpid()));
+    if (comm_) w.field("collectives", collectives_);
+    const data::PackingStats& d = data_.train->stats();
+    w.field("packing", dsl::to_string(d.packing)).field("on_long_example", dsl::to_string(spec_.data.on_long_example));
+    w.field("examples", d.examples).field("rows_per_epoch", d.rows_per_epoch);
+    w.field("truncated", d.truncated).field("dropped", d.dropped);
+    w.field("packing_efficiency", d.efficiency());
+  });
+  if (leader() && !o_.quiet) {
+    const data::PackingStats& d = data_.train->stats();
+    std::fprintf(stderr, "data: %lld examples in %lld rows of %lld an epoch (packing %s, %.1f%% of cells filled)",
+                 static_cast<long long>(d.examples), static_cast<long long>(d.rows_per_epoch),
+                 static_cast<long long>(d.seq_len), dsl::describe(d.packing), 100.0 * d.efficiency());
+    if (d.packing != dsl::Packing::kStream) {
+      std::fprintf(stderr, "; %lld truncated, %lld dropped (on_long_example: %s)", static_cast<long long>(d.truncated),
+                   static_cast<long long>(d.dropped), dsl::to_string(spec_.data.on_long_example));
+    }
+    std::fprintf(stderr, "\n");
+  }
+  step_ = first_step_;
+  // The probe draws no random numbers of the run's (dropout would): a
+  // resumed run goes on from the checkpoint's generator state exactly.
+  at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();
+  const torch::Tensor cpu_state = cpu_gen.get_state();
+  std::optional<at::Generator> device_gen;
+  torch::Tensor device_state;
+  if (device_.cuda) {
+    device_gen = at::globalContext().defaultGenerator(dev_);
+    device_state = device_gen->get_state();
+  }
+  sync_->before_micro_batch(/*last=*/false);
+  batch_loss(model_, data_.train->longest_batch(), dev_, spec_.model.arch.final_logit_softcap).backward();
+  TAILOR_RETURN_IF_ERROR(sync_->after_backward());
+  cpu_gen.set_state(cpu_state);
+  if (device_gen) device_gen->set_state(device_state);
+  zero_grads();
+  meter_->reset_peak();
+  return Status::ok();
+}
+
+Status Run::train_step(std::int64_t step) {
+  const double t0 = now_seconds();
+  const std::uint64_t sent_before = comm_ ? comm_->bytes_sent() : 0;
+  const GlobalBatch batch = draw_global_batch();
+  // Normalised by the whole global batch's target tokens, so accumulated
+  // training equals one large batch even with padding and masking.
+  const double denom = static_cast<double>(std::max<std::int64_t>(1, batch.target_tokens));
+  TAILOR_ASSIGN_OR_RETURN(Pass pass, forward_backward(batch.mine, denom));
+  TAILOR_ASSIGN_OR_RETURN(const Update u, update(step, pass.memory));
+  last_ = pass.memory;
+  const double seconds = now_seconds() - t0;
+  tokens_this_run_ += pass.tokens;
+  state_.tokens_seen += pass.tokens;
+  const double loss = pass.loss_sum / denom;
+  TAILOR_RETURN_IF_ERROR(check_loss(step, loss));
+  TAILOR_ASSIGN_OR_RETURN(const RankMemory memory, gather_memory(pass.memory));
+  // Evaluated after the step, on every rank, into the step's line.
+  std::optional<Evaluation> eval;
+  if (eval_due(step)) {
+    TAILOR_ASSIGN_OR_RETURN(eval, evaluate());
+  }
+  if (!metrics_) return Status::ok();
+  const std::uint64_t sent = comm_ ? comm_->bytes_sent() - sent_before : 0;
+  write_metrics(step, loss, u, pass, batch.target_tokens, seconds, sent, memory, eval);
+  if (eval) {
+    event(events::kEval, [&](JsonWriter& ev) {
+      ev.field("step", step).field("loss", eval->loss).field("perplexity", std::exp(eval->loss));
+      ev.field("tokens", eval->tokens).field("seconds", eval->seconds);
+    });
+  }
+  print_progress(step, loss, memory.line().peak, eval);
+  return Status::ok();
+}
+
+// Every rank draws the whole global batch and trains on micro-batches
+// rank, rank + world, ...: the data order is one rank's, whatever the rank
+// count, and so is a checkpoint's data position.
+Run::GlobalBatch Run::draw_global_batch() {
+  GlobalBatch out;
+  for (std::int64_t k = 0; k < st_.grad_accumulation * world_; ++k) {
+    data::Batch b = data_.train->next();
+    out.target_tokens += b.target_tokens;
+    if (k % world_ == rank_) out.mine.push_back(std::move(b));
+  }
+  return out;
+}
+
+// The micro-batches' forward and backward passes with the memory each
+// region needed, then the global batch's gradients where the optimizer
+// reads them and the loss summed over the ranks.
+Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, double denom) {
+  zero_grads();
+  Pass out;
+  Measured& m = out.memory;
+  for (const data::Batch& b : micro) {
+    sync_->before_micro_batch(&b == &micro.back());
+    const std::int64_t base = meter_->current_bytes();
+    PeakScope scope(*meter_);
+    torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
+    torch::Tensor hidden = model_->hidden_states(model_input(b, dev_));
+    const std::int64_t after_body = meter_->current_bytes();
+    torch::Tensor loss;
+    std::int64_t head_peak = 0;
+    {
+      PeakScope head(*meter_);
+      loss = cross_entropy_sum(model_->logits(hidden, /*capped=*/false), targets, 0,
+                               spec_.model.arch.final_logit_softcap);
+      head_peak = head.peak_increase();
+    }
+    (loss * (state_.loss_scale / denom)).backward();
+    TAILOR_RETURN_IF_ERROR(sync_->after_backward());
+    out.loss_sum += loss.item<double>();
+    out.tokens += b.rows * b.seq_len;
+    m.parts.activations = std::max(m.parts.activations, Bytes(after_body - base));
+    m.parts.logits = std::max(m.parts.logits, Bytes(head_peak));
+    m.peak = std::max(m.peak, scope.peak_increase() + scope.start_bytes());
+  }
+  // Gradients as backward left them (ZeRO-2: this rank's share), before
+  // ZeRO-1 sends away those it does not own.
+  m.parts.gradients = measure_static().parts.gradients;
+  TAILOR_RETURN_IF_ERROR(sync_->reduce());
+  if (world_ > 1) {
+    std::vector<double> v = {out.loss_sum, static_cast<double>(out.tokens)};
+    TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
+    out.loss_sum = v[0];
+    out.tokens = static_cast<std::int64_t>(v[1]);
+  }
+  return out;
+}
+
+// The optimizer's step with the learning rate of `step`, clipped; under
+// fp16 a step with inf/nan gradients is skipped and the scale backs off
+// (loss_scaler.h). Completes the step's `memory` with the static components.
+Result<Run::Update> Run::update(std::int64_t step, Measured& m) {
+  Update u;
+  u.lr = learning_rate(spec_.training, step, data_.total_steps);
+  // Offloaded: the step's gradients to the host, where the update runs.
+  opt_->offload_gradients();
+  const double used = state_.loss_scale;  // the gradients are scaled by it
+  const bool fp16 = st_.precision == dsl::Precision::kFp16;
+  bool finite = true;
+  if (fp16) {
+    TAILOR_ASSIGN_OR_RETURN(finite, sync_->all_finite(opt_->grads_finite()));
+  }
+  DynamicLossScaler scaler(fp16, state_.loss_scale, state_.good_steps);
+  u.skipped = scaler.update(finite) == DynamicLossScaler::Outcome::kSkip;
+  state_.loss_scale = scaler.scale();
+  state_.good_steps = scaler.good_steps();
+  if (u.skipped) {
+    event(events::kLossScale, [&](JsonWriter& w) { w.field("step", step).field("scale", state_.loss_scale); });
+  }
+  if (u.skipped) {
+    m.parts.gradients = Bytes(0);
+  } else {
+    TAILOR_ASSIGN_OR_RETURN(u.norm, sync_->norm(opt_->grad_norm(used)));
+    double factor = 1.0 / used;
+    if (spec_.training.grad_clip > 0 && u.norm > spec_.training.grad_clip) factor *= spec_.training.grad_clip / u.norm;
+    opt_->step(u.lr, factor);
+    TAILOR_RETURN_IF_ERROR(sync_->after_update());
+  }
+  const Measured stat = measure_static();
+  m.parts.weights = stat.parts.weights;
+  m.parts.adapter = stat.parts.adapter;
+  m.parts.optimizer_states = stat.parts.optimizer_states;
+  m.parts.master_weights = stat.parts.master_weights;
+  m.allocated = meter_->current_bytes();
+  m.peak = std::max(m.peak, meter_->peak_bytes());
+  return u;
+}
+
+// Training diverged (or read damaged weights): nothing later in this run
+// can be trusted, and the last checkpoint is older than the damage.
+Status Run::check_loss(std::int64_t step, double loss) {
+  if (std::isfinite(loss)) return Status::ok();
+  event(events::kNonfiniteLoss, [&](JsonWriter& w) {
+    w.field("step", step).field("loss", std::isnan(loss) ? "nan" : (loss > 0 ? "inf" : "-inf"));
+  });
+  return Status::internal("the loss at step " + std::to_string(step) + " is " +
+                          (std::isnan(loss) ? "NaN" : "infinite") +
+                          ": training diverged (a lower lr, grad_clip, or bf16 rather than fp16 may help)");
+}
+
+// Every rank's memory for rank 0's line, whose figures are the rank with
+// the largest peak: the one a budget must hold (ranks differ by their ZeRO
+// shares).
+Result<Run::RankMemory> Run::gather_memory(const Measured& mine) {
+  RankMemory out;
+  if (world_ == 1) {
+    out.ranks = {mine};
+    return out;
+  }
+  std::vector<double> fields(static_cast<std::size_t>(world_) * kRankFields, 0.0);
+  to_fields(mine, &fields[static_cast<std::size_t>(rank_) * kRankFields]);
+  TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, fields));
+  for (int r = 0; r < world_; ++r) {
+    out.ranks.push_back(from_fields(&fields[static_cast<std::size_t>(r) * kRankFields]));
+    if (out.ranks.back().peak > out.ranks[static_cast<std::size_t>(out.peak_rank)].peak) out.peak_rank = r;
+  }
+  return out;
+}
+
+void Run::write_metrics(std::int64_t step, double loss, const Update& u, const Pass& pass, std::int64_t target_tokens,
+                        double seconds, std::uint64_t sent, const RankMemory& memory,
+                        const std::optional<Evaluation>& eval) {
+  JsonWriter w(0);
+  w.begin_object().field("step", step).field("loss", loss).field("lr", u.lr).field("grad_norm", u.norm);
+  w.field("tokens", pass.tokens).field("target_tokens", target_tokens).field("tokens_per_second", pass.tokens / seconds);
+  w.field("step_seconds", seconds).field("epoch", data_.train->epoch_progress()).field("skipped", u.skipped);
+  write_memory(w, memory.line());
+  if (opt_->offloaded()) {
+    // Rank 0's host ledger: its optimizer's copies, states and master
+    // weights, and under parameter offload its parts and their gradients.
+    w.key("host").begin_object();
+    w.field("optimizer_states_bytes", opt_->state_bytes()).field("master_weights_bytes", opt_->master_bytes());
+    if (const auto host = sync_->host_parts()) {
+      w.field("parameters_bytes", host->parameters).field("gradients_bytes", host->gradients);
+    }
+    w.field("bytes", alloc_->host_bytes()).field("peak_bytes", alloc_->host_peak_bytes());
+    w.end_object();
+  }
+  if (world_ > 1) {
+    // Bytes rank 0 sent this step (bench/ranks_vs_ddp.sh compares them with 2Ψ).
+    w.field("comm_bytes", static_cast<std::int64_t>(sent));
+    w.field("peak_rank", static_cast<std::int64_t>(memory.peak_rank));
+    w.key("ranks").begin_array();
+    for (int r = 0; r < world_; ++r) {
+      const Measured& m = memory.ranks[static_cast<std::size_t>(r)];
+      w.begin_object().field("rank", static_cast<std::int64_t>(r));
+      w.field("peak_bytes", m.peak).field("allocated_bytes", m.allocated);
+      for (const auto& c : strategies::kMemoryComponents) {
+        w.field(std::string(c.key) + "_bytes", (m.parts.*c.member).count());
+      }
+      w.end_object();
+    }
+    w.end_array();
+  }
+  if (eval) {
+    w.field("eval_loss", eval->loss).field("eval_perplexity", std::exp(eval->loss));
+    w.field("eval_tokens", eval->tokens).field("eval_seconds", eval->seconds);
+  }
+  w.end_object();
+  metrics_->write(w);
+}
+
+bool Run::eval_due(std::int64_t step) const {
+  if (!data_.eval) return false;
+  const std::int64_t every = spec_.training.eval_every;
+  return step == data_.total_steps || (every > 0 && step % every == 0);
+}
+
+// One pass over data.eval without gradients (so no activations are kept:
+// it fits wherever a training step does) and without dropout. Ranks share
+// the batches (k on rank k % world) and sum their losses and tokens.
+Result<Run::Evaluation> Run::evaluate() {
+  const double t0 = now_seconds();
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  struct TrainAgain {
+    CausalLM& model;
+    ~TrainAgain() { model->train(); }
+  } train_again{model_};
+  const std::int64_t batches = data_.eval->batches_per_epoch();
+  // Where forward passes are collective (ZeRO-3) every rank runs as many,
+  // a rank out of batches a one-token one that counts nothing.
+  const std::int64_t rounds = (batches + world_ - 1) / world_;
+  double sums[2] = {0, 0};  // loss, target tokens
+  for (std::int64_t round = 0; round < rounds; ++round) {
+    const std::int64_t k = round * world_ + rank_;
+    data::Batch b;
+    if (k < batches) {
+      b = data_.eval->pass_batch(k);
+    } else if (sync_->collective_forward()) {
+      b.rows = b.seq_len = 1;
+      b.inputs = b.positions = b.segment_ids = {0};
+      b.targets = {-100};
+    } else {
+      break;
+    }
+    sums[0] += batch_loss(model_, b, dev_, spec_.model.arch.final_logit_softcap).item<double>();
+    sums[1] += static_cast<double>(b.target_tokens);
+    // ZeRO-3's head is still gathered: no backward released it.
+    TAILOR_RETURN_IF_ERROR(sync_->after_backward());
+  }
+  if (world_ > 1) {
+    std::vector<double> v(sums, sums + 2);
+    TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
+    sums[0] = v[0];
+    sums[1] = v[1];
+  }
+  Evaluation e;
+  e.tokens = static_cast<std::int64_t>(sums[1]);
+  e.loss = sums[0] / std::max(1.0, sums[1]);
+  e.seconds = now_seconds() - t0;
+  return e;
+}
+
+}  // namespace tailor::runner
