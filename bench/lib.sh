@@ -2,7 +2,7 @@
 # checked, a work folder removed on exit, and the same synthetic data.
 
 # Sets root, python, anchor and work; exports the environment every
-# implementation runs under (runner/README.md).
+# implementation runs under (docs/libtorch.md).
 bench_init() {
   root=$(cd "$(dirname "${BASH_SOURCE[1]}")/.." && pwd)
   python="$root/.venv/bin/python"

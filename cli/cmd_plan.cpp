@@ -152,14 +152,7 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
                            : std::string("(host, CPU training)"))
       << "\n";
   auto mem = [&](const char* k, Bytes b) { out << "  " << pad(k, 24) << b.to_string() << "\n"; };
-  mem("weights", m.weights);
-  mem("gradients", m.gradients);
-  mem("optimizer states", m.optimizer_states);
-  mem("fp32 master weights", m.master_weights);
-  mem("adapters", m.adapter);
-  mem("activations", m.activations);
-  mem("logits", m.logits);
-  mem("overhead", m.overhead);
+  for (const strategies::MemoryComponent& c : strategies::kMemoryComponents) mem(c.label, m.*c.member);
   if (m.overlap.count() > 0) mem("less not live at once", Bytes(0) - m.overlap);
   out << "  " << pad("total", 24) << m.total().to_string() << "\n";
   out << "  " << pad("budget", 24) << plan.budget_per_device.to_string() << " ("

@@ -20,7 +20,7 @@ function(tailor_add_test name)
   if(T_LABEL STREQUAL "torch" OR T_LABEL STREQUAL "interop")
     add_test(NAME ${name} COMMAND ${name})
     # Busy-waiting OpenMP threads stall when ctest runs other work beside
-    # them on 2 cores (runner/README.md).
+    # them on 2 cores (docs/libtorch.md, "OpenMP and fresh pages").
     set_tests_properties(${name} PROPERTIES LABELS ${T_LABEL} ENVIRONMENT OMP_WAIT_POLICY=PASSIVE)
   else()
     include(GoogleTest)

@@ -178,7 +178,7 @@ struct StrategySpec {
 // 8-10% (LoRA with dropout under materialised attention, where backward's
 // score gradients are a transient the model leaves out; most cells are
 // within 1-6%), so a plan at the budget still holds those runs.
-// strategies/README.md ("Headroom") has the measurements.
+// docs/planner.md ("Headroom") has the measurements.
 inline constexpr double kDefaultHeadroom = 0.10;
 
 // The device tailor-runner trains on. kAuto: the plan's kind of hardware (a

@@ -83,7 +83,7 @@ exit codes: 0 done, 1 failure, 2 bad input (never retried), 3 out of memory
 // Keeps freed tensor memory in the process' heap. By default glibc serves
 // large blocks with fresh mmap()s and unmaps them on free, so every step
 // pays the kernel's page faults again for each activation-sized tensor
-// (~0.4 ms per MiB here, runner/README.md); a training loop allocates the same
+// (~0.4 ms per MiB here, docs/libtorch.md); a training loop allocates the same
 // sizes every step, so reuse is the right trade (RSS stays at the peak).
 void keep_freed_memory() {
   mallopt(M_MMAP_MAX, 0);

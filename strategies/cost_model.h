@@ -42,9 +42,10 @@ struct CostConstants {
   double dequant_bandwidth_efficiency = 0.3;
   // LibTorch's flash CPU kernel in half precision against materialised
   // attention, in the step of tailor-runner on this project's 2-core AMD
-  // machine (bench/README.md): the fused form's attention FLOPs take this
-  // much extra time (measured 2.0 at 256 tokens, 0.85 at 512, 0.75 at 1024;
-  // in fp32 the two are within 4%). Its kernel runs fp32 GEMMs inside.
+  // machine (docs/benchmarks.md, "Fused attention on the CPU"): the fused
+  // form's attention FLOPs take this much extra time (measured 2.0 at 256
+  // tokens, 0.85 at 512, 0.75 at 1024; in fp32 the two are within 4%). Its
+  // kernel runs fp32 GEMMs inside.
   double cpu_half_fused_attention_extra = 1.0;
   // Ranking, not timing: each technique that changes what is trained
   // (8-bit optimizer states, pure-bf16 states, adapters, a quantised base)

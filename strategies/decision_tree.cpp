@@ -7,11 +7,9 @@ namespace tailor::strategies {
 namespace {
 
 std::string largest_components(const MemoryBreakdown& m) {
-  std::vector<std::pair<Bytes, const char*>> parts = {
-      {m.weights, "weights"},         {m.gradients, "gradients"},   {m.optimizer_states, "optimizer states"},
-      {m.master_weights, "fp32 master weights"}, {m.adapter, "adapters"}, {m.activations, "activations"},
-      {m.logits, "logits"},           {m.overhead, "overhead"}};
-  std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::pair<Bytes, const char*>> parts;
+  for (const MemoryComponent& c : kMemoryComponents) parts.emplace_back(m.*c.member, c.label);
+  std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::string out;
   for (int i = 0; i < 3; ++i) {
     if (parts[i].first.count() <= 0) break;

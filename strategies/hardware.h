@@ -52,7 +52,7 @@ struct Hardware {
 
 // What tailor-runner's ranks move between them per second (bus bandwidth,
 // GB/s): its TCP ring over loopback, 1.0-1.6 GB/s for 1-64 MiB between 2
-// and 4 ranks on the 2-core machine (bench/comm_bench.cpp, runner/README.md).
+// and 4 ranks on the 2-core machine (bench/comm_bench.cpp, docs/benchmarks.md).
 inline constexpr double kCpuLoopbackGBps = 1.0;
 
 // The device one rank trains on: the first GPU, or on the CPU its share of
@@ -63,7 +63,7 @@ Device rank_device(const dsl::JobSpec& spec, const Hardware& hw);
 
 // The host as a compute device: this project's 2-core reference machine
 // figures, kept below the peaks `tailor-runner --probe` measures on 512²
-// matmuls (runner/README.md: ~165 GFLOP/s fp32 with MKL, ~430 bf16 through
+// matmuls (docs/libtorch.md: ~165 GFLOP/s fp32 with MKL, ~430 bf16 through
 // oneDNN) because a whole step runs below them. Measured runs calibrate them.
 // `native_bf16`: the CPU multiplies bf16 in hardware (AVX512_BF16, AMX,
 // Arm's BF16; platform::detect_native_bf16()). Without it oneDNN emulates

@@ -89,7 +89,7 @@ std::int64_t lora_parameter_count(const ModelArch& a, std::int64_t rank, const s
 MemoryConstants MemoryConstants::defaults() {
   MemoryConstants k;
   // Measured on an H100 80GB (driver 580, CUDA 13.0, LibTorch 2.11,
-  // runner/README.md): tailor-runner's process holds 852 MiB of device
+  // docs/gpu-measurements.md): tailor-runner's process holds 852 MiB of device
   // memory outside the caching allocator once CUDA is up (the context and
   // the loaded libraries' modules), and the allocator's peak exceeds the
   // tensors by a constant 125-142 MB whatever the model (cuBLAS workspaces).

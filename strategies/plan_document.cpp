@@ -27,14 +27,7 @@ void write_strategy(JsonWriter& w, const Strategy& s) {
 }  // namespace
 
 void write_memory_breakdown(JsonWriter& w, const MemoryBreakdown& m) {
-  w.field("weights", m.weights.count());
-  w.field("gradients", m.gradients.count());
-  w.field("optimizer_states", m.optimizer_states.count());
-  w.field("master_weights", m.master_weights.count());
-  w.field("adapter", m.adapter.count());
-  w.field("activations", m.activations.count());
-  w.field("logits", m.logits.count());
-  w.field("overhead", m.overhead.count());
+  for (const MemoryComponent& c : kMemoryComponents) w.field(c.key, (m.*c.member).count());
   w.field("overlap", m.overlap.count());
   w.field("total", m.total().count());
 }
@@ -119,6 +112,11 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   w.field("host_total", plan.chosen.memory.host.count());
   w.field("host_budget", plan.host_budget.count());
   w.field("trainable_parameters", plan.chosen.memory.trainable_parameters);
+  // The components' keys and words in order, so readers (the web UI) need
+  // no list of their own.
+  w.key("components").begin_array();
+  for (const MemoryComponent& c : kMemoryComponents) w.begin_object().field("key", c.key).field("label", c.label).end_object();
+  w.end_array();
   w.end_object();
   w.key("throughput");
   write_throughput(w, plan.chosen.throughput);

@@ -53,7 +53,7 @@ struct Strategy {
   Offload offload = Offload::kNone;
   std::int64_t num_gpus = 1;          // data-parallel ranks (1 on CPU)
   // Fused on GPUs. On the CPU a searched choice in half precision: there
-  // the materialised form is faster (bench/README.md) but keeps s^2 scores.
+  // the materialised form is faster (docs/benchmarks.md) but keeps s^2 scores.
   Attention attention = Attention::kMemoryEfficient;
 
   bool operator==(const Strategy&) const = default;

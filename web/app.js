@@ -242,7 +242,20 @@ function memoryBars(components, budget, rows) {
   return wrap;
 }
 
-const COMPONENTS = ["weights", "gradients", "optimizer_states", "master_weights", "adapter", "activations", "logits", "overhead"];
+// The memory components in the planner's order, as the plan document
+// lists them (memory.components); without a plan, the keys the runner's
+// memory objects carry.
+function memoryComponents(plan, rows = []) {
+  const listed = plan && plan.memory && plan.memory.components;
+  if (Array.isArray(listed)) return listed.map(c => c.key);
+  const keys = [];
+  for (const r of rows) {
+    for (const k of Object.keys(r || {})) {
+      if (!k.endsWith("_bytes") && k !== "total" && k !== "overlap" && !keys.includes(k)) keys.push(k);
+    }
+  }
+  return keys;
+}
 
 // One job: facts, actions, curves, memory estimated against measured,
 // attempts, events and the runner's log, refreshed while it runs.
@@ -274,6 +287,7 @@ function jobPage(id) {
   // Curves and memory from `steps`.
   const renderSteps = () => {
     const estimate = plan && plan.memory ? plan.memory.per_gpu : null;
+    const components = memoryComponents(plan, steps.map(s => s.memory));
     curves.replaceChildren(
       h("div", {class: "card"}, h("h2", {}, "Loss"), chart("Loss by step", [
         {name: "loss", points: steps.filter(s => s.loss !== null).map(s => [s.step, s.loss])},
@@ -285,14 +299,14 @@ function jobPage(id) {
         {name: "measured peak", points: steps.filter(s => s.memory && s.memory.peak_bytes).map(s => [s.step, s.memory.peak_bytes])},
         {name: "estimated total", points: estimate ? steps.map(s => [s.step, estimate.total]) : []}], {unit: bytes, zero: true})),
       h("div", {class: "card"}, h("h2", {}, "Memory by component"), chart("Measured memory by component and step, with the estimate of each",
-        COMPONENTS.filter(c => steps.some(s => s.memory && s.memory[c] > 0)).flatMap(c => [
+        components.filter(c => steps.some(s => s.memory && s.memory[c] > 0)).flatMap(c => [
           {name: c, points: steps.filter(s => s.memory && s.memory[c] !== undefined).map(s => [s.step, s.memory[c]])},
           ...(estimate && estimate[c] ? [{name: `${c} (estimated)`, dashed: true,
             points: steps.map(s => [s.step, estimate[c]])}] : [])]), {unit: bytes, zero: true})));
     const last = steps.length ? steps[steps.length - 1].memory : null;
     const budget = plan && plan.memory ? plan.memory.budget_per_gpu : 0;
     memory.replaceChildren(estimate && budget
-      ? memoryBars(COMPONENTS, budget, [{name: "Estimated", values: estimate, total: estimate.total},
+      ? memoryBars(components, budget, [{name: "Estimated", values: estimate, total: estimate.total},
         ...(last ? [{name: `Measured at step ${steps[steps.length - 1].step}`, values: last, total: last.peak_bytes}] : [])])
       : h("p", {class: "muted"}, "No plan document."));
   };
@@ -626,7 +640,7 @@ function submitPage() {
 function planView(p) {
   const out = [h("h2", {}, p.fits ? "Fits" : "Does not fit"), h("p", {}, p.summary || "")];
   if (p.memory && p.memory.per_gpu) {
-    out.push(memoryBars(COMPONENTS, p.memory.budget_per_gpu,
+    out.push(memoryBars(memoryComponents(p, [p.memory.per_gpu]), p.memory.budget_per_gpu,
       [{name: "Per device", values: p.memory.per_gpu, total: p.memory.per_gpu.total}]));
   }
   if (p.throughput) out.push(h("p", {class: "muted"}, `about ${number(p.throughput.tokens_per_second)} tokens/s (an estimate for ranking)`));

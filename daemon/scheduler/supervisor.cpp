@@ -339,14 +339,7 @@ OomEvent read_oom_event(const std::string& text) {
   if (auto m = oom.find("memory"); m != oom.end() && m->is_object()) {
     strategies::MemoryBreakdown b;
     auto get = [&](const char* k) { return Bytes(m->value(k, std::int64_t{0})); };
-    b.weights = get("weights");
-    b.gradients = get("gradients");
-    b.optimizer_states = get("optimizer_states");
-    b.master_weights = get("master_weights");
-    b.adapter = get("adapter");
-    b.activations = get("activations");
-    b.logits = get("logits");
-    b.overhead = get("overhead");
+    for (const strategies::MemoryComponent& c : strategies::kMemoryComponents) b.*c.member = get(c.key);
     out.measured = b;
     out.peak = m->value("peak_bytes", std::int64_t{0});
   }
@@ -613,7 +606,7 @@ void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, s
     req.argv.push_back(std::to_string(*job.memory_limit_bytes));
   }
   req.env = options_.runner_env;
-  if (!req.env.count("OMP_WAIT_POLICY")) req.env["OMP_WAIT_POLICY"] = "PASSIVE";  // runner/README.md
+  if (!req.env.count("OMP_WAIT_POLICY")) req.env["OMP_WAIT_POLICY"] = "PASSIVE";  // docs/libtorch.md
   // The runner reads the files the spec names only from where they were
   // checked at submission (runner/data/file_io.h).
   if (!options_.planning.spec_root.empty()) req.env[runner::kSpecRootEnv] = options_.planning.spec_root;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/store/migrations.h"
+#include "strategies/strategy.h"
 
 namespace tailor::daemon {
 namespace {
@@ -101,17 +102,22 @@ std::string new_job_id() {
 }
 
 const std::vector<std::string>& component_columns() {
-  static const std::vector<std::string> kCols = {"weights_bytes",     "gradients_bytes",   "optimizer_states_bytes",
-                                                 "master_weights_bytes", "adapter_bytes", "activations_bytes",
-                                                 "logits_bytes",      "overhead_bytes"};
+  static const std::vector<std::string> kCols = [] {
+    std::vector<std::string> cols;
+    for (const strategies::MemoryComponent& c : strategies::kMemoryComponents) cols.push_back(std::string(c.key) + "_bytes");
+    return cols;
+  }();
   return kCols;
 }
 
 }  // namespace
 
 const std::vector<std::string>& memory_component_names() {
-  static const std::vector<std::string> kNames = {"weights", "gradients",   "optimizer_states", "master_weights",
-                                                  "adapter", "activations", "logits",           "overhead"};
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> names;
+    for (const strategies::MemoryComponent& c : strategies::kMemoryComponents) names.emplace_back(c.key);
+    return names;
+  }();
   return kNames;
 }
 

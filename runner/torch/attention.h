@@ -7,7 +7,8 @@
 //                 heads read their K/V head without a repeated copy.
 //   materialised: softmax(q k^T / sqrt(D) + mask) v in ATen ops, keeping
 //                 the (T x T) softmax per head; faster than the flash CPU
-//                 kernel for short bf16 sequences (bench/README.md).
+//                 kernel for short bf16 sequences (docs/benchmarks.md,
+//                 "Fused attention on the CPU").
 // Which one a run uses is strategies::attention_for(), shared with the
 // planner so that the estimate and the run agree.
 #pragma once

@@ -17,7 +17,7 @@ namespace tailor::runner {
 // GPU, fp16) the same algorithm in ATen ops over slices of
 // strategies::kCrossEntropySliceElements logits, whose fp32 temporaries are
 // all it adds. Composed ops (a cast, log_softmax, nll_loss) kept 10-12 bytes
-// per logit on an H100 instead (runner/README.md), which with a 32k-152k
+// per logit on an H100 instead (docs/gpu-measurements.md), which with a 32k-152k
 // vocabulary is often the largest activation. `slice_elements` > 0 sets
 // another slice size (tests).
 //

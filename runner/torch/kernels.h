@@ -1,6 +1,6 @@
 // Fused element-wise kernels for the training step on CPU, on raw rows of
 // fp32 or bf16 values. Each replaces a chain of ATen ops that would read and
-// write whole activation-sized tensors several times (runner/README.md: on this
+// write whole activation-sized tensors several times (docs/libtorch.md: on this
 // platform element-wise passes and their fresh allocations, not the matmuls,
 // dominate a small model's step). Math is fp32 whatever the storage type;
 // bf16 results are rounded to nearest even once, at the store.

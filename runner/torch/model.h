@@ -4,7 +4,7 @@
 // experts, Phi-3, Gemma 2 and 3 with GeGLU, four norms a block, Gemma 2's
 // soft-capping and Gemma 3's local RoPE) and GPT-2 (LayerNorm, learned positions, GELU MLP, biases).
 //
-// Layout choices for speed on CPU (runner/README.md): q/k/v and gate/up are
+// Layout choices for speed on CPU (docs/libtorch.md): q/k/v and gate/up are
 // each one fused matmul; RMSNorm runs in the compute dtype without fp32
 // round-trips. Attention is fused (scaled_dot_product_attention) or
 // materialised (attention.h), masked causally and within packed documents.

@@ -2,8 +2,9 @@
 // own, through NCCL (c10d's ProcessGroupNCCL) on the tensors where they lie,
 // instead of dist::Communicator's TCP ring through host copies: on one H200,
 // two ranks sharing the GPU over that ring trained at 1/11 of one rank's
-// speed (runner/README.md). The ring stays the control plane (the store's
-// port, losses, flags, checksums) and carries everything on the CPU.
+// speed (docs/gpu-measurements.md, "On an H200"). The ring stays the control
+// plane (the store's port, losses, flags, checksums) and carries everything
+// on the CPU.
 //
 // Ordering without blocking the host: a call is queued after the work
 // already on the calling thread's current CUDA stream (ProcessGroupNCCL runs

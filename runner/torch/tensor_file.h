@@ -15,7 +15,7 @@ namespace tailor::runner {
 // Not torch::save(value, path): that writes through a std::ofstream owned by
 // libtorch, which aborted the process ("unexpected pos" from a destructor,
 // uncatchable) when the wheel's libraries ran beside a newer libstdc++ on a
-// GPU machine (runner/README.md). IOError naming the file.
+// GPU machine (docs/gpu-measurements.md, "On an H100"). IOError naming the file.
 Status save_tensor_file(const std::vector<torch::Tensor>& tensors, const std::string& path);
 Status save_tensor_file(const torch::Tensor& tensor, const std::string& path);
 

@@ -19,6 +19,7 @@
 #include "daemon/http/router.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/scheduler/scheduler.h"
+#include "strategies/strategy.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::daemon {
@@ -385,6 +386,24 @@ TEST(OpenApiTest, DocumentListsExactlyTheServedRoutes) {
   std::set<std::string> served;
   for (const Route& r : api.router().routes()) served.insert(r.method + " " + r.pattern);
   EXPECT_EQ(documented, served);
+}
+
+// The document's MemoryBreakdown lists the components' table, in order.
+TEST(OpenApiTest, TheMemoryBreakdownIsTheComponentsTable) {
+  auto doc = load_openapi();
+  ASSERT_TRUE(doc);
+  const dsl::Node* props = doc->find("components");
+  for (const char* key : {"schemas", "MemoryBreakdown", "properties"}) {
+    ASSERT_NE(props, nullptr) << key;
+    props = props->find(key);
+  }
+  ASSERT_NE(props, nullptr);
+  std::vector<std::string> documented, table;
+  for (const auto& p : props->entries) {
+    if (p.key != "overlap" && p.key != "total") documented.push_back(p.key);
+  }
+  for (const strategies::MemoryComponent& c : strategies::kMemoryComponents) table.emplace_back(c.key);
+  EXPECT_EQ(documented, table);
 }
 
 // The error table and the document's Error.error enum are the same list,

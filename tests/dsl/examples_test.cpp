@@ -40,9 +40,10 @@ TEST(ExamplesTest, EveryExampleValidatesWithoutWarnings) {
 }
 
 // configs/examples/hf/ holds specs of Hugging Face models the user downloads
-// first, into the repository's models/ (ignored by git), as the README's
-// walkthrough does. Where the download is not made, the one error allowed is
-// that folder's absence; everything else, data files included, validates.
+// first, into the repository's models/ (ignored by git), as the walkthrough
+// (docs/walkthrough.md) does. Where the download is not made, the one error
+// allowed is that folder's absence; everything else, data files included,
+// validates.
 std::vector<std::string> download_example_files() {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(fs::path(TAILOR_SOURCE_DIR) / "configs/examples/hf")) {

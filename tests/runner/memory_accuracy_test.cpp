@@ -111,7 +111,7 @@ TEST(MemoryAccuracyTest, MeasuredPeaksAreWithinTenPercentOfTheEstimate) {
 }
 
 // The same table on a CUDA GPU (skipped without one; run where a GPU is lent,
-// runner/README.md): models large enough that the GPU's own allocations
+// docs/gpu-measurements.md): models large enough that the GPU's own allocations
 // (cuBLAS workspaces) are small beside the tensors, attention as SDPA's
 // flash/memory-efficient kernels or materialised, and the adapters.
 TEST(MemoryAccuracyTest, OnACudaGpuMeasuredPeaksAreWithinTenPercentOfTheEstimate) {

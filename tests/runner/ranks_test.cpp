@@ -33,7 +33,7 @@ using io::SafetensorsFile;
 using io::TensorView;
 const std::string kBin = std::string(TAILOR_BINARY_DIR) + "/bin/";
 // Busy-waiting OpenMP threads stall ranks that share 2 cores with ctest's
-// other work (runner/README.md).
+// other work (docs/libtorch.md).
 const bool kPassiveOmp = ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0) == 0;
 
 struct JobShape {

@@ -31,11 +31,20 @@ TEST(PlanDocumentTest, HasTheDocumentedSchema) {
     EXPECT_TRUE(j["strategy"].contains(k)) << k;
   }
   std::int64_t sum = 0;
-  for (const char* k : {"weights", "gradients", "optimizer_states", "master_weights", "adapter", "activations", "logits",
-                        "overhead"}) {
+  const std::vector<std::string> components = {"weights",        "gradients", "optimizer_states", "master_weights",
+                                               "adapter",        "activations", "logits",         "overhead"};
+  for (const std::string& k : components) {
     ASSERT_TRUE(j["memory"]["per_gpu"].contains(k)) << k;
     sum += j["memory"]["per_gpu"][k].get<std::int64_t>();
   }
+  // Readers (the web UI) take the components, in order and with their
+  // words, from the document.
+  std::vector<std::string> listed;
+  for (const auto& c : j["memory"]["components"]) {
+    listed.push_back(c["key"].get<std::string>());
+    EXPECT_FALSE(c["label"].get<std::string>().empty()) << c;
+  }
+  EXPECT_EQ(listed, components);
   EXPECT_EQ(j["memory"]["per_gpu"]["total"].get<std::int64_t>(), sum);
   EXPECT_EQ(j["memory"]["budget_per_gpu"].get<std::int64_t>(), plan.budget_per_device.count());
   EXPECT_TRUE(j["memory"].contains("host_total"));
