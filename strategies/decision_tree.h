@@ -11,8 +11,9 @@
 
 #include <vector>
 
+#include "strategies/candidate.h"
 #include "strategies/constraints.h"
-#include "strategies/planner.h"
+#include "strategies/plan.h"
 
 namespace tailor::strategies {
 

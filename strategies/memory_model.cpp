@@ -291,145 +291,197 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
   return t;
 }
 
-MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) {
-  const ModelArch& a = *in.arch;
-  const Strategy& st = in.strategy;
-  ParameterCounts pc = count_parameters(a);
-  // MemoryInput::unties_embeddings: the head is a parameter of its own.
-  const std::int64_t head_params = a.vocab * a.hidden;
-  if (a.tie_embeddings && in.unties_embeddings) {
-    pc.total += head_params;
-    pc.other += head_params;
-  }
-  const bool head_own = !a.tie_embeddings || in.unties_embeddings;
-  const double n = static_cast<double>(std::max<std::int64_t>(1, st.num_gpus));
-  const bool adapter = st.adapter != Adapter::kNone;
-  const double e = is_half(st.precision) ? 2.0 : 4.0;  // activation bytes per element
-  // PEFT's k-bit preparation (MemoryInput::fp32_non_quantized).
-  // TRL skips it for sharded QLoRA (ZeRO-3/FSDP load the 4-bit weights on
-  // the CPU or meta device first).
-  const bool upcast = in.fp32_non_quantized && st.quantization != Quantization::kNone && st.zero_stage < 3;
-  const double residual_bytes = upcast ? 4.0 : e;
+namespace {
 
-  MemoryEstimate out;
-  MemoryBreakdown& m = out.per_device;
-  double weights = 0, grads = 0, master = 0, states = 0, adapter_bytes = 0;
-  if (!adapter) {
-    out.trainable_parameters = pc.total;
-    weights = static_cast<double>(pc.total) * weight_bytes_per_param(st.precision);
-    grads = static_cast<double>(pc.total) * gradient_bytes_per_param(st.precision);
-    master = static_cast<double>(pc.total) * master_bytes_per_param(st.precision);
-    states = static_cast<double>(pc.total) * optimizer_bytes_per_param(st.optimizer, st.precision);
-    if (st.optimizer == Optimizer::kAdamw8bit && a.hidden < kAdamw8bitMinElements) {
-      // Norm weights and biases (pc.other less the embeddings and head) are
-      // 1-D tensors of about `hidden` elements: below the 8-bit threshold
-      // here, so they keep 32-bit states.
-      const std::int64_t embeddings = a.vocab * a.hidden * (head_own ? 2 : 1) +
-                                      (gpt2_block(a) ? a.max_seq_len * a.hidden : 0);
-      const double small = static_cast<double>(std::max<std::int64_t>(0, pc.other - embeddings));
-      states += small * (optimizer_bytes_per_param(Optimizer::kAdamw, st.precision) -
+// What every stage of the estimate reads: the job, the strategy and the
+// counts derived from them once.
+struct Setting {
+  const MemoryInput& in;
+  const MemoryConstants& k;
+  const ModelArch& a;
+  const Strategy& st;
+  ParameterCounts pc;
+  std::int64_t head_params = 0;  // the lm_head's
+  bool head_own = false;         // the head is a parameter of its own (untied)
+  double n = 1;                  // data-parallel ranks
+  bool adapter = false;
+  double e = 2;                  // activation bytes per element
+  // PEFT's k-bit preparation (MemoryInput::fp32_non_quantized). TRL skips
+  // it for sharded QLoRA (ZeRO-3/FSDP load the 4-bit weights on the CPU or
+  // meta device first).
+  bool upcast = false;
+  double residual_bytes = 2;
+
+  Setting(const MemoryInput& input, const MemoryConstants& constants)
+      : in(input), k(constants), a(*input.arch), st(input.strategy), pc(count_parameters(a)) {
+    head_params = a.vocab * a.hidden;
+    // MemoryInput::unties_embeddings: the head is a parameter of its own.
+    if (a.tie_embeddings && in.unties_embeddings) {
+      pc.total += head_params;
+      pc.other += head_params;
+    }
+    head_own = !a.tie_embeddings || in.unties_embeddings;
+    n = static_cast<double>(std::max<std::int64_t>(1, st.num_gpus));
+    adapter = st.adapter != Adapter::kNone;
+    e = is_half(st.precision) ? 2.0 : 4.0;
+    upcast = in.fp32_non_quantized && st.quantization != Quantization::kNone && st.zero_stage < 3;
+    residual_bytes = upcast ? 4.0 : e;
+  }
+};
+
+// The model's state on one device before anything is shared: weights,
+// gradients, fp32 master weights, optimizer states, adapters (bytes).
+struct ModelState {
+  double weights = 0, grads = 0, master = 0, states = 0, adapter = 0;
+};
+
+// Full fine-tuning: every parameter trained (ZeRO paper, section 3: 16
+// bytes a parameter under mixed-precision AdamW).
+ModelState full_model_state(const Setting& g) {
+  const Strategy& st = g.st;
+  const ParameterCounts& pc = g.pc;
+  ModelState m;
+  m.weights = static_cast<double>(pc.total) * weight_bytes_per_param(st.precision);
+  m.grads = static_cast<double>(pc.total) * gradient_bytes_per_param(st.precision);
+  m.master = static_cast<double>(pc.total) * master_bytes_per_param(st.precision);
+  m.states = static_cast<double>(pc.total) * optimizer_bytes_per_param(st.optimizer, st.precision);
+  if (st.optimizer == Optimizer::kAdamw8bit && g.a.hidden < kAdamw8bitMinElements) {
+    // Norm weights and biases (pc.other less the embeddings and head) are
+    // 1-D tensors of about `hidden` elements: below the 8-bit threshold
+    // here, so they keep 32-bit states.
+    const std::int64_t embeddings = g.a.vocab * g.a.hidden * (g.head_own ? 2 : 1) +
+                                    (gpt2_block(g.a) ? g.a.max_seq_len * g.a.hidden : 0);
+    const double small = static_cast<double>(std::max<std::int64_t>(0, pc.other - embeddings));
+    m.states += small * (optimizer_bytes_per_param(Optimizer::kAdamw, st.precision) -
                          optimizer_bytes_per_param(st.optimizer, st.precision));
-    }
-  } else {
-    const std::int64_t lora = lora_parameter_count(a, st.lora_rank, in.lora_targets);
-    out.trainable_parameters = lora;
-    out.frozen_parameters = pc.total;
-    // Frozen base: block linears possibly quantised, the rest in the compute dtype.
-    const double linear_bytes = st.quantization == Quantization::kNone
-                                    ? weight_bytes_per_param(st.precision)
-                                    : quantized_bytes_per_param(st.quantization, a.hidden);
-    // Under QLoRA the experts are NF4 too (the routers stay in the compute
-    // dtype), as bitsandbytes quantises them.
-    const std::int64_t expert_quantized = st.quantization == Quantization::kNone ? 0 : pc.expert_quantizable;
-    // MemoryInput::quantizes_head.
-    const std::int64_t head_quantized =
-        st.quantization != Quantization::kNone && in.quantizes_head && head_own ? head_params : 0;
-    weights = static_cast<double>(pc.block_linear + expert_quantized + head_quantized) * linear_bytes +
+  }
+  return m;
+}
+
+// Adapters: a frozen base (block linears and experts quantised under QLoRA,
+// Dettmers et al. 2023) and trained LoRA pairs (Hu et al. 2021).
+ModelState adapter_model_state(const Setting& g, std::int64_t lora) {
+  const Strategy& st = g.st;
+  const ParameterCounts& pc = g.pc;
+  const MemoryInput& in = g.in;
+  ModelState m;
+  // Frozen base: block linears possibly quantised, the rest in the compute dtype.
+  const double linear_bytes = st.quantization == Quantization::kNone
+                                  ? weight_bytes_per_param(st.precision)
+                                  : quantized_bytes_per_param(st.quantization, g.a.hidden);
+  // Under QLoRA the experts are NF4 too (the routers stay in the compute
+  // dtype), as bitsandbytes quantises them.
+  const std::int64_t expert_quantized = st.quantization == Quantization::kNone ? 0 : pc.expert_quantizable;
+  // MemoryInput::quantizes_head.
+  const std::int64_t head_quantized =
+      st.quantization != Quantization::kNone && in.quantizes_head && g.head_own ? g.head_params : 0;
+  m.weights = static_cast<double>(pc.block_linear + expert_quantized + head_quantized) * linear_bytes +
               static_cast<double>(pc.other - head_quantized + pc.expert - expert_quantized) *
-                  (upcast ? 4.0 : weight_bytes_per_param(st.precision));
-    // Adapters are trained in fp32 under fp32 and mixed precision (no master
-    // copy needed), in bf16 under pure bf16.
-    const double adapter_dtype = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
-    adapter_bytes = static_cast<double>(lora) * adapter_dtype;
-    grads = static_cast<double>(lora) * adapter_dtype;
-    // A (r, in) and B (out, r) of each adapted linear, tensor by tensor: the
-    // 8-bit threshold decides small models' adapters.
-    for (const LinearLayer& l : dsl::block_linears(a)) {
-      if (!targeted(l.target, in.lora_targets)) continue;
-      states += static_cast<double>(a.layers) * (tensor_state_bytes(st.lora_rank * l.in, st.optimizer, st.precision) +
-                                                 tensor_state_bytes(l.rows * st.lora_rank, st.optimizer, st.precision));
-    }
+                  (g.upcast ? 4.0 : weight_bytes_per_param(st.precision));
+  // Adapters are trained in fp32 under fp32 and mixed precision (no master
+  // copy needed), in bf16 under pure bf16.
+  const double adapter_dtype = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
+  m.adapter = static_cast<double>(lora) * adapter_dtype;
+  m.grads = static_cast<double>(lora) * adapter_dtype;
+  // A (r, in) and B (out, r) of each adapted linear, tensor by tensor: the
+  // 8-bit threshold decides small models' adapters.
+  for (const LinearLayer& l : dsl::block_linears(g.a)) {
+    if (!targeted(l.target, in.lora_targets)) continue;
+    m.states += static_cast<double>(g.a.layers) * (tensor_state_bytes(st.lora_rank * l.in, st.optimizer, st.precision) +
+                                                   tensor_state_bytes(l.rows * st.lora_rank, st.optimizer, st.precision));
   }
-  // ZeRO partitions across the N data-parallel ranks.
+  return m;
+}
+
+// ZeRO partitions across the N data-parallel ranks (ZeRO paper, section
+// 5): stage 1 the states and master weights, 2 the gradients, 3 the
+// weights.
+void shard_for_zero(const Setting& g, std::int64_t trainable, ModelState& m) {
+  const Strategy& st = g.st;
   if (st.zero_stage >= 1) {
-    states /= n;
-    master /= n;
+    m.states /= g.n;
+    m.master /= g.n;
   }
-  if (st.zero_stage >= 2) grads /= n;
-  if (in.unsharded_accumulated_gradients && st.zero_stage >= 3 && st.grad_accumulation > 1 && n > 1) {
+  if (st.zero_stage >= 2) m.grads /= g.n;
+  if (g.in.unsharded_accumulated_gradients && st.zero_stage >= 3 && st.grad_accumulation > 1 && g.n > 1) {
     // MemoryInput::unsharded_accumulated_gradients: the blocks' parameters
     // (and the adapters in them) under LoRA; every parameter otherwise.
-    const double in_trainable_units =
-        adapter ? static_cast<double>(pc.per_layer * a.layers + out.trainable_parameters) : static_cast<double>(pc.total);
-    grads = in_trainable_units * gradient_bytes_per_param(st.precision);
+    const double in_trainable_units = g.adapter ? static_cast<double>(g.pc.per_layer * g.a.layers + trainable)
+                                                : static_cast<double>(g.pc.total);
+    m.grads = in_trainable_units * gradient_bytes_per_param(st.precision);
   }
   if (st.zero_stage >= 3) {
-    weights /= n;
-    adapter_bytes /= n;
+    m.weights /= g.n;
+    m.adapter /= g.n;
   }
-  // Offload moves the optimizer (states + fp32 master) to host RAM, where the
-  // CPU optimizer also keeps an fp32 gradient copy (ZeRO-Offload, Ren et al.
-  // 2021); parameter offload (ZeRO-Infinity) moves the weights too.
+}
+
+// Offload moves the optimizer (states + fp32 master) to host RAM, where the
+// CPU optimizer also keeps an fp32 gradient copy (ZeRO-Offload, Ren et al.
+// 2021); parameter offload (ZeRO-Infinity, Rajbhandari et al. 2021) moves
+// the weights too. Returns the host bytes of all ranks.
+double offload(const Setting& g, std::int64_t trainable, ModelState& m) {
+  const Strategy& st = g.st;
+  const MemoryInput& in = g.in;
   double host = 0;
   if (st.offload == Offload::kOptimizerAndParams && !in.offload_streams_gradients) {
     // tailor-runner: each rank's ZeRO-3 parts (frozen, adapters) and their
     // gradients are host tensors, updated in place by the optimizer beside
-    // them; the device keeps only the gathered units (overhead, below) and
-    // the gradients backward is producing.
-    host += (states + master + weights + adapter_bytes + grads) * n;
-    states = master = weights = adapter_bytes = grads = 0;
+    // them; the device keeps only the gathered units (overhead) and the
+    // gradients backward is producing.
+    host += (m.states + m.master + m.weights + m.adapter + m.grads) * g.n;
+    m.states = m.master = m.weights = m.adapter = m.grads = 0;
   } else if (st.offload != Offload::kNone && !in.offload_streams_gradients) {
     // tailor-runner: the host copy of each trainable tensor and of its
     // gradient, in their dtypes, beside the states and master weights.
-    host += (states + master) * n + static_cast<double>(out.trainable_parameters) *
-                                        (adapter ? 2.0 * (st.precision == Precision::kPureBf16 ? 2.0 : 4.0)
-                                                 : weight_bytes_per_param(st.precision) +
-                                                       gradient_bytes_per_param(st.precision));
-    states = 0;
-    master = 0;
+    host += (m.states + m.master) * g.n + static_cast<double>(trainable) *
+                                              (g.adapter ? 2.0 * (st.precision == Precision::kPureBf16 ? 2.0 : 4.0)
+                                                         : weight_bytes_per_param(st.precision) +
+                                                               gradient_bytes_per_param(st.precision));
+    m.states = 0;
+    m.master = 0;
   } else if (st.offload != Offload::kNone) {
-    host += (states + master) * n + static_cast<double>(out.trainable_parameters) * 4.0;
-    states = 0;
-    master = 0;
+    host += (m.states + m.master) * g.n + static_cast<double>(trainable) * 4.0;
+    m.states = 0;
+    m.master = 0;
     // Gradients stream to the host as backward produces them: the device
     // holds about two layers' worth (the one being computed and the bucket in
     // flight), not the whole set.
-    const double layer_grads = static_cast<double>(adapter ? out.trainable_parameters / std::max<std::int64_t>(1, a.layers)
-                                                           : pc.per_layer) *
-                               (adapter && st.precision != Precision::kPureBf16 ? 4.0 : gradient_bytes_per_param(st.precision));
-    grads = std::min(grads, 2.0 * layer_grads);
+    const double layer_grads =
+        static_cast<double>(g.adapter ? trainable / std::max<std::int64_t>(1, g.a.layers) : g.pc.per_layer) *
+        (g.adapter && st.precision != Precision::kPureBf16 ? 4.0 : gradient_bytes_per_param(st.precision));
+    m.grads = std::min(m.grads, 2.0 * layer_grads);
   }
   if (st.offload == Offload::kOptimizerAndParams) {
-    host += weights * n;
-    weights = 0;
+    host += m.weights * g.n;
+    m.weights = 0;
   }
-  const double sf = k.static_factor;
-  m.weights = Bytes(static_cast<std::int64_t>(weights * sf));
-  m.gradients = Bytes(static_cast<std::int64_t>(grads * sf));
-  m.master_weights = Bytes(static_cast<std::int64_t>(master * sf));
-  m.optimizer_states = Bytes(static_cast<std::int64_t>(states * sf));
-  m.adapter = Bytes(static_cast<std::int64_t>(adapter_bytes * sf));
-  out.host = Bytes(static_cast<std::int64_t>(host));
+  return host;
+}
 
-  // Activations: a full layer, or only its input when checkpointed; during
-  // backward one checkpointed layer at a time is recomputed in full.
-  double full_layer = 0, largest_term = 0;
+// One layer's activations from the tagged terms (layer_activation_terms):
+// what it keeps for backward trained in full, what it holds while it is
+// recomputed under checkpointing, and the gradients alive beside them.
+struct LayerActivations {
+  double full = 0;        // kept for backward, trained without recomputation
+  double recomputed = 0;  // while a checkpointed layer back-propagates
+  double largest_term = 0;
+  double input = 0;       // a layer's input (the residual stream), what checkpointing keeps
+  double backward_transient = 0;
+  std::int64_t checkpointed = 0;  // layers recomputed
+};
+
+LayerActivations layer_activations(const Setting& g) {
+  const MemoryInput& in = g.in;
+  const Strategy& st = g.st;
+  const ModelArch& a = g.a;
+  LayerActivations out;
   const std::vector<ActivationTerm> terms =
-      layer_activation_terms(a, in.batch, st.attention, in.dropout, e, in.fused_kernels,
+      layer_activation_terms(a, in.batch, st.attention, in.dropout, g.e, in.fused_kernels,
                              /*kv_repeated=*/in.on_gpu && st.precision == Precision::kFp32);
   for (const ActivationTerm& term : terms) {
-    full_layer += term.bytes;
-    largest_term = std::max(largest_term, term.bytes);
+    out.full += term.bytes;
+    out.largest_term = std::max(out.largest_term, term.bytes);
   }
   const double s = static_cast<double>(in.batch.seq_len), b = static_cast<double>(in.batch.micro_batch);
   // The layer recomputed under checkpointing: while it back-propagates, the
@@ -437,8 +489,8 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // a trainable layer would have kept, so it counts them as a full layer does
   // (measured: without this, LoRA/QLoRA runs with checkpointing peaked 8-14%
   // above the estimate).
-  double recomputed_layer = full_layer;
-  if (adapter) {
+  out.recomputed = out.full;
+  if (g.adapter) {
     // A frozen linear's input is kept for backward only when something else
     // needs it: LibTorch saves a matmul operand only for the gradient that
     // uses it, and NF4 layers keep no input at all. Measured with
@@ -455,19 +507,19 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
       return false;
     };
     for (const ActivationTerm& term : terms) {
-      if (!term.weight_grad_of.empty() && !input_kept(term.weight_grad_of)) full_layer -= term.bytes;
+      if (!term.weight_grad_of.empty() && !input_kept(term.weight_grad_of)) out.full -= term.bytes;
     }
     // LoRA: with dropout, each adapted linear keeps its own dropped-out input
     // copy and mask; every adapter keeps its A output (s*b*r).
     for (const LinearLayer& l : dsl::block_linears(a)) {
       if (!targeted(l.target, in.lora_targets)) continue;
-      double kept = e * s * b * static_cast<double>(st.lora_rank);
-      if (in.lora_dropout > 0) kept += (e + 1.0) * s * b * static_cast<double>(l.in);
-      full_layer += kept;
-      recomputed_layer += kept;
+      double kept = g.e * s * b * static_cast<double>(st.lora_rank);
+      if (in.lora_dropout > 0) kept += (g.e + 1.0) * s * b * static_cast<double>(l.in);
+      out.full += kept;
+      out.recomputed += kept;
     }
   }
-  const double layer_input = residual_bytes * s * b * static_cast<double>(a.hidden);
+  out.input = g.residual_bytes * s * b * static_cast<double>(a.hidden);
   // The gradients alive beside a layer's saved activations while it
   // back-propagates: its largest tensor's, its input's and its residual's.
   // Under adapters, tailor-runner's fused SwiGLU (the CPU kernels) holds
@@ -478,16 +530,22 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // Measured: without it, LoRA and QLoRA runs without recomputation peaked
   // 0.45-0.6 MB (2-6%) above the estimate on the 3M-parameter Llama,
   // whatever the stage.
-  double backward_transient = largest_term + 2 * layer_input;
-  if (adapter && in.fused_kernels && !gpt2_block(a) && !dsl::family_info(a.family).gemma && !a.moe()) {
-    backward_transient =
-        std::max(backward_transient, 3 * e * s * b * static_cast<double>(a.intermediate) + layer_input);
+  out.backward_transient = out.largest_term + 2 * out.input;
+  if (g.adapter && in.fused_kernels && !gpt2_block(a) && !dsl::family_info(a.family).gemma && !a.moe()) {
+    out.backward_transient =
+        std::max(out.backward_transient, 3 * g.e * s * b * static_cast<double>(a.intermediate) + out.input);
   }
-  const std::int64_t layers = a.layers;
-  std::int64_t checkpointed = 0;
-  if (st.checkpoint_every > 0) checkpointed = (layers + st.checkpoint_every - 1) / st.checkpoint_every;
-  const double logit_elems = b * s * static_cast<double>(a.vocab);
-  const bool half_logits = is_half(st.precision) && !upcast;
+  if (st.checkpoint_every > 0) out.checkpointed = (a.layers + st.checkpoint_every - 1) / st.checkpoint_every;
+  return out;
+}
+
+// The logits and the loss's buffers at the forward/backward boundary.
+double logits_bytes(const Setting& g) {
+  const MemoryInput& in = g.in;
+  const MemoryConstants& k = g.k;
+  const double logit_elems = static_cast<double>(in.batch.micro_batch) * static_cast<double>(in.batch.seq_len) *
+                             static_cast<double>(g.a.vocab);
+  const bool half_logits = is_half(g.st.precision) && !g.upcast;
   const double per_elem = in.lean_cross_entropy
                               ? (half_logits ? k.logits_bytes_per_element_lean_half
                                              : k.logits_bytes_per_element_lean_fp32)
@@ -497,36 +555,49 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // Off the fused CPU kernel, one slice's fp32 (log-)softmax.
   // Soft-capped logits (Gemma 2) always take that path, with the slice's
   // capped logits as a second fp32 temporary.
-  const bool capped = a.final_logit_softcap > 0;
+  const bool capped = g.a.final_logit_softcap > 0;
   if (in.lean_cross_entropy && (!in.fused_kernels || capped)) {
     logits += (capped ? 8.0 : 4.0) * std::min(logit_elems, static_cast<double>(kCrossEntropySliceElements));
   }
-  logits *= k.logits_factor;
-  m.logits = Bytes(static_cast<std::int64_t>(logits));
+  return logits * k.logits_factor;
+}
 
-  double acts = static_cast<double>(checkpointed) * layer_input +
-                static_cast<double>(layers - checkpointed) * full_layer;
-  acts += 2 * layer_input;  // final norm input and lm_head input
+// Activations at their peak (Korthikanti et al. 2022 for the per-layer
+// terms): a full layer each, or only its input when checkpointed; during
+// backward one checkpointed layer at a time is recomputed in full.
+double activation_bytes(const Setting& g, const LayerActivations& l, double logits) {
+  const MemoryConstants& k = g.k;
+  const double s = static_cast<double>(g.in.batch.seq_len), b = static_cast<double>(g.in.batch.micro_batch);
+  double acts = static_cast<double>(l.checkpointed) * l.input + static_cast<double>(g.a.layers - l.checkpointed) * l.full;
+  acts += 2 * l.input;  // final norm input and lm_head input
   // Fused attention saves its additive mask (packed documents) for
   // backward: one (b, 1, s, s) tensor that every layer shares.
-  if (st.attention == Attention::kMemoryEfficient) acts += e * b * s * s;
+  if (g.st.attention == Attention::kMemoryEfficient) acts += g.e * b * s * s;
   acts *= k.activation_factor;
   // The recomputed layer lives in backward, after the loss has freed the
   // logits buffers: only what exceeds them adds to the peak. While it
   // back-propagates, a gradient as large as its largest tensor (the score
   // matrices under standard attention) is alive too.
-  if (checkpointed > 0) acts += std::max(0.0, (recomputed_layer + largest_term) * k.activation_factor - logits);
+  if (l.checkpointed > 0) acts += std::max(0.0, (l.recomputed + l.largest_term) * k.activation_factor - logits);
   // Without recomputation the last layer's backward starts with every
   // activation alive and, once the logits are gone, the gradients of its
-  // largest tensor and of its input and residual beside them (as in
-  // `last_layer` below; with one micro-batch the overlap accounts for it).
+  // largest tensor and of its input and residual beside them (as in the
+  // overlap's last layer; with one micro-batch the overlap accounts for it).
   // Measured with tailor-runner: ZeRO-3 ranks, whose static bytes are
   // small, peaked 4-8% above the estimate without this.
-  if (checkpointed == 0 && st.grad_accumulation > 1) {
-    acts += std::max(0.0, backward_transient * k.activation_factor - logits);
+  if (l.checkpointed == 0 && g.st.grad_accumulation > 1) {
+    acts += std::max(0.0, l.backward_transient * k.activation_factor - logits);
   }
-  m.activations = Bytes(static_cast<std::int64_t>(acts));
+  return acts;
+}
 
+// The runtime's own bytes, dequantised weights and, under ZeRO-3 or
+// parameter offload, the gathered units and whole-gradient transients.
+double overhead_bytes(const Setting& g) {
+  const MemoryInput& in = g.in;
+  const Strategy& st = g.st;
+  const ParameterCounts& pc = g.pc;
+  const MemoryConstants& k = g.k;
   double overhead = static_cast<double>(
       (in.on_gpu ? k.gpu_context_overhead + k.gpu_allocator_workspace : k.cpu_runtime_overhead).count());
   const double wbytes = weight_bytes_per_param(st.precision);
@@ -535,40 +606,48 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
     // One dequantised weight at a time: a linear's, one expert's, or the
     // head's where it is quantised; MemoryInput::dequantized_copies of it.
     std::int64_t largest = std::max(pc.largest_linear, pc.largest_expert);
-    if (adapter && in.quantizes_head && head_own) largest = std::max(largest, head_params);
+    if (g.adapter && in.quantizes_head && g.head_own) largest = std::max(largest, g.head_params);
     overhead += static_cast<double>(largest) * wbytes * static_cast<double>(in.dequantized_copies);
   }
-  if (st.zero_stage >= 3 || st.offload == Offload::kOptimizerAndParams) {
-    // Gathered layers (MemoryInput::gathered_units), as stored:
-    // sharded QLoRA gathers the NF4 bytes (torchao's NF4Tensor under FSDP2,
-    // bitsandbytes' quant_storage under FSDP1), not dequantised weights.
-    double layer = static_cast<double>(pc.per_layer) * wbytes;
-    if (adapter && st.quantization != Quantization::kNone && a.layers > 0) {
-      const double quantized = static_cast<double>(pc.block_linear + pc.expert_quantizable) / static_cast<double>(a.layers);
-      layer -= quantized * (wbytes - quantized_bytes_per_param(st.quantization, a.hidden));
-    }
-    // The final norm and head, gathered from the end of forward through
-    // their backward (tailor-runner: a unit of their own).
-    if (in.head_unit_gathered) layer = std::max(layer, static_cast<double>(head_params + a.hidden) * wbytes);
-    overhead += in.gathered_units * layer;
-    if (in.whole_gradient_transient) {
-      // MemoryInput::whole_gradient_transient: the largest trainable tensor.
-      double largest = 0, grad_bytes = gradient_bytes_per_param(st.precision);
-      if (adapter) {
-        for (const LinearLayer& l : dsl::block_linears(a)) {
-          if (targeted(l.target, in.lora_targets)) {
-            largest = std::max(largest, static_cast<double>(st.lora_rank * std::max(l.in, l.rows)));
-          }
-        }
-        grad_bytes = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
-      } else {
-        largest = static_cast<double>(std::max({pc.largest_linear, pc.largest_expert, head_params}));
-      }
-      overhead += largest * (grad_bytes + 4.0);
-    }
+  if (st.zero_stage < 3 && st.offload != Offload::kOptimizerAndParams) return overhead;
+  // Gathered layers (MemoryInput::gathered_units), as stored:
+  // sharded QLoRA gathers the NF4 bytes (torchao's NF4Tensor under FSDP2,
+  // bitsandbytes' quant_storage under FSDP1), not dequantised weights.
+  double layer = static_cast<double>(pc.per_layer) * wbytes;
+  if (g.adapter && st.quantization != Quantization::kNone && g.a.layers > 0) {
+    const double quantized = static_cast<double>(pc.block_linear + pc.expert_quantizable) / static_cast<double>(g.a.layers);
+    layer -= quantized * (wbytes - quantized_bytes_per_param(st.quantization, g.a.hidden));
   }
-  m.overhead = Bytes(static_cast<std::int64_t>(overhead));
+  // The final norm and head, gathered from the end of forward through
+  // their backward (tailor-runner: a unit of their own).
+  if (in.head_unit_gathered) layer = std::max(layer, static_cast<double>(g.head_params + g.a.hidden) * wbytes);
+  overhead += in.gathered_units * layer;
+  if (in.whole_gradient_transient) {
+    // MemoryInput::whole_gradient_transient: the largest trainable tensor.
+    double largest = 0, grad_bytes = gradient_bytes_per_param(st.precision);
+    if (g.adapter) {
+      for (const LinearLayer& l : dsl::block_linears(g.a)) {
+        if (targeted(l.target, in.lora_targets)) {
+          largest = std::max(largest, static_cast<double>(st.lora_rank * std::max(l.in, l.rows)));
+        }
+      }
+      grad_bytes = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
+    } else {
+      largest = static_cast<double>(std::max({pc.largest_linear, pc.largest_expert, g.head_params}));
+    }
+    overhead += largest * (grad_bytes + 4.0);
+  }
+  return overhead;
+}
 
+// The peak's shape over a step, once every component is counted: what is
+// never live together (overlap), stage 0's gradient buckets at the end of
+// backward, and the optimizer step's temporaries.
+void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_t trainable, MemoryBreakdown& m) {
+  const MemoryInput& in = g.in;
+  const Strategy& st = g.st;
+  const MemoryConstants& k = g.k;
+  const double at_end = ((l.checkpointed > 0 ? l.recomputed : l.full) + l.backward_transient) * k.activation_factor;
   // One micro-batch per step: the step's gradients come to life during
   // backward, layer by layer, as the activations of the layers above are
   // freed. At the start of backward only the head's gradient (the lm_head or
@@ -579,28 +658,24 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   // activations and gradients. With accumulation, the gradients of earlier
   // micro-batches are alive through the whole forward.
   if (st.grad_accumulation <= 1) {
-    const double g = static_cast<double>(m.gradients.count());
+    const double grads = static_cast<double>(m.gradients.count());
     const double a_l = static_cast<double>((m.activations + m.logits).count());
-    double head = adapter ? 0.0
-                          : static_cast<double>(a.vocab * a.hidden) * gradient_bytes_per_param(st.precision) *
-                                k.static_factor;
-    if (st.zero_stage >= 2) head /= n;
-    const double last_layer =
-        ((checkpointed > 0 ? recomputed_layer : full_layer) + backward_transient) * k.activation_factor;
-    const double peak_part = std::max(a_l + std::min(head, g), g + std::min(last_layer, a_l));
-    m.overlap = Bytes(static_cast<std::int64_t>(std::max(0.0, a_l + g - peak_part)));
+    double head = g.adapter ? 0.0
+                            : static_cast<double>(g.a.vocab * g.a.hidden) * gradient_bytes_per_param(st.precision) *
+                                  k.static_factor;
+    if (st.zero_stage >= 2) head /= g.n;
+    const double peak_part = std::max(a_l + std::min(head, grads), grads + std::min(at_end, a_l));
+    m.overlap = Bytes(static_cast<std::int64_t>(std::max(0.0, a_l + grads - peak_part)));
   }
   // Stage 0 across ranks: the buckets live as backward ends, when the
   // activations are down to the first layer's (recomputed in full under
   // checkpointing): they add what exceeds the activations freed by then.
   // Measured with tailor-runner: 2 ranks with every layer recomputed peaked
   // 11% above the estimate without this.
-  if (st.zero_stage == 0 && n > 1 && in.gradient_buckets > 0) {
-    const double fp32_gradients = static_cast<double>(out.trainable_parameters) * 4.0;
+  if (st.zero_stage == 0 && g.n > 1 && in.gradient_buckets > 0) {
+    const double fp32_gradients = static_cast<double>(trainable) * 4.0;
     const double buckets =
         std::min(in.gradient_buckets * static_cast<double>(in.gradient_bucket_bytes.count()), fp32_gradients);
-    const double at_end =
-        ((checkpointed > 0 ? recomputed_layer : full_layer) + backward_transient) * k.activation_factor;
     const double freed = std::max(0.0, static_cast<double>((m.activations + m.logits - m.overlap).count()) - at_end);
     m.overhead += Bytes(static_cast<std::int64_t>(std::max(0.0, buckets - freed)));
   }
@@ -614,6 +689,37 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
                                                        static_cast<double>(m.optimizer_states.count()) / 2.0));
     if (step > m.total()) m.overhead += step - m.total();
   }
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) {
+  const Setting g(in, k);
+  MemoryEstimate out;
+  ModelState state;
+  if (g.adapter) {
+    out.trainable_parameters = lora_parameter_count(g.a, g.st.lora_rank, in.lora_targets);
+    out.frozen_parameters = g.pc.total;
+    state = adapter_model_state(g, out.trainable_parameters);
+  } else {
+    out.trainable_parameters = g.pc.total;
+    state = full_model_state(g);
+  }
+  shard_for_zero(g, out.trainable_parameters, state);
+  out.host = Bytes(static_cast<std::int64_t>(offload(g, out.trainable_parameters, state)));
+  MemoryBreakdown& m = out.per_device;
+  const double sf = k.static_factor;
+  m.weights = Bytes(static_cast<std::int64_t>(state.weights * sf));
+  m.gradients = Bytes(static_cast<std::int64_t>(state.grads * sf));
+  m.master_weights = Bytes(static_cast<std::int64_t>(state.master * sf));
+  m.optimizer_states = Bytes(static_cast<std::int64_t>(state.states * sf));
+  m.adapter = Bytes(static_cast<std::int64_t>(state.adapter * sf));
+  const LayerActivations layer = layer_activations(g);
+  const double logits = logits_bytes(g);
+  m.logits = Bytes(static_cast<std::int64_t>(logits));
+  m.activations = Bytes(static_cast<std::int64_t>(activation_bytes(g, layer, logits)));
+  m.overhead = Bytes(static_cast<std::int64_t>(overhead_bytes(g)));
+  peak_over_the_step(g, layer, out.trainable_parameters, m);
   return out;
 }
 

@@ -1,0 +1,60 @@
+#include "strategies/candidate.h"
+
+#include <algorithm>
+
+#include "strategies/runtime_profile.h"
+
+namespace tailor::strategies {
+
+Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy& s, const PlanOptions& o) {
+  const bool on_cpu = hw.cpu_only();
+  const Device dev = rank_device(spec, hw);
+  MemoryInput in;
+  in.arch = &spec.model.arch;
+  in.batch = {s.micro_batch_size, spec.data.seq_len};
+  in.strategy = s;
+  in.lora_targets = spec.strategy.lora.targets;
+  in.lora_dropout = spec.strategy.lora.dropout;
+  in.on_gpu = !on_cpu;
+  // What the stack that will run it keeps (planner.runtime): tailor-runner
+  // by default, another framework to predict its users' runs.
+  const RuntimeProfile& profile = runtime_profile(spec.planner.runtime);
+  apply(profile, in);
+  // tailor-runner's fused kernels cover fp32 and bf16 on the CPU.
+  in.fused_kernels = on_cpu && s.precision != Precision::kFp16 && spec.planner.runtime == dsl::Runtime::kTailor;
+  Candidate c;
+  c.strategy = s;
+  c.memory = estimate_memory(in, o.memory);
+  if (!on_cpu) {
+    c.reserved = reserved_peak(profile, c.memory.per_device.total(), o.memory.gpu_context_overhead,
+                               s.zero_stage >= 3 && s.num_gpus > 1);
+  }
+  // Offloaded bytes live on every node's host, a share of the ranks each.
+  if (s.num_gpus > 1 && hw.nodes > 1) c.memory.host = Bytes(c.memory.host.count() / hw.nodes);
+  Device link = dev;
+  if (hw.nodes > 1 && s.num_gpus > hw.gpus_per_node()) {
+    link.interconnect_gbps = std::min(link.interconnect_gbps, o.cost.inter_node_gbps);
+  }
+  CostConstants cost = o.cost;
+  if (spec.planner.runtime == dsl::Runtime::kTailor) {
+    // tailor-runner's ranks on GPUs of their own move gradients and
+    // parameters through NCCL (runner/torch/nccl_group.h) at the
+    // interconnect's speed; on the CPU over its TCP ring at loopback speed.
+    // Either way each collective is queued in the compute stream's order
+    // (ZeRO-2's inside backward), so nothing hides the time.
+    if (on_cpu) link.interconnect_gbps = std::min(link.interconnect_gbps, kCpuLoopbackGBps);
+    cost.comm_overlap = 0;
+  }
+  c.throughput = estimate_throughput(spec.model.arch, s, spec.data.seq_len, spec.training.global_batch_size, link, cost);
+  const double keep = 1.0 - spec.headroom();
+  const Bytes budget(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * keep));
+  // On the CPU the model and the host share one budget.
+  const Bytes host_budget(static_cast<std::int64_t>(static_cast<double>(hw.host_memory.count()) * keep));
+  c.over_budget = c.memory.per_device.total() - budget;
+  c.host_over_budget = on_cpu ? Bytes(-1) : c.memory.host - host_budget;
+  c.fits = c.over_budget.count() <= 0 && c.host_over_budget.count() <= 0;
+  if (o.why_not_executable) c.not_executable = o.why_not_executable(s);
+  return c;
+}
+
+}  // namespace tailor::strategies
