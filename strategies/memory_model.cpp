@@ -306,7 +306,7 @@ struct Setting {
   double n = 1;                  // data-parallel ranks
   bool adapter = false;
   double e = 2;                  // activation bytes per element
-  // PEFT's k-bit preparation (MemoryInput::fp32_non_quantized). TRL skips
+  // PEFT's k-bit preparation (RuntimeQuirks::fp32_non_quantized). TRL skips
   // it for sharded QLoRA (ZeRO-3/FSDP load the 4-bit weights on the CPU or
   // meta device first).
   bool upcast = false;
@@ -315,16 +315,16 @@ struct Setting {
   Setting(const MemoryInput& input, const MemoryConstants& constants)
       : in(input), k(constants), a(*input.arch), st(input.strategy), pc(count_parameters(a)) {
     head_params = a.vocab * a.hidden;
-    // MemoryInput::unties_embeddings: the head is a parameter of its own.
-    if (a.tie_embeddings && in.unties_embeddings) {
+    // RuntimeQuirks::unties_embeddings: the head is a parameter of its own.
+    if (a.tie_embeddings && in.quirks.unties_embeddings) {
       pc.total += head_params;
       pc.other += head_params;
     }
-    head_own = !a.tie_embeddings || in.unties_embeddings;
+    head_own = !a.tie_embeddings || in.quirks.unties_embeddings;
     n = static_cast<double>(std::max<std::int64_t>(1, st.num_gpus));
     adapter = st.adapter != Adapter::kNone;
     e = is_half(st.precision) ? 2.0 : 4.0;
-    upcast = in.fp32_non_quantized && st.quantization != Quantization::kNone && st.zero_stage < 3;
+    upcast = in.quirks.fp32_non_quantized && st.quantization != Quantization::kNone && st.zero_stage < 3;
     residual_bytes = upcast ? 4.0 : e;
   }
 };
@@ -372,9 +372,9 @@ ModelState adapter_model_state(const Setting& g, std::int64_t lora) {
   // Under QLoRA the experts are NF4 too (the routers stay in the compute
   // dtype), as bitsandbytes quantises them.
   const std::int64_t expert_quantized = st.quantization == Quantization::kNone ? 0 : pc.expert_quantizable;
-  // MemoryInput::quantizes_head.
+  // RuntimeQuirks::quantizes_head.
   const std::int64_t head_quantized =
-      st.quantization != Quantization::kNone && in.quantizes_head && g.head_own ? g.head_params : 0;
+      st.quantization != Quantization::kNone && in.quirks.quantizes_head && g.head_own ? g.head_params : 0;
   m.weights = static_cast<double>(pc.block_linear + expert_quantized + head_quantized) * linear_bytes +
               static_cast<double>(pc.other - head_quantized + pc.expert - expert_quantized) *
                   (g.upcast ? 4.0 : weight_bytes_per_param(st.precision));
@@ -403,8 +403,8 @@ void shard_for_zero(const Setting& g, std::int64_t trainable, ModelState& m) {
     m.master /= g.n;
   }
   if (st.zero_stage >= 2) m.grads /= g.n;
-  if (g.in.unsharded_accumulated_gradients && st.zero_stage >= 3 && st.grad_accumulation > 1 && g.n > 1) {
-    // MemoryInput::unsharded_accumulated_gradients: the blocks' parameters
+  if (g.in.quirks.unsharded_accumulated_gradients && st.zero_stage >= 3 && st.grad_accumulation > 1 && g.n > 1) {
+    // RuntimeQuirks::unsharded_accumulated_gradients: the blocks' parameters
     // (and the adapters in them) under LoRA; every parameter otherwise.
     const double in_trainable_units = g.adapter ? static_cast<double>(g.pc.per_layer * g.a.layers + trainable)
                                                 : static_cast<double>(g.pc.total);
@@ -424,14 +424,14 @@ double offload(const Setting& g, std::int64_t trainable, ModelState& m) {
   const Strategy& st = g.st;
   const MemoryInput& in = g.in;
   double host = 0;
-  if (st.offload == Offload::kOptimizerAndParams && !in.offload_streams_gradients) {
+  if (st.offload == Offload::kOptimizerAndParams && !in.quirks.offload_streams_gradients) {
     // tailor-runner: each rank's ZeRO-3 parts (frozen, adapters) and their
     // gradients are host tensors, updated in place by the optimizer beside
     // them; the device keeps only the gathered units (overhead) and the
     // gradients backward is producing.
     host += (m.states + m.master + m.weights + m.adapter + m.grads) * g.n;
     m.states = m.master = m.weights = m.adapter = m.grads = 0;
-  } else if (st.offload != Offload::kNone && !in.offload_streams_gradients) {
+  } else if (st.offload != Offload::kNone && !in.quirks.offload_streams_gradients) {
     // tailor-runner: the host copy of each trainable tensor and of its
     // gradient, in their dtypes, beside the states and master weights.
     host += (m.states + m.master) * g.n + static_cast<double>(trainable) *
@@ -494,12 +494,12 @@ LayerActivations layer_activations(const Setting& g) {
     // A frozen linear's input is kept for backward only when something else
     // needs it: LibTorch saves a matmul operand only for the gradient that
     // uses it, and NF4 layers keep no input at all. Measured with
-    // tailor-runner (tests/runner/adapter_memory_test.cpp): without this the
+    // tailor-runner (tests/runner/torch/adapter_memory_test.cpp): without this the
     // estimate of LoRA runs without checkpointing was 10-20% high. An adapter
     // reads that same input only without dropout.
     const bool quantized = st.quantization != Quantization::kNone;
     auto input_kept = [&](const std::vector<std::string>& linears) {
-      if (quantized && in.quantized_linear_keeps_input) return true;
+      if (quantized && in.quirks.quantized_linear_keeps_input) return true;
       if (in.lora_dropout > 0) return false;
       for (const std::string& name : linears) {
         if (targeted(name, in.lora_targets)) return true;
@@ -546,7 +546,7 @@ double logits_bytes(const Setting& g) {
   const double logit_elems = static_cast<double>(in.batch.micro_batch) * static_cast<double>(in.batch.seq_len) *
                              static_cast<double>(g.a.vocab);
   const bool half_logits = is_half(g.st.precision) && !g.upcast;
-  const double per_elem = in.lean_cross_entropy
+  const double per_elem = in.quirks.lean_cross_entropy
                               ? (half_logits ? k.logits_bytes_per_element_lean_half
                                              : k.logits_bytes_per_element_lean_fp32)
                               : (half_logits ? k.logits_bytes_per_element_half
@@ -556,7 +556,7 @@ double logits_bytes(const Setting& g) {
   // Soft-capped logits (Gemma 2) always take that path, with the slice's
   // capped logits as a second fp32 temporary.
   const bool capped = g.a.final_logit_softcap > 0;
-  if (in.lean_cross_entropy && (!in.fused_kernels || capped)) {
+  if (in.quirks.lean_cross_entropy && (!in.fused_kernels || capped)) {
     logits += (capped ? 8.0 : 4.0) * std::min(logit_elems, static_cast<double>(kCrossEntropySliceElements));
   }
   return logits * k.logits_factor;
@@ -604,13 +604,13 @@ double overhead_bytes(const Setting& g) {
   if (st.quantization == Quantization::kNf4 || st.quantization == Quantization::kNf4Double ||
       st.quantization == Quantization::kInt8) {
     // One dequantised weight at a time: a linear's, one expert's, or the
-    // head's where it is quantised; MemoryInput::dequantized_copies of it.
+    // head's where it is quantised; RuntimeQuirks::dequantized_copies of it.
     std::int64_t largest = std::max(pc.largest_linear, pc.largest_expert);
-    if (g.adapter && in.quantizes_head && g.head_own) largest = std::max(largest, g.head_params);
-    overhead += static_cast<double>(largest) * wbytes * static_cast<double>(in.dequantized_copies);
+    if (g.adapter && in.quirks.quantizes_head && g.head_own) largest = std::max(largest, g.head_params);
+    overhead += static_cast<double>(largest) * wbytes * static_cast<double>(in.quirks.dequantized_copies);
   }
   if (st.zero_stage < 3 && st.offload != Offload::kOptimizerAndParams) return overhead;
-  // Gathered layers (MemoryInput::gathered_units), as stored:
+  // Gathered layers (RuntimeQuirks::gathered_units), as stored:
   // sharded QLoRA gathers the NF4 bytes (torchao's NF4Tensor under FSDP2,
   // bitsandbytes' quant_storage under FSDP1), not dequantised weights.
   double layer = static_cast<double>(pc.per_layer) * wbytes;
@@ -620,10 +620,10 @@ double overhead_bytes(const Setting& g) {
   }
   // The final norm and head, gathered from the end of forward through
   // their backward (tailor-runner: a unit of their own).
-  if (in.head_unit_gathered) layer = std::max(layer, static_cast<double>(g.head_params + g.a.hidden) * wbytes);
-  overhead += in.gathered_units * layer;
-  if (in.whole_gradient_transient) {
-    // MemoryInput::whole_gradient_transient: the largest trainable tensor.
+  if (in.quirks.head_unit_gathered) layer = std::max(layer, static_cast<double>(g.head_params + g.a.hidden) * wbytes);
+  overhead += in.quirks.gathered_units * layer;
+  if (in.quirks.whole_gradient_transient) {
+    // RuntimeQuirks::whole_gradient_transient: the largest trainable tensor.
     double largest = 0, grad_bytes = gradient_bytes_per_param(st.precision);
     if (g.adapter) {
       for (const LinearLayer& l : dsl::block_linears(g.a)) {
@@ -672,10 +672,10 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
   // checkpointing): they add what exceeds the activations freed by then.
   // Measured with tailor-runner: 2 ranks with every layer recomputed peaked
   // 11% above the estimate without this.
-  if (st.zero_stage == 0 && g.n > 1 && in.gradient_buckets > 0) {
+  if (st.zero_stage == 0 && g.n > 1 && in.quirks.gradient_buckets > 0) {
     const double fp32_gradients = static_cast<double>(trainable) * 4.0;
     const double buckets =
-        std::min(in.gradient_buckets * static_cast<double>(in.gradient_bucket_bytes.count()), fp32_gradients);
+        std::min(in.quirks.gradient_buckets * static_cast<double>(in.quirks.gradient_bucket_bytes.count()), fp32_gradients);
     const double freed = std::max(0.0, static_cast<double>((m.activations + m.logits - m.overlap).count()) - at_end);
     m.overhead += Bytes(static_cast<std::int64_t>(std::max(0.0, buckets - freed)));
   }
@@ -683,9 +683,9 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
   // gradients and states alive, plus the step's temporaries (each one
   // moment's size: AdamW keeps two). When that exceeds the backward peak,
   // the excess is the step's workspace, counted in overhead.
-  if (in.optimizer_step_temporaries > 0) {
+  if (in.quirks.optimizer_step_temporaries > 0) {
     const Bytes step = m.weights + m.gradients + m.master_weights + m.optimizer_states + m.adapter + m.overhead +
-                       Bytes(static_cast<std::int64_t>(in.optimizer_step_temporaries *
+                       Bytes(static_cast<std::int64_t>(in.quirks.optimizer_step_temporaries *
                                                        static_cast<double>(m.optimizer_states.count()) / 2.0));
     if (step > m.total()) m.overhead += step - m.total();
   }

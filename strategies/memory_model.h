@@ -76,22 +76,18 @@ struct BatchShape {
   std::int64_t seq_len = 0;      // s
 };
 
-struct MemoryInput {
-  const dsl::ModelArch* arch = nullptr;
-  BatchShape batch;
-  Strategy strategy;
-  std::vector<std::string> lora_targets;  // empty = all linear layers
-  double lora_dropout = 0.0;
-  bool on_gpu = true;       // false: CPU training (no CUDA context)
-  // The runner's fused CPU kernels (runner/torch/fused_ops.h) keep fewer
-  // tensors than composed ops: SwiGLU keeps only its input, RoPE nothing.
-  // On by default for CPU.
-  bool fused_kernels = false;
+// tailor-runner's all-reduce buckets: large enough that loopback latency is
+// amortised, small next to what they carry.
+inline constexpr std::int64_t kTailorGradientBucketBytes = std::int64_t{4} << 20;
+
+// How a training stack's memory differs from the formulas, each a named
+// term with its source: tailor-runner's by default, the others' from
+// their runtime profile (runtime_profile.h), which is what sets them.
+struct RuntimeQuirks {
   // tailor-runner's cross-entropy (runner/torch/cross_entropy.h) keeps the
   // logits and their gradient only, on every device; false models composed
   // ops (a cast, log_softmax, nll_loss), as other frameworks run them.
   bool lean_cross_entropy = true;
-  bool dropout = false;     // model dropout (GPT-3-style training); fine-tuning here runs without
   // Whether a quantised (NF4/int8) frozen linear keeps its input for
   // backward. tailor-runner's does not (only the input gradient is needed);
   // bitsandbytes' MatMul4Bit does (it saves A whenever A requires grad), so
@@ -148,7 +144,7 @@ struct MemoryInput {
   // Stage 0 across ranks: gradient buckets staged in fp32 for the
   // all-reduce at once (the one filling and the one in flight).
   double gradient_buckets = 0;
-  Bytes gradient_bucket_bytes;
+  Bytes gradient_bucket_bytes = Bytes(kTailorGradientBucketBytes);
   // Offload: gradients streamed to the host as backward produces them
   // (DeepSpeed's ZeRO-Offload: the device holds about two layers' worth);
   // false: the device keeps this rank's gradients until the step, and the
@@ -159,9 +155,21 @@ struct MemoryInput {
   bool offload_streams_gradients = true;
 };
 
-// tailor-runner's all-reduce buckets: large enough that loopback latency is
-// amortised, small next to what they carry.
-inline constexpr std::int64_t kTailorGradientBucketBytes = std::int64_t{4} << 20;
+struct MemoryInput {
+  const dsl::ModelArch* arch = nullptr;
+  BatchShape batch;
+  Strategy strategy;
+  std::vector<std::string> lora_targets;  // empty = all linear layers
+  double lora_dropout = 0.0;
+  bool on_gpu = true;       // false: CPU training (no CUDA context)
+  // The runner's fused CPU kernels (runner/torch/fused_ops.h) keep fewer
+  // tensors than composed ops: SwiGLU keeps only its input, RoPE nothing.
+  // On by default for CPU.
+  bool fused_kernels = false;
+  bool dropout = false;     // model dropout (GPT-3-style training); fine-tuning here runs without
+  // What the stack that runs the job keeps beyond the formulas (runtime_profile.h).
+  RuntimeQuirks quirks;
+};
 
 struct MemoryEstimate {
   MemoryBreakdown per_device;  // the peak on each GPU (all ranks are alike)

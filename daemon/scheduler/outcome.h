@@ -2,7 +2,7 @@
 // the exit (or the exit its events file records, for a runner that ended
 // while tailord was down), the cancel flag, and the job's attempt counts.
 // The supervisor applies the verdict (store transitions, re-planning,
-// metrics); the table of cases is tests/daemon/outcome_test.cpp.
+// metrics); the table of cases is tests/daemon/scheduler/outcome_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -21,7 +21,7 @@ constexpr std::int64_t kChunkElements = std::int64_t{1} << 20;
 // midpoints of 2^bits equal intervals of [0.1, 1], formed in fp32 torch ops
 // as bitsandbytes' create_dynamic_map forms them, so that the values (and
 // with them NF4's double-quantised scales) are bit for bit bitsandbytes'
-// (tests/runner/hf_interop_test.cpp).
+// (tests/runner/torch/hf_interop_test.cpp).
 torch::Tensor build_map(bool is_signed) {
   std::vector<torch::Tensor> parts;
   for (int e = 0; e < 7; ++e) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Hugging Face side of tests/runner/hf_interop_test.cpp, run with the
+"""The Hugging Face side of tests/runner/torch/hf_interop_test.cpp, run with the
 project's .venv (transformers, PEFT, safetensors on the same torch).
 
   hf_reference.py make DIR FAMILY...

@@ -227,7 +227,7 @@ MemoryInput lora_input(const dsl::ModelArch& a, Quantization q) {
 TEST(MemoryModelTest, ComposedLossKeepsTwelveBytesPerLogitInAnyDtype) {
   const dsl::ModelArch& a = arch("llama-2-7b");
   MemoryInput in = lora_input(a, Quantization::kNone);
-  in.lean_cross_entropy = false;
+  in.quirks.lean_cross_entropy = false;
   const double elems = 2.0 * 512 * static_cast<double>(a.vocab);
   EXPECT_DOUBLE_EQ(static_cast<double>(estimate_memory(in).per_device.logits.count()), 12 * elems);
   in.strategy.precision = Precision::kFp32;
@@ -241,7 +241,7 @@ TEST(MemoryModelTest, NoSyncAccumulationUnderFsdp1KeepsWholeBlockGradients) {
   in.strategy.num_gpus = 2;
   in.strategy.grad_accumulation = 8;
   const Bytes sharded = estimate_memory(in).per_device.gradients;
-  in.unsharded_accumulated_gradients = true;
+  in.quirks.unsharded_accumulated_gradients = true;
   const MemoryEstimate e = estimate_memory(in);
   const ParameterCounts pc = count_parameters(a);
   EXPECT_EQ(e.per_device.gradients.count(), (pc.per_layer * a.layers + e.trainable_parameters) * 2);
@@ -257,19 +257,19 @@ TEST(MemoryModelTest, AnUntiedQuantisedHeadIsLitgptsHead) {
   const double head = static_cast<double>(a.vocab * a.hidden);
   MemoryInput in = lora_input(a, Quantization::kNone);
   const Bytes tied = estimate_memory(in).per_device.weights;
-  in.unties_embeddings = true;
+  in.quirks.unties_embeddings = true;
   EXPECT_DOUBLE_EQ(static_cast<double>((estimate_memory(in).per_device.weights - tied).count()), 2 * head);
 
   MemoryInput q = lora_input(a, Quantization::kNf4);
-  q.unties_embeddings = true;
+  q.quirks.unties_embeddings = true;
   const MemoryEstimate bf16_head = estimate_memory(q);
-  q.quantizes_head = true;
+  q.quirks.quantizes_head = true;
   const MemoryEstimate nf4_head = estimate_memory(q);
   EXPECT_NEAR(static_cast<double>((bf16_head.per_device.weights - nf4_head.per_device.weights).count()),
               head * (2 - quantized_bytes_per_param(Quantization::kNf4, a.hidden)), 1);
   // The head is the largest weight dequantised; from fp16, twice over.
   const Bytes one_copy = nf4_head.per_device.overhead;
-  q.dequantized_copies = 2;
+  q.quirks.dequantized_copies = 2;
   EXPECT_NEAR(static_cast<double>((estimate_memory(q).per_device.overhead - one_copy).count()), 2 * head, 1);
 }
 

@@ -77,8 +77,8 @@ Point evaluate(const YAML::Node& n) {
   apply(profile, in);
   // What the point says of itself wins over its stack's defaults.
   in.fused_kernels = n["compiled"].as<bool>(false);
-  in.lean_cross_entropy = n["fused_loss"].as<bool>(profile.lean_cross_entropy);
-  in.fp32_non_quantized = n["fp32_non_quantized"].as<bool>(profile.fp32_non_quantized);
+  in.quirks.lean_cross_entropy = n["fused_loss"].as<bool>(profile.quirks.lean_cross_entropy);
+  in.quirks.fp32_non_quantized = n["fp32_non_quantized"].as<bool>(profile.quirks.fp32_non_quantized);
   Strategy& s = in.strategy;
   s.attention = n["attention"].as<std::string>("sdpa") == "eager" ? Attention::kStandard : Attention::kMemoryEfficient;
   s.precision = precision_named(n["precision"].as<std::string>());

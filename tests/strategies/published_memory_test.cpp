@@ -57,8 +57,8 @@ Point evaluate(const YAML::Node& n) {
   in.strategy.attention = Attention::kMemoryEfficient;  // every source ran SDPA / flash attention
   in.on_gpu = true;
   in.fused_kernels = n["fused"].as<bool>(false);
-  in.lean_cross_entropy = in.fused_kernels;  // the sources' losses, not tailor-runner's
-  in.quantized_linear_keeps_input = n["bitsandbytes"].as<bool>(false);
+  in.quirks.lean_cross_entropy = in.fused_kernels;  // the sources' losses, not tailor-runner's
+  in.quirks.quantized_linear_keeps_input = n["bitsandbytes"].as<bool>(false);
   Strategy& s = in.strategy;
   s.precision = precision_named(n["precision"].as<std::string>());
   s.micro_batch_size = in.batch.micro_batch;

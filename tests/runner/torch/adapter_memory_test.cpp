@@ -13,7 +13,7 @@
 #include "runner/torch/trainer.h"
 #include "strategies/memory_model.h"
 #include "strategies/planner.h"
-#include "tests/runner/estimate_and_train.h"
+#include "tests/runner/torch/estimate_and_train.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner {

@@ -12,7 +12,7 @@
 #include "dsl/spec_loader.h"
 #include "runner/torch/trainer.h"
 #include "strategies/planner.h"
-#include "tests/runner/estimate_and_train.h"
+#include "tests/runner/torch/estimate_and_train.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner {

@@ -17,7 +17,7 @@
 #include "runner/data/file_io.h"
 #include "runner/data/sentencepiece_tokenizer.h"
 #include "runner/data/tokenizer.h"
-#include "tests/runner/tiny_sentencepiece.h"
+#include "tests/runner/data/tiny_sentencepiece.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner::data {
@@ -186,7 +186,7 @@ TEST(MakeTokenizerTest, ModelWithoutBosOrEosIsAnError) {
 }
 
 // tokenizer.json files of the kinds Tailor does not read are refused naming
-// the file and the key (tests/runner/bpe_tokenizer_test.cpp checks the ones
+// the file and the key (tests/runner/data/bpe_tokenizer_test.cpp checks the ones
 // it reads against the tokenizers library).
 TEST(MakeTokenizerTest, TokenizerJsonOfAnotherKindIsNamedAsUnsupported) {
   testing::TempDir dir;

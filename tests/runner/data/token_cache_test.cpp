@@ -24,7 +24,7 @@
 #include "runner/data/hash.h"
 #include "runner/data/sentencepiece_tokenizer.h"
 #include "runner/data/token_cache.h"
-#include "tests/runner/tiny_sentencepiece.h"
+#include "tests/runner/data/tiny_sentencepiece.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner::data {

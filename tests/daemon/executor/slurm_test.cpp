@@ -2,7 +2,7 @@
 // a real cluster, tests/testing/slurm_cluster.py), the state mapping, the
 // batch script (checked by bash -n), how ranks spread over nodes, and a
 // spec placed on a partition's nodes with the shortfall when it does not
-// fit. The executor against a real cluster: tests/slurm/.
+// fit. The executor against a real cluster: tests/daemon/executor/slurm_executor_test.py.
 #include <gtest/gtest.h>
 
 #include <cstdio>
