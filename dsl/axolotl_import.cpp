@@ -119,67 +119,6 @@ bool is_tracker_key(std::string_view key) {
          key == "use_wandb" || key == "use_mlflow" || key == "use_comet";
 }
 
-// Hugging Face repositories whose architecture a catalog preset describes
-// exactly (configs/catalog/models.yaml gives each preset's source). Keyed by
-// the lower-cased repository name; instruct/chat variants share the base
-// architecture. Mistral v0.2+ differs (vocab, RoPE), so it is not listed.
-struct HubModel {
-  const char* repo;
-  const char* preset;
-};
-
-const std::vector<HubModel>& hub_models() {
-  static const std::vector<HubModel> k = {
-      {"llama-2-7b", "llama-2-7b"},
-      {"llama-2-7b-hf", "llama-2-7b"},
-      {"llama-2-7b-chat", "llama-2-7b"},
-      {"llama-2-7b-chat-hf", "llama-2-7b"},
-      {"llama-2-13b", "llama-2-13b"},
-      {"llama-2-13b-hf", "llama-2-13b"},
-      {"llama-2-13b-chat", "llama-2-13b"},
-      {"llama-2-13b-chat-hf", "llama-2-13b"},
-      {"llama-2-70b", "llama-2-70b"},
-      {"llama-2-70b-hf", "llama-2-70b"},
-      {"llama-2-70b-chat", "llama-2-70b"},
-      {"llama-2-70b-chat-hf", "llama-2-70b"},
-      {"meta-llama-3-8b", "llama-3-8b"},
-      {"meta-llama-3-8b-instruct", "llama-3-8b"},
-      {"meta-llama-3-70b", "llama-3-70b"},
-      {"meta-llama-3-70b-instruct", "llama-3-70b"},
-      {"llama-3.1-8b", "llama-3.1-8b"},
-      {"llama-3.1-8b-instruct", "llama-3.1-8b"},
-      {"meta-llama-3.1-8b", "llama-3.1-8b"},
-      {"meta-llama-3.1-8b-instruct", "llama-3.1-8b"},
-      {"llama-3.2-1b", "llama-3.2-1b"},
-      {"llama-3.2-1b-instruct", "llama-3.2-1b"},
-      {"llama-3.2-3b", "llama-3.2-3b"},
-      {"llama-3.2-3b-instruct", "llama-3.2-3b"},
-      {"mistral-7b-v0.1", "mistral-7b"},
-      {"mistral-7b-instruct-v0.1", "mistral-7b"},
-      {"qwen2.5-0.5b", "qwen2.5-0.5b"},
-      {"qwen2.5-0.5b-instruct", "qwen2.5-0.5b"},
-      {"qwen2.5-1.5b", "qwen2.5-1.5b"},
-      {"qwen2.5-1.5b-instruct", "qwen2.5-1.5b"},
-      {"qwen2.5-7b", "qwen2.5-7b"},
-      {"qwen2.5-7b-instruct", "qwen2.5-7b"},
-      {"gemma-2-2b", "gemma-2-2b"},
-      {"gemma-2-2b-it", "gemma-2-2b"},
-      {"gemma-2-9b", "gemma-2-9b"},
-      {"gemma-2-9b-it", "gemma-2-9b"},
-      {"gemma-2-27b", "gemma-2-27b"},
-      {"gemma-2-27b-it", "gemma-2-27b"},
-      {"gemma-3-270m", "gemma-3-270m"},
-      {"gemma-3-270m-it", "gemma-3-270m"},
-      {"gemma-3-1b-pt", "gemma-3-1b"},
-      {"gemma-3-1b-it", "gemma-3-1b"},
-      {"gpt2", "gpt2"},
-      {"gpt2-medium", "gpt2-medium"},
-      {"gpt2-large", "gpt2-large"},
-      {"gpt2-xl", "gpt2-xl"},
-  };
-  return k;
-}
-
 // Organisations whose repository names are trusted to mean the published
 // architecture; a fine-tune elsewhere may have resized the vocabulary.
 bool is_known_org(std::string_view org) {
@@ -199,9 +138,9 @@ std::string preset_for_hub_id(std::string_view id) {
   const std::string org = slash == std::string::npos ? std::string() : lower.substr(0, slash);
   const std::string repo = slash == std::string::npos ? lower : lower.substr(slash + 1);
   if (!is_known_org(org)) return {};
-  for (const HubModel& m : hub_models()) {
-    if (repo == m.repo) return m.preset;
-  }
+  // The catalog lists the repositories each preset describes exactly
+  // (configs/catalog/models.yaml, hub_repos).
+  if (const ModelPreset* p = Catalog::builtin().find_by_hub_repo(repo)) return p->name;
   // Every TinyLlama 1.1B checkpoint and chat release keeps the architecture.
   if (org == "tinyllama" && starts_with(repo, "tinyllama-1.1b")) return "tinyllama-1.1b";
   return {};

@@ -1,5 +1,6 @@
 #include "dsl/catalog.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -26,6 +27,8 @@ const std::vector<Field<ModelPreset>>& preset_fields() {
       field("description", "What the model is.", &ModelPreset::description),
       field("source", "Where the figures come from.", &ModelPreset::source),
       field("params", "Published parameter count.", &ModelPreset::params, int_at_least(1), true),
+      field("hub_repos", "Hugging Face repository names (lower case) with exactly this architecture.",
+            &ModelPreset::hub_repos),
       // `arch` is read separately with the job spec's arch table.
   };
   return k;
@@ -119,6 +122,18 @@ std::optional<Catalog> Catalog::parse(std::string_view models_yaml, std::string_
                       "published count " + std::to_string(p.params) + " differs from the architecture's " +
                           std::to_string(p.arch.parameter_count()));
         }
+        // A repository names one architecture: listed under one preset,
+        // in the lower case lookups compare.
+        for (const std::string& repo : p.hub_repos) {
+          const std::string where = path + ".hub_repos";
+          if (repo.empty() || std::any_of(repo.begin(), repo.end(), [](char c) { return c >= 'A' && c <= 'Z'; })) {
+            diags.error(e.key_location, where, "\"" + repo + "\" must be a lower-case repository name");
+          } else if (repo.find('/') != std::string::npos) {
+            diags.error(e.key_location, where, "\"" + repo + "\" names an organisation: list the repository only");
+          } else if (const ModelPreset* other = cat.find_by_hub_repo(repo)) {
+            diags.error(e.key_location, where, "\"" + repo + "\" is listed under " + other->name + " too");
+          }
+        }
         cat.models_.push_back(std::move(p));
       }
     }
@@ -168,6 +183,15 @@ const Catalog& Catalog::builtin() {
     return std::move(*cat);
   }();
   return kCatalog;
+}
+
+const ModelPreset* Catalog::find_by_hub_repo(std::string_view repo) const {
+  std::string lower(repo);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const ModelPreset& p : models_) {
+    if (std::find(p.hub_repos.begin(), p.hub_repos.end(), lower) != p.hub_repos.end()) return &p;
+  }
+  return nullptr;
 }
 
 const ModelPreset* Catalog::find_model(std::string_view name) const {

@@ -21,6 +21,10 @@ struct ModelPreset {
   std::string description;
   std::string source;       // where the figures come from
   std::int64_t params = 0;  // published parameter count; equals arch.parameter_count()
+  // Hugging Face repository names (lower case, without the organisation)
+  // whose config.json is exactly this architecture: instruct and chat
+  // variants of a base share it; a fine-tune that resized anything does not.
+  std::vector<std::string> hub_repos;
   ModelArch arch;
 };
 
@@ -56,6 +60,9 @@ class Catalog {
   const std::vector<GpuModel>& gpus() const { return gpus_; }
 
   const ModelPreset* find_model(std::string_view name) const;
+  // The preset a Hugging Face repository name (any case, no organisation)
+  // is listed under; nullptr when none.
+  const ModelPreset* find_by_hub_repo(std::string_view repo) const;
   // By what a user types (--gpus, resources.gpu_model): the catalog key in
   // any case ("h100-80"), with or without separators and a memory unit
   // ("A100-80GB", "rtx4090", "NVIDIA H100"), a part of one key that names no

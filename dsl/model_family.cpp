@@ -16,88 +16,171 @@ namespace {
 // Config keys and defaults as transformers' LlamaConfig, MistralConfig,
 // Qwen2Config, Qwen3Config, MixtralConfig, Phi3Config, Gemma2Config,
 // Gemma3TextConfig and GPT2Config define them.
+// The Llama-like families' keys and tensor names, shared.
+constexpr HfConfigKeys kLlamaKeys{.layers = "num_hidden_layers",
+                                  .hidden = "hidden_size",
+                                  .intermediate = "intermediate_size",
+                                  .heads = "num_attention_heads",
+                                  .kv_heads = "num_key_value_heads",
+                                  .positions = "max_position_embeddings",
+                                  .norm_eps = "rms_norm_eps",
+                                  .rope_theta = "rope_theta"};
+constexpr HfTensorNames kLlamaTensors{.body = "model.",
+                                      .embed = "embed_tokens",
+                                      .positions = nullptr,
+                                      .layers = "layers.",
+                                      .norm1 = "input_layernorm",
+                                      .norm2 = "post_attention_layernorm",
+                                      .final_norm = "norm"};
+
+constexpr HfTensorNames with_qk_norm(HfTensorNames t) {
+  t.q_norm = "self_attn.q_norm";
+  t.k_norm = "self_attn.k_norm";
+  return t;
+}
+
+constexpr HfConfigKeys with_experts(HfConfigKeys k, const char* experts, const char* per_token) {
+  k.experts = experts;
+  k.experts_per_token = per_token;
+  return k;
+}
+
+constexpr HfTensorNames with_moe(HfTensorNames t, const char* moe) {
+  t.moe = moe;
+  return t;
+}
+
+// Gemma's four norms a block: the one before the MLP is norm2.
+constexpr HfTensorNames gemma_tensors(HfTensorNames t) {
+  t.norm2 = "pre_feedforward_layernorm";
+  t.post_attn_norm = "post_attention_layernorm";
+  t.post_mlp_norm = "post_feedforward_layernorm";
+  return t;
+}
+
 constexpr std::array<ModelFamilyInfo, 9> kFamilies = {{
-    {ModelFamily::kLlama, "llama", "LlamaForCausalLM", BlockKind::kLlama, false, false, false, 0,
-     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-     "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
-     R"({"hidden_act": "silu", "attention_bias": false})",
-     nullptr, nullptr, 0, 0,
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
-     nullptr, nullptr},
-    {ModelFamily::kGpt2, "gpt2", "GPT2LMHeadModel", BlockKind::kGpt2, true, false, false, 0,
-     "n_layer", "n_embd", "n_inner", "n_head", nullptr, "n_positions", "layer_norm_epsilon", nullptr, 1024, 1e-5,
-     true, 4,
+    {.id = ModelFamily::kLlama,
+     .name = "llama",
+     .hf_architecture = "LlamaForCausalLM",
+     .block = BlockKind::kLlama,
+     .keys = kLlamaKeys,
+     .config_extra = R"({"hidden_act": "silu", "attention_bias": false})",
+     .tensors = kLlamaTensors},
+    {.id = ModelFamily::kGpt2,
+     .name = "gpt2",
+     .hf_architecture = "GPT2LMHeadModel",
+     .block = BlockKind::kGpt2,
+     .qkv_bias = true,
+     .keys = {.layers = "n_layer",
+              .hidden = "n_embd",
+              .intermediate = "n_inner",
+              .heads = "n_head",
+              .kv_heads = nullptr,
+              .positions = "n_positions",
+              .norm_eps = "layer_norm_epsilon",
+              .rope_theta = nullptr},
+     .default_positions = 1024,
+     .default_norm_eps = 1e-5,
+     .default_tie_embeddings = true,
+     .default_intermediate_per_hidden = 4,
      // The model's GELU is the tanh approximation (transformers' "gelu_new").
-     R"({"activation_function": "gelu_new"})",
-     nullptr, nullptr, 0, 0,
-     "transformer.", "wte", "wpe", "h.", "ln_1", "ln_2", "ln_f", nullptr, nullptr, nullptr},
-    {ModelFamily::kMistral, "mistral", "MistralForCausalLM", BlockKind::kLlama, false, false, false, 0,
-     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-     "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
+     .config_extra = R"({"activation_function": "gelu_new"})",
+     .tensors = {.body = "transformer.",
+                 .embed = "wte",
+                 .positions = "wpe",
+                 .layers = "h.",
+                 .norm1 = "ln_1",
+                 .norm2 = "ln_2",
+                 .final_norm = "ln_f"}},
+    {.id = ModelFamily::kMistral,
+     .name = "mistral",
+     .hf_architecture = "MistralForCausalLM",
+     .block = BlockKind::kLlama,
+     .keys = kLlamaKeys,
      // The model attends over the whole context: say so, or transformers
      // would apply its default 4096-token sliding window.
-     R"({"hidden_act": "silu", "sliding_window": null, "attention_bias": false})",
-     nullptr, nullptr, 0, 0,
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
-     nullptr, nullptr},
-    {ModelFamily::kQwen2, "qwen2", "Qwen2ForCausalLM", BlockKind::kLlama, true, false, false, 0,
-     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-     "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
-     R"({"hidden_act": "silu", "use_sliding_window": false})",
-     nullptr, nullptr, 0, 0,
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
-     nullptr, nullptr},
+     .config_extra = R"({"hidden_act": "silu", "sliding_window": null, "attention_bias": false})",
+     .tensors = kLlamaTensors},
+    {.id = ModelFamily::kQwen2,
+     .name = "qwen2",
+     .hf_architecture = "Qwen2ForCausalLM",
+     .block = BlockKind::kLlama,
+     .qkv_bias = true,
+     .keys = kLlamaKeys,
+     .config_extra = R"({"hidden_act": "silu", "use_sliding_window": false})",
+     .tensors = kLlamaTensors},
     // Qwen3: Qwen2 without the q/k/v biases, with an RMSNorm over every q
     // and k head before RoPE, and heads 128 wide whatever the hidden size.
-    {ModelFamily::kQwen3, "qwen3", "Qwen3ForCausalLM", BlockKind::kLlama, false, true, false, 128,
-     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-     "max_position_embeddings", "rms_norm_eps", "rope_theta", 2048, 1e-6, false, 0,
-     R"({"hidden_act": "silu", "use_sliding_window": false, "attention_bias": false})",
-     nullptr, nullptr, 0, 0,
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm",
-     "self_attn.q_norm", "self_attn.k_norm", nullptr},
+    {.id = ModelFamily::kQwen3,
+     .name = "qwen3",
+     .hf_architecture = "Qwen3ForCausalLM",
+     .block = BlockKind::kLlama,
+     .qk_norm = true,
+     .default_head_dim = 128,
+     .keys = kLlamaKeys,
+     .config_extra = R"({"hidden_act": "silu", "use_sliding_window": false, "attention_bias": false})",
+     .tensors = with_qk_norm(kLlamaTensors)},
     // Mixtral: Mistral's attention; each block's MLP is num_local_experts
     // SwiGLU experts and a router sending each token to the top
     // num_experts_per_tok of them, weighted by their renormalised softmax.
-    {ModelFamily::kMixtral, "mixtral", "MixtralForCausalLM", BlockKind::kLlama, false, false, false, 0,
-     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-     "max_position_embeddings", "rms_norm_eps", "rope_theta", 131072, 1e-5, false, 0,
-     R"({"hidden_act": "silu", "sliding_window": null, "output_router_logits": false, "router_jitter_noise": 0.0})",
-     "num_local_experts", "num_experts_per_tok", 8, 2,
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
-     nullptr, "block_sparse_moe."},
+    {.id = ModelFamily::kMixtral,
+     .name = "mixtral",
+     .hf_architecture = "MixtralForCausalLM",
+     .block = BlockKind::kLlama,
+     .keys = with_experts(kLlamaKeys, "num_local_experts", "num_experts_per_tok"),
+     .default_positions = 131072,
+     .default_norm_eps = 1e-5,
+     .config_extra =
+         R"({"hidden_act": "silu", "sliding_window": null, "output_router_logits": false, "router_jitter_noise": 0.0})",
+     .default_experts = 8,
+     .default_experts_per_token = 2,
+     .tensors = with_moe(kLlamaTensors, "block_sparse_moe.")},
     // Phi-3: Llama's block with q/k/v and gate/up each one linear in the
     // checkpoint (qkv_proj, gate_up_proj), as Tailor computes them; Phi-3
     // mini 4k windows attention to 2047 tokens.
-    {ModelFamily::kPhi3, "phi3", "Phi3ForCausalLM", BlockKind::kLlama, false, false, true, 0,
-     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-     "max_position_embeddings", "rms_norm_eps", "rope_theta", 4096, 1e-5, false, 0,
-     R"({"hidden_act": "silu", "sliding_window": null})",
-     nullptr, nullptr, 0, 0,
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "post_attention_layernorm", "norm", nullptr,
-     nullptr, nullptr},
+    {.id = ModelFamily::kPhi3,
+     .name = "phi3",
+     .hf_architecture = "Phi3ForCausalLM",
+     .block = BlockKind::kLlama,
+     .hf_fused_linears = true,
+     .keys = kLlamaKeys,
+     .default_positions = 4096,
+     .default_norm_eps = 1e-5,
+     .config_extra = R"({"hidden_act": "silu", "sliding_window": null})",
+     .tensors = kLlamaTensors},
     // Gemma 2: Llama's attention with heads 256 wide, scores scaled by
     // query_pre_attn_scalar and soft-capped, a window on every other layer;
     // GeGLU; four norms a block; tied, soft-capped logits.
-    {ModelFamily::kGemma2, "gemma2", "Gemma2ForCausalLM", BlockKind::kLlama, false, false, false, 256,
-     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-     "max_position_embeddings", "rms_norm_eps", "rope_theta", 8192, 1e-6, true, 0,
-     R"({"hidden_activation": "gelu_pytorch_tanh", "sliding_window": null, "attention_bias": false})",
-     nullptr, nullptr, 0, 0,
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "pre_feedforward_layernorm", "norm", nullptr,
-     nullptr, nullptr, true, "post_attention_layernorm", "post_feedforward_layernorm", 2, false},
+    {.id = ModelFamily::kGemma2,
+     .name = "gemma2",
+     .hf_architecture = "Gemma2ForCausalLM",
+     .block = BlockKind::kLlama,
+     .default_head_dim = 256,
+     .keys = kLlamaKeys,
+     .default_positions = 8192,
+     .default_tie_embeddings = true,
+     .config_extra = R"({"hidden_activation": "gelu_pytorch_tanh", "sliding_window": null, "attention_bias": false})",
+     .tensors = gemma_tensors(kLlamaTensors),
+     .gemma = true,
+     .window_every = 2},
     // Gemma 3 (text; 270M and 1B are text-only checkpoints): Gemma 2's block
     // with q/k norms instead of soft-capping, five windowed layers to one
     // global, and the windowed layers on their own RoPE base.
-    {ModelFamily::kGemma3, "gemma3_text", "Gemma3ForCausalLM", BlockKind::kLlama, false, true, false, 256,
-     "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-     "max_position_embeddings", "rms_norm_eps", "rope_theta", 131072, 1e-6, true, 0,
-     R"({"hidden_activation": "gelu_pytorch_tanh", "sliding_window": null, "attention_bias": false,
+    {.id = ModelFamily::kGemma3,
+     .name = "gemma3_text",
+     .hf_architecture = "Gemma3ForCausalLM",
+     .block = BlockKind::kLlama,
+     .qk_norm = true,
+     .default_head_dim = 256,
+     .keys = kLlamaKeys,
+     .default_positions = 131072,
+     .default_tie_embeddings = true,
+     .config_extra = R"({"hidden_activation": "gelu_pytorch_tanh", "sliding_window": null, "attention_bias": false,
          "use_bidirectional_attention": false})",
-     nullptr, nullptr, 0, 0,
-     "model.", "embed_tokens", nullptr, "layers.", "input_layernorm", "pre_feedforward_layernorm", "norm",
-     "self_attn.q_norm", "self_attn.k_norm", nullptr, true, "post_attention_layernorm", "post_feedforward_layernorm",
-     6, true},
+     .tensors = with_qk_norm(gemma_tensors(kLlamaTensors)),
+     .gemma = true,
+     .window_every = 6,
+     .local_rope = true},
 }};
 
 // Gemma2Config's and Gemma3TextConfig's defaults for keys a config.json
@@ -319,7 +402,7 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
       refuse(act_key, *a, "the family's activation here is " + act);
     }
   }
-  if (f.key_experts != nullptr) {
+  if (f.keys.experts != nullptr) {
     // Training-only changes to the router: the load-balancing loss added to
     // the loss, and multiplicative noise on the router's input.
     if (const nlohmann::json* r = value_of("output_router_logits"); r != nullptr && !(r->is_boolean() && !r->get<bool>())) {
@@ -329,8 +412,8 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
       refuse("router_jitter_noise", *r, "Tailor's router sees its input without noise");
     }
     if (arch.experts < 1 || arch.experts_per_token < 1 || arch.experts_per_token > arch.experts) {
-      errors.push_back(where + ": " + f.key_experts_per_token + " (" + std::to_string(arch.experts_per_token) +
-                       ") must be between 1 and " + f.key_experts + " (" + std::to_string(arch.experts) + ")");
+      errors.push_back(where + ": " + f.keys.experts_per_token + " (" + std::to_string(arch.experts_per_token) +
+                       ") must be between 1 and " + f.keys.experts + " (" + std::to_string(arch.experts) + ")");
     }
   }
   for (const char* key : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"}) {
@@ -452,21 +535,21 @@ bool arch_from_hf_config(const std::string& text, const std::string& file, Model
     return (it != j.end() && it->is_number()) ? it->get<double>() : fallback;
   };
   arch.family = f->id;
-  arch.layers = get_int(f->key_layers, 0);
-  arch.hidden = get_int(f->key_hidden, 0);
-  arch.intermediate = get_int(f->key_intermediate, f->default_intermediate_per_hidden * arch.hidden);
-  arch.heads = get_int(f->key_heads, 0);
-  arch.kv_heads = get_int(f->key_kv_heads, arch.heads);
+  arch.layers = get_int(f->keys.layers, 0);
+  arch.hidden = get_int(f->keys.hidden, 0);
+  arch.intermediate = get_int(f->keys.intermediate, f->default_intermediate_per_hidden * arch.hidden);
+  arch.heads = get_int(f->keys.heads, 0);
+  arch.kv_heads = get_int(f->keys.kv_heads, arch.heads);
   arch.vocab = get_int("vocab_size", 0);
-  arch.max_seq_len = get_int(f->key_positions, f->default_positions);
+  arch.max_seq_len = get_int(f->keys.positions, f->default_positions);
   auto tie = j.find("tie_word_embeddings");
   arch.tie_embeddings = (tie != j.end() && tie->is_boolean()) ? tie->get<bool>() : f->default_tie_embeddings;
-  arch.rope_theta = get_num(f->key_rope_theta, 10000.0);
-  arch.norm_eps = get_num(f->key_norm_eps, f->default_norm_eps);
+  arch.rope_theta = get_num(f->keys.rope_theta, 10000.0);
+  arch.norm_eps = get_num(f->keys.norm_eps, f->default_norm_eps);
   arch.head_size = f->default_head_dim;
   arch.rope_local_theta = 0;
-  arch.experts = get_int(f->key_experts, f->default_experts);
-  arch.experts_per_token = get_int(f->key_experts_per_token, f->default_experts_per_token);
+  arch.experts = get_int(f->keys.experts, f->default_experts);
+  arch.experts_per_token = get_int(f->keys.experts_per_token, f->default_experts_per_token);
   check_computation(j, *f, arch, quote(file, kWhole), errors);
   return errors.size() == errors_before;
 }
@@ -476,15 +559,15 @@ std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, con
   nlohmann::ordered_json j;
   j["architectures"] = {f.hf_architecture};
   j["model_type"] = f.name;
-  j[f.key_hidden] = a.hidden;
-  j[f.key_intermediate] = a.intermediate;
-  j[f.key_layers] = a.layers;
-  j[f.key_heads] = a.heads;
-  if (f.key_kv_heads) j[f.key_kv_heads] = a.kv_heads;
+  j[f.keys.hidden] = a.hidden;
+  j[f.keys.intermediate] = a.intermediate;
+  j[f.keys.layers] = a.layers;
+  j[f.keys.heads] = a.heads;
+  if (f.keys.kv_heads) j[f.keys.kv_heads] = a.kv_heads;
   j["vocab_size"] = a.vocab;
-  j[f.key_positions] = a.max_seq_len;
-  j[f.key_norm_eps] = a.norm_eps;
-  if (f.key_rope_theta) j[f.key_rope_theta] = a.rope_theta;
+  j[f.keys.positions] = a.max_seq_len;
+  j[f.keys.norm_eps] = a.norm_eps;
+  if (f.keys.rope_theta) j[f.keys.rope_theta] = a.rope_theta;
   if (const RopeScaling& r = a.rope_scaling; r.type != RopeScalingType::kNone) {
     // As Llama 3.1's config.json writes it; transformers 5 reads it into
     // rope_parameters with the top-level rope_theta.
@@ -497,9 +580,9 @@ std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, con
     j["rope_scaling"] = scaling;
   }
   if (f.block == BlockKind::kLlama) j["head_dim"] = a.head_dim();
-  if (f.key_experts) {
-    j[f.key_experts] = a.experts;
-    j[f.key_experts_per_token] = a.experts_per_token;
+  if (f.keys.experts) {
+    j[f.keys.experts] = a.experts;
+    j[f.keys.experts_per_token] = a.experts_per_token;
   }
   const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(f.config_extra);
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();

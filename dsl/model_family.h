@@ -35,60 +35,68 @@ enum class BlockKind {
            // Conv1D weights stored (in, out) in checkpoints
 };
 
+// A family's config.json keys (nullptr: the family has none).
+struct HfConfigKeys {
+  const char* layers;
+  const char* hidden;
+  const char* intermediate;
+  const char* heads;
+  const char* kv_heads;  // nullptr: no grouped-query attention
+  const char* positions;
+  const char* norm_eps;
+  const char* rope_theta;
+  // Mixture of experts (nullptr: a dense MLP).
+  const char* experts = nullptr;
+  const char* experts_per_token = nullptr;
+};
+
+// A family's tensor names: the body prefix (optional when loading GPT-2)
+// and the names below it.
+struct HfTensorNames {
+  const char* body;        // "model." / "transformer."
+  const char* embed;       // "embed_tokens" / "wte"
+  const char* positions;   // nullptr / "wpe"
+  const char* layers;      // "layers." / "h."
+  const char* norm1;       // "input_layernorm" / "ln_1"
+  const char* norm2;       // "post_attention_layernorm" / "ln_2" (Gemma: the norm before the MLP)
+  const char* final_norm;  // "norm" / "ln_f"
+  const char* q_norm = nullptr;  // "self_attn.q_norm" (qk_norm families)
+  const char* k_norm = nullptr;
+  // Mixture of experts: the block's MoE module ("block_sparse_moe."), which
+  // holds the router ("gate") and experts.N.{w1 (gate), w3 (up), w2 (down)}.
+  const char* moe = nullptr;
+  const char* post_attn_norm = nullptr;  // "post_attention_layernorm" (Gemma's)
+  const char* post_mlp_norm = nullptr;   // "post_feedforward_layernorm"
+};
+
 struct ModelFamilyInfo {
   ModelFamily id;
   const char* name;             // in specs, and the config.json model_type
   const char* hf_architecture;  // config.json "architectures"
   BlockKind block;
-  bool qkv_bias;                // q/k/v projections have biases (Qwen2; GPT-2's c_attn)
-  bool qk_norm;                 // RMSNorm over each q and k head before RoPE (Qwen3)
-  bool hf_fused_linears;        // checkpoints hold qkv_proj and gate_up_proj whole (Phi-3)
-  std::int64_t default_head_dim;  // head width when config.json has no head_dim; 0: hidden / heads
+  bool qkv_bias = false;        // q/k/v projections have biases (Qwen2; GPT-2's c_attn)
+  bool qk_norm = false;         // RMSNorm over each q and k head before RoPE (Qwen3)
+  bool hf_fused_linears = false;  // checkpoints hold qkv_proj and gate_up_proj whole (Phi-3)
+  std::int64_t default_head_dim = 0;  // head width when config.json has no head_dim; 0: hidden / heads
 
-  // config.json keys (nullptr: the family has none) and the defaults
-  // transformers uses when a key is absent.
-  const char* key_layers;
-  const char* key_hidden;
-  const char* key_intermediate;
-  const char* key_heads;
-  const char* key_kv_heads;     // nullptr: no grouped-query attention
-  const char* key_positions;
-  const char* key_norm_eps;
-  const char* key_rope_theta;
-  std::int64_t default_positions;
-  double default_norm_eps;
-  bool default_tie_embeddings;
-  std::int64_t default_intermediate_per_hidden;  // 0: intermediate is required
-  const char* config_extra;     // JSON object merged into exported config.json (activation, windows)
-  // Mixture of experts (nullptr / 0: a dense MLP): config keys and defaults.
-  const char* key_experts;
-  const char* key_experts_per_token;
-  std::int64_t default_experts;
-  std::int64_t default_experts_per_token;
+  // config.json keys and the defaults transformers uses when a key is absent.
+  HfConfigKeys keys;
+  std::int64_t default_positions = 2048;
+  double default_norm_eps = 1e-6;
+  bool default_tie_embeddings = false;
+  std::int64_t default_intermediate_per_hidden = 0;  // 0: intermediate is required
+  const char* config_extra = "{}";  // JSON object merged into exported config.json (activation, windows)
+  std::int64_t default_experts = 0;
+  std::int64_t default_experts_per_token = 0;
 
-  // Tensor names: the body prefix (optional when loading GPT-2) and the
-  // names below it.
-  const char* hf_body;          // "model." / "transformer."
-  const char* hf_embed;         // "embed_tokens" / "wte"
-  const char* hf_positions;     // nullptr / "wpe"
-  const char* hf_layers;        // "layers." / "h."
-  const char* hf_norm1;         // "input_layernorm" / "ln_1"
-  const char* hf_norm2;         // "post_attention_layernorm" / "ln_2"
-  const char* hf_final_norm;    // "norm" / "ln_f"
-  const char* hf_q_norm;        // "self_attn.q_norm" (qk_norm families), else nullptr
-  const char* hf_k_norm;
-  // Mixture of experts: the block's MoE module ("block_sparse_moe."), which
-  // holds the router ("gate") and experts.N.{w1 (gate), w3 (up), w2 (down)}.
-  const char* hf_moe;
+  HfTensorNames tensors;
 
   // Gemma 2 and 3 (Gemma Team 2024, 2025): RMSNorm scales by (1 + weight)
   // and its weights start at 0; embeddings are multiplied by sqrt(hidden);
   // the MLP is GeGLU (tanh GELU); the attention output and the MLP output
-  // are RMS-normalised before their residual adds (hf_norm2 is then the
-  // norm before the MLP).
+  // are RMS-normalised before their residual adds (tensors.post_attn_norm,
+  // post_mlp_norm; tensors.norm2 is then the norm before the MLP).
   bool gemma = false;
-  const char* hf_post_attn_norm = nullptr;  // "post_attention_layernorm" (Gemma's)
-  const char* hf_post_mlp_norm = nullptr;   // "post_feedforward_layernorm"
   // The sliding window skips every `window_every`-th layer (Gemma 2: 2,
   // Gemma 3: 6), whose attention is global; 1: every layer is windowed.
   std::int64_t window_every = 1;

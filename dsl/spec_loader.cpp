@@ -183,7 +183,7 @@ void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnos
     d.error(loc_at(root, path + ".sliding_window"), path + ".sliding_window",
             std::string(family.name) + " has no sliding window (" + windowed + " have one)");
   }
-  if (family.key_experts == nullptr) {
+  if (family.keys.experts == nullptr) {
     const std::pair<const char*, std::int64_t> given[] = {{"experts", a.experts},
                                                           {"experts_per_token", a.experts_per_token}};
     for (const auto& [key, value] : given) {
@@ -235,7 +235,7 @@ void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnos
             "heads (" + std::to_string(a.heads) + ") must be divisible by kv_heads (" + std::to_string(a.kv_heads) +
                 ")");
   }
-  if (family.key_kv_heads == nullptr && a.kv_heads != a.heads) {
+  if (family.keys.kv_heads == nullptr && a.kv_heads != a.heads) {
     d.error(loc_at(root, path + ".kv_heads"), path + ".kv_heads",
             std::string(family.name) + " has no grouped-query attention");
   }

@@ -65,21 +65,21 @@ std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body) {
     add(hf + ".weight", param, {c});
     if (gpt2) add(hf + ".bias", param + "_bias", {c});
   };
-  add(body + f.hf_embed + ".weight", "embed.weight", {a.vocab, c});
-  if (f.hf_positions) add(body + f.hf_positions + ".weight", "pos_embed.weight", {a.max_seq_len, c});
+  add(body + f.tensors.embed + ".weight", "embed.weight", {a.vocab, c});
+  if (f.tensors.positions) add(body + f.tensors.positions + ".weight", "pos_embed.weight", {a.max_seq_len, c});
   const std::vector<dsl::LinearLayer> linears = dsl::block_linears(a);
   for (std::int64_t i = 0; i < a.layers; ++i) {
-    const std::string h = body + f.hf_layers + std::to_string(i) + ".", l = "layer" + std::to_string(i) + ".";
-    add_norm(h + f.hf_norm1, l + "norm1");
+    const std::string h = body + f.tensors.layers + std::to_string(i) + ".", l = "layer" + std::to_string(i) + ".";
+    add_norm(h + f.tensors.norm1, l + "norm1");
     if (f.qk_norm) {
-      add(h + f.hf_q_norm + ".weight", l + "q_norm", {a.head_dim()});
-      add(h + f.hf_k_norm + ".weight", l + "k_norm", {a.head_dim()});
+      add(h + f.tensors.q_norm + ".weight", l + "q_norm", {a.head_dim()});
+      add(h + f.tensors.k_norm + ".weight", l + "k_norm", {a.head_dim()});
     }
     bool mlp = false;
     for (const dsl::LinearLayer& lin : linears) {
       if (!mlp && lin.projection == dsl::Projection::kUp) {
-        if (f.hf_post_attn_norm) add_norm(h + f.hf_post_attn_norm, l + "post_attn_norm");
-        add_norm(h + f.hf_norm2, l + "norm2");  // before the MLP
+        if (f.tensors.post_attn_norm) add_norm(h + f.tensors.post_attn_norm, l + "post_attn_norm");
+        add_norm(h + f.tensors.norm2, l + "norm2");  // before the MLP
       }
       mlp = mlp || lin.projection == dsl::Projection::kUp;
       const std::string param = l + param_of(lin.projection, gpt2);
@@ -94,12 +94,12 @@ std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body) {
         add(h + lin.module + ".bias", param + "_bias", {lin.rows}, lin.row_offset, lin.rows);
       }
     }
-    if (f.hf_post_mlp_norm) add_norm(h + f.hf_post_mlp_norm, l + "post_mlp_norm");
+    if (f.tensors.post_mlp_norm) add_norm(h + f.tensors.post_mlp_norm, l + "post_mlp_norm");
     if (a.moe()) {
       // Mixtral's files: the router, then w1 (gate), w2 (down) and w3 (up)
       // of every expert.
-      add_norm(h + f.hf_norm2, l + "norm2");
-      const std::string moe = h + f.hf_moe;
+      add_norm(h + f.tensors.norm2, l + "norm2");
+      const std::string moe = h + f.tensors.moe;
       const std::int64_t n = a.intermediate;
       add(moe + "gate.weight", l + "router", {a.experts, c});
       for (std::int64_t e = 0; e < a.experts; ++e) {
@@ -110,7 +110,7 @@ std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body) {
       }
     }
   }
-  add_norm(body + f.hf_final_norm, "final_norm");
+  add_norm(body + f.tensors.final_norm, "final_norm");
   if (!a.tie_embeddings) add("lm_head.weight", "lm_head", {a.vocab, c});
   return s;
 }
@@ -190,7 +190,7 @@ Status load_checked(CausalLM& model, const std::string& folder) {
 
   const dsl::ModelArch& arch = model->arch();
   // GPT-2 files are written with and without the body prefix.
-  const std::string body = dsl::family_info(arch.family).hf_body;
+  const std::string body = dsl::family_info(arch.family).tensors.body;
   std::string prefix = is_gpt2(arch) ? "" : body;
   for (const auto& [name, loc] : tensors) {
     if (name.rfind(body, 0) == 0) prefix = body;
@@ -278,7 +278,7 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
                                     std::to_string(max_shard_bytes));
   }
   const dsl::ModelArch& arch = model->arch();
-  const std::vector<Slot> layout = hf_layout(arch, dsl::family_info(arch.family).hf_body);
+  const std::vector<Slot> layout = hf_layout(arch, dsl::family_info(arch.family).tensors.body);
   const auto params = model->named_parameters();
   std::set<std::string> mapped;
   for (const Slot& s : layout) mapped.insert(s.param);

@@ -145,7 +145,7 @@ std::string shape_string(const std::vector<std::int64_t>& s) {
 std::string peft_tensor_name(const dsl::ModelArch& arch, std::int64_t layer, const std::string& module,
                              const std::string& which) {
   const dsl::ModelFamilyInfo& family = dsl::family_info(arch.family);
-  const std::string prefix = std::string("base_model.model.") + family.hf_body + family.hf_layers;
+  const std::string prefix = std::string("base_model.model.") + family.tensors.body + family.tensors.layers;
   return prefix + std::to_string(layer) + "." + module + "." + which + ".weight";
 }
 

@@ -162,5 +162,35 @@ TEST(CatalogTest, CatalogFolderErrorsCarryPositions) {
       << r.status().message();
 }
 
+// The Hugging Face repositories a preset describes are catalog data: found
+// in any case, each under one preset, written in lower case without an
+// organisation.
+TEST(CatalogTest, HubRepositoriesNameOnePresetEach) {
+  const Catalog& c = Catalog::builtin();
+  ASSERT_NE(c.find_by_hub_repo("Meta-Llama-3-8B-Instruct"), nullptr);
+  EXPECT_EQ(c.find_by_hub_repo("Meta-Llama-3-8B-Instruct")->name, "llama-3-8b");
+  EXPECT_EQ(c.find_by_hub_repo("gemma-3-1b-pt")->name, "gemma-3-1b");
+  EXPECT_EQ(c.find_by_hub_repo("mistral-7b-v0.3"), nullptr);  // another vocabulary and RoPE base
+  const std::string arch = "arch: {family: llama, layers: 1, hidden: 8, intermediate: 16, heads: 2, vocab: 4, "
+                           "max_seq_len: 8}";
+  auto parse = [&](const std::string& a_repos, const std::string& b_repos) {
+    const std::string models = "apiVersion: tailor/v1\nkind: ModelCatalog\nmodels:\n  a:\n    params: 728\n    hub_repos: " +
+                               a_repos + "\n    " + arch + "\n  b:\n    params: 728\n    hub_repos: " + b_repos +
+                               "\n    " + arch + "\n";
+    Diagnostics d;
+    auto cat = Catalog::parse(models, "models.yaml", "apiVersion: tailor/v1\nkind: GpuCatalog\ngpus: {}\n", "gpus.yaml", d);
+    return std::make_pair(cat.has_value() && !d.has_errors(), d.to_string());
+  };
+  const auto ok = parse("[x-1b]", "[x-1b-instruct]");
+  EXPECT_TRUE(ok.first) << ok.second;
+  const auto twice = parse("[x-1b]", "[x-1b]");
+  EXPECT_FALSE(twice.first);
+  EXPECT_NE(twice.second.find("models.b.hub_repos: \"x-1b\" is listed under a too"), std::string::npos) << twice.second;
+  const auto upper = parse("[X-1b]", "[]");
+  EXPECT_NE(upper.second.find("must be a lower-case repository name"), std::string::npos) << upper.second;
+  const auto org = parse("[org/x-1b]", "[]");
+  EXPECT_NE(org.second.find("names an organisation"), std::string::npos) << org.second;
+}
+
 }  // namespace
 }  // namespace tailor::dsl

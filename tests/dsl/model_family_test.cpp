@@ -16,14 +16,14 @@ ModelArch small(ModelFamily f) {
   a.hidden = 64;
   a.intermediate = 176;
   a.heads = 4;
-  a.kv_heads = family_info(f).key_kv_heads ? 2 : 4;
+  a.kv_heads = family_info(f).keys.kv_heads ? 2 : 4;
   a.vocab = 300;
   a.max_seq_len = 512;
   a.tie_embeddings = f == ModelFamily::kGpt2;
-  a.rope_theta = family_info(f).key_rope_theta ? 500000.0 : 10000.0;
+  a.rope_theta = family_info(f).keys.rope_theta ? 500000.0 : 10000.0;
   a.norm_eps = 1e-5;
   a.head_size = family_info(f).default_head_dim;  // qwen3: 128, wider than hidden / heads
-  if (family_info(f).key_experts != nullptr) {
+  if (family_info(f).keys.experts != nullptr) {
     a.experts = 4;
     a.experts_per_token = 2;
   }
