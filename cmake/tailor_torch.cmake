@@ -45,6 +45,34 @@ if(NOT DEFINED TAILOR_CUDA)
   set(TAILOR_CUDA ${_cuda_default} CACHE BOOL "Build the runner's CUDA path (needs the CUDA toolkit)")
 endif()
 
+# The wheel's CPU libraries (libtorch_cpu, libc10) as the imported target
+# `target`, for sources built with TAILOR_CUDA=0: the CPU-only build, and in
+# a CUDA build the runner's CPU-only variant that build_without_cuda checks.
+function(tailor_import_cpu_torch target)
+  set(_lib "${_torch_root}/lib")
+  foreach(_name c10 torch_cpu)
+    if(NOT EXISTS "${_lib}/lib${_name}.so")
+      message(FATAL_ERROR "Tailor: ${_lib}/lib${_name}.so is missing; the torch in ${TAILOR_VENV} is incomplete.")
+    endif()
+  endforeach()
+  find_package(Threads REQUIRED)
+  add_library(${target} INTERFACE IMPORTED GLOBAL)
+  target_include_directories(${target} SYSTEM INTERFACE
+    "${_torch_root}/include" "${_torch_root}/include/torch/csrc/api/include")
+  target_link_libraries(${target} INTERFACE
+    "${_lib}/libtorch_cpu.so" "${_lib}/libc10.so" Threads::Threads)
+  target_compile_definitions(${target} INTERFACE TAILOR_CUDA=0 _GLIBCXX_USE_CXX11_ABI=${_torch_abi})
+  # The wheel's libraries find each other (and its libgomp) by RUNPATH.
+  set_target_properties(${target} PROPERTIES INTERFACE_LINK_OPTIONS "-Wl,-rpath,${_lib}")
+  # The wheel's libraries are built with a newer GCC than Debian's and export
+  # the parts of its libstdc++ they link statically (std::filesystem among
+  # them). Loaded ahead of libstdc++.so.6, they would take over those symbols
+  # for the whole process, and their std::filesystem::remove_all crashes here.
+  # Naming libstdc++ before everything else puts it first in the executable's
+  # DT_NEEDED, and so first in the symbol lookup order.
+  target_link_options(${target} INTERFACE "-Wl,--no-as-needed" "-lstdc++")
+endfunction()
+
 if(TAILOR_CUDA)
   if(NOT TAILOR_TORCH_CUDA)
     message(FATAL_ERROR "Tailor: TAILOR_CUDA=ON, but torch ${TAILOR_TORCH_VERSION} in ${TAILOR_VENV} is a CPU-only build.")
@@ -78,30 +106,13 @@ if(TAILOR_CUDA)
   # --no-as-needed by TorchConfig, so the runner always loads it.
   target_link_libraries(tailor_torch INTERFACE torch)
   target_compile_definitions(tailor_torch INTERFACE TAILOR_CUDA=1)
+  # libstdc++ first, as tailor_import_cpu_torch says.
+  target_link_options(tailor_torch INTERFACE "-Wl,--no-as-needed" "-lstdc++")
+  # The runner's CPU-only variant, built by the build_without_cuda test only.
+  tailor_import_cpu_torch(tailor_torch_cpu)
 else()
-  set(_lib "${_torch_root}/lib")
-  foreach(_name c10 torch_cpu)
-    if(NOT EXISTS "${_lib}/lib${_name}.so")
-      message(FATAL_ERROR "Tailor: ${_lib}/lib${_name}.so is missing; the torch in ${TAILOR_VENV} is incomplete.")
-    endif()
-  endforeach()
-  find_package(Threads REQUIRED)
-  add_library(tailor_torch INTERFACE IMPORTED GLOBAL)
-  target_include_directories(tailor_torch SYSTEM INTERFACE
-    "${_torch_root}/include" "${_torch_root}/include/torch/csrc/api/include")
-  target_link_libraries(tailor_torch INTERFACE
-    "${_lib}/libtorch_cpu.so" "${_lib}/libc10.so" Threads::Threads)
-  target_compile_definitions(tailor_torch INTERFACE TAILOR_CUDA=0 _GLIBCXX_USE_CXX11_ABI=${_torch_abi})
-  # The wheel's libraries find each other (and its libgomp) by RUNPATH.
-  set_target_properties(tailor_torch PROPERTIES INTERFACE_LINK_OPTIONS "-Wl,-rpath,${_lib}")
+  tailor_import_cpu_torch(tailor_torch)
 endif()
-# The wheel's libraries are built with a newer GCC than Debian's and export
-# the parts of its libstdc++ they link statically (std::filesystem among
-# them). Loaded ahead of libstdc++.so.6, they would take over those symbols
-# for the whole process, and their std::filesystem::remove_all crashes here.
-# Naming libstdc++ before everything else puts it first in the executable's
-# DT_NEEDED, and so first in the symbol lookup order.
-target_link_options(tailor_torch INTERFACE "-Wl,--no-as-needed" "-lstdc++")
 # Where an installed tailor-runner finds LibTorch: the environment's real
 # folder. .venv is a link inside the source tree, so CMake's
 # INSTALL_RPATH_USE_LINK_PATH takes it for a build path and drops it.
