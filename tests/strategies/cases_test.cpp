@@ -18,6 +18,7 @@
 #include "dsl/catalog.h"
 #include "dsl/spec_loader.h"
 #include "strategies/planner.h"
+#include "tests/testing/golden_cases.h"
 
 namespace tailor::strategies {
 namespace {
@@ -25,13 +26,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kCases = fs::path(TAILOR_SOURCE_DIR) / "tests/strategies/cases";
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string bytes(Bytes b) { return b.to_string() + " (" + std::to_string(b.count()) + ")"; }
 
@@ -71,12 +65,12 @@ class PlannerCasesTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(PlannerCasesTest, PlanMatchesExpected) {
   const fs::path spec = kCases / (GetParam() + ".yaml");
   const fs::path expected = kCases / (GetParam() + ".expected");
-  const bool update = std::getenv("TAILOR_UPDATE_GOLDEN") != nullptr;
+  const bool update = testing::update_golden();
   ASSERT_TRUE(fs::exists(expected) || update) << "missing " << expected;
   const dsl::LoadedSpec loaded = dsl::load_job_spec(spec.string(), {});
   ASSERT_TRUE(loaded.ok()) << loaded.diagnostics.to_string();
   std::optional<std::string> flag;
-  const std::string text = read(spec);
+  const std::string text = testing::read_file(spec);
   const std::string marker = "# --gpus ";
   if (text.rfind(marker, 0) == 0) flag = text.substr(marker.size(), text.find('\n') - marker.size());
   const auto hw = resolve_hardware(*loaded.spec, flag, {}, Bytes::gib(64), dsl::Catalog::builtin());
@@ -86,26 +80,11 @@ TEST_P(PlannerCasesTest, PlanMatchesExpected) {
     std::ofstream(expected, std::ios::binary) << actual;
     return;
   }
-  EXPECT_EQ(actual, read(expected));
+  EXPECT_EQ(actual, testing::read_file(expected));
 }
 
-std::vector<std::string> case_names() {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(kCases)) {
-    if (e.path().extension() == ".yaml") out.push_back(e.path().stem().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Planner, PlannerCasesTest, ::testing::ValuesIn(case_names()),
-                         [](const ::testing::TestParamInfo<std::string>& param) {
-                           std::string n = param.param;
-                           for (char& c : n) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Planner, PlannerCasesTest, ::testing::ValuesIn(testing::golden_case_names(kCases)),
+                         testing::golden_case_test_name);
 
 }  // namespace
 }  // namespace tailor::strategies
