@@ -14,6 +14,7 @@
 #include "platform/signals.h"
 #include "runner/protocol/capabilities.h"
 #include "runner/protocol/exit_code.h"
+#include "runner/protocol/runner_command.h"
 #include "strategies/hardware.h"
 #include "strategies/plan_document.h"
 #include "strategies/planner.h"
@@ -124,16 +125,14 @@ int run_run(const Argv& argv, Streams io) {
   io.err.flush();
 
   platform::LaunchRequest req;
-  req.argv = {*runner, "--plan", plan_file.string(), "--out", out.string()};
-  if (args.has("resume")) req.argv.push_back("--resume");
-  if (args.has("memory-limit")) {
-    req.argv.push_back("--memory-limit");
-    req.argv.push_back(args.get("memory-limit"));
-  }
-  if (args.has("device")) {
-    req.argv.push_back("--device");
-    req.argv.push_back(args.get("device"));
-  }
+  runner::RunnerCommand runner_command;
+  runner_command.plan = plan_file.string();
+  runner_command.out = out.string();
+  runner_command.resume = args.has("resume");
+  if (args.has("memory-limit")) runner_command.memory_limit = args.get("memory-limit");
+  if (args.has("device")) runner_command.device = args.get("device");
+  req.argv = {*runner};
+  for (std::string& a : runner::runner_args(runner_command)) req.argv.push_back(std::move(a));
   // The runner shares this terminal and process group (a terminal's Ctrl-C
   // reaches both); other signals are forwarded, and it dies with us.
   req.own_process_group = false;

@@ -36,7 +36,7 @@ struct Daemon::Parts {
   std::unique_ptr<JobStore> store;
   std::unique_ptr<TokenFiles> tokens;
   std::unique_ptr<Sessions> sessions;
-  std::unique_ptr<slurm::Executor> slurm;
+  std::unique_ptr<slurm::Cluster> slurm;
   DaemonMetrics metrics;
   std::unique_ptr<Supervisor> supervisor;
   std::atomic<Api*> api{nullptr};
@@ -112,7 +112,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
     }
     slurm::ClientOptions co;
     co.bin_dir = config.slurm_bin_dir;
-    parts->slurm = std::make_unique<slurm::Executor>(co, config.slurm.partition);
+    parts->slurm = std::make_unique<slurm::Cluster>(co, config.slurm.partition);
     // Unavailable is not fatal: local jobs run, Slurm jobs are refused with
     // the reason until Slurm answers.
     if (Status probe = parts->slurm->probe(); probe.is_ok()) {
@@ -121,7 +121,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
       log_error("tailord: Slurm executor unavailable: " + probe.message() +
                 " (jobs for Slurm are refused until it answers; local jobs are unaffected)");
     }
-    slurm::Executor* exec = parts->slurm.get();
+    slurm::Cluster* exec = parts->slurm.get();
     // While Slurm is known to be down, submissions are refused at once; the
     // supervisor's poller asks again and lifts this when it answers.
     planning.slurm_partition = [exec](const std::string& name) -> Result<slurm::Partition> {
@@ -206,7 +206,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   ctx.host_budget_bytes = budget.count();
   ctx.hardware_json = hw.dump();
   ctx.slurm = parts->slurm.get();
-  ctx.default_executor = dsl::to_string(config.executor);
+  ctx.default_executor = config.executor;
   ctx.started_at = now_seconds();
   ctx.server = parts->server.get();
   parts->api_owner = std::make_unique<Api>(std::move(ctx));

@@ -9,7 +9,6 @@
 #include <optional>
 #include <thread>
 
-#include "core/args.h"
 #include "core/units.h"
 #include "runner/data/file_io.h"
 #include "runner/data/token_cache.h"
@@ -19,6 +18,7 @@
 #include "runner/protocol/heartbeat.h"
 #include "runner/protocol/launch_env.h"
 #include "runner/protocol/plan_reader.h"
+#include "runner/protocol/runner_command.h"
 #include "runner/torch/trainer.h"
 #include "runner/torch_probe.h"
 
@@ -96,23 +96,21 @@ void keep_freed_memory() {
 int main(int argc, char** argv) {
   using namespace tailor;
   keep_freed_memory();
-  auto parsed = Args::parse(std::vector<std::string>(argv + 1, argv + argc),
-                            {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true}, {"threads", true}, {"device", true}, {"cache-dir", true}, {"progress", false},
-                             {"quiet", false}, {"probe", false}, {"export", true}, {"merge", false}, {"version", false}, {"help", false, false, 'h'}});
+  auto parsed = runner::parse_runner_args(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.is_ok()) {
     std::cerr << "tailor-runner: " << parsed.status().message() << "\n" << kHelp;
     return runner::exit_status(runner::RunnerExit::kBadInput);
   }
-  const Args& args = *parsed;
-  if (args.has("help")) {
+  const runner::RunnerCommand& args = *parsed;
+  if (args.help) {
     std::cout << kHelp;
     return runner::exit_status(runner::RunnerExit::kOk);
   }
-  if (args.has("version")) {
+  if (args.version) {
     std::cout << "tailor-runner 0.1.0\n";
     return runner::exit_status(runner::RunnerExit::kOk);
   }
-  if (args.has("probe")) {
+  if (args.probe) {
     auto probe = runner::probe_torch();
     if (!probe.is_ok()) {
       std::cerr << "tailor-runner: " << probe.status().to_string() << "\n";
@@ -121,11 +119,11 @@ int main(int argc, char** argv) {
     std::cout << probe->to_json() << "\n";
     return runner::exit_status(runner::RunnerExit::kOk);
   }
-  if (!args.has("plan") || !args.has("out") || !args.positional().empty()) {
+  if (args.plan.empty() || args.out.empty()) {
     std::cerr << "tailor-runner: --plan and --out are required\n" << kHelp;
     return runner::exit_status(runner::RunnerExit::kBadInput);
   }
-  auto config = runner::read_plan_file(args.get("plan"));
+  auto config = runner::read_plan_file(args.plan);
   if (!config.is_ok()) {
     std::cerr << "tailor-runner: " << config.status().message() << "\n";
     return runner::exit_status(runner::RunnerExit::kBadInput);
@@ -143,61 +141,56 @@ int main(int argc, char** argv) {
   }
   runner::TrainOptions opts;
   opts.threads = static_cast<int>(std::thread::hardware_concurrency());
-  if (args.has("threads")) {
-    opts.threads = std::atoi(args.get("threads").c_str());
+  if (args.threads) {
+    opts.threads = std::atoi(args.threads->c_str());
     if (opts.threads < 1) {
       std::cerr << "tailor-runner: --threads must be a positive integer\n";
       return runner::exit_status(runner::RunnerExit::kBadInput);
     }
   }
-  if (args.has("merge") && !args.has("export")) {
+  if (args.merge && !args.export_checkpoint) {
     std::cerr << "tailor-runner: --merge goes with --export (a run merges as its spec's output.merge says)\n";
     return runner::exit_status(runner::RunnerExit::kBadInput);
   }
-  if (args.has("export")) {
+  if (args.export_checkpoint) {
     runner::TrainOptions e;
     e.config = std::move(config).value();
-    e.out_dir = args.get("out");
-    e.device = args.has("device") ? args.get("device") : "cpu";
+    e.out_dir = args.out;
+    e.device = args.device.value_or("cpu");
     e.threads = opts.threads;
-    e.quiet = args.has("quiet");
-    e.merge = args.has("merge");
-    e.cache_dir = args.has("cache-dir") ? args.get("cache-dir") : runner::data::default_token_cache_dir();
-    return runner::exit_status(runner::export_checkpoint(e, args.get("export")));
+    e.quiet = args.quiet;
+    e.merge = args.merge;
+    e.cache_dir = args.cache_dir.value_or(runner::data::default_token_cache_dir());
+    return runner::exit_status(runner::export_checkpoint(e, *args.export_checkpoint));
   }
   // tailord's liveness check (protocol/heartbeat.h): this process beats
   // while it is scheduled, whatever it is busy with.
   std::optional<runner::Heartbeat> heartbeat;
   if (const auto every = runner::heartbeat_interval_from_env()) {
     const auto name = runner::heartbeat_file_name(rank->present ? std::optional<int>(rank->rank) : std::nullopt);
-    heartbeat.emplace((std::filesystem::path(args.get("out")) / name).string(), *every);
+    heartbeat.emplace((std::filesystem::path(args.out) / name).string(), *every);
   }
   // A multi-rank plan started as one process: become the ranks' launcher.
   if (!rank->present && config->strategy.num_gpus > 1) {
     runner::dist::LaunchOptions launch;
     launch.world = static_cast<int>(config->strategy.num_gpus);
     launch.threads = opts.threads;
-    launch.out_dir = args.get("out");
-    const std::vector<std::string> all(argv + 1, argv + argc);
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (all[i] == "--threads") {
-        ++i;  // each rank gets its share instead
-      } else if (all[i].rfind("--threads=", 0) != 0) {
-        launch.args.push_back(all[i]);
-      }
-    }
+    launch.out_dir = args.out;
+    runner::RunnerCommand rank_command = args;
+    rank_command.threads.reset();  // each rank gets its share instead
+    launch.args = runner::runner_args(rank_command);
     return runner::dist::launch_ranks(launch);
   }
   opts.rank = *rank;
   opts.config = std::move(config).value();
-  opts.out_dir = args.get("out");
-  opts.resume = args.has("resume");
-  if (args.has("device")) opts.device = args.get("device");
-  opts.quiet = args.has("quiet") || opts.rank.rank > 0;  // rank 0 reports progress
-  opts.progress = !opts.quiet && (args.has("progress") || isatty(STDERR_FILENO));
-  opts.cache_dir = args.has("cache-dir") ? args.get("cache-dir") : runner::data::default_token_cache_dir();
-  if (args.has("memory-limit")) {
-    auto limit = parse_bytes(args.get("memory-limit"));
+  opts.out_dir = args.out;
+  opts.resume = args.resume;
+  if (args.device) opts.device = *args.device;
+  opts.quiet = args.quiet || opts.rank.rank > 0;  // rank 0 reports progress
+  opts.progress = !opts.quiet && (args.progress || isatty(STDERR_FILENO));
+  opts.cache_dir = args.cache_dir.value_or(runner::data::default_token_cache_dir());
+  if (args.memory_limit) {
+    auto limit = parse_bytes(*args.memory_limit);
     if (!limit.is_ok()) {
       std::cerr << "tailor-runner: --memory-limit: " << limit.status().message() << "\n";
       return runner::exit_status(runner::RunnerExit::kBadInput);

@@ -235,7 +235,7 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
                    slurm["partition"] = ctx_.slurm->default_partition();
                    slurm["status"] = ctx_.slurm->describe();
                  }
-                 hw["executors"] = {{"default", ctx_.default_executor}, {"slurm", slurm}};
+                 hw["executors"] = {{"default", dsl::to_string(ctx_.default_executor)}, {"slurm", slurm}};
                  return HttpResponse::json(200, json_text(hw));
                }});
   router_.add({"POST", "/v1/jobs", true, bind(&Api::submit)});
@@ -378,7 +378,7 @@ HttpResponse Api::submit(HttpRequest& r) {
   }
   const std::int64_t reserve = estimated_job_bytes(job.plan, memory_limit);
   const std::int64_t gpus = job.plan.on_cpu ? 0 : job.plan.chosen.strategy.num_gpus;
-  if (job.executor == "local" && gpus == 0 && reserve > ctx_.host_budget_bytes) {
+  if (job.executor == dsl::ExecutorKind::kLocal && gpus == 0 && reserve > ctx_.host_budget_bytes) {
     return error_response(ApiError::kDoesNotFit,
                           job.spec.name + " needs " + Bytes(reserve).to_string() +
                               " of host memory; tailord's budget for CPU jobs is " +

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "daemon/executor/slurm_executor.h"
+#include "daemon/executor/slurm_cluster.h"
 #include "daemon/planning/job_planning.h"
 #include "daemon/api/download_links.h"
 #include "daemon/http/auth.h"
@@ -36,8 +36,8 @@ struct ApiContext {
   HostPolicy hosts{0, "", {}};
   std::int64_t host_budget_bytes = 0;
   std::string hardware_json;  // GET /v1/hardware
-  slurm::Executor* slurm = nullptr;       // null: no Slurm executor
-  std::string default_executor = "local";  // --executor
+  slurm::Cluster* slurm = nullptr;       // null: no Slurm executor
+  dsl::ExecutorKind default_executor = dsl::ExecutorKind::kLocal;  // --executor
   double started_at = 0;
   const HttpServer* server = nullptr;  // its connection figures go to /metrics
   double download_link_seconds = 600;  // how long a download link works

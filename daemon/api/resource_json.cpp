@@ -108,8 +108,8 @@ void write_job(JsonWriter& w, const JobRecord& j, const std::string& output_dir,
   w.field("gpus", j.assigned_gpus);
   // Where it runs: tailord's machine, or a Slurm batch job and what Slurm
   // last said of it.
-  w.key("executor").begin_object().field("kind", j.executor);
-  if (j.executor != "local") {
+  w.key("executor").begin_object().field("kind", dsl::to_string(j.executor));
+  if (j.executor != dsl::ExecutorKind::kLocal) {
     w.key("job_id");
     if (j.executor_job_id.empty()) {
       w.null();

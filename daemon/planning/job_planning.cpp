@@ -277,7 +277,7 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
     d.error(location_of(loaded.merged, {"strategy"}), "strategy", s.message());
     return spec_error(std::move(d));
   }
-  std::string executor = "local";
+  dsl::ExecutorKind executor = dsl::ExecutorKind::kLocal;
   const dsl::ExecutorKind kind = executor_of(spec, ctx);
   const dsl::Catalog& catalog = ctx.catalog ? *ctx.catalog : dsl::Catalog::builtin();
   Result<strategies::Hardware> hw = Status::internal("unplanned");
@@ -292,7 +292,7 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
                             strategies::resolve_hardware(placed, std::nullopt, {}, placed.resources.host_memory, catalog));
     h.source = partition.describe();
     spec = std::move(placed);
-    executor = "slurm";
+    executor = dsl::ExecutorKind::kSlurm;
     return h;
   };
   if (kind == dsl::ExecutorKind::kSlurm) {
@@ -345,7 +345,7 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
 
 Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& name, const PlanningContext& ctx,
                                     const strategies::OomReport& oom, std::string& story,
-                                    const std::string& executor) {
+                                    dsl::ExecutorKind executor) {
   dsl::LoadOptions opts;
   opts.catalog = ctx.catalog;
   opts.check_files = ctx.check_files;
@@ -354,7 +354,7 @@ Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& 
   if (!loaded.ok()) return Status::invalid_argument(loaded.diagnostics.to_string());
   dsl::JobSpec spec = *loaded.spec;
   strategies::DetectedHardware here{ctx.gpus, ctx.host_memory};
-  if (executor == "slurm") {
+  if (executor == dsl::ExecutorKind::kSlurm) {
     if (!ctx.slurm_partition) return Status::failed_precondition("this tailord no longer has a Slurm executor");
     TAILOR_ASSIGN_OR_RETURN(slurm::Partition partition, ctx.slurm_partition(slurm_settings(spec, ctx).partition));
     TAILOR_ASSIGN_OR_RETURN(spec, spec_on_partition(spec, partition, ctx.catalog ? *ctx.catalog : dsl::Catalog::builtin()));

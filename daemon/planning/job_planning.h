@@ -46,7 +46,7 @@ struct PlannedJob {
   dsl::JobSpec spec;
   strategies::Plan plan;
   std::string plan_json;      // the plan document (strategies/plan_document.h)
-  std::string executor = "local";  // "local" or "slurm"
+  dsl::ExecutorKind executor = dsl::ExecutorKind::kLocal;  // kLocal or kSlurm
 };
 
 // The spec's executor settings over tailord's: the partition, account, QoS,
@@ -93,9 +93,9 @@ void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_roo
 
 // The next plan after the runner ran out of memory (strategies/replan.h)
 // for the job submitted as `text`, planned as load_and_plan plans it: for
-// the Slurm partition's nodes when `executor` is "slurm".
+// the Slurm partition's nodes when `executor` is kSlurm.
 Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& name, const PlanningContext& ctx,
                                     const strategies::OomReport& oom, std::string& story,
-                                    const std::string& executor = "local");
+                                    dsl::ExecutorKind executor = dsl::ExecutorKind::kLocal);
 
 }  // namespace tailor::daemon

@@ -29,12 +29,14 @@ struct Capacity {
 };
 
 struct Placement {
-  enum class Action { kStart, kNeverFits };
+  // kWait: an executor that places its own jobs cannot take it now
+  // (schedule() never says it).
+  enum class Action { kStart, kWait, kNeverFits };
   std::string id;
   Action action = Action::kStart;
   std::vector<int> gpus;        // kStart on GPUs
   std::int64_t bytes = 0;       // kStart on the host
-  std::string reason;           // kNeverFits: why
+  std::string reason;           // kWait, kNeverFits: why
 };
 
 std::vector<Placement> schedule(const std::vector<QueuedJob>& ordered, Capacity capacity, double now);

@@ -1,8 +1,6 @@
 #include "daemon/scheduler/supervisor.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,10 +13,10 @@
 
 #include "core/log.h"
 #include "core/units.h"
+#include "daemon/executor/local_executor.h"
 #include "daemon/executor/run_files.h"
+#include "daemon/executor/slurm_executor.h"
 #include "daemon/scheduler/scheduler.h"
-#include "daemon/scheduler/supervisor_parts.h"
-#include "platform/file_lock.h"
 #include "platform/files.h"
 #include "runner/protocol/events.h"
 #include "runner/protocol/exit_code.h"
@@ -31,32 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// Held from before tailord forks a job's runner until the runner and
-// everything that inherited the descriptor have ended (platform/file_lock.h).
-constexpr const char* kRunnerLockFile = "runner.lock";
-
-// A runner tailord never recorded (it died between fork and its commit):
-// the process group of whoever holds the job's lock, or the holder itself
-// once the group's leader is gone.
-std::optional<platform::Process> runner_holding_lock(const fs::path& dir, std::string& why_not) {
-  const std::string path = (dir / kRunnerLockFile).string();
-  auto held = platform::file_lock_held(path);
-  if (!held.is_ok()) {
-    why_not = held.status().message();
-    return std::nullopt;
-  }
-  if (!*held) return std::nullopt;
-  for (const pid_t holder : platform::processes_with_file_open(path)) {
-    const pid_t group = ::getpgid(holder);
-    for (const pid_t pid : {group, holder}) {
-      if (pid <= 1) continue;
-      if (auto ticks = platform::process_start_ticks(pid)) return platform::Process{pid, *ticks};
-    }
-  }
-  why_not = path + " is locked, but no process holding it can be seen";
-  return std::nullopt;
-}
 
 // A write that failed for the store's own reasons (locked by another
 // process, disk full, I/O): worth trying again. Anything else (the job was
@@ -72,8 +44,9 @@ std::string describe_exit(const ProcessExit& e) {
 
 }  // namespace
 
-namespace supervisor_parts {
+namespace {
 
+// The plan document's per-GPU estimate by component; `total` its sum.
 std::map<std::string, std::int64_t> plan_components(const std::string& plan_json, std::int64_t& total) {
   std::map<std::string, std::int64_t> out;
   const json j = json::parse(plan_json, nullptr, false);
@@ -93,19 +66,34 @@ std::map<std::string, std::int64_t> plan_components(const std::string& plan_json
 
 // The exit a runner recorded in its events file (protocol/events.h), for a
 // runner whose exit status is gone; none recorded: it was killed.
-ProcessExit exit_recorded(const std::vector<std::string>& event_lines) {
-  const auto code = runner::events::exit_from_events(event_lines);
+ProcessExit exit_recorded(const std::string& dir) {
+  std::int64_t off = 0;
+  auto lines = read_new_lines((fs::path(dir) / "events.jsonl").string(), off, std::int64_t{1} << 30);
+  const auto code = runner::events::exit_from_events(lines.is_ok() ? *lines : std::vector<std::string>{});
   return code ? ProcessExit{runner::exit_status(*code), 0} : ProcessExit{-1, SIGKILL};
 }
 
-}  // namespace supervisor_parts
-
-using supervisor_parts::exit_recorded;
-using supervisor_parts::plan_components;
+}  // namespace
 
 Supervisor::Supervisor(JobStore& store, DaemonMetrics& metrics, SupervisorOptions options)
-    : store_(store), metrics_(metrics), options_(std::move(options)) {}
+    : store_(store), metrics_(metrics), options_(std::move(options)) {
+  std::vector<Executor*> use = options_.executors;
+  if (use.empty()) {
+    owned_.push_back(std::make_unique<LocalExecutor>(
+        LocalExecutorOptions{options_.runner_path, options_.host_budget_bytes, options_.gpus}));
+    if (options_.slurm) {
+      owned_.push_back(std::make_unique<SlurmExecutor>(
+          SlurmExecutorOptions{options_.runner_path, options_.planning, options_.slurm, options_.slurm_poll_seconds}));
+    }
+    for (const auto& e : owned_) use.push_back(e.get());
+  }
+  for (Executor* e : use) executors_[e->kind()] = e;
+}
 
+Executor* Supervisor::executor_for(ExecutorKind kind) const {
+  auto it = executors_.find(kind);
+  return it == executors_.end() ? nullptr : it->second;
+}
 Supervisor::~Supervisor() { stop(); }
 
 std::string Supervisor::job_dir(const std::string& id) const {
@@ -121,8 +109,8 @@ void Supervisor::log_status(const Status& s, const std::string& what) const {
 }
 
 void Supervisor::start() {
+  for (const auto& [kind, e] : executors_) e->start();
   thread_ = std::thread([this] { loop(); });
-  if (options_.slurm) slurm_thread_ = std::thread([this] { poll_slurm(); });
 }
 
 void Supervisor::stop() {
@@ -132,7 +120,7 @@ void Supervisor::stop() {
   }
   wake_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (slurm_thread_.joinable()) slurm_thread_.join();
+  for (const auto& [kind, e] : executors_) e->stop();
 }
 
 void Supervisor::wake() {
@@ -164,35 +152,14 @@ void Supervisor::loop() {
 void Supervisor::tick() {
   std::lock_guard lock(mu_);
   std::vector<std::string> ended;
-  refresh_slurm_queue();
+  for (const auto& [kind, e] : executors_) e->begin_tick();
   for (auto& [id, r] : running_) {
     if (r.unrecorded_start && !record_start(r)) continue;
-    if (!r.exit && r.executor == "slurm") {
+    if (!r.exit) {
       ingest(r);
-      if (!follow_slurm(r)) {
-        ended.push_back(id);  // never submitted: queued again
+      if (!observe(r, r.executor->poll(id))) {
+        ended.push_back(id);  // never launched: queued again
         continue;
-      }
-    } else if (!r.exit) {
-      ingest(r);
-      std::optional<ProcessExit> exit;
-      if (r.child) {
-        auto reaped = platform::reap_child(r.pid);
-        if (reaped.is_ok()) {
-          exit = *reaped;
-        } else {
-          r.child = false;  // reaped elsewhere; judge like an adopted runner
-        }
-      }
-      if (!r.child && !exit && !platform::process_is(r.pid, r.start_ticks)) {
-        // Not our child: its exit status is gone; its events file tells.
-        std::int64_t off = 0;
-        auto lines = read_new_lines((fs::path(job_dir(id)) / "events.jsonl").string(), off, std::int64_t{1} << 30);
-        exit = exit_recorded(lines.is_ok() ? *lines : std::vector<std::string>{});
-      }
-      if (exit) {
-        r.exit = exit;
-        r.exit_context = r.lost;
       }
     }
     if (r.exit) {
@@ -206,21 +173,50 @@ void Supervisor::tick() {
     if (r.cancel_requested) {
       const double now = now_seconds();
       if (!r.cancel_sent_at) {
-        signal_attempt(r, false);
+        r.executor->signal(id, false);
         r.cancel_sent_at = now;
         log_status(store_.update(id, JobUpdate().set("cancel_sent_at", now)), "recording SIGTERM");
       } else if (now - *r.cancel_sent_at > options_.cancel_grace_seconds) {
-        signal_attempt(r, true);
+        r.executor->signal(id, true);
       }
     }
   }
-  for (const auto& id : ended) running_.erase(id);
+  for (const auto& id : ended) {
+    running_.at(id).executor->forget(id);
+    running_.erase(id);
+  }
   schedule_queued();
+}
+
+bool Supervisor::observe(Running& r, Observation o) {
+  if (o.started) {
+    auto job = store_.get(r.id);
+    note_start(r, *o.started, job.is_ok() ? job->plan_json : "");
+    // Already running (its start was stored before a restart): not a failure.
+    const Status s = store_.transition(r.id, JobState::kPlanning, JobState::kRunning, r.start_message,
+                                       *r.unrecorded_start, r.start_data);
+    if (!s.is_ok() && s.code() != StatusCode::kFailedPrecondition) log_status(s, "starting " + r.id);
+    r.unrecorded_start.reset();
+  }
+  if (!o.record.values().empty()) {
+    log_status(store_.update(r.id, o.record), "recording the executor state of " + r.id);
+  }
+  if (o.event) log_status(store_.add_event(r.id, *o.event), "recording the executor state of " + r.id);
+  if (!o.requeue.empty()) {
+    const Status s = store_.transition(r.id, JobState::kPlanning, JobState::kQueued, o.requeue);
+    if (s.is_ok() || s.code() == StatusCode::kFailedPrecondition) return false;
+    log_status(s, "queueing " + r.id + " again");
+  }
+  if (o.exit) {
+    r.exit = o.exit;
+    r.exit_context = r.lost.empty() ? o.context : o.context.empty() ? r.lost : r.lost + "; " + o.context;
+  }
+  return true;
 }
 
 void Supervisor::check_heartbeat(Running& r) {
   if (options_.heartbeat_timeout_seconds <= 0 || !r.lost.empty()) return;
-  if (r.executor == "slurm" && !r.slurm_running) return;  // pending: nothing beats yet
+  if (!r.executor->beating(r.id)) return;  // pending: nothing beats yet
   std::error_code ec;
   const auto now = fs::file_time_type::clock::now();
   for (const auto& entry : fs::directory_iterator(job_dir(r.id), ec)) {
@@ -237,7 +233,7 @@ void Supervisor::check_heartbeat(Running& r) {
     log_status(store_.add_event(r.id, {"lost", r.lost, json{{"file", name}, {"age_seconds", age}}.dump(), 0}),
                "recording the loss of " + r.id);
     // SIGKILL ends a stopped process too; its exit is judged next tick.
-    signal_attempt(r, true);
+    r.executor->signal(r.id, true);
     return;
   }
 }
@@ -511,161 +507,132 @@ void Supervisor::schedule_queued() {
   if (!queued.is_ok()) return log_status(queued.status(), "listing queued jobs");
   metrics_.set_queue_length(static_cast<std::int64_t>(queued->size()));
   if (queued->empty()) return;
-  Capacity cap;
-  cap.host_total_bytes = options_.host_budget_bytes;
-  cap.host_free_bytes = options_.host_budget_bytes;
-  cap.gpu_total = static_cast<int>(options_.gpus.size());
-  std::vector<bool> busy(options_.gpus.size(), false);
-  for (const auto& [id, r] : running_) {
-    cap.host_free_bytes -= r.reserved_bytes;
-    for (int g : r.gpus) {
-      if (g >= 0 && g < static_cast<int>(busy.size())) busy[static_cast<std::size_t>(g)] = true;
-    }
-  }
-  for (std::size_t g = 0; g < busy.size(); ++g) {
-    if (!busy[g]) cap.free_gpus.push_back(static_cast<int>(g));
-  }
-  std::vector<QueuedJob> order;
+  std::map<Executor*, std::vector<const JobRecord*>> by_executor;
   std::map<std::string, const JobRecord*> by_id;
   for (const JobRecord& j : *queued) {
-    if (j.executor == "slurm") {
-      // Slurm queues and places it; tailord only waits out a backoff, or
-      // for Slurm to answer again (asked by the poller, not here).
-      if (j.next_attempt_at && *j.next_attempt_at > now_seconds()) continue;
-      if (options_.slurm && !options_.slurm->available()) {
-        const std::string why = "waiting for Slurm: " + options_.slurm->describe();
-        if (j.executor_state != why) {
-          log_status(store_.update(j.id, JobUpdate().set("executor_state", why)), "recording why " + j.id + " waits");
-        }
+    by_id[j.id] = &j;
+    if (Executor* e = executor_for(j.executor)) {
+      by_executor[e].push_back(&j);
+      continue;
+    }
+    // Submitted to a tailord that had this executor: nothing here can run it.
+    const std::string why = std::string("this tailord has no ") + dsl::to_string(j.executor) +
+                            " executor (tailord --executor slurm|auto)";
+    JobUpdate u;
+    u.set("exit_reason", "cannot run: " + why).set("finished_at", now_seconds());
+    log_status(store_.transition(j.id, JobState::kQueued, JobState::kFailed, why, u), "failing " + j.id);
+  }
+  for (const auto& [executor, jobs] : by_executor) {
+    for (const Placement& p : executor->place(jobs, now_seconds())) {
+      const JobRecord& j = *by_id.at(p.id);
+      if (p.action == Placement::Action::kWait) {
+        note_waiting(j, p.reason);
+        continue;
+      }
+      if (p.action == Placement::Action::kNeverFits) {
+        JobUpdate u;
+        u.set("exit_reason", "cannot run on this machine: " + p.reason).set("finished_at", now_seconds());
+        log_status(store_.transition(j.id, JobState::kQueued, JobState::kFailed, p.reason, u), "failing " + j.id);
         continue;
       }
       auto full = store_.get(j.id);
       if (!full.is_ok()) {
-        log_status(full.status(), "reading " + j.id + " to submit it");
+        log_status(full.status(), "reading " + j.id + " to start it");
         continue;
       }
-      start_slurm_job(*full);
-      continue;
+      start_attempt(*executor, *full, p);
     }
-    order.push_back({j.id, j.gpus_needed, j.gpus_needed > 0 ? 0 : j.estimated_bytes, j.next_attempt_at});
-    by_id[j.id] = &j;
-  }
-  for (const Placement& p : schedule(order, cap, now_seconds())) {
-    const JobRecord& j = *by_id.at(p.id);
-    if (p.action == Placement::Action::kNeverFits) {
-      JobUpdate u;
-      u.set("exit_reason", "cannot run on this machine: " + p.reason).set("finished_at", now_seconds());
-      log_status(store_.transition(j.id, JobState::kQueued, JobState::kFailed, p.reason, u), "failing " + j.id);
-      continue;
-    }
-    auto full = store_.get(j.id);
-    if (!full.is_ok()) {
-      log_status(full.status(), "reading " + j.id + " to start it");
-      continue;
-    }
-    start_job(*full, p.gpus, p.bytes);
   }
 }
 
-void Supervisor::start_job(const JobRecord& job, const std::vector<int>& gpus, std::int64_t bytes) {
-  std::string where = gpus.empty() ? Bytes(bytes).to_string() + " of the host budget" : "GPUs";
-  for (int g : gpus) where += " " + std::to_string(g);
-  Status s = store_.transition(job.id, JobState::kQueued, JobState::kPlanning, "scheduled: " + where);
+void Supervisor::note_waiting(const JobRecord& job, const std::string& why) {
+  if (job.executor_state == why) return;
+  log_status(store_.update(job.id, JobUpdate().set("executor_state", why)), "recording why " + job.id + " waits");
+}
+
+void Supervisor::note_start(Running& r, const Started& s, const std::string& plan_json) {
+  std::int64_t total = 0;
+  plan_components(plan_json, total);
+  // What this attempt runs and its estimate: the job's attempt history.
+  json data = json::parse(s.data_json.empty() ? "{}" : s.data_json, nullptr, false);
+  if (!data.is_object()) data = json::object();
+  data["attempt"] = r.attempt;
+  data["estimated_bytes"] = total;
+  if (auto st = runner::parse_plan_strategy(plan_json, "the job's plan"); st.is_ok()) data["strategy"] = st->describe();
+  r.unrecorded_start = s.record;
+  r.start_message = s.message;
+  r.start_data = data.dump();
+}
+
+void Supervisor::start_attempt(Executor& executor, const JobRecord& job, const Placement& where) {
+  const std::int64_t attempt = job.attempts + 1;
+  auto admitted = executor.admit(job, attempt, where);
+  if (!admitted.is_ok()) {
+    if (admitted.status().code() == StatusCode::kUnavailable) return note_waiting(job, admitted.status().message());
+    return log_status(admitted.status(), "scheduling " + job.id);
+  }
+  Status s = store_.transition(job.id, JobState::kQueued, JobState::kPlanning, admitted->message, admitted->record);
   if (!s.is_ok()) return log_status(s, "scheduling " + job.id);
-  const fs::path dir = job_dir(job.id);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  Running r;
-  r.id = job.id;
-  r.name = job.name;
-  r.attempt = job.attempts + 1;
-  r.reserved_bytes = bytes;
-  r.gpus = gpus;
-  r.metrics_offset = job.metrics_offset;
-  r.events_offset = job.events_offset;
-  r.last_step = job.last_step;
-  r.peak_bytes = job.peak_bytes;
+  Running r = attempt_of(job, &executor, attempt);
   auto launch_failed = [&](const std::string& why) {
     r.exit = ProcessExit{runner::exit_status(runner::RunnerExit::kFailure), 0};
     r.launch_error = why;
     if (!judge(r)) running_[job.id] = std::move(r);
   };
+  const fs::path dir = job_dir(job.id);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
   if (ec) return launch_failed("creating " + dir.string() + ": " + ec.message());
-  // An earlier attempt's pid file must not stand for this attempt should
-  // tailord stop before it writes this one's (recover() reads it).
-  fs::remove(dir / "runner.pid", ec);
+  // The last attempt's heartbeats would otherwise speak for this one.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (runner::is_heartbeat_file_name(entry.path().filename().string())) fs::remove(entry.path(), ec);
+  }
   ec.clear();
   const std::string plan_path = (dir / "plan.json").string();
   if (Status w = platform::write_file_atomic(plan_path, job.plan_json); !w.is_ok()) return launch_failed(w.message());
-  platform::LaunchRequest req;
+  LaunchRequest req;
+  req.job = &job;
+  req.attempt = attempt;
+  req.dir = dir.string();
+  req.placement = where;
   // --resume always: the first attempt finds no checkpoint and starts at
   // step 1; a retry or re-plan continues from the newest checkpoint.
-  req.argv = {options_.runner_path, "--plan", plan_path, "--out", dir.string(), "--resume"};
-  if (job.memory_limit_bytes) {
-    req.argv.push_back("--memory-limit");
-    req.argv.push_back(std::to_string(*job.memory_limit_bytes));
-  }
+  req.command.plan = plan_path;
+  req.command.out = dir.string();
+  req.command.resume = true;
+  if (job.memory_limit_bytes) req.command.memory_limit = std::to_string(*job.memory_limit_bytes);
   req.env = options_.runner_env;
   if (!req.env.count("OMP_WAIT_POLICY")) req.env["OMP_WAIT_POLICY"] = "PASSIVE";  // docs/libtorch.md
   // The runner reads the files the spec names only from where they were
   // checked at submission (runner/data/file_io.h).
   if (!options_.planning.spec_root.empty()) req.env[runner::kSpecRootEnv] = options_.planning.spec_root;
   if (options_.heartbeat_timeout_seconds > 0) {
-    // Ten beats per timeout. The last attempt's files go, and the runner's
-    // own starts now, so that one stopped before its first beat is lost too.
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      if (runner::is_heartbeat_file_name(entry.path().filename().string())) fs::remove(entry.path(), ec);
-    }
-    ec.clear();
-    runner::touch_heartbeat((dir / runner::heartbeat_file_name(std::nullopt)).string());
-    char every[32];
+    char every[32];  // ten beats per timeout
     std::snprintf(every, sizeof every, "%.3f", std::max(0.05, options_.heartbeat_timeout_seconds / 10));
     req.env[runner::kHeartbeatEnv] = every;
   }
-  if (!gpus.empty()) {
-    std::string list;
-    for (int g : gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
-    req.env["CUDA_VISIBLE_DEVICES"] = list;
-  }
-  req.log_path = (dir / "runner.log").string();
-  req.working_dir = dir.string();
-  // Taken before the fork and inherited by the runner: from here on, a
-  // crash of tailord at any moment leaves a held lock that the next
-  // tailord finds (recover()), so no job ever gets a second runner.
-  auto lock = platform::FileLock::acquire((dir / kRunnerLockFile).string());
-  if (!lock.is_ok()) {
-    if (lock.status().code() == StatusCode::kFailedPrecondition) {
-      return launch_failed("a process of an earlier attempt still holds " + std::string(kRunnerLockFile));
+  Launched l = executor.launch(req);
+  switch (l.state) {
+    case Launched::State::kFailed:
+      return launch_failed(l.message);
+    case Launched::State::kNotTaken: {
+      const Status q = store_.transition(job.id, JobState::kPlanning, JobState::kQueued, l.message, l.record);
+      if (q.is_ok()) return;
+      log_status(q, "queueing " + job.id + " again");
+      return launch_failed(l.message);
     }
-    return launch_failed(lock.status().message());
+    case Launched::State::kStarted:
+      note_start(r, l.started, job.plan_json);
+      record_start(r);  // should the store refuse it now, every tick tries again
+      break;
+    case Launched::State::kSubmitted:
+      log_status(store_.update(job.id, l.record), "recording where " + job.id + " runs");
+      log_status(store_.add_event(job.id, {dsl::to_string(executor.kind()), l.message, l.data_json, 0}),
+                 "recording the submission of " + job.id);
+      break;
   }
-  req.inherit_fd = lock->fd();
-  auto proc = platform::launch_process(req);
-  if (!proc.is_ok()) return launch_failed(proc.status().message());
-  // The pid file covers the moment between fork and the store's commit: a
-  // restart finds the runner through it instead of launching a second one.
-  log_status(platform::write_file_atomic((dir / "runner.pid").string(),
-                               std::to_string(proc->pid) + " " + std::to_string(proc->start_ticks) + "\n"),
-             "writing pid file of " + job.id);
-  r.pid = proc->pid;
-  r.start_ticks = proc->start_ticks;
-  std::string gpu_list;
-  for (int g : gpus) gpu_list += (gpu_list.empty() ? "" : ",") + std::to_string(g);
-  JobUpdate u;
-  u.set("pid", static_cast<std::int64_t>(proc->pid)).set("pid_start_ticks", proc->start_ticks);
-  u.set("attempts", r.attempt).set("assigned_gpus", gpu_list).set_null("next_attempt_at").set("estimated_bytes", bytes);
-  if (!job.started_at) u.set("started_at", now_seconds());
   std::int64_t total = 0;
   const auto components = plan_components(job.plan_json, total);
-  // What this attempt runs and its estimate: the job's attempt history.
-  json started = {{"attempt", r.attempt}, {"estimated_bytes", total}};
-  if (auto st = runner::parse_plan_strategy(job.plan_json, "the job's plan"); st.is_ok()) {
-    started["strategy"] = st->describe();
-  }
-  r.unrecorded_start = u;
-  r.start_message = "runner started (pid " + std::to_string(proc->pid) + ", attempt " + std::to_string(r.attempt) + ")";
-  r.start_data = started.dump();
-  record_start(r);  // should the store refuse it now, every tick tries again
   metrics_.set_job_estimate(job.id, job.name, components, total);
   running_[job.id] = std::move(r);
 }
@@ -722,7 +689,7 @@ Result<JobRecord> Supervisor::cancel(const std::string& id) {
   if (auto it = running_.find(id); it != running_.end()) {
     it->second.cancel_requested = true;
     if (!it->second.cancel_sent_at) {
-      signal_attempt(it->second, false);
+      it->second.executor->signal(id, false);
       it->second.cancel_sent_at = now_seconds();
     }
   }
@@ -730,12 +697,12 @@ Result<JobRecord> Supervisor::cancel(const std::string& id) {
   return store_.get(id);
 }
 
-Supervisor::Running Supervisor::recovered(const JobRecord& job) {
+Supervisor::Running Supervisor::attempt_of(const JobRecord& job, Executor* executor, std::int64_t attempt) {
   Running r;
   r.id = job.id;
   r.name = job.name;
-  r.child = false;
-  r.attempt = job.attempts;
+  r.executor = executor;
+  r.attempt = attempt;
   r.metrics_offset = job.metrics_offset;
   r.events_offset = job.events_offset;
   r.last_step = job.last_step;
@@ -748,105 +715,60 @@ Supervisor::Running Supervisor::recovered(const JobRecord& job) {
 Status Supervisor::recover() {
   std::lock_guard lock(mu_);
   TAILOR_ASSIGN_OR_RETURN(auto jobs, store_.in_states({JobState::kPlanning, JobState::kRunning}));
-  for (const JobRecord& job : jobs) {
-    const fs::path dir = job_dir(job.id);
-    if (job.executor == "slurm") {
-      // Followed through Slurm's queue by its tag from the first tick on:
-      // re-adopted when Slurm still has it, judged by its events when it
-      // ended meanwhile, queued again when it was never submitted.
-      Running r = recovered(job);
-      r.executor = "slurm";
-      r.slurm_id = job.executor_job_id;
-      r.slurm_state = job.executor_state;
-      r.slurm_running = job.state == JobState::kRunning;
-      if (auto st = runner::parse_plan_strategy(job.plan_json, "the job's plan"); st.is_ok()) {
-        r.ranks = static_cast<int>(std::max<std::int64_t>(1, st->num_gpus));
-      }
-      TAILOR_RETURN_IF_ERROR(store_.add_event(
-          job.id, {"recovered",
-                   "tailord restarted; following Slurm job " + (r.slurm_id.empty() ? "(by its tag " + slurm_tag(job.id, job.attempts) + ")" : r.slurm_id),
-                   "", 0}));
-      running_[job.id] = std::move(r);
-      continue;
-    }
-    std::optional<std::int64_t> pid = job.pid, ticks = job.pid_start_ticks;
-    if (!pid) {
-      std::ifstream f(dir / "runner.pid");
-      std::int64_t p = 0, t = 0;
-      if (f >> p >> t) {
-        pid = p;
-        ticks = t;
-      }
-    }
-    Running r = recovered(job);
-    r.reserved_bytes = job.gpus_needed > 0 ? 0 : job.estimated_bytes;
-    std::stringstream gl(job.assigned_gpus);
-    for (std::string g; std::getline(gl, g, ',');) {
-      if (!g.empty()) r.gpus.push_back(std::atoi(g.c_str()));
-    }
-    bool alive = pid && ticks && platform::process_is(static_cast<pid_t>(*pid), *ticks);
-    std::string found_by;
-    if (!alive) {
-      std::string why_not;
-      if (auto holder = runner_holding_lock(dir, why_not)) {
-        pid = holder->pid;
-        ticks = holder->start_ticks;
-        alive = true;
-        found_by = " (found by its lock: tailord stopped before recording it)";
-      } else if (!why_not.empty()) {
-        // Neither adopted nor launched again: launching would fail on the
-        // lock too; the operator sees why.
-        log_error("tailord: job " + job.id + " left alone: " + why_not);
-        continue;
-      }
-    }
-    if (alive) {
-      r.pid = static_cast<pid_t>(*pid);
-      r.start_ticks = *ticks;
-      if (job.state == JobState::kPlanning) {
-        JobUpdate u;
-        u.set("pid", *pid).set("pid_start_ticks", *ticks).set("attempts", job.attempts + 1);
-        r.attempt = job.attempts + 1;
-        TAILOR_RETURN_IF_ERROR(store_.transition(job.id, JobState::kPlanning, JobState::kRunning,
-                                                 "recovered: re-adopted runner pid " + std::to_string(*pid) + found_by, u));
+  for (const JobRecord& job : jobs) TAILOR_RETURN_IF_ERROR(recover_job(job));
+  return Status::ok();
+}
+
+Status Supervisor::recover_job(const JobRecord& job) {
+  Executor* executor = executor_for(job.executor);
+  if (!executor) {
+    // Judged once an executor of its kind is back; left as it is.
+    log_error("tailord: job " + job.id + " left alone: this tailord has no " + dsl::to_string(job.executor) +
+              " executor");
+    return Status::ok();
+  }
+  const std::string dir = job_dir(job.id);
+  const Adoption a = executor->adopt(job, dir);
+  Running r = attempt_of(job, executor, a.attempt);
+  switch (a.kind) {
+    case Adoption::Kind::kLeaveAlone:
+      // Neither adopted nor launched again: launching would fail too; the
+      // operator sees why.
+      log_error("tailord: job " + job.id + " left alone: " + a.message);
+      return Status::ok();
+    case Adoption::Kind::kRequeue:
+      executor->forget(job.id);
+      return store_.transition(job.id, JobState::kPlanning, JobState::kQueued, a.message);
+    case Adoption::Kind::kFollow:
+      if (a.to_running) {
+        TAILOR_RETURN_IF_ERROR(
+            store_.transition(job.id, JobState::kPlanning, JobState::kRunning, a.message, a.record));
       } else {
-        if (!found_by.empty()) {
-          TAILOR_RETURN_IF_ERROR(store_.update(job.id, JobUpdate().set("pid", *pid).set("pid_start_ticks", *ticks)));
-        }
-        TAILOR_RETURN_IF_ERROR(store_.add_event(
-            job.id, {"recovered", "tailord restarted; re-adopted runner pid " + std::to_string(*pid) + found_by, "", 0}));
+        if (!a.record.values().empty()) TAILOR_RETURN_IF_ERROR(store_.update(job.id, a.record));
+        TAILOR_RETURN_IF_ERROR(store_.add_event(job.id, {"recovered", a.message, "", 0}));
       }
       running_[job.id] = std::move(r);
-      continue;
-    }
-    if (job.state == JobState::kPlanning && !pid) {
-      TAILOR_RETURN_IF_ERROR(store_.transition(job.id, JobState::kPlanning, JobState::kQueued,
-                                               "recovered: tailord restarted before the runner started"));
-      continue;
-    }
-    r.pid = static_cast<pid_t>(pid.value_or(-1));
-    if (job.state == JobState::kPlanning) {
-      // Its pid file says it started, and it has ended: the attempt ran
-      // although its start was never stored. Launching it again would run
-      // the job twice.
-      r.attempt = job.attempts + 1;
-      JobUpdate u;
-      u.set("attempts", r.attempt).set("pid", *pid).set("pid_start_ticks", ticks.value_or(0));
-      r.unrecorded_start = u;
-      r.start_message = "recovered: runner pid " + std::to_string(*pid) + " started before tailord stopped";
-      if (!record_start(r)) return Status::unavailable("the store cannot be written; try again");
-    }
-    // The runner ended while tailord was down: take in what it wrote, then
-    // judge the attempt by its last event.
-    if (ingest_all(r) == Ingested::kFailed) {
-      running_[job.id] = std::move(r);  // every tick tries again
-      continue;
-    }
-    std::int64_t off = 0;
-    auto lines = read_new_lines((dir / "events.jsonl").string(), off, std::int64_t{1} << 30);
-    r.exit = exit_recorded(lines.is_ok() ? *lines : std::vector<std::string>{});
-    r.exit_context = "runner ended while tailord was down";
-    if (!judge(r)) running_[job.id] = std::move(r);  // every tick tries again
+      return Status::ok();
+    case Adoption::Kind::kEnded:
+      break;
+  }
+  if (a.to_running) {
+    r.unrecorded_start = a.record;
+    r.start_message = a.message;
+    if (!record_start(r)) return Status::unavailable("the store cannot be written; try again");
+  }
+  // The runner ended while tailord was down: take in what it wrote, then
+  // judge the attempt by its last event.
+  if (ingest_all(r) == Ingested::kFailed) {
+    running_[job.id] = std::move(r);  // every tick tries again
+    return Status::ok();
+  }
+  r.exit = exit_recorded(dir);
+  r.exit_context = "runner ended while tailord was down";
+  if (judge(r)) {
+    executor->forget(job.id);
+  } else {
+    running_[job.id] = std::move(r);  // every tick tries again
   }
   return Status::ok();
 }
@@ -860,20 +782,9 @@ void Supervisor::publish_metrics() {
     metrics_.set_queue_length(counts->at(JobState::kQueued));
   }
   std::lock_guard lock(mu_);
-  std::int64_t reserved = 0;
-  std::vector<std::int64_t> gpu_used(options_.gpus.size(), 0);
-  for (const auto& [id, r] : running_) {
-    reserved += r.reserved_bytes;
-    for (int g : r.gpus) {
-      if (g >= 0 && g < static_cast<int>(gpu_used.size())) {
-        gpu_used[static_cast<std::size_t>(g)] += r.peak_bytes.value_or(0);
-      }
-    }
-  }
-  metrics_.set_host_memory(options_.host_budget_bytes, reserved);
-  for (std::size_t g = 0; g < options_.gpus.size(); ++g) {
-    metrics_.set_gpu_memory(static_cast<int>(g), options_.gpus[g].name, options_.gpus[g].memory.count(), gpu_used[g]);
-  }
+  std::map<std::string, std::int64_t> peaks;
+  for (const auto& [id, r] : running_) peaks[id] = r.peak_bytes.value_or(0);
+  for (const auto& [kind, e] : executors_) e->publish(metrics_, peaks);
 }
 
 }  // namespace tailor::daemon

@@ -1,30 +1,27 @@
 // The supervisor: one thread that owns the job lifecycle. Each tick it
 //   1. ingests what running runners appended to metrics.jsonl/events.jsonl
 //      (one store transaction per job per tick; offsets move with the rows),
-//   2. notices runners that ended and decides: succeeded; failed (bad input,
-//      retries exhausted); re-planned and resumed (out of memory); retried
-//      with growing backoff; cancelled,
-//   3. escalates cancels (SIGTERM to the process group, SIGKILL after the
-//      grace period), and kills runners whose heartbeat stopped (lost),
-//   4. starts queued jobs that fit (scheduler.h) with the local executor:
-//      tailor-runner as a child in its own process group, plan and output in
-//      DATA/jobs/ID/, stdout and stderr in DATA/jobs/ID/runner.log; or
-//      submits a job placed on Slurm with sbatch (supervisor_slurm.cpp):
-//      its ranks write to the same folder, which every node sees, and
-//      Slurm's queue, read by the attempt's tag, says when it runs and ends.
-// Every transition is an event in the store. recover() runs once before
-// start(): runners that outlived a tailord crash are re-adopted (pid plus
-// kernel start time; or, when tailord died before recording the pid, the
-// holder of the job's runner.lock, which tailord takes before the fork and
-// the runner inherits), ones that ended are judged by their events file,
-// and nothing is launched twice.
+//   2. polls each attempt's executor and decides on an ended one:
+//      succeeded; failed (bad input, retries exhausted); re-planned and
+//      resumed (out of memory); retried with growing backoff; cancelled,
+//   3. escalates cancels (SIGTERM, SIGKILL after the grace period), and
+//      kills runners whose heartbeat stopped (lost),
+//   4. asks each executor which queued jobs of its kind start now, and
+//      launches them there: the local executor runs tailor-runner as a
+//      child of tailord (executor/local_executor.h), the Slurm executor
+//      submits a batch job (executor/slurm_executor.h). Both find plan.json
+//      in DATA/jobs/ID/ and their runners write there.
+// Every transition is an event in the store, written here: the executors
+// say what to keep (executor/executor.h). recover() runs once before
+// start(): each executor adopts the attempts the store has as planning or
+// running, those that ended meanwhile are judged by their events file, and
+// nothing is launched twice.
 #pragma once
 
-#include <sys/types.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -32,7 +29,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "daemon/executor/slurm_executor.h"
+#include "daemon/executor/executor.h"
+#include "daemon/executor/slurm_cluster.h"
 #include "daemon/planning/job_planning.h"
 #include "daemon/scheduler/outcome.h"
 #include "platform/process.h"
@@ -62,9 +60,12 @@ struct SupervisorOptions {
   // 0 turns the check off.
   double heartbeat_timeout_seconds = 120;
   std::map<std::string, std::string> runner_env;
-  // The Slurm executor (nullptr: none), and how often its queue is read.
-  slurm::Executor* slurm = nullptr;
+  // The Slurm cluster (nullptr: none), and how often its queue is read.
+  slurm::Cluster* slurm = nullptr;
   double slurm_poll_seconds = 1;
+  // When not empty, these run the jobs of their kinds instead of the local
+  // and Slurm executors made from the options above (a test's own).
+  std::vector<Executor*> executors;
 };
 
 class Supervisor {
@@ -99,12 +100,8 @@ class Supervisor {
   struct Running {
     std::string id;
     std::string name;
-    pid_t pid = -1;
-    std::int64_t start_ticks = 0;
-    bool child = true;  // false: adopted after a restart, cannot be reaped
+    Executor* executor = nullptr;
     std::int64_t attempt = 0;
-    std::int64_t reserved_bytes = 0;
-    std::vector<int> gpus;
     std::int64_t metrics_offset = 0;
     std::int64_t events_offset = 0;
     std::optional<std::int64_t> last_step;
@@ -118,29 +115,23 @@ class Supervisor {
     // failed (the database locked by another process, the disk full) is
     // kept here and written again every tick until it lands, so that the
     // store never loses a runner tailord has seen start or end.
-    std::optional<ProcessExit> exit;   // ended (reaped), its verdict not yet stored
+    std::optional<ProcessExit> exit;   // ended, its verdict not yet stored
     std::string exit_context;          // finish()'s context for that verdict
     std::string launch_error;          // the launch failed (exit is set): why
     std::optional<JobUpdate> unrecorded_start;  // planning -> running, not yet stored
     std::string start_message, start_data;
     std::string store_error;  // the last failed write's message, logged once
-    // Slurm (executor "slurm"): the batch job of this attempt, found by its
-    // tag (slurm_tag()); pid stays -1.
-    std::string executor = "local";
-    std::string slurm_id;        // empty until sbatch answered (or the tag was found)
-    std::string slurm_state;     // what executor_state holds
-    std::string slurm_phase;     // tailor_state_name() of it, for events on change
-    bool slurm_running = false;  // seen running: its ranks beat
-    bool slurm_killed = false;   // scancel --signal=KILL sent (once is enough)
-    double submitted_at = 0;     // a queue read begun before this cannot know the job
-    int ranks = 1;
   };
 
-  // A job's attempt as the store has it, for recover(): not this process'
-  // child, its offsets and cancel request as recorded.
-  static Running recovered(const JobRecord& job);
+  // A job's attempt as the store has it: its offsets and cancel request as
+  // recorded.
+  static Running attempt_of(const JobRecord& job, Executor* executor, std::int64_t attempt);
+  Executor* executor_for(ExecutorKind kind) const;
   void loop();
   void tick();
+  // Stores what a poll of `r`'s executor saw; false when `r` went back to
+  // the queue (it leaves running_).
+  bool observe(Running& r, Observation o);
   // Stores the run files' new lines, a few MiB at most per call: kSome
   // when it stored some (more may be waiting), kFailed when the store
   // refused them (they are read again next time).
@@ -164,21 +155,15 @@ class Supervisor {
   // Stores planning -> running for an attempt whose start was not stored;
   // false while the store cannot be written.
   bool record_start(Running& r);
+  // Sets `r`'s start to be stored: `s` with the attempt, its strategy and
+  // estimate in the event's data.
+  void note_start(Running& r, const Started& s, const std::string& plan_json);
   OutcomePolicy policy() const;
   void schedule_queued();
-  void start_job(const JobRecord& job, const std::vector<int>& gpus, std::int64_t bytes);
-  // supervisor_slurm.cpp
-  void start_slurm_job(const JobRecord& job);
-  void refresh_slurm_queue();
-  // Reconciles `r` with the queue read last: its state, its start, its end
-  // (r.exit set). Returns false when `r` was never submitted and is queued
-  // again (it leaves running_).
-  bool follow_slurm(Running& r);
-  void note_slurm_state(Running& r, const std::string& state, const std::string& phase);
-  // SIGTERM (then, with `kill`, SIGKILL) to the attempt: its process group,
-  // or its Slurm job through scancel.
-  void signal_attempt(Running& r, bool kill);
-  static std::string slurm_tag(const std::string& id, std::int64_t attempt);
+  void start_attempt(Executor& executor, const JobRecord& job, const Placement& where);
+  // Leaves a job in the queue with the reason its executor gives.
+  void note_waiting(const JobRecord& job, const std::string& why);
+  Status recover_job(const JobRecord& job);
   std::string log_tail(const std::string& id) const;
   void log_status(const Status& s, const std::string& what) const;
 
@@ -187,20 +172,8 @@ class Supervisor {
   SupervisorOptions options_;
   std::mutex mu_;  // guards running_ and serialises ticks with cancel()
   std::map<std::string, Running> running_;
-  // Slurm's queue as the poller thread last read it (squeue can take
-  // seconds, and ~9 s to fail while slurmctld is down: never on the tick).
-  struct SlurmQueue {
-    bool fresh = false;      // new this tick
-    double asked_at = 0;     // when the squeue call began (now_seconds())
-    Result<std::vector<slurm::Job>> jobs = Status::unavailable("not read yet");
-  };
-  SlurmQueue slurm_queue_;   // the tick's copy (under mu_)
-  std::mutex slurm_mu_;      // guards the poller's result below
-  SlurmQueue slurm_read_;
-  std::uint64_t slurm_reads_ = 0, slurm_reads_seen_ = 0;
-  std::atomic<int> slurm_following_{0};  // Slurm attempts the tick follows
-  std::thread slurm_thread_;
-  void poll_slurm();
+  std::vector<std::unique_ptr<Executor>> owned_;  // made from the options
+  std::map<ExecutorKind, Executor*> executors_;
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool woken_ = false;

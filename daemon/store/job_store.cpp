@@ -43,6 +43,15 @@ constexpr const char* kScheduleColumns =
     "exit_code, exit_signal, exit_reason, created_at, updated_at, started_at, finished_at, executor, "
     "executor_job_id, executor_state, last_eval_step, last_eval_loss";
 
+// The `executor` column (migration 6); a value this tailord does not know
+// (written by a newer one) is kDefault, which no executor takes.
+dsl::ExecutorKind executor_named(const std::string& name) {
+  for (const dsl::ExecutorKind k : {dsl::ExecutorKind::kLocal, dsl::ExecutorKind::kSlurm}) {
+    if (name == dsl::to_string(k)) return k;
+  }
+  return dsl::ExecutorKind::kDefault;
+}
+
 JobRecord read_job(const Statement& q) {
   JobRecord j;
   int c = 0;
@@ -84,7 +93,7 @@ JobRecord read_job(const Statement& q) {
   j.updated_at = q.real(c++);
   j.started_at = q.opt_real(c++);
   j.finished_at = q.opt_real(c++);
-  j.executor = q.text(c++);
+  j.executor = executor_named(q.text(c++));
   j.executor_job_id = q.text(c++);
   j.executor_state = q.text(c++);
   j.last_eval_step = q.opt_int64(c++);
@@ -239,7 +248,7 @@ Result<CreateResult> JobStore::create(const NewJob& job) {
                                           "?8, ?9, ?10, ?11, ?12, ?12, ?13)"));
       ins.bind(1, id).bind(2, job.name).bind(3, job.priority).bind(4, job.spec_text).bind(5, job.spec_json);
       ins.bind(6, labels.dump()).bind(7, job.plan_json).bind(8, job.estimated_bytes).bind(9, job.gpus_needed);
-      ins.bind(10, job.memory_limit_bytes).bind(11, job.retries).bind(12, now).bind(13, job.executor);
+      ins.bind(10, job.memory_limit_bytes).bind(11, job.retries).bind(12, now).bind(13, std::string(dsl::to_string(job.executor)));
       Status s = ins.run();
       if (s.is_ok()) break;
       if (s.code() != StatusCode::kAlreadyExists || tries >= 3) return s.prefixed("inserting job");

@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "daemon/store/sqlite.h"
+#include "dsl/job_spec.h"
 #include "runner/protocol/exit_code.h"
 
 namespace tailor::daemon {
@@ -74,7 +75,9 @@ struct JobRecord {
   double updated_at = 0;
   std::optional<double> started_at;
   std::optional<double> finished_at;
-  std::string executor = "local";   // "local" or "slurm" (migration 6)
+  // Where it runs (migration 6): kLocal or kSlurm; kDefault for a value
+  // this tailord does not know (written by a newer one): no executor takes it.
+  dsl::ExecutorKind executor = dsl::ExecutorKind::kLocal;
   std::string executor_job_id;      // Slurm: the current attempt's batch job
   std::string executor_state;       // Slurm: what it last said of that job
 
@@ -100,7 +103,7 @@ struct NewJob {
   std::int64_t gpus_needed = 0;
   std::optional<std::int64_t> memory_limit_bytes;
   std::int64_t retries = 0;
-  std::string executor = "local";
+  dsl::ExecutorKind executor = dsl::ExecutorKind::kLocal;  // kLocal or kSlurm
   std::string idempotency_key;   // empty: none
   std::string request_hash;      // of the request the key was sent with
 };
