@@ -96,12 +96,12 @@ std::vector<Technique> techniques_used(const KnobValues& v) {
   if (v.precision) out.push_back(*technique_from_name(to_string(*v.precision)));
   if (v.checkpoint_every > 0) out.push_back(Technique::kGradientCheckpointing);
   if (v.grad_accumulation > 1) out.push_back(Technique::kGradientAccumulation);
+  // So does an adapter's, and every optimizer's but the default AdamW's.
   if (v.adapter && *v.adapter != Adapter::kNone) {
-    out.push_back(*v.adapter == Adapter::kLora ? Technique::kLora : Technique::kQlora);
+    out.push_back(*technique_from_name(to_string(*v.adapter)));
     out.push_back(Technique::kAdapters);
   }
-  if (v.optimizer == Optimizer::kAdamw8bit) out.push_back(Technique::kAdamw8bit);
-  if (v.optimizer == Optimizer::kSgd) out.push_back(Technique::kSgd);
+  if (v.optimizer && *v.optimizer != Optimizer::kAdamw) out.push_back(*technique_from_name(to_string(*v.optimizer)));
   constexpr Technique kZero[] = {Technique::kZero1, Technique::kZero2, Technique::kZero3};
   if (v.zero_stage >= 1 && v.zero_stage <= 3) out.push_back(kZero[v.zero_stage - 1]);
   if (v.offload && *v.offload != Offload::kNone) out.push_back(Technique::kOffloadOptimizer);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "strategies/knobs.h"
+
 namespace tailor::strategies {
 namespace {
 
@@ -20,7 +22,7 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
 }  // namespace
 
 Constraints::Constraints(const dsl::JobSpec& spec, const Hardware& hw)
-    : pins_(spec.strategy), training_(spec.training) {
+    : spec_(spec), pins_(spec.strategy), training_(spec.training) {
   on_cpu_ = hw.cpu_only();
   const std::int64_t devices = on_cpu_ ? 1 : hw.gpu_count();
   ranks_fixed_ = spec.resources.ranks.has_value();
@@ -73,32 +75,25 @@ bool Constraints::allows(dsl::Technique t) const {
 }
 
 bool Constraints::pinned(dsl::Knob k) const {
-  const dsl::StrategySpec& p = pins_;
-  switch (k) {
-    case dsl::Knob::kPrecision: return p.precision.has_value();
-    case dsl::Knob::kCheckpointing: return p.gradient_checkpointing.has_value();
-    case dsl::Knob::kMicroBatch: return training_.micro_batch_size.has_value();
-    case dsl::Knob::kAdapter: return p.adapter.has_value();
-    case dsl::Knob::kOptimizer: return p.optimizer.has_value();
-    case dsl::Knob::kZeroStage: return p.zero_stage.has_value();
-    case dsl::Knob::kOffload: return p.offload.has_value();
-  }
-  return false;
+  bool out = false;
+  for_each_knob([&](const auto& row) {
+    if (row.knob == k) out = row.pinned_in(spec_).has_value();
+  });
+  return out;
 }
 
 std::string Constraints::why_not(const Strategy& s) const {
   const dsl::StrategySpec& p = pins_;
-  if (p.precision && s.precision != *p.precision) return "precision is pinned";
-  if (p.gradient_checkpointing && s.checkpoint_every != *p.gradient_checkpointing) return "checkpointing is pinned";
-  if (p.adapter && s.adapter != *p.adapter) return "adapter is pinned";
-  if (p.optimizer && s.optimizer != *p.optimizer) return "optimizer is pinned";
+  std::string pin;
+  for_each_knob([&](const auto& row) {
+    const auto& v = row.pinned_in(spec_);
+    if (pin.empty() && v && s.*row.value != *v) pin = std::string(row.label) + " is pinned";
+  });
+  if (!pin.empty()) return pin;
   if (!p.optimizer && s.optimizer == Optimizer::kSgd) return "SGD is used only when pinned";
-  if (p.zero_stage && s.zero_stage != *p.zero_stage) return "zero_stage is pinned";
-  if (p.offload && s.offload != *p.offload) return "offload is pinned";
   if (s.num_gpus != num_gpus_ && (ranks_fixed_ || s.num_gpus != 1)) {
     return ranks_fixed_ ? "resources.ranks fixes the ranks" : "ranks are every GPU or one";
   }
-  if (training_.micro_batch_size && s.micro_batch_size != *training_.micro_batch_size) return "micro-batch is pinned";
   if (s.micro_batch_size * s.grad_accumulation * s.num_gpus != training_.global_batch_size) {
     return "does not keep the global batch";
   }
@@ -140,20 +135,18 @@ std::string Constraints::why_not(const Strategy& s) const {
 bool Constraints::admits(const Strategy& s) const { return why_not(s).empty(); }
 
 Strategy Constraints::baseline() const {
-  const dsl::StrategySpec& p = pins_;
+  // Each knob as pinned, else as a default Strategy has it (no technique);
+  // then the whole global batch in one micro-batch unless that is pinned.
   Strategy s;
+  for_each_knob([&](const auto& row) {
+    if (const auto& v = row.pinned_in(spec_)) s.*row.value = *v;
+  });
   s.num_gpus = num_gpus_;
-  s.precision = p.precision.value_or(Precision::kFp32);
-  s.checkpoint_every = p.gradient_checkpointing.value_or(0);
   const std::int64_t per_gpu = training_.global_batch_size / num_gpus_;
   s.micro_batch_size = training_.micro_batch_size.value_or(per_gpu);
   s.grad_accumulation = per_gpu / std::max<std::int64_t>(1, s.micro_batch_size);
-  s.adapter = p.adapter.value_or(Adapter::kNone);
-  s.lora_rank = s.adapter == Adapter::kNone ? 0 : p.lora.r;
+  s.lora_rank = s.adapter == Adapter::kNone ? 0 : pins_.lora.r;
   s.quantization = s.adapter == Adapter::kQlora ? Quantization::kNf4Double : Quantization::kNone;
-  s.optimizer = p.optimizer.value_or(Optimizer::kAdamw);
-  s.zero_stage = p.zero_stage.value_or(0);
-  s.offload = p.offload.value_or(Offload::kNone);
   return s;
 }
 

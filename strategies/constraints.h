@@ -48,6 +48,7 @@ class Constraints {
   const std::string& error() const { return error_; }
 
  private:
+  const dsl::JobSpec& spec_;
   const dsl::StrategySpec& pins_;
   const dsl::TrainingSpec& training_;
   std::int64_t num_gpus_ = 1;

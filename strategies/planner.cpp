@@ -7,6 +7,7 @@
 
 #include "strategies/constraints.h"
 #include "strategies/decision_tree.h"
+#include "strategies/knobs.h"
 #include "strategies/runtime_profile.h"
 
 namespace tailor::strategies {
@@ -75,12 +76,12 @@ const Candidate* choose(std::vector<const Candidate*> set, Bytes budget, const P
 
 // Every admitted strategy of the candidate space.
 std::vector<Strategy> enumerate(const dsl::JobSpec& spec, const Constraints& c) {
-  std::vector<Precision> precisions = {Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kPureBf16};
+  const std::vector<Precision> precisions = every_value<Precision>();
   std::vector<std::int64_t> checkpointing = {0, 1, 2, 4};
   if (spec.strategy.gradient_checkpointing) checkpointing = {*spec.strategy.gradient_checkpointing};
-  const std::vector<Adapter> adapters = {Adapter::kNone, Adapter::kLora, Adapter::kQlora};
-  const std::vector<Optimizer> optimizers = {Optimizer::kAdamw, Optimizer::kAdamw8bit, Optimizer::kSgd};
-  const std::vector<Offload> offloads = {Offload::kNone, Offload::kOptimizer, Offload::kOptimizerAndParams};
+  const std::vector<Adapter> adapters = every_value<Adapter>();
+  const std::vector<Optimizer> optimizers = every_value<Optimizer>();
+  const std::vector<Offload> offloads = every_value<Offload>();
 
   std::vector<Strategy> out;
   for (std::int64_t ranks : c.rank_counts()) {
@@ -218,30 +219,18 @@ namespace {
 // The spec with knob `k` left to the planner.
 dsl::JobSpec unpinned(const dsl::JobSpec& spec, dsl::Knob k) {
   dsl::JobSpec free = spec;
-  dsl::StrategySpec& p = free.strategy;
-  switch (k) {
-    case dsl::Knob::kPrecision: p.precision.reset(); break;
-    case dsl::Knob::kCheckpointing: p.gradient_checkpointing.reset(); break;
-    case dsl::Knob::kMicroBatch: free.training.micro_batch_size.reset(); break;
-    case dsl::Knob::kAdapter: p.adapter.reset(); break;
-    case dsl::Knob::kOptimizer: p.optimizer.reset(); break;
-    case dsl::Knob::kZeroStage: p.zero_stage.reset(); break;
-    case dsl::Knob::kOffload: p.offload.reset(); break;
-  }
+  for_each_knob([&](const auto& row) {
+    if (row.knob == k) row.pinned_in(free).reset();
+  });
   return free;
 }
 
 bool same_knob_value(const Strategy& a, const Strategy& b, dsl::Knob k) {
-  switch (k) {
-    case dsl::Knob::kPrecision: return a.precision == b.precision;
-    case dsl::Knob::kCheckpointing: return a.checkpoint_every == b.checkpoint_every;
-    case dsl::Knob::kMicroBatch: return a.micro_batch_size == b.micro_batch_size;
-    case dsl::Knob::kAdapter: return a.adapter == b.adapter;
-    case dsl::Knob::kOptimizer: return a.optimizer == b.optimizer;
-    case dsl::Knob::kZeroStage: return a.zero_stage == b.zero_stage;
-    case dsl::Knob::kOffload: return a.offload == b.offload;
-  }
-  return true;
+  bool same = true;
+  for_each_knob([&](const auto& row) {
+    if (row.knob == k) same = a.*row.value == b.*row.value;
+  });
+  return same;
 }
 
 std::vector<PinAdvice> advise_unpinning(const dsl::JobSpec& spec, const Hardware& hw, const Constraints& c,

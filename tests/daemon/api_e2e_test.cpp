@@ -1158,7 +1158,7 @@ TEST(ApiE2eTest, HundredConcurrentSubmissionsAreAllRecordedExactlyOnce) {
   ASSERT_TRUE(d.ok());
   constexpr int kClients = 100;
   std::vector<std::string> ids(kClients);
-  std::vector<int> statuses(kClients);
+  UnexpectedReplies unexpected;
   std::vector<std::thread> clients;
   for (int i = 0; i < kClients; ++i) {
     clients.emplace_back([&, i] {
@@ -1168,19 +1168,17 @@ TEST(ApiE2eTest, HundredConcurrentSubmissionsAreAllRecordedExactlyOnce) {
       const std::string spec = tiny_spec("c" + std::to_string(i), 5, 0);
       const auto first = d.post("/v1/jobs", spec, "application/yaml", {{"Idempotency-Key", key}});
       const auto again = d.post("/v1/jobs", spec, "application/yaml", {{"Idempotency-Key", key}});
-      statuses[static_cast<std::size_t>(i)] = first.status;
-      if (first.status == 201 && again.status == 200 && first.json()["id"] == again.json()["id"]) {
-        ids[static_cast<std::size_t>(i)] = first.json()["id"].get<std::string>();
+      if (first.status != 201) return unexpected.add("client " + std::to_string(i) + " POST /v1/jobs", first);
+      if (again.status != 200 || first.json()["id"] != again.json()["id"]) {
+        return unexpected.add("client " + std::to_string(i) + " POST /v1/jobs again with key " + key, again);
       }
+      ids[static_cast<std::size_t>(i)] = first.json()["id"].get<std::string>();
     });
   }
   for (auto& t : clients) t.join();
+  EXPECT_TRUE(unexpected.none()) << unexpected.text();
   std::set<std::string> unique;
-  for (int i = 0; i < kClients; ++i) {
-    EXPECT_EQ(statuses[static_cast<std::size_t>(i)], 201) << "client " << i;
-    EXPECT_FALSE(ids[static_cast<std::size_t>(i)].empty()) << "client " << i;
-    unique.insert(ids[static_cast<std::size_t>(i)]);
-  }
+  for (int i = 0; i < kClients; ++i) unique.insert(ids[static_cast<std::size_t>(i)]);
   EXPECT_EQ(unique.size(), static_cast<std::size_t>(kClients));
   const json list = d.get("/v1/jobs?limit=500").json();
   ASSERT_EQ(list["jobs"].size(), static_cast<std::size_t>(kClients));
@@ -1209,7 +1207,8 @@ TEST(ApiE2eTest, SixtyFourClientsRetryingThroughAHeldStoreCreateEachJobExactlyOn
   DaemonProcess d(dir.file("data"), {"--retry-backoff", "1000", "--http-threads", "4"}, "/bin/false");
   ASSERT_TRUE(d.ok());
   constexpr int kClients = 64, kEach = 50;
-  std::atomic<int> accepted{0}, refused{0}, replays_ok{0}, other_status{0};
+  std::atomic<int> accepted{0}, refused{0}, replays_ok{0};
+  UnexpectedReplies unexpected;
   std::vector<std::vector<std::string>> ids(kClients, std::vector<std::string>(kEach));
   // Holds the database twice, each time until clients have been refused.
   std::thread holder([&] {
@@ -1242,15 +1241,18 @@ TEST(ApiE2eTest, SixtyFourClientsRetryingThroughAHeldStoreCreateEachJobExactlyOn
           if (r.status == 503) {
             ++refused;
           } else {
-            ++other_status;
+            unexpected.add("POST /v1/jobs of " + name + " (attempt " + std::to_string(attempt + 1) + ")", r);
           }
           std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the client's pause before retrying
         }
         for (int attempt = 0; j % 10 == 0 && attempt < 400; ++attempt) {
           const auto again = d.post("/v1/jobs", spec, "application/yaml", key);
           if (again.status == 503) continue;
-          if (again.status == 200 && again.json()["id"] == ids[static_cast<std::size_t>(c)][static_cast<std::size_t>(j)])
+          if (again.status == 200 && again.json()["id"] == ids[static_cast<std::size_t>(c)][static_cast<std::size_t>(j)]) {
             ++replays_ok;
+          } else {
+            unexpected.add("POST /v1/jobs of " + name + " again with its key", again);
+          }
           break;
         }
       }
@@ -1260,7 +1262,7 @@ TEST(ApiE2eTest, SixtyFourClientsRetryingThroughAHeldStoreCreateEachJobExactlyOn
   holder.join();
   EXPECT_EQ(accepted.load(), kClients * kEach);
   EXPECT_GE(refused.load(), 2) << "the store was held, so some submissions were refused";
-  EXPECT_EQ(other_status.load(), 0);
+  EXPECT_TRUE(unexpected.none()) << unexpected.text();
   EXPECT_EQ(replays_ok.load(), kClients * (kEach / 10));
   std::set<std::string> unique;
   for (const auto& client : ids) unique.insert(client.begin(), client.end());

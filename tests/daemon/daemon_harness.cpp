@@ -25,6 +25,25 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 namespace fs = std::filesystem;
 
+void UnexpectedReplies::add(const std::string& request, const HttpResult& reply) {
+  std::string line = request + " -> " + (reply.status ? std::to_string(reply.status) : "no reply (" + reply.error + ")");
+  if (!reply.body.empty()) line += " " + reply.body.substr(0, 300);
+  std::lock_guard lock(mu_);
+  seen_.push_back(std::move(line));
+}
+
+bool UnexpectedReplies::none() const {
+  std::lock_guard lock(mu_);
+  return seen_.empty();
+}
+
+std::string UnexpectedReplies::text() const {
+  std::lock_guard lock(mu_);
+  std::string out = std::to_string(seen_.size()) + " unexpected repl" + (seen_.size() == 1 ? "y" : "ies") + ":";
+  for (std::size_t i = 0; i < seen_.size() && i < 5; ++i) out += "\n  " + seen_[i];
+  return out;
+}
+
 HttpResult http_request(const std::string& address, const std::string& method, const std::string& target,
                         const std::string& body, const std::map<std::string, std::string>& headers) {
   HttpResult out;

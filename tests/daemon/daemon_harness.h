@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,21 @@ struct HttpResult {
   std::map<std::string, std::string> headers;  // lower-case names
   std::string error;
   nlohmann::json json() const { return nlohmann::json::parse(body, nullptr, false); }
+};
+
+// Replies a load test did not expect, each with the request that got it,
+// so that a failure under load names the request, its status and what the
+// server said. Thread-safe.
+class UnexpectedReplies {
+ public:
+  void add(const std::string& request, const HttpResult& reply);
+  bool none() const;
+  // "3 unexpected replies: REQUEST -> 500 BODY; ..." (the first five whole).
+  std::string text() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> seen_;
 };
 
 HttpResult http_request(const std::string& address, const std::string& method, const std::string& target,

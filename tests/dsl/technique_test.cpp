@@ -28,6 +28,36 @@ TEST(TechniqueTest, EachPrecisionIsTheTechniqueOfTheSameName) {
   }
 }
 
+// What lets a new adapter or optimizer be a row of the name tables: the
+// technique it uses is the one of its name, found by techniques_used().
+TEST(TechniqueTest, EachAdapterAndOptimizerButTheDefaultsIsTheTechniqueOfTheSameName) {
+  for (const auto& [a, name] : enum_names<Adapter>()) {
+    KnobValues v;
+    v.adapter = a;
+    const auto used = techniques_used(v);
+    if (a == Adapter::kNone) {
+      EXPECT_TRUE(used.empty()) << name;
+      continue;
+    }
+    ASSERT_TRUE(technique_from_name(name)) << name;
+    EXPECT_EQ(knob_of(*technique_from_name(name)), Knob::kAdapter);
+    EXPECT_TRUE(contains(used, *technique_from_name(name))) << name;
+    EXPECT_TRUE(contains(used, Technique::kAdapters)) << name;
+  }
+  for (const auto& [o, name] : enum_names<Optimizer>()) {
+    KnobValues v;
+    v.optimizer = o;
+    const auto used = techniques_used(v);
+    if (o == Optimizer::kAdamw) {
+      EXPECT_TRUE(used.empty()) << name;
+      continue;
+    }
+    ASSERT_TRUE(technique_from_name(name)) << name;
+    EXPECT_EQ(knob_of(*technique_from_name(name)), Knob::kOptimizer);
+    EXPECT_EQ(used, std::vector<Technique>{*technique_from_name(name)}) << name;
+  }
+}
+
 TEST(TechniqueTest, KnobValuesListTheirTechniquesOnce) {
   KnobValues v;
   v.precision = Precision::kBf16;
