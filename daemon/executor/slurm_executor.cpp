@@ -136,26 +136,10 @@ Result<Admission> SlurmExecutor::admit(const JobRecord& job, std::int64_t attemp
   return a;
 }
 
-Launched SlurmExecutor::launch(const LaunchRequest& request) {
+Result<slurm::BatchJob> SlurmExecutor::batch_job(const LaunchRequest& request) const {
   const JobRecord& job = *request.job;
-  const std::string& dir = request.dir;
-  Launched out;
-  auto failed = [&](const std::string& why) {
-    out.message = "cannot submit to Slurm: " + why;
-    return out;
-  };
-  Attempt a;
-  a.attempt = request.attempt;
-  a.dir = dir;
-  a.state = "submitting";
-  // The last attempt's rank files would otherwise speak for this one.
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().filename().string().rfind("events.rank-", 0) == 0) fs::remove(entry.path(), ec);
-  }
   // The plan's ranks over the nodes it was made for.
-  auto strategy = runner::parse_plan_strategy(job.plan_json, "the job's plan");
-  if (!strategy.is_ok()) return failed(strategy.status().message());
+  TAILOR_ASSIGN_OR_RETURN(strategies::Strategy strategy, runner::parse_plan_strategy(job.plan_json, "the job's plan"));
   const json plan = json::parse(job.plan_json, nullptr, false);
   int plan_nodes = 1, plan_gpus = 0;
   bool on_cpu = true;
@@ -169,13 +153,12 @@ Launched SlurmExecutor::launch(const LaunchRequest& request) {
   b.tailor_id = tag(job.id, request.attempt);
   b.name = job.name;
   b.attempt = request.attempt;
-  b.job_dir = dir;
+  b.job_dir = request.dir;
   b.runner = options_.runner_path;
   b.runner_args = runner::runner_args(request.command);
-  slurm::lay_out_ranks(static_cast<int>(strategy->num_gpus), plan_nodes, on_cpu ? 0 : plan_gpus / plan_nodes, b);
-  a.ranks = b.ranks;
+  slurm::lay_out_ranks(static_cast<int>(strategy.num_gpus), plan_nodes, on_cpu ? 0 : plan_gpus / plan_nodes, b);
   const Settings settings = settings_of(job, options_.planning);
-  if (!settings.load_error.empty()) return failed("the job's spec no longer loads: " + settings.load_error);
+  if (!settings.load_error.empty()) return Status::invalid_argument("the job's spec no longer loads: " + settings.load_error);
   b.slurm = settings.slurm;
   // The node's cores split between its ranks (their threads follow them).
   if (auto part = options_.cluster->partition(b.slurm.partition); part.is_ok()) {
@@ -188,6 +171,24 @@ Launched SlurmExecutor::launch(const LaunchRequest& request) {
     }
   }
   b.env = request.env;
+  return b;
+}
+
+Launched SlurmExecutor::launch(const LaunchRequest& request) {
+  const JobRecord& job = *request.job;
+  const std::string& dir = request.dir;
+  Launched out;
+  auto failed = [&](const std::string& why) {
+    out.message = "cannot submit to Slurm: " + why;
+    return out;
+  };
+  // The last attempt's rank files would otherwise speak for this one.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().rfind("events.rank-", 0) == 0) fs::remove(entry.path(), ec);
+  }
+  auto b = batch_job(request);
+  if (!b.is_ok()) return failed(b.status().message());
   // The attempt's first line in events.jsonl: its verdict reads nothing
   // older (runner/protocol/events.h).
   {
@@ -200,7 +201,11 @@ Launched SlurmExecutor::launch(const LaunchRequest& request) {
     if (!events.flush()) return failed("cannot write " + rank_events(dir, 0));
   }
   const std::string script = dir + "/" + kBatchScript;
-  if (Status w = platform::write_file_atomic(script, slurm::batch_script(b)); !w.is_ok()) return failed(w.message());
+  if (Status w = platform::write_file_atomic(script, slurm::batch_script(*b)); !w.is_ok()) return failed(w.message());
+  Attempt a;
+  a.attempt = request.attempt;
+  a.dir = dir;
+  a.ranks = b->ranks;
   a.submitted_at = now_seconds();
   auto id = options_.cluster->client().submit(script);
   if (!id.is_ok() && id.status().code() == StatusCode::kUnavailable) {
@@ -218,12 +223,12 @@ Launched SlurmExecutor::launch(const LaunchRequest& request) {
   attempts_[job.id] = a;
   out.state = Launched::State::kSubmitted;
   out.record.set("executor_job_id", a.slurm_id).set("executor_state", "submitted");
-  const std::string layout = std::to_string(b.ranks) + " rank" + (b.ranks > 1 ? "s" : "") + " on " +
-                             std::to_string(b.nodes) + " node" + (b.nodes > 1 ? "s" : "");
+  const std::string layout = std::to_string(b->ranks) + " rank" + (b->ranks > 1 ? "s" : "") + " on " +
+                             std::to_string(b->nodes) + " node" + (b->nodes > 1 ? "s" : "");
   out.message = "submitted as Slurm job " + a.slurm_id + " (" + layout + ", attempt " +
                 std::to_string(request.attempt) + ")";
-  out.data_json = json{{"attempt", request.attempt}, {"slurm_job_id", a.slurm_id}, {"tag", b.tailor_id},
-                       {"ranks", b.ranks},           {"nodes", b.nodes},          {"script", script}}
+  out.data_json = json{{"attempt", request.attempt}, {"slurm_job_id", a.slurm_id}, {"tag", b->tailor_id},
+                       {"ranks", b->ranks},          {"nodes", b->nodes},          {"script", script}}
                       .dump();
   return out;
 }

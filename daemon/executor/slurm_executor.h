@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/executor/batch_script.h"
 #include "daemon/executor/executor.h"
 #include "daemon/executor/slurm_cluster.h"
 #include "daemon/planning/job_planning.h"
@@ -73,6 +74,9 @@ class SlurmExecutor final : public Executor {
   };
 
   void read_queue();
+  // The batch job of an attempt: the plan's ranks over its nodes, the
+  // spec's sbatch settings over tailord's, the node's cores per rank.
+  Result<slurm::BatchJob> batch_job(const LaunchRequest& request) const;
   // The state Slurm gives the attempt, noted in `o` when it changed.
   void note(Attempt& a, Observation& o, const std::string& state, const std::string& phase);
   // The attempt's end: the deciding rank's outcome in events.jsonl.
