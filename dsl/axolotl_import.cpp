@@ -909,9 +909,10 @@ class Importer {
       if (v == name) c_.optimizer = "adamw_8bit";
     }
     if (v == "sgd") c_.optimizer = "sgd";
+    if (v == "lion_32bit" || v == "paged_lion_32bit") c_.optimizer = "lion";
     if (c_.optimizer.empty()) {
       warn(*e, "optimizer " + describe(e->value) +
-                   " has no Tailor equivalent (adamw, adamw_8bit, sgd); strategy.optimizer is auto");
+                   " has no Tailor equivalent (adamw, adamw_8bit, sgd, lion); strategy.optimizer is auto");
     }
   }
 

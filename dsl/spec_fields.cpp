@@ -415,7 +415,9 @@ const std::vector<Field<StrategySpec>>& strategy_fields() {
       auto_field("adapter", "none (full fine-tune), lora, qlora (LoRA on a 4-bit NF4 base), or auto.",
                  &StrategySpec::adapter),
       section("lora", "LoRA settings, used when the adapter is lora or qlora.", &StrategySpec::lora, &lora_fields()),
-      auto_field("optimizer", "adamw, adamw_8bit (8-bit block-wise states) or sgd (with momentum), or auto.",
+      auto_field("optimizer",
+                 "adamw, adamw_8bit (8-bit block-wise states), sgd (with momentum) or lion (one momentum, "
+                 "sign updates: a learning rate 3-10x below AdamW's), or auto.",
                  &StrategySpec::optimizer),
       auto_field("zero_stage", "ZeRO stage 0-3 (shard optimizer states, gradients, parameters), or auto.",
                  &StrategySpec::zero_stage, int_in_range(0, 3)),

@@ -10,12 +10,12 @@ constexpr std::array<std::pair<Precision, const char*>, 4> kPrecisions = {{
     {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}, {Precision::kPureBf16, "pure-bf16"}}};
 constexpr std::array<std::pair<Adapter, const char*>, 3> kAdapters = {
     {{Adapter::kNone, "none"}, {Adapter::kLora, "lora"}, {Adapter::kQlora, "qlora"}}};
-constexpr std::array<std::pair<Optimizer, const char*>, 3> kOptimizers = {
-    {{Optimizer::kAdamw, "adamw"}, {Optimizer::kAdamw8bit, "adamw_8bit"}, {Optimizer::kSgd, "sgd"}}};
+constexpr std::array<std::pair<Optimizer, const char*>, 4> kOptimizers = {
+    {{Optimizer::kAdamw, "adamw"}, {Optimizer::kAdamw8bit, "adamw_8bit"}, {Optimizer::kSgd, "sgd"}, {Optimizer::kLion, "lion"}}};
 constexpr std::array<std::pair<Offload, const char*>, 3> kOffloads = {
     {{Offload::kNone, "none"}, {Offload::kOptimizer, "optimizer"}, {Offload::kOptimizerAndParams, "optimizer_and_params"}}};
 
-constexpr std::array<TechniqueInfo, 16> kTechniques = {{
+constexpr std::array<TechniqueInfo, 17> kTechniques = {{
     {Technique::kFp32, "fp32", Knob::kPrecision},
     {Technique::kBf16, "bf16", Knob::kPrecision},
     {Technique::kFp16, "fp16", Knob::kPrecision},
@@ -27,6 +27,7 @@ constexpr std::array<TechniqueInfo, 16> kTechniques = {{
     {Technique::kAdapters, "adapters", Knob::kAdapter},
     {Technique::kAdamw8bit, "adamw_8bit", Knob::kOptimizer},
     {Technique::kSgd, "sgd", Knob::kOptimizer},
+    {Technique::kLion, "lion", Knob::kOptimizer},
     {Technique::kZero1, "zero1", Knob::kZeroStage},
     {Technique::kZero2, "zero2", Knob::kZeroStage},
     {Technique::kZero3, "zero3", Knob::kZeroStage},

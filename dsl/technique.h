@@ -19,7 +19,7 @@ namespace tailor::dsl {
 
 enum class Precision { kFp32, kBf16, kFp16, kPureBf16 };
 enum class Adapter { kNone, kLora, kQlora };
-enum class Optimizer { kAdamw, kAdamw8bit, kSgd };
+enum class Optimizer { kAdamw, kAdamw8bit, kSgd, kLion };
 enum class Offload { kNone, kOptimizer, kOptimizerAndParams };
 
 // A technique the planner may choose (or a spec allow or forbid).
@@ -35,6 +35,7 @@ enum class Technique {
   kAdapters,  // either adapter
   kAdamw8bit,
   kSgd,
+  kLion,
   kZero1,
   kZero2,
   kZero3,

@@ -90,7 +90,10 @@ std::string Constraints::why_not(const Strategy& s) const {
     if (pin.empty() && v && s.*row.value != *v) pin = std::string(row.label) + " is pinned";
   });
   if (!pin.empty()) return pin;
+  // Their learning rates mean something else than AdamW's: a spec's lr
+  // would be wrong for them.
   if (!p.optimizer && s.optimizer == Optimizer::kSgd) return "SGD is used only when pinned";
+  if (!p.optimizer && s.optimizer == Optimizer::kLion) return "Lion is used only when pinned";
   if (s.num_gpus != num_gpus_ && (ranks_fixed_ || s.num_gpus != 1)) {
     return ranks_fixed_ ? "resources.ranks fixes the ranks" : "ranks are every GPU or one";
   }

@@ -137,6 +137,7 @@ double optimizer_bytes_per_param(Optimizer o, Precision p, std::int64_t block_si
     case Optimizer::kAdamw: return 2 * state;                                    // m and v
     case Optimizer::kAdamw8bit: return 2 * (1.0 + 4.0 / static_cast<double>(block_size));  // 2 states, 1 B + absmax
     case Optimizer::kSgd: return state;                                          // momentum
+    case Optimizer::kLion: return state;                                         // one momentum
   }
   return 0;
 }

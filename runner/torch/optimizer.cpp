@@ -119,7 +119,8 @@ TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Pre
       s.q8 = make_adam8bit_state(p.numel(), p.device());
     } else {
       s.m = torch::zeros(p.sizes(), p.options().dtype(state_dtype));
-      if (kind_ != dsl::Optimizer::kSgd) s.v = torch::zeros(p.sizes(), p.options().dtype(state_dtype));
+      const bool one_state = kind_ == dsl::Optimizer::kSgd || kind_ == dsl::Optimizer::kLion;
+      if (!one_state) s.v = torch::zeros(p.sizes(), p.options().dtype(state_dtype));
     }
     s.decay = po.decay;
     slots_.push_back(std::move(s));
@@ -204,6 +205,12 @@ void TrainingOptimizer::step(double lr, double grad_scale) {
     if (kind_ == dsl::Optimizer::kSgd) {
       s.m.mul_(momentum_).add_(g);
       target.add_(s.m.to(target.scalar_type()), -lr);
+    } else if (kind_ == dsl::Optimizer::kLion) {
+      // Chen et al., "Symbolic Discovery of Optimization Algorithms" (2023),
+      // algorithm 2: the sign of an interpolation of the momentum and the
+      // gradient, then the momentum moves with the slower beta.
+      target.add_(s.m.mul(kLionBeta1).add_(g, 1.0 - kLionBeta1).sign_().to(target.scalar_type()), -lr);
+      s.m.mul_(kLionBeta2).add_(g, 1.0 - kLionBeta2);
     } else {
       s.m.mul_(beta1_).add_(g, 1.0 - beta1_);
       s.v.mul_(beta2_).addcmul_(g, g, 1.0 - beta2_);

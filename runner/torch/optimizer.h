@@ -1,5 +1,6 @@
-// AdamW (decoupled weight decay, Loshchilov & Hutter 2019) and SGD with
-// momentum over the model's parameters, owning the precision conventions:
+// AdamW (decoupled weight decay, Loshchilov & Hutter 2019), SGD with
+// momentum and Lion (Chen et al. 2023: one momentum, sign updates) over the
+// model's parameters, owning the precision conventions:
 //  - fp32: parameters, gradients and states fp32;
 //  - bf16 / fp16 mixed: 16-bit parameters and gradients, an fp32 master copy
 //    updated by fp32 states and copied back into the 16-bit parameters;
@@ -32,6 +33,11 @@
 #include "runner/torch/adamw_8bit.h"
 
 namespace tailor::runner {
+
+// Lion's betas, the paper's defaults: the update interpolates with beta1,
+// the momentum moves with beta2.
+inline constexpr double kLionBeta1 = 0.9;
+inline constexpr double kLionBeta2 = 0.99;
 
 // How one parameter is treated, when it is not the tensor it stands for
 // (ZeRO-3 updates a flat part of each parameter: decay and the 8-bit

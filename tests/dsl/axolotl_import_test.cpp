@@ -460,7 +460,8 @@ TEST(AxolotlImportTest, OptimizerNamesMapToTailorOptimizers) {
   for (const Case& c : {Case{"adamw_torch", "adamw"}, Case{"adamw_hf", "adamw"}, Case{"adamw_torch_fused", "adamw"},
                         Case{"paged_adamw_32bit", "adamw"}, Case{"adamw_bnb_8bit", "adamw_8bit"},
                         Case{"paged_adamw_8bit", "adamw_8bit"}, Case{"adamw_8bit", "adamw_8bit"}, Case{"sgd", "sgd"},
-                        Case{"lion_8bit", "auto"}, Case{"adafactor", "auto"}}) {
+                        Case{"lion_32bit", "lion"}, Case{"paged_lion_32bit", "lion"}, Case{"lion_8bit", "auto"},
+                        Case{"adafactor", "auto"}}) {
     SCOPED_TRACE(c.name);
     const Imported r = convert(std::string("base_model: gpt2\noptimizer: ") + c.name + "\n");
     EXPECT_EQ(r.at("strategy.optimizer"), c.optimizer);

@@ -99,8 +99,9 @@ KnobValues using_only(Technique t) {
     case Technique::kLora:
     case Technique::kAdapters: v.adapter = Adapter::kLora; break;
     case Technique::kQlora: v.adapter = Adapter::kQlora; break;
-    case Technique::kAdamw8bit: v.optimizer = Optimizer::kAdamw8bit; break;
-    case Technique::kSgd: v.optimizer = Optimizer::kSgd; break;
+    case Technique::kAdamw8bit:
+    case Technique::kSgd:
+    case Technique::kLion: v.optimizer = enum_from_name<Optimizer>(to_string(t)); break;
     case Technique::kZero1: v.zero_stage = 1; break;
     case Technique::kZero2: v.zero_stage = 2; break;
     case Technique::kZero3: v.zero_stage = 3; break;

@@ -321,6 +321,38 @@ TEST(RanksTest, EightBitAdamwTrainsLikeOneRankUnderZeroThree) {
   expect_two_ranks_like_one({.optimizer = "adamw_8bit"}, {1, 3}, "model/model.safetensors", kWeightToleranceEightBit);
 }
 
+// Lion's update is a sign: where the interpolated momentum is within a
+// rounding of zero, two ranks' sums (added in another order) may take the
+// other sign and move that weight by 2 lr. Anything else (a shard updated
+// twice or not at all) would move many weights: at most one in 10,000 may
+// differ.
+TEST(RanksTest, LionTrainsLikeOneRankUnderZeroOneAndThree) {
+  TempDir t;
+  const JobShape one{.optimizer = "lion"};
+  const std::string base = t.file("one");
+  ASSERT_EQ(run_runner(plan_file(t, "one", one), base), 0);
+  const auto expected = fp32_tensors(base + "/model/model.safetensors");
+  for (int zero : {1, 3}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(zero));
+    JobShape two = one;
+    two.ranks = 2;
+    two.zero = zero;
+    const std::string out = t.file("two-z" + std::to_string(zero));
+    ASSERT_EQ(run_runner(plan_file(t, "two-z" + std::to_string(zero), two), out), 0);
+    expect_same_losses(base + "/metrics.jsonl", out + "/metrics.jsonl");
+    const auto got = fp32_tensors(out + "/model/model.safetensors");
+    ASSERT_EQ(got.size(), expected.size());
+    std::size_t differing = 0, total = 0;
+    for (const auto& [name, want] : expected) {
+      const std::vector<float>& have = got.at(name);
+      ASSERT_EQ(have.size(), want.size()) << name;
+      for (std::size_t i = 0; i < want.size(); ++i) differing += std::abs(double(have[i]) - want[i]) > kWeightTolerance;
+      total += want.size();
+    }
+    EXPECT_LE(differing * 10000, total) << differing << " of " << total << " weights differ";
+  }
+}
+
 // Recomputed layers run a backward inside backward: the hooks that sum
 // (stage 0, overlapped) or send (ZeRO-2) gradients fire from there too.
 TEST(RanksTest, RecomputedLayersTrainLikeOneRank) {

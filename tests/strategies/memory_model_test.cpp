@@ -162,6 +162,8 @@ TEST(MemoryModelTest, QuantisedAndEightBitFormatsHaveTheirByteCounts) {
   EXPECT_NEAR(optimizer_bytes_per_param(Optimizer::kAdamw8bit, Precision::kBf16), 2.0039, 1e-4);
   EXPECT_DOUBLE_EQ(optimizer_bytes_per_param(Optimizer::kAdamw, Precision::kBf16), 8.0);
   EXPECT_DOUBLE_EQ(optimizer_bytes_per_param(Optimizer::kSgd, Precision::kFp32), 4.0);
+  EXPECT_DOUBLE_EQ(optimizer_bytes_per_param(Optimizer::kLion, Precision::kFp32), 4.0);
+  EXPECT_DOUBLE_EQ(optimizer_bytes_per_param(Optimizer::kLion, Precision::kPureBf16), 2.0);
 }
 
 TEST(MemoryModelTest, QloraFreezesAQuantisedBaseAndTrainsOnlyAdapters) {

@@ -131,6 +131,7 @@ TEST(PlannerTest, PinnedKnobsAreNeverBroken) {
       {"strategy.precision=fp32"},       {"strategy.precision=pure-bf16"},  {"strategy.gradient_checkpointing=false"},
       {"strategy.gradient_checkpointing=2"}, {"strategy.adapter=none"},     {"strategy.adapter=lora"},
       {"strategy.optimizer=adamw_8bit"}, {"strategy.optimizer=sgd"},        {"strategy.zero_stage=0"},
+      {"strategy.optimizer=lion"},
       {"training.micro_batch_size=2"},   {"strategy.adapter=qlora", "strategy.precision=bf16"}};
   for (const auto& pin : pins) {
     const dsl::JobSpec spec = load("llama2-7b-qlora-24gb.yaml", pin);
@@ -159,6 +160,26 @@ TEST(PlannerTest, PinnedKnobsAreNeverBroken) {
       EXPECT_TRUE(Constraints(spec, gpus("1x48GiB")).admits(a.candidate.strategy)) << a.candidate.strategy.describe();
     }
   }
+}
+
+// SGD's and Lion's learning rates are not AdamW's: the planner never swaps
+// them in for a spec's lr, even where their single state would fit.
+TEST(PlannerTest, OptimizersWithTheirOwnLearningRatesAreUsedOnlyWhenPinned) {
+  for (const char* gib : {"1x24GiB", "1x48GiB", "1x80GiB"}) {
+    const Plan p = plan_job(load("llama2-7b-qlora-24gb.yaml", {}), gpus(gib));
+    for (const Alternative& a : p.alternatives) {
+      EXPECT_NE(a.candidate.strategy.optimizer, Optimizer::kLion) << gib << ": " << a.candidate.strategy.describe();
+      EXPECT_NE(a.candidate.strategy.optimizer, Optimizer::kSgd) << gib << ": " << a.candidate.strategy.describe();
+    }
+    EXPECT_EQ(Constraints(load("llama2-7b-qlora-24gb.yaml", {}), gpus(gib)).why_not([&] {
+      Strategy s = p.chosen.strategy;
+      s.optimizer = Optimizer::kLion;
+      return s;
+    }()), "Lion is used only when pinned");
+  }
+  const Plan lion = plan_job(load("llama2-7b-qlora-24gb.yaml", {"strategy.optimizer=lion"}), gpus("1x48GiB"));
+  ASSERT_TRUE(lion.fits);
+  EXPECT_EQ(lion.chosen.strategy.optimizer, Optimizer::kLion);
 }
 
 TEST(PlannerTest, ForbidAndAllowBoundTheChoice) {

@@ -103,6 +103,22 @@ TEST(TrainerTest, LossFallsAndEveryArtifactIsWritten) {
   EXPECT_GE(m["peak_bytes"].get<std::int64_t>(), m["allocated_bytes"].get<std::int64_t>());
 }
 
+// Lion (strategy.optimizer: lion) trains with one fp32 momentum per
+// parameter: its states are as large as the fp32 weights, half AdamW's.
+TEST(TrainerTest, LionTrainsWithOneStateAsLargeAsTheWeights) {
+  TempDir dir;
+  const std::string out = dir.file("out");
+  RunConfig cfg = job(dir, {"training.lr=1e-3"}, dsl::Precision::kFp32, 4, 2);
+  cfg.strategy.optimizer = dsl::Optimizer::kLion;
+  ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+  const auto l = losses(out);
+  ASSERT_EQ(l.size(), 12u);
+  EXPECT_LT(l.back(), l.front() * 0.9) << l.front() << " -> " << l.back();
+  const auto m = lines(out + "/metrics.jsonl").front()["memory"];
+  EXPECT_EQ(m["optimizer_states"].get<std::int64_t>(), m["weights"].get<std::int64_t>());
+  EXPECT_EQ(m["master_weights"].get<std::int64_t>(), 0);
+}
+
 // Prompt/completion pairs: the prompt is masked, so the eval loss counts
 // completions only.
 std::string pairs(int n, int offset) {
