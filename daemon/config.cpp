@@ -216,10 +216,14 @@ Result<DaemonConfig> load_config(const std::vector<std::string>& argv, const std
     } else if (key == "max_connections") {
       TAILOR_ASSIGN_OR_RETURN(c.max_connections, parse_int(v, where, 2, 1 << 20));
     } else if (key == "executor") {
-      if (v == "local") c.executor = dsl::ExecutorKind::kLocal;
-      else if (v == "slurm") c.executor = dsl::ExecutorKind::kSlurm;
-      else if (v == "auto") c.executor = dsl::ExecutorKind::kAuto;
-      else return Status::invalid_argument(where + ": expected local, slurm or auto, got '" + v + "'");
+      bool known = false;
+      for (const dsl::ExecutorKind k : {dsl::ExecutorKind::kLocal, dsl::ExecutorKind::kSlurm, dsl::ExecutorKind::kAuto}) {
+        if (v == dsl::to_string(k)) {
+          c.executor = k;
+          known = true;
+        }
+      }
+      if (!known) return Status::invalid_argument(where + ": expected local, slurm or auto, got '" + v + "'");
     } else if (key == "slurm_partition" || key == "slurm_account" || key == "slurm_qos") {
       if (v.empty() || v.find_first_of(" \t\n") != std::string::npos) {
         return Status::invalid_argument(where + ": expected a name without spaces, got '" + v + "'");
