@@ -126,8 +126,21 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
   tok->ignore_merges_ = model.value("ignore_merges", false);
   tok->nfc_ = j.contains("normalizer") && !j["normalizer"].is_null();  // check_tokenizer_json admits NFC only
 
-  // Pre-tokenizer: ByteLevel (GPT-2's regex), or Split(regex) then
-  // ByteLevel without its regex (Llama 3).
+  TAILOR_RETURN_IF_ERROR(tok->read_pre_tokenizer(j));
+  TAILOR_RETURN_IF_ERROR(tok->read_vocabulary(j, model));
+  TAILOR_RETURN_IF_ERROR(tok->read_bos_eos());
+  char fp[80];
+  std::snprintf(fp, sizeof fp, "bpe-v1:%016llx:%d:%d",
+                static_cast<unsigned long long>(checksum64(text.data(), text.size())), tok->bos_, tok->eos_);
+  tok->fingerprint_ = fp;
+  return tok;
+}
+
+Status BpeTokenizer::bad(const std::string& what) const { return Status::invalid_argument(path_ + ": " + what); }
+
+// ByteLevel (GPT-2's regex), or Split(regex) then ByteLevel without its
+// regex (Llama 3).
+Status BpeTokenizer::read_pre_tokenizer(const json& j) {
   std::vector<json> steps;
   const json& pre = j.value("pre_tokenizer", json());
   if (pre.is_object() && pre.value("type", std::string()) == "Sequence") {
@@ -142,7 +155,7 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
     const std::string type = p.value("type", std::string());
     if (type == "ByteLevel" && !byte_level) {
       byte_level = true;
-      tok->add_prefix_space_ = p.value("add_prefix_space", false);
+      add_prefix_space_ = p.value("add_prefix_space", false);
       if (p.value("use_regex", true)) {
         if (!pattern.empty()) return bad("pre_tokenizer: two regular expressions");
         pattern = kGpt2Pattern;
@@ -160,19 +173,22 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
   if (!pattern.empty()) {
     int err = 0;
     PCRE2_SIZE at = 0;
-    tok->regex_ = std::make_unique<Regex>();
-    tok->regex_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+    regex_ = std::make_unique<Regex>();
+    regex_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &at, nullptr);
-    if (tok->regex_->code == nullptr) {
+    if (regex_->code == nullptr) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof msg);
       return bad("pre_tokenizer regex " + json(pattern).dump() + ": " + reinterpret_cast<const char*>(msg) +
                  " at offset " + std::to_string(at));
     }
-    pcre2_jit_compile(tok->regex_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if unavailable
+    pcre2_jit_compile(regex_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if unavailable
   }
 
-  // Vocabulary, merges, added tokens.
+  return Status::ok();
+}
+
+Status BpeTokenizer::read_vocabulary(const json& j, const json& model) {
   const json& vocab = model.value("vocab", json());
   if (!vocab.is_object() || vocab.empty()) return bad("model.vocab is not a non-empty object");
   std::int64_t max_id = -1;
@@ -181,7 +197,7 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
       return bad("model.vocab[" + json(it.key()).dump() + "] is not an integer id in [0, 2^24)");
     }
     const auto id = it.value().get<std::int32_t>();
-    tok->vocab_.emplace(it.key(), id);
+    vocab_.emplace(it.key(), id);
     max_id = std::max<std::int64_t>(max_id, id);
   }
   const json& merges = model.value("merges", json::array());
@@ -194,7 +210,7 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
       key = m[0].get<std::string>() + " " + m[1].get<std::string>();
     }
     if (key.find(' ') == std::string::npos) return bad("model.merges[" + std::to_string(rank) + "] is not a pair");
-    tok->merge_rank_.emplace(std::move(key), rank++);
+    merge_rank_.emplace(std::move(key), rank++);
   }
   std::size_t k = 0;
   for (const json& a : j.value("added_tokens", json::array())) {
@@ -206,33 +222,37 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
     for (const char* key : {"lstrip", "rstrip", "single_word"}) {
       if (a.value(key, false)) return bad(where + " (" + a["content"].dump() + "): " + key + " is not supported");
     }
-    tok->added_.push_back({a["content"].get<std::string>(), a["id"].get<std::int32_t>(), a.value("special", false)});
-    max_id = std::max<std::int64_t>(max_id, tok->added_.back().id);
+    added_.push_back({a["content"].get<std::string>(), a["id"].get<std::int32_t>(), a.value("special", false)});
+    max_id = std::max<std::int64_t>(max_id, added_.back().id);
   }
-  std::stable_sort(tok->added_.begin(), tok->added_.end(),
+  std::stable_sort(added_.begin(), added_.end(),
                    [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
-  tok->vocab_size_ = max_id + 1;
-  tok->id_to_token_.assign(static_cast<std::size_t>(tok->vocab_size_), std::string());
-  tok->special_.assign(static_cast<std::size_t>(tok->vocab_size_), false);
-  tok->added_id_.assign(static_cast<std::size_t>(tok->vocab_size_), false);
-  for (const auto& [t, id] : tok->vocab_)
-    tok->id_to_token_[static_cast<std::size_t>(id)] = t;
-  for (const AddedToken& a : tok->added_) {
-    tok->id_to_token_[static_cast<std::size_t>(a.id)] = a.content;
-    tok->special_[static_cast<std::size_t>(a.id)] = a.special;
-    tok->added_id_[static_cast<std::size_t>(a.id)] = true;
-    tok->added_first_byte_[static_cast<unsigned char>(a.content[0])] = true;
+  vocab_size_ = max_id + 1;
+  id_to_token_.assign(static_cast<std::size_t>(vocab_size_), std::string());
+  special_.assign(static_cast<std::size_t>(vocab_size_), false);
+  added_id_.assign(static_cast<std::size_t>(vocab_size_), false);
+  for (const auto& [t, id] : vocab_)
+    id_to_token_[static_cast<std::size_t>(id)] = t;
+  for (const AddedToken& a : added_) {
+    id_to_token_[static_cast<std::size_t>(a.id)] = a.content;
+    special_[static_cast<std::size_t>(a.id)] = a.special;
+    added_id_[static_cast<std::size_t>(a.id)] = true;
+    added_first_byte_[static_cast<unsigned char>(a.content[0])] = true;
   }
 
-  // BOS and EOS: tokenizer_config.json's, else GPT-2's <|endoftext|>.
+  return Status::ok();
+}
+
+// BOS and EOS: tokenizer_config.json's, else GPT-2's <|endoftext|>.
+Status BpeTokenizer::read_bos_eos() {
   auto id_of = [&](const std::string& t) -> std::int32_t {
-    for (const AddedToken& a : tok->added_) {
+    for (const AddedToken& a : added_) {
       if (a.content == t) return a.id;
     }
-    auto it = tok->vocab_.find(t);
-    return it == tok->vocab_.end() ? -1 : it->second;
+    auto it = vocab_.find(t);
+    return it == vocab_.end() ? -1 : it->second;
   };
-  const std::string config_path = (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
+  const std::string config_path = (std::filesystem::path(path_).parent_path() / "tokenizer_config.json").string();
   std::string bos_text, eos_text = "<|endoftext|>";
   // Optional; but one that exists is read like tokenizer.json (under
   // tailord, only inside the spec root).
@@ -245,19 +265,15 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
       if (cfg.contains("eos_token") && !token_text(cfg["eos_token"]).empty()) eos_text = token_text(cfg["eos_token"]);
     }
   }
-  tok->eos_ = id_of(eos_text);
-  if (tok->eos_ < 0) {
+  eos_ = id_of(eos_text);
+  if (eos_ < 0) {
     return bad("no EOS token (\"" + eos_text +
                "\" is not in the vocabulary; tokenizer_config.json's eos_token names it): "
                "training needs it to mark document boundaries");
   }
-  tok->bos_ = bos_text.empty() ? tok->eos_ : id_of(bos_text);
-  if (tok->bos_ < 0) tok->bos_ = tok->eos_;
-  char fp[80];
-  std::snprintf(fp, sizeof fp, "bpe-v1:%016llx:%d:%d",
-                static_cast<unsigned long long>(checksum64(text.data(), text.size())), tok->bos_, tok->eos_);
-  tok->fingerprint_ = fp;
-  return tok;
+  bos_ = bos_text.empty() ? eos_ : id_of(bos_text);
+  if (bos_ < 0) bos_ = eos_;
+  return Status::ok();
 }
 
 void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& out) const {

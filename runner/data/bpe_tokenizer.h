@@ -21,6 +21,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "runner/data/tokenizer.h"
 
 namespace tailor::runner::data {
@@ -45,6 +47,13 @@ class BpeTokenizer final : public Tokenizer {
 
  private:
   struct Regex;
+  // load()'s steps, each reading its part of tokenizer.json (and of the
+  // tokenizer_config.json beside it) into this; InvalidArgument naming the
+  // file and the key.
+  Status read_pre_tokenizer(const nlohmann::json& j);
+  Status read_vocabulary(const nlohmann::json& j, const nlohmann::json& model);
+  Status read_bos_eos();
+  Status bad(const std::string& what) const;
   struct AddedToken {
     std::string content;
     std::int32_t id;
