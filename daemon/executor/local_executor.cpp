@@ -53,14 +53,6 @@ std::optional<platform::Process> runner_holding_lock(const fs::path& dir, std::s
   return std::nullopt;
 }
 
-// The exit a runner recorded in its events file, for a runner whose exit
-// status is gone (not tailord's child); none recorded: it was killed.
-ProcessExit exit_in_events_file(const std::string& dir) {
-  std::int64_t off = 0;
-  auto lines = read_new_lines(dir + "/events.jsonl", off, std::int64_t{1} << 30);
-  const auto code = runner::events::exit_from_events(lines.is_ok() ? *lines : std::vector<std::string>{});
-  return code ? ProcessExit{runner::exit_status(*code), 0} : ProcessExit{-1, SIGKILL};
-}
 
 std::string gpu_list(const std::vector<int>& gpus) {
   std::string list;

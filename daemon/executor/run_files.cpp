@@ -1,10 +1,13 @@
 #include "daemon/executor/run_files.h"
 
+#include <signal.h>
+
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "runner/protocol/events.h"
+#include "runner/protocol/exit_code.h"
 
 namespace tailor::daemon {
 
@@ -115,6 +118,17 @@ std::optional<NewEvent> parse_event_line(const std::string& line) {
     e.message = kind;
   }
   return e;
+}
+
+platform::ProcessExit exit_in_events(const std::vector<std::string>& event_lines) {
+  const auto code = runner::events::exit_from_events(event_lines);
+  return code ? platform::ProcessExit{runner::exit_status(*code), 0} : platform::ProcessExit{-1, SIGKILL};
+}
+
+platform::ProcessExit exit_in_events_file(const std::string& dir) {
+  std::int64_t off = 0;
+  auto lines = read_new_lines(dir + "/events.jsonl", off, std::int64_t{1} << 30);
+  return exit_in_events(lines.is_ok() ? *lines : std::vector<std::string>{});
 }
 
 }  // namespace tailor::daemon

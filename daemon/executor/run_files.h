@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "daemon/store/job_store.h"
+#include "platform/process.h"
 
 namespace tailor::daemon {
 
@@ -28,5 +29,12 @@ std::optional<StepMetric> parse_metric_line(const std::string& line, std::int64_
 
 // One events.jsonl line as an event row (kind "runner.<event>").
 std::optional<NewEvent> parse_event_line(const std::string& line);
+
+// The exit a runner's events record (protocol/events.h), for a runner
+// whose exit status is gone (not tailord's child, or ended while tailord
+// was down): none recorded means it was killed.
+platform::ProcessExit exit_in_events(const std::vector<std::string>& event_lines);
+// The same, of the events file in a job's folder `dir`.
+platform::ProcessExit exit_in_events_file(const std::string& dir);
 
 }  // namespace tailor::daemon

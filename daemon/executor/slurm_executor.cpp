@@ -327,8 +327,7 @@ void SlurmExecutor::ended(Attempt& a, Observation& o, const slurm::Job& job) {
     events << *line << '\n';
     by_rank[0].push_back(*line);
   }
-  const auto code = runner::events::exit_from_events(by_rank[0]);
-  o.exit = code ? platform::ProcessExit{runner::exit_status(*code), 0} : platform::ProcessExit{-1, SIGKILL};
+  o.exit = exit_in_events(by_rank[0]);
   o.context = "Slurm job " + a.slurm_id + " " + job.describe();
   a.ended = true;
 }

@@ -64,14 +64,6 @@ std::map<std::string, std::int64_t> plan_components(const std::string& plan_json
   return out;
 }
 
-// The exit a runner recorded in its events file (protocol/events.h), for a
-// runner whose exit status is gone; none recorded: it was killed.
-ProcessExit exit_recorded(const std::string& dir) {
-  std::int64_t off = 0;
-  auto lines = read_new_lines((fs::path(dir) / "events.jsonl").string(), off, std::int64_t{1} << 30);
-  const auto code = runner::events::exit_from_events(lines.is_ok() ? *lines : std::vector<std::string>{});
-  return code ? ProcessExit{runner::exit_status(*code), 0} : ProcessExit{-1, SIGKILL};
-}
 
 }  // namespace
 
@@ -763,7 +755,7 @@ Status Supervisor::recover_job(const JobRecord& job) {
     running_[job.id] = std::move(r);  // every tick tries again
     return Status::ok();
   }
-  r.exit = exit_recorded(dir);
+  r.exit = exit_in_events_file(dir);
   r.exit_context = "runner ended while tailord was down";
   if (judge(r)) {
     executor->forget(job.id);
