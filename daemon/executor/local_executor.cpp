@@ -13,8 +13,6 @@
 #include "daemon/executor/run_files.h"
 #include "platform/file_lock.h"
 #include "platform/files.h"
-#include "runner/protocol/events.h"
-#include "runner/protocol/exit_code.h"
 #include "runner/protocol/heartbeat.h"
 
 namespace tailor::daemon {

@@ -1,7 +1,5 @@
 #include "daemon/executor/slurm_executor.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -14,7 +12,6 @@
 #include "dsl/spec_loader.h"
 #include "platform/files.h"
 #include "runner/protocol/events.h"
-#include "runner/protocol/exit_code.h"
 #include "runner/protocol/heartbeat.h"
 #include "runner/protocol/plan_reader.h"
 
