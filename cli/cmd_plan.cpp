@@ -145,6 +145,9 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   row("attention", s.attention == strategies::Attention::kStandard
                        ? materialised
                        : "fused (scaled_dot_product_attention: no s x s scores kept)");
+  row("cross-entropy", s.cross_entropy == strategies::CrossEntropy::kFusedLinear
+                           ? "fused with the output projection (no logits tensor)"
+                           : "over the materialised logits");
 
   out << "\nMemory "
       << (!plan.on_cpu                ? "per GPU"

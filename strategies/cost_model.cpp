@@ -47,6 +47,14 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   if (dev.cpu && s.precision != Precision::kFp32 && s.attention == Attention::kMemoryEfficient) {
     timed_flops_per_token += k.cpu_half_fused_attention_extra * attention * passes;
   }
+  if (s.cross_entropy == CrossEntropy::kFusedLinear) {
+    const double head_forward = 2.0 * static_cast<double>(a.vocab * a.hidden);
+    if (!adapter || s.precision == Precision::kFp16) {
+      t.flops_per_token += head_forward;
+      timed_flops_per_token += head_forward;
+    }
+    timed_flops_per_token += k.fused_linear_slice_extra * head_forward;
+  }
 
   double peak_tflops = dev.peak_tflops_fp32;
   double mfu = k.mfu_fp32;

@@ -47,6 +47,14 @@ struct CostConstants {
   // tokens, 0.85 at 512, 0.75 at 1024; in fp32 the two are within 4%). Its
   // kernel runs fp32 GEMMs inside.
   double cpu_half_fused_attention_extra = 1.0;
+  // The fused linear cross-entropy's slices of rows (2^24 logits: 128 rows
+  // at a 128k vocabulary) against one whole-batch head matmul: the head's
+  // forward FLOPs take this much extra time, so that the planner fuses the
+  // head only where the logits do not fit (docs/gpu-measurements.md, "the
+  // head fused with the loss": equal speed under LoRA at 4k and 32k tokens
+  // on an H200). A head that trains is also projected again in backward:
+  // FLOPs, counted as such.
+  double fused_linear_slice_extra = 0.1;
   // Ranking, not timing: each technique that changes what is trained
   // (8-bit optimizer states, pure-bf16 states, adapters, a quantised base)
   // must buy this much estimated speed to beat a more faithful plan. Without

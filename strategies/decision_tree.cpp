@@ -55,6 +55,12 @@ class Walker {
                     : "Gradient checkpointing every " + std::to_string(every) + " layers?",
          target_.checkpoint_every != cur_.checkpoint_every, [&](Strategy& s) { s.checkpoint_every = every; },
          every == 1 ? "checkpoint every layer" : "checkpoint every " + std::to_string(every) + " layers");
+    if (spec_.planner.runtime == dsl::Runtime::kTailor) {
+      rung("fused_cross_entropy",
+           "Fuse the output projection with the loss (a slice of tokens at a time, no logits tensor)?",
+           target_.cross_entropy == CrossEntropy::kFusedLinear && cur_.cross_entropy != CrossEntropy::kFusedLinear,
+           [](Strategy& s) { s.cross_entropy = CrossEntropy::kFusedLinear; }, "fuse the head with the loss");
+    }
     micro_batch();
     if (cur_.num_gpus > 1) {
       const std::int64_t stage = std::clamp<std::int64_t>(target_.zero_stage, 1, 2);

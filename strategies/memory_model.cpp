@@ -540,10 +540,35 @@ LayerActivations layer_activations(const Setting& g) {
   return out;
 }
 
+// The fused head and loss (runner/torch/linear_cross_entropy.h): no
+// logits, but the trained rows' hidden state and their gradient, and in
+// backward the gradient of the whole hidden input beside them (3 rows of C
+// values a token, an upper bound: trained rows are at most all), plus one
+// slice's temporaries: its logits and their gradient in the compute dtype
+// (the fused CPU kernel), or its logits and an fp32 softmax (ATen, a GPU),
+// with an fp32 tanh beside them under Gemma 2's soft cap. A head that
+// trains gets its weight gradient built slice by slice in backward, while
+// the activations are still whole: measured, three head-sized buffers
+// (the new gradient, the one autograd holds until the tied embedding's or
+// the accumulated one joins it, their sum). Without them a full fine-tune
+// of a 1.24B Llama (tied head) at 4096 tokens peaked 6.1% above the
+// estimate on an H200 (docs/gpu-measurements.md).
+double fused_linear_bytes(const Setting& g) {
+  const double rows = static_cast<double>(g.in.batch.micro_batch) * static_cast<double>(g.in.batch.seq_len);
+  const double v = static_cast<double>(g.a.vocab);
+  const double slice_rows = std::max(1.0, std::floor(static_cast<double>(kCrossEntropySliceElements) / v));
+  const double slice = std::min(rows, slice_rows) * v;
+  const bool capped = g.a.final_logit_softcap > 0;
+  const double per_logit = capped ? 8.0 + g.e : g.in.fused_kernels ? 2.0 * g.e : 4.0 + g.e;
+  const double head_gradient = g.adapter ? 0.0 : 3.0 * static_cast<double>(g.head_params) * g.e;
+  return 3.0 * rows * static_cast<double>(g.a.hidden) * g.e + slice * per_logit + head_gradient;
+}
+
 // The logits and the loss's buffers at the forward/backward boundary.
 double logits_bytes(const Setting& g) {
   const MemoryInput& in = g.in;
   const MemoryConstants& k = g.k;
+  if (g.st.cross_entropy == CrossEntropy::kFusedLinear) return fused_linear_bytes(g) * k.logits_factor;
   const double logit_elems = static_cast<double>(in.batch.micro_batch) * static_cast<double>(in.batch.seq_len) *
                              static_cast<double>(g.a.vocab);
   const bool half_logits = is_half(g.st.precision) && !g.upcast;

@@ -21,6 +21,7 @@ void write_strategy(JsonWriter& w, const Strategy& s) {
   w.field("offload", dsl::to_string(s.offload));
   w.field("num_gpus", s.num_gpus);
   w.field("attention", to_string(s.attention));
+  w.field("cross_entropy", to_string(s.cross_entropy));
   w.end_object();
 }
 

@@ -182,6 +182,16 @@ Bytes device_budget(const dsl::JobSpec& spec, const Hardware& hw) {
 
 SearchResult search(const dsl::JobSpec& spec, const Hardware& hw, const Constraints& c, const PlanOptions& o) {
   SearchResult r;
+  // tailor-runner fuses the head with the loss where the logits do not
+  // fit: never faster (cost_model.h), so the fused form is only worth
+  // estimating where the logits' form fails.
+  const bool can_fuse_head = spec.planner.runtime == dsl::Runtime::kTailor;
+  const auto add = [&](Strategy s) {
+    r.all.push_back(evaluate(spec, hw, s, o));
+    if (r.all.back().fits || !can_fuse_head) return;
+    s.cross_entropy = CrossEntropy::kFusedLinear;
+    r.all.push_back(evaluate(spec, hw, s, o));
+  };
   for (Strategy s : enumerate(spec, c)) {
     // GPUs: the fused kernels (or what the options say, e.g. to compare with
     // eager-attention figures). The CPU: fused, and in half precision also
@@ -190,10 +200,10 @@ SearchResult search(const dsl::JobSpec& spec, const Hardware& hw, const Constrai
     // models attend materialised everywhere.
     const bool capped = spec.model.arch.attn_logit_softcap > 0;
     s.attention = capped ? Attention::kStandard : hw.cpu_only() ? Attention::kMemoryEfficient : o.attention;
-    r.all.push_back(evaluate(spec, hw, s, o));
+    add(s);
     if (hw.cpu_only() && s.precision != Precision::kFp32 && !capped) {
       s.attention = Attention::kStandard;
-      r.all.push_back(evaluate(spec, hw, s, o));
+      add(s);
     }
   }
   std::vector<const Candidate*> fitting, fitting_any;

@@ -19,6 +19,7 @@ std::string Strategy::describe() const {
   if (offload != Offload::kNone) out += std::string(", offload ") + dsl::to_string(offload);
   if (num_gpus > 1) out += ", " + std::to_string(num_gpus) + " ranks";
   if (attention == Attention::kStandard) out += ", materialised attention";
+  if (cross_entropy == CrossEntropy::kFusedLinear) out += ", fused linear cross-entropy";
   return out;
 }
 
@@ -30,6 +31,8 @@ constexpr std::pair<Quantization, const char*> kQuantizations[] = {{Quantization
                                                                    {Quantization::kNf4Double, "nf4-double-quant"}};
 constexpr std::pair<Attention, const char*> kAttentions[] = {{Attention::kStandard, "materialised"},
                                                              {Attention::kMemoryEfficient, "fused"}};
+constexpr std::pair<CrossEntropy, const char*> kCrossEntropies[] = {{CrossEntropy::kLogits, "logits"},
+                                                                    {CrossEntropy::kFusedLinear, "fused-linear"}};
 
 template <class E, std::size_t N>
 const char* name_in(const std::pair<E, const char*> (&table)[N], E v) {
@@ -53,5 +56,9 @@ const char* to_string(Quantization q) { return name_in(kQuantizations, q); }
 std::optional<Quantization> quantization_from_name(std::string_view name) { return value_in(kQuantizations, name); }
 const char* to_string(Attention a) { return name_in(kAttentions, a); }
 std::optional<Attention> attention_from_name(std::string_view name) { return value_in(kAttentions, name); }
+const char* to_string(CrossEntropy c) { return name_in(kCrossEntropies, c); }
+std::optional<CrossEntropy> cross_entropy_from_name(std::string_view name) {
+  return value_in(kCrossEntropies, name);
+}
 
 }  // namespace tailor::strategies

@@ -40,6 +40,17 @@ enum class Attention {
 const char* to_string(Attention a);  // "materialised" | "fused"
 std::optional<Attention> attention_from_name(std::string_view name);
 
+// How the loss reads the output projection, which decides whether the
+// micro-batch's logits (b * s * V) exist.
+enum class CrossEntropy {
+  kLogits,       // the logits materialised, then the loss a slice at a time: they and their gradient stay
+  kFusedLinear,  // the projection and the loss a slice of trained rows at a time: no logits tensor
+                 // (runner/torch/linear_cross_entropy.h); one more head matmul when the head trains
+};
+
+const char* to_string(CrossEntropy c);  // "logits" | "fused-linear"
+std::optional<CrossEntropy> cross_entropy_from_name(std::string_view name);
+
 struct Strategy {
   Precision precision = Precision::kFp32;
   std::int64_t checkpoint_every = 0;  // 0 = off, 1 = every layer, N = every N-th layer
@@ -55,10 +66,14 @@ struct Strategy {
   // Fused on GPUs. On the CPU a searched choice in half precision: there
   // the materialised form is faster (docs/benchmarks.md) but keeps s^2 scores.
   Attention attention = Attention::kMemoryEfficient;
+  // The logits unless they do not fit: the fused head is slower when the
+  // head trains, and its slices cost GPU efficiency (cost_model.cpp).
+  CrossEntropy cross_entropy = CrossEntropy::kLogits;
 
   bool operator==(const Strategy&) const = default;
   // "bf16, checkpointing every layer, micro-batch 2 x 16, lora r16, adamw, ZeRO-3";
-  // materialised attention is named, fused (the usual) is not.
+  // materialised attention and the fused-linear loss are named, the usual
+  // forms are not.
   std::string describe() const;
 };
 

@@ -56,6 +56,11 @@ Result<strategies::Strategy> read_strategy(const json& s, const std::string& nam
     if (s.contains("attention")) {
       TAILOR_ASSIGN_OR_RETURN(st.attention, named(s, "attention", name, strategies::attention_from_name));
     }
+    // Older plans materialised the logits.
+    if (s.contains("cross_entropy")) {
+      TAILOR_ASSIGN_OR_RETURN(st.cross_entropy,
+                              named(s, "cross_entropy", name, strategies::cross_entropy_from_name));
+    }
   } catch (const json::exception& e) {
     return Status::invalid_argument(name + ": malformed strategy: " + e.what());
   }

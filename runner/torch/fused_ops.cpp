@@ -33,36 +33,14 @@ struct CrossEntropy : torch::autograd::Function<CrossEntropy> {
       const bool bad = ((targets < 0) & (targets != -100)).any().item<bool>() || (targets >= v).any().item<bool>();
       TORCH_CHECK(!bad, "cross-entropy: a target id is outside the vocabulary of ", v);
     }
-    Tensor lse = torch::empty({rows}, torch::kFloat32);
-    Tensor loss = torch::empty({rows}, torch::kFloat64);
-    const auto* t = ptr<std::int64_t>(targets);
-    at::parallel_for(0, rows, grain(v), [&](std::int64_t r0, std::int64_t r1) {
-      if (is_bf16(logits)) {
-        kernels::cross_entropy_forward(ptr<bf16>(logits), r0, r1, v, t, -100, ptr<float>(lse), ptr<double>(loss));
-      } else {
-        kernels::cross_entropy_forward(ptr<float>(logits), r0, r1, v, t, -100, ptr<float>(lse), ptr<double>(loss));
-      }
-    });
-    ctx->save_for_backward({logits, targets, lse});
-    return loss.sum().to(torch::kFloat32);
+    CrossEntropyRows r = fused_cross_entropy_rows(logits, targets);
+    ctx->save_for_backward({logits, targets, r.lse});
+    return r.loss.sum().to(torch::kFloat32);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     auto saved = ctx->get_saved_variables();
-    const Tensor &logits = saved[0], &targets = saved[1], &lse = saved[2];
-    const std::int64_t v = logits.size(-1), rows = rows_of(logits);
-    const float scale = grad_out[0].item<float>();
-    Tensor grad = torch::empty_like(logits);
-    const auto* t = ptr<std::int64_t>(targets);
-    at::parallel_for(0, rows, grain(v), [&](std::int64_t r0, std::int64_t r1) {
-      if (is_bf16(logits)) {
-        kernels::cross_entropy_backward(ptr<bf16>(logits), r0, r1, v, t, -100, ptr<float>(lse), scale, ptr<bf16>(grad));
-      } else {
-        kernels::cross_entropy_backward(ptr<float>(logits), r0, r1, v, t, -100, ptr<float>(lse), scale,
-                                        ptr<float>(grad));
-      }
-    });
-    return {grad, Tensor()};
+    return {fused_cross_entropy_rows_grad(saved[0], saved[1], saved[2], grad_out[0].item<float>()), Tensor()};
   }
 };
 
@@ -188,6 +166,36 @@ struct Rope : torch::autograd::Function<Rope> {
 
 bool fused_supported(const Tensor& t) {
   return t.device().is_cpu() && (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16);
+}
+
+CrossEntropyRows fused_cross_entropy_rows(const Tensor& logits, const Tensor& targets) {
+  const std::int64_t v = logits.size(-1), rows = rows_of(logits);
+  CrossEntropyRows out{torch::empty({rows}, torch::kFloat32), torch::empty({rows}, torch::kFloat64)};
+  const auto* t = ptr<std::int64_t>(targets);
+  at::parallel_for(0, rows, grain(v), [&](std::int64_t r0, std::int64_t r1) {
+    if (is_bf16(logits)) {
+      kernels::cross_entropy_forward(ptr<bf16>(logits), r0, r1, v, t, -100, ptr<float>(out.lse), ptr<double>(out.loss));
+    } else {
+      kernels::cross_entropy_forward(ptr<float>(logits), r0, r1, v, t, -100, ptr<float>(out.lse),
+                                     ptr<double>(out.loss));
+    }
+  });
+  return out;
+}
+
+Tensor fused_cross_entropy_rows_grad(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale) {
+  const std::int64_t v = logits.size(-1), rows = rows_of(logits);
+  Tensor grad = torch::empty_like(logits);
+  const auto* t = ptr<std::int64_t>(targets);
+  at::parallel_for(0, rows, grain(v), [&](std::int64_t r0, std::int64_t r1) {
+    if (is_bf16(logits)) {
+      kernels::cross_entropy_backward(ptr<bf16>(logits), r0, r1, v, t, -100, ptr<float>(lse), scale, ptr<bf16>(grad));
+    } else {
+      kernels::cross_entropy_backward(ptr<float>(logits), r0, r1, v, t, -100, ptr<float>(lse), scale,
+                                      ptr<float>(grad));
+    }
+  });
+  return grad;
 }
 
 Tensor fused_cross_entropy_sum(const Tensor& logits, const Tensor& targets) {

@@ -20,6 +20,17 @@ bool fused_supported(const torch::Tensor& t);
 // gradient is written straight in the logits' dtype.
 torch::Tensor fused_cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets);
 
+// The same kernel's pieces without autograd, on contiguous logits (rows, V)
+// and int64 targets (rows): each row's fp32 log-sum-exp and fp64 loss (0 on
+// ignored rows), then the gradient of scale * the summed loss in the
+// logits' dtype. linear_cross_entropy.h runs them a slice of rows at a time.
+struct CrossEntropyRows {
+  torch::Tensor lse, loss;
+};
+CrossEntropyRows fused_cross_entropy_rows(const torch::Tensor& logits, const torch::Tensor& targets);
+torch::Tensor fused_cross_entropy_rows_grad(const torch::Tensor& logits, const torch::Tensor& targets,
+                                            const torch::Tensor& lse, float scale);
+
 // silu(gate) * up for gate_up = [gate, up] along the last dimension
 // (..., 2I) -> (..., I). Keeps only gate_up.
 torch::Tensor fused_swiglu(const torch::Tensor& gate_up);

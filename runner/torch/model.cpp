@@ -4,8 +4,10 @@
 
 #include "dsl/rope.h"
 #include "runner/torch/attention.h"
+#include "runner/torch/cross_entropy.h"
 #include "runner/torch/fused_ops.h"
 #include "runner/torch/grouped_linear.h"
+#include "runner/torch/linear_cross_entropy.h"
 
 namespace tailor::runner {
 namespace {
@@ -433,6 +435,13 @@ Tensor CausalLMImpl::logits(const Tensor& hidden, bool capped) {
   const double cap = arch_.final_logit_softcap;
   if (!capped || cap == 0) return z;
   return torch::tanh(z / cap) * cap;
+}
+
+Tensor CausalLMImpl::loss_sum(const Tensor& hidden, const Tensor& targets) {
+  const double cap = arch_.final_logit_softcap;
+  const Tensor& head = lm_head_.defined() ? lm_head_ : embed_->weight;
+  if (fused_linear_loss_) return linear_cross_entropy_sum(hidden, head, targets, cap);
+  return cross_entropy_sum(logits(hidden, /*capped=*/false), targets, 0, cap);
 }
 
 }  // namespace tailor::runner

@@ -74,6 +74,12 @@ class CausalLMImpl : public torch::nn::Module {
   // to cross_entropy_sum(), which applies it a slice at a time.
   torch::Tensor hidden_states(const ModelInput& in);
   torch::Tensor logits(const torch::Tensor& hidden, bool capped = true);
+  // The summed training loss of the hidden states against targets (-100
+  // ignored), Gemma 2's final soft cap applied: through the materialised
+  // logits (cross_entropy.h) or, when set_fused_linear_loss(true), the head
+  // and the loss fused so that no logits exist (linear_cross_entropy.h).
+  torch::Tensor loss_sum(const torch::Tensor& hidden, const torch::Tensor& targets);
+  void set_fused_linear_loss(bool on) { fused_linear_loss_ = on; }
 
   const dsl::ModelArch& arch() const { return arch_; }
   void set_checkpoint_every(std::int64_t n) { checkpoint_every_ = n; }
@@ -117,6 +123,7 @@ class CausalLMImpl : public torch::nn::Module {
   dsl::ModelArch arch_;
   std::int64_t checkpoint_every_ = 0;
   bool fused_attention_ = true;
+  bool fused_linear_loss_ = false;
   torch::nn::Embedding embed_{nullptr};
   torch::nn::Embedding pos_embed_{nullptr};  // gpt2 only
   std::vector<std::shared_ptr<torch::nn::Module>> layers_;

@@ -10,7 +10,6 @@
 
 #include "runner/loss_scaler.h"
 #include "runner/protocol/events.h"
-#include "runner/torch/cross_entropy.h"
 #include "runner/torch/data_parallel.h"
 #include "runner/torch/lora.h"
 #include "runner/torch/run.h"
@@ -44,11 +43,9 @@ ModelInput model_input(const data::Batch& b, const torch::Device& device) {
   return in;
 }
 
-// The summed cross-entropy of a batch, the logits uncapped for the loss
-// (the model's final soft cap applied inside).
-torch::Tensor batch_loss(CausalLM& model, const data::Batch& b, const torch::Device& dev, double softcap) {
-  return cross_entropy_sum(model->logits(model->hidden_states(model_input(b, dev)), /*capped=*/false),
-                           to_tensor(b.targets, b.rows, b.seq_len, dev), 0, softcap);
+// The summed cross-entropy of a batch, as training computes it.
+torch::Tensor batch_loss(CausalLM& model, const data::Batch& b, const torch::Device& dev) {
+  return model->loss_sum(model->hidden_states(model_input(b, dev)), to_tensor(b.targets, b.rows, b.seq_len, dev));
 }
 
 // A measured breakdown's figures in a fixed order (peak, allocated, then
@@ -151,7 +148,7 @@ Status Run::probe() {
     device_state = device_gen->get_state();
   }
   sync_->before_micro_batch(/*last=*/false);
-  batch_loss(model_, data_.train->longest_batch(), dev_, spec_.model.arch.final_logit_softcap).backward();
+  batch_loss(model_, data_.train->longest_batch(), dev_).backward();
   TAILOR_RETURN_IF_ERROR(sync_->after_backward());
   cpu_gen.set_state(cpu_state);
   if (device_gen) device_gen->set_state(device_state);
@@ -225,8 +222,7 @@ Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, d
     std::int64_t head_peak = 0;
     {
       PeakScope head(*meter_);
-      loss = cross_entropy_sum(model_->logits(hidden, /*capped=*/false), targets, 0,
-                               spec_.model.arch.final_logit_softcap);
+      loss = model_->loss_sum(hidden, targets);
       head_peak = head.peak_increase();
     }
     (loss * (state_.loss_scale / denom)).backward();
@@ -398,7 +394,7 @@ Result<Run::Evaluation> Run::evaluate() {
     } else {
       break;
     }
-    sums[0] += batch_loss(model_, b, dev_, spec_.model.arch.final_logit_softcap).item<double>();
+    sums[0] += batch_loss(model_, b, dev_).item<double>();
     sums[1] += static_cast<double>(b.target_tokens);
     // ZeRO-3's head is still gathered: no backward released it.
     TAILOR_RETURN_IF_ERROR(sync_->after_backward());

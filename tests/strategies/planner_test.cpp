@@ -288,11 +288,12 @@ TEST(PlannerTest, AFullFineTuneCombinesPureBf16AndEightBitStatesOnlyWhenAllowed)
 
 TEST(PlannerTest, DecisionTraceFollowsTheTreeAndStopsWhenItFits) {
   const Plan p = plan_job(load("llama2-7b-qlora-24gb.yaml"), gpus("1x24GiB"));
-  ASSERT_GE(p.decisions.size(), 4u);
+  ASSERT_GE(p.decisions.size(), 5u);
   EXPECT_EQ(p.decisions[0].question.rfind("Does the job fit as written", 0), 0u);
   EXPECT_NE(p.decisions[1].question.find("Mixed precision"), std::string::npos);
   EXPECT_NE(p.decisions[2].question.find("Gradient checkpointing"), std::string::npos);
-  EXPECT_NE(p.decisions[3].question.find("micro-batch"), std::string::npos);
+  EXPECT_NE(p.decisions[3].question.find("Fuse the output projection with the loss"), std::string::npos);
+  EXPECT_NE(p.decisions[4].question.find("micro-batch"), std::string::npos);
   EXPECT_NE(p.decisions[0].answer().find("GiB"), std::string::npos);  // byte figures
   EXPECT_NE(p.decisions.back().question.find("fastest"), std::string::npos);
   // A job that fits as written shows only the steps its plan takes (here
