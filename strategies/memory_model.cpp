@@ -548,11 +548,14 @@ LayerActivations layer_activations(const Setting& g) {
 // (the fused CPU kernel), or its logits and an fp32 softmax (ATen, a GPU),
 // with an fp32 tanh beside them under Gemma 2's soft cap. A head that
 // trains gets its weight gradient built slice by slice in backward, while
-// the activations are still whole: measured, three head-sized buffers
-// (the new gradient, the one autograd holds until the tied embedding's or
-// the accumulated one joins it, their sum). Without them a full fine-tune
-// of a 1.24B Llama (tied head) at 4096 tokens peaked 6.1% above the
-// estimate on an H200 (docs/gpu-measurements.md).
+// the activations are still whole. With one micro-batch the step's overlap
+// already places the head's gradient there (peak_over_the_step); with
+// accumulation, beside the earlier micro-batches' gradients, it adds
+// head-sized buffers, as measured: one on the CPU (fp32 and bf16, a 3-layer
+// Llama and GPT-2 with a 32k vocabulary,
+// tests/runner/torch/fused_head_training_test.cpp), about 2.4 on an H200
+// (a 1.24B Llama with a tied head at 4096 tokens peaked 6.1% above the
+// estimate without them, docs/gpu-measurements.md; counted as 3).
 double fused_linear_bytes(const Setting& g) {
   const double rows = static_cast<double>(g.in.batch.micro_batch) * static_cast<double>(g.in.batch.seq_len);
   const double v = static_cast<double>(g.a.vocab);
@@ -560,7 +563,8 @@ double fused_linear_bytes(const Setting& g) {
   const double slice = std::min(rows, slice_rows) * v;
   const bool capped = g.a.final_logit_softcap > 0;
   const double per_logit = capped ? 8.0 + g.e : g.in.fused_kernels ? 2.0 * g.e : 4.0 + g.e;
-  const double head_gradient = g.adapter ? 0.0 : 3.0 * static_cast<double>(g.head_params) * g.e;
+  const double head_buffers = g.adapter || g.st.grad_accumulation <= 1 ? 0.0 : g.in.on_gpu ? 3.0 : 1.0;
+  const double head_gradient = head_buffers * static_cast<double>(g.head_params) * g.e;
   return 3.0 * rows * static_cast<double>(g.a.hidden) * g.e + slice * per_logit + head_gradient;
 }
 
