@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/json_writer.h"
 #include "core/text.h"
@@ -204,6 +205,9 @@ class TreeBuilder final : public YAML::EventHandler {
     std::string key;
     SourceLocation key_location;
     std::vector<Node> merges;  // values of `<<` keys, applied when the map closes
+    // A map's keys, to its entries' indices: duplicates found in constant
+    // time, so that a map of n keys parses in O(n) rather than O(n^2).
+    std::unordered_map<std::string, std::size_t> index;
   };
 
   SourceLocation loc(const YAML::Mark& mark) const {
@@ -239,7 +243,7 @@ class TreeBuilder final : public YAML::EventHandler {
     if (static_cast<int>(stack_.size()) >= limits_.max_depth) {
       fail(loc(mark), "nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
     }
-    stack_.push_back(Frame{std::move(n), anchor, false, {}, {}, {}});
+    stack_.push_back(Frame{std::move(n), anchor, false, {}, {}, {}, {}});
   }
 
   void close() {
@@ -264,7 +268,7 @@ class TreeBuilder final : public YAML::EventHandler {
           continue;
         }
         for (const MapEntry& e : src->entries) {
-          if (f.node.find(e.key) == nullptr) f.node.entries.push_back(e);
+          if (f.index.emplace(e.key, f.node.entries.size()).second) f.node.entries.push_back(e);
         }
       }
     }
@@ -293,17 +297,20 @@ class TreeBuilder final : public YAML::EventHandler {
       top.merges.push_back(std::move(n));
       return;
     }
-    for (const MapEntry& e : top.node.entries) {
-      if (e.key == top.key) {
-        // yaml-cpp keeps both silently; a later value would win unnoticed.
-        std::string p = path();
-        p += p.empty() ? "" : ".";
-        p += top.key;
-        diags_.error(top.key_location, p,
-                     "duplicate key; first defined at line " + std::to_string(e.key_location.line) + ", column " +
-                         std::to_string(e.key_location.column));
-        return;
-      }
+    const auto [at, added] = top.index.emplace(top.key, top.node.entries.size());
+    if (!added) {
+      // yaml-cpp keeps both silently; a later value would win unnoticed.
+      const MapEntry& e = top.node.entries[at->second];
+      std::string p = path();
+      p += p.empty() ? "" : ".";
+      p += top.key;
+      diags_.error(top.key_location, p,
+                   "duplicate key; first defined at line " + std::to_string(e.key_location.line) + ", column " +
+                       std::to_string(e.key_location.column));
+      return;
+    }
+    if (top.node.entries.size() >= limits_.max_map_keys) {
+      fail(top.key_location, "more than " + std::to_string(limits_.max_map_keys) + " keys in one map");
     }
     top.node.entries.push_back({std::move(top.key), std::move(top.key_location), std::move(n)});
   }

@@ -63,6 +63,10 @@ struct YamlLimits {
   std::size_t max_bytes = 1 << 20;   // 1 MiB per file
   int max_depth = 64;                // nested maps/lists
   std::size_t max_nodes = 100'000;   // nodes after alias expansion
+  // Keys of one map: a spec's largest maps hold tens (labels at most 64,
+  // catalogs a few hundred), and a bound keeps a hostile 45,000-key map
+  // from being checked for duplicates and validated at all.
+  std::size_t max_map_keys = 10'000;
 };
 
 // Parses `text` (named `file_name` in diagnostics) into a tree. On any
