@@ -12,6 +12,12 @@
 
 namespace tailor::dsl {
 
+// Labels are indexed (one store row each) and matched by `label=k=v,...`
+// filters: bounded in number and size so that a submission stays cheap and
+// a filter (never more pairs than a job has labels) stays bounded too.
+inline constexpr std::size_t kMaxLabels = 64;
+inline constexpr std::size_t kMaxLabelValue = 256;
+
 // Reads every section of `root` into `spec`; problems go to `d`. Keys that
 // are handled before this step (extends, vars) are accepted and skipped.
 void read_job_spec(const Node& root, JobSpec& spec, Diagnostics& d);

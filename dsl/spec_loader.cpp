@@ -486,12 +486,8 @@ void check_checkpoint(const JobSpec& spec, const Node& root, Diagnostics& d) {
   }
 }
 
-// Labels are indexed (one store row each) and matched by `label=k=v,...`
-// filters: bounded in number and size so that a submission stays cheap,
-// and free of the filter's separators.
-constexpr std::size_t kMaxLabels = 64;
-constexpr std::size_t kMaxLabelValue = 256;
-
+// Labels within their bounds (spec_fields.h) and free of the filter's
+// separators.
 void check_labels(const JobSpec& spec, const Node& root, Diagnostics& d) {
   if (spec.labels.size() > kMaxLabels) {
     d.error(loc_at(root, "labels"), "labels",

@@ -447,6 +447,12 @@ HttpResponse Api::list(HttpRequest& r) {
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
+    // No job has more labels, and each pair is a subquery of the store's.
+    if (f.labels.size() > dsl::kMaxLabels) {
+      return error_response(Status::invalid_argument("query parameter label: " + std::to_string(f.labels.size()) +
+                                                     " key=value pairs; at most " + std::to_string(dsl::kMaxLabels) +
+                                                     ", as many as a job has labels"));
+    }
   }
   auto limit = int_param(r, "limit", 50, 1, kMaxPageSize);
   if (!limit.is_ok()) return error_response(limit.status());
