@@ -12,10 +12,6 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-std::int64_t slice_rows(std::int64_t elements, std::int64_t vocab) {
-  return std::max<std::int64_t>(1, elements / std::max<std::int64_t>(1, vocab));
-}
-
 // The fused CPU kernel's algorithm (kernels.h) in ATen ops, a slice of rows
 // at a time: log_softmax and softmax read the logits in their own dtype and
 // compute in fp32 (one pass each), so a slice's one fp32 tensor is the only
@@ -42,7 +38,7 @@ struct SlicedCrossEntropy : torch::autograd::Function<SlicedCrossEntropy> {
     Tensor loss = torch::zeros({}, logits.options().dtype(torch::kFloat64));
     const Tensor ignored = targets == -100;
     const Tensor index = targets.clamp_min(0).unsqueeze(1);
-    const std::int64_t step = slice_rows(slice_elements, v);
+    const std::int64_t step = cross_entropy_slice_rows(slice_elements, v);
     for (std::int64_t r0 = 0; r0 < rows; r0 += step) {
       const std::int64_t r1 = std::min(rows, r0 + step);
       const Tensor logp = cap > 0 ? torch::log_softmax(capped_slice(logits.slice(0, r0, r1), cap), 1)
@@ -84,6 +80,10 @@ struct SlicedCrossEntropy : torch::autograd::Function<SlicedCrossEntropy> {
 };
 
 }  // namespace
+
+std::int64_t cross_entropy_slice_rows(std::int64_t elements, std::int64_t vocab) {
+  return std::max<std::int64_t>(1, elements / std::max<std::int64_t>(1, vocab));
+}
 
 Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, std::int64_t slice_elements, double softcap) {
   if (softcap <= 0 && fused_supported(logits)) return fused_cross_entropy_sum(logits, targets);

@@ -27,4 +27,7 @@ namespace tailor::runner {
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets,
                                 std::int64_t slice_elements = 0, double softcap = 0);
 
+// Rows of a `vocab`-wide slice of about `elements` logits (at least one).
+std::int64_t cross_entropy_slice_rows(std::int64_t elements, std::int64_t vocab);
+
 }  // namespace tailor::runner

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "runner/torch/cross_entropy.h"
 #include "runner/torch/fused_ops.h"
 #include "strategies/memory_model.h"
 
@@ -52,10 +53,6 @@ SliceLoss slice_loss(const Tensor& h, const Tensor& w, const Tensor& t, double c
   return out;
 }
 
-std::int64_t slice_rows(std::int64_t elements, std::int64_t vocab) {
-  return std::max<std::int64_t>(1, elements / std::max<std::int64_t>(1, vocab));
-}
-
 // The gradient w.r.t. the whole hidden input: the trained rows' gradients
 // in their places, zero elsewhere.
 Tensor scatter_rows(const Tensor& grad_rows, const Tensor& rows, std::int64_t all_rows, at::IntArrayRef sizes) {
@@ -80,7 +77,7 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     }
     const Tensor rows = (targets != -100).nonzero().squeeze(1);
     const Tensor hs = h.index_select(0, rows), ts = targets.index_select(0, rows);
-    const std::int64_t n = hs.size(0), step = slice_rows(slice_elements, v);
+    const std::int64_t n = hs.size(0), step = cross_entropy_slice_rows(slice_elements, v);
     const bool early = need_h && !need_w && hidden.scalar_type() != torch::kHalf;
     Tensor grad_hs = early ? torch::empty_like(hs) : Tensor();
     Tensor loss = torch::zeros({}, h.options().dtype(torch::kFloat64));

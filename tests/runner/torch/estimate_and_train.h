@@ -8,6 +8,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runner/torch/trainer.h"
 #include "strategies/planner.h"
@@ -59,6 +60,14 @@ inline std::optional<EstimateAndMeasurement> estimate_and_train(const dsl::JobSp
   while (std::getline(in, line)) last = line;
   r.measured = nlohmann::json::parse(last)["memory"];
   return r;
+}
+
+// The loss of every step a run wrote to OUT_DIR/metrics.jsonl.
+inline std::vector<double> step_losses(const std::string& out_dir) {
+  std::vector<double> v;
+  std::ifstream in(out_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return v;
 }
 
 }  // namespace tailor::runner::testing

@@ -7,8 +7,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-
 #include "dsl/spec_loader.h"
 #include "tests/runner/torch/estimate_and_train.h"
 #include "tests/testing/temp_dir.h"
@@ -17,13 +15,6 @@ namespace tailor::runner {
 namespace {
 
 using tailor::testing::TempDir;
-
-std::vector<double> losses(const std::string& out) {
-  std::vector<double> v;
-  std::ifstream in(out + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return v;
-}
 
 TEST(FusedHeadTrainingTest, TrainsLikeTheLogitsWithALowerPeakWithinTenPercentOfItsEstimate) {
   TempDir dir;
@@ -72,7 +63,7 @@ TEST(FusedHeadTrainingTest, TrainsLikeTheLogitsWithALowerPeakWithinTenPercentOfI
     const auto fused = testing::estimate_and_train(*loaded.spec, s, fused_out);
     ASSERT_TRUE(logits && fused) << what;
 
-    const std::vector<double> a = losses(logits_out), b = losses(fused_out);
+    const std::vector<double> a = testing::step_losses(logits_out), b = testing::step_losses(fused_out);
     ASSERT_EQ(a.size(), 3u) << what;
     ASSERT_EQ(b.size(), a.size()) << what;
     for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i] / a[i], 1.0, 1e-5) << what << ", step " << i + 1;
