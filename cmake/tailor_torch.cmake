@@ -61,7 +61,17 @@ function(tailor_import_cpu_torch target)
     "${_torch_root}/include" "${_torch_root}/include/torch/csrc/api/include")
   target_link_libraries(${target} INTERFACE
     "${_lib}/libtorch_cpu.so" "${_lib}/libc10.so" Threads::Threads)
-  target_compile_definitions(${target} INTERFACE TAILOR_CUDA=0 _GLIBCXX_USE_CXX11_ABI=${_torch_abi})
+  # The definitions libtorch_cpu was built with (its distributed and RPC
+  # parts), as the wheel's own CMake export declares them: LibTorch's headers
+  # lay out some classes by them (the JIT interpreter's continuation), so a
+  # TU compiled without them disagrees with the library.
+  set(_targets "${_torch_root}/share/cmake/Caffe2/Caffe2Targets.cmake")
+  file(READ "${_targets}" _targets_text)
+  if(NOT _targets_text MATCHES "set_target_properties\\(torch_cpu PROPERTIES[^)]*INTERFACE_COMPILE_DEFINITIONS \"([^\"]*)\"")
+    message(FATAL_ERROR "Tailor: ${_targets} declares no compile definitions for torch_cpu; the torch in ${TAILOR_VENV} is not one this build knows.")
+  endif()
+  set(_cpu_definitions "${CMAKE_MATCH_1}")
+  target_compile_definitions(${target} INTERFACE TAILOR_CUDA=0 _GLIBCXX_USE_CXX11_ABI=${_torch_abi} ${_cpu_definitions})
   # The wheel's libraries find each other (and its libgomp) by RUNPATH.
   set_target_properties(${target} PROPERTIES INTERFACE_LINK_OPTIONS "-Wl,-rpath,${_lib}")
   # The wheel's libraries are built with a newer GCC than Debian's and export

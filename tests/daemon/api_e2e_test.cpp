@@ -476,17 +476,20 @@ TEST(ApiE2eTest, MetricsCardinalityStaysBoundedAfterManyJobs) {
   ASSERT_TRUE(d.ok()) << d.log();
   const std::string spec = tiny_spec("many", 1, 0);
   constexpr int kJobs = 1000;
-  std::atomic<int> refused{0};
+  UnexpectedReplies unexpected;
   std::vector<std::thread> clients;
   for (int c = 0; c < 4; ++c) {
-    clients.emplace_back([&] {
+    clients.emplace_back([&, c] {
       for (int i = 0; i < kJobs / 4; ++i) {
-        if (d.post("/v1/jobs", spec).status != 201) ++refused;
+        const auto r = d.post("/v1/jobs", spec);
+        if (r.status != 201) {
+          unexpected.add("client " + std::to_string(c) + " POST /v1/jobs #" + std::to_string(i + 1), r);
+        }
       }
     });
   }
   for (auto& t : clients) t.join();
-  ASSERT_EQ(refused.load(), 0);
+  ASSERT_TRUE(unexpected.none()) << unexpected.text();
   const std::string done = "tailor_jobs{state=\"succeeded\"} " + std::to_string(kJobs);
   ASSERT_TRUE(wait_for([&] { return d.get("/metrics").body.find(done) != std::string::npos; }, std::chrono::seconds(300)));
   const auto prom = d.get("/metrics");
@@ -1228,8 +1231,11 @@ TEST(ApiE2eTest, SixtyFourClientsRetryingThroughAHeldStoreCreateEachJobExactlyOn
       while (accepted.load() < after) std::this_thread::yield();
       while (!other->exec("BEGIN EXCLUSIVE").is_ok()) std::this_thread::yield();  // tailord may be mid-write
       const int before = refused.load();
-      // Each submission gives up on the store after its 2 s busy timeout.
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+      // Each submission gives up on the store after its 2 s busy timeout,
+      // but a request queued behind reads that wait on the store's mutex
+      // answers later (issue 37, item 2: up to 15 s on an idle machine), so
+      // the hold lasts until two refusals, up to a minute on a loaded one.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
       while (refused.load() < before + 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
       ASSERT_TRUE(other->exec("ROLLBACK").is_ok());
     }

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The runner without its CUDA path, checked from a CUDA build: configuring
-# with -DTAILOR_CUDA=OFF and no toolkit on PATH works; tailor-runner-cpu
-# (the runner's torch sources compiled again with TAILOR_CUDA=0 against
-# LibTorch's CPU libraries, over this build's other libraries) builds with
-# no CUDA flag or library, refuses `--device cuda` with the reason, and
-# trains the demo job a few steps on the CPU. Only the runner's torch
-# sources are compiled twice: the rest of a second build proves nothing new.
+# with -DTAILOR_CUDA=OFF and no toolkit on PATH works; every CUDA-neutral
+# torch source of the runner preprocesses to the same text under the
+# CPU-only flags as under this build's, so its object serves both variants;
+# tailor-runner-cpu (the sources that read TAILOR_CUDA compiled again with
+# TAILOR_CUDA=0, linked with the neutral objects against LibTorch's CPU
+# libraries) builds with no CUDA flag or library, refuses `--device cuda`
+# with the reason, and trains the demo job a few steps on the CPU.
 #   tests/runner/build_without_cuda.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=${1:?source dir}
@@ -25,8 +26,43 @@ cuda_flags='TAILOR_CUDA=1|USE_C10D_NCCL|cuda[^ ]*/include'
 grep -Eq "$cuda_flags" "$work/configure/compile_commands.json" &&
   fail "a CPU-only compile command uses CUDA: $(grep -Eo -m1 "$cuda_flags" "$work/configure/compile_commands.json")"
 
+# The neutral sources, preprocessed as this build compiles them and as the
+# CPU-only variant would (tailor_runner_torch_objects_cpu: never built, its
+# commands are the CPU-only flags). Equal text, equal objects. Without
+# -fpch-preprocess, -E reads the precompiled header's text.
+preprocess_all() {  # TARGET OUT_DIR
+  mkdir -p "$2"
+  local i=0 cmd source
+  while read -r cmd; do
+    source=${cmd##* -c }
+    { echo "cd '$build' || exit 1"
+      sed -E 's/ -MD / /; s/ -MT [^ ]+ / /; s/ -MF [^ ]+ / /; s# -o [^ ]+ # -E -P -o '"$2/$(basename "$source").i"' #' <<<"$cmd"
+    } >"$2/$i.sh"
+    i=$((i + 1))
+  done < <(ninja -C "$build" -t commands "$1" | grep -E " -c [^ ]+\.cpp$" | grep -F "/$1.dir/")
+  ((i > 0)) || fail "no compile commands for $1"
+  printf '%s\n' "$2"/*.sh | xargs -P "$(nproc)" -n 1 sh || fail "preprocessing $1's sources"
+}
+preprocess_all tailor_runner_torch_objects "$work/pp-cuda"
+preprocess_all tailor_runner_torch_objects_cpu "$work/pp-cpu"
+n=0
+for cuda_pp in "$work"/pp-cuda/*.i; do
+  name=$(basename "$cuda_pp")
+  cpu_pp="$work/pp-cpu/$name"
+  [[ -f $cpu_pp ]] || fail "${name%.i} has no CPU-only compile command"
+  # The whole of <torch/torch.h> is in the text, so the header was read.
+  (($(stat -c %s "$cuda_pp") > 1000000)) || fail "${name%.i}: the preprocessed text is too short to hold LibTorch"
+  cmp -s "$cuda_pp" "$cpu_pp" || fail "runner/torch/${name%.i} reads CUDA's flags (it preprocesses differently with TAILOR_CUDA=0 or without CUDA's defines): list it in TAILOR_RUNNER_TORCH_CUDA_SOURCES (runner/CMakeLists.txt). First difference: $(diff "$cuda_pp" "$cpu_pp" | head -4)"
+  n=$((n + 1))
+done
+rm -rf "$work/pp-cuda" "$work/pp-cpu"
+echo "build_without_cuda: $n CUDA-neutral sources preprocess alike with and without CUDA"
+
 cmake --build "$build" --target tailor-runner-cpu >"$work/build.log" 2>&1 || { tail -50 "$work/build.log"; fail "build"; }
-commands=$(ninja -C "$build" -t commands tailor-runner-cpu)
+# The variant's own compile and link commands (the neutral objects are this
+# build's, checked above).
+commands=$(ninja -C "$build" -t commands tailor-runner-cpu | grep -E "/(tailor_runner_torch_cpu|tailor-runner-cpu)\.dir/|-o bin/tailor-runner-cpu")
+[[ -n $commands ]] || fail "no commands of tailor-runner-cpu's own"
 grep -Eq "$cuda_flags" <<<"$commands" && fail "a compile command of tailor-runner-cpu uses CUDA: $(grep -Eo -m1 "$cuda_flags" <<<"$commands")"
 runner="$build/bin/tailor-runner-cpu"
 readelf -d "$runner" | grep -E 'NEEDED.*(torch_cuda|c10_cuda)' && fail "tailor-runner-cpu links a CUDA library"

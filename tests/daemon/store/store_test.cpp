@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include <mutex>
 #include <thread>
 
 #include "daemon/store/job_store.h"
@@ -389,17 +390,23 @@ TEST(JobStoreTest, ConcurrentCreatesFromManyThreadsAllLand) {
   testing::TempDir dir;
   auto store = JobStore::open(dir.file("tailor.db")).value();
   std::vector<std::thread> threads;
-  std::atomic<int> failures{0};
+  std::mutex mu;
+  std::vector<std::string> failures;  // which create, and the store's reason
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 10; ++i) {
-        if (!store->create(sample_job("c" + std::to_string(t * 10 + i))).is_ok()) ++failures;
+        const std::string name = "c" + std::to_string(t * 10 + i);
+        const auto created = store->create(sample_job(name));
+        if (!created.is_ok()) {
+          std::lock_guard lock(mu);
+          failures.push_back("create " + name + ": " + created.status().to_string());
+        }
       }
     });
   }
   for (auto& th : threads)
     th.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
   JobFilter f;
   f.limit = 1000;
   auto all = store->list(f);
