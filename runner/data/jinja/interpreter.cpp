@@ -282,11 +282,7 @@ class Interpreter {
     try {
       return exec_inner(n);
     } catch (TemplateError& e) {
-      if (e.line == 0) {
-        e.line = n.line;
-        e.col = n.col;
-        e.construct = describe(n);
-      }
+      locate(e, n);
       throw;
     }
   }
@@ -304,17 +300,22 @@ class Interpreter {
     return s;
   }
 
+  // An error raised below a node is placed at the innermost node that knows
+  // its position.
+  static void locate(TemplateError& e, const Node& n) {
+    if (e.line != 0) return;
+    e.line = n.line;
+    e.col = n.col;
+    e.construct = describe(n);
+  }
+
   Value apply_filter_chain(const Node& f, Value subject) {
     if (f.expr) subject = apply_filter_chain(*f.expr, std::move(subject));
     try {
       CallArgs args = eval_args(f);
       return apply_filter(f.name, subject, args);
     } catch (TemplateError& e) {
-      if (e.line == 0) {
-        e.line = f.line;
-        e.col = f.col;
-        e.construct = describe(f);
-      }
+      locate(e, f);
       throw;
     }
   }
@@ -552,11 +553,7 @@ class Interpreter {
     try {
       return eval_inner(n);
     } catch (TemplateError& e) {
-      if (e.line == 0) {
-        e.line = n.line;
-        e.col = n.col;
-        e.construct = describe(n);
-      }
+      locate(e, n);
       throw;
     }
   }
