@@ -17,6 +17,7 @@ constexpr Command kCommands[] = {
     {"validate", "Check job specs and report every problem with file:line:col", run_validate},
     {"plan", "Choose the fastest memory strategy that fits the GPUs, and explain it", run_plan},
     {"run", "Plan and train a job in the foreground on this machine", run_run},
+    {"data", "Preview a job's data: rendered examples, tokens, what is trained", run_data},
     {"submit", "Submit a job to tailord (--wait to follow it to the end)", run_submit},
     {"list", "List tailord's jobs", run_list},
     {"status", "Show one job: state, plan, progress, outcome", run_status},

@@ -13,12 +13,13 @@
 
 #include "core/text.h"
 #include "core/units.h"
+#include "dsl/conversation_json.h"
 #include "dsl/spec_fields.h"
 
 namespace tailor::dsl {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // conversations keep their keys' order, as Python reads them
 
 std::string_view drop_utf8_bom(std::string_view s) {
   if (s.substr(0, 3) == "\xEF\xBB\xBF") s.remove_prefix(3);
@@ -99,10 +100,13 @@ std::string missing_field(const Json& obj, const std::string& name) {
   for (const char* turns : {"messages", "conversations", "conversation"}) {
     const auto it = obj.find(turns);
     if (it != obj.end() && it->is_array()) {
-      return why + ": this record is a conversation (" + quote(turns) +
-             ", a list of turns); Tailor does not train on conversations yet: give it text in " + quote(name) +
-             ", or prompt_field and completion_field";
+      const bool sharegpt = !it->empty() && (*it)[0].is_object() && (*it)[0].contains("from");
+      return why + ": this record is a conversation (" + quote(turns) + ", a list of turns): set data.chat: " +
+             (sharegpt ? "sharegpt" : "messages") + " to train on it with the model's chat template";
     }
+  }
+  if (obj.contains("instruction") && obj.contains("output")) {
+    return why + ": this record is an Alpaca example (\"instruction\", \"output\"): set data.chat: alpaca";
   }
   if (obj.contains("chosen") && obj.contains("rejected")) {
     return why + ": this record is a preference pair (\"chosen\", \"rejected\"); preference tuning is not built "
@@ -133,7 +137,11 @@ Status deliver_json(std::string_view text, std::int64_t line, const std::string&
   if (!obj.is_object()) return Status::invalid_argument(where + "expected a JSON object, got " + obj.type_name());
   DataRecord record;
   record.line = line;
-  if (!spec.prompt_field.empty()) {
+  std::string conversation;
+  if (is_chat(spec)) {
+    TAILOR_ASSIGN_OR_RETURN(conversation, conversation_of(obj, spec, where));
+    record.conversation = conversation;
+  } else if (!spec.prompt_field.empty()) {
     TAILOR_ASSIGN_OR_RETURN(record.prompt, string_field(obj, spec.prompt_field, where));
     TAILOR_ASSIGN_OR_RETURN(record.text, string_field(obj, spec.completion_field, where));
   } else {
@@ -258,6 +266,10 @@ Status for_each_record(std::string_view bytes, const std::string& path, const Da
         quote(spec.prompt_field) + ", completion_field=" + quote(spec.completion_field) + ")");
   }
   if (spec.prompt_field.empty() && spec.field.empty()) return Status::invalid_argument("data: field must not be empty");
+  if (is_chat(spec) && !has_records_of_fields(spec.format)) {
+    return Status::invalid_argument(path + ": chat data (data.chat: " + to_string(spec.chat) +
+                                    ") is read from jsonl or json files, not " + to_string(spec.format));
+  }
   std::int64_t delivered = 0;
   const DataRecordFn counted = [&](const DataRecord& r) -> Status {
     TAILOR_RETURN_IF_ERROR(fn(r));
@@ -451,7 +463,7 @@ Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& s
   std::int64_t with_content = 0;
   auto seen = [&](const DataRecord& r) {
     ++facts.checked;
-    if (!r.prompt.empty() || !r.text.empty()) ++with_content;
+    if (!r.prompt.empty() || !r.text.empty() || !r.conversation.empty()) ++with_content;
     return Status::ok();
   };
   if (!whole && facts.json_array) {

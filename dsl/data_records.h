@@ -20,6 +20,10 @@ struct DataRecord {
   std::int64_t line = 0;    // 1-based line where the record starts
   std::string_view prompt;  // prompt/completion data: the prompt (untrained); else empty
   std::string_view text;    // the completion, the `field` text, or a text paragraph
+  // Chat data (data.chat): the record in OpenAI's form, serialized JSON
+  // {"messages": [{"role", "content", ...}], "tools": [...]} (dsl/chat_records.h);
+  // prompt and text are empty.
+  std::string_view conversation;
 };
 
 // Calls fn for each record of `bytes`, the content of `path` read as
@@ -29,8 +33,10 @@ struct DataRecord {
 //  - jsonl: one JSON object per line; blank lines are skipped.
 //  - json:  a JSON array of objects, or JSON Lines (what Hugging Face's
 //           `json` loader accepts), told apart by the first character.
-// In jsonl and json, with spec.prompt_field and completion_field set a
-// record is that pair, else the string in spec.field. A UTF-8 byte-order
+// In jsonl and json, with spec.chat set a record is a conversation (its
+// turns checked: roles, contents, a turn data.train_on trains), with
+// spec.prompt_field and completion_field set that pair, else the string in
+// spec.field. A UTF-8 byte-order
 // mark is dropped. Records whose strings are all empty are delivered too
 // (the caller skips them). Stops after `max_records` records (0: all) or at
 // the first non-ok Status from fn, which it returns.

@@ -98,6 +98,20 @@ enum class LongExample {
   kDrop,      // left out, counted
 };
 
+// Records that are conversations, rendered with the model's chat template
+// (runner/data/chat_template.h): OpenAI-style `messages`, ShareGPT's
+// `conversations` (from/value), Alpaca's instruction/input/output.
+enum class ChatFormat { kNone, kMessages, kShareGpt, kAlpaca };
+// Which tokens of a rendered conversation are trained.
+enum class TrainOn {
+  kAssistant,      // every assistant turn
+  kAll,            // every token (but the first)
+  kLastAssistant,  // the last assistant turn only
+};
+// Whether the end-of-turn token after a trained reply is trained too (the
+// model learns to stop): after each trained turn, the last one, or none.
+enum class TrainOnEos { kTurn, kLast, kNone };
+
 struct DataSpec {
   std::string train;                  // training data file (absolute after loading); required
   std::string eval;                   // optional held-out data file; empty = none
@@ -108,7 +122,15 @@ struct DataSpec {
   std::int64_t seq_len = 0;           // tokens per sequence; default min(2048, model max_seq_len)
   bool packing = true;                // pack several documents per sequence (with boundaries)
   LongExample on_long_example = LongExample::kTruncate;  // whole examples and no packing; see Packing
+  // Conversations (chat != kNone); the keys below apply to them only.
+  ChatFormat chat = ChatFormat::kNone;
+  std::map<std::string, std::string> fields;  // record field names over the chat format's defaults
+  std::map<std::string, std::string> roles;   // sharegpt: "from" values to template roles, over the defaults
+  std::string chat_template;                  // a template file (absolute after loading); empty: the model's
+  TrainOn train_on = TrainOn::kAssistant;
+  TrainOnEos train_on_eos = TrainOnEos::kTurn;
 };
+inline bool is_chat(const DataSpec& d) { return d.chat != ChatFormat::kNone; }
 
 // How examples become rows of seq_len, decided from the spec alone so the
 // plan can say it before any data is read.
@@ -121,6 +143,7 @@ enum class Packing {
 };
 inline Packing packing_of(const DataSpec& d) {
   if (!d.packing) return Packing::kNone;
+  if (is_chat(d)) return Packing::kWholeExamples;
   return d.prompt_field.empty() || d.completion_field.empty() ? Packing::kStream : Packing::kWholeExamples;
 }
 
@@ -278,6 +301,9 @@ const char* to_string(LrScheduler v);
 const char* to_string(Runtime v);  // tailor | hf | torchtune | litgpt | torchtitan
 const char* to_string(ExecutorKind v);  // default | local | slurm | auto
 const char* to_string(LongExample v);   // truncate | drop
+const char* to_string(ChatFormat v);    // none | messages | sharegpt | alpaca
+const char* to_string(TrainOn v);       // assistant | all | last_assistant
+const char* to_string(TrainOnEos v);    // turn | last | none
 const char* to_string(Packing v);       // none | stream | whole-examples
 // The plan's words: "whole examples, first-fit decreasing", "stream, split at
 // row boundaries (plain text)", "none: one example per row, padded".

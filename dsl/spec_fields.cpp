@@ -52,6 +52,35 @@ struct EnumNames<DataFormat> {
   }
 };
 template <>
+struct EnumNames<ChatFormat> {
+  static const std::vector<std::pair<ChatFormat, const char*>>& names() {
+    static const std::vector<std::pair<ChatFormat, const char*>> k = {{ChatFormat::kNone, "none"},
+                                                                       {ChatFormat::kMessages, "messages"},
+                                                                       {ChatFormat::kShareGpt, "sharegpt"},
+                                                                       {ChatFormat::kAlpaca, "alpaca"}};
+    return k;
+  }
+};
+
+template <>
+struct EnumNames<TrainOn> {
+  static const std::vector<std::pair<TrainOn, const char*>>& names() {
+    static const std::vector<std::pair<TrainOn, const char*>> k = {
+        {TrainOn::kAssistant, "assistant"}, {TrainOn::kAll, "all"}, {TrainOn::kLastAssistant, "last_assistant"}};
+    return k;
+  }
+};
+
+template <>
+struct EnumNames<TrainOnEos> {
+  static const std::vector<std::pair<TrainOnEos, const char*>>& names() {
+    static const std::vector<std::pair<TrainOnEos, const char*>> k = {
+        {TrainOnEos::kTurn, "turn"}, {TrainOnEos::kLast, "last"}, {TrainOnEos::kNone, "none"}};
+    return k;
+  }
+};
+
+template <>
 struct EnumNames<LongExample> {
   static const std::vector<std::pair<LongExample, const char*>>& names() {
     static const std::vector<std::pair<LongExample, const char*>> k = {{LongExample::kTruncate, "truncate"},
@@ -293,6 +322,16 @@ const std::vector<Field<ModelSpec>>& model_fields_resolved() {
   return k;
 }
 
+// A key of conversation data, written back (--resolved) only for a spec
+// with chat data, so the resolved form of other specs does not change.
+Field<DataSpec> chat_only(Field<DataSpec> f) {
+  f.write = [write = f.write](const DataSpec& d) -> std::optional<Node> {
+    if (!is_chat(d)) return std::nullopt;
+    return write(d);
+  };
+  return f;
+}
+
 const std::vector<Field<DataSpec>>& data_fields() {
   static const std::vector<Field<DataSpec>> k = {
       field("train", "Training data file, relative to the spec file.", &DataSpec::train, string_not_empty(), true),
@@ -318,6 +357,31 @@ const std::vector<Field<DataSpec>>& data_fields() {
             "truncate or drop an example longer than seq_len + 1 tokens (prompt/completion packing, or packing "
             "false). Default truncate; one truncated to no trained token is dropped. Plain text is split instead.",
             &DataSpec::on_long_example),
+      chat_only(field("chat",
+            "Records are conversations, rendered with the model's chat template: messages (OpenAI's role/content "
+            "turns, with a tools column), sharegpt (from/value turns) or alpaca (instruction/input/output). "
+            "Default none.",
+            &DataSpec::chat)),
+      chat_only(field("fields",
+            "chat: record field names over the format's defaults. messages: messages, tools, role, content; "
+            "sharegpt: conversations, from, value, system, tools; alpaca: instruction, input, output, system, "
+            "history.",
+            &DataSpec::fields)),
+      chat_only(field("roles",
+            "sharegpt: \"from\" values and the roles they stand for, over the defaults (human, user: user; gpt, "
+            "assistant, model: assistant; system; tool, observation, function_response: tool).",
+            &DataSpec::roles)),
+      field("chat_template",
+            "chat: a Jinja chat template file, relative to the spec file. Default: the model folder's "
+            "chat_template.jinja, else tokenizer_config.json's chat_template.",
+            &DataSpec::chat_template, string_not_empty()),
+      chat_only(field("train_on",
+            "chat: the tokens trained: assistant (every assistant turn, the default), all, or last_assistant.",
+            &DataSpec::train_on)),
+      chat_only(field("train_on_eos",
+            "chat: train the end-of-turn token after each trained reply (turn, the default), after the last "
+            "(last), or none. A template's {% generation %} blocks say it themselves.",
+            &DataSpec::train_on_eos)),
   };
   return k;
 }
@@ -735,6 +799,9 @@ const char* to_string(LrScheduler v) { return name_of(v); }
 const char* to_string(Runtime v) { return name_of(v); }
 const char* to_string(ExecutorKind v) { return name_of(v); }
 const char* to_string(LongExample v) { return name_of(v); }
+const char* to_string(ChatFormat v) { return name_of(v); }
+const char* to_string(TrainOn v) { return name_of(v); }
+const char* to_string(TrainOnEos v) { return name_of(v); }
 
 const char* to_string(Packing v) {
   switch (v) {

@@ -1,5 +1,7 @@
 #include "dsl/spec_loader.h"
 
+#include "dsl/chat_records.h"
+#include "dsl/chat_template_source.h"
 #include "dsl/model_family.h"
 #include "dsl/rope.h"
 #include "dsl/tokenizer_files.h"
@@ -291,6 +293,61 @@ void resolve_model(JobSpec& spec, const Node& root, const std::string& base_dir,
   check_arch(spec.model.arch, root, has_arch ? "model.arch" : "model", d);
 }
 
+// The keys of conversation data (data.chat): each applies to it alone, and
+// the record fields, roles and template file are checked here.
+void check_chat_data(DataSpec& data, const Node& root, const std::string& base_dir, const LoadOptions& opt,
+                     Diagnostics& d) {
+  if (!is_chat(data)) {
+    for (const char* key : {"fields", "roles", "chat_template", "train_on", "train_on_eos"}) {
+      const std::string path = std::string("data.") + key;
+      if (node_at(root, path) != nullptr) d.error(loc_at(root, path), path, "applies to chat data only (set data.chat)");
+    }
+    return;
+  }
+  const std::string kind = to_string(data.chat);
+  for (const char* key : {"field", "prompt_field", "completion_field"}) {
+    const std::string path = std::string("data.") + key;
+    if (node_at(root, path) != nullptr) {
+      d.error(loc_at(root, path), path,
+              "does not apply to chat data (data.chat: " + kind + "); data.fields names its record fields");
+    }
+  }
+  if (!has_records_of_fields(data.format)) {
+    d.error(loc_at(root, "data.chat"), "data.chat",
+            "chat data is read from jsonl or json files, not " + std::string(to_string(data.format)));
+  }
+  const auto& defaults = chat_field_defaults(data.chat);
+  for (const auto& [key, value] : data.fields) {
+    const std::string path = "data.fields." + key;
+    const bool known = std::any_of(defaults.begin(), defaults.end(), [&](const auto& kv) { return kv.first == key; });
+    if (!known) {
+      std::vector<std::string> keys;
+      for (const auto& kv : defaults) keys.push_back(kv.first);
+      d.error(loc_at(root, path), path, "not a field of " + kind + " records; expected one of " + join(keys, ", "));
+    } else if (value.empty()) {
+      d.error(loc_at(root, path), path, "must not be empty");
+    }
+  }
+  if (!data.roles.empty() && data.chat != ChatFormat::kShareGpt) {
+    d.error(loc_at(root, "data.roles"), "data.roles", "applies to sharegpt data only");
+  }
+  for (const auto& [from, role] : data.roles) {
+    const auto& roles = template_roles();
+    if (std::find(roles.begin(), roles.end(), role) == roles.end()) {
+      const std::string path = "data.roles." + from;
+      d.error(loc_at(root, path), path, "unknown role " + quote(role) + "; expected one of " + join(roles, ", "));
+    }
+  }
+  if (!data.chat_template.empty()) {
+    data.chat_template = resolve_path(data.chat_template, loc_at(root, "data.chat_template"), base_dir);
+    std::error_code ec;
+    if (opt.check_files && !fs::is_regular_file(data.chat_template, ec)) {
+      d.error(loc_at(root, "data.chat_template"), "data.chat_template",
+              "chat template file " + quote(data.chat_template, kWhole) + " does not exist or is not a file");
+    }
+  }
+}
+
 void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, const LoadOptions& opt,
                   Diagnostics& d) {
   DataSpec& data = spec.data;
@@ -338,6 +395,7 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
   if ((!data.prompt_field.empty() || data.field != DataSpec().field) && !has_records_of_fields(data.format)) {
     d.error(loc_at(root, "data.format"), "data.format", "field names apply to jsonl and json data only");
   }
+  check_chat_data(data, root, base_dir, opt, d);
   const std::int64_t max_len = spec.model.arch.max_seq_len;
   if (data.seq_len == 0) {
     data.seq_len = max_len > 0 ? std::min<std::int64_t>(2048, max_len) : 2048;
@@ -550,6 +608,23 @@ LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, c
   // Data is read only for a spec otherwise valid: its format and fields
   // decide how, and a broken spec is not worth the reading.
   if (opt.check_files && opt.check_data && !d.has_errors()) check_data_files(spec, root, opt, out.data, d);
+  // A chat job needs a template the runner will find (the folder's files
+  // are read with check_files, as the tokenizer is).
+  const bool template_readable = spec.data.chat_template.empty() || opt.read_root.empty() ||
+                                 inside_root(spec.data.chat_template, opt.read_root);
+  if (opt.check_files && is_chat(spec.data) && template_readable && !d.has_errors()) {
+    if (auto found = find_chat_template(spec.data, spec.model.path); !found.is_ok()) {
+      const char* key = spec.data.chat_template.empty() ? "data.chat" : "data.chat_template";
+      d.error(loc_at(root, key), key, found.status().message());
+    }
+    // Masks map characters to tokens through the tokenizer's offsets, which
+    // the SentencePiece reader does not give.
+    if (auto tok = choose_tokenizer(spec.model.path); tok.is_ok() && tok->kind == TokenizerKind::kSentencePiece) {
+      d.error(loc_at(root, "data.chat"), "data.chat",
+              "conversations need a tokenizer.json (byte-level BPE) or byte tokenizer; " + tok->file +
+                  " is a SentencePiece model, which Tailor does not read offsets from yet");
+    }
+  }
   if (!d.has_errors()) out.spec = std::move(spec);
   return out;
 }

@@ -4,6 +4,7 @@
 #include <pcre2.h>
 #include <unicode/normalizer2.h>
 #include <unicode/unistr.h>
+#include <unicode/utf8.h>
 
 #include <nlohmann/json.hpp>
 
@@ -88,6 +89,46 @@ std::string nfc(std::string_view text) {
   std::string utf8;
   out.toUTF8String(utf8);
   return utf8;
+}
+
+// Text cut where NFC has a boundary, each piece normalized on its own.
+struct NfcChunks {
+  std::string normalized;
+  std::vector<std::size_t> raw_start, norm_start;  // per chunk, plus the ends
+  // The raw offset for a normalized one: a chunk's start, or (for an end
+  // inside a chunk) that chunk's end.
+  std::size_t to_raw(std::size_t norm, bool is_end) const {
+    const auto it = std::upper_bound(norm_start.begin(), norm_start.end(), norm);
+    const std::size_t k = static_cast<std::size_t>(it - norm_start.begin()) - 1;
+    if (norm_start[k] == norm || !is_end) return raw_start[k];
+    return raw_start[std::min(k + 1, raw_start.size() - 1)];
+  }
+};
+
+NfcChunks nfc_chunks(std::string_view text) {
+  NfcChunks out;
+  UErrorCode err = U_ZERO_ERROR;
+  const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(err);
+  std::size_t chunk = 0;
+  auto flush = [&](std::size_t end) {
+    if (end == chunk) return;
+    out.raw_start.push_back(chunk);
+    out.norm_start.push_back(out.normalized.size());
+    out.normalized += nfc(text.substr(chunk, end - chunk));
+    chunk = end;
+  };
+  const auto* p = reinterpret_cast<const std::uint8_t*>(text.data());
+  const auto size = static_cast<std::int32_t>(text.size());
+  for (std::int32_t i = 0; i < size;) {
+    const std::int32_t at = i;
+    UChar32 c = 0;
+    U8_NEXT(p, i, size, c);
+    if (at > 0 && (U_FAILURE(err) || c < 0 || n->hasBoundaryBefore(c))) flush(static_cast<std::size_t>(at));
+  }
+  flush(text.size());
+  out.raw_start.push_back(text.size());
+  out.norm_start.push_back(out.normalized.size());
+  return out;
 }
 
 // Ids index tables of that size: a bound keeps a corrupt file from asking
@@ -276,18 +317,25 @@ Status BpeTokenizer::read_bos_eos() {
   return Status::ok();
 }
 
-void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& out) const {
+void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& out, std::size_t base,
+                               Offsets* offsets) const {
   const ByteSymbols& bs = byte_symbols();
   std::vector<std::string> symbols;
+  std::vector<std::uint32_t> lengths;  // bytes of `word` each symbol stands for
   symbols.reserve(word.size());
   for (unsigned char b : word)
     symbols.push_back(bs.of_byte[b]);
+  lengths.assign(word.size(), 1);
+  auto emit = [&](std::int32_t id, std::size_t begin, std::size_t end) {
+    out.push_back(id);
+    if (offsets) offsets->emplace_back(static_cast<std::uint32_t>(base + begin), static_cast<std::uint32_t>(base + end));
+  };
   if (ignore_merges_) {
     std::string whole;
     for (const std::string& s : symbols)
       whole += s;
     if (auto it = vocab_.find(whole); it != vocab_.end()) {
-      out.push_back(it->second);
+      emit(it->second, 0, word.size());
       return;
     }
   }
@@ -306,30 +354,32 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>&
     }
     if (best < 0) break;
     symbols[at] += symbols[at + 1];
+    lengths[at] += lengths[at + 1];
     symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+    lengths.erase(lengths.begin() + static_cast<std::ptrdiff_t>(at) + 1);
   }
-  for (const std::string& s : symbols) {
+  std::size_t pos = 0;
+  for (std::size_t k = 0; k < symbols.size(); ++k) {
+    const std::string& s = symbols[k];
     if (auto it = vocab_.find(s); it != vocab_.end()) {
-      out.push_back(it->second);
+      emit(it->second, pos, pos + lengths[k]);
     } else {
-      // Not in the vocabulary (a tokenizer without every byte): its bytes.
-      for (std::size_t i = 0; i < s.size(); i += utf8_length(static_cast<unsigned char>(s[i]))) {
+      // Not in the vocabulary (a tokenizer without every byte): its bytes,
+      // each byte symbol standing for one byte of the word.
+      std::size_t byte = pos;
+      for (std::size_t i = 0; i < s.size(); i += utf8_length(static_cast<unsigned char>(s[i])), ++byte) {
         auto b = vocab_.find(s.substr(i, utf8_length(static_cast<unsigned char>(s[i]))));
-        if (b != vocab_.end()) out.push_back(b->second);
+        if (b != vocab_.end()) emit(b->second, byte, byte + 1);
       }
     }
+    pos += lengths[k];
   }
 }
 
-void BpeTokenizer::encode_words(std::string_view raw, std::vector<std::int32_t>& out) const {
-  if (raw.empty()) return;
-  // The normalizer applies to the text between added tokens, as in the
-  // tokenizers library (its added tokens match the text as written).
-  std::string normalized;
-  if (nfc_) normalized = nfc(raw);
-  const std::string_view text = nfc_ ? std::string_view(normalized) : raw;
+void BpeTokenizer::encode_pieces(std::string_view text, std::vector<std::int32_t>& out, std::size_t base,
+                                 Offsets* offsets) const {
   if (!regex_) {
-    encode_word(text, out);
+    encode_word(text, out, base, offsets);
     return;
   }
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex_->code, nullptr);
@@ -338,32 +388,52 @@ void BpeTokenizer::encode_words(std::string_view raw, std::vector<std::int32_t>&
   while (pos < text.size()) {
     const int rc = pcre2_match(regex_->code, subject, text.size(), pos, 0, md, nullptr);
     if (rc < 0) {  // no further match: the rest is one piece
-      encode_word(text.substr(pos), out);
+      encode_word(text.substr(pos), out, base + pos, offsets);
       break;
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const std::size_t start = ov[0], end = ov[1];
-    if (start > pos) encode_word(text.substr(pos, start - pos), out);  // Isolated: gaps are pieces too
+    if (start > pos) encode_word(text.substr(pos, start - pos), out, base + pos, offsets);  // Isolated: gaps are pieces too
     if (end > start) {
-      encode_word(text.substr(start, end - start), out);
+      encode_word(text.substr(start, end - start), out, base + start, offsets);
       pos = end;
     } else {
       // An empty match: step over one character.
       const std::size_t n = std::min(text.size() - start, utf8_length(static_cast<unsigned char>(text[start])));
-      encode_word(text.substr(start, n), out);
+      encode_word(text.substr(start, n), out, base + start, offsets);
       pos = start + n;
     }
   }
   pcre2_match_data_free(md);
 }
 
-std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
-  std::vector<std::int32_t> out;
-  std::string prefixed;
-  if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
-    prefixed = " " + std::string(text);
-    text = prefixed;
+void BpeTokenizer::encode_words(std::string_view raw, std::vector<std::int32_t>& out, std::size_t base,
+                                Offsets* offsets) const {
+  if (raw.empty()) return;
+  // The normalizer applies to the text between added tokens, as in the
+  // tokenizers library (its added tokens match the text as written).
+  if (!nfc_) {
+    encode_pieces(raw, out, base, offsets);
+    return;
   }
+  if (offsets == nullptr) {
+    const std::string normalized = nfc(raw);
+    encode_pieces(normalized, out, 0, nullptr);
+    return;
+  }
+  // Offsets of normalized text are taken back to `raw` chunk by chunk: NFC
+  // of a text is the NFC of its pieces cut where a character has a
+  // normalization boundary before it, so each piece maps onto its own.
+  const NfcChunks chunks = nfc_chunks(raw);
+  Offsets local;
+  encode_pieces(chunks.normalized, out, 0, &local);
+  for (auto [begin, end] : local) {
+    offsets->emplace_back(static_cast<std::uint32_t>(base + chunks.to_raw(begin, false)),
+                          static_cast<std::uint32_t>(base + chunks.to_raw(end, true)));
+  }
+}
+
+void BpeTokenizer::encode_text(std::string_view text, std::vector<std::int32_t>& out, Offsets* offsets) const {
   // Added tokens are matched first, longest first at each position.
   std::size_t start = 0;
   for (std::size_t i = 0; i < text.size();) {
@@ -382,13 +452,42 @@ std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
       ++i;
       continue;
     }
-    encode_words(text.substr(start, i - start), out);
+    encode_words(text.substr(start, i - start), out, start, offsets);
     out.push_back(hit->id);
+    if (offsets) offsets->emplace_back(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i + hit->content.size()));
     i += hit->content.size();
     start = i;
   }
-  encode_words(text.substr(start), out);
+  encode_words(text.substr(start), out, start, offsets);
+}
+
+std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<std::int32_t> out;
+  if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
+    encode_text(" " + std::string(text), out, nullptr);
+  } else {
+    encode_text(text, out, nullptr);
+  }
   return out;
+}
+
+Result<EncodedText> BpeTokenizer::encode_with_offsets(std::string_view text) const {
+  EncodedText out;
+  if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
+    encode_text(" " + std::string(text), out.ids, &out.offsets);
+    // The space added in front is no byte of `text`: the first token starts at 0.
+    for (auto& [begin, end] : out.offsets) {
+      begin = begin == 0 ? 0 : begin - 1;
+      end = end == 0 ? 0 : end - 1;
+    }
+  } else {
+    encode_text(text, out.ids, &out.offsets);
+  }
+  return out;
+}
+
+bool BpeTokenizer::is_special(std::int32_t id) const {
+  return id >= 0 && static_cast<std::size_t>(id) < special_.size() && special_[static_cast<std::size_t>(id)];
 }
 
 std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {

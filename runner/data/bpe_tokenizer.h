@@ -37,6 +37,8 @@ class BpeTokenizer final : public Tokenizer {
   ~BpeTokenizer() override;
 
   std::vector<std::int32_t> encode(std::string_view text) const override;
+  Result<EncodedText> encode_with_offsets(std::string_view text) const override;
+  bool is_special(std::int32_t id) const override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
   std::int32_t bos_id() const override { return bos_; }
   std::int32_t eos_id() const override { return eos_; }
@@ -60,8 +62,13 @@ class BpeTokenizer final : public Tokenizer {
     bool special;
   };
   BpeTokenizer() = default;
-  void encode_words(std::string_view text, std::vector<std::int32_t>& out) const;
-  void encode_word(std::string_view word, std::vector<std::int32_t>& out) const;
+  // Offsets, where asked for, are of the bytes of the text given to encode():
+  // `base` is where `text`/`word` starts in it.
+  using Offsets = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
+  void encode_text(std::string_view text, std::vector<std::int32_t>& out, Offsets* offsets) const;
+  void encode_words(std::string_view text, std::vector<std::int32_t>& out, std::size_t base, Offsets* offsets) const;
+  void encode_pieces(std::string_view text, std::vector<std::int32_t>& out, std::size_t base, Offsets* offsets) const;
+  void encode_word(std::string_view word, std::vector<std::int32_t>& out, std::size_t base, Offsets* offsets) const;
 
   std::string path_, fingerprint_;
   std::unique_ptr<Regex> regex_;

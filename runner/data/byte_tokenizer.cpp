@@ -11,6 +11,14 @@ std::vector<std::int32_t> ByteTokenizer::encode(std::string_view text) const {
   return ids;
 }
 
+Result<EncodedText> ByteTokenizer::encode_with_offsets(std::string_view text) const {
+  EncodedText out;
+  out.ids = encode(text);
+  out.offsets.reserve(text.size());
+  for (std::uint32_t i = 0; i < text.size(); ++i) out.offsets.emplace_back(i, i + 1);
+  return out;
+}
+
 std::string ByteTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   std::string text;
   text.reserve(ids.size());

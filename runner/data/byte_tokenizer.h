@@ -24,6 +24,7 @@ class ByteTokenizer final : public Tokenizer {
 
   // One id per byte of `text`; no specials are added.
   std::vector<std::int32_t> encode(std::string_view text) const override;
+  Result<EncodedText> encode_with_offsets(std::string_view text) const override;
 
   // The bytes of `ids`; specials and any id outside 0..255 are skipped.
   std::string decode(const std::vector<std::int32_t>& ids) const override;

@@ -32,6 +32,13 @@ class Builder {
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
     trained_.insert(trained_.end(), ids.size(), trained ? 1 : 0);
   }
+  // A whole document as it comes: a rendered conversation carries its own
+  // BOS and end-of-turn tokens.
+  void append_document(const std::vector<std::int32_t>& ids, const std::vector<std::uint8_t>& trained) {
+    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+    trained_.insert(trained_.end(), trained.begin(), trained.end());
+    offsets_.push_back(static_cast<std::int64_t>(tokens_.size()));
+  }
   void append_id(std::int32_t id) {
     tokens_.push_back(id);
     trained_.push_back(1);
@@ -63,8 +70,17 @@ class Builder {
 
 // jsonl, json and text: the records dsl::for_each_record reads, the same
 // reader `tailor validate` and tailord's submission check files with.
-Status load_records(std::string_view bytes, const std::string& path, const dsl::DataSpec& spec, Builder& out) {
-  return dsl::for_each_record(bytes, path, spec, [&](const dsl::DataRecord& r) {
+Status load_records(std::string_view bytes, const std::string& path, const dsl::DataSpec& spec,
+                    const ChatSetup* chat, const Tokenizer& tok, Builder& out) {
+  return dsl::for_each_record(bytes, path, spec, [&](const dsl::DataRecord& r) -> Status {
+    if (!r.conversation.empty()) {
+      if (chat == nullptr) return Status::internal("chat data without its chat template");
+      auto example = tokenize_chat(*chat, tok, r.conversation);
+      if (!example.is_ok()) return example.status().prefixed(path + ":" + std::to_string(r.line));
+      if (example->ids.empty()) return Status::ok();
+      out.append_document(example->ids, example->trained);
+      return Status::ok();
+    }
     if (r.prompt.empty() && r.text.empty()) return Status::ok();
     out.begin();
     if (!r.prompt.empty()) out.append_text(r.prompt, false);
@@ -115,13 +131,17 @@ Status load_tokens(std::string_view bytes, const std::string& path, const Tokeni
 
 }  // namespace
 
-Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok) {
+Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok,
+                                 const ChatSetup* chat) {
+  if (dsl::is_chat(spec) && chat == nullptr) {
+    return Status::invalid_argument(path + ": chat data needs its chat template (load_chat_setup)");
+  }
   TAILOR_ASSIGN_OR_RETURN(const std::string bytes, read_file(path));
   Builder out(tok, bytes.size());
   if (spec.format == dsl::DataFormat::kTokens) {
     TAILOR_RETURN_IF_ERROR(load_tokens(bytes, path, tok, out));
   } else {
-    TAILOR_RETURN_IF_ERROR(load_records(bytes, path, spec, out));
+    TAILOR_RETURN_IF_ERROR(load_records(bytes, path, spec, chat, tok, out));
   }
   if (out.documents() == 0) {
     return Status::invalid_argument(path + ": no documents (the file is empty or holds only empty " +
@@ -131,8 +151,8 @@ Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& s
 }
 
 Result<std::vector<Example>> load_examples(const std::string& path, const dsl::DataSpec& spec,
-                                           const Tokenizer& tok) {
-  TAILOR_ASSIGN_OR_RETURN(const TokenStore store, tokenize_file(path, spec, tok));
+                                           const Tokenizer& tok, const ChatSetup* chat) {
+  TAILOR_ASSIGN_OR_RETURN(const TokenStore store, tokenize_file(path, spec, tok, chat));
   return store.to_examples();
 }
 

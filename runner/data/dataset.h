@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "dsl/job_spec.h"
+#include "runner/data/chat_tokens.h"
 #include "runner/data/token_store.h"
 #include "runner/data/tokenizer.h"
 
@@ -23,7 +24,10 @@ namespace tailor::runner::data {
 //            and spec.completion_field set, a document is prompt +
 //            completion (concatenated as is, no separator) with trained = 0
 //            on BOS and the prompt, 1 on the completion and EOS. Otherwise
-//            it is the record's text, all trained but BOS.
+//            it is the record's text, all trained but BOS. Chat data
+//            (spec.chat) is a document per conversation as tokenize_chat
+//            renders and masks it with `chat` (required then), nothing
+//            added around it.
 //  - tokens: little-endian int32 ids, documents separated by tok.eos_id() (a
 //            final document may lack it); a BOS already leading a document is not
 //            doubled. Ids are not checked against any vocab here (the file
@@ -38,14 +42,15 @@ namespace tailor::runner::data {
 //   data.jsonl:3:12: not valid JSON: syntax error while parsing value ...
 // a file that cannot be read is NotFound or IOError, and a file without a
 // single document is InvalidArgument. Never throws.
-Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok);
+Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok,
+                                 const ChatSetup* chat = nullptr);
 
 // tokenize_file as one Example per document (small data and tests).
 Result<std::vector<Example>> load_examples(const std::string& path, const dsl::DataSpec& spec,
-                                           const Tokenizer& tok);
+                                           const Tokenizer& tok, const ChatSetup* chat = nullptr);
 
 // Bumped whenever tokenize_file's output for the same input could change
 // (document splitting, masking, specials): part of the token cache's key.
-inline constexpr int kDatasetFormatVersion = 1;
+inline constexpr int kDatasetFormatVersion = 2;
 
 }  // namespace tailor::runner::data

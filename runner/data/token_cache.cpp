@@ -219,7 +219,8 @@ void add_field(std::string& key, std::string_view name, std::string_view value) 
 }
 
 // The key without the file's size and mtime: what names the entry.
-std::string entry_name_key(const FileIdentity& file, const dsl::DataSpec& spec, const Tokenizer& tok) {
+std::string entry_name_key(const FileIdentity& file, const dsl::DataSpec& spec, const Tokenizer& tok,
+                           const ChatSetup* chat) {
   std::string key = "tailor token cache\n";
   add_field(key, "cache_version", std::to_string(kTokenCacheVersion));
   add_field(key, "dataset_version", std::to_string(kDatasetFormatVersion));
@@ -229,6 +230,15 @@ std::string entry_name_key(const FileIdentity& file, const dsl::DataSpec& spec, 
     add_field(key, "field", spec.field);
     add_field(key, "prompt_field", spec.prompt_field);
     add_field(key, "completion_field", spec.completion_field);
+  }
+  if (dsl::is_chat(spec) && chat != nullptr) {  // what a conversation renders to and trains
+    add_field(key, "chat", dsl::to_string(spec.chat));
+    for (const auto& [k, v] : spec.fields) add_field(key, "chat_field." + k, v);
+    for (const auto& [k, v] : spec.roles) add_field(key, "chat_role." + k, v);
+    add_field(key, "chat_template", chat->template_text);
+    add_field(key, "chat_variables", chat->variables.dump());
+    add_field(key, "train_on", dsl::to_string(chat->train_on));
+    add_field(key, "train_on_eos", dsl::to_string(chat->train_on_eos));
   }
   add_field(key, "tokenizer", tok.fingerprint());
   return key;
@@ -250,22 +260,23 @@ std::string default_token_cache_dir() {
   return {};
 }
 
-std::string token_cache_key(const FileIdentity& file, const dsl::DataSpec& spec, const Tokenizer& tok) {
-  std::string key = entry_name_key(file, spec, tok);
+std::string token_cache_key(const FileIdentity& file, const dsl::DataSpec& spec, const Tokenizer& tok,
+                            const ChatSetup* chat) {
+  std::string key = entry_name_key(file, spec, tok, chat);
   add_field(key, "size", std::to_string(file.size_bytes));
   add_field(key, "mtime_ns", std::to_string(file.mtime_ns));
   return key;
 }
 
 Result<TokenizedData> load_tokenized(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok,
-                                     const std::string& cache_dir) {
+                                     const std::string& cache_dir, const ChatSetup* chat) {
   TokenizedData out;
   auto warn = [&](std::string message) {
     log_warning("token cache: " + message);
     out.warnings.push_back(std::move(message));
   };
   auto uncached = [&]() -> Result<TokenizedData> {
-    TAILOR_ASSIGN_OR_RETURN(out.store, tokenize_file(path, spec, tok));
+    TAILOR_ASSIGN_OR_RETURN(out.store, tokenize_file(path, spec, tok, chat));
     out.source = TokenizedData::Source::kUncached;
     return std::move(out);
   };
@@ -280,9 +291,9 @@ Result<TokenizedData> load_tokenized(const std::string& path, const dsl::DataSpe
     warn("cannot create folder " + cache_dir + ": " + ec.message() + "; tokenizing in memory");
     return uncached();
   }
-  const std::string key = token_cache_key(before, spec, tok);
+  const std::string key = token_cache_key(before, spec, tok, chat);
   const std::string file =
-      (fs::path(cache_dir) / ("tokens-" + hex64(fnv1a64(entry_name_key(before, spec, tok))) + ".bin")).string();
+      (fs::path(cache_dir) / ("tokens-" + hex64(fnv1a64(entry_name_key(before, spec, tok, chat))) + ".bin")).string();
 
   Opened opened = open_entry(file, key);
   switch (opened.kind) {
@@ -301,7 +312,7 @@ Result<TokenizedData> load_tokenized(const std::string& path, const dsl::DataSpe
       break;
   }
 
-  TAILOR_ASSIGN_OR_RETURN(out.store, tokenize_file(path, spec, tok));
+  TAILOR_ASSIGN_OR_RETURN(out.store, tokenize_file(path, spec, tok, chat));
   out.source = TokenizedData::Source::kUncached;
   // A file rewritten while we read it may have given a mix of old and new
   // content: usable this once, but not to be remembered under either key.

@@ -31,6 +31,7 @@
 
 #include "core/status.h"
 #include "dsl/job_spec.h"
+#include "runner/data/chat_tokens.h"
 #include "runner/data/file_io.h"
 #include "runner/data/token_store.h"
 #include "runner/data/tokenizer.h"
@@ -49,7 +50,9 @@ std::string default_token_cache_dir();
 // settings, the tokenizer's fingerprint, kDatasetFormatVersion and
 // kTokenCacheVersion. The entry's file name hashes all of it but the size
 // and mtime, so a changed data file replaces its stale entry.
-std::string token_cache_key(const FileIdentity& file, const dsl::DataSpec& spec, const Tokenizer& tok);
+// For chat data, `chat`'s template, special tokens and train_on settings too.
+std::string token_cache_key(const FileIdentity& file, const dsl::DataSpec& spec, const Tokenizer& tok,
+                            const ChatSetup* chat = nullptr);
 
 struct TokenizedData {
   enum class Source {
@@ -72,6 +75,6 @@ struct TokenizedData {
 // gives a warning and an uncached result. Errors are tokenize_file's (the
 // data itself is bad or unreadable). Never throws.
 Result<TokenizedData> load_tokenized(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok,
-                                     const std::string& cache_dir);
+                                     const std::string& cache_dir, const ChatSetup* chat = nullptr);
 
 }  // namespace tailor::runner::data

@@ -7,6 +7,12 @@
 
 namespace tailor::runner::data {
 
+Result<EncodedText> Tokenizer::encode_with_offsets(std::string_view) const {
+  return Status::failed_precondition("the tokenizer (" + describe() +
+                                     ") does not report which text each token stands for, which chat data needs; "
+                                     "chat data is read with a tokenizer.json (byte-level BPE) or the byte tokenizer");
+}
+
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const dsl::ModelSpec& model) {
   TAILOR_ASSIGN_OR_RETURN(const dsl::TokenizerChoice choice, dsl::choose_tokenizer(model.path));
   std::unique_ptr<Tokenizer> tok;

@@ -8,12 +8,21 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
 #include "dsl/job_spec.h"
 
 namespace tailor::runner::data {
+
+// Ids with the bytes of the text each stands for.
+struct EncodedText {
+  std::vector<std::int32_t> ids;
+  // [begin, end) byte offsets into the text, one per id, in order; a
+  // special matched in the text covers its spelling.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> offsets;
+};
 
 // Text <-> token ids. Implementations are immutable after construction, so
 // a tokenizer may be shared between threads.
@@ -23,6 +32,13 @@ class Tokenizer {
 
   // The ids of `text`, without BOS/EOS (the dataset adds those per document).
   virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+  // encode(text) with each id's bytes of `text`: chat data maps the
+  // characters it trains to tokens through them. FailedPrecondition from a
+  // tokenizer that cannot say (naming it).
+  virtual Result<EncodedText> encode_with_offsets(std::string_view text) const;
+  // Whether `id` is a special token (BOS, EOS, an end-of-turn marker): the
+  // end of a chat turn is the first special after the reply.
+  virtual bool is_special(std::int32_t id) const { return id == bos_id() || id == eos_id(); }
   // The text of `ids`; special ids (BOS, EOS, padding) contribute nothing.
   virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
 

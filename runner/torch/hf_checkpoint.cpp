@@ -5,9 +5,13 @@
 #include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "dsl/model_family.h"
 #include "platform/files.h"
@@ -352,22 +356,8 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
                                        dsl::hf_generation_config_json(extras.tokens));
     if (!s.is_ok()) return fail(s);
   }
-  if (extras.tokenizer_from.empty() && extras.byte_tokenizer) {
-    for (const auto& [name, text] : {std::pair{"tokenizer.json", data::byte_tokenizer_json()},
-                                     std::pair{"tokenizer_config.json", data::byte_tokenizer_config_json()}}) {
-      s = platform::write_file_atomic((tmp / name).string(), text);
-      if (!s.is_ok()) return fail(s);
-    }
-  }
-  if (!extras.tokenizer_from.empty()) {
-    for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                             "added_tokens.json"}) {
-      const fs::path from = fs::path(extras.tokenizer_from) / name;
-      if (!fs::is_regular_file(from, ec)) continue;
-      fs::copy_file(from, tmp / name, fs::copy_options::overwrite_existing, ec);
-      if (ec) return fail(Status::io_error("copying " + from.string() + ": " + ec.message()));
-    }
-  }
+  s = write_tokenizer_files(tmp.string(), extras);
+  if (!s.is_ok()) return fail(s);
   // transformers refuses safetensors files whose metadata lacks format "pt".
   const std::map<std::string, std::string> metadata{{"format", "pt"}};
   io::ShardIndex index;
@@ -394,6 +384,42 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
 }
 
 }  // namespace
+
+Status write_tokenizer_files(const std::string& folder_arg, const HfExport& extras) {
+  const fs::path folder(folder_arg);
+  std::error_code ec;
+  if (extras.tokenizer_from.empty() && extras.byte_tokenizer) {
+    for (const auto& [name, text] : {std::pair{"tokenizer.json", data::byte_tokenizer_json()},
+                                     std::pair{"tokenizer_config.json", data::byte_tokenizer_config_json()}}) {
+      TAILOR_RETURN_IF_ERROR(platform::write_file_atomic((folder / name).string(), text));
+    }
+  }
+  if (!extras.tokenizer_from.empty()) {
+    for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "added_tokens.json"}) {
+      const fs::path from = fs::path(extras.tokenizer_from) / name;
+      if (!fs::is_regular_file(from, ec)) continue;
+      fs::copy_file(from, folder / name, fs::copy_options::overwrite_existing, ec);
+      if (ec) return Status::io_error("copying " + from.string() + ": " + ec.message());
+    }
+  }
+  if (extras.chat_template.empty()) return Status::ok();
+  TAILOR_RETURN_IF_ERROR(platform::write_file_atomic((folder / "chat_template.jinja").string(), extras.chat_template));
+  const fs::path config = folder / "tokenizer_config.json";
+  if (!fs::is_regular_file(config, ec)) return Status::ok();
+  std::ifstream in(config);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    return Status::invalid_argument(config.string() + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) return Status::invalid_argument(config.string() + ": not a JSON object");
+  j["chat_template"] = extras.chat_template;
+  return platform::write_file_atomic(config.string(), j.dump(2) + "\n");
+}
 
 Status load_hf_weights(CausalLM& model, const std::string& folder) {
   try {

@@ -61,7 +61,17 @@ struct HfExport {
   // and tokenizer_config.json are written (bpe_tokenizer.h), so the folder
   // has a tokenizer that Tailor and transformers read as the same ids.
   bool byte_tokenizer = false;
+  // The chat template training rendered conversations with (empty: none):
+  // written as chat_template.jinja and into tokenizer_config.json's
+  // chat_template, so serving renders as training did.
+  std::string chat_template;
 };
+
+// The tokenizer files and chat template of `extras` into `folder` (an
+// existing folder): what save_hf_model writes beside the weights, and what
+// an adapter folder gets so that AutoTokenizer loads it too. IOError naming
+// the file.
+Status write_tokenizer_files(const std::string& folder, const HfExport& extras);
 Status save_hf_model(const CausalLM& model, const std::string& folder, std::int64_t max_shard_bytes,
                      const HfExport& extras = {});
 

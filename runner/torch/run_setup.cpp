@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "dsl/spec_loader.h"
 #include "runner/data/dataset.h"
@@ -143,10 +144,17 @@ Result<Run::Data> Run::load_data() {
   // token cache (warnings about it go to stderr), mapped on later runs.
   auto tok = data::make_tokenizer(spec_.model);
   if (!tok.is_ok()) return as_bad_input(tok.status());
+  // Conversations are rendered with the model's chat template (or data.chat_template).
+  std::optional<data::ChatSetup> chat;
+  if (dsl::is_chat(spec_.data)) {
+    auto setup = data::load_chat_setup(spec_.data, spec_.model.path);
+    if (!setup.is_ok()) return as_bad_input(setup.status());
+    chat = std::move(setup).value();
+  }
   // A tokens file may hold ids past the embedding table: a clear error here,
   // not an index error inside the forward pass.
   auto load = [&](const std::string& path) -> Result<data::TokenizedData> {
-    auto tokenized = data::load_tokenized(path, spec_.data, **tok, o_.cache_dir);
+    auto tokenized = data::load_tokenized(path, spec_.data, **tok, o_.cache_dir, chat ? &*chat : nullptr);
     if (!tokenized.is_ok()) return as_bad_input(tokenized.status());
     const auto ids = tokenized->store.all_tokens();
     if (const auto it = std::max_element(ids.begin(), ids.end()); it != ids.end() && *it >= spec_.model.arch.vocab) {
@@ -178,6 +186,7 @@ Result<Run::Data> Run::load_data() {
   out.tokenizer.tokens = {(*tok)->bos_id(), (*tok)->eos_id()};
   out.tokenizer.tokenizer_from = spec_.model.path;
   out.tokenizer.byte_tokenizer = dynamic_cast<const data::ByteTokenizer*>(tok->get()) != nullptr;
+  if (chat) out.tokenizer.chat_template = chat->template_text;
   auto batcher = data::make_batcher(std::move(tokenized.store), spec_.data, st_.micro_batch_size,
                                     static_cast<std::uint64_t>(spec_.training.seed), (*tok)->pad_id());
   if (!batcher.is_ok()) return as_bad_input(batcher.status());

@@ -243,6 +243,9 @@ Status Run::write_model() {
     const std::string base = spec_.model.path.empty() ? spec_.model.preset : spec_.model.path;
     const std::string dir = (fs::path(o_.out_dir) / "adapter").string();
     TAILOR_RETURN_IF_ERROR(as_failure(save_peft_adapter(*model_, dir, base)));
+    // Its tokenizer and chat template beside it: the folder loads as the
+    // tokenizer training used, template included.
+    TAILOR_RETURN_IF_ERROR(as_failure(write_tokenizer_files(dir, data_.tokenizer)));
     event(events::kAdapter, [&](JsonWriter& w) { w.field("dir", dir).field("merged", merge); });
     if (merge) TAILOR_RETURN_IF_ERROR(as_failure(merge_lora(*model_, param_dtype(st_.precision))));
   }

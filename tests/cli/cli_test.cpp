@@ -555,5 +555,68 @@ TEST(CliTest, ListColumnsAreAsWideAsTheirWidestCellAndNeverTouch) {
   EXPECT_EQ(header.find("REASON"), first.find("bad input"));
 }
 
+// `tailor data preview` (through tailor-data): the shipped chat example's
+// conversations rendered with its template, the assistant's replies marked
+// as trained, as text and as JSON; a chat spec without a template is refused
+// naming the places looked at.
+TEST(CliDataTest, PreviewShowsTheRenderedConversationsAndWhatIsTrained) {
+  const fs::path bin = fs::path(TAILOR_BINARY_DIR) / "bin";
+  if (!fs::exists(bin / "tailor-data")) GTEST_SKIP() << "no tailor-data built";
+  TempDir dir;
+  auto run = [&](const std::string& name, std::vector<std::string> args) {
+    platform::LaunchRequest req;
+    req.argv = {(bin / "tailor").string(), "data"};
+    req.argv.insert(req.argv.end(), args.begin(), args.end());
+    req.log_path = dir.file(name + ".log");
+    auto child = platform::launch_process(req);
+    EXPECT_TRUE(child.is_ok()) << child.status().to_string();
+    auto exit = child.is_ok() ? platform::wait_child(child->pid) : Result<platform::ProcessExit>(child.status());
+    std::ifstream log(req.log_path);
+    std::stringstream text;
+    text << log.rdbuf();
+    return std::pair<int, std::string>(exit.is_ok() ? exit->code : -1, text.str());
+  };
+  const auto [code, text] = run("text", {"preview", example("chat-cpu.yaml"), "--n", "2"});
+  ASSERT_EQ(code, kExitOk) << text;
+  EXPECT_NE(text.find("<|im_start|>user\nSort a list in Python.<|im_end|>\n<|im_start|>assistant\n[[Use sorted(xs)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("chats.jsonl:2 · "), std::string::npos) << text;
+  EXPECT_EQ(text.find("chats.jsonl:3 · "), std::string::npos) << text;
+  EXPECT_NE(text.find("2 examples: "), std::string::npos) << text;
+
+  const auto [json_code, json_text] = run("json", {"preview", example("chat-cpu.yaml"), "--n", "1", "--output", "json"});
+  ASSERT_EQ(json_code, kExitOk) << json_text;
+  const auto j = nlohmann::json::parse(json_text);
+  ASSERT_EQ(j["examples"].size(), 1u);
+  const auto& ex = j["examples"][0];
+  const std::string rendered = ex["text"];
+  const auto ids = ex["input_ids"].get<std::vector<int>>();
+  const auto labels = ex["labels"].get<std::vector<int>>();
+  ASSERT_EQ(ids.size(), rendered.size());  // the byte tokenizer: one id per byte
+  std::string trained;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (labels[i] != -100) {
+      EXPECT_EQ(labels[i], ids[i]);
+      trained += static_cast<char>(ids[i]);
+    }
+  }
+  EXPECT_EQ(trained.rfind("Use sorted(xs)", 0), 0u) << trained;
+  EXPECT_EQ(trained.find("<|im_start|>"), std::string::npos) << trained;
+  EXPECT_EQ(ex["trained_tokens"], trained.size());
+
+  dir.write("nochat.yaml", "apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  preset: tiny-llama-byte\ndata:\n  train: " +
+                               (fs::path(TAILOR_SOURCE_DIR) / "configs/data/chats.jsonl").string() +
+                               "\n  chat: messages\n  seq_len: 256\n");
+  const auto [bad, why] = run("bad", {"preview", dir.file("nochat.yaml")});
+  EXPECT_EQ(bad, kExitInvalid) << why;
+  EXPECT_NE(why.find("data.chat_template must name a template file"), std::string::npos) << why;
+  const auto [usage, usage_text] = run("usage", {"preview", example("chat-cpu.yaml"), "--n", "0"});
+  EXPECT_EQ(usage, kExitUsage) << usage_text;
+  const auto [help, help_text] = run("help", {"--help"});
+  EXPECT_EQ(help, kExitOk);
+  EXPECT_NE(help_text.find("usage: tailor data preview"), std::string::npos) << help_text;
+}
+
 }  // namespace
 }  // namespace tailor::cli

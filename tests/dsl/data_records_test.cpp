@@ -116,8 +116,100 @@ TEST(DataRecordsTest, ConversationsAndPreferencePairsWhereTextIsExpectedAreNamed
   EXPECT_THAT(error_of(R"({"prompt": "q", "chosen": "a", "rejected": "b"})", pairs(DataFormat::kJsonl)),
               HasSubstr("missing field \"completion\": this record is a preference pair"));
   EXPECT_EQ(error_of(R"({"instruction": "i", "input": "", "output": "o"})", spec_of(DataFormat::kJsonl)),
-            "d:1: missing field \"text\" (the record has \"input\", \"instruction\", \"output\")");
+            "d:1: missing field \"text\": this record is an Alpaca example (\"instruction\", \"output\"): set "
+            "data.chat: alpaca");
+  EXPECT_EQ(error_of(R"({"title": "t", "body": "b"})", spec_of(DataFormat::kJsonl)),
+            "d:1: missing field \"text\" (the record has \"title\", \"body\")");
+  EXPECT_THAT(error_of(R"({"conversations": [{"from": "human", "value": "hi"}]})", spec_of(DataFormat::kJsonl)),
+              HasSubstr("set data.chat: sharegpt"));
   EXPECT_EQ(error_of("{}", spec_of(DataFormat::kJsonl)), "d:1: missing field \"text\" (the record is empty)");
+}
+
+// ---- conversations (data.chat) -------------------------------------------------
+
+DataSpec chat_of(ChatFormat chat) {
+  DataSpec spec = spec_of(DataFormat::kJsonl);
+  spec.chat = chat;
+  return spec;
+}
+
+// Each record's conversation, as the runner receives it.
+std::vector<std::string> conversations(std::string_view bytes, const DataSpec& spec) {
+  std::vector<std::string> out;
+  const Status st = for_each_record(bytes, "d", spec, [&](const DataRecord& r) {
+    out.emplace_back(r.conversation);
+    return Status::ok();
+  });
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  return out;
+}
+
+TEST(ChatRecordsTest, MessagesPassThroughInTheirKeyOrderWithTheirTools) {
+  const std::string line =
+      R"({"id": 3, "messages": [{"role": "user", "content": "hi", "name": "x"}, {"role": "assistant", "content": null,)"
+      R"( "tool_calls": [{"function": {"name": "f", "arguments": {"z": 1, "a": 2}}}]}, {"role": "tool", "content": "r"},)"
+      R"( {"role": "assistant", "content": "done"}], "tools": [{"type": "function"}]})";
+  EXPECT_THAT(conversations(line, chat_of(ChatFormat::kMessages)),
+              ElementsAre(R"({"messages":[{"role":"user","content":"hi","name":"x"},{"role":"assistant","content":null,)"
+                          R"("tool_calls":[{"function":{"name":"f","arguments":{"z":1,"a":2}}}]},)"
+                          R"({"role":"tool","content":"r"},{"role":"assistant","content":"done"}],)"
+                          R"("tools":[{"type":"function"}]})"));
+  // Other field names, from data.fields.
+  DataSpec renamed = chat_of(ChatFormat::kMessages);
+  renamed.fields = {{"messages", "turns"}, {"role", "speaker"}, {"content", "text"}};
+  EXPECT_THAT(conversations(R"({"turns": [{"speaker": "user", "text": "q", "lang": "en"}, {"speaker": "assistant", "text": "a"}]})",
+                            renamed),
+              ElementsAre(R"({"messages":[{"role":"user","content":"q","lang":"en"},{"role":"assistant","content":"a"}]})"));
+}
+
+TEST(ChatRecordsTest, ShareGptAndAlpacaBecomeMessages) {
+  const std::string sharegpt =
+      R"({"system": "Be kind.", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"},)"
+      R"( {"from": "observation", "value": "42"}, {"from": "bot", "value": "it is 42"}]})";
+  DataSpec sg = chat_of(ChatFormat::kShareGpt);
+  sg.roles = {{"bot", "assistant"}};
+  EXPECT_THAT(conversations(sharegpt, sg),
+              ElementsAre(R"({"messages":[{"role":"system","content":"Be kind."},{"role":"user","content":"hi"},)"
+                          R"({"role":"assistant","content":"hello"},{"role":"tool","content":"42"},)"
+                          R"({"role":"assistant","content":"it is 42"}]})"));
+  const std::string alpaca =
+      R"({"instruction": "Add.", "input": "2 and 3", "output": "5", "history": [["Hi", "Hello"]], "system": "S"})";
+  EXPECT_THAT(conversations(alpaca, chat_of(ChatFormat::kAlpaca)),
+              ElementsAre(R"({"messages":[{"role":"system","content":"S"},{"role":"user","content":"Hi"},)"
+                          R"({"role":"assistant","content":"Hello"},{"role":"user","content":"Add.\n2 and 3"},)"
+                          R"({"role":"assistant","content":"5"}]})"));
+  EXPECT_THAT(conversations(R"({"instruction": "Say hi.", "input": "", "output": "hi"})", chat_of(ChatFormat::kAlpaca)),
+              ElementsAre(R"({"messages":[{"role":"user","content":"Say hi."},{"role":"assistant","content":"hi"}]})"));
+}
+
+TEST(ChatRecordsTest, BadConversationsNameTheLineAndTheTurn) {
+  const DataSpec messages = chat_of(ChatFormat::kMessages);
+  EXPECT_EQ(error_of("\n" R"({"messages": [{"role": "human", "content": "hi"}]})", messages),
+            "d:2: messages[0]: unknown role \"human\" (expected one of system, developer, user, assistant, tool, "
+            "ipython; ShareGPT's roles are read with data.chat: sharegpt)");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "hi"}]})", messages),
+            "d:1: the conversation has no assistant turn to train");
+  DataSpec all = messages;
+  all.train_on = TrainOn::kAll;
+  EXPECT_EQ(conversations(R"({"messages": [{"role": "user", "content": "hi"}]})", all).size(), 1u);
+  EXPECT_EQ(error_of(R"({"messages": []})", all), "d:1: the conversation has no turns");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": 7}]})", messages),
+            "d:1: messages[0]: field \"content\" must be a string, null or a list of parts, got number");
+  EXPECT_EQ(error_of(R"({"messages": [{"content": "x"}]})", messages), "d:1: messages[0]: missing field \"role\"");
+  EXPECT_EQ(error_of(R"({"messages": "hi"})", messages), "d:1: field \"messages\" must be a list of turns, got string");
+  EXPECT_EQ(error_of(R"({"chat": []})", messages),
+            "d:1: missing field \"messages\" (the record has \"chat\"; data.fields.messages names another)");
+  EXPECT_EQ(error_of(R"({"conversations": [{"from": "alien", "value": "x"}]})", chat_of(ChatFormat::kShareGpt)),
+            "d:1: conversations[0]: unknown role \"alien\" (known: assistant, function_response, gpt, human, model, "
+            "observation, system, tool, user; data.roles maps others)");
+  EXPECT_EQ(error_of(R"({"instruction": "i"})", chat_of(ChatFormat::kAlpaca)),
+            "d:1: missing field \"output\" (the record has \"instruction\")");
+  // Not UTF-8: the JSON reader refuses it, at its line and column.
+  EXPECT_THAT(error_of("{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\"}]}", messages), HasSubstr("d:1:"));
+  // Chat data is JSON; a text file is refused by name.
+  DataSpec text = messages;
+  text.format = DataFormat::kText;
+  EXPECT_THAT(error_of("hello", text), HasSubstr("chat data (data.chat: messages) is read from jsonl or json files"));
 }
 
 // ---- check_data_file ---------------------------------------------------------

@@ -676,5 +676,54 @@ TEST(DeepMergeTest, MapsMergeAndOtherValuesAreReplaced) {
   EXPECT_EQ(m.find("c")->scalar, "2");
 }
 
+// Chat data: its keys, checked where they are written; a template is found
+// before a job is queued, and the resolved spec writes the keys back only
+// for chat data.
+TEST_F(SpecLoaderTest, ChatDataKeysAreCheckedWhereTheyAreWritten) {
+  dir_.write("data/chat.jsonl", R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
+                                "\n");
+  dir_.write("chat.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}");
+  const std::string head = "apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  preset: tiny-llama\ndata:\n"
+                           "  train: data/chat.jsonl\n";
+  LoadedSpec ok = load(head + "  chat: messages\n  chat_template: chat.jinja\n  train_on: last_assistant\n"
+                              "  train_on_eos: none\n  fields: {tools: functions}\n");
+  ASSERT_TRUE(ok.ok()) << errors(ok);
+  EXPECT_EQ(ok.spec->data.chat, ChatFormat::kMessages);
+  EXPECT_EQ(ok.spec->data.chat_template, dir_.file("chat.jinja"));
+  EXPECT_EQ(ok.spec->data.train_on, TrainOn::kLastAssistant);
+  EXPECT_EQ(ok.spec->data.train_on_eos, TrainOnEos::kNone);
+  EXPECT_EQ(packing_of(ok.spec->data), Packing::kWholeExamples);
+  const std::string resolved = emit_yaml(write_job_spec(*ok.spec));
+  EXPECT_NE(resolved.find("chat: messages"), std::string::npos) << resolved;
+  EXPECT_NE(resolved.find("train_on: last_assistant"), std::string::npos) << resolved;
+  LoadedSpec plain = load(kMinimal);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(emit_yaml(write_job_spec(*plain.spec)).find("train_on"), std::string::npos);
+
+  // A preset has no folder: the template must be named.
+  LoadedSpec no_template = load(head + "  chat: messages\n");
+  EXPECT_NE(errors(no_template).find("data.chat: no chat template: the model has no folder"), std::string::npos)
+      << errors(no_template);
+  LoadedSpec bad = load(head + "  chat: messages\n  chat_template: chat.jinja\n  field: text\n"
+                               "  fields: {turns: x}\n  roles: {bot: assistant}\n");
+  EXPECT_NE(errors(bad).find("data.field: does not apply to chat data"), std::string::npos) << errors(bad);
+  EXPECT_NE(errors(bad).find("data.fields.turns: not a field of messages records; expected one of messages, tools, "
+                             "role, content"),
+            std::string::npos)
+      << errors(bad);
+  EXPECT_NE(errors(bad).find("data.roles: applies to sharegpt data only"), std::string::npos) << errors(bad);
+  LoadedSpec not_chat = load(std::string(kMinimal) + "  train_on: all\n");
+  EXPECT_NE(errors(not_chat).find("data.train_on: applies to chat data only (set data.chat)"), std::string::npos)
+      << errors(not_chat);
+  LoadedSpec bad_role = load(head + "  chat: sharegpt\n  chat_template: chat.jinja\n  roles: {bot: robot}\n");
+  EXPECT_NE(errors(bad_role).find("data.roles.bot: unknown role \"robot\""), std::string::npos) << errors(bad_role);
+  // The records are read as the runner reads them: a turn it would refuse.
+  dir_.write("data/bad.jsonl", R"({"messages": [{"role": "user", "content": "hi"}]})" "\n");
+  LoadedSpec no_reply = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  preset: tiny-llama\ndata:\n"
+                             "  train: data/bad.jsonl\n  chat: messages\n  chat_template: chat.jinja\n");
+  EXPECT_NE(errors(no_reply).find("bad.jsonl:1: the conversation has no assistant turn to train"), std::string::npos)
+      << errors(no_reply);
+}
+
 }  // namespace
 }  // namespace tailor::dsl

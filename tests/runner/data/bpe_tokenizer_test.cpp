@@ -49,6 +49,19 @@ TEST(BpeTokenizerTest, IdsEqualTheTokenizersLibrarysOnAMultilingualCorpus) {
       const std::string line = lines[i].get<std::string>();
       const std::vector<std::int32_t> ids = (*tok)->encode(line);
       EXPECT_EQ(ids, expected[i].get<std::vector<std::int32_t>>()) << line;
+      // With offsets: the same ids, each standing for the next bytes of the
+      // line, all of them in order (NFC's recomposed characters included).
+      auto with = (*tok)->encode_with_offsets(line);
+      ASSERT_TRUE(with.is_ok()) << with.status().to_string();
+      EXPECT_EQ(with->ids, ids) << line;
+      ASSERT_EQ(with->offsets.size(), ids.size());
+      std::uint32_t at = 0;
+      for (const auto& [begin, end] : with->offsets) {
+        EXPECT_LE(begin, at) << line;
+        EXPECT_GE(end, begin) << line;
+        at = std::max(at, end);
+      }
+      EXPECT_EQ(at, line.size()) << line;
       tokens += ids.size();
       // Special tokens decode to nothing; everything else comes back (NFC
       // composed under Qwen2's normalizer).

@@ -363,6 +363,45 @@ TEST(TrainerTest, PromptCompletionJobsTrainOnWholeExamples) {
   EXPECT_NE(message.find("pairs.jsonl: every example was dropped at seq_len 8"), std::string::npos) << message;
 }
 
+// Conversations are rendered with the chat template and only the
+// assistant's turns are trained (train_on: all trains more, so the first
+// loss differs); the exported model carries the template.
+TEST(TrainerTest, ChatJobsTrainTheAssistantTurnsAndExportTheTemplate) {
+  TempDir dir;
+  std::string chats;
+  for (int i = 0; i < 30; ++i) {
+    chats += R"({"messages": [{"role": "user", "content": "Q)" + std::to_string(i) +
+             R"(: which tool?"}, {"role": "assistant", "content": ")" + (i % 2 ? "a needle" : "thread") + "\"}]}\n";
+  }
+  dir.write("chats.jsonl", chats);
+  const std::string tmpl = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>\n{% endfor %}";
+  dir.write("chat.jinja", tmpl);
+  auto config = [&](const std::string& train_on) {
+    return job(dir,
+               {"data.train=" + dir.file("chats.jsonl"), "data.chat=messages", "data.chat_template=" + dir.file("chat.jinja"),
+                "data.train_on=" + train_on, "data.seq_len=64", "training.max_steps=3"},
+               dsl::Precision::kFp32, 4, 1);
+  };
+  const std::string out = dir.file("assistant");
+  ASSERT_EQ(train_in(config("assistant"), out), RunnerExit::kOk);
+  const auto start = lines(out + "/events.jsonl").front();
+  EXPECT_EQ(start["packing"], "whole-examples");
+  EXPECT_EQ(start["examples"], 30);
+  EXPECT_EQ(start["truncated"], 0);
+  ASSERT_EQ(train_in(config("all"), dir.file("all")), RunnerExit::kOk);
+  const auto a = losses(out), b = losses(dir.file("all"));
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_GT(std::abs(a[0] - b[0]), 1e-3) << a[0] << " " << b[0];
+  std::ifstream exported(out + "/model/chat_template.jinja");
+  std::stringstream text;
+  text << exported.rdbuf();
+  EXPECT_EQ(text.str(), tmpl);
+  std::ifstream config_file(out + "/model/tokenizer_config.json");
+  const auto tokenizer_config = nlohmann::json::parse(config_file);
+  EXPECT_EQ(tokenizer_config["chat_template"], tmpl);
+}
+
 TEST(TrainerTest, HalfPrecisionsTrackFp32) {
   TempDir dir;
   const std::string f32 = dir.file("fp32"), b16 = dir.file("bf16"), pure = dir.file("pure"), f16 = dir.file("fp16");

@@ -1,0 +1,58 @@
+// What a job's data becomes, example by example: the text a tokenizer
+// reads (a rendered conversation, or prompt + completion), its tokens and
+// which of them are trained. `tailor data preview` prints it (tailor-data).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "dsl/job_spec.h"
+
+namespace tailor::runner::data {
+
+struct PreviewExample {
+  std::string record;  // "path:line"
+  std::string text;    // what was tokenized: BOS and EOS of plain data are not in it
+  std::vector<std::pair<std::size_t, std::size_t>> trained_text;  // trained bytes of text, [begin, end)
+  std::vector<std::int32_t> ids;
+  std::vector<std::uint8_t> trained;
+  // Chat data: tokens of each role's turn texts (headers and markers belong
+  // to none); empty where the turns could not be located.
+  std::map<std::string, std::int64_t> role_tokens;
+  std::int64_t turns_without_eos = 0;  // ChatExample's
+  std::int64_t trained_tokens() const;
+};
+
+struct DataPreview {
+  std::string file;            // data.train
+  std::string tokenizer;       // Tokenizer::describe()
+  std::string chat_template;   // where it came from; empty for plain data
+  std::int64_t seq_len = 0;
+  dsl::LongExample on_long_example = dsl::LongExample::kTruncate;
+  std::vector<PreviewExample> examples;
+  // Of the examples shown, those longer than seq_len + 1 tokens (whole
+  // examples are then cut or dropped, as on_long_example says).
+  std::int64_t too_long() const;
+};
+
+// The first `n` examples of spec.data.train (n >= 1), read, rendered and
+// tokenized as tailor-runner reads them. A tokens file is refused (it has
+// no text); errors are the reader's, the tokenizer's and the template's,
+// naming the file and record.
+Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n);
+
+// For a person: each example's text with its trained bytes marked, in
+// green on a terminal (`colour`) or between [[ and ]] otherwise; counts per
+// example and a summary.
+std::string preview_text(const DataPreview& preview, bool colour);
+
+// For scripts: {"file", "tokenizer", "chat_template", "seq_len",
+// "examples": [{"record", "text", "input_ids", "labels" (-100 where not
+// trained), "tokens", "trained_tokens", "role_tokens", "too_long"}]}.
+std::string preview_json(const DataPreview& preview);
+
+}  // namespace tailor::runner::data

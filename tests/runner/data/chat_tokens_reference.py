@@ -1,0 +1,107 @@
+"""Reference tokens and masks of rendered conversations, from transformers.
+
+Trains small byte-level BPE tokenizers with the `tokenizers` library (the
+special tokens of Llama 3, ChatML (Qwen2.5) and Phi-3), saves each as a model
+folder, and for every (template, conversation) case writes what
+transformers' apply_chat_template gives: the rendered text, the token ids
+(tokenize=True) and, for templates with {% generation %} blocks, the
+assistant mask (return_assistant_tokens_mask=True). chat_tokens_test.cpp
+compares Tailor's tokenize_chat against it.
+
+    python chat_tokens_reference.py OUT_DIR
+"""
+
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from hf_reference import LLAMA3_PATTERN, QWEN2_PATTERN  # noqa: E402
+
+TEMPLATES = HERE / "chat_templates"
+
+# family: (special tokens, bos, eos, pre-tokenizer pattern, [(name, template file)])
+FAMILIES = {
+    "llama3": (["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+               "<|begin_of_text|>", "<|eot_id|>", LLAMA3_PATTERN,
+               ["trl_llama3.jinja", "trl_llama3_training.jinja", "llamacpp_meta-llama-Llama-3.2-3B-Instruct.jinja"]),
+    "qwen2": (["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|im_end|>", QWEN2_PATTERN,
+              ["trl_qwen2_5.jinja", "trl_qwen2_5_training.jinja", "llamacpp_Qwen-Qwen2.5-7B-Instruct.jinja"]),
+    "phi3": (["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"], None, "<|endoftext|>",
+             LLAMA3_PATTERN, ["trl_phi3.jinja", "trl_phi3_training.jinja"]),
+}
+
+TEXTS = [
+    "Hello!", "What is the capital of France?", "Paris is the capital of France.",
+    "Write a haiku about the sea.", "Waves fold into foam,\nthe tide forgets its own name,\nsalt wind keeps the time.",
+    "  leading and trailing spaces  ", "Ünïcödé: naïve café, 日本語のテキスト, emoji 😀👩‍💻.",
+    "def f(x):\n    return x * 2\n", "Numbers: 3.14159, 42, 1,000,000.", "Short.", "Tell me more.",
+    "Sure — here are three points:\n1. One\n2. Two\n3. Three", "¿Qué tal? Ça va.", "\nStarts with a newline",
+]
+
+
+def conversations(n=60, seed=7):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        msgs = []
+        if i % 3 == 0:
+            msgs.append({"role": "system", "content": rng.choice(["You are a helpful assistant.", "Answer briefly.",
+                                                                  "Tu es un assistant utile."])})
+        for _ in range(1 + i % 4):
+            msgs.append({"role": "user", "content": rng.choice(TEXTS)})
+            msgs.append({"role": "assistant", "content": rng.choice(TEXTS)})
+        out.append(msgs)
+    return out
+
+
+def train(folder, specials, bos, eos, pattern, corpus):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus * 3, trainer)
+    os.makedirs(folder, exist_ok=True)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos}, f)
+
+
+def main():
+    from transformers import AutoTokenizer
+    out_dir = sys.argv[1]
+    convs = conversations()
+    corpus = TEXTS + [m["content"] for c in convs for m in c]
+    result = {"conversations": convs, "families": {}}
+    for family, (specials, bos, eos, pattern, templates) in FAMILIES.items():
+        folder = os.path.join(out_dir, family)
+        train(folder, specials, bos, eos, pattern, corpus)
+        tok = AutoTokenizer.from_pretrained(folder)
+        cases = {}
+        for name in templates:
+            template = (TEMPLATES / name).read_text()
+            rows = []
+            for conv in convs:
+                text = tok.apply_chat_template(conv, chat_template=template, tokenize=False)
+                row = {"text": text}
+                enc = tok.apply_chat_template(conv, chat_template=template, tokenize=True, return_dict=True,
+                                              return_assistant_tokens_mask="{% generation" in template)
+                row["ids"] = list(enc["input_ids"])
+                if "assistant_masks" in enc:
+                    row["mask"] = list(enc["assistant_masks"])
+                rows.append(row)
+            cases[name] = rows
+        result["families"][family] = {"folder": folder, "cases": cases}
+    with open(os.path.join(out_dir, "reference.json"), "w") as f:
+        json.dump(result, f, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    main()
