@@ -103,7 +103,9 @@ const std::vector<IgnoredKey>& ignored_keys() {
       {"debug", "see the job's logs"},
       {"hub_model_id", "Tailor does not upload models"},
       {"hub_strategy", "Tailor does not upload models"},
-      {"chat_template", "Tailor trains on plain text or prompt/completion pairs"},
+      {"chat_template",
+       "Tailor renders conversations with the model folder's own template, or the file data.chat_template names"},
+      {"chat_template_jinja", "save the template as a file and name it in data.chat_template"},
       {"pretraining_dataset", "Tailor trains on a local data.train file"},
       {"torch_compile", "the runner decides on compilation"},
       {"bnb_config_kwargs", "Tailor's QLoRA base is NF4 with double quantization"},
@@ -198,6 +200,9 @@ struct Converted {
   std::string field;
   std::string prompt_field;
   std::string completion_field;
+  std::string chat;                           // data.chat; empty: not chat data
+  std::map<std::string, std::string> fields;  // data.fields
+  std::string train_on_eos;                   // data.train_on_eos; empty: the default
   std::optional<std::int64_t> seq_len;
   bool packing = false;  // Axolotl's default: no sample packing
 
@@ -551,7 +556,9 @@ class Importer {
       return;
     }
     const std::string name = to_lower(split(type->scalar, ':').front());
-    if (name == "completion") {
+    if (name == "chat_template" || name == "sharegpt") {
+      map_chat(item, name, type_path);
+    } else if (name == "completion") {
       const Node* f = item.find("field");
       c_.field = f && f->is_scalar() && !f->scalar.empty() ? f->scalar : "text";
     } else if (name == "alpaca" || starts_with(name, "alpaca_")) {
@@ -565,6 +572,51 @@ class Importer {
                  "prompt format " + quote(type->scalar) +
                      " has no Tailor equivalent; Tailor trains on a \"text\" field (or prompt_field/completion_field): "
                      "render the records to text first");
+    }
+  }
+
+  // Axolotl's chat_template datasets (and the older sharegpt type): Tailor's
+  // data.chat, rendered with the model's own template.
+  void map_chat(const Node& item, const std::string& name, const std::string& type_path) {
+    auto scalar = [&](const char* key) -> std::string {
+      const Node* f = item.find(key);
+      return f && f->is_scalar() ? f->scalar : std::string();
+    };
+    c_.chat = name == "sharegpt" ? "sharegpt" : "messages";
+    if (const std::string messages = scalar("field_messages"); !messages.empty()) {
+      const std::string key = c_.chat == "sharegpt" ? "conversations" : "messages";
+      if (messages != key) c_.fields[key] = messages;
+    }
+    std::string role = scalar("message_field_role"), content = scalar("message_field_content");
+    if (const Node* m = item.find("message_property_mappings"); m && m->is_map()) {
+      if (const Node* r = m->find("role"); r && r->is_scalar()) role = r->scalar;
+      if (const Node* c = m->find("content"); c && c->is_scalar()) content = c->scalar;
+    }
+    const bool sharegpt = c_.chat == "sharegpt";
+    if (!role.empty() && role != (sharegpt ? "from" : "role")) c_.fields[sharegpt ? "from" : "role"] = role;
+    if (!content.empty() && content != (sharegpt ? "value" : "content")) c_.fields[sharegpt ? "value" : "content"] = content;
+    if (const Node* roles = item.find("roles_to_train"); roles && roles->is_sequence()) {
+      const bool assistant_only = roles->items.size() == 1 && roles->items[0].is_scalar() &&
+                                  (roles->items[0].scalar == "assistant" || roles->items[0].scalar == "gpt");
+      if (!assistant_only) {
+        d_.warning(roles->location, type_path.substr(0, type_path.size() - 5) + ".roles_to_train",
+                   "Tailor trains the assistant's turns (data.train_on: assistant, last_assistant or all); set "
+                   "data.train_on: all to train every turn");
+      }
+    }
+    if (const std::string eos = scalar("train_on_eos"); !eos.empty()) {
+      if (eos == "turn" || eos == "last" || eos == "none") {
+        c_.train_on_eos = eos;
+      } else {
+        d_.warning(item.find("train_on_eos")->location, type_path.substr(0, type_path.size() - 5) + ".train_on_eos",
+                   quote(eos) + ": Tailor trains the end-of-turn token after each trained turn (turn), the last (last) "
+                                "or none; turn is used");
+      }
+    }
+    if (name == "sharegpt") {
+      d_.warning(item.find("type")->location, type_path,
+                 "sharegpt conversations are rendered with the model's own chat template (data.chat: sharegpt), not "
+                 "a conversation template of Axolotl's");
     }
   }
 
@@ -1125,7 +1177,15 @@ Node build_spec(const Converted& c, const std::string& name) {
   data.set("train", text_node(c.train));
   if (!c.eval.empty()) data.set("eval", text_node(c.eval));
   data.set("format", word_node(c.format));
-  if (c.format == "jsonl" || c.format == "json") {
+  if (!c.chat.empty()) {
+    data.set("chat", word_node(c.chat));
+    if (!c.fields.empty()) {
+      Node fields = Node::make_map();
+      for (const auto& [k, v] : c.fields) fields.set(k, text_node(v));
+      data.set("fields", std::move(fields));
+    }
+    if (!c.train_on_eos.empty()) data.set("train_on_eos", word_node(c.train_on_eos));
+  } else if (c.format == "jsonl" || c.format == "json") {
     if (!c.prompt_field.empty()) {
       data.set("prompt_field", text_node(c.prompt_field));
       data.set("completion_field", text_node(c.completion_field));

@@ -129,23 +129,36 @@ Result<std::string_view> string_field(const Json& obj, const std::string& name, 
   return std::string_view(it->get_ref<const std::string&>());
 }
 
-// The record of one JSON value (a line or an array element) at `line`.
+// The record of one JSON value (a line or an array element) at `line`. A
+// record that cannot be read goes to `skip` when data.on_bad_record says
+// skip (and skip is given), else it is the error.
 Status deliver_json(std::string_view text, std::int64_t line, const std::string& path, const DataSpec& spec,
-                    const DataRecordFn& fn) {
-  TAILOR_ASSIGN_OR_RETURN(const Json obj, parse_json(text, path, line));
-  const std::string where = path + ":" + std::to_string(line) + ": ";
-  if (!obj.is_object()) return Status::invalid_argument(where + "expected a JSON object, got " + obj.type_name());
+                    const DataRecordFn& fn, const DataSkipFn& skip) {
   DataRecord record;
   record.line = line;
+  Json obj;
   std::string conversation;
-  if (is_chat(spec)) {
-    TAILOR_ASSIGN_OR_RETURN(conversation, conversation_of(obj, spec, where));
-    record.conversation = conversation;
-  } else if (!spec.prompt_field.empty()) {
-    TAILOR_ASSIGN_OR_RETURN(record.prompt, string_field(obj, spec.prompt_field, where));
-    TAILOR_ASSIGN_OR_RETURN(record.text, string_field(obj, spec.completion_field, where));
-  } else {
-    TAILOR_ASSIGN_OR_RETURN(record.text, string_field(obj, spec.field, where));
+  const Status read = [&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(obj, parse_json(text, path, line));
+    const std::string where = path + ":" + std::to_string(line) + ": ";
+    if (!obj.is_object()) return Status::invalid_argument(where + "expected a JSON object, got " + obj.type_name());
+    if (is_chat(spec)) {
+      TAILOR_ASSIGN_OR_RETURN(conversation, conversation_of(obj, spec, where));
+      record.conversation = conversation;
+    } else if (!spec.prompt_field.empty()) {
+      TAILOR_ASSIGN_OR_RETURN(record.prompt, string_field(obj, spec.prompt_field, where));
+      TAILOR_ASSIGN_OR_RETURN(record.text, string_field(obj, spec.completion_field, where));
+    } else {
+      TAILOR_ASSIGN_OR_RETURN(record.text, string_field(obj, spec.field, where));
+    }
+    return Status::ok();
+  }();
+  if (!read.is_ok()) {
+    if (skip && spec.on_bad_record == OnBadRecord::kSkip) {
+      skip(read);
+      return Status::ok();
+    }
+    return read;
   }
   return fn(record);
 }
@@ -224,10 +237,11 @@ bool is_json_array(std::string_view s) {
   return (st.is_ok() || is_stop(st)) && objects > 0;
 }
 
-Status jsonl_records(std::string_view text, const std::string& path, const DataSpec& spec, const DataRecordFn& fn) {
+Status jsonl_records(std::string_view text, const std::string& path, const DataSpec& spec, const DataRecordFn& fn,
+                     const DataSkipFn& skip) {
   return for_each_line(text, [&](std::int64_t number, std::string_view line) -> Status {
     if (trim(line).empty()) return Status::ok();
-    return deliver_json(line, number, path, spec, fn);
+    return deliver_json(line, number, path, spec, fn, skip);
   });
 }
 
@@ -259,7 +273,7 @@ Status text_records(std::string_view text, const DataRecordFn& fn) {
 }  // namespace
 
 Status for_each_record(std::string_view bytes, const std::string& path, const DataSpec& spec,
-                       const DataRecordFn& fn, std::int64_t max_records) {
+                       const DataRecordFn& fn, std::int64_t max_records, const DataSkipFn& skip) {
   if (spec.prompt_field.empty() != spec.completion_field.empty()) {
     return Status::invalid_argument(
         "data: prompt_field and completion_field must be set together (got prompt_field=" +
@@ -286,15 +300,15 @@ Status for_each_record(std::string_view bytes, const std::string& path, const Da
         return Status::invalid_argument(path + ":1: this file is a JSON array, not JSON Lines: convert it with `jq -c '.[]' " +
                                         path + " > " + path + "l`, or set data.format: json");
       }
-      st = jsonl_records(text, path, spec, counted);
+      st = jsonl_records(text, path, spec, counted, skip);
       break;
     case DataFormat::kJson:
       if (first_char(text) == '[') {
         st = for_each_array_element(text, path, [&](std::string_view element, std::int64_t line) {
-          return deliver_json(element, line, path, spec, counted);
+          return deliver_json(element, line, path, spec, counted, skip);
         });
       } else {
-        st = jsonl_records(text, path, spec, counted);
+        st = jsonl_records(text, path, spec, counted, skip);
       }
       break;
     case DataFormat::kTokens:
@@ -461,6 +475,9 @@ Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& s
     checked = last == std::string_view::npos ? std::string_view() : checked.substr(0, last + 1);
   }
   std::int64_t with_content = 0;
+  const DataSkipFn skipped = [&](const Status& why) {
+    if (facts.skipped++ == 0) facts.first_skipped = why.message();
+  };
   auto seen = [&](const DataRecord& r) {
     ++facts.checked;
     if (!r.prompt.empty() || !r.text.empty() || !r.conversation.empty()) ++with_content;
@@ -470,13 +487,13 @@ Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& s
     const Status walked = for_each_array_element(
         drop_utf8_bom(checked), path,
         [&](std::string_view element, std::int64_t line) {
-          TAILOR_RETURN_IF_ERROR(deliver_json(element, line, path, spec, seen));
+          TAILOR_RETURN_IF_ERROR(deliver_json(element, line, path, spec, seen, skipped));
           return facts.checked >= kCheckedRecords ? stop_walk() : Status::ok();
         },
         /*prefix=*/true);
     if (!walked.is_ok() && !is_stop(walked)) return walked;
   } else {
-    TAILOR_RETURN_IF_ERROR(for_each_record(checked, path, spec, seen, whole ? 0 : kCheckedRecords));
+    TAILOR_RETURN_IF_ERROR(for_each_record(checked, path, spec, seen, whole ? 0 : kCheckedRecords, skipped));
   }
   if (whole) {
     facts.records = facts.checked;
@@ -499,7 +516,12 @@ std::string describe(const DataFileFacts& facts) {
   if (facts.records < 0) return "records not counted, " + size;
   const bool tokens = facts.format == DataFormat::kTokens;
   const std::string count = grouped(facts.records) + (tokens ? " token" : " record") + (facts.records == 1 ? "" : "s");
-  return (facts.json_array ? "JSON array of " + count : count) + ", " + size;
+  std::string out = (facts.json_array ? "JSON array of " + count : count) + ", " + size;
+  if (facts.skipped > 0) {
+    out += "; " + grouped(facts.skipped) + " bad record" + (facts.skipped == 1 ? "" : "s") +
+           " skipped (data.on_bad_record: skip; first: " + facts.first_skipped + ")";
+  }
+  return out;
 }
 
 }  // namespace tailor::dsl

@@ -46,9 +46,16 @@ struct DataRecord {
 // field (naming the fields the record has, and saying so when the record
 // is a conversation or a preference pair), a JSON array in a jsonl file
 // (with the `jq` line that converts it), an array not closed.
+//
+// With spec.on_bad_record: skip and a `skip` function, a record that cannot
+// be read (invalid JSON, a missing or mistyped field, a conversation with an
+// unknown role or no turn to train) goes to `skip` with that error, and the
+// walk goes on; nothing of it reaches fn. What is not a record (an array
+// not closed, text after it) stays an error.
 using DataRecordFn = std::function<Status(const DataRecord&)>;
+using DataSkipFn = std::function<void(const Status&)>;
 Status for_each_record(std::string_view bytes, const std::string& path, const DataSpec& spec,
-                       const DataRecordFn& fn, std::int64_t max_records = 0);
+                       const DataRecordFn& fn, std::int64_t max_records = 0, const DataSkipFn& skip = {});
 
 // What checking a data file found.
 struct DataFileFacts {
@@ -60,6 +67,8 @@ struct DataFileFacts {
   std::int64_t records = -1;   // records (tokens for a tokens file); -1: too large to count
   std::int64_t checked = 0;    // records read in full as the runner reads them
   bool all_checked = false;    // every record was
+  std::int64_t skipped = 0;    // data.on_bad_record: skip: records of those read that were skipped
+  std::string first_skipped;   // the first one's error
 };
 
 // Reads `path` as tailor-runner will, within a bounded cost: files up to
@@ -78,7 +87,8 @@ inline constexpr std::uint64_t kCountBytes = 1ull << 30;
 Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& spec);
 
 // "1,234 records, 3.1 MiB" / "JSON array of 20 records, 2.0 KiB" /
-// "51,200 tokens, 200.0 KiB" / "records not counted, 3.5 GiB".
+// "51,200 tokens, 200.0 KiB" / "records not counted, 3.5 GiB", then
+// "; 2 bad records skipped (first: data.jsonl:7: ...)" where any were.
 std::string describe(const DataFileFacts& facts);
 
 }  // namespace tailor::dsl

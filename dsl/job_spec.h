@@ -98,6 +98,13 @@ enum class LongExample {
   kDrop,      // left out, counted
 };
 
+// What becomes of a record that cannot be read (invalid JSON, a missing
+// field, a bad conversation, a template that raises on it).
+enum class OnBadRecord {
+  kError,  // the job fails, naming the file and record
+  kSkip,   // left out, counted in the plan and the job's start event
+};
+
 // Records that are conversations, rendered with the model's chat template
 // (runner/data/chat_template.h): OpenAI-style `messages`, ShareGPT's
 // `conversations` (from/value), Alpaca's instruction/input/output.
@@ -122,6 +129,7 @@ struct DataSpec {
   std::int64_t seq_len = 0;           // tokens per sequence; default min(2048, model max_seq_len)
   bool packing = true;                // pack several documents per sequence (with boundaries)
   LongExample on_long_example = LongExample::kTruncate;  // whole examples and no packing; see Packing
+  OnBadRecord on_bad_record = OnBadRecord::kError;
   // Conversations (chat != kNone); the keys below apply to them only.
   ChatFormat chat = ChatFormat::kNone;
   std::map<std::string, std::string> fields;  // record field names over the chat format's defaults
@@ -302,6 +310,7 @@ const char* to_string(Runtime v);  // tailor | hf | torchtune | litgpt | torchti
 const char* to_string(ExecutorKind v);  // default | local | slurm | auto
 const char* to_string(LongExample v);   // truncate | drop
 const char* to_string(ChatFormat v);    // none | messages | sharegpt | alpaca
+const char* to_string(OnBadRecord v);   // error | skip
 const char* to_string(TrainOn v);       // assistant | all | last_assistant
 const char* to_string(TrainOnEos v);    // turn | last | none
 const char* to_string(Packing v);       // none | stream | whole-examples

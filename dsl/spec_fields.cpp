@@ -52,6 +52,15 @@ struct EnumNames<DataFormat> {
   }
 };
 template <>
+struct EnumNames<OnBadRecord> {
+  static const std::vector<std::pair<OnBadRecord, const char*>>& names() {
+    static const std::vector<std::pair<OnBadRecord, const char*>> k = {{OnBadRecord::kError, "error"},
+                                                                        {OnBadRecord::kSkip, "skip"}};
+    return k;
+  }
+};
+
+template <>
 struct EnumNames<ChatFormat> {
   static const std::vector<std::pair<ChatFormat, const char*>>& names() {
     static const std::vector<std::pair<ChatFormat, const char*>> k = {{ChatFormat::kNone, "none"},
@@ -357,6 +366,10 @@ const std::vector<Field<DataSpec>>& data_fields() {
             "truncate or drop an example longer than seq_len + 1 tokens (prompt/completion packing, or packing "
             "false). Default truncate; one truncated to no trained token is dropped. Plain text is split instead.",
             &DataSpec::on_long_example),
+      field("on_bad_record",
+            "jsonl/json: error (the default: the job fails naming the record) or skip (a record that cannot be read "
+            "or rendered is left out, counted in the plan and the job's start event).",
+            &DataSpec::on_bad_record),
       chat_only(field("chat",
             "Records are conversations, rendered with the model's chat template: messages (OpenAI's role/content "
             "turns, with a tools column), sharegpt (from/value turns) or alpaca (instruction/input/output). "
@@ -800,6 +813,7 @@ const char* to_string(Runtime v) { return name_of(v); }
 const char* to_string(ExecutorKind v) { return name_of(v); }
 const char* to_string(LongExample v) { return name_of(v); }
 const char* to_string(ChatFormat v) { return name_of(v); }
+const char* to_string(OnBadRecord v) { return name_of(v); }
 const char* to_string(TrainOn v) { return name_of(v); }
 const char* to_string(TrainOnEos v) { return name_of(v); }
 

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -69,6 +70,12 @@ class BpeTokenizer final : public Tokenizer {
   void encode_words(std::string_view text, std::vector<std::int32_t>& out, std::size_t base, Offsets* offsets) const;
   void encode_pieces(std::string_view text, std::vector<std::int32_t>& out, std::size_t base, Offsets* offsets) const;
   void encode_word(std::string_view word, std::vector<std::int32_t>& out, std::size_t base, Offsets* offsets) const;
+  // A token of a word: its id and the bytes of the word it stands for.
+  struct Piece {
+    std::int32_t id;
+    std::uint32_t begin, end;
+  };
+  void merge_word(std::string_view word, std::vector<Piece>& out) const;
 
   std::string path_, fingerprint_;
   std::unique_ptr<Regex> regex_;
@@ -84,6 +91,12 @@ class BpeTokenizer final : public Tokenizer {
   std::array<bool, 256> added_first_byte_{};                  // bytes an added token starts with
   std::int32_t bos_ = -1, eos_ = -1;
   std::int64_t vocab_size_ = 0;
+  // Words already merged: (id, bytes of the word) per token. Real text
+  // repeats its words, and merging is the encoder's cost (the tokenizers
+  // library caches likewise). Bounded; a mutex keeps the tokenizer
+  // shareable between threads.
+  struct WordCache;
+  std::unique_ptr<WordCache> cache_;
 };
 
 // The files of a model folder whose tokenizer is the byte tokenizer

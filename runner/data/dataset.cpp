@@ -71,12 +71,18 @@ class Builder {
 // jsonl, json and text: the records dsl::for_each_record reads, the same
 // reader `tailor validate` and tailord's submission check files with.
 Status load_records(std::string_view bytes, const std::string& path, const dsl::DataSpec& spec,
-                    const ChatSetup* chat, const Tokenizer& tok, Builder& out) {
+                    const ChatSetup* chat, const Tokenizer& tok, Builder& out, SkippedRecords& skipped) {
+  const auto skip = [&](const Status& why) { skipped.add(why); };
   return dsl::for_each_record(bytes, path, spec, [&](const dsl::DataRecord& r) -> Status {
     if (!r.conversation.empty()) {
       if (chat == nullptr) return Status::internal("chat data without its chat template");
       auto example = tokenize_chat(*chat, tok, r.conversation);
-      if (!example.is_ok()) return example.status().prefixed(path + ":" + std::to_string(r.line));
+      if (!example.is_ok()) {
+        const Status why = example.status().prefixed(path + ":" + std::to_string(r.line));
+        if (spec.on_bad_record != dsl::OnBadRecord::kSkip) return why;
+        skipped.add(why);
+        return Status::ok();
+      }
       if (example->ids.empty()) return Status::ok();
       out.append_document(example->ids, example->trained);
       return Status::ok();
@@ -87,7 +93,7 @@ Status load_records(std::string_view bytes, const std::string& path, const dsl::
     out.append_text(r.text, true);
     out.end();
     return Status::ok();
-  });
+  }, 0, skip);
 }
 
 Status load_tokens(std::string_view bytes, const std::string& path, const Tokenizer& tok, Builder& out) {
@@ -131,8 +137,15 @@ Status load_tokens(std::string_view bytes, const std::string& path, const Tokeni
 
 }  // namespace
 
+void SkippedRecords::add(const Status& why) {
+  if (first.size() < kShownSkips) first.push_back(why.message());
+  ++count;
+}
+
 Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok,
-                                 const ChatSetup* chat) {
+                                 const ChatSetup* chat, SkippedRecords* skipped) {
+  SkippedRecords local;
+  SkippedRecords& skips = skipped != nullptr ? *skipped : local;
   if (dsl::is_chat(spec) && chat == nullptr) {
     return Status::invalid_argument(path + ": chat data needs its chat template (load_chat_setup)");
   }
@@ -141,7 +154,7 @@ Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& s
   if (spec.format == dsl::DataFormat::kTokens) {
     TAILOR_RETURN_IF_ERROR(load_tokens(bytes, path, tok, out));
   } else {
-    TAILOR_RETURN_IF_ERROR(load_records(bytes, path, spec, chat, tok, out));
+    TAILOR_RETURN_IF_ERROR(load_records(bytes, path, spec, chat, tok, out, skips));
   }
   if (out.documents() == 0) {
     return Status::invalid_argument(path + ": no documents (the file is empty or holds only empty " +

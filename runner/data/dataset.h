@@ -42,8 +42,17 @@ namespace tailor::runner::data {
 //   data.jsonl:3:12: not valid JSON: syntax error while parsing value ...
 // a file that cannot be read is NotFound or IOError, and a file without a
 // single document is InvalidArgument. Never throws.
+//
+// With spec.on_bad_record: skip, a record that cannot be read or rendered
+// is left out and counted in `skipped` (when given), with its error.
+struct SkippedRecords {
+  std::int64_t count = 0;
+  std::vector<std::string> first;  // the first few errors (up to kShownSkips)
+  static constexpr std::size_t kShownSkips = 3;
+  void add(const Status& why);
+};
 Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok,
-                                 const ChatSetup* chat = nullptr);
+                                 const ChatSetup* chat = nullptr, SkippedRecords* skipped = nullptr);
 
 // tokenize_file as one Example per document (small data and tests).
 Result<std::vector<Example>> load_examples(const std::string& path, const dsl::DataSpec& spec,

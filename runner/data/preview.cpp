@@ -75,7 +75,12 @@ Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
         ex.record = data.train + ":" + std::to_string(r.line);
         if (!r.conversation.empty()) {
           auto tokens = tokenize_chat(*chat, *tok, r.conversation);
-          if (!tokens.is_ok()) return tokens.status().prefixed(ex.record);
+          if (!tokens.is_ok()) {
+            const Status why = tokens.status().prefixed(ex.record);
+            if (data.on_bad_record != dsl::OnBadRecord::kSkip) return why;
+            out.skipped.add(why);
+            return Status::ok();
+          }
           auto offsets = tok->encode_with_offsets(tokens->text);
           if (offsets.is_ok()) ex.role_tokens = tokens_by_role(*chat, r.conversation, *tokens, offsets->offsets);
           ex.text = std::move(tokens->text);
@@ -101,7 +106,8 @@ Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
         }
         out.examples.push_back(std::move(ex));
         return static_cast<std::int64_t>(out.examples.size()) >= n ? Status::cancelled("enough") : Status::ok();
-      });
+      },
+      0, [&](const Status& why) { out.skipped.add(why); });
   if (!walked.is_ok() && walked.code() != StatusCode::kCancelled) return walked;
   return out;
 }
@@ -142,6 +148,10 @@ std::string preview_text(const DataPreview& p, bool colour) {
          (p.examples.size() == 1 ? "" : "s") + ": " + grouped(tokens) + " tokens, " + grouped(trained) + " trained";
   if (tokens > 0) out += " (" + std::to_string(trained * 100 / tokens) + "%)";
   out += "; " + grouped(p.too_long()) + " longer than seq_len + 1 (" + std::to_string(p.seq_len + 1) + ")\n";
+  if (p.skipped.count > 0) {
+    out += grouped(p.skipped.count) + " bad record" + (p.skipped.count == 1 ? "" : "s") +
+           " skipped (data.on_bad_record: skip); first: " + p.skipped.first.front() + "\n";
+  }
   std::int64_t without_eos = 0;
   for (const PreviewExample& e : p.examples) without_eos += e.turns_without_eos;
   if (without_eos > 0) {
@@ -158,6 +168,7 @@ std::string preview_json(const DataPreview& p) {
                               {"tokenizer", p.tokenizer},
                               {"chat_template", p.chat_template.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(p.chat_template)},
                               {"seq_len", p.seq_len},
+                              {"skipped_records", p.skipped.count},
                               {"examples", nlohmann::ordered_json::array()}};
   for (const PreviewExample& e : p.examples) {
     std::vector<std::int32_t> labels(e.ids.size());

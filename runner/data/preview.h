@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "dsl/job_spec.h"
+#include "runner/data/dataset.h"
 
 namespace tailor::runner::data {
 
@@ -34,6 +35,7 @@ struct DataPreview {
   std::int64_t seq_len = 0;
   dsl::LongExample on_long_example = dsl::LongExample::kTruncate;
   std::vector<PreviewExample> examples;
+  SkippedRecords skipped;  // data.on_bad_record: skip: records left out before the last one shown
   // Of the examples shown, those longer than seq_len + 1 tokens (whole
   // examples are then cut or dropped, as on_long_example says).
   std::int64_t too_long() const;
@@ -51,8 +53,9 @@ Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n);
 std::string preview_text(const DataPreview& preview, bool colour);
 
 // For scripts: {"file", "tokenizer", "chat_template", "seq_len",
-// "examples": [{"record", "text", "input_ids", "labels" (-100 where not
-// trained), "tokens", "trained_tokens", "role_tokens", "too_long"}]}.
+// "skipped_records", "examples": [{"record", "text", "input_ids", "labels"
+// (-100 where not trained), "tokens", "trained_tokens", "role_tokens",
+// "turns_without_eos", "too_long"}]}.
 std::string preview_json(const DataPreview& preview);
 
 }  // namespace tailor::runner::data

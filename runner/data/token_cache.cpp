@@ -276,7 +276,7 @@ Result<TokenizedData> load_tokenized(const std::string& path, const dsl::DataSpe
     out.warnings.push_back(std::move(message));
   };
   auto uncached = [&]() -> Result<TokenizedData> {
-    TAILOR_ASSIGN_OR_RETURN(out.store, tokenize_file(path, spec, tok, chat));
+    TAILOR_ASSIGN_OR_RETURN(out.store, tokenize_file(path, spec, tok, chat, &out.skipped));
     out.source = TokenizedData::Source::kUncached;
     return std::move(out);
   };
@@ -312,8 +312,13 @@ Result<TokenizedData> load_tokenized(const std::string& path, const dsl::DataSpe
       break;
   }
 
-  TAILOR_ASSIGN_OR_RETURN(out.store, tokenize_file(path, spec, tok, chat));
+  TAILOR_ASSIGN_OR_RETURN(out.store, tokenize_file(path, spec, tok, chat, &out.skipped));
   out.source = TokenizedData::Source::kUncached;
+  if (out.skipped.count > 0) {
+    warn(path + ": " + std::to_string(out.skipped.count) + " bad records skipped (data.on_bad_record: skip); not "
+         "caching it, so that every run reports them");
+    return out;
+  }
   // A file rewritten while we read it may have given a mix of old and new
   // content: usable this once, but not to be remembered under either key.
   const auto after = file_identity(path);

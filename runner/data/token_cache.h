@@ -32,6 +32,7 @@
 #include "core/status.h"
 #include "dsl/job_spec.h"
 #include "runner/data/chat_tokens.h"
+#include "runner/data/dataset.h"
 #include "runner/data/file_io.h"
 #include "runner/data/token_store.h"
 #include "runner/data/tokenizer.h"
@@ -64,6 +65,9 @@ struct TokenizedData {
   Source source = Source::kUncached;
   std::string cache_file;             // the entry read or written; empty when kUncached
   std::vector<std::string> warnings;  // each also logged with log_warning
+  // data.on_bad_record: skip: the records left out. Tokenized data with
+  // skipped records is not cached, so that every run reports them.
+  SkippedRecords skipped;
 };
 
 // tokenize_file(path, spec, tok) through the cache in `cache_dir` (empty =

@@ -25,6 +25,7 @@
 #include "core/json_writer.h"
 #include "core/status.h"
 #include "runner/data/batcher.h"
+#include "runner/data/dataset.h"
 #include "runner/device_choice.h"
 #include "runner/dist/communicator.h"
 #include "runner/torch/checkpoint.h"
@@ -94,6 +95,7 @@ class Run {
     std::unique_ptr<data::Batcher> eval;  // data.eval; null without one
     HfExport tokenizer;                   // the tokenizer's ids and files, for the exported model
     std::int64_t total_steps = 0;
+    data::SkippedRecords skipped;         // data.on_bad_record: skip: records of data.train left out
   };
   // The model's tensors as training sees them (build_model).
   struct Tensors {

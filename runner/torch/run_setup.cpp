@@ -166,6 +166,7 @@ Result<Run::Data> Run::load_data() {
   };
   Data out;
   TAILOR_ASSIGN_OR_RETURN(data::TokenizedData tokenized, load(spec_.data.train));
+  out.skipped = tokenized.skipped;
   if (!spec_.data.eval.empty()) {
     // The eval file as the training data is read: the same tokenizer,
     // masking, seq_len and packing, so the two losses compare.

@@ -124,6 +124,10 @@ Status Run::probe() {
     w.field("examples", d.examples).field("rows_per_epoch", d.rows_per_epoch);
     w.field("truncated", d.truncated).field("dropped", d.dropped);
     w.field("packing_efficiency", d.efficiency());
+    if (spec_.data.on_bad_record == dsl::OnBadRecord::kSkip) {
+      w.field("skipped_records", data_.skipped.count);
+      if (!data_.skipped.first.empty()) w.field("first_skipped", data_.skipped.first.front());
+    }
   });
   if (leader() && !o_.quiet) {
     const data::PackingStats& d = data_.train->stats();

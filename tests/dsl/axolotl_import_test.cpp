@@ -554,9 +554,29 @@ TEST(AxolotlImportTest, CustomPromptFormatUsesItsFieldNames) {
   EXPECT_EQ(r.at("data.completion_field"), "answer");
   EXPECT_EQ(r.warnings_for("datasets[0].type").size(), 1u);
 
+}
+
+// chat_template datasets become data.chat: messages, with their field
+// names, rendered with the model's own template.
+TEST(AxolotlImportTest, ChatTemplateDatasetsBecomeChatData) {
   const Imported chat = convert("base_model: gpt2\ndatasets:\n  - path: ./chats.jsonl\n    type: chat_template\n");
   EXPECT_EQ(chat.at("data.train"), "./chats.jsonl");
-  EXPECT_EQ(chat.warnings_for("datasets[0].type").size(), 1u);
+  EXPECT_EQ(chat.at("data.chat"), "messages");
+  EXPECT_TRUE(chat.warnings_for("datasets[0].type").empty());
+  const Imported named = convert(
+      "base_model: gpt2\nchat_template: chatml\ndatasets:\n  - path: ./c.jsonl\n    type: chat_template\n"
+      "    field_messages: conversation\n    message_property_mappings:\n      role: speaker\n      content: text\n"
+      "    roles_to_train: [user, assistant]\n    train_on_eos: last\n");
+  EXPECT_EQ(named.at("data.chat"), "messages");
+  EXPECT_EQ(named.at("data.fields.messages"), "conversation");
+  EXPECT_EQ(named.at("data.fields.role"), "speaker");
+  EXPECT_EQ(named.at("data.fields.content"), "text");
+  EXPECT_EQ(named.at("data.train_on_eos"), "last");
+  EXPECT_EQ(named.warnings_for("datasets[0].roles_to_train").size(), 1u);
+  EXPECT_EQ(named.warnings_for("chat_template").size(), 1u);
+  const Imported sharegpt = convert("base_model: gpt2\ndatasets:\n  - path: ./s.jsonl\n    type: sharegpt\n");
+  EXPECT_EQ(sharegpt.at("data.chat"), "sharegpt");
+  EXPECT_EQ(sharegpt.warnings_for("datasets[0].type").size(), 1u);
 }
 
 // ---- unknown keys, bad values, errors ------------------------------------------------

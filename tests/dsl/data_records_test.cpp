@@ -212,6 +212,31 @@ TEST(ChatRecordsTest, BadConversationsNameTheLineAndTheTurn) {
   EXPECT_THAT(error_of("hello", text), HasSubstr("chat data (data.chat: messages) is read from jsonl or json files"));
 }
 
+TEST(ChatRecordsTest, OnBadRecordSkipLeavesBadRecordsOutAndCountsThem) {
+  DataSpec spec = chat_of(ChatFormat::kMessages);
+  const std::string good = R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})";
+  const std::string text = good + "\n{not json\n" + R"({"messages": [{"role": "user", "content": "q"}]})" + "\n" + good + "\n";
+  EXPECT_THAT(error_of(text, spec), HasSubstr("d:2:"));  // error is the default
+  spec.on_bad_record = OnBadRecord::kSkip;
+  std::vector<std::string> why;
+  std::vector<std::int64_t> lines;
+  const Status st = for_each_record(
+      text, "d", spec,
+      [&](const DataRecord& r) {
+        lines.push_back(r.line);
+        return Status::ok();
+      },
+      0, [&](const Status& s) { why.push_back(s.message()); });
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_THAT(lines, ElementsAre(1, 4));
+  ASSERT_EQ(why.size(), 2u);
+  EXPECT_THAT(why[0], HasSubstr("d:2:"));
+  EXPECT_EQ(why[1], "d:3: the conversation has no assistant turn to train");
+  // What is not a record stays an error.
+  spec.format = DataFormat::kJson;
+  EXPECT_THAT(error_of("[" + good + ",\n" + good, spec), HasSubstr("the JSON array is not closed"));
+}
+
 // ---- check_data_file ---------------------------------------------------------
 
 TEST(DataFileCheckTest, CountsWhatItReadsAndDescribesIt) {
@@ -299,6 +324,21 @@ TEST(DataFileCheckTest, LargeFilesAreCheckedByTheirHeadAndCountedWhole) {
   EXPECT_TRUE(facts->json_array);
   EXPECT_EQ(facts->checked, kCheckedRecords);
   EXPECT_EQ(facts->records, -1);
+}
+
+TEST(DataFileCheckTest, SkippedRecordsAreCountedAndDescribed) {
+  TempDir dir;
+  const std::string path = dir.write("d.jsonl", "{\"text\": \"a\"}\n{\"txt\": \"b\"}\n{\"text\": \"c\"}\n");
+  DataSpec spec = spec_of(DataFormat::kJsonl);
+  EXPECT_FALSE(check_data_file(path, spec).is_ok());
+  spec.on_bad_record = OnBadRecord::kSkip;
+  const auto facts = check_data_file(path, spec);
+  ASSERT_TRUE(facts.is_ok()) << facts.status().to_string();
+  EXPECT_EQ(facts->records, 2);
+  EXPECT_EQ(facts->skipped, 1);
+  EXPECT_THAT(describe(*facts), ::testing::StartsWith("2 records, "));
+  EXPECT_THAT(describe(*facts), HasSubstr("; 1 bad record skipped (data.on_bad_record: skip; first: " + path +
+                                          ":2: missing field \"text\""));
 }
 
 }  // namespace

@@ -357,5 +357,35 @@ TEST(ChatTokensTest, AJsonlOfConversationsIsOneWholeDocumentPerConversation) {
   EXPECT_NE(refused.status().message().find("chat template"), std::string::npos);
 }
 
+TEST(ChatTokensTest, OnBadRecordSkipLeavesOutConversationsTheTemplateRefuses) {
+  tailor::testing::TempDir dir;
+  const std::string path = dir.write(
+      "chats.jsonl",
+      R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})" "\n"
+      R"({"messages": [{"role": "user", "content": "bad"}, {"role": "assistant", "content": "x"}]})" "\n"
+      "{broken\n"
+      R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})" "\n");
+  const ChatSetup s = byte_setup(
+      "{% for m in messages %}{% if m.content == 'bad' %}{{ raise_exception('no bad words') }}{% endif %}"
+      "<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}");
+  dsl::DataSpec spec;
+  spec.chat = dsl::ChatFormat::kMessages;
+  spec.format = dsl::DataFormat::kJsonl;
+  const ByteTokenizer tok;
+  auto refused = tokenize_file(path, spec, tok, &s);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("chats.jsonl:2: "), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("no bad words"), std::string::npos) << refused.status().message();
+  spec.on_bad_record = dsl::OnBadRecord::kSkip;
+  SkippedRecords skipped;
+  auto store = tokenize_file(path, spec, tok, &s, &skipped);
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+  EXPECT_EQ(store->documents(), 2u);
+  EXPECT_EQ(skipped.count, 2);
+  ASSERT_EQ(skipped.first.size(), 2u);
+  EXPECT_NE(skipped.first[0].find("chats.jsonl:2: "), std::string::npos) << skipped.first[0];
+  EXPECT_NE(skipped.first[1].find("chats.jsonl:3:"), std::string::npos) << skipped.first[1];
+}
+
 }  // namespace
 }  // namespace tailor::runner::data

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
 
 #include "dsl/spec_loader.h"
@@ -376,10 +377,11 @@ TEST(TrainerTest, ChatJobsTrainTheAssistantTurnsAndExportTheTemplate) {
   dir.write("chats.jsonl", chats);
   const std::string tmpl = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>\n{% endfor %}";
   dir.write("chat.jinja", tmpl);
-  auto config = [&](const std::string& train_on) {
+  auto config = [&](const std::string& train_on, const std::string& on_bad_record = "error") {
     return job(dir,
                {"data.train=" + dir.file("chats.jsonl"), "data.chat=messages", "data.chat_template=" + dir.file("chat.jinja"),
-                "data.train_on=" + train_on, "data.seq_len=64", "training.max_steps=3"},
+                "data.train_on=" + train_on, "data.on_bad_record=" + on_bad_record, "data.seq_len=64",
+                "training.max_steps=3"},
                dsl::Precision::kFp32, 4, 1);
   };
   const std::string out = dir.file("assistant");
@@ -400,6 +402,22 @@ TEST(TrainerTest, ChatJobsTrainTheAssistantTurnsAndExportTheTemplate) {
   std::ifstream config_file(out + "/model/tokenizer_config.json");
   const auto tokenizer_config = nlohmann::json::parse(config_file);
   EXPECT_EQ(tokenizer_config["chat_template"], tmpl);
+  // Bad records skipped with data.on_bad_record: skip, counted in the start event.
+  dir.write("chats.jsonl", chats + "{broken\n" + R"({"messages": [{"role": "user", "content": "no reply"}]})" + "\n");
+  const RunConfig skipping = config("assistant", "skip");
+  ASSERT_EQ(train_in(skipping, dir.file("skipping")), RunnerExit::kOk);
+  const auto skip_start = lines(dir.file("skipping") + "/events.jsonl").front();
+  EXPECT_EQ(skip_start["examples"], 30);
+  EXPECT_EQ(skip_start["skipped_records"], 2);
+  EXPECT_NE(skip_start["first_skipped"].get<std::string>().find("chats.jsonl:31:"), std::string::npos) << skip_start;
+  // transformers renders with the exported template what training rendered.
+  const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python -c \"import sys; "
+                          "from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+                          "m = [{'role': 'user', 'content': 'Q0: which tool?'}, {'role': 'assistant', 'content': 'thread'}]; "
+                          "sys.exit(0 if t.apply_chat_template(m, tokenize=False) == "
+                          "'<|user|>Q0: which tool?<|end|>\\n<|assistant|>thread<|end|>\\n' else 1)\" " +
+                          out + "/model";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
 TEST(TrainerTest, HalfPrecisionsTrackFp32) {
