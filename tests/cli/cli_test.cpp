@@ -38,6 +38,18 @@ CliRun tailor(std::vector<std::string> args) {
   return {code, out.str(), err.str()};
 }
 
+// Runs `req` (its log_path set) to its end: the exit code (-1 when it was
+// not started or was killed) and its stdout and stderr.
+std::pair<int, std::string> run_logged(const platform::LaunchRequest& req) {
+  auto child = platform::launch_process(req);
+  EXPECT_TRUE(child.is_ok()) << child.status().to_string();
+  auto exit = child.is_ok() ? platform::wait_child(child->pid) : Result<platform::ProcessExit>(child.status());
+  std::ifstream log(req.log_path);
+  std::stringstream text;
+  text << log.rdbuf();
+  return {exit.is_ok() ? exit->code : -1, text.str()};
+}
+
 std::string example(const char* name) { return (fs::path(TAILOR_SOURCE_DIR) / "configs/examples" / name).string(); }
 std::string spec_case(const char* name) { return (fs::path(TAILOR_SOURCE_DIR) / "tests/dsl/cases" / name).string(); }
 
@@ -450,13 +462,7 @@ TEST(CliRunTest, AGpuPlanWithoutCudaFailsWithTheReasonUnlessTheSpecSaysCpu) {
     req.log_path = dir.file(name + ".log");
     req.env["CUDA_VISIBLE_DEVICES"] = "";
     req.env["OMP_WAIT_POLICY"] = "PASSIVE";
-    auto child = platform::launch_process(req);
-    EXPECT_TRUE(child.is_ok()) << child.status().to_string();
-    auto exit = child.is_ok() ? platform::wait_child(child->pid) : Result<platform::ProcessExit>(child.status());
-    std::ifstream log(req.log_path);
-    std::stringstream text;
-    text << log.rdbuf();
-    return std::pair<int, std::string>(exit.is_ok() ? exit->code : -1, text.str());
+    return run_logged(req);
   };
   const auto [refused, why] = run("auto", {});
   EXPECT_EQ(refused, kExitInvalid) << why;
@@ -568,13 +574,7 @@ TEST(CliDataTest, PreviewShowsTheRenderedConversationsAndWhatIsTrained) {
     req.argv = {(bin / "tailor").string(), "data"};
     req.argv.insert(req.argv.end(), args.begin(), args.end());
     req.log_path = dir.file(name + ".log");
-    auto child = platform::launch_process(req);
-    EXPECT_TRUE(child.is_ok()) << child.status().to_string();
-    auto exit = child.is_ok() ? platform::wait_child(child->pid) : Result<platform::ProcessExit>(child.status());
-    std::ifstream log(req.log_path);
-    std::stringstream text;
-    text << log.rdbuf();
-    return std::pair<int, std::string>(exit.is_ok() ? exit->code : -1, text.str());
+    return run_logged(req);
   };
   const auto [code, text] = run("text", {"preview", example("chat-cpu.yaml"), "--n", "2"});
   ASSERT_EQ(code, kExitOk) << text;
