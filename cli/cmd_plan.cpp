@@ -148,6 +148,13 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   row("cross-entropy", s.cross_entropy == strategies::CrossEntropy::kFusedLinear
                            ? "fused with the output projection (no logits tensor)"
                            : "over the materialised logits");
+  if (s.reference != dsl::Reference::kNone) {
+    row("method", std::string("dpo (") + dsl::to_string(spec.training.loss_type) + ", beta " +
+                      fmt("%g", spec.training.beta) + "): micro-batches of pairs, two rows each");
+    row("reference", s.reference == dsl::Reference::kAdapterOff
+                         ? "adapter_off (the base with the adapters switched off: no bytes)"
+                         : "separate (a frozen copy: " + plan.chosen.memory.reference.to_string() + " in weights)");
+  }
 
   out << "\nMemory "
       << (!plan.on_cpu                ? "per GPU"

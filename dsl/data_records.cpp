@@ -109,8 +109,8 @@ std::string missing_field(const Json& obj, const std::string& name) {
     return why + ": this record is an Alpaca example (\"instruction\", \"output\"): set data.chat: alpaca";
   }
   if (obj.contains("chosen") && obj.contains("rejected")) {
-    return why + ": this record is a preference pair (\"chosen\", \"rejected\"); preference tuning is not built "
-                 "yet: train on the chosen responses as prompt/completion pairs";
+    return why + ": this record is a preference pair (\"chosen\", \"rejected\"): set training.method: dpo to "
+                 "train on it";
   }
   std::vector<std::string> keys;
   constexpr std::size_t kMaxKeys = 8;
@@ -129,6 +129,32 @@ Result<std::string_view> string_field(const Json& obj, const std::string& name, 
   return std::string_view(it->get_ref<const std::string&>());
 }
 
+// A preference pair's three strings into `record`. A pair that cannot teach
+// anything (an empty completion, the same completion twice) is an error
+// like a missing field, so on_bad_record decides.
+Status read_preference_pair(const Json& obj, const DataSpec& spec, const std::string& where, DataRecord& record) {
+  for (const std::string* name : {&spec.chosen_field, &spec.rejected_field}) {
+    const auto it = obj.find(*name);
+    if (it != obj.end() && it->is_array()) {
+      return Status::invalid_argument(where + "field " + quote(*name) +
+                                      " is a conversation; preference pairs as conversations are not built yet: "
+                                      "give prompt, chosen and rejected as strings");
+    }
+  }
+  TAILOR_ASSIGN_OR_RETURN(record.prompt, string_field(obj, spec.prompt_field, where));
+  TAILOR_ASSIGN_OR_RETURN(record.chosen, string_field(obj, spec.chosen_field, where));
+  TAILOR_ASSIGN_OR_RETURN(record.rejected, string_field(obj, spec.rejected_field, where));
+  for (const auto& [name, text] : {std::pair{&spec.chosen_field, record.chosen},
+                                   std::pair{&spec.rejected_field, record.rejected}}) {
+    if (text.empty()) return Status::invalid_argument(where + "field " + quote(*name) + " is empty: a pair needs two completions");
+  }
+  if (record.chosen == record.rejected) {
+    return Status::invalid_argument(where + "the chosen and rejected completions are identical: the pair teaches "
+                                            "nothing");
+  }
+  return Status::ok();
+}
+
 // The record of one JSON value (a line or an array element) at `line`. A
 // record that cannot be read goes to `skip` when data.on_bad_record says
 // skip (and skip is given), else it is the error.
@@ -145,6 +171,8 @@ Status deliver_json(std::string_view text, std::int64_t line, const std::string&
     if (is_chat(spec)) {
       TAILOR_ASSIGN_OR_RETURN(conversation, conversation_of(obj, spec, where));
       record.conversation = conversation;
+    } else if (spec.preference) {
+      return read_preference_pair(obj, spec, where, record);
     } else if (!spec.prompt_field.empty()) {
       TAILOR_ASSIGN_OR_RETURN(record.prompt, string_field(obj, spec.prompt_field, where));
       TAILOR_ASSIGN_OR_RETURN(record.text, string_field(obj, spec.completion_field, where));
@@ -274,7 +302,11 @@ Status text_records(std::string_view text, const DataRecordFn& fn) {
 
 Status for_each_record(std::string_view bytes, const std::string& path, const DataSpec& spec,
                        const DataRecordFn& fn, std::int64_t max_records, const DataSkipFn& skip) {
-  if (spec.prompt_field.empty() != spec.completion_field.empty()) {
+  if (spec.preference && !has_records_of_fields(spec.format)) {
+    return Status::invalid_argument(path + ": preference pairs are read from jsonl or json files, not " +
+                                    std::string(to_string(spec.format)));
+  }
+  if (!spec.preference && spec.prompt_field.empty() != spec.completion_field.empty()) {
     return Status::invalid_argument(
         "data: prompt_field and completion_field must be set together (got prompt_field=" +
         quote(spec.prompt_field) + ", completion_field=" + quote(spec.completion_field) + ")");
@@ -480,7 +512,7 @@ Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& s
   };
   auto seen = [&](const DataRecord& r) {
     ++facts.checked;
-    if (!r.prompt.empty() || !r.text.empty() || !r.conversation.empty()) ++with_content;
+    if (!r.prompt.empty() || !r.text.empty() || !r.conversation.empty() || !r.chosen.empty()) ++with_content;
     return Status::ok();
   };
   if (!whole && facts.json_array) {

@@ -24,6 +24,9 @@ struct DataRecord {
   // {"messages": [{"role", "content", ...}], "tools": [...]} (dsl/chat_records.h);
   // prompt and text are empty.
   std::string_view conversation;
+  // Preference pairs (data.preference): the two completions of `prompt`,
+  // neither empty and not equal; text is empty.
+  std::string_view chosen, rejected;
 };
 
 // Calls fn for each record of `bytes`, the content of `path` read as
@@ -35,6 +38,8 @@ struct DataRecord {
 //           `json` loader accepts), told apart by the first character.
 // In jsonl and json, with spec.chat set a record is a conversation (its
 // turns checked: roles, contents, a turn data.train_on trains), with
+// spec.preference a prompt/chosen/rejected pair (strings; an empty or
+// duplicated completion is a bad record), with
 // spec.prompt_field and completion_field set that pair, else the string in
 // spec.field. A UTF-8 byte-order
 // mark is dropped. Records whose strings are all empty are delivered too

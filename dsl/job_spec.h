@@ -137,6 +137,13 @@ struct DataSpec {
   std::string chat_template;                  // a template file (absolute after loading); empty: the model's
   TrainOn train_on = TrainOn::kAssistant;
   TrainOnEos train_on_eos = TrainOnEos::kTurn;
+  // Preference pairs (training.method: dpo): each record is a prompt and a
+  // chosen and a rejected completion, strings in these fields. `preference`
+  // is not a key: the loader sets it from training.method, so the data
+  // readers know the shape of a record.
+  bool preference = false;
+  std::string chosen_field = "chosen";
+  std::string rejected_field = "rejected";
 };
 inline bool is_chat(const DataSpec& d) { return d.chat != ChatFormat::kNone; }
 
@@ -150,12 +157,25 @@ enum class Packing {
                    // decreasing, never split; on_long_example says what a long one becomes
 };
 inline Packing packing_of(const DataSpec& d) {
-  if (!d.packing) return Packing::kNone;
+  if (!d.packing || d.preference) return Packing::kNone;  // a pair's two rows are never packed
   if (is_chat(d)) return Packing::kWholeExamples;
   return d.prompt_field.empty() || d.completion_field.empty() ? Packing::kStream : Packing::kWholeExamples;
 }
 
 enum class LrScheduler { kConstant, kCosine, kLinear };
+
+// What the loss trains: the next token of the data (sft), or a preference
+// between two completions of a prompt against a frozen reference model
+// (dpo: Rafailov et al., "Direct Preference Optimization", 2023).
+enum class TrainingMethod { kSft, kDpo };
+// DPO's loss on the margin h = beta * ((log pi(y_w) - log ref(y_w)) -
+// (log pi(y_l) - log ref(y_l))), each a completion's summed log-probability:
+enum class PreferenceLoss {
+  kSigmoid,  // -log sigmoid(h) (Rafailov et al. 2023)
+  kIpo,      // (h / beta - 1 / (2 beta))^2 on per-token mean log-ratios (Azar et al., "A General
+             // Theoretical Paradigm to Understand Learning from Human Preferences", 2023)
+  kHinge,    // max(0, 1 - h) (Zhao et al., "SLiC-HF", 2023)
+};
 
 // The largest global (and micro) batch a spec may ask for, in sequences.
 inline constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 20;
@@ -172,6 +192,9 @@ struct TrainingSpec {
   double grad_clip = 1.0;                        // max global gradient L2 norm; 0 disables clipping
   std::int64_t seed = 42;                        // seeds data order, initialisation and dropout
   std::int64_t eval_every = 0;                   // evaluate every N optimizer steps; 0 = at the end only
+  TrainingMethod method = TrainingMethod::kSft;
+  double beta = 0.1;                             // dpo: the margin's scale (the KL penalty's weight)
+  PreferenceLoss loss_type = PreferenceLoss::kSigmoid;  // dpo
 };
 
 struct LoraSpec {
@@ -192,6 +215,7 @@ struct StrategySpec {
   std::optional<Optimizer> optimizer;  // adamw | adamw_8bit | sgd; empty = auto (an AdamW)
   std::optional<std::int64_t> zero_stage;  // 0..3; empty = auto
   std::optional<Offload> offload;      // none | optimizer | optimizer_and_params; empty = auto
+  std::optional<Reference> reference;  // dpo: adapter_off | separate; empty = auto
   std::vector<Technique> allow;        // if non-empty, the only techniques the planner may choose (technique.h)
   std::vector<Technique> forbid;       // techniques the planner must not choose
   // A full fine-tune may combine pure bf16 weights with 8-bit optimizer
@@ -314,6 +338,8 @@ const char* to_string(OnBadRecord v);   // error | skip
 const char* to_string(TrainOn v);       // assistant | all | last_assistant
 const char* to_string(TrainOnEos v);    // turn | last | none
 const char* to_string(Packing v);       // none | stream | whole-examples
+const char* to_string(TrainingMethod v);  // sft | dpo
+const char* to_string(PreferenceLoss v);  // sigmoid | ipo | hinge
 // The plan's words: "whole examples, first-fit decreasing", "stream, split at
 // row boundaries (plain text)", "none: one example per row, padded".
 const char* describe(Packing v);

@@ -317,7 +317,9 @@ void check_chat_data(DataSpec& data, const Node& root, const std::string& base_d
             "chat data is read from jsonl or json files, not " + std::string(to_string(data.format)));
   }
   const auto& defaults = chat_field_defaults(data.chat);
-  for (const auto& [key, value] : data.fields) {
+  for (const auto& field : data.fields) {
+    const std::string& key = field.first;
+    const std::string& value = field.second;
     const std::string path = "data.fields." + key;
     const bool known = std::any_of(defaults.begin(), defaults.end(), [&](const auto& kv) { return kv.first == key; });
     if (!known) {
@@ -345,6 +347,63 @@ void check_chat_data(DataSpec& data, const Node& root, const std::string& base_d
       d.error(loc_at(root, "data.chat_template"), "data.chat_template",
               "chat template file " + quote(data.chat_template, kWhole) + " does not exist or is not a file");
     }
+  }
+}
+
+// Preference pairs (training.method: dpo): prompt, chosen and rejected
+// strings in jsonl or json records, never packed.
+void check_preference_data(DataSpec& data, const Node& root, Diagnostics& d) {
+  if (data.prompt_field.empty()) data.prompt_field = "prompt";
+  // A resolved spec writes every key back: their defaults are not asked for.
+  for (const auto& [key, set] : {std::pair{"field", data.field != DataSpec().field},
+                                 std::pair{"completion_field", !data.completion_field.empty()}}) {
+    const std::string path = std::string("data.") + key;
+    if (set) {
+      d.error(loc_at(root, path), path,
+              "does not apply to preference pairs (training.method: dpo): they are read from prompt_field, "
+              "chosen_field and rejected_field");
+    }
+  }
+  if (node_at(root, "data.packing") == nullptr) {
+    data.packing = false;
+  } else if (data.packing) {
+    d.error(loc_at(root, "data.packing"), "data.packing",
+            "preference pairs are not packed: each completion is a row of its own, padded to the batch's longest");
+  }
+  if (is_chat(data)) {
+    d.error(loc_at(root, "data.chat"), "data.chat",
+            "preference pairs as conversations are not built yet: give prompt, chosen and rejected as strings "
+            "(the chat template already applied to the prompt)");
+  }
+  if (!has_records_of_fields(data.format)) {
+    d.error(loc_at(root, "data.format"), "data.format",
+            "preference pairs are read from jsonl or json records, not " + std::string(to_string(data.format)));
+  }
+}
+
+// Keys of preference training set on a supervised job are refused, not
+// ignored.
+void check_method(const JobSpec& spec, const Node& root, Diagnostics& d) {
+  if (spec.training.method == TrainingMethod::kDpo) {
+    const Adapter* adapter = spec.strategy.adapter ? &*spec.strategy.adapter : nullptr;
+    if (spec.strategy.reference == Reference::kAdapterOff && adapter != nullptr && *adapter == Adapter::kNone) {
+      d.error(loc_at(root, "strategy.reference"), "strategy.reference",
+              "adapter_off needs adapters (lora or qlora), but strategy.adapter is none; use separate");
+    }
+    if (spec.strategy.reference == Reference::kSeparate && adapter != nullptr && *adapter != Adapter::kNone) {
+      d.error(loc_at(root, "strategy.reference"), "strategy.reference",
+              "a separate reference beside adapters is not built: adapter_off is the same reference (the adapters "
+              "start at zero) without the copy");
+    }
+    if (spec.strategy.reference == Reference::kNone) {
+      d.error(loc_at(root, "strategy.reference"), "strategy.reference",
+              "dpo needs a reference model: adapter_off, separate or auto");
+    }
+    return;
+  }
+  for (const char* key : {"training.beta", "training.loss_type", "strategy.reference", "data.chosen_field",
+                          "data.rejected_field"}) {
+    if (node_at(root, key) != nullptr) d.error(loc_at(root, key), key, "applies to training.method: dpo only");
   }
 }
 
@@ -388,11 +447,15 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
               "cannot tell the format from the extension " + quote(ext) + "; set format: jsonl, json, text or tokens");
     }
   }
-  if (data.prompt_field.empty() != data.completion_field.empty()) {
+  data.preference = spec.training.method == TrainingMethod::kDpo;
+  if (data.preference) {
+    check_preference_data(data, root, d);
+  } else if (data.prompt_field.empty() != data.completion_field.empty()) {
     d.error(loc_at(root, data.prompt_field.empty() ? "data.completion_field" : "data.prompt_field"), "data",
             "prompt_field and completion_field go together");
   }
-  if ((!data.prompt_field.empty() || data.field != DataSpec().field) && !has_records_of_fields(data.format)) {
+  if (!data.preference && (!data.prompt_field.empty() || data.field != DataSpec().field) &&
+      !has_records_of_fields(data.format)) {
     d.error(loc_at(root, "data.format"), "data.format", "field names apply to jsonl and json data only");
   }
   check_chat_data(data, root, base_dir, opt, d);
@@ -602,6 +665,7 @@ LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, c
   resolve_model(spec, root, base_dir, opt, catalog, d);
   resolve_data(spec, root, base_dir, opt, d);
   check_training(spec, root, d);
+  check_method(spec, root, d);
   check_strategy(spec, root, catalog, d);
   check_checkpoint(spec, root, d);
   check_labels(spec, root, d);

@@ -14,6 +14,8 @@ constexpr std::array<std::pair<Optimizer, const char*>, 4> kOptimizers = {
     {{Optimizer::kAdamw, "adamw"}, {Optimizer::kAdamw8bit, "adamw_8bit"}, {Optimizer::kSgd, "sgd"}, {Optimizer::kLion, "lion"}}};
 constexpr std::array<std::pair<Offload, const char*>, 3> kOffloads = {
     {{Offload::kNone, "none"}, {Offload::kOptimizer, "optimizer"}, {Offload::kOptimizerAndParams, "optimizer_and_params"}}};
+constexpr std::array<std::pair<Reference, const char*>, 3> kReferences = {
+    {{Reference::kNone, "none"}, {Reference::kAdapterOff, "adapter_off"}, {Reference::kSeparate, "separate"}}};
 
 constexpr std::array<TechniqueInfo, 17> kTechniques = {{
     {Technique::kFp32, "fp32", Knob::kPrecision},
@@ -55,11 +57,14 @@ template <>
 std::span<const std::pair<Optimizer, const char*>> enum_names<Optimizer>() { return kOptimizers; }
 template <>
 std::span<const std::pair<Offload, const char*>> enum_names<Offload>() { return kOffloads; }
+template <>
+std::span<const std::pair<Reference, const char*>> enum_names<Reference>() { return kReferences; }
 
 const char* to_string(Precision v) { return name_in(kPrecisions, v); }
 const char* to_string(Adapter v) { return name_in(kAdapters, v); }
 const char* to_string(Optimizer v) { return name_in(kOptimizers, v); }
 const char* to_string(Offload v) { return name_in(kOffloads, v); }
+const char* to_string(Reference v) { return name_in(kReferences, v); }
 
 std::span<const TechniqueInfo> techniques() { return kTechniques; }
 const char* to_string(Technique t) { return info(t).name; }

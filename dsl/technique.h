@@ -21,6 +21,13 @@ enum class Precision { kFp32, kBf16, kFp16, kPureBf16 };
 enum class Adapter { kNone, kLora, kQlora };
 enum class Optimizer { kAdamw, kAdamw8bit, kSgd, kLion };
 enum class Offload { kNone, kOptimizer, kOptimizerAndParams };
+// Where preference training (training.method: dpo) gets its reference
+// model's log-probabilities; not a technique of allow/forbid, a placement.
+enum class Reference {
+  kNone,        // sft: no reference
+  kAdapterOff,  // LoRA/QLoRA: the same weights with the adapters switched off; no bytes, one more forward
+  kSeparate,    // a frozen copy of the starting weights beside the trained ones
+};
 
 // A technique the planner may choose (or a spec allow or forbid).
 enum class Technique {
@@ -54,7 +61,7 @@ struct TechniqueInfo {
 
 // The names of a knob's values as written in specs and plan documents
 // ("pure-bf16", "adamw_8bit", "optimizer_and_params"): defined for
-// Precision, Adapter, Optimizer and Offload.
+// Precision, Adapter, Optimizer, Offload and Reference.
 template <class E>
 std::span<const std::pair<E, const char*>> enum_names();
 template <class E>
@@ -69,6 +76,7 @@ const char* to_string(Precision v);
 const char* to_string(Adapter v);
 const char* to_string(Optimizer v);
 const char* to_string(Offload v);
+const char* to_string(Reference v);
 
 // Every technique, in the order the documentation lists them.
 std::span<const TechniqueInfo> techniques();

@@ -6,7 +6,15 @@
 
 namespace tailor::strategies {
 
-Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy& s, const PlanOptions& o) {
+dsl::Reference reference_for(const dsl::JobSpec& spec, const Strategy& s) {
+  if (spec.training.method != dsl::TrainingMethod::kDpo) return dsl::Reference::kNone;
+  if (spec.strategy.reference) return *spec.strategy.reference;
+  return s.adapter != Adapter::kNone ? dsl::Reference::kAdapterOff : dsl::Reference::kSeparate;
+}
+
+Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy& strategy, const PlanOptions& o) {
+  Strategy s = strategy;
+  s.reference = reference_for(spec, s);
   const bool on_cpu = hw.cpu_only();
   const Device dev = rank_device(spec, hw);
   MemoryInput in;

@@ -40,6 +40,11 @@ struct PlanOptions {
   bool advise_unpinning = true;
 };
 
+// Where a dpo job's reference log-probabilities come from under `s`: the
+// spec's pin, else the adapters switched off when `s` trains adapters (no
+// bytes) and a frozen copy when it trains every weight. kNone for sft.
+dsl::Reference reference_for(const dsl::JobSpec& spec, const Strategy& s);
+
 // One evaluated strategy.
 struct Candidate {
   Strategy strategy;

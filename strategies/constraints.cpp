@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "strategies/candidate.h"
 #include "strategies/knobs.h"
 
 namespace tailor::strategies {
@@ -118,6 +119,18 @@ std::string Constraints::why_not(const Strategy& s) const {
   if (s.offload != Offload::kNone && s.zero_stage == 0) return "offload needs ZeRO stage 1 or more";
   if (s.offload == Offload::kOptimizerAndParams && s.zero_stage != 3) return "parameter offload needs ZeRO-3";
   if ((s.adapter == Adapter::kQlora) != (s.quantization != Quantization::kNone)) return "QLoRA means a quantised base";
+  if (spec_.training.method == dsl::TrainingMethod::kDpo) {
+    const dsl::Reference r = reference_for(spec_, s);
+    if (r == dsl::Reference::kAdapterOff && s.adapter == Adapter::kNone) {
+      return "the reference adapter_off needs adapters (strategy.reference is pinned)";
+    }
+    if (r == dsl::Reference::kSeparate && s.adapter != Adapter::kNone) {
+      return "a separate reference beside adapters is not built: adapter_off is the same reference without the copy";
+    }
+    if (r == dsl::Reference::kSeparate && s.zero_stage == 3) {
+      return "a separate reference under ZeRO-3 is not built (the copy would need sharding)";
+    }
+  }
   // bf16 keeps 8 bits of mantissa, so a pure-bf16 weight ignores an update
   // under about 2^-9 of itself, and 8-bit states round the moments as well:
   // on a full fine-tune's pretrained weights (small updates to large values)

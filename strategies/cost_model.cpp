@@ -66,7 +66,9 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
     mfu = k.mfu_tensor;
   }
   if (peak_tflops <= 0) peak_tflops = dev.peak_tflops_fp32;  // unsupported dtype: emulated at fp32 speed
-  const double micro_tokens = static_cast<double>(s.micro_batch_size) * seq;
+  // DPO: a micro-batch of b pairs is 2b rows.
+  const double rows_per_sequence = s.reference != Reference::kNone ? 2.0 : 1.0;
+  const double micro_tokens = rows_per_sequence * static_cast<double>(s.micro_batch_size) * seq;
   const double utilisation = mfu * micro_tokens / (micro_tokens + k.half_saturation_tokens);
   const double micro_compute = timed_flops_per_token * micro_tokens / (peak_tflops * 1e12 * utilisation);
 
@@ -82,6 +84,13 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
 
   const double accum = static_cast<double>(s.grad_accumulation);
   t.compute_seconds = accum * (micro_compute + micro_dequant);
+  // The reference's forward over the same rows, without recomputation or
+  // backward (and, QLoRA's base being the reference, one more dequantise).
+  if (s.reference != Reference::kNone) {
+    const double reference_compute = forward * micro_tokens / (peak_tflops * 1e12 * utilisation);
+    const double dequant_forward = micro_dequant > 0 ? micro_dequant / (2.0 + recompute_fraction) : 0.0;
+    t.reference_seconds = accum * (reference_compute + dequant_forward);
+  }
 
   // Gradient and parameter traffic between GPUs.
   const double trainable = adapter ? static_cast<double>(lora_parameter_count(a, s.lora_rank, {})) :
@@ -119,8 +128,8 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
       t.offload_seconds += accum * 2.0 * weights / link;
     }
   }
-  t.step_seconds = t.compute_seconds + t.comm_seconds + t.optimizer_seconds + t.offload_seconds;
-  t.tokens_per_second = static_cast<double>(global_batch) * seq / t.step_seconds;
+  t.step_seconds = t.compute_seconds + t.comm_seconds + t.optimizer_seconds + t.offload_seconds + t.reference_seconds;
+  t.tokens_per_second = rows_per_sequence * static_cast<double>(global_batch) * seq / t.step_seconds;
   return t;
 }
 

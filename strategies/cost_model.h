@@ -73,6 +73,7 @@ struct Throughput {
   double comm_seconds = 0;        // exposed collective time per step
   double offload_seconds = 0;     // host transfers and CPU optimizer per step
   double optimizer_seconds = 0;   // on-device optimizer update per step
+  double reference_seconds = 0;   // dpo: the reference model's forward passes per step (no backward)
   double step_seconds = 0;
   double tokens_per_second = 0;
 };

@@ -94,6 +94,7 @@ class Walker {
     }
     if (hw_.cpu_only()) {
       attention();
+      reference();
       search();
       return out_;
     }
@@ -112,6 +113,7 @@ class Walker {
            s.zero_stage = 3;
          },
          "offload parameters");
+    reference();
     search();
     return out_;
   }
@@ -213,6 +215,33 @@ class Walker {
     rung("attention",
          "Materialised attention (faster than the fused kernel on the CPU in half precision; keeps s x s scores)?",
          true, [&](Strategy& s) { s.attention = target_.attention; }, "attend materialised");
+  }
+
+  // DPO's reference model: placed by the plan's adapters (or the spec's
+  // pin), with its bytes and its time; not a step toward the budget.
+  void reference() {
+    if (target_.reference == Reference::kNone) return;
+    const Candidate e = evaluate(spec_, hw_, target_, o_);
+    Decision d = measure("reference",
+                         "Where does the reference model go (DPO scores both completions with it every step)?", e);
+    d.verdict = Verdict::kApplied;
+    d.saved = Bytes(0) - e.memory.reference;
+    char time[96];
+    std::snprintf(time, sizeof time, "its forward over both completions adds %.3g s a step (estimated)",
+                  e.throughput.reference_seconds);
+    if (target_.reference == Reference::kAdapterOff) {
+      d.change = "switch the adapters off for the reference's forward";
+      d.reason = std::string("no bytes: the base weights are the reference, since the adapters start at zero; ") + time;
+    } else {
+      d.change = "keep a frozen copy of the starting weights";
+      d.reason = "the copy needs " + e.memory.reference.to_string() + " (every weight in " +
+                 dsl::to_string(target_.precision) + "); " + time;
+      if (target_.adapter == Adapter::kNone && !spec_.strategy.reference) {
+        d.reason += "; adapters would need no copy (adapter_off), but the plan trains every weight";
+      }
+    }
+    if (spec_.strategy.reference) d.reason += " (pinned by the spec)";
+    out_.push_back(d);
   }
 
   // "4 GPUs", or on the CPU "2 ranks".

@@ -582,12 +582,19 @@ double logits_bytes(const Setting& g) {
                               : (half_logits ? k.logits_bytes_per_element_half
                                              : k.logits_bytes_per_element_fp32);
   double logits = logit_elems * per_elem;
+  // DPO scores each row's log-probability with its own loss (runner/torch/
+  // preference_loss.h): backward makes one row's logit gradient at a time,
+  // so the peak holds every row's logits and one row's gradient.
+  const double row_elems = static_cast<double>(in.batch.seq_len) * static_cast<double>(g.a.vocab);
+  const bool per_row = g.st.reference != Reference::kNone && in.quirks.lean_cross_entropy;
+  if (per_row) logits = (logit_elems + row_elems) * per_elem / 2.0;
   // Off the fused CPU kernel, one slice's fp32 (log-)softmax.
   // Soft-capped logits (Gemma 2) always take that path, with the slice's
   // capped logits as a second fp32 temporary.
   const bool capped = g.a.final_logit_softcap > 0;
   if (in.quirks.lean_cross_entropy && (!in.fused_kernels || capped)) {
-    logits += (capped ? 8.0 : 4.0) * std::min(logit_elems, static_cast<double>(kCrossEntropySliceElements));
+    logits += (capped ? 8.0 : 4.0) *
+              std::min(per_row ? row_elems : logit_elems, static_cast<double>(kCrossEntropySliceElements));
   }
   return logits * k.logits_factor;
 }
@@ -602,7 +609,8 @@ double activation_bytes(const Setting& g, const LayerActivations& l, double logi
   acts += 2 * l.input;  // final norm input and lm_head input
   // Fused attention saves its additive mask (packed documents) for
   // backward: one (b, 1, s, s) tensor that every layer shares.
-  if (g.st.attention == Attention::kMemoryEfficient) acts += g.e * b * s * s;
+  // DPO's rows are one completion each, masked by causality alone: no mask.
+  if (g.st.attention == Attention::kMemoryEfficient && g.st.reference == Reference::kNone) acts += g.e * b * s * s;
   acts *= k.activation_factor;
   // The recomputed layer lives in backward, after the loss has freed the
   // logits buffers: only what exceeds them adds to the peak. While it
@@ -723,7 +731,13 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) {
+MemoryEstimate estimate_memory(const MemoryInput& input, const MemoryConstants& k) {
+  // DPO: the chosen and rejected completions of each pair in one forward
+  // and backward, so activations and logits are those of 2b rows. The
+  // reference's forward runs first, without gradients, and frees what it
+  // made before the trained forward starts: it adds nothing to the peak.
+  MemoryInput in = input;
+  if (in.strategy.reference != Reference::kNone) in.batch.micro_batch *= 2;
   const Setting g(in, k);
   MemoryEstimate out;
   ModelState state;
@@ -744,6 +758,14 @@ MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k) 
   m.master_weights = Bytes(static_cast<std::int64_t>(state.master * sf));
   m.optimizer_states = Bytes(static_cast<std::int64_t>(state.states * sf));
   m.adapter = Bytes(static_cast<std::int64_t>(state.adapter * sf));
+  // The separate reference: every weight once more, frozen, in the compute
+  // dtype, on every rank (the planner refuses it under ZeRO-3 and beside
+  // adapters).
+  if (g.st.reference == Reference::kSeparate) {
+    out.reference = Bytes(static_cast<std::int64_t>(static_cast<double>(g.pc.total) *
+                                                    weight_bytes_per_param(g.st.precision) * sf));
+    m.weights += out.reference;
+  }
   const LayerActivations layer = layer_activations(g);
   const double logits = logits_bytes(g);
   m.logits = Bytes(static_cast<std::int64_t>(logits));

@@ -71,6 +71,8 @@ MemoryConstants calibrate(const MemoryConstants& base, const MemoryBreakdown& es
                           const MemoryBreakdown& measured);
 
 // The shape of one forward pass.
+// Under preference training (a strategy with a reference) b counts pairs,
+// and the passes see 2b rows: estimate_memory doubles it.
 struct BatchShape {
   std::int64_t micro_batch = 1;  // b
   std::int64_t seq_len = 0;      // s
@@ -173,6 +175,7 @@ struct MemoryInput {
 
 struct MemoryEstimate {
   MemoryBreakdown per_device;  // the peak on each GPU (all ranks are alike)
+  Bytes reference;             // dpo's separate reference: the frozen copy, counted in per_device.weights
   Bytes host;                  // host RAM the strategy needs (offload buffers, 0 without offload)
   std::int64_t trainable_parameters = 0;
   std::int64_t frozen_parameters = 0;

@@ -31,7 +31,7 @@ const char* to_string(Verdict v);  // "fits", "applied", "not_executable", ...
 // One step of the decision trace, as data; the prose is derived from it.
 struct Decision {
   std::string step;      // stable key: as_written, ranks, precision, checkpointing, micro_batch, zero_1_2,
-                         // optimizer_8bit, lora, qlora, zero_3, offload_optimizer, offload_params, attention, search
+                         // optimizer_8bit, lora, qlora, zero_3, offload_optimizer, offload_params, attention, reference, search
   std::string question;
   Verdict verdict = Verdict::kNotNeeded;
   bool fits = false;     // after the step (or with it, when not taken)

@@ -22,6 +22,7 @@ void write_strategy(JsonWriter& w, const Strategy& s) {
   w.field("num_gpus", s.num_gpus);
   w.field("attention", to_string(s.attention));
   w.field("cross_entropy", to_string(s.cross_entropy));
+  if (s.reference != Reference::kNone) w.field("reference", dsl::to_string(s.reference));
   w.end_object();
 }
 
@@ -44,6 +45,7 @@ void write_throughput(JsonWriter& w, const Throughput& t) {
   w.field("comm_seconds", t.comm_seconds);
   w.field("offload_seconds", t.offload_seconds);
   w.field("optimizer_seconds", t.optimizer_seconds);
+  if (t.reference_seconds > 0) w.field("reference_seconds", t.reference_seconds);
   w.end_object();
 }
 

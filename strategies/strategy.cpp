@@ -20,6 +20,8 @@ std::string Strategy::describe() const {
   if (num_gpus > 1) out += ", " + std::to_string(num_gpus) + " ranks";
   if (attention == Attention::kStandard) out += ", materialised attention";
   if (cross_entropy == CrossEntropy::kFusedLinear) out += ", fused linear cross-entropy";
+  if (reference == Reference::kAdapterOff) out += ", reference: adapters off";
+  if (reference == Reference::kSeparate) out += ", reference: a frozen copy";
   return out;
 }
 

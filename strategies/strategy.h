@@ -17,6 +17,7 @@ using dsl::Adapter;
 using dsl::Offload;
 using dsl::Optimizer;
 using dsl::Precision;
+using dsl::Reference;
 
 // How frozen base weights are stored.
 enum class Quantization {
@@ -69,6 +70,11 @@ struct Strategy {
   // The logits unless they do not fit: the fused head is slower when the
   // head trains, and its slices cost GPU efficiency (cost_model.cpp).
   CrossEntropy cross_entropy = CrossEntropy::kLogits;
+  // Preference training (dpo) only: where the reference log-probabilities
+  // come from. Not searched: it follows the adapter (reference_for).
+  // Anything but kNone means each sequence of the batch is a pair: two rows
+  // forward and backward, and the reference's forward on both.
+  Reference reference = Reference::kNone;
 
   bool operator==(const Strategy&) const = default;
   // "bf16, checkpointing every layer, micro-batch 2 x 16, lora r16, adamw, ZeRO-3";

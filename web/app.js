@@ -293,6 +293,16 @@ function jobPage(id) {
         {name: "loss", points: steps.filter(s => s.loss !== null).map(s => [s.step, s.loss])},
         ...(steps.some(s => s.eval_loss != null)
           ? [{name: "eval loss", points: steps.filter(s => s.eval_loss != null).map(s => [s.step, s.eval_loss])}] : [])])),
+      // A DPO job's rewards and reward accuracy, under TRL's names.
+      ...(steps.some(s => s["rewards/margins"] != null) ? [
+        h("div", {class: "card"}, h("h2", {}, "Rewards"), chart("DPO rewards by step: chosen, rejected and their margin",
+          ["rewards/chosen", "rewards/rejected", "rewards/margins"].map(k => (
+            {name: k, points: steps.filter(s => s[k] != null).map(s => [s.step, s[k]])})))),
+        h("div", {class: "card"}, h("h2", {}, "Reward accuracy"), chart("Share of pairs ranked right by step", [
+          {name: "rewards/accuracies", points: steps.filter(s => s["rewards/accuracies"] != null).map(s => [s.step, s["rewards/accuracies"]])},
+          ...(steps.some(s => s["eval_rewards/accuracies"] != null) ? [{name: "eval rewards/accuracies",
+            points: steps.filter(s => s["eval_rewards/accuracies"] != null).map(s => [s.step, s["eval_rewards/accuracies"]])}] : [])],
+          {zero: true}))] : []),
       h("div", {class: "card"}, h("h2", {}, "Tokens/s"), chart("Tokens per second by step",
         [{name: "tokens/s", points: steps.filter(s => s.tokens_per_second).map(s => [s.step, s.tokens_per_second])}], {unit: v => number(v)})),
       h("div", {class: "card"}, h("h2", {}, "Peak memory"), chart("Peak memory by step, measured and estimated", [

@@ -158,7 +158,9 @@ json step_json(const StepMetric& m) {
   json mem = {{"allocated_bytes", opt_json(m.allocated_bytes)}, {"peak_bytes", opt_json(m.peak_bytes)}};
   for (const auto& [k, v] : m.component_bytes)
     mem[k] = v;
-  return {{"step", m.step},
+  // A DPO step's loss is per pair: no perplexity.
+  const bool pairs = !m.preference.empty();
+  json o = {{"step", m.step},
           {"rank", m.rank},
           {"attempt", m.attempt},
           {"time", m.time},
@@ -169,10 +171,15 @@ json step_json(const StepMetric& m) {
           {"tokens_per_second", opt_json(m.tokens_per_second)},
           {"step_seconds", opt_json(m.step_seconds)},
           {"eval_loss", opt_json(m.eval_loss)},
-          {"eval_perplexity", m.eval_loss ? json(std::exp(*m.eval_loss)) : json(nullptr)},
+          {"eval_perplexity", m.eval_loss && !pairs ? json(std::exp(*m.eval_loss)) : json(nullptr)},
           {"eval_tokens", opt_json(m.eval_tokens)},
           {"eval_seconds", opt_json(m.eval_seconds)},
           {"memory", mem}};
+  for (const PreferenceMetric& p : kPreferenceMetrics) {
+    const auto it = m.preference.find(p.key);
+    o[p.key] = it == m.preference.end() ? json(nullptr) : json(it->second);
+  }
+  return o;
 }
 
 }  // namespace tailor::daemon

@@ -79,6 +79,9 @@ std::optional<StepMetric> parse_metric_line(const std::string& line, std::int64_
   m.eval_loss = opt<double>(j, "eval_loss");
   m.eval_tokens = opt<std::int64_t>(j, "eval_tokens");
   m.eval_seconds = opt<double>(j, "eval_seconds");
+  for (const PreferenceMetric& p : kPreferenceMetrics) {
+    if (auto v = opt<double>(j, p.key)) m.preference[p.key] = *v;
+  }
   if (auto mem = j.find("memory"); mem != j.end() && mem->is_object()) {
     m.allocated_bytes = opt<std::int64_t>(*mem, "allocated_bytes");
     m.peak_bytes = opt<std::int64_t>(*mem, "peak_bytes");

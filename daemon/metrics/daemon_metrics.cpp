@@ -29,6 +29,7 @@ struct DaemonMetrics::JobSeries {
   Gauge* running = nullptr;
   std::map<std::pair<std::string, std::string>, Gauge*> memory;  // (component, source)
   std::map<std::int64_t, Gauge*> rank_peak;                       // by rank, multi-rank jobs only
+  std::map<std::string, Gauge*> preference;                       // by metric, dpo jobs only
 };
 
 namespace {
@@ -86,6 +87,12 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                         .Name("tailor_job_eval_loss")
                         .Help("Loss on data.eval (the mean over its trained tokens) of a job's latest evaluation.")
                         .Register(r);
+  job_preference_ = &prometheus::BuildGauge()
+                         .Name("tailor_job_preference")
+                         .Help("A DPO job's latest step by metric: rewards_chosen, rewards_rejected, rewards_margins "
+                               "(beta times the log-ratios against the reference), rewards_accuracies (the share of "
+                               "pairs ranked right), logps_chosen, logps_rejected, eval_rewards_accuracies.")
+                         .Register(r);
   job_tps_ = &prometheus::BuildGauge()
                   .Name("tailor_job_tokens_per_second")
                   .Help("Training throughput of a job's latest step, in tokens per second.")
@@ -215,6 +222,20 @@ void DaemonMetrics::set_job_eval_loss(const std::string& job_id, const std::stri
   s->eval_loss->Set(eval_loss);
 }
 
+void DaemonMetrics::set_job_preference(const std::string& job_id, const std::string& name,
+                                       const std::map<std::string, double>& by_column) {
+  if (by_column.empty()) return;
+  std::lock_guard lock(mu_);
+  auto& s = jobs_series_[job_id];
+  if (!s) s = std::make_unique<JobSeries>();
+  s->name = name;
+  for (const auto& [metric, v] : by_column) {
+    Gauge*& g = s->preference[metric];
+    if (g == nullptr) g = &job_preference_->Add({{"job_id", job_id}, {"job", name}, {"metric", metric}});
+    g->Set(v);
+  }
+}
+
 void DaemonMetrics::mark_running(const std::string& job_id, JobSeries& s, bool running) {
   if (!s.running) s.running = &job_running_->Add({{"job_id", job_id}, {"job", s.name}});
   s.running->Set(running ? 1.0 : 0.0);
@@ -232,6 +253,7 @@ void DaemonMetrics::drop_job(const std::string& job_id) {
   if (s.running) job_running_->Remove(s.running);
   for (auto& [k, g] : s.memory) job_memory_->Remove(g);
   for (auto& [k, g] : s.rank_peak) job_rank_peak_->Remove(g);
+  for (auto& [k, g] : s.preference) job_preference_->Remove(g);
   jobs_series_.erase(it);
 }
 

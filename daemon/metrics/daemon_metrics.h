@@ -48,6 +48,11 @@ class DaemonMetrics {
                     std::int64_t peak_bytes, const std::map<std::int64_t, std::int64_t>& rank_peak_bytes = {});
   // The eval loss after a job's latest evaluated step.
   void set_job_eval_loss(const std::string& job_id, const std::string& name, double eval_loss);
+  // A DPO job's latest rewards and log-probabilities, by the store's column
+  // names (rewards_margins, ...; job_store.h's kPreferenceMetrics), as the
+  // `metric` label of tailor_job_preference.
+  void set_job_preference(const std::string& job_id, const std::string& name,
+                          const std::map<std::string, double>& by_column);
   // A job reached a terminal state: its series are dropped once
   // kFinishedJobsKept later jobs have finished.
   void job_finished(const std::string& job_id);
@@ -80,6 +85,7 @@ class DaemonMetrics {
   std::uint64_t evicted_seen_ = 0;
   prometheus::Family<prometheus::Gauge>* job_loss_;
   prometheus::Family<prometheus::Gauge>* job_eval_loss_;
+  prometheus::Family<prometheus::Gauge>* job_preference_;
   prometheus::Family<prometheus::Gauge>* job_tps_;
   prometheus::Family<prometheus::Gauge>* job_step_;
   prometheus::Family<prometheus::Gauge>* job_running_;

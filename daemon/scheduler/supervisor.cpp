@@ -264,6 +264,15 @@ Supervisor::Ingested Supervisor::ingest(Running& r) {
     metrics_.set_job_step(r.id, r.name, last.step, last.loss.value_or(NAN), last.tokens_per_second.value_or(0),
                           last.component_bytes, last.peak_bytes.value_or(0), last.rank_peak_bytes);
   }
+  // A DPO job's newest value of each preference metric (eval ones only on
+  // evaluated steps), by column name.
+  std::map<std::string, double> preference;
+  for (auto m = batch.metrics.rbegin(); m != batch.metrics.rend(); ++m) {
+    for (const PreferenceMetric& p : kPreferenceMetrics) {
+      if (const auto it = m->preference.find(p.key); it != m->preference.end()) preference.emplace(p.column, it->second);
+    }
+  }
+  metrics_.set_job_preference(r.id, r.name, preference);
   JobUpdate changes;
   if (r.last_step) changes.set("last_step", *r.last_step);
   for (auto m = batch.metrics.rbegin(); m != batch.metrics.rend(); ++m) {

@@ -440,8 +440,10 @@ Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const J
           "INSERT OR REPLACE INTO step_metrics (job_id, rank, step, attempt, time, loss, lr, grad_norm, tokens, "
           "tokens_per_second, step_seconds, allocated_bytes, peak_bytes, eval_loss, eval_tokens, eval_seconds";
       for (const auto& c : component_columns()) sql += ", " + c;
+      for (const PreferenceMetric& p : kPreferenceMetrics) sql += std::string(", ") + p.column;
       sql += ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16";
-      for (std::size_t i = 0; i < component_columns().size(); ++i) sql += ", ?" + std::to_string(17 + i);
+      const std::size_t extra = component_columns().size() + std::size(kPreferenceMetrics);
+      for (std::size_t i = 0; i < extra; ++i) sql += ", ?" + std::to_string(17 + i);
       sql += ")";
       TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
       for (const StepMetric& m : batch.metrics) {
@@ -454,6 +456,11 @@ Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const J
         for (const auto& name : memory_component_names()) {
           const auto it = m.component_bytes.find(name);
           if (it == m.component_bytes.end()) q.bind_null(b++);
+          else q.bind(b++, it->second);
+        }
+        for (const PreferenceMetric& p : kPreferenceMetrics) {
+          const auto it = m.preference.find(p.key);
+          if (it == m.preference.end()) q.bind_null(b++);
           else q.bind(b++, it->second);
         }
         TAILOR_RETURN_IF_ERROR(q.run());
@@ -525,6 +532,7 @@ Result<std::vector<StepMetric>> JobStore::metrics(const std::string& id, std::in
   std::string sql = "SELECT rank, step, attempt, time, loss, lr, grad_norm, tokens, tokens_per_second, step_seconds, "
                     "allocated_bytes, peak_bytes, eval_loss, eval_tokens, eval_seconds";
   for (const auto& c : component_columns()) sql += ", " + c;
+  for (const PreferenceMetric& p : kPreferenceMetrics) sql += std::string(", ") + p.column;
   sql += " FROM step_metrics WHERE job_id = ?1 AND step > ?2 ORDER BY step, rank LIMIT ?3";
   TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
   q.bind(1, id).bind(2, since_step).bind(3, limit);
@@ -551,6 +559,9 @@ Result<std::vector<StepMetric>> JobStore::metrics(const std::string& id, std::in
     int c = 15;
     for (const auto& name : memory_component_names()) {
       if (auto v = q.opt_int64(c++)) m.component_bytes[name] = *v;
+    }
+    for (const PreferenceMetric& p : kPreferenceMetrics) {
+      if (auto v = q.opt_real(c++)) m.preference[p.key] = *v;
     }
     out.push_back(std::move(m));
   }

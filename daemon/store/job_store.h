@@ -166,12 +166,28 @@ struct StepMetric {
   // weights, gradients, optimizer_states, master_weights, adapter,
   // activations, logits, overhead (the plan document's keys).
   std::map<std::string, std::int64_t> component_bytes;
+  // Preference training's metrics (kPreferenceMetrics' keys) where the
+  // line has them.
+  std::map<std::string, double> preference;
   // A multi-rank job's line: every rank's peak (for /metrics; not stored).
   std::map<std::int64_t, std::int64_t> rank_peak_bytes;
 };
 
 // The memory components of a step row, in the order of the plan document.
 const std::vector<std::string>& memory_component_names();
+
+// A DPO job's per-step metrics: the key in metrics.jsonl and the API (TRL's
+// names) and the store's column.
+struct PreferenceMetric {
+  const char* key;
+  const char* column;
+};
+inline constexpr PreferenceMetric kPreferenceMetrics[] = {
+    {"rewards/chosen", "rewards_chosen"},         {"rewards/rejected", "rewards_rejected"},
+    {"rewards/accuracies", "rewards_accuracies"}, {"rewards/margins", "rewards_margins"},
+    {"logps/chosen", "logps_chosen"},             {"logps/rejected", "logps_rejected"},
+    {"eval_rewards/accuracies", "eval_rewards_accuracies"},
+};
 
 struct JobFilter {
   std::optional<JobState> state;

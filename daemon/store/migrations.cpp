@@ -9,6 +9,7 @@ extern const char tailor_daemon_migration_0004[];
 extern const char tailor_daemon_migration_0005[];
 extern const char tailor_daemon_migration_0006[];
 extern const char tailor_daemon_migration_0007[];
+extern const char tailor_daemon_migration_0008[];
 
 namespace tailor::daemon {
 
@@ -21,6 +22,7 @@ const std::vector<Migration>& builtin_migrations() {
       {5, "0005_labels_by_seq", tailor_daemon_migration_0005},
       {6, "0006_executor", tailor_daemon_migration_0006},
       {7, "0007_eval_loss", tailor_daemon_migration_0007},
+      {8, "0008_preference", tailor_daemon_migration_0008},
   };
   return kMigrations;
 }

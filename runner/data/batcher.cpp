@@ -55,14 +55,16 @@ double PackingStats::efficiency() const {
 }
 
 Batcher::Batcher(TokenStore store, std::int64_t seq_len, dsl::Packing packing, dsl::LongExample on_long,
-                 std::int64_t micro_batch, std::uint64_t seed, std::int32_t pad_id)
+                 std::int64_t micro_batch, std::uint64_t seed, std::int32_t pad_id, bool pairs)
     : store_(std::move(store)),
       seq_len_(seq_len),
       packing_(packing),
       micro_batch_(micro_batch),
       seed_(seed),
-      pad_id_(pad_id) {
+      pad_id_(pad_id),
+      pairs_(pairs) {
   TAILOR_CHECK(store_.documents() > 0);
+  TAILOR_CHECK(!pairs_ || (packing_ == dsl::Packing::kNone && store_.documents() % 2 == 0));
   TAILOR_CHECK(seq_len_ >= 1);
   TAILOR_CHECK(micro_batch_ >= 1);
   for (std::size_t d = 0; d < store_.documents(); ++d) TAILOR_CHECK(store_.length(d) >= 2);
@@ -84,7 +86,7 @@ Batcher::Batcher(TokenStore store, std::int64_t seq_len, dsl::Packing packing, d
       rows_per_epoch_ = static_cast<std::int64_t>(kept_.size());
     }
   }
-  stats_.rows_per_epoch = rows_per_epoch_;
+  stats_.rows_per_epoch = pairs_ ? 2 * rows_per_epoch_ : rows_per_epoch_;
 }
 
 Batcher::Batcher(const std::vector<Example>& examples, std::int64_t seq_len, dsl::Packing packing,
@@ -100,25 +102,34 @@ Batcher::Batcher(const std::vector<Example>& examples, std::int64_t seq_len, boo
                  std::int64_t micro_batch, std::uint64_t seed, std::int32_t pad_id)
     : Batcher(TokenStore::from_examples(examples), seq_len, packing, micro_batch, seed, pad_id) {}
 
+bool Batcher::too_long(std::size_t d) const { return store_.length(d) > seq_len_ + 1; }
+
+bool Batcher::trains(std::size_t d) const {
+  // Searched from the end: an untruncated example's EOS is trained, so
+  // this usually looks at one flag.
+  const auto used = store_.trained(d).subspan(1, static_cast<std::size_t>(row_length(d) - 1));
+  return std::find(used.rbegin(), used.rend(), std::uint8_t{1}) != used.rend();
+}
+
 void Batcher::select_documents(dsl::LongExample on_long) {
   kept_.reserve(store_.documents());
-  for (std::size_t d = 0; d < store_.documents(); ++d) {
-    const bool too_long = store_.length(d) > seq_len_ + 1;
-    if (too_long && on_long == dsl::LongExample::kDrop) {
+  const std::size_t step = pairs_ ? 2 : 1;
+  for (std::size_t d = 0; d < store_.documents(); d += step) {
+    // A pair is kept or dropped whole.
+    const bool long_one = too_long(d) || (pairs_ && too_long(d + 1));
+    if (long_one && on_long == dsl::LongExample::kDrop) {
       ++stats_.dropped;
       continue;
     }
-    // Searched from the end: an untruncated example's EOS is trained, so
-    // this usually looks at one flag.
-    const auto used = store_.trained(d).subspan(1, static_cast<std::size_t>(row_length(d) - 1));
-    if (std::find(used.rbegin(), used.rend(), std::uint8_t{1}) == used.rend()) {
+    if (!trains(d) || (pairs_ && !trains(d + 1))) {
       ++stats_.dropped;
       ++stats_.dropped_untrained;
       continue;
     }
-    if (too_long) ++stats_.truncated;
+    if (long_one) ++stats_.truncated;
     kept_.push_back(d);
     stats_.input_cells += row_length(d) - 1;
+    if (pairs_) stats_.input_cells += row_length(d + 1) - 1;
   }
   stats_.examples = static_cast<std::int64_t>(kept_.size());
 }
@@ -245,14 +256,18 @@ Batch Batcher::longest_batch() const {
   // The widest possible batch: every row is at most the longest document,
   // and a batch is widest when it holds the micro_batch longest together
   // (repeating documents when there are fewer than micro_batch).
+  // Pairs: by their longer row.
+  const auto length = [&](std::size_t d) {
+    return pairs_ ? std::max(row_length(d), row_length(d + 1)) : row_length(d);
+  };
   std::vector<std::size_t> docs = kept_;
   std::sort(docs.begin(), docs.end(), [&](std::size_t a, std::size_t b) {
-    const std::int64_t la = row_length(a), lb = row_length(b);
+    const std::int64_t la = length(a), lb = length(b);
     return la != lb ? la > lb : a < b;
   });
   std::vector<std::size_t> take;
   for (std::int64_t r = 0; r < micro_batch_; ++r) take.push_back(docs[static_cast<std::size_t>(r) % docs.size()]);
-  return padded_batch(take);
+  return pairs_ ? pair_batch(take) : padded_batch(take);
 }
 
 Batcher::Order Batcher::make_order(std::int64_t epoch) const {
@@ -302,7 +317,7 @@ Batch Batcher::batch_of(const std::vector<State>& rows, const Order* const* orde
     for (const State& r : rows) {
       docs.push_back(kept_[order_of(r.epoch, scratch).docs[static_cast<std::size_t>(r.index)]]);
     }
-    return padded_batch(docs);
+    return pairs_ ? pair_batch(docs) : padded_batch(docs);
   }
   Batch b = blank_batch(static_cast<std::int64_t>(rows.size()), seq_len_, pad_id_);
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -397,9 +412,16 @@ Batch Batcher::padded_batch(std::span<const std::size_t> docs) const {
   return b;
 }
 
+Batch Batcher::pair_batch(std::span<const std::size_t> firsts) const {
+  std::vector<std::size_t> docs(firsts.begin(), firsts.end());
+  for (std::size_t d : firsts) docs.push_back(d + 1);
+  return padded_batch(docs);
+}
+
 Result<Batcher> make_batcher(TokenStore store, const dsl::DataSpec& spec, std::int64_t micro_batch,
                              std::uint64_t seed, std::int32_t pad_id) {
-  Batcher b(std::move(store), spec.seq_len, dsl::packing_of(spec), spec.on_long_example, micro_batch, seed, pad_id);
+  Batcher b(std::move(store), spec.seq_len, dsl::packing_of(spec), spec.on_long_example, micro_batch, seed, pad_id,
+            spec.preference);
   const PackingStats& s = b.stats();
   if (s.examples == 0) {
     const std::int64_t long_dropped = s.dropped - s.dropped_untrained;

@@ -74,6 +74,14 @@ struct PackingStats {
 // No packing: one document per row, each batch padded only to its longest
 // row.
 //
+// Pairs (preference data: documents 2p and 2p + 1 are a pair's chosen and
+// rejected completions, tokenize_file's order): no packing, and a batch of
+// micro_batch pairs is 2 x micro_batch rows, the pairs' chosen rows first,
+// then their rejected rows in the same order (TRL's concatenated layout).
+// Everything counted in pairs (rows_per_epoch(), the state, examples,
+// dropped, truncated) but stats().rows_per_epoch, which counts rows. A pair
+// is dropped when either row is (too long under kDrop, or nothing trained).
+//
 // Long examples (whole examples and no packing): a document longer than
 // seq_len + 1 tokens is cut to its first seq_len + 1 (LongExample::
 // kTruncate) or left out (kDrop). A document with no trained target in what
@@ -103,7 +111,7 @@ class Batcher {
   // dropped (stats().examples == 0) it yields nothing: calling next() or
   // longest_batch() then is a bug; make_batcher turns it into an error.
   Batcher(TokenStore store, std::int64_t seq_len, dsl::Packing packing, dsl::LongExample on_long,
-          std::int64_t micro_batch, std::uint64_t seed, std::int32_t pad_id);
+          std::int64_t micro_batch, std::uint64_t seed, std::int32_t pad_id, bool pairs = false);
   // The same from per-document vectors (tests, small callers); the byte
   // tokenizer's padding unless told otherwise.
   Batcher(const std::vector<Example>& examples, std::int64_t seq_len, dsl::Packing packing,
@@ -172,6 +180,10 @@ class Batcher {
   void fill_whole_row(Batch& b, std::int64_t out_row, std::size_t bin) const;
   // Which documents are kept, counted in stats_; then, for whole examples, the rows.
   void select_documents(dsl::LongExample on_long);
+  bool too_long(std::size_t d) const;  // longer than a row (seq_len + 1 tokens)
+  bool trains(std::size_t d) const;    // a trained target within its row
+  // A pair's rows: the chosen documents of `firsts`, then the rejected ones.
+  Batch pair_batch(std::span<const std::size_t> firsts) const;
   void pack_first_fit_decreasing();
   Batch padded_batch(std::span<const std::size_t> docs) const;
   std::int64_t row_length(std::size_t doc) const;  // tokens of a document used as an unpacked row
@@ -182,6 +194,7 @@ class Batcher {
   std::int64_t micro_batch_;
   std::uint64_t seed_;
   std::int32_t pad_id_;
+  bool pairs_ = false;             // kept_ holds each kept pair's first document
   std::int64_t total_tokens_ = 0;  // sum of all documents' lengths
   std::int64_t rows_per_epoch_ = 0;
   PackingStats stats_;

@@ -39,6 +39,10 @@ class Builder {
     trained_.insert(trained_.end(), trained.begin(), trained.end());
     offsets_.push_back(static_cast<std::int64_t>(tokens_.size()));
   }
+  void append_ids(const std::vector<std::int32_t>& ids, bool trained) {
+    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+    trained_.insert(trained_.end(), ids.size(), trained ? 1 : 0);
+  }
   void append_id(std::int32_t id) {
     tokens_.push_back(id);
     trained_.push_back(1);
@@ -68,6 +72,26 @@ class Builder {
   std::vector<std::int64_t> offsets_{0};
 };
 
+// A preference pair as two documents in a row, chosen then rejected, each
+// BOS + prompt (untrained) + completion + EOS (trained): the batcher keeps
+// them together. A prompt that leaves no room for a completion token in
+// seq_len is the record's error.
+Status append_pair(const dsl::DataRecord& r, const dsl::DataSpec& spec, const Tokenizer& tok, Builder& out) {
+  const std::vector<std::int32_t> prompt = tok.encode(r.prompt);
+  if (static_cast<std::int64_t>(prompt.size()) >= spec.seq_len) {
+    return Status::invalid_argument("the prompt is " + std::to_string(prompt.size()) + " tokens, and seq_len is " +
+                                    std::to_string(spec.seq_len) +
+                                    ": no completion token fits (shorten the prompt or raise data.seq_len)");
+  }
+  for (const std::string_view completion : {r.chosen, r.rejected}) {
+    out.begin();
+    out.append_ids(prompt, false);
+    out.append_text(completion, true);
+    out.end();
+  }
+  return Status::ok();
+}
+
 // jsonl, json and text: the records dsl::for_each_record reads, the same
 // reader `tailor validate` and tailord's submission check files with.
 Status load_records(std::string_view bytes, const std::string& path, const dsl::DataSpec& spec,
@@ -85,6 +109,14 @@ Status load_records(std::string_view bytes, const std::string& path, const dsl::
       }
       if (example->ids.empty()) return Status::ok();
       out.append_document(example->ids, example->trained);
+      return Status::ok();
+    }
+    if (spec.preference) {
+      const Status pair = append_pair(r, spec, tok, out);
+      if (pair.is_ok()) return pair;
+      const Status why = pair.prefixed(path + ":" + std::to_string(r.line));
+      if (spec.on_bad_record != dsl::OnBadRecord::kSkip) return why;
+      skipped.add(why);
       return Status::ok();
     }
     if (r.prompt.empty() && r.text.empty()) return Status::ok();

@@ -51,6 +51,26 @@ std::int64_t DataPreview::too_long() const {
   });
 }
 
+namespace {
+
+// As the dataset builds a document: BOS, the untrained prompt, the trained
+// text, EOS.
+void prompt_and_completion(const Tokenizer& tok, std::string_view prompt, std::string_view text, PreviewExample& ex) {
+  ex.text = std::string(prompt) + std::string(text);
+  ex.ids.push_back(tok.bos_id());
+  ex.trained.push_back(0);
+  const auto p = tok.encode(prompt), t = tok.encode(text);
+  ex.ids.insert(ex.ids.end(), p.begin(), p.end());
+  ex.trained.insert(ex.trained.end(), p.size(), 0);
+  ex.ids.insert(ex.ids.end(), t.begin(), t.end());
+  ex.trained.insert(ex.trained.end(), t.size(), 1);
+  ex.ids.push_back(tok.eos_id());
+  ex.trained.push_back(1);
+  ex.trained_text.emplace_back(prompt.size(), ex.text.size());
+}
+
+}  // namespace
+
 Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
   const dsl::DataSpec& data = spec.data;
   if (data.format == dsl::DataFormat::kTokens) {
@@ -88,21 +108,18 @@ Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
           ex.trained = std::move(tokens->trained);
           ex.trained_text = std::move(tokens->trained_text);
           ex.turns_without_eos = tokens->turns_without_eos;
+        } else if (!r.chosen.empty()) {
+          // A preference pair: its two rows, as the dataset builds them.
+          for (const auto& [which, completion] : {std::pair{" (chosen)", r.chosen}, std::pair{" (rejected)", r.rejected}}) {
+            PreviewExample row;
+            row.record = ex.record + which;
+            prompt_and_completion(*tok, r.prompt, completion, row);
+            out.examples.push_back(std::move(row));
+          }
+          return static_cast<std::int64_t>(out.examples.size()) >= n ? Status::cancelled("enough") : Status::ok();
         } else {
           if (r.prompt.empty() && r.text.empty()) return Status::ok();  // skipped, as training skips it
-          // As the dataset builds a document: BOS, the untrained prompt, the
-          // trained text, EOS.
-          ex.text = std::string(r.prompt) + std::string(r.text);
-          ex.ids.push_back(tok->bos_id());
-          ex.trained.push_back(0);
-          const auto prompt = tok->encode(r.prompt), text = tok->encode(r.text);
-          ex.ids.insert(ex.ids.end(), prompt.begin(), prompt.end());
-          ex.trained.insert(ex.trained.end(), prompt.size(), 0);
-          ex.ids.insert(ex.ids.end(), text.begin(), text.end());
-          ex.trained.insert(ex.trained.end(), text.size(), 1);
-          ex.ids.push_back(tok->eos_id());
-          ex.trained.push_back(1);
-          ex.trained_text.emplace_back(r.prompt.size(), ex.text.size());
+          prompt_and_completion(*tok, r.prompt, r.text, ex);
         }
         out.examples.push_back(std::move(ex));
         return static_cast<std::int64_t>(out.examples.size()) >= n ? Status::cancelled("enough") : Status::ok();

@@ -231,6 +231,12 @@ std::string entry_name_key(const FileIdentity& file, const dsl::DataSpec& spec, 
     add_field(key, "prompt_field", spec.prompt_field);
     add_field(key, "completion_field", spec.completion_field);
   }
+  if (spec.preference) {  // two documents a pair; a prompt that fills seq_len is a bad record
+    add_field(key, "preference", "prompt/chosen/rejected");
+    add_field(key, "chosen_field", spec.chosen_field);
+    add_field(key, "rejected_field", spec.rejected_field);
+    add_field(key, "seq_len", std::to_string(spec.seq_len));
+  }
   if (dsl::is_chat(spec) && chat != nullptr) {  // what a conversation renders to and trains
     add_field(key, "chat", dsl::to_string(spec.chat));
     for (const auto& [k, v] : spec.fields) add_field(key, "chat_field." + k, v);

@@ -41,6 +41,12 @@ std::string why_not_executable(const strategies::Strategy& s) {
     return std::string("base quantisation ") + strategies::to_string(s.quantization) +
            " is not implemented (NF4 with double quantisation is)";
   }
+  if (s.reference == dsl::Reference::kAdapterOff && s.adapter == dsl::Adapter::kNone) {
+    return "the reference adapter_off needs adapters";
+  }
+  if (s.reference == dsl::Reference::kSeparate && (s.adapter != dsl::Adapter::kNone || s.zero_stage == 3)) {
+    return "a separate reference is built for full fine-tuning below ZeRO-3 only";
+  }
   return {};
 }
 

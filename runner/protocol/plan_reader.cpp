@@ -61,6 +61,10 @@ Result<strategies::Strategy> read_strategy(const json& s, const std::string& nam
       TAILOR_ASSIGN_OR_RETURN(st.cross_entropy,
                               named(s, "cross_entropy", name, strategies::cross_entropy_from_name));
     }
+    // Supervised plans have no reference.
+    if (s.contains("reference")) {
+      TAILOR_ASSIGN_OR_RETURN(st.reference, named(s, "reference", name, dsl::enum_from_name<dsl::Reference>));
+    }
   } catch (const json::exception& e) {
     return Status::invalid_argument(name + ": malformed strategy: " + e.what());
   }

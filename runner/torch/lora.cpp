@@ -77,6 +77,7 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
   Tensor project(std::size_t layer, Projection p, const Tensor& x, const Tensor& weight, const Tensor& bias) override {
     const auto& q = quantized[layer][static_cast<std::size_t>(p)];
     Tensor y = q ? nf4_linear(x, *q, bias) : torch::linear(x, weight, bias);
+    if (!enabled) return y;
     for (const Adapter& ad : layers[layer]) {
       if (ad.slice.projection != p) continue;
       Tensor in = x;
@@ -101,6 +102,7 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
   LoraOptions options;
   dsl::ModelArch arch;
   double scale = 1;
+  bool enabled = true;  // false: the base alone (a DPO reference, set_lora_enabled)
   std::vector<std::vector<Adapter>> layers;
   std::vector<std::array<std::optional<Nf4Tensor>, 4>> quantized;  // by layer, by Projection
   // QLoRA on a mixture of experts: each layer's stacked gate/up and down
@@ -216,6 +218,10 @@ std::vector<Tensor> lora_parameters(const CausalLMImpl& model) {
     }
   }
   return out;
+}
+
+void set_lora_enabled(CausalLMImpl& model, bool on) {
+  if (LoraAdapters* a = adapters_of(model)) a->enabled = on;
 }
 
 std::vector<Tensor> lora_layer_tensors(const CausalLMImpl& model, std::size_t layer) {

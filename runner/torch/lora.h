@@ -56,6 +56,11 @@ struct LoraFootprint {
 Status attach_lora(CausalLMImpl& model, const LoraOptions& options);
 
 bool has_lora(const CausalLMImpl& model);
+// Switches the adapters off (the model computes as its base: the NF4
+// weights dequantised as always) or back on. Nothing is freed or copied:
+// a DPO reference that costs no memory (adapters start at zero, so the base
+// is the starting model).
+void set_lora_enabled(CausalLMImpl& model, bool on);
 LoraFootprint lora_footprint(const CausalLMImpl& model);
 // The adapter tensors (A and B of every adapted module).
 std::vector<torch::Tensor> lora_parameters(const CausalLMImpl& model);

@@ -9,6 +9,7 @@
 //   run_setup.cpp        the device, the ranks, the data, the model
 //   run_step.cpp         the probe, one step, the evaluation, measured memory
 //   run_checkpoints.cpp  writing checkpoints and resuming from them
+//   run_preference.cpp   DPO: the reference's log-probabilities, the pairs' loss
 // and gradient_sync.h holds what differs between the ZeRO stages.
 #pragma once
 
@@ -35,6 +36,7 @@
 #include "runner/torch/model.h"
 #include "runner/torch/nccl_group.h"
 #include "runner/torch/optimizer.h"
+#include "runner/torch/preference_loss.h"
 #include "runner/torch/tracking_allocator.h"
 #include "runner/torch/trainer.h"
 #include "strategies/strategy.h"
@@ -65,6 +67,8 @@ struct Measured {
 void write_memory(JsonWriter& w, const Measured& m);
 
 double now_seconds();
+// A pair batch's rows as the model reads them (run_preference.cpp).
+ModelInput pair_input(const data::Batch& b, const torch::Device& device);
 torch::Tensor to_tensor(const std::vector<std::int32_t>& v, std::int64_t rows, std::int64_t cols,
                         const torch::Device& device);
 torch::Dtype param_dtype(dsl::Precision p);
@@ -120,6 +124,7 @@ class Run {
     double loss_sum = 0;
     std::int64_t tokens = 0;
     Measured memory;
+    PreferenceSums preference;  // dpo: the pairs' rewards and log-probs (every rank's, once reduced)
   };
   struct Update {
     double lr = 0, norm = 0;
@@ -134,9 +139,10 @@ class Run {
   // The loss on data.eval with the model as it is: after every eval_every
   // steps and after the last, once.
   struct Evaluation {
-    double loss = 0;
+    double loss = 0;               // sft: per target token; dpo: per pair
     std::int64_t tokens = 0;
     double seconds = 0;
+    std::optional<PreferenceSums> preference;  // dpo
   };
 
   // trainer.cpp
@@ -167,6 +173,8 @@ class Run {
   Status join_nccl();
   Result<Data> load_data();
   Status build_model();
+  // DPO's separate reference: a frozen copy of the model's starting weights.
+  void build_reference();
   // Adapters attached to model_ (LoRA, QLoRA) as the plan says, the base
   // fingerprinted first; the tensors training sees.
   Result<Tensors> attach_adapters();
@@ -186,6 +194,19 @@ class Run {
   Result<Evaluation> evaluate();
   void zero_grads();
   Measured measure_static() const;
+
+  // run_preference.cpp
+  // Preference training: each batch is pairs (chosen rows, then rejected).
+  bool preference() const { return st_.reference != dsl::Reference::kNone; }
+  // The reference's summed log-probability of each row's trained targets,
+  // without gradients: the adapters switched off, or the separate copy.
+  Result<torch::Tensor> reference_logps(const data::Batch& b);
+  // The pairs' loss from the trained model's final hidden states.
+  PreferenceLossOut pair_loss(const torch::Tensor& hidden, const torch::Tensor& targets,
+                              const torch::Tensor& reference);
+  // Sums of every rank's pairs.
+  Status reduce_preference(PreferenceSums& sums);
+  void write_preference(JsonWriter& w, const PreferenceSums& s, const char* prefix) const;
 
   // run_checkpoints.cpp
   // Collective where ranks shard: every rank calls it at the same steps; a
@@ -212,6 +233,8 @@ class Run {
   std::int64_t limit_ = 0;        // the byte budget applied while training; 0 = none
   Data data_;
   CausalLM model_{nullptr};
+  CausalLM reference_{nullptr};  // dpo with strategy.reference separate
+  bool exporting_ = false;       // export_model: no training, so no reference
   Tensors tensors_;
   std::unique_ptr<TrainingOptimizer> opt_;
   CheckpointState state_;

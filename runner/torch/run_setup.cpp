@@ -50,6 +50,11 @@ Status Run::prepare() {
   TAILOR_RETURN_IF_ERROR(check_executable(st_));
   TAILOR_RETURN_IF_ERROR(join_ranks());
   TAILOR_RETURN_IF_ERROR(dsl::check_weights(spec_));
+  if ((spec_.training.method == dsl::TrainingMethod::kDpo) != (st_.reference != dsl::Reference::kNone)) {
+    return Status::invalid_argument(std::string("the plan's strategy.reference (") + dsl::to_string(st_.reference) +
+                                    ") does not match training.method " + dsl::to_string(spec_.training.method) +
+                                    ": plan the job again");
+  }
   if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
     return Status::invalid_argument("data.seq_len exceeds the model's max_seq_len");
   }
@@ -229,6 +234,21 @@ Result<Run::Tensors> Run::attach_adapters() {
   return out;
 }
 
+void Run::build_reference() {
+  reference_ = CausalLM(spec_.model.arch, /*checkpoint_every=*/0);
+  reference_->to(dev_, param_dtype(st_.precision));
+  reference_->set_fused_attention(st_.attention == strategies::Attention::kMemoryEfficient);
+  reference_->set_fused_linear_loss(st_.cross_entropy == strategies::CrossEntropy::kFusedLinear);
+  reference_->eval();
+  torch::NoGradGuard no_grad;
+  const auto from = model_->parameters();
+  auto to = reference_->parameters();
+  for (std::size_t i = 0; i < to.size(); ++i) {
+    to[i].copy_(from[i]);
+    to[i].set_requires_grad(false);
+  }
+}
+
 Status Run::build_model() {
   model_ = CausalLM(spec_.model.arch, st_.checkpoint_every);
   model_->to(dev_, param_dtype(st_.precision));
@@ -241,6 +261,9 @@ Status Run::build_model() {
   if (!spec_.model.path.empty() && spec_.model.init == dsl::ModelInit::kPretrained) {
     TAILOR_RETURN_IF_ERROR(as_bad_input(load_hf_weights(model_, spec_.model.path)));
   }
+  // DPO's separate reference: the starting weights, frozen, before any
+  // resume moves the trained ones (exporting needs none).
+  if (st_.reference == dsl::Reference::kSeparate && !exporting_) build_reference();
   // Adapters after the weights are final, so NF4 quantises the loaded ones.
   TAILOR_ASSIGN_OR_RETURN(tensors_, attach_adapters());
   state_.base_fingerprint = tensors_.base_fingerprint;

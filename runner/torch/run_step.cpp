@@ -90,6 +90,10 @@ Measured Run::measure_static() const {
   const LoraFootprint lora = lora_footprint(*model_);
   weights += lora.quantized_bytes - lora.adapter_bytes;
   m.parts.adapter = Bytes(lora.adapter_bytes);
+  // DPO's separate reference is frozen weights on the device too.
+  if (reference_) {
+    for (const auto& p : reference_->parameters()) weights += static_cast<std::int64_t>(p.nbytes());
+  }
   m.parts.weights = Bytes(weights);
   m.parts.gradients = Bytes(gradients);
   sync_->correct_static_bytes(*model_, m.parts);
@@ -151,8 +155,18 @@ Status Run::probe() {
     device_gen = at::globalContext().defaultGenerator(dev_);
     device_state = device_gen->get_state();
   }
-  sync_->before_micro_batch(/*last=*/false);
-  batch_loss(model_, data_.train->longest_batch(), dev_).backward();
+  const data::Batch longest = data_.train->longest_batch();
+  if (preference()) {
+    TAILOR_ASSIGN_OR_RETURN(const torch::Tensor reference, reference_logps(longest));
+    sync_->before_micro_batch(/*last=*/false);
+    pair_loss(model_->hidden_states(pair_input(longest, dev_)), to_tensor(longest.targets, longest.rows,
+                                                                           longest.seq_len, dev_),
+              reference)
+        .loss_sum.backward();
+  } else {
+    sync_->before_micro_batch(/*last=*/false);
+    batch_loss(model_, longest, dev_).backward();
+  }
   TAILOR_RETURN_IF_ERROR(sync_->after_backward());
   cpu_gen.set_state(cpu_state);
   if (device_gen) device_gen->set_state(device_state);
@@ -166,8 +180,10 @@ Status Run::train_step(std::int64_t step) {
   const std::uint64_t sent_before = comm_ ? comm_->bytes_sent() : 0;
   const GlobalBatch batch = draw_global_batch();
   // Normalised by the whole global batch's target tokens, so accumulated
-  // training equals one large batch even with padding and masking.
-  const double denom = static_cast<double>(std::max<std::int64_t>(1, batch.target_tokens));
+  // training equals one large batch even with padding and masking; DPO's
+  // loss is a mean over the global batch's pairs.
+  const double denom = preference() ? static_cast<double>(spec_.training.global_batch_size)
+                                    : static_cast<double>(std::max<std::int64_t>(1, batch.target_tokens));
   TAILOR_ASSIGN_OR_RETURN(Pass pass, forward_backward(batch.mine, denom));
   TAILOR_ASSIGN_OR_RETURN(const Update u, update(step, pass.memory));
   last_ = pass.memory;
@@ -187,8 +203,14 @@ Status Run::train_step(std::int64_t step) {
   write_metrics(step, loss, u, pass, batch.target_tokens, seconds, sent, memory, eval);
   if (eval) {
     event(events::kEval, [&](JsonWriter& ev) {
-      ev.field("step", step).field("loss", eval->loss).field("perplexity", std::exp(eval->loss));
-      ev.field("tokens", eval->tokens).field("seconds", eval->seconds);
+      ev.field("step", step).field("loss", eval->loss);
+      if (eval->preference) {
+        ev.field("pairs", eval->tokens);
+        write_preference(ev, *eval->preference, "");
+      } else {
+        ev.field("perplexity", std::exp(eval->loss)).field("tokens", eval->tokens);
+      }
+      ev.field("seconds", eval->seconds);
     });
   }
   print_progress(step, loss, memory.line().peak, eval);
@@ -216,17 +238,28 @@ Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, d
   Pass out;
   Measured& m = out.memory;
   for (const data::Batch& b : micro) {
+    // DPO: the reference's forward first, freed before the trained one.
+    torch::Tensor reference;
+    if (preference()) {
+      TAILOR_ASSIGN_OR_RETURN(reference, reference_logps(b));
+    }
     sync_->before_micro_batch(&b == &micro.back());
     const std::int64_t base = meter_->current_bytes();
     PeakScope scope(*meter_);
     torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
-    torch::Tensor hidden = model_->hidden_states(model_input(b, dev_));
+    torch::Tensor hidden = model_->hidden_states(preference() ? pair_input(b, dev_) : model_input(b, dev_));
     const std::int64_t after_body = meter_->current_bytes();
     torch::Tensor loss;
     std::int64_t head_peak = 0;
     {
       PeakScope head(*meter_);
-      loss = model_->loss_sum(hidden, targets);
+      if (preference()) {
+        PreferenceLossOut pairs = pair_loss(hidden, targets, reference);
+        loss = pairs.loss_sum;
+        out.preference.add(pairs.sums);
+      } else {
+        loss = model_->loss_sum(hidden, targets);
+      }
       head_peak = head.peak_increase();
     }
     (loss * (state_.loss_scale / denom)).backward();
@@ -247,6 +280,7 @@ Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, d
     out.loss_sum = v[0];
     out.tokens = static_cast<std::int64_t>(v[1]);
   }
+  if (preference()) TAILOR_RETURN_IF_ERROR(reduce_preference(out.preference));
   return out;
 }
 
@@ -328,6 +362,7 @@ void Run::write_metrics(std::int64_t step, double loss, const Update& u, const P
   w.begin_object().field("step", step).field("loss", loss).field("lr", u.lr).field("grad_norm", u.norm);
   w.field("tokens", pass.tokens).field("target_tokens", target_tokens).field("tokens_per_second", pass.tokens / seconds);
   w.field("step_seconds", seconds).field("epoch", data_.train->epoch_progress()).field("skipped", u.skipped);
+  if (preference()) write_preference(w, pass.preference, "");
   write_memory(w, memory.line());
   if (opt_->offloaded()) {
     // Rank 0's host ledger: its optimizer's copies, states and master
@@ -357,8 +392,11 @@ void Run::write_metrics(std::int64_t step, double loss, const Update& u, const P
     w.end_array();
   }
   if (eval) {
-    w.field("eval_loss", eval->loss).field("eval_perplexity", std::exp(eval->loss));
+    w.field("eval_loss", eval->loss);
+    // A perplexity means something for the next-token loss only.
+    if (!eval->preference) w.field("eval_perplexity", std::exp(eval->loss));
     w.field("eval_tokens", eval->tokens).field("eval_seconds", eval->seconds);
+    if (eval->preference) write_preference(w, *eval->preference, "eval_");
   }
   w.end_object();
   metrics_->write(w);
@@ -385,16 +423,33 @@ Result<Run::Evaluation> Run::evaluate() {
   // Where forward passes are collective (ZeRO-3) every rank runs as many,
   // a rank out of batches a one-token one that counts nothing.
   const std::int64_t rounds = (batches + world_ - 1) / world_;
-  double sums[2] = {0, 0};  // loss, target tokens
+  double sums[2] = {0, 0};  // loss, target tokens (dpo: pairs)
+  PreferenceSums pairs;
   for (std::int64_t round = 0; round < rounds; ++round) {
     const std::int64_t k = round * world_ + rank_;
     data::Batch b;
+    if (k < batches && preference()) {
+      b = data_.eval->pass_batch(k);
+      TAILOR_ASSIGN_OR_RETURN(const torch::Tensor reference, reference_logps(b));
+      const PreferenceLossOut l =
+          pair_loss(model_->hidden_states(pair_input(b, dev_)), to_tensor(b.targets, b.rows, b.seq_len, dev_), reference);
+      pairs.add(l.sums);
+      sums[0] += l.sums.loss;
+      sums[1] += l.sums.pairs;
+      TAILOR_RETURN_IF_ERROR(sync_->after_backward());
+      continue;
+    }
     if (k < batches) {
       b = data_.eval->pass_batch(k);
     } else if (sync_->collective_forward()) {
       b.rows = b.seq_len = 1;
       b.inputs = b.positions = b.segment_ids = {0};
       b.targets = {-100};
+      // DPO's ranks run two forwards a batch (the reference's, adapters off).
+      if (preference()) {
+        batch_loss(model_, b, dev_);
+        TAILOR_RETURN_IF_ERROR(sync_->after_backward());
+      }
     } else {
       break;
     }
@@ -410,6 +465,10 @@ Result<Run::Evaluation> Run::evaluate() {
     sums[1] = v[1];
   }
   Evaluation e;
+  if (preference()) {
+    TAILOR_RETURN_IF_ERROR(reduce_preference(pairs));
+    e.preference = pairs;
+  }
   e.tokens = static_cast<std::int64_t>(sums[1]);
   e.loss = sums[0] / std::max(1.0, sums[1]);
   e.seconds = now_seconds() - t0;

@@ -179,7 +179,13 @@ Result<bool> Run::stop_requested() {
 
 void Run::print_progress(std::int64_t step, double loss, std::int64_t peak, const std::optional<Evaluation>& eval) {
   if (o_.quiet) return;
-  if (eval) {
+  if (eval && eval->preference) {
+    const PreferenceSums& p = *eval->preference;
+    std::fprintf(stderr, "%seval at step %lld: loss %.4f  reward accuracy %.1f%%  margin %.4f  (%lld pairs, %.1f s)\n",
+                 o_.progress ? "\r\033[K" : "", static_cast<long long>(step), eval->loss,
+                 100.0 * p.accurate / std::max(1.0, p.pairs), p.margins / std::max(1.0, p.pairs),
+                 static_cast<long long>(eval->tokens), eval->seconds);
+  } else if (eval) {
     std::fprintf(stderr, "%seval at step %lld: loss %.4f  perplexity %.2f  (%lld tokens, %.1f s)\n",
                  o_.progress ? "\r\033[K" : "", static_cast<long long>(step), eval->loss, std::exp(eval->loss),
                  static_cast<long long>(eval->tokens), eval->seconds);
@@ -315,6 +321,7 @@ RunnerExit Run::export_model(const std::string& folder) {
     std::fprintf(stderr, "tailor-runner: cannot create %s: %s\n", o_.out_dir.c_str(), ec.message().c_str());
     return RunnerExit::kBadInput;
   }
+  exporting_ = true;
   Status s = guarded("prepare", [&] { return prepare(); });
   std::int64_t step = 0;
   if (s.is_ok()) {

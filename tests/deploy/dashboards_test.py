@@ -111,13 +111,15 @@ def main():
         address, token = tailord.address, tailord.token
         auth = {"Authorization": f"Bearer {token}"}
 
-        # The demo job, long enough to outlast the checks (it is cancelled),
-        # evaluated every other step so the eval loss has a series.
+        # The DPO example, long enough to outlast the checks (it is
+        # cancelled), evaluated every other step so the eval loss has a
+        # series; a DPO job has every series a supervised one has, and its
+        # rewards besides.
         spec = subprocess.run(
             [os.path.join(build, "bin", "tailor"), "validate", "--resolved", "--set", "training.max_steps=100000",
-             "--set", "data.eval=" + os.path.join(src, "configs", "data", "tiny-corpus.txt"),
+             "--set", "data.eval=" + os.path.join(src, "configs", "data", "preferences.jsonl"),
              "--set", "training.eval_every=2",
-             os.path.join(src, "configs", "examples", "tiny-cpu.yaml")],
+             os.path.join(src, "configs", "examples", "dpo-cpu.yaml")],
             check=True, capture_output=True, text=True).stdout
         made = json.loads(http(f"http://{address}/v1/jobs", "POST", spec.encode(),
                                {**auth, "Content-Type": "application/yaml"}))

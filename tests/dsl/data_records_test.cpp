@@ -237,6 +237,75 @@ TEST(ChatRecordsTest, OnBadRecordSkipLeavesBadRecordsOutAndCountsThem) {
   EXPECT_THAT(error_of("[" + good + ",\n" + good, spec), HasSubstr("the JSON array is not closed"));
 }
 
+// ---- preference pairs ----------------------------------------------------------
+
+DataSpec preference_of(DataFormat format) {
+  DataSpec spec = spec_of(format);
+  spec.preference = true;
+  spec.prompt_field = "prompt";
+  return spec;
+}
+
+TEST(PreferenceRecordsTest, PairsGiveThePromptAndBothCompletions) {
+  DataSpec spec = preference_of(DataFormat::kJsonl);
+  const std::string text = R"({"prompt": "Q?", "chosen": " yes", "rejected": " no", "id": 3})" "\n"
+                           R"({"question": "Q2?", "good": " a", "bad": " b"})" "\n";
+  std::vector<std::string> got;
+  auto collect = [&](const DataRecord& r) {
+    got.push_back(std::to_string(r.line) + ":" + std::string(r.prompt) + "|" + std::string(r.chosen) + "|" +
+                  std::string(r.rejected) + "|" + std::string(r.text));
+    return Status::ok();
+  };
+  EXPECT_TRUE(for_each_record(text, "d", spec, collect, 1).is_ok());
+  EXPECT_THAT(got, ElementsAre("1:Q?| yes| no|"));
+  // Field names from the spec.
+  spec.prompt_field = "question";
+  spec.chosen_field = "good";
+  spec.rejected_field = "bad";
+  got.clear();
+  ASSERT_TRUE(for_each_record(text.substr(text.find('\n') + 1), "d", spec, collect).is_ok());
+  EXPECT_THAT(got, ElementsAre("1:Q2?| a| b|"));
+}
+
+TEST(PreferenceRecordsTest, PairsThatTeachNothingAreBadRecords) {
+  const DataSpec spec = preference_of(DataFormat::kJsonl);
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "chosen": " a", "rejected": " a"})", spec),
+            "d:1: the chosen and rejected completions are identical: the pair teaches nothing");
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "chosen": "", "rejected": " a"})", spec),
+            "d:1: field \"chosen\" is empty: a pair needs two completions");
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "chosen": " a"})", spec),
+            "d:1: missing field \"rejected\" (the record has \"prompt\", \"chosen\")");
+  EXPECT_THAT(error_of(R"({"prompt": "Q", "chosen": [{"role": "assistant", "content": "a"}], "rejected": " b"})", spec),
+              HasSubstr("d:1: field \"chosen\" is a conversation; preference pairs as conversations are not built yet"));
+  // A text file has no pairs.
+  EXPECT_THAT(error_of("Q\n\nA\n", preference_of(DataFormat::kText)),
+              HasSubstr("preference pairs are read from jsonl or json files, not text"));
+  // Under skip they are counted and left out.
+  DataSpec skipping = spec;
+  skipping.on_bad_record = OnBadRecord::kSkip;
+  const std::string text = R"({"prompt": "Q", "chosen": " a", "rejected": " a"})" "\n"
+                           R"({"prompt": "Q", "chosen": " a", "rejected": " b"})" "\n";
+  std::vector<std::int64_t> lines;
+  std::vector<std::string> why;
+  ASSERT_TRUE(for_each_record(
+                  text, "d", skipping,
+                  [&](const DataRecord& r) {
+                    lines.push_back(r.line);
+                    return Status::ok();
+                  },
+                  0, [&](const Status& s) { why.push_back(s.message()); })
+                  .is_ok());
+  EXPECT_THAT(lines, ElementsAre(2));
+  ASSERT_EQ(why.size(), 1u);
+  EXPECT_THAT(why[0], HasSubstr("d:1: the chosen and rejected completions are identical"));
+}
+
+TEST(PreferenceRecordsTest, ASupervisedJobNamesPreferencePairsAsSuch) {
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "chosen": " a", "rejected": " b"})", spec_of(DataFormat::kJsonl)),
+            "d:1: missing field \"text\": this record is a preference pair (\"chosen\", \"rejected\"): set "
+            "training.method: dpo to train on it");
+}
+
 // ---- check_data_file ---------------------------------------------------------
 
 TEST(DataFileCheckTest, CountsWhatItReadsAndDescribesIt) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "dsl/spec_loader.h"
@@ -84,6 +85,71 @@ TEST(PlannerTest, ACpuThatEmulatesBf16TrainsInFp32) {
   EXPECT_EQ(p.chosen.strategy.precision, Precision::kFp32) << p.chosen.strategy.describe();
   // The same job on a CPU with bf16 in hardware: bf16, the faster.
   EXPECT_EQ(plan_job(load("tiny-cpu.yaml"), cpu(Bytes::gib(2))).chosen.strategy.precision, Precision::kBf16);
+}
+
+// DPO: pairs are two rows a pass, and the reference goes where the plan's
+// adapters allow: switched off under LoRA (no bytes), a frozen copy otherwise.
+TEST(PlannerTest, DpoDoublesThePassesAndPlacesTheReference) {
+  const Hardware hw = cpu(Bytes::gib(2));
+  Strategy s;
+  s.micro_batch_size = 4;
+  s.grad_accumulation = 2;
+  const dsl::JobSpec sft = load("tiny-cpu.yaml", {"training.global_batch_size=8"});
+  const dsl::JobSpec dpo = load("dpo-cpu.yaml", {"strategy.adapter=none"});
+  dsl::JobSpec sft_same = dpo;  // the same model and data shape, trained with the next-token loss
+  sft_same.training.method = dsl::TrainingMethod::kSft;
+  sft_same.data.preference = false;
+  const Candidate one = evaluate(sft_same, hw, s, {});
+  const Candidate pairs = evaluate(dpo, hw, s, {});
+  EXPECT_EQ(pairs.strategy.reference, Reference::kSeparate);
+  EXPECT_EQ(one.strategy.reference, Reference::kNone);
+  Strategy doubled = s;
+  doubled.micro_batch_size = 8;
+  const Candidate two_rows = evaluate(sft_same, hw, doubled, {});
+  // The activations of 2b rows, less the attention mask padded rows keep (a
+  // pair's rows are causal alone).
+  EXPECT_GT(pairs.memory.per_device.activations.count(), 3 * one.memory.per_device.activations.count() / 2);
+  EXPECT_LT(pairs.memory.per_device.activations, two_rows.memory.per_device.activations);
+  // Every row's logits, and one row's gradient at a time (each row is its
+  // own loss): fp32, vocab 260.
+  EXPECT_EQ(pairs.memory.per_device.logits.count(), (8 + 1) * 256 * 260 * 4);
+  EXPECT_EQ(two_rows.memory.per_device.logits.count(), 2 * 8 * 256 * 260 * 4);
+  // The copy: every parameter once more in the compute dtype (fp32 here).
+  EXPECT_EQ(pairs.memory.reference.count(), dpo.model.arch.parameter_count() * 4);
+  EXPECT_EQ(pairs.memory.per_device.weights, one.memory.per_device.weights + pairs.memory.reference);
+  EXPECT_GT(pairs.throughput.reference_seconds, 0);
+  EXPECT_EQ(one.throughput.reference_seconds, 0);
+  // Under LoRA the adapters switch off: nothing to copy.
+  Strategy lora = s;
+  lora.adapter = Adapter::kLora;
+  lora.lora_rank = 8;
+  const Candidate off = evaluate(load("dpo-cpu.yaml"), hw, lora, {});
+  EXPECT_EQ(off.strategy.reference, Reference::kAdapterOff);
+  EXPECT_EQ(off.memory.reference.count(), 0);
+  // The plan explains it, and a pin the plan cannot honour is refused by name.
+  const Plan p = plan_job(load("dpo-cpu.yaml"), hw);
+  ASSERT_TRUE(p.fits);
+  EXPECT_EQ(p.chosen.strategy.reference, Reference::kAdapterOff);
+  const auto it = std::find_if(p.decisions.begin(), p.decisions.end(), [](const Decision& d) { return d.step == "reference"; });
+  ASSERT_NE(it, p.decisions.end());
+  EXPECT_EQ(it->change, "switch the adapters off for the reference's forward");
+  const dsl::JobSpec copy = load("dpo-cpu.yaml", {"strategy.adapter=auto", "strategy.reference=separate"});
+  const Plan pinned = plan_job(copy, hw);
+  ASSERT_TRUE(pinned.fits);
+  EXPECT_EQ(pinned.chosen.strategy.adapter, Adapter::kNone);
+  EXPECT_EQ(pinned.chosen.strategy.reference, Reference::kSeparate);
+  const Constraints c(copy, hw);
+  EXPECT_EQ(c.why_not(lora),
+            "a separate reference beside adapters is not built: adapter_off is the same reference without the copy");
+}
+
+// The 8B example: DPO with adapters on one 24 GiB GPU.
+TEST(PlannerTest, DpoOfAn8bModelFitsOne24GbGpuWithAdaptersAndNoCopy) {
+  const Plan p = plan_job(load("dpo-llama3-8b-qlora-24gb.yaml"), gpus("1x24GiB"));
+  ASSERT_TRUE(p.fits);
+  EXPECT_NE(p.chosen.strategy.adapter, Adapter::kNone);
+  EXPECT_EQ(p.chosen.strategy.reference, Reference::kAdapterOff);
+  EXPECT_EQ(p.chosen.memory.reference.count(), 0);
 }
 
 TEST(PlannerTest, NothingFittingIsAValueWithShortfallAndSmallestHardware) {

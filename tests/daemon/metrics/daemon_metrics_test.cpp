@@ -76,5 +76,25 @@ TEST(DaemonMetricsTest, TheEvalLossIsAJobSeriesDroppedWithTheOthers) {
   EXPECT_EQ(metrics.render().find("job_id=\"j-1\""), std::string::npos);
 }
 
+// A DPO job's rewards are series of the job's too, one per metric.
+TEST(DaemonMetricsTest, PreferenceMetricsAreJobSeriesByMetric) {
+  DaemonMetrics metrics;
+  metrics.set_job_step("j-1", "demo", 4, 0.6, 100.0, {{"weights", 10}}, 10);
+  metrics.set_job_preference("j-1", "demo", {});
+  EXPECT_EQ(metrics.render().find("tailor_job_preference{"), std::string::npos);
+  metrics.set_job_preference("j-1", "demo", {{"rewards_margins", 0.5}, {"rewards_accuracies", 0.75}});
+  const std::string text = metrics.render();
+  EXPECT_NE(text.find("tailor_job_preference{job=\"demo\",job_id=\"j-1\",metric=\"rewards_margins\"} 0.5"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("metric=\"rewards_accuracies\"} 0.75"), std::string::npos) << text;
+  metrics.job_finished("j-1");
+  for (int i = 0; i < static_cast<int>(DaemonMetrics::kFinishedJobsKept); ++i) {
+    metrics.set_job_estimate("other-" + std::to_string(i), "x", {}, 1);
+    metrics.job_finished("other-" + std::to_string(i));
+  }
+  EXPECT_EQ(metrics.render().find("job_id=\"j-1\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tailor::daemon

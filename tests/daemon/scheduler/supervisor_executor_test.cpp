@@ -178,7 +178,9 @@ TEST_F(SupervisorExecutorTest, AnAttemptGoesToItsJobsExecutorAndItsStartAndEndAr
   ASSERT_TRUE(eventually([&] { return job(id).executor_job_id == "s-1"; }));
   EXPECT_EQ(job(id).state, JobState::kPlanning);
   EXPECT_EQ(job(id).executor_state, "admitted");
-  EXPECT_TRUE(has_event(id, "submitted to the script"));
+  // The event is stored after the row it describes (two writes): awaited
+  // too, or the check races the supervisor's thread.
+  EXPECT_TRUE(eventually([&] { return has_event(id, "submitted to the script"); }));
   EXPECT_TRUE(local.read([&] { return local.placed.empty(); }));
 
   Observation started;

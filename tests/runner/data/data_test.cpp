@@ -895,5 +895,105 @@ TEST(FileIoTest, UnderAReadRootOnlyFilesInsideItAreRead) {
   EXPECT_EQ(*read_file(root.file("swapped.txt")), "secret");  // no root: tailor run reads what it is given
 }
 
+// ---- preference pairs -------------------------------------------------------
+
+dsl::DataSpec preference_spec(std::int64_t seq_len) {
+  dsl::DataSpec spec = spec_of(dsl::DataFormat::kJsonl);
+  spec.preference = true;
+  spec.prompt_field = "prompt";
+  spec.packing = false;
+  spec.seq_len = seq_len;
+  return spec;
+}
+
+TEST(PreferenceDataTest, APairIsTwoDocumentsChosenThenRejectedWithThePromptMasked) {
+  testing::TempDir dir;
+  const auto path = dir.write("pairs.jsonl", R"({"prompt": "Q:", "chosen": "yes", "rejected": "no"})" "\n");
+  const auto examples = load_examples(path, preference_spec(32), ByteTokenizer());
+  ASSERT_TRUE(examples.is_ok()) << examples.status().to_string();
+  ASSERT_EQ(examples->size(), 2u);
+  EXPECT_THAT((*examples)[0].tokens, ElementsAre(B, 'Q', ':', 'y', 'e', 's', E));
+  EXPECT_THAT((*examples)[0].trained, ElementsAre(0, 0, 0, 1, 1, 1, 1));
+  EXPECT_THAT((*examples)[1].tokens, ElementsAre(B, 'Q', ':', 'n', 'o', E));
+  EXPECT_THAT((*examples)[1].trained, ElementsAre(0, 0, 0, 1, 1, 1));
+}
+
+TEST(PreferenceDataTest, APromptThatFillsSeqLenIsABadRecord) {
+  testing::TempDir dir;
+  const auto path = dir.write("pairs.jsonl", R"({"prompt": "Q:", "chosen": "a", "rejected": "b"})" "\n"
+                                             R"({"prompt": "long prompt", "chosen": "a", "rejected": "b"})" "\n");
+  dsl::DataSpec spec = preference_spec(8);
+  const auto failed = load_examples(path, spec, ByteTokenizer());
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_THAT(failed.status().message(),
+              HasSubstr("pairs.jsonl:2: the prompt is 11 tokens, and seq_len is 8: no completion token fits"));
+  spec.on_bad_record = dsl::OnBadRecord::kSkip;
+  SkippedRecords skipped;
+  const auto store = tokenize_file(path, spec, ByteTokenizer(), nullptr, &skipped);
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+  EXPECT_EQ(store->documents(), 2u);
+  EXPECT_EQ(skipped.count, 1);
+}
+
+// Pairs (chosen, rejected) as documents 2p and 2p + 1: distinct first bytes.
+std::vector<Example> pair_docs(int n) {
+  std::vector<Example> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(doc(std::string(static_cast<std::size_t>(1 + i % 5), static_cast<char>('a' + i))));
+    out.push_back(doc(std::string(static_cast<std::size_t>(2 + i % 3), static_cast<char>('A' + i))));
+  }
+  return out;
+}
+
+TEST(PreferenceDataTest, ABatchIsTheChosenRowsThenTheRejectedRowsOfTheSamePairs) {
+  Batcher batcher(TokenStore::from_examples(pair_docs(10)), 64, dsl::Packing::kNone, dsl::LongExample::kTruncate, 3,
+                  5, ByteTokenizer::kPad, /*pairs=*/true);
+  EXPECT_EQ(batcher.rows_per_epoch(), 10);  // pairs
+  EXPECT_EQ(batcher.stats().rows_per_epoch, 20);
+  EXPECT_EQ(batcher.stats().examples, 10);
+  std::map<char, int> seen;
+  for (int k = 0; k < 4; ++k) {  // 12 pairs: an epoch and 2 of the next
+    const Batch b = batcher.next();
+    expect_consistent(b);
+    ASSERT_EQ(b.rows, 6);
+    for (std::int64_t r = 0; r < 3; ++r) {
+      const auto chosen = static_cast<char>(b.inputs[static_cast<std::size_t>(r * b.seq_len + 1)]);
+      const auto rejected = static_cast<char>(b.inputs[static_cast<std::size_t>((r + 3) * b.seq_len + 1)]);
+      EXPECT_EQ(rejected, chosen - 'a' + 'A') << "row " << r << " and row " << r + 3 << " are one pair";
+      ++seen[chosen];
+    }
+  }
+  EXPECT_EQ(seen.size(), 10u);  // every pair once in the first epoch
+  // The longest batch holds the longest pairs, both rows each.
+  const Batch longest = batcher.longest_batch();
+  EXPECT_EQ(longest.rows, 6);
+  EXPECT_EQ(longest.seq_len, 6);  // BOS + 5 bytes + EOS: 6 columns
+  // One pass over the pairs in stored order, the last batch short.
+  EXPECT_EQ(batcher.batches_per_epoch(), 4);
+  const Batch last = batcher.pass_batch(3);
+  EXPECT_EQ(last.rows, 2);
+  EXPECT_EQ(last.inputs[1], 'j');
+  EXPECT_EQ(last.inputs[static_cast<std::size_t>(last.seq_len + 1)], 'J');
+}
+
+TEST(PreferenceDataTest, APairIsDroppedWholeWhenEitherRowIs) {
+  std::vector<Example> docs = pair_docs(3);
+  docs[3] = doc(std::string(20, 'Z'));  // pair 1's rejected: longer than a row of 8
+  Batcher dropping(TokenStore::from_examples(docs), 8, dsl::Packing::kNone, dsl::LongExample::kDrop, 1, 0,
+                   ByteTokenizer::kPad, true);
+  EXPECT_EQ(dropping.stats().examples, 2);
+  EXPECT_EQ(dropping.stats().dropped, 1);
+  Batcher truncating(TokenStore::from_examples(docs), 8, dsl::Packing::kNone, dsl::LongExample::kTruncate, 1, 0,
+                     ByteTokenizer::kPad, true);
+  EXPECT_EQ(truncating.stats().examples, 3);
+  EXPECT_EQ(truncating.stats().truncated, 1);
+  // Nothing trained within the row drops the pair too.
+  docs[3] = Example{{B, 'p', 'p', 'p', 'p', 'p', 'p', 'p', 'p', 'p', 'x', E}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1}};
+  Batcher untrained(TokenStore::from_examples(docs), 8, dsl::Packing::kNone, dsl::LongExample::kTruncate, 1, 0,
+                    ByteTokenizer::kPad, true);
+  EXPECT_EQ(untrained.stats().examples, 2);
+  EXPECT_EQ(untrained.stats().dropped_untrained, 1);
+}
+
 }  // namespace
 }  // namespace tailor::runner::data

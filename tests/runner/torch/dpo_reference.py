@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""The TRL side of Tailor's preference-training tests: runs Hugging Face TRL's
+DPOTrainer on a tiny model so the runner's per-step numbers can be compared
+with TRL's. Run with the project's .venv (trl, datasets, transformers on the
+same torch), on the CPU.
+
+  dpo_reference.py make DIR
+      DIR/base/: a tiny random Llama (2 layers, 64 wide, 4 heads over 2 KV
+      heads, untied head, fp32, seed 0) saved by transformers' save_pretrained,
+      with a byte-level BPE tokenizer trained by the `tokenizers` library on a
+      small English corpus: specials <|bos|>, <|eos|>, <|pad|> (ids 0, 1, 2, as
+      config.json's bos/eos/pad_token_id), a post-processor that puts <|bos|>
+      before every sequence and adds no EOS. DIR/pairs.jsonl: 8 preference
+      records {"prompt", "chosen", "rejected"} as plain text; each prompt ends
+      on a non-space and each completion starts with a space, so prompt and
+      completion tokenize the same apart as together.
+  dpo_reference.py run DIR CASE...
+      for each CASE, LOSS_TYPE:MICRO:ACCUM (e.g. ipo:4:2), in one process (the
+      imports are most of the time), writes DIR/LOSS_TYPE_MICROxACCUM.json:
+      trains DIR/base on DIR/pairs.jsonl with trl.DPOTrainer (full fine-tuning,
+      the reference a frozen copy TRL loads itself; LOSS_TYPE sigmoid, ipo or
+      hinge, beta 0.1; AdamW lr 1e-3 constant, betas 0.9/0.95, eps 1e-8, no
+      weight decay, gradients clipped to norm 1; MICRO pairs per micro-batch,
+      ACCUM micro-batches per step with MICRO * ACCUM = 8, so every step sees
+      every pair once and data order cannot matter) for 20 steps, and writes
+      "steps", one entry per optimizer step with TRL's logged loss,
+      rewards/{chosen,rejected,accuracies,margins}, logps/{chosen,rejected}
+      and grad_norm (before clipping); "tokens", per pair in file order the
+      prompt_ids, chosen_ids and rejected_ids TRL trained on.
+
+What TRL 1.16 does with this data, which the runner must match:
+  - it appends the EOS token's text ("<|eos|>") to chosen and rejected, then
+    tokenizes prompt and prompt+completion with the tokenizer's defaults, so
+    the post-processor's <|bos|> starts prompt_ids; the completion is what
+    follows the common prefix of the two token lists;
+  - the loss of a micro-batch is the mean over its pairs; with accumulation
+    the logged loss is the mean of the micro-batch losses, and every other
+    metric is the mean of its per-micro-batch means (equal micro-batches here,
+    so both are the means over the step's 8 pairs);
+  - log-probabilities are summed over completion tokens (EOS included); IPO
+    divides each sequence's log-ratio by its completion length;
+  - the optimizer steps even when every gradient is zero (hinge, once all
+    margins pass 1/beta: from step 15 here), so Adam's moments keep moving
+    the weights.
+"""
+import json
+import os
+import sys
+import tempfile
+
+# Before torch and the HF libraries load: no GPU, no network, no telemetry.
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import torch  # noqa: E402
+
+BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
+STEPS = 20
+PAIRS_PER_STEP = 8
+METRICS = ["loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+           "logps/chosen", "logps/rejected", "grad_norm"]
+
+PAIRS = [
+    ("What color is the sky on a clear day?", " The sky is blue.", " The sky is green."),
+    ("Name a fruit that is yellow:", " A banana is yellow.", " A carrot is yellow."),
+    ("How many legs does a cat have?", " A cat has four legs.", " A cat has two wings."),
+    ("Finish the sentence: the sun rises in the", " east every morning.", " west at midnight."),
+    ("What do bees make?", " Bees make honey.", " Bees make bread."),
+    ("Is water wet or dry?", " Water is wet.", " Water is dry and dusty."),
+    ("Say hello politely:", " Hello, how are you today?", " Go away."),
+    ("What is two plus two?", " Two plus two is four.", " It is five, I think."),
+]
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A cat sat on the mat and looked at the birds in the tree.",
+    "Bees make honey in the summer, and the honey is sweet.",
+    "The sun rises in the east and sets in the west every day.",
+    "Water is wet, the sky is blue, and the grass is green.",
+    "Hello, how are you today? I am fine, thank you.",
+    "Two plus two is four, and three plus three is six.",
+    "What is your name? Where do you live? How old are you?",
+    "She reads a book every morning before she goes to work.",
+    "They walked to the market to buy bread, fruit and milk.",
+]
+
+
+def make(root):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    base = os.path.join(root, "base")
+    os.makedirs(base, exist_ok=True)
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=[BOS, EOS, PAD], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    lines = CORPUS + [p + c for p, chosen, rejected in PAIRS for c in (chosen, rejected)]
+    tok.train_from_iterator(lines * 4, trainer)
+    bos_id, eos_id, pad_id = (tok.token_to_id(t) for t in (BOS, EOS, PAD))
+    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B",
+                                                       special_tokens=[(BOS, bos_id)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS,
+                            pad_token=PAD).save_pretrained(base)
+
+    # Check the folder as transformers (and so TRL) reloads it.
+    loaded = AutoTokenizer.from_pretrained(base)
+    ids = loaded("hello")["input_ids"]
+    if ids[0] != bos_id or eos_id in ids:
+        sys.exit(f"dpo_reference.py: the reloaded tokenizer gives {ids} for 'hello' (BOS {bos_id}, EOS {eos_id})")
+    if (loaded.bos_token_id, loaded.eos_token_id, loaded.pad_token_id) != (bos_id, eos_id, pad_id):
+        sys.exit("dpo_reference.py: the reloaded tokenizer's special ids differ from the trained ones")
+    for prompt, chosen, rejected in PAIRS:
+        for completion in (chosen, rejected):
+            whole = loaded(prompt + completion)["input_ids"]
+            apart = loaded(prompt)["input_ids"] + loaded(completion, add_special_tokens=False)["input_ids"]
+            if whole != apart:
+                sys.exit(f"dpo_reference.py: {prompt!r} + {completion!r} tokenizes differently together")
+            if len(whole) + 1 >= 60:
+                sys.exit(f"dpo_reference.py: {prompt!r} + {completion!r} is {len(whole) + 1} tokens")
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=112, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=(len(loaded) + 7) // 8 * 8, max_position_embeddings=256,
+                         tie_word_embeddings=False, attention_dropout=0.0, bos_token_id=bos_id, eos_token_id=eos_id,
+                         pad_token_id=pad_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.float32)
+    model.save_pretrained(base, safe_serialization=True)
+
+    with open(os.path.join(root, "pairs.jsonl"), "w") as f:
+        for prompt, chosen, rejected in PAIRS:
+            f.write(json.dumps({"prompt": prompt, "chosen": chosen, "rejected": rejected}) + "\n")
+
+
+def run(root, loss_type, micro, accum, out):
+    import datasets
+    import transformers
+    from transformers import AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import DPOConfig, DPOTrainer
+
+    transformers.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    datasets.disable_caching()
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+
+    base = os.path.join(root, "base")
+    with tempfile.TemporaryDirectory() as scratch:
+        pairs = datasets.load_dataset("json", data_files=os.path.join(root, "pairs.jsonl"), split="train",
+                                      cache_dir=os.path.join(scratch, "datasets"))
+        if len(pairs) != PAIRS_PER_STEP:
+            sys.exit(f"dpo_reference.py: {root}/pairs.jsonl has {len(pairs)} pairs, expected {PAIRS_PER_STEP}")
+        args = DPOConfig(
+            output_dir=os.path.join(scratch, "out"), loss_type=[loss_type], beta=0.1,
+            learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
+            adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0,
+            per_device_train_batch_size=micro, gradient_accumulation_steps=accum, max_steps=STEPS,
+            logging_steps=1, seed=42, data_seed=42, use_cpu=True, bf16=False, fp16=False, max_length=None,
+            gradient_checkpointing=False, report_to=[], save_strategy="no", dataloader_drop_last=False,
+            dataloader_num_workers=0, disable_tqdm=True)
+        trainer = DPOTrainer(model=base, ref_model=None, args=args, train_dataset=pairs,
+                             processing_class=AutoTokenizer.from_pretrained(base))
+        # Both print each log line to stdout; log_history keeps them.
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        trainer.train()
+
+    steps = []
+    for entry in trainer.state.log_history:
+        if "loss" in entry:
+            steps.append({"step": entry["step"], **{k: float(entry[k]) for k in METRICS}})
+    if [s["step"] for s in steps] != list(range(1, STEPS + 1)):
+        sys.exit(f"dpo_reference.py: TRL logged steps {[s['step'] for s in steps]}, expected 1..{STEPS}")
+    tokens = [{k: list(row[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")}
+              for row in trainer.train_dataset]
+    with open(out, "w") as f:
+        json.dump({"loss_type": loss_type, "micro_batch": micro, "accumulation": accum,
+                   "steps": steps, "tokens": tokens}, f, indent=1)
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "make":
+        make(sys.argv[2])
+        return
+    if len(sys.argv) >= 4 and sys.argv[1] == "run":
+        root = sys.argv[2]
+        cases = []
+        for case in sys.argv[3:]:
+            parts = case.split(":")
+            if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+                sys.exit(f"dpo_reference.py: {case!r} is not LOSS_TYPE:MICRO:ACCUM")
+            loss_type, micro, accum = parts[0], int(parts[1]), int(parts[2])
+            if loss_type not in ("sigmoid", "ipo", "hinge"):
+                sys.exit(f"dpo_reference.py: unknown loss type {loss_type} (sigmoid, ipo or hinge)")
+            if micro < 1 or accum < 1 or micro * accum != PAIRS_PER_STEP:
+                sys.exit(f"dpo_reference.py: MICRO * ACCUM must be {PAIRS_PER_STEP}, got {micro} * {accum}")
+            cases.append((loss_type, micro, accum))
+        for loss_type, micro, accum in cases:
+            run(root, loss_type, micro, accum, os.path.join(root, f"{loss_type}_{micro}x{accum}.json"))
+        return
+    sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

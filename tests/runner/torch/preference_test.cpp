@@ -1,0 +1,249 @@
+// Preference training (training.method: dpo), each test a real run: against
+// TRL's DPOTrainer on the same tiny model and pairs (dpo_reference.py in
+// .venv), the reference switched off under LoRA, and the planner's memory
+// estimate for each reference placement against what the run measured.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "dsl/spec_loader.h"
+#include "runner/data/dataset.h"
+#include "runner/data/tokenizer.h"
+#include "runner/torch/trainer.h"
+#include "strategies/candidate.h"
+#include "tests/runner/torch/estimate_and_train.h"
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::runner {
+namespace {
+
+using tailor::testing::TempDir;
+using nlohmann::json;
+
+std::vector<json> lines(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+std::string python() { return std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python"; }
+std::string reference_script() { return std::string(TAILOR_SOURCE_DIR) + "/tests/runner/torch/dpo_reference.py"; }
+
+// Runs dpo_reference.py; its output goes to the test log on failure.
+bool run_reference(const TempDir& dir, const std::string& args) {
+  const std::string log = dir.file("reference.log");
+  const std::string cmd = python() + " " + reference_script() + " " + args + " > " + log + " 2>&1";
+  if (std::system(cmd.c_str()) == 0) return true;
+  std::ifstream in(log);
+  ADD_FAILURE() << cmd << "\n" << std::string(std::istreambuf_iterator<char>(in), {});
+  return false;
+}
+
+RunConfig load_job(const TempDir& dir, const std::string& yaml, std::vector<std::string> overrides) {
+  dsl::LoadOptions opts;
+  opts.overrides = std::move(overrides);
+  const auto loaded = dsl::load_job_spec(dir.write("job.yaml", yaml), opts);
+  EXPECT_TRUE(loaded.ok()) << loaded.diagnostics.to_string();
+  RunConfig cfg;
+  if (!loaded.ok()) return cfg;
+  cfg.spec = *loaded.spec;
+  cfg.on_cpu = true;
+  return cfg;
+}
+
+RunnerExit train_in(const RunConfig& cfg, const std::string& out) {
+  TrainOptions o;
+  o.config = cfg;
+  o.out_dir = out;
+  o.memory_limit = 0;
+  o.quiet = true;
+  o.device = "cpu";
+  return train(o);
+}
+
+// |ours - theirs| within `rel` of theirs, or of `floor` where theirs is
+// near zero (rewards start at exactly 0).
+// Returns the deviation in units of that scale (for the log).
+double expect_close(double ours, double theirs, double rel, double floor, const std::string& what) {
+  const double scale = std::max(std::abs(theirs), floor);
+  EXPECT_LE(std::abs(ours - theirs), rel * scale) << what << ": tailor " << ours << ", trl " << theirs;
+  return std::abs(ours - theirs) / scale;
+}
+
+// The same tiny Llama (transformers' save_pretrained), BPE tokenizer and 8
+// pairs; full fine-tuning in fp32 with AdamW at a constant lr, every step the
+// whole data, so the data order cannot differ; TRL makes its frozen copy of
+// the model, Tailor its separate reference.
+TEST(PreferenceTest, DpoEqualsTrlsDpoTrainerForEachLossOverTwentySteps) {
+  TempDir dir;
+  ASSERT_TRUE(run_reference(dir, "make " + dir.path().string()));
+  const std::string yaml = R"(apiVersion: tailor/v1
+kind: TrainingJob
+name: dpo-trl
+model: {path: base}
+data: {train: pairs.jsonl, seq_len: 128}
+training: {method: dpo, beta: 0.1, global_batch_size: 8, max_steps: 20, lr: 1e-3, scheduler: constant,
+           warmup_steps: 0, weight_decay: 0, grad_clip: 1.0, seed: 42}
+strategy: {precision: fp32, adapter: none, optimizer: adamw}
+)";
+  struct Case {
+    const char* loss;
+    std::int64_t micro, accum;
+  };
+  // Accumulation once (its loss is the mean of the micro-batches' means).
+  const Case cases[] = {{"sigmoid", 8, 1}, {"ipo", 4, 2}, {"hinge", 8, 1}};
+  std::string args = "run " + dir.path().string();
+  for (const Case& c : cases) {
+    args += " " + std::string(c.loss) + ":" + std::to_string(c.micro) + ":" + std::to_string(c.accum);
+  }
+  ASSERT_TRUE(run_reference(dir, args));
+  for (const Case& c : cases) {
+    const std::string name = std::string(c.loss) + "_" + std::to_string(c.micro) + "x" + std::to_string(c.accum);
+    SCOPED_TRACE(name);
+    std::ifstream in(dir.file(name + ".json"));
+    const json trl = json::parse(in);
+    RunConfig cfg = load_job(dir, yaml, {std::string("training.loss_type=") + c.loss});
+    // The rows are TRL's: prompt ids (its BOS first) and completion ids (EOS last).
+    auto tok = data::make_tokenizer(cfg.spec.model);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+    const auto rows = data::load_examples(cfg.spec.data.train, cfg.spec.data, **tok);
+    ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+    ASSERT_EQ(rows->size(), 2 * trl["tokens"].size());
+    for (std::size_t p = 0; p < trl["tokens"].size(); ++p) {
+      const json& t = trl["tokens"][p];
+      for (const auto& [which, row] : {std::pair{"chosen_ids", 2 * p}, std::pair{"rejected_ids", 2 * p + 1}}) {
+        std::vector<std::int32_t> ids = t["prompt_ids"].get<std::vector<std::int32_t>>();
+        for (std::int32_t id : t[which].get<std::vector<std::int32_t>>()) ids.push_back(id);
+        EXPECT_EQ((*rows)[row].tokens, ids) << "pair " << p << " " << which;
+      }
+    }
+    cfg.strategy.precision = dsl::Precision::kFp32;
+    cfg.strategy.micro_batch_size = c.micro;
+    cfg.strategy.grad_accumulation = c.accum;
+    cfg.strategy.reference = dsl::Reference::kSeparate;
+    const std::string out = dir.file(name);
+    ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+    const std::vector<json> ours = lines(out + "/metrics.jsonl");
+    const json& theirs = trl["steps"];
+    ASSERT_EQ(ours.size(), 20u);
+    ASSERT_EQ(theirs.size(), 20u);
+    double worst = 0;
+    for (std::size_t k = 0; k < 20; ++k) {
+      const std::string at = name + " step " + std::to_string(k + 1);
+      worst = std::max(worst, expect_close(ours[k]["loss"], theirs[k]["loss"], 1e-4, 1e-2, at + " loss"));
+      for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins"}) {
+        worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1e-2, at + " " + key));
+      }
+      for (const char* key : {"logps/chosen", "logps/rejected"}) {
+        worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1.0, at + " " + key));
+      }
+      EXPECT_NEAR(ours[k]["rewards/accuracies"].get<double>(), theirs[k]["rewards/accuracies"].get<double>(), 1e-9)
+          << at;
+    }
+    // Learning happened, the same way.
+    EXPECT_LT(ours.back()["loss"].get<double>(), ours.front()["loss"].get<double>());
+    std::printf("%s: 20 steps, largest deviation from TRL %.2e of the value (loss %.6f -> %.6f)\n", name.c_str(), worst,
+                ours.front()["loss"].get<double>(), ours.back()["loss"].get<double>());
+  }
+}
+
+std::string lora_job() {
+  return R"(apiVersion: tailor/v1
+kind: TrainingJob
+name: dpo-lora
+model:
+  arch: {family: llama, layers: 2, hidden: 64, intermediate: 128, heads: 4, kv_heads: 2, vocab: 260, max_seq_len: 64}
+data: {train: pairs.jsonl, seq_len: 64}
+training: {method: dpo, beta: 0.5, global_batch_size: 4, max_steps: 12, lr: 1e-2, scheduler: constant, seed: 7}
+strategy: {adapter: lora, lora: {r: 4, alpha: 8, dropout: 0}}
+)";
+}
+
+// Short pairs, or (`fill`) pairs whose rows are all cut at seq_len, as the
+// planner's estimate assumes of unpacked rows.
+void write_pairs(const TempDir& dir, bool fill = false) {
+  std::string pairs;
+  const char* good[] = {"a warm coat", "a sharp needle", "blue thread", "a wooden spool"};
+  const std::string more = fill ? ", then a warm coat and a sharp needle and blue thread on a wooden spool" : "";
+  for (int i = 0; i < 8; ++i) {
+    pairs += R"({"prompt": "Q)" + std::to_string(i) + R"(: what mends?\n", "chosen": ")" + good[i % 4] + more +
+             R"(", "rejected": "nothing at all)" + (fill ? ", nothing at all, nothing at all, nothing at all, nothing" : "") +
+             "\"}\n";
+  }
+  dir.write("pairs.jsonl", pairs);
+}
+
+// LoRA's reference is the base with the adapters off: at step 1 the adapters
+// are zero, so the model is its own reference, every reward is 0 and the
+// sigmoid loss is exactly log 2; training then separates the pairs.
+TEST(PreferenceTest, UnderLoraTheReferenceIsTheBaseWithTheAdaptersOff) {
+  TempDir dir;
+  write_pairs(dir);
+  RunConfig cfg = load_job(dir, lora_job(), {"data.eval=" + dir.file("pairs.jsonl"), "training.eval_every=6"});
+  cfg.strategy.precision = dsl::Precision::kFp32;
+  cfg.strategy.micro_batch_size = 2;
+  cfg.strategy.grad_accumulation = 2;
+  cfg.strategy.adapter = dsl::Adapter::kLora;
+  cfg.strategy.lora_rank = 4;
+  cfg.strategy.reference = dsl::Reference::kAdapterOff;
+  const std::string out = dir.file("out");
+  ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+  const std::vector<json> steps = lines(out + "/metrics.jsonl");
+  ASSERT_EQ(steps.size(), 12u);
+  EXPECT_NEAR(steps[0]["loss"].get<double>(), std::log(2.0), 1e-6);
+  EXPECT_EQ(steps[0]["rewards/chosen"].get<double>(), 0.0);
+  EXPECT_EQ(steps[0]["rewards/margins"].get<double>(), 0.0);
+  EXPECT_LT(steps.back()["loss"].get<double>(), 0.5 * std::log(2.0));
+  EXPECT_EQ(steps.back()["rewards/accuracies"].get<double>(), 1.0);
+  EXPECT_GT(steps.back()["rewards/margins"].get<double>(), 0.0);
+  // The evaluation scores the pairs the same way, without a perplexity.
+  ASSERT_TRUE(steps.back().contains("eval_loss"));
+  EXPECT_FALSE(steps.back().contains("eval_perplexity"));
+  EXPECT_EQ(steps.back()["eval_rewards/accuracies"].get<double>(), 1.0);
+  EXPECT_EQ(steps.back()["eval_tokens"].get<std::int64_t>(), 8);  // pairs
+  // The adapters are the job's output, as for supervised training.
+  EXPECT_TRUE(std::ifstream(out + "/adapter/adapter_model.safetensors").good());
+}
+
+// The planner's estimate for each placement against the run's measured
+// memory: the components it doubles (activations, logits) and the copy.
+TEST(PreferenceTest, TheEstimateHoldsForEachReferencePlacement) {
+  TempDir dir;
+  write_pairs(dir, /*fill=*/true);
+  for (const dsl::Reference placement : {dsl::Reference::kAdapterOff, dsl::Reference::kSeparate}) {
+    const bool lora = placement == dsl::Reference::kAdapterOff;
+    SCOPED_TRACE(dsl::to_string(placement));
+    const RunConfig cfg = load_job(dir, lora_job(), {"training.max_steps=2",
+                                                     std::string("strategy.adapter=") + (lora ? "lora" : "none")});
+    strategies::Strategy s;
+    s.precision = dsl::Precision::kFp32;
+    s.micro_batch_size = 4;
+    s.grad_accumulation = 1;
+    s.adapter = lora ? dsl::Adapter::kLora : dsl::Adapter::kNone;
+    s.lora_rank = lora ? 4 : 0;
+    s.reference = placement;
+    const auto r = testing::estimate_and_train(cfg.spec, s, dir.file(dsl::to_string(placement)));
+    ASSERT_TRUE(r);
+    const double measured = r->measured["peak_bytes"].get<double>();
+    const double estimated = static_cast<double>(r->estimate.total().count());
+    std::printf("%s: estimated %.0f B, measured peak %.0f B (%.3f)\n", dsl::to_string(placement), estimated, measured,
+                estimated / measured);
+    for (const auto& c : strategies::kMemoryComponents) {
+      std::printf("  %-18s estimated %10lld measured %10lld\n", c.key, static_cast<long long>((r->estimate.*c.member).count()),
+                  static_cast<long long>(r->measured.value(c.key, 0)));
+    }
+    EXPECT_NEAR(estimated / measured, 1.0, 0.05) << "estimate " << estimated << " measured " << measured;
+    const double weights = r->measured["weights"].get<double>();
+    EXPECT_NEAR(static_cast<double>(r->estimate.weights.count()) / weights, 1.0, 0.02);
+  }
+}
+
+}  // namespace
+}  // namespace tailor::runner
