@@ -13,6 +13,7 @@
 
 #include "core/text.h"
 #include "core/units.h"
+#include "dsl/chat_records.h"
 #include "dsl/conversation_json.h"
 #include "dsl/spec_fields.h"
 
@@ -129,6 +130,74 @@ Result<std::string_view> string_field(const Json& obj, const std::string& name, 
   return std::string_view(it->get_ref<const std::string&>());
 }
 
+// Serialized conversations of a conversational pair (data.chat: messages),
+// kept while its record is delivered.
+struct PairConversations {
+  std::string prompt, chosen, rejected;
+};
+
+// A conversational pair, as TRL reads one: `prompt` a list of turns (or a
+// string, a user turn) and the completions lists of turns after it; without
+// a prompt field, chosen and rejected are whole conversations and the prompt
+// is the turns they share (an assistant turn ending that run goes with the
+// completions). Each side is checked as a conversation of data.chat.
+Status read_conversation_pair(const Json& obj, const DataSpec& spec, const std::string& where, PairConversations& out) {
+  Json chosen, rejected, prompt = Json::array();
+  for (auto [name, into] : {std::pair{&spec.chosen_field, &chosen}, std::pair{&spec.rejected_field, &rejected}}) {
+    const auto it = obj.find(*name);
+    if (it == obj.end()) return Status::invalid_argument(where + "missing field " + quote(*name));
+    if (!it->is_array()) {
+      return Status::invalid_argument(where + "field " + quote(*name) + " must be a list of turns (data.chat: messages), got " +
+                                      it->type_name());
+    }
+    *into = *it;
+  }
+  if (const auto p = obj.find(spec.prompt_field); p != obj.end()) {
+    if (p->is_string()) {
+      prompt.push_back(Json{{chat_field(spec, "role"), "user"}, {chat_field(spec, "content"), *p}});
+    } else if (p->is_array()) {
+      prompt = *p;
+    } else {
+      return Status::invalid_argument(where + "field " + quote(spec.prompt_field) +
+                                      " must be a list of turns or a string, got " + p->type_name());
+    }
+  } else {
+    std::size_t shared = 0;
+    while (shared < chosen.size() && shared < rejected.size() && chosen[shared] == rejected[shared]) ++shared;
+    if (shared > 0 && shared < chosen.size() && chosen[shared - 1].value(chat_field(spec, "role"), "") == "assistant") {
+      --shared;
+    }
+    prompt = Json(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(shared));
+    chosen = Json(chosen.begin() + static_cast<std::ptrdiff_t>(shared), chosen.end());
+    rejected = Json(rejected.begin() + static_cast<std::ptrdiff_t>(std::min(shared, rejected.size())), rejected.end());
+  }
+  if (chosen.empty() || rejected.empty()) {
+    return Status::invalid_argument(where + "field " + quote(chosen.empty() ? spec.chosen_field : spec.rejected_field) +
+                                    " has no turn after the prompt: a pair needs two completions");
+  }
+  if (chosen == rejected) {
+    return Status::invalid_argument(where + "the chosen and rejected completions are identical: the pair teaches nothing");
+  }
+  // Each side as a conversation of data.chat (roles, contents, a turn to train).
+  const std::string turns_key = chat_field(spec, "messages"), tools_key = chat_field(spec, "tools");
+  auto whole = [&](const Json& completion) {
+    Json record = Json::object();
+    Json turns = prompt;
+    for (const Json& t : completion) turns.push_back(t);
+    record[turns_key] = std::move(turns);
+    if (const auto t = obj.find(tools_key); t != obj.end()) record[tools_key] = *t;
+    return record;
+  };
+  TAILOR_ASSIGN_OR_RETURN(out.chosen, conversation_of(whole(chosen), spec, where + spec.chosen_field + ": "));
+  TAILOR_ASSIGN_OR_RETURN(out.rejected, conversation_of(whole(rejected), spec, where + spec.rejected_field + ": "));
+  // The prompt as the chosen side reads it, without the completion's turns.
+  Json prompt_only = Json::parse(out.chosen);
+  Json& turns = prompt_only["messages"];
+  turns.erase(turns.begin() + static_cast<std::ptrdiff_t>(prompt.size()), turns.end());
+  out.prompt = prompt_only.dump();
+  return Status::ok();
+}
+
 // A preference pair's three strings into `record`. A pair that cannot teach
 // anything (an empty completion, the same completion twice) is an error
 // like a missing field, so on_bad_record decides.
@@ -137,8 +206,8 @@ Status read_preference_pair(const Json& obj, const DataSpec& spec, const std::st
     const auto it = obj.find(*name);
     if (it != obj.end() && it->is_array()) {
       return Status::invalid_argument(where + "field " + quote(*name) +
-                                      " is a conversation; preference pairs as conversations are not built yet: "
-                                      "give prompt, chosen and rejected as strings");
+                                      " is a conversation: set data.chat: messages to read preference pairs as "
+                                      "conversations, rendered with the chat template");
     }
   }
   TAILOR_ASSIGN_OR_RETURN(record.prompt, string_field(obj, spec.prompt_field, where));
@@ -164,13 +233,19 @@ Status deliver_json(std::string_view text, std::int64_t line, const std::string&
   record.line = line;
   Json obj;
   std::string conversation;
+  PairConversations pair;
   const Status read = [&]() -> Status {
     TAILOR_ASSIGN_OR_RETURN(obj, parse_json(text, path, line));
     const std::string where = path + ":" + std::to_string(line) + ": ";
     if (!obj.is_object()) return Status::invalid_argument(where + "expected a JSON object, got " + obj.type_name());
-    if (is_chat(spec)) {
+    if (is_chat(spec) && !spec.preference) {
       TAILOR_ASSIGN_OR_RETURN(conversation, conversation_of(obj, spec, where));
       record.conversation = conversation;
+    } else if (spec.preference && is_chat(spec)) {
+      TAILOR_RETURN_IF_ERROR(read_conversation_pair(obj, spec, where, pair));
+      record.prompt = pair.prompt;
+      record.chosen = pair.chosen;
+      record.rejected = pair.rejected;
     } else if (spec.preference) {
       return read_preference_pair(obj, spec, where, record);
     } else if (!spec.prompt_field.empty()) {

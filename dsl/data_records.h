@@ -25,7 +25,10 @@ struct DataRecord {
   // prompt and text are empty.
   std::string_view conversation;
   // Preference pairs (data.preference): the two completions of `prompt`,
-  // neither empty and not equal; text is empty.
+  // neither empty and not equal; text is empty. With data.chat (messages)
+  // all three are conversations serialized as `conversation` is: `prompt`
+  // its turns alone, `chosen` and `rejected` the prompt's turns and then
+  // each completion's.
   std::string_view chosen, rejected;
 };
 

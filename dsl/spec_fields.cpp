@@ -366,6 +366,15 @@ Field<DataSpec> chat_only(Field<DataSpec> f) {
   return f;
 }
 
+// A key of supervised chat data: preference pairs score whole completions.
+Field<DataSpec> chat_sft_only(Field<DataSpec> f) {
+  f.write = [write = f.write](const DataSpec& d) -> std::optional<Node> {
+    if (!is_chat(d) || d.preference) return std::nullopt;
+    return write(d);
+  };
+  return f;
+}
+
 // A key of preference data (training.method: dpo), written back only for it.
 Field<DataSpec> preference_only(Field<DataSpec> f) {
   f.write = [write = f.write](const DataSpec& d) -> std::optional<Node> {
@@ -440,10 +449,10 @@ const std::vector<Field<DataSpec>>& data_fields() {
             "chat: a Jinja chat template file, relative to the spec file. Default: the model folder's "
             "chat_template.jinja, else tokenizer_config.json's chat_template.",
             &DataSpec::chat_template, string_not_empty()),
-      chat_only(field("train_on",
+      chat_sft_only(field("train_on",
             "chat: the tokens trained: assistant (every assistant turn, the default), all, or last_assistant.",
             &DataSpec::train_on)),
-      chat_only(field("train_on_eos",
+      chat_sft_only(field("train_on_eos",
             "chat: train the end-of-turn token after each trained reply (turn, the default), after the last "
             "(last), or none. A template's {% generation %} blocks say it themselves.",
             &DataSpec::train_on_eos)),

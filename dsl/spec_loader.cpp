@@ -305,9 +305,13 @@ void check_chat_data(DataSpec& data, const Node& root, const std::string& base_d
     return;
   }
   const std::string kind = to_string(data.chat);
-  for (const char* key : {"field", "prompt_field", "completion_field"}) {
+  // A resolved spec writes every key back: only values other than the
+  // defaults were asked for. Preference pairs name their prompt field.
+  for (const auto& [key, set] : {std::pair{"field", data.field != DataSpec().field},
+                                 std::pair{"prompt_field", !data.prompt_field.empty() && !data.preference},
+                                 std::pair{"completion_field", !data.completion_field.empty()}}) {
     const std::string path = std::string("data.") + key;
-    if (node_at(root, path) != nullptr) {
+    if (set) {
       d.error(loc_at(root, path), path,
               "does not apply to chat data (data.chat: " + kind + "); data.fields names its record fields");
     }
@@ -370,10 +374,18 @@ void check_preference_data(DataSpec& data, const Node& root, Diagnostics& d) {
     d.error(loc_at(root, "data.packing"), "data.packing",
             "preference pairs are not packed: each completion is a row of its own, padded to the batch's longest");
   }
-  if (is_chat(data)) {
+  if (is_chat(data) && data.chat != ChatFormat::kMessages) {
     d.error(loc_at(root, "data.chat"), "data.chat",
-            "preference pairs as conversations are not built yet: give prompt, chosen and rejected as strings "
-            "(the chat template already applied to the prompt)");
+            "preference pairs as conversations are lists of OpenAI-style turns (data.chat: messages), not " +
+                std::string(to_string(data.chat)));
+  }
+  // The completions are what follows the prompt, whole: nothing to choose.
+  for (const char* key : {"train_on", "train_on_eos"}) {
+    const std::string path = std::string("data.") + key;
+    if (node_at(root, path) != nullptr) {
+      d.error(loc_at(root, path), path,
+              "does not apply to preference pairs: each completion is scored whole, from where the prompt ends");
+    }
   }
   if (!has_records_of_fields(data.format)) {
     d.error(loc_at(root, "data.format"), "data.format",

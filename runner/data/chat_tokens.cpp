@@ -165,6 +165,14 @@ Result<ChatSetup> load_chat_setup(const dsl::DataSpec& data, const std::string& 
   return out;
 }
 
+Result<std::string> render_conversation(const ChatSetup& setup, std::string_view conversation,
+                                        bool add_generation_prompt) {
+  TAILOR_ASSIGN_OR_RETURN(ChatInput input, chat_input(setup, conversation));
+  input.add_generation_prompt = add_generation_prompt;
+  TAILOR_ASSIGN_OR_RETURN(RenderedChat rendered, setup.chat_template.render(input));
+  return std::move(rendered.text);
+}
+
 Result<ChatExample> tokenize_chat(const ChatSetup& setup, const Tokenizer& tok, std::string_view conversation) {
   TAILOR_ASSIGN_OR_RETURN(const ChatInput input, chat_input(setup, conversation));
   TAILOR_ASSIGN_OR_RETURN(RenderedChat real, setup.chat_template.render(input));

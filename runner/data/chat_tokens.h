@@ -63,6 +63,12 @@ struct ChatExample {
 // or when nothing is trained; the tokenizer's encode_with_offsets error.
 Result<ChatExample> tokenize_chat(const ChatSetup& setup, const Tokenizer& tok, std::string_view conversation);
 
+// `conversation` (a dsl::DataRecord's) rendered with the template, with
+// the generation prompt after it when asked (a preference pair's prompt):
+// the template's errors.
+Result<std::string> render_conversation(const ChatSetup& setup, std::string_view conversation,
+                                        bool add_generation_prompt);
+
 // Each turn's text in `rendered` (tokenize_chat's text of `conversation`)
 // as [begin, end) bytes, {npos, npos} for a turn the template does not
 // write as given: for counting tokens per role. tokenize_chat's alignment

@@ -5,6 +5,7 @@
 
 #include "dsl/data_records.h"
 #include "runner/data/file_io.h"
+#include "runner/data/pair_tokens.h"
 
 namespace tailor::runner::data {
 namespace {
@@ -39,10 +40,6 @@ class Builder {
     trained_.insert(trained_.end(), trained.begin(), trained.end());
     offsets_.push_back(static_cast<std::int64_t>(tokens_.size()));
   }
-  void append_ids(const std::vector<std::int32_t>& ids, bool trained) {
-    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
-    trained_.insert(trained_.end(), ids.size(), trained ? 1 : 0);
-  }
   void append_id(std::int32_t id) {
     tokens_.push_back(id);
     trained_.push_back(1);
@@ -72,23 +69,13 @@ class Builder {
   std::vector<std::int64_t> offsets_{0};
 };
 
-// A preference pair as two documents in a row, chosen then rejected, each
-// BOS + prompt (untrained) + completion + EOS (trained): the batcher keeps
-// them together. A prompt that leaves no room for a completion token in
-// seq_len is the record's error.
-Status append_pair(const dsl::DataRecord& r, const dsl::DataSpec& spec, const Tokenizer& tok, Builder& out) {
-  const std::vector<std::int32_t> prompt = tok.encode(r.prompt);
-  if (static_cast<std::int64_t>(prompt.size()) >= spec.seq_len) {
-    return Status::invalid_argument("the prompt is " + std::to_string(prompt.size()) + " tokens, and seq_len is " +
-                                    std::to_string(spec.seq_len) +
-                                    ": no completion token fits (shorten the prompt or raise data.seq_len)");
-  }
-  for (const std::string_view completion : {r.chosen, r.rejected}) {
-    out.begin();
-    out.append_ids(prompt, false);
-    out.append_text(completion, true);
-    out.end();
-  }
+// A preference pair as two documents in a row, chosen then rejected
+// (pair_tokens.h): the batcher keeps them together.
+Status append_pair(const dsl::DataRecord& r, const dsl::DataSpec& spec, const Tokenizer& tok, const ChatSetup* chat,
+                   Builder& out) {
+  TAILOR_ASSIGN_OR_RETURN(const PairTokens pair, tokenize_pair(r, spec, tok, chat));
+  out.append_document(pair.chosen.ids, pair.chosen.trained);
+  out.append_document(pair.rejected.ids, pair.rejected.trained);
   return Status::ok();
 }
 
@@ -112,7 +99,7 @@ Status load_records(std::string_view bytes, const std::string& path, const dsl::
       return Status::ok();
     }
     if (spec.preference) {
-      const Status pair = append_pair(r, spec, tok, out);
+      const Status pair = append_pair(r, spec, tok, chat, out);
       if (pair.is_ok()) return pair;
       const Status why = pair.prefixed(path + ":" + std::to_string(r.line));
       if (spec.on_bad_record != dsl::OnBadRecord::kSkip) return why;

@@ -8,6 +8,7 @@
 
 #include "dsl/data_records.h"
 #include "runner/data/chat_tokens.h"
+#include "runner/data/pair_tokens.h"
 #include "runner/data/file_io.h"
 #include "runner/data/tokenizer.h"
 
@@ -110,11 +111,21 @@ Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
           ex.turns_without_eos = tokens->turns_without_eos;
         } else if (!r.chosen.empty()) {
           // A preference pair: its two rows, as the dataset builds them.
-          for (const auto& [which, completion] : {std::pair{" (chosen)", r.chosen}, std::pair{" (rejected)", r.rejected}}) {
-            PreviewExample row;
-            row.record = ex.record + which;
-            prompt_and_completion(*tok, r.prompt, completion, row);
-            out.examples.push_back(std::move(row));
+          auto pair = tokenize_pair(r, data, *tok, chat ? &*chat : nullptr);
+          if (!pair.is_ok()) {
+            const Status why = pair.status().prefixed(ex.record);
+            if (data.on_bad_record != dsl::OnBadRecord::kSkip) return why;
+            out.skipped.add(why);
+            return Status::ok();
+          }
+          for (auto [which, row] : {std::pair{" (chosen)", &pair->chosen}, std::pair{" (rejected)", &pair->rejected}}) {
+            PreviewExample shown;
+            shown.record = ex.record + which;
+            shown.text = std::move(row->text);
+            shown.ids = std::move(row->ids);
+            shown.trained = std::move(row->trained);
+            shown.trained_text.emplace_back(row->completion_begin, shown.text.size());
+            out.examples.push_back(std::move(shown));
           }
           return static_cast<std::int64_t>(out.examples.size()) >= n ? Status::cancelled("enough") : Status::ok();
         } else {

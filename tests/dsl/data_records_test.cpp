@@ -276,7 +276,7 @@ TEST(PreferenceRecordsTest, PairsThatTeachNothingAreBadRecords) {
   EXPECT_EQ(error_of(R"({"prompt": "Q", "chosen": " a"})", spec),
             "d:1: missing field \"rejected\" (the record has \"prompt\", \"chosen\")");
   EXPECT_THAT(error_of(R"({"prompt": "Q", "chosen": [{"role": "assistant", "content": "a"}], "rejected": " b"})", spec),
-              HasSubstr("d:1: field \"chosen\" is a conversation; preference pairs as conversations are not built yet"));
+              HasSubstr("d:1: field \"chosen\" is a conversation: set data.chat: messages"));
   // A text file has no pairs.
   EXPECT_THAT(error_of("Q\n\nA\n", preference_of(DataFormat::kText)),
               HasSubstr("preference pairs are read from jsonl or json files, not text"));
@@ -298,6 +298,38 @@ TEST(PreferenceRecordsTest, PairsThatTeachNothingAreBadRecords) {
   EXPECT_THAT(lines, ElementsAre(2));
   ASSERT_EQ(why.size(), 1u);
   EXPECT_THAT(why[0], HasSubstr("d:1: the chosen and rejected completions are identical"));
+}
+
+// Conversational pairs (data.chat: messages), read as TRL reads them.
+TEST(PreferenceRecordsTest, ConversationalPairsGiveThePromptAndEachWholeConversation) {
+  DataSpec spec = preference_of(DataFormat::kJsonl);
+  spec.chat = ChatFormat::kMessages;
+  std::vector<std::string> got;
+  auto collect = [&](const DataRecord& r) {
+    got.push_back(std::string(r.prompt) + " | " + std::string(r.chosen) + " | " + std::string(r.rejected));
+    return Status::ok();
+  };
+  const std::string u = R"({"role": "user", "content": "Q"})", a = R"({"role": "assistant", "content": "A"})",
+                    b = R"({"role": "assistant", "content": "B"})";
+  // An explicit prompt, a string prompt (a user turn), and whole
+  // conversations whose shared turns are the prompt.
+  const std::string text = "{\"prompt\": [" + u + "], \"chosen\": [" + a + "], \"rejected\": [" + b + "]}\n" +
+                           "{\"prompt\": \"Q\", \"chosen\": [" + a + "], \"rejected\": [" + b + "]}\n" +
+                           "{\"chosen\": [" + u + ", " + a + "], \"rejected\": [" + u + ", " + b + "]}\n";
+  ASSERT_TRUE(for_each_record(text, "d", spec, collect).is_ok());
+  const std::string want = R"({"messages":[{"role":"user","content":"Q"}]} | )"
+                           R"({"messages":[{"role":"user","content":"Q"},{"role":"assistant","content":"A"}]} | )"
+                           R"({"messages":[{"role":"user","content":"Q"},{"role":"assistant","content":"B"}]})";
+  EXPECT_THAT(got, ElementsAre(want, want, want));
+  // Each side is checked as a conversation, and a pair that teaches nothing is refused.
+  EXPECT_EQ(error_of("{\"prompt\": [" + u + "], \"chosen\": [" + a + "], \"rejected\": [" + a + "]}", spec),
+            "d:1: the chosen and rejected completions are identical: the pair teaches nothing");
+  EXPECT_THAT(error_of("{\"prompt\": [" + u + "], \"chosen\": [{\"role\": \"bot\", \"content\": \"A\"}], \"rejected\": [" +
+                           b + "]}",
+                       spec),
+              HasSubstr("d:1: chosen: messages[1]: unknown role \"bot\""));
+  EXPECT_EQ(error_of("{\"prompt\": [" + u + "], \"chosen\": \"A\", \"rejected\": [" + b + "]}", spec),
+            "d:1: field \"chosen\" must be a list of turns (data.chat: messages), got string");
 }
 
 TEST(PreferenceRecordsTest, ASupervisedJobNamesPreferencePairsAsSuch) {

@@ -696,6 +696,10 @@ TEST_F(SpecLoaderTest, ChatDataKeysAreCheckedWhereTheyAreWritten) {
   const std::string resolved = emit_yaml(write_job_spec(*ok.spec));
   EXPECT_NE(resolved.find("chat: messages"), std::string::npos) << resolved;
   EXPECT_NE(resolved.find("train_on: last_assistant"), std::string::npos) << resolved;
+  // The resolved spec (what plans embed and the runner reads) loads again:
+  // the keys it writes at their defaults are not taken for asked ones.
+  LoadedSpec again = load(resolved);
+  EXPECT_TRUE(again.ok()) << errors(again) << resolved;
   LoadedSpec plain = load(kMinimal);
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(emit_yaml(write_job_spec(*plain.spec)).find("train_on"), std::string::npos);
@@ -704,7 +708,7 @@ TEST_F(SpecLoaderTest, ChatDataKeysAreCheckedWhereTheyAreWritten) {
   LoadedSpec no_template = load(head + "  chat: messages\n");
   EXPECT_NE(errors(no_template).find("data.chat: no chat template: the model has no folder"), std::string::npos)
       << errors(no_template);
-  LoadedSpec bad = load(head + "  chat: messages\n  chat_template: chat.jinja\n  field: text\n"
+  LoadedSpec bad = load(head + "  chat: messages\n  chat_template: chat.jinja\n  field: body\n"
                                "  fields: {turns: x}\n  roles: {bot: assistant}\n");
   EXPECT_NE(errors(bad).find("data.field: does not apply to chat data"), std::string::npos) << errors(bad);
   EXPECT_NE(errors(bad).find("data.fields.turns: not a field of messages records; expected one of messages, tools, "

@@ -13,7 +13,10 @@ same torch), on the CPU.
       before every sequence and adds no EOS. DIR/pairs.jsonl: 8 preference
       records {"prompt", "chosen", "rejected"} as plain text; each prompt ends
       on a non-space and each completion starts with a space, so prompt and
-      completion tokenize the same apart as together.
+      completion tokenize the same apart as together. DIR/base/chat_template.jinja
+      (turns between <|bos|>role and <|eos|>) and DIR/chat_pairs.jsonl: 4
+      conversational pairs ("prompt" a list of turns, some with a system turn
+      or an earlier exchange; "chosen" and "rejected" an assistant turn each).
   dpo_reference.py run DIR CASE...
       for each CASE, LOSS_TYPE:MICRO:ACCUM (e.g. ipo:4:2), in one process (the
       imports are most of the time), writes DIR/LOSS_TYPE_MICROxACCUM.json:
@@ -27,6 +30,9 @@ same torch), on the CPU.
       rewards/{chosen,rejected,accuracies,margins}, logps/{chosen,rejected}
       and grad_norm (before clipping); "tokens", per pair in file order the
       prompt_ids, chosen_ids and rejected_ids TRL trained on.
+      The CASE "chat" trains nothing: DIR/chat_tokens.json holds the
+      prompt_ids, chosen_ids and rejected_ids DPOTrainer makes of
+      DIR/chat_pairs.jsonl with the folder's chat template.
 
 What TRL 1.16 does with this data, which the runner must match:
   - it appends the EOS token's text ("<|eos|>") to chosen and rejected, then
@@ -73,6 +79,18 @@ PAIRS = [
     ("Is water wet or dry?", " Water is wet.", " Water is dry and dusty."),
     ("Say hello politely:", " Hello, how are you today?", " Go away."),
     ("What is two plus two?", " Two plus two is four.", " It is five, I think."),
+]
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|bos|>assistant\n{% endif %}")
+
+CHAT_PAIRS = [
+    ([{"role": "user", "content": "What do bees make?"}], "Bees make honey.", "Bees make bread."),
+    ([{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Is water wet?"}],
+     "Yes, water is wet.", "No."),
+    ([{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hello, how are you today?"},
+      {"role": "user", "content": "What is two plus two?"}], "Two plus two is four.", "It is five, I think."),
+    ([{"role": "user", "content": "Name a yellow fruit."}], "A banana is yellow.", "A carrot."),
 ]
 
 CORPUS = [
@@ -136,6 +154,12 @@ def make(root):
     with open(os.path.join(root, "pairs.jsonl"), "w") as f:
         for prompt, chosen, rejected in PAIRS:
             f.write(json.dumps({"prompt": prompt, "chosen": chosen, "rejected": rejected}) + "\n")
+    with open(os.path.join(base, "chat_template.jinja"), "w") as f:
+        f.write(CHAT_TEMPLATE)
+    with open(os.path.join(root, "chat_pairs.jsonl"), "w") as f:
+        for prompt, chosen, rejected in CHAT_PAIRS:
+            f.write(json.dumps({"prompt": prompt, "chosen": [{"role": "assistant", "content": chosen}],
+                                "rejected": [{"role": "assistant", "content": rejected}]}) + "\n")
 
 
 def run(root, loss_type, micro, accum, out):
@@ -186,6 +210,30 @@ def run(root, loss_type, micro, accum, out):
                    "steps": steps, "tokens": tokens}, f, indent=1)
 
 
+def chat_tokens(root):
+    """DPOTrainer's token ids of DIR/chat_pairs.jsonl (the trainer is built, not run)."""
+    import datasets
+    import transformers
+    from transformers import AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    transformers.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    datasets.disable_caching()
+    base = os.path.join(root, "base")
+    with tempfile.TemporaryDirectory() as scratch:
+        pairs = datasets.load_dataset("json", data_files=os.path.join(root, "chat_pairs.jsonl"), split="train",
+                                      cache_dir=os.path.join(scratch, "datasets"))
+        args = DPOConfig(output_dir=os.path.join(scratch, "out"), use_cpu=True, bf16=False, fp16=False,
+                         max_length=None, gradient_checkpointing=False, report_to=[], save_strategy="no")
+        trainer = DPOTrainer(model=base, ref_model=None, args=args, train_dataset=pairs,
+                             processing_class=AutoTokenizer.from_pretrained(base))
+        tokens = [{k: list(row[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")}
+                  for row in trainer.train_dataset]
+    with open(os.path.join(root, "chat_tokens.json"), "w") as f:
+        json.dump({"tokens": tokens}, f, indent=1)
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "make":
         make(sys.argv[2])
@@ -194,6 +242,9 @@ def main():
         root = sys.argv[2]
         cases = []
         for case in sys.argv[3:]:
+            if case == "chat":
+                cases.append(("chat", 0, 0))
+                continue
             parts = case.split(":")
             if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
                 sys.exit(f"dpo_reference.py: {case!r} is not LOSS_TYPE:MICRO:ACCUM")
@@ -204,7 +255,10 @@ def main():
                 sys.exit(f"dpo_reference.py: MICRO * ACCUM must be {PAIRS_PER_STEP}, got {micro} * {accum}")
             cases.append((loss_type, micro, accum))
         for loss_type, micro, accum in cases:
-            run(root, loss_type, micro, accum, os.path.join(root, f"{loss_type}_{micro}x{accum}.json"))
+            if loss_type == "chat":
+                chat_tokens(root)
+            else:
+                run(root, loss_type, micro, accum, os.path.join(root, f"{loss_type}_{micro}x{accum}.json"))
         return
     sys.exit(__doc__)
 

@@ -99,11 +99,38 @@ strategy: {precision: fp32, adapter: none, optimizer: adamw}
   };
   // Accumulation once (its loss is the mean of the micro-batches' means).
   const Case cases[] = {{"sigmoid", 8, 1}, {"ipo", 4, 2}, {"hinge", 8, 1}};
-  std::string args = "run " + dir.path().string();
+  std::string args = "run " + dir.path().string() + " chat";
   for (const Case& c : cases) {
     args += " " + std::string(c.loss) + ":" + std::to_string(c.micro) + ":" + std::to_string(c.accum);
   }
   ASSERT_TRUE(run_reference(dir, args));
+  // Conversational pairs: the folder's chat template renders the prompt
+  // (with the generation prompt) and each conversation; the rows are the
+  // ids DPOTrainer makes of them.
+  {
+    const RunConfig chat = load_job(dir, yaml, {"data.train=" + dir.file("chat_pairs.jsonl"), "data.chat=messages"});
+    auto tok = data::make_tokenizer(chat.spec.model);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+    auto setup = data::load_chat_setup(chat.spec.data, chat.spec.model.path);
+    ASSERT_TRUE(setup.is_ok()) << setup.status().to_string();
+    const auto rows = data::load_examples(chat.spec.data.train, chat.spec.data, **tok, &*setup);
+    ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+    std::ifstream in(dir.file("chat_tokens.json"));
+    const json trl = json::parse(in)["tokens"];
+    ASSERT_EQ(rows->size(), 2 * trl.size());
+    for (std::size_t p = 0; p < trl.size(); ++p) {
+      const auto prompt = trl[p]["prompt_ids"].get<std::vector<std::int32_t>>();
+      for (const auto& [which, row] : {std::pair{"chosen_ids", 2 * p}, std::pair{"rejected_ids", 2 * p + 1}}) {
+        std::vector<std::int32_t> ids = prompt;
+        const auto completion = trl[p][which].get<std::vector<std::int32_t>>();
+        ids.insert(ids.end(), completion.begin(), completion.end());
+        EXPECT_EQ((*rows)[row].tokens, ids) << "conversational pair " << p << " " << which;
+        std::vector<std::uint8_t> trained(prompt.size(), 0);
+        trained.resize(ids.size(), 1);
+        EXPECT_EQ((*rows)[row].trained, trained) << "conversational pair " << p << " " << which;
+      }
+    }
+  }
   for (const Case& c : cases) {
     const std::string name = std::string(c.loss) + "_" + std::to_string(c.micro) + "x" + std::to_string(c.accum);
     SCOPED_TRACE(name);

@@ -1,0 +1,87 @@
+#include "runner/data/pair_tokens.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace tailor::runner::data {
+namespace {
+
+PairRow string_row(const Tokenizer& tok, const std::vector<std::int32_t>& prompt, std::string_view prompt_text,
+                   std::string_view completion) {
+  PairRow row;
+  row.text = std::string(prompt_text) + std::string(completion);
+  row.completion_begin = prompt_text.size();
+  row.ids.push_back(tok.bos_id());
+  row.ids.insert(row.ids.end(), prompt.begin(), prompt.end());
+  row.trained.assign(row.ids.size(), 0);
+  const std::vector<std::int32_t> ids = tok.encode(completion);
+  row.ids.insert(row.ids.end(), ids.begin(), ids.end());
+  row.ids.push_back(tok.eos_id());
+  row.trained.resize(row.ids.size(), 1);
+  return row;
+}
+
+Status prompt_fits(std::size_t prompt_tokens, std::int64_t seq_len) {
+  if (static_cast<std::int64_t>(prompt_tokens) < seq_len) return Status::ok();
+  return Status::invalid_argument("the prompt is " + std::to_string(prompt_tokens) + " tokens, and seq_len is " +
+                                  std::to_string(seq_len) +
+                                  ": no completion token fits (shorten the prompt or raise data.seq_len)");
+}
+
+struct Encoded {
+  std::string text;
+  EncodedText tokens;
+};
+
+Result<Encoded> render_and_encode(const ChatSetup& chat, const Tokenizer& tok, std::string_view conversation,
+                                  bool add_generation_prompt) {
+  Encoded out;
+  TAILOR_ASSIGN_OR_RETURN(out.text, render_conversation(chat, conversation, add_generation_prompt));
+  TAILOR_ASSIGN_OR_RETURN(out.tokens, tok.encode_with_offsets(out.text));
+  return out;
+}
+
+std::size_t common_prefix(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
+  const auto n = std::min(a.size(), b.size());
+  std::size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+Result<PairTokens> tokenize_pair(const dsl::DataRecord& r, const dsl::DataSpec& spec, const Tokenizer& tok,
+                                 const ChatSetup* chat) {
+  PairTokens out;
+  if (!dsl::is_chat(spec)) {
+    const std::vector<std::int32_t> prompt = tok.encode(r.prompt);
+    TAILOR_RETURN_IF_ERROR(prompt_fits(prompt.size(), spec.seq_len));
+    out.chosen = string_row(tok, prompt, r.prompt, r.chosen);
+    out.rejected = string_row(tok, prompt, r.prompt, r.rejected);
+    return out;
+  }
+  if (chat == nullptr) return Status::internal("conversational pairs without their chat template");
+  // TRL's DPOTrainer: the completion is what follows the longest run the
+  // prompt's ids share with both conversations' (a template may render the
+  // prompt's last turn apart from the completion differently).
+  TAILOR_ASSIGN_OR_RETURN(const Encoded prompt, render_and_encode(*chat, tok, r.prompt, true));
+  TAILOR_ASSIGN_OR_RETURN(Encoded chosen, render_and_encode(*chat, tok, r.chosen, false));
+  TAILOR_ASSIGN_OR_RETURN(Encoded rejected, render_and_encode(*chat, tok, r.rejected, false));
+  const std::size_t shared = std::min(common_prefix(prompt.tokens.ids, chosen.tokens.ids),
+                                      common_prefix(prompt.tokens.ids, rejected.tokens.ids));
+  TAILOR_RETURN_IF_ERROR(prompt_fits(shared, spec.seq_len));
+  for (auto [which, e, row] : {std::tuple{"chosen", &chosen, &out.chosen}, std::tuple{"rejected", &rejected, &out.rejected}}) {
+    if (e->tokens.ids.size() <= shared) {
+      return Status::invalid_argument(std::string("the ") + which +
+                                      " conversation renders no token after its prompt: a pair needs two completions");
+    }
+    row->completion_begin = e->tokens.offsets[shared].first;
+    row->text = std::move(e->text);
+    row->ids = std::move(e->tokens.ids);
+    row->trained.assign(row->ids.size(), 1);
+    std::fill(row->trained.begin(), row->trained.begin() + static_cast<std::ptrdiff_t>(std::max<std::size_t>(shared, 1)), 0);
+  }
+  return out;
+}
+
+}  // namespace tailor::runner::data
