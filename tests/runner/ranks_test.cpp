@@ -305,6 +305,49 @@ TEST(RanksTest, TwoRanksEvaluateLikeOneAtEveryStage) {
   }
 }
 
+// DPO (configs/examples/dpo-cpu.yaml: LoRA, the reference the adapters
+// switched off): two ranks train and evaluate like one, at stage 0 and at
+// ZeRO-3, whose reference forwards are collective too; 36 eval pairs in an
+// odd number of batches, so at ZeRO-3 one rank runs its forwards on nothing.
+TEST(RanksTest, DpoTrainsAndEvaluatesLikeOneRank) {
+  TempDir t;
+  std::ifstream pairs(std::string(TAILOR_SOURCE_DIR) + "/configs/data/preferences.jsonl");
+  std::string eval, line;
+  for (int i = 0; i < 36 && std::getline(pairs, line); ++i) eval += line + "\n";
+  const std::string eval_file = t.write("eval.jsonl", eval);
+  auto run = [&](const std::string& name, int ranks, int zero) {
+    const std::string plan = t.file(name + ".plan.json");
+    EXPECT_EQ(shell(kBin + "tailor plan " + TAILOR_SOURCE_DIR + "/configs/examples/dpo-cpu.yaml --output json" +
+                    " --set training.max_steps=3 --set training.micro_batch_size=2 --set data.eval=" + eval_file +
+                    " --set resources.ranks=" + std::to_string(ranks) + " --set strategy.zero_stage=" +
+                    std::to_string(zero) + " > " + plan + " 2> " + plan + ".err"),
+              0);
+    EXPECT_EQ(run_runner(plan, t.file(name)), 0) << name;
+    return json_lines(t.file(name) + "/metrics.jsonl");
+  };
+  const auto one = run("one", 1, 0);
+  ASSERT_EQ(one.size(), 3u);
+  EXPECT_NEAR(one[0]["loss"].get<double>(), std::log(2.0), 1e-6);
+  ASSERT_TRUE(one[2].contains("eval_rewards/accuracies"));
+  EXPECT_EQ(one[2]["eval_tokens"], 36);  // pairs
+  for (int zero : {0, 3}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(zero));
+    const auto two = run("two-z" + std::to_string(zero), 2, zero);
+    ASSERT_EQ(two.size(), one.size());
+    for (std::size_t k = 0; k < one.size(); ++k) {
+      for (const char* key : {"loss", "rewards/chosen", "rewards/rejected", "logps/chosen"}) {
+        const double a = one[k][key], b = two[k][key];
+        EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << key << " at step " << k + 1;
+      }
+    }
+    for (const char* key : {"eval_loss", "eval_rewards/accuracies", "eval_rewards/margins"}) {
+      const double a = one[2][key], b = two[2][key];
+      EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << key;
+    }
+    EXPECT_EQ(two[2]["eval_tokens"], 36);
+  }
+}
+
 TEST(RanksTest, LoraAdaptersTrainLikeOneRankAtEveryStage) {
   expect_two_ranks_like_one({.lora = true}, {0, 1, 2, 3}, "adapter/adapter_model.safetensors");
 }
