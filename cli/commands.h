@@ -45,6 +45,8 @@ int run_plan(const Argv& args, Streams io);
 int run_run(const Argv& args, Streams io);
 // `tailor data preview`: runs tailor-data with these arguments.
 int run_data(const Argv& args, Streams io);
+// `tailor generate`: runs `tailor-runner generate`, a job id resolved first.
+int run_generate(const Argv& args, Streams io);
 // Client commands of tailord's REST API.
 int run_submit(const Argv& args, Streams io);
 int run_list(const Argv& args, Streams io);

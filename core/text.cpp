@@ -134,4 +134,52 @@ std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
   return len;
 }
 
+namespace {
+
+// How many bytes from s[i] are a prefix of some well-formed sequence (at
+// least 1): the maximal subpart one U+FFFD stands for.
+std::size_t maximal_subpart(std::string_view text, std::size_t i) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const unsigned char c = s[i];
+  std::size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range (Unicode Table 3-7)
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 1;
+  }
+  std::size_t k = 1;
+  for (; k < len && i + k < text.size(); ++k) {
+    const unsigned char b = s[i + k];
+    const bool ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+    if (!ok) break;
+  }
+  return k;
+}
+
+}  // namespace
+
+std::string utf8_lossy(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    if (const std::size_t n = utf8_sequence_length(s, i); n > 0) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      i += maximal_subpart(s, i);
+    }
+  }
+  return out;
+}
+
 }  // namespace tailor

@@ -34,4 +34,9 @@ std::string quote(std::string_view s, std::size_t max_chars = 60);
 // sequence, an overlong form, a surrogate or a value past U+10FFFF.
 std::size_t utf8_sequence_length(std::string_view s, std::size_t i);
 
+// `s` with each ill-formed part replaced by U+FFFD, one per maximal subpart
+// (Unicode 15, 3.9 "U+FFFD Substitution of Maximal Subparts"): what Rust's
+// String::from_utf8_lossy gives, so Hugging Face tokenizers' decoded text.
+std::string utf8_lossy(std::string_view s);
+
 }  // namespace tailor

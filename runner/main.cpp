@@ -19,12 +19,14 @@
 #include "runner/protocol/launch_env.h"
 #include "runner/protocol/plan_reader.h"
 #include "runner/protocol/runner_command.h"
+#include "runner/torch/generate_command.h"
 #include "runner/torch/trainer.h"
 #include "runner/torch_probe.h"
 
 namespace {
 
 constexpr const char* kHelp = R"(usage: tailor-runner --plan PLAN.json --out DIR [OPTIONS]
+       tailor-runner generate MODEL [OPTIONS] (tailor-runner generate --help)
        tailor-runner --probe | --version | --help
 
 Trains the job of a plan document (tailor plan --output json) with its
@@ -96,6 +98,9 @@ void keep_freed_memory() {
 int main(int argc, char** argv) {
   using namespace tailor;
   keep_freed_memory();
+  if (argc > 1 && std::string(argv[1]) == "generate") {
+    return runner::run_generate_command(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
+  }
   auto parsed = runner::parse_runner_args(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.is_ok()) {
     std::cerr << "tailor-runner: " << parsed.status().message() << "\n" << kHelp;

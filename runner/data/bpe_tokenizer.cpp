@@ -1,5 +1,7 @@
 #include "runner/data/bpe_tokenizer.h"
 
+#include "core/text.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicode/normalizer2.h>
@@ -541,7 +543,9 @@ std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
       k += n;
     }
   }
-  return out;
+  // As the ByteLevel decoder of Hugging Face tokenizers: bytes that are no
+  // UTF-8 (a character cut between tokens) become U+FFFD.
+  return utf8_lossy(out);
 }
 
 std::string byte_tokenizer_json() {

@@ -27,24 +27,26 @@ Tensor attention_mask(const Tensor& segment_ids, std::int64_t t, bool fused, tor
       .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
 }
 
-Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool fused,
-                        const AttentionScores& sc) {
+namespace {
+
+// Scaled dot-product attention: `mask` additive when given; causal (the
+// kernels' own top-left causal mask, q and k of one length) when asked.
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask, bool causal,
+              bool fused, const AttentionScores& sc) {
   const std::int64_t heads = q.size(1), kv_heads = k.size(1), d = q.size(3);
   TORCH_CHECK(!(fused && sc.softcap > 0), "attention: soft-capped scores need materialised attention");
   const double scale = sc.scale > 0 ? sc.scale : 1.0 / std::sqrt(static_cast<double>(d));
   const std::optional<double> sdpa_scale = sc.scale > 0 ? std::optional<double>(sc.scale) : std::nullopt;
   if (fused) {
-    const bool causal = mask.numel() == 0;
-    const std::optional<Tensor> m = causal ? std::optional<Tensor>() : std::optional<Tensor>(mask);
     if (heads != kv_heads && q.is_cuda() && q.scalar_type() == torch::kFloat32) {
       // On a GPU in fp32 only SDPA's math kernel takes grouped heads, and it
       // keeps the s x s scores (measured on an H100: twice the activations);
       // the memory-efficient kernel takes K and V repeated to every head.
       return at::scaled_dot_product_attention(q, k.repeat_interleave(heads / kv_heads, 1),
-                                              v.repeat_interleave(heads / kv_heads, 1), m, 0.0, causal,
+                                              v.repeat_interleave(heads / kv_heads, 1), mask, 0.0, causal,
                                               sdpa_scale);
     }
-    return at::scaled_dot_product_attention(q, k, v, m, /*dropout_p=*/0.0, /*is_causal=*/causal,
+    return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/causal,
                                             /*scale=*/sdpa_scale, /*enable_gqa=*/heads != kv_heads);
   }
   Tensor kr = k, vr = v;
@@ -56,7 +58,23 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   Tensor scores = torch::matmul(q, kr.transpose(-2, -1)).mul_(scale);
   // tanh keeps its output for backward: the cap's product is a new tensor.
   if (sc.softcap > 0) scores = torch::tanh(scores.div_(sc.softcap)) * sc.softcap;
-  return torch::matmul(torch::softmax(scores.add_(mask), -1), vr);
+  if (mask) scores.add_(*mask);
+  return torch::matmul(torch::softmax(scores, -1), vr);
+}
+
+}  // namespace
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool fused,
+                        const AttentionScores& sc) {
+  // Materialised attention always has a mask (attention_mask()); the fused
+  // kernels' empty one means their causal path.
+  if (fused && mask.numel() == 0) return attend(q, k, v, std::nullopt, /*causal=*/true, fused, sc);
+  return attend(q, k, v, mask, /*causal=*/false, fused, sc);
+}
+
+Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool fused,
+                        const AttentionScores& sc) {
+  return attend(q, k, v, mask.defined() ? std::optional<Tensor>(mask) : std::nullopt, /*causal=*/false, fused, sc);
 }
 
 }  // namespace tailor::runner

@@ -46,4 +46,10 @@ struct AttentionScores {
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& mask, bool fused, const AttentionScores& scores = {});
 
+// Generation over a KV cache: q (B, H, T, D) for the last T of k and v's
+// (B, KV, n, D) positions. `mask` is additive (B|1, 1, T, n); undefined,
+// every query sees every key (one new position, nothing outside a window).
+torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& mask, bool fused, const AttentionScores& scores = {});
+
 }  // namespace tailor::runner

@@ -357,6 +357,61 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
   return Status::ok();
 }
 
+Result<LoraOptions> read_peft_config(const std::string& dir, std::string* base_model) {
+  const std::string path = (fs::path(dir) / "adapter_config.json").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found("cannot open " + path + " (not a PEFT adapter folder)");
+  const nlohmann::json cfg = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!cfg.is_object()) return Status::invalid_argument(path + ": not a JSON object");
+  auto bad = [&](const std::string& key, const std::string& why) {
+    return Status::invalid_argument(path + ": " + key + ": " + why);
+  };
+  if (cfg.contains("peft_type") && cfg["peft_type"] != "LORA") {
+    return bad("peft_type", cfg["peft_type"].dump() + " is not built; Tailor applies LORA adapters");
+  }
+  for (const char* flag : {"use_dora", "use_rslora"}) {
+    if (cfg.contains(flag) && cfg[flag].is_boolean() && cfg[flag].get<bool>()) {
+      return bad(flag, "true is not built; Tailor applies plain LoRA");
+    }
+  }
+  if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"] != "none") {
+    return bad("bias", cfg["bias"].dump() + " is not built; Tailor's adapters train no biases (\"none\")");
+  }
+  if (cfg.contains("modules_to_save") && !cfg["modules_to_save"].is_null() &&
+      !(cfg["modules_to_save"].is_array() && cfg["modules_to_save"].empty())) {
+    return bad("modules_to_save", "fully trained modules beside the adapters are not built");
+  }
+  for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
+    if (cfg.contains(pattern) && cfg[pattern].is_object() && !cfg[pattern].empty()) {
+      return bad(pattern, "per-module ranks or alphas are not built");
+    }
+  }
+  LoraOptions o;
+  if (!cfg.contains("r") || !cfg["r"].is_number_integer() || cfg["r"].get<std::int64_t>() < 1) {
+    return bad("r", "expected a positive integer");
+  }
+  o.rank = cfg["r"].get<std::int64_t>();
+  if (!cfg.contains("lora_alpha") || !cfg["lora_alpha"].is_number()) return bad("lora_alpha", "expected a number");
+  o.alpha = cfg["lora_alpha"].get<double>();
+  const nlohmann::json targets = cfg.value("target_modules", nlohmann::json());
+  if (targets.is_array()) {
+    for (const auto& t : targets) {
+      if (!t.is_string()) return bad("target_modules", "expected a list of module names");
+      o.targets.push_back(t.get<std::string>());
+    }
+    std::sort(o.targets.begin(), o.targets.end());
+  } else if (targets.is_string() && targets != "all-linear") {
+    return bad("target_modules", "a regular expression is not built; list the module names");
+  } else if (!targets.is_string() && !targets.is_null()) {
+    return bad("target_modules", "expected a list of module names");
+  }
+  if (base_model != nullptr) {
+    const auto it = cfg.find("base_model_name_or_path");
+    *base_model = it != cfg.end() && it->is_string() ? it->get<std::string>() : std::string();
+  }
+  return o;
+}
+
 Status load_peft_adapter(CausalLMImpl& model, const std::string& dir) {
   LoraAdapters* a = adapters_of(model);
   if (!a) return Status::failed_precondition("load_peft_adapter: attach adapters to the model first");

@@ -84,6 +84,16 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
 // lora_alpha sets the scale. Errors name the file and tensor.
 Status load_peft_adapter(CausalLMImpl& model, const std::string& dir);
 
+// A PEFT adapter folder's adapter_config.json as options to attach adapters
+// that load_peft_adapter then fills: r, lora_alpha and target_modules (a
+// list of names, or "all-linear"; empty targets = every linear of the
+// blocks), and base_model_name_or_path into `base_model` when given.
+// InvalidArgument naming the file and key for what Tailor's adapters do not
+// compute (peft_type other than LORA, use_dora, use_rslora, bias other than
+// "none", modules_to_save, rank_pattern or alpha_pattern, a regex
+// target_modules); NotFound when the file is missing.
+Result<LoraOptions> read_peft_config(const std::string& dir, std::string* base_model = nullptr);
+
 // PEFT's tensor name of layer `layer`'s adapter on `module`
 // ("self_attn.q_proj", "mlp.c_proj", ...), `which` "lora_A" or "lora_B".
 std::string peft_tensor_name(const dsl::ModelArch& arch, std::int64_t layer, const std::string& module,

@@ -1,6 +1,7 @@
 #include "runner/torch/model.h"
 
 #include <cmath>
+#include <limits>
 
 #include "dsl/rope.h"
 #include "runner/torch/attention.h"
@@ -205,7 +206,7 @@ void CausalLMImpl::reset_parameters_() {
 }
 
 Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos, const Tensor& sin,
-                               const Tensor& mask) {
+                               const Tensor& mask, KvCache* cache) {
   const auto* l = static_cast<const Layer*>(layers_[i].get());
   const std::int64_t b = x.size(0), t = x.size(1), d = arch_.head_dim();
   const std::int64_t heads = arch_.heads, kv_heads = arch_.kv_heads;
@@ -228,9 +229,19 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
   Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
   Tensor v = parts[2].view({b, t, kv_heads, d}).transpose(1, 2);
   const AttentionScores scores{arch_.attention_scale(), arch_.attn_logit_softcap};
-  Tensor y = causal_attention(q, k, v, mask, fused_attention_ && scores.softcap == 0, scores)
-                 .transpose(1, 2)
-                 .reshape({b, t, heads * d});
+  const bool fused = fused_attention_ && scores.softcap == 0;
+  Tensor y;
+  if (cache != nullptr) {
+    const std::int64_t past = cache->length;
+    cache->k[i].slice(2, past, past + t).copy_(k);
+    cache->v[i].slice(2, past, past + t).copy_(v);
+    k = cache->k[i].slice(2, 0, past + t);
+    v = cache->v[i].slice(2, 0, past + t);
+    y = past == 0 ? causal_attention(q, k, v, mask, fused, scores) : cached_attention(q, k, v, mask, fused, scores);
+  } else {
+    y = causal_attention(q, k, v, mask, fused, scores);
+  }
+  y = y.transpose(1, 2).reshape({b, t, heads * d});
   y = project(i, Projection::kO, y, l->o, l->o_b);
   const Tensor out = x + (l->post_attn_norm.defined() ? norm_of(arch_, y, l->post_attn_norm) : y);
 
@@ -339,17 +350,53 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
 
 }  // namespace
 
-Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
-  const std::int64_t t = in.input_ids.size(1);
-  if (unit_hook_) unit_hook_->before_unit(0, Tensor());
-  Tensor x = embed_->forward(in.input_ids);
-  const auto dtype = x.scalar_type();
-  if (pos_embed_) x = x + pos_embed_->forward(in.positions);
+Tensor CausalLMImpl::embed(const Tensor& input_ids, const Tensor& positions) {
+  Tensor x = embed_->forward(input_ids);
+  if (pos_embed_) x = x + pos_embed_->forward(positions);
   // Gemma: embeddings times sqrt(hidden), the factor rounded to the dtype
   // first as transformers does.
   if (dsl::family_info(arch_.family).gemma) {
     x = x * torch::scalar_tensor(std::sqrt(static_cast<double>(arch_.hidden)), x.options()).item();
   }
+  return x;
+}
+
+// RoPE (Su et al. 2021), rotate-half layout as in Hugging Face Llama, with
+// Llama 3.1's or linear scaling where the arch has one; Gemma 3's windowed
+// layers by their own base (local_cos/sin).
+CausalLMImpl::RopeTables CausalLMImpl::rope_tables(const Tensor& positions) {
+  RopeTables r;
+  if (is_gpt2(arch_)) return r;
+  const bool local_rope = arch_.rope_local_theta > 0;
+  if (!rope_inv_freq_.defined() || rope_inv_freq_.device() != positions.device()) {
+    rope_inv_freq_ = torch::tensor(dsl::rope_inverse_frequencies(arch_), torch::kFloat64).to(positions.device());
+    if (local_rope) {
+      rope_local_inv_freq_ =
+          torch::tensor(dsl::rope_inverse_frequencies(arch_, /*local=*/true), torch::kFloat64).to(positions.device());
+    }
+  }
+  const Tensor p = positions.to(torch::kFloat64).unsqueeze(-1);
+  const Tensor freqs = p * rope_inv_freq_;  // (B, T, D/2)
+  r.cos = freqs.cos().to(torch::kFloat32);
+  r.sin = freqs.sin().to(torch::kFloat32);
+  if (local_rope) {
+    const Tensor local = p * rope_local_inv_freq_;
+    r.local_cos = local.cos().to(torch::kFloat32);
+    r.local_sin = local.sin().to(torch::kFloat32);
+  }
+  return r;
+}
+
+Tensor CausalLMImpl::final_norm(const Tensor& x) const {
+  return is_gpt2(arch_) ? torch::layer_norm(x, {arch_.hidden}, final_norm_weight_, final_norm_bias_, arch_.norm_eps)
+                        : norm_of(arch_, x, final_norm_weight_);
+}
+
+Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
+  const std::int64_t t = in.input_ids.size(1);
+  if (unit_hook_) unit_hook_->before_unit(0, Tensor());
+  Tensor x = embed(in.input_ids, in.positions);
+  const auto dtype = x.scalar_type();
   // The embeddings' backward reads the token ids, not the table.
   if (unit_hook_) unit_hook_->after_unit(0);
 
@@ -365,35 +412,13 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
       break;
     }
   }
-
-  // RoPE (Su et al. 2021), rotate-half layout as in Hugging Face Llama,
-  // with Llama 3.1's or linear scaling where the arch has one; Gemma 3's
-  // windowed layers by their own base (local_cos/sin).
-  Tensor cos, sin, local_cos, local_sin;
-  const bool local_rope = !is_gpt2(arch_) && arch_.rope_local_theta > 0;
-  if (!is_gpt2(arch_)) {
-    if (!rope_inv_freq_.defined() || rope_inv_freq_.device() != in.input_ids.device()) {
-      rope_inv_freq_ = torch::tensor(dsl::rope_inverse_frequencies(arch_), torch::kFloat64).to(in.input_ids.device());
-      if (local_rope) {
-        rope_local_inv_freq_ = torch::tensor(dsl::rope_inverse_frequencies(arch_, /*local=*/true), torch::kFloat64)
-                                   .to(in.input_ids.device());
-      }
-    }
-    const Tensor positions = in.positions.to(torch::kFloat64).unsqueeze(-1);
-    const Tensor freqs = positions * rope_inv_freq_;  // (B, T, D/2)
-    cos = freqs.cos().to(torch::kFloat32);
-    sin = freqs.sin().to(torch::kFloat32);
-    if (local_rope) {
-      const Tensor local = positions * rope_local_inv_freq_;
-      local_cos = local.cos().to(torch::kFloat32);
-      local_sin = local.sin().to(torch::kFloat32);
-    }
-  }
+  const RopeTables rope = rope_tables(in.positions);
+  const bool local_rope = rope.local_cos.defined();
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const bool windowed = dsl::layer_window(arch_, static_cast<std::int64_t>(i)) > 0;
     const Tensor& layer_mask = windowed ? mask : full_mask;
-    const Tensor& layer_cos = windowed && local_rope ? local_cos : cos;
-    const Tensor& layer_sin = windowed && local_rope ? local_sin : sin;
+    const Tensor& layer_cos = windowed && local_rope ? rope.local_cos : rope.cos;
+    const Tensor& layer_sin = windowed && local_rope ? rope.local_sin : rope.sin;
     const bool checkpoint = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() &&
                             static_cast<std::int64_t>(i) % checkpoint_every_ == 0;
     if (unit_hook_) unit_hook_->before_unit(i + 1, x);
@@ -413,8 +438,81 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
     if (unit_hook_) unit_hook_->after_unit(i + 1);
   }
   if (unit_hook_) unit_hook_->before_unit(layers_.size() + 1, x);
-  return is_gpt2(arch_) ? torch::layer_norm(x, {arch_.hidden}, final_norm_weight_, final_norm_bias_, arch_.norm_eps)
-                        : norm_of(arch_, x, final_norm_weight_);
+  return final_norm(x);
+}
+
+KvCache CausalLMImpl::new_kv_cache(std::int64_t batch, std::int64_t capacity) const {
+  const Tensor& any = embed_->weight;
+  const auto options = any.options().requires_grad(false);
+  KvCache c;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    c.k.push_back(torch::empty({batch, arch_.kv_heads, capacity, arch_.head_dim()}, options));
+    c.v.push_back(torch::empty({batch, arch_.kv_heads, capacity, arch_.head_dim()}, options));
+  }
+  return c;
+}
+
+namespace {
+
+// The additive mask (1, 1, T, past + T) of T new positions after `past`
+// cached ones: query i (at past + i) sees keys j <= past + i, and within a
+// window j > past + i - window. Undefined when it would allow every key (one
+// new position whose window reaches back past the first key), so that
+// attention runs without one.
+Tensor cached_mask(std::int64_t past, std::int64_t t, std::int64_t window, torch::ScalarType dtype,
+                   const torch::Device& device) {
+  const std::int64_t n = past + t;
+  if (t == 1 && (window <= 0 || n <= window)) return Tensor();
+  const auto on = torch::TensorOptions().device(device).dtype(torch::kInt64);
+  const Tensor query = torch::arange(past, n, on).unsqueeze(1);  // (T, 1)
+  const Tensor key = torch::arange(0, n, on).unsqueeze(0);       // (1, n)
+  Tensor allowed = key <= query;
+  if (window > 0) allowed = allowed & (key > query - window);
+  return torch::zeros({1, 1, t, n}, torch::TensorOptions().device(device).dtype(dtype))
+      .masked_fill_(allowed.logical_not().view({1, 1, t, n}), -std::numeric_limits<float>::infinity());
+}
+
+}  // namespace
+
+Result<Tensor> CausalLMImpl::hidden_states_cached(const Tensor& input_ids, KvCache& cache) {
+  const std::int64_t b = input_ids.size(0), t = input_ids.size(1), past = cache.length;
+  if (cache.k.size() != layers_.size() || cache.k.front().size(0) != b) {
+    return Status::invalid_argument("KV cache: made for another model or batch size");
+  }
+  if (past + t > cache.capacity()) {
+    return Status::invalid_argument("KV cache: " + std::to_string(past + t) + " positions do not fit its " +
+                                    std::to_string(cache.capacity()));
+  }
+  torch::NoGradGuard no_grad;
+  const auto device = input_ids.device();
+  const Tensor positions =
+      torch::arange(past, past + t, torch::TensorOptions().device(device).dtype(torch::kInt64)).unsqueeze(0).expand({b, t});
+  Tensor x = embed(input_ids, positions);
+  const auto dtype = x.scalar_type();
+  const bool fused = fused_attention_ && arch_.attn_logit_softcap == 0;
+  // The first positions of a sequence are a training forward's: the causal
+  // path (no mask at all for the fused kernels).
+  auto mask_for = [&](std::int64_t window) {
+    return past == 0 ? attention_mask(Tensor(), t, fused, dtype, device, window)
+                     : cached_mask(past, t, window, dtype, device);
+  };
+  const Tensor mask = mask_for(arch_.sliding_window);
+  Tensor full_mask = mask;
+  for (std::int64_t i = 0; i < arch_.layers; ++i) {
+    if (dsl::layer_window(arch_, i) != arch_.sliding_window) {
+      full_mask = mask_for(0);
+      break;
+    }
+  }
+  const RopeTables rope = rope_tables(positions);
+  const bool local_rope = rope.local_cos.defined();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const bool windowed = dsl::layer_window(arch_, static_cast<std::int64_t>(i)) > 0;
+    x = run_layer(i, x, windowed && local_rope ? rope.local_cos : rope.cos,
+                  windowed && local_rope ? rope.local_sin : rope.sin, windowed ? mask : full_mask, &cache);
+  }
+  cache.length = past + t;
+  return final_norm(x);
 }
 
 std::vector<Tensor> CausalLMImpl::unit_parameters(std::size_t unit) const {

@@ -8,7 +8,9 @@
 // each one fused matmul; RMSNorm runs in the compute dtype without fp32
 // round-trips. Attention is fused (scaled_dot_product_attention) or
 // materialised (attention.h), masked causally and within packed documents.
-// Not here: dropout (fine-tuning runs without), KV caches, generation.
+// Generation runs the same blocks over a KV cache (hidden_states_cached;
+// the sampling loop is generation.h).
+// Not here: dropout (fine-tuning runs without).
 #pragma once
 
 #include <torch/torch.h>
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/status.h"
 #include "dsl/job_spec.h"
 #include "dsl/model_family.h"
 
@@ -63,6 +66,16 @@ struct ModelInput {
   torch::Tensor segment_ids;  // (B, T) int64: packed document index, -1 for padding; undefined = one document per row
 };
 
+// The keys and values of the positions a sequence has so far, for
+// generation: each block's (B, KV, capacity, D) tensors in the parameters'
+// dtype, of which positions [0, length) are filled. Allocated once for the
+// whole generation, so a step writes one position and copies nothing else.
+struct KvCache {
+  std::vector<torch::Tensor> k, v;
+  std::int64_t length = 0;
+  std::int64_t capacity() const { return k.empty() ? 0 : k.front().size(2); }
+};
+
 class CausalLMImpl : public torch::nn::Module {
  public:
   // checkpoint_every: 0 = off, 1 = every layer, N = layers 0, N, 2N, ...
@@ -73,6 +86,17 @@ class CausalLMImpl : public torch::nn::Module {
   // final_logit_softcap) unless `capped` is false: training leaves the cap
   // to cross_entropy_sum(), which applies it a slice at a time.
   torch::Tensor hidden_states(const ModelInput& in);
+  // Generation: the final hidden states (B, T, C) of `input_ids` (B, T)
+  // placed after the cache's `length` positions, each attending to those and
+  // to the earlier ones of its own (causally, within the layers' windows);
+  // their keys and values are written into the cache, whose length grows by
+  // T. No gradients, no unit hooks; every row one sequence. InvalidArgument
+  // when the cache has no room for T more positions or was made for another
+  // batch.
+  Result<torch::Tensor> hidden_states_cached(const torch::Tensor& input_ids, KvCache& cache);
+  // An empty cache for `batch` rows of up to `capacity` positions, on the
+  // parameters' device and in their dtype.
+  KvCache new_kv_cache(std::int64_t batch, std::int64_t capacity) const;
   torch::Tensor logits(const torch::Tensor& hidden, bool capped = true);
   // The summed training loss of the hidden states against targets (-100
   // ignored), Gemma 2's final soft cap applied: through the materialised
@@ -94,8 +118,12 @@ class CausalLMImpl : public torch::nn::Module {
 
   // Block i on x (B, T, C); cos/sin (B, T, D/2) fp32 for RoPE (undefined for
   // gpt2); mask from attention_mask(). Public for gradient checkpointing.
+  // With `cache`, x's keys and values go into it after its `length`
+  // positions and the queries attend to all of them: through `mask` (B|1,
+  // 1, T, length + T) when defined, else to every key (one new position
+  // with nothing outside its window).
   torch::Tensor run_layer(std::size_t i, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                          const torch::Tensor& mask);
+                          const torch::Tensor& mask, KvCache* cache = nullptr);
 
   // The base weight (out, in) and bias (undefined if none) of a block's
   // projection: the registered parameters themselves (for lora.h). A
@@ -140,6 +168,16 @@ class CausalLMImpl : public torch::nn::Module {
 
   torch::Tensor project(std::size_t layer, Projection p, const torch::Tensor& x, const torch::Tensor& w,
                         const torch::Tensor& b);
+  // The input embeddings of ids at `positions` (learned positions, Gemma's
+  // scale).
+  torch::Tensor embed(const torch::Tensor& input_ids, const torch::Tensor& positions);
+  // RoPE's cos/sin tables (B, T, D/2) fp32 for `positions`, global and, for
+  // Gemma 3, local (undefined otherwise; all undefined for gpt2).
+  struct RopeTables {
+    torch::Tensor cos, sin, local_cos, local_sin;
+  };
+  RopeTables rope_tables(const torch::Tensor& positions);
+  torch::Tensor final_norm(const torch::Tensor& x) const;
 };
 TORCH_MODULE(CausalLM);
 

@@ -1,0 +1,290 @@
+#include "runner/torch/generate_command.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/args.h"
+#include "core/text.h"
+#include "dsl/chat_records.h"
+#include "runner/data/text_stream.h"
+#include "runner/device_choice.h"
+#include "runner/torch/generation.h"
+#include "runner/torch/inference_model.h"
+
+namespace tailor::runner {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr int kOk = 0, kInvalid = 1, kUsage = 2, kFailed = 5;
+
+constexpr const char* kHelp = R"(usage: tailor-runner generate MODEL [OPTIONS] (--prompt TEXT | --messages FILE | --prompt-ids IDS)
+
+Generates text with a model on this machine: the completion is streamed to
+stdout as it is produced and a summary goes to stderr, or, with --output
+json, one JSON object is printed at the end. Adapters apply unmerged; the
+KV cache holds the prompt and the tokens generated.
+
+MODEL is a model folder (config.json + safetensors), a PEFT adapter folder
+whose base_model_name_or_path is a folder here, or a run's output folder
+(its model/, else its adapter/).
+
+options:
+  --adapter DIR        a PEFT adapter folder to apply over MODEL
+  --prompt TEXT        plain text, framed as training framed a document
+                       (the tokenizer's BOS first)
+  --messages FILE      a conversation: a JSON list of {"role", "content"}
+                       turns, or {"messages": [...], "tools": [...]}; it is
+                       rendered with the model's chat template and its
+                       generation prompt ("-" reads stdin)
+  --prompt-ids IDS     token ids, comma-separated (no tokenizer needed)
+  --max-tokens N       at most N new tokens (default 256; fewer where the
+                       model's context ends)
+  --temperature T      0 (default) is greedy; T > 0 samples from logits / T
+  --top-p P            sample from the most likely tokens whose probability
+                       reaches P, in (0, 1] (default 1)
+  --top-k K            sample from the K most likely tokens (default 0: all)
+  --seed S             the sampler's seed (default 0): the same seed gives
+                       the same tokens on the same device
+  --stop-id ID         also stop at this token id (repeatable). Generation
+                       stops at the model's EOS ids (generation_config.json,
+                       config.json, the tokenizer) and at the token its chat
+                       template ends an assistant turn with
+  --device DEV         auto (default: CUDA device 0 where there is one, else
+                       the CPU), cpu, cuda or cuda:N
+  --dtype D            auto (default: the folder's torch_dtype on a GPU,
+                       fp32 on the CPU), fp32, bf16 or fp16
+  --threads N          intra-op threads (default: every core)
+  --output FORMAT      text (default) or json
+  --quiet              no summary on stderr
+
+exit codes: 0 done, 1 bad input, 2 bad command line, 5 generation failed
+)";
+
+Result<std::int64_t> integer_of(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE) {
+    return Status::invalid_argument("--" + flag + ": expected an integer, got \"" + text + "\"");
+  }
+  return static_cast<std::int64_t>(v);
+}
+
+Result<double> number_of(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE) {
+    return Status::invalid_argument("--" + flag + ": expected a number, got \"" + text + "\"");
+  }
+  return v;
+}
+
+Result<std::vector<std::int32_t>> ids_of(const std::string& text) {
+  std::vector<std::int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    TAILOR_ASSIGN_OR_RETURN(const std::int64_t v, integer_of("prompt-ids", item));
+    if (v < 0 || v > INT32_MAX) return Status::invalid_argument("--prompt-ids: " + item + " is not a token id");
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  if (ids.empty()) return Status::invalid_argument("--prompt-ids: no ids given");
+  return ids;
+}
+
+// A --messages file as a conversation record: the turns checked here, so
+// that a mistake names the file and the turn rather than the template.
+Result<std::string> conversation_of_file(const std::string& path) {
+  std::ostringstream ss;
+  if (path == "-") {
+    ss << std::cin.rdbuf();
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return Status::invalid_argument("--messages: cannot open " + path);
+    ss << in.rdbuf();
+  }
+  const Json parsed = Json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return Status::invalid_argument(path + ": not JSON");
+  Json record = parsed.is_array() ? Json{{"messages", parsed}} : parsed;
+  if (!record.is_object() || !record.contains("messages") || !record["messages"].is_array()) {
+    return Status::invalid_argument(path + ": expected a list of turns or an object with \"messages\"");
+  }
+  const Json& turns = record["messages"];
+  if (turns.empty()) return Status::invalid_argument(path + ": messages: the conversation has no turns");
+  const auto& roles = dsl::template_roles();
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    const std::string where = path + ": messages[" + std::to_string(i) + "]";
+    const Json& t = turns[i];
+    if (!t.is_object()) return Status::invalid_argument(where + ": a turn is an object with role and content");
+    if (!t.contains("role") || !t["role"].is_string() ||
+        std::find(roles.begin(), roles.end(), t["role"].get<std::string>()) == roles.end()) {
+      std::string known;
+      for (const auto& r : roles) known += (known.empty() ? "" : ", ") + r;
+      return Status::invalid_argument(where + ".role: expected one of " + known);
+    }
+    if (t.contains("content") && !t["content"].is_string() && !t["content"].is_null() && !t["content"].is_array()) {
+      return Status::invalid_argument(where + ".content: expected a string, null or a list of parts");
+    }
+  }
+  if (record.contains("tools") && !record["tools"].is_array() && !record["tools"].is_null()) {
+    return Status::invalid_argument(path + ": tools: expected a list");
+  }
+  return record.dump();
+}
+
+int fail(std::ostream& err, int code, const Status& s) {
+  err << "tailor-runner generate: " << s.message() << "\n";
+  return code;
+}
+
+}  // namespace
+
+int run_generate_command(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  const std::vector<FlagSpec> flags = {
+      {"adapter", true},     {"prompt", true},  {"messages", true},   {"prompt-ids", true}, {"max-tokens", true},
+      {"temperature", true}, {"top-p", true},   {"top-k", true},      {"seed", true},       {"stop-id", true, true},
+      {"device", true},      {"dtype", true},   {"threads", true},    {"output", true},     {"quiet", false},
+      {"help", false, false, 'h'}};
+  auto parsed = Args::parse(argv, flags);
+  if (!parsed.is_ok()) {
+    err << "tailor-runner generate: " << parsed.status().message() << "\n" << kHelp;
+    return kUsage;
+  }
+  const Args& args = *parsed;
+  if (args.has("help")) {
+    out << kHelp;
+    return kOk;
+  }
+  auto usage = [&](const std::string& why) {
+    err << "tailor-runner generate: " << why << "\n" << kHelp;
+    return kUsage;
+  };
+  if (args.positional().size() != 1) return usage("expected one MODEL folder");
+  const int prompts = int(args.has("prompt")) + int(args.has("messages")) + int(args.has("prompt-ids"));
+  if (prompts != 1) return usage("give one of --prompt, --messages and --prompt-ids");
+  const std::string format = args.get("output", "text");
+  if (format != "text" && format != "json") return usage("--output: expected text or json, got \"" + format + "\"");
+
+  SamplingOptions so;
+  {
+    auto bad = [&](const Status& s) { return usage(s.message()); };
+    auto n = integer_of("max-tokens", args.get("max-tokens", "256"));
+    if (!n.is_ok()) return bad(n.status());
+    so.max_new_tokens = *n;
+    auto temp = number_of("temperature", args.get("temperature", "0"));
+    if (!temp.is_ok()) return bad(temp.status());
+    so.temperature = *temp;
+    auto p = number_of("top-p", args.get("top-p", "1"));
+    if (!p.is_ok()) return bad(p.status());
+    so.top_p = *p;
+    auto k = integer_of("top-k", args.get("top-k", "0"));
+    if (!k.is_ok()) return bad(k.status());
+    so.top_k = *k;
+    auto seed = integer_of("seed", args.get("seed", "0"));
+    if (!seed.is_ok()) return bad(seed.status());
+    so.seed = static_cast<std::uint64_t>(*seed);
+    for (const std::string& id : args.all("stop-id")) {
+      auto v = integer_of("stop-id", id);
+      if (!v.is_ok()) return bad(v.status());
+      so.stop_ids.push_back(static_cast<std::int32_t>(*v));
+    }
+    if (Status s = check_sampling(so); !s.is_ok()) return fail(err, kInvalid, s);
+  }
+  if (args.has("threads")) {
+    auto t = integer_of("threads", args.get("threads"));
+    if (!t.is_ok() || *t < 1) return usage("--threads: expected a positive integer");
+    at::set_num_threads(static_cast<int>(*t));
+  }
+  const int cuda_devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  auto device = choose_device(args.get("device", "auto"), dsl::TrainDevice::kAuto, /*plan_for_gpus=*/cuda_devices > 0,
+                              cuda_devices, /*cuda_built=*/TAILOR_CUDA != 0, std::getenv("CUDA_VISIBLE_DEVICES"));
+  if (!device.is_ok()) return fail(err, kInvalid, device.status());
+  const torch::Device dev = device->cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device->index))
+                                         : torch::Device(torch::kCPU);
+
+  auto sources = resolve_model_sources(args.positional()[0], args.get("adapter"));
+  if (!sources.is_ok()) return fail(err, kInvalid, sources.status());
+  const bool quiet = args.has("quiet");
+  if (!quiet) {
+    err << "loading " << sources->base << (sources->adapter.empty() ? "" : " with the adapter " + sources->adapter)
+        << " on " << device->name() << "\n";
+  }
+  auto model = open_inference_model(*sources, dev, args.get("dtype", "auto"));
+  if (!model.is_ok()) return fail(err, kInvalid, model.status());
+
+  Result<std::vector<std::int32_t>> prompt = Status::internal("no prompt");
+  if (args.has("prompt")) prompt = prompt_ids_of_text(*model, args.get("prompt"));
+  if (args.has("prompt-ids")) prompt = ids_of(args.get("prompt-ids"));
+  if (args.has("messages")) {
+    auto conversation = conversation_of_file(args.get("messages"));
+    prompt = conversation.is_ok() ? prompt_ids_of_conversation(*model, *conversation)
+                                  : Result<std::vector<std::int32_t>>(conversation.status());
+  }
+  if (!prompt.is_ok()) return fail(err, kInvalid, prompt.status());
+  so.stop_ids.insert(so.stop_ids.end(), model->stop_ids.begin(), model->stop_ids.end());
+
+  // Text streams as it is produced; without a tokenizer, ids do.
+  std::optional<data::TextStream> stream;
+  if (model->tokenizer) stream.emplace(*model->tokenizer);
+  const bool streaming = format == "text";
+  bool first = true;
+  auto on_token = [&](std::int32_t id) {
+    if (!streaming) return true;
+    if (stream) {
+      out << stream->push(id);
+    } else {
+      out << (first ? "" : " ") << id;
+    }
+    first = false;
+    out.flush();
+    return true;
+  };
+  auto generated = generate(model->model, *prompt, so, on_token);
+  if (!generated.is_ok()) {
+    if (streaming) out << "\n";
+    return fail(err, generated.status().code() == StatusCode::kInvalidArgument ? kInvalid : kFailed,
+                generated.status());
+  }
+  const std::size_t n = generated->ids.size();
+  const double per_second =
+      generated->decode_seconds > 0 ? static_cast<double>(n - 1) / generated->decode_seconds : 0.0;
+  const std::string finish = generated->stopped ? "stop" : "length";
+  if (streaming) {
+    if (stream) out << stream->finish();
+    out << "\n";
+    out.flush();
+    if (!quiet) {
+      err << n << " tokens after a " << prompt->size() << "-token prompt; prompt " << generated->prompt_seconds
+          << " s, then " << per_second << " tokens/s (" << model->dtype_name << " on " << device->name() << "); "
+          << (generated->stopped ? "stopped at token " + std::to_string(generated->ids.back()) : "length limit")
+          << "\n";
+    }
+    return kOk;
+  }
+  Json j;
+  j["model"] = sources->base;
+  j["adapter"] = sources->adapter.empty() ? Json() : Json(sources->adapter);
+  j["device"] = device->name();
+  j["dtype"] = model->dtype_name;
+  j["prompt_tokens"] = prompt->size();
+  j["completion_tokens"] = n;
+  j["prompt_ids"] = *prompt;
+  j["ids"] = generated->ids;
+  if (model->tokenizer) j["text"] = utf8_lossy(model->tokenizer->decode(generated->ids));
+  j["finish_reason"] = finish;
+  j["stop_ids"] = so.stop_ids;
+  j["prompt_seconds"] = generated->prompt_seconds;
+  j["decode_seconds"] = generated->decode_seconds;
+  j["tokens_per_second"] = per_second;
+  out << j.dump() << "\n";
+  return kOk;
+}
+
+}  // namespace tailor::runner

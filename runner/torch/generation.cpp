@@ -1,0 +1,102 @@
+#include "runner/torch/generation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace tailor::runner {
+namespace {
+
+using torch::Tensor;
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The next token from one row of logits (V), fp32 on the CPU. Sampling
+// follows transformers' warpers in their order: divide by the temperature,
+// keep the top k, keep the smallest prefix of the sorted probabilities whose
+// sum reaches top_p (the most likely token always kept), renormalise, draw.
+std::int32_t choose(const Tensor& logits, const SamplingOptions& o, at::Generator& gen) {
+  if (o.temperature == 0) return static_cast<std::int32_t>(logits.argmax().item<std::int64_t>());
+  Tensor z = logits / o.temperature;
+  auto [sorted, order] = z.sort(/*dim=*/-1, /*descending=*/true);
+  std::int64_t keep = sorted.size(0);
+  if (o.top_k > 0) keep = std::min(keep, o.top_k);
+  Tensor probs = torch::softmax(sorted.slice(0, 0, keep), -1);
+  if (o.top_p < 1.0) {
+    // Tokens whose preceding mass already reaches top_p are dropped.
+    const Tensor before = probs.cumsum(0) - probs;
+    const std::int64_t n = std::max<std::int64_t>(1, (before < o.top_p).sum().item<std::int64_t>());
+    probs = probs.slice(0, 0, n);
+  }
+  const std::int64_t pick = torch::multinomial(probs / probs.sum(), 1, /*replacement=*/false, gen).item<std::int64_t>();
+  return static_cast<std::int32_t>(order[pick].item<std::int64_t>());
+}
+
+}  // namespace
+
+Status check_sampling(const SamplingOptions& o) {
+  if (o.max_new_tokens < 1) {
+    return Status::invalid_argument("max new tokens must be at least 1, got " + std::to_string(o.max_new_tokens));
+  }
+  if (!std::isfinite(o.temperature) || o.temperature < 0) {
+    return Status::invalid_argument("temperature must be 0 (greedy) or positive, got " + std::to_string(o.temperature));
+  }
+  if (!(o.top_p > 0 && o.top_p <= 1)) {
+    return Status::invalid_argument("top-p must be in (0, 1], got " + std::to_string(o.top_p));
+  }
+  if (o.top_k < 0) return Status::invalid_argument("top-k must be 0 (off) or positive, got " + std::to_string(o.top_k));
+  return Status::ok();
+}
+
+Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& prompt, const SamplingOptions& o,
+                           const std::function<bool(std::int32_t)>& on_token) {
+  TAILOR_RETURN_IF_ERROR(check_sampling(o));
+  const dsl::ModelArch& arch = model->arch();
+  const auto n = static_cast<std::int64_t>(prompt.size());
+  if (n == 0) return Status::invalid_argument("the prompt has no tokens");
+  for (std::int32_t id : prompt) {
+    if (id < 0 || id >= arch.vocab) {
+      return Status::invalid_argument("prompt token id " + std::to_string(id) + " is outside the model's vocabulary (" +
+                                      std::to_string(arch.vocab) + " ids)");
+    }
+  }
+  if (n >= arch.max_seq_len) {
+    return Status::invalid_argument("the prompt has " + std::to_string(n) + " tokens; the model's context is " +
+                                    std::to_string(arch.max_seq_len) + ", which leaves no room to generate");
+  }
+  const std::int64_t budget = std::min(o.max_new_tokens, arch.max_seq_len - n);
+  Generated out;
+  try {
+    torch::NoGradGuard no_grad;
+    const auto device = model->parameters().front().device();
+    at::Generator gen = at::detail::createCPUGenerator(o.seed);
+    KvCache cache = model->new_kv_cache(1, n + budget);
+    auto start = std::chrono::steady_clock::now();
+    Tensor input = torch::tensor(std::vector<std::int64_t>(prompt.begin(), prompt.end()), torch::kInt64)
+                       .to(device)
+                       .unsqueeze(0);
+    while (static_cast<std::int64_t>(out.ids.size()) < budget) {
+      auto hidden = model->hidden_states_cached(input, cache);
+      if (!hidden.is_ok()) return hidden.status();
+      // Only the last position's logits: the prompt's others are never read.
+      const Tensor logits = model->logits(hidden->select(1, -1))[0].to(torch::kCPU, torch::kFloat32);
+      const std::int32_t id = choose(logits, o, gen);
+      if (out.ids.empty()) {
+        out.prompt_seconds = seconds_since(start);
+        start = std::chrono::steady_clock::now();
+      }
+      out.ids.push_back(id);
+      out.stopped = std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end();
+      if ((on_token && !on_token(id)) || out.stopped) break;
+      input = torch::full({1, 1}, static_cast<std::int64_t>(id), torch::TensorOptions().dtype(torch::kInt64).device(device));
+    }
+    out.decode_seconds = out.ids.size() > 1 ? seconds_since(start) : 0;
+  } catch (const c10::Error& e) {
+    return Status::internal(std::string("generation: ") + e.what_without_backtrace());
+  }
+  return out;
+}
+
+}  // namespace tailor::runner

@@ -1,0 +1,51 @@
+// Text generation with a CausalLM over a KV cache (model.h): the prompt in
+// one forward, then one token per forward, each chosen greedily or sampled
+// (temperature, then top-k, then top-p, as transformers' warpers apply
+// them) from a seeded generator; stops at a stop id or the length limit.
+// One sequence at a time (batch 1). Adapters apply through the model's
+// projection hook, unmerged.
+// Not here: beam search, repetition penalties, speculative decoding.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "runner/torch/model.h"
+
+namespace tailor::runner {
+
+struct SamplingOptions {
+  std::int64_t max_new_tokens = 256;  // >= 1
+  double temperature = 0;             // 0: greedy (argmax); > 0: logits / temperature, sampled
+  double top_p = 1.0;                 // (0, 1]: sample from the smallest set of tokens whose probability reaches it
+  std::int64_t top_k = 0;             // 0: every token; else the k most likely
+  std::uint64_t seed = 0;             // the sampler's generator (same seed, same tokens on the same device)
+  std::vector<std::int32_t> stop_ids; // generation ends after producing one of these (it is kept)
+};
+
+// InvalidArgument naming the option and its range.
+Status check_sampling(const SamplingOptions& o);
+
+struct Generated {
+  std::vector<std::int32_t> ids;  // the new tokens, a final stop id included
+  bool stopped = false;           // true: a stop id ended it; false: max_new_tokens or the context did
+  double prompt_seconds = 0;      // the prompt's forward, the first token chosen
+  double decode_seconds = 0;      // every token after the first
+};
+
+// Generates after `prompt` (ids, at least one) with `model` on its device
+// and dtype, at most min(max_new_tokens, context - prompt) tokens where
+// context is the arch's max_seq_len. `on_token` sees each new id as it is
+// chosen and may return false to stop early. InvalidArgument when the
+// prompt is empty, holds ids outside the vocabulary, or fills the context
+// (saying how many tokens each); check_sampling's errors. LibTorch errors
+// (out of memory) become Internal. Never throws.
+Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& prompt, const SamplingOptions& options,
+                           const std::function<bool(std::int32_t)>& on_token = {});
+
+}  // namespace tailor::runner

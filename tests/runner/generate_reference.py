@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""The Hugging Face side of tests/runner/torch/generation_test.cpp, run with the
+project's .venv (transformers and PEFT on the same torch).
+
+  generate_reference.py make DIR FAMILY...
+      for each family, DIR/FAMILY/ gets base/ (a tiny random model, as
+      hf_reference.py makes them, with room for 128 positions and no EOS, so
+      that every generation runs its 64 tokens), adapter/ (a PEFT LoRA adapter
+      with non-zero B whose base_model_name_or_path is base/) and
+      reference.json: a 12-token prompt and transformers' greedy generate() of
+      64 tokens with the base and with the adapter, with each step's margin
+      between the two largest logits (a near tie may go either way in fp32).
+  generate_reference.py chat DIR
+      DIR/ gets a Qwen2-style model with a trained byte-level BPE tokenizer and
+      a ChatML template in tokenizer_config.json (EOS <|im_end|>),
+      conversation.json, and reference.json: the prompt ids of
+      apply_chat_template(add_generation_prompt=True) and generate()'s greedy
+      64 tokens with their text (skip_special_tokens).
+"""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_reference as hf  # noqa: E402
+
+NEW_TOKENS = 64
+PROMPT_TOKENS = 12
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def tiny_model(cfg):
+    from transformers import AutoConfig, AutoModelForCausalLM
+    cfg = dict(cfg)
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+            else:  # larger than the init, so that the logits are far from ties
+                p.mul_(4.0)
+    return model.eval()
+
+
+def greedy(model, ids, eos=None):
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                             do_sample=False, output_scores=True, return_dict_in_generate=True,
+                             eos_token_id=eos, pad_token_id=0)
+    new = out.sequences[0, ids.size(1):].tolist()
+    margins = []
+    for s in out.scores:
+        top = s[0].float().topk(2).values
+        margins.append((top[0] - top[1]).item())
+    return new, margins
+
+
+def make(root, family):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    out = os.path.join(root, family)
+    os.makedirs(out, exist_ok=True)
+    cfg = dict(hf.CONFIGS[family])
+    if family == "gpt2":
+        cfg["n_positions"] = 128
+    else:
+        cfg["max_position_embeddings"] = 128
+    cfg.update(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    if family == "gemma2":  # caps that still bend, wide enough that greedy steps are no near ties
+        cfg.update(attn_logit_softcapping=2.0, final_logit_softcapping=3.0)
+    model = tiny_model(cfg)
+    model.generation_config.eos_token_id = None
+    model.generation_config.bos_token_id = None
+    base_dir = os.path.join(out, "base")
+    model.save_pretrained(base_dir, safe_serialization=True)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    ids = torch.randint(3, cfg["vocab_size"], (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(5))
+    base_ids, base_margins = greedy(model, ids)
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=hf.TARGETS.get(family, hf.LLAMA_TARGETS),
+                      init_lora_weights=False, task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, lora).eval()
+    with torch.no_grad():  # B larger than PEFT's small random init, so the adapter changes the tokens
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.5)
+    peft_model.save_pretrained(os.path.join(out, "adapter"))
+    adapter_ids, adapter_margins = greedy(peft_model, ids)
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump({"prompt": ids[0].tolist(), "base": base_ids, "base_margins": base_margins,
+                   "adapter": adapter_ids, "adapter_margins": adapter_margins}, f)
+
+
+def chat(root):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    os.makedirs(root, exist_ok=True)
+    tok_root = os.path.join(root, "tokenizers")
+    os.makedirs(tok_root, exist_ok=True)
+    hf.train_tokenizers(tok_root)
+    with open(os.path.join(tok_root, "qwen2", "tokenizer.json")) as f:
+        vocab = len(json.load(f)["model"]["vocab"]) + 3
+    cfg = dict(hf.CONFIGS["qwen2"], vocab_size=vocab, max_position_embeddings=256)
+    model = tiny_model(cfg)
+    model_dir = os.path.join(root, "model")
+    model.save_pretrained(model_dir, safe_serialization=True)
+    with open(os.path.join(tok_root, "qwen2", "tokenizer.json")) as f:
+        tokenizer_json = f.read()
+    with open(os.path.join(model_dir, "tokenizer.json"), "w") as f:
+        f.write(tokenizer_json)
+    with open(os.path.join(model_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                   "chat_template": CHATML}, f)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    messages = [{"role": "system", "content": "You answer in one word."},
+                {"role": "user", "content": "Grüße aus München! Which city is the capital of Japan?"}]
+    with open(os.path.join(root, "conversation.json"), "w") as f:
+        json.dump(messages, f, ensure_ascii=False)
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+    new, margins = greedy(model, ids, eos=tok.convert_tokens_to_ids("<|im_end|>"))
+    with open(os.path.join(root, "reference.json"), "w") as f:
+        json.dump({"prompt": ids[0].tolist(), "ids": new, "margins": margins,
+                   "text": tok.decode(new, skip_special_tokens=True),
+                   "im_end": tok.convert_tokens_to_ids("<|im_end|>")}, f, ensure_ascii=False)
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "chat":
+        chat(sys.argv[2])
+        return
+    if len(sys.argv) < 4 or sys.argv[1] != "make":
+        sys.exit(__doc__)
+    for family in sys.argv[3:]:
+        make(sys.argv[2], family)
+
+
+if __name__ == "__main__":
+    main()

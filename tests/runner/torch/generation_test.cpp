@@ -1,0 +1,274 @@
+// Generation (runner/torch/generation.h) against transformers' generate()
+// and PEFT on tiny random models of every family (generate_reference.py in
+// .venv): greedy ids equal with and without an adapter, through the KV
+// cache, fused and materialised attention, sliding windows and Gemma's
+// caps; a chat model's prompt rendered and its text decoded as
+// transformers does, through the tailor-runner and tailor commands;
+// seeded sampling, stop ids and bad input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dsl/model_family.h"
+#include "runner/torch/generation.h"
+#include "runner/torch/inference_model.h"
+#include "tests/testing/temp_dir.h"
+
+namespace tailor::runner {
+namespace {
+
+using Json = nlohmann::json;
+using tailor::testing::TempDir;
+
+// A step where transformers' two best logits are this close may go either
+// way in fp32 (the sums run in another order); a divergence elsewhere fails.
+constexpr double kTieMargin = 1e-4;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+::testing::AssertionResult python(const TempDir& dir, const std::string& args) {
+  const std::string log = dir.file("python.log");
+  const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
+                          "/tests/runner/generate_reference.py " + args + " > " + log + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  if (rc == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << cmd << " exited " << rc << ":\n" << read_text(log);
+}
+
+// Runs a command, its stdout into `out`; the exit code.
+int shell(const std::string& cmd, std::string& out, const TempDir& dir) {
+  const std::string file = dir.file("stdout.txt");
+  const int rc = std::system((cmd + " > " + file + " 2> " + dir.file("stderr.txt")).c_str());
+  out = read_text(file);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::vector<std::int32_t> ids_of(const Json& j) { return j.get<std::vector<std::int32_t>>(); }
+
+// Ours against transformers': equal, or equal up to a step that was a near
+// tie for transformers. The number of steps that agree.
+std::size_t agree(const std::vector<std::int32_t>& ours, const std::vector<std::int32_t>& theirs,
+                  const std::vector<double>& margins) {
+  const std::size_t n = std::min(ours.size(), theirs.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (ours[i] == theirs[i]) continue;
+    EXPECT_LT(margins.at(i), kTieMargin) << "step " << i << ": " << ours[i] << " vs transformers' " << theirs[i];
+    return i;
+  }
+  EXPECT_EQ(ours.size(), theirs.size());
+  return n;
+}
+
+Result<InferenceModel> open(const std::string& target, const std::string& adapter = "") {
+  TAILOR_ASSIGN_OR_RETURN(ModelSources s, resolve_model_sources(target, adapter));
+  return open_inference_model(s, torch::kCPU, "auto");
+}
+
+SamplingOptions greedy(std::int64_t n = 64) {
+  SamplingOptions o;
+  o.max_new_tokens = n;
+  return o;
+}
+
+TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters) {
+  TempDir dir;
+  std::vector<std::string> families;
+  std::string names;
+  for (const dsl::ModelFamilyInfo& f : dsl::model_families()) {
+    families.emplace_back(f.name);
+    names += " " + families.back();
+  }
+  ASSERT_TRUE(python(dir, "make " + dir.path().string() + names));
+  for (const std::string& family : families) {
+    SCOPED_TRACE(family);
+    const std::string d = dir.file(family);
+    const Json ref = Json::parse(read_text(d + "/reference.json"));
+    const auto prompt = ids_of(ref["prompt"]);
+
+    auto base = open(d + "/base");
+    ASSERT_TRUE(base.is_ok()) << base.status().message();
+    EXPECT_TRUE(base->stop_ids.empty());  // the folder declares no EOS: all 64 tokens
+    auto out = generate(base->model, prompt, greedy());
+    ASSERT_TRUE(out.is_ok()) << out.status().message();
+    EXPECT_FALSE(out->stopped);
+    const std::size_t base_steps =
+        agree(out->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
+
+    // Materialised attention over the cache (the masks it builds for
+    // windows and caps) gives the same tokens.
+    base->model->set_fused_attention(false);
+    auto materialised = generate(base->model, prompt, greedy());
+    ASSERT_TRUE(materialised.is_ok()) << materialised.status().message();
+    agree(materialised->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
+
+    // The adapter folder alone: its base_model_name_or_path is the base.
+    auto adapted = open(d + "/adapter");
+    ASSERT_TRUE(adapted.is_ok()) << adapted.status().message();
+    auto with_adapter = generate(adapted->model, prompt, greedy());
+    ASSERT_TRUE(with_adapter.is_ok()) << with_adapter.status().message();
+    const std::size_t adapter_steps =
+        agree(with_adapter->ids, ids_of(ref["adapter"]), ref["adapter_margins"].get<std::vector<double>>());
+    EXPECT_NE(ref["base"], ref["adapter"]);  // the adapter changes what is generated
+    std::printf("%-12s greedy: base %zu/64 steps equal transformers', adapter %zu/64 equal PEFT's\n", family.c_str(),
+                base_steps, adapter_steps);
+  }
+}
+
+TEST(GenerationTest, RunFoldersAdaptersAndStopIdsResolveAsDocumented) {
+  TempDir dir;
+  ASSERT_TRUE(python(dir, "make " + dir.path().string() + " llama gpt2"));
+  const std::string d = dir.file("llama");
+  const Json ref = Json::parse(read_text(d + "/reference.json"));
+  const auto prompt = ids_of(ref["prompt"]);
+  namespace fs = std::filesystem;
+
+  // A LoRA run's output folder: its adapter/ over the base it names.
+  fs::create_directories(dir.file("run"));
+  fs::copy(d + "/adapter", dir.file("run/adapter"), fs::copy_options::recursive);
+  auto sources = resolve_model_sources(dir.file("run"), "");
+  ASSERT_TRUE(sources.is_ok()) << sources.status().message();
+  EXPECT_EQ(sources->adapter, dir.file("run") + "/adapter");
+  EXPECT_EQ(sources->base, d + "/base");
+  // An explicit adapter over the base, and a full fine-tune's model/.
+  auto explicit_adapter = open(d + "/base", d + "/adapter");
+  ASSERT_TRUE(explicit_adapter.is_ok()) << explicit_adapter.status().message();
+  auto out = generate(explicit_adapter->model, prompt, greedy());
+  ASSERT_TRUE(out.is_ok());
+  agree(out->ids, ids_of(ref["adapter"]), ref["adapter_margins"].get<std::vector<double>>());
+  fs::copy(d + "/base", dir.file("run/model"), fs::copy_options::recursive);
+  sources = resolve_model_sources(dir.file("run"), "");
+  ASSERT_TRUE(sources.is_ok());
+  EXPECT_EQ(sources->base, dir.file("run") + "/model");
+  EXPECT_TRUE(sources->adapter.empty());
+
+  // A stop id ends generation at its first occurrence, which is kept.
+  auto base = open(d + "/base");
+  ASSERT_TRUE(base.is_ok());
+  const auto all = ids_of(ref["base"]);
+  SamplingOptions stop = greedy();
+  stop.stop_ids = {all.at(10)};
+  auto stopped = generate(base->model, prompt, stop);
+  ASSERT_TRUE(stopped.is_ok());
+  EXPECT_TRUE(stopped->stopped);
+  const auto first = std::find(all.begin(), all.end(), all.at(10));
+  EXPECT_EQ(stopped->ids, std::vector<std::int32_t>(all.begin(), first + 1));
+
+  // Bad input, named.
+  auto other = open(d + "/base", dir.file("gpt2") + "/adapter");
+  ASSERT_FALSE(other.is_ok());
+  EXPECT_NE(other.status().message().find("unknown target module \"c_attn\""), std::string::npos)
+      << other.status().message();
+  auto nothing = resolve_model_sources(dir.path().string(), "");
+  ASSERT_FALSE(nothing.is_ok());
+  EXPECT_NE(nothing.status().message().find("not a model folder"), std::string::npos);
+  std::vector<std::int32_t> long_prompt(static_cast<std::size_t>(base->model->arch().max_seq_len), 5);
+  auto too_long = generate(base->model, long_prompt, greedy());
+  ASSERT_FALSE(too_long.is_ok());
+  EXPECT_NE(too_long.status().message().find("context is 128"), std::string::npos) << too_long.status().message();
+  auto outside = generate(base->model, {1, 300}, greedy());
+  ASSERT_FALSE(outside.is_ok());
+  EXPECT_NE(outside.status().message().find("token id 300"), std::string::npos);
+  // The context bounds how many tokens come: 128 - 120.
+  std::vector<std::int32_t> near_end(120, 5);
+  auto bounded = generate(base->model, near_end, greedy());
+  ASSERT_TRUE(bounded.is_ok());
+  EXPECT_EQ(bounded->ids.size(), 8u);
+  EXPECT_FALSE(bounded->stopped);
+}
+
+TEST(GenerationTest, SamplingIsSeededAndTopKOfOneIsGreedy) {
+  TempDir dir;
+  ASSERT_TRUE(python(dir, "make " + dir.path().string() + " qwen2"));
+  const std::string d = dir.file("qwen2");
+  const Json ref = Json::parse(read_text(d + "/reference.json"));
+  const auto prompt = ids_of(ref["prompt"]);
+  auto m = open(d + "/base");
+  ASSERT_TRUE(m.is_ok());
+  SamplingOptions o = greedy();
+  o.temperature = 2.0;
+  o.top_p = 0.95;
+  o.seed = 7;
+  auto a = generate(m->model, prompt, o), b = generate(m->model, prompt, o);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_EQ(a->ids, b->ids);
+  o.seed = 8;
+  auto c = generate(m->model, prompt, o);
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_NE(a->ids, c->ids);
+  EXPECT_NE(a->ids, ids_of(ref["base"]));
+  o.top_k = 1;
+  auto k1 = generate(m->model, prompt, o);
+  ASSERT_TRUE(k1.is_ok());
+  agree(k1->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
+
+  for (auto [field, value] : {std::pair<const char*, double>{"temperature", -1}, {"top-p", 0}, {"top-p", 1.5}}) {
+    SamplingOptions bad = greedy();
+    if (std::string(field) == "temperature") {
+      bad.temperature = value;
+    } else {
+      bad.top_p = value;
+    }
+    const Status s = check_sampling(bad);
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+  }
+}
+
+TEST(GenerationTest, ChatPromptAndTextEqualTransformersThroughTheCommands) {
+  TempDir dir;
+  ASSERT_TRUE(python(dir, "chat " + dir.path().string()));
+  const Json ref = Json::parse(read_text(dir.file("reference.json")));
+  const std::string bin = std::string(TAILOR_BINARY_DIR) + "/bin/";
+  const std::string model = dir.file("model"), conversation = dir.file("conversation.json");
+  std::string out;
+  ASSERT_EQ(shell(bin + "tailor-runner generate " + model + " --messages " + conversation +
+                      " --max-tokens 64 --output json",
+                  out, dir),
+            0)
+      << read_text(dir.file("stderr.txt"));
+  const Json j = Json::parse(out);
+  EXPECT_EQ(j["prompt_ids"], ref["prompt"]);
+  const auto theirs = ids_of(ref["ids"]);
+  const std::size_t steps = agree(ids_of(j["ids"]), theirs, ref["margins"].get<std::vector<double>>());
+  if (steps == theirs.size()) {
+    EXPECT_EQ(j["text"], ref["text"]);
+  }
+  // The template ends an assistant turn with <|im_end|>: a stop id.
+  const auto stops = ids_of(j["stop_ids"]);
+  EXPECT_NE(std::find(stops.begin(), stops.end(), ref["im_end"].get<std::int32_t>()), stops.end());
+  EXPECT_EQ(j["finish_reason"], j["ids"].size() == 64 ? "length" : "stop");
+
+  // Streamed text is the same text; `tailor generate` runs the same.
+  ASSERT_EQ(shell(bin + "tailor generate " + model + " --messages " + conversation + " --max-tokens 64", out, dir), 0)
+      << read_text(dir.file("stderr.txt"));
+  EXPECT_EQ(out, j["text"].get<std::string>() + "\n");
+  EXPECT_NE(read_text(dir.file("stderr.txt")).find("tokens/s"), std::string::npos);
+
+  // Bad command lines and bad input: exit 2 and 1, saying what.
+  EXPECT_EQ(shell(bin + "tailor generate " + model + " --max-tokens 4", out, dir), 2);
+  EXPECT_NE(read_text(dir.file("stderr.txt")).find("--prompt"), std::string::npos);
+  EXPECT_EQ(shell(bin + "tailor generate " + model + " --prompt hi --temperature -1", out, dir), 1);
+  EXPECT_NE(read_text(dir.file("stderr.txt")).find("temperature"), std::string::npos);
+  std::ofstream(dir.file("bad.json")) << R"([{"role": "narrator", "content": "x"}])";
+  EXPECT_EQ(shell(bin + "tailor generate " + model + " --messages " + dir.file("bad.json"), out, dir), 1);
+  EXPECT_NE(read_text(dir.file("stderr.txt")).find("messages[0].role"), std::string::npos);
+  std::filesystem::create_directories(dir.file("empty"));
+  EXPECT_EQ(shell(bin + "tailor generate " + dir.file("empty") + " --prompt hi", out, dir), 1);
+  EXPECT_NE(read_text(dir.file("stderr.txt")).find("not a model folder"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tailor::runner
