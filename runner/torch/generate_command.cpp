@@ -1,6 +1,7 @@
 #include "runner/torch/generate_command.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -261,9 +262,11 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
     out << "\n";
     out.flush();
     if (!quiet) {
-      err << n << " tokens after a " << prompt->size() << "-token prompt; prompt " << generated->prompt_seconds
-          << " s, then " << per_second << " tokens/s (" << model->dtype_name << " on " << device->name() << "); "
-          << (generated->stopped ? "stopped at token " + std::to_string(generated->ids.back()) : "length limit")
+      char line[200];
+      std::snprintf(line, sizeof line, "%zu tokens after a %zu-token prompt: prompt %.0f ms, then %.1f tokens/s (%s on %s); ",
+                    n, prompt->size(), generated->prompt_seconds * 1e3, per_second, model->dtype_name.c_str(),
+                    device->name().c_str());
+      err << line << (generated->stopped ? "stopped at token " + std::to_string(generated->ids.back()) : "length limit")
           << "\n";
     }
     return kOk;

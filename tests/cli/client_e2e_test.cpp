@@ -108,6 +108,12 @@ TEST_F(ClientTest, SubmitWaitFollowsTheJobToSuccessAndListAndStatusShowIt) {
   const Result logs = tailor(with_remote({"logs", "-f", id}));
   EXPECT_EQ(logs.code, kExitOk) << logs.err;
   EXPECT_NE(logs.out.find("step"), std::string::npos) << "the raw runner log: " << logs.out;
+
+  // The job's model generates, found by the job's id (tailor-runner writes
+  // the text to this test's stdout).
+  ::setenv("TAILOR_RUNNER", daemon::testing::runner_path().c_str(), 1);
+  const Result gen = tailor(with_remote({"generate", id, "--prompt", "The", "--max-tokens", "4", "--quiet"}));
+  EXPECT_EQ(gen.code, kExitOk) << gen.err;
 }
 
 TEST_F(ClientTest, PlanRemoteAsksTheDaemonAndQueuesNothing) {
@@ -139,6 +145,10 @@ TEST_F(ClientTest, CancelStopsARunningJobAndWaitReportsCancelled) {
   ASSERT_EQ(cancel.code, kExitOk) << cancel.err;
   EXPECT_EQ(nlohmann::json::parse(cancel.out)["state"], "cancelled");
   EXPECT_EQ(tailor(with_remote({"logs", "-f", id})).code, kExitCancelled);
+  // Only a job that succeeded has a model to generate with.
+  const Result gen = tailor(with_remote({"generate", id, "--prompt", "The"}));
+  EXPECT_EQ(gen.code, kExitInvalid);
+  EXPECT_NE(gen.err.find("has not succeeded (state: cancelled)"), std::string::npos) << gen.err;
   // A finished job can go, and then it is not found.
   const Result del = tailor(with_remote({"delete", id}));
   ASSERT_EQ(del.code, kExitOk) << del.err;
@@ -331,6 +341,10 @@ TEST_F(ClientTest, AnUnknownJobIsNotFound) {
   const Result r = tailor(with_remote({"status", "j-0000000000000000"}));
   EXPECT_EQ(r.code, kExitInvalid);
   EXPECT_FALSE(r.err.empty());
+  // Neither a folder nor a job: generate says it looked for both.
+  const Result gen = tailor(with_remote({"generate", "j-0000000000000000", "--prompt", "x"}));
+  EXPECT_EQ(gen.code, kExitInvalid);
+  EXPECT_NE(gen.err.find("no model folder or job j-0000000000000000"), std::string::npos) << gen.err;
 }
 
 TEST(ClientWithoutDaemonTest, SaysWhereItLookedWhenNothingListens) {
@@ -344,7 +358,8 @@ TEST(ClientWithoutDaemonTest, SaysWhereItLookedWhenNothingListens) {
 }
 
 TEST(ClientWithoutDaemonTest, EveryClientCommandHasHelp) {
-  for (const char* cmd : {"submit", "list", "status", "logs", "cancel", "retry", "download", "delete", "top"}) {
+  for (const char* cmd :
+       {"submit", "list", "status", "logs", "cancel", "retry", "download", "delete", "top", "generate"}) {
     const Result r = tailor({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_NE(r.out.find(std::string("usage: tailor ") + cmd), std::string::npos) << cmd;
