@@ -3,20 +3,20 @@
 // this machine); generation itself is tailor-runner's (it links LibTorch,
 // this CLI does not), run with the terminal as its output.
 #include <algorithm>
-#include <csignal>
 #include <filesystem>
 #include <ostream>
 
 #include "cli/commands.h"
 #include "cli/job_view.h"
 #include "cli/rest_client.h"
+#include "cli/terminal_child.h"
 #include "platform/executable.h"
-#include "platform/process.h"
 
 namespace tailor::cli {
 namespace {
 
-constexpr const char* kGenerateHelp = R"(usage: tailor generate MODEL_DIR|JOB_ID [OPTIONS] (--prompt TEXT | --messages FILE | --prompt-ids IDS)
+constexpr const char* kGenerateHelp = R"(usage: tailor generate MODEL_DIR|JOB_ID [OPTIONS] (--prompt TEXT | --prompt-file FILE |
+       --messages FILE | --prompt-ids IDS)
 
 Generates text with a trained model on this machine, streaming the
 completion to stdout (a summary goes to stderr), or printing one JSON object
@@ -28,6 +28,7 @@ download copies it from another machine). Adapters apply unmerged.
 options:
   --adapter DIR        a PEFT adapter folder to apply over MODEL_DIR
   --prompt TEXT        plain text (the tokenizer's BOS first)
+  --prompt-file FILE   the same, read from FILE ("-" reads stdin)
   --messages FILE      a conversation (a JSON list of {"role", "content"}
                        turns, or {"messages": [...], "tools": [...]}),
                        rendered with the model's chat template and its
@@ -49,7 +50,7 @@ options:
 )";
 
 const std::vector<FlagSpec> kRunnerFlags = {
-    {"adapter", true},    {"prompt", true}, {"messages", true}, {"prompt-ids", true}, {"max-tokens", true},
+    {"adapter", true},    {"prompt", true}, {"prompt-file", true}, {"messages", true}, {"prompt-ids", true}, {"max-tokens", true},
     {"temperature", true}, {"top-p", true},  {"top-k", true},    {"seed", true},       {"stop-id", true, true},
     {"device", true},     {"dtype", true},  {"threads", true},  {"output", true},     {"quiet", false}};
 
@@ -105,35 +106,19 @@ int run_generate(const Argv& argv, Streams io) {
     io.err << "tailor generate: " << tool.status().message() << "\n";
     return kExitInvalid;
   }
-  platform::LaunchRequest req;
-  req.argv = {*tool, "generate", target};
+  std::vector<std::string> runner_argv = {*tool, "generate", target};
   for (const FlagSpec& f : kRunnerFlags) {
     if (!args.has(f.name)) continue;
     if (!f.takes_value) {
-      req.argv.push_back("--" + f.name);
+      runner_argv.push_back("--" + f.name);
       continue;
     }
     for (const std::string& v : args.all(f.name)) {
-      req.argv.push_back("--" + f.name);
-      req.argv.push_back(v);
+      runner_argv.push_back("--" + f.name);
+      runner_argv.push_back(v);
     }
   }
-  req.own_process_group = false;  // Ctrl-C reaches it as it reaches us
-  req.parent_death_signal = SIGTERM;
-  io.out.flush();
-  io.err.flush();
-  auto child = platform::launch_process(req);
-  if (!child.is_ok()) {
-    io.err << "tailor generate: " << child.status().message() << "\n";
-    return kExitInvalid;
-  }
-  auto exit = platform::wait_child(child->pid);
-  if (!exit.is_ok()) {
-    io.err << "tailor generate: " << exit.status().message() << "\n";
-    return kExitRunFailed;
-  }
-  if (exit->signal != 0) return 128 + exit->signal;
-  return exit->code;
+  return run_in_terminal(runner_argv, "generate", io);
 }
 
 }  // namespace tailor::cli

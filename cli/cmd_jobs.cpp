@@ -190,9 +190,18 @@ int run_status(const Argv& argv, Streams io) {
   }
   if (j.contains("last_eval_loss") && j["last_eval_loss"].is_number()) {
     const double eval = j["last_eval_loss"].get<double>();
+    // A preference loss is no next-token loss: it has no perplexity.
+    const Json::json_pointer at("/plan/spec/training/method");
+    const Json method = j.contains(at) ? j.at(at) : Json();
+    const bool next_token = !method.is_string() || method == "sft";
     char buf[96];
-    std::snprintf(buf, sizeof buf, "%.4f (perplexity %.2f) after step %s", eval, std::exp(eval),
-                  str(j, "last_eval_step").c_str());
+    if (next_token) {
+      std::snprintf(buf, sizeof buf, "%.4f (perplexity %.2f) after step %s", eval, std::exp(eval),
+                    str(j, "last_eval_step").c_str());
+    } else {
+      std::snprintf(buf, sizeof buf, "%.4f (%s) after step %s", eval, method.get<std::string>().c_str(),
+                    str(j, "last_eval_step").c_str());
+    }
     row("eval loss", buf);
   }
   row("attempts", str(j, "attempts", "0") + " (" + str(j, "oom_restarts", "0") + " after out-of-memory)");

@@ -253,6 +253,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   ctx.default_executor = config.executor;
   ctx.started_at = now_seconds();
   ctx.server = parts->server.get();
+  ctx.runner_path = runner;
+  ctx.data_dir = data.string();
   parts->api_owner = std::make_unique<Api>(std::move(ctx));
   parts->api.store(parts->api_owner.get());
 

@@ -192,6 +192,11 @@ struct TrainingSpec {
   double grad_clip = 1.0;                        // max global gradient L2 norm; 0 disables clipping
   std::int64_t seed = 42;                        // seeds data order, initialisation and dropout
   std::int64_t eval_every = 0;                   // evaluate every N optimizer steps; 0 = at the end only
+  // Prompts the model answers at each evaluation (greedy, up to
+  // eval_max_tokens new tokens), kept with the job's events: plain text, or
+  // with data.chat a user turn rendered with the chat template. Empty = none.
+  std::vector<std::string> eval_prompts;
+  std::int64_t eval_max_tokens = 64;             // new tokens per eval prompt, 1 to 1024
   TrainingMethod method = TrainingMethod::kSft;
   double beta = 0.1;                             // dpo: the margin's scale (the KL penalty's weight)
   PreferenceLoss loss_type = PreferenceLoss::kSigmoid;  // dpo

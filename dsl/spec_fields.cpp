@@ -384,6 +384,16 @@ Field<DataSpec> preference_only(Field<DataSpec> f) {
   return f;
 }
 
+// Generation at evaluation (training.eval_prompts), written back only when
+// asked for, so the resolved form of other jobs does not change.
+Field<TrainingSpec> eval_prompts_only(Field<TrainingSpec> f) {
+  f.write = [write = f.write](const TrainingSpec& t) -> std::optional<Node> {
+    if (t.eval_prompts.empty()) return std::nullopt;
+    return write(t);
+  };
+  return f;
+}
+
 // A key of preference training, written back only for it, so the resolved
 // form of a supervised job does not change.
 Field<TrainingSpec> dpo_only(Field<TrainingSpec> f) {
@@ -481,6 +491,21 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
       field("seed", "Random seed. Default 42.", &TrainingSpec::seed, int_at_least(0)),
       field("eval_every", "Evaluate every N optimizer steps; 0 = at the end only. Default 0.",
             &TrainingSpec::eval_every, int_at_least(0)),
+      eval_prompts_only(field("eval_prompts",
+            "Prompts the model answers at each evaluation (every eval_every steps and after the last; with "
+            "data.eval or without), greedily, up to eval_max_tokens new tokens each; the answers are kept with the "
+            "job's events and shown on its page. Plain text (after the tokenizer's BOS), or with data.chat a user "
+            "turn rendered with the chat template and its generation prompt. At most 16. Default: none.",
+            &TrainingSpec::eval_prompts, Check<std::vector<std::string>>([](const std::vector<std::string>& v) {
+              if (v.size() > 16) return std::optional<std::string>("at most 16 prompts, got " + std::to_string(v.size()));
+              for (std::size_t i = 0; i < v.size(); ++i) {
+                if (v[i].empty()) return std::optional<std::string>("prompt " + std::to_string(i) + " is empty");
+              }
+              return std::optional<std::string>();
+            }))),
+      eval_prompts_only(field("eval_max_tokens",
+            "New tokens per eval prompt, 1 to 1024 (fewer when the model stops). Default 64.",
+            &TrainingSpec::eval_max_tokens, int_in_range(1, 1024))),
       dpo_only(field("method",
             "sft (the default: the next token of the data) or dpo (Direct Preference Optimization, Rafailov et "
             "al. 2023: prompt/chosen/rejected records against a frozen reference model, placed by "

@@ -599,7 +599,7 @@ void check_training(const JobSpec& spec, const Node& root, Diagnostics& d) {
               "warmup_steps (" + std::to_string(t.warmup_steps) + ") exceeds max_steps (" +
                   std::to_string(*t.max_steps) + "): the learning rate never reaches its peak");
   }
-  if (t.eval_every > 0 && spec.data.eval.empty()) {
+  if (t.eval_every > 0 && spec.data.eval.empty() && t.eval_prompts.empty()) {
     d.warning(loc_at(root, "training.eval_every"), "training.eval_every", "no data.eval is set; nothing to evaluate");
   }
 }

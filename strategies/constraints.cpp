@@ -131,6 +131,11 @@ std::string Constraints::why_not(const Strategy& s) const {
       return "a separate reference under ZeRO-3 is not built (the copy would need sharding)";
     }
   }
+  // Answers to eval_prompts are generated on rank 0 alone, from the whole
+  // model; sharded parameters would need every rank's forward in lockstep.
+  if (!spec_.training.eval_prompts.empty() && s.zero_stage == 3) {
+    return "training.eval_prompts under ZeRO-3 is not built (generation needs the whole model on one rank)";
+  }
   // bf16 keeps 8 bits of mantissa, so a pure-bf16 weight ignores an update
   // under about 2^-9 of itself, and 8-bit states round the moments as well:
   // on a full fine-tune's pretrained weights (small updates to large values)

@@ -95,10 +95,22 @@ function repeat(fn, ms = POLL_MS) {
 // A server-sent event stream read through fetch (under the session's
 // cookie). Calls onEvent with each event's type and data until the server
 // ends the stream or `signal` aborts it.
-async function streamEvents(path, onEvent, signal) {
-  const res = await fetch(path, {signal, cache: "no-store", credentials: "same-origin",
-    headers: {Accept: "text/event-stream"}});
-  if (!res.ok || !res.body) return;
+// With `post` (a JSON-able body) the stream is a POST's answer; a refusal
+// (a 4xx with tailord's error body) is returned as {status, message}.
+async function streamEvents(path, onEvent, signal, post) {
+  const init = {signal, cache: "no-store", credentials: "same-origin", headers: {Accept: "text/event-stream"}};
+  if (post !== undefined) {
+    init.method = "POST";
+    init.body = JSON.stringify(post);
+    init.headers["Content-Type"] = "application/json";
+  }
+  const res = await fetch(path, init);
+  if (res.status === 401) throw new Unauthorized();
+  if (!res.ok || !res.body) {
+    let message = `HTTP ${res.status}`;
+    try { message = (await res.json()).message || message; } catch { /* not JSON */ }
+    return {status: res.status, message};
+  }
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   for (;;) {
@@ -270,8 +282,10 @@ function jobPage(id) {
   const events = h("tbody");
   const log = h("pre", {class: "log", "aria-label": "Runner log"});
   const files = h("ul");
-  page(`Job ${id}`, facts, actions, message,
-    h("h2", {}, "Curves"), curves,
+  const talk = h("div", {class: "card", hidden: true});
+  const answers = h("div", {class: "card", hidden: true});
+  page(`Job ${id}`, facts, actions, message, talk,
+    h("h2", {}, "Curves"), curves, answers,
     h("h2", {}, "Memory: the plan's estimate against the runner's measurement"), memory,
     h("h2", {}, "Attempts"), h("table", {}, h("thead", {}, h("tr", {},
       ["Attempt", "Strategy", "Estimated", "Measured peak", "Ended"].map(t => h("th", {scope: "col"}, t)))), attempts),
@@ -356,12 +370,26 @@ function jobPage(id) {
         job.retryable &&
           act("Retry", "", () => api(`/v1/jobs/${enc}/retry`, {method: "POST"}))].filter(Boolean));
       actionsFor = job.state;
+      if (job.state === "succeeded" && talk.hidden) {
+        talk.hidden = false;
+        talk.replaceChildren(...talkBox(enc, plan));
+      }
       attempts.replaceChildren(...(job.attempt_history || []).map(a => h("tr", {},
         h("td", {}, a.attempt), h("td", {}, a.strategy || "–"), h("td", {}, bytes(a.estimated_bytes)),
         h("td", {}, bytes(a.measured_peak_bytes)),
         h("td", {}, a.outcome === "out_of_memory" ? `out of memory at ${bytes(a.oom_at_bytes)}: re-planned` : "–"))));
       const ev = await api(`/v1/jobs/${enc}/events?limit=200`);
       if (ev.ok) {
+        // training.eval_prompts: the newest evaluation's answers, beside the curves.
+        const generated = ev.data.events.filter(e => e.kind === "runner.generation" && e.data && e.data.answers);
+        if (generated.length) {
+          const last = generated[generated.length - 1].data;
+          answers.hidden = false;
+          answers.replaceChildren(h("h2", {}, `Answers to the eval prompts at step ${number(last.step)}`),
+            h("table", {}, h("thead", {}, h("tr", {}, ["Prompt", "Answer", "Tokens"].map(t => h("th", {scope: "col"}, t)))),
+              h("tbody", {}, ...last.answers.map(a => h("tr", {}, h("td", {}, a.prompt),
+                h("td", {}, h("pre", {class: "answer"}, a.text)), h("td", {}, `${a.tokens}${a.stopped ? "" : " (limit)"}`))))));
+        }
         events.replaceChildren(...ev.data.events.slice(-50).reverse().map(e => h("tr", {},
           h("td", {}, when(e.time)), h("td", {}, e.kind), h("td", {}, e.message))));
       }
@@ -405,6 +433,52 @@ function jobPage(id) {
     }
   }, streaming.signal).catch(() => {});
   return () => { streaming.abort(); clearTimeout(renderTimer); stop(); };
+}
+
+// Talking to a succeeded job's model (POST /v1/jobs/{id}/generate): a chat
+// job's conversation goes through its chat template, any other job's text
+// is a plain prompt; the answer is written as its tokens arrive.
+function talkBox(enc, plan) {
+  const chat = !!(plan && plan.spec && plan.spec.data && plan.spec.data.chat);
+  const input = h("textarea", {rows: 3, "aria-label": chat ? "Your message" : "Prompt", placeholder: chat ? "Your message" : "A prompt"});
+  const maxTokens = h("input", {type: "number", min: 1, max: 4096, value: 128, "aria-label": "Max tokens"});
+  const temperature = h("input", {type: "number", min: 0, max: 100, step: 0.1, value: 0, "aria-label": "Temperature"});
+  const answer = h("pre", {class: "log", "aria-live": "polite", "aria-label": "The model's answer"});
+  const status = h("p", {class: "muted"});
+  let running = null;
+  const go = h("button", {type: "button", class: "action", onclick: async () => {
+    if (running) { running.abort(); return; }
+    const body = {max_tokens: Number(maxTokens.value) || 128, temperature: Number(temperature.value) || 0};
+    if (chat) body.messages = [{role: "user", content: input.value}];
+    else body.prompt = input.value;
+    answer.textContent = "";
+    status.textContent = "Loading the model…";
+    running = new AbortController();
+    go.textContent = "Stop";
+    try {
+      const refused = await streamEvents(`/v1/jobs/${enc}/generate`, (type, data) => {
+        if (type === "token") { answer.textContent += data.text; status.textContent = "Generating…"; }
+        if (type === "done") {
+          answer.textContent = data.text;
+          status.textContent = `${data.completion_tokens} tokens, ${number(data.tokens_per_second, 1)} tokens/s; ` +
+            (data.finish_reason === "stop" ? "the model stopped" : "the length limit");
+        }
+        if (type === "error") status.textContent = data.message;
+      }, running.signal, body);
+      if (refused) status.textContent = refused.message;
+    } catch (e) {
+      if (e instanceof Unauthorized) throw e;
+      status.textContent = e.name === "AbortError" ? "Stopped." : String(e);
+    } finally {
+      running = null;
+      go.textContent = "Generate";
+    }
+  }}, "Generate");
+  return [h("h2", {}, "Talk to the model"),
+    h("p", {class: "muted"}, chat ? "Rendered with the chat template the job trained with; it stops at the end of its turn."
+      : "Plain text; it continues it."),
+    input, h("p", {}, h("label", {}, "Max tokens ", maxTokens), " ", h("label", {}, "Temperature ", temperature), " ", go),
+    status, answer];
 }
 
 // Saved by the browser's own download manager, streamed to disk (a model

@@ -161,7 +161,9 @@ std::string job_to_json(const JobRecord& job, const std::string& output_dir) {
   return json_text(job_json(job, output_dir));
 }
 
-Api::Api(ApiContext context) : ctx_(std::move(context)) {
+Api::Api(ApiContext context)
+    : ctx_(std::move(context)),
+      generations_(ctx_.runner_path, ctx_.data_dir.empty() ? std::string() : (fs::path(ctx_.data_dir) / "generate").string()) {
   auto bind = [this](HttpResponse (Api::*fn)(HttpRequest&)) {
     return [this, fn](HttpRequest& r) { return (this->*fn)(r); };
   };
@@ -253,6 +255,7 @@ Api::Api(ApiContext context) : ctx_(std::move(context)) {
   // manager can fetch it.
   router_.add({"GET", "/v1/downloads/{link}", false, bind(&Api::download)});
   router_.add({"POST", "/v1/jobs/{id}/cancel", true, bind(&Api::cancel)});
+  router_.add({"POST", "/v1/jobs/{id}/generate", true, bind(&Api::generate)});
   router_.add({"POST", "/v1/jobs/{id}/retry", true, bind(&Api::retry)});
   router_.add({"DELETE", "/v1/jobs/{id}", true, bind(&Api::remove)});
   // The web UI's sign-in (sessions.h): the token is the credential here.
@@ -760,6 +763,12 @@ HttpResponse Api::cancel(HttpRequest& r) {
   auto job = ctx_.supervisor->cancel(r.params["id"]);
   if (!job.is_ok()) return error_response(job.status());
   return HttpResponse::json(202, job_to_json(*job, ctx_.supervisor->job_dir(job->id)));
+}
+
+HttpResponse Api::generate(HttpRequest& r) {
+  auto job = ctx_.store->get(r.params["id"]);
+  if (!job.is_ok()) return error_response(job.status());
+  return generations_.start(*job, ctx_.supervisor->job_dir(job->id), r.body);
 }
 
 HttpResponse Api::sign_in(HttpRequest& r) {

@@ -14,6 +14,7 @@
 #include "daemon/executor/slurm_cluster.h"
 #include "daemon/planning/job_planning.h"
 #include "daemon/api/download_links.h"
+#include "daemon/api/generation.h"
 #include "daemon/http/auth.h"
 #include "daemon/http/server.h"
 #include "daemon/http/sessions.h"
@@ -41,6 +42,8 @@ struct ApiContext {
   double started_at = 0;
   const HttpServer* server = nullptr;  // its connection figures go to /metrics
   double download_link_seconds = 600;  // how long a download link works
+  std::string runner_path;  // tailor-runner, for POST /v1/jobs/{id}/generate
+  std::string data_dir;     // its scratch files go under data_dir/generate
 };
 
 // Requests whose work (planning a job, removing a job's folder) would hold
@@ -63,6 +66,7 @@ class Api {
   HttpResponse all_events(HttpRequest& r);
   HttpResponse logs(HttpRequest& r);
   HttpResponse cancel(HttpRequest& r);
+  HttpResponse generate(HttpRequest& r);
   HttpResponse retry(HttpRequest& r);
   HttpResponse files(HttpRequest& r);
   HttpResponse file_link(HttpRequest& r);
@@ -78,6 +82,7 @@ class Api {
 
   ApiContext ctx_;
   Router router_;
+  Generations generations_;
   DownloadLinks links_;
 };
 

@@ -35,6 +35,10 @@ inline constexpr const char* kAdapter = "adapter";        // dir
 // after the last step): step, loss (mean over the eval set's trained
 // tokens), perplexity (exp(loss)), tokens, seconds.
 inline constexpr const char* kEval = "eval";
+// training.eval_prompts answered by the model after an evaluated step
+// (greedy): step, seconds, answers: [{prompt, text, tokens (how many),
+// stopped (at an end token, else the eval_max_tokens limit)}].
+inline constexpr const char* kGeneration = "generation";
 // Terminal events, each with "exit_code".
 inline constexpr const char* kDone = "done";
 inline constexpr const char* kError = "error";            // message

@@ -24,7 +24,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr int kOk = 0, kInvalid = 1, kUsage = 2, kFailed = 5;
 
-constexpr const char* kHelp = R"(usage: tailor-runner generate MODEL [OPTIONS] (--prompt TEXT | --messages FILE | --prompt-ids IDS)
+constexpr const char* kHelp = R"(usage: tailor-runner generate MODEL [OPTIONS] (--prompt TEXT | --prompt-file FILE | --messages FILE | --prompt-ids IDS)
 
 Generates text with a model on this machine: the completion is streamed to
 stdout as it is produced and a summary goes to stderr, or, with --output
@@ -39,6 +39,7 @@ options:
   --adapter DIR        a PEFT adapter folder to apply over MODEL
   --prompt TEXT        plain text, framed as training framed a document
                        (the tokenizer's BOS first)
+  --prompt-file FILE   the same, read from FILE ("-" reads stdin)
   --messages FILE      a conversation: a JSON list of {"role", "content"}
                        turns, or {"messages": [...], "tools": [...]}; it is
                        rendered with the model's chat template and its
@@ -61,7 +62,9 @@ options:
   --dtype D            auto (default: the folder's torch_dtype on a GPU,
                        fp32 on the CPU), fp32, bf16 or fp16
   --threads N          intra-op threads (default: every core)
-  --output FORMAT      text (default) or json
+  --output FORMAT      text (default), json, or events: one JSON line a
+                       token ({"event": "token", "id", "text"}), then the
+                       json object with "event": "done" (what tailord relays)
   --quiet              no summary on stderr
 
 exit codes: 0 done, 1 bad input, 2 bad command line, 5 generation failed
@@ -100,18 +103,24 @@ Result<std::vector<std::int32_t>> ids_of(const std::string& text) {
   return ids;
 }
 
-// A --messages file as a conversation record: the turns checked here, so
-// that a mistake names the file and the turn rather than the template.
-Result<std::string> conversation_of_file(const std::string& path) {
+// A file's bytes, "-" for stdin.
+Result<std::string> text_of_file(const std::string& flag, const std::string& path) {
   std::ostringstream ss;
   if (path == "-") {
     ss << std::cin.rdbuf();
   } else {
     std::ifstream in(path, std::ios::binary);
-    if (!in) return Status::invalid_argument("--messages: cannot open " + path);
+    if (!in) return Status::invalid_argument(flag + ": cannot open " + path);
     ss << in.rdbuf();
   }
-  const Json parsed = Json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  return ss.str();
+}
+
+// A --messages file as a conversation record: the turns checked here, so
+// that a mistake names the file and the turn rather than the template.
+Result<std::string> conversation_of_file(const std::string& path) {
+  TAILOR_ASSIGN_OR_RETURN(const std::string text, text_of_file("--messages", path));
+  const Json parsed = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return Status::invalid_argument(path + ": not JSON");
   Json record = parsed.is_array() ? Json{{"messages", parsed}} : parsed;
   if (!record.is_object() || !record.contains("messages") || !record["messages"].is_array()) {
@@ -149,7 +158,7 @@ int fail(std::ostream& err, int code, const Status& s) {
 
 int run_generate_command(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   const std::vector<FlagSpec> flags = {
-      {"adapter", true},     {"prompt", true},  {"messages", true},   {"prompt-ids", true}, {"max-tokens", true},
+      {"adapter", true},     {"prompt", true},  {"prompt-file", true}, {"messages", true},   {"prompt-ids", true}, {"max-tokens", true},
       {"temperature", true}, {"top-p", true},   {"top-k", true},      {"seed", true},       {"stop-id", true, true},
       {"device", true},      {"dtype", true},   {"threads", true},    {"output", true},     {"quiet", false},
       {"help", false, false, 'h'}};
@@ -168,10 +177,13 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
     return kUsage;
   };
   if (args.positional().size() != 1) return usage("expected one MODEL folder");
-  const int prompts = int(args.has("prompt")) + int(args.has("messages")) + int(args.has("prompt-ids"));
-  if (prompts != 1) return usage("give one of --prompt, --messages and --prompt-ids");
+  const int prompts = int(args.has("prompt")) + int(args.has("prompt-file")) + int(args.has("messages")) +
+                      int(args.has("prompt-ids"));
+  if (prompts != 1) return usage("give one of --prompt, --prompt-file, --messages and --prompt-ids");
   const std::string format = args.get("output", "text");
-  if (format != "text" && format != "json") return usage("--output: expected text or json, got \"" + format + "\"");
+  if (format != "text" && format != "json" && format != "events") {
+    return usage("--output: expected text, json or events, got \"" + format + "\"");
+  }
 
   SamplingOptions so;
   {
@@ -222,6 +234,10 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
 
   Result<std::vector<std::int32_t>> prompt = Status::internal("no prompt");
   if (args.has("prompt")) prompt = prompt_ids_of_text(*model, args.get("prompt"));
+  if (args.has("prompt-file")) {
+    auto text = text_of_file("--prompt-file", args.get("prompt-file"));
+    prompt = text.is_ok() ? prompt_ids_of_text(*model, *text) : Result<std::vector<std::int32_t>>(text.status());
+  }
   if (args.has("prompt-ids")) prompt = ids_of(args.get("prompt-ids"));
   if (args.has("messages")) {
     auto conversation = conversation_of_file(args.get("messages"));
@@ -234,9 +250,19 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
   // Text streams as it is produced; without a tokenizer, ids do.
   std::optional<data::TextStream> stream;
   if (model->tokenizer) stream.emplace(*model->tokenizer);
-  const bool streaming = format == "text";
+  const bool streaming = format == "text", events = format == "events";
   bool first = true;
   auto on_token = [&](std::int32_t id) {
+    if (events) {
+      // One JSON line a token (tailord relays them as server-sent events).
+      Json e;
+      e["event"] = "token";
+      e["id"] = id;
+      e["text"] = stream ? stream->push(id) : std::string();
+      out << e.dump() << "\n";
+      out.flush();
+      return true;
+    }
     if (!streaming) return true;
     if (stream) {
       out << stream->push(id);
@@ -247,7 +273,12 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
     out.flush();
     return true;
   };
-  auto generated = generate(model->model, *prompt, so, on_token);
+  Result<Generated> generated = Status::internal("not run");
+  try {
+    generated = generate(model->model, *prompt, so, on_token);
+  } catch (const c10::OutOfMemoryError& e) {
+    generated = Status::resource_exhausted(std::string("out of memory: ") + e.what_without_backtrace());
+  }
   if (!generated.is_ok()) {
     if (streaming) out << "\n";
     return fail(err, generated.status().code() == StatusCode::kInvalidArgument ? kInvalid : kFailed,
@@ -272,6 +303,7 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
     return kOk;
   }
   Json j;
+  if (events) j["event"] = "done";
   j["model"] = sources->base;
   j["adapter"] = sources->adapter.empty() ? Json() : Json(sources->adapter);
   j["device"] = device->name();

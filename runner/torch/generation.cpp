@@ -93,6 +93,8 @@ Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& pro
       input = torch::full({1, 1}, static_cast<std::int64_t>(id), torch::TensorOptions().dtype(torch::kInt64).device(device));
     }
     out.decode_seconds = out.ids.size() > 1 ? seconds_since(start) : 0;
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // the caller's to handle: a training run re-plans
   } catch (const c10::Error& e) {
     return Status::internal(std::string("generation: ") + e.what_without_backtrace());
   }

@@ -44,7 +44,8 @@ struct Generated {
 // chosen and may return false to stop early. InvalidArgument when the
 // prompt is empty, holds ids outside the vocabulary, or fills the context
 // (saying how many tokens each); check_sampling's errors. LibTorch errors
-// (out of memory) become Internal. Never throws.
+// become Internal, except c10::OutOfMemoryError, which is rethrown (a
+// training run turns it into its out-of-memory outcome).
 Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& prompt, const SamplingOptions& options,
                            const std::function<bool(std::int32_t)>& on_token = {});
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dsl/model_family.h"
+#include "runner/data/prompt_tokens.h"
 #include "runner/torch/hf_checkpoint.h"
 #include "runner/torch/lora.h"
 
@@ -62,26 +63,6 @@ void add_ids(const fs::path& file, std::vector<std::int32_t>& ids) {
       if (x.is_number_integer()) ids.push_back(x.get<std::int32_t>());
     }
   }
-}
-
-// The special token the template writes right after an assistant turn's
-// text, where it has one: found on a rendering of a two-turn conversation.
-std::optional<std::int32_t> end_of_turn(const data::ChatSetup& chat, const data::Tokenizer& tok) {
-  constexpr const char* kReply = "Tailor end-of-turn probe";
-  const Json conversation = {{"messages",
-                              Json::array({{{"role", "user"}, {"content", "Hello"}},
-                                           {{"role", "assistant"}, {"content", kReply}}})}};
-  auto text = data::render_conversation(chat, conversation.dump(), /*add_generation_prompt=*/false);
-  if (!text.is_ok()) return std::nullopt;
-  const std::size_t at = text->rfind(kReply);
-  if (at == std::string::npos) return std::nullopt;
-  auto encoded = tok.encode_with_offsets(*text);
-  if (!encoded.is_ok()) return std::nullopt;
-  for (std::size_t i = 0; i < encoded->ids.size(); ++i) {
-    if (encoded->offsets[i].first < at + std::string(kReply).size()) continue;
-    if (tok.is_special(encoded->ids[i])) return encoded->ids[i];
-  }
-  return std::nullopt;
 }
 
 Result<torch::Dtype> dtype_of(const std::string& name, const Json& config, const torch::Device& device,
@@ -166,7 +147,7 @@ Result<InferenceModel> open_inference_model(const ModelSources& src, const torch
   if (m.tokenizer) {
     if (m.tokenizer->eos_id() >= 0) m.stop_ids.push_back(m.tokenizer->eos_id());
     if (m.chat) {
-      if (auto eot = end_of_turn(*m.chat, *m.tokenizer)) m.stop_ids.push_back(*eot);
+      if (auto eot = data::template_end_of_turn(*m.chat, *m.tokenizer)) m.stop_ids.push_back(*eot);
     }
   }
   std::sort(m.stop_ids.begin(), m.stop_ids.end());
@@ -179,11 +160,7 @@ Result<std::vector<std::int32_t>> prompt_ids_of_text(const InferenceModel& m, co
     return Status::invalid_argument("the model folder has no tokenizer (tokenizer.json or tokenizer.model); give "
                                     "token ids instead");
   }
-  std::vector<std::int32_t> ids;
-  if (m.tokenizer->bos_id() >= 0) ids.push_back(m.tokenizer->bos_id());
-  const auto body = m.tokenizer->encode(text);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
+  return data::text_prompt_ids(*m.tokenizer, text);
 }
 
 Result<std::vector<std::int32_t>> prompt_ids_of_conversation(const InferenceModel& m, const std::string& conversation) {
@@ -192,9 +169,7 @@ Result<std::vector<std::int32_t>> prompt_ids_of_conversation(const InferenceMode
     return Status::invalid_argument("the model folder has no chat template (chat_template.jinja or "
                                     "tokenizer_config.json's chat_template); give a plain prompt instead");
   }
-  TAILOR_ASSIGN_OR_RETURN(const std::string text,
-                          data::render_conversation(*m.chat, conversation, /*add_generation_prompt=*/true));
-  return m.tokenizer->encode(text);
+  return data::conversation_prompt_ids(*m.chat, *m.tokenizer, conversation);
 }
 
 }  // namespace tailor::runner

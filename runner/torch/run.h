@@ -10,6 +10,7 @@
 //   run_step.cpp         the probe, one step, the evaluation, measured memory
 //   run_checkpoints.cpp  writing checkpoints and resuming from them
 //   run_preference.cpp   DPO: the reference's log-probabilities, the pairs' loss
+//   run_generation.cpp   training.eval_prompts answered at each evaluation
 // and gradient_sync.h holds what differs between the ZeRO stages.
 #pragma once
 
@@ -100,6 +101,11 @@ class Run {
     HfExport tokenizer;                   // the tokenizer's ids and files, for the exported model
     std::int64_t total_steps = 0;
     data::SkippedRecords skipped;         // data.on_bad_record: skip: records of data.train left out
+    // training.eval_prompts as ids, the ids their answers stop at, and the
+    // tokenizer that decodes the answers (null without prompts).
+    std::vector<std::vector<std::int32_t>> prompt_ids;
+    std::vector<std::int32_t> stop_ids;
+    std::unique_ptr<data::Tokenizer> prompt_tokenizer;
   };
   // The model's tensors as training sees them (build_model).
   struct Tensors {
@@ -172,6 +178,7 @@ class Run {
   // every rank has a GPU of its own (nccl_group.h).
   Status join_nccl();
   Result<Data> load_data();
+  Status prepare_prompts(Data& out, std::unique_ptr<data::Tokenizer> tok, const data::ChatSetup* chat);
   Status build_model();
   // DPO's separate reference: a frozen copy of the model's starting weights.
   void build_reference();
@@ -192,6 +199,11 @@ class Run {
                      const std::optional<Evaluation>& eval);
   bool eval_due(std::int64_t step) const;
   Result<Evaluation> evaluate();
+  // run_generation.cpp: training.eval_prompts answered after an evaluated
+  // step (rank 0 alone: the plan keeps the whole model on it), as a
+  // generation event.
+  bool prompts_due(std::int64_t step) const;
+  Status answer_prompts(std::int64_t step);
   void zero_grads();
   Measured measure_static() const;
 

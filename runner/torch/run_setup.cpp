@@ -7,6 +7,7 @@
 
 #include "dsl/spec_loader.h"
 #include "runner/data/dataset.h"
+#include "runner/data/prompt_tokens.h"
 #include "runner/data/token_cache.h"
 #include "runner/data/tokenizer.h"
 #include "runner/dist/launcher.h"
@@ -197,6 +198,7 @@ Result<Run::Data> Run::load_data() {
                                     static_cast<std::uint64_t>(spec_.training.seed), (*tok)->pad_id());
   if (!batcher.is_ok()) return as_bad_input(batcher.status());
   out.train = std::make_unique<data::Batcher>(std::move(*batcher));
+  TAILOR_RETURN_IF_ERROR(prepare_prompts(out, std::move(tok).value(), chat ? &*chat : nullptr));
   const double global_rows = static_cast<double>(st_.micro_batch_size * st_.grad_accumulation * world_);
   out.total_steps = spec_.training.max_steps
                         ? *spec_.training.max_steps
@@ -204,6 +206,31 @@ Result<Run::Data> Run::load_data() {
                                                         spec_.training.epochs *
                                                         static_cast<double>(out.train->rows_per_epoch()) / global_rows)));
   return out;
+}
+
+// training.eval_prompts as the model will read them, checked now so that a
+// prompt the context cannot hold fails the run before it trains.
+Status Run::prepare_prompts(Data& out, std::unique_ptr<data::Tokenizer> tok, const data::ChatSetup* chat) {
+  const auto& prompts = spec_.training.eval_prompts;
+  if (prompts.empty()) return Status::ok();
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    auto ids = chat ? data::user_turn_prompt_ids(*chat, *tok, prompts[i])
+                    : Result<std::vector<std::int32_t>>(data::text_prompt_ids(*tok, prompts[i]));
+    const std::string where = "training.eval_prompts[" + std::to_string(i) + "]";
+    if (!ids.is_ok()) return as_bad_input(ids.status().prefixed(where));
+    if (static_cast<std::int64_t>(ids->size()) >= spec_.model.arch.max_seq_len) {
+      return Status::invalid_argument(where + " has " + std::to_string(ids->size()) +
+                                      " tokens; the model's context is " +
+                                      std::to_string(spec_.model.arch.max_seq_len) + ", which leaves no room to answer");
+    }
+    out.prompt_ids.push_back(std::move(ids).value());
+  }
+  if (tok->eos_id() >= 0) out.stop_ids.push_back(tok->eos_id());
+  if (chat) {
+    if (auto eot = data::template_end_of_turn(*chat, *tok)) out.stop_ids.push_back(*eot);
+  }
+  out.prompt_tokenizer = std::move(tok);
+  return Status::ok();
 }
 
 Result<Run::Tensors> Run::attach_adapters() {

@@ -213,6 +213,7 @@ Status Run::train_step(std::int64_t step) {
       ev.field("seconds", eval->seconds);
     });
   }
+  if (prompts_due(step)) TAILOR_RETURN_IF_ERROR(answer_prompts(step));
   print_progress(step, loss, memory.line().peak, eval);
   return Status::ok();
 }

@@ -160,6 +160,102 @@ TEST(RunE2eTest, SubmittedJobRunsToSuccessWithMetricsInStoreAndPrometheus) {
   EXPECT_NE(prom.body.find("tailor_http_request_duration_seconds_bucket{"), std::string::npos);
 }
 
+// The server-sent events of a body: (event, data) in order.
+std::vector<std::pair<std::string, json>> sse_events(const std::string& body) {
+  std::vector<std::pair<std::string, json>> out;
+  std::istringstream lines(body);
+  std::string event;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("event: ", 0) == 0) event = line.substr(7);
+    if (line.rfind("data: ", 0) == 0) out.emplace_back(event, json::parse(line.substr(6), nullptr, false));
+  }
+  return out;
+}
+
+// POST /v1/jobs/{id}/generate: a succeeded job's model streams its tokens
+// and the result; what cannot be generated is refused with the reason.
+TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEvents) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"));
+  ASSERT_TRUE(d.ok()) << d.log();
+  // Its eval prompt is answered after the last step, and kept with the job.
+  std::string spec = tiny_spec("gen-job", 3, 100);
+  spec.replace(spec.find("training:\n"), 10, "training:\n  eval_prompts: [\"The\"]\n  eval_max_tokens: 4\n");
+  const std::string id = submit(d, spec);
+  ASSERT_FALSE(id.empty());
+  // A queued or running job has no model yet.
+  const auto early = d.post("/v1/jobs/" + id + "/generate", R"({"prompt": "The"})", "application/json");
+  if (early.status != 200) {
+    EXPECT_EQ(early.status, 409) << early.body;
+  }
+  ASSERT_TRUE(d.wait_state(id, "succeeded", seconds(120)));
+  const json stored = d.get("/v1/jobs/" + id + "/events").json();
+  const auto generation = std::find_if(stored["events"].begin(), stored["events"].end(),
+                                       [](const json& e) { return e["kind"] == "runner.generation"; });
+  ASSERT_NE(generation, stored["events"].end()) << stored.dump();
+  EXPECT_EQ((*generation)["data"]["step"], 3);
+  EXPECT_EQ((*generation)["data"]["answers"][0]["prompt"], "The");
+  EXPECT_LE((*generation)["data"]["answers"][0]["tokens"].get<int>(), 4);
+
+  const auto r = d.post("/v1/jobs/" + id + "/generate", R"({"prompt": "The", "max_tokens": 12, "temperature": 0.9,
+      "top_k": 50, "seed": 3})", "application/json");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.at("content-type"), "text/event-stream");
+  const auto events = sse_events(r.body);
+  ASSERT_FALSE(events.empty()) << r.body;
+  ASSERT_EQ(events.back().first, "done") << r.body;
+  const json& done = events.back().second;
+  std::vector<std::int64_t> streamed;
+  std::string text;
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    ASSERT_EQ(events[i].first, "token") << r.body;
+    streamed.push_back(events[i].second["id"].get<std::int64_t>());
+    text += events[i].second["text"].get<std::string>();
+  }
+  EXPECT_EQ(json(streamed), done["ids"]);
+  EXPECT_EQ(done["completion_tokens"], streamed.size());
+  EXPECT_TRUE(done["text"].get<std::string>().rfind(text, 0) == 0) << text << " vs " << done["text"];
+  EXPECT_TRUE(done["finish_reason"] == "length" ? streamed.size() == 12 : done["finish_reason"] == "stop");
+  // The same seed, the same tokens.
+  const auto again = d.post("/v1/jobs/" + id + "/generate", R"({"prompt": "The", "max_tokens": 12, "temperature": 0.9,
+      "top_k": 50, "seed": 3})", "application/json");
+  ASSERT_EQ(again.status, 200);
+  EXPECT_EQ(sse_events(again.body).back().second["ids"], done["ids"]);
+
+  // Refused before anything runs: a bad body (400 naming the field), an
+  // unknown job (404), a read-only token (403).
+  for (const char* body : {R"({"prompt": "x", "max_tokens": 0})", R"({"prompt": "x", "messages": []})",
+                           R"({"prompt": "x", "top_p": 0})", R"({"prompt": "x", "colour": 1})", "[]"}) {
+    const auto bad = d.post("/v1/jobs/" + id + "/generate", body, "application/json");
+    EXPECT_EQ(bad.status, 400) << body << " -> " << bad.body;
+  }
+  EXPECT_NE(d.post("/v1/jobs/" + id + "/generate", R"({"prompt": "x", "top_p": 0})", "application/json")
+                .json()["message"].get<std::string>().find("top_p"), std::string::npos);
+  EXPECT_EQ(d.post("/v1/jobs/j-0000000000000000/generate", R"({"prompt": "x"})", "application/json").status, 404);
+  std::ifstream reader_file(dir.file("data/token.read"));
+  std::string reader;
+  std::getline(reader_file, reader);
+  EXPECT_EQ(http_request(d.address(), "POST", "/v1/jobs/" + id + "/generate", R"({"prompt": "x"})",
+                         {{"Authorization", "Bearer " + reader}, {"Content-Type", "application/json"}})
+                .status,
+            403);
+  // What only the runner can tell comes as an error event: a prompt longer
+  // than the model's context.
+  const auto too_long = d.post("/v1/jobs/" + id + "/generate",
+                               json{{"prompt", std::string(5000, 'a')}}.dump(), "application/json");
+  ASSERT_EQ(too_long.status, 200);
+  const auto error = sse_events(too_long.body);
+  ASSERT_EQ(error.size(), 1u) << too_long.body;
+  EXPECT_EQ(error[0].first, "error");
+  EXPECT_EQ(error[0].second["error"], "invalid_argument");
+  EXPECT_NE(error[0].second["message"].get<std::string>().find("context"), std::string::npos) << too_long.body;
+  // Nothing is left behind once the streams are closed.
+  EXPECT_TRUE(wait_for([&] { return !std::filesystem::exists(dir.file("data/generate")) ||
+                                    std::filesystem::is_empty(dir.file("data/generate")); },
+                       seconds(10)));
+}
+
 TEST(RunE2eTest, ATwoRankJobReservesBothRanksAndReportsEachRanksPeak) {
   REQUIRE_RUNNER();
   tailor::testing::TempDir dir;

@@ -258,6 +258,30 @@ def main():
         print(f"ok: model/ downloaded as one archive ({os.path.getsize(archive)} bytes, {len(names)} files), "
               "equal to the job's folder")
 
+        # Talking to the model from its page: the answer streams in, and it
+        # is what the API gives for the same greedy request.
+        prompt = driver.find_element(By.CSS_SELECTOR, "textarea[aria-label=Prompt]")
+        prompt.send_keys("The ")
+        max_tokens = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Max tokens']")
+        max_tokens.clear()
+        max_tokens.send_keys("24")
+        driver.find_element(By.XPATH, "//button[normalize-space()='Generate']").click()
+        long_wait.until(lambda d: "tokens/s" in d.find_element(By.XPATH, "//h2[.='Talk to the model']/..").text)
+        answer = driver.find_element(By.CSS_SELECTOR, "pre[aria-label=\"The model's answer\"]").text
+        request = urllib.request.Request(
+            f"http://{address}/v1/jobs/{job_id}/generate", method="POST",
+            data=json.dumps({"prompt": "The ", "max_tokens": 24, "temperature": 0}).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            stream = response.read().decode("utf-8")
+        done = [json.loads(line[len("data: "):]) for block in stream.split("\n\n") if block.startswith("event: done")
+                for line in block.split("\n") if line.startswith("data: ")]
+        if len(done) != 1 or done[0]["text"].strip() != answer.strip():
+            fail(f"the page's answer {answer!r} is not the API's {done!r}")
+        shot("05b-talk")
+        print(f"ok: the job page generated {done[0]['completion_tokens']} tokens from its model, streamed, "
+              "equal to the API's answer")
+
         # Cancel a running job from its page.
         other = http(address, "/v1/jobs", token, "POST", resolved(100000).encode(), "application/yaml")["id"]
         driver.get(base + f"/ui#/jobs/{other}")

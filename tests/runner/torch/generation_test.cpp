@@ -270,5 +270,60 @@ TEST(GenerationTest, ChatPromptAndTextEqualTransformersThroughTheCommands) {
   EXPECT_NE(read_text(dir.file("stderr.txt")).find("not a model folder"), std::string::npos);
 }
 
+// training.eval_prompts: answers at each evaluation, in events.jsonl; the
+// last ones are what `tailor-runner generate` gives on the exported model,
+// for plain text and for a chat job's user turn through its template.
+TEST(GenerationTest, EvalPromptsAreAnsweredAtEachEvaluationAsTheExportedModelAnswers) {
+  TempDir dir;
+  const std::string bin = std::string(TAILOR_BINARY_DIR) + "/bin/";
+  const std::string examples = std::string(TAILOR_SOURCE_DIR) + "/configs/examples/";
+  struct Case {
+    const char* spec;
+    const char* prompt_flag;  // how `tailor-runner generate` is given the same prompt
+  };
+  for (const auto& [spec, flag] : {Case{"tiny-cpu.yaml", "--prompt"}, Case{"chat-cpu.yaml", "--messages"}}) {
+    SCOPED_TRACE(spec);
+    const std::string out = dir.file(std::string(spec) + ".run");
+    std::string text;
+    ASSERT_EQ(shell(bin + "tailor run " + examples + spec + " --out " + out +
+                        " --set training.max_steps=4 --set training.eval_every=2"
+                        " --set 'training.eval_prompts=[\"The cat\", \"Once upon a time\"]'"
+                        " --set training.eval_max_tokens=12",
+                    text, dir),
+              0)
+        << read_text(dir.file("stderr.txt"));
+    std::vector<Json> generations;
+    std::istringstream events(read_text(out + "/events.jsonl"));
+    for (std::string line; std::getline(events, line);) {
+      const Json e = Json::parse(line);
+      if (e["event"] == "generation") generations.push_back(e);
+    }
+    ASSERT_EQ(generations.size(), 2u) << read_text(out + "/events.jsonl");
+    EXPECT_EQ(generations[0]["step"], 2);
+    EXPECT_EQ(generations[1]["step"], 4);
+    const Json& last = generations[1]["answers"];
+    ASSERT_EQ(last.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::string prompt = last[i]["prompt"];
+      EXPECT_EQ(prompt, i == 0 ? "The cat" : "Once upon a time");
+      EXPECT_LE(last[i]["tokens"].get<int>(), 12);
+      std::string given = "\"" + prompt + "\"";
+      if (std::string(flag) == "--messages") {
+        std::ofstream(dir.file("turn.json")) << Json::array({{{"role", "user"}, {"content", prompt}}}).dump();
+        given = dir.file("turn.json");
+      }
+      ASSERT_EQ(shell(bin + "tailor-runner generate " + out + " " + flag + " " + given +
+                          " --max-tokens 12 --output json",
+                      text, dir),
+                0)
+          << read_text(dir.file("stderr.txt"));
+      const Json answer = Json::parse(text);
+      EXPECT_EQ(answer["text"], last[i]["text"]) << prompt;
+      EXPECT_EQ(answer["completion_tokens"], last[i]["tokens"]) << prompt;
+      EXPECT_EQ(answer["finish_reason"] == "stop", last[i]["stopped"].get<bool>()) << prompt;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tailor::runner
