@@ -170,12 +170,31 @@ enum class LrScheduler { kConstant, kCosine, kLinear };
 enum class TrainingMethod { kSft, kDpo };
 // DPO's loss on the margin h = beta * ((log pi(y_w) - log ref(y_w)) -
 // (log pi(y_l) - log ref(y_l))), each a completion's summed log-probability:
+// With r_w = beta (log pi(y_w) - log ref(y_w)) and r_l likewise (h = r_w - r_l),
+// as TRL 1.16's DPOTrainer computes each:
 enum class PreferenceLoss {
   kSigmoid,  // -log sigmoid(h) (Rafailov et al. 2023)
   kIpo,      // (h / beta - 1 / (2 beta))^2 on per-token mean log-ratios (Azar et al., "A General
              // Theoretical Paradigm to Understand Learning from Human Preferences", 2023)
   kHinge,    // max(0, 1 - h) (Zhao et al., "SLiC-HF", 2023)
+  // ((1 - e) (-log sigmoid(h)) - e (-log sigmoid(-h))) / (1 - 2e), e = label_smoothing: an unbiased
+  // loss under preference labels flipped with probability e (Chowdhury et al., "Provably Robust DPO", 2024)
+  kRobust,
+  // KL(softmax(h, 0) || (1 - e, e)) over the pair (Ji et al., "Towards Efficient Exact Optimization of
+  // Language Model Alignment", 2024, EXO-pref), e = label_smoothing > 0
+  kExoPair,
+  kNcaPair,   // -log sigmoid(r_w) - (log sigmoid(-r_w) + log sigmoid(-r_l)) / 2 (Chen et al., "Noise Contrastive
+              // Alignment", 2024)
+  kBcoPair,   // -log sigmoid(r_w) - log sigmoid(-r_l) (Jung et al., "Binary Classifier Optimization", 2024)
+  kSppoHard,  // (r_w / beta - 1 / (2 beta))^2 + (r_l / beta + 1 / (2 beta))^2 (Wu et al., "Self-Play Preference
+              // Optimization", 2024, its hard-label form)
+  kApoZero,   // (1 - sigmoid(r_w)) + sigmoid(r_l) (D'Oosterlinck et al., "Anchored Preference Optimization", 2024)
+  kApoDown,   // sigmoid(r_w) + (1 - sigmoid(h)) (the same paper, for chosen answers worse than the model's own)
 };
+// Whether `loss` reads training.label_smoothing.
+inline bool uses_label_smoothing(PreferenceLoss loss) {
+  return loss == PreferenceLoss::kRobust || loss == PreferenceLoss::kExoPair;
+}
 
 // The largest global (and micro) batch a spec may ask for, in sequences.
 inline constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 20;
@@ -200,6 +219,9 @@ struct TrainingSpec {
   TrainingMethod method = TrainingMethod::kSft;
   double beta = 0.1;                             // dpo: the margin's scale (the KL penalty's weight)
   PreferenceLoss loss_type = PreferenceLoss::kSigmoid;  // dpo
+  // dpo, robust and exo_pair: the assumed share of flipped preference
+  // labels, in [0, 0.5) (exo_pair: above 0). Default 0.
+  double label_smoothing = 0.0;
 };
 
 struct LoraSpec {
@@ -344,7 +366,7 @@ const char* to_string(TrainOn v);       // assistant | all | last_assistant
 const char* to_string(TrainOnEos v);    // turn | last | none
 const char* to_string(Packing v);       // none | stream | whole-examples
 const char* to_string(TrainingMethod v);  // sft | dpo
-const char* to_string(PreferenceLoss v);  // sigmoid | ipo | hinge
+const char* to_string(PreferenceLoss v);  // sigmoid | ipo | hinge | robust | exo_pair | nca_pair | bco_pair | sppo_hard | apo_zero | apo_down
 // The plan's words: "whole examples, first-fit decreasing", "stream, split at
 // row boundaries (plain text)", "none: one example per row, padded".
 const char* describe(Packing v);

@@ -171,7 +171,11 @@ template <>
 struct EnumNames<PreferenceLoss> {
   static const std::vector<std::pair<PreferenceLoss, const char*>>& names() {
     static const std::vector<std::pair<PreferenceLoss, const char*>> k = {
-        {PreferenceLoss::kSigmoid, "sigmoid"}, {PreferenceLoss::kIpo, "ipo"}, {PreferenceLoss::kHinge, "hinge"}};
+        {PreferenceLoss::kSigmoid, "sigmoid"},    {PreferenceLoss::kIpo, "ipo"},
+        {PreferenceLoss::kHinge, "hinge"},        {PreferenceLoss::kRobust, "robust"},
+        {PreferenceLoss::kExoPair, "exo_pair"},   {PreferenceLoss::kNcaPair, "nca_pair"},
+        {PreferenceLoss::kBcoPair, "bco_pair"},   {PreferenceLoss::kSppoHard, "sppo_hard"},
+        {PreferenceLoss::kApoZero, "apo_zero"},   {PreferenceLoss::kApoDown, "apo_down"}};
     return k;
   }
 };
@@ -516,9 +520,25 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
             "and TRL.",
             &TrainingSpec::beta, number_above(0))),
       dpo_only(field("loss_type",
-            "dpo: sigmoid (the paper's, the default), ipo (Azar et al. 2023; per-token mean log-ratios) or hinge "
-            "(SLiC-HF, Zhao et al. 2023), as TRL's DPOTrainer computes them.",
+            "dpo: sigmoid (the paper's, the default), ipo (Azar et al. 2023; per-token mean log-ratios), hinge "
+            "(SLiC-HF, Zhao et al. 2023), robust (rDPO, Chowdhury et al. 2024; reads label_smoothing), exo_pair "
+            "(EXO, Ji et al. 2024; label_smoothing > 0), nca_pair (NCA, Chen et al. 2024), bco_pair (BCO, Jung et "
+            "al. 2024), sppo_hard (SPPO, Wu et al. 2024), apo_zero or apo_down (APO, D'Oosterlinck et al. 2024), "
+            "as TRL's DPOTrainer computes them.",
             &TrainingSpec::loss_type)),
+      // Written back only where it is read, so other jobs' resolved form
+      // does not change.
+      [] {
+        Field<TrainingSpec> f = field("label_smoothing",
+            "dpo with loss_type robust or exo_pair: the assumed share of flipped preference labels, in [0, 0.5) "
+            "(exo_pair: above 0; TRL suggests 1e-3). Default 0.",
+            &TrainingSpec::label_smoothing, number_in_range(0, 0.5, false));
+        f.write = [write = f.write](const TrainingSpec& t) -> std::optional<Node> {
+          if (t.method != TrainingMethod::kDpo || !uses_label_smoothing(t.loss_type)) return std::nullopt;
+          return write(t);
+        };
+        return f;
+      }(),
   };
   return k;
 }

@@ -411,10 +411,19 @@ void check_method(const JobSpec& spec, const Node& root, Diagnostics& d) {
       d.error(loc_at(root, "strategy.reference"), "strategy.reference",
               "dpo needs a reference model: adapter_off, separate or auto");
     }
+    const PreferenceLoss loss = spec.training.loss_type;
+    if (node_at(root, "training.label_smoothing") != nullptr && !uses_label_smoothing(loss)) {
+      d.error(loc_at(root, "training.label_smoothing"), "training.label_smoothing",
+              std::string("loss_type ") + to_string(loss) + " does not read it (robust and exo_pair do)");
+    }
+    if (loss == PreferenceLoss::kExoPair && spec.training.label_smoothing <= 0) {
+      d.error(loc_at(root, "training.loss_type"), "training.loss_type",
+              "exo_pair needs training.label_smoothing above 0 (its target is (1 - e, e); TRL suggests 1e-3)");
+    }
     return;
   }
-  for (const char* key : {"training.beta", "training.loss_type", "strategy.reference", "data.chosen_field",
-                          "data.rejected_field"}) {
+  for (const char* key : {"training.beta", "training.loss_type", "training.label_smoothing", "strategy.reference",
+                          "data.chosen_field", "data.rejected_field"}) {
     if (node_at(root, key) != nullptr) d.error(loc_at(root, key), key, "applies to training.method: dpo only");
   }
 }

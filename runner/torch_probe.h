@@ -25,4 +25,8 @@ struct TorchProbe {
 // Runs the probe on the default device. Never throws.
 Result<TorchProbe> probe_torch();
 
+// Whether this tailor-runner has its CUDA path (TAILOR_CUDA): read here, in
+// a source compiled once per variant, so that its callers need not be.
+bool cuda_path_built();
+
 }  // namespace tailor::runner

@@ -14,6 +14,7 @@
 #include "dsl/chat_records.h"
 #include "runner/data/text_stream.h"
 #include "runner/device_choice.h"
+#include "runner/torch_probe.h"
 #include "runner/torch/generation.h"
 #include "runner/torch/inference_model.h"
 
@@ -217,7 +218,7 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
   }
   const int cuda_devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   auto device = choose_device(args.get("device", "auto"), dsl::TrainDevice::kAuto, /*plan_for_gpus=*/cuda_devices > 0,
-                              cuda_devices, /*cuda_built=*/TAILOR_CUDA != 0, std::getenv("CUDA_VISIBLE_DEVICES"));
+                              cuda_devices, /*cuda_built=*/cuda_path_built(), std::getenv("CUDA_VISIBLE_DEVICES"));
   if (!device.is_ok()) return fail(err, kInvalid, device.status());
   const torch::Device dev = device->cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device->index))
                                          : torch::Device(torch::kCPU);

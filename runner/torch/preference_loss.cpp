@@ -1,5 +1,7 @@
 #include "runner/torch/preference_loss.h"
 
+#include <cmath>
+
 #include <vector>
 
 namespace tailor::runner {
@@ -25,7 +27,8 @@ void PreferenceSums::add(const PreferenceSums& o) {
 }
 
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
-                                  const torch::Tensor& tokens, dsl::PreferenceLoss type, double beta) {
+                                  const torch::Tensor& tokens, dsl::PreferenceLoss type, double beta,
+                                  double label_smoothing) {
   const std::int64_t pairs = logps.size(0) / 2;
   const torch::Tensor ratios = logps - reference.to(logps.dtype());
   const torch::Tensor chosen_ratio = ratios.narrow(0, 0, pairs);
@@ -37,6 +40,36 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
       break;
     case dsl::PreferenceLoss::kHinge:
       per_pair = torch::relu(1.0 - beta * (chosen_ratio - rejected_ratio));
+      break;
+    case dsl::PreferenceLoss::kRobust: {
+      const double e = label_smoothing;
+      const torch::Tensor h = beta * (chosen_ratio - rejected_ratio);
+      per_pair = (-(1.0 - e) * torch::log_sigmoid(h) + e * torch::log_sigmoid(-h)) / (1.0 - 2.0 * e);
+      break;
+    }
+    case dsl::PreferenceLoss::kExoPair: {
+      // KL of the pair's softmax (q_w, q_l) from the target (1 - e, e).
+      const double e = label_smoothing;
+      const torch::Tensor h = beta * (chosen_ratio - rejected_ratio);
+      per_pair = torch::sigmoid(h) * (torch::log_sigmoid(h) - std::log1p(-e)) +
+                 torch::sigmoid(-h) * (torch::log_sigmoid(-h) - std::log(e));
+      break;
+    }
+    case dsl::PreferenceLoss::kNcaPair:
+      per_pair = -torch::log_sigmoid(beta * chosen_ratio) - 0.5 * torch::log_sigmoid(-beta * chosen_ratio) -
+                 0.5 * torch::log_sigmoid(-beta * rejected_ratio);
+      break;
+    case dsl::PreferenceLoss::kBcoPair:
+      per_pair = -torch::log_sigmoid(beta * chosen_ratio) - torch::log_sigmoid(-beta * rejected_ratio);
+      break;
+    case dsl::PreferenceLoss::kSppoHard:
+      per_pair = (chosen_ratio - 0.5 / beta).pow(2) + (rejected_ratio + 0.5 / beta).pow(2);
+      break;
+    case dsl::PreferenceLoss::kApoZero:
+      per_pair = (1.0 - torch::sigmoid(beta * chosen_ratio)) + torch::sigmoid(beta * rejected_ratio);
+      break;
+    case dsl::PreferenceLoss::kApoDown:
+      per_pair = torch::sigmoid(beta * chosen_ratio) + (1.0 - torch::sigmoid(beta * (chosen_ratio - rejected_ratio)));
       break;
     case dsl::PreferenceLoss::kIpo: {
       // TRL normalises IPO's log-ratios by the completion's length (its

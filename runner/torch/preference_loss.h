@@ -44,7 +44,10 @@ struct PreferenceLossOut {
 //   sigmoid  -log sigmoid(beta h)                   (Rafailov et al. 2023)
 //   ipo      (h' - 1 / (2 beta))^2, h' on per-token means  (Azar et al. 2023)
 //   hinge    relu(1 - beta h)                       (Zhao et al. 2023, SLiC)
+// and the others of dsl::PreferenceLoss, each as TRL 1.16 computes it;
+// `label_smoothing` is read by robust and exo_pair.
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
-                                  const torch::Tensor& tokens, dsl::PreferenceLoss type, double beta);
+                                  const torch::Tensor& tokens, dsl::PreferenceLoss type, double beta,
+                                  double label_smoothing = 0);
 
 }  // namespace tailor::runner

@@ -42,7 +42,7 @@ PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const torch::Tenso
                                  const torch::Tensor& reference) {
   const torch::Tensor tokens = targets.ne(-100).sum(1);
   return preference_loss(sequence_logps(*model_, hidden, targets), reference, tokens, spec_.training.loss_type,
-                         spec_.training.beta);
+                         spec_.training.beta, spec_.training.label_smoothing);
 }
 
 Status Run::reduce_preference(PreferenceSums& s) {

@@ -59,4 +59,6 @@ Result<TorchProbe> probe_torch() {
   }
 }
 
+bool cuda_path_built() { return TAILOR_CUDA != 0; }
+
 }  // namespace tailor::runner

@@ -143,6 +143,21 @@ TEST(PlannerTest, DpoDoublesThePassesAndPlacesTheReference) {
             "a separate reference beside adapters is not built: adapter_off is the same reference without the copy");
 }
 
+// Answers to training.eval_prompts are generated on rank 0 alone, which
+// needs the whole model there: the planner keeps such a job off ZeRO-3.
+TEST(PlannerTest, EvalPromptsKeepTheWholeModelOnOneRank) {
+  const Hardware hw = gpus("8xA100-80GB");
+  EXPECT_EQ(plan_job(load("llama3-8b-full-8xa100.yaml"), hw).chosen.strategy.zero_stage, 3);
+  const dsl::JobSpec asking = load("llama3-8b-full-8xa100.yaml", {"training.eval_prompts=[\"Hi\"]"});
+  const Plan p = plan_job(asking, hw);
+  ASSERT_TRUE(p.fits);
+  EXPECT_LT(p.chosen.strategy.zero_stage, 3);
+  Strategy z3 = p.chosen.strategy;
+  z3.zero_stage = 3;
+  EXPECT_EQ(Constraints(asking, hw).why_not(z3),
+            "training.eval_prompts under ZeRO-3 is not built (generation needs the whole model on one rank)");
+}
+
 // The 8B example: DPO with adapters on one 24 GiB GPU.
 TEST(PlannerTest, DpoOfAn8bModelFitsOne24GbGpuWithAdaptersAndNoCopy) {
   const Plan p = plan_job(load("dpo-llama3-8b-qlora-24gb.yaml"), gpus("1x24GiB"));

@@ -363,7 +363,9 @@ def with_cluster(build, src, work):
         code, job8 = api.submit(spec("retry-waits", 40, CPU_ONE, "slurm", every=5))
         api.wait(job8["id"], lambda j: (j.get("last_step") or 0) >= 7, 90, "step 7, past a checkpoint")
         killed = kill_rank(job8["id"], 0)
-        api.wait(job8["id"], lambda j: j["state"] == "queued", 30, "queued for a retry")
+        # Slurm keeps the killed job COMPLETING until its processes are gone,
+        # which takes well over 30 s on a loaded machine.
+        api.wait(job8["id"], lambda j: j["state"] == "queued", 120, "queued for a retry")
         cluster.kill_controller()
         waiting = api.wait(job8["id"], lambda j: j["executor"]["state"].startswith("waiting for Slurm"), 30,
                            "waiting for Slurm")

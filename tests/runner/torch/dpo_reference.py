@@ -18,11 +18,12 @@ same torch), on the CPU.
       conversational pairs ("prompt" a list of turns, some with a system turn
       or an earlier exchange; "chosen" and "rejected" an assistant turn each).
   dpo_reference.py run DIR CASE...
-      for each CASE, LOSS_TYPE:MICRO:ACCUM (e.g. ipo:4:2), in one process (the
-      imports are most of the time), writes DIR/LOSS_TYPE_MICROxACCUM.json:
-      trains DIR/base on DIR/pairs.jsonl with trl.DPOTrainer (full fine-tuning,
-      the reference a frozen copy TRL loads itself; LOSS_TYPE sigmoid, ipo or
-      hinge, beta 0.1; AdamW lr 1e-3 constant, betas 0.9/0.95, eps 1e-8, no
+      for each CASE, LOSS_TYPE:MICRO:ACCUM[:LABEL_SMOOTHING] (e.g. ipo:4:2,
+      robust:8:1:0.1), in one process (the imports are most of the time),
+      writes DIR/LOSS_TYPE_MICROxACCUM.json: trains DIR/base on
+      DIR/pairs.jsonl with trl.DPOTrainer (full fine-tuning, the reference a
+      frozen copy TRL loads itself; LOSS_TYPE one of LOSS_TYPES, beta 0.1;
+      AdamW lr 1e-3 constant, betas 0.9/0.95, eps 1e-8, no
       weight decay, gradients clipped to norm 1; MICRO pairs per micro-batch,
       ACCUM micro-batches per step with MICRO * ACCUM = 8, so every step sees
       every pair once and data order cannot matter) for 20 steps, and writes
@@ -107,6 +108,10 @@ CORPUS = [
 ]
 
 
+LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
+              "apo_zero", "apo_down")
+
+
 def make(root):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -162,7 +167,7 @@ def make(root):
                                 "rejected": [{"role": "assistant", "content": rejected}]}) + "\n")
 
 
-def run(root, loss_type, micro, accum, out):
+def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
     import datasets
     import transformers
     from transformers import AutoTokenizer
@@ -183,7 +188,7 @@ def run(root, loss_type, micro, accum, out):
         if len(pairs) != PAIRS_PER_STEP:
             sys.exit(f"dpo_reference.py: {root}/pairs.jsonl has {len(pairs)} pairs, expected {PAIRS_PER_STEP}")
         args = DPOConfig(
-            output_dir=os.path.join(scratch, "out"), loss_type=[loss_type], beta=0.1,
+            output_dir=os.path.join(scratch, "out"), loss_type=[loss_type], beta=0.1, label_smoothing=label_smoothing,
             learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
             adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0,
             per_device_train_batch_size=micro, gradient_accumulation_steps=accum, max_steps=STEPS,
@@ -243,22 +248,23 @@ def main():
         cases = []
         for case in sys.argv[3:]:
             if case == "chat":
-                cases.append(("chat", 0, 0))
+                cases.append(("chat", 0, 0, 0.0))
                 continue
             parts = case.split(":")
-            if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
-                sys.exit(f"dpo_reference.py: {case!r} is not LOSS_TYPE:MICRO:ACCUM")
+            if len(parts) not in (3, 4) or not parts[1].isdigit() or not parts[2].isdigit():
+                sys.exit(f"dpo_reference.py: {case!r} is not LOSS_TYPE:MICRO:ACCUM[:LABEL_SMOOTHING]")
             loss_type, micro, accum = parts[0], int(parts[1]), int(parts[2])
-            if loss_type not in ("sigmoid", "ipo", "hinge"):
-                sys.exit(f"dpo_reference.py: unknown loss type {loss_type} (sigmoid, ipo or hinge)")
+            smoothing = float(parts[3]) if len(parts) == 4 else 0.0
+            if loss_type not in LOSS_TYPES:
+                sys.exit(f"dpo_reference.py: unknown loss type {loss_type} ({', '.join(LOSS_TYPES)})")
             if micro < 1 or accum < 1 or micro * accum != PAIRS_PER_STEP:
                 sys.exit(f"dpo_reference.py: MICRO * ACCUM must be {PAIRS_PER_STEP}, got {micro} * {accum}")
-            cases.append((loss_type, micro, accum))
-        for loss_type, micro, accum in cases:
+            cases.append((loss_type, micro, accum, smoothing))
+        for loss_type, micro, accum, smoothing in cases:
             if loss_type == "chat":
                 chat_tokens(root)
             else:
-                run(root, loss_type, micro, accum, os.path.join(root, f"{loss_type}_{micro}x{accum}.json"))
+                run(root, loss_type, micro, accum, os.path.join(root, f"{loss_type}_{micro}x{accum}.json"), smoothing)
         return
     sys.exit(__doc__)
 
