@@ -33,19 +33,8 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
 
 
 def tiny_model(cfg):
-    from transformers import AutoConfig, AutoModelForCausalLM
-    cfg = dict(cfg)
-    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn_like(p) * 0.1)
-            else:  # larger than the init, so that the logits are far from ties
-                p.mul_(4.0)
-    return model.eval()
+    # Matrices 4x their init, so that the logits are far from ties.
+    return hf.base_model(cfg=cfg, weight_scale=4.0)
 
 
 def greedy(model, ids, eos=None):

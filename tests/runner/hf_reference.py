@@ -101,9 +101,11 @@ TARGETS = {
 LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def base_model(family):
+def base_model(family=None, cfg=None, weight_scale=1.0):
+    """A tiny random model of CONFIGS[family] (or of `cfg`), its matrices
+    multiplied by `weight_scale`."""
     from transformers import AutoConfig, AutoModelForCausalLM
-    cfg = dict(CONFIGS[family])
+    cfg = dict(CONFIGS[family] if cfg is None else cfg)
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
@@ -112,6 +114,8 @@ def base_model(family):
         for name, p in model.named_parameters():
             if p.dim() == 1:  # norms and biases: away from their 1 / 0 initialisation
                 p.add_(torch.randn_like(p) * 0.1)
+            elif weight_scale != 1.0:
+                p.mul_(weight_scale)
     return model.eval()
 
 

@@ -21,23 +21,18 @@
 #include "runner/torch/generation.h"
 #include "runner/torch/inference_model.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/text_file.h"
 
 namespace tailor::runner {
 namespace {
 
 using Json = nlohmann::json;
+using tailor::testing::read_text;
 using tailor::testing::TempDir;
 
 // A step where transformers' two best logits are this close may go either
 // way in fp32 (the sums run in another order); a divergence elsewhere fails.
 constexpr double kTieMargin = 1e-4;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 ::testing::AssertionResult python(const TempDir& dir, const std::string& args) {
   const std::string log = dir.file("python.log");

@@ -27,24 +27,19 @@
 #include "runner/torch/nf4.h"
 #include "runner/torch/quant8.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/text_file.h"
 #include "tests/testing/tokenizer_json.h"
 
 namespace tailor::runner {
 namespace {
 
+using tailor::testing::read_text;
 using tailor::testing::TempDir;
 using torch::Tensor;
 
 constexpr double kTolerance = 1e-4;
 constexpr std::int64_t kRank = 4;
 constexpr double kAlpha = 8;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Runs hf_reference.py; its output goes to the test log on failure.
 ::testing::AssertionResult python(const TempDir& dir, const std::string& args) {
