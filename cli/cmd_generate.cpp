@@ -2,15 +2,10 @@
 // to its output folder (the job must have succeeded, and the folder be on
 // this machine); generation itself is tailor-runner's (it links LibTorch,
 // this CLI does not), run with the terminal as its output.
-#include <algorithm>
-#include <filesystem>
 #include <ostream>
 
 #include "cli/commands.h"
-#include "cli/job_view.h"
-#include "cli/rest_client.h"
-#include "cli/terminal_child.h"
-#include "platform/executable.h"
+#include "cli/model_target.h"
 
 namespace tailor::cli {
 namespace {
@@ -54,71 +49,10 @@ const std::vector<FlagSpec> kRunnerFlags = {
     {"temperature", true}, {"top-p", true},  {"top-k", true},    {"seed", true},       {"stop-id", true, true},
     {"device", true},     {"dtype", true},  {"threads", true},  {"output", true},     {"quiet", false}};
 
-// A job's output folder, once the job has succeeded.
-Result<std::string> job_output(const Args& args, const std::string& id, Streams io, int& exit_code) {
-  Remote r = connect_remote(args, "generate", io);
-  if (!r.client) {
-    exit_code = r.exit_code;
-    return Status::cancelled("");
-  }
-  auto job = get_json(*r.client, "/v1/jobs/" + url_encode(id));
-  if (!job.is_ok()) return job.status().prefixed("no model folder or job " + id);
-  const std::string state = job->value("state", std::string());
-  if (state != "succeeded") {
-    return Status::invalid_argument("job " + id + " has not succeeded (state: " + state +
-                                    "); only a finished job has a model to generate with");
-  }
-  const std::string dir = job->value("output_dir", std::string());
-  std::error_code ec;
-  if (dir.empty() || !std::filesystem::is_directory(dir, ec)) {
-    return Status::invalid_argument("job " + id + "'s output folder " + dir +
-                                    " is not on this machine; `tailor download " + id +
-                                    "` copies it here, then give that folder");
-  }
-  return dir;
-}
-
 }  // namespace
 
 int run_generate(const Argv& argv, Streams io) {
-  const std::string help = help_of(kGenerateHelp);
-  auto command = parse_command(argv, with_remote_flags(kRunnerFlags), "generate", help.c_str(), io);
-  if (!command.args) return command.exit_code;
-  const Args& args = *command.args;
-  if (args.positional().size() != 1) {
-    io.err << "tailor generate: expected one MODEL_DIR or JOB_ID\n" << help;
-    return kExitUsage;
-  }
-  std::string target = args.positional()[0];
-  std::error_code ec;
-  if (!std::filesystem::exists(target, ec)) {
-    int exit_code = kExitOk;
-    auto dir = job_output(args, target, io, exit_code);
-    if (!dir.is_ok()) {
-      if (exit_code != kExitOk) return exit_code;
-      io.err << "tailor generate: " << dir.status().message() << "\n";
-      return kExitInvalid;
-    }
-    target = *dir;
-  }
-  auto tool = platform::find_executable("tailor-runner", "", "TAILOR_RUNNER");
-  if (!tool.is_ok()) {
-    io.err << "tailor generate: " << tool.status().message() << "\n";
-    return kExitInvalid;
-  }
-  std::vector<std::string> runner_argv = {*tool, "generate", target};
-  for (const FlagSpec& f : kRunnerFlags) {
-    if (!args.has(f.name)) continue;
-    if (!f.takes_value) {
-      runner_argv.push_back("--" + f.name);
-      continue;
-    }
-    for (const std::string& v : args.all(f.name)) {
-      runner_argv.push_back("--" + f.name);
-      runner_argv.push_back(v);
-    }
-  }
-  return run_in_terminal(runner_argv, "generate", io);
+  return run_on_model({"generate", kGenerateHelp, kRunnerFlags, "tailor-runner", "TAILOR_RUNNER", "generate"}, argv, io);
 }
 
 }  // namespace tailor::cli

@@ -47,6 +47,8 @@ int run_run(const Argv& args, Streams io);
 int run_data(const Argv& args, Streams io);
 // `tailor generate`: runs `tailor-runner generate`, a job id resolved first.
 int run_generate(const Argv& args, Streams io);
+// `tailor serve`: runs `tailord serve`, a job id resolved first.
+int run_serve(const Argv& args, Streams io);
 // Client commands of tailord's REST API.
 int run_submit(const Argv& args, Streams io);
 int run_list(const Argv& args, Streams io);

@@ -19,6 +19,7 @@ constexpr Command kCommands[] = {
     {"run", "Plan and train a job in the foreground on this machine", run_run},
     {"data", "Preview a job's data: rendered examples, tokens, what is trained", run_data},
     {"generate", "Generate text with a trained model or a finished job's (streamed)", run_generate},
+    {"serve", "Serve a trained model on OpenAI's completions API (for lm-eval)", run_serve},
     {"submit", "Submit a job to tailord (--wait to follow it to the end)", run_submit},
     {"list", "List tailord's jobs", run_list},
     {"status", "Show one job: state, plan, progress, outcome", run_status},

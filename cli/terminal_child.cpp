@@ -19,7 +19,16 @@ int run_in_terminal(const std::vector<std::string>& argv, const char* command, S
     io.err << "tailor " << command << ": " << child.status().message() << "\n";
     return kExitInvalid;
   }
+  // A terminal's Ctrl-C reaches the child too (same group): it decides how
+  // to end, and its exit code is ours, as system() does it. Set after the
+  // fork, so that the child does not inherit the ignored dispositions.
+  struct sigaction ignore {}, old_int{}, old_quit{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGINT, &ignore, &old_int);
+  sigaction(SIGQUIT, &ignore, &old_quit);
   auto exit = platform::wait_child(child->pid);
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGQUIT, &old_quit, nullptr);
   if (!exit.is_ok()) {
     io.err << "tailor " << command << ": " << exit.status().message() << "\n";
     return kExitInvalid;

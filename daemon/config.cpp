@@ -100,6 +100,8 @@ Status read_config_file(const std::string& path, std::map<std::string, Setting>&
 }  // namespace
 
 const char* const kDaemonHelp = R"(usage: tailord --data-dir DIR [OPTIONS]
+       tailord serve MODEL [OPTIONS]   (one model on OpenAI's completions API:
+                                        tailord serve --help)
 
 The Tailor daemon: a REST API (daemon/openapi.yaml) that queues, plans and
 runs training jobs with tailor-runner, stores them in DIR/tailor.db and

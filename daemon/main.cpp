@@ -7,11 +7,15 @@
 #include "core/log.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/serving/model_server.h"
 
 extern char** environ;
 
 int main(int argc, char** argv) {
   using namespace tailor::daemon;
+  if (argc > 1 && std::string(argv[1]) == "serve") {
+    return run_model_server(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
+  }
   std::map<std::string, std::string> env;
   for (char** e = environ; *e; ++e) {
     const std::string kv(*e);

@@ -85,6 +85,8 @@ Result<Process> launch_process(const LaunchRequest& request) {
       ::dup2(log_fd, 1);
       ::dup2(log_fd, 2);
     }
+    if (request.stdin_fd >= 0) ::dup2(request.stdin_fd, 0);
+    if (request.stdout_fd >= 0) ::dup2(request.stdout_fd, 1);
     // Out of the way of descriptors 3 and 4 first, whatever its number.
     const int inherit = request.inherit_fd >= 0 ? ::fcntl(request.inherit_fd, F_DUPFD_CLOEXEC, 10) : -1;
     if (request.inherit_fd >= 0 && inherit < 0) {

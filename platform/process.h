@@ -28,6 +28,11 @@ struct LaunchRequest {
   // A descriptor the child keeps across exec, as descriptor 4 (a FileLock's,
   // so that the lock lives as long as the child); -1: none.
   int inherit_fd = -1;
+  // Descriptors that become the child's stdin and stdout (the ends of pipes
+  // to speak with it), in place of /dev/null and the log or what this
+  // process has; -1: none.
+  int stdin_fd = -1;
+  int stdout_fd = -1;
 };
 
 struct Process {

@@ -13,8 +13,6 @@
 #include "core/text.h"
 #include "dsl/chat_records.h"
 #include "runner/data/text_stream.h"
-#include "runner/device_choice.h"
-#include "runner/torch_probe.h"
 #include "runner/torch/generation.h"
 #include "runner/torch/inference_model.h"
 
@@ -216,21 +214,17 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
     if (!t.is_ok() || *t < 1) return usage("--threads: expected a positive integer");
     at::set_num_threads(static_cast<int>(*t));
   }
-  const int cuda_devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-  auto device = choose_device(args.get("device", "auto"), dsl::TrainDevice::kAuto, /*plan_for_gpus=*/cuda_devices > 0,
-                              cuda_devices, /*cuda_built=*/cuda_path_built(), std::getenv("CUDA_VISIBLE_DEVICES"));
+  auto device = choose_inference_device(args.get("device", "auto"));
   if (!device.is_ok()) return fail(err, kInvalid, device.status());
-  const torch::Device dev = device->cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device->index))
-                                         : torch::Device(torch::kCPU);
 
   auto sources = resolve_model_sources(args.positional()[0], args.get("adapter"));
   if (!sources.is_ok()) return fail(err, kInvalid, sources.status());
   const bool quiet = args.has("quiet");
   if (!quiet) {
     err << "loading " << sources->base << (sources->adapter.empty() ? "" : " with the adapter " + sources->adapter)
-        << " on " << device->name() << "\n";
+        << " on " << device->name << "\n";
   }
-  auto model = open_inference_model(*sources, dev, args.get("dtype", "auto"));
+  auto model = open_inference_model(*sources, device->device, args.get("dtype", "auto"));
   if (!model.is_ok()) return fail(err, kInvalid, model.status());
 
   Result<std::vector<std::int32_t>> prompt = Status::internal("no prompt");
@@ -297,7 +291,7 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
       char line[200];
       std::snprintf(line, sizeof line, "%zu tokens after a %zu-token prompt: prompt %.0f ms, then %.1f tokens/s (%s on %s); ",
                     n, prompt->size(), generated->prompt_seconds * 1e3, per_second, model->dtype_name.c_str(),
-                    device->name().c_str());
+                    device->name.c_str());
       err << line << (generated->stopped ? "stopped at token " + std::to_string(generated->ids.back()) : "length limit")
           << "\n";
     }
@@ -307,7 +301,7 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
   if (events) j["event"] = "done";
   j["model"] = sources->base;
   j["adapter"] = sources->adapter.empty() ? Json() : Json(sources->adapter);
-  j["device"] = device->name();
+  j["device"] = device->name;
   j["dtype"] = model->dtype_name;
   j["prompt_tokens"] = prompt->size();
   j["completion_tokens"] = n;

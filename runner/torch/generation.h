@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -28,25 +29,44 @@ struct SamplingOptions {
   std::vector<std::int32_t> stop_ids; // generation ends after producing one of these (it is kept)
 };
 
-// InvalidArgument naming the option and its range.
-Status check_sampling(const SamplingOptions& o);
+// InvalidArgument naming the option and its range; max_new_tokens must be
+// at least `min_new_tokens` (0 where only the prompt is scored).
+Status check_sampling(const SamplingOptions& o, std::int64_t min_new_tokens = 1);
+
+// What to score besides generating: log-probabilities are the log-softmax
+// of the model's logits in fp32, before any temperature (what OpenAI's
+// completions report as logprobs).
+struct Scoring {
+  bool prompt = false;     // each prompt token after the first, given those before it
+  bool generated = false;  // each generated token
+  std::int64_t top = 0;    // the most likely alternatives kept at each scored position
+};
+
+struct TokenScore {
+  float logprob = 0;                                // of the token that came
+  std::vector<std::pair<std::int32_t, float>> top;  // Scoring::top of them, most likely first
+};
 
 struct Generated {
   std::vector<std::int32_t> ids;  // the new tokens, a final stop id included
   bool stopped = false;           // true: a stop id ended it; false: max_new_tokens or the context did
   double prompt_seconds = 0;      // the prompt's forward, the first token chosen
   double decode_seconds = 0;      // every token after the first
+  std::vector<TokenScore> prompt_scores;  // Scoring::prompt: prompt.size() - 1, for prompt[1..]
+  std::vector<TokenScore> scores;         // Scoring::generated: one per id
 };
 
 // Generates after `prompt` (ids, at least one) with `model` on its device
 // and dtype, at most min(max_new_tokens, context - prompt) tokens where
-// context is the arch's max_seq_len. `on_token` sees each new id as it is
-// chosen and may return false to stop early. InvalidArgument when the
-// prompt is empty, holds ids outside the vocabulary, or fills the context
-// (saying how many tokens each); check_sampling's errors. LibTorch errors
-// become Internal, except c10::OutOfMemoryError, which is rethrown (a
-// training run turns it into its out-of-memory outcome).
+// context is the arch's max_seq_len; max_new_tokens may be 0 when the
+// prompt is scored (the prompt may then fill the context). `on_token` sees
+// each new id as it is chosen and may return false to stop early.
+// InvalidArgument when the prompt is empty, holds ids outside the
+// vocabulary, or leaves no room to generate (saying how many tokens each);
+// check_sampling's errors. LibTorch errors become Internal, except
+// c10::OutOfMemoryError, which is rethrown (a training run turns it into its
+// out-of-memory outcome).
 Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& prompt, const SamplingOptions& options,
-                           const std::function<bool(std::int32_t)>& on_token = {});
+                           const std::function<bool(std::int32_t)>& on_token = {}, const Scoring& scoring = {});
 
 }  // namespace tailor::runner

@@ -1,6 +1,7 @@
 #include "runner/torch/inference_model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -9,6 +10,8 @@
 
 #include "dsl/model_family.h"
 #include "runner/data/prompt_tokens.h"
+#include "runner/device_choice.h"
+#include "runner/torch_probe.h"
 #include "runner/torch/hf_checkpoint.h"
 #include "runner/torch/lora.h"
 
@@ -105,6 +108,17 @@ Result<ModelSources> resolve_model_sources(const std::string& target, const std:
   return Status::invalid_argument(target +
                                   ": not a model folder (config.json), an adapter folder (adapter_config.json) or a "
                                   "run's output (model/ or adapter/); did the run finish?");
+}
+
+Result<InferenceDevice> choose_inference_device(const std::string& choice) {
+  const int cuda_devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  TAILOR_ASSIGN_OR_RETURN(const DeviceChoice d,
+                          choose_device(choice, dsl::TrainDevice::kAuto, /*plan_for_gpus=*/cuda_devices > 0, cuda_devices,
+                                        /*cuda_built=*/cuda_path_built(), std::getenv("CUDA_VISIBLE_DEVICES")));
+  InferenceDevice out;
+  out.device = d.cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index)) : torch::Device(torch::kCPU);
+  out.name = d.name();
+  return out;
 }
 
 Result<InferenceModel> open_inference_model(const ModelSources& src, const torch::Device& device,

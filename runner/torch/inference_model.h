@@ -51,6 +51,16 @@ struct InferenceModel {
   std::string dtype_name;  // "fp32", "bf16", "fp16"
 };
 
+// The device a command names: "auto" (CUDA device 0 where there is one,
+// else the CPU), "cpu", "cuda" or "cuda:N"; `name` is how it is shown
+// ("cpu", "cuda:0"). InvalidArgument naming what is missing (no GPU, a
+// build without the CUDA path).
+struct InferenceDevice {
+  torch::Device device{torch::kCPU};
+  std::string name;
+};
+Result<InferenceDevice> choose_inference_device(const std::string& choice);
+
 // `dtype`: "auto" (the folder's torch_dtype on a GPU, fp32 on the CPU,
 // where bf16 matmuls are slower), "fp32", "bf16" or "fp16". InvalidArgument
 // for a bad config.json, dtype or adapter (naming the file and tensor),

@@ -149,6 +149,10 @@ TEST_F(ClientTest, CancelStopsARunningJobAndWaitReportsCancelled) {
   const Result gen = tailor(with_remote({"generate", id, "--prompt", "The"}));
   EXPECT_EQ(gen.code, kExitInvalid);
   EXPECT_NE(gen.err.find("has not succeeded (state: cancelled)"), std::string::npos) << gen.err;
+  // Nor to serve.
+  const Result serve = tailor(with_remote({"serve", id, "--port", "0"}));
+  EXPECT_EQ(serve.code, kExitInvalid);
+  EXPECT_NE(serve.err.find("tailor serve: job " + id + " has not succeeded"), std::string::npos) << serve.err;
   // A finished job can go, and then it is not found.
   const Result del = tailor(with_remote({"delete", id}));
   ASSERT_EQ(del.code, kExitOk) << del.err;
@@ -345,6 +349,9 @@ TEST_F(ClientTest, AnUnknownJobIsNotFound) {
   const Result gen = tailor(with_remote({"generate", "j-0000000000000000", "--prompt", "x"}));
   EXPECT_EQ(gen.code, kExitInvalid);
   EXPECT_NE(gen.err.find("no model folder or job j-0000000000000000"), std::string::npos) << gen.err;
+  const Result serve = tailor(with_remote({"serve", "j-0000000000000000"}));
+  EXPECT_EQ(serve.code, kExitInvalid);
+  EXPECT_NE(serve.err.find("no model folder or job j-0000000000000000"), std::string::npos) << serve.err;
 }
 
 TEST(ClientWithoutDaemonTest, SaysWhereItLookedWhenNothingListens) {
@@ -359,7 +366,7 @@ TEST(ClientWithoutDaemonTest, SaysWhereItLookedWhenNothingListens) {
 
 TEST(ClientWithoutDaemonTest, EveryClientCommandHasHelp) {
   for (const char* cmd :
-       {"submit", "list", "status", "logs", "cancel", "retry", "download", "delete", "top", "generate"}) {
+       {"submit", "list", "status", "logs", "cancel", "retry", "download", "delete", "top", "generate", "serve"}) {
     const Result r = tailor({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_NE(r.out.find(std::string("usage: tailor ") + cmd), std::string::npos) << cmd;

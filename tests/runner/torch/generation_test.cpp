@@ -19,7 +19,7 @@
 
 #include "dsl/model_family.h"
 #include "runner/torch/generation.h"
-#include "runner/torch/inference_model.h"
+#include "tests/runner/torch/generate_fixture.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/text_file.h"
 
@@ -33,15 +33,6 @@ using tailor::testing::TempDir;
 // A step where transformers' two best logits are this close may go either
 // way in fp32 (the sums run in another order); a divergence elsewhere fails.
 constexpr double kTieMargin = 1e-4;
-
-::testing::AssertionResult python(const TempDir& dir, const std::string& args) {
-  const std::string log = dir.file("python.log");
-  const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
-                          "/tests/runner/generate_reference.py " + args + " > " + log + " 2>&1";
-  const int rc = std::system(cmd.c_str());
-  if (rc == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << cmd << " exited " << rc << ":\n" << read_text(log);
-}
 
 // Runs a command, its stdout into `out`; the exit code.
 int shell(const std::string& cmd, std::string& out, const TempDir& dir) {
@@ -67,11 +58,6 @@ std::size_t agree(const std::vector<std::int32_t>& ours, const std::vector<std::
   return n;
 }
 
-Result<InferenceModel> open(const std::string& target, const std::string& adapter = "") {
-  TAILOR_ASSIGN_OR_RETURN(ModelSources s, resolve_model_sources(target, adapter));
-  return open_inference_model(s, torch::kCPU, "auto");
-}
-
 SamplingOptions greedy(std::int64_t n = 64) {
   SamplingOptions o;
   o.max_new_tokens = n;
@@ -86,14 +72,14 @@ TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters
     families.emplace_back(f.name);
     names += " " + families.back();
   }
-  ASSERT_TRUE(python(dir, "make " + dir.path().string() + names));
+  ASSERT_TRUE(generate_reference(dir, "make " + dir.path().string() + names));
   for (const std::string& family : families) {
     SCOPED_TRACE(family);
     const std::string d = dir.file(family);
     const Json ref = Json::parse(read_text(d + "/reference.json"));
     const auto prompt = ids_of(ref["prompt"]);
 
-    auto base = open(d + "/base");
+    auto base = open_on_cpu(d + "/base");
     ASSERT_TRUE(base.is_ok()) << base.status().message();
     EXPECT_TRUE(base->stop_ids.empty());  // the folder declares no EOS: all 64 tokens
     auto out = generate(base->model, prompt, greedy());
@@ -110,7 +96,7 @@ TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters
     agree(materialised->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
 
     // The adapter folder alone: its base_model_name_or_path is the base.
-    auto adapted = open(d + "/adapter");
+    auto adapted = open_on_cpu(d + "/adapter");
     ASSERT_TRUE(adapted.is_ok()) << adapted.status().message();
     auto with_adapter = generate(adapted->model, prompt, greedy());
     ASSERT_TRUE(with_adapter.is_ok()) << with_adapter.status().message();
@@ -124,7 +110,7 @@ TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters
 
 TEST(GenerationTest, RunFoldersAdaptersAndStopIdsResolveAsDocumented) {
   TempDir dir;
-  ASSERT_TRUE(python(dir, "make " + dir.path().string() + " llama gpt2"));
+  ASSERT_TRUE(generate_reference(dir, "make " + dir.path().string() + " llama gpt2"));
   const std::string d = dir.file("llama");
   const Json ref = Json::parse(read_text(d + "/reference.json"));
   const auto prompt = ids_of(ref["prompt"]);
@@ -138,7 +124,7 @@ TEST(GenerationTest, RunFoldersAdaptersAndStopIdsResolveAsDocumented) {
   EXPECT_EQ(sources->adapter, dir.file("run") + "/adapter");
   EXPECT_EQ(sources->base, d + "/base");
   // An explicit adapter over the base, and a full fine-tune's model/.
-  auto explicit_adapter = open(d + "/base", d + "/adapter");
+  auto explicit_adapter = open_on_cpu(d + "/base", d + "/adapter");
   ASSERT_TRUE(explicit_adapter.is_ok()) << explicit_adapter.status().message();
   auto out = generate(explicit_adapter->model, prompt, greedy());
   ASSERT_TRUE(out.is_ok());
@@ -150,7 +136,7 @@ TEST(GenerationTest, RunFoldersAdaptersAndStopIdsResolveAsDocumented) {
   EXPECT_TRUE(sources->adapter.empty());
 
   // A stop id ends generation at its first occurrence, which is kept.
-  auto base = open(d + "/base");
+  auto base = open_on_cpu(d + "/base");
   ASSERT_TRUE(base.is_ok());
   const auto all = ids_of(ref["base"]);
   SamplingOptions stop = greedy();
@@ -162,7 +148,7 @@ TEST(GenerationTest, RunFoldersAdaptersAndStopIdsResolveAsDocumented) {
   EXPECT_EQ(stopped->ids, std::vector<std::int32_t>(all.begin(), first + 1));
 
   // Bad input, named.
-  auto other = open(d + "/base", dir.file("gpt2") + "/adapter");
+  auto other = open_on_cpu(d + "/base", dir.file("gpt2") + "/adapter");
   ASSERT_FALSE(other.is_ok());
   EXPECT_NE(other.status().message().find("unknown target module \"c_attn\""), std::string::npos)
       << other.status().message();
@@ -186,11 +172,11 @@ TEST(GenerationTest, RunFoldersAdaptersAndStopIdsResolveAsDocumented) {
 
 TEST(GenerationTest, SamplingIsSeededAndTopKOfOneIsGreedy) {
   TempDir dir;
-  ASSERT_TRUE(python(dir, "make " + dir.path().string() + " qwen2"));
+  ASSERT_TRUE(generate_reference(dir, "make " + dir.path().string() + " qwen2"));
   const std::string d = dir.file("qwen2");
   const Json ref = Json::parse(read_text(d + "/reference.json"));
   const auto prompt = ids_of(ref["prompt"]);
-  auto m = open(d + "/base");
+  auto m = open_on_cpu(d + "/base");
   ASSERT_TRUE(m.is_ok());
   SamplingOptions o = greedy();
   o.temperature = 2.0;
@@ -224,7 +210,7 @@ TEST(GenerationTest, SamplingIsSeededAndTopKOfOneIsGreedy) {
 
 TEST(GenerationTest, ChatPromptAndTextEqualTransformersThroughTheCommands) {
   TempDir dir;
-  ASSERT_TRUE(python(dir, "chat " + dir.path().string()));
+  ASSERT_TRUE(generate_reference(dir, "chat " + dir.path().string()));
   const Json ref = Json::parse(read_text(dir.file("reference.json")));
   const std::string bin = std::string(TAILOR_BINARY_DIR) + "/bin/";
   const std::string model = dir.file("model"), conversation = dir.file("conversation.json");

@@ -1,0 +1,41 @@
+// OpenAI's (legacy) completions, POST /v1/completions, answered by a model
+// opened for inference: what lm-eval's local-completions client and other
+// OpenAI clients send. Log-likelihood requests are `echo` with `logprobs`
+// and `max_tokens` 0 or 1: each prompt token after the first is scored
+// given those before it, from one forward of the prompt; generative ones
+// run generation.h with the request's sampling and stop strings.
+//
+// Read from the request: prompt (a string, a list of strings, a list of
+// token ids, or a list of such lists), max_tokens (default 16), temperature
+// (default 1, OpenAI's; 0 is greedy), top_p, top_k (0 or -1: every token),
+// seed (default: drawn at random), stop (a string or a list), echo,
+// logprobs (the alternatives kept per position, at most `max_logprobs`),
+// and model and user, which change nothing. n and best_of other than 1,
+// stream, non-zero penalties, logit_bias, suffix and any other field are
+// refused by name, never ignored.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runner/torch/inference_model.h"
+
+namespace tailor::runner {
+
+struct CompletionLimits {
+  std::int64_t max_prompts = 256;    // prompts in one request
+  std::int64_t max_tokens = 4096;    // the largest max_tokens a request may ask for
+  std::int64_t max_logprobs = 20;    // the largest logprobs
+};
+
+struct CompletionReply {
+  int status = 200;        // 200, 400 (the request), 500 (the model), 503 (out of memory)
+  std::string body;        // the JSON response, or OpenAI's error object {"error": {message, type, param, code}}
+};
+
+// The reply to `request` (the request's JSON body) from `model`, named
+// `model_name` in the response. Never throws.
+CompletionReply complete(InferenceModel& model, const std::string& model_name, const std::string& request,
+                         const CompletionLimits& limits = {});
+
+}  // namespace tailor::runner

@@ -1,0 +1,113 @@
+#include "runner/torch/serve_command.h"
+
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/args.h"
+#include "runner/torch/completions.h"
+#include "runner/torch/inference_model.h"
+
+namespace tailor::runner {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr int kOk = 0, kInvalid = 1, kUsage = 2;
+
+constexpr const char* kHelp = R"(usage: tailor-runner serve MODEL [OPTIONS]
+
+Keeps a model loaded and answers OpenAI completion requests (the body of
+POST /v1/completions) read one JSON document a line from stdin, each with
+one line {"status": HTTP status, "body": response} on stdout, after a first
+line {"event": "ready", ...} once the model is loaded. `tailor serve` puts
+an HTTP server in front of it. MODEL is as for tailor-runner generate: a
+model folder, an adapter folder or a run's output folder; it must hold the
+tokenizer's files.
+
+options:
+  --adapter DIR     a PEFT adapter folder to apply over MODEL (unmerged)
+  --name NAME       the model's name in responses (default: the folder's name)
+  --device DEV      auto (default), cpu, cuda or cuda:N
+  --dtype D         auto (default: the folder's dtype on a GPU, fp32 on the
+                    CPU), fp32, bf16 or fp16
+  --threads N       intra-op threads (default: every core)
+  --max-tokens N    the largest max_tokens a request may ask for (default 4096)
+
+exit codes: 0 input ended, 1 bad input (the folder), 2 bad command line
+)";
+
+}  // namespace
+
+int run_serve_command(const std::vector<std::string>& argv, std::istream& in, std::ostream& out, std::ostream& err) {
+  const std::vector<FlagSpec> flags = {{"adapter", true}, {"name", true},       {"device", true},
+                                       {"dtype", true},   {"threads", true},    {"max-tokens", true},
+                                       {"help", false, false, 'h'}};
+  auto parsed = Args::parse(argv, flags);
+  auto usage = [&](const std::string& why) {
+    err << "tailor-runner serve: " << why << "\n" << kHelp;
+    return kUsage;
+  };
+  if (!parsed.is_ok()) return usage(parsed.status().message());
+  const Args& args = *parsed;
+  if (args.has("help")) {
+    out << kHelp;
+    return kOk;
+  }
+  if (args.positional().size() != 1) return usage("expected one MODEL folder");
+  CompletionLimits limits;
+  for (const auto& [flag, target] : {std::pair<const char*, std::int64_t*>{"threads", nullptr},
+                                     std::pair<const char*, std::int64_t*>{"max-tokens", &limits.max_tokens}}) {
+    if (!args.has(flag)) continue;
+    const std::string text = args.get(flag);
+    char* end = nullptr;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || v < 1) return usage(std::string("--") + flag + ": expected a positive integer");
+    if (target) {
+      *target = v;
+    } else {
+      at::set_num_threads(static_cast<int>(v));
+    }
+  }
+  auto fail = [&](const Status& s) {
+    err << "tailor-runner serve: " << s.message() << "\n";
+    return kInvalid;
+  };
+  auto device = choose_inference_device(args.get("device", "auto"));
+  if (!device.is_ok()) return fail(device.status());
+  auto sources = resolve_model_sources(args.positional()[0], args.get("adapter"));
+  if (!sources.is_ok()) return fail(sources.status());
+  err << "loading " << sources->base << (sources->adapter.empty() ? "" : " with the adapter " + sources->adapter)
+      << " on " << device->name << "\n";
+  auto model = open_inference_model(*sources, device->device, args.get("dtype", "auto"));
+  if (!model.is_ok()) return fail(model.status());
+  if (!model->tokenizer) {
+    return fail(Status::invalid_argument(sources->tokenizer + " has no tokenizer files; serving needs them"));
+  }
+  const std::string target = std::filesystem::path(args.positional()[0]).lexically_normal().string();
+  const std::string name =
+      args.get("name", std::filesystem::path(target.back() == '/' ? target.substr(0, target.size() - 1) : target)
+                           .filename()
+                           .string());
+  Json ready;
+  ready["event"] = "ready";
+  ready["model"] = name;
+  ready["context"] = model->model->arch().max_seq_len;
+  ready["vocab"] = model->model->arch().vocab;
+  ready["device"] = device->name;
+  ready["dtype"] = model->dtype_name;
+  out << ready.dump() << std::endl;
+
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const CompletionReply reply = complete(*model, name, line, limits);
+    // The body is already JSON: spliced in rather than parsed again.
+    out << "{\"status\":" << reply.status << ",\"body\":" << reply.body << "}" << std::endl;
+  }
+  return kOk;
+}
+
+}  // namespace tailor::runner

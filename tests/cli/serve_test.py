@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""`tailor serve` end to end, with the build's tailor, tailord and tailor-runner:
+a tiny chat model served on loopback with a token; /healthz, /v1/models and
+the refusals (no token, another Host, a body that is not JSON or too large);
+then lm-eval itself (lm_eval_check.py) runs a multiple-choice, a generative
+and a rolling log-likelihood task through its local-completions client
+against the server and through its hf backend on the same folder, and every
+request's result must agree; Ctrl-C stops the server and its model process.
+
+  serve_test.py BUILD_DIR SOURCE_DIR
+"""
+import json
+import os
+import secrets
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+BUILD, SOURCE = sys.argv[1], sys.argv[2]
+PYTHON = os.path.join(SOURCE, ".venv", "bin", "python")
+CHECK = os.path.join(SOURCE, "tests", "cli", "lm_eval_check.py")
+TAILOR = os.path.join(BUILD, "bin", "tailor")
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def request(url, body=None, token=None, headers=None):
+    """(status, body text) of a request; HTTP errors are answers too."""
+    req = urllib.request.Request(url, data=body, headers=dict(headers or {}))
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def first_line(proc, timeout):
+    """The server's first stdout line ("serving NAME on URL ..."), or None
+    when it exits or says nothing in time."""
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    line = b""
+    deadline = time.monotonic() + timeout
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not sel.select(left):
+            return None
+        chunk = os.read(proc.stdout.fileno(), 1)
+        if not chunk:
+            return None
+        line += chunk
+    return line.decode().strip()
+
+
+def runner_pids(model):
+    out = subprocess.run(["pgrep", "-f", f"tailor-runner serve {model}"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="tailor-serve-")
+    env = dict(os.environ, **OFFLINE)
+    for step in (["model", work], ["tasks", work]):
+        subprocess.run([PYTHON, CHECK, *step], check=True, env=env, stdout=subprocess.DEVNULL)
+    model = os.path.join(work, "model")
+    token = secrets.token_hex(16)
+    token_file = os.path.join(work, "token")
+    with open(token_file, "w") as f:
+        f.write(token + "\n")
+    os.chmod(token_file, 0o600)
+
+    # Refused before anything is served: another address without a token,
+    # a folder that is no model.
+    bad = subprocess.run([TAILOR, "serve", model, "--host", "0.0.0.0"], capture_output=True, text=True)
+    check(bad.returncode == 1 and "--token-file" in bad.stderr, "a non-loopback address without a token is refused")
+    empty = os.path.join(work, "empty")
+    os.makedirs(empty)
+    bad = subprocess.run([TAILOR, "serve", empty, "--port", "0"], capture_output=True, text=True)
+    check(bad.returncode == 1 and "not a model folder" in bad.stderr, "a folder without a model is refused: " + bad.stderr.strip())
+
+    # Its own session, so that a Ctrl-C reaches the group as a terminal's would.
+    server = subprocess.Popen([TAILOR, "serve", model, "--port", "0", "--token-file", token_file,
+                               "--max-body-bytes", "65536", "--threads", "2"],
+                              stdout=subprocess.PIPE, stderr=open(os.path.join(work, "serve.err"), "w"),
+                              start_new_session=True)
+    try:
+        line = first_line(server, 300)
+        check(line is not None and "/v1/completions" in line, f"the server says where it listens: {line}")
+        if line is None:
+            print(open(os.path.join(work, "serve.err")).read())
+            return 1
+        url = line.split(" on ", 1)[1].split(" ", 1)[0]
+        root = url[: -len("/v1/completions")]
+
+        status, text = request(root + "/healthz")
+        check(status == 200 and text.strip() == "ok", "GET /healthz needs no token")
+        status, text = request(url, b'{"prompt": "hi", "max_tokens": 1}')
+        check(status == 401 and json.loads(text)["error"]["type"] == "authentication_error", "no token: 401")
+        status, text = request(root + "/v1/models", token=token)
+        models = json.loads(text)
+        check(status == 200 and models["data"][0]["max_model_len"] == 256, "GET /v1/models names the context")
+        status, text = request(url, b'{"prompt": ', token=token)
+        check(status == 400 and "not JSON" in json.loads(text)["error"]["message"], "a body that is not JSON: 400")
+        status, _ = request(url, b'{"prompt": "' + b"x" * 100_000 + b'"}', token=token)
+        check(status == 413, f"a body over --max-body-bytes: 413 (got {status})")
+        status, _ = request(url, b'{"prompt": "hi"}', token=token, headers={"Host": "attacker.example"})
+        check(status == 403, "another Host: 403")
+        status, text = request(url, json.dumps({"prompt": "Hello", "max_tokens": 4, "temperature": 0}).encode(),
+                               token=token)
+        check(status == 200 and json.loads(text)["usage"]["completion_tokens"] == 4, "a completion: 200")
+
+        started = time.monotonic()
+        compare = subprocess.run([PYTHON, CHECK, "compare", work, model, url], capture_output=True, text=True,
+                                 env=dict(env, OPENAI_API_KEY=token))
+        print(compare.stdout.strip())
+        check(compare.returncode == 0,
+              f"lm-eval through tailor serve equals lm-eval's hf backend ({time.monotonic() - started:.0f} s)"
+              + ("" if compare.returncode == 0 else ":\n" + compare.stderr[-4000:]))
+
+        pids = runner_pids(model)
+        check(len(pids) == 1, f"one model process serves: {pids}")
+        os.killpg(server.pid, signal.SIGINT)
+        rc = server.wait(timeout=60)
+        check(rc == 0, f"Ctrl-C stops the server with exit 0 (got {rc})")
+        gone = all(not os.path.exists(f"/proc/{p}") or open(f"/proc/{p}/stat").read().split()[2] == "Z"
+                   for p in pids)
+        check(gone, "the model process ended with it")
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    print(f"serve_test: {'FAILED: ' + '; '.join(failures) if failures else 'ok'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

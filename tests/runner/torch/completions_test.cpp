@@ -1,0 +1,182 @@
+// OpenAI completions (runner/torch/completions.h) on a tiny chat model with
+// a trained byte-level tokenizer (generate_reference.py chat): the echoed
+// prompt's log-probabilities are those generation gave its tokens, greedy
+// tokens head their top_logprobs, stop sequences cut the text, seeds
+// repeat, batches keep their order, and what is not served is refused by
+// name. lm-eval's own client against `tailor serve` is tests/cli/serve_test.py.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runner/torch/completions.h"
+#include "runner/torch/generation.h"
+#include "tests/runner/torch/generate_fixture.h"
+
+namespace tailor::runner {
+namespace {
+
+using Json = nlohmann::json;
+using tailor::testing::TempDir;
+
+class CompletionsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    ASSERT_TRUE(generate_reference(*dir_, "chat " + dir_->path().string()));
+    auto m = open_on_cpu(dir_->file("model"));
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    model_ = new InferenceModel(std::move(*m));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete dir_;
+  }
+  void SetUp() override { ASSERT_NE(model_, nullptr); }
+
+  // The reply's status and body.
+  static std::pair<int, Json> ask(const Json& request, CompletionLimits limits = {}) {
+    const CompletionReply r = complete(*model_, "tiny", request.dump(), limits);
+    return {r.status, Json::parse(r.body)};
+  }
+
+  static TempDir* dir_;
+  static InferenceModel* model_;
+};
+
+TempDir* CompletionsTest::dir_ = nullptr;
+InferenceModel* CompletionsTest::model_ = nullptr;
+
+TEST_F(CompletionsTest, EchoScoresThePromptAsGenerationScoredItsTokens) {
+  const std::string text = "The capital of Japan is";
+  auto [status, body] = ask({{"prompt", text}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 3}});
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["model"], "tiny");
+  const Json& choice = body["choices"][0];
+  const Json& lp = choice["logprobs"];
+  const std::size_t n = body["usage"]["completion_tokens"];
+  ASSERT_EQ(lp["tokens"].size(), n);
+  // Greedy: each token is the most likely one of its top three.
+  for (std::size_t i = 0; i < n; ++i) {
+    const Json& top = lp["top_logprobs"][i];
+    EXPECT_LE(top.size(), 3u);
+    double best = -1e30;
+    for (const auto& [key, value] : top.items()) best = std::max(best, value.get<double>());
+    EXPECT_EQ(lp["token_logprobs"][i].get<double>(), best) << "token " << i;
+  }
+
+  // The same tokens echoed after the prompt, scored by one forward: the
+  // log-probabilities of the cached, token-at-a-time generation.
+  auto prompt = prompt_ids_of_text(*model_, text);
+  ASSERT_TRUE(prompt.is_ok());
+  SamplingOptions o;
+  o.max_new_tokens = 6;
+  auto g = generate(model_->model, *prompt, o);
+  ASSERT_TRUE(g.is_ok());
+  ASSERT_EQ(g->ids.size(), n);  // the folder's EOS is not among 6 random tokens here
+  std::vector<std::int32_t> all = *prompt;
+  all.insert(all.end(), g->ids.begin(), g->ids.end());
+  auto [echo_status, echoed] = ask({{"prompt", all}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}});
+  ASSERT_EQ(echo_status, 200) << echoed;
+  const Json& elp = echoed["choices"][0]["logprobs"];
+  ASSERT_EQ(elp["tokens"].size(), all.size());
+  EXPECT_TRUE(elp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(elp["top_logprobs"][0].is_null());
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(elp["token_logprobs"][prompt->size() + i].get<double>(), lp["token_logprobs"][i].get<double>(), 1e-4)
+        << "token " << i;
+  }
+  EXPECT_EQ(echoed["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(echoed["usage"]["prompt_tokens"], all.size());
+  EXPECT_EQ(echoed["choices"][0]["text"], model_->tokenizer->decode(all));
+  // The text offsets rise with the text.
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    EXPECT_GE(elp["text_offset"][i].get<int>(), elp["text_offset"][i - 1].get<int>());
+  }
+
+  // max_tokens 0 without echo: nothing, and no logprobs asked.
+  auto [none_status, none] = ask({{"prompt", text}, {"max_tokens", 0}});
+  ASSERT_EQ(none_status, 200) << none;
+  EXPECT_EQ(none["choices"][0]["text"], "");
+  EXPECT_TRUE(none["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(none["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(CompletionsTest, StopSequencesSeedsAndBatchesBehaveAsOpenAIs) {
+  auto [status, body] = ask({{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
+  ASSERT_EQ(status, 200) << body;
+  const std::string whole = body["choices"][0]["text"];
+  ASSERT_GE(whole.size(), 8u) << whole;
+  // A stop sequence from the middle of the text: the text ends before its
+  // first occurrence.
+  const std::string stop = whole.substr(whole.size() / 2, 2);
+  auto [s2, cut] = ask({{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stop", {stop}}});
+  ASSERT_EQ(s2, 200) << cut;
+  EXPECT_EQ(cut["choices"][0]["text"], whole.substr(0, whole.find(stop)));
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
+  EXPECT_LT(cut["usage"]["completion_tokens"].get<int>(), body["usage"]["completion_tokens"].get<int>());
+
+  // Sampling with a seed repeats; another seed differs.
+  const Json sampled = {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 1.5}, {"seed", 11}};
+  auto [sa, a] = ask(sampled);
+  auto [sb, b] = ask(sampled);
+  Json other = sampled;
+  other["seed"] = 12;
+  auto [sc, c] = ask(other);
+  ASSERT_EQ(sa + sb + sc, 600);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_NE(a["choices"][0]["text"], c["choices"][0]["text"]);
+
+  // A batch: one choice a prompt, in order, each as it would be alone.
+  auto [sbatch, batch] =
+      ask({{"prompt", {"Once upon a time", "Hello"}}, {"max_tokens", 24}, {"temperature", 0}, {"echo", true}});
+  ASSERT_EQ(sbatch, 200) << batch;
+  ASSERT_EQ(batch["choices"].size(), 2u);
+  EXPECT_EQ(batch["choices"][0]["index"], 0);
+  EXPECT_EQ(batch["choices"][1]["index"], 1);
+  EXPECT_EQ(batch["choices"][0]["text"], "Once upon a time" + whole);
+}
+
+TEST_F(CompletionsTest, WhatIsNotServedIsRefusedByName) {
+  const int context = static_cast<int>(model_->model->arch().max_seq_len);
+  const int vocab = static_cast<int>(model_->model->arch().vocab);
+  const std::vector<std::pair<Json, std::string>> cases = {
+      {{{"prompt", "x"}, {"frobnicate", 1}}, "unknown field \"frobnicate\""},
+      {{{"prompt", "x"}, {"n", 2}}, "n: only 1"},
+      {{{"prompt", "x"}, {"stream", true}}, "stream: "},
+      {{{"prompt", "x"}, {"presence_penalty", 0.5}}, "presence_penalty: "},
+      {{{"prompt", "x"}, {"logit_bias", {{"5", 1}}}}, "logit_bias: "},
+      {{{"prompt", "x"}, {"logprobs", 21}}, "logprobs: expected an integer from 0 to 20"},
+      {{{"prompt", "x"}, {"max_tokens", 5000}}, "max_tokens: expected an integer from 0 to 4096"},
+      {{{"prompt", "x"}, {"temperature", -1}}, "temperature: "},
+      {{{"prompt", "x"}, {"top_p", 0}}, "top_p: "},
+      {{{"prompt", Json::array()}}, "prompt: expected"},
+      {{{"prompt", {{1, -1}}}}, "prompt[0][1]: expected a token id"},
+      {{{"prompt", {1, vocab}}}, "outside the model's vocabulary"},
+      {{{"prompt", std::vector<int>(static_cast<std::size_t>(context), 5)}, {"max_tokens", 1}}, "leaves no room"},
+      {{{"prompt", std::vector<int>(static_cast<std::size_t>(context) + 1, 5)}, {"max_tokens", 0}}, "context is"},
+      {{{"max_tokens", 1}}, "prompt: required"},
+      {Json::array(), "must be a JSON object"},
+  };
+  for (const auto& [request, says] : cases) {
+    auto [status, body] = ask(request);
+    EXPECT_EQ(status, 400) << request;
+    EXPECT_EQ(body["error"]["type"], "invalid_request_error") << body;
+    EXPECT_NE(body["error"]["message"].get<std::string>().find(says), std::string::npos) << body;
+  }
+  // A prompt that fills the context exactly is scored (max_tokens 0).
+  auto [full_status, full] = ask({{"prompt", std::vector<int>(static_cast<std::size_t>(context), 5)},
+                                  {"max_tokens", 0}, {"echo", true}, {"logprobs", 0}});
+  EXPECT_EQ(full_status, 200) << full;
+  const CompletionReply not_json = complete(*model_, "tiny", "{\"prompt\": ", {});
+  EXPECT_EQ(not_json.status, 400);
+  CompletionLimits few;
+  few.max_prompts = 1;
+  EXPECT_EQ(ask({{"prompt", {"a", "b"}}}, few).first, 400);
+}
+
+}  // namespace
+}  // namespace tailor::runner
