@@ -49,6 +49,8 @@ int run_data(const Argv& args, Streams io);
 int run_generate(const Argv& args, Streams io);
 // `tailor serve`: runs `tailord serve`, a job id resolved first.
 int run_serve(const Argv& args, Streams io);
+// `tailor export`: runs `tailor-runner export`, a job id resolved first.
+int run_export(const Argv& args, Streams io);
 // Client commands of tailord's REST API.
 int run_submit(const Argv& args, Streams io);
 int run_list(const Argv& args, Streams io);

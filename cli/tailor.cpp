@@ -20,6 +20,7 @@ constexpr Command kCommands[] = {
     {"data", "Preview a job's data: rendered examples, tokens, what is trained", run_data},
     {"generate", "Generate text with a trained model or a finished job's (streamed)", run_generate},
     {"serve", "Serve a trained model on OpenAI's completions API (for lm-eval)", run_serve},
+    {"export", "Write a trained model as one Hugging Face folder, its adapter merged", run_export},
     {"submit", "Submit a job to tailord (--wait to follow it to the end)", run_submit},
     {"list", "List tailord's jobs", run_list},
     {"status", "Show one job: state, plan, progress, outcome", run_status},

@@ -19,6 +19,7 @@
 #include "runner/protocol/launch_env.h"
 #include "runner/protocol/plan_reader.h"
 #include "runner/protocol/runner_command.h"
+#include "runner/torch/export_command.h"
 #include "runner/torch/generate_command.h"
 #include "runner/torch/serve_command.h"
 #include "runner/torch/trainer.h"
@@ -29,6 +30,7 @@ namespace {
 constexpr const char* kHelp = R"(usage: tailor-runner --plan PLAN.json --out DIR [OPTIONS]
        tailor-runner generate MODEL [OPTIONS] (tailor-runner generate --help)
        tailor-runner serve MODEL [OPTIONS] (tailor-runner serve --help)
+       tailor-runner export MODEL -o DIR [OPTIONS] (tailor-runner export --help)
        tailor-runner --probe | --version | --help
 
 Trains the job of a plan document (tailor plan --output json) with its
@@ -102,6 +104,9 @@ int main(int argc, char** argv) {
   keep_freed_memory();
   if (argc > 1 && std::string(argv[1]) == "generate") {
     return runner::run_generate_command(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
+  }
+  if (argc > 1 && std::string(argv[1]) == "export") {
+    return runner::run_export_command(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
   }
   if (argc > 1 && std::string(argv[1]) == "serve") {
     return runner::run_serve_command(std::vector<std::string>(argv + 2, argv + argc), std::cin, std::cout, std::cerr);

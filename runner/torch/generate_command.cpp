@@ -9,19 +9,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/args.h"
 #include "core/text.h"
 #include "dsl/chat_records.h"
 #include "runner/data/text_stream.h"
 #include "runner/torch/generation.h"
 #include "runner/torch/inference_model.h"
+#include "runner/torch/model_command.h"
 
 namespace tailor::runner {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr int kOk = 0, kInvalid = 1, kUsage = 2, kFailed = 5;
+constexpr int kOk = 0, kInvalid = 1, kFailed = 5;
 
 constexpr const char* kHelp = R"(usage: tailor-runner generate MODEL [OPTIONS] (--prompt TEXT | --prompt-file FILE | --messages FILE | --prompt-ids IDS)
 
@@ -149,33 +149,24 @@ Result<std::string> conversation_of_file(const std::string& path) {
 }
 
 int fail(std::ostream& err, int code, const Status& s) {
-  err << "tailor-runner generate: " << s.message() << "\n";
-  return code;
+  return ModelCommand{"generate", kHelp, err, err}.fail(code, s.message());
 }
 
 }  // namespace
 
 int run_generate_command(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  const std::vector<FlagSpec> flags = {
-      {"adapter", true},     {"prompt", true},  {"prompt-file", true}, {"messages", true},   {"prompt-ids", true}, {"max-tokens", true},
-      {"temperature", true}, {"top-p", true},   {"top-k", true},      {"seed", true},       {"stop-id", true, true},
-      {"device", true},      {"dtype", true},   {"threads", true},    {"output", true},     {"quiet", false},
-      {"help", false, false, 'h'}};
-  auto parsed = Args::parse(argv, flags);
-  if (!parsed.is_ok()) {
-    err << "tailor-runner generate: " << parsed.status().message() << "\n" << kHelp;
-    return kUsage;
-  }
+  const ModelCommand command{"generate", kHelp, out, err};
+  int exit_code = kOk;
+  const auto parsed = command.parse(
+      argv,
+      {{"adapter", true},     {"prompt", true}, {"prompt-file", true}, {"messages", true}, {"prompt-ids", true},
+       {"max-tokens", true},  {"temperature", true}, {"top-p", true},  {"top-k", true},    {"seed", true},
+       {"stop-id", true, true}, {"device", true}, {"dtype", true},    {"threads", true},  {"output", true},
+       {"quiet", false}},
+      exit_code);
+  if (!parsed) return exit_code;
   const Args& args = *parsed;
-  if (args.has("help")) {
-    out << kHelp;
-    return kOk;
-  }
-  auto usage = [&](const std::string& why) {
-    err << "tailor-runner generate: " << why << "\n" << kHelp;
-    return kUsage;
-  };
-  if (args.positional().size() != 1) return usage("expected one MODEL folder");
+  auto usage = [&](const std::string& why) { return command.usage(why); };
   const int prompts = int(args.has("prompt")) + int(args.has("prompt-file")) + int(args.has("messages")) +
                       int(args.has("prompt-ids"));
   if (prompts != 1) return usage("give one of --prompt, --prompt-file, --messages and --prompt-ids");

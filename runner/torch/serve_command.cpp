@@ -6,16 +6,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/args.h"
 #include "runner/torch/completions.h"
 #include "runner/torch/inference_model.h"
+#include "runner/torch/model_command.h"
 
 namespace tailor::runner {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr int kOk = 0, kInvalid = 1, kUsage = 2;
+constexpr int kOk = 0, kInvalid = 1;
 
 constexpr const char* kHelp = R"(usage: tailor-runner serve MODEL [OPTIONS]
 
@@ -42,21 +42,15 @@ exit codes: 0 input ended, 1 bad input (the folder), 2 bad command line
 }  // namespace
 
 int run_serve_command(const std::vector<std::string>& argv, std::istream& in, std::ostream& out, std::ostream& err) {
-  const std::vector<FlagSpec> flags = {{"adapter", true}, {"name", true},       {"device", true},
-                                       {"dtype", true},   {"threads", true},    {"max-tokens", true},
-                                       {"help", false, false, 'h'}};
-  auto parsed = Args::parse(argv, flags);
-  auto usage = [&](const std::string& why) {
-    err << "tailor-runner serve: " << why << "\n" << kHelp;
-    return kUsage;
-  };
-  if (!parsed.is_ok()) return usage(parsed.status().message());
+  const ModelCommand command{"serve", kHelp, out, err};
+  int exit_code = kOk;
+  const auto parsed = command.parse(argv,
+                                    {{"adapter", true}, {"name", true}, {"device", true}, {"dtype", true},
+                                     {"threads", true}, {"max-tokens", true}},
+                                    exit_code);
+  if (!parsed) return exit_code;
   const Args& args = *parsed;
-  if (args.has("help")) {
-    out << kHelp;
-    return kOk;
-  }
-  if (args.positional().size() != 1) return usage("expected one MODEL folder");
+  auto usage = [&](const std::string& why) { return command.usage(why); };
   CompletionLimits limits;
   for (const auto& [flag, target] : {std::pair<const char*, std::int64_t*>{"threads", nullptr},
                                      std::pair<const char*, std::int64_t*>{"max-tokens", &limits.max_tokens}}) {
@@ -71,10 +65,7 @@ int run_serve_command(const std::vector<std::string>& argv, std::istream& in, st
       at::set_num_threads(static_cast<int>(v));
     }
   }
-  auto fail = [&](const Status& s) {
-    err << "tailor-runner serve: " << s.message() << "\n";
-    return kInvalid;
-  };
+  auto fail = [&](const Status& s) { return command.fail(kInvalid, s.message()); };
   auto device = choose_inference_device(args.get("device", "auto"));
   if (!device.is_ok()) return fail(device.status());
   auto sources = resolve_model_sources(args.positional()[0], args.get("adapter"));

@@ -7,7 +7,9 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "dsl/model_family.h"
 #include "runner/torch/inference_model.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/text_file.h"
@@ -21,6 +23,16 @@ inline ::testing::AssertionResult generate_reference(const tailor::testing::Temp
   const int rc = std::system(cmd.c_str());
   if (rc == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << cmd << " exited " << rc << ":\n" << tailor::testing::read_text(log);
+}
+
+// Every family's name, and them spaced for generate_reference.py's command line.
+inline std::vector<std::string> family_names(std::string* spaced = nullptr) {
+  std::vector<std::string> names;
+  for (const dsl::ModelFamilyInfo& f : dsl::model_families()) {
+    names.emplace_back(f.name);
+    if (spaced) *spaced += " " + names.back();
+  }
+  return names;
 }
 
 inline Result<InferenceModel> open_on_cpu(const std::string& target, const std::string& adapter = "") {

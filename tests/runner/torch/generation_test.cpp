@@ -66,12 +66,8 @@ SamplingOptions greedy(std::int64_t n = 64) {
 
 TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters) {
   TempDir dir;
-  std::vector<std::string> families;
   std::string names;
-  for (const dsl::ModelFamilyInfo& f : dsl::model_families()) {
-    families.emplace_back(f.name);
-    names += " " + families.back();
-  }
+  const std::vector<std::string> families = family_names(&names);
   ASSERT_TRUE(generate_reference(dir, "make " + dir.path().string() + names));
   for (const std::string& family : families) {
     SCOPED_TRACE(family);

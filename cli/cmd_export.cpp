@@ -1,0 +1,41 @@
+// `tailor export MODEL_DIR|JOB_ID -o DIR`: a job id is resolved through
+// tailord to its output folder; the export is tailor-runner's (it links
+// LibTorch, this CLI does not).
+#include <ostream>
+
+#include "cli/commands.h"
+#include "cli/model_target.h"
+
+namespace tailor::cli {
+namespace {
+
+constexpr const char* kExportHelp = R"(usage: tailor export MODEL_DIR|JOB_ID -o DIR [OPTIONS]
+
+Writes a trained model as one Hugging Face folder (config.json, safetensors,
+generation_config.json, the tokenizer's files and the chat template training
+used) that transformers, vLLM and llama.cpp's converter load. A LoRA or
+QLoRA run's adapter is merged into its base first, in fp32, and the result
+rounded once into the chosen dtype. MODEL_DIR is a model folder, a PEFT
+adapter folder or a run's output folder; JOB_ID is a tailord job that
+succeeded, whose output folder is read where tailord wrote it.
+
+options:
+  -o, --out DIR        the folder to write (refused when it exists, unless --force)
+  --adapter DIR        a PEFT adapter folder to merge over MODEL_DIR
+  --format F           safetensors (default); gguf is not built yet
+  --dtype D            auto (default: the base folder's torch_dtype, else
+                       fp32), fp32, bf16 or fp16
+  --force              replace DIR when it exists
+  --output FORMAT      text (default: a summary on stderr) or json
+)";
+
+const std::vector<FlagSpec> kExportFlags = {{"out", true, false, 'o'}, {"adapter", true}, {"format", true},
+                                            {"dtype", true},           {"force", false},  {"output", true}};
+
+}  // namespace
+
+int run_export(const Argv& argv, Streams io) {
+  return run_on_model({"export", kExportHelp, kExportFlags, "tailor-runner", "TAILOR_RUNNER", "export"}, argv, io);
+}
+
+}  // namespace tailor::cli
