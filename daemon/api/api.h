@@ -15,6 +15,7 @@
 #include "daemon/planning/job_planning.h"
 #include "daemon/api/download_links.h"
 #include "daemon/api/generation.h"
+#include "daemon/api/job_completions.h"
 #include "daemon/http/auth.h"
 #include "daemon/http/server.h"
 #include "daemon/http/sessions.h"
@@ -42,12 +43,13 @@ struct ApiContext {
   double started_at = 0;
   const HttpServer* server = nullptr;  // its connection figures go to /metrics
   double download_link_seconds = 600;  // how long a download link works
-  std::string runner_path;  // tailor-runner, for POST /v1/jobs/{id}/generate
-  std::string data_dir;     // its scratch files go under data_dir/generate
+  std::string runner_path;  // tailor-runner, for POST /v1/jobs/{id}/generate and /completions
+  std::string data_dir;     // their scratch files and logs go under data_dir/generate and data_dir/serve
 };
 
-// Requests whose work (planning a job, removing a job's folder) would hold
-// an I/O thread for milliseconds: the server runs them on its workers.
+// Requests whose work (planning a job, removing a job's folder, a model
+// answering a completion) would hold an I/O thread: the server runs them on
+// its workers.
 bool runs_on_a_worker(const HttpRequest& r);
 
 class Api {
@@ -67,6 +69,7 @@ class Api {
   HttpResponse logs(HttpRequest& r);
   HttpResponse cancel(HttpRequest& r);
   HttpResponse generate(HttpRequest& r);
+  HttpResponse completions(HttpRequest& r);
   HttpResponse retry(HttpRequest& r);
   HttpResponse files(HttpRequest& r);
   HttpResponse file_link(HttpRequest& r);
@@ -83,6 +86,7 @@ class Api {
   ApiContext ctx_;
   Router router_;
   Generations generations_;
+  JobCompletions completions_;
   DownloadLinks links_;
 };
 

@@ -174,7 +174,7 @@ std::vector<std::pair<std::string, json>> sse_events(const std::string& body) {
 
 // POST /v1/jobs/{id}/generate: a succeeded job's model streams its tokens
 // and the result; what cannot be generated is refused with the reason.
-TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEvents) {
+TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAICompletions) {
   REQUIRE_RUNNER();
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"));
@@ -254,6 +254,38 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEvents) {
   EXPECT_TRUE(wait_for([&] { return !std::filesystem::exists(dir.file("data/generate")) ||
                                     std::filesystem::is_empty(dir.file("data/generate")); },
                        seconds(10)));
+
+  // OpenAI's completions with the same model (what lm-eval posts): the
+  // greedy text is the generation's, after the echoed prompt, every token
+  // scored.
+  const auto greedy = d.post("/v1/jobs/" + id + "/generate", R"({"prompt": "The", "max_tokens": 6})", "application/json");
+  ASSERT_EQ(greedy.status, 200);
+  const json generated = sse_events(greedy.body).back().second;
+  const auto c = d.post("/v1/jobs/" + id + "/completions",
+                        R"({"prompt": "The", "max_tokens": 6, "temperature": 0, "echo": true, "logprobs": 2})",
+                        "application/json");
+  ASSERT_EQ(c.status, 200) << c.body;
+  const json completion = c.json();
+  EXPECT_EQ(completion["object"], "text_completion");
+  EXPECT_EQ(completion["model"], id);
+  EXPECT_EQ(completion["choices"][0]["text"], "The" + generated["text"].get<std::string>());
+  EXPECT_EQ(completion["usage"]["completion_tokens"], generated["completion_tokens"].get<int>() -
+                                                          (generated["finish_reason"] == "stop" ? 1 : 0));
+  const json& lp = completion["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"].size(), completion["usage"]["total_tokens"].get<std::size_t>());
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  // The model stays loaded for the next request; what it does not compute
+  // is refused in OpenAI's shape, naming the field.
+  const auto n2 = d.post("/v1/jobs/" + id + "/completions", R"({"prompt": "The", "n": 2})", "application/json");
+  EXPECT_EQ(n2.status, 400);
+  EXPECT_EQ(n2.json()["error"]["param"], "n") << n2.body;
+  EXPECT_EQ(d.post("/v1/jobs/" + id + "/completions", "{\"prompt\": ", "application/json").status, 400);
+  EXPECT_EQ(d.post("/v1/jobs/j-0000000000000000/completions", R"({"prompt": "x"})", "application/json").status, 404);
+  EXPECT_EQ(http_request(d.address(), "POST", "/v1/jobs/" + id + "/completions", R"({"prompt": "x"})",
+                         {{"Authorization", "Bearer " + reader}, {"Content-Type", "application/json"}})
+                .status,
+            403);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("data/serve/completions-" + id + ".log")));
 }
 
 TEST(RunE2eTest, ATwoRankJobReservesBothRanksAndReportsEachRanksPeak) {

@@ -1,0 +1,54 @@
+// POST /v1/jobs/{id}/completions: OpenAI's completions (docs/serving.md)
+// answered by a succeeded job's model, so that lm-eval scores a job through
+// tailord with its API token. The model is loaded by a `tailor-runner serve`
+// process (serving/completion_worker.h) on the CPU at the first request and
+// kept for the next ones; one job's model at a time (asking for another
+// job's replaces it), closed after `idle_seconds` without a request. One
+// request is answered at a time: another that comes meanwhile is 503 with
+// Retry-After, so that no API worker thread waits on a model.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "daemon/http/message.h"
+#include "daemon/serving/completion_worker.h"
+#include "daemon/store/job_store.h"
+
+namespace tailor::daemon {
+
+class JobCompletions {
+ public:
+  // `log_dir`: the runner's stderr goes to log_dir/completions-JOB.log.
+  JobCompletions(std::string runner_path, std::string log_dir, double idle_seconds = 600);
+  ~JobCompletions();  // closes the model process
+  JobCompletions(const JobCompletions&) = delete;
+  JobCompletions& operator=(const JobCompletions&) = delete;
+
+  // The reply for `body`: 409 when the job has not succeeded, 404 when its
+  // folder is gone or holds no model, 503 while another request is answered or when the
+  // model cannot be loaded (saying why), else the model's own status and
+  // body (OpenAI's error object for a bad request).
+  HttpResponse complete(const JobRecord& job, const std::string& output_dir, const std::string& body);
+
+ private:
+  void close_when_idle();
+
+  std::string runner_;
+  std::string log_dir_;
+  std::chrono::duration<double> idle_;
+  std::mutex mu_;  // guards the fields below; never held while a model answers
+  bool busy_ = false;
+  std::string job_id_;
+  std::shared_ptr<CompletionWorker> worker_;
+  std::chrono::steady_clock::time_point last_used_;
+  bool stopping_ = false;
+  std::condition_variable wake_;
+  std::thread reaper_;
+};
+
+}  // namespace tailor::daemon
