@@ -310,4 +310,13 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
   return Status::io_error("writing " + path + ": " + reason);
 }
 
+void drop_mapped_pages(std::span<const std::byte> bytes) {
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());
+  const std::uintptr_t first = (begin + page - 1) / page * page;
+  const std::uintptr_t last = (begin + bytes.size()) / page * page;
+  // Advice only: a failure leaves the pages resident, nothing else.
+  if (last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 }  // namespace tailor::runner::io

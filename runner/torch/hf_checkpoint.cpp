@@ -237,6 +237,7 @@ Status load_checked(CausalLM& model, const std::string& folder) {
     // Copied out of the map first: the file gives no alignment guarantee.
     torch::Tensor src = torch::empty(t.shape, torch::TensorOptions().dtype(*weight_dtype_of(t.dtype)));
     if (!t.data.empty()) std::memcpy(src.data_ptr(), t.data.data(), t.data.size());
+    io::drop_mapped_pages(t.data);  // copied: the file's pages need not stay resident
     if (s.transpose) src = src.t();
     torch::Tensor dst = *params.find(s.param);
     if (s.index >= 0) dst = dst.select(0, s.index);
