@@ -35,13 +35,7 @@ int shell(const TempDir& dir, const std::string& cmd, std::string* out = nullptr
 }
 
 ::testing::AssertionResult export_reference(const TempDir& dir, const std::string& args) {
-  const std::string log = dir.file("export_reference.log");
-  const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
-                          "/tests/runner/export_reference.py " + args + " > " + log + " 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::printf("%s", read_text(log).c_str());
-  if (rc == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << cmd << " exited " << rc;
+  return venv_script(dir, "export_reference.py", args, /*echo=*/true);
 }
 
 TEST(ExportTest, AMergedAdapterHasPeftsWeightsAndLogitsOnEveryFamily) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -16,13 +17,21 @@
 
 namespace tailor::runner {
 
-inline ::testing::AssertionResult generate_reference(const tailor::testing::TempDir& dir, const std::string& args) {
-  const std::string log = dir.file("python.log");
+// Runs tests/runner/SCRIPT ARGS with .venv's Python, its output into
+// dir/SCRIPT.log (printed when `echo`, as a test's record of what it compared).
+inline ::testing::AssertionResult venv_script(const tailor::testing::TempDir& dir, const std::string& script,
+                                              const std::string& args, bool echo = false) {
+  const std::string log = dir.file(script + ".log");
   const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
-                          "/tests/runner/generate_reference.py " + args + " > " + log + " 2>&1";
+                          "/tests/runner/" + script + " " + args + " > " + log + " 2>&1";
   const int rc = std::system(cmd.c_str());
+  if (echo) std::printf("%s", tailor::testing::read_text(log).c_str());
   if (rc == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << cmd << " exited " << rc << ":\n" << tailor::testing::read_text(log);
+}
+
+inline ::testing::AssertionResult generate_reference(const tailor::testing::TempDir& dir, const std::string& args) {
+  return venv_script(dir, "generate_reference.py", args);
 }
 
 // Every family's name, and them spaced for generate_reference.py's command line.
