@@ -10,27 +10,38 @@ namespace tailor::cli {
 namespace {
 
 constexpr const char* kExportHelp = R"(usage: tailor export MODEL_DIR|JOB_ID -o DIR [OPTIONS]
+       tailor export MODEL_DIR|JOB_ID --format gguf -o FILE [--outtype T] [OPTIONS]
 
 Writes a trained model as one Hugging Face folder (config.json, safetensors,
 generation_config.json, the tokenizer's files and the chat template training
-used) that transformers, vLLM and llama.cpp's converter load. A LoRA or
-QLoRA run's adapter is merged into its base first, in fp32, and the result
-rounded once into the chosen dtype. MODEL_DIR is a model folder, a PEFT
-adapter folder or a run's output folder; JOB_ID is a tailord job that
-succeeded, whose output folder is read where tailord wrote it.
+used) that transformers, vLLM and llama.cpp's converter load; or, with
+--format gguf, as one GGUF file that llama.cpp loads as it is (llama.cpp's
+metadata and tensor layout, the tokenizer with the ids training used, the
+chat template). A LoRA or QLoRA run's adapter is merged into its base first,
+in fp32, and the result rounded once into the chosen type. MODEL_DIR is a
+model folder, a PEFT adapter folder or a run's output folder; JOB_ID is a
+tailord job that succeeded, whose output folder is read where tailord
+wrote it. GGUF families: llama, mistral, mixtral, qwen2, qwen3, gemma2,
+gemma3 and gpt2.
 
 options:
-  -o, --out DIR        the folder to write (refused when it exists, unless --force)
+  -o, --out PATH       the folder (safetensors) or file (gguf) to write;
+                       refused when it exists, unless --force
   --adapter DIR        a PEFT adapter folder to merge over MODEL_DIR
-  --format F           safetensors (default); gguf is not built yet
-  --dtype D            auto (default: the base folder's torch_dtype, else
-                       fp32), fp32, bf16 or fp16
-  --force              replace DIR when it exists
+  --format F           safetensors (default) or gguf
+  --dtype D            safetensors: auto (default: the base folder's
+                       torch_dtype, else fp32), fp32, bf16 or fp16
+  --outtype T          gguf: f16 (default), bf16, f32 or q8_0 (vectors stay
+                       f32; q8_0 rows that are not whole blocks of 32 are f16)
+  --quantize Q         gguf: smaller types (Q4_K_M, ...) are llama.cpp's
+                       llama-quantize's work; not built here (refused)
+  --force              replace PATH when it exists
   --output FORMAT      text (default: a summary on stderr) or json
 )";
 
 const std::vector<FlagSpec> kExportFlags = {{"out", true, false, 'o'}, {"adapter", true}, {"format", true},
-                                            {"dtype", true},           {"force", false},  {"output", true}};
+                                            {"dtype", true},           {"outtype", true}, {"quantize", true},
+                                            {"force", false},          {"output", true}};
 
 }  // namespace
 

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/data/prompt_tokens.h"
+#include "runner/torch/gguf_export.h"
 #include "runner/torch/hf_checkpoint.h"
 #include "runner/torch/inference_model.h"
 #include "runner/torch/lora.h"
@@ -22,21 +24,30 @@ using Json = nlohmann::ordered_json;
 constexpr int kOk = 0, kInvalid = 1, kFailed = 5;
 
 constexpr const char* kHelp = R"(usage: tailor-runner export MODEL -o DIR [OPTIONS]
+       tailor-runner export MODEL --format gguf -o FILE [--outtype T] [OPTIONS]
 
 Writes a trained model as one Hugging Face folder: config.json, the weights
 as safetensors (shards past 5 GB), generation_config.json, the tokenizer's
-files and the chat template training used. An adapter is merged into the
-base first, in fp32, and the result rounded once into the chosen dtype.
+files and the chat template training used. With --format gguf, writes one
+GGUF file that llama.cpp loads: llama.cpp's architecture metadata and
+tensor layout, the tokenizer with the ids training used, and the chat
+template. An adapter is merged into the base first, in fp32, and the
+result rounded once into the chosen type.
 MODEL is a model folder, a PEFT adapter folder whose base_model_name_or_path
 is a folder here, or a run's output folder (its model/, else its adapter/).
 
 options:
-  -o, --out DIR        the folder to write (refused when it exists, unless --force)
+  -o, --out PATH       the folder (safetensors) or file (gguf) to write;
+                       refused when it exists, unless --force
   --adapter DIR        a PEFT adapter folder to merge over MODEL
-  --format F           safetensors (default); gguf is not built yet
-  --dtype D            auto (default: the base folder's torch_dtype, else
-                       fp32), fp32, bf16 or fp16
-  --force              replace DIR when it exists
+  --format F           safetensors (default) or gguf
+  --dtype D            safetensors: auto (default: the base folder's
+                       torch_dtype, else fp32), fp32, bf16 or fp16
+  --outtype T          gguf: f16 (default), bf16, f32 or q8_0 (vectors stay
+                       f32; q8_0 rows that are not whole blocks of 32 are f16)
+  --quantize Q         gguf: smaller types (Q4_K_M, ...) are llama.cpp's
+                       llama-quantize's work; not built here (refused)
+  --force              replace PATH when it exists
   --output FORMAT      text (default: a summary on stderr) or json (stdout)
 
 exit codes: 0 done, 1 bad input, 2 bad command line, 5 writing failed
@@ -73,6 +84,70 @@ std::uintmax_t folder_bytes(const fs::path& dir) {
   return total;
 }
 
+// The GGUF branch of the command: the merged fp32 model written by
+// export_gguf, with the tokenizer's ids and the chat template training used.
+int write_gguf_file(const InferenceModel& model, const ModelSources& sources, const fs::path& dest,
+                    const std::string& outtype, const std::string& output,
+                    std::chrono::steady_clock::time_point start, std::ostream& out, const ModelCommand& command) {
+  GgufExportOptions o;
+  o.outtype = outtype;
+  const fs::path base = fs::path(sources.base).lexically_normal();
+  o.name = base.has_filename() ? base.filename().string() : base.parent_path().filename().string();
+  if (model.tokenizer) {
+    o.tokenizer_folder = sources.tokenizer;
+    o.bos = model.tokenizer->bos_id();
+    o.eos = model.tokenizer->eos_id();
+    o.pad = model.tokenizer->pad_id();
+    if (model.chat) {
+      if (auto eot = data::template_end_of_turn(*model.chat, *model.tokenizer)) o.eot = *eot;
+    }
+  }
+  if (model.chat) o.chat_template = model.chat->template_text;
+  std::error_code ec;
+  if (fs::path parent = dest.parent_path(); !parent.empty()) {
+    fs::create_directories(parent, ec);
+    if (ec) return command.fail(kFailed, "cannot create " + parent.string() + ": " + ec.message());
+  }
+  auto summary = export_gguf(model.model, dest.string(), o);
+  if (!summary.is_ok()) {
+    const StatusCode code = summary.status().code();
+    const bool bad_input = code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound;
+    return command.fail(bad_input ? kInvalid : kFailed, summary.status().message());
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::uintmax_t bytes = fs::file_size(dest, ec);
+  if (output == "json") {
+    Json j;
+    j["file"] = dest.string();
+    j["format"] = "gguf";
+    j["outtype"] = outtype;
+    j["architecture"] = summary->arch;
+    j["tokenizer"] = {{"model", summary->vocab_model}, {"pre", summary->pre}};
+    j["chat_template"] = !o.chat_template.empty();
+    j["tensors"] = summary->tensors;
+    j["f16_fallback_tensors"] = summary->fallback_f16;
+    j["warnings"] = summary->warnings;
+    j["base"] = sources.base;
+    j["adapter"] = sources.adapter.empty() ? Json() : Json(sources.adapter);
+    j["merged"] = !sources.adapter.empty();
+    j["bytes"] = bytes;
+    j["seconds"] = seconds;
+    out << j.dump() << "\n";
+    return kOk;
+  }
+  char line[200];
+  std::snprintf(line, sizeof line, " as GGUF %s (%s, %lld tensors, %.1f MB) in %.1f s\n", outtype.c_str(),
+                summary->arch.c_str(), static_cast<long long>(summary->tensors), bytes / 1e6, seconds);
+  command.err << "exported " << sources.base << (sources.adapter.empty() ? "" : " with " + sources.adapter + " merged")
+              << " to " << dest.string() << line;
+  if (summary->fallback_f16 > 0) {
+    command.err << "  " << summary->fallback_f16 << " tensors are f16: their rows are not whole q8_0 blocks of 32\n";
+  }
+  for (const std::string& w : summary->warnings) command.err << "  warning: " << w << "\n";
+  if (o.chat_template.empty()) command.err << "  no chat template: llama.cpp formats chats with its own default\n";
+  return kOk;
+}
+
 }  // namespace
 
 int run_export_command(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
@@ -80,7 +155,8 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   int exit_code = kOk;
   const auto parsed = command.parse(argv,
                                     {{"out", true, false, 'o'}, {"adapter", true}, {"format", true},
-                                     {"dtype", true}, {"force", false}, {"output", true}},
+                                     {"dtype", true}, {"outtype", true}, {"quantize", true}, {"force", false},
+                                     {"output", true}},
                                     exit_code);
   if (!parsed) return exit_code;
   const Args& args = *parsed;
@@ -90,11 +166,20 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   const std::string format = args.get("format", "safetensors");
   const std::string output = args.get("output", "text");
   if (output != "text" && output != "json") return usage("--output: expected text or json, got \"" + output + "\"");
-  if (format == "gguf") {
-    return fail(kInvalid, "--format gguf is not built yet; export safetensors and convert that folder with llama.cpp's "
-                          "convert_hf_to_gguf.py");
+  const bool gguf = format == "gguf";
+  if (format != "safetensors" && !gguf) return usage("--format: expected safetensors or gguf, got \"" + format + "\"");
+  if (gguf && args.has("dtype")) return usage("--dtype is for safetensors; a GGUF file's type is --outtype");
+  if (!gguf && (args.has("outtype") || args.has("quantize"))) {
+    return usage(std::string(args.has("outtype") ? "--outtype" : "--quantize") + " is for --format gguf");
   }
-  if (format != "safetensors") return usage("--format: expected safetensors, got \"" + format + "\"");
+  if (args.has("quantize")) {
+    return fail(kInvalid, "--quantize " + args.get("quantize") +
+                              " is not built: export --outtype f16 and run llama.cpp's llama-quantize on the file");
+  }
+  const std::string outtype = args.get("outtype", "f16");
+  if (outtype != "f32" && outtype != "f16" && outtype != "bf16" && outtype != "q8_0") {
+    return usage("--outtype: expected f16, bf16, f32 or q8_0, got \"" + outtype + "\"");
+  }
   const std::string dtype = args.get("dtype", "auto");
   if (dtype != "auto" && dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
     return usage("--dtype: expected auto, fp32, bf16 or fp16, got \"" + dtype + "\"");
@@ -102,8 +187,10 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   const fs::path dest = fs::path(args.get("out")).lexically_normal();
   std::error_code ec;
   if (fs::exists(dest, ec) && !args.has("force")) {
-    return fail(kInvalid, dest.string() + " exists; choose another folder, or give --force to replace it");
+    return fail(kInvalid, dest.string() + " exists; choose another " + (gguf ? "file" : "folder") +
+                              ", or give --force to replace it");
   }
+  if (gguf && fs::is_directory(dest, ec)) return fail(kInvalid, dest.string() + " is a folder; -o names the GGUF file");
 
   auto sources = resolve_model_sources(args.positional()[0], args.get("adapter"));
   if (!sources.is_ok()) return fail(kInvalid, sources.status().message());
@@ -123,10 +210,11 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
     if (!sources->adapter.empty()) {
       if (Status s = merge_lora(*model->model, torch::kFloat32); !s.is_ok()) return fail(kFailed, s.message());
     }
-    model->model->to(torch_dtype(chosen));
+    if (!gguf) model->model->to(torch_dtype(chosen));
   } catch (const c10::Error& e) {
     return fail(kFailed, std::string("converting: ") + e.what_without_backtrace());
   }
+  if (gguf) return write_gguf_file(*model, *sources, dest, outtype, output, start, out, command);
   if (Status s = save_hf_model(model->model, dest.string(), kDefaultMaxShardBytes, extras); !s.is_ok()) {
     return fail(kFailed, s.message());
   }

@@ -276,12 +276,8 @@ Status publish_folder(const fs::path& tmp, const fs::path& folder) {
   return Status::ok();
 }
 
-Status save_checked(const CausalLM& model, const std::string& folder_arg, std::int64_t max_shard_bytes,
-                    const HfExport& extras) {
-  if (max_shard_bytes < 0) {
-    return Status::invalid_argument("max_shard_bytes must be positive (0 = one file), got " +
-                                    std::to_string(max_shard_bytes));
-  }
+// The model's tensors by Hugging Face name, un-fused, on the CPU (views).
+Result<std::vector<HfTensor>> hf_tensors_checked(const CausalLM& model) {
   const dsl::ModelArch& arch = model->arch();
   const std::vector<Slot> layout = hf_layout(arch, dsl::family_info(arch.family).tensors.body);
   const auto params = model->named_parameters();
@@ -292,34 +288,40 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
       return Status::internal("parameter " + item.key() + " has no Hugging Face name (merge adapters before saving)");
     }
   }
-
-  // The un-fused tensors, contiguous on the CPU, in the parameters' dtype.
-  struct Out {
-    const Slot* slot;
-    torch::Tensor t;
-    DType dtype;
-  };
-  std::vector<Out> outs;
-  torch::Dtype dtype = torch::kFloat32;
-  {
-    torch::NoGradGuard no_grad;
-    for (const Slot& s : layout) {
-      const torch::Tensor* p = params.find(s.param);
-      if (p == nullptr) return Status::internal("the model has no parameter " + s.param + " for " + s.hf_name);
-      torch::Tensor t = p->detach();
-      if (s.index >= 0) t = t.select(0, s.index);
-      if (s.rows >= 0) t = t.narrow(0, s.row0, s.rows);
-      if (s.transpose) t = t.t();
-      t = t.to(torch::kCPU).contiguous();
-      if (t.sizes() != c10::IntArrayRef(s.hf_shape)) {
-        return Status::internal(s.param + " gives " + s.hf_name + " the shape " + shape_text(t.sizes()) + ", expected " +
-                                shape_text(s.hf_shape));
-      }
-      const auto d = io_dtype_of(t.scalar_type());
-      if (!d) return Status::internal(s.param + ": dtype " + std::string(c10::toString(t.scalar_type())) + " cannot be saved");
-      if (outs.empty()) dtype = t.scalar_type();
-      outs.push_back({&s, t, *d});
+  std::vector<HfTensor> outs;
+  torch::NoGradGuard no_grad;
+  for (const Slot& s : layout) {
+    const torch::Tensor* p = params.find(s.param);
+    if (p == nullptr) return Status::internal("the model has no parameter " + s.param + " for " + s.hf_name);
+    torch::Tensor t = p->detach();
+    if (s.index >= 0) t = t.select(0, s.index);
+    if (s.rows >= 0) t = t.narrow(0, s.row0, s.rows);
+    if (s.transpose) t = t.t();
+    t = t.to(torch::kCPU);
+    if (t.sizes() != c10::IntArrayRef(s.hf_shape)) {
+      return Status::internal(s.param + " gives " + s.hf_name + " the shape " + shape_text(t.sizes()) + ", expected " +
+                              shape_text(s.hf_shape));
     }
+    outs.push_back({s.hf_name, t});
+  }
+  return outs;
+}
+
+Status save_checked(const CausalLM& model, const std::string& folder_arg, std::int64_t max_shard_bytes,
+                    const HfExport& extras) {
+  if (max_shard_bytes < 0) {
+    return Status::invalid_argument("max_shard_bytes must be positive (0 = one file), got " +
+                                    std::to_string(max_shard_bytes));
+  }
+  const dsl::ModelArch& arch = model->arch();
+  TAILOR_ASSIGN_OR_RETURN(std::vector<HfTensor> outs, hf_tensors_checked(model));
+  for (HfTensor& o : outs) o.tensor = o.tensor.contiguous();
+  torch::Dtype dtype = outs.empty() ? torch::kFloat32 : outs.front().tensor.scalar_type();
+  std::vector<DType> dtypes;
+  for (const HfTensor& o : outs) {
+    const auto d = io_dtype_of(o.tensor.scalar_type());
+    if (!d) return Status::internal(o.name + ": dtype " + std::string(c10::toString(o.tensor.scalar_type())) + " cannot be saved");
+    dtypes.push_back(*d);
   }
 
   // Greedy sharding in state_dict order, as transformers does: a new shard
@@ -327,7 +329,7 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
   std::vector<std::vector<std::size_t>> shards(1);
   std::int64_t in_shard = 0, total = 0;
   for (std::size_t i = 0; i < outs.size(); ++i) {
-    const auto n = static_cast<std::int64_t>(outs[i].t.nbytes());
+    const auto n = static_cast<std::int64_t>(outs[i].tensor.nbytes());
     if (max_shard_bytes > 0 && !shards.back().empty() && in_shard + n > max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
@@ -368,10 +370,10 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
     const std::string name = count == 1 ? io::kSingleWeightsFile : io::shard_file_name(k + 1, count);
     std::vector<io::TensorToWrite> tw;
     for (std::size_t i : shards[static_cast<std::size_t>(k)]) {
-      const Out& o = outs[i];
-      tw.push_back({o.slot->hf_name, o.dtype, o.slot->hf_shape,
-                    std::span<const std::byte>(static_cast<const std::byte*>(o.t.data_ptr()), o.t.nbytes())});
-      index.weight_map[o.slot->hf_name] = name;
+      const HfTensor& o = outs[i];
+      tw.push_back({o.name, dtypes[i], std::vector<std::int64_t>(o.tensor.sizes().begin(), o.tensor.sizes().end()),
+                    std::span<const std::byte>(static_cast<const std::byte*>(o.tensor.data_ptr()), o.tensor.nbytes())});
+      index.weight_map[o.name] = name;
     }
     s = io::write_safetensors((tmp / name).string(), tw, metadata);
     if (!s.is_ok()) return fail(s);
@@ -420,6 +422,14 @@ Status write_tokenizer_files(const std::string& folder_arg, const HfExport& extr
   if (!j.is_object()) return Status::invalid_argument(config.string() + ": not a JSON object");
   j["chat_template"] = extras.chat_template;
   return platform::write_file_atomic(config.string(), j.dump(2) + "\n");
+}
+
+Result<std::vector<HfTensor>> hf_tensors(const CausalLM& model) {
+  try {
+    return hf_tensors_checked(model);
+  } catch (const c10::Error& e) {
+    return Status::internal(std::string("the model's tensors: LibTorch: ") + e.what_without_backtrace());
+  }
 }
 
 Status load_hf_weights(CausalLM& model, const std::string& folder) {

@@ -38,6 +38,18 @@ inline constexpr std::int64_t kDefaultMaxShardBytes = 5'000'000'000;
 // safetensors weights; IOError when a file cannot be read.
 Status load_hf_weights(CausalLM& model, const std::string& folder);
 
+// One tensor of a checkpoint by its Hugging Face name.
+struct HfTensor {
+  std::string name;
+  torch::Tensor tensor;  // Hugging Face's shape, on the CPU: a view of the parameter where it can be (contiguous() before reading bytes)
+};
+
+// The model's parameters as the tensors save_hf_model writes, in its order
+// (un-fused, GPT-2's Conv1D weights transposed), in the parameters' dtype:
+// what another format's writer starts from. Internal for a parameter that
+// has no Hugging Face name (adapters not merged).
+Result<std::vector<HfTensor>> hf_tensors(const CausalLM& model);
+
 // Writes `model` to `folder` as config.json plus model.safetensors, or, when
 // the tensors exceed `max_shard_bytes` (> 0; 0 = never shard), as
 // model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json.

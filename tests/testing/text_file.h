@@ -1,4 +1,5 @@
-// A test's whole-file read, for logs and reference files.
+// A test's whole-file reads and writes, for logs, reference files and
+// the files a test gives the code under test.
 #pragma once
 
 #include <fstream>
@@ -13,6 +14,11 @@ inline std::string read_text(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Replaces the file's bytes with `text`.
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
 }
 
 }  // namespace tailor::testing

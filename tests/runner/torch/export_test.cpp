@@ -89,8 +89,10 @@ TEST(ExportTest, AChatModelKeepsItsTokenizerAndTemplateAndWhatIsNotBuiltIsRefuse
   EXPECT_EQ(shell(dir, kBin + "tailor export " + model + " -o " + exported + " --force --dtype bf16", nullptr, &err), 0)
       << err;
   EXPECT_NE(read_text(exported + "/config.json").find("\"bfloat16\""), std::string::npos);
-  EXPECT_EQ(shell(dir, kBin + "tailor export " + model + " -o " + dir.file("g") + " --format gguf", nullptr, &err), 1);
-  EXPECT_NE(err.find("--format gguf is not built yet"), std::string::npos) << err;
+  EXPECT_EQ(shell(dir, kBin + "tailor export " + model + " -o " + dir.file("g") + " --format gguf --quantize Q4_K_M",
+                  nullptr, &err),
+            1);
+  EXPECT_NE(err.find("--quantize Q4_K_M is not built"), std::string::npos) << err;
   EXPECT_EQ(shell(dir, kBin + "tailor export " + model + " -o " + dir.file("h") + " --dtype fp8", nullptr, &err), 2);
   EXPECT_NE(err.find("--dtype: expected auto, fp32, bf16 or fp16"), std::string::npos) << err;
   EXPECT_EQ(shell(dir, kBin + "tailor export " + model, nullptr, &err), 2);

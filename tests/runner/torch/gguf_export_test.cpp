@@ -1,0 +1,175 @@
+// `tailor export --format gguf` (runner/torch/gguf_export.h) against the
+// real readers (gguf_reference.py in .venv): on every family it exports, an
+// adapter merged and written as f16, bf16, f32 and q8_0 is read by the
+// `gguf` package with the converter's names, shapes and bytes, and loaded by
+// llama.cpp itself, whose logits, tokenizer and chat formatting are
+// transformers', the family tokenizer's and Tailor's. What llama.cpp would
+// compute otherwise is refused or warned about, and nothing half-written.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runner/data/chat_tokens.h"
+#include "runner/torch/export_command.h"
+#include "runner/torch/gguf_export.h"
+#include "tests/runner/torch/generate_fixture.h"
+
+namespace tailor::runner {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using tailor::testing::read_text;
+using tailor::testing::TempDir;
+
+const std::string kBin = std::string(TAILOR_BINARY_DIR) + "/bin/";
+// Every family GGUF export takes, and the tokenizer gguf_reference.py gives
+// it: SentencePiece (llama, mixtral, gemma2, gemma3) or byte-level BPE with
+// Llama 3's (mistral), Qwen2's (qwen2, qwen3) or GPT-2's expression.
+const std::vector<std::string> kFamilies = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt2"};
+
+int shell(const TempDir& dir, const std::string& cmd, std::string* out = nullptr, std::string* err = nullptr) {
+  const int rc = std::system((cmd + " > " + dir.file("out.txt") + " 2> " + dir.file("err.txt")).c_str());
+  if (out) *out = read_text(dir.file("out.txt"));
+  if (err) *err = read_text(dir.file("err.txt"));
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// Tailor's rendering of the family's conversation with its generation
+// prompt, as training and `tailor generate` render it; empty without a template.
+std::string tailor_chat_text(const std::string& family_dir) {
+  auto model = open_on_cpu(family_dir + "/base");
+  EXPECT_TRUE(model.is_ok()) << model.status().message();
+  if (!model.is_ok() || !model->chat) return "";
+  const std::string conversation = "{\"messages\": " + read_text(family_dir + "/conversation.json") + "}";
+  auto text = data::render_conversation(*model->chat, conversation, /*add_generation_prompt=*/true);
+  EXPECT_TRUE(text.is_ok()) << text.status().message();
+  return text.is_ok() ? *text : "";
+}
+
+class GgufExportTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    std::string names;
+    for (const std::string& f : kFamilies) names += " " + f;
+    made_ = venv_script(*dir_, "gguf_reference.py", "make " + dir_->path().string() + names);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static TempDir* dir_;
+  static ::testing::AssertionResult made_;
+};
+TempDir* GgufExportTest::dir_ = nullptr;
+::testing::AssertionResult GgufExportTest::made_ = ::testing::AssertionFailure();
+
+TEST_F(GgufExportTest, EveryFamilyLoadsInLlamaCppWithTransformersLogitsTokensAndTailorsChatFormat) {
+  ASSERT_TRUE(made_);
+  std::string families;
+  for (const std::string& family : kFamilies) {
+    SCOPED_TRACE(family);
+    families += " " + family;
+    const std::string d = dir_->file(family);
+    for (const char* outtype : {"f16", "bf16", "f32", "q8_0"}) {
+      const std::string file = d + "/tailor-" + outtype + ".gguf";
+      const std::vector<std::string> args = {d + "/base", "--adapter", d + "/adapter", "--format", "gguf", "--outtype",
+                                             outtype, "-o", file, "--output", "json"};
+      std::string out, err;
+      if (family == "qwen2" && std::string(outtype) == "f16") {
+        // The CLI, which runs tailor-runner, once; the command in-process otherwise.
+        std::string cmd = kBin + "tailor export";
+        for (const std::string& a : args) cmd += " " + a;
+        ASSERT_EQ(shell(*dir_, cmd, &out, &err), 0) << err;
+      } else {
+        std::ostringstream o, e;
+        ASSERT_EQ(run_export_command(args, o, e), 0) << e.str();
+        out = o.str();
+      }
+      const Json j = Json::parse(out);
+      EXPECT_EQ(j["format"], "gguf");
+      EXPECT_EQ(j["outtype"], outtype);
+      EXPECT_TRUE(j["merged"].get<bool>());
+      EXPECT_EQ(j["bytes"].get<std::uintmax_t>(), fs::file_size(file));
+      EXPECT_TRUE(j["warnings"].empty()) << j.dump();
+      EXPECT_FALSE(fs::exists(file + ".tmp"));
+    }
+    if (const std::string text = tailor_chat_text(d); !text.empty()) std::ofstream(d + "/tailor-chat.txt") << text;
+  }
+  EXPECT_TRUE(venv_script(*dir_, "gguf_reference.py", "check " + dir_->path().string() + families, /*echo=*/true));
+}
+
+TEST_F(GgufExportTest, WhatLlamaCppComputesOtherwiseIsRefusedOrWarnedAboutAndNothingIsHalfWritten) {
+  ASSERT_TRUE(made_);
+  const std::string qwen = dir_->file("qwen2") + "/base", file = dir_->file("refused.gguf");
+  std::string out, err;
+  // Another type, a quantisation left to llama.cpp, safetensors' dtype flag.
+  EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf --outtype q4_0 -o " + file, nullptr, &err), 2);
+  EXPECT_NE(err.find("--outtype: expected f16, bf16, f32 or q8_0, got \"q4_0\""), std::string::npos) << err;
+  EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf --quantize Q4_K_M -o " + file, nullptr, &err), 1);
+  EXPECT_NE(err.find("run llama.cpp's llama-quantize"), std::string::npos) << err;
+  EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf --dtype bf16 -o " + file, nullptr, &err), 2);
+  EXPECT_NE(err.find("a GGUF file's type is --outtype"), std::string::npos) << err;
+  EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --outtype f16 -o " + file, nullptr, &err), 2);
+  EXPECT_NE(err.find("--outtype is for --format gguf"), std::string::npos) << err;
+  EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf -o " + dir_->path().string(), nullptr, &err), 1);
+  EXPECT_NE(err.find("exists; choose another file"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(file));
+
+  // A family llama.cpp's converter writes otherwise (Phi-3's fused
+  // projections), by name, with the families that are exported.
+  ASSERT_TRUE(generate_reference(*dir_, "make " + dir_->path().string() + " phi3"));
+  EXPECT_EQ(shell(*dir_, kBin + "tailor-runner export " + dir_->file("phi3") + "/base --format gguf -o " + file, nullptr, &err), 1);
+  EXPECT_NE(err.find("GGUF export of phi3 models is not built; " + gguf_family_names() + " are exported"),
+            std::string::npos)
+      << err;
+  // Gemma 2 scaling queries by query_pre_attn_scalar^-1/2 where llama.cpp
+  // uses head_dim^-1/2.
+  const std::string gemma = dir_->file("gemma-scalar");
+  fs::copy(dir_->file("gemma2") + "/base", gemma);
+  Json config = Json::parse(read_text(gemma + "/config.json"));
+  config["query_pre_attn_scalar"] = 24;
+  std::ofstream(gemma + "/config.json") << config.dump();
+  EXPECT_EQ(shell(*dir_, kBin + "tailor-runner export " + gemma + " --format gguf -o " + file, nullptr, &err), 1);
+  EXPECT_NE(err.find("query_pre_attn_scalar 24 differs from head_dim 32"), std::string::npos) << err;
+  // A tokenizer llama.cpp has no pre-tokenizer for.
+  const std::string odd = dir_->file("odd-tokenizer");
+  fs::copy(qwen, odd);
+  Json tok = Json::parse(read_text(odd + "/tokenizer.json"));
+  tok["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\s+|\\S+";
+  std::ofstream(odd + "/tokenizer.json") << tok.dump();
+  EXPECT_EQ(shell(*dir_, kBin + "tailor-runner export " + odd + " --format gguf -o " + file, nullptr, &err), 1);
+  EXPECT_NE(err.find("is not one llama.cpp names"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(file));
+  EXPECT_FALSE(fs::exists(file + ".tmp"));
+
+  // Mistral's sliding window, which llama.cpp's "llama" ignores: written, and said.
+  const std::string windowed = dir_->file("mistral-window");
+  fs::copy(dir_->file("mistral") + "/base", windowed);
+  config = Json::parse(read_text(windowed + "/config.json"));
+  config["sliding_window"] = 8;
+  std::ofstream(windowed + "/config.json") << config.dump();
+  ASSERT_EQ(shell(*dir_, kBin + "tailor-runner export " + windowed + " --format gguf -o " + file + " --output json", &out, &err), 0)
+      << err;
+  const Json j = Json::parse(out);
+  ASSERT_EQ(j["warnings"].size(), 1u) << j.dump();
+  EXPECT_NE(j["warnings"][0].get<std::string>().find("sliding_window 8: llama.cpp's llama architecture attends to the whole context"),
+            std::string::npos);
+  // Replacing needs --force; the text summary says the warning too.
+  EXPECT_EQ(shell(*dir_, kBin + "tailor-runner export " + windowed + " --format gguf -o " + file, nullptr, &err), 1);
+  EXPECT_NE(err.find("exists; choose another file, or give --force"), std::string::npos) << err;
+  ASSERT_EQ(shell(*dir_, kBin + "tailor export " + windowed + " --format gguf -o " + file + " --force", nullptr, &err), 0);
+  EXPECT_NE(err.find("as GGUF f16 (llama, 21 tensors"), std::string::npos) << err;
+  EXPECT_NE(err.find("warning: sliding_window 8"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace tailor::runner
