@@ -283,8 +283,9 @@ function jobPage(id) {
   const log = h("pre", {class: "log", "aria-label": "Runner log"});
   const files = h("ul");
   const talk = h("div", {class: "card", hidden: true});
+  const exporter = h("div", {class: "card", hidden: true});
   const answers = h("div", {class: "card", hidden: true});
-  page(`Job ${id}`, facts, actions, message, talk,
+  page(`Job ${id}`, facts, actions, message, talk, exporter,
     h("h2", {}, "Curves"), curves, answers,
     h("h2", {}, "Memory: the plan's estimate against the runner's measurement"), memory,
     h("h2", {}, "Attempts"), h("table", {}, h("thead", {}, h("tr", {},
@@ -373,6 +374,8 @@ function jobPage(id) {
       if (job.state === "succeeded" && talk.hidden) {
         talk.hidden = false;
         talk.replaceChildren(...talkBox(enc, plan));
+        exporter.hidden = false;
+        exporter.replaceChildren(...exportBox(enc, id));
       }
       attempts.replaceChildren(...(job.attempt_history || []).map(a => h("tr", {},
         h("td", {}, a.attempt), h("td", {}, a.strategy || "–"), h("td", {}, bytes(a.estimated_bytes)),
@@ -479,6 +482,41 @@ function talkBox(enc, plan) {
       : "Plain text; it continues it."),
     input, h("p", {}, h("label", {}, "Max tokens ", maxTokens), " ", h("label", {}, "Temperature ", temperature), " ", go),
     status, answer];
+}
+
+// Exporting a succeeded job's model (POST /v1/jobs/{id}/exports) into the
+// job's folder: a GGUF file that llama.cpp loads, or a merged Hugging Face
+// folder; what was written downloads as the job's other files do.
+function exportBox(enc, id) {
+  const kinds = [["gguf:f16", "GGUF, f16"], ["gguf:q8_0", "GGUF, q8_0"], ["gguf:bf16", "GGUF, bf16"],
+    ["gguf:f32", "GGUF, f32"], ["safetensors:auto", "Hugging Face folder, the base's dtype"],
+    ["safetensors:bf16", "Hugging Face folder, bf16"]];
+  const choice = h("select", {"aria-label": "Export as"}, ...kinds.map(([v, t]) => h("option", {value: v}, t)));
+  const status = h("p", {class: "muted", "aria-live": "polite"});
+  const result = h("p", {});
+  const go = h("button", {type: "button", class: "action", onclick: async () => {
+    const [format, type] = choice.value.split(":");
+    go.disabled = true;
+    status.textContent = "Exporting…";
+    result.replaceChildren();
+    try {
+      const res = await api(`/v1/jobs/${enc}/exports`, {method: "POST", type: "application/json",
+        body: JSON.stringify(format === "gguf" ? {format, outtype: type} : {format, dtype: type})});
+      if (!res.ok) { status.textContent = apiError(res); return; }
+      const d = res.data, name = d.path.split("/").pop();
+      status.textContent = `Wrote ${d.path} (${bytes(d.bytes)}) in ${number(d.seconds, 1)} s` +
+        ((d.warnings || []).length ? `; ${d.warnings.join("; ")}` : "");
+      result.replaceChildren(h("button", {type: "button", class: "action",
+        onclick: () => format === "gguf" ? download(enc, d.path) : download(enc, d.path, `${id}-${name}.tar`)},
+      `Download ${name}`));
+    } finally {
+      go.disabled = false;
+    }
+  }}, "Export");
+  return [h("h2", {}, "Export the model"),
+    h("p", {class: "muted"}, "Into the job's folder, with an adapter merged: one GGUF file that llama.cpp loads " +
+      "(tokenizer and chat template included), or a Hugging Face folder."),
+    h("p", {}, choice, " ", go), status, result];
 }
 
 // Saved by the browser's own download manager, streamed to disk (a model

@@ -164,7 +164,8 @@ std::string job_to_json(const JobRecord& job, const std::string& output_dir) {
 Api::Api(ApiContext context)
     : ctx_(std::move(context)),
       generations_(ctx_.runner_path, ctx_.data_dir.empty() ? std::string() : (fs::path(ctx_.data_dir) / "generate").string()),
-      completions_(ctx_.runner_path, ctx_.data_dir.empty() ? std::string() : (fs::path(ctx_.data_dir) / "serve").string()) {
+      completions_(ctx_.runner_path, ctx_.data_dir.empty() ? std::string() : (fs::path(ctx_.data_dir) / "serve").string()),
+      exports_(ctx_.runner_path, ctx_.data_dir.empty() ? std::string() : (fs::path(ctx_.data_dir) / "serve").string()) {
   auto bind = [this](HttpResponse (Api::*fn)(HttpRequest&)) {
     return [this, fn](HttpRequest& r) { return (this->*fn)(r); };
   };
@@ -258,6 +259,7 @@ Api::Api(ApiContext context)
   router_.add({"POST", "/v1/jobs/{id}/cancel", true, bind(&Api::cancel)});
   router_.add({"POST", "/v1/jobs/{id}/generate", true, bind(&Api::generate)});
   router_.add({"POST", "/v1/jobs/{id}/completions", true, bind(&Api::completions)});
+  router_.add({"POST", "/v1/jobs/{id}/exports", true, bind(&Api::exports)});
   router_.add({"POST", "/v1/jobs/{id}/retry", true, bind(&Api::retry)});
   router_.add({"DELETE", "/v1/jobs/{id}", true, bind(&Api::remove)});
   // The web UI's sign-in (sessions.h): the token is the credential here.
@@ -423,9 +425,13 @@ HttpResponse Api::submit(HttpRequest& r) {
 }
 
 bool runs_on_a_worker(const HttpRequest& r) {
-  // A sign-in writes the sessions file with fsync.
-  const bool completion = r.path.size() > 12 && r.path.compare(r.path.size() - 12, 12, "/completions") == 0;
-  return (r.method == "POST" && (r.path == "/v1/jobs" || r.path == "/v1/session" || completion)) ||
+  // A sign-in writes the sessions file with fsync; a completion waits on a
+  // model, an export on a runner process.
+  auto ends_with = [&](std::string_view s) {
+    return r.path.size() > s.size() && r.path.compare(r.path.size() - s.size(), s.size(), s) == 0;
+  };
+  const bool model = ends_with("/completions") || ends_with("/exports");
+  return (r.method == "POST" && (r.path == "/v1/jobs" || r.path == "/v1/session" || model)) ||
          r.method == "DELETE";
 }
 
@@ -779,6 +785,12 @@ HttpResponse Api::completions(HttpRequest& r) {
   auto job = ctx_.store->get(r.params["id"]);
   if (!job.is_ok()) return error_response(job.status());
   return completions_.complete(*job, ctx_.supervisor->job_dir(job->id), r.body);
+}
+
+HttpResponse Api::exports(HttpRequest& r) {
+  auto job = ctx_.store->get(r.params["id"]);
+  if (!job.is_ok()) return error_response(job.status());
+  return exports_.run(*job, ctx_.supervisor->job_dir(job->id), r.body);
 }
 
 HttpResponse Api::sign_in(HttpRequest& r) {

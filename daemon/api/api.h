@@ -16,6 +16,7 @@
 #include "daemon/api/download_links.h"
 #include "daemon/api/generation.h"
 #include "daemon/api/job_completions.h"
+#include "daemon/api/job_exports.h"
 #include "daemon/http/auth.h"
 #include "daemon/http/server.h"
 #include "daemon/http/sessions.h"
@@ -70,6 +71,7 @@ class Api {
   HttpResponse cancel(HttpRequest& r);
   HttpResponse generate(HttpRequest& r);
   HttpResponse completions(HttpRequest& r);
+  HttpResponse exports(HttpRequest& r);
   HttpResponse retry(HttpRequest& r);
   HttpResponse files(HttpRequest& r);
   HttpResponse file_link(HttpRequest& r);
@@ -87,6 +89,7 @@ class Api {
   Router router_;
   Generations generations_;
   JobCompletions completions_;
+  JobExports exports_;
   DownloadLinks links_;
 };
 

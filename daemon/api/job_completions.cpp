@@ -49,7 +49,7 @@ void JobCompletions::close_when_idle() {
   lock.unlock();
 }
 
-HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& output_dir, const std::string& body) {
+std::optional<HttpResponse> check_job_model(const JobRecord& job, const std::string& output_dir) {
   if (job.state != JobState::kSucceeded) {
     return error_response(ApiError::kConflict, "job " + job.id + " has not succeeded (state: " +
                                                    std::string(to_string(job.state)) +
@@ -59,11 +59,17 @@ HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& o
   if (output_dir.empty() || !fs::is_directory(output_dir, ec)) {
     return error_response(ApiError::kNotFound, "job " + job.id + "'s output folder is gone");
   }
-  // What tailor-runner serve opens in a run's folder: its model/, else its adapter/.
+  // What the runner's commands open in a run's folder: its model/, else its adapter/.
   const fs::path out(output_dir);
   if (!fs::exists(out / "model" / "config.json", ec) && !fs::exists(out / "adapter" / "adapter_config.json", ec)) {
     return error_response(ApiError::kNotFound, "job " + job.id + "'s output folder has no model (model/ or adapter/)");
   }
+  return std::nullopt;
+}
+
+HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& output_dir, const std::string& body) {
+  if (auto refused = check_job_model(job, output_dir)) return *refused;
+  std::error_code ec;
   const auto request = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (request.is_discarded()) return error_response(ApiError::kInvalidArgument, "the request body is not JSON");
   if (runner_.empty()) return error_response(ApiError::kUnavailable, "this tailord has no runner to serve a model with");

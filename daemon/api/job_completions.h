@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -20,6 +21,11 @@
 #include "daemon/store/job_store.h"
 
 namespace tailor::daemon {
+
+// Whether a job has a model to open (completions, exports): 409 when it has
+// not succeeded, 404 when its output folder is gone or holds neither
+// model/ nor adapter/; nullopt when it has one.
+std::optional<HttpResponse> check_job_model(const JobRecord& job, const std::string& output_dir);
 
 class JobCompletions {
  public:

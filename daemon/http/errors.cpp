@@ -23,6 +23,7 @@ const std::vector<ErrorKind>& error_table() {
       {ApiError::kRangeNotSatisfiable, 416, "range_not_satisfiable"},
       {ApiError::kDoesNotFit, 422, "does_not_fit"},
       {ApiError::kIdempotencyKeyReused, 422, "idempotency_key_reused"},
+      {ApiError::kNotExportable, 422, "not_exportable"},
       {ApiError::kHeadersTooLarge, 431, "headers_too_large"},
       {ApiError::kInternal, 500, "internal"},
       {ApiError::kIoError, 500, "io_error"},

@@ -32,6 +32,7 @@ enum class ApiError {
   kRangeNotSatisfiable,    // 416 (with Content-Range: bytes */size)
   kDoesNotFit,             // 422 the job does not fit the machine
   kIdempotencyKeyReused,   // 422 the key came with another request before
+  kNotExportable,          // 422 the model cannot be written in the format asked (why in the message)
   kHeadersTooLarge,        // 431
   kInternal,               // 500 a bug
   kIoError,                // 500

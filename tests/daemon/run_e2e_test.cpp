@@ -27,6 +27,7 @@
 #include "daemon/store/job_store.h"
 #include "daemon/store/sqlite.h"
 #include "tests/daemon/daemon_harness.h"
+#include "tests/testing/text_file.h"
 
 namespace tailor::daemon::testing {
 namespace {
@@ -286,6 +287,44 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAIC
                 .status,
             403);
   EXPECT_TRUE(std::filesystem::exists(dir.file("data/serve/completions-" + id + ".log")));
+
+  // Its model exported into its folder: a GGUF file that llama.cpp loads
+  // with the logits and tokens of the job's model/ in transformers, then one
+  // of the job's files; a merged folder, downloadable as one archive.
+  const auto ex = d.post("/v1/jobs/" + id + "/exports", R"({"format": "gguf", "outtype": "f32"})", "application/json");
+  ASSERT_EQ(ex.status, 201) << ex.body;
+  const json exported = ex.json();
+  EXPECT_EQ(exported["path"], "exports/model-f32.gguf");
+  EXPECT_EQ(exported["architecture"], "llama");
+  EXPECT_EQ(exported["tokenizer"]["pre"], "gpt-2");  // the byte tokenizer's
+  EXPECT_FALSE(exported.contains("file"));            // no host paths
+  const std::string job_dir = dir.file("data/jobs/" + id);
+  EXPECT_EQ(std::filesystem::file_size(job_dir + "/exports/model-f32.gguf"), exported["bytes"].get<std::uintmax_t>());
+  const std::string check = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
+                            "/tests/runner/gguf_reference.py folder " + job_dir + "/exports/model-f32.gguf " + job_dir +
+                            "/model f32 > " + dir.file("gguf-check.log") + " 2>&1";
+  EXPECT_EQ(std::system(check.c_str()), 0) << tailor::testing::read_text(dir.file("gguf-check.log"));
+  const json files = d.get("/v1/jobs/" + id + "/files").json();
+  EXPECT_NE(files.dump().find("\"exports/model-f32.gguf\""), std::string::npos) << files.dump();
+  const auto folder = d.post("/v1/jobs/" + id + "/exports", R"({"format": "safetensors", "dtype": "bf16"})",
+                             "application/json");
+  ASSERT_EQ(folder.status, 201) << folder.body;
+  EXPECT_EQ(folder.json()["path"], "exports/model-bf16");
+  EXPECT_EQ(d.get("/v1/jobs/" + id + "/archive?path=exports/model-bf16").status, 200);
+  // Refused, naming the field: another format or type, a type for the other
+  // format, an unknown field; no such job; a read-only token.
+  for (const char* body : {R"({"format": "onnx"})", R"({"outtype": "q4_0"})", R"({"format": "gguf", "dtype": "bf16"})",
+                           R"({"format": "safetensors", "outtype": "f16"})", R"({"colour": "red"})", "[]"}) {
+    const auto bad = d.post("/v1/jobs/" + id + "/exports", body, "application/json");
+    EXPECT_EQ(bad.status, 400) << body << " -> " << bad.body;
+  }
+  EXPECT_NE(d.post("/v1/jobs/" + id + "/exports", R"({"outtype": "q4_0"})", "application/json")
+                .json()["message"].get<std::string>().find("outtype"), std::string::npos);
+  EXPECT_EQ(d.post("/v1/jobs/j-0000000000000000/exports", "{}", "application/json").status, 404);
+  EXPECT_EQ(http_request(d.address(), "POST", "/v1/jobs/" + id + "/exports", "{}",
+                         {{"Authorization", "Bearer " + reader}, {"Content-Type", "application/json"}})
+                .status,
+            403);
 }
 
 TEST(RunE2eTest, ATwoRankJobReservesBothRanksAndReportsEachRanksPeak) {

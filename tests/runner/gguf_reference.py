@@ -28,6 +28,10 @@ by llama.cpp itself (llama-cpp-python), against transformers and PEFT.
           test), except llama.cpp's built-in Llama 2 format, which differs
           from Llama 2's own template in its spaces and BOS (reported).
       Prints one JSON line of what it measured; exits 1 on a failure.
+  gguf_reference.py folder GGUF MODEL_DIR OUTTYPE
+      a GGUF file Tailor exported from MODEL_DIR (a job's model/, as
+      transformers and AutoTokenizer load it): llama.cpp's logits and
+      tokenizer against transformers' and the folder's, as above.
 """
 import json
 import os
@@ -445,11 +449,23 @@ def check(root, families):
     return ok
 
 
+def check_folder(path, model_dir, outtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    lines = [(line, tok(line, add_special_tokens=False).input_ids) for line in LINES]
+    measured, problems = check_llama_cpp(model.config.model_type, outtype, path, model, lines, None)
+    print(json.dumps({"gguf": path, "outtype": outtype, **measured, "problems": problems}), flush=True)
+    return not problems
+
+
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "make":
         for family in sys.argv[3:]:
             make(sys.argv[2], family)
         return 0
+    if len(sys.argv) == 5 and sys.argv[1] == "folder":
+        return 0 if check_folder(*sys.argv[2:]) else 1
     if len(sys.argv) >= 4 and sys.argv[1] == "check":
         return 0 if check(sys.argv[2], sys.argv[3:]) else 1
     print(__doc__, file=sys.stderr)

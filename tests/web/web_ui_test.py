@@ -282,6 +282,25 @@ def main():
         print(f"ok: the job page generated {done[0]['completion_tokens']} tokens from its model, streamed, "
               "equal to the API's answer")
 
+        # Exporting the model from its page: a GGUF file written into the
+        # job's folder, then downloaded byte for byte.
+        from selenium.webdriver.support.ui import Select
+        Select(driver.find_element(By.CSS_SELECTOR, "select[aria-label='Export as']")).select_by_value("gguf:f32")
+        driver.find_element(By.XPATH, "//button[normalize-space()='Export']").click()
+        long_wait.until(lambda d: "Wrote exports/model-f32.gguf" in
+                        d.find_element(By.XPATH, "//h2[.='Export the model']/..").text)
+        driver.find_element(By.XPATH, "//button[normalize-space()='Download model-f32.gguf']").click()
+        saved = os.path.join(downloads, "model-f32.gguf")
+        long_wait.until(lambda d: os.path.exists(saved)
+                        and not any(n.endswith(".crdownload") for n in os.listdir(downloads)))
+        written = os.path.join(tailord.data, "jobs", job_id, "exports", "model-f32.gguf")
+        if open(saved, "rb").read() != open(written, "rb").read():
+            fail("the downloaded GGUF file differs from the one the export wrote")
+        if open(saved, "rb").read(4) != b"GGUF":
+            fail("the export is not a GGUF file")
+        shot("05c-export")
+        print(f"ok: the job page exported its model as GGUF ({os.path.getsize(saved)} bytes) and downloaded it")
+
         # Cancel a running job from its page.
         other = http(address, "/v1/jobs", token, "POST", resolved(100000).encode(), "application/yaml")["id"]
         driver.get(base + f"/ui#/jobs/{other}")
