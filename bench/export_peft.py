@@ -7,10 +7,11 @@
                                  2048, GQA 32/4, vocab 32000) saved to DIR/base
                                  in fp32, and DIR/adapter: a PEFT LoRA adapter
                                  (r 16 on every linear layer, non-zero B)
-  export_peft.py merge DIR OUT   what a user runs without Tailor: the base
+  export_peft.py merge DIR OUT [fp32]
+                                 what a user runs without Tailor: the base
                                  loaded in fp32, the adapter merged with
-                                 merge_and_unload(), cast to bf16 and saved
-                                 with save_pretrained to OUT
+                                 merge_and_unload(), cast to bf16 (or kept
+                                 fp32) and saved with save_pretrained to OUT
   export_peft.py same A B        whether two folders' safetensors hold the same
                                  tensors bit for bit: prints {"equal": ..., "tensors": N}
 """
@@ -46,12 +47,12 @@ def make(root, size):
     lora.save_pretrained(os.path.join(root, "adapter"))
 
 
-def merge(root, out):
+def merge(root, out, dtype="bf16"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
     base = AutoModelForCausalLM.from_pretrained(os.path.join(root, "base"), dtype=torch.float32)
     merged = PeftModel.from_pretrained(base, os.path.join(root, "adapter")).merge_and_unload()
-    merged.to(torch.bfloat16).save_pretrained(out)
+    (merged if dtype == "fp32" else merged.to(torch.bfloat16)).save_pretrained(out)
 
 
 def tensors(folder):
@@ -72,8 +73,8 @@ def same(a, b):
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "make":
         make(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) == 4 and sys.argv[1] == "merge":
-        merge(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "merge":
+        merge(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "same":
         same(sys.argv[2], sys.argv[3])
     else:

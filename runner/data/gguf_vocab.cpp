@@ -20,6 +20,10 @@ constexpr const char* kLlama3Pattern =
 constexpr const char* kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// The score of a SentencePiece vocabulary's padding rows, as the
+// converter's _create_vocab_sentencepiece writes it.
+constexpr float kPadScore = -10000.0f;
+
 std::optional<std::string> read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   if (!in) return std::nullopt;
@@ -155,6 +159,7 @@ Status read_sentencepiece(const fs::path& file, GgufVocab& v) {
                "tokenizer encodes as SentencePiece does");
   }
   v.model = "llama";
+  v.pre = "default";  // as the converter writes it; llama.cpp's SentencePiece tokenizer has no pre-tokenizer
   v.unk = unk;
   return Status::ok();
 }
@@ -263,10 +268,17 @@ Status read_config(const fs::path& file, GgufVocab& v) {
     if (i >= v.tokens.size()) {
       v.tokens.resize(i + 1);
       v.types.resize(i + 1, kTokenUnused);
-      if (!v.scores.empty()) v.scores.resize(i + 1, -1000.0f);
+      if (!v.scores.empty()) v.scores.resize(i + 1, kPadScore);
     }
-    v.tokens[i] = a["content"].get<std::string>();
-    v.types[i] = a.value("special", false) ? kTokenControl : kTokenUserDefined;
+    std::string content = a["content"].get<std::string>();
+    const bool special = a.value("special", false);
+    if (!v.scores.empty()) {
+      v.scores[i] = -1000.0f;
+      // The converter writes a user-defined piece's "▁" as the space it stands for.
+      for (std::size_t at; !special && (at = content.find("\xE2\x96\x81")) != std::string::npos;) content.replace(at, 3, " ");
+    }
+    v.tokens[i] = std::move(content);
+    v.types[i] = special ? kTokenControl : kTokenUserDefined;
   }
   return Status::ok();
 }
@@ -295,7 +307,7 @@ Result<GgufVocab> read_gguf_vocab(const std::string& folder, std::int64_t vocab_
     if (i >= v.tokens.size()) {
       v.tokens.emplace_back();
       v.types.push_back(kTokenUnused);
-      if (v.model == "llama") v.scores.push_back(-1000.0f);
+      if (v.model == "llama") v.scores.push_back(kPadScore);
     }
     if (v.tokens[i].empty()) {
       v.tokens[i] = "[PAD" + std::to_string(i) + "]";

@@ -28,7 +28,7 @@ enum GgufTokenType : std::int32_t {
 
 struct GgufVocab {
   std::string model;  // tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level BPE)
-  std::string pre;    // tokenizer.ggml.pre (BPE only): "gpt-2", "llama-bpe" or "qwen2"
+  std::string pre;    // tokenizer.ggml.pre: "gpt-2", "llama-bpe" or "qwen2" (BPE); "default" (SentencePiece)
   std::vector<std::string> tokens;  // by id, padded with "[PAD<id>]" (unused) to the model's vocabulary
   std::vector<float> scores;        // SentencePiece only
   std::vector<std::int32_t> types;

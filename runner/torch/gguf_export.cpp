@@ -109,24 +109,25 @@ torch::Tensor interleave_rope(const torch::Tensor& w, std::int64_t heads) {
 }
 
 // Llama 3.1's rope_scaling as the per-frequency divisors llama.cpp reads
-// from rope_freqs.weight (the converter's LlamaModel.generate_extra_tensors).
+// from rope_freqs.weight: the converter's LlamaModel.generate_extra_tensors,
+// op for op in float32 tensors (Python numbers as scalars), so that the
+// bytes are its bytes.
 torch::Tensor llama3_rope_factors(const dsl::ModelArch& a) {
   const dsl::RopeScaling& r = a.rope_scaling;
-  const std::int64_t dim = a.head_dim();
-  const double low_wavelen = static_cast<double>(r.original_max_seq_len) / r.low_freq_factor;
-  const double high_wavelen = static_cast<double>(r.original_max_seq_len) / r.high_freq_factor;
+  const auto dim = static_cast<double>(a.head_dim());
+  const torch::Tensor freqs = 1.0 / torch::pow(a.rope_theta, torch::arange(0, a.head_dim(), 2, torch::kFloat32) / dim);
+  const double old = static_cast<double>(r.original_max_seq_len);
+  const double low_wavelen = old / r.low_freq_factor, high_wavelen = old / r.high_freq_factor;
   std::vector<float> f;
-  for (std::int64_t i = 0; i < dim; i += 2) {
-    const double freq = 1.0 / std::pow(a.rope_theta, static_cast<double>(i) / static_cast<double>(dim));
-    const double wavelen = 2 * M_PI / freq;
-    if (wavelen < high_wavelen) {
+  for (std::int64_t i = 0; i < freqs.size(0); ++i) {
+    const torch::Tensor wavelen = (2 * M_PI) / freqs[i];
+    if (wavelen.item<float>() < high_wavelen) {
       f.push_back(1.0f);
-    } else if (wavelen > low_wavelen) {
+    } else if (wavelen.item<float>() > low_wavelen) {
       f.push_back(static_cast<float>(r.factor));
     } else {
-      const double smooth = (static_cast<double>(r.original_max_seq_len) / wavelen - r.low_freq_factor) /
-                            (r.high_freq_factor - r.low_freq_factor);
-      f.push_back(static_cast<float>(1.0 / ((1 - smooth) / r.factor + smooth)));
+      const torch::Tensor smooth = (old / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      f.push_back((1 / ((1 - smooth) / r.factor + smooth)).item<float>());
     }
   }
   return torch::tensor(f, torch::kFloat32);

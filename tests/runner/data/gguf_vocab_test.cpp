@@ -36,7 +36,7 @@ TEST(GgufVocabTest, SentencePiecePiecesScoresAndTypesAreTheModelsPaddedToTheEmbe
   auto v = read_gguf_vocab(dir.path().string(), 320);
   ASSERT_TRUE(v.is_ok()) << v.status().message();
   EXPECT_EQ(v->model, "llama");
-  EXPECT_TRUE(v->pre.empty());
+  EXPECT_EQ(v->pre, "default");
   ASSERT_EQ(v->tokens.size(), 320u);
   ASSERT_EQ(v->scores.size(), 320u);
   ASSERT_EQ(v->types.size(), 320u);
@@ -56,7 +56,7 @@ TEST(GgufVocabTest, SentencePiecePiecesScoresAndTypesAreTheModelsPaddedToTheEmbe
   EXPECT_EQ(v->types[ids[0]], kTokenNormal);
   EXPECT_EQ(v->tokens[300], "[PAD300]");
   EXPECT_EQ(v->types[319], kTokenUnused);
-  EXPECT_EQ(v->scores[319], -1000.0f);
+  EXPECT_EQ(v->scores[319], -10000.0f);
   EXPECT_EQ(v->add_space_prefix, true);
   // More tokens than embeddings.
   auto small = read_gguf_vocab(dir.path().string(), 200);
