@@ -21,8 +21,8 @@ chat template). A LoRA or QLoRA run's adapter is merged into its base first,
 in fp32, and the result rounded once into the chosen type. MODEL_DIR is a
 model folder, a PEFT adapter folder or a run's output folder; JOB_ID is a
 tailord job that succeeded, whose output folder is read where tailord
-wrote it. GGUF families: llama, mistral, mixtral, qwen2, qwen3, gemma2,
-gemma3 and gpt2.
+wrote it. GGUF takes every family: llama, mistral, mixtral, qwen2, qwen3,
+gemma2, gemma3, gpt2 and phi3.
 
 options:
   -o, --out PATH       the folder (safetensors) or file (gguf) to write;

@@ -33,6 +33,7 @@ constexpr GgufFamily kFamilies[] = {
     {ModelFamily::kMixtral, "llama", true, false}, {ModelFamily::kQwen2, "qwen2", false, false},
     {ModelFamily::kQwen3, "qwen3", false, false},  {ModelFamily::kGemma2, "gemma2", false, true},
     {ModelFamily::kGemma3, "gemma3", false, true}, {ModelFamily::kGpt2, "gpt2", false, false},
+    {ModelFamily::kPhi3, "phi3", false, false},
 };
 
 const GgufFamily* gguf_family(ModelFamily f) {
@@ -89,7 +90,7 @@ std::map<std::string, std::string> block_names(const dsl::ModelArch& a) {
   const std::map<std::string, const char*> by_target = {
       {"q_proj", "attn_q"},       {"k_proj", "attn_k"},   {"v_proj", "attn_v"},  {"o_proj", "attn_output"},
       {"gate_proj", "ffn_gate"},  {"up_proj", "ffn_up"},  {"down_proj", "ffn_down"}, {"c_attn", "attn_qkv"},
-      {"c_fc", "ffn_up"},
+      {"c_fc", "ffn_up"},         {"qkv_proj", "attn_qkv"}, {"gate_up_proj", "ffn_up"},  // Phi-3's fused ones
   };
   for (const dsl::LinearLayer& l : dsl::block_linears(a)) {
     std::string target = l.target;
@@ -192,6 +193,9 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const dsl::ModelAr
     kv.emplace_back(p + "expert_count", u32(a.experts));
     kv.emplace_back(p + "expert_used_count", u32(a.experts_per_token));
   }
+  // Phi-3's window, 0 for none, as the converter writes it (llama.cpp reads
+  // it and, for now, attends to everything: the export warns).
+  if (a.family == ModelFamily::kPhi3) kv.emplace_back(p + "attention.sliding_window", u32(a.sliding_window));
   if (dsl::family_info(a.family).gemma) {
     if (a.sliding_window > 0) kv.emplace_back(p + "attention.sliding_window", u32(a.sliding_window));
     if (a.attn_logit_softcap > 0) kv.emplace_back(p + "attn_logit_softcapping", f32(a.attn_logit_softcap));

@@ -67,6 +67,7 @@ TOKENIZERS = {
     "qwen2": ("qwen2", CHATML, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]),
     "qwen3": ("qwen2", CHATML, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]),
     "gpt2": ("gpt2", None, ["<|endoftext|>"]),
+    "phi3": ("spm", LLAMA2, []),
 }
 CONVERSATION = [
     {"role": "user", "content": "What is the capital of France?"},
@@ -92,9 +93,10 @@ def family_config(family):
         # llama.cpp scales Gemma's queries by head_dim^-1/2 and rotates
         # Gemma 3's windowed layers by 10000; the test's models say so too.
         cfg["query_pre_attn_scalar"] = cfg["head_dim"]
-    if family == "mistral":
-        # llama.cpp runs Mistral as "llama", which has no sliding window:
-        # the export warns about a window (gguf_export_test checks that).
+    if family in ("mistral", "phi3"):
+        # llama.cpp runs Mistral as "llama", which has no sliding window, and
+        # Phi-3's is disabled there: the export warns about a window
+        # (gguf_export_test checks that).
         cfg["sliding_window"] = None
     if family == "gemma3":
         cfg["rope_parameters"] = {"full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1e6),

@@ -31,9 +31,10 @@ using tailor::testing::TempDir;
 
 const std::string kBin = std::string(TAILOR_BINARY_DIR) + "/bin/";
 // Every family GGUF export takes, and the tokenizer gguf_reference.py gives
-// it: SentencePiece (llama, mixtral, gemma2, gemma3) or byte-level BPE with
+// it: SentencePiece (llama, mixtral, gemma2, gemma3, phi3) or byte-level BPE with
 // Llama 3's (mistral), Qwen2's (qwen2, qwen3) or GPT-2's expression.
-const std::vector<std::string> kFamilies = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt2"};
+const std::vector<std::string> kFamilies = {"llama",  "mistral", "mixtral", "qwen2", "qwen3",
+                                            "gemma2", "gemma3",  "gpt2",    "phi3"};
 
 int shell(const TempDir& dir, const std::string& cmd, std::string* out = nullptr, std::string* err = nullptr) {
   const int rc = std::system((cmd + " > " + dir.file("out.txt") + " 2> " + dir.file("err.txt")).c_str());
@@ -124,13 +125,6 @@ TEST_F(GgufExportTest, WhatLlamaCppComputesOtherwiseIsRefusedOrWarnedAboutAndNot
   EXPECT_NE(err.find("exists; choose another file"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(file));
 
-  // A family llama.cpp's converter writes otherwise (Phi-3's fused
-  // projections), by name, with the families that are exported.
-  ASSERT_TRUE(generate_reference(*dir_, "make " + dir_->path().string() + " phi3"));
-  EXPECT_EQ(shell(*dir_, kBin + "tailor-runner export " + dir_->file("phi3") + "/base --format gguf -o " + file, nullptr, &err), 1);
-  EXPECT_NE(err.find("GGUF export of phi3 models is not built; " + gguf_family_names() + " are exported"),
-            std::string::npos)
-      << err;
   // Gemma 2 scaling queries by query_pre_attn_scalar^-1/2 where llama.cpp
   // uses head_dim^-1/2.
   const std::string gemma = dir_->file("gemma-scalar");
