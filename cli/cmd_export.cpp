@@ -33,8 +33,10 @@ options:
                        torch_dtype, else fp32), fp32, bf16 or fp16
   --outtype T          gguf: f16 (default), bf16, f32 or q8_0 (vectors stay
                        f32; q8_0 rows that are not whole blocks of 32 are f16)
-  --quantize Q         gguf: smaller types (Q4_K_M, ...) are llama.cpp's
-                       llama-quantize's work; not built here (refused)
+  --quantize Q         gguf: a smaller type (Q4_K_M, Q5_K_M, ...) made by
+                       llama.cpp's llama-quantize from the --outtype file
+                       (found as $TAILOR_LLAMA_QUANTIZE or on PATH; refused
+                       when there is none)
   --force              replace PATH when it exists
   --output FORMAT      text (default: a summary on stderr) or json
 )";

@@ -5,9 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "platform/executable.h"
+#include "platform/process.h"
 #include "runner/data/prompt_tokens.h"
 #include "runner/torch/gguf_export.h"
 #include "runner/torch/hf_checkpoint.h"
@@ -45,8 +48,10 @@ options:
                        torch_dtype, else fp32), fp32, bf16 or fp16
   --outtype T          gguf: f16 (default), bf16, f32 or q8_0 (vectors stay
                        f32; q8_0 rows that are not whole blocks of 32 are f16)
-  --quantize Q         gguf: smaller types (Q4_K_M, ...) are llama.cpp's
-                       llama-quantize's work; not built here (refused)
+  --quantize Q         gguf: a smaller type (Q4_K_M, Q5_K_M, ...) made by
+                       llama.cpp's llama-quantize from the --outtype file
+                       (found as $TAILOR_LLAMA_QUANTIZE, beside this
+                       program or on PATH; refused when there is none)
   --force              replace PATH when it exists
   --output FORMAT      text (default: a summary on stderr) or json (stdout)
 
@@ -84,10 +89,47 @@ std::uintmax_t folder_bytes(const fs::path& dir) {
   return total;
 }
 
+// --quantize: llama.cpp's llama-quantize and the type it is asked for.
+struct Quantize {
+  std::string type;  // "Q4_K_M"; empty: none
+  std::string tool;  // its path
+};
+
+// `tool IN OUT.tmp TYPE`, renamed to OUT once it succeeded; its output in
+// OUT.quantize.log, whose end is the error when it fails.
+Status run_llama_quantize(const Quantize& q, const std::string& in, const std::string& out) {
+  const std::string tmp = out + ".tmp", log = out + ".quantize.log";
+  std::error_code ec;
+  fs::remove(log, ec);
+  platform::LaunchRequest launch;
+  launch.argv = {q.tool, in, tmp, q.type};
+  launch.log_path = log;
+  launch.own_process_group = false;  // Ctrl-C stops it with this command
+  auto child = platform::launch_process(launch);
+  if (!child.is_ok()) return Status::io_error("llama-quantize: " + child.status().message());
+  auto exit = platform::wait_child(child->pid);
+  std::ifstream in_log(log);
+  std::stringstream text;
+  text << in_log.rdbuf();
+  std::string said = text.str();
+  if (said.size() > 2000) said = "..." + said.substr(said.size() - 2000);
+  if (!exit.is_ok() || exit->code != 0) {
+    fs::remove(tmp, ec);
+    const std::string how = !exit.is_ok()          ? exit.status().message()
+                            : exit->signal != 0    ? "was killed by signal " + std::to_string(exit->signal)
+                                                   : "exited " + std::to_string(exit->code);
+    return Status::io_error(q.tool + " " + how + " (its output stays in " + log + "):\n" + said);
+  }
+  fs::remove(log, ec);
+  fs::rename(tmp, out, ec);
+  if (ec) return Status::io_error("renaming " + tmp + " to " + out + ": " + ec.message());
+  return Status::ok();
+}
+
 // The GGUF branch of the command: the merged fp32 model written by
 // export_gguf, with the tokenizer's ids and the chat template training used.
 int write_gguf_file(const InferenceModel& model, const ModelSources& sources, const fs::path& dest,
-                    const std::string& outtype, const std::string& output,
+                    const std::string& outtype, const Quantize& quantize, const std::string& output,
                     std::chrono::steady_clock::time_point start, std::ostream& out, const ModelCommand& command) {
   GgufExportOptions o;
   o.outtype = outtype;
@@ -108,11 +150,19 @@ int write_gguf_file(const InferenceModel& model, const ModelSources& sources, co
     fs::create_directories(parent, ec);
     if (ec) return command.fail(kFailed, "cannot create " + parent.string() + ": " + ec.message());
   }
-  auto summary = export_gguf(model.model, dest.string(), o);
+  // With --quantize, the --outtype file is llama-quantize's input, beside
+  // the destination, and removed after.
+  const std::string written = quantize.tool.empty() ? dest.string() : dest.string() + ".unquantized.gguf";
+  auto summary = export_gguf(model.model, written, o);
   if (!summary.is_ok()) {
     const StatusCode code = summary.status().code();
     const bool bad_input = code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound;
     return command.fail(bad_input ? kInvalid : kFailed, summary.status().message());
+  }
+  if (!quantize.tool.empty()) {
+    Status s = run_llama_quantize(quantize, written, dest.string());
+    fs::remove(written, ec);
+    if (!s.is_ok()) return command.fail(kFailed, s.message());
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::uintmax_t bytes = fs::file_size(dest, ec);
@@ -121,6 +171,7 @@ int write_gguf_file(const InferenceModel& model, const ModelSources& sources, co
     j["file"] = dest.string();
     j["format"] = "gguf";
     j["outtype"] = outtype;
+    j["quantize"] = quantize.type.empty() ? Json() : Json(quantize.type);
     j["architecture"] = summary->arch;
     j["tokenizer"] = {{"model", summary->vocab_model}, {"pre", summary->pre}};
     j["chat_template"] = !o.chat_template.empty();
@@ -136,7 +187,8 @@ int write_gguf_file(const InferenceModel& model, const ModelSources& sources, co
     return kOk;
   }
   char line[200];
-  std::snprintf(line, sizeof line, " as GGUF %s (%s, %lld tensors, %.1f MB) in %.1f s\n", outtype.c_str(),
+  const std::string type = quantize.type.empty() ? outtype : quantize.type + " (llama-quantize from " + outtype + ")";
+  std::snprintf(line, sizeof line, " as GGUF %s (%s, %lld tensors, %.1f MB) in %.1f s\n", type.c_str(),
                 summary->arch.c_str(), static_cast<long long>(summary->tensors), bytes / 1e6, seconds);
   command.err << "exported " << sources.base << (sources.adapter.empty() ? "" : " with " + sources.adapter + " merged")
               << " to " << dest.string() << line;
@@ -172,13 +224,24 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   if (!gguf && (args.has("outtype") || args.has("quantize"))) {
     return usage(std::string(args.has("outtype") ? "--outtype" : "--quantize") + " is for --format gguf");
   }
-  if (args.has("quantize")) {
-    return fail(kInvalid, "--quantize " + args.get("quantize") +
-                              " is not built: export --outtype f16 and run llama.cpp's llama-quantize on the file");
-  }
   const std::string outtype = args.get("outtype", "f16");
   if (outtype != "f32" && outtype != "f16" && outtype != "bf16" && outtype != "q8_0") {
     return usage("--outtype: expected f16, bf16, f32 or q8_0, got \"" + outtype + "\"");
+  }
+  Quantize quantize;
+  if (args.has("quantize")) {
+    quantize.type = args.get("quantize");
+    if (quantize.type.empty() || quantize.type.find_first_not_of(
+                                     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
+      return usage("--quantize: expected a llama.cpp type name such as Q4_K_M, got \"" + quantize.type + "\"");
+    }
+    if (outtype == "q8_0") return usage("--quantize starts from an f16, bf16 or f32 file, not --outtype q8_0");
+    auto tool = platform::find_executable("llama-quantize", "", "TAILOR_LLAMA_QUANTIZE");
+    if (!tool.is_ok()) {
+      return fail(kInvalid, "--quantize " + quantize.type + " needs llama.cpp's llama-quantize, which was not found (" +
+                                tool.status().message() + "); export --outtype f16 and quantize the file with it");
+    }
+    quantize.tool = *tool;
   }
   const std::string dtype = args.get("dtype", "auto");
   if (dtype != "auto" && dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
@@ -214,7 +277,7 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   } catch (const c10::Error& e) {
     return fail(kFailed, std::string("converting: ") + e.what_without_backtrace());
   }
-  if (gguf) return write_gguf_file(*model, *sources, dest, outtype, output, start, out, command);
+  if (gguf) return write_gguf_file(*model, *sources, dest, outtype, quantize, output, start, out, command);
   if (Status s = save_hf_model(model->model, dest.string(), kDefaultMaxShardBytes, extras); !s.is_ok()) {
     return fail(kFailed, s.message());
   }

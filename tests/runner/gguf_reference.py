@@ -28,6 +28,13 @@ by llama.cpp itself (llama-cpp-python), against transformers and PEFT.
           test), except llama.cpp's built-in Llama 2 format, which differs
           from Llama 2's own template in its spaces and BOS (reported).
       Prints one JSON line of what it measured; exits 1 on a failure.
+  gguf_reference.py quantized GGUF FAMILY_DIR FILE_TYPE
+      a file llama-quantize made from Tailor's export of FAMILY_DIR (a
+      family without layout changes, base and adapter merged): its
+      general.file_type is FILE_TYPE (llama.h's llama_ftype, 15 for
+      Q4_K_M), and llama.cpp's logits are transformers' with the file's
+      weights dequantized by gguf-py, within q8_0's tolerance (llama.cpp
+      rounds activations to 8 bits for these dot products).
   gguf_reference.py folder GGUF MODEL_DIR OUTTYPE
       a GGUF file Tailor exported from MODEL_DIR (a job's model/, as
       transformers and AutoTokenizer load it): llama.cpp's logits and
@@ -448,6 +455,43 @@ def check(root, families):
     return ok
 
 
+def check_quantized(path, family_dir, file_type):
+    import gguf
+    import llama_cpp
+    reader = gguf.GGUFReader(path)
+    field = reader.fields["general.file_type"]
+    got = int(field.parts[field.data[0]][0])
+    model = merged_model(family_dir)
+    # The file's weights, dequantized, in the model: gguf-py's name map
+    # from the checkpoint's names to the file's.
+    arch = bytes(reader.fields["general.architecture"].parts[reader.fields["general.architecture"].data[0]]).decode()
+    names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch],
+                                     model.config.num_hidden_layers)
+    stored = {t.name: t for t in reader.tensors}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            t = stored[names.get_name(name, try_suffixes=(".weight", ".bias"))]
+            p.copy_(torch.from_numpy(np.array(gguf.quants.dequantize(t.data, t.tensor_type))).reshape(p.shape))
+    llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_batch=64, logits_all=True, n_threads=2, verbose=False,
+                          type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+    ids = torch.randint(3, model.config.vocab_size, (SEQUENCE,), generator=torch.Generator().manual_seed(7)).tolist()
+    llm.eval(ids)
+    ours = np.array(llm.scores[:SEQUENCE], dtype=np.float32)
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].float().numpy()
+    rel = float(np.abs(ours - ref).max() / np.abs(ref).max())
+    types = sorted({t.tensor_type.name for t in reader.tensors})
+    problems = []
+    if got != int(file_type):
+        problems.append(f"general.file_type {got}, expected {file_type}")
+    if not np.isfinite(ours).all() or rel > TOLERANCE["q8_0"]:
+        problems.append(f"llama.cpp's logits differ from transformers' on the file's weights by {rel:.2e} of the "
+                        f"largest (tolerance {TOLERANCE['q8_0']})")
+    print(json.dumps({"gguf": path, "file_type": got, "tensor_types": types, "llama_cpp_rel_diff": rel,
+                      "argmax_agree": float((ours.argmax(-1) == ref.argmax(-1)).mean()), "problems": problems}))
+    return not problems
+
+
 def check_folder(path, model_dir, outtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
@@ -463,6 +507,8 @@ def main():
         for family in sys.argv[3:]:
             make(sys.argv[2], family)
         return 0
+    if len(sys.argv) == 5 and sys.argv[1] == "quantized":
+        return 0 if check_quantized(*sys.argv[2:]) else 1
     if len(sys.argv) == 5 and sys.argv[1] == "folder":
         return 0 if check_folder(*sys.argv[2:]) else 1
     if len(sys.argv) >= 4 and sys.argv[1] == "check":

@@ -115,8 +115,11 @@ TEST_F(GgufExportTest, WhatLlamaCppComputesOtherwiseIsRefusedOrWarnedAboutAndNot
   // Another type, a quantisation left to llama.cpp, safetensors' dtype flag.
   EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf --outtype q4_0 -o " + file, nullptr, &err), 2);
   EXPECT_NE(err.find("--outtype: expected f16, bf16, f32 or q8_0, got \"q4_0\""), std::string::npos) << err;
-  EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf --quantize Q4_K_M -o " + file, nullptr, &err), 1);
-  EXPECT_NE(err.find("run llama.cpp's llama-quantize"), std::string::npos) << err;
+  // No llama-quantize to be found: refused before the model is read.
+  EXPECT_EQ(shell(*dir_, "PATH=/usr/bin:/bin " + kBin + "tailor export " + qwen + " --format gguf --quantize Q4_K_M -o " + file,
+                  nullptr, &err),
+            1);
+  EXPECT_NE(err.find("--quantize Q4_K_M needs llama.cpp's llama-quantize, which was not found"), std::string::npos) << err;
   EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf --dtype bf16 -o " + file, nullptr, &err), 2);
   EXPECT_NE(err.find("a GGUF file's type is --outtype"), std::string::npos) << err;
   EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --outtype f16 -o " + file, nullptr, &err), 2);
@@ -163,6 +166,60 @@ TEST_F(GgufExportTest, WhatLlamaCppComputesOtherwiseIsRefusedOrWarnedAboutAndNot
   ASSERT_EQ(shell(*dir_, kBin + "tailor export " + windowed + " --format gguf -o " + file + " --force", nullptr, &err), 0);
   EXPECT_NE(err.find("as GGUF f16 (llama, 21 tensors"), std::string::npos) << err;
   EXPECT_NE(err.find("warning: sliding_window 8"), std::string::npos) << err;
+}
+
+// llama.cpp's own quantizer (llama_model_quantize, in the library
+// llama-cpp-python built) behind llama-quantize's command line: IN OUT TYPE.
+std::string write_llama_quantize(const TempDir& dir) {
+  const std::string path = dir.file("bin/llama-quantize");
+  fs::create_directories(dir.file("bin"));
+  std::ofstream(path) << "#!" << TAILOR_SOURCE_DIR << "/.venv/bin/python\n"
+                      << "import ctypes, sys\nimport llama_cpp\n"
+                      << "src, dst, kind = sys.argv[1:4]\n"
+                      << "ftype = getattr(llama_cpp, 'LLAMA_FTYPE_MOSTLY_' + kind.upper(), None)\n"
+                      << "if ftype is None:\n    sys.exit(f'invalid file type {kind}')\n"
+                      << "params = llama_cpp.llama_model_quantize_default_params()\n"
+                      << "params.ftype = ftype\n"
+                      << "sys.exit(llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params)))\n";
+  fs::permissions(path, fs::perms::owner_all);
+  return path;
+}
+
+TEST_F(GgufExportTest, QuantizeHandsTheExportToLlamaQuantizeAndLlamaCppLoadsTheResult) {
+  ASSERT_TRUE(made_);
+  const std::string tool = write_llama_quantize(*dir_), d = dir_->file("qwen2");
+  const std::string file = dir_->file("quantized/qwen2-q4_k_m.gguf");
+  std::string out, err;
+  ASSERT_EQ(shell(*dir_, "TAILOR_LLAMA_QUANTIZE=" + tool + " " + kBin + "tailor-runner export " + d + "/base --adapter " + d +
+                             "/adapter --format gguf --quantize Q4_K_M -o " + file + " --output json",
+                  &out, &err),
+            0)
+      << err;
+  const Json j = Json::parse(out);
+  EXPECT_EQ(j["quantize"], "Q4_K_M");
+  EXPECT_EQ(j["outtype"], "f16");
+  EXPECT_EQ(j["bytes"].get<std::uintmax_t>(), fs::file_size(file));
+  // Only the file: not the f16 input, the temporary output or the log.
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_->file("quantized"))) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"qwen2-q4_k_m.gguf"});
+  EXPECT_TRUE(venv_script(*dir_, "gguf_reference.py", "quantized " + file + " " + d + " 15", /*echo=*/true));
+
+  // A type llama-quantize does not know: its own words, and nothing written.
+  const std::string bad = dir_->file("quantized/bad.gguf");
+  EXPECT_EQ(shell(*dir_, "TAILOR_LLAMA_QUANTIZE=" + tool + " " + kBin + "tailor-runner export " + d +
+                             "/base --format gguf --quantize Q9_X -o " + bad,
+                  nullptr, &err),
+            5);
+  EXPECT_NE(err.find("exited 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("invalid file type Q9_X"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(bad));
+  EXPECT_FALSE(fs::exists(bad + ".tmp"));
+  EXPECT_FALSE(fs::exists(bad + ".unquantized.gguf"));
+  EXPECT_EQ(shell(*dir_, kBin + "tailor-runner export " + d + "/base --format gguf --outtype q8_0 --quantize Q4_K_M -o " + bad,
+                  nullptr, &err),
+            2);
+  EXPECT_NE(err.find("--quantize starts from an f16, bf16 or f32 file"), std::string::npos) << err;
 }
 
 }  // namespace
