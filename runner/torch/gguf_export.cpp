@@ -247,15 +247,15 @@ Result<std::vector<Planned>> plan_tensors(const dsl::ModelArch& a, const GgufFam
     }
     Planned p{{std::move(name), t.sizes().vec(), chosen}, nullptr};
     p.values = [t, transform]() {
-      torch::Tensor v = t.to(torch::kFloat32);
+      torch::Tensor v = t.is_meta() ? t : t.to(torch::kFloat32);
       return (transform ? transform(v) : v).contiguous();
     };
     out.push_back(std::move(p));
   };
   if (a.rope_scaling.type == dsl::RopeScalingType::kLlama3) add("rope_freqs.weight", llama3_rope_factors(a));
   auto plus_one = [](torch::Tensor t) { return t + 1; };
-  // Mixtral's experts: one stacked (experts, rows, cols) tensor per
-  // projection, written where the block's last expert was.
+  // Mixtral's experts: one (experts, rows, cols) tensor per projection,
+  // written where the block's last expert was.
   std::map<std::string, std::vector<torch::Tensor>> experts;
   for (HfTensor& t : hf) {
     const std::string& n = t.name;
@@ -296,7 +296,13 @@ Result<std::vector<Planned>> plan_tensors(const dsl::ModelArch& a, const GgufFam
       list.push_back(t.tensor);
       if (static_cast<std::int64_t>(list.size()) == a.experts) {
         const char* name = w == "w1" ? "ffn_gate_exps" : w == "w2" ? "ffn_down_exps" : "ffn_up_exps";
-        add(blk + name + ".weight", torch::stack(list));
+        // Stacked when written, one projection's experts at a time: a
+        // shape-only tensor plans it, the transform makes it.
+        const std::vector<torch::Tensor> each = std::move(list);
+        std::vector<std::int64_t> shape = each.front().sizes().vec();
+        shape.insert(shape.begin(), a.experts);
+        add(blk + name + ".weight", torch::empty(shape, torch::TensorOptions().device(torch::kMeta)),
+            [each](const torch::Tensor&) { return torch::stack(each).to(torch::kFloat32); });
       }
       continue;
     }
