@@ -18,14 +18,7 @@ bench_init
 params=$("$python" -c "import json,sys; c=json.load(open(sys.argv[1])); print(round((c['vocab_size']*c['hidden_size']*2 + c['num_hidden_layers']*(c['hidden_size']*c['hidden_size']*2 + 2*c['hidden_size']*c['hidden_size']*c['num_key_value_heads']//c['num_attention_heads'] + 3*c['hidden_size']*c['intermediate_size']))/1e9, 2))" "$work/base/config.json")
 echo "model: $size ($params B parameters), fp32 base + LoRA r 16 on every linear layer -> bf16 folder"
 printf '%-8s %9s %11s\n' impl seconds peak_rss_GB
-run() {  # NAME COMMAND...: wall seconds and peak RSS of one process
-  local name=$1; shift
-  /usr/bin/time -f '%e %M' -o "$work/$name.time" "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; exit 1; }
-  read -r secs kb < "$work/$name.time"
-  printf '%-8s %9.1f %11.2f\n' "$name" "$secs" "$(echo "$kb / 1048576" | bc -l)"
-  eval "${name}_secs=$secs"
-}
-run tailor "$root/$build/bin/tailor-runner" export "$work/base" --adapter "$work/adapter" -o "$work/tailor-out" --dtype bf16
-run peft "$python" "$root/bench/export_peft.py" merge "$work" "$work/peft-out"
+bench_timed tailor "$root/$build/bin/tailor-runner" export "$work/base" --adapter "$work/adapter" -o "$work/tailor-out" --dtype bf16
+bench_timed peft "$python" "$root/bench/export_peft.py" merge "$work" "$work/peft-out"
 printf 'speedup (peft / tailor): %.2fx\n' "$(echo "$peft_secs / $tailor_secs" | bc -l)"
 "$python" "$root/bench/export_peft.py" same "$work/tailor-out" "$work/peft-out"

@@ -20,18 +20,12 @@ bench_init
 converter=$("$python" "$root/bench/gguf_converter.py" fetch "$work/llama.cpp")
 echo "model: $size Llama, fp32 base + LoRA r 16 on every linear layer -> f16 GGUF"
 printf '%-14s %9s %11s\n' step seconds peak_rss_GB
-run() {  # NAME COMMAND...: wall seconds and peak RSS of one process
-  local name=$1; shift
-  /usr/bin/time -f '%e %M' -o "$work/$name.time" "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; exit 1; }
-  read -r secs kb < "$work/$name.time"
-  printf '%-14s %9.1f %11.2f\n' "$name" "$secs" "$(echo "$kb / 1048576" | bc -l)"
-  eval "${name//-/_}_secs=$secs"
-}
-run tailor "$root/$build/bin/tailor-runner" export "$work/base" --adapter "$work/adapter" --format gguf \
+timed_width=14
+bench_timed tailor "$root/$build/bin/tailor-runner" export "$work/base" --adapter "$work/adapter" --format gguf \
   --outtype f16 -o "$work/tailor.gguf"
-run peft-merge "$python" "$root/bench/export_peft.py" merge "$work" "$work/merged" fp32
+bench_timed peft-merge "$python" "$root/bench/export_peft.py" merge "$work" "$work/merged" fp32
 cp "$work/base/tokenizer.model" "$work/base/tokenizer_config.json" "$work/merged/"
-run convert "$python" "$converter" "$work/merged" --outtype f16 --outfile "$work/converter.gguf"
+bench_timed convert "$python" "$converter" "$work/merged" --outtype f16 --outfile "$work/converter.gguf"
 printf 'peft + converter: %.1f s; speedup (their sum / tailor): %.2fx\n' "$(echo "$peft_merge_secs + $convert_secs" | bc -l)" \
   "$(echo "($peft_merge_secs + $convert_secs) / $tailor_secs" | bc -l)"
 "$python" "$root/bench/gguf_converter.py" same "$work/tailor.gguf" "$work/converter.gguf"

@@ -15,6 +15,19 @@ bench_init() {
   export OMP_WAIT_POLICY=PASSIVE
 }
 
+# Runs COMMAND as one process under GNU time and prints NAME, its wall
+# seconds and peak resident memory (GB), in a name column $timed_width wide
+# (default 8); sets NAME_secs (dashes as underscores). Its output goes to
+# $work/NAME.log, shown if it fails: bench_timed NAME COMMAND...
+bench_timed() {
+  local name=$1 secs kb
+  shift
+  /usr/bin/time -f '%e %M' -o "$work/$name.time" "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; exit 1; }
+  read -r secs kb < "$work/$name.time"
+  printf "%-${timed_width:-8}s %9.1f %11.2f\n" "$name" "$secs" "$(echo "$kb / 1048576" | bc -l)"
+  eval "${name//-/_}_secs=$secs"
+}
+
 # The number after "KEY": in the JSON line TEXT: field TEXT KEY.
 field() { grep -o "\"$2\": [0-9.]*" <<<"$1" | cut -d' ' -f2; }
 
