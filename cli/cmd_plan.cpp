@@ -148,9 +148,17 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   row("cross-entropy", s.cross_entropy == strategies::CrossEntropy::kFusedLinear
                            ? "fused with the output projection (no logits tensor)"
                            : "over the materialised logits");
+  const dsl::TrainingSpec& t = spec.training;
+  if (t.method == dsl::TrainingMethod::kOrpo) {
+    row("method", "orpo (lambda " + fmt("%g", t.orpo_lambda) +
+                      "): micro-batches of pairs, two rows each; no reference model (the chosen rows' NLL)");
+  } else if (t.method == dsl::TrainingMethod::kSimpo) {
+    row("method", "simpo (beta " + fmt("%g", t.beta) + ", gamma " + fmt("%g", t.gamma) +
+                      "): micro-batches of pairs, two rows each; no reference model");
+  }
   if (s.reference != dsl::Reference::kNone) {
-    row("method", std::string("dpo (") + dsl::to_string(spec.training.loss_type) + ", beta " +
-                      fmt("%g", spec.training.beta) + "): micro-batches of pairs, two rows each");
+    row("method", std::string("dpo (") + dsl::to_string(t.loss_type) + ", beta " + fmt("%g", t.beta) +
+                      "): micro-batches of pairs, two rows each");
     row("reference", s.reference == dsl::Reference::kAdapterOff
                          ? "adapter_off (the base with the adapters switched off: no bytes)"
                          : "separate (a frozen copy: " + plan.chosen.memory.reference.to_string() + " in weights)");

@@ -178,6 +178,10 @@ int run_run(const Argv& argv, Streams io) {
     case runner::RunnerExit::kCancelled:
       io.err << "tailor run: stopped; resume with --resume\n";
       return kExitCancelled;
+    case runner::RunnerExit::kDiverged:
+      io.err << "tailor run: training diverged (a non-finite loss; see " << (out / "events.jsonl").string()
+             << "): a lower training.lr or precision bf16/fp32 rather than fp16 may help\n";
+      return kExitRunFailed;
     case runner::RunnerExit::kFailure: return kExitRunFailed;
   }
   return kExitRunFailed;

@@ -165,9 +165,27 @@ inline Packing packing_of(const DataSpec& d) {
 enum class LrScheduler { kConstant, kCosine, kLinear };
 
 // What the loss trains: the next token of the data (sft), or a preference
-// between two completions of a prompt against a frozen reference model
-// (dpo: Rafailov et al., "Direct Preference Optimization", 2023).
-enum class TrainingMethod { kSft, kDpo };
+// between two completions of a prompt, against a frozen reference model
+// (dpo) or without one (orpo, simpo).
+enum class TrainingMethod {
+  kSft,
+  kDpo,    // Rafailov et al., "Direct Preference Optimization", 2023
+  // Hong et al., "ORPO: Monolithic Preference Optimization without Reference
+  // Model", 2024: the chosen sequence's NLL (prompt and completion, per
+  // token) minus lambda * log sigmoid of the log odds ratio of the two
+  // completions' per-token mean probabilities, as TRL's ORPOTrainer
+  // computes it.
+  kOrpo,
+  // Meng et al., "SimPO: Simple Preference Optimization with a
+  // Reference-Free Reward", 2024: -log sigmoid(beta (mean log pi(y_w) -
+  // mean log pi(y_l)) - gamma), per-token means, as TRL's CPOTrainer with
+  // loss_type simpo and cpo_alpha 0 computes it.
+  kSimpo,
+};
+// Whether `m` trains on preference pairs, and whether it scores them
+// against a reference model.
+inline bool trains_on_pairs(TrainingMethod m) { return m != TrainingMethod::kSft; }
+inline bool needs_reference(TrainingMethod m) { return m == TrainingMethod::kDpo; }
 // DPO's loss on the margin h = beta * ((log pi(y_w) - log ref(y_w)) -
 // (log pi(y_l) - log ref(y_l))), each a completion's summed log-probability:
 // With r_w = beta (log pi(y_w) - log ref(y_w)) and r_l likewise (h = r_w - r_l),
@@ -217,8 +235,12 @@ struct TrainingSpec {
   std::vector<std::string> eval_prompts;
   std::int64_t eval_max_tokens = 64;             // new tokens per eval prompt, 1 to 1024
   TrainingMethod method = TrainingMethod::kSft;
-  double beta = 0.1;                             // dpo: the margin's scale (the KL penalty's weight)
+  // dpo: the log-ratio margin's scale (the KL penalty's weight), default
+  // 0.1; simpo: the reward's scale, default 2.0 (the SimPO paper's).
+  double beta = 0.1;
   PreferenceLoss loss_type = PreferenceLoss::kSigmoid;  // dpo
+  double gamma = 1.0;        // simpo: the target reward margin (gamma / beta 0.5, the paper's default)
+  double orpo_lambda = 0.1;  // orpo: the odds-ratio term's weight (the paper's lambda, TRL's beta)
   // dpo, robust and exo_pair: the assumed share of flipped preference
   // labels, in [0, 0.5) (exo_pair: above 0). Default 0.
   double label_smoothing = 0.0;
@@ -365,7 +387,7 @@ const char* to_string(OnBadRecord v);   // error | skip
 const char* to_string(TrainOn v);       // assistant | all | last_assistant
 const char* to_string(TrainOnEos v);    // turn | last | none
 const char* to_string(Packing v);       // none | stream | whole-examples
-const char* to_string(TrainingMethod v);  // sft | dpo
+const char* to_string(TrainingMethod v);  // sft | dpo | orpo | simpo
 const char* to_string(PreferenceLoss v);  // sigmoid | ipo | hinge | robust | exo_pair | nca_pair | bco_pair | sppo_hard | apo_zero | apo_down
 // The plan's words: "whole examples, first-fit decreasing", "stream, split at
 // row boundaries (plain text)", "none: one example per row, padded".

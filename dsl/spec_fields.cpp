@@ -1,5 +1,8 @@
 #include "dsl/spec_fields.h"
 
+#include <algorithm>
+#include <initializer_list>
+
 #include "core/text.h"
 #include "dsl/catalog.h"
 #include "dsl/field_table.h"
@@ -162,8 +165,11 @@ struct EnumNames<Reference> {
 template <>
 struct EnumNames<TrainingMethod> {
   static const std::vector<std::pair<TrainingMethod, const char*>>& names() {
-    static const std::vector<std::pair<TrainingMethod, const char*>> k = {{TrainingMethod::kSft, "sft"},
-                                                                           {TrainingMethod::kDpo, "dpo"}};
+    static const std::vector<std::pair<TrainingMethod, const char*>> k = {
+        {TrainingMethod::kSft, "sft"},
+        {TrainingMethod::kDpo, "dpo"},
+        {TrainingMethod::kOrpo, "orpo"},
+        {TrainingMethod::kSimpo, "simpo"}};
     return k;
   }
 };
@@ -379,7 +385,8 @@ Field<DataSpec> chat_sft_only(Field<DataSpec> f) {
   return f;
 }
 
-// A key of preference data (training.method: dpo), written back only for it.
+// A key of preference data (training.method dpo, orpo or simpo), written
+// back only for it.
 Field<DataSpec> preference_only(Field<DataSpec> f) {
   f.write = [write = f.write](const DataSpec& d) -> std::optional<Node> {
     if (!d.preference) return std::nullopt;
@@ -398,11 +405,12 @@ Field<TrainingSpec> eval_prompts_only(Field<TrainingSpec> f) {
   return f;
 }
 
-// A key of preference training, written back only for it, so the resolved
-// form of a supervised job does not change.
-Field<TrainingSpec> dpo_only(Field<TrainingSpec> f) {
-  f.write = [write = f.write](const TrainingSpec& t) -> std::optional<Node> {
-    if (t.method != TrainingMethod::kDpo) return std::nullopt;
+// A key of preference training, written back only for the methods that
+// read it, so the resolved form of other jobs does not change.
+Field<TrainingSpec> only_for(std::initializer_list<TrainingMethod> methods, Field<TrainingSpec> f) {
+  f.write = [write = f.write, methods = std::vector<TrainingMethod>(methods)](const TrainingSpec& t)
+      -> std::optional<Node> {
+    if (std::find(methods.begin(), methods.end(), t.method) == methods.end()) return std::nullopt;
     return write(t);
   };
   return f;
@@ -424,7 +432,7 @@ const std::vector<Field<DataSpec>>& data_fields() {
             "there); the loss is masked on it.",
             &DataSpec::prompt_field, string_not_empty()),
       preference_only(field("chosen_field",
-            "Preference pairs (training.method: dpo): the preferred completion's field. Default \"chosen\".",
+            "Preference pairs (training.method dpo, orpo or simpo): the preferred completion's field. Default \"chosen\".",
             &DataSpec::chosen_field, string_not_empty())),
       preference_only(field("rejected_field",
             "Preference pairs: the dispreferred completion's field. Default \"rejected\".",
@@ -510,22 +518,33 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
       eval_prompts_only(field("eval_max_tokens",
             "New tokens per eval prompt, 1 to 1024 (fewer when the model stops). Default 64.",
             &TrainingSpec::eval_max_tokens, int_in_range(1, 1024))),
-      dpo_only(field("method",
-            "sft (the default: the next token of the data) or dpo (Direct Preference Optimization, Rafailov et "
-            "al. 2023: prompt/chosen/rejected records against a frozen reference model, placed by "
-            "strategy.reference).",
+      only_for({TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo}, field("method",
+            "sft (the default: the next token of the data), or training on prompt/chosen/rejected preference "
+            "pairs: dpo (Direct Preference Optimization, Rafailov et al. 2023, against a frozen reference model "
+            "placed by strategy.reference), orpo (Hong et al. 2024: the chosen sequence's NLL plus an odds-ratio "
+            "term, no reference) or simpo (Meng et al. 2024: length-normalised rewards with a target margin, no "
+            "reference).",
             &TrainingSpec::method)),
-      dpo_only(field("beta",
-            "dpo: the scale of the log-ratio margin (the KL penalty's weight), > 0. Default 0.1, as in the paper "
-            "and TRL.",
+      only_for({TrainingMethod::kDpo, TrainingMethod::kSimpo}, field("beta",
+            "dpo: the scale of the log-ratio margin (the KL penalty's weight), > 0, default 0.1 as in the paper "
+            "and TRL; simpo: the scale of the per-token mean log-probability rewards, > 0, default 2.0 as in the "
+            "SimPO paper's configurations.",
             &TrainingSpec::beta, number_above(0))),
-      dpo_only(field("loss_type",
+      only_for({TrainingMethod::kDpo}, field("loss_type",
             "dpo: sigmoid (the paper's, the default), ipo (Azar et al. 2023; per-token mean log-ratios), hinge "
             "(SLiC-HF, Zhao et al. 2023), robust (rDPO, Chowdhury et al. 2024; reads label_smoothing), exo_pair "
             "(EXO, Ji et al. 2024; label_smoothing > 0), nca_pair (NCA, Chen et al. 2024), bco_pair (BCO, Jung et "
             "al. 2024), sppo_hard (SPPO, Wu et al. 2024), apo_zero or apo_down (APO, D'Oosterlinck et al. 2024), "
             "as TRL's DPOTrainer computes them.",
             &TrainingSpec::loss_type)),
+      only_for({TrainingMethod::kSimpo}, field("gamma",
+            "simpo: the target reward margin between the chosen and the rejected completion, >= 0. Default 1.0 "
+            "(gamma / beta 0.5, the SimPO paper's default ratio).",
+            &TrainingSpec::gamma, number_at_least(0))),
+      only_for({TrainingMethod::kOrpo}, field("lambda",
+            "orpo: the weight of the odds-ratio term beside the chosen sequence's NLL, > 0. Default 0.1 (the "
+            "ORPO paper's lambda; TRL's ORPOConfig calls it beta).",
+            &TrainingSpec::orpo_lambda, number_above(0))),
       // Written back only where it is read, so other jobs' resolved form
       // does not change.
       [] {

@@ -364,7 +364,7 @@ void check_preference_data(DataSpec& data, const Node& root, Diagnostics& d) {
     const std::string path = std::string("data.") + key;
     if (set) {
       d.error(loc_at(root, path), path,
-              "does not apply to preference pairs (training.method: dpo): they are read from prompt_field, "
+              "does not apply to preference pairs (training.method dpo, orpo or simpo): they are read from prompt_field, "
               "chosen_field and rejected_field");
     }
   }
@@ -393,38 +393,61 @@ void check_preference_data(DataSpec& data, const Node& root, Diagnostics& d) {
   }
 }
 
-// Keys of preference training set on a supervised job are refused, not
-// ignored.
-void check_method(const JobSpec& spec, const Node& root, Diagnostics& d) {
-  if (spec.training.method == TrainingMethod::kDpo) {
-    const Adapter* adapter = spec.strategy.adapter ? &*spec.strategy.adapter : nullptr;
-    if (spec.strategy.reference == Reference::kAdapterOff && adapter != nullptr && *adapter == Adapter::kNone) {
-      d.error(loc_at(root, "strategy.reference"), "strategy.reference",
-              "adapter_off needs adapters (lora or qlora), but strategy.adapter is none; use separate");
-    }
-    if (spec.strategy.reference == Reference::kSeparate && adapter != nullptr && *adapter != Adapter::kNone) {
-      d.error(loc_at(root, "strategy.reference"), "strategy.reference",
-              "a separate reference beside adapters is not built: adapter_off is the same reference (the adapters "
-              "start at zero) without the copy");
-    }
-    if (spec.strategy.reference == Reference::kNone) {
-      d.error(loc_at(root, "strategy.reference"), "strategy.reference",
-              "dpo needs a reference model: adapter_off, separate or auto");
-    }
-    const PreferenceLoss loss = spec.training.loss_type;
-    if (node_at(root, "training.label_smoothing") != nullptr && !uses_label_smoothing(loss)) {
-      d.error(loc_at(root, "training.label_smoothing"), "training.label_smoothing",
-              std::string("loss_type ") + to_string(loss) + " does not read it (robust and exo_pair do)");
-    }
-    if (loss == PreferenceLoss::kExoPair && spec.training.label_smoothing <= 0) {
-      d.error(loc_at(root, "training.loss_type"), "training.loss_type",
-              "exo_pair needs training.label_smoothing above 0 (its target is (1 - e, e); TRL suggests 1e-3)");
-    }
-    return;
+// Keys of preference training set on a job whose method does not read them
+// are refused, not ignored; SimPO's beta has its own default.
+void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
+  const TrainingMethod method = spec.training.method;
+  // Which methods read each key (data.chosen_field and rejected_field: every
+  // preference method).
+  struct Key {
+    const char* path;
+    std::vector<TrainingMethod> readers;
+    const char* who;
+  };
+  const std::vector<Key> keys = {
+      {"training.beta", {TrainingMethod::kDpo, TrainingMethod::kSimpo}, "dpo and simpo"},
+      {"training.loss_type", {TrainingMethod::kDpo}, "dpo"},
+      {"training.label_smoothing", {TrainingMethod::kDpo}, "dpo"},
+      {"training.gamma", {TrainingMethod::kSimpo}, "simpo"},
+      {"training.lambda", {TrainingMethod::kOrpo}, "orpo (its odds-ratio weight; simpo and dpo read beta)"},
+      {"strategy.reference", {TrainingMethod::kDpo}, "dpo (orpo and simpo have no reference model)"},
+      {"data.chosen_field", {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo}, "dpo, orpo and simpo"},
+      {"data.rejected_field", {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo}, "dpo, orpo and simpo"},
+  };
+  // A key set to null is a default asked for, not a key set.
+  const auto set = [&](const char* path) {
+    const Node* n = node_at(root, path);
+    return n != nullptr && !n->is_null();
+  };
+  for (const Key& k : keys) {
+    if (!set(k.path)) continue;
+    if (std::find(k.readers.begin(), k.readers.end(), method) != k.readers.end()) continue;
+    d.error(loc_at(root, k.path), k.path, std::string("applies to training.method ") + k.who + ", not " + to_string(method));
   }
-  for (const char* key : {"training.beta", "training.loss_type", "training.label_smoothing", "strategy.reference",
-                          "data.chosen_field", "data.rejected_field"}) {
-    if (node_at(root, key) != nullptr) d.error(loc_at(root, key), key, "applies to training.method: dpo only");
+  if (method == TrainingMethod::kSimpo && !set("training.beta")) spec.training.beta = 2.0;
+  if (method != TrainingMethod::kDpo) return;
+  const Adapter* adapter = spec.strategy.adapter ? &*spec.strategy.adapter : nullptr;
+  if (spec.strategy.reference == Reference::kAdapterOff && adapter != nullptr && *adapter == Adapter::kNone) {
+    d.error(loc_at(root, "strategy.reference"), "strategy.reference",
+            "adapter_off needs adapters (lora or qlora), but strategy.adapter is none; use separate");
+  }
+  if (spec.strategy.reference == Reference::kSeparate && adapter != nullptr && *adapter != Adapter::kNone) {
+    d.error(loc_at(root, "strategy.reference"), "strategy.reference",
+            "a separate reference beside adapters is not built: adapter_off is the same reference (the adapters "
+            "start at zero) without the copy");
+  }
+  if (spec.strategy.reference == Reference::kNone) {
+    d.error(loc_at(root, "strategy.reference"), "strategy.reference",
+            "dpo needs a reference model: adapter_off, separate or auto");
+  }
+  const PreferenceLoss loss = spec.training.loss_type;
+  if (node_at(root, "training.label_smoothing") != nullptr && !uses_label_smoothing(loss)) {
+    d.error(loc_at(root, "training.label_smoothing"), "training.label_smoothing",
+            std::string("loss_type ") + to_string(loss) + " does not read it (robust and exo_pair do)");
+  }
+  if (loss == PreferenceLoss::kExoPair && spec.training.label_smoothing <= 0) {
+    d.error(loc_at(root, "training.loss_type"), "training.loss_type",
+            "exo_pair needs training.label_smoothing above 0 (its target is (1 - e, e); TRL suggests 1e-3)");
   }
 }
 
@@ -468,7 +491,7 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
               "cannot tell the format from the extension " + quote(ext) + "; set format: jsonl, json, text or tokens");
     }
   }
-  data.preference = spec.training.method == TrainingMethod::kDpo;
+  data.preference = trains_on_pairs(spec.training.method);
   if (data.preference) {
     check_preference_data(data, root, d);
   } else if (data.prompt_field.empty() != data.completion_field.empty()) {

@@ -7,13 +7,14 @@
 namespace tailor::strategies {
 
 dsl::Reference reference_for(const dsl::JobSpec& spec, const Strategy& s) {
-  if (spec.training.method != dsl::TrainingMethod::kDpo) return dsl::Reference::kNone;
+  if (!dsl::needs_reference(spec.training.method)) return dsl::Reference::kNone;
   if (spec.strategy.reference) return *spec.strategy.reference;
   return s.adapter != Adapter::kNone ? dsl::Reference::kAdapterOff : dsl::Reference::kSeparate;
 }
 
 Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy& strategy, const PlanOptions& o) {
   Strategy s = strategy;
+  s.pairs = dsl::trains_on_pairs(spec.training.method);
   s.reference = reference_for(spec, s);
   const bool on_cpu = hw.cpu_only();
   const Device dev = rank_device(spec, hw);
@@ -24,6 +25,7 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   in.lora_targets = spec.strategy.lora.targets;
   in.lora_dropout = spec.strategy.lora.dropout;
   in.on_gpu = !on_cpu;
+  in.prompt_nll = spec.training.method == dsl::TrainingMethod::kOrpo;
   // What the stack that will run it keeps (planner.runtime): tailor-runner
   // by default, another framework to predict its users' runs.
   const RuntimeProfile& profile = runtime_profile(spec.planner.runtime);

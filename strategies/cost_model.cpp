@@ -66,8 +66,8 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
     mfu = k.mfu_tensor;
   }
   if (peak_tflops <= 0) peak_tflops = dev.peak_tflops_fp32;  // unsupported dtype: emulated at fp32 speed
-  // DPO: a micro-batch of b pairs is 2b rows.
-  const double rows_per_sequence = s.reference != Reference::kNone ? 2.0 : 1.0;
+  // Preference pairs: a micro-batch of b pairs is 2b rows.
+  const double rows_per_sequence = s.pairs ? 2.0 : 1.0;
   const double micro_tokens = rows_per_sequence * static_cast<double>(s.micro_batch_size) * seq;
   const double utilisation = mfu * micro_tokens / (micro_tokens + k.half_saturation_tokens);
   const double micro_compute = timed_flops_per_token * micro_tokens / (peak_tflops * 1e12 * utilisation);

@@ -582,12 +582,13 @@ double logits_bytes(const Setting& g) {
                               : (half_logits ? k.logits_bytes_per_element_half
                                              : k.logits_bytes_per_element_fp32);
   double logits = logit_elems * per_elem;
-  // DPO scores each row's log-probability with its own loss (runner/torch/
+  // Pairs score each row's log-probability with its own loss (runner/torch/
   // preference_loss.h): backward makes one row's logit gradient at a time,
-  // so the peak holds every row's logits and one row's gradient.
+  // so the peak holds every row's logits and one row's gradient; ORPO's
+  // prompt pass keeps the chosen rows' logits once more.
   const double row_elems = static_cast<double>(in.batch.seq_len) * static_cast<double>(g.a.vocab);
-  const bool per_row = g.st.reference != Reference::kNone && in.quirks.lean_cross_entropy;
-  if (per_row) logits = (logit_elems + row_elems) * per_elem / 2.0;
+  const bool per_row = g.st.pairs && in.quirks.lean_cross_entropy;
+  if (per_row) logits = ((in.prompt_nll ? 1.5 : 1.0) * logit_elems + row_elems) * per_elem / 2.0;
   // Off the fused CPU kernel, one slice's fp32 (log-)softmax.
   // Soft-capped logits (Gemma 2) always take that path, with the slice's
   // capped logits as a second fp32 temporary.
@@ -609,8 +610,8 @@ double activation_bytes(const Setting& g, const LayerActivations& l, double logi
   acts += 2 * l.input;  // final norm input and lm_head input
   // Fused attention saves its additive mask (packed documents) for
   // backward: one (b, 1, s, s) tensor that every layer shares.
-  // DPO's rows are one completion each, masked by causality alone: no mask.
-  if (g.st.attention == Attention::kMemoryEfficient && g.st.reference == Reference::kNone) acts += g.e * b * s * s;
+  // Pairs' rows are one completion each, masked by causality alone: no mask.
+  if (g.st.attention == Attention::kMemoryEfficient && !g.st.pairs) acts += g.e * b * s * s;
   acts *= k.activation_factor;
   // The recomputed layer lives in backward, after the loss has freed the
   // logits buffers: only what exceeds them adds to the peak. While it
@@ -732,12 +733,12 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
 }  // namespace
 
 MemoryEstimate estimate_memory(const MemoryInput& input, const MemoryConstants& k) {
-  // DPO: the chosen and rejected completions of each pair in one forward
-  // and backward, so activations and logits are those of 2b rows. The
-  // reference's forward runs first, without gradients, and frees what it
+  // Pairs: the chosen and rejected completions of each pair in one forward
+  // and backward, so activations and logits are those of 2b rows. DPO's
+  // reference forward runs first, without gradients, and frees what it
   // made before the trained forward starts: it adds nothing to the peak.
   MemoryInput in = input;
-  if (in.strategy.reference != Reference::kNone) in.batch.micro_batch *= 2;
+  if (in.strategy.pairs) in.batch.micro_batch *= 2;
   const Setting g(in, k);
   MemoryEstimate out;
   ModelState state;

@@ -71,8 +71,8 @@ MemoryConstants calibrate(const MemoryConstants& base, const MemoryBreakdown& es
                           const MemoryBreakdown& measured);
 
 // The shape of one forward pass.
-// Under preference training (a strategy with a reference) b counts pairs,
-// and the passes see 2b rows: estimate_memory doubles it.
+// Under preference training (Strategy::pairs) b counts pairs, and the
+// passes see 2b rows: estimate_memory doubles it.
 struct BatchShape {
   std::int64_t micro_batch = 1;  // b
   std::int64_t seq_len = 0;      // s
@@ -169,6 +169,9 @@ struct MemoryInput {
   // On by default for CPU.
   bool fused_kernels = false;
   bool dropout = false;     // model dropout (GPT-3-style training); fine-tuning here runs without
+  // orpo: each pair's chosen row goes through the head twice (its completion
+  // for the odds ratio, its prompt for the NLL over the whole sequence).
+  bool prompt_nll = false;
   // What the stack that runs the job keeps beyond the formulas (runtime_profile.h).
   RuntimeQuirks quirks;
 };

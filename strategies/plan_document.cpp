@@ -22,6 +22,7 @@ void write_strategy(JsonWriter& w, const Strategy& s) {
   w.field("num_gpus", s.num_gpus);
   w.field("attention", to_string(s.attention));
   w.field("cross_entropy", to_string(s.cross_entropy));
+  if (s.pairs) w.field("pairs", true);
   if (s.reference != Reference::kNone) w.field("reference", dsl::to_string(s.reference));
   w.end_object();
 }

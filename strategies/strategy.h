@@ -70,10 +70,13 @@ struct Strategy {
   // The logits unless they do not fit: the fused head is slower when the
   // head trains, and its slices cost GPU efficiency (cost_model.cpp).
   CrossEntropy cross_entropy = CrossEntropy::kLogits;
-  // Preference training (dpo) only: where the reference log-probabilities
-  // come from. Not searched: it follows the adapter (reference_for).
-  // Anything but kNone means each sequence of the batch is a pair: two rows
-  // forward and backward, and the reference's forward on both.
+  // Preference training (dpo, orpo, simpo): each sequence of the batch is a
+  // pair, two rows forward and backward. Not searched: it follows the spec
+  // (candidate.cpp).
+  bool pairs = false;
+  // dpo only: where the reference log-probabilities come from, and its
+  // forward over both rows. Not searched: it follows the adapter
+  // (reference_for).
   Reference reference = Reference::kNone;
 
   bool operator==(const Strategy&) const = default;

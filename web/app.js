@@ -308,9 +308,9 @@ function jobPage(id) {
         {name: "loss", points: steps.filter(s => s.loss !== null).map(s => [s.step, s.loss])},
         ...(steps.some(s => s.eval_loss != null)
           ? [{name: "eval loss", points: steps.filter(s => s.eval_loss != null).map(s => [s.step, s.eval_loss])}] : [])])),
-      // A DPO job's rewards and reward accuracy, under TRL's names.
+      // A preference job's (dpo, orpo, simpo) rewards and reward accuracy, under TRL's names.
       ...(steps.some(s => s["rewards/margins"] != null) ? [
-        h("div", {class: "card"}, h("h2", {}, "Rewards"), chart("DPO rewards by step: chosen, rejected and their margin",
+        h("div", {class: "card"}, h("h2", {}, "Rewards"), chart("Rewards by step: chosen, rejected and their margin",
           ["rewards/chosen", "rewards/rejected", "rewards/margins"].map(k => (
             {name: k, points: steps.filter(s => s[k] != null).map(s => [s.step, s[k]])})))),
         h("div", {class: "card"}, h("h2", {}, "Reward accuracy"), chart("Share of pairs ranked right by step", [

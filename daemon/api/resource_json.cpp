@@ -158,7 +158,7 @@ json step_json(const StepMetric& m) {
   json mem = {{"allocated_bytes", opt_json(m.allocated_bytes)}, {"peak_bytes", opt_json(m.peak_bytes)}};
   for (const auto& [k, v] : m.component_bytes)
     mem[k] = v;
-  // A DPO step's loss is per pair: no perplexity.
+  // A preference step's loss is per pair: no perplexity.
   const bool pairs = !m.preference.empty();
   json o = {{"step", m.step},
           {"rank", m.rank},

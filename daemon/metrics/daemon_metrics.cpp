@@ -29,7 +29,7 @@ struct DaemonMetrics::JobSeries {
   Gauge* running = nullptr;
   std::map<std::pair<std::string, std::string>, Gauge*> memory;  // (component, source)
   std::map<std::int64_t, Gauge*> rank_peak;                       // by rank, multi-rank jobs only
-  std::map<std::string, Gauge*> preference;                       // by metric, dpo jobs only
+  std::map<std::string, Gauge*> preference;                       // by metric, preference jobs only
 };
 
 namespace {
@@ -89,7 +89,7 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                         .Register(r);
   job_preference_ = &prometheus::BuildGauge()
                          .Name("tailor_job_preference")
-                         .Help("A DPO job's latest step by metric: rewards_chosen, rewards_rejected, rewards_margins "
+                         .Help("A preference (dpo, orpo, simpo) job's latest step by metric: rewards_chosen, rewards_rejected, rewards_margins "
                                "(beta times the log-ratios against the reference), rewards_accuracies (the share of "
                                "pairs ranked right), logps_chosen, logps_rejected, eval_rewards_accuracies.")
                          .Register(r);

@@ -48,7 +48,7 @@ class DaemonMetrics {
                     std::int64_t peak_bytes, const std::map<std::int64_t, std::int64_t>& rank_peak_bytes = {});
   // The eval loss after a job's latest evaluated step.
   void set_job_eval_loss(const std::string& job_id, const std::string& name, double eval_loss);
-  // A DPO job's latest rewards and log-probabilities, by the store's column
+  // A preference job's latest rewards and log-probabilities, by the store's column
   // names (rewards_margins, ...; job_store.h's kPreferenceMetrics), as the
   // `metric` label of tailor_job_preference.
   void set_job_preference(const std::string& job_id, const std::string& name,

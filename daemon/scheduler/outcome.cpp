@@ -37,6 +37,12 @@ Outcome decide_outcome(const AttemptEnd& end, const OutcomePolicy& policy) {
     }
     return o;
   }
+  if (exit == RunnerExit::kDiverged) {
+    o.verdict = Verdict::kFailed;
+    o.cause = FailureCause::kDiverged;
+    o.reason = "training diverged (a non-finite loss), not retried: the same plan diverges again at the same step";
+    return o;
+  }
   if (exit == RunnerExit::kBadInput) {
     o.verdict = Verdict::kFailed;
     o.cause = FailureCause::kBadInput;

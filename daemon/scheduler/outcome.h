@@ -40,6 +40,7 @@ enum class FailureCause {
   kBadInput,          // the runner refused its input: never retried
   kOutOfMemory,       // no oom report to re-plan from, or the re-plans are used up
   kRetriesExhausted,  // failures past the job's retries
+  kDiverged,          // the loss became non-finite: the same plan diverges again, so never retried
 };
 
 struct Outcome {

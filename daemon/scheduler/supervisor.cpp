@@ -264,7 +264,7 @@ Supervisor::Ingested Supervisor::ingest(Running& r) {
     metrics_.set_job_step(r.id, r.name, last.step, last.loss.value_or(NAN), last.tokens_per_second.value_or(0),
                           last.component_bytes, last.peak_bytes.value_or(0), last.rank_peak_bytes);
   }
-  // A DPO job's newest value of each preference metric (eval ones only on
+  // A preference job's newest value of each preference metric (eval ones only on
   // evaluated steps), by column name.
   std::map<std::string, double> preference;
   for (auto m = batch.metrics.rbegin(); m != batch.metrics.rend(); ++m) {
@@ -427,6 +427,9 @@ Status Supervisor::finish(Running& r, const ProcessExit& exit, const std::string
     case FailureCause::kBadInput:
       u.set("exit_reason", o.reason + ": " + what);
       return end_as(JobState::kFailed, "runner refused its input");
+    case FailureCause::kDiverged:
+      u.set("exit_reason", o.reason + ": " + what);
+      return end_as(JobState::kFailed, "training diverged");
     case FailureCause::kRetriesExhausted:
     case FailureCause::kNone:
       u.set("failures", o.failures).set("exit_reason", what + " (" + o.reason + ")");

@@ -176,7 +176,7 @@ struct StepMetric {
 // The memory components of a step row, in the order of the plan document.
 const std::vector<std::string>& memory_component_names();
 
-// A DPO job's per-step metrics: the key in metrics.jsonl and the API (TRL's
+// A preference job's per-step metrics: the key in metrics.jsonl and the API (TRL's
 // names) and the store's column.
 struct PreferenceMetric {
   const char* key;

@@ -48,6 +48,7 @@ int weight(std::optional<RunnerExit> e, bool rank0) {
     case RunnerExit::kOutOfMemory:
       return 5;
     case RunnerExit::kBadInput:
+    case RunnerExit::kDiverged:  // every rank sees the same reduced loss
       return 4;
     case RunnerExit::kFailure:
       return rank0 ? 3 : 2;

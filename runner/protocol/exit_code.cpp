@@ -3,7 +3,7 @@
 namespace tailor::runner {
 
 std::optional<RunnerExit> runner_exit_from_status(int status) {
-  if (status < exit_status(RunnerExit::kOk) || status > exit_status(RunnerExit::kCancelled)) return std::nullopt;
+  if (status < exit_status(RunnerExit::kOk) || status > exit_status(RunnerExit::kDiverged)) return std::nullopt;
   return static_cast<RunnerExit>(status);
 }
 
@@ -14,6 +14,7 @@ const char* to_string(RunnerExit e) {
     case RunnerExit::kBadInput: return "bad input";
     case RunnerExit::kOutOfMemory: return "out of memory";
     case RunnerExit::kCancelled: return "cancelled";
+    case RunnerExit::kDiverged: return "diverged";
   }
   return "?";
 }

@@ -1,7 +1,7 @@
 #include "runner/torch/preference_loss.h"
 
+#include <algorithm>
 #include <cmath>
-
 #include <vector>
 
 namespace tailor::runner {
@@ -15,78 +15,136 @@ torch::Tensor sequence_logps(CausalLMImpl& model, const torch::Tensor& hidden, c
   return torch::stack(rows);
 }
 
-void PreferenceSums::add(const PreferenceSums& o) {
-  pairs += o.pairs;
-  loss += o.loss;
-  chosen_rewards += o.chosen_rewards;
-  rejected_rewards += o.rejected_rewards;
-  accurate += o.accurate;
-  margins += o.margins;
-  chosen_logps += o.chosen_logps;
-  rejected_logps += o.rejected_logps;
+PreferenceObjective PreferenceObjective::of(const dsl::TrainingSpec& t) {
+  PreferenceObjective o;
+  o.method = t.method;
+  o.loss_type = t.loss_type;
+  o.beta = t.beta;
+  o.gamma = t.gamma;
+  o.lambda = t.orpo_lambda;
+  o.label_smoothing = t.label_smoothing;
+  return o;
 }
 
-PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
-                                  const torch::Tensor& tokens, dsl::PreferenceLoss type, double beta,
-                                  double label_smoothing) {
-  const std::int64_t pairs = logps.size(0) / 2;
-  const torch::Tensor ratios = logps - reference.to(logps.dtype());
-  const torch::Tensor chosen_ratio = ratios.narrow(0, 0, pairs);
-  const torch::Tensor rejected_ratio = ratios.narrow(0, pairs, pairs);
-  torch::Tensor per_pair;
-  switch (type) {
+std::vector<double> PreferenceSums::values() const {
+  return {pairs,        loss,           chosen_logps, rejected_logps, chosen_rewards, rejected_rewards,
+          accurate,     margins,        nll,          nll_tokens,     log_odds_ratio, log_odds_chosen};
+}
+
+PreferenceSums PreferenceSums::from_values(const std::vector<double>& v) {
+  PreferenceSums s;
+  s.pairs = v.at(0);
+  s.loss = v.at(1);
+  s.chosen_logps = v.at(2);
+  s.rejected_logps = v.at(3);
+  s.chosen_rewards = v.at(4);
+  s.rejected_rewards = v.at(5);
+  s.accurate = v.at(6);
+  s.margins = v.at(7);
+  s.nll = v.at(8);
+  s.nll_tokens = v.at(9);
+  s.log_odds_ratio = v.at(10);
+  s.log_odds_chosen = v.at(11);
+  return s;
+}
+
+void PreferenceSums::add(const PreferenceSums& o) {
+  const std::vector<double> a = values(), b = o.values();
+  std::vector<double> sum(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) sum[i] = a[i] + b[i];
+  *this = from_values(sum);
+}
+
+double PreferenceSums::mean_loss() const {
+  return loss / std::max(1.0, pairs) + (nll_tokens > 0 ? nll / nll_tokens : 0.0);
+}
+
+namespace {
+
+// log(1 - e^x) for x < 0, as TRL's ORPOTrainer computes it (log1mexp):
+// two forms, split at -log 2 where each loses the least.
+torch::Tensor log1mexp(const torch::Tensor& x) {
+  return torch::where(x < -0.6931471805599453, torch::log1p(-torch::exp(x)), torch::log(-torch::expm1(x)));
+}
+
+torch::Tensor dpo_terms(const torch::Tensor& chosen_ratio, const torch::Tensor& rejected_ratio,
+                        const torch::Tensor& tokens, std::int64_t pairs, const PreferenceObjective& o) {
+  const double beta = o.beta;
+  switch (o.loss_type) {
     case dsl::PreferenceLoss::kSigmoid:
-      per_pair = -torch::log_sigmoid(beta * (chosen_ratio - rejected_ratio));
-      break;
+      return -torch::log_sigmoid(beta * (chosen_ratio - rejected_ratio));
     case dsl::PreferenceLoss::kHinge:
-      per_pair = torch::relu(1.0 - beta * (chosen_ratio - rejected_ratio));
-      break;
+      return torch::relu(1.0 - beta * (chosen_ratio - rejected_ratio));
     case dsl::PreferenceLoss::kRobust: {
-      const double e = label_smoothing;
+      const double e = o.label_smoothing;
       const torch::Tensor h = beta * (chosen_ratio - rejected_ratio);
-      per_pair = (-(1.0 - e) * torch::log_sigmoid(h) + e * torch::log_sigmoid(-h)) / (1.0 - 2.0 * e);
-      break;
+      return (-(1.0 - e) * torch::log_sigmoid(h) + e * torch::log_sigmoid(-h)) / (1.0 - 2.0 * e);
     }
     case dsl::PreferenceLoss::kExoPair: {
       // KL of the pair's softmax (q_w, q_l) from the target (1 - e, e).
-      const double e = label_smoothing;
+      const double e = o.label_smoothing;
       const torch::Tensor h = beta * (chosen_ratio - rejected_ratio);
-      per_pair = torch::sigmoid(h) * (torch::log_sigmoid(h) - std::log1p(-e)) +
-                 torch::sigmoid(-h) * (torch::log_sigmoid(-h) - std::log(e));
-      break;
+      return torch::sigmoid(h) * (torch::log_sigmoid(h) - std::log1p(-e)) +
+             torch::sigmoid(-h) * (torch::log_sigmoid(-h) - std::log(e));
     }
     case dsl::PreferenceLoss::kNcaPair:
-      per_pair = -torch::log_sigmoid(beta * chosen_ratio) - 0.5 * torch::log_sigmoid(-beta * chosen_ratio) -
-                 0.5 * torch::log_sigmoid(-beta * rejected_ratio);
-      break;
+      return -torch::log_sigmoid(beta * chosen_ratio) - 0.5 * torch::log_sigmoid(-beta * chosen_ratio) -
+             0.5 * torch::log_sigmoid(-beta * rejected_ratio);
     case dsl::PreferenceLoss::kBcoPair:
-      per_pair = -torch::log_sigmoid(beta * chosen_ratio) - torch::log_sigmoid(-beta * rejected_ratio);
-      break;
+      return -torch::log_sigmoid(beta * chosen_ratio) - torch::log_sigmoid(-beta * rejected_ratio);
     case dsl::PreferenceLoss::kSppoHard:
-      per_pair = (chosen_ratio - 0.5 / beta).pow(2) + (rejected_ratio + 0.5 / beta).pow(2);
-      break;
+      return (chosen_ratio - 0.5 / beta).pow(2) + (rejected_ratio + 0.5 / beta).pow(2);
     case dsl::PreferenceLoss::kApoZero:
-      per_pair = (1.0 - torch::sigmoid(beta * chosen_ratio)) + torch::sigmoid(beta * rejected_ratio);
-      break;
+      return (1.0 - torch::sigmoid(beta * chosen_ratio)) + torch::sigmoid(beta * rejected_ratio);
     case dsl::PreferenceLoss::kApoDown:
-      per_pair = torch::sigmoid(beta * chosen_ratio) + (1.0 - torch::sigmoid(beta * (chosen_ratio - rejected_ratio)));
-      break;
+      return torch::sigmoid(beta * chosen_ratio) + (1.0 - torch::sigmoid(beta * (chosen_ratio - rejected_ratio)));
     case dsl::PreferenceLoss::kIpo: {
       // TRL normalises IPO's log-ratios by the completion's length (its
       // authors' form, dpo_trainer.py), at least one token.
-      const torch::Tensor n = tokens.to(logps.dtype()).clamp_min(1.0);
+      const torch::Tensor n = tokens.to(chosen_ratio.dtype()).clamp_min(1.0);
       const torch::Tensor delta = chosen_ratio / n.narrow(0, 0, pairs) - rejected_ratio / n.narrow(0, pairs, pairs);
-      per_pair = (delta - 1.0 / (2.0 * beta)).pow(2);
-      break;
+      return (delta - 1.0 / (2.0 * beta)).pow(2);
     }
   }
+  return {};
+}
+
+}  // namespace
+
+PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
+                                  const torch::Tensor& tokens, const PreferenceObjective& o) {
+  const std::int64_t pairs = logps.size(0) / 2;
   PreferenceLossOut out;
-  out.loss_sum = per_pair.sum();
-  const torch::Tensor d = ratios.detach().to(torch::kFloat64);
-  const torch::Tensor chosen_rewards = beta * d.narrow(0, 0, pairs);
-  const torch::Tensor rejected_rewards = beta * d.narrow(0, pairs, pairs);
-  const torch::Tensor l = logps.detach().to(torch::kFloat64);
   PreferenceSums& s = out.sums;
+  torch::Tensor per_pair, scores, rewards;
+  if (o.method == dsl::TrainingMethod::kDpo) {
+    const torch::Tensor ratios = logps - reference.to(logps.dtype());
+    per_pair = dpo_terms(ratios.narrow(0, 0, pairs), ratios.narrow(0, pairs, pairs), tokens, pairs, o);
+    scores = logps;
+    rewards = o.beta * ratios.detach().to(torch::kFloat64);
+  } else {
+    // Per-token means, at least one token (a completion is never empty).
+    const torch::Tensor means = logps / tokens.to(logps.dtype()).clamp_min(1.0);
+    const torch::Tensor chosen = means.narrow(0, 0, pairs), rejected = means.narrow(0, pairs, pairs);
+    double scale = o.beta;
+    if (o.method == dsl::TrainingMethod::kSimpo) {
+      // TRL's order: the margin gamma / beta inside the scaled difference.
+      per_pair = -torch::log_sigmoid(o.beta * ((chosen - rejected) - o.gamma / o.beta));
+    } else {
+      const torch::Tensor log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected));
+      const torch::Tensor ratio = torch::log_sigmoid(log_odds);
+      per_pair = -o.lambda * ratio;
+      scale = o.lambda;
+      s.log_odds_ratio = ratio.detach().to(torch::kFloat64).sum().item<double>();
+      s.log_odds_chosen = log_odds.detach().to(torch::kFloat64).sum().item<double>();
+    }
+    scores = means;
+    rewards = scale * means.detach().to(torch::kFloat64);
+  }
+  out.loss_sum = per_pair.sum();
+  const torch::Tensor chosen_rewards = rewards.narrow(0, 0, pairs);
+  const torch::Tensor rejected_rewards = rewards.narrow(0, pairs, pairs);
+  const torch::Tensor l = scores.detach().to(torch::kFloat64);
   s.pairs = static_cast<double>(pairs);
   s.loss = per_pair.detach().sum().item<double>();
   s.chosen_rewards = chosen_rewards.sum().item<double>();

@@ -1,12 +1,14 @@
-// Preference training's loss (training.method: dpo): each pair's chosen and
-// rejected completions scored by the trained model and by the frozen
-// reference, as TRL's DPOTrainer scores them (trl 1.16, dpo_trainer.py), so
-// the losses and the metrics TRL users read compare one to one.
+// Preference training's loss (training.method dpo, orpo, simpo): each
+// pair's chosen and rejected completions scored by the trained model (and,
+// for dpo, by the frozen reference) as TRL 1.16 scores them (DPOTrainer,
+// ORPOTrainer, CPOTrainer), so the losses and the metrics TRL users read
+// compare one to one.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "dsl/job_spec.h"
 #include "runner/torch/model.h"
@@ -20,34 +22,63 @@ namespace tailor::runner {
 // loss's does.
 torch::Tensor sequence_logps(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets);
 
+// What a pair's loss reads of the spec: training.method and its keys.
+struct PreferenceObjective {
+  dsl::TrainingMethod method = dsl::TrainingMethod::kDpo;
+  dsl::PreferenceLoss loss_type = dsl::PreferenceLoss::kSigmoid;  // dpo
+  double beta = 0.1;             // dpo, simpo
+  double gamma = 0;              // simpo
+  double lambda = 0;             // orpo
+  double label_smoothing = 0;    // dpo's robust and exo_pair
+  static PreferenceObjective of(const dsl::TrainingSpec& t);
+  // ORPO and SimPO score a completion by its per-token mean log-probability.
+  bool per_token_means() const { return method != dsl::TrainingMethod::kDpo; }
+};
+
 // Sums over a micro-batch's pairs (what the ranks and the accumulation add
 // up; divide by the pairs for TRL's means).
 struct PreferenceSums {
   double pairs = 0;
-  double loss = 0;
-  double chosen_rewards = 0, rejected_rewards = 0;  // beta * (log pi - log ref), TRL's rewards/*
+  double loss = 0;                                  // the pairs' terms (orpo: without the NLL)
+  double chosen_rewards = 0, rejected_rewards = 0;  // TRL's rewards/*: dpo beta * (log pi - log ref),
+                                                    // simpo beta * mean log pi, orpo lambda * mean log pi
   double accurate = 0;                              // pairs whose chosen reward is above the rejected
   double margins = 0;
-  double chosen_logps = 0, rejected_logps = 0;      // the trained model's, TRL's logps/*
+  double chosen_logps = 0, rejected_logps = 0;      // the trained model's, TRL's logps/* (orpo, simpo:
+                                                    // per-token means)
+  // orpo: the chosen rows' NLL summed over their prompt and completion
+  // tokens, those tokens, and the sums of log sigmoid(log odds) and of the
+  // log odds (TRL's nll_loss, log_odds_ratio and log_odds_chosen).
+  double nll = 0, nll_tokens = 0;
+  double log_odds_ratio = 0, log_odds_chosen = 0;
   void add(const PreferenceSums& o);
+  std::vector<double> values() const;
+  static PreferenceSums from_values(const std::vector<double>& v);
+  // The mean loss of these pairs: the terms per pair, plus orpo's NLL per token.
+  double mean_loss() const;
 };
 
 struct PreferenceLossOut {
-  torch::Tensor loss_sum;  // fp32 scalar, the sum of the pairs' losses (differentiable)
+  torch::Tensor loss_sum;  // fp32 scalar, the sum of the pairs' terms (differentiable; orpo: without the NLL)
   PreferenceSums sums;
 };
 
 // The rows are [chosen of pairs 0..P-1, rejected of pairs 0..P-1]: `logps`
-// the trained model's (with gradients), `reference` the reference's (no
-// gradients), `tokens` each row's count of trained targets (IPO averages
-// over them). h = (logps_w - ref_w) - (logps_l - ref_l):
+// the trained model's summed log-probabilities (with gradients),
+// `reference` the reference's (no gradients; dpo only), `tokens` each
+// row's count of trained targets (IPO, ORPO and SimPO average over them).
+// dpo, with h = (logps_w - ref_w) - (logps_l - ref_l):
 //   sigmoid  -log sigmoid(beta h)                   (Rafailov et al. 2023)
 //   ipo      (h' - 1 / (2 beta))^2, h' on per-token means  (Azar et al. 2023)
 //   hinge    relu(1 - beta h)                       (Zhao et al. 2023, SLiC)
-// and the others of dsl::PreferenceLoss, each as TRL 1.16 computes it;
-// `label_smoothing` is read by robust and exo_pair.
+//   and the others of dsl::PreferenceLoss, each as TRL 1.16 computes it;
+//   `label_smoothing` is read by robust and exo_pair.
+// simpo, on per-token means m: -log sigmoid(beta (m_w - m_l) - gamma)
+//   (Meng et al. 2024; TRL's CPOTrainer, loss_type simpo, cpo_alpha 0).
+// orpo, on per-token means m: -lambda log sigmoid(log odds), log odds =
+//   (m_w - m_l) - (log(1 - e^m_w) - log(1 - e^m_l)) (Hong et al. 2024; TRL's
+//   ORPOTrainer). Its NLL term is the caller's (Run::pair_loss).
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
-                                  const torch::Tensor& tokens, dsl::PreferenceLoss type, double beta,
-                                  double label_smoothing = 0);
+                                  const torch::Tensor& tokens, const PreferenceObjective& objective);
 
 }  // namespace tailor::runner

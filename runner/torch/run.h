@@ -70,6 +70,11 @@ void write_memory(JsonWriter& w, const Measured& m);
 double now_seconds();
 // A pair batch's rows as the model reads them (run_preference.cpp).
 ModelInput pair_input(const data::Batch& b, const torch::Device& device);
+// ORPO: the chosen rows' prompt targets (each prompt token after the
+// first, predicted from the one before; -100 elsewhere) into `out` when
+// given, and the count of the chosen rows' prompt and completion targets
+// (the NLL's tokens).
+std::int64_t orpo_prompt_targets(const data::Batch& b, std::vector<std::int32_t>* out);
 torch::Tensor to_tensor(const std::vector<std::int32_t>& v, std::int64_t rows, std::int64_t cols,
                         const torch::Device& device);
 torch::Dtype param_dtype(dsl::Precision p);
@@ -122,6 +127,7 @@ class Run {
   struct GlobalBatch {
     std::vector<data::Batch> mine;
     std::int64_t target_tokens = 0;
+    std::int64_t nll_tokens = 0;  // orpo: the chosen rows' prompt and completion targets
   };
   // What a step's forward and backward passes produced: the loss summed
   // over target tokens and the tokens (every rank's, once reduced), and
@@ -145,7 +151,7 @@ class Run {
   // The loss on data.eval with the model as it is: after every eval_every
   // steps and after the last, once.
   struct Evaluation {
-    double loss = 0;               // sft: per target token; dpo: per pair
+    double loss = 0;               // sft: per target token; pairs: per pair (orpo: plus its NLL per token)
     std::int64_t tokens = 0;
     double seconds = 0;
     std::optional<PreferenceSums> preference;  // dpo
@@ -190,7 +196,7 @@ class Run {
   Status probe();
   Status train_step(std::int64_t step);
   GlobalBatch draw_global_batch();
-  Result<Pass> forward_backward(const std::vector<data::Batch>& micro, double denom);
+  Result<Pass> forward_backward(const std::vector<data::Batch>& micro, double denom, double nll_weight);
   Result<Update> update(std::int64_t step, Measured& memory);
   Status check_loss(std::int64_t step, double loss);
   Result<RankMemory> gather_memory(const Measured& mine);
@@ -209,13 +215,15 @@ class Run {
 
   // run_preference.cpp
   // Preference training: each batch is pairs (chosen rows, then rejected).
-  bool preference() const { return st_.reference != dsl::Reference::kNone; }
+  bool preference() const { return st_.pairs; }
   // The reference's summed log-probability of each row's trained targets,
   // without gradients: the adapters switched off, or the separate copy.
   Result<torch::Tensor> reference_logps(const data::Batch& b);
-  // The pairs' loss from the trained model's final hidden states.
-  PreferenceLossOut pair_loss(const torch::Tensor& hidden, const torch::Tensor& targets,
-                              const torch::Tensor& reference);
+  // The pairs' loss from the trained model's final hidden states; orpo's
+  // NLL enters loss_sum times `nll_weight` (the step's pairs over its
+  // chosen tokens, so that dividing by the pairs leaves a per-token mean).
+  PreferenceLossOut pair_loss(const torch::Tensor& hidden, const data::Batch& b, const torch::Tensor& reference,
+                              double nll_weight);
   // Sums of every rank's pairs.
   Status reduce_preference(PreferenceSums& sums);
   void write_preference(JsonWriter& w, const PreferenceSums& s, const char* prefix) const;
@@ -247,6 +255,7 @@ class Run {
   CausalLM model_{nullptr};
   CausalLM reference_{nullptr};  // dpo with strategy.reference separate
   bool exporting_ = false;       // export_model: no training, so no reference
+  bool diverged_ = false;        // check_loss saw a non-finite loss: the run ends as kDiverged
   Tensors tensors_;
   std::unique_ptr<TrainingOptimizer> opt_;
   CheckpointState state_;

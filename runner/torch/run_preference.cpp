@@ -1,6 +1,7 @@
-// Preference training (training.method: dpo) in the run (run.h): the
-// reference model's log-probabilities, the pairs' loss, and its metrics
-// under the names TRL reports them (rewards/chosen, ..., logps/rejected).
+// Preference training (training.method dpo, orpo, simpo) in the run
+// (run.h): the reference model's log-probabilities (dpo), the pairs' loss
+// (orpo: with its NLL), and its metrics under the names TRL reports them
+// (rewards/chosen, ..., logps/rejected; orpo's nll_loss and log odds).
 #include "runner/data/batcher.h"
 #include "runner/torch/data_parallel.h"
 #include "runner/torch/lora.h"
@@ -17,6 +18,8 @@ ModelInput pair_input(const data::Batch& b, const torch::Device& device) {
 }
 
 Result<torch::Tensor> Run::reference_logps(const data::Batch& b) {
+  // ORPO and SimPO have none.
+  if (st_.reference == dsl::Reference::kNone) return torch::Tensor();
   torch::NoGradGuard no_grad;
   const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   torch::Tensor out;
@@ -38,19 +41,53 @@ Result<torch::Tensor> Run::reference_logps(const data::Batch& b) {
   return out;
 }
 
-PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const torch::Tensor& targets,
-                                 const torch::Tensor& reference) {
+std::int64_t orpo_prompt_targets(const data::Batch& b, std::vector<std::int32_t>* out) {
+  const std::int64_t chosen_rows = b.rows / 2, T = b.seq_len;
+  if (out != nullptr) out->assign(static_cast<std::size_t>(chosen_rows * T), -100);
+  std::int64_t count = 0;
+  for (std::int64_t r = 0; r < chosen_rows; ++r) {
+    const std::size_t row = static_cast<std::size_t>(r * T);
+    for (std::int64_t t = 0; t + 1 < T; ++t) {
+      const std::size_t at = row + static_cast<std::size_t>(t);
+      if (b.targets[at] != -100) break;            // the completion starts
+      if (b.segment_ids[at + 1] < 0) break;         // padding
+      if (out != nullptr) (*out)[at] = b.inputs[at + 1];
+      ++count;
+    }
+    for (std::int64_t t = 0; t < T; ++t) count += b.targets[row + static_cast<std::size_t>(t)] != -100;
+  }
+  return count;
+}
+
+PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch& b, const torch::Tensor& reference,
+                                 double nll_weight) {
+  const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   const torch::Tensor tokens = targets.ne(-100).sum(1);
-  return preference_loss(sequence_logps(*model_, hidden, targets), reference, tokens, spec_.training.loss_type,
-                         spec_.training.beta, spec_.training.label_smoothing);
+  const torch::Tensor logps = sequence_logps(*model_, hidden, targets);
+  PreferenceLossOut out = preference_loss(logps, reference, tokens, PreferenceObjective::of(spec_.training));
+  if (spec_.training.method != dsl::TrainingMethod::kOrpo) return out;
+  // ORPO's NLL is the chosen sequences' whole (prompt and completion, as
+  // TRL's ORPOTrainer computes it): the completions' log-probabilities
+  // above, and the prompts' through the same head, a row at a time.
+  std::vector<std::int32_t> prompt;
+  const std::int64_t count = orpo_prompt_targets(b, &prompt);
+  const std::int64_t pairs = b.rows / 2;
+  const torch::Tensor prompt_targets = to_tensor(prompt, pairs, b.seq_len, dev_);
+  torch::Tensor nll = -logps.narrow(0, 0, pairs).sum();
+  for (std::int64_t r = 0; r < pairs; ++r) {
+    nll = nll + model_->loss_sum(hidden.narrow(0, r, 1), prompt_targets.narrow(0, r, 1)).to(torch::kFloat32);
+  }
+  out.sums.nll = nll.detach().item<double>();
+  out.sums.nll_tokens = static_cast<double>(count);
+  out.loss_sum = out.loss_sum + nll_weight * nll;
+  return out;
 }
 
 Status Run::reduce_preference(PreferenceSums& s) {
   if (world_ == 1) return Status::ok();
-  std::vector<double> v = {s.pairs,        s.loss,    s.chosen_rewards, s.rejected_rewards,
-                           s.accurate,     s.margins, s.chosen_logps,   s.rejected_logps};
+  std::vector<double> v = s.values();
   TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
-  s = PreferenceSums{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+  s = PreferenceSums::from_values(v);
   return Status::ok();
 }
 
@@ -60,6 +97,10 @@ void Run::write_preference(JsonWriter& w, const PreferenceSums& s, const char* p
   w.field(p + "rewards/chosen", s.chosen_rewards / n).field(p + "rewards/rejected", s.rejected_rewards / n);
   w.field(p + "rewards/accuracies", s.accurate / n).field(p + "rewards/margins", s.margins / n);
   w.field(p + "logps/chosen", s.chosen_logps / n).field(p + "logps/rejected", s.rejected_logps / n);
+  if (spec_.training.method == dsl::TrainingMethod::kOrpo) {
+    w.field(p + "nll_loss", s.nll / std::max(1.0, s.nll_tokens));
+    w.field(p + "log_odds_ratio", s.log_odds_ratio / n).field(p + "log_odds_chosen", s.log_odds_chosen / n);
+  }
 }
 
 }  // namespace tailor::runner

@@ -51,10 +51,11 @@ Status Run::prepare() {
   TAILOR_RETURN_IF_ERROR(check_executable(st_));
   TAILOR_RETURN_IF_ERROR(join_ranks());
   TAILOR_RETURN_IF_ERROR(dsl::check_weights(spec_));
-  if ((spec_.training.method == dsl::TrainingMethod::kDpo) != (st_.reference != dsl::Reference::kNone)) {
-    return Status::invalid_argument(std::string("the plan's strategy.reference (") + dsl::to_string(st_.reference) +
-                                    ") does not match training.method " + dsl::to_string(spec_.training.method) +
-                                    ": plan the job again");
+  if (dsl::needs_reference(spec_.training.method) != (st_.reference != dsl::Reference::kNone) ||
+      dsl::trains_on_pairs(spec_.training.method) != st_.pairs) {
+    return Status::invalid_argument(std::string("the plan's strategy (") + (st_.pairs ? "pairs" : "no pairs") +
+                                    ", reference " + dsl::to_string(st_.reference) + ") does not match training.method " +
+                                    dsl::to_string(spec_.training.method) + ": plan the job again");
   }
   if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
     return Status::invalid_argument("data.seq_len exceeds the model's max_seq_len");

@@ -159,9 +159,7 @@ Status Run::probe() {
   if (preference()) {
     TAILOR_ASSIGN_OR_RETURN(const torch::Tensor reference, reference_logps(longest));
     sync_->before_micro_batch(/*last=*/false);
-    pair_loss(model_->hidden_states(pair_input(longest, dev_)), to_tensor(longest.targets, longest.rows,
-                                                                           longest.seq_len, dev_),
-              reference)
+    pair_loss(model_->hidden_states(pair_input(longest, dev_)), longest, reference, /*nll_weight=*/1.0)
         .loss_sum.backward();
   } else {
     sync_->before_micro_batch(/*last=*/false);
@@ -180,11 +178,13 @@ Status Run::train_step(std::int64_t step) {
   const std::uint64_t sent_before = comm_ ? comm_->bytes_sent() : 0;
   const GlobalBatch batch = draw_global_batch();
   // Normalised by the whole global batch's target tokens, so accumulated
-  // training equals one large batch even with padding and masking; DPO's
-  // loss is a mean over the global batch's pairs.
+  // training equals one large batch even with padding and masking; a
+  // preference loss is a mean over the global batch's pairs, and ORPO's NLL
+  // a mean over its chosen rows' tokens.
   const double denom = preference() ? static_cast<double>(spec_.training.global_batch_size)
                                     : static_cast<double>(std::max<std::int64_t>(1, batch.target_tokens));
-  TAILOR_ASSIGN_OR_RETURN(Pass pass, forward_backward(batch.mine, denom));
+  const double nll_weight = denom / static_cast<double>(std::max<std::int64_t>(1, batch.nll_tokens));
+  TAILOR_ASSIGN_OR_RETURN(Pass pass, forward_backward(batch.mine, denom, nll_weight));
   TAILOR_ASSIGN_OR_RETURN(const Update u, update(step, pass.memory));
   last_ = pass.memory;
   const double seconds = now_seconds() - t0;
@@ -226,6 +226,7 @@ Run::GlobalBatch Run::draw_global_batch() {
   for (std::int64_t k = 0; k < st_.grad_accumulation * world_; ++k) {
     data::Batch b = data_.train->next();
     out.target_tokens += b.target_tokens;
+    if (spec_.training.method == dsl::TrainingMethod::kOrpo) out.nll_tokens += orpo_prompt_targets(b, nullptr);
     if (k % world_ == rank_) out.mine.push_back(std::move(b));
   }
   return out;
@@ -234,12 +235,13 @@ Run::GlobalBatch Run::draw_global_batch() {
 // The micro-batches' forward and backward passes with the memory each
 // region needed, then the global batch's gradients where the optimizer
 // reads them and the loss summed over the ranks.
-Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, double denom) {
+Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, double denom, double nll_weight) {
   zero_grads();
   Pass out;
   Measured& m = out.memory;
   for (const data::Batch& b : micro) {
-    // DPO: the reference's forward first, freed before the trained one.
+    // DPO: the reference's forward first, freed before the trained one
+    // (none for ORPO and SimPO).
     torch::Tensor reference;
     if (preference()) {
       TAILOR_ASSIGN_OR_RETURN(reference, reference_logps(b));
@@ -247,7 +249,8 @@ Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, d
     sync_->before_micro_batch(&b == &micro.back());
     const std::int64_t base = meter_->current_bytes();
     PeakScope scope(*meter_);
-    torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
+    // (Pairs make their targets in pair_loss.)
+    torch::Tensor targets = preference() ? torch::Tensor() : to_tensor(b.targets, b.rows, b.seq_len, dev_);
     torch::Tensor hidden = model_->hidden_states(preference() ? pair_input(b, dev_) : model_input(b, dev_));
     const std::int64_t after_body = meter_->current_bytes();
     torch::Tensor loss;
@@ -255,7 +258,7 @@ Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, d
     {
       PeakScope head(*meter_);
       if (preference()) {
-        PreferenceLossOut pairs = pair_loss(hidden, targets, reference);
+        PreferenceLossOut pairs = pair_loss(hidden, b, reference, nll_weight);
         loss = pairs.loss_sum;
         out.preference.add(pairs.sums);
       } else {
@@ -329,6 +332,7 @@ Result<Run::Update> Run::update(std::int64_t step, Measured& m) {
 // can be trusted, and the last checkpoint is older than the damage.
 Status Run::check_loss(std::int64_t step, double loss) {
   if (std::isfinite(loss)) return Status::ok();
+  diverged_ = true;
   event(events::kNonfiniteLoss, [&](JsonWriter& w) {
     w.field("step", step).field("loss", std::isnan(loss) ? "nan" : (loss > 0 ? "inf" : "-inf"));
   });
@@ -432,11 +436,8 @@ Result<Run::Evaluation> Run::evaluate() {
     if (k < batches && preference()) {
       b = data_.eval->pass_batch(k);
       TAILOR_ASSIGN_OR_RETURN(const torch::Tensor reference, reference_logps(b));
-      const PreferenceLossOut l =
-          pair_loss(model_->hidden_states(pair_input(b, dev_)), to_tensor(b.targets, b.rows, b.seq_len, dev_), reference);
+      const PreferenceLossOut l = pair_loss(model_->hidden_states(pair_input(b, dev_)), b, reference, 0.0);
       pairs.add(l.sums);
-      sums[0] += l.sums.loss;
-      sums[1] += l.sums.pairs;
       TAILOR_RETURN_IF_ERROR(sync_->after_backward());
       continue;
     }
@@ -447,7 +448,7 @@ Result<Run::Evaluation> Run::evaluate() {
       b.inputs = b.positions = b.segment_ids = {0};
       b.targets = {-100};
       // DPO's ranks run two forwards a batch (the reference's, adapters off).
-      if (preference()) {
+      if (st_.reference != dsl::Reference::kNone) {
         batch_loss(model_, b, dev_);
         TAILOR_RETURN_IF_ERROR(sync_->after_backward());
       }
@@ -466,12 +467,14 @@ Result<Run::Evaluation> Run::evaluate() {
     sums[1] = v[1];
   }
   Evaluation e;
+  e.tokens = static_cast<std::int64_t>(sums[1]);
+  e.loss = sums[0] / std::max(1.0, sums[1]);
   if (preference()) {
     TAILOR_RETURN_IF_ERROR(reduce_preference(pairs));
     e.preference = pairs;
+    e.tokens = static_cast<std::int64_t>(pairs.pairs);
+    e.loss = pairs.mean_loss();
   }
-  e.tokens = static_cast<std::int64_t>(sums[1]);
-  e.loss = sums[0] / std::max(1.0, sums[1]);
   e.seconds = now_seconds() - t0;
   return e;
 }

@@ -262,7 +262,9 @@ Status Run::write_model() {
 }
 
 RunnerExit Run::conclude(const Status& s) {
-  const RunnerExit exit = exit_for(s);
+  // A non-finite loss is its own exit: retrying the same plan only
+  // diverges again at the same step.
+  const RunnerExit exit = diverged_ && !s.is_ok() ? RunnerExit::kDiverged : exit_for(s);
   auto code = [&](JsonWriter& w) { w.field(events::kExitCodeKey, static_cast<std::int64_t>(exit_status(exit))); };
   switch (exit) {
     case RunnerExit::kOk:
@@ -286,6 +288,7 @@ RunnerExit Run::conclude(const Status& s) {
       return exit;
     case RunnerExit::kFailure:
     case RunnerExit::kBadInput:
+    case RunnerExit::kDiverged:
       event(events::kError, [&](JsonWriter& w) {
         w.field("message", s.message());
         code(w);

@@ -1086,6 +1086,29 @@ TEST(ApiE2eTest, JobsAskingForHardwareTheDaemonLacksAreRefusedWithTheShortfall) 
   EXPECT_NE(fits.json()["hardware"]["device"].get<std::string>().find("4090"), std::string::npos);
 }
 
+// A run whose loss turns non-finite would diverge again at the same step
+// from the same checkpoint: the job fails after its one attempt, with the
+// runner's reason, its retries unused.
+TEST(ApiE2eTest, ADivergedRunIsNotRetried) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {"--retry-backoff", "0.1"});
+  ASSERT_TRUE(d.ok());
+  std::string spec = tiny_spec("diverges", 5, 0);
+  spec.replace(spec.find("lr: 1e-3"), 8, "lr: 1e30");
+  spec += "retries: 2\n";
+  const auto r = d.post("/v1/jobs", spec);
+  ASSERT_EQ(r.status, 201) << r.body;
+  const std::string id = r.json()["id"].get<std::string>();
+  ASSERT_TRUE(d.wait_state(id, "failed", std::chrono::seconds(120)));
+  const json job = d.job(id);
+  EXPECT_EQ(job["attempts"], 1);
+  EXPECT_EQ(job["failures"], 0);
+  EXPECT_EQ(job["exit_code"], 5);
+  const std::string reason = job["exit_reason"].get<std::string>();
+  EXPECT_NE(reason.find("training diverged"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("is NaN"), std::string::npos) << reason;
+}
+
 TEST(ApiE2eTest, FailingRunnerIsRetriedWithGrowingBackoffThenFails) {
   tailor::testing::TempDir dir;
   // /bin/false stands in for a runner that crashes at once (exit 1).

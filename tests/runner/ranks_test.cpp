@@ -309,15 +309,17 @@ TEST(RanksTest, TwoRanksEvaluateLikeOneAtEveryStage) {
 // switched off): two ranks train and evaluate like one, at stage 0 and at
 // ZeRO-3, whose reference forwards are collective too; 36 eval pairs in an
 // odd number of batches, so at ZeRO-3 one rank runs its forwards on nothing.
-TEST(RanksTest, DpoTrainsAndEvaluatesLikeOneRank) {
+// ORPO too at ZeRO-3: its NLL is a mean over the whole step's chosen
+// tokens, whichever rank holds them.
+TEST(RanksTest, DpoAndOrpoTrainAndEvaluateLikeOneRank) {
   TempDir t;
   std::ifstream pairs(std::string(TAILOR_SOURCE_DIR) + "/configs/data/preferences.jsonl");
   std::string eval, line;
   for (int i = 0; i < 36 && std::getline(pairs, line); ++i) eval += line + "\n";
   const std::string eval_file = t.write("eval.jsonl", eval);
-  auto run = [&](const std::string& name, int ranks, int zero) {
+  auto run = [&](const std::string& name, int ranks, int zero, const std::string& sets = "") {
     const std::string plan = t.file(name + ".plan.json");
-    EXPECT_EQ(shell(kBin + "tailor plan " + TAILOR_SOURCE_DIR + "/configs/examples/dpo-cpu.yaml --output json" +
+    EXPECT_EQ(shell(kBin + "tailor plan " + TAILOR_SOURCE_DIR + "/configs/examples/dpo-cpu.yaml --output json" + sets +
                     " --set training.max_steps=3 --set training.micro_batch_size=2 --set data.eval=" + eval_file +
                     " --set resources.ranks=" + std::to_string(ranks) + " --set strategy.zero_stage=" +
                     std::to_string(zero) + " > " + plan + " 2> " + plan + ".err"),
@@ -345,6 +347,21 @@ TEST(RanksTest, DpoTrainsAndEvaluatesLikeOneRank) {
       EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << key;
     }
     EXPECT_EQ(two[2]["eval_tokens"], 36);
+  }
+  const std::string orpo = " --set training.method=orpo --set training.beta=null --set training.loss_type=null";
+  const auto orpo_one = run("orpo-one", 1, 0, orpo);
+  const auto orpo_two = run("orpo-two-z3", 2, 3, orpo);
+  ASSERT_EQ(orpo_one.size(), 3u);
+  ASSERT_EQ(orpo_two.size(), 3u);
+  for (std::size_t k = 0; k < orpo_one.size(); ++k) {
+    for (const char* key : {"loss", "nll_loss", "log_odds_ratio", "rewards/chosen", "logps/rejected"}) {
+      const double a = orpo_one[k][key], b = orpo_two[k][key];
+      EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "orpo " << key << " at step " << k + 1;
+    }
+  }
+  for (const char* key : {"eval_loss", "eval_nll_loss", "eval_rewards/margins"}) {
+    const double a = orpo_one[2][key], b = orpo_two[2][key];
+    EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "orpo " << key;
   }
 }
 
@@ -705,8 +722,9 @@ TEST(RanksTest, ACheckpointResumesUnderTheOtherAdamw) {
   }
 }
 
-// A loss that turns NaN or infinite fails the run with an event saying so,
-// rather than training on and reporting success.
+// A loss that turns NaN or infinite fails the run with an event saying so
+// and an exit of its own (5, diverged), rather than training on and
+// reporting success.
 TEST(RanksTest, ANonFiniteLossFailsTheRunWithItsOwnEvent) {
   TempDir t;
   std::string spec = spec_text({.steps = 6});
@@ -716,9 +734,10 @@ TEST(RanksTest, ANonFiniteLossFailsTheRunWithItsOwnEvent) {
   const std::string plan = t.file("diverges.plan.json");
   ASSERT_EQ(shell(kBin + "tailor plan " + file + " --output json > " + plan + " 2> " + plan + ".err"), 0);
   const std::string out = t.file("diverges");
-  EXPECT_EQ(run_runner(plan, out), 1);
+  EXPECT_EQ(run_runner(plan, out), 5);
   const auto events = json_lines(out + "/events.jsonl");
   ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back()["exit_code"], 5) << events.back();
   const json& before = events[events.size() - 2];
   EXPECT_EQ(before["event"], "nonfinite_loss") << before;
   EXPECT_EQ(events.back()["event"], "error");

@@ -143,6 +143,44 @@ TEST(PlannerTest, DpoDoublesThePassesAndPlacesTheReference) {
             "a separate reference beside adapters is not built: adapter_off is the same reference without the copy");
 }
 
+// ORPO and SimPO train on pairs without a reference: the passes are
+// doubled as for DPO, but nothing is copied, no reference forward is
+// timed and the plan has no reference step; ORPO's prompts go through the
+// head once more (the chosen rows' logits kept twice).
+TEST(PlannerTest, OrpoAndSimpoDoubleThePassesWithoutAReference) {
+  const Hardware hw = cpu(Bytes::gib(2));
+  Strategy s;
+  s.micro_batch_size = 4;
+  s.grad_accumulation = 2;
+  const dsl::JobSpec dpo = load("dpo-cpu.yaml", {"strategy.adapter=none"});
+  const Candidate with_reference = evaluate(dpo, hw, s, {});
+  for (const char* method : {"orpo", "simpo"}) {
+    SCOPED_TRACE(method);
+    const dsl::JobSpec spec = load("dpo-cpu.yaml", {"strategy.adapter=none", std::string("training.method=") + method,
+                                                    "training.beta=null", "training.loss_type=null"});
+    const Candidate c = evaluate(spec, hw, s, {});
+    EXPECT_TRUE(c.strategy.pairs);
+    EXPECT_EQ(c.strategy.reference, Reference::kNone);
+    EXPECT_EQ(c.memory.reference.count(), 0);
+    EXPECT_EQ(c.memory.per_device.weights, with_reference.memory.per_device.weights - with_reference.memory.reference);
+    // (ORPO's larger logits cover more of the recomputed layer's bytes.)
+    if (std::string(method) == "simpo") {
+      EXPECT_EQ(c.memory.per_device.activations, with_reference.memory.per_device.activations);
+    } else {
+      EXPECT_LE(c.memory.per_device.activations, with_reference.memory.per_device.activations);
+    }
+    EXPECT_EQ(c.throughput.reference_seconds, 0);
+    EXPECT_LT(c.throughput.step_seconds, with_reference.throughput.step_seconds);
+    const std::int64_t rows = std::string(method) == "orpo" ? 12 : 8;  // 2b rows, and orpo's b prompts
+    EXPECT_EQ(c.memory.per_device.logits.count(), (rows + 1) * 256 * 260 * 4);
+    const Plan p = plan_job(spec, hw);
+    ASSERT_TRUE(p.fits);
+    EXPECT_TRUE(p.chosen.strategy.pairs);
+    EXPECT_EQ(p.chosen.strategy.reference, Reference::kNone);
+    EXPECT_TRUE(std::none_of(p.decisions.begin(), p.decisions.end(), [](const Decision& d) { return d.step == "reference"; }));
+  }
+}
+
 // Answers to training.eval_prompts are generated on rank 0 alone, which
 // needs the whole model there: the planner keeps such a job off ZeRO-3.
 TEST(PlannerTest, EvalPromptsKeepTheWholeModelOnOneRank) {

@@ -32,6 +32,8 @@ TEST(OutcomeTest, EveryEndOfAnAttemptHasItsVerdict) {
        FailureCause::kBadInput},
       {"bad input with retries left", {2, 0, false, false, 0, 100, 0}, Verdict::kFailed, 0, 0, 0, "bad input",
        FailureCause::kBadInput},
+      {"divergence is never retried", {5, 0, false, false, 0, 2, 0}, Verdict::kFailed, 0, 0, 0, "training diverged",
+       FailureCause::kDiverged},
       {"oom with a report re-plans", {3, 0, false, true, 0, 2, 0}, Verdict::kReplan, 0, 1, 0, ""},
       {"third oom still re-plans", {3, 0, false, true, 0, 2, 2}, Verdict::kReplan, 0, 3, 0, ""},
       {"fourth oom gives up", {3, 0, false, true, 0, 2, 3}, Verdict::kFailed, 0, 4, 0, "gave up after 3 re-plans",

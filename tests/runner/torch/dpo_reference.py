@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The TRL side of Tailor's preference-training tests: runs Hugging Face TRL's
-DPOTrainer on a tiny model so the runner's per-step numbers can be compared
+DPOTrainer (and its experimental ORPOTrainer and CPOTrainer for ORPO and
+SimPO) on a tiny model so the runner's per-step numbers can be compared
 with TRL's. Run with the project's .venv (trl, datasets, transformers on the
 same torch), on the CPU.
 
@@ -31,6 +32,13 @@ same torch), on the CPU.
       rewards/{chosen,rejected,accuracies,margins}, logps/{chosen,rejected}
       and grad_norm (before clipping); "tokens", per pair in file order the
       prompt_ids, chosen_ids and rejected_ids TRL trained on.
+      CASE orpo:8:1 trains with trl.experimental.orpo.ORPOTrainer (its beta,
+      the paper's lambda, 0.1) and simpo:8:1 with
+      trl.experimental.cpo.CPOTrainer (loss_type simpo, beta 2.0, simpo_gamma
+      1.0, cpo_alpha 0: pure SimPO), neither with a reference, the rest as
+      above; their "steps" add ORPO's nll_loss, log_odds_ratio and
+      log_odds_chosen, and "tokens" come from their own tokenization
+      (chosen_input_ids less prompt_input_ids, and so on).
       The CASE "chat" trains nothing: DIR/chat_tokens.json holds the
       prompt_ids, chosen_ids and rejected_ids DPOTrainer makes of
       DIR/chat_pairs.jsonl with the folder's chat template.
@@ -110,6 +118,9 @@ CORPUS = [
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
               "apo_zero", "apo_down")
+# Reference-free methods, each its own TRL trainer.
+METHODS = ("orpo", "simpo")
+ORPO_METRICS = ["nll_loss", "log_odds_ratio", "log_odds_chosen"]
 
 
 def make(root):
@@ -167,6 +178,27 @@ def make(root):
                                 "rejected": [{"role": "assistant", "content": rejected}]}) + "\n")
 
 
+def reference_free_trainer(method, base, pairs, common):
+    """ORPOTrainer or CPOTrainer (SimPO) on DIR/base, as the C++ test configures Tailor."""
+    import warnings
+
+    from transformers import AutoTokenizer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "experimental" warnings on import
+        if method == "orpo":
+            from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+            args = ORPOConfig(beta=0.1, max_length=1024, remove_unused_columns=False, **common)
+            cls = ORPOTrainer
+        else:
+            from trl.experimental.cpo import CPOConfig, CPOTrainer
+            args = CPOConfig(loss_type="simpo", beta=2.0, simpo_gamma=1.0, cpo_alpha=0.0, max_length=1024,
+                             remove_unused_columns=False, **common)
+            cls = CPOTrainer
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.float32)
+    return cls(model=model, args=args, train_dataset=pairs, processing_class=AutoTokenizer.from_pretrained(base))
+
+
 def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
     import datasets
     import transformers
@@ -187,29 +219,48 @@ def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
                                       cache_dir=os.path.join(scratch, "datasets"))
         if len(pairs) != PAIRS_PER_STEP:
             sys.exit(f"dpo_reference.py: {root}/pairs.jsonl has {len(pairs)} pairs, expected {PAIRS_PER_STEP}")
-        args = DPOConfig(
-            output_dir=os.path.join(scratch, "out"), loss_type=[loss_type], beta=0.1, label_smoothing=label_smoothing,
+        common = dict(
+            output_dir=os.path.join(scratch, "out"),
             learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
             adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0,
             per_device_train_batch_size=micro, gradient_accumulation_steps=accum, max_steps=STEPS,
-            logging_steps=1, seed=42, data_seed=42, use_cpu=True, bf16=False, fp16=False, max_length=None,
+            logging_steps=1, seed=42, data_seed=42, use_cpu=True, bf16=False, fp16=False,
             gradient_checkpointing=False, report_to=[], save_strategy="no", dataloader_drop_last=False,
             dataloader_num_workers=0, disable_tqdm=True)
-        trainer = DPOTrainer(model=base, ref_model=None, args=args, train_dataset=pairs,
-                             processing_class=AutoTokenizer.from_pretrained(base))
+        if loss_type in METHODS:
+            trainer = reference_free_trainer(loss_type, base, pairs, common)
+        else:
+            args = DPOConfig(loss_type=[loss_type], beta=0.1, label_smoothing=label_smoothing, max_length=None,
+                             **common)
+            trainer = DPOTrainer(model=base, ref_model=None, args=args, train_dataset=pairs,
+                                 processing_class=AutoTokenizer.from_pretrained(base))
         # Both print each log line to stdout; log_history keeps them.
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
         trainer.train()
 
     steps = []
+    metrics = METRICS + (ORPO_METRICS if loss_type == "orpo" else [])
     for entry in trainer.state.log_history:
         if "loss" in entry:
-            steps.append({"step": entry["step"], **{k: float(entry[k]) for k in METRICS}})
+            steps.append({"step": entry["step"], **{k: float(entry[k]) for k in metrics}})
     if [s["step"] for s in steps] != list(range(1, STEPS + 1)):
         sys.exit(f"dpo_reference.py: TRL logged steps {[s['step'] for s in steps]}, expected 1..{STEPS}")
-    tokens = [{k: list(row[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")}
-              for row in trainer.train_dataset]
+    if loss_type in METHODS:
+        # Their rows are whole sequences (BOS + prompt + completion + EOS).
+        tokens = []
+        for row in trainer.train_dataset:
+            prompt = list(row["prompt_input_ids"])
+            entry = {"prompt_ids": prompt}
+            for which in ("chosen", "rejected"):
+                ids = list(row[f"{which}_input_ids"])
+                if ids[:len(prompt)] != prompt:
+                    sys.exit(f"dpo_reference.py: {loss_type}'s {which} row does not start with its prompt")
+                entry[f"{which}_ids"] = ids[len(prompt):]
+            tokens.append(entry)
+    else:
+        tokens = [{k: list(row[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")}
+                  for row in trainer.train_dataset]
     with open(out, "w") as f:
         json.dump({"loss_type": loss_type, "micro_batch": micro, "accumulation": accum,
                    "steps": steps, "tokens": tokens}, f, indent=1)
@@ -255,8 +306,8 @@ def main():
                 sys.exit(f"dpo_reference.py: {case!r} is not LOSS_TYPE:MICRO:ACCUM[:LABEL_SMOOTHING]")
             loss_type, micro, accum = parts[0], int(parts[1]), int(parts[2])
             smoothing = float(parts[3]) if len(parts) == 4 else 0.0
-            if loss_type not in LOSS_TYPES:
-                sys.exit(f"dpo_reference.py: unknown loss type {loss_type} ({', '.join(LOSS_TYPES)})")
+            if loss_type not in LOSS_TYPES + METHODS:
+                sys.exit(f"dpo_reference.py: unknown loss type {loss_type} ({', '.join(LOSS_TYPES + METHODS)})")
             if micro < 1 or accum < 1 or micro * accum != PAIRS_PER_STEP:
                 sys.exit(f"dpo_reference.py: MICRO * ACCUM must be {PAIRS_PER_STEP}, got {micro} * {accum}")
             cases.append((loss_type, micro, accum, smoothing))

@@ -45,7 +45,7 @@ inline std::optional<EstimateAndMeasurement> estimate_and_train(const dsl::JobSp
 
   TrainOptions o;
   o.config.spec = spec;
-  o.config.strategy = s;
+  o.config.strategy = c.strategy;  // with what the spec decides (pairs, the reference)
   o.out_dir = out_dir;
   o.config.on_cpu = hw.cpu_only();
   o.config.device_memory_bytes = gpu_memory.count();

@@ -1,7 +1,8 @@
-// Preference training (training.method: dpo), each test a real run: against
-// TRL's DPOTrainer on the same tiny model and pairs (dpo_reference.py in
-// .venv), the reference switched off under LoRA, and the planner's memory
-// estimate for each reference placement against what the run measured.
+// Preference training (training.method dpo, orpo, simpo), each test a real
+// run: against TRL's DPOTrainer, ORPOTrainer and CPOTrainer on the same tiny
+// model and pairs (dpo_reference.py in .venv), the reference switched off
+// under LoRA, and the planner's memory estimate for each reference
+// placement (and none) against what the run measured.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -81,7 +82,9 @@ double expect_close(double ours, double theirs, double rel, double floor, const 
 // pairs; full fine-tuning in fp32 with AdamW at a constant lr, every step the
 // whole data, so the data order cannot differ; TRL makes its frozen copy of
 // the model, Tailor its separate reference.
-TEST(PreferenceTest, DpoEqualsTrlsDpoTrainerForEachOfItsTenLossesOverTwentySteps) {
+// ORPO and SimPO likewise against TRL's ORPOTrainer and CPOTrainer (SimPO:
+// loss_type simpo, cpo_alpha 0), without a reference.
+TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
   TempDir dir;
   ASSERT_TRUE(run_reference(dir, "make " + dir.path().string()));
   const std::string yaml = R"(apiVersion: tailor/v1
@@ -89,21 +92,32 @@ kind: TrainingJob
 name: dpo-trl
 model: {path: base}
 data: {train: pairs.jsonl, seq_len: 128}
-training: {method: dpo, beta: 0.1, global_batch_size: 8, max_steps: 20, lr: 1e-3, scheduler: constant,
+training: {method: dpo, global_batch_size: 8, max_steps: 20, lr: 1e-3, scheduler: constant,
            warmup_steps: 0, weight_decay: 0, grad_clip: 1.0, seed: 42}
 strategy: {precision: fp32, adapter: none, optimizer: adamw}
 )";
   struct Case {
-    const char* loss;
+    const char* loss;  // a dpo loss_type, or the method orpo or simpo
     std::int64_t micro, accum;
     const char* label_smoothing = nullptr;  // robust and exo_pair read it
+    // The TRL run compared with, when not the same micro-batches: ORPO's
+    // NLL is a per-token mean over TRL's micro-batch, over Tailor's whole
+    // step, so Tailor's 4 x 2 equals TRL's 8 x 1.
+    std::int64_t trl_micro = 0, trl_accum = 0;
+    bool reference_free() const { return std::string(loss) == "orpo" || std::string(loss) == "simpo"; }
+    std::string trl_name() const {
+      return std::string(loss) + "_" + std::to_string(trl_micro ? trl_micro : micro) + "x" +
+             std::to_string(trl_accum ? trl_accum : accum);
+    }
   };
   // Accumulation once (its loss is the mean of the micro-batches' means).
   const Case cases[] = {{"sigmoid", 8, 1},  {"ipo", 4, 2},      {"hinge", 8, 1},    {"robust", 8, 1, "0.1"},
                         {"exo_pair", 8, 1, "0.001"}, {"nca_pair", 8, 1}, {"bco_pair", 8, 1}, {"sppo_hard", 8, 1},
-                        {"apo_zero", 8, 1}, {"apo_down", 4, 2}};
+                        {"apo_zero", 8, 1}, {"apo_down", 4, 2}, {"simpo", 4, 2}, {"orpo", 8, 1},
+                        {"orpo", 4, 2, nullptr, 8, 1}};
   std::string args = "run " + dir.path().string() + " chat";
   for (const Case& c : cases) {
+    if (c.trl_micro) continue;
     args += " " + std::string(c.loss) + ":" + std::to_string(c.micro) + ":" + std::to_string(c.accum);
     if (c.label_smoothing) args += std::string(":") + c.label_smoothing;
   }
@@ -137,10 +151,17 @@ strategy: {precision: fp32, adapter: none, optimizer: adamw}
   }
   for (const Case& c : cases) {
     const std::string name = std::string(c.loss) + "_" + std::to_string(c.micro) + "x" + std::to_string(c.accum);
-    SCOPED_TRACE(name);
-    std::ifstream in(dir.file(name + ".json"));
+    SCOPED_TRACE(name + " against TRL's " + c.trl_name());
+    std::ifstream in(dir.file(c.trl_name() + ".json"));
     const json trl = json::parse(in);
-    std::vector<std::string> overrides = {std::string("training.loss_type=") + c.loss};
+    std::vector<std::string> overrides;
+    if (std::string(c.loss) == "orpo") {
+      overrides = {"training.method=orpo", "training.lambda=0.1"};
+    } else if (std::string(c.loss) == "simpo") {
+      overrides = {"training.method=simpo", "training.beta=2.0", "training.gamma=1.0"};
+    } else {
+      overrides = {std::string("training.loss_type=") + c.loss};
+    }
     if (c.label_smoothing) overrides.push_back(std::string("training.label_smoothing=") + c.label_smoothing);
     RunConfig cfg = load_job(dir, yaml, overrides);
     // The rows are TRL's: prompt ids (its BOS first) and completion ids (EOS last).
@@ -160,7 +181,8 @@ strategy: {precision: fp32, adapter: none, optimizer: adamw}
     cfg.strategy.precision = dsl::Precision::kFp32;
     cfg.strategy.micro_batch_size = c.micro;
     cfg.strategy.grad_accumulation = c.accum;
-    cfg.strategy.reference = dsl::Reference::kSeparate;
+    cfg.strategy.pairs = true;
+    cfg.strategy.reference = c.reference_free() ? dsl::Reference::kNone : dsl::Reference::kSeparate;
     const std::string out = dir.file(name);
     ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
     const std::vector<json> ours = lines(out + "/metrics.jsonl");
@@ -183,6 +205,11 @@ strategy: {precision: fp32, adapter: none, optimizer: adamw}
       }
       EXPECT_NEAR(ours[k]["rewards/accuracies"].get<double>(), theirs[k]["rewards/accuracies"].get<double>(), 1e-9)
           << at;
+      if (std::string(c.loss) == "orpo") {
+        for (const char* key : {"nll_loss", "log_odds_ratio", "log_odds_chosen"}) {
+          worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1e-2, at + " " + key));
+        }
+      }
     }
     // Learning happened, the same way.
     EXPECT_LT(ours.back()["loss"].get<double>(), ours.front()["loss"].get<double>());
@@ -229,6 +256,7 @@ TEST(PreferenceTest, UnderLoraTheReferenceIsTheBaseWithTheAdaptersOff) {
   cfg.strategy.grad_accumulation = 2;
   cfg.strategy.adapter = dsl::Adapter::kLora;
   cfg.strategy.lora_rank = 4;
+  cfg.strategy.pairs = true;
   cfg.strategy.reference = dsl::Reference::kAdapterOff;
   const std::string out = dir.file("out");
   ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
@@ -250,31 +278,47 @@ TEST(PreferenceTest, UnderLoraTheReferenceIsTheBaseWithTheAdaptersOff) {
 }
 
 // The planner's estimate for each placement against the run's measured
-// memory: the components it doubles (activations, logits) and the copy.
-TEST(PreferenceTest, TheEstimateHoldsForEachReferencePlacement) {
+// memory: the components it doubles (activations, logits) and the copy;
+// and ORPO's, without a reference but with its prompts through the head
+// once more, and SimPO's.
+TEST(PreferenceTest, TheEstimateHoldsForEachReferencePlacementAndWithout) {
   TempDir dir;
   write_pairs(dir, /*fill=*/true);
-  for (const dsl::Reference placement : {dsl::Reference::kAdapterOff, dsl::Reference::kSeparate}) {
-    const bool lora = placement == dsl::Reference::kAdapterOff;
-    SCOPED_TRACE(dsl::to_string(placement));
-    const RunConfig cfg = load_job(dir, lora_job(), {"training.max_steps=2",
-                                                     std::string("strategy.adapter=") + (lora ? "lora" : "none")});
+  struct Case {
+    const char* name;
+    dsl::Reference placement;
+    bool lora;
+    std::vector<std::string> overrides;
+  };
+  const Case cases[] = {
+      {"adapter_off", dsl::Reference::kAdapterOff, true, {}},
+      {"separate", dsl::Reference::kSeparate, false, {}},
+      {"orpo", dsl::Reference::kNone, false, {"training.method=orpo"}},
+      {"simpo-lora", dsl::Reference::kNone, true, {"training.method=simpo"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::string> overrides = {"training.max_steps=2", std::string("strategy.adapter=") + (c.lora ? "lora" : "none")};
+    overrides.insert(overrides.end(), c.overrides.begin(), c.overrides.end());
+    std::string job = lora_job();
+    if (c.placement == dsl::Reference::kNone) job.replace(job.find("beta: 0.5, "), 11, "");
+    const RunConfig cfg = load_job(dir, job, overrides);
     strategies::Strategy s;
     s.precision = dsl::Precision::kFp32;
     s.micro_batch_size = 4;
     s.grad_accumulation = 1;
-    s.adapter = lora ? dsl::Adapter::kLora : dsl::Adapter::kNone;
-    s.lora_rank = lora ? 4 : 0;
-    s.reference = placement;
-    const auto r = testing::estimate_and_train(cfg.spec, s, dir.file(dsl::to_string(placement)));
+    s.adapter = c.lora ? dsl::Adapter::kLora : dsl::Adapter::kNone;
+    s.lora_rank = c.lora ? 4 : 0;
+    s.reference = c.placement;
+    const auto r = testing::estimate_and_train(cfg.spec, s, dir.file(c.name));
     ASSERT_TRUE(r);
     const double measured = r->measured["peak_bytes"].get<double>();
     const double estimated = static_cast<double>(r->estimate.total().count());
-    std::printf("%s: estimated %.0f B, measured peak %.0f B (%.3f)\n", dsl::to_string(placement), estimated, measured,
+    std::printf("%s: estimated %.0f B, measured peak %.0f B (%.3f)\n", c.name, estimated, measured,
                 estimated / measured);
-    for (const auto& c : strategies::kMemoryComponents) {
-      std::printf("  %-18s estimated %10lld measured %10lld\n", c.key, static_cast<long long>((r->estimate.*c.member).count()),
-                  static_cast<long long>(r->measured.value(c.key, 0)));
+    for (const auto& m : strategies::kMemoryComponents) {
+      std::printf("  %-18s estimated %10lld measured %10lld\n", m.key, static_cast<long long>((r->estimate.*m.member).count()),
+                  static_cast<long long>(r->measured.value(m.key, 0)));
     }
     EXPECT_NEAR(estimated / measured, 1.0, 0.05) << "estimate " << estimated << " measured " << measured;
     const double weights = r->measured["weights"].get<double>();
