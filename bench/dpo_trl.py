@@ -14,7 +14,12 @@ transformers, trl, peft, datasets, tokenizers), on the CPU.
       English-like text (seed 0); each prompt ends with "\\n" and each
       completion starts on a word, so prompt and completion tokenize the same
       apart as together; BOS + prompt + completion + EOS is 150-250 tokens.
-  dpo_trl.py run DIR MODE STEPS THREADS
+  dpo_trl.py run DIR MODE STEPS THREADS [METHOD]
+      METHOD dpo (the default) trains DIR/base on DIR/pairs.jsonl with
+      trl.DPOTrainer as below; orpo with trl.experimental.orpo.ORPOTrainer
+      (beta, the paper's lambda, 0.1) and simpo with
+      trl.experimental.cpo.CPOTrainer (loss_type simpo, beta 2.0, gamma 1.0,
+      cpo_alpha 0), neither with a reference, otherwise the same. For dpo:
       trains DIR/base on DIR/pairs.jsonl with trl.DPOTrainer for STEPS + 2
       optimizer steps (MODE full: the reference a copy TRL loads; MODE lora:
       PEFT LoRA r 16, alpha 32, no dropout, on the seven projections of each
@@ -158,7 +163,7 @@ def make(root):
             f.write(json.dumps(p) + "\n")
 
 
-def run(root, mode, steps, threads):
+def run(root, mode, steps, threads, method="dpo"):
     torch.set_num_threads(threads)
     import datasets
     import transformers
@@ -185,6 +190,20 @@ def run(root, mode, steps, threads):
             self.seconds.append(time.perf_counter() - self.t0)
             self.tokens.append(state.num_input_tokens_seen - self.seen)
 
+    class CellCounter:
+        """ORPO's and CPO's batches have no input_ids for Trainer to count:
+        each collated batch's cells, both completions' rows padded to the
+        batch's longest (as they concatenate them), in order."""
+
+        def __init__(self, collator):
+            self.collator, self.cells = collator, []
+
+        def __call__(self, features):
+            batch = self.collator(features)
+            longest = max(batch["chosen_input_ids"].shape[1], batch["rejected_input_ids"].shape[1])
+            self.cells.append(2 * batch["chosen_input_ids"].shape[0] * longest)
+            return batch
+
     base = os.path.join(root, "base")
     total = steps + WARMUP
     timer = StepTimer()
@@ -192,11 +211,11 @@ def run(root, mode, steps, threads):
             contextlib.redirect_stdout(sys.stderr):  # anything the trainer prints goes to stderr
         pairs = datasets.load_dataset("json", data_files=os.path.join(root, "pairs.jsonl"), split="train",
                                       cache_dir=os.path.join(scratch, "datasets"))
-        args = DPOConfig(
-            output_dir=os.path.join(scratch, "out"), loss_type=["sigmoid"], beta=0.1,
+        common = dict(
+            output_dir=os.path.join(scratch, "out"),
             learning_rate=1e-5, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
             per_device_train_batch_size=8, gradient_accumulation_steps=1, max_steps=total,
-            max_length=None, bf16=False, fp16=False, use_cpu=True,
+            bf16=False, fp16=False, use_cpu=True,
             # TRL turns checkpointing on by default; transformers 5 names it activation_checkpointing
             # (gradient_checkpointing, which DPOConfig defaults to True, is its deprecated alias).
             activation_checkpointing=False, gradient_checkpointing=False,
@@ -208,11 +227,31 @@ def run(root, mode, steps, threads):
             from peft import LoraConfig
             peft_config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS,
                                      bias="none", task_type="CAUSAL_LM")
-        # ref_model None: TRL loads a frozen copy of the model (full), or turns
-        # the adapters off for the reference's forward (LoRA).
-        trainer = DPOTrainer(model=model, ref_model=None, args=args, train_dataset=pairs,
-                             processing_class=AutoTokenizer.from_pretrained(base), peft_config=peft_config,
-                             callbacks=[timer])
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        counter = None
+        if method == "dpo":
+            # ref_model None: TRL loads a frozen copy of the model (full), or turns
+            # the adapters off for the reference's forward (LoRA).
+            args = DPOConfig(loss_type=["sigmoid"], beta=0.1, max_length=None, **common)
+            trainer = DPOTrainer(model=model, ref_model=None, args=args, train_dataset=pairs,
+                                 processing_class=tokenizer, peft_config=peft_config, callbacks=[timer])
+        else:
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "experimental" warnings on import
+                from trl.experimental.cpo import CPOConfig, CPOTrainer
+                from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+            if method == "orpo":
+                args = ORPOConfig(beta=0.1, max_length=1024, remove_unused_columns=False, **common)
+                cls = ORPOTrainer
+            else:
+                args = CPOConfig(loss_type="simpo", beta=2.0, simpo_gamma=1.0, cpo_alpha=0.0, max_length=1024,
+                                 remove_unused_columns=False, **common)
+                cls = CPOTrainer
+            trainer = cls(model=model, args=args, train_dataset=pairs, processing_class=tokenizer,
+                          peft_config=peft_config, callbacks=[timer])
+            counter = CellCounter(trainer.data_collator)
+            trainer.data_collator = counter
         core = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
         if core.is_activation_checkpointing:
             sys.exit("dpo_trl.py: activation checkpointing is on; the comparison runs without it")
@@ -223,7 +262,9 @@ def run(root, mode, steps, threads):
     if len(timer.seconds) != total:
         sys.exit(f"dpo_trl.py: timed {len(timer.seconds)} steps, expected {total}")
     timed, cells = timer.seconds[WARMUP:], timer.tokens[WARMUP:]
-    print(json.dumps({"impl": "trl", "mode": mode, "step_seconds": round(sum(timed) / len(timed), 4),
+    if counter is not None:
+        cells = counter.cells[WARMUP:total]
+    print(json.dumps({"impl": "trl", "mode": mode, "method": method, "step_seconds": round(sum(timed) / len(timed), 4),
                       "steps": len(timed), "tokens_per_step": round(sum(cells) / len(cells), 1),
                       "torch": torch.__version__, "trl": trl.__version__}))
 
@@ -232,13 +273,16 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "make":
         make(sys.argv[2])
         return
-    if len(sys.argv) == 6 and sys.argv[1] == "run":
+    if len(sys.argv) in (6, 7) and sys.argv[1] == "run":
         root, mode, steps, threads = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        method = sys.argv[6] if len(sys.argv) == 7 else "dpo"
+        if method not in ("dpo", "orpo", "simpo"):
+            sys.exit(f"dpo_trl.py: METHOD is dpo, orpo or simpo, not {method!r}")
         if mode not in ("full", "lora"):
             sys.exit(f"dpo_trl.py: unknown mode {mode} (full or lora)")
         if steps < 1 or threads < 1:
             sys.exit("dpo_trl.py: STEPS and THREADS must be at least 1")
-        run(root, mode, steps, threads)
+        run(root, mode, steps, threads, method)
         return
     sys.exit(__doc__)
 

@@ -10,11 +10,15 @@
 # with the adapters off). Prints the mean step time after 2 warm-up steps,
 # the input cells of a step (16 rows padded to the batch's longest, as each
 # implementation batched them), peak RSS, and TRL's step time over Tailor's.
-#   bench/dpo_vs_trl.sh [BUILD_DIR]   STEPS=8 THREADS=$(nproc)
+# METHODS="dpo orpo simpo" adds ORPO (lambda 0.1) against TRL's ORPOTrainer
+# and SimPO (beta 2.0, gamma 1.0) against its CPOTrainer (loss_type simpo,
+# cpo_alpha 0), neither with a reference model.
+#   bench/dpo_vs_trl.sh [BUILD_DIR]   STEPS=8 THREADS=$(nproc) METHODS=dpo
 set -euo pipefail
 build=${1:-build}
 steps=${STEPS:-8}
 threads=${THREADS:-$(nproc)}
+methods=${METHODS:-dpo}
 warmup=2
 source "$(dirname "$0")/lib.sh"
 bench_init
@@ -23,8 +27,11 @@ bench_init
   { cat "$work/make.log" >&2; exit 1; }
 grep '^dpo_trl.py: vocabulary' "$work/make.log" >&2 || true
 
-# Sets step_s, tokens (mean input cells a step) and rss (bytes): tailor MODE.
+# Sets step_s, tokens (mean input cells a step) and rss (bytes): tailor MODE METHOD.
 tailor() {
+  local training="method: dpo, beta: 0.1"
+  [[ $2 == orpo ]] && training="method: orpo, lambda: 0.1"
+  [[ $2 == simpo ]] && training="method: simpo, beta: 2.0, gamma: 1.0"
   local adapter=none lora=""
   if [[ $1 == lora ]]; then
     adapter=lora
@@ -33,10 +40,10 @@ tailor() {
   cat > "$work/job.yaml" <<YAML
 apiVersion: tailor/v1
 kind: TrainingJob
-name: bench-dpo-$1
+name: bench-$2-$1
 model: {path: $work/base}
 data: {train: $work/pairs.jsonl, seq_len: 512}
-training: {method: dpo, beta: 0.1, global_batch_size: 8, micro_batch_size: 8, max_steps: $((steps + warmup)), lr: 1e-5, scheduler: constant}
+training: {$training, global_batch_size: 8, micro_batch_size: 8, max_steps: $((steps + warmup)), lr: 1e-5, scheduler: constant}
 strategy: {precision: fp32, gradient_checkpointing: false, adapter: $adapter, optimizer: adamw$lora}
 resources: {gpus: 0, host_memory: 8GiB}
 YAML
@@ -44,7 +51,7 @@ YAML
   rm -rf "$work/out"
   if ! /usr/bin/time -f '%M' -o "$work/rss" "$root/$build/bin/tailor-runner" --plan "$work/plan.json" \
       --out "$work/out" --quiet --memory-limit 0 --threads "$threads" --cache-dir "$work/cache" 2> "$work/tailor.log"; then
-    echo "bench: tailor-runner failed ($1):" >&2
+    echo "bench: tailor-runner failed ($1, $2):" >&2
     cat "$work/tailor.log" >&2
     tail -n 5 "$work/out/events.jsonl" >&2 2>/dev/null || true
     exit 1
@@ -56,12 +63,12 @@ YAML
   rss=$(( $(tail -n 1 "$work/rss") * 1024 ))
 }
 
-# Sets step_s, tokens, rss and versions: trl MODE.
+# Sets step_s, tokens, rss and versions: trl MODE METHOD.
 trl() {
   local out
   if ! out=$(/usr/bin/time -f '%M' -o "$work/rss" "$python" "$root/bench/dpo_trl.py" run "$work" "$1" "$steps" \
-      "$threads" 2> "$work/trl.log"); then
-    echo "bench: dpo_trl.py failed ($1):" >&2
+      "$threads" "$2" 2> "$work/trl.log"); then
+    echo "bench: dpo_trl.py failed ($1, $2):" >&2
     tail -n 30 "$work/trl.log" >&2
     exit 1
   fi
@@ -71,21 +78,24 @@ trl() {
   versions=$(grep -o '"torch": "[^"]*", "trl": "[^"]*"' <<<"$out" | tr -d '"')
 }
 
-row() {  # mode impl step_s tokens rss_bytes
-  printf '%-5s %-7s %9.3f %12.0f %10.0f %13.1f\n' "$1" "$2" "$3" "$4" "$(echo "$4 / $3" | bc -l)" \
-      "$(echo "$5 / 1048576" | bc -l)"
+row() {  # method mode impl step_s tokens rss_bytes
+  printf '%-6s %-5s %-7s %9.3f %12.0f %10.0f %13.1f\n' "$1" "$2" "$3" "$4" "$5" "$(echo "$5 / $4" | bc -l)" \
+      "$(echo "$6 / 1048576" | bc -l)"
 }
 
-printf '%-5s %-7s %9s %12s %10s %13s\n' mode impl step_s tokens/step tokens/s peak_RSS_MiB
+printf '%-6s %-5s %-7s %9s %12s %10s %13s\n' method mode impl step_s tokens/step tokens/s peak_RSS_MiB
 ratios=()
-for mode in full lora; do
-  tailor "$mode"
-  t_step=$step_s t_rss=$rss
-  row "$mode" tailor "$step_s" "$tokens" "$rss"
-  trl "$mode"
-  row "$mode" trl "$step_s" "$tokens" "$rss"
-  ratios+=("$(printf '%-5s speed-up %.2fx (trl step_s / tailor step_s), peak RSS %.2fx (tailor / trl)' "$mode" \
-      "$(echo "$step_s / $t_step" | bc -l)" "$(echo "$t_rss / $rss" | bc -l)")")
+for method in $methods; do
+  case $method in dpo|orpo|simpo) ;; *) echo "bench: METHODS: $method is not dpo, orpo or simpo" >&2; exit 2;; esac
+  for mode in full lora; do
+    tailor "$mode" "$method"
+    t_step=$step_s t_rss=$rss
+    row "$method" "$mode" tailor "$step_s" "$tokens" "$rss"
+    trl "$mode" "$method"
+    row "$method" "$mode" trl "$step_s" "$tokens" "$rss"
+    ratios+=("$(printf '%-6s %-5s speed-up %.2fx (trl step_s / tailor step_s), peak RSS %.2fx (tailor / trl)' \
+        "$method" "$mode" "$(echo "$step_s / $t_step" | bc -l)" "$(echo "$t_rss / $rss" | bc -l)")")
+  done
 done
 printf '%s\n' "${ratios[@]}"
 echo "# $versions; $threads threads; $steps steps after $warmup warm-up; ${SECONDS}s in all"
