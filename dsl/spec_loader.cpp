@@ -644,6 +644,17 @@ void check_checkpoint(const JobSpec& spec, const Node& root, Diagnostics& d) {
     d.error(loc_at(root, "checkpoint.dir"), "checkpoint.dir",
             "must be a relative folder inside the job's output folder (no absolute paths, no '..')");
   }
+  // What tailor-runner and tailord write in a job's folder: checkpoints
+  // there would fail (a file in the way) or overwrite the job's outputs.
+  static const char* const kJobFiles[] = {"model",   "adapter",      "exports",   "metrics.jsonl", "events.jsonl",
+                                          "runner.log", "plan.json", "slurm-batch.sh"};
+  const std::string first = dir.empty() ? std::string() : dir.begin()->string();
+  const bool rank_events = first.rfind("events.rank-", 0) == 0;
+  if (!escapes && (rank_events || std::find(std::begin(kJobFiles), std::end(kJobFiles), first) != std::end(kJobFiles))) {
+    d.error(loc_at(root, "checkpoint.dir"), "checkpoint.dir",
+            quote(first) + " is one of the job folder's own files or folders (model, adapter, exports, "
+            "metrics.jsonl, events.jsonl, runner.log, plan.json, ...): name another folder, e.g. checkpoints");
+  }
   if (spec.output.merge == false && spec.strategy.adapter == Adapter::kNone) {
     d.warning(loc_at(root, "output.merge"), "output.merge",
               "a full fine-tune with merge: false writes no model/: the final checkpoint is its only output "

@@ -256,6 +256,10 @@ class Run {
   CausalLM reference_{nullptr};  // dpo with strategy.reference separate
   bool exporting_ = false;       // export_model: no training, so no reference
   bool diverged_ = false;        // check_loss saw a non-finite loss: the run ends as kDiverged
+  // Checkpoints this run wrote and failed to write (rank 0's count), and
+  // the last failure: a run none of whose checkpoints was written fails.
+  std::int64_t checkpoints_written_ = 0, checkpoints_failed_ = 0;
+  std::string checkpoint_failure_;
   Tensors tensors_;
   std::unique_ptr<TrainingOptimizer> opt_;
   CheckpointState state_;

@@ -37,8 +37,11 @@ Status Run::checkpoint(std::int64_t step) {
   }
   if (!leader()) return saved;
   if (saved.is_ok()) {
+    ++checkpoints_written_;
     event(events::kCheckpoint, [&](JsonWriter& w) { w.field("step", step).field("dir", dir); });
   } else {
+    ++checkpoints_failed_;
+    checkpoint_failure_ = saved.message();
     event(events::kCheckpointError, [&](JsonWriter& w) { w.field("step", step).field("message", saved.message()); });
   }
   return Status::ok();

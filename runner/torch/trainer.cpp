@@ -238,7 +238,14 @@ Status Run::finish() {
     TAILOR_RETURN_IF_ERROR(sync_->gather_for_output(lora_parameters(*model_)));
   }
   if (!leader()) return Status::ok();  // rank 0 writes the model
-  return write_model();
+  TAILOR_RETURN_IF_ERROR(write_model());
+  // The model is written, but a run that could not write one checkpoint
+  // cannot resume and would lose everything to a crash: not a success.
+  if (checkpoints_written_ == 0 && checkpoints_failed_ > 0) {
+    return Status::io_error("none of this run's " + std::to_string(checkpoints_failed_) +
+                            " checkpoints could be written (the last: " + checkpoint_failure_ + ")");
+  }
+  return Status::ok();
 }
 
 Status Run::write_model() {

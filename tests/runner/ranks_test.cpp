@@ -745,6 +745,29 @@ TEST(RanksTest, ANonFiniteLossFailsTheRunWithItsOwnEvent) {
   EXPECT_FALSE(std::filesystem::exists(out + "/model")) << "no model from a diverged run";
 }
 
+// A run none of whose checkpoints could be written (a file where the
+// folder goes) keeps its model but does not end as a success: it could not
+// have resumed from anything.
+TEST(RanksTest, ARunWhoseEveryCheckpointFailedDoesNotSucceed) {
+  TempDir t;
+  const std::string out = t.file("job");
+  std::filesystem::create_directories(out);
+  t.write("job/checkpoints", "in the way\n");
+  ASSERT_EQ(run_runner(plan_file(t, "blocked", {.steps = 4, .checkpoint_every = 2}), out), 1);
+  const auto events = json_lines(out + "/events.jsonl");
+  int failed = 0;
+  for (const json& e : events) failed += e["event"] == "checkpoint_error";
+  EXPECT_EQ(failed, 2);  // step 2 and the last
+  EXPECT_EQ(events.back()["event"], "error") << events.back();
+  EXPECT_NE(events.back()["message"].get<std::string>().find("none of this run's 2 checkpoints could be written"),
+            std::string::npos)
+      << events.back();
+  EXPECT_TRUE(std::filesystem::exists(out + "/model/model.safetensors"));
+  // One written checkpoint is enough to succeed.
+  const std::string fine = t.file("fine");
+  EXPECT_EQ(run_runner(plan_file(t, "fine", {.steps = 2, .checkpoint_every = 1}), fine), 0);
+}
+
 TEST(RanksTest, KillingOneRankStopsTheJobAtOnceAndItResumesFromTheLastCheckpoint) {
   TempDir t;
   const std::string out = t.file("job");
