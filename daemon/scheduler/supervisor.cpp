@@ -644,11 +644,30 @@ void Supervisor::start_attempt(Executor& executor, const JobRecord& job, const P
 Status Supervisor::remove(const std::string& id) {
   // Under the tick's lock, so that no attempt starts meanwhile.
   std::lock_guard lock(mu_);
+  // The deletion is recorded with the rows; the folder follows, and the
+  // record goes once it has (remove_deleted_folders finishes what a crash
+  // interrupted).
   TAILOR_RETURN_IF_ERROR(store_.remove(id));
   metrics_.job_finished(id);
   std::error_code ec;
   fs::remove_all(job_dir(id), ec);
   if (ec) return Status::io_error("job " + id + " deleted, but not its folder " + job_dir(id) + ": " + ec.message());
+  return store_.forget_deleted(id);
+}
+
+Status Supervisor::remove_deleted_folders() {
+  TAILOR_ASSIGN_OR_RETURN(const std::vector<std::string> ids, store_.deleted_jobs());
+  for (const std::string& id : ids) {
+    std::error_code ec;
+    const auto removed = fs::remove_all(job_dir(id), ec);
+    if (ec) {
+      log_error("tailord: the folder of deleted job " + id + " (" + job_dir(id) + ") could not be removed: " +
+                ec.message());
+      continue;
+    }
+    if (removed > 0) log_error("tailord: removed the folder of job " + id + ", deleted before tailord last stopped");
+    TAILOR_RETURN_IF_ERROR(store_.forget_deleted(id));
+  }
   return Status::ok();
 }
 
@@ -718,6 +737,7 @@ Supervisor::Running Supervisor::attempt_of(const JobRecord& job, Executor* execu
 
 Status Supervisor::recover() {
   std::lock_guard lock(mu_);
+  TAILOR_RETURN_IF_ERROR(remove_deleted_folders());
   TAILOR_ASSIGN_OR_RETURN(auto jobs, store_.in_states({JobState::kPlanning, JobState::kRunning}));
   for (const JobRecord& job : jobs) TAILOR_RETURN_IF_ERROR(recover_job(job));
   return Status::ok();

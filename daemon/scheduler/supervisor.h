@@ -82,9 +82,10 @@ class Supervisor {
   // process group (SIGKILL after the grace period). FailedPrecondition for
   // a finished job.
   Result<JobRecord> cancel(const std::string& id);
-  // Deletes a finished job: its records, then its folder. FailedPrecondition
-  // for a job still queued or running; an IOError when the records went
-  // but the folder could not (it names the folder).
+  // Deletes a finished job: its records (and a record of the deletion),
+  // then its folder. FailedPrecondition for a job still queued or running;
+  // an IOError when the records went but the folder could not (it names the
+  // folder; the next start tries again).
   Status remove(const std::string& id);
   // Puts a failed or cancelled job back in the queue with a fresh retry
   // and re-plan budget; its runner resumes from the newest checkpoint.
@@ -97,6 +98,9 @@ class Supervisor {
   void publish_metrics();
 
  private:
+  // At start (recover): the folders of jobs deleted while a crash came
+  // between the records and the folder.
+  Status remove_deleted_folders();
   struct Running {
     std::string id;
     std::string name;

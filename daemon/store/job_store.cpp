@@ -410,7 +410,33 @@ Status JobStore::remove(const std::string& id) {
     TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("DELETE FROM jobs WHERE id = ?1"));
     q.bind(1, id);
     TAILOR_RETURN_IF_ERROR(q.run());
+    TAILOR_ASSIGN_OR_RETURN(Statement t,
+                            db_.prepare("INSERT OR REPLACE INTO deleted_jobs (id, deleted_at) VALUES (?1, ?2)"));
+    t.bind(1, id);
+    t.bind(2, now_seconds());
+    TAILOR_RETURN_IF_ERROR(t.run());
     return tx.commit();
+  }());
+}
+
+Result<std::vector<std::string>> JobStore::deleted_jobs() {
+  std::lock_guard lock(mu_);
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT id FROM deleted_jobs ORDER BY deleted_at"));
+  std::vector<std::string> out;
+  while (true) {
+    TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) break;
+    out.push_back(q.text(0));
+  }
+  return out;
+}
+
+Status JobStore::forget_deleted(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("DELETE FROM deleted_jobs WHERE id = ?1"));
+    q.bind(1, id);
+    return q.run();
   }());
 }
 

@@ -246,9 +246,15 @@ class JobStore {
                     const JobUpdate& changes = {}, const std::string& data_json = {});
   Status update(const std::string& id, const JobUpdate& changes);
   // Deletes a finished job (succeeded, failed or cancelled) with its
-  // labels, events, step metrics and idempotency keys (ON DELETE CASCADE).
+  // labels, events, step metrics and idempotency keys (ON DELETE CASCADE),
+  // and records the deletion (deleted_jobs) in the same transaction, until
+  // forget_deleted says its folder is gone too.
   // FailedPrecondition for a job that is not finished, NotFound for none.
   Status remove(const std::string& id);
+  // Deletions whose folders may still be there (a tailord that died between
+  // the two), and the end of one.
+  Result<std::vector<std::string>> deleted_jobs();
+  Status forget_deleted(const std::string& id);
   Status add_event(const std::string& id, const NewEvent& event);
   Status ingest(const std::string& id, const IngestBatch& batch, const JobUpdate& changes = {});
 

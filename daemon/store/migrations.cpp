@@ -10,6 +10,7 @@ extern const char tailor_daemon_migration_0005[];
 extern const char tailor_daemon_migration_0006[];
 extern const char tailor_daemon_migration_0007[];
 extern const char tailor_daemon_migration_0008[];
+extern const char tailor_daemon_migration_0009[];
 
 namespace tailor::daemon {
 
@@ -23,6 +24,7 @@ const std::vector<Migration>& builtin_migrations() {
       {6, "0006_executor", tailor_daemon_migration_0006},
       {7, "0007_eval_loss", tailor_daemon_migration_0007},
       {8, "0008_preference", tailor_daemon_migration_0008},
+      {9, "0009_deleted_jobs", tailor_daemon_migration_0009},
   };
   return kMigrations;
 }

@@ -22,6 +22,7 @@
 #include <set>
 #include <thread>
 
+#include "daemon/store/job_store.h"
 #include "daemon/store/sqlite.h"
 #include "tests/daemon/daemon_harness.h"
 #include "tests/testing/raw_socket.h"
@@ -247,6 +248,59 @@ TEST(ApiE2eTest, AFinishedJobIsDeletedWithItsRecordsAndFolderAndAnUnfinishedOneI
   EXPECT_EQ(http_request(d.address(), "DELETE", target, {}, {{"Authorization", auth}}).status, 404);
   // Without the token nothing is deleted.
   EXPECT_EQ(http_request(d.address(), "DELETE", "/v1/jobs/" + id).status, 401);
+}
+
+// A deletion is recorded with the job's rows: a tailord killed after the
+// rows went and before the folder did removes the folder at its next start.
+TEST(ApiE2eTest, AFolderLeftByACrashDuringDeleteIsRemovedAtTheNextStart) {
+  tailor::testing::TempDir dir;
+  const std::string data = dir.file("data");
+  std::string id;
+  {
+    DaemonProcess d(data, quiet_args(), "/bin/false");
+    ASSERT_TRUE(d.ok()) << "tailord did not start; see " << d.log();
+    const auto made = d.post("/v1/jobs", tiny_spec("half-deleted", 5, 100));
+    ASSERT_EQ(made.status, 201) << made.body;
+    id = made.json()["id"];
+    ASSERT_TRUE(wait_for([&] { return d.job(id).value("failures", 0) == 1; }, std::chrono::seconds(30)));
+    ASSERT_EQ(d.post("/v1/jobs/" + id + "/cancel", "").status, 202);
+    ASSERT_TRUE(d.wait_state(id, "cancelled", std::chrono::seconds(30)));
+    d.kill_daemon(SIGKILL);
+  }
+  const std::string folder = data + "/jobs/" + id;
+  ASSERT_TRUE(std::filesystem::exists(folder));
+  {
+    // What DELETE's first half does, and nothing after it: the crash.
+    auto store = JobStore::open(data + "/tailor.db");
+    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+    ASSERT_TRUE((*store)->remove(id).is_ok());
+    const auto pending = (*store)->deleted_jobs();
+    ASSERT_TRUE(pending.is_ok());
+    EXPECT_EQ(*pending, std::vector<std::string>{id});
+  }
+  ASSERT_TRUE(std::filesystem::exists(folder));
+  DaemonProcess again(data, quiet_args(), "/bin/false");
+  ASSERT_TRUE(again.ok()) << "tailord did not start; see " << again.log();
+  EXPECT_FALSE(std::filesystem::exists(folder));
+  EXPECT_EQ(again.get("/v1/jobs/" + id).status, 404);
+  auto store = JobStore::open(data + "/tailor.db");
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+  const auto pending = (*store)->deleted_jobs();
+  ASSERT_TRUE(pending.is_ok());
+  EXPECT_TRUE(pending->empty());
+  // A whole DELETE leaves no record of itself behind.
+  const auto made = again.post("/v1/jobs", tiny_spec("deleted", 5, 100));
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string other = made.json()["id"];
+  ASSERT_EQ(again.post("/v1/jobs/" + other + "/cancel", "").status, 202);
+  ASSERT_TRUE(again.wait_state(other, "cancelled", std::chrono::seconds(30)));
+  ASSERT_EQ(http_request(again.address(), "DELETE", "/v1/jobs/" + other, {}, {{"Authorization", "Bearer " + again.token()}})
+                .status,
+            200);
+  EXPECT_FALSE(std::filesystem::exists(data + "/jobs/" + other));
+  const auto after = (*store)->deleted_jobs();
+  ASSERT_TRUE(after.is_ok());
+  EXPECT_TRUE(after->empty());
 }
 
 // Downloads: the listing, a whole file with its length, byte ranges for a
