@@ -712,7 +712,8 @@ HttpResponse Api::file_link(HttpRequest& r) {
     // A folder as one tar archive: made only for one that can be archived.
     const HttpResponse tar = job_archive(id, ctx_.supervisor->job_dir(id), path);
     if (tar.status != 200) return tar;
-    auto link = links_.make(id, path, now_seconds(), ctx_.download_link_seconds, /*archive=*/true);
+    auto link = links_.make(id, path, link_owner(r), monotonic_seconds(), ctx_.download_link_seconds,
+                            /*archive=*/true);
     if (!link.is_ok()) return error_response(link.status());
     std::uint64_t bytes = 0;
     for (const BodyPart& p : tar.file->parts) bytes += p.size();
@@ -721,24 +722,37 @@ HttpResponse Api::file_link(HttpRequest& r) {
                                {"path", path},
                                {"archive", true},
                                {"bytes", bytes},
-                               {"expires_at", time_json(link->expires_at)}});
+                               {"expires_at", time_json(now_seconds() + ctx_.download_link_seconds)}});
   }
   // The download's own checks, now: a link is made only for a file that
   // can be downloaded (inside the folder, regular, the job's output).
   const HttpRequest plain;
   const HttpResponse file = job_file(ctx_.supervisor->job_dir(id), path, plain);
   if (file.status != 200) return file;
-  auto link = links_.make(id, path, now_seconds(), ctx_.download_link_seconds);
+  auto link = links_.make(id, path, link_owner(r), monotonic_seconds(), ctx_.download_link_seconds);
   if (!link.is_ok()) return error_response(link.status());
   return json_response(201, {{"url", "/v1/downloads/" + link->id},
                              {"job_id", id},
                              {"path", path},
                              {"bytes", file.file ? file.file->length : file.body.size()},
-                             {"expires_at", time_json(link->expires_at)}});
+                             {"expires_at", time_json(now_seconds() + ctx_.download_link_seconds)}});
+}
+
+// Download links expire on the monotonic clock: a wall clock stepped back
+// does not revive one.
+double Api::monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A link's owner is the kind of token that made it: each kind has its own
+// quota of links (download_links.h).
+std::string Api::link_owner(const HttpRequest& r) {
+  bool by_cookie = false;
+  return access_of(r, by_cookie) == Access::kAdmin ? "admin" : "read";
 }
 
 HttpResponse Api::download(HttpRequest& r) {
-  const std::optional<DownloadLink> link = links_.find(r.params["link"], now_seconds());
+  const std::optional<DownloadLink> link = links_.find(r.params["link"], monotonic_seconds());
   if (!link) {
     return error_response(ApiError::kNotFound,
                           "no such download link: it expired or was never made (POST /v1/jobs/{id}/files/link)");

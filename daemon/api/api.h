@@ -77,6 +77,8 @@ class Api {
   HttpResponse file_link(HttpRequest& r);
   HttpResponse archive(HttpRequest& r);
   HttpResponse download(HttpRequest& r);
+  static double monotonic_seconds();
+  std::string link_owner(const HttpRequest& r);
   HttpResponse remove(HttpRequest& r);
   HttpResponse sign_in(HttpRequest& r);
   HttpResponse sign_out(HttpRequest& r);

@@ -501,6 +501,14 @@ TEST(ApiE2eTest, ADownloadLinkServesAJobsFileWithoutATokenUntilTheJobIsGone) {
   const auto reader = http_request(d.address(), "POST", base + "plan.json", {},
                                    {{"Authorization", "Bearer " + read_token(dir.file("data/token.read"))}});
   EXPECT_EQ(reader.status, 201) << reader.body;
+  // Its links have a quota of their own (256): making more evicts its own
+  // oldest, never the admin token's.
+  const std::string read_auth = "Bearer " + read_token(dir.file("data/token.read"));
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_EQ(http_request(d.address(), "POST", base + "plan.json", {}, {{"Authorization", read_auth}}).status, 201);
+  }
+  EXPECT_EQ(http_request(d.address(), "GET", url).status, 200);
+  EXPECT_EQ(http_request(d.address(), "GET", reader.json()["url"].get<std::string>()).status, 404);
   std::ofstream(dir.file("secret")) << "not the job's";
   std::filesystem::create_symlink(dir.file("secret"), folder + "/link");
   for (const char* bad : {"../../tailor.db", "/etc/passwd", "link", "adapter", ""}) {

@@ -18,7 +18,7 @@ namespace {
 
 TEST(DownloadLinksTest, ALinkWorksUntilItExpiresAndTheEarliestMakesRoom) {
   DownloadLinks links(2);
-  auto a = links.make("j-a", "model/model.safetensors", 1000.0, 600.0);
+  auto a = links.make("j-a", "model/model.safetensors", "admin", 1000.0, 600.0);
   ASSERT_TRUE(a.is_ok()) << a.status().message();
   EXPECT_EQ(a->id.size(), 64u);
   EXPECT_EQ(a->id.find_first_not_of("0123456789abcdef"), std::string::npos);
@@ -28,20 +28,48 @@ TEST(DownloadLinksTest, ALinkWorksUntilItExpiresAndTheEarliestMakesRoom) {
   EXPECT_FALSE(links.find(a->id, 1600.0).has_value());
   EXPECT_FALSE(links.find(std::string(64, 'x'), 1000.0).has_value());
 
-  auto b = links.make("j-b", "plan.json", 1000.0, 100.0);  // expires first
-  auto c = links.make("j-c", "plan.json", 1000.0, 300.0);
+  auto b = links.make("j-b", "plan.json", "admin", 1000.0, 100.0);  // expires first
+  auto c = links.make("j-c", "plan.json", "admin", 1000.0, 300.0);
   ASSERT_TRUE(b.is_ok() && c.is_ok());
   EXPECT_NE(b->id, c->id);
   EXPECT_TRUE(links.find(a->id, 1001.0).has_value());
   EXPECT_FALSE(links.find(b->id, 1001.0).has_value());
   EXPECT_TRUE(links.find(c->id, 1001.0).has_value());
   // At capacity again, expired links are dropped and no live one evicted.
-  auto d = links.make("j-d", "plan.json", 1700.0, 10.0);
+  auto d = links.make("j-d", "plan.json", "admin", 1700.0, 10.0);
   ASSERT_TRUE(d.is_ok());
   EXPECT_TRUE(links.find(d->id, 1700.0).has_value());
   EXPECT_FALSE(links.find(a->id, 1500.0).has_value());
 }
 
+
+// One token's links make room among its own: a read-only token making
+// links without end never evicts the admin token's.
+TEST(DownloadLinksTest, EachOwnerMakesRoomAmongItsOwnLinks) {
+  DownloadLinks links(6, 4);
+  auto admin = links.make("j-a", "plan.json", "admin", 0.0, 600.0);
+  ASSERT_TRUE(admin.is_ok());
+  std::vector<std::string> reads;
+  for (int i = 0; i < 50; ++i) {
+    auto l = links.make("j-r", "plan.json", "read", 1.0 + i, 600.0);
+    ASSERT_TRUE(l.is_ok());
+    reads.push_back(l->id);
+  }
+  EXPECT_TRUE(links.find(admin->id, 10.0).has_value());
+  // The reader keeps its newest four.
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    EXPECT_EQ(links.find(reads[i], 10.0).has_value(), i + 4 >= reads.size()) << "read link " << i;
+  }
+  // A full table (2 + 4) makes room among the links of whoever holds most.
+  auto a2 = links.make("j-a", "plan.json", "admin", 60.0, 600.0);
+  auto s1 = links.make("j-s", "plan.json", "session", 62.0, 600.0);
+  ASSERT_TRUE(a2.is_ok() && s1.is_ok());
+  EXPECT_TRUE(links.find(admin->id, 70.0).has_value());
+  EXPECT_TRUE(links.find(a2->id, 70.0).has_value());
+  EXPECT_TRUE(links.find(s1->id, 70.0).has_value());
+  EXPECT_FALSE(links.find(reads[46], 70.0).has_value());  // the reader's earliest
+  EXPECT_TRUE(links.find(reads[47], 70.0).has_value());
+}
 
 // daemon/openapi.yaml as the source tree has it; nullopt (with a failure)
 // when it does not parse.
