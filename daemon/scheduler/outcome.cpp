@@ -64,6 +64,12 @@ Outcome decide_outcome(const AttemptEnd& end, const OutcomePolicy& policy) {
   return o;
 }
 
+double retry_not_before(double stored_wall, std::optional<double> steady_due, double wall_now, double steady_now,
+                        double max_wait_seconds) {
+  if (steady_due) return wall_now + (*steady_due - steady_now);
+  return std::min(stored_wall, wall_now + max_wait_seconds);
+}
+
 const char* to_string(Verdict v) {
   switch (v) {
     case Verdict::kSucceeded: return "succeeded";

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace tailor::daemon {
@@ -53,6 +54,15 @@ struct Outcome {
 };
 
 Outcome decide_outcome(const AttemptEnd& end, const OutcomePolicy& policy);
+
+// When a queued job may start again, on the wall clock at `wall_now`: the
+// store keeps next_attempt_at on the wall clock (it outlives tailord), but
+// a wall clock stepped back would hold a retry for as long as the step.
+// Within this tailord the monotonic deadline (`steady_due`, on the clock
+// that reads `steady_now`) decides; after a restart the stored time, but
+// never further ahead than the longest backoff (`max_wait_seconds`).
+double retry_not_before(double stored_wall, std::optional<double> steady_due, double wall_now, double steady_now,
+                        double max_wait_seconds);
 
 const char* to_string(Verdict v);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -35,6 +36,12 @@ using nlohmann::json;
 // deleted, or is no longer in the expected state) will not change.
 bool store_cannot_write(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kNoSpace || s.code() == StatusCode::kIOError;
+}
+
+// Seconds on the monotonic clock: waits that a wall clock stepped back
+// must not stretch.
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string describe_exit(const ProcessExit& e) {
@@ -458,6 +465,7 @@ Status Supervisor::launch_failed(Running& r, const std::string& why) {
 
 Status Supervisor::retry(Running& r, const JobRecord& job, const Outcome& o, const std::string& reason, JobUpdate u) {
   u.set("failures", o.failures).set("next_attempt_at", now_seconds() + o.backoff_seconds).set("exit_reason", reason);
+  retry_due_[r.id] = steady_seconds() + o.backoff_seconds;
   json data = {{"failure", o.failures}, {"retries", job.retries}, {"backoff_seconds", o.backoff_seconds}, {"reason", reason}};
   char msg[96];
   std::snprintf(msg, sizeof msg, "retry %lld of %lld in %.1f s (resumes from the last checkpoint)",
@@ -510,6 +518,22 @@ void Supervisor::schedule_queued() {
   auto queued = store_.in_states({JobState::kQueued}, /*documents=*/false);
   if (!queued.is_ok()) return log_status(queued.status(), "listing queued jobs");
   metrics_.set_queue_length(static_cast<std::int64_t>(queued->size()));
+  // A retry's wait is kept on the monotonic clock (retry_not_before).
+  std::map<std::string, double> still_due;
+  const double wall_now = now_seconds(), steady_now = steady_seconds();
+  const double longest = std::max(policy().max_backoff_seconds, options_.slurm_poll_seconds);
+  for (JobRecord& j : *queued) {
+    const auto due = retry_due_.find(j.id);
+    std::optional<double> steady_due;
+    if (due != retry_due_.end()) {
+      steady_due = due->second;
+      still_due.emplace(j.id, due->second);
+    }
+    if (j.next_attempt_at) {
+      j.next_attempt_at = retry_not_before(*j.next_attempt_at, steady_due, wall_now, steady_now, longest);
+    }
+  }
+  retry_due_ = std::move(still_due);
   if (queued->empty()) return;
   std::map<Executor*, std::vector<const JobRecord*>> by_executor;
   std::map<std::string, const JobRecord*> by_id;

@@ -101,6 +101,9 @@ class Supervisor {
   // At start (recover): the folders of jobs deleted while a crash came
   // between the records and the folder.
   Status remove_deleted_folders();
+  // Each job waiting out a retry's backoff: when it may start, on the
+  // monotonic clock (schedule_queued, retry_not_before).
+  std::map<std::string, double> retry_due_;
   struct Running {
     std::string id;
     std::string name;

@@ -63,5 +63,20 @@ TEST(OutcomeTest, EveryEndOfAnAttemptHasItsVerdict) {
   }
 }
 
+// A retry's wait when the wall clock steps back 600 s during a 5 s
+// backoff (set at wall 1000, steady 100): within tailord the monotonic
+// deadline decides; after a restart the stored time is capped by the
+// longest backoff.
+TEST(OutcomeTest, AWallClockSteppedBackDoesNotHoldARetry) {
+  // No step: the stored time.
+  EXPECT_DOUBLE_EQ(retry_not_before(1005, 105.0, 1002, 102, 300), 1005);
+  // Stepped back: due 2 s after wall 405 at steady 103, due now at steady 105.
+  EXPECT_DOUBLE_EQ(retry_not_before(1005, 105.0, 405, 103, 300), 407);
+  EXPECT_DOUBLE_EQ(retry_not_before(1005, 105.0, 405, 105, 300), 405);
+  // After a restart (no monotonic deadline): at most the longest backoff away.
+  EXPECT_DOUBLE_EQ(retry_not_before(1005, std::nullopt, 405, 0, 300), 705);
+  EXPECT_DOUBLE_EQ(retry_not_before(1005, std::nullopt, 1001, 0, 300), 1005);
+}
+
 }  // namespace
 }  // namespace tailor::daemon
