@@ -487,8 +487,14 @@ Status Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom,
   };
   auto failed = runner::parse_plan_strategy(job.plan_json, "the job's plan");
   if (!failed.is_ok()) return give_up("out of memory, and the job's plan is unreadable: " + failed.status().message());
+  // The spec as it was resolved at submission (the plan carries it): a
+  // base file edited since must not change a running job.
+  const json plan_doc = json::parse(job.plan_json, nullptr, false);
+  if (!plan_doc.is_object() || !plan_doc.contains("spec") || !plan_doc["spec"].is_object()) {
+    return give_up("out of memory, and the job's plan carries no resolved spec");
+  }
   std::string story;
-  auto next = replan_after_oom(job.spec_text, "<request>", options_.planning,
+  auto next = replan_after_oom(plan_doc["spec"].dump(), "the job's resolved spec", options_.planning,
                                strategies::OomReport{*failed, oom.budget, oom.measured}, story, job.executor);
   if (!next.is_ok()) return give_up("out of memory: " + next.status().message());
   std::int64_t total = 0;

@@ -676,6 +676,46 @@ TEST(RunE2eTest, OutOfMemoryIsReplannedAndResumedKeepingTheGlobalBatch) {
   EXPECT_EQ(rows.size(), 6u);
 }
 
+// A job's spec is the one resolved at submission: a base file (extends:)
+// edited after it changes nothing, not even the re-plan after an
+// out-of-memory, which once read the base file again.
+TEST(RunE2eTest, AReplanUsesTheSpecAsSubmittedNotItsEditedBaseFile) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  const std::string root = dir.file("specs");
+  std::filesystem::create_directories(root + "/data");
+  std::filesystem::copy_file(std::string(TAILOR_SOURCE_DIR) + "/configs/data/tiny-corpus.txt",
+                             root + "/data/tiny-corpus.txt");
+  const std::string base = tiny_spec("frozen", 6, 2, 0, /*small=*/false);
+  ASSERT_NE(base.find("lr: 1e-3"), std::string::npos);
+  std::ofstream(root + "/base.yaml") << base;
+  DaemonProcess d(dir.file("data"), {"--spec-root", root});
+  ASSERT_TRUE(d.ok());
+  const std::string spec = "extends: base.yaml\nname: frozen\n";
+  const json before = d.post("/v1/jobs?dry_run=true", spec).json();
+  ASSERT_TRUE(before.contains("memory")) << before.dump();
+  const json& per = before["memory"]["per_gpu"];
+  const std::int64_t fixed = per["weights"].get<std::int64_t>() + per["gradients"].get<std::int64_t>() +
+                             per["optimizer_states"].get<std::int64_t>() + per["master_weights"].get<std::int64_t>();
+  const std::int64_t per_batch = per["activations"].get<std::int64_t>() + per["logits"].get<std::int64_t>();
+  const std::string id = submit(d, spec, "?memory_limit=" + std::to_string(fixed + per_batch * 6 / 10));
+  ASSERT_FALSE(id.empty());
+  // Edited once the job is in: another learning rate and length.
+  std::string edited = base;
+  edited.replace(edited.find("lr: 1e-3"), 8, "lr: 7e-4");
+  edited.replace(edited.find("max_steps: 6"), 12, "max_steps: 9");
+  std::ofstream(root + "/base.yaml") << edited;
+  ASSERT_TRUE(d.wait_state(id, "", seconds(180)));
+  const json job = d.job(id);
+  ASSERT_EQ(job["state"], "succeeded") << job.dump(1);
+  EXPECT_GE(job["oom_restarts"].get<int>(), 1);  // the re-plan happened
+  const json plan = d.get("/v1/jobs/" + id + "/plan").json();
+  EXPECT_DOUBLE_EQ(plan["spec"]["training"]["lr"].get<double>(), 1e-3) << plan["spec"]["training"].dump();
+  EXPECT_EQ(plan["spec"]["training"]["max_steps"], 6);
+  EXPECT_EQ(job["last_step"], 6);
+  EXPECT_EQ(d.get("/v1/jobs/" + id + "/metrics").json()["metrics"].size(), 6u);
+}
+
 // tailord stopped by `sig` while a job runs: the runner goes on, the next
 // tailord re-adopts it, and the job completes once, every step stored once.
 void expect_the_job_outlives_tailord(int sig) {
