@@ -130,6 +130,45 @@ SourceLocation location_of_offset(std::string_view text, std::size_t offset, std
   return {std::string(file), line, column};
 }
 
+// The first flow-collection opening ('[' or '{') nested deeper than
+// `limit`, outside quotes and comments. yaml-cpp's scanner tokenizes a
+// flow collection ahead of the events it gives (a token of a few hundred
+// bytes each), so 100,000 brackets cost tens of MB before the event
+// handler's depth limit is ever reached; this bounds what it is handed. A
+// bracket inside a plain scalar counts too: only a document with more than
+// `limit` of them unclosed is refused here.
+std::optional<std::size_t> too_deep_flow(std::string_view text, int limit) {
+  int depth = 0;
+  char quote = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote == '"') {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        quote = 0;
+      }
+      continue;
+    }
+    if (quote == '\'') {
+      if (c == '\'') quote = 0;  // '' inside is two quotes: closes and opens again
+      continue;
+    }
+    if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n')) {
+      while (i < text.size() && text[i] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 // Thrown from inside the event handler to stop yaml-cpp's parser once a
 // diagnostic has been recorded; never leaves this file.
 struct StopParsing {};
@@ -348,6 +387,13 @@ std::optional<Node> parse_yaml(std::string_view text, std::string_view file_name
     diags.error(location_of_offset(text, *bad, file), "",
                 text[*bad] == '\0' ? "file contains a NUL byte; expected UTF-8 text"
                                    : "file is not valid UTF-8 (invalid byte sequence here)");
+    return std::nullopt;
+  }
+  // Far deeper than the limit: refused before yaml-cpp scans it (the
+  // event handler words the ordinary case, with the key path).
+  if (auto deep = too_deep_flow(text, 4 * limits.max_depth)) {
+    diags.error(location_of_offset(text, *deep, file), "",
+                "nesting deeper than " + std::to_string(limits.max_depth) + " levels");
     return std::nullopt;
   }
   const std::size_t errors_before = diags.error_count();

@@ -140,6 +140,26 @@ TEST(YamlTreeTest, BoundsNestingDepth) {
   EXPECT_NE(d.items().at(0).message.find("nesting deeper than 64"), std::string::npos);
 }
 
+// Far deeper than the limit, the document is refused before yaml-cpp
+// tokenizes it (its scanner holds a flow collection's tokens until they
+// close): at the first bracket past 4 x 64, the same words. Brackets in
+// quotes and comments do not count.
+TEST(YamlTreeTest, RefusesAHundredThousandBracketsBeforeScanningThem) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  Diagnostics d;
+  EXPECT_FALSE(parse(deep, d));
+  ASSERT_EQ(d.items().size(), 1u);
+  EXPECT_EQ(d.items().at(0).message, "nesting deeper than 64 levels");
+  EXPECT_EQ(d.items().at(0).location.line, 1);
+  EXPECT_EQ(d.items().at(0).location.column, 257);
+  const std::string quoted = "a: \"" + std::string(300, '[') + "\"\nb: '" + std::string(300, '{') + "'\n# " +
+                             std::string(300, '[') + "\nc: 1\n";
+  Diagnostics ok;
+  const auto n = parse(quoted, ok);
+  ASSERT_TRUE(n) << ok.to_string();
+  EXPECT_EQ(n->find("a")->scalar, std::string(300, '['));
+}
+
 TEST(YamlTreeTest, StopsAliasBombBeforeExpandingIt) {
   // Each level doubles: 2^30 nodes if expanded naively.
   std::string bomb = "a0: &a0 [x, x]\n";
