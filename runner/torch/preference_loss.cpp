@@ -15,44 +15,29 @@ torch::Tensor sequence_logps(CausalLMImpl& model, const torch::Tensor& hidden, c
   return torch::stack(rows);
 }
 
-PreferenceObjective PreferenceObjective::of(const dsl::TrainingSpec& t) {
-  PreferenceObjective o;
-  o.method = t.method;
-  o.loss_type = t.loss_type;
-  o.beta = t.beta;
-  o.gamma = t.gamma;
-  o.lambda = t.orpo_lambda;
-  o.label_smoothing = t.label_smoothing;
-  return o;
+const std::vector<double PreferenceSums::*>& PreferenceSums::fields() {
+  static const std::vector<double PreferenceSums::*> k = {
+      &PreferenceSums::pairs,          &PreferenceSums::loss,           &PreferenceSums::chosen_rewards,
+      &PreferenceSums::rejected_rewards, &PreferenceSums::accurate,     &PreferenceSums::margins,
+      &PreferenceSums::chosen_logps,   &PreferenceSums::rejected_logps, &PreferenceSums::nll,
+      &PreferenceSums::nll_tokens,     &PreferenceSums::log_odds_ratio, &PreferenceSums::log_odds_chosen};
+  return k;
 }
 
 std::vector<double> PreferenceSums::values() const {
-  return {pairs,        loss,           chosen_logps, rejected_logps, chosen_rewards, rejected_rewards,
-          accurate,     margins,        nll,          nll_tokens,     log_odds_ratio, log_odds_chosen};
+  std::vector<double> v;
+  for (double PreferenceSums::*f : fields()) v.push_back(this->*f);
+  return v;
 }
 
 PreferenceSums PreferenceSums::from_values(const std::vector<double>& v) {
   PreferenceSums s;
-  s.pairs = v.at(0);
-  s.loss = v.at(1);
-  s.chosen_logps = v.at(2);
-  s.rejected_logps = v.at(3);
-  s.chosen_rewards = v.at(4);
-  s.rejected_rewards = v.at(5);
-  s.accurate = v.at(6);
-  s.margins = v.at(7);
-  s.nll = v.at(8);
-  s.nll_tokens = v.at(9);
-  s.log_odds_ratio = v.at(10);
-  s.log_odds_chosen = v.at(11);
+  for (std::size_t i = 0; i < fields().size(); ++i) s.*fields()[i] = v.at(i);
   return s;
 }
 
 void PreferenceSums::add(const PreferenceSums& o) {
-  const std::vector<double> a = values(), b = o.values();
-  std::vector<double> sum(a.size());
-  for (std::size_t i = 0; i < a.size(); ++i) sum[i] = a[i] + b[i];
-  *this = from_values(sum);
+  for (double PreferenceSums::*f : fields()) this->*f += o.*f;
 }
 
 double PreferenceSums::mean_loss() const {
@@ -68,7 +53,7 @@ torch::Tensor log1mexp(const torch::Tensor& x) {
 }
 
 torch::Tensor dpo_terms(const torch::Tensor& chosen_ratio, const torch::Tensor& rejected_ratio,
-                        const torch::Tensor& tokens, std::int64_t pairs, const PreferenceObjective& o) {
+                        const torch::Tensor& tokens, std::int64_t pairs, const dsl::TrainingSpec& o) {
   const double beta = o.beta;
   switch (o.loss_type) {
     case dsl::PreferenceLoss::kSigmoid:
@@ -112,7 +97,7 @@ torch::Tensor dpo_terms(const torch::Tensor& chosen_ratio, const torch::Tensor& 
 }  // namespace
 
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
-                                  const torch::Tensor& tokens, const PreferenceObjective& o) {
+                                  const torch::Tensor& tokens, const dsl::TrainingSpec& o) {
   const std::int64_t pairs = logps.size(0) / 2;
   PreferenceLossOut out;
   PreferenceSums& s = out.sums;
@@ -133,8 +118,8 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
     } else {
       const torch::Tensor log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected));
       const torch::Tensor ratio = torch::log_sigmoid(log_odds);
-      per_pair = -o.lambda * ratio;
-      scale = o.lambda;
+      per_pair = -o.orpo_lambda * ratio;
+      scale = o.orpo_lambda;
       s.log_odds_ratio = ratio.detach().to(torch::kFloat64).sum().item<double>();
       s.log_odds_chosen = log_odds.detach().to(torch::kFloat64).sum().item<double>();
     }

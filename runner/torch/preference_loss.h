@@ -22,19 +22,6 @@ namespace tailor::runner {
 // loss's does.
 torch::Tensor sequence_logps(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets);
 
-// What a pair's loss reads of the spec: training.method and its keys.
-struct PreferenceObjective {
-  dsl::TrainingMethod method = dsl::TrainingMethod::kDpo;
-  dsl::PreferenceLoss loss_type = dsl::PreferenceLoss::kSigmoid;  // dpo
-  double beta = 0.1;             // dpo, simpo
-  double gamma = 0;              // simpo
-  double lambda = 0;             // orpo
-  double label_smoothing = 0;    // dpo's robust and exo_pair
-  static PreferenceObjective of(const dsl::TrainingSpec& t);
-  // ORPO and SimPO score a completion by its per-token mean log-probability.
-  bool per_token_means() const { return method != dsl::TrainingMethod::kDpo; }
-};
-
 // Sums over a micro-batch's pairs (what the ranks and the accumulation add
 // up; divide by the pairs for TRL's means).
 struct PreferenceSums {
@@ -51,6 +38,8 @@ struct PreferenceSums {
   // log odds (TRL's nll_loss, log_odds_ratio and log_odds_chosen).
   double nll = 0, nll_tokens = 0;
   double log_odds_ratio = 0, log_odds_chosen = 0;
+  // Every sum once, in one order (what add and the ranks' all-reduce walk).
+  static const std::vector<double PreferenceSums::*>& fields();
   void add(const PreferenceSums& o);
   std::vector<double> values() const;
   static PreferenceSums from_values(const std::vector<double>& v);
@@ -78,7 +67,9 @@ struct PreferenceLossOut {
 // orpo, on per-token means m: -lambda log sigmoid(log odds), log odds =
 //   (m_w - m_l) - (log(1 - e^m_w) - log(1 - e^m_l)) (Hong et al. 2024; TRL's
 //   ORPOTrainer). Its NLL term is the caller's (Run::pair_loss).
+// `t` gives the method and its keys (beta, loss_type, gamma, lambda,
+// label_smoothing).
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
-                                  const torch::Tensor& tokens, const PreferenceObjective& objective);
+                                  const torch::Tensor& tokens, const dsl::TrainingSpec& t);
 
 }  // namespace tailor::runner

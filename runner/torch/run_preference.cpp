@@ -64,7 +64,7 @@ PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch&
   const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   const torch::Tensor tokens = targets.ne(-100).sum(1);
   const torch::Tensor logps = sequence_logps(*model_, hidden, targets);
-  PreferenceLossOut out = preference_loss(logps, reference, tokens, PreferenceObjective::of(spec_.training));
+  PreferenceLossOut out = preference_loss(logps, reference, tokens, spec_.training);
   if (spec_.training.method != dsl::TrainingMethod::kOrpo) return out;
   // ORPO's NLL is the chosen sequences' whole (prompt and completion, as
   // TRL's ORPOTrainer computes it): the completions' log-probabilities
