@@ -90,7 +90,8 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
   job_preference_ = &prometheus::BuildGauge()
                          .Name("tailor_job_preference")
                          .Help("A preference (dpo, orpo, simpo) job's latest step by metric: rewards_chosen, rewards_rejected, rewards_margins "
-                               "(beta times the log-ratios against the reference), rewards_accuracies (the share of "
+                               "(TRL's rewards: dpo beta times the log-ratios against the reference, simpo beta and orpo lambda "
+                               "times the per-token mean log-probability), rewards_accuracies (the share of "
                                "pairs ranked right), logps_chosen, logps_rejected, eval_rewards_accuracies.")
                          .Register(r);
   job_tps_ = &prometheus::BuildGauge()
