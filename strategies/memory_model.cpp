@@ -589,6 +589,14 @@ double logits_bytes(const Setting& g) {
   const double row_elems = static_cast<double>(in.batch.seq_len) * static_cast<double>(g.a.vocab);
   const bool per_row = g.st.pairs && in.quirks.lean_cross_entropy;
   if (per_row) logits = ((in.prompt_nll ? 1.5 : 1.0) * logit_elems + row_elems) * per_elem / 2.0;
+  // A head that trains is used once per row, so its weight gradient is made
+  // a row at a time and summed by autograd: on a GPU a full fine-tune of a
+  // 1.24B Llama (tied 128k head, 2 x 1024-token pairs, 2 micro-batches)
+  // peaked 650 MiB, 1.3 head-sized buffers, above the estimate without
+  // this, for DPO and SimPO alike (docs/gpu-measurements.md, 2026-11-28);
+  // counted as 1.5, with one micro-batch too (not measured there). The CPU
+  // kernels measured none (the same runs with a 32k head, within 0.2%).
+  if (per_row && !g.adapter && in.on_gpu) logits += 1.5 * static_cast<double>(g.head_params) * g.e;
   // Off the fused CPU kernel, one slice's fp32 (log-)softmax.
   // Soft-capped logits (Gemma 2) always take that path, with the slice's
   // capped logits as a second fp32 temporary.

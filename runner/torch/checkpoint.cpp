@@ -1,8 +1,12 @@
 #include "runner/torch/checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -181,19 +185,34 @@ Status verify_files(const std::string& folder, const nlohmann::json& files) {
 
 Result<FileSum> sum_file(const std::string& folder, const std::string& name) {
   const std::string path = (fs::path(folder) / name).string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::not_found(path + " is missing");
+  // POSIX reads, retried when a signal interrupts them, so a failure names
+  // its cause (a file listed a moment ago that cannot be opened once read
+  // "missing" through an ifstream, on a GPU machine's sandboxed file system).
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string msg = "cannot open " + path + ": " + std::strerror(err);
+    return err == ENOENT ? Status::not_found(path + " is missing") : Status::io_error(msg);
+  }
   data::Checksum64 sum;
   std::vector<char> buf(std::size_t{1} << 20);
   FileSum f{name, 0, 0};
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const auto got = in.gcount();
-    if (got <= 0) break;
+  for (;;) {
+    const ssize_t got = ::read(fd, buf.data(), buf.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::io_error("cannot read " + path + ": " + std::strerror(err));
+    }
+    if (got == 0) break;
     sum.update(buf.data(), static_cast<std::size_t>(got));
     f.bytes += got;
   }
-  if (in.bad()) return Status::io_error("cannot read " + path);
+  ::close(fd);
   f.checksum = sum.finish();
   return f;
 }
