@@ -3,8 +3,9 @@
 # estimate against the CUDA allocator's peak, for each place the reference
 # model can go (the base with the adapters off under LoRA and QLoRA, a
 # separate frozen copy beside a full fine-tune) and for the methods without
-# one (ORPO, SimPO); tokens/s and the final loss beside them. One run per
-# case, one after the other in one invocation.
+# one (ORPO, SimPO, a reward model: CASES="reward none -"); tokens/s, the
+# final loss and margin beside them. One run per case, one after the other
+# in one invocation.
 #
 # The model is Llama 3.2 1B's shape (16 layers, hidden 2048, GQA 32/8,
 # vocabulary 128256, tied head), randomly initialised, with the byte-level
@@ -77,7 +78,8 @@ est = plan["memory"]["per_gpu"]["total"] - int(context) * 2**20
 s = plan["strategy"]
 mb = f'{s["micro_batch_size"]}x{s["gradient_accumulation_steps"]}'
 print(f"{label:<24} {s['precision']:<6} {mb:<5} {tps:9.0f} {rows[-1]['loss']:8.4f} "
-      f"{rows[-1].get('rewards/margins', float('nan')):8.4f} {peak / 2**20:9.0f} {est / 2**20:9.0f} {peak / est:6.3f}",
+      f"{rows[-1].get('rewards/margins', rows[-1].get('margin', float('nan'))):8.4f} {peak / 2**20:9.0f} "
+      f"{est / 2**20:9.0f} {peak / est:6.3f}",
       flush=True)
 PY
 }

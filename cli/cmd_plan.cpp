@@ -145,16 +145,21 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   row("attention", s.attention == strategies::Attention::kStandard
                        ? materialised
                        : "fused (scaled_dot_product_attention: no s x s scores kept)");
-  row("cross-entropy", s.cross_entropy == strategies::CrossEntropy::kFusedLinear
-                           ? "fused with the output projection (no logits tensor)"
-                           : "over the materialised logits");
   const dsl::TrainingSpec& t = spec.training;
+  if (!dsl::scores_sequences(t.method)) {  // a reward model has no vocabulary head
+    row("cross-entropy", s.cross_entropy == strategies::CrossEntropy::kFusedLinear
+                             ? "fused with the output projection (no logits tensor)"
+                             : "over the materialised logits");
+  }
   if (t.method == dsl::TrainingMethod::kOrpo) {
     row("method", "orpo (lambda " + fmt("%g", t.orpo_lambda) +
                       "): micro-batches of pairs, two rows each; no reference model (the chosen rows' NLL)");
   } else if (t.method == dsl::TrainingMethod::kSimpo) {
     row("method", "simpo (beta " + fmt("%g", t.beta) + ", gamma " + fmt("%g", t.gamma) +
                       "): micro-batches of pairs, two rows each; no reference model");
+  } else if (t.method == dsl::TrainingMethod::kReward) {
+    row("method", "reward (a scalar score head at each row's last token, no vocabulary head): micro-batches of "
+                  "pairs, two rows each; exported for AutoModelForSequenceClassification");
   }
   if (s.reference != dsl::Reference::kNone) {
     row("method", std::string("dpo (") + dsl::to_string(t.loss_type) + ", beta " + fmt("%g", t.beta) +

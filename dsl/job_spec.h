@@ -181,11 +181,17 @@ enum class TrainingMethod {
   // mean log pi(y_l)) - gamma), per-token means, as TRL's CPOTrainer with
   // loss_type simpo and cpo_alpha 0 computes it.
   kSimpo,
+  // A reward model (Ouyang et al. 2022, the Bradley-Terry pairwise loss):
+  // the model's head replaced by a scalar score read at each sequence's
+  // last token, trained on -log sigmoid(r_chosen - r_rejected), as TRL's
+  // RewardTrainer computes it; exported for AutoModelForSequenceClassification.
+  kReward,
 };
-// Whether `m` trains on preference pairs, and whether it scores them
-// against a reference model.
+// Whether `m` trains on preference pairs, whether it scores them against a
+// reference model, and whether its head is a scalar score (no vocabulary).
 inline bool trains_on_pairs(TrainingMethod m) { return m != TrainingMethod::kSft; }
 inline bool needs_reference(TrainingMethod m) { return m == TrainingMethod::kDpo; }
+inline bool scores_sequences(TrainingMethod m) { return m == TrainingMethod::kReward; }
 // DPO's loss on the margin h = beta * ((log pi(y_w) - log ref(y_w)) -
 // (log pi(y_l) - log ref(y_l))), each a completion's summed log-probability:
 // With r_w = beta (log pi(y_w) - log ref(y_w)) and r_l likewise (h = r_w - r_l),

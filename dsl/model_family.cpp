@@ -554,10 +554,21 @@ bool arch_from_hf_config(const std::string& text, const std::string& file, Model
   return errors.size() == errors_before;
 }
 
-std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, const SpecialTokenIds& ids) {
+std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, const SpecialTokenIds& ids,
+                           bool sequence_classifier) {
   const ModelFamilyInfo& f = family_info(a.family);
   nlohmann::ordered_json j;
-  j["architectures"] = {f.hf_architecture};
+  std::string architecture = f.hf_architecture;
+  if (sequence_classifier) {
+    // LlamaForCausalLM -> LlamaForSequenceClassification, GPT2LMHeadModel ->
+    // GPT2ForSequenceClassification (AutoModelForSequenceClassification
+    // picks the class by model_type; this names it for readers).
+    for (const char* suffix : {"ForCausalLM", "LMHeadModel"}) {
+      const std::size_t at = architecture.rfind(suffix);
+      if (at != std::string::npos) architecture = architecture.substr(0, at) + "ForSequenceClassification";
+    }
+  }
+  j["architectures"] = {architecture};
   j["model_type"] = f.name;
   j[f.keys.hidden] = a.hidden;
   j[f.keys.intermediate] = a.intermediate;
@@ -611,7 +622,11 @@ std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, con
   // Tailor's embedding has no padding row.
   j["bos_token_id"] = ids.bos >= 0 ? nlohmann::ordered_json(ids.bos) : nlohmann::ordered_json(nullptr);
   j["eos_token_id"] = ids.eos >= 0 ? nlohmann::ordered_json(ids.eos) : nlohmann::ordered_json(nullptr);
-  j["pad_token_id"] = nullptr;
+  j["pad_token_id"] = sequence_classifier && ids.pad >= 0 ? nlohmann::ordered_json(ids.pad) : nlohmann::ordered_json(nullptr);
+  if (sequence_classifier) {
+    j["id2label"] = {{"0", "LABEL_0"}};
+    j["label2id"] = {{"LABEL_0", 0}};
+  }
   j["tie_word_embeddings"] = a.tie_embeddings;
   j["torch_dtype"] = std::string(torch_dtype);
   return j.dump(2) + "\n";

@@ -133,13 +133,18 @@ bool arch_from_hf_config(const std::string& json_text, const std::string& file, 
 struct SpecialTokenIds {
   std::int64_t bos = -1;
   std::int64_t eos = -1;
+  std::int64_t pad = -1;  // written for a sequence classifier only (where it pools)
 };
 
 // A config.json that transformers' AutoConfig reads back as `arch`, with
 // bos_token_id and eos_token_id from `ids`, null where it has none (else
 // transformers would assume its defaults, e.g. GPT-2's 50256, beyond a
 // small vocabulary).
-std::string hf_config_json(const ModelArch& arch, std::string_view torch_dtype, const SpecialTokenIds& ids = {});
+// `sequence_classifier`: a reward model's folder (one label, the
+// family's <X>ForSequenceClassification, pad_token_id from `ids`, which
+// transformers pools the score at: the last token that is not padding).
+std::string hf_config_json(const ModelArch& arch, std::string_view torch_dtype, const SpecialTokenIds& ids = {},
+                           bool sequence_classifier = false);
 
 // generation_config.json for the same ids: what transformers' generate()
 // stops at.

@@ -169,7 +169,8 @@ struct EnumNames<TrainingMethod> {
         {TrainingMethod::kSft, "sft"},
         {TrainingMethod::kDpo, "dpo"},
         {TrainingMethod::kOrpo, "orpo"},
-        {TrainingMethod::kSimpo, "simpo"}};
+        {TrainingMethod::kSimpo, "simpo"},
+        {TrainingMethod::kReward, "reward"}};
     return k;
   }
 };
@@ -385,7 +386,7 @@ Field<DataSpec> chat_sft_only(Field<DataSpec> f) {
   return f;
 }
 
-// A key of preference data (training.method dpo, orpo or simpo), written
+// A key of preference data (training.method dpo, orpo, simpo or reward), written
 // back only for it.
 Field<DataSpec> preference_only(Field<DataSpec> f) {
   f.write = [write = f.write](const DataSpec& d) -> std::optional<Node> {
@@ -432,7 +433,7 @@ const std::vector<Field<DataSpec>>& data_fields() {
             "there); the loss is masked on it.",
             &DataSpec::prompt_field, string_not_empty()),
       preference_only(field("chosen_field",
-            "Preference pairs (training.method dpo, orpo or simpo): the preferred completion's field. Default \"chosen\".",
+            "Preference pairs (training.method dpo, orpo, simpo or reward): the preferred completion's field. Default \"chosen\".",
             &DataSpec::chosen_field, string_not_empty())),
       preference_only(field("rejected_field",
             "Preference pairs: the dispreferred completion's field. Default \"rejected\".",
@@ -518,12 +519,15 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
       eval_prompts_only(field("eval_max_tokens",
             "New tokens per eval prompt, 1 to 1024 (fewer when the model stops). Default 64.",
             &TrainingSpec::eval_max_tokens, int_in_range(1, 1024))),
-      only_for({TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo}, field("method",
+      only_for({TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo, TrainingMethod::kReward},
+                field("method",
             "sft (the default: the next token of the data), or training on prompt/chosen/rejected preference "
             "pairs: dpo (Direct Preference Optimization, Rafailov et al. 2023, against a frozen reference model "
             "placed by strategy.reference), orpo (Hong et al. 2024: the chosen sequence's NLL plus an odds-ratio "
-            "term, no reference) or simpo (Meng et al. 2024: length-normalised rewards with a target margin, no "
-            "reference).",
+            "term, no reference), simpo (Meng et al. 2024: length-normalised rewards with a target margin, no "
+            "reference) or reward (a reward model: a scalar score head read at each sequence's last token, "
+            "trained on the Bradley-Terry pairwise loss as TRL's RewardTrainer does; a full fine-tune, exported "
+            "for AutoModelForSequenceClassification).",
             &TrainingSpec::method)),
       only_for({TrainingMethod::kDpo, TrainingMethod::kSimpo}, field("beta",
             "dpo: the scale of the log-ratio margin (the KL penalty's weight), > 0, default 0.1 as in the paper "

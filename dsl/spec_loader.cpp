@@ -364,7 +364,7 @@ void check_preference_data(DataSpec& data, const Node& root, Diagnostics& d) {
     const std::string path = std::string("data.") + key;
     if (set) {
       d.error(loc_at(root, path), path,
-              "does not apply to preference pairs (training.method dpo, orpo or simpo): they are read from prompt_field, "
+              "does not apply to preference pairs (training.method dpo, orpo, simpo or reward): they are read from prompt_field, "
               "chosen_field and rejected_field");
     }
   }
@@ -393,6 +393,23 @@ void check_preference_data(DataSpec& data, const Node& root, Diagnostics& d) {
   }
 }
 
+// A reward model trains every weight and its score head, and has no
+// vocabulary to generate from: what needs either is refused by name, and
+// an unset adapter is none (the planner must not choose one).
+void check_reward(JobSpec& spec, const Node& root, Diagnostics& d) {
+  if (!spec.strategy.adapter) {
+    spec.strategy.adapter = Adapter::kNone;
+  } else if (*spec.strategy.adapter != Adapter::kNone) {
+    d.error(loc_at(root, "strategy.adapter"), "strategy.adapter",
+            "a reward model trains the whole model with its score head; adapters beside a trained score head "
+            "(PEFT's SEQ_CLS task with modules_to_save) are not built yet: use none");
+  }
+  if (!spec.training.eval_prompts.empty()) {
+    d.error(loc_at(root, "training.eval_prompts"), "training.eval_prompts",
+            "a reward model scores sequences and generates none; its evaluation is data.eval's pairs");
+  }
+}
+
 // Keys of preference training set on a job whose method does not read them
 // are refused, not ignored; SimPO's beta has its own default.
 void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
@@ -410,9 +427,11 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
       {"training.label_smoothing", {TrainingMethod::kDpo}, "dpo"},
       {"training.gamma", {TrainingMethod::kSimpo}, "simpo"},
       {"training.lambda", {TrainingMethod::kOrpo}, "orpo (its odds-ratio weight; simpo and dpo read beta)"},
-      {"strategy.reference", {TrainingMethod::kDpo}, "dpo (orpo and simpo have no reference model)"},
-      {"data.chosen_field", {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo}, "dpo, orpo and simpo"},
-      {"data.rejected_field", {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo}, "dpo, orpo and simpo"},
+      {"strategy.reference", {TrainingMethod::kDpo}, "dpo (orpo, simpo and reward have no reference model)"},
+      {"data.chosen_field", {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo, TrainingMethod::kReward},
+       "dpo, orpo, simpo and reward"},
+      {"data.rejected_field", {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo, TrainingMethod::kReward},
+       "dpo, orpo, simpo and reward"},
   };
   // A key set to null is a default asked for, not a key set.
   const auto set = [&](const char* path) {
@@ -425,6 +444,7 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
     d.error(loc_at(root, k.path), k.path, std::string("applies to training.method ") + k.who + ", not " + to_string(method));
   }
   if (method == TrainingMethod::kSimpo && !set("training.beta")) spec.training.beta = 2.0;
+  if (method == TrainingMethod::kReward) check_reward(spec, root, d);
   if (method != TrainingMethod::kDpo) return;
   const Adapter* adapter = spec.strategy.adapter ? &*spec.strategy.adapter : nullptr;
   if (spec.strategy.reference == Reference::kAdapterOff && adapter != nullptr && *adapter == Adapter::kNone) {

@@ -26,6 +26,7 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   in.lora_dropout = spec.strategy.lora.dropout;
   in.on_gpu = !on_cpu;
   in.prompt_nll = spec.training.method == dsl::TrainingMethod::kOrpo;
+  in.score_head = dsl::scores_sequences(spec.training.method);
   // What the stack that will run it keeps (planner.runtime): tailor-runner
   // by default, another framework to predict its users' runs.
   const RuntimeProfile& profile = runtime_profile(spec.planner.runtime);

@@ -322,6 +322,16 @@ struct Setting {
       pc.other += head_params;
     }
     head_own = !a.tie_embeddings || in.quirks.unties_embeddings;
+    if (in.score_head) {  // a reward model: the vocabulary head gives way to a (1, C) score
+      if (head_own) {
+        pc.total -= head_params;
+        pc.other -= head_params;
+      }
+      head_params = a.hidden;
+      head_own = true;
+      pc.total += head_params;
+      pc.other += head_params;
+    }
     n = static_cast<double>(std::max<std::int64_t>(1, st.num_gpus));
     adapter = st.adapter != Adapter::kNone;
     e = is_half(st.precision) ? 2.0 : 4.0;
@@ -350,7 +360,7 @@ ModelState full_model_state(const Setting& g) {
     // Norm weights and biases (pc.other less the embeddings and head) are
     // 1-D tensors of about `hidden` elements: below the 8-bit threshold
     // here, so they keep 32-bit states.
-    const std::int64_t embeddings = g.a.vocab * g.a.hidden * (g.head_own ? 2 : 1) +
+    const std::int64_t embeddings = g.a.vocab * g.a.hidden + (g.head_own ? g.head_params : 0) +
                                     (gpt2_block(g.a) ? g.a.max_seq_len * g.a.hidden : 0);
     const double small = static_cast<double>(std::max<std::int64_t>(0, pc.other - embeddings));
     m.states += small * (optimizer_bytes_per_param(Optimizer::kAdamw, st.precision) -
@@ -572,6 +582,7 @@ double fused_linear_bytes(const Setting& g) {
 double logits_bytes(const Setting& g) {
   const MemoryInput& in = g.in;
   const MemoryConstants& k = g.k;
+  if (in.score_head) return 4.0 * static_cast<double>(in.batch.micro_batch);  // one fp32 score a row
   if (g.st.cross_entropy == CrossEntropy::kFusedLinear) return fused_linear_bytes(g) * k.logits_factor;
   const double logit_elems = static_cast<double>(in.batch.micro_batch) * static_cast<double>(in.batch.seq_len) *
                              static_cast<double>(g.a.vocab);
@@ -632,7 +643,10 @@ double activation_bytes(const Setting& g, const LayerActivations& l, double logi
   // overlap's last layer; with one micro-batch the overlap accounts for it).
   // Measured with tailor-runner: ZeRO-3 ranks, whose static bytes are
   // small, peaked 4-8% above the estimate without this.
-  if (l.checkpointed == 0 && g.st.grad_accumulation > 1) {
+  // A reward model's score head leaves no logits before the layers'
+  // backward either, so the same holds with one micro-batch (measured on the
+  // CPU: a reward run peaked 11% above the estimate without this).
+  if (l.checkpointed == 0 && (g.st.grad_accumulation > 1 || g.in.score_head)) {
     acts += std::max(0.0, l.backward_transient * k.activation_factor - logits);
   }
   return acts;
@@ -680,7 +694,9 @@ double overhead_bytes(const Setting& g) {
       }
       grad_bytes = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
     } else {
-      largest = static_cast<double>(std::max({pc.largest_linear, pc.largest_expert, g.head_params}));
+      // The embedding is the head unless a reward model's score replaced it.
+      largest = static_cast<double>(
+          std::max({pc.largest_linear, pc.largest_expert, g.head_params, g.a.vocab * g.a.hidden}));
     }
     overhead += largest * (grad_bytes + 4.0);
   }
@@ -707,12 +723,28 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
   if (st.grad_accumulation <= 1) {
     const double grads = static_cast<double>(m.gradients.count());
     const double a_l = static_cast<double>((m.activations + m.logits).count());
-    double head = g.adapter ? 0.0
-                            : static_cast<double>(g.a.vocab * g.a.hidden) * gradient_bytes_per_param(st.precision) *
-                                  k.static_factor;
+    // (A reward model's score is the head; its embedding's gradient comes last.)
+    const double head_size = static_cast<double>(in.score_head ? g.head_params : g.a.vocab * g.a.hidden);
+    double head = g.adapter ? 0.0 : head_size * gradient_bytes_per_param(st.precision) * k.static_factor;
     if (st.zero_stage >= 2) head /= g.n;
     const double peak_part = std::max(a_l + std::min(head, grads), grads + std::min(at_end, a_l));
     m.overlap = Bytes(static_cast<std::int64_t>(std::max(0.0, a_l + grads - peak_part)));
+  } else if (in.score_head && !g.adapter) {
+    // A reward model with accumulation: the embedding's gradient of a later
+    // micro-batch is made whole at the end of backward, beside the earlier
+    // ones' and the first layer's activations, before autograd adds it in.
+    // No logits hide it. Measured: on the CPU (bf16, a 32k vocabulary, 2 x 2
+    // pairs) one embedding-sized gradient, the peak 6% above the estimate
+    // without it; on an H200 (a 1.24B Llama, 128k vocabulary, bf16, 2 x 2
+    // pairs of 1024 tokens) 1.03 GB more, two more such buffers, as the
+    // fused head's trained gradient measured three there (fused_linear_bytes;
+    // docs/gpu-measurements.md, 2026-11-28). (A language model's head makes
+    // the same tensor; its logits have been larger in every run measured.)
+    const double buffers = in.on_gpu ? 3.0 : 1.0;
+    const double embedding =
+        buffers * static_cast<double>(g.a.vocab * g.a.hidden) * gradient_bytes_per_param(st.precision);
+    const double live = static_cast<double>((m.activations + m.logits).count());
+    m.overhead += Bytes(static_cast<std::int64_t>(std::max(0.0, embedding + at_end - live)));
   }
   // Stage 0 across ranks: the buckets live as backward ends, when the
   // activations are down to the first layer's (recomputed in full under

@@ -172,6 +172,9 @@ struct MemoryInput {
   // orpo: each pair's chosen row goes through the head twice (its completion
   // for the odds ratio, its prompt for the NLL over the whole sequence).
   bool prompt_nll = false;
+  // reward: the head is a (1, hidden) score read at each row's last token,
+  // no vocabulary projection and no logits.
+  bool score_head = false;
   // What the stack that runs the job keeps beyond the formulas (runtime_profile.h).
   RuntimeQuirks quirks;
 };

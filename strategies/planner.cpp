@@ -185,7 +185,9 @@ SearchResult search(const dsl::JobSpec& spec, const Hardware& hw, const Constrai
   // tailor-runner fuses the head with the loss where the logits do not
   // fit: never faster (cost_model.h), so the fused form is only worth
   // estimating where the logits' form fails.
-  const bool can_fuse_head = spec.planner.runtime == dsl::Runtime::kTailor;
+  // A reward model has no vocabulary head to fuse.
+  const bool can_fuse_head =
+      spec.planner.runtime == dsl::Runtime::kTailor && !dsl::scores_sequences(spec.training.method);
   const auto add = [&](Strategy s) {
     r.all.push_back(evaluate(spec, hw, s, o));
     if (r.all.back().fits || !can_fuse_head) return;

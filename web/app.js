@@ -318,6 +318,16 @@ function jobPage(id) {
           ...(steps.some(s => s["eval_rewards/accuracies"] != null) ? [{name: "eval rewards/accuracies",
             points: steps.filter(s => s["eval_rewards/accuracies"] != null).map(s => [s.step, s["eval_rewards/accuracies"]])}] : [])],
           {zero: true}))] : []),
+      // A reward model's scores and the share of pairs it ranks right (TRL's RewardTrainer's names).
+      ...(steps.some(s => s.mean_reward != null) ? [
+        h("div", {class: "card"}, h("h2", {}, "Scores"), chart("Scores by step: lowest, mean, highest and the chosen's margin",
+          ["min_reward", "mean_reward", "max_reward", "margin"].map(k => (
+            {name: k, points: steps.filter(s => s[k] != null).map(s => [s.step, s[k]])})))),
+        h("div", {class: "card"}, h("h2", {}, "Reward accuracy"), chart("Share of pairs scored right by step", [
+          {name: "accuracy", points: steps.filter(s => s.accuracy != null).map(s => [s.step, s.accuracy])},
+          ...(steps.some(s => s.eval_accuracy != null) ? [{name: "eval accuracy",
+            points: steps.filter(s => s.eval_accuracy != null).map(s => [s.step, s.eval_accuracy])}] : [])],
+          {zero: true}))] : []),
       h("div", {class: "card"}, h("h2", {}, "Tokens/s"), chart("Tokens per second by step",
         [{name: "tokens/s", points: steps.filter(s => s.tokens_per_second).map(s => [s.step, s.tokens_per_second])}], {unit: v => number(v)})),
       h("div", {class: "card"}, h("h2", {}, "Peak memory"), chart("Peak memory by step, measured and estimated", [

@@ -89,10 +89,11 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                         .Register(r);
   job_preference_ = &prometheus::BuildGauge()
                          .Name("tailor_job_preference")
-                         .Help("A preference (dpo, orpo, simpo) job's latest step by metric: rewards_chosen, rewards_rejected, rewards_margins "
+                         .Help("A preference (dpo, orpo, simpo, reward) job's latest step by metric: rewards_chosen, rewards_rejected, rewards_margins "
                                "(TRL's rewards: dpo beta times the log-ratios against the reference, simpo beta and orpo lambda "
                                "times the per-token mean log-probability), rewards_accuracies (the share of "
-                               "pairs ranked right), logps_chosen, logps_rejected, eval_rewards_accuracies.")
+                               "pairs ranked right), logps_chosen, logps_rejected, eval_rewards_accuracies; a reward model's "
+                               "accuracy, margin, min_reward, mean_reward, max_reward and eval_accuracy (its scores).")
                          .Register(r);
   job_tps_ = &prometheus::BuildGauge()
                   .Name("tailor_job_tokens_per_second")

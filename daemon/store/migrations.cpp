@@ -11,6 +11,7 @@ extern const char tailor_daemon_migration_0006[];
 extern const char tailor_daemon_migration_0007[];
 extern const char tailor_daemon_migration_0008[];
 extern const char tailor_daemon_migration_0009[];
+extern const char tailor_daemon_migration_0010[];
 
 namespace tailor::daemon {
 
@@ -25,6 +26,7 @@ const std::vector<Migration>& builtin_migrations() {
       {7, "0007_eval_loss", tailor_daemon_migration_0007},
       {8, "0008_preference", tailor_daemon_migration_0008},
       {9, "0009_deleted_jobs", tailor_daemon_migration_0009},
+      {10, "0010_reward_metrics", tailor_daemon_migration_0010},
   };
   return kMigrations;
 }

@@ -146,16 +146,18 @@ JOB = dashboard(
                    description="Training loss of the latest step; eval loss on data.eval after the latest evaluation "
                                "(training.eval_every, and the last step)."),
         timeseries("Tokens/s", [('tailor_job_tokens_per_second{job_id="$job_id"}', "tokens/s")]),
-        timeseries("Rewards (DPO)",
-                   [('tailor_job_preference{job_id="$job_id", metric=~"rewards_chosen|rewards_rejected|rewards_margins"}',
-                     "{{metric}}")],
-                   description="A DPO job's mean rewards (beta times the log-ratio against the reference) of the chosen "
-                               "and rejected completions and their margin, TRL's rewards/*. Empty for supervised jobs."),
-        timeseries("Reward accuracy (DPO)",
-                   [('tailor_job_preference{job_id="$job_id", metric=~"rewards_accuracies|eval_rewards_accuracies"}',
-                     "{{metric}}")],
-                   unit="percentunit", description="The share of pairs whose chosen reward is above the rejected one, "
-                                                   "in training and on data.eval."),
+        timeseries("Rewards (preference)",
+                   [('tailor_job_preference{job_id="$job_id", metric=~"rewards_chosen|rewards_rejected|rewards_margins|'
+                     'min_reward|mean_reward|max_reward|margin"}', "{{metric}}")],
+                   description="A DPO, ORPO or SimPO job's mean rewards (DPO: beta times the log-ratio against the "
+                               "reference) of the chosen and rejected completions and their margin, TRL's rewards/*; a "
+                               "reward model's lowest, mean and highest score and mean margin, TRL's RewardTrainer's "
+                               "names. Empty for supervised jobs."),
+        timeseries("Reward accuracy (preference)",
+                   [('tailor_job_preference{job_id="$job_id", metric=~"rewards_accuracies|eval_rewards_accuracies|'
+                     'accuracy|eval_accuracy"}', "{{metric}}")],
+                   unit="percentunit", description="The share of pairs whose chosen reward (a reward model's score) "
+                                                   "is above the rejected one, in training and on data.eval."),
         timeseries("Memory by component (measured)",
                    [('tailor_job_memory_bytes{job_id="$job_id", source="measured", component!="total"}', "{{component}}")],
                    unit="bytes", description="Weights, gradients, optimizer states, activations… as the runner measured them."),

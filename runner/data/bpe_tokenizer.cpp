@@ -304,7 +304,7 @@ Status BpeTokenizer::read_bos_eos() {
     return it == vocab_.end() ? -1 : it->second;
   };
   const std::string config_path = (std::filesystem::path(path_).parent_path() / "tokenizer_config.json").string();
-  std::string bos_text, eos_text = "<|endoftext|>";
+  std::string bos_text, eos_text = "<|endoftext|>", pad_text;
   // Optional; but one that exists is read like tokenizer.json (under
   // tailord, only inside the spec root).
   auto cfg_text = read_file(config_path);
@@ -314,6 +314,7 @@ Status BpeTokenizer::read_bos_eos() {
     if (cfg.is_object()) {
       if (cfg.contains("bos_token")) bos_text = token_text(cfg["bos_token"]);
       if (cfg.contains("eos_token") && !token_text(cfg["eos_token"]).empty()) eos_text = token_text(cfg["eos_token"]);
+      if (cfg.contains("pad_token")) pad_text = token_text(cfg["pad_token"]);
     }
   }
   eos_ = id_of(eos_text);
@@ -324,6 +325,8 @@ Status BpeTokenizer::read_bos_eos() {
   }
   bos_ = bos_text.empty() ? eos_ : id_of(bos_text);
   if (bos_ < 0) bos_ = eos_;
+  declared_pad_ = pad_text.empty() ? -1 : id_of(pad_text);
+  if (declared_pad_ < 0) declared_pad_ = eos_;
   return Status::ok();
 }
 

@@ -44,6 +44,7 @@ class BpeTokenizer final : public Tokenizer {
   std::int32_t bos_id() const override { return bos_; }
   std::int32_t eos_id() const override { return eos_; }
   std::int32_t pad_id() const override { return eos_; }
+  std::int32_t declared_pad_id() const override { return declared_pad_; }
   std::int64_t vocab_size() const override { return vocab_size_; }
   std::string fingerprint() const override { return fingerprint_; }
   std::string describe() const override { return "byte-level BPE " + path_; }
@@ -90,6 +91,7 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<AddedToken> added_;                             // longest first
   std::array<bool, 256> added_first_byte_{};                  // bytes an added token starts with
   std::int32_t bos_ = -1, eos_ = -1;
+  std::int32_t declared_pad_ = -1;  // tokenizer_config.json's pad_token, else eos_
   std::int64_t vocab_size_ = 0;
   // Words already merged: (id, bytes of the word) per token. Real text
   // repeats its words, and merging is the encoder's cost (the tokenizers

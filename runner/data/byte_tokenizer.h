@@ -31,6 +31,7 @@ class ByteTokenizer final : public Tokenizer {
 
   std::int32_t bos_id() const override { return kBos; }
   std::int32_t eos_id() const override { return kEos; }
+  std::int32_t declared_pad_id() const override { return kPad; }  // tokenizer_config.json's <pad> (bpe_tokenizer.h)
   std::int32_t pad_id() const override { return kPad; }
   std::int64_t vocab_size() const override { return kVocabSize; }
   std::string fingerprint() const override { return "byte-v1"; }

@@ -48,6 +48,11 @@ class Tokenizer {
   // attended to (segment id -1), so a model without a pad token may use any
   // valid id here; see each implementation for its choice.
   virtual std::int32_t pad_id() const = 0;
+  // The padding token the tokenizer declares (tokenizer_config.json's
+  // pad_token), else EOS, as TRL falls back to it: where transformers'
+  // sequence classifiers pool (the last token that is not this one), so a
+  // reward model scores where TRL's and its exported folder do.
+  virtual std::int32_t declared_pad_id() const { return eos_id(); }
   // Ids are in [0, vocab_size()); a model needs at least this many embeddings.
   virtual std::int64_t vocab_size() const = 0;
 

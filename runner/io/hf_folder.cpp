@@ -104,8 +104,8 @@ Result<WeightFiles> find_weight_files(const std::string& folder) {
 }
 
 Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype,
-                       const dsl::SpecialTokenIds& ids) {
-  return platform::write_file_atomic(path, dsl::hf_config_json(arch, torch_dtype, ids));
+                       const dsl::SpecialTokenIds& ids, bool sequence_classifier) {
+  return platform::write_file_atomic(path, dsl::hf_config_json(arch, torch_dtype, ids, sequence_classifier));
 }
 
 }  // namespace tailor::runner::io

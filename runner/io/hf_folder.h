@@ -57,6 +57,6 @@ Result<WeightFiles> find_weight_files(const std::string& folder);
 // Writes dsl::hf_config_json(arch, torch_dtype) (dsl/model_family.h), which
 // the DSL's config.json reader reads back as `arch`, to `path` atomically.
 Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype,
-                       const dsl::SpecialTokenIds& ids = {});
+                       const dsl::SpecialTokenIds& ids = {}, bool sequence_classifier = false);
 
 }  // namespace tailor::runner::io

@@ -37,6 +37,9 @@ struct Slot {
   std::int64_t row0 = 0, rows = -1;
   bool transpose = false;
   std::int64_t index = -1;
+  // May be missing from a folder: a reward model's score, which a causal
+  // language model's folder does not have (it keeps its initialisation).
+  bool optional = false;
 };
 
 bool is_gpt2(const dsl::ModelArch& a) { return dsl::family_info(a.family).block == dsl::BlockKind::kGpt2; }
@@ -56,7 +59,7 @@ const char* param_of(dsl::Projection p, bool gpt2) {
 // (names from the family's row in dsl/model_family.h), block by block:
 // norm, attention linears, norm, MLP linears. `body` is the prefix of the
 // body's tensors ("model.", "transformer.", or "" for GPT-2 files without it).
-std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body) {
+std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body, ModelHead head) {
   const dsl::ModelFamilyInfo& f = dsl::family_info(a.family);
   const bool gpt2 = is_gpt2(a);  // biases everywhere, Conv1D weights, learned positions
   const std::int64_t c = a.hidden;
@@ -115,7 +118,12 @@ std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body) {
     }
   }
   add_norm(body + f.tensors.final_norm, "final_norm");
-  if (!a.tie_embeddings) add("lm_head.weight", "lm_head", {a.vocab, c});
+  if (head == ModelHead::kScore) {
+    add("score.weight", "score", {1, c});
+    s.back().optional = true;
+  } else if (!a.tie_embeddings) {
+    add("lm_head.weight", "lm_head", {a.vocab, c});
+  }
   return s;
 }
 
@@ -126,7 +134,9 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 // Tensors found in real checkpoints that are not weights of the model:
 // GPT-2's causal-mask buffers (older transformers saved them), Llama's
 // rotary inv_freq buffer, and a tied model's copy of the embedding.
-bool harmless_extra(const dsl::ModelArch& a, const std::string& name) {
+bool harmless_extra(const dsl::ModelArch& a, const std::string& name, ModelHead head) {
+  // A reward model started from a causal language model drops its head.
+  if (head == ModelHead::kScore && name == "lm_head.weight") return true;
   if (is_gpt2(a)) {
     if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) return true;
   } else if (ends_with(name, ".rotary_emb.inv_freq")) {
@@ -199,13 +209,14 @@ Status load_checked(CausalLM& model, const std::string& folder) {
   for (const auto& [name, loc] : tensors) {
     if (name.rfind(body, 0) == 0) prefix = body;
   }
-  const std::vector<Slot> layout = hf_layout(arch, prefix);
+  const std::vector<Slot> layout = hf_layout(arch, prefix, model->head());
   auto params = model->named_parameters();
   std::set<std::string, std::less<>> used;
   for (const Slot& s : layout) {
     const torch::Tensor* p = params.find(s.param);
     if (p == nullptr) return Status::internal("the model has no parameter " + s.param + " for " + s.hf_name);
     const auto it = tensors.find(s.hf_name);
+    if (it == tensors.end() && s.optional) continue;
     if (it == tensors.end()) {
       return Status::invalid_argument("missing tensor " + s.hf_name + " (a " + family_name(arch) +
                                       " model of this config needs it)");
@@ -224,7 +235,7 @@ Status load_checked(CausalLM& model, const std::string& folder) {
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
     for (const io::TensorView& t : files[i].tensors()) {
-      if (!used.contains(t.name) && !harmless_extra(arch, t.name)) {
+      if (!used.contains(t.name) && !harmless_extra(arch, t.name, model->head())) {
         return Status::invalid_argument("unexpected tensor " + t.name + " in " + file_names[i] + " (not part of a " +
                                         family_name(arch) + " model of this config)");
       }
@@ -233,6 +244,7 @@ Status load_checked(CausalLM& model, const std::string& folder) {
 
   torch::NoGradGuard no_grad;
   for (const Slot& s : layout) {
+    if (!used.contains(s.hf_name)) continue;  // an optional tensor the folder lacks
     const io::TensorView& t = *tensors.find(s.hf_name)->second.view;
     // Copied out of the map first: the file gives no alignment guarantee.
     torch::Tensor src = torch::empty(t.shape, torch::TensorOptions().dtype(*weight_dtype_of(t.dtype)));
@@ -279,7 +291,7 @@ Status publish_folder(const fs::path& tmp, const fs::path& folder) {
 // The model's tensors by Hugging Face name, un-fused, on the CPU (views).
 Result<std::vector<HfTensor>> hf_tensors_checked(const CausalLM& model) {
   const dsl::ModelArch& arch = model->arch();
-  const std::vector<Slot> layout = hf_layout(arch, dsl::family_info(arch.family).tensors.body);
+  const std::vector<Slot> layout = hf_layout(arch, dsl::family_info(arch.family).tensors.body, model->head());
   const auto params = model->named_parameters();
   std::set<std::string> mapped;
   for (const Slot& s : layout) mapped.insert(s.param);
@@ -352,7 +364,8 @@ Status save_checked(const CausalLM& model, const std::string& folder_arg, std::i
     return s;
   };
 
-  Status s = io::write_hf_config((tmp / io::kConfigFile).string(), arch, hf_dtype_name(dtype), extras.tokens);
+  Status s = io::write_hf_config((tmp / io::kConfigFile).string(), arch, hf_dtype_name(dtype), extras.tokens,
+                                 model->head() == ModelHead::kScore);
   if (!s.is_ok()) return fail(s);
   if (extras.tokens.bos >= 0 || extras.tokens.eos >= 0) {
     s = platform::write_file_atomic((tmp / "generation_config.json").string(),

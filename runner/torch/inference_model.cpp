@@ -131,6 +131,19 @@ Result<InferenceModel> open_inference_model(const ModelSources& src, const torch
     return Status::invalid_argument(errors.empty() ? config_path.string() + ": unreadable" : errors.front());
   }
   const Json config = Json::parse(config_text, nullptr, /*allow_exceptions=*/false);
+  // A reward model (training.method reward) scores text; it has no
+  // vocabulary head to generate or convert.
+  if (config.is_object() && config.contains("architectures") && config["architectures"].is_array()) {
+    for (const Json& a : config["architectures"]) {
+      const std::string name = a.is_string() ? a.get<std::string>() : "";
+      if (name.ends_with("ForSequenceClassification")) {
+        return Status::invalid_argument(src.base + " is a sequence classifier (" + name +
+                                        ", e.g. a reward model): it scores text and has no language-model head to "
+                                        "generate from or export; load it with transformers' "
+                                        "AutoModelForSequenceClassification");
+      }
+    }
+  }
   InferenceModel m;
   TAILOR_ASSIGN_OR_RETURN(const torch::Dtype dt, dtype_of(dtype, config, device, m.dtype_name));
   try {

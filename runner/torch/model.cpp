@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/check.h"
 #include "dsl/rope.h"
 #include "runner/torch/attention.h"
 #include "runner/torch/cross_entropy.h"
@@ -170,7 +171,7 @@ struct CausalLMImpl::Layer : torch::nn::Module {
   Tensor router, experts_gate_up, experts_down;
 };
 
-CausalLMImpl::CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_every)
+CausalLMImpl::CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_every, ModelHead head)
     : arch_(arch), checkpoint_every_(checkpoint_every) {
   embed_ = register_module("embed", torch::nn::Embedding(arch.vocab, arch.hidden));
   if (is_gpt2(arch)) pos_embed_ = register_module("pos_embed", torch::nn::Embedding(arch.max_seq_len, arch.hidden));
@@ -180,7 +181,11 @@ CausalLMImpl::CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_e
   final_norm_weight_ = register_parameter(
       "final_norm", dsl::family_info(arch.family).gemma ? torch::zeros({arch.hidden}) : torch::ones({arch.hidden}));
   if (is_gpt2(arch)) final_norm_bias_ = register_parameter("final_norm_bias", torch::zeros({arch.hidden}));
-  if (!arch.tie_embeddings) lm_head_ = register_parameter("lm_head", torch::empty({arch.vocab, arch.hidden}));
+  if (head == ModelHead::kScore) {
+    score_ = register_parameter("score", torch::empty({1, arch.hidden}));
+  } else if (!arch.tie_embeddings) {
+    lm_head_ = register_parameter("lm_head", torch::empty({arch.vocab, arch.hidden}));
+  }
   reset_parameters_();
 }
 
@@ -203,6 +208,7 @@ void CausalLMImpl::reset_parameters_() {
     }
   }
   if (lm_head_.defined()) lm_head_.normal_(0, std);
+  if (score_.defined()) score_.normal_(0, std);  // transformers' initializer_range
 }
 
 Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos, const Tensor& sin,
@@ -524,8 +530,15 @@ std::vector<Tensor> CausalLMImpl::unit_parameters(std::size_t unit) const {
   if (unit <= layers_.size()) return layers_[unit - 1]->parameters();
   std::vector<Tensor> out = {final_norm_weight_};
   if (final_norm_bias_.defined()) out.push_back(final_norm_bias_);
-  out.push_back(lm_head_.defined() ? lm_head_ : embed_->weight);
+  out.push_back(score_.defined() ? score_ : lm_head_.defined() ? lm_head_ : embed_->weight);
   return out;
+}
+
+Tensor CausalLMImpl::scores(const Tensor& hidden, const Tensor& last) {
+  TAILOR_CHECK(score_.defined());
+  const std::int64_t b = hidden.size(0), c = hidden.size(2);
+  const Tensor at = last.to(hidden.device()).view({b, 1, 1}).expand({b, 1, c});
+  return torch::linear(hidden.gather(1, at).squeeze(1), score_).squeeze(1).to(torch::kFloat32);
 }
 
 Tensor CausalLMImpl::logits(const Tensor& hidden, bool capped) {

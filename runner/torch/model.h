@@ -76,10 +76,16 @@ struct KvCache {
   std::int64_t capacity() const { return k.empty() ? 0 : k.front().size(2); }
 };
 
+// What reads the final hidden states: the vocabulary (the language model's
+// head, the embedding matrix when tied), or a reward model's scalar score
+// (a (1, C) parameter "score", as transformers' <X>ForSequenceClassification
+// with one label; no vocabulary head then, even for an untied model).
+enum class ModelHead { kVocabulary, kScore };
+
 class CausalLMImpl : public torch::nn::Module {
  public:
   // checkpoint_every: 0 = off, 1 = every layer, N = layers 0, N, 2N, ...
-  CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_every);
+  CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_every, ModelHead head = ModelHead::kVocabulary);
 
   // The final hidden states (B, T, C) and the logits (B, T, V) in the
   // parameters' dtype. Gemma 2's logits are soft-capped (arch's
@@ -104,6 +110,11 @@ class CausalLMImpl : public torch::nn::Module {
   // and the loss fused so that no logits exist (linear_cross_entropy.h).
   torch::Tensor loss_sum(const torch::Tensor& hidden, const torch::Tensor& targets);
   void set_fused_linear_loss(bool on) { fused_linear_loss_ = on; }
+  // The score head: each row's fp32 score (B,) of `hidden` (B, T, C) at
+  // `last` (B,) int64, the position transformers pools (the last token that
+  // is not padding).
+  torch::Tensor scores(const torch::Tensor& hidden, const torch::Tensor& last);
+  ModelHead head() const { return score_.defined() ? ModelHead::kScore : ModelHead::kVocabulary; }
 
   const dsl::ModelArch& arch() const { return arch_; }
   void set_checkpoint_every(std::int64_t n) { checkpoint_every_ = n; }
@@ -163,6 +174,7 @@ class CausalLMImpl : public torch::nn::Module {
   // not a buffer, so checkpoints and state dicts hold weights only.
   torch::Tensor rope_inv_freq_, rope_local_inv_freq_;  // local: Gemma 3's windowed layers
   torch::Tensor lm_head_;  // (V, C); the embedding matrix when tied
+  torch::Tensor score_;    // (1, C) under ModelHead::kScore (then no lm_head_)
   std::shared_ptr<ProjectionHook> hook_;
   UnitHook* unit_hook_ = nullptr;
 

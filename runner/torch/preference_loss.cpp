@@ -38,6 +38,8 @@ PreferenceSums PreferenceSums::from_values(const std::vector<double>& v) {
 
 void PreferenceSums::add(const PreferenceSums& o) {
   for (double PreferenceSums::*f : fields()) this->*f += o.*f;
+  min_reward = std::min(min_reward, o.min_reward);
+  max_reward = std::max(max_reward, o.max_reward);
 }
 
 double PreferenceSums::mean_loss() const {
@@ -138,6 +140,26 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
   s.margins = (chosen_rewards - rejected_rewards).sum().item<double>();
   s.chosen_logps = l.narrow(0, 0, pairs).sum().item<double>();
   s.rejected_logps = l.narrow(0, pairs, pairs).sum().item<double>();
+  return out;
+}
+
+PreferenceLossOut reward_loss(const torch::Tensor& scores) {
+  const std::int64_t pairs = scores.size(0) / 2;
+  const torch::Tensor chosen = scores.narrow(0, 0, pairs), rejected = scores.narrow(0, pairs, pairs);
+  PreferenceLossOut out;
+  const torch::Tensor per_pair = -torch::log_sigmoid(chosen - rejected);
+  out.loss_sum = per_pair.sum();
+  const torch::Tensor r = scores.detach().to(torch::kFloat64);
+  const torch::Tensor w = r.narrow(0, 0, pairs), l = r.narrow(0, pairs, pairs);
+  PreferenceSums& s = out.sums;
+  s.pairs = static_cast<double>(pairs);
+  s.loss = per_pair.detach().to(torch::kFloat64).sum().item<double>();
+  s.chosen_rewards = w.sum().item<double>();
+  s.rejected_rewards = l.sum().item<double>();
+  s.accurate = (w > l).sum().item<double>();
+  s.margins = (w - l).sum().item<double>();
+  s.min_reward = r.min().item<double>();
+  s.max_reward = r.max().item<double>();
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "dsl/job_spec.h"
@@ -38,7 +39,13 @@ struct PreferenceSums {
   // log odds (TRL's nll_loss, log_odds_ratio and log_odds_chosen).
   double nll = 0, nll_tokens = 0;
   double log_odds_ratio = 0, log_odds_chosen = 0;
-  // Every sum once, in one order (what add and the ranks' all-reduce walk).
+  // reward: the lowest and highest score of any row (not sums: add() and
+  // the ranks take their minimum and maximum; TRL's min_reward and
+  // max_reward, which TRL averages over micro-batches instead).
+  double min_reward = std::numeric_limits<double>::infinity();
+  double max_reward = -std::numeric_limits<double>::infinity();
+  // Every sum once, in one order (what add and the ranks' all-reduce walk;
+  // not min_reward and max_reward).
   static const std::vector<double PreferenceSums::*>& fields();
   void add(const PreferenceSums& o);
   std::vector<double> values() const;
@@ -71,5 +78,11 @@ struct PreferenceLossOut {
 // label_smoothing).
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
                                   const torch::Tensor& tokens, const dsl::TrainingSpec& t);
+
+// reward, on each row's score r (fp32, chosen rows then rejected):
+// -log sigmoid(r_w - r_l) (the Bradley-Terry model; Ouyang et al. 2022;
+// TRL's RewardTrainer without margins or centring). The sums' rewards are
+// the scores themselves.
+PreferenceLossOut reward_loss(const torch::Tensor& scores);
 
 }  // namespace tailor::runner

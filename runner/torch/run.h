@@ -70,6 +70,16 @@ void write_memory(JsonWriter& w, const Measured& m);
 double now_seconds();
 // A pair batch's rows as the model reads them (run_preference.cpp).
 ModelInput pair_input(const data::Batch& b, const torch::Device& device);
+// A reward model's rows: each row's whole sequence, its inputs then its
+// last target (the token the row ends with: EOS unless cut at seq_len), so
+// one column wider than the batch, padded with `pad`; and where each row's
+// score is read: its last token that is not `pad`, as transformers'
+// sequence classifiers pool (run_preference.cpp).
+struct ScoredRows {
+  ModelInput input;
+  std::vector<std::int64_t> last;
+};
+ScoredRows scored_rows(const data::Batch& b, const torch::Device& device, std::int32_t pad);
 // ORPO: the chosen rows' prompt targets (each prompt token after the
 // first, predicted from the one before; -100 elsewhere) into `out` when
 // given, and the count of the chosen rows' prompt and completion targets
@@ -216,6 +226,10 @@ class Run {
   // run_preference.cpp
   // Preference training: each batch is pairs (chosen rows, then rejected).
   bool preference() const { return st_.pairs; }
+  bool reward() const { return dsl::scores_sequences(spec_.training.method); }
+  // What the model reads of a pair batch: pair_input, or a reward model's
+  // scored_rows.
+  ModelInput pairs_input(const data::Batch& b) const;
   // The reference's summed log-probability of each row's trained targets,
   // without gradients: the adapters switched off, or the separate copy.
   Result<torch::Tensor> reference_logps(const data::Batch& b);

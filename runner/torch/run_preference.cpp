@@ -1,7 +1,9 @@
-// Preference training (training.method dpo, orpo, simpo) in the run
-// (run.h): the reference model's log-probabilities (dpo), the pairs' loss
-// (orpo: with its NLL), and its metrics under the names TRL reports them
-// (rewards/chosen, ..., logps/rejected; orpo's nll_loss and log odds).
+// Preference training (training.method dpo, orpo, simpo, reward) in the
+// run (run.h): the reference model's log-probabilities (dpo), the pairs'
+// loss (orpo: with its NLL; reward: on each row's score), and its metrics
+// under the names TRL reports them (rewards/chosen, ..., logps/rejected;
+// orpo's nll_loss and log odds; reward's accuracy, margin and
+// min/mean/max_reward).
 #include "runner/data/batcher.h"
 #include "runner/torch/data_parallel.h"
 #include "runner/torch/lora.h"
@@ -15,6 +17,36 @@ ModelInput pair_input(const data::Batch& b, const torch::Device& device) {
   // One completion per row, padded at its end: causality is the only mask
   // (the trained model and the reference see exactly the same inputs).
   return in;
+}
+
+ScoredRows scored_rows(const data::Batch& b, const torch::Device& device, std::int32_t pad) {
+  const std::int64_t T = b.seq_len, W = T + 1;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(b.rows * W), pad), pos(ids.size(), 0);
+  ScoredRows out;
+  for (std::int64_t r = 0; r < b.rows; ++r) {
+    const std::size_t from = static_cast<std::size_t>(r * T), to = static_cast<std::size_t>(r * W);
+    std::int64_t len = 0;  // the row's inputs, padding after them
+    while (len < T && b.segment_ids[from + static_cast<std::size_t>(len)] >= 0) ++len;
+    for (std::int64_t t = 0; t < len; ++t) {
+      ids[to + static_cast<std::size_t>(t)] = b.inputs[from + static_cast<std::size_t>(t)];
+      pos[to + static_cast<std::size_t>(t)] = b.positions[from + static_cast<std::size_t>(t)];
+    }
+    if (len > 0) {
+      ids[to + static_cast<std::size_t>(len)] = b.targets[from + static_cast<std::size_t>(len - 1)];
+      pos[to + static_cast<std::size_t>(len)] = b.positions[from + static_cast<std::size_t>(len - 1)] + 1;
+    }
+    std::int64_t last = len;
+    while (last > 0 && ids[to + static_cast<std::size_t>(last)] == pad) --last;
+    out.last.push_back(last);
+  }
+  out.input.input_ids = to_tensor(ids, b.rows, W, device);
+  out.input.positions = to_tensor(pos, b.rows, W, device);
+  return out;
+}
+
+ModelInput Run::pairs_input(const data::Batch& b) const {
+  if (reward()) return scored_rows(b, dev_, static_cast<std::int32_t>(data_.tokenizer.tokens.pad)).input;
+  return pair_input(b, dev_);
 }
 
 Result<torch::Tensor> Run::reference_logps(const data::Batch& b) {
@@ -61,6 +93,11 @@ std::int64_t orpo_prompt_targets(const data::Batch& b, std::vector<std::int32_t>
 
 PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch& b, const torch::Tensor& reference,
                                  double nll_weight) {
+  if (reward()) {
+    const ScoredRows rows = scored_rows(b, torch::kCPU, static_cast<std::int32_t>(data_.tokenizer.tokens.pad));
+    const torch::Tensor last = torch::tensor(rows.last, torch::kInt64).to(dev_);
+    return reward_loss(model_->scores(hidden, last));
+  }
   const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   const torch::Tensor tokens = targets.ne(-100).sum(1);
   const torch::Tensor logps = sequence_logps(*model_, hidden, targets);
@@ -87,13 +124,32 @@ Status Run::reduce_preference(PreferenceSums& s) {
   if (world_ == 1) return Status::ok();
   std::vector<double> v = s.values();
   TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
+  const double lowest = s.min_reward, highest = s.max_reward;
   s = PreferenceSums::from_values(v);
+  s.min_reward = lowest;
+  s.max_reward = highest;
+  if (!reward()) return Status::ok();
+  // The extremes over the ranks: each rank's pair, gathered.
+  std::vector<double> ends(2 * static_cast<std::size_t>(world_), 0.0);
+  ends[2 * static_cast<std::size_t>(rank_)] = lowest;
+  ends[2 * static_cast<std::size_t>(rank_) + 1] = highest;
+  TAILOR_RETURN_IF_ERROR(comm_->all_gather(ends.data(), ends.size(), sizeof(double), 2));
+  for (int r = 0; r < world_; ++r) {
+    s.min_reward = std::min(s.min_reward, ends[2 * static_cast<std::size_t>(r)]);
+    s.max_reward = std::max(s.max_reward, ends[2 * static_cast<std::size_t>(r) + 1]);
+  }
   return Status::ok();
 }
 
 void Run::write_preference(JsonWriter& w, const PreferenceSums& s, const char* prefix) const {
   const double n = std::max(1.0, s.pairs);
   const std::string p = prefix;
+  if (reward()) {  // TRL's RewardTrainer's names
+    w.field(p + "accuracy", s.accurate / n).field(p + "margin", s.margins / n);
+    w.field(p + "min_reward", s.min_reward).field(p + "max_reward", s.max_reward);
+    w.field(p + "mean_reward", (s.chosen_rewards + s.rejected_rewards) / (2.0 * n));
+    return;
+  }
   w.field(p + "rewards/chosen", s.chosen_rewards / n).field(p + "rewards/rejected", s.rejected_rewards / n);
   w.field(p + "rewards/accuracies", s.accurate / n).field(p + "rewards/margins", s.margins / n);
   w.field(p + "logps/chosen", s.chosen_logps / n).field(p + "logps/rejected", s.rejected_logps / n);

@@ -15,6 +15,7 @@
 #include "runner/protocol/capabilities.h"
 #include "runner/torch/data_parallel.h"
 #include "runner/torch/lora.h"
+#include "dsl/model_family.h"
 #include "runner/torch/run.h"
 
 namespace tailor::runner {
@@ -59,6 +60,13 @@ Status Run::prepare() {
   }
   if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
     return Status::invalid_argument("data.seq_len exceeds the model's max_seq_len");
+  }
+  // A reward model reads one position past seq_len inputs (the last target).
+  if (reward() && dsl::family_info(spec_.model.arch.family).tensors.positions &&
+      spec_.data.seq_len >= spec_.model.arch.max_seq_len) {
+    return Status::invalid_argument("a reward model reads each row's last token after its inputs, one position past "
+                                    "data.seq_len: with learned positions seq_len must be below max_seq_len (" +
+                                    std::to_string(spec_.model.arch.max_seq_len) + ")");
   }
   if (o_.threads > 0) at::set_num_threads(o_.threads);
   // The plan's budget where the plan's kind of device trains: a CPU plan on
@@ -191,7 +199,7 @@ Result<Run::Data> Run::load_data() {
     if (!eval_batcher.is_ok()) return as_bad_input(eval_batcher.status());
     out.eval = std::make_unique<data::Batcher>(std::move(*eval_batcher));
   }
-  out.tokenizer.tokens = {(*tok)->bos_id(), (*tok)->eos_id()};
+  out.tokenizer.tokens = {(*tok)->bos_id(), (*tok)->eos_id(), (*tok)->declared_pad_id()};
   out.tokenizer.tokenizer_from = spec_.model.path;
   out.tokenizer.byte_tokenizer = dynamic_cast<const data::ByteTokenizer*>(tok->get()) != nullptr;
   if (chat) out.tokenizer.chat_template = chat->template_text;
@@ -278,7 +286,7 @@ void Run::build_reference() {
 }
 
 Status Run::build_model() {
-  model_ = CausalLM(spec_.model.arch, st_.checkpoint_every);
+  model_ = CausalLM(spec_.model.arch, st_.checkpoint_every, reward() ? ModelHead::kScore : ModelHead::kVocabulary);
   model_->to(dev_, param_dtype(st_.precision));
   // The attention the plan chose (its memory estimate assumed it).
   model_->set_fused_attention(st_.attention == strategies::Attention::kMemoryEfficient);

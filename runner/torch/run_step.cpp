@@ -159,7 +159,7 @@ Status Run::probe() {
   if (preference()) {
     TAILOR_ASSIGN_OR_RETURN(const torch::Tensor reference, reference_logps(longest));
     sync_->before_micro_batch(/*last=*/false);
-    pair_loss(model_->hidden_states(pair_input(longest, dev_)), longest, reference, /*nll_weight=*/1.0)
+    pair_loss(model_->hidden_states(pairs_input(longest)), longest, reference, /*nll_weight=*/1.0)
         .loss_sum.backward();
   } else {
     sync_->before_micro_batch(/*last=*/false);
@@ -251,7 +251,7 @@ Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, d
     PeakScope scope(*meter_);
     // (Pairs make their targets in pair_loss.)
     torch::Tensor targets = preference() ? torch::Tensor() : to_tensor(b.targets, b.rows, b.seq_len, dev_);
-    torch::Tensor hidden = model_->hidden_states(preference() ? pair_input(b, dev_) : model_input(b, dev_));
+    torch::Tensor hidden = model_->hidden_states(preference() ? pairs_input(b) : model_input(b, dev_));
     const std::int64_t after_body = meter_->current_bytes();
     torch::Tensor loss;
     std::int64_t head_peak = 0;
@@ -436,7 +436,7 @@ Result<Run::Evaluation> Run::evaluate() {
     if (k < batches && preference()) {
       b = data_.eval->pass_batch(k);
       TAILOR_ASSIGN_OR_RETURN(const torch::Tensor reference, reference_logps(b));
-      const PreferenceLossOut l = pair_loss(model_->hidden_states(pair_input(b, dev_)), b, reference, 0.0);
+      const PreferenceLossOut l = pair_loss(model_->hidden_states(pairs_input(b)), b, reference, 0.0);
       pairs.add(l.sums);
       TAILOR_RETURN_IF_ERROR(sync_->after_backward());
       continue;

@@ -311,7 +311,7 @@ TEST(RanksTest, TwoRanksEvaluateLikeOneAtEveryStage) {
 // odd number of batches, so at ZeRO-3 one rank runs its forwards on nothing.
 // ORPO too at ZeRO-3: its NLL is a mean over the whole step's chosen
 // tokens, whichever rank holds them.
-TEST(RanksTest, DpoAndOrpoTrainAndEvaluateLikeOneRank) {
+TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
   TempDir t;
   std::ifstream pairs(std::string(TAILOR_SOURCE_DIR) + "/configs/data/preferences.jsonl");
   std::string eval, line;
@@ -362,6 +362,24 @@ TEST(RanksTest, DpoAndOrpoTrainAndEvaluateLikeOneRank) {
   for (const char* key : {"eval_loss", "eval_nll_loss", "eval_rewards/margins"}) {
     const double a = orpo_one[2][key], b = orpo_two[2][key];
     EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "orpo " << key;
+  }
+  // A reward model: its score head sharded with the last unit, the
+  // extremes of the scores taken over the ranks.
+  const std::string reward = " --set training.method=reward --set training.beta=null --set training.loss_type=null"
+                             " --set strategy.adapter=none --set strategy.lora=null";
+  const auto reward_one = run("reward-one", 1, 0, reward);
+  const auto reward_two = run("reward-two-z3", 2, 3, reward);
+  ASSERT_EQ(reward_one.size(), 3u);
+  ASSERT_EQ(reward_two.size(), 3u);
+  for (std::size_t k = 0; k < reward_one.size(); ++k) {
+    for (const char* key : {"loss", "accuracy", "margin", "min_reward", "mean_reward", "max_reward"}) {
+      const double a = reward_one[k][key], b = reward_two[k][key];
+      EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "reward " << key << " at step " << k + 1;
+    }
+  }
+  for (const char* key : {"eval_loss", "eval_accuracy", "eval_margin", "eval_min_reward", "eval_max_reward"}) {
+    const double a = reward_one[2][key], b = reward_two[2][key];
+    EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "reward " << key;
   }
 }
 

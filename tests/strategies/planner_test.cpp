@@ -181,6 +181,39 @@ TEST(PlannerTest, OrpoAndSimpoDoubleThePassesWithoutAReference) {
   }
 }
 
+// A reward model: pairs, no reference, no vocabulary head (its untied
+// lm_head's weights, gradients and states give way to a (1, hidden) score),
+// no logits, and a plan that never trains adapters or fuses a head.
+TEST(PlannerTest, ARewardModelTradesTheVocabularyHeadForAScore) {
+  const Hardware hw = gpus("1x24GiB");
+  Strategy s;
+  s.micro_batch_size = 2;
+  s.grad_accumulation = 4;
+  s.precision = Precision::kBf16;
+  const std::vector<std::string> untied = {"strategy.adapter=none", "training.beta=null", "training.loss_type=null",
+                                           "strategy.lora=null", "strategy.reference=null", "resources.gpus=1",
+                                           "model.arch.tie_embeddings=false", "model.arch.vocab=32000"};
+  std::vector<std::string> reward = untied;
+  reward.push_back("training.method=reward");
+  std::vector<std::string> simpo = untied;
+  simpo.push_back("training.method=simpo");
+  const dsl::JobSpec spec = load("dpo-cpu.yaml", reward);
+  const Candidate r = evaluate(spec, hw, s, {});
+  const Candidate lm = evaluate(load("dpo-cpu.yaml", simpo), hw, s, {});
+  EXPECT_TRUE(r.strategy.pairs);
+  EXPECT_EQ(r.strategy.reference, Reference::kNone);
+  const std::int64_t head = 32000 * 128, score = 128;
+  EXPECT_EQ(r.memory.trainable_parameters, lm.memory.trainable_parameters - head + score);
+  EXPECT_LT(r.memory.per_device.logits.count(), 1024);  // one fp32 score a row
+  EXPECT_GT(lm.memory.per_device.logits.count(), 4 * 256 * 32000);
+  EXPECT_LT(r.memory.per_device.total(), lm.memory.per_device.total());
+  EXPECT_EQ(spec.strategy.adapter, Adapter::kNone);  // unset: none, not auto
+  const Plan p = plan_job(spec, gpus("1x4GiB"));
+  ASSERT_TRUE(p.fits);
+  EXPECT_EQ(p.chosen.strategy.adapter, Adapter::kNone);
+  EXPECT_EQ(p.chosen.strategy.cross_entropy, CrossEntropy::kLogits);
+}
+
 // Answers to training.eval_prompts are generated on rank 0 alone, which
 // needs the whole model there: the planner keeps such a job off ZeRO-3.
 TEST(PlannerTest, EvalPromptsKeepTheWholeModelOnOneRank) {

@@ -199,12 +199,10 @@ def reference_free_trainer(method, base, pairs, common):
     return cls(model=model, args=args, train_dataset=pairs, processing_class=AutoTokenizer.from_pretrained(base))
 
 
-def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
+def quiet_and_deterministic():
+    """transformers and datasets without progress output or caches; torch seeded, one thread."""
     import datasets
     import transformers
-    from transformers import AutoTokenizer
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import DPOConfig, DPOTrainer
 
     transformers.logging.set_verbosity_error()
     datasets.disable_progress_bars()
@@ -213,20 +211,41 @@ def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
 
+
+def load_pairs(root, scratch):
+    """DIR/pairs.jsonl as a datasets.Dataset, cached under `scratch`; exactly PAIRS_PER_STEP pairs."""
+    import datasets
+
+    pairs = datasets.load_dataset("json", data_files=os.path.join(root, "pairs.jsonl"), split="train",
+                                  cache_dir=os.path.join(scratch, "datasets"))
+    if len(pairs) != PAIRS_PER_STEP:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {root}/pairs.jsonl has {len(pairs)} pairs, "
+                 f"expected {PAIRS_PER_STEP}")
+    return pairs
+
+
+def trainer_args(scratch, micro, accum):
+    """The TrainingArguments every TRL run here shares (as the C++ tests configure Tailor)."""
+    return dict(
+        output_dir=os.path.join(scratch, "out"),
+        learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
+        adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=accum, max_steps=STEPS,
+        logging_steps=1, seed=42, data_seed=42, use_cpu=True, bf16=False, fp16=False,
+        gradient_checkpointing=False, report_to=[], save_strategy="no", dataloader_drop_last=False,
+        dataloader_num_workers=0, disable_tqdm=True)
+
+
+def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
+    from transformers import AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import DPOConfig, DPOTrainer
+
+    quiet_and_deterministic()
     base = os.path.join(root, "base")
     with tempfile.TemporaryDirectory() as scratch:
-        pairs = datasets.load_dataset("json", data_files=os.path.join(root, "pairs.jsonl"), split="train",
-                                      cache_dir=os.path.join(scratch, "datasets"))
-        if len(pairs) != PAIRS_PER_STEP:
-            sys.exit(f"dpo_reference.py: {root}/pairs.jsonl has {len(pairs)} pairs, expected {PAIRS_PER_STEP}")
-        common = dict(
-            output_dir=os.path.join(scratch, "out"),
-            learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
-            adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0,
-            per_device_train_batch_size=micro, gradient_accumulation_steps=accum, max_steps=STEPS,
-            logging_steps=1, seed=42, data_seed=42, use_cpu=True, bf16=False, fp16=False,
-            gradient_checkpointing=False, report_to=[], save_strategy="no", dataloader_drop_last=False,
-            dataloader_num_workers=0, disable_tqdm=True)
+        pairs = load_pairs(root, scratch)
+        common = trainer_args(scratch, micro, accum)
         if loss_type in METHODS:
             trainer = reference_free_trainer(loss_type, base, pairs, common)
         else:

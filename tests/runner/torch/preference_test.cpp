@@ -16,6 +16,7 @@
 #include "dsl/spec_loader.h"
 #include "runner/data/dataset.h"
 #include "runner/data/tokenizer.h"
+#include "runner/torch/inference_model.h"
 #include "runner/torch/trainer.h"
 #include "strategies/candidate.h"
 #include "tests/runner/torch/estimate_and_train.h"
@@ -35,12 +36,14 @@ std::vector<json> lines(const std::string& path) {
 }
 
 std::string python() { return std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python"; }
-std::string reference_script() { return std::string(TAILOR_SOURCE_DIR) + "/tests/runner/torch/dpo_reference.py"; }
+std::string reference_script(const char* name = "dpo_reference.py") {
+  return std::string(TAILOR_SOURCE_DIR) + "/tests/runner/torch/" + name;
+}
 
-// Runs dpo_reference.py; its output goes to the test log on failure.
-bool run_reference(const TempDir& dir, const std::string& args) {
+// Runs dpo_reference.py (or `script`); its output goes to the test log on failure.
+bool run_reference(const TempDir& dir, const std::string& args, const char* script = "dpo_reference.py") {
   const std::string log = dir.file("reference.log");
-  const std::string cmd = python() + " " + reference_script() + " " + args + " > " + log + " 2>&1";
+  const std::string cmd = python() + " " + reference_script(script) + " " + args + " > " + log + " 2>&1";
   if (std::system(cmd.c_str()) == 0) return true;
   std::ifstream in(log);
   ADD_FAILURE() << cmd << "\n" << std::string(std::istreambuf_iterator<char>(in), {});
@@ -78,6 +81,21 @@ double expect_close(double ours, double theirs, double rel, double floor, const 
   return std::abs(ours - theirs) / scale;
 }
 
+// The job the TRL comparisons train: the folder's model, the 8 pairs, a
+// full fine-tune in fp32 with AdamW at a constant lr, as the reference
+// scripts configure TRL.
+std::string trl_job(const std::string& model, const std::string& method) {
+  return R"(apiVersion: tailor/v1
+kind: TrainingJob
+name: )" + method + R"(-trl
+model: {path: )" + model + R"(}
+data: {train: pairs.jsonl, seq_len: 128}
+training: {method: )" + method + R"(, global_batch_size: 8, max_steps: 20, lr: 1e-3, scheduler: constant,
+           warmup_steps: 0, weight_decay: 0, grad_clip: 1.0, seed: 42}
+strategy: {precision: fp32, adapter: none, optimizer: adamw}
+)";
+}
+
 // The same tiny Llama (transformers' save_pretrained), BPE tokenizer and 8
 // pairs; full fine-tuning in fp32 with AdamW at a constant lr, every step the
 // whole data, so the data order cannot differ; TRL makes its frozen copy of
@@ -87,15 +105,7 @@ double expect_close(double ours, double theirs, double rel, double floor, const 
 TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
   TempDir dir;
   ASSERT_TRUE(run_reference(dir, "make " + dir.path().string()));
-  const std::string yaml = R"(apiVersion: tailor/v1
-kind: TrainingJob
-name: dpo-trl
-model: {path: base}
-data: {train: pairs.jsonl, seq_len: 128}
-training: {method: dpo, global_batch_size: 8, max_steps: 20, lr: 1e-3, scheduler: constant,
-           warmup_steps: 0, weight_decay: 0, grad_clip: 1.0, seed: 42}
-strategy: {precision: fp32, adapter: none, optimizer: adamw}
-)";
+  const std::string yaml = trl_job("base", "dpo");
   struct Case {
     const char* loss;  // a dpo loss_type, or the method orpo or simpo
     std::int64_t micro, accum;
@@ -277,6 +287,112 @@ TEST(PreferenceTest, UnderLoraTheReferenceIsTheBaseWithTheAdaptersOff) {
   EXPECT_TRUE(std::ifstream(out + "/adapter/adapter_model.safetensors").good());
 }
 
+// A reward model (training.method reward) against TRL's RewardTrainer on
+// the same tiny Llama as a sequence classifier (transformers' score head
+// under seed 0, saved by save_pretrained), the same 8 pairs and
+// hyperparameters, 20 steps, one micro-batch of 8 and 4 x 2; then the folder
+// Tailor writes loads in AutoModelForSequenceClassification and scores the
+// pairs as Tailor's last evaluation did. A job may start from the causal
+// model's folder too (its head dropped, the score initialised).
+TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) {
+  TempDir dir;
+  ASSERT_TRUE(run_reference(dir, "make " + dir.path().string(), "reward_reference.py"));
+  ASSERT_TRUE(run_reference(dir, "run " + dir.path().string() + " 8:1 4:2", "reward_reference.py"));
+  const std::string yaml = trl_job("reward_base", "reward");
+  for (const auto& [micro, accum] : {std::pair{8, 1}, std::pair{4, 2}}) {
+    const std::string name = "reward_" + std::to_string(micro) + "x" + std::to_string(accum);
+    SCOPED_TRACE(name);
+    std::ifstream in(dir.file(name + ".json"));
+    const json trl = json::parse(in);
+    // The last evaluation (after step 20) scores the pairs with the final weights.
+    RunConfig cfg = load_job(dir, yaml, {"data.eval=" + dir.file("pairs.jsonl"), "training.eval_every=20"});
+    // The rows are TRL's: BOS, prompt, completion, EOS.
+    auto tok = data::make_tokenizer(cfg.spec.model);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+    const auto rows = data::load_examples(cfg.spec.data.train, cfg.spec.data, **tok);
+    ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+    ASSERT_EQ(rows->size(), 2 * trl["tokens"].size());
+    for (std::size_t p = 0; p < trl["tokens"].size(); ++p) {
+      EXPECT_EQ((*rows)[2 * p].tokens, trl["tokens"][p]["chosen_ids"].get<std::vector<std::int32_t>>()) << p;
+      EXPECT_EQ((*rows)[2 * p + 1].tokens, trl["tokens"][p]["rejected_ids"].get<std::vector<std::int32_t>>()) << p;
+    }
+    cfg.strategy.precision = dsl::Precision::kFp32;
+    cfg.strategy.micro_batch_size = micro;
+    cfg.strategy.grad_accumulation = accum;
+    cfg.strategy.pairs = true;
+    const std::string out = dir.file(name);
+    ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+    const std::vector<json> ours = lines(out + "/metrics.jsonl");
+    const json& theirs = trl["steps"];
+    ASSERT_EQ(ours.size(), 20u);
+    ASSERT_EQ(theirs.size(), 20u);
+    double worst = 0;
+    // The loss falls 40-fold (0.70 to 0.016) and keeps the rounding of its
+    // early steps (4 x 2: 3e-6 at 0.03): its floor is a tenth of the first.
+    const double loss_floor = 0.1 * theirs[0]["loss"].get<double>();
+    for (std::size_t k = 0; k < 20; ++k) {
+      const std::string at = name + " step " + std::to_string(k + 1);
+      worst = std::max(worst, expect_close(ours[k]["loss"], theirs[k]["loss"], 1e-4, loss_floor, at + " loss"));
+      // The gradient's norm sums every parameter's: looser (2.4e-4 seen).
+      expect_close(ours[k]["grad_norm"], theirs[k]["grad_norm"], 1e-3, 1e-2, at + " grad_norm");
+      // TRL's min_reward and max_reward average each micro-batch's extreme;
+      // Tailor's are the step's: the same with one micro-batch. Rewards are
+      // scores of order 1 that pass through 0: their floor is 1.
+      std::vector<const char*> keys = {"margin", "mean_reward"};
+      if (accum == 1) keys.insert(keys.end(), {"min_reward", "max_reward"});
+      for (const char* key : keys) {
+        worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1.0, at + " " + key));
+      }
+      EXPECT_NEAR(ours[k]["accuracy"].get<double>(), theirs[k]["accuracy"].get<double>(), 1e-9) << at;
+    }
+    EXPECT_LT(ours.back()["loss"].get<double>(), 0.5 * ours.front()["loss"].get<double>());
+    std::printf("%s: 20 steps, largest deviation from TRL %.2e of the value (loss %.6f -> %.6f)\n", name.c_str(),
+                worst, ours.front()["loss"].get<double>(), ours.back()["loss"].get<double>());
+    if (accum != 1) continue;
+    // The exported folder, scored by transformers, as Tailor's last evaluation.
+    ASSERT_TRUE(run_reference(dir, "score " + out + "/model " + dir.file("pairs.jsonl") + " " + dir.file("scores.json"),
+                              "reward_reference.py"));
+    std::ifstream scores_in(dir.file("scores.json"));
+    const json hf = json::parse(scores_in);
+    const auto chosen = hf["chosen"].get<std::vector<double>>(), rejected = hf["rejected"].get<std::vector<double>>();
+    ASSERT_EQ(chosen.size(), 8u);
+    double lowest = 1e300, highest = -1e300, sum = 0, margin = 0, accurate = 0;
+    for (std::size_t p = 0; p < 8; ++p) {
+      for (double r : {chosen[p], rejected[p]}) {
+        lowest = std::min(lowest, r);
+        highest = std::max(highest, r);
+        sum += r;
+      }
+      margin += chosen[p] - rejected[p];
+      accurate += chosen[p] > rejected[p] ? 1 : 0;
+    }
+    const json& last = ours.back();
+    ASSERT_TRUE(last.contains("eval_min_reward")) << last.dump();
+    expect_close(last["eval_min_reward"], lowest, 1e-4, 1.0, "exported model's lowest score");
+    expect_close(last["eval_max_reward"], highest, 1e-4, 1.0, "exported model's highest score");
+    expect_close(last["eval_mean_reward"], sum / 16, 1e-4, 1.0, "exported model's mean score");
+    expect_close(last["eval_margin"], margin / 8, 1e-4, 1.0, "exported model's mean margin");
+    EXPECT_EQ(last["eval_accuracy"].get<double>(), accurate / 8);
+    // Generation and export read causal language models: refused by name.
+    ModelSources sources;
+    sources.base = out + "/model";
+    const auto opened = open_inference_model(sources, torch::kCPU, "auto");
+    ASSERT_FALSE(opened.is_ok());
+    EXPECT_NE(opened.status().message().find("sequence classifier"), std::string::npos) << opened.status().to_string();
+  }
+  // From the causal language model's folder: its head is dropped, the
+  // score starts from Tailor's initialisation, and training runs.
+  RunConfig causal = load_job(dir, yaml, {"model.path=" + dir.file("base"), "training.max_steps=2"});
+  causal.strategy.precision = dsl::Precision::kFp32;
+  causal.strategy.micro_batch_size = 8;
+  causal.strategy.grad_accumulation = 1;
+  causal.strategy.pairs = true;
+  ASSERT_EQ(train_in(causal, dir.file("from_causal")), RunnerExit::kOk);
+  const std::vector<json> steps = lines(dir.file("from_causal") + "/metrics.jsonl");
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_TRUE(std::isfinite(steps.back()["loss"].get<double>()));
+}
+
 // The planner's estimate for each placement against the run's measured
 // memory: the components it doubles (activations, logits) and the copy;
 // and ORPO's, without a reference but with its prompts through the head
@@ -295,6 +411,7 @@ TEST(PreferenceTest, TheEstimateHoldsForEachReferencePlacementAndWithout) {
       {"separate", dsl::Reference::kSeparate, false, {}},
       {"orpo", dsl::Reference::kNone, false, {"training.method=orpo"}},
       {"simpo-lora", dsl::Reference::kNone, true, {"training.method=simpo"}},
+      {"reward", dsl::Reference::kNone, false, {"training.method=reward"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""The Hugging Face side of Tailor's reward-model tests: TRL's RewardTrainer
+on a tiny sequence classifier, and transformers' AutoModelForSequenceClassification
+scoring the folder Tailor exports. Run with the project's .venv, on the CPU.
+
+  reward_reference.py make DIR
+      dpo_reference.py's DIR/base/ (a tiny Llama with a BPE tokenizer whose
+      pad token <|pad|> is not its EOS) and DIR/pairs.jsonl (8 pairs), and
+      DIR/reward_base/: that Llama loaded by AutoModelForSequenceClassification
+      with one label (its body as saved, its score head initialised by
+      transformers under seed 0, lm_head dropped) and config.pad_token_id
+      the tokenizer's pad, saved with the tokenizer files.
+  reward_reference.py run DIR MICRO:ACCUM...
+      for each case, writes DIR/reward_MICROxACCUM.json: trl.RewardTrainer on
+      DIR/reward_base over DIR/pairs.jsonl (AdamW lr 1e-3 constant, betas
+      0.9/0.95, eps 1e-8, no weight decay, gradients clipped to norm 1, MICRO
+      pairs per micro-batch, ACCUM micro-batches a step, MICRO * ACCUM = 8,
+      so every step sees every pair once), 20 steps: "steps", one entry per
+      optimizer step with TRL's logged loss, accuracy, margin, min_reward,
+      mean_reward, max_reward and grad_norm (before clipping); "tokens", per
+      pair in file order the chosen_ids and rejected_ids TRL trained on.
+  reward_reference.py score FOLDER PAIRS OUT
+      loads FOLDER with AutoTokenizer and AutoModelForSequenceClassification
+      (fp32), scores every pair of PAIRS (a .jsonl) as TRL tokenizes it
+      (prompt + completion + the EOS text) in one batch padded on the right,
+      and writes OUT: {"chosen": [...], "rejected": [...]}.
+
+What TRL 1.16's RewardTrainer does with this data, which the runner matches:
+  - chosen = prompt + chosen + eos_token (the text), tokenized with the
+    tokenizer's defaults (so <|bos|> first); likewise rejected;
+  - the model pools each row at its last token that is not the pad token
+    (transformers' sequence classifiers), here the EOS;
+  - the loss is the mean over the micro-batch's pairs of
+    -log sigmoid(r_chosen - r_rejected); logged metrics are the means over
+    the step's micro-batches of each micro-batch's value (min_reward and
+    max_reward too: per micro-batch extremes, averaged).
+"""
+import json
+import os
+import sys
+import tempfile
+
+# dpo_reference sets the environment (no GPU, no network) before torch loads.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dpo_reference  # noqa: E402
+import torch  # noqa: E402
+
+STEPS = dpo_reference.STEPS
+PAIRS_PER_STEP = dpo_reference.PAIRS_PER_STEP
+METRICS = ["loss", "accuracy", "margin", "min_reward", "mean_reward", "max_reward", "grad_norm"]
+
+
+def make(root):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    dpo_reference.make(root)
+    base = os.path.join(root, "base")
+    out = os.path.join(root, "reward_base")
+    tok = AutoTokenizer.from_pretrained(base)
+    if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
+        sys.exit("reward_reference.py: the base tokenizer needs a pad token of its own")
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1, dtype=torch.float32)
+    model.config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def run(root, micro, accum, out):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import RewardConfig, RewardTrainer
+
+    dpo_reference.quiet_and_deterministic()
+    base = os.path.join(root, "reward_base")
+    with tempfile.TemporaryDirectory() as scratch:
+        pairs = dpo_reference.load_pairs(root, scratch)
+        args = RewardConfig(max_length=None, center_rewards_coefficient=None,
+                            **dpo_reference.trainer_args(scratch, micro, accum))
+        model = AutoModelForSequenceClassification.from_pretrained(base, dtype=torch.float32)
+        trainer = RewardTrainer(model=model, args=args, train_dataset=pairs,
+                                processing_class=AutoTokenizer.from_pretrained(base))
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        trainer.train()
+
+    steps = []
+    for entry in trainer.state.log_history:
+        if "loss" in entry:
+            steps.append({"step": entry["step"], **{k: float(entry[k]) for k in METRICS}})
+    if [s["step"] for s in steps] != list(range(1, STEPS + 1)):
+        sys.exit(f"reward_reference.py: TRL logged steps {[s['step'] for s in steps]}, expected 1..{STEPS}")
+    tokens = [{k: list(row[k]) for k in ("chosen_ids", "rejected_ids")} for row in trainer.train_dataset]
+    with open(out, "w") as f:
+        json.dump({"micro_batch": micro, "accumulation": accum, "steps": steps, "tokens": tokens}, f, indent=1)
+
+
+def score(folder, pairs_path, out):
+    import transformers
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32).eval()
+    if model.config.num_labels != 1:
+        sys.exit(f"reward_reference.py: {folder} has {model.config.num_labels} labels, expected 1")
+    if model.config.pad_token_id is None:
+        sys.exit(f"reward_reference.py: {folder}'s config.json has no pad_token_id")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    with open(pairs_path) as f:
+        pairs = [json.loads(line) for line in f if line.strip()]
+    texts = [p["prompt"] + p[which] + tok.eos_token for which in ("chosen", "rejected") for p in pairs]
+    batch = tok(texts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        scores = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.squeeze(-1)
+    n = len(pairs)
+    with open(out, "w") as f:
+        json.dump({"chosen": scores[:n].tolist(), "rejected": scores[n:].tolist()}, f)
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "make":
+        make(sys.argv[2])
+        return
+    if len(sys.argv) >= 4 and sys.argv[1] == "run":
+        root = sys.argv[2]
+        for case in sys.argv[3:]:
+            parts = case.split(":")
+            if len(parts) != 2 or not all(p.isdigit() for p in parts):
+                sys.exit(f"reward_reference.py: {case!r} is not MICRO:ACCUM")
+            micro, accum = int(parts[0]), int(parts[1])
+            if micro < 1 or accum < 1 or micro * accum != PAIRS_PER_STEP:
+                sys.exit(f"reward_reference.py: MICRO * ACCUM must be {PAIRS_PER_STEP}, got {micro} * {accum}")
+            run(root, micro, accum, os.path.join(root, f"reward_{micro}x{accum}.json"))
+        return
+    if len(sys.argv) == 5 and sys.argv[1] == "score":
+        score(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
+    sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
