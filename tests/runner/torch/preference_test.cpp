@@ -17,6 +17,7 @@
 #include "runner/data/dataset.h"
 #include "runner/data/tokenizer.h"
 #include "runner/torch/inference_model.h"
+#include "runner/torch/run.h"
 #include "runner/torch/trainer.h"
 #include "strategies/candidate.h"
 #include "tests/runner/torch/estimate_and_train.h"
@@ -391,6 +392,34 @@ TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) 
   const std::vector<json> steps = lines(dir.file("from_causal") + "/metrics.jsonl");
   ASSERT_EQ(steps.size(), 2u);
   EXPECT_TRUE(std::isfinite(steps.back()["loss"].get<double>()));
+}
+
+// A reward model's rows: each row's inputs then its last target, one
+// column wider, padded; the score read at the last token that is not the
+// pad, as transformers pools: the EOS where the tokenizer has a pad token
+// of its own, the token before it where the pad is the EOS (TRL's fallback).
+TEST(PreferenceTest, ARewardModelReadsEachRowWhereTransformersPools) {
+  data::Batch b;
+  b.rows = 2;
+  b.seq_len = 4;
+  const std::int32_t eos = 9, pad = 7;
+  // Row 0: BOS 5 6, then EOS as its last target; row 1 fills the row.
+  b.inputs = {1, 5, 6, pad, 1, 2, 3, 4};
+  b.targets = {-100, 6, eos, -100, -100, 3, 4, eos};
+  b.positions = {0, 1, 2, 0, 0, 1, 2, 3};
+  b.segment_ids = {0, 0, 0, -1, 0, 0, 0, 0};
+  const ScoredRows own = scored_rows(b, torch::kCPU, pad);
+  EXPECT_EQ(own.input.input_ids.sizes(), (std::vector<std::int64_t>{2, 5}));
+  const auto ids = own.input.input_ids.contiguous();
+  EXPECT_EQ(std::vector<std::int64_t>(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + 10),
+            (std::vector<std::int64_t>{1, 5, 6, eos, pad, 1, 2, 3, 4, eos}));
+  const auto pos = own.input.positions.contiguous();
+  EXPECT_EQ(std::vector<std::int64_t>(pos.data_ptr<std::int64_t>(), pos.data_ptr<std::int64_t>() + 10),
+            (std::vector<std::int64_t>{0, 1, 2, 3, 0, 0, 1, 2, 3, 4}));
+  EXPECT_EQ(own.last, (std::vector<std::int64_t>{3, 4}));
+  // The EOS as padding: the rows pad with it and the score skips it.
+  b.inputs[3] = eos;
+  EXPECT_EQ(scored_rows(b, torch::kCPU, eos).last, (std::vector<std::int64_t>{2, 3}));
 }
 
 // The planner's estimate for each placement against the run's measured
