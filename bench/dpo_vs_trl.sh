@@ -32,10 +32,14 @@ tailor() {
   local training="method: dpo, beta: 0.1"
   [[ $2 == orpo ]] && training="method: orpo, lambda: 0.1"
   [[ $2 == simpo ]] && training="method: simpo, beta: 2.0, gamma: 1.0"
-  local adapter=none lora=""
+  # The full fine-tune pins the frozen copy: TRL's DPOTrainer forwards its
+  # reference every step too (precomputed would move that before the steps).
+  local adapter=none extra=""
+  [[ $2 == dpo ]] && extra=", reference: separate"
   if [[ $1 == lora ]]; then
     adapter=lora
-    lora=", lora: {r: 16, alpha: 32, dropout: 0}"
+    extra=", lora: {r: 16, alpha: 32, dropout: 0}"
+    [[ $2 == dpo ]] && extra+=", reference: adapter_off"
   fi
   cat > "$work/job.yaml" <<YAML
 apiVersion: tailor/v1
@@ -44,7 +48,7 @@ name: bench-$2-$1
 model: {path: $work/base}
 data: {train: $work/pairs.jsonl, seq_len: 512}
 training: {$training, global_batch_size: 8, micro_batch_size: 8, max_steps: $((steps + warmup)), lr: 1e-5, scheduler: constant}
-strategy: {precision: fp32, gradient_checkpointing: false, adapter: $adapter, optimizer: adamw$lora}
+strategy: {precision: fp32, gradient_checkpointing: false, adapter: $adapter, optimizer: adamw$extra}
 resources: {gpus: 0, host_memory: 8GiB}
 YAML
   "$root/$build/bin/tailor" plan --output json "$work/job.yaml" > "$work/plan.json"

@@ -2,10 +2,12 @@
 # On a machine with a CUDA GPU: preference training's memory, the planner's
 # estimate against the CUDA allocator's peak, for each place the reference
 # model can go (the base with the adapters off under LoRA and QLoRA, a
-# separate frozen copy beside a full fine-tune) and for the methods without
-# one (ORPO, SimPO, a reward model: CASES="reward none -"); tokens/s, the
-# final loss and margin beside them. One run per case, one after the other
-# in one invocation.
+# separate frozen copy beside a full fine-tune, the pairs scored before
+# training: precomputed) and for the methods without one (ORPO, SimPO, a
+# reward model: CASES="reward none -"); tokens/s, the final loss and margin
+# beside them, and for precomputed the pass's pairs scored and seconds (a
+# second such case on the same weights reads the cache: 0 scored). One run
+# per case, one after the other in one invocation, sharing a cache folder.
 #
 # The model is Llama 3.2 1B's shape (16 layers, hidden 2048, GQA 32/8,
 # vocabulary 128256, tied head), randomly initialised, with the byte-level
@@ -73,20 +75,24 @@ plan = json.load(open(plan_path))
 rows = [json.loads(l) for l in open(out + "/metrics.jsonl")]
 timed = rows[int(warmup):] or rows
 tps = len(timed) / sum(1 / r["tokens_per_second"] for r in timed)
+ref = [json.loads(l) for l in open(out + "/events.jsonl") if '"reference"' in l]
+ref = [e for e in ref if e["event"] == "reference"]
+pass_text = f'{ref[0]["computed"]:>6} {ref[0]["seconds"]:7.1f}' if ref else f'{"-":>6} {"-":>7}'
 peak = max(r["memory"]["peak_bytes"] for r in rows)
 est = plan["memory"]["per_gpu"]["total"] - int(context) * 2**20
 s = plan["strategy"]
 mb = f'{s["micro_batch_size"]}x{s["gradient_accumulation_steps"]}'
 print(f"{label:<24} {s['precision']:<6} {mb:<5} {tps:9.0f} {rows[-1]['loss']:8.4f} "
       f"{rows[-1].get('rewards/margins', rows[-1].get('margin', float('nan'))):8.4f} {peak / 2**20:9.0f} "
-      f"{est / 2**20:9.0f} {peak / est:6.3f}",
+      f"{est / 2**20:9.0f} {peak / est:6.3f} {pass_text}",
       flush=True)
 PY
 }
 
 "$python" -c 'import torch; print("torch", torch.__version__, "on", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "the CPU")'
 echo "Llama $layers x $hidden, vocab $vocab; $seq tokens a row, pairs of rows; peak: the allocator's; plan: the per-GPU estimate less the CUDA context ($context MiB)"
-printf '%-24s %-6s %-5s %9s %8s %8s %9s %9s %6s\n' case prec mb tokens/s loss margins peak_MiB plan_MiB ratio
+printf '%-24s %-6s %-5s %9s %8s %8s %9s %9s %6s %6s %7s\n' case prec mb tokens/s loss margins peak_MiB plan_MiB ratio \
+  scored pass_s
 for ((i = 0; i < ${#cases[@]}; i += 3)); do
   method=${cases[i]} adapter=${cases[i + 1]} reference=${cases[i + 2]}
   spec "$method" "$adapter" "$reference"

@@ -166,6 +166,8 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
                       "): micro-batches of pairs, two rows each");
     row("reference", s.reference == dsl::Reference::kAdapterOff
                          ? "adapter_off (the base with the adapters switched off: no bytes)"
+                     : s.reference == dsl::Reference::kPrecomputed
+                         ? "precomputed (one forward over the pairs before training, cached on disk: no bytes)"
                          : "separate (a frozen copy: " + plan.chosen.memory.reference.to_string() + " in weights)");
   }
 

@@ -250,6 +250,10 @@ struct TrainingSpec {
   // dpo, robust and exo_pair: the assumed share of flipped preference
   // labels, in [0, 0.5) (exo_pair: above 0). Default 0.
   double label_smoothing = 0.0;
+  // reward: the weight of the pairs' mean squared summed score, mean((r_w +
+  // r_l)^2), beside the pair loss, which keeps the scores centred on zero
+  // (Eisenstein et al. 2023; TRL's center_rewards_coefficient). Default 0.
+  double center_rewards = 0.0;
 };
 
 struct LoraSpec {

@@ -157,8 +157,8 @@ struct EnumNames<Offload> : TechniqueKnobNames<Offload> {};
 template <>
 struct EnumNames<Reference> {
   static const std::vector<std::pair<Reference, const char*>>& names() {
-    static const std::vector<std::pair<Reference, const char*>> k = {{Reference::kAdapterOff, "adapter_off"},
-                                                                      {Reference::kSeparate, "separate"}};
+    static const std::vector<std::pair<Reference, const char*>> k = {
+        {Reference::kAdapterOff, "adapter_off"}, {Reference::kSeparate, "separate"}, {Reference::kPrecomputed, "precomputed"}};
     return k;
   }
 };
@@ -545,6 +545,11 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
             "simpo: the target reward margin between the chosen and the rejected completion, >= 0. Default 1.0 "
             "(gamma / beta 0.5, the SimPO paper's default ratio).",
             &TrainingSpec::gamma, number_at_least(0))),
+      only_for({TrainingMethod::kReward}, field("center_rewards",
+            "reward: the weight of mean((r_chosen + r_rejected)^2) added to the loss, which keeps the scores "
+            "centred on zero, >= 0 (Eisenstein et al. 2023, 'Helping or Herding?'; TRL's "
+            "center_rewards_coefficient, which suggests 0.01). Default 0 (off).",
+            &TrainingSpec::center_rewards, number_at_least(0))),
       only_for({TrainingMethod::kOrpo}, field("lambda",
             "orpo: the weight of the odds-ratio term beside the chosen sequence's NLL, > 0. Default 0.1 (the "
             "ORPO paper's lambda; TRL's ORPOConfig calls it beta).",
@@ -596,23 +601,14 @@ Field<StrategySpec> reference_field() {
   Field<StrategySpec> f = auto_field(
       "reference",
       "dpo: where the reference model's log-probabilities come from: adapter_off (LoRA/QLoRA: the same "
-      "weights with the adapters off; no memory, one more forward), separate (a frozen copy of the starting "
-      "weights), or auto (adapter_off under adapters, else separate).",
+      "weights with the adapters off; no memory, one more forward each step), precomputed (one forward over "
+      "the data before training, cached on disk for later jobs; no memory), separate (a frozen copy of the "
+      "starting weights; full fine-tuning below ZeRO-3), or auto (adapter_off under adapters, else "
+      "precomputed).",
       &StrategySpec::reference);
   f.write = [write = f.write](const StrategySpec& s) -> std::optional<Node> {
     if (!s.reference) return std::nullopt;
     return write(s);
-  };
-  // The placement the issue names but the runner does not have yet is
-  // refused as such, not as a typo.
-  f.read = [read = f.read](const Node& n, StrategySpec& s, const std::string& path, Diagnostics& d) {
-    if (n.is_scalar() && to_lower(n.scalar) == "precomputed") {
-      d.error(n.location, path,
-              "precomputed (the reference's log-probabilities computed once and cached) is not built yet; use "
-              "adapter_off, separate or auto");
-      return;
-    }
-    read(n, s, path, d);
   };
   return f;
 }

@@ -426,6 +426,7 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
       {"training.loss_type", {TrainingMethod::kDpo}, "dpo"},
       {"training.label_smoothing", {TrainingMethod::kDpo}, "dpo"},
       {"training.gamma", {TrainingMethod::kSimpo}, "simpo"},
+      {"training.center_rewards", {TrainingMethod::kReward}, "reward"},
       {"training.lambda", {TrainingMethod::kOrpo}, "orpo (its odds-ratio weight; simpo and dpo read beta)"},
       {"strategy.reference", {TrainingMethod::kDpo}, "dpo (orpo, simpo and reward have no reference model)"},
       {"data.chosen_field", {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo, TrainingMethod::kReward},
@@ -449,16 +450,16 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
   const Adapter* adapter = spec.strategy.adapter ? &*spec.strategy.adapter : nullptr;
   if (spec.strategy.reference == Reference::kAdapterOff && adapter != nullptr && *adapter == Adapter::kNone) {
     d.error(loc_at(root, "strategy.reference"), "strategy.reference",
-            "adapter_off needs adapters (lora or qlora), but strategy.adapter is none; use separate");
+            "adapter_off needs adapters (lora or qlora), but strategy.adapter is none; use precomputed or separate");
   }
   if (spec.strategy.reference == Reference::kSeparate && adapter != nullptr && *adapter != Adapter::kNone) {
     d.error(loc_at(root, "strategy.reference"), "strategy.reference",
-            "a separate reference beside adapters is not built: adapter_off is the same reference (the adapters "
-            "start at zero) without the copy");
+            "a separate reference beside adapters is not built: adapter_off and precomputed are the same "
+            "reference (the adapters start at zero) without the copy");
   }
   if (spec.strategy.reference == Reference::kNone) {
     d.error(loc_at(root, "strategy.reference"), "strategy.reference",
-            "dpo needs a reference model: adapter_off, separate or auto");
+            "dpo needs a reference model: adapter_off, precomputed, separate or auto");
   }
   const PreferenceLoss loss = spec.training.loss_type;
   if (node_at(root, "training.label_smoothing") != nullptr && !uses_label_smoothing(loss)) {

@@ -14,8 +14,10 @@ constexpr std::array<std::pair<Optimizer, const char*>, 4> kOptimizers = {
     {{Optimizer::kAdamw, "adamw"}, {Optimizer::kAdamw8bit, "adamw_8bit"}, {Optimizer::kSgd, "sgd"}, {Optimizer::kLion, "lion"}}};
 constexpr std::array<std::pair<Offload, const char*>, 3> kOffloads = {
     {{Offload::kNone, "none"}, {Offload::kOptimizer, "optimizer"}, {Offload::kOptimizerAndParams, "optimizer_and_params"}}};
-constexpr std::array<std::pair<Reference, const char*>, 3> kReferences = {
-    {{Reference::kNone, "none"}, {Reference::kAdapterOff, "adapter_off"}, {Reference::kSeparate, "separate"}}};
+constexpr std::array<std::pair<Reference, const char*>, 4> kReferences = {{{Reference::kNone, "none"},
+                                                                          {Reference::kAdapterOff, "adapter_off"},
+                                                                          {Reference::kSeparate, "separate"},
+                                                                          {Reference::kPrecomputed, "precomputed"}}};
 
 constexpr std::array<TechniqueInfo, 17> kTechniques = {{
     {Technique::kFp32, "fp32", Knob::kPrecision},

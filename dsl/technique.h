@@ -27,6 +27,7 @@ enum class Reference {
   kNone,        // sft: no reference
   kAdapterOff,  // LoRA/QLoRA: the same weights with the adapters switched off; no bytes, one more forward
   kSeparate,    // a frozen copy of the starting weights beside the trained ones
+  kPrecomputed, // one forward over the data before training; log-probabilities cached on disk, no bytes
 };
 
 // A technique the planner may choose (or a spec allow or forbid).

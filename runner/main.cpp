@@ -59,10 +59,11 @@ options:
                        plan on a GPU). Exceeding it fails the allocation as
                        the device running out would.
   --threads N          intra-op threads (default: every core)
-  --cache-dir DIR      where tokenized data files are cached (default
+  --cache-dir DIR      where tokenized data files and a precomputed DPO
+                       reference's log-probabilities are cached (default
                        $TAILOR_CACHE_DIR, else $XDG_CACHE_HOME/tailor/tokens,
                        else ~/.cache/tailor/tokens); an unusable folder means
-                       tokenizing in memory, with a warning
+                       tokenizing and scoring in memory, with a warning
   --progress           redraw a progress line on stderr (default on a terminal)
   --quiet              no progress output
   --probe              print LibTorch's version, devices and matmul rates

@@ -9,7 +9,7 @@ namespace tailor::strategies {
 dsl::Reference reference_for(const dsl::JobSpec& spec, const Strategy& s) {
   if (!dsl::needs_reference(spec.training.method)) return dsl::Reference::kNone;
   if (spec.strategy.reference) return *spec.strategy.reference;
-  return s.adapter != Adapter::kNone ? dsl::Reference::kAdapterOff : dsl::Reference::kSeparate;
+  return s.adapter != Adapter::kNone ? dsl::Reference::kAdapterOff : dsl::Reference::kPrecomputed;
 }
 
 Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy& strategy, const PlanOptions& o) {

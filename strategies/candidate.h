@@ -42,7 +42,9 @@ struct PlanOptions {
 
 // Where a dpo job's reference log-probabilities come from under `s`: the
 // spec's pin, else the adapters switched off when `s` trains adapters (no
-// bytes) and a frozen copy when it trains every weight. kNone for sft.
+// bytes, no pass before training) and precomputed when it trains every
+// weight (no bytes either, where a frozen copy would need every weight
+// once more; the same forwards, once per pair). kNone for sft.
 dsl::Reference reference_for(const dsl::JobSpec& spec, const Strategy& s);
 
 // One evaluated strategy.

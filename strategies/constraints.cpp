@@ -125,10 +125,11 @@ std::string Constraints::why_not(const Strategy& s) const {
       return "the reference adapter_off needs adapters (strategy.reference is pinned)";
     }
     if (r == dsl::Reference::kSeparate && s.adapter != Adapter::kNone) {
-      return "a separate reference beside adapters is not built: adapter_off is the same reference without the copy";
+      return "a separate reference beside adapters is not built: adapter_off and precomputed are the same reference "
+             "without the copy";
     }
     if (r == dsl::Reference::kSeparate && s.zero_stage == 3) {
-      return "a separate reference under ZeRO-3 is not built (the copy would need sharding)";
+      return "a separate reference under ZeRO-3 is not built (the copy would need sharding; precomputed needs none)";
     }
   }
   // Answers to eval_prompts are generated on rank 0 alone, from the whole

@@ -89,7 +89,8 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   if (s.reference != Reference::kNone) {
     const double reference_compute = forward * micro_tokens / (peak_tflops * 1e12 * utilisation);
     const double dequant_forward = micro_dequant > 0 ? micro_dequant / (2.0 + recompute_fraction) : 0.0;
-    t.reference_seconds = accum * (reference_compute + dequant_forward);
+    const double seconds = accum * (reference_compute + dequant_forward);
+    (s.reference == Reference::kPrecomputed ? t.reference_pass_seconds : t.reference_seconds) = seconds;
   }
 
   // Gradient and parameter traffic between GPUs.

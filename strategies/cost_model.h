@@ -74,6 +74,10 @@ struct Throughput {
   double offload_seconds = 0;     // host transfers and CPU optimizer per step
   double optimizer_seconds = 0;   // on-device optimizer update per step
   double reference_seconds = 0;   // dpo: the reference model's forward passes per step (no backward)
+  // dpo, reference precomputed: the same forwards over a step's pairs, paid
+  // once before training instead of every step (none for pairs the cache
+  // holds); not in step_seconds.
+  double reference_pass_seconds = 0;
   double step_seconds = 0;
   double tokens_per_second = 0;
 };

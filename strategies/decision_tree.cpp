@@ -223,22 +223,40 @@ class Walker {
     if (target_.reference == Reference::kNone) return;
     const Candidate e = evaluate(spec_, hw_, target_, o_);
     Decision d = measure("reference",
-                         "Where does the reference model go (DPO scores both completions with it every step)?", e);
+                         "Where does the reference model go (DPO scores both completions with it)?", e);
     d.verdict = Verdict::kApplied;
     d.saved = Bytes(0) - e.memory.reference;
-    char time[96];
+    char time[160];
     std::snprintf(time, sizeof time, "its forward over both completions adds %.3g s a step (estimated)",
                   e.throughput.reference_seconds);
     if (target_.reference == Reference::kAdapterOff) {
       d.change = "switch the adapters off for the reference's forward";
       d.reason = std::string("no bytes: the base weights are the reference, since the adapters start at zero; ") + time;
+      if (!spec_.strategy.reference) {
+        d.reason += "; precomputed would pay that forward once per pair before training (fewer forwards when the "
+                    "data is read more than once, none for pairs a cache holds)";
+      }
+    } else if (target_.reference == Reference::kPrecomputed) {
+      std::snprintf(time, sizeof time,
+                    "its forward over both completions takes about %.3g s per step's pairs, once, before training "
+                    "(none for pairs the cache already holds)",
+                    e.throughput.reference_pass_seconds);
+      d.change = "compute the reference's log-probabilities before training and cache them";
+      d.reason = std::string("no bytes: the starting weights score every pair the run reads before the first "
+                             "update, and the cache keeps the scores for later jobs on the same weights and data; ") +
+                 time;
+      if (target_.adapter == Adapter::kNone && !spec_.strategy.reference) {
+        d.reason += "; a frozen copy would need " +
+                    Bytes(static_cast<std::int64_t>(static_cast<double>(e.memory.trainable_parameters) *
+                                                    weight_bytes_per_param(target_.precision)))
+                        .to_string() +
+                    " and the same forward every step";
+      }
     } else {
       d.change = "keep a frozen copy of the starting weights";
       d.reason = "the copy needs " + e.memory.reference.to_string() + " (every weight in " +
                  dsl::to_string(target_.precision) + "); " + time;
-      if (target_.adapter == Adapter::kNone && !spec_.strategy.reference) {
-        d.reason += "; adapters would need no copy (adapter_off), but the plan trains every weight";
-      }
+      if (target_.adapter == Adapter::kNone) d.reason += "; precomputed would need no copy";
     }
     if (spec_.strategy.reference) d.reason += " (pinned by the spec)";
     out_.push_back(d);

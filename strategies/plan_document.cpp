@@ -47,6 +47,7 @@ void write_throughput(JsonWriter& w, const Throughput& t) {
   w.field("offload_seconds", t.offload_seconds);
   w.field("optimizer_seconds", t.optimizer_seconds);
   if (t.reference_seconds > 0) w.field("reference_seconds", t.reference_seconds);
+  if (t.reference_pass_seconds > 0) w.field("reference_pass_seconds", t.reference_pass_seconds);
   w.end_object();
 }
 

@@ -22,6 +22,7 @@ std::string Strategy::describe() const {
   if (cross_entropy == CrossEntropy::kFusedLinear) out += ", fused linear cross-entropy";
   if (reference == Reference::kAdapterOff) out += ", reference: adapters off";
   if (reference == Reference::kSeparate) out += ", reference: a frozen copy";
+  if (reference == Reference::kPrecomputed) out += ", reference: precomputed";
   return out;
 }
 

@@ -45,7 +45,7 @@ std::string why_not_executable(const strategies::Strategy& s) {
     return "the reference adapter_off needs adapters";
   }
   if (s.reference == dsl::Reference::kSeparate && (s.adapter != dsl::Adapter::kNone || s.zero_stage == 3)) {
-    return "a separate reference is built for full fine-tuning below ZeRO-3 only";
+    return "a separate reference is built for full fine-tuning below ZeRO-3 only (precomputed works everywhere)";
   }
   return {};
 }

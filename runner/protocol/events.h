@@ -39,6 +39,13 @@ inline constexpr const char* kEval = "eval";
 // (greedy): step, seconds, answers: [{prompt, text, tokens (how many),
 // stopped (at an end token, else the eval_max_tokens limit)}].
 inline constexpr const char* kGeneration = "generation";
+// strategy.reference precomputed: the reference's log-probabilities of the
+// pairs the run reads, before training: pairs (distinct pairs), cached
+// (read from the cache), computed (scored now), batches (forwards, every
+// rank's), seconds, cache_file (empty without a cache folder), written
+// (the file was rewritten with the pairs computed), problem (a damaged or
+// foreign file that was ignored, or why writing failed), when there is one.
+inline constexpr const char* kReference = "reference";
 // Terminal events, each with "exit_code".
 inline constexpr const char* kDone = "done";
 inline constexpr const char* kError = "error";            // message

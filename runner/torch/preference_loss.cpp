@@ -143,11 +143,12 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
   return out;
 }
 
-PreferenceLossOut reward_loss(const torch::Tensor& scores) {
+PreferenceLossOut reward_loss(const torch::Tensor& scores, double center) {
   const std::int64_t pairs = scores.size(0) / 2;
   const torch::Tensor chosen = scores.narrow(0, 0, pairs), rejected = scores.narrow(0, pairs, pairs);
   PreferenceLossOut out;
-  const torch::Tensor per_pair = -torch::log_sigmoid(chosen - rejected);
+  torch::Tensor per_pair = -torch::log_sigmoid(chosen - rejected);
+  if (center > 0) per_pair = per_pair + center * (chosen + rejected).square();
   out.loss_sum = per_pair.sum();
   const torch::Tensor r = scores.detach().to(torch::kFloat64);
   const torch::Tensor w = r.narrow(0, 0, pairs), l = r.narrow(0, pairs, pairs);

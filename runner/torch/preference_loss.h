@@ -80,9 +80,10 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
                                   const torch::Tensor& tokens, const dsl::TrainingSpec& t);
 
 // reward, on each row's score r (fp32, chosen rows then rejected):
-// -log sigmoid(r_w - r_l) (the Bradley-Terry model; Ouyang et al. 2022;
-// TRL's RewardTrainer without margins or centring). The sums' rewards are
-// the scores themselves.
-PreferenceLossOut reward_loss(const torch::Tensor& scores);
+// -log sigmoid(r_w - r_l) (the Bradley-Terry model; Ouyang et al. 2022),
+// plus `center` (r_w + r_l)^2 (training.center_rewards; Eisenstein et al.
+// 2023): TRL's RewardTrainer without its per-pair margins. The sums' loss
+// holds both terms, as TRL logs it; their rewards are the scores.
+PreferenceLossOut reward_loss(const torch::Tensor& scores, double center = 0.0);
 
 }  // namespace tailor::runner

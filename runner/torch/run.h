@@ -30,6 +30,7 @@
 #include "runner/data/dataset.h"
 #include "runner/device_choice.h"
 #include "runner/dist/communicator.h"
+#include "runner/io/logp_cache.h"
 #include "runner/torch/checkpoint.h"
 #include "runner/torch/cuda_memory.h"
 #include "runner/torch/gradient_sync.h"
@@ -230,9 +231,6 @@ class Run {
   // What the model reads of a pair batch: pair_input, or a reward model's
   // scored_rows.
   ModelInput pairs_input(const data::Batch& b) const;
-  // The reference's summed log-probability of each row's trained targets,
-  // without gradients: the adapters switched off, or the separate copy.
-  Result<torch::Tensor> reference_logps(const data::Batch& b);
   // The pairs' loss from the trained model's final hidden states; orpo's
   // NLL enters loss_sum times `nll_weight` (the step's pairs over its
   // chosen tokens, so that dividing by the pairs leaves a per-token mean).
@@ -241,6 +239,30 @@ class Run {
   // Sums of every rank's pairs.
   Status reduce_preference(PreferenceSums& sums);
   void write_preference(JsonWriter& w, const PreferenceSums& s, const char* prefix) const;
+
+  // run_reference.cpp
+  // The reference's summed log-probability of each row's trained targets,
+  // without gradients: the adapters switched off, the separate copy, or
+  // the table the pass before training made (precomputed).
+  Result<torch::Tensor> reference_logps(const data::Batch& b);
+  // The model's own with its adapters (if any) switched off: adapter_off's
+  // reference, and precomputed's before the first update.
+  Result<torch::Tensor> base_logps(const data::Batch& b);
+  // What names the reference in the cache (io/logp_cache.h): the starting
+  // weights' checksum, the architecture, dtype, quantisation and device.
+  // Before adapters are attached (QLoRA then quantises the base).
+  std::string reference_identity() const;
+  // Each batch whose pairs this run reads, in one order on every rank: a
+  // pass over data.train when the run reads it whole at least once, else
+  // the batches its steps draw; the longest batch (probe); data.eval's pass.
+  void for_each_reference_batch(const std::function<void(const data::Batch&)>& fn);
+  // precomputed: reference_table_ filled for every pair the run reads, from
+  // the cache where it holds them, by this model's forward (adapters off)
+  // otherwise, the ranks sharing the batches; then the cache rewritten with
+  // them. Before the gradient synchronisation exists, so every rank holds
+  // the whole model and its forwards are its own (ZeRO-3 too), and before
+  // resume moves the weights. `identity`: rank 0's reference_identity().
+  Status precompute_reference(const std::string& identity);
 
   // run_checkpoints.cpp
   // Collective where ranks shard: every rank calls it at the same steps; a
@@ -268,6 +290,7 @@ class Run {
   Data data_;
   CausalLM model_{nullptr};
   CausalLM reference_{nullptr};  // dpo with strategy.reference separate
+  io::LogpTable reference_table_;  // dpo with strategy.reference precomputed: by io::pair_key
   bool exporting_ = false;       // export_model: no training, so no reference
   bool diverged_ = false;        // check_loss saw a non-finite loss: the run ends as kDiverged
   // Checkpoints this run wrote and failed to write (rank 0's count), and

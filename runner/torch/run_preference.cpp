@@ -1,12 +1,11 @@
 // Preference training (training.method dpo, orpo, simpo, reward) in the
-// run (run.h): the reference model's log-probabilities (dpo), the pairs'
-// loss (orpo: with its NLL; reward: on each row's score), and its metrics
-// under the names TRL reports them (rewards/chosen, ..., logps/rejected;
-// orpo's nll_loss and log odds; reward's accuracy, margin and
-// min/mean/max_reward).
+// run (run.h): the pairs' loss (orpo: with its NLL; reward: on each row's
+// score), and its metrics under the names TRL reports them
+// (rewards/chosen, ..., logps/rejected; orpo's nll_loss and log odds;
+// reward's accuracy, margin and min/mean/max_reward). The reference's
+// log-probabilities are run_reference.cpp's.
 #include "runner/data/batcher.h"
 #include "runner/torch/data_parallel.h"
-#include "runner/torch/lora.h"
 #include "runner/torch/run.h"
 
 namespace tailor::runner {
@@ -49,30 +48,6 @@ ModelInput Run::pairs_input(const data::Batch& b) const {
   return pair_input(b, dev_);
 }
 
-Result<torch::Tensor> Run::reference_logps(const data::Batch& b) {
-  // ORPO and SimPO have none.
-  if (st_.reference == dsl::Reference::kNone) return torch::Tensor();
-  torch::NoGradGuard no_grad;
-  const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
-  torch::Tensor out;
-  if (reference_) {
-    out = sequence_logps(*reference_, reference_->hidden_states(pair_input(b, dev_)), targets);
-  } else {
-    // The adapters start at zero, so the base is the starting model. Off
-    // also skips their dropout; the base's forward is the model's own, so
-    // ZeRO-3 gathers its units as for any forward.
-    struct Reenable {
-      CausalLMImpl& model;
-      ~Reenable() { set_lora_enabled(model, true); }
-    } reenable{*model_};
-    set_lora_enabled(*model_, false);
-    out = sequence_logps(*model_, model_->hidden_states(pair_input(b, dev_)), targets);
-    // ZeRO-3's head is still gathered: no backward released it.
-    if (sync_->collective_forward()) TAILOR_RETURN_IF_ERROR(sync_->after_backward());
-  }
-  return out;
-}
-
 std::int64_t orpo_prompt_targets(const data::Batch& b, std::vector<std::int32_t>* out) {
   const std::int64_t chosen_rows = b.rows / 2, T = b.seq_len;
   if (out != nullptr) out->assign(static_cast<std::size_t>(chosen_rows * T), -100);
@@ -96,7 +71,7 @@ PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch&
   if (reward()) {
     const ScoredRows rows = scored_rows(b, torch::kCPU, static_cast<std::int32_t>(data_.tokenizer.tokens.pad));
     const torch::Tensor last = torch::tensor(rows.last, torch::kInt64).to(dev_);
-    return reward_loss(model_->scores(hidden, last));
+    return reward_loss(model_->scores(hidden, last), spec_.training.center_rewards);
   }
   const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   const torch::Tensor tokens = targets.ne(-100).sum(1);

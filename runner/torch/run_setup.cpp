@@ -300,8 +300,14 @@ Status Run::build_model() {
   // DPO's separate reference: the starting weights, frozen, before any
   // resume moves the trained ones (exporting needs none).
   if (st_.reference == dsl::Reference::kSeparate && !exporting_) build_reference();
+  // precomputed: the reference is named by the starting weights, before
+  // QLoRA quantises them (rank 0 alone keeps the cache).
+  const bool precompute = st_.reference == dsl::Reference::kPrecomputed && !exporting_;
+  const std::string identity = precompute && leader() ? reference_identity() : std::string();
   // Adapters after the weights are final, so NF4 quantises the loaded ones.
   TAILOR_ASSIGN_OR_RETURN(tensors_, attach_adapters());
+  // Scored before the ranks shard or resume moves the weights.
+  if (precompute) TAILOR_RETURN_IF_ERROR(precompute_reference(identity));
   state_.base_fingerprint = tensors_.base_fingerprint;
   const bool offload_params = st_.offload == dsl::Offload::kOptimizerAndParams;
   SyncSetup sync;

@@ -448,7 +448,7 @@ Result<Run::Evaluation> Run::evaluate() {
       b.inputs = b.positions = b.segment_ids = {0};
       b.targets = {-100};
       // DPO's ranks run two forwards a batch (the reference's, adapters off).
-      if (st_.reference != dsl::Reference::kNone) {
+      if (st_.reference == dsl::Reference::kAdapterOff) {
         batch_loss(model_, b, dev_);
         TAILOR_RETURN_IF_ERROR(sync_->after_backward());
       }

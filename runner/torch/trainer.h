@@ -36,7 +36,8 @@ struct TrainOptions {
   bool quiet = false;           // no progress output at all
   int threads = 0;              // intra-op threads; 0 = LibTorch's default
   std::string device = "auto";  // auto, cpu, cuda, cuda:N (device_choice.h)
-  std::string cache_dir;        // token cache folder (data/token_cache.h); empty = tokenize in memory.
+  std::string cache_dir;        // token cache folder (data/token_cache.h), and the precomputed reference's
+                                // (io/logp_cache.h); empty = tokenize and score in memory.
                                 // tailor-runner passes --cache-dir or default_token_cache_dir()
   dist::RankEnv rank;           // this process' rank of a multi-rank plan (rank_env.h)
   bool merge = false;           // write the merged model/ whatever output.merge says (--export --merge)

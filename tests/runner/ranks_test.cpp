@@ -324,7 +324,7 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
                     " --set resources.ranks=" + std::to_string(ranks) + " --set strategy.zero_stage=" +
                     std::to_string(zero) + " > " + plan + " 2> " + plan + ".err"),
               0);
-    EXPECT_EQ(run_runner(plan, t.file(name)), 0) << name;
+    EXPECT_EQ(run_runner(plan, t.file(name), "--cache-dir " + t.file("cache")), 0) << name;
     return json_lines(t.file(name) + "/metrics.jsonl");
   };
   const auto one = run("one", 1, 0);
@@ -365,8 +365,10 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
   }
   // A reward model: its score head sharded with the last unit, the
   // extremes of the scores taken over the ranks.
+  // (fp32 pinned: a CPU with bf16 in hardware would plan bf16 weights,
+  // whose rounding the ranks' other order of sums would show.)
   const std::string reward = " --set training.method=reward --set training.beta=null --set training.loss_type=null"
-                             " --set strategy.adapter=none --set strategy.lora=null";
+                             " --set strategy.adapter=none --set strategy.lora=null --set strategy.precision=fp32";
   const auto reward_one = run("reward-one", 1, 0, reward);
   const auto reward_two = run("reward-two-z3", 2, 3, reward);
   ASSERT_EQ(reward_one.size(), 3u);
@@ -380,6 +382,30 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
   for (const char* key : {"eval_loss", "eval_accuracy", "eval_margin", "eval_min_reward", "eval_max_reward"}) {
     const double a = reward_one[2][key], b = reward_two[2][key];
     EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "reward " << key;
+  }
+  // A full fine-tune's reference precomputed (the plan's choice): two ranks
+  // at ZeRO-3 (where a frozen copy cannot go) score their shares of the
+  // pairs with the whole model before it is sharded, and train like one.
+  const std::string full = " --set strategy.adapter=none --set strategy.lora=null --set strategy.precision=fp32";
+  const std::string plan = t.file("full.plan.json");
+  ASSERT_EQ(shell(kBin + "tailor plan " + TAILOR_SOURCE_DIR + "/configs/examples/dpo-cpu.yaml --output json" + full +
+                  " > " + plan),
+            0);
+  std::ifstream plan_in(plan);
+  EXPECT_EQ(json::parse(plan_in)["strategy"]["reference"], "precomputed");
+  const auto full_one = run("full-one", 1, 0, full);
+  const auto full_two = run("full-two-z3", 2, 3, full);
+  ASSERT_EQ(full_one.size(), 3u);
+  ASSERT_EQ(full_two.size(), 3u);
+  for (std::size_t k = 0; k < full_one.size(); ++k) {
+    for (const char* key : {"loss", "rewards/chosen", "rewards/margins", "logps/rejected"}) {
+      const double a = full_one[k][key], b = full_two[k][key];
+      EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "precomputed " << key << " at step " << k + 1;
+    }
+  }
+  for (const char* key : {"eval_loss", "eval_rewards/accuracies", "eval_rewards/margins"}) {
+    const double a = full_one[2][key], b = full_two[2][key];
+    EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "precomputed " << key;
   }
 }
 

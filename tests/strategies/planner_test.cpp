@@ -88,14 +88,15 @@ TEST(PlannerTest, ACpuThatEmulatesBf16TrainsInFp32) {
 }
 
 // DPO: pairs are two rows a pass, and the reference goes where the plan's
-// adapters allow: switched off under LoRA (no bytes), a frozen copy otherwise.
+// adapters allow: switched off under LoRA (no bytes), precomputed otherwise
+// (no bytes, its forwards once before training), a frozen copy when pinned.
 TEST(PlannerTest, DpoDoublesThePassesAndPlacesTheReference) {
   const Hardware hw = cpu(Bytes::gib(2));
   Strategy s;
   s.micro_batch_size = 4;
   s.grad_accumulation = 2;
   const dsl::JobSpec sft = load("tiny-cpu.yaml", {"training.global_batch_size=8"});
-  const dsl::JobSpec dpo = load("dpo-cpu.yaml", {"strategy.adapter=none"});
+  const dsl::JobSpec dpo = load("dpo-cpu.yaml", {"strategy.adapter=none", "strategy.reference=separate"});
   dsl::JobSpec sft_same = dpo;  // the same model and data shape, trained with the next-token loss
   sft_same.training.method = dsl::TrainingMethod::kSft;
   sft_same.data.preference = false;
@@ -118,7 +119,17 @@ TEST(PlannerTest, DpoDoublesThePassesAndPlacesTheReference) {
   EXPECT_EQ(pairs.memory.reference.count(), dpo.model.arch.parameter_count() * 4);
   EXPECT_EQ(pairs.memory.per_device.weights, one.memory.per_device.weights + pairs.memory.reference);
   EXPECT_GT(pairs.throughput.reference_seconds, 0);
+  EXPECT_EQ(pairs.throughput.reference_pass_seconds, 0);
   EXPECT_EQ(one.throughput.reference_seconds, 0);
+  // Unpinned, a full fine-tune precomputes: no copy, and the same forwards
+  // paid once before training rather than in every step.
+  const Candidate before = evaluate(load("dpo-cpu.yaml", {"strategy.adapter=none"}), hw, s, {});
+  EXPECT_EQ(before.strategy.reference, Reference::kPrecomputed);
+  EXPECT_EQ(before.memory.reference.count(), 0);
+  EXPECT_EQ(before.memory.per_device.weights, one.memory.per_device.weights);
+  EXPECT_EQ(before.throughput.reference_seconds, 0);
+  EXPECT_DOUBLE_EQ(before.throughput.reference_pass_seconds, pairs.throughput.reference_seconds);
+  EXPECT_DOUBLE_EQ(before.throughput.step_seconds, pairs.throughput.step_seconds - pairs.throughput.reference_seconds);
   // Under LoRA the adapters switch off: nothing to copy.
   Strategy lora = s;
   lora.adapter = Adapter::kLora;
@@ -130,9 +141,17 @@ TEST(PlannerTest, DpoDoublesThePassesAndPlacesTheReference) {
   const Plan p = plan_job(load("dpo-cpu.yaml"), hw);
   ASSERT_TRUE(p.fits);
   EXPECT_EQ(p.chosen.strategy.reference, Reference::kAdapterOff);
-  const auto it = std::find_if(p.decisions.begin(), p.decisions.end(), [](const Decision& d) { return d.step == "reference"; });
-  ASSERT_NE(it, p.decisions.end());
-  EXPECT_EQ(it->change, "switch the adapters off for the reference's forward");
+  const auto step = [](const Plan& plan) {
+    return std::find_if(plan.decisions.begin(), plan.decisions.end(), [](const Decision& d) { return d.step == "reference"; });
+  };
+  ASSERT_NE(step(p), p.decisions.end());
+  EXPECT_EQ(step(p)->change, "switch the adapters off for the reference's forward");
+  const Plan full = plan_job(load("dpo-cpu.yaml", {"strategy.adapter=none"}), hw);
+  ASSERT_TRUE(full.fits);
+  EXPECT_EQ(full.chosen.strategy.reference, Reference::kPrecomputed);
+  ASSERT_NE(step(full), full.decisions.end());
+  EXPECT_EQ(step(full)->change, "compute the reference's log-probabilities before training and cache them");
+  EXPECT_NE(step(full)->reason.find("a frozen copy would need"), std::string::npos) << step(full)->reason;
   const dsl::JobSpec copy = load("dpo-cpu.yaml", {"strategy.adapter=auto", "strategy.reference=separate"});
   const Plan pinned = plan_job(copy, hw);
   ASSERT_TRUE(pinned.fits);
@@ -140,7 +159,21 @@ TEST(PlannerTest, DpoDoublesThePassesAndPlacesTheReference) {
   EXPECT_EQ(pinned.chosen.strategy.reference, Reference::kSeparate);
   const Constraints c(copy, hw);
   EXPECT_EQ(c.why_not(lora),
-            "a separate reference beside adapters is not built: adapter_off is the same reference without the copy");
+            "a separate reference beside adapters is not built: adapter_off and precomputed are the same reference "
+            "without the copy");
+  // Precomputed goes with adapters and with ZeRO-3, where a copy does not.
+  const dsl::JobSpec ahead = load("dpo-cpu.yaml", {"strategy.reference=precomputed"});
+  EXPECT_EQ(Constraints(ahead, hw).why_not(lora), "");
+  EXPECT_EQ(evaluate(ahead, hw, lora, {}).strategy.reference, Reference::kPrecomputed);
+  Strategy z3 = s;
+  z3.num_gpus = 2;
+  z3.zero_stage = 3;
+  z3.grad_accumulation = 1;
+  const dsl::JobSpec two_copies =
+      load("dpo-cpu.yaml", {"strategy.adapter=auto", "strategy.reference=separate", "resources.ranks=2"});
+  EXPECT_EQ(Constraints(two_copies, hw).why_not(z3),
+            "a separate reference under ZeRO-3 is not built (the copy would need sharding; precomputed needs none)");
+  EXPECT_EQ(Constraints(load("dpo-cpu.yaml", {"strategy.adapter=none", "resources.ranks=2"}), hw).why_not(z3), "");
 }
 
 // ORPO and SimPO train on pairs without a reference: the passes are
@@ -152,7 +185,7 @@ TEST(PlannerTest, OrpoAndSimpoDoubleThePassesWithoutAReference) {
   Strategy s;
   s.micro_batch_size = 4;
   s.grad_accumulation = 2;
-  const dsl::JobSpec dpo = load("dpo-cpu.yaml", {"strategy.adapter=none"});
+  const dsl::JobSpec dpo = load("dpo-cpu.yaml", {"strategy.adapter=none", "strategy.reference=separate"});
   const Candidate with_reference = evaluate(dpo, hw, s, {});
   for (const char* method : {"orpo", "simpo"}) {
     SCOPED_TRACE(method);

@@ -10,8 +10,10 @@ scoring the folder Tailor exports. Run with the project's .venv, on the CPU.
       with one label (its body as saved, its score head initialised by
       transformers under seed 0, lm_head dropped) and config.pad_token_id
       the tokenizer's pad, saved with the tokenizer files.
-  reward_reference.py run DIR MICRO:ACCUM...
-      for each case, writes DIR/reward_MICROxACCUM.json: trl.RewardTrainer on
+  reward_reference.py run DIR MICRO:ACCUM[:CENTER]...
+      for each case, writes DIR/reward_MICROxACCUM.json (with CENTER,
+      DIR/reward_MICROxACCUM_cCENTER.json and TRL's
+      center_rewards_coefficient CENTER): trl.RewardTrainer on
       DIR/reward_base over DIR/pairs.jsonl (AdamW lr 1e-3 constant, betas
       0.9/0.95, eps 1e-8, no weight decay, gradients clipped to norm 1, MICRO
       pairs per micro-batch, ACCUM micro-batches a step, MICRO * ACCUM = 8,
@@ -31,7 +33,8 @@ What TRL 1.16's RewardTrainer does with this data, which the runner matches:
   - the model pools each row at its last token that is not the pad token
     (transformers' sequence classifiers), here the EOS;
   - the loss is the mean over the micro-batch's pairs of
-    -log sigmoid(r_chosen - r_rejected); logged metrics are the means over
+    -log sigmoid(r_chosen - r_rejected), plus with center_rewards_coefficient
+    c, c times the mean of (r_chosen + r_rejected)^2; logged metrics are the means over
     the step's micro-batches of each micro-batch's value (min_reward and
     max_reward too: per micro-batch extremes, averaged).
 """
@@ -66,7 +69,7 @@ def make(root):
     tok.save_pretrained(out)
 
 
-def run(root, micro, accum, out):
+def run(root, micro, accum, out, center=None):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import RewardConfig, RewardTrainer
@@ -75,7 +78,7 @@ def run(root, micro, accum, out):
     base = os.path.join(root, "reward_base")
     with tempfile.TemporaryDirectory() as scratch:
         pairs = dpo_reference.load_pairs(root, scratch)
-        args = RewardConfig(max_length=None, center_rewards_coefficient=None,
+        args = RewardConfig(max_length=None, center_rewards_coefficient=center,
                             **dpo_reference.trainer_args(scratch, micro, accum))
         model = AutoModelForSequenceClassification.from_pretrained(base, dtype=torch.float32)
         trainer = RewardTrainer(model=model, args=args, train_dataset=pairs,
@@ -127,12 +130,14 @@ def main():
         root = sys.argv[2]
         for case in sys.argv[3:]:
             parts = case.split(":")
-            if len(parts) != 2 or not all(p.isdigit() for p in parts):
-                sys.exit(f"reward_reference.py: {case!r} is not MICRO:ACCUM")
+            if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[:2]):
+                sys.exit(f"reward_reference.py: {case!r} is not MICRO:ACCUM[:CENTER]")
             micro, accum = int(parts[0]), int(parts[1])
             if micro < 1 or accum < 1 or micro * accum != PAIRS_PER_STEP:
                 sys.exit(f"reward_reference.py: MICRO * ACCUM must be {PAIRS_PER_STEP}, got {micro} * {accum}")
-            run(root, micro, accum, os.path.join(root, f"reward_{micro}x{accum}.json"))
+            center = float(parts[2]) if len(parts) == 3 else None
+            name = f"reward_{micro}x{accum}" + (f"_c{parts[2]}" if center is not None else "")
+            run(root, micro, accum, os.path.join(root, name + ".json"), center)
         return
     if len(sys.argv) == 5 and sys.argv[1] == "score":
         score(sys.argv[2], sys.argv[3], sys.argv[4])
