@@ -30,6 +30,14 @@ struct Batch {
   std::vector<std::int32_t> segment_ids;  // (rows, seq_len) which document of the row (0, 1, ...);
                                           // -1 on padding. Attend only within equal ids.
   std::int64_t target_tokens = 0;         // count of targets != -100 (the loss denominator)
+
+  // Row r's cells before its padding (without packing a row's padding is
+  // all at its end).
+  std::int64_t row_length(std::int64_t r) const {
+    std::int64_t len = 0;
+    while (len < seq_len && segment_ids[static_cast<std::size_t>(r * seq_len + len)] >= 0) ++len;
+    return len;
+  }
 };
 
 // What a Batcher made of the documents: counted once, at construction.

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "runner/data/dataset.h"
 #include "runner/data/hash.h"
+#include "runner/data/le_bytes.h"
 
 namespace tailor::runner::data {
 namespace {
@@ -29,8 +30,6 @@ constexpr std::uint64_t kHeaderBytes = 64;
 // Far beyond any corpus (2^40 tokens = 4 TiB of ids); keeps the layout
 // arithmetic of a corrupt header from overflowing.
 constexpr std::uint64_t kMaxCount = std::uint64_t{1} << 40;
-
-std::uint64_t pad8(std::uint64_t n) { return (n + 7) & ~std::uint64_t{7}; }
 
 struct Layout {
   std::uint64_t offsets_at = 0, tokens_at = 0, trained_at = 0, file_bytes = 0;
@@ -44,16 +43,6 @@ std::optional<Layout> layout_of(std::uint64_t key_bytes, std::uint64_t documents
   l.trained_at = l.tokens_at + pad8(4 * tokens);
   l.file_bytes = l.trained_at + pad8(tokens);
   return l;
-}
-
-void put_le(unsigned char* p, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-
-std::uint64_t get_le(const unsigned char* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
 }
 
 // A read-only mapping of a whole file, unmapped with its last owner.

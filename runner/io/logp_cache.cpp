@@ -13,6 +13,7 @@
 
 #include "platform/files.h"
 #include "runner/data/hash.h"
+#include "runner/data/le_bytes.h"
 
 namespace tailor::runner::io {
 namespace {
@@ -23,25 +24,20 @@ constexpr char kMagic[8] = {'T', 'L', 'R', 'L', 'O', 'G', 'P', '\0'};
 constexpr std::uint64_t kHeaderBytes = 64;
 constexpr std::uint64_t kEntryBytes = 16;
 
-std::uint64_t pad8(std::uint64_t n) { return (n + 7) & ~std::uint64_t{7}; }
+using data::pad8;
 
+// The file's bytes as the le_bytes helpers read and write them.
 void put_le(std::string& s, std::size_t at, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) s[at + static_cast<std::size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
+  data::put_le(reinterpret_cast<unsigned char*>(s.data()) + at, v, bytes);
 }
-
 std::uint64_t get_le(const std::string& s, std::size_t at, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) {
-    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[at + static_cast<std::size_t>(i)])) << (8 * i);
-  }
-  return v;
+  return data::get_le(reinterpret_cast<const unsigned char*>(s.data()) + at, bytes);
 }
 
-// Row r's inputs and targets up to its end (segment ids turn -1 on padding).
+// Row r's inputs and targets up to its end.
 void add_row(data::Checksum64& sum, const data::Batch& b, std::int64_t r) {
   const std::size_t from = static_cast<std::size_t>(r * b.seq_len);
-  std::int64_t len = 0;
-  while (len < b.seq_len && b.segment_ids[from + static_cast<std::size_t>(len)] >= 0) ++len;
+  const std::int64_t len = b.row_length(r);
   const std::uint64_t n = static_cast<std::uint64_t>(len);
   sum.update(&n, sizeof n);
   sum.update(b.inputs.data() + from, static_cast<std::size_t>(len) * sizeof(std::int32_t));

@@ -24,8 +24,7 @@ ScoredRows scored_rows(const data::Batch& b, const torch::Device& device, std::i
   ScoredRows out;
   for (std::int64_t r = 0; r < b.rows; ++r) {
     const std::size_t from = static_cast<std::size_t>(r * T), to = static_cast<std::size_t>(r * W);
-    std::int64_t len = 0;  // the row's inputs, padding after them
-    while (len < T && b.segment_ids[from + static_cast<std::size_t>(len)] >= 0) ++len;
+    const std::int64_t len = b.row_length(r);  // the row's inputs, padding after them
     for (std::int64_t t = 0; t < len; ++t) {
       ids[to + static_cast<std::size_t>(t)] = b.inputs[from + static_cast<std::size_t>(t)];
       pos[to + static_cast<std::size_t>(t)] = b.positions[from + static_cast<std::size_t>(t)];
