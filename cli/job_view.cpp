@@ -300,6 +300,7 @@ Result<Json> follow_job(const RestClient& client, const std::string& id, Streams
     if (reconnecting) target += "&since_step=" + std::to_string(view.step());
     SseReader reader;
     std::optional<Json> ended;
+    std::optional<std::chrono::milliseconds> closed_for;
     std::string body;  // an error response's
     auto status = link.client().stream(
         target,
@@ -317,6 +318,11 @@ Result<Json> follow_job(const RestClient& client, const std::string& id, Streams
             } else if (m.event == "end") {
               view.job(data);
               ended = data;
+            } else if (m.event == "closed") {
+              // tailord's stream budget made room for newer streams
+              // (daemon/api/event_stream.h): it is there, so come back
+              // after the delay it asks for, without counting it as lost.
+              closed_for = std::chrono::milliseconds(data.is_object() ? data.value("retry_ms", 10'000) : 10'000);
             }
           }
           view.draw();
@@ -331,6 +337,11 @@ Result<Json> follow_job(const RestClient& client, const std::string& id, Streams
       return *ended;
     }
     if (status.is_ok() && *status >= 300) return http_error(HttpResponse{*status, body, {}}, link.client().endpoint());
+    if (closed_for) {
+      std::this_thread::sleep_for(std::clamp(*closed_for, std::chrono::milliseconds(100), std::chrono::milliseconds(60'000)));
+      reconnecting = true;
+      continue;
+    }
     // Unreachable, or the stream broke off (tailord stopped): wait for it.
     const Status lost = status.is_ok() ? Status::unavailable("tailord at " + link.client().endpoint().address() +
                                                              " closed the job's event stream")

@@ -23,6 +23,7 @@ const std::vector<Key>& keys() {
       {"max_body", true},       {"read_timeout", true},  {"poll_interval", true},   {"cancel_grace", true},
       {"retry_backoff", true},  {"max_backoff", true},   {"max_oom_replans", true}, {"http_threads", true},
       {"check_files", true},    {"heartbeat_timeout", true}, {"max_connections", true},
+      {"max_streams", true},    {"max_streams_per_token", true},
       {"executor", true},       {"slurm_partition", true}, {"slurm_account", true}, {"slurm_qos", true},
       {"slurm_time_limit", true}, {"slurm_options", true}, {"slurm_bin_dir", true}, {"slurm_poll_interval", true}};
   return kKeys;
@@ -135,6 +136,13 @@ options (also TAILORD_<KEY> environment variables and keys of --config):
   --max-connections N   connections open at once (default 512); at the limit
                         a new one closes the connection that has waited
                         longest for a request, never one being answered
+  --max-streams N       event and log streams open at once (default 256),
+                        apart from the connections; at the limit a new one
+                        closes the oldest stream of the token that holds
+                        the most, with a last event saying why
+  --max-streams-per-token N
+                        streams of one token (default 128): past it, a new
+                        one closes that token's oldest
   --check-files BOOL    data files must exist at submission (default true)
 
 executors (where a job runs; its spec's executor.kind decides, else this):
@@ -217,6 +225,10 @@ Result<DaemonConfig> load_config(const std::vector<std::string>& argv, const std
       TAILOR_ASSIGN_OR_RETURN(c.http_threads, parse_int(v, where, 1, 64));
     } else if (key == "max_connections") {
       TAILOR_ASSIGN_OR_RETURN(c.max_connections, parse_int(v, where, 2, 1 << 20));
+    } else if (key == "max_streams") {
+      TAILOR_ASSIGN_OR_RETURN(c.max_streams, parse_int(v, where, 1, 1 << 20));
+    } else if (key == "max_streams_per_token") {
+      TAILOR_ASSIGN_OR_RETURN(c.max_streams_per_token, parse_int(v, where, 1, 1 << 20));
     } else if (key == "executor") {
       bool known = false;
       for (const dsl::ExecutorKind k : {dsl::ExecutorKind::kLocal, dsl::ExecutorKind::kSlurm, dsl::ExecutorKind::kAuto}) {

@@ -36,6 +36,8 @@ struct DaemonConfig {
   int max_oom_replans = 3;                  // max_oom_replans: out-of-memory re-plans per job
   int http_threads = 2;                     // http_threads
   int max_connections = 512;                // max_connections: open at once; the longest-waiting goes first
+  int max_streams = 256;                    // max_streams: streams open at once, apart from connections
+  int max_streams_per_token = 128;          // max_streams_per_token: streams of one kind of token
   bool check_files = true;                  // check_files: data files must exist at submission
   // executor: where jobs run whose spec does not say: local, slurm, or auto
   // (Slurm for what this machine cannot hold).

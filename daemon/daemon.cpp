@@ -152,6 +152,8 @@ ServerOptions server_options(const DaemonConfig& config, const Listen& listen) {
   sopts.worker_threads = config.http_threads;
   sopts.offload = runs_on_a_worker;
   sopts.max_connections = config.max_connections;
+  sopts.max_streams = config.max_streams;
+  sopts.max_streams_per_owner = config.max_streams_per_token;
   return sopts;
 }
 

@@ -285,6 +285,7 @@ function jobPage(id) {
   const talk = h("div", {class: "card", hidden: true});
   const exporter = h("div", {class: "card", hidden: true});
   const answers = h("div", {class: "card", hidden: true});
+  const spec = h("pre", {class: "log", "aria-label": "The job's spec as frozen at submission"});
   page(`Job ${id}`, facts, actions, message, talk, exporter,
     h("h2", {}, "Curves"), curves, answers,
     h("h2", {}, "Memory: the plan's estimate against the runner's measurement"), memory,
@@ -293,6 +294,9 @@ function jobPage(id) {
     h("h2", {}, "Events"), h("table", {}, h("thead", {}, h("tr", {},
       ["Time", "Kind", "Message"].map(t => h("th", {scope: "col"}, t)))), events),
     h("h2", {}, "Files"), files,
+    // What re-plans, retries and recovery run: extends: files resolved when
+    // the job was submitted, whatever happened to them since.
+    h("h2", {}, "Spec, resolved and frozen at submission"), spec,
     h("h2", {}, "Runner log (the newest 64 KiB)"), log);
   const steps = [];
   let etag = null, job = null, plan = null, logOffset = 0, renderTimer = null, actionsFor = null;
@@ -363,6 +367,7 @@ function jobPage(id) {
       if (!plan) {
         const p = await api(`/v1/jobs/${enc}/plan`);
         if (p.ok) plan = p.data;
+        spec.textContent = plan && plan.spec ? JSON.stringify(plan.spec, null, 2) : "No plan document.";
       }
       const total = plan && plan.spec && plan.spec.training ? plan.spec.training.max_steps : null;
       facts.replaceChildren(

@@ -171,8 +171,10 @@ Api::Api(ApiContext context)
   };
   router_.add({"GET", "/healthz", false, [this](HttpRequest&) {
                  // Degraded while the store cannot be written: what tailord
-                 // has seen happen is then only in its memory.
-                 const StoreHealth h = ctx_.store->probe();
+                 // has seen happen is then only in its memory. As the last
+                 // write or the supervisor's probe found it: a liveness
+                 // check never waits on the store.
+                 const StoreHealth h = ctx_.store->health();
                  if (!h.writable) {
                    HttpResponse r = json_response(503, {{"status", "degraded"},
                                                         {"reason", "the store cannot be written: " + h.error},
@@ -186,7 +188,8 @@ Api::Api(ApiContext context)
   router_.add({"GET", "/metrics", false, [this](HttpRequest&) {
                  ctx_.supervisor->publish_metrics();
                  if (ctx_.server) {
-                   ctx_.metrics->set_http_connections(ctx_.server->connections(), ctx_.server->evicted_connections());
+                   ctx_.metrics->set_http_connections(ctx_.server->connections(), ctx_.server->evicted_connections(),
+                                                     ctx_.server->streams(), ctx_.server->evicted_streams());
                  }
                  HttpResponse r;
                  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -318,6 +321,12 @@ HttpResponse Api::handle(HttpRequest& request) {
                                  " needs the admin token (DATA_DIR/token)");
       } else {
         res = m.route->handler(request);
+        if (res.stream) {
+          // The stream budget is per kind of token: a read-only token's
+          // streams cannot crowd out the admin's.
+          res.stream_owner = access == Access::kAdmin ? "admin" : "read";
+          if (!res.stream_farewell && res.content_type == "text/event-stream") res.stream_farewell = stream_closed_event;
+        }
         // Conditional reads: a poller that sends back the ETag it had gets
         // 304 and no body while nothing changed.
         if (request.method == "GET" && res.status == 200 && !res.stream && !res.file && m.route->authenticated) {

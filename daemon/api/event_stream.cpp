@@ -118,4 +118,10 @@ StreamPoll fleet_event_stream(JobStore& store, std::int64_t after_id) {
   };
 }
 
+std::string stream_closed_event(const std::string& reason) {
+  std::string out = "retry: " + std::to_string(kClosedRetryMs) + "\n";
+  append(out, "closed", json_text(nlohmann::json{{"reason", reason}, {"retry_ms", kClosedRetryMs}}));
+  return out;
+}
+
 }  // namespace tailor::daemon

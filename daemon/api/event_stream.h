@@ -6,6 +6,8 @@
 //   event: job / data: <Job, plan left out>        whenever the job changed
 //   event: end / data: <Job, plan left out>        the job finished; the stream ends
 //   : keep-alive                                    after 15 s of silence
+//   event: closed / data: {"reason", "retry_ms"}   tailord's stream budget closed
+//                                                   it to make room (retry: too)
 // A client that reconnects with Last-Event-ID (or after_id) misses no event.
 #pragma once
 
@@ -27,5 +29,11 @@ StreamPoll job_event_stream(JobStore& store, const std::string& id, const std::s
 // keep-alive after 15 s of silence; it ends only when the client leaves.
 // The web UI's jobs table listens to it instead of polling.
 StreamPoll fleet_event_stream(JobStore& store, std::int64_t after_id);
+
+// The last words of an event stream that the server's stream budget closes
+// (ServerOptions::max_streams): a `closed` event with the reason, and a
+// reconnection delay of kClosedRetryMs for EventSource (and the CLI).
+inline constexpr int kClosedRetryMs = 10'000;
+std::string stream_closed_event(const std::string& reason);
 
 }  // namespace tailor::daemon

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/units.h"
 #include "daemon/executor/run_files.h"
+#include "platform/failpoint.h"
 #include "platform/file_lock.h"
 #include "platform/files.h"
 #include "runner/protocol/heartbeat.h"
@@ -51,6 +52,13 @@ std::optional<platform::Process> runner_holding_lock(const fs::path& dir, std::s
   return std::nullopt;
 }
 
+// Whether the job's events file has grown past `offset`, the end of what
+// tailord took in from earlier attempts: the attempt's runner wrote there.
+bool runner_wrote_since(const std::string& dir, std::int64_t offset) {
+  std::error_code ec;
+  const auto size = fs::file_size(fs::path(dir) / "events.jsonl", ec);
+  return !ec && static_cast<std::int64_t>(size) > offset;
+}
 
 std::string gpu_list(const std::vector<int>& gpus) {
   std::string list;
@@ -124,6 +132,9 @@ Launched LocalExecutor::launch(const LaunchRequest& request) {
     out.message = proc.status().message();
     return out;
   }
+  // The narrowest window: the runner runs and nothing but its own files
+  // says so (adopt() reads them).
+  platform::crash_point("launch.after_fork");
   if (Status w = platform::write_file_atomic((dir / kPidFile).string(),
                                              std::to_string(proc->pid) + " " + std::to_string(proc->start_ticks) + "\n");
       !w.is_ok()) {
@@ -218,7 +229,13 @@ Adoption LocalExecutor::adopt(const JobRecord& job, const std::string& dir) {
     }
     return out;
   }
-  if (job.state == JobState::kPlanning && !pid) {
+  // Planning: the attempt was being launched when tailord stopped. Its
+  // runner ran if tailord wrote its pid file, or, should tailord have
+  // stopped before even that, if the runner wrote events past what the
+  // earlier attempts left. One that ended without a word did nothing worth
+  // keeping, and runs again.
+  const bool ran = pid.has_value() || runner_wrote_since(dir, job.events_offset);
+  if (job.state == JobState::kPlanning && !ran) {
     out.kind = Adoption::Kind::kRequeue;
     out.message = "recovered: tailord restarted before the runner started";
     return out;
@@ -227,13 +244,18 @@ Adoption LocalExecutor::adopt(const JobRecord& job, const std::string& dir) {
   attempts_[job.id] = a;
   out.kind = Adoption::Kind::kEnded;
   if (job.state == JobState::kPlanning) {
-    // Its pid file says it started, and it has ended: the attempt ran
-    // although its start was never stored. Launching it again would run
-    // the job twice.
+    // The attempt ran although its start was never stored, and it has
+    // ended. Launching it again would run the job twice.
     out.to_running = true;
     out.attempt = job.attempts + 1;
-    out.record.set("attempts", out.attempt).set("pid", *pid).set("pid_start_ticks", ticks.value_or(0));
-    out.message = "recovered: runner pid " + std::to_string(*pid) + " started before tailord stopped";
+    out.record.set("attempts", out.attempt);
+    if (pid) {
+      out.record.set("pid", *pid).set("pid_start_ticks", ticks.value_or(0));
+      out.message = "recovered: runner pid " + std::to_string(*pid) + " started before tailord stopped";
+    } else {
+      out.message = "recovered: the runner of attempt " + std::to_string(out.attempt) +
+                    " started before tailord stopped, as its events say, and has ended";
+    }
   }
   return out;
 }

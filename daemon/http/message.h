@@ -67,6 +67,11 @@ struct HttpResponse {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
   StreamPoll stream;  // when set: sent chunked, `body` is ignored
+  // A stream's owner (the kind of token that opened it), for the server's
+  // stream budget, and the last words it sends when the budget closes it
+  // to make room ("" or none: it just ends).
+  std::string stream_owner;
+  std::function<std::string(const std::string& reason)> stream_farewell;
   std::optional<FileBody> file;  // when set: sent from the file, `body` is ignored
 
   static HttpResponse json(int status, std::string body) {

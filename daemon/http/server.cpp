@@ -180,17 +180,91 @@ struct ConnectionTable {
   }
 };
 
+// The open streams in the order they began, each with its owner. A stream
+// that enters past the budget names the streams to close for it; those
+// leave the table at once, so the counts are right before they have
+// finished closing.
+struct StreamTable {
+  struct Open {
+    std::string owner;
+    std::weak_ptr<Session> session;
+  };
+  std::mutex mu;
+  std::map<std::uint64_t, Open> open;  // by the order they began
+  std::map<std::string, int> per_owner;
+  std::uint64_t next = 0;
+  std::atomic<int> count{0};
+  std::atomic<std::uint64_t> evicted{0};
+
+  std::uint64_t enter(const std::string& owner, std::weak_ptr<Session> s, int max_total, int max_owner,
+                      std::vector<std::shared_ptr<Session>>& to_close) {
+    std::lock_guard lock(mu);
+    const std::uint64_t slot = next++;
+    open.emplace(slot, Open{owner, std::move(s)});
+    ++per_owner[owner];
+    while (per_owner[owner] > std::max(1, max_owner) && take_oldest_of(owner, slot, to_close)) {
+    }
+    while (static_cast<int>(open.size()) > std::max(1, max_total)) {
+      // The owner that holds the most gives way (the oldest stream of the
+      // first such owner in the order of their oldest streams).
+      std::string largest;
+      int most = 0;
+      for (const auto& [at, o] : open) {
+        if (at != slot && per_owner[o.owner] > most) {
+          most = per_owner[o.owner];
+          largest = o.owner;
+        }
+      }
+      if (most == 0 || !take_oldest_of(largest, slot, to_close)) break;
+    }
+    count = static_cast<int>(open.size());
+    return slot;
+  }
+  void leave(std::uint64_t slot) {
+    std::lock_guard lock(mu);
+    const auto it = open.find(slot);
+    if (it == open.end()) return;  // closed to make room: counted then
+    if (--per_owner[it->second.owner] == 0) per_owner.erase(it->second.owner);
+    open.erase(it);
+    count = static_cast<int>(open.size());
+  }
+
+ private:
+  // False when `keep` is all there is of `owner`.
+  bool take_oldest_of(const std::string& owner, std::uint64_t keep, std::vector<std::shared_ptr<Session>>& to_close) {
+    for (auto it = open.begin(); it != open.end(); ++it) {
+      if (it->first == keep || it->second.owner != owner) continue;
+      if (auto s = it->second.session.lock()) to_close.push_back(std::move(s));
+      if (--per_owner[owner] == 0) per_owner.erase(owner);
+      open.erase(it);
+      ++evicted;
+      return true;
+    }
+    return false;
+  }
+};
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket&& socket, const ServerOptions& options, const RequestHandler& handler,
-          ConnectionTable& table, net::thread_pool* workers)
-      : stream_(std::move(socket)), options_(options), handler_(handler), table_(table), workers_(workers),
-        timer_(stream_.get_executor()) {
+          ConnectionTable& table, StreamTable& streams, net::thread_pool* workers)
+      : stream_(std::move(socket)), options_(options), handler_(handler), table_(table), streams_(streams),
+        workers_(workers), timer_(stream_.get_executor()) {
     ++table_.live;
   }
   ~Session() {
     stop_waiting();
-    --table_.live;
+    if (stream_slot_) streams_.leave(*stream_slot_);
+    else --table_.live;
+  }
+
+  // From any thread: ends this stream on its own strand with its farewell
+  // (the stream budget needs its place).
+  void end_stream(std::string reason) {
+    net::post(stream_.get_executor(), [self = shared_from_this(), reason = std::move(reason)]() mutable {
+      self->closing_ = std::move(reason);
+      self->timer_.cancel();  // a stream waiting for its next poll says goodbye now
+    });
   }
 
   void run() {
@@ -359,6 +433,18 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start_stream(HttpResponse res) {
     poll_ = std::move(res.stream);
+    farewell_ = std::move(res.stream_farewell);
+    // From here on a stream, not a connection: it leaves the connection
+    // budget for the stream budget.
+    std::vector<std::shared_ptr<Session>> to_close;
+    stream_slot_ = streams_.enter(res.stream_owner, weak_from_this(), options_.max_streams,
+                                  options_.max_streams_per_owner, to_close);
+    --table_.live;
+    for (const auto& s : to_close) {
+      s->end_stream("tailord's stream budget is full (" + std::to_string(options_.max_streams) + " in all, " +
+                    std::to_string(options_.max_streams_per_owner) +
+                    " per token): the oldest streams make room; reconnect later or poll");
+    }
     stream_res_ = std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(res.status), 11);
     stream_res_->set(http::field::server, "tailord");
     stream_res_->set(http::field::content_type, res.content_type);
@@ -374,6 +460,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void pump() {
+    if (closing_) return say_farewell();
     std::string out;
     bool more = false;
     try {
@@ -397,12 +484,26 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void wait_and_pump() {
+    if (closing_) return say_farewell();
     stream_.expires_never();
     timer_.expires_after(options_.stream_poll);
     timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (self->closing_) return self->say_farewell();
       if (ec) return self->close();
       self->pump();
     });
+  }
+
+  // The stream's last words (the reason it is closed), then its end.
+  void say_farewell() {
+    std::string last = farewell_ ? farewell_(*closing_) : std::string();
+    farewell_ = nullptr;
+    closing_.reset();
+    poll_ = [last = std::move(last)](std::string& out) mutable {
+      out = std::move(last);
+      return false;
+    };
+    pump();
   }
 
   void finish_stream() {
@@ -421,6 +522,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const ServerOptions& options_;
   const RequestHandler& handler_;
   ConnectionTable& table_;
+  StreamTable& streams_;
   net::thread_pool* workers_;  // null: every request on the I/O threads
   std::optional<std::uint64_t> slot_;  // set while waiting for a request
   beast::flat_buffer buffer_;
@@ -429,6 +531,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string scratch_;
   std::size_t drained_ = 0;
   StreamPoll poll_;
+  std::function<std::string(const std::string&)> farewell_;
+  std::optional<std::uint64_t> stream_slot_;  // set once a stream: its place in the stream table
+  std::optional<std::string> closing_;        // why the stream budget closes it
   std::string chunk_;
   net::steady_timer timer_;
   std::shared_ptr<http::response<http::empty_body>> stream_res_;
@@ -443,6 +548,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   ServerOptions options;
   RequestHandler handler;
   ConnectionTable connections;
+  StreamTable streams;
   net::io_context ioc;
   // After ioc: destroyed first, joined in stop() before ioc goes.
   std::optional<net::thread_pool> workers;
@@ -467,7 +573,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
             ++connections.evicted;
             victim->evict();
           }
-          std::make_shared<Session>(std::move(socket), options, handler, connections,
+          std::make_shared<Session>(std::move(socket), options, handler, connections, streams,
                                     workers ? &*workers : nullptr)
               ->run();
         }
@@ -521,6 +627,8 @@ std::uint16_t HttpServer::port() const { return impl_->bound.port(); }
 std::string HttpServer::address() const { return impl_->bound.address().to_string(); }
 int HttpServer::connections() const { return impl_->connections.live.load(); }
 std::uint64_t HttpServer::evicted_connections() const { return impl_->connections.evicted.load(); }
+int HttpServer::streams() const { return impl_->streams.count.load(); }
+std::uint64_t HttpServer::evicted_streams() const { return impl_->streams.evicted.load(); }
 
 void HttpServer::stop() {
   if (!impl_) return;

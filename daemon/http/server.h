@@ -4,7 +4,8 @@
 // produced over time. Requests go to one handler; the server itself answers
 // only what it must before a handler can: 413 (body too large), 400
 // (unparseable request), and drops idle or slow connections, the
-// longest-waiting first when the connection limit is reached.
+// longest-waiting first when the connection limit is reached, and closes
+// the oldest streams when the stream budget is.
 // Beast stays inside server.cpp.
 #pragma once
 
@@ -33,6 +34,15 @@ struct ServerOptions {
   // for a request (idle, or still sending it); when every connection has a
   // request in progress, the new one is closed.
   int max_connections = 512;
+  // Streamed responses (HttpResponse::stream: event streams, logs?follow)
+  // can last for hours, so they leave the connection budget once they
+  // start and have a budget of their own: at most `max_streams` open, and
+  // `max_streams_per_owner` of one owner. A new stream past either bound
+  // closes the oldest of its owner's streams, or, when the total is full,
+  // the oldest of the owner that holds the most, with its farewell.
+  // Ordinary requests and /healthz always find room.
+  int max_streams = 256;
+  int max_streams_per_owner = 128;
   // Requests for which `offload` says true (a submission that plans a job
   // and commits it) run on a pool of `worker_threads`, never on an I/O
   // thread, so that reads and writes of every other connection go on.
@@ -55,6 +65,8 @@ class HttpServer {
   std::string address() const;  // the bound address ("127.0.0.1")
   int connections() const;                     // open now
   std::uint64_t evicted_connections() const;   // closed to make room, since start
+  int streams() const;                         // streamed responses open now
+  std::uint64_t evicted_streams() const;       // closed by the stream budget, since start
 
   // Stops accepting, closes every connection and joins the threads (the
   // workers after their requests in progress). Idempotent.

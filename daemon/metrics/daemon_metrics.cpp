@@ -82,6 +82,16 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                   .Help("Connections closed at the connection limit because they waited longest for a request.")
                   .Register(r)
                   .Add({});
+  streams_ = &prometheus::BuildGauge()
+                  .Name("tailor_http_streams")
+                  .Help("Open event and log streams (apart from the connections).")
+                  .Register(r)
+                  .Add({});
+  streams_evicted_ = &prometheus::BuildCounter()
+                          .Name("tailor_http_streams_evicted_total")
+                          .Help("Streams closed by the stream budget to make room for newer ones.")
+                          .Register(r)
+                          .Add({});
   job_loss_ = &prometheus::BuildGauge().Name("tailor_job_loss").Help("Training loss of a job's latest step.").Register(r);
   job_eval_loss_ = &prometheus::BuildGauge()
                         .Name("tailor_job_eval_loss")
@@ -276,11 +286,17 @@ void DaemonMetrics::set_host_memory(std::int64_t budget_bytes, std::int64_t rese
   host_memory_->Add({{"kind", "reserved"}}).Set(static_cast<double>(reserved_bytes));
 }
 
-void DaemonMetrics::set_http_connections(std::int64_t open, std::uint64_t evicted_total) {
+void DaemonMetrics::set_http_connections(std::int64_t open, std::uint64_t evicted_total, std::int64_t streams,
+                                         std::uint64_t streams_evicted_total) {
   std::lock_guard lock(mu_);
   connections_->Set(static_cast<double>(open));
   if (evicted_total > evicted_seen_) evicted_->Increment(static_cast<double>(evicted_total - evicted_seen_));
   evicted_seen_ = std::max(evicted_seen_, evicted_total);
+  streams_->Set(static_cast<double>(streams));
+  if (streams_evicted_total > streams_evicted_seen_) {
+    streams_evicted_->Increment(static_cast<double>(streams_evicted_total - streams_evicted_seen_));
+  }
+  streams_evicted_seen_ = std::max(streams_evicted_seen_, streams_evicted_total);
 }
 
 void DaemonMetrics::set_gpu_memory(int gpu, const std::string& name, std::int64_t total_bytes, std::int64_t used_bytes) {

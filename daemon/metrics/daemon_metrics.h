@@ -58,9 +58,10 @@ class DaemonMetrics {
   void job_finished(const std::string& job_id);
 
   void set_host_memory(std::int64_t budget_bytes, std::int64_t reserved_bytes);
-  // The HTTP server's open connections and how many it has evicted since
-  // start (a running total; the counter follows it).
-  void set_http_connections(std::int64_t open, std::uint64_t evicted_total);
+  // The HTTP server's open connections and streams, and how many of each it
+  // has evicted since start (running totals; the counters follow them).
+  void set_http_connections(std::int64_t open, std::uint64_t evicted_total, std::int64_t streams = 0,
+                            std::uint64_t streams_evicted_total = 0);
   void set_gpu_memory(int gpu, const std::string& name, std::int64_t total_bytes, std::int64_t used_bytes);
 
   // The exposition text (format 0.0.4).
@@ -83,6 +84,9 @@ class DaemonMetrics {
   prometheus::Gauge* connections_;
   prometheus::Counter* evicted_;
   std::uint64_t evicted_seen_ = 0;
+  prometheus::Gauge* streams_;
+  prometheus::Counter* streams_evicted_;
+  std::uint64_t streams_evicted_seen_ = 0;
   prometheus::Family<prometheus::Gauge>* job_loss_;
   prometheus::Family<prometheus::Gauge>* job_eval_loss_;
   prometheus::Family<prometheus::Gauge>* job_preference_;

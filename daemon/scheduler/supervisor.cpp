@@ -150,6 +150,9 @@ void Supervisor::loop() {
 
 void Supervisor::tick() {
   std::lock_guard lock(mu_);
+  // An unwritable store learns here when it can be written again (GET
+  // /healthz reports what it last found).
+  (void)store_.probe();
   std::vector<std::string> ended;
   for (const auto& [kind, e] : executors_) e->begin_tick();
   for (auto& [id, r] : running_) {
@@ -605,7 +608,10 @@ void Supervisor::start_attempt(Executor& executor, const JobRecord& job, const P
     if (admitted.status().code() == StatusCode::kUnavailable) return note_waiting(job, admitted.status().message());
     return log_status(admitted.status(), "scheduling " + job.id);
   }
-  Status s = store_.transition(job.id, JobState::kQueued, JobState::kPlanning, admitted->message, admitted->record);
+  // The attempt is on record before its launch: a tailord that stops
+  // between the two finds its runner's traces at restart (adopt()).
+  Status s = store_.transition(job.id, JobState::kQueued, JobState::kPlanning, admitted->message, admitted->record,
+                               json{{"attempt", attempt}}.dump());
   if (!s.is_ok()) return log_status(s, "scheduling " + job.id);
   Running r = attempt_of(job, &executor, attempt);
   auto launch_failed = [&](const std::string& why) {

@@ -1,5 +1,6 @@
 #include "daemon/store/job_store.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -119,6 +120,18 @@ const std::vector<std::string>& component_columns() {
   return kCols;
 }
 
+Result<JobRecord> job_by_id(Database& db, const std::string& id) {
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db.prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?1"));
+  q.bind(1, id);
+  TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
+  if (!row) return Status::not_found("no job " + id);
+  return read_job(q);
+}
+
+// Enough for the HTTP threads, the submission workers and the supervisor
+// to read at once; a further read waits for a connection to be returned.
+constexpr int kReaders = 6;
+
 }  // namespace
 
 const std::vector<std::string>& memory_component_names() {
@@ -161,7 +174,50 @@ Result<std::unique_ptr<JobStore>> JobStore::open(const std::string& path, int bu
   TAILOR_ASSIGN_OR_RETURN(Database db, Database::open(path, busy_timeout_ms));
   auto version = migrate(db);
   if (!version.is_ok()) return version.status().prefixed(path);
-  return std::unique_ptr<JobStore>(new JobStore(std::move(db), busy_timeout_ms));
+  std::unique_ptr<JobStore> store(new JobStore(std::move(db), busy_timeout_ms));
+  // Opened now, while nothing else holds the database (switching a new
+  // connection to WAL reads the header).
+  for (int i = 0; i < kReaders; ++i) {
+    TAILOR_ASSIGN_OR_RETURN(Database r, Database::open(path, busy_timeout_ms));
+    // A reader never writes; query_only makes a mistake an error.
+    TAILOR_RETURN_IF_ERROR(r.exec("PRAGMA query_only=1").prefixed(path));
+    store->readers_.idle.push_back(std::move(r));
+  }
+  return store;
+}
+
+JobStore::~JobStore() = default;
+
+JobStore::Reader::~Reader() {
+  if (!pool_) return;
+  {
+    std::lock_guard lock(pool_->mu);
+    pool_->idle.push_back(std::move(db_));
+  }
+  pool_->cv.notify_one();
+}
+
+JobStore::Reader JobStore::reader() {
+  std::unique_lock lock(readers_.mu);
+  readers_.cv.wait(lock, [&] { return !readers_.idle.empty(); });
+  Database db = std::move(readers_.idle.back());
+  readers_.idle.pop_back();
+  return Reader(readers_, std::move(db));
+}
+
+Result<JobStore::WriteLock> JobStore::writer() {
+  // While the store is unwritable a write tries once: requests behind it
+  // then learn so at once, not one busy timeout after another.
+  const int budget_ms = health().writable ? busy_timeout_ms_ : 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
+  WriteLock lock(mu_, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) {
+    return Status::unavailable("the store is busy: the writes before this one have waited " +
+                               std::to_string(busy_timeout_ms_) + " ms for the database");
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  db_.set_busy_timeout(static_cast<int>(std::max<std::int64_t>(budget_ms > 0 ? 1 : 0, left.count())));
+  return lock;
 }
 
 Status JobStore::noted(Status s) {
@@ -183,15 +239,10 @@ StoreHealth JobStore::health() const {
 
 StoreHealth JobStore::probe() {
   if (health().writable) return health();
-  std::unique_lock lock(mu_, std::try_to_lock);
+  WriteLock lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return health();
-  // A health check answers quickly: a held lock is the answer.
+  // The supervisor probes every tick: a held lock is the answer.
   db_.set_busy_timeout(100);
-  struct Restore {
-    Database& db;
-    int ms;
-    ~Restore() { db.set_busy_timeout(ms); }
-  } restore{db_, busy_timeout_ms_};
   (void)noted([&]() -> Status {
     TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
     TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("INSERT INTO store_probe (id, probed_at) VALUES (1, ?1) "
@@ -203,22 +254,14 @@ StoreHealth JobStore::probe() {
   return health();
 }
 
-Result<JobRecord> JobStore::get_locked(const std::string& id) {
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?1"));
-  q.bind(1, id);
-  TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
-  if (!row) return Status::not_found("no job " + id);
-  return read_job(q);
-}
-
 Result<JobRecord> JobStore::get(const std::string& id) {
-  std::lock_guard lock(mu_);
-  return get_locked(id);
+  Reader db = reader();
+  return job_by_id(*db, id);
 }
 
 Result<CreateResult> JobStore::create(const NewJob& job) {
-  std::lock_guard lock(mu_);
   return noted([&]() -> Result<CreateResult> {
+    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
     TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
     if (!job.idempotency_key.empty()) {
       TAILOR_ASSIGN_OR_RETURN(Statement q,
@@ -230,7 +273,7 @@ Result<CreateResult> JobStore::create(const NewJob& job) {
           return Status::failed_precondition("Idempotency-Key '" + job.idempotency_key +
                                              "' was used for a different request (job " + q.text(0) + ")");
         }
-        TAILOR_ASSIGN_OR_RETURN(JobRecord existing, get_locked(q.text(0)));
+        TAILOR_ASSIGN_OR_RETURN(JobRecord existing, job_by_id(db_, q.text(0)));
         return CreateResult{std::move(existing), false};
       }
     }
@@ -266,13 +309,13 @@ Result<CreateResult> JobStore::create(const NewJob& job) {
     }
     TAILOR_RETURN_IF_ERROR(insert_event(id, {"state", "submitted", "", now}, "", "queued"));
     TAILOR_RETURN_IF_ERROR(tx.commit());
-    TAILOR_ASSIGN_OR_RETURN(JobRecord created, get_locked(id));
+    TAILOR_ASSIGN_OR_RETURN(JobRecord created, job_by_id(db_, id));
     return CreateResult{std::move(created), true};
   }());
 }
 
 Result<JobPage> JobStore::list(const JobFilter& f) {
-  std::lock_guard lock(mu_);
+  Reader db = reader();
   std::string sql = std::string("SELECT ") + (f.full_plan ? kListColumnsFullPlan : kListColumns) + " FROM jobs j WHERE ";
   int next = 2;
   if (f.labels.empty()) {
@@ -293,7 +336,7 @@ Result<JobPage> JobStore::list(const JobFilter& f) {
     }
     sql += " ORDER BY l0.seq LIMIT ?" + std::to_string(next) + ") ORDER BY seq";
   }
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db->prepare(sql));
   int b = 1;
   q.bind(b++, f.after_seq);
   if (!f.labels.empty()) {
@@ -321,11 +364,11 @@ Result<JobPage> JobStore::list(const JobFilter& f) {
 }
 
 Result<std::vector<JobRecord>> JobStore::in_states(const std::vector<JobState>& states, bool documents) {
-  std::lock_guard lock(mu_);
+  Reader db = reader();
   std::string sql = std::string("SELECT ") + (documents ? kJobColumns : kScheduleColumns) + " FROM jobs WHERE state IN (";
   for (std::size_t i = 0; i < states.size(); ++i) sql += (i ? ", ?" : "?") + std::to_string(i + 1);
   sql += ") ORDER BY priority DESC, seq";
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db->prepare(sql));
   for (std::size_t i = 0; i < states.size(); ++i) q.bind(static_cast<int>(i + 1), to_string(states[i]));
   std::vector<JobRecord> out;
   for (;;) {
@@ -371,8 +414,8 @@ Status JobStore::insert_event(const std::string& id, const NewEvent& e, const st
 
 Status JobStore::transition(const std::string& id, JobState from, JobState to, const std::string& message,
                             const JobUpdate& changes, const std::string& data_json) {
-  std::lock_guard lock(mu_);
   return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
     TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
     TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT state FROM jobs WHERE id = ?1"));
     q.bind(1, id);
@@ -391,8 +434,8 @@ Status JobStore::transition(const std::string& id, JobState from, JobState to, c
 }
 
 Status JobStore::update(const std::string& id, const JobUpdate& changes) {
-  std::lock_guard lock(mu_);
   return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
     TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
     TAILOR_RETURN_IF_ERROR(apply_update(id, changes));
     return tx.commit();
@@ -400,10 +443,10 @@ Status JobStore::update(const std::string& id, const JobUpdate& changes) {
 }
 
 Status JobStore::remove(const std::string& id) {
-  std::lock_guard lock(mu_);
   return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
     TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
-    TAILOR_ASSIGN_OR_RETURN(const JobRecord job, get_locked(id));
+    TAILOR_ASSIGN_OR_RETURN(const JobRecord job, job_by_id(db_, id));
     if (!is_terminal(job.state)) {
       return Status::failed_precondition("job " + id + " is " + to_string(job.state) + ": cancel it first");
     }
@@ -420,8 +463,8 @@ Status JobStore::remove(const std::string& id) {
 }
 
 Result<std::vector<std::string>> JobStore::deleted_jobs() {
-  std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT id FROM deleted_jobs ORDER BY deleted_at"));
+  Reader db = reader();
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db->prepare("SELECT id FROM deleted_jobs ORDER BY deleted_at"));
   std::vector<std::string> out;
   while (true) {
     TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
@@ -432,8 +475,8 @@ Result<std::vector<std::string>> JobStore::deleted_jobs() {
 }
 
 Status JobStore::forget_deleted(const std::string& id) {
-  std::lock_guard lock(mu_);
   return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
     TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("DELETE FROM deleted_jobs WHERE id = ?1"));
     q.bind(1, id);
     return q.run();
@@ -441,8 +484,8 @@ Status JobStore::forget_deleted(const std::string& id) {
 }
 
 Status JobStore::add_event(const std::string& id, const NewEvent& event) {
-  std::lock_guard lock(mu_);
   return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
     TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
     TAILOR_RETURN_IF_ERROR(insert_event(id, event, "", ""));
     return tx.commit();
@@ -450,8 +493,8 @@ Status JobStore::add_event(const std::string& id, const NewEvent& event) {
 }
 
 Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const JobUpdate& changes) {
-  std::lock_guard lock(mu_);
   return noted([&]() -> Status {
+    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
     // Step metrics are re-derivable from the run's files (the offsets move in
     // the same transaction), so these commits need not wait for a full fsync.
     TAILOR_RETURN_IF_ERROR(db_.exec("PRAGMA synchronous=NORMAL"));
@@ -517,31 +560,31 @@ Result<std::vector<EventRecord>> read_events(Statement& q) {
 }  // namespace
 
 Result<std::vector<EventRecord>> JobStore::events(const std::string& id, std::int64_t after_id, std::int64_t limit) {
-  std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(std::string("SELECT ") + kEventColumns +
+  Reader db = reader();
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db->prepare(std::string("SELECT ") + kEventColumns +
                                                    " FROM events WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"));
   q.bind(1, id).bind(2, after_id).bind(3, limit);
   return read_events(q);
 }
 
 Result<std::vector<EventRecord>> JobStore::all_events(std::int64_t after_id, std::int64_t limit) {
-  std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(std::string("SELECT ") + kEventColumns +
+  Reader db = reader();
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db->prepare(std::string("SELECT ") + kEventColumns +
                                                    " FROM events WHERE id > ?1 ORDER BY id LIMIT ?2"));
   q.bind(1, after_id).bind(2, limit);
   return read_events(q);
 }
 
 Result<std::int64_t> JobStore::last_event_id() {
-  std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT COALESCE(MAX(id), 0) FROM events"));
+  Reader db = reader();
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db->prepare("SELECT COALESCE(MAX(id), 0) FROM events"));
   TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
   return row ? q.int64(0) : 0;
 }
 
 Result<std::map<std::int64_t, std::int64_t>> JobStore::peak_by_attempt(const std::string& id) {
-  std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT attempt, MAX(peak_bytes) FROM step_metrics WHERE job_id = ?1 "
+  Reader db = reader();
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db->prepare("SELECT attempt, MAX(peak_bytes) FROM step_metrics WHERE job_id = ?1 "
                                                    "AND peak_bytes IS NOT NULL GROUP BY attempt"));
   q.bind(1, id);
   std::map<std::int64_t, std::int64_t> out;
@@ -554,13 +597,13 @@ Result<std::map<std::int64_t, std::int64_t>> JobStore::peak_by_attempt(const std
 }
 
 Result<std::vector<StepMetric>> JobStore::metrics(const std::string& id, std::int64_t since_step, std::int64_t limit) {
-  std::lock_guard lock(mu_);
+  Reader db = reader();
   std::string sql = "SELECT rank, step, attempt, time, loss, lr, grad_norm, tokens, tokens_per_second, step_seconds, "
                     "allocated_bytes, peak_bytes, eval_loss, eval_tokens, eval_seconds";
   for (const auto& c : component_columns()) sql += ", " + c;
   for (const PreferenceMetric& p : kPreferenceMetrics) sql += std::string(", ") + p.column;
   sql += " FROM step_metrics WHERE job_id = ?1 AND step > ?2 ORDER BY step, rank LIMIT ?3";
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db->prepare(sql));
   q.bind(1, id).bind(2, since_step).bind(3, limit);
   std::vector<StepMetric> out;
   for (;;) {
@@ -595,8 +638,8 @@ Result<std::vector<StepMetric>> JobStore::metrics(const std::string& id, std::in
 }
 
 Result<std::map<JobState, std::int64_t>> JobStore::count_by_state() {
-  std::lock_guard lock(mu_);
-  TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT state, COUNT(*) FROM jobs GROUP BY state"));
+  Reader db = reader();
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db->prepare("SELECT state, COUNT(*) FROM jobs GROUP BY state"));
   std::map<JobState, std::int64_t> out;
   for (JobState s : all_job_states()) out[s] = 0;
   for (;;) {

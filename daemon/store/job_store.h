@@ -3,11 +3,16 @@
 // transaction; a job is committed with synchronous=FULL before create()
 // returns, so a client that got an id keeps it across a crash. Step metrics
 // arrive in batches, one transaction each.
-// Thread-safe: one connection behind a mutex (the daemon's write rate is a
-// few transactions a second).
+// Thread-safe. Writes go through one connection behind a mutex (the
+// daemon's write rate is a few transactions a second) and give up as
+// Unavailable within the busy timeout of their start, however many wait;
+// reads borrow one of a few read-only connections, which WAL lets read the
+// last commit beside a writer, so no read waits behind a write, ours or
+// another process'.
 #pragma once
 
 #include <cstdint>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -230,9 +235,11 @@ struct StoreHealth {
 class JobStore {
  public:
   // Opens or creates DIR's database at `path` and applies migrations. A
-  // write waits up to `busy_timeout_ms` for another process' lock, then
-  // fails as Unavailable.
+  // write waits up to `busy_timeout_ms` in all (for the writes before it
+  // and another process' lock), then fails as Unavailable; while the store
+  // is unwritable a write tries once and does not wait.
   static Result<std::unique_ptr<JobStore>> open(const std::string& path, int busy_timeout_ms = 2000);
+  ~JobStore();
 
   Result<CreateResult> create(const NewJob& job);
   Result<JobRecord> get(const std::string& id);
@@ -274,15 +281,41 @@ class JobStore {
   Result<std::map<std::int64_t, std::int64_t>> peak_by_attempt(const std::string& id);
   Result<std::map<JobState, std::int64_t>> count_by_state();
 
-  // As the last write found it; never waits for the database.
+  // As the last write found it; never waits for the database (GET /healthz).
   StoreHealth health() const;
   // While unwritable: rewrites the probe row to learn whether writes work
-  // again, unless another write is under way (that one will tell).
+  // again, waiting 0.1 s at most, unless another write is under way (that
+  // one will tell). The supervisor calls it every tick.
   StoreHealth probe();
 
  private:
+  // The read connections (query_only) not in use.
+  struct Readers {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<Database> idle;
+  };
+  // A read connection for the length of one read, back to the pool after.
+  class Reader {
+   public:
+    Reader(Readers& pool, Database db) : pool_(&pool), db_(std::move(db)) {}
+    Reader(Reader&& o) noexcept : pool_(o.pool_), db_(std::move(o.db_)) { o.pool_ = nullptr; }
+    Reader& operator=(Reader&&) = delete;
+    ~Reader();
+    Database& operator*() { return db_; }
+    Database* operator->() { return &db_; }
+
+   private:
+    Readers* pool_;
+    Database db_;
+  };
+  using WriteLock = std::unique_lock<std::timed_mutex>;
+
   JobStore(Database db, int busy_timeout_ms) : db_(std::move(db)), busy_timeout_ms_(busy_timeout_ms) {}
-  Result<JobRecord> get_locked(const std::string& id);
+  Reader reader();
+  // The write connection, waited for until the write's deadline, with the
+  // rest of that deadline as its busy timeout; Unavailable past it.
+  Result<WriteLock> writer();
   Status apply_update(const std::string& id, const JobUpdate& changes);
   Status insert_event(const std::string& id, const NewEvent& e, const std::string& from, const std::string& to);
 
@@ -293,9 +326,10 @@ class JobStore {
     return r;
   }
 
-  std::mutex mu_;
+  std::timed_mutex mu_;  // the write connection
   Database db_;
   int busy_timeout_ms_;
+  Readers readers_;
   mutable std::mutex health_mu_;  // apart from mu_, which a write holds while it waits
   StoreHealth health_;
 };

@@ -26,6 +26,23 @@ TEST(ConfigTest, FlagsOverrideEnvironmentOverrideFile) {
   EXPECT_EQ(c->allowed_hosts, (std::vector<std::string>{"a", "b"}));
 }
 
+TEST(ConfigTest, TheStreamBudgetIsReadFromFlagsFileAndEnvironmentAndChecked) {
+  tailor::testing::TempDir dir;
+  bool help = false;
+  const std::string file = dir.write("tailord.yaml", "data_dir: /d\nmax_streams: 40\n");
+  auto c = load_config({"--config", file, "--max-streams-per-token", "9"}, {}, help);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->max_streams, 40);
+  EXPECT_EQ(c->max_streams_per_token, 9);
+  c = load_config({"--data-dir", "/d"}, {{"TAILORD_MAX_STREAMS", "0"}}, help);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("TAILORD_MAX_STREAMS"), std::string::npos) << c.status().message();
+  c = load_config({"--data-dir", "/d"}, {}, help);
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->max_streams, 256);
+  EXPECT_EQ(c->max_streams_per_token, 128);
+}
+
 TEST(ConfigTest, ErrorsNameTheSource) {
   tailor::testing::TempDir dir;
   bool help = false;

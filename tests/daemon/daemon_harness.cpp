@@ -183,6 +183,16 @@ void DaemonProcess::kill_daemon(int sig) {
   pid_ = -1;
 }
 
+bool DaemonProcess::exited_within(std::chrono::milliseconds timeout) {
+  return wait_for(
+      [&] {
+        int status = 0;
+        if (pid_ <= 0 || waitpid(pid_, &status, WNOHANG) == pid_) pid_ = -1;
+        return pid_ < 0;
+      },
+      timeout);
+}
+
 void DaemonProcess::kill_runners() {
   if (pid_ > 0 && ok()) {
     const auto list = get("/v1/jobs?limit=500").json();

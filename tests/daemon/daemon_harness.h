@@ -82,6 +82,8 @@ class DaemonProcess {
   void kill_daemon(int sig);
   // Kills every runner process group recorded in the jobs of this daemon.
   void kill_runners();
+  // Whether tailord ended by itself within `timeout` (reaped if so).
+  bool exited_within(std::chrono::milliseconds timeout);
 
  private:
   std::string data_dir_;

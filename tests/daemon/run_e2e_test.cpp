@@ -775,6 +775,59 @@ std::int64_t last_step_of(const json& job) {
   return job["last_step"].is_number_integer() ? job["last_step"].get<std::int64_t>() : 0;
 }
 
+// Issue 37, item 3: tailord killed after it forked a runner and before it
+// wrote anything down (not even the runner's pid file; the failpoint
+// launch.after_fork, platform/failpoint.h), and the runner finished before
+// the restart. The job was queued and trained again, every time. Now the
+// restarted tailord finds the attempt's own events and judges it by them.
+TEST(RunE2eTest, ARunnerThatFinishedAfterTailordDiedBeforeRecordingItIsNotRunAgain) {
+  REQUIRE_RUNNER();
+  prctl(PR_SET_CHILD_SUBREAPER, 1);  // the orphaned runner is reaped here
+  tailor::testing::TempDir dir;
+  const std::string data = dir.file("data");
+  ::setenv("TAILOR_FAILPOINTS", "launch.after_fork", 1);
+  auto d = std::make_unique<DaemonProcess>(data);
+  ::unsetenv("TAILOR_FAILPOINTS");
+  ASSERT_TRUE(d->ok()) << d->log();
+  (void)d->post("/v1/jobs", tiny_spec("once", 5, 0));  // tailord may be gone before it answers
+  ASSERT_TRUE(d->exited_within(seconds(60))) << "the failpoint did not stop tailord";
+  std::string id;
+  {
+    auto store = JobStore::open(data + "/tailor.db");
+    ASSERT_TRUE(store.is_ok());
+    auto page = (*store)->list({});
+    ASSERT_TRUE(page.is_ok());
+    ASSERT_EQ(page->jobs.size(), 1u);
+    id = page->jobs[0].id;
+    EXPECT_EQ(page->jobs[0].state, JobState::kPlanning);
+  }
+  EXPECT_FALSE(std::filesystem::exists(data + "/jobs/" + id + "/runner.pid"));
+  // The runner trains to its end meanwhile and exits: this process reaps
+  // it, the only child left, so it no longer holds the job's lock.
+  bool reaped = false;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        int status = 0;
+        while (waitpid(-1, &status, WNOHANG) > 0) reaped = true;
+        if (!reaped) return false;
+        std::ifstream f(data + "/jobs/" + id + "/events.jsonl");
+        const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        return text.find("\"event\":\"done\"") != std::string::npos;
+      },
+      seconds(120)));
+  DaemonProcess again(data);
+  ASSERT_TRUE(again.ok()) << again.log();
+  ASSERT_TRUE(again.wait_state(id, "", seconds(60)));
+  const json job = again.job(id);
+  EXPECT_EQ(job["state"], "succeeded") << job.dump(1);
+  EXPECT_EQ(job["attempts"], 1);
+  const auto kinds = event_kinds(again, id);
+  EXPECT_EQ(count(kinds, "runner.start"), 1u);
+  EXPECT_EQ(count(kinds, "runner.done"), 1u);
+  EXPECT_EQ(again.get("/v1/jobs/" + id + "/metrics").json()["metrics"].size(), 5u);
+  EXPECT_TRUE(some_event_says(again, id, "as its events say")) << again.get("/v1/jobs/" + id + "/events").body;
+}
+
 // The contract under repeated crashes: tailord SIGKILLed three times while
 // a job trains, down 0, 5 and 20 s each time (the job may finish while
 // tailord is down, and is then judged by its events). The job list stays the same,

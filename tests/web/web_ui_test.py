@@ -215,8 +215,12 @@ def main():
             fail("the job page or the jobs table did not open its event stream")
         if "this machine" not in driver.find_element(By.ID, "main").text:
             fail("the job page does not say where the job ran")
+        frozen = json.loads(driver.find_element(
+            By.CSS_SELECTOR, "pre[aria-label=\"The job's spec as frozen at submission\"]").get_attribute("textContent"))
+        if frozen.get("training", {}).get("max_steps") != 30:
+            fail(f"the job page's frozen spec is not the submitted one: {frozen.get('training')}")
         print(f"ok: job {job_id} submitted through the UI succeeded, followed through its event stream; its loss "
-              "curve has 30 points, memory shown estimated and measured, run on this machine")
+              "curve has 30 points, memory shown estimated and measured, run on this machine, its frozen spec shown")
         shot("05-job-succeeded")
 
         # Its model downloaded from its page: saved by the browser's own

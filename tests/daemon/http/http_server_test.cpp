@@ -289,5 +289,74 @@ TEST(HttpServerTest, StopWaitsForTheRequestAWorkerHolds) {
   releaser.join();
 }
 
+// Streams that never end, of the owner the query names, with last words.
+HttpResponse endless_stream(const HttpRequest& req) {
+  HttpResponse r;
+  r.content_type = "text/event-stream";
+  r.stream = [](std::string&) { return true; };
+  r.stream_owner = req.query_value("owner");
+  r.stream_farewell = [](const std::string& why) { return "event: closed\ndata: " + why + "\n\n"; };
+  return r;
+}
+
+std::unique_ptr<RawSocket> open_stream(const HttpServer& server, const std::string& owner) {
+  auto s = std::make_unique<RawSocket>(server.port());
+  s->send("GET /stream?owner=" + owner + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string head = s->receive("\r\n\r\n");  // the server holds it as a stream by now
+  EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
+  return s;
+}
+
+// Issue 37, item 1: long-lived streams counted against the connection
+// limit and were never reclaimed, so a reader's 512 streams locked every
+// client out, /healthz too. Streams now leave the connection budget and
+// have their own: past an owner's bound its oldest stream goes, past the
+// total the oldest of the largest owner; each ends with its last words.
+TEST(HttpServerTest, StreamsHaveABudgetOfTheirOwnWhereTheOldestOfTheLargestOwnerMakesRoom) {
+  ServerOptions o;
+  o.port = 0;
+  o.max_connections = 4;
+  o.max_streams = 4;
+  o.max_streams_per_owner = 3;
+  o.stream_poll = milliseconds(20);
+  auto started = HttpServer::start(o, [](HttpRequest& req) {
+    return req.path == "/stream" ? endless_stream(req) : HttpResponse::json(200, "{}");
+  });
+  ASSERT_TRUE(started.is_ok()) << started.status().to_string();
+  HttpServer& server = **started;
+  auto admin = open_stream(server, "admin");
+  std::vector<std::unique_ptr<RawSocket>> reader;
+  for (int i = 0; i < 3; ++i) reader.push_back(open_stream(server, "read"));
+  EXPECT_EQ(server.streams(), 4);
+  // As many streams as connections allowed, and ordinary requests still
+  // find room, without closing a stream.
+  for (int i = 0; i < 8; ++i) {
+    RawSocket c(server.port());
+    c.send(kFast);
+    EXPECT_EQ(c.receive().rfind("HTTP/1.1 200", 0), 0u) << i;
+  }
+  EXPECT_EQ(server.evicted_streams(), 0u);
+  // The reader's fourth: its own oldest goes, with its last words.
+  reader.push_back(open_stream(server, "read"));
+  std::string last = reader[0]->receive("tailord's stream budget");
+  last += reader[0]->receive();
+  EXPECT_NE(last.find("event: closed\ndata: tailord's stream budget is full (4 in all, 3 per token)"),
+            std::string::npos)
+      << last;
+  EXPECT_NE(last.find("0\r\n\r\n"), std::string::npos) << "the chunked body ends: " << last;
+  EXPECT_TRUE(reader[0]->ended());
+  // A newcomer past the total: the largest owner (the reader) gives way.
+  auto other = open_stream(server, "other");
+  std::string gone = reader[1]->receive("event: closed");
+  gone += reader[1]->receive();
+  EXPECT_NE(gone.find("event: closed"), std::string::npos) << gone;
+  EXPECT_TRUE(reader[1]->ended());
+  EXPECT_EQ(server.evicted_streams(), 2u);
+  EXPECT_EQ(server.streams(), 4);
+  // The admin's stream, the oldest of all, was never touched.
+  EXPECT_FALSE(admin->closed_within(milliseconds(200)));
+  for (std::size_t i = 2; i < reader.size(); ++i) EXPECT_FALSE(reader[i]->closed_within(milliseconds(0))) << i;
+}
+
 }  // namespace
 }  // namespace tailor::daemon

@@ -241,6 +241,42 @@ TEST_F(SupervisorJobTest, ARunnerWhoseStartWasNeverStoredIsJudgedByItsEventsNotL
   EXPECT_EQ(j.attempts, 1);
 }
 
+// Issue 37, item 3: tailord stopped after the fork and before the pid file,
+// and the runner finished before the restart. Nothing but the runner's own
+// events says it ran; the job was queued and trained a second time.
+TEST_F(SupervisorJobTest, ARunnerThatLeftNoPidFileIsJudgedByTheEventsItWroteNotLaunchedAgain) {
+  ASSERT_TRUE(store_->transition(id_, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
+  fs::create_directories(job_dir());
+  std::ofstream(job_dir() / "events.jsonl") << R"({"event":"start"})"
+                                               "\n"
+                                               R"({"event":"done","steps":3,"exit_code":0})"
+                                               "\n";
+  Supervisor sup(*store_, metrics_, options());
+  ASSERT_TRUE(sup.recover().is_ok());
+  const JobRecord j = job();
+  EXPECT_EQ(j.state, JobState::kSucceeded) << to_string(j.state) << " (" << j.exit_reason << ")";
+  EXPECT_EQ(j.attempts, 1);
+}
+
+// The events of earlier attempts, all taken in, do not speak for this one:
+// with nothing past them, the attempt never started and is queued again.
+TEST_F(SupervisorJobTest, AnAttemptWhoseRunnerWroteNothingPastTheEarlierOnesIsQueuedAgain) {
+  const std::string earlier = R"({"event":"start"})"
+                              "\n"
+                              R"({"event":"error","message":"x","exit_code":1})"
+                              "\n";
+  ASSERT_TRUE(store_->update(id_, JobUpdate().set("events_offset", static_cast<std::int64_t>(earlier.size()))
+                                       .set("attempts", 1)).is_ok());
+  ASSERT_TRUE(store_->transition(id_, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
+  fs::create_directories(job_dir());
+  std::ofstream(job_dir() / "events.jsonl") << earlier;
+  Supervisor sup(*store_, metrics_, options());
+  ASSERT_TRUE(sup.recover().is_ok());
+  const JobRecord j = job();
+  EXPECT_EQ(j.state, JobState::kQueued) << to_string(j.state) << " (" << j.exit_reason << ")";
+  EXPECT_EQ(j.attempts, 1);
+}
+
 // The defect: the supervisor logged the failed write and forgot the runner,
 // so the job stayed "running" with a dead pid until tailord restarted.
 TEST_F(SupervisorJobTest, TheEndOfARunnerIsStoredOnceAnotherProcessLetsGoOfTheDatabase) {
