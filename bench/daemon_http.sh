@@ -5,7 +5,7 @@
 # first page, a page deep in the list, by state, by label (one that every
 # job has, one that none has) and by both. The jobs' runner is /bin/true,
 # so they finish at once; the reads are measured once the last has.
-#   bench/daemon_http.sh [BUILD_DIR]     JOBS=10000 SECONDS_=5 SUBMIT_SECONDS_=5 CONNECTIONS=16
+#   bench/daemon_http.sh [BUILD_DIR]     JOBS=10000 SECONDS_=5 SUBMIT_SECONDS_=5 CONNECTIONS=16 SUBMIT_CONNECTIONS=64
 # Needs wrk (scripts/setup --bench).
 set -euo pipefail
 build=${1:-build}
@@ -26,9 +26,14 @@ export SPEC="$work/job.yaml" TOKEN="$token"
 # Jobs in the store, and of them those not finished, from tailord's gauge.
 count_jobs() { curl -sf -H "Authorization: Bearer $token" "http://$addr/metrics" |
   awk -v pat="${1:-.}" '/^tailor_jobs\{/ && $0 ~ pat {n += $2} END {print int(n)}'; }
-echo "== POST /v1/jobs ($connections connections, ${SUBMIT_SECONDS_:-5}s)"
-wrk -t2 -c"$connections" -d"${SUBMIT_SECONDS_:-5}s" --latency -s "$root/bench/submit.lua" "http://$addr/v1/jobs" |
-  grep -E 'Requests/sec|Latency  |50%|99%|Non-2xx|Socket errors'
+# One client, then $connections, then $SUBMIT_CONNECTIONS (64) at once: a
+# submission's own cost, then what queueing adds (issue 37, item 7: the
+# p99 at 64 clients).
+for c in 1 "$connections" "${SUBMIT_CONNECTIONS:-64}"; do
+  echo "== POST /v1/jobs ($c connections, ${SUBMIT_SECONDS_:-5}s)"
+  wrk -t1 -c"$c" -d"${SUBMIT_SECONDS_:-5}s" --latency -s "$root/bench/submit.lua" "http://$addr/v1/jobs" |
+    grep -E 'Requests/sec|Latency  |50%|90%|99%|Non-2xx|Socket errors'
+done
 while (( $(count_jobs) < jobs )); do
   wrk -t2 -c"$connections" -d2s -s "$root/bench/submit.lua" "http://$addr/v1/jobs" >/dev/null
 done

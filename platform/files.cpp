@@ -8,7 +8,7 @@
 
 namespace tailor::platform {
 
-Status write_file_atomic(const std::string& path, const std::string& content) {
+Status write_file_atomic(const std::string& path, const std::string& content, Durability durability) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -24,7 +24,7 @@ Status write_file_atomic(const std::string& path, const std::string& content) {
     ok = n > 0;
     if (ok) done += static_cast<std::size_t>(n);
   }
-  ok = ok && ::fsync(fd) == 0;
+  ok = ok && (durability == Durability::kProcess || ::fsync(fd) == 0);
   const int err = errno;
   ::close(fd);
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -7,10 +7,19 @@
 
 namespace tailor::platform {
 
-// Writes `content` to `path` through `path`.tmp, fsync and rename: a reader
+// Whether the file must survive a power cut, or only this process.
+enum class Durability {
+  kPowerCut,  // fsync before the rename
+  kProcess,   // no fsync: a crash of the writer (or any process) leaves the
+              // whole file; only the machine stopping may lose it. For files
+              // whose readers die with the machine (a runner's plan and pid).
+};
+
+// Writes `content` to `path` through `path`.tmp and renames it: a reader
 // sees the old file or the new one, never half of one. IOError naming the
 // file and the reason (NoSpace when the file system is full); the temporary
 // file is removed on failure.
-Status write_file_atomic(const std::string& path, const std::string& content);
+Status write_file_atomic(const std::string& path, const std::string& content,
+                         Durability durability = Durability::kPowerCut);
 
 }  // namespace tailor::platform

@@ -83,59 +83,59 @@ bool Constraints::pinned(dsl::Knob k) const {
   return out;
 }
 
-std::string Constraints::why_not(const Strategy& s) const {
+std::optional<Constraints::Refusal> Constraints::refusal(const Strategy& s) const {
   const dsl::StrategySpec& p = pins_;
-  std::string pin;
+  const char* pin = nullptr;
   for_each_knob([&](const auto& row) {
     const auto& v = row.pinned_in(spec_);
-    if (pin.empty() && v && s.*row.value != *v) pin = std::string(row.label) + " is pinned";
+    if (!pin && v && s.*row.value != *v) pin = row.label;
   });
-  if (!pin.empty()) return pin;
+  if (pin) return Refusal{nullptr, pin, std::nullopt};
   // Their learning rates mean something else than AdamW's: a spec's lr
   // would be wrong for them.
-  if (!p.optimizer && s.optimizer == Optimizer::kSgd) return "SGD is used only when pinned";
-  if (!p.optimizer && s.optimizer == Optimizer::kLion) return "Lion is used only when pinned";
+  if (!p.optimizer && s.optimizer == Optimizer::kSgd) return Refusal{"SGD is used only when pinned"};
+  if (!p.optimizer && s.optimizer == Optimizer::kLion) return Refusal{"Lion is used only when pinned"};
   if (s.num_gpus != num_gpus_ && (ranks_fixed_ || s.num_gpus != 1)) {
-    return ranks_fixed_ ? "resources.ranks fixes the ranks" : "ranks are every GPU or one";
+    return Refusal{ranks_fixed_ ? "resources.ranks fixes the ranks" : "ranks are every GPU or one"};
   }
   if (s.micro_batch_size * s.grad_accumulation * s.num_gpus != training_.global_batch_size) {
-    return "does not keep the global batch";
+    return Refusal{"does not keep the global batch"};
   }
-  if (s.adapter != Adapter::kNone && s.lora_rank != p.lora.r) return "LoRA rank differs from the spec";
+  if (s.adapter != Adapter::kNone && s.lora_rank != p.lora.r) return Refusal{"LoRA rank differs from the spec"};
   // Device support.
   if (s.precision == Precision::kFp16 && on_cpu_) {
-    return "fp16 has no CPU kernels worth training with (LibTorch runs CPU fp16 matmuls as slow emulation); pin bf16 or "
-           "fp32 on the CPU, or plan for a GPU";
+    return Refusal{"fp16 has no CPU kernels worth training with (LibTorch runs CPU fp16 matmuls as slow emulation); pin bf16 or "
+           "fp32 on the CPU, or plan for a GPU"};
   }
-  if (s.precision == Precision::kFp16 && device_.peak_tflops_fp16 <= 0) return "no fp16 on this device";
+  if (s.precision == Precision::kFp16 && device_.peak_tflops_fp16 <= 0) return Refusal{"no fp16 on this device"};
   if ((s.precision == Precision::kBf16 || s.precision == Precision::kPureBf16) && !device_.bf16) {
-    return "no bf16 on this device";
+    return Refusal{"no bf16 on this device"};
   }
   // On the CPU host and device memory are one: nothing to gain by
   // offloading, so only a pin asks for it (tailor-runner then keeps the
   // offloaded bytes in its host ledger, apart from the budget).
-  if (on_cpu_ && s.offload != Offload::kNone && !p.offload) return "offload needs GPUs (or a pin)";
-  if (s.zero_stage > 0 && s.num_gpus == 1 && s.offload == Offload::kNone) return "ZeRO on one rank only with offload";
-  if (s.offload != Offload::kNone && s.zero_stage == 0) return "offload needs ZeRO stage 1 or more";
-  if (s.offload == Offload::kOptimizerAndParams && s.zero_stage != 3) return "parameter offload needs ZeRO-3";
-  if ((s.adapter == Adapter::kQlora) != (s.quantization != Quantization::kNone)) return "QLoRA means a quantised base";
+  if (on_cpu_ && s.offload != Offload::kNone && !p.offload) return Refusal{"offload needs GPUs (or a pin)"};
+  if (s.zero_stage > 0 && s.num_gpus == 1 && s.offload == Offload::kNone) return Refusal{"ZeRO on one rank only with offload"};
+  if (s.offload != Offload::kNone && s.zero_stage == 0) return Refusal{"offload needs ZeRO stage 1 or more"};
+  if (s.offload == Offload::kOptimizerAndParams && s.zero_stage != 3) return Refusal{"parameter offload needs ZeRO-3"};
+  if ((s.adapter == Adapter::kQlora) != (s.quantization != Quantization::kNone)) return Refusal{"QLoRA means a quantised base"};
   if (spec_.training.method == dsl::TrainingMethod::kDpo) {
     const dsl::Reference r = reference_for(spec_, s);
     if (r == dsl::Reference::kAdapterOff && s.adapter == Adapter::kNone) {
-      return "the reference adapter_off needs adapters (strategy.reference is pinned)";
+      return Refusal{"the reference adapter_off needs adapters (strategy.reference is pinned)"};
     }
     if (r == dsl::Reference::kSeparate && s.adapter != Adapter::kNone) {
-      return "a separate reference beside adapters is not built: adapter_off and precomputed are the same reference "
-             "without the copy";
+      return Refusal{"a separate reference beside adapters is not built: adapter_off and precomputed are the same reference "
+             "without the copy"};
     }
     if (r == dsl::Reference::kSeparate && s.zero_stage == 3) {
-      return "a separate reference under ZeRO-3 is not built (the copy would need sharding; precomputed needs none)";
+      return Refusal{"a separate reference under ZeRO-3 is not built (the copy would need sharding; precomputed needs none)"};
     }
   }
   // Answers to eval_prompts are generated on rank 0 alone, from the whole
   // model; sharded parameters would need every rank's forward in lockstep.
   if (!spec_.training.eval_prompts.empty() && s.zero_stage == 3) {
-    return "training.eval_prompts under ZeRO-3 is not built (generation needs the whole model on one rank)";
+    return Refusal{"training.eval_prompts under ZeRO-3 is not built (generation needs the whole model on one rank)"};
   }
   // bf16 keeps 8 bits of mantissa, so a pure-bf16 weight ignores an update
   // under about 2^-9 of itself, and 8-bit states round the moments as well:
@@ -144,17 +144,25 @@ std::string Constraints::why_not(const Strategy& s) const {
   // start at zero, where bf16's relative precision costs little.
   if (s.adapter == Adapter::kNone && s.precision == Precision::kPureBf16 && s.optimizer == Optimizer::kAdamw8bit &&
       !p.allow_lossy && !(p.precision && p.optimizer)) {
-    return "a full fine-tune with pure bf16 weights and 8-bit optimizer states loses small updates "
-           "(strategy.allow_lossy: true allows the trade)";
+    return Refusal{"a full fine-tune with pure bf16 weights and 8-bit optimizer states loses small updates "
+           "(strategy.allow_lossy: true allows the trade)"};
   }
   // Techniques the spec does not allow, unless a pin asked for them.
   for (dsl::Technique t : techniques_of(s)) {
-    if (!pinned(dsl::knob_of(t)) && !allows(t)) return "\"" + std::string(dsl::to_string(t)) + "\" is not allowed by the spec";
+    if (!pinned(dsl::knob_of(t)) && !allows(t)) return Refusal{nullptr, nullptr, t};
   }
-  return {};
+  return std::nullopt;
 }
 
-bool Constraints::admits(const Strategy& s) const { return why_not(s).empty(); }
+std::string Constraints::why_not(const Strategy& s) const {
+  const auto r = refusal(s);
+  if (!r) return {};
+  if (r->pinned) return std::string(r->pinned) + " is pinned";
+  if (r->technique) return "\"" + std::string(dsl::to_string(*r->technique)) + "\" is not allowed by the spec";
+  return r->text;
+}
+
+bool Constraints::admits(const Strategy& s) const { return !refusal(s).has_value(); }
 
 Strategy Constraints::baseline() const {
   // Each knob as pinned, else as a default Strategy has it (no technique);

@@ -3,6 +3,7 @@
 // Shared by the search and the decision tree.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,15 @@ class Constraints {
   const std::string& error() const { return error_; }
 
  private:
+  // Why not, before it is a sentence: admits() asks for every candidate of
+  // the search, and most are refused, so the refusal allocates nothing.
+  struct Refusal {
+    const char* text = nullptr;          // the reason, or
+    const char* pinned = nullptr;        // "<this knob> is pinned", or
+    std::optional<dsl::Technique> technique;  // "<this technique> is not allowed by the spec"
+  };
+  std::optional<Refusal> refusal(const Strategy& s) const;
+
   const dsl::JobSpec& spec_;
   const dsl::StrategySpec& pins_;
   const dsl::TrainingSpec& training_;

@@ -23,6 +23,7 @@
 #include "daemon/api/web_ui.h"
 #include "dsl/catalog.h"
 #include "dsl/spec_fields.h"
+#include "dsl/yaml_tree.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/http/errors.h"
 
@@ -158,7 +159,11 @@ json diagnostics_json(const dsl::Diagnostics& d) {
 }  // namespace
 
 std::string job_to_json(const JobRecord& job, const std::string& output_dir) {
-  return json_text(job_json(job, output_dir));
+  // Written straight out: a submission's answer carries the whole plan,
+  // which a DOM would parse and print again.
+  JsonWriter w(0);
+  write_job(w, job, output_dir, json::accept(job.plan_json) ? std::string_view(job.plan_json) : "null");
+  return w.str();
 }
 
 Api::Api(ApiContext context)
@@ -405,8 +410,7 @@ HttpResponse Api::submit(HttpRequest& r) {
   nj.name = job.spec.name;
   nj.priority = job.spec.priority;
   nj.spec_text = r.body;
-  const json plan_doc = json::parse(job.plan_json, nullptr, false);
-  nj.spec_json = plan_doc.is_object() && plan_doc.contains("spec") ? json_text(plan_doc["spec"]) : "{}";
+  nj.spec_json = dsl::emit_json(dsl::write_job_spec(job.spec), 0);  // as the plan document embeds it
   nj.labels = job.spec.labels;
   nj.plan_json = job.plan_json;
   nj.estimated_bytes = reserve;

@@ -135,8 +135,11 @@ Launched LocalExecutor::launch(const LaunchRequest& request) {
   // The narrowest window: the runner runs and nothing but its own files
   // says so (adopt() reads them).
   platform::crash_point("launch.after_fork");
+  // For a tailord that crashes: the runner it names dies with the machine,
+  // so the file need not survive a power cut.
   if (Status w = platform::write_file_atomic((dir / kPidFile).string(),
-                                             std::to_string(proc->pid) + " " + std::to_string(proc->start_ticks) + "\n");
+                                             std::to_string(proc->pid) + " " + std::to_string(proc->start_ticks) + "\n",
+                                             platform::Durability::kProcess);
       !w.is_ok()) {
     log_error("tailord: writing the pid file of " + job.id + ": " + w.to_string());
   }

@@ -3,6 +3,9 @@
 #include <sqlite3.h>
 
 #include <cerrno>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include <utility>
 
@@ -25,19 +28,61 @@ Status status_for(sqlite3* db, int primary_code, std::string msg) {
 
 }  // namespace
 
-Statement::~Statement() {
-  if (stmt_) sqlite3_finalize(stmt_);
+// Idle statements by their SQL text. Bounded: the texts are the store's own
+// (a filter's label count varies them a little), a few of each at most.
+struct StatementCache {
+  static constexpr std::size_t kMaxTexts = 128;
+  static constexpr std::size_t kMaxEach = 4;
+  std::unordered_map<std::string, std::vector<sqlite3_stmt*>> idle;
+
+  sqlite3_stmt* take(std::string_view sql) {
+    const auto it = idle.find(std::string(sql));
+    if (it == idle.end() || it->second.empty()) return nullptr;
+    sqlite3_stmt* s = it->second.back();
+    it->second.pop_back();
+    return s;
+  }
+  void give_back(sqlite3_stmt* s) {
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    const char* sql = sqlite3_sql(s);
+    auto it = sql ? idle.find(sql) : idle.end();
+    if (sql && it == idle.end() && idle.size() < kMaxTexts) it = idle.emplace(sql, std::vector<sqlite3_stmt*>{}).first;
+    if (it == idle.end() || it->second.size() >= kMaxEach) {
+      sqlite3_finalize(s);
+      return;
+    }
+    it->second.push_back(s);
+  }
+  ~StatementCache() {
+    for (auto& [sql, list] : idle) {
+      for (sqlite3_stmt* s : list) sqlite3_finalize(s);
+    }
+  }
+};
+
+void Statement::release() {
+  if (!stmt_) return;
+  if (home_) {
+    home_->give_back(stmt_);
+  } else {
+    sqlite3_finalize(stmt_);
+  }
+  stmt_ = nullptr;
 }
 
-Statement::Statement(Statement&& o) noexcept : db_(o.db_), stmt_(o.stmt_), bind_error_(o.bind_error_) {
+Statement::~Statement() { release(); }
+
+Statement::Statement(Statement&& o) noexcept : db_(o.db_), stmt_(o.stmt_), home_(o.home_), bind_error_(o.bind_error_) {
   o.stmt_ = nullptr;
 }
 
 Statement& Statement::operator=(Statement&& o) noexcept {
   if (this != &o) {
-    if (stmt_) sqlite3_finalize(stmt_);
+    release();
     db_ = o.db_;
     stmt_ = std::exchange(o.stmt_, nullptr);
+    home_ = o.home_;
     bind_error_ = o.bind_error_;
   }
   return *this;
@@ -133,14 +178,21 @@ Result<Database> Database::open(const std::string& path, int busy_timeout_ms) {
   return db;
 }
 
+Database::Database(sqlite3* db) : db_(db), cache_(std::make_unique<StatementCache>()) {}
+
+Database::Database(Database&& o) noexcept : db_(std::exchange(o.db_, nullptr)), cache_(std::move(o.cache_)) {}
+
 Database::~Database() {
+  cache_.reset();  // its statements first
   if (db_) sqlite3_close_v2(db_);
 }
 
 Database& Database::operator=(Database&& o) noexcept {
   if (this != &o) {
+    cache_.reset();
     if (db_) sqlite3_close_v2(db_);
     db_ = std::exchange(o.db_, nullptr);
+    cache_ = std::move(o.cache_);
   }
   return *this;
 }
@@ -148,12 +200,14 @@ Database& Database::operator=(Database&& o) noexcept {
 void Database::set_busy_timeout(int ms) { sqlite3_busy_timeout(db_, ms); }
 
 Result<Statement> Database::prepare(std::string_view sql) {
+  if (sqlite3_stmt* cached = cache_->take(sql)) return Statement(db_, cached, cache_.get());
   sqlite3_stmt* stmt = nullptr;
-  const int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), 0, &stmt, nullptr);
+  const int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &stmt,
+                                    nullptr);
   if (rc != SQLITE_OK) {
     return Status::internal("preparing \"" + std::string(sql.substr(0, 120)) + "\": " + sqlite3_errmsg(db_));
   }
-  return Statement(db_, stmt);
+  return Statement(db_, stmt, cache_.get());
 }
 
 Status Database::exec(std::string_view sql) {

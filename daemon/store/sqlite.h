@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,10 +17,13 @@ struct sqlite3_stmt;
 
 namespace tailor::daemon {
 
+// A connection's prepared statements kept for reuse (Database::prepare).
+struct StatementCache;
+
 class Statement {
  public:
   Statement() = default;
-  Statement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  Statement(sqlite3* db, sqlite3_stmt* stmt, StatementCache* home = nullptr) : db_(db), stmt_(stmt), home_(home) {}
   ~Statement();
   Statement(Statement&& o) noexcept;
   Statement& operator=(Statement&& o) noexcept;
@@ -55,9 +59,11 @@ class Statement {
   std::optional<double> opt_real(int col) const;
 
  private:
+  void release();  // back to its cache, or finalized
   Status error(std::string_view what) const;
   sqlite3* db_ = nullptr;
   sqlite3_stmt* stmt_ = nullptr;
+  StatementCache* home_ = nullptr;  // given back there, reset, when done with
   int bind_error_ = 0;
 };
 
@@ -67,13 +73,15 @@ class Database {
   // timeout, so a second process or connection waits instead of failing.
   static Result<Database> open(const std::string& path, int busy_timeout_ms = 5000);
   ~Database();
-  Database(Database&& o) noexcept : db_(o.db_) { o.db_ = nullptr; }
+  Database(Database&& o) noexcept;
   Database& operator=(Database&& o) noexcept;
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
 
   // How long a statement waits for another process' lock before failing.
   void set_busy_timeout(int ms);
+  // A statement for `sql`: one prepared earlier for the same text and done
+  // with, or a new one (compiling SQL was a tenth of a submission's time).
   Result<Statement> prepare(std::string_view sql);
   // Runs SQL without parameters (pragmas, migration scripts with several statements).
   Status exec(std::string_view sql);
@@ -81,8 +89,9 @@ class Database {
   std::int64_t last_insert_rowid() const;
 
  private:
-  explicit Database(sqlite3* db) : db_(db) {}
+  explicit Database(sqlite3* db);
   sqlite3* db_ = nullptr;
+  std::unique_ptr<StatementCache> cache_;  // on the heap: statements point at it while the Database moves
 };
 
 // BEGIN IMMEDIATE ... COMMIT: takes the write lock up front, so two writers
