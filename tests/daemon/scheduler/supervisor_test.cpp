@@ -178,6 +178,23 @@ class SupervisorJobTest : public ::testing::Test {
     o.planning.spec_root = dir_.path().string();
     return o;
   }
+  // The store still has the job as planning, and its runner ran to its end
+  // while tailord was down, with or without the pid file tailord writes
+  // after the fork: recovery judges it by its events (succeeded, one attempt).
+  void expect_a_finished_unrecorded_run_is_judged_by_its_events(bool pid_file) {
+    ASSERT_TRUE(store_->transition(id_, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
+    fs::create_directories(job_dir());
+    if (pid_file) std::ofstream(job_dir() / "runner.pid") << dead_pid() << " 1\n";
+    std::ofstream(job_dir() / "events.jsonl") << R"({"event":"start"})"
+                                                 "\n"
+                                                 R"({"event":"done","steps":3,"exit_code":0})"
+                                                 "\n";
+    Supervisor sup(*store_, metrics_, options());
+    ASSERT_TRUE(sup.recover().is_ok());
+    const JobRecord j = job();
+    EXPECT_EQ(j.state, JobState::kSucceeded) << to_string(j.state) << " (" << j.exit_reason << ")";
+    EXPECT_EQ(j.attempts, 1);
+  }
   JobRecord job() const {
     auto j = store_->get(id_);
     EXPECT_TRUE(j.is_ok());
@@ -227,35 +244,14 @@ TEST_F(SupervisorJobTest, NoAttemptStartsWhileAnEarlierRunnerStillHoldsTheJobsLo
 TEST_F(SupervisorJobTest, ARunnerWhoseStartWasNeverStoredIsJudgedByItsEventsNotLaunchedAgain) {
   // Launched (its pid file is there), ran to the end, but the store still
   // says planning: tailord could not store the start, then stopped.
-  ASSERT_TRUE(store_->transition(id_, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
-  fs::create_directories(job_dir());
-  std::ofstream(job_dir() / "runner.pid") << dead_pid() << " 1\n";
-  std::ofstream(job_dir() / "events.jsonl") << R"({"event":"start"})"
-                                               "\n"
-                                               R"({"event":"done","steps":3,"exit_code":0})"
-                                               "\n";
-  Supervisor sup(*store_, metrics_, options());
-  ASSERT_TRUE(sup.recover().is_ok());
-  const JobRecord j = job();
-  EXPECT_EQ(j.state, JobState::kSucceeded) << to_string(j.state) << " (" << j.exit_reason << ")";
-  EXPECT_EQ(j.attempts, 1);
+  expect_a_finished_unrecorded_run_is_judged_by_its_events(/*pid_file=*/true);
 }
 
 // Issue 37, item 3: tailord stopped after the fork and before the pid file,
 // and the runner finished before the restart. Nothing but the runner's own
 // events says it ran; the job was queued and trained a second time.
 TEST_F(SupervisorJobTest, ARunnerThatLeftNoPidFileIsJudgedByTheEventsItWroteNotLaunchedAgain) {
-  ASSERT_TRUE(store_->transition(id_, JobState::kQueued, JobState::kPlanning, "scheduled").is_ok());
-  fs::create_directories(job_dir());
-  std::ofstream(job_dir() / "events.jsonl") << R"({"event":"start"})"
-                                               "\n"
-                                               R"({"event":"done","steps":3,"exit_code":0})"
-                                               "\n";
-  Supervisor sup(*store_, metrics_, options());
-  ASSERT_TRUE(sup.recover().is_ok());
-  const JobRecord j = job();
-  EXPECT_EQ(j.state, JobState::kSucceeded) << to_string(j.state) << " (" << j.exit_reason << ")";
-  EXPECT_EQ(j.attempts, 1);
+  expect_a_finished_unrecorded_run_is_judged_by_its_events(/*pid_file=*/false);
 }
 
 // The events of earlier attempts, all taken in, do not speak for this one:
