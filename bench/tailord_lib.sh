@@ -3,11 +3,12 @@
 # its data in a fresh folder, stopped and removed on exit.
 
 # tailord_start ROOT BUILD RUNNER: sets work (a new folder unless set
-# already), daemon (its pid), addr, token.
+# already), daemon (its pid), addr, token. TAILORD_ARGS: more flags for
+# tailord (e.g. "--http-threads 4").
 tailord_start() {
   work=${work:-$(mktemp -d)}
   "$1/$2/bin/tailord" --data-dir "$work/data" --listen 127.0.0.1:0 --spec-root "$1/configs" \
-    --runner "$3" --poll-interval 0.05 >"$work/tailord.log" 2>&1 &
+    --runner "$3" --poll-interval 0.05 ${TAILORD_ARGS:-} >"$work/tailord.log" 2>&1 &
   daemon=$!
   trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
   for _ in $(seq 100); do [[ -s $work/data/address ]] && break; sleep 0.1; done
