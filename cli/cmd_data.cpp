@@ -1,4 +1,4 @@
-// `tailor data preview JOB.yaml`: runs tailor-data (runner/data_main.cpp),
+// `tailor data preview|stats JOB.yaml`: runs tailor-data (runner/data_main.cpp),
 // which holds the data pipeline (tokenizers, chat templates) this library
 // does not link, with the terminal as its output.
 #include <ostream>

@@ -16,6 +16,8 @@
 #include "dsl/spec_fields.h"
 #include "dsl/spec_loader.h"
 #include "dsl/yaml_tree.h"
+#include "platform/command.h"
+#include "platform/executable.h"
 #include "runner/protocol/capabilities.h"
 #include "strategies/hardware.h"
 #include "strategies/plan_document.h"
@@ -96,8 +98,34 @@ void print_alternatives_table(const strategies::Plan& plan, std::ostream& out) {
   if (const auto& f = plan.fastest_by_estimate) line(" ", f->candidate, f->why);
 }
 
+// The lengths of data.train's examples, from `tailor-data stats` (the data
+// pipeline lives there): one line for the plan, or "" when there is no
+// such file to read (a tokens file, no tailor-data) or it cannot be read.
+std::string data_lengths(const std::string& file, const Args& args, const dsl::JobSpec& spec) {
+  if (spec.data.train.empty() || spec.data.format == dsl::DataFormat::kTokens) return {};
+  auto tool = platform::find_executable("tailor-data", "", "TAILOR_DATA");
+  if (!tool.is_ok()) return {};
+  platform::CommandRequest req;
+  req.argv = {*tool, "stats", file, "--output", "json"};
+  for (const std::string& o : args.all("set")) req.argv.insert(req.argv.end(), {"--set", o});
+  req.timeout_seconds = 300;
+  auto ran = platform::run_command(req);
+  if (!ran.is_ok() || !ran->ok()) return {};
+  const auto j = nlohmann::json::parse(ran->out, nullptr, false);
+  if (!j.is_object() || !j.contains("tokens_per_example")) return {};
+  const auto& t = j["tokens_per_example"];
+  const bool pairs = j["pairs"].is_number();
+  std::string line = format_count(j.value("examples", 0.0)) + (pairs ? " rows" : " examples");
+  if (!j.value("complete", true)) line += " (the first; more not read)";
+  line += ", tokens per " + std::string(pairs ? "row" : "example") + " p50 " + std::to_string(t.value("p50", 0)) +
+          ", p90 " + std::to_string(t.value("p90", 0)) + ", max " + std::to_string(t.value("max", 0)) + "; " +
+          std::to_string(j.value("longer_than_seq_len", 0)) + " over seq_len + 1 (" +
+          j.value("long_examples", std::string("truncated")) + ")";
+  return line;
+}
+
 void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const std::vector<dsl::DataFileFacts>& data,
-                bool explain, std::ostream& out) {
+                const std::string& lengths, bool explain, std::ostream& out) {
   using strategies::Offload;
   const auto& s = plan.chosen.strategy;
   const auto& m = plan.chosen.memory.per_device;
@@ -119,6 +147,7 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
     for (std::size_t i = 0; i < data.size(); ++i) out << (i ? "; " : " ") << data[i].key << " " << dsl::describe(data[i]);
     out << "\n";
   }
+  if (!lengths.empty()) out << "Lengths: " << lengths << "\n";
   if (spec.planner.runtime != dsl::Runtime::kTailor) {
     out << "Runtime: " << dsl::to_string(spec.planner.runtime)
         << " (memory as that stack keeps it: a prediction for its run, not tailor-runner's)\n";
@@ -413,7 +442,9 @@ int run_plan(const Argv& argv, Streams io) {
   if (format == "json") {
     io.out << strategies::plan_to_json(plan, spec);
   } else {
-    print_text(plan, spec, loaded.data, args.has("explain"), io.out);
+    // Read only where the files were (the data is then known to be there).
+    const std::string lengths = options->load.check_files && !quick ? data_lengths(file, args, spec) : std::string();
+    print_text(plan, spec, loaded.data, lengths, args.has("explain"), io.out);
   }
   return plan.fits ? kExitOk : kExitNoFit;
 }

@@ -17,7 +17,7 @@ constexpr Command kCommands[] = {
     {"validate", "Check job specs and report every problem with file:line:col", run_validate},
     {"plan", "Choose the fastest memory strategy that fits the GPUs, and explain it", run_plan},
     {"run", "Plan and train a job in the foreground on this machine", run_run},
-    {"data", "Preview a job's data: rendered examples, tokens, what is trained", run_data},
+    {"data", "A job's data: rendered examples and what is trained (preview), lengths (stats)", run_data},
     {"generate", "Generate text with a trained model or a finished job's (streamed)", run_generate},
     {"serve", "Serve a trained model on OpenAI's completions API (for lm-eval)", run_serve},
     {"export", "Write a trained model as one Hugging Face folder, its adapter merged", run_export},

@@ -14,22 +14,30 @@ namespace {
 
 constexpr const char* kHelp = R"(usage: tailor data preview JOB.yaml [--n N] [--output text|json] [--set KEY=VALUE]...
                            [--color auto|always|never]
+       tailor data stats JOB.yaml [--max-examples N] [--output text|json] [--set KEY=VALUE]...
 
-Shows the first N examples of the job's data.train as tailor-runner reads
-them: the text the tokenizer reads (a conversation rendered with the chat
-template, or prompt and completion), with the trained text marked (green on a
-terminal, between [[ and ]] otherwise), tokens and trained tokens per
-example, tokens per role for conversations, and which examples are longer
-than seq_len + 1 tokens (truncated or dropped, as data.on_long_example says).
+preview shows the first N examples of the job's data.train as tailor-runner
+reads them: the text the tokenizer reads (a conversation rendered with the
+chat template, or prompt and completion), with the trained text marked
+(green on a terminal, between [[ and ]] otherwise), tokens and trained
+tokens per example, tokens per role for conversations, and which examples
+are longer than seq_len + 1 tokens (truncated or dropped, as
+data.on_long_example says).
+
+stats reads every example (up to --max-examples) and gives their number,
+tokens and trained tokens, tokens per example (min, p50, p90, p99, max) and
+how many are longer than seq_len + 1; tailor plan reports the same.
 
 options:
-  --n N            examples to show (default 3)
-  --output FORMAT  text (default) or json: per example its record, text,
-                   input_ids, labels (-100 where not trained), tokens,
-                   trained_tokens, role_tokens and too_long
-  --set KEY=VALUE  override a spec value (repeatable), as tailor plan does
-  --color WHEN     auto (default: on a terminal), always or never
-  -h, --help       this help
+  --n N              preview: examples to show (default 3)
+  --max-examples N   stats: examples to read at most (default 100000)
+  --output FORMAT    text (default) or json: for preview, per example its
+                     record, text, input_ids, labels (-100 where not
+                     trained), tokens, trained_tokens, role_tokens and
+                     too_long; for stats, the figures above
+  --set KEY=VALUE    override a spec value (repeatable), as tailor plan does
+  --color WHEN       preview: auto (default: on a terminal), always or never
+  -h, --help         this help
 
 exit codes: 0 ok, 1 invalid spec or data, 2 bad command line
 )";
@@ -43,14 +51,17 @@ int usage(const std::string& why) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) return usage("missing command (preview)");
+  if (args.empty()) return usage("missing command (preview or stats)");
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kHelp;
     return 0;
   }
-  if (args[0] != "preview") return usage("unknown command '" + args[0] + "' (the command is preview)");
+  const std::string command = args[0];
+  if (command != "preview" && command != "stats") {
+    return usage("unknown command '" + command + "' (the commands are preview and stats)");
+  }
   std::string spec_file, output = "text", color = "auto";
-  std::int64_t n = 3;
+  std::int64_t n = 3, max_examples = 100000;
   tailor::dsl::LoadOptions opts;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -58,16 +69,19 @@ int main(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::cout << kHelp;
       return 0;
-    } else if (a == "--n" || a == "--output" || a == "--set" || a == "--color") {
+    } else if (a == "--n" || a == "--max-examples" || a == "--output" || a == "--set" || a == "--color") {
       const std::string* v = value();
       if (v == nullptr) return usage(a + " needs a value");
-      if (a == "--n") {
+      if ((a == "--n" || a == "--color") && command != "preview") return usage(a + " is preview's, not stats'");
+      if (a == "--max-examples" && command != "stats") return usage(a + " is stats', not preview's");
+      if (a == "--n" || a == "--max-examples") {
         char* end = nullptr;
         const long long parsed = std::strtoll(v->c_str(), &end, 10);
-        if (v->empty() || *end != '\0' || parsed < 1 || parsed > 1000000) {
-          return usage("--n must be a whole number from 1 to 1000000, got '" + *v + "'");
+        const long long most = a == "--n" ? 1000000 : 100000000;
+        if (v->empty() || *end != '\0' || parsed < 1 || parsed > most) {
+          return usage(a + " must be a whole number from 1 to " + std::to_string(most) + ", got '" + *v + "'");
         }
-        n = parsed;
+        (a == "--n" ? n : max_examples) = parsed;
       } else if (a == "--output") {
         if (*v != "text" && *v != "json") return usage("--output must be text or json, got '" + *v + "'");
         output = *v;
@@ -95,6 +109,15 @@ int main(int argc, char** argv) {
   if (!loaded.ok()) {
     std::cerr << loaded.diagnostics.to_string();
     return 1;
+  }
+  if (command == "stats") {
+    auto stats = tailor::runner::data::data_stats(*loaded.spec, max_examples);
+    if (!stats.is_ok()) {
+      std::cerr << spec_file << ": error: " << stats.status().message() << "\n";
+      return 1;
+    }
+    std::cout << (output == "json" ? tailor::runner::data::stats_json(*stats) : tailor::runner::data::stats_text(*stats));
+    return 0;
   }
   auto preview = tailor::runner::data::preview_data(*loaded.spec, n);
   if (!preview.is_ok()) {

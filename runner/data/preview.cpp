@@ -1,6 +1,8 @@
 #include "runner/data/preview.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -72,7 +74,13 @@ void prompt_and_completion(const Tokenizer& tok, std::string_view prompt, std::s
 
 }  // namespace
 
-Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
+namespace {
+
+// Every example of spec.data.train in order, read, rendered and tokenized as
+// tailor-runner reads them, to `take` (false: enough). `head` is filled
+// first (file, tokenizer, template, seq_len); bad records skipped by
+// data.on_bad_record go to head.skipped.
+Status walk_examples(const dsl::JobSpec& spec, DataPreview& head, const std::function<bool(PreviewExample&&)>& take) {
   const dsl::DataSpec& data = spec.data;
   if (data.format == dsl::DataFormat::kTokens) {
     return Status::invalid_argument(data.train + ": a tokens file holds ids, not text; there is nothing to preview");
@@ -82,13 +90,13 @@ Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
   if (dsl::is_chat(data)) {
     TAILOR_ASSIGN_OR_RETURN(chat, load_chat_setup(data, spec.model.path));
   }
-  DataPreview out;
-  out.file = data.train;
-  out.tokenizer = tok->describe();
-  out.chat_template = chat ? chat->origin : "";
-  out.seq_len = data.seq_len;
-  out.on_long_example = data.on_long_example;
+  head.file = data.train;
+  head.tokenizer = tok->describe();
+  head.chat_template = chat ? chat->origin : "";
+  head.seq_len = data.seq_len;
+  head.on_long_example = data.on_long_example;
   TAILOR_ASSIGN_OR_RETURN(const std::string bytes, read_file(data.train));
+  const auto enough = [] { return Status::cancelled("enough"); };
   const Status walked = dsl::for_each_record(
       bytes, data.train, data,
       [&](const dsl::DataRecord& r) -> Status {
@@ -99,7 +107,7 @@ Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
           if (!tokens.is_ok()) {
             const Status why = tokens.status().prefixed(ex.record);
             if (data.on_bad_record != dsl::OnBadRecord::kSkip) return why;
-            out.skipped.add(why);
+            head.skipped.add(why);
             return Status::ok();
           }
           auto offsets = tok->encode_with_offsets(tokens->text);
@@ -115,7 +123,7 @@ Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
           if (!pair.is_ok()) {
             const Status why = pair.status().prefixed(ex.record);
             if (data.on_bad_record != dsl::OnBadRecord::kSkip) return why;
-            out.skipped.add(why);
+            head.skipped.add(why);
             return Status::ok();
           }
           for (auto [which, row] : {std::pair{" (chosen)", &pair->chosen}, std::pair{" (rejected)", &pair->rejected}}) {
@@ -125,18 +133,111 @@ Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
             shown.ids = std::move(row->ids);
             shown.trained = std::move(row->trained);
             shown.trained_text.emplace_back(row->completion_begin, shown.text.size());
-            out.examples.push_back(std::move(shown));
+            if (!take(std::move(shown))) return enough();
           }
-          return static_cast<std::int64_t>(out.examples.size()) >= n ? Status::cancelled("enough") : Status::ok();
+          return Status::ok();
         } else {
           if (r.prompt.empty() && r.text.empty()) return Status::ok();  // skipped, as training skips it
           prompt_and_completion(*tok, r.prompt, r.text, ex);
         }
-        out.examples.push_back(std::move(ex));
-        return static_cast<std::int64_t>(out.examples.size()) >= n ? Status::cancelled("enough") : Status::ok();
+        return take(std::move(ex)) ? Status::ok() : enough();
       },
-      0, [&](const Status& why) { out.skipped.add(why); });
+      0, [&](const Status& why) { head.skipped.add(why); });
   if (!walked.is_ok() && walked.code() != StatusCode::kCancelled) return walked;
+  return Status::ok();
+}
+
+// The value at fraction q of sorted `v` (nearest rank).
+std::int64_t quantile(const std::vector<std::int64_t>& v, double q) {
+  if (v.empty()) return 0;
+  const auto at = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size(), std::max<std::size_t>(at, 1)) - 1];
+}
+
+}  // namespace
+
+Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n) {
+  DataPreview out;
+  TAILOR_RETURN_IF_ERROR(walk_examples(spec, out, [&](PreviewExample&& ex) {
+    out.examples.push_back(std::move(ex));
+    return static_cast<std::int64_t>(out.examples.size()) < n;
+  }));
+  return out;
+}
+
+Result<DataStats> data_stats(const dsl::JobSpec& spec, std::int64_t max_examples) {
+  DataPreview head;
+  DataStats s;
+  std::vector<std::int64_t> lengths;
+  bool cut = false;
+  TAILOR_RETURN_IF_ERROR(walk_examples(spec, head, [&](PreviewExample&& ex) {
+    if (static_cast<std::int64_t>(lengths.size()) >= max_examples) {
+      cut = true;
+      return false;
+    }
+    const auto n = static_cast<std::int64_t>(ex.ids.size());
+    lengths.push_back(n);
+    s.tokens += n;
+    s.trained_tokens += ex.trained_tokens();
+    if (n > head.seq_len + 1) ++s.longer_than_seq_len;
+    return true;
+  }));
+  s.file = head.file;
+  s.seq_len = head.seq_len;
+  s.on_long_example = head.on_long_example;
+  s.packing = dsl::packing_of(spec.data);
+  s.pairs = spec.data.preference;
+  s.skipped_records = head.skipped.count;
+  s.examples = static_cast<std::int64_t>(lengths.size());
+  s.complete = !cut;
+  std::sort(lengths.begin(), lengths.end());
+  if (!lengths.empty()) {
+    s.min = lengths.front();
+    s.p50 = quantile(lengths, 0.5);
+    s.p90 = quantile(lengths, 0.9);
+    s.p99 = quantile(lengths, 0.99);
+    s.max = lengths.back();
+  }
+  return s;
+}
+
+namespace {
+
+// What becomes of an example longer than a row.
+const char* long_examples(const DataStats& s) {
+  if (s.packing == dsl::Packing::kStream) return "continued";
+  return s.on_long_example == dsl::LongExample::kDrop ? "dropped" : "truncated";
+}
+
+}  // namespace
+
+std::string stats_json(const DataStats& s) {
+  nlohmann::ordered_json j = {{"file", s.file},
+                              {"complete", s.complete},
+                              {"examples", s.examples},
+                              {"pairs", s.pairs ? nlohmann::ordered_json(s.examples / 2) : nlohmann::ordered_json()},
+                              {"tokens", s.tokens},
+                              {"trained_tokens", s.trained_tokens},
+                              {"tokens_per_example", {{"min", s.min}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}}},
+                              {"seq_len", s.seq_len},
+                              {"longer_than_seq_len", s.longer_than_seq_len},
+                              {"packing", dsl::to_string(s.packing)},
+                              {"long_examples", long_examples(s)},
+                              {"skipped_records", s.skipped_records}};
+  return j.dump(2) + "\n";
+}
+
+std::string stats_text(const DataStats& s) {
+  std::string out = "data.train: " + s.file + (s.complete ? "" : " (its first " + grouped(s.examples) + " examples)") + "\n";
+  out += s.pairs ? grouped(s.examples) + " rows (" + grouped(s.examples / 2) + " pairs, chosen and rejected)"
+                 : grouped(s.examples) + " example" + (s.examples == 1 ? "" : "s");
+  out += ", " + grouped(s.tokens) + " tokens, " + grouped(s.trained_tokens) + " trained\n";
+  out += std::string("tokens per ") + (s.pairs ? "row" : "example") + ": min " + grouped(s.min) + ", p50 " +
+         grouped(s.p50) + ", p90 " + grouped(s.p90) + ", p99 " + grouped(s.p99) + ", max " + grouped(s.max) + "\n";
+  out += grouped(s.longer_than_seq_len) + " longer than seq_len + 1 (" + std::to_string(s.seq_len + 1) + "): " +
+         long_examples(s) + (s.packing == dsl::Packing::kStream ? " in the next row (the data is one stream)" : "") +
+         "\n";
+  if (s.skipped_records > 0) out += grouped(s.skipped_records) + " bad records skipped (data.on_bad_record: skip)\n";
   return out;
 }
 

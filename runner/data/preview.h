@@ -47,6 +47,29 @@ struct DataPreview {
 // naming the file and record.
 Result<DataPreview> preview_data(const dsl::JobSpec& spec, std::int64_t n);
 
+// The lengths of spec.data.train's examples (a preference pair's two rows
+// each count), over its first `max_examples` at most: what `tailor data
+// stats` prints and `tailor plan` reports.
+struct DataStats {
+  std::string file;
+  bool complete = true;  // every example was read (not cut at max_examples)
+  bool pairs = false;    // preference pairs: each pair is two examples, chosen and rejected
+  std::int64_t examples = 0, tokens = 0, trained_tokens = 0;
+  std::int64_t min = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;  // tokens per example
+  std::int64_t seq_len = 0;
+  std::int64_t longer_than_seq_len = 0;  // over seq_len + 1 tokens
+  dsl::Packing packing = dsl::Packing::kStream;  // what becomes of those: continued (a stream), or
+  dsl::LongExample on_long_example = dsl::LongExample::kTruncate;  // cut or dropped
+  std::int64_t skipped_records = 0;
+};
+Result<DataStats> data_stats(const dsl::JobSpec& spec, std::int64_t max_examples);
+std::string stats_text(const DataStats& stats);
+// {"file", "complete", "examples", "pairs" (null unless pairs), "tokens", "trained_tokens",
+// "tokens_per_example": {"min", "p50", "p90", "p99", "max"}, "seq_len",
+// "longer_than_seq_len", "packing", "long_examples" (continued, truncated
+// or dropped), "skipped_records"}
+std::string stats_json(const DataStats& stats);
+
 // For a person: each example's text with its trained bytes marked, in
 // green on a terminal (`colour`) or between [[ and ]] otherwise; counts per
 // example and a summary.

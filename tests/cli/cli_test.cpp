@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
@@ -616,6 +618,66 @@ TEST(CliDataTest, PreviewShowsTheRenderedConversationsAndWhatIsTrained) {
   const auto [help, help_text] = run("help", {"--help"});
   EXPECT_EQ(help, kExitOk);
   EXPECT_NE(help_text.find("usage: tailor data preview"), std::string::npos) << help_text;
+}
+
+// `tailor data stats` counts every example as the preview tokenizes it (the
+// sums, extremes and the median of the preview's own lengths), a cut at
+// --max-examples says so, and `tailor plan` reports the same lengths.
+TEST(CliDataTest, StatsCountEveryExampleAsThePreviewTokenizesItAndThePlanReportsThem) {
+  const fs::path bin = fs::path(TAILOR_BINARY_DIR) / "bin";
+  if (!fs::exists(bin / "tailor-data")) GTEST_SKIP() << "no tailor-data built";
+  TempDir dir;
+  auto run = [&](const std::string& name, std::vector<std::string> args) {
+    platform::LaunchRequest req;
+    req.argv = {(bin / "tailor").string()};
+    req.argv.insert(req.argv.end(), args.begin(), args.end());
+    req.log_path = dir.file(name + ".log");
+    return run_logged(req);
+  };
+  for (const char* spec : {"chat-cpu.yaml", "dpo-cpu.yaml"}) {
+    const auto [pcode, ptext] = run(std::string(spec) + "-preview", {"data", "preview", example(spec), "--n", "1000000", "--output", "json"});
+    ASSERT_EQ(pcode, kExitOk) << ptext;
+    const auto preview = nlohmann::json::parse(ptext);
+    std::vector<std::int64_t> lengths;
+    std::int64_t tokens = 0, trained = 0, too_long = 0;
+    for (const auto& ex : preview["examples"]) {
+      lengths.push_back(ex["tokens"].get<std::int64_t>());
+      tokens += lengths.back();
+      trained += ex["trained_tokens"].get<std::int64_t>();
+      too_long += ex["too_long"].get<bool>() ? 1 : 0;
+    }
+    ASSERT_FALSE(lengths.empty());
+    std::sort(lengths.begin(), lengths.end());
+    const auto [code, text] = run(std::string(spec) + "-stats", {"data", "stats", example(spec), "--output", "json"});
+    ASSERT_EQ(code, kExitOk) << text;
+    const auto stats = nlohmann::json::parse(text);
+    EXPECT_TRUE(stats["complete"].get<bool>());
+    EXPECT_EQ(stats["examples"], lengths.size()) << spec;
+    EXPECT_EQ(stats["tokens"], tokens) << spec;
+    EXPECT_EQ(stats["trained_tokens"], trained) << spec;
+    EXPECT_EQ(stats["longer_than_seq_len"], too_long) << spec;
+    EXPECT_EQ(stats["tokens_per_example"]["min"], lengths.front()) << spec;
+    EXPECT_EQ(stats["tokens_per_example"]["max"], lengths.back()) << spec;
+    const std::int64_t p50 = lengths[(lengths.size() + 1) / 2 - 1];  // nearest rank
+    EXPECT_EQ(stats["tokens_per_example"]["p50"], p50) << spec;
+    if (std::string(spec) == "dpo-cpu.yaml") {
+      EXPECT_EQ(stats["pairs"], lengths.size() / 2);
+    } else {
+      EXPECT_TRUE(stats["pairs"].is_null());
+      const auto [plan_code, plan_text] = run("plan", {"plan", example(spec)});
+      EXPECT_EQ(plan_code, kExitOk) << plan_text;
+      EXPECT_NE(plan_text.find("Lengths: " + std::to_string(lengths.size()) + " examples, tokens per example p50 " +
+                               std::to_string(p50) + ", "),
+                std::string::npos)
+          << plan_text;
+    }
+  }
+  const auto [cut_code, cut_text] = run("cut", {"data", "stats", example("chat-cpu.yaml"), "--max-examples", "5"});
+  ASSERT_EQ(cut_code, kExitOk) << cut_text;
+  EXPECT_NE(cut_text.find("(its first 5 examples)"), std::string::npos) << cut_text;
+  const auto [usage, usage_text] = run("usage", {"data", "stats", example("chat-cpu.yaml"), "--n", "2"});
+  EXPECT_EQ(usage, kExitUsage) << usage_text;
+  EXPECT_NE(usage_text.find("--n is preview's, not stats'"), std::string::npos) << usage_text;
 }
 
 }  // namespace
