@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "dsl/spec_loader.h"
+#include "runner/data/file_io.h"
 #include "runner/data/preview.h"
+#include "runner/protocol/launch_env.h"
 
 namespace {
 
@@ -102,6 +104,14 @@ int main(int argc, char** argv) {
     }
   }
   if (spec_file.empty()) return usage("missing the job spec (JOB.yaml)");
+  // Run by tailord (the web UI's data preview): the files the spec names
+  // are read only from inside its spec root, as tailor-runner reads them.
+  if (const char* root = std::getenv(tailor::runner::kSpecRootEnv)) {
+    if (tailor::Status s = tailor::runner::data::set_read_root(root); !s.is_ok()) {
+      std::cerr << "tailor data: " << tailor::runner::kSpecRootEnv << ": " << s.message() << "\n";
+      return 1;
+    }
+  }
   // The spec as tailor validate reads it; the data is read below, example
   // by example, rather than checked whole first.
   opts.check_data = false;

@@ -705,9 +705,34 @@ function attachCompletion(editor, list) {
   close();
 }
 
+// The first examples of data.train as the runner reads them (POST
+// /v1/data/preview): the rendered text with the trained text marked, from
+// byte ranges into its UTF-8.
+function dataView(p) {
+  const enc = new TextEncoder(), dec = new TextDecoder();
+  return [h("h2", {}, "Data"),
+    h("p", {class: "muted"}, `${p.file} · ${p.tokenizer}${p.chat_template ? ` · chat template ${p.chat_template}` : ""}` +
+      " · trained text is marked"),
+    ...p.examples.map(e => {
+      const bytes = enc.encode(e.text);
+      const parts = [];
+      let at = 0;
+      for (const [begin, end] of e.trained_text) {
+        parts.push(dec.decode(bytes.slice(at, begin)), h("mark", {}, dec.decode(bytes.slice(begin, end))));
+        at = end;
+      }
+      parts.push(dec.decode(bytes.slice(at)));
+      return h("div", {class: "example"},
+        h("p", {class: "muted"}, `${e.record} · ${number(e.tokens)} tokens, ${number(e.trained_tokens)} trained` +
+          (e.too_long ? ` · longer than seq_len + 1 (${p.seq_len + 1})` : "")),
+        h("pre", {class: "example", "aria-label": `Example ${e.record}`}, ...parts));
+    })];
+}
+
 // Submit: the spec in an editor, planned by tailord as you type (a dry
 // run): diagnostics at line:col, the memory bar against the budget, the
-// decision trace and the alternatives; then submitted.
+// decision trace and the alternatives, and the data's first examples with
+// what is trained; then submitted.
 function submitPage() {
   const editor = h("textarea", {id: "spec", spellcheck: "false", "aria-label": "Job spec (YAML)"});
   editor.value = sessionStorage.getItem("tailor.draft") || EXAMPLE;
@@ -716,11 +741,12 @@ function submitPage() {
   editor.setAttribute("aria-controls", "completions");
   editor.setAttribute("aria-autocomplete", "list");
   const preview = h("div", {class: "card", id: "preview"}, h("p", {class: "muted"}, "Planning…"));
+  const data = h("div", {class: "card", id: "data-preview"}, h("p", {class: "muted"}, "Reading the data…"));
   const status = h("p", {role: "status"});
   const submit = h("button", {type: "button", class: "action primary", id: "submit"}, "Submit");
   page("Submit a job", h("div", {class: "editor"},
     h("div", {}, editor, suggestions, h("p", {class: "muted"}, "Ctrl+Space completes keys and values from the spec's schema."),
-      diagnostics, h("div", {class: "actions"}, submit), status), preview));
+      diagnostics, h("div", {class: "actions"}, submit), status), preview), data);
   attachCompletion(editor, suggestions);
 
   const goTo = (line, col) => {
@@ -748,16 +774,23 @@ function submitPage() {
     if (!r.ok) {
       showDiagnostics(r);
       preview.replaceChildren(h("p", {class: "muted"}, "Fix the spec to see its plan."));
+      data.classList.remove("stale");
+      data.replaceChildren(h("h2", {}, "Data"), h("p", {class: "muted"}, "Fix the spec to see its data."));
       return;
     }
     diagnostics.replaceChildren();
     preview.replaceChildren(...planView(r.data));
+    const d = await api("/v1/data/preview?n=2", {method: "POST", body: editor.value, type: "application/yaml"});
+    if (mine !== seq) return;
+    data.classList.remove("stale");
+    data.replaceChildren(...(d.ok ? dataView(d.data) : [h("h2", {}, "Data"), h("p", {class: "muted"}, apiError(d))]));
   };
   let timer = null;
   editor.addEventListener("input", () => {
     // Until the new plan arrives, what is shown is of the text before.
     diagnostics.classList.add("stale");
     preview.classList.add("stale");
+    data.classList.add("stale");
     clearTimeout(timer);
     timer = setTimeout(() => plan().catch(onError), 300);
   });

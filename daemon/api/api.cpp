@@ -9,6 +9,7 @@
 #include <ctime>
 #include <cctype>
 #include <filesystem>
+#include <optional>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "core/json_writer.h"
 #include "core/text.h"
 #include "core/units.h"
+#include "daemon/api/data_preview.h"
 #include "daemon/api/event_stream.h"
 #include "daemon/api/job_files.h"
 #include "daemon/api/openapi_document.h"
@@ -251,6 +253,8 @@ Api::Api(ApiContext context)
                  return HttpResponse::json(200, json_text(hw));
                }});
   router_.add({"POST", "/v1/jobs", true, bind(&Api::submit)});
+  // Reads the spec's data, writes nothing that stays: a read-only token may.
+  router_.add({"POST", "/v1/data/preview", true, bind(&Api::data_preview), /*reads_only=*/true});
   router_.add({"GET", "/v1/jobs", true, bind(&Api::list)});
   router_.add({"GET", "/v1/jobs/{id}", true, bind(&Api::get)});
   router_.add({"GET", "/v1/jobs/{id}/plan", true, bind(&Api::plan)});
@@ -350,7 +354,10 @@ HttpResponse Api::handle(HttpRequest& request) {
   return res;
 }
 
-HttpResponse Api::submit(HttpRequest& r) {
+namespace {
+
+// A job spec's request body: YAML or JSON, not empty.
+std::optional<HttpResponse> refuse_spec_body(const HttpRequest& r) {
   std::string type = r.header("content-type");
   type = type.substr(0, type.find(';'));
   static const char* kTypes[] = {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml",
@@ -362,6 +369,13 @@ HttpResponse Api::submit(HttpRequest& r) {
   if (r.body.find_first_not_of(" \t\r\n") == std::string::npos) {
     return error_response(ApiError::kInvalidSpec, "empty request body: expected a job spec");
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+HttpResponse Api::submit(HttpRequest& r) {
+  if (auto refused = refuse_spec_body(r)) return std::move(*refused);
   auto dry = bool_param(r, "dry_run");
   if (!dry.is_ok()) return error_response(dry.status());
   std::optional<std::int64_t> memory_limit;
@@ -437,6 +451,31 @@ HttpResponse Api::submit(HttpRequest& r) {
   return res;
 }
 
+HttpResponse Api::data_preview(HttpRequest& r) {
+  if (auto refused = refuse_spec_body(r)) return std::move(*refused);
+  auto n = int_param(r, "n", 3, 1, 20);
+  if (!n.is_ok()) return error_response(n.status());
+  // Checked as a submission is: paths from the spec root, nothing outside it.
+  const dsl::LoadedSpec loaded = load_checked_spec(r.body, "<request>", ctx_.planning);
+  if (!loaded.ok()) {
+    std::string text = loaded.diagnostics.to_string();
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    return error_response(ApiError::kInvalidSpec, text,
+                          json_text(json({{"diagnostics", diagnostics_json(loaded.diagnostics)}})));
+  }
+  auto preview = preview_data_json(*loaded.spec, *n, ctx_.planning.spec_root,
+                                   ctx_.data_dir.empty() ? std::string() : (fs::path(ctx_.data_dir) / "preview").string());
+  if (!preview.is_ok()) {
+    if (preview.status().code() == StatusCode::kInvalidArgument) {
+      return error_response(ApiError::kInvalidSpec, preview.status().message());
+    }
+    return error_response(preview.status());
+  }
+  HttpResponse res;
+  res.body = std::move(*preview);
+  return res;
+}
+
 bool runs_on_a_worker(const HttpRequest& r) {
   // A sign-in writes the sessions file with fsync; a completion waits on a
   // model, an export on a runner process.
@@ -444,7 +483,7 @@ bool runs_on_a_worker(const HttpRequest& r) {
     return r.path.size() > s.size() && r.path.compare(r.path.size() - s.size(), s.size(), s) == 0;
   };
   const bool model = ends_with("/completions") || ends_with("/exports");
-  return (r.method == "POST" && (r.path == "/v1/jobs" || r.path == "/v1/session" || model)) ||
+  return (r.method == "POST" && (r.path == "/v1/jobs" || r.path == "/v1/data/preview" || r.path == "/v1/session" || model)) ||
          r.method == "DELETE";
 }
 

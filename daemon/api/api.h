@@ -61,6 +61,7 @@ class Api {
 
  private:
   HttpResponse submit(HttpRequest& r);
+  HttpResponse data_preview(HttpRequest& r);
   HttpResponse list(HttpRequest& r);
   HttpResponse get(HttpRequest& r);
   HttpResponse plan(HttpRequest& r);

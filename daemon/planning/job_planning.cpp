@@ -256,18 +256,25 @@ void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_roo
   if (!ok_name) d.error(location_of(doc, {"name"}), "name", "job names are [a-z0-9][a-z0-9._-]*, at most 63 characters");
 }
 
-std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, const std::string& name,
-                                                      const PlanningContext& ctx,
-                                                      const std::vector<std::string>& overrides, PlanPurpose purpose) {
+dsl::LoadedSpec load_checked_spec(const std::string& text, const std::string& name, const PlanningContext& ctx,
+                                  const std::vector<std::string>& overrides) {
   dsl::LoadOptions opts;
   opts.catalog = ctx.catalog;
   opts.check_files = ctx.check_files;
   opts.read_root = ctx.spec_root;
   opts.overrides = overrides;
   dsl::LoadedSpec loaded = dsl::load_job_spec_text(text, name, ctx.spec_root, opts);
+  if (loaded.ok() || !loaded.merged.is_null()) check_spec_paths(loaded, ctx.spec_root, loaded.diagnostics);
+  if (loaded.diagnostics.has_errors()) loaded.spec.reset();
+  return loaded;
+}
+
+std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, const std::string& name,
+                                                      const PlanningContext& ctx,
+                                                      const std::vector<std::string>& overrides, PlanPurpose purpose) {
+  dsl::LoadedSpec loaded = load_checked_spec(text, name, ctx, overrides);
   dsl::Diagnostics d = loaded.diagnostics;
-  if (loaded.ok() || !loaded.merged.is_null()) check_spec_paths(loaded, ctx.spec_root, d);
-  if (d.has_errors()) return spec_error(std::move(d));
+  if (!loaded.ok()) return spec_error(std::move(d));
   dsl::JobSpec spec = *loaded.spec;
   if (Status s = dsl::check_weights(spec); purpose == PlanPurpose::kTrain && !s.is_ok()) {
     d.error(location_of(loaded.merged, {"model"}), "model", s.message());

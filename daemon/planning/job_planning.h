@@ -77,6 +77,12 @@ std::int64_t estimated_job_bytes(const strategies::Plan& plan, std::optional<std
 
 // Why a spec is planned: to be trained (its weights must be there), or as a
 // what-if (a dry run: a preset plans without weights, as `tailor plan` does).
+// The spec submitted as `text`, loaded and checked as load_and_plan loads
+// it (relative paths from the spec root, nothing read outside it, the data
+// files read): no spec when the diagnostics have errors.
+dsl::LoadedSpec load_checked_spec(const std::string& text, const std::string& name, const PlanningContext& ctx,
+                                  const std::vector<std::string>& overrides = {});
+
 enum class PlanPurpose { kTrain, kWhatIf };
 
 // The document `text` (YAML or JSON) named `name` in diagnostics, with

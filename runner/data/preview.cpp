@@ -310,6 +310,7 @@ std::string preview_json(const DataPreview& p) {
                              {"trained_tokens", e.trained_tokens()},
                              {"role_tokens", e.role_tokens},
                              {"turns_without_eos", e.turns_without_eos},
+                             {"trained_text", e.trained_text},
                              {"too_long", static_cast<std::int64_t>(e.ids.size()) > p.seq_len + 1}});
   }
   // Invalid UTF-8 in a rendered text is replaced, not an exception.

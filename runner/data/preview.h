@@ -78,7 +78,8 @@ std::string preview_text(const DataPreview& preview, bool colour);
 // For scripts: {"file", "tokenizer", "chat_template", "seq_len",
 // "skipped_records", "examples": [{"record", "text", "input_ids", "labels"
 // (-100 where not trained), "tokens", "trained_tokens", "role_tokens",
-// "turns_without_eos", "too_long"}]}.
+// "turns_without_eos", "trained_text" ([begin, end) byte ranges of text),
+// "too_long"}]}.
 std::string preview_json(const DataPreview& preview);
 
 }  // namespace tailor::runner::data

@@ -985,6 +985,50 @@ TEST(ApiE2eTest, OnAFullDataFolderSubmissionsAre507AndTheDaemonRecoversWhenSpace
   EXPECT_EQ(d.get("/v1/jobs").json()["jobs"].size(), 1u);
 }
 
+// POST /v1/data/preview (the web UI's submit page, issue 38): a chat spec's
+// first examples rendered with its template as tailor-runner reads them,
+// with the trained text as byte ranges, for a read-only token too; checked
+// as a submission is (a file outside the spec root is refused by name),
+// and nothing is recorded.
+TEST(ApiE2eTest, TheDataPreviewRendersASpecsExamplesWithTheirTrainedText) {
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");
+  ASSERT_TRUE(d.ok());
+  const std::string spec =
+      "apiVersion: tailor/v1\nkind: TrainingJob\nname: chat\nmodel:\n  arch: {family: llama, layers: 2, hidden: 64, "
+      "intermediate: 128, heads: 2, kv_heads: 2, vocab: 260, max_seq_len: 1024}\ndata:\n  train: data/chats.jsonl\n"
+      "  chat: messages\n  chat_template: data/chatml.jinja\n  seq_len: 1024\ntraining: {global_batch_size: 8, "
+      "max_steps: 2}\nstrategy: {adapter: none}\nresources: {gpus: 0, host_memory: 1GiB}\n";
+  const std::map<std::string, std::string> reader = {
+      {"Authorization", "Bearer " + read_token(dir.file("data/token.read"))}, {"Content-Type", "application/yaml"}};
+  const auto r = http_request(d.address(), "POST", "/v1/data/preview?n=2", spec, reader);
+  if (r.status == 503 && r.body.find("tailor-data") != std::string::npos) GTEST_SKIP() << "no tailor-data built";
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json p = r.json();
+  ASSERT_EQ(p["examples"].size(), 2u) << r.body;
+  const json& first = p["examples"][0];
+  const std::string text = first["text"];
+  EXPECT_NE(text.find("<|im_start|>user\nSort a list in Python.<|im_end|>\n<|im_start|>assistant\n"), std::string::npos)
+      << text;
+  ASSERT_FALSE(first["trained_text"].empty());
+  const auto begin = first["trained_text"][0][0].get<std::size_t>(), end = first["trained_text"][0][1].get<std::size_t>();
+  EXPECT_EQ(text.substr(begin, end - begin).rfind("Use sorted(xs)", 0), 0u) << text.substr(begin, end - begin);
+  EXPECT_EQ(first["record"].get<std::string>().substr(first["record"].get<std::string>().size() - 13), "chats.jsonl:1");
+  // Checked as a submission: nothing outside the spec root is read.
+  const std::string elsewhere = dir.write("elsewhere.jsonl", R"({"messages": [{"role": "user", "content": "hi"}, )"
+                                                                R"({"role": "assistant", "content": "secret"}]})"
+                                                                "\n");
+  std::string outside = spec;
+  outside.replace(outside.find("data/chats.jsonl"), 16, elsewhere);
+  const auto refused = d.post("/v1/data/preview", outside);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(refused.json()["error"], "invalid_spec");
+  EXPECT_NE(refused.body.find("outside the daemon's spec root"), std::string::npos) << refused.body;
+  EXPECT_EQ(refused.body.find("secret"), std::string::npos) << refused.body;
+  EXPECT_EQ(d.post("/v1/data/preview?n=21", spec).status, 400);
+  EXPECT_EQ(d.get("/v1/jobs").json()["jobs"].size(), 0u);  // nothing recorded
+}
+
 TEST(ApiE2eTest, MalformedYamlIs400WithLineAndColumn) {
   tailor::testing::TempDir dir;
   DaemonProcess d(dir.file("data"), quiet_args(), "/bin/false");

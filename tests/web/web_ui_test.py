@@ -198,7 +198,13 @@ def main():
         preview = driver.find_element(By.ID, "preview")
         if not preview.find_elements(By.CSS_SELECTOR, ".bar span") or not preview.find_elements(By.CSS_SELECTOR, "ol.decisions li"):
             fail("the plan preview has no memory bar or no decisions")
-        print("ok: the demo spec is planned as it is typed: memory bar and decisions shown")
+        # Its data under the plan: the first examples, the trained text marked.
+        marked = wait.until(lambda d: [m.text for m in d.find_elements(By.CSS_SELECTOR, "#data-preview pre.example mark")
+                                       if m.text] or None)
+        if "tiny-corpus.txt:1" not in driver.find_element(By.ID, "data-preview").text:
+            fail("the data preview does not name the first record")
+        print("ok: the demo spec is planned as it is typed: memory bar and decisions shown; its data previewed with "
+              f"{len(marked)} marked spans")
         shot("04-submit-plan-preview")
         driver.find_element(By.ID, "submit").click()
         wait.until(lambda d: "#/jobs/j-" in d.current_url)
