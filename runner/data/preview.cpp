@@ -83,7 +83,7 @@ namespace {
 Status walk_examples(const dsl::JobSpec& spec, DataPreview& head, const std::function<bool(PreviewExample&&)>& take) {
   const dsl::DataSpec& data = spec.data;
   if (data.format == dsl::DataFormat::kTokens) {
-    return Status::invalid_argument(data.train + ": a tokens file holds ids, not text; there is nothing to preview");
+    return Status::invalid_argument(data.train + ": a tokens file holds ids, not text: there are no examples to preview or count");
   }
   TAILOR_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, make_tokenizer(spec.model));
   std::optional<ChatSetup> chat;
