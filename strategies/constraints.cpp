@@ -90,7 +90,7 @@ std::optional<Constraints::Refusal> Constraints::refusal(const Strategy& s) cons
     const auto& v = row.pinned_in(spec_);
     if (!pin && v && s.*row.value != *v) pin = row.label;
   });
-  if (pin) return Refusal{nullptr, pin, std::nullopt};
+  if (pin) return Refusal::pinned_knob(pin);
   // Their learning rates mean something else than AdamW's: a spec's lr
   // would be wrong for them.
   if (!p.optimizer && s.optimizer == Optimizer::kSgd) return Refusal{"SGD is used only when pinned"};
@@ -149,7 +149,7 @@ std::optional<Constraints::Refusal> Constraints::refusal(const Strategy& s) cons
   }
   // Techniques the spec does not allow, unless a pin asked for them.
   for (dsl::Technique t : techniques_of(s)) {
-    if (!pinned(dsl::knob_of(t)) && !allows(t)) return Refusal{nullptr, nullptr, t};
+    if (!pinned(dsl::knob_of(t)) && !allows(t)) return Refusal::not_allowed(t);
   }
   return std::nullopt;
 }

@@ -52,8 +52,19 @@ class Constraints {
   // Why not, before it is a sentence: admits() asks for every candidate of
   // the search, and most are refused, so the refusal allocates nothing.
   struct Refusal {
-    const char* text = nullptr;          // the reason, or
-    const char* pinned = nullptr;        // "<this knob> is pinned", or
+    explicit Refusal(const char* why) : text(why) {}
+    static Refusal pinned_knob(const char* label) {
+      Refusal r(nullptr);
+      r.pinned = label;
+      return r;
+    }
+    static Refusal not_allowed(dsl::Technique t) {
+      Refusal r(nullptr);
+      r.technique = t;
+      return r;
+    }
+    const char* text = nullptr;               // the reason, or
+    const char* pinned = nullptr;             // "<this knob> is pinned", or
     std::optional<dsl::Technique> technique;  // "<this technique> is not allowed by the spec"
   };
   std::optional<Refusal> refusal(const Strategy& s) const;
