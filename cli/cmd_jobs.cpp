@@ -205,6 +205,19 @@ int run_status(const Argv& argv, Streams io) {
     row("eval loss", buf);
   }
   row("attempts", str(j, "attempts", "0") + " (" + str(j, "oom_restarts", "0") + " after out-of-memory)");
+  // Where the job reports besides tailord, with the commands that open it.
+  const Json::json_pointer tracking_at("/plan/spec/tracking");
+  if (const Json t = j.contains(tracking_at) ? j.at(tracking_at) : Json(); t.is_object()) {
+    const Json tb = t.value("tensorboard", Json::object()), ml = t.value("mlflow", Json::object());
+    if (tb.value("enabled", false)) {
+      const std::string dir = str(j, "output_dir") + (tb.value("dir", std::string()).empty() ? "" : "/" + tb.value("dir", std::string()));
+      row("tensorboard", "tensorboard --logdir " + dir);
+      row("wandb", "tailor-wandb " + dir + "   (an offline W&B run; then wandb sync)");
+    }
+    if (ml.value("enabled", false)) {
+      row("mlflow", ml.value("uri", std::string()) + " experiment " + ml.value("experiment", std::string("Default")));
+    }
+  }
   if (history.is_array() && history.size() > 1) {
     // Estimate against measurement, attempt by attempt.
     for (const Json& a : history) {

@@ -75,7 +75,7 @@ int run_run(const Argv& argv, Streams io) {
   io.err << loaded.diagnostics.to_string();
   if (!loaded.ok()) return kExitInvalid;
   dsl::JobSpec spec = *loaded.spec;
-  for (const Status& s : {dsl::check_weights(spec), runner::check_pins_executable(spec)}) {
+  for (const Status& s : {dsl::check_weights(spec), dsl::check_tracking(spec), runner::check_pins_executable(spec)}) {
     if (!s.is_ok()) {
       io.err << file << ": error: " << s.message() << "\n";
       return kExitInvalid;

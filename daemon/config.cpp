@@ -25,7 +25,8 @@ const std::vector<Key>& keys() {
       {"check_files", true},    {"heartbeat_timeout", true}, {"max_connections", true},
       {"max_streams", true},    {"max_streams_per_token", true},
       {"executor", true},       {"slurm_partition", true}, {"slurm_account", true}, {"slurm_qos", true},
-      {"slurm_time_limit", true}, {"slurm_options", true}, {"slurm_bin_dir", true}, {"slurm_poll_interval", true}};
+      {"slurm_time_limit", true}, {"slurm_options", true}, {"slurm_bin_dir", true}, {"slurm_poll_interval", true},
+      {"tensorboard", true},    {"mlflow_uri", true},    {"mlflow_experiment", true}};
   return kKeys;
 }
 
@@ -157,6 +158,14 @@ executors (where a job runs; its spec's executor.kind decides, else this):
   --slurm-bin-dir DIR   where sbatch, squeue, scontrol, sacct, scancel are (default PATH;
                         SLURM_CONF is passed on from the environment)
   --slurm-poll-interval S  read Slurm's queue at most this often (default 1)
+
+experiment trackers (for jobs whose spec's tracking section leaves them unset):
+  --tensorboard BOOL    every job writes TensorBoard event files into its folder
+                        (default false; tracking.tensorboard.enabled: false opts out)
+  --mlflow-uri URI      every job logs to this MLflow tracking server
+                        (http(s)://host:port; credentials from MLFLOW_TRACKING_TOKEN
+                        or MLFLOW_TRACKING_USERNAME/PASSWORD in tailord's environment)
+  --mlflow-experiment NAME  their experiment (default "Default")
   -h, --help
 
 Every endpoint but /healthz and /metrics needs "Authorization: Bearer TOKEN"
@@ -257,6 +266,20 @@ Result<DaemonConfig> load_config(const std::vector<std::string>& argv, const std
     } else if (key == "slurm_poll_interval") {
       TAILOR_ASSIGN_OR_RETURN(c.slurm_poll_seconds, parse_seconds(v, where));
       if (c.slurm_poll_seconds < 0.1) return Status::invalid_argument(where + ": at least 0.1 seconds");
+    } else if (key == "tensorboard") {
+      if (v == "true" || v == "1") c.tracking.tensorboard.enabled = true;
+      else if (v == "false" || v == "0") c.tracking.tensorboard.enabled.reset();
+      else return Status::invalid_argument(where + ": expected true or false, got '" + v + "'");
+    } else if (key == "mlflow_uri") {
+      if (v.rfind("http://", 0) != 0 && v.rfind("https://", 0) != 0) {
+        return Status::invalid_argument(where + ": expected an http:// or https:// URI of an MLflow tracking server, got '" +
+                                        v + "'");
+      }
+      c.tracking.mlflow.uri = v;
+      c.tracking.mlflow.enabled = true;
+    } else if (key == "mlflow_experiment") {
+      if (v.empty()) return Status::invalid_argument(where + ": expected an experiment name");
+      c.tracking.mlflow.experiment = v;
     } else if (key == "check_files") {
       if (v == "true" || v == "1") c.check_files = true;
       else if (v == "false" || v == "0") c.check_files = false;

@@ -46,6 +46,9 @@ struct DaemonConfig {
                                             // slurm_options (whitespace-separated --flag[=value]s)
   std::string slurm_bin_dir;                // slurm_bin_dir: where sbatch & co. are; default PATH
   double slurm_poll_seconds = 1;            // slurm_poll_interval: squeue at most this often
+  // tensorboard, mlflow_uri, mlflow_experiment: trackers for jobs whose
+  // spec leaves them unset (job_planning.h's apply_tracking_defaults).
+  dsl::TrackingSpec tracking;
 };
 
 // Parses argv (without the program name) and `env`. Errors name the key

@@ -223,6 +223,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   planning.cpu_native_bf16 = platform::detect_native_bf16();
   planning.spec_root = fs::weakly_canonical(fs::absolute(config.spec_root.empty() ? "." : config.spec_root)).string();
   planning.check_files = config.check_files;
+  planning.tracking = config.tracking;
   planning.executor = config.executor;
   planning.slurm = config.slurm;
   if (config.executor != dsl::ExecutorKind::kLocal) TAILOR_RETURN_IF_ERROR(attach_slurm(config, data, *parts, planning));

@@ -362,6 +362,30 @@ struct OutputSpec {
   bool merge_for(bool adapters) const { return merge.value_or(!adapters); }
 };
 
+// Where a job's metrics go besides tailord (runner/tracking/). A tracker
+// is on when its section is written (enabled defaults to true there) or
+// tailord's configuration turns it on for jobs that leave it unset.
+struct TensorboardSpec {
+  std::optional<bool> enabled;  // unset: off, unless tailord's defaults say otherwise
+  std::string dir;              // event files' folder, relative to the job's output folder; "" = that folder
+  bool on() const { return enabled.value_or(false); }
+};
+
+struct MlflowSpec {
+  std::optional<bool> enabled;
+  std::string uri;          // http(s)://host[:port][/prefix] of the tracking server
+  std::string experiment;   // "" = MLflow's "Default"
+  std::string run_name;     // "" = the job's name
+  std::map<std::string, std::string> tags;
+  bool on() const { return enabled.value_or(false); }
+};
+
+struct TrackingSpec {
+  TensorboardSpec tensorboard;
+  MlflowSpec mlflow;
+  bool any() const { return tensorboard.on() || mlflow.on(); }
+};
+
 struct JobSpec {
   std::string name;                   // [a-z0-9][a-z0-9._-]*, at most 63 characters; default: file stem
   std::string source_file;            // the spec file it was loaded from (absolute); not written by users
@@ -374,6 +398,7 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   OutputSpec output;
   ExecutorSpec executor;
+  TrackingSpec tracking;
   std::int64_t retries = 2;           // retries after failures other than bad input; 0..100
   std::int64_t priority = 0;          // higher runs first; -1000..1000
   std::map<std::string, std::string> labels;  // free-form key/value labels for filtering

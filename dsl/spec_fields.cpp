@@ -1,5 +1,6 @@
 #include "dsl/spec_fields.h"
 
+#include <cctype>
 #include <algorithm>
 #include <initializer_list>
 
@@ -861,6 +862,99 @@ Field<JobSpec> executor_section() {
   return f;
 }
 
+// MLflow's rule for tag keys (mlflow/utils/validation.py): letters,
+// digits, '_', '-', '.', ' ' and '/'.
+std::optional<std::string> check_mlflow_tags(const std::map<std::string, std::string>& tags) {
+  for (const auto& [k, v] : tags) {
+    if (k.empty() || k.size() > 250) return "tag key \"" + k.substr(0, 80) + "\": 1 to 250 characters";
+    for (char c : k) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.' && c != ' ' && c != '/') {
+        return "tag key \"" + k + "\": MLflow takes letters, digits, '_', '-', '.', ' ' and '/'";
+      }
+    }
+    if (v.size() > 8000) return "tag \"" + k + "\": values take at most 8000 characters";
+  }
+  return std::nullopt;
+}
+
+const std::vector<Field<TensorboardSpec>>& tensorboard_fields() {
+  static const std::vector<Field<TensorboardSpec>> k = {
+      optional_field("enabled", "Write TensorBoard event files. Default true where this section is written.",
+                     &TensorboardSpec::enabled),
+      field("dir", "Their folder, relative to the job's output folder. Default: that folder itself.",
+            &TensorboardSpec::dir, Check<std::string>([](const std::string& v) -> std::optional<std::string> {
+              if (!v.empty() && (v.front() == '/' || v == ".." || v.rfind("../", 0) == 0 ||
+                                 v.find("/../") != std::string::npos)) {
+                return std::string("must lie inside the job's output folder (a relative path without '..')");
+              }
+              return std::nullopt;
+            })),
+  };
+  return k;
+}
+
+const std::vector<Field<MlflowSpec>>& mlflow_fields() {
+  static const std::vector<Field<MlflowSpec>> k = {
+      optional_field("enabled", "Log the job to an MLflow tracking server. Default true where this section is written.",
+                     &MlflowSpec::enabled),
+      field("uri",
+            "The tracking server, http(s)://host[:port][/prefix]; default tailord's mlflow_uri. Credentials come "
+            "from the environment as MLflow's clients read them (MLFLOW_TRACKING_TOKEN, MLFLOW_TRACKING_USERNAME "
+            "and MLFLOW_TRACKING_PASSWORD), never from the spec.",
+            &MlflowSpec::uri, Check<std::string>([](const std::string& v) -> std::optional<std::string> {
+              if (v.rfind("http://", 0) == 0 || v.rfind("https://", 0) == 0) {
+                if (v.find_first_of(" \t\r\n@") == std::string::npos) return std::nullopt;
+                return std::string("credentials and spaces do not belong in the URI (MLFLOW_TRACKING_USERNAME and "
+                                   "MLFLOW_TRACKING_PASSWORD carry credentials)");
+              }
+              return std::string("expected an http:// or https:// URI of an MLflow tracking server");
+            })),
+      field("experiment", "Experiment name, found or created. Default: tailord's mlflow_experiment, else \"Default\".",
+            &MlflowSpec::experiment, string_not_empty()),
+      field("run_name", "Run name. Default: the job's name.", &MlflowSpec::run_name, string_not_empty()),
+      field("tags", "Tags set on the run (as well as tailor.job and tailor.run_dir).", &MlflowSpec::tags,
+            Check<std::map<std::string, std::string>>(check_mlflow_tags)),
+  };
+  return k;
+}
+
+// A tracker's section turns it on by being written; left out of a resolved
+// spec while unset.
+template <class Sub>
+Field<TrackingSpec> tracker_section(std::string key, std::string doc, Sub TrackingSpec::*member,
+                                    const std::vector<Field<Sub>>* table) {
+  Field<TrackingSpec> f = section(key, doc, member, table);
+  f.read = [read = f.read, member](const Node& n, TrackingSpec& s, const std::string& path, Diagnostics& d) {
+    read(n, s, path, d);
+    if (n.is_map() && !(s.*member).enabled) (s.*member).enabled = true;
+  };
+  f.write = [write = f.write, member](const TrackingSpec& s) -> std::optional<Node> {
+    if (!(s.*member).enabled) return std::nullopt;
+    return write(s);
+  };
+  return f;
+}
+
+const std::vector<Field<TrackingSpec>>& tracking_fields() {
+  static const std::vector<Field<TrackingSpec>> k = {
+      tracker_section("tensorboard", "TensorBoard event files: every metric, the spec and the plan.",
+                      &TrackingSpec::tensorboard, &tensorboard_fields()),
+      tracker_section("mlflow", "An MLflow run: the spec and plan as params, every metric, the final status.",
+                      &TrackingSpec::mlflow, &mlflow_fields()),
+  };
+  return k;
+}
+
+Field<JobSpec> tracking_section() {
+  Field<JobSpec> f = section("tracking", "Experiment trackers the job reports to, besides tailord.",
+                             &JobSpec::tracking, &tracking_fields());
+  f.write = [write = f.write](const JobSpec& s) -> std::optional<Node> {
+    if (!s.tracking.tensorboard.enabled && !s.tracking.mlflow.enabled) return std::nullopt;
+    return write(s);
+  };
+  return f;
+}
+
 // Keys consumed before field reading (they shape the tree itself).
 Field<JobSpec> consumed(std::string key, std::string doc, Json schema) {
   return custom_field<JobSpec>(
@@ -900,6 +994,7 @@ const std::vector<Field<JobSpec>>& job_fields() {
         section("checkpoint", "Checkpointing.", &JobSpec::checkpoint, &checkpoint_fields()),
         section("output", "What the job writes when it finishes.", &JobSpec::output, &output_fields()),
         executor_section(),
+        tracking_section(),
         field("retries", "Retries after failures other than bad input. Default 2.", &JobSpec::retries,
               int_in_range(0, 100)),
         field("priority", "Scheduling priority; higher runs first. Default 0.", &JobSpec::priority,

@@ -946,6 +946,14 @@ LoadedSpec load_job_spec_text(std::string_view text, std::string_view name, cons
   return finish_loading(std::move(tree), std::string(name), base_dir, options, std::move(out));
 }
 
+Status check_tracking(const JobSpec& spec) {
+  if (spec.tracking.mlflow.on() && spec.tracking.mlflow.uri.empty()) {
+    return Status::invalid_argument(
+        "tracking.mlflow.uri: required: the spec names no MLflow tracking server, nor does tailord's mlflow_uri");
+  }
+  return Status::ok();
+}
+
 Status check_weights(const JobSpec& spec) {
   if (spec.model.init == ModelInit::kRandom || !spec.model.path.empty()) return Status::ok();
   return Status::invalid_argument("model.preset " + spec.model.preset +

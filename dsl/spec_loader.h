@@ -60,6 +60,11 @@ LoadedSpec load_job_spec(const std::string& path, const LoadOptions& options = {
 // and plan do not (a plan for a model whose weights are elsewhere is fine).
 Status check_weights(const JobSpec& spec);
 
+// Whether the job's trackers can start: an MLflow tracker needs a server
+// (tracking.mlflow.uri, or tailord's mlflow_uri filled in at submission).
+// InvalidArgument naming the key otherwise. Called where check_weights is.
+Status check_tracking(const JobSpec& spec);
+
 // For text that is not in a file (REST bodies, fuzzing): `name` labels
 // diagnostics, `base_dir` resolves relative paths and `extends`.
 LoadedSpec load_job_spec_text(std::string_view text, std::string_view name, const std::string& base_dir,

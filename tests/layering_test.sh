@@ -19,8 +19,9 @@ declare -A allowed=(
   [runner/data]="core dsl runner/data"
   [runner/io]="core dsl strategies platform runner/io runner/data"
   [runner/dist]="core runner/protocol runner/dist"
-  [runner]="core dsl strategies platform runner runner/protocol runner/data runner/io runner/dist runner/torch"
-  [runner/torch]="core dsl strategies platform runner runner/protocol runner/data runner/io runner/dist runner/torch"
+  [runner/tracking]="core dsl platform runner/tracking"
+  [runner]="core dsl strategies platform runner runner/protocol runner/data runner/io runner/dist runner/torch runner/tracking"
+  [runner/torch]="core dsl strategies platform runner runner/protocol runner/data runner/io runner/dist runner/torch runner/tracking"
   [daemon]="core dsl strategies platform runner/protocol daemon"
   [cli]="core dsl strategies platform runner/protocol cli"
 )

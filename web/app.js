@@ -269,6 +269,24 @@ function memoryComponents(plan, rows = []) {
   return keys;
 }
 
+// Where a job reports besides tailord (its frozen spec's tracking section),
+// with the commands that open it: TensorBoard, and W&B through tailor-wandb.
+function trackerFacts(plan, job) {
+  const t = plan && plan.spec ? plan.spec.tracking : null;
+  if (!t) return [];
+  const out = [];
+  const tb = t.tensorboard, ml = t.mlflow;
+  if (tb && tb.enabled) {
+    const dir = tb.dir ? `${job.output_dir}/${tb.dir}` : job.output_dir;
+    out.push(h("dt", {}, "TensorBoard"), h("dd", {}, h("code", {}, `tensorboard --logdir ${dir}`),
+      " · W&B: ", h("code", {}, `tailor-wandb ${dir}`)));
+  }
+  if (ml && ml.enabled) {
+    out.push(h("dt", {}, "MLflow"), h("dd", {}, h("code", {}, ml.uri), ` experiment ${ml.experiment || "Default"}`));
+  }
+  return out;
+}
+
 // One job: facts, actions, curves, memory estimated against measured,
 // attempts, events and the runner's log, refreshed while it runs.
 function jobPage(id) {
@@ -378,6 +396,7 @@ function jobPage(id) {
         h("dt", {}, "Attempts"), h("dd", {}, `${job.attempts} (OOM re-plans ${job.oom_restarts}, failures ${job.failures})`),
         h("dt", {}, "Runs on"), h("dd", {}, runsOn(job)),
         h("dt", {}, "Output folder"), h("dd", {}, h("code", {}, job.output_dir)),
+        ...trackerFacts(plan, job),
         h("dt", {}, "Created"), h("dd", {}, when(job.created_at)));
       // Rebuilt only when the state changes: a button replaced under the
       // pointer on every refresh would swallow a click.

@@ -115,6 +115,14 @@ std::optional<NewEvent> parse_event_line(const std::string& line) {
                 std::to_string(opt<std::int64_t>(j, "requested_bytes").value_or(0)) + " bytes with " +
                 std::to_string(opt<std::int64_t>(j, "in_use_bytes").value_or(0)) + " in use of a " +
                 std::to_string(opt<std::int64_t>(j, "budget_bytes").value_or(0)) + "-byte budget";
+  } else if (kind == runner::events::kTracker) {
+    // "mlflow down: POST http://...: Couldn't connect to server"
+    auto text = [&](const char* key) {
+      auto it = j.find(key);
+      return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    e.message = text("tracker") + " " + text("state");
+    if (!text("error").empty()) e.message += ": " + text("error");
   } else if (auto step = opt<std::int64_t>(j, "step")) {
     e.message = kind + " at step " + std::to_string(*step);
   } else {

@@ -30,6 +30,7 @@ struct DaemonMetrics::JobSeries {
   std::map<std::pair<std::string, std::string>, Gauge*> memory;  // (component, source)
   std::map<std::int64_t, Gauge*> rank_peak;                       // by rank, multi-rank jobs only
   std::map<std::string, Gauge*> preference;                       // by metric, preference jobs only
+  std::map<std::string, Gauge*> trackers;                         // by tracker, jobs with a tracking section
 };
 
 namespace {
@@ -105,6 +106,11 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                                "pairs ranked right), logps_chosen, logps_rejected, eval_rewards_accuracies; a reward model's "
                                "accuracy, margin, min_reward, mean_reward, max_reward and eval_accuracy (its scores).")
                          .Register(r);
+  job_tracker_ = &prometheus::BuildGauge()
+                      .Name("tailor_job_tracker_up")
+                      .Help("1 while a job's experiment tracker (tracker: tensorboard, mlflow) takes its metrics, 0 while it "
+                            "is down (metrics wait in the job's metrics.jsonl and are sent when it is back) or was left behind.")
+                      .Register(r);
   job_tps_ = &prometheus::BuildGauge()
                   .Name("tailor_job_tokens_per_second")
                   .Help("Training throughput of a job's latest step, in tokens per second.")
@@ -248,6 +254,17 @@ void DaemonMetrics::set_job_preference(const std::string& job_id, const std::str
   }
 }
 
+void DaemonMetrics::set_job_tracker(const std::string& job_id, const std::string& name, const std::string& tracker,
+                                    bool up) {
+  std::lock_guard lock(mu_);
+  auto& s = jobs_series_[job_id];
+  if (!s) s = std::make_unique<JobSeries>();
+  s->name = name;
+  Gauge*& g = s->trackers[tracker];
+  if (g == nullptr) g = &job_tracker_->Add({{"job_id", job_id}, {"job", name}, {"tracker", tracker}});
+  g->Set(up ? 1.0 : 0.0);
+}
+
 void DaemonMetrics::mark_running(const std::string& job_id, JobSeries& s, bool running) {
   if (!s.running) s.running = &job_running_->Add({{"job_id", job_id}, {"job", s.name}});
   s.running->Set(running ? 1.0 : 0.0);
@@ -266,6 +283,7 @@ void DaemonMetrics::drop_job(const std::string& job_id) {
   for (auto& [k, g] : s.memory) job_memory_->Remove(g);
   for (auto& [k, g] : s.rank_peak) job_rank_peak_->Remove(g);
   for (auto& [k, g] : s.preference) job_preference_->Remove(g);
+  for (auto& [k, g] : s.trackers) job_tracker_->Remove(g);
   jobs_series_.erase(it);
 }
 

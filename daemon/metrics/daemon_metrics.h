@@ -53,6 +53,10 @@ class DaemonMetrics {
   // `metric` label of tailor_job_preference.
   void set_job_preference(const std::string& job_id, const std::string& name,
                           const std::map<std::string, double>& by_column);
+  // Whether a job's tracker (tensorboard, mlflow) takes its metrics: 1 up
+  // (or closed with everything sent), 0 down or left behind (the runner's
+  // `tracker` events).
+  void set_job_tracker(const std::string& job_id, const std::string& name, const std::string& tracker, bool up);
   // A job reached a terminal state: its series are dropped once
   // kFinishedJobsKept later jobs have finished.
   void job_finished(const std::string& job_id);
@@ -90,6 +94,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Gauge>* job_loss_;
   prometheus::Family<prometheus::Gauge>* job_eval_loss_;
   prometheus::Family<prometheus::Gauge>* job_preference_;
+  prometheus::Family<prometheus::Gauge>* job_tracker_;
   prometheus::Family<prometheus::Gauge>* job_tps_;
   prometheus::Family<prometheus::Gauge>* job_step_;
   prometheus::Family<prometheus::Gauge>* job_running_;

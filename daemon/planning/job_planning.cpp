@@ -269,6 +269,16 @@ dsl::LoadedSpec load_checked_spec(const std::string& text, const std::string& na
   return loaded;
 }
 
+void apply_tracking_defaults(dsl::JobSpec& spec, const dsl::TrackingSpec& defaults) {
+  dsl::TensorboardSpec& tb = spec.tracking.tensorboard;
+  if (!tb.enabled && defaults.tensorboard.on()) tb.enabled = true;
+  dsl::MlflowSpec& m = spec.tracking.mlflow;
+  if (!m.enabled && defaults.mlflow.on()) m.enabled = true;
+  if (!m.on()) return;
+  if (m.uri.empty()) m.uri = defaults.mlflow.uri;
+  if (m.experiment.empty()) m.experiment = defaults.mlflow.experiment;
+}
+
 std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, const std::string& name,
                                                       const PlanningContext& ctx,
                                                       const std::vector<std::string>& overrides, PlanPurpose purpose) {
@@ -276,8 +286,13 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
   dsl::Diagnostics d = loaded.diagnostics;
   if (!loaded.ok()) return spec_error(std::move(d));
   dsl::JobSpec spec = *loaded.spec;
+  apply_tracking_defaults(spec, ctx.tracking);
   if (Status s = dsl::check_weights(spec); purpose == PlanPurpose::kTrain && !s.is_ok()) {
     d.error(location_of(loaded.merged, {"model"}), "model", s.message());
+    return spec_error(std::move(d));
+  }
+  if (Status s = dsl::check_tracking(spec); purpose == PlanPurpose::kTrain && !s.is_ok()) {
+    d.error(location_of(loaded.merged, {"tracking", "mlflow"}), "tracking.mlflow.uri", s.message());
     return spec_error(std::move(d));
   }
   if (Status s = runner::check_pins_executable(spec); !s.is_ok()) {

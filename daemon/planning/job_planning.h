@@ -40,7 +40,14 @@ struct PlanningContext {
   // has no Slurm executor. Unavailable (with why) while Slurm cannot be asked.
   std::function<Result<slurm::Partition>(const std::string& name)> slurm_partition;
   dsl::SlurmSpec slurm;  // tailord's sbatch settings, under the spec's
+  dsl::TrackingSpec tracking;  // tailord's trackers, for specs that leave them unset
 };
+
+// tailord's trackers under the spec's: a tracker the spec leaves unset is
+// on when tailord's is, and an MLflow section without a server or an
+// experiment takes tailord's. Applied at submission, so the frozen spec
+// says what the job reports to.
+void apply_tracking_defaults(dsl::JobSpec& spec, const dsl::TrackingSpec& defaults);
 
 struct PlannedJob {
   dsl::JobSpec spec;

@@ -260,6 +260,15 @@ Supervisor::Ingested Supervisor::ingest(Running& r) {
     if (!e) continue;
     if (e->kind == std::string("runner.") + runner::events::kOom) r.last_oom_json = e->data_json;
     if (e->kind == std::string("runner.") + runner::events::kError) r.last_error = e->message;
+    if (e->kind == std::string("runner.") + runner::events::kTracker) {
+      const json t = json::parse(e->data_json, nullptr, false);
+      const std::string tracker = t.is_object() ? t.value("tracker", std::string()) : "";
+      // The runner's two trackers only: a label from a file stays a closed set.
+      if (tracker == "tensorboard" || tracker == "mlflow") {
+        const std::string state = t.value("state", std::string());
+        metrics_.set_job_tracker(r.id, r.name, tracker, state == "up" || state == "closed");
+      }
+    }
     batch.events.push_back(std::move(*e));
   }
   for (const auto& line : *ms) {

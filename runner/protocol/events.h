@@ -46,6 +46,12 @@ inline constexpr const char* kGeneration = "generation";
 // (the file was rewritten with the pairs computed), problem (a damaged or
 // foreign file that was ignored, or why writing failed), when there is one.
 inline constexpr const char* kReference = "reference";
+// A tracker of the spec's tracking section changed state (rank 0's runner;
+// runner/tracking/): tracker (tensorboard, mlflow), state (up, down,
+// rejected: records it refused were skipped, closed: the run's outcome
+// sent, behind: not everything was sent before the runner ended), error,
+// step (the last sent), pending_bytes (of metrics.jsonl not yet sent).
+inline constexpr const char* kTracker = "tracker";
 // Terminal events, each with "exit_code".
 inline constexpr const char* kDone = "done";
 inline constexpr const char* kError = "error";            // message

@@ -16,10 +16,12 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,22 +43,26 @@
 #include "runner/torch/preference_loss.h"
 #include "runner/torch/tracking_allocator.h"
 #include "runner/torch/trainer.h"
+#include "runner/tracking/trackers.h"
 #include "strategies/strategy.h"
 
 namespace tailor::runner {
 
 // Appends one JSON object per line and flushes it, so a reader following
 // the file (tailord, `tailor run`) sees each line as soon as it is written.
+// Locked: the trackers' threads report their state as events.
 class JsonLines {
  public:
   JsonLines(const std::string& path, bool append) : out_(path, append ? std::ios::app : std::ios::trunc) {}
   bool ok() const { return static_cast<bool>(out_); }
   void write(const JsonWriter& w) {
+    std::lock_guard<std::mutex> lk(mu_);
     out_ << w.str() << '\n';
     out_.flush();
   }
 
  private:
+  std::mutex mu_;
   std::ofstream out_;
 };
 
@@ -69,6 +75,10 @@ struct Measured {
 void write_memory(JsonWriter& w, const Measured& m);
 
 double now_seconds();
+double wall_seconds();  // since the epoch: metrics lines' "time"
+// How long the end of a run waits for its trackers to take the last
+// metrics and the outcome; the rest is left for the job's next runner.
+inline constexpr std::chrono::milliseconds kTrackerFinishTimeout{30000};
 // A pair batch's rows as the model reads them (run_preference.cpp).
 ModelInput pair_input(const data::Batch& b, const torch::Device& device);
 // A reward model's rows: each row's whole sequence, its inputs then its
@@ -170,6 +180,8 @@ class Run {
 
   // trainer.cpp
   Status open_outputs();
+  // Rank 0's trackers (runner/tracking/), their state as `tracker` events.
+  void start_trackers();
   Status prepare();
   Status train();
   Result<bool> stop_requested();  // on every rank when any rank was asked to stop
@@ -281,6 +293,7 @@ class Run {
   const dsl::JobSpec& spec_;
   const strategies::Strategy& st_;
   std::unique_ptr<JsonLines> metrics_, events_;
+  std::unique_ptr<tracking::Trackers> trackers_;  // rank 0, when the spec's tracking section asks
   TrackingAllocator* alloc_ = nullptr;  // host tensors; the training device's too on the CPU
   DeviceChoice device_;
   torch::Device dev_{torch::kCPU};

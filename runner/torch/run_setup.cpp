@@ -52,6 +52,7 @@ Status Run::prepare() {
   TAILOR_RETURN_IF_ERROR(check_executable(st_));
   TAILOR_RETURN_IF_ERROR(join_ranks());
   TAILOR_RETURN_IF_ERROR(dsl::check_weights(spec_));
+  TAILOR_RETURN_IF_ERROR(dsl::check_tracking(spec_));
   if (dsl::needs_reference(spec_.training.method) != (st_.reference != dsl::Reference::kNone) ||
       dsl::trains_on_pairs(spec_.training.method) != st_.pairs) {
     return Status::invalid_argument(std::string("the plan's strategy (") + (st_.pairs ? "pairs" : "no pairs") +

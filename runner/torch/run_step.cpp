@@ -364,7 +364,8 @@ void Run::write_metrics(std::int64_t step, double loss, const Update& u, const P
                         double seconds, std::uint64_t sent, const RankMemory& memory,
                         const std::optional<Evaluation>& eval) {
   JsonWriter w(0);
-  w.begin_object().field("step", step).field("loss", loss).field("lr", u.lr).field("grad_norm", u.norm);
+  w.begin_object().field("step", step).field("time", wall_seconds()).field("loss", loss).field("lr", u.lr);
+  w.field("grad_norm", u.norm);
   w.field("tokens", pass.tokens).field("target_tokens", target_tokens).field("tokens_per_second", pass.tokens / seconds);
   w.field("step_seconds", seconds).field("epoch", data_.train->epoch_progress()).field("skipped", u.skipped);
   if (preference()) write_preference(w, pass.preference, "");
@@ -405,6 +406,7 @@ void Run::write_metrics(std::int64_t step, double loss, const Update& u, const P
   }
   w.end_object();
   metrics_->write(w);
+  if (trackers_) trackers_->notify();
 }
 
 bool Run::eval_due(std::int64_t step) const {

@@ -8,8 +8,13 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/units.h"
+#include "dsl/spec_loader.h"
+#include "dsl/spec_fields.h"
+#include "dsl/yaml_tree.h"
 #include "runner/dist/launcher.h"
 #include "runner/protocol/events.h"
 #include "runner/torch/data_parallel.h"
@@ -36,6 +41,10 @@ std::string format_eta(double seconds) {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 torch::Tensor to_tensor(const std::vector<std::int32_t>& v, std::int64_t rows, std::int64_t cols,
@@ -166,7 +175,36 @@ Status Run::open_outputs() {
     events_.reset();
     return Status::invalid_argument("cannot write to output folder " + o_.out_dir);
   }
+  // (A spec whose trackers cannot start fails in prepare, as bad input.)
+  if (leader() && spec_.tracking.any() && dsl::check_tracking(spec_).is_ok()) start_trackers();
   return Status::ok();
+}
+
+void Run::start_trackers() {
+  tracking::RunInfo info;
+  info.out_dir = o_.out_dir;
+  info.spec_yaml = dsl::emit_yaml(dsl::write_job_spec(spec_));
+  if (!cfg_.plan_path.empty()) {
+    std::ifstream in(cfg_.plan_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    info.plan_json = text.str();
+  }
+  info.model_path = (fs::path(o_.out_dir) / (st_.adapter == dsl::Adapter::kNone ? "model" : "adapter")).string();
+  info.resume = o_.resume;
+  trackers_ = std::make_unique<tracking::Trackers>(spec_, info, [this](const tracking::TrackerState& t) {
+    // On the terminal too (`tailor run`): a tracker that went down, came
+    // back, refused records or was left behind.
+    if (!o_.quiet && !(t.state == "closed" || (t.state == "up" && t.step == 0))) {
+      std::fprintf(stderr, "%stailor-runner: %s %s%s%s\n", o_.progress ? "\r\033[K" : "", t.tracker.c_str(),
+                   t.state.c_str(), t.error.empty() ? "" : ": ", t.error.c_str());
+    }
+    event(events::kTracker, [&](JsonWriter& w) {
+      w.field("tracker", t.tracker).field("state", t.state);
+      if (!t.error.empty()) w.field("error", t.error);
+      w.field("step", t.step).field("pending_bytes", t.pending_bytes);
+    });
+  });
 }
 
 Result<bool> Run::stop_requested() {
@@ -272,6 +310,16 @@ RunnerExit Run::conclude(const Status& s) {
   // A non-finite loss is its own exit: retrying the same plan only
   // diverges again at the same step.
   const RunnerExit exit = diverged_ && !s.is_ok() ? RunnerExit::kDiverged : exit_for(s);
+  // The trackers get the last metrics and the outcome before the terminal
+  // event (after it tailord reads no more); what they cannot take in time
+  // stays for the job's next runner.
+  if (trackers_) {
+    trackers_->finish(exit == RunnerExit::kOk          ? tracking::RunOutcome::kFinished
+                      : exit == RunnerExit::kCancelled ? tracking::RunOutcome::kKilled
+                                                       : tracking::RunOutcome::kFailed,
+                      kTrackerFinishTimeout);
+    trackers_.reset();
+  }
   auto code = [&](JsonWriter& w) { w.field(events::kExitCodeKey, static_cast<std::int64_t>(exit_status(exit))); };
   switch (exit) {
     case RunnerExit::kOk:

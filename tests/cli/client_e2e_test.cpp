@@ -116,6 +116,26 @@ TEST_F(ClientTest, SubmitWaitFollowsTheJobToSuccessAndListAndStatusShowIt) {
   EXPECT_EQ(gen.code, kExitOk) << gen.err;
 }
 
+// A job with a tracking section: `tailor status` says where it reports and
+// how to open it (TensorBoard on its folder, W&B through tailor-wandb).
+TEST_F(ClientTest, StatusSaysWhereAJobReportsAndHowToOpenIt) {
+  const std::string spec = write_spec(dir_, "client-tracked", 2);
+  std::ofstream(spec, std::ios::app) << "tracking:\n  tensorboard:\n    dir: tb\n";
+  const Result sub = tailor(with_remote({"submit", "--wait", "--output", "json", spec}));
+  ASSERT_EQ(sub.code, kExitOk) << sub.err;
+  const auto job = nlohmann::json::parse(sub.out);
+  const std::string tb = job["output_dir"].get<std::string>() + "/tb";
+  const Result status = tailor(with_remote({"status", job["id"]}));
+  ASSERT_EQ(status.code, kExitOk) << status.err;
+  EXPECT_NE(status.out.find("tensorboard --logdir " + tb + "\n"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("tailor-wandb " + tb), std::string::npos) << status.out;
+  bool event_file = false;
+  for (const auto& f : std::filesystem::directory_iterator(tb)) {
+    event_file = event_file || f.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_TRUE(event_file) << tb;
+}
+
 TEST_F(ClientTest, PlanRemoteAsksTheDaemonAndQueuesNothing) {
   const std::string spec = write_spec(dir_, "client-plan", 5);
   const Result plan = tailor(with_remote({"plan", "--remote", "--output", "json", spec}));

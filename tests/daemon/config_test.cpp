@@ -43,6 +43,26 @@ TEST(ConfigTest, TheStreamBudgetIsReadFromFlagsFileAndEnvironmentAndChecked) {
   EXPECT_EQ(c->max_streams_per_token, 128);
 }
 
+// The trackers tailord turns on for jobs that leave them unset, from a
+// flag, the environment or the file; a URI that is not http(s) is refused.
+TEST(ConfigTest, TrackerDefaultsAreReadAndChecked) {
+  tailor::testing::TempDir dir;
+  bool help = false;
+  const std::string file = dir.write("tailord.yaml", "data_dir: /d\nmlflow_uri: http://127.0.0.1:5000\n");
+  auto c = load_config({"--config", file, "--tensorboard", "true"}, {{"TAILORD_MLFLOW_EXPERIMENT", "team"}}, help);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(c->tracking.tensorboard.on());
+  EXPECT_TRUE(c->tracking.mlflow.on());
+  EXPECT_EQ(c->tracking.mlflow.uri, "http://127.0.0.1:5000");
+  EXPECT_EQ(c->tracking.mlflow.experiment, "team");
+  c = load_config({"--data-dir", "/d"}, {}, help);
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_FALSE(c->tracking.any());
+  c = load_config({"--data-dir", "/d", "--mlflow-uri", "mlflow.internal:5000"}, {}, help);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("--mlflow-uri"), std::string::npos) << c.status().message();
+}
+
 TEST(ConfigTest, ErrorsNameTheSource) {
   tailor::testing::TempDir dir;
   bool help = false;

@@ -81,6 +81,47 @@ void expect_recovered_to_success(const DaemonProcess& d, const std::string& id, 
   EXPECT_EQ(count(kinds, "runner.done"), 1u);
 }
 
+// tailord's --tensorboard reaches jobs that leave the tracker unset (the
+// frozen spec says so), not one that opts out; the tracker's state is an
+// event of the job and a series on /metrics; an MLflow section with no
+// server anywhere is refused at submission.
+TEST(RunE2eTest, TailordsTrackerDefaultsReachJobsThatLeaveThemUnset) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"), {"--tensorboard", "true"});
+  ASSERT_TRUE(d.ok()) << d.log();
+  const std::string on = submit(d, tiny_spec("tracked", 3, 0));
+  const std::string off = submit(d, tiny_spec("untracked", 3, 0) + "tracking:\n  tensorboard:\n    enabled: false\n");
+  ASSERT_FALSE(on.empty());
+  ASSERT_FALSE(off.empty());
+  const auto refused = d.post("/v1/jobs", tiny_spec("no-server", 3, 0) + "tracking:\n  mlflow:\n    experiment: x\n");
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.body.find("tracking.mlflow.uri: required"), std::string::npos) << refused.body;
+  ASSERT_TRUE(d.wait_state(on, "", seconds(120)));
+  ASSERT_TRUE(d.wait_state(off, "", seconds(120)));
+  ASSERT_EQ(d.job(on)["state"], "succeeded") << d.job(on).dump(1);
+  ASSERT_EQ(d.job(off)["state"], "succeeded") << d.job(off).dump(1);
+
+  auto event_files = [&](const std::string& id) {
+    int n = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir.file("data/jobs/" + id))) {
+      n += f.path().filename().string().find("tfevents") != std::string::npos;
+    }
+    return n;
+  };
+  EXPECT_EQ(event_files(on), 1);
+  EXPECT_EQ(event_files(off), 0);
+  const std::string frozen = d.job(on)["plan"]["spec"]["tracking"]["tensorboard"].dump();
+  EXPECT_NE(frozen.find("\"enabled\":true"), std::string::npos) << frozen;
+  const auto kinds = event_kinds(d, on);
+  EXPECT_GE(count(kinds, "runner.tracker"), 2u);  // up, closed
+  EXPECT_EQ(count(event_kinds(d, off), "runner.tracker"), 0u);
+  const std::string metrics = d.get("/metrics").body;
+  EXPECT_NE(metrics.find("tailor_job_tracker_up{job=\"tracked\",job_id=\"" + on + "\",tracker=\"tensorboard\"} 1"),
+            std::string::npos)
+      << metrics;
+}
+
 TEST(RunE2eTest, SubmittedJobRunsToSuccessWithMetricsInStoreAndPrometheus) {
   REQUIRE_RUNNER();
   tailor::testing::TempDir dir;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "dsl/spec_fields.h"
+#include "dsl/yaml_tree.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tokenizer_json.h"
 
@@ -727,6 +728,53 @@ TEST_F(SpecLoaderTest, ChatDataKeysAreCheckedWhereTheyAreWritten) {
                              "  train: data/bad.jsonl\n  chat: messages\n  chat_template: chat.jinja\n");
   EXPECT_NE(errors(no_reply).find("bad.jsonl:1: the conversation has no assistant turn to train"), std::string::npos)
       << errors(no_reply);
+}
+
+}  // namespace
+}  // namespace tailor::dsl
+
+namespace tailor::dsl {
+namespace {
+
+// A tracker's section turns it on by being there (enabled: false turns it
+// off); the resolved spec keeps what was said, and leaves the section out
+// when nothing was. An MLflow section needs a server to train.
+TEST(SpecTrackingTest, ASectionTurnsItsTrackerOnAndTheResolvedSpecKeepsIt) {
+  TempDir dir;
+  dir.write("data/train.txt", "hello world\n");
+  const std::string base =
+      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  preset: tiny-llama\n  init: random\ndata:\n  train: "
+      "data/train.txt\n";
+  auto load = [&](const std::string& extra) { return load_job_spec(dir.write("job.yaml", base + extra), {}); };
+  LoadedSpec none = load("");
+  ASSERT_TRUE(none.ok()) << none.diagnostics.to_string();
+  EXPECT_FALSE(none.spec->tracking.any());
+  EXPECT_EQ(emit_yaml(write_job_spec(*none.spec)).find("tracking"), std::string::npos);
+
+  LoadedSpec both = load("tracking:\n  tensorboard: {}\n  mlflow:\n    uri: http://127.0.0.1:5000\n    tags: {team: infra}\n");
+  ASSERT_TRUE(both.ok()) << both.diagnostics.to_string();
+  EXPECT_TRUE(both.spec->tracking.tensorboard.on());
+  EXPECT_TRUE(both.spec->tracking.mlflow.on());
+  EXPECT_EQ(both.spec->tracking.mlflow.tags.at("team"), "infra");
+  EXPECT_TRUE(check_tracking(*both.spec).is_ok());
+  // Written and read again: the same trackers.
+  const std::string resolved = emit_yaml(write_job_spec(*both.spec));
+  EXPECT_NE(resolved.find("uri: http://127.0.0.1:5000"), std::string::npos) << resolved;
+  LoadedSpec again = load_job_spec(dir.write("again.yaml", resolved), {});
+  ASSERT_TRUE(again.ok()) << again.diagnostics.to_string() << resolved;
+  EXPECT_TRUE(again.spec->tracking.tensorboard.on());
+  EXPECT_EQ(again.spec->tracking.mlflow.uri, "http://127.0.0.1:5000");
+
+  LoadedSpec off = load("tracking:\n  tensorboard:\n    enabled: false\n");
+  ASSERT_TRUE(off.ok()) << off.diagnostics.to_string();
+  EXPECT_FALSE(off.spec->tracking.tensorboard.on());
+  EXPECT_TRUE(off.spec->tracking.tensorboard.enabled.has_value());
+
+  LoadedSpec no_server = load("tracking:\n  mlflow:\n    experiment: sft\n");
+  ASSERT_TRUE(no_server.ok()) << no_server.diagnostics.to_string();
+  const Status refused = check_tracking(*no_server.spec);
+  EXPECT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.message().find("tracking.mlflow.uri: required"), std::string::npos) << refused.message();
 }
 
 }  // namespace

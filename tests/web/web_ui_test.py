@@ -70,10 +70,10 @@ def main():
         address, token, log_path = tailord.address, tailord.token, tailord.log_path
         base = f"http://{address}"
 
-        def resolved(max_steps):
+        def resolved(max_steps, *sets):
             return subprocess.run(
                 [os.path.join(build, "bin", "tailor"), "validate", "--resolved", "--set", f"training.max_steps={max_steps}",
-                 os.path.join(src, "configs", "examples", "tiny-cpu.yaml")],
+                 *[a for kv in sets for a in ("--set", kv)], os.path.join(src, "configs", "examples", "tiny-cpu.yaml")],
                 check=True, capture_output=True, text=True).stdout
 
         options = webdriver.ChromeOptions()
@@ -192,8 +192,8 @@ def main():
               "'preset: llama-2', and inserts them")
         shot("03-submit-completion")
 
-        # The demo spec: planned as it is typed, then submitted.
-        type_spec(resolved(30))
+        # The demo spec (with TensorBoard on): planned as it is typed, then submitted.
+        type_spec(resolved(30, "tracking.tensorboard.dir=tb"))
         wait.until(EC.text_to_be_present_in_element((By.ID, "preview"), "Fits"))
         preview = driver.find_element(By.ID, "preview")
         if not preview.find_elements(By.CSS_SELECTOR, ".bar span") or not preview.find_elements(By.CSS_SELECTOR, "ol.decisions li"):
@@ -221,12 +221,16 @@ def main():
             fail("the job page or the jobs table did not open its event stream")
         if "this machine" not in driver.find_element(By.ID, "main").text:
             fail("the job page does not say where the job ran")
+        facts = driver.find_element(By.CSS_SELECTOR, "dl.facts").text
+        if "tensorboard --logdir " not in facts or "/tb" not in facts or "tailor-wandb " not in facts:
+            fail(f"the job page does not say how to open its TensorBoard folder: {facts}")
         frozen = json.loads(driver.find_element(
             By.CSS_SELECTOR, "pre[aria-label=\"The job's spec as frozen at submission\"]").get_attribute("textContent"))
         if frozen.get("training", {}).get("max_steps") != 30:
             fail(f"the job page's frozen spec is not the submitted one: {frozen.get('training')}")
         print(f"ok: job {job_id} submitted through the UI succeeded, followed through its event stream; its loss "
-              "curve has 30 points, memory shown estimated and measured, run on this machine, its frozen spec shown")
+              "curve has 30 points, memory shown estimated and measured, run on this machine, its TensorBoard and W&B "
+              "commands and its frozen spec shown")
         shot("05-job-succeeded")
 
         # Its model downloaded from its page: saved by the browser's own

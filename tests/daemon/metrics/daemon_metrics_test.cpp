@@ -96,5 +96,26 @@ TEST(DaemonMetricsTest, PreferenceMetricsAreJobSeriesByMetric) {
   EXPECT_EQ(metrics.render().find("job_id=\"j-1\""), std::string::npos);
 }
 
+// A tracker's state is a job series by tracker: 1 up, 0 down; dropped
+// with the job's others.
+TEST(DaemonMetricsTest, ATrackersStateIsAJobSeriesByTracker) {
+  DaemonMetrics metrics;
+  metrics.set_job_tracker("j-1", "demo", "mlflow", true);
+  metrics.set_job_tracker("j-1", "demo", "tensorboard", true);
+  metrics.set_job_tracker("j-1", "demo", "mlflow", false);
+  const std::string text = metrics.render();
+  EXPECT_NE(text.find("tailor_job_tracker_up{job=\"demo\",job_id=\"j-1\",tracker=\"mlflow\"} 0"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tailor_job_tracker_up{job=\"demo\",job_id=\"j-1\",tracker=\"tensorboard\"} 1"),
+            std::string::npos)
+      << text;
+  metrics.job_finished("j-1");
+  for (int i = 0; i < static_cast<int>(DaemonMetrics::kFinishedJobsKept); ++i) {
+    metrics.set_job_estimate("other-" + std::to_string(i), "x", {}, 1);
+    metrics.job_finished("other-" + std::to_string(i));
+  }
+  EXPECT_EQ(metrics.render().find("job_id=\"j-1\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tailor::daemon
