@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
-#include <sstream>
 
 #include "platform/files.h"
 
@@ -59,9 +58,7 @@ Status MlflowTracker::open(const OpenContext&) {
   if (run_id_.empty()) {
     // A run this job's earlier runner created on the same server continues.
     std::ifstream in(run_.state_path);
-    std::stringstream text;
-    text << in.rdbuf();
-    const Json state = Json::parse(text.str(), nullptr, false);
+    const Json state = in ? Json::parse(in, nullptr, false) : Json();
     if (state.is_object() && state.value("uri", std::string()) == run_.uri) {
       experiment_id_ = state.value("experiment_id", std::string());
       run_id_ = state.value("run_id", std::string());

@@ -5,7 +5,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "platform/files.h"
 
@@ -13,9 +12,6 @@ namespace tailor::runner::tracking {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A write's worth of lines is read at a time, at most this many bytes.
-constexpr std::size_t kReadBytes = 4u << 20;
 
 std::int64_t file_size(const std::string& path) {
   std::error_code ec;
@@ -36,11 +32,8 @@ const char* to_string(RunOutcome o) {
 
 TrackerWorker::TrackerWorker(std::unique_ptr<Tracker> tracker, WorkerOptions options, StateSink sink)
     : tracker_(std::move(tracker)), o_(std::move(options)), sink_(std::move(sink)) {
-  std::ifstream in(o_.cursor_path);
-  if (in) {
-    std::stringstream text;
-    text << in.rdbuf();
-    const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (std::ifstream in(o_.cursor_path); in) {
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     if (j.is_object()) {
       offset_ = j.value("offset", std::int64_t{0});
       step_ = j.value("step", std::int64_t{0});
@@ -69,13 +62,20 @@ void TrackerWorker::notify() {
   cv_.notify_all();
 }
 
+void TrackerWorker::request_finish(RunOutcome outcome) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    finishing_ = outcome;
+    woken_ = true;
+  }
+  cv_.notify_all();
+}
+
 bool TrackerWorker::finish(RunOutcome outcome, std::chrono::milliseconds timeout) {
+  request_finish(outcome);
   bool done;
   {
     std::unique_lock<std::mutex> lk(mu_);
-    finishing_ = outcome;
-    woken_ = true;
-    cv_.notify_all();
     cv_.wait_for(lk, timeout, [&] { return done_; });
     done = done_;
     stopping_ = true;
@@ -148,22 +148,21 @@ TrackerWorker::Round TrackerWorker::round() {
   std::vector<MetricRecord> records;
   std::int64_t consumed = 0;
   {
+    // Line by line from the cursor, so a long backlog is read a write's
+    // worth at a time, and a line of any length is taken whole.
     std::ifstream in(o_.metrics_path, std::ios::binary);
-    if (in) {
-      in.seekg(offset_);
-      std::string chunk(kReadBytes, '\0');
-      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-      chunk.resize(static_cast<std::size_t>(in.gcount()));
-      std::size_t scalars = 0, at = 0;
+    if (in && in.seekg(offset_)) {
+      std::size_t scalars = 0;
       const double now = static_cast<double>(std::time(nullptr));
-      for (std::size_t nl; (nl = chunk.find('\n', at)) != std::string::npos; at = nl + 1) {
-        auto r = parse_metrics_line(std::string_view(chunk).substr(at, nl - at), now);
+      for (std::string line; std::getline(in, line);) {
+        if (in.eof()) break;  // no newline yet: the runner is still writing it
+        auto r = parse_metrics_line(line, now);
         if (r) {
           if (!records.empty() && scalars + r->scalars.size() > tracker_->max_scalars_per_write()) break;
           scalars += r->scalars.size();
           records.push_back(std::move(*r));
         }
-        consumed = static_cast<std::int64_t>(nl + 1);
+        consumed += static_cast<std::int64_t>(line.size()) + 1;
       }
     }
   }

@@ -49,6 +49,9 @@ class TrackerWorker {
   TrackerWorker& operator=(const TrackerWorker&) = delete;
 
   void notify();  // metrics.jsonl grew; cheap, never blocks on the tracker
+  // Asks the worker to send what is left and close with `outcome`, without
+  // waiting (finish() waits): several trackers then drain at once.
+  void request_finish(RunOutcome outcome);
   // Sends what is left, then closes the tracker's run with `outcome`,
   // waiting at most `timeout`. False (and a `behind` state) when the
   // tracker could not take everything in time: the rest stays for the

@@ -1,5 +1,6 @@
 #include "runner/tracking/trackers.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -80,19 +81,14 @@ void Trackers::notify() {
 }
 
 bool Trackers::finish(RunOutcome outcome, std::chrono::milliseconds timeout) {
-  // Every worker drains at once; the deadline is shared.
+  // Every tracker drains at once; the deadline is shared.
+  for (auto& w : workers_) w->request_finish(outcome);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool all = true;
-  std::vector<std::thread> finishing;
-  std::vector<char> done(workers_.size(), 0);
-  for (std::size_t i = 0; i < workers_.size(); ++i) {
-    finishing.emplace_back([&, i] {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      done[i] = workers_[i]->finish(outcome, std::max(left, std::chrono::milliseconds(0)));
-    });
+  for (auto& w : workers_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    all = w->finish(outcome, std::max(left, std::chrono::milliseconds(0))) && all;
   }
-  for (auto& t : finishing) t.join();
-  for (char d : done) all = all && d;
   return all;
 }
 

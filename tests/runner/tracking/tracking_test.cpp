@@ -20,6 +20,7 @@
 #include <memory>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -222,6 +223,9 @@ TEST(TrackerWorkerTest, AnOutageLosesNothingAndTheNextWorkerSendsOnlyWhatIsLeft)
   // A later runner of the job (a retry): only the new lines, and the
   // tracker told it is not fresh.
   for (int s = 11; s <= 12; ++s) append(metrics, metrics_line(s, false));
+  // Step 13's line is still being written: no newline yet, so not taken.
+  const std::string partial = metrics_line(13, false);
+  append(metrics, partial.substr(0, partial.size() - 1));
   auto* again = new Ledger;
   TrackerWorker w2(std::unique_ptr<Tracker>(again), o, nullptr);
   w2.notify();
@@ -254,25 +258,35 @@ TEST(TrackerWorkerTest, ATrackerStillDownAtTheEndIsLeftBehindWithItsCursor) {
   EXPECT_FALSE(fs::exists(o.cursor_path)) << "nothing was sent, so no cursor moved";
 }
 
-TEST(TensorboardTrackerTest, TensorBoardsAccumulatorReadsEveryScalarAndTheTexts) {
-  TempDir dir;
+// `lines` metrics lines (an evaluation every `eval_every`th) sent through a
+// TensorboardTracker into `tb`, as rank 0's runner sends them; the path of
+// their metrics.jsonl.
+std::string write_tensorboard_run(const TempDir& dir, const std::string& tb, int lines, int eval_every,
+                                  std::optional<MetricRecord> preamble = std::nullopt) {
   const std::string metrics = dir.file("metrics.jsonl");
-  for (int s = 1; s <= 30; ++s) append(metrics, metrics_line(s, s % 10 == 0));
+  for (int s = 1; s <= lines; ++s) append(metrics, metrics_line(s, s % eval_every == 0));
   TensorboardRun run;
-  run.dir = dir.file("tb");
+  run.dir = tb;
   run.spec_yaml = "apiVersion: tailor/v1\nkind: TrainingJob\nname: t\n";
   run.plan_markdown = "**bf16, micro-batch 4**\n";
   WorkerOptions o;
   o.metrics_path = metrics;
   o.cursor_path = dir.file("tensorboard.cursor");
+  o.preamble = std::move(preamble);
+  TrackerWorker w(std::make_unique<TensorboardTracker>(run), o, nullptr);
+  w.notify();
+  EXPECT_TRUE(w.finish(RunOutcome::kFinished, 60s));
+  return metrics;
+}
+
+TEST(TensorboardTrackerTest, TensorBoardsAccumulatorReadsEveryScalarAndTheTexts) {
+  TempDir dir;
   MetricRecord estimates;
   estimates.time = 1795000000.0;
   estimates.scalars = {{"memory_estimated/weights_bytes", 6070784}, {"memory_estimated/total_bytes", 126875136}};
-  o.preamble = estimates;
-  TrackerWorker w(std::make_unique<TensorboardTracker>(run), o, nullptr);
-  w.notify();
-  ASSERT_TRUE(w.finish(RunOutcome::kFinished, 60s));
-  const auto [rc, out] = run_command(kPython + " " + kCheck + " tensorboard " + run.dir + " " + metrics);
+  const std::string tb = dir.file("tb");
+  const std::string metrics = write_tensorboard_run(dir, tb, 30, 10, estimates);
+  const auto [rc, out] = run_command(kPython + " " + kCheck + " tensorboard " + tb + " " + metrics);
   ASSERT_EQ(rc, 0) << out;
   const auto summary = nlohmann::json::parse(out.substr(out.find('{')));
   EXPECT_EQ(summary["scalars_checked"], 30 * 16 + 3 * 3);
@@ -285,23 +299,13 @@ TEST(TensorboardTrackerTest, TensorBoardsAccumulatorReadsEveryScalarAndTheTexts)
 // its step; `wandb sync` would upload it.
 TEST(WandbTest, TailorWandbMakesAnOfflineRunOfATensorboardFolder) {
   TempDir dir;
-  const std::string metrics = dir.file("metrics.jsonl");
-  for (int s = 1; s <= 12; ++s) append(metrics, metrics_line(s, s % 4 == 0));
-  TensorboardRun run;
-  run.dir = dir.file("job");
-  run.spec_yaml = "apiVersion: tailor/v1\nkind: TrainingJob\nname: t\n";
-  run.plan_markdown = "**fp32**\n";
-  WorkerOptions o;
-  o.metrics_path = metrics;
-  o.cursor_path = dir.file("tensorboard.cursor");
-  TrackerWorker w(std::make_unique<TensorboardTracker>(run), o, nullptr);
-  w.notify();
-  ASSERT_TRUE(w.finish(RunOutcome::kFinished, 60s));
+  const std::string tb = dir.file("job");
+  const std::string metrics = write_tensorboard_run(dir, tb, 12, 4);
   // wandb's files stay in the test's folder (its cache and settings too).
   const std::string env = "HOME=" + dir.path().string() + " WANDB_CACHE_DIR=" + dir.file("cache") +
                           " WANDB_CONFIG_DIR=" + dir.file("config") + " WANDB_DATA_DIR=" + dir.file("data") + " ";
   const std::string tool = std::string(TAILOR_BINARY_DIR) + "/bin/tailor-wandb";
-  const auto [rc, out] = run_command(env + kPython + " " + tool + " " + run.dir + " --project tests --output json");
+  const auto [rc, out] = run_command(env + kPython + " " + tool + " " + tb + " --project tests --output json");
   ASSERT_EQ(rc, 0) << out;
   const auto converted = nlohmann::json::parse(out.substr(out.find('{')));
   EXPECT_EQ(converted["steps"], 12);
