@@ -97,6 +97,18 @@ TEST(RunE2eTest, TailordsTrackerDefaultsReachJobsThatLeaveThemUnset) {
   const auto refused = d.post("/v1/jobs", tiny_spec("no-server", 3, 0) + "tracking:\n  mlflow:\n    experiment: x\n");
   EXPECT_EQ(refused.status, 400) << refused.body;
   EXPECT_NE(refused.body.find("tracking.mlflow.uri: required"), std::string::npos) << refused.body;
+  // With --mlflow-uri and --mlflow-experiment, a section that names neither
+  // takes both, and a job that says nothing is logged there too (planned
+  // only: no server listens).
+  DaemonProcess m(dir.file("mlflow-data"), {"--mlflow-uri", "http://127.0.0.1:1", "--mlflow-experiment", "team"});
+  ASSERT_TRUE(m.ok()) << m.log();
+  for (const std::string extra : {"tracking:\n  mlflow:\n    run_name: r\n", ""}) {
+    const auto planned = m.post("/v1/jobs?dry_run=true", tiny_spec("defaults", 3, 0) + extra);
+    ASSERT_EQ(planned.status, 200) << planned.body;
+    const json mlflow = planned.json()["spec"]["tracking"]["mlflow"];
+    EXPECT_EQ(mlflow["uri"], "http://127.0.0.1:1") << mlflow.dump();
+    EXPECT_EQ(mlflow["experiment"], "team") << mlflow.dump();
+  }
   ASSERT_TRUE(d.wait_state(on, "", seconds(120)));
   ASSERT_TRUE(d.wait_state(off, "", seconds(120)));
   ASSERT_EQ(d.job(on)["state"], "succeeded") << d.job(on).dump(1);

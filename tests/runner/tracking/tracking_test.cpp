@@ -468,7 +468,8 @@ TEST(TrackingRunTest, TailorRunReportsEveryStepToTensorBoardAndMlflow) {
   req.argv = {(bin / "tailor").string(), "run", std::string(TAILOR_SOURCE_DIR) + "/configs/examples/tiny-cpu.yaml",
               "--out", out, "--set", "training.max_steps=6", "--set", "checkpoint.every_steps=0",
               "--set", "tracking.tensorboard.dir=tb", "--set", "tracking.mlflow.uri=" + server.uri(),
-              "--set", "tracking.mlflow.experiment=e2e"};
+              "--set", "tracking.mlflow.experiment=e2e", "--set", "tracking.mlflow.run_name=e2e-run",
+              "--set", "tracking.mlflow.tags.team=infra"};
   req.log_path = dir.file("run.log");
   req.env["OMP_WAIT_POLICY"] = "PASSIVE";
   auto p = platform::launch_process(req);
@@ -487,6 +488,16 @@ TEST(TrackingRunTest, TailorRunReportsEveryStepToTensorBoardAndMlflow) {
                                        state["run_id"].get<std::string>() + " " + metrics + " FINISHED");
   ASSERT_EQ(rc, 0) << check;
   EXPECT_EQ(nlohmann::json::parse(check.substr(check.find('{')))["steps"], 6);
+  // The spec's run name and tags, as the server holds them.
+  auto got = HttpClient({}).get(server.uri() + "/api/2.0/mlflow/runs/get?run_id=" + state["run_id"].get<std::string>());
+  ASSERT_TRUE(got.is_ok()) << got.status().message();
+  const auto run = nlohmann::json::parse(got->body)["run"];
+  EXPECT_EQ(run["info"]["run_name"], "e2e-run");
+  std::map<std::string, std::string> tags;
+  for (const auto& t : run["data"]["tags"]) tags[t["key"]] = t["value"];
+  EXPECT_EQ(tags["team"], "infra");
+  EXPECT_EQ(tags["tailor.job"], "tiny-cpu");
+  EXPECT_EQ(tags["tailor.model_path"], out + "/model");
   const auto [tb_rc, tb] = run_command(kPython + " " + kCheck + " tensorboard " + out + "/tb " + metrics);
   ASSERT_EQ(tb_rc, 0) << tb;
 
