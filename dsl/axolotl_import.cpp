@@ -525,11 +525,11 @@ class Importer {
     }
     // Axolotl reads local .json files with Hugging Face's json loader: an
     // array or JSON Lines, as Tailor's json format does.
-    c_.format = ext == ".json" ? "json" : "jsonl";
-    if (ext != ".jsonl" && ext != ".json") {
+    c_.format = ext == ".json" ? "json" : ext == ".parquet" ? "parquet" : ext == ".arrow" ? "arrow" : "jsonl";
+    if (ext != ".jsonl" && ext != ".json" && ext != ".parquet" && ext != ".arrow") {
       d_.warning(ref.at, ref.path + ".path",
                  quote(ref.file) +
-                     ": Tailor reads JSON, JSONL, plain text or token files; convert it to JSONL "
+                     ": Tailor reads JSON, JSONL, plain text, token, Parquet or Arrow files; convert it to JSONL "
                      "(data.format is jsonl)");
     }
     const Node& item = *ref.entry;

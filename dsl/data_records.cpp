@@ -16,6 +16,7 @@
 #include "dsl/chat_records.h"
 #include "dsl/conversation_json.h"
 #include "dsl/spec_fields.h"
+#include "dsl/table_records.h"
 
 namespace tailor::dsl {
 namespace {
@@ -224,19 +225,20 @@ Status read_preference_pair(const Json& obj, const DataSpec& spec, const std::st
   return Status::ok();
 }
 
-// The record of one JSON value (a line or an array element) at `line`. A
-// record that cannot be read goes to `skip` when data.on_bad_record says
-// skip (and skip is given), else it is the error.
-Status deliver_json(std::string_view text, std::int64_t line, const std::string& path, const DataSpec& spec,
-                    const DataRecordFn& fn, const DataSkipFn& skip) {
+// The record of a parsed JSON value, `where` its place ("path:line" or a
+// table's row). A record that cannot be read goes to `skip` when
+// data.on_bad_record says skip (and skip is given), else it is the error.
+Status deliver_object(const Result<Json>& parsed, std::int64_t number, const std::string& where_text,
+                      const DataSpec& spec, const DataRecordFn& fn, const DataSkipFn& skip) {
   DataRecord record;
-  record.line = line;
-  Json obj;
+  record.line = number;
+  record.where = where_text;
   std::string conversation;
   PairConversations pair;
   const Status read = [&]() -> Status {
-    TAILOR_ASSIGN_OR_RETURN(obj, parse_json(text, path, line));
-    const std::string where = path + ":" + std::to_string(line) + ": ";
+    if (!parsed.is_ok()) return parsed.status();
+    const Json& obj = *parsed;
+    const std::string where = where_text + ": ";
     if (!obj.is_object()) return Status::invalid_argument(where + "expected a JSON object, got " + obj.type_name());
     if (is_chat(spec) && !spec.preference) {
       TAILOR_ASSIGN_OR_RETURN(conversation, conversation_of(obj, spec, where));
@@ -264,6 +266,12 @@ Status deliver_json(std::string_view text, std::int64_t line, const std::string&
     return read;
   }
   return fn(record);
+}
+
+// The record of one JSON value (a line or an array element) at `line`.
+Status deliver_json(std::string_view text, std::int64_t line, const std::string& path, const DataSpec& spec,
+                    const DataRecordFn& fn, const DataSkipFn& skip) {
+  return deliver_object(parse_json(text, path, line), line, path + ":" + std::to_string(line), spec, fn, skip);
 }
 
 // Walks a top-level JSON array element by element without building it
@@ -348,13 +356,15 @@ Status jsonl_records(std::string_view text, const std::string& path, const DataS
   });
 }
 
-Status text_records(std::string_view text, const DataRecordFn& fn) {
+Status text_records(std::string_view text, const std::string& path, const DataRecordFn& fn) {
   std::string paragraph;
   std::int64_t first_line = 0;
   auto flush = [&]() -> Status {
     if (paragraph.empty()) return Status::ok();
     DataRecord r;
     r.line = first_line;
+    const std::string where = path + ":" + std::to_string(first_line);
+    r.where = where;
     r.text = paragraph;
     Status st = fn(r);
     paragraph.clear();
@@ -378,7 +388,7 @@ Status text_records(std::string_view text, const DataRecordFn& fn) {
 Status for_each_record(std::string_view bytes, const std::string& path, const DataSpec& spec,
                        const DataRecordFn& fn, std::int64_t max_records, const DataSkipFn& skip) {
   if (spec.preference && !has_records_of_fields(spec.format)) {
-    return Status::invalid_argument(path + ": preference pairs are read from jsonl or json files, not " +
+    return Status::invalid_argument(path + ": preference pairs are read from jsonl, json, parquet or arrow files, not " +
                                     std::string(to_string(spec.format)));
   }
   if (!spec.preference && spec.prompt_field.empty() != spec.completion_field.empty()) {
@@ -389,7 +399,7 @@ Status for_each_record(std::string_view bytes, const std::string& path, const Da
   if (spec.prompt_field.empty() && spec.field.empty()) return Status::invalid_argument("data: field must not be empty");
   if (is_chat(spec) && !has_records_of_fields(spec.format)) {
     return Status::invalid_argument(path + ": chat data (data.chat: " + to_string(spec.chat) +
-                                    ") is read from jsonl or json files, not " + to_string(spec.format));
+                                    ") is read from jsonl, json, parquet or arrow files, not " + to_string(spec.format));
   }
   std::int64_t delivered = 0;
   const DataRecordFn counted = [&](const DataRecord& r) -> Status {
@@ -400,7 +410,7 @@ Status for_each_record(std::string_view bytes, const std::string& path, const Da
   Status st;
   switch (spec.format) {
     case DataFormat::kText:
-      st = text_records(text, counted);
+      st = text_records(text, path, counted);
       break;
     case DataFormat::kJsonl:
       if (first_char(text) == '[' && is_json_array(text)) {
@@ -420,8 +430,23 @@ Status for_each_record(std::string_view bytes, const std::string& path, const Da
       break;
     case DataFormat::kTokens:
       return Status::invalid_argument(path + ": a tokens file has ids, not records");
+    case DataFormat::kParquet:
+    case DataFormat::kArrow:
+      return Status::internal(path + ": tables are read by for_each_table_record (dsl/table_records.h)");
   }
   return is_stop(st) ? Status::ok() : st;
+}
+
+Status deliver_record_json(std::string_view json, std::int64_t number, const std::string& where,
+                           const DataSpec& spec, const DataRecordFn& fn, const DataSkipFn& skip) {
+  const auto parse = [&]() -> Result<Json> {
+    try {
+      return Json::parse(json);
+    } catch (const Json::parse_error& e) {
+      return Status::invalid_argument(where + ": not valid JSON: " + parse_reason(e));
+    }
+  };
+  return deliver_object(parse(), number, where, spec, fn, skip);
 }
 
 namespace {
@@ -521,6 +546,7 @@ Result<std::int64_t> count_line_records(int fd, DataFormat format, const std::st
 }  // namespace
 
 Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& spec) {
+  if (is_table(spec.format)) return check_table_data(path, spec);
   DataFileFacts facts;
   facts.path = path;
   facts.format = spec.format;

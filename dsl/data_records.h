@@ -17,7 +17,8 @@ namespace tailor::dsl {
 // One example of a jsonl, json or text file, as the spec's fields select it.
 // The views live until the callback returns.
 struct DataRecord {
-  std::int64_t line = 0;    // 1-based line where the record starts
+  std::int64_t line = 0;    // 1-based line where the record starts (a table's row number from 1)
+  std::string_view where;   // for errors: "path:line", or a table's "path: row 7 (row group 0, row 7 in it)"
   std::string_view prompt;  // prompt/completion data: the prompt (untrained); else empty
   std::string_view text;    // the completion, the `field` text, or a text paragraph
   // Chat data (data.chat): the record in OpenAI's form, serialized JSON
@@ -33,7 +34,8 @@ struct DataRecord {
 };
 
 // Calls fn for each record of `bytes`, the content of `path` read as
-// spec.format (jsonl, json or text; tokens files have no records here):
+// spec.format (jsonl, json or text; tokens files have no records here, and
+// parquet and arrow are read by for_each_table_record):
 //  - text:  paragraphs separated by blank lines (whitespace-only lines are
 //           blank), their lines joined with "\n", "\r\n" read as "\n".
 //  - jsonl: one JSON object per line; blank lines are skipped.
@@ -64,6 +66,12 @@ using DataRecordFn = std::function<Status(const DataRecord&)>;
 using DataSkipFn = std::function<void(const Status&)>;
 Status for_each_record(std::string_view bytes, const std::string& path, const DataSpec& spec,
                        const DataRecordFn& fn, std::int64_t max_records = 0, const DataSkipFn& skip = {});
+
+// One record given as the text of a JSON object, as the table readers
+// (dsl/table_records.h) give a row: `where` starts its errors and is the
+// record's `where`; `number` its `line`. Skipping as for_each_record does.
+Status deliver_record_json(std::string_view json, std::int64_t number, const std::string& where,
+                           const DataSpec& spec, const DataRecordFn& fn, const DataSkipFn& skip = {});
 
 // What checking a data file found.
 struct DataFileFacts {

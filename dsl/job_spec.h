@@ -88,8 +88,13 @@ struct ModelSpec {
 
 // jsonl: JSON Lines; json: a JSON array of records, or JSON Lines (as
 // Hugging Face's json loader reads them); text: paragraphs; tokens: int32 ids.
-enum class DataFormat { kJsonl, kJson, kText, kTokens };
-inline bool has_records_of_fields(DataFormat f) { return f == DataFormat::kJsonl || f == DataFormat::kJson; }
+// parquet: one Parquet file; arrow: an Arrow IPC file or a folder that
+// Hugging Face datasets' save_to_disk wrote (dsl/table_records.h).
+enum class DataFormat { kJsonl, kJson, kText, kTokens, kParquet, kArrow };
+inline bool is_table(DataFormat f) { return f == DataFormat::kParquet || f == DataFormat::kArrow; }
+inline bool has_records_of_fields(DataFormat f) {
+  return f == DataFormat::kJsonl || f == DataFormat::kJson || is_table(f);
+}
 
 // What becomes of an example longer than a row (seq_len + 1 tokens: seq_len
 // inputs and seq_len targets) where examples are kept whole.
@@ -119,11 +124,36 @@ enum class TrainOn {
 // model learns to stop): after each trained turn, the last one, or none.
 enum class TrainOnEos { kTurn, kLast, kNone };
 
+// How several training datasets (data.train as a list) become one.
+enum class DataMix {
+  // Each dataset's examples `weight` times per epoch: 2 repeats them all,
+  // 0.5 takes a seeded half; the epoch is all of it.
+  kConcat,
+  // Datasets in proportion to their weights: an epoch has as many examples
+  // as the datasets together, dataset i a share weight_i / sum of weights,
+  // each one's examples taken in a seeded order, cycled when it has fewer
+  // (Hugging Face's interleave_datasets with probabilities, counted exactly
+  // rather than drawn at random).
+  kInterleave,
+};
+
+// One training dataset of data.train's list form.
+struct DataSource {
+  std::string path;  // absolute after loading
+  double weight = 1;
+  // Its format; unset: data.format when written, else from its extension
+  // (a folder: arrow). Set after loading.
+  std::optional<DataFormat> format;
+  bool operator==(const DataSource&) const = default;
+};
+
 struct DataSpec {
-  std::string train;                  // training data file (absolute after loading); required
+  std::string train;                  // training data file (absolute after loading); required. With
+                                      // several datasets (sources), the first one's path.
   std::string eval;                   // optional held-out data file; empty = none
-  DataFormat format = DataFormat::kJsonl;  // default: from train's extension (.jsonl, .json, .txt/.md, .bin/.tokens)
-  std::string field = "text";         // jsonl/json: the text field
+  DataFormat format = DataFormat::kJsonl;  // default: from train's extension (.jsonl, .json, .txt/.md,
+                                           // .bin/.tokens, .parquet, .arrow; a folder: arrow)
+  std::string field = "text";         // jsonl/json/parquet/arrow: the text field
   std::string prompt_field;           // jsonl/json: prompt field of prompt/completion pairs (loss masked on it)
   std::string completion_field;       // jsonl/json: completion field; set together with prompt_field
   std::int64_t seq_len = 0;           // tokens per sequence; default min(2048, model max_seq_len)
@@ -144,8 +174,27 @@ struct DataSpec {
   bool preference = false;
   std::string chosen_field = "chosen";
   std::string rejected_field = "rejected";
+  // data.train as a list: every dataset, the first one being `train` (and
+  // `format` its format). Empty when data.train is one path.
+  std::vector<DataSource> sources;
+  DataMix mix = DataMix::kConcat;
+  std::optional<std::int64_t> mix_seed;  // orders and samples the mix; default training.seed
 };
 inline bool is_chat(const DataSpec& d) { return d.chat != ChatFormat::kNone; }
+
+// Every training dataset: `sources`, or `train` alone with weight 1.
+inline std::vector<DataSource> train_sources(const DataSpec& d) {
+  if (!d.sources.empty()) return d.sources;
+  return {DataSource{d.train, 1.0, d.format}};
+}
+// The data settings one dataset is read with: `d` with its path and format.
+inline DataSpec source_spec(const DataSpec& d, const DataSource& s) {
+  DataSpec out = d;
+  out.train = s.path;
+  out.format = s.format.value_or(d.format);
+  out.sources.clear();
+  return out;
+}
 
 // How examples become rows of seq_len, decided from the spec alone so the
 // plan can say it before any data is read.
@@ -419,6 +468,7 @@ const char* to_string(ExecutorKind v);  // default | local | slurm | auto
 const char* to_string(LongExample v);   // truncate | drop
 const char* to_string(ChatFormat v);    // none | messages | sharegpt | alpaca
 const char* to_string(OnBadRecord v);   // error | skip
+const char* to_string(DataMix v);       // concat | interleave
 const char* to_string(TrainOn v);       // assistant | all | last_assistant
 const char* to_string(TrainOnEos v);    // turn | last | none
 const char* to_string(Packing v);       // none | stream | whole-examples

@@ -51,10 +51,20 @@ template <>
 struct EnumNames<DataFormat> {
   static const std::vector<std::pair<DataFormat, const char*>>& names() {
     static const std::vector<std::pair<DataFormat, const char*>> k = {
-        {DataFormat::kJsonl, "jsonl"}, {DataFormat::kJson, "json"}, {DataFormat::kText, "text"}, {DataFormat::kTokens, "tokens"}};
+        {DataFormat::kJsonl, "jsonl"}, {DataFormat::kJson, "json"}, {DataFormat::kText, "text"}, {DataFormat::kTokens, "tokens"},
+        {DataFormat::kParquet, "parquet"}, {DataFormat::kArrow, "arrow"}};
     return k;
   }
 };
+template <>
+struct EnumNames<DataMix> {
+  static const std::vector<std::pair<DataMix, const char*>>& names() {
+    static const std::vector<std::pair<DataMix, const char*>> k = {{DataMix::kConcat, "concat"},
+                                                                    {DataMix::kInterleave, "interleave"}};
+    return k;
+  }
+};
+
 template <>
 struct EnumNames<OnBadRecord> {
   static const std::vector<std::pair<OnBadRecord, const char*>>& names() {
@@ -418,19 +428,99 @@ Field<TrainingSpec> only_for(std::initializer_list<TrainingMethod> methods, Fiel
   return f;
 }
 
+const std::vector<Field<DataSource>>& data_source_fields() {
+  static const std::vector<Field<DataSource>> k = {
+      field("path", "The dataset: a file, or a folder datasets' save_to_disk wrote; relative to the spec file.",
+            &DataSource::path, string_not_empty(), true),
+      field("weight",
+            "mix concat: times each example is taken per epoch (2: twice, 0.5: a seeded half); mix interleave: "
+            "the dataset's share of each epoch's examples, relative to the others' weights. Default 1.",
+            &DataSource::weight, number_above(0)),
+      optional_field("format", "Its format, as data.format; default data.format, else from its extension.",
+                     &DataSource::format),
+  };
+  return k;
+}
+
+// data.train: one path, or a list of datasets (paths, or maps with a weight
+// and a format) mixed as data.mix says.
+Field<DataSpec> train_field() {
+  const std::string doc =
+      "Training data, relative to the spec file: a file (or a save_to_disk folder), or a list of datasets "
+      "(each a path, or {path, weight, format}) mixed as data.mix says.";
+  const Json item_schema{
+      {"anyOf", Json::array({Json{{"type", "string"}}, schema_of(data_source_fields(), "A dataset.")})}};
+  Field<DataSpec> f = custom_field<DataSpec>(
+      "train", doc,
+      Json{{"anyOf", Json::array({Json{{"type", "string"}}, Json{{"type", "array"}, {"minItems", 1}, {"items", item_schema}}})}},
+      [](const Node& n, DataSpec& s, const std::string& path, Diagnostics& d) {
+        if (n.is_null()) return;
+        if (!n.is_sequence()) {
+          auto v = Codec<std::string>::read(n, path, d);
+          if (v && run_check(string_not_empty(), *v, n, path, d)) s.train = *v;
+          return;
+        }
+        if (n.items.empty()) {
+          d.error(n.location, path, "lists no dataset");
+          return;
+        }
+        std::vector<DataSource> sources;
+        for (std::size_t i = 0; i < n.items.size(); ++i) {
+          const Node& item = n.items[i];
+          const std::string at = path + "[" + std::to_string(i) + "]";
+          DataSource source;
+          if (item.is_map()) {
+            read_map(item, source, data_source_fields(), at, d);
+          } else if (auto v = Codec<std::string>::read(item, at, d)) {
+            if (run_check(string_not_empty(), *v, item, at, d)) source.path = *v;
+          }
+          sources.push_back(std::move(source));
+        }
+        s.train = sources.front().path;
+        s.sources = std::move(sources);
+      },
+      [](const DataSpec& s) -> std::optional<Node> {
+        if (s.sources.empty()) return Codec<std::string>::write(s.train);
+        Node list = Node::make_sequence();
+        for (const DataSource& source : s.sources) list.items.push_back(write_map(source, data_source_fields()));
+        return list;
+      });
+  f.required = true;
+  return f;
+}
+
+// Keys of several datasets, written back only for them.
+Field<DataSpec> several_datasets_only(Field<DataSpec> f) {
+  f.write = [write = f.write](const DataSpec& d) -> std::optional<Node> {
+    if (d.sources.empty()) return std::nullopt;
+    return write(d);
+  };
+  return f;
+}
+
 const std::vector<Field<DataSpec>>& data_fields() {
   static const std::vector<Field<DataSpec>> k = {
-      field("train", "Training data file, relative to the spec file.", &DataSpec::train, string_not_empty(), true),
+      train_field(),
+      several_datasets_only(field("mix",
+            "Several datasets (data.train a list): concat (the default; each dataset's examples weight times per "
+            "epoch) or interleave (the datasets in proportion to their weights, an epoch as many examples as "
+            "all of them together).",
+            &DataSpec::mix)),
+      several_datasets_only(optional_field("mix_seed",
+            "Several datasets: the seed of the mix's sampling and order. Default training.seed.",
+            &DataSpec::mix_seed)),
       field("eval",
             "Held-out evaluation data file (optional), read like train: its masked mean loss (eval_loss) "
             "after every training.eval_every steps and after the last.", &DataSpec::eval, string_not_empty()),
       field("format",
-            "jsonl (JSON Lines), json (a JSON array of records, or JSON Lines), text (paragraphs) or tokens "
-            "(int32 ids). Default: from the file extension (.jsonl, .json, .txt/.md, .bin/.tokens).",
+            "jsonl (JSON Lines), json (a JSON array of records, or JSON Lines), text (paragraphs), tokens "
+            "(int32 ids), parquet (a Parquet file) or arrow (an Arrow file, or a folder datasets' save_to_disk "
+            "wrote). Default: from the file extension (.jsonl, .json, .txt/.md, .bin/.tokens, .parquet, .arrow; "
+            "a folder is arrow).",
             &DataSpec::format),
-      field("field", "jsonl/json: the text field. Default \"text\".", &DataSpec::field, string_not_empty()),
+      field("field", "Records (jsonl, json, parquet, arrow): the text field. Default \"text\".", &DataSpec::field, string_not_empty()),
       field("prompt_field",
-            "jsonl/json: prompt field of prompt/completion pairs, or of preference pairs (default \"prompt\" "
+            "Records (jsonl, json, parquet, arrow): prompt field of prompt/completion pairs, or of preference pairs (default \"prompt\" "
             "there); the loss is masked on it.",
             &DataSpec::prompt_field, string_not_empty()),
       preference_only(field("chosen_field",
@@ -439,7 +529,7 @@ const std::vector<Field<DataSpec>>& data_fields() {
       preference_only(field("rejected_field",
             "Preference pairs: the dispreferred completion's field. Default \"rejected\".",
             &DataSpec::rejected_field, string_not_empty())),
-      field("completion_field", "jsonl/json: completion field of prompt/completion pairs.", &DataSpec::completion_field,
+      field("completion_field", "Records (jsonl, json, parquet, arrow): completion field of prompt/completion pairs.", &DataSpec::completion_field,
             string_not_empty()),
       field("seq_len", "Tokens per sequence. Default: min(2048, the model's max_seq_len).", &DataSpec::seq_len,
             int_at_least(1)),
@@ -452,7 +542,7 @@ const std::vector<Field<DataSpec>>& data_fields() {
             "false). Default truncate; one truncated to no trained token is dropped. Plain text is split instead.",
             &DataSpec::on_long_example),
       field("on_bad_record",
-            "jsonl/json: error (the default: the job fails naming the record) or skip (a record that cannot be read "
+            "Records (jsonl, json, parquet, arrow): error (the default: the job fails naming the record) or skip (a record that cannot be read "
             "or rendered is left out, counted in the plan and the job's start event).",
             &DataSpec::on_bad_record),
       chat_only(field("chat",
@@ -1075,6 +1165,7 @@ const char* to_string(ExecutorKind v) { return name_of(v); }
 const char* to_string(LongExample v) { return name_of(v); }
 const char* to_string(ChatFormat v) { return name_of(v); }
 const char* to_string(OnBadRecord v) { return name_of(v); }
+const char* to_string(DataMix v) { return name_of(v); }
 const char* to_string(TrainOn v) { return name_of(v); }
 const char* to_string(TrainOnEos v) { return name_of(v); }
 const char* to_string(TrainingMethod v) { return name_of(v); }

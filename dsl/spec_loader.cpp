@@ -9,8 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <tuple>
@@ -98,11 +100,21 @@ std::optional<Node> resolve_extends(Node root, const std::string& base_dir, Exte
 
 // ---- paths, lookups --------------------------------------------------------
 
+// `dotted` may index a list: "data.train[1].path".
 const Node* node_at(const Node& root, std::string_view dotted) {
   const Node* n = &root;
-  for (const std::string& part : split(dotted, '.')) {
+  for (std::string part : split(dotted, '.')) {
+    std::optional<std::size_t> index;
+    if (const auto open = part.find('['); open != std::string::npos && part.back() == ']') {
+      index = static_cast<std::size_t>(std::strtoull(part.c_str() + open + 1, nullptr, 10));
+      part.resize(open);
+    }
     n = n->find(part);
     if (n == nullptr) return nullptr;
+    if (index) {
+      if (!n->is_sequence() || *index >= n->items.size()) return nullptr;
+      n = &n->items[*index];
+    }
   }
   return n;
 }
@@ -318,7 +330,7 @@ void check_chat_data(DataSpec& data, const Node& root, const std::string& base_d
   }
   if (!has_records_of_fields(data.format)) {
     d.error(loc_at(root, "data.chat"), "data.chat",
-            "chat data is read from jsonl or json files, not " + std::string(to_string(data.format)));
+            "chat data is read from jsonl, json, parquet or arrow records, not " + std::string(to_string(data.format)));
   }
   const auto& defaults = chat_field_defaults(data.chat);
   for (const auto& field : data.fields) {
@@ -389,7 +401,8 @@ void check_preference_data(DataSpec& data, const Node& root, Diagnostics& d) {
   }
   if (!has_records_of_fields(data.format)) {
     d.error(loc_at(root, "data.format"), "data.format",
-            "preference pairs are read from jsonl or json records, not " + std::string(to_string(data.format)));
+            "preference pairs are read from jsonl, json, parquet or arrow records, not " +
+                std::string(to_string(data.format)));
   }
 }
 
@@ -479,37 +492,83 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
     d.error(root.location, "data", "missing required key");
     return;
   }
+  // Each dataset's place in the spec: data.train, or data.train[i].path.
+  const auto source_key = [&](std::size_t i) {
+    if (data.sources.empty()) return std::string("data.train");
+    const std::string item = "data.train[" + std::to_string(i) + "]";
+    return node_at(root, item + ".path") != nullptr ? item + ".path" : item;
+  };
+  for (std::size_t i = 0; i < data.sources.size(); ++i) {
+    DataSource& source = data.sources[i];
+    if (!source.path.empty()) source.path = resolve_path(source.path, loc_at(root, source_key(i)), base_dir);
+  }
   for (auto [key, value] : {std::pair{"train", &data.train}, std::pair{"eval", &data.eval}}) {
-    if (value->empty()) continue;
-    const std::string path = std::string("data.") + key;
-    *value = resolve_path(*value, loc_at(root, path), base_dir);
+    if (!value->empty()) *value = resolve_path(*value, loc_at(root, std::string("data.") + key), base_dir);
+  }
+  // A dataset's format: its own, else data.format, else its extension.
+  const bool format_written = node_at(root, "data.format") != nullptr;
+  const auto format_of = [&](const std::string& path, const std::string& key) -> std::optional<DataFormat> {
+    const std::string ext = to_lower(fs::path(path).extension().string());
     std::error_code ec;
-    if (!opt.check_files) continue;
+    if (ext == ".jsonl") return DataFormat::kJsonl;
+    if (ext == ".json") return DataFormat::kJson;
+    if (ext == ".txt" || ext == ".md" || ext == ".text") return DataFormat::kText;
+    if (ext == ".bin" || ext == ".tokens") return DataFormat::kTokens;
+    if (ext == ".parquet") return DataFormat::kParquet;
+    if (ext == ".arrow" || fs::is_directory(path, ec)) return DataFormat::kArrow;  // a save_to_disk folder
+    d.error(loc_at(root, key), data.sources.empty() ? "data.format" : key,
+            "cannot tell the format from the extension " + quote(ext) +
+                "; set format: jsonl, json, text, tokens, parquet or arrow");
+    return std::nullopt;
+  };
+  if (data.sources.empty()) {
+    if (!format_written && !data.train.empty()) {
+      if (auto f = format_of(data.train, "data.train")) data.format = *f;
+    }
+  } else {
+    for (std::size_t i = 0; i < data.sources.size(); ++i) {
+      DataSource& source = data.sources[i];
+      if (source.format || source.path.empty()) continue;
+      if (format_written) {
+        source.format = data.format;
+      } else if (auto f = format_of(source.path, source_key(i))) {
+        source.format = *f;
+      }
+    }
+    if (data.sources.front().format) data.format = *data.sources.front().format;
+  } 
+  if (data.sources.empty()) {
+    for (const char* key : {"data.mix", "data.mix_seed"}) {
+      if (node_at(root, key) != nullptr) {
+        d.error(loc_at(root, key), key, "applies to several datasets (data.train as a list)");
+      }
+    }
+  }
+  std::vector<std::pair<std::string, const std::string*>> files;
+  const std::vector<DataSource> sources = train_sources(data);
+  for (std::size_t i = 0; i < data.sources.size(); ++i) files.emplace_back(source_key(i), &data.sources[i].path);
+  if (data.sources.empty()) files.emplace_back("data.train", &data.train);
+  files.emplace_back("data.eval", &data.eval);
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const auto& [path, value] = files[i];
+    if (value->empty() || !opt.check_files) continue;
+    // The eval file is read as the (first) training data is.
+    const DataFormat format =
+        i < sources.size() ? sources[i].format.value_or(data.format) : data.format;
+    std::error_code ec;
     const fs::file_status status = fs::status(*value, ec);
     if (!fs::exists(status)) {
       d.error(loc_at(root, path), path, "data file " + quote(*value, kWhole) + " does not exist");
+    } else if (fs::is_directory(status) && format == DataFormat::kArrow) {
+      // A save_to_disk folder: check_data_files reads it.
     } else if (!fs::is_regular_file(status)) {
       d.error(loc_at(root, path), path,
               "data file " + quote(*value, kWhole) + " is " +
                   (fs::is_directory(status) ? "a directory"
                    : fs::is_fifo(status)    ? "a FIFO (named pipe)"
                                             : "not a regular file") +
-                  ": name the file itself");
-    }
-  }
-  if (node_at(root, "data.format") == nullptr && !data.train.empty()) {
-    const std::string ext = to_lower(fs::path(data.train).extension().string());
-    if (ext == ".jsonl") {
-      data.format = DataFormat::kJsonl;
-    } else if (ext == ".json") {
-      data.format = DataFormat::kJson;
-    } else if (ext == ".txt" || ext == ".md" || ext == ".text") {
-      data.format = DataFormat::kText;
-    } else if (ext == ".bin" || ext == ".tokens") {
-      data.format = DataFormat::kTokens;
-    } else {
-      d.error(loc_at(root, "data.train"), "data.format",
-              "cannot tell the format from the extension " + quote(ext) + "; set format: jsonl, json, text or tokens");
+                  ": name the file itself" +
+                  (fs::is_directory(status) ? " (a folder datasets' save_to_disk wrote is data.format: arrow)" : ""));
     }
   }
   data.preference = trains_on_pairs(spec.training.method);
@@ -521,9 +580,20 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
   }
   if (!data.preference && (!data.prompt_field.empty() || data.field != DataSpec().field) &&
       !has_records_of_fields(data.format)) {
-    d.error(loc_at(root, "data.format"), "data.format", "field names apply to jsonl and json data only");
+    d.error(loc_at(root, "data.format"), "data.format", "field names apply to jsonl, json, parquet and arrow data only");
   }
   check_chat_data(data, root, base_dir, opt, d);
+  // Several datasets are read with the same data settings: conversations,
+  // pairs and prompt/completion examples need records in every one.
+  const bool needs_records = is_chat(data) || data.preference || !data.prompt_field.empty();
+  for (std::size_t i = 1; i < data.sources.size() && needs_records; ++i) {
+    const DataFormat f = data.sources[i].format.value_or(data.format);
+    if (!has_records_of_fields(f)) {
+      d.error(loc_at(root, source_key(i)), source_key(i),
+              std::string(to_string(f)) + " data has no records of fields for the conversations, pairs or "
+              "prompt/completion examples the data section reads (jsonl, json, parquet or arrow)");
+    }
+  }
   const std::int64_t max_len = spec.model.arch.max_seq_len;
   if (data.seq_len == 0) {
     data.seq_len = max_len > 0 ? std::min<std::int64_t>(2048, max_len) : 2048;
@@ -542,10 +612,27 @@ bool inside_root(const std::string& path, const std::string& root) {
 // fail on is an error now, at file:line, not a queued job that fails.
 void check_data_files(const JobSpec& spec, const Node& root, const LoadOptions& opt,
                       std::vector<DataFileFacts>& facts, Diagnostics& d) {
-  for (auto [key, path] : {std::pair{"data.train", &spec.data.train}, std::pair{"data.eval", &spec.data.eval}}) {
-    if (path->empty()) continue;
-    if (!opt.read_root.empty() && !inside_root(*path, opt.read_root)) continue;
-    Result<DataFileFacts> checked = check_data_file(*path, spec.data);
+  const std::vector<DataSource> sources = train_sources(spec.data);
+  std::vector<std::pair<std::string, DataSpec>> files;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    std::string key = "data.train";
+    if (!spec.data.sources.empty()) {
+      key += "[" + std::to_string(i) + "]";
+      if (node_at(root, key + ".path") != nullptr) key += ".path";
+    }
+    files.emplace_back(key, source_spec(spec.data, sources[i]));
+  }
+  if (!spec.data.eval.empty()) {
+    DataSpec eval = spec.data;
+    eval.train = spec.data.eval;
+    eval.sources.clear();
+    files.emplace_back("data.eval", eval);
+  }
+  for (const auto& [key, data] : files) {
+    const std::string& path = data.train;
+    if (path.empty()) continue;
+    if (!opt.read_root.empty() && !inside_root(path, opt.read_root)) continue;
+    Result<DataFileFacts> checked = check_data_file(path, data);
     if (checked.is_ok()) {
       checked->key = key;
       facts.push_back(std::move(*checked));

@@ -228,6 +228,19 @@ void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_roo
       d.error(location_of(doc, f.key), f.name, "'..' is not allowed in paths submitted to tailord");
     }
   }
+  // data.train as a list: each dataset's path (a string, or a map's path).
+  if (const dsl::Node* data = doc.find("data"); data != nullptr) {
+    if (const dsl::Node* train = data->find("train"); train != nullptr && train->is_sequence()) {
+      for (std::size_t i = 0; i < train->items.size(); ++i) {
+        const dsl::Node& item = train->items[i];
+        const dsl::Node* path = item.is_map() ? item.find("path") : &item;
+        if (path != nullptr && path->is_scalar() && has_dotdot(path->scalar)) {
+          d.error(path->location, "data.train[" + std::to_string(i) + "]",
+                  "'..' is not allowed in paths submitted to tailord");
+        }
+      }
+    }
+  }
   const std::string ckpt = scalar_at(doc, {"checkpoint", "dir"});
   if (!ckpt.empty() && fs::path(ckpt).is_absolute()) {
     d.error(location_of(doc, {"checkpoint", "dir"}), "checkpoint.dir",
@@ -244,6 +257,13 @@ void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_roo
     if (!inside(*value, spec_root)) {
       d.error(location_of(doc, f.key), f.name,
               "'" + *value + "' is outside the daemon's spec root " + spec_root + " (see tailord --spec-root)");
+    }
+  }
+  for (std::size_t i = 1; i < s.data.sources.size(); ++i) {  // the first is data.train, checked above
+    const std::string& value = s.data.sources[i].path;
+    if (!value.empty() && !inside(value, spec_root)) {
+      d.error(location_of(doc, {"data", "train"}), "data.train[" + std::to_string(i) + "]",
+              "'" + value + "' is outside the daemon's spec root " + spec_root + " (see tailord --spec-root)");
     }
   }
   // The job name names nothing on disk (jobs live under their ids), but it

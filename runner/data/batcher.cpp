@@ -6,31 +6,12 @@
 #include <utility>
 
 #include "core/check.h"
+#include "runner/data/seeded_order.h"
 
 namespace tailor::runner::data {
 namespace {
 
 constexpr std::int32_t kIgnore = -100;  // PyTorch cross_entropy's default ignore_index
-
-// splitmix64 (Steele, Lea, Flood 2014; constants as in Vigna's reference
-// implementation): tiny, fully specified, so orders reproduce everywhere,
-// unlike std::shuffle or std::uniform_int_distribution.
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Uniform in [0, bound): rejecting the 2^64 mod bound lowest draws removes
-// the modulo bias.
-std::uint64_t uniform_below(std::uint64_t& state, std::uint64_t bound) {
-  const std::uint64_t threshold = (0 - bound) % bound;
-  for (;;) {
-    const std::uint64_t r = splitmix64(state);
-    if (r >= threshold) return r % bound;
-  }
-}
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -181,6 +162,24 @@ std::int64_t Batcher::batches_per_epoch() const { return ceil_div(rows_per_epoch
 
 Batcher::State Batcher::state() const { return state_; }
 
+Batcher::Position Batcher::position() const {
+  const Order order = make_order(state_.epoch);
+  const auto index = static_cast<std::size_t>(state_.index);
+  switch (packing_) {
+    case dsl::Packing::kNone:
+      return {kept_[order.docs[index]], 0};
+    case dsl::Packing::kWholeExamples:
+      return {bin_docs_[static_cast<std::size_t>(bin_starts_[order.docs[index]])], 0};
+    case dsl::Packing::kStream: {
+      const std::int64_t row_start = state_.index * seq_len_;
+      const auto i = static_cast<std::size_t>(
+          std::upper_bound(order.starts.begin(), order.starts.end(), row_start) - order.starts.begin() - 1);
+      return {order.docs[i], row_start - order.starts[i]};
+    }
+  }
+  return {};
+}
+
 void Batcher::restore(State s) {
   TAILOR_CHECK(rows_per_epoch_ > 0);
   s.epoch = std::max<std::int64_t>(s.epoch, 0);
@@ -277,12 +276,8 @@ Batcher::Order Batcher::make_order(std::int64_t epoch) const {
   std::iota(order.docs.begin(), order.docs.end(), std::size_t{0});
   // One key per seed, then the epoch mixed in, so (seed, epoch) pairs never
   // share a stream the way seed + epoch would (seed 1 epoch 0 = seed 0 epoch 1).
-  std::uint64_t state = seed_;
-  state = splitmix64(state) ^ (static_cast<std::uint64_t>(epoch) * 0xD1B54A32D192ED03ull);
-  for (std::size_t i = order.docs.size(); i > 1; --i) {
-    const auto j = static_cast<std::size_t>(uniform_below(state, i));
-    std::swap(order.docs[i - 1], order.docs[j]);
-  }
+  std::uint64_t state = stream_state(seed_, static_cast<std::uint64_t>(epoch));
+  seeded_shuffle(order.docs, state);
   if (packing_ == dsl::Packing::kStream) {
     order.starts.resize(order.docs.size() + 1);
     order.starts[0] = 0;

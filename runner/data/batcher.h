@@ -162,6 +162,15 @@ class Batcher {
     std::int64_t index = 0;
   };
   State state() const;
+  // What next() reads first: the store's document that the next row starts
+  // in, and the token of it where it starts (0 but for the stream, whose
+  // rows cut documents). With pairs, the pair's first document. For the
+  // checkpoint's record of where the data stands.
+  struct Position {
+    std::size_t document = 0;
+    std::int64_t token = 0;
+  };
+  Position position() const;
   // Resumes at `s`, so next() gives bit-exactly the batches a batcher with
   // the same examples, settings and seed gave from that state. An index past
   // the epoch's end carries into later epochs; negative values read as 0.

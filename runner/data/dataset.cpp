@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "dsl/data_records.h"
+#include "dsl/table_records.h"
 #include "runner/data/file_io.h"
 #include "runner/data/pair_tokens.h"
 
@@ -79,17 +80,18 @@ Status append_pair(const dsl::DataRecord& r, const dsl::DataSpec& spec, const To
   return Status::ok();
 }
 
-// jsonl, json and text: the records dsl::for_each_record reads, the same
-// reader `tailor validate` and tailord's submission check files with.
+// jsonl, json, text and tables: the records dsl::for_each_record and
+// for_each_table_record read, the same readers `tailor validate` and
+// tailord's submission check files with.
 Status load_records(std::string_view bytes, const std::string& path, const dsl::DataSpec& spec,
                     const ChatSetup* chat, const Tokenizer& tok, Builder& out, SkippedRecords& skipped) {
   const auto skip = [&](const Status& why) { skipped.add(why); };
-  return dsl::for_each_record(bytes, path, spec, [&](const dsl::DataRecord& r) -> Status {
+  const dsl::DataRecordFn record = [&](const dsl::DataRecord& r) -> Status {
     if (!r.conversation.empty()) {
       if (chat == nullptr) return Status::internal("chat data without its chat template");
       auto example = tokenize_chat(*chat, tok, r.conversation);
       if (!example.is_ok()) {
-        const Status why = example.status().prefixed(path + ":" + std::to_string(r.line));
+        const Status why = example.status().prefixed(std::string(r.where));
         if (spec.on_bad_record != dsl::OnBadRecord::kSkip) return why;
         skipped.add(why);
         return Status::ok();
@@ -101,7 +103,7 @@ Status load_records(std::string_view bytes, const std::string& path, const dsl::
     if (spec.preference) {
       const Status pair = append_pair(r, spec, tok, chat, out);
       if (pair.is_ok()) return pair;
-      const Status why = pair.prefixed(path + ":" + std::to_string(r.line));
+      const Status why = pair.prefixed(std::string(r.where));
       if (spec.on_bad_record != dsl::OnBadRecord::kSkip) return why;
       skipped.add(why);
       return Status::ok();
@@ -112,7 +114,9 @@ Status load_records(std::string_view bytes, const std::string& path, const dsl::
     out.append_text(r.text, true);
     out.end();
     return Status::ok();
-  }, 0, skip);
+  };
+  if (dsl::is_table(spec.format)) return dsl::for_each_table_record(path, spec, record, 0, skip, open_data_file);
+  return dsl::for_each_record(bytes, path, spec, record, 0, skip);
 }
 
 Status load_tokens(std::string_view bytes, const std::string& path, const Tokenizer& tok, Builder& out) {
@@ -168,7 +172,10 @@ Result<TokenStore> tokenize_file(const std::string& path, const dsl::DataSpec& s
   if (dsl::is_chat(spec) && chat == nullptr) {
     return Status::invalid_argument(path + ": chat data needs its chat template (load_chat_setup)");
   }
-  TAILOR_ASSIGN_OR_RETURN(const std::string bytes, read_file(path));
+  std::string bytes;  // tables are read row group by row group, not whole
+  if (!dsl::is_table(spec.format)) {
+    TAILOR_ASSIGN_OR_RETURN(bytes, read_file(path));
+  }
   Builder out(tok, bytes.size());
   if (spec.format == dsl::DataFormat::kTokens) {
     TAILOR_RETURN_IF_ERROR(load_tokens(bytes, path, tok, out));

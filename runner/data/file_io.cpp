@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +78,24 @@ Result<std::string> read_file(const std::string& path) {
   return bytes;
 }
 
+Result<int> open_data_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string msg = path + ": " + std::strerror(err);
+    return err == ENOENT ? Status::not_found(msg) : Status::io_error(msg);
+  }
+  Status inside = check_inside_read_root(fd, path);
+  struct stat st {};
+  if (inside.is_ok() && ::fstat(fd, &st) != 0) inside = Status::io_error(path + ": " + std::strerror(errno));
+  if (inside.is_ok() && !S_ISREG(st.st_mode)) inside = Status::io_error(path + ": not a regular file");
+  if (!inside.is_ok()) {
+    ::close(fd);
+    return inside;
+  }
+  return fd;
+}
+
 Result<FileIdentity> file_identity(const std::string& path) {
   // stat(2) rather than std::filesystem::last_write_time: file_time_type's
   // epoch and resolution are implementation-defined, st_mtim is not.
@@ -94,6 +113,18 @@ Result<FileIdentity> file_identity(const std::string& path) {
   id.absolute_path = absolute.lexically_normal().string();
   id.size_bytes = static_cast<std::uint64_t>(st.st_size);
   id.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  if (S_ISDIR(st.st_mode)) {
+    // A save_to_disk folder: its files' sizes added up and the latest
+    // change among them (rewriting a shard in place moves its mtime).
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+      struct stat fst {};
+      if (::stat(entry.path().c_str(), &fst) != 0 || !S_ISREG(fst.st_mode)) continue;
+      id.size_bytes += static_cast<std::uint64_t>(fst.st_size);
+      id.mtime_ns = std::max<std::int64_t>(
+          id.mtime_ns, static_cast<std::int64_t>(fst.st_mtim.tv_sec) * 1'000'000'000 + fst.st_mtim.tv_nsec);
+    }
+    if (ec) return Status::io_error(path + ": " + ec.message());
+  }
   return id;
 }
 

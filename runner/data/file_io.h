@@ -29,9 +29,17 @@ const std::string& read_root();
 // For readers that open files themselves (safetensors maps its file).
 Status check_inside_read_root(int fd, const std::string& path);
 
+// `path` opened for reading (a descriptor the caller closes), checked as
+// read_file checks it: NotFound, IOError (not a regular file), or
+// InvalidArgument outside the read root. The table readers' opener
+// (dsl/table_records.h).
+Result<int> open_data_file(const std::string& path);
+
 // What identifies a file's content without reading it: if any of these
 // changes, the content may have. (Same path, size and nanosecond mtime with
 // other content needs a deliberate `touch -d`; accepted, like make does.)
+// For a folder (a save_to_disk dataset), its files' sizes summed and their
+// latest mtime.
 struct FileIdentity {
   std::string absolute_path;  // lexically normal, symlinks not resolved
   std::uint64_t size_bytes = 0;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dsl/data_records.h"
+#include "dsl/table_records.h"
 #include "runner/data/chat_tokens.h"
 #include "runner/data/pair_tokens.h"
 #include "runner/data/file_io.h"
@@ -81,27 +82,31 @@ namespace {
 // first (file, tokenizer, template, seq_len); bad records skipped by
 // data.on_bad_record go to head.skipped.
 Status walk_examples(const dsl::JobSpec& spec, DataPreview& head, const std::function<bool(PreviewExample&&)>& take) {
-  const dsl::DataSpec& data = spec.data;
-  if (data.format == dsl::DataFormat::kTokens) {
-    return Status::invalid_argument(data.train + ": a tokens file holds ids, not text: there are no examples to preview or count");
+  const dsl::DataSpec& all = spec.data;
+  for (const dsl::DataSource& source : dsl::train_sources(all)) {
+    if (source.format.value_or(all.format) == dsl::DataFormat::kTokens) {
+      return Status::invalid_argument(source.path +
+                                      ": a tokens file holds ids, not text: there are no examples to preview or count");
+    }
   }
+  const dsl::DataSpec& data = all;
   TAILOR_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, make_tokenizer(spec.model));
   std::optional<ChatSetup> chat;
   if (dsl::is_chat(data)) {
     TAILOR_ASSIGN_OR_RETURN(chat, load_chat_setup(data, spec.model.path));
   }
-  head.file = data.train;
+  for (const dsl::DataSource& source : dsl::train_sources(all)) {
+    head.file += (head.file.empty() ? "" : ", ") + source.path;
+  }
   head.tokenizer = tok->describe();
   head.chat_template = chat ? chat->origin : "";
   head.seq_len = data.seq_len;
   head.on_long_example = data.on_long_example;
-  TAILOR_ASSIGN_OR_RETURN(const std::string bytes, read_file(data.train));
   const auto enough = [] { return Status::cancelled("enough"); };
-  const Status walked = dsl::for_each_record(
-      bytes, data.train, data,
+  const dsl::DataRecordFn record =
       [&](const dsl::DataRecord& r) -> Status {
         PreviewExample ex;
-        ex.record = data.train + ":" + std::to_string(r.line);
+        ex.record = std::string(r.where);
         if (!r.conversation.empty()) {
           auto tokens = tokenize_chat(*chat, *tok, r.conversation);
           if (!tokens.is_ok()) {
@@ -141,9 +146,21 @@ Status walk_examples(const dsl::JobSpec& spec, DataPreview& head, const std::fun
           prompt_and_completion(*tok, r.prompt, r.text, ex);
         }
         return take(std::move(ex)) ? Status::ok() : enough();
-      },
-      0, [&](const Status& why) { head.skipped.add(why); });
-  if (!walked.is_ok() && walked.code() != StatusCode::kCancelled) return walked;
+      };
+  const dsl::DataSkipFn skip = [&](const Status& why) { head.skipped.add(why); };
+  // Several datasets: each one's records in turn, before any mixing.
+  for (const dsl::DataSource& source : dsl::train_sources(all)) {
+    const dsl::DataSpec one = dsl::source_spec(all, source);
+    std::string bytes;  // tables are read row group by row group, not whole
+    if (!dsl::is_table(one.format)) {
+      TAILOR_ASSIGN_OR_RETURN(bytes, read_file(one.train));
+    }
+    const Status walked = dsl::is_table(one.format)
+                              ? dsl::for_each_table_record(one.train, one, record, 0, skip, open_data_file)
+                              : dsl::for_each_record(bytes, one.train, one, record, 0, skip);
+    if (walked.code() == StatusCode::kCancelled) return Status::ok();
+    TAILOR_RETURN_IF_ERROR(walked);
+  }
   return Status::ok();
 }
 

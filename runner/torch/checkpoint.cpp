@@ -272,6 +272,12 @@ Status commit_checkpoint(const std::string& dir, const std::string& tmp, const C
   }
   nlohmann::json j{{"step", state.step},         {"data_epoch", state.data_epoch}, {"data_index", state.data_index},
                    {"loss_scale", state.loss_scale}, {"good_steps", state.good_steps}, {"tokens_seen", state.tokens_seen}};
+  if (!state.data_identity.empty()) {
+    j["data"] = {{"identity", state.data_identity},
+                 {"dataset", state.data_dataset},
+                 {"example", state.data_example},
+                 {"token", state.data_token}};
+  }
   if (!state.base_fingerprint.empty()) {
     j["params"] = "trainable";
     j["base_fingerprint"] = state.base_fingerprint;
@@ -415,6 +421,13 @@ Result<std::pair<CheckpointState, CheckpointTensors>> load_checkpoint(const std:
     st.loss_scale = j.at("loss_scale").get<double>();
     st.good_steps = j.at("good_steps").get<std::int64_t>();
     st.tokens_seen = j.at("tokens_seen").get<std::int64_t>();
+    if (j.contains("data")) {
+      const auto& data = j.at("data");
+      st.data_identity = data.at("identity").get<std::string>();
+      st.data_dataset = data.at("dataset").get<std::int64_t>();
+      st.data_example = data.at("example").get<std::int64_t>();
+      st.data_token = data.at("token").get<std::int64_t>();
+    }
     if (j.value("params", std::string("all")) == "trainable") {
       st.base_fingerprint = j.at("base_fingerprint").get<std::vector<double>>();
       if (st.base_fingerprint.empty()) throw std::runtime_error("an adapter checkpoint without its base_fingerprint");

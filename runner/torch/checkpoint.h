@@ -36,6 +36,12 @@ struct CheckpointState {
   std::int64_t step = 0;
   std::int64_t data_epoch = 0;
   std::int64_t data_index = 0;
+  // Where the data stands, for people and for checks: what the batcher
+  // reads (Run::Data::identity; empty in checkpoints older than it), and
+  // the dataset (data.train's index), its example and the token that the
+  // next row starts at.
+  std::string data_identity;
+  std::int64_t data_dataset = 0, data_example = 0, data_token = 0;
   double loss_scale = 1.0;
   std::int64_t good_steps = 0;  // fp16: steps since the loss scale last changed
   std::int64_t tokens_seen = 0;

@@ -127,6 +127,14 @@ class Run {
     HfExport tokenizer;                   // the tokenizer's ids and files, for the exported model
     std::int64_t total_steps = 0;
     data::SkippedRecords skipped;         // data.on_bad_record: skip: records of data.train left out
+    std::string mix;                      // several datasets: what the mix took of each (data/mix.h)
+    // Several datasets: per example of the mix, its dataset and its index
+    // there; empty for one dataset.
+    std::vector<std::uint32_t> example_dataset;
+    std::vector<std::int64_t> example_index;
+    // What the batcher reads (examples, tokens, rows, the mix): a
+    // checkpoint's data position holds only over the same.
+    std::string identity;
     // training.eval_prompts as ids, the ids their answers stop at, and the
     // tokenizer that decodes the answers (null without prompts).
     std::vector<std::vector<std::int32_t>> prompt_ids;

@@ -25,6 +25,13 @@ Status Run::checkpoint(std::int64_t step) {
   state_.step = step;
   state_.data_epoch = s.epoch;
   state_.data_index = s.index;
+  state_.data_identity = data_.identity;
+  const data::Batcher::Position at = data_.train->position();
+  const std::size_t example = spec_.data.preference ? at.document / 2 : at.document;
+  state_.data_dataset = data_.example_dataset.empty() ? 0 : data_.example_dataset[example];
+  state_.data_example =
+      data_.example_index.empty() ? static_cast<std::int64_t>(example) : data_.example_index[example];
+  state_.data_token = at.token;
   const std::string dir = (fs::path(o_.out_dir) / spec_.checkpoint.dir).string();
   Status saved;
   if (sync_->writes_shards()) {
@@ -176,11 +183,26 @@ Status Run::resume() {
     at::Generator device_gen = at::globalContext().defaultGenerator(dev_);
     device_gen.set_state(t.device_rng_state);
   }
+  if (!st.data_identity.empty() && st.data_identity != data_.identity) {
+    return Status::invalid_argument(*latest + ": written over other data (" + st.data_identity + "; now " +
+                                    data_.identity + "): its data position (epoch " + std::to_string(st.data_epoch) +
+                                    ", row " + std::to_string(st.data_index) +
+                                    ") would read other examples; resume over the data it was written with, or "
+                                    "train anew");
+  }
   data_.train->restore({st.data_epoch, st.data_index});
   state_ = st;
   first_step_ = st.step + 1;
   event(events::kResume, [&](JsonWriter& w) {
     w.field("step", st.step).field("checkpoint", *latest);
+    if (!st.data_identity.empty()) {
+      const auto sources = dsl::train_sources(spec_.data);
+      const auto d = static_cast<std::size_t>(st.data_dataset);
+      w.field("data_dataset", st.data_dataset)
+          .field("data_file", d < sources.size() ? sources[d].path : std::string())
+          .field("data_example", st.data_example)
+          .field("data_token", st.data_token);
+    }
     if (!converted.empty()) w.field("optimizer_converted", converted);
   });
   return Status::ok();

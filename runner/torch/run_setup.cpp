@@ -7,6 +7,7 @@
 
 #include "dsl/spec_loader.h"
 #include "runner/data/dataset.h"
+#include "runner/data/mix.h"
 #include "runner/data/prompt_tokens.h"
 #include "runner/data/token_cache.h"
 #include "runner/data/tokenizer.h"
@@ -169,8 +170,8 @@ Result<Run::Data> Run::load_data() {
   }
   // A tokens file may hold ids past the embedding table: a clear error here,
   // not an index error inside the forward pass.
-  auto load = [&](const std::string& path) -> Result<data::TokenizedData> {
-    auto tokenized = data::load_tokenized(path, spec_.data, **tok, o_.cache_dir, chat ? &*chat : nullptr);
+  auto load = [&](const std::string& path, const dsl::DataSpec& how) -> Result<data::TokenizedData> {
+    auto tokenized = data::load_tokenized(path, how, **tok, o_.cache_dir, chat ? &*chat : nullptr);
     if (!tokenized.is_ok()) return as_bad_input(tokenized.status());
     const auto ids = tokenized->store.all_tokens();
     if (const auto it = std::max_element(ids.begin(), ids.end()); it != ids.end() && *it >= spec_.model.arch.vocab) {
@@ -181,12 +182,37 @@ Result<Run::Data> Run::load_data() {
     return tokenized;
   };
   Data out;
-  TAILOR_ASSIGN_OR_RETURN(data::TokenizedData tokenized, load(spec_.data.train));
-  out.skipped = tokenized.skipped;
+  data::TokenizedData tokenized;
+  if (spec_.data.sources.empty()) {
+    TAILOR_ASSIGN_OR_RETURN(tokenized, load(spec_.data.train, spec_.data));
+    out.skipped = tokenized.skipped;
+  } else {
+    // Several datasets: each tokenized (and cached) on its own, then mixed.
+    std::vector<data::MixInput> inputs;
+    for (const dsl::DataSource& source : spec_.data.sources) {
+      TAILOR_ASSIGN_OR_RETURN(data::TokenizedData one, load(source.path, dsl::source_spec(spec_.data, source)));
+      out.skipped.count += one.skipped.count;
+      for (const std::string& why : one.skipped.first) {
+        if (out.skipped.first.size() < data::SkippedRecords::kShownSkips) out.skipped.first.push_back(why);
+      }
+      inputs.push_back({source.path, source.weight, std::move(one.store)});
+    }
+    const auto seed = static_cast<std::uint64_t>(spec_.data.mix_seed.value_or(spec_.training.seed));
+    auto mixed = data::mix_datasets(inputs, spec_.data.mix, seed, spec_.data.preference);
+    if (!mixed.is_ok()) return as_bad_input(mixed.status());
+    out.mix = data::describe(*mixed, inputs);
+    out.example_dataset = std::move(mixed->source);
+    out.example_index = std::move(mixed->record);
+    out.identity = std::string("; mix ") + dsl::to_string(spec_.data.mix) + " seed " + std::to_string(seed) + ":";
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      out.identity += " " + std::to_string(mixed->examples[i]) + "->" + std::to_string(mixed->taken[i]);
+    }
+    tokenized.store = std::move(mixed->store);
+  }
   if (!spec_.data.eval.empty()) {
     // The eval file as the training data is read: the same tokenizer,
     // masking, seq_len and packing, so the two losses compare.
-    TAILOR_ASSIGN_OR_RETURN(data::TokenizedData eval, load(spec_.data.eval));
+    TAILOR_ASSIGN_OR_RETURN(data::TokenizedData eval, load(spec_.data.eval, spec_.data));
     if (!has_trained_tokens(eval.store, spec_.data.seq_len, spec_.data.packing)) {
       return Status::invalid_argument(spec_.data.eval + ": no token is trained (every one is masked), so there is no "
                                       "loss to evaluate");
@@ -208,6 +234,10 @@ Result<Run::Data> Run::load_data() {
                                     static_cast<std::uint64_t>(spec_.training.seed), (*tok)->pad_id());
   if (!batcher.is_ok()) return as_bad_input(batcher.status());
   out.train = std::make_unique<data::Batcher>(std::move(*batcher));
+  out.identity = std::to_string(out.train->stats().documents) + " documents, " +
+                 std::to_string(out.train->stats().examples) + " examples, " +
+                 std::to_string(out.train->rows_per_epoch()) + " rows of " + std::to_string(spec_.data.seq_len) +
+                 " an epoch" + out.identity;
   TAILOR_RETURN_IF_ERROR(prepare_prompts(out, std::move(tok).value(), chat ? &*chat : nullptr));
   const double global_rows = static_cast<double>(st_.micro_batch_size * st_.grad_accumulation * world_);
   out.total_steps = spec_.training.max_steps

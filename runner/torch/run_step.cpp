@@ -128,6 +128,9 @@ Status Run::probe() {
     w.field("examples", d.examples).field("rows_per_epoch", d.rows_per_epoch);
     w.field("truncated", d.truncated).field("dropped", d.dropped);
     w.field("packing_efficiency", d.efficiency());
+    if (!data_.mix.empty()) {
+      w.field("data_mix", dsl::to_string(spec_.data.mix)).field("data_mix_taken", data_.mix);
+    }
     if (spec_.data.on_bad_record == dsl::OnBadRecord::kSkip) {
       w.field("skipped_records", data_.skipped.count);
       if (!data_.skipped.first.empty()) w.field("first_skipped", data_.skipped.first.front());
@@ -143,6 +146,10 @@ Status Run::probe() {
                    static_cast<long long>(d.dropped), dsl::to_string(spec_.data.on_long_example));
     }
     std::fprintf(stderr, "\n");
+    if (!data_.mix.empty()) {
+      std::fprintf(stderr, "data: %zu datasets mixed (%s): %s\n", spec_.data.sources.size(),
+                   dsl::to_string(spec_.data.mix), data_.mix.c_str());
+    }
   }
   step_ = first_step_;
   // The probe draws no random numbers of the run's (dropout would): a

@@ -620,6 +620,55 @@ TEST(CliDataTest, PreviewShowsTheRenderedConversationsAndWhatIsTrained) {
   EXPECT_NE(help_text.find("usage: tailor data preview"), std::string::npos) << help_text;
 }
 
+// A Parquet file (written by pyarrow) and a JSON Lines file as one mixed
+// training set: validated with a line per dataset, previewed with rows
+// named by row group, and trained by `tailor run` with the mix reported.
+TEST(CliDataTest, AParquetFileMixedWithJsonLinesValidatesPreviewsAndTrains) {
+  const fs::path bin = fs::path(TAILOR_BINARY_DIR) / "bin";
+  if (!fs::exists(bin / "tailor-data")) GTEST_SKIP() << "no tailor-data built";
+  TempDir dir;
+  const std::string chats = (fs::path(TAILOR_SOURCE_DIR) / "configs/data/chats.jsonl").string();
+  const std::string write = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python -c \"import json, pyarrow as pa, "
+                            "pyarrow.parquet as pq; rows = [json.loads(l) for l in open('" + chats +
+                            "')]; pq.write_table(pa.Table.from_pylist(rows), '" + dir.file("chats.parquet") +
+                            "', row_group_size=10)\"";
+  ASSERT_EQ(std::system(write.c_str()), 0) << write;
+  dir.write("mixed.yaml", "apiVersion: tailor/v1\nkind: TrainingJob\nname: mixed\nmodel:\n"
+                          "  arch: {family: llama, layers: 2, hidden: 64, intermediate: 128, heads: 4, kv_heads: 2, "
+                          "vocab: 260, max_seq_len: 512}\n"
+                          "data:\n  train:\n    - chats.parquet\n    - {path: " + chats + ", weight: 0.5}\n"
+                          "  mix: interleave\n  chat: messages\n  chat_template: " + TAILOR_SOURCE_DIR +
+                          "/configs/data/chatml.jinja\n  seq_len: 512\n"
+                          "training: {global_batch_size: 4, max_steps: 2, lr: 1e-3, warmup_steps: 1}\n"
+                          "strategy: {adapter: none}\nresources: {gpus: 0, host_memory: 2GiB}\n");
+  auto run = [&](const std::string& name, std::vector<std::string> args) {
+    platform::LaunchRequest req;
+    req.argv = {(bin / "tailor").string()};
+    req.argv.insert(req.argv.end(), args.begin(), args.end());
+    req.log_path = dir.file(name + ".log");
+    return run_logged(req);
+  };
+  const auto [vcode, vtext] = run("validate", {"validate", dir.file("mixed.yaml")});
+  ASSERT_EQ(vcode, kExitOk) << vtext;
+  EXPECT_NE(vtext.find("data.train[0]: 32 records"), std::string::npos) << vtext;
+  EXPECT_NE(vtext.find("data.train[1].path: 32 records"), std::string::npos) << vtext;
+
+  const auto [pcode, ptext] = run("preview", {"data", "preview", dir.file("mixed.yaml"), "--n", "40", "--output", "json"});
+  ASSERT_EQ(pcode, kExitOk) << ptext;
+  const auto preview = nlohmann::json::parse(ptext);
+  ASSERT_EQ(preview["examples"].size(), 40u);
+  EXPECT_EQ(preview["examples"][12]["record"], dir.file("chats.parquet") + ": row 12 (row group 1, row 2 in it)");
+  EXPECT_EQ(preview["examples"][32]["record"], chats + ":1");
+  // The same conversation from either file: the same ids and labels.
+  EXPECT_EQ(preview["examples"][0]["input_ids"], preview["examples"][32]["input_ids"]);
+  EXPECT_EQ(preview["examples"][0]["labels"], preview["examples"][32]["labels"]);
+
+  const auto [rcode, rtext] = run("run", {"run", "--out", dir.file("out"), dir.file("mixed.yaml")});
+  ASSERT_EQ(rcode, kExitOk) << rtext;
+  EXPECT_NE(rtext.find("data: 2 datasets mixed (interleave): "), std::string::npos) << rtext;
+  EXPECT_NE(rtext.find("chats.parquet: 32 examples -> 64 (66.7%)"), std::string::npos) << rtext;
+}
+
 // `tailor data stats` counts every example as the preview tokenizes it (the
 // sums, extremes and the median of the preview's own lengths), a cut at
 // --max-examples says so, and `tailor plan` reports the same lengths.

@@ -546,6 +546,17 @@ TEST(AxolotlImportTest, FirstLocalDatasetIsUsedAndExtrasWarned) {
   EXPECT_NE(w.message.find("datasets[1]"), std::string::npos) << w.message;
 }
 
+TEST(AxolotlImportTest, ParquetAndArrowDatasetsKeepTheirFormat) {
+  for (const auto& [file, format] : {std::pair{"data/train.parquet", "parquet"}, std::pair{"data/shard.arrow", "arrow"}}) {
+    const Imported r = convert(std::string("base_model: gpt2\ndatasets:\n  - path: ") + file + "\n    type: completion\n");
+    EXPECT_EQ(r.at("data.train"), file);
+    EXPECT_EQ(r.at("data.format"), format);
+    for (const Diagnostic& w : r.result.diagnostics.items()) {
+      EXPECT_EQ(w.message.find("convert it to JSONL"), std::string::npos) << w.message;
+    }
+  }
+}
+
 TEST(AxolotlImportTest, CustomPromptFormatUsesItsFieldNames) {
   const Imported r = convert(
       "base_model: gpt2\ndatasets:\n  - path: ./qa.jsonl\n    type:\n      field_instruction: question\n"

@@ -37,6 +37,7 @@ Result<std::vector<std::string>> records(std::string_view bytes, const DataSpec&
   const Status st = for_each_record(
       bytes, "d", spec,
       [&](const DataRecord& r) {
+        EXPECT_EQ(r.where, "d:" + std::to_string(r.line));  // what errors and the preview name it by
         out.push_back(std::to_string(r.line) + ":" + std::string(r.prompt) + "|" + std::string(r.text));
         return Status::ok();
       },
@@ -209,7 +210,7 @@ TEST(ChatRecordsTest, BadConversationsNameTheLineAndTheTurn) {
   // Chat data is JSON; a text file is refused by name.
   DataSpec text = messages;
   text.format = DataFormat::kText;
-  EXPECT_THAT(error_of("hello", text), HasSubstr("chat data (data.chat: messages) is read from jsonl or json files"));
+  EXPECT_THAT(error_of("hello", text), HasSubstr("chat data (data.chat: messages) is read from jsonl, json, parquet or arrow files"));
 }
 
 TEST(ChatRecordsTest, OnBadRecordSkipLeavesBadRecordsOutAndCountsThem) {
@@ -279,7 +280,7 @@ TEST(PreferenceRecordsTest, PairsThatTeachNothingAreBadRecords) {
               HasSubstr("d:1: field \"chosen\" is a conversation: set data.chat: messages"));
   // A text file has no pairs.
   EXPECT_THAT(error_of("Q\n\nA\n", preference_of(DataFormat::kText)),
-              HasSubstr("preference pairs are read from jsonl or json files, not text"));
+              HasSubstr("preference pairs are read from jsonl, json, parquet or arrow files, not text"));
   // Under skip they are counted and left out.
   DataSpec skipping = spec;
   skipping.on_bad_record = OnBadRecord::kSkip;

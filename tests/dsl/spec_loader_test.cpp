@@ -242,6 +242,59 @@ TEST_F(SpecLoaderTest, CyclicExtendsIsReportedWithTheChain) {
 // validate, plan and tailord read the data as the runner will: a data
 // file's problem is the spec's error at data.train or data.eval, naming the
 // data file's own line.
+// data.train as a list: each dataset's path resolved beside the spec, its
+// format its own or from its extension, each file checked under its own
+// key, and the resolved spec reads back the same.
+TEST_F(SpecLoaderTest, SeveralDatasetsResolveCheckAndRoundTrip) {
+  dir_.write("data/more.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n");
+  dir_.write("data/raw.md", "a paragraph\n");
+  LoadedSpec s = load(std::string(kMinimal).substr(0, std::string(kMinimal).find("data:")) +
+                      "data:\n  train:\n    - data/train.txt\n    - {path: data/more.jsonl, weight: 2.5}\n"
+                      "    - {path: data/raw.md, format: text}\n  mix: interleave\n  mix_seed: 3\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  const DataSpec& d = s.spec->data;
+  ASSERT_EQ(d.sources.size(), 3u);
+  EXPECT_EQ(d.train, dir_.file("data/train.txt"));
+  EXPECT_EQ(d.sources[0].path, dir_.file("data/train.txt"));
+  EXPECT_EQ(d.sources[0].format, DataFormat::kText);
+  EXPECT_EQ(d.sources[1].path, dir_.file("data/more.jsonl"));
+  EXPECT_EQ(d.sources[1].format, DataFormat::kJsonl);
+  EXPECT_DOUBLE_EQ(d.sources[1].weight, 2.5);
+  EXPECT_EQ(d.sources[2].format, DataFormat::kText);
+  EXPECT_EQ(d.format, DataFormat::kText);  // the first dataset's
+  EXPECT_EQ(d.mix, DataMix::kInterleave);
+  EXPECT_EQ(d.mix_seed, 3);
+  ASSERT_EQ(s.data.size(), 3u);
+  EXPECT_EQ(s.data[0].key, "data.train[0]");
+  EXPECT_EQ(s.data[1].key, "data.train[1].path");
+  EXPECT_EQ(s.data[1].records, 2);
+  const std::string resolved = emit_yaml(write_job_spec(*s.spec));
+  LoadedSpec again = load(resolved);
+  ASSERT_TRUE(again.ok()) << resolved << errors(again);
+  EXPECT_EQ(again.spec->data.sources, d.sources);
+  EXPECT_EQ(emit_yaml(write_job_spec(*again.spec)), resolved);
+  // One dataset writes back as one path, without the mix keys.
+  LoadedSpec one = load(kMinimal);
+  ASSERT_TRUE(one.ok()) << errors(one);
+  const std::string one_resolved = emit_yaml(write_job_spec(*one.spec));
+  EXPECT_NE(one_resolved.find("train: " + dir_.file("data/train.txt")), std::string::npos) << one_resolved;
+  EXPECT_EQ(one_resolved.find("mix"), std::string::npos) << one_resolved;
+}
+
+// Conversations need records in every dataset: a text file among them is
+// an error at its own entry.
+TEST_F(SpecLoaderTest, ChatDataCannotMixInAFileWithoutRecords) {
+  dir_.write("data/chats.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                                 "{\"role\": \"assistant\", \"content\": \"hello\"}]}\n");
+  dir_.write("data/t.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}");
+  LoadedSpec s = load(std::string(kMinimal).substr(0, std::string(kMinimal).find("data:")) +
+                      "data:\n  train: [data/chats.jsonl, data/train.txt]\n  chat: messages\n"
+                      "  chat_template: data/t.jinja\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("error: data.train[1]: text data has no records of fields"), std::string::npos)
+      << errors(s);
+}
+
 TEST_F(SpecLoaderTest, DataFilesAreReadAsTheRunnerWillAndTheirErrorsNameFileAndLine) {
   auto spec_with = [](const std::string& data) {
     return "apiVersion: tailor/v1\nkind: TrainingJob\nmodel:\n  preset: tiny-llama\ndata:\n" + data;

@@ -35,16 +35,16 @@ std::string corpus() {
 
 // A job over a 2-layer byte-level Llama, with --set style overrides.
 RunConfig job(const TempDir& dir, std::vector<std::string> overrides, dsl::Precision precision, std::int64_t micro,
-              std::int64_t accum) {
+              std::int64_t accum, const std::string& data = "data: {train: data.txt, seq_len: 32}") {
   dir.write("data.txt", corpus());
   const std::string spec = std::string(R"(apiVersion: tailor/v1
 kind: TrainingJob
 name: unit
 model:
   arch: {family: llama, layers: 2, hidden: 64, intermediate: 128, heads: 4, kv_heads: 2, vocab: 260, max_seq_len: 64}
-data: {train: data.txt, seq_len: 32}
+)") + data + R"(
 training: {global_batch_size: 8, max_steps: 12, lr: 3e-3, warmup_steps: 2, seed: 7}
-)");
+)";
   dsl::LoadOptions opts;
   opts.overrides = std::move(overrides);
   const auto loaded = dsl::load_job_spec(dir.write("job.yaml", spec), opts);
@@ -256,6 +256,58 @@ TEST(TrainerTest, ResumeReproducesTheUninterruptedRunExactly) {
 std::string file_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Several datasets mixed (data.train a list, interleaved by weight): 50
+// steps, a resume from their checkpoint and 50 more train exactly as 100
+// steps in one go: the mix is rebuilt the same from its seed and the data
+// position goes on where it stopped.
+TEST(TrainerTest, ResumeOverMixedDatasetsReproducesTheUninterruptedRunBitForBit) {
+  TempDir dir;
+  std::string records;
+  for (int i = 0; i < 40; ++i) records += "{\"text\": \"record " + std::to_string(i) + " of the second set\"}\n";
+  dir.write("second.jsonl", records);
+  const RunConfig cfg = job(dir, {"training.max_steps=100", "checkpoint.every_steps=50", "checkpoint.keep=2"},
+                            dsl::Precision::kFp32, 4, 2,
+                            "data:\n  train: [data.txt, {path: second.jsonl, weight: 3}]\n  mix: interleave\n"
+                            "  mix_seed: 5\n  seq_len: 32");
+  ASSERT_EQ(cfg.spec.data.sources.size(), 2u);
+  const std::string full = dir.file("full"), resumed = dir.file("resumed");
+  ASSERT_EQ(train_in(cfg, full), RunnerExit::kOk);
+  const auto start = lines(full + "/events.jsonl")[0];
+  EXPECT_EQ(start["data_mix"], "interleave");
+  EXPECT_NE(start["data_mix_taken"].get<std::string>().find("second.jsonl: 40 examples -> 180 (75.0%)"),
+            std::string::npos)
+      << start["data_mix_taken"];
+  fs::create_directories(resumed + "/checkpoints");
+  fs::copy(full + "/checkpoints/step-000050", resumed + "/checkpoints/step-000050", fs::copy_options::recursive);
+  ASSERT_EQ(train_in(cfg, resumed, 0, /*resume=*/true), RunnerExit::kOk);
+  const auto a = losses(full), b = losses(resumed);
+  ASSERT_EQ(a.size(), 100u);
+  ASSERT_EQ(b.size(), 50u);
+  for (std::size_t i = 0; i < b.size(); ++i) EXPECT_EQ(a[i + 50], b[i]) << "step " << i + 51;
+  EXPECT_EQ(file_text(full + "/model/model.safetensors"), file_text(resumed + "/model/model.safetensors"));
+  // The checkpoint says where the data stands; the resume repeats it.
+  const auto state = nlohmann::json::parse(file_text(full + "/checkpoints/step-000050/state.json"));
+  ASSERT_TRUE(state.contains("data")) << state.dump();
+  const std::int64_t dataset = state["data"]["dataset"].get<std::int64_t>();
+  EXPECT_TRUE(dataset == 0 || dataset == 1);
+  EXPECT_GE(state["data"]["example"].get<std::int64_t>(), 0);
+  EXPECT_LT(state["data"]["example"].get<std::int64_t>(), dataset == 0 ? 60 : 40);
+  const auto resume = lines(resumed + "/events.jsonl")[0];
+  EXPECT_EQ(resume["data_dataset"], dataset);
+  EXPECT_EQ(resume["data_example"], state["data"]["example"]);
+  // Other weights make another mix: the position would read other
+  // examples, so the resume is refused rather than silently wrong.
+  const RunConfig reweighted = job(dir, {"training.max_steps=100", "checkpoint.every_steps=50"}, dsl::Precision::kFp32,
+                                   4, 2,
+                                   "data:\n  train: [data.txt, {path: second.jsonl, weight: 2}]\n  mix: interleave\n"
+                                   "  mix_seed: 5\n  seq_len: 32");
+  const std::string other = dir.file("other");
+  fs::create_directories(other + "/checkpoints");
+  fs::copy(full + "/checkpoints/step-000050", other + "/checkpoints/step-000050", fs::copy_options::recursive);
+  EXPECT_EQ(train_in(reweighted, other, 0, /*resume=*/true), RunnerExit::kBadInput);
+  EXPECT_NE(file_text(other + "/events.jsonl").find("written over other data"), std::string::npos);
 }
 
 // Under LoRA a checkpoint holds what trains (the adapters, their optimizer
