@@ -30,6 +30,10 @@ stats reads every example (up to --max-examples) and gives their number,
 tokens and trained tokens, tokens per example (min, p50, p90, p99, max) and
 how many are longer than seq_len + 1; tailor plan reports the same.
 
+With several datasets (data.train a list), both read each one's examples
+in turn, before they are mixed; records are named by file and line, or by
+file and row for Parquet and Arrow data.
+
 options:
   --n N              preview: examples to show (default 3)
   --max-examples N   stats: examples to read at most (default 100000)
