@@ -195,6 +195,9 @@ struct Converted {
   std::string model_path;
 
   std::string train;
+  // Further local datasets read as `train` is (the same prompt format and
+  // file format): data.train becomes a list, concatenated as Axolotl does.
+  std::vector<std::string> more_train;
   std::string eval;
   std::string format = "jsonl";
   std::string field;
@@ -412,6 +415,49 @@ class Importer {
     return ref;
   }
 
+  // The file format Tailor reads a local dataset file in, by extension.
+  static std::string format_for(const std::string& file) {
+    const std::string ext = extension_of(file);
+    if (ext == ".txt" || ext == ".md" || ext == ".text") return "text";
+    if (ext == ".json") return "json";
+    if (ext == ".parquet") return "parquet";
+    if (ext == ".arrow") return "arrow";
+    return "jsonl";
+  }
+
+  static bool same_node(const Node& a, const Node& b) {
+    if (a.kind != b.kind || a.scalar != b.scalar || a.items.size() != b.items.size() ||
+        a.entries.size() != b.entries.size()) {
+      return false;
+    }
+    for (std::size_t k = 0; k < a.items.size(); ++k) {
+      if (!same_node(a.items[k], b.items[k])) return false;
+    }
+    for (std::size_t k = 0; k < a.entries.size(); ++k) {
+      if (a.entries[k].key != b.entries[k].key || !same_node(a.entries[k].value, b.entries[k].value)) return false;
+    }
+    return true;
+  }
+
+  // Two datasets that one data section reads alike: the same file format,
+  // and the same entry but for where the data lives.
+  static bool read_alike(const DatasetRef& a, const DatasetRef& b) {
+    if (format_for(a.file) != format_for(b.file)) return false;
+    auto settings = [](const Node& item) {
+      std::vector<const MapEntry*> out;
+      for (const MapEntry& e : item.entries) {
+        if (e.key != "path" && e.key != "data_files" && e.key != "name" && e.key != "split") out.push_back(&e);
+      }
+      return out;
+    };
+    const auto sa = settings(*a.entry), sb = settings(*b.entry);
+    if (sa.size() != sb.size()) return false;
+    for (std::size_t k = 0; k < sa.size(); ++k) {
+      if (sa[k]->key != sb[k]->key || !same_node(sa[k]->value, sb[k]->value)) return false;
+    }
+    return true;
+  }
+
   // Index of the dataset to use: the first local one, else the first usable.
   std::optional<std::size_t> pick_dataset(const std::vector<std::optional<DatasetRef>>& refs) {
     std::optional<std::size_t> first;
@@ -467,9 +513,24 @@ class Importer {
       const auto refs = read_datasets(*e);
       if (auto i = pick_dataset(refs)) {
         chosen = refs[*i];
-        if (refs.size() > 1) {
-          warn(*e, std::to_string(refs.size()) + " datasets are listed; Tailor trains on one file: using " +
-                       chosen->path + " (" + quote(chosen->file) + "); merge the others into it");
+        // Axolotl concatenates its datasets: the local ones read as the
+        // chosen one is read become data.train's list (mix concat).
+        std::vector<std::string> left_out;
+        for (std::size_t j = 0; j < refs.size(); ++j) {
+          if (j == *i || !refs[j]) continue;
+          if (chosen->local && refs[j]->local && read_alike(*refs[j], *chosen)) {
+            c_.more_train.push_back(refs[j]->file);
+          } else {
+            left_out.push_back(refs[j]->path + " (" + quote(refs[j]->file) + ")");
+          }
+        }
+        if (!left_out.empty()) {
+          warn(*e, std::to_string(refs.size()) + " datasets are listed; Tailor trains on local files read alike: " +
+                       "using " + chosen->path + " (" + quote(chosen->file) + ")" +
+                       (c_.more_train.empty() ? std::string()
+                                              : " and " + std::to_string(c_.more_train.size()) + " more like it") +
+                       "; left out: " + join(left_out, ", ") +
+                       " (another prompt or file format, or not local: export them to files like it)");
         }
       }
     }
@@ -1174,7 +1235,14 @@ Node build_spec(const Converted& c, const std::string& name) {
   doc.set("model", std::move(model));
 
   Node data = Node::make_map();
-  data.set("train", text_node(c.train));
+  if (c.more_train.empty()) {
+    data.set("train", text_node(c.train));
+  } else {
+    Node list = Node::make_sequence();
+    list.items.push_back(text_node(c.train));
+    for (const std::string& more : c.more_train) list.items.push_back(text_node(more));
+    data.set("train", std::move(list));
+  }
   if (!c.eval.empty()) data.set("eval", text_node(c.eval));
   data.set("format", word_node(c.format));
   if (!c.chat.empty()) {

@@ -557,6 +557,23 @@ TEST(AxolotlImportTest, ParquetAndArrowDatasetsKeepTheirFormat) {
   }
 }
 
+// Axolotl concatenates its datasets: the local ones read alike become
+// data.train's list (mix concat); one of another prompt format is left
+// out, named in the warning.
+TEST(AxolotlImportTest, LocalDatasetsReadAlikeBecomeAListOfDatasets) {
+  const std::string text =
+      "base_model: gpt2\ndatasets:\n  - path: data/a.jsonl\n    type: completion\n"
+      "  - path: data/b.jsonl\n    type: completion\n  - path: data/c.jsonl\n    type: alpaca\n"
+      "  - path: data/d.parquet\n    type: completion\n";
+  const Imported r = convert(text);
+  EXPECT_EQ(r.list_at("data.train"), (std::vector<std::string>{"data/a.jsonl", "data/b.jsonl"}));
+  const Diagnostic w = r.warning_for("datasets");
+  EXPECT_NE(w.message.find("left out: datasets[2] (\"data/c.jsonl\"), datasets[3] (\"data/d.parquet\")"),
+            std::string::npos)
+      << w.message;
+  EXPECT_NE(w.message.find("and 1 more like it"), std::string::npos) << w.message;
+}
+
 TEST(AxolotlImportTest, CustomPromptFormatUsesItsFieldNames) {
   const Imported r = convert(
       "base_model: gpt2\ndatasets:\n  - path: ./qa.jsonl\n    type:\n      field_instruction: question\n"
