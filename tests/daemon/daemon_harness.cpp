@@ -162,6 +162,14 @@ DaemonProcess::DaemonProcess(const std::string& data_dir, std::vector<std::strin
   std::getline(a, address_);
 }
 
+std::string DaemonProcess::log_tail(std::size_t bytes) const {
+  std::ifstream f(log_path_, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  return text.size() > bytes ? text.substr(text.size() - bytes) : text;
+}
+
 std::string DaemonProcess::token() const {
   // Read at each use: a test may rotate it.
   std::ifstream t((fs::path(data_dir_) / "token").string());
@@ -231,6 +239,27 @@ bool DaemonProcess::wait_state(const std::string& id, const std::string& state, 
         return s == state;
       },
       timeout);
+}
+
+bool DaemonProcess::wait_ended_while_moving(const std::string& id, std::chrono::milliseconds stall) const {
+  std::string seen;
+  for (;;) {
+    bool ended = false;
+    const bool moved = wait_for(
+        [&] {
+          const auto j = job(id);
+          if (!j.is_object() || !j.contains("state")) return false;
+          const std::string s = j["state"].get<std::string>();
+          ended = s == "succeeded" || s == "failed" || s == "cancelled";
+          const std::string now = s + " " + j["last_step"].dump();
+          if (now == seen && !ended) return false;
+          seen = now;
+          return true;
+        },
+        stall);
+    if (!moved) return false;
+    if (ended) return true;
+  }
 }
 
 }  // namespace tailor::daemon::testing

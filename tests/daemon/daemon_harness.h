@@ -68,6 +68,8 @@ class DaemonProcess {
   const std::string& address() const { return address_; }
   std::string token() const;  // DATA/token as it is now
   const std::string& log() const { return log_path_; }
+  // The last `bytes` of tailord's log (every run on this data folder), for failure messages.
+  std::string log_tail(std::size_t bytes = 6000) const;
   pid_t pid() const { return pid_; }
 
   HttpResult get(const std::string& target) const;
@@ -76,6 +78,10 @@ class DaemonProcess {
   nlohmann::json job(const std::string& id) const;
   // Polls until the job's state is `state` (or a terminal state if `state` is empty).
   bool wait_state(const std::string& id, const std::string& state, std::chrono::milliseconds timeout) const;
+  // Polls until the job ends, for as long as it moves: false once neither its
+  // state nor its last step changed for `stall`. A loaded machine trains
+  // slower; it does not stop.
+  bool wait_ended_while_moving(const std::string& id, std::chrono::milliseconds stall) const;
 
   // Kills tailord with `sig` and reaps it. Runners stay, and this object
   // no longer kills them: the next daemon on the folder owns them.

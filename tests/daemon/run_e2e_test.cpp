@@ -926,7 +926,11 @@ TEST(RunE2eTest, ThreeKillsOfTailordLoseNothingAndRunNothingTwice) {
     d = std::make_unique<DaemonProcess>(data);
     ASSERT_TRUE(d->ok()) << d->log();
   }
-  ASSERT_TRUE(d->wait_state(id, "", seconds(180)));
+  ASSERT_TRUE(d->wait_ended_while_moving(id, seconds(120)))
+      << d->job(id).dump(1) << "\n"
+      << d->get("/v1/jobs/" + id + "/events").body << "\n"
+      << d->job(other).dump(1) << "\n"
+      << d->log_tail();
   const json job = d->job(id);
   EXPECT_EQ(job["state"], "succeeded") << job.dump(1);
   EXPECT_EQ(job["last_step"], 80);
