@@ -19,7 +19,7 @@ constexpr Command kCommands[] = {
     {"run", "Plan and train a job in the foreground on this machine", run_run},
     {"data", "A job's data: rendered examples and what is trained (preview), lengths (stats)", run_data},
     {"generate", "Generate text with a trained model or a finished job's (streamed)", run_generate},
-    {"serve", "Serve a trained model on OpenAI's completions API (for lm-eval)", run_serve},
+    {"serve", "Serve a trained model on OpenAI's completions and chat completions APIs", run_serve},
     {"export", "Write a trained model as one Hugging Face folder, its adapter merged", run_export},
     {"submit", "Submit a job to tailord (--wait to follow it to the end)", run_submit},
     {"list", "List tailord's jobs", run_list},

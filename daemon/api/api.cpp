@@ -28,6 +28,7 @@
 #include "dsl/yaml_tree.h"
 #include "daemon/executor/run_files.h"
 #include "daemon/http/errors.h"
+#include "runner/protocol/serve_protocol.h"
 
 namespace tailor::daemon {
 namespace {
@@ -271,6 +272,7 @@ Api::Api(ApiContext context)
   router_.add({"POST", "/v1/jobs/{id}/cancel", true, bind(&Api::cancel)});
   router_.add({"POST", "/v1/jobs/{id}/generate", true, bind(&Api::generate)});
   router_.add({"POST", "/v1/jobs/{id}/completions", true, bind(&Api::completions)});
+  router_.add({"POST", "/v1/jobs/{id}/chat/completions", true, bind(&Api::chat_completions)});
   router_.add({"POST", "/v1/jobs/{id}/exports", true, bind(&Api::exports)});
   router_.add({"POST", "/v1/jobs/{id}/retry", true, bind(&Api::retry)});
   router_.add({"DELETE", "/v1/jobs/{id}", true, bind(&Api::remove)});
@@ -850,7 +852,13 @@ HttpResponse Api::generate(HttpRequest& r) {
 HttpResponse Api::completions(HttpRequest& r) {
   auto job = ctx_.store->get(r.params["id"]);
   if (!job.is_ok()) return error_response(job.status());
-  return completions_.complete(*job, ctx_.supervisor->job_dir(job->id), r.body);
+  return completions_.complete(*job, ctx_.supervisor->job_dir(job->id), runner::kCompletionsRoute, r.body);
+}
+
+HttpResponse Api::chat_completions(HttpRequest& r) {
+  auto job = ctx_.store->get(r.params["id"]);
+  if (!job.is_ok()) return error_response(job.status());
+  return completions_.complete(*job, ctx_.supervisor->job_dir(job->id), runner::kChatCompletionsRoute, r.body);
 }
 
 HttpResponse Api::exports(HttpRequest& r) {

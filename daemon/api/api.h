@@ -72,6 +72,7 @@ class Api {
   HttpResponse cancel(HttpRequest& r);
   HttpResponse generate(HttpRequest& r);
   HttpResponse completions(HttpRequest& r);
+  HttpResponse chat_completions(HttpRequest& r);
   HttpResponse exports(HttpRequest& r);
   HttpResponse retry(HttpRequest& r);
   HttpResponse files(HttpRequest& r);

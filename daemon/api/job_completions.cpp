@@ -67,7 +67,8 @@ std::optional<HttpResponse> check_job_model(const JobRecord& job, const std::str
   return std::nullopt;
 }
 
-HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& output_dir, const std::string& body) {
+HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& output_dir, std::string_view route,
+                                      const std::string& body) {
   if (auto refused = check_job_model(job, output_dir)) return *refused;
   std::error_code ec;
   const auto request = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -112,7 +113,7 @@ HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& o
     worker_ = worker;
     job_id_ = job.id;
   }
-  auto reply = worker->call(request.dump());
+  auto reply = worker->call(route, request.dump());
   if (!reply.is_ok()) return error_response(ApiError::kUnavailable, "job " + job.id + "'s model: " + reply.status().message());
   return HttpResponse::json(reply->status, std::move(reply->body));
 }

@@ -1,5 +1,6 @@
-// POST /v1/jobs/{id}/completions: OpenAI's completions (docs/serving.md)
-// answered by a succeeded job's model, so that lm-eval scores a job through
+// POST /v1/jobs/{id}/completions and /v1/jobs/{id}/chat/completions:
+// OpenAI's completions and chat completions (docs/serving.md) answered by a
+// succeeded job's model, so that lm-eval scores a job through
 // tailord with its API token. The model is loaded by a `tailor-runner serve`
 // process (serving/completion_worker.h) on the CPU at the first request and
 // kept for the next ones; one job's model at a time (asking for another
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "daemon/http/message.h"
@@ -39,7 +41,9 @@ class JobCompletions {
   // folder is gone or holds no model, 503 while another request is answered or when the
   // model cannot be loaded (saying why), else the model's own status and
   // body (OpenAI's error object for a bad request).
-  HttpResponse complete(const JobRecord& job, const std::string& output_dir, const std::string& body);
+  // `route`: runner/protocol/serve_protocol.h's completions or chat completions.
+  HttpResponse complete(const JobRecord& job, const std::string& output_dir, std::string_view route,
+                        const std::string& body);
 
  private:
   void close_when_idle();

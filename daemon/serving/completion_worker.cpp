@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "platform/process.h"
+#include "runner/protocol/serve_protocol.h"
 
 namespace tailor::daemon {
 namespace {
@@ -152,10 +153,10 @@ std::string CompletionWorker::ended_how() {
   return how;
 }
 
-Result<WorkerReply> CompletionWorker::call(const std::string& one_line_body) {
+Result<WorkerReply> CompletionWorker::call(std::string_view route, const std::string& one_line_body) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dead_) return Status::unavailable("the model process has ended");
-  if (!write_all(to_child_, one_line_body + "\n")) {
+  if (!write_all(to_child_, runner::serve_request_line(route, one_line_body) + "\n")) {
     dead_ = true;
     return Status::unavailable("the model process has ended (" + ended_how() + ")");
   }

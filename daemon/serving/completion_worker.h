@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -40,10 +41,11 @@ class CompletionWorker {
   // The ready line (model, context, vocab, device, dtype) as JSON text.
   const std::string& ready() const { return ready_; }
 
-  // One request body (a JSON document on one line) and the reply.
+  // One request to `route` (runner/protocol/serve_protocol.h: completions or
+  // chat completions), its body a JSON document on one line, and the reply.
   // Unavailable once the process has ended (saying how); it is not
   // restarted.
-  Result<WorkerReply> call(const std::string& one_line_body);
+  Result<WorkerReply> call(std::string_view route, const std::string& one_line_body);
 
   // False once the process has ended or stopped answering.
   bool alive() const;

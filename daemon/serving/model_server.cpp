@@ -15,6 +15,7 @@
 #include "daemon/http/server.h"
 #include "daemon/serving/completion_worker.h"
 #include "platform/executable.h"
+#include "runner/protocol/serve_protocol.h"
 
 namespace tailor::daemon {
 
@@ -22,10 +23,14 @@ const char* const kServeHelp = R"(usage: tailord serve MODEL [OPTIONS]     (tail
 
 Serves one model on OpenAI's completions API: POST /v1/completions (prompt
 as text or token ids, max_tokens, temperature, top_p, top_k, seed, stop,
-echo, logprobs; max_tokens 0 with echo and logprobs scores a text), GET
-/v1/models and GET /healthz. lm-eval runs against it as it is:
+echo, logprobs; max_tokens 0 with echo and logprobs scores a text), POST
+/v1/chat/completions (messages rendered with the model's chat template;
+max_tokens, temperature, top_p, top_k, seed, stop), GET /v1/models and GET
+/healthz. lm-eval runs against it as it is:
   lm_eval --model local-completions --tasks TASKS --model_args \
     base_url=http://127.0.0.1:8000/v1/completions,tokenizer_backend=huggingface,tokenizer=MODEL
+  lm_eval --model local-chat-completions --apply_chat_template --tasks TASKS \
+    --model_args base_url=http://127.0.0.1:8000/v1/chat/completions
 MODEL is a model folder, a PEFT adapter folder or a run's output folder
 (its model/, else its adapter/), with the tokenizer's files; the model is
 loaded once, in a tailor-runner process, and answers one request at a time.
@@ -111,15 +116,16 @@ HttpResponse handle(Served& s, HttpRequest& request) {
     model["max_model_len"] = s.ready["context"];
     return HttpResponse::json(200, Json{{"object", "list"}, {"data", Json::array({model})}}.dump());
   }
-  if (request.path != "/v1/completions") {
+  if (request.path != runner::kCompletionsRoute && request.path != runner::kChatCompletionsRoute) {
     return openai_error(404, "invalid_request_error",
-                        "no route " + request.path + " (this server answers /v1/completions and /v1/models)");
+                        "no route " + request.path +
+                            " (this server answers /v1/completions, /v1/chat/completions and /v1/models)");
   }
-  if (request.method != "POST") return openai_error(405, "invalid_request_error", "use POST on /v1/completions");
+  if (request.method != "POST") return openai_error(405, "invalid_request_error", "use POST on " + request.path);
   // One line for the model process; the parse also answers what is not JSON.
   const auto body = nlohmann::json::parse(request.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return openai_error(400, "invalid_request_error", "the request body is not JSON");
-  auto reply = s.worker->call(body.dump());
+  auto reply = s.worker->call(request.path, body.dump());
   if (!reply.is_ok()) {
     // Nothing more can be answered: the server stops (main waits for this).
     if (!s.worker_ended.exchange(true)) ::kill(::getpid(), SIGTERM);
@@ -208,7 +214,9 @@ int run_model_server(const std::vector<std::string>& argv, std::ostream& out, st
   options.max_body_bytes = static_cast<std::size_t>(*max_body);
   // A long generation or a large batch is the client's to time out.
   options.write_timeout = std::chrono::minutes(10);
-  options.offload = [](const HttpRequest& r) { return r.path == "/v1/completions"; };
+  options.offload = [](const HttpRequest& r) {
+    return r.path == runner::kCompletionsRoute || r.path == runner::kChatCompletionsRoute;
+  };
   Served& s = *served;
   auto server = HttpServer::start(options, [&s](HttpRequest& r) { return handle(s, r); });
   if (!server.is_ok()) return fail(server.status());
@@ -216,7 +224,7 @@ int run_model_server(const std::vector<std::string>& argv, std::ostream& out, st
   served->hosts = served->hosts_owner.get();
   const std::string shown = host.find(':') != std::string::npos ? "[" + (*server)->address() + "]" : (*server)->address();
   out << "serving " << served->ready.value("model", std::string()) << " on http://" << shown << ":" << (*server)->port()
-      << "/v1/completions (" << served->ready.value("device", std::string()) << ", "
+      << "/v1/completions and /v1/chat/completions (" << served->ready.value("device", std::string()) << ", "
       << served->ready.value("dtype", std::string()) << ", context " << served->ready.value("context", 0) << ")"
       << std::endl;
   int sig = 0;

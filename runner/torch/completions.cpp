@@ -12,28 +12,13 @@
 #include "core/text.h"
 #include "runner/data/text_stream.h"
 #include "runner/torch/generation.h"
+#include "runner/torch/openai_request.h"
 
 namespace tailor::runner {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using namespace openai;
 using Ids = std::vector<std::int32_t>;
-
-// What is wrong with a request: OpenAI's error fields.
-struct Problem {
-  std::string param;
-  std::string message;
-};
-
-CompletionReply error_reply(int status, const std::string& type, const std::string& message,
-                            const std::string& param = "") {
-  Json body;
-  body["error"] = {{"message", message},
-                   {"type", type},
-                   {"param", param.empty() ? Json() : Json(param)},
-                   {"code", nullptr}};
-  return {status, body.dump()};
-}
 
 const std::vector<std::string>& known_fields() {
   static const std::vector<std::string> fields = {
@@ -45,11 +30,7 @@ const std::vector<std::string>& known_fields() {
 struct Request {
   std::vector<std::variant<std::string, Ids>> prompts;
   std::int64_t max_tokens = 16;
-  double temperature = 1.0;
-  double top_p = 1.0;
-  std::int64_t top_k = 0;
-  std::optional<std::uint64_t> seed;
-  std::vector<std::string> stop;
+  Sampling sampling;
   bool echo = false;
   std::optional<std::int64_t> logprobs;
 };
@@ -93,42 +74,9 @@ std::optional<Problem> read_prompts(const Json& p, Request& r) {
   return std::nullopt;
 }
 
-std::optional<Problem> read_integer(const Json& j, const char* key, std::int64_t lo, std::int64_t hi,
-                                    std::int64_t& out) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
-  const Json& v = j[key];
-  if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi) {
-    return Problem{key, std::string(key) + ": expected an integer from " + std::to_string(lo) + " to " +
-                            std::to_string(hi) + ", got " + v.dump()};
-  }
-  out = v.get<std::int64_t>();
-  return std::nullopt;
-}
-
-std::optional<Problem> read_number(const Json& j, const char* key, double& out) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
-  if (!j[key].is_number() || !std::isfinite(j[key].get<double>())) {
-    return Problem{key, std::string(key) + ": expected a number, got " + j[key].dump()};
-  }
-  out = j[key].get<double>();
-  return std::nullopt;
-}
-
-// A field Tailor does not implement, accepted only at the value that means
-// "off".
-std::optional<Problem> refuse_unless(const Json& j, const char* key, const Json& off, const std::string& why) {
-  if (!j.contains(key) || j[key].is_null() || j[key] == off) return std::nullopt;
-  return Problem{key, std::string(key) + ": " + why};
-}
-
 std::variant<Request, Problem> parse(const Json& j, const CompletionLimits& limits) {
   if (!j.is_object()) return Problem{"", "the request body must be a JSON object"};
-  const auto& fields = known_fields();
-  for (const auto& [key, value] : j.items()) {
-    if (std::find(fields.begin(), fields.end(), key) == fields.end()) {
-      return Problem{key, "unknown field \"" + key + "\" (read: " + join(fields, ", ") + ")"};
-    }
-  }
+  if (auto bad = check_known(j, known_fields())) return *bad;
   Request r;
   if (!j.contains("prompt")) return Problem{"prompt", "prompt: required"};
   if (auto bad = read_prompts(j["prompt"], r)) return *bad;
@@ -146,37 +94,12 @@ std::variant<Request, Problem> parse(const Json& j, const CompletionLimits& limi
            {"suffix", "", "insertion (a suffix) is not served"}}) {
     if (auto bad = refuse_unless(j, key, off, why)) return *bad;
   }
-  if (j.contains("model") && !j["model"].is_null() && !j["model"].is_string()) {
-    return Problem{"model", "model: expected a string"};
-  }
-  if (j.contains("user") && !j["user"].is_null() && !j["user"].is_string()) {
-    return Problem{"user", "user: expected a string"};
+  for (const char* key : {"model", "user"}) {
+    if (auto bad = read_optional_string(j, key)) return *bad;
   }
   if (auto bad = read_integer(j, "max_tokens", 0, limits.max_tokens, r.max_tokens)) return *bad;
-  if (auto bad = read_number(j, "temperature", r.temperature)) return *bad;
-  if (r.temperature < 0) return Problem{"temperature", "temperature: expected 0 (greedy) or more"};
-  if (auto bad = read_number(j, "top_p", r.top_p)) return *bad;
-  if (!(r.top_p > 0 && r.top_p <= 1)) return Problem{"top_p", "top_p: expected a number in (0, 1]"};
-  if (auto bad = read_integer(j, "top_k", -1, INT32_MAX, r.top_k)) return *bad;
-  r.top_k = std::max<std::int64_t>(r.top_k, 0);  // vLLM's -1 and 0 both mean every token
-  std::int64_t seed = 0;
-  if (auto bad = read_integer(j, "seed", 0, INT64_MAX, seed)) return *bad;
-  if (j.contains("seed") && !j["seed"].is_null()) r.seed = static_cast<std::uint64_t>(seed);
-  if (j.contains("stop") && !j["stop"].is_null()) {
-    const Json& s = j["stop"];
-    const Json list = s.is_string() ? Json::array({s}) : s;
-    if (!list.is_array() || list.size() > 16) return Problem{"stop", "stop: expected a string or a list of up to 16"};
-    for (const Json& one : list) {
-      if (!one.is_string() || one.get<std::string>().empty()) {
-        return Problem{"stop", "stop: each stop sequence is a non-empty string"};
-      }
-      r.stop.push_back(one.get<std::string>());
-    }
-  }
-  if (j.contains("echo") && !j["echo"].is_null()) {
-    if (!j["echo"].is_boolean()) return Problem{"echo", "echo: expected true or false"};
-    r.echo = j["echo"].get<bool>();
-  }
+  if (auto bad = read_sampling(j, r.sampling)) return *bad;
+  if (auto bad = read_bool(j, "echo", r.echo)) return *bad;
   std::int64_t logprobs = -1;
   if (auto bad = read_integer(j, "logprobs", 0, limits.max_logprobs, logprobs)) return *bad;
   if (logprobs >= 0) r.logprobs = logprobs;
@@ -189,13 +112,6 @@ std::string token_string(const data::Tokenizer& tok, std::int32_t id) { return t
 
 std::size_t code_points(const std::string& s) {
   return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
-}
-
-// The first place in `text` where a stop sequence begins, or npos.
-std::size_t first_stop(const std::string& text, const std::vector<std::string>& stops) {
-  std::size_t at = std::string::npos;
-  for (const std::string& s : stops) at = std::min(at, text.find(s));
-  return at;
 }
 
 struct Choice {
@@ -220,60 +136,22 @@ std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const Requ
     if (r.echo) prompt_text = utf8_lossy(tok.decode(prompt));
   }
 
-  SamplingOptions so;
-  so.max_new_tokens = r.max_tokens;
-  so.temperature = r.temperature;
-  so.top_p = r.top_p;
-  so.top_k = r.top_k;
-  so.seed = seed;
-  so.stop_ids = m.stop_ids;
   Scoring scoring;
   // max_tokens 0 still runs the prompt's forward, so that its ids and
   // length are checked as for any other request.
   scoring.prompt = (r.echo && r.logprobs) || r.max_tokens == 0;
   scoring.generated = r.logprobs.has_value();
   scoring.top = r.logprobs.value_or(0);
-
-  data::TextStream stream(tok);
-  std::size_t stop_at = std::string::npos;
-  auto on_token = [&](std::int32_t id) {
-    stream.push(id);
-    if (r.stop.empty()) return true;
-    stop_at = first_stop(stream.text(), r.stop);
-    return stop_at == std::string::npos;
-  };
-  Result<Generated> g = Status::internal("not run");
-  try {
-    g = generate(m.model, prompt, so, on_token, scoring);
-  } catch (const c10::OutOfMemoryError& e) {
-    return error_reply(503, "server_error", std::string("out of memory: ") + e.what_without_backtrace());
-  }
-  if (!g.is_ok()) {
-    if (g.status().code() == StatusCode::kInvalidArgument) {
-      return error_reply(400, "invalid_request_error", where + ": " + g.status().message(), "prompt");
-    }
-    return error_reply(500, "server_error", g.status().message());
-  }
-  std::string completion = stream.text();
-  if (stop_at == std::string::npos) {
-    completion += stream.finish();
-    // A stop sequence may end in the last, held-back character.
-    if (!r.stop.empty()) stop_at = first_stop(completion, r.stop);
-  }
-  if (stop_at != std::string::npos) completion.resize(stop_at);
-  Ids ids = g->ids;
-  std::vector<TokenScore> scores = g->scores;
-  if (g->stopped) {  // the end-of-sequence token is not part of the text
-    ids.pop_back();
-    if (!scores.empty()) scores.pop_back();
-  }
-  const bool stopped = g->stopped || stop_at != std::string::npos;
+  auto run = run_completion(m, prompt, r.max_tokens, r.sampling, seed, scoring, where, "prompt");
+  if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
+  const Completion& g = std::get<Completion>(run);
+  const Ids& ids = g.ids;
 
   Choice c;
   c.prompt_tokens = prompt.size();
   c.completion_tokens = ids.size();
   c.json["index"] = index;
-  c.json["text"] = (r.echo ? prompt_text : std::string()) + completion;
+  c.json["text"] = (r.echo ? prompt_text : std::string()) + g.text;
   if (r.logprobs) {
     Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(), offsets = Json::array();
     data::TextStream offset_stream(tok);
@@ -294,9 +172,9 @@ std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const Requ
       top_logprobs.push_back(std::move(top));
     };
     if (r.echo) {
-      for (std::size_t i = 0; i < prompt.size(); ++i) add(prompt[i], i == 0 ? nullptr : &g->prompt_scores[i - 1]);
+      for (std::size_t i = 0; i < prompt.size(); ++i) add(prompt[i], i == 0 ? nullptr : &g.prompt_scores[i - 1]);
     }
-    for (std::size_t i = 0; i < ids.size(); ++i) add(ids[i], &scores[i]);
+    for (std::size_t i = 0; i < ids.size(); ++i) add(ids[i], &g.scores[i]);
     c.json["logprobs"] = {{"tokens", tokens},
                           {"token_logprobs", token_logprobs},
                           {"top_logprobs", top_logprobs},
@@ -304,15 +182,8 @@ std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const Requ
   } else {
     c.json["logprobs"] = nullptr;
   }
-  c.json["finish_reason"] = stopped ? "stop" : "length";
+  c.json["finish_reason"] = g.stopped ? "stop" : "length";
   return c;
-}
-
-std::string completion_id() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "cmpl-%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
 }
 
 }  // namespace
@@ -324,10 +195,10 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
   if (parsed.is_discarded()) return error_reply(400, "invalid_request_error", "the request body is not JSON");
   auto request = parse(parsed, limits);
   if (const auto* bad = std::get_if<Problem>(&request)) {
-    return error_reply(400, "invalid_request_error", bad->message, bad->param);
+    return bad_request(*bad);
   }
   const Request& r = std::get<Request>(request);
-  const std::uint64_t seed = r.seed ? *r.seed : std::random_device{}();
+  const std::uint64_t seed = r.sampling.seed ? *r.sampling.seed : std::random_device{}();
   Json choices = Json::array();
   std::size_t prompt_tokens = 0, completion_tokens = 0;
   for (std::size_t i = 0; i < r.prompts.size(); ++i) {
@@ -339,11 +210,9 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
     choices.push_back(std::move(c.json));
   }
   Json out;
-  out["id"] = completion_id();
+  out["id"] = response_id("cmpl");
   out["object"] = "text_completion";
-  out["created"] = std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  out["created"] = now_seconds();
   out["model"] = model_name;
   out["choices"] = std::move(choices);
   out["usage"] = {{"prompt_tokens", prompt_tokens},

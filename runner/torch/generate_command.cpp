@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/text.h"
-#include "dsl/chat_records.h"
 #include "runner/data/text_stream.h"
 #include "runner/torch/generation.h"
 #include "runner/torch/inference_model.h"
@@ -121,30 +120,8 @@ Result<std::string> conversation_of_file(const std::string& path) {
   TAILOR_ASSIGN_OR_RETURN(const std::string text, text_of_file("--messages", path));
   const Json parsed = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return Status::invalid_argument(path + ": not JSON");
-  Json record = parsed.is_array() ? Json{{"messages", parsed}} : parsed;
-  if (!record.is_object() || !record.contains("messages") || !record["messages"].is_array()) {
-    return Status::invalid_argument(path + ": expected a list of turns or an object with \"messages\"");
-  }
-  const Json& turns = record["messages"];
-  if (turns.empty()) return Status::invalid_argument(path + ": messages: the conversation has no turns");
-  const auto& roles = dsl::template_roles();
-  for (std::size_t i = 0; i < turns.size(); ++i) {
-    const std::string where = path + ": messages[" + std::to_string(i) + "]";
-    const Json& t = turns[i];
-    if (!t.is_object()) return Status::invalid_argument(where + ": a turn is an object with role and content");
-    if (!t.contains("role") || !t["role"].is_string() ||
-        std::find(roles.begin(), roles.end(), t["role"].get<std::string>()) == roles.end()) {
-      std::string known;
-      for (const auto& r : roles) known += (known.empty() ? "" : ", ") + r;
-      return Status::invalid_argument(where + ".role: expected one of " + known);
-    }
-    if (t.contains("content") && !t["content"].is_string() && !t["content"].is_null() && !t["content"].is_array()) {
-      return Status::invalid_argument(where + ".content: expected a string, null or a list of parts");
-    }
-  }
-  if (record.contains("tools") && !record["tools"].is_array() && !record["tools"].is_null()) {
-    return Status::invalid_argument(path + ": tools: expected a list");
-  }
+  const Json record = parsed.is_array() ? Json{{"messages", parsed}} : parsed;
+  if (Status s = check_conversation(record); !s.is_ok()) return Status::invalid_argument(path + ": " + s.message());
   return record.dump();
 }
 

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/text.h"
+#include "dsl/chat_records.h"
 #include "dsl/model_family.h"
 #include "runner/data/prompt_tokens.h"
 #include "runner/device_choice.h"
@@ -197,6 +199,31 @@ Result<std::vector<std::int32_t>> prompt_ids_of_conversation(const InferenceMode
                                     "tokenizer_config.json's chat_template); give a plain prompt instead");
   }
   return data::conversation_prompt_ids(*m.chat, *m.tokenizer, conversation);
+}
+
+Status check_conversation(const nlohmann::ordered_json& record) {
+  if (!record.is_object() || !record.contains("messages") || !record["messages"].is_array()) {
+    return Status::invalid_argument("expected a list of turns or an object with \"messages\"");
+  }
+  const auto& turns = record["messages"];
+  if (turns.empty()) return Status::invalid_argument("messages: the conversation has no turns");
+  const auto& roles = dsl::template_roles();
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    const auto& t = turns[i];
+    if (!t.is_object()) return Status::invalid_argument(where + ": a turn is an object with role and content");
+    if (!t.contains("role") || !t["role"].is_string() ||
+        std::find(roles.begin(), roles.end(), t["role"].get<std::string>()) == roles.end()) {
+      return Status::invalid_argument(where + ".role: expected one of " + join(roles, ", "));
+    }
+    if (t.contains("content") && !t["content"].is_string() && !t["content"].is_null() && !t["content"].is_array()) {
+      return Status::invalid_argument(where + ".content: expected a string, null or a list of parts");
+    }
+  }
+  if (record.contains("tools") && !record["tools"].is_array() && !record["tools"].is_null()) {
+    return Status::invalid_argument("tools: expected a list");
+  }
+  return Status::ok();
 }
 
 }  // namespace tailor::runner

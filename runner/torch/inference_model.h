@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/status.h"
 #include "runner/data/chat_tokens.h"
 #include "runner/data/tokenizer.h"
@@ -76,5 +78,12 @@ Result<InferenceModel> open_inference_model(const ModelSources& sources, const t
 // raises.
 Result<std::vector<std::int32_t>> prompt_ids_of_text(const InferenceModel& m, const std::string& text);
 Result<std::vector<std::int32_t>> prompt_ids_of_conversation(const InferenceModel& m, const std::string& conversation);
+
+// Whether `record` is a conversation a template can be given: "messages" a
+// non-empty list of turns, each an object with a role a template is given
+// (dsl/chat_records.h) and content a string, null or a list of parts;
+// "tools" absent, null or a list. InvalidArgument naming the key path
+// ("messages[2].role: expected one of ...") otherwise.
+Status check_conversation(const nlohmann::ordered_json& record);
 
 }  // namespace tailor::runner

@@ -6,7 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/protocol/serve_protocol.h"
+#include "runner/torch/chat_completions.h"
 #include "runner/torch/completions.h"
+#include "runner/torch/openai_request.h"
 #include "runner/torch/inference_model.h"
 #include "runner/torch/model_command.h"
 
@@ -19,13 +22,13 @@ constexpr int kOk = 0, kInvalid = 1;
 
 constexpr const char* kHelp = R"(usage: tailor-runner serve MODEL [OPTIONS]
 
-Keeps a model loaded and answers OpenAI completion requests (the body of
-POST /v1/completions) read one JSON document a line from stdin, each with
-one line {"status": HTTP status, "body": response} on stdout, after a first
-line {"event": "ready", ...} once the model is loaded. `tailor serve` puts
-an HTTP server in front of it. MODEL is as for tailor-runner generate: a
-model folder, an adapter folder or a run's output folder; it must hold the
-tokenizer's files.
+Keeps a model loaded and answers OpenAI requests read one a line from
+stdin, each the route and the body on one line ("/v1/completions {...}" or
+"/v1/chat/completions {...}"), with one line {"status": HTTP status,
+"body": response} on stdout, after a first line {"event": "ready", ...}
+once the model is loaded. `tailor serve` puts an HTTP server in front of
+it. MODEL is as for tailor-runner generate: a model folder, an adapter
+folder or a run's output folder; it must hold the tokenizer's files.
 
 options:
   --adapter DIR     a PEFT adapter folder to apply over MODEL (unmerged)
@@ -89,12 +92,21 @@ int run_serve_command(const std::vector<std::string>& argv, std::istream& in, st
   ready["vocab"] = model->model->arch().vocab;
   ready["device"] = device->name;
   ready["dtype"] = model->dtype_name;
+  ready["chat_template"] = model->chat.has_value();
   out << ready.dump() << std::endl;
 
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
-    const CompletionReply reply = complete(*model, name, line, limits);
+    const auto [route, body] = split_serve_request(line);
+    CompletionReply reply;
+    if (route == kCompletionsRoute) {
+      reply = complete(*model, name, body, limits);
+    } else if (route == kChatCompletionsRoute) {
+      reply = complete_chat(*model, name, body, limits);
+    } else {
+      reply = openai::error_reply(404, "invalid_request_error", "no route " + route);
+    }
     // The body is already JSON: spliced in rather than parsed again.
     out << "{\"status\":" << reply.status << ",\"body\":" << reply.body << "}" << std::endl;
   }

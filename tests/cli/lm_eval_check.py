@@ -24,6 +24,11 @@ to every request.
       within 1e-4 and the same is_greedy, generations the same string. Prints
       a JSON summary; exits 1, naming each mismatch on stderr, when one
       differs or lm-eval fails (its output is in DIR/lm_eval/*.log).
+  lm_eval_check.py compare-chat DIR MODEL_DIR BASE_URL
+      the same with --apply_chat_template on tailor_check_generate alone:
+      `hf` renders each question as a user turn with MODEL_DIR's chat
+      template, `local-chat-completions` posts the turn to BASE_URL (the
+      whole chat completions URL), and the generations must be equal.
 """
 import glob
 import json
@@ -130,9 +135,9 @@ def tasks(root):
                {"group": GROUP, "task": list(TASKS), "metadata": {"version": 1.0}})
 
 
-def run_lm_eval(root, name, model_type, model_args, *options):
-    """Runs lm-eval on the group; returns its seconds and its responses,
-    {(task, doc id, request index): response}."""
+def run_lm_eval(root, name, model_type, model_args, *options, tasks=(GROUP,)):
+    """Runs lm-eval on `tasks` (the group, or some of its tasks); returns its
+    seconds and its responses, {(task, doc id, request index): response}."""
     out = os.path.join(root, "lm_eval", name)
     shutil.rmtree(out, ignore_errors=True)  # no samples of an earlier run
     os.makedirs(out)
@@ -141,7 +146,7 @@ def run_lm_eval(root, name, model_type, model_args, *options):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_DATASETS_CACHE=os.path.join(root, "lm_eval", "datasets"))
     cmd = [sys.executable, "-m", "lm_eval", "run", "--model", model_type, "--model_args", model_args,
-           "--tasks", GROUP, "--include_path", os.path.join(root, "tasks"), "--batch_size", "1",
+           "--tasks", ",".join(tasks), "--include_path", os.path.join(root, "tasks"), "--batch_size", "1",
            "--seed", "1234", "--log_samples", "--output_path", out, *options]
     start = time.monotonic()
     with open(log, "w") as f:
@@ -152,7 +157,7 @@ def run_lm_eval(root, name, model_type, model_args, *options):
             tail = f.read()[-4000:]
         sys.exit(f"lm_eval_check.py: lm-eval with {model_type} failed ({rc}); the end of {log}:\n{tail}")
     responses = {}
-    for task in TASKS:
+    for task in (TASKS if tasks == (GROUP,) else tasks):
         files = glob.glob(os.path.join(out, "**", f"samples_{task}_*.jsonl"), recursive=True)
         if len(files) != 1:
             sys.exit(f"lm_eval_check.py: expected one samples file of {task} under {out}, found {files}")
@@ -178,15 +183,23 @@ def agreement(kind, a, b):
     return diff, diff <= TOLERANCE and a_greedy == b_greedy
 
 
-def compare(root, model_dir, base_url):
+def compare(root, model_dir, base_url, chat=False):
     root = os.path.abspath(root)
+    if chat:
+        # The generative task as conversations: the prompt a user turn, rendered
+        # with the model's chat template by the server and by the hf backend.
+        tasks, options = ("tailor_check_generate",), ("--apply_chat_template",)
+        server_type, server_args = "local-chat-completions", f"base_url={base_url},model=tailor,num_concurrent=1,max_retries=1"
+    else:
+        tasks, options = (GROUP,), ()
+        server_type = "local-completions"
+        server_args = (f"base_url={base_url},tokenizer_backend=huggingface,tokenizer={model_dir},model=tailor,"
+                       "max_length=256,num_concurrent=1,max_retries=1")
+    suffix = "-chat" if chat else ""
     # The server first: a server that is down fails in seconds.
-    server_seconds, server = run_lm_eval(
-        root, "server", "local-completions",
-        f"base_url={base_url},tokenizer_backend=huggingface,tokenizer={model_dir},model=tailor,"
-        "max_length=256,num_concurrent=1,max_retries=1")
-    hf_seconds, hf = run_lm_eval(root, "hf", "hf", f"pretrained={model_dir},dtype=float32",
-                                  "--device", "cpu")  # not in model_args: lm-eval passes its own
+    server_seconds, server = run_lm_eval(root, "server" + suffix, server_type, server_args, *options, tasks=tasks)
+    hf_seconds, hf = run_lm_eval(root, "hf" + suffix, "hf", f"pretrained={model_dir},dtype=float32",
+                                 "--device", "cpu", *options, tasks=tasks)  # not in model_args: lm-eval passes its own
     counts = {kind: 0 for kind in REQUEST_KIND.values()}
     largest = 0.0
     mismatches = []
@@ -208,7 +221,7 @@ def compare(root, model_dir, base_url):
     print(json.dumps({"requests": counts, "max_abs_diff": largest, "tolerance": TOLERANCE,
                       "seconds": {"hf": round(hf_seconds, 1), "server": round(server_seconds, 1)},
                       "mismatches": mismatches}, indent=1, ensure_ascii=False))
-    return not mismatches
+    return not mismatches and sum(counts.values()) > 0
 
 
 def main():
@@ -216,8 +229,8 @@ def main():
         generate_reference.chat(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "tasks":
         tasks(sys.argv[2])
-    elif len(sys.argv) == 5 and sys.argv[1] == "compare":
-        sys.exit(0 if compare(*sys.argv[2:]) else 1)
+    elif len(sys.argv) == 5 and sys.argv[1] in ("compare", "compare-chat"):
+        sys.exit(0 if compare(*sys.argv[2:], chat=sys.argv[1] == "compare-chat") else 1)
     else:
         sys.exit(__doc__)
 

@@ -5,7 +5,9 @@ the refusals (no token, another Host, a body that is not JSON or too large);
 then lm-eval itself (lm_eval_check.py) runs a multiple-choice, a generative
 and a rolling log-likelihood task through its local-completions client
 against the server and through its hf backend on the same folder, and every
-request's result must agree; Ctrl-C stops the server and its model process.
+request's result must agree; the generative task again as conversations,
+through local-chat-completions and hf with --apply_chat_template, with equal
+generations; Ctrl-C stops the server and its model process.
 
   serve_test.py BUILD_DIR SOURCE_DIR
 """
@@ -123,6 +125,18 @@ def main():
         status, text = request(url, json.dumps({"prompt": "Hello", "max_tokens": 4, "temperature": 0}).encode(),
                                token=token)
         check(status == 200 and json.loads(text)["usage"]["completion_tokens"] == 4, "a completion: 200")
+        chat_url = root + "/v1/chat/completions"
+        status, text = request(chat_url, json.dumps({"messages": [{"role": "user", "content": "Hello"}],
+                                                     "max_tokens": 4, "temperature": 0}).encode(), token=token)
+        reply = json.loads(text)
+        check(status == 200 and reply["object"] == "chat.completion" and reply["usage"]["completion_tokens"] == 4
+              and reply["choices"][0]["message"]["role"] == "assistant", f"a chat completion: 200 ({text[:200]})")
+        status, text = request(chat_url, json.dumps({"messages": [{"role": "user", "content": "Hello"}],
+                                                     "stream": True}).encode(), token=token)
+        check(status == 400 and json.loads(text)["error"]["param"] == "stream", "a streamed chat completion: 400 naming stream")
+        status, text = request(root + "/v1/embeddings", b"{}", token=token)
+        check(status == 404 and "/v1/chat/completions" in json.loads(text)["error"]["message"],
+              "another route: 404 naming those served")
 
         started = time.monotonic()
         compare = subprocess.run([PYTHON, CHECK, "compare", work, model, url], capture_output=True, text=True,
@@ -131,6 +145,14 @@ def main():
         check(compare.returncode == 0,
               f"lm-eval through tailor serve equals lm-eval's hf backend ({time.monotonic() - started:.0f} s)"
               + ("" if compare.returncode == 0 else ":\n" + compare.stderr[-4000:]))
+
+        started = time.monotonic()
+        compare = subprocess.run([PYTHON, CHECK, "compare-chat", work, model, chat_url], capture_output=True,
+                                 text=True, env=dict(env, OPENAI_API_KEY=token))
+        print(compare.stdout.strip())
+        check(compare.returncode == 0,
+              "lm-eval's local-chat-completions through tailor serve equals its hf backend with the chat template "
+              f"({time.monotonic() - started:.0f} s)" + ("" if compare.returncode == 0 else ":\n" + compare.stderr[-4000:]))
 
         pids = runner_pids(model)
         check(len(pids) == 1, f"one model process serves: {pids}")

@@ -340,6 +340,12 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAIC
                 .status,
             403);
   EXPECT_TRUE(std::filesystem::exists(dir.file("data/serve/completions-" + id + ".log")));
+  // Chat completions go to the same model process; a model trained on
+  // plain text has no chat template to render a conversation with.
+  const auto no_template = d.post("/v1/jobs/" + id + "/chat/completions",
+                                  R"({"messages": [{"role": "user", "content": "Hi"}]})", "application/json");
+  EXPECT_EQ(no_template.status, 400) << no_template.body;
+  EXPECT_NE(no_template.body.find("no chat template"), std::string::npos) << no_template.body;
 
   // Its model exported into its folder: a GGUF file that llama.cpp loads
   // with the logits and tokens of the job's model/ in transformers, then one
@@ -952,6 +958,53 @@ TEST(RunE2eTest, ThreeKillsOfTailordLoseNothingAndRunNothingTwice) {
   ASSERT_TRUE(check.is_ok());
   ASSERT_TRUE(*check->step());
   EXPECT_EQ(check->text(0), "ok");
+}
+
+// POST /v1/jobs/{id}/chat/completions: a chat job's model (its template
+// kept in model/) answers OpenAI's chat completions with the text
+// POST /v1/jobs/{id}/generate gives for the same messages, and refuses
+// what it does not serve in OpenAI's shape, naming the field.
+TEST(RunE2eTest, AChatJobsModelAnswersOpenAIChatCompletionsAsItGenerates) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"));
+  ASSERT_TRUE(d.ok()) << d.log();
+  const std::string id = submit(
+      d, "apiVersion: tailor/v1\nkind: TrainingJob\nname: chat\nmodel:\n  arch: {family: llama, layers: 2, hidden: 64, "
+         "intermediate: 128, heads: 2, kv_heads: 2, vocab: 260, max_seq_len: 1024}\n  init: random\ndata:\n"
+         "  train: data/chats.jsonl\n  chat: messages\n  chat_template: data/chatml.jinja\n  seq_len: 1024\n"
+         "training: {global_batch_size: 8, max_steps: 2, lr: 1e-3}\nstrategy: {adapter: none}\n"
+         "resources: {gpus: 0, host_memory: 1GiB}\ncheckpoint: {every_steps: 100}\n");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(d.wait_state(id, "", seconds(180)));
+  ASSERT_EQ(d.job(id)["state"], "succeeded") << d.job(id).dump(1);
+
+  const json messages = json::array({{{"role", "system"}, {"content", "You are brief."}},
+                                     {{"role", "user"}, {"content", "What is the capital of France?"}}});
+  const auto generated = d.post("/v1/jobs/" + id + "/generate",
+                                json{{"messages", messages}, {"max_tokens", 12}}.dump(), "application/json");
+  ASSERT_EQ(generated.status, 200) << generated.body;
+  const json done = sse_events(generated.body).back().second;
+  const auto c = d.post("/v1/jobs/" + id + "/chat/completions",
+                        json{{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}}.dump(), "application/json");
+  ASSERT_EQ(c.status, 200) << c.body;
+  const json chat = c.json();
+  EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(chat["model"], id);
+  EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], done["text"]) << c.body << "\n" << generated.body;
+  EXPECT_EQ(chat["usage"]["completion_tokens"],
+            done["completion_tokens"].get<int>() - (done["finish_reason"] == "stop" ? 1 : 0));
+
+  const auto streamed = d.post("/v1/jobs/" + id + "/chat/completions",
+                               json{{"messages", messages}, {"stream", true}}.dump(), "application/json");
+  EXPECT_EQ(streamed.status, 400);
+  EXPECT_EQ(streamed.json()["error"]["param"], "stream") << streamed.body;
+  EXPECT_EQ(d.post("/v1/jobs/" + id + "/chat/completions", "{\"messages\": ", "application/json").status, 400);
+  EXPECT_EQ(d.post("/v1/jobs/j-0000000000000000/chat/completions", json{{"messages", messages}}.dump(),
+                   "application/json")
+                .status,
+            404);
 }
 
 // A GPU plan whose runner finds no CUDA device trained on the CPU before,

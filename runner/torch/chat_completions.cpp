@@ -1,0 +1,138 @@
+#include "runner/torch/chat_completions.h"
+
+#include <random>
+#include <variant>
+
+#include "core/text.h"
+#include "runner/torch/openai_request.h"
+
+namespace tailor::runner {
+namespace {
+
+using namespace openai;
+
+struct ChatRequest {
+  Json record;  // {"messages": [...]}, each content a string or null
+  std::int64_t max_tokens = 0;  // 0: as many as the context leaves (capped by the limit)
+  Sampling sampling;
+};
+
+const std::vector<std::string>& known_fields() {
+  static const std::vector<std::string> fields = {
+      "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
+      "stream", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "tools",
+      "tool_choice", "response_format", "user"};
+  return fields;
+}
+
+// A turn's content as the template is given it: a list of text parts
+// becomes their text joined with "\n" (vLLM's "string" content format); any
+// other part is refused.
+std::optional<Problem> text_content(Json& turn, const std::string& where) {
+  if (!turn.contains("content") || !turn["content"].is_array()) return std::nullopt;
+  std::vector<std::string> texts;
+  const Json& parts = turn["content"];
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::string at = where + ".content[" + std::to_string(i) + "]";
+    const Json& part = parts[i];
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      return Problem{"messages", at + ": expected a part {\"type\": \"text\", \"text\": ...}"};
+    }
+    if (part["type"] != "text") {
+      return Problem{"messages", at + ": a \"" + part["type"].get<std::string>() +
+                                     "\" part; only text parts are served (the models Tailor trains read text)"};
+    }
+    if (!part.contains("text") || !part["text"].is_string()) return Problem{"messages", at + ".text: expected a string"};
+    texts.push_back(part["text"].get<std::string>());
+  }
+  turn["content"] = join(texts, "\n");
+  return std::nullopt;
+}
+
+std::optional<Problem> read_messages(const Json& j, ChatRequest& r) {
+  if (!j.contains("messages")) return Problem{"messages", "messages: required"};
+  if (!j["messages"].is_array() || j["messages"].empty()) {
+    return Problem{"messages", "messages: expected a non-empty list of turns"};
+  }
+  Json turns = j["messages"];
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (turns[i].is_object()) {
+      if (auto bad = text_content(turns[i], where)) return bad;
+    }
+  }
+  r.record = Json{{"messages", std::move(turns)}};
+  if (Status s = check_conversation(r.record); !s.is_ok()) return Problem{"messages", s.message()};
+  return std::nullopt;
+}
+
+std::variant<ChatRequest, Problem> parse(const Json& j, const CompletionLimits& limits) {
+  if (!j.is_object()) return Problem{"", "the request body must be a JSON object"};
+  if (auto bad = check_known(j, known_fields())) return *bad;
+  ChatRequest r;
+  if (auto bad = read_messages(j, r)) return *bad;
+  for (const auto& [key, off, why] : std::vector<std::tuple<const char*, Json, std::string>>{
+           {"n", 1, "only 1 choice is generated"},
+           {"stream", false, "streamed responses are not served; ask without stream"},
+           {"logprobs", false, "log-probabilities are served by /v1/completions (logprobs, echo), not here"},
+           {"top_logprobs", 0, "log-probabilities are served by /v1/completions (logprobs, echo), not here"},
+           {"presence_penalty", 0, "penalties are not applied, so only 0 is accepted"},
+           {"frequency_penalty", 0, "penalties are not applied, so only 0 is accepted"},
+           {"logit_bias", Json::object(), "logit biases are not applied"},
+           {"tools", Json::array(), "tools are not served: no tool calls are read from the model's text"},
+           {"tool_choice", "none", "tools are not served: no tool calls are read from the model's text"},
+           {"response_format", Json{{"type", "text"}}, "only {\"type\": \"text\"} is served (no JSON modes)"}}) {
+    if (auto bad = refuse_unless(j, key, off, why)) return *bad;
+  }
+  for (const char* key : {"model", "user"}) {
+    if (auto bad = read_optional_string(j, key)) return *bad;
+  }
+  std::int64_t max_tokens = 0, max_completion_tokens = 0;
+  if (auto bad = read_integer(j, "max_tokens", 1, limits.max_tokens, max_tokens)) return *bad;
+  if (auto bad = read_integer(j, "max_completion_tokens", 1, limits.max_tokens, max_completion_tokens)) return *bad;
+  if (max_tokens && max_completion_tokens && max_tokens != max_completion_tokens) {
+    return Problem{"max_tokens", "max_tokens and max_completion_tokens differ; give one of them"};
+  }
+  r.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+  if (auto bad = read_sampling(j, r.sampling)) return *bad;
+  return r;
+}
+
+}  // namespace
+
+CompletionReply complete_chat(InferenceModel& model, const std::string& model_name, const std::string& body,
+                              const CompletionLimits& limits) {
+  if (!model.tokenizer) return error_reply(500, "server_error", "the model has no tokenizer");
+  const Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return error_reply(400, "invalid_request_error", "the request body is not JSON");
+  auto request = parse(parsed, limits);
+  if (const auto* bad = std::get_if<Problem>(&request)) return bad_request(*bad);
+  const ChatRequest& r = std::get<ChatRequest>(request);
+  auto prompt = prompt_ids_of_conversation(model, r.record.dump());
+  if (!prompt.is_ok()) return bad_request({"messages", "messages: " + prompt.status().message()});
+  // Unasked, the reply may run to the end of the context (OpenAI's default);
+  // generation stops there by itself.
+  const std::int64_t max_tokens = r.max_tokens ? r.max_tokens : limits.max_tokens;
+  const std::uint64_t seed = r.sampling.seed ? *r.sampling.seed : std::random_device{}();
+  auto run = run_completion(model, *prompt, max_tokens, r.sampling, seed, Scoring{}, "messages", "messages");
+  if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
+  const Completion& c = std::get<Completion>(run);
+
+  Json choice;
+  choice["index"] = 0;
+  choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = c.stopped ? "stop" : "length";
+  Json out;
+  out["id"] = response_id("chatcmpl");
+  out["object"] = "chat.completion";
+  out["created"] = now_seconds();
+  out["model"] = model_name;
+  out["choices"] = Json::array({std::move(choice)});
+  out["usage"] = {{"prompt_tokens", prompt->size()},
+                  {"completion_tokens", c.ids.size()},
+                  {"total_tokens", prompt->size() + c.ids.size()}};
+  return {200, out.dump()};
+}
+
+}  // namespace tailor::runner

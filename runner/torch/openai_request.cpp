@@ -1,0 +1,166 @@
+#include "runner/torch/openai_request.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "core/text.h"
+#include "runner/data/text_stream.h"
+
+namespace tailor::runner::openai {
+
+CompletionReply error_reply(int status, const std::string& type, const std::string& message, const std::string& param) {
+  Json body;
+  body["error"] = {{"message", message},
+                   {"type", type},
+                   {"param", param.empty() ? Json() : Json(param)},
+                   {"code", nullptr}};
+  return {status, body.dump()};
+}
+
+CompletionReply bad_request(const Problem& p) { return error_reply(400, "invalid_request_error", p.message, p.param); }
+
+std::optional<Problem> check_known(const Json& j, const std::vector<std::string>& known) {
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return Problem{key, "unknown field \"" + key + "\" (read: " + join(known, ", ") + ")"};
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Problem> read_integer(const Json& j, const char* key, std::int64_t lo, std::int64_t hi,
+                                    std::int64_t& out) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  const Json& v = j[key];
+  if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi) {
+    return Problem{key, std::string(key) + ": expected an integer from " + std::to_string(lo) + " to " +
+                            std::to_string(hi) + ", got " + v.dump()};
+  }
+  out = v.get<std::int64_t>();
+  return std::nullopt;
+}
+
+std::optional<Problem> read_number(const Json& j, const char* key, double& out) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_number() || !std::isfinite(j[key].get<double>())) {
+    return Problem{key, std::string(key) + ": expected a number, got " + j[key].dump()};
+  }
+  out = j[key].get<double>();
+  return std::nullopt;
+}
+
+std::optional<Problem> read_bool(const Json& j, const char* key, bool& out) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_boolean()) return Problem{key, std::string(key) + ": expected true or false"};
+  out = j[key].get<bool>();
+  return std::nullopt;
+}
+
+std::optional<Problem> read_optional_string(const Json& j, const char* key) {
+  if (j.contains(key) && !j[key].is_null() && !j[key].is_string()) {
+    return Problem{key, std::string(key) + ": expected a string"};
+  }
+  return std::nullopt;
+}
+
+std::optional<Problem> refuse_unless(const Json& j, const char* key, const Json& off, const std::string& why) {
+  if (!j.contains(key) || j[key].is_null() || j[key] == off) return std::nullopt;
+  return Problem{key, std::string(key) + ": " + why};
+}
+
+std::optional<Problem> read_sampling(const Json& j, Sampling& s) {
+  if (auto bad = read_number(j, "temperature", s.temperature)) return bad;
+  if (s.temperature < 0) return Problem{"temperature", "temperature: expected 0 (greedy) or more"};
+  if (auto bad = read_number(j, "top_p", s.top_p)) return bad;
+  if (!(s.top_p > 0 && s.top_p <= 1)) return Problem{"top_p", "top_p: expected a number in (0, 1]"};
+  if (auto bad = read_integer(j, "top_k", -1, INT32_MAX, s.top_k)) return bad;
+  s.top_k = std::max<std::int64_t>(s.top_k, 0);  // vLLM's -1 and 0 both mean every token
+  std::int64_t seed = 0;
+  if (auto bad = read_integer(j, "seed", 0, INT64_MAX, seed)) return bad;
+  if (j.contains("seed") && !j["seed"].is_null()) s.seed = static_cast<std::uint64_t>(seed);
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    const Json& stop = j["stop"];
+    const Json list = stop.is_string() ? Json::array({stop}) : stop;
+    if (!list.is_array() || list.size() > 16) return Problem{"stop", "stop: expected a string or a list of up to 16"};
+    for (const Json& one : list) {
+      if (!one.is_string() || one.get<std::string>().empty()) {
+        return Problem{"stop", "stop: each stop sequence is a non-empty string"};
+      }
+      s.stop.push_back(one.get<std::string>());
+    }
+  }
+  return std::nullopt;
+}
+
+std::size_t first_stop(const std::string& text, const std::vector<std::string>& stops) {
+  std::size_t at = std::string::npos;
+  for (const std::string& s : stops) at = std::min(at, text.find(s));
+  return at;
+}
+
+std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
+                                                         std::int64_t max_tokens, const Sampling& s,
+                                                         std::uint64_t seed, const Scoring& scoring,
+                                                         const std::string& where, const std::string& param) {
+  SamplingOptions so;
+  so.max_new_tokens = max_tokens;
+  so.temperature = s.temperature;
+  so.top_p = s.top_p;
+  so.top_k = s.top_k;
+  so.seed = seed;
+  so.stop_ids = m.stop_ids;
+  data::TextStream stream(*m.tokenizer);
+  std::size_t stop_at = std::string::npos;
+  auto on_token = [&](std::int32_t id) {
+    stream.push(id);
+    if (s.stop.empty()) return true;
+    stop_at = first_stop(stream.text(), s.stop);
+    return stop_at == std::string::npos;
+  };
+  Result<Generated> g = Status::internal("not run");
+  try {
+    g = generate(m.model, prompt, so, on_token, scoring);
+  } catch (const c10::OutOfMemoryError& e) {
+    return error_reply(503, "server_error", std::string("out of memory: ") + e.what_without_backtrace());
+  }
+  if (!g.is_ok()) {
+    if (g.status().code() == StatusCode::kInvalidArgument) {
+      return error_reply(400, "invalid_request_error", where + ": " + g.status().message(), param);
+    }
+    return error_reply(500, "server_error", g.status().message());
+  }
+  Completion c;
+  c.text = stream.text();
+  if (stop_at == std::string::npos) {
+    c.text += stream.finish();
+    // A stop sequence may end in the last, held-back character.
+    if (!s.stop.empty()) stop_at = first_stop(c.text, s.stop);
+  }
+  if (stop_at != std::string::npos) c.text.resize(stop_at);
+  c.ids = std::move(g->ids);
+  c.scores = std::move(g->scores);
+  c.prompt_scores = std::move(g->prompt_scores);
+  if (g->stopped) {  // the end-of-sequence token is not part of the text
+    c.ids.pop_back();
+    if (!c.scores.empty()) c.scores.pop_back();
+  }
+  c.stopped = g->stopped || stop_at != std::string::npos;
+  return c;
+}
+
+std::string response_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%s-%016llx", prefix, static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+std::int64_t now_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace tailor::runner::openai

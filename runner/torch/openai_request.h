@@ -1,0 +1,80 @@
+// What OpenAI's completions and chat completions requests share
+// (completions.h, chat_completions.h): the error object, the readers of
+// their fields, each naming the field it refuses, and stop sequences.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runner/torch/completions.h"
+#include "runner/torch/generation.h"
+#include "runner/torch/inference_model.h"
+
+namespace tailor::runner::openai {
+
+using Json = nlohmann::ordered_json;
+
+// What is wrong with a request: OpenAI's error fields.
+struct Problem {
+  std::string param;
+  std::string message;
+};
+
+// {"error": {message, type, param, code}} with `status`.
+CompletionReply error_reply(int status, const std::string& type, const std::string& message,
+                            const std::string& param = "");
+CompletionReply bad_request(const Problem& p);
+
+// A field not in `known` is refused, naming the fields read.
+std::optional<Problem> check_known(const Json& j, const std::vector<std::string>& known);
+// Absent and null leave `out` as it is.
+std::optional<Problem> read_integer(const Json& j, const char* key, std::int64_t lo, std::int64_t hi,
+                                    std::int64_t& out);
+std::optional<Problem> read_number(const Json& j, const char* key, double& out);
+std::optional<Problem> read_bool(const Json& j, const char* key, bool& out);
+std::optional<Problem> read_optional_string(const Json& j, const char* key);
+// A field Tailor does not implement, accepted only at the value that means "off".
+std::optional<Problem> refuse_unless(const Json& j, const char* key, const Json& off, const std::string& why);
+
+// temperature (>= 0), top_p (0, 1], top_k (-1 and 0: every token), seed and
+// stop (a string or up to 16 non-empty ones), with OpenAI's defaults.
+struct Sampling {
+  double temperature = 1.0;
+  double top_p = 1.0;
+  std::int64_t top_k = 0;
+  std::optional<std::uint64_t> seed;
+  std::vector<std::string> stop;
+};
+std::optional<Problem> read_sampling(const Json& j, Sampling& s);
+
+// The first place in `text` where a stop sequence begins, or npos.
+std::size_t first_stop(const std::string& text, const std::vector<std::string>& stops);
+
+// One sequence generated after `prompt` for a request.
+struct Completion {
+  std::string text;                       // cut before the first stop sequence
+  std::vector<std::int32_t> ids;          // the new tokens, a final stop id dropped
+  std::vector<TokenScore> scores;         // Scoring::generated: one per id
+  std::vector<TokenScore> prompt_scores;  // Scoring::prompt
+  bool stopped = false;                   // a stop id or a stop sequence ended it (else the length)
+};
+// generation.h with the request's sampling, stopping at the model's stop ids
+// and at `s.stop`'s sequences; the reply with which the request fails
+// otherwise: 400 naming `param` (prefixed `where: `) for a prompt the model
+// cannot take, 503 out of memory, 500 for the rest.
+std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
+                                                         std::int64_t max_tokens, const Sampling& s,
+                                                         std::uint64_t seed, const Scoring& scoring,
+                                                         const std::string& where, const std::string& param);
+
+// "PREFIX-" and 16 random hex digits: a response's id.
+std::string response_id(const char* prefix);
+// Seconds since the epoch: a response's "created".
+std::int64_t now_seconds();
+
+}  // namespace tailor::runner::openai

@@ -1,0 +1,182 @@
+// OpenAI chat completions (runner/torch/chat_completions.h) on a tiny chat
+// model with a ChatML template and a trained byte-level tokenizer
+// (generate_reference.py chat): the greedy reply to a conversation is the
+// text transformers' generation gives after apply_chat_template(...,
+// add_generation_prompt=True); text parts read as their text joined with a
+// newline; stop sequences, seeds and lengths behave as OpenAI's; what is not
+// served is refused by name. lm-eval's local-chat-completions against
+// `tailor serve` is tests/cli/serve_test.py.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runner/torch/chat_completions.h"
+#include "tests/runner/torch/generate_fixture.h"
+
+namespace tailor::runner {
+namespace {
+
+using Json = nlohmann::json;
+using tailor::testing::TempDir;
+
+class ChatCompletionsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    ASSERT_TRUE(generate_reference(*dir_, "chat " + dir_->path().string()));
+    auto m = open_on_cpu(dir_->file("model"));
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    model_ = new InferenceModel(std::move(*m));
+    std::ifstream conversation(dir_->file("conversation.json")), reference(dir_->file("reference.json"));
+    conversation_ = new Json(Json::parse(conversation));
+    reference_ = new Json(Json::parse(reference));
+  }
+  static void TearDownTestSuite() {
+    delete reference_;
+    delete conversation_;
+    delete model_;
+    delete dir_;
+  }
+  void SetUp() override { ASSERT_NE(model_, nullptr); }
+
+  static std::pair<int, Json> ask(const Json& request, CompletionLimits limits = {}) {
+    const CompletionReply r = complete_chat(*model_, "tiny", request.dump(), limits);
+    return {r.status, Json::parse(r.body)};
+  }
+  static std::string content(const Json& body) { return body["choices"][0]["message"]["content"]; }
+
+  static TempDir* dir_;
+  static InferenceModel* model_;
+  static Json* conversation_;  // system and user turns
+  static Json* reference_;     // transformers' prompt ids, greedy ids and their text
+};
+
+TempDir* ChatCompletionsTest::dir_ = nullptr;
+InferenceModel* ChatCompletionsTest::model_ = nullptr;
+Json* ChatCompletionsTest::conversation_ = nullptr;
+Json* ChatCompletionsTest::reference_ = nullptr;
+
+TEST_F(ChatCompletionsTest, AGreedyReplyIsTransformersGenerationAfterTheChatTemplate) {
+  const std::size_t n = (*reference_)["ids"].size();
+  auto [status, body] = ask({{"messages", *conversation_}, {"max_tokens", n}, {"temperature", 0}, {"model", "x"}});
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["model"], "tiny");
+  EXPECT_EQ(body["choices"].size(), 1u);
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(content(body), (*reference_)["text"]);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], (*reference_)["prompt"].size());
+  EXPECT_EQ(body["usage"]["completion_tokens"], n);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body.value("id", std::string()).rfind("chatcmpl-", 0), 0u) << body;
+
+  // The user's turn as two text parts: their text joined with "\n".
+  Json parts = *conversation_, joined = *conversation_;
+  const std::string user = joined[1]["content"];
+  const std::size_t cut = user.find(' ');
+  parts[1]["content"] = Json::array({{{"type", "text"}, {"text", user.substr(0, cut)}},
+                                     {{"type", "text"}, {"text", user.substr(cut + 1)}}});
+  joined[1]["content"] = user.substr(0, cut) + "\n" + user.substr(cut + 1);
+  auto [s1, from_parts] = ask({{"messages", parts}, {"max_tokens", 8}, {"temperature", 0}});
+  auto [s2, from_text] = ask({{"messages", joined}, {"max_tokens", 8}, {"temperature", 0}});
+  ASSERT_EQ(s1 + s2, 400) << from_parts << from_text;
+  EXPECT_EQ(content(from_parts), content(from_text));
+  EXPECT_EQ(from_parts["usage"]["prompt_tokens"], from_text["usage"]["prompt_tokens"]);
+}
+
+TEST_F(ChatCompletionsTest, StopSequencesSeedsAndLengthsBehaveAsOpenAIs) {
+  const Json greedy = {{"messages", *conversation_}, {"max_completion_tokens", 24}, {"temperature", 0}};
+  auto [status, body] = ask(greedy);
+  ASSERT_EQ(status, 200) << body;
+  const std::string whole = content(body);
+  ASSERT_GE(whole.size(), 8u) << whole;
+  EXPECT_EQ(body["usage"]["completion_tokens"], 24);
+  // The older max_tokens is the same limit.
+  Json older = greedy;
+  older.erase("max_completion_tokens");
+  older["max_tokens"] = 24;
+  EXPECT_EQ(content(ask(older).second), whole);
+
+  // Two characters from the middle (the text is UTF-8; a byte-level model's
+  // words are of any script).
+  auto starts_char = [&](std::size_t i) { return i >= whole.size() || (whole[i] & 0xC0) != 0x80; };
+  std::size_t from = whole.size() / 2, to = from + 1;
+  while (!starts_char(from)) --from;
+  for (int chars = 0; chars < 2 && to < whole.size(); chars += starts_char(to) ? 1 : 0) ++to;
+  while (!starts_char(to)) ++to;
+  const std::string stop = whole.substr(from, to - from);
+  Json stopped = greedy;
+  stopped["stop"] = stop;
+  auto [s2, cut] = ask(stopped);
+  ASSERT_EQ(s2, 200) << cut;
+  EXPECT_EQ(content(cut), whole.substr(0, whole.find(stop)));
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
+
+  Json sampled = {{"messages", *conversation_}, {"max_tokens", 24}, {"temperature", 1.5}, {"seed", 11}};
+  const std::string a = content(ask(sampled).second), b = content(ask(sampled).second);
+  sampled["seed"] = 12;
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, content(ask(sampled).second));
+
+  // Unasked, the reply may run to the end of the context.
+  auto [s3, open] = ask({{"messages", *conversation_}, {"temperature", 0}});
+  ASSERT_EQ(s3, 200) << open;
+  EXPECT_EQ(open["usage"]["total_tokens"].get<std::int64_t>(), model_->model->arch().max_seq_len) << open;
+  EXPECT_EQ(open["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
+  const Json& m = *conversation_;
+  const std::vector<std::pair<Json, std::string>> cases = {
+      {{{"messages", m}, {"frobnicate", 1}}, "unknown field \"frobnicate\""},
+      {{{"max_tokens", 1}}, "messages: required"},
+      {{{"messages", Json::array()}}, "messages: expected a non-empty list"},
+      {{{"messages", {{{"role", "bot"}, {"content", "hi"}}}}}, "messages[0].role: expected one of system"},
+      {{{"messages", {{{"role", "user"}, {"content", 5}}}}}, "messages[0].content: expected a string"},
+      {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}}}}}}},
+       "messages[0].content[0]: a \"image_url\" part; only text parts"},
+      {{{"messages", m}, {"n", 2}}, "n: only 1"},
+      {{{"messages", m}, {"stream", true}}, "stream: "},
+      {{{"messages", m}, {"logprobs", true}}, "logprobs: "},
+      {{{"messages", m}, {"top_logprobs", 2}}, "top_logprobs: "},
+      {{{"messages", m}, {"frequency_penalty", 0.5}}, "frequency_penalty: "},
+      {{{"messages", m}, {"logit_bias", {{"5", 1}}}}, "logit_bias: "},
+      {{{"messages", m}, {"tools", {{{"type", "function"}}}}}, "tools: "},
+      {{{"messages", m}, {"tool_choice", "auto"}}, "tool_choice: "},
+      {{{"messages", m}, {"response_format", {{"type", "json_object"}}}}, "response_format: "},
+      {{{"messages", m}, {"max_tokens", 0}}, "max_tokens: expected an integer from 1 to 4096"},
+      {{{"messages", m}, {"max_tokens", 3}, {"max_completion_tokens", 4}}, "give one of them"},
+      {{{"messages", m}, {"temperature", -1}}, "temperature: "},
+      {{{"messages", m}, {"top_p", 2}}, "top_p: "},
+      {{{"messages", m}, {"stop", {""}}}, "stop: each stop sequence"},
+      {{{"messages", {{{"role", "user"}, {"content", std::string(2000, 'x')}}}}}, "leaves no room"},
+      {Json::array(), "must be a JSON object"},
+  };
+  for (const auto& [request, says] : cases) {
+    auto [status, body] = ask(request);
+    EXPECT_EQ(status, 400) << request;
+    EXPECT_EQ(body["error"]["type"], "invalid_request_error") << body;
+    EXPECT_NE(body["error"]["message"].get<std::string>().find(says), std::string::npos) << says << ": " << body;
+  }
+  // What means "off" is accepted.
+  auto [off_status, off] = ask({{"messages", m}, {"max_tokens", 2}, {"n", 1}, {"stream", false}, {"logprobs", false},
+                                {"tool_choice", "none"}, {"tools", Json::array()},
+                                {"response_format", {{"type", "text"}}}, {"presence_penalty", 0}});
+  EXPECT_EQ(off_status, 200) << off;
+  EXPECT_EQ(complete_chat(*model_, "tiny", "{\"messages\": ", {}).status, 400);
+
+  // A model without a chat template cannot be asked a conversation.
+  auto chat = std::move(model_->chat);
+  model_->chat.reset();
+  auto [no_template, said] = ask({{"messages", m}});
+  model_->chat = std::move(chat);
+  EXPECT_EQ(no_template, 400);
+  EXPECT_NE(said["error"]["message"].get<std::string>().find("no chat template"), std::string::npos) << said;
+}
+
+}  // namespace
+}  // namespace tailor::runner
