@@ -12,16 +12,32 @@ namespace {
 using namespace openai;
 
 struct ChatRequest {
-  Json record;  // {"messages": [...]}, each content a string or null
+  Json record;                  // {"messages": [...]}, each content a string or null
   std::int64_t max_tokens = 0;  // 0: as many as the context leaves (capped by the limit)
   Sampling sampling;
 };
 
 const std::vector<std::string>& known_fields() {
-  static const std::vector<std::string> fields = {
-      "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
-      "stream", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "tools",
-      "tool_choice", "response_format", "user"};
+  static const std::vector<std::string> fields = {"model",
+                                                  "messages",
+                                                  "max_tokens",
+                                                  "max_completion_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "seed",
+                                                  "stop",
+                                                  "n",
+                                                  "stream",
+                                                  "logprobs",
+                                                  "top_logprobs",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "logit_bias",
+                                                  "tools",
+                                                  "tool_choice",
+                                                  "response_format",
+                                                  "user"};
   return fields;
 }
 
@@ -42,7 +58,9 @@ std::optional<Problem> text_content(Json& turn, const std::string& where) {
       return Problem{"messages", at + ": a \"" + part["type"].get<std::string>() +
                                      "\" part; only text parts are served (the models Tailor trains read text)"};
     }
-    if (!part.contains("text") || !part["text"].is_string()) return Problem{"messages", at + ".text: expected a string"};
+    if (!part.contains("text") || !part["text"].is_string()) {
+      return Problem{"messages", at + ".text: expected a string"};
+    }
     texts.push_back(part["text"].get<std::string>());
   }
   turn["content"] = join(texts, "\n");
@@ -102,10 +120,9 @@ std::variant<ChatRequest, Problem> parse(const Json& j, const CompletionLimits& 
 
 CompletionReply complete_chat(InferenceModel& model, const std::string& model_name, const std::string& body,
                               const CompletionLimits& limits) {
-  if (!model.tokenizer) return error_reply(500, "server_error", "the model has no tokenizer");
-  const Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return error_reply(400, "invalid_request_error", "the request body is not JSON");
-  auto request = parse(parsed, limits);
+  auto parsed = read_body(model, body);
+  if (auto* failed = std::get_if<CompletionReply>(&parsed)) return std::move(*failed);
+  auto request = parse(std::get<Json>(parsed), limits);
   if (const auto* bad = std::get_if<Problem>(&request)) return bad_request(*bad);
   const ChatRequest& r = std::get<ChatRequest>(request);
   auto prompt = prompt_ids_of_conversation(model, r.record.dump());
@@ -123,16 +140,8 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
   choice["message"] = {{"role", "assistant"}, {"content", c.text}};
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = c.stopped ? "stop" : "length";
-  Json out;
-  out["id"] = response_id("chatcmpl");
-  out["object"] = "chat.completion";
-  out["created"] = now_seconds();
-  out["model"] = model_name;
-  out["choices"] = Json::array({std::move(choice)});
-  out["usage"] = {{"prompt_tokens", prompt->size()},
-                  {"completion_tokens", c.ids.size()},
-                  {"total_tokens", prompt->size() + c.ids.size()}};
-  return {200, out.dump()};
+  return response("chatcmpl", "chat.completion", model_name, Json::array({std::move(choice)}), prompt->size(),
+                  c.ids.size());
 }
 
 }  // namespace tailor::runner

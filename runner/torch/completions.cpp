@@ -190,13 +190,10 @@ std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const Requ
 
 CompletionReply complete(InferenceModel& model, const std::string& model_name, const std::string& body,
                          const CompletionLimits& limits) {
-  if (!model.tokenizer) return error_reply(500, "server_error", "the model has no tokenizer");
-  const Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return error_reply(400, "invalid_request_error", "the request body is not JSON");
-  auto request = parse(parsed, limits);
-  if (const auto* bad = std::get_if<Problem>(&request)) {
-    return bad_request(*bad);
-  }
+  auto parsed = read_body(model, body);
+  if (auto* failed = std::get_if<CompletionReply>(&parsed)) return std::move(*failed);
+  auto request = parse(std::get<Json>(parsed), limits);
+  if (const auto* bad = std::get_if<Problem>(&request)) return bad_request(*bad);
   const Request& r = std::get<Request>(request);
   const std::uint64_t seed = r.sampling.seed ? *r.sampling.seed : std::random_device{}();
   Json choices = Json::array();
@@ -209,16 +206,7 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
     completion_tokens += c.completion_tokens;
     choices.push_back(std::move(c.json));
   }
-  Json out;
-  out["id"] = response_id("cmpl");
-  out["object"] = "text_completion";
-  out["created"] = now_seconds();
-  out["model"] = model_name;
-  out["choices"] = std::move(choices);
-  out["usage"] = {{"prompt_tokens", prompt_tokens},
-                  {"completion_tokens", completion_tokens},
-                  {"total_tokens", prompt_tokens + completion_tokens}};
-  return {200, out.dump()};
+  return response("cmpl", "text_completion", model_name, std::move(choices), prompt_tokens, completion_tokens);
 }
 
 }  // namespace tailor::runner

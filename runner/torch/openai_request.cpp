@@ -14,10 +14,8 @@ namespace tailor::runner::openai {
 
 CompletionReply error_reply(int status, const std::string& type, const std::string& message, const std::string& param) {
   Json body;
-  body["error"] = {{"message", message},
-                   {"type", type},
-                   {"param", param.empty() ? Json() : Json(param)},
-                   {"code", nullptr}};
+  body["error"] = {
+      {"message", message}, {"type", type}, {"param", param.empty() ? Json() : Json(param)}, {"code", nullptr}};
   return {status, body.dump()};
 }
 
@@ -98,14 +96,15 @@ std::optional<Problem> read_sampling(const Json& j, Sampling& s) {
 
 std::size_t first_stop(const std::string& text, const std::vector<std::string>& stops) {
   std::size_t at = std::string::npos;
-  for (const std::string& s : stops) at = std::min(at, text.find(s));
+  for (const std::string& s : stops)
+    at = std::min(at, text.find(s));
   return at;
 }
 
 std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
-                                                         std::int64_t max_tokens, const Sampling& s,
-                                                         std::uint64_t seed, const Scoring& scoring,
-                                                         const std::string& where, const std::string& param) {
+                                                         std::int64_t max_tokens, const Sampling& s, std::uint64_t seed,
+                                                         const Scoring& scoring, const std::string& where,
+                                                         const std::string& param) {
   SamplingOptions so;
   so.max_new_tokens = max_tokens;
   so.temperature = s.temperature;
@@ -152,15 +151,29 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
   return c;
 }
 
-std::string response_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%s-%016llx", prefix, static_cast<unsigned long long>(rng()));
-  return buf;
+std::variant<Json, CompletionReply> read_body(const InferenceModel& m, const std::string& body) {
+  if (!m.tokenizer) return error_reply(500, "server_error", "the model has no tokenizer");
+  Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return error_reply(400, "invalid_request_error", "the request body is not JSON");
+  return parsed;
 }
 
-std::int64_t now_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+CompletionReply response(const char* id_prefix, const char* object, const std::string& model_name, Json choices,
+                         std::size_t prompt_tokens, std::size_t completion_tokens) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char id[48];
+  std::snprintf(id, sizeof id, "%s-%016llx", id_prefix, static_cast<unsigned long long>(rng()));
+  Json out;
+  out["id"] = id;
+  out["object"] = object;
+  out["created"] =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  out["model"] = model_name;
+  out["choices"] = std::move(choices);
+  out["usage"] = {{"prompt_tokens", prompt_tokens},
+                  {"completion_tokens", completion_tokens},
+                  {"total_tokens", prompt_tokens + completion_tokens}};
+  return {200, out.dump()};
 }
 
 }  // namespace tailor::runner::openai

@@ -68,13 +68,17 @@ struct Completion {
 // otherwise: 400 naming `param` (prefixed `where: `) for a prompt the model
 // cannot take, 503 out of memory, 500 for the rest.
 std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
-                                                         std::int64_t max_tokens, const Sampling& s,
-                                                         std::uint64_t seed, const Scoring& scoring,
-                                                         const std::string& where, const std::string& param);
+                                                         std::int64_t max_tokens, const Sampling& s, std::uint64_t seed,
+                                                         const Scoring& scoring, const std::string& where,
+                                                         const std::string& param);
 
-// "PREFIX-" and 16 random hex digits: a response's id.
-std::string response_id(const char* prefix);
-// Seconds since the epoch: a response's "created".
-std::int64_t now_seconds();
+// The request body as JSON, or the reply for a body that is not JSON (400)
+// or a model without a tokenizer (500).
+std::variant<Json, CompletionReply> read_body(const InferenceModel& m, const std::string& body);
+
+// A 200 reply: {id: "ID_PREFIX-<16 hex digits>", object, created, model,
+// choices, usage}.
+CompletionReply response(const char* id_prefix, const char* object, const std::string& model_name, Json choices,
+                         std::size_t prompt_tokens, std::size_t completion_tokens);
 
 }  // namespace tailor::runner::openai

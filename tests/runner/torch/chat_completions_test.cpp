@@ -78,8 +78,8 @@ TEST_F(ChatCompletionsTest, AGreedyReplyIsTransformersGenerationAfterTheChatTemp
   Json parts = *conversation_, joined = *conversation_;
   const std::string user = joined[1]["content"];
   const std::size_t cut = user.find(' ');
-  parts[1]["content"] = Json::array({{{"type", "text"}, {"text", user.substr(0, cut)}},
-                                     {{"type", "text"}, {"text", user.substr(cut + 1)}}});
+  parts[1]["content"] = Json::array(
+      {{{"type", "text"}, {"text", user.substr(0, cut)}}, {{"type", "text"}, {"text", user.substr(cut + 1)}}});
   joined[1]["content"] = user.substr(0, cut) + "\n" + user.substr(cut + 1);
   auto [s1, from_parts] = ask({{"messages", parts}, {"max_tokens", 8}, {"temperature", 0}});
   auto [s2, from_text] = ask({{"messages", joined}, {"max_tokens", 8}, {"temperature", 0}});
@@ -105,9 +105,12 @@ TEST_F(ChatCompletionsTest, StopSequencesSeedsAndLengthsBehaveAsOpenAIs) {
   // words are of any script).
   auto starts_char = [&](std::size_t i) { return i >= whole.size() || (whole[i] & 0xC0) != 0x80; };
   std::size_t from = whole.size() / 2, to = from + 1;
-  while (!starts_char(from)) --from;
-  for (int chars = 0; chars < 2 && to < whole.size(); chars += starts_char(to) ? 1 : 0) ++to;
-  while (!starts_char(to)) ++to;
+  while (!starts_char(from))
+    --from;
+  for (int chars = 0; chars < 2 && to < whole.size(); chars += starts_char(to) ? 1 : 0)
+    ++to;
+  while (!starts_char(to))
+    ++to;
   const std::string stop = whole.substr(from, to - from);
   Json stopped = greedy;
   stopped["stop"] = stop;
@@ -163,9 +166,15 @@ TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
     EXPECT_NE(body["error"]["message"].get<std::string>().find(says), std::string::npos) << says << ": " << body;
   }
   // What means "off" is accepted.
-  auto [off_status, off] = ask({{"messages", m}, {"max_tokens", 2}, {"n", 1}, {"stream", false}, {"logprobs", false},
-                                {"tool_choice", "none"}, {"tools", Json::array()},
-                                {"response_format", {{"type", "text"}}}, {"presence_penalty", 0}});
+  auto [off_status, off] = ask({{"messages", m},
+                                {"max_tokens", 2},
+                                {"n", 1},
+                                {"stream", false},
+                                {"logprobs", false},
+                                {"tool_choice", "none"},
+                                {"tools", Json::array()},
+                                {"response_format", {{"type", "text"}}},
+                                {"presence_penalty", 0}});
   EXPECT_EQ(off_status, 200) << off;
   EXPECT_EQ(complete_chat(*model_, "tiny", "{\"messages\": ", {}).status, 400);
 
