@@ -40,6 +40,17 @@ std::vector<std::string> split(std::string_view s, char sep) {
   return out;
 }
 
+std::string group_thousands(long long n) {
+  const std::string text = std::to_string(n);
+  const std::size_t sign = n < 0 ? 1 : 0;
+  std::string out = text.substr(0, sign);
+  for (std::size_t i = sign; i < text.size(); ++i) {
+    if (i > sign && (text.size() - i) % 3 == 0) out += ',';
+    out += text[i];
+  }
+  return out;
+}
+
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 std::size_t edit_distance(std::string_view a_in, std::string_view b_in) {

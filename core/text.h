@@ -14,6 +14,9 @@ std::string to_lower(std::string_view s);
 std::string join(std::span<const std::string> parts, std::string_view sep);
 std::vector<std::string> split(std::string_view s, char sep);
 bool starts_with(std::string_view s, std::string_view prefix);
+// n with a comma between groups of three digits, as messages count rows
+// and records: 1234567 -> "1,234,567", -1234 -> "-1,234".
+std::string group_thousands(long long n);
 
 // Damerau-Levenshtein (optimal string alignment) distance, case-insensitive.
 std::size_t edit_distance(std::string_view a, std::string_view b);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/text.h"
+#include "core/unique_fd.h"
 #include "core/units.h"
 #include "dsl/chat_records.h"
 #include "dsl/conversation_json.h"
@@ -452,19 +453,6 @@ Status deliver_record_json(std::string_view json, std::int64_t number, const std
 namespace {
 
 // An open file descriptor, closed when it goes.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // Up to `limit` bytes of `fd` from `offset` appended to `out`; the count read
 // (short only at the end of the file).
@@ -493,16 +481,6 @@ const char* kind_of(mode_t mode) {
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
   return "not a regular file";
-}
-
-std::string grouped(std::int64_t n) {
-  const std::string digits = std::to_string(n);
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
 }
 
 // Records counted without being parsed, reading the file a chunk at a time:
@@ -557,7 +535,7 @@ Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& s
   }
   // Never opened unless regular: opening a FIFO would wait for a writer.
   if (!S_ISREG(st.st_mode)) return Status::invalid_argument(path + ": is " + kind_of(st.st_mode) + ", not a data file");
-  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return Status::io_error(path + ": cannot be read: " + std::strerror(errno));
   struct stat opened{};
   if (::fstat(fd.get(), &opened) != 0) return Status::io_error(path + ": cannot be read: " + std::strerror(errno));
@@ -632,10 +610,11 @@ Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& s
     facts.records = facts.checked;
     facts.all_checked = true;
     if (with_content == 0) {
-      return Status::invalid_argument(
-          path + ": no documents (" +
-          (facts.checked == 0 ? std::string("only blank lines") : "all " + grouped(facts.checked) + " records are empty") +
-          ")");
+      return Status::invalid_argument(path + ": no documents (" +
+                                      (facts.checked == 0
+                                           ? std::string("only blank lines")
+                                           : "all " + group_thousands(facts.checked) + " records are empty") +
+                                      ")");
     }
   } else if (!facts.json_array && facts.bytes <= kCountBytes) {
     TAILOR_ASSIGN_OR_RETURN(facts.records, count_line_records(fd.get(), spec.format, path));
@@ -648,10 +627,11 @@ std::string describe(const DataFileFacts& facts) {
   const std::string size = Bytes(static_cast<std::int64_t>(facts.bytes)).to_string();
   if (facts.records < 0) return "records not counted, " + size;
   const bool tokens = facts.format == DataFormat::kTokens;
-  const std::string count = grouped(facts.records) + (tokens ? " token" : " record") + (facts.records == 1 ? "" : "s");
+  const std::string count =
+      group_thousands(facts.records) + (tokens ? " token" : " record") + (facts.records == 1 ? "" : "s");
   std::string out = (facts.json_array ? "JSON array of " + count : count) + ", " + size;
   if (facts.skipped > 0) {
-    out += "; " + grouped(facts.skipped) + " bad record" + (facts.skipped == 1 ? "" : "s") +
+    out += "; " + group_thousands(facts.skipped) + " bad record" + (facts.skipped == 1 ? "" : "s") +
            " skipped (data.on_bad_record: skip; first: " + facts.first_skipped + ")";
   }
   return out;

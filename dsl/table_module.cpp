@@ -25,6 +25,8 @@
 #include <string_view>
 #include <utility>
 
+#include "core/text.h"
+
 namespace {
 
 void copy_error(const std::string& message, char* error, std::size_t error_size) {
@@ -55,34 +57,10 @@ void ok_or_throw(const arrow::Status& s) {
 // Where a UTF-8 sequence of `s` is invalid, or npos (RFC 3629: no overlong
 // forms, no surrogates, nothing past U+10FFFF).
 std::size_t invalid_utf8_at(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t n = 0;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      n = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    for (std::size_t k = 1; k <= n; ++k) {
-      if (i + k >= s.size()) return i;
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return i;
-    }
-    i += n + 1;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = tailor::utf8_sequence_length(s, i);
+    if (n == 0) return i;
+    i += n;
   }
   return std::string_view::npos;
 }

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/text.h"
+#include "core/unique_fd.h"
 #include "dsl/table_module.h"
 
 namespace tailor::dsl {
@@ -80,23 +81,9 @@ Result<int> open_plain(const std::string& path) {
   return fd;
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 Result<std::string> read_small(const std::string& path, const DataFileOpener& open) {
   TAILOR_ASSIGN_OR_RETURN(const int raw, open ? open(path) : open_plain(path));
-  const Fd fd(raw);
+  const UniqueFd fd(raw);
   std::string out;
   char buf[65536];
   while (true) {
@@ -115,7 +102,7 @@ class TableFile {
   static Result<TableFile> open(const TailorTablesApi* api, const std::string& path, DataFormat format,
                                 const DataFileOpener& opener) {
     TAILOR_ASSIGN_OR_RETURN(const int raw, opener ? opener(path) : open_plain(path));
-    const Fd fd(raw);
+    const UniqueFd fd(raw);
     char error[1024] = {};
     void* t = api->open(fd.get(), format == DataFormat::kParquet ? kTailorTableParquet : kTailorTableArrow, error,
                         sizeof error);
@@ -136,15 +123,6 @@ class TableFile {
   const TailorTablesApi* api_;
   void* t_;
 };
-
-std::string grouped(std::int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 std::string dataset_dict_error(const std::string& path, const std::string& json_text) {
   std::string splits;
@@ -241,7 +219,7 @@ Status for_each_table_record(const std::string& path, const DataSpec& spec, cons
       } walk{&path, &file_label, group_word, group, &row, &delivered, max_records, &spec, &fn, &skip, Status::ok()};
       const TailorTableRowSink sink = [](void* ctx, const char* json, std::size_t size, std::int64_t in_group) {
         auto& w = *static_cast<Walk*>(ctx);
-        const std::string where = *w.path + ": row " + grouped(*w.row) + " (" + *w.label + w.group_word +
+        const std::string where = *w.path + ": row " + group_thousands(*w.row) + " (" + *w.label + w.group_word +
                                   std::to_string(w.group) + ", row " + std::to_string(in_group) + " in it)";
         ++*w.row;
         w.status = deliver_record_json(std::string_view(json, size), *w.row, where, *w.spec, *w.fn, *w.skip);
@@ -258,8 +236,8 @@ Status for_each_table_record(const std::string& path, const DataSpec& spec, cons
         // failing one's number.
         std::string where = path + ": " + file_label + group_word + std::to_string(group);
         if (error_row >= 0) {
-          where = path + ": row " + grouped(row) + " (" + file_label + group_word + std::to_string(group) + ", row " +
-                  std::to_string(error_row) + " in it)";
+          where = path + ": row " + group_thousands(row) + " (" + file_label + group_word + std::to_string(group) +
+                  ", row " + std::to_string(error_row) + " in it)";
         }
         return Status::invalid_argument(where + ": " + error);
       }
@@ -313,7 +291,8 @@ Result<DataFileFacts> check_table_data(const std::string& path, const DataSpec& 
   facts.all_checked = facts.checked + facts.skipped >= facts.records;
   if (facts.records == 0) return Status::invalid_argument(path + ": has no rows");
   if (facts.all_checked && with_content == 0) {
-    return Status::invalid_argument(path + ": no documents (all " + grouped(facts.checked) + " rows are empty)");
+    return Status::invalid_argument(path + ": no documents (all " + group_thousands(facts.checked) +
+                                    " rows are empty)");
   }
   return facts;
 }

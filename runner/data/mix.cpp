@@ -6,20 +6,11 @@
 #include <numeric>
 #include <utility>
 
+#include "core/text.h"
 #include "runner/data/seeded_order.h"
 
 namespace tailor::runner::data {
 namespace {
-
-std::string grouped(std::int64_t n) {
-  const std::string digits = std::to_string(n);
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 // Integer shares of `total` in proportion to `weights` that add up to it:
 // floors first, then one more to the largest remainders (ties to the
@@ -98,7 +89,8 @@ Result<MixedData> mix_datasets(const std::vector<MixInput>& inputs, dsl::DataMix
       char weight[32];
       std::snprintf(weight, sizeof weight, "%g", weights[i]);
       return Status::invalid_argument("data.train[" + std::to_string(i) + "] (" + inputs[i].path + "): weight " +
-                                      weight + " of " + grouped(out.examples[i]) + " examples takes none of them");
+                                      weight + " of " + group_thousands(out.examples[i]) +
+                                      " examples takes none of them");
     }
   }
   // Which examples, per dataset; then the order of the mix.
@@ -167,8 +159,8 @@ std::string describe(const MixedData& mixed, const std::vector<MixInput>& inputs
     std::snprintf(share, sizeof share, "%.1f%%",
                   total > 0 ? 100.0 * static_cast<double>(mixed.taken[i]) / static_cast<double>(total) : 0.0);
     if (!out.empty()) out += "; ";
-    out += inputs[i].path + ": " + grouped(mixed.examples[i]) + " examples -> " + grouped(mixed.taken[i]) + " (" +
-           share + ")";
+    out += inputs[i].path + ": " + group_thousands(mixed.examples[i]) + " examples -> " +
+           group_thousands(mixed.taken[i]) + " (" + share + ")";
   }
   return out;
 }

@@ -8,11 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/text.h"
 #include "dsl/data_records.h"
 #include "dsl/table_records.h"
 #include "runner/data/chat_tokens.h"
-#include "runner/data/pair_tokens.h"
 #include "runner/data/file_io.h"
+#include "runner/data/pair_tokens.h"
 #include "runner/data/tokenizer.h"
 
 namespace tailor::runner::data {
@@ -30,15 +31,6 @@ std::map<std::string, std::int64_t> tokens_by_role(const ChatSetup& setup, std::
     if (begin == std::string::npos) continue;
     std::int64_t& n = out[messages[k].value("role", std::string("?"))];
     for (const auto& [b, e] : offsets) n += b < end && e > begin ? 1 : 0;
-  }
-  return out;
-}
-
-std::string grouped(std::int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
   }
   return out;
 }
@@ -245,16 +237,20 @@ std::string stats_json(const DataStats& s) {
 }
 
 std::string stats_text(const DataStats& s) {
-  std::string out = "data.train: " + s.file + (s.complete ? "" : " (its first " + grouped(s.examples) + " examples)") + "\n";
-  out += s.pairs ? grouped(s.examples) + " rows (" + grouped(s.examples / 2) + " pairs, chosen and rejected)"
-                 : grouped(s.examples) + " example" + (s.examples == 1 ? "" : "s");
-  out += ", " + grouped(s.tokens) + " tokens, " + grouped(s.trained_tokens) + " trained\n";
-  out += std::string("tokens per ") + (s.pairs ? "row" : "example") + ": min " + grouped(s.min) + ", p50 " +
-         grouped(s.p50) + ", p90 " + grouped(s.p90) + ", p99 " + grouped(s.p99) + ", max " + grouped(s.max) + "\n";
-  out += grouped(s.longer_than_seq_len) + " longer than seq_len + 1 (" + std::to_string(s.seq_len + 1) + "): " +
-         long_examples(s) + (s.packing == dsl::Packing::kStream ? " in the next row (the data is one stream)" : "") +
-         "\n";
-  if (s.skipped_records > 0) out += grouped(s.skipped_records) + " bad records skipped (data.on_bad_record: skip)\n";
+  std::string out =
+      "data.train: " + s.file + (s.complete ? "" : " (its first " + group_thousands(s.examples) + " examples)") + "\n";
+  out += s.pairs ? group_thousands(s.examples) + " rows (" + group_thousands(s.examples / 2) +
+                       " pairs, chosen and rejected)"
+                 : group_thousands(s.examples) + " example" + (s.examples == 1 ? "" : "s");
+  out += ", " + group_thousands(s.tokens) + " tokens, " + group_thousands(s.trained_tokens) + " trained\n";
+  out += std::string("tokens per ") + (s.pairs ? "row" : "example") + ": min " + group_thousands(s.min) + ", p50 " +
+         group_thousands(s.p50) + ", p90 " + group_thousands(s.p90) + ", p99 " + group_thousands(s.p99) + ", max " +
+         group_thousands(s.max) + "\n";
+  out += group_thousands(s.longer_than_seq_len) + " longer than seq_len + 1 (" + std::to_string(s.seq_len + 1) +
+         "): " + long_examples(s) +
+         (s.packing == dsl::Packing::kStream ? " in the next row (the data is one stream)" : "") + "\n";
+  if (s.skipped_records > 0)
+    out += group_thousands(s.skipped_records) + " bad records skipped (data.on_bad_record: skip)\n";
   return out;
 }
 
@@ -268,12 +264,13 @@ std::string preview_text(const DataPreview& p, bool colour) {
     const auto n = static_cast<std::int64_t>(e.ids.size());
     tokens += n;
     trained += e.trained_tokens();
-    out += "\n--- " + e.record + " · " + grouped(n) + " tokens, " + grouped(e.trained_tokens()) + " trained";
+    out += "\n--- " + e.record + " · " + group_thousands(n) + " tokens, " + group_thousands(e.trained_tokens()) +
+           " trained";
     if (!e.role_tokens.empty()) {
       out += " ·";
       bool first = true;
       for (const auto& [role, count] : e.role_tokens) {
-        out += (first ? " " : ", ") + role + " " + grouped(count);
+        out += (first ? " " : ", ") + role + " " + group_thousands(count);
         first = false;
       }
     }
@@ -290,20 +287,23 @@ std::string preview_text(const DataPreview& p, bool colour) {
     out += e.text.substr(at);
     if (out.back() != '\n') out += '\n';
   }
-  out += "\n" + grouped(static_cast<std::int64_t>(p.examples.size())) + " example" +
-         (p.examples.size() == 1 ? "" : "s") + ": " + grouped(tokens) + " tokens, " + grouped(trained) + " trained";
+  out += "\n" + group_thousands(static_cast<std::int64_t>(p.examples.size())) + " example" +
+         (p.examples.size() == 1 ? "" : "s") + ": " + group_thousands(tokens) + " tokens, " + group_thousands(trained) +
+         " trained";
   if (tokens > 0) out += " (" + std::to_string(trained * 100 / tokens) + "%)";
-  out += "; " + grouped(p.too_long()) + " longer than seq_len + 1 (" + std::to_string(p.seq_len + 1) + ")\n";
+  out += "; " + group_thousands(p.too_long()) + " longer than seq_len + 1 (" + std::to_string(p.seq_len + 1) + ")\n";
   if (p.skipped.count > 0) {
-    out += grouped(p.skipped.count) + " bad record" + (p.skipped.count == 1 ? "" : "s") +
+    out += group_thousands(p.skipped.count) + " bad record" + (p.skipped.count == 1 ? "" : "s") +
            " skipped (data.on_bad_record: skip); first: " + p.skipped.first.front() + "\n";
   }
   std::int64_t without_eos = 0;
   for (const PreviewExample& e : p.examples) without_eos += e.turns_without_eos;
   if (without_eos > 0) {
-    out += "warning: after " + grouped(without_eos) + " trained repl" + (without_eos == 1 ? "y" : "ies") +
+    out += "warning: after " + group_thousands(without_eos) + " trained repl" + (without_eos == 1 ? "y" : "ies") +
            " the template writes no special token to train as its end (data.train_on_eos), so the model will not "
-           "learn to stop there: the tokenizer (" + p.tokenizer + ") has no special token for the template's "
+           "learn to stop there: the tokenizer (" +
+           p.tokenizer +
+           ") has no special token for the template's "
            "end-of-turn text\n";
   }
   return out;

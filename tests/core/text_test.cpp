@@ -7,6 +7,16 @@
 namespace tailor {
 namespace {
 
+TEST(TextTest, GroupThousandsPutsACommaBetweenGroupsOfThreeDigits) {
+  EXPECT_EQ(group_thousands(0), "0");
+  EXPECT_EQ(group_thousands(999), "999");
+  EXPECT_EQ(group_thousands(1000), "1,000");
+  EXPECT_EQ(group_thousands(1234567), "1,234,567");
+  EXPECT_EQ(group_thousands(-123), "-123");
+  EXPECT_EQ(group_thousands(-1234), "-1,234");
+  EXPECT_EQ(group_thousands(-9223372036854775807LL - 1), "-9,223,372,036,854,775,808");
+}
+
 TEST(TextTest, EditDistanceCountsTranspositionAsOne) {
   EXPECT_EQ(edit_distance("lr", "lr"), 0u);
   EXPECT_EQ(edit_distance("epcohs", "epochs"), 1u);  // c,o swapped
