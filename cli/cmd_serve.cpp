@@ -22,8 +22,8 @@ temperature, top_p, top_k, seed, stop, echo and logprobs (echo with
 logprobs scores the prompt: lm-eval's log-likelihood tasks); POST
 /v1/chat/completions takes messages, rendered with the model's chat
 template and its generation prompt, with max_tokens (or
-max_completion_tokens), temperature, top_p, top_k, seed and stop; GET
-/v1/models lists the model. MODEL_DIR is a model folder, a PEFT adapter folder or a
+max_completion_tokens), temperature, top_p, top_k, seed, stop and stream
+(server-sent events as OpenAI sends them); GET /v1/models lists the model. MODEL_DIR is a model folder, a PEFT adapter folder or a
 run's output folder; JOB_ID is a tailord job that succeeded, whose output
 folder is read where tailord wrote it. Adapters apply unmerged.
 

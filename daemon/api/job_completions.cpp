@@ -73,6 +73,16 @@ HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& o
   std::error_code ec;
   const auto request = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (request.is_discarded()) return error_response(ApiError::kInvalidArgument, "the request body is not JSON");
+  if (request.is_object() && request.contains("stream") && request["stream"] == true) {
+    // OpenAI's error object, as the model's own refusals.
+    nlohmann::json error;
+    error["error"] = {
+        {"message", "stream: tailord answers without streaming (tailor serve streams); ask without stream"},
+        {"type", "invalid_request_error"},
+        {"param", "stream"},
+        {"code", nullptr}};
+    return HttpResponse::json(400, error.dump());
+  }
   if (runner_.empty()) return error_response(ApiError::kUnavailable, "this tailord has no runner to serve a model with");
 
   std::shared_ptr<CompletionWorker> worker, replaced;

@@ -153,7 +153,8 @@ std::string CompletionWorker::ended_how() {
   return how;
 }
 
-Result<WorkerReply> CompletionWorker::call(std::string_view route, const std::string& one_line_body) {
+Result<WorkerReply> CompletionWorker::call(std::string_view route, const std::string& one_line_body,
+                                           const std::function<void(std::string chunk)>& on_chunk) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dead_) return Status::unavailable("the model process has ended");
   if (!write_all(to_child_, runner::serve_request_line(route, one_line_body) + "\n")) {
@@ -162,6 +163,13 @@ Result<WorkerReply> CompletionWorker::call(std::string_view route, const std::st
   }
   // No deadline of its own: a long generation is the client's to time out.
   auto line = read_line(std::chrono::steady_clock::time_point::max());
+  // A streamed reply's chunks, each passed on as it comes.
+  while (line.is_ok() && line->rfind(runner::kChunkLinePrefix, 0) == 0 &&
+         line->size() > runner::kChunkLinePrefix.size()) {
+    if (!on_chunk) return Status::internal("the model process streamed a reply nobody asked to stream");
+    on_chunk(line->substr(runner::kChunkLinePrefix.size(), line->size() - runner::kChunkLinePrefix.size() - 1));
+    line = read_line(std::chrono::steady_clock::time_point::max());
+  }
   if (!line.is_ok()) return Status::unavailable("the model process has ended (" + ended_how() + ")");
   // {"status": N, "body": ...}; ordered, so the body keeps its fields' order.
   const auto parsed = nlohmann::ordered_json::parse(*line, nullptr, /*allow_exceptions=*/false);

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,9 +44,11 @@ class CompletionWorker {
 
   // One request to `route` (runner/protocol/serve_protocol.h: completions or
   // chat completions), its body a JSON document on one line, and the reply.
-  // Unavailable once the process has ended (saying how); it is not
-  // restarted.
-  Result<WorkerReply> call(std::string_view route, const std::string& one_line_body);
+  // A streamed reply's chunks (each a JSON object's text) go to `on_chunk`
+  // as they come, before the reply (Internal without one). Unavailable once
+  // the process has ended (saying how); it is not restarted.
+  Result<WorkerReply> call(std::string_view route, const std::string& one_line_body,
+                           const std::function<void(std::string chunk)>& on_chunk = {});
 
   // False once the process has ended or stopped answering.
   bool alive() const;

@@ -14,6 +14,7 @@
 #include "daemon/http/auth.h"
 #include "daemon/http/server.h"
 #include "daemon/serving/completion_worker.h"
+#include "daemon/serving/streamed_reply.h"
 #include "platform/executable.h"
 #include "runner/protocol/serve_protocol.h"
 
@@ -25,8 +26,8 @@ Serves one model on OpenAI's completions API: POST /v1/completions (prompt
 as text or token ids, max_tokens, temperature, top_p, top_k, seed, stop,
 echo, logprobs; max_tokens 0 with echo and logprobs scores a text), POST
 /v1/chat/completions (messages rendered with the model's chat template;
-max_tokens, temperature, top_p, top_k, seed, stop), GET /v1/models and GET
-/healthz. lm-eval runs against it as it is:
+max_tokens, temperature, top_p, top_k, seed, stop, stream), GET /v1/models
+and GET /healthz. lm-eval runs against it as it is:
   lm_eval --model local-completions --tasks TASKS --model_args \
     base_url=http://127.0.0.1:8000/v1/completions,tokenizer_backend=huggingface,tokenizer=MODEL
   lm_eval --model local-chat-completions --apply_chat_template --tasks TASKS \
@@ -80,7 +81,7 @@ Result<std::string> read_token(const std::string& path) {
 }
 
 struct Served {
-  std::unique_ptr<CompletionWorker> worker;
+  std::shared_ptr<CompletionWorker> worker;
   Json ready;
   std::string token;  // empty: none needed
   // Set once the port is bound, before anything is printed: a request that
@@ -125,12 +126,17 @@ HttpResponse handle(Served& s, HttpRequest& request) {
   // One line for the model process; the parse also answers what is not JSON.
   const auto body = nlohmann::json::parse(request.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return openai_error(400, "invalid_request_error", "the request body is not JSON");
-  auto reply = s.worker->call(request.path, body.dump());
-  if (!reply.is_ok()) {
+  auto failed = [&s](const Status& ended) {
     // Nothing more can be answered: the server stops (main waits for this).
     if (!s.worker_ended.exchange(true)) ::kill(::getpid(), SIGTERM);
-    return openai_error(503, "server_error", reply.status().message());
+    return openai_error(503, "server_error", ended.message());
+  };
+  if (request.path == runner::kChatCompletionsRoute && body.is_object() && body.contains("stream") &&
+      body["stream"] == true) {
+    return answer_streamed(s.worker, request.path, body.dump(), nullptr, failed);
   }
+  auto reply = s.worker->call(request.path, body.dump());
+  if (!reply.is_ok()) return failed(reply.status());
   return HttpResponse::json(reply->status, std::move(reply->body));
 }
 
@@ -214,6 +220,8 @@ int run_model_server(const std::vector<std::string>& argv, std::ostream& out, st
   options.max_body_bytes = static_cast<std::size_t>(*max_body);
   // A long generation or a large batch is the client's to time out.
   options.write_timeout = std::chrono::minutes(10);
+  // A streamed reply's chunks leave within this of their token.
+  options.stream_poll = std::chrono::milliseconds(20);
   options.offload = [](const HttpRequest& r) {
     return r.path == runner::kCompletionsRoute || r.path == runner::kChatCompletionsRoute;
   };

@@ -1,7 +1,9 @@
 // How a server (daemon/serving/completion_worker.h) speaks to a
 // `tailor-runner serve` process: one request a line on its stdin, the
 // route, a space and the JSON body ("/v1/chat/completions {...}"); one reply
-// a line on its stdout, {"status": HTTP status, "body": response}.
+// a line on its stdout, {"status": HTTP status, "body": response}, before
+// which a streamed reply ("stream": true) writes its chunks, one line
+// {"chunk": {...}} each.
 #pragma once
 
 #include <string>
@@ -12,6 +14,8 @@ namespace tailor::runner {
 
 inline constexpr std::string_view kCompletionsRoute = "/v1/completions";
 inline constexpr std::string_view kChatCompletionsRoute = "/v1/chat/completions";
+// How a chunk line begins; the chunk's JSON and "}" follow.
+inline constexpr std::string_view kChunkLinePrefix = "{\"chunk\":";
 
 // The request line for `route` and a body on one line (JSON without newlines).
 inline std::string serve_request_line(std::string_view route, std::string_view one_line_body) {

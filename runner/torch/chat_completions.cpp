@@ -15,29 +15,17 @@ struct ChatRequest {
   Json record;                  // {"messages": [...]}, each content a string or null
   std::int64_t max_tokens = 0;  // 0: as many as the context leaves (capped by the limit)
   Sampling sampling;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
 };
 
 const std::vector<std::string>& known_fields() {
-  static const std::vector<std::string> fields = {"model",
-                                                  "messages",
-                                                  "max_tokens",
-                                                  "max_completion_tokens",
-                                                  "temperature",
-                                                  "top_p",
-                                                  "top_k",
-                                                  "seed",
-                                                  "stop",
-                                                  "n",
-                                                  "stream",
-                                                  "logprobs",
-                                                  "top_logprobs",
-                                                  "presence_penalty",
-                                                  "frequency_penalty",
-                                                  "logit_bias",
-                                                  "tools",
-                                                  "tool_choice",
-                                                  "response_format",
-                                                  "user"};
+  // clang-format off
+  static const std::vector<std::string> fields = {
+      "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop",
+      "n", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
+      "logit_bias", "tools", "tool_choice", "response_format", "user"};
+  // clang-format on
   return fields;
 }
 
@@ -91,7 +79,6 @@ std::variant<ChatRequest, Problem> parse(const Json& j, const CompletionLimits& 
   if (auto bad = read_messages(j, r)) return *bad;
   for (const auto& [key, off, why] : std::vector<std::tuple<const char*, Json, std::string>>{
            {"n", 1, "only 1 choice is generated"},
-           {"stream", false, "streamed responses are not served; ask without stream"},
            {"logprobs", false, "log-probabilities are served by /v1/completions (logprobs, echo), not here"},
            {"top_logprobs", 0, "log-probabilities are served by /v1/completions (logprobs, echo), not here"},
            {"presence_penalty", 0, "penalties are not applied, so only 0 is accepted"},
@@ -113,13 +100,67 @@ std::variant<ChatRequest, Problem> parse(const Json& j, const CompletionLimits& 
   }
   r.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
   if (auto bad = read_sampling(j, r.sampling)) return *bad;
+  if (auto bad = read_bool(j, "stream", r.stream)) return *bad;
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    const Json& o = j["stream_options"];
+    if (!r.stream) return Problem{"stream_options", "stream_options: only with stream: true"};
+    if (!o.is_object()) return Problem{"stream_options", "stream_options: expected an object"};
+    if (auto bad = check_known(o, {"include_usage"})) {
+      return Problem{"stream_options", "stream_options: " + bad->message};
+    }
+    if (auto bad = read_bool(o, "include_usage", r.include_usage)) {
+      return Problem{"stream_options", "stream_options." + bad->message};
+    }
+  }
   return r;
 }
+
+// OpenAI's chat.completion.chunk objects of one streamed reply.
+class Chunks {
+ public:
+  Chunks(const std::string& model_name, const ChunkSink& emit)
+      : id_(new_response_id("chatcmpl")), created_(now_seconds()), model_(model_name), emit_(emit) {}
+
+  void role() { send(Json{{"role", "assistant"}, {"content", ""}}, nullptr); }
+  void content(std::string_view text) { send(Json{{"content", text}}, nullptr); }
+  void finish(const char* reason) { send(Json::object(), reason); }
+  void usage_of(std::size_t prompt_tokens, std::size_t completion_tokens) {
+    Json chunk = head();
+    chunk["choices"] = Json::array();
+    chunk["usage"] = usage(prompt_tokens, completion_tokens);
+    emit_(chunk.dump());
+  }
+
+ private:
+  Json head() const {
+    Json chunk;
+    chunk["id"] = id_;
+    chunk["object"] = "chat.completion.chunk";
+    chunk["created"] = created_;
+    chunk["model"] = model_;
+    return chunk;
+  }
+  void send(Json delta, const char* finish_reason) {
+    Json chunk = head();
+    Json choice;
+    choice["index"] = 0;
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json();
+    chunk["choices"] = Json::array({std::move(choice)});
+    emit_(chunk.dump());
+  }
+
+  std::string id_;
+  std::int64_t created_;
+  std::string model_;
+  const ChunkSink& emit_;
+};
 
 }  // namespace
 
 CompletionReply complete_chat(InferenceModel& model, const std::string& model_name, const std::string& body,
-                              const CompletionLimits& limits) {
+                              const CompletionLimits& limits, const ChunkSink& emit) {
   auto parsed = read_body(model, body);
   if (auto* failed = std::get_if<CompletionReply>(&parsed)) return std::move(*failed);
   auto request = parse(std::get<Json>(parsed), limits);
@@ -131,6 +172,23 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
   // generation stops there by itself.
   const std::int64_t max_tokens = r.max_tokens ? r.max_tokens : limits.max_tokens;
   const std::uint64_t seed = r.sampling.seed ? *r.sampling.seed : std::random_device{}();
+  if (r.stream) {
+    if (!emit) return bad_request({"stream", "stream: this server does not stream; ask without stream"});
+    // The first chunk once the prompt is taken: an error before it is an
+    // ordinary reply, one after it ends the stream.
+    Chunks chunks(model_name, emit);
+    auto on_text = [&chunks, begun = false](std::string_view piece) mutable {
+      if (!begun) chunks.role();
+      begun = true;
+      if (!piece.empty()) chunks.content(piece);
+    };
+    auto run = run_completion(model, *prompt, max_tokens, r.sampling, seed, Scoring{}, "messages", "messages", on_text);
+    if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
+    const Completion& c = std::get<Completion>(run);
+    chunks.finish(c.stopped ? "stop" : "length");
+    if (r.include_usage) chunks.usage_of(prompt->size(), c.ids.size());
+    return {200, "null"};
+  }
   auto run = run_completion(model, *prompt, max_tokens, r.sampling, seed, Scoring{}, "messages", "messages");
   if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
   const Completion& c = std::get<Completion>(run);

@@ -9,12 +9,13 @@
 // content a string, null or a list of text parts, joined with "\n" as vLLM
 // joins them), max_completion_tokens or max_tokens (default: as many as the
 // context leaves, at most `max_tokens`), temperature (default 1), top_p,
-// top_k, seed, stop, and model and user, which change nothing. n other than
-// 1, stream, logprobs, non-zero penalties, logit_bias, tools, tool_choice
-// other than "none", a response_format other than text and any other field
-// are refused by name, never ignored.
+// top_k, seed, stop, stream and stream_options.include_usage, and model and
+// user, which change nothing. n other than 1, logprobs, non-zero penalties,
+// logit_bias, tools, tool_choice other than "none", a response_format other
+// than text and any other field are refused by name, never ignored.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "runner/torch/completions.h"
@@ -22,10 +23,20 @@
 
 namespace tailor::runner {
 
+// One chat.completion.chunk object (JSON text) of a streamed reply.
+using ChunkSink = std::function<void(const std::string& chunk)>;
+
 // The reply to `request` (the request's JSON body) from `model`, named
 // `model_name` in the response; 400 naming the field for a bad request or a
-// model without a chat template. Never throws.
+// model without a chat template. With "stream": true the reply goes to
+// `emit` as OpenAI streams it (the assistant's role once the prompt is
+// taken, the text as it becomes final, held back while a stop sequence may
+// begin, a last chunk with the finish reason, then the usage when
+// stream_options.include_usage), and the returned reply is 200 with the
+// body null; an error before the first chunk is an ordinary reply, one
+// after it the returned error. Without `emit`, streaming is refused. Never
+// throws.
 CompletionReply complete_chat(InferenceModel& model, const std::string& model_name, const std::string& request,
-                              const CompletionLimits& limits = {});
+                              const CompletionLimits& limits = {}, const ChunkSink& emit = {});
 
 }  // namespace tailor::runner

@@ -104,7 +104,7 @@ std::size_t first_stop(const std::string& text, const std::vector<std::string>& 
 std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
                                                          std::int64_t max_tokens, const Sampling& s, std::uint64_t seed,
                                                          const Scoring& scoring, const std::string& where,
-                                                         const std::string& param) {
+                                                         const std::string& param, const TextSink& on_text) {
   SamplingOptions so;
   so.max_new_tokens = max_tokens;
   so.temperature = s.temperature;
@@ -114,10 +114,21 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
   so.stop_ids = m.stop_ids;
   data::TextStream stream(*m.tokenizer);
   std::size_t stop_at = std::string::npos;
+  std::size_t sent = 0;  // bytes of text given to on_text
+  bool begun = false;
   auto on_token = [&](std::int32_t id) {
     stream.push(id);
-    if (s.stop.empty()) return true;
-    stop_at = first_stop(stream.text(), s.stop);
+    if (!s.stop.empty()) stop_at = first_stop(stream.text(), s.stop);
+    if (on_text) {
+      const std::string& text = stream.text();
+      // Up to a stop sequence found, else short of what may begin one.
+      const std::size_t safe = stop_at != std::string::npos ? stop_at : text.size() - stop_prefix_at_end(text, s.stop);
+      if (safe > sent || !begun) {
+        on_text(std::string_view(text).substr(sent, safe > sent ? safe - sent : 0));
+        sent = std::max(sent, safe);
+        begun = true;
+      }
+    }
     return stop_at == std::string::npos;
   };
   Result<Generated> g = Status::internal("not run");
@@ -148,7 +159,39 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
     if (!c.scores.empty()) c.scores.pop_back();
   }
   c.stopped = g->stopped || stop_at != std::string::npos;
+  if (on_text && (c.text.size() > sent || !begun))
+    on_text(std::string_view(c.text).substr(std::min(sent, c.text.size())));
   return c;
+}
+
+std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::string>& stops) {
+  std::size_t longest = 0;
+  for (const std::string& stop : stops) {
+    for (std::size_t k = std::min(stop.size() - 1, text.size()); k > longest; --k) {
+      if (text.substr(text.size() - k) == std::string_view(stop).substr(0, k)) {
+        longest = k;
+        break;
+      }
+    }
+  }
+  return longest;
+}
+
+std::string new_response_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char id[48];
+  std::snprintf(id, sizeof id, "%s-%016llx", prefix, static_cast<unsigned long long>(rng()));
+  return id;
+}
+
+std::int64_t now_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Json usage(std::size_t prompt_tokens, std::size_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
 std::variant<Json, CompletionReply> read_body(const InferenceModel& m, const std::string& body) {
@@ -160,19 +203,13 @@ std::variant<Json, CompletionReply> read_body(const InferenceModel& m, const std
 
 CompletionReply response(const char* id_prefix, const char* object, const std::string& model_name, Json choices,
                          std::size_t prompt_tokens, std::size_t completion_tokens) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char id[48];
-  std::snprintf(id, sizeof id, "%s-%016llx", id_prefix, static_cast<unsigned long long>(rng()));
   Json out;
-  out["id"] = id;
+  out["id"] = new_response_id(id_prefix);
   out["object"] = object;
-  out["created"] =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  out["created"] = now_seconds();
   out["model"] = model_name;
   out["choices"] = std::move(choices);
-  out["usage"] = {{"prompt_tokens", prompt_tokens},
-                  {"completion_tokens", completion_tokens},
-                  {"total_tokens", prompt_tokens + completion_tokens}};
+  out["usage"] = usage(prompt_tokens, completion_tokens);
   return {200, out.dump()};
 }
 

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -66,11 +68,23 @@ struct Completion {
 // generation.h with the request's sampling, stopping at the model's stop ids
 // and at `s.stop`'s sequences; the reply with which the request fails
 // otherwise: 400 naming `param` (prefixed `where: `) for a prompt the model
-// cannot take, 503 out of memory, 500 for the rest.
+// cannot take, 503 out of memory, 500 for the rest. `on_text`, when set,
+// sees the text as it becomes final, in pieces whose concatenation is
+// Completion::text: first with "" once the first token is chosen (the
+// prompt was taken), then each piece no stop sequence can still claim.
+using TextSink = std::function<void(std::string_view piece)>;
 std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
                                                          std::int64_t max_tokens, const Sampling& s, std::uint64_t seed,
                                                          const Scoring& scoring, const std::string& where,
-                                                         const std::string& param);
+                                                         const std::string& param, const TextSink& on_text = {});
+
+// How many bytes at the end of `text` may begin a stop sequence (the
+// longest suffix that is a proper prefix of one of `stops`): text a stream
+// holds back until it knows.
+std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::string>& stops);
+
+// "PREFIX-" and 16 random hex digits: a response's id.
+std::string new_response_id(const char* prefix);
 
 // The request body as JSON, or the reply for a body that is not JSON (400)
 // or a model without a tokenizer (500).
@@ -80,5 +94,9 @@ std::variant<Json, CompletionReply> read_body(const InferenceModel& m, const std
 // choices, usage}.
 CompletionReply response(const char* id_prefix, const char* object, const std::string& model_name, Json choices,
                          std::size_t prompt_tokens, std::size_t completion_tokens);
+// Seconds since the epoch: a response's "created".
+std::int64_t now_seconds();
+// {prompt_tokens, completion_tokens, total_tokens}.
+Json usage(std::size_t prompt_tokens, std::size_t completion_tokens);
 
 }  // namespace tailor::runner::openai

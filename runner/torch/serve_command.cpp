@@ -26,7 +26,8 @@ Keeps a model loaded and answers OpenAI requests read one a line from
 stdin, each the route and the body on one line ("/v1/completions {...}" or
 "/v1/chat/completions {...}"), with one line {"status": HTTP status,
 "body": response} on stdout, after a first line {"event": "ready", ...}
-once the model is loaded. `tailor serve` puts an HTTP server in front of
+once the model is loaded; a streamed chat reply writes its chunks first,
+one line {"chunk": {...}} each. `tailor serve` puts an HTTP server in front of
 it. MODEL is as for tailor-runner generate: a model folder, an adapter
 folder or a run's output folder; it must hold the tokenizer's files.
 
@@ -103,7 +104,9 @@ int run_serve_command(const std::vector<std::string>& argv, std::istream& in, st
     if (route == kCompletionsRoute) {
       reply = complete(*model, name, body, limits);
     } else if (route == kChatCompletionsRoute) {
-      reply = complete_chat(*model, name, body, limits);
+      // A streamed reply's chunks go out as they come, before its reply line.
+      reply = complete_chat(*model, name, body, limits,
+                            [&out](const std::string& chunk) { out << kChunkLinePrefix << chunk << "}" << std::endl; });
     } else {
       reply = openai::error_reply(404, "invalid_request_error", "no route " + route);
     }

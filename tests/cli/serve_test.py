@@ -131,9 +131,22 @@ def main():
         reply = json.loads(text)
         check(status == 200 and reply["object"] == "chat.completion" and reply["usage"]["completion_tokens"] == 4
               and reply["choices"][0]["message"]["role"] == "assistant", f"a chat completion: 200 ({text[:200]})")
-        status, text = request(chat_url, json.dumps({"messages": [{"role": "user", "content": "Hello"}],
+        # Streamed: server-sent events as OpenAI sends them, the same text.
+        asked = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12, "temperature": 0}
+        _, whole = request(chat_url, json.dumps(asked).encode(), token=token)
+        status, text = request(chat_url, json.dumps(dict(asked, stream=True, stream_options={"include_usage": True})
+                                                    ).encode(), token=token)
+        events = [line[len("data: "):] for line in text.split("\n\n") if line.startswith("data: ")]
+        chunks = [json.loads(e) for e in events[:-1]]
+        streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+        check(status == 200 and events[-1] == "[DONE]" and chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+              and streamed == json.loads(whole)["choices"][0]["message"]["content"]
+              and chunks[-1]["usage"]["completion_tokens"] == json.loads(whole)["usage"]["completion_tokens"],
+              f"a streamed chat completion: {len(chunks)} chunks, the same text, then [DONE] ({text[-300:]!r})")
+        status, text = request(chat_url, json.dumps({"messages": [{"role": "user", "content": "x" * 2000}],
                                                      "stream": True}).encode(), token=token)
-        check(status == 400 and json.loads(text)["error"]["param"] == "stream", "a streamed chat completion: 400 naming stream")
+        check(status == 400 and "no room" in json.loads(text)["error"]["message"],
+              "a streamed request refused before its first chunk is an ordinary 400")
         status, text = request(root + "/v1/embeddings", b"{}", token=token)
         check(status == 404 and "/v1/chat/completions" in json.loads(text)["error"]["message"],
               "another route: 404 naming those served")

@@ -3,8 +3,8 @@
 // (generate_reference.py chat): the greedy reply to a conversation is the
 // text transformers' generation gives after apply_chat_template(...,
 // add_generation_prompt=True); text parts read as their text joined with a
-// newline; stop sequences, seeds and lengths behave as OpenAI's; what is not
-// served is refused by name. lm-eval's local-chat-completions against
+// newline; stop sequences, seeds and lengths behave as OpenAI's; a streamed
+// reply is the same text in chunks; what is not served is refused by name. lm-eval's local-chat-completions against
 // `tailor serve` is tests/cli/serve_test.py.
 #include <gtest/gtest.h>
 
@@ -132,6 +132,78 @@ TEST_F(ChatCompletionsTest, StopSequencesSeedsAndLengthsBehaveAsOpenAIs) {
   EXPECT_EQ(open["choices"][0]["finish_reason"], "length");
 }
 
+// A streamed reply: the assistant's role first, the text in pieces that add
+// up to the reply asked without stream (a stop sequence's text never sent),
+// the finish reason last, then the usage when asked.
+TEST_F(ChatCompletionsTest, AStreamedReplyIsTheRepliesTextInChunksAsOpenAIStreamsIt) {
+  auto streamed = [&](Json request) {
+    request["stream"] = true;
+    std::vector<Json> chunks;
+    const CompletionReply r = complete_chat(*model_, "tiny", request.dump(), {},
+                                            [&](const std::string& c) { chunks.push_back(Json::parse(c)); });
+    return std::make_pair(r, chunks);
+  };
+  const Json greedy = {{"messages", *conversation_}, {"max_tokens", 24}, {"temperature", 0}};
+  const std::string whole = content(ask(greedy).second);
+  Json with_usage = greedy;
+  with_usage["stream_options"] = {{"include_usage", true}};
+  auto [reply, chunks] = streamed(with_usage);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  ASSERT_GE(chunks.size(), 4u);
+  EXPECT_EQ(chunks.front()["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    EXPECT_EQ(chunks[i]["object"], "chat.completion.chunk");
+    EXPECT_EQ(chunks[i]["id"], chunks[0]["id"]);
+    if (i + 1 < chunks.size() && i + 2 < chunks.size()) {
+      EXPECT_TRUE(chunks[i]["choices"][0]["finish_reason"].is_null()) << chunks[i];
+      text += chunks[i]["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(text, whole);
+  const Json& last = chunks[chunks.size() - 2];
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(last["choices"][0]["delta"].empty()) << last;
+  EXPECT_TRUE(chunks.back()["choices"].empty());
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 24);
+
+  // A stop sequence two characters long from the middle of the text: the
+  // pieces stop before it, none holds any of it.
+  std::size_t from = whole.size() / 2;
+  while (from > 0 && (whole[from] & 0xC0) == 0x80)
+    --from;
+  std::size_t to = from + 1;
+  for (int chars = 1; chars < 2 && to < whole.size(); ++to)
+    chars += (whole[to] & 0xC0) != 0x80 ? 1 : 0;
+  while (to < whole.size() && (whole[to] & 0xC0) == 0x80)
+    ++to;
+  const std::string stop = whole.substr(from, to - from);
+  Json stopped = greedy;
+  stopped["stop"] = stop;
+  auto [stop_reply, stop_chunks] = streamed(stopped);
+  ASSERT_EQ(stop_reply.status, 200);
+  std::string cut;
+  for (const Json& c : stop_chunks) {
+    const Json& delta = c["choices"][0]["delta"];
+    if (delta.contains("content")) cut += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(cut, content(ask(stopped).second));
+  EXPECT_EQ(cut, whole.substr(0, whole.find(stop)));
+  EXPECT_EQ(stop_chunks.back()["choices"][0]["finish_reason"], "stop");
+
+  // Refused before any chunk: a prompt with no room, stream_options alone,
+  // and a caller that cannot take a stream.
+  auto [long_reply, none] = streamed({{"messages", {{{"role", "user"}, {"content", std::string(2000, 'x')}}}}});
+  EXPECT_EQ(long_reply.status, 400);
+  EXPECT_TRUE(none.empty());
+  auto [options_status, options] = ask({{"messages", *conversation_}, {"stream_options", {{"include_usage", true}}}});
+  EXPECT_EQ(options_status, 400);
+  EXPECT_EQ(options["error"]["param"], "stream_options") << options;
+  auto [no_sink_status, no_sink] = ask({{"messages", *conversation_}, {"stream", true}});
+  EXPECT_EQ(no_sink_status, 400);
+  EXPECT_EQ(no_sink["error"]["param"], "stream") << no_sink;
+}
+
 TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
   const Json& m = *conversation_;
   const std::vector<std::pair<Json, std::string>> cases = {
@@ -143,7 +215,8 @@ TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
       {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}}}}}}},
        "messages[0].content[0]: a \"image_url\" part; only text parts"},
       {{{"messages", m}, {"n", 2}}, "n: only 1"},
-      {{{"messages", m}, {"stream", true}}, "stream: "},
+      {{{"messages", m}, {"stream", "yes"}}, "stream: expected true or false"},
+      {{{"messages", m}, {"stream", true}, {"stream_options", {{"colour", 1}}}}, "stream_options: unknown field"},
       {{{"messages", m}, {"logprobs", true}}, "logprobs: "},
       {{{"messages", m}, {"top_logprobs", 2}}, "top_logprobs: "},
       {{{"messages", m}, {"frequency_penalty", 0.5}}, "frequency_penalty: "},

@@ -1,0 +1,72 @@
+#include "daemon/serving/streamed_reply.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace tailor::daemon {
+namespace {
+
+// What the call's thread hands to the HTTP server's stream poll.
+struct Relay {
+  std::mutex mu;
+  std::condition_variable changed;
+  std::string pending;  // events not yet sent
+  bool streaming = false;
+  bool finished = false;
+  Result<WorkerReply> reply = Status::internal("not answered yet");
+};
+
+}  // namespace
+
+HttpResponse answer_streamed(std::shared_ptr<CompletionWorker> worker, std::string route, std::string body,
+                             std::function<void()> done, std::function<HttpResponse(const Status&)> failed) {
+  auto relay = std::make_shared<Relay>();
+  // Detached, holding what it uses: a client that leaves does not stop the
+  // generation, which ends by its own limits; the worker answers one
+  // request at a time meanwhile.
+  std::thread([worker, relay, route = std::move(route), body = std::move(body), done = std::move(done)] {
+    auto reply = worker->call(route, body, [&relay](std::string chunk) {
+      {
+        std::lock_guard<std::mutex> lock(relay->mu);
+        relay->pending += "data: " + chunk + "\n\n";
+        relay->streaming = true;
+      }
+      relay->changed.notify_all();
+    });
+    {
+      std::lock_guard<std::mutex> lock(relay->mu);
+      relay->reply = std::move(reply);
+      relay->finished = true;
+    }
+    relay->changed.notify_all();
+    if (done) done();
+  }).detach();
+
+  std::unique_lock<std::mutex> lock(relay->mu);
+  relay->changed.wait(lock, [&] { return relay->streaming || relay->finished; });
+  if (!relay->streaming) {
+    if (!relay->reply.is_ok()) return failed(relay->reply.status());
+    return HttpResponse::json(relay->reply->status, std::move(relay->reply->body));
+  }
+  HttpResponse res;
+  res.content_type = "text/event-stream";
+  res.headers.emplace_back("Cache-Control", "no-store");
+  res.stream = [relay, failed = std::move(failed)](std::string& out) {
+    std::lock_guard<std::mutex> guard(relay->mu);
+    out += relay->pending;
+    relay->pending.clear();
+    if (!relay->finished) return true;
+    if (!relay->reply.is_ok()) {
+      out += "data: " + failed(relay->reply.status()).body + "\n\n";
+    } else if (relay->reply->status != 200) {
+      out += "data: " + relay->reply->body + "\n\n";
+    }
+    out += "data: [DONE]\n\n";
+    return false;
+  };
+  return res;
+}
+
+}  // namespace tailor::daemon
