@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/text.h"
-#include "core/unique_fd.h"
 #include "core/units.h"
 #include "dsl/chat_records.h"
 #include "dsl/conversation_json.h"
@@ -453,6 +452,19 @@ Status deliver_record_json(std::string_view json, std::int64_t number, const std
 namespace {
 
 // An open file descriptor, closed when it goes.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
 
 // Up to `limit` bytes of `fd` from `offset` appended to `out`; the count read
 // (short only at the end of the file).
@@ -535,7 +547,7 @@ Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& s
   }
   // Never opened unless regular: opening a FIFO would wait for a writer.
   if (!S_ISREG(st.st_mode)) return Status::invalid_argument(path + ": is " + kind_of(st.st_mode) + ", not a data file");
-  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return Status::io_error(path + ": cannot be read: " + std::strerror(errno));
   struct stat opened{};
   if (::fstat(fd.get(), &opened) != 0) return Status::io_error(path + ": cannot be read: " + std::strerror(errno));

@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/text.h"
-#include "core/unique_fd.h"
 #include "dsl/table_module.h"
 
 namespace tailor::dsl {
@@ -81,9 +80,23 @@ Result<int> open_plain(const std::string& path) {
   return fd;
 }
 
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 Result<std::string> read_small(const std::string& path, const DataFileOpener& open) {
   TAILOR_ASSIGN_OR_RETURN(const int raw, open ? open(path) : open_plain(path));
-  const UniqueFd fd(raw);
+  const Fd fd(raw);
   std::string out;
   char buf[65536];
   while (true) {
@@ -102,7 +115,7 @@ class TableFile {
   static Result<TableFile> open(const TailorTablesApi* api, const std::string& path, DataFormat format,
                                 const DataFileOpener& opener) {
     TAILOR_ASSIGN_OR_RETURN(const int raw, opener ? opener(path) : open_plain(path));
-    const UniqueFd fd(raw);
+    const Fd fd(raw);
     char error[1024] = {};
     void* t = api->open(fd.get(), format == DataFormat::kParquet ? kTailorTableParquet : kTailorTableArrow, error,
                         sizeof error);

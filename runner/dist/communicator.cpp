@@ -1,5 +1,4 @@
 #include "runner/dist/communicator.h"
-#include "core/unique_fd.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -88,6 +87,33 @@ TransferError transfer(int out_fd, const char* out, std::size_t out_n, int in_fd
   return {};
 }
 
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  int release() {
+    const int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
 void tune(int fd) {
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -114,8 +140,8 @@ std::string address_text(in_addr a, int port) {
   return std::string(buf) + ":" + std::to_string(port);
 }
 
-Result<UniqueFd> listen_on(in_addr a, int port) {
-  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+Result<Fd> listen_on(in_addr a, int port) {
+  Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (s.get() < 0) return Status::unavailable("socket: " + errno_text(errno));
   const int one = 1;
   ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -137,15 +163,15 @@ int bound_port(int fd) {
   return ntohs(sa.sin_port);
 }
 
-// Accepts one connection before `deadline`; an empty UniqueFd on time-out.
-Result<UniqueFd> accept_until(int listener, Clock::time_point deadline) {
+// Accepts one connection before `deadline`; an empty Fd on time-out.
+Result<Fd> accept_until(int listener, Clock::time_point deadline) {
   for (;;) {
     pollfd p{listener, POLLIN, 0};
     const int r = ::poll(&p, 1, remaining_ms(deadline));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return Status::unavailable("poll: " + errno_text(errno));
-    if (r == 0) return UniqueFd();
-    UniqueFd c(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+    if (r == 0) return Fd();
+    Fd c(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
     if (c.get() >= 0) {
       tune(c.get());
       return c;
@@ -157,10 +183,10 @@ Result<UniqueFd> accept_until(int listener, Clock::time_point deadline) {
 }
 
 // Connects, retrying while nobody listens yet (ranks start in any order).
-Result<UniqueFd> connect_until(in_addr a, int port, Clock::time_point deadline) {
+Result<Fd> connect_until(in_addr a, int port, Clock::time_point deadline) {
   int last = 0;
   while (Clock::now() < deadline) {
-    UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (s.get() < 0) return Status::unavailable("socket: " + errno_text(errno));
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
@@ -230,7 +256,7 @@ Result<std::unique_ptr<Communicator>> Communicator::connect(const RankEnv& env, 
   const int world = env.world, rank = env.rank;
   std::vector<int> fds(static_cast<std::size_t>(world), -1);
   if (world == 1) return std::unique_ptr<Communicator>(new Communicator(0, 1, std::move(fds), options.collective_timeout));
-  std::vector<UniqueFd> links(static_cast<std::size_t>(world));
+  std::vector<Fd> links(static_cast<std::size_t>(world));
   const auto deadline = Clock::now() + options.rendezvous_timeout;
   auto master = resolve(env.master_addr);
   if (!master.is_ok()) return master.status();
