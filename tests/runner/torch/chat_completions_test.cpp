@@ -21,27 +21,15 @@ namespace tailor::runner {
 namespace {
 
 using Json = nlohmann::json;
-using tailor::testing::TempDir;
 
-class ChatCompletionsTest : public ::testing::Test {
+class ChatCompletionsTest : public TinyChatModelTest {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    ASSERT_TRUE(generate_reference(*dir_, "chat " + dir_->path().string()));
-    auto m = open_on_cpu(dir_->file("model"));
-    ASSERT_TRUE(m.is_ok()) << m.status().message();
-    model_ = new InferenceModel(std::move(*m));
+    TinyChatModelTest::SetUpTestSuite();
     std::ifstream conversation(dir_->file("conversation.json")), reference(dir_->file("reference.json"));
-    conversation_ = new Json(Json::parse(conversation));
-    reference_ = new Json(Json::parse(reference));
+    conversation_ = Json::parse(conversation);
+    reference_ = Json::parse(reference);
   }
-  static void TearDownTestSuite() {
-    delete reference_;
-    delete conversation_;
-    delete model_;
-    delete dir_;
-  }
-  void SetUp() override { ASSERT_NE(model_, nullptr); }
 
   static std::pair<int, Json> ask(const Json& request, CompletionLimits limits = {}) {
     const CompletionReply r = complete_chat(*model_, "tiny", request.dump(), limits);
@@ -49,33 +37,26 @@ class ChatCompletionsTest : public ::testing::Test {
   }
   static std::string content(const Json& body) { return body["choices"][0]["message"]["content"]; }
 
-  static TempDir* dir_;
-  static InferenceModel* model_;
-  static Json* conversation_;  // system and user turns
-  static Json* reference_;     // transformers' prompt ids, greedy ids and their text
+  inline static Json conversation_;  // system and user turns
+  inline static Json reference_;     // transformers' prompt ids, greedy ids and their text
 };
 
-TempDir* ChatCompletionsTest::dir_ = nullptr;
-InferenceModel* ChatCompletionsTest::model_ = nullptr;
-Json* ChatCompletionsTest::conversation_ = nullptr;
-Json* ChatCompletionsTest::reference_ = nullptr;
-
 TEST_F(ChatCompletionsTest, AGreedyReplyIsTransformersGenerationAfterTheChatTemplate) {
-  const std::size_t n = (*reference_)["ids"].size();
-  auto [status, body] = ask({{"messages", *conversation_}, {"max_tokens", n}, {"temperature", 0}, {"model", "x"}});
+  const std::size_t n = reference_["ids"].size();
+  auto [status, body] = ask({{"messages", conversation_}, {"max_tokens", n}, {"temperature", 0}, {"model", "x"}});
   ASSERT_EQ(status, 200) << body;
   EXPECT_EQ(body["object"], "chat.completion");
   EXPECT_EQ(body["model"], "tiny");
   EXPECT_EQ(body["choices"].size(), 1u);
   EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
-  EXPECT_EQ(content(body), (*reference_)["text"]);
-  EXPECT_EQ(body["usage"]["prompt_tokens"], (*reference_)["prompt"].size());
+  EXPECT_EQ(content(body), reference_["text"]);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], reference_["prompt"].size());
   EXPECT_EQ(body["usage"]["completion_tokens"], n);
   EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(body.value("id", std::string()).rfind("chatcmpl-", 0), 0u) << body;
 
   // The user's turn as two text parts: their text joined with "\n".
-  Json parts = *conversation_, joined = *conversation_;
+  Json parts = conversation_, joined = conversation_;
   const std::string user = joined[1]["content"];
   const std::size_t cut = user.find(' ');
   parts[1]["content"] = Json::array(
@@ -89,7 +70,7 @@ TEST_F(ChatCompletionsTest, AGreedyReplyIsTransformersGenerationAfterTheChatTemp
 }
 
 TEST_F(ChatCompletionsTest, StopSequencesSeedsAndLengthsBehaveAsOpenAIs) {
-  const Json greedy = {{"messages", *conversation_}, {"max_completion_tokens", 24}, {"temperature", 0}};
+  const Json greedy = {{"messages", conversation_}, {"max_completion_tokens", 24}, {"temperature", 0}};
   auto [status, body] = ask(greedy);
   ASSERT_EQ(status, 200) << body;
   const std::string whole = content(body);
@@ -119,14 +100,14 @@ TEST_F(ChatCompletionsTest, StopSequencesSeedsAndLengthsBehaveAsOpenAIs) {
   EXPECT_EQ(content(cut), whole.substr(0, whole.find(stop)));
   EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
 
-  Json sampled = {{"messages", *conversation_}, {"max_tokens", 24}, {"temperature", 1.5}, {"seed", 11}};
+  Json sampled = {{"messages", conversation_}, {"max_tokens", 24}, {"temperature", 1.5}, {"seed", 11}};
   const std::string a = content(ask(sampled).second), b = content(ask(sampled).second);
   sampled["seed"] = 12;
   EXPECT_EQ(a, b);
   EXPECT_NE(a, content(ask(sampled).second));
 
   // Unasked, the reply may run to the end of the context.
-  auto [s3, open] = ask({{"messages", *conversation_}, {"temperature", 0}});
+  auto [s3, open] = ask({{"messages", conversation_}, {"temperature", 0}});
   ASSERT_EQ(s3, 200) << open;
   EXPECT_EQ(open["usage"]["total_tokens"].get<std::int64_t>(), model_->model->arch().max_seq_len) << open;
   EXPECT_EQ(open["choices"][0]["finish_reason"], "length");
@@ -143,7 +124,7 @@ TEST_F(ChatCompletionsTest, AStreamedReplyIsTheRepliesTextInChunksAsOpenAIStream
                                             [&](const std::string& c) { chunks.push_back(Json::parse(c)); });
     return std::make_pair(r, chunks);
   };
-  const Json greedy = {{"messages", *conversation_}, {"max_tokens", 24}, {"temperature", 0}};
+  const Json greedy = {{"messages", conversation_}, {"max_tokens", 24}, {"temperature", 0}};
   const std::string whole = content(ask(greedy).second);
   Json with_usage = greedy;
   with_usage["stream_options"] = {{"include_usage", true}};
@@ -196,16 +177,16 @@ TEST_F(ChatCompletionsTest, AStreamedReplyIsTheRepliesTextInChunksAsOpenAIStream
   auto [long_reply, none] = streamed({{"messages", {{{"role", "user"}, {"content", std::string(2000, 'x')}}}}});
   EXPECT_EQ(long_reply.status, 400);
   EXPECT_TRUE(none.empty());
-  auto [options_status, options] = ask({{"messages", *conversation_}, {"stream_options", {{"include_usage", true}}}});
+  auto [options_status, options] = ask({{"messages", conversation_}, {"stream_options", {{"include_usage", true}}}});
   EXPECT_EQ(options_status, 400);
   EXPECT_EQ(options["error"]["param"], "stream_options") << options;
-  auto [no_sink_status, no_sink] = ask({{"messages", *conversation_}, {"stream", true}});
+  auto [no_sink_status, no_sink] = ask({{"messages", conversation_}, {"stream", true}});
   EXPECT_EQ(no_sink_status, 400);
   EXPECT_EQ(no_sink["error"]["param"], "stream") << no_sink;
 }
 
 TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
-  const Json& m = *conversation_;
+  const Json& m = conversation_;
   const std::vector<std::pair<Json, std::string>> cases = {
       {{{"messages", m}, {"frobnicate", 1}}, "unknown field \"frobnicate\""},
       {{{"max_tokens", 1}}, "messages: required"},

@@ -19,35 +19,15 @@ namespace tailor::runner {
 namespace {
 
 using Json = nlohmann::json;
-using tailor::testing::TempDir;
 
-class CompletionsTest : public ::testing::Test {
+class CompletionsTest : public TinyChatModelTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    ASSERT_TRUE(generate_reference(*dir_, "chat " + dir_->path().string()));
-    auto m = open_on_cpu(dir_->file("model"));
-    ASSERT_TRUE(m.is_ok()) << m.status().message();
-    model_ = new InferenceModel(std::move(*m));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
-  void SetUp() override { ASSERT_NE(model_, nullptr); }
-
   // The reply's status and body.
   static std::pair<int, Json> ask(const Json& request, CompletionLimits limits = {}) {
     const CompletionReply r = complete(*model_, "tiny", request.dump(), limits);
     return {r.status, Json::parse(r.body)};
   }
-
-  static TempDir* dir_;
-  static InferenceModel* model_;
 };
-
-TempDir* CompletionsTest::dir_ = nullptr;
-InferenceModel* CompletionsTest::model_ = nullptr;
 
 TEST_F(CompletionsTest, EchoScoresThePromptAsGenerationScoredItsTokens) {
   const std::string text = "The capital of Japan is";

@@ -49,4 +49,28 @@ inline Result<InferenceModel> open_on_cpu(const std::string& target, const std::
   return open_inference_model(s, torch::kCPU, "auto");
 }
 
+// A suite over the tiny chat model (generate_reference.py chat: a ChatML
+// Qwen2-style model with a trained byte-level tokenizer, its conversation
+// and transformers' greedy reply), made and opened once per suite.
+class TinyChatModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new tailor::testing::TempDir();
+    ASSERT_TRUE(generate_reference(*dir_, "chat " + dir_->path().string()));
+    auto m = open_on_cpu(dir_->file("model"));
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    model_ = new InferenceModel(std::move(*m));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete dir_;
+    model_ = nullptr;
+    dir_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(model_, nullptr); }
+
+  inline static tailor::testing::TempDir* dir_ = nullptr;
+  inline static InferenceModel* model_ = nullptr;
+};
+
 }  // namespace tailor::runner
