@@ -18,7 +18,7 @@
 namespace tailor::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: tailor catalog models|gpus [OPTIONS]
+constexpr const char* kCatalogHelp = R"(usage: tailor catalog models|gpus [OPTIONS]
 
 Lists the catalog: the model presets a spec's model.preset and
 `tailor plan --model` accept (family, exact parameter count, shape, context),
@@ -130,7 +130,7 @@ void list_gpus(const dsl::Catalog& c, bool json, std::ostream& out) {
 }  // namespace
 
 int run_catalog(const Argv& argv, Streams io) {
-  auto command = parse_command(argv, {{"output", true}, {"catalog", true}}, "catalog", kHelp, io);
+  auto command = parse_command(argv, {{"output", true}, {"catalog", true}}, "catalog", kCatalogHelp, io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   const std::string format = args.get("output", "text");
@@ -138,9 +138,9 @@ int run_catalog(const Argv& argv, Streams io) {
   if (what.size() != 1 || (what[0] != "models" && what[0] != "gpus") || (format != "text" && format != "json")) {
     io.err << "tailor catalog: "
            << (what.size() != 1 || (what[0] != "models" && what[0] != "gpus") ? "expected models or gpus"
-                                                                                : "--output must be text or json")
+                                                                              : "--output must be text or json")
            << "\n"
-           << kHelp;
+           << kCatalogHelp;
     return kExitUsage;
   }
   auto options = spec_options(args);

@@ -41,11 +41,6 @@ options:
                        once
 )";
 
-std::string pad(std::string s, std::size_t width) {
-  if (s.size() < width) s.resize(width, ' ');
-  return s;
-}
-
 // One job's progress from its newest metric and its runner's start event.
 Progress progress_of(const RestClient& client, const Json& job) {
   Progress p;
@@ -183,14 +178,14 @@ int run_top(const Argv& argv, Streams io) {
       }
       for (const Json& j : list->value("jobs", Json::array())) {
         if (shown++ == 0) {
-          table << pad("ID", 20) << pad("NAME", 20) << pad("STATE", 10) << "PROGRESS\n";
+          table << pad_right("ID", 20) << pad_right("NAME", 20) << pad_right("STATE", 10) << "PROGRESS\n";
         }
         const Progress p = state == std::string("running") ? progress_of(client, j) : Progress{j.value("name", ""), state};
         rows.push_back({{"id", j.value("id", "")}, {"name", p.name}, {"state", p.state}, {"step", p.step},
                         {"total_steps", p.total}, {"loss", p.loss >= 0 ? Json(p.loss) : Json()},
                         {"tokens_per_second", p.tokens_per_second}, {"peak_bytes", p.peak_bytes},
                         {"eta_seconds", p.eta_seconds >= 0 ? Json(p.eta_seconds) : Json()}});
-        table << pad(j.value("id", ""), 20) << pad(p.name, 20) << pad(p.state, 10)
+        table << pad_right(j.value("id", ""), 20) << pad_right(p.name, 20) << pad_right(p.state, 10)
               << (state == std::string("running") ? progress_line(p, true) : "") << "\n";
       }
     }

@@ -11,7 +11,7 @@
 namespace tailor::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: tailor import axolotl FILE.yml [-o OUT.yaml] [--name NAME]
+constexpr const char* kImportHelp = R"(usage: tailor import axolotl FILE.yml [-o OUT.yaml] [--name NAME]
 
 Converts an Axolotl fine-tuning config into a Tailor job spec. Keys that
 have no Tailor equivalent are reported as warnings with their line; strategy
@@ -28,12 +28,13 @@ options:
 }  // namespace
 
 int run_import(const Argv& argv, Streams io) {
-  auto command = parse_command(argv, {{"output-file", true, false, 'o'}, {"name", true}, {"force", false}}, "import", kHelp, io);
+  auto command = parse_command(argv, {{"output-file", true, false, 'o'}, {"name", true}, {"force", false}}, "import",
+                               kImportHelp, io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   const auto& pos = args.positional();
   if (pos.size() != 2 || pos[0] != "axolotl") {
-    io.err << "tailor import: expected 'axolotl FILE'\n" << kHelp;
+    io.err << "tailor import: expected 'axolotl FILE'\n" << kImportHelp;
     return kExitUsage;
   }
   const std::string& file = pos[1];

@@ -72,12 +72,6 @@ std::string str(const Json& j, const char* key, const std::string& fallback = "-
   return j[key].dump();
 }
 
-std::string pad(std::string s, std::size_t width) {
-  if (s.size() < width) s.resize(width, ' ');
-  return s;
-}
-
-
 // The strategy of a plan document in one line (the planner's own summary).
 std::string describe_strategy(const Json& plan) {
   return plan.is_object() && plan.contains("summary") && plan["summary"].is_string() ? plan["summary"].get<std::string>()
@@ -145,7 +139,7 @@ int run_status(const Argv& argv, Streams io) {
     return kExitOk;
   }
   const Json& j = *job;
-  auto row = [&](const char* k, const std::string& v) { io.out << "  " << pad(k, 14) << v << "\n"; };
+  auto row = [&](const char* k, const std::string& v) { io.out << "  " << pad_right(k, 14) << v << "\n"; };
   io.out << str(j, "id") << " (" << str(j, "name") << ")\n";
   row("state", str(j, "state"));
   row("priority", str(j, "priority", "0"));

@@ -26,7 +26,7 @@
 namespace tailor::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: tailor plan [OPTIONS] JOB.yaml
+constexpr const char* kPlanHelp = R"(usage: tailor plan [OPTIONS] JOB.yaml
        tailor plan --model PRESET|FOLDER [--gpus SPEC] [--adapter A] [--seq-len N] [--batch N]
 
 Plans a job: predicts each GPU's peak memory by component, walks the OOM
@@ -74,24 +74,20 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-std::string pad(std::string s, std::size_t width) {
-  if (s.size() < width) s.resize(width, ' ');
-  return s;
-}
-
 // The chosen plan and its alternatives side by side: memory, spare and speed.
 void print_alternatives_table(const strategies::Plan& plan, std::ostream& out) {
   out << "\nThe chosen plan and the best of each other kind\n";
-  out << "  " << pad("", 3) << pad("PER GPU", 10) << pad("SPARE", 10) << pad("TOKENS/S", 10) << pad("SPEED", 8)
-      << "STRATEGY / WHY NOT\n";
+  out << "  " << pad_right("", 3) << pad_right("PER GPU", 10) << pad_right("SPARE", 10) << pad_right("TOKENS/S", 10)
+      << pad_right("SPEED", 8) << "STRATEGY / WHY NOT\n";
   const double base = plan.chosen.throughput.tokens_per_second;
   auto line = [&](const char* mark, const strategies::Candidate& c, const std::string& why) {
     const Bytes spare = c.spare();
-    out << "  " << pad(mark, 3) << pad(c.memory.per_device.total().to_string(), 10)
-        << pad(spare.count() >= 0 ? spare.to_string() : "-" + (Bytes(0) - spare).to_string(), 10)
-        << pad(fmt("%.0f", c.throughput.tokens_per_second), 10)
-        << pad(base > 0 ? fmt("%.2fx", c.throughput.tokens_per_second / base) : "-", 8) << c.strategy.describe() << "\n";
-    if (!why.empty()) out << "  " << pad("", 41) << why << "\n";
+    out << "  " << pad_right(mark, 3) << pad_right(c.memory.per_device.total().to_string(), 10)
+        << pad_right(spare.count() >= 0 ? spare.to_string() : "-" + (Bytes(0) - spare).to_string(), 10)
+        << pad_right(fmt("%.0f", c.throughput.tokens_per_second), 10)
+        << pad_right(base > 0 ? fmt("%.2fx", c.throughput.tokens_per_second / base) : "-", 8) << c.strategy.describe()
+        << "\n";
+    if (!why.empty()) out << "  " << pad_right("", 41) << why << "\n";
   };
   line(plan.fits ? "*" : "x", plan.chosen, plan.fits ? "chosen" : "closest; does not fit");
   for (const auto& a : plan.alternatives) line(" ", a.candidate, a.why);
@@ -154,7 +150,7 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   }
   out << "\n";
   out << (plan.fits ? "Strategy (fits)\n" : "Closest strategy (does NOT fit)\n");
-  auto row = [&](const std::string& k, const std::string& v) { out << "  " << pad(k, 24) << v << "\n"; };
+  auto row = [&](const std::string& k, const std::string& v) { out << "  " << pad_right(k, 24) << v << "\n"; };
   row("precision", dsl::to_string(s.precision));
   row("gradient checkpointing", s.checkpoint_every == 0   ? "off"
                                 : s.checkpoint_every == 1 ? "every layer"
@@ -205,21 +201,21 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
           : s.num_gpus > 1 ? "per rank (host, CPU training, " + std::to_string(s.num_gpus) + " ranks sharing it)"
                            : std::string("(host, CPU training)"))
       << "\n";
-  auto mem = [&](const char* k, Bytes b) { out << "  " << pad(k, 24) << b.to_string() << "\n"; };
+  auto mem = [&](const char* k, Bytes b) { out << "  " << pad_right(k, 24) << b.to_string() << "\n"; };
   for (const strategies::MemoryComponent& c : strategies::kMemoryComponents) mem(c.label, m.*c.member);
   if (m.overlap.count() > 0) mem("less not live at once", Bytes(0) - m.overlap);
-  out << "  " << pad("total", 24) << m.total().to_string() << "\n";
-  out << "  " << pad("budget", 24) << plan.budget_per_device.to_string() << " ("
+  out << "  " << pad_right("total", 24) << m.total().to_string() << "\n";
+  out << "  " << pad_right("budget", 24) << plan.budget_per_device.to_string() << " ("
       << (plan.on_cpu ? plan.hardware.host_memory : plan.hardware.gpus.front().memory).to_string() << " less "
       << fmt("%.0f%%", plan.headroom * 100) << " headroom)";
   const Bytes free = plan.budget_per_device - m.total();
   out << (free.count() >= 0 ? ", " + free.to_string() + " to spare\n" : ", " + (Bytes(0) - free).to_string() + " short\n");
   if (!plan.on_cpu) {
-    out << "  " << pad("reserved (allocator)", 24) << plan.chosen.reserved.to_string() << " at the peak ("
+    out << "  " << pad_right("reserved (allocator)", 24) << plan.chosen.reserved.to_string() << " at the peak ("
         << dsl::to_string(spec.planner.runtime) << " runtime's fragmentation)\n";
   }
   if (s.offload != Offload::kNone) {
-    out << "  " << pad("host RAM (offload)", 24) << plan.chosen.memory.host.to_string() << " of "
+    out << "  " << pad_right("host RAM (offload)", 24) << plan.chosen.memory.host.to_string() << " of "
         << plan.host_budget.to_string() << "\n";
   }
   out << "\nThroughput (estimate): " << fmt("%.2f", plan.chosen.throughput.step_seconds) << " s per step, "
@@ -295,7 +291,7 @@ int plan_remote(const Args& args, const dsl::JobSpec& spec, const std::string& f
     io.out << "\nMemory per device (estimate)\n";
     for (const auto& [k, v] : per.items()) {
       if (v.is_number_integer() && v.get<std::int64_t>() > 0) {
-        io.out << "  " << pad(k, 22) << Bytes(v.get<std::int64_t>()).to_string() << "\n";
+        io.out << "  " << pad_right(k, 22) << Bytes(v.get<std::int64_t>()).to_string() << "\n";
       }
     }
   }
@@ -364,7 +360,7 @@ int run_plan(const Argv& argv, Streams io) {
                                                                   {"explain", false},
                                                                   {"seq-len", true},
                                                                   {"batch", true}})),
-                               "plan", kHelp, io);
+                               "plan", kPlanHelp, io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   const std::string format = args.get("output", "text");
@@ -376,7 +372,7 @@ int run_plan(const Argv& argv, Streams io) {
                : quick                           ? "--model plans without a spec file"
                                                  : "expected one spec file (or --model)")
            << "\n"
-           << kHelp;
+           << kPlanHelp;
     return kExitUsage;
   }
   for (const char* flag : {"adapter", "seq-len", "batch"}) {

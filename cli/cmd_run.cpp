@@ -24,7 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kHelp = R"(usage: tailor run [OPTIONS] JOB.yaml
+constexpr const char* kRunHelp = R"(usage: tailor run [OPTIONS] JOB.yaml
 
 Plans the job for this machine (or --gpus) and trains it in the foreground
 with tailor-runner, showing step, loss, tokens/s, memory and ETA. The run
@@ -58,11 +58,14 @@ exit codes: 0 trained, 1 invalid spec or data, 2 bad command line,
 }  // namespace
 
 int run_run(const Argv& argv, Streams io) {
-  auto command = parse_command(argv, with_spec_flags({{"out", true}, {"resume", false}, {"memory-limit", true}, {"device", true}, {"gpus", true}}), "run", kHelp, io);
+  auto command = parse_command(
+      argv,
+      with_spec_flags({{"out", true}, {"resume", false}, {"memory-limit", true}, {"device", true}, {"gpus", true}}),
+      "run", kRunHelp, io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   if (args.positional().size() != 1) {
-    io.err << "tailor run: expected one spec file\n" << kHelp;
+    io.err << "tailor run: expected one spec file\n" << kRunHelp;
     return kExitUsage;
   }
   auto options = spec_options(args);

@@ -15,7 +15,7 @@
 namespace tailor::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: tailor submit [OPTIONS] JOB.yaml
+constexpr const char* kSubmitHelp = R"(usage: tailor submit [OPTIONS] JOB.yaml
 
 Validates the job spec here (extends, vars and --set applied, every problem
 with file:line:col), then submits the resolved spec to tailord, which plans,
@@ -52,7 +52,7 @@ std::string random_key() {
 
 int run_submit(const Argv& argv, Streams io) {
   const std::string help =
-      std::string(kHelp) + kReconnectHelp + kRemoteFlagsHelp + "  -h, --help          show this help\n";
+      std::string(kSubmitHelp) + kReconnectHelp + kRemoteFlagsHelp + "  -h, --help          show this help\n";
   auto command = parse_command(argv,
                                with_remote_flags(with_spec_flags({{"wait", false},
                                                                   {"dry-run", false},

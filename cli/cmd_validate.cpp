@@ -14,7 +14,7 @@
 namespace tailor::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: tailor validate [OPTIONS] FILE...
+constexpr const char* kValidateHelp = R"(usage: tailor validate [OPTIONS] FILE...
 
 Checks job specs: YAML syntax, keys, types, ranges, presets, files, and the
 rules between fields, and reads the data files as the runner will (files up
@@ -89,7 +89,9 @@ nlohmann::ordered_json data_json(const dsl::LoadedSpec& loaded) {
 }  // namespace
 
 int run_validate(const Argv& argv, Streams io) {
-  auto command = parse_command(argv, with_spec_flags({{"resolved", false}, {"output", true}, {"quiet", false, false, 'q'}}), "validate", kHelp, io);
+  auto command =
+      parse_command(argv, with_spec_flags({{"resolved", false}, {"output", true}, {"quiet", false, false, 'q'}}),
+                    "validate", kValidateHelp, io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   const std::string format = args.get("output", "text");
@@ -98,7 +100,7 @@ int run_validate(const Argv& argv, Streams io) {
     return kExitUsage;
   }
   if (args.positional().empty()) {
-    io.err << "tailor validate: no spec file given\n" << kHelp;
+    io.err << "tailor validate: no spec file given\n" << kValidateHelp;
     return kExitUsage;
   }
   auto options = spec_options(args);

@@ -40,6 +40,11 @@ std::vector<std::string> split(std::string_view s, char sep) {
   return out;
 }
 
+std::string pad_right(std::string s, std::size_t width) {
+  if (s.size() < width) s.resize(width, ' ');
+  return s;
+}
+
 std::string group_thousands(long long n) {
   const std::string text = std::to_string(n);
   const std::size_t sign = n < 0 ? 1 : 0;

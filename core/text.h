@@ -17,6 +17,8 @@ bool starts_with(std::string_view s, std::string_view prefix);
 // n with a comma between groups of three digits, as messages count rows
 // and records: 1234567 -> "1,234,567", -1234 -> "-1,234".
 std::string group_thousands(long long n);
+// s followed by spaces up to `width` bytes (table cells of ASCII text).
+std::string pad_right(std::string s, std::size_t width);
 
 // Damerau-Levenshtein (optimal string alignment) distance, case-insensitive.
 std::size_t edit_distance(std::string_view a, std::string_view b);

@@ -112,6 +112,9 @@ bool has_sliding_window(const ModelFamilyInfo& f);
 // arch.sliding_window in every block but the family's global ones.
 std::int64_t layer_window(const ModelArch& a, std::int64_t layer);
 const ModelFamilyInfo& family_info(ModelFamily f);
+// Whether the architecture's family builds GPT-2 blocks (biases, Conv1D
+// weights, learned positions, LayerNorm).
+inline bool gpt2_blocks(const ModelArch& a) { return family_info(a.family).block == BlockKind::kGpt2; }
 // By spec name (= model_type); nullptr when unknown.
 const ModelFamilyInfo* family_by_name(std::string_view name);
 // "llama, gpt2, mistral or qwen2".

@@ -16,14 +16,7 @@ Status write_file_atomic(const std::string& path, const std::string& content, Du
     std::string msg = "creating " + tmp + ": " + std::strerror(err);
     return err == ENOSPC || err == EDQUOT ? Status::no_space(std::move(msg)) : Status::io_error(std::move(msg));
   }
-  std::size_t done = 0;
-  bool ok = true;
-  while (ok && done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<std::size_t>(n);
-  }
+  bool ok = write_all(fd, content.data(), content.size());
   ok = ok && (durability == Durability::kProcess || ::fsync(fd) == 0);
   const int err = errno;
   ::close(fd);
@@ -35,5 +28,19 @@ Status write_file_atomic(const std::string& path, const std::string& content, Du
   }
   return Status::ok();
 }
+
+bool write_all(int fd, const void* data, std::size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace tailor::platform

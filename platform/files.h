@@ -1,6 +1,7 @@
 // Writing files so that a reader (or a crash) never sees half of one.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "core/status.h"
@@ -21,5 +22,12 @@ enum class Durability {
 // file is removed on failure.
 Status write_file_atomic(const std::string& path, const std::string& content,
                          Durability durability = Durability::kPowerCut);
+
+// Writes all n bytes of data to fd (retrying short writes and EINTR), or
+// returns false with errno set.
+bool write_all(int fd, const void* data, std::size_t n);
+
+// strerror(errno), read at once, before another call can change errno.
+std::string errno_text();
 
 }  // namespace tailor::platform

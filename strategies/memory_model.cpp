@@ -33,8 +33,6 @@ bool targeted(std::string_view target, const std::vector<std::string>& targets) 
   return targets.empty() || std::find(targets.begin(), targets.end(), target) != targets.end();
 }
 
-bool gpt2_block(const ModelArch& a) { return dsl::family_info(a.family).block == dsl::BlockKind::kGpt2; }
-
 // 8-bit optimizers keep ordinary states for tensors below this many
 // elements (bitsandbytes' min_8bit_size; tailor-runner's
 // kAdamw8bitMinElements in runner/torch/adamw_8bit.h). Without it a small
@@ -72,8 +70,8 @@ ParameterCounts count_parameters(const ModelArch& a) {
     c.largest_expert = c.expert_quantizable > 0 ? up : 0;
   }
   c.other = c.total - c.block_linear - c.expert;
-  const std::int64_t embeddings = a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) +
-                                  (gpt2_block(a) ? a.max_seq_len * a.hidden : 0);
+  const std::int64_t embeddings =
+      a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) + (dsl::gpt2_blocks(a) ? a.max_seq_len * a.hidden : 0);
   c.per_layer = a.layers > 0 ? (c.total - embeddings) / a.layers : 0;
   return c;
 }
@@ -193,7 +191,7 @@ std::vector<ActivationTerm> layer_activation_terms(const ModelArch& a, BatchShap
     return names;
   };
 
-  if (gpt2_block(a)) {
+  if (dsl::gpt2_blocks(a)) {
     // Korthikanti section 4.1, generalised from 4h to the MLP width i.
     add("ln_1 input", e * sbh);
     add("c_attn input (ln_1 output)", e * sbh, {"c_attn"});
@@ -361,7 +359,7 @@ ModelState full_model_state(const Setting& g) {
     // 1-D tensors of about `hidden` elements: below the 8-bit threshold
     // here, so they keep 32-bit states.
     const std::int64_t embeddings = g.a.vocab * g.a.hidden + (g.head_own ? g.head_params : 0) +
-                                    (gpt2_block(g.a) ? g.a.max_seq_len * g.a.hidden : 0);
+                                    (dsl::gpt2_blocks(g.a) ? g.a.max_seq_len * g.a.hidden : 0);
     const double small = static_cast<double>(std::max<std::int64_t>(0, pc.other - embeddings));
     m.states += small * (optimizer_bytes_per_param(Optimizer::kAdamw, st.precision) -
                          optimizer_bytes_per_param(st.optimizer, st.precision));
@@ -542,7 +540,7 @@ LayerActivations layer_activations(const Setting& g) {
   // 0.45-0.6 MB (2-6%) above the estimate on the 3M-parameter Llama,
   // whatever the stage.
   out.backward_transient = out.largest_term + 2 * out.input;
-  if (g.adapter && in.fused_kernels && !gpt2_block(a) && !dsl::family_info(a.family).gemma && !a.moe()) {
+  if (g.adapter && in.fused_kernels && !dsl::gpt2_blocks(a) && !dsl::family_info(a.family).gemma && !a.moe()) {
     out.backward_transient =
         std::max(out.backward_transient, 3 * g.e * s * b * static_cast<double>(a.intermediate) + out.input);
   }

@@ -10,8 +10,13 @@
 #include <cstring>
 #include <set>
 
+#include "platform/files.h"
+
 namespace tailor::runner::io {
 namespace {
+
+using platform::errno_text;
+using platform::write_all;
 
 static_assert(std::endian::native == std::endian::little, "GGUF is written little-endian");
 
@@ -72,20 +77,6 @@ class Bytes {
  private:
   std::string out_;
 };
-
-std::string errno_text() { return std::strerror(errno); }
-
-bool write_all(int fd, const void* data, std::size_t n) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
 
 std::int64_t elements(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;

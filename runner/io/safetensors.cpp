@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/text.h"
+#include "platform/files.h"
 #include "runner/data/file_io.h"
 
 // The format stores little-endian values and the reader hands out views of
@@ -24,6 +25,9 @@ static_assert(std::endian::native == std::endian::little, "safetensors I/O suppo
 
 namespace tailor::runner::io {
 namespace {
+
+using platform::errno_text;
+using platform::write_all;
 
 // The reference implementation refuses headers above 100 MB (safetensors
 // lib.rs, MAX_HEADER_SIZE = 100_000_000); so do we, so that a corrupt length
@@ -46,8 +50,6 @@ std::optional<DType> parse_dtype(std::string_view s) {
   }
   return std::nullopt;
 }
-
-std::string errno_text() { return std::strerror(errno); }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
@@ -112,21 +114,6 @@ Status parse_entry(const std::string& file, const std::string& name, const nlohm
                ", which needs " + std::to_string(*nbytes));
   }
   return Status::ok();
-}
-
-// Writes all of `data` or fails with errno set.
-bool write_all(int fd, const void* data, std::size_t n) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ struct ChatRequest {
   bool include_usage = false;  // stream_options.include_usage
 };
 
-const std::vector<std::string>& known_fields() {
+const std::vector<std::string>& known_chat_fields() {
   // clang-format off
   static const std::vector<std::string> fields = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop",
@@ -72,9 +72,9 @@ std::optional<Problem> read_messages(const Json& j, ChatRequest& r) {
   return std::nullopt;
 }
 
-std::variant<ChatRequest, Problem> parse(const Json& j, const CompletionLimits& limits) {
+std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const CompletionLimits& limits) {
   if (!j.is_object()) return Problem{"", "the request body must be a JSON object"};
-  if (auto bad = check_known(j, known_fields())) return *bad;
+  if (auto bad = check_known(j, known_chat_fields())) return *bad;
   ChatRequest r;
   if (auto bad = read_messages(j, r)) return *bad;
   for (const auto& [key, off, why] : std::vector<std::tuple<const char*, Json, std::string>>{
@@ -163,7 +163,7 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
                               const CompletionLimits& limits, const ChunkSink& emit) {
   auto parsed = read_body(model, body);
   if (auto* failed = std::get_if<CompletionReply>(&parsed)) return std::move(*failed);
-  auto request = parse(std::get<Json>(parsed), limits);
+  auto request = parse_chat_request(std::get<Json>(parsed), limits);
   if (const auto* bad = std::get_if<Problem>(&request)) return bad_request(*bad);
   const ChatRequest& r = std::get<ChatRequest>(request);
   auto prompt = prompt_ids_of_conversation(model, r.record.dump());

@@ -20,14 +20,14 @@ namespace {
 using namespace openai;
 using Ids = std::vector<std::int32_t>;
 
-const std::vector<std::string>& known_fields() {
+const std::vector<std::string>& known_completion_fields() {
   static const std::vector<std::string> fields = {
       "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "echo", "logprobs",
       "n", "best_of", "stream", "presence_penalty", "frequency_penalty", "logit_bias", "suffix", "user"};
   return fields;
 }
 
-struct Request {
+struct CompletionRequest {
   std::vector<std::variant<std::string, Ids>> prompts;
   std::int64_t max_tokens = 16;
   Sampling sampling;
@@ -46,7 +46,7 @@ std::optional<Problem> read_ids(const Json& list, const std::string& where, Ids&
   return std::nullopt;
 }
 
-std::optional<Problem> read_prompts(const Json& p, Request& r) {
+std::optional<Problem> read_prompts(const Json& p, CompletionRequest& r) {
   if (p.is_string()) {
     r.prompts.emplace_back(p.get<std::string>());
     return std::nullopt;
@@ -74,10 +74,10 @@ std::optional<Problem> read_prompts(const Json& p, Request& r) {
   return std::nullopt;
 }
 
-std::variant<Request, Problem> parse(const Json& j, const CompletionLimits& limits) {
+std::variant<CompletionRequest, Problem> parse_completion_request(const Json& j, const CompletionLimits& limits) {
   if (!j.is_object()) return Problem{"", "the request body must be a JSON object"};
-  if (auto bad = check_known(j, known_fields())) return *bad;
-  Request r;
+  if (auto bad = check_known(j, known_completion_fields())) return *bad;
+  CompletionRequest r;
   if (!j.contains("prompt")) return Problem{"prompt", "prompt: required"};
   if (auto bad = read_prompts(j["prompt"], r)) return *bad;
   if (static_cast<std::int64_t>(r.prompts.size()) > limits.max_prompts) {
@@ -120,7 +120,7 @@ struct Choice {
 };
 
 // One prompt's choice, or the status with which the whole request fails.
-std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const Request& r, std::size_t index,
+std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const CompletionRequest& r, std::size_t index,
                                                    std::uint64_t seed) {
   const data::Tokenizer& tok = *m.tokenizer;
   const std::string where = "prompt" + (r.prompts.size() > 1 ? "[" + std::to_string(index) + "]" : std::string());
@@ -192,9 +192,9 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
                          const CompletionLimits& limits) {
   auto parsed = read_body(model, body);
   if (auto* failed = std::get_if<CompletionReply>(&parsed)) return std::move(*failed);
-  auto request = parse(std::get<Json>(parsed), limits);
+  auto request = parse_completion_request(std::get<Json>(parsed), limits);
   if (const auto* bad = std::get_if<Problem>(&request)) return bad_request(*bad);
-  const Request& r = std::get<Request>(request);
+  const CompletionRequest& r = std::get<CompletionRequest>(request);
   const std::uint64_t seed = r.sampling.seed ? *r.sampling.seed : std::random_device{}();
   Json choices = Json::array();
   std::size_t prompt_tokens = 0, completion_tokens = 0;

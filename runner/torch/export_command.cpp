@@ -24,9 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
-constexpr int kOk = 0, kInvalid = 1, kFailed = 5;
-
-constexpr const char* kHelp = R"(usage: tailor-runner export MODEL -o DIR [OPTIONS]
+constexpr const char* kExportHelp = R"(usage: tailor-runner export MODEL -o DIR [OPTIONS]
        tailor-runner export MODEL --format gguf -o FILE [--outtype T] [OPTIONS]
 
 Writes a trained model as one Hugging Face folder: config.json, the weights
@@ -148,7 +146,7 @@ int write_gguf_file(const InferenceModel& model, const ModelSources& sources, co
   std::error_code ec;
   if (fs::path parent = dest.parent_path(); !parent.empty()) {
     fs::create_directories(parent, ec);
-    if (ec) return command.fail(kFailed, "cannot create " + parent.string() + ": " + ec.message());
+    if (ec) return command.fail(kModelCommandFailed, "cannot create " + parent.string() + ": " + ec.message());
   }
   // With --quantize, the --outtype file is llama-quantize's input, beside
   // the destination, and removed after.
@@ -157,12 +155,12 @@ int write_gguf_file(const InferenceModel& model, const ModelSources& sources, co
   if (!summary.is_ok()) {
     const StatusCode code = summary.status().code();
     const bool bad_input = code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound;
-    return command.fail(bad_input ? kInvalid : kFailed, summary.status().message());
+    return command.fail(bad_input ? kModelCommandInvalid : kModelCommandFailed, summary.status().message());
   }
   if (!quantize.tool.empty()) {
     Status s = run_llama_quantize(quantize, written, dest.string());
     fs::remove(written, ec);
-    if (!s.is_ok()) return command.fail(kFailed, s.message());
+    if (!s.is_ok()) return command.fail(kModelCommandFailed, s.message());
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::uintmax_t bytes = fs::file_size(dest, ec);
@@ -184,7 +182,7 @@ int write_gguf_file(const InferenceModel& model, const ModelSources& sources, co
     j["bytes"] = bytes;
     j["seconds"] = seconds;
     out << j.dump() << "\n";
-    return kOk;
+    return kModelCommandOk;
   }
   char line[200];
   const std::string type = quantize.type.empty() ? outtype : quantize.type + " (llama-quantize from " + outtype + ")";
@@ -197,14 +195,14 @@ int write_gguf_file(const InferenceModel& model, const ModelSources& sources, co
   }
   for (const std::string& w : summary->warnings) command.err << "  warning: " << w << "\n";
   if (o.chat_template.empty()) command.err << "  no chat template: llama.cpp formats chats with its own default\n";
-  return kOk;
+  return kModelCommandOk;
 }
 
 }  // namespace
 
 int run_export_command(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  const ModelCommand command{"export", kHelp, out, err};
-  int exit_code = kOk;
+  const ModelCommand command{"export", kExportHelp, out, err};
+  int exit_code = kModelCommandOk;
   const auto parsed = command.parse(argv,
                                     {{"out", true, false, 'o'}, {"adapter", true}, {"format", true},
                                      {"dtype", true}, {"outtype", true}, {"quantize", true}, {"force", false},
@@ -238,8 +236,9 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
     if (outtype == "q8_0") return usage("--quantize starts from an f16, bf16 or f32 file, not --outtype q8_0");
     auto tool = platform::find_executable("llama-quantize", "", "TAILOR_LLAMA_QUANTIZE");
     if (!tool.is_ok()) {
-      return fail(kInvalid, "--quantize " + quantize.type + " needs llama.cpp's llama-quantize, which was not found (" +
-                                tool.status().message() + "); export --outtype f16 and quantize the file with it");
+      return fail(kModelCommandInvalid,
+                  "--quantize " + quantize.type + " needs llama.cpp's llama-quantize, which was not found (" +
+                      tool.status().message() + "); export --outtype f16 and quantize the file with it");
     }
     quantize.tool = *tool;
   }
@@ -250,18 +249,19 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   const fs::path dest = fs::path(args.get("out")).lexically_normal();
   std::error_code ec;
   if (fs::exists(dest, ec) && !args.has("force")) {
-    return fail(kInvalid, dest.string() + " exists; choose another " + (gguf ? "file" : "folder") +
-                              ", or give --force to replace it");
+    return fail(kModelCommandInvalid, dest.string() + " exists; choose another " + (gguf ? "file" : "folder") +
+                                          ", or give --force to replace it");
   }
-  if (gguf && fs::is_directory(dest, ec)) return fail(kInvalid, dest.string() + " is a folder; -o names the GGUF file");
+  if (gguf && fs::is_directory(dest, ec))
+    return fail(kModelCommandInvalid, dest.string() + " is a folder; -o names the GGUF file");
 
   auto sources = resolve_model_sources(args.positional()[0], args.get("adapter"));
-  if (!sources.is_ok()) return fail(kInvalid, sources.status().message());
+  if (!sources.is_ok()) return fail(kModelCommandInvalid, sources.status().message());
   const auto start = std::chrono::steady_clock::now();
   // fp32 on the host whatever is asked: the merge adds in fp32 and the
   // weights are rounded once, at the end.
   auto model = open_inference_model(*sources, torch::kCPU, "fp32");
-  if (!model.is_ok()) return fail(kInvalid, model.status().message());
+  if (!model.is_ok()) return fail(kModelCommandInvalid, model.status().message());
   const std::string chosen = dtype == "auto" ? folder_dtype(sources->base) : dtype;
   HfExport extras;
   if (model->tokenizer) {
@@ -271,15 +271,16 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   if (model->chat) extras.chat_template = model->chat->template_text;
   try {
     if (!sources->adapter.empty()) {
-      if (Status s = merge_lora(*model->model, torch::kFloat32); !s.is_ok()) return fail(kFailed, s.message());
+      if (Status s = merge_lora(*model->model, torch::kFloat32); !s.is_ok())
+        return fail(kModelCommandFailed, s.message());
     }
     if (!gguf) model->model->to(torch_dtype(chosen));
   } catch (const c10::Error& e) {
-    return fail(kFailed, std::string("converting: ") + e.what_without_backtrace());
+    return fail(kModelCommandFailed, std::string("converting: ") + e.what_without_backtrace());
   }
   if (gguf) return write_gguf_file(*model, *sources, dest, outtype, quantize, output, start, out, command);
   if (Status s = save_hf_model(model->model, dest.string(), kDefaultMaxShardBytes, extras); !s.is_ok()) {
-    return fail(kFailed, s.message());
+    return fail(kModelCommandFailed, s.message());
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::uintmax_t bytes = folder_bytes(dest);
@@ -300,7 +301,7 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
     err << "exported " << sources->base << (sources->adapter.empty() ? "" : " with " + sources->adapter + " merged")
         << " to " << dest.string() << line;
   }
-  return kOk;
+  return kModelCommandOk;
 }
 
 }  // namespace tailor::runner

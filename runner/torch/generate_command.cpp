@@ -20,9 +20,8 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr int kOk = 0, kInvalid = 1, kFailed = 5;
-
-constexpr const char* kHelp = R"(usage: tailor-runner generate MODEL [OPTIONS] (--prompt TEXT | --prompt-file FILE | --messages FILE | --prompt-ids IDS)
+constexpr const char* kGenerateHelp =
+    R"(usage: tailor-runner generate MODEL [OPTIONS] (--prompt TEXT | --prompt-file FILE | --messages FILE | --prompt-ids IDS)
 
 Generates text with a model on this machine: the completion is streamed to
 stdout as it is produced and a summary goes to stderr, or, with --output
@@ -126,14 +125,14 @@ Result<std::string> conversation_of_file(const std::string& path) {
 }
 
 int fail(std::ostream& err, int code, const Status& s) {
-  return ModelCommand{"generate", kHelp, err, err}.fail(code, s.message());
+  return ModelCommand{"generate", kGenerateHelp, err, err}.fail(code, s.message());
 }
 
 }  // namespace
 
 int run_generate_command(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  const ModelCommand command{"generate", kHelp, out, err};
-  int exit_code = kOk;
+  const ModelCommand command{"generate", kGenerateHelp, out, err};
+  int exit_code = kModelCommandOk;
   const auto parsed = command.parse(
       argv,
       {{"adapter", true},     {"prompt", true}, {"prompt-file", true}, {"messages", true}, {"prompt-ids", true},
@@ -175,7 +174,7 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
       if (!v.is_ok()) return bad(v.status());
       so.stop_ids.push_back(static_cast<std::int32_t>(*v));
     }
-    if (Status s = check_sampling(so); !s.is_ok()) return fail(err, kInvalid, s);
+    if (Status s = check_sampling(so); !s.is_ok()) return fail(err, kModelCommandInvalid, s);
   }
   if (args.has("threads")) {
     auto t = integer_of("threads", args.get("threads"));
@@ -183,17 +182,17 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
     at::set_num_threads(static_cast<int>(*t));
   }
   auto device = choose_inference_device(args.get("device", "auto"));
-  if (!device.is_ok()) return fail(err, kInvalid, device.status());
+  if (!device.is_ok()) return fail(err, kModelCommandInvalid, device.status());
 
   auto sources = resolve_model_sources(args.positional()[0], args.get("adapter"));
-  if (!sources.is_ok()) return fail(err, kInvalid, sources.status());
+  if (!sources.is_ok()) return fail(err, kModelCommandInvalid, sources.status());
   const bool quiet = args.has("quiet");
   if (!quiet) {
     err << "loading " << sources->base << (sources->adapter.empty() ? "" : " with the adapter " + sources->adapter)
         << " on " << device->name << "\n";
   }
   auto model = open_inference_model(*sources, device->device, args.get("dtype", "auto"));
-  if (!model.is_ok()) return fail(err, kInvalid, model.status());
+  if (!model.is_ok()) return fail(err, kModelCommandInvalid, model.status());
 
   Result<std::vector<std::int32_t>> prompt = Status::internal("no prompt");
   if (args.has("prompt")) prompt = prompt_ids_of_text(*model, args.get("prompt"));
@@ -207,7 +206,7 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
     prompt = conversation.is_ok() ? prompt_ids_of_conversation(*model, *conversation)
                                   : Result<std::vector<std::int32_t>>(conversation.status());
   }
-  if (!prompt.is_ok()) return fail(err, kInvalid, prompt.status());
+  if (!prompt.is_ok()) return fail(err, kModelCommandInvalid, prompt.status());
   so.stop_ids.insert(so.stop_ids.end(), model->stop_ids.begin(), model->stop_ids.end());
 
   // Text streams as it is produced; without a tokenizer, ids do.
@@ -244,7 +243,8 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
   }
   if (!generated.is_ok()) {
     if (streaming) out << "\n";
-    return fail(err, generated.status().code() == StatusCode::kInvalidArgument ? kInvalid : kFailed,
+    return fail(err,
+                generated.status().code() == StatusCode::kInvalidArgument ? kModelCommandInvalid : kModelCommandFailed,
                 generated.status());
   }
   const std::size_t n = generated->ids.size();
@@ -263,7 +263,7 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
       err << line << (generated->stopped ? "stopped at token " + std::to_string(generated->ids.back()) : "length limit")
           << "\n";
     }
-    return kOk;
+    return kModelCommandOk;
   }
   Json j;
   if (events) j["event"] = "done";
@@ -282,7 +282,7 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
   j["decode_seconds"] = generated->decode_seconds;
   j["tokens_per_second"] = per_second;
   out << j.dump() << "\n";
-  return kOk;
+  return kModelCommandOk;
 }
 
 }  // namespace tailor::runner

@@ -42,8 +42,6 @@ struct Slot {
   bool optional = false;
 };
 
-bool is_gpt2(const dsl::ModelArch& a) { return dsl::family_info(a.family).block == dsl::BlockKind::kGpt2; }
-
 // The model's parameter (model.cpp) that holds a fused projection.
 const char* param_of(dsl::Projection p, bool gpt2) {
   switch (p) {
@@ -61,7 +59,7 @@ const char* param_of(dsl::Projection p, bool gpt2) {
 // body's tensors ("model.", "transformer.", or "" for GPT-2 files without it).
 std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body, ModelHead head) {
   const dsl::ModelFamilyInfo& f = dsl::family_info(a.family);
-  const bool gpt2 = is_gpt2(a);  // biases everywhere, Conv1D weights, learned positions
+  const bool gpt2 = dsl::gpt2_blocks(a);  // biases everywhere, Conv1D weights, learned positions
   const std::int64_t c = a.hidden;
   std::vector<Slot> s;
   auto add = [&](std::string hf, std::string param, std::vector<std::int64_t> shape, std::int64_t row0 = 0,
@@ -137,7 +135,7 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 bool harmless_extra(const dsl::ModelArch& a, const std::string& name, ModelHead head) {
   // A reward model started from a causal language model drops its head.
   if (head == ModelHead::kScore && name == "lm_head.weight") return true;
-  if (is_gpt2(a)) {
+  if (dsl::gpt2_blocks(a)) {
     if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) return true;
   } else if (ends_with(name, ".rotary_emb.inv_freq")) {
     return true;
@@ -205,7 +203,7 @@ Status load_checked(CausalLM& model, const std::string& folder) {
   const dsl::ModelArch& arch = model->arch();
   // GPT-2 files are written with and without the body prefix.
   const std::string body = dsl::family_info(arch.family).tensors.body;
-  std::string prefix = is_gpt2(arch) ? "" : body;
+  std::string prefix = dsl::gpt2_blocks(arch) ? "" : body;
   for (const auto& [name, loc] : tensors) {
     if (name.rfind(body, 0) == 0) prefix = body;
   }

@@ -18,8 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using torch::Tensor;
 
-bool is_gpt2(const dsl::ModelArch& a) { return dsl::family_info(a.family).block == dsl::BlockKind::kGpt2; }
-
 // Inverted dropout keeping a one-byte mask for backward instead of a mask in
 // the input's dtype (what x * bernoulli would save): (e + 1) bytes per
 // element with the dropped copy, as memory_model.cpp counts.
@@ -339,7 +337,7 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
       {"target_modules", modules},
       {"bias", "none"},
       // GPT-2's Hugging Face layers are Conv1D, whose weight is (in, out).
-      {"fan_in_fan_out", is_gpt2(a->arch)},
+      {"fan_in_fan_out", dsl::gpt2_blocks(a->arch)},
       {"inference_mode", true},
       {"init_lora_weights", true},
       {"modules_to_save", nullptr},

@@ -17,8 +17,6 @@ namespace {
 using torch::Tensor;
 namespace F = torch::nn::functional;
 
-bool is_gpt2(const dsl::ModelArch& a) { return dsl::family_info(a.family).block == dsl::BlockKind::kGpt2; }
-
 // RMSNorm (Zhang & Sennrich 2019) as one autograd node that keeps only its
 // input and the fp32 inverse RMS per token for backward: composed from ATen
 // ops, autograd would also keep the normalised copy x * r (one more
@@ -143,7 +141,7 @@ struct CausalLMImpl::Layer : torch::nn::Module {
       q_norm = register_parameter("q_norm", torch::ones({d}));
       k_norm = register_parameter("k_norm", torch::ones({d}));
     }
-    if (is_gpt2(a)) {
+    if (dsl::gpt2_blocks(a)) {
       norm1_b = register_parameter("norm1_bias", torch::zeros({c}));
       norm2_b = register_parameter("norm2_bias", torch::zeros({c}));
       qkv_b = register_parameter("qkv_bias", torch::zeros({q + 2 * kv}));
@@ -174,13 +172,14 @@ struct CausalLMImpl::Layer : torch::nn::Module {
 CausalLMImpl::CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_every, ModelHead head)
     : arch_(arch), checkpoint_every_(checkpoint_every) {
   embed_ = register_module("embed", torch::nn::Embedding(arch.vocab, arch.hidden));
-  if (is_gpt2(arch)) pos_embed_ = register_module("pos_embed", torch::nn::Embedding(arch.max_seq_len, arch.hidden));
+  if (dsl::gpt2_blocks(arch))
+    pos_embed_ = register_module("pos_embed", torch::nn::Embedding(arch.max_seq_len, arch.hidden));
   for (std::int64_t i = 0; i < arch.layers; ++i) {
     layers_.push_back(register_module("layer" + std::to_string(i), std::make_shared<Layer>(arch)));
   }
   final_norm_weight_ = register_parameter(
       "final_norm", dsl::family_info(arch.family).gemma ? torch::zeros({arch.hidden}) : torch::ones({arch.hidden}));
-  if (is_gpt2(arch)) final_norm_bias_ = register_parameter("final_norm_bias", torch::zeros({arch.hidden}));
+  if (dsl::gpt2_blocks(arch)) final_norm_bias_ = register_parameter("final_norm_bias", torch::zeros({arch.hidden}));
   if (head == ModelHead::kScore) {
     score_ = register_parameter("score", torch::empty({1, arch.hidden}));
   } else if (!arch.tie_embeddings) {
@@ -216,7 +215,7 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
   const auto* l = static_cast<const Layer*>(layers_[i].get());
   const std::int64_t b = x.size(0), t = x.size(1), d = arch_.head_dim();
   const std::int64_t heads = arch_.heads, kv_heads = arch_.kv_heads;
-  const bool gpt2 = is_gpt2(arch_), gemma = dsl::family_info(arch_.family).gemma;
+  const bool gpt2 = dsl::gpt2_blocks(arch_), gemma = dsl::family_info(arch_.family).gemma;
 
   Tensor h = gpt2 ? torch::layer_norm(x, {arch_.hidden}, l->norm1, l->norm1_b, arch_.norm_eps)
                   : norm_of(arch_, x, l->norm1);
@@ -372,7 +371,7 @@ Tensor CausalLMImpl::embed(const Tensor& input_ids, const Tensor& positions) {
 // layers by their own base (local_cos/sin).
 CausalLMImpl::RopeTables CausalLMImpl::rope_tables(const Tensor& positions) {
   RopeTables r;
-  if (is_gpt2(arch_)) return r;
+  if (dsl::gpt2_blocks(arch_)) return r;
   const bool local_rope = arch_.rope_local_theta > 0;
   if (!rope_inv_freq_.defined() || rope_inv_freq_.device() != positions.device()) {
     rope_inv_freq_ = torch::tensor(dsl::rope_inverse_frequencies(arch_), torch::kFloat64).to(positions.device());
@@ -394,8 +393,9 @@ CausalLMImpl::RopeTables CausalLMImpl::rope_tables(const Tensor& positions) {
 }
 
 Tensor CausalLMImpl::final_norm(const Tensor& x) const {
-  return is_gpt2(arch_) ? torch::layer_norm(x, {arch_.hidden}, final_norm_weight_, final_norm_bias_, arch_.norm_eps)
-                        : norm_of(arch_, x, final_norm_weight_);
+  return dsl::gpt2_blocks(arch_)
+             ? torch::layer_norm(x, {arch_.hidden}, final_norm_weight_, final_norm_bias_, arch_.norm_eps)
+             : norm_of(arch_, x, final_norm_weight_);
 }
 
 Tensor CausalLMImpl::hidden_states(const ModelInput& in) {

@@ -12,6 +12,10 @@
 
 namespace tailor::runner {
 
+// Their exit codes: 0 done, 1 bad input, 2 a bad command line (usage()),
+// 5 the work failed.
+constexpr int kModelCommandOk = 0, kModelCommandInvalid = 1, kModelCommandFailed = 5;
+
 struct ModelCommand {
   const char* name;  // "generate"
   const char* help;  // its usage text

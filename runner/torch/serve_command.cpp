@@ -18,9 +18,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr int kOk = 0, kInvalid = 1;
-
-constexpr const char* kHelp = R"(usage: tailor-runner serve MODEL [OPTIONS]
+constexpr const char* kServeHelp = R"(usage: tailor-runner serve MODEL [OPTIONS]
 
 Keeps a model loaded and answers OpenAI requests read one a line from
 stdin, each the route and the body on one line ("/v1/completions {...}" or
@@ -46,8 +44,8 @@ exit codes: 0 input ended, 1 bad input (the folder), 2 bad command line
 }  // namespace
 
 int run_serve_command(const std::vector<std::string>& argv, std::istream& in, std::ostream& out, std::ostream& err) {
-  const ModelCommand command{"serve", kHelp, out, err};
-  int exit_code = kOk;
+  const ModelCommand command{"serve", kServeHelp, out, err};
+  int exit_code = kModelCommandOk;
   const auto parsed = command.parse(argv,
                                     {{"adapter", true}, {"name", true}, {"device", true}, {"dtype", true},
                                      {"threads", true}, {"max-tokens", true}},
@@ -69,7 +67,7 @@ int run_serve_command(const std::vector<std::string>& argv, std::istream& in, st
       at::set_num_threads(static_cast<int>(v));
     }
   }
-  auto fail = [&](const Status& s) { return command.fail(kInvalid, s.message()); };
+  auto fail = [&](const Status& s) { return command.fail(kModelCommandInvalid, s.message()); };
   auto device = choose_inference_device(args.get("device", "auto"));
   if (!device.is_ok()) return fail(device.status());
   auto sources = resolve_model_sources(args.positional()[0], args.get("adapter"));
@@ -113,7 +111,7 @@ int run_serve_command(const std::vector<std::string>& argv, std::istream& in, st
     // The body is already JSON: spliced in rather than parsed again.
     out << "{\"status\":" << reply.status << ",\"body\":" << reply.body << "}" << std::endl;
   }
-  return kOk;
+  return kModelCommandOk;
 }
 
 }  // namespace tailor::runner

@@ -29,32 +29,59 @@ grep -Eq "$cuda_flags" "$work/configure/compile_commands.json" &&
 # The neutral sources, preprocessed as this build compiles them and as the
 # CPU-only variant would (tailor_runner_torch_objects_cpu: never built, its
 # commands are the CPU-only flags). Equal text, equal objects. Without
-# -fpch-preprocess, -E reads the precompiled header's text.
-preprocess_all() {  # TARGET OUT_DIR
+# -fpch-preprocess, -E reads the precompiled header's text. Under unity
+# builds (TAILOR_UNITY_BUILD) a batch is preprocessed whole, LibTorch's
+# headers once for its sources; a batch that differs is preprocessed again
+# a source at a time, so that the message names the source.
+sources_of() {  # SOURCE: the sources a unity batch includes, or SOURCE itself
+  case $1 in
+    */Unity/unity_*) sed -nE 's/^#include "(.+)"$/\1/p' "$1" ;;
+    *) echo "$1" ;;
+  esac
+}
+commands_of() {  # TARGET: its compile commands
+  ninja -C "$build" -t commands "$1" | grep -E " -c [^ ]+\.(cpp|cxx)$" | grep -F "/$1.dir/"
+}
+preprocess_all() {  # TARGET OUT_DIR [each]: one text per command, or per source with "each"
   mkdir -p "$2"
-  local i=0 cmd source
+  local i=0 cmd batch source
   while read -r cmd; do
-    source=${cmd##* -c }
-    { echo "cd '$build' || exit 1"
-      sed -E 's/ -MD / /; s/ -MT [^ ]+ / /; s/ -MF [^ ]+ / /; s# -o [^ ]+ # -E -P -o '"$2/$(basename "$source").i"' #' <<<"$cmd"
-    } >"$2/$i.sh"
-    i=$((i + 1))
-  done < <(ninja -C "$build" -t commands "$1" | grep -E " -c [^ ]+\.cpp$" | grep -F "/$1.dir/")
+    batch=${cmd##* -c }
+    while read -r source; do
+      { echo "cd '$build' || exit 1"
+        sed -E 's/ -MD / /; s/ -MT [^ ]+ / /; s/ -MF [^ ]+ / /; s# -o [^ ]+ # -E -P -o '"$2/$(basename "$source").i"' #; s# -c [^ ]+$# -c '"$source"'#' <<<"$cmd"
+      } >"$2/$i.sh"
+      i=$((i + 1))
+    done < <(if [[ ${3:-} == each ]]; then cd "$build" && sources_of "$batch"; else echo "$batch"; fi)
+  done < <(commands_of "$1")
   ((i > 0)) || fail "no compile commands for $1"
   printf '%s\n' "$2"/*.sh | xargs -P "$(nproc)" -n 1 sh || fail "preprocessing $1's sources"
 }
+compare_all() {  # CUDA_DIR CPU_DIR: prints the names whose texts differ
+  local cuda_pp name cpu_pp
+  for cuda_pp in "$1"/*.i; do
+    name=$(basename "$cuda_pp")
+    cpu_pp="$2/$name"
+    [[ -f $cpu_pp ]] || fail "${name%.i} has no CPU-only compile command"
+    # The whole of <torch/torch.h> is in the text, so the header was read.
+    (($(stat -c %s "$cuda_pp") > 1000000)) || fail "${name%.i}: the preprocessed text is too short to hold LibTorch"
+    cmp -s "$cuda_pp" "$cpu_pp" || echo "$name"
+  done
+}
 preprocess_all tailor_runner_torch_objects "$work/pp-cuda"
 preprocess_all tailor_runner_torch_objects_cpu "$work/pp-cpu"
+differ=$(compare_all "$work/pp-cuda" "$work/pp-cpu")
+if [[ -n $differ ]]; then
+  preprocess_all tailor_runner_torch_objects "$work/each-cuda" each
+  preprocess_all tailor_runner_torch_objects_cpu "$work/each-cpu" each
+  name=$(compare_all "$work/each-cuda" "$work/each-cpu" | head -1)
+  [[ -n $name ]] || fail "${differ%%$'\n'*} preprocesses differently with TAILOR_CUDA=0, though each of its sources alike"
+  fail "runner/torch/${name%.i} reads CUDA's flags (it preprocesses differently with TAILOR_CUDA=0 or without CUDA's defines): list it in TAILOR_RUNNER_TORCH_CUDA_SOURCES (runner/CMakeLists.txt). First difference: $(diff "$work/each-cuda/$name" "$work/each-cpu/$name" | head -4)"
+fi
 n=0
-for cuda_pp in "$work"/pp-cuda/*.i; do
-  name=$(basename "$cuda_pp")
-  cpu_pp="$work/pp-cpu/$name"
-  [[ -f $cpu_pp ]] || fail "${name%.i} has no CPU-only compile command"
-  # The whole of <torch/torch.h> is in the text, so the header was read.
-  (($(stat -c %s "$cuda_pp") > 1000000)) || fail "${name%.i}: the preprocessed text is too short to hold LibTorch"
-  cmp -s "$cuda_pp" "$cpu_pp" || fail "runner/torch/${name%.i} reads CUDA's flags (it preprocesses differently with TAILOR_CUDA=0 or without CUDA's defines): list it in TAILOR_RUNNER_TORCH_CUDA_SOURCES (runner/CMakeLists.txt). First difference: $(diff "$cuda_pp" "$cpu_pp" | head -4)"
-  n=$((n + 1))
-done
+while read -r cmd; do
+  n=$((n + $(cd "$build" && sources_of "${cmd##* -c }" | wc -l)))
+done < <(commands_of tailor_runner_torch_objects)
 rm -rf "$work/pp-cuda" "$work/pp-cpu"
 echo "build_without_cuda: $n CUDA-neutral sources preprocess alike with and without CUDA"
 

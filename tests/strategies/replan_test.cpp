@@ -10,7 +10,7 @@
 namespace tailor::strategies {
 namespace {
 
-dsl::JobSpec load(const std::string& example) {
+dsl::JobSpec load_example(const std::string& example) {
   const auto loaded =
       dsl::load_job_spec((std::filesystem::path(TAILOR_SOURCE_DIR) / "configs/examples" / example).string());
   EXPECT_TRUE(loaded.ok()) << loaded.diagnostics.to_string();
@@ -35,7 +35,7 @@ dsl::JobSpec detected(dsl::JobSpec spec) {
 // When a smaller micro-batch fits, every other knob stays: the optimizer
 // (whose states the checkpoint holds), the adapter, checkpointing.
 TEST(ReplanTest, ASmallerMicroBatchKeepsEveryOtherKnob) {
-  const dsl::JobSpec spec = detected(load("llama2-7b-qlora-24gb.yaml"));
+  const dsl::JobSpec spec = detected(load_example("llama2-7b-qlora-24gb.yaml"));
   const DetectedHardware hw = one_gpu("1xA100-80GB");
   const Plan first = first_plan(spec, hw);
   ASSERT_TRUE(first.fits);
@@ -59,7 +59,7 @@ TEST(ReplanTest, ASmallerMicroBatchKeepsEveryOtherKnob) {
 // At micro-batch 1 something else must change; the optimizer is kept when
 // a plan with it fits, and the precision always.
 TEST(ReplanTest, AtMicroBatchOneAnotherKnobChangesButTheOptimizerStays) {
-  dsl::JobSpec spec = detected(load("llama2-7b-qlora-24gb.yaml"));
+  dsl::JobSpec spec = detected(load_example("llama2-7b-qlora-24gb.yaml"));
   spec.training.micro_batch_size = 1;
   const DetectedHardware hw = one_gpu("1xA100-80GB");
   const Plan first = first_plan(spec, hw);

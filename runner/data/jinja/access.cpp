@@ -10,10 +10,6 @@
 namespace tailor::jinja {
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) { throw TemplateError(msg); }
-
-Value make_list(std::vector<Value> items) { return Value::list(std::move(items)); }
-
 std::string object_desc(const Value& v) {
   if (v.is_none()) return "None";
   return type_name(v) + " object";

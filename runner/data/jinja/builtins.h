@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "runner/data/jinja/value.h"
 
@@ -36,6 +38,10 @@ bool contains(const Value& haystack, const Value& needle);
 void install_globals(DictObj& globals);
 
 // ---- shared by the builtins' files
+
+// A template error at run time (no position: the interpreter adds it).
+[[noreturn]] inline void fail(const std::string& msg) { throw TemplateError(msg); }
+inline Value make_list(std::vector<Value> items) { return Value::list(std::move(items)); }
 
 // The longest string a builtin builds (join, center...).
 constexpr std::size_t kMaxStringBytes = std::size_t{64} << 20;

@@ -19,10 +19,6 @@ const std::array<std::string_view, 47> kFilters = {
     "select",  "selectattr", "sort",       "string",     "sum",     "title",    "tojson",    "trim",
     "unique",  "upper",      "wordcount",  "striptags",  "pprint",  "truncate", "slice"};
 
-[[noreturn]] void fail(const std::string& msg) { throw TemplateError(msg); }
-
-Value make_list(std::vector<Value> items) { return Value::list(std::move(items)); }
-
 Value ignore_case(const Value& v, bool case_sensitive) {
   if (!case_sensitive && v.is_string()) return Value(py_lower(v.as_string()));
   return v;

@@ -11,10 +11,6 @@ namespace {
 // jinja2's sandbox refuses ranges longer than this (sandbox.MAX_RANGE).
 constexpr std::int64_t kMaxRange = 100000;
 
-[[noreturn]] void fail(const std::string& msg) { throw TemplateError(msg); }
-
-Value make_list(std::vector<Value> items) { return Value::list(std::move(items)); }
-
 std::int64_t checked_range_len(std::int64_t start, std::int64_t stop, std::int64_t step) {
   if (step > 0 && start < stop) return (stop - start + step - 1) / step;
   if (step < 0 && start > stop) return (start - stop - step - 1) / (-step);

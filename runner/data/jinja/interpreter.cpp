@@ -19,8 +19,6 @@ using ScopeChain = std::vector<std::shared_ptr<Scope>>;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
-[[noreturn]] void fail(const std::string& msg) { throw TemplateError(msg); }
-
 std::string describe(const Node& n) {
   switch (n.kind) {
     case NodeKind::kFilter: return "filter '" + n.name + "'";

@@ -15,8 +15,6 @@ const std::array<std::string_view, 38> kTests = {
     "<",        "le",        "<=",       "gt",      "greaterthan", ">",  "ge",      ">=",
     "even",     "odd",       "divisibleby", "lower", "upper",   "filter"};
 
-[[noreturn]] void fail(const std::string& msg) { throw TemplateError(msg); }
-
 }  // namespace
 
 bool is_known_test(std::string_view name) { return std::find(kTests.begin(), kTests.end(), name) != kTests.end(); }

@@ -21,6 +21,7 @@
 #include "daemon/store/job_store.h"
 #include "runner/protocol/exit_code.h"
 #include "runner/protocol/launch_env.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::daemon {
@@ -110,13 +111,7 @@ Observation ended(int code) {
 }
 
 // Polls `cond` for up to 10 s.
-bool eventually(const std::function<bool()>& cond) {
-  for (int i = 0; i < 2000; ++i) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cond();
-}
+using tailor::testing::eventually;
 
 class SupervisorExecutorTest : public ::testing::Test {
  protected:

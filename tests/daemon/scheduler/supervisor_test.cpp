@@ -22,6 +22,7 @@
 #include "daemon/store/sqlite.h"
 #include "platform/file_lock.h"
 #include "platform/process.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::daemon {
@@ -37,7 +38,7 @@ pid_t dead_pid() {
   return pid;
 }
 
-struct Case {
+struct RecoveryCase {
   const char* name;
   std::vector<std::string> events;
   JobState state;
@@ -46,7 +47,7 @@ struct Case {
 };
 
 TEST(SupervisorRecoverTest, ARunnerThatEndedWhileTailordWasDownIsJudgedByItsRecordedExit) {
-  const Case cases[] = {
+  const RecoveryCase cases[] = {
       // The bug: a refused input was retried as a crash after a restart.
       {"refused input",
        {R"({"event":"start"})", R"({"event":"error","message":"token id 300 is outside","exit_code":2})"},
@@ -61,7 +62,7 @@ TEST(SupervisorRecoverTest, ARunnerThatEndedWhileTailordWasDownIsJudgedByItsReco
       {"done", {R"({"event":"start"})", R"({"event":"done","steps":3,"exit_code":0})"}, JobState::kSucceeded, 0, ""},
       {"killed", {R"({"event":"start"})"}, JobState::kQueued, 1, "signal 9"},
   };
-  for (const Case& c : cases) {
+  for (const RecoveryCase& c : cases) {
     testing::TempDir dir;
     auto store = JobStore::open(dir.file("tailor.db"));
     ASSERT_TRUE(store.is_ok()) << store.status().to_string();
@@ -142,13 +143,7 @@ NewJob small_job() {
 }
 
 // Polls `cond` for up to 10 s.
-bool eventually(const std::function<bool()>& cond) {
-  for (int i = 0; i < 2000; ++i) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cond();
-}
+using tailor::testing::eventually;
 
 // A store with one job (small_job) in it, and the data folder beside it.
 class SupervisorJobTest : public ::testing::Test {

@@ -18,15 +18,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr std::int32_t B = ByteTokenizer::kBos;
-constexpr std::int32_t E = ByteTokenizer::kEos;
-
 // n documents whose first content byte names the dataset ('a' + dataset)
 // and whose second and third its index, so a batch row says where it came from.
 TokenStore dataset(int which, int n) {
   std::vector<Example> docs;
   for (int i = 0; i < n; ++i) {
-    Example ex{{B, 'a' + which, 32 + i / 90, 32 + i % 90, E}, {0, 1, 1, 1, 1}};
+    Example ex{{ByteTokenizer::kBos, 'a' + which, 32 + i / 90, 32 + i % 90, ByteTokenizer::kEos}, {0, 1, 1, 1, 1}};
     docs.push_back(ex);
   }
   return TokenStore::from_examples(docs);
@@ -141,7 +138,8 @@ TEST(MixTest, PairsStayTogetherChosenThenRejected) {
     std::vector<Example> docs;
     for (int p = 0; p < 30; ++p) {
       for (int side = 0; side < 2; ++side) {
-        docs.push_back({{B, 'a' + which, 32 + p, 'c' + side * ('r' - 'c'), E}, {0, 1, 1, 1, 1}});
+        docs.push_back({{ByteTokenizer::kBos, 'a' + which, 32 + p, 'c' + side * ('r' - 'c'), ByteTokenizer::kEos},
+                        {0, 1, 1, 1, 1}});
       }
     }
     in.push_back({"p" + std::to_string(which), which == 0 ? 0.5 : 2.0, TokenStore::from_examples(docs)});

@@ -14,20 +14,16 @@
 #include "dsl/spec_loader.h"
 #include "runner/io/safetensors.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/text_file.h"
 #include "tests/testing/tokenizer_json.h"
 
 namespace tailor::runner::io {
 namespace {
 
+using tailor::testing::read_text;
+
 namespace fs = std::filesystem;
 using tailor::testing::TempDir;
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The architecture the DSL resolves for a spec whose model.path is `folder`.
 dsl::ModelArch read_back(const TempDir& dir, const std::string& folder) {
@@ -115,7 +111,7 @@ TEST(HfFolderTest, ShardIndexRoundTrips) {
   index.weight_map = {{"a.weight", shard_file_name(1, 2)}, {"b.weight", shard_file_name(2, 2)}};
   const std::string path = dir.file(kShardIndexFile);
   ASSERT_TRUE(write_shard_index(path, index).is_ok());
-  const auto j = nlohmann::json::parse(read_all(path));
+  const auto j = nlohmann::json::parse(read_text(path));
   EXPECT_EQ(j["metadata"]["total_size"], 123456789012);
   EXPECT_EQ(j["weight_map"]["b.weight"], "model-00002-of-00002.safetensors");
   auto back = read_shard_index(path);

@@ -13,9 +13,12 @@
 #include "runner/data/file_io.h"
 #include "runner/io/hf_folder.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/text_file.h"
 
 namespace tailor::runner::io {
 namespace {
+
+using tailor::testing::read_text;
 
 namespace fs = std::filesystem;
 using tailor::testing::TempDir;
@@ -32,13 +35,6 @@ std::string file_bytes(const std::string& header, const std::string& buffer) {
   std::uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + header + buffer;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 template <class T>
@@ -108,7 +104,7 @@ TEST(SafetensorsTest, WrittenLayoutIsThePublishedOne) {
   ASSERT_TRUE(write_safetensors(path, {{"a", DType::kF32, {2}, bytes_of(a)}, {"b", DType::kI32, {3}, bytes_of(b)}},
                                 {{"format", "pt"}})
                   .is_ok());
-  const std::string raw = read_all(path);
+  const std::string raw = read_text(path);
   ASSERT_GE(raw.size(), 8u);
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(raw[static_cast<std::size_t>(i)]);
@@ -279,7 +275,7 @@ TEST(SafetensorsTest, WriterRefusesInconsistentTensorsAndLeavesTheOldFile) {
   const std::string path = dir.file("m.safetensors");
   const std::vector<float> a{1, 2, 3};
   ASSERT_TRUE(write_safetensors(path, {{"a", DType::kF32, {3}, bytes_of(a)}}).is_ok());
-  const std::string before = read_all(path);
+  const std::string before = read_text(path);
   const std::vector<std::pair<std::vector<TensorToWrite>, std::string>> bad = {
       {{{"a", DType::kF32, {4}, bytes_of(a)}}, "\"a\": 12 bytes of data for shape [4] of F32, which needs 16"},
       {{{"a", DType::kF32, {3}, bytes_of(a)}, {"a", DType::kF32, {3}, bytes_of(a)}}, "\"a\": duplicate name"},
@@ -292,7 +288,7 @@ TEST(SafetensorsTest, WriterRefusesInconsistentTensorsAndLeavesTheOldFile) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << expected;
     EXPECT_NE(s.message().find(expected), std::string::npos) << s.message();
   }
-  EXPECT_EQ(read_all(path), before);
+  EXPECT_EQ(read_text(path), before);
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 
@@ -312,7 +308,7 @@ TEST(SafetensorsTest, AnEmptyFileHoldsOnlyItsHeader) {
   auto f = SafetensorsFile::open(path);
   ASSERT_TRUE(f.is_ok()) << f.status().to_string();
   EXPECT_TRUE(f->tensors().empty());
-  EXPECT_EQ(read_all(path).size() % 8, 0u);
+  EXPECT_EQ(read_text(path).size() % 8, 0u);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 namespace tailor::runner {
 namespace {
 
-using testing::TempDir;
+using tailor::testing::TempDir;
 namespace fs = std::filesystem;
 
 CheckpointTensors rng_only() {

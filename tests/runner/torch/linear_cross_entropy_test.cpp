@@ -22,14 +22,14 @@ struct Result {
 };
 
 // Small slices, so that a small batch spans several.
-constexpr std::int64_t kSlice = 1 << 12;
+constexpr std::int64_t kFusedSlice = 1 << 12;
 
 Result run(bool fused, const Tensor& hidden_in, const Tensor& weight_in, const Tensor& targets, bool train_head,
            double cap = 0) {
   Tensor hidden = hidden_in.detach().clone().requires_grad_(true);
   Tensor weight = weight_in.detach().clone().requires_grad_(train_head);
-  Tensor loss = fused ? linear_cross_entropy_sum(hidden, weight, targets, cap, kSlice)
-                      : cross_entropy_sum(torch::linear(hidden, weight), targets, kSlice, cap);
+  Tensor loss = fused ? linear_cross_entropy_sum(hidden, weight, targets, cap, kFusedSlice)
+                      : cross_entropy_sum(torch::linear(hidden, weight), targets, kFusedSlice, cap);
   EXPECT_EQ(loss.scalar_type(), torch::kFloat32);
   (loss * 0.25).backward();
   Result r{loss.item<double>(), hidden.grad().to(torch::kFloat64), Tensor()};
@@ -44,9 +44,9 @@ struct Batch {
 
 // (2, T, C) hidden states, a (V, C) head, a quarter of the targets ignored;
 // rows enough for several slices.
-Batch batch(std::int64_t vocab, torch::ScalarType dtype, torch::Device device = torch::kCPU) {
+Batch fused_batch(std::int64_t vocab, torch::ScalarType dtype, torch::Device device = torch::kCPU) {
   torch::manual_seed(5);
-  const std::int64_t c = 24, t = 3 * (kSlice / vocab) + 5;
+  const std::int64_t c = 24, t = 3 * (kFusedSlice / vocab) + 5;
   Batch b;
   b.hidden = torch::randn({2, t, c}, torch::kFloat64).to(device, dtype);
   b.weight = (torch::randn({vocab, c}, torch::kFloat64) * 0.5).to(device, dtype);
@@ -69,7 +69,7 @@ void expect_equal(const Result& a, const Result& b, double tol, const std::strin
 TEST(LinearCrossEntropyTest, EqualsTheMaterialisedHeadAndLossInFp32AndFp64) {
   // fp32: the fused CPU kernel a slice at a time; fp64: the ATen path.
   for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
-    Batch b = batch(300, dtype);
+    Batch b = fused_batch(300, dtype);
     for (const bool train_head : {false, true}) {
       const std::string what = std::string(c10::toString(dtype)) + (train_head ? ", trained head" : ", frozen head");
       expect_equal(run(true, b.hidden, b.weight, b.targets, train_head),
@@ -79,7 +79,7 @@ TEST(LinearCrossEntropyTest, EqualsTheMaterialisedHeadAndLossInFp32AndFp64) {
 }
 
 TEST(LinearCrossEntropyTest, IgnoredRowsGetNoGradientAndNoProjection) {
-  Batch b = batch(300, torch::kFloat32);
+  Batch b = fused_batch(300, torch::kFloat32);
   const Result r = run(true, b.hidden, b.weight, b.targets, true);
   const Tensor ignored = (b.targets == -100).unsqueeze(-1).expand_as(r.grad_hidden);
   EXPECT_EQ(r.grad_hidden.masked_select(ignored).abs().max().item<double>(), 0.0);
@@ -93,7 +93,7 @@ TEST(LinearCrossEntropyTest, IgnoredRowsGetNoGradientAndNoProjection) {
 
 TEST(LinearCrossEntropyTest, SoftCappedHeadsGiveTheLossAndGradientsOfTheCappedLogits) {
   for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
-    Batch b = batch(300, dtype);
+    Batch b = fused_batch(300, dtype);
     b.hidden.mul_(4);  // logits of about +-10 against a cap of 5: tanh bends them
     for (const bool train_head : {false, true}) {
       const Result capped = run(true, b.hidden, b.weight, b.targets, train_head, 5.0);
@@ -108,7 +108,7 @@ TEST(LinearCrossEntropyTest, SoftCappedHeadsGiveTheLossAndGradientsOfTheCappedLo
 TEST(LinearCrossEntropyTest, HalfPrecisionFollowsFp32) {
   // bf16 on the fused CPU kernel, fp16 on the ATen path with the gradient
   // computed in backward (fp16 never takes the early gradient).
-  Batch b = batch(300, torch::kFloat32);
+  Batch b = fused_batch(300, torch::kFloat32);
   const Result exact = run(true, b.hidden, b.weight, b.targets, true);
   for (auto dtype : {torch::kBFloat16, torch::kFloat16}) {
     for (const bool train_head : {false, true}) {
@@ -123,10 +123,10 @@ TEST(LinearCrossEntropyTest, HalfPrecisionFollowsFp32) {
 }
 
 TEST(LinearCrossEntropyTest, WithoutGradientsOnlyTheLossIsComputed) {
-  Batch b = batch(300, torch::kFloat32);
+  Batch b = fused_batch(300, torch::kFloat32);
   const double with = run(true, b.hidden, b.weight, b.targets, false).loss;
   torch::NoGradGuard no_grad;
-  const Tensor loss = linear_cross_entropy_sum(b.hidden, b.weight, b.targets, 0, kSlice);
+  const Tensor loss = linear_cross_entropy_sum(b.hidden, b.weight, b.targets, 0, kFusedSlice);
   EXPECT_FALSE(loss.requires_grad());
   EXPECT_EQ(loss.item<double>(), with);
 }
@@ -177,7 +177,7 @@ TEST(LinearCrossEntropyTest, OnAGpuEqualsTheCpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
   const torch::Device gpu(torch::kCUDA, 0);
   for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    Batch b = batch(32000, dtype);
+    Batch b = fused_batch(32000, dtype);
     for (const bool train_head : {false, true}) {
       const Result cpu = run(true, b.hidden, b.weight, b.targets, train_head);
       const Result cuda = run(true, b.hidden.to(gpu), b.weight.to(gpu), b.targets.to(gpu), train_head);

@@ -215,7 +215,7 @@ TEST(QloraTest, QuantisedBaseMatchesADequantisedReferenceAndFreesDenseWeights) {
 }
 
 TEST(LoraTest, PeftFilesRoundTripWithPeftNames) {
-  testing::TempDir dir;
+  tailor::testing::TempDir dir;
   for (const auto& arch : {llama_arch(), gpt2_arch()}) {
     torch::manual_seed(5);
     CausalLM m(arch, 0);
