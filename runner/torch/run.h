@@ -30,6 +30,7 @@
 #include "core/status.h"
 #include "runner/data/batcher.h"
 #include "runner/data/dataset.h"
+#include "runner/data/token_cache.h"
 #include "runner/device_choice.h"
 #include "runner/dist/communicator.h"
 #include "runner/io/logp_cache.h"
@@ -215,6 +216,14 @@ class Run {
   // every rank has a GPU of its own (nccl_group.h).
   Status join_nccl();
   Result<Data> load_data();
+  // What reading a data file needs besides its path and data section.
+  struct DataFiles {
+    const data::Tokenizer& tok;
+    const data::ChatSetup* chat;  // null without conversations
+  };
+  Result<data::TokenizedData> load_file(const DataFiles& files, const std::string& path, const dsl::DataSpec& how);
+  Result<data::TokenStore> mix_sources(const DataFiles& files, Data& out);
+  Result<std::unique_ptr<data::Batcher>> load_eval(const DataFiles& files);
   Status prepare_prompts(Data& out, std::unique_ptr<data::Tokenizer> tok, const data::ChatSetup* chat);
   Status build_model();
   // DPO's separate reference: a frozen copy of the model's starting weights.
@@ -290,6 +299,12 @@ class Run {
   Status checkpoint(std::int64_t step);
   Status sharded_checkpoint(std::int64_t step, const std::string& dir);
   Status resume();
+  struct LoadedCheckpoint {
+    std::string folder;
+    CheckpointState state;
+    CheckpointTensors tensors;
+  };
+  Result<std::optional<LoadedCheckpoint>> newest_whole_checkpoint();
   // A checkpoint's params into the model: the trainable tensors of an
   // adapter checkpoint (its base checked against `base_fingerprint`), or
   // every parameter.

@@ -123,21 +123,19 @@ Status Run::load_parameters(const std::vector<torch::Tensor>& values, const std:
   return Status::ok();
 }
 
-Status Run::resume() {
-  if (!o_.resume) return Status::ok();
-  // The newest checkpoint that is whole: a damaged one (a file truncated,
-  // overwritten or gone since it was written) is reported, set aside by
-  // rank 0 and passed over for the one before.
-  std::optional<std::string> latest;
+// The newest checkpoint that is whole: a damaged one (a file truncated,
+// overwritten or gone since it was written) is reported, set aside by rank 0
+// and passed over for the one before. Nullopt when there is none (a first
+// attempt); DataLoss when every one is damaged.
+Result<std::optional<Run::LoadedCheckpoint>> Run::newest_whole_checkpoint() {
   Result<std::pair<CheckpointState, CheckpointTensors>> loaded = Status::not_found("no checkpoint");
   const std::string dir = (fs::path(o_.out_dir) / spec_.checkpoint.dir).string();
   int skipped = 0;
   for (const std::string& folder : checkpoints_newest_first(dir)) {
     loaded = load_checkpoint(folder);
-    if (loaded.is_ok() || loaded.status().code() != StatusCode::kDataLoss) {
-      latest = folder;
-      break;
-    }
+    if (loaded.is_ok())
+      return std::optional<LoadedCheckpoint>({folder, std::move(loaded->first), std::move(loaded->second)});
+    if (loaded.status().code() != StatusCode::kDataLoss) return as_bad_input(loaded.status());
     std::string moved;
     if (leader()) {
       auto aside = set_aside_checkpoint(folder);
@@ -149,16 +147,21 @@ Status Run::resume() {
     });
     ++skipped;
   }
-  if (!latest && skipped > 0) {
-    // Not silently from step 1: the next attempt does that, the damaged
-    // checkpoints being set aside.
-    return Status::data_loss("every checkpoint in " + dir + " is damaged (set aside as damaged-step-*): " +
-                             loaded.status().message());
-  }
-  if (!latest) return Status::ok();  // a first attempt: nothing to resume
-  if (!loaded.is_ok()) return as_bad_input(loaded.status());
-  auto& [st, t] = *loaded;
-  TAILOR_RETURN_IF_ERROR(load_parameters(t.params, st.base_fingerprint, *latest));
+  if (skipped == 0) return std::optional<LoadedCheckpoint>();
+  // Not silently from step 1: the next attempt does that, the damaged
+  // checkpoints being set aside.
+  return Status::data_loss("every checkpoint in " + dir +
+                           " is damaged (set aside as damaged-step-*): " + loaded.status().message());
+}
+
+Status Run::resume() {
+  if (!o_.resume) return Status::ok();
+  TAILOR_ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> newest, newest_whole_checkpoint());
+  if (!newest) return Status::ok();  // a first attempt: nothing to resume
+  const std::string& latest = newest->folder;
+  CheckpointState& st = newest->state;
+  CheckpointTensors& t = newest->tensors;
+  TAILOR_RETURN_IF_ERROR(load_parameters(t.params, st.base_fingerprint, latest));
   // Written by the other AdamW (an out-of-memory re-plan switches between
   // them): its states converted rather than the checkpoint refused.
   const auto per = static_cast<std::size_t>(optimizer_tensors_per_slot(st_.optimizer));
@@ -172,10 +175,10 @@ Status Run::resume() {
   // A checkpoint holds every tensor's states, whatever the rank count it
   // was written with: this rank keeps its share.
   if (sync_->writes_shards() && t.optimizer.size() != tensors_.trainable.size() * per) {
-    return Status::invalid_argument(*latest + ": optimizer state does not match the job");
+    return Status::invalid_argument(latest + ": optimizer state does not match the job");
   }
   if (!opt_->load_state_tensors(sync_->states_of_rank(std::move(t.optimizer), per), st.step)) {
-    return Status::invalid_argument(*latest + ": optimizer state does not match the job");
+    return Status::invalid_argument(latest + ": optimizer state does not match the job");
   }
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   gen.set_state(t.rng_state);
@@ -184,7 +187,7 @@ Status Run::resume() {
     device_gen.set_state(t.device_rng_state);
   }
   if (!st.data_identity.empty() && st.data_identity != data_.identity) {
-    return Status::invalid_argument(*latest + ": written over other data (" + st.data_identity + "; now " +
+    return Status::invalid_argument(latest + ": written over other data (" + st.data_identity + "; now " +
                                     data_.identity + "): its data position (epoch " + std::to_string(st.data_epoch) +
                                     ", row " + std::to_string(st.data_index) +
                                     ") would read other examples; resume over the data it was written with, or "
@@ -194,7 +197,7 @@ Status Run::resume() {
   state_ = st;
   first_step_ = st.step + 1;
   event(events::kResume, [&](JsonWriter& w) {
-    w.field("step", st.step).field("checkpoint", *latest);
+    w.field("step", st.step).field("checkpoint", latest);
     if (!st.data_identity.empty()) {
       const auto sources = dsl::train_sources(spec_.data);
       const auto d = static_cast<std::size_t>(st.data_dataset);

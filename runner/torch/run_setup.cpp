@@ -168,63 +168,17 @@ Result<Run::Data> Run::load_data() {
     if (!setup.is_ok()) return as_bad_input(setup.status());
     chat = std::move(setup).value();
   }
-  // A tokens file may hold ids past the embedding table: a clear error here,
-  // not an index error inside the forward pass.
-  auto load = [&](const std::string& path, const dsl::DataSpec& how) -> Result<data::TokenizedData> {
-    auto tokenized = data::load_tokenized(path, how, **tok, o_.cache_dir, chat ? &*chat : nullptr);
-    if (!tokenized.is_ok()) return as_bad_input(tokenized.status());
-    const auto ids = tokenized->store.all_tokens();
-    if (const auto it = std::max_element(ids.begin(), ids.end()); it != ids.end() && *it >= spec_.model.arch.vocab) {
-      return Status::invalid_argument(path + ": token id " + std::to_string(*it) +
-                                      " is outside the model's vocabulary (" + std::to_string(spec_.model.arch.vocab) +
-                                      " ids)");
-    }
-    return tokenized;
-  };
+  const DataFiles files{**tok, chat ? &*chat : nullptr};
   Data out;
   data::TokenizedData tokenized;
   if (spec_.data.sources.empty()) {
-    TAILOR_ASSIGN_OR_RETURN(tokenized, load(spec_.data.train, spec_.data));
+    TAILOR_ASSIGN_OR_RETURN(tokenized, load_file(files, spec_.data.train, spec_.data));
     out.skipped = tokenized.skipped;
   } else {
-    // Several datasets: each tokenized (and cached) on its own, then mixed.
-    std::vector<data::MixInput> inputs;
-    for (const dsl::DataSource& source : spec_.data.sources) {
-      TAILOR_ASSIGN_OR_RETURN(data::TokenizedData one, load(source.path, dsl::source_spec(spec_.data, source)));
-      out.skipped.count += one.skipped.count;
-      for (const std::string& why : one.skipped.first) {
-        if (out.skipped.first.size() < data::SkippedRecords::kShownSkips) out.skipped.first.push_back(why);
-      }
-      inputs.push_back({source.path, source.weight, std::move(one.store)});
-    }
-    const auto seed = static_cast<std::uint64_t>(spec_.data.mix_seed.value_or(spec_.training.seed));
-    auto mixed = data::mix_datasets(inputs, spec_.data.mix, seed, spec_.data.preference);
-    if (!mixed.is_ok()) return as_bad_input(mixed.status());
-    out.mix = data::describe(*mixed, inputs);
-    out.example_dataset = std::move(mixed->source);
-    out.example_index = std::move(mixed->record);
-    out.identity = std::string("; mix ") + dsl::to_string(spec_.data.mix) + " seed " + std::to_string(seed) + ":";
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      out.identity += " " + std::to_string(mixed->examples[i]) + "->" + std::to_string(mixed->taken[i]);
-    }
-    tokenized.store = std::move(mixed->store);
+    TAILOR_ASSIGN_OR_RETURN(tokenized.store, mix_sources(files, out));
   }
   if (!spec_.data.eval.empty()) {
-    // The eval file as the training data is read: the same tokenizer,
-    // masking, seq_len and packing, so the two losses compare.
-    TAILOR_ASSIGN_OR_RETURN(data::TokenizedData eval, load(spec_.data.eval, spec_.data));
-    if (!has_trained_tokens(eval.store, spec_.data.seq_len, spec_.data.packing)) {
-      return Status::invalid_argument(spec_.data.eval + ": no token is trained (every one is masked), so there is no "
-                                      "loss to evaluate");
-    }
-    // Packed as training packs (whole examples, or the stream), long
-    // examples handled alike; errors name the eval file.
-    dsl::DataSpec eval_data = spec_.data;
-    eval_data.train = spec_.data.eval;
-    auto eval_batcher =
-        data::make_batcher(std::move(eval.store), eval_data, st_.micro_batch_size, /*seed=*/0, (*tok)->pad_id());
-    if (!eval_batcher.is_ok()) return as_bad_input(eval_batcher.status());
-    out.eval = std::make_unique<data::Batcher>(std::move(*eval_batcher));
+    TAILOR_ASSIGN_OR_RETURN(out.eval, load_eval(files));
   }
   out.tokenizer.tokens = {(*tok)->bos_id(), (*tok)->eos_id(), (*tok)->declared_pad_id()};
   out.tokenizer.tokenizer_from = spec_.model.path;
@@ -246,6 +200,64 @@ Result<Run::Data> Run::load_data() {
                                                         spec_.training.epochs *
                                                         static_cast<double>(out.train->rows_per_epoch()) / global_rows)));
   return out;
+}
+
+// A tokens file may hold ids past the embedding table: a clear error here,
+// not an index error inside the forward pass.
+Result<data::TokenizedData> Run::load_file(const DataFiles& files, const std::string& path, const dsl::DataSpec& how) {
+  auto tokenized = data::load_tokenized(path, how, files.tok, o_.cache_dir, files.chat);
+  if (!tokenized.is_ok()) return as_bad_input(tokenized.status());
+  const auto ids = tokenized->store.all_tokens();
+  if (const auto it = std::max_element(ids.begin(), ids.end()); it != ids.end() && *it >= spec_.model.arch.vocab) {
+    return Status::invalid_argument(path + ": token id " + std::to_string(*it) +
+                                    " is outside the model's vocabulary (" + std::to_string(spec_.model.arch.vocab) +
+                                    " ids)");
+  }
+  return tokenized;
+}
+
+// Several datasets: each tokenized (and cached) on its own, then mixed;
+// `out` gets their skips, the mix's description and each example's source.
+Result<data::TokenStore> Run::mix_sources(const DataFiles& files, Data& out) {
+  std::vector<data::MixInput> inputs;
+  for (const dsl::DataSource& source : spec_.data.sources) {
+    TAILOR_ASSIGN_OR_RETURN(data::TokenizedData one,
+                            load_file(files, source.path, dsl::source_spec(spec_.data, source)));
+    out.skipped.count += one.skipped.count;
+    for (const std::string& why : one.skipped.first) {
+      if (out.skipped.first.size() < data::SkippedRecords::kShownSkips) out.skipped.first.push_back(why);
+    }
+    inputs.push_back({source.path, source.weight, std::move(one.store)});
+  }
+  const auto seed = static_cast<std::uint64_t>(spec_.data.mix_seed.value_or(spec_.training.seed));
+  auto mixed = data::mix_datasets(inputs, spec_.data.mix, seed, spec_.data.preference);
+  if (!mixed.is_ok()) return as_bad_input(mixed.status());
+  out.mix = data::describe(*mixed, inputs);
+  out.example_dataset = std::move(mixed->source);
+  out.example_index = std::move(mixed->record);
+  out.identity = std::string("; mix ") + dsl::to_string(spec_.data.mix) + " seed " + std::to_string(seed) + ":";
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    out.identity += " " + std::to_string(mixed->examples[i]) + "->" + std::to_string(mixed->taken[i]);
+  }
+  return std::move(mixed->store);
+}
+
+// The eval file as the training data is read: the same tokenizer, masking,
+// seq_len and packing (whole examples, or the stream; long examples handled
+// alike), so the two losses compare; errors name the eval file.
+Result<std::unique_ptr<data::Batcher>> Run::load_eval(const DataFiles& files) {
+  TAILOR_ASSIGN_OR_RETURN(data::TokenizedData eval, load_file(files, spec_.data.eval, spec_.data));
+  if (!has_trained_tokens(eval.store, spec_.data.seq_len, spec_.data.packing)) {
+    return Status::invalid_argument(spec_.data.eval +
+                                    ": no token is trained (every one is masked), so there is no "
+                                    "loss to evaluate");
+  }
+  dsl::DataSpec eval_data = spec_.data;
+  eval_data.train = spec_.data.eval;
+  auto batcher =
+      data::make_batcher(std::move(eval.store), eval_data, st_.micro_batch_size, /*seed=*/0, files.tok.pad_id());
+  if (!batcher.is_ok()) return as_bad_input(batcher.status());
+  return std::make_unique<data::Batcher>(std::move(*batcher));
 }
 
 // training.eval_prompts as the model will read them, checked now so that a
