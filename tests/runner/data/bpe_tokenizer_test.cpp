@@ -16,6 +16,7 @@
 #include "runner/data/bpe_tokenizer.h"
 #include "runner/data/byte_tokenizer.h"
 #include "runner/data/tokenizer.h"
+#include "tests/testing/python_scripts.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner::data {
@@ -30,9 +31,8 @@ nlohmann::json read_json(const std::string& path) {
 
 TEST(BpeTokenizerTest, IdsEqualTheTokenizersLibrarysOnAMultilingualCorpus) {
   tailor::testing::TempDir dir;
-  const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
-                          "/tests/runner/hf_reference.py tokenizers " + dir.path().string();
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_TRUE(tailor::testing::run_python_script(std::string(TAILOR_SOURCE_DIR) + "/tests/runner/hf_reference.py",
+                                                 "tokenizers " + dir.path().string(), dir.file("python.log")));
   const nlohmann::json lines = read_json(dir.file("lines.json"));
   for (const char* name : {"gpt2", "llama3", "qwen2"}) {
     SCOPED_TRACE(name);
@@ -97,9 +97,8 @@ TEST(BpeTokenizerTest, TheByteTokenizersFilesReadAsTheSameIdsInTransformersAndTa
   const std::vector<std::string> lines = {"Hello, world!", "  two  spaces\tand a tab\nnew line",
                                           "caf\xC3\xA9 \xCE\xBB \xE2\x9C\x93 \xF0\x9F\x99\x82"};
   std::ofstream(dir.file("lines.json")) << nlohmann::json(lines).dump();
-  const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
-                          "/tests/runner/hf_reference.py encode " + dir.path().string();
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_TRUE(tailor::testing::run_python_script(std::string(TAILOR_SOURCE_DIR) + "/tests/runner/hf_reference.py",
+                                                 "encode " + dir.path().string(), dir.file("python.log")));
   const nlohmann::json hf = read_json(dir.file("encoded.json"));
   dsl::ModelSpec model;
   model.path = dir.path().string();

@@ -12,6 +12,7 @@
 
 #include "dsl/model_family.h"
 #include "runner/torch/inference_model.h"
+#include "tests/testing/python_scripts.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/text_file.h"
 
@@ -22,12 +23,10 @@ namespace tailor::runner {
 inline ::testing::AssertionResult venv_script(const tailor::testing::TempDir& dir, const std::string& script,
                                               const std::string& args, bool echo = false) {
   const std::string log = dir.file(script + ".log");
-  const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
-                          "/tests/runner/" + script + " " + args + " > " + log + " 2>&1";
-  const int rc = std::system(cmd.c_str());
+  ::testing::AssertionResult ok =
+      tailor::testing::run_python_script(std::string(TAILOR_SOURCE_DIR) + "/tests/runner/" + script, args, log);
   if (echo) std::printf("%s", tailor::testing::read_text(log).c_str());
-  if (rc == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << cmd << " exited " << rc << ":\n" << tailor::testing::read_text(log);
+  return ok;
 }
 
 inline ::testing::AssertionResult generate_reference(const tailor::testing::TempDir& dir, const std::string& args) {

@@ -26,6 +26,7 @@
 #include "runner/torch/model.h"
 #include "runner/torch/nf4.h"
 #include "runner/torch/quant8.h"
+#include "tests/testing/python_scripts.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/text_file.h"
 #include "tests/testing/tokenizer_json.h"
@@ -43,12 +44,8 @@ constexpr double kAlpha = 8;
 
 // Runs hf_reference.py; its output goes to the test log on failure.
 ::testing::AssertionResult python(const TempDir& dir, const std::string& args) {
-  const std::string log = dir.file("python.log");
-  const std::string cmd = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
-                          "/tests/runner/hf_reference.py " + args + " > " + log + " 2>&1";
-  const int rc = std::system(cmd.c_str());
-  if (rc == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << cmd << " exited " << rc << ":\n" << read_text(log);
+  return tailor::testing::run_python_script(std::string(TAILOR_SOURCE_DIR) + "/tests/runner/hf_reference.py", args,
+                                            dir.file("python.log"));
 }
 
 Tensor tensor_in(const io::SafetensorsFile& file, const std::string& name) {

@@ -23,6 +23,7 @@
 #include "runner/torch/trainer.h"
 #include "strategies/candidate.h"
 #include "tests/runner/torch/estimate_and_train.h"
+#include "tests/testing/python_scripts.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner {
@@ -38,19 +39,18 @@ std::vector<json> lines(const std::string& path) {
   return out;
 }
 
-std::string python() { return std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python"; }
 std::string reference_script(const char* name = "dpo_reference.py") {
   return std::string(TAILOR_SOURCE_DIR) + "/tests/runner/torch/" + name;
 }
 
-// Runs dpo_reference.py (or `script`); its output goes to the test log on failure.
+// Runs dpo_reference.py (or `script`) with TRL imported once for the
+// binary; its output goes to the test log on failure.
 bool run_reference(const TempDir& dir, const std::string& args, const char* script = "dpo_reference.py") {
-  const std::string log = dir.file("reference.log");
-  const std::string cmd = python() + " " + reference_script(script) + " " + args + " > " + log + " 2>&1";
-  if (std::system(cmd.c_str()) == 0) return true;
-  std::ifstream in(log);
-  ADD_FAILURE() << cmd << "\n" << std::string(std::istreambuf_iterator<char>(in), {});
-  return false;
+  static const std::vector<std::string> modules = {"torch", "transformers", "peft", "trl"};
+  const ::testing::AssertionResult ok =
+      tailor::testing::PythonScripts::shared(modules).run(reference_script(script), args, dir.file("reference.log"));
+  if (!ok) ADD_FAILURE() << ok.message();
+  return static_cast<bool>(ok);
 }
 
 RunConfig load_job(const TempDir& dir, const std::string& yaml, std::vector<std::string> overrides) {
