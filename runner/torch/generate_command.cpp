@@ -128,6 +128,108 @@ int fail(std::ostream& err, int code, const Status& s) {
   return ModelCommand{"generate", kGenerateHelp, err, err}.fail(code, s.message());
 }
 
+// The sampling flags; a flag that does not parse is InvalidArgument naming it
+// (a usage error), check_sampling's ranges are the caller's.
+Result<SamplingOptions> sampling_of(const Args& args) {
+  SamplingOptions so;
+  TAILOR_ASSIGN_OR_RETURN(so.max_new_tokens, integer_of("max-tokens", args.get("max-tokens", "256")));
+  TAILOR_ASSIGN_OR_RETURN(so.temperature, number_of("temperature", args.get("temperature", "0")));
+  TAILOR_ASSIGN_OR_RETURN(so.top_p, number_of("top-p", args.get("top-p", "1")));
+  TAILOR_ASSIGN_OR_RETURN(so.top_k, integer_of("top-k", args.get("top-k", "0")));
+  TAILOR_ASSIGN_OR_RETURN(const std::int64_t seed, integer_of("seed", args.get("seed", "0")));
+  so.seed = static_cast<std::uint64_t>(seed);
+  for (const std::string& id : args.all("stop-id")) {
+    TAILOR_ASSIGN_OR_RETURN(const std::int64_t v, integer_of("stop-id", id));
+    so.stop_ids.push_back(static_cast<std::int32_t>(v));
+  }
+  return so;
+}
+
+// The prompt's ids from whichever of the four prompt flags was given.
+Result<std::vector<std::int32_t>> prompt_of(const Args& args, const InferenceModel& model) {
+  if (args.has("prompt")) return prompt_ids_of_text(model, args.get("prompt"));
+  if (args.has("prompt-file")) {
+    TAILOR_ASSIGN_OR_RETURN(const std::string text, text_of_file("--prompt-file", args.get("prompt-file")));
+    return prompt_ids_of_text(model, text);
+  }
+  if (args.has("prompt-ids")) return ids_of(args.get("prompt-ids"));
+  TAILOR_ASSIGN_OR_RETURN(const std::string conversation, conversation_of_file(args.get("messages")));
+  return prompt_ids_of_conversation(model, conversation);
+}
+
+// Each new token as --output asks: text streamed as it is produced (ids
+// where there is no tokenizer), one JSON line a token (events), or nothing
+// until the end (json).
+class TokenPrinter {
+ public:
+  TokenPrinter(std::ostream& out, const InferenceModel& model, const std::string& format)
+      : out_(out), streaming_(format == "text"), events_(format == "events") {
+    if (model.tokenizer) stream_.emplace(*model.tokenizer);
+  }
+  bool operator()(std::int32_t id) {
+    if (events_) {
+      // One JSON line a token (tailord relays them as server-sent events).
+      Json e;
+      e["event"] = "token";
+      e["id"] = id;
+      e["text"] = stream_ ? stream_->push(id) : std::string();
+      out_ << e.dump() << "\n";
+      out_.flush();
+      return true;
+    }
+    if (!streaming_) return true;
+    if (stream_) {
+      out_ << stream_->push(id);
+    } else {
+      out_ << (first_ ? "" : " ") << id;
+    }
+    first_ = false;
+    out_.flush();
+    return true;
+  }
+  // The rest of the text and the line's end, when streaming.
+  void finish() {
+    if (!streaming_) return;
+    if (stream_) out_ << stream_->finish();
+    out_ << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ostream& out_;
+  std::optional<data::TextStream> stream_;
+  bool streaming_, events_, first_ = true;
+};
+
+double tokens_per_second(const Generated& generated) {
+  const std::size_t n = generated.ids.size();
+  return generated.decode_seconds > 0 ? static_cast<double>(n - 1) / generated.decode_seconds : 0.0;
+}
+
+// What was generated, as --output json prints it (events: the "done" line).
+Json result_json(const ModelSources& sources, const InferenceDevice& device, const InferenceModel& model,
+                 const std::vector<std::int32_t>& prompt, const Generated& generated, const SamplingOptions& so,
+                 bool events) {
+  const std::size_t n = generated.ids.size();
+  Json j;
+  if (events) j["event"] = "done";
+  j["model"] = sources.base;
+  j["adapter"] = sources.adapter.empty() ? Json() : Json(sources.adapter);
+  j["device"] = device.name;
+  j["dtype"] = model.dtype_name;
+  j["prompt_tokens"] = prompt.size();
+  j["completion_tokens"] = n;
+  j["prompt_ids"] = prompt;
+  j["ids"] = generated.ids;
+  if (model.tokenizer) j["text"] = utf8_lossy(model.tokenizer->decode(generated.ids));
+  j["finish_reason"] = generated.stopped ? "stop" : "length";
+  j["stop_ids"] = so.stop_ids;
+  j["prompt_seconds"] = generated.prompt_seconds;
+  j["decode_seconds"] = generated.decode_seconds;
+  j["tokens_per_second"] = tokens_per_second(generated);
+  return j;
+}
+
 }  // namespace
 
 int run_generate_command(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
@@ -142,43 +244,19 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
       exit_code);
   if (!parsed) return exit_code;
   const Args& args = *parsed;
-  auto usage = [&](const std::string& why) { return command.usage(why); };
   const int prompts = int(args.has("prompt")) + int(args.has("prompt-file")) + int(args.has("messages")) +
                       int(args.has("prompt-ids"));
-  if (prompts != 1) return usage("give one of --prompt, --prompt-file, --messages and --prompt-ids");
+  if (prompts != 1) return command.usage("give one of --prompt, --prompt-file, --messages and --prompt-ids");
   const std::string format = args.get("output", "text");
   if (format != "text" && format != "json" && format != "events") {
-    return usage("--output: expected text, json or events, got \"" + format + "\"");
+    return command.usage("--output: expected text, json or events, got \"" + format + "\"");
   }
-
-  SamplingOptions so;
-  {
-    auto bad = [&](const Status& s) { return usage(s.message()); };
-    auto n = integer_of("max-tokens", args.get("max-tokens", "256"));
-    if (!n.is_ok()) return bad(n.status());
-    so.max_new_tokens = *n;
-    auto temp = number_of("temperature", args.get("temperature", "0"));
-    if (!temp.is_ok()) return bad(temp.status());
-    so.temperature = *temp;
-    auto p = number_of("top-p", args.get("top-p", "1"));
-    if (!p.is_ok()) return bad(p.status());
-    so.top_p = *p;
-    auto k = integer_of("top-k", args.get("top-k", "0"));
-    if (!k.is_ok()) return bad(k.status());
-    so.top_k = *k;
-    auto seed = integer_of("seed", args.get("seed", "0"));
-    if (!seed.is_ok()) return bad(seed.status());
-    so.seed = static_cast<std::uint64_t>(*seed);
-    for (const std::string& id : args.all("stop-id")) {
-      auto v = integer_of("stop-id", id);
-      if (!v.is_ok()) return bad(v.status());
-      so.stop_ids.push_back(static_cast<std::int32_t>(*v));
-    }
-    if (Status s = check_sampling(so); !s.is_ok()) return fail(err, kModelCommandInvalid, s);
-  }
+  auto so = sampling_of(args);
+  if (!so.is_ok()) return command.usage(so.status().message());
+  if (Status s = check_sampling(*so); !s.is_ok()) return fail(err, kModelCommandInvalid, s);
   if (args.has("threads")) {
     auto t = integer_of("threads", args.get("threads"));
-    if (!t.is_ok() || *t < 1) return usage("--threads: expected a positive integer");
+    if (!t.is_ok() || *t < 1) return command.usage("--threads: expected a positive integer");
     at::set_num_threads(static_cast<int>(*t));
   }
   auto device = choose_inference_device(args.get("device", "auto"));
@@ -193,95 +271,37 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
   }
   auto model = open_inference_model(*sources, device->device, args.get("dtype", "auto"));
   if (!model.is_ok()) return fail(err, kModelCommandInvalid, model.status());
-
-  Result<std::vector<std::int32_t>> prompt = Status::internal("no prompt");
-  if (args.has("prompt")) prompt = prompt_ids_of_text(*model, args.get("prompt"));
-  if (args.has("prompt-file")) {
-    auto text = text_of_file("--prompt-file", args.get("prompt-file"));
-    prompt = text.is_ok() ? prompt_ids_of_text(*model, *text) : Result<std::vector<std::int32_t>>(text.status());
-  }
-  if (args.has("prompt-ids")) prompt = ids_of(args.get("prompt-ids"));
-  if (args.has("messages")) {
-    auto conversation = conversation_of_file(args.get("messages"));
-    prompt = conversation.is_ok() ? prompt_ids_of_conversation(*model, *conversation)
-                                  : Result<std::vector<std::int32_t>>(conversation.status());
-  }
+  const auto prompt = prompt_of(args, *model);
   if (!prompt.is_ok()) return fail(err, kModelCommandInvalid, prompt.status());
-  so.stop_ids.insert(so.stop_ids.end(), model->stop_ids.begin(), model->stop_ids.end());
+  so->stop_ids.insert(so->stop_ids.end(), model->stop_ids.begin(), model->stop_ids.end());
 
-  // Text streams as it is produced; without a tokenizer, ids do.
-  std::optional<data::TextStream> stream;
-  if (model->tokenizer) stream.emplace(*model->tokenizer);
-  const bool streaming = format == "text", events = format == "events";
-  bool first = true;
-  auto on_token = [&](std::int32_t id) {
-    if (events) {
-      // One JSON line a token (tailord relays them as server-sent events).
-      Json e;
-      e["event"] = "token";
-      e["id"] = id;
-      e["text"] = stream ? stream->push(id) : std::string();
-      out << e.dump() << "\n";
-      out.flush();
-      return true;
-    }
-    if (!streaming) return true;
-    if (stream) {
-      out << stream->push(id);
-    } else {
-      out << (first ? "" : " ") << id;
-    }
-    first = false;
-    out.flush();
-    return true;
-  };
+  TokenPrinter printer(out, *model, format);
   Result<Generated> generated = Status::internal("not run");
   try {
-    generated = generate(model->model, *prompt, so, on_token);
+    generated = generate(model->model, *prompt, *so, [&](std::int32_t id) { return printer(id); });
   } catch (const c10::OutOfMemoryError& e) {
     generated = Status::resource_exhausted(std::string("out of memory: ") + e.what_without_backtrace());
   }
   if (!generated.is_ok()) {
-    if (streaming) out << "\n";
+    if (format == "text") out << "\n";
     return fail(err,
                 generated.status().code() == StatusCode::kInvalidArgument ? kModelCommandInvalid : kModelCommandFailed,
                 generated.status());
   }
-  const std::size_t n = generated->ids.size();
-  const double per_second =
-      generated->decode_seconds > 0 ? static_cast<double>(n - 1) / generated->decode_seconds : 0.0;
-  const std::string finish = generated->stopped ? "stop" : "length";
-  if (streaming) {
-    if (stream) out << stream->finish();
-    out << "\n";
-    out.flush();
-    if (!quiet) {
-      char line[200];
-      std::snprintf(line, sizeof line, "%zu tokens after a %zu-token prompt: prompt %.0f ms, then %.1f tokens/s (%s on %s); ",
-                    n, prompt->size(), generated->prompt_seconds * 1e3, per_second, model->dtype_name.c_str(),
-                    device->name.c_str());
-      err << line << (generated->stopped ? "stopped at token " + std::to_string(generated->ids.back()) : "length limit")
-          << "\n";
-    }
+  if (format != "text") {
+    out << result_json(*sources, *device, *model, *prompt, *generated, *so, format == "events").dump() << "\n";
     return kModelCommandOk;
   }
-  Json j;
-  if (events) j["event"] = "done";
-  j["model"] = sources->base;
-  j["adapter"] = sources->adapter.empty() ? Json() : Json(sources->adapter);
-  j["device"] = device->name;
-  j["dtype"] = model->dtype_name;
-  j["prompt_tokens"] = prompt->size();
-  j["completion_tokens"] = n;
-  j["prompt_ids"] = *prompt;
-  j["ids"] = generated->ids;
-  if (model->tokenizer) j["text"] = utf8_lossy(model->tokenizer->decode(generated->ids));
-  j["finish_reason"] = finish;
-  j["stop_ids"] = so.stop_ids;
-  j["prompt_seconds"] = generated->prompt_seconds;
-  j["decode_seconds"] = generated->decode_seconds;
-  j["tokens_per_second"] = per_second;
-  out << j.dump() << "\n";
+  printer.finish();
+  if (!quiet) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "%zu tokens after a %zu-token prompt: prompt %.0f ms, then %.1f tokens/s (%s on %s); ",
+                  generated->ids.size(), prompt->size(), generated->prompt_seconds * 1e3, tokens_per_second(*generated),
+                  model->dtype_name.c_str(), device->name.c_str());
+    err << line << (generated->stopped ? "stopped at token " + std::to_string(generated->ids.back()) : "length limit")
+        << "\n";
+  }
   return kModelCommandOk;
 }
 

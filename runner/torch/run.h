@@ -292,6 +292,28 @@ class Run {
   // the whole model and its forwards are its own (ZeRO-3 too), and before
   // resume moves the weights. `identity`: rank 0's reference_identity().
   Status precompute_reference(const std::string& identity);
+  // Its phases. Every pair the run reads, once (keys[i]), and the pairs each
+  // batch of for_each_reference_batch holds (indexes into keys).
+  struct ReferencePairs {
+    std::vector<std::uint64_t> keys;
+    std::vector<std::vector<std::size_t>> batch_pairs;
+  };
+  ReferencePairs reference_pairs();
+  // What the cache held, per pair (held, chosen, rejected), on every rank:
+  // rank 0 reads `cached`, the ranks learn it.
+  Result<std::vector<double>> known_reference_logps(const ReferencePairs& pairs, const io::LoadedLogps& cached);
+  // The batches to forward: each holding a pair neither cached nor in an
+  // earlier batch, which then owns its new pairs (so that no two ranks
+  // write the same pair); shared round-robin over the ranks.
+  struct ReferenceWork {
+    std::vector<std::int64_t> owner;        // the batch that scores pair i; -1 where the cache held it
+    std::vector<std::size_t> batches;       // batch numbers, in order
+    std::int64_t computed = 0, cached = 0;  // pairs
+  };
+  static ReferenceWork reference_work(const ReferencePairs& pairs, const std::vector<double>& known);
+  // The work's pairs scored (chosen, rejected per pair; zero elsewhere), on
+  // every rank.
+  Result<std::vector<double>> score_reference_pairs(const ReferencePairs& pairs, const ReferenceWork& work);
 
   // run_checkpoints.cpp
   // Collective where ranks shard: every rank calls it at the same steps; a

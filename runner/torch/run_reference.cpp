@@ -106,71 +106,61 @@ void Run::for_each_reference_batch(const std::function<void(const data::Batch&)>
   }
 }
 
-Status Run::precompute_reference(const std::string& identity) {
-  const double t0 = now_seconds();
-  // Every pair the run reads, once (keys[i]), and which batches hold them.
-  std::vector<std::uint64_t> keys;
+Run::ReferencePairs Run::reference_pairs() {
+  ReferencePairs out;
   std::unordered_map<std::uint64_t, std::size_t> index;
-  std::vector<std::vector<std::size_t>> batch_keys;
   for_each_reference_batch([&](const data::Batch& b) {
     std::vector<std::size_t> mine;
     for (std::int64_t p = 0; p < b.rows / 2; ++p) {
-      const auto [it, added] = index.emplace(io::pair_key(b, p), keys.size());
-      if (added) keys.push_back(it->first);
+      const auto [it, added] = index.emplace(io::pair_key(b, p), out.keys.size());
+      if (added) out.keys.push_back(it->first);
       mine.push_back(it->second);
     }
-    batch_keys.push_back(std::move(mine));
+    out.batch_pairs.push_back(std::move(mine));
   });
-  const std::size_t n = keys.size();
+  return out;
+}
 
-  // Rank 0 reads the cache; the ranks learn what it held.
-  const std::string file = o_.cache_dir.empty() ? std::string() : io::logp_cache_file(o_.cache_dir, identity);
-  io::LoadedLogps cached;
-  if (leader() && !file.empty()) {
-    cached = io::read_logp_cache(file, identity);
-    if (!cached.problem.empty()) {
-      log_warning("reference cache: " + file + ": " + cached.problem + "; ignoring it and scoring the pairs again");
-    }
-  }
-  std::vector<double> known(3 * n, 0.0);  // per pair: held, chosen, rejected
+Result<std::vector<double>> Run::known_reference_logps(const ReferencePairs& pairs, const io::LoadedLogps& cached) {
+  const std::size_t n = pairs.keys.size();
+  std::vector<double> known(3 * n, 0.0);
   for (std::size_t i = 0; i < n; ++i) {
-    if (const auto it = cached.table.find(keys[i]); it != cached.table.end()) {
+    if (const auto it = cached.table.find(pairs.keys[i]); it != cached.table.end()) {
       known[3 * i] = 1;
       known[3 * i + 1] = it->second.chosen;
       known[3 * i + 2] = it->second.rejected;
     }
   }
   if (world_ > 1) TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, known));
+  return known;
+}
 
-  // The batches to forward: each holding a pair neither cached nor in an
-  // earlier one, which then owns its new pairs (so that no two ranks write
-  // the same pair), shared round-robin over the ranks.
-  std::vector<std::int64_t> owner(n, -1);  // the batch that scores pair i
-  std::vector<std::size_t> work;           // batch numbers
-  for (std::size_t k = 0; k < batch_keys.size(); ++k) {
+Run::ReferenceWork Run::reference_work(const ReferencePairs& pairs, const std::vector<double>& known) {
+  ReferenceWork work;
+  work.owner.assign(pairs.keys.size(), -1);
+  for (std::size_t k = 0; k < pairs.batch_pairs.size(); ++k) {
     bool needed = false;
-    for (std::size_t i : batch_keys[k]) {
-      if (known[3 * i] == 0 && owner[i] < 0) {
-        owner[i] = static_cast<std::int64_t>(k);
+    for (std::size_t i : pairs.batch_pairs[k]) {
+      if (known[3 * i] == 0 && work.owner[i] < 0) {
+        work.owner[i] = static_cast<std::int64_t>(k);
         needed = true;
       }
     }
-    if (needed) work.push_back(k);
+    if (needed) work.batches.push_back(k);
   }
-  std::int64_t computed = 0, cached_pairs = 0;
-  for (std::size_t i = 0; i < n; ++i) (owner[i] >= 0 ? computed : cached_pairs) += 1;
-  if (leader() && !o_.quiet) {
-    std::fprintf(stderr, "reference: %lld pairs, %lld from the cache; scoring %lld in %zu batches\n",
-                 static_cast<long long>(n), static_cast<long long>(cached_pairs), static_cast<long long>(computed),
-                 work.size());
-  }
-  std::vector<double> scores(2 * n, 0.0);
+  for (const std::int64_t batch : work.owner)
+    (batch >= 0 ? work.computed : work.cached) += 1;
+  return work;
+}
+
+Result<std::vector<double>> Run::score_reference_pairs(const ReferencePairs& pairs, const ReferenceWork& work) {
+  std::vector<double> scores(2 * pairs.keys.size(), 0.0);
   std::size_t k = 0, next = 0;
   double last_report = now_seconds();
   Status failed = Status::ok();
   for_each_reference_batch([&](const data::Batch& b) {
     const std::size_t batch = k++;
-    if (!failed.is_ok() || next >= work.size() || work[next] != batch) return;
+    if (!failed.is_ok() || next >= work.batches.size() || work.batches[next] != batch) return;
     const bool mine = static_cast<int>(next % static_cast<std::size_t>(world_)) == rank_;
     ++next;
     if (!mine) return;
@@ -180,33 +170,56 @@ Status Run::precompute_reference(const std::string& identity) {
       return;
     }
     const torch::Tensor v = logps->to(torch::kCPU);
-    const std::int64_t pairs = b.rows / 2;
-    for (std::int64_t p = 0; p < pairs; ++p) {
-      const std::size_t i = batch_keys[batch][static_cast<std::size_t>(p)];
-      if (owner[i] != static_cast<std::int64_t>(batch)) continue;
+    const std::int64_t n = b.rows / 2;
+    for (std::int64_t p = 0; p < n; ++p) {
+      const std::size_t i = pairs.batch_pairs[batch][static_cast<std::size_t>(p)];
+      if (work.owner[i] != static_cast<std::int64_t>(batch)) continue;
       scores[2 * i] = v[p].item<float>();
-      scores[2 * i + 1] = v[pairs + p].item<float>();
+      scores[2 * i + 1] = v[n + p].item<float>();
     }
     if (leader() && !o_.quiet && now_seconds() - last_report > 10) {
       last_report = now_seconds();
-      std::fprintf(stderr, "reference: %zu/%zu batches (%.0f%%)\n", next, work.size(),
-                   100.0 * static_cast<double>(next) / static_cast<double>(work.size()));
+      std::fprintf(stderr, "reference: %zu/%zu batches (%.0f%%)\n", next, work.batches.size(),
+                   100.0 * static_cast<double>(next) / static_cast<double>(work.batches.size()));
     }
   });
   TAILOR_RETURN_IF_ERROR(failed);
-  if (world_ > 1 && !work.empty()) TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, scores));
+  if (world_ > 1 && !work.batches.empty()) TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, scores));
+  return scores;
+}
+
+Status Run::precompute_reference(const std::string& identity) {
+  const double t0 = now_seconds();
+  const ReferencePairs pairs = reference_pairs();
+  const std::size_t n = pairs.keys.size();
+  // Rank 0 reads the cache; the ranks learn what it held.
+  const std::string file = o_.cache_dir.empty() ? std::string() : io::logp_cache_file(o_.cache_dir, identity);
+  io::LoadedLogps cached;
+  if (leader() && !file.empty()) {
+    cached = io::read_logp_cache(file, identity);
+    if (!cached.problem.empty()) {
+      log_warning("reference cache: " + file + ": " + cached.problem + "; ignoring it and scoring the pairs again");
+    }
+  }
+  TAILOR_ASSIGN_OR_RETURN(const std::vector<double> known, known_reference_logps(pairs, cached));
+  const ReferenceWork work = reference_work(pairs, known);
+  if (leader() && !o_.quiet) {
+    std::fprintf(stderr, "reference: %zu pairs, %lld from the cache; scoring %lld in %zu batches\n", n,
+                 static_cast<long long>(work.cached), static_cast<long long>(work.computed), work.batches.size());
+  }
+  TAILOR_ASSIGN_OR_RETURN(const std::vector<double> scores, score_reference_pairs(pairs, work));
 
   reference_table_.clear();
   reference_table_.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const bool held = known[3 * i] != 0;
-    reference_table_[keys[i]] = {static_cast<float>(held ? known[3 * i + 1] : scores[2 * i]),
-                                 static_cast<float>(held ? known[3 * i + 2] : scores[2 * i + 1])};
+    reference_table_[pairs.keys[i]] = {static_cast<float>(held ? known[3 * i + 1] : scores[2 * i]),
+                                       static_cast<float>(held ? known[3 * i + 2] : scores[2 * i + 1])};
   }
   // Rank 0 adds the new pairs to what the file held (other data's too).
   bool written = false;
   std::string problem = cached.problem;
-  if (leader() && !file.empty() && computed > 0) {
+  if (leader() && !file.empty() && work.computed > 0) {
     io::LogpTable all = std::move(cached.table);
     for (const auto& [key, v] : reference_table_) all[key] = v;
     if (Status s = io::write_logp_cache(file, identity, all); s.is_ok()) {
@@ -219,12 +232,12 @@ Status Run::precompute_reference(const std::string& identity) {
   const double seconds = now_seconds() - t0;
   if (leader() && !o_.quiet) {
     const std::string where = written ? ", cached in " + file : "";
-    std::fprintf(stderr, "reference: %lld pairs scored in %.1f s%s\n", static_cast<long long>(computed), seconds,
+    std::fprintf(stderr, "reference: %lld pairs scored in %.1f s%s\n", static_cast<long long>(work.computed), seconds,
                  where.c_str());
   }
   event(events::kReference, [&](JsonWriter& w) {
-    w.field("pairs", static_cast<std::int64_t>(n)).field("cached", cached_pairs).field("computed", computed);
-    w.field("batches", static_cast<std::int64_t>(work.size())).field("seconds", seconds);
+    w.field("pairs", static_cast<std::int64_t>(n)).field("cached", work.cached).field("computed", work.computed);
+    w.field("batches", static_cast<std::int64_t>(work.batches.size())).field("seconds", seconds);
     w.field("cache_file", file).field("written", written);
     if (!problem.empty()) w.field("problem", problem);
   });

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <string_view>
+#include <unordered_map>
 
 #include "runner/data/jinja/builtins.h"
 #include "runner/data/jinja/text.h"
@@ -19,188 +21,267 @@ Value undefined_attr(const Value& obj, const std::string& name) {
   return Value(Undefined{"'" + object_desc(obj) + "' has no attribute '" + name + "'"});
 }
 
-Value str_method_plain(const std::string& self, const std::string& name, CallArgs& args) {
-  auto opt_chars = [&](std::u32string* buf) -> const std::u32string* {
-    const Value c = arg_at(args, 0, "chars", Value(None{}));
-    if (c.is_none()) return nullptr;
-    *buf = decode_utf8(as_str_arg(c, name.c_str()));
-    return buf;
+// strip's optional characters, decoded into `buf`; null when not given.
+const std::u32string* chars_arg(const std::string& name, CallArgs& args, std::u32string* buf) {
+  const Value c = arg_at(args, 0, "chars", Value(None{}));
+  if (c.is_none()) return nullptr;
+  *buf = decode_utf8(as_str_arg(c, name.c_str()));
+  return buf;
+}
+
+// Whether `self` is not empty and every code point satisfies `pred`.
+template <typename Pred>
+Value all_chars(const std::string& self, Pred pred) {
+  const std::u32string u = decode_utf8(self);
+  if (u.empty()) return Value(false);
+  for (char32_t c : u) {
+    if (!pred(c)) return Value(false);
+  }
+  return Value(true);
+}
+
+// One function a str method (or a family that differ by a comparison),
+// given the string, the name it was called by and its arguments.
+Value str_strip(const std::string& self, const std::string& name, CallArgs& args) {
+  std::u32string buf;
+  const std::u32string* chars = chars_arg(name, args, &buf);
+  return Value(py_strip(self, name != "rstrip", name != "lstrip", chars));
+}
+Value str_split(const std::string& self, const std::string& name, CallArgs& args) {
+  const Value sep = arg_at(args, 0, "sep", Value(None{}));
+  const Value maxsplit = arg_at(args, 1, "maxsplit", Value(std::int64_t{-1}));
+  std::string sep_s;
+  const std::string* sep_p = nullptr;
+  if (!sep.is_none()) {
+    sep_s = as_str_arg(sep, name.c_str());
+    if (sep_s.empty()) fail("empty separator");
+    sep_p = &sep_s;
+  }
+  const auto parts = name == "split" ? py_split(self, sep_p, to_index_int(maxsplit, "maxsplit"))
+                                     : py_rsplit(self, sep_p, to_index_int(maxsplit, "maxsplit"));
+  std::vector<Value> out(parts.begin(), parts.end());
+  return make_list(std::move(out));
+}
+Value str_splitlines(const std::string& self, const std::string& /*name*/, CallArgs& args) {
+  const auto parts = py_splitlines(self, truthy(arg_at(args, 0, "keepends", Value(false))));
+  return make_list(std::vector<Value>(parts.begin(), parts.end()));
+}
+Value str_startswith(const std::string& self, const std::string& name, CallArgs& args) {
+  const Value p = arg_at(args, 0, "prefix", Value());
+  std::vector<std::string> cands;
+  if (p.is_list() && p.as_list()->is_tuple) {
+    for (const auto& x : p.as_list()->items)
+      cands.push_back(as_str_arg(x, name.c_str()));
+  } else {
+    cands.push_back(as_str_arg(p, name.c_str()));
+  }
+  for (const auto& c : cands) {
+    if (name == "startswith" ? self.compare(0, c.size(), c) == 0 && self.size() >= c.size()
+                             : self.size() >= c.size() && self.compare(self.size() - c.size(), c.size(), c) == 0) {
+      return Value(true);
+    }
+  }
+  return Value(false);
+}
+Value str_replace(const std::string& self, const std::string& /*name*/, CallArgs& args) {
+  return Value(py_replace(self, as_str_arg(arg_at(args, 0, "old", Value()), "replace"),
+                          as_str_arg(arg_at(args, 1, "new", Value()), "replace"),
+                          to_index_int(arg_at(args, 2, "count", Value(std::int64_t{-1})), "count")));
+}
+Value str_upper(const std::string& self, const std::string& /*name*/, CallArgs& /*args*/) {
+  return Value(py_upper(self));
+}
+Value str_lower(const std::string& self, const std::string& /*name*/, CallArgs& /*args*/) {
+  return Value(py_lower(self));
+}
+Value str_title(const std::string& self, const std::string& /*name*/, CallArgs& /*args*/) {
+  return Value(py_title(self));
+}
+Value str_capitalize(const std::string& self, const std::string& /*name*/, CallArgs& /*args*/) {
+  return Value(py_capitalize(self));
+}
+Value str_swapcase(const std::string& self, const std::string& /*name*/, CallArgs& /*args*/) {
+  std::string out;
+  for (char32_t c : decode_utf8(self))
+    append_utf8(out, to_upper(c) != c ? to_upper(c) : to_lower(c));
+  return Value(out);
+}
+Value str_find(const std::string& self, const std::string& name, CallArgs& args) {
+  const std::string sub = as_str_arg(arg_at(args, 0, "sub", Value()), name.c_str());
+  const std::size_t p = (name == "find" || name == "index") ? self.find(sub) : self.rfind(sub);
+  if (p == std::string::npos) {
+    if (name == "index" || name == "rindex") fail("substring not found");
+    return Value(std::int64_t{-1});
+  }
+  return Value(static_cast<std::int64_t>(count_code_points(std::string_view(self).substr(0, p))));
+}
+Value str_count(const std::string& self, const std::string& /*name*/, CallArgs& args) {
+  const std::string sub = as_str_arg(arg_at(args, 0, "sub", Value()), "count");
+  if (sub.empty()) return Value(static_cast<std::int64_t>(count_code_points(self) + 1));
+  std::int64_t n = 0;
+  for (std::size_t p = self.find(sub); p != std::string::npos; p = self.find(sub, p + sub.size()))
+    ++n;
+  return Value(n);
+}
+Value str_join(const std::string& self, const std::string& /*name*/, CallArgs& args) {
+  std::string out;
+  bool first = true;
+  for (const Value& v : iterate(arg_at(args, 0, "iterable", Value()))) {
+    if (!first) out += self;
+    first = false;
+    if (!v.is_string()) fail("sequence item: expected str instance, " + type_name(v) + " found");
+    out += v.as_string();
+  }
+  return Value(out);
+}
+Value str_isdigit(const std::string& self, const std::string& /*name*/, CallArgs& /*args*/) {
+  return all_chars(self, is_digit);
+}
+Value str_isalpha(const std::string& self, const std::string& /*name*/, CallArgs& /*args*/) {
+  return all_chars(self, is_alpha);
+}
+Value str_isalnum(const std::string& self, const std::string& /*name*/, CallArgs& /*args*/) {
+  return all_chars(self, [](char32_t c) { return is_alpha(c) || is_digit(c); });
+}
+Value str_isspace(const std::string& self, const std::string& /*name*/, CallArgs& /*args*/) {
+  return all_chars(self, is_py_space);
+}
+Value str_islower(const std::string& self, const std::string& name, CallArgs& /*args*/) {
+  bool cased = false;
+  for (char32_t c : decode_utf8(self)) {
+    if (to_upper(c) == c && to_lower(c) == c) continue;
+    cased = true;
+    if (name == "islower" ? to_lower(c) != c : to_upper(c) != c) return Value(false);
+  }
+  return Value(cased);
+}
+Value str_removeprefix(const std::string& self, const std::string& name, CallArgs& args) {
+  const std::string a = as_str_arg(arg_at(args, 0, "prefix", Value()), name.c_str());
+  if (name == "removeprefix" && self.compare(0, a.size(), a) == 0 && self.size() >= a.size())
+    return Value(self.substr(a.size()));
+  if (name == "removesuffix" && self.size() >= a.size() && !a.empty() &&
+      self.compare(self.size() - a.size(), a.size(), a) == 0) {
+    return Value(self.substr(0, self.size() - a.size()));
+  }
+  return Value(self);
+}
+Value str_partition(const std::string& self, const std::string& name, CallArgs& args) {
+  const std::string sep = as_str_arg(arg_at(args, 0, "sep", Value()), name.c_str());
+  if (sep.empty()) fail("empty separator");
+  const std::size_t p = name == "partition" ? self.find(sep) : self.rfind(sep);
+  if (p == std::string::npos) {
+    if (name == "partition") return Value::list({Value(self), Value(""), Value("")}, true);
+    return Value::list({Value(""), Value(""), Value(self)}, true);
+  }
+  return Value::list({Value(self.substr(0, p)), Value(sep), Value(self.substr(p + sep.size()))}, true);
+}
+Value str_center(const std::string& self, const std::string& name, CallArgs& args) {
+  const std::int64_t width = to_index_int(arg_at(args, 0, "width", Value()), "width");
+  std::string fill = name == "zfill" ? "0" : as_str_arg(arg_at(args, 1, "fillchar", Value(" ")), name.c_str());
+  const auto len = static_cast<std::int64_t>(count_code_points(self));
+  if (width <= len) return Value(self);
+  if (width > static_cast<std::int64_t>(kMaxStringBytes)) fail("string too long");
+  const std::int64_t pad = width - len;
+  auto rep = [&](std::int64_t n) {
+    std::string s;
+    for (std::int64_t i = 0; i < n; ++i)
+      s += fill;
+    return s;
   };
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    std::u32string buf;
-    const std::u32string* chars = opt_chars(&buf);
-    return Value(py_strip(self, name != "rstrip", name != "lstrip", chars));
+  if (name == "ljust") return Value(self + rep(pad));
+  if (name == "rjust") return Value(rep(pad) + self);
+  if (name == "zfill") {
+    if (!self.empty() && (self[0] == '-' || self[0] == '+'))
+      return Value(self.substr(0, 1) + rep(pad) + self.substr(1));
+    return Value(rep(pad) + self);
   }
-  if (name == "split" || name == "rsplit") {
-    const Value sep = arg_at(args, 0, "sep", Value(None{}));
-    const Value maxsplit = arg_at(args, 1, "maxsplit", Value(std::int64_t{-1}));
-    std::string sep_s;
-    const std::string* sep_p = nullptr;
-    if (!sep.is_none()) {
-      sep_s = as_str_arg(sep, name.c_str());
-      if (sep_s.empty()) fail("empty separator");
-      sep_p = &sep_s;
-    }
-    const auto parts = name == "split" ? py_split(self, sep_p, to_index_int(maxsplit, "maxsplit"))
-                                       : py_rsplit(self, sep_p, to_index_int(maxsplit, "maxsplit"));
-    std::vector<Value> out(parts.begin(), parts.end());
-    return make_list(std::move(out));
-  }
-  if (name == "splitlines") {
-    const auto parts = py_splitlines(self, truthy(arg_at(args, 0, "keepends", Value(false))));
-    return make_list(std::vector<Value>(parts.begin(), parts.end()));
-  }
-  if (name == "startswith" || name == "endswith") {
-    const Value p = arg_at(args, 0, "prefix", Value());
-    std::vector<std::string> cands;
-    if (p.is_list() && p.as_list()->is_tuple) {
-      for (const auto& x : p.as_list()->items) cands.push_back(as_str_arg(x, name.c_str()));
-    } else {
-      cands.push_back(as_str_arg(p, name.c_str()));
-    }
-    for (const auto& c : cands) {
-      if (name == "startswith" ? self.compare(0, c.size(), c) == 0 && self.size() >= c.size()
-                               : self.size() >= c.size() && self.compare(self.size() - c.size(), c.size(), c) == 0) {
-        return Value(true);
-      }
-    }
-    return Value(false);
-  }
-  if (name == "replace") {
-    return Value(py_replace(self, as_str_arg(arg_at(args, 0, "old", Value()), "replace"),
-                            as_str_arg(arg_at(args, 1, "new", Value()), "replace"),
-                            to_index_int(arg_at(args, 2, "count", Value(std::int64_t{-1})), "count")));
-  }
-  if (name == "upper") return Value(py_upper(self));
-  if (name == "lower" || name == "casefold") return Value(py_lower(self));
-  if (name == "title") return Value(py_title(self));
-  if (name == "capitalize") return Value(py_capitalize(self));
-  if (name == "swapcase") {
-    std::string out;
-    for (char32_t c : decode_utf8(self)) append_utf8(out, to_upper(c) != c ? to_upper(c) : to_lower(c));
-    return Value(out);
-  }
-  if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
-    const std::string sub = as_str_arg(arg_at(args, 0, "sub", Value()), name.c_str());
-    const std::size_t p = (name == "find" || name == "index") ? self.find(sub) : self.rfind(sub);
-    if (p == std::string::npos) {
-      if (name == "index" || name == "rindex") fail("substring not found");
-      return Value(std::int64_t{-1});
-    }
-    return Value(static_cast<std::int64_t>(count_code_points(std::string_view(self).substr(0, p))));
-  }
-  if (name == "count") {
-    const std::string sub = as_str_arg(arg_at(args, 0, "sub", Value()), "count");
-    if (sub.empty()) return Value(static_cast<std::int64_t>(count_code_points(self) + 1));
-    std::int64_t n = 0;
-    for (std::size_t p = self.find(sub); p != std::string::npos; p = self.find(sub, p + sub.size())) ++n;
-    return Value(n);
-  }
-  if (name == "join") {
-    std::string out;
-    bool first = true;
-    for (const Value& v : iterate(arg_at(args, 0, "iterable", Value()))) {
-      if (!first) out += self;
-      first = false;
-      if (!v.is_string()) fail("sequence item: expected str instance, " + type_name(v) + " found");
-      out += v.as_string();
-    }
-    return Value(out);
-  }
-  auto all_of = [&](auto pred) {
-    const std::u32string u = decode_utf8(self);
-    if (u.empty()) return Value(false);
-    for (char32_t c : u) {
-      if (!pred(c)) return Value(false);
-    }
-    return Value(true);
-  };
-  if (name == "isdigit" || name == "isdecimal" || name == "isnumeric") return all_of(is_digit);
-  if (name == "isalpha") return all_of(is_alpha);
-  if (name == "isalnum") return all_of([](char32_t c) { return is_alpha(c) || is_digit(c); });
-  if (name == "isspace") return all_of(is_py_space);
-  if (name == "islower" || name == "isupper") {
-    bool cased = false;
-    for (char32_t c : decode_utf8(self)) {
-      if (to_upper(c) == c && to_lower(c) == c) continue;
-      cased = true;
-      if (name == "islower" ? to_lower(c) != c : to_upper(c) != c) return Value(false);
-    }
-    return Value(cased);
-  }
-  if (name == "removeprefix" || name == "removesuffix") {
-    const std::string a = as_str_arg(arg_at(args, 0, "prefix", Value()), name.c_str());
-    if (name == "removeprefix" && self.compare(0, a.size(), a) == 0 && self.size() >= a.size()) return Value(self.substr(a.size()));
-    if (name == "removesuffix" && self.size() >= a.size() && !a.empty() && self.compare(self.size() - a.size(), a.size(), a) == 0) {
-      return Value(self.substr(0, self.size() - a.size()));
-    }
-    return Value(self);
-  }
-  if (name == "partition" || name == "rpartition") {
-    const std::string sep = as_str_arg(arg_at(args, 0, "sep", Value()), name.c_str());
-    if (sep.empty()) fail("empty separator");
-    const std::size_t p = name == "partition" ? self.find(sep) : self.rfind(sep);
-    if (p == std::string::npos) {
-      if (name == "partition") return Value::list({Value(self), Value(""), Value("")}, true);
-      return Value::list({Value(""), Value(""), Value(self)}, true);
-    }
-    return Value::list({Value(self.substr(0, p)), Value(sep), Value(self.substr(p + sep.size()))}, true);
-  }
-  if (name == "center" || name == "ljust" || name == "rjust" || name == "zfill") {
-    const std::int64_t width = to_index_int(arg_at(args, 0, "width", Value()), "width");
-    std::string fill = name == "zfill" ? "0" : as_str_arg(arg_at(args, 1, "fillchar", Value(" ")), name.c_str());
-    const auto len = static_cast<std::int64_t>(count_code_points(self));
-    if (width <= len) return Value(self);
-    if (width > static_cast<std::int64_t>(kMaxStringBytes)) fail("string too long");
-    const std::int64_t pad = width - len;
-    auto rep = [&](std::int64_t n) {
-      std::string s;
-      for (std::int64_t i = 0; i < n; ++i) s += fill;
-      return s;
-    };
-    if (name == "ljust") return Value(self + rep(pad));
-    if (name == "rjust") return Value(rep(pad) + self);
-    if (name == "zfill") {
-      if (!self.empty() && (self[0] == '-' || self[0] == '+')) return Value(self.substr(0, 1) + rep(pad) + self.substr(1));
-      return Value(rep(pad) + self);
-    }
-    const std::int64_t left = pad / 2 + (pad & width & 1);
-    return Value(rep(left) + self + rep(pad - left));
-  }
-  if (name == "format") {
-    // Auto-numbered and named fields without format specs: what templates use.
-    std::string out;
-    std::size_t next_index = 0;
-    for (std::size_t i = 0; i < self.size(); ++i) {
-      const char c = self[i];
-      if (c == '{' && i + 1 < self.size() && self[i + 1] == '{') {
-        out.push_back('{');
-        ++i;
-      } else if (c == '}' && i + 1 < self.size() && self[i + 1] == '}') {
-        out.push_back('}');
-        ++i;
-      } else if (c == '{') {
-        const std::size_t close = self.find('}', i);
-        if (close == std::string::npos) fail("Single '{' encountered in format string");
-        const std::string field = self.substr(i + 1, close - i - 1);
-        Value v;
-        if (field.empty()) {
-          v = arg_at(args, next_index++, "", Value());
-        } else if (std::all_of(field.begin(), field.end(), [](char d) { return std::isdigit(static_cast<unsigned char>(d)); })) {
-          v = arg_at(args, static_cast<std::size_t>(std::stoul(field)), "", Value());
-        } else {
-          v = arg_at(args, std::numeric_limits<std::size_t>::max(), field.c_str(), Value());
-        }
-        if (v.is_undefined()) fail("format: no value for field '" + field + "'");
-        out += to_str(v);
-        i = close;
+  const std::int64_t left = pad / 2 + (pad & width & 1);
+  return Value(rep(left) + self + rep(pad - left));
+}
+Value str_format(const std::string& self, const std::string& /*name*/, CallArgs& args) {
+  // Auto-numbered and named fields without format specs: what templates use.
+  std::string out;
+  std::size_t next_index = 0;
+  for (std::size_t i = 0; i < self.size(); ++i) {
+    const char c = self[i];
+    if (c == '{' && i + 1 < self.size() && self[i + 1] == '{') {
+      out.push_back('{');
+      ++i;
+    } else if (c == '}' && i + 1 < self.size() && self[i + 1] == '}') {
+      out.push_back('}');
+      ++i;
+    } else if (c == '{') {
+      const std::size_t close = self.find('}', i);
+      if (close == std::string::npos) fail("Single '{' encountered in format string");
+      const std::string field = self.substr(i + 1, close - i - 1);
+      Value v;
+      if (field.empty()) {
+        v = arg_at(args, next_index++, "", Value());
+      } else if (std::all_of(field.begin(), field.end(),
+                             [](char d) { return std::isdigit(static_cast<unsigned char>(d)); })) {
+        v = arg_at(args, static_cast<std::size_t>(std::stoul(field)), "", Value());
       } else {
-        out.push_back(c);
+        v = arg_at(args, std::numeric_limits<std::size_t>::max(), field.c_str(), Value());
       }
+      if (v.is_undefined()) fail("format: no value for field '" + field + "'");
+      out += to_str(v);
+      i = close;
+    } else {
+      out.push_back(c);
     }
-    return Value(out);
   }
-  fail("'str' object has no attribute '" + name + "'");
+  return Value(out);
+}
+
+using StrMethod = Value (*)(const std::string& self, const std::string& name, CallArgs& args);
+
+const std::unordered_map<std::string_view, StrMethod>& str_methods() {
+  static const std::unordered_map<std::string_view, StrMethod> k = {{"capitalize", str_capitalize},
+                                                                    {"casefold", str_lower},
+                                                                    {"center", str_center},
+                                                                    {"count", str_count},
+                                                                    {"endswith", str_startswith},
+                                                                    {"find", str_find},
+                                                                    {"format", str_format},
+                                                                    {"index", str_find},
+                                                                    {"isalnum", str_isalnum},
+                                                                    {"isalpha", str_isalpha},
+                                                                    {"isdecimal", str_isdigit},
+                                                                    {"isdigit", str_isdigit},
+                                                                    {"islower", str_islower},
+                                                                    {"isnumeric", str_isdigit},
+                                                                    {"isspace", str_isspace},
+                                                                    {"isupper", str_islower},
+                                                                    {"join", str_join},
+                                                                    {"ljust", str_center},
+                                                                    {"lower", str_lower},
+                                                                    {"lstrip", str_strip},
+                                                                    {"partition", str_partition},
+                                                                    {"removeprefix", str_removeprefix},
+                                                                    {"removesuffix", str_removeprefix},
+                                                                    {"replace", str_replace},
+                                                                    {"rfind", str_find},
+                                                                    {"rindex", str_find},
+                                                                    {"rjust", str_center},
+                                                                    {"rpartition", str_partition},
+                                                                    {"rsplit", str_split},
+                                                                    {"rstrip", str_strip},
+                                                                    {"split", str_split},
+                                                                    {"splitlines", str_splitlines},
+                                                                    {"startswith", str_startswith},
+                                                                    {"strip", str_strip},
+                                                                    {"swapcase", str_swapcase},
+                                                                    {"title", str_title},
+                                                                    {"upper", str_upper},
+                                                                    {"zfill", str_center}};
+  return k;
+}
+
+Value str_method_plain(const std::string& self, const std::string& name, CallArgs& args) {
+  const auto& methods = str_methods();
+  const auto it = methods.find(name);
+  if (it == methods.end()) fail("'str' object has no attribute '" + name + "'");
+  return it->second(self, name, args);
 }
 
 // Markup's wrapped methods return Markup again.
@@ -216,18 +297,7 @@ Value str_method(const Value& self_value, const std::string& name, CallArgs& arg
   return r;
 }
 
-bool is_str_method(const std::string& name) {
-  static const char* const kNames[] = {
-      "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith", "replace",
-      "upper", "lower", "casefold", "title", "capitalize", "swapcase", "find", "rfind", "index", "rindex",
-      "count", "join", "isdigit", "isdecimal", "isnumeric", "isalpha", "isalnum", "isspace", "islower",
-      "isupper", "removeprefix", "removesuffix", "partition", "rpartition", "center", "ljust", "rjust",
-      "zfill", "format"};
-  for (const char* n : kNames) {
-    if (name == n) return true;
-  }
-  return false;
-}
+bool is_str_method(const std::string& name) { return str_methods().count(name) != 0; }
 
 Value bound(const std::string& name, std::function<Value(CallArgs&)> fn) { return Value::function(name, std::move(fn)); }
 
