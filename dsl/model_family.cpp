@@ -277,26 +277,34 @@ bool read_gemma(const nlohmann::json& j, const ModelFamilyInfo& f, ModelArch& ar
   return ok;
 }
 
-// What else a config.json says that changes the computation: read where
-// the model implements it, refused by name where it does not, so that a
-// model never trains silently as another one.
-void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelArch& arch, const std::string& where,
-                       std::vector<std::string>& errors) {
-  auto refuse = [&](const std::string& key, const nlohmann::json& value, const std::string& why) {
+// A config.json being read against its family: the refusals it collects.
+struct ConfigCheck {
+  const nlohmann::json& j;
+  const ModelFamilyInfo& f;
+  ModelArch& arch;
+  const std::string& where;
+  std::vector<std::string>& errors;
+
+  void refuse(const std::string& key, const nlohmann::json& value, const std::string& why) const {
     errors.push_back(where + ": " + key + " " + value.dump() + " is not supported: " + why);
-  };
-  auto value_of = [&](const char* key) -> const nlohmann::json* {
+  }
+  // The key's value; null where it is missing or null.
+  const nlohmann::json* value_of(const char* key) const {
     auto it = j.find(key);
     return it == j.end() || it->is_null() ? nullptr : &*it;
-  };
-  const bool gpt2 = f.block == BlockKind::kGpt2;
-  // RoPE: transformers 5 writes rope_parameters {rope_theta, rope_type},
-  // 4.x a top-level rope_theta and an optional rope_scaling.
+  }
+};
+
+// RoPE's base and scaling (not GPT-2's, which has none): transformers 5
+// writes rope_parameters {rope_theta, rope_type}, 4.x a top-level
+// rope_theta and an optional rope_scaling.
+void read_rope(const ConfigCheck& c) {
+  const ModelFamilyInfo& f = c.f;
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    const nlohmann::json* rope = value_of(key);
-    if (rope == nullptr || gpt2) continue;
+    const nlohmann::json* rope = c.value_of(key);
+    if (rope == nullptr) continue;
     if (!rope->is_object()) {
-      refuse(key, *rope, "expected an object");
+      c.refuse(key, *rope, "expected an object");
       continue;
     }
     std::string at = key;
@@ -306,10 +314,10 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
       if (auto local = rope->find("sliding_attention"); local != rope->end() && local->is_object()) {
         const std::string local_type = local->value("rope_type", std::string("default"));
         if (local_type != "default") {
-          refuse(at + ".sliding_attention.rope_type", local_type, "Gemma 3's windowed layers rotate unscaled");
+          c.refuse(at + ".sliding_attention.rope_type", local_type, "Gemma 3's windowed layers rotate unscaled");
         }
         auto theta = local->find("rope_theta");
-        if (theta != local->end() && theta->is_number()) arch.rope_local_theta = theta->get<double>();
+        if (theta != local->end() && theta->is_number()) c.arch.rope_local_theta = theta->get<double>();
       }
       auto global = rope->find("full_attention");
       if (global == rope->end() || !global->is_object()) continue;
@@ -318,11 +326,12 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
     }
     const std::string type = rope->value("rope_type", rope->value("type", std::string("default")));
     auto theta = rope->find("rope_theta");
-    if (theta != rope->end() && theta->is_number() && value_of("rope_theta") == nullptr) arch.rope_theta = theta->get<double>();
+    if (theta != rope->end() && theta->is_number() && c.value_of("rope_theta") == nullptr)
+      c.arch.rope_theta = theta->get<double>();
     if (type == "default") continue;
     RopeScaling r;
     if (!rope_scaling_type_from(type, r.type) || r.type == RopeScalingType::kNone) {
-      refuse(at + ".rope_type", type, "Tailor scales RoPE as llama3 or linear, or not at all");
+      c.refuse(at + ".rope_type", type, "Tailor scales RoPE as llama3 or linear, or not at all");
       continue;
     }
     auto number = [&](const char* name, double fallback) {
@@ -334,92 +343,129 @@ void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelA
       r.low_freq_factor = number("low_freq_factor", r.low_freq_factor);
       r.high_freq_factor = number("high_freq_factor", r.high_freq_factor);
       // In the scaling's object (Llama 3.1's config.json), else top-level.
-      const nlohmann::json* top = value_of("original_max_position_embeddings");
+      const nlohmann::json* top = c.value_of("original_max_position_embeddings");
       r.original_max_seq_len = static_cast<std::int64_t>(
           number("original_max_position_embeddings", top != nullptr && top->is_number() ? top->get<double>() : 0));
     }
     if (const std::string problem = rope_scaling_problem(r); !problem.empty()) {
-      refuse(at, *rope, problem);
+      c.refuse(at, *rope, problem);
     } else {
-      arch.rope_scaling = r;
+      c.arch.rope_scaling = r;
     }
   }
-  if (const nlohmann::json* p = value_of("partial_rotary_factor"); p != nullptr && !(p->is_number() && p->get<double>() == 1.0)) {
-    refuse("partial_rotary_factor", *p, "Tailor rotates every dimension of a head");
-  }
-  if (const nlohmann::json* hd = value_of("head_dim"); hd != nullptr && !gpt2) {
-    if (hd->is_number_integer() && hd->get<std::int64_t>() > 0 && hd->get<std::int64_t>() % 2 == 0) {
-      arch.head_size = hd->get<std::int64_t>();
-    } else {
-      refuse("head_dim", *hd, "expected a positive even integer (RoPE rotates pairs)");
-    }
-  }
+}
+
+// The sliding window, where the family has one.
+void read_window(const ConfigCheck& c) {
+  const ModelFamilyInfo& f = c.f;
+  const nlohmann::json& j = c.j;
   nlohmann::json gemma_window = kGemmaWindow;
-  if (f.gemma && !read_gemma(j, f, arch, refuse)) return;
   // A sliding window narrower than the context changes attention. Qwen
   // windows the layers from max_window_layers up (Qwen2Config): Tailor
   // windows every layer or none.
   // Gemma's windowed layers are a kind of layer even where the window
   // spans the context (Gemma 3 rotates them by their own RoPE base): a
   // window is kept whatever its width, and a null one spans the context.
-  const nlohmann::json* window = value_of("sliding_window");
-  nlohmann::json whole_context = arch.max_seq_len;
+  const nlohmann::json* window = c.value_of("sliding_window");
+  nlohmann::json whole_context = c.arch.max_seq_len;
   if (f.gemma && !j.contains("sliding_window")) window = &gemma_window;
   if (f.gemma && window == nullptr) window = &whole_context;
-  if (f.gemma && arch.sliding_window < 0) window = nullptr;  // layer_types: no layer windowed
-  arch.sliding_window = 0;
-  const nlohmann::json* use_window = value_of("use_sliding_window");
+  if (f.gemma && c.arch.sliding_window < 0) window = nullptr;  // layer_types: no layer windowed
+  c.arch.sliding_window = 0;
+  const nlohmann::json* use_window = c.value_of("use_sliding_window");
   const bool windowed = use_window != nullptr ? use_window->is_boolean() && use_window->get<bool>() : window != nullptr;
-  const bool covers_context = !f.gemma && window != nullptr && window->is_number_integer() &&
-                              window->get<std::int64_t>() >= arch.max_seq_len;
+  const bool covers_context =
+      !f.gemma && window != nullptr && window->is_number_integer() && window->get<std::int64_t>() >= c.arch.max_seq_len;
   if (windowed && window != nullptr && !covers_context) {
-    const nlohmann::json* from_layer = value_of("max_window_layers");
+    const nlohmann::json* from_layer = c.value_of("max_window_layers");
     if (!has_sliding_window(f)) {
-      refuse("sliding_window", *window, std::string(f.name) + " attends over the whole context");
+      c.refuse("sliding_window", *window, std::string(f.name) + " attends over the whole context");
     } else if (!(window->is_number_integer() && window->get<std::int64_t>() > 0)) {
-      refuse("sliding_window", *window, "expected a positive integer or null");
+      c.refuse("sliding_window", *window, "expected a positive integer or null");
     } else if (use_window != nullptr && !(from_layer != nullptr && from_layer->is_number_integer() &&
                                           from_layer->get<std::int64_t>() == 0)) {
-      refuse("max_window_layers", from_layer ? *from_layer : nlohmann::json(28),
-             "Tailor windows every layer (max_window_layers 0) or none (use_sliding_window false)");
+      c.refuse("max_window_layers", from_layer ? *from_layer : nlohmann::json(28),
+               "Tailor windows every layer (max_window_layers 0) or none (use_sliding_window false)");
     } else {
-      arch.sliding_window = window->get<std::int64_t>();
+      c.arch.sliding_window = window->get<std::int64_t>();
     }
   }
+}
+
+// What changes training but not the computation's shape: dropout, biases,
+// the activation, the router's training-only terms, GPT-2's attention
+// variants.
+void check_training_keys(const ConfigCheck& c) {
+  const ModelFamilyInfo& f = c.f;
+  const bool gpt2 = f.block == BlockKind::kGpt2;
   // Dropout in training: Tailor's llama-family blocks have none.
   for (const char* key : {"attention_dropout", "resid_pdrop", "embd_pdrop"}) {
-    const nlohmann::json* p = value_of(key);
-    if (p != nullptr && !gpt2 && !(p->is_number() && p->get<double>() == 0)) refuse(key, *p, "Tailor trains this family without dropout");
+    const nlohmann::json* p = c.value_of(key);
+    if (p != nullptr && !gpt2 && !(p->is_number() && p->get<double>() == 0))
+      c.refuse(key, *p, "Tailor trains this family without dropout");
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
-    const nlohmann::json* b = value_of(key);
-    if (b != nullptr && !gpt2 && !(b->is_boolean() && !b->get<bool>())) refuse(key, *b, "the family's linears have no bias");
+    const nlohmann::json* b = c.value_of(key);
+    if (b != nullptr && !gpt2 && !(b->is_boolean() && !b->get<bool>()))
+      c.refuse(key, *b, "the family's linears have no bias");
   }
   // Gemma's configs say hidden_activation (and older ones hidden_act too).
   const std::string act = gpt2 ? "gelu_new" : f.gemma ? "gelu_pytorch_tanh" : "silu";
   for (const char* act_key : {gpt2 ? "activation_function" : "hidden_act", f.gemma ? "hidden_activation" : ""}) {
-    if (const nlohmann::json* a = value_of(act_key); a != nullptr && *a != act) {
-      refuse(act_key, *a, "the family's activation here is " + act);
+    if (const nlohmann::json* a = c.value_of(act_key); a != nullptr && *a != act) {
+      c.refuse(act_key, *a, "the family's activation here is " + act);
     }
   }
   if (f.keys.experts != nullptr) {
     // Training-only changes to the router: the load-balancing loss added to
     // the loss, and multiplicative noise on the router's input.
-    if (const nlohmann::json* r = value_of("output_router_logits"); r != nullptr && !(r->is_boolean() && !r->get<bool>())) {
-      refuse("output_router_logits", *r, "Tailor trains without the router's load-balancing loss");
+    if (const nlohmann::json* r = c.value_of("output_router_logits");
+        r != nullptr && !(r->is_boolean() && !r->get<bool>())) {
+      c.refuse("output_router_logits", *r, "Tailor trains without the router's load-balancing loss");
     }
-    if (const nlohmann::json* r = value_of("router_jitter_noise"); r != nullptr && !(r->is_number() && r->get<double>() == 0)) {
-      refuse("router_jitter_noise", *r, "Tailor's router sees its input without noise");
+    if (const nlohmann::json* r = c.value_of("router_jitter_noise");
+        r != nullptr && !(r->is_number() && r->get<double>() == 0)) {
+      c.refuse("router_jitter_noise", *r, "Tailor's router sees its input without noise");
     }
-    if (arch.experts < 1 || arch.experts_per_token < 1 || arch.experts_per_token > arch.experts) {
-      errors.push_back(where + ": " + f.keys.experts_per_token + " (" + std::to_string(arch.experts_per_token) +
-                       ") must be between 1 and " + f.keys.experts + " (" + std::to_string(arch.experts) + ")");
+    if (c.arch.experts < 1 || c.arch.experts_per_token < 1 || c.arch.experts_per_token > c.arch.experts) {
+      c.errors.push_back(c.where + ": " + f.keys.experts_per_token + " (" + std::to_string(c.arch.experts_per_token) +
+                         ") must be between 1 and " + f.keys.experts + " (" + std::to_string(c.arch.experts) + ")");
     }
   }
   for (const char* key : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"}) {
-    const nlohmann::json* b = value_of(key);
-    if (b != nullptr && gpt2 && !(b->is_boolean() && !b->get<bool>())) refuse(key, *b, "Tailor's GPT-2 attention is the original one");
+    const nlohmann::json* b = c.value_of(key);
+    if (b != nullptr && gpt2 && !(b->is_boolean() && !b->get<bool>()))
+      c.refuse(key, *b, "Tailor's GPT-2 attention is the original one");
   }
+}
+
+// What else a config.json says that changes the computation: read where
+// the model implements it, refused by name where it does not, so that a
+// model never trains silently as another one.
+void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelArch& arch, const std::string& where,
+                       std::vector<std::string>& errors) {
+  const ConfigCheck c{j, f, arch, where, errors};
+  const bool gpt2 = f.block == BlockKind::kGpt2;
+  if (!gpt2) read_rope(c);
+  if (const nlohmann::json* p = c.value_of("partial_rotary_factor");
+      p != nullptr && !(p->is_number() && p->get<double>() == 1.0)) {
+    c.refuse("partial_rotary_factor", *p, "Tailor rotates every dimension of a head");
+  }
+  if (const nlohmann::json* hd = c.value_of("head_dim"); hd != nullptr && !gpt2) {
+    if (hd->is_number_integer() && hd->get<std::int64_t>() > 0 && hd->get<std::int64_t>() % 2 == 0) {
+      c.arch.head_size = hd->get<std::int64_t>();
+    } else {
+      c.refuse("head_dim", *hd, "expected a positive even integer (RoPE rotates pairs)");
+    }
+  }
+  if (f.gemma &&
+      !read_gemma(j, f, arch, [&](const std::string& key, const nlohmann::json& value, const std::string& why) {
+        c.refuse(key, value, why);
+      })) {
+    return;
+  }
+  read_window(c);
+  check_training_keys(c);
 }
 
 }  // namespace
