@@ -58,6 +58,9 @@ class PythonScripts {
   }
 
   ~PythonScripts() {
+    // A process the test forked exits with a copy of this object: the
+    // server and its log are the parent's.
+    if (::getpid() != owner_) return;
     if (fd_ >= 0) ::close(fd_);  // end of input: the server returns
     if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
     ::unlink(server_log_.c_str());
@@ -122,6 +125,7 @@ class PythonScripts {
   }
 
   std::mutex mutex_;
+  pid_t owner_ = ::getpid();
   int fd_ = -1;
   pid_t pid_ = -1;
   std::string server_log_, why_;
