@@ -194,6 +194,8 @@ class Run {
   Status prepare();
   Status train();
   Result<bool> stop_requested();  // on every rank when any rank was asked to stop
+  // The failpoint runner.hold_after_first_checkpoint (docs/testing.md).
+  Status hold_if_armed();
   Status finish();
   // out_dir/adapter/ under adapters, and out_dir/model/ when output.merge
   // says (the adapters merged into the base), from the model as it is.
@@ -360,6 +362,7 @@ class Run {
   CheckpointState state_;
   Measured last_;  // the last step's measured memory
   std::int64_t first_step_ = 1;
+  bool held_ = false;      // hold_if_armed held once
   std::int64_t step_ = 0;  // the step being run (for reports)
   double t_start_ = 0;
   std::int64_t tokens_this_run_ = 0;

@@ -10,11 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "core/units.h"
-#include "dsl/spec_loader.h"
 #include "dsl/spec_fields.h"
+#include "dsl/spec_loader.h"
 #include "dsl/yaml_tree.h"
+#include "platform/failpoint.h"
 #include "runner/dist/launcher.h"
 #include "runner/protocol/events.h"
 #include "runner/torch/data_parallel.h"
@@ -258,9 +260,31 @@ Status Run::train() {
     }
     TAILOR_RETURN_IF_ERROR(train_step(step_));
     const std::int64_t every = spec_.checkpoint.every_steps;
-    if (every > 0 && step_ % every == 0 && step_ < data_.total_steps) TAILOR_RETURN_IF_ERROR(checkpoint(step_));
+    if (every > 0 && step_ % every == 0 && step_ < data_.total_steps) {
+      TAILOR_RETURN_IF_ERROR(checkpoint(step_));
+      TAILOR_RETURN_IF_ERROR(hold_if_armed());
+    }
   }
   return Status::ok();
+}
+
+// A test that kills, stops or starves a run mid-way needs the run to be
+// mid-way when the blow lands: armed, a run that started at step 1 waits
+// after its first checkpoint until it is asked to stop (then stops as a
+// signal stops it, that checkpoint its last) or is killed, on every rank
+// alike (stop_requested is collective).
+// A resumed run passes, so the retry trains to the end.
+Status Run::hold_if_armed() {
+  if (held_ || first_step_ != 1 || !platform::failpoint_armed("runner.hold_after_first_checkpoint")) {
+    return Status::ok();
+  }
+  held_ = true;
+  for (;;) {
+    auto stop = stop_requested();
+    if (!stop.is_ok()) return stop.status();
+    if (*stop) return Status::cancelled("stopped by a signal after step " + std::to_string(step_));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 Status Run::finish() {

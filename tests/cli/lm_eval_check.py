@@ -14,27 +14,25 @@ to every request.
       the model's greedy continuation), tailor_check_generate (generate_until,
       greedy, 16 tokens at most, stopping at "\\n" or ".") and
       tailor_check_rolling (loglikelihood_rolling).
-  lm_eval_check.py compare DIR MODEL_DIR BASE_URL
-      runs lm-eval on DIR/tasks twice with --log_samples, batch size 1, fixed
-      seeds: with `hf` on MODEL_DIR (fp32, CPU) and with `local-completions`
-      posting to BASE_URL, the whole completions URL (lm-eval posts to it as it
-      is: http://HOST:PORT/v1/completions), with MODEL_DIR's tokenizer and
-      OPENAI_API_KEY from the environment as its bearer token. Each request,
-      matched by task, doc id and request index, must agree: log-likelihoods
-      within 1e-4 and the same is_greedy, generations the same string. Prints
-      a JSON summary; exits 1, naming each mismatch on stderr, when one
-      differs or lm-eval fails (its output is in DIR/lm_eval/*.log).
-  lm_eval_check.py compare-chat DIR MODEL_DIR BASE_URL
-      the same with --apply_chat_template on tailor_check_generate alone:
-      `hf` renders each question as a user turn with MODEL_DIR's chat
-      template, `local-chat-completions` posts the turn to BASE_URL (the
-      whole chat completions URL), and the generations must be equal.
+  lm_eval_check.py compare DIR MODEL_DIR COMPLETIONS_URL CHAT_URL
+      runs lm-eval on DIR/tasks twice, batch size 1, fixed seeds, samples
+      logged: with `hf` on MODEL_DIR (fp32, CPU) and with `local-completions`
+      posting to COMPLETIONS_URL, the whole completions URL (lm-eval posts to
+      it as it is: http://HOST:PORT/v1/completions), with MODEL_DIR's
+      tokenizer and OPENAI_API_KEY from the environment as its bearer token.
+      Each request, matched by task, doc id and request index, must agree:
+      log-likelihoods within 1e-4 and the same is_greedy, generations the same
+      string. Then the same with the chat template on tailor_check_generate
+      alone: `hf` renders each question as a user turn with MODEL_DIR's chat
+      template, `local-chat-completions` posts the turn to CHAT_URL (the whole
+      chat completions URL), and the generations must be equal. lm-eval runs
+      in this process, as its CLI would run it (see run_lm_eval). Prints a
+      JSON summary of both ({"completions": ..., "chat": ...}, each with
+      "ok"); exits 1, naming each mismatch on stderr, when one differs or
+      lm-eval fails.
 """
-import glob
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 
@@ -135,44 +133,45 @@ def tasks(root):
                {"group": GROUP, "task": list(TASKS), "metadata": {"version": 1.0}})
 
 
-def run_lm_eval(root, name, model_type, model_args, *options, tasks=(GROUP,)):
-    """Runs lm-eval on `tasks` (the group, or some of its tasks); returns its
-    seconds and its responses, {(task, doc id, request index): response}."""
-    out = os.path.join(root, "lm_eval", name)
-    shutil.rmtree(out, ignore_errors=True)  # no samples of an earlier run
-    os.makedirs(out)
-    log = out + ".log"
-    # Offline, and a datasets cache of its own, so that the run reads only DIR/tasks.
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               HF_DATASETS_CACHE=os.path.join(root, "lm_eval", "datasets"))
-    cmd = [sys.executable, "-m", "lm_eval", "run", "--model", model_type, "--model_args", model_args,
-           "--tasks", ",".join(tasks), "--include_path", os.path.join(root, "tasks"), "--batch_size", "1",
-           "--seed", "1234", "--log_samples", "--output_path", out, *options]
+def run_lm_eval(root, name, model_type, model_args, device=None, chat=False, tasks=(GROUP,)):
+    """Runs lm-eval on `tasks` (the group, or some of its tasks) in this
+    process, as `lm_eval run --model MODEL_TYPE --model_args MODEL_ARGS
+    --tasks TASKS --include_path DIR/tasks --batch_size 1 --seed 1234
+    --log_samples [--apply_chat_template]` does (its CLI calls the same
+    simple_evaluate), except that the task index holds DIR/tasks alone: the
+    CLI indexes the 26,629 task files lm-eval ships first, about 60% of a run
+    here. Returns its seconds and its responses, {(task, doc id, request
+    index): response}."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
     start = time.monotonic()
-    with open(log, "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    try:
+        results = simple_evaluate(
+            model=model_type, model_args=model_args, tasks=list(tasks), batch_size=1, device=device,
+            log_samples=True, apply_chat_template=chat, fewshot_as_multiturn=chat,
+            task_manager=TaskManager(include_path=os.path.join(root, "tasks"), include_defaults=False),
+            random_seed=1234, numpy_random_seed=1234, torch_random_seed=1234, fewshot_random_seed=1234)
+    except Exception as e:  # noqa: BLE001 - whatever lm-eval raised names the failure
+        sys.exit(f"lm_eval_check.py: lm-eval {name} with {model_type} failed: {type(e).__name__}: {e}")
     seconds = time.monotonic() - start
-    if rc != 0:
-        with open(log) as f:
-            tail = f.read()[-4000:]
-        sys.exit(f"lm_eval_check.py: lm-eval with {model_type} failed ({rc}); the end of {log}:\n{tail}")
+    if results is None:
+        sys.exit(f"lm_eval_check.py: lm-eval {name} with {model_type} returned no results")
     responses = {}
     for task in (TASKS if tasks == (GROUP,) else tasks):
-        files = glob.glob(os.path.join(out, "**", f"samples_{task}_*.jsonl"), recursive=True)
-        if len(files) != 1:
-            sys.exit(f"lm_eval_check.py: expected one samples file of {task} under {out}, found {files}")
-        with open(files[0]) as f:
-            for sample in map(json.loads, f):
-                # resps: per request, the list of its responses (one: no repeats).
-                for i, resp in enumerate(sample["resps"]):
-                    responses[task, sample["doc_id"], i] = resp[0]
+        samples = results["samples"].get(task)
+        if not samples:
+            sys.exit(f"lm_eval_check.py: lm-eval {name} logged no samples of {task}")
+        for sample in samples:
+            # resps: per request, the list of its responses (one: no repeats).
+            for i, resp in enumerate(sample["resps"]):
+                responses[task, sample["doc_id"], i] = resp[0]
     return seconds, responses
 
 
 def agreement(kind, a, b):
     """The absolute difference of two responses to one request (0 for
-    generations) and whether they agree. The samples hold numbers and flags as
-    strings: ["-26.58", "False"] for loglikelihood, "-479.37" for rolling."""
+    generations) and whether they agree: (log-likelihood, is_greedy) for
+    loglikelihood, a log-likelihood for rolling, a string for generations."""
     if kind == "generate_until":
         return 0.0, a == b
     if kind == "loglikelihood":
@@ -183,23 +182,25 @@ def agreement(kind, a, b):
     return diff, diff <= TOLERANCE and a_greedy == b_greedy
 
 
-def compare(root, model_dir, base_url, chat=False):
-    root = os.path.abspath(root)
+def compare_one(root, model_dir, base_url, chat):
+    """One comparison: the server's responses against hf's, request by
+    request; returns its summary and whether every request agreed."""
     if chat:
         # The generative task as conversations: the prompt a user turn, rendered
         # with the model's chat template by the server and by the hf backend.
-        tasks, options = ("tailor_check_generate",), ("--apply_chat_template",)
+        tasks = ("tailor_check_generate",)
         server_type, server_args = "local-chat-completions", f"base_url={base_url},model=tailor,num_concurrent=1,max_retries=1"
     else:
-        tasks, options = (GROUP,), ()
+        tasks = (GROUP,)
         server_type = "local-completions"
         server_args = (f"base_url={base_url},tokenizer_backend=huggingface,tokenizer={model_dir},model=tailor,"
                        "max_length=256,num_concurrent=1,max_retries=1")
     suffix = "-chat" if chat else ""
     # The server first: a server that is down fails in seconds.
-    server_seconds, server = run_lm_eval(root, "server" + suffix, server_type, server_args, *options, tasks=tasks)
-    hf_seconds, hf = run_lm_eval(root, "hf" + suffix, "hf", f"pretrained={model_dir},dtype=float32",
-                                 "--device", "cpu", *options, tasks=tasks)  # not in model_args: lm-eval passes its own
+    server_seconds, server = run_lm_eval(root, "server" + suffix, server_type, server_args, chat=chat, tasks=tasks)
+    # The device is not in model_args: lm-eval passes its own.
+    hf_seconds, hf = run_lm_eval(root, "hf" + suffix, "hf", f"pretrained={model_dir},dtype=float32", device="cpu",
+                                 chat=chat, tasks=tasks)
     counts = {kind: 0 for kind in REQUEST_KIND.values()}
     largest = 0.0
     mismatches = []
@@ -216,12 +217,25 @@ def compare(root, model_dir, base_url, chat=False):
             m = {"task": task, "doc": doc, "request": request, "kind": kind, "hf": hf.get(key),
                  "server": server.get(key)}
             mismatches.append(m)
-            print(f"lm_eval_check.py: {task}, doc {doc}, request {request} ({kind}): hf {m['hf']!r}, "
+            print(f"lm_eval_check.py: {task}{suffix}, doc {doc}, request {request} ({kind}): hf {m['hf']!r}, "
                   f"server {m['server']!r}", file=sys.stderr)
-    print(json.dumps({"requests": counts, "max_abs_diff": largest, "tolerance": TOLERANCE,
-                      "seconds": {"hf": round(hf_seconds, 1), "server": round(server_seconds, 1)},
-                      "mismatches": mismatches}, indent=1, ensure_ascii=False))
-    return not mismatches and sum(counts.values()) > 0
+    summary = {"requests": counts, "max_abs_diff": largest, "tolerance": TOLERANCE,
+               "seconds": {"hf": round(hf_seconds, 1), "server": round(server_seconds, 1)},
+               "mismatches": mismatches}
+    return summary, not mismatches and sum(counts.values()) > 0
+
+
+def compare(root, model_dir, completions_url, chat_url):
+    root = os.path.abspath(root)
+    # Offline, and a datasets cache of its own, so that the runs read only
+    # DIR/tasks; set before lm-eval imports datasets.
+    os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                      HF_DATASETS_CACHE=os.path.join(root, "lm_eval", "datasets"), TOKENIZERS_PARALLELISM="false")
+    completions, completions_ok = compare_one(root, model_dir, completions_url, chat=False)
+    chat, chat_ok = compare_one(root, model_dir, chat_url, chat=True)
+    print(json.dumps({"completions": dict(completions, ok=completions_ok), "chat": dict(chat, ok=chat_ok)},
+                     indent=1, ensure_ascii=False, default=str))
+    return completions_ok and chat_ok
 
 
 def main():
@@ -229,8 +243,8 @@ def main():
         generate_reference.chat(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "tasks":
         tasks(sys.argv[2])
-    elif len(sys.argv) == 5 and sys.argv[1] in ("compare", "compare-chat"):
-        sys.exit(0 if compare(*sys.argv[2:], chat=sys.argv[1] == "compare-chat") else 1)
+    elif len(sys.argv) == 6 and sys.argv[1] == "compare":
+        sys.exit(0 if compare(*sys.argv[2:]) else 1)
     else:
         sys.exit(__doc__)
 

@@ -151,21 +151,23 @@ def main():
         check(status == 404 and "/v1/chat/completions" in json.loads(text)["error"]["message"],
               "another route: 404 naming those served")
 
+        # Both comparisons in one process: lm-eval and torch imported once.
         started = time.monotonic()
-        compare = subprocess.run([PYTHON, CHECK, "compare", work, model, url], capture_output=True, text=True,
-                                 env=dict(env, OPENAI_API_KEY=token))
-        print(compare.stdout.strip())
-        check(compare.returncode == 0,
-              f"lm-eval through tailor serve equals lm-eval's hf backend ({time.monotonic() - started:.0f} s)"
-              + ("" if compare.returncode == 0 else ":\n" + compare.stderr[-4000:]))
-
-        started = time.monotonic()
-        compare = subprocess.run([PYTHON, CHECK, "compare-chat", work, model, chat_url], capture_output=True,
+        compare = subprocess.run([PYTHON, CHECK, "compare", work, model, url, chat_url], capture_output=True,
                                  text=True, env=dict(env, OPENAI_API_KEY=token))
         print(compare.stdout.strip())
-        check(compare.returncode == 0,
-              "lm-eval's local-chat-completions through tailor serve equals its hf backend with the chat template "
-              f"({time.monotonic() - started:.0f} s)" + ("" if compare.returncode == 0 else ":\n" + compare.stderr[-4000:]))
+        # The summary is the last thing printed (lm-eval prints lines of its own before it).
+        try:
+            summary = json.loads(compare.stdout[("\n" + compare.stdout).rfind("\n{\n"):])
+        except ValueError:
+            summary = {}
+        failure = "" if compare.returncode == 0 else ":\n" + compare.stderr[-4000:]
+        took = f"({time.monotonic() - started:.0f} s for both)"
+        check(summary.get("completions", {}).get("ok") is True,
+              f"lm-eval through tailor serve equals lm-eval's hf backend {took}" + failure)
+        check(summary.get("chat", {}).get("ok") is True,
+              f"lm-eval's local-chat-completions through tailor serve equals its hf backend with the chat template "
+              f"{took}" + failure)
 
         pids = runner_pids(model)
         check(len(pids) == 1, f"one model process serves: {pids}")

@@ -69,6 +69,16 @@ bool some_event_says(const DaemonProcess& d, const std::string& id, const std::s
   return false;
 }
 
+// tailord started with TAILOR_FAILPOINTS=`points` in its environment,
+// which its runners inherit (platform/failpoint.h, docs/testing.md).
+std::unique_ptr<DaemonProcess> daemon_with_failpoints(const std::string& data, const std::string& points,
+                                                      std::vector<std::string> args = {}) {
+  ::setenv("TAILOR_FAILPOINTS", points.c_str(), 1);
+  auto d = std::make_unique<DaemonProcess>(data, std::move(args));
+  ::unsetenv("TAILOR_FAILPOINTS");
+  return d;
+}
+
 // The job ended as a crash retried from its checkpoint should: succeeded
 // at `steps` after more than one attempt, resumed, done once.
 void expect_recovered_to_success(const DaemonProcess& d, const std::string& id, int steps) {
@@ -416,9 +426,12 @@ TEST(RunE2eTest, ATwoRankJobReservesBothRanksAndReportsEachRanksPeak) {
 TEST(RunE2eTest, AKilledRankFailsTheAttemptAndTheRetryResumesFromTheCheckpoint) {
   REQUIRE_RUNNER();
   tailor::testing::TempDir dir;
-  DaemonProcess d(dir.file("data"), {"--retry-backoff", "0.1"});
+  // Both ranks wait after the first checkpoint until the blow lands.
+  const auto daemon =
+      daemon_with_failpoints(dir.file("data"), "runner.hold_after_first_checkpoint", {"--retry-backoff", "0.1"});
+  const DaemonProcess& d = *daemon;
   ASSERT_TRUE(d.ok()) << d.log();
-  std::string spec = tiny_spec("rank-dies", 200, 5, 0, /*small=*/true);
+  std::string spec = tiny_spec("rank-dies", 12, 5, 0, /*small=*/true);
   spec.replace(spec.find("host_memory: 2GiB"), 17, "host_memory: 2GiB\n  ranks: 2");
   const std::string id = submit(d, spec);
   ASSERT_FALSE(id.empty());
@@ -438,16 +451,19 @@ TEST(RunE2eTest, AKilledRankFailsTheAttemptAndTheRetryResumesFromTheCheckpoint) 
       seconds(120)));
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   ASSERT_TRUE(d.wait_state(id, "", seconds(240)));
-  expect_recovered_to_success(d, id, 200);
+  expect_recovered_to_success(d, id, 12);
   EXPECT_TRUE(some_event_says(d, id, "rank 1 was killed by signal 9")) << d.get("/v1/jobs/" + id + "/events").body;
 }
 
 TEST(RunE2eTest, AStoppedRunnerIsLostAfterTheHeartbeatTimeoutAndResumesFromTheCheckpoint) {
   REQUIRE_RUNNER();
   tailor::testing::TempDir dir;
-  DaemonProcess d(dir.file("data"), {"--retry-backoff", "0.1", "--heartbeat-timeout", "3"});
+  // The runner waits after its first checkpoint until it is stopped.
+  const auto daemon = daemon_with_failpoints(dir.file("data"), "runner.hold_after_first_checkpoint",
+                                             {"--retry-backoff", "0.1", "--heartbeat-timeout", "3"});
+  const DaemonProcess& d = *daemon;
   ASSERT_TRUE(d.ok()) << d.log();
-  const std::string id = submit(d, tiny_spec("stopped", 120, 5, 0, /*small=*/true));
+  const std::string id = submit(d, tiny_spec("stopped", 12, 5, 0, /*small=*/true));
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(wait_for([&] { return count(event_kinds(d, id), "runner.checkpoint") > 0; }, seconds(120)));
   const pid_t pid = d.job(id)["pid"].get<pid_t>();
@@ -455,7 +471,7 @@ TEST(RunE2eTest, AStoppedRunnerIsLostAfterTheHeartbeatTimeoutAndResumesFromTheCh
   // output, only silence.
   ASSERT_EQ(::kill(-pid, SIGSTOP), 0);
   ASSERT_TRUE(d.wait_state(id, "", seconds(240)));
-  expect_recovered_to_success(d, id, 120);
+  expect_recovered_to_success(d, id, 12);
   EXPECT_EQ(count(event_kinds(d, id), "lost"), 1u);
   EXPECT_TRUE(some_event_says(d, id, "lost: no heartbeat in heartbeat for")) << d.get("/v1/jobs/" + id + "/events").body;
   EXPECT_NE(::kill(pid, 0), 0) << "the stopped runner is still there";
@@ -844,9 +860,7 @@ TEST(RunE2eTest, ARunnerThatFinishedAfterTailordDiedBeforeRecordingItIsNotRunAga
   prctl(PR_SET_CHILD_SUBREAPER, 1);  // the orphaned runner is reaped here
   tailor::testing::TempDir dir;
   const std::string data = dir.file("data");
-  ::setenv("TAILOR_FAILPOINTS", "launch.after_fork", 1);
-  auto d = std::make_unique<DaemonProcess>(data);
-  ::unsetenv("TAILOR_FAILPOINTS");
+  auto d = daemon_with_failpoints(data, "launch.after_fork");
   ASSERT_TRUE(d->ok()) << d->log();
   (void)d->post("/v1/jobs", tiny_spec("once", 5, 0));  // tailord may be gone before it answers
   ASSERT_TRUE(d->exited_within(seconds(60))) << "the failpoint did not stop tailord";
