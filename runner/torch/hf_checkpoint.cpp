@@ -42,87 +42,125 @@ struct Slot {
   bool optional = false;
 };
 
-// The model's parameter (model.cpp) that holds a fused projection.
-const char* param_of(dsl::Projection p, bool gpt2) {
-  switch (p) {
-    case dsl::Projection::kQkv: return "qkv";
-    case dsl::Projection::kO: return "o";
-    case dsl::Projection::kUp: return gpt2 ? "fc" : "gate_up";
-    case dsl::Projection::kDown: return "down";
-  }
-  return "?";
-}
-
 // The model's parameters (names from model.cpp) as Hugging Face tensors
-// (names from the family's row in dsl/model_family.h), block by block:
-// norm, attention linears, norm, MLP linears. `body` is the prefix of the
-// body's tensors ("model.", "transformer.", or "" for GPT-2 files without it).
-std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body, ModelHead head) {
-  const dsl::ModelFamilyInfo& f = dsl::family_info(a.family);
-  const bool gpt2 = dsl::gpt2_blocks(a);  // biases everywhere, Conv1D weights, learned positions
-  const std::int64_t c = a.hidden;
-  std::vector<Slot> s;
-  auto add = [&](std::string hf, std::string param, std::vector<std::int64_t> shape, std::int64_t row0 = 0,
-                 std::int64_t rows = -1, bool transpose = false) {
-    s.push_back({std::move(hf), std::move(param), std::move(shape), row0, rows, transpose});
-  };
-  auto add_norm = [&](const std::string& hf, const std::string& param) {
-    add(hf + ".weight", param, {c});
-    if (gpt2) add(hf + ".bias", param + "_bias", {c});
-  };
-  add(body + f.tensors.embed + ".weight", "embed.weight", {a.vocab, c});
-  if (f.tensors.positions) add(body + f.tensors.positions + ".weight", "pos_embed.weight", {a.max_seq_len, c});
-  const std::vector<dsl::LinearLayer> linears = dsl::block_linears(a);
-  for (std::int64_t i = 0; i < a.layers; ++i) {
-    const std::string h = body + f.tensors.layers + std::to_string(i) + ".", l = "layer" + std::to_string(i) + ".";
-    add_norm(h + f.tensors.norm1, l + "norm1");
-    if (f.qk_norm) {
-      add(h + f.tensors.q_norm + ".weight", l + "q_norm", {a.head_dim()});
-      add(h + f.tensors.k_norm + ".weight", l + "k_norm", {a.head_dim()});
+// (names from the family's row in dsl/model_family.h), as they are added:
+// the embeddings, each block by the function of its kind
+// (dsl::BlockKind), the final norm and the head.
+class HfLayout {
+ public:
+  explicit HfLayout(const dsl::ModelArch& a)
+      : a_(a),
+        f_(dsl::family_info(a.family)),
+        linears_(dsl::block_linears(a)),
+        norm_bias_(f_.block == dsl::BlockKind::kGpt2) {}
+
+  void add(std::string hf, std::string param, std::vector<std::int64_t> shape, std::int64_t row0 = 0,
+           std::int64_t rows = -1, bool transpose = false) {
+    slots_.push_back({std::move(hf), std::move(param), std::move(shape), row0, rows, transpose});
+  }
+  void add_norm(const std::string& hf, const std::string& param) {
+    add(hf + ".weight", param, {a_.hidden});
+    if (norm_bias_) add(hf + ".bias", param + "_bias", {a_.hidden});  // GPT-2's LayerNorms
+  }
+  // Block `hf` (its tensors' prefix) as the model's `param` prefix.
+  void block(const std::string& hf, const std::string& param) {
+    switch (f_.block) {
+      case dsl::BlockKind::kGpt2: gpt2_block(hf, param); break;
+      case dsl::BlockKind::kLlama: llama_block(hf, param); break;
+    }
+  }
+  std::vector<Slot> take() { return std::move(slots_); }
+  std::vector<Slot>& slots() { return slots_; }
+
+ private:
+  // ln_1, c_attn, c_proj, ln_2, c_fc, c_proj, each linear with its bias.
+  // Conv1D computes x @ W + b with W stored (in, out): our (out, in)
+  // transposed.
+  void gpt2_block(const std::string& h, const std::string& l) {
+    add_norm(h + f_.tensors.norm1, l + "norm1");
+    for (const dsl::LinearLayer& lin : linears_) {
+      if (lin.projection == dsl::Projection::kUp) add_norm(h + f_.tensors.norm2, l + "norm2");  // before the MLP
+      const std::string param = l + (lin.projection == dsl::Projection::kUp ? "fc" : param_of(lin.projection));
+      add(h + lin.module + ".weight", param, {lin.in, lin.rows}, 0, -1, true);
+      add(h + lin.module + ".bias", param + "_bias", {lin.rows});
+    }
+  }
+  // The norm, q/k norms where the family has them, the attention's linears
+  // (rows of the fused qkv and gate_up), the norms around the MLP, then its
+  // linears or Mixtral's router and experts.
+  void llama_block(const std::string& h, const std::string& l) {
+    add_norm(h + f_.tensors.norm1, l + "norm1");
+    if (f_.qk_norm) {
+      add(h + f_.tensors.q_norm + ".weight", l + "q_norm", {a_.head_dim()});
+      add(h + f_.tensors.k_norm + ".weight", l + "k_norm", {a_.head_dim()});
     }
     bool mlp = false;
-    for (const dsl::LinearLayer& lin : linears) {
+    for (const dsl::LinearLayer& lin : linears_) {
       if (!mlp && lin.projection == dsl::Projection::kUp) {
-        if (f.tensors.post_attn_norm) add_norm(h + f.tensors.post_attn_norm, l + "post_attn_norm");
-        add_norm(h + f.tensors.norm2, l + "norm2");  // before the MLP
+        if (f_.tensors.post_attn_norm) add_norm(h + f_.tensors.post_attn_norm, l + "post_attn_norm");
+        add_norm(h + f_.tensors.norm2, l + "norm2");  // before the MLP
       }
       mlp = mlp || lin.projection == dsl::Projection::kUp;
-      const std::string param = l + param_of(lin.projection, gpt2);
-      if (gpt2) {
-        // Conv1D computes x @ W + b with W stored (in, out): our (out, in) transposed.
-        add(h + lin.module + ".weight", param, {lin.in, lin.rows}, 0, -1, true);
-        add(h + lin.module + ".bias", param + "_bias", {lin.rows});
-        continue;
-      }
+      const std::string param = l + param_of(lin.projection);
       add(h + lin.module + ".weight", param, {lin.rows, lin.in}, lin.row_offset, lin.rows);
-      if (f.qkv_bias && lin.projection == dsl::Projection::kQkv) {
+      if (f_.qkv_bias && lin.projection == dsl::Projection::kQkv) {
         add(h + lin.module + ".bias", param + "_bias", {lin.rows}, lin.row_offset, lin.rows);
       }
     }
-    if (f.tensors.post_mlp_norm) add_norm(h + f.tensors.post_mlp_norm, l + "post_mlp_norm");
-    if (a.moe()) {
-      // Mixtral's files: the router, then w1 (gate), w2 (down) and w3 (up)
-      // of every expert.
-      add_norm(h + f.tensors.norm2, l + "norm2");
-      const std::string moe = h + f.tensors.moe;
-      const std::int64_t n = a.intermediate;
-      add(moe + "gate.weight", l + "router", {a.experts, c});
-      for (std::int64_t e = 0; e < a.experts; ++e) {
-        const std::string x = moe + "experts." + std::to_string(e) + ".";
-        s.push_back({x + "w1.weight", l + "experts_gate_up", {n, c}, 0, n, false, e});
-        s.push_back({x + "w2.weight", l + "experts_down", {c, n}, 0, -1, false, e});
-        s.push_back({x + "w3.weight", l + "experts_gate_up", {n, c}, n, n, false, e});
-      }
+    if (f_.tensors.post_mlp_norm) add_norm(h + f_.tensors.post_mlp_norm, l + "post_mlp_norm");
+    if (a_.moe()) experts(h, l);
+  }
+  // Mixtral's files: the norm, the router, then w1 (gate), w2 (down) and
+  // w3 (up) of every expert.
+  void experts(const std::string& h, const std::string& l) {
+    add_norm(h + f_.tensors.norm2, l + "norm2");
+    const std::string moe = h + f_.tensors.moe;
+    const std::int64_t n = a_.intermediate, c = a_.hidden;
+    add(moe + "gate.weight", l + "router", {a_.experts, c});
+    for (std::int64_t e = 0; e < a_.experts; ++e) {
+      const std::string x = moe + "experts." + std::to_string(e) + ".";
+      slots_.push_back({x + "w1.weight", l + "experts_gate_up", {n, c}, 0, n, false, e});
+      slots_.push_back({x + "w2.weight", l + "experts_down", {c, n}, 0, -1, false, e});
+      slots_.push_back({x + "w3.weight", l + "experts_gate_up", {n, c}, n, n, false, e});
     }
   }
-  add_norm(body + f.tensors.final_norm, "final_norm");
-  if (head == ModelHead::kScore) {
-    add("score.weight", "score", {1, c});
-    s.back().optional = true;
-  } else if (!a.tie_embeddings) {
-    add("lm_head.weight", "lm_head", {a.vocab, c});
+  // The model's parameter (model.cpp) that holds a fused projection.
+  static const char* param_of(dsl::Projection p) {
+    switch (p) {
+      case dsl::Projection::kQkv: return "qkv";
+      case dsl::Projection::kO: return "o";
+      case dsl::Projection::kUp: return "gate_up";
+      case dsl::Projection::kDown: return "down";
+    }
+    return "?";
   }
-  return s;
+
+  const dsl::ModelArch& a_;
+  const dsl::ModelFamilyInfo& f_;
+  const std::vector<dsl::LinearLayer> linears_;
+  const bool norm_bias_;
+  std::vector<Slot> slots_;
+};
+
+// The whole model's layout. `body` is the prefix of the body's tensors
+// ("model.", "transformer.", or "" for GPT-2 files without it).
+std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body, ModelHead head) {
+  const dsl::ModelFamilyInfo& f = dsl::family_info(a.family);
+  const std::int64_t c = a.hidden;
+  HfLayout out(a);
+  out.add(body + f.tensors.embed + ".weight", "embed.weight", {a.vocab, c});
+  if (f.tensors.positions) out.add(body + f.tensors.positions + ".weight", "pos_embed.weight", {a.max_seq_len, c});
+  for (std::int64_t i = 0; i < a.layers; ++i) {
+    out.block(body + f.tensors.layers + std::to_string(i) + ".", "layer" + std::to_string(i) + ".");
+  }
+  out.add_norm(body + f.tensors.final_norm, "final_norm");
+  if (head == ModelHead::kScore) {
+    out.add("score.weight", "score", {1, c});
+    out.slots().back().optional = true;
+  } else if (!a.tie_embeddings) {
+    out.add("lm_head.weight", "lm_head", {a.vocab, c});
+  }
+  return out.take();
 }
 
 bool ends_with(std::string_view s, std::string_view suffix) {

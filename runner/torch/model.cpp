@@ -118,12 +118,12 @@ Tensor mixture_of_experts(const Tensor& h, const Tensor& router, const Tensor& g
 
 }  // namespace
 
-// One transformer block's parameters. Llama: attn_norm, qkv (fused q, k, v),
-// o, mlp_norm, gate_up (fused gate and up), down. GPT-2: ln_1, c_attn,
-// c_proj, ln_2, c_fc, mlp_proj, all with biases.
+// One transformer block's parameters: the norms, the attention's (qkv: q,
+// k and v fused), then the kind's own, registered in this order. Llama: attn_norm, qkv, o, mlp_norm, gate_up (gate and
+// up fused), down. GPT-2: ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, all with biases.
 struct CausalLMImpl::Layer : torch::nn::Module {
   Layer(const dsl::ModelArch& a) {
-    const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d, i = a.intermediate;
+    const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d;
     const bool gemma = dsl::family_info(a.family).gemma;
     // Gemma's norms scale by 1 + w: an identity norm has w = 0.
     auto norm = [&](const char* name) {
@@ -141,24 +141,35 @@ struct CausalLMImpl::Layer : torch::nn::Module {
       q_norm = register_parameter("q_norm", torch::ones({d}));
       k_norm = register_parameter("k_norm", torch::ones({d}));
     }
-    if (dsl::gpt2_blocks(a)) {
-      norm1_b = register_parameter("norm1_bias", torch::zeros({c}));
-      norm2_b = register_parameter("norm2_bias", torch::zeros({c}));
-      qkv_b = register_parameter("qkv_bias", torch::zeros({q + 2 * kv}));
-      o_b = register_parameter("o_bias", torch::zeros({c}));
-      up = register_parameter("fc", torch::empty({i, c}));
-      up_b = register_parameter("fc_bias", torch::zeros({i}));
-      down_b = register_parameter("down_bias", torch::zeros({c}));
-    } else {
-      if (dsl::family_info(a.family).qkv_bias) qkv_b = register_parameter("qkv_bias", torch::zeros({q + 2 * kv}));
-      if (a.moe()) {
-        router = register_parameter("router", torch::empty({a.experts, c}));
-        experts_gate_up = register_parameter("experts_gate_up", torch::empty({a.experts, 2 * i, c}));
-        experts_down = register_parameter("experts_down", torch::empty({a.experts, c, i}));
-        return;
-      }
-      up = register_parameter("gate_up", torch::empty({2 * i, c}));
+    switch (dsl::family_info(a.family).block) {
+      case dsl::BlockKind::kGpt2: gpt2_parameters(a); break;
+      case dsl::BlockKind::kLlama: llama_parameters(a); break;
     }
+  }
+  // GPT-2's: a bias on every norm and linear, and a GELU MLP (fc, down).
+  void gpt2_parameters(const dsl::ModelArch& a) {
+    const std::int64_t c = a.hidden, qkv_rows = (a.heads + 2 * a.kv_heads) * a.head_dim(), i = a.intermediate;
+    norm1_b = register_parameter("norm1_bias", torch::zeros({c}));
+    norm2_b = register_parameter("norm2_bias", torch::zeros({c}));
+    qkv_b = register_parameter("qkv_bias", torch::zeros({qkv_rows}));
+    o_b = register_parameter("o_bias", torch::zeros({c}));
+    up = register_parameter("fc", torch::empty({i, c}));
+    up_b = register_parameter("fc_bias", torch::zeros({i}));
+    down_b = register_parameter("down_bias", torch::zeros({c}));
+    down = register_parameter("down", torch::empty({c, i}));
+  }
+  // The Llama-like block's: q/k/v biases where the family has them, and
+  // SwiGLU's (GeGLU's) fused gate/up and down, or the experts and router.
+  void llama_parameters(const dsl::ModelArch& a) {
+    const std::int64_t c = a.hidden, qkv_rows = (a.heads + 2 * a.kv_heads) * a.head_dim(), i = a.intermediate;
+    if (dsl::family_info(a.family).qkv_bias) qkv_b = register_parameter("qkv_bias", torch::zeros({qkv_rows}));
+    if (a.moe()) {
+      router = register_parameter("router", torch::empty({a.experts, c}));
+      experts_gate_up = register_parameter("experts_gate_up", torch::empty({a.experts, 2 * i, c}));
+      experts_down = register_parameter("experts_down", torch::empty({a.experts, c, i}));
+      return;
+    }
+    up = register_parameter("gate_up", torch::empty({2 * i, c}));
     down = register_parameter("down", torch::empty({c, i}));
   }
   Tensor norm1, norm1_b, norm2, norm2_b, qkv, qkv_b, o, o_b, up, up_b, down, down_b;
@@ -212,13 +223,51 @@ void CausalLMImpl::reset_parameters_() {
 
 Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos, const Tensor& sin,
                                const Tensor& mask, KvCache* cache) {
-  const auto* l = static_cast<const Layer*>(layers_[i].get());
-  const std::int64_t b = x.size(0), t = x.size(1), d = arch_.head_dim();
-  const std::int64_t heads = arch_.heads, kv_heads = arch_.kv_heads;
-  const bool gpt2 = dsl::gpt2_blocks(arch_), gemma = dsl::family_info(arch_.family).gemma;
+  switch (dsl::family_info(arch_.family).block) {
+    case dsl::BlockKind::kGpt2: return gpt2_block(i, x, mask, cache);
+    case dsl::BlockKind::kLlama: return llama_block(i, x, cos, sin, mask, cache);
+  }
+  return x;
+}
 
-  Tensor h = gpt2 ? torch::layer_norm(x, {arch_.hidden}, l->norm1, l->norm1_b, arch_.norm_eps)
-                  : norm_of(arch_, x, l->norm1);
+// GPT-2: pre-LayerNorm attention without RoPE (positions are learned, in
+// the embedding) and a GELU (tanh) MLP, biases everywhere.
+Tensor CausalLMImpl::gpt2_block(std::size_t i, const Tensor& x, const Tensor& mask, KvCache* cache) {
+  const auto* l = static_cast<const Layer*>(layers_[i].get());
+  const Tensor h = torch::layer_norm(x, {arch_.hidden}, l->norm1, l->norm1_b, arch_.norm_eps);
+  const Tensor out = x + attention(i, h, Tensor(), Tensor(), mask, cache);
+  const Tensor m = torch::layer_norm(out, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps);
+  return out + project(i, Projection::kDown, torch::gelu(project(i, Projection::kUp, m, l->up, l->up_b), "tanh"),
+                       l->down, l->down_b);
+}
+
+// The Llama-like block: RMSNorm, attention with RoPE, and a SwiGLU MLP
+// (Gemma: GeGLU, and norms on the attention's and the MLP's outputs too;
+// Mixtral: a mixture of SwiGLU experts).
+Tensor CausalLMImpl::llama_block(std::size_t i, const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                 const Tensor& mask, KvCache* cache) {
+  const auto* l = static_cast<const Layer*>(layers_[i].get());
+  const Tensor y = attention(i, norm_of(arch_, x, l->norm1), cos, sin, mask, cache);
+  const Tensor out = x + (l->post_attn_norm.defined() ? norm_of(arch_, y, l->post_attn_norm) : y);
+  const Tensor h = norm_of(arch_, out, l->norm2);
+  if (l->router.defined()) {
+    return out + mixture_of_experts(h, l->router, l->experts_gate_up, l->experts_down, arch_.experts_per_token,
+                                    hook_.get(), i);
+  }
+  const Tensor gate_up = project(i, Projection::kUp, h, l->up, Tensor());
+  const bool gemma = dsl::family_info(arch_.family).gemma;
+  const Tensor mlp = project(i, Projection::kDown, gemma ? geglu(gate_up) : swiglu(gate_up), l->down, Tensor());
+  return out + (l->post_mlp_norm.defined() ? norm_of(arch_, mlp, l->post_mlp_norm) : mlp);
+}
+
+// Block i's attention on its normalised input h (B, T, C), through o: q/k
+// norms where the family has them, RoPE where cos is defined, then scores
+// over the cache's positions too when there is one.
+Tensor CausalLMImpl::attention(std::size_t i, const Tensor& h, const Tensor& cos, const Tensor& sin, const Tensor& mask,
+                               KvCache* cache) {
+  const auto* l = static_cast<const Layer*>(layers_[i].get());
+  const std::int64_t b = h.size(0), t = h.size(1), d = arch_.head_dim();
+  const std::int64_t heads = arch_.heads, kv_heads = arch_.kv_heads;
   Tensor qkv = project(i, Projection::kQkv, h, l->qkv, l->qkv_b);  // (B, T, (H + 2 KV) D)
   if (l->q_norm.defined()) {
     // Qwen3, Gemma 3: each q and k head RMS-normalised over its own width
@@ -228,7 +277,7 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
                       norm_of(arch_, p[1].view({b, t, kv_heads, d}), l->k_norm).view({b, t, kv_heads * d}), p[2]},
                      -1);
   }
-  if (!gpt2) qkv = apply_rope(qkv, cos, sin, heads + kv_heads, d);
+  if (cos.defined()) qkv = apply_rope(qkv, cos, sin, heads + kv_heads, d);
   auto parts = qkv.split({heads * d, kv_heads * d, kv_heads * d}, -1);
   Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // (B, H, T, D)
   Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
@@ -247,23 +296,7 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
     y = causal_attention(q, k, v, mask, fused, scores);
   }
   y = y.transpose(1, 2).reshape({b, t, heads * d});
-  y = project(i, Projection::kO, y, l->o, l->o_b);
-  const Tensor out = x + (l->post_attn_norm.defined() ? norm_of(arch_, y, l->post_attn_norm) : y);
-
-  h = gpt2 ? torch::layer_norm(out, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps)
-           : norm_of(arch_, out, l->norm2);
-  if (l->router.defined()) {
-    return out + mixture_of_experts(h, l->router, l->experts_gate_up, l->experts_down, arch_.experts_per_token,
-                                    hook_.get(), i);
-  }
-  if (gpt2) {
-    return out + project(i, Projection::kDown, torch::gelu(project(i, Projection::kUp, h, l->up, l->up_b), "tanh"),
-                         l->down, l->down_b);
-  }
-  const Tensor gate_up = project(i, Projection::kUp, h, l->up, Tensor());
-  const Tensor mlp = project(i, Projection::kDown, gemma ? geglu(gate_up) : swiglu(gate_up),
-                             l->down, Tensor());
-  return out + (l->post_mlp_norm.defined() ? norm_of(arch_, mlp, l->post_mlp_norm) : mlp);
+  return project(i, Projection::kO, y, l->o, l->o_b);
 }
 
 Tensor CausalLMImpl::project(std::size_t layer, Projection p, const Tensor& x, const Tensor& w, const Tensor& b) {

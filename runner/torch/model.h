@@ -180,6 +180,15 @@ class CausalLMImpl : public torch::nn::Module {
 
   torch::Tensor project(std::size_t layer, Projection p, const torch::Tensor& x, const torch::Tensor& w,
                         const torch::Tensor& b);
+  // run_layer by the family's kind of block (dsl::BlockKind): a new kind is
+  // a function here, its parameters in Layer, its layout in
+  // hf_checkpoint.cpp and its activation terms in strategies/.
+  torch::Tensor gpt2_block(std::size_t i, const torch::Tensor& x, const torch::Tensor& mask, KvCache* cache);
+  torch::Tensor llama_block(std::size_t i, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                            const torch::Tensor& mask, KvCache* cache);
+  // A block's attention, shared by the kinds (model.cpp).
+  torch::Tensor attention(std::size_t i, const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin,
+                          const torch::Tensor& mask, KvCache* cache);
   // The input embeddings of ids at `positions` (learned positions, Gemma's
   // scale).
   torch::Tensor embed(const torch::Tensor& input_ids, const torch::Tensor& positions);
