@@ -118,9 +118,10 @@ Tensor mixture_of_experts(const Tensor& h, const Tensor& router, const Tensor& g
 
 }  // namespace
 
-// One transformer block's parameters: the norms, the attention's (qkv: q,
-// k and v fused), then the kind's own, registered in this order. Llama: attn_norm, qkv, o, mlp_norm, gate_up (gate and
-// up fused), down. GPT-2: ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, all with biases.
+// One transformer block's parameters, registered in this order: the norms,
+// the attention's (qkv: q, k and v fused), then the kind's own. Llama:
+// attn_norm, qkv, o, mlp_norm, gate_up (gate and up fused), down. GPT-2:
+// ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, all with biases.
 struct CausalLMImpl::Layer : torch::nn::Module {
   Layer(const dsl::ModelArch& a) {
     const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d;
@@ -142,13 +143,13 @@ struct CausalLMImpl::Layer : torch::nn::Module {
       k_norm = register_parameter("k_norm", torch::ones({d}));
     }
     switch (dsl::family_info(a.family).block) {
-      case dsl::BlockKind::kGpt2: gpt2_parameters(a); break;
-      case dsl::BlockKind::kLlama: llama_parameters(a); break;
+      case dsl::BlockKind::kGpt2: gpt2_parameters(a, q + 2 * kv); break;
+      case dsl::BlockKind::kLlama: llama_parameters(a, q + 2 * kv); break;
     }
   }
   // GPT-2's: a bias on every norm and linear, and a GELU MLP (fc, down).
-  void gpt2_parameters(const dsl::ModelArch& a) {
-    const std::int64_t c = a.hidden, qkv_rows = (a.heads + 2 * a.kv_heads) * a.head_dim(), i = a.intermediate;
+  void gpt2_parameters(const dsl::ModelArch& a, std::int64_t qkv_rows) {
+    const std::int64_t c = a.hidden, i = a.intermediate;
     norm1_b = register_parameter("norm1_bias", torch::zeros({c}));
     norm2_b = register_parameter("norm2_bias", torch::zeros({c}));
     qkv_b = register_parameter("qkv_bias", torch::zeros({qkv_rows}));
@@ -160,8 +161,8 @@ struct CausalLMImpl::Layer : torch::nn::Module {
   }
   // The Llama-like block's: q/k/v biases where the family has them, and
   // SwiGLU's (GeGLU's) fused gate/up and down, or the experts and router.
-  void llama_parameters(const dsl::ModelArch& a) {
-    const std::int64_t c = a.hidden, qkv_rows = (a.heads + 2 * a.kv_heads) * a.head_dim(), i = a.intermediate;
+  void llama_parameters(const dsl::ModelArch& a, std::int64_t qkv_rows) {
+    const std::int64_t c = a.hidden, i = a.intermediate;
     if (dsl::family_info(a.family).qkv_bias) qkv_b = register_parameter("qkv_bias", torch::zeros({qkv_rows}));
     if (a.moe()) {
       router = register_parameter("router", torch::empty({a.experts, c}));
