@@ -160,7 +160,7 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
                          std::to_string(plan.global_batch));
   row("adapter", s.adapter == dsl::Adapter::kNone ? "none (full fine-tune)"
                                                   : std::string(dsl::to_string(s.adapter)) + " r" + std::to_string(s.lora_rank));
-  row("base weights", strategies::to_string(s.quantization));
+  row("base weights", dsl::to_string(s.quantization));
   row("optimizer", dsl::to_string(s.optimizer));
   row("ZeRO stage", std::to_string(s.zero_stage));
   row("offload", dsl::to_string(s.offload));

@@ -320,6 +320,9 @@ struct StrategySpec {
   std::optional<std::int64_t> gradient_checkpointing;
   std::optional<Adapter> adapter;      // none | lora | qlora; empty = auto
   LoraSpec lora;                       // used when the adapter is lora or qlora
+  // How QLoRA stores the frozen base: none | int8 | nf4 | nf4-double-quant;
+  // empty = auto (nf4-double-quant under qlora). Other than none means qlora.
+  std::optional<Quantization> quantization;
   std::optional<Optimizer> optimizer;  // adamw | adamw_8bit | sgd; empty = auto (an AdamW)
   std::optional<std::int64_t> zero_stage;  // 0..3; empty = auto
   std::optional<Offload> offload;      // none | optimizer | optimizer_and_params; empty = auto

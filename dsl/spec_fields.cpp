@@ -161,6 +161,8 @@ struct EnumNames<Precision> : TechniqueKnobNames<Precision> {};
 template <>
 struct EnumNames<Adapter> : TechniqueKnobNames<Adapter> {};
 template <>
+struct EnumNames<Quantization> : TechniqueKnobNames<Quantization> {};
+template <>
 struct EnumNames<Optimizer> : TechniqueKnobNames<Optimizer> {};
 template <>
 struct EnumNames<Offload> : TechniqueKnobNames<Offload> {};
@@ -711,8 +713,7 @@ const std::vector<Field<StrategySpec>>& strategy_fields() {
                  "(weights, gradients and optimizer states all bf16); or auto.",
                  &StrategySpec::precision),
       custom_field<StrategySpec>(
-          "gradient_checkpointing",
-          "true (every layer), false, an integer N (checkpoint every N-th layer), or auto.",
+          "gradient_checkpointing", "true (every layer), false, an integer N (checkpoint every N-th layer), or auto.",
           Json{{"anyOf", Json::array({Json{{"type", "boolean"}}, Json{{"type", "integer"}, {"minimum", 0}},
                                       Json{{"const", "auto"}}})}},
           [](const Node& n, StrategySpec& s, const std::string& path, Diagnostics& d) {
@@ -748,6 +749,11 @@ const std::vector<Field<StrategySpec>>& strategy_fields() {
       auto_field("adapter", "none (full fine-tune), lora, qlora (LoRA on a 4-bit NF4 base), or auto.",
                  &StrategySpec::adapter),
       section("lora", "LoRA settings, used when the adapter is lora or qlora.", &StrategySpec::lora, &lora_fields()),
+      auto_field("quantization",
+                 "How QLoRA stores the frozen base: nf4-double-quant (4-bit NormalFloat with 8-bit scales, 0.52 "
+                 "B/param), none, or auto (nf4-double-quant under qlora); nf4 and int8 are planned for other "
+                 "runtimes (planner.runtime), not run by tailor-runner. A value other than none means qlora.",
+                 &StrategySpec::quantization),
       auto_field("optimizer",
                  "adamw, adamw_8bit (8-bit block-wise states), sgd (with momentum) or lion (one momentum, "
                  "sign updates: a learning rate 3-10x below AdamW's), or auto.",

@@ -648,6 +648,7 @@ std::vector<Technique> pinned_techniques(const StrategySpec& s) {
   v.precision = s.precision;
   v.checkpoint_every = s.gradient_checkpointing.value_or(0);
   v.adapter = s.adapter;
+  v.quantization = s.quantization;
   v.optimizer = s.optimizer;
   v.zero_stage = s.zero_stage.value_or(0);
   v.offload = s.offload;
@@ -667,7 +668,9 @@ void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalo
   }
   for (Technique t : pinned_techniques(s)) {
     if (contains(s.forbid, t)) {
-      const std::string path = knob_path(knob_of(t));
+      // QLoRA pinned through its base names the key that pins it.
+      const bool by_base = knob_of(t) == Knob::kAdapter && !s.adapter;
+      const std::string path = by_base ? "strategy.quantization" : knob_path(knob_of(t));
       d.error(loc_at(root, path), path, "pinned to use " + quote(to_string(t)) + ", which strategy.forbid excludes");
     }
   }
@@ -675,6 +678,15 @@ void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalo
     // DeepSpeed ZeRO-Infinity/Offload: parameter offload needs stage 3.
     d.error(loc_at(root, "strategy.offload"), "strategy.offload",
             "parameter offload needs zero_stage 3, but zero_stage is pinned to " + std::to_string(*s.zero_stage));
+  }
+  // The quantisation is QLoRA's base: the two pins must agree.
+  if (s.quantization && s.adapter && (*s.quantization != Quantization::kNone) != (*s.adapter == Adapter::kQlora)) {
+    d.error(loc_at(root, "strategy.quantization"), "strategy.quantization",
+            *s.adapter == Adapter::kQlora ? "none, but qlora is the adapter over a quantised base"
+                                          : quote(to_string(*s.quantization)) +
+                                                " quantises the base under QLoRA's "
+                                                "adapters, but strategy.adapter is pinned to " +
+                                                quote(to_string(*s.adapter)));
   }
   if (s.adapter == Adapter::kNone && node_at(root, "strategy.lora") != nullptr) {
     d.warning(loc_at(root, "strategy.lora"), "strategy.lora", "ignored: adapter is none");

@@ -10,6 +10,11 @@ constexpr std::array<std::pair<Precision, const char*>, 4> kPrecisions = {{
     {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}, {Precision::kPureBf16, "pure-bf16"}}};
 constexpr std::array<std::pair<Adapter, const char*>, 3> kAdapters = {
     {{Adapter::kNone, "none"}, {Adapter::kLora, "lora"}, {Adapter::kQlora, "qlora"}}};
+constexpr std::array<std::pair<Quantization, const char*>, 4> kQuantizations = {
+    {{Quantization::kNone, "none"},
+     {Quantization::kInt8, "int8"},
+     {Quantization::kNf4, "nf4"},
+     {Quantization::kNf4Double, "nf4-double-quant"}}};
 constexpr std::array<std::pair<Optimizer, const char*>, 4> kOptimizers = {
     {{Optimizer::kAdamw, "adamw"}, {Optimizer::kAdamw8bit, "adamw_8bit"}, {Optimizer::kSgd, "sgd"}, {Optimizer::kLion, "lion"}}};
 constexpr std::array<std::pair<Offload, const char*>, 3> kOffloads = {
@@ -56,7 +61,13 @@ std::span<const std::pair<Precision, const char*>> enum_names<Precision>() { ret
 template <>
 std::span<const std::pair<Adapter, const char*>> enum_names<Adapter>() { return kAdapters; }
 template <>
-std::span<const std::pair<Optimizer, const char*>> enum_names<Optimizer>() { return kOptimizers; }
+std::span<const std::pair<Quantization, const char*>> enum_names<Quantization>() {
+  return kQuantizations;
+}
+template <>
+std::span<const std::pair<Optimizer, const char*>> enum_names<Optimizer>() {
+  return kOptimizers;
+}
 template <>
 std::span<const std::pair<Offload, const char*>> enum_names<Offload>() { return kOffloads; }
 template <>
@@ -64,6 +75,7 @@ std::span<const std::pair<Reference, const char*>> enum_names<Reference>() { ret
 
 const char* to_string(Precision v) { return name_in(kPrecisions, v); }
 const char* to_string(Adapter v) { return name_in(kAdapters, v); }
+const char* to_string(Quantization v) { return name_in(kQuantizations, v); }
 const char* to_string(Optimizer v) { return name_in(kOptimizers, v); }
 const char* to_string(Offload v) { return name_in(kOffloads, v); }
 const char* to_string(Reference v) { return name_in(kReferences, v); }
@@ -91,6 +103,7 @@ const char* knob_path(Knob k) {
     case Knob::kCheckpointing: return "strategy.gradient_checkpointing";
     case Knob::kMicroBatch: return "training.micro_batch_size";
     case Knob::kAdapter: return "strategy.adapter";
+    case Knob::kQuantization: return "strategy.quantization";
     case Knob::kOptimizer: return "strategy.optimizer";
     case Knob::kZeroStage: return "strategy.zero_stage";
     case Knob::kOffload: return "strategy.offload";
@@ -105,8 +118,12 @@ std::vector<Technique> techniques_used(const KnobValues& v) {
   if (v.checkpoint_every > 0) out.push_back(Technique::kGradientCheckpointing);
   if (v.grad_accumulation > 1) out.push_back(Technique::kGradientAccumulation);
   // So does an adapter's, and every optimizer's but the default AdamW's.
-  if (v.adapter && *v.adapter != Adapter::kNone) {
-    out.push_back(*technique_from_name(to_string(*v.adapter)));
+  // A quantised base is QLoRA's, whatever the adapter value says (a pin
+  // that contradicts it is the spec loader's error).
+  std::optional<Adapter> adapter = v.adapter;
+  if (!adapter && v.quantization && *v.quantization != Quantization::kNone) adapter = Adapter::kQlora;
+  if (adapter && *adapter != Adapter::kNone) {
+    out.push_back(*technique_from_name(to_string(*adapter)));
     out.push_back(Technique::kAdapters);
   }
   if (v.optimizer && *v.optimizer != Optimizer::kAdamw) out.push_back(*technique_from_name(to_string(*v.optimizer)));

@@ -21,6 +21,15 @@ enum class Precision { kFp32, kBf16, kFp16, kPureBf16 };
 enum class Adapter { kNone, kLora, kQlora };
 enum class Optimizer { kAdamw, kAdamw8bit, kSgd, kLion };
 enum class Offload { kNone, kOptimizer, kOptimizerAndParams };
+// How QLoRA stores the frozen base weights under its adapters (a knob of
+// its own: strategy.quantization; "qlora" is the adapter over any of these
+// but kNone). Bytes per parameter: strategies/memory_model.cpp.
+enum class Quantization {
+  kNone,       // compute dtype (or fp32)
+  kInt8,       // LLM.int8-style: 1 byte/param + an fp32 scale per output row
+  kNf4,        // 4-bit NormalFloat, block 64, fp32 absmax per block
+  kNf4Double,  // NF4 with the absmax values quantised again (8-bit, block 256)
+};
 // Where preference training (training.method: dpo) gets its reference
 // model's log-probabilities; not a technique of allow/forbid, a placement.
 enum class Reference {
@@ -52,7 +61,7 @@ enum class Technique {
 };
 
 // The spec knob that decides a technique (and pins it when set).
-enum class Knob { kPrecision, kCheckpointing, kMicroBatch, kAdapter, kOptimizer, kZeroStage, kOffload };
+enum class Knob { kPrecision, kCheckpointing, kMicroBatch, kAdapter, kQuantization, kOptimizer, kZeroStage, kOffload };
 
 struct TechniqueInfo {
   Technique id;
@@ -62,7 +71,7 @@ struct TechniqueInfo {
 
 // The names of a knob's values as written in specs and plan documents
 // ("pure-bf16", "adamw_8bit", "optimizer_and_params"): defined for
-// Precision, Adapter, Optimizer, Offload and Reference.
+// Precision, Adapter, Quantization, Optimizer, Offload and Reference.
 template <class E>
 std::span<const std::pair<E, const char*>> enum_names();
 template <class E>
@@ -75,6 +84,7 @@ std::optional<E> enum_from_name(std::string_view name) {
 
 const char* to_string(Precision v);
 const char* to_string(Adapter v);
+const char* to_string(Quantization v);  // "none" | "int8" | "nf4" | "nf4-double-quant"
 const char* to_string(Optimizer v);
 const char* to_string(Offload v);
 const char* to_string(Reference v);
@@ -95,6 +105,7 @@ struct KnobValues {
   std::int64_t checkpoint_every = 0;   // > 0: gradient checkpointing
   std::int64_t grad_accumulation = 1;  // > 1: gradient accumulation
   std::optional<Adapter> adapter;
+  std::optional<Quantization> quantization;  // other than kNone: QLoRA, when the adapter is unset
   std::optional<Optimizer> optimizer;
   std::int64_t zero_stage = 0;
   std::optional<Offload> offload;

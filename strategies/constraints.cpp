@@ -64,6 +64,7 @@ std::vector<dsl::Technique> Constraints::techniques_of(const Strategy& s) {
   v.checkpoint_every = s.checkpoint_every;
   v.grad_accumulation = s.grad_accumulation;
   v.adapter = s.adapter;
+  v.quantization = s.quantization;
   v.optimizer = s.optimizer;
   v.zero_stage = s.zero_stage;
   v.offload = s.offload;
@@ -175,8 +176,10 @@ Strategy Constraints::baseline() const {
   const std::int64_t per_gpu = training_.global_batch_size / num_gpus_;
   s.micro_batch_size = training_.micro_batch_size.value_or(per_gpu);
   s.grad_accumulation = per_gpu / std::max<std::int64_t>(1, s.micro_batch_size);
+  // A pinned quantisation is QLoRA's; an unpinned one follows the adapter.
+  if (pins_.quantization && *pins_.quantization != Quantization::kNone && !pins_.adapter) s.adapter = Adapter::kQlora;
+  if (!pins_.quantization) s.quantization = default_quantization(s.adapter);
   s.lora_rank = s.adapter == Adapter::kNone ? 0 : pins_.lora.r;
-  s.quantization = s.adapter == Adapter::kQlora ? Quantization::kNf4Double : Quantization::kNone;
   return s;
 }
 

@@ -73,13 +73,16 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   const double micro_compute = timed_flops_per_token * micro_tokens / (peak_tflops * 1e12 * utilisation);
 
   // QLoRA dequantises every quantised base weight for forward, backward and
-  // recomputation: 0.5 B read and 2 B written per parameter, each pass.
+  // recomputation, a pass bound by memory bandwidth: the stored codes and
+  // scales read (0.52 B/param for NF4 with double quantisation) and the
+  // compute-dtype weight written, each pass.
   double micro_dequant = 0;
   if (s.quantization != Quantization::kNone) {
     const double quantized = static_cast<double>(pc.block_linear + pc.expert_quantizable);
     const double dense_passes = 2.0 + recompute_fraction;
     const double bandwidth = std::max(1.0, dev.memory_bandwidth_gbps) * 1e9 * k.dequant_bandwidth_efficiency;
-    micro_dequant = dense_passes * quantized * (0.5 + weight_bytes_per_param(s.precision)) / bandwidth;
+    const double moved = quantized_bytes_per_param(s.quantization, a.hidden) + weight_bytes_per_param(s.precision);
+    micro_dequant = dense_passes * quantized * moved / bandwidth;
   }
 
   const double accum = static_cast<double>(s.grad_accumulation);

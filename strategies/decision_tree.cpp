@@ -18,6 +18,17 @@ std::string largest_components(const MemoryBreakdown& m) {
   return out;
 }
 
+// QLoRA's base in words, for its rung's question.
+const char* base_words(Quantization q) {
+  switch (q) {
+    case Quantization::kNf4Double: return "4-bit NF4 base weights with double quantisation";
+    case Quantization::kNf4: return "4-bit NF4 base weights";
+    case Quantization::kInt8: return "8-bit base weights";
+    case Quantization::kNone: break;
+  }
+  return "base weights as trained";
+}
+
 std::string tokens_per_second(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.0f tokens/s", v);
@@ -80,14 +91,16 @@ class Walker {
            s.lora_rank = spec_.strategy.lora.r;
          },
          "train LoRA adapters");
-    rung("qlora", "QLoRA (4-bit NF4 base weights with double quantisation under the adapters)?",
-         target_.adapter == Adapter::kQlora && cur_.adapter != Adapter::kQlora,
-         [&](Strategy& s) {
-           s.adapter = Adapter::kQlora;
-           s.lora_rank = spec_.strategy.lora.r;
-           s.quantization = Quantization::kNf4Double;
-         },
-         "quantise the base to NF4");
+    const Quantization base = target_.adapter == Adapter::kQlora ? target_.quantization : Quantization::kNf4Double;
+    rung(
+        "qlora", std::string("QLoRA (") + base_words(base) + " under the adapters)?",
+        target_.adapter == Adapter::kQlora && cur_.adapter != Adapter::kQlora,
+        [&](Strategy& s) {
+          s.adapter = Adapter::kQlora;
+          s.lora_rank = spec_.strategy.lora.r;
+          s.quantization = base;
+        },
+        std::string("quantise the base to ") + (base == Quantization::kInt8 ? "int8" : "NF4"));
     if (cur_.num_gpus > 1) {
       rung("zero_3", "ZeRO-3 (shard the weights over " + ranks_text() + " too)?",
            target_.zero_stage == 3 && cur_.zero_stage != 3, [](Strategy& s) { s.zero_stage = 3; }, "use ZeRO-3");

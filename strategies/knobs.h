@@ -36,6 +36,8 @@ inline const auto kKnobRows = std::make_tuple(
                                              &dsl::StrategySpec::gradient_checkpointing, &Strategy::checkpoint_every},
     KnobRow<dsl::StrategySpec, Adapter>{dsl::Knob::kAdapter, "adapter", &dsl::JobSpec::strategy,
                                         &dsl::StrategySpec::adapter, &Strategy::adapter},
+    KnobRow<dsl::StrategySpec, Quantization>{dsl::Knob::kQuantization, "quantization", &dsl::JobSpec::strategy,
+                                             &dsl::StrategySpec::quantization, &Strategy::quantization},
     KnobRow<dsl::StrategySpec, Optimizer>{dsl::Knob::kOptimizer, "optimizer", &dsl::JobSpec::strategy,
                                           &dsl::StrategySpec::optimizer, &Strategy::optimizer},
     KnobRow<dsl::StrategySpec, std::int64_t>{dsl::Knob::kZeroStage, "zero_stage", &dsl::JobSpec::strategy,

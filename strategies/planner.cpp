@@ -80,6 +80,7 @@ std::vector<Strategy> enumerate(const dsl::JobSpec& spec, const Constraints& c) 
   std::vector<std::int64_t> checkpointing = {0, 1, 2, 4};
   if (spec.strategy.gradient_checkpointing) checkpointing = {*spec.strategy.gradient_checkpointing};
   const std::vector<Adapter> adapters = every_value<Adapter>();
+  const std::vector<Quantization> quantizations = every_value<Quantization>();
   const std::vector<Optimizer> optimizers = every_value<Optimizer>();
   const std::vector<Offload> offloads = every_value<Offload>();
 
@@ -90,22 +91,26 @@ std::vector<Strategy> enumerate(const dsl::JobSpec& spec, const Constraints& c) 
       for (std::int64_t ck : checkpointing) {
         for (std::int64_t micro : c.micro_batches_for(ranks)) {
           for (Adapter ad : adapters) {
-            for (Optimizer opt : optimizers) {
-              for (std::int64_t zero = 0; zero <= 3; ++zero) {
-                for (Offload off : offloads) {
-                  Strategy s;
-                  s.precision = p;
-                  s.checkpoint_every = ck;
-                  s.micro_batch_size = micro;
-                  s.grad_accumulation = per_rank / micro;
-                  s.adapter = ad;
-                  s.lora_rank = ad == Adapter::kNone ? 0 : spec.strategy.lora.r;
-                  s.quantization = ad == Adapter::kQlora ? Quantization::kNf4Double : Quantization::kNone;
-                  s.optimizer = opt;
-                  s.zero_stage = zero;
-                  s.offload = off;
-                  s.num_gpus = ranks;
-                  if (c.admits(s)) out.push_back(s);
+            for (Quantization q : quantizations) {
+              // Only QLoRA quantises its base.
+              if ((ad == Adapter::kQlora) != (q != Quantization::kNone)) continue;
+              for (Optimizer opt : optimizers) {
+                for (std::int64_t zero = 0; zero <= 3; ++zero) {
+                  for (Offload off : offloads) {
+                    Strategy s;
+                    s.precision = p;
+                    s.checkpoint_every = ck;
+                    s.micro_batch_size = micro;
+                    s.grad_accumulation = per_rank / micro;
+                    s.adapter = ad;
+                    s.lora_rank = ad == Adapter::kNone ? 0 : spec.strategy.lora.r;
+                    s.quantization = q;
+                    s.optimizer = opt;
+                    s.zero_stage = zero;
+                    s.offload = off;
+                    s.num_gpus = ranks;
+                    if (c.admits(s)) out.push_back(s);
+                  }
                 }
               }
             }
@@ -249,9 +254,9 @@ std::vector<PinAdvice> advise_unpinning(const dsl::JobSpec& spec, const Hardware
                                         const Plan& plan, PlanOptions o) {
   o.advise_unpinning = false;
   o.find_smallest_gpu = false;
-  constexpr dsl::Knob kKnobs[] = {dsl::Knob::kAdapter,  dsl::Knob::kPrecision, dsl::Knob::kOffload,
-                                  dsl::Knob::kZeroStage, dsl::Knob::kOptimizer, dsl::Knob::kCheckpointing,
-                                  dsl::Knob::kMicroBatch};
+  constexpr dsl::Knob kKnobs[] = {dsl::Knob::kAdapter,       dsl::Knob::kQuantization, dsl::Knob::kPrecision,
+                                  dsl::Knob::kOffload,       dsl::Knob::kZeroStage,    dsl::Knob::kOptimizer,
+                                  dsl::Knob::kCheckpointing, dsl::Knob::kMicroBatch};
   std::vector<PinAdvice> out;
   for (dsl::Knob k : kKnobs) {
     if (!c.pinned(k)) continue;

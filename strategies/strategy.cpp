@@ -14,6 +14,8 @@ std::string Strategy::describe() const {
   out += ", micro-batch " + std::to_string(micro_batch_size);
   if (grad_accumulation > 1) out += " x " + std::to_string(grad_accumulation) + " accumulation";
   if (adapter != Adapter::kNone) out += std::string(", ") + dsl::to_string(adapter) + " r" + std::to_string(lora_rank);
+  // QLoRA's usual base is not named; another one is.
+  if (quantization != default_quantization(adapter)) out += std::string(" over ") + dsl::to_string(quantization);
   out += std::string(", ") + dsl::to_string(optimizer);
   if (zero_stage > 0) out += ", ZeRO-" + std::to_string(zero_stage);
   if (offload != Offload::kNone) out += std::string(", offload ") + dsl::to_string(offload);
@@ -28,10 +30,6 @@ std::string Strategy::describe() const {
 
 namespace {
 
-constexpr std::pair<Quantization, const char*> kQuantizations[] = {{Quantization::kNone, "none"},
-                                                                   {Quantization::kInt8, "int8"},
-                                                                   {Quantization::kNf4, "nf4"},
-                                                                   {Quantization::kNf4Double, "nf4-double-quant"}};
 constexpr std::pair<Attention, const char*> kAttentions[] = {{Attention::kStandard, "materialised"},
                                                              {Attention::kMemoryEfficient, "fused"}};
 constexpr std::pair<CrossEntropy, const char*> kCrossEntropies[] = {{CrossEntropy::kLogits, "logits"},
@@ -55,8 +53,6 @@ std::optional<E> value_in(const std::pair<E, const char*> (&table)[N], std::stri
 
 }  // namespace
 
-const char* to_string(Quantization q) { return name_in(kQuantizations, q); }
-std::optional<Quantization> quantization_from_name(std::string_view name) { return value_in(kQuantizations, name); }
 const char* to_string(Attention a) { return name_in(kAttentions, a); }
 std::optional<Attention> attention_from_name(std::string_view name) { return value_in(kAttentions, name); }
 const char* to_string(CrossEntropy c) { return name_in(kCrossEntropies, c); }

@@ -17,18 +17,8 @@ using dsl::Adapter;
 using dsl::Offload;
 using dsl::Optimizer;
 using dsl::Precision;
+using dsl::Quantization;
 using dsl::Reference;
-
-// How frozen base weights are stored.
-enum class Quantization {
-  kNone,       // compute dtype (or fp32)
-  kInt8,       // LLM.int8-style: 1 byte/param + an fp32 scale per output row
-  kNf4,        // 4-bit NormalFloat, block 64, fp32 absmax per block
-  kNf4Double,  // NF4 with the absmax values quantised again (8-bit, block 256)
-};
-
-const char* to_string(Quantization q);  // "none" | "int8" | "nf4" | "nf4-double-quant"
-std::optional<Quantization> quantization_from_name(std::string_view name);
 
 // How attention is computed, which decides whether the s^2 score matrices
 // are stored for backward.
@@ -59,7 +49,7 @@ struct Strategy {
   std::int64_t grad_accumulation = 1; // micro-batches per optimizer step per GPU
   Adapter adapter = Adapter::kNone;
   std::int64_t lora_rank = 0;         // 0 unless an adapter is used
-  Quantization quantization = Quantization::kNone;
+  Quantization quantization = Quantization::kNone;  // QLoRA's base: anything but kNone with Adapter::kQlora
   Optimizer optimizer = Optimizer::kAdamw;
   std::int64_t zero_stage = 0;
   Offload offload = Offload::kNone;
@@ -81,10 +71,16 @@ struct Strategy {
 
   bool operator==(const Strategy&) const = default;
   // "bf16, checkpointing every layer, micro-batch 2 x 16, lora r16, adamw, ZeRO-3";
-  // materialised attention and the fused-linear loss are named, the usual
-  // forms are not.
+  // materialised attention, the fused-linear loss and a QLoRA base other
+  // than NF4 with double quantisation ("qlora r16 over nf4") are named, the
+  // usual forms are not.
   std::string describe() const;
 };
+
+// A base that is not pinned: QLoRA's NF4 with double quantisation, else none.
+inline Quantization default_quantization(Adapter a) {
+  return a == Adapter::kQlora ? Quantization::kNf4Double : Quantization::kNone;
+}
 
 // Bytes on one device, by component. Each is the steady-state or peak size
 // of that kind of buffer; see memory_model.h for the formulas.

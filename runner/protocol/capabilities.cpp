@@ -5,6 +5,15 @@
 #include "dsl/technique.h"
 
 namespace tailor::runner {
+namespace {
+
+// The bases QLoRA's linears are built for (runner/torch/nf4.h).
+bool quantization_runs(dsl::Quantization q) {
+  return q == dsl::Quantization::kNone || q == dsl::Quantization::kNf4Double;
+}
+constexpr const char* kQuantizationsThatRun = "none and nf4-double-quant";
+
+}  // namespace
 
 std::span<const dsl::Technique> techniques_not_in_runner() {
   // Every technique of the tree runs; what a build could still lack is
@@ -14,6 +23,10 @@ std::span<const dsl::Technique> techniques_not_in_runner() {
 
 Status check_pins_executable(const dsl::JobSpec& spec) {
   const dsl::StrategySpec& s = spec.strategy;
+  if (s.quantization && !quantization_runs(*s.quantization)) {
+    return Status::invalid_argument(std::string("strategy.quantization pins ") + dsl::to_string(*s.quantization) +
+                                    ", which tailor-runner does not implement (" + kQuantizationsThatRun + " run)");
+  }
   dsl::KnobValues pins;
   pins.zero_stage = s.zero_stage.value_or(0);
   pins.offload = s.offload;
@@ -37,9 +50,9 @@ std::string why_not_executable(const strategies::Strategy& s) {
       if (t == missing) return std::string(dsl::to_string(t)) + " is not implemented yet";
     }
   }
-  if (s.quantization != strategies::Quantization::kNone && s.quantization != strategies::Quantization::kNf4Double) {
-    return std::string("base quantisation ") + strategies::to_string(s.quantization) +
-           " is not implemented (NF4 with double quantisation is)";
+  if (!quantization_runs(s.quantization)) {
+    return std::string("base quantisation ") + dsl::to_string(s.quantization) + " is not implemented (" +
+           kQuantizationsThatRun + " are)";
   }
   if (s.reference == dsl::Reference::kAdapterOff && s.adapter == dsl::Adapter::kNone) {
     return "the reference adapter_off needs adapters";

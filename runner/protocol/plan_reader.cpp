@@ -43,7 +43,7 @@ Result<strategies::Strategy> read_strategy(const json& s, const std::string& nam
     TAILOR_ASSIGN_OR_RETURN(st.adapter, named(s, "adapter", name, dsl::enum_from_name<dsl::Adapter>));
     TAILOR_ASSIGN_OR_RETURN(st.optimizer, named(s, "optimizer", name, dsl::enum_from_name<dsl::Optimizer>));
     TAILOR_ASSIGN_OR_RETURN(st.offload, named(s, "offload", name, dsl::enum_from_name<dsl::Offload>));
-    TAILOR_ASSIGN_OR_RETURN(st.quantization, named(s, "quantization", name, strategies::quantization_from_name));
+    TAILOR_ASSIGN_OR_RETURN(st.quantization, named(s, "quantization", name, dsl::enum_from_name<dsl::Quantization>));
     st.checkpoint_every = s.at("gradient_checkpointing").get<std::int64_t>();
     st.micro_batch_size = s.at("micro_batch_size").get<std::int64_t>();
     st.grad_accumulation = s.at("gradient_accumulation_steps").get<std::int64_t>();

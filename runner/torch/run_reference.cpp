@@ -83,7 +83,7 @@ std::string Run::reference_identity() const {
   out += "weights " + data::hex64(sum.finish()) + "\n";
   out += "config " + data::hex64(data::fnv1a64(config)) + "\n";
   out += std::string("dtype ") + c10::toString(param_dtype(st_.precision)) + "\n";
-  out += std::string("quantization ") + strategies::to_string(st_.quantization) + "\n";
+  out += std::string("quantization ") + dsl::to_string(st_.quantization) + "\n";
   out += std::string("device ") + (dev_.is_cuda() ? "cuda" : "cpu") + "\n";
   return out;
 }

@@ -80,6 +80,18 @@ TEST(TechniqueTest, KnobValuesListTheirTechniquesOnce) {
   EXPECT_TRUE(techniques_used(plain).empty());
 }
 
+// A pinned quantisation is QLoRA's base, so it uses qlora (which allow and
+// forbid then judge) even where the adapter is left to the planner.
+TEST(TechniqueTest, AQuantisedBaseUsesQlora) {
+  KnobValues v;
+  v.quantization = Quantization::kNf4;
+  EXPECT_EQ(techniques_used(v), (std::vector<Technique>{Technique::kQlora, Technique::kAdapters}));
+  v.quantization = Quantization::kNone;
+  EXPECT_TRUE(techniques_used(v).empty());
+  for (const auto& [q, name] : enum_names<Quantization>())
+    EXPECT_EQ(enum_from_name<Quantization>(name), q);
+}
+
 TEST(TechniqueTest, KnobPathsAreSpecKeys) {
   EXPECT_STREQ(knob_path(knob_of(Technique::kZero2)), "strategy.zero_stage");
   EXPECT_STREQ(knob_path(knob_of(Technique::kGradientAccumulation)), "training.micro_batch_size");

@@ -312,12 +312,21 @@ TEST(PlannerTest, MoreGpuMemoryNeverGivesASlowerPlan) {
 }
 
 TEST(PlannerTest, PinnedKnobsAreNeverBroken) {
-  const std::vector<std::vector<std::string>> pins = {
-      {"strategy.precision=fp32"},       {"strategy.precision=pure-bf16"},  {"strategy.gradient_checkpointing=false"},
-      {"strategy.gradient_checkpointing=2"}, {"strategy.adapter=none"},     {"strategy.adapter=lora"},
-      {"strategy.optimizer=adamw_8bit"}, {"strategy.optimizer=sgd"},        {"strategy.zero_stage=0"},
-      {"strategy.optimizer=lion"},
-      {"training.micro_batch_size=2"},   {"strategy.adapter=qlora", "strategy.precision=bf16"}};
+  const std::vector<std::vector<std::string>> pins = {{"strategy.precision=fp32"},
+                                                      {"strategy.precision=pure-bf16"},
+                                                      {"strategy.gradient_checkpointing=false"},
+                                                      {"strategy.gradient_checkpointing=2"},
+                                                      {"strategy.adapter=none"},
+                                                      {"strategy.adapter=lora"},
+                                                      {"strategy.optimizer=adamw_8bit"},
+                                                      {"strategy.optimizer=sgd"},
+                                                      {"strategy.zero_stage=0"},
+                                                      {"strategy.optimizer=lion"},
+                                                      {"training.micro_batch_size=2"},
+                                                      {"strategy.adapter=qlora", "strategy.precision=bf16"},
+                                                      {"strategy.quantization=nf4"},
+                                                      {"strategy.quantization=int8"},
+                                                      {"strategy.quantization=none"}};
   for (const auto& pin : pins) {
     const dsl::JobSpec spec = load("llama2-7b-qlora-24gb.yaml", pin);
     const Plan p = plan_job(spec, gpus("1x48GiB"));
@@ -332,6 +341,12 @@ TEST(PlannerTest, PinnedKnobsAreNeverBroken) {
     if (want.adapter) {
       EXPECT_EQ(s.adapter, *want.adapter);
     }
+    if (want.quantization) {
+      EXPECT_EQ(s.quantization, *want.quantization);
+      if (*want.quantization != Quantization::kNone) {
+        EXPECT_EQ(s.adapter, Adapter::kQlora);
+      }
+    }
     if (want.optimizer) {
       EXPECT_EQ(s.optimizer, *want.optimizer);
     }
@@ -345,6 +360,38 @@ TEST(PlannerTest, PinnedKnobsAreNeverBroken) {
       EXPECT_TRUE(Constraints(spec, gpus("1x48GiB")).admits(a.candidate.strategy)) << a.candidate.strategy.describe();
     }
   }
+}
+
+// The base's quantisation is searched like any knob: unpinned, QLoRA's is
+// NF4 with double quantisation, the smallest and the least to read when
+// dequantising; pinned, it is kept, QLoRA follows, and the trace says which.
+TEST(PlannerTest, TheQuantisationIsAKnobOfItsOwn) {
+  const Plan free = plan_job(load("llama2-7b-qlora-24gb.yaml", {"strategy.adapter=qlora"}), gpus("1x24GiB"));
+  ASSERT_TRUE(free.fits);
+  EXPECT_EQ(free.chosen.strategy.quantization, Quantization::kNf4Double);
+  const Plan nf4 = plan_job(load("llama2-7b-qlora-24gb.yaml", {"strategy.quantization=nf4"}), gpus("1x24GiB"));
+  ASSERT_TRUE(nf4.fits);
+  EXPECT_EQ(nf4.chosen.strategy.adapter, Adapter::kQlora);
+  EXPECT_EQ(nf4.chosen.strategy.quantization, Quantization::kNf4);
+  // The same plan with the other base: fp32 absmax per 64 values against
+  // 8-bit ones, more bytes stored and read.
+  Strategy doubled = nf4.chosen.strategy;
+  doubled.quantization = Quantization::kNf4Double;
+  const dsl::JobSpec spec = load("llama2-7b-qlora-24gb.yaml");
+  const Candidate single = evaluate(spec, gpus("1x24GiB"), nf4.chosen.strategy, {});
+  const Candidate both = evaluate(spec, gpus("1x24GiB"), doubled, {});
+  EXPECT_GT(single.memory.per_device.weights, both.memory.per_device.weights);
+  EXPECT_LT(single.throughput.tokens_per_second, both.throughput.tokens_per_second);
+  EXPECT_NE(nf4.chosen.strategy.describe().find("qlora r16 over nf4,"), std::string::npos);
+  EXPECT_EQ(free.chosen.strategy.describe().find(" over "), std::string::npos);
+  // The tree's QLoRA rung names the base it quantises to.
+  const Plan walked = plan_job(load("llama2-7b-qlora-24gb.yaml"), gpus("1x24GiB"));
+  bool named = false;
+  for (const Decision& d : walked.decisions) {
+    if (d.step == "qlora")
+      named = d.question.find("4-bit NF4 base weights with double quantisation") != std::string::npos;
+  }
+  EXPECT_TRUE(named);
 }
 
 // SGD's and Lion's learning rates are not AdamW's: the planner never swaps

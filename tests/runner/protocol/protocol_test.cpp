@@ -44,10 +44,10 @@ TEST(PlanReaderTest, QuantisationIsReadAsWrittenNotRounded) {
   for (auto q : {strategies::Quantization::kNone, strategies::Quantization::kInt8, strategies::Quantization::kNf4,
                  strategies::Quantization::kNf4Double}) {
     json st = strategy_json();
-    st["quantization"] = strategies::to_string(q);
+    st["quantization"] = dsl::to_string(q);
     auto s = parse_plan_strategy(plan_text(st), "plan.json");
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-    EXPECT_EQ(s->quantization, q) << strategies::to_string(q);
+    EXPECT_EQ(s->quantization, q) << dsl::to_string(q);
   }
 }
 
@@ -161,6 +161,18 @@ TEST(CapabilitiesTest, EveryRungRunsAndOtherQuantisationsAreRefusedByName) {
   EXPECT_TRUE(check_executable(s).is_ok());
   s.quantization = strategies::Quantization::kInt8;
   EXPECT_NE(check_executable(s).message().find("int8"), std::string::npos);
+}
+
+// A base quantisation the runner has no linears for is refused by name
+// before anything runs; the planner still predicts it for other runtimes.
+TEST(CapabilitiesTest, APinnedQuantisationTheRunnerLacksIsRefusedByName) {
+  dsl::JobSpec spec;
+  spec.strategy.quantization = dsl::Quantization::kNf4Double;
+  EXPECT_TRUE(check_pins_executable(spec).is_ok());
+  spec.strategy.quantization = dsl::Quantization::kInt8;
+  const Status s = check_pins_executable(spec);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("strategy.quantization pins int8"), std::string::npos) << s.message();
 }
 
 TEST(CapabilitiesTest, EveryPinOfTheTreeIsExecutable) {
