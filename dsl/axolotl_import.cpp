@@ -108,7 +108,7 @@ const std::vector<IgnoredKey>& ignored_keys() {
       {"chat_template_jinja", "save the template as a file and name it in data.chat_template"},
       {"pretraining_dataset", "Tailor trains on a local data.train file"},
       {"torch_compile", "the runner decides on compilation"},
-      {"bnb_config_kwargs", "Tailor's QLoRA base is NF4 with double quantization"},
+      {"bnb_config_kwargs", "see strategy.quantization: nf4-double-quant (the default) or nf4"},
       {"neftune_noise_alpha", "Tailor adds no embedding noise"},
       {"use_tensorboard", "tailord records every step's metrics"},
   };

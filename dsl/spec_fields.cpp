@@ -751,8 +751,9 @@ const std::vector<Field<StrategySpec>>& strategy_fields() {
       section("lora", "LoRA settings, used when the adapter is lora or qlora.", &StrategySpec::lora, &lora_fields()),
       auto_field("quantization",
                  "How QLoRA stores the frozen base: nf4-double-quant (4-bit NormalFloat with 8-bit scales, 0.52 "
-                 "B/param), none, or auto (nf4-double-quant under qlora); nf4 and int8 are planned for other "
-                 "runtimes (planner.runtime), not run by tailor-runner. A value other than none means qlora.",
+                 "B/param), nf4 (fp32 scales, 0.56 B/param: bitsandbytes without double quantisation), none, or "
+                 "auto (nf4-double-quant under qlora); int8 is planned for other runtimes (planner.runtime), not "
+                 "run by tailor-runner. A value other than none means qlora.",
                  &StrategySpec::quantization),
       auto_field("optimizer",
                  "adamw, adamw_8bit (8-bit block-wise states), sgd (with momentum) or lion (one momentum, "

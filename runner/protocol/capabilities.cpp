@@ -9,9 +9,9 @@ namespace {
 
 // The bases QLoRA's linears are built for (runner/torch/nf4.h).
 bool quantization_runs(dsl::Quantization q) {
-  return q == dsl::Quantization::kNone || q == dsl::Quantization::kNf4Double;
+  return q == dsl::Quantization::kNone || q == dsl::Quantization::kNf4 || q == dsl::Quantization::kNf4Double;
 }
-constexpr const char* kQuantizationsThatRun = "none and nf4-double-quant";
+constexpr const char* kQuantizationsThatRun = "none, nf4 and nf4-double-quant";
 
 }  // namespace
 

@@ -169,12 +169,17 @@ Status attach_lora(CausalLMImpl& model, const LoraOptions& o) {
   try {
     for (auto& p : model.parameters()) p.requires_grad_(false);
     auto adapters = std::make_shared<LoraAdapters>(model, o);
-    if (o.quantize_base) {
+    if (o.base != dsl::Quantization::kNone) {
+      if (o.base != dsl::Quantization::kNf4 && o.base != dsl::Quantization::kNf4Double) {
+        return Status::invalid_argument(std::string("lora: base quantisation ") + dsl::to_string(o.base) +
+                                        " is not implemented (nf4 and nf4-double-quant are)");
+      }
+      const Nf4Scales scales = o.base == dsl::Quantization::kNf4 ? Nf4Scales::kFp32 : Nf4Scales::kDoubleQuantized;
       for (std::size_t l = 0; l < static_cast<std::size_t>(model.arch().layers); ++l) {
         for (Projection p : kProjections) {
           Tensor& w = model.projection_weight(l, p);
           if (!w.defined()) continue;  // a mixture of experts has no shared MLP: its experts come next
-          auto q = quantize_nf4(w);
+          auto q = quantize_nf4(w, scales);
           if (!q.is_ok()) return q.status().prefixed("quantising layer " + std::to_string(l));
           adapters->quantized[l][static_cast<std::size_t>(p)] = std::move(q).value();
           // Free the dense copy: the parameter stays registered (same name,
@@ -188,7 +193,7 @@ Status attach_lora(CausalLMImpl& model, const LoraOptions& o) {
         for (bool up : {true, false}) {
           Tensor& w = model.experts_weight(l, up);
           if (!w.defined() || (w.size(1) * w.size(2)) % kNf4BlockSize != 0) continue;
-          auto q = quantize_nf4(w.reshape({w.size(0) * w.size(1), w.size(2)}));
+          auto q = quantize_nf4(w.reshape({w.size(0) * w.size(1), w.size(2)}), scales);
           if (!q.is_ok()) return q.status().prefixed("quantising layer " + std::to_string(l) + "'s experts");
           adapters->quantized_experts[l][up ? 0 : 1] = std::move(q).value();
           w.set_data(torch::empty({0}, w.options()));

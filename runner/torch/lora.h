@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "dsl/technique.h"
 #include "runner/torch/model.h"
 
 namespace tailor::runner {
@@ -36,7 +37,9 @@ struct LoraOptions {
   double alpha = 32;                      // the update is scaled by alpha / r
   double dropout = 0.0;                   // on the adapter input while training, in [0, 1)
   std::vector<std::string> targets;       // Hugging Face names; empty = every linear layer of the blocks
-  bool quantize_base = false;             // QLoRA: the blocks' projections stored in NF4
+  // QLoRA: the blocks' projections stored in NF4 (nf4: fp32 scales;
+  // nf4-double-quant: 8-bit ones); none keeps them dense.
+  dsl::Quantization base = dsl::Quantization::kNone;
   torch::Dtype adapter_dtype = torch::kFloat32;  // A and B (and so their gradients)
 };
 

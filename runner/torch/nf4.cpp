@@ -138,7 +138,7 @@ std::int64_t Nf4Tensor::bytes() const {
   return static_cast<std::int64_t>(packed.nbytes() + absmax_codes.nbytes() + absmax_scale.nbytes());
 }
 
-Result<Nf4Tensor> quantize_nf4(const Tensor& weight) {
+Result<Nf4Tensor> quantize_nf4(const Tensor& weight, Nf4Scales scales) {
   if (!weight.defined() || weight.numel() == 0 || (weight.dim() != 1 && weight.dim() != 2)) {
     return Status::invalid_argument("quantize_nf4: expected a non-empty 1-D or 2-D tensor, got shape " +
                                     (weight.defined() ? shape_string(weight) : std::string("(undefined)")));
@@ -167,6 +167,11 @@ Result<Nf4Tensor> quantize_nf4(const Tensor& weight) {
                                           /*out_int32=*/true)
                              .view({-1, 2});
     q.packed = (codes.select(1, 0) * 16 + codes.select(1, 1)).to(torch::kUInt8);
+    if (scales == Nf4Scales::kFp32) {
+      q.absmax_codes = torch::empty({0}, absmax.options().dtype(torch::kUInt8));
+      q.absmax_scale = absmax.contiguous();
+      return q;
+    }
     // Double quantisation (QLoRA section 3): the absmax values are positive
     // and similar, so centring them on their mean lets the signed 8-bit map
     // resolve their spread.
@@ -181,6 +186,7 @@ Result<Nf4Tensor> quantize_nf4(const Tensor& weight) {
 }
 
 Tensor nf4_absmax(const Nf4Tensor& q) {
+  if (!q.double_quantized()) return q.absmax_scale;
   Blockwise8 dq;
   dq.codes = q.absmax_codes;
   dq.absmax = q.absmax_scale;
@@ -217,14 +223,20 @@ Tensor dequantize_nf4_rows(const Nf4Tensor& q, std::int64_t row0, std::int64_t r
   TORCH_CHECK(e0 % kNf4BlockSize == 0 && n % kNf4BlockSize == 0 && row0 >= 0 && row0 + rows <= q.shape[0],
               "dequantize_nf4_rows: rows [", row0, ", ", row0 + rows, ") of ", in, " values are not whole blocks");
   const std::int64_t b0 = e0 / kNf4BlockSize, nb = n / kNf4BlockSize;
-  // This slice's first-level absmax: its 8-bit codes times their 256-block
-  // scales, plus the offset (nf4_absmax() for the whole tensor).
-  const Tensor block = torch::arange(b0, b0 + nb, q.absmax_codes.options().dtype(torch::kInt64));
-  const Tensor absmax = dynamic_map(true)
-                            .to(q.absmax_codes.device())
-                            .index_select(0, q.absmax_codes.slice(0, b0, b0 + nb).to(torch::kInt64))
-                            .mul_(q.absmax_scale.index_select(0, block.div(kNf4AbsmaxBlockSize, "floor")))
-                            .add_(q.absmax_offset);
+  // This slice's first-level absmax: as stored, or its 8-bit codes times
+  // their 256-block scales, plus the offset (nf4_absmax() for the whole
+  // tensor).
+  Tensor absmax;
+  if (q.double_quantized()) {
+    const Tensor block = torch::arange(b0, b0 + nb, q.absmax_codes.options().dtype(torch::kInt64));
+    absmax = dynamic_map(true)
+                 .to(q.absmax_codes.device())
+                 .index_select(0, q.absmax_codes.slice(0, b0, b0 + nb).to(torch::kInt64))
+                 .mul_(q.absmax_scale.index_select(0, block.div(kNf4AbsmaxBlockSize, "floor")))
+                 .add_(q.absmax_offset);
+  } else {
+    absmax = q.absmax_scale.slice(0, b0, b0 + nb);
+  }
   const Tensor bytes = q.packed.slice(0, e0 / 2, (e0 + n) / 2).to(torch::kInt32);
   return byte_table()
       .to(q.packed.device())

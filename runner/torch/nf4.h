@@ -2,9 +2,10 @@
 // "QLoRA: Efficient Finetuning of Quantized LLMs" (2023, arXiv:2305.14314),
 // section 3: blocks of 64 values, each scaled by its absolute maximum and
 // replaced by the nearest of 16 NormalFloat levels; two 4-bit codes per
-// byte; "double quantisation" stores the fp32 absmax values again as 8-bit
-// dynamic codes (block 256) after subtracting their mean. That is
-// 0.5 + 1/64 + 4/(64*256) bytes per parameter (memory_model.cpp).
+// byte; the absmax values stay fp32 (0.5 + 4/64 bytes per parameter), or
+// "double quantisation" stores them again as 8-bit dynamic codes (block
+// 256) after subtracting their mean (0.5 + 1/64 + 4/(64*256); both in
+// memory_model.cpp). bitsandbytes calls the choice compress_statistics.
 // nf4_linear() dequantises the weight into the compute dtype and multiplies;
 // its backward yields the input's gradient only (the weight is frozen).
 // Not here: FP4, fused dequantise-matmul kernels, per-tensor compute dtypes
@@ -45,18 +46,29 @@ inline constexpr std::array<float, 16> kNf4Levels = {
     1.0f,
 };
 
-// A weight in NF4 with double-quantised scales.
+// How the blocks' absmax values are stored.
+enum class Nf4Scales {
+  kFp32,             // one fp32 absmax per block of 64 (strategy.quantization: nf4)
+  kDoubleQuantized,  // 8-bit codes, block 256 (nf4-double-quant)
+};
+
+// A weight in NF4, its scales fp32 or double-quantised.
 struct Nf4Tensor {
   std::vector<std::int64_t> shape;  // of the original weight (1-D or 2-D)
   std::int64_t numel = 0;
   // uint8 (ceil(numel / 64) * 32): element 2k in the high nibble of byte k,
   // element 2k + 1 in the low nibble; the last block is padded with zeros.
   torch::Tensor packed;
-  torch::Tensor absmax_codes;  // uint8 (nb): 8-bit dynamic codes of absmax - absmax_offset
-  torch::Tensor absmax_scale;  // fp32 (ceil(nb / 256)): absmax of each 256-block of (absmax - offset)
-  float absmax_offset = 0;     // mean of the first-level absmax values
+  // Double-quantised: uint8 (nb), 8-bit dynamic codes of absmax -
+  // absmax_offset. fp32 scales: empty.
+  torch::Tensor absmax_codes;
+  // Double-quantised: fp32 (ceil(nb / 256)), the absmax of each 256-block of
+  // (absmax - offset). fp32 scales: fp32 (nb), each block's absmax.
+  torch::Tensor absmax_scale;
+  float absmax_offset = 0;  // double-quantised: mean of the first-level absmax values; else 0
 
-  std::int64_t blocks() const { return absmax_codes.numel(); }
+  std::int64_t blocks() const { return (numel + kNf4BlockSize - 1) / kNf4BlockSize; }
+  bool double_quantized() const { return absmax_codes.numel() > 0; }
   // Storage of packed codes and both levels of scales, in bytes.
   std::int64_t bytes() const;
 };
@@ -64,13 +76,13 @@ struct Nf4Tensor {
 // Quantises a 1-D or 2-D floating tensor (any float dtype, any device).
 // Errors: InvalidArgument for other ranks, empty or non-floating tensors,
 // or non-finite values. Never throws.
-Result<Nf4Tensor> quantize_nf4(const torch::Tensor& weight);
+Result<Nf4Tensor> quantize_nf4(const torch::Tensor& weight, Nf4Scales scales = Nf4Scales::kDoubleQuantized);
 
 // The weight the codes stand for, in `dtype`, shaped like the original.
 // Throws c10::Error (like any tensor op) on malformed input.
 torch::Tensor dequantize_nf4(const Nf4Tensor& q, torch::Dtype dtype);
 
-// The first-level absmax values (fp32, nb) after undoing double quantisation.
+// The first-level absmax values (fp32, nb), double quantisation undone.
 torch::Tensor nf4_absmax(const Nf4Tensor& q);
 
 // Codes (uint8, one per element, unpacked) of the weight's elements.

@@ -301,7 +301,9 @@ Result<Run::Tensors> Run::attach_adapters() {
     lo.alpha = spec_.strategy.lora.alpha;
     lo.dropout = spec_.strategy.lora.dropout;
     lo.targets = spec_.strategy.lora.targets;
-    lo.quantize_base = st_.adapter == dsl::Adapter::kQlora || st_.quantization != strategies::Quantization::kNone;
+    // Plans from before the quantisation was a knob may say qlora over none.
+    lo.base =
+        st_.quantization != dsl::Quantization::kNone ? st_.quantization : strategies::default_quantization(st_.adapter);
     lo.adapter_dtype = st_.precision == dsl::Precision::kPureBf16 ? torch::kBFloat16 : torch::kFloat32;
     TAILOR_RETURN_IF_ERROR(as_bad_input(attach_lora(*model_, lo)));
   }

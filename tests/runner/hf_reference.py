@@ -22,8 +22,9 @@ project's .venv (transformers, PEFT, safetensors on the same torch).
       quantises weights with bitsandbytes' quantize_4bit (nf4, block 64,
       double quantisation) on the CPU: DIR/nf4.safetensors holds, for each
       case (fp32_, bf16_), the weight, bnb's packed codes, absmax codes, absmax
-      offset, second-level scales and its dequantised weight; and code, bnb's
-      signed 8-bit dynamic map.
+      offset, second-level scales and its dequantised weight; the same
+      without double quantisation (plain_packed, plain_absmax,
+      plain_dequantized); and code, bnb's signed 8-bit dynamic map.
   hf_reference.py check DIR FAMILY...
       for each family, loads what Tailor wrote: DIR/FAMILY/export/ with
       AutoModelForCausalLM and DIR/FAMILY/tailor_adapter/ onto base/ with
@@ -245,6 +246,10 @@ def nf4(root):
                     name + "absmax_codes": st.absmax.contiguous(), name + "offset": st.offset.float().reshape(1),
                     name + "absmax_scale": st.state2.absmax.float().contiguous(),
                     name + "dequantized": F.dequantize_4bit(q, st).float().contiguous()})
+        # compress_statistics=False: fp32 absmax values (strategy.quantization: nf4).
+        q, st = F.quantize_4bit(x, blocksize=64, quant_type="nf4", compress_statistics=False)
+        out.update({name + "plain_packed": q.flatten().contiguous(), name + "plain_absmax": st.absmax.float().contiguous(),
+                    name + "plain_dequantized": F.dequantize_4bit(q, st).float().contiguous()})
     out["code"] = F.create_dynamic_map(signed=True).contiguous()
     save_file(out, os.path.join(root, "nf4.safetensors"))
 

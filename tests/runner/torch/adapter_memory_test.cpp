@@ -31,6 +31,11 @@ TEST(AdapterMemoryTest, Nf4AndEightBitStatesBytesPerParameterMatchTheFormulas) {
   ASSERT_TRUE(q.is_ok());
   const double nf4 = static_cast<double>(alloc.current_bytes() - before) / n;
   const double nf4_est = strategies::quantized_bytes_per_param(strategies::Quantization::kNf4Double);
+  before = alloc.current_bytes();
+  auto q_fp32 = quantize_nf4(w, Nf4Scales::kFp32);
+  ASSERT_TRUE(q_fp32.is_ok());
+  const double nf4_fp32 = static_cast<double>(alloc.current_bytes() - before) / n;
+  const double nf4_fp32_est = strategies::quantized_bytes_per_param(strategies::Quantization::kNf4);
 
   torch::Tensor p = w.clone().requires_grad_(true);
   before = alloc.current_bytes();
@@ -41,10 +46,13 @@ TEST(AdapterMemoryTest, Nf4AndEightBitStatesBytesPerParameterMatchTheFormulas) {
 
   std::printf("%-28s %10s %10s %7s\n", "bytes per parameter", "estimate", "measured", "ratio");
   std::printf("%-28s %10.4f %10.4f %7.3f\n", "NF4 base (double quant)", nf4_est, nf4, nf4 / nf4_est);
+  std::printf("%-28s %10.4f %10.4f %7.3f\n", "NF4 base (fp32 scales)", nf4_fp32_est, nf4_fp32, nf4_fp32 / nf4_fp32_est);
   std::printf("%-28s %10.4f %10.4f %7.3f\n", "adamw_8bit states", adam8_est, adam8, adam8 / adam8_est);
   EXPECT_LE(nf4, 0.55);
   EXPECT_LE(adam8, 2.1);
   EXPECT_NEAR(nf4 / nf4_est, 1.0, 0.10);
+  EXPECT_NEAR(nf4_fp32 / nf4_fp32_est, 1.0, 0.10);
+  EXPECT_GT(nf4_fp32, nf4);
   EXPECT_NEAR(adam8 / adam8_est, 1.0, 0.10);
 }
 
@@ -54,6 +62,7 @@ struct Case {
   dsl::Precision precision;
   std::int64_t checkpoint_every;
   dsl::Optimizer optimizer;
+  dsl::Quantization base = dsl::Quantization::kNf4Double;  // QLoRA's
 };
 
 TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
@@ -69,6 +78,7 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
   using O = dsl::Optimizer;
   // Each adapter with and without checkpointing, both precisions among
   // them, and 8-bit states for full fine-tuning and for adapters.
+  // clang-format off
   const std::vector<Case> cases = {
       {llama, A::kLora, P::kFp32, 0, O::kAdamw},       {llama, A::kLora, P::kBf16, 1, O::kAdamw},
       {llama, A::kQlora, P::kBf16, 0, O::kAdamw},      {llama, A::kQlora, P::kFp32, 1, O::kAdamw},
@@ -79,7 +89,10 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
       {mixtral, A::kLora, P::kBf16, 0, O::kAdamw},     {mixtral, A::kQlora, P::kBf16, 1, O::kAdamw},
       {mixtral, A::kNone, P::kBf16, 0, O::kAdamw8bit},
       {phi3, A::kLora, P::kBf16, 0, O::kAdamw},        {phi3, A::kQlora, P::kBf16, 1, O::kAdamw},
+      // NF4 with fp32 scales (strategy.quantization: nf4).
+      {llama, A::kQlora, P::kBf16, 1, O::kAdamw, dsl::Quantization::kNf4},
   };
+  // clang-format on
   std::printf("%-7s %-5s %-9s %-10s %-4s %12s %12s %7s %10s %10s %7s\n", "model", "adapt", "precision", "optimizer",
               "ckpt", "peak est", "peak meas", "ratio", "states est", "states", "ratio");
   int n = 0;
@@ -102,8 +115,7 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
     s.grad_accumulation = 2;
     s.adapter = c.adapter;
     s.lora_rank = c.adapter == dsl::Adapter::kNone ? 0 : 16;
-    s.quantization = c.adapter == dsl::Adapter::kQlora ? strategies::Quantization::kNf4Double
-                                                       : strategies::Quantization::kNone;
+    s.quantization = c.adapter == dsl::Adapter::kQlora ? c.base : dsl::Quantization::kNone;
     s.optimizer = c.optimizer;
     const std::string out_dir = dir.file("run" + std::to_string(n++));
     const auto run = testing::estimate_and_train(spec, s, out_dir);
@@ -119,9 +131,9 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
     const double states_est = static_cast<double>(e.optimizer_states.count());
     const std::string family = dsl::to_string(spec.model.arch.family);
     const bool gpt = spec.model.arch.family == dsl::ModelFamily::kGpt2;
-    const std::string label = family + " " + dsl::to_string(c.adapter) + " " +
-                              dsl::to_string(c.precision) + " " + dsl::to_string(c.optimizer) + " ckpt " +
-                              std::to_string(c.checkpoint_every);
+    const std::string label = family + " " + dsl::to_string(c.adapter) + " " + dsl::to_string(c.precision) + " " +
+                              dsl::to_string(c.optimizer) + " ckpt " + std::to_string(c.checkpoint_every) +
+                              (c.adapter == dsl::Adapter::kQlora ? std::string(" over ") + dsl::to_string(c.base) : "");
     std::printf("%-7s %-5s %-9s %-10s %-4lld %12.0f %12.0f %7.3f %10.0f %10.0f %7.3f\n", family.c_str(),
                 dsl::to_string(c.adapter), dsl::to_string(c.precision), dsl::to_string(c.optimizer),
                 static_cast<long long>(c.checkpoint_every), estimate, measured, measured / estimate, states_est, states,

@@ -281,5 +281,30 @@ TEST(HfInteropTest, Nf4EqualsBitsandbytesQuantize4bit) {
   }
 }
 
+// strategy.quantization: nf4 against bitsandbytes' quantize_4bit without
+// double quantisation (compress_statistics=False): the same packed codes and
+// fp32 absmax values, so the same dequantised weights, in both dtypes.
+TEST(HfInteropTest, Nf4WithFp32ScalesEqualsBitsandbytes) {
+  TempDir dir;
+  ASSERT_TRUE(python(dir, "nf4 " + dir.path().string()));
+  auto ref = io::SafetensorsFile::open(dir.file("nf4.safetensors"));
+  ASSERT_TRUE(ref.is_ok()) << ref.status().message();
+  for (const std::string c : {"fp32_", "bf16_"}) {
+    SCOPED_TRACE(c);
+    const torch::Dtype dtype = c == "bf16_" ? torch::kBFloat16 : torch::kFloat32;
+    auto q = quantize_nf4(tensor_in(*ref, c + "weight").to(dtype), Nf4Scales::kFp32);
+    ASSERT_TRUE(q.is_ok()) << q.status().message();
+    EXPECT_FALSE(q->double_quantized());
+    EXPECT_TRUE(torch::equal(q->packed, tensor_in(*ref, c + "plain_packed")));
+    EXPECT_TRUE(torch::equal(q->absmax_scale, tensor_in(*ref, c + "plain_absmax")));
+    const Tensor ours = dequantize_nf4(*q, dtype).to(torch::kFloat32).reshape({-1});
+    const Tensor theirs = tensor_in(*ref, c + "plain_dequantized").reshape({-1});
+    EXPECT_TRUE(torch::equal(ours, theirs)) << (ours != theirs).sum().item<std::int64_t>() << " values differ";
+    // Rows sliced as one expert's weight is.
+    const Tensor rows = dequantize_nf4_rows(*q, 32, 32, dtype).to(torch::kFloat32);
+    EXPECT_TRUE(torch::equal(rows, theirs.view({96, 200}).slice(0, 32, 64)));
+  }
+}
+
 }  // namespace
 }  // namespace tailor::runner

@@ -145,73 +145,80 @@ TEST(LoraTest, MergedWeightsGiveTheSameOutputs) {
   }
 }
 
+// Both bases: NF4 with fp32 scales and with double-quantised ones.
 TEST(QloraTest, QuantisedBaseMatchesADequantisedReferenceAndFreesDenseWeights) {
   // Mixtral: the experts in NF4 too, one expert dequantised at a time.
-  for (const auto& arch : {llama_arch(), gpt2_arch(), mixtral_arch()}) {
-    SCOPED_TRACE(dsl::to_string(arch.family));
-    torch::manual_seed(4);
-    CausalLM m(arch, 0);
-    torch::manual_seed(4);
-    CausalLM ref(arch, 0);
-    LoraOptions o;
-    o.rank = 4;
-    o.quantize_base = true;
-    ASSERT_TRUE(attach_lora(*m, o).is_ok());
-    randomise_b(m);
-    // The reference: the same weights dequantised into dense parameters,
-    // with the same adapters: merging m's copy gives exactly that model.
-    LoraOptions plain = o;
-    plain.quantize_base = false;
-    for (std::size_t l = 0; l < 2; ++l) {
-      for (Projection p : {Projection::kQkv, Projection::kO, Projection::kUp, Projection::kDown}) {
-        if (!ref->projection_weight(l, p).defined()) continue;  // a mixture has no shared MLP
-        EXPECT_EQ(m->projection_weight(l, p).numel(), 0);
-        auto q = quantize_nf4(ref->projection_weight(l, p));
-        ASSERT_TRUE(q.is_ok());
-        torch::NoGradGuard ng;
-        ref->projection_weight(l, p).copy_(dequantize_nf4(*q, torch::kFloat32));
+  for (const auto& [base, scales] : {std::pair{dsl::Quantization::kNf4Double, Nf4Scales::kDoubleQuantized},
+                                     std::pair{dsl::Quantization::kNf4, Nf4Scales::kFp32}})
+    for (const auto& arch : {llama_arch(), gpt2_arch(), mixtral_arch()}) {
+      SCOPED_TRACE(std::string(dsl::to_string(arch.family)) + " over " + dsl::to_string(base));
+      torch::manual_seed(4);
+      CausalLM m(arch, 0);
+      torch::manual_seed(4);
+      CausalLM ref(arch, 0);
+      LoraOptions o;
+      o.rank = 4;
+      o.base = base;
+      ASSERT_TRUE(attach_lora(*m, o).is_ok());
+      randomise_b(m);
+      // The reference: the same weights dequantised into dense parameters,
+      // with the same adapters: merging m's copy gives exactly that model.
+      LoraOptions plain = o;
+      plain.base = dsl::Quantization::kNone;
+      for (std::size_t l = 0; l < 2; ++l) {
+        for (Projection p : {Projection::kQkv, Projection::kO, Projection::kUp, Projection::kDown}) {
+          if (!ref->projection_weight(l, p).defined()) continue;  // a mixture has no shared MLP
+          EXPECT_EQ(m->projection_weight(l, p).numel(), 0);
+          auto q = quantize_nf4(ref->projection_weight(l, p), scales);
+          ASSERT_TRUE(q.is_ok());
+          torch::NoGradGuard ng;
+          ref->projection_weight(l, p).copy_(dequantize_nf4(*q, torch::kFloat32));
+        }
+        for (bool up : {true, false}) {
+          if (!arch.moe()) continue;
+          EXPECT_EQ(m->experts_weight(l, up).numel(), 0);
+          Tensor& w = ref->experts_weight(l, up);
+          auto q = quantize_nf4(w.reshape({w.size(0) * w.size(1), w.size(2)}), scales);
+          ASSERT_TRUE(q.is_ok());
+          torch::NoGradGuard ng;
+          w.copy_(dequantize_nf4(*q, torch::kFloat32).view(w.sizes()));
+        }
       }
-      for (bool up : {true, false}) {
-        if (!arch.moe()) continue;
-        EXPECT_EQ(m->experts_weight(l, up).numel(), 0);
-        Tensor& w = ref->experts_weight(l, up);
-        auto q = quantize_nf4(w.reshape({w.size(0) * w.size(1), w.size(2)}));
-        ASSERT_TRUE(q.is_ok());
+      ASSERT_TRUE(attach_lora(*ref, plain).is_ok());
+      {
         torch::NoGradGuard ng;
-        w.copy_(dequantize_nf4(*q, torch::kFloat32).view(w.sizes()));
+        const auto a = lora_parameters(*m), b = lora_parameters(*ref);
+        ASSERT_EQ(a.size(), b.size());
+        for (std::size_t i = 0; i < a.size(); ++i)
+          b[i].copy_(a[i]);
+      }
+      const auto f = lora_footprint(*m);
+      // 0.5 + 1/64 + 4/(64*256) and 0.5 + 4/64 bytes a parameter, and the
+      // padding of a last partial block.
+      EXPECT_LE(static_cast<double>(f.quantized_bytes) / static_cast<double>(f.quantized_parameters),
+                base == dsl::Quantization::kNf4 ? 0.57 : 0.55);
+      if (arch.moe()) {  // every expert's weights are among the quantised ones
+        EXPECT_GE(f.quantized_parameters, arch.layers * arch.experts * 3 * arch.hidden * arch.intermediate);
+      }
+      m->eval();
+      ref->eval();
+      const ModelInput in = sample_input();
+      const torch::Tensor y = logits_of(m, in), yr = logits_of(ref, in);
+      EXPECT_TRUE(torch::allclose(y, yr, 1e-4, 1e-5)) << (y - yr).abs().max().item<double>();
+      // Gradients reach adapters through the NF4 layers' input gradients.
+      m->train();
+      logits_of(m, in).pow(2).mean().backward();
+      for (const auto& t : lora_parameters(*m)) {
+        ASSERT_TRUE(t.grad().defined());
+        EXPECT_GT(t.grad().abs().sum().item<double>(), 0);
+      }
+      m->eval();
+      ASSERT_TRUE(merge_lora(*m, torch::kFloat32).is_ok());
+      EXPECT_TRUE(torch::allclose(logits_of(m, in), yr, 1e-4, 1e-5));
+      if (arch.moe()) {
+        EXPECT_EQ(m->experts_weight(0, true).sizes(), ref->experts_weight(0, true).sizes());
       }
     }
-    ASSERT_TRUE(attach_lora(*ref, plain).is_ok());
-    {
-      torch::NoGradGuard ng;
-      const auto a = lora_parameters(*m), b = lora_parameters(*ref);
-      ASSERT_EQ(a.size(), b.size());
-      for (std::size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
-    }
-    const auto f = lora_footprint(*m);
-    EXPECT_LE(static_cast<double>(f.quantized_bytes) / static_cast<double>(f.quantized_parameters), 0.55);
-    if (arch.moe()) {  // every expert's weights are among the quantised ones
-      EXPECT_GE(f.quantized_parameters, arch.layers * arch.experts * 3 * arch.hidden * arch.intermediate);
-    }
-    m->eval();
-    ref->eval();
-    const ModelInput in = sample_input();
-    const torch::Tensor y = logits_of(m, in), yr = logits_of(ref, in);
-    EXPECT_TRUE(torch::allclose(y, yr, 1e-4, 1e-5)) << (y - yr).abs().max().item<double>();
-    // Gradients reach adapters through the NF4 layers' input gradients.
-    m->train();
-    logits_of(m, in).pow(2).mean().backward();
-    for (const auto& t : lora_parameters(*m)) {
-      ASSERT_TRUE(t.grad().defined());
-      EXPECT_GT(t.grad().abs().sum().item<double>(), 0);
-    }
-    m->eval();
-    ASSERT_TRUE(merge_lora(*m, torch::kFloat32).is_ok());
-    EXPECT_TRUE(torch::allclose(logits_of(m, in), yr, 1e-4, 1e-5));
-    if (arch.moe()) {
-      EXPECT_EQ(m->experts_weight(0, true).sizes(), ref->experts_weight(0, true).sizes());
-    }
-  }
 }
 
 TEST(LoraTest, PeftFilesRoundTripWithPeftNames) {
