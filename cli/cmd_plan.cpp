@@ -205,6 +205,14 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   for (const strategies::MemoryComponent& c : strategies::kMemoryComponents) mem(c.label, m.*c.member);
   if (m.overlap.count() > 0) mem("less not live at once", Bytes(0) - m.overlap);
   out << "  " << pad_right("total", 24) << m.total().to_string() << "\n";
+  if (explain && !plan.chosen.memory.corrections.empty()) {
+    out << "  of which measured terms (strategies/measured_corrections.cpp):\n";
+    for (const strategies::CorrectionTerm& measured : plan.chosen.memory.corrections) {
+      const strategies::CorrectionInfo& info = strategies::correction_info(measured.id);
+      out << "    " << pad_right(info.key, 26) << pad_right(measured.bytes.to_string(), 10) << " in " << info.component
+          << "\n";
+    }
+  }
   out << "  " << pad_right("budget", 24) << plan.budget_per_device.to_string() << " ("
       << (plan.on_cpu ? plan.hardware.host_memory : plan.hardware.gpus.front().memory).to_string() << " less "
       << fmt("%.0f%%", plan.headroom * 100) << " headroom)";

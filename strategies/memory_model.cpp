@@ -185,6 +185,14 @@ struct Setting {
   // meta device first).
   bool upcast = false;
   double residual_bytes = 2;
+  // The measured terms this estimate added (measured_corrections.h).
+  mutable std::vector<CorrectionTerm> corrections;
+
+  // Records a measured term's bytes when it adds any, and returns them.
+  double correct(Correction c, double bytes) const {
+    if (bytes > 0) corrections.push_back({c, Bytes(static_cast<std::int64_t>(bytes))});
+    return bytes;
+  }
 
   Setting(const MemoryInput& input, const MemoryConstants& constants)
       : in(input), k(constants), a(*input.arch), st(input.strategy), pc(count_parameters(a)) {
@@ -448,7 +456,9 @@ double fused_linear_bytes(const Setting& g) {
   const double per_logit = capped ? 8.0 + g.e : g.in.fused_kernels ? 2.0 * g.e : 4.0 + g.e;
   const double head_buffers = g.adapter || g.st.grad_accumulation <= 1 ? 0.0 : g.in.on_gpu ? 3.0 : 1.0;
   const double head_gradient = head_buffers * static_cast<double>(g.head_params) * g.e;
-  return 3.0 * rows * static_cast<double>(g.a.hidden) * g.e + slice * per_logit + head_gradient;
+  const double k = g.k.logits_factor;
+  return (3.0 * rows * static_cast<double>(g.a.hidden) * g.e + slice * per_logit) * k +
+         g.correct(Correction::kFusedHeadAccumulation, head_gradient * k);
 }
 
 // The logits and the loss's buffers at the forward/backward boundary.
@@ -456,7 +466,7 @@ double logits_bytes(const Setting& g) {
   const MemoryInput& in = g.in;
   const MemoryConstants& k = g.k;
   if (in.score_head) return 4.0 * static_cast<double>(in.batch.micro_batch);  // one fp32 score a row
-  if (g.st.cross_entropy == CrossEntropy::kFusedLinear) return fused_linear_bytes(g) * k.logits_factor;
+  if (g.st.cross_entropy == CrossEntropy::kFusedLinear) return fused_linear_bytes(g);
   const double logit_elems = static_cast<double>(in.batch.micro_batch) * static_cast<double>(in.batch.seq_len) *
                              static_cast<double>(g.a.vocab);
   const bool half_logits = is_half(g.st.precision) && !g.upcast;
@@ -480,7 +490,7 @@ double logits_bytes(const Setting& g) {
   // this, for DPO and SimPO alike (docs/gpu-measurements.md, 2026-11-28);
   // counted as 1.5, with one micro-batch too (not measured there). The CPU
   // kernels measured none (the same runs with a 32k head, within 0.2%).
-  if (per_row && !g.adapter && in.on_gpu) logits += 1.5 * static_cast<double>(g.head_params) * g.e;
+  const double pair_head = per_row && !g.adapter && in.on_gpu ? 1.5 * static_cast<double>(g.head_params) * g.e : 0.0;
   // Off the fused CPU kernel, one slice's fp32 (log-)softmax.
   // Soft-capped logits (Gemma 2) always take that path, with the slice's
   // capped logits as a second fp32 temporary.
@@ -489,7 +499,7 @@ double logits_bytes(const Setting& g) {
     logits += (capped ? 8.0 : 4.0) *
               std::min(per_row ? row_elems : logit_elems, static_cast<double>(kCrossEntropySliceElements));
   }
-  return logits * k.logits_factor;
+  return logits * k.logits_factor + g.correct(Correction::kPairHeadGradient, pair_head * k.logits_factor);
 }
 
 // Activations at their peak (Korthikanti et al. 2022 for the per-layer
@@ -509,7 +519,10 @@ double activation_bytes(const Setting& g, const LayerActivations& l, double logi
   // logits buffers: only what exceeds them adds to the peak. While it
   // back-propagates, a gradient as large as its largest tensor (the score
   // matrices under standard attention) is alive too.
-  if (l.checkpointed > 0) acts += std::max(0.0, (l.recomputed + l.largest_term) * k.activation_factor - logits);
+  if (l.checkpointed > 0) {
+    acts += g.correct(Correction::kRecomputedLayer,
+                      std::max(0.0, (l.recomputed + l.largest_term) * k.activation_factor - logits));
+  }
   // Without recomputation the last layer's backward starts with every
   // activation alive and, once the logits are gone, the gradients of its
   // largest tensor and of its input and residual beside them (as in the
@@ -520,7 +533,8 @@ double activation_bytes(const Setting& g, const LayerActivations& l, double logi
   // backward either, so the same holds with one micro-batch (measured on the
   // CPU: a reward run peaked 11% above the estimate without this).
   if (l.checkpointed == 0 && (g.st.grad_accumulation > 1 || g.in.score_head)) {
-    acts += std::max(0.0, l.backward_transient * k.activation_factor - logits);
+    acts +=
+        g.correct(Correction::kLastLayerBackward, std::max(0.0, l.backward_transient * k.activation_factor - logits));
   }
   return acts;
 }
@@ -617,7 +631,8 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
     const double embedding =
         buffers * static_cast<double>(g.a.vocab * g.a.hidden) * gradient_bytes_per_param(st.precision);
     const double live = static_cast<double>((m.activations + m.logits).count());
-    m.overhead += Bytes(static_cast<std::int64_t>(std::max(0.0, embedding + at_end - live)));
+    m.overhead += Bytes(static_cast<std::int64_t>(
+        g.correct(Correction::kScoreHeadAccumulation, std::max(0.0, embedding + at_end - live))));
   }
   // Stage 0 across ranks: the buckets live as backward ends, when the
   // activations are down to the first layer's (recomputed in full under
@@ -629,7 +644,8 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
     const double buckets =
         std::min(in.quirks.gradient_buckets * static_cast<double>(in.quirks.gradient_bucket_bytes.count()), fp32_gradients);
     const double freed = std::max(0.0, static_cast<double>((m.activations + m.logits - m.overlap).count()) - at_end);
-    m.overhead += Bytes(static_cast<std::int64_t>(std::max(0.0, buckets - freed)));
+    m.overhead +=
+        Bytes(static_cast<std::int64_t>(g.correct(Correction::kGradientBuckets, std::max(0.0, buckets - freed))));
   }
   // The optimizer step: activations and logits are gone, weights,
   // gradients and states alive, plus the step's temporaries (each one
@@ -639,7 +655,11 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
     const Bytes step = m.weights + m.gradients + m.master_weights + m.optimizer_states + m.adapter + m.overhead +
                        Bytes(static_cast<std::int64_t>(in.quirks.optimizer_step_temporaries *
                                                        static_cast<double>(m.optimizer_states.count()) / 2.0));
-    if (step > m.total()) m.overhead += step - m.total();
+    if (step > m.total()) {
+      const Bytes extra = step - m.total();
+      g.correct(Correction::kOptimizerStep, static_cast<double>(extra.count()));
+      m.overhead += extra;
+    }
   }
 }
 
@@ -686,6 +706,7 @@ MemoryEstimate estimate_memory(const MemoryInput& input, const MemoryConstants& 
   m.activations = Bytes(static_cast<std::int64_t>(activation_bytes(g, layer, logits)));
   m.overhead = Bytes(static_cast<std::int64_t>(overhead_bytes(g)));
   peak_over_the_step(g, layer, out.trainable_parameters, m);
+  out.corrections = std::move(g.corrections);
   return out;
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/units.h"
 #include "dsl/job_spec.h"
+#include "strategies/measured_corrections.h"
 #include "strategies/strategy.h"
 
 namespace tailor::strategies {
@@ -179,12 +180,19 @@ struct MemoryInput {
   RuntimeQuirks quirks;
 };
 
+// A measured term's bytes in one estimate.
+struct CorrectionTerm {
+  Correction id;
+  Bytes bytes;  // added to its component (correction_info(id).component), before the overlap
+};
+
 struct MemoryEstimate {
   MemoryBreakdown per_device;  // the peak on each GPU (all ranks are alike)
   Bytes reference;             // dpo's separate reference: the frozen copy, counted in per_device.weights
   Bytes host;                  // host RAM the strategy needs (offload buffers, 0 without offload)
   std::int64_t trainable_parameters = 0;
   std::int64_t frozen_parameters = 0;
+  std::vector<CorrectionTerm> corrections;  // the measured terms counted above, in the order they were added
 };
 
 MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k = MemoryConstants::defaults());

@@ -122,6 +122,18 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   w.key("components").begin_array();
   for (const MemoryComponent& c : kMemoryComponents) w.begin_object().field("key", c.key).field("label", c.label).end_object();
   w.end_array();
+  // The terms whose size rests on measurement (measured_corrections.h).
+  w.key("corrections").begin_array();
+  for (const CorrectionTerm& t : plan.chosen.memory.corrections) {
+    const CorrectionInfo& info = correction_info(t.id);
+    w.begin_object();
+    w.field("key", info.key);
+    w.field("component", info.component);
+    w.field("bytes", t.bytes.count());
+    w.field("source", info.source);
+    w.end_object();
+  }
+  w.end_array();
   w.end_object();
   w.key("throughput");
   write_throughput(w, plan.chosen.throughput);

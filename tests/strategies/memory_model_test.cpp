@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "dsl/catalog.h"
 
 namespace tailor::strategies {
@@ -292,6 +295,70 @@ TEST(MemoryModelTest, ShardedQloraGathersQuantisedLayers) {
               2 * per_layer_linear * (2 - quantized_bytes_per_param(Quantization::kNf4, a.hidden)) -
                   static_cast<double>(pc.largest_linear) * 2,
               8);
+}
+
+// The bytes a measured term added to an estimate (0: not counted).
+Bytes term(const MemoryEstimate& e, Correction c) {
+  Bytes sum;
+  for (const CorrectionTerm& t : e.corrections) {
+    if (t.id == c) sum += t.bytes;
+  }
+  return sum;
+}
+
+TEST(MemoryModelTest, MeasuredTermsAreNamedWithTheirComponentAndSource) {
+  std::set<std::string> keys;
+  std::size_t i = 0;
+  for (const CorrectionInfo& c : corrections()) {
+    EXPECT_EQ(static_cast<std::size_t>(c.id), i++) << c.key;
+    EXPECT_TRUE(keys.insert(c.key).second) << c.key;
+    bool component = false;
+    for (const MemoryComponent& m : kMemoryComponents)
+      component = component || std::string(m.key) == c.component;
+    EXPECT_TRUE(component) << c.key << ": " << c.component;
+    const std::string source = c.source;
+    EXPECT_TRUE(source.find(".cpp") != std::string::npos || source.find(".md") != std::string::npos ||
+                source.find(".yaml") != std::string::npos)
+        << c.key << " names no test, document or corpus";
+  }
+}
+
+// Each measured term is recorded where it is counted, within its component.
+TEST(MemoryModelTest, AnEstimateListsTheMeasuredTermsItCounts) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  Strategy s;
+  s.precision = Precision::kBf16;
+  s.adapter = Adapter::kLora;
+  s.lora_rank = 16;
+  s.grad_accumulation = 2;
+  s.checkpoint_every = 1;
+  // A reward model's score head: no logits whose freeing would hide the
+  // last layer's gradients.
+  MemoryInput in;
+  in.arch = &a;
+  in.batch = {2, 2048};
+  in.score_head = true;
+  in.strategy = s;
+  const MemoryEstimate recomputed = estimate_memory(in);
+  EXPECT_GT(term(recomputed, Correction::kRecomputedLayer).count(), 0);
+  EXPECT_EQ(term(recomputed, Correction::kLastLayerBackward).count(), 0);
+  in.strategy.checkpoint_every = 0;
+  const MemoryEstimate kept = estimate_memory(in);
+  EXPECT_EQ(term(kept, Correction::kRecomputedLayer).count(), 0);
+  EXPECT_GT(term(kept, Correction::kLastLayerBackward).count(), 0);
+  // A language model's logits, freed before the last layer's backward,
+  // leave room for those gradients: nothing measured is added.
+  in.score_head = false;
+  EXPECT_EQ(term(estimate_memory(in), Correction::kLastLayerBackward).count(), 0);
+  for (const MemoryEstimate* e : {&recomputed, &kept}) {
+    for (const MemoryComponent& m : kMemoryComponents) {
+      Bytes sum;
+      for (const CorrectionTerm& t : e->corrections) {
+        if (correction_info(t.id).component == std::string(m.key)) sum += t.bytes;
+      }
+      EXPECT_LE(sum, e->per_device.*m.member) << m.key;
+    }
+  }
 }
 
 TEST(MemoryModelTest, CalibrationMakesTheEstimateReproduceAMeasurement) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "dsl/spec_loader.h"
@@ -45,6 +46,19 @@ TEST(PlanDocumentTest, HasTheDocumentedSchema) {
     EXPECT_FALSE(c["label"].get<std::string>().empty()) << c;
   }
   EXPECT_EQ(listed, components);
+  // The measured terms the estimate counts, each with its component and
+  // source, as the estimate recorded them.
+  ASSERT_TRUE(j["memory"]["corrections"].is_array());
+  ASSERT_EQ(j["memory"]["corrections"].size(), plan.chosen.memory.corrections.size());
+  for (std::size_t i = 0; i < plan.chosen.memory.corrections.size(); ++i) {
+    const auto& c = j["memory"]["corrections"][i];
+    const CorrectionTerm& t = plan.chosen.memory.corrections[i];
+    EXPECT_EQ(c["key"], correction_info(t.id).key);
+    EXPECT_NE(std::find(components.begin(), components.end(), c["component"].get<std::string>()), components.end())
+        << c;
+    EXPECT_EQ(c["bytes"].get<std::int64_t>(), t.bytes.count()) << c;
+    EXPECT_FALSE(c["source"].get<std::string>().empty()) << c;
+  }
   EXPECT_EQ(j["memory"]["per_gpu"]["total"].get<std::int64_t>(), sum);
   EXPECT_EQ(j["memory"]["budget_per_gpu"].get<std::int64_t>(), plan.budget_per_device.count());
   EXPECT_TRUE(j["memory"].contains("host_total"));
