@@ -643,17 +643,7 @@ void check_data_files(const JobSpec& spec, const Node& root, const LoadOptions& 
 }
 
 // The techniques a pinned knob uses, to check them against allow/forbid.
-std::vector<Technique> pinned_techniques(const StrategySpec& s) {
-  KnobValues v;
-  v.precision = s.precision;
-  v.checkpoint_every = s.gradient_checkpointing.value_or(0);
-  v.adapter = s.adapter;
-  v.quantization = s.quantization;
-  v.optimizer = s.optimizer;
-  v.zero_stage = s.zero_stage.value_or(0);
-  v.offload = s.offload;
-  return techniques_used(v);
-}
+std::vector<Technique> pinned_techniques(const StrategySpec& s) { return techniques_used(pinned_knob_values(s)); }
 
 void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalog, Diagnostics& d) {
   const StrategySpec& s = spec.strategy;

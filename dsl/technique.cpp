@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "dsl/job_spec.h"
+
 namespace tailor::dsl {
 namespace {
 
@@ -109,6 +111,18 @@ const char* knob_path(Knob k) {
     case Knob::kOffload: return "strategy.offload";
   }
   return "strategy";
+}
+
+KnobValues pinned_knob_values(const StrategySpec& s) {
+  KnobValues v;
+  v.precision = s.precision;
+  v.checkpoint_every = s.gradient_checkpointing.value_or(0);
+  v.adapter = s.adapter;
+  v.quantization = s.quantization;
+  v.optimizer = s.optimizer;
+  v.zero_stage = s.zero_stage.value_or(0);
+  v.offload = s.offload;
+  return v;
 }
 
 std::vector<Technique> techniques_used(const KnobValues& v) {

@@ -111,6 +111,14 @@ struct KnobValues {
   std::optional<Offload> offload;
 };
 
+struct StrategySpec;  // job_spec.h
+
+// The values a spec's strategy section pins (the micro-batch aside): the
+// one conversion from a spec's pins, read by the spec loader's allow/forbid
+// checks and the runner's capabilities. A strategy's values:
+// strategies::Constraints::techniques_of().
+KnobValues pinned_knob_values(const StrategySpec& s);
+
 // The techniques those values use, in table order (an adapter also uses
 // "adapters"; parameter offload also uses optimizer offload).
 std::vector<Technique> techniques_used(const KnobValues& v);

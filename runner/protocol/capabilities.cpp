@@ -3,6 +3,7 @@
 #include <string>
 
 #include "dsl/technique.h"
+#include "strategies/constraints.h"
 
 namespace tailor::runner {
 namespace {
@@ -27,10 +28,7 @@ Status check_pins_executable(const dsl::JobSpec& spec) {
     return Status::invalid_argument(std::string("strategy.quantization pins ") + dsl::to_string(*s.quantization) +
                                     ", which tailor-runner does not implement (" + kQuantizationsThatRun + " run)");
   }
-  dsl::KnobValues pins;
-  pins.zero_stage = s.zero_stage.value_or(0);
-  pins.offload = s.offload;
-  for (dsl::Technique t : dsl::techniques_used(pins)) {
+  for (dsl::Technique t : dsl::techniques_used(dsl::pinned_knob_values(s))) {
     for (dsl::Technique missing : techniques_not_in_runner()) {
       if (t == missing) {
         return Status::invalid_argument(std::string(dsl::knob_path(dsl::knob_of(t))) + " pins " + dsl::to_string(t) +
@@ -42,10 +40,7 @@ Status check_pins_executable(const dsl::JobSpec& spec) {
 }
 
 std::string why_not_executable(const strategies::Strategy& s) {
-  dsl::KnobValues v;
-  v.zero_stage = s.zero_stage;
-  v.offload = s.offload;
-  for (dsl::Technique t : dsl::techniques_used(v)) {
+  for (dsl::Technique t : strategies::Constraints::techniques_of(s)) {
     for (dsl::Technique missing : techniques_not_in_runner()) {
       if (t == missing) return std::string(dsl::to_string(t)) + " is not implemented yet";
     }

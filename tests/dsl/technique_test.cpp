@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 
+#include "dsl/job_spec.h"
 #include "dsl/technique.h"
 
 namespace tailor::dsl {
@@ -90,6 +91,24 @@ TEST(TechniqueTest, AQuantisedBaseUsesQlora) {
   EXPECT_TRUE(techniques_used(v).empty());
   for (const auto& [q, name] : enum_names<Quantization>())
     EXPECT_EQ(enum_from_name<Quantization>(name), q);
+}
+
+// A spec's pins reach the techniques through one conversion: what is
+// unset stays unset, and a pinned base brings QLoRA with it.
+TEST(TechniqueTest, ASpecsPinsAreItsKnobValues) {
+  StrategySpec s;
+  EXPECT_TRUE(techniques_used(pinned_knob_values(s)).empty());
+  s.gradient_checkpointing = 2;
+  s.quantization = Quantization::kNf4;
+  s.zero_stage = 3;
+  s.offload = Offload::kOptimizerAndParams;
+  const KnobValues v = pinned_knob_values(s);
+  EXPECT_EQ(v.checkpoint_every, 2);
+  EXPECT_EQ(v.quantization, Quantization::kNf4);
+  EXPECT_FALSE(v.precision.has_value());
+  EXPECT_EQ(techniques_used(v),
+            (std::vector<Technique>{Technique::kGradientCheckpointing, Technique::kQlora, Technique::kAdapters,
+                                    Technique::kZero3, Technique::kOffloadOptimizer, Technique::kOffloadParams}));
 }
 
 TEST(TechniqueTest, KnobPathsAreSpecKeys) {
