@@ -8,6 +8,7 @@
 #include "strategies/constraints.h"
 #include "strategies/decision_tree.h"
 #include "strategies/knobs.h"
+#include "strategies/memory_model.h"
 #include "strategies/runtime_profile.h"
 
 namespace tailor::strategies {
@@ -74,13 +75,32 @@ const Candidate* choose(std::vector<const Candidate*> set, Bytes budget, const P
   return fastest_of(set);
 }
 
+// The quantised base with the fewest bytes a parameter.
+Quantization smallest_base(const dsl::ModelArch& a) {
+  Quantization best = Quantization::kNone;
+  for (Quantization q : every_value<Quantization>()) {
+    if (q == Quantization::kNone) continue;
+    if (best == Quantization::kNone ||
+        quantized_bytes_per_param(q, a.hidden) < quantized_bytes_per_param(best, a.hidden)) {
+      best = q;
+    }
+  }
+  return best;
+}
+
 // Every admitted strategy of the candidate space.
 std::vector<Strategy> enumerate(const dsl::JobSpec& spec, const Constraints& c) {
   const std::vector<Precision> precisions = every_value<Precision>();
   std::vector<std::int64_t> checkpointing = {0, 1, 2, 4};
   if (spec.strategy.gradient_checkpointing) checkpointing = {*spec.strategy.gradient_checkpointing};
   const std::vector<Adapter> adapters = every_value<Adapter>();
-  const std::vector<Quantization> quantizations = every_value<Quantization>();
+  // QLoRA's bases differ only in the bytes they store a parameter, and
+  // fewer bytes are both smaller and faster to dequantise (cost_model.cpp;
+  // fidelity_cost does not tell them apart): unpinned, the smallest base of
+  // the name table is the only one worth estimating; a pin is searched as
+  // pinned.
+  std::vector<Quantization> quantizations = {Quantization::kNone, smallest_base(spec.model.arch)};
+  if (spec.strategy.quantization) quantizations = {*spec.strategy.quantization};
   const std::vector<Optimizer> optimizers = every_value<Optimizer>();
   const std::vector<Offload> offloads = every_value<Offload>();
 
