@@ -362,9 +362,10 @@ TEST(PlannerTest, PinnedKnobsAreNeverBroken) {
   }
 }
 
-// The base's quantisation is searched like any knob: unpinned, QLoRA's is
-// NF4 with double quantisation, the smallest and the least to read when
-// dequantising; pinned, it is kept, QLoRA follows, and the trace says which.
+// The base's quantisation is a knob: unpinned, the search takes the
+// smallest base, NF4 with double quantisation, which is also the least to
+// read when dequantising; pinned, it is kept, QLoRA follows, and the plan
+// names it.
 TEST(PlannerTest, TheQuantisationIsAKnobOfItsOwn) {
   const Plan free = plan_job(load("llama2-7b-qlora-24gb.yaml", {"strategy.adapter=qlora"}), gpus("1x24GiB"));
   ASSERT_TRUE(free.fits);
