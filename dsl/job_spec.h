@@ -18,7 +18,7 @@ namespace tailor::dsl {
 inline constexpr const char* kApiVersion = "tailor/v1";
 inline constexpr const char* kJobKind = "TrainingJob";
 
-enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2, kQwen3, kMixtral, kPhi3, kGemma2, kGemma3 };
+enum class ModelFamily { kLlama, kGpt2, kMistral, kQwen2, kQwen3, kMixtral, kPhi3, kGemma2, kGemma3, kGptNeox };
 
 // RoPE's frequencies stretched for a longer context than pretraining's.
 enum class RopeScalingType {
@@ -59,8 +59,15 @@ struct ModelArch {
   double attn_logit_softcap = 0;
   double final_logit_softcap = 0;
   std::int64_t query_pre_attn_scalar = 0;
+  // The fraction of each q and k head RoPE rotates, its leading dimensions
+  // (gpt_neox's rotary_pct / partial_rotary_factor); 0: the family's
+  // default (gpt_neox 0.25, as every Pythia; 1 elsewhere).
+  double partial_rotary_factor = 0;
 
   std::int64_t head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }
+  // The head dimensions RoPE rotates, head_dim x the fraction truncated as
+  // transformers does.
+  std::int64_t rotary_dims() const;
   // The factor on q.k before the softmax.
   double attention_scale() const;
   // A mixture of experts: every block's MLP is `experts` SwiGLU MLPs and a

@@ -15,7 +15,7 @@ namespace {
 
 // Config keys and defaults as transformers' LlamaConfig, MistralConfig,
 // Qwen2Config, Qwen3Config, MixtralConfig, Phi3Config, Gemma2Config,
-// Gemma3TextConfig and GPT2Config define them.
+// Gemma3TextConfig, GPT2Config and GPTNeoXConfig define them.
 // The Llama-like families' keys and tensor names, shared.
 constexpr HfConfigKeys kLlamaKeys{.layers = "num_hidden_layers",
                                   .hidden = "hidden_size",
@@ -58,7 +58,7 @@ constexpr HfTensorNames gemma_tensors(HfTensorNames t) {
   return t;
 }
 
-constexpr std::array<ModelFamilyInfo, 9> kFamilies = {{
+constexpr std::array<ModelFamilyInfo, 10> kFamilies = {{
     {.id = ModelFamily::kLlama,
      .name = "llama",
      .hf_architecture = "LlamaForCausalLM",
@@ -181,7 +181,41 @@ constexpr std::array<ModelFamilyInfo, 9> kFamilies = {{
      .gemma = true,
      .window_every = 6,
      .local_rope = true},
+    // GPT-NeoX (Black et al. 2022) and Pythia (Biderman et al. 2023): the
+    // attention and the MLP read the same input and add to the residual
+    // together; RoPE rotates the first quarter of each head; exact GELU.
+    {.id = ModelFamily::kGptNeox,
+     .name = "gpt_neox",
+     .hf_architecture = "GPTNeoXForCausalLM",
+     .block = BlockKind::kGptNeox,
+     .qkv_bias = true,
+     .keys = {.layers = "num_hidden_layers",
+              .hidden = "hidden_size",
+              .intermediate = "intermediate_size",
+              .heads = "num_attention_heads",
+              .kv_heads = nullptr,
+              .positions = "max_position_embeddings",
+              .norm_eps = "layer_norm_eps",
+              .rope_theta = "rotary_emb_base",
+              .partial_rotary = "rotary_pct"},
+     .default_norm_eps = 1e-5,
+     .default_partial_rotary = 0.25,
+     .config_extra = R"({"hidden_act": "gelu", "use_parallel_residual": true, "attention_bias": true})",
+     .tensors = {.body = "gpt_neox.",
+                 .embed = "embed_in",
+                 .positions = nullptr,
+                 .layers = "layers.",
+                 .norm1 = "input_layernorm",
+                 .norm2 = "post_attention_layernorm",
+                 .final_norm = "final_layer_norm",
+                 .head = "embed_out"}},
 }};
+
+// clang-format off
+constexpr BlockTraits kLlamaTraits{.layer_norm = false, .rope = true, .conv1d = false, .free_head_dim = true, .qkv_head_by_head = false};
+constexpr BlockTraits kGpt2Traits{.layer_norm = true, .rope = false, .conv1d = true, .free_head_dim = false, .qkv_head_by_head = false};
+constexpr BlockTraits kGptNeoxTraits{.layer_norm = true, .rope = true, .conv1d = false, .free_head_dim = false, .qkv_head_by_head = true};
+// clang-format on
 
 // Gemma2Config's and Gemma3TextConfig's defaults for keys a config.json
 // leaves out (null says "none" and is not the same as absent).
@@ -355,6 +389,35 @@ void read_rope(const ConfigCheck& c) {
   }
 }
 
+// The fraction of a head RoPE rotates, as transformers 5 reads it:
+// rope_parameters' partial_rotary_factor, else the family's top-level key
+// (GPT-NeoX's rotary_pct, or partial_rotary_factor), else its default. Only
+// GPT-NeoX's rotates part of a head here; the rotated dimensions must pair.
+void read_partial_rotary(const ConfigCheck& c) {
+  const ModelFamilyInfo& f = c.f;
+  const char* key = "partial_rotary_factor";
+  const nlohmann::json* value = nullptr;
+  if (const nlohmann::json* rope = c.value_of("rope_parameters"); rope != nullptr && rope->is_object()) {
+    if (auto it = rope->find(key); it != rope->end() && !it->is_null()) value = &*it;
+  }
+  for (const char* top : {f.keys.partial_rotary, key}) {
+    if (value == nullptr && top != nullptr && c.value_of(top) != nullptr) {
+      value = c.value_of(top);
+      key = top;
+    }
+  }
+  c.arch.partial_rotary_factor = 0;  // the family's default
+  if (value == nullptr) return;
+  const double fraction = value->is_number() ? value->get<double>() : 0;
+  if (f.keys.partial_rotary == nullptr && fraction != 1.0) {
+    c.refuse(key, *value, "Tailor rotates every dimension of a " + std::string(f.name) + " head");
+  } else if (!(fraction > 0 && fraction <= 1)) {
+    c.refuse(key, *value, "expected a number in (0, 1]");
+  } else {
+    c.arch.partial_rotary_factor = fraction;
+  }
+}
+
 // The sliding window, where the family has one.
 void read_window(const ConfigCheck& c) {
   const ModelFamilyInfo& f = c.f;
@@ -397,20 +460,27 @@ void read_window(const ConfigCheck& c) {
 // variants.
 void check_training_keys(const ConfigCheck& c) {
   const ModelFamilyInfo& f = c.f;
-  const bool gpt2 = f.block == BlockKind::kGpt2;
-  // Dropout in training: Tailor's llama-family blocks have none.
-  for (const char* key : {"attention_dropout", "resid_pdrop", "embd_pdrop"}) {
+  const bool gpt2 = f.block == BlockKind::kGpt2, neox = f.block == BlockKind::kGptNeox;
+  // Dropout in training: Tailor's llama-family and GPT-NeoX blocks have none.
+  for (const char* key : {"attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop"}) {
     const nlohmann::json* p = c.value_of(key);
     if (p != nullptr && !gpt2 && !(p->is_number() && p->get<double>() == 0))
       c.refuse(key, *p, "Tailor trains this family without dropout");
   }
+  // GPT-NeoX's linears all have biases (attention_bias false drops the
+  // attention's); the llama kind's have none but the family's q/k/v ones.
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     const nlohmann::json* b = c.value_of(key);
-    if (b != nullptr && !gpt2 && !(b->is_boolean() && !b->get<bool>()))
-      c.refuse(key, *b, "the family's linears have no bias");
+    const bool biased = neox && std::string_view(key) == "attention_bias";
+    if (b != nullptr && !gpt2 && !(b->is_boolean() && b->get<bool>() == biased))
+      c.refuse(key, *b, biased ? "the family's linears have biases" : "the family's linears have no bias");
+  }
+  if (const nlohmann::json* p = c.value_of("use_parallel_residual");
+      neox && p != nullptr && !(p->is_boolean() && p->get<bool>())) {
+    c.refuse("use_parallel_residual", *p, "Tailor's gpt_neox block is the parallel one (as every Pythia)");
   }
   // Gemma's configs say hidden_activation (and older ones hidden_act too).
-  const std::string act = gpt2 ? "gelu_new" : f.gemma ? "gelu_pytorch_tanh" : "silu";
+  const std::string act = gpt2 ? "gelu_new" : neox ? "gelu" : f.gemma ? "gelu_pytorch_tanh" : "silu";
   for (const char* act_key : {gpt2 ? "activation_function" : "hidden_act", f.gemma ? "hidden_activation" : ""}) {
     if (const nlohmann::json* a = c.value_of(act_key); a != nullptr && *a != act) {
       c.refuse(act_key, *a, "the family's activation here is " + act);
@@ -445,18 +515,19 @@ void check_training_keys(const ConfigCheck& c) {
 void check_computation(const nlohmann::json& j, const ModelFamilyInfo& f, ModelArch& arch, const std::string& where,
                        std::vector<std::string>& errors) {
   const ConfigCheck c{j, f, arch, where, errors};
-  const bool gpt2 = f.block == BlockKind::kGpt2;
-  if (!gpt2) read_rope(c);
-  if (const nlohmann::json* p = c.value_of("partial_rotary_factor");
-      p != nullptr && !(p->is_number() && p->get<double>() == 1.0)) {
-    c.refuse("partial_rotary_factor", *p, "Tailor rotates every dimension of a head");
-  }
-  if (const nlohmann::json* hd = c.value_of("head_dim"); hd != nullptr && !gpt2) {
+  const BlockTraits& traits = block_traits(f.block);
+  if (traits.rope) read_rope(c);
+  if (traits.rope) read_partial_rotary(c);
+  if (const nlohmann::json* hd = c.value_of("head_dim"); hd != nullptr && traits.free_head_dim) {
     if (hd->is_number_integer() && hd->get<std::int64_t>() > 0 && hd->get<std::int64_t>() % 2 == 0) {
       c.arch.head_size = hd->get<std::int64_t>();
     } else {
       c.refuse("head_dim", *hd, "expected a positive even integer (RoPE rotates pairs)");
     }
+  } else if (hd != nullptr && traits.rope && !(hd->is_number_integer() && hd->get<std::int64_t>() == arch.head_dim())) {
+    // GPT-NeoX's attention ignores head_dim and its RoPE reads it: refused
+    // unless it says hidden / heads.
+    c.refuse("head_dim", *hd, std::string(f.name) + " heads are hidden / heads wide");
   }
   if (f.gemma &&
       !read_gemma(j, f, arch, [&](const std::string& key, const nlohmann::json& value, const std::string& why) {
@@ -482,11 +553,26 @@ std::int64_t layer_window(const ModelArch& a, std::int64_t layer) {
   return a.sliding_window;
 }
 
+std::int64_t ModelArch::rotary_dims() const {
+  const double fraction =
+      partial_rotary_factor > 0 ? partial_rotary_factor : family_info(family).default_partial_rotary;
+  return static_cast<std::int64_t>(static_cast<double>(head_dim()) * fraction);
+}
+
 double ModelArch::attention_scale() const {
   return 1.0 / std::sqrt(static_cast<double>(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : head_dim()));
 }
 
 std::span<const ModelFamilyInfo> model_families() { return kFamilies; }
+
+const BlockTraits& block_traits(BlockKind k) {
+  switch (k) {
+    case BlockKind::kGpt2: return kGpt2Traits;
+    case BlockKind::kGptNeox: return kGptNeoxTraits;
+    case BlockKind::kLlama: break;
+  }
+  return kLlamaTraits;
+}
 
 const ModelFamilyInfo& family_info(ModelFamily f) {
   for (const ModelFamilyInfo& i : kFamilies) {
@@ -514,6 +600,13 @@ std::string family_names_text() {
 
 std::vector<LinearLayer> block_linears(const ModelArch& a) {
   const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d, i = a.intermediate;
+  if (family_info(a.family).block == BlockKind::kGptNeox) {
+    // query_key_value's rows are q/k/v head by head (BlockTraits).
+    return {{"query_key_value", "attention.query_key_value", Projection::kQkv, 0, q + 2 * kv, c},
+            {"dense", "attention.dense", Projection::kO, 0, c, q},
+            {"dense_h_to_4h", "mlp.dense_h_to_4h", Projection::kUp, 0, i, c},
+            {"dense_4h_to_h", "mlp.dense_4h_to_h", Projection::kDown, 0, c, i}};
+  }
   if (family_info(a.family).block == BlockKind::kGpt2) {
     return {{"c_attn", "attn.c_attn", Projection::kQkv, 0, q + 2 * kv, c},
             {"c_proj", "attn.c_proj", Projection::kO, 0, c, q},
@@ -591,6 +684,7 @@ bool arch_from_hf_config(const std::string& text, const std::string& file, Model
   auto tie = j.find("tie_word_embeddings");
   arch.tie_embeddings = (tie != j.end() && tie->is_boolean()) ? tie->get<bool>() : f->default_tie_embeddings;
   arch.rope_theta = get_num(f->keys.rope_theta, 10000.0);
+  arch.partial_rotary_factor = 0;
   arch.norm_eps = get_num(f->keys.norm_eps, f->default_norm_eps);
   arch.head_size = f->default_head_dim;
   arch.rope_local_theta = 0;
@@ -636,7 +730,10 @@ std::string hf_config_json(const ModelArch& a, std::string_view torch_dtype, con
     }
     j["rope_scaling"] = scaling;
   }
-  if (f.block == BlockKind::kLlama) j["head_dim"] = a.head_dim();
+  if (block_traits(f.block).free_head_dim) j["head_dim"] = a.head_dim();
+  if (f.keys.partial_rotary) {
+    j[f.keys.partial_rotary] = a.partial_rotary_factor > 0 ? a.partial_rotary_factor : f.default_partial_rotary;
+  }
   if (f.keys.experts) {
     j[f.keys.experts] = a.experts;
     j[f.keys.experts_per_token] = a.experts_per_token;

@@ -18,7 +18,8 @@
 namespace tailor::dsl {
 
 // The runner's fused weights of a block: q/k/v as one (out, in) matrix, the
-// attention output, gate/up (GPT-2: c_fc) and down (GPT-2: mlp c_proj).
+// attention output, gate/up (GPT-2: c_fc; GPT-NeoX: dense_h_to_4h) and down
+// (GPT-2: mlp c_proj; GPT-NeoX: dense_4h_to_h).
 enum class Projection { kQkv, kO, kUp, kDown };
 
 // A Hugging Face linear layer of a block as rows of a fused projection.
@@ -30,10 +31,24 @@ struct LinearLayer {
 };
 
 enum class BlockKind {
-  kLlama,  // RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, no biases but optional q/k/v ones
-  kGpt2,   // LayerNorm, learned positions, multi-head attention, GELU MLP, biases everywhere;
-           // Conv1D weights stored (in, out) in checkpoints
+  kLlama,    // RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, no biases but optional q/k/v ones
+  kGpt2,     // LayerNorm, learned positions, multi-head attention, GELU MLP, biases everywhere;
+             // Conv1D weights stored (in, out) in checkpoints
+  kGptNeox,  // LayerNorm, partial RoPE, multi-head attention and a GELU MLP side by side on the
+             // same input (parallel residual), biases everywhere; q/k/v fused head by head
 };
+
+// What a kind of block has where the kinds share the code and differ in a
+// part (the parts each kind computes alone are its functions: the forward,
+// the checkpoint layout, the activation terms).
+struct BlockTraits {
+  bool layer_norm;        // LayerNorm with biases (else RMSNorm without)
+  bool rope;              // RoPE on q and k (else learned positions added to the embeddings)
+  bool conv1d;            // checkpoints store the linears (in, out): GPT-2's Conv1D
+  bool free_head_dim;     // heads may be other than hidden / heads wide (config.json's head_dim)
+  bool qkv_head_by_head;  // the fused q/k/v rows are [q0 k0 v0 q1 k1 v1 ...], one head at a time
+};
+const BlockTraits& block_traits(BlockKind k);
 
 // A family's config.json keys (nullptr: the family has none).
 struct HfConfigKeys {
@@ -48,6 +63,9 @@ struct HfConfigKeys {
   // Mixture of experts (nullptr: a dense MLP).
   const char* experts = nullptr;
   const char* experts_per_token = nullptr;
+  // The fraction of a head RoPE rotates, top-level (GPT-NeoX: "rotary_pct";
+  // nullptr: every dimension, or rope_parameters' partial_rotary_factor).
+  const char* partial_rotary = nullptr;
 };
 
 // A family's tensor names: the body prefix (optional when loading GPT-2)
@@ -67,6 +85,7 @@ struct HfTensorNames {
   const char* moe = nullptr;
   const char* post_attn_norm = nullptr;  // "post_attention_layernorm" (Gemma's)
   const char* post_mlp_norm = nullptr;   // "post_feedforward_layernorm"
+  const char* head = "lm_head";          // the output matrix, outside the body ("embed_out": gpt_neox)
 };
 
 struct ModelFamilyInfo {
@@ -74,7 +93,7 @@ struct ModelFamilyInfo {
   const char* name;             // in specs, and the config.json model_type
   const char* hf_architecture;  // config.json "architectures"
   BlockKind block;
-  bool qkv_bias = false;        // q/k/v projections have biases (Qwen2; GPT-2's c_attn)
+  bool qkv_bias = false;        // q/k/v projections have biases (Qwen2; GPT-2's and GPT-NeoX's every linear)
   bool qk_norm = false;         // RMSNorm over each q and k head before RoPE (Qwen3)
   bool hf_fused_linears = false;  // checkpoints hold qkv_proj and gate_up_proj whole (Phi-3)
   std::int64_t default_head_dim = 0;  // head width when config.json has no head_dim; 0: hidden / heads
@@ -83,6 +102,7 @@ struct ModelFamilyInfo {
   HfConfigKeys keys;
   std::int64_t default_positions = 2048;
   double default_norm_eps = 1e-6;
+  double default_partial_rotary = 1.0;  // GPT-NeoX: 0.25
   bool default_tie_embeddings = false;
   std::int64_t default_intermediate_per_hidden = 0;  // 0: intermediate is required
   const char* config_extra = "{}";  // JSON object merged into exported config.json (activation, windows)
@@ -112,9 +132,8 @@ bool has_sliding_window(const ModelFamilyInfo& f);
 // arch.sliding_window in every block but the family's global ones.
 std::int64_t layer_window(const ModelArch& a, std::int64_t layer);
 const ModelFamilyInfo& family_info(ModelFamily f);
-// Whether the architecture's family builds GPT-2 blocks (biases, Conv1D
-// weights, learned positions, LayerNorm).
-inline bool gpt2_blocks(const ModelArch& a) { return family_info(a.family).block == BlockKind::kGpt2; }
+// The traits of the architecture's kind of block.
+inline const BlockTraits& block_traits(const ModelArch& a) { return block_traits(family_info(a.family).block); }
 // By spec name (= model_type); nullptr when unknown.
 const ModelFamilyInfo* family_by_name(std::string_view name);
 // "llama, gpt2, mistral or qwen2".

@@ -26,7 +26,7 @@ double llama3(double inv, const RopeScaling& r) {
 }  // namespace
 
 std::vector<double> rope_inverse_frequencies(const ModelArch& a, bool local) {
-  const std::int64_t d = a.head_dim();
+  const std::int64_t d = a.rotary_dims();  // the rotated dimensions only (gpt_neox rotates a quarter)
   const bool own_base = local && a.rope_local_theta > 0;
   const double theta = own_base ? a.rope_local_theta : a.rope_theta;
   std::vector<double> out;

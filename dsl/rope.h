@@ -12,8 +12,9 @@
 
 namespace tailor::dsl {
 
-// head_dim / 2 inverse frequencies: theta^(-2i / head_dim) (Su et al. 2021,
-// "RoFormer"), then scaled as `a.rope_scaling` says. `local`: those of a
+// rotary_dims / 2 inverse frequencies: theta^(-2i / rotary_dims) (Su et al.
+// 2021, "RoFormer"; rotary_dims is head_dim but under GPT-NeoX's partial
+// rotary), then scaled as `a.rope_scaling` says. `local`: those of a
 // windowed layer, which Gemma 3 rotates by rope_local_theta unscaled (the
 // same as the others where the arch has no local base).
 std::vector<double> rope_inverse_frequencies(const ModelArch& a, bool local = false);

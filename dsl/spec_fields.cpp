@@ -306,13 +306,18 @@ const std::vector<Field<ModelArch>>& arch_fields() {
       field("max_seq_len", "Longest supported context in tokens.", &ModelArch::max_seq_len, int_at_least(1), true),
       field("tie_embeddings", "The output head shares the embedding matrix. Default false.",
             &ModelArch::tie_embeddings),
-      field("rope_theta", "RoPE base frequency (llama family). Default 10000.", &ModelArch::rope_theta,
+      field("rope_theta", "RoPE base frequency (llama family, gpt_neox). Default 10000.", &ModelArch::rope_theta,
             number_above(0)),
       zero_unset(field("rope_local_theta",
                        "RoPE base of the windowed layers, never scaled (gemma3_text's rope_local_base_freq, "
                        "10000); default: rope_theta.",
                        &ModelArch::rope_local_theta, number_above(0)),
                  &ModelArch::rope_local_theta),
+      zero_unset(field("partial_rotary_factor",
+                       "The fraction of each head RoPE rotates, its leading dimensions (gpt_neox's rotary_pct); "
+                       "default 0.25 for gpt_neox, as every Pythia.",
+                       &ModelArch::partial_rotary_factor, number_above(0)),
+                 &ModelArch::partial_rotary_factor),
       rope_scaling_section(),
       field("norm_eps", "Normalisation epsilon. Default 1e-5.", &ModelArch::norm_eps, number_above(0)),
       zero_unset(field("head_dim",
@@ -325,7 +330,8 @@ const std::vector<Field<ModelArch>>& arch_fields() {
                        "qwen2, qwen3, phi3; Mistral 7B v0.1 says 4096); default: the whole context.",
                        &ModelArch::sliding_window, int_at_least(1)),
                  &ModelArch::sliding_window),
-      zero_unset(field("experts", "Routed experts per block (mixtral); default 8 for mixtral, none for dense "
+      zero_unset(field("experts",
+                       "Routed experts per block (mixtral); default 8 for mixtral, none for dense "
                        "families.",
                        &ModelArch::experts, int_at_least(1)),
                  &ModelArch::experts),
@@ -1115,12 +1121,13 @@ std::int64_t ModelArch::parameter_count() const {
   std::int64_t per_layer = 0;
   std::int64_t total = vocab * h;  // token embedding
   const ModelFamilyInfo& f = family_info(family);
-  if (f.block == BlockKind::kGpt2) {
-    // ln_1, c_attn (+bias), attn c_proj (+bias), ln_2, c_fc (+bias), mlp c_proj (+bias)
+  if (block_traits(f.block).layer_norm) {
+    // GPT-2 and GPT-NeoX: two LayerNorms, q/k/v (+bias), the attention's
+    // output (+bias), the MLP's two linears (+bias)
     per_layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * intermediate + intermediate) +
                 (intermediate * h + h);
-    total += max_seq_len * h;  // learned position embedding
-    total += 2 * h;            // ln_f
+    if (f.tensors.positions) total += max_seq_len * h;  // GPT-2's learned position embedding
+    total += 2 * h;                                     // the final LayerNorm
   } else {
     // q, k, v, o projections; gate, up, down (in every expert, plus the
     // router, under a mixture of experts); two RMSNorms.

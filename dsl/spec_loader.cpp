@@ -219,7 +219,8 @@ void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnos
       {"attn_logit_softcap", a.attn_logit_softcap != 0, family.gemma, "gemma2 and gemma3_text have"},
       {"final_logit_softcap", a.final_logit_softcap != 0, family.gemma, "gemma2 and gemma3_text have"},
       {"query_pre_attn_scalar", a.query_pre_attn_scalar != 0, family.gemma, "gemma2 and gemma3_text have"},
-      {"rope_local_theta", a.rope_local_theta != 0, family.local_rope, "gemma3_text has"}};
+      {"rope_local_theta", a.rope_local_theta != 0, family.local_rope, "gemma3_text has"},
+      {"partial_rotary_factor", a.partial_rotary_factor != 0, family.keys.partial_rotary != nullptr, "gpt_neox has"}};
   for (const auto& [key, set, allowed, who] : given) {
     if (set && !allowed) {
       d.error(loc_at(root, path + "." + key), path + "." + key,
@@ -228,17 +229,25 @@ void check_arch(ModelArch& a, const Node& root, const std::string& path, Diagnos
   }
   if (a.rope_scaling.type != RopeScalingType::kNone) {
     const std::string at = path + ".rope_scaling";
-    if (family.block == BlockKind::kGpt2) {
+    if (!block_traits(family.block).rope) {
       d.error(loc_at(root, at), at, std::string(family.name) + " has no RoPE (learned positions)");
     } else if (const std::string problem = rope_scaling_problem(a.rope_scaling); !problem.empty()) {
       d.error(loc_at(root, at), at, problem);
     }
   }
-  if (a.head_size > 0 && family.block == BlockKind::kGpt2) {
+  if (a.head_size > 0 && !block_traits(family.block).free_head_dim) {
     d.error(loc_at(root, path + ".head_dim"), path + ".head_dim",
             std::string(family.name) + " heads are hidden / heads wide");
   } else if (a.head_size % 2 != 0) {
     d.error(loc_at(root, path + ".head_dim"), path + ".head_dim", "must be even (RoPE rotates pairs)");
+  }
+  if (a.partial_rotary_factor > 1) {
+    d.error(loc_at(root, path + ".partial_rotary_factor"), path + ".partial_rotary_factor",
+            "must be at most 1 (the whole head)");
+  } else if (block_traits(family.block).rope && a.heads > 0 && (a.rotary_dims() % 2 != 0 || a.rotary_dims() == 0)) {
+    d.error(loc_at(root, path + ".partial_rotary_factor"), path + ".partial_rotary_factor",
+            "rotates " + std::to_string(a.rotary_dims()) + " of a head's " + std::to_string(a.head_dim()) +
+                " dimensions; RoPE rotates pairs, at least one");
   }
   if (a.head_size == 0 && a.heads > 0 && a.hidden % a.heads != 0) {
     d.error(loc_at(root, path + ".heads"), path + ".heads",

@@ -46,6 +46,7 @@ struct LayerTerms {
   // The kinds of block, each all of its terms in order.
   std::vector<ActivationTerm> gpt2();
   std::vector<ActivationTerm> llama();
+  std::vector<ActivationTerm> gpt_neox();
 
   void add(const char* name, double bytes, std::vector<std::string> weight_grad_of = {}) {
     terms.push_back({name, bytes, std::move(weight_grad_of)});
@@ -102,6 +103,26 @@ std::vector<ActivationTerm> LayerTerms::gpt2() {
   add("GELU input (c_fc output)", e * sbi);
   add("GELU output (mlp c_proj input)", e * sbi, {"c_proj"});
   if (dropout) add("MLP output dropout mask", sbh);
+  return std::move(terms);
+}
+
+// GPT-NeoX: both LayerNorms read the block's input, which both keep; q/k/v
+// reordered from head by head and RoPE applied in one copy whose views the
+// attention keeps (as the llama kind's fused RoPE); exact GELU; no dropout.
+std::vector<ActivationTerm> LayerTerms::gpt_neox() {
+  add("block input (both LayerNorms' input)", e * sbh);
+  add("LayerNorm statistics (fp32 mean and rstd, both norms)", 2 * 8 * s * b);
+  add("query_key_value input (input_layernorm output)", e * sbh, inputs_of(Projection::kQkv));
+  add("q, k, v after RoPE", 3 * e * sbq);
+  if (standard) {
+    standard_attention_scores();
+  } else {
+    add("softmax statistics (fp32 logsumexp)", 4 * heads * s * b);
+  }
+  add("dense input (attention output)", e * sbq, standard ? inputs_of(Projection::kO) : std::vector<std::string>{});
+  add("dense_h_to_4h input (post_attention_layernorm output)", e * sbh, inputs_of(Projection::kUp));
+  add("GELU input (dense_h_to_4h output)", e * sbi);
+  add("GELU output (dense_4h_to_h input)", e * sbi, inputs_of(Projection::kDown));
   return std::move(terms);
 }
 
@@ -198,6 +219,7 @@ std::vector<ActivationTerm> layer_activation_terms(const dsl::ModelArch& a, Batc
   switch (dsl::family_info(a.family).block) {
     case dsl::BlockKind::kGpt2: return t.gpt2();
     case dsl::BlockKind::kLlama: return t.llama();
+    case dsl::BlockKind::kGptNeox: return t.gpt_neox();
   }
   return {};
 }

@@ -71,7 +71,7 @@ ParameterCounts count_parameters(const ModelArch& a) {
   }
   c.other = c.total - c.block_linear - c.expert;
   const std::int64_t embeddings =
-      a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) + (dsl::gpt2_blocks(a) ? a.max_seq_len * a.hidden : 0);
+      a.vocab * a.hidden * (a.tie_embeddings ? 1 : 2) + (dsl::block_traits(a).rope ? 0 : a.max_seq_len * a.hidden);
   c.per_layer = a.layers > 0 ? (c.total - embeddings) / a.layers : 0;
   return c;
 }
@@ -242,7 +242,7 @@ ModelState full_model_state(const Setting& g) {
     // 1-D tensors of about `hidden` elements: below the 8-bit threshold
     // here, so they keep 32-bit states.
     const std::int64_t embeddings = g.a.vocab * g.a.hidden + (g.head_own ? g.head_params : 0) +
-                                    (dsl::gpt2_blocks(g.a) ? g.a.max_seq_len * g.a.hidden : 0);
+                                    (dsl::block_traits(g.a).rope ? 0 : g.a.max_seq_len * g.a.hidden);
     const double small = static_cast<double>(std::max<std::int64_t>(0, pc.other - embeddings));
     m.states += small * (optimizer_bytes_per_param(Optimizer::kAdamw, st.precision) -
                          optimizer_bytes_per_param(st.optimizer, st.precision));
@@ -423,7 +423,8 @@ LayerActivations layer_activations(const Setting& g) {
   // 0.45-0.6 MB (2-6%) above the estimate on the 3M-parameter Llama,
   // whatever the stage.
   out.backward_transient = out.largest_term + 2 * out.input;
-  if (g.adapter && in.fused_kernels && !dsl::gpt2_blocks(a) && !dsl::family_info(a.family).gemma && !a.moe()) {
+  if (g.adapter && in.fused_kernels && dsl::family_info(a.family).block == dsl::BlockKind::kLlama &&
+      !dsl::family_info(a.family).gemma && !a.moe()) {
     out.backward_transient =
         std::max(out.backward_transient, 3 * g.e * s * b * static_cast<double>(a.intermediate) + out.input);
   }

@@ -174,7 +174,7 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const dsl::ModelAr
   kv.emplace_back(p + "block_count", u32(a.layers));
   kv.emplace_back(p + "feed_forward_length", u32(a.intermediate));
   kv.emplace_back(p + "attention.head_count", u32(a.heads));
-  const bool gpt2 = dsl::gpt2_blocks(a);
+  const bool gpt2 = dsl::family_info(a.family).block == dsl::BlockKind::kGpt2;
   if (gpt2) {
     kv.emplace_back(p + "attention.layer_norm_epsilon", f32(a.norm_eps));
     return kv;

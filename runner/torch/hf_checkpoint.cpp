@@ -49,10 +49,7 @@ struct Slot {
 class HfLayout {
  public:
   explicit HfLayout(const dsl::ModelArch& a)
-      : a_(a),
-        f_(dsl::family_info(a.family)),
-        linears_(dsl::block_linears(a)),
-        norm_bias_(f_.block == dsl::BlockKind::kGpt2) {}
+      : a_(a), f_(dsl::family_info(a.family)), linears_(dsl::block_linears(a)), traits_(dsl::block_traits(f_.block)) {}
 
   void add(std::string hf, std::string param, std::vector<std::int64_t> shape, std::int64_t row0 = 0,
            std::int64_t rows = -1, bool transpose = false) {
@@ -60,12 +57,13 @@ class HfLayout {
   }
   void add_norm(const std::string& hf, const std::string& param) {
     add(hf + ".weight", param, {a_.hidden});
-    if (norm_bias_) add(hf + ".bias", param + "_bias", {a_.hidden});  // GPT-2's LayerNorms
+    if (traits_.layer_norm) add(hf + ".bias", param + "_bias", {a_.hidden});
   }
   // Block `hf` (its tensors' prefix) as the model's `param` prefix.
   void block(const std::string& hf, const std::string& param) {
     switch (f_.block) {
-      case dsl::BlockKind::kGpt2: gpt2_block(hf, param); break;
+      case dsl::BlockKind::kGpt2:
+      case dsl::BlockKind::kGptNeox: biased_block(hf, param); break;
       case dsl::BlockKind::kLlama: llama_block(hf, param); break;
     }
   }
@@ -73,15 +71,21 @@ class HfLayout {
   std::vector<Slot>& slots() { return slots_; }
 
  private:
-  // ln_1, c_attn, c_proj, ln_2, c_fc, c_proj, each linear with its bias.
-  // Conv1D computes x @ W + b with W stored (in, out): our (out, in)
-  // transposed.
-  void gpt2_block(const std::string& h, const std::string& l) {
+  // GPT-2's ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (GPT-NeoX's norms,
+  // query_key_value, dense, dense_h_to_4h, dense_4h_to_h), each linear with
+  // its bias. Conv1D computes x @ W + b with W stored (in, out): our
+  // (out, in) transposed. GPT-NeoX's q/k/v rows stay head by head (the
+  // forward reorders them).
+  void biased_block(const std::string& h, const std::string& l) {
     add_norm(h + f_.tensors.norm1, l + "norm1");
     for (const dsl::LinearLayer& lin : linears_) {
       if (lin.projection == dsl::Projection::kUp) add_norm(h + f_.tensors.norm2, l + "norm2");  // before the MLP
       const std::string param = l + (lin.projection == dsl::Projection::kUp ? "fc" : param_of(lin.projection));
-      add(h + lin.module + ".weight", param, {lin.in, lin.rows}, 0, -1, true);
+      if (traits_.conv1d) {
+        add(h + lin.module + ".weight", param, {lin.in, lin.rows}, 0, -1, true);
+      } else {
+        add(h + lin.module + ".weight", param, {lin.rows, lin.in});
+      }
       add(h + lin.module + ".bias", param + "_bias", {lin.rows});
     }
   }
@@ -138,7 +142,7 @@ class HfLayout {
   const dsl::ModelArch& a_;
   const dsl::ModelFamilyInfo& f_;
   const std::vector<dsl::LinearLayer> linears_;
-  const bool norm_bias_;
+  const dsl::BlockTraits& traits_;
   std::vector<Slot> slots_;
 };
 
@@ -158,7 +162,7 @@ std::vector<Slot> hf_layout(const dsl::ModelArch& a, const std::string& body, Mo
     out.add("score.weight", "score", {1, c});
     out.slots().back().optional = true;
   } else if (!a.tie_embeddings) {
-    out.add("lm_head.weight", "lm_head", {a.vocab, c});
+    out.add(std::string(f.tensors.head) + ".weight", "lm_head", {a.vocab, c});
   }
   return out.take();
 }
@@ -168,17 +172,19 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 }
 
 // Tensors found in real checkpoints that are not weights of the model:
-// GPT-2's causal-mask buffers (older transformers saved them), Llama's
-// rotary inv_freq buffer, and a tied model's copy of the embedding.
+// buffers older transformers saved (GPT-2's attn.bias and masked_bias
+// causal masks, GPT-NeoX's attention.bias and masked_bias, the rotary
+// inv_freq), and a tied model's copy of the embedding. None is a name of
+// the layout (whose biases end in c_attn.bias, query_key_value.bias, ...).
 bool harmless_extra(const dsl::ModelArch& a, const std::string& name, ModelHead head) {
+  const std::string head_name = std::string(dsl::family_info(a.family).tensors.head) + ".weight";
   // A reward model started from a causal language model drops its head.
-  if (head == ModelHead::kScore && name == "lm_head.weight") return true;
-  if (dsl::gpt2_blocks(a)) {
-    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) return true;
-  } else if (ends_with(name, ".rotary_emb.inv_freq")) {
-    return true;
+  if (head == ModelHead::kScore && name == head_name) return true;
+  for (const char* buffer :
+       {".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq"}) {
+    if (ends_with(name, buffer)) return true;
   }
-  return a.tie_embeddings && name == "lm_head.weight";
+  return a.tie_embeddings && name == head_name;
 }
 
 std::string shape_text(c10::IntArrayRef shape) {
@@ -241,7 +247,7 @@ Status load_checked(CausalLM& model, const std::string& folder) {
   const dsl::ModelArch& arch = model->arch();
   // GPT-2 files are written with and without the body prefix.
   const std::string body = dsl::family_info(arch.family).tensors.body;
-  std::string prefix = dsl::gpt2_blocks(arch) ? "" : body;
+  std::string prefix = dsl::family_info(arch.family).block == dsl::BlockKind::kGpt2 ? "" : body;
   for (const auto& [name, loc] : tensors) {
     if (name.rfind(body, 0) == 0) prefix = body;
   }

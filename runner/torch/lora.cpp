@@ -342,7 +342,7 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
       {"target_modules", modules},
       {"bias", "none"},
       // GPT-2's Hugging Face layers are Conv1D, whose weight is (in, out).
-      {"fan_in_fan_out", dsl::gpt2_blocks(a->arch)},
+      {"fan_in_fan_out", dsl::block_traits(a->arch).conv1d},
       {"inference_mode", true},
       {"init_lora_weights", true},
       {"modules_to_save", nullptr},

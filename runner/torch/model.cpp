@@ -50,18 +50,21 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
 }
 
 // RoPE (Su et al. 2021) in the rotate-half layout of Hugging Face Llama on
-// the q and k heads of the fused qkv output (B, T, (H + 2 KV) D); cos/sin
-// are (B, T, D/2) fp32, one value per frequency.
-Tensor apply_rope(const Tensor& qkv, const Tensor& cos, const Tensor& sin, std::int64_t rotated_heads,
-                  std::int64_t d) {
-  if (fused_supported(qkv)) return fused_rope(qkv, cos, sin, rotated_heads, d);
-  const Tensor c = torch::cat({cos, cos}, -1).to(qkv.scalar_type()).unsqueeze(2);  // (B, T, 1, D)
+// the q and k heads of the fused qkv output (B, T, (H + 2 KV) D): the first
+// r dimensions of each head (r = D but under GPT-NeoX's partial rotary);
+// cos/sin are (B, T, r/2) fp32, one value per frequency.
+Tensor apply_rope(const Tensor& qkv, const Tensor& cos, const Tensor& sin, std::int64_t rotated_heads, std::int64_t d,
+                  std::int64_t r) {
+  if (r == d && fused_supported(qkv)) return fused_rope(qkv, cos, sin, rotated_heads, d);
+  const Tensor c = torch::cat({cos, cos}, -1).to(qkv.scalar_type()).unsqueeze(2);  // (B, T, 1, r)
   const Tensor s = torch::cat({sin, sin}, -1).to(qkv.scalar_type()).unsqueeze(2);
   const std::int64_t b = qkv.size(0), t = qkv.size(1);
   auto parts = qkv.split({rotated_heads * d, qkv.size(-1) - rotated_heads * d}, -1);
-  const Tensor x = parts[0].view({b, t, rotated_heads, d});
+  const Tensor heads = parts[0].view({b, t, rotated_heads, d});
+  const Tensor x = r == d ? heads : heads.narrow(-1, 0, r);
   auto halves = x.chunk(2, -1);
-  const Tensor rotated = x * c + torch::cat({-halves[1], halves[0]}, -1) * s;
+  Tensor rotated = x * c + torch::cat({-halves[1], halves[0]}, -1) * s;
+  if (r < d) rotated = torch::cat({rotated, heads.narrow(-1, r, d - r)}, -1);
   return torch::cat({rotated.reshape({b, t, rotated_heads * d}), parts[1]}, -1);
 }
 
@@ -120,8 +123,8 @@ Tensor mixture_of_experts(const Tensor& h, const Tensor& router, const Tensor& g
 
 // One transformer block's parameters, registered in this order: the norms,
 // the attention's (qkv: q, k and v fused), then the kind's own. Llama:
-// attn_norm, qkv, o, mlp_norm, gate_up (gate and up fused), down. GPT-2:
-// ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, all with biases.
+// attn_norm, qkv, o, mlp_norm, gate_up (gate and up fused), down. GPT-2 and
+// GPT-NeoX: ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj, all with biases.
 struct CausalLMImpl::Layer : torch::nn::Module {
   Layer(const dsl::ModelArch& a) {
     const std::int64_t c = a.hidden, d = a.head_dim(), q = a.heads * d, kv = a.kv_heads * d;
@@ -143,12 +146,14 @@ struct CausalLMImpl::Layer : torch::nn::Module {
       k_norm = register_parameter("k_norm", torch::ones({d}));
     }
     switch (dsl::family_info(a.family).block) {
-      case dsl::BlockKind::kGpt2: gpt2_parameters(a, q + 2 * kv); break;
+      case dsl::BlockKind::kGpt2:
+      case dsl::BlockKind::kGptNeox: biased_parameters(a, q + 2 * kv); break;
       case dsl::BlockKind::kLlama: llama_parameters(a, q + 2 * kv); break;
     }
   }
-  // GPT-2's: a bias on every norm and linear, and a GELU MLP (fc, down).
-  void gpt2_parameters(const dsl::ModelArch& a, std::int64_t qkv_rows) {
+  // GPT-2's and GPT-NeoX's: a bias on every norm and linear, and a GELU MLP
+  // (fc, down).
+  void biased_parameters(const dsl::ModelArch& a, std::int64_t qkv_rows) {
     const std::int64_t c = a.hidden, i = a.intermediate;
     norm1_b = register_parameter("norm1_bias", torch::zeros({c}));
     norm2_b = register_parameter("norm2_bias", torch::zeros({c}));
@@ -184,14 +189,16 @@ struct CausalLMImpl::Layer : torch::nn::Module {
 CausalLMImpl::CausalLMImpl(const dsl::ModelArch& arch, std::int64_t checkpoint_every, ModelHead head)
     : arch_(arch), checkpoint_every_(checkpoint_every) {
   embed_ = register_module("embed", torch::nn::Embedding(arch.vocab, arch.hidden));
-  if (dsl::gpt2_blocks(arch))
+  if (!dsl::block_traits(arch).rope)
     pos_embed_ = register_module("pos_embed", torch::nn::Embedding(arch.max_seq_len, arch.hidden));
   for (std::int64_t i = 0; i < arch.layers; ++i) {
     layers_.push_back(register_module("layer" + std::to_string(i), std::make_shared<Layer>(arch)));
   }
   final_norm_weight_ = register_parameter(
       "final_norm", dsl::family_info(arch.family).gemma ? torch::zeros({arch.hidden}) : torch::ones({arch.hidden}));
-  if (dsl::gpt2_blocks(arch)) final_norm_bias_ = register_parameter("final_norm_bias", torch::zeros({arch.hidden}));
+  if (dsl::block_traits(arch).layer_norm) {
+    final_norm_bias_ = register_parameter("final_norm_bias", torch::zeros({arch.hidden}));
+  }
   if (head == ModelHead::kScore) {
     score_ = register_parameter("score", torch::empty({1, arch.hidden}));
   } else if (!arch.tie_embeddings) {
@@ -227,6 +234,7 @@ Tensor CausalLMImpl::run_layer(std::size_t i, const Tensor& x, const Tensor& cos
   switch (dsl::family_info(arch_.family).block) {
     case dsl::BlockKind::kGpt2: return gpt2_block(i, x, mask, cache);
     case dsl::BlockKind::kLlama: return llama_block(i, x, cos, sin, mask, cache);
+    case dsl::BlockKind::kGptNeox: return gpt_neox_block(i, x, cos, sin, mask, cache);
   }
   return x;
 }
@@ -240,6 +248,20 @@ Tensor CausalLMImpl::gpt2_block(std::size_t i, const Tensor& x, const Tensor& ma
   const Tensor m = torch::layer_norm(out, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps);
   return out + project(i, Projection::kDown, torch::gelu(project(i, Projection::kUp, m, l->up, l->up_b), "tanh"),
                        l->down, l->down_b);
+}
+
+// GPT-NeoX: the attention and an exact-GELU MLP each on its own LayerNorm of
+// the same input, added to the residual together (the parallel residual of
+// GPT-J and GPT-NeoX), summed in transformers' order.
+Tensor CausalLMImpl::gpt_neox_block(std::size_t i, const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                    const Tensor& mask, KvCache* cache) {
+  const auto* l = static_cast<const Layer*>(layers_[i].get());
+  const Tensor h = torch::layer_norm(x, {arch_.hidden}, l->norm1, l->norm1_b, arch_.norm_eps);
+  const Tensor attn = attention(i, h, cos, sin, mask, cache);
+  const Tensor m = torch::layer_norm(x, {arch_.hidden}, l->norm2, l->norm2_b, arch_.norm_eps);
+  const Tensor mlp =
+      project(i, Projection::kDown, torch::gelu(project(i, Projection::kUp, m, l->up, l->up_b)), l->down, l->down_b);
+  return mlp + attn + x;
 }
 
 // The Llama-like block: RMSNorm, attention with RoPE, and a SwiGLU MLP
@@ -270,6 +292,12 @@ Tensor CausalLMImpl::attention(std::size_t i, const Tensor& h, const Tensor& cos
   const std::int64_t b = h.size(0), t = h.size(1), d = arch_.head_dim();
   const std::int64_t heads = arch_.heads, kv_heads = arch_.kv_heads;
   Tensor qkv = project(i, Projection::kQkv, h, l->qkv, l->qkv_b);  // (B, T, (H + 2 KV) D)
+  if (dsl::block_traits(arch_).qkv_head_by_head) {
+    // GPT-NeoX's rows [q0 k0 v0 q1 ...] as q | k | v, in one copy: the
+    // weights keep the checkpoint's layout, so LoRA, NF4 and exports need
+    // no permutation.
+    qkv = qkv.view({b, t, heads, 3, d}).transpose(2, 3).reshape({b, t, 3 * heads * d});
+  }
   if (l->q_norm.defined()) {
     // Qwen3, Gemma 3: each q and k head RMS-normalised over its own width
     // before RoPE.
@@ -278,7 +306,7 @@ Tensor CausalLMImpl::attention(std::size_t i, const Tensor& h, const Tensor& cos
                       norm_of(arch_, p[1].view({b, t, kv_heads, d}), l->k_norm).view({b, t, kv_heads * d}), p[2]},
                      -1);
   }
-  if (cos.defined()) qkv = apply_rope(qkv, cos, sin, heads + kv_heads, d);
+  if (cos.defined()) qkv = apply_rope(qkv, cos, sin, heads + kv_heads, d, arch_.rotary_dims());
   auto parts = qkv.split({heads * d, kv_heads * d, kv_heads * d}, -1);
   Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // (B, H, T, D)
   Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
@@ -405,7 +433,7 @@ Tensor CausalLMImpl::embed(const Tensor& input_ids, const Tensor& positions) {
 // layers by their own base (local_cos/sin).
 CausalLMImpl::RopeTables CausalLMImpl::rope_tables(const Tensor& positions) {
   RopeTables r;
-  if (dsl::gpt2_blocks(arch_)) return r;
+  if (!dsl::block_traits(arch_).rope) return r;
   const bool local_rope = arch_.rope_local_theta > 0;
   if (!rope_inv_freq_.defined() || rope_inv_freq_.device() != positions.device()) {
     rope_inv_freq_ = torch::tensor(dsl::rope_inverse_frequencies(arch_), torch::kFloat64).to(positions.device());
@@ -427,7 +455,7 @@ CausalLMImpl::RopeTables CausalLMImpl::rope_tables(const Tensor& positions) {
 }
 
 Tensor CausalLMImpl::final_norm(const Tensor& x) const {
-  return dsl::gpt2_blocks(arch_)
+  return dsl::block_traits(arch_).layer_norm
              ? torch::layer_norm(x, {arch_.hidden}, final_norm_weight_, final_norm_bias_, arch_.norm_eps)
              : norm_of(arch_, x, final_norm_weight_);
 }

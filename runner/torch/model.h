@@ -2,7 +2,8 @@
 // family (RMSNorm, RoPE, grouped-query attention, SwiGLU: Llama 2/3,
 // Mistral, Qwen2 with q/k/v biases, Qwen3 with q/k norms, Mixtral's
 // experts, Phi-3, Gemma 2 and 3 with GeGLU, four norms a block, Gemma 2's
-// soft-capping and Gemma 3's local RoPE) and GPT-2 (LayerNorm, learned positions, GELU MLP, biases).
+// soft-capping and Gemma 3's local RoPE), GPT-2 (LayerNorm, learned positions, GELU MLP, biases) and
+// GPT-NeoX (Pythia: GPT-2's parts with partial RoPE and a parallel residual).
 //
 // Layout choices for speed on CPU (docs/libtorch.md): q/k/v and gate/up are
 // each one fused matmul; RMSNorm runs in the compute dtype without fp32
@@ -127,7 +128,7 @@ class CausalLMImpl : public torch::nn::Module {
   // projections as in GPT-2) from the current torch seed.
   void reset_parameters_();
 
-  // Block i on x (B, T, C); cos/sin (B, T, D/2) fp32 for RoPE (undefined for
+  // Block i on x (B, T, C); cos/sin (B, T, r/2) fp32 for RoPE (r = rotary_dims; undefined for
   // gpt2); mask from attention_mask(). Public for gradient checkpointing.
   // With `cache`, x's keys and values go into it after its `length`
   // positions and the queries attend to all of them: through `mask` (B|1,
@@ -164,7 +165,7 @@ class CausalLMImpl : public torch::nn::Module {
   bool fused_attention_ = true;
   bool fused_linear_loss_ = false;
   torch::nn::Embedding embed_{nullptr};
-  torch::nn::Embedding pos_embed_{nullptr};  // gpt2 only
+  torch::nn::Embedding pos_embed_{nullptr};  // learned positions (gpt2) only
   std::vector<std::shared_ptr<torch::nn::Module>> layers_;
   torch::Tensor final_norm_weight_, final_norm_bias_;
   // A scalar leaf that requires grad, not a parameter: an input of every
@@ -186,13 +187,15 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor gpt2_block(std::size_t i, const torch::Tensor& x, const torch::Tensor& mask, KvCache* cache);
   torch::Tensor llama_block(std::size_t i, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                             const torch::Tensor& mask, KvCache* cache);
+  torch::Tensor gpt_neox_block(std::size_t i, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin, const torch::Tensor& mask, KvCache* cache);
   // A block's attention, shared by the kinds (model.cpp).
   torch::Tensor attention(std::size_t i, const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin,
                           const torch::Tensor& mask, KvCache* cache);
   // The input embeddings of ids at `positions` (learned positions, Gemma's
   // scale).
   torch::Tensor embed(const torch::Tensor& input_ids, const torch::Tensor& positions);
-  // RoPE's cos/sin tables (B, T, D/2) fp32 for `positions`, global and, for
+  // RoPE's cos/sin tables (B, T, r/2) fp32 for `positions`, global and, for
   // Gemma 3, local (undefined otherwise; all undefined for gpt2).
   struct RopeTables {
     torch::Tensor cos, sin, local_cos, local_sin;

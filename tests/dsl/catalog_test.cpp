@@ -10,10 +10,13 @@ namespace {
 
 TEST(CatalogTest, BuiltinHasEveryRequiredPreset) {
   const Catalog& c = Catalog::builtin();
+  // clang-format off
   for (const char* name :
        {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b",
-        "llama-3.1-8b", "llama-3-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
-        "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-270m", "gemma-3-1b", "tinyllama-1.1b", "tiny-llama", "tiny-llama-byte", "tiny-gpt2"}) {
+        "llama-3.1-8b", "llama-3-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "qwen2.5-0.5b",
+        "qwen2.5-1.5b", "qwen2.5-7b", "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-270m", "gemma-3-1b",
+        "pythia-160m", "pythia-6.9b", "tinyllama-1.1b", "tiny-llama", "tiny-llama-byte", "tiny-gpt2"}) {
+    // clang-format on
     EXPECT_NE(c.find_model(name), nullptr) << name;
   }
 }
@@ -38,6 +41,8 @@ TEST(CatalogTest, ArchitecturesReproducePublishedParameterCounts) {
   EXPECT_EQ(c.find_model("gemma-2-2b")->arch.parameter_count(), 2'614'341'888);
   EXPECT_EQ(c.find_model("gemma-2-27b")->arch.parameter_count(), 27'227'128'320);
   EXPECT_EQ(c.find_model("gemma-3-1b")->arch.parameter_count(), 999'885'952);
+  EXPECT_EQ(c.find_model("pythia-160m")->arch.parameter_count(), 162'322'944);
+  EXPECT_EQ(c.find_model("pythia-12b")->arch.parameter_count(), 11'846'072'320);
   for (const ModelPreset& m : c.models()) EXPECT_EQ(m.params, m.arch.parameter_count()) << m.name;
 }
 

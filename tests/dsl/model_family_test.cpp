@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -23,6 +24,7 @@ ModelArch small(ModelFamily f) {
   a.rope_theta = family_info(f).keys.rope_theta ? 500000.0 : 10000.0;
   a.norm_eps = 1e-5;
   a.head_size = family_info(f).default_head_dim;  // qwen3: 128, wider than hidden / heads
+  if (family_info(f).keys.partial_rotary != nullptr) a.partial_rotary_factor = 0.5;  // not gpt_neox's 0.25
   if (family_info(f).keys.experts != nullptr) {
     a.experts = 4;
     a.experts_per_token = 2;
@@ -56,6 +58,7 @@ TEST(ModelFamilyTest, EveryFamilysConfigJsonReadsBackAsTheSameArchitecture) {
     EXPECT_DOUBLE_EQ(back.rope_theta, a.rope_theta) << f.name;
     EXPECT_DOUBLE_EQ(back.norm_eps, a.norm_eps) << f.name;
     EXPECT_EQ(back.head_dim(), a.head_dim()) << f.name;
+    EXPECT_EQ(back.rotary_dims(), a.rotary_dims()) << f.name;
     EXPECT_EQ(back.experts, a.experts) << f.name;
     EXPECT_EQ(back.experts_per_token, a.experts_per_token) << f.name;
     EXPECT_DOUBLE_EQ(back.attention_scale(), a.attention_scale()) << f.name;
@@ -70,7 +73,8 @@ TEST(ModelFamilyTest, UnknownTypesAndWrongValuesAreErrorsNamingTheFileAndKey) {
   std::vector<std::string> errors;
   EXPECT_FALSE(arch_from_hf_config(R"({"model_type": "bert"})", "/m/config.json", a, errors));
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_NE(errors[0].find("model_type \"bert\" is not supported; expected llama, gpt2, mistral, qwen2, qwen3, mixtral, phi3, gemma2 or gemma3_text"),
+  EXPECT_NE(errors[0].find("model_type \"bert\" is not supported; expected llama, gpt2, mistral, qwen2, qwen3, "
+                           "mixtral, phi3, gemma2, gemma3_text or gpt_neox"),
             std::string::npos)
       << errors[0];
   errors.clear();
@@ -154,6 +158,59 @@ TEST(ModelFamilyTest, WhatChangesTheComputationIsReadOrRefusedByName) {
   read(R"("model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "activation_function": "gelu")", errors);
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].find("activation_function \"gelu\" is not supported"), std::string::npos) << errors[0];
+}
+
+// GPT-NeoX's rotary fraction is read from where transformers 5 reads it
+// (rope_parameters, then Hub configs' rotary_pct, else 0.25), its heads are
+// hidden / heads wide, and the sequential residual, dropout, another
+// activation and linears without biases are refused by name.
+TEST(ModelFamilyTest, GptNeoxRotaryFractionIsReadAndItsVariantsRefusedByName) {
+  // pythia-160m's config.json (transformers 4.24).
+  const std::string pythia =
+      R"("model_type": "gpt_neox", "num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
+         "intermediate_size": 3072, "vocab_size": 50304, "max_position_embeddings": 2048, "layer_norm_eps": 1e-05,
+         "hidden_act": "gelu", "use_parallel_residual": true, "tie_word_embeddings": false)";
+  std::vector<std::string> errors;
+  ModelArch a = read(pythia + R"(, "rotary_pct": 0.25, "rotary_emb_base": 10000)", errors);
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(a.family, ModelFamily::kGptNeox);
+  EXPECT_EQ(a.rotary_dims(), 16);  // a quarter of 64
+  EXPECT_EQ(a.parameter_count(), 162'322'944);
+  a = read(pythia, errors);
+  EXPECT_EQ(a.rotary_dims(), 16);  // GPTNeoXConfig's default
+  a = read(pythia + R"(, "rotary_pct": 1.0, "rope_parameters": {"rope_theta": 500.0, "partial_rotary_factor": 0.5})",
+           errors);
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(a.rotary_dims(), 32);  // rope_parameters wins, as transformers 5 reads it
+  EXPECT_DOUBLE_EQ(a.rope_theta, 500.0);
+  EXPECT_NE(hf_config_json(a, "float32").find(R"("rotary_pct": 0.5)"), std::string::npos);
+
+  const std::map<std::string, std::string> refused = {
+      {R"("use_parallel_residual": false)", "use_parallel_residual false"},
+      {R"("hidden_dropout": 0.1)", "hidden_dropout 0.1"},
+      {R"("attention_bias": false)", "attention_bias false"},
+      {R"("hidden_act": "gelu_new")", "hidden_act \"gelu_new\""},
+      {R"("head_dim": 32)", "head_dim 32"},
+      {R"("rotary_pct": 0)", "rotary_pct 0"},
+  };
+  for (const auto& [extra, named] : refused) {
+    errors.clear();
+    std::string body = pythia + ", " + extra;
+    if (extra.find("hidden_act") != std::string::npos)
+      body = std::regex_replace(pythia, std::regex(R"("hidden_act": "gelu", )"), "") + ", " + extra;
+    if (extra.find("use_parallel") != std::string::npos)
+      body = std::regex_replace(pythia, std::regex(R"(, "use_parallel_residual": true)"), "") + ", " + extra;
+    read(body, errors);
+    ASSERT_EQ(errors.size(), 1u) << extra;
+    EXPECT_NE(errors[0].find(named + " is not supported"), std::string::npos) << errors[0];
+  }
+  // Another family's rotary fraction is refused as before.
+  errors.clear();
+  read(R"("model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 300,
+          "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5})",
+       errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("partial_rotary_factor 0.5 is not supported"), std::string::npos) << errors[0];
 }
 
 // Mistral's, Mixtral's and Qwen's sliding windows are read and written
@@ -356,6 +413,8 @@ TEST(ModelFamilyTest, LinearsTileTheFusedProjectionsAndNameTheTargets) {
             (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}));
   // A mixture's experts and router are not targets: attention only.
   EXPECT_EQ(lora_target_names(ModelFamily::kMixtral), (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}));
+  EXPECT_EQ(lora_target_names(ModelFamily::kGptNeox),
+            (std::vector<std::string>{"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"}));
   // Phi-3's checkpoints hold q/k/v and gate/up as one linear each.
   EXPECT_EQ(lora_target_names(ModelFamily::kPhi3),
             (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));

@@ -93,11 +93,18 @@ CONFIGS = {
                         tie_word_embeddings=True, pad_token_id=None, bos_token_id=None, eos_token_id=None),
     "gpt2": dict(model_type="gpt2", n_embd=64, n_inner=256, n_layer=2, n_head=4, vocab_size=300, n_positions=64,
                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=1),
+    # Pythia's quarter of each head rotated (4 of 16 dimensions), q/k/v fused
+    # head by head, the parallel residual; saved with transformers 5's
+    # rope_parameters.
+    "gpt_neox": dict(model_type="gpt_neox", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                     num_attention_heads=4, vocab_size=300, max_position_embeddings=64, rotary_pct=0.25,
+                     rotary_emb_base=10000, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
 }
 TARGETS = {
     "gpt2": ["c_attn", "c_proj", "c_fc"],
     "mixtral": ["q_proj", "k_proj", "v_proj", "o_proj"],  # the experts are not LoRA targets in Tailor
     "phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+    "gpt_neox": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
 }
 LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

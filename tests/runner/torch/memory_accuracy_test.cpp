@@ -66,6 +66,9 @@ TEST(MemoryAccuracyTest, MeasuredPeaksAreWithinTenPercentOfTheEstimate) {
   // Gemma 3: q/k norms under Gemma's norms, windows on five layers in six
   // (six layers: one global), a local RoPE base.
   const char* gemma3 = "{family: gemma3_text, layers: 6, hidden: 128, intermediate: 344, heads: 8, kv_heads: 4, head_dim: 32, vocab: 1024, max_seq_len: 256, tie_embeddings: true, sliding_window: 64, rope_local_theta: 100, query_pre_attn_scalar: 32}";
+  // GPT-NeoX: a quarter of each head rotated, the parallel residual.
+  const char* neox =
+      "{family: gpt_neox, layers: 3, hidden: 128, intermediate: 512, heads: 4, vocab: 1024, max_seq_len: 256}";
   // Llama, the reference family, runs the whole grid. Every other family
   // runs its fp32 grid and, in half precision (a tenth of fp32's speed on a
   // CPU without bf16 instructions), rows that cover every pair of factor
@@ -85,8 +88,13 @@ TEST(MemoryAccuracyTest, MeasuredPeaksAreWithinTenPercentOfTheEstimate) {
     return std::ranges::find(kFourFactors, std::array<bool, 4>{pure, ck, big_micro, materialised}) != kFourFactors.end();
   };
   std::vector<Case> cases;
-  for (const auto& [name, m] : {std::pair{"llama", llama}, {"gpt2", gpt2}, {"qwen3", qwen3}, {"mixtral", mixtral},
-                                {"gemma2", gemma2}, {"gemma3", gemma3}}) {
+  for (const auto& [name, m] : {std::pair{"llama", llama},
+                                {"gpt2", gpt2},
+                                {"qwen3", qwen3},
+                                {"mixtral", mixtral},
+                                {"gemma2", gemma2},
+                                {"gemma3", gemma3},
+                                {"neox", neox}}) {
     const bool capped = m == gemma2;
     for (auto p : {dsl::Precision::kFp32, dsl::Precision::kBf16, dsl::Precision::kPureBf16}) {
       for (std::int64_t ck : {0, 1}) {
