@@ -21,7 +21,8 @@ using io::GgufValue;
 // How a family is written for llama.cpp (its convert_hf_to_gguf.py's model
 // classes): the architecture name, whether q/k rows go back to the
 // interleaved RoPE layout its "llama" graph rotates (HF checkpoints keep
-// them in halves), whether norm weights are stored as 1 + w (Gemma).
+// them in halves), whether norm weights are stored as 1 + w (Gemma). A
+// q/k/v fused head by head (GPT-NeoX, BlockTraits) is written as q | k | v.
 struct GgufFamily {
   ModelFamily family;
   const char* arch;
@@ -33,7 +34,7 @@ constexpr GgufFamily kFamilies[] = {
     {ModelFamily::kMixtral, "llama", true, false}, {ModelFamily::kQwen2, "qwen2", false, false},
     {ModelFamily::kQwen3, "qwen3", false, false},  {ModelFamily::kGemma2, "gemma2", false, true},
     {ModelFamily::kGemma3, "gemma3", false, true}, {ModelFamily::kGpt2, "gpt2", false, false},
-    {ModelFamily::kPhi3, "phi3", false, false},
+    {ModelFamily::kPhi3, "phi3", false, false},    {ModelFamily::kGptNeox, "gptneox", false, false},
 };
 
 const GgufFamily* gguf_family(ModelFamily f) {
@@ -88,9 +89,21 @@ std::map<std::string, std::string> block_names(const dsl::ModelArch& a) {
   put(f.tensors.q_norm, "attn_q_norm");
   put(f.tensors.k_norm, "attn_k_norm");
   const std::map<std::string, const char*> by_target = {
-      {"q_proj", "attn_q"},       {"k_proj", "attn_k"},   {"v_proj", "attn_v"},  {"o_proj", "attn_output"},
-      {"gate_proj", "ffn_gate"},  {"up_proj", "ffn_up"},  {"down_proj", "ffn_down"}, {"c_attn", "attn_qkv"},
-      {"c_fc", "ffn_up"},         {"qkv_proj", "attn_qkv"}, {"gate_up_proj", "ffn_up"},  // Phi-3's fused ones
+      {"q_proj", "attn_q"},
+      {"k_proj", "attn_k"},
+      {"v_proj", "attn_v"},
+      {"o_proj", "attn_output"},
+      {"gate_proj", "ffn_gate"},
+      {"up_proj", "ffn_up"},
+      {"down_proj", "ffn_down"},
+      {"c_attn", "attn_qkv"},
+      {"c_fc", "ffn_up"},
+      {"qkv_proj", "attn_qkv"},
+      {"gate_up_proj", "ffn_up"},  // Phi-3's fused ones
+      {"query_key_value", "attn_qkv"},
+      {"dense", "attn_output"},
+      {"dense_h_to_4h", "ffn_up"},  // GPT-NeoX's
+      {"dense_4h_to_h", "ffn_down"},
   };
   for (const dsl::LinearLayer& l : dsl::block_linears(a)) {
     std::string target = l.target;
@@ -107,6 +120,16 @@ torch::Tensor interleave_rope(const torch::Tensor& w, std::int64_t heads) {
   std::vector<std::int64_t> split = {heads, 2, shape[0] / heads / 2};
   split.insert(split.end(), shape.begin() + 1, shape.end());
   return w.reshape(split).transpose(1, 2).reshape(shape);
+}
+
+// GPT-NeoX's q/k/v rows or bias, head by head ([q0 k0 v0 q1 ...]), as the
+// q | k | v its llama.cpp graph splits: the converter's GPTNeoXModel
+// modify_tensors.
+torch::Tensor qkv_by_part(const torch::Tensor& w, std::int64_t heads) {
+  const auto shape = w.sizes().vec();
+  std::vector<std::int64_t> split = {heads, 3, shape[0] / heads / 3};
+  split.insert(split.end(), shape.begin() + 1, shape.end());
+  return w.reshape(split).transpose(0, 1).reshape(shape);
 }
 
 // Llama 3.1's rope_scaling as the per-frequency divisors llama.cpp reads
@@ -174,9 +197,15 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const dsl::ModelAr
   kv.emplace_back(p + "block_count", u32(a.layers));
   kv.emplace_back(p + "feed_forward_length", u32(a.intermediate));
   kv.emplace_back(p + "attention.head_count", u32(a.heads));
-  const bool gpt2 = dsl::family_info(a.family).block == dsl::BlockKind::kGpt2;
-  if (gpt2) {
-    kv.emplace_back(p + "attention.layer_norm_epsilon", f32(a.norm_eps));
+  const dsl::BlockKind block = dsl::family_info(a.family).block;
+  if (dsl::block_traits(block).layer_norm) kv.emplace_back(p + "attention.layer_norm_epsilon", f32(a.norm_eps));
+  if (block == dsl::BlockKind::kGpt2) return kv;
+  if (block == dsl::BlockKind::kGptNeox) {
+    // As the converter's GPTNeoXModel, with the base it leaves at llama.cpp's
+    // default (10000) written too.
+    kv.emplace_back(p + "rope.dimension_count", u32(a.rotary_dims()));
+    kv.emplace_back(p + "rope.freq_base", f32(a.rope_theta));
+    kv.emplace_back(p + "use_parallel_residual", GgufValue(true));
     return kv;
   }
   kv.emplace_back(p + "attention.head_count_kv", u32(a.kv_heads > 0 ? a.kv_heads : a.heads));
@@ -274,7 +303,7 @@ Result<std::vector<Planned>> plan_tensors(const dsl::ModelArch& a, const GgufFam
           norm ? std::function<torch::Tensor(torch::Tensor)>(plus_one) : nullptr);
       continue;
     }
-    if (n == "lm_head.weight") {
+    if (n == std::string(f.tensors.head) + ".weight") {
       add("output.weight", t.tensor);
       continue;
     }
@@ -310,6 +339,9 @@ Result<std::vector<Planned>> plan_tensors(const dsl::ModelArch& a, const GgufFam
     if (it == in_block.end()) return Status::internal("tensor " + n + " has no GGUF name");
     std::function<torch::Tensor(torch::Tensor)> transform;
     if (norm) transform = plus_one;
+    if (dsl::block_traits(f.block).qkv_head_by_head && it->second == "attn_qkv") {
+      transform = [heads = a.heads](torch::Tensor w) { return qkv_by_part(w, heads); };
+    }
     if (g.permute_qk && what == ".weight" && (it->second == "attn_q" || it->second == "attn_k")) {
       const std::int64_t heads = it->second == "attn_q" ? a.heads : (a.kv_heads > 0 ? a.kv_heads : a.heads);
       transform = [heads](torch::Tensor w) { return interleave_rope(w, heads); };

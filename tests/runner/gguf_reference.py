@@ -75,6 +75,7 @@ TOKENIZERS = {
     "qwen3": ("qwen2", CHATML, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]),
     "gpt2": ("gpt2", None, ["<|endoftext|>"]),
     "phi3": ("spm", LLAMA2, []),
+    "gpt_neox": ("gpt2", None, ["<|endoftext|>"]),  # Pythia's tokenizer: GPT-2's byte-level expression
 }
 CONVERSATION = [
     {"role": "user", "content": "What is the capital of France?"},
@@ -250,6 +251,11 @@ def expected_tensors(model, family, arch):
             t = t + 1
         if family == "gpt2" and name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
             t = t.t()
+        if family == "gpt_neox" and ".query_key_value." in name:
+            # The converter's GPTNeoXModel.modify_tensors: rows head by head
+            # (head, q/k/v, dim) regrouped as all q, all k, all v.
+            heads = cfg.num_attention_heads
+            t = t.reshape(heads, 3, t.shape[0] // heads // 3, *t.shape[1:]).transpose(0, 1).reshape(t.shape)
         if arch == "llama" and name.endswith("q_proj.weight"):
             t = permute(t, cfg.num_attention_heads)
         if arch == "llama" and name.endswith("k_proj.weight"):
@@ -289,7 +295,7 @@ def check_file(family, outtype, path, model):
     reader = gguf.GGUFReader(path)
     field = reader.fields["general.architecture"]
     arch = bytes(field.parts[field.data[0]]).decode()
-    want_arch = {"mistral": "llama", "mixtral": "llama", "gemma3": "gemma3"}.get(family, family)
+    want_arch = {"mistral": "llama", "mixtral": "llama", "gemma3": "gemma3", "gpt_neox": "gptneox"}.get(family, family)
     problems = []
     if arch != want_arch:
         problems.append(f"architecture {arch}, expected {want_arch}")

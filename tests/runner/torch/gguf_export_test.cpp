@@ -32,9 +32,9 @@ using tailor::testing::TempDir;
 const std::string kBin = std::string(TAILOR_BINARY_DIR) + "/bin/";
 // Every family GGUF export takes, and the tokenizer gguf_reference.py gives
 // it: SentencePiece (llama, mixtral, gemma2, gemma3, phi3) or byte-level BPE with
-// Llama 3's (mistral), Qwen2's (qwen2, qwen3) or GPT-2's expression.
+// Llama 3's (mistral), Qwen2's (qwen2, qwen3) or GPT-2's expression (gpt2, gpt_neox).
 const std::vector<std::string> kFamilies = {"llama",  "mistral", "mixtral", "qwen2", "qwen3",
-                                            "gemma2", "gemma3",  "gpt2",    "phi3"};
+                                            "gemma2", "gemma3",  "gpt2",    "phi3",  "gpt_neox"};
 
 int shell(const TempDir& dir, const std::string& cmd, std::string* out = nullptr, std::string* err = nullptr) {
   const int rc = std::system((cmd + " > " + dir.file("out.txt") + " 2> " + dir.file("err.txt")).c_str());
