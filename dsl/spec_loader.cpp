@@ -415,17 +415,14 @@ void check_preference_data(DataSpec& data, const Node& root, Diagnostics& d) {
   }
 }
 
-// A reward model trains every weight and its score head, and has no
-// vocabulary to generate from: what needs either is refused by name, and
-// an unset adapter is none (the planner must not choose one).
+// A reward model trains its score head whole, and the rest of the model
+// whole or through adapters (PEFT's SEQ_CLS task, the score among its
+// modules_to_save). Adapters change what a reward model learns, so they
+// are the spec's choice: an unset (or auto) adapter is none, never the
+// planner's. It has no vocabulary to generate from: what needs one is
+// refused by name.
 void check_reward(JobSpec& spec, const Node& root, Diagnostics& d) {
-  if (!spec.strategy.adapter) {
-    spec.strategy.adapter = Adapter::kNone;
-  } else if (*spec.strategy.adapter != Adapter::kNone) {
-    d.error(loc_at(root, "strategy.adapter"), "strategy.adapter",
-            "a reward model trains the whole model with its score head; adapters beside a trained score head "
-            "(PEFT's SEQ_CLS task with modules_to_save) are not built yet: use none");
-  }
+  if (!spec.strategy.adapter) spec.strategy.adapter = Adapter::kNone;
   if (!spec.training.eval_prompts.empty()) {
     d.error(loc_at(root, "training.eval_prompts"), "training.eval_prompts",
             "a reward model scores sequences and generates none; its evaluation is data.eval's pairs");

@@ -252,11 +252,14 @@ ModelState full_model_state(const Setting& g) {
 
 // Adapters: a frozen base (block linears and experts quantised under QLoRA,
 // Dettmers et al. 2023) and trained LoRA pairs (Hu et al. 2021).
+// `lora`: the trained parameters, the adapters and a reward model's score
+// head (trained whole beside them, in their dtype: runner/torch/lora.h).
 ModelState adapter_model_state(const Setting& g, std::int64_t lora) {
   const Strategy& st = g.st;
   const ParameterCounts& pc = g.pc;
   const MemoryInput& in = g.in;
   ModelState m;
+  const std::int64_t trained_head = in.score_head ? g.head_params : 0;
   // Frozen base: block linears possibly quantised, the rest in the compute dtype.
   const double linear_bytes = st.quantization == Quantization::kNone
                                   ? weight_bytes_per_param(st.precision)
@@ -268,7 +271,7 @@ ModelState adapter_model_state(const Setting& g, std::int64_t lora) {
   const std::int64_t head_quantized =
       st.quantization != Quantization::kNone && in.quirks.quantizes_head && g.head_own ? g.head_params : 0;
   m.weights = static_cast<double>(pc.block_linear + expert_quantized + head_quantized) * linear_bytes +
-              static_cast<double>(pc.other - head_quantized + pc.expert - expert_quantized) *
+              static_cast<double>(pc.other - head_quantized - trained_head + pc.expert - expert_quantized) *
                   (g.upcast ? 4.0 : weight_bytes_per_param(st.precision));
   // Adapters are trained in fp32 under fp32 and mixed precision (no master
   // copy needed), in bf16 under pure bf16.
@@ -282,6 +285,7 @@ ModelState adapter_model_state(const Setting& g, std::int64_t lora) {
     m.states += static_cast<double>(g.a.layers) * (tensor_state_bytes(st.lora_rank * l.in, st.optimizer, st.precision) +
                                                    tensor_state_bytes(l.rows * st.lora_rank, st.optimizer, st.precision));
   }
+  if (trained_head > 0) m.states += tensor_state_bytes(trained_head, st.optimizer, st.precision);
   return m;
 }
 
@@ -677,7 +681,8 @@ MemoryEstimate estimate_memory(const MemoryInput& input, const MemoryConstants& 
   MemoryEstimate out;
   ModelState state;
   if (g.adapter) {
-    out.trainable_parameters = lora_parameter_count(g.a, g.st.lora_rank, in.lora_targets);
+    out.trainable_parameters =
+        lora_parameter_count(g.a, g.st.lora_rank, in.lora_targets) + (in.score_head ? g.head_params : 0);
     out.frozen_parameters = g.pc.total;
     state = adapter_model_state(g, out.trainable_parameters);
   } else {

@@ -202,6 +202,11 @@ Status attach_lora(CausalLMImpl& model, const LoraOptions& o) {
     }
     model.register_module("lora", adapters);
     model.set_projection_hook(adapters);
+    if (model.head() == ModelHead::kScore) {
+      torch::Tensor& score = model.score_weight();
+      score.set_data(score.detach().to(o.adapter_dtype));
+      score.requires_grad_(true);
+    }
   } catch (const c10::Error& e) {
     return Status::internal(std::string("attach_lora: ") + e.what_without_backtrace());
   }
@@ -219,6 +224,7 @@ std::vector<Tensor> lora_parameters(const CausalLMImpl& model) {
         out.push_back(ad.b);
       }
     }
+    if (model.head() == ModelHead::kScore) out.push_back(model.score_weight());
   }
   return out;
 }
@@ -309,6 +315,7 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
   fs::create_directories(tmp, ec);
   if (ec) return Status::io_error("cannot create " + tmp.string() + ": " + ec.message());
 
+  const bool classifier = model.head() == ModelHead::kScore;
   std::vector<Tensor> keep;  // contiguous CPU copies the spans point into
   std::vector<io::TensorToWrite> tensors;
   std::vector<std::string> modules;
@@ -326,6 +333,15 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
         }
       }
     }
+    if (classifier) {
+      // PEFT's name for a module saved whole: the model's path, no adapter name.
+      const Tensor& score = model.score_weight();
+      TAILOR_ASSIGN_OR_RETURN(const io::DType dt, io_dtype(score.scalar_type()));
+      keep.push_back(score.detach().to(torch::kCPU).contiguous());
+      const Tensor& c = keep.back();
+      tensors.push_back({"base_model.model.score.weight", dt, c.sizes().vec(),
+                         std::span<const std::byte>(static_cast<const std::byte*>(c.data_ptr()), c.nbytes())});
+    }
   } catch (const c10::Error& e) {
     return Status::internal(std::string("save_peft_adapter: ") + e.what_without_backtrace());
   }
@@ -334,7 +350,7 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
 
   nlohmann::json cfg = {
       {"peft_type", "LORA"},
-      {"task_type", "CAUSAL_LM"},
+      {"task_type", classifier ? "SEQ_CLS" : "CAUSAL_LM"},
       {"base_model_name_or_path", base_model},
       {"r", a->options.rank},
       {"lora_alpha", a->options.alpha},
@@ -345,7 +361,7 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
       {"fan_in_fan_out", dsl::block_traits(a->arch).conv1d},
       {"inference_mode", true},
       {"init_lora_weights", true},
-      {"modules_to_save", nullptr},
+      {"modules_to_save", classifier ? nlohmann::json::array({"score"}) : nlohmann::json(nullptr)},
       {"use_rslora", false},
   };
   {
@@ -379,6 +395,13 @@ Result<LoraOptions> read_peft_config(const std::string& dir, std::string* base_m
   }
   if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"] != "none") {
     return bad("bias", cfg["bias"].dump() + " is not built; Tailor's adapters train no biases (\"none\")");
+  }
+  if (cfg.value("task_type", std::string()) == "SEQ_CLS") {
+    return bad("task_type",
+               "\"SEQ_CLS\" is a sequence classifier's adapter (e.g. a reward model): it scores text "
+               "and has no language-model head to generate from or export; load it with PEFT over "
+               "transformers' AutoModelForSequenceClassification, or write the merged model with the "
+               "job's output.merge");
   }
   if (cfg.contains("modules_to_save") && !cfg["modules_to_save"].is_null() &&
       !(cfg["modules_to_save"].is_array() && cfg["modules_to_save"].empty())) {

@@ -53,7 +53,9 @@ struct LoraFootprint {
 
 // Freezes every parameter of `model`, quantises the blocks' projections to
 // NF4 when asked (the dense weights are freed: their parameters become
-// empty tensors), and adds adapters. Call after moving the model to its
+// empty tensors), and adds adapters. A sequence classifier's score head
+// (ModelHead::kScore, a reward model) stays trained whole, in the adapters'
+// dtype: PEFT's SEQ_CLS task with the score among its modules_to_save. Call after moving the model to its
 // dtype. Errors (InvalidArgument): unknown target names (the valid ones are
 // listed), rank < 1, dropout outside [0, 1), adapters already attached.
 Status attach_lora(CausalLMImpl& model, const LoraOptions& options);
@@ -65,7 +67,8 @@ bool has_lora(const CausalLMImpl& model);
 // is the starting model).
 void set_lora_enabled(CausalLMImpl& model, bool on);
 LoraFootprint lora_footprint(const CausalLMImpl& model);
-// The adapter tensors (A and B of every adapted module).
+// The adapter tensors (A and B of every adapted module), then a sequence
+// classifier's score head: what the adapters train and PEFT saves.
 std::vector<torch::Tensor> lora_parameters(const CausalLMImpl& model);
 // Block `layer`'s adapters and the storage of its NF4 projections (packed
 // codes and both levels of scales): what ZeRO-3 shards with the block.
@@ -79,7 +82,10 @@ Status merge_lora(CausalLMImpl& model, torch::Dtype dtype);
 
 // Writes dir/adapter_config.json and dir/adapter_model.safetensors (PEFT
 // layout; tensors in the adapters' dtype) atomically: into dir + ".tmp",
-// which then replaces dir. `base_model` goes to base_model_name_or_path.
+// which then replaces dir. `base_model` goes to base_model_name_or_path. A
+// sequence classifier's is PEFT's SEQ_CLS task, its score saved whole
+// (modules_to_save), as PeftModel loads it over
+// AutoModelForSequenceClassification.
 Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, const std::string& base_model);
 
 // Reads a PEFT adapter folder into the attached adapters: every adapter
@@ -94,7 +100,9 @@ Status load_peft_adapter(CausalLMImpl& model, const std::string& dir);
 // InvalidArgument naming the file and key for what Tailor's adapters do not
 // compute (peft_type other than LORA, use_dora, use_rslora, bias other than
 // "none", modules_to_save, rank_pattern or alpha_pattern, a regex
-// target_modules); NotFound when the file is missing.
+// target_modules) and for a sequence classifier's adapter (SEQ_CLS: a
+// reward model scores text and has no head to generate from or export);
+// NotFound when the file is missing.
 Result<LoraOptions> read_peft_config(const std::string& dir, std::string* base_model = nullptr);
 
 // PEFT's tensor name of layer `layer`'s adapter on `module`

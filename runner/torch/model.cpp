@@ -600,7 +600,10 @@ Tensor CausalLMImpl::scores(const Tensor& hidden, const Tensor& last) {
   TAILOR_CHECK(score_.defined());
   const std::int64_t b = hidden.size(0), c = hidden.size(2);
   const Tensor at = last.to(hidden.device()).view({b, 1, 1}).expand({b, 1, c});
-  return torch::linear(hidden.gather(1, at).squeeze(1), score_).squeeze(1).to(torch::kFloat32);
+  // Beside adapters the score is trained in their dtype (lora.h), which
+  // may be wider than the body's.
+  const Tensor pooled = hidden.gather(1, at).squeeze(1).to(score_.scalar_type());
+  return torch::linear(pooled, score_).squeeze(1).to(torch::kFloat32);
 }
 
 Tensor CausalLMImpl::logits(const Tensor& hidden, bool capped) {

@@ -116,6 +116,9 @@ class CausalLMImpl : public torch::nn::Module {
   // is not padding).
   torch::Tensor scores(const torch::Tensor& hidden, const torch::Tensor& last);
   ModelHead head() const { return score_.defined() ? ModelHead::kScore : ModelHead::kVocabulary; }
+  // The score head (1, C); undefined under ModelHead::kVocabulary.
+  torch::Tensor& score_weight() { return score_; }
+  const torch::Tensor& score_weight() const { return score_; }
 
   const dsl::ModelArch& arch() const { return arch_; }
   void set_checkpoint_every(std::int64_t n) { checkpoint_every_ = n; }

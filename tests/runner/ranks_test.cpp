@@ -393,6 +393,22 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
     const double a = reward_one[2][key], b = reward_two[2][key];
     EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "reward " << key;
   }
+  // Beside LoRA: the score trained whole with the adapters, sharded with
+  // the last unit at ZeRO-3.
+  const std::string reward_lora =
+      " --set training.method=reward --set training.beta=null --set "
+      "training.loss_type=null --set strategy.adapter=lora --set strategy.precision=fp32";
+  const auto reward_lora_one = run("reward-lora-one", 1, 0, reward_lora);
+  const auto reward_lora_two = run("reward-lora-two-z3", 2, 3, reward_lora);
+  ASSERT_EQ(reward_lora_one.size(), 3u);
+  ASSERT_EQ(reward_lora_two.size(), 3u);
+  for (std::size_t k = 0; k < reward_lora_one.size(); ++k) {
+    for (const char* key : {"loss", "margin", "mean_reward"}) {
+      const double a = reward_lora_one[k][key], b = reward_lora_two[k][key];
+      EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "reward beside LoRA " << key << " at step " << k + 1;
+    }
+  }
+  EXPECT_LT(reward_lora_one[2]["loss"].get<double>(), reward_lora_one[0]["loss"].get<double>());
   // A full fine-tune's reference precomputed (the plan's choice): two ranks
   // at ZeRO-3 (where a frozen copy cannot go) score their shares of the
   // pairs with the whole model before it is sharded, and train like one.

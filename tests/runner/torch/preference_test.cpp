@@ -415,6 +415,36 @@ TEST(PreferenceTest, APrecomputedReferenceScoresAsTheOthersOnceAndFromTheCache) 
 // Tailor writes loads in AutoModelForSequenceClassification and scores the
 // pairs as Tailor's last evaluation did. A job may start from the causal
 // model's folder too (its head dropped, the score initialised).
+// reward_reference.py score's output (8 pairs' scores) checked against a
+// run's last evaluation: the lowest, highest and mean score, the mean margin
+// and the accuracy. Returns the largest deviation (in units of the score).
+double expect_eval_scores(const json& scored, const json& last, const std::string& what) {
+  const auto chosen = scored["chosen"].get<std::vector<double>>(),
+             rejected = scored["rejected"].get<std::vector<double>>();
+  EXPECT_EQ(chosen.size(), 8u);
+  EXPECT_EQ(rejected.size(), chosen.size());
+  if (chosen.size() != 8 || rejected.size() != 8 || !last.contains("eval_min_reward")) {
+    ADD_FAILURE() << what << ": " << last.dump();
+    return 0;
+  }
+  double lowest = 1e300, highest = -1e300, sum = 0, margin = 0, accurate = 0;
+  for (std::size_t p = 0; p < 8; ++p) {
+    for (double r : {chosen[p], rejected[p]}) {
+      lowest = std::min(lowest, r);
+      highest = std::max(highest, r);
+      sum += r;
+    }
+    margin += chosen[p] - rejected[p];
+    accurate += chosen[p] > rejected[p] ? 1 : 0;
+  }
+  double worst = expect_close(last["eval_min_reward"], lowest, 1e-4, 1.0, what + "'s lowest score");
+  worst = std::max(worst, expect_close(last["eval_max_reward"], highest, 1e-4, 1.0, what + "'s highest score"));
+  worst = std::max(worst, expect_close(last["eval_mean_reward"], sum / 16, 1e-4, 1.0, what + "'s mean score"));
+  worst = std::max(worst, expect_close(last["eval_margin"], margin / 8, 1e-4, 1.0, what + "'s mean margin"));
+  EXPECT_EQ(last["eval_accuracy"].get<double>(), accurate / 8) << what;
+  return worst;
+}
+
 TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) {
   TempDir dir;
   ASSERT_TRUE(run_reference(dir, "make " + dir.path().string(), "reward_reference.py"));
@@ -496,26 +526,7 @@ TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) 
     ASSERT_TRUE(run_reference(dir, "score " + out + "/model " + dir.file("pairs.jsonl") + " " + dir.file("scores.json"),
                               "reward_reference.py"));
     std::ifstream scores_in(dir.file("scores.json"));
-    const json hf = json::parse(scores_in);
-    const auto chosen = hf["chosen"].get<std::vector<double>>(), rejected = hf["rejected"].get<std::vector<double>>();
-    ASSERT_EQ(chosen.size(), 8u);
-    double lowest = 1e300, highest = -1e300, sum = 0, margin = 0, accurate = 0;
-    for (std::size_t p = 0; p < 8; ++p) {
-      for (double r : {chosen[p], rejected[p]}) {
-        lowest = std::min(lowest, r);
-        highest = std::max(highest, r);
-        sum += r;
-      }
-      margin += chosen[p] - rejected[p];
-      accurate += chosen[p] > rejected[p] ? 1 : 0;
-    }
-    const json& last = ours.back();
-    ASSERT_TRUE(last.contains("eval_min_reward")) << last.dump();
-    expect_close(last["eval_min_reward"], lowest, 1e-4, 1.0, "exported model's lowest score");
-    expect_close(last["eval_max_reward"], highest, 1e-4, 1.0, "exported model's highest score");
-    expect_close(last["eval_mean_reward"], sum / 16, 1e-4, 1.0, "exported model's mean score");
-    expect_close(last["eval_margin"], margin / 8, 1e-4, 1.0, "exported model's mean margin");
-    EXPECT_EQ(last["eval_accuracy"].get<double>(), accurate / 8);
+    expect_eval_scores(json::parse(scores_in), ours.back(), "exported model");
     // Generation and export read causal language models: refused by name.
     ModelSources sources;
     sources.base = out + "/model";
@@ -534,6 +545,77 @@ TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) 
   const std::vector<json> steps = lines(dir.file("from_causal") + "/metrics.jsonl");
   ASSERT_EQ(steps.size(), 2u);
   EXPECT_TRUE(std::isfinite(steps.back()["loss"].get<double>()));
+}
+
+// A reward model beside LoRA adapters: the body frozen, the score trained
+// whole. Its adapter is PEFT's SEQ_CLS task (the score saved whole), which
+// PeftModel loads over AutoModelForSequenceClassification; the merged
+// model loads in transformers; both score the pairs as Tailor's last
+// evaluation did. Under bf16 the score trains in fp32 beside the bf16 body.
+TEST(PreferenceTest, ARewardModelBesideAdaptersLoadsInPeftAndMergesToTheSameScores) {
+  TempDir dir;
+  ASSERT_TRUE(run_reference(dir, "make " + dir.path().string(), "reward_reference.py"));
+  const std::string yaml = trl_job("reward_base", "reward");
+  RunConfig cfg = load_job(
+      dir, yaml,
+      {"strategy.adapter=lora", "strategy.lora.r=8", "strategy.lora.alpha=16", "strategy.lora.dropout=0",
+       "output.merge=true", "data.eval=" + dir.file("pairs.jsonl"), "training.eval_every=20", "training.lr=5e-3"});
+  cfg.strategy.precision = dsl::Precision::kFp32;
+  cfg.strategy.adapter = dsl::Adapter::kLora;
+  cfg.strategy.lora_rank = 8;
+  cfg.strategy.micro_batch_size = 8;
+  cfg.strategy.grad_accumulation = 1;
+  cfg.strategy.pairs = true;
+  const std::string out = dir.file("lora");
+  ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+  const std::vector<json> steps = lines(out + "/metrics.jsonl");
+  ASSERT_EQ(steps.size(), 20u);
+  EXPECT_LT(steps.back()["loss"].get<double>(), 0.5 * steps.front()["loss"].get<double>());
+  const json& last = steps.back();
+  ASSERT_TRUE(last.contains("eval_mean_reward")) << last.dump();
+
+  for (const auto& [what, args] :
+       {std::pair<std::string, std::string>{"the PEFT adapter", dir.file("reward_base") + " " +
+                                                                    dir.file("pairs.jsonl") + " " +
+                                                                    dir.file("peft.json") + " " + out + "/adapter"},
+        {"the merged model", out + "/model " + dir.file("pairs.jsonl") + " " + dir.file("merged.json")}}) {
+    SCOPED_TRACE(what);
+    const std::string file = what == "the merged model" ? dir.file("merged.json") : dir.file("peft.json");
+    ASSERT_TRUE(run_reference(dir, "score " + args, "reward_reference.py"));
+    std::ifstream in(file);
+    const json hf = json::parse(in);
+    if (what != "the merged model") {
+      EXPECT_EQ(hf["task_type"], "SEQ_CLS");
+      EXPECT_EQ(hf["modules_to_save"], json::array({"score"}));
+    }
+    const double worst = expect_eval_scores(hf, last, what);
+    std::printf("%s scores as Tailor's last evaluation within %.2e (loss %.4f -> %.4f)\n", what.c_str(), worst,
+                steps.front()["loss"].get<double>(), last["loss"].get<double>());
+  }
+  // Generation and export read causal language models: the adapter is
+  // refused by name, alone or over a causal language model's folder.
+  const auto alone = resolve_model_sources(out + "/adapter", "");
+  ASSERT_FALSE(alone.is_ok());
+  EXPECT_NE(alone.status().message().find("\"SEQ_CLS\" is a sequence classifier's adapter"), std::string::npos)
+      << alone.status().to_string();
+  const auto over_causal = resolve_model_sources(dir.file("base"), out + "/adapter");
+  ASSERT_FALSE(over_causal.is_ok());
+  EXPECT_NE(over_causal.status().message().find("SEQ_CLS"), std::string::npos) << over_causal.status().to_string();
+
+  // bf16: the body in bf16, the adapters and the score in fp32.
+  RunConfig bf16 = load_job(dir, yaml, {"strategy.adapter=lora", "training.max_steps=2"});
+  bf16.strategy.precision = dsl::Precision::kBf16;
+  bf16.strategy.adapter = dsl::Adapter::kLora;
+  bf16.strategy.lora_rank = 16;
+  bf16.strategy.micro_batch_size = 8;
+  bf16.strategy.grad_accumulation = 1;
+  bf16.strategy.pairs = true;
+  ASSERT_EQ(train_in(bf16, dir.file("bf16")), RunnerExit::kOk);
+  const std::vector<json> bf16_steps = lines(dir.file("bf16") + "/metrics.jsonl");
+  ASSERT_EQ(bf16_steps.size(), 2u);
+  EXPECT_TRUE(std::isfinite(bf16_steps.back()["loss"].get<double>()));
+  const json adapter_config = json::parse(std::ifstream(dir.file("bf16") + "/adapter/adapter_config.json"));
+  EXPECT_EQ(adapter_config["task_type"], "SEQ_CLS");
 }
 
 // A reward model's rows: each row's inputs then its last target, one
@@ -584,6 +666,7 @@ TEST(PreferenceTest, TheEstimateHoldsForEachReferencePlacementAndWithout) {
       {"orpo", dsl::Reference::kNone, false, {"training.method=orpo"}},
       {"simpo-lora", dsl::Reference::kNone, true, {"training.method=simpo"}},
       {"reward", dsl::Reference::kNone, false, {"training.method=reward"}},
+      {"reward-lora", dsl::Reference::kNone, true, {"training.method=reward"}},
   };
   std::map<dsl::Reference, double> placed_weights;  // measured
   for (const Case& c : cases) {

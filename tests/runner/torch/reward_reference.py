@@ -21,11 +21,14 @@ scoring the folder Tailor exports. Run with the project's .venv, on the CPU.
       optimizer step with TRL's logged loss, accuracy, margin, min_reward,
       mean_reward, max_reward and grad_norm (before clipping); "tokens", per
       pair in file order the chosen_ids and rejected_ids TRL trained on.
-  reward_reference.py score FOLDER PAIRS OUT
+  reward_reference.py score FOLDER PAIRS OUT [ADAPTER]
       loads FOLDER with AutoTokenizer and AutoModelForSequenceClassification
-      (fp32), scores every pair of PAIRS (a .jsonl) as TRL tokenizes it
-      (prompt + completion + the EOS text) in one batch padded on the right,
-      and writes OUT: {"chosen": [...], "rejected": [...]}.
+      (fp32), and with ADAPTER PEFT's adapter over it (PeftModel, a SEQ_CLS
+      task whose score is saved whole), scores every pair of PAIRS (a
+      .jsonl) as TRL tokenizes it (prompt + completion + the EOS text) in
+      one batch padded on the right, and writes OUT: {"chosen": [...],
+      "rejected": [...]} (with ADAPTER also its "task_type" and
+      "modules_to_save").
 
 What TRL 1.16's RewardTrainer does with this data, which the runner matches:
   - chosen = prompt + chosen + eos_token (the text), tokenized with the
@@ -98,13 +101,19 @@ def run(root, micro, accum, out, center=None):
         json.dump({"micro_batch": micro, "accumulation": accum, "steps": steps, "tokens": tokens}, f, indent=1)
 
 
-def score(folder, pairs_path, out):
+def score(folder, pairs_path, out, adapter=None):
     import transformers
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     transformers.logging.set_verbosity_error()
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32).eval()
+    extra = {}
+    if adapter is not None:
+        from peft import PeftConfig, PeftModel
+        config = PeftConfig.from_pretrained(adapter)
+        extra = {"task_type": str(config.task_type), "modules_to_save": sorted(config.modules_to_save or [])}
+        model = PeftModel.from_pretrained(model, adapter).eval()
     if model.config.num_labels != 1:
         sys.exit(f"reward_reference.py: {folder} has {model.config.num_labels} labels, expected 1")
     if model.config.pad_token_id is None:
@@ -119,7 +128,7 @@ def score(folder, pairs_path, out):
         scores = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.squeeze(-1)
     n = len(pairs)
     with open(out, "w") as f:
-        json.dump({"chosen": scores[:n].tolist(), "rejected": scores[n:].tolist()}, f)
+        json.dump({"chosen": scores[:n].tolist(), "rejected": scores[n:].tolist(), **extra}, f)
 
 
 def main():
@@ -139,8 +148,8 @@ def main():
             name = f"reward_{micro}x{accum}" + (f"_c{parts[2]}" if center is not None else "")
             run(root, micro, accum, os.path.join(root, name + ".json"), center)
         return
-    if len(sys.argv) == 5 and sys.argv[1] == "score":
-        score(sys.argv[2], sys.argv[3], sys.argv[4])
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "score":
+        score(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) == 6 else None)
         return
     sys.exit(__doc__)
 
