@@ -201,23 +201,24 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const dsl::ModelAr
   if (dsl::block_traits(block).layer_norm) kv.emplace_back(p + "attention.layer_norm_epsilon", f32(a.norm_eps));
   if (block == dsl::BlockKind::kGpt2) return kv;
   if (block == dsl::BlockKind::kGptNeox) {
-    // As the converter's GPTNeoXModel, with the base it leaves at llama.cpp's
-    // default (10000) written too.
-    kv.emplace_back(p + "rope.dimension_count", u32(a.rotary_dims()));
-    kv.emplace_back(p + "rope.freq_base", f32(a.rope_theta));
+    // As the converter's GPTNeoXModel; the RoPE base it leaves at
+    // llama.cpp's default (10000) is written below too.
     kv.emplace_back(p + "use_parallel_residual", GgufValue(true));
-    return kv;
+  } else {
+    kv.emplace_back(p + "attention.head_count_kv", u32(a.kv_heads > 0 ? a.kv_heads : a.heads));
+    kv.emplace_back(p + "attention.layer_norm_rms_epsilon", f32(a.norm_eps));
+    kv.emplace_back(p + "attention.key_length", u32(a.head_dim()));
+    kv.emplace_back(p + "attention.value_length", u32(a.head_dim()));
   }
-  kv.emplace_back(p + "attention.head_count_kv", u32(a.kv_heads > 0 ? a.kv_heads : a.heads));
-  kv.emplace_back(p + "attention.layer_norm_rms_epsilon", f32(a.norm_eps));
-  kv.emplace_back(p + "attention.key_length", u32(a.head_dim()));
-  kv.emplace_back(p + "attention.value_length", u32(a.head_dim()));
-  kv.emplace_back(p + "rope.dimension_count", u32(a.head_dim()));
+  // The rotated dimensions (GPT-NeoX: a fraction of each head), the base and
+  // a linear stretch (llama3's is rope_freqs.weight, "llama" only).
+  kv.emplace_back(p + "rope.dimension_count", u32(a.rotary_dims()));
   kv.emplace_back(p + "rope.freq_base", f32(a.rope_theta));
   if (a.rope_scaling.type == dsl::RopeScalingType::kLinear) {
     kv.emplace_back(p + "rope.scaling.type", std::string("linear"));
     kv.emplace_back(p + "rope.scaling.factor", f32(a.rope_scaling.factor));
   }
+  if (block == dsl::BlockKind::kGptNeox) return kv;
   if (a.moe()) {
     kv.emplace_back(p + "expert_count", u32(a.experts));
     kv.emplace_back(p + "expert_used_count", u32(a.experts_per_token));

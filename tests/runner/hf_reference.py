@@ -95,10 +95,11 @@ CONFIGS = {
                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=1),
     # Pythia's quarter of each head rotated (4 of 16 dimensions), q/k/v fused
     # head by head, the parallel residual; saved with transformers 5's
-    # rope_parameters.
+    # rope_parameters, here with a linear RoPE stretch (factor 2).
     "gpt_neox": dict(model_type="gpt_neox", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
                      num_attention_heads=4, vocab_size=300, max_position_embeddings=64, rotary_pct=0.25,
-                     rotary_emb_base=10000, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
+                     rotary_emb_base=10000, rope_scaling=dict(rope_type="linear", factor=2.0),
+                     tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
 }
 TARGETS = {
     "gpt2": ["c_attn", "c_proj", "c_fc"],
