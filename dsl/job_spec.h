@@ -88,6 +88,9 @@ struct ModelSpec {
   // loading, `arch` always holds the resolved architecture.
   std::string preset;  // catalog name (configs/catalog/models.yaml), e.g. "llama-2-7b"
   std::string path;    // Hugging Face-style folder whose config.json gives the arch (absolute after loading)
+  // A PEFT LoRA adapter folder the job's adapters start from (absolute
+  // after loading; its r, lora_alpha and targets are strategy.lora's).
+  std::string adapter;
   // Default: pretrained for a preset or path, random for an inline arch.
   ModelInit init = ModelInit::kPretrained;
   ModelArch arch;

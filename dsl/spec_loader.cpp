@@ -3,6 +3,7 @@
 #include "dsl/chat_records.h"
 #include "dsl/chat_template_source.h"
 #include "dsl/model_family.h"
+#include "dsl/peft_config.h"
 #include "dsl/rope.h"
 #include "dsl/tokenizer_files.h"
 
@@ -312,6 +313,71 @@ void resolve_model(JobSpec& spec, const Node& root, const std::string& base_dir,
     }
   }
   check_arch(spec.model.arch, root, has_arch ? "model.arch" : "model", d);
+}
+
+bool inside_root(const std::string& path, const std::string& root);
+
+// model.adapter: a PEFT adapter the job's adapters start from. Its r,
+// lora_alpha and target_modules become strategy.lora's (a key the spec
+// writes must agree), the adapter is lora unless the spec says qlora, and a
+// reward model's is a sequence classifier's (SEQ_CLS). Read wherever the
+// folder exists, as model.path is.
+void resolve_start_adapter(JobSpec& spec, const Node& root, const std::string& base_dir, const LoadOptions& opt,
+                           Diagnostics& d) {
+  if (spec.model.adapter.empty()) return;
+  const SourceLocation at = loc_at(root, "model.adapter");
+  spec.model.adapter = resolve_path(spec.model.adapter, at, base_dir);
+  if (spec.strategy.adapter && *spec.strategy.adapter == Adapter::kNone) {
+    d.error(loc_at(root, "strategy.adapter"), "strategy.adapter",
+            "none contradicts model.adapter, whose adapters the job trains: use lora or qlora");
+    return;
+  }
+  if (!spec.strategy.adapter) spec.strategy.adapter = Adapter::kLora;
+  // Outside tailord's spec root it is not read: the caller refuses it by name.
+  if (!opt.read_root.empty() && !inside_root(spec.model.adapter, opt.read_root)) return;
+  std::error_code ec;
+  if (!fs::is_directory(spec.model.adapter, ec)) {
+    if (opt.check_files) {
+      d.error(at, "model.adapter", "adapter folder " + quote(spec.model.adapter, kWhole) + " does not exist");
+    }
+    return;
+  }
+  const auto cfg = read_peft_config_file(spec.model.adapter);
+  if (!cfg.is_ok()) {
+    d.error(at, "model.adapter", cfg.status().message());
+    return;
+  }
+  if (const bool reward = scores_sequences(spec.training.method); cfg->sequence_classifier != reward) {
+    d.error(at, "model.adapter",
+            reward ? "a reward model starts from a sequence classifier's adapter (task_type SEQ_CLS, its score "
+                     "saved whole); this one is a causal language model's"
+                   : "a sequence classifier's adapter (task_type SEQ_CLS) starts a reward model (training.method "
+                     "reward) only");
+    return;
+  }
+  LoraSpec& lora = spec.strategy.lora;
+  auto number = [](double v) {
+    std::ostringstream out;
+    out << v;
+    return out.str();
+  };
+  std::vector<std::string> targets = lora.targets;
+  std::sort(targets.begin(), targets.end());
+  const std::tuple<const char*, bool, std::string, std::string> agree[] = {
+      {"r", lora.r == cfg->rank, std::to_string(lora.r), std::to_string(cfg->rank)},
+      {"alpha", lora.alpha == cfg->alpha, number(lora.alpha), number(cfg->alpha)},
+      {"targets", targets == cfg->targets, join(targets, ", "), join(cfg->targets, ", ")}};
+  for (const auto& [key, same, ours, theirs] : agree) {
+    const std::string path = std::string("strategy.lora.") + key;
+    if (node_at(root, path) != nullptr && !same) {
+      d.error(loc_at(root, path), path,
+              ours + " differs from model.adapter's " + (theirs.empty() ? "(every linear)" : theirs) +
+                  ": leave it out to take the adapter's");
+    }
+  }
+  lora.r = cfg->rank;
+  lora.alpha = cfg->alpha;
+  lora.targets = cfg->targets;
 }
 
 // The keys of conversation data (data.chat): each applies to it alone, and
@@ -834,6 +900,7 @@ LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, c
                                 "starting with a letter or digit, at most 63 characters");
   }
   resolve_model(spec, root, base_dir, opt, catalog, d);
+  resolve_start_adapter(spec, root, base_dir, opt, d);
   resolve_data(spec, root, base_dir, opt, d);
   check_training(spec, root, d);
   check_method(spec, root, d);

@@ -222,7 +222,8 @@ void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_roo
   };
   // ".." is refused where written, before resolution hides it.
   for (const Field& f : {Field{{"data", "train"}, "data.train"}, Field{{"data", "eval"}, "data.eval"},
-                         Field{{"model", "path"}, "model.path"}, Field{{"checkpoint", "dir"}, "checkpoint.dir"}}) {
+                         Field{{"model", "path"}, "model.path"}, Field{{"model", "adapter"}, "model.adapter"},
+                         Field{{"checkpoint", "dir"}, "checkpoint.dir"}}) {
     const std::string v = scalar_at(doc, f.key);
     if (!v.empty() && has_dotdot(v)) {
       d.error(location_of(doc, f.key), f.name, "'..' is not allowed in paths submitted to tailord");
@@ -248,15 +249,21 @@ void check_spec_paths(const dsl::LoadedSpec& loaded, const std::string& spec_roo
   }
   if (!loaded.spec) return;
   const dsl::JobSpec& s = *loaded.spec;
-  const std::pair<const std::string*, Field> reads[] = {
-      {&s.data.train, {{"data", "train"}, "data.train"}},
-      {&s.data.eval, {{"data", "eval"}, "data.eval"}},
-      {&s.model.path, {{"model", "path"}, "model.path"}}};
-  for (const auto& [value, f] : reads) {
-    if (value->empty()) continue;
-    if (!inside(*value, spec_root)) {
-      d.error(location_of(doc, f.key), f.name,
-              "'" + *value + "' is outside the daemon's spec root " + spec_root + " (see tailord --spec-root)");
+  // (Keys as two plain pointers: a Field inside a std::pair would hold an
+  // initializer_list whose array dies with the pair's construction.)
+  struct Read {
+    const std::string* value;
+    const char *section, *key, *name;
+  };
+  const Read reads[] = {{&s.data.train, "data", "train", "data.train"},
+                        {&s.data.eval, "data", "eval", "data.eval"},
+                        {&s.model.path, "model", "path", "model.path"},
+                        {&s.model.adapter, "model", "adapter", "model.adapter"}};
+  for (const Read& r : reads) {
+    if (r.value->empty()) continue;
+    if (!inside(*r.value, spec_root)) {
+      d.error(location_of(doc, {r.section, r.key}), r.name,
+              "'" + *r.value + "' is outside the daemon's spec root " + spec_root + " (see tailord --spec-root)");
     }
   }
   for (std::size_t i = 1; i < s.data.sources.size(); ++i) {  // the first is data.train, checked above

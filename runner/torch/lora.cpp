@@ -9,6 +9,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "dsl/peft_config.h"
 #include "runner/io/safetensors.h"
 #include "runner/torch/nf4.h"
 
@@ -141,6 +142,10 @@ std::string shape_string(const std::vector<std::int64_t>& s) {
 }
 
 }  // namespace
+
+// PEFT's name for a sequence classifier's score saved whole
+// (modules_to_save): the model's path, no adapter name.
+constexpr const char* kPeftScoreName = "base_model.model.score.weight";
 
 std::string peft_tensor_name(const dsl::ModelArch& arch, std::int64_t layer, const std::string& module,
                              const std::string& which) {
@@ -334,12 +339,11 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
       }
     }
     if (classifier) {
-      // PEFT's name for a module saved whole: the model's path, no adapter name.
       const Tensor& score = model.score_weight();
       TAILOR_ASSIGN_OR_RETURN(const io::DType dt, io_dtype(score.scalar_type()));
       keep.push_back(score.detach().to(torch::kCPU).contiguous());
       const Tensor& c = keep.back();
-      tensors.push_back({"base_model.model.score.weight", dt, c.sizes().vec(),
+      tensors.push_back({kPeftScoreName, dt, c.sizes().vec(),
                          std::span<const std::byte>(static_cast<const std::byte*>(c.data_ptr()), c.nbytes())});
     }
   } catch (const c10::Error& e) {
@@ -377,132 +381,89 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
 }
 
 Result<LoraOptions> read_peft_config(const std::string& dir, std::string* base_model) {
-  const std::string path = (fs::path(dir) / "adapter_config.json").string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::not_found("cannot open " + path + " (not a PEFT adapter folder)");
-  const nlohmann::json cfg = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!cfg.is_object()) return Status::invalid_argument(path + ": not a JSON object");
-  auto bad = [&](const std::string& key, const std::string& why) {
-    return Status::invalid_argument(path + ": " + key + ": " + why);
-  };
-  if (cfg.contains("peft_type") && cfg["peft_type"] != "LORA") {
-    return bad("peft_type", cfg["peft_type"].dump() + " is not built; Tailor applies LORA adapters");
-  }
-  for (const char* flag : {"use_dora", "use_rslora"}) {
-    if (cfg.contains(flag) && cfg[flag].is_boolean() && cfg[flag].get<bool>()) {
-      return bad(flag, "true is not built; Tailor applies plain LoRA");
-    }
-  }
-  if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"] != "none") {
-    return bad("bias", cfg["bias"].dump() + " is not built; Tailor's adapters train no biases (\"none\")");
-  }
-  if (cfg.value("task_type", std::string()) == "SEQ_CLS") {
-    return bad("task_type",
-               "\"SEQ_CLS\" is a sequence classifier's adapter (e.g. a reward model): it scores text "
-               "and has no language-model head to generate from or export; load it with PEFT over "
-               "transformers' AutoModelForSequenceClassification, or write the merged model with the "
-               "job's output.merge");
-  }
-  if (cfg.contains("modules_to_save") && !cfg["modules_to_save"].is_null() &&
-      !(cfg["modules_to_save"].is_array() && cfg["modules_to_save"].empty())) {
-    return bad("modules_to_save", "fully trained modules beside the adapters are not built");
-  }
-  for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
-    if (cfg.contains(pattern) && cfg[pattern].is_object() && !cfg[pattern].empty()) {
-      return bad(pattern, "per-module ranks or alphas are not built");
-    }
+  TAILOR_ASSIGN_OR_RETURN(const dsl::PeftConfig cfg, dsl::read_peft_config_file(dir));
+  if (cfg.sequence_classifier) {
+    return Status::invalid_argument((fs::path(dir) / "adapter_config.json").string() +
+                                    ": task_type: \"SEQ_CLS\" is a sequence classifier's adapter (e.g. a reward "
+                                    "model): it scores text and has no language-model head to generate from or "
+                                    "export; load it with PEFT over transformers' AutoModelForSequenceClassification, "
+                                    "or write the merged model with the job's output.merge");
   }
   LoraOptions o;
-  if (!cfg.contains("r") || !cfg["r"].is_number_integer() || cfg["r"].get<std::int64_t>() < 1) {
-    return bad("r", "expected a positive integer");
-  }
-  o.rank = cfg["r"].get<std::int64_t>();
-  if (!cfg.contains("lora_alpha") || !cfg["lora_alpha"].is_number()) return bad("lora_alpha", "expected a number");
-  o.alpha = cfg["lora_alpha"].get<double>();
-  const nlohmann::json targets = cfg.value("target_modules", nlohmann::json());
-  if (targets.is_array()) {
-    for (const auto& t : targets) {
-      if (!t.is_string()) return bad("target_modules", "expected a list of module names");
-      o.targets.push_back(t.get<std::string>());
-    }
-    std::sort(o.targets.begin(), o.targets.end());
-  } else if (targets.is_string() && targets != "all-linear") {
-    return bad("target_modules", "a regular expression is not built; list the module names");
-  } else if (!targets.is_string() && !targets.is_null()) {
-    return bad("target_modules", "expected a list of module names");
-  }
-  if (base_model != nullptr) {
-    const auto it = cfg.find("base_model_name_or_path");
-    *base_model = it != cfg.end() && it->is_string() ? it->get<std::string>() : std::string();
-  }
+  o.rank = cfg.rank;
+  o.alpha = cfg.alpha;
+  o.targets = cfg.targets;
+  if (base_model != nullptr) *base_model = cfg.base_model;
   return o;
 }
+
+namespace {
+
+// Copies `v` (a view into a mapped file) into `t`, checking its shape.
+Status copy_tensor(const io::TensorView& v, Tensor& t, const std::string& where) {
+  if (v.shape != t.sizes().vec()) {
+    return Status::invalid_argument(where + " has shape " + shape_string(v.shape) + ", expected " +
+                                    shape_string(t.sizes().vec()));
+  }
+  auto dt = torch_dtype(v.dtype);
+  if (!dt.is_ok()) return dt.status().prefixed(where);
+  // Copied out of the map: its bytes carry no alignment guarantee.
+  Tensor src = torch::empty(v.shape, torch::TensorOptions().dtype(*dt));
+  std::memcpy(src.data_ptr(), v.data.data(), v.data.size());
+  t.copy_(src);
+  return Status::ok();
+}
+
+}  // namespace
 
 Status load_peft_adapter(CausalLMImpl& model, const std::string& dir) {
   LoraAdapters* a = adapters_of(model);
   if (!a) return Status::failed_precondition("load_peft_adapter: attach adapters to the model first");
   const std::string cfg_path = (fs::path(dir) / "adapter_config.json").string();
-  double alpha = a->options.alpha;
-  {
-    std::ifstream in(cfg_path, std::ios::binary);
-    if (!in) return Status::not_found("cannot open " + cfg_path);
-    const nlohmann::json cfg = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!cfg.is_object()) return Status::invalid_argument(cfg_path + ": not a JSON object");
-    if (cfg.contains("peft_type") && cfg["peft_type"] != "LORA") {
-      return Status::invalid_argument(cfg_path + ": peft_type is " + cfg["peft_type"].dump() + ", expected \"LORA\"");
-    }
-    if (!cfg.contains("r") || !cfg["r"].is_number_integer() || cfg["r"].get<std::int64_t>() != a->options.rank) {
-      return Status::invalid_argument(cfg_path + ": r must be " + std::to_string(a->options.rank) + " (the model's rank), got " +
-                                      (cfg.contains("r") ? cfg["r"].dump() : std::string("nothing")));
-    }
-    if (!cfg.contains("lora_alpha") || !cfg["lora_alpha"].is_number()) {
-      return Status::invalid_argument(cfg_path + ": lora_alpha: expected a number");
-    }
-    alpha = cfg["lora_alpha"].get<double>();
+  TAILOR_ASSIGN_OR_RETURN(const dsl::PeftConfig cfg, dsl::read_peft_config_file(dir));
+  if (cfg.rank != a->options.rank) {
+    return Status::invalid_argument(cfg_path + ": r must be " + std::to_string(a->options.rank) +
+                                    " (the model's rank), got " + std::to_string(cfg.rank));
+  }
+  const bool classifier = model.head() == ModelHead::kScore;
+  if (cfg.sequence_classifier && !classifier) {
+    return Status::invalid_argument(cfg_path +
+                                    ": task_type \"SEQ_CLS\" is a sequence classifier's adapter, and this "
+                                    "model has a language-model head");
   }
   const std::string st_path = (fs::path(dir) / "adapter_model.safetensors").string();
   TAILOR_ASSIGN_OR_RETURN(io::SafetensorsFile file, io::SafetensorsFile::open(st_path));
-  std::size_t used = 0;
+  std::vector<std::string> names;  // of the tensors read
   try {
     torch::NoGradGuard no_grad;
     for (std::size_t l = 0; l < a->layers.size(); ++l) {
       for (Adapter& ad : a->layers[l]) {
         for (const auto& [which, t] : {std::pair<const char*, Tensor&>{"lora_A", ad.a}, {"lora_B", ad.b}}) {
-          const std::string name = peft_tensor_name(a->arch, static_cast<std::int64_t>(l), ad.slice.module, which);
-          const io::TensorView* v = file.find(name);
-          if (!v) return Status::invalid_argument(st_path + ": missing tensor " + name);
-          if (v->shape != t.sizes().vec()) {
-            return Status::invalid_argument(st_path + ": tensor " + name + " has shape " + shape_string(v->shape) +
-                                            ", expected " + shape_string(t.sizes().vec()));
-          }
-          auto dt = torch_dtype(v->dtype);
-          if (!dt.is_ok()) return dt.status().prefixed(st_path + ": tensor " + name);
-          // Copied out of the map: its bytes carry no alignment guarantee.
-          Tensor src = torch::empty(v->shape, torch::TensorOptions().dtype(*dt));
-          std::memcpy(src.data_ptr(), v->data.data(), v->data.size());
-          t.copy_(src);
-          ++used;
+          names.push_back(peft_tensor_name(a->arch, static_cast<std::int64_t>(l), ad.slice.module, which));
+          const io::TensorView* v = file.find(names.back());
+          if (!v) return Status::invalid_argument(st_path + ": missing tensor " + names.back());
+          TAILOR_RETURN_IF_ERROR(copy_tensor(*v, t, st_path + ": tensor " + names.back()));
         }
       }
+    }
+    // A sequence classifier's adapter carries its trained score (PEFT's
+    // modules_to_save); a causal language model's leaves the base's.
+    if (cfg.sequence_classifier) {
+      names.emplace_back(kPeftScoreName);
+      const io::TensorView* v = file.find(kPeftScoreName);
+      if (!v) return Status::invalid_argument(st_path + ": missing tensor " + names.back());
+      TAILOR_RETURN_IF_ERROR(copy_tensor(*v, model.score_weight(), st_path + ": tensor " + names.back()));
     }
   } catch (const c10::Error& e) {
     return Status::internal(std::string("load_peft_adapter: ") + e.what_without_backtrace());
   }
-  if (used != file.tensors().size()) {
-    for (const io::TensorView& v : file.tensors()) {
-      bool known = false;
-      for (std::size_t l = 0; l < a->layers.size() && !known; ++l) {
-        for (const Adapter& ad : a->layers[l]) {
-          for (const char* which : {"lora_A", "lora_B"}) {
-            known = known || v.name == peft_tensor_name(a->arch, static_cast<std::int64_t>(l), ad.slice.module, which);
-          }
-        }
-      }
-      if (!known) return Status::invalid_argument(st_path + ": tensor " + v.name + " has no adapter in this model");
+  for (const io::TensorView& v : file.tensors()) {
+    if (std::find(names.begin(), names.end(), v.name) == names.end()) {
+      return Status::invalid_argument(st_path + ": tensor " + v.name + " has no adapter in this model");
     }
   }
-  a->scale = alpha / static_cast<double>(a->options.rank);
-  a->options.alpha = alpha;
+  a->scale = cfg.alpha / static_cast<double>(a->options.rank);
+  a->options.alpha = cfg.alpha;
   return Status::ok();
 }
 

@@ -306,6 +306,11 @@ Result<Run::Tensors> Run::attach_adapters() {
         st_.quantization != dsl::Quantization::kNone ? st_.quantization : strategies::default_quantization(st_.adapter);
     lo.adapter_dtype = st_.precision == dsl::Precision::kPureBf16 ? torch::kBFloat16 : torch::kFloat32;
     TAILOR_RETURN_IF_ERROR(as_bad_input(attach_lora(*model_, lo)));
+    // model.adapter: the adapters (and a reward model's score) start from
+    // the folder's; a resume then replaces them with its checkpoint's.
+    if (!spec_.model.adapter.empty()) {
+      TAILOR_RETURN_IF_ERROR(as_bad_input(load_peft_adapter(*model_, spec_.model.adapter)));
+    }
   }
   for (const auto& p : model_->parameters()) {
     if (p.requires_grad()) out.trainable.push_back(p);

@@ -1163,6 +1163,20 @@ TEST(ApiE2eTest, PathsEscapingTheSpecRootOrTheJobFolderAreRefused) {
   r = d.post("/v1/jobs", outside);
   ASSERT_EQ(r.status, 400);
   EXPECT_NE(r.json()["message"].get<std::string>().find("outside the daemon's spec root"), std::string::npos);
+  // A starting adapter is read like the model: inside the spec root.
+  for (const char* adapter : {"../configs/examples", "/etc/ssl"}) {
+    SCOPED_TRACE(adapter);
+    std::string spec = tiny_spec("adapter", 5, 0);
+    spec.replace(spec.find("  init: random"), 14, std::string("  init: random\n  adapter: ") + adapter);
+    spec.replace(spec.find("adapter: none"), 13, "adapter: lora");
+    r = d.post("/v1/jobs", spec);
+    ASSERT_EQ(r.status, 400);
+    const std::string message = r.json()["message"].get<std::string>();
+    EXPECT_NE(message.find("model.adapter"), std::string::npos) << message;
+    EXPECT_NE(message.find(adapter[0] == '.' ? "'..' is not allowed" : "outside the daemon's spec root"),
+              std::string::npos)
+        << message;
+  }
   std::string ckpt = tiny_spec("ckpt", 5, 0) + "";
   ckpt.replace(ckpt.find("keep: 2"), 7, "keep: 2\n  dir: /tmp/elsewhere");
   r = d.post("/v1/jobs", ckpt);

@@ -408,13 +408,38 @@ TEST(PreferenceTest, APrecomputedReferenceScoresAsTheOthersOnceAndFromTheCache) 
   EXPECT_EQ(e["computed"], e["pairs"]);
 }
 
-// A reward model (training.method reward) against TRL's RewardTrainer on
-// the same tiny Llama as a sequence classifier (transformers' score head
-// under seed 0, saved by save_pretrained), the same 8 pairs and
-// hyperparameters, 20 steps, one micro-batch of 8 and 4 x 2; then the folder
-// Tailor writes loads in AutoModelForSequenceClassification and scores the
-// pairs as Tailor's last evaluation did. A job may start from the causal
-// model's folder too (its head dropped, the score initialised).
+// A reward run's 20 steps against TRL's RewardTrainer's log: loss, gradient
+// norm, margin, mean reward and accuracy, and with one micro-batch a step
+// (`extremes`) the lowest and highest reward. Returns the largest
+// deviation in units of each value's scale.
+double expect_trl_reward_steps(const std::vector<json>& ours, const json& theirs, const std::string& name,
+                               bool extremes) {
+  EXPECT_EQ(ours.size(), 20u);
+  EXPECT_EQ(theirs.size(), 20u);
+  if (ours.size() != 20 || theirs.size() != 20) return 0;
+  double worst = 0;
+  // The loss falls 4- to 40-fold and keeps the rounding of its early steps
+  // (4 x 2: 3e-6 at 0.03): its floor is a tenth of the first.
+  const double loss_floor = 0.1 * theirs[0]["loss"].get<double>();
+  for (std::size_t k = 0; k < 20; ++k) {
+    const std::string at = name + " step " + std::to_string(k + 1);
+    worst = std::max(worst, expect_close(ours[k]["loss"], theirs[k]["loss"], 1e-4, loss_floor, at + " loss"));
+    // The gradient's norm sums every parameter's: looser (2.4e-4 seen).
+    expect_close(ours[k]["grad_norm"], theirs[k]["grad_norm"], 1e-3, 1e-2, at + " grad_norm");
+    // TRL's min_reward and max_reward average each micro-batch's extreme;
+    // Tailor's are the step's: the same with one micro-batch. Rewards are
+    // scores of order 1 that pass through 0: their floor is 1.
+    std::vector<const char*> keys = {"margin", "mean_reward"};
+    if (extremes) keys.insert(keys.end(), {"min_reward", "max_reward"});
+    for (const char* key : keys) {
+      worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1.0, at + " " + key));
+    }
+    EXPECT_NEAR(ours[k]["accuracy"].get<double>(), theirs[k]["accuracy"].get<double>(), 1e-9) << at;
+  }
+  EXPECT_LT(ours.back()["loss"].get<double>(), 0.5 * ours.front()["loss"].get<double>()) << name;
+  return worst;
+}
+
 // reward_reference.py score's output (8 pairs' scores) checked against a
 // run's last evaluation: the lowest, highest and mean score, the mean margin
 // and the accuracy. Returns the largest deviation (in units of the score).
@@ -445,6 +470,13 @@ double expect_eval_scores(const json& scored, const json& last, const std::strin
   return worst;
 }
 
+// A reward model (training.method reward) against TRL's RewardTrainer on
+// the same tiny Llama as a sequence classifier (transformers' score head
+// under seed 0, saved by save_pretrained), the same 8 pairs and
+// hyperparameters, 20 steps, one micro-batch of 8 and 4 x 2; then the folder
+// Tailor writes loads in AutoModelForSequenceClassification and scores the
+// pairs as Tailor's last evaluation did. A job may start from the causal
+// model's folder too (its head dropped, the score initialised).
 TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) {
   TempDir dir;
   ASSERT_TRUE(run_reference(dir, "make " + dir.path().string(), "reward_reference.py"));
@@ -487,29 +519,8 @@ TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) 
     const std::string out = dir.file(name);
     ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
     const std::vector<json> ours = lines(out + "/metrics.jsonl");
-    const json& theirs = trl["steps"];
     ASSERT_EQ(ours.size(), 20u);
-    ASSERT_EQ(theirs.size(), 20u);
-    double worst = 0;
-    // The loss falls 40-fold (0.70 to 0.016) and keeps the rounding of its
-    // early steps (4 x 2: 3e-6 at 0.03): its floor is a tenth of the first.
-    const double loss_floor = 0.1 * theirs[0]["loss"].get<double>();
-    for (std::size_t k = 0; k < 20; ++k) {
-      const std::string at = name + " step " + std::to_string(k + 1);
-      worst = std::max(worst, expect_close(ours[k]["loss"], theirs[k]["loss"], 1e-4, loss_floor, at + " loss"));
-      // The gradient's norm sums every parameter's: looser (2.4e-4 seen).
-      expect_close(ours[k]["grad_norm"], theirs[k]["grad_norm"], 1e-3, 1e-2, at + " grad_norm");
-      // TRL's min_reward and max_reward average each micro-batch's extreme;
-      // Tailor's are the step's: the same with one micro-batch. Rewards are
-      // scores of order 1 that pass through 0: their floor is 1.
-      std::vector<const char*> keys = {"margin", "mean_reward"};
-      if (accum == 1) keys.insert(keys.end(), {"min_reward", "max_reward"});
-      for (const char* key : keys) {
-        worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1.0, at + " " + key));
-      }
-      EXPECT_NEAR(ours[k]["accuracy"].get<double>(), theirs[k]["accuracy"].get<double>(), 1e-9) << at;
-    }
-    EXPECT_LT(ours.back()["loss"].get<double>(), 0.5 * ours.front()["loss"].get<double>());
+    const double worst = expect_trl_reward_steps(ours, trl["steps"], name, accum == 1);
     std::printf("%s: 20 steps, largest deviation from TRL %.2e of the value (loss %.6f -> %.6f)\n", name.c_str(),
                 worst, ours.front()["loss"].get<double>(), ours.back()["loss"].get<double>());
     if (c.center) {
@@ -548,29 +559,45 @@ TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) 
 }
 
 // A reward model beside LoRA adapters: the body frozen, the score trained
-// whole. Its adapter is PEFT's SEQ_CLS task (the score saved whole), which
+// whole. Started from the adapter PEFT initialised (model.adapter), it
+// trains as TRL's RewardTrainer trains that adapter (PeftModel) over 20
+// steps. Its adapter is PEFT's SEQ_CLS task (the score saved whole), which
 // PeftModel loads over AutoModelForSequenceClassification; the merged
 // model loads in transformers; both score the pairs as Tailor's last
 // evaluation did. Under bf16 the score trains in fp32 beside the bf16 body.
-TEST(PreferenceTest, ARewardModelBesideAdaptersLoadsInPeftAndMergesToTheSameScores) {
+TEST(PreferenceTest, ARewardModelBesideAdaptersEqualsTrlWithPeftAndLoadsInPeft) {
   TempDir dir;
   ASSERT_TRUE(run_reference(dir, "make " + dir.path().string(), "reward_reference.py"));
+  ASSERT_TRUE(run_reference(dir, "run_lora " + dir.path().string() + " 8:1 4:2", "reward_reference.py"));
   const std::string yaml = trl_job("reward_base", "reward");
-  RunConfig cfg = load_job(
-      dir, yaml,
-      {"strategy.adapter=lora", "strategy.lora.r=8", "strategy.lora.alpha=16", "strategy.lora.dropout=0",
-       "output.merge=true", "data.eval=" + dir.file("pairs.jsonl"), "training.eval_every=20", "training.lr=5e-3"});
-  cfg.strategy.precision = dsl::Precision::kFp32;
-  cfg.strategy.adapter = dsl::Adapter::kLora;
-  cfg.strategy.lora_rank = 8;
-  cfg.strategy.micro_batch_size = 8;
-  cfg.strategy.grad_accumulation = 1;
-  cfg.strategy.pairs = true;
-  const std::string out = dir.file("lora");
-  ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+  std::string out;
+  for (const auto& [micro, accum] : {std::pair{8, 1}, {4, 2}}) {
+    const std::string name = "reward_lora_" + std::to_string(micro) + "x" + std::to_string(accum);
+    SCOPED_TRACE(name);
+    std::vector<std::string> sets = {"model.adapter=" + dir.file("lora_init"), "strategy.adapter=lora",
+                                     "strategy.lora.dropout=0"};
+    if (accum == 1) {
+      sets.insert(sets.end(), {"output.merge=true", "data.eval=" + dir.file("pairs.jsonl"), "training.eval_every=20"});
+    }
+    RunConfig cfg = load_job(dir, yaml, sets);
+    EXPECT_EQ(cfg.spec.strategy.lora.r, 8);  // the adapter's
+    EXPECT_EQ(cfg.spec.strategy.lora.alpha, 16);
+    cfg.strategy.precision = dsl::Precision::kFp32;
+    cfg.strategy.adapter = dsl::Adapter::kLora;
+    cfg.strategy.lora_rank = 8;
+    cfg.strategy.micro_batch_size = micro;
+    cfg.strategy.grad_accumulation = accum;
+    cfg.strategy.pairs = true;
+    const std::string run_dir = dir.file(name);
+    ASSERT_EQ(train_in(cfg, run_dir), RunnerExit::kOk);
+    const std::vector<json> ours = lines(run_dir + "/metrics.jsonl");
+    std::ifstream in(dir.file(name + ".json"));
+    const double worst = expect_trl_reward_steps(ours, json::parse(in)["steps"], name, accum == 1);
+    std::printf("%s: 20 steps, largest deviation from TRL with PEFT %.2e of the value (loss %.6f -> %.6f)\n",
+                name.c_str(), worst, ours.front()["loss"].get<double>(), ours.back()["loss"].get<double>());
+    if (accum == 1) out = run_dir;
+  }
   const std::vector<json> steps = lines(out + "/metrics.jsonl");
-  ASSERT_EQ(steps.size(), 20u);
-  EXPECT_LT(steps.back()["loss"].get<double>(), 0.5 * steps.front()["loss"].get<double>());
   const json& last = steps.back();
   ASSERT_TRUE(last.contains("eval_mean_reward")) << last.dump();
 

@@ -21,6 +21,13 @@ scoring the folder Tailor exports. Run with the project's .venv, on the CPU.
       optimizer step with TRL's logged loss, accuracy, margin, min_reward,
       mean_reward, max_reward and grad_norm (before clipping); "tokens", per
       pair in file order the chosen_ids and rejected_ids TRL trained on.
+  reward_reference.py run_lora DIR MICRO:ACCUM...
+      as run, beside LoRA: DIR/lora_init/ first (once), PEFT's SEQ_CLS
+      adapter over DIR/reward_base on every linear of the blocks (r 8,
+      lora_alpha 16, no dropout, PEFT's initialisation under seed 0, the
+      score saved whole), then for each case DIR/reward_lora_MICROxACCUM.json:
+      trl.RewardTrainer on that adapter loaded trainable (PeftModel), the
+      same data, optimizer and metrics as run.
   reward_reference.py score FOLDER PAIRS OUT [ADAPTER]
       loads FOLDER with AutoTokenizer and AutoModelForSequenceClassification
       (fp32), and with ADAPTER PEFT's adapter over it (PeftModel, a SEQ_CLS
@@ -72,18 +79,42 @@ def make(root):
     tok.save_pretrained(out)
 
 
-def run(root, micro, accum, out, center=None):
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def make_lora_init(root):
+    """DIR/lora_init/: PEFT's SEQ_CLS adapter over DIR/reward_base as PEFT
+    initialises it (B zero), the score whole."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForSequenceClassification
+
+    out = os.path.join(root, "lora_init")
+    if os.path.isdir(out):
+        return out
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(os.path.join(root, "reward_base"), dtype=torch.float32)
+    config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="SEQ_CLS",
+                        modules_to_save=["score"])
+    get_peft_model(model, config).save_pretrained(out)
+    return out
+
+
+def run(root, micro, accum, out, center=None, lora=False):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import RewardConfig, RewardTrainer
 
     dpo_reference.quiet_and_deterministic()
     base = os.path.join(root, "reward_base")
+    adapter = make_lora_init(root) if lora else None
     with tempfile.TemporaryDirectory() as scratch:
         pairs = dpo_reference.load_pairs(root, scratch)
         args = RewardConfig(max_length=None, center_rewards_coefficient=center,
                             **dpo_reference.trainer_args(scratch, micro, accum))
         model = AutoModelForSequenceClassification.from_pretrained(base, dtype=torch.float32)
+        if adapter is not None:
+            from peft import PeftModel
+            model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
         trainer = RewardTrainer(model=model, args=args, train_dataset=pairs,
                                 processing_class=AutoTokenizer.from_pretrained(base))
         trainer.remove_callback(PrinterCallback)
@@ -134,6 +165,14 @@ def score(folder, pairs_path, out, adapter=None):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "make":
         make(sys.argv[2])
+        return
+    if len(sys.argv) >= 4 and sys.argv[1] == "run_lora":
+        root = sys.argv[2]
+        for case in sys.argv[3:]:
+            micro, accum = (int(p) for p in case.split(":"))
+            if micro * accum != PAIRS_PER_STEP:
+                sys.exit(f"reward_reference.py: MICRO * ACCUM must be {PAIRS_PER_STEP}, got {micro} * {accum}")
+            run(root, micro, accum, os.path.join(root, f"reward_lora_{micro}x{accum}.json"), lora=True)
         return
     if len(sys.argv) >= 4 and sys.argv[1] == "run":
         root = sys.argv[2]
