@@ -337,6 +337,24 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
     EXPECT_EQ(run_runner(plan, t.file(name), "--cache-dir " + t.file("cache")), 0) << name;
     return json_lines(t.file(name) + "/metrics.jsonl");
   };
+  // Two ranks' runs against one rank's: each step's `step_keys`, and the
+  // last step's evaluation `eval_keys`, within 1e-5 of the value.
+  auto like_one_rank = [](const std::vector<json>& one, const std::vector<json>& two,
+                          std::initializer_list<const char*> step_keys, std::initializer_list<const char*> eval_keys,
+                          const std::string& what) {
+    ASSERT_EQ(one.size(), 3u) << what;
+    ASSERT_EQ(two.size(), one.size()) << what;
+    for (std::size_t k = 0; k < one.size(); ++k) {
+      for (const char* key : step_keys) {
+        const double a = one[k][key], b = two[k][key];
+        EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << what << " " << key << " at step " << k + 1;
+      }
+    }
+    for (const char* key : eval_keys) {
+      const double a = one[2][key], b = two[2][key];
+      EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << what << " " << key;
+    }
+  };
   const auto one = run("one", 1, 0);
   ASSERT_EQ(one.size(), 3u);
   EXPECT_NEAR(one[0]["loss"].get<double>(), std::log(2.0), 1e-6);
@@ -359,55 +377,27 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
     EXPECT_EQ(two[2]["eval_tokens"], 36);
   }
   const std::string orpo = " --set training.method=orpo --set training.beta=null --set training.loss_type=null";
-  const auto orpo_one = run("orpo-one", 1, 0, orpo);
-  const auto orpo_two = run("orpo-two-z3", 2, 3, orpo);
-  ASSERT_EQ(orpo_one.size(), 3u);
-  ASSERT_EQ(orpo_two.size(), 3u);
-  for (std::size_t k = 0; k < orpo_one.size(); ++k) {
-    for (const char* key : {"loss", "nll_loss", "log_odds_ratio", "rewards/chosen", "logps/rejected"}) {
-      const double a = orpo_one[k][key], b = orpo_two[k][key];
-      EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "orpo " << key << " at step " << k + 1;
-    }
-  }
-  for (const char* key : {"eval_loss", "eval_nll_loss", "eval_rewards/margins"}) {
-    const double a = orpo_one[2][key], b = orpo_two[2][key];
-    EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "orpo " << key;
-  }
+  like_one_rank(run("orpo-one", 1, 0, orpo), run("orpo-two-z3", 2, 3, orpo),
+                {"loss", "nll_loss", "log_odds_ratio", "rewards/chosen", "logps/rejected"},
+                {"eval_loss", "eval_nll_loss", "eval_rewards/margins"}, "orpo");
   // A reward model: its score head sharded with the last unit, the
   // extremes of the scores taken over the ranks.
   // (fp32 pinned: a CPU with bf16 in hardware would plan bf16 weights,
   // whose rounding the ranks' other order of sums would show.)
   const std::string reward = " --set training.method=reward --set training.beta=null --set training.loss_type=null"
                              " --set strategy.adapter=none --set strategy.lora=null --set strategy.precision=fp32";
-  const auto reward_one = run("reward-one", 1, 0, reward);
-  const auto reward_two = run("reward-two-z3", 2, 3, reward);
-  ASSERT_EQ(reward_one.size(), 3u);
-  ASSERT_EQ(reward_two.size(), 3u);
-  for (std::size_t k = 0; k < reward_one.size(); ++k) {
-    for (const char* key : {"loss", "accuracy", "margin", "min_reward", "mean_reward", "max_reward"}) {
-      const double a = reward_one[k][key], b = reward_two[k][key];
-      EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "reward " << key << " at step " << k + 1;
-    }
-  }
-  for (const char* key : {"eval_loss", "eval_accuracy", "eval_margin", "eval_min_reward", "eval_max_reward"}) {
-    const double a = reward_one[2][key], b = reward_two[2][key];
-    EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "reward " << key;
-  }
+  like_one_rank(run("reward-one", 1, 0, reward), run("reward-two-z3", 2, 3, reward),
+                {"loss", "accuracy", "margin", "min_reward", "mean_reward", "max_reward"},
+                {"eval_loss", "eval_accuracy", "eval_margin", "eval_min_reward", "eval_max_reward"}, "reward");
   // Beside LoRA: the score trained whole with the adapters, sharded with
   // the last unit at ZeRO-3.
   const std::string reward_lora =
       " --set training.method=reward --set training.beta=null --set "
       "training.loss_type=null --set strategy.adapter=lora --set strategy.precision=fp32";
   const auto reward_lora_one = run("reward-lora-one", 1, 0, reward_lora);
-  const auto reward_lora_two = run("reward-lora-two-z3", 2, 3, reward_lora);
+  like_one_rank(reward_lora_one, run("reward-lora-two-z3", 2, 3, reward_lora), {"loss", "margin", "mean_reward"}, {},
+                "reward beside LoRA");
   ASSERT_EQ(reward_lora_one.size(), 3u);
-  ASSERT_EQ(reward_lora_two.size(), 3u);
-  for (std::size_t k = 0; k < reward_lora_one.size(); ++k) {
-    for (const char* key : {"loss", "margin", "mean_reward"}) {
-      const double a = reward_lora_one[k][key], b = reward_lora_two[k][key];
-      EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "reward beside LoRA " << key << " at step " << k + 1;
-    }
-  }
   EXPECT_LT(reward_lora_one[2]["loss"].get<double>(), reward_lora_one[0]["loss"].get<double>());
   // A full fine-tune's reference precomputed (the plan's choice): two ranks
   // at ZeRO-3 (where a frozen copy cannot go) score their shares of the

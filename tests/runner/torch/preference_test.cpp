@@ -75,6 +75,19 @@ RunnerExit train_in(const RunConfig& cfg, const std::string& out) {
   return train(o);
 }
 
+// A reward job's run of `steps` steps in `precision`, micro-batch 8, that
+// trains to a finite loss (what the shorter cases check).
+void expect_short_reward_run(RunConfig cfg, dsl::Precision precision, const std::string& out, std::size_t steps) {
+  cfg.strategy.precision = precision;
+  cfg.strategy.micro_batch_size = 8;
+  cfg.strategy.grad_accumulation = 1;
+  cfg.strategy.pairs = true;
+  ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+  const std::vector<json> got = lines(out + "/metrics.jsonl");
+  ASSERT_EQ(got.size(), steps);
+  EXPECT_TRUE(std::isfinite(got.back()["loss"].get<double>()));
+}
+
 // |ours - theirs| within `rel` of theirs, or of `floor` where theirs is
 // near zero (rewards start at exactly 0).
 // Returns the deviation in units of that scale (for the log).
@@ -547,15 +560,8 @@ TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) 
   }
   // From the causal language model's folder: its head is dropped, the
   // score starts from Tailor's initialisation, and training runs.
-  RunConfig causal = load_job(dir, yaml, {"model.path=" + dir.file("base"), "training.max_steps=2"});
-  causal.strategy.precision = dsl::Precision::kFp32;
-  causal.strategy.micro_batch_size = 8;
-  causal.strategy.grad_accumulation = 1;
-  causal.strategy.pairs = true;
-  ASSERT_EQ(train_in(causal, dir.file("from_causal")), RunnerExit::kOk);
-  const std::vector<json> steps = lines(dir.file("from_causal") + "/metrics.jsonl");
-  ASSERT_EQ(steps.size(), 2u);
-  EXPECT_TRUE(std::isfinite(steps.back()["loss"].get<double>()));
+  expect_short_reward_run(load_job(dir, yaml, {"model.path=" + dir.file("base"), "training.max_steps=2"}),
+                          dsl::Precision::kFp32, dir.file("from_causal"), 2);
 }
 
 // A reward model beside LoRA adapters: the body frozen, the score trained
@@ -631,16 +637,9 @@ TEST(PreferenceTest, ARewardModelBesideAdaptersEqualsTrlWithPeftAndLoadsInPeft) 
 
   // bf16: the body in bf16, the adapters and the score in fp32.
   RunConfig bf16 = load_job(dir, yaml, {"strategy.adapter=lora", "training.max_steps=2"});
-  bf16.strategy.precision = dsl::Precision::kBf16;
   bf16.strategy.adapter = dsl::Adapter::kLora;
   bf16.strategy.lora_rank = 16;
-  bf16.strategy.micro_batch_size = 8;
-  bf16.strategy.grad_accumulation = 1;
-  bf16.strategy.pairs = true;
-  ASSERT_EQ(train_in(bf16, dir.file("bf16")), RunnerExit::kOk);
-  const std::vector<json> bf16_steps = lines(dir.file("bf16") + "/metrics.jsonl");
-  ASSERT_EQ(bf16_steps.size(), 2u);
-  EXPECT_TRUE(std::isfinite(bf16_steps.back()["loss"].get<double>()));
+  expect_short_reward_run(bf16, dsl::Precision::kBf16, dir.file("bf16"), 2);
   const json adapter_config = json::parse(std::ifstream(dir.file("bf16") + "/adapter/adapter_config.json"));
   EXPECT_EQ(adapter_config["task_type"], "SEQ_CLS");
 }
