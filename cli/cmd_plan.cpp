@@ -186,9 +186,21 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
     row("method", "reward (a scalar score head at each row's last token, no vocabulary head): micro-batches of "
                   "pairs, two rows each; exported for AutoModelForSequenceClassification");
   }
-  if (s.reference != dsl::Reference::kNone) {
+  if (t.method == dsl::TrainingMethod::kKto) {
+    std::string weights = "";
+    if (t.desirable_weight != 1.0 || t.undesirable_weight != 1.0) {
+      weights = ", weights " + fmt("%g", t.desirable_weight) + " / " + fmt("%g", t.undesirable_weight);
+    }
+    row("method", std::string("kto (") + dsl::to_string(t.loss_type) + ", beta " + fmt("%g", t.beta) + weights +
+                      "): micro-batches of pairs, each chosen row desirable and each rejected row undesirable" +
+                      (s.kl_rows ? "; each row's prompt with the previous row's completion forwarded for the KL "
+                                   "estimate"
+                                 : ""));
+  } else if (s.reference != dsl::Reference::kNone) {
     row("method", std::string("dpo (") + dsl::to_string(t.loss_type) + ", beta " + fmt("%g", t.beta) +
                       "): micro-batches of pairs, two rows each");
+  }
+  if (s.reference != dsl::Reference::kNone) {
     row("reference", s.reference == dsl::Reference::kAdapterOff
                          ? "adapter_off (the base with the adapters switched off: no bytes)"
                      : s.reference == dsl::Reference::kPrecomputed

@@ -225,10 +225,10 @@ enum class LrScheduler { kConstant, kCosine, kLinear };
 
 // What the loss trains: the next token of the data (sft), or a preference
 // between two completions of a prompt, against a frozen reference model
-// (dpo) or without one (orpo, simpo).
+// (dpo, kto) or without one (orpo, simpo), or a score (reward).
 enum class TrainingMethod {
   kSft,
-  kDpo,    // Rafailov et al., "Direct Preference Optimization", 2023
+  kDpo,  // Rafailov et al., "Direct Preference Optimization", 2023
   // Hong et al., "ORPO: Monolithic Preference Optimization without Reference
   // Model", 2024: the chosen sequence's NLL (prompt and completion, per
   // token) minus lambda * log sigmoid of the log odds ratio of the two
@@ -245,11 +245,17 @@ enum class TrainingMethod {
   // last token, trained on -log sigmoid(r_chosen - r_rejected), as TRL's
   // RewardTrainer computes it; exported for AutoModelForSequenceClassification.
   kReward,
+  // Ethayarajh et al., "KTO: Model Alignment as Prospect Theoretic
+  // Optimization", 2024: each completion judged alone, desirable (a pair's
+  // chosen) or undesirable (its rejected), its log-ratio against the
+  // reference compared with a KL estimate from mismatched prompt and
+  // completion rows of the same micro-batch, as TRL's KTOTrainer computes it.
+  kKto,
 };
 // Whether `m` trains on preference pairs, whether it scores them against a
 // reference model, and whether its head is a scalar score (no vocabulary).
 inline bool trains_on_pairs(TrainingMethod m) { return m != TrainingMethod::kSft; }
-inline bool needs_reference(TrainingMethod m) { return m == TrainingMethod::kDpo; }
+inline bool needs_reference(TrainingMethod m) { return m == TrainingMethod::kDpo || m == TrainingMethod::kKto; }
 inline bool scores_sequences(TrainingMethod m) { return m == TrainingMethod::kReward; }
 // DPO's loss on the margin h = beta * ((log pi(y_w) - log ref(y_w)) -
 // (log pi(y_l) - log ref(y_l))), each a completion's summed log-probability:
@@ -273,7 +279,15 @@ enum class PreferenceLoss {
               // Optimization", 2024, its hard-label form)
   kApoZero,   // (1 - sigmoid(r_w)) + sigmoid(r_l) (D'Oosterlinck et al., "Anchored Preference Optimization", 2024)
   kApoDown,   // sigmoid(r_w) + (1 - sigmoid(h)) (the same paper, for chosen answers worse than the model's own)
+  // kto's, each completion alone, with r its beta-scaled log-ratio and z the
+  // micro-batch's KL estimate (clamped at 0):
+  kKto,              // desirable 1 - sigmoid(r - beta z), undesirable 1 - sigmoid(beta z - r) (Eq. 7 of the KTO paper)
+  kApoZeroUnpaired,  // desirable 1 - sigmoid(r), undesirable sigmoid(r) (APO-zero without pairs; no KL estimate)
 };
+// Whether `loss` is a kto loss (the others are dpo's).
+inline bool is_kto_loss(PreferenceLoss loss) {
+  return loss == PreferenceLoss::kKto || loss == PreferenceLoss::kApoZeroUnpaired;
+}
 // Whether `loss` reads training.label_smoothing.
 inline bool uses_label_smoothing(PreferenceLoss loss) {
   return loss == PreferenceLoss::kRobust || loss == PreferenceLoss::kExoPair;
@@ -303,7 +317,7 @@ struct TrainingSpec {
   // dpo: the log-ratio margin's scale (the KL penalty's weight), default
   // 0.1; simpo: the reward's scale, default 2.0 (the SimPO paper's).
   double beta = 0.1;
-  PreferenceLoss loss_type = PreferenceLoss::kSigmoid;  // dpo
+  PreferenceLoss loss_type = PreferenceLoss::kSigmoid;  // dpo; kto (kto's default: kKto)
   double gamma = 1.0;        // simpo: the target reward margin (gamma / beta 0.5, the paper's default)
   double orpo_lambda = 0.1;  // orpo: the odds-ratio term's weight (the paper's lambda, TRL's beta)
   // dpo, robust and exo_pair: the assumed share of flipped preference
@@ -313,6 +327,11 @@ struct TrainingSpec {
   // r_l)^2), beside the pair loss, which keeps the scores centred on zero
   // (Eisenstein et al. 2023; TRL's center_rewards_coefficient). Default 0.
   double center_rewards = 0.0;
+  // kto: the weights of the desirable (chosen) and undesirable (rejected)
+  // completions' losses, each > 0. Default 1 (the KTO paper suggests
+  // keeping weight x count within 1 to 4/3 of each other).
+  double desirable_weight = 1.0;
+  double undesirable_weight = 1.0;
 };
 
 struct LoraSpec {

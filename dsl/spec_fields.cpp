@@ -179,11 +179,8 @@ template <>
 struct EnumNames<TrainingMethod> {
   static const std::vector<std::pair<TrainingMethod, const char*>>& names() {
     static const std::vector<std::pair<TrainingMethod, const char*>> k = {
-        {TrainingMethod::kSft, "sft"},
-        {TrainingMethod::kDpo, "dpo"},
-        {TrainingMethod::kOrpo, "orpo"},
-        {TrainingMethod::kSimpo, "simpo"},
-        {TrainingMethod::kReward, "reward"}};
+        {TrainingMethod::kSft, "sft"},     {TrainingMethod::kDpo, "dpo"},       {TrainingMethod::kOrpo, "orpo"},
+        {TrainingMethod::kSimpo, "simpo"}, {TrainingMethod::kReward, "reward"}, {TrainingMethod::kKto, "kto"}};
     return k;
   }
 };
@@ -191,11 +188,12 @@ template <>
 struct EnumNames<PreferenceLoss> {
   static const std::vector<std::pair<PreferenceLoss, const char*>>& names() {
     static const std::vector<std::pair<PreferenceLoss, const char*>> k = {
-        {PreferenceLoss::kSigmoid, "sigmoid"},    {PreferenceLoss::kIpo, "ipo"},
-        {PreferenceLoss::kHinge, "hinge"},        {PreferenceLoss::kRobust, "robust"},
-        {PreferenceLoss::kExoPair, "exo_pair"},   {PreferenceLoss::kNcaPair, "nca_pair"},
-        {PreferenceLoss::kBcoPair, "bco_pair"},   {PreferenceLoss::kSppoHard, "sppo_hard"},
-        {PreferenceLoss::kApoZero, "apo_zero"},   {PreferenceLoss::kApoDown, "apo_down"}};
+        {PreferenceLoss::kSigmoid, "sigmoid"},  {PreferenceLoss::kIpo, "ipo"},
+        {PreferenceLoss::kHinge, "hinge"},      {PreferenceLoss::kRobust, "robust"},
+        {PreferenceLoss::kExoPair, "exo_pair"}, {PreferenceLoss::kNcaPair, "nca_pair"},
+        {PreferenceLoss::kBcoPair, "bco_pair"}, {PreferenceLoss::kSppoHard, "sppo_hard"},
+        {PreferenceLoss::kApoZero, "apo_zero"}, {PreferenceLoss::kApoDown, "apo_down"},
+        {PreferenceLoss::kKto, "kto"},          {PreferenceLoss::kApoZeroUnpaired, "apo_zero_unpaired"}};
     return k;
   }
 };
@@ -410,7 +408,7 @@ Field<DataSpec> chat_sft_only(Field<DataSpec> f) {
   return f;
 }
 
-// A key of preference data (training.method dpo, orpo, simpo or reward), written
+// A key of preference data (training.method dpo, orpo, simpo, reward or kto), written
 // back only for it.
 Field<DataSpec> preference_only(Field<DataSpec> f) {
   f.write = [write = f.write](const DataSpec& d) -> std::optional<Node> {
@@ -514,36 +512,41 @@ Field<DataSpec> several_datasets_only(Field<DataSpec> f) {
 const std::vector<Field<DataSpec>>& data_fields() {
   static const std::vector<Field<DataSpec>> k = {
       train_field(),
-      several_datasets_only(field("mix",
-            "Several datasets (data.train a list): concat (the default; each dataset's examples weight times per "
-            "epoch) or interleave (the datasets in proportion to their weights, an epoch as many examples as "
-            "all of them together).",
-            &DataSpec::mix)),
-      several_datasets_only(optional_field("mix_seed",
-            "Several datasets: the seed of the mix's sampling and order. Default training.seed.",
-            &DataSpec::mix_seed)),
+      several_datasets_only(
+          field("mix",
+                "Several datasets (data.train a list): concat (the default; each dataset's examples weight times per "
+                "epoch) or interleave (the datasets in proportion to their weights, an epoch as many examples as "
+                "all of them together).",
+                &DataSpec::mix)),
+      several_datasets_only(optional_field(
+          "mix_seed", "Several datasets: the seed of the mix's sampling and order. Default training.seed.",
+          &DataSpec::mix_seed)),
       field("eval",
             "Held-out evaluation data file (optional), read like train: its masked mean loss (eval_loss) "
-            "after every training.eval_every steps and after the last.", &DataSpec::eval, string_not_empty()),
+            "after every training.eval_every steps and after the last.",
+            &DataSpec::eval, string_not_empty()),
       field("format",
             "jsonl (JSON Lines), json (a JSON array of records, or JSON Lines), text (paragraphs), tokens "
             "(int32 ids), parquet (a Parquet file) or arrow (an Arrow file, or a folder datasets' save_to_disk "
             "wrote). Default: from the file extension (.jsonl, .json, .txt/.md, .bin/.tokens, .parquet, .arrow; "
             "a folder is arrow).",
             &DataSpec::format),
-      field("field", "Records (jsonl, json, parquet, arrow): the text field. Default \"text\".", &DataSpec::field, string_not_empty()),
+      field("field", "Records (jsonl, json, parquet, arrow): the text field. Default \"text\".", &DataSpec::field,
+            string_not_empty()),
       field("prompt_field",
-            "Records (jsonl, json, parquet, arrow): prompt field of prompt/completion pairs, or of preference pairs (default \"prompt\" "
+            "Records (jsonl, json, parquet, arrow): prompt field of prompt/completion pairs, or of preference pairs "
+            "(default \"prompt\" "
             "there); the loss is masked on it.",
             &DataSpec::prompt_field, string_not_empty()),
       preference_only(field("chosen_field",
-            "Preference pairs (training.method dpo, orpo, simpo or reward): the preferred completion's field. Default \"chosen\".",
-            &DataSpec::chosen_field, string_not_empty())),
+                            "Preference pairs (training.method dpo, orpo, simpo, reward or kto): the preferred "
+                            "completion's field. Default \"chosen\".",
+                            &DataSpec::chosen_field, string_not_empty())),
       preference_only(field("rejected_field",
-            "Preference pairs: the dispreferred completion's field. Default \"rejected\".",
-            &DataSpec::rejected_field, string_not_empty())),
-      field("completion_field", "Records (jsonl, json, parquet, arrow): completion field of prompt/completion pairs.", &DataSpec::completion_field,
-            string_not_empty()),
+                            "Preference pairs: the dispreferred completion's field. Default \"rejected\".",
+                            &DataSpec::rejected_field, string_not_empty())),
+      field("completion_field", "Records (jsonl, json, parquet, arrow): completion field of prompt/completion pairs.",
+            &DataSpec::completion_field, string_not_empty()),
       field("seq_len", "Tokens per sequence. Default: min(2048, the model's max_seq_len).", &DataSpec::seq_len,
             int_at_least(1)),
       field("packing",
@@ -555,34 +558,40 @@ const std::vector<Field<DataSpec>>& data_fields() {
             "false). Default truncate; one truncated to no trained token is dropped. Plain text is split instead.",
             &DataSpec::on_long_example),
       field("on_bad_record",
-            "Records (jsonl, json, parquet, arrow): error (the default: the job fails naming the record) or skip (a record that cannot be read "
+            "Records (jsonl, json, parquet, arrow): error (the default: the job fails naming the record) or skip (a "
+            "record that cannot be read "
             "or rendered is left out, counted in the plan and the job's start event).",
             &DataSpec::on_bad_record),
-      chat_only(field("chat",
-            "Records are conversations, rendered with the model's chat template: messages (OpenAI's role/content "
-            "turns, with a tools column), sharegpt (from/value turns) or alpaca (instruction/input/output). "
-            "Default none.",
-            &DataSpec::chat)),
-      chat_only(field("fields",
-            "chat: record field names over the format's defaults. messages: messages, tools, role, content; "
-            "sharegpt: conversations, from, value, system, tools; alpaca: instruction, input, output, system, "
-            "history.",
-            &DataSpec::fields)),
-      chat_only(field("roles",
-            "sharegpt: \"from\" values and the roles they stand for, over the defaults (human, user: user; gpt, "
-            "assistant, model: assistant; system; tool, observation, function_response: tool).",
-            &DataSpec::roles)),
+      chat_only(
+          field("chat",
+                "Records are conversations, rendered with the model's chat template: messages (OpenAI's role/content "
+                "turns, with a tools column), sharegpt (from/value turns) or alpaca (instruction/input/output). "
+                "Default none.",
+                &DataSpec::chat)),
+      chat_only(
+          field("fields",
+                "chat: record field names over the format's defaults. messages: messages, tools, role, content; "
+                "sharegpt: conversations, from, value, system, tools; alpaca: instruction, input, output, system, "
+                "history.",
+                &DataSpec::fields)),
+      chat_only(
+          field("roles",
+                "sharegpt: \"from\" values and the roles they stand for, over the defaults (human, user: user; gpt, "
+                "assistant, model: assistant; system; tool, observation, function_response: tool).",
+                &DataSpec::roles)),
       field("chat_template",
             "chat: a Jinja chat template file, relative to the spec file. Default: the model folder's "
             "chat_template.jinja, else tokenizer_config.json's chat_template.",
             &DataSpec::chat_template, string_not_empty()),
-      chat_sft_only(field("train_on",
-            "chat: the tokens trained: assistant (every assistant turn, the default), all, or last_assistant.",
-            &DataSpec::train_on)),
-      chat_sft_only(field("train_on_eos",
-            "chat: train the end-of-turn token after each trained reply (turn, the default), after the last "
-            "(last), or none. A template's {% generation %} blocks say it themselves.",
-            &DataSpec::train_on_eos)),
+      chat_sft_only(
+          field("train_on",
+                "chat: the tokens trained: assistant (every assistant turn, the default), all, or last_assistant.",
+                &DataSpec::train_on)),
+      chat_sft_only(
+          field("train_on_eos",
+                "chat: train the end-of-turn token after each trained reply (turn, the default), after the last "
+                "(last), or none. A template's {% generation %} blocks say it themselves.",
+                &DataSpec::train_on_eos)),
   };
   return k;
 }
@@ -608,56 +617,82 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
       field("seed", "Random seed. Default 42.", &TrainingSpec::seed, int_at_least(0)),
       field("eval_every", "Evaluate every N optimizer steps; 0 = at the end only. Default 0.",
             &TrainingSpec::eval_every, int_at_least(0)),
-      eval_prompts_only(field("eval_prompts",
-            "Prompts the model answers at each evaluation (every eval_every steps and after the last; with "
-            "data.eval or without), greedily, up to eval_max_tokens new tokens each; the answers are kept with the "
-            "job's events and shown on its page. Plain text (after the tokenizer's BOS), or with data.chat a user "
-            "turn rendered with the chat template and its generation prompt. At most 16. Default: none.",
-            &TrainingSpec::eval_prompts, Check<std::vector<std::string>>([](const std::vector<std::string>& v) {
-              if (v.size() > 16) return std::optional<std::string>("at most 16 prompts, got " + std::to_string(v.size()));
-              for (std::size_t i = 0; i < v.size(); ++i) {
-                if (v[i].empty()) return std::optional<std::string>("prompt " + std::to_string(i) + " is empty");
-              }
-              return std::optional<std::string>();
-            }))),
+      eval_prompts_only(
+          field("eval_prompts",
+                "Prompts the model answers at each evaluation (every eval_every steps and after the last; with "
+                "data.eval or without), greedily, up to eval_max_tokens new tokens each; the answers are kept with the "
+                "job's events and shown on its page. Plain text (after the tokenizer's BOS), or with data.chat a user "
+                "turn rendered with the chat template and its generation prompt. At most 16. Default: none.",
+                &TrainingSpec::eval_prompts, Check<std::vector<std::string>>([](const std::vector<std::string>& v) {
+                  if (v.size() > 16)
+                    return std::optional<std::string>("at most 16 prompts, got " + std::to_string(v.size()));
+                  for (std::size_t i = 0; i < v.size(); ++i) {
+                    if (v[i].empty()) return std::optional<std::string>("prompt " + std::to_string(i) + " is empty");
+                  }
+                  return std::optional<std::string>();
+                }))),
       eval_prompts_only(field("eval_max_tokens",
-            "New tokens per eval prompt, 1 to 1024 (fewer when the model stops). Default 64.",
-            &TrainingSpec::eval_max_tokens, int_in_range(1, 1024))),
-      only_for({TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo, TrainingMethod::kReward},
-                field("method",
-            "sft (the default: the next token of the data), or training on prompt/chosen/rejected preference "
-            "pairs: dpo (Direct Preference Optimization, Rafailov et al. 2023, against a frozen reference model "
-            "placed by strategy.reference), orpo (Hong et al. 2024: the chosen sequence's NLL plus an odds-ratio "
-            "term, no reference), simpo (Meng et al. 2024: length-normalised rewards with a target margin, no "
-            "reference) or reward (a reward model: a scalar score head read at each sequence's last token, "
-            "trained on the Bradley-Terry pairwise loss as TRL's RewardTrainer does; a full fine-tune, exported "
-            "for AutoModelForSequenceClassification).",
-            &TrainingSpec::method)),
-      only_for({TrainingMethod::kDpo, TrainingMethod::kSimpo}, field("beta",
-            "dpo: the scale of the log-ratio margin (the KL penalty's weight), > 0, default 0.1 as in the paper "
-            "and TRL; simpo: the scale of the per-token mean log-probability rewards, > 0, default 2.0 as in the "
-            "SimPO paper's configurations.",
-            &TrainingSpec::beta, number_above(0))),
-      only_for({TrainingMethod::kDpo}, field("loss_type",
-            "dpo: sigmoid (the paper's, the default), ipo (Azar et al. 2023; per-token mean log-ratios), hinge "
-            "(SLiC-HF, Zhao et al. 2023), robust (rDPO, Chowdhury et al. 2024; reads label_smoothing), exo_pair "
-            "(EXO, Ji et al. 2024; label_smoothing > 0), nca_pair (NCA, Chen et al. 2024), bco_pair (BCO, Jung et "
-            "al. 2024), sppo_hard (SPPO, Wu et al. 2024), apo_zero or apo_down (APO, D'Oosterlinck et al. 2024), "
-            "as TRL's DPOTrainer computes them.",
-            &TrainingSpec::loss_type)),
-      only_for({TrainingMethod::kSimpo}, field("gamma",
-            "simpo: the target reward margin between the chosen and the rejected completion, >= 0. Default 1.0 "
-            "(gamma / beta 0.5, the SimPO paper's default ratio).",
-            &TrainingSpec::gamma, number_at_least(0))),
-      only_for({TrainingMethod::kReward}, field("center_rewards",
-            "reward: the weight of mean((r_chosen + r_rejected)^2) added to the loss, which keeps the scores "
-            "centred on zero, >= 0 (Eisenstein et al. 2023, 'Helping or Herding?'; TRL's "
-            "center_rewards_coefficient, which suggests 0.01). Default 0 (off).",
-            &TrainingSpec::center_rewards, number_at_least(0))),
-      only_for({TrainingMethod::kOrpo}, field("lambda",
-            "orpo: the weight of the odds-ratio term beside the chosen sequence's NLL, > 0. Default 0.1 (the "
-            "ORPO paper's lambda; TRL's ORPOConfig calls it beta).",
-            &TrainingSpec::orpo_lambda, number_above(0))),
+                              "New tokens per eval prompt, 1 to 1024 (fewer when the model stops). Default 64.",
+                              &TrainingSpec::eval_max_tokens, int_in_range(1, 1024))),
+      only_for(
+          {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo, TrainingMethod::kReward,
+           TrainingMethod::kKto},
+          field("method",
+                "sft (the default: the next token of the data), or training on prompt/chosen/rejected preference "
+                "pairs: dpo (Direct Preference Optimization, Rafailov et al. 2023, against a frozen reference model "
+                "placed by strategy.reference), orpo (Hong et al. 2024: the chosen sequence's NLL plus an odds-ratio "
+                "term, no reference), simpo (Meng et al. 2024: length-normalised rewards with a target margin, no "
+                "reference) or reward (a reward model: a scalar score head read at each sequence's last token, "
+                "trained on the Bradley-Terry pairwise loss as TRL's RewardTrainer does; exported for "
+                "AutoModelForSequenceClassification) or kto (Ethayarajh et al. 2024: each pair's chosen completion "
+                "a desirable example and its rejected one an undesirable example, each judged alone against the "
+                "reference and a KL estimate, as TRL's KTOTrainer does on paired data).",
+                &TrainingSpec::method)),
+      only_for(
+          {TrainingMethod::kDpo, TrainingMethod::kSimpo, TrainingMethod::kKto},
+          field("beta",
+                "dpo and kto: the scale of the log-ratios (the KL penalty's weight), > 0, default 0.1 as in the papers "
+                "and TRL; simpo: the scale of the per-token mean log-probability rewards, > 0, default 2.0 as in the "
+                "SimPO paper's configurations.",
+                &TrainingSpec::beta, number_above(0))),
+      only_for(
+          {TrainingMethod::kDpo, TrainingMethod::kKto},
+          field("loss_type",
+                "dpo: sigmoid (the paper's, the default), ipo (Azar et al. 2023; per-token mean log-ratios), hinge "
+                "(SLiC-HF, Zhao et al. 2023), robust (rDPO, Chowdhury et al. 2024; reads label_smoothing), exo_pair "
+                "(EXO, Ji et al. 2024; label_smoothing > 0), nca_pair (NCA, Chen et al. 2024), bco_pair (BCO, Jung et "
+                "al. 2024), sppo_hard (SPPO, Wu et al. 2024), apo_zero or apo_down (APO, D'Oosterlinck et al. 2024), "
+                "as TRL's DPOTrainer computes them. kto: kto (the paper's Eq. 7, the default) or apo_zero_unpaired "
+                "(APO-zero on unpaired examples, D'Oosterlinck et al. 2024; no KL estimate), as TRL's KTOTrainer "
+                "computes them.",
+                &TrainingSpec::loss_type)),
+      only_for({TrainingMethod::kKto},
+               field("desirable_weight",
+                     "kto: the weight of each desirable (chosen) completion's loss, > 0. Default 1.0. The KTO paper "
+                     "suggests desirable_weight x desirable count within 1 to 4/3 of undesirable_weight x undesirable "
+                     "count; paired data has as many of each.",
+                     &TrainingSpec::desirable_weight, number_above(0))),
+      only_for({TrainingMethod::kKto},
+               field("undesirable_weight",
+                     "kto: the weight of each undesirable (rejected) completion's loss, > 0. Default 1.0.",
+                     &TrainingSpec::undesirable_weight, number_above(0))),
+      only_for(
+          {TrainingMethod::kSimpo},
+          field("gamma",
+                "simpo: the target reward margin between the chosen and the rejected completion, >= 0. Default 1.0 "
+                "(gamma / beta 0.5, the SimPO paper's default ratio).",
+                &TrainingSpec::gamma, number_at_least(0))),
+      only_for({TrainingMethod::kReward},
+               field("center_rewards",
+                     "reward: the weight of mean((r_chosen + r_rejected)^2) added to the loss, which keeps the scores "
+                     "centred on zero, >= 0 (Eisenstein et al. 2023, 'Helping or Herding?'; TRL's "
+                     "center_rewards_coefficient, which suggests 0.01). Default 0 (off).",
+                     &TrainingSpec::center_rewards, number_at_least(0))),
+      only_for({TrainingMethod::kOrpo},
+               field("lambda",
+                     "orpo: the weight of the odds-ratio term beside the chosen sequence's NLL, > 0. Default 0.1 (the "
+                     "ORPO paper's lambda; TRL's ORPOConfig calls it beta).",
+                     &TrainingSpec::orpo_lambda, number_above(0))),
       // Written back only where it is read, so other jobs' resolved form
       // does not change.
       [] {

@@ -451,7 +451,8 @@ void check_preference_data(DataSpec& data, const Node& root, Diagnostics& d) {
     const std::string path = std::string("data.") + key;
     if (set) {
       d.error(loc_at(root, path), path,
-              "does not apply to preference pairs (training.method dpo, orpo, simpo or reward): they are read from prompt_field, "
+              "does not apply to preference pairs (training.method dpo, orpo, simpo, reward or kto): they are read "
+              "from prompt_field, "
               "chosen_field and rejected_field");
     }
   }
@@ -495,6 +496,25 @@ void check_reward(JobSpec& spec, const Node& root, Diagnostics& d) {
   }
 }
 
+// KTO's loss defaults to its own; a dpo loss is refused. Its KL rows pair
+// each prompt with another row's completion of the same micro-batch, drawn
+// anew each epoch, so no pass before training can score them: the
+// reference is the model with its adapters off or a frozen copy.
+void check_kto(JobSpec& spec, const Node& root, Diagnostics& d) {
+  const Node* loss = node_at(root, "training.loss_type");
+  if (loss == nullptr || loss->is_null()) {
+    spec.training.loss_type = PreferenceLoss::kKto;
+  } else if (!is_kto_loss(spec.training.loss_type)) {
+    d.error(loc_at(root, "training.loss_type"), "training.loss_type",
+            std::string(to_string(spec.training.loss_type)) + " is a dpo loss; kto's are kto and apo_zero_unpaired");
+  }
+  if (spec.strategy.reference == Reference::kPrecomputed) {
+    d.error(loc_at(root, "strategy.reference"), "strategy.reference",
+            "a precomputed reference is not built for kto: its KL rows pair each prompt with another row's "
+            "completion, drawn anew each epoch; use adapter_off (with adapters) or separate");
+  }
+}
+
 // Keys of preference training set on a job whose method does not read them
 // are refused, not ignored; SimPO's beta has its own default.
 void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
@@ -506,18 +526,22 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
     std::vector<TrainingMethod> readers;
     const char* who;
   };
+  const std::vector<TrainingMethod> pairs = {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo,
+                                             TrainingMethod::kReward, TrainingMethod::kKto};
   const std::vector<Key> keys = {
-      {"training.beta", {TrainingMethod::kDpo, TrainingMethod::kSimpo}, "dpo and simpo"},
-      {"training.loss_type", {TrainingMethod::kDpo}, "dpo"},
+      {"training.beta", {TrainingMethod::kDpo, TrainingMethod::kSimpo, TrainingMethod::kKto}, "dpo, simpo and kto"},
+      {"training.loss_type", {TrainingMethod::kDpo, TrainingMethod::kKto}, "dpo and kto"},
       {"training.label_smoothing", {TrainingMethod::kDpo}, "dpo"},
       {"training.gamma", {TrainingMethod::kSimpo}, "simpo"},
       {"training.center_rewards", {TrainingMethod::kReward}, "reward"},
       {"training.lambda", {TrainingMethod::kOrpo}, "orpo (its odds-ratio weight; simpo and dpo read beta)"},
-      {"strategy.reference", {TrainingMethod::kDpo}, "dpo (orpo, simpo and reward have no reference model)"},
-      {"data.chosen_field", {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo, TrainingMethod::kReward},
-       "dpo, orpo, simpo and reward"},
-      {"data.rejected_field", {TrainingMethod::kDpo, TrainingMethod::kOrpo, TrainingMethod::kSimpo, TrainingMethod::kReward},
-       "dpo, orpo, simpo and reward"},
+      {"training.desirable_weight", {TrainingMethod::kKto}, "kto"},
+      {"training.undesirable_weight", {TrainingMethod::kKto}, "kto"},
+      {"strategy.reference",
+       {TrainingMethod::kDpo, TrainingMethod::kKto},
+       "dpo and kto (orpo, simpo and reward have no reference model)"},
+      {"data.chosen_field", pairs, "dpo, orpo, simpo, reward and kto"},
+      {"data.rejected_field", pairs, "dpo, orpo, simpo, reward and kto"},
   };
   // A key set to null is a default asked for, not a key set.
   const auto set = [&](const char* path) {
@@ -531,7 +555,8 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
   }
   if (method == TrainingMethod::kSimpo && !set("training.beta")) spec.training.beta = 2.0;
   if (method == TrainingMethod::kReward) check_reward(spec, root, d);
-  if (method != TrainingMethod::kDpo) return;
+  if (method == TrainingMethod::kKto) check_kto(spec, root, d);
+  if (!needs_reference(method)) return;
   const Adapter* adapter = spec.strategy.adapter ? &*spec.strategy.adapter : nullptr;
   if (spec.strategy.reference == Reference::kAdapterOff && adapter != nullptr && *adapter == Adapter::kNone) {
     d.error(loc_at(root, "strategy.reference"), "strategy.reference",
@@ -544,9 +569,15 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
   }
   if (spec.strategy.reference == Reference::kNone) {
     d.error(loc_at(root, "strategy.reference"), "strategy.reference",
-            "dpo needs a reference model: adapter_off, precomputed, separate or auto");
+            std::string(to_string(method)) + " needs a reference model: adapter_off, " +
+                (method == TrainingMethod::kKto ? "" : "precomputed, ") + "separate or auto");
   }
+  if (method != TrainingMethod::kDpo) return;
   const PreferenceLoss loss = spec.training.loss_type;
+  if (is_kto_loss(loss)) {
+    d.error(loc_at(root, "training.loss_type"), "training.loss_type",
+            std::string(to_string(loss)) + " is a kto loss (training.method: kto); dpo's are sigmoid to apo_down");
+  }
   if (node_at(root, "training.label_smoothing") != nullptr && !uses_label_smoothing(loss)) {
     d.error(loc_at(root, "training.label_smoothing"), "training.label_smoothing",
             std::string("loss_type ") + to_string(loss) + " does not read it (robust and exo_pair do)");

@@ -9,13 +9,21 @@ namespace tailor::strategies {
 dsl::Reference reference_for(const dsl::JobSpec& spec, const Strategy& s) {
   if (!dsl::needs_reference(spec.training.method)) return dsl::Reference::kNone;
   if (spec.strategy.reference) return *spec.strategy.reference;
-  return s.adapter != Adapter::kNone ? dsl::Reference::kAdapterOff : dsl::Reference::kPrecomputed;
+  if (s.adapter != Adapter::kNone) return dsl::Reference::kAdapterOff;
+  // kto's KL rows change with each epoch's order: no pass before training
+  // can score them.
+  return spec.training.method == dsl::TrainingMethod::kKto ? dsl::Reference::kSeparate : dsl::Reference::kPrecomputed;
+}
+
+bool kl_rows_for(const dsl::JobSpec& spec) {
+  return spec.training.method == dsl::TrainingMethod::kKto && spec.training.loss_type == dsl::PreferenceLoss::kKto;
 }
 
 Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy& strategy, const PlanOptions& o) {
   Strategy s = strategy;
   s.pairs = dsl::trains_on_pairs(spec.training.method);
   s.reference = reference_for(spec, s);
+  s.kl_rows = kl_rows_for(spec);
   const bool on_cpu = hw.cpu_only();
   const Device dev = rank_device(spec, hw);
   MemoryInput in;

@@ -44,8 +44,12 @@ struct PlanOptions {
 // spec's pin, else the adapters switched off when `s` trains adapters (no
 // bytes, no pass before training) and precomputed when it trains every
 // weight (no bytes either, where a frozen copy would need every weight
-// once more; the same forwards, once per pair). kNone for sft.
+// once more; the same forwards, once per pair); kto's full fine-tune a
+// separate copy (its KL rows cannot be scored ahead). kNone for the
+// methods without a reference.
 dsl::Reference reference_for(const dsl::JobSpec& spec, const Strategy& s);
+// Whether the spec's micro-batches forward KL rows (kto, loss_type kto).
+bool kl_rows_for(const dsl::JobSpec& spec);
 
 // One evaluated strategy.
 struct Candidate {

@@ -120,7 +120,7 @@ std::optional<Constraints::Refusal> Constraints::refusal(const Strategy& s) cons
   if (s.offload != Offload::kNone && s.zero_stage == 0) return Refusal{"offload needs ZeRO stage 1 or more"};
   if (s.offload == Offload::kOptimizerAndParams && s.zero_stage != 3) return Refusal{"parameter offload needs ZeRO-3"};
   if ((s.adapter == Adapter::kQlora) != (s.quantization != Quantization::kNone)) return Refusal{"QLoRA means a quantised base"};
-  if (spec_.training.method == dsl::TrainingMethod::kDpo) {
+  if (dsl::needs_reference(spec_.training.method)) {
     const dsl::Reference r = reference_for(spec_, s);
     if (r == dsl::Reference::kAdapterOff && s.adapter == Adapter::kNone) {
       return Refusal{"the reference adapter_off needs adapters (strategy.reference is pinned)"};

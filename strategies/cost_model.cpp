@@ -88,11 +88,14 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   const double accum = static_cast<double>(s.grad_accumulation);
   t.compute_seconds = accum * (micro_compute + micro_dequant);
   // The reference's forward over the same rows, without recomputation or
-  // backward (and, QLoRA's base being the reference, one more dequantise).
+  // backward (and, QLoRA's base being the reference, one more dequantise);
+  // kto's KL rows add two such forwards, the reference's and the trained
+  // model's.
   if (s.reference != Reference::kNone) {
     const double reference_compute = forward * micro_tokens / (peak_tflops * 1e12 * utilisation);
     const double dequant_forward = micro_dequant > 0 ? micro_dequant / (2.0 + recompute_fraction) : 0.0;
-    const double seconds = accum * (reference_compute + dequant_forward);
+    const double forwards = s.kl_rows ? 3.0 : 1.0;
+    const double seconds = forwards * accum * (reference_compute + dequant_forward);
     (s.reference == Reference::kPrecomputed ? t.reference_pass_seconds : t.reference_seconds) = seconds;
   }
 

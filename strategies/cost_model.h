@@ -73,7 +73,8 @@ struct Throughput {
   double comm_seconds = 0;        // exposed collective time per step
   double offload_seconds = 0;     // host transfers and CPU optimizer per step
   double optimizer_seconds = 0;   // on-device optimizer update per step
-  double reference_seconds = 0;   // dpo: the reference model's forward passes per step (no backward)
+  double reference_seconds = 0;   // dpo, kto: the reference model's forward passes per step (no backward);
+                                  // kto's KL rows: their forwards through the reference and the trained model
   // dpo, reference precomputed: the same forwards over a step's pairs, paid
   // once before training instead of every step (none for pairs the cache
   // holds); not in step_seconds.

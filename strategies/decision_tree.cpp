@@ -230,22 +230,29 @@ class Walker {
          true, [&](Strategy& s) { s.attention = target_.attention; }, "attend materialised");
   }
 
-  // DPO's reference model: placed by the plan's adapters (or the spec's
-  // pin), with its bytes and its time; not a step toward the budget.
+  // DPO's and KTO's reference model: placed by the plan's adapters (or the
+  // spec's pin), with its bytes and its time; not a step toward the budget.
   void reference() {
     if (target_.reference == Reference::kNone) return;
     const Candidate e = evaluate(spec_, hw_, target_, o_);
+    const bool kto = spec_.training.method == dsl::TrainingMethod::kKto;
     Decision d = measure("reference",
-                         "Where does the reference model go (DPO scores both completions with it)?", e);
+                         kto ? "Where does the reference model go (KTO scores each completion with it)?"
+                             : "Where does the reference model go (DPO scores both completions with it)?",
+                         e);
     d.verdict = Verdict::kApplied;
     d.saved = Bytes(0) - e.memory.reference;
-    char time[160];
-    std::snprintf(time, sizeof time, "its forward over both completions adds %.3g s a step (estimated)",
+    char time[200];
+    std::snprintf(time, sizeof time,
+                  e.strategy.kl_rows
+                      ? "its forwards over the completions and the KL rows, with the trained model's over "
+                        "the KL rows, add %.3g s a step (estimated)"
+                      : "its forward over both completions adds %.3g s a step (estimated)",
                   e.throughput.reference_seconds);
     if (target_.reference == Reference::kAdapterOff) {
       d.change = "switch the adapters off for the reference's forward";
       d.reason = std::string("no bytes: the base weights are the reference, since the adapters start at zero; ") + time;
-      if (!spec_.strategy.reference) {
+      if (!spec_.strategy.reference && !kto) {
         d.reason += "; precomputed would pay that forward once per pair before training (fewer forwards when the "
                     "data is read more than once, none for pairs a cache holds)";
       }
@@ -269,7 +276,10 @@ class Walker {
       d.change = "keep a frozen copy of the starting weights";
       d.reason = "the copy needs " + e.memory.reference.to_string() + " (every weight in " +
                  dsl::to_string(target_.precision) + "); " + time;
-      if (target_.adapter == Adapter::kNone) d.reason += "; precomputed would need no copy";
+      if (target_.adapter == Adapter::kNone) {
+        d.reason += kto ? "; kto's KL rows change with each epoch's order, so none can be precomputed"
+                        : "; precomputed would need no copy";
+      }
     }
     if (spec_.strategy.reference) d.reason += " (pinned by the spec)";
     out_.push_back(d);

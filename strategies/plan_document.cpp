@@ -24,6 +24,7 @@ void write_strategy(JsonWriter& w, const Strategy& s) {
   w.field("cross_entropy", to_string(s.cross_entropy));
   if (s.pairs) w.field("pairs", true);
   if (s.reference != Reference::kNone) w.field("reference", dsl::to_string(s.reference));
+  if (s.kl_rows) w.field("kl_rows", true);
   w.end_object();
 }
 

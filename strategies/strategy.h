@@ -60,14 +60,18 @@ struct Strategy {
   // The logits unless they do not fit: the fused head is slower when the
   // head trains, and its slices cost GPU efficiency (cost_model.cpp).
   CrossEntropy cross_entropy = CrossEntropy::kLogits;
-  // Preference training (dpo, orpo, simpo): each sequence of the batch is a
-  // pair, two rows forward and backward. Not searched: it follows the spec
-  // (candidate.cpp).
+  // Preference training (dpo, orpo, simpo, reward, kto): each sequence of
+  // the batch is a pair, two rows forward and backward. Not searched: it
+  // follows the spec (candidate.cpp).
   bool pairs = false;
-  // dpo only: where the reference log-probabilities come from, and its
-  // forward over both rows. Not searched: it follows the adapter
+  // dpo and kto only: where the reference log-probabilities come from, and
+  // its forward over both rows. Not searched: it follows the adapter
   // (reference_for).
   Reference reference = Reference::kNone;
+  // kto with loss_type kto: each micro-batch's KL rows (each prompt with
+  // another row's completion) forwarded without gradients through the
+  // trained model and the reference. Not searched: it follows the spec.
+  bool kl_rows = false;
 
   bool operator==(const Strategy&) const = default;
   // "bf16, checkpointing every layer, micro-batch 2 x 16, lora r16, adamw, ZeRO-3";

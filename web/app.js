@@ -330,10 +330,13 @@ function jobPage(id) {
         {name: "loss", points: steps.filter(s => s.loss !== null).map(s => [s.step, s.loss])},
         ...(steps.some(s => s.eval_loss != null)
           ? [{name: "eval loss", points: steps.filter(s => s.eval_loss != null).map(s => [s.step, s.eval_loss])}] : [])])),
-      // A preference job's (dpo, orpo, simpo) rewards and reward accuracy, under TRL's names.
+      // A preference job's (dpo, orpo, simpo, kto) rewards and reward accuracy, under TRL's
+      // names, and kto's KL estimate.
       ...(steps.some(s => s["rewards/margins"] != null) ? [
-        h("div", {class: "card"}, h("h2", {}, "Rewards"), chart("Rewards by step: chosen, rejected and their margin",
-          ["rewards/chosen", "rewards/rejected", "rewards/margins"].map(k => (
+        h("div", {class: "card"}, h("h2", {}, "Rewards"), chart(steps.some(s => s.kl != null)
+          ? "Rewards by step: chosen, rejected and their margin, and the KL estimate"
+          : "Rewards by step: chosen, rejected and their margin",
+          ["rewards/chosen", "rewards/rejected", "rewards/margins", ...(steps.some(s => s.kl != null) ? ["kl"] : [])].map(k => (
             {name: k, points: steps.filter(s => s[k] != null).map(s => [s.step, s[k]])})))),
         h("div", {class: "card"}, h("h2", {}, "Reward accuracy"), chart("Share of pairs ranked right by step", [
           {name: "rewards/accuracies", points: steps.filter(s => s["rewards/accuracies"] != null).map(s => [s.step, s["rewards/accuracies"]])},

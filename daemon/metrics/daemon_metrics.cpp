@@ -98,14 +98,18 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                         .Name("tailor_job_eval_loss")
                         .Help("Loss on data.eval (the mean over its trained tokens) of a job's latest evaluation.")
                         .Register(r);
-  job_preference_ = &prometheus::BuildGauge()
-                         .Name("tailor_job_preference")
-                         .Help("A preference (dpo, orpo, simpo, reward) job's latest step by metric: rewards_chosen, rewards_rejected, rewards_margins "
-                               "(TRL's rewards: dpo beta times the log-ratios against the reference, simpo beta and orpo lambda "
-                               "times the per-token mean log-probability), rewards_accuracies (the share of "
-                               "pairs ranked right), logps_chosen, logps_rejected, eval_rewards_accuracies; a reward model's "
-                               "accuracy, margin, min_reward, mean_reward, max_reward and eval_accuracy (its scores).")
-                         .Register(r);
+  job_preference_ =
+      &prometheus::BuildGauge()
+           .Name("tailor_job_preference")
+           .Help(
+               "A preference (dpo, orpo, simpo, reward, kto) job's latest step by metric: rewards_chosen, "
+               "rewards_rejected, rewards_margins "
+               "(TRL's rewards: dpo beta times the log-ratios against the reference, simpo beta and orpo lambda "
+               "times the per-token mean log-probability), rewards_accuracies (the share of "
+               "pairs ranked right), logps_chosen, logps_rejected, eval_rewards_accuracies; a reward model's "
+               "accuracy, margin, min_reward, mean_reward, max_reward and eval_accuracy (its scores); a kto job's "
+               "kl and eval_kl (its KL estimate).")
+           .Register(r);
   job_tracker_ = &prometheus::BuildGauge()
                       .Name("tailor_job_tracker_up")
                       .Help("1 while a job's experiment tracker (tracker: tensorboard, mlflow) takes its metrics, 0 while it "

@@ -182,21 +182,31 @@ struct StepMetric {
 const std::vector<std::string>& memory_component_names();
 
 // A preference job's per-step metrics: the key in metrics.jsonl and the API (TRL's
-// names: DPOTrainer's for dpo, orpo and simpo, RewardTrainer's for reward)
+// names: DPOTrainer's for dpo, orpo and simpo, RewardTrainer's for reward,
+// KTOTrainer's for kto)
 // and the store's column.
 struct PreferenceMetric {
   const char* key;
   const char* column;
 };
 inline constexpr PreferenceMetric kPreferenceMetrics[] = {
-    {"rewards/chosen", "rewards_chosen"},         {"rewards/rejected", "rewards_rejected"},
-    {"rewards/accuracies", "rewards_accuracies"}, {"rewards/margins", "rewards_margins"},
-    {"logps/chosen", "logps_chosen"},             {"logps/rejected", "logps_rejected"},
+    {"rewards/chosen", "rewards_chosen"},
+    {"rewards/rejected", "rewards_rejected"},
+    {"rewards/accuracies", "rewards_accuracies"},
+    {"rewards/margins", "rewards_margins"},
+    {"logps/chosen", "logps_chosen"},
+    {"logps/rejected", "logps_rejected"},
     {"eval_rewards/accuracies", "eval_rewards_accuracies"},
     // A reward model's (TRL's RewardTrainer's names).
-    {"accuracy", "accuracy"},                     {"margin", "margin"},
-    {"min_reward", "min_reward"},                 {"mean_reward", "mean_reward"},
-    {"max_reward", "max_reward"},                 {"eval_accuracy", "eval_accuracy"},
+    {"accuracy", "accuracy"},
+    {"margin", "margin"},
+    {"min_reward", "min_reward"},
+    {"mean_reward", "mean_reward"},
+    {"max_reward", "max_reward"},
+    {"eval_accuracy", "eval_accuracy"},
+    // KTO's KL estimate (TRL's KTOTrainer's name).
+    {"kl", "kl"},
+    {"eval_kl", "eval_kl"},
 };
 
 struct JobFilter {

@@ -12,6 +12,7 @@ extern const char tailor_daemon_migration_0007[];
 extern const char tailor_daemon_migration_0008[];
 extern const char tailor_daemon_migration_0009[];
 extern const char tailor_daemon_migration_0010[];
+extern const char tailor_daemon_migration_0011[];
 
 namespace tailor::daemon {
 
@@ -27,6 +28,7 @@ const std::vector<Migration>& builtin_migrations() {
       {8, "0008_preference", tailor_daemon_migration_0008},
       {9, "0009_deleted_jobs", tailor_daemon_migration_0009},
       {10, "0010_reward_metrics", tailor_daemon_migration_0010},
+      {11, "0011_kto_kl", tailor_daemon_migration_0011},
   };
   return kMigrations;
 }

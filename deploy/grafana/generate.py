@@ -148,11 +148,11 @@ JOB = dashboard(
         timeseries("Tokens/s", [('tailor_job_tokens_per_second{job_id="$job_id"}', "tokens/s")]),
         timeseries("Rewards (preference)",
                    [('tailor_job_preference{job_id="$job_id", metric=~"rewards_chosen|rewards_rejected|rewards_margins|'
-                     'min_reward|mean_reward|max_reward|margin"}', "{{metric}}")],
-                   description="A DPO, ORPO or SimPO job's mean rewards (DPO: beta times the log-ratio against the "
-                               "reference) of the chosen and rejected completions and their margin, TRL's rewards/*; a "
-                               "reward model's lowest, mean and highest score and mean margin, TRL's RewardTrainer's "
-                               "names. Empty for supervised jobs."),
+                     'min_reward|mean_reward|max_reward|margin|kl|eval_kl"}', "{{metric}}")],
+                   description="A DPO, ORPO, SimPO or KTO job's mean rewards (DPO and KTO: beta times the log-ratio "
+                               "against the reference) of the chosen and rejected completions and their margin, TRL's "
+                               "rewards/*, and KTO's KL estimate (kl); a reward model's lowest, mean and highest score "
+                               "and mean margin, TRL's RewardTrainer's names. Empty for supervised jobs."),
         timeseries("Reward accuracy (preference)",
                    [('tailor_job_preference{job_id="$job_id", metric=~"rewards_accuracies|eval_rewards_accuracies|'
                      'accuracy|eval_accuracy"}', "{{metric}}")],

@@ -61,8 +61,9 @@ Result<strategies::Strategy> read_strategy(const json& s, const std::string& nam
       TAILOR_ASSIGN_OR_RETURN(st.cross_entropy,
                               named(s, "cross_entropy", name, strategies::cross_entropy_from_name));
     }
-    // Supervised plans have no pairs, and only dpo's a reference.
+    // Supervised plans have no pairs, only dpo's and kto's a reference, only kto's KL rows.
     if (s.contains("pairs")) st.pairs = s.at("pairs").get<bool>();
+    if (s.contains("kl_rows")) st.kl_rows = s.at("kl_rows").get<bool>();
     if (s.contains("reference")) {
       TAILOR_ASSIGN_OR_RETURN(st.reference, named(s, "reference", name, dsl::enum_from_name<dsl::Reference>));
     }

@@ -16,11 +16,19 @@ torch::Tensor sequence_logps(CausalLMImpl& model, const torch::Tensor& hidden, c
 }
 
 const std::vector<double PreferenceSums::*>& PreferenceSums::fields() {
-  static const std::vector<double PreferenceSums::*> k = {
-      &PreferenceSums::pairs,          &PreferenceSums::loss,           &PreferenceSums::chosen_rewards,
-      &PreferenceSums::rejected_rewards, &PreferenceSums::accurate,     &PreferenceSums::margins,
-      &PreferenceSums::chosen_logps,   &PreferenceSums::rejected_logps, &PreferenceSums::nll,
-      &PreferenceSums::nll_tokens,     &PreferenceSums::log_odds_ratio, &PreferenceSums::log_odds_chosen};
+  static const std::vector<double PreferenceSums::*> k = {&PreferenceSums::pairs,
+                                                          &PreferenceSums::loss,
+                                                          &PreferenceSums::chosen_rewards,
+                                                          &PreferenceSums::rejected_rewards,
+                                                          &PreferenceSums::accurate,
+                                                          &PreferenceSums::margins,
+                                                          &PreferenceSums::chosen_logps,
+                                                          &PreferenceSums::rejected_logps,
+                                                          &PreferenceSums::nll,
+                                                          &PreferenceSums::nll_tokens,
+                                                          &PreferenceSums::log_odds_ratio,
+                                                          &PreferenceSums::log_odds_chosen,
+                                                          &PreferenceSums::kl};
   return k;
 }
 
@@ -92,21 +100,43 @@ torch::Tensor dpo_terms(const torch::Tensor& chosen_ratio, const torch::Tensor& 
       const torch::Tensor delta = chosen_ratio / n.narrow(0, 0, pairs) - rejected_ratio / n.narrow(0, pairs, pairs);
       return (delta - 1.0 / (2.0 * beta)).pow(2);
     }
+    case dsl::PreferenceLoss::kKto:  // kto's (kto_terms); the spec refuses them for dpo
+    case dsl::PreferenceLoss::kApoZeroUnpaired: break;
   }
   return {};
+}
+
+torch::Tensor kto_terms(const torch::Tensor& chosen_ratio, const torch::Tensor& rejected_ratio, double kl,
+                        const dsl::TrainingSpec& o) {
+  const double beta = o.beta;
+  torch::Tensor desirable, undesirable;
+  if (o.loss_type == dsl::PreferenceLoss::kApoZeroUnpaired) {
+    desirable = 1.0 - torch::sigmoid(beta * chosen_ratio);
+    undesirable = torch::sigmoid(beta * rejected_ratio);
+  } else {
+    desirable = 1.0 - torch::sigmoid(beta * (chosen_ratio - kl));
+    undesirable = 1.0 - torch::sigmoid(beta * (kl - rejected_ratio));
+  }
+  return 0.5 * (o.desirable_weight * desirable + o.undesirable_weight * undesirable);
 }
 
 }  // namespace
 
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
-                                  const torch::Tensor& tokens, const dsl::TrainingSpec& o) {
+                                  const torch::Tensor& tokens, const dsl::TrainingSpec& o, double kl) {
   const std::int64_t pairs = logps.size(0) / 2;
   PreferenceLossOut out;
   PreferenceSums& s = out.sums;
   torch::Tensor per_pair, scores, rewards;
-  if (o.method == dsl::TrainingMethod::kDpo) {
+  if (dsl::needs_reference(o.method)) {
     const torch::Tensor ratios = logps - reference.to(logps.dtype());
-    per_pair = dpo_terms(ratios.narrow(0, 0, pairs), ratios.narrow(0, pairs, pairs), tokens, pairs, o);
+    const torch::Tensor chosen = ratios.narrow(0, 0, pairs), rejected = ratios.narrow(0, pairs, pairs);
+    if (o.method == dsl::TrainingMethod::kKto) {
+      per_pair = kto_terms(chosen, rejected, kl, o);
+      s.kl = kl * static_cast<double>(pairs);
+    } else {
+      per_pair = dpo_terms(chosen, rejected, tokens, pairs, o);
+    }
     scores = logps;
     rewards = o.beta * ratios.detach().to(torch::kFloat64);
   } else {

@@ -1,8 +1,8 @@
-// Preference training's loss (training.method dpo, orpo, simpo): each
+// Preference training's loss (training.method dpo, orpo, simpo, kto): each
 // pair's chosen and rejected completions scored by the trained model (and,
-// for dpo, by the frozen reference) as TRL 1.16 scores them (DPOTrainer,
-// ORPOTrainer, CPOTrainer), so the losses and the metrics TRL users read
-// compare one to one.
+// for dpo and kto, by the frozen reference) as TRL 1.16 scores them
+// (DPOTrainer, ORPOTrainer, CPOTrainer, KTOTrainer), so the losses and the
+// metrics TRL users read compare one to one.
 #pragma once
 
 #include <torch/torch.h>
@@ -39,6 +39,9 @@ struct PreferenceSums {
   // log odds (TRL's nll_loss, log_odds_ratio and log_odds_chosen).
   double nll = 0, nll_tokens = 0;
   double log_odds_ratio = 0, log_odds_chosen = 0;
+  // kto: each micro-batch's KL estimate times its pairs (so that dividing
+  // by the pairs gives TRL's kl, the mean over micro-batches).
+  double kl = 0;
   // reward: the lowest and highest score of any row (not sums: add() and
   // the ranks take their minimum and maximum; TRL's min_reward and
   // max_reward, which TRL averages over micro-batches instead).
@@ -74,10 +77,18 @@ struct PreferenceLossOut {
 // orpo, on per-token means m: -lambda log sigmoid(log odds), log odds =
 //   (m_w - m_l) - (log(1 - e^m_w) - log(1 - e^m_l)) (Hong et al. 2024; TRL's
 //   ORPOTrainer). Its NLL term is the caller's (Run::pair_loss).
+// kto, each row alone, with r = beta (logps - ref) and z = `kl` (the
+//   micro-batch's KL estimate, >= 0), chosen rows desirable and rejected
+//   rows undesirable (Ethayarajh et al. 2024, Eq. 7; TRL's KTOTrainer):
+//   kto                desirable 1 - sigmoid(r - beta z), undesirable 1 - sigmoid(beta z - r)
+//   apo_zero_unpaired  desirable 1 - sigmoid(r), undesirable sigmoid(r)
+//   weighted by desirable_weight and undesirable_weight; a pair's term is
+//   the mean of its two rows', so the mean over pairs is TRL's mean over
+//   rows.
 // `t` gives the method and its keys (beta, loss_type, gamma, lambda,
-// label_smoothing).
+// label_smoothing, the kto weights).
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
-                                  const torch::Tensor& tokens, const dsl::TrainingSpec& t);
+                                  const torch::Tensor& tokens, const dsl::TrainingSpec& t, double kl = 0.0);
 
 // reward, on each row's score r (fp32, chosen rows then rejected):
 // -log sigmoid(r_w - r_l) (the Bradley-Terry model; Ouyang et al. 2022),

@@ -9,7 +9,7 @@
 //   run_setup.cpp        the device, the ranks, the data, the model
 //   run_step.cpp         the probe, one step, the evaluation, measured memory
 //   run_checkpoints.cpp  writing checkpoints and resuming from them
-//   run_preference.cpp   DPO: the reference's log-probabilities, the pairs' loss
+//   run_preference.cpp   preference methods: the pairs' loss, kto's KL estimate, their metrics
 //   run_generation.cpp   training.eval_prompts answered at each evaluation
 // and gradient_sync.h holds what differs between the ZeRO stages.
 #pragma once
@@ -262,10 +262,17 @@ class Run {
   // What the model reads of a pair batch: pair_input, or a reward model's
   // scored_rows.
   ModelInput pairs_input(const data::Batch& b) const;
+  // What a pair batch is scored against, before the trained forward: the
+  // reference's log-probabilities (dpo, kto) and kto's KL estimate.
+  struct PairReference {
+    torch::Tensor logps;  // undefined without a reference
+    double kl = 0;        // kto with KL rows: max(0, mean over them of log pi - log ref)
+  };
+  Result<PairReference> pair_reference(const data::Batch& b);
   // The pairs' loss from the trained model's final hidden states; orpo's
   // NLL enters loss_sum times `nll_weight` (the step's pairs over its
   // chosen tokens, so that dividing by the pairs leaves a per-token mean).
-  PreferenceLossOut pair_loss(const torch::Tensor& hidden, const data::Batch& b, const torch::Tensor& reference,
+  PreferenceLossOut pair_loss(const torch::Tensor& hidden, const data::Batch& b, const PairReference& reference,
                               double nll_weight);
   // Sums of every rank's pairs.
   Status reduce_preference(PreferenceSums& sums);
@@ -276,9 +283,10 @@ class Run {
   // without gradients: the adapters switched off, the separate copy, or
   // the table the pass before training made (precomputed).
   Result<torch::Tensor> reference_logps(const data::Batch& b);
-  // The model's own with its adapters (if any) switched off: adapter_off's
-  // reference, and precomputed's before the first update.
-  Result<torch::Tensor> base_logps(const data::Batch& b);
+  // The model's own without gradients, with its adapters (if any) switched
+  // off (adapter_off's reference, and precomputed's before the first
+  // update) or on (kto's KL rows under the trained model).
+  Result<torch::Tensor> base_logps(const data::Batch& b, bool adapters_off = true);
   // What names the reference in the cache (io/logp_cache.h): the starting
   // weights' checksum, the architecture, dtype, quantisation and device.
   // Before adapters are attached (QLoRA then quantises the base).

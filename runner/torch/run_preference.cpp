@@ -1,10 +1,11 @@
-// Preference training (training.method dpo, orpo, simpo, reward) in the
-// run (run.h): the pairs' loss (orpo: with its NLL; reward: on each row's
-// score), and its metrics under the names TRL reports them
-// (rewards/chosen, ..., logps/rejected; orpo's nll_loss and log odds;
-// reward's accuracy, margin and min/mean/max_reward). The reference's
-// log-probabilities are run_reference.cpp's.
+// Preference training (training.method dpo, orpo, simpo, reward, kto) in
+// the run (run.h): the pairs' loss (orpo: with its NLL; reward: on each
+// row's score; kto: against its KL estimate), and its metrics under the
+// names TRL reports them (rewards/chosen, ..., logps/rejected; orpo's
+// nll_loss and log odds; reward's accuracy, margin and min/mean/max_reward;
+// kto's kl). The reference's log-probabilities are run_reference.cpp's.
 #include "runner/data/batcher.h"
+#include "runner/data/kl_rows.h"
 #include "runner/torch/data_parallel.h"
 #include "runner/torch/run.h"
 
@@ -65,7 +66,23 @@ std::int64_t orpo_prompt_targets(const data::Batch& b, std::vector<std::int32_t>
   return count;
 }
 
-PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch& b, const torch::Tensor& reference,
+Result<Run::PairReference> Run::pair_reference(const data::Batch& b) {
+  PairReference out;
+  TAILOR_ASSIGN_OR_RETURN(out.logps, reference_logps(b));
+  if (!st_.kl_rows) return out;
+  // KTO's KL estimate: the micro-batch's completions after prompts they do
+  // not answer, under the trained model (no gradients: TRL detaches it) and
+  // the reference, averaged over the rows and clamped at 0. Per
+  // micro-batch, not over the ranks, so that ranks train as one rank with
+  // accumulation does.
+  const data::Batch kl = data::kl_rows(b, spec_.data.seq_len, static_cast<std::int32_t>(data_.tokenizer.tokens.pad));
+  TAILOR_ASSIGN_OR_RETURN(const torch::Tensor trained, base_logps(kl, /*adapters_off=*/false));
+  TAILOR_ASSIGN_OR_RETURN(const torch::Tensor reference, reference_logps(kl));
+  out.kl = std::max(0.0, (trained - reference).to(torch::kFloat64).mean().item<double>());
+  return out;
+}
+
+PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch& b, const PairReference& reference,
                                  double nll_weight) {
   if (reward()) {
     const ScoredRows rows = scored_rows(b, torch::kCPU, static_cast<std::int32_t>(data_.tokenizer.tokens.pad));
@@ -75,7 +92,7 @@ PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch&
   const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   const torch::Tensor tokens = targets.ne(-100).sum(1);
   const torch::Tensor logps = sequence_logps(*model_, hidden, targets);
-  PreferenceLossOut out = preference_loss(logps, reference, tokens, spec_.training);
+  PreferenceLossOut out = preference_loss(logps, reference.logps, tokens, spec_.training, reference.kl);
   if (spec_.training.method != dsl::TrainingMethod::kOrpo) return out;
   // ORPO's NLL is the chosen sequences' whole (prompt and completion, as
   // TRL's ORPOTrainer computes it): the completions' log-probabilities
@@ -127,6 +144,7 @@ void Run::write_preference(JsonWriter& w, const PreferenceSums& s, const char* p
   w.field(p + "rewards/chosen", s.chosen_rewards / n).field(p + "rewards/rejected", s.rejected_rewards / n);
   w.field(p + "rewards/accuracies", s.accurate / n).field(p + "rewards/margins", s.margins / n);
   w.field(p + "logps/chosen", s.chosen_logps / n).field(p + "logps/rejected", s.rejected_logps / n);
+  if (st_.kl_rows) w.field(p + "kl", s.kl / n);
   if (spec_.training.method == dsl::TrainingMethod::kOrpo) {
     w.field(p + "nll_loss", s.nll / std::max(1.0, s.nll_tokens));
     w.field(p + "log_odds_ratio", s.log_odds_ratio / n).field(p + "log_odds_chosen", s.log_odds_chosen / n);

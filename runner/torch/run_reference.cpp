@@ -1,7 +1,7 @@
-// DPO's reference model in the run (run.h): its log-probabilities from the
-// model with its adapters off (adapter_off), from the frozen copy
-// (separate), or from the table a pass before training filled (precomputed,
-// with the cache of io/logp_cache.h).
+// DPO's and KTO's reference model in the run (run.h): its
+// log-probabilities from the model with its adapters off (adapter_off), from
+// the frozen copy (separate), or from the table a pass before training
+// filled (precomputed, dpo only, with the cache of io/logp_cache.h).
 #include <algorithm>
 #include <cstdio>
 #include <unordered_map>
@@ -16,7 +16,7 @@
 
 namespace tailor::runner {
 
-Result<torch::Tensor> Run::base_logps(const data::Batch& b) {
+Result<torch::Tensor> Run::base_logps(const data::Batch& b, bool adapters_off) {
   torch::NoGradGuard no_grad;
   const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   // The adapters start at zero, so the base is the starting model. Off
@@ -24,9 +24,12 @@ Result<torch::Tensor> Run::base_logps(const data::Batch& b) {
   // ZeRO-3 gathers its units as for any forward.
   struct Reenable {
     CausalLMImpl& model;
-    ~Reenable() { set_lora_enabled(model, true); }
-  } reenable{*model_};
-  set_lora_enabled(*model_, false);
+    bool off;
+    ~Reenable() {
+      if (off) set_lora_enabled(model, true);
+    }
+  } reenable{*model_, adapters_off};
+  if (adapters_off) set_lora_enabled(*model_, false);
   torch::Tensor out = sequence_logps(*model_, model_->hidden_states(pair_input(b, dev_)), targets);
   // ZeRO-3's head is still gathered: no backward released it.
   if (sync_ && sync_->collective_forward()) TAILOR_RETURN_IF_ERROR(sync_->after_backward());

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "dsl/model_family.h"
 #include "dsl/spec_loader.h"
 #include "runner/data/dataset.h"
 #include "runner/data/mix.h"
@@ -16,8 +17,8 @@
 #include "runner/protocol/capabilities.h"
 #include "runner/torch/data_parallel.h"
 #include "runner/torch/lora.h"
-#include "dsl/model_family.h"
 #include "runner/torch/run.h"
+#include "strategies/candidate.h"
 
 namespace tailor::runner {
 namespace {
@@ -55,10 +56,15 @@ Status Run::prepare() {
   TAILOR_RETURN_IF_ERROR(dsl::check_weights(spec_));
   TAILOR_RETURN_IF_ERROR(dsl::check_tracking(spec_));
   if (dsl::needs_reference(spec_.training.method) != (st_.reference != dsl::Reference::kNone) ||
-      dsl::trains_on_pairs(spec_.training.method) != st_.pairs) {
+      dsl::trains_on_pairs(spec_.training.method) != st_.pairs || strategies::kl_rows_for(spec_) != st_.kl_rows) {
     return Status::invalid_argument(std::string("the plan's strategy (") + (st_.pairs ? "pairs" : "no pairs") +
                                     ", reference " + dsl::to_string(st_.reference) + ") does not match training.method " +
                                     dsl::to_string(spec_.training.method) + ": plan the job again");
+  }
+  if (spec_.training.method == dsl::TrainingMethod::kKto && st_.reference == dsl::Reference::kPrecomputed) {
+    return Status::invalid_argument(
+        "a precomputed reference is not built for kto (its KL rows change with each "
+        "epoch's order): plan the job again");
   }
   if (spec_.data.seq_len > spec_.model.arch.max_seq_len) {
     return Status::invalid_argument("data.seq_len exceeds the model's max_seq_len");

@@ -164,7 +164,7 @@ Status Run::probe() {
   }
   const data::Batch longest = data_.train->longest_batch();
   if (preference()) {
-    TAILOR_ASSIGN_OR_RETURN(const torch::Tensor reference, reference_logps(longest));
+    TAILOR_ASSIGN_OR_RETURN(const PairReference reference, pair_reference(longest));
     sync_->before_micro_batch(/*last=*/false);
     pair_loss(model_->hidden_states(pairs_input(longest)), longest, reference, /*nll_weight=*/1.0)
         .loss_sum.backward();
@@ -247,11 +247,11 @@ Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, d
   Pass out;
   Measured& m = out.memory;
   for (const data::Batch& b : micro) {
-    // DPO: the reference's forward first, freed before the trained one
-    // (none for ORPO and SimPO).
-    torch::Tensor reference;
+    // DPO and KTO: the reference's forward (and KTO's KL rows) first,
+    // freed before the trained one (none for ORPO and SimPO).
+    PairReference reference;
     if (preference()) {
-      TAILOR_ASSIGN_OR_RETURN(reference, reference_logps(b));
+      TAILOR_ASSIGN_OR_RETURN(reference, pair_reference(b));
     }
     sync_->before_micro_batch(&b == &micro.back());
     const std::int64_t base = meter_->current_bytes();
@@ -444,7 +444,7 @@ Result<Run::Evaluation> Run::evaluate() {
     data::Batch b;
     if (k < batches && preference()) {
       b = data_.eval->pass_batch(k);
-      TAILOR_ASSIGN_OR_RETURN(const torch::Tensor reference, reference_logps(b));
+      TAILOR_ASSIGN_OR_RETURN(const PairReference reference, pair_reference(b));
       const PreferenceLossOut l = pair_loss(model_->hidden_states(pairs_input(b)), b, reference, 0.0);
       pairs.add(l.sums);
       TAILOR_RETURN_IF_ERROR(sync_->after_backward());
@@ -456,8 +456,12 @@ Result<Run::Evaluation> Run::evaluate() {
       b.rows = b.seq_len = 1;
       b.inputs = b.positions = b.segment_ids = {0};
       b.targets = {-100};
-      // DPO's ranks run two forwards a batch (the reference's, adapters off).
-      if (st_.reference == dsl::Reference::kAdapterOff) {
+      // As many forwards as a pair batch's: the reference's with the
+      // adapters off, and kto's over its KL rows (the trained model's, then
+      // the reference's).
+      const bool off = st_.reference == dsl::Reference::kAdapterOff;
+      const int extra = (off ? 1 : 0) + (st_.kl_rows ? 1 + (off ? 1 : 0) : 0);
+      for (int i = 0; i < extra; ++i) {
         batch_loss(model_, b, dev_);
         TAILOR_RETURN_IF_ERROR(sync_->after_backward());
       }

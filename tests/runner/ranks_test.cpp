@@ -320,7 +320,7 @@ TEST(RanksTest, TwoRanksEvaluateLikeOneAtEveryStage) {
 // ZeRO-3, whose reference forwards are collective too; 36 eval pairs in an
 // odd number of batches, so at ZeRO-3 one rank runs its forwards on nothing.
 // ORPO too at ZeRO-3: its NLL is a mean over the whole step's chosen
-// tokens, whichever rank holds them.
+// tokens, whichever rank holds them. Reward models and KTO too.
 TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
   TempDir t;
   std::ifstream pairs(std::string(TAILOR_SOURCE_DIR) + "/configs/data/preferences.jsonl");
@@ -399,6 +399,16 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
                 "reward beside LoRA");
   ASSERT_EQ(reward_lora_one.size(), 3u);
   EXPECT_LT(reward_lora_one[2]["loss"].get<double>(), reward_lora_one[0]["loss"].get<double>());
+  // KTO beside LoRA at ZeRO-3: the KL rows' forwards (the trained model's,
+  // then the reference's with the adapters off) are collective too, and the
+  // KL estimate is each micro-batch's, so that two ranks train as one rank
+  // with accumulation does.
+  const std::string kto = " --set training.method=kto --set training.loss_type=kto";
+  const auto kto_one = run("kto-one", 1, 0, kto);
+  like_one_rank(kto_one, run("kto-two-z3", 2, 3, kto), {"loss", "kl", "rewards/chosen", "logps/rejected"},
+                {"eval_loss", "eval_kl", "eval_rewards/margins"}, "kto");
+  ASSERT_EQ(kto_one.size(), 3u);
+  EXPECT_NEAR(kto_one[0]["loss"].get<double>(), 0.5, 1e-6);
   // A full fine-tune's reference precomputed (the plan's choice): two ranks
   // at ZeRO-3 (where a frozen copy cannot go) score their shares of the
   // pairs with the whole model before it is sharded, and train like one.

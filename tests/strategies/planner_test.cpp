@@ -176,6 +176,44 @@ TEST(PlannerTest, DpoDoublesThePassesAndPlacesTheReference) {
   EXPECT_EQ(Constraints(load("dpo-cpu.yaml", {"strategy.adapter=none", "resources.ranks=2"}), hw).why_not(z3), "");
 }
 
+// KTO: the reference goes where DPO's does, but a full fine-tune keeps a
+// frozen copy (KL rows change each epoch, so nothing is precomputed), and
+// its KL rows add two forwards a micro-batch (the trained model's and the
+// reference's) to the reference's one; apo_zero_unpaired has none.
+TEST(PlannerTest, KtoPlacesItsReferenceAndTimesItsKlRows) {
+  const Hardware hw = cpu(Bytes::gib(2));
+  Strategy s;
+  s.micro_batch_size = 4;
+  s.grad_accumulation = 2;
+  const std::vector<std::string> kto = {"training.method=kto", "training.loss_type=kto", "strategy.adapter=none"};
+  const Candidate full = evaluate(load("dpo-cpu.yaml", kto), hw, s, {});
+  EXPECT_EQ(full.strategy.reference, Reference::kSeparate);
+  EXPECT_TRUE(full.strategy.kl_rows);
+  const Candidate dpo =
+      evaluate(load("dpo-cpu.yaml", {"strategy.adapter=none", "strategy.reference=separate"}), hw, s, {});
+  EXPECT_EQ(full.memory.per_device.total(), dpo.memory.per_device.total());
+  EXPECT_DOUBLE_EQ(full.throughput.reference_seconds, 3 * dpo.throughput.reference_seconds);
+  const Candidate apo = evaluate(
+      load("dpo-cpu.yaml", {"training.method=kto", "training.loss_type=apo_zero_unpaired", "strategy.adapter=none"}),
+      hw, s, {});
+  EXPECT_FALSE(apo.strategy.kl_rows);
+  EXPECT_DOUBLE_EQ(apo.throughput.reference_seconds, dpo.throughput.reference_seconds);
+  // Under LoRA the adapters switch off, and the plan says what the KL rows cost.
+  const Plan p = plan_job(load("dpo-cpu.yaml", {"training.method=kto", "training.loss_type=kto"}), hw);
+  ASSERT_TRUE(p.fits);
+  EXPECT_EQ(p.chosen.strategy.reference, Reference::kAdapterOff);
+  const auto step =
+      std::find_if(p.decisions.begin(), p.decisions.end(), [](const Decision& d) { return d.step == "reference"; });
+  ASSERT_NE(step, p.decisions.end());
+  EXPECT_NE(step->question.find("KTO"), std::string::npos) << step->question;
+  EXPECT_NE(step->reason.find("KL rows"), std::string::npos) << step->reason;
+  EXPECT_EQ(step->reason.find("precomputed"), std::string::npos) << step->reason;
+  // A full fine-tune without a pin keeps the copy, and says why not precomputed.
+  const Plan copy = plan_job(load("dpo-cpu.yaml", kto), hw);
+  ASSERT_TRUE(copy.fits);
+  EXPECT_EQ(copy.chosen.strategy.reference, Reference::kSeparate);
+}
+
 // ORPO and SimPO train on pairs without a reference: the passes are
 // doubled as for DPO, but nothing is copied, no reference forward is
 // timed and the plan has no reference step; ORPO's prompts go through the

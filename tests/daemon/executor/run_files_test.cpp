@@ -49,37 +49,54 @@ TEST(RunFilesTest, AnEvaluatedStepsLineCarriesTheEvalLoss) {
   EXPECT_FALSE(parse_metric_line(R"({"step":11,"loss":2.4})", 1)->eval_loss);
 }
 
+// `m` ingested into a new store and read back: each of `keys` as it was.
+void expect_stored(const StepMetric& m, std::initializer_list<const char*> keys) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  NewJob job;
+  job.name = "preference";
+  job.spec_text = "name: preference\n";
+  job.spec_json = "{}";
+  job.plan_json = "{\"fits\":true}";
+  const auto id = store->create(job)->job.id;
+  IngestBatch batch;
+  batch.metrics.push_back(m);
+  ASSERT_TRUE(store->ingest(id, batch, JobUpdate{}).is_ok());
+  auto rows = store->metrics(id);
+  ASSERT_TRUE(rows.is_ok());
+  ASSERT_EQ(rows->size(), 1u);
+  for (const char* key : keys) {
+    ASSERT_TRUE((*rows)[0].preference.contains(key)) << key;
+    EXPECT_DOUBLE_EQ((*rows)[0].preference.at(key), m.preference.at(key)) << key;
+  }
+}
+
 // A reward model's line (training.method reward) carries TRL's
 // RewardTrainer's names, kept as preference metrics and stored in their
 // own columns (store migration 10).
 TEST(RunFilesTest, ARewardModelsScoresAreKeptAndStored) {
-  const auto m = parse_metric_line(
-      R"({"step":3,"loss":0.4,"accuracy":0.75,"margin":1.5,"min_reward":-2.25,"mean_reward":0.125,)"
-      R"("max_reward":2.5,"eval_loss":0.5,"eval_accuracy":0.875})",
-      1);
+  const auto m =
+      parse_metric_line(R"({"step":3,"loss":0.4,"accuracy":0.75,"margin":1.5,"min_reward":-2.25,"mean_reward":0.125,)"
+                        R"("max_reward":2.5,"eval_loss":0.5,"eval_accuracy":0.875})",
+                        1);
   ASSERT_TRUE(m);
   EXPECT_DOUBLE_EQ(m->preference.at("accuracy"), 0.75);
   EXPECT_DOUBLE_EQ(m->preference.at("min_reward"), -2.25);
   EXPECT_DOUBLE_EQ(m->preference.at("eval_accuracy"), 0.875);
   EXPECT_FALSE(m->preference.contains("rewards/margins"));
-  testing::TempDir dir;
-  auto store = JobStore::open(dir.file("tailor.db")).value();
-  NewJob job;
-  job.name = "reward";
-  job.spec_text = "name: reward\n";
-  job.spec_json = "{}";
-  job.plan_json = "{\"fits\":true}";
-  const auto id = store->create(job)->job.id;
-  IngestBatch batch;
-  batch.metrics.push_back(*m);
-  ASSERT_TRUE(store->ingest(id, batch, JobUpdate{}).is_ok());
-  auto rows = store->metrics(id);
-  ASSERT_TRUE(rows.is_ok());
-  ASSERT_EQ(rows->size(), 1u);
-  for (const char* key : {"accuracy", "margin", "min_reward", "mean_reward", "max_reward", "eval_accuracy"}) {
-    ASSERT_TRUE((*rows)[0].preference.contains(key)) << key;
-    EXPECT_DOUBLE_EQ((*rows)[0].preference.at(key), m->preference.at(key)) << key;
-  }
+  expect_stored(*m, {"accuracy", "margin", "min_reward", "mean_reward", "max_reward", "eval_accuracy"});
+}
+
+// A KTO job's line carries DPO's rewards and TRL's KTOTrainer's `kl`,
+// stored in their own columns (store migration 11).
+TEST(RunFilesTest, AKtoJobsKlEstimateIsKeptAndStored) {
+  const auto m = parse_metric_line(
+      R"({"step":4,"loss":0.3,"rewards/chosen":0.5,"rewards/rejected":-0.25,"rewards/margins":0.75,"kl":0.125,)"
+      R"("eval_loss":0.35,"eval_kl":0.0625})",
+      1);
+  ASSERT_TRUE(m);
+  EXPECT_DOUBLE_EQ(m->preference.at("kl"), 0.125);
+  expect_stored(*m, {"kl", "eval_kl", "rewards/margins"});
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The TRL side of Tailor's preference-training tests: runs Hugging Face TRL's
-DPOTrainer (and its experimental ORPOTrainer and CPOTrainer for ORPO and
-SimPO) on a tiny model so the runner's per-step numbers can be compared
+DPOTrainer and KTOTrainer (and its experimental ORPOTrainer and CPOTrainer
+for ORPO and SimPO) on a tiny model so the runner's per-step numbers can be compared
 with TRL's. Run with the project's .venv (trl, datasets, transformers on the
 same torch), on the CPU.
 
@@ -18,6 +18,19 @@ same torch), on the CPU.
       (turns between <|bos|>role and <|eos|>) and DIR/chat_pairs.jsonl: 4
       conversational pairs ("prompt" a list of turns, some with a system turn
       or an earlier exchange; "chosen" and "rejected" an assistant turn each).
+  dpo_reference.py kto DIR ORDER OUT
+      trains DIR/base with trl.KTOTrainer on the pairs of DIR/pairs.jsonl
+      unpaired in the order the JSON file ORDER gives: {"loss_type": "kto" or
+      "apo_zero_unpaired", "micro": pairs per micro-batch, "accum", "rows":
+      [[pair, chosen], ...]}, every row of every micro-batch of the 20 steps
+      in Tailor's order (a micro-batch's chosen rows, then its rejected
+      rows), each a KTO example {prompt, completion, label}. KTOTrainer reads
+      them in that order (train_sampling_strategy sequential), 2 * micro rows
+      per micro-batch, and pairs each row's prompt with the previous row's
+      completion within its micro-batch for the KL estimate, as Tailor does;
+      beta 0.1, weights 1, the reference a frozen copy, the rest as `run`.
+      Writes OUT: "steps" with TRL's logged loss, rewards/{chosen,rejected,
+      margins}, logps/{chosen,rejected}, kl and grad_norm per step.
   dpo_reference.py run DIR CASE...
       for each CASE, LOSS_TYPE:MICRO:ACCUM[:LABEL_SMOOTHING] (e.g. ipo:4:2,
       robust:8:1:0.1), in one process (the imports are most of the time),
@@ -285,6 +298,49 @@ def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
                    "steps": steps, "tokens": tokens}, f, indent=1)
 
 
+KTO_METRICS = ["loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected",
+               "kl", "grad_norm"]
+
+
+def kto(root, order_file, out):
+    import datasets
+    from transformers import AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import KTOConfig, KTOTrainer
+
+    quiet_and_deterministic()
+    with open(order_file) as f:
+        order = json.load(f)
+    micro, accum, loss_type = order["micro"], order["accum"], order["loss_type"]
+    rows = order["rows"]
+    if len(rows) != STEPS * accum * 2 * micro:
+        sys.exit(f"dpo_reference.py: {order_file} holds {len(rows)} rows, expected {STEPS * accum * 2 * micro}")
+    base = os.path.join(root, "base")
+    with tempfile.TemporaryDirectory() as scratch:
+        pairs = load_pairs(root, scratch)
+        examples = {"prompt": [], "completion": [], "label": []}
+        for pair, chosen in rows:
+            examples["prompt"].append(pairs[pair]["prompt"])
+            examples["completion"].append(pairs[pair]["chosen" if chosen else "rejected"])
+            examples["label"].append(bool(chosen))
+        data = datasets.Dataset.from_dict(examples)
+        args = KTOConfig(loss_type=loss_type, beta=0.1, desirable_weight=1.0, undesirable_weight=1.0,
+                         max_length=1024, train_sampling_strategy="sequential",
+                         **trainer_args(scratch, 2 * micro, accum))
+        trainer = KTOTrainer(model=base, ref_model=None, args=args, train_dataset=data,
+                             processing_class=AutoTokenizer.from_pretrained(base))
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        trainer.train()
+    metrics = [m for m in KTO_METRICS if loss_type == "kto" or m != "kl"]
+    steps = [{"step": e["step"], **{k: float(e[k]) for k in metrics}}
+             for e in trainer.state.log_history if "loss" in e]
+    if [s["step"] for s in steps] != list(range(1, STEPS + 1)):
+        sys.exit(f"dpo_reference.py: TRL logged steps {[s['step'] for s in steps]}, expected 1..{STEPS}")
+    with open(out, "w") as f:
+        json.dump({"loss_type": loss_type, "micro_batch": micro, "accumulation": accum, "steps": steps}, f, indent=1)
+
+
 def chat_tokens(root):
     """DPOTrainer's token ids of DIR/chat_pairs.jsonl (the trainer is built, not run)."""
     import datasets
@@ -312,6 +368,9 @@ def chat_tokens(root):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "make":
         make(sys.argv[2])
+        return
+    if len(sys.argv) == 5 and sys.argv[1] == "kto":
+        kto(sys.argv[2], sys.argv[3], sys.argv[4])
         return
     if len(sys.argv) >= 4 and sys.argv[1] == "run":
         root = sys.argv[2]

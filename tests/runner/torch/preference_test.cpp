@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "dsl/spec_loader.h"
+#include "runner/data/batcher.h"
 #include "runner/data/dataset.h"
 #include "runner/data/tokenizer.h"
 #include "runner/torch/inference_model.h"
@@ -250,6 +252,99 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
   }
 }
 
+// The documents (2p and 2p + 1: pair p's chosen and rejected rows) of each
+// row of `b`, matched by their tokens.
+std::vector<std::size_t> documents_of(const data::Batch& b, const std::vector<data::Example>& docs) {
+  std::vector<std::size_t> out;
+  for (std::int64_t r = 0; r < b.rows; ++r) {
+    const std::int64_t len = b.row_length(r);
+    const auto from = b.inputs.begin() + r * b.seq_len;
+    std::vector<std::int32_t> seq(from, from + len);
+    seq.push_back(b.targets[static_cast<std::size_t>(r * b.seq_len + len - 1)]);
+    const auto it = std::find_if(docs.begin(), docs.end(), [&](const data::Example& e) { return e.tokens == seq; });
+    EXPECT_NE(it, docs.end()) << "row " << r << " is no document";
+    out.push_back(it == docs.end() ? 0 : static_cast<std::size_t>(it - docs.begin()));
+  }
+  return out;
+}
+
+// KTO on the same model and pairs, each pair's chosen completion a
+// desirable example and its rejected one an undesirable example, against
+// TRL's KTOTrainer fed the same rows in Tailor's order (the batcher's,
+// drawn here as the run draws it): a micro-batch's KL rows pair each prompt
+// with the previous row's completion, so here the order matters. kto's KL
+// estimate over 16 rows (below zero at every step here, so clamped to 0:
+// the loss is then apo_zero_unpaired's) and over 4 (above zero from step 6),
+// and apo_zero_unpaired (none), with the reference a frozen copy.
+TEST(PreferenceTest, KtoEqualsTrlsKtoTrainerOverTwentySteps) {
+  TempDir dir;
+  ASSERT_TRUE(run_reference(dir, "make " + dir.path().string()));
+  double largest_kl = 0;
+  struct Case {
+    const char* loss;
+    std::int64_t micro, accum;
+  };
+  for (const Case& c : {Case{"kto", 8, 1}, Case{"kto", 2, 4}, Case{"apo_zero_unpaired", 4, 2}}) {
+    const std::string name =
+        std::string("kto_") + c.loss + "_" + std::to_string(c.micro) + "x" + std::to_string(c.accum);
+    SCOPED_TRACE(name);
+    RunConfig cfg = load_job(dir, trl_job("base", "kto"), {std::string("training.loss_type=") + c.loss});
+    auto tok = data::make_tokenizer(cfg.spec.model);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+    const auto docs = data::load_examples(cfg.spec.data.train, cfg.spec.data, **tok);
+    ASSERT_TRUE(docs.is_ok()) << docs.status().to_string();
+    auto batcher = data::make_batcher(data::TokenStore::from_examples(*docs), cfg.spec.data, c.micro,
+                                      static_cast<std::uint64_t>(cfg.spec.training.seed), (*tok)->pad_id());
+    ASSERT_TRUE(batcher.is_ok()) << batcher.status().to_string();
+    json rows = json::array();
+    for (std::int64_t k = 0; k < 20 * c.accum; ++k) {
+      for (const std::size_t d : documents_of(batcher->next(), *docs))
+        rows.push_back({d / 2, d % 2 == 0});
+    }
+    const std::string order =
+        dir.write(name + "_order.json",
+                  json{{"loss_type", c.loss}, {"micro", c.micro}, {"accum", c.accum}, {"rows", rows}}.dump());
+    ASSERT_TRUE(run_reference(dir, "kto " + dir.path().string() + " " + order + " " + dir.file(name + ".json")));
+    std::ifstream in(dir.file(name + ".json"));
+    const json theirs = json::parse(in)["steps"];
+
+    cfg.strategy.precision = dsl::Precision::kFp32;
+    cfg.strategy.micro_batch_size = c.micro;
+    cfg.strategy.grad_accumulation = c.accum;
+    cfg.strategy.pairs = true;
+    cfg.strategy.reference = dsl::Reference::kSeparate;
+    cfg.strategy.kl_rows = std::string(c.loss) == "kto";
+    const std::string out = dir.file(name);
+    ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+    const std::vector<json> ours = lines(out + "/metrics.jsonl");
+    ASSERT_EQ(ours.size(), 20u);
+    ASSERT_EQ(theirs.size(), 20u);
+    double worst = 0;
+    for (std::size_t k = 0; k < 20; ++k) {
+      const std::string at = name + " step " + std::to_string(k + 1);
+      worst = std::max(worst, expect_close(ours[k]["loss"], theirs[k]["loss"], 1e-4, 1e-2, at + " loss"));
+      for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins"}) {
+        worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1e-2, at + " " + key));
+      }
+      for (const char* key : {"logps/chosen", "logps/rejected"}) {
+        worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1.0, at + " " + key));
+      }
+      if (cfg.strategy.kl_rows) {
+        // A difference of summed log-probabilities: their scale.
+        worst = std::max(worst, expect_close(ours[k]["kl"], theirs[k]["kl"], 1e-4, 1.0, at + " kl"));
+        largest_kl = std::max(largest_kl, ours[k]["kl"].get<double>());
+      } else {
+        EXPECT_FALSE(ours[k].contains("kl")) << at;
+      }
+    }
+    EXPECT_LT(ours.back()["loss"].get<double>(), ours.front()["loss"].get<double>());
+    std::printf("%s: 20 steps, largest deviation from TRL %.2e of the value (loss %.6f -> %.6f)\n", name.c_str(), worst,
+                ours.front()["loss"].get<double>(), ours.back()["loss"].get<double>());
+  }
+  // The estimate was compared where it moves the loss.
+  EXPECT_GT(largest_kl, 0.1);
+}
+
 std::string lora_job() {
   return R"(apiVersion: tailor/v1
 kind: TrainingJob
@@ -276,13 +371,12 @@ void write_pairs(const TempDir& dir, bool fill = false) {
   dir.write("pairs.jsonl", pairs);
 }
 
-// LoRA's reference is the base with the adapters off: at step 1 the adapters
-// are zero, so the model is its own reference, every reward is 0 and the
-// sigmoid loss is exactly log 2; training then separates the pairs.
-TEST(PreferenceTest, UnderLoraTheReferenceIsTheBaseWithTheAdaptersOff) {
-  TempDir dir;
-  write_pairs(dir);
-  RunConfig cfg = load_job(dir, lora_job(), {"data.eval=" + dir.file("pairs.jsonl"), "training.eval_every=6"});
+// lora_job() with the pairs as data.eval every 6 steps, in fp32, 2 pairs x
+// 2, LoRA r4, the reference the adapters switched off.
+RunConfig lora_pairs_job(const TempDir& dir, std::vector<std::string> overrides) {
+  overrides.push_back("data.eval=" + dir.file("pairs.jsonl"));
+  overrides.push_back("training.eval_every=6");
+  RunConfig cfg = load_job(dir, lora_job(), std::move(overrides));
   cfg.strategy.precision = dsl::Precision::kFp32;
   cfg.strategy.micro_batch_size = 2;
   cfg.strategy.grad_accumulation = 2;
@@ -290,6 +384,16 @@ TEST(PreferenceTest, UnderLoraTheReferenceIsTheBaseWithTheAdaptersOff) {
   cfg.strategy.lora_rank = 4;
   cfg.strategy.pairs = true;
   cfg.strategy.reference = dsl::Reference::kAdapterOff;
+  return cfg;
+}
+
+// LoRA's reference is the base with the adapters off: at step 1 the adapters
+// are zero, so the model is its own reference, every reward is 0 and the
+// sigmoid loss is exactly log 2; training then separates the pairs.
+TEST(PreferenceTest, UnderLoraTheReferenceIsTheBaseWithTheAdaptersOff) {
+  TempDir dir;
+  write_pairs(dir);
+  RunConfig cfg = lora_pairs_job(dir, {});
   const std::string out = dir.file("out");
   ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
   const std::vector<json> steps = lines(out + "/metrics.jsonl");
@@ -307,6 +411,35 @@ TEST(PreferenceTest, UnderLoraTheReferenceIsTheBaseWithTheAdaptersOff) {
   EXPECT_EQ(steps.back()["eval_tokens"].get<std::int64_t>(), 8);  // pairs
   // The adapters are the job's output, as for supervised training.
   EXPECT_TRUE(std::ifstream(out + "/adapter/adapter_model.safetensors").good());
+}
+
+// KTO under LoRA: the reference (and the KL rows' reference) is the base
+// with the adapters off, so the first step's rewards are 0 and its loss
+// 1 - sigmoid(0) = 0.5 for every row; the rewards then part, the KL
+// estimate is reported each step, and the evaluation scores the pairs the
+// same way.
+TEST(PreferenceTest, KtoUnderLoraScoresAgainstTheBaseAndEvaluates) {
+  TempDir dir;
+  write_pairs(dir);
+  RunConfig cfg = lora_pairs_job(dir, {"training.method=kto"});
+  cfg.strategy.kl_rows = true;
+  const std::string out = dir.file("out");
+  ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
+  const std::vector<json> steps = lines(out + "/metrics.jsonl");
+  ASSERT_EQ(steps.size(), 12u);
+  EXPECT_NEAR(steps[0]["loss"].get<double>(), 0.5, 1e-6);
+  EXPECT_EQ(steps[0]["rewards/chosen"].get<double>(), 0.0);
+  EXPECT_EQ(steps[0]["kl"].get<double>(), 0.0);
+  EXPECT_LT(steps.back()["loss"].get<double>(), 0.5);
+  EXPECT_GT(steps.back()["rewards/margins"].get<double>(), 0.0);
+  EXPECT_GE(steps.back()["kl"].get<double>(), 0.0);
+  ASSERT_TRUE(steps.back().contains("eval_loss"));
+  EXPECT_LT(steps.back()["eval_loss"].get<double>(), 0.5);
+  EXPECT_TRUE(steps.back().contains("eval_kl"));
+  EXPECT_TRUE(std::ifstream(out + "/adapter/adapter_model.safetensors").good());
+  // A plan with a precomputed reference is refused by name, before any step.
+  cfg.strategy.reference = dsl::Reference::kPrecomputed;
+  EXPECT_EQ(train_in(cfg, dir.file("precomputed")), RunnerExit::kBadInput);
 }
 
 std::vector<json> events_of(const std::string& out, const std::string& kind) {
@@ -675,7 +808,7 @@ TEST(PreferenceTest, ARewardModelReadsEachRowWhereTransformersPools) {
 // The planner's estimate for each placement against the run's measured
 // memory: the components it doubles (activations, logits) and the copy;
 // and ORPO's, without a reference but with its prompts through the head
-// once more, and SimPO's.
+// once more, SimPO's, the reward model's and KTO's.
 TEST(PreferenceTest, TheEstimateHoldsForEachReferencePlacementAndWithout) {
   TempDir dir;
   write_pairs(dir, /*fill=*/true);
@@ -693,6 +826,9 @@ TEST(PreferenceTest, TheEstimateHoldsForEachReferencePlacementAndWithout) {
       {"simpo-lora", dsl::Reference::kNone, true, {"training.method=simpo"}},
       {"reward", dsl::Reference::kNone, false, {"training.method=reward"}},
       {"reward-lora", dsl::Reference::kNone, true, {"training.method=reward"}},
+      // KTO's KL rows forwarded before the trained forward, without gradients.
+      {"kto-separate", dsl::Reference::kSeparate, false, {"training.method=kto", "strategy.reference=separate"}},
+      {"kto-adapter_off", dsl::Reference::kAdapterOff, true, {"training.method=kto"}},
   };
   std::map<dsl::Reference, double> placed_weights;  // measured
   for (const Case& c : cases) {
@@ -722,7 +858,7 @@ TEST(PreferenceTest, TheEstimateHoldsForEachReferencePlacementAndWithout) {
     EXPECT_NEAR(estimated / measured, 1.0, 0.05) << "estimate " << estimated << " measured " << measured;
     const double weights = r->measured["weights"].get<double>();
     EXPECT_NEAR(static_cast<double>(r->estimate.weights.count()) / weights, 1.0, 0.02);
-    placed_weights[c.placement] = weights;
+    if (cfg.spec.training.method == dsl::TrainingMethod::kDpo) placed_weights[c.placement] = weights;
   }
   // The copy is every weight once more; the precomputed reference has none.
   EXPECT_NEAR(placed_weights[dsl::Reference::kSeparate] / placed_weights[dsl::Reference::kPrecomputed], 2.0, 0.01);
