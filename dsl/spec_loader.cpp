@@ -562,10 +562,11 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
     d.error(loc_at(root, "strategy.reference"), "strategy.reference",
             "adapter_off needs adapters (lora or qlora), but strategy.adapter is none; use precomputed or separate");
   }
-  if (spec.strategy.reference == Reference::kSeparate && adapter != nullptr && *adapter != Adapter::kNone) {
+  if (spec.strategy.reference == Reference::kSeparate && adapter != nullptr && *adapter != Adapter::kNone &&
+      spec.model.adapter.empty()) {
     d.error(loc_at(root, "strategy.reference"), "strategy.reference",
-            "a separate reference beside adapters is not built: adapter_off and precomputed are the same "
-            "reference (the adapters start at zero) without the copy");
+            "a separate reference beside adapters is the adapters model.adapter starts from, frozen; without "
+            "model.adapter the adapters start at zero, so adapter_off is the same reference without the copy");
   }
   if (spec.strategy.reference == Reference::kNone) {
     d.error(loc_at(root, "strategy.reference"), "strategy.reference",

@@ -9,7 +9,12 @@ namespace tailor::strategies {
 dsl::Reference reference_for(const dsl::JobSpec& spec, const Strategy& s) {
   if (!dsl::needs_reference(spec.training.method)) return dsl::Reference::kNone;
   if (spec.strategy.reference) return *spec.strategy.reference;
-  if (s.adapter != Adapter::kNone) return dsl::Reference::kAdapterOff;
+  // The model the job starts from: the base under fresh adapters (they
+  // start at zero), the base with model.adapter's adapters frozen (a copy
+  // the adapters' size) when it starts from a folder.
+  if (s.adapter != Adapter::kNone) {
+    return spec.model.adapter.empty() ? dsl::Reference::kAdapterOff : dsl::Reference::kSeparate;
+  }
   // kto's KL rows change with each epoch's order: no pass before training
   // can score them.
   return spec.training.method == dsl::TrainingMethod::kKto ? dsl::Reference::kSeparate : dsl::Reference::kPrecomputed;

@@ -249,9 +249,17 @@ class Walker {
                         "the KL rows, add %.3g s a step (estimated)"
                       : "its forward over both completions adds %.3g s a step (estimated)",
                   e.throughput.reference_seconds);
+    const bool started = !spec_.model.adapter.empty();
     if (target_.reference == Reference::kAdapterOff) {
       d.change = "switch the adapters off for the reference's forward";
-      d.reason = std::string("no bytes: the base weights are the reference, since the adapters start at zero; ") + time;
+      d.reason = started ? std::string(
+                               "no bytes: the base weights alone are the reference, without the adapters "
+                               "model.adapter starts from (separate would keep those, frozen); ") +
+                               time
+                         : std::string(
+                               "no bytes: the base weights are the reference, since the adapters start at "
+                               "zero; ") +
+                               time;
       if (!spec_.strategy.reference && !kto) {
         d.reason += "; precomputed would pay that forward once per pair before training (fewer forwards when the "
                     "data is read more than once, none for pairs a cache holds)";
@@ -262,8 +270,9 @@ class Walker {
                     "(none for pairs the cache already holds)",
                     e.throughput.reference_pass_seconds);
       d.change = "compute the reference's log-probabilities before training and cache them";
-      d.reason = std::string("no bytes: the starting weights score every pair the run reads before the first "
-                             "update, and the cache keeps the scores for later jobs on the same weights and data; ") +
+      d.reason = std::string("no bytes: the starting weights") + (started ? " (with model.adapter's adapters)" : "") +
+                 " score every pair the run reads before the first update, and the cache keeps the scores for "
+                 "later jobs on the same weights and data; " +
                  time;
       if (target_.adapter == Adapter::kNone && !spec_.strategy.reference) {
         d.reason += "; a frozen copy would need " +
@@ -272,6 +281,12 @@ class Walker {
                         .to_string() +
                     " and the same forward every step";
       }
+    } else if (target_.adapter != Adapter::kNone) {
+      d.change = "keep a frozen copy of the adapters the job starts from";
+      d.reason =
+          "the reference is the model the job starts from: the base with model.adapter's adapters, frozen "
+          "beside the trained ones (" +
+          e.memory.reference.to_string() + "); " + time + "; adapter_off would score against the base alone";
     } else {
       d.change = "keep a frozen copy of the starting weights";
       d.reason = "the copy needs " + e.memory.reference.to_string() + " (every weight in " +

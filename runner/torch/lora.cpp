@@ -40,6 +40,9 @@ struct Adapter {
   dsl::LinearLayer slice;
   Tensor a;  // (r, in)
   Tensor b;  // (rows, r)
+  // freeze_reference_adapters' copies of a and b (undefined until then):
+  // not parameters, so never trained, saved or sharded.
+  Tensor reference_a, reference_b;
 };
 
 // The adapters of every layer and the NF4 copies of the frozen projections;
@@ -62,7 +65,8 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
         if (!o.targets.empty() && std::find(o.targets.begin(), o.targets.end(), s.target) == o.targets.end()) continue;
         std::string base = "layer" + std::to_string(l) + "_" + s.module;
         std::replace(base.begin(), base.end(), '.', '_');
-        Adapter ad{s, torch::empty({o.rank, s.in}, torch::kFloat32), torch::zeros({s.rows, o.rank}, torch::kFloat32)};
+        Adapter ad{
+            s, torch::empty({o.rank, s.in}, torch::kFloat32), torch::zeros({s.rows, o.rank}, torch::kFloat32), {}, {}};
         // PEFT's default init: A as nn.Linear's weight (kaiming-uniform with
         // a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in))), B zero.
         torch::nn::init::kaiming_uniform_(ad.a, std::sqrt(5.0));
@@ -76,16 +80,20 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
   Tensor project(std::size_t layer, Projection p, const Tensor& x, const Tensor& weight, const Tensor& bias) override {
     const auto& q = quantized[layer][static_cast<std::size_t>(p)];
     Tensor y = q ? nf4_linear(x, *q, bias) : torch::linear(x, weight, bias);
-    if (!enabled) return y;
+    if (mode == LoraMode::kOff) return y;
+    const bool reference = mode == LoraMode::kReference;
     for (const Adapter& ad : layers[layer]) {
       if (ad.slice.projection != p) continue;
       Tensor in = x;
       // Also without grad mode: a checkpointed layer's first forward must
-      // draw the masks its recomputation will draw again.
-      if (options.dropout > 0 && is_training()) {
+      // draw the masks its recomputation will draw again. The frozen
+      // reference is a fixed function: no dropout.
+      if (options.dropout > 0 && is_training() && !reference) {
         in = MaskedDropout::apply(x, options.dropout);
       }
-      const Tensor delta = torch::linear(torch::linear(in, ad.a.to(x.scalar_type())), ad.b.to(x.scalar_type()));
+      const Tensor& a = reference ? ad.reference_a : ad.a;
+      const Tensor& b = reference ? ad.reference_b : ad.b;
+      const Tensor delta = torch::linear(torch::linear(in, a.to(x.scalar_type())), b.to(x.scalar_type()));
       y.narrow(-1, ad.slice.row_offset, ad.slice.rows).add_(delta, scale);
     }
     return y;
@@ -101,7 +109,7 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
   LoraOptions options;
   dsl::ModelArch arch;
   double scale = 1;
-  bool enabled = true;  // false: the base alone (a DPO reference, set_lora_enabled)
+  LoraMode mode = LoraMode::kOn;
   std::vector<std::vector<Adapter>> layers;
   std::vector<std::array<std::optional<Nf4Tensor>, 4>> quantized;  // by layer, by Projection
   // QLoRA on a mixture of experts: each layer's stacked gate/up and down
@@ -234,8 +242,35 @@ std::vector<Tensor> lora_parameters(const CausalLMImpl& model) {
   return out;
 }
 
-void set_lora_enabled(CausalLMImpl& model, bool on) {
-  if (LoraAdapters* a = adapters_of(model)) a->enabled = on;
+void set_lora_enabled(CausalLMImpl& model, bool on) { set_lora_mode(model, on ? LoraMode::kOn : LoraMode::kOff); }
+
+void set_lora_mode(CausalLMImpl& model, LoraMode mode) {
+  if (LoraAdapters* a = adapters_of(model)) a->mode = mode;
+}
+
+std::int64_t freeze_reference_adapters(CausalLMImpl& model) {
+  LoraAdapters* a = adapters_of(model);
+  if (a == nullptr) return 0;
+  torch::NoGradGuard no_grad;
+  std::int64_t bytes = 0;
+  for (auto& layer : a->layers) {
+    for (Adapter& ad : layer) {
+      ad.reference_a = ad.a.detach().clone();
+      ad.reference_b = ad.b.detach().clone();
+      bytes += static_cast<std::int64_t>(ad.reference_a.nbytes() + ad.reference_b.nbytes());
+    }
+  }
+  return bytes;
+}
+
+void drop_reference_adapters(CausalLMImpl& model) {
+  LoraAdapters* a = adapters_of(model);
+  if (a == nullptr) return;
+  if (a->mode == LoraMode::kReference) a->mode = LoraMode::kOn;
+  for (auto& layer : a->layers) {
+    for (Adapter& ad : layer)
+      ad.reference_a = ad.reference_b = Tensor();
+  }
 }
 
 std::vector<Tensor> lora_layer_tensors(const CausalLMImpl& model, std::size_t layer) {

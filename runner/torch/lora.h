@@ -66,6 +66,17 @@ bool has_lora(const CausalLMImpl& model);
 // a DPO reference that costs no memory (adapters start at zero, so the base
 // is the starting model).
 void set_lora_enabled(CausalLMImpl& model, bool on);
+// What the adapted projections add: the trained adapters, nothing (the
+// base), or the frozen copies freeze_reference_adapters made, without
+// dropout (the starting model when the adapters started from a folder).
+enum class LoraMode { kOn, kOff, kReference };
+void set_lora_mode(CausalLMImpl& model, LoraMode mode);
+// Copies every adapter's A and B as they are now into frozen tensors beside
+// them (same device and dtype; not parameters: not trained, saved or
+// sharded) for LoraMode::kReference. Returns their bytes; 0 without
+// adapters. drop_reference_adapters frees them (and leaves kReference).
+std::int64_t freeze_reference_adapters(CausalLMImpl& model);
+void drop_reference_adapters(CausalLMImpl& model);
 LoraFootprint lora_footprint(const CausalLMImpl& model);
 // The adapter tensors (A and B of every adapted module), then a sequence
 // classifier's score head: what the adapters train and PEFT saves.

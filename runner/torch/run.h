@@ -38,6 +38,7 @@
 #include "runner/torch/cuda_memory.h"
 #include "runner/torch/gradient_sync.h"
 #include "runner/torch/hf_checkpoint.h"
+#include "runner/torch/lora.h"
 #include "runner/torch/model.h"
 #include "runner/torch/nccl_group.h"
 #include "runner/torch/optimizer.h"
@@ -283,14 +284,22 @@ class Run {
   // without gradients: the adapters switched off, the separate copy, or
   // the table the pass before training made (precomputed).
   Result<torch::Tensor> reference_logps(const data::Batch& b);
-  // The model's own without gradients, with its adapters (if any) switched
+  // The model's own without gradients, its adapters (if any) in `mode`:
   // off (adapter_off's reference, and precomputed's before the first
-  // update) or on (kto's KL rows under the trained model).
-  Result<torch::Tensor> base_logps(const data::Batch& b, bool adapters_off = true);
+  // update), on (kto's KL rows under the trained model) or the frozen
+  // starting adapters (separate beside adapters, and precomputed's when
+  // they started from model.adapter).
+  Result<torch::Tensor> base_logps(const data::Batch& b, LoraMode mode = LoraMode::kOff);
+  // Whether the reference is the model's own forward (adapters off or the
+  // frozen starting adapters): collective under ZeRO-3, as the trained one.
+  bool reference_is_own_forward() const;
   // What names the reference in the cache (io/logp_cache.h): the starting
   // weights' checksum, the architecture, dtype, quantisation and device.
   // Before adapters are attached (QLoRA then quantises the base).
   std::string reference_identity() const;
+  // The attached adapters' checksum (lora_parameters in order): what names
+  // a precomputed reference whose adapters started from model.adapter.
+  std::string adapters_checksum() const;
   // Each batch whose pairs this run reads, in one order on every rank: a
   // pass over data.train when the run reads it whole at least once, else
   // the batches its steps draw; the longest batch (probe); data.eval's pass.
@@ -357,7 +366,11 @@ class Run {
   std::int64_t limit_ = 0;        // the byte budget applied while training; 0 = none
   Data data_;
   CausalLM model_{nullptr};
-  CausalLM reference_{nullptr};  // dpo with strategy.reference separate
+  CausalLM reference_{nullptr};  // dpo, kto with strategy.reference separate (a full fine-tune)
+  // separate beside adapters: the frozen starting adapters' bytes (lora.h's
+  // freeze_reference_adapters); precomputed scores with them too when the
+  // adapters start from model.adapter.
+  std::int64_t reference_adapter_bytes_ = 0;
   io::LogpTable reference_table_;  // dpo with strategy.reference precomputed: by io::pair_key
   bool exporting_ = false;       // export_model: no training, so no reference
   bool diverged_ = false;        // check_loss saw a non-finite loss: the run ends as kDiverged

@@ -76,7 +76,7 @@ Result<Run::PairReference> Run::pair_reference(const data::Batch& b) {
   // micro-batch, not over the ranks, so that ranks train as one rank with
   // accumulation does.
   const data::Batch kl = data::kl_rows(b, spec_.data.seq_len, static_cast<std::int32_t>(data_.tokenizer.tokens.pad));
-  TAILOR_ASSIGN_OR_RETURN(const torch::Tensor trained, base_logps(kl, /*adapters_off=*/false));
+  TAILOR_ASSIGN_OR_RETURN(const torch::Tensor trained, base_logps(kl, LoraMode::kOn));
   TAILOR_ASSIGN_OR_RETURN(const torch::Tensor reference, reference_logps(kl));
   out.kl = std::max(0.0, (trained - reference).to(torch::kFloat64).mean().item<double>());
   return out;

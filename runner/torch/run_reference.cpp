@@ -16,20 +16,18 @@
 
 namespace tailor::runner {
 
-Result<torch::Tensor> Run::base_logps(const data::Batch& b, bool adapters_off) {
+Result<torch::Tensor> Run::base_logps(const data::Batch& b, LoraMode mode) {
   torch::NoGradGuard no_grad;
   const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
-  // The adapters start at zero, so the base is the starting model. Off
-  // also skips their dropout; the base's forward is the model's own, so
-  // ZeRO-3 gathers its units as for any forward.
-  struct Reenable {
+  // The adapters start at zero (or at model.adapter's, frozen), so the base
+  // (or the base with the frozen ones) is the starting model. Neither
+  // draws dropout; the forward is the model's own, so ZeRO-3 gathers its
+  // units as for any forward.
+  struct Restore {
     CausalLMImpl& model;
-    bool off;
-    ~Reenable() {
-      if (off) set_lora_enabled(model, true);
-    }
-  } reenable{*model_, adapters_off};
-  if (adapters_off) set_lora_enabled(*model_, false);
+    ~Restore() { set_lora_mode(model, LoraMode::kOn); }
+  } restore{*model_};
+  set_lora_mode(*model_, mode);
   torch::Tensor out = sequence_logps(*model_, model_->hidden_states(pair_input(b, dev_)), targets);
   // ZeRO-3's head is still gathered: no backward released it.
   if (sync_ && sync_->collective_forward()) TAILOR_RETURN_IF_ERROR(sync_->after_backward());
@@ -43,6 +41,7 @@ Result<torch::Tensor> Run::reference_logps(const data::Batch& b) {
     case dsl::Reference::kAdapterOff:
       return base_logps(b);
     case dsl::Reference::kSeparate: {
+      if (!reference_) return base_logps(b, LoraMode::kReference);  // beside adapters
       torch::NoGradGuard no_grad;
       const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
       return sequence_logps(*reference_, reference_->hidden_states(pair_input(b, dev_)), targets);
@@ -63,24 +62,41 @@ Result<torch::Tensor> Run::reference_logps(const data::Batch& b) {
   return torch::tensor(v, torch::kFloat32).to(dev_);
 }
 
-std::string Run::reference_identity() const {
-  // Every parameter's name, shape, dtype and bytes, a slice at a time
-  // through host memory (the model may be on a GPU).
+bool Run::reference_is_own_forward() const {
+  return st_.reference == dsl::Reference::kAdapterOff || (st_.reference == dsl::Reference::kSeparate && !reference_);
+}
+
+namespace {
+
+// A tensor's name, shape, dtype and bytes into `sum`, a slice at a time
+// through host memory (the model may be on a GPU).
+void add_tensor(data::Checksum64& sum, const std::string& name, const torch::Tensor& t) {
   constexpr std::int64_t kSlice = std::int64_t{1} << 24;
   torch::NoGradGuard no_grad;
-  data::Checksum64 sum;
-  for (const auto& item : model_->named_parameters()) {
-    const std::string& name = item.key();
-    const torch::Tensor& t = item.value();
-    sum.update(name.data(), name.size());
-    const std::string shape = c10::str(t.sizes(), c10::toString(t.scalar_type()));
-    sum.update(shape.data(), shape.size());
-    const torch::Tensor flat = t.detach().reshape({-1});
-    for (std::int64_t at = 0; at < flat.numel(); at += kSlice) {
-      const torch::Tensor part = flat.narrow(0, at, std::min(kSlice, flat.numel() - at)).to(torch::kCPU).contiguous();
-      sum.update(part.data_ptr(), part.nbytes());
-    }
+  sum.update(name.data(), name.size());
+  const std::string shape = c10::str(t.sizes(), c10::toString(t.scalar_type()));
+  sum.update(shape.data(), shape.size());
+  const torch::Tensor flat = t.detach().reshape({-1});
+  for (std::int64_t at = 0; at < flat.numel(); at += kSlice) {
+    const torch::Tensor part = flat.narrow(0, at, std::min(kSlice, flat.numel() - at)).to(torch::kCPU).contiguous();
+    sum.update(part.data_ptr(), part.nbytes());
   }
+}
+
+}  // namespace
+
+std::string Run::adapters_checksum() const {
+  data::Checksum64 sum;
+  const std::vector<torch::Tensor> tensors = lora_parameters(*model_);
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    add_tensor(sum, std::to_string(i), tensors[i]);
+  return data::hex64(sum.finish());
+}
+
+std::string Run::reference_identity() const {
+  data::Checksum64 sum;
+  for (const auto& item : model_->named_parameters())
+    add_tensor(sum, item.key(), item.value());
   const std::string config = dsl::hf_config_json(spec_.model.arch, "float32");
   std::string out = "tailor reference log-probabilities\n";
   out += "weights " + data::hex64(sum.finish()) + "\n";
@@ -167,7 +183,7 @@ Result<std::vector<double>> Run::score_reference_pairs(const ReferencePairs& pai
     const bool mine = static_cast<int>(next % static_cast<std::size_t>(world_)) == rank_;
     ++next;
     if (!mine) return;
-    auto logps = base_logps(b);
+    auto logps = base_logps(b, reference_adapter_bytes_ > 0 ? LoraMode::kReference : LoraMode::kOff);
     if (!logps.is_ok()) {
       failed = logps.status();
       return;

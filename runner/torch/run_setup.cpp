@@ -354,16 +354,30 @@ Status Run::build_model() {
     TAILOR_RETURN_IF_ERROR(as_bad_input(load_hf_weights(model_, spec_.model.path)));
   }
   // DPO's separate reference: the starting weights, frozen, before any
-  // resume moves the trained ones (exporting needs none).
-  if (st_.reference == dsl::Reference::kSeparate && !exporting_) build_reference();
+  // resume moves the trained ones (exporting needs none). Beside adapters,
+  // the adapters as they start (model.adapter's) are frozen instead.
+  const bool adapters = st_.adapter != dsl::Adapter::kNone;
+  if (st_.reference == dsl::Reference::kSeparate && !exporting_ && !adapters) build_reference();
   // precomputed: the reference is named by the starting weights, before
   // QLoRA quantises them (rank 0 alone keeps the cache).
   const bool precompute = st_.reference == dsl::Reference::kPrecomputed && !exporting_;
-  const std::string identity = precompute && leader() ? reference_identity() : std::string();
+  std::string identity = precompute && leader() ? reference_identity() : std::string();
   // Adapters after the weights are final, so NF4 quantises the loaded ones.
   TAILOR_ASSIGN_OR_RETURN(tensors_, attach_adapters());
+  // The starting adapters, when the reference is the model the job starts
+  // from and that model has adapters of its own (model.adapter).
+  const bool started = adapters && !spec_.model.adapter.empty();
+  if (!exporting_ && ((st_.reference == dsl::Reference::kSeparate && adapters) || (precompute && started))) {
+    reference_adapter_bytes_ = freeze_reference_adapters(*model_);
+    if (precompute && leader()) identity += "adapters " + adapters_checksum() + "\n";
+  }
   // Scored before the ranks shard or resume moves the weights.
   if (precompute) TAILOR_RETURN_IF_ERROR(precompute_reference(identity));
+  // The table holds the scores: the copies are no longer read.
+  if (precompute && reference_adapter_bytes_ > 0) {
+    drop_reference_adapters(*model_);
+    reference_adapter_bytes_ = 0;
+  }
   state_.base_fingerprint = tensors_.base_fingerprint;
   const bool offload_params = st_.offload == dsl::Offload::kOptimizerAndParams;
   SyncSetup sync;

@@ -90,10 +90,12 @@ Measured Run::measure_static() const {
   const LoraFootprint lora = lora_footprint(*model_);
   weights += lora.quantized_bytes - lora.adapter_bytes;
   m.parts.adapter = Bytes(lora.adapter_bytes);
-  // DPO's separate reference is frozen weights on the device too.
+  // DPO's separate reference is frozen weights on the device too (beside
+  // adapters, the frozen starting adapters).
   if (reference_) {
     for (const auto& p : reference_->parameters()) weights += static_cast<std::int64_t>(p.nbytes());
   }
+  if (st_.reference == dsl::Reference::kSeparate) weights += reference_adapter_bytes_;
   m.parts.weights = Bytes(weights);
   m.parts.gradients = Bytes(gradients);
   sync_->correct_static_bytes(*model_, m.parts);
@@ -456,10 +458,10 @@ Result<Run::Evaluation> Run::evaluate() {
       b.rows = b.seq_len = 1;
       b.inputs = b.positions = b.segment_ids = {0};
       b.targets = {-100};
-      // As many forwards as a pair batch's: the reference's with the
-      // adapters off, and kto's over its KL rows (the trained model's, then
+      // As many forwards as a pair batch's: the reference's (adapters off
+      // or frozen), and kto's over its KL rows (the trained model's, then
       // the reference's).
-      const bool off = st_.reference == dsl::Reference::kAdapterOff;
+      const bool off = reference_is_own_forward();
       const int extra = (off ? 1 : 0) + (st_.kl_rows ? 1 + (off ? 1 : 0) : 0);
       for (int i = 0; i < extra; ++i) {
         batch_loss(model_, b, dev_);

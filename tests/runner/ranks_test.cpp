@@ -409,6 +409,19 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
                 {"eval_loss", "eval_kl", "eval_rewards/margins"}, "kto");
   ASSERT_EQ(kto_one.size(), 3u);
   EXPECT_NEAR(kto_one[0]["loss"].get<double>(), 0.5, 1e-6);
+  // From the adapter the first run wrote (model.adapter): the reference is
+  // that adapter frozen (separate, the plan's choice), kept whole on every
+  // rank at ZeRO-3 while the trained copy is sharded.
+  const std::string from = " --set model.adapter=" + t.file("one") + "/adapter";
+  const auto from_one = run("from-one", 1, 0, from);
+  {
+    std::ifstream plan_in(t.file("from-one.plan.json"));
+    EXPECT_EQ(json::parse(plan_in)["strategy"]["reference"], "separate");
+  }
+  like_one_rank(from_one, run("from-two-z3", 2, 3, from), {"loss", "rewards/chosen", "logps/rejected"},
+                {"eval_loss", "eval_rewards/margins"}, "dpo from an adapter");
+  ASSERT_EQ(from_one.size(), 3u);
+  EXPECT_EQ(from_one[0]["rewards/chosen"].get<double>(), 0.0);  // the policy is its reference
   // A full fine-tune's reference precomputed (the plan's choice): two ranks
   // at ZeRO-3 (where a frozen copy cannot go) score their shares of the
   // pairs with the whole model before it is sharded, and train like one.

@@ -159,8 +159,8 @@ TEST(PlannerTest, DpoDoublesThePassesAndPlacesTheReference) {
   EXPECT_EQ(pinned.chosen.strategy.reference, Reference::kSeparate);
   const Constraints c(copy, hw);
   EXPECT_EQ(c.why_not(lora),
-            "a separate reference beside adapters is not built: adapter_off and precomputed are the same reference "
-            "without the copy");
+            "a separate reference beside adapters is the adapters model.adapter starts from, frozen; without "
+            "model.adapter adapter_off is the same reference without the copy");
   // Precomputed goes with adapters and with ZeRO-3, where a copy does not.
   const dsl::JobSpec ahead = load("dpo-cpu.yaml", {"strategy.reference=precomputed"});
   EXPECT_EQ(Constraints(ahead, hw).why_not(lora), "");
@@ -174,6 +174,44 @@ TEST(PlannerTest, DpoDoublesThePassesAndPlacesTheReference) {
   EXPECT_EQ(Constraints(two_copies, hw).why_not(z3),
             "a separate reference under ZeRO-3 is not built (the copy would need sharding; precomputed needs none)");
   EXPECT_EQ(Constraints(load("dpo-cpu.yaml", {"strategy.adapter=none", "resources.ranks=2"}), hw).why_not(z3), "");
+}
+
+// From an adapter (model.adapter): the reference is the model the job
+// starts from, so auto keeps that adapter frozen beside the trained one
+// (as TRL copies a PeftModel's adapter into a "ref" one): its bytes are
+// the adapter's, whole on every rank, so ZeRO-3 takes it too; a pinned
+// adapter_off scores against the base alone, and says so.
+TEST(PlannerTest, FromAnAdapterTheReferenceIsThatAdapterFrozen) {
+  const Hardware hw = cpu(Bytes::gib(2));
+  const std::string folder = (fs::path(TAILOR_SOURCE_DIR) / "tests/dsl/cases/adapters/r8").string();
+  const dsl::JobSpec spec = load("dpo-cpu.yaml", {"model.adapter=" + folder});
+  Strategy lora;
+  lora.micro_batch_size = 4;
+  lora.grad_accumulation = 2;
+  lora.adapter = Adapter::kLora;
+  lora.lora_rank = 8;
+  const Candidate c = evaluate(spec, hw, lora, {});
+  EXPECT_EQ(c.strategy.reference, Reference::kSeparate);
+  // r (in + out) for q_proj and v_proj of both layers, in fp32.
+  EXPECT_EQ(c.memory.reference.count(), lora_parameter_count(spec.model.arch, 8, {"q_proj", "v_proj"}) * 4);
+  const Plan p = plan_job(spec, hw);
+  ASSERT_TRUE(p.fits);
+  EXPECT_EQ(p.chosen.strategy.reference, Reference::kSeparate);
+  const auto step = [](const Plan& plan) {
+    return std::find_if(plan.decisions.begin(), plan.decisions.end(),
+                        [](const Decision& d) { return d.step == "reference"; });
+  };
+  ASSERT_NE(step(p), p.decisions.end());
+  EXPECT_EQ(step(p)->change, "keep a frozen copy of the adapters the job starts from");
+  Strategy z3 = lora;
+  z3.num_gpus = 2;
+  z3.zero_stage = 3;
+  z3.grad_accumulation = 1;
+  EXPECT_EQ(Constraints(load("dpo-cpu.yaml", {"model.adapter=" + folder, "resources.ranks=2"}), hw).why_not(z3), "");
+  const Plan base = plan_job(load("dpo-cpu.yaml", {"model.adapter=" + folder, "strategy.reference=adapter_off"}), hw);
+  ASSERT_NE(step(base), base.decisions.end());
+  EXPECT_NE(step(base)->reason.find("without the adapters model.adapter starts from"), std::string::npos)
+      << step(base)->reason;
 }
 
 // KTO: the reference goes where DPO's does, but a full fine-tune keeps a

@@ -31,6 +31,14 @@ same torch), on the CPU.
       beta 0.1, weights 1, the reference a frozen copy, the rest as `run`.
       Writes OUT: "steps" with TRL's logged loss, rewards/{chosen,rejected,
       margins}, logps/{chosen,rejected}, kl and grad_norm per step.
+  dpo_reference.py peft DIR OUT
+      DIR/start_adapter/: a PEFT LoRA adapter over DIR/base (r 4, alpha 8, no
+      dropout, the seven projections; B drawn from normal(0, 0.05), seed 1,
+      so it moves the model); then trains it 20 steps with trl.DPOTrainer
+      as `run` does sigmoid:8:1, the model a PeftModel over it (trainable)
+      and ref_model None, so TRL copies the starting adapter into a frozen
+      "ref" adapter that scores the reference. Writes OUT as `run` writes
+      its steps.
   dpo_reference.py run DIR CASE...
       for each CASE, LOSS_TYPE:MICRO:ACCUM[:LABEL_SMOOTHING] (e.g. ipo:4:2,
       robust:8:1:0.1), in one process (the imports are most of the time),
@@ -341,6 +349,44 @@ def kto(root, order_file, out):
         json.dump({"loss_type": loss_type, "micro_batch": micro, "accumulation": accum, "steps": steps}, f, indent=1)
 
 
+def peft_run(root, out):
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import DPOConfig, DPOTrainer
+
+    quiet_and_deterministic()
+    base = os.path.join(root, "base")
+    start = os.path.join(root, "start_adapter")
+    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    adapted = get_peft_model(AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.float32), config)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, param in adapted.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
+    adapted.save_pretrained(start)
+    torch.manual_seed(0)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.float32), start,
+                                      is_trainable=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        pairs = load_pairs(root, scratch)
+        args = DPOConfig(loss_type=["sigmoid"], beta=0.1, max_length=None, **trainer_args(scratch, 8, 1))
+        trainer = DPOTrainer(model=model, ref_model=None, args=args, train_dataset=pairs,
+                             processing_class=AutoTokenizer.from_pretrained(base))
+        if "ref" not in trainer.model.peft_config:
+            sys.exit("dpo_reference.py: DPOTrainer made no frozen 'ref' adapter of the starting one")
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        trainer.train()
+    steps = [{"step": e["step"], **{k: float(e[k]) for k in METRICS}} for e in trainer.state.log_history if "loss" in e]
+    if [s["step"] for s in steps] != list(range(1, STEPS + 1)):
+        sys.exit(f"dpo_reference.py: TRL logged steps {[s['step'] for s in steps]}, expected 1..{STEPS}")
+    with open(out, "w") as f:
+        json.dump({"loss_type": "sigmoid", "micro_batch": 8, "accumulation": 1, "steps": steps}, f, indent=1)
+
+
 def chat_tokens(root):
     """DPOTrainer's token ids of DIR/chat_pairs.jsonl (the trainer is built, not run)."""
     import datasets
@@ -368,6 +414,9 @@ def chat_tokens(root):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "make":
         make(sys.argv[2])
+        return
+    if len(sys.argv) == 4 and sys.argv[1] == "peft":
+        peft_run(sys.argv[2], sys.argv[3])
         return
     if len(sys.argv) == 5 and sys.argv[1] == "kto":
         kto(sys.argv[2], sys.argv[3], sys.argv[4])

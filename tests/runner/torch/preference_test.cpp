@@ -24,6 +24,7 @@
 #include "runner/torch/run.h"
 #include "runner/torch/trainer.h"
 #include "strategies/candidate.h"
+#include "strategies/memory_model.h"
 #include "tests/runner/torch/estimate_and_train.h"
 #include "tests/testing/python_scripts.h"
 #include "tests/testing/temp_dir.h"
@@ -411,6 +412,97 @@ TEST(PreferenceTest, UnderLoraTheReferenceIsTheBaseWithTheAdaptersOff) {
   EXPECT_EQ(steps.back()["eval_tokens"].get<std::int64_t>(), 8);  // pairs
   // The adapters are the job's output, as for supervised training.
   EXPECT_TRUE(std::ifstream(out + "/adapter/adapter_model.safetensors").good());
+}
+
+// DPO from an adapter (model.adapter, as after a supervised LoRA run): the
+// reference is the model the job starts from, the base with that adapter
+// frozen beside the trained copy (strategy.reference separate, the
+// planner's choice), as TRL's DPOTrainer copies a PeftModel's adapter into
+// a frozen "ref" adapter: 20 steps equal TRL's. The copy is the adapter's
+// size, estimated and measured; adapter_off would score against the base
+// alone (its first rewards are not zero).
+TEST(PreferenceTest, FromAnAdapterTheReferenceIsThatAdapterFrozenAsTrlCopiesIt) {
+  TempDir dir;
+  ASSERT_TRUE(run_reference(dir, "make " + dir.path().string()));
+  ASSERT_TRUE(run_reference(dir, "peft " + dir.path().string() + " " + dir.file("peft_ref.json")));
+  std::ifstream in(dir.file("peft_ref.json"));
+  const json theirs = json::parse(in)["steps"];
+  const std::vector<std::string> from_adapter = {"model.adapter=" + dir.file("start_adapter"), "strategy.adapter=lora",
+                                                 "strategy.lora.dropout=0"};
+  RunConfig cfg = load_job(dir, trl_job("base", "dpo"), from_adapter);
+  strategies::Strategy s;
+  s.precision = dsl::Precision::kFp32;
+  s.micro_batch_size = 8;
+  s.adapter = dsl::Adapter::kLora;
+  s.lora_rank = 4;
+  EXPECT_EQ(strategies::reference_for(cfg.spec, s), dsl::Reference::kSeparate);
+  cfg.strategy.precision = dsl::Precision::kFp32;
+  cfg.strategy.micro_batch_size = 8;
+  cfg.strategy.grad_accumulation = 1;
+  cfg.strategy.adapter = dsl::Adapter::kLora;
+  cfg.strategy.lora_rank = 4;
+  cfg.strategy.pairs = true;
+  cfg.strategy.reference = dsl::Reference::kSeparate;
+  ASSERT_EQ(train_in(cfg, dir.file("separate")), RunnerExit::kOk);
+  const std::vector<json> ours = lines(dir.file("separate") + "/metrics.jsonl");
+  ASSERT_EQ(ours.size(), 20u);
+  ASSERT_EQ(theirs.size(), 20u);
+  EXPECT_EQ(ours[0]["rewards/chosen"].get<double>(), 0.0);  // the policy is its reference
+  double worst = 0;
+  for (std::size_t k = 0; k < 20; ++k) {
+    const std::string at = "step " + std::to_string(k + 1);
+    worst = std::max(worst, expect_close(ours[k]["loss"], theirs[k]["loss"], 1e-4, 1e-2, at + " loss"));
+    for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins"}) {
+      worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1e-2, at + " " + key));
+    }
+    for (const char* key : {"logps/chosen", "logps/rejected"}) {
+      worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1.0, at + " " + key));
+    }
+  }
+  EXPECT_LT(ours.back()["loss"].get<double>(), ours.front()["loss"].get<double>());
+  std::printf("dpo from an adapter: 20 steps, largest deviation from TRL with a 'ref' adapter %.2e of the value\n",
+              worst);
+  // The frozen copy is A and B of every adapted linear in fp32: what the
+  // measured weights hold beside adapter_off's, and what the estimate adds.
+  const RunConfig two = load_job(dir, trl_job("base", "dpo"), [&] {
+    std::vector<std::string> o = from_adapter;
+    o.push_back("training.max_steps=1");
+    return o;
+  }());
+  const auto r = testing::estimate_and_train(two.spec, s, dir.file("estimate"));
+  ASSERT_TRUE(r);
+  const std::int64_t copy =
+      strategies::lora_parameter_count(two.spec.model.arch, 4, two.spec.strategy.lora.targets) * 4;
+  EXPECT_EQ(r->estimate.weights.count(), r->measured["weights"].get<std::int64_t>());
+  // adapter_off: the base alone, which the starting adapter moves away from.
+  RunConfig off = cfg;
+  off.spec.training.max_steps = 1;
+  off.strategy.reference = dsl::Reference::kAdapterOff;
+  ASSERT_EQ(train_in(off, dir.file("adapter_off")), RunnerExit::kOk);
+  const std::vector<json> base = lines(dir.file("adapter_off") + "/metrics.jsonl");
+  ASSERT_EQ(base.size(), 1u);
+  EXPECT_EQ(r->measured["weights"].get<std::int64_t>() - base[0]["memory"]["weights"].get<std::int64_t>(), copy);
+  // precomputed scores the pairs with the starting adapters too, before
+  // training (its cache named by them): the same 20 steps as the copy's.
+  TrainOptions o;
+  o.config = cfg;
+  o.config.strategy.reference = dsl::Reference::kPrecomputed;
+  o.out_dir = dir.file("precomputed");
+  o.memory_limit = 0;
+  o.quiet = true;
+  o.device = "cpu";
+  o.cache_dir = dir.file("cache");
+  ASSERT_EQ(train(o), RunnerExit::kOk);
+  const std::vector<json> ahead = lines(o.out_dir + "/metrics.jsonl");
+  ASSERT_EQ(ahead.size(), ours.size());
+  for (std::size_t k = 0; k < ours.size(); ++k) {
+    for (const char* key : {"loss", "rewards/chosen", "rewards/margins"}) {
+      EXPECT_NEAR(ahead[k][key].get<double>(), ours[k][key].get<double>(),
+                  1e-5 * std::max(1.0, std::abs(ours[k][key].get<double>())))
+          << "precomputed " << key << " at step " << k + 1;
+    }
+  }
+  EXPECT_GT(std::abs(base[0]["rewards/chosen"].get<double>()), 1e-3);
 }
 
 // KTO under LoRA: the reference (and the KL rows' reference) is the base
