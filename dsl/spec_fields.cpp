@@ -739,11 +739,12 @@ Field<StrategySpec> technique_list(std::string key, std::string doc, std::vector
 Field<StrategySpec> reference_field() {
   Field<StrategySpec> f = auto_field(
       "reference",
-      "dpo: where the reference model's log-probabilities come from: adapter_off (LoRA/QLoRA: the same "
-      "weights with the adapters off; no memory, one more forward each step), precomputed (one forward over "
-      "the data before training, cached on disk for later jobs; no memory), separate (a frozen copy of the "
-      "starting weights; full fine-tuning below ZeRO-3), or auto (adapter_off under adapters, else "
-      "precomputed).",
+      "dpo and kto: where the reference model's log-probabilities come from: adapter_off (LoRA/QLoRA: the "
+      "same weights with the adapters off; no memory, one more forward each step), precomputed (dpo: one "
+      "forward over the data before training, cached on disk for later jobs; no memory), separate (a frozen "
+      "copy of the starting weights, sharded at ZeRO-3; beside adapters that start from model.adapter, those "
+      "adapters frozen), or auto (under adapters adapter_off, or separate from model.adapter; else dpo "
+      "precomputed, kto separate).",
       &StrategySpec::reference);
   f.write = [write = f.write](const StrategySpec& s) -> std::optional<Node> {
     if (!s.reference) return std::nullopt;

@@ -126,15 +126,13 @@ std::optional<Constraints::Refusal> Constraints::refusal(const Strategy& s) cons
       return Refusal{"the reference adapter_off needs adapters (strategy.reference is pinned)"};
     }
     // Beside adapters the copy is model.adapter's adapters, frozen (whole on
-    // every rank, so ZeRO-3 too); without model.adapter they start at zero.
+    // every rank); without model.adapter they start at zero. A full copy is
+    // sharded under ZeRO-3 as the trained weights are.
     const bool started = !spec_.model.adapter.empty();
     if (r == dsl::Reference::kSeparate && s.adapter != Adapter::kNone && !started) {
       return Refusal{
           "a separate reference beside adapters is the adapters model.adapter starts from, frozen; without "
           "model.adapter adapter_off is the same reference without the copy"};
-    }
-    if (r == dsl::Reference::kSeparate && s.adapter == Adapter::kNone && s.zero_stage == 3) {
-      return Refusal{"a separate reference under ZeRO-3 is not built (the copy would need sharding; precomputed needs none)"};
     }
   }
   // Answers to eval_prompts are generated on rank 0 alone, from the whole

@@ -289,8 +289,14 @@ class Walker {
           e.memory.reference.to_string() + "); " + time + "; adapter_off would score against the base alone";
     } else {
       d.change = "keep a frozen copy of the starting weights";
-      d.reason = "the copy needs " + e.memory.reference.to_string() + " (every weight in " +
-                 dsl::to_string(target_.precision) + "); " + time;
+      d.reason = "the copy needs " + e.memory.reference.to_string() +
+                 (target_.zero_stage >= 3 ? " (a part of every weight in " : " (every weight in ") +
+                 dsl::to_string(target_.precision) +
+                 (target_.zero_stage >= 3 ? " on each rank, gathered per unit "
+                                            "for its forward as the trained "
+                                            "weights are); "
+                                          : "); ") +
+                 time;
       if (target_.adapter == Adapter::kNone) {
         d.reason += kto ? "; kto's KL rows change with each epoch's order, so none can be precomputed"
                         : "; precomputed would need no copy";

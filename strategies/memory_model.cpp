@@ -699,15 +699,21 @@ MemoryEstimate estimate_memory(const MemoryInput& input, const MemoryConstants& 
   m.optimizer_states = Bytes(static_cast<std::int64_t>(state.states * sf));
   m.adapter = Bytes(static_cast<std::int64_t>(state.adapter * sf));
   // The separate reference: every weight once more, frozen, in the compute
-  // dtype, on every rank (the planner refuses it under ZeRO-3); beside
-  // adapters, the starting adapters frozen in the adapters' dtype, whole
-  // on every rank.
+  // dtype, a part on each rank under ZeRO-3 (in host memory under parameter
+  // offload) as the trained weights are; beside adapters, the starting
+  // adapters frozen in the adapters' dtype, whole on every rank.
   if (g.st.reference == Reference::kSeparate) {
-    const double bytes = g.adapter ? static_cast<double>(lora_parameter_count(g.a, g.st.lora_rank, g.in.lora_targets)) *
-                                         (g.st.precision == Precision::kPureBf16 ? 2.0 : 4.0)
-                                   : static_cast<double>(g.pc.total) * weight_bytes_per_param(g.st.precision);
+    const bool sharded = !g.adapter && g.st.zero_stage >= 3;
+    double bytes = g.adapter ? static_cast<double>(lora_parameter_count(g.a, g.st.lora_rank, g.in.lora_targets)) *
+                                   (g.st.precision == Precision::kPureBf16 ? 2.0 : 4.0)
+                             : static_cast<double>(g.pc.total) * weight_bytes_per_param(g.st.precision);
+    if (sharded) bytes /= g.n;
     out.reference = Bytes(static_cast<std::int64_t>(bytes * sf));
-    m.weights += out.reference;
+    if (sharded && g.st.offload == Offload::kOptimizerAndParams) {
+      out.host += out.reference;
+    } else {
+      m.weights += out.reference;
+    }
   }
   const LayerActivations layer = layer_activations(g);
   const double logits = logits_bytes(g);

@@ -188,7 +188,8 @@ struct CorrectionTerm {
 
 struct MemoryEstimate {
   MemoryBreakdown per_device;  // the peak on each GPU (all ranks are alike)
-  Bytes reference;             // dpo's separate reference: the frozen copy, counted in per_device.weights
+  Bytes reference;             // dpo's and kto's separate reference: the frozen copy (this rank's part at
+                               // ZeRO-3), counted in per_device.weights (in host under parameter offload)
   Bytes host;                  // host RAM the strategy needs (offload buffers, 0 without offload)
   std::int64_t trainable_parameters = 0;
   std::int64_t frozen_parameters = 0;

@@ -52,10 +52,6 @@ std::string why_not_executable(const strategies::Strategy& s) {
   if (s.reference == dsl::Reference::kAdapterOff && s.adapter == dsl::Adapter::kNone) {
     return "the reference adapter_off needs adapters";
   }
-  // Beside adapters the copy is the starting adapters, whole on every rank.
-  if (s.reference == dsl::Reference::kSeparate && s.adapter == dsl::Adapter::kNone && s.zero_stage == 3) {
-    return "a separate copy of every weight under ZeRO-3 is not built (precomputed works everywhere)";
-  }
   return {};
 }
 

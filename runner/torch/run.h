@@ -45,6 +45,7 @@
 #include "runner/torch/preference_loss.h"
 #include "runner/torch/tracking_allocator.h"
 #include "runner/torch/trainer.h"
+#include "runner/torch/zero3.h"
 #include "runner/tracking/trackers.h"
 #include "strategies/strategy.h"
 
@@ -229,7 +230,8 @@ class Run {
   Result<std::unique_ptr<data::Batcher>> load_eval(const DataFiles& files);
   Status prepare_prompts(Data& out, std::unique_ptr<data::Tokenizer> tok, const data::ChatSetup* chat);
   Status build_model();
-  // DPO's separate reference: a frozen copy of the model's starting weights.
+  // DPO's separate reference: a frozen copy of the model's starting weights
+  // (at ZeRO-3, sharded at once).
   void build_reference();
   // Adapters attached to model_ (LoRA, QLoRA) as the plan says, the base
   // fingerprinted first; the tensors training sees.
@@ -371,6 +373,10 @@ class Run {
   // freeze_reference_adapters); precomputed scores with them too when the
   // adapters start from model.adapter.
   std::int64_t reference_adapter_bytes_ = 0;
+  // The separate copy at ZeRO-3: a part of each of its tensors on each rank,
+  // gathered per unit for its forward (no gradients), as the trained
+  // model's are; in host memory under parameter offload.
+  std::unique_ptr<ParameterSharder> reference_sharder_;
   io::LogpTable reference_table_;  // dpo with strategy.reference precomputed: by io::pair_key
   bool exporting_ = false;       // export_model: no training, so no reference
   bool diverged_ = false;        // check_loss saw a non-finite loss: the run ends as kDiverged

@@ -339,6 +339,16 @@ void Run::build_reference() {
     to[i].copy_(from[i]);
     to[i].set_requires_grad(false);
   }
+  if (st_.zero_stage < 3 || world_ < 2) return;
+  // ZeRO-3: cut now, so the whole copy lives only while it is made.
+  std::vector<std::vector<torch::Tensor>> units(reference_->unit_count());
+  for (std::size_t u = 0; u < units.size(); ++u)
+    units[u] = reference_->unit_parameters(u);
+  reference_sharder_ = std::make_unique<ParameterSharder>(
+      *comm_, units, [](const torch::Tensor&) { return std::int64_t{1}; },
+      /*host_parts=*/st_.offload == dsl::Offload::kOptimizerAndParams, nccl_.get());
+  reference_->set_unit_hook(reference_sharder_.get());
+  reference_sharder_->shard();
 }
 
 Status Run::build_model() {

@@ -90,15 +90,22 @@ Measured Run::measure_static() const {
   const LoraFootprint lora = lora_footprint(*model_);
   weights += lora.quantized_bytes - lora.adapter_bytes;
   m.parts.adapter = Bytes(lora.adapter_bytes);
-  // DPO's separate reference is frozen weights on the device too (beside
-  // adapters, the frozen starting adapters).
-  if (reference_) {
-    for (const auto& p : reference_->parameters()) weights += static_cast<std::int64_t>(p.nbytes());
-  }
-  if (st_.reference == dsl::Reference::kSeparate) weights += reference_adapter_bytes_;
   m.parts.weights = Bytes(weights);
   m.parts.gradients = Bytes(gradients);
   sync_->correct_static_bytes(*model_, m.parts);
+  // DPO's separate reference is frozen weights on the device too (beside
+  // adapters, the frozen starting adapters; at ZeRO-3, this rank's parts,
+  // in host memory under parameter offload).
+  std::int64_t reference = st_.reference == dsl::Reference::kSeparate ? reference_adapter_bytes_ : 0;
+  if (reference_sharder_) {
+    if (!reference_sharder_->host_parts()) {
+      reference += reference_sharder_->owned_bytes([](const torch::Tensor&) { return false; }).other;
+    }
+  } else if (reference_) {
+    for (const auto& p : reference_->parameters())
+      reference += static_cast<std::int64_t>(p.nbytes());
+  }
+  m.parts.weights += Bytes(reference);
   // Offloaded states and master weights are host memory, not the device's.
   m.parts.optimizer_states = Bytes(opt_->offloaded() ? 0 : opt_->state_bytes());
   m.parts.master_weights = Bytes(opt_->offloaded() ? 0 : opt_->master_bytes());
@@ -458,14 +465,23 @@ Result<Run::Evaluation> Run::evaluate() {
       b.rows = b.seq_len = 1;
       b.inputs = b.positions = b.segment_ids = {0};
       b.targets = {-100};
-      // As many forwards as a pair batch's: the reference's (adapters off
-      // or frozen), and kto's over its KL rows (the trained model's, then
-      // the reference's).
-      const bool off = reference_is_own_forward();
-      const int extra = (off ? 1 : 0) + (st_.kl_rows ? 1 + (off ? 1 : 0) : 0);
-      for (int i = 0; i < extra; ++i) {
+      // The collective forwards of a pair batch, in its order: the
+      // reference's (the model's own with adapters off or frozen, or the
+      // sharded copy's), and kto's over its KL rows (the trained model's,
+      // then the reference's).
+      const auto reference_pass = [&]() -> Status {
+        if (reference_is_own_forward()) {
+          batch_loss(model_, b, dev_);
+          return sync_->after_backward();
+        }
+        if (reference_sharder_) batch_loss(reference_, b, dev_);
+        return Status::ok();
+      };
+      if (preference()) TAILOR_RETURN_IF_ERROR(reference_pass());
+      if (st_.kl_rows) {
         batch_loss(model_, b, dev_);
         TAILOR_RETURN_IF_ERROR(sync_->after_backward());
+        TAILOR_RETURN_IF_ERROR(reference_pass());
       }
     } else {
       break;

@@ -446,6 +446,24 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
     const double a = full_one[2][key], b = full_two[2][key];
     EXPECT_NEAR(b, a, 1e-5 * std::max(1.0, std::abs(a))) << "precomputed " << key;
   }
+  // The frozen copy pinned: at ZeRO-3 a part of it on each rank, gathered
+  // for its forwards (and, at an evaluation whose batches run out on one
+  // rank, for the forwards that rank runs on nothing).
+  const std::string copy = full + " --set strategy.reference=separate";
+  const auto copy_one = run("copy-one", 1, 0, copy);
+  const auto copy_two = run("copy-two-z3", 2, 3, copy);
+  like_one_rank(copy_one, copy_two, {"loss", "rewards/chosen", "rewards/margins", "logps/rejected"},
+                {"eval_loss", "eval_rewards/accuracies", "eval_rewards/margins"}, "separate at ZeRO-3");
+  {
+    std::ifstream copy_plan(t.file("copy-two-z3.plan.json"));
+    const json strategy = json::parse(copy_plan)["strategy"];
+    EXPECT_EQ(strategy["reference"], "separate");
+    EXPECT_EQ(strategy["zero_stage"], 3);
+  }
+  // Each rank holds half of the weights and half of the copy.
+  ASSERT_EQ(copy_two.size(), 3u);
+  const double whole = copy_one[2]["memory"]["weights"], part = copy_two[2]["memory"]["weights"];
+  EXPECT_NEAR(part / whole, 0.5, 0.01);
 }
 
 TEST(RanksTest, LoraAdaptersTrainLikeOneRankAtEveryStage) {
