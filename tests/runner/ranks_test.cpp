@@ -464,6 +464,13 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
   ASSERT_EQ(copy_two.size(), 3u);
   const double whole = copy_one[2]["memory"]["weights"], part = copy_two[2]["memory"]["weights"];
   EXPECT_NEAR(part / whole, 0.5, 0.01);
+  // Under parameter offload the parts of both live in host memory, none on
+  // the device, and the training is the same.
+  const auto copy_offload = run("copy-two-z3-offload", 2, 3, copy + " --set strategy.offload=optimizer_and_params");
+  like_one_rank(copy_one, copy_offload, {"loss", "rewards/chosen", "rewards/margins"}, {"eval_loss"},
+                "separate at ZeRO-3, offloaded");
+  ASSERT_EQ(copy_offload.size(), 3u);
+  EXPECT_EQ(copy_offload[2]["memory"]["weights"].get<double>(), 0.0);
 }
 
 TEST(RanksTest, LoraAdaptersTrainLikeOneRankAtEveryStage) {
