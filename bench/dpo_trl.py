@@ -19,7 +19,10 @@ transformers, trl, peft, datasets, tokenizers), on the CPU.
       trl.DPOTrainer as below; orpo with trl.experimental.orpo.ORPOTrainer
       (beta, the paper's lambda, 0.1) and simpo with
       trl.experimental.cpo.CPOTrainer (loss_type simpo, beta 2.0, gamma 1.0,
-      cpo_alpha 0), neither with a reference, otherwise the same. For dpo:
+      cpo_alpha 0), neither with a reference, and kto with trl.KTOTrainer
+      (loss_type kto, beta 0.1, weights 1; the pairs unpaired by TRL, 16
+      rows a micro-batch, so the same 8 pairs a step; its reference as
+      DPO's), otherwise the same. For dpo:
       trains DIR/base on DIR/pairs.jsonl with trl.DPOTrainer for STEPS + 2
       optimizer steps (MODE full: the reference a copy TRL loads; MODE lora:
       PEFT LoRA r 16, alpha 32, no dropout, on the seven projections of each
@@ -235,6 +238,13 @@ def run(root, mode, steps, threads, method="dpo"):
             args = DPOConfig(loss_type=["sigmoid"], beta=0.1, max_length=None, **common)
             trainer = DPOTrainer(model=model, ref_model=None, args=args, train_dataset=pairs,
                                  processing_class=tokenizer, peft_config=peft_config, callbacks=[timer])
+        elif method == "kto":
+            # Each pair is two rows: 16 rows a micro-batch are Tailor's 8 pairs.
+            from trl import KTOConfig, KTOTrainer
+            args = KTOConfig(loss_type="kto", beta=0.1, desirable_weight=1.0, undesirable_weight=1.0,
+                             max_length=1024, **{**common, "per_device_train_batch_size": 16})
+            trainer = KTOTrainer(model=model, ref_model=None, args=args, train_dataset=pairs,
+                                 processing_class=tokenizer, peft_config=peft_config, callbacks=[timer])
         else:
             import warnings
             with warnings.catch_warnings():
@@ -276,8 +286,8 @@ def main():
     if len(sys.argv) in (6, 7) and sys.argv[1] == "run":
         root, mode, steps, threads = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
         method = sys.argv[6] if len(sys.argv) == 7 else "dpo"
-        if method not in ("dpo", "orpo", "simpo"):
-            sys.exit(f"dpo_trl.py: METHOD is dpo, orpo or simpo, not {method!r}")
+        if method not in ("dpo", "orpo", "simpo", "kto"):
+            sys.exit(f"dpo_trl.py: METHOD is dpo, orpo, simpo or kto, not {method!r}")
         if mode not in ("full", "lora"):
             sys.exit(f"dpo_trl.py: unknown mode {mode} (full or lora)")
         if steps < 1 or threads < 1:

@@ -10,9 +10,10 @@
 # with the adapters off). Prints the mean step time after 2 warm-up steps,
 # the input cells of a step (16 rows padded to the batch's longest, as each
 # implementation batched them), peak RSS, and TRL's step time over Tailor's.
-# METHODS="dpo orpo simpo" adds ORPO (lambda 0.1) against TRL's ORPOTrainer
-# and SimPO (beta 2.0, gamma 1.0) against its CPOTrainer (loss_type simpo,
-# cpo_alpha 0), neither with a reference model.
+# METHODS="dpo orpo simpo kto" adds ORPO (lambda 0.1) against TRL's
+# ORPOTrainer and SimPO (beta 2.0, gamma 1.0) against its CPOTrainer
+# (loss_type simpo, cpo_alpha 0), neither with a reference model, and KTO
+# (loss_type kto, beta 0.1) against its KTOTrainer, with DPO's references.
 #   bench/dpo_vs_trl.sh [BUILD_DIR]   STEPS=8 THREADS=$(nproc) METHODS=dpo
 set -euo pipefail
 build=${1:-build}
@@ -32,14 +33,15 @@ tailor() {
   local training="method: dpo, beta: 0.1"
   [[ $2 == orpo ]] && training="method: orpo, lambda: 0.1"
   [[ $2 == simpo ]] && training="method: simpo, beta: 2.0, gamma: 1.0"
+  [[ $2 == kto ]] && training="method: kto, loss_type: kto, beta: 0.1"
   # The full fine-tune pins the frozen copy: TRL's DPOTrainer forwards its
   # reference every step too (precomputed would move that before the steps).
   local adapter=none extra=""
-  [[ $2 == dpo ]] && extra=", reference: separate"
+  [[ $2 == dpo || $2 == kto ]] && extra=", reference: separate"
   if [[ $1 == lora ]]; then
     adapter=lora
     extra=", lora: {r: 16, alpha: 32, dropout: 0}"
-    [[ $2 == dpo ]] && extra+=", reference: adapter_off"
+    [[ $2 == dpo || $2 == kto ]] && extra+=", reference: adapter_off"
   fi
   cat > "$work/job.yaml" <<YAML
 apiVersion: tailor/v1
@@ -90,7 +92,7 @@ row() {  # method mode impl step_s tokens rss_bytes
 printf '%-6s %-5s %-7s %9s %12s %10s %13s\n' method mode impl step_s tokens/step tokens/s peak_RSS_MiB
 ratios=()
 for method in $methods; do
-  case $method in dpo|orpo|simpo) ;; *) echo "bench: METHODS: $method is not dpo, orpo or simpo" >&2; exit 2;; esac
+  case $method in dpo|orpo|simpo|kto) ;; *) echo "bench: METHODS: $method is not dpo, orpo, simpo or kto" >&2; exit 2;; esac
   for mode in full lora; do
     tailor "$mode" "$method"
     t_step=$step_s t_rss=$rss
