@@ -388,11 +388,15 @@ void Run::write_metrics(std::int64_t step, double loss, const Update& u, const P
   write_memory(w, memory.line());
   if (opt_->offloaded()) {
     // Rank 0's host ledger: its optimizer's copies, states and master
-    // weights, and under parameter offload its parts and their gradients.
+    // weights, and under parameter offload its parts and their gradients
+    // (and a separate reference's parts).
     w.key("host").begin_object();
     w.field("optimizer_states_bytes", opt_->state_bytes()).field("master_weights_bytes", opt_->master_bytes());
     if (const auto host = sync_->host_parts()) {
       w.field("parameters_bytes", host->parameters).field("gradients_bytes", host->gradients);
+    }
+    if (reference_sharder_ && reference_sharder_->host_parts()) {
+      w.field("reference_bytes", reference_sharder_->owned_bytes([](const torch::Tensor&) { return false; }).other);
     }
     w.field("bytes", alloc_->host_bytes()).field("peak_bytes", alloc_->host_peak_bytes());
     w.end_object();

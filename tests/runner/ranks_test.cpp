@@ -471,6 +471,9 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
                 "separate at ZeRO-3, offloaded");
   ASSERT_EQ(copy_offload.size(), 3u);
   EXPECT_EQ(copy_offload[2]["memory"]["weights"].get<double>(), 0.0);
+  // The host ledger reports the copy's parts: the same split of the same
+  // tensors in the same dtype as the model's.
+  EXPECT_EQ(copy_offload[2]["host"]["reference_bytes"], copy_offload[2]["host"]["parameters_bytes"]);
 }
 
 TEST(RanksTest, LoraAdaptersTrainLikeOneRankAtEveryStage) {
