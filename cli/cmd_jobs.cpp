@@ -3,12 +3,14 @@
 #include <cmath>
 #include <cstdio>
 #include <ostream>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/job_view.h"
 #include "cli/rest_client.h"
 #include "core/text.h"
 #include "core/units.h"
+#include "runner/protocol/probe.h"
 
 namespace tailor::cli {
 namespace {
@@ -147,6 +149,19 @@ int run_status(const Argv& argv, Streams io) {
   row("started", str(j, "started_at"));
   row("finished", str(j, "finished_at"));
   row("strategy", describe_strategy(j.value("plan", Json())));
+  // strategy.probe: measuring before training, or what it measured.
+  if (const Json plan = j.value("plan", Json()); plan.is_object() && plan.contains("probe")) {
+    auto table = runner::parse_probe(plan.dump(), "the job's plan");
+    if (table.is_ok() && *table && (*table)->measured()) {
+      io.out << "  probe (predicted beside measured):\n";
+      std::istringstream lines(
+          runner::format_probe_table(**table, plan.value("hardware", Json()).value("num_gpus", 0) > 0));
+      for (std::string line; std::getline(lines, line);)
+        io.out << "    " << line << "\n";
+    } else if (table.is_ok() && *table && str(j, "state") == "running") {
+      row("phase", "probing " + std::to_string((*table)->candidates.size()) + " plans before training");
+    }
+  }
   if (const Json plan = j.value("plan", Json()); plan.is_object() && plan.contains("memory")) {
     const Json& per = plan["memory"].value("per_gpu", Json());
     if (per.is_object() && per.contains("total") && per["total"].is_number()) {

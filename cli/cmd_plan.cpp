@@ -6,11 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/args.h"
+#include "cli/calibration.h"
 #include "cli/commands.h"
 #include "cli/job_view.h"
+#include "cli/probe_run.h"
 #include "cli/rest_client.h"
 #include "cli/spec_options.h"
+#include "core/args.h"
 #include "core/text.h"
 #include "core/units.h"
 #include "dsl/spec_fields.h"
@@ -19,7 +21,9 @@
 #include "platform/command.h"
 #include "platform/executable.h"
 #include "runner/protocol/capabilities.h"
+#include "runner/protocol/probe.h"
 #include "strategies/hardware.h"
+#include "strategies/headroom.h"
 #include "strategies/plan_document.h"
 #include "strategies/planner.h"
 
@@ -61,6 +65,16 @@ options:
   --explain           add a table of the chosen plan beside the best plan of
                       each other kind: memory per GPU, spare, tokens/s, and
                       why each lost
+  --calibration FILE  the calibration store (tailor calibration --help): plans
+                      for this machine take its measured factors
+  --no-calibration    plan from the estimates alone
+  --probe K           measure the K fastest plans that fit (1-5) on this
+                      machine with tailor-runner (a few steps each on the
+                      longest batches) and show predicted beside measured
+                      speed and peak; the plan then trains the fastest
+                      measured one (as strategy.probe: K does in a spec).
+                      With --output json, the plan document with the
+                      measurements
   -h, --help          show this help
 
 Plans are made only of what this build's tailor-runner executes, so
@@ -148,6 +162,26 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
     out << "Runtime: " << dsl::to_string(spec.planner.runtime)
         << " (memory as that stack keeps it: a prediction for its run, not tailor-runner's)\n";
   }
+  if (const auto& c = plan.calibration) {
+    out << "Calibrated: " << fmt("peak estimates x%.3f", c->memory) << " (" << plan.chosen.memory.calibrated.to_string()
+        << " on this plan), " << fmt("speeds x%.3f", c->speed) << ", from " << c->runs
+        << (c->runs == 1 ? " run" : " runs") << " measured on " << c->key << " (tailor calibration show)\n";
+  }
+  if (plan.probe_requested > 0) {
+    out << "Probe: strategy.probe " << plan.probe_requested << ": ";
+    if (plan.probe_candidates.empty()) {
+      out << plan.probe_limited << "\n";
+    } else {
+      out << "tailor-runner measures these first and trains the fastest measured (tailor plan --probe "
+          << plan.probe_requested << " measures them now)\n";
+      for (std::size_t i = 0; i < plan.probe_candidates.size(); ++i) {
+        const strategies::Candidate& c = plan.probe_candidates[i];
+        out << "  " << i + 1 << ". " << c.strategy.describe() << ": " << c.memory.per_device.total().to_string() << ", "
+            << fmt("%.0f", c.throughput.tokens_per_second) << " tokens/s estimated\n";
+      }
+      if (!plan.probe_limited.empty()) out << "  " << plan.probe_limited << "\n";
+    }
+  }
   out << "\n";
   out << (plan.fits ? "Strategy (fits)\n" : "Closest strategy (does NOT fit)\n");
   auto row = [&](const std::string& k, const std::string& v) { out << "  " << pad_right(k, 24) << v << "\n"; };
@@ -227,7 +261,8 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   }
   out << "  " << pad_right("budget", 24) << plan.budget_per_device.to_string() << " ("
       << (plan.on_cpu ? plan.hardware.host_memory : plan.hardware.gpus.front().memory).to_string() << " less "
-      << fmt("%.0f%%", plan.headroom * 100) << " headroom)";
+      << (spec.planner.runtime == dsl::Runtime::kTailor ? fmt("%.0f%%", plan.headroom * 100) + " headroom)"
+                                                        : strategies::describe_headroom(spec, s) + ")");
   const Bytes free = plan.budget_per_device - m.total();
   out << (free.count() >= 0 ? ", " + free.to_string() + " to spare\n" : ", " + (Bytes(0) - free).to_string() + " short\n");
   if (!plan.on_cpu) {
@@ -370,16 +405,48 @@ Result<std::string> quick_spec(const Args& args, const dsl::Catalog& catalog) {
   return text;
 }
 
+// --probe: the plan's candidates measured by tailor-runner, then the table
+// of predicted beside measured (or the probed plan document).
+int print_probed(const strategies::Plan& plan, const dsl::JobSpec& spec, bool json, const std::string& calibration,
+                 Streams io) {
+  if (plan.probe_candidates.empty()) {
+    io.err << "tailor plan: nothing to probe: " << plan.probe_limited << "\n";
+    return kExitInvalid;
+  }
+  io.err << "tailor plan: probing " << plan.probe_candidates.size() << " plans on " << plan.hardware.describe()
+         << " with tailor-runner\n";
+  auto probed = run_probe(strategies::plan_to_json(plan, spec), io);
+  if (!probed.is_ok()) {
+    io.err << "tailor plan: " << probed.status().message() << "\n";
+    return kExitRunFailed;
+  }
+  auto table = runner::parse_probe(*probed, "the probed plan");
+  if (!table.is_ok() || !*table) {
+    io.err << "tailor plan: " << (table.is_ok() ? "the probed plan has no probe" : table.status().message()) << "\n";
+    return kExitRunFailed;
+  }
+  record_calibration(calibration, runner::probe_calibration(*probed), io);
+  if (json) {
+    io.out << *probed;
+  } else {
+    io.out << "Probe on " << plan.hardware.describe() << " (strategy.probe " << spec.strategy.probe
+           << "; predicted beside measured)\n"
+           << runner::format_probe_table(**table, !plan.on_cpu);
+  }
+  return (*table)->chosen >= 0 ? kExitOk : kExitNoFit;
+}
+
 int run_plan(const Argv& argv, Streams io) {
   auto command = parse_command(argv,
-                               with_remote_flags(with_spec_flags({{"gpus", true},
-                                                                  {"output", true},
-                                                                  {"remote", false},
-                                                                  {"model", true},
-                                                                  {"adapter", true},
-                                                                  {"explain", false},
-                                                                  {"seq-len", true},
-                                                                  {"batch", true}})),
+                               with_calibration_flags(with_remote_flags(with_spec_flags({{"gpus", true},
+                                                                                         {"output", true},
+                                                                                         {"remote", false},
+                                                                                         {"model", true},
+                                                                                         {"adapter", true},
+                                                                                         {"explain", false},
+                                                                                         {"probe", true},
+                                                                                         {"seq-len", true},
+                                                                                         {"batch", true}}))),
                                "plan", kPlanHelp, io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
@@ -426,7 +493,29 @@ int run_plan(const Argv& argv, Streams io) {
     io.err << file << ": invalid (" << loaded.diagnostics.error_count() << " errors)\n";
     return kExitInvalid;
   }
-  const dsl::JobSpec& spec = *loaded.spec;
+  dsl::JobSpec spec = *loaded.spec;
+  if (args.has("probe")) {
+    const std::string k = args.get("probe");
+    if (k.empty() || k.find_first_not_of("0123456789") != std::string::npos || std::stoll(k) < 1 ||
+        std::stoll(k) > dsl::kMaxProbe) {
+      io.err << "tailor plan: --probe takes a number of plans from 1 to " << dsl::kMaxProbe << ", got " << quote(k)
+             << "\n";
+      return kExitUsage;
+    }
+    for (const char* flag : {"remote", "gpus", "model"}) {
+      if (args.has(flag)) {
+        io.err << "tailor plan: --probe measures the job's own data on this machine; --" << flag
+               << " does not go with it\n";
+        return kExitUsage;
+      }
+    }
+    if (spec.planner.runtime != dsl::Runtime::kTailor) {
+      io.err << "tailor plan: --probe measures tailor-runner; planner.runtime " << dsl::to_string(spec.planner.runtime)
+             << " predicts another stack, which tailor cannot measure\n";
+      return kExitUsage;
+    }
+    spec.strategy.probe = std::stoll(k);
+  }
   if (spec.model.arch.layers == 0 && !args.has("remote")) {
     io.err << "tailor plan: " << file << ": model.path " << quote(spec.model.path, kWhole)
            << " is not here, and its config.json gives the architecture: plan where the folder is, or with --remote\n";
@@ -449,11 +538,16 @@ int run_plan(const Argv& argv, Streams io) {
   strategies::PlanOptions popts = runner::runner_plan_options(&catalog);
   if (spec.planner.runtime != dsl::Runtime::kTailor) popts.why_not_executable = nullptr;
   if (args.has("explain")) popts.max_alternatives = 8;
+  // A plan for this machine takes what it measured (not --gpus' what-if).
+  if (!args.has("gpus")) popts.calibration = calibration_for(calibration_path(args), spec, *hw, io);
   const strategies::Plan plan = strategies::plan_job(spec, *hw, popts);
   if (!plan.errors.empty()) {
     for (const std::string& e : plan.errors) io.err << file << ": error: " << e << "\n";
     if (format == "json") io.out << strategies::plan_to_json(plan, spec);
     return kExitInvalid;
+  }
+  if (spec.strategy.probe > 0 && args.has("probe") && plan.fits) {
+    return print_probed(plan, spec, format == "json", calibration_path(args), io);
   }
   if (format == "json") {
     io.out << strategies::plan_to_json(plan, spec);

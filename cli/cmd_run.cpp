@@ -2,8 +2,11 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <ostream>
+#include <sstream>
 
+#include "cli/calibration.h"
 #include "cli/commands.h"
 #include "cli/spec_options.h"
 #include "core/args.h"
@@ -33,6 +36,8 @@ LoRA or QLoRA only the adapters and their optimizer states), and either
 model/ (a full fine-tune: a Hugging Face folder for transformers'
 from_pretrained or another job's model.path) or, with LoRA or QLoRA,
 adapter/ (PEFT's layout), plus the merged model/ with output.merge: true.
+With strategy.probe: K the runner first measures the plan's K fastest
+candidates and trains the fastest measured (plan.probed.json records it).
 
 options:
   --out DIR            run folder (default: runs/NAME); one holding an earlier
@@ -44,6 +49,11 @@ options:
                        where there is none; the CPU for a CPU plan or with
                        resources.device: cpu), cpu, cuda or cuda:N
   --gpus SPEC          plan for this hardware instead of detecting it
+  --calibration FILE   the calibration store (tailor calibration --help): the
+                       plan takes this machine's measured factors, and the
+                       run (its probe, strategy.probe, and a finished run's
+                       peak and speed) is recorded there
+  --no-calibration     neither read nor record the store
   --set KEY=VALUE      override a spec key (repeatable)
   --catalog DIR        use models.yaml and gpus.yaml from DIR
   --no-check-files     do not require data files to exist (nor read them) when
@@ -55,13 +65,29 @@ exit codes: 0 trained, 1 invalid spec or data, 2 bad command line,
 5 training failed
 )";
 
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> read_lines(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(std::move(line));
+  return lines;
+}
+
 }  // namespace
 
 int run_run(const Argv& argv, Streams io) {
-  auto command = parse_command(
-      argv,
-      with_spec_flags({{"out", true}, {"resume", false}, {"memory-limit", true}, {"device", true}, {"gpus", true}}),
-      "run", kRunHelp, io);
+  auto command =
+      parse_command(argv,
+                    with_calibration_flags(with_spec_flags(
+                        {{"out", true}, {"resume", false}, {"memory-limit", true}, {"device", true}, {"gpus", true}})),
+                    "run", kRunHelp, io);
   if (!command.args) return command.exit_code;
   const Args& args = *command.args;
   if (args.positional().size() != 1) {
@@ -94,7 +120,10 @@ int run_run(const Argv& argv, Streams io) {
   // tailor-runner trains it: its memory behaviour, whatever runtime the
   // spec predicts for other tools.
   spec.planner.runtime = dsl::Runtime::kTailor;
-  const strategies::Plan plan = strategies::plan_job(spec, *hw, runner::runner_plan_options(&catalog));
+  strategies::PlanOptions popts = runner::runner_plan_options(&catalog);
+  const std::string calibration = calibration_path(args);
+  if (!args.has("gpus")) popts.calibration = calibration_for(calibration, spec, *hw, io);
+  const strategies::Plan plan = strategies::plan_job(spec, *hw, popts);
   for (const std::string& e : plan.errors) io.err << file << ": error: " << e << "\n";
   if (!plan.errors.empty()) return kExitInvalid;
   if (!plan.fits) {
@@ -123,6 +152,11 @@ int run_run(const Argv& argv, Streams io) {
   io.err << "tailor run: " << spec.name << " on " << hw->describe() << ": " << plan.chosen.strategy.describe() << ", "
          << plan.chosen.memory.per_device.total().to_string() << " of " << plan.budget_per_device.to_string()
          << " estimated\n";
+  if (plan.calibration) {
+    io.err << "tailor run: calibrated from " << plan.calibration->runs << " runs on " << plan.calibration->key
+           << " (peak x" << plan.calibration->memory << ", speed x" << plan.calibration->speed << ")\n";
+  }
+  if (!plan.probe_limited.empty()) io.err << "tailor run: strategy.probe: " << plan.probe_limited << "\n";
   io.err << "tailor run: writing to " << out.string() << "\n";
   io.out.flush();
   io.err.flush();
@@ -161,6 +195,21 @@ int run_run(const Argv& argv, Streams io) {
   }
   const auto code = runner::runner_exit_from_status(exit->code);
   if (!code) return kExitRunFailed;
+  // What this machine measured, for later plans: the probe when this run
+  // made one, and a finished run's peak and speed.
+  if (!args.has("gpus")) {
+    const fs::path probed = out / "plan.probed.json";
+    const bool probed_now = spec.strategy.probe > 0 && fs::exists(probed) &&
+                            fs::last_write_time(probed, ec) >= fs::last_write_time(plan_file, ec);
+    const std::string trained_plan =
+        read_text(probed_now || (args.has("resume") && fs::exists(probed)) ? probed : plan_file);
+    std::vector<runner::CalibrationRun> runs;
+    if (probed_now) runs = runner::probe_calibration(trained_plan);
+    if (*code == runner::RunnerExit::kOk) {
+      if (auto job = runner::run_calibration(trained_plan, read_lines(out / "metrics.jsonl"))) runs.push_back(*job);
+    }
+    record_calibration(calibration, runs, io);
+  }
   switch (*code) {
     case runner::RunnerExit::kOk:
       // The folders transformers and PEFT load (model/ holds a LoRA run's

@@ -43,6 +43,7 @@ int run_import(const Argv& args, Streams io);
 int run_catalog(const Argv& args, Streams io);
 int run_plan(const Argv& args, Streams io);
 int run_run(const Argv& args, Streams io);
+int run_calibration(const Argv& args, Streams io);
 // `tailor data preview`: runs tailor-data with these arguments.
 int run_data(const Argv& args, Streams io);
 // `tailor generate`: runs `tailor-runner generate`, a job id resolved first.

@@ -210,7 +210,8 @@ class FollowView {
     // routine runner events (checkpoints) stay out of the way.
     const bool notable = kind == "state" || kind == "replan" || kind == "cancel" || kind == "recovered" ||
                          kind == "lost" || kind == "runner.oom" || kind == "runner.error" || kind == "retry" ||
-                         kind == "runner.checkpoint_skipped" || kind == "runner.nonfinite_loss";
+                         kind == "runner.checkpoint_skipped" || kind == "runner.nonfinite_loss" ||
+                         kind == "runner.probe_start" || kind == "runner.probe" || kind == "runner.probe_done";
     if (notable && !quiet_) {
       if (redraw_) io_.err << "\r\033[K";
       io_.err << e.value("message", kind) << "\n";

@@ -17,6 +17,7 @@ constexpr Command kCommands[] = {
     {"validate", "Check job specs and report every problem with file:line:col", run_validate},
     {"plan", "Choose the fastest memory strategy that fits the GPUs, and explain it", run_plan},
     {"run", "Plan and train a job in the foreground on this machine", run_run},
+    {"calibration", "This machine's measured against predicted peaks and speeds (show, reset)", run_calibration},
     {"data", "A job's data: rendered examples and what is trained (preview), lengths (stats)", run_data},
     {"generate", "Generate text with a trained model or a finished job's (streamed)", run_generate},
     {"serve", "Serve a trained model on OpenAI's completions and chat completions APIs", run_serve},

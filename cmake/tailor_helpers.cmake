@@ -9,6 +9,20 @@ endfunction()
 # tailor_add_test(NAME LABEL SOURCES ... LIBS ...): one gtest binary per
 # module. Torch-free binaries register each test with ctest so failures are
 # reported individually; torch binaries register once (0.7 s start-up each).
+# Every test's environment: no test reads or writes the user's calibration
+# store (platform/calibration_store.h), which would calibrate the plans of
+# the tests after it; a test of the store names a file of its own.
+set(TAILOR_TEST_ENVIRONMENT "TAILOR_CALIBRATION=none")
+
+# The same for a directory's scripted tests (add_test): called at the end of
+# each tests/ CMakeLists.txt that adds any.
+function(tailor_isolate_scripted_tests)
+  get_property(scripted DIRECTORY PROPERTY TESTS)
+  foreach(t IN LISTS scripted)
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${TAILOR_TEST_ENVIRONMENT})
+  endforeach()
+endfunction()
+
 function(tailor_add_test name)
   cmake_parse_arguments(T "" "LABEL" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
@@ -25,9 +39,11 @@ function(tailor_add_test name)
     add_test(NAME ${name} COMMAND ${name})
     # Busy-waiting OpenMP threads stall when ctest runs other work beside
     # them on 2 cores (docs/libtorch.md, "OpenMP and fresh pages").
-    set_tests_properties(${name} PROPERTIES LABELS ${T_LABEL} ENVIRONMENT OMP_WAIT_POLICY=PASSIVE)
+    set_tests_properties(${name} PROPERTIES LABELS ${T_LABEL}
+      ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;${TAILOR_TEST_ENVIRONMENT}")
   else()
     include(GoogleTest)
-    gtest_discover_tests(${name} PROPERTIES LABELS ${T_LABEL} DISCOVERY_TIMEOUT 30)
+    gtest_discover_tests(${name} PROPERTIES LABELS ${T_LABEL} ENVIRONMENT "${TAILOR_TEST_ENVIRONMENT}"
+      DISCOVERY_TIMEOUT 30)
   endif()
 endfunction()

@@ -224,6 +224,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   planning.spec_root = fs::weakly_canonical(fs::absolute(config.spec_root.empty() ? "." : config.spec_root)).string();
   planning.check_files = config.check_files;
   planning.tracking = config.tracking;
+  planning.calibration_path = (data / "calibration.db").string();
   planning.executor = config.executor;
   planning.slurm = config.slurm;
   if (config.executor != dsl::ExecutorKind::kLocal) TAILOR_RETURN_IF_ERROR(attach_slurm(config, data, *parts, planning));

@@ -367,7 +367,12 @@ struct StrategySpec {
   // error and the allocator's fragmentation; empty = kDefaultHeadroom
   // (JobSpec::headroom() also reads the older resources.headroom).
   std::optional<double> headroom;
+  // Measure the planner's top `probe` plans on this machine before training
+  // (a few steps each on the longest batches) and train with the fastest
+  // that stays within the budget; 0 = off. At most kMaxProbe.
+  std::int64_t probe = 0;
 };
+inline constexpr std::int64_t kMaxProbe = 5;
 
 // Why 10%: the largest under-estimates measured against tailor-runner are
 // 8-10% (LoRA with dropout under materialised attention, where backward's

@@ -821,14 +821,46 @@ const std::vector<Field<StrategySpec>>& strategy_fields() {
       custom_field<StrategySpec>(
           "headroom",
           "Fraction of each device's memory a plan keeps free for estimate error and fragmentation, e.g. 15%. "
-          "Default 10% (the largest under-estimates measured against tailor-runner are 8-10%).",
+          "Default: the measured error of the plan's kind of job: 10% for tailor-runner (its largest "
+          "under-estimates measured are 8-10%); for another stack (planner.runtime) the 90th percentile of the "
+          "published peaks' under-estimates of its runtime, adapter and sharding (tailor plan says which).",
           Codec<Fraction>::schema(),
           [](const Node& n, StrategySpec& s, const std::string& path, Diagnostics& d) {
             if (n.is_null()) return;
             if (auto f = read_headroom(n, path, d)) s.headroom = *f;
           },
+          // Written only when set: unset, each plan keeps its kind's
+          // (strategies/headroom.h), a resolved spec included.
           [](const StrategySpec& s) -> std::optional<Node> {
-            return Codec<Fraction>::write({s.headroom.value_or(kDefaultHeadroom)});
+            if (!s.headroom) return std::nullopt;
+            return Codec<Fraction>::write({*s.headroom});
+          }),
+      custom_field<StrategySpec>(
+          "probe",
+          "off (the default; also 0), or K from 1 to 5: before training, measure the planner's K fastest plans that "
+          "fit "
+          "on this machine (a few steps each on the longest batches, in one runner process) and train with the "
+          "fastest measured one that stays within the budget; the plan records each one's predicted and "
+          "measured speed and peak. A probe that runs out of memory is a measured \"does not fit\".",
+          Json{{"anyOf", Json::array({Json{{"type", "integer"}, {"minimum", 0}, {"maximum", kMaxProbe}},
+                                      Json{{"const", "off"}}})}},
+          [](const Node& n, StrategySpec& s, const std::string& path, Diagnostics& d) {
+            if (n.is_null() || (n.is_scalar() && n.scalar == "off")) {
+              s.probe = 0;
+              return;
+            }
+            Diagnostics scratch;
+            if (auto plans = read_int(n, path, scratch); plans && *plans >= 0 && *plans <= kMaxProbe) {
+              s.probe = *plans;
+              return;
+            }
+            d.error(n.location, path,
+                    "expected off (or 0) or a number of plans from 1 to " + std::to_string(kMaxProbe) + ", got " +
+                        (n.is_scalar() ? quote(n.scalar) : std::string(n.kind_name())));
+          },
+          [](const StrategySpec& s) -> std::optional<Node> {
+            if (s.probe == 0) return std::nullopt;
+            return Codec<std::int64_t>::write(s.probe);
           }),
   };
   return k;

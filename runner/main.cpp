@@ -67,6 +67,8 @@ options:
   --progress           redraw a progress line on stderr (default on a terminal)
   --quiet              no progress output
   --probe              print LibTorch's version, devices and matmul rates
+  --probe-only         measure the plan's probe candidates (strategy.probe),
+                       write OUT/plan.probed.json and stop before training
   --export CHECKPOINT  write the model of a checkpoint folder (e.g.
                        DIR/checkpoints/step-000500, sharded or not, from any
                        rank count) to --out as the end of training does:
@@ -212,6 +214,36 @@ int main(int argc, char** argv) {
       return runner::exit_status(runner::RunnerExit::kBadInput);
     }
     opts.memory_limit = limit->count();
+  }
+  // strategy.probe: the candidates measured before training (not on a
+  // resume: the probed plan trains on), then the probed plan trained.
+  // Candidates are plans of one process (the planner's), so no launcher.
+  const auto& probe = opts.config.probe;
+  const bool to_probe = probe && !probe->candidates.empty() && !probe->measured();
+  if (args.probe_only && !to_probe) {
+    std::cerr << "tailor-runner: --probe-only: " << args.plan << " has no probe to measure (strategy.probe)\n";
+    return runner::exit_status(runner::RunnerExit::kBadInput);
+  }
+  // A resumed run whose probe was measured trains the plan it chose.
+  if (to_probe && opts.resume && !args.probe_only) {
+    const std::string path = (std::filesystem::path(args.out) / runner::kProbedPlanFile).string();
+    auto probed = std::filesystem::exists(path) ? runner::read_plan_file(path)
+                                                : Result<runner::RunConfig>(Status::not_found(path));
+    if (probed.is_ok() && probed->probe && runner::same_candidates(*probed->probe, *probe)) {
+      opts.config = std::move(probed).value();
+      opts.append_events = false;
+      return runner::exit_status(runner::train(opts));
+    }
+  }
+  if (to_probe) {
+    auto probed = runner::probe_before_training(opts, /*print_table=*/!args.probe_only);
+    if (!probed.is_ok()) {
+      std::cerr << "tailor-runner: probe: " << probed.status().message() << "\n";
+      return runner::exit_status(runner::RunnerExit::kFailure);
+    }
+    if (args.probe_only) return runner::exit_status(runner::RunnerExit::kOk);
+    opts.config = std::move(probed).value();
+    opts.append_events = true;
   }
   return runner::exit_status(runner::train(opts));
 }

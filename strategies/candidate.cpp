@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "strategies/headroom.h"
 #include "strategies/runtime_profile.h"
 
 namespace tailor::strategies {
@@ -49,6 +50,11 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   Candidate c;
   c.strategy = s;
   c.memory = estimate_memory(in, o.memory);
+  if (o.calibration && o.calibration->runs > 0 && o.calibration->memory > 1.0) {
+    const double total = static_cast<double>(c.memory.per_device.total().count());
+    c.memory.calibrated = Bytes(static_cast<std::int64_t>(total * (o.calibration->memory - 1.0)));
+    c.memory.per_device.overhead += c.memory.calibrated;
+  }
   if (!on_cpu) {
     c.reserved = reserved_peak(profile, c.memory.per_device.total(), o.memory.gpu_context_overhead,
                                s.zero_stage >= 3 && s.num_gpus > 1);
@@ -70,12 +76,22 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
     cost.comm_overlap = 0;
   }
   c.throughput = estimate_throughput(spec.model.arch, s, spec.data.seq_len, spec.training.global_batch_size, link, cost);
-  const double keep = 1.0 - spec.headroom();
-  const Bytes budget(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * keep));
+  if (o.calibration && o.calibration->runs > 0) {
+    const double f = o.calibration->speed;
+    Throughput& t = c.throughput;
+    for (double* seconds : {&t.compute_seconds, &t.comm_seconds, &t.offload_seconds, &t.optimizer_seconds,
+                            &t.reference_seconds, &t.reference_pass_seconds, &t.step_seconds}) {
+      *seconds /= f;
+    }
+    t.tokens_per_second *= f;
+  }
+  // The headroom of this kind of job (headroom.h), unless the spec sets one.
+  const double keep = 1.0 - headroom_for(spec, s);
+  c.budget = Bytes(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * keep));
   // On the CPU the model and the host share one budget.
-  const Bytes host_budget(static_cast<std::int64_t>(static_cast<double>(hw.host_memory.count()) * keep));
-  c.over_budget = c.memory.per_device.total() - budget;
-  c.host_over_budget = on_cpu ? Bytes(-1) : c.memory.host - host_budget;
+  c.host_budget = Bytes(static_cast<std::int64_t>(static_cast<double>(hw.host_memory.count()) * keep));
+  c.over_budget = c.memory.per_device.total() - c.budget;
+  c.host_over_budget = on_cpu ? Bytes(-1) : c.memory.host - c.host_budget;
   c.fits = c.over_budget.count() <= 0 && c.host_over_budget.count() <= 0;
   if (o.why_not_executable) c.not_executable = o.why_not_executable(s);
   return c;

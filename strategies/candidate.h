@@ -5,10 +5,12 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "dsl/catalog.h"
 #include "dsl/job_spec.h"
+#include "strategies/calibration.h"
 #include "strategies/cost_model.h"
 #include "strategies/hardware.h"
 #include "strategies/memory_model.h"
@@ -38,6 +40,9 @@ struct PlanOptions {
   // Plan again with each pinned knob left to the planner, and say which pin
   // excludes a better plan (Plan::advice). One search per pinned knob.
   bool advise_unpinning = true;
+  // This machine's calibration (calibration.h) for the job's key: every
+  // candidate's peak and speed estimates times its factors. Unset: none.
+  std::optional<Calibration> calibration;
 };
 
 // Where a dpo job's reference log-probabilities come from under `s`: the
@@ -56,6 +61,8 @@ struct Candidate {
   Strategy strategy;
   MemoryEstimate memory;
   Throughput throughput;
+  Bytes budget;          // device memory less the headroom of its kind (headroom.h) or the spec's
+  Bytes host_budget;     // host RAM less the same headroom
   bool fits = false;     // device and host memory both within budget
   Bytes over_budget;     // device total minus budget (negative when it fits)
   Bytes host_over_budget;

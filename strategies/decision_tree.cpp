@@ -150,10 +150,10 @@ class Walker {
     d.question = question;
     d.fits = e.fits;
     d.needed = e.memory.per_device.total();
-    d.budget = plan_.budget_per_device;
+    d.budget = e.budget;  // its own kind's (headroom.h)
     if (!hw_.cpu_only()) {
       d.host_needed = e.memory.host;
-      d.host_budget = plan_.host_budget;
+      d.host_budget = e.host_budget;
     }
     return d;
   }
@@ -206,7 +206,7 @@ class Walker {
     } else if (cur_eval_.fits) {
       d.verdict = Verdict::kNotNeeded;
       d.reason = "the plan fits without it (" + cur_eval_.memory.per_device.total().to_string() + " of " +
-                 plan_.budget_per_device.to_string() + ")";
+                 cur_eval_.budget.to_string() + ")";
     } else {
       d.verdict = Verdict::kNotChosen;
       const Candidate with = evaluate(spec_, hw_, probe, o_);

@@ -194,6 +194,7 @@ struct MemoryEstimate {
   std::int64_t trainable_parameters = 0;
   std::int64_t frozen_parameters = 0;
   std::vector<CorrectionTerm> corrections;  // the measured terms counted above, in the order they were added
+  Bytes calibrated;  // added to per_device.overhead by this machine's calibration (calibration.h)
 };
 
 MemoryEstimate estimate_memory(const MemoryInput& in, const MemoryConstants& k = MemoryConstants::defaults());

@@ -62,6 +62,22 @@ struct PinAdvice {
   std::string text;
 };
 
+// A probe's steps on each candidate: warm-up steps (allocator caches,
+// kernels' first calls) are not timed; the timed steps give tokens/s.
+// The timed steps go on past kProbeTimedSteps until they have taken
+// kProbeMinTimedSeconds (short CPU steps are noisy), at most
+// kProbeMaxTimedSteps.
+inline constexpr std::int64_t kProbeWarmupSteps = 2;
+inline constexpr std::int64_t kProbeTimedSteps = 2;
+inline constexpr double kProbeMinTimedSeconds = 1.0;
+inline constexpr std::int64_t kProbeMaxTimedSteps = 50;
+// Measured speeds this close to the fastest are a tie, which goes to the
+// planner's order (it prefers less offload, more spare memory, fewer
+// techniques): a band narrower than the cost model's own
+// (PlanOptions::small_gain), as these are measurements of the same steps
+// side by side, not estimates.
+inline constexpr double kProbeTieBand = 0.02;
+
 struct Plan {
   bool fits = false;    // the chosen strategy fits and the runner executes it
   Candidate chosen;     // when nothing fits: the executable candidate closest to fitting
@@ -90,6 +106,19 @@ struct Plan {
   // (the adapter pin only for the first two: an adapter changes what is
   // trained). Empty without pins.
   std::vector<PinAdvice> advice;
+  // The calibration applied to every estimate (PlanOptions::calibration).
+  std::optional<Calibration> calibration;
+  // strategy.probe K: the plans to measure before training, in the policy's
+  // order (the chosen one first, then each next choice without the ones
+  // before), all fitting and executable in one process; fewer than K when
+  // fewer qualify, and `probe_limited` says why.
+  std::int64_t probe_requested = 0;
+  std::vector<Candidate> probe_candidates;
+  std::string probe_limited;
+  // How the measurements are ranked, as the estimates are: each departure
+  // from exact training discounts a speed by the fidelity margin
+  // (CostConstants); ties (kProbeTieBand) go to the planner's order.
+  double probe_fidelity_margin = 0;
 
   // Why the job cannot run when !fits, in one line for `tailor run`, tailord
   // and `tailor plan`: "does not fit 1x NVIDIA T4 (16.0 GiB), host ...; short

@@ -69,6 +69,38 @@ void write_alternative(JsonWriter& w, const Alternative& a) {
   w.end_object();
 }
 
+// strategy.probe: what to measure, each candidate with what the plan
+// predicts for it (the runner adds what it measured: runner/protocol/probe.h).
+void write_probe_request(JsonWriter& w, const Plan& plan) {
+  w.key("probe").begin_object();
+  w.field("requested", plan.probe_requested);
+  w.field("warmup_steps", kProbeWarmupSteps);
+  w.field("timed_steps", kProbeTimedSteps);
+  w.field("min_timed_seconds", kProbeMinTimedSeconds);
+  w.field("max_timed_steps", kProbeMaxTimedSteps);
+  w.field("tie_band", kProbeTieBand);
+  if (!plan.probe_limited.empty()) w.field("limited", plan.probe_limited);
+  w.key("candidates").begin_array();
+  for (const Candidate& c : plan.probe_candidates) {
+    w.begin_object();
+    w.field("summary", c.strategy.describe());
+    w.key("strategy");
+    write_strategy(w, c.strategy);
+    w.field("fidelity_factor", 1.0 / (1.0 + plan.probe_fidelity_margin * fidelity_cost(c.strategy)));
+    w.key("per_gpu").begin_object();
+    write_memory_breakdown(w, c.memory.per_device);
+    w.end_object();
+    w.field("spare_per_gpu", c.spare().count());
+    w.field("reserved_per_gpu", c.reserved.count());
+    w.field("host_total", c.memory.host.count());
+    w.key("throughput");
+    write_throughput(w, c.throughput);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+}
+
 }  // namespace
 
 std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
@@ -95,6 +127,11 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   w.field("nodes", plan.hardware.nodes);
   w.field("memory_per_device", (plan.on_cpu ? plan.hardware.host_memory : plan.hardware.gpus.front().memory).count());
   w.field("host_memory", plan.hardware.host_memory.count());
+  w.end_object();
+  // Where this plan's measurements calibrate later plans (calibration.h).
+  const CalibrationKey machine = calibration_key(spec, plan.hardware);
+  w.key("calibration_key").begin_object();
+  w.field("machine", machine.machine).field("runtime", machine.runtime).field("family", machine.family);
   w.end_object();
   w.key("errors").begin_array();
   for (const std::string& e : plan.errors) w.value(e);
@@ -192,6 +229,16 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
     } else {
       w.field("smallest_fitting_gpus", plan.smallest_fitting_gpu);
     }
+  }
+  if (plan.probe_requested > 0) write_probe_request(w, plan);
+  if (plan.calibration) {
+    w.key("calibration").begin_object();
+    w.field("key", plan.calibration->key);
+    w.field("runs", static_cast<std::int64_t>(plan.calibration->runs));
+    w.field("memory_factor", plan.calibration->memory);
+    w.field("speed_factor", plan.calibration->speed);
+    w.field("calibrated_bytes", plan.chosen.memory.calibrated.count());
+    w.end_object();
   }
   w.key("spec");
   w.raw(dsl::emit_json(dsl::write_job_spec(spec), 0));

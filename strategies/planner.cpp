@@ -7,6 +7,7 @@
 
 #include "strategies/constraints.h"
 #include "strategies/decision_tree.h"
+#include "strategies/headroom.h"
 #include "strategies/knobs.h"
 #include "strategies/memory_model.h"
 #include "strategies/runtime_profile.h"
@@ -34,8 +35,9 @@ struct Faster {
   }
 };
 
-bool comfortable(const Candidate& c, Bytes budget, const PlanOptions& o) {
-  return static_cast<double>(c.spare().count()) >= o.comfortable_spare * static_cast<double>(budget.count());
+// Spare memory is measured against the plan's own budget (its kind's headroom).
+bool comfortable(const Candidate& c, const PlanOptions& o) {
+  return static_cast<double>(c.spare().count()) >= o.comfortable_spare * static_cast<double>(c.budget.count());
 }
 
 // The policy's choice among `fitting` (PlanOptions::small_gain): each
@@ -43,7 +45,7 @@ bool comfortable(const Candidate& c, Bytes budget, const PlanOptions& o) {
 // techniques) narrows the set to the plans that have it, when the best of
 // them is within the tie band of the fastest plan left; then the fastest.
 // Null when `fitting` is empty.
-const Candidate* choose(std::vector<const Candidate*> set, Bytes budget, const PlanOptions& o) {
+const Candidate* choose(std::vector<const Candidate*> set, const PlanOptions& o) {
   const Faster faster{o.cost};
   auto fastest_of = [&](const std::vector<const Candidate*>& v) {
     const Candidate* f = nullptr;
@@ -65,7 +67,7 @@ const Candidate* choose(std::vector<const Candidate*> set, Bytes budget, const P
     if (!kept.empty() && score(*fastest_of(kept), o.cost) >= floor) set = std::move(kept);
   };
   prefer([](const Candidate& c) { return c.strategy.offload == Offload::kNone; });
-  prefer([&](const Candidate& c) { return comfortable(c, budget, o); });
+  prefer([&](const Candidate& c) { return comfortable(c, o); });
   int fewest = 1 << 20;
   const double floor = score(*fastest_of(set), o.cost) * (1.0 - o.small_gain);
   for (const Candidate* c : set) {
@@ -198,12 +200,8 @@ struct SearchResult {
   const Candidate* best_any = nullptr;   // the same, were every plan executable
   const Candidate* closest = nullptr;    // the executable plan nearest to fitting when none fits
   const Candidate* fastest = nullptr;    // the fastest executable plan that fits
+  std::vector<const Candidate*> fitting;  // every executable plan that fits
 };
-
-Bytes device_budget(const dsl::JobSpec& spec, const Hardware& hw) {
-  const Device dev = rank_device(spec, hw);
-  return Bytes(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * (1.0 - spec.headroom())));
-}
 
 SearchResult search(const dsl::JobSpec& spec, const Hardware& hw, const Constraints& c, const PlanOptions& o) {
   SearchResult r;
@@ -239,13 +237,13 @@ SearchResult search(const dsl::JobSpec& spec, const Hardware& hw, const Constrai
     if (cand.fits && cand.executable()) fitting.push_back(&cand);
     if (cand.executable() && (r.closest == nullptr || total_over(cand) < total_over(*r.closest))) r.closest = &cand;
   }
-  const Bytes budget = device_budget(spec, hw);
-  r.best = choose(fitting, budget, o);
+  r.best = choose(fitting, o);
+  r.fitting = fitting;
   const Faster faster{o.cost};
   for (const Candidate* f : fitting) {
     if (r.fastest == nullptr || faster(*f, *r.fastest)) r.fastest = f;
   }
-  r.best_any = choose(fitting_any, budget, o);
+  r.best_any = choose(fitting_any, o);
   return r;
 }
 
@@ -313,17 +311,61 @@ std::vector<PinAdvice> advise_unpinning(const dsl::JobSpec& spec, const Hardware
 
 }  // namespace
 
+namespace {
+
+// The policy's choices in turn among `fitting`, each without the ones
+// before, as far as one runner process can measure them (one rank); at
+// most `limit`, `first` (when given) first.
+std::vector<const Candidate*> policy_order(std::vector<const Candidate*> fitting, const Candidate* first,
+                                           const PlanOptions& o, std::size_t limit) {
+  std::vector<const Candidate*> out;
+  if (first != nullptr) out.push_back(first);
+  std::erase_if(fitting, [&](const Candidate* c) { return c->strategy.num_gpus != 1 || c == first; });
+  while (out.size() < limit) {
+    const Candidate* next = choose(fitting, o);
+    if (next == nullptr) break;
+    out.push_back(next);
+    std::erase(fitting, next);
+  }
+  return out;
+}
+
+// strategy.probe: the plan's own choice, then the policy's next choices.
+void choose_probe_candidates(const dsl::JobSpec& spec, const SearchResult& r, Plan& plan, const PlanOptions& o) {
+  plan.probe_requested = spec.strategy.probe;
+  plan.probe_fidelity_margin = o.cost.fidelity_margin;
+  if (plan.chosen.strategy.num_gpus > 1) {
+    plan.probe_limited = "not probed: the plan trains " + std::to_string(plan.chosen.strategy.num_gpus) +
+                         " ranks, and probing measures plans of one process";
+    return;
+  }
+  for (const Candidate* c : policy_order(r.fitting, r.best, o, static_cast<std::size_t>(plan.probe_requested))) {
+    plan.probe_candidates.push_back(*c);
+  }
+  if (static_cast<std::int64_t>(plan.probe_candidates.size()) < plan.probe_requested) {
+    plan.probe_limited = std::to_string(plan.probe_candidates.size()) + " of the " +
+                         std::to_string(plan.probe_requested) +
+                         " plans asked for: no other plan of one process fits and runs";
+  }
+}
+
+}  // namespace
+
 Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o) {
   Plan plan;
   plan.hardware = hw;
   plan.on_cpu = hw.cpu_only();
-  plan.headroom = spec.headroom();
+  // Until a plan is chosen, the headroom of the kind the spec pins or
+  // tailor-runner's (an error names the hardware, not a budget).
+  plan.headroom = headroom_for(spec, Strategy{});
+  if (o.calibration && o.calibration->runs > 0) plan.calibration = o.calibration;
   plan.seq_len = spec.data.seq_len;
   plan.global_batch = spec.training.global_batch_size;
   const Device dev = rank_device(spec, hw);
-  const double keep = 1.0 - spec.headroom();
-  plan.budget_per_device = device_budget(spec, hw);
-  plan.host_budget = Bytes(static_cast<std::int64_t>(static_cast<double>(hw.host_memory.count()) * keep));
+  plan.budget_per_device =
+      Bytes(static_cast<std::int64_t>(static_cast<double>(dev.memory.count()) * (1.0 - plan.headroom)));
+  plan.host_budget =
+      Bytes(static_cast<std::int64_t>(static_cast<double>(hw.host_memory.count()) * (1.0 - plan.headroom)));
 
   const Constraints c(spec, hw);
   if (!c.error().empty()) {
@@ -352,6 +394,10 @@ Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o
   }
   plan.fits = r.best != nullptr;
   plan.chosen = plan.fits ? *r.best : *r.closest;
+  // The plan's budget is its chosen kind's (headroom.h).
+  plan.headroom = headroom_for(spec, plan.chosen.strategy);
+  plan.budget_per_device = plan.chosen.budget;
+  plan.host_budget = plan.chosen.host_budget;
   if (r.best_any != nullptr && !r.best_any->executable()) {
     plan.preferred_if_executable = Alternative{*r.best_any, "tailor-runner cannot run it: " + r.best_any->not_executable};
   }
@@ -381,10 +427,11 @@ Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o
   for (const Candidate* a : alts) {
     if (static_cast<int>(plan.alternatives.size()) >= o.max_alternatives) break;
     plan.alternatives.push_back(
-        {*a, a->fits ? why_it_lost(plan.chosen, *a, o) : does_not_fit(*a, plan.budget_per_device, plan.host_budget)});
+        {*a, a->fits ? why_it_lost(plan.chosen, *a, o) : does_not_fit(*a, a->budget, a->host_budget)});
   }
 
   if (o.advise_unpinning) plan.advice = advise_unpinning(spec, hw, c, plan, o);
+  if (spec.strategy.probe > 0 && plan.fits) choose_probe_candidates(spec, r, plan, o);
 
   if (!plan.fits) {
     plan.shortfall = std::max(Bytes(0), plan.chosen.over_budget);
@@ -409,6 +456,17 @@ Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o
     }
   }
   return plan;
+}
+
+std::vector<Candidate> plans_in_policy_order(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o) {
+  const Constraints c(spec, hw);
+  if (!c.error().empty()) return {};
+  const SearchResult r = search(spec, hw, c, o);
+  std::vector<Candidate> out;
+  for (const Candidate* p : policy_order(r.fitting, nullptr, o, r.fitting.size())) {
+    out.push_back(*p);
+  }
+  return out;
 }
 
 }  // namespace tailor::strategies

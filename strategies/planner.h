@@ -26,4 +26,10 @@ namespace tailor::strategies {
 
 Plan plan_job(const dsl::JobSpec& spec, const Hardware& hardware, const PlanOptions& options = {});
 
+// Every executable plan of one process that fits, in the policy's order
+// (each the policy's choice among those left after the ones before): a
+// probe's candidates are the first strategy.probe of them. For sweeps.
+std::vector<Candidate> plans_in_policy_order(const dsl::JobSpec& spec, const Hardware& hardware,
+                                             const PlanOptions& options = {});
+
 }  // namespace tailor::strategies

@@ -1,6 +1,7 @@
 #include "strategies/replan.h"
 
 #include "strategies/constraints.h"
+#include "strategies/headroom.h"
 
 namespace tailor::strategies {
 namespace {
@@ -38,7 +39,7 @@ Result<Replan> replan_after_oom(dsl::JobSpec spec, const OomReport& oom, const D
   const Strategy& failed = oom.failed;
   // What the device really offers is what the runner was allowed: plan for
   // it as the device memory, headroom included (budget = memory * (1 - headroom)).
-  const double keep = 1.0 - spec.headroom();
+  const double keep = 1.0 - headroom_for(spec, failed);
   const Bytes memory(static_cast<std::int64_t>(static_cast<double>(oom.budget.count()) / keep));
   if (failed.num_gpus >= 1 && !detected.gpus.empty()) {
     spec.resources.gpu_memory = memory;
@@ -46,6 +47,9 @@ Result<Replan> replan_after_oom(dsl::JobSpec spec, const OomReport& oom, const D
     spec.resources.host_memory = memory;
   }
   spec.strategy.precision = failed.precision;
+  // The re-plan trains what it chose: a probe's candidates were measured
+  // under the budget that just ran out.
+  spec.strategy.probe = 0;
   TAILOR_ASSIGN_OR_RETURN(Hardware hw,
                           resolve_hardware(spec, std::nullopt, detected.gpus, detected.host_memory, catalog));
   PlanOptions popts = options;

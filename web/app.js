@@ -303,8 +303,9 @@ function jobPage(id) {
   const talk = h("div", {class: "card", hidden: true});
   const exporter = h("div", {class: "card", hidden: true});
   const answers = h("div", {class: "card", hidden: true});
+  const probe = h("div", {class: "card", hidden: true});
   const spec = h("pre", {class: "log", "aria-label": "The job's spec as frozen at submission"});
-  page(`Job ${id}`, facts, actions, message, talk, exporter,
+  page(`Job ${id}`, facts, actions, message, probe, talk, exporter,
     h("h2", {}, "Curves"), curves, answers,
     h("h2", {}, "Memory: the plan's estimate against the runner's measurement"), memory,
     h("h2", {}, "Attempts"), h("table", {}, h("thead", {}, h("tr", {},
@@ -420,6 +421,23 @@ function jobPage(id) {
         h("td", {}, a.outcome === "out_of_memory" ? `out of memory at ${bytes(a.oom_at_bytes)}: re-planned` : "–"))));
       const ev = await api(`/v1/jobs/${enc}/events?limit=200`);
       if (ev.ok) {
+        // strategy.probe: each candidate's prediction beside its measurement.
+        const probed = ev.data.events.filter(e => e.kind === "runner.probe" && e.data);
+        if (probed.length) {
+          const done = ev.data.events.find(e => e.kind === "runner.probe_done" && e.data);
+          const chosen = done ? done.data.chosen : -2;
+          probe.hidden = false;
+          probe.replaceChildren(h("h2", {}, done ? `Probe: ${probed.length} plans measured in ${done.data.seconds.toFixed(1)} s`
+                                                 : "Probing the plans before training"),
+            h("table", {}, h("thead", {}, h("tr", {}, ["#", "Plan", "Predicted tokens/s", "Measured tokens/s",
+                                                       "Predicted peak", "Measured peak", "Outcome"].map(t => h("th", {scope: "col"}, t)))),
+              h("tbody", {}, ...probed.map(e => e.data).map(p => h("tr", {},
+                h("td", {}, `${p.index + 1}${p.index === chosen ? " (trained)" : ""}`), h("td", {}, p.summary),
+                h("td", {}, number(p.predicted_tokens_per_second)),
+                h("td", {}, p.outcome === "fits" ? number(p.tokens_per_second) : "–"),
+                h("td", {}, bytes(p.predicted_peak_bytes)), h("td", {}, bytes(p.peak_bytes)),
+                h("td", {}, p.outcome === "fits" ? "fits" : `${p.outcome}${p.message ? `: ${p.message}` : ""}`))))));
+        }
         // training.eval_prompts: the newest evaluation's answers, beside the curves.
         const generated = ev.data.events.filter(e => e.kind === "runner.generation" && e.data && e.data.answers);
         if (generated.length) {

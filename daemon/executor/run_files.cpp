@@ -2,10 +2,12 @@
 
 #include <signal.h>
 
+#include <cstdio>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/units.h"
 #include "runner/protocol/events.h"
 #include "runner/protocol/exit_code.h"
 
@@ -100,6 +102,36 @@ std::optional<StepMetric> parse_metric_line(const std::string& line, std::int64_
   return m;
 }
 
+namespace {
+
+// strategy.probe's events in words: "probe 2: bf16, micro-batch 8, adamw:
+// 7012 tokens/s, peak 118.0 MiB (predicted 7305 tokens/s, 121.0 MiB)".
+std::string probe_message(const std::string& kind, const json& j) {
+  const std::string summary = j.value("summary", std::string());
+  if (kind == runner::events::kProbeStart) {
+    return "probing " + std::to_string(j.value("candidates", 0)) + " plans before training (strategy.probe)";
+  }
+  char buf[256];
+  if (kind == runner::events::kProbeDone) {
+    std::snprintf(buf, sizeof buf, "probed in %.1f s: ", j.value("seconds", 0.0));
+    const std::int64_t chosen = j.value("chosen", std::int64_t{-1});
+    return buf + (chosen >= 0 ? "training plan " + std::to_string(chosen + 1) + ", " + summary
+                              : std::string("no plan fitted; training the planner's choice"));
+  }
+  const std::string outcome = j.value("outcome", std::string());
+  std::string out = "probe " + std::to_string(j.value("index", std::int64_t{0}) + 1) + ": " + summary + ": ";
+  if (outcome == "fits") {
+    std::snprintf(buf, sizeof buf, "%.0f tokens/s, peak %s (predicted %.0f tokens/s, %s)",
+                  j.value("tokens_per_second", 0.0), Bytes(j.value("peak_bytes", std::int64_t{0})).to_string().c_str(),
+                  j.value("predicted_tokens_per_second", 0.0),
+                  Bytes(j.value("predicted_peak_bytes", std::int64_t{0})).to_string().c_str());
+    return out + buf;
+  }
+  return out + outcome + (j.contains("message") ? ": " + j.value("message", std::string()) : std::string());
+}
+
+}  // namespace
+
 std::optional<NewEvent> parse_event_line(const std::string& line) {
   const json j = json::parse(line, nullptr, false);
   if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) return std::nullopt;
@@ -108,7 +140,13 @@ std::optional<NewEvent> parse_event_line(const std::string& line) {
   e.kind = "runner." + kind;
   e.time = opt<double>(j, "time").value_or(0);
   e.data_json = j.dump();
-  if (auto msg = j.find("message"); msg != j.end() && msg->is_string()) {
+  auto text = [&](const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (kind == runner::events::kProbeStart || kind == runner::events::kProbe || kind == runner::events::kProbeDone) {
+    e.message = probe_message(kind, j);
+  } else if (auto msg = j.find("message"); msg != j.end() && msg->is_string()) {
     e.message = msg->get<std::string>();
   } else if (kind == runner::events::kOom) {
     e.message = "out of memory at step " + std::to_string(opt<std::int64_t>(j, "step").value_or(0)) + ": requested " +
@@ -117,10 +155,6 @@ std::optional<NewEvent> parse_event_line(const std::string& line) {
                 std::to_string(opt<std::int64_t>(j, "budget_bytes").value_or(0)) + "-byte budget";
   } else if (kind == runner::events::kTracker) {
     // "mlflow down: POST http://...: Couldn't connect to server"
-    auto text = [&](const char* key) {
-      auto it = j.find(key);
-      return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-    };
     e.message = text("tracker") + " " + text("state");
     if (!text("error").empty()) e.message += ": " + text("error");
   } else if (auto step = opt<std::int64_t>(j, "step")) {

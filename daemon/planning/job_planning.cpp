@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "dsl/spec_loader.h"
+#include "platform/calibration_store.h"
 #include "runner/protocol/capabilities.h"
 #include "strategies/plan_document.h"
 #include "strategies/replan.h"
@@ -380,7 +381,11 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
   }
   hw->cpu = strategies::cpu_device(hw->host_memory, ctx.cpu_native_bf16);  // CPU jobs run on this machine's
   spec.planner.runtime = dsl::Runtime::kTailor;  // tailor-runner runs it, whatever the spec predicts for others
-  strategies::Plan plan = strategies::plan_job(spec, *hw, plan_options(ctx));
+  strategies::PlanOptions popts = plan_options(ctx);
+  if (!ctx.calibration_path.empty()) {
+    popts.calibration = platform::load_calibration(ctx.calibration_path, strategies::calibration_key(spec, *hw));
+  }
+  strategies::Plan plan = strategies::plan_job(spec, *hw, popts);
   if (!plan.errors.empty()) {
     for (const auto& e : plan.errors) d.error({name, 0, 0}, "", e);
     return spec_error(std::move(d));

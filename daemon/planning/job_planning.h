@@ -41,6 +41,9 @@ struct PlanningContext {
   std::function<Result<slurm::Partition>(const std::string& name)> slurm_partition;
   dsl::SlurmSpec slurm;  // tailord's sbatch settings, under the spec's
   dsl::TrackingSpec tracking;  // tailord's trackers, for specs that leave them unset
+  // tailord's calibration store (platform/calibration_store.h,
+  // DATA_DIR/calibration.db): plans take its factors; empty: none.
+  std::string calibration_path;
 };
 
 // tailord's trackers under the spec's: a tracker the spec leaves unset is

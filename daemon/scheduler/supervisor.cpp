@@ -18,7 +18,9 @@
 #include "daemon/executor/run_files.h"
 #include "daemon/executor/slurm_executor.h"
 #include "daemon/scheduler/scheduler.h"
+#include "platform/calibration_store.h"
 #include "platform/files.h"
+#include "runner/protocol/calibration_runs.h"
 #include "runner/protocol/events.h"
 #include "runner/protocol/exit_code.h"
 #include "runner/protocol/heartbeat.h"
@@ -101,6 +103,25 @@ std::string Supervisor::job_dir(const std::string& id) const {
   std::string dir = options_.data_dir;
   if (!dir.empty() && dir.back() != '/') dir += '/';
   return dir + "jobs/" + id;
+}
+
+void Supervisor::record_calibration(const std::vector<runner::CalibrationRun>& runs) const {
+  const std::string& path = options_.planning.calibration_path;
+  if (path.empty() || runs.empty()) return;
+  auto store = platform::CalibrationStore::open(path);
+  Status s = store.is_ok() ? Status::ok() : store.status();
+  for (const runner::CalibrationRun& c : runs) {
+    if (s.is_ok()) s = store->add({c.key, c.source, c.summary, c.sample, {}});
+  }
+  log_status(s, "recording calibration in " + path);
+}
+
+void Supervisor::record_calibration_of_run(const std::string& id, const std::string& plan_json) const {
+  std::ifstream in((fs::path(job_dir(id)) / "metrics.jsonl").string());
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(std::move(line));
+  if (auto run = runner::run_calibration(plan_json, lines)) record_calibration({*run});
 }
 
 void Supervisor::log_status(const Status& s, const std::string& what) const {
@@ -240,6 +261,23 @@ void Supervisor::check_heartbeat(Running& r) {
   }
 }
 
+namespace {
+
+// The job folder's probed plan (runner/torch/trainer.h's kProbedPlanFile)
+// when it holds a measured probe; else why not.
+Result<std::string> read_probed_plan(const fs::path& dir) {
+  const std::string path = (dir / "plan.probed.json").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found("cannot open " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  TAILOR_ASSIGN_OR_RETURN(const auto table, runner::parse_probe(text.str(), path));
+  if (!table || !table->measured()) return Status::invalid_argument(path + ": no measured probe");
+  return text.str();
+}
+
+}  // namespace
+
 Supervisor::Ingested Supervisor::ingest(Running& r) {
   const fs::path dir = job_dir(r.id);
   std::int64_t ev_off = r.events_offset, m_off = r.metrics_offset;
@@ -253,6 +291,7 @@ Supervisor::Ingested Supervisor::ingest(Running& r) {
   }
   if (ev->empty() && ms->empty()) return Ingested::kNothing;
   IngestBatch batch;
+  std::optional<std::string> probed;  // the plan as its probe measured it
   batch.events_offset = ev_off;
   batch.metrics_offset = m_off;
   for (const auto& line : *ev) {
@@ -260,6 +299,15 @@ Supervisor::Ingested Supervisor::ingest(Running& r) {
     if (!e) continue;
     if (e->kind == std::string("runner.") + runner::events::kOom) r.last_oom_json = e->data_json;
     if (e->kind == std::string("runner.") + runner::events::kError) r.last_error = e->message;
+    if (e->kind == std::string("runner.") + runner::events::kProbeDone) {
+      auto plan = read_probed_plan(dir);
+      if (plan.is_ok()) {
+        probed = std::move(plan).value();
+        record_calibration(runner::probe_calibration(*probed));
+      } else {
+        log_status(plan.status(), "reading the probed plan of " + r.id);
+      }
+    }
     if (e->kind == std::string("runner.") + runner::events::kTracker) {
       const json t = json::parse(e->data_json, nullptr, false);
       const std::string tracker = t.is_object() ? t.value("tracker", std::string()) : "";
@@ -301,6 +349,9 @@ Supervisor::Ingested Supervisor::ingest(Running& r) {
     break;
   }
   if (r.peak_bytes) changes.set("peak_bytes", *r.peak_bytes);
+  // The job's plan becomes the probed one: its page shows the measurements,
+  // and a retry trains the plan the probe chose without probing again.
+  if (probed) changes.set("plan_json", std::move(*probed));
   const Status s = store_.ingest(r.id, batch, changes);
   if (s.is_ok()) {
     r.events_offset = ev_off;
@@ -427,9 +478,12 @@ Status Supervisor::finish(Running& r, const ProcessExit& exit, const std::string
     case Verdict::kCancelled:
       u.set("exit_reason", prefix + "cancelled by request (" + describe_exit(exit) + ")");
       return end_as(JobState::kCancelled, "cancelled: runner stopped");
-    case Verdict::kSucceeded:
+    case Verdict::kSucceeded: {
       u.set("exit_reason", "");
-      return end_as(JobState::kSucceeded, prefix + "runner finished");
+      const Status s = end_as(JobState::kSucceeded, prefix + "runner finished");
+      if (s.is_ok()) record_calibration_of_run(r.id, job->plan_json);
+      return s;
+    }
     case Verdict::kReplan:
       return replan(r, *job, oom, u);
     case Verdict::kRetry:

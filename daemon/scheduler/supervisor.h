@@ -31,11 +31,12 @@
 #include "core/status.h"
 #include "daemon/executor/executor.h"
 #include "daemon/executor/slurm_cluster.h"
+#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/planning/job_planning.h"
 #include "daemon/scheduler/outcome.h"
-#include "platform/process.h"
-#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/store/job_store.h"
+#include "platform/process.h"
+#include "runner/protocol/calibration_runs.h"
 #include "strategies/strategy.h"
 
 namespace tailor::daemon {
@@ -173,6 +174,10 @@ class Supervisor {
   Status recover_job(const JobRecord& job);
   std::string log_tail(const std::string& id) const;
   void log_status(const Status& s, const std::string& what) const;
+  // The calibration store (PlanningContext::calibration_path): what a
+  // probe or a finished run measured against its plan; failures logged.
+  void record_calibration(const std::vector<runner::CalibrationRun>& runs) const;
+  void record_calibration_of_run(const std::string& id, const std::string& plan_json) const;
 
   JobStore& store_;
   DaemonMetrics& metrics_;

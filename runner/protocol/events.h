@@ -52,6 +52,15 @@ inline constexpr const char* kReference = "reference";
 // sent, behind: not everything was sent before the runner ended), error,
 // step (the last sent), pending_bytes (of metrics.jsonl not yet sent).
 inline constexpr const char* kTracker = "tracker";
+// strategy.probe, before training (runner/protocol/probe.h): probe_start
+// (candidates), then probe (index, summary, outcome, tokens_per_second,
+// peak_bytes, predicted_peak_bytes, predicted_tokens_per_second, seconds,
+// message) for each candidate as it is measured, then probe_done (chosen:
+// the index trained or -1, summary, seconds, plan: the plan document
+// written again with the measurements, in the job's folder).
+inline constexpr const char* kProbeStart = "probe_start";
+inline constexpr const char* kProbe = "probe";
+inline constexpr const char* kProbeDone = "probe_done";
 // Terminal events, each with "exit_code".
 inline constexpr const char* kDone = "done";
 inline constexpr const char* kError = "error";            // message

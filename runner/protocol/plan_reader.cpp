@@ -7,6 +7,7 @@
 
 #include "dsl/spec_loader.h"
 #include "dsl/technique.h"
+#include "runner/protocol/probe.h"
 #include "strategies/plan_document.h"
 
 namespace tailor::runner {
@@ -88,6 +89,7 @@ Result<RunConfig> parse_plan(const std::string& text, const std::string& name) {
   if (!j.contains("spec")) return Status::invalid_argument(name + ": missing \"spec\" (was the plan made without errors?)");
   RunConfig cfg;
   cfg.plan_path = name;
+  cfg.plan_text = text;
   // The embedded spec is JSON, which is YAML: the loader validates it again.
   dsl::LoadOptions opts;
   opts.check_data = false;  // the trainer reads it, under the read root, with the same reader
@@ -95,6 +97,7 @@ Result<RunConfig> parse_plan(const std::string& text, const std::string& name) {
   if (!loaded.ok()) return Status::invalid_argument(loaded.diagnostics.to_string());
   cfg.spec = *loaded.spec;
   TAILOR_ASSIGN_OR_RETURN(cfg.strategy, read_strategy(j["strategy"], name));
+  TAILOR_ASSIGN_OR_RETURN(cfg.probe, parse_probe(text, name));
   try {
     cfg.budget_bytes = j.at("memory").at("budget_per_gpu").get<std::int64_t>();
     cfg.on_cpu = j.at("hardware").at("num_gpus").get<int>() == 0;
@@ -103,6 +106,58 @@ Result<RunConfig> parse_plan(const std::string& text, const std::string& name) {
     return Status::invalid_argument(name + ": malformed plan: " + e.what());
   }
   return cfg;
+}
+
+// Declared in probe.h; here beside the strategy reader it shares.
+Result<std::optional<ProbeTable>> parse_probe(const std::string& text, const std::string& name) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::invalid_argument(name + ": not a JSON plan document");
+  if (!j.contains("probe") || !j["probe"].is_object()) return std::optional<ProbeTable>();
+  ProbeTable t;
+  try {
+    const json& p = j["probe"];
+    t.requested = p.at("requested").get<std::int64_t>();
+    t.warmup_steps = p.at("warmup_steps").get<std::int64_t>();
+    t.timed_steps = p.at("timed_steps").get<std::int64_t>();
+    t.min_timed_seconds = p.value("min_timed_seconds", 0.0);
+    t.max_timed_steps = p.value("max_timed_steps", t.timed_steps);
+    t.tie_band = p.value("tie_band", 0.0);
+    t.limited = p.value("limited", std::string());
+    t.chosen = p.value("chosen", -1);
+    t.seconds = p.value("seconds", 0.0);
+    for (const json& c : p.at("candidates")) {
+      ProbeCandidate pc;
+      TAILOR_ASSIGN_OR_RETURN(pc.strategy, read_strategy(c.at("strategy"), name));
+      pc.summary = c.at("summary").get<std::string>();
+      pc.fidelity_factor = c.value("fidelity_factor", 1.0);
+      pc.predicted_peak = c.at("per_gpu").at("total").get<std::int64_t>();
+      pc.predicted_reserved = c.at("reserved_per_gpu").get<std::int64_t>();
+      pc.predicted_tokens_per_second = c.at("throughput").at("tokens_per_second").get<double>();
+      if (c.contains("measured")) {
+        const json& m = c["measured"];
+        ProbeMeasurement pm;
+        const std::string outcome = m.at("outcome").get<std::string>();
+        pm.outcome = outcome == "fits"            ? ProbeMeasurement::Outcome::kFits
+                     : outcome == "out_of_memory" ? ProbeMeasurement::Outcome::kOutOfMemory
+                                                  : ProbeMeasurement::Outcome::kFailed;
+        pm.tokens_per_second = m.at("tokens_per_second").get<double>();
+        pm.step_seconds = m.at("step_seconds").get<double>();
+        pm.peak_bytes = m.at("peak_bytes").get<std::int64_t>();
+        pm.reserved_bytes = m.value("reserved_bytes", std::int64_t{0});
+        pm.budget_bytes = m.at("budget_bytes").get<std::int64_t>();
+        pm.seconds = m.at("seconds").get<double>();
+        pm.message = m.value("message", std::string());
+        pc.measured = pm;
+      }
+      t.candidates.push_back(std::move(pc));
+    }
+  } catch (const json::exception& e) {
+    return Status::invalid_argument(name + ": malformed probe: " + e.what());
+  }
+  if (t.chosen >= static_cast<int>(t.candidates.size())) {
+    return Status::invalid_argument(name + ": probe.chosen is past its candidates");
+  }
+  return std::optional<ProbeTable>(std::move(t));
 }
 
 Result<RunConfig> read_plan_file(const std::string& path) {

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
 #include "dsl/job_spec.h"
+#include "runner/protocol/probe.h"
 #include "strategies/strategy.h"
 
 namespace tailor::runner {
@@ -20,6 +22,8 @@ struct RunConfig {
   bool on_cpu = true;
   std::int64_t device_memory_bytes = 0;  // the planned device's memory (host RAM for a CPU plan)
   std::string plan_path;
+  std::string plan_text;            // the document as read (probing writes it again with its measurements)
+  std::optional<ProbeTable> probe;  // strategy.probe: the candidates to measure (or as measured)
 };
 
 // A whole plan document; the embedded spec is validated again by the DSL

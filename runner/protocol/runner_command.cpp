@@ -31,17 +31,28 @@ std::vector<std::string> runner_args(const RunnerCommand& c) {
   put(out, "--export", c.export_checkpoint);
   if (c.merge) out.push_back("--merge");
   if (c.probe) out.push_back("--probe");
+  if (c.probe_only) out.push_back("--probe-only");
   if (c.version) out.push_back("--version");
   if (c.help) out.push_back("--help");
   return out;
 }
 
 Result<RunnerCommand> parse_runner_args(const std::vector<std::string>& args) {
-  TAILOR_ASSIGN_OR_RETURN(
-      Args a, Args::parse(args, {{"plan", true}, {"out", true}, {"resume", false}, {"memory-limit", true},
-                                 {"threads", true}, {"device", true}, {"cache-dir", true}, {"progress", false},
-                                 {"quiet", false}, {"probe", false}, {"export", true}, {"merge", false},
-                                 {"version", false}, {"help", false, false, 'h'}}));
+  TAILOR_ASSIGN_OR_RETURN(Args a, Args::parse(args, {{"plan", true},
+                                                     {"out", true},
+                                                     {"resume", false},
+                                                     {"memory-limit", true},
+                                                     {"threads", true},
+                                                     {"device", true},
+                                                     {"cache-dir", true},
+                                                     {"progress", false},
+                                                     {"quiet", false},
+                                                     {"probe", false},
+                                                     {"probe-only", false},
+                                                     {"export", true},
+                                                     {"merge", false},
+                                                     {"version", false},
+                                                     {"help", false, false, 'h'}}));
   if (!a.positional().empty()) {
     return Status::invalid_argument("unexpected argument '" + a.positional().front() + "'");
   }
@@ -58,6 +69,7 @@ Result<RunnerCommand> parse_runner_args(const std::vector<std::string>& args) {
   c.export_checkpoint = get(a, "export");
   c.merge = a.has("merge");
   c.probe = a.has("probe");
+  c.probe_only = a.has("probe-only");
   c.version = a.has("version");
   c.help = a.has("help");
   return c;

@@ -24,6 +24,7 @@ struct RunnerCommand {
   std::optional<std::string> export_checkpoint;  // --export CHECKPOINT
   bool merge = false;                        // --merge (with --export)
   bool probe = false;                        // --probe
+  bool probe_only = false;                   // --probe-only: measure the plan's probe, write it, train nothing
   bool version = false;                      // --version
   bool help = false;                         // --help, -h
 };

@@ -77,6 +77,8 @@ std::int64_t CudaMemoryMeter::peak_bytes() const {
   return std::max(folded_peak_, stats_of(index_).allocated_bytes[kAggregate].peak);
 }
 
+std::int64_t CudaMemoryMeter::peak_reserved_bytes() const { return stats_of(index_).reserved_bytes[kAggregate].peak; }
+
 void CudaMemoryMeter::reset_peak() {
   alloc::resetPeakStats(static_cast<c10::DeviceIndex>(index_));
   folded_peak_ = 0;
@@ -85,6 +87,7 @@ void CudaMemoryMeter::reset_peak() {
 // Never constructed without the CUDA path (open() refuses).
 std::int64_t CudaMemoryMeter::current_bytes() const { return 0; }
 std::int64_t CudaMemoryMeter::peak_bytes() const { return folded_peak_; }
+std::int64_t CudaMemoryMeter::peak_reserved_bytes() const { return 0; }
 void CudaMemoryMeter::reset_peak() { folded_peak_ = 0; }
 #endif
 

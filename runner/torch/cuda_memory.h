@@ -30,6 +30,7 @@ class CudaMemoryMeter final : public MemoryMeter {
   std::int64_t budget() const override { return budget_; }
   std::int64_t current_bytes() const override;
   std::int64_t peak_bytes() const override;
+  std::int64_t peak_reserved_bytes() const override;
   void reset_peak() override;
   void raise_peak(std::int64_t bytes) override;
   std::optional<Failure> last_failure(const std::string& message) const override;

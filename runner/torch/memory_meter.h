@@ -31,6 +31,10 @@ class MemoryMeter {
   // last reset_peak().
   virtual std::int64_t current_bytes() const = 0;
   virtual std::int64_t peak_bytes() const = 0;
+  // What the device's caching allocator reserved at most since the last
+  // reset_peak() (cached blocks included); 0 where there is no such cache
+  // (the CPU).
+  virtual std::int64_t peak_reserved_bytes() const { return 0; }
   // Sets the peak to current_bytes().
   virtual void reset_peak() = 0;
   // Makes peak_bytes() at least `bytes` (PeakScope folds an outer peak back).

@@ -11,6 +11,7 @@
 //   run_checkpoints.cpp  writing checkpoints and resuming from them
 //   run_preference.cpp   preference methods: the pairs' loss, kto's KL estimate, their metrics
 //   run_generation.cpp   training.eval_prompts answered at each evaluation
+//   run_probe.cpp        strategy.probe's measurement of one candidate
 // and gradient_sync.h holds what differs between the ZeRO stages.
 #pragma once
 
@@ -34,6 +35,7 @@
 #include "runner/device_choice.h"
 #include "runner/dist/communicator.h"
 #include "runner/io/logp_cache.h"
+#include "runner/protocol/probe.h"
 #include "runner/torch/checkpoint.h"
 #include "runner/torch/cuda_memory.h"
 #include "runner/torch/gradient_sync.h"
@@ -118,6 +120,11 @@ class Run {
       : o_(o), cfg_(o.config), spec_(o.config.spec), st_(o.config.strategy), rank_(o.rank.rank), world_(o.rank.world) {}
 
   RunnerExit execute();
+  // strategy.probe (probe_plans.cpp): this plan's steps on the longest
+  // batches, the table's warm-up steps untimed, then its timed steps (on
+  // to its least timed seconds, up to its most steps), into `out`; the outputs
+  // are not opened and nothing is written. Never throws.
+  void measure(const ProbeTable& steps, ProbeMeasurement& out);
   // The model of checkpoint `folder` written as the job's output model
   // (export_checkpoint in trainer.h). The options are one rank's.
   RunnerExit export_model(const std::string& folder);

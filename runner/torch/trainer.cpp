@@ -172,7 +172,7 @@ Status Run::open_outputs() {
   // Rank 0 writes the job's files; other ranks their own events
   // (dist/launcher.h).
   if (leader()) metrics_ = std::make_unique<JsonLines>((fs::path(o_.out_dir) / "metrics.jsonl").string(), o_.resume);
-  events_ = std::make_unique<JsonLines>(dist::rank_events_path(o_.out_dir, rank_), o_.resume);
+  events_ = std::make_unique<JsonLines>(dist::rank_events_path(o_.out_dir, rank_), o_.resume || o_.append_events);
   if (ec || (metrics_ && !metrics_->ok()) || !events_->ok()) {
     events_.reset();
     return Status::invalid_argument("cannot write to output folder " + o_.out_dir);

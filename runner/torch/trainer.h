@@ -41,7 +41,19 @@ struct TrainOptions {
                                 // tailor-runner passes --cache-dir or default_token_cache_dir()
   dist::RankEnv rank;           // this process' rank of a multi-rank plan (rank_env.h)
   bool merge = false;           // write the merged model/ whatever output.merge says (--export --merge)
+  bool append_events = false;   // events.jsonl holds this run's first lines already (the probe's)
 };
+
+// strategy.probe, before training: each candidate of the plan's probe
+// measured in this process (a few steps on the longest batches, under the
+// plan's budget), the events probe_start, probe and probe_done written to
+// out_dir/events.jsonl, and out_dir/plan.probed.json written: the plan
+// with the measurements, training the fastest candidate that fit. Returns
+// that plan's RunConfig (the plan's own choice when none fitted).
+// InvalidArgument when the plan asks for no probe, or it was measured already.
+// `print_table`: the table of predicted beside measured on stderr too.
+Result<RunConfig> probe_before_training(const TrainOptions& options, bool print_table);
+inline constexpr const char* kProbedPlanFile = "plan.probed.json";
 
 // Runs the job; the result is also written as the terminal event's
 // exit_code (protocol/events.h). Never throws.

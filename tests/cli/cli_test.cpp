@@ -414,6 +414,82 @@ TEST(CliBinaryTest, RunTrainsTheTinyJobAndReportsOutOfMemory) {
   EXPECT_NE(out.find("out of memory"), std::string::npos) << out;
 }
 
+// strategy.probe through `tailor run` and `tailor plan --probe`, and the
+// calibration store they fill: a later plan for this machine is calibrated
+// by what they measured, and `tailor calibration` shows and clears it.
+TEST(CliBinaryTest, ProbesRecordCalibrationThatLaterPlansTake) {
+  TempDir dir;
+  const std::string store = dir.file("calibration.db");
+  const std::string flags = " --calibration " + store + " --set training.max_steps=4 --set training.warmup_steps=1 ";
+  std::string out;
+  ASSERT_EQ(
+      run_binary("run --out " + dir.file("run") + flags + "--set strategy.probe=2 " + example("tiny-cpu.yaml"), &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("probe 1/2"), std::string::npos) << out;
+  EXPECT_NE(out.find("probe 2/2"), std::string::npos) << out;
+  EXPECT_NE(out.find("the fastest measured that fits"), std::string::npos) << out;
+  ASSERT_TRUE(fs::exists(dir.file("run/plan.probed.json"))) << out;
+  const auto probed = nlohmann::json::parse(std::ifstream(dir.file("run/plan.probed.json")));
+  ASSERT_EQ(probed["probe"]["candidates"].size(), 2u);
+  for (const auto& c : probed["probe"]["candidates"]) {
+    EXPECT_EQ(c["measured"]["outcome"], "fits") << c.dump();
+    EXPECT_GT(c["measured"]["tokens_per_second"].get<double>(), 0) << c.dump();
+    EXPECT_GT(c["measured"]["peak_bytes"].get<std::int64_t>(), 0) << c.dump();
+  }
+  // Two probes and the run itself.
+  out.clear();
+  ASSERT_EQ(run_binary("calibration show --output json --calibration " + store, &out), 0) << out;
+  const auto shown = nlohmann::json::parse(out);
+  ASSERT_EQ(shown["records"].size(), 3u) << out;
+  EXPECT_EQ(shown["records"][2]["source"], "job");
+  ASSERT_EQ(shown["keys"].size(), 1u);
+  EXPECT_EQ(shown["keys"][0]["machine"], "cpu");
+  EXPECT_EQ(shown["keys"][0]["runs"], 3);
+  const double memory = shown["keys"][0]["memory_factor"].get<double>();
+  const double speed = shown["keys"][0]["speed_factor"].get<double>();
+  EXPECT_GE(memory, 1.0);
+  // The next plan takes the factors: its speed estimate moves by the speed
+  // factor, its peak by the memory factor (to the plan document's six
+  // significant digits).
+  std::string plain, calibrated;
+  ASSERT_EQ(run_binary("plan --output json --no-calibration " + example("tiny-cpu.yaml"), &plain), 0) << plain;
+  ASSERT_EQ(run_binary("plan --output json --calibration " + store + " " + example("tiny-cpu.yaml"), &calibrated), 0)
+      << calibrated;
+  const auto a = nlohmann::json::parse(plain.substr(plain.find('{')));
+  const auto b = nlohmann::json::parse(calibrated.substr(calibrated.find('{')));
+  ASSERT_TRUE(b.contains("calibration")) << calibrated;
+  EXPECT_FALSE(a.contains("calibration"));
+  EXPECT_EQ(b["calibration"]["runs"], 3);
+  if (a["summary"] == b["summary"]) {
+    EXPECT_NEAR(b["throughput"]["tokens_per_second"].get<double>(),
+                speed * a["throughput"]["tokens_per_second"].get<double>(),
+                2e-5 * b["throughput"]["tokens_per_second"].get<double>());
+    EXPECT_NEAR(b["memory"]["per_gpu"]["total"].get<double>(), memory * a["memory"]["per_gpu"]["total"].get<double>(),
+                2e-5 * b["memory"]["per_gpu"]["total"].get<double>());
+  }
+  out.clear();
+  ASSERT_EQ(run_binary("plan --calibration " + store + " " + example("tiny-cpu.yaml"), &out), 0) << out;
+  EXPECT_NE(out.find("Calibrated: peak estimates x"), std::string::npos) << out;
+  EXPECT_NE(out.find("from 3 runs measured on cpu / tailor / llama"), std::string::npos) << out;
+  // `tailor plan --probe` measures and prints predicted beside measured.
+  out.clear();
+  ASSERT_EQ(run_binary("plan --probe 2 --calibration " + store + " " + example("tiny-cpu.yaml"), &out), 0) << out;
+  EXPECT_NE(out.find("predicted beside measured"), std::string::npos) << out;
+  EXPECT_NE(out.find("1*"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run_binary("plan --probe 9 " + example("tiny-cpu.yaml"), &out), 2) << out;
+  out.clear();
+  EXPECT_EQ(run_binary("plan --probe 2 --gpus 1xT4 " + example("tiny-cpu.yaml"), &out), 2) << out;
+  // Reset empties it; plans are then as before.
+  out.clear();
+  ASSERT_EQ(run_binary("calibration reset --calibration " + store, &out), 0) << out;
+  EXPECT_NE(out.find("removed 5 records"), std::string::npos) << out;
+  out.clear();
+  ASSERT_EQ(run_binary("plan --calibration " + store + " " + example("tiny-cpu.yaml"), &out), 0) << out;
+  EXPECT_EQ(out.find("Calibrated:"), std::string::npos) << out;
+}
+
 // A preset without weights is refused before anything runs; with init:
 // random it trains (the test above).
 TEST(CliBinaryTest, RunRefusesAPresetWithoutWeights) {

@@ -15,14 +15,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <memory>
-#include <thread>
 #include <set>
 #include <sstream>
-#include <iostream>
+#include <thread>
 
 #include "daemon/store/job_store.h"
 #include "daemon/store/sqlite.h"
@@ -238,6 +239,63 @@ std::vector<std::pair<std::string, json>> sse_events(const std::string& body) {
 
 // POST /v1/jobs/{id}/generate: a succeeded job's model streams its tokens
 // and the result; what cannot be generated is refused with the reason.
+// strategy.probe as a job's first phase: the candidates measured before
+// training, each an event with words; the job's plan becomes the probed
+// one (predicted beside measured, the choice trained); tailord's
+// calibration store gets the probes and the run; the next plan of the
+// same kind is calibrated by them.
+TEST(RunE2eTest, AProbedJobRecordsItsMeasurementsInItsPlanAndCalibratesTheNext) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  DaemonProcess d(dir.file("data"));
+  ASSERT_TRUE(d.ok()) << d.log();
+  std::string spec = tiny_spec("probed", 4, 0);
+  const std::string strategy = "strategy:\n";
+  ASSERT_NE(spec.find(strategy), std::string::npos);
+  spec.replace(spec.find(strategy), strategy.size(), strategy + "  probe: 2\n");
+  const std::string id = submit(d, spec);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(d.wait_ended_while_moving(id, seconds(120)));
+  const json job = d.job(id);
+  ASSERT_EQ(job["state"], "succeeded") << job.dump();
+  const auto kinds = event_kinds(d, id);
+  EXPECT_EQ(count(kinds, "runner.probe_start"), 1u);
+  EXPECT_EQ(count(kinds, "runner.probe"), 2u);
+  EXPECT_EQ(count(kinds, "runner.probe_done"), 1u);
+  EXPECT_TRUE(some_event_says(d, id, "probing 2 plans before training"));
+  EXPECT_TRUE(some_event_says(d, id, "tokens/s, peak"));
+  // The probe's events come before training starts.
+  const auto done = std::find(kinds.begin(), kinds.end(), "runner.probe_done");
+  const auto start = std::find(kinds.begin(), kinds.end(), "runner.start");
+  EXPECT_LT(done - kinds.begin(), start - kinds.begin());
+  const json plan = d.get("/v1/jobs/" + id + "/plan").json();
+  ASSERT_TRUE(plan.contains("probe")) << plan.dump();
+  ASSERT_EQ(plan["probe"]["candidates"].size(), 2u);
+  const int chosen = plan["probe"]["chosen"].get<int>();
+  ASSERT_GE(chosen, 0);
+  EXPECT_EQ(plan["summary"], plan["probe"]["candidates"][chosen]["summary"]);
+  for (const json& c : plan["probe"]["candidates"])
+    EXPECT_EQ(c["measured"]["outcome"], "fits") << c.dump();
+  // The store: two probes and the run.
+  {
+    auto db = Database::open(dir.file("data/calibration.db"));
+    ASSERT_TRUE(db.is_ok()) << db.status().to_string();
+    auto q = db->prepare("SELECT source, COUNT(*) FROM calibration GROUP BY source ORDER BY source");
+    ASSERT_TRUE(q.is_ok());
+    std::map<std::string, std::int64_t> by_source;
+    while (*q->step())
+      by_source[q->text(0)] = q->int64(1);
+    EXPECT_EQ(by_source, (std::map<std::string, std::int64_t>{{"job", 1}, {"probe", 2}}));
+  }
+  // The next job's plan is calibrated from those three.
+  const std::string next = submit(d, tiny_spec("after", 2, 0));
+  ASSERT_TRUE(d.wait_ended_while_moving(next, seconds(120)));
+  const json after = d.get("/v1/jobs/" + next + "/plan").json();
+  ASSERT_TRUE(after.contains("calibration")) << after.dump();
+  EXPECT_EQ(after["calibration"]["runs"], 3);
+  EXPECT_EQ(after["calibration"]["key"], "cpu / tailor / llama");
+}
+
 TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAICompletions) {
   REQUIRE_RUNNER();
   tailor::testing::TempDir dir;

@@ -1,4 +1,4 @@
-#include "daemon/store/sqlite.h"
+#include "platform/sqlite.h"
 
 #include <sqlite3.h>
 
@@ -9,7 +9,7 @@
 
 #include <utility>
 
-namespace tailor::daemon {
+namespace tailor::platform {
 
 namespace {
 
@@ -56,7 +56,8 @@ struct StatementCache {
   }
   ~StatementCache() {
     for (auto& [sql, list] : idle) {
-      for (sqlite3_stmt* s : list) sqlite3_finalize(s);
+      for (sqlite3_stmt* s : list)
+        sqlite3_finalize(s);
     }
   }
 };
@@ -156,8 +157,8 @@ std::optional<double> Statement::opt_real(int col) const {
 
 Result<Database> Database::open(const std::string& path, int busy_timeout_ms) {
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc);
     sqlite3_close(raw);
@@ -202,8 +203,8 @@ void Database::set_busy_timeout(int ms) { sqlite3_busy_timeout(db_, ms); }
 Result<Statement> Database::prepare(std::string_view sql) {
   if (sqlite3_stmt* cached = cache_->take(sql)) return Statement(db_, cached, cache_.get());
   sqlite3_stmt* stmt = nullptr;
-  const int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &stmt,
-                                    nullptr);
+  const int rc =
+      sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
   if (rc != SQLITE_OK) {
     return Status::internal("preparing \"" + std::string(sql.substr(0, 120)) + "\": " + sqlite3_errmsg(db_));
   }
@@ -241,4 +242,4 @@ Status Transaction::commit() {
   return s.prefixed("committing");
 }
 
-}  // namespace tailor::daemon
+}  // namespace tailor::platform
