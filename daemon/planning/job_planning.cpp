@@ -421,14 +421,27 @@ Result<PlannedJob> replan_after_oom(const std::string& text, const std::string& 
   return PlannedJob{std::move(next.spec), std::move(next.plan), std::move(plan_json), executor};
 }
 
-std::int64_t estimated_job_bytes(const strategies::Plan& plan, std::optional<std::int64_t> memory_limit) {
-  std::int64_t per_rank = plan.chosen.memory.per_device.total().count();
+namespace {
+
+std::int64_t candidate_bytes(const strategies::Plan& plan, const strategies::Candidate& c,
+                             std::optional<std::int64_t> memory_limit) {
+  std::int64_t per_rank = c.memory.per_device.total().count();
   if (memory_limit) per_rank = std::min(per_rank, *memory_limit);
   // On the CPU an offloaded optimizer (the runner's host ledger) is the
   // same memory too.
-  return plan.on_cpu ? per_rank * std::max<std::int64_t>(1, plan.chosen.strategy.num_gpus) +
-                           plan.chosen.memory.host.count()
-                     : per_rank;
+  return plan.on_cpu ? per_rank * std::max<std::int64_t>(1, c.strategy.num_gpus) + c.memory.host.count() : per_rank;
+}
+
+}  // namespace
+
+std::int64_t estimated_job_bytes(const strategies::Plan& plan, std::optional<std::int64_t> memory_limit) {
+  // strategy.probe runs each candidate in turn, and trains whichever
+  // measures fastest: the largest of them is what the job may hold.
+  std::int64_t bytes = candidate_bytes(plan, plan.chosen, memory_limit);
+  for (const strategies::Candidate& c : plan.probe_candidates) {
+    bytes = std::max(bytes, candidate_bytes(plan, c, memory_limit));
+  }
+  return bytes;
 }
 
 }  // namespace tailor::daemon

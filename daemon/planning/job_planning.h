@@ -82,7 +82,8 @@ struct PlanningError {
 
 // The bytes a job's estimate reserves: on the CPU every rank's (its ranks
 // share the host), capped by a per-rank `memory_limit`, and what an
-// offloaded optimizer keeps on the host; on GPUs one GPU's.
+// offloaded optimizer keeps on the host; on GPUs one GPU's. Under
+// strategy.probe the largest of the candidates (any of them may run).
 std::int64_t estimated_job_bytes(const strategies::Plan& plan, std::optional<std::int64_t> memory_limit);
 
 // Why a spec is planned: to be trained (its weights must be there), or as a

@@ -101,6 +101,12 @@ std::optional<MemoryMeter::Failure> CudaMemoryMeter::last_failure(const std::str
   return f;
 }
 
+void release_cached_device_memory() {
+#if TAILOR_CUDA
+  if (torch::cuda::is_available()) alloc::emptyCache();
+#endif
+}
+
 std::optional<std::int64_t> requested_bytes_in_message(const std::string& message) {
   // c10's format_size: "N bytes", "N.NN KiB", "N.NN MiB", "N.NN GiB".
   static const std::regex re(R"([Tt]ried to allocate ([0-9]+(?:\.[0-9]+)?) ?(bytes|B|KiB|MiB|GiB|TiB))");

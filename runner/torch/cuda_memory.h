@@ -48,6 +48,11 @@ class CudaMemoryMeter final : public MemoryMeter {
   std::int64_t folded_peak_ = 0;  // raise_peak(): peaks from before a reset
 };
 
+// Hands the CUDA caching allocator's unused cached blocks back to the
+// devices, so that what one probe candidate left cached is not the next
+// one's reserved peak. Nothing without the CUDA path or a device.
+void release_cached_device_memory();
+
 // The bytes an out-of-memory message says were requested ("Tried to
 // allocate 20.00 MiB"), if it says; how CUDA and the tracking allocator
 // report a failing request.

@@ -29,6 +29,9 @@ ProbeMeasurement measure_candidate(const TrainOptions& options, const ProbeCandi
     m.outcome = ProbeMeasurement::Outcome::kFailed;
     m.message = std::string("internal error: ") + e.what();
   }
+  // The run is gone; its cached blocks go too, before the next candidate
+  // measures its reserved peak.
+  release_cached_device_memory();
   return m;
 }
 

@@ -49,8 +49,8 @@ strategies::Hardware cpu(Bytes memory) {
 }
 
 // Measures `candidates` as strategy.probe does, in `out`: the plan's probe
-// replaced by them. Short timed windows keep the test quick; every
-// candidate is timed alike.
+// replaced by them. One warm-up step and a quarter second of timed steps
+// keep the test quick; every candidate is timed alike.
 ProbeTable measure(const dsl::JobSpec& spec, const strategies::Hardware& hw,
                    std::vector<strategies::Candidate> candidates, const std::string& out,
                    std::int64_t memory_limit = -1) {
@@ -64,7 +64,8 @@ ProbeTable measure(const dsl::JobSpec& spec, const strategies::Hardware& hw,
   EXPECT_TRUE(cfg.is_ok()) << cfg.status().message();
   TrainOptions o;
   o.config = *cfg;
-  o.config.probe->min_timed_seconds = 0.5;
+  o.config.probe->warmup_steps = 1;
+  o.config.probe->min_timed_seconds = 0.25;
   o.out_dir = out;
   o.quiet = true;
   o.memory_limit = memory_limit;
