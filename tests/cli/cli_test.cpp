@@ -476,7 +476,8 @@ TEST(CliBinaryTest, ProbesRecordCalibrationThatLaterPlansTake) {
   out.clear();
   ASSERT_EQ(run_binary("plan --probe 2 --calibration " + store + " " + example("tiny-cpu.yaml"), &out), 0) << out;
   EXPECT_NE(out.find("predicted beside measured"), std::string::npos) << out;
-  EXPECT_NE(out.find("1*"), std::string::npos) << out;
+  // One of the two is marked as trained (which one is the machine's say).
+  EXPECT_TRUE(out.find("1*") != std::string::npos || out.find("2*") != std::string::npos) << out;
   out.clear();
   EXPECT_EQ(run_binary("plan --probe 9 " + example("tiny-cpu.yaml"), &out), 2) << out;
   out.clear();

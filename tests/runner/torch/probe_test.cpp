@@ -49,8 +49,8 @@ strategies::Hardware cpu(Bytes memory) {
 }
 
 // Measures `candidates` as strategy.probe does, in `out`: the plan's probe
-// replaced by them. One warm-up step and a quarter second of timed steps
-// keep the test quick; every candidate is timed alike.
+// replaced by them. One warm-up step and 0.3 s of timed steps keep the
+// test quick; every candidate is timed alike.
 ProbeTable measure(const dsl::JobSpec& spec, const strategies::Hardware& hw,
                    std::vector<strategies::Candidate> candidates, const std::string& out,
                    std::int64_t memory_limit = -1) {
@@ -65,7 +65,10 @@ ProbeTable measure(const dsl::JobSpec& spec, const strategies::Hardware& hw,
   TrainOptions o;
   o.config = *cfg;
   o.config.probe->warmup_steps = 1;
-  o.config.probe->min_timed_seconds = 0.25;
+  o.config.probe->min_timed_seconds = 0.3;
+  // One thread: a parallel ctest runs another test on the other core, and
+  // two threads here would share a core with it, measuring its load.
+  o.threads = 1;
   o.out_dir = out;
   o.quiet = true;
   o.memory_limit = memory_limit;
@@ -91,7 +94,9 @@ class ProbeShapesTest : public ::testing::TestWithParam<Shape> {};
 
 // The probe's choice among the planner's top 5 (the most a spec asks for)
 // is within 5% of the fastest plan of the whole sweep: as the sweep
-// measured it, or, where they differ, measured side by side again.
+// measured it, or, where the sweep says otherwise, measured side by side
+// again. (The probe's path itself, probe_before_training, is what the sweep
+// runs; ProbeTest below and the CLI and tailord tests run real probes.)
 constexpr std::ptrdiff_t kProbe = dsl::kMaxProbe;
 TEST_P(ProbeShapesTest, PicksThePlanTheExhaustiveSweepMeasuresFastest) {
   const Shape& shape = GetParam();
@@ -113,15 +118,18 @@ TEST_P(ProbeShapesTest, PicksThePlanTheExhaustiveSweepMeasuresFastest) {
       fastest_summary = c.summary;
     }
   }
-  const ProbeTable probe = measure(spec, hw, {all.begin(), all.begin() + kProbe}, dir.file("probe"));
-  ASSERT_GE(probe.chosen, 0);
-  const std::string chosen = probe.candidates[static_cast<std::size_t>(probe.chosen)].summary;
+  // The probe of the top 5: the same measurements of the same candidates,
+  // chosen by the probe's own rule (measuring them again would add
+  // nothing but the machine's noise between two moments).
+  const std::vector<ProbeCandidate> top(sweep.candidates.begin(), sweep.candidates.begin() + kProbe);
+  const int choice = choose_probed(top, sweep.tie_band);
+  ASSERT_GE(choice, 0);
+  const std::string chosen = top[static_cast<std::size_t>(choice)].summary;
   const ProbeMeasurement* in_sweep = measured_as(sweep, chosen);
   ASSERT_NE(in_sweep, nullptr) << chosen;
-  std::printf(
-      "%s: %zu plans fit; sweep fastest %s (%.0f tokens/s); probe (top %d) chose %s (%.0f tokens/s in the sweep)\n",
-      shape.name, all.size(), fastest_summary.c_str(), fastest, static_cast<int>(kProbe), chosen.c_str(),
-      in_sweep->tokens_per_second);
+  std::printf("%s: %zu plans fit; sweep fastest %s (%.0f tokens/s); probe (top %d) would choose %s (%.0f tokens/s)\n",
+              shape.name, all.size(), fastest_summary.c_str(), fastest, static_cast<int>(kProbe), chosen.c_str(),
+              in_sweep->tokens_per_second);
   if (in_sweep->tokens_per_second >= 0.95 * fastest) return;
   // Two plans of the sweep were measured seconds apart, and another test
   // may have shared the cores with one of them: measured again side by
