@@ -17,12 +17,15 @@ generation_config.json, the tokenizer's files and the chat template training
 used) that transformers, vLLM and llama.cpp's converter load; or, with
 --format gguf, as one GGUF file that llama.cpp loads as it is (llama.cpp's
 metadata and tensor layout, the tokenizer with the ids training used, the
-chat template). A LoRA or QLoRA run's adapter is merged into its base first,
-in fp32, and the result rounded once into the chosen type. MODEL_DIR is a
+chat template) and, beside it, FILE's name with .Modelfile for Ollama
+(`ollama create NAME -f` it: the chat template training used as Ollama's
+Go template, stop words, the model's sampling defaults). A LoRA or QLoRA
+run's adapter is merged into its base first, in fp32, and the result
+rounded once into the chosen type. MODEL_DIR is a
 model folder, a PEFT adapter folder or a run's output folder; JOB_ID is a
 tailord job that succeeded, whose output folder is read where tailord
 wrote it. GGUF takes every family: llama, mistral, mixtral, qwen2, qwen3,
-gemma2, gemma3, gpt2 and phi3.
+gemma2, gemma3, gpt2, gpt_neox and phi3.
 
 options:
   -o, --out PATH       the folder (safetensors) or file (gguf) to write;
@@ -37,13 +40,14 @@ options:
                        llama.cpp's llama-quantize from the --outtype file
                        (found as $TAILOR_LLAMA_QUANTIZE or on PATH; refused
                        when there is none)
-  --force              replace PATH when it exists
+  --no-modelfile       gguf: no Ollama Modelfile beside the file
+  --force              replace PATH (and its Modelfile) when it exists
   --output FORMAT      text (default: a summary on stderr) or json
 )";
 
 const std::vector<FlagSpec> kExportFlags = {{"out", true, false, 'o'}, {"adapter", true}, {"format", true},
                                             {"dtype", true},           {"outtype", true}, {"quantize", true},
-                                            {"force", false},          {"output", true}};
+                                            {"no-modelfile", false},   {"force", false},  {"output", true}};
 
 }  // namespace
 

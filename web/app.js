@@ -561,16 +561,22 @@ function exportBox(enc, id) {
       const d = res.data, name = d.path.split("/").pop();
       status.textContent = `Wrote ${d.path} (${bytes(d.bytes)}) in ${number(d.seconds, 1)} s` +
         ((d.warnings || []).length ? `; ${d.warnings.join("; ")}` : "");
-      result.replaceChildren(h("button", {type: "button", class: "action",
+      const buttons = [h("button", {type: "button", class: "action",
         onclick: () => format === "gguf" ? download(enc, d.path) : download(enc, d.path, `${id}-${name}.tar`)},
-      `Download ${name}`));
+      `Download ${name}`)];
+      // Beside a GGUF file, its Ollama Modelfile (ollama create NAME -f it).
+      if (d.modelfile) {
+        buttons.push(" ", h("button", {type: "button", class: "action", onclick: () => download(enc, d.modelfile)},
+          `Download ${d.modelfile.split("/").pop()}`));
+      }
+      result.replaceChildren(...buttons);
     } finally {
       go.disabled = false;
     }
   }}, "Export");
   return [h("h2", {}, "Export the model"),
     h("p", {class: "muted"}, "Into the job's folder, with an adapter merged: one GGUF file that llama.cpp loads " +
-      "(tokenizer and chat template included), or a Hugging Face folder."),
+      "(tokenizer and chat template included) and its Ollama Modelfile, or a Hugging Face folder."),
     h("p", {}, choice, " ", go), status, result];
 }
 

@@ -134,9 +134,13 @@ HttpResponse JobExports::run(const JobRecord& job, const std::string& output_dir
   json result = last_json_line(text.str());
   if (!result.is_object()) return error_response(ApiError::kInternal, "tailor-runner export printed no summary");
   // Paths as the job's files name them; the host's folders stay private.
-  for (const char* key : {"file", "dir", "base", "adapter"}) result.erase(key);
+  const bool modelfile = result.contains("modelfile") && result["modelfile"].is_string();
+  for (const char* key : {"file", "dir", "base", "adapter", "modelfile"})
+    result.erase(key);
   result["job_id"] = job.id;
   result["path"] = relative;
+  // The Ollama Modelfile the runner writes beside a GGUF file.
+  if (gguf) result["modelfile"] = modelfile ? json("exports/model-" + type + ".Modelfile") : json();
   log_info("exports: job " + job.id + " exported to " + relative);
   return HttpResponse::json(201, result.dump());
 }

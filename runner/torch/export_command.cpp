@@ -10,8 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "platform/executable.h"
+#include "platform/files.h"
 #include "platform/process.h"
+#include "runner/data/ollama_template.h"
 #include "runner/data/prompt_tokens.h"
+#include "runner/io/ollama_modelfile.h"
 #include "runner/torch/gguf_export.h"
 #include "runner/torch/hf_checkpoint.h"
 #include "runner/torch/inference_model.h"
@@ -32,8 +35,11 @@ as safetensors (shards past 5 GB), generation_config.json, the tokenizer's
 files and the chat template training used. With --format gguf, writes one
 GGUF file that llama.cpp loads: llama.cpp's architecture metadata and
 tensor layout, the tokenizer with the ids training used, and the chat
-template. An adapter is merged into the base first, in fp32, and the
-result rounded once into the chosen type.
+template; beside it, FILE's name with .Modelfile for Ollama (FROM the
+file, TEMPLATE: the chat template as a Go template, stop words, the
+folder's sampling defaults), so `ollama create NAME -f FILE.Modelfile`
+takes it as it is. An adapter is merged into the base first, in fp32, and
+the result rounded once into the chosen type.
 MODEL is a model folder, a PEFT adapter folder whose base_model_name_or_path
 is a folder here, or a run's output folder (its model/, else its adapter/).
 
@@ -50,7 +56,8 @@ options:
                        llama.cpp's llama-quantize from the --outtype file
                        (found as $TAILOR_LLAMA_QUANTIZE, beside this
                        program or on PATH; refused when there is none)
-  --force              replace PATH when it exists
+  --no-modelfile       gguf: no Ollama Modelfile beside the file
+  --force              replace PATH (and its Modelfile) when it exists
   --output FORMAT      text (default: a summary on stderr) or json (stdout)
 
 exit codes: 0 done, 1 bad input, 2 bad command line, 5 writing failed
@@ -124,10 +131,76 @@ Status run_llama_quantize(const Quantize& q, const std::string& in, const std::s
   return Status::ok();
 }
 
+// FILE.gguf's Modelfile: FILE.Modelfile beside it.
+fs::path modelfile_path(const fs::path& gguf) {
+  return gguf.parent_path() / ((gguf.has_extension() ? gguf.stem() : gguf.filename()).string() + ".Modelfile");
+}
+
+struct ModelfileWritten {
+  bool with_template = false;
+  std::vector<std::string> stops;
+  std::vector<std::string> notes;  // where Ollama renders otherwise, or why it has no template of Tailor's
+};
+
+// The Modelfile for the GGUF at `gguf`: the chat template as Ollama's Go
+// template when it is a per-role layout (else none, and Ollama picks one
+// of its own by likeness to the file's chat template: said in `notes`),
+// {{ .Prompt }} for a model without one, so prompts reach it as written.
+Result<ModelfileWritten> write_modelfile(const InferenceModel& model, const ModelSources& sources, const fs::path& gguf,
+                                         bool adds_bos) {
+  ModelfileWritten w;
+  io::Modelfile m;
+  m.comments = {"Ollama's Modelfile for " + gguf.filename().string() + ", written by tailor export:",
+                "  ollama create NAME -f " + modelfile_path(gguf).filename().string()};
+  m.from = "./" + gguf.filename().string();
+  if (!model.chat) {
+    m.template_text = "{{ .Prompt }}";
+    w.with_template = true;
+    w.notes.push_back("no chat template: prompts reach the model as written");
+  } else {
+    data::OllamaTemplateOptions o;
+    o.variables = model.chat->variables;
+    if (o.variables.contains("bos_token") && o.variables["bos_token"].is_string()) {
+      o.bos = o.variables["bos_token"].get<std::string>();
+    }
+    o.add_bos = adds_bos;
+    auto t = data::ollama_template(model.chat->chat_template, o);
+    if (t.is_ok()) {
+      m.template_text = t->text;
+      w.with_template = true;
+      w.stops = t->stops;
+      w.notes = t->notes;
+      if (model.chat->template_text.find("strftime_now") != std::string::npos) {
+        w.notes.push_back("the chat template writes today's date; the Ollama template keeps the export's");
+      }
+    } else {
+      w.notes.push_back(t.status().message() +
+                        "; without TEMPLATE, Ollama picks the template of its own library nearest to the file's "
+                        "tokenizer.chat_template");
+      m.comments.push_back("No TEMPLATE: " + t.status().message());
+    }
+  }
+  for (const std::string& stop : w.stops)
+    m.parameters.emplace_back("stop", stop);
+  for (auto& p : io::ollama_sampling_parameters(sources.base))
+    m.parameters.push_back(std::move(p));
+  auto text = io::modelfile_text(m);
+  if (!text.is_ok() && w.with_template) {
+    // A template the parser cannot carry: the Modelfile without it.
+    w.notes.push_back(text.status().message() + "; the Modelfile has no TEMPLATE");
+    m.template_text.clear();
+    w.with_template = false;
+    text = io::modelfile_text(m);
+  }
+  if (!text.is_ok()) return text.status();
+  TAILOR_RETURN_IF_ERROR(platform::write_file_atomic(modelfile_path(gguf).string(), *text));
+  return w;
+}
+
 // The GGUF branch of the command: the merged fp32 model written by
 // export_gguf, with the tokenizer's ids and the chat template training used.
 int write_gguf_file(const InferenceModel& model, const ModelSources& sources, const fs::path& dest,
-                    const std::string& outtype, const Quantize& quantize, const std::string& output,
+                    const std::string& outtype, const Quantize& quantize, bool modelfile, const std::string& output,
                     std::chrono::steady_clock::time_point start, std::ostream& out, const ModelCommand& command) {
   GgufExportOptions o;
   o.outtype = outtype;
@@ -162,11 +235,24 @@ int write_gguf_file(const InferenceModel& model, const ModelSources& sources, co
     fs::remove(written, ec);
     if (!s.is_ok()) return command.fail(kModelCommandFailed, s.message());
   }
+  std::optional<ModelfileWritten> ollama;
+  if (modelfile) {
+    auto made = write_modelfile(model, sources, dest, summary->adds_bos);
+    if (!made.is_ok()) {
+      return command.fail(kModelCommandFailed, "writing " + modelfile_path(dest).string() + ": " +
+                                                   made.status().message() + " (the GGUF file is written)");
+    }
+    ollama = std::move(*made);
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::uintmax_t bytes = fs::file_size(dest, ec);
   if (output == "json") {
     Json j;
     j["file"] = dest.string();
+    j["modelfile"] = ollama ? Json(modelfile_path(dest).string()) : Json();
+    if (ollama) {
+      j["ollama"] = {{"template", ollama->with_template}, {"stops", ollama->stops}, {"notes", ollama->notes}};
+    }
     j["format"] = "gguf";
     j["outtype"] = outtype;
     j["quantize"] = quantize.type.empty() ? Json() : Json(quantize.type);
@@ -195,6 +281,13 @@ int write_gguf_file(const InferenceModel& model, const ModelSources& sources, co
   }
   for (const std::string& w : summary->warnings) command.err << "  warning: " << w << "\n";
   if (o.chat_template.empty()) command.err << "  no chat template: llama.cpp formats chats with its own default\n";
+  if (ollama) {
+    command.err << "  Ollama: " << modelfile_path(dest).string()
+                << (ollama->with_template ? " (the chat template as its TEMPLATE)" : " (no TEMPLATE)")
+                << "; ollama create NAME -f " << modelfile_path(dest).string() << "\n";
+    for (const std::string& n : ollama->notes)
+      command.err << "    " << n << "\n";
+  }
   return kModelCommandOk;
 }
 
@@ -204,8 +297,14 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   const ModelCommand command{"export", kExportHelp, out, err};
   int exit_code = kModelCommandOk;
   const auto parsed = command.parse(argv,
-                                    {{"out", true, false, 'o'}, {"adapter", true}, {"format", true},
-                                     {"dtype", true}, {"outtype", true}, {"quantize", true}, {"force", false},
+                                    {{"out", true, false, 'o'},
+                                     {"adapter", true},
+                                     {"format", true},
+                                     {"dtype", true},
+                                     {"outtype", true},
+                                     {"quantize", true},
+                                     {"force", false},
+                                     {"no-modelfile", false},
                                      {"output", true}},
                                     exit_code);
   if (!parsed) return exit_code;
@@ -219,8 +318,11 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   const bool gguf = format == "gguf";
   if (format != "safetensors" && !gguf) return usage("--format: expected safetensors or gguf, got \"" + format + "\"");
   if (gguf && args.has("dtype")) return usage("--dtype is for safetensors; a GGUF file's type is --outtype");
-  if (!gguf && (args.has("outtype") || args.has("quantize"))) {
-    return usage(std::string(args.has("outtype") ? "--outtype" : "--quantize") + " is for --format gguf");
+  if (!gguf && (args.has("outtype") || args.has("quantize") || args.has("no-modelfile"))) {
+    return usage(std::string(args.has("outtype")    ? "--outtype"
+                             : args.has("quantize") ? "--quantize"
+                                                    : "--no-modelfile") +
+                 " is for --format gguf");
   }
   const std::string outtype = args.get("outtype", "f16");
   if (outtype != "f32" && outtype != "f16" && outtype != "bf16" && outtype != "q8_0") {
@@ -254,6 +356,12 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   }
   if (gguf && fs::is_directory(dest, ec))
     return fail(kModelCommandInvalid, dest.string() + " is a folder; -o names the GGUF file");
+  const bool modelfile = gguf && !args.has("no-modelfile");
+  if (modelfile && fs::exists(modelfile_path(dest), ec) && !args.has("force")) {
+    return fail(kModelCommandInvalid, modelfile_path(dest).string() +
+                                          " exists (the Ollama Modelfile beside the file); choose another file, give "
+                                          "--force to replace both, or --no-modelfile");
+  }
 
   auto sources = resolve_model_sources(args.positional()[0], args.get("adapter"));
   if (!sources.is_ok()) return fail(kModelCommandInvalid, sources.status().message());
@@ -278,7 +386,7 @@ int run_export_command(const std::vector<std::string>& argv, std::ostream& out, 
   } catch (const c10::Error& e) {
     return fail(kModelCommandFailed, std::string("converting: ") + e.what_without_backtrace());
   }
-  if (gguf) return write_gguf_file(*model, *sources, dest, outtype, quantize, output, start, out, command);
+  if (gguf) return write_gguf_file(*model, *sources, dest, outtype, quantize, modelfile, output, start, out, command);
   if (Status s = save_hf_model(model->model, dest.string(), kDefaultMaxShardBytes, extras); !s.is_ok()) {
     return fail(kModelCommandFailed, s.message());
   }

@@ -405,6 +405,9 @@ Result<GgufExportSummary> export_gguf(const CausalLM& model, const std::string& 
   summary.arch = g->arch;
   summary.vocab_model = vocab.model;
   summary.pre = vocab.pre;
+  // Unset, llama.cpp adds BOS for SentencePiece vocabularies and for Llama
+  // 3's pre-tokenizer among the BPE ones (llama-vocab.cpp's defaults).
+  summary.adds_bos = vocab.add_bos.value_or(vocab.model == "llama" || vocab.pre == "llama-bpe");
   std::vector<std::pair<std::string, GgufValue>> kv = model_metadata(a, *g, o, *type);
   vocab_metadata(vocab, o, kv);
   try {

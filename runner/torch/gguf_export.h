@@ -30,6 +30,9 @@ struct GgufExportSummary {
   std::string vocab_model;      // tokenizer.ggml.model
   std::string pre;              // tokenizer.ggml.pre
   std::int64_t tensors = 0;
+  // llama.cpp writes BOS before a prompt it tokenizes (the file's
+  // add_bos_token, else its default for the tokenizer's type).
+  bool adds_bos = false;
   std::int64_t fallback_f16 = 0;  // q8_0 asked, rows not a whole number of blocks: written f16, as the converter does
   // What llama.cpp will compute otherwise than Tailor and transformers,
   // said to the user (the converter drops these silently).

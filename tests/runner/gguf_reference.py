@@ -407,8 +407,75 @@ def check_llama_cpp(family, outtype, path, model, tokenizer_ids, chat_text):
                             f"{chat_text!r}")
     elif template is not None:
         problems.append("the file has a chat template, the model had none")
+    if outtype == "f16":
+        measured, more = check_modelfile(llm, path, chat_text)
+        chat.update(measured)
+        problems += more
     return {"llama_cpp_rel_diff": rel, "rel_diff_to_fp32_model": rel_full, "argmax_agree": agree, "tokenizer_lines": len(tokenizer_ids),
             "tokenizer_mismatches": mismatched, **chat}, problems
+
+
+_WORK = []
+
+
+def _go_work():
+    """One folder for the Go renderer, built once, removed at exit."""
+    if not _WORK:
+        import atexit
+        import shutil
+        import tempfile
+        _WORK.append(tempfile.mkdtemp(prefix="tailor-modelfile-"))
+        atexit.register(shutil.rmtree, _WORK[0], True)
+    return _WORK[0]
+
+
+def check_modelfile(llm, path, chat_text):
+    """The Ollama Modelfile beside the file, read by the rules of Ollama's
+    parser and its TEMPLATE rendered by Go's text/template as Ollama renders
+    it (data/ollama_render.go): FROM names the file, and the conversation's
+    prompt, tokenized by llama.cpp as Ollama's llama.cpp server tokenizes it
+    (BOS where the file says, special tokens parsed), is the token sequence
+    of Tailor's rendering. Without a chat template, the prompt is written as
+    given."""
+    import subprocess
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
+    import ollama_reference
+    problems = []
+    modelfile = os.path.splitext(path)[0] + ".Modelfile"
+    if not os.path.exists(modelfile):
+        return {"modelfile": False}, [f"no Modelfile beside {path}"]
+    work = _go_work()
+    tool = str(ollama_reference.build_renderer(work))
+    env = ollama_reference.go_env(work)
+    parsed = json.loads(subprocess.run([tool, "modelfile", modelfile], capture_output=True, text=True, check=True,
+                                       env=env).stdout)
+    if "error" in parsed:
+        return {"modelfile": True}, [f"Ollama's parser rules refuse {modelfile}: {parsed['error']}"]
+    commands = parsed["commands"]
+    args = lambda name: [c["args"] for c in commands if c["name"] == name]  # noqa: E731
+    if args("model") != ["./" + os.path.basename(path)]:
+        problems.append(f"the Modelfile's FROM is {args('model')}, not ./{os.path.basename(path)}")
+    templates = args("template")
+    measured = {"modelfile": True, "modelfile_template": bool(templates), "modelfile_stops": args("stop")}
+    if len(templates) != 1:
+        return measured, problems + [f"the Modelfile has {len(templates)} TEMPLATE lines"]
+    messages = CONVERSATION if chat_text is not None else [{"role": "user", "content": "What is the capital?"}]
+    rendered = json.loads(subprocess.run([tool, "render"], input=json.dumps([{"template": templates[0], "messages": messages}]),
+                                         capture_output=True, text=True, check=True, env=env).stdout)["results"][0]
+    if rendered.get("error"):
+        return measured, problems + [f"Go cannot render the TEMPLATE: {rendered['error']}"]
+    want_text = chat_text if chat_text is not None else messages[0]["content"]
+    # Tailor's rendering writes its own BOS; a prompt as written gets the
+    # one llama.cpp adds.
+    got = llm.tokenize(rendered["text"].encode(), add_bos=True, special=True)
+    want = llm.tokenize(want_text.encode(), add_bos=chat_text is None, special=True)
+    measured["modelfile_prompt_tokens_equal"] = got == want
+    if got != want:
+        problems.append(f"Ollama's prompt from the Modelfile tokenizes as {got}, Tailor's rendering as {want} "
+                        f"(rendered {rendered['text']!r})")
+    if chat_text is not None and not measured["modelfile_stops"]:
+        problems.append("the Modelfile has no stop words for a chat model")
+    return measured, problems
 
 
 def native_chat(llama_cpp, template):

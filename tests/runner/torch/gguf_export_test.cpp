@@ -7,6 +7,8 @@
 // compute otherwise is refused or warned about, and nothing half-written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +60,8 @@ std::string tailor_chat_text(const std::string& family_dir) {
 class GgufExportTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // The Go program that reads the Modelfiles caches its objects here.
+    ::setenv("TAILOR_GOCACHE", (std::string(TAILOR_BINARY_DIR) + "/go-cache").c_str(), 0);
     dir_ = new TempDir();
     std::string names;
     for (const std::string& f : kFamilies) names += " " + f;
@@ -102,6 +106,12 @@ TEST_F(GgufExportTest, EveryFamilyLoadsInLlamaCppWithTransformersLogitsTokensAnd
       EXPECT_EQ(j["bytes"].get<std::uintmax_t>(), fs::file_size(file));
       EXPECT_TRUE(j["warnings"].empty()) << j.dump();
       EXPECT_FALSE(fs::exists(file + ".tmp"));
+      // Ollama's Modelfile beside it (gguf_reference.py reads it as Ollama
+      // does); a chat template always has a TEMPLATE of its own here.
+      const std::string modelfile = d + "/tailor-" + outtype + ".Modelfile";
+      EXPECT_EQ(j["modelfile"], modelfile);
+      EXPECT_TRUE(fs::exists(modelfile));
+      EXPECT_TRUE(j["ollama"]["template"].get<bool>()) << j["ollama"].dump();
     }
     if (const std::string text = tailor_chat_text(d); !text.empty()) std::ofstream(d + "/tailor-chat.txt") << text;
   }
@@ -127,6 +137,15 @@ TEST_F(GgufExportTest, WhatLlamaCppComputesOtherwiseIsRefusedOrWarnedAboutAndNot
   EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf -o " + dir_->path().string(), nullptr, &err), 1);
   EXPECT_NE(err.find("exists; choose another file"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(file));
+  // A Modelfile already where this file's would go: refused before the
+  // model is read, unless --force or --no-modelfile.
+  const std::string premade = dir_->file("premade.gguf");
+  std::ofstream(dir_->file("premade.Modelfile")) << "FROM ./elsewhere.gguf\n";
+  EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf -o " + premade, nullptr, &err), 1);
+  EXPECT_NE(err.find("premade.Modelfile exists (the Ollama Modelfile beside the file)"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(premade));
+  EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --no-modelfile -o " + premade, nullptr, &err), 2);
+  EXPECT_NE(err.find("--no-modelfile is for --format gguf"), std::string::npos) << err;
 
   // Gemma 2 scaling queries by query_pre_attn_scalar^-1/2 where llama.cpp
   // uses head_dim^-1/2.
@@ -199,10 +218,13 @@ TEST_F(GgufExportTest, QuantizeHandsTheExportToLlamaQuantizeAndLlamaCppLoadsTheR
   EXPECT_EQ(j["quantize"], "Q4_K_M");
   EXPECT_EQ(j["outtype"], "f16");
   EXPECT_EQ(j["bytes"].get<std::uintmax_t>(), fs::file_size(file));
-  // Only the file: not the f16 input, the temporary output or the log.
+  // Only the file and its Modelfile: not the f16 input, the temporary
+  // output or the log.
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir_->file("quantized"))) left.push_back(e.path().filename().string());
-  EXPECT_EQ(left, std::vector<std::string>{"qwen2-q4_k_m.gguf"});
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"qwen2-q4_k_m.Modelfile", "qwen2-q4_k_m.gguf"}));
+  EXPECT_EQ(j["modelfile"], dir_->file("quantized/qwen2-q4_k_m.Modelfile"));
   EXPECT_TRUE(venv_script(*dir_, "gguf_reference.py", "quantized " + file + " " + d + " 15", /*echo=*/true));
 
   // A type llama-quantize does not know: its own words, and nothing written.
@@ -216,6 +238,7 @@ TEST_F(GgufExportTest, QuantizeHandsTheExportToLlamaQuantizeAndLlamaCppLoadsTheR
   EXPECT_FALSE(fs::exists(bad));
   EXPECT_FALSE(fs::exists(bad + ".tmp"));
   EXPECT_FALSE(fs::exists(bad + ".unquantized.gguf"));
+  EXPECT_FALSE(fs::exists(dir_->file("quantized/bad.Modelfile")));
   EXPECT_EQ(shell(*dir_, kBin + "tailor-runner export " + d + "/base --format gguf --outtype q8_0 --quantize Q4_K_M -o " + bad,
                   nullptr, &err),
             2);
