@@ -21,7 +21,7 @@ constexpr const char* kCalibrationHelp = R"(usage: tailor calibration show [--ou
 
 The calibration store: what each probe (strategy.probe, tailor plan --probe)
 and each run of `tailor run` measured against its plan's prediction, by
-machine (the GPU's name, or cpu), runtime and model family. Later plans for
+machine (the GPU's name, or cpu and its processor), runtime and model family. Later plans for
 the same key multiply their peak estimates by the median measured/predicted
 ratio (never below 1, at most 1.5) and their speeds by the median speed
 ratio (0.2 to 5), and say so. tailord keeps its own store in its data folder
@@ -80,7 +80,8 @@ int show(platform::CalibrationStore& store, const std::string& path, bool json, 
     io.out << out.dump(2) << "\n";
     return kExitOk;
   }
-  io.out << "calibration store " << path << ": " << records->size() << " records\n";
+  io.out << "calibration store " << path << ": " << records->size()
+         << (records->size() == 1 ? " record\n" : " records\n");
   if (keys.empty()) {
     io.out << "nothing measured yet: plans are not calibrated (strategy.probe, tailor plan --probe and tailor run "
               "record here)\n";
@@ -136,8 +137,8 @@ int run_calibration(const Argv& argv, Streams io) {
     io.err << "tailor calibration: " << removed.status().message() << "\n";
     return kExitInvalid;
   }
-  io.out << "removed " << *removed << " records" << (machine ? " of " + *machine : std::string()) << " from " << path
-         << "\n";
+  io.out << "removed " << *removed << (*removed == 1 ? " record" : " records")
+         << (machine ? " of " + *machine : std::string()) << " from " << path << "\n";
   return kExitOk;
 }
 

@@ -32,7 +32,10 @@ Result<strategies::Hardware> hardware_for(const dsl::JobSpec& spec, const Args& 
   const auto detected = declared ? std::vector<strategies::Device>{} : platform::detect_gpus(catalog);
   auto hw = strategies::resolve_hardware(spec, gpus_flag, detected, platform::detect_host_memory(), catalog);
   // CPU training runs on this machine's CPU, whatever was declared.
-  if (hw.is_ok()) hw->cpu = strategies::cpu_device(hw->host_memory, platform::detect_native_bf16());
+  if (hw.is_ok()) {
+    hw->cpu = strategies::cpu_device(hw->host_memory, platform::detect_native_bf16());
+    hw->cpu.model = platform::detect_cpu_model();
+  }
   return hw;
 }
 

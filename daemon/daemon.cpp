@@ -221,6 +221,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   planning.gpus = gpus;
   planning.host_memory = host;
   planning.cpu_native_bf16 = platform::detect_native_bf16();
+  planning.cpu_model = platform::detect_cpu_model();
   planning.spec_root = fs::weakly_canonical(fs::absolute(config.spec_root.empty() ? "." : config.spec_root)).string();
   planning.check_files = config.check_files;
   planning.tracking = config.tracking;

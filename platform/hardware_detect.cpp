@@ -1,6 +1,7 @@
 #include "platform/hardware_detect.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 
 #include <cctype>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "core/text.h"
 
@@ -177,6 +179,30 @@ bool detect_native_bf16() {
     return false;  // every core reports the same features
   }
   return true;  // unreadable: as assumed before it asked
+}
+
+std::string detect_cpu_model(const std::string& root) {
+  std::ifstream in(root + "/proc/cpuinfo");
+  std::string model, implementer, part;
+  for (std::string line; std::getline(in, line);) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    std::string value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    if (key == "model name" && model.empty()) model = value;
+    if (key == "CPU implementer" && implementer.empty()) implementer = value;
+    if (key == "CPU part" && part.empty()) part = value;
+  }
+  if (model.empty() && !implementer.empty()) model = "Arm implementer " + implementer + " part " + part;
+  if (model.empty()) return "";
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int threads = sched_getaffinity(0, sizeof set, &set) == 0
+                          ? CPU_COUNT(&set)
+                          : static_cast<int>(std::thread::hardware_concurrency());
+  return threads > 0 ? model + ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") : model;
 }
 
 std::vector<strategies::Device> detect_gpus(const dsl::Catalog& catalog) {

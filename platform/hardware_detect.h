@@ -31,6 +31,11 @@ std::optional<Bytes> parse_cgroup_memory_limit(const std::string& text);
 // unreadable, the figures tailor assumed before it asked.
 bool detect_native_bf16();
 
+// The processor and the threads this process may run on: "AMD EPYC 7B13, 2
+// threads" (/proc/cpuinfo's model name, else Arm's CPU implementer and
+// part); empty when unreadable. `root` prefixes /proc.
+std::string detect_cpu_model(const std::string& root = "");
+
 // The GPUs, an empty list when there are none. Names are matched against
 // the catalog for compute figures. Never throws.
 std::vector<strategies::Device> detect_gpus(const dsl::Catalog& catalog);

@@ -15,7 +15,10 @@ double median(std::vector<double> v) {
 
 CalibrationKey calibration_key(const dsl::JobSpec& spec, const Hardware& hw) {
   CalibrationKey k;
-  k.machine = hw.cpu_only() ? std::string("cpu") : hw.gpus.front().name;
+  // A CPU's figures hold for that processor and thread count only.
+  k.machine = !hw.cpu_only()         ? hw.gpus.front().name
+              : hw.cpu.model.empty() ? std::string("cpu")
+                                     : "cpu: " + hw.cpu.model;
   k.runtime = dsl::to_string(spec.planner.runtime);
   k.family = dsl::to_string(spec.model.arch.family);
   return k;

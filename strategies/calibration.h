@@ -15,7 +15,7 @@
 namespace tailor::strategies {
 
 struct CalibrationKey {
-  std::string machine;  // the GPU's name, or "cpu"
+  std::string machine;  // the GPU's name, or "cpu" and the detected processor ("cpu: AMD EPYC 7B13, 2 threads")
   std::string runtime;  // planner.runtime
   std::string family;   // the model's family
   std::string text() const { return machine + " / " + runtime + " / " + family; }

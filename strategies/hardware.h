@@ -19,6 +19,10 @@ namespace tailor::strategies {
 // Facts about one accelerator (or the CPU) that planning needs.
 struct Device {
   std::string name;                 // "NVIDIA RTX A6000", "CPU"
+  // The host's processor and threads as detected ("AMD EPYC 7B13, 2
+  // threads"; platform::detect_cpu_model): the calibration store's machine
+  // for CPU training. Empty when not detected.
+  std::string model;
   std::string catalog_key;          // GPU catalog key when known, else empty
   bool cpu = false;                 // the host itself (CPU training)
   Bytes memory;                     // total memory

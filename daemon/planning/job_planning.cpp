@@ -380,6 +380,7 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
     return spec_error(std::move(d));
   }
   hw->cpu = strategies::cpu_device(hw->host_memory, ctx.cpu_native_bf16);  // CPU jobs run on this machine's
+  hw->cpu.model = ctx.cpu_model;
   spec.planner.runtime = dsl::Runtime::kTailor;  // tailor-runner runs it, whatever the spec predicts for others
   strategies::PlanOptions popts = plan_options(ctx);
   if (!ctx.calibration_path.empty()) {

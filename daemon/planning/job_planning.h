@@ -31,6 +31,7 @@ struct PlanningContext {
   std::vector<strategies::Device> gpus;          // detected (or configured) at start-up
   std::optional<Bytes> host_memory;              // detected at start-up
   bool cpu_native_bf16 = true;                   // platform::detect_native_bf16() at start-up
+  std::string cpu_model;                         // platform::detect_cpu_model() at start-up
   std::string spec_root;                         // absolute; relative spec paths resolve here
   bool check_files = true;
   // Where jobs run whose spec leaves it to tailord (--executor).

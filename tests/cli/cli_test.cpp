@@ -18,12 +18,19 @@
 #include "core/units.h"
 #include "dsl/catalog.h"
 #include "dsl/spec_loader.h"
+#include "platform/hardware_detect.h"
 #include "platform/process.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tokenizer_json.h"
 
 namespace tailor::cli {
 namespace {
+
+// The calibration store's machine for CPU training on this machine.
+std::string cli_cpu_machine() {
+  const std::string model = platform::detect_cpu_model();
+  return model.empty() ? "cpu" : "cpu: " + model;
+}
 
 namespace fs = std::filesystem;
 using tailor::testing::TempDir;
@@ -444,7 +451,7 @@ TEST(CliBinaryTest, ProbesRecordCalibrationThatLaterPlansTake) {
   ASSERT_EQ(shown["records"].size(), 3u) << out;
   EXPECT_EQ(shown["records"][2]["source"], "job");
   ASSERT_EQ(shown["keys"].size(), 1u);
-  EXPECT_EQ(shown["keys"][0]["machine"], "cpu");
+  EXPECT_EQ(shown["keys"][0]["machine"], cli_cpu_machine());
   EXPECT_EQ(shown["keys"][0]["runs"], 3);
   const double memory = shown["keys"][0]["memory_factor"].get<double>();
   const double speed = shown["keys"][0]["speed_factor"].get<double>();
@@ -471,7 +478,7 @@ TEST(CliBinaryTest, ProbesRecordCalibrationThatLaterPlansTake) {
   out.clear();
   ASSERT_EQ(run_binary("plan --calibration " + store + " " + example("tiny-cpu.yaml"), &out), 0) << out;
   EXPECT_NE(out.find("Calibrated: peak estimates x"), std::string::npos) << out;
-  EXPECT_NE(out.find("from 3 runs measured on cpu / tailor / llama"), std::string::npos) << out;
+  EXPECT_NE(out.find("from 3 runs measured on " + cli_cpu_machine() + " / tailor / llama"), std::string::npos) << out;
   // `tailor plan --probe` measures and prints predicted beside measured.
   out.clear();
   ASSERT_EQ(run_binary("plan --probe 2 --calibration " + store + " " + example("tiny-cpu.yaml"), &out), 0) << out;

@@ -27,11 +27,18 @@
 
 #include "daemon/store/job_store.h"
 #include "daemon/store/sqlite.h"
+#include "platform/hardware_detect.h"
 #include "tests/daemon/daemon_harness.h"
 #include "tests/testing/text_file.h"
 
 namespace tailor::daemon::testing {
 namespace {
+
+// The calibration store's machine for CPU training on this machine.
+std::string e2e_cpu_machine() {
+  const std::string model = platform::detect_cpu_model();
+  return model.empty() ? "cpu" : "cpu: " + model;
+}
 
 using nlohmann::json;
 using std::chrono::seconds;
@@ -293,7 +300,7 @@ TEST(RunE2eTest, AProbedJobRecordsItsMeasurementsInItsPlanAndCalibratesTheNext) 
   const json after = d.get("/v1/jobs/" + next + "/plan").json();
   ASSERT_TRUE(after.contains("calibration")) << after.dump();
   EXPECT_EQ(after["calibration"]["runs"], 3);
-  EXPECT_EQ(after["calibration"]["key"], "cpu / tailor / llama");
+  EXPECT_EQ(after["calibration"]["key"], e2e_cpu_machine() + " / tailor / llama");
 }
 
 TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAICompletions) {

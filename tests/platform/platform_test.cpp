@@ -2,6 +2,8 @@
 // child processes with an error pipe, and signal forwarding to a real child.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -38,6 +40,31 @@ void write_tree_file(const TempDir& root, const std::string& path, const std::st
   const std::filesystem::path p = root.path().string() + path;
   std::filesystem::create_directories(p.parent_path());
   std::ofstream(p) << text;
+}
+
+// The processor names the calibration store's machine for CPU training:
+// x86's model name, Arm's implementer and part, with this process's threads.
+TEST(HardwareDetectTest, TheCpuModelIsReadFromCpuinfoWithTheThreadsThisProcessMayUse) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int n = CPU_COUNT(&set);
+  const std::string threads = ", " + std::to_string(n) + (n == 1 ? " thread" : " threads");
+  {
+    TempDir root;
+    write_tree_file(root, "/proc/cpuinfo",
+                    "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu\n\n"
+                    "processor\t: 1\nmodel name\t: AMD EPYC 7B13\n");
+    EXPECT_EQ(detect_cpu_model(root.path().string()), "AMD EPYC 7B13" + threads);
+  }
+  {
+    TempDir root;
+    write_tree_file(root, "/proc/cpuinfo",
+                    "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n");
+    EXPECT_EQ(detect_cpu_model(root.path().string()), "Arm implementer 0x41 part 0xd0c" + threads);
+  }
+  TempDir empty;
+  EXPECT_EQ(detect_cpu_model(empty.path().string()), "");
 }
 
 // A container's or pod's memory limit, not the host's RAM, is what its jobs

@@ -58,6 +58,10 @@ TEST(CalibrationTest, ACalibratedPlanRaisesItsPeakEstimatesAndScalesItsSpeedsAnd
   const Plan plain = plan_job(spec, hw);
   ASSERT_TRUE(plain.fits);
   EXPECT_EQ(calibration_key(spec, hw).text(), "cpu / tailor / llama");
+  // A detected processor keys its own figures: another CPU's do not apply.
+  Hardware detected = hw;
+  detected.cpu.model = "AMD EPYC 7B13, 2 threads";
+  EXPECT_EQ(calibration_key(spec, detected).text(), "cpu: AMD EPYC 7B13, 2 threads / tailor / llama");
   PlanOptions o;
   o.calibration = fit_calibration(calibration_key(spec, hw).text(), {{100, 125, 100, 200}});
   const Plan calibrated = plan_job(spec, hw, o);
