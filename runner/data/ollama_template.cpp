@@ -103,13 +103,16 @@ std::string render_layout(const Layout& l, const std::vector<Message>& messages)
   return out;
 }
 
-// Literal text in a Go template: "{{" is the one sequence Go reads.
+// Literal text in a Go template: "{{" is the one sequence Go reads, and a
+// "{" that ends the text would make one with the action written after it.
 std::string go_literal(const std::string& text) {
   std::string out;
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (text.compare(i, 2, "{{") == 0) {
       out += "{{ \"{{\" }}";
       ++i;
+    } else if (text[i] == '{' && i + 1 == text.size()) {
+      out += "{{ \"{\" }}";
     } else {
       out += text[i];
     }

@@ -135,6 +135,13 @@ TEST(OllamaTemplateTest, BracesTheTemplateWritesAreGoLiteralsNotActions) {
       "{% if add_generation_prompt %}{{ '{{assistant}} ' }}{% endif %}");
   ASSERT_TRUE(t.is_ok()) << t.status().message();
   EXPECT_NE(t->text.find("{{ \"{{\" }}user}} {{ .Content }}\n"), std::string::npos) << t->text;
+  // A brace right before the message: "{" then "{{ .Content }}" would read
+  // as "{{{".
+  auto braced = derive_from(
+      "{% for m in messages %}{{ m.role + ': {' + m.content + '}\\n' }}{% endfor %}"
+      "{% if add_generation_prompt %}{{ 'assistant: {' }}{% endif %}");
+  ASSERT_TRUE(braced.is_ok()) << braced.status().message();
+  EXPECT_NE(braced->text.find("user: {{ \"{\" }}{{ .Content }}}\n"), std::string::npos) << braced->text;
 }
 
 TEST(OllamaModelfileTest, ValuesAreQuotedAsOllamasParserReadsThemBack) {
@@ -226,23 +233,30 @@ TEST(OllamaReferenceTest, EveryDerivedTemplateRendersInGoAsTheChatTemplateDoesIn
     if (e.path().extension() == ".jinja") files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
-  for (const fs::path& f : files) {
-    const std::string source = file_text(f);
+  std::vector<std::pair<std::string, std::string>> sources;
+  for (const fs::path& f : files)
+    sources.emplace_back(f.filename().string(), file_text(f));
+  // Braces the template writes around a message, which Go must not read as
+  // actions.
+  sources.emplace_back("braces (synthetic)",
+                       "{% for m in messages %}{{ '{{' + m.role + '}} {' + m.content + '}\\n' }}{% endfor %}"
+                       "{% if add_generation_prompt %}{{ '{{assistant}} {' }}{% endif %}");
+  for (const auto& [file, source] : sources) {
     for (bool add_bos : {false, true}) {
       auto t = derive_from(source, "<s>", add_bos);
-      const std::string name = f.filename().string() + (add_bos ? " (BOS by llama.cpp)" : "");
+      const std::string name = file + (add_bos ? " (BOS by llama.cpp)" : "");
       if (!t.is_ok()) {
-        refused[f.filename().string()] = t.status().message();
+        refused[file] = t.status().message();
         continue;
       }
-      derived.insert(f.filename().string());
+      derived.insert(file);
       ChatJson c = {{"name", name}, {"source", source},   {"variables", special_tokens("<s>")},
                     {"bos", "<s>"}, {"add_bos", add_bos}, {"go", t->text}};
       c["conversations"] = conversations;
       cases.push_back(c);
     }
   }
-  std::printf("%zu of %zu templates have an Ollama template; refused:\n", derived.size(), files.size());
+  std::printf("%zu of %zu templates have an Ollama template; refused:\n", derived.size(), sources.size());
   for (const auto& [name, why] : refused)
     std::printf("  %s: %s\n", name.c_str(), why.c_str());
   // The templates of the families GGUF export takes.
@@ -250,7 +264,7 @@ TEST(OllamaReferenceTest, EveryDerivedTemplateRendersInGoAsTheChatTemplateDoesIn
        {"llamacpp_Qwen-Qwen2.5-7B-Instruct.jinja", "llamacpp_meta-llama-Llama-3.1-8B-Instruct.jinja",
         "llamacpp_meta-llama-Llama-3.2-3B-Instruct.jinja", "llamacpp_google-gemma-2-2b-it.jinja", "trl_gemma3.jinja",
         "llamacpp_microsoft-Phi-3.5-mini-instruct.jinja", "chujiezheng_mistral-instruct.jinja", "trl_qwen2_5.jinja",
-        "chujiezheng_chatml.jinja", "llamacpp_Qwen-Qwen3-0.6B.jinja", "trl_qwen3.jinja"}) {
+        "chujiezheng_chatml.jinja", "llamacpp_Qwen-Qwen3-0.6B.jinja", "trl_qwen3.jinja", "braces (synthetic)"}) {
     EXPECT_TRUE(derived.count(name)) << name << ": " << refused[name];
   }
 
