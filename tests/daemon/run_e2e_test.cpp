@@ -432,6 +432,8 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAIC
   EXPECT_EQ(exported["architecture"], "llama");
   EXPECT_EQ(exported["tokenizer"]["pre"], "gpt-2");  // the byte tokenizer's
   EXPECT_FALSE(exported.contains("file"));            // no host paths
+  // Ollama's Modelfile beside it, named as the job's files name it.
+  EXPECT_EQ(exported["modelfile"], "exports/model-f32.Modelfile");
   const std::string job_dir = dir.file("data/jobs/" + id);
   EXPECT_EQ(std::filesystem::file_size(job_dir + "/exports/model-f32.gguf"), exported["bytes"].get<std::uintmax_t>());
   const std::string check = std::string(TAILOR_SOURCE_DIR) + "/.venv/bin/python " + TAILOR_SOURCE_DIR +
@@ -440,6 +442,7 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAIC
   EXPECT_EQ(std::system(check.c_str()), 0) << tailor::testing::read_text(dir.file("gguf-check.log"));
   const json files = d.get("/v1/jobs/" + id + "/files").json();
   EXPECT_NE(files.dump().find("\"exports/model-f32.gguf\""), std::string::npos) << files.dump();
+  EXPECT_NE(files.dump().find("\"exports/model-f32.Modelfile\""), std::string::npos) << files.dump();
   const auto folder = d.post("/v1/jobs/" + id + "/exports", R"({"format": "safetensors", "dtype": "bf16"})",
                              "application/json");
   ASSERT_EQ(folder.status, 201) << folder.body;

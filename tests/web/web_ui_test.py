@@ -312,8 +312,19 @@ def main():
             fail("the downloaded GGUF file differs from the one the export wrote")
         if open(saved, "rb").read(4) != b"GGUF":
             fail("the export is not a GGUF file")
+        # Its Ollama Modelfile beside it, downloaded the same way.
+        driver.find_element(By.XPATH, "//button[normalize-space()='Download model-f32.Modelfile']").click()
+        saved_modelfile = os.path.join(downloads, "model-f32.Modelfile")
+        long_wait.until(lambda d: os.path.exists(saved_modelfile)
+                        and not any(n.endswith(".crdownload") for n in os.listdir(downloads)))
+        written_modelfile = os.path.join(tailord.data, "jobs", job_id, "exports", "model-f32.Modelfile")
+        if open(saved_modelfile, "rb").read() != open(written_modelfile, "rb").read():
+            fail("the downloaded Modelfile differs from the one the export wrote")
+        if "FROM ./model-f32.gguf\n" not in open(saved_modelfile).read():
+            fail("the Modelfile does not name the GGUF file beside it")
         shot("05c-export")
-        print(f"ok: the job page exported its model as GGUF ({os.path.getsize(saved)} bytes) and downloaded it")
+        print(f"ok: the job page exported its model as GGUF ({os.path.getsize(saved)} bytes) and downloaded it "
+              "with its Modelfile")
 
         # Cancel a running job from its page.
         other = http(address, "/v1/jobs", token, "POST", resolved(100000).encode(), "application/yaml")["id"]
