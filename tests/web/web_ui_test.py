@@ -303,24 +303,22 @@ def main():
         driver.find_element(By.XPATH, "//button[normalize-space()='Export']").click()
         long_wait.until(lambda d: "Wrote exports/model-f32.gguf" in
                         d.find_element(By.XPATH, "//h2[.='Export the model']/..").text)
-        driver.find_element(By.XPATH, "//button[normalize-space()='Download model-f32.gguf']").click()
-        saved = os.path.join(downloads, "model-f32.gguf")
-        long_wait.until(lambda d: os.path.exists(saved)
-                        and not any(n.endswith(".crdownload") for n in os.listdir(downloads)))
-        written = os.path.join(tailord.data, "jobs", job_id, "exports", "model-f32.gguf")
-        if open(saved, "rb").read() != open(written, "rb").read():
-            fail("the downloaded GGUF file differs from the one the export wrote")
+        def download_export(name):
+            """exports/NAME downloaded through its button, byte for byte the file the export wrote."""
+            driver.find_element(By.XPATH, f"//button[normalize-space()='Download {name}']").click()
+            saved = os.path.join(downloads, name)
+            long_wait.until(lambda d: os.path.exists(saved)
+                            and not any(n.endswith(".crdownload") for n in os.listdir(downloads)))
+            written = os.path.join(tailord.data, "jobs", job_id, "exports", name)
+            if open(saved, "rb").read() != open(written, "rb").read():
+                fail(f"the downloaded {name} differs from the one the export wrote")
+            return saved
+
+        saved = download_export("model-f32.gguf")
         if open(saved, "rb").read(4) != b"GGUF":
             fail("the export is not a GGUF file")
         # Its Ollama Modelfile beside it, downloaded the same way.
-        driver.find_element(By.XPATH, "//button[normalize-space()='Download model-f32.Modelfile']").click()
-        saved_modelfile = os.path.join(downloads, "model-f32.Modelfile")
-        long_wait.until(lambda d: os.path.exists(saved_modelfile)
-                        and not any(n.endswith(".crdownload") for n in os.listdir(downloads)))
-        written_modelfile = os.path.join(tailord.data, "jobs", job_id, "exports", "model-f32.Modelfile")
-        if open(saved_modelfile, "rb").read() != open(written_modelfile, "rb").read():
-            fail("the downloaded Modelfile differs from the one the export wrote")
-        if "FROM ./model-f32.gguf\n" not in open(saved_modelfile).read():
+        if "FROM ./model-f32.gguf\n" not in open(download_export("model-f32.Modelfile")).read():
             fail("the Modelfile does not name the GGUF file beside it")
         shot("05c-export")
         print(f"ok: the job page exported its model as GGUF ({os.path.getsize(saved)} bytes) and downloaded it "
