@@ -144,6 +144,13 @@ TEST_F(GgufExportTest, WhatLlamaCppComputesOtherwiseIsRefusedOrWarnedAboutAndNot
   EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf -o " + premade, nullptr, &err), 1);
   EXPECT_NE(err.find("premade.Modelfile exists (the Ollama Modelfile beside the file)"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(premade));
+  // --no-modelfile writes the file alone and leaves that Modelfile as it was.
+  EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --format gguf --no-modelfile -o " + premade, nullptr, &err),
+            0)
+      << err;
+  EXPECT_TRUE(fs::exists(premade));
+  std::ifstream kept(dir_->file("premade.Modelfile"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "FROM ./elsewhere.gguf\n");
   EXPECT_EQ(shell(*dir_, kBin + "tailor export " + qwen + " --no-modelfile -o " + premade, nullptr, &err), 2);
   EXPECT_NE(err.find("--no-modelfile is for --format gguf"), std::string::npos) << err;
 
