@@ -198,6 +198,8 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   row("optimizer", dsl::to_string(s.optimizer));
   row("ZeRO stage", std::to_string(s.zero_stage));
   row("offload", dsl::to_string(s.offload));
+  if (s.activation_offload)
+    row("activations", "offloaded: checkpointed layers' inputs in host memory, two on the device");
   const char* materialised = spec.model.arch.attn_logit_softcap > 0
                                  ? "materialised (keeps the s x s scores; the fused kernels cannot cap them)"
                                  : "materialised (keeps the s x s scores; faster here)";

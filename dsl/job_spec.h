@@ -356,6 +356,10 @@ struct StrategySpec {
   std::optional<std::int64_t> zero_stage;  // 0..3; empty = auto
   std::optional<Offload> offload;      // none | optimizer | optimizer_and_params; empty = auto
   std::optional<Reference> reference;  // dpo: adapter_off | separate; empty = auto
+  // Each checkpointed layer's saved input kept in host memory between its
+  // forward and backward (tailor-runner); empty = auto (the planner's
+  // choice: not yet on GPUs, where no run has verified it).
+  std::optional<bool> activation_offload;
   std::vector<Technique> allow;        // if non-empty, the only techniques the planner may choose (technique.h)
   std::vector<Technique> forbid;       // techniques the planner must not choose
   // A full fine-tune may combine pure bf16 weights with 8-bit optimizer

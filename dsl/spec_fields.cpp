@@ -810,6 +810,32 @@ const std::vector<Field<StrategySpec>>& strategy_fields() {
                  &StrategySpec::zero_stage, int_in_range(0, 3)),
       auto_field("offload", "none, optimizer, optimizer_and_params (to host RAM), or auto.", &StrategySpec::offload),
       reference_field(),
+      custom_field<StrategySpec>(
+          "activation_offload",
+          "true: keep each checkpointed layer's saved input in host memory (pinned on a GPU) between its forward "
+          "and its backward, brought back a layer ahead; the device holds two instead of one per checkpointed "
+          "layer. Needs gradient checkpointing; tailor-runner only. false: never. auto (the default): the "
+          "planner's choice, which does not choose it yet on its own.",
+          Json{{"anyOf", Json::array({Json{{"type", "boolean"}}, Json{{"const", "auto"}}})}},
+          [](const Node& n, StrategySpec& s, const std::string& path, Diagnostics& d) {
+            if (n.is_null() || is_auto(n)) {
+              s.activation_offload.reset();
+              return;
+            }
+            Diagnostics scratch;
+            if (auto v = Codec<bool>::read(n, path, scratch)) {
+              s.activation_offload = *v;
+              return;
+            }
+            d.error(
+                n.location, path,
+                "expected true, false or auto, got " + (n.is_scalar() ? quote(n.scalar) : std::string(n.kind_name())));
+          },
+          // Written only when pinned, so that resolved specs read as before.
+          [](const StrategySpec& s) -> std::optional<Node> {
+            if (!s.activation_offload) return std::nullopt;
+            return Codec<bool>::write(*s.activation_offload);
+          }),
       technique_list("allow", "If set, the only techniques the planner may choose.", &StrategySpec::allow),
       technique_list("forbid", "Techniques the planner must not choose (e.g. adapters for a full fine-tune).",
                      &StrategySpec::forbid),

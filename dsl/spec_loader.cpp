@@ -773,6 +773,17 @@ void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalo
     d.error(loc_at(root, "strategy.offload"), "strategy.offload",
             "parameter offload needs zero_stage 3, but zero_stage is pinned to " + std::to_string(*s.zero_stage));
   }
+  if (s.activation_offload.value_or(false)) {
+    if (s.gradient_checkpointing == 0) {
+      d.error(loc_at(root, "strategy.activation_offload"), "strategy.activation_offload",
+              "offloads the inputs checkpointed layers keep, but strategy.gradient_checkpointing is false");
+    }
+    if (spec.planner.runtime != Runtime::kTailor) {
+      d.error(loc_at(root, "strategy.activation_offload"), "strategy.activation_offload",
+              std::string("tailor-runner offloads activations, but planner.runtime is ") +
+                  quote(to_string(spec.planner.runtime)));
+    }
+  }
   // The quantisation is QLoRA's base: the two pins must agree.
   if (s.quantization && s.adapter && (*s.quantization != Quantization::kNone) != (*s.adapter == Adapter::kQlora)) {
     d.error(loc_at(root, "strategy.quantization"), "strategy.quantization",

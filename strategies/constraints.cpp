@@ -182,6 +182,7 @@ Strategy Constraints::baseline() const {
   if (pins_.quantization && *pins_.quantization != Quantization::kNone && !pins_.adapter) s.adapter = Adapter::kQlora;
   if (!pins_.quantization) s.quantization = default_quantization(s.adapter);
   s.lora_rank = s.adapter == Adapter::kNone ? 0 : pins_.lora.r;
+  s.activation_offload = spec_.strategy.activation_offload.value_or(false) && s.checkpoint_every > 0;
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include "strategies/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "strategies/memory_model.h"
 
@@ -134,6 +135,23 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
       const double weights = static_cast<double>(pc.total) * weight_bytes_per_param(s.precision) / n;
       t.offload_seconds += accum * 2.0 * weights / link;
     }
+  }
+  // Activation offloading: each checkpointed layer's input out in forward
+  // and back in backward, every micro-batch. A GPU copies over its host
+  // link beside the compute; the CPU copies within its own memory, in the
+  // step's path (read and write).
+  if (s.activation_offload && s.checkpoint_every > 0) {
+    const double checkpointed = std::ceil(L / static_cast<double>(s.checkpoint_every));
+    const double element = s.precision == Precision::kFp32 ? 4.0 : 2.0;
+    const double bytes = 2.0 * checkpointed * micro_tokens * static_cast<double>(a.hidden) * element;
+    double exposed = 0;
+    if (dev.cpu) {
+      exposed = 2.0 * bytes / (std::max(1.0, dev.memory_bandwidth_gbps) * 1e9);
+    } else {
+      const double transfer = bytes / (std::max(1.0, dev.host_link_gbps) * 1e9);
+      exposed = std::max(transfer * (1.0 - k.activation_offload_hidden), transfer - micro_compute);
+    }
+    t.offload_seconds += accum * exposed;
   }
   t.step_seconds = t.compute_seconds + t.comm_seconds + t.optimizer_seconds + t.offload_seconds + t.reference_seconds;
   t.tokens_per_second = rows_per_sequence * static_cast<double>(global_batch) * seq / t.step_seconds;

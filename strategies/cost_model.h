@@ -55,6 +55,12 @@ struct CostConstants {
   // on an H200). A head that trains is also projected again in backward:
   // FLOPs, counted as such.
   double fused_linear_slice_extra = 0.1;
+  // Activation offloading on a GPU copies each checkpointed layer's input
+  // to the host on a side stream while the next layers compute, and back a
+  // layer ahead of its backward: this share of the copies hides behind the
+  // compute when there is compute enough to cover them. An assumption, not
+  // a measurement yet (no GPU has run it: runner/README.md).
+  double activation_offload_hidden = 0.9;
   // Ranking, not timing: each technique that changes what is trained
   // (8-bit optimizer states, pure-bf16 states, adapters, a quantised base)
   // must buy this much estimated speed to beat a more faithful plan. Without
@@ -71,7 +77,7 @@ struct Throughput {
   double flops_per_token = 0;     // model FLOPs per trained token, recomputation included
   double compute_seconds = 0;     // per optimizer step
   double comm_seconds = 0;        // exposed collective time per step
-  double offload_seconds = 0;     // host transfers and CPU optimizer per step
+  double offload_seconds = 0;     // host transfers (optimizer, weights, activations) and CPU optimizer per step
   double optimizer_seconds = 0;   // on-device optimizer update per step
   double reference_seconds = 0;   // dpo, kto: the reference model's forward passes per step (no backward);
                                   // kto's KL rows: their forwards through the reference and the trained model

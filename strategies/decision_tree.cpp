@@ -71,6 +71,16 @@ class Walker {
            "Fuse the output projection with the loss (a slice of tokens at a time, no logits tensor)?",
            target_.cross_entropy == CrossEntropy::kFusedLinear && cur_.cross_entropy != CrossEntropy::kFusedLinear,
            [](Strategy& s) { s.cross_entropy = CrossEntropy::kFusedLinear; }, "fuse the head with the loss");
+      // Only where the plan offloads: the planner does not choose it on its
+      // own yet (planner.cpp), so it is no step for other plans.
+      if (target_.activation_offload) {
+        rung(
+            "activation_offload",
+            "Offload activations (each checkpointed layer's input to host memory, brought back a layer ahead of "
+            "its backward)?",
+            target_.activation_offload && !cur_.activation_offload, [](Strategy& s) { s.activation_offload = true; },
+            "offload activations");
+      }
     }
     micro_batch();
     if (cur_.num_gpus > 1) {

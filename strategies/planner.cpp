@@ -180,6 +180,11 @@ std::string does_not_fit(const Candidate& c, Bytes budget, Bytes host_budget) {
          " budget";
 }
 
+// Whether the planner may choose activation offloading for a GPU plan on
+// its own. Its CUDA path (a side stream, pinned buffers, a prefetch a layer
+// ahead) has not run on a GPU yet; a spec that pins it gets it.
+constexpr bool kActivationOffloadVerifiedOnGpu = false;
+
 // A key for "kind of plan": alternatives show the best of each other kind.
 // bf16 and fp16 mixed precision are one kind, and so are ZeRO stages and
 // rank counts: the search already picked the best of those.
@@ -211,11 +216,29 @@ SearchResult search(const dsl::JobSpec& spec, const Hardware& hw, const Constrai
   // A reward model has no vocabulary head to fuse.
   const bool can_fuse_head =
       spec.planner.runtime == dsl::Runtime::kTailor && !dsl::scores_sequences(spec.training.method);
+  // Activation offloading, pinned: every plan that checkpoints does it, and
+  // one that does not checkpoint cannot. Left to the planner: on GPUs where
+  // nothing fits without it, once a GPU run has verified its CUDA path
+  // (runner/README.md); on the CPU never, where the host is the device.
+  const std::optional<bool> offload_pin = spec.strategy.activation_offload;
+  const bool may_offload = offload_pin.value_or(kActivationOffloadVerifiedOnGpu && !hw.cpu_only()) &&
+                           spec.planner.runtime == dsl::Runtime::kTailor;
   const auto add = [&](Strategy s) {
+    if (offload_pin.value_or(false)) {
+      if (s.checkpoint_every == 0) return;
+      s.activation_offload = true;
+    }
     r.all.push_back(evaluate(spec, hw, s, o));
-    if (r.all.back().fits || !can_fuse_head) return;
-    s.cross_entropy = CrossEntropy::kFusedLinear;
-    r.all.push_back(evaluate(spec, hw, s, o));
+    if (r.all.back().fits) return;
+    if (can_fuse_head) {
+      s.cross_entropy = CrossEntropy::kFusedLinear;
+      r.all.push_back(evaluate(spec, hw, s, o));
+      if (r.all.back().fits) return;
+    }
+    if (may_offload && !s.activation_offload && s.checkpoint_every > 0) {
+      s.activation_offload = true;
+      r.all.push_back(evaluate(spec, hw, s, o));
+    }
   };
   for (Strategy s : enumerate(spec, c)) {
     // GPUs: the fused kernels (or what the options say, e.g. to compare with

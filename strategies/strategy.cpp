@@ -22,6 +22,7 @@ std::string Strategy::describe() const {
   if (num_gpus > 1) out += ", " + std::to_string(num_gpus) + " ranks";
   if (attention == Attention::kStandard) out += ", materialised attention";
   if (cross_entropy == CrossEntropy::kFusedLinear) out += ", fused linear cross-entropy";
+  if (activation_offload) out += ", activations offloaded";
   if (reference == Reference::kAdapterOff) out += ", reference: adapters off";
   if (reference == Reference::kSeparate) out += ", reference: a frozen copy";
   if (reference == Reference::kPrecomputed) out += ", reference: precomputed";

@@ -60,6 +60,12 @@ struct Strategy {
   // The logits unless they do not fit: the fused head is slower when the
   // head trains, and its slices cost GPU efficiency (cost_model.cpp).
   CrossEntropy cross_entropy = CrossEntropy::kLogits;
+  // Each checkpointed layer's saved input in (pinned) host memory between
+  // its forward and its backward, brought back a layer ahead
+  // (runner/torch/activation_offload.h): the device keeps two of them
+  // instead of one per checkpointed layer. Needs checkpointing. Searched
+  // where nothing fits without it, or pinned (strategy.activation_offload).
+  bool activation_offload = false;
   // Preference training (dpo, orpo, simpo, reward, kto): each sequence of
   // the batch is a pair, two rows forward and backward. Not searched: it
   // follows the spec (candidate.cpp).
@@ -75,7 +81,7 @@ struct Strategy {
 
   bool operator==(const Strategy&) const = default;
   // "bf16, checkpointing every layer, micro-batch 2 x 16, lora r16, adamw, ZeRO-3";
-  // materialised attention, the fused-linear loss and a QLoRA base other
+  // materialised attention, the fused-linear loss, activation offloading and a QLoRA base other
   // than NF4 with double quantisation ("qlora r16 over nf4") are named, the
   // usual forms are not.
   std::string describe() const;

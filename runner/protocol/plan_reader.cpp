@@ -65,6 +65,8 @@ Result<strategies::Strategy> read_strategy(const json& s, const std::string& nam
     // Supervised plans have no pairs, only dpo's and kto's a reference, only kto's KL rows.
     if (s.contains("pairs")) st.pairs = s.at("pairs").get<bool>();
     if (s.contains("kl_rows")) st.kl_rows = s.at("kl_rows").get<bool>();
+    // Written only when on.
+    if (s.contains("activation_offload")) st.activation_offload = s.at("activation_offload").get<bool>();
     if (s.contains("reference")) {
       TAILOR_ASSIGN_OR_RETURN(st.reference, named(s, "reference", name, dsl::enum_from_name<dsl::Reference>));
     }
@@ -73,6 +75,11 @@ Result<strategies::Strategy> read_strategy(const json& s, const std::string& nam
   }
   if (st.micro_batch_size < 1 || st.grad_accumulation < 1 || st.checkpoint_every < 0) {
     return Status::invalid_argument(name + ": strategy has a non-positive micro-batch or accumulation");
+  }
+  if (st.activation_offload && st.checkpoint_every == 0) {
+    return Status::invalid_argument(name +
+                                    ": activation_offload moves checkpointed layers' inputs, but "
+                                    "gradient_checkpointing is 0");
   }
   return st;
 }

@@ -12,5 +12,8 @@ namespace tailor::runner {
 // has an allocator of its own; a CPU tensor's is an ordinary allocation,
 // in the host ledger under a HostLedgerScope as any other.
 torch::Tensor host_copy(const torch::Tensor& t);
+// An uninitialised host tensor of `t`'s shape and dtype, pinned and counted
+// as host_copy()'s when t is on a GPU.
+torch::Tensor host_empty_like(const torch::Tensor& t);
 
 }  // namespace tailor::runner

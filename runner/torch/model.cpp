@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "dsl/rope.h"
+#include "runner/torch/activation_offload.h"
 #include "runner/torch/attention.h"
 #include "runner/torch/cross_entropy.h"
 #include "runner/torch/fused_ops.h"
@@ -381,9 +382,19 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
     // gradient arrives twice (once from the recomputation, once, empty,
     // from this edge), which would fire its post-accumulate hooks twice.
     (void)anchor;
-    ctx->save_for_backward({x, cos, sin, mask});
     ctx->saved_data["model"] = reinterpret_cast<std::int64_t>(model);
     ctx->saved_data["layer"] = layer;
+    if (ActivationOffloader* offloader = model->activation_offloader()) {
+      // The input waits in host memory (activation_offload.h); backward
+      // brings back the checkpointed layer before this one while it runs.
+      ctx->save_for_backward({cos, sin, mask});
+      ctx->saved_data["pass"] = model->offload_pass();
+      ctx->saved_data["next"] = layer - model->checkpoint_every();
+      ctx->saved_data["device"] = static_cast<std::int64_t>(x.device().index());
+      offloader->offload(layer, x);
+    } else {
+      ctx->save_for_backward({x, cos, sin, mask});
+    }
     // Adapters may draw dropout masks: the recomputation must draw the same
     // ones (torch.utils.checkpoint's preserve_rng_state).
     if (model->projection_hook()) ctx->saved_data["rng"] = at::globalContext().defaultGenerator(x.device()).get_state();
@@ -396,7 +407,17 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
     auto* model = reinterpret_cast<CausalLMImpl*>(ctx->saved_data["model"].toInt());
     const auto layer = static_cast<std::size_t>(ctx->saved_data["layer"].toInt());
     auto saved = ctx->get_saved_variables();
+    Tensor input;
+    if (ctx->saved_data.count("pass")) {
+      const Tensor& cos = saved[0];
+      const auto index = static_cast<c10::DeviceIndex>(ctx->saved_data["device"].toInt());
+      const torch::Device device = index >= 0 ? torch::Device(cos.device().type(), index) : cos.device();
+      input = model->activation_offloader()->restore(ctx->saved_data["pass"].toInt(), static_cast<std::int64_t>(layer),
+                                                     ctx->saved_data["next"].toInt(), device);
+      saved.insert(saved.begin(), input);
+    }
     Tensor x = saved[0].detach().requires_grad_(true);
+    input = Tensor();
     Tensor y;
     {
       torch::AutoGradMode enable(true);
@@ -482,6 +503,9 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
   }
   const RopeTables rope = rope_tables(in.positions);
   const bool local_rope = rope.local_cos.defined();
+  if (offloader_ && checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled()) {
+    offload_pass_ = offloader_->begin_forward();
+  }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const bool windowed = dsl::layer_window(arch_, static_cast<std::int64_t>(i)) > 0;
     const Tensor& layer_mask = windowed ? mask : full_mask;
@@ -507,6 +531,14 @@ Tensor CausalLMImpl::hidden_states(const ModelInput& in) {
   }
   if (unit_hook_) unit_hook_->before_unit(layers_.size() + 1, x);
   return final_norm(x);
+}
+
+void CausalLMImpl::set_activation_offload(bool on) {
+  if (!on) {
+    offloader_.reset();
+  } else if (!offloader_) {
+    offloader_ = std::make_shared<ActivationOffloader>();
+  }
 }
 
 KvCache CausalLMImpl::new_kv_cache(std::int64_t batch, std::int64_t capacity) const {

@@ -25,6 +25,8 @@
 
 namespace tailor::runner {
 
+class ActivationOffloader;
+
 // The fused projections of a block (dsl/model_family.h). kUp is gate_up
 // (Llama) or c_fc (GPT-2).
 using dsl::Projection;
@@ -111,6 +113,12 @@ class CausalLMImpl : public torch::nn::Module {
   // and the loss fused so that no logits exist (linear_cross_entropy.h).
   torch::Tensor loss_sum(const torch::Tensor& hidden, const torch::Tensor& targets);
   void set_fused_linear_loss(bool on) { fused_linear_loss_ = on; }
+  // Checkpointed layers' inputs in host memory between forward and
+  // backward (activation_offload.h); needs checkpointing to have an effect.
+  void set_activation_offload(bool on);
+  ActivationOffloader* activation_offloader() const { return offloader_.get(); }
+  // The training forward pass whose inputs the offloader holds.
+  std::int64_t offload_pass() const { return offload_pass_; }
   // The score head: each row's fp32 score (B,) of `hidden` (B, T, C) at
   // `last` (B,) int64, the position transformers pools (the last token that
   // is not padding).
@@ -122,6 +130,7 @@ class CausalLMImpl : public torch::nn::Module {
 
   const dsl::ModelArch& arch() const { return arch_; }
   void set_checkpoint_every(std::int64_t n) { checkpoint_every_ = n; }
+  std::int64_t checkpoint_every() const { return checkpoint_every_; }
   // Fused attention, which keeps no (T x T) scores for backward, or
   // materialised softmax (attention.h); strategies::attention_for() says
   // which one the plan assumed.
@@ -181,6 +190,8 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor score_;    // (1, C) under ModelHead::kScore (then no lm_head_)
   std::shared_ptr<ProjectionHook> hook_;
   UnitHook* unit_hook_ = nullptr;
+  std::shared_ptr<ActivationOffloader> offloader_;
+  std::int64_t offload_pass_ = 0;
 
   torch::Tensor project(std::size_t layer, Projection p, const torch::Tensor& x, const torch::Tensor& w,
                         const torch::Tensor& b);

@@ -357,6 +357,7 @@ Status Run::build_model() {
   // The attention the plan chose (its memory estimate assumed it).
   model_->set_fused_attention(st_.attention == strategies::Attention::kMemoryEfficient);
   model_->set_fused_linear_loss(st_.cross_entropy == strategies::CrossEntropy::kFusedLinear);
+  model_->set_activation_offload(st_.activation_offload);
   model_->train();
   // Fine-tuning: the model folder's weights replace the initialisation
   // (before the optimizer copies them into fp32 master weights).

@@ -386,10 +386,11 @@ void Run::write_metrics(std::int64_t step, double loss, const Update& u, const P
   w.field("step_seconds", seconds).field("epoch", data_.train->epoch_progress()).field("skipped", u.skipped);
   if (preference()) write_preference(w, pass.preference, "");
   write_memory(w, memory.line());
-  if (opt_->offloaded()) {
+  if (opt_->offloaded() || st_.activation_offload) {
     // Rank 0's host ledger: its optimizer's copies, states and master
     // weights, and under parameter offload its parts and their gradients
-    // (and a separate reference's parts).
+    // (and a separate reference's parts); offloaded activations at their
+    // peak, in the ledger's peak.
     w.key("host").begin_object();
     w.field("optimizer_states_bytes", opt_->state_bytes()).field("master_weights_bytes", opt_->master_bytes());
     if (const auto host = sync_->host_parts()) {

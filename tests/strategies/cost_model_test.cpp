@@ -66,6 +66,33 @@ TEST(CostModelTest, Zero3CommunicatesMoreThanZero2AndOffloadCostsTime) {
 // The dequantisation bytes reproduce the measurement they were calibrated
 // on (1.39x LoRA's runtime, one ~200-token sequence per micro-batch on an
 // A100) and weigh less as the micro-batch grows.
+// Each checkpointed input out and back every micro-batch: on a GPU over its
+// host link, mostly beside the compute (a tenth is counted, or what the
+// compute cannot cover); on the CPU a copy within memory, in the step.
+TEST(CostModelTest, OffloadedActivationsCostTheirCopies) {
+  const dsl::ModelArch& a = llama7b();
+  Strategy kept = bf16(1, 4);
+  kept.checkpoint_every = 1;
+  Strategy offloaded = kept;
+  offloaded.activation_offload = true;
+  const Device gpu = a100();
+  const double bytes = 2.0 * static_cast<double>(a.layers) * 4096 * static_cast<double>(a.hidden) * 2.0;
+  const Throughput k = estimate_throughput(a, kept, 4096, 4, gpu), o = estimate_throughput(a, offloaded, 4096, 4, gpu);
+  EXPECT_NEAR(o.offload_seconds - k.offload_seconds, 4 * 0.1 * bytes / (gpu.host_link_gbps * 1e9), 1e-9);
+  EXPECT_NEAR(o.step_seconds - k.step_seconds, o.offload_seconds - k.offload_seconds, 1e-9);
+  // A link too slow for the compute to cover: the rest is exposed.
+  Device slow = gpu;
+  slow.host_link_gbps = 1.0;
+  slow.peak_tflops_bf16 *= 4;
+  const double transfer = bytes / 1e9, compute = estimate_throughput(a, kept, 4096, 4, slow).compute_seconds / 4;
+  ASSERT_GT(transfer - compute, 0.1 * transfer);
+  EXPECT_NEAR(estimate_throughput(a, offloaded, 4096, 4, slow).offload_seconds, 4 * (transfer - compute), 1e-6);
+  Device cpu = gpu;
+  cpu.cpu = true;
+  EXPECT_NEAR(estimate_throughput(a, offloaded, 4096, 4, cpu).offload_seconds,
+              4 * 2.0 * bytes / (cpu.memory_bandwidth_gbps * 1e9), 1e-9);
+}
+
 TEST(CostModelTest, QloraDequantisationCostsBandwidthPerPass) {
   const dsl::ModelArch& a = llama7b();
   Strategy lora = bf16(1, 1);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -148,6 +149,44 @@ TEST(MemoryModelTest, CheckpointingKeepsInputsPlusOneRecomputedLayer) {
   half.checkpoint_every = 2;  // 16 of 32 layers checkpointed
   EXPECT_NEAR(static_cast<double>(estimate(a, half, 2048).per_device.activations.count()),
               16 * 2 * s * h + 16 * layer + recompute + model_level, 1);
+}
+
+// Offloaded, the checkpointed inputs leave the device but two (the one a
+// layer recomputes from and the next, brought back meanwhile) and are held
+// in host memory, each in a power-of-two pinned block on a GPU; layers that
+// are not checkpointed keep theirs.
+TEST(MemoryModelTest, OffloadedActivationsKeepTwoInputsOnTheDeviceAndTheRestOnTheHost) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  Strategy kept;
+  kept.precision = Precision::kBf16;
+  kept.checkpoint_every = 1;
+  Strategy offloaded = kept;
+  offloaded.activation_offload = true;
+  const double input = 2.0 * 3000 * static_cast<double>(a.hidden);  // bf16, 3,000 tokens
+  const double L = static_cast<double>(a.layers);
+  const MemoryEstimate k = estimate(a, kept, 3000), o = estimate(a, offloaded, 3000);
+  EXPECT_NEAR(static_cast<double>((k.per_device.activations - o.per_device.activations).count()), (L - 2) * input, 1);
+  EXPECT_EQ(k.host.count(), 0);
+  const double pinned = std::exp2(std::ceil(std::log2(input)));
+  EXPECT_GT(pinned, input);
+  EXPECT_NEAR(static_cast<double>(o.host.count()), L * pinned, 1);
+  // On the CPU the copies are ordinary allocations, counted as they are.
+  MemoryInput cpu;
+  cpu.arch = &a;
+  cpu.batch = {1, 3000};
+  cpu.strategy = offloaded;
+  cpu.on_gpu = false;
+  EXPECT_NEAR(static_cast<double>(estimate_memory(cpu).host.count()), L * input, 1);
+  // Every other layer checkpointed: 16 inputs, two of them kept.
+  Strategy half = offloaded;
+  half.checkpoint_every = 2;
+  Strategy half_kept = kept;
+  half_kept.checkpoint_every = 2;
+  EXPECT_NEAR(static_cast<double>(
+                  (estimate(a, half_kept, 3000).per_device.activations - estimate(a, half, 3000).per_device.activations)
+                      .count()),
+              14 * input, 1);
+  EXPECT_NEAR(static_cast<double>(estimate(a, half, 3000).host.count()), 16 * pinned, 1);
 }
 
 TEST(MemoryModelTest, LoraParameterCountsMatchPeft) {

@@ -78,5 +78,29 @@ TEST(PlanDocumentTest, HasTheDocumentedSchema) {
   EXPECT_EQ(again.spec->model.arch.parameter_count(), loaded.spec->model.arch.parameter_count());
 }
 
+// Activation offloading is in the document only where the plan does it,
+// and the embedded spec keeps the pin that asked for it.
+TEST(PlanDocumentTest, NamesActivationOffloadWhereThePlanOffloads) {
+  dsl::LoadOptions opts;
+  const std::string path =
+      (std::filesystem::path(TAILOR_SOURCE_DIR) / "configs/examples/llama2-7b-qlora-24gb.yaml").string();
+  Hardware hw;
+  hw.gpus = *parse_gpus_flag("1x24GiB", dsl::Catalog::builtin());
+  hw.host_memory = Bytes::gib(64);
+  hw.cpu = cpu_device(hw.host_memory);
+  const auto plain = dsl::load_job_spec(path);
+  ASSERT_TRUE(plain.ok());
+  const auto p = nlohmann::json::parse(plan_to_json(plan_job(*plain.spec, hw), *plain.spec));
+  EXPECT_FALSE(p["strategy"].contains("activation_offload"));
+  EXPECT_FALSE(p["spec"]["strategy"].contains("activation_offload"));
+  opts.overrides = {"strategy.activation_offload=true", "strategy.gradient_checkpointing=true"};
+  const auto pinned = dsl::load_job_spec(path, opts);
+  ASSERT_TRUE(pinned.ok()) << pinned.diagnostics.to_string();
+  const auto q = nlohmann::json::parse(plan_to_json(plan_job(*pinned.spec, hw), *pinned.spec));
+  EXPECT_EQ(q["strategy"]["activation_offload"], true);
+  EXPECT_EQ(q["spec"]["strategy"]["activation_offload"], true);
+  EXPECT_GT(q["memory"]["host_total"].get<std::int64_t>(), 0);
+}
+
 }  // namespace
 }  // namespace tailor::strategies

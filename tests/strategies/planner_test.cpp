@@ -324,6 +324,38 @@ TEST(PlannerTest, ARewardModelTradesTheVocabularyHeadForAScore) {
   EXPECT_EQ(p.chosen.strategy.cross_entropy, CrossEntropy::kLogits);
 }
 
+// Llama-3.1-8B QLoRA at 32k tokens on one 24 GiB GPU fits only with the
+// checkpointed inputs in host memory. Pinned, the plan offloads them, a
+// rung of its own says so and the host holds them; left to the planner it
+// does not (its CUDA path has not run on a GPU yet), and pinned off never.
+TEST(PlannerTest, PinnedActivationOffloadFitsLongContextThatNothingElseFits) {
+  const std::vector<std::string> long_context = {"model.preset=llama-3.1-8b", "data.seq_len=32768",
+                                                 "training.global_batch_size=8", "strategy.adapter=qlora"};
+  const Hardware hw = gpus("1x24GiB", Bytes::gib(128));
+  std::vector<std::string> pinned = long_context;
+  pinned.push_back("strategy.activation_offload=true");
+  const Plan p = plan_job(load("llama2-7b-qlora-24gb.yaml", pinned), hw);
+  ASSERT_TRUE(p.fits);
+  EXPECT_TRUE(p.chosen.strategy.activation_offload);
+  EXPECT_GE(p.chosen.strategy.checkpoint_every, 1);
+  EXPECT_GT(p.chosen.memory.host.count(), 0);
+  EXPECT_TRUE(std::any_of(p.decisions.begin(), p.decisions.end(), [](const Decision& d) {
+    return d.step == "activation_offload" && d.verdict == Verdict::kApplied;
+  }));
+  for (const char* left : {"strategy.activation_offload=auto", "strategy.activation_offload=false"}) {
+    std::vector<std::string> o = long_context;
+    o.push_back(left);
+    const Plan q = plan_job(load("llama2-7b-qlora-24gb.yaml", o), hw);
+    EXPECT_FALSE(q.fits) << left;
+    EXPECT_FALSE(q.chosen.strategy.activation_offload) << left;
+    for (const Alternative& a : q.alternatives)
+      EXPECT_FALSE(a.candidate.strategy.activation_offload) << left;
+  }
+  // On the CPU the host is the device: nothing to gain, never chosen.
+  const Plan c = plan_job(load("tiny-cpu.yaml", {"data.seq_len=128"}), cpu(Bytes::mib(64)));
+  EXPECT_FALSE(c.chosen.strategy.activation_offload);
+}
+
 // Answers to training.eval_prompts are generated on rank 0 alone, which
 // needs the whole model there: the planner keeps such a job off ZeRO-3.
 TEST(PlannerTest, EvalPromptsKeepTheWholeModelOnOneRank) {

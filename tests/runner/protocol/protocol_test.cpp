@@ -69,6 +69,23 @@ TEST(PlanReaderTest, UnknownNamesAndMissingKeysAreErrorsNamingTheKey) {
   EXPECT_EQ(old->attention, strategies::Attention::kMemoryEfficient);
 }
 
+// Written only when on; a plan that offloads without checkpointing has
+// nothing to offload and is refused by name.
+TEST(PlanReaderTest, ActivationOffloadIsReadWhenWrittenAndNeedsCheckpointing) {
+  auto plain = parse_plan_strategy(plan_text(strategy_json()), "plan.json");
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_FALSE(plain->activation_offload);
+  json st = strategy_json();
+  st["activation_offload"] = true;
+  auto on = parse_plan_strategy(plan_text(st), "plan.json");
+  ASSERT_TRUE(on.is_ok()) << on.status().to_string();
+  EXPECT_TRUE(on->activation_offload);
+  st["gradient_checkpointing"] = 0;
+  auto bad = parse_plan_strategy(plan_text(st), "plan.json");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("activation_offload"), std::string::npos) << bad.status().message();
+}
+
 TEST(EventsTest, TheTerminalEventsExitCodeIsTheRunsExit) {
   using events::exit_from_events;
   // A runner that refused its input says so: bad input, not a crash to retry.

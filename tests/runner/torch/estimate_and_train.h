@@ -25,8 +25,10 @@ inline void write_accuracy_corpus(const tailor::testing::TempDir& dir) {
 
 struct EstimateAndMeasurement {
   strategies::MemoryBreakdown estimate;  // per device
+  Bytes host_estimate;                   // host memory the plan needs
   std::int64_t trainable_parameters = 0;  // as the planner counts them
   nlohmann::json measured;               // the last step's "memory" object of metrics.jsonl
+  nlohmann::json measured_host;          // its "host" object (offloaded runs), else null
 };
 
 // Trains `spec` with `s` in `out_dir` without a byte budget, on the CPU or,
@@ -41,6 +43,7 @@ inline std::optional<EstimateAndMeasurement> estimate_and_train(const dsl::JobSp
   EstimateAndMeasurement r;
   const strategies::Candidate c = strategies::evaluate(spec, hw, s, {});
   r.estimate = c.memory.per_device;
+  r.host_estimate = c.memory.host;
   r.trainable_parameters = c.memory.trainable_parameters;
 
   TrainOptions o;
@@ -58,7 +61,9 @@ inline std::optional<EstimateAndMeasurement> estimate_and_train(const dsl::JobSp
   std::ifstream in(out_dir + "/metrics.jsonl");
   std::string last, line;
   while (std::getline(in, line)) last = line;
-  r.measured = nlohmann::json::parse(last)["memory"];
+  const nlohmann::json line_json = nlohmann::json::parse(last);
+  r.measured = line_json["memory"];
+  if (line_json.contains("host")) r.measured_host = line_json["host"];
   return r;
 }
 
