@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,27 +27,120 @@ void close_from(int first) {
   for (long fd = first; fd < (max > 0 ? max : 4096); ++fd) close(static_cast<int>(fd));
 }
 
+// argv and envp as execve takes them, over strings that outlive the call.
+struct ExecStrings {
+  std::vector<std::string> env_strings, args;
+  std::vector<char*> envp, argv;
+
+  explicit ExecStrings(const LaunchRequest& request) : args(request.argv) {
+    for (char** e = environ; *e; ++e) {
+      const std::string kv(*e);
+      const auto eq = kv.find('=');
+      if (eq != std::string::npos && request.env.count(kv.substr(0, eq))) continue;
+      env_strings.push_back(kv);
+    }
+    for (const auto& [k, v] : request.env)
+      env_strings.push_back(k + "=" + v);
+    for (auto& e : env_strings)
+      envp.push_back(e.data());
+    envp.push_back(nullptr);
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+  }
+};
+
+// A descriptor numbered 5 or above with the same file (a close-on-exec
+// copy, `owned` to close it after the spawn): the spawn's actions write
+// descriptors 0-4, which must not be a source they overwrite first.
+int above_four(int fd, int& owned) {
+  if (fd < 0 || fd > 4) return fd;
+  owned = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  return owned;
+}
+
+// posix_spawn: glibc's clone(CLONE_VM | CLONE_VFORK) shares tailord's
+// memory with the child until it execs, so no page table is copied (with a
+// fork, copying them, and the copy-on-write faults after, were a share of
+// each submission's cost at 64 clients: docs/benchmarks.md). The same child
+// as the fork below, but for a parent-death signal, which posix_spawn cannot
+// set.
+Result<Process> spawn_process(const LaunchRequest& request) {
+  ExecStrings exec(request);
+  const bool capture = !request.log_path.empty();
+  int log_owned = -1, in_owned = -1, out_owned = -1, keep_owned = -1;
+  const int opened = capture ? ::open(request.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+  if (capture && opened < 0) return Status::io_error("opening " + request.log_path + ": " + std::strerror(errno));
+  const int log_fd = above_four(opened, log_owned);
+  const int in_fd = above_four(request.stdin_fd, in_owned);
+  const int out_fd = above_four(request.stdout_fd, out_owned);
+  const int keep_fd = above_four(request.inherit_fd, keep_owned);
+  if ((capture && log_fd < 0) || (request.stdin_fd >= 0 && in_fd < 0) || (request.stdout_fd >= 0 && out_fd < 0) ||
+      (request.inherit_fd >= 0 && keep_fd < 0)) {
+    const int err = errno;
+    for (int fd : {opened, log_owned, in_owned, out_owned, keep_owned}) {
+      if (fd >= 0) ::close(fd);
+    }
+    return Status::io_error(std::string("duplicating a descriptor for ") + request.argv[0] + ": " + std::strerror(err));
+  }
+
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  if (capture) {
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, log_fd, 1);
+    posix_spawn_file_actions_adddup2(&actions, log_fd, 2);
+  }
+  if (in_fd >= 0) posix_spawn_file_actions_adddup2(&actions, in_fd, 0);
+  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
+  if (keep_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&actions, keep_fd, 4);  // dup2 clears close-on-exec
+  } else {
+    posix_spawn_file_actions_addclose(&actions, 4);
+  }
+  posix_spawn_file_actions_addclose(&actions, 3);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 5);
+  if (!request.working_dir.empty()) posix_spawn_file_actions_addchdir_np(&actions, request.working_dir.c_str());
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  if (request.own_process_group) {
+    // Own process group: cancel signals the runner and anything it starts,
+    // and a terminal's Ctrl-C to tailord does not reach it.
+    flags |= POSIX_SPAWN_SETPGROUP;
+    posix_spawnattr_setpgroup(&attr, 0);
+  }
+  posix_spawnattr_setflags(&attr, flags);
+  pid_t pid = -1;
+  const int err = ::posix_spawn(&pid, exec.argv[0], &actions, &attr, exec.argv.data(), exec.envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  for (int fd : {opened, log_owned, in_owned, out_owned, keep_owned}) {
+    if (fd >= 0) ::close(fd);
+  }
+  if (err != 0) return Status::failed_precondition("cannot start " + request.argv[0] + ": " + std::strerror(err));
+  Process p;
+  p.pid = pid;
+  p.start_ticks = process_start_ticks(pid).value_or(0);
+  return p;
+}
+
 }  // namespace
 
 Result<Process> launch_process(const LaunchRequest& request) {
   if (request.argv.empty()) return Status::invalid_argument("empty command");
+  if (request.parent_death_signal == 0) return spawn_process(request);
   // Everything the child needs is prepared before fork: after it, only
   // async-signal-safe calls.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv(*e);
-    const auto eq = kv.find('=');
-    if (eq != std::string::npos && request.env.count(kv.substr(0, eq))) continue;
-    env_strings.push_back(kv);
-  }
-  for (const auto& [k, v] : request.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = request.argv;
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  ExecStrings exec(request);
+  std::vector<char*>& argv = exec.argv;
+  std::vector<char*>& envp = exec.envp;
 
   const bool capture = !request.log_path.empty();
   const int log_fd = capture ? ::open(request.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;

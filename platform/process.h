@@ -1,6 +1,6 @@
 // Child processes (tailor-runner, started by `tailor run` and by tailord):
-// launched with an error pipe so that "cannot start" is an error and not an
-// exit status, in their own process group with output captured to a file
+// launched so that "cannot start" is an error and not an exit status
+// (posix_spawn's result, or an error pipe after a fork), in their own process group with output captured to a file
 // (tailord) or in the caller's group and terminal (`tailor run`); reaped
 // when they are this process' children, and recognised after a restart by
 // pid plus kernel start time (a reused pid has another start time).
@@ -40,7 +40,9 @@ struct Process {
   std::int64_t start_ticks = 0;  // /proc/PID/stat field 22
 };
 
-// fork (+ setpgid) + exec. Every descriptor but 0-2 (and inherit_fd) is closed in the child
+// posix_spawn, or fork (+ setpgid) + exec where a parent-death signal is
+// asked for (posix_spawn cannot set one): the same child either way. Every
+// descriptor but 0-2 (and inherit_fd) is closed in the child
 // (a daemon's listening socket and database must not leak into a runner). Fails
 // with the reason when the executable cannot be started (reported by the
 // child through a close-on-exec pipe, so "no such file" is not a job exit).

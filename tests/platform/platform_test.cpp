@@ -4,12 +4,15 @@
 
 #include <sched.h>
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "platform/executable.h"
 #include "platform/files.h"
@@ -149,6 +152,71 @@ TEST(ProcessTest, AnExecutableThatCannotStartIsAnErrorNotAnExit) {
   auto p = launch_process(req);
   ASSERT_FALSE(p.is_ok());
   EXPECT_NE(p.status().message().find("No such file"), std::string::npos) << p.status().message();
+}
+
+// What a child starts with, launched by posix_spawn (no parent-death
+// signal: tailord's runners) or by fork (with one): descriptors 0-2 and the
+// inherited one as 4, nothing else of this process (here a descriptor
+// without close-on-exec; 3 left free); its own process group; the working
+// folder and the added variable; no blocked signals and SIGPIPE's default
+// action. Each state is read by the program the child execs, not by a
+// shell, whose pipes, saved descriptors and masks around its forks are its
+// own.
+TEST(ProcessTest, BothLaunchPathsStartTheSameChild) {
+  TempDir dir;
+  const int stray = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC
+  ASSERT_GE(stray, 0);
+  const int kept = ::open(dir.write("kept", "").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(kept, 0);
+  std::filesystem::create_directory(dir.file("work"));
+  const auto old_pipe = ::signal(SIGPIPE, SIG_IGN);
+  sigset_t block, previous;
+  sigemptyset(&block);
+  sigaddset(&block, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &block, &previous);
+  int n = 0;
+  for (const int death_signal : {0, SIGTERM}) {
+    const std::string how = death_signal == 0 ? "posix_spawn" : "fork";
+    // The lines `script` writes, run by a child launched this way.
+    const auto child_says = [&](const std::string& script) {
+      const std::string log = dir.file("log" + std::to_string(n++));
+      LaunchRequest req;
+      req.argv = {"/bin/sh", "-c", script};
+      req.env["TAILOR_CHILD_TEST"] = "here";
+      req.log_path = log;
+      req.working_dir = dir.file("work");
+      req.inherit_fd = kept;
+      req.parent_death_signal = death_signal;
+      std::vector<std::string> lines;
+      auto p = launch_process(req);
+      EXPECT_TRUE(p.is_ok()) << p.status().to_string();
+      if (!p.is_ok() || !wait_child(p->pid).is_ok()) return lines;
+      std::istringstream out(read_all(log));
+      for (std::string line; std::getline(out, line);)
+        lines.push_back(line);
+      return lines;
+    };
+    // ls opens one descriptor of its own, the folder it lists: 3.
+    EXPECT_EQ(child_says("exec ls /proc/self/fd"), (std::vector<std::string>{"0", "1", "2", "3", "4"})) << how;
+    const std::vector<std::string> where =
+        child_says("pwd; echo \"$TAILOR_CHILD_TEST\"; exec cut -d' ' -f1,5 /proc/self/stat");
+    ASSERT_EQ(where.size(), 3u) << how;
+    EXPECT_EQ(where[0], std::filesystem::canonical(dir.file("work")).string()) << how;
+    EXPECT_EQ(where[1], "here") << how;
+    const std::string pid = where[2].substr(0, where[2].find(' '));
+    EXPECT_EQ(where[2], pid + " " + pid) << how << ": its own process group";
+    const std::vector<std::string> signals = child_says("exec grep -E '^Sig(Blk|Ign)' /proc/self/status");
+    ASSERT_EQ(signals.size(), 2u) << how;
+    EXPECT_EQ(signals[0], "SigBlk:\t0000000000000000") << how;
+    // SIGPIPE is bit 13 (value 0x1000): not ignored.
+    ASSERT_EQ(signals[1].rfind("SigIgn:\t", 0), 0u) << how;
+    EXPECT_EQ(std::stoull(signals[1].substr(8), nullptr, 16) & (1ULL << (SIGPIPE - 1)), 0u)
+        << how << ": " << signals[1];
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  ::signal(SIGPIPE, old_pipe);
+  ::close(stray);
+  ::close(kept);
 }
 
 TEST(ExecutableTest, ConfiguredPathMustBeExecutable) {
