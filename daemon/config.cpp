@@ -17,16 +17,39 @@ struct Key {
 };
 
 const std::vector<Key>& keys() {
-  static const std::vector<Key> kKeys = {
-      {"data_dir", true},       {"listen", true},        {"runner", true},          {"spec_root", true},
-      {"allowed_hosts", true},  {"catalog_dir", true},   {"gpus", true},            {"memory_budget", true},
-      {"max_body", true},       {"read_timeout", true},  {"poll_interval", true},   {"cancel_grace", true},
-      {"retry_backoff", true},  {"max_backoff", true},   {"max_oom_replans", true}, {"http_threads", true},
-      {"check_files", true},    {"heartbeat_timeout", true}, {"max_connections", true},
-      {"max_streams", true},    {"max_streams_per_token", true},
-      {"executor", true},       {"slurm_partition", true}, {"slurm_account", true}, {"slurm_qos", true},
-      {"slurm_time_limit", true}, {"slurm_options", true}, {"slurm_bin_dir", true}, {"slurm_poll_interval", true},
-      {"tensorboard", true},    {"mlflow_uri", true},    {"mlflow_experiment", true}};
+  static const std::vector<Key> kKeys = {{"data_dir", true},
+                                         {"listen", true},
+                                         {"runner", true},
+                                         {"spec_root", true},
+                                         {"allowed_hosts", true},
+                                         {"catalog_dir", true},
+                                         {"gpus", true},
+                                         {"memory_budget", true},
+                                         {"max_body", true},
+                                         {"read_timeout", true},
+                                         {"poll_interval", true},
+                                         {"cancel_grace", true},
+                                         {"retry_backoff", true},
+                                         {"max_backoff", true},
+                                         {"max_oom_replans", true},
+                                         {"http_threads", true},
+                                         {"workers", true},
+                                         {"check_files", true},
+                                         {"heartbeat_timeout", true},
+                                         {"max_connections", true},
+                                         {"max_streams", true},
+                                         {"max_streams_per_token", true},
+                                         {"executor", true},
+                                         {"slurm_partition", true},
+                                         {"slurm_account", true},
+                                         {"slurm_qos", true},
+                                         {"slurm_time_limit", true},
+                                         {"slurm_options", true},
+                                         {"slurm_bin_dir", true},
+                                         {"slurm_poll_interval", true},
+                                         {"tensorboard", true},
+                                         {"mlflow_uri", true},
+                                         {"mlflow_experiment", true}};
   return kKeys;
 }
 
@@ -133,7 +156,10 @@ options (also TAILORD_<KEY> environment variables and keys of --config):
   --retry-backoff S     first retry delay, doubling per failure (default 5)
   --max-backoff S       longest retry delay (default 300)
   --max-oom-replans N   re-plans after out-of-memory per job (default 3)
-  --http-threads N      default 2
+  --http-threads N      threads reading and writing connections (default 2)
+  --workers N           threads that plan and commit submissions and
+                        deletions (default 16: each waits on its commit's
+                        fsync while others plan)
   --max-connections N   connections open at once (default 512); at the limit
                         a new one closes the connection that has waited
                         longest for a request, never one being answered
@@ -232,6 +258,8 @@ Result<DaemonConfig> load_config(const std::vector<std::string>& argv, const std
       TAILOR_ASSIGN_OR_RETURN(c.max_oom_replans, parse_int(v, where, 0, 100));
     } else if (key == "http_threads") {
       TAILOR_ASSIGN_OR_RETURN(c.http_threads, parse_int(v, where, 1, 64));
+    } else if (key == "workers") {
+      TAILOR_ASSIGN_OR_RETURN(c.workers, parse_int(v, where, 1, 256));
     } else if (key == "max_connections") {
       TAILOR_ASSIGN_OR_RETURN(c.max_connections, parse_int(v, where, 2, 1 << 20));
     } else if (key == "max_streams") {

@@ -149,7 +149,7 @@ ServerOptions server_options(const DaemonConfig& config, const Listen& listen) {
   sopts.max_body_bytes = static_cast<std::size_t>(config.max_body_bytes);
   sopts.read_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.read_timeout_seconds * 1000));
   sopts.threads = config.http_threads;
-  sopts.worker_threads = config.http_threads;
+  sopts.worker_threads = config.workers;
   sopts.offload = runs_on_a_worker;
   sopts.max_connections = config.max_connections;
   sopts.max_streams = config.max_streams;

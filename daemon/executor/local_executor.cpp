@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,7 +16,6 @@
 #include "platform/failpoint.h"
 #include "platform/file_lock.h"
 #include "platform/files.h"
-#include "runner/protocol/heartbeat.h"
 
 namespace tailor::daemon {
 namespace {
@@ -22,13 +23,25 @@ namespace {
 namespace fs = std::filesystem;
 using platform::ProcessExit;
 
-// Held from before tailord forks a job's runner until the runner and
+// Held from before tailord starts a job's runner until the runner and
 // everything that inherited the descriptor have ended (platform/file_lock.h).
+// Its content is the attempt's runner's pid and start time, written between
+// the spawn and the store's commit: a restart finds the runner through it
+// instead of launching a second one. Empty until then.
 constexpr const char* kRunnerLockFile = "runner.lock";
-// The pid of the attempt's runner, written between fork and the store's
-// commit: a restart finds the runner through it instead of launching a
-// second one.
+// Where tailord before 2026-11-30 wrote that pid (a folder of a runner it
+// started is read as it left it).
 constexpr const char* kPidFile = "runner.pid";
+
+// The pid and start time a job folder records for its attempt's runner.
+std::optional<std::pair<std::int64_t, std::int64_t>> recorded_runner(const fs::path& dir) {
+  for (const char* name : {kPidFile, kRunnerLockFile}) {
+    std::ifstream f(dir / name);
+    std::int64_t p = 0, t = 0;
+    if (f >> p >> t) return std::pair{p, t};
+  }
+  return std::nullopt;
+}
 
 // A runner tailord never recorded (it died between fork and its commit):
 // the process group of whoever holds the job's lock, or the holder itself
@@ -101,14 +114,9 @@ Launched LocalExecutor::launch(const LaunchRequest& request) {
   const fs::path dir = request.dir;
   Launched out;
   std::error_code ec;
-  // An earlier attempt's pid file must not stand for this attempt should
-  // tailord stop before it writes this one's (adopt() reads it).
+  // An earlier attempt's pid must not stand for this attempt should
+  // tailord stop before it records this one's (adopt() reads it).
   fs::remove(dir / kPidFile, ec);
-  // The runner's heartbeat starts now, so that one stopped before its
-  // first beat is lost too.
-  if (request.env.count(runner::kHeartbeatEnv)) {
-    runner::touch_heartbeat((dir / runner::heartbeat_file_name(std::nullopt)).string());
-  }
   platform::LaunchRequest req;
   req.argv = {options_.runner_path};
   for (std::string& a : runner::runner_args(request.command)) req.argv.push_back(std::move(a));
@@ -126,6 +134,10 @@ Launched LocalExecutor::launch(const LaunchRequest& request) {
                       : lock.status().message();
     return out;
   }
+  if (::ftruncate(lock->fd(), 0) != 0) {
+    out.message = "emptying " + (dir / kRunnerLockFile).string() + ": " + std::strerror(errno);
+    return out;
+  }
   req.inherit_fd = lock->fd();
   auto proc = platform::launch_process(req);
   if (!proc.is_ok()) {
@@ -135,13 +147,14 @@ Launched LocalExecutor::launch(const LaunchRequest& request) {
   // The narrowest window: the runner runs and nothing but its own files
   // says so (adopt() reads them).
   platform::crash_point("launch.after_fork");
-  // For a tailord that crashes: the runner it names dies with the machine,
-  // so the file need not survive a power cut.
-  if (Status w = platform::write_file_atomic((dir / kPidFile).string(),
-                                             std::to_string(proc->pid) + " " + std::to_string(proc->start_ticks) + "\n",
-                                             platform::Durability::kProcess);
-      !w.is_ok()) {
-    log_error("tailord: writing the pid file of " + job.id + ": " + w.to_string());
+  // Into the lock file, through the descriptor the runner shares (no file
+  // of its own: one inode fewer per job). For a tailord that crashes: the
+  // runner it names dies with the machine, so it need not survive a power
+  // cut. A few bytes at offset 0 in one write: a reader sees all or none.
+  const std::string pid_text = std::to_string(proc->pid) + " " + std::to_string(proc->start_ticks) + "\n";
+  if (::pwrite(lock->fd(), pid_text.data(), pid_text.size(), 0) != static_cast<ssize_t>(pid_text.size())) {
+    log_error("tailord: recording the runner's pid of " + job.id + " in " + kRunnerLockFile + ": " +
+              std::strerror(errno));
   }
   attempts_[job.id] = {proc->pid, proc->start_ticks, true, request.placement.bytes, request.placement.gpus,
                        dir.string()};
@@ -183,11 +196,9 @@ void LocalExecutor::signal(const std::string& job_id, bool kill) {
 Adoption LocalExecutor::adopt(const JobRecord& job, const std::string& dir) {
   std::optional<std::int64_t> pid = job.pid, ticks = job.pid_start_ticks;
   if (!pid) {
-    std::ifstream f(fs::path(dir) / kPidFile);
-    std::int64_t p = 0, t = 0;
-    if (f >> p >> t) {
-      pid = p;
-      ticks = t;
+    if (auto recorded = recorded_runner(dir)) {
+      pid = recorded->first;
+      ticks = recorded->second;
     }
   }
   Attempt a;

@@ -1,8 +1,8 @@
 // The local executor: each attempt is a tailor-runner child of tailord in
 // its own process group, on this machine's host memory budget (CPU jobs)
 // or whole GPUs (scheduler.h places them), its stdout and stderr in the
-// job's runner.log. The job's runner.lock is taken before the fork and
-// inherited by the runner, and its pid goes to runner.pid before the store
+// job's runner.log. The job's runner.lock is taken before the spawn and
+// inherited by the runner, and its pid is written into it before the store
 // records it, so that a tailord that restarts at any moment re-adopts the
 // runner (pid plus kernel start time, or the lock's holder) instead of
 // launching a second one.

@@ -56,9 +56,8 @@ std::string describe_exit(const ProcessExit& e) {
 namespace {
 
 // The plan document's per-GPU estimate by component; `total` its sum.
-std::map<std::string, std::int64_t> plan_components(const std::string& plan_json, std::int64_t& total) {
+std::map<std::string, std::int64_t> plan_components(const json& j, std::int64_t& total) {
   std::map<std::string, std::int64_t> out;
-  const json j = json::parse(plan_json, nullptr, false);
   total = 0;
   if (!j.is_object()) return out;
   const json* per = nullptr;
@@ -72,7 +71,6 @@ std::map<std::string, std::int64_t> plan_components(const std::string& plan_json
   if (auto t = per->find("total"); t != per->end() && t->is_number_integer()) total = t->get<std::int64_t>();
   return out;
 }
-
 
 }  // namespace
 
@@ -214,7 +212,7 @@ void Supervisor::tick() {
 bool Supervisor::observe(Running& r, Observation o) {
   if (o.started) {
     auto job = store_.get(r.id);
-    note_start(r, *o.started, job.is_ok() ? job->plan_json : "");
+    note_start(r, *o.started, plan_facts(job.is_ok() ? job->plan_json : ""));
     // Already running (its start was stored before a restart): not a failure.
     const Status s = store_.transition(r.id, JobState::kPlanning, JobState::kRunning, r.start_message,
                                        *r.unrecorded_start, r.start_data);
@@ -242,22 +240,39 @@ void Supervisor::check_heartbeat(Running& r) {
   if (!r.executor->beating(r.id)) return;  // pending: nothing beats yet
   std::error_code ec;
   const auto now = fs::file_time_type::clock::now();
+  // `what`: "in FILE for N s", or "for N s since the runner started".
+  auto declare_lost = [&](const std::string& name, double age, const std::string& what) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "lost: no heartbeat %s (stopped or frozen); killed", what.c_str());
+    r.lost = buf;
+    log_status(store_.add_event(r.id, {"lost", r.lost, json{{"file", name}, {"age_seconds", age}}.dump(), 0}),
+               "recording the loss of " + r.id);
+    // SIGKILL ends a stopped process too; its exit is judged next tick.
+    r.executor->signal(r.id, true);
+  };
+  bool any = false;
   for (const auto& entry : fs::directory_iterator(job_dir(r.id), ec)) {
     const std::string name = entry.path().filename().string();
     if (!runner::is_heartbeat_file_name(name)) continue;
     std::error_code tec;
     const auto beat = fs::last_write_time(entry.path(), tec);
     if (tec) continue;  // gone meanwhile
+    any = true;
     const double age = std::chrono::duration<double>(now - beat).count();
     if (age <= options_.heartbeat_timeout_seconds) continue;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "lost: no heartbeat in %s for %.0f s (stopped or frozen); killed", name.c_str(), age);
-    r.lost = buf;
-    log_status(store_.add_event(r.id, {"lost", r.lost, json{{"file", name}, {"age_seconds", age}}.dump(), 0}),
-               "recording the loss of " + r.id);
-    // SIGKILL ends a stopped process too; its exit is judged next tick.
-    r.executor->signal(r.id, true);
-    return;
+    char what[160];
+    std::snprintf(what, sizeof what, "in %s for %.0f s", name.c_str(), age);
+    return declare_lost(name, age, what);
+  }
+  // A runner stopped before its first beat: its heartbeat is as old as
+  // this tailord's watch of the attempt (no file is made for it at launch,
+  // one file fewer per job).
+  if (any || ec) return;
+  const double age = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.watched_since).count();
+  if (age > options_.heartbeat_timeout_seconds) {
+    char what[80];
+    std::snprintf(what, sizeof what, "for %.0f s since the runner started", age);
+    declare_lost(runner::heartbeat_file_name(std::nullopt), age, what);
   }
 }
 
@@ -564,7 +579,7 @@ Status Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom,
                                strategies::OomReport{*failed, oom.budget, oom.measured}, story, job.executor);
   if (!next.is_ok()) return give_up("out of memory: " + next.status().message());
   std::int64_t total = 0;
-  const auto components = plan_components(next->plan_json, total);
+  const auto components = plan_components(json::parse(next->plan_json, nullptr, false), total);
   const std::int64_t reserve = estimated_job_bytes(next->plan, job.memory_limit_bytes);
   u.set("plan_json", next->plan_json).set("estimated_bytes", reserve).set_null("next_attempt_at");
   u.set("exit_reason", "out of memory at " + Bytes(oom.peak).to_string() + " of a " + oom.budget.to_string() + " budget");
@@ -650,15 +665,21 @@ void Supervisor::note_waiting(const JobRecord& job, const std::string& why) {
   log_status(store_.update(job.id, JobUpdate().set("executor_state", why)), "recording why " + job.id + " waits");
 }
 
-void Supervisor::note_start(Running& r, const Started& s, const std::string& plan_json) {
-  std::int64_t total = 0;
-  plan_components(plan_json, total);
+Supervisor::PlanFacts Supervisor::plan_facts(const std::string& plan_json) {
+  PlanFacts f;
+  const json j = json::parse(plan_json, nullptr, false);
+  f.components = plan_components(j, f.total);
+  if (auto st = runner::plan_strategy_of(j, "the job's plan"); st.is_ok()) f.strategy = st->describe();
+  return f;
+}
+
+void Supervisor::note_start(Running& r, const Started& s, const PlanFacts& plan) {
   // What this attempt runs and its estimate: the job's attempt history.
   json data = json::parse(s.data_json.empty() ? "{}" : s.data_json, nullptr, false);
   if (!data.is_object()) data = json::object();
   data["attempt"] = r.attempt;
-  data["estimated_bytes"] = total;
-  if (auto st = runner::parse_plan_strategy(plan_json, "the job's plan"); st.is_ok()) data["strategy"] = st->describe();
+  data["estimated_bytes"] = plan.total;
+  if (!plan.strategy.empty()) data["strategy"] = plan.strategy;
   r.unrecorded_start = s.record;
   r.start_message = s.message;
   r.start_data = data.dump();
@@ -677,6 +698,7 @@ void Supervisor::start_attempt(Executor& executor, const JobRecord& job, const P
                                json{{"attempt", attempt}}.dump());
   if (!s.is_ok()) return log_status(s, "scheduling " + job.id);
   Running r = attempt_of(job, &executor, attempt);
+  const PlanFacts plan = plan_facts(job.plan_json);
   auto launch_failed = [&](const std::string& why) {
     r.exit = ProcessExit{runner::exit_status(runner::RunnerExit::kFailure), 0};
     r.launch_error = why;
@@ -729,7 +751,7 @@ void Supervisor::start_attempt(Executor& executor, const JobRecord& job, const P
       return launch_failed(l.message);
     }
     case Launched::State::kStarted:
-      note_start(r, l.started, job.plan_json);
+      note_start(r, l.started, plan);
       record_start(r);  // should the store refuse it now, every tick tries again
       break;
     case Launched::State::kSubmitted:
@@ -738,9 +760,7 @@ void Supervisor::start_attempt(Executor& executor, const JobRecord& job, const P
                  "recording the submission of " + job.id);
       break;
   }
-  std::int64_t total = 0;
-  const auto components = plan_components(job.plan_json, total);
-  metrics_.set_job_estimate(job.id, job.name, components, total);
+  metrics_.set_job_estimate(job.id, job.name, plan.components, plan.total);
   running_[job.id] = std::move(r);
 }
 

@@ -18,7 +18,7 @@
 // nothing is launched twice.
 #pragma once
 
-
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -119,6 +119,9 @@ class Supervisor {
     std::string last_oom_json;  // the runner's latest oom event
     std::string last_error;     // the runner's latest error message
     std::string lost;           // why it was declared lost (no heartbeat); empty while it is not
+    // Since when this tailord has watched the attempt: a runner that has
+    // not beaten once (no heartbeat file yet) is as old as this.
+    std::chrono::steady_clock::time_point watched_since = std::chrono::steady_clock::now();
     // Memory ahead of the store: a verdict or a start whose store write
     // failed (the database locked by another process, the disk full) is
     // kept here and written again every tick until it lands, so that the
@@ -163,9 +166,16 @@ class Supervisor {
   // Stores planning -> running for an attempt whose start was not stored;
   // false while the store cannot be written.
   bool record_start(Running& r);
+  // What a launch reads of the job's plan document, parsed once.
+  struct PlanFacts {
+    std::map<std::string, std::int64_t> components;  // the per-GPU estimate by component
+    std::int64_t total = 0;                          // their sum
+    std::string strategy;                            // in words; empty when unreadable
+  };
+  static PlanFacts plan_facts(const std::string& plan_json);
   // Sets `r`'s start to be stored: `s` with the attempt, its strategy and
   // estimate in the event's data.
-  void note_start(Running& r, const Started& s, const std::string& plan_json);
+  void note_start(Running& r, const Started& s, const PlanFacts& plan);
   OutcomePolicy policy() const;
   void schedule_queued();
   void start_attempt(Executor& executor, const JobRecord& job, const Placement& where);

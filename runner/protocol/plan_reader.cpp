@@ -91,6 +91,11 @@ Result<strategies::Strategy> parse_plan_strategy(const std::string& text, const 
   return read_strategy(j["strategy"], name);
 }
 
+Result<strategies::Strategy> plan_strategy_of(const json& plan, const std::string& name) {
+  if (!plan.is_object() || !plan.contains("strategy")) return Status::invalid_argument(name + ": no strategy");
+  return read_strategy(plan.at("strategy"), name);
+}
+
 Result<RunConfig> parse_plan(const std::string& text, const std::string& name) {
   TAILOR_ASSIGN_OR_RETURN(json j, parse_document(text, name));
   if (!j.contains("spec")) return Status::invalid_argument(name + ": missing \"spec\" (was the plan made without errors?)");

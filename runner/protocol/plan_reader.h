@@ -3,6 +3,8 @@
 // naming the file and the key. Torch-free.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -34,5 +36,7 @@ Result<RunConfig> parse_plan(const std::string& json_text, const std::string& na
 // Only the document's "strategy" object, exactly as parse_plan reads it
 // (for tailord, which keeps the spec's text beside the plan).
 Result<strategies::Strategy> parse_plan_strategy(const std::string& json_text, const std::string& name);
+// The same, of a plan document already parsed.
+Result<strategies::Strategy> plan_strategy_of(const nlohmann::json& plan, const std::string& name);
 
 }  // namespace tailor::runner

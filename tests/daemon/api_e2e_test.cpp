@@ -1379,6 +1379,35 @@ TEST(ApiE2eTest, FailingRunnerIsRetriedWithGrowingBackoffThenFails) {
   EXPECT_DOUBLE_EQ(backoffs[1], 0.2);
 }
 
+// tailord makes no heartbeat file at launch (one file fewer per job): a
+// runner that stops before its first beat is lost once the timeout has
+// passed since its start, and killed.
+TEST(ApiE2eTest, ARunnerStoppedBeforeItsFirstBeatIsLost) {
+  tailor::testing::TempDir dir;
+  const std::string runner = dir.write("stopped-runner", "#!/bin/sh\nkill -STOP $$\n");
+  chmod(runner.c_str(), 0755);
+  DaemonProcess d(dir.file("data"), {"--retry-backoff", "1000", "--heartbeat-timeout", "1"}, runner);
+  ASSERT_TRUE(d.ok());
+  const auto r = d.post("/v1/jobs", tiny_spec("silent", 5, 0));
+  ASSERT_EQ(r.status, 201);
+  const std::string id = r.json()["id"].get<std::string>();
+  std::string lost;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        const json events = d.get("/v1/jobs/" + id + "/events").json();
+        for (const auto& e : events["events"]) {
+          if (e.value("kind", std::string()) == "lost") lost = e.value("message", std::string());
+        }
+        return !lost.empty();
+      },
+      std::chrono::seconds(60)))
+      << d.get("/v1/jobs/" + id + "/events").body;
+  EXPECT_NE(lost.find("since the runner started"), std::string::npos) << lost;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("data/jobs/" + id + "/heartbeat")));
+  const pid_t pid = d.job(id)["pid"].get<pid_t>();
+  EXPECT_TRUE(wait_for([&] { return ::kill(pid, 0) != 0; }, std::chrono::seconds(30))) << "the stopped runner lives";
+}
+
 TEST(ApiE2eTest, BadInputExitIsNeverRetried) {
   tailor::testing::TempDir dir;
   // A runner that rejects its input (exit 2), as tailor-runner does for an

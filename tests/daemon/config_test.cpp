@@ -43,6 +43,23 @@ TEST(ConfigTest, TheStreamBudgetIsReadFromFlagsFileAndEnvironmentAndChecked) {
   EXPECT_EQ(c->max_streams_per_token, 128);
 }
 
+// The submission workers apart from the I/O threads: read from a flag or
+// the environment, 16 unless set, at least 1.
+TEST(ConfigTest, WorkersAreReadApartFromTheHttpThreadsAndChecked) {
+  bool help = false;
+  auto c = load_config({"--data-dir", "/d"}, {}, help);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->workers, 16);
+  EXPECT_EQ(c->http_threads, 2);
+  c = load_config({"--data-dir", "/d", "--workers", "4"}, {{"TAILORD_HTTP_THREADS", "3"}}, help);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->workers, 4);
+  EXPECT_EQ(c->http_threads, 3);
+  c = load_config({"--data-dir", "/d"}, {{"TAILORD_WORKERS", "0"}}, help);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("TAILORD_WORKERS"), std::string::npos) << c.status().message();
+}
+
 // The trackers tailord turns on for jobs that leave them unset, from a
 // flag, the environment or the file; a URI that is not http(s) is refused.
 TEST(ConfigTest, TrackerDefaultsAreReadAndChecked) {
