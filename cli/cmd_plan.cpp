@@ -306,6 +306,13 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
     if (plan.shortfall.count() > 0 && plan.host_shortfall.count() > 0) out << " and ";
     if (plan.host_shortfall.count() > 0) out << plan.host_shortfall.to_string() << " of host RAM";
     out << ".\n";
+    if (const auto& w = plan.with_activation_offload) {
+      out << "With activation offloading it fits: " << w->candidate.strategy.describe() << " at "
+          << w->candidate.memory.per_device.total().to_string() << " per GPU ("
+          << fmt("%.0f", w->candidate.throughput.tokens_per_second) << " tokens/s, "
+          << w->candidate.memory.host.to_string() << " of host RAM); set strategy.activation_offload: true "
+          << "(chosen only when pinned: its CUDA path has not run on a GPU yet).\n";
+    }
     out << (plan.smallest_fitting_gpu.empty() ? std::string("No GPU in the catalog fits it with this many GPUs.\n")
                                               : "The smallest catalog hardware that fits: " + plan.smallest_fitting_gpu +
                                                     "\n");

@@ -89,6 +89,11 @@ std::string Plan::no_fit_reason() const {
     msg += "; " + preferred_if_executable->candidate.strategy.describe() + " would fit, but tailor-runner cannot run it: " +
            preferred_if_executable->candidate.not_executable;
   }
+  if (with_activation_offload) {
+    const Candidate& c = with_activation_offload->candidate;
+    msg += "; " + c.strategy.describe() + " " + with_activation_offload->why + ", at " +
+           c.memory.per_device.total().to_string() + " per GPU";
+  }
   if (!smallest_fitting_gpu.empty()) msg += "; the smallest catalog GPU that fits: " + smallest_fitting_gpu;
   return msg;
 }

@@ -96,6 +96,10 @@ struct Plan {
   // The fastest plan by estimate when the policy chose another within the
   // cost model's error (PlanOptions::small_gain); `why` says why.
   std::optional<Alternative> fastest_by_estimate;
+  // When nothing fits on GPUs and the spec leaves strategy.activation_offload
+  // to the planner (which does not choose it on its own yet): the plan it
+  // would choose with the pin, where that fits; `why` says how to get it.
+  std::optional<Alternative> with_activation_offload;
   Bytes shortfall;                   // when !fits: device bytes over budget of the closest candidate
   Bytes host_shortfall;              // when !fits: host bytes over budget of the closest candidate
   std::string smallest_fitting_gpu;  // when !fits: a catalog key, or empty

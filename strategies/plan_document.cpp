@@ -201,7 +201,8 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   for (const Alternative& a : plan.alternatives) write_alternative(w, a);
   w.end_array();
   for (const auto& [key, alt] : {std::pair{"preferred_if_executable", &plan.preferred_if_executable},
-                                 std::pair{"fastest_by_estimate", &plan.fastest_by_estimate}}) {
+                                 std::pair{"fastest_by_estimate", &plan.fastest_by_estimate},
+                                 std::pair{"with_activation_offload", &plan.with_activation_offload}}) {
     w.key(key);
     if (*alt) {
       write_alternative(w, **alt);

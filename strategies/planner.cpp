@@ -332,6 +332,25 @@ std::vector<PinAdvice> advise_unpinning(const dsl::JobSpec& spec, const Hardware
   return out;
 }
 
+// Where nothing fits on GPUs and the spec leaves activation offloading to
+// the planner: the plan with it pinned, when that one fits.
+std::optional<Alternative> fits_with_activation_offload(const dsl::JobSpec& spec, const Hardware& hw, PlanOptions o) {
+  if (hw.cpu_only() || spec.planner.runtime != dsl::Runtime::kTailor || spec.strategy.activation_offload) {
+    return std::nullopt;
+  }
+  o.advise_unpinning = false;
+  o.find_smallest_gpu = false;
+  dsl::JobSpec pinned = spec;
+  pinned.strategy.activation_offload = true;
+  const Constraints pc(pinned, hw);
+  if (!pc.error().empty()) return std::nullopt;
+  const SearchResult r = search(pinned, hw, pc, o);
+  if (r.best == nullptr) return std::nullopt;
+  return Alternative{*r.best,
+                     "fits with strategy.activation_offload: true (chosen only when pinned: its CUDA path has not "
+                     "run on a GPU yet)"};
+}
+
 }  // namespace
 
 namespace {
@@ -454,6 +473,7 @@ Plan plan_job(const dsl::JobSpec& spec, const Hardware& hw, const PlanOptions& o
   }
 
   if (o.advise_unpinning) plan.advice = advise_unpinning(spec, hw, c, plan, o);
+  if (o.advise_unpinning && !plan.fits) plan.with_activation_offload = fits_with_activation_offload(spec, hw, o);
   if (spec.strategy.probe > 0 && plan.fits) choose_probe_candidates(spec, r, plan, o);
 
   if (!plan.fits) {

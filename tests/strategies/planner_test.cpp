@@ -348,6 +348,17 @@ TEST(PlannerTest, PinnedActivationOffloadFitsLongContextThatNothingElseFits) {
     const Plan q = plan_job(load("llama2-7b-qlora-24gb.yaml", o), hw);
     EXPECT_FALSE(q.fits) << left;
     EXPECT_FALSE(q.chosen.strategy.activation_offload) << left;
+    // Left to the planner, the plan says the pin would make it fit, and why
+    // it is not chosen; pinned off, it says nothing of it.
+    const bool left_auto = std::string(left).ends_with("auto");
+    ASSERT_EQ(q.with_activation_offload.has_value(), left_auto) << left;
+    if (left_auto) {
+      EXPECT_TRUE(q.with_activation_offload->candidate.fits);
+      EXPECT_TRUE(q.with_activation_offload->candidate.strategy.activation_offload);
+      EXPECT_EQ(q.with_activation_offload->candidate.strategy, p.chosen.strategy);
+      EXPECT_NE(q.no_fit_reason().find("fits with strategy.activation_offload: true"), std::string::npos)
+          << q.no_fit_reason();
+    }
     for (const Alternative& a : q.alternatives)
       EXPECT_FALSE(a.candidate.strategy.activation_offload) << left;
   }
