@@ -211,6 +211,9 @@ void Supervisor::tick() {
 
 bool Supervisor::observe(Running& r, Observation o) {
   if (o.started) {
+    // A runner that has not beaten yet is as old as its start (a Slurm
+    // job's time in the queue does not count).
+    r.watched_since = std::chrono::steady_clock::now();
     auto job = store_.get(r.id);
     note_start(r, *o.started, plan_facts(job.is_ok() ? job->plan_json : ""));
     // Already running (its start was stored before a restart): not a failure.

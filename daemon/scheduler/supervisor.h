@@ -119,8 +119,9 @@ class Supervisor {
     std::string last_oom_json;  // the runner's latest oom event
     std::string last_error;     // the runner's latest error message
     std::string lost;           // why it was declared lost (no heartbeat); empty while it is not
-    // Since when this tailord has watched the attempt: a runner that has
-    // not beaten once (no heartbeat file yet) is as old as this.
+    // Since when this tailord has watched the attempt, or since its
+    // executor said it started: a runner that has not beaten once (no
+    // heartbeat file yet) is as old as this.
     std::chrono::steady_clock::time_point watched_since = std::chrono::steady_clock::now();
     // Memory ahead of the store: a verdict or a start whose store write
     // failed (the database locked by another process, the disk full) is
