@@ -225,6 +225,7 @@ Status Database::exec(std::string_view sql) {
 
 std::int64_t Database::changes() const { return sqlite3_changes64(db_); }
 std::int64_t Database::last_insert_rowid() const { return sqlite3_last_insert_rowid(db_); }
+bool Database::in_transaction() const { return sqlite3_get_autocommit(db_) == 0; }
 
 Result<Transaction> Transaction::begin(Database& db) {
   TAILOR_RETURN_IF_ERROR(db.exec("BEGIN IMMEDIATE").prefixed("beginning a write transaction"));

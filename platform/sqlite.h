@@ -87,6 +87,9 @@ class Database {
   Status exec(std::string_view sql);
   std::int64_t changes() const;
   std::int64_t last_insert_rowid() const;
+  // Inside BEGIN ... COMMIT. SQLite ends a transaction on its own after some
+  // errors (a full disk, an I/O error); this tells whether it did.
+  bool in_transaction() const;
 
  private:
   explicit Database(sqlite3* db);

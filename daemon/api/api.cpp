@@ -195,6 +195,8 @@ Api::Api(ApiContext context)
                }});
   router_.add({"GET", "/metrics", false, [this](HttpRequest&) {
                  ctx_.supervisor->publish_metrics();
+                 const WriteStats w = ctx_.store->write_stats();
+                 ctx_.metrics->set_store_writes(w.commits, w.writes, w.waiting);
                  if (ctx_.server) {
                    ctx_.metrics->set_http_connections(ctx_.server->connections(), ctx_.server->evicted_connections(),
                                                      ctx_.server->streams(), ctx_.server->evicted_streams());

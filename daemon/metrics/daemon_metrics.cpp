@@ -93,6 +93,21 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                           .Help("Streams closed by the stream budget to make room for newer ones.")
                           .Register(r)
                           .Add({});
+  store_commits_ = &prometheus::BuildCounter()
+                        .Name("tailor_store_commits_total")
+                        .Help("Store transactions committed (each carries one or more writes: group commit).")
+                        .Register(r)
+                        .Add({});
+  store_writes_ = &prometheus::BuildCounter()
+                       .Name("tailor_store_writes_total")
+                       .Help("Store writes (submissions, state changes, events, metric batches) committed.")
+                       .Register(r)
+                       .Add({});
+  store_waiting_ = &prometheus::BuildGauge()
+                        .Name("tailor_store_writes_waiting")
+                        .Help("Store writes queued behind the commit under way.")
+                        .Register(r)
+                        .Add({});
   job_loss_ = &prometheus::BuildGauge().Name("tailor_job_loss").Help("Training loss of a job's latest step.").Register(r);
   job_eval_loss_ = &prometheus::BuildGauge()
                         .Name("tailor_job_eval_loss")
@@ -319,6 +334,17 @@ void DaemonMetrics::set_http_connections(std::int64_t open, std::uint64_t evicte
     streams_evicted_->Increment(static_cast<double>(streams_evicted_total - streams_evicted_seen_));
   }
   streams_evicted_seen_ = std::max(streams_evicted_seen_, streams_evicted_total);
+}
+
+void DaemonMetrics::set_store_writes(std::uint64_t commits_total, std::uint64_t writes_total, std::int64_t waiting) {
+  std::lock_guard lock(mu_);
+  if (commits_total > store_commits_seen_)
+    store_commits_->Increment(static_cast<double>(commits_total - store_commits_seen_));
+  if (writes_total > store_writes_seen_)
+    store_writes_->Increment(static_cast<double>(writes_total - store_writes_seen_));
+  store_commits_seen_ = std::max(store_commits_seen_, commits_total);
+  store_writes_seen_ = std::max(store_writes_seen_, writes_total);
+  store_waiting_->Set(static_cast<double>(waiting));
 }
 
 void DaemonMetrics::set_gpu_memory(int gpu, const std::string& name, std::int64_t total_bytes, std::int64_t used_bytes) {

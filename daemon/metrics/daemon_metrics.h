@@ -66,6 +66,9 @@ class DaemonMetrics {
   // has evicted since start (running totals; the counters follow them).
   void set_http_connections(std::int64_t open, std::uint64_t evicted_total, std::int64_t streams = 0,
                             std::uint64_t streams_evicted_total = 0);
+  // The store's group commit: commits and the writes they carried since
+  // start (running totals), and the writes waiting now.
+  void set_store_writes(std::uint64_t commits_total, std::uint64_t writes_total, std::int64_t waiting);
   void set_gpu_memory(int gpu, const std::string& name, std::int64_t total_bytes, std::int64_t used_bytes);
 
   // The exposition text (format 0.0.4).
@@ -91,6 +94,10 @@ class DaemonMetrics {
   prometheus::Gauge* streams_;
   prometheus::Counter* streams_evicted_;
   std::uint64_t streams_evicted_seen_ = 0;
+  prometheus::Counter* store_commits_;
+  prometheus::Counter* store_writes_;
+  prometheus::Gauge* store_waiting_;
+  std::uint64_t store_commits_seen_ = 0, store_writes_seen_ = 0;
   prometheus::Family<prometheus::Gauge>* job_loss_;
   prometheus::Family<prometheus::Gauge>* job_eval_loss_;
   prometheus::Family<prometheus::Gauge>* job_preference_;

@@ -205,19 +205,132 @@ JobStore::Reader JobStore::reader() {
   return Reader(readers_, std::move(db));
 }
 
-Result<JobStore::WriteLock> JobStore::writer() {
+namespace {
+
+// Enough to carry a 64-client burst in one commit; bounded so that one
+// commit's time (and a refused write's rollback) stays short.
+constexpr std::size_t kMaxBatch = 64;
+
+Status busy_status(int busy_timeout_ms) {
+  return Status::unavailable("the store is busy: the writes before this one have waited " +
+                             std::to_string(busy_timeout_ms) + " ms for the database");
+}
+
+Status run_sql(Database& db, const char* sql) {
+  TAILOR_ASSIGN_OR_RETURN(Statement q, db.prepare(sql));
+  return q.run();
+}
+
+}  // namespace
+
+// A write in the queue. It lives on its caller's stack, and the caller
+// waits until it is done.
+struct JobStore::PendingWrite {
+  const std::function<Status()>* body = nullptr;
+  bool durable = true;
+  std::chrono::steady_clock::time_point deadline;
+  bool taken = false;  // in a commit: its caller waits for that commit's end
+  bool done = false;
+  Status result;
+};
+
+Status JobStore::write(const std::function<Status()>& body, bool durable) {
   // While the store is unwritable a write tries once: requests behind it
   // then learn so at once, not one busy timeout after another.
   const int budget_ms = health().writable ? busy_timeout_ms_ : 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
-  WriteLock lock(mu_, std::defer_lock);
-  if (!lock.try_lock_until(deadline)) {
-    return Status::unavailable("the store is busy: the writes before this one have waited " +
-                               std::to_string(busy_timeout_ms_) + " ms for the database");
+  PendingWrite w;
+  w.body = &body;
+  w.durable = durable;
+  w.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
+  std::unique_lock lock(queue_mu_);
+  queue_.push_back(&w);
+  while (!w.done) {
+    if (!committing_) {
+      // No commit under way: this caller commits what waits, oldest first
+      // (its own write among them unless more than a batch waits before it).
+      std::vector<PendingWrite*> batch;
+      while (!queue_.empty() && batch.size() < kMaxBatch) {
+        batch.push_back(queue_.front());
+        batch.back()->taken = true;
+        queue_.pop_front();
+      }
+      committing_ = true;
+      ++commits_;
+      writes_ += batch.size();
+      lock.unlock();
+      commit_batch(batch);
+      lock.lock();
+      committing_ = false;
+      for (PendingWrite* b : batch)
+        b->done = true;
+      queue_cv_.notify_all();
+    } else if (w.taken) {
+      queue_cv_.wait(lock);
+    } else if (queue_cv_.wait_until(lock, w.deadline) == std::cv_status::timeout && !w.taken && !w.done) {
+      queue_.erase(std::find(queue_.begin(), queue_.end(), &w));
+      return busy_status(busy_timeout_ms_);
+    }
   }
+  return w.result;
+}
+
+WriteStats JobStore::write_stats() {
+  std::lock_guard lock(queue_mu_);
+  return {commits_, writes_, static_cast<std::int64_t>(queue_.size())};
+}
+
+void JobStore::commit_batch(const std::vector<PendingWrite*>& batch) {
+  auto deadline = batch.front()->deadline;
+  bool durable = false;
+  for (const PendingWrite* w : batch) {
+    deadline = std::min(deadline, w->deadline);
+    durable = durable || w->durable;
+  }
+  const auto fail = [](auto first, auto last, const Status& s) {
+    for (; first != last; ++first)
+      (*first)->result = s;
+  };
+  // Only a probe takes the connection otherwise, for 0.1 s at most.
+  WriteLock lock(mu_, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) return fail(batch.begin(), batch.end(), busy_status(busy_timeout_ms_));
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  db_.set_busy_timeout(static_cast<int>(std::max<std::int64_t>(budget_ms > 0 ? 1 : 0, left.count())));
-  return lock;
+  db_.set_busy_timeout(static_cast<int>(std::max<std::int64_t>(0, left.count())));
+  if (durable != synchronous_full_) {
+    const Status s = run_sql(db_, durable ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
+    if (!s.is_ok()) return fail(batch.begin(), batch.end(), s);
+    synchronous_full_ = durable;
+  }
+  auto tx = Transaction::begin(db_);
+  if (!tx.is_ok()) return fail(batch.begin(), batch.end(), tx.status());
+  std::vector<PendingWrite*> applied;
+  for (auto it = batch.begin(); it != batch.end(); ++it) {
+    PendingWrite& w = **it;
+    Status s = run_sql(db_, "SAVEPOINT write");
+    if (s.is_ok()) {
+      try {
+        s = (*w.body)();
+      } catch (const std::exception& e) {
+        s = Status::internal(std::string("a store write threw: ") + e.what());
+      }
+    }
+    if (s.is_ok()) s = run_sql(db_, "RELEASE write");
+    w.result = s;
+    if (s.is_ok()) {
+      applied.push_back(&w);
+      continue;
+    }
+    if (!db_.in_transaction()) {
+      // SQLite rolled the whole transaction back (a full disk, an I/O
+      // error): the writes before this one are undone, and those after it
+      // would meet the same.
+      fail(applied.begin(), applied.end(), s);
+      return fail(it + 1, batch.end(), s);
+    }
+    (void)run_sql(db_, "ROLLBACK TO write");
+    (void)run_sql(db_, "RELEASE write");
+  }
+  const Status committed = tx->commit();
+  if (!committed.is_ok()) fail(applied.begin(), applied.end(), committed);
 }
 
 Status JobStore::noted(Status s) {
@@ -260,9 +373,8 @@ Result<JobRecord> JobStore::get(const std::string& id) {
 }
 
 Result<CreateResult> JobStore::create(const NewJob& job) {
-  return noted([&]() -> Result<CreateResult> {
-    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
-    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+  CreateResult out;
+  const Status written = noted(write([&]() -> Status {
     if (!job.idempotency_key.empty()) {
       TAILOR_ASSIGN_OR_RETURN(Statement q,
                               db_.prepare("SELECT job_id, request_hash FROM idempotency_keys WHERE key = ?1"));
@@ -273,13 +385,15 @@ Result<CreateResult> JobStore::create(const NewJob& job) {
           return Status::failed_precondition("Idempotency-Key '" + job.idempotency_key +
                                              "' was used for a different request (job " + q.text(0) + ")");
         }
-        TAILOR_ASSIGN_OR_RETURN(JobRecord existing, job_by_id(db_, q.text(0)));
-        return CreateResult{std::move(existing), false};
+        TAILOR_ASSIGN_OR_RETURN(out.job, job_by_id(db_, q.text(0)));
+        out.created = false;
+        return Status::ok();
       }
     }
     const double now = now_seconds();
     nlohmann::json labels = nlohmann::json::object();
-    for (const auto& [k, v] : job.labels) labels[k] = v;
+    for (const auto& [k, v] : job.labels)
+      labels[k] = v;
     std::string id;
     for (int tries = 0;; ++tries) {
       id = new_job_id();
@@ -308,10 +422,11 @@ Result<CreateResult> JobStore::create(const NewJob& job) {
       TAILOR_RETURN_IF_ERROR(k.run());
     }
     TAILOR_RETURN_IF_ERROR(insert_event(id, {"state", "submitted", "", now}, "", "queued"));
-    TAILOR_RETURN_IF_ERROR(tx.commit());
-    TAILOR_ASSIGN_OR_RETURN(JobRecord created, job_by_id(db_, id));
-    return CreateResult{std::move(created), true};
-  }());
+    TAILOR_ASSIGN_OR_RETURN(out.job, job_by_id(db_, id));
+    return Status::ok();
+  }));
+  if (!written.is_ok()) return written;
+  return out;
 }
 
 Result<JobPage> JobStore::list(const JobFilter& f) {
@@ -414,9 +529,7 @@ Status JobStore::insert_event(const std::string& id, const NewEvent& e, const st
 
 Status JobStore::transition(const std::string& id, JobState from, JobState to, const std::string& message,
                             const JobUpdate& changes, const std::string& data_json) {
-  return noted([&]() -> Status {
-    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
-    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+  return noted(write([&]() -> Status {
     TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("SELECT state FROM jobs WHERE id = ?1"));
     q.bind(1, id);
     TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());
@@ -428,24 +541,16 @@ Status JobStore::transition(const std::string& id, JobState from, JobState to, c
     JobUpdate all = changes;
     all.set("state", to_string(to));
     TAILOR_RETURN_IF_ERROR(apply_update(id, all));
-    TAILOR_RETURN_IF_ERROR(insert_event(id, {"state", message, data_json, 0}, to_string(from), to_string(to)));
-    return tx.commit();
-  }());
+    return insert_event(id, {"state", message, data_json, 0}, to_string(from), to_string(to));
+  }));
 }
 
 Status JobStore::update(const std::string& id, const JobUpdate& changes) {
-  return noted([&]() -> Status {
-    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
-    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
-    TAILOR_RETURN_IF_ERROR(apply_update(id, changes));
-    return tx.commit();
-  }());
+  return noted(write([&]() -> Status { return apply_update(id, changes); }));
 }
 
 Status JobStore::remove(const std::string& id) {
-  return noted([&]() -> Status {
-    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
-    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
+  return noted(write([&]() -> Status {
     TAILOR_ASSIGN_OR_RETURN(const JobRecord job, job_by_id(db_, id));
     if (!is_terminal(job.state)) {
       return Status::failed_precondition("job " + id + " is " + to_string(job.state) + ": cancel it first");
@@ -457,9 +562,8 @@ Status JobStore::remove(const std::string& id) {
                             db_.prepare("INSERT OR REPLACE INTO deleted_jobs (id, deleted_at) VALUES (?1, ?2)"));
     t.bind(1, id);
     t.bind(2, now_seconds());
-    TAILOR_RETURN_IF_ERROR(t.run());
-    return tx.commit();
-  }());
+    return t.run();
+  }));
 }
 
 Result<std::vector<std::string>> JobStore::deleted_jobs() {
@@ -475,44 +579,35 @@ Result<std::vector<std::string>> JobStore::deleted_jobs() {
 }
 
 Status JobStore::forget_deleted(const std::string& id) {
-  return noted([&]() -> Status {
-    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
+  return noted(write([&]() -> Status {
     TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare("DELETE FROM deleted_jobs WHERE id = ?1"));
     q.bind(1, id);
     return q.run();
-  }());
+  }));
 }
 
 Status JobStore::add_event(const std::string& id, const NewEvent& event) {
-  return noted([&]() -> Status {
-    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
-    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
-    TAILOR_RETURN_IF_ERROR(insert_event(id, event, "", ""));
-    return tx.commit();
-  }());
+  return noted(write([&]() -> Status { return insert_event(id, event, "", ""); }));
 }
 
 Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const JobUpdate& changes) {
-  return noted([&]() -> Status {
-    TAILOR_ASSIGN_OR_RETURN(const WriteLock lock, writer());
-    // Step metrics are re-derivable from the run's files (the offsets move in
-    // the same transaction), so these commits need not wait for a full fsync.
-    TAILOR_RETURN_IF_ERROR(db_.exec("PRAGMA synchronous=NORMAL"));
-    struct Restore {
-      Database& db;
-      ~Restore() { (void)db.exec("PRAGMA synchronous=FULL"); }
-    } restore{db_};
-    TAILOR_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db_));
-    for (const NewEvent& e : batch.events) TAILOR_RETURN_IF_ERROR(insert_event(id, e, "", ""));
+  // Step metrics are re-derivable from the run's files (the offsets move in
+  // the same transaction), so their commit need not wait for a full fsync.
+  const auto body = [&]() -> Status {
+    for (const NewEvent& e : batch.events)
+      TAILOR_RETURN_IF_ERROR(insert_event(id, e, "", ""));
     if (!batch.metrics.empty()) {
       std::string sql =
           "INSERT OR REPLACE INTO step_metrics (job_id, rank, step, attempt, time, loss, lr, grad_norm, tokens, "
           "tokens_per_second, step_seconds, allocated_bytes, peak_bytes, eval_loss, eval_tokens, eval_seconds";
-      for (const auto& c : component_columns()) sql += ", " + c;
-      for (const PreferenceMetric& p : kPreferenceMetrics) sql += std::string(", ") + p.column;
+      for (const auto& c : component_columns())
+        sql += ", " + c;
+      for (const PreferenceMetric& p : kPreferenceMetrics)
+        sql += std::string(", ") + p.column;
       sql += ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16";
       const std::size_t extra = component_columns().size() + std::size(kPreferenceMetrics);
-      for (std::size_t i = 0; i < extra; ++i) sql += ", ?" + std::to_string(17 + i);
+      for (std::size_t i = 0; i < extra; ++i)
+        sql += ", ?" + std::to_string(17 + i);
       sql += ")";
       TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
       for (const StepMetric& m : batch.metrics) {
@@ -524,22 +619,26 @@ Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const J
         int b = 17;
         for (const auto& name : memory_component_names()) {
           const auto it = m.component_bytes.find(name);
-          if (it == m.component_bytes.end()) q.bind_null(b++);
-          else q.bind(b++, it->second);
+          if (it == m.component_bytes.end())
+            q.bind_null(b++);
+          else
+            q.bind(b++, it->second);
         }
         for (const PreferenceMetric& p : kPreferenceMetrics) {
           const auto it = m.preference.find(p.key);
-          if (it == m.preference.end()) q.bind_null(b++);
-          else q.bind(b++, it->second);
+          if (it == m.preference.end())
+            q.bind_null(b++);
+          else
+            q.bind(b++, it->second);
         }
         TAILOR_RETURN_IF_ERROR(q.run());
       }
     }
     JobUpdate all = changes;
     all.set("metrics_offset", batch.metrics_offset).set("events_offset", batch.events_offset);
-    TAILOR_RETURN_IF_ERROR(apply_update(id, all));
-    return tx.commit();
-  }());
+    return apply_update(id, all);
+  };
+  return noted(write(body, /*durable=*/false));
 }
 
 namespace {

@@ -1,18 +1,22 @@
 // The job repository: jobs, their events, step metrics and idempotency keys
-// in SQLite (daemon/store/migrations/). Every write is one BEGIN IMMEDIATE
-// transaction; a job is committed with synchronous=FULL before create()
-// returns, so a client that got an id keeps it across a crash. Step metrics
-// arrive in batches, one transaction each.
-// Thread-safe. Writes go through one connection behind a mutex (the
-// daemon's write rate is a few transactions a second) and give up as
-// Unavailable within the busy timeout of their start, however many wait;
-// reads borrow one of a few read-only connections, which WAL lets read the
-// last commit beside a writer, so no read waits behind a write, ours or
-// another process'.
+// in SQLite (daemon/store/migrations/). A job is committed with
+// synchronous=FULL before create() returns, so a client that got an id keeps
+// it across a crash. Step metrics arrive in batches.
+// Thread-safe. Writes wait in one queue, in order, and are committed
+// together (group commit): the first write to find no commit under way
+// takes the writes waiting, runs each in a savepoint of one BEGIN IMMEDIATE
+// transaction (a refused write undoes only its own changes) and commits them
+// with one fsync. Under load a commit carries dozens of writes; alone, a
+// write commits at once. A write gives up as Unavailable within the busy
+// timeout of its start, however many wait. Reads borrow one of a few
+// read-only connections, which WAL lets read the last commit beside a
+// writer, so no read waits behind a write, ours or another process'.
 #pragma once
 
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -232,6 +236,13 @@ struct IngestBatch {
   std::int64_t events_offset = 0;
 };
 
+// The group commit's work since the store opened (GET /metrics).
+struct WriteStats {
+  std::uint64_t commits = 0;  // transactions committed or attempted
+  std::uint64_t writes = 0;   // writes they carried
+  std::int64_t waiting = 0;   // writes queued now, behind a commit under way
+};
+
 // Whether the store's writes reach the database. A write that fails for
 // the store's own reasons (another process holds the database: Unavailable;
 // the file system is full: NoSpace; an I/O error) makes it unwritable until
@@ -291,6 +302,7 @@ class JobStore {
   Result<std::map<std::int64_t, std::int64_t>> peak_by_attempt(const std::string& id);
   Result<std::map<JobState, std::int64_t>> count_by_state();
 
+  WriteStats write_stats();
   // As the last write found it; never waits for the database (GET /healthz).
   StoreHealth health() const;
   // While unwritable: rewrites the probe row to learn whether writes work
@@ -320,12 +332,16 @@ class JobStore {
     Database db_;
   };
   using WriteLock = std::unique_lock<std::timed_mutex>;
+  struct PendingWrite;
 
   JobStore(Database db, int busy_timeout_ms) : db_(std::move(db)), busy_timeout_ms_(busy_timeout_ms) {}
   Reader reader();
-  // The write connection, waited for until the write's deadline, with the
-  // rest of that deadline as its busy timeout; Unavailable past it.
-  Result<WriteLock> writer();
+  // Runs `body` on the write connection inside a transaction, committed
+  // with the writes queued beside it; its status, or the commit's.
+  // `durable`: the commit waits for a full fsync (synchronous=FULL); a
+  // commit of writes none of which need it does not.
+  Status write(const std::function<Status()>& body, bool durable = true);
+  void commit_batch(const std::vector<PendingWrite*>& batch);
   Status apply_update(const std::string& id, const JobUpdate& changes);
   Status insert_event(const std::string& id, const NewEvent& e, const std::string& from, const std::string& to);
 
@@ -339,6 +355,13 @@ class JobStore {
   std::timed_mutex mu_;  // the write connection
   Database db_;
   int busy_timeout_ms_;
+  bool synchronous_full_ = true;  // db_'s setting; guarded by mu_
+  // Writes waiting for a commit, oldest first; whether one is under way.
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<PendingWrite*> queue_;
+  bool committing_ = false;
+  std::uint64_t commits_ = 0, writes_ = 0;  // guarded by queue_mu_
   Readers readers_;
   mutable std::mutex health_mu_;  // apart from mu_, which a write holds while it waits
   StoreHealth health_;

@@ -218,6 +218,16 @@ API = dashboard(
                      "{{route}}")], unit="s"),
         timeseries("Connections evicted at the limit", [("increase(tailor_http_connections_evicted_total[$__rate_interval])", "evicted")]),
         timeseries("Queue depth over time", [("tailor_queue_length", "queued")]),
+        timeseries("Store writes and commits",
+                   [("rate(tailor_store_writes_total[$__rate_interval])", "writes"),
+                    ("rate(tailor_store_commits_total[$__rate_interval])", "commits"),
+                    ("tailor_store_writes_waiting", "waiting")], unit="short",
+                   description="Writes (submissions, state changes, events, metric batches) and the commits that "
+                               "carried them: writes waiting behind a commit share the next one (one fsync)."),
+        timeseries("Writes per commit",
+                   [("rate(tailor_store_writes_total[$__rate_interval]) / rate(tailor_store_commits_total[$__rate_interval])",
+                     "writes per commit")], unit="short",
+                   description="1 while writes come one at a time; higher under load."),
     ])
 
 DASHBOARDS = {"fleet.json": FLEET, "job.json": JOB, "reliability.json": RELIABILITY, "api.json": API}

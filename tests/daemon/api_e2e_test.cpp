@@ -568,8 +568,18 @@ TEST(ApiE2eTest, MetricsCardinalityStaysBoundedAfterManyJobs) {
   EXPECT_LE(jobs_with_series.size(), 50u);
   EXPECT_GE(jobs_with_series.size(), 1u);
   EXPECT_LT(series, 2000u) << prom.body.substr(0, 2000);
+  // Every job's submission, start and end went through the group commit.
+  const auto value = [&](const std::string& name) {
+    const auto at = prom.body.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(prom.body.substr(at + name.size() + 2));
+  };
+  const double writes = value("tailor_store_writes_total"), commits = value("tailor_store_commits_total");
+  EXPECT_GE(writes, 3.0 * kJobs) << prom.body.substr(0, 2000);
+  EXPECT_GE(commits, 1.0);
+  EXPECT_LE(commits, writes);
+  EXPECT_GE(value("tailor_store_writes_waiting"), 0.0);
   std::cout << "[ note     ] " << series << " series after " << kJobs << " jobs, " << jobs_with_series.size()
-            << " jobs with series of their own\n";
+            << " jobs with series of their own; " << writes << " store writes in " << commits << " commits\n";
   if (std::system("command -v promtool > /dev/null 2>&1") == 0) {
     const std::string file = dir.write("metrics.txt", prom.body);
     EXPECT_EQ(std::system(("promtool check metrics < " + file + " > /dev/null 2>&1").c_str()), 0);

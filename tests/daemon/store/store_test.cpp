@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -511,6 +513,99 @@ TEST(JobStoreTest, WritesQueuedBehindEachOtherEachGiveUpWithinTheirBusyTimeout) 
   ASSERT_TRUE(other->exec("ROLLBACK").is_ok());
   EXPECT_TRUE((*store)->probe().writable);
   EXPECT_TRUE((*store)->create(sample_job("after")).is_ok());
+}
+
+// Polls (for up to 60 s) until `done` holds.
+template <class F>
+bool eventually(F done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Group commit (issue 37, item 7): writes that queue while a commit is under
+// way are committed together in the next one, each in its own savepoint, so
+// a write refused half-way undoes only its own changes.
+TEST(JobStoreTest, WritesQueuedBehindACommitShareTheNextAndARefusedOneUndoesOnlyItself) {
+  testing::TempDir dir;
+  auto opened = JobStore::open(dir.file("t.db"), 30000);
+  ASSERT_TRUE(opened.is_ok());
+  JobStore& store = **opened;
+  const std::string first = store.create(sample_job("first")).value().job.id;
+  NewJob keyed = sample_job("keyed");
+  keyed.idempotency_key = "k";
+  keyed.request_hash = "h1";
+  ASSERT_TRUE(store.create(keyed).is_ok());
+  const WriteStats before = store.write_stats();
+  EXPECT_EQ(before.commits, 2u);
+  EXPECT_EQ(before.writes, 2u);
+
+  // Another process holds the database: the next write's commit waits for
+  // it, and every write after that one queues.
+  auto other = Database::open(dir.file("t.db"));
+  ASSERT_TRUE(other.is_ok());
+  ASSERT_TRUE(other->exec("BEGIN EXCLUSIVE").is_ok());
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::map<std::string, Status> results;
+  const auto run = [&](const std::string& name, std::function<Status()> write) {
+    threads.emplace_back([&, name, write] {
+      const Status s = write();
+      std::lock_guard lock(mu);
+      results[name] = s;
+    });
+  };
+  run("lead", [&] { return store.create(sample_job("lead")).status(); });
+  ASSERT_TRUE(eventually([&] { return store.write_stats().commits == 3; }));
+  for (int i = 0; i < 5; ++i) {
+    run("create" + std::to_string(i), [&, i] { return store.create(sample_job("q" + std::to_string(i))).status(); });
+  }
+  NewJob reused = keyed;
+  reused.request_hash = "h2";
+  run("reused key", [&] { return store.create(reused).status(); });
+  run("wrong state", [&] { return store.transition(first, JobState::kRunning, JobState::kSucceeded, "x"); });
+  run("update", [&] { return store.update(first, JobUpdate().set("priority", 7)); });
+  // Events and a step are written, then the offsets' update fails: all of
+  // it must go.
+  IngestBatch half;
+  half.events.push_back({"note", "never kept", "", 0});
+  StepMetric step;
+  step.step = 1;
+  step.loss = 2.0;
+  half.metrics.push_back(step);
+  run("half ingest", [&] { return store.ingest(first, half, JobUpdate().set("no_such_column", 1)); });
+  ASSERT_TRUE(eventually([&] { return store.write_stats().waiting == 9; })) << store.write_stats().waiting;
+  ASSERT_TRUE(other->exec("ROLLBACK").is_ok());
+  for (auto& t : threads)
+    t.join();
+
+  const WriteStats after = store.write_stats();
+  EXPECT_EQ(after.commits, 4u) << "the nine queued writes share one commit";
+  EXPECT_EQ(after.writes, 12u);
+  EXPECT_EQ(after.waiting, 0);
+  for (const char* ok : {"lead", "create0", "create1", "create2", "create3", "create4", "update"}) {
+    EXPECT_TRUE(results[ok].is_ok()) << ok << ": " << results[ok].to_string();
+  }
+  EXPECT_EQ(results["reused key"].code(), StatusCode::kFailedPrecondition) << results["reused key"].to_string();
+  EXPECT_EQ(results["wrong state"].code(), StatusCode::kFailedPrecondition) << results["wrong state"].to_string();
+  EXPECT_FALSE(results["half ingest"].is_ok());
+  EXPECT_TRUE(store.health().writable) << "refusals are not store failures";
+
+  JobFilter all;
+  all.limit = 100;
+  EXPECT_EQ(store.list(all).value().jobs.size(), 8u);
+  const JobRecord job = store.get(first).value();
+  EXPECT_EQ(job.priority, 7);
+  EXPECT_EQ(job.state, JobState::kQueued);
+  EXPECT_EQ(job.events_offset, 0);
+  const auto events = store.events(first);
+  ASSERT_TRUE(events.is_ok());
+  for (const EventRecord& e : *events)
+    EXPECT_NE(e.kind, "note") << e.message;
+  EXPECT_TRUE(store.metrics(first).value().empty());
 }
 
 // A refusal is not a store failure.
