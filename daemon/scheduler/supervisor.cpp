@@ -167,14 +167,46 @@ void Supervisor::loop() {
   }
 }
 
+std::unique_lock<std::mutex> Supervisor::request_lock() {
+  {
+    std::lock_guard turn(turn_mu_);
+    ++requests_waiting_;
+  }
+  std::unique_lock lock(mu_);
+  {
+    std::lock_guard turn(turn_mu_);
+    --requests_waiting_;
+  }
+  turn_cv_.notify_all();
+  return lock;
+}
+
+void Supervisor::let_requests_in(std::unique_lock<std::mutex>& lock) {
+  std::unique_lock turn(turn_mu_);
+  if (requests_waiting_ == 0) return;
+  if (lock.owns_lock()) lock.unlock();
+  turn_cv_.wait(turn, [this] { return requests_waiting_ == 0; });
+  turn.unlock();
+  lock.lock();
+}
+
 void Supervisor::tick() {
-  std::lock_guard lock(mu_);
+  // A tick under a burst of submissions writes to the store for every
+  // running job and every start, each write waiting for its group commit:
+  // seconds in all. Requests waiting for mu_ (request_lock) go in before it
+  // and between its jobs.
+  std::unique_lock lock(mu_, std::defer_lock);
+  let_requests_in(lock);
+  if (!lock.owns_lock()) lock.lock();
   // An unwritable store learns here when it can be written again (GET
   // /healthz reports what it last found).
   (void)store_.probe();
   std::vector<std::string> ended;
   for (const auto& [kind, e] : executors_) e->begin_tick();
+  // Requests neither add nor remove running jobs, so the entries stay
+  // while they go in.
   for (auto& [id, r] : running_) {
+    let_requests_in(lock);
     if (r.unrecorded_start && !record_start(r)) continue;
     if (!r.exit) {
       ingest(r);
@@ -206,7 +238,7 @@ void Supervisor::tick() {
     running_.at(id).executor->forget(id);
     running_.erase(id);
   }
-  schedule_queued();
+  schedule_queued(lock);
 }
 
 bool Supervisor::observe(Running& r, Observation o) {
@@ -602,12 +634,18 @@ Status Supervisor::replan(Running& r, const JobRecord& job, const OomEvent& oom,
   return Status::ok();
 }
 
-void Supervisor::schedule_queued() {
-  // Every tick reads the whole queue: its records without spec or plan,
-  // the whole record only of a job that starts.
-  auto queued = store_.in_states({JobState::kQueued}, /*documents=*/false);
+void Supervisor::schedule_queued(std::unique_lock<std::mutex>& lock) {
+  // Every tick reads the head of the queue: its records without spec or
+  // plan, the whole record only of a job that starts. The first job that
+  // does not fit blocks those behind it (scheduler.h), so a tick never
+  // needs more than the window, and its cost does not grow with the queue
+  // (reading all of it, every tick of a submission burst, slowed the
+  // submissions down as the queue grew).
+  auto queued = store_.in_states({JobState::kQueued}, /*documents=*/false, options_.queue_window);
   if (!queued.is_ok()) return log_status(queued.status(), "listing queued jobs");
-  metrics_.set_queue_length(static_cast<std::int64_t>(queued->size()));
+  const bool whole_queue = static_cast<std::int64_t>(queued->size()) < options_.queue_window;
+  // Past the window, a /metrics scrape counts the queue (publish_metrics).
+  if (whole_queue) metrics_.set_queue_length(static_cast<std::int64_t>(queued->size()));
   // A retry's wait is kept on the monotonic clock (retry_not_before).
   std::map<std::string, double> still_due;
   const double wall_now = now_seconds(), steady_now = steady_seconds();
@@ -622,6 +660,12 @@ void Supervisor::schedule_queued() {
     if (j.next_attempt_at) {
       j.next_attempt_at = retry_not_before(*j.next_attempt_at, steady_due, wall_now, steady_now, longest);
     }
+  }
+  // A retry's due time is forgotten once its job has left the queue; jobs
+  // past the window are still in it.
+  if (!whole_queue) {
+    for (const auto& [id, due] : retry_due_)
+      still_due.emplace(id, due);
   }
   retry_due_ = std::move(still_due);
   if (queued->empty()) return;
@@ -653,11 +697,15 @@ void Supervisor::schedule_queued() {
         log_status(store_.transition(j.id, JobState::kQueued, JobState::kFailed, p.reason, u), "failing " + j.id);
         continue;
       }
+      // A request let in here may cancel a job placed below: its start
+      // then finds it no longer queued.
+      let_requests_in(lock);
       auto full = store_.get(j.id);
       if (!full.is_ok()) {
         log_status(full.status(), "reading " + j.id + " to start it");
         continue;
       }
+      if (full->state != JobState::kQueued) continue;
       start_attempt(*executor, *full, p);
     }
   }
@@ -769,7 +817,7 @@ void Supervisor::start_attempt(Executor& executor, const JobRecord& job, const P
 
 Status Supervisor::remove(const std::string& id) {
   // Under the tick's lock, so that no attempt starts meanwhile.
-  std::lock_guard lock(mu_);
+  const auto lock = request_lock();
   // The deletion is recorded with the rows; the folder follows, and the
   // record goes once it has (remove_deleted_folders finishes what a crash
   // interrupted).
@@ -798,7 +846,7 @@ Status Supervisor::remove_deleted_folders() {
 }
 
 Result<JobRecord> Supervisor::retry_job(const std::string& id) {
-  std::lock_guard lock(mu_);
+  const auto lock = request_lock();
   TAILOR_ASSIGN_OR_RETURN(JobRecord job, store_.get(id));
   if (job.state != JobState::kFailed && job.state != JobState::kCancelled) {
     return Status::failed_precondition("job " + id + " is " + to_string(job.state) +
@@ -821,7 +869,7 @@ Result<JobRecord> Supervisor::retry_job(const std::string& id) {
 }
 
 Result<JobRecord> Supervisor::cancel(const std::string& id) {
-  std::lock_guard lock(mu_);
+  const auto lock = request_lock();
   TAILOR_ASSIGN_OR_RETURN(JobRecord job, store_.get(id));
   if (is_terminal(job.state)) {
     return Status::failed_precondition("job " + id + " already " + to_string(job.state));
@@ -931,7 +979,7 @@ void Supervisor::publish_metrics() {
     metrics_.set_jobs_by_state(named);
     metrics_.set_queue_length(counts->at(JobState::kQueued));
   }
-  std::lock_guard lock(mu_);
+  const auto lock = request_lock();
   std::map<std::string, std::int64_t> peaks;
   for (const auto& [id, r] : running_) peaks[id] = r.peak_bytes.value_or(0);
   for (const auto& [kind, e] : executors_) e->publish(metrics_, peaks);

@@ -52,6 +52,10 @@ struct SupervisorOptions {
   std::int64_t host_budget_bytes = 0;      // CPU jobs share this
   std::vector<strategies::Device> gpus;    // GPU jobs get whole devices
   double poll_seconds = 0.2;
+  // The queued jobs a tick reads, by priority then submission order: the
+  // first that does not fit blocks those behind it, so a tick needs no
+  // more, however long the queue.
+  std::int64_t queue_window = 1024;
   double cancel_grace_seconds = 10;
   double backoff_seconds = 5;              // first retry delay; doubles per failure
   double max_backoff_seconds = 300;
@@ -178,7 +182,7 @@ class Supervisor {
   // estimate in the event's data.
   void note_start(Running& r, const Started& s, const PlanFacts& plan);
   OutcomePolicy policy() const;
-  void schedule_queued();
+  void schedule_queued(std::unique_lock<std::mutex>& lock);
   void start_attempt(Executor& executor, const JobRecord& job, const Placement& where);
   // Leaves a job in the queue with the reason its executor gives.
   void note_waiting(const JobRecord& job, const std::string& why);
@@ -193,7 +197,17 @@ class Supervisor {
   JobStore& store_;
   DaemonMetrics& metrics_;
   SupervisorOptions options_;
+  // mu_ for a request (cancel, retry, delete, a /metrics scrape): ahead of
+  // the next tick. Ticks follow one another without a pause during a burst
+  // of submissions (each wakes the loop), and the mutex is not fair: a
+  // scrape waited for the burst's end, 5-9 s.
+  std::unique_lock<std::mutex> request_lock();
+  // In a tick: lets the requests waiting for mu_ take it first.
+  void let_requests_in(std::unique_lock<std::mutex>& lock);
   std::mutex mu_;  // guards running_ and serialises ticks with cancel()
+  std::mutex turn_mu_;
+  std::condition_variable turn_cv_;
+  int requests_waiting_ = 0;  // guarded by turn_mu_
   std::map<std::string, Running> running_;
   std::vector<std::unique_ptr<Executor>> owned_;  // made from the options
   std::map<ExecutorKind, Executor*> executors_;

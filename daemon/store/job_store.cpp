@@ -478,13 +478,16 @@ Result<JobPage> JobStore::list(const JobFilter& f) {
   return page;
 }
 
-Result<std::vector<JobRecord>> JobStore::in_states(const std::vector<JobState>& states, bool documents) {
+Result<std::vector<JobRecord>> JobStore::in_states(const std::vector<JobState>& states, bool documents,
+                                                   std::int64_t limit) {
   Reader db = reader();
   std::string sql = std::string("SELECT ") + (documents ? kJobColumns : kScheduleColumns) + " FROM jobs WHERE state IN (";
   for (std::size_t i = 0; i < states.size(); ++i) sql += (i ? ", ?" : "?") + std::to_string(i + 1);
   sql += ") ORDER BY priority DESC, seq";
+  if (limit > 0) sql += " LIMIT ?" + std::to_string(states.size() + 1);
   TAILOR_ASSIGN_OR_RETURN(Statement q, db->prepare(sql));
   for (std::size_t i = 0; i < states.size(); ++i) q.bind(static_cast<int>(i + 1), to_string(states[i]));
+  if (limit > 0) q.bind(static_cast<int>(states.size() + 1), limit);
   std::vector<JobRecord> out;
   for (;;) {
     TAILOR_ASSIGN_OR_RETURN(const bool row, q.step());

@@ -268,10 +268,12 @@ class JobStore {
   // and spec_json are empty): get() has it; their plan_json is the plan's
   // summary unless filter.full_plan.
   Result<JobPage> list(const JobFilter& filter);
-  // Jobs in any of `states`, by priority (high first), then submission order.
-  // Without `documents`, the records leave out the spec and plan (a few kB
-  // each): what the scheduler reads every tick, however long the queue.
-  Result<std::vector<JobRecord>> in_states(const std::vector<JobState>& states, bool documents = true);
+  // Jobs in any of `states`, by priority (high first), then submission order;
+  // the first `limit` of them where it is above 0. Without `documents`, the
+  // records leave out the spec and plan (a few kB each): what the scheduler
+  // reads every tick.
+  Result<std::vector<JobRecord>> in_states(const std::vector<JobState>& states, bool documents = true,
+                                           std::int64_t limit = 0);
 
   // Moves a job from `from` to `to` with its event and `changes`, atomically.
   // FailedPrecondition when the job is no longer in `from`.

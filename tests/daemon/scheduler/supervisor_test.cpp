@@ -236,6 +236,41 @@ TEST_F(SupervisorJobTest, NoAttemptStartsWhileAnEarlierRunnerStillHoldsTheJobsLo
   EXPECT_NE(j.exit_reason.find("runner.lock"), std::string::npos) << j.exit_reason;
 }
 
+// A tick reads only the head of the queue (queue_window): a queue longer
+// than that still starts every job, by priority then submission order, as
+// the head empties.
+TEST_F(SupervisorJobTest, AQueueLongerThanATicksWindowStartsEveryJobByPriorityThenSubmission) {
+  SupervisorOptions o = options_running("/bin/true");
+  o.queue_window = 3;
+  // One job at a time: each needs the whole host budget.
+  ASSERT_TRUE(store_->update(id_, JobUpdate().set("estimated_bytes", o.host_budget_bytes)).is_ok());
+  std::vector<std::string> expected;
+  std::vector<std::string> low = {id_};
+  for (int i = 0; i < 9; ++i) {
+    NewJob nj = small_job();
+    nj.estimated_bytes = o.host_budget_bytes;
+    nj.priority = i >= 5 ? 5 : 0;
+    auto made = store_->create(nj);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    (nj.priority > 0 ? expected : low).push_back(made->job.id);
+  }
+  expected.insert(expected.end(), low.begin(), low.end());
+  Supervisor sup(*store_, metrics_, o);
+  sup.start();
+  ASSERT_TRUE(eventually([&] {
+    auto n = store_->count_by_state();
+    return n.is_ok() && n->at(JobState::kSucceeded) == 10;
+  })) << metrics_.render();
+  sup.stop();
+  auto events = store_->all_events(0, 1000);
+  ASSERT_TRUE(events.is_ok());
+  std::vector<std::string> started;
+  for (const EventRecord& e : *events) {
+    if (e.kind == "state" && e.to_state == "planning") started.push_back(e.job_id);
+  }
+  EXPECT_EQ(started, expected);
+}
+
 TEST_F(SupervisorJobTest, ARunnerWhoseStartWasNeverStoredIsJudgedByItsEventsNotLaunchedAgain) {
   // Launched (its pid file is there), ran to the end, but the store still
   // says planning: tailord could not store the start, then stopped.
