@@ -311,6 +311,9 @@ void JobStore::commit_batch(const std::vector<PendingWrite*>& batch) {
         s = (*w.body)();
       } catch (const std::exception& e) {
         s = Status::internal(std::string("a store write threw: ") + e.what());
+      } catch (...) {
+        // Another caller's write, run on this thread: it must not unwind here.
+        s = Status::internal("a store write threw");
       }
     }
     if (s.is_ok()) s = run_sql(db_, "RELEASE write");
