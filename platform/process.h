@@ -1,6 +1,7 @@
 // Child processes (tailor-runner, started by `tailor run` and by tailord):
 // launched so that "cannot start" is an error and not an exit status
-// (posix_spawn's result, or an error pipe after a fork), in their own process group with output captured to a file
+// (posix_spawn's result, or an error pipe after a fork), in their own
+// process group with output captured to a file
 // (tailord) or in the caller's group and terminal (`tailor run`); reaped
 // when they are this process' children, and recognised after a restart by
 // pid plus kernel start time (a reused pid has another start time).

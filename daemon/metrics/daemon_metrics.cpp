@@ -95,14 +95,15 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                           .Add({});
   store_commits_ = &prometheus::BuildCounter()
                         .Name("tailor_store_commits_total")
-                        .Help("Store transactions committed (each carries one or more writes: group commit).")
+                        .Help("Store transactions begun, each carrying the writes that waited for it (group commit).")
                         .Register(r)
                         .Add({});
-  store_writes_ = &prometheus::BuildCounter()
-                       .Name("tailor_store_writes_total")
-                       .Help("Store writes (submissions, state changes, events, metric batches) committed.")
-                       .Register(r)
-                       .Add({});
+  store_writes_ =
+      &prometheus::BuildCounter()
+           .Name("tailor_store_writes_total")
+           .Help("Store writes (submissions, state changes, events, metric batches) taken into a transaction.")
+           .Register(r)
+           .Add({});
   store_waiting_ = &prometheus::BuildGauge()
                         .Name("tailor_store_writes_waiting")
                         .Help("Store writes queued behind the commit under way.")

@@ -182,12 +182,14 @@ std::unique_lock<std::mutex> Supervisor::request_lock() {
 }
 
 void Supervisor::let_requests_in(std::unique_lock<std::mutex>& lock) {
-  std::unique_lock turn(turn_mu_);
-  if (requests_waiting_ == 0) return;
-  if (lock.owns_lock()) lock.unlock();
-  turn_cv_.wait(turn, [this] { return requests_waiting_ == 0; });
-  turn.unlock();
-  lock.lock();
+  {
+    std::unique_lock turn(turn_mu_);
+    if (requests_waiting_ > 0) {
+      if (lock.owns_lock()) lock.unlock();
+      turn_cv_.wait(turn, [this] { return requests_waiting_ == 0; });
+    }
+  }
+  if (!lock.owns_lock()) lock.lock();
 }
 
 void Supervisor::tick() {
@@ -197,7 +199,6 @@ void Supervisor::tick() {
   // and between its jobs.
   std::unique_lock lock(mu_, std::defer_lock);
   let_requests_in(lock);
-  if (!lock.owns_lock()) lock.lock();
   // An unwritable store learns here when it can be written again (GET
   // /healthz reports what it last found).
   (void)store_.probe();

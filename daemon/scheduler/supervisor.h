@@ -202,7 +202,8 @@ class Supervisor {
   // of submissions (each wakes the loop), and the mutex is not fair: a
   // scrape waited for the burst's end, 5-9 s.
   std::unique_lock<std::mutex> request_lock();
-  // In a tick: lets the requests waiting for mu_ take it first.
+  // In a tick: lets the requests waiting for mu_ take it first; `lock`
+  // (on mu_) is held on return.
   void let_requests_in(std::unique_lock<std::mutex>& lock);
   std::mutex mu_;  // guards running_ and serialises ticks with cancel()
   std::mutex turn_mu_;
