@@ -8,9 +8,12 @@
 
 namespace tailor::platform {
 
-Status write_file_atomic(const std::string& path, const std::string& content, Durability durability) {
+Status write_file_atomic(const std::string& path, const std::string& content, Durability durability, unsigned mode) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A temporary file a crash left keeps its own mode through O_CREAT: it
+  // goes first, so that the new one is created with `mode` (less the umask).
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) {
     const int err = errno;
     std::string msg = "creating " + tmp + ": " + std::strerror(err);

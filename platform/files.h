@@ -17,11 +17,12 @@ enum class Durability {
 };
 
 // Writes `content` to `path` through `path`.tmp and renames it: a reader
-// sees the old file or the new one, never half of one. IOError naming the
-// file and the reason (NoSpace when the file system is full); the temporary
-// file is removed on failure.
+// sees the old file or the new one, never half of one. The file is created
+// with `mode` less the umask (0600 for a secret: no moment where others may
+// read it). IOError naming the file and the reason (NoSpace when the file system
+// is full); the temporary file is removed on failure.
 Status write_file_atomic(const std::string& path, const std::string& content,
-                         Durability durability = Durability::kPowerCut);
+                         Durability durability = Durability::kPowerCut, unsigned mode = 0644);
 
 // Writes all n bytes of data to fd (retrying short writes and EINTR), or
 // returns false with errno set.

@@ -67,17 +67,7 @@ Result<std::string> load_or_create_token(const std::string& path) {
     return token;
   }
   TAILOR_ASSIGN_OR_RETURN(std::string token, random_hex(32));
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::io_error("creating " + tmp + ": " + std::strerror(errno));
-  const std::string line = token + "\n";
-  const bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
-                  ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::io_error("writing " + path + ": " + std::strerror(errno));
-  }
+  TAILOR_RETURN_IF_ERROR(platform::write_file_atomic(path, token + "\n", platform::Durability::kPowerCut, 0600));
   return token;
 }
 

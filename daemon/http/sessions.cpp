@@ -1,18 +1,14 @@
 #include "daemon/http/sessions.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 
 #include "daemon/http/auth.h"
+#include "platform/files.h"
 
 namespace tailor::daemon {
 namespace {
@@ -25,32 +21,6 @@ bool is_session_id(std::string_view id) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
-}
-
-// Written with mode 0600 from the start (the file names live sessions),
-// through a temporary file and a rename.
-Status write_private_file(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::io_error("cannot write " + tmp + ": " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::io_error("cannot write " + tmp + ": " + why);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return Status::io_error("cannot write " + path + ": " + why);
-  }
-  return Status::ok();
 }
 
 }  // namespace
@@ -109,7 +79,8 @@ Status Sessions::save_locked() const {
                   static_cast<unsigned long long>(s.fingerprint), static_cast<long long>(s.expires));
     out += line;
   }
-  return write_private_file(path_, out);
+  // Mode 0600 from the start: the file names live sessions.
+  return platform::write_file_atomic(path_, out, platform::Durability::kPowerCut, 0600);
 }
 
 Result<std::string> Sessions::create(Access access, std::string_view token, std::int64_t now) {

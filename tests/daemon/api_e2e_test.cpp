@@ -1021,9 +1021,12 @@ struct SmallTmpfs {
 };
 
 // The disk-full defect: submissions were 500 and /healthz said ok. Now a
-// submission is 507 (nothing recorded), /healthz is degraded with the
-// reason, and both recover when space returns.
-TEST(ApiE2eTest, OnAFullDataFolderSubmissionsAre507AndTheDaemonRecoversWhenSpaceReturns) {
+// submission is 507 (nothing recorded), and so is a sign-in (its sessions
+// file was a 500 io_error); /healthz is degraded with the reason, and all
+// recover when space returns. The served document says so for every
+// operation that writes (schemathesis met an undocumented 507 on a DELETE
+// when another test had filled CI's disk).
+TEST(ApiE2eTest, OnAFullDataFolderWritesAre507AndTheDaemonRecoversWhenSpaceReturns) {
   tailor::testing::TempDir dir;
   // Declared before the daemon: unmounted after it stopped.
   SmallTmpfs data(dir.file("data"), "8m");
@@ -1038,6 +1041,22 @@ TEST(ApiE2eTest, OnAFullDataFolderSubmissionsAre507AndTheDaemonRecoversWhenSpace
   EXPECT_EQ(refused.status, 507) << refused.body;
   EXPECT_EQ(refused.json()["error"], "insufficient_storage");
   EXPECT_NE(refused.json().value("message", "").find("no space"), std::string::npos) << refused.body;
+  const auto sign_in = [&] {
+    return http_request(d.address(), "POST", "/v1/session", nlohmann::json{{"token", d.token()}}.dump(),
+                        {{"Content-Type", "application/json"}});
+  };
+  const auto no_session = sign_in();
+  EXPECT_EQ(no_session.status, 507) << no_session.body;
+  EXPECT_EQ(no_session.json()["error"], "insufficient_storage");
+  const json document = d.get("/openapi.json").json();
+  for (const auto& [path, method] : std::vector<std::pair<std::string, std::string>>{{"/v1/jobs", "post"},
+                                                                                     {"/v1/jobs/{id}", "delete"},
+                                                                                     {"/v1/jobs/{id}/cancel", "post"},
+                                                                                     {"/v1/jobs/{id}/retry", "post"},
+                                                                                     {"/v1/session", "post"},
+                                                                                     {"/v1/session", "delete"}}) {
+    EXPECT_TRUE(document["paths"][path][method]["responses"].contains("507")) << method << " " << path;
+  }
   const auto health = d.get("/healthz");
   EXPECT_EQ(health.status, 503) << health.body;
   EXPECT_NE(health.json().value("reason", "").find("no space"), std::string::npos) << health.body;
@@ -1047,6 +1066,7 @@ TEST(ApiE2eTest, OnAFullDataFolderSubmissionsAre507AndTheDaemonRecoversWhenSpace
   EXPECT_TRUE(wait_for([&] { return d.get("/healthz").status == 200; }, std::chrono::seconds(10)));
   EXPECT_EQ(d.post("/v1/jobs", spec).status, 201);
   EXPECT_EQ(d.get("/v1/jobs").json()["jobs"].size(), 1u);
+  EXPECT_EQ(sign_in().status, 200);
 }
 
 // POST /v1/data/preview (the web UI's submit page, issue 38): a chat spec's

@@ -11,9 +11,10 @@
 #   - /v1/hardware reports the 3 GiB limit as the host memory it plans for,
 #   - `tailor submit --wait` inside the container trains the demo job,
 #   - `podman stop` (SIGTERM to tailord as PID 1) ends it with status 0.
-# Skipped (77) without root, podman or debootstrap, or where podman cannot
-# run even the bare base image (this machine's limits). Everything, images
-# included, lives in a temporary podman store removed at the end.
+# Skipped (77) without root, podman or debootstrap, where podman cannot
+# run even the bare base image, or where the disk lacks the room the build
+# takes (this machine's limits). Everything, images included, lives in a
+# temporary podman store removed at the end.
 #   tests/deploy/container_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -44,6 +45,23 @@ cleanup() {
 }
 trap cleanup EXIT
 t0=$SECONDS
+
+# At its peak the build holds about four copies of the staged files on this
+# disk (measured with podman's overlay store: 15.7 GB for 3.8 GB staged as
+# hard links; 19.5 GB when the stage was a copy). Other tests share the disk
+# and a full one fails them too (it did in CI), so the build starts only
+# with that room and 2 GiB to spare, and otherwise says what is missing.
+# (Where the stage cannot be hard links, its copy is counted as well.)
+free_mib() { df -Pm "$work" | awk 'NR == 2 { print $4 }'; }
+free=$(free_mib)
+"$src/deploy/container/build-image" --build "$build" --stage "$work/stage" --stage-only >"$work/stage.log" 2>&1 ||
+  fail "build-image --stage-only: $(tail -20 "$work/stage.log")"
+staged=$(du -sm "$work/stage" | cut -f1)
+stage_cost=$((free - $(free_mib)))
+rm -rf "$work/stage"
+need=$((staged * 9 / 2 + (stage_cost > 0 ? stage_cost : 0) + 2048))
+((free >= need)) || skip "building the image needs about $need MiB free on $work's file system (${staged} MiB staged), and $free MiB are"
+echo "disk: $free MiB free, about $need MiB needed (${staged} MiB staged, $stage_cost MiB of it copied)"
 
 echo "== a Debian 12 base image (debootstrap --variant=minbase bookworm)"
 mirror=$(sed -n 's#^URIs: \(http[^ ]*debian\)$#\1#p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)

@@ -122,6 +122,19 @@ TEST(FilesTest, AtomicWriteReplacesTheWholeFileAndLeavesNoTemporary) {
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
+// A secret (the token, the sessions file) is written 0600 from its first
+// byte, also over a temporary file a crash left readable by all.
+TEST(FilesTest, APrivateAtomicWriteIsOwnerOnlyEvenOverALeftoverTemporary) {
+  TempDir dir;
+  const std::string path = dir.file("sessions");
+  { std::ofstream(path + ".tmp") << "left by a crash"; }
+  std::filesystem::permissions(path + ".tmp", std::filesystem::perms(0644));
+  ASSERT_TRUE(write_file_atomic(path, "secret", Durability::kPowerCut, 0600).is_ok());
+  EXPECT_EQ(read_all(path), "secret");
+  EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::all, std::filesystem::perms(0600));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
 TEST(FilesTest, AtomicWriteIntoAMissingFolderIsAnErrorNamingIt) {
   TempDir dir;
   const Status s = write_file_atomic(dir.file("no/such/folder/x"), "x");
