@@ -865,7 +865,8 @@ const std::vector<Field<StrategySpec>>& strategy_fields() {
           "probe",
           "off (the default; also 0), or K from 1 to 5: before training, measure the planner's K fastest plans that "
           "fit "
-          "on this machine (a few steps each on the longest batches, in one runner process) and train with the "
+          "on this machine (a few steps each on the longest batches; a plan of several ranks by its ranks together) "
+          "and train with the "
           "fastest measured one that stays within the budget; the plan records each one's predicted and "
           "measured speed and peak. A probe that runs out of memory is a measured \"does not fit\".",
           Json{{"anyOf", Json::array({Json{{"type", "integer"}, {"minimum", 0}, {"maximum", kMaxProbe}},

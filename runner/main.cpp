@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -84,6 +85,8 @@ RANK and WORLD_SIZE set (torchrun, srun, a Kubernetes Job) this process is
 that rank and meets the others at MASTER_ADDR:MASTER_PORT (rank 0 listens;
 under torchrun, whose agent holds MASTER_PORT, at MASTER_PORT + 1).
 TAILOR_RENDEZVOUS_TIMEOUT (seconds, default 300) bounds the wait for them.
+With strategy.probe the launcher first starts the ranks together for each
+candidate (--probe-candidate I and --append-events are its flags to them).
 
 exit codes: 0 done, 1 failure, 2 bad input (never retried), 3 out of memory
 (re-plan), 4 cancelled (SIGTERM/SIGINT; a checkpoint was written)
@@ -188,17 +191,6 @@ int main(int argc, char** argv) {
     const auto name = runner::heartbeat_file_name(rank->present ? std::optional<int>(rank->rank) : std::nullopt);
     heartbeat.emplace((std::filesystem::path(args.out) / name).string(), *every);
   }
-  // A multi-rank plan started as one process: become the ranks' launcher.
-  if (!rank->present && config->strategy.num_gpus > 1) {
-    runner::dist::LaunchOptions launch;
-    launch.world = static_cast<int>(config->strategy.num_gpus);
-    launch.threads = opts.threads;
-    launch.out_dir = args.out;
-    runner::RunnerCommand rank_command = args;
-    rank_command.threads.reset();  // each rank gets its share instead
-    launch.args = runner::runner_args(rank_command);
-    return runner::dist::launch_ranks(launch);
-  }
   opts.rank = *rank;
   opts.config = std::move(config).value();
   opts.out_dir = args.out;
@@ -215,25 +207,67 @@ int main(int argc, char** argv) {
     }
     opts.memory_limit = limit->count();
   }
+  opts.append_events = args.append_events;
+  // A rank of the launcher's probe: one candidate measured, then exit.
+  if (args.probe_candidate) {
+    std::size_t index = 0;
+    const std::string& text = *args.probe_candidate;
+    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), index);
+    if (!rank->present || err != std::errc() || end != text.data() + text.size() || text.empty()) {
+      std::cerr << "tailor-runner: --probe-candidate takes a candidate's index, in a rank the launcher started\n";
+      return runner::exit_status(runner::RunnerExit::kBadInput);
+    }
+    return runner::exit_status(runner::probe_candidate_as_rank(opts, index));
+  }
   // strategy.probe: the candidates measured before training (not on a
   // resume: the probed plan trains on), then the probed plan trained.
-  // Candidates are plans of one process (the planner's), so no launcher.
   const auto& probe = opts.config.probe;
   const bool to_probe = probe && !probe->candidates.empty() && !probe->measured();
   if (args.probe_only && !to_probe) {
     std::cerr << "tailor-runner: --probe-only: " << args.plan << " has no probe to measure (strategy.probe)\n";
     return runner::exit_status(runner::RunnerExit::kBadInput);
   }
+  const std::string probed_path = (std::filesystem::path(args.out) / runner::kProbedPlanFile).string();
   // A resumed run whose probe was measured trains the plan it chose.
+  bool probed_already = false;
   if (to_probe && opts.resume && !args.probe_only) {
-    const std::string path = (std::filesystem::path(args.out) / runner::kProbedPlanFile).string();
-    auto probed = std::filesystem::exists(path) ? runner::read_plan_file(path)
-                                                : Result<runner::RunConfig>(Status::not_found(path));
+    auto probed = std::filesystem::exists(probed_path) ? runner::read_plan_file(probed_path)
+                                                       : Result<runner::RunConfig>(Status::not_found(probed_path));
     if (probed.is_ok() && probed->probe && runner::same_candidates(*probed->probe, *probe)) {
       opts.config = std::move(probed).value();
-      opts.append_events = false;
-      return runner::exit_status(runner::train(opts));
+      probed_already = true;
     }
+  }
+  // A multi-rank plan started as one process: become the ranks' launcher,
+  // which probes (each candidate's ranks started together) before the
+  // ranks that train.
+  if (!rank->present && opts.config.strategy.num_gpus > 1) {
+    runner::RunnerCommand rank_command = args;
+    rank_command.threads.reset();  // each rank gets its share instead
+    rank_command.probe_only = false;
+    const int world = static_cast<int>(opts.config.strategy.num_gpus);
+    if (to_probe && !probed_already) {
+      auto probed = runner::probe_ranks_before_training(opts, runner::runner_args(rank_command), world,
+                                                        /*print_table=*/!args.probe_only);
+      if (!probed.is_ok()) {
+        std::cerr << "tailor-runner: probe: " << probed.status().message() << "\n";
+        return runner::exit_status(probed.status().code() == StatusCode::kCancelled ? runner::RunnerExit::kCancelled
+                                                                                    : runner::RunnerExit::kFailure);
+      }
+      if (args.probe_only) return runner::exit_status(runner::RunnerExit::kOk);
+      rank_command.append_events = true;
+    }
+    if (to_probe) rank_command.plan = probed_path;  // the probed plan: the ranks train what it chose
+    runner::dist::LaunchOptions launch;
+    launch.world = world;
+    launch.threads = opts.threads;
+    launch.out_dir = args.out;
+    launch.args = runner::runner_args(rank_command);
+    return runner::dist::launch_ranks(launch);
+  }
+  if (probed_already) {
+    opts.append_events = false;
+    return runner::exit_status(runner::train(opts));
   }
   if (to_probe) {
     auto probed = runner::probe_before_training(opts, /*print_table=*/!args.probe_only);

@@ -362,7 +362,10 @@ std::vector<const Candidate*> policy_order(std::vector<const Candidate*> fitting
                                            const PlanOptions& o, std::size_t limit) {
   std::vector<const Candidate*> out;
   if (first != nullptr) out.push_back(first);
-  std::erase_if(fitting, [&](const Candidate* c) { return c->strategy.num_gpus != 1 || c == first; });
+  // A probe's candidates run as many ranks as the plan's own choice: the
+  // job holds those devices (or cores), whichever candidate it trains.
+  const std::int64_t ranks = first != nullptr ? first->strategy.num_gpus : 1;
+  std::erase_if(fitting, [&](const Candidate* c) { return c->strategy.num_gpus != ranks || c == first; });
   while (out.size() < limit) {
     const Candidate* next = choose(fitting, o);
     if (next == nullptr) break;
@@ -376,18 +379,14 @@ std::vector<const Candidate*> policy_order(std::vector<const Candidate*> fitting
 void choose_probe_candidates(const dsl::JobSpec& spec, const SearchResult& r, Plan& plan, const PlanOptions& o) {
   plan.probe_requested = spec.strategy.probe;
   plan.probe_fidelity_margin = o.cost.fidelity_margin;
-  if (plan.chosen.strategy.num_gpus > 1) {
-    plan.probe_limited = "not probed: the plan trains " + std::to_string(plan.chosen.strategy.num_gpus) +
-                         " ranks, and probing measures plans of one process";
-    return;
-  }
   for (const Candidate* c : policy_order(r.fitting, r.best, o, static_cast<std::size_t>(plan.probe_requested))) {
     plan.probe_candidates.push_back(*c);
   }
   if (static_cast<std::int64_t>(plan.probe_candidates.size()) < plan.probe_requested) {
+    const std::int64_t ranks = plan.chosen.strategy.num_gpus;
     plan.probe_limited = std::to_string(plan.probe_candidates.size()) + " of the " +
-                         std::to_string(plan.probe_requested) +
-                         " plans asked for: no other plan of one process fits and runs";
+                         std::to_string(plan.probe_requested) + " plans asked for: no other plan of " +
+                         (ranks > 1 ? std::to_string(ranks) + " ranks" : std::string("one process")) + " fits and runs";
   }
 }
 

@@ -85,6 +85,8 @@ int free_loopback_port() {
   return port;
 }
 
+int stop_signal() { return g_stop_signal; }
+
 std::string rank_events_path(const std::string& out_dir, int rank) {
   if (rank == 0) return (std::filesystem::path(out_dir) / "events.jsonl").string();
   return (std::filesystem::path(out_dir) / ("events.rank-" + std::to_string(rank) + ".jsonl")).string();
@@ -200,11 +202,11 @@ int launch_ranks(const LaunchOptions& o) {
   if (outcome.deciding_rank >= 0) {
     const RankExit& e = *std::find_if(exits.begin(), exits.end(),
                                       [&](const RankExit& x) { return x.rank == outcome.deciding_rank; });
-    if (e.rank != 0 || e.signaled) {
+    if (o.record_outcome && (e.rank != 0 || e.signaled)) {
       std::ofstream events(rank_events_path(o.out_dir, 0), std::ios::app);
       events << deciding_event(o.out_dir, e, outcome.exit) << '\n';
     }
-    std::fprintf(stderr, "tailor-runner: rank %d ended the job (%s)\n", e.rank, to_string(outcome.exit));
+    std::fprintf(stderr, "tailor-runner: rank %d ended %s (%s)\n", e.rank, o.what.c_str(), to_string(outcome.exit));
   }
   return exit_status(outcome.exit);
 }

@@ -29,10 +29,21 @@ struct LaunchOptions {
   std::vector<std::string> args;  // the ranks' arguments (without the program name)
   int threads = 1;                // cores to split between the ranks
   std::string out_dir;            // where the ranks' events files are
+  // What the ranks run, for the launcher's last line ("rank 1 ended the
+  // job (...)"), and whether the deciding rank's terminal event goes to
+  // events.jsonl: the ranks probing one candidate of a plan are not the
+  // job, and what they measured is their own report.
+  std::string what = "the job";
+  bool record_outcome = true;
 };
 
 // Runs the ranks to the end; the job's exit status (exit_code.h).
 int launch_ranks(const LaunchOptions& options);
+
+// The signal (SIGTERM, SIGINT) launch_ranks passed on to the ranks, 0 when
+// none came: a launcher that starts ranks again and again (a probe of each
+// candidate, then training) stops at the first.
+int stop_signal();
 
 // A loopback port nobody listens on now (0 when none could be found), for
 // rank 0's rendezvous.

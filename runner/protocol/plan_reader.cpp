@@ -146,20 +146,9 @@ Result<std::optional<ProbeTable>> parse_probe(const std::string& text, const std
       pc.predicted_reserved = c.at("reserved_per_gpu").get<std::int64_t>();
       pc.predicted_tokens_per_second = c.at("throughput").at("tokens_per_second").get<double>();
       if (c.contains("measured")) {
-        const json& m = c["measured"];
-        ProbeMeasurement pm;
-        const std::string outcome = m.at("outcome").get<std::string>();
-        pm.outcome = outcome == "fits"            ? ProbeMeasurement::Outcome::kFits
-                     : outcome == "out_of_memory" ? ProbeMeasurement::Outcome::kOutOfMemory
-                                                  : ProbeMeasurement::Outcome::kFailed;
-        pm.tokens_per_second = m.at("tokens_per_second").get<double>();
-        pm.step_seconds = m.at("step_seconds").get<double>();
-        pm.peak_bytes = m.at("peak_bytes").get<std::int64_t>();
-        pm.reserved_bytes = m.value("reserved_bytes", std::int64_t{0});
-        pm.budget_bytes = m.at("budget_bytes").get<std::int64_t>();
-        pm.seconds = m.at("seconds").get<double>();
-        pm.message = m.value("message", std::string());
-        pc.measured = pm;
+        TAILOR_ASSIGN_OR_RETURN(
+            pc.measured, parse_measurement(c["measured"].dump(),
+                                           name + ": probe candidate " + std::to_string(t.candidates.size() + 1)));
       }
       t.candidates.push_back(std::move(pc));
     }

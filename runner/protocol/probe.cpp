@@ -57,6 +57,70 @@ json measurement_json(const ProbeMeasurement& m) {
 
 }  // namespace
 
+std::string measurement_json_text(const ProbeMeasurement& m) { return measurement_json(m).dump(); }
+
+Result<ProbeMeasurement> parse_measurement(const std::string& text, const std::string& name) {
+  const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object()) return Status::invalid_argument(name + ": not a JSON measurement");
+  ProbeMeasurement pm;
+  try {
+    const std::string outcome = m.at("outcome").get<std::string>();
+    pm.outcome = outcome == "fits"            ? ProbeMeasurement::Outcome::kFits
+                 : outcome == "out_of_memory" ? ProbeMeasurement::Outcome::kOutOfMemory
+                                              : ProbeMeasurement::Outcome::kFailed;
+    pm.tokens_per_second = m.at("tokens_per_second").get<double>();
+    pm.step_seconds = m.at("step_seconds").get<double>();
+    pm.peak_bytes = m.at("peak_bytes").get<std::int64_t>();
+    pm.reserved_bytes = m.value("reserved_bytes", std::int64_t{0});
+    pm.budget_bytes = m.at("budget_bytes").get<std::int64_t>();
+    pm.seconds = m.at("seconds").get<double>();
+    pm.message = m.value("message", std::string());
+  } catch (const json::exception& e) {
+    return Status::invalid_argument(name + ": malformed measurement: " + e.what());
+  }
+  return pm;
+}
+
+std::string probe_rank_file(const std::string& out_dir, std::size_t candidate, int rank) {
+  return out_dir + "/probe/candidate-" + std::to_string(candidate) + ".rank-" + std::to_string(rank) + ".json";
+}
+
+ProbeMeasurement combine_rank_measurements(const std::vector<std::optional<ProbeMeasurement>>& ranks,
+                                           const std::string& ended) {
+  using Outcome = ProbeMeasurement::Outcome;
+  ProbeMeasurement out;
+  bool all_fit = !ranks.empty();
+  for (const auto& m : ranks) {
+    all_fit = all_fit && m && m->outcome == Outcome::kFits;
+    if (!m) continue;
+    out.peak_bytes = std::max(out.peak_bytes, m->peak_bytes);
+    out.reserved_bytes = std::max(out.reserved_bytes, m->reserved_bytes);
+    out.budget_bytes = std::max(out.budget_bytes, m->budget_bytes);
+  }
+  if (all_fit) {
+    out.outcome = Outcome::kFits;
+    out.tokens_per_second = ranks.front()->tokens_per_second;
+    for (const auto& m : ranks) {
+      out.tokens_per_second = std::min(out.tokens_per_second, m->tokens_per_second);
+      out.step_seconds = std::max(out.step_seconds, m->step_seconds);
+    }
+    return out;
+  }
+  // The first rank out of memory decides (the others were stopped by it, or
+  // failed at a collective it left); else the first that failed.
+  for (const Outcome decides : {Outcome::kOutOfMemory, Outcome::kFailed}) {
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      if (!ranks[r] || ranks[r]->outcome != decides) continue;
+      out.outcome = decides;
+      out.message = "rank " + std::to_string(r) + ": " + ranks[r]->message;
+      return out;
+    }
+  }
+  out.outcome = Outcome::kFailed;
+  out.message = ended.empty() ? "the ranks ended without measuring" : ended;
+  return out;
+}
+
 Result<std::string> probed_plan_json(const std::string& plan_json, const ProbeTable& measured) {
   json plan = json::parse(plan_json, nullptr, /*allow_exceptions=*/false);
   if (plan.is_discarded() || !plan.is_object() || !plan.contains("probe") || !plan["probe"].is_object()) {

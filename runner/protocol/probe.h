@@ -61,6 +61,27 @@ struct ProbeTable {
   bool measured() const { return !candidates.empty() && candidates.front().measured.has_value(); }
 };
 
+// One measurement as a JSON object (a plan's candidate's "measured", a
+// rank's file) and back; InvalidArgument naming `name` when malformed.
+std::string measurement_json_text(const ProbeMeasurement& m);
+Result<ProbeMeasurement> parse_measurement(const std::string& text, const std::string& name);
+
+// A plan of several ranks is probed by its ranks together (the launcher
+// starts them for each candidate): rank R of candidate I writes what it
+// measured to this file of the job's folder.
+std::string probe_rank_file(const std::string& out_dir, std::size_t candidate, int rank);
+
+// One candidate's measurement from its ranks' (nullopt: a rank that left
+// none, stopped by the launcher once another failed). All fit: the job's
+// step is the slowest rank's and its speed that rank's (each rank counts the
+// global batch's tokens, summed over the ranks, over its own step time);
+// its peak is the largest rank's, since that rank is the one that must fit. A rank out of memory
+// makes the candidate a measured "does not fit", saying which rank; anything
+// else is a failure, with `ended` (how the ranks ended) where no rank said
+// why. `seconds` is the caller's (launching included).
+ProbeMeasurement combine_rank_measurements(const std::vector<std::optional<ProbeMeasurement>>& ranks,
+                                           const std::string& ended);
+
 // The candidate to train: of those that fit, the fastest measured (its
 // speed times its fidelity factor), a tie within `tie_band` going to the
 // earlier candidate (the planner's order); -1 when none fitted.

@@ -32,6 +32,8 @@ std::vector<std::string> runner_args(const RunnerCommand& c) {
   if (c.merge) out.push_back("--merge");
   if (c.probe) out.push_back("--probe");
   if (c.probe_only) out.push_back("--probe-only");
+  put(out, "--probe-candidate", c.probe_candidate);
+  if (c.append_events) out.push_back("--append-events");
   if (c.version) out.push_back("--version");
   if (c.help) out.push_back("--help");
   return out;
@@ -49,6 +51,8 @@ Result<RunnerCommand> parse_runner_args(const std::vector<std::string>& args) {
                                                      {"quiet", false},
                                                      {"probe", false},
                                                      {"probe-only", false},
+                                                     {"probe-candidate", true},
+                                                     {"append-events", false},
                                                      {"export", true},
                                                      {"merge", false},
                                                      {"version", false},
@@ -70,6 +74,8 @@ Result<RunnerCommand> parse_runner_args(const std::vector<std::string>& args) {
   c.merge = a.has("merge");
   c.probe = a.has("probe");
   c.probe_only = a.has("probe-only");
+  c.probe_candidate = get(a, "probe-candidate");
+  c.append_events = a.has("append-events");
   c.version = a.has("version");
   c.help = a.has("help");
   return c;

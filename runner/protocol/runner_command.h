@@ -25,6 +25,12 @@ struct RunnerCommand {
   bool merge = false;                        // --merge (with --export)
   bool probe = false;                        // --probe
   bool probe_only = false;                   // --probe-only: measure the plan's probe, write it, train nothing
+  // Between the ranks' launcher and its ranks only: --probe-candidate I
+  // measures the plan's probe candidate I as this rank and writes
+  // probe_rank_file(out, I, rank); --append-events keeps what events.jsonl
+  // holds (the launcher's probe) rather than starting it anew.
+  std::optional<std::string> probe_candidate;
+  bool append_events = false;
   bool version = false;                      // --version
   bool help = false;                         // --help, -h
 };

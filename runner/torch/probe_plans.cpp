@@ -1,10 +1,14 @@
 // strategy.probe before training (trainer.h's probe_before_training): the
-// plan's candidates measured one after another in this process, each a
-// Run of its own (run_probe.cpp) freed before the next, then the plan
+// plan's candidates measured one after another, each a Run of its own
+// (run_probe.cpp) freed before the next: in this process, or for a plan of
+// several ranks by the ranks the launcher starts for each; then the plan
 // written again with what they measured.
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
 
 #include "core/json_writer.h"
 #include "platform/files.h"
@@ -35,9 +39,10 @@ ProbeMeasurement measure_candidate(const TrainOptions& options, const ProbeCandi
   return m;
 }
 
-}  // namespace
+// One candidate's measurement; an error (Cancelled) ends the probe.
+using MeasureFn = std::function<Result<ProbeMeasurement>(std::size_t index, const ProbeCandidate& c)>;
 
-Result<RunConfig> probe_before_training(const TrainOptions& options, bool print_table) {
+Result<RunConfig> probe_each(const TrainOptions& options, bool print_table, const MeasureFn& measure) {
   if (!options.config.probe || options.config.probe->candidates.empty()) {
     return Status::invalid_argument(options.config.plan_path + ": the plan asks for no probe");
   }
@@ -67,7 +72,7 @@ Result<RunConfig> probe_before_training(const TrainOptions& options, bool print_
     if (!options.quiet) {
       std::fprintf(stderr, "probe %zu/%zu: %s ...\n", i + 1, n, c.summary.c_str());
     }
-    c.measured = measure_candidate(options, c, table);
+    TAILOR_ASSIGN_OR_RETURN(c.measured, measure(i, c));
     const ProbeMeasurement& m = *c.measured;
     if (!options.quiet) {
       if (m.outcome == ProbeMeasurement::Outcome::kFits) {
@@ -103,6 +108,85 @@ Result<RunConfig> probe_before_training(const TrainOptions& options, bool print_
     std::fprintf(stderr, "%s", format_probe_table(table, !options.config.on_cpu).c_str());
   }
   return parse_plan(text, path);
+}
+
+// Candidate `index` measured by `world` ranks started for it.
+Result<ProbeMeasurement> measure_on_ranks(const TrainOptions& options, const std::vector<std::string>& rank_args,
+                                          int world, std::size_t index) {
+  const double t0 = now_seconds();
+  std::error_code ec;
+  for (int r = 0; r < world; ++r) {
+    fs::remove(probe_rank_file(options.out_dir, index, r), ec);  // an earlier attempt's
+  }
+  dist::LaunchOptions launch;
+  launch.world = world;
+  launch.threads = options.threads;
+  launch.out_dir = options.out_dir;
+  launch.what = "the probe of plan " + std::to_string(index + 1);
+  launch.record_outcome = false;
+  launch.args = rank_args;
+  launch.args.insert(launch.args.end(), {"--probe-candidate", std::to_string(index)});
+  const int status = dist::launch_ranks(launch);
+  if (dist::stop_signal() != 0) return Status::cancelled("the probe was stopped by a signal");
+  std::vector<std::optional<ProbeMeasurement>> ranks(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    const std::string path = probe_rank_file(options.out_dir, index, r);
+    std::ifstream in(path);
+    if (!in) continue;
+    std::stringstream text;
+    text << in.rdbuf();
+    auto m = parse_measurement(text.str(), path);
+    if (m.is_ok()) ranks[static_cast<std::size_t>(r)] = std::move(m).value();
+  }
+  const auto exit = runner_exit_from_status(status);
+  ProbeMeasurement m = combine_rank_measurements(
+      ranks, "the ranks ended with exit status " + std::to_string(status) +
+                 (exit ? std::string(" (") + to_string(*exit) + ")" : std::string()) + " and measured nothing");
+  m.seconds = now_seconds() - t0;
+  return m;
+}
+
+}  // namespace
+
+Result<RunConfig> probe_before_training(const TrainOptions& options, bool print_table) {
+  return probe_each(options, print_table, [&](std::size_t, const ProbeCandidate& c) -> Result<ProbeMeasurement> {
+    return measure_candidate(options, c, *options.config.probe);
+  });
+}
+
+Result<RunConfig> probe_ranks_before_training(const TrainOptions& options, const std::vector<std::string>& rank_args,
+                                              int world, bool print_table) {
+  auto probed = probe_each(options, print_table, [&](std::size_t i, const ProbeCandidate&) {
+    return measure_on_ranks(options, rank_args, world, i);
+  });
+  std::error_code ec;
+  fs::remove_all(fs::path(options.out_dir) / "probe", ec);  // the ranks' files, combined in the plan now
+  return probed;
+}
+
+RunnerExit probe_candidate_as_rank(const TrainOptions& options, std::size_t candidate) {
+  const auto& probe = options.config.probe;
+  ProbeMeasurement m;
+  if (!probe || candidate >= probe->candidates.size()) {
+    m.message = options.config.plan_path + " has no probe candidate " + std::to_string(candidate);
+  } else {
+    m = measure_candidate(options, probe->candidates[candidate], *probe);
+  }
+  const std::string path = probe_rank_file(options.out_dir, candidate, options.rank.rank);
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  // Read by the launcher once this process has exited: no fsync needed.
+  if (Status s = platform::write_file_atomic(path, measurement_json_text(m), platform::Durability::kProcess);
+      !s.is_ok()) {
+    std::fprintf(stderr, "tailor-runner: rank %d: %s\n", options.rank.rank, s.message().c_str());
+    return RunnerExit::kFailure;
+  }
+  switch (m.outcome) {
+    case ProbeMeasurement::Outcome::kFits: return RunnerExit::kOk;
+    case ProbeMeasurement::Outcome::kOutOfMemory: return RunnerExit::kOutOfMemory;
+    case ProbeMeasurement::Outcome::kFailed: return RunnerExit::kFailure;
+  }
+  return RunnerExit::kFailure;
 }
 
 }  // namespace tailor::runner

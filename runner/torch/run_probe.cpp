@@ -2,6 +2,7 @@
 // metered (run.h's measure; probe_plans.cpp runs it for each candidate).
 #include <algorithm>
 
+#include "runner/torch/data_parallel.h"
 #include "runner/torch/run.h"
 
 namespace tailor::runner {
@@ -32,10 +33,17 @@ void Run::measure(const ProbeTable& steps, ProbeMeasurement& out) {
       const double nll_weight = denom / static_cast<double>(std::max<std::int64_t>(1, batch.nll_tokens));
       const std::int64_t warmup = steps.warmup_steps;
       for (std::int64_t step = 1;; ++step) {
-        if (step > warmup && timed >= steps.timed_steps &&
-            (timed_seconds >= steps.min_timed_seconds || timed >= steps.max_timed_steps)) {
-          break;
+        bool done = step > warmup && timed >= steps.timed_steps &&
+                    (timed_seconds >= steps.min_timed_seconds || timed >= steps.max_timed_steps);
+        if (world_ > 1) {
+          // Ranks time their steps apart, and one that stopped a step
+          // early would leave the others waiting in a collective: rank 0's
+          // clock decides for all.
+          std::vector<double> v = {rank_ == 0 && done ? 1.0 : 0.0};
+          TAILOR_RETURN_IF_ERROR(all_reduce_values(*comm_, v));
+          done = v[0] > 0;
         }
+        if (done) break;
         step_ = step;
         const double start = now_seconds();
         TAILOR_ASSIGN_OR_RETURN(Pass pass, forward_backward(batch.mine, denom, nll_weight));

@@ -18,8 +18,10 @@
 // checkpoints (checkpoint.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runner/dist/rank_env.h"
 #include "runner/protocol/exit_code.h"
@@ -54,6 +56,21 @@ struct TrainOptions {
 // `print_table`: the table of predicted beside measured on stderr too.
 Result<RunConfig> probe_before_training(const TrainOptions& options, bool print_table);
 inline constexpr const char* kProbedPlanFile = "plan.probed.json";
+
+// The same for a plan of several ranks, from their launcher: for each
+// candidate the ranks started together (`rank_args`, the ranks' command,
+// with --probe-candidate I; each rank's share of `threads` cores), and what
+// they measured combined (combine_rank_measurements). A rank out of memory
+// stops the others at once (no collective waits for it) and is a measured
+// "does not fit". Cancelled when SIGTERM or SIGINT came meanwhile.
+Result<RunConfig> probe_ranks_before_training(const TrainOptions& options, const std::vector<std::string>& rank_args,
+                                              int world, bool print_table);
+
+// A rank of the launcher's probe (--probe-candidate): measures candidate
+// `candidate` of the plan's probe with the other ranks and writes it to
+// probe_rank_file; kOk when it fitted, kOutOfMemory or kFailure (the file
+// says why) otherwise.
+RunnerExit probe_candidate_as_rank(const TrainOptions& options, std::size_t candidate);
 
 // Runs the job; the result is also written as the terminal event's
 // exit_code (protocol/events.h). Never throws.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -97,6 +98,13 @@ std::string plan_file(const TempDir& t, const std::string& name, const JobShape&
 
 int run_runner(const std::string& plan, const std::string& out, const std::string& extra = "") {
   return shell(kBin + "tailor-runner --plan " + plan + " --out " + out + " --quiet " + extra + " 2> " + out + ".log");
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 std::vector<json> json_lines(const std::string& path) {
@@ -930,6 +938,80 @@ TEST(RanksTest, SigtermStopsEveryRankAfterTheSameStepWithACheckpoint) {
   EXPECT_EQ(json_lines(dist::rank_events_path(out, 1)).back()["step"], last["step"]);
   const int step = last["step"];
   ASSERT_EQ(run_runner(plan_file(t, "short", {.ranks = 2, .zero = 1, .steps = step + 1}), out, "--resume"), 0);
+}
+
+// strategy.probe on a plan of two ranks: every candidate is a plan of two
+// ranks, measured by two ranks started together for it (their peak the
+// larger rank's); then, held to a budget between the candidates' measured
+// peaks, the widest runs out of memory in a rank, which stops its peer at
+// once (no collective waits for it), is recorded as a measured "does not
+// fit", and the job trains the fastest candidate that fitted, within the
+// budget.
+TEST(RanksTest, TwoRanksProbeEachCandidateTogetherAndTrainTheFastestThatFits) {
+  TempDir t;
+  const std::string spec =
+      t.write("probe.yaml",
+              "apiVersion: tailor/v1\nkind: TrainingJob\nname: probe-ranks\n"
+              "model: {preset: tiny-llama-byte, init: random}\n"
+              "data: {train: " TAILOR_SOURCE_DIR
+              "/configs/data/tiny-corpus.txt, format: text, seq_len: 64, "
+              "packing: true}\n"
+              "training: {global_batch_size: 16, micro_batch_size: 8, max_steps: 3, lr: 2e-3, seed: 7}\n"
+              "strategy: {precision: fp32, adapter: none, gradient_checkpointing: false, probe: 3}\n"
+              "resources: {gpus: 0, host_memory: 4GiB, ranks: 2}\n");
+  const std::string plan = t.file("probe.plan.json");
+  ASSERT_EQ(shell(kBin + "tailor plan " + spec + " --output json > " + plan + " 2> " + plan + ".err"), 0);
+  const json asked = json::parse(std::ifstream(plan));
+  ASSERT_EQ(asked["probe"]["candidates"].size(), 3u) << asked["probe"];
+  for (const json& c : asked["probe"]["candidates"])
+    EXPECT_EQ(c["strategy"]["num_gpus"], 2) << c["summary"];
+
+  // Measured only: three candidates, each by both ranks, nothing trained.
+  const std::string measured = t.file("measured");
+  ASSERT_EQ(run_runner(plan, measured, "--probe-only"), 0) << read_file(measured + ".log");
+  std::vector<std::string> kinds;
+  for (const json& e : json_lines(measured + "/events.jsonl"))
+    kinds.push_back(e["event"]);
+  EXPECT_EQ(kinds, (std::vector<std::string>{"probe_start", "probe", "probe", "probe", "probe_done"}));
+  EXPECT_FALSE(std::filesystem::exists(measured + "/metrics.jsonl"));
+  EXPECT_FALSE(std::filesystem::exists(measured + "/probe")) << "the ranks' files are left behind";
+  const json probed = json::parse(std::ifstream(measured + "/plan.probed.json"));
+  std::int64_t widest = 0, leanest = INT64_MAX;
+  std::size_t widest_index = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const json& m = probed["probe"]["candidates"][i]["measured"];
+    ASSERT_EQ(m["outcome"], "fits") << m;
+    EXPECT_GT(m["tokens_per_second"].get<double>(), 0);
+    const std::int64_t peak = m["peak_bytes"];
+    if (peak > widest) widest = peak, widest_index = i;
+    leanest = std::min(leanest, peak);
+  }
+  ASSERT_GT(widest, leanest * 11 / 10) << "a budget must fit between the candidates' peaks";
+
+  // Held to a budget between them: the widest is out of memory in a rank.
+  const std::int64_t budget = (widest + leanest) / 2;
+  const std::string out = t.file("trained");
+  ASSERT_EQ(run_runner(plan, out, "--memory-limit " + std::to_string(budget)), 0) << read_file(out + ".log");
+  const json trained = json::parse(std::ifstream(out + "/plan.probed.json"));
+  const json& over = trained["probe"]["candidates"][widest_index]["measured"];
+  EXPECT_EQ(over["outcome"], "out_of_memory") << over;
+  EXPECT_EQ(over["message"].get<std::string>().rfind("rank ", 0), 0u) << over;
+  const int chosen = trained["probe"]["chosen"];
+  ASSERT_GE(chosen, 0);
+  EXPECT_NE(chosen, static_cast<int>(widest_index));
+  EXPECT_EQ(trained["strategy"], trained["probe"]["candidates"][chosen]["strategy"]);
+  // The probe's events, then the training's, ending done; each rank within
+  // the budget.
+  const std::vector<json> events = json_lines(out + "/events.jsonl");
+  ASSERT_GE(events.size(), 6u);
+  EXPECT_EQ(events[0]["event"], "probe_start");
+  EXPECT_EQ(events[4]["event"], "probe_done");
+  EXPECT_EQ(events[5]["event"], "start");
+  EXPECT_EQ(events.back()["event"], "done") << events.back();
+  const json last = json_lines(out + "/metrics.jsonl").back();
+  EXPECT_EQ(last["step"], 3);
+  for (const json& r : last["ranks"])
+    EXPECT_LE(r["peak_bytes"].get<std::int64_t>(), budget) << r;
 }
 
 TEST(RanksTest, ARankThatNeverJoinsFailsTheJobWithAClearError) {

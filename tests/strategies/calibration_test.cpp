@@ -123,7 +123,7 @@ TEST(ProbeCandidatesTest, AreThePoliciesChoicesInTurnTheChosenPlanFirst) {
       nlohmann::json::parse(plan_to_json(plan_job(example_spec("tiny-cpu.yaml"), hw), spec)).contains("probe"));
 }
 
-TEST(ProbeCandidatesTest, FewerThanAskedSayWhyAndSeveralRanksAreNotProbed) {
+TEST(ProbeCandidatesTest, FewerThanAskedSayWhyAndSeveralRanksProbePlansOfAsManyRanks) {
   // Everything pinned: one plan (and its attention) left.
   const dsl::JobSpec pinned = example_spec(
       "tiny-cpu.yaml", {"strategy.probe=5", "strategy.precision=fp32", "strategy.gradient_checkpointing=false",
@@ -132,13 +132,24 @@ TEST(ProbeCandidatesTest, FewerThanAskedSayWhyAndSeveralRanksAreNotProbed) {
   ASSERT_TRUE(p.fits);
   EXPECT_LT(p.probe_candidates.size(), 5u);
   EXPECT_NE(p.probe_limited.find("no other plan of one process fits"), std::string::npos) << p.probe_limited;
-  // Two CPU ranks: probing measures one process, and says so.
+  // Two CPU ranks: every candidate is a plan of two ranks (the ranks
+  // probe it together), the chosen one first.
   const Plan ranks =
-      plan_job(example_spec("tiny-cpu.yaml", {"strategy.probe=2", "resources.ranks=2"}), host_only(Bytes::gib(2)));
+      plan_job(example_spec("tiny-cpu.yaml", {"strategy.probe=3", "resources.ranks=2"}), host_only(Bytes::gib(2)));
   ASSERT_TRUE(ranks.fits);
   ASSERT_EQ(ranks.chosen.strategy.num_gpus, 2);
-  EXPECT_TRUE(ranks.probe_candidates.empty());
-  EXPECT_NE(ranks.probe_limited.find("2 ranks"), std::string::npos) << ranks.probe_limited;
+  ASSERT_EQ(ranks.probe_candidates.size(), 3u) << ranks.probe_limited;
+  EXPECT_EQ(ranks.probe_candidates.front().strategy.describe(), ranks.chosen.strategy.describe());
+  for (const Candidate& c : ranks.probe_candidates)
+    EXPECT_EQ(c.strategy.num_gpus, 2) << c.strategy.describe();
+  // Pinned down to one plan of two ranks, it says which plans there were none of.
+  const Plan one =
+      plan_job(example_spec("tiny-cpu.yaml", {"strategy.probe=2", "resources.ranks=2", "strategy.precision=fp32",
+                                              "strategy.gradient_checkpointing=false", "training.micro_batch_size=8",
+                                              "strategy.optimizer=adamw", "strategy.zero_stage=0"}),
+               host_only(Bytes::gib(2)));
+  ASSERT_TRUE(one.fits);
+  EXPECT_NE(one.probe_limited.find("no other plan of 2 ranks fits"), std::string::npos) << one.probe_limited;
 }
 
 }  // namespace

@@ -44,6 +44,66 @@ TEST(ProbeProtocolTest, ChoosesTheFastestThatFitsWithTiesToThePlannersOrder) {
   EXPECT_EQ(choose_probed({}, 0.02), -1);
 }
 
+ProbeMeasurement rank_measured(ProbeMeasurement::Outcome o, double tps, double step, std::int64_t peak,
+                               std::string message = {}) {
+  ProbeMeasurement m;
+  m.outcome = o;
+  m.tokens_per_second = tps;
+  m.step_seconds = step;
+  m.peak_bytes = peak;
+  m.budget_bytes = 1000;
+  m.message = std::move(message);
+  return m;
+}
+
+// A plan of several ranks is measured by its ranks together: the job's
+// speed, step and peak are the worst rank's (each counts the global batch), and a rank out
+// of memory (the others stopped, leaving nothing) is a measured "does not
+// fit" naming it. A rank's file is read back as written.
+TEST(ProbeProtocolTest, TheRanksMeasurementsOfACandidateCombineIntoTheJobs) {
+  using O = ProbeMeasurement::Outcome;
+  const ProbeMeasurement fits =
+      combine_rank_measurements({rank_measured(O::kFits, 100, 0.5, 700), rank_measured(O::kFits, 90, 0.6, 800)}, "");
+  EXPECT_EQ(fits.outcome, O::kFits);
+  EXPECT_DOUBLE_EQ(fits.tokens_per_second, 90);
+  EXPECT_DOUBLE_EQ(fits.step_seconds, 0.6);
+  EXPECT_EQ(fits.peak_bytes, 800);
+  EXPECT_EQ(fits.budget_bytes, 1000);
+  const ProbeMeasurement oom =
+      combine_rank_measurements({std::nullopt, rank_measured(O::kFailed, 0, 0, 300, "peer left"),
+                                 rank_measured(O::kOutOfMemory, 0, 0, 990, "budget of 1000 B exceeded")},
+                                "exit 3");
+  EXPECT_EQ(oom.outcome, O::kOutOfMemory);
+  EXPECT_EQ(oom.message, "rank 2: budget of 1000 B exceeded");
+  EXPECT_EQ(oom.peak_bytes, 990);
+  EXPECT_EQ(oom.tokens_per_second, 0);
+  const ProbeMeasurement failed = combine_rank_measurements(
+      {rank_measured(O::kFits, 100, 0.5, 700), rank_measured(O::kFailed, 0, 0, 0, "boom")}, "");
+  EXPECT_EQ(failed.outcome, O::kFailed);
+  EXPECT_EQ(failed.message, "rank 1: boom");
+  const ProbeMeasurement silent = combine_rank_measurements({std::nullopt, std::nullopt}, "killed by signal 9");
+  EXPECT_EQ(silent.outcome, O::kFailed);
+  EXPECT_EQ(silent.message, "killed by signal 9");
+
+  ProbeMeasurement m = rank_measured(O::kOutOfMemory, 12.5, 0.25, 4096, "rank 1 ran out");
+  m.reserved_bytes = 8192;
+  m.seconds = 3.5;
+  const auto back = parse_measurement(measurement_json_text(m), "rank file");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->outcome, m.outcome);
+  EXPECT_EQ(back->tokens_per_second, m.tokens_per_second);
+  EXPECT_EQ(back->step_seconds, m.step_seconds);
+  EXPECT_EQ(back->peak_bytes, m.peak_bytes);
+  EXPECT_EQ(back->reserved_bytes, m.reserved_bytes);
+  EXPECT_EQ(back->budget_bytes, m.budget_bytes);
+  EXPECT_EQ(back->seconds, m.seconds);
+  EXPECT_EQ(back->message, m.message);
+  const auto bad = parse_measurement(R"({"outcome": "fits"})", "probe/candidate-0.rank-1.json");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("probe/candidate-0.rank-1.json"), std::string::npos);
+  EXPECT_EQ(probe_rank_file("/jobs/j-1", 2, 1), "/jobs/j-1/probe/candidate-2.rank-1.json");
+}
+
 // A tiny CPU job's plan asking for a probe of 2.
 std::string probe_plan_json(std::int64_t probe) {
   dsl::LoadOptions opts;

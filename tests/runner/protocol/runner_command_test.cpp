@@ -37,6 +37,24 @@ TEST(RunnerCommandTest, WhatIsBuiltIsReadBackWhole) {
   EXPECT_EQ(runner_args(*back), args);
 }
 
+// The launcher's own flags to its ranks when a plan of several ranks is
+// probed: the candidate each rank measures, and events kept for training.
+TEST(RunnerCommandTest, TheLaunchersProbeFlagsToItsRanksAreReadBack) {
+  RunnerCommand c;
+  c.plan = "p.json";
+  c.out = "o";
+  c.probe_candidate = "2";
+  c.append_events = true;
+  const std::vector<std::string> args = runner_args(c);
+  EXPECT_EQ(args,
+            (std::vector<std::string>{"--plan", "p.json", "--out", "o", "--probe-candidate", "2", "--append-events"}));
+  auto back = parse_runner_args(args);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->probe_candidate, "2");
+  EXPECT_TRUE(back->append_events);
+  EXPECT_FALSE(parse_runner_args({"--plan", "p.json", "--probe-candidate"}).is_ok());
+}
+
 TEST(RunnerCommandTest, TheExportFormAndTheShortHelpAreRead) {
   auto e = parse_runner_args({"--plan", "p.json", "--out", "o", "--export=o/checkpoints/step-000010", "--merge"});
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
