@@ -5,8 +5,10 @@
 # against the job's measured and predicted training time. Issue 43's goal:
 # under 3 minutes or 3% of the job's predicted time. On a GPU machine,
 # GPU=1 runs the same on LLAMA (a 1-8B LoRA job, default llama-3.2-1b with
-# random weights) for STEPS steps.
+# random weights) for STEPS steps. RANKS=N trains (and probes) the job on
+# N ranks: each candidate is then measured by its N ranks together.
 #   bench/probe_overhead.sh            the CPU demo
+#   RANKS=2 bench/probe_overhead.sh    the CPU demo on two ranks
 #   GPU=1 STEPS=200 bench/probe_overhead.sh
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -32,6 +34,7 @@ else
   set_args=(--set "training.max_steps=${STEPS:-200}")
 fi
 
+[[ ${RANKS:-1} -gt 1 ]] && set_args+=(--set "resources.ranks=$RANKS")
 timed_width=10
 printf "%-10s %9s %11s\n" "run" "wall s" "peak RSS GB"
 bench_timed plain "$tailor" run --out "$work/plain" "${set_args[@]}" "$spec"
