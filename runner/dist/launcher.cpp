@@ -87,6 +87,15 @@ int free_loopback_port() {
 
 int stop_signal() { return g_stop_signal; }
 
+void catch_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: waitpid returns to pass the signal on
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+}
+
 std::string rank_events_path(const std::string& out_dir, int rank) {
   if (rank == 0) return (std::filesystem::path(out_dir) / "events.jsonl").string();
   return (std::filesystem::path(out_dir) / ("events.rank-" + std::to_string(rank) + ".jsonl")).string();
@@ -108,12 +117,8 @@ int launch_ranks(const LaunchOptions& o) {
     std::fprintf(stderr, "tailor-runner: no free loopback port for the ranks' rendezvous: %s\n", std::strerror(errno));
     return exit_status(RunnerExit::kFailure);
   }
-  struct sigaction sa {};
-  sa.sa_handler = on_stop;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: waitpid returns to pass the signal on
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
+  catch_stop_signals();
+  if (g_stop_signal != 0) return exit_status(RunnerExit::kCancelled);
 
   const pid_t parent = ::getpid();
   const int threads = std::max(1, o.threads / o.world);
@@ -166,18 +171,18 @@ int launch_ranks(const LaunchOptions& o) {
   std::vector<RankExit> exits;
   bool forwarded = false, stopped_others = false;
   while (alive > 0) {
+    // (Checked before each wait too: a signal that came while the ranks
+    // were being started interrupted no wait.)
+    if (g_stop_signal != 0 && !forwarded) {
+      forwarded = true;
+      for (pid_t p : pids) {
+        if (p > 0) ::kill(p, SIGTERM);
+      }
+    }
     int st = 0;
     const pid_t pid = ::waitpid(-1, &st, 0);
     if (pid < 0) {
-      if (errno == EINTR) {
-        if (g_stop_signal != 0 && !forwarded) {
-          forwarded = true;
-          for (pid_t p : pids) {
-            if (p > 0) ::kill(p, SIGTERM);
-          }
-        }
-        continue;
-      }
+      if (errno == EINTR) continue;
       break;  // ECHILD: nothing left
     }
     const auto it = std::find(pids.begin(), pids.end(), pid);

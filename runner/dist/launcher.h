@@ -40,9 +40,15 @@ struct LaunchOptions {
 // Runs the ranks to the end; the job's exit status (exit_code.h).
 int launch_ranks(const LaunchOptions& options);
 
-// The signal (SIGTERM, SIGINT) launch_ranks passed on to the ranks, 0 when
-// none came: a launcher that starts ranks again and again (a probe of each
-// candidate, then training) stops at the first.
+// SIGTERM and SIGINT caught from now on, to be passed on to the ranks
+// (launch_ranks does it itself; a launcher with work of its own before the
+// ranks start calls it first). A signal caught before launch_ranks starts
+// none and is a cancellation.
+void catch_stop_signals();
+
+// The signal (SIGTERM, SIGINT) caught, 0 when none came: a launcher that
+// starts ranks again and again (a probe of each candidate, then training)
+// stops at the first.
 int stop_signal();
 
 // A loopback port nobody listens on now (0 when none could be found), for

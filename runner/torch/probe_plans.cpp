@@ -61,6 +61,18 @@ Result<RunConfig> probe_each(const TrainOptions& options, bool print_table, cons
     w.end_object();
     events.write(w);
   };
+  // A probe that cannot finish ends the run: its terminal event, as
+  // training's would be (cancelled by a signal, or an error saying why).
+  auto ended = [&](const Status& s) {
+    const bool cancelled = s.code() == StatusCode::kCancelled;
+    const RunnerExit exit = cancelled ? RunnerExit::kCancelled : RunnerExit::kFailure;
+    event(cancelled ? events::kCancelled : events::kError, [&](JsonWriter& w) {
+      if (cancelled) w.field("step", std::int64_t{0});
+      w.field("message", "probe: " + s.message())
+          .field(events::kExitCodeKey, static_cast<std::int64_t>(exit_status(exit)));
+    });
+    return s;
+  };
   const std::size_t n = table.candidates.size();
   event(events::kProbeStart, [&](JsonWriter& w) {
     w.field("candidates", static_cast<std::int64_t>(n)).field("warmup_steps", table.warmup_steps);
@@ -72,7 +84,9 @@ Result<RunConfig> probe_each(const TrainOptions& options, bool print_table, cons
     if (!options.quiet) {
       std::fprintf(stderr, "probe %zu/%zu: %s ...\n", i + 1, n, c.summary.c_str());
     }
-    TAILOR_ASSIGN_OR_RETURN(c.measured, measure(i, c));
+    auto measured = measure(i, c);
+    if (!measured.is_ok()) return ended(measured.status());
+    c.measured = std::move(measured).value();
     const ProbeMeasurement& m = *c.measured;
     if (!options.quiet) {
       if (m.outcome == ProbeMeasurement::Outcome::kFits) {
@@ -95,9 +109,10 @@ Result<RunConfig> probe_each(const TrainOptions& options, bool print_table, cons
   }
   table.seconds = now_seconds() - t0;
   table.chosen = choose_probed(table.candidates, table.tie_band);
-  TAILOR_ASSIGN_OR_RETURN(const std::string text, probed_plan_json(options.config.plan_text, table));
+  auto text = probed_plan_json(options.config.plan_text, table);
+  if (!text.is_ok()) return ended(text.status());
   const std::string path = (fs::path(options.out_dir) / kProbedPlanFile).string();
-  TAILOR_RETURN_IF_ERROR(platform::write_file_atomic(path, text));
+  if (Status s = platform::write_file_atomic(path, *text); !s.is_ok()) return ended(s);
   event(events::kProbeDone, [&](JsonWriter& w) {
     w.field("chosen", static_cast<std::int64_t>(table.chosen));
     w.field("summary",
@@ -107,7 +122,7 @@ Result<RunConfig> probe_each(const TrainOptions& options, bool print_table, cons
   if (!options.quiet && print_table) {
     std::fprintf(stderr, "%s", format_probe_table(table, !options.config.on_cpu).c_str());
   }
-  return parse_plan(text, path);
+  return parse_plan(*text, path);
 }
 
 // Candidate `index` measured by `world` ranks started for it.
@@ -156,6 +171,9 @@ Result<RunConfig> probe_before_training(const TrainOptions& options, bool print_
 
 Result<RunConfig> probe_ranks_before_training(const TrainOptions& options, const std::vector<std::string>& rank_args,
                                               int world, bool print_table) {
+  // Caught before the probe's first event: a cancel while the ranks start
+  // or measure ends the probe as cancelled, never by the signal itself.
+  dist::catch_stop_signals();
   auto probed = probe_each(options, print_table, [&](std::size_t i, const ProbeCandidate&) {
     return measure_on_ranks(options, rank_args, world, i);
   });

@@ -1014,6 +1014,36 @@ TEST(RanksTest, TwoRanksProbeEachCandidateTogetherAndTrainTheFastestThatFits) {
     EXPECT_LE(r["peak_bytes"].get<std::int64_t>(), budget) << r;
 }
 
+// SIGTERM while the ranks probe (tailord's cancel): the probe stops, the
+// run ends cancelled (exit 4) with its terminal event, and it leaves no
+// ranks' files behind.
+TEST(RanksTest, ASignalWhileTheRanksProbeCancelsTheRun) {
+  TempDir t;
+  const std::string spec =
+      t.write("probe.yaml",
+              "apiVersion: tailor/v1\nkind: TrainingJob\nname: probe-cancel\n"
+              "model: {preset: tiny-llama-byte, init: random}\n"
+              "data: {train: " TAILOR_SOURCE_DIR
+              "/configs/data/tiny-corpus.txt, format: text, seq_len: 64, "
+              "packing: true}\n"
+              "training: {global_batch_size: 16, micro_batch_size: 8, max_steps: 3, lr: 2e-3, seed: 7}\n"
+              "strategy: {precision: fp32, adapter: none, gradient_checkpointing: false, probe: 3}\n"
+              "resources: {gpus: 0, host_memory: 4GiB, ranks: 2}\n");
+  const std::string plan = t.file("probe.plan.json");
+  ASSERT_EQ(shell(kBin + "tailor plan " + spec + " --output json > " + plan + " 2> " + plan + ".err"), 0);
+  const std::string out = t.file("job");
+  const pid_t launcher = start_runner(plan, out);
+  ASSERT_TRUE(wait_for([&] { return !json_lines(out + "/events.jsonl").empty(); }));
+  ASSERT_EQ(::kill(launcher, SIGTERM), 0);
+  EXPECT_EQ(wait_exit(launcher), 4);
+  const json last = json_lines(out + "/events.jsonl").back();
+  EXPECT_EQ(last["event"], "cancelled") << last;
+  EXPECT_EQ(last["exit_code"], 4) << last;
+  EXPECT_FALSE(std::filesystem::exists(out + "/probe"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/plan.probed.json"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/metrics.jsonl"));
+}
+
 TEST(RanksTest, ARankThatNeverJoinsFailsTheJobWithAClearError) {
   TempDir t;
   const std::string out = t.file("job");
