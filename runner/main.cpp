@@ -238,6 +238,16 @@ int main(int argc, char** argv) {
       probed_already = true;
     }
   }
+  // Ranks started by another launcher (srun, torchrun) cannot probe: none
+  // of ours starts a candidate's ranks together and stops its peers when
+  // one runs out of memory (they would wait on it in a collective).
+  if (rank->present && opts.config.strategy.num_gpus > 1 && to_probe && !probed_already) {
+    std::cerr << "tailor-runner: " << args.plan << " asks for a probe (strategy.probe) of plans of "
+              << opts.config.strategy.num_gpus
+              << " ranks, which needs tailor-runner's own launcher: start one tailor-runner for the job, without RANK "
+                 "and WORLD_SIZE, or plan it without strategy.probe\n";
+    return runner::exit_status(runner::RunnerExit::kBadInput);
+  }
   // A multi-rank plan started as one process: become the ranks' launcher,
   // which probes (each candidate's ranks started together) before the
   // ranks that train.

@@ -394,6 +394,15 @@ std::variant<PlannedJob, PlanningError> load_and_plan(const std::string& text, c
   if (!plan.fits) {
     return PlanningError{Status::resource_exhausted(spec.name + " " + plan.no_fit_reason()), d, plan};
   }
+  if (executor == dsl::ExecutorKind::kSlurm && plan.chosen.strategy.num_gpus > 1 && !plan.probe_candidates.empty()) {
+    // srun starts each rank itself, so no launcher of ours is there to
+    // start a candidate's ranks together and stop them all when one runs
+    // out of memory: the ranks would wait on it in a collective.
+    plan.probe_candidates.clear();
+    plan.probe_limited = "not probed: on Slurm, srun starts the " + std::to_string(plan.chosen.strategy.num_gpus) +
+                         " ranks, and a probe of several ranks needs tailor-runner's own launcher (the local "
+                         "executor, or tailor run)";
+  }
   PlannedJob out{spec, plan, strategies::plan_to_json(plan, spec), executor};
   return out;
 }

@@ -1016,8 +1016,8 @@ TEST(RanksTest, TwoRanksProbeEachCandidateTogetherAndTrainTheFastestThatFits) {
 
 // SIGTERM while the ranks probe (tailord's cancel): the probe stops, the
 // run ends cancelled (exit 4) with its terminal event, and it leaves no
-// ranks' files behind.
-TEST(RanksTest, ASignalWhileTheRanksProbeCancelsTheRun) {
+// ranks' files behind. Ranks started by another launcher refuse to probe.
+TEST(RanksTest, ASignalWhileTheRanksProbeCancelsTheRunAndOtherLaunchersRanksRefuseIt) {
   TempDir t;
   const std::string spec =
       t.write("probe.yaml",
@@ -1042,6 +1042,15 @@ TEST(RanksTest, ASignalWhileTheRanksProbeCancelsTheRun) {
   EXPECT_FALSE(std::filesystem::exists(out + "/probe"));
   EXPECT_FALSE(std::filesystem::exists(out + "/plan.probed.json"));
   EXPECT_FALSE(std::filesystem::exists(out + "/metrics.jsonl"));
+
+  // Ranks another launcher started (srun, torchrun) refuse the probe by
+  // name: none of ours could stop a rank's peers when it runs out of memory.
+  const std::string rank = t.file("rank0");
+  EXPECT_EQ(shell("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " + kBin + "tailor-runner --plan " + plan +
+                  " --out " + rank + " --quiet 2> " + rank + ".log"),
+            2);
+  EXPECT_NE(read_file(rank + ".log").find("needs tailor-runner's own launcher"), std::string::npos)
+      << read_file(rank + ".log");
 }
 
 TEST(RanksTest, ARankThatNeverJoinsFailsTheJobWithAClearError) {

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <variant>
 
 #include "dsl/spec_loader.h"
 #include "strategies/planner.h"
@@ -39,6 +42,51 @@ TEST(JobPlanningTest, AProbedJobReservesItsLargestCandidate) {
   EXPECT_EQ(estimated_job_bytes(probed, std::nullopt), largest);
   // A memory limit caps each.
   EXPECT_EQ(estimated_job_bytes(probed, 1000), 1000);
+}
+
+// strategy.probe of a plan of several ranks needs tailor-runner's own
+// launcher: locally the plan probes candidates of as many ranks; on Slurm,
+// where srun starts every rank, it trains its own choice and says why.
+TEST(JobPlanningTest, OnSlurmAPlanOfSeveralRanksIsNotProbedAndSaysWhy) {
+  PlanningContext ctx;
+  ctx.spec_root = std::string(TAILOR_SOURCE_DIR) + "/configs";
+  ctx.host_memory = Bytes::gib(4);
+  ctx.slurm_partition = [](const std::string&) -> Result<slurm::Partition> {
+    slurm::Partition p;
+    p.name = "cpu";
+    p.state = "UP";
+    slurm::Node n;
+    n.name = n.addr = "n1";
+    n.state = "IDLE";
+    n.cpus = 4;
+    n.memory_mib = 4096;
+    n.partitions = {"cpu"};
+    p.nodes = {n};
+    return p;
+  };
+  std::ifstream in(std::string(TAILOR_SOURCE_DIR) + "/configs/examples/tiny-cpu.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::vector<std::string> overrides = {"strategy.probe=2", "resources.ranks=2",
+                                              "data.train=" + ctx.spec_root + "/data/tiny-corpus.txt"};
+  for (const dsl::ExecutorKind executor : {dsl::ExecutorKind::kLocal, dsl::ExecutorKind::kSlurm}) {
+    ctx.executor = executor;
+    auto planned = load_and_plan(text.str(), "tiny-cpu.yaml", ctx, overrides);
+    ASSERT_TRUE(std::holds_alternative<PlannedJob>(planned))
+        << std::get<PlanningError>(planned).status.message()
+        << std::get<PlanningError>(planned).diagnostics.to_string();
+    const PlannedJob& job = std::get<PlannedJob>(planned);
+    EXPECT_EQ(job.executor, executor);
+    ASSERT_EQ(job.plan.chosen.strategy.num_gpus, 2);
+    if (executor == dsl::ExecutorKind::kLocal) {
+      EXPECT_EQ(job.plan.probe_candidates.size(), 2u) << job.plan.probe_limited;
+    } else {
+      EXPECT_TRUE(job.plan.probe_candidates.empty());
+      EXPECT_NE(job.plan.probe_limited.find("not probed: on Slurm, srun starts the 2 ranks"), std::string::npos)
+          << job.plan.probe_limited;
+      EXPECT_NE(job.plan_json.find("not probed: on Slurm"), std::string::npos);
+    }
+  }
 }
 
 }  // namespace
