@@ -283,7 +283,8 @@ int main(int argc, char** argv) {
     auto probed = runner::probe_before_training(opts, /*print_table=*/!args.probe_only);
     if (!probed.is_ok()) {
       std::cerr << "tailor-runner: probe: " << probed.status().message() << "\n";
-      return runner::exit_status(runner::RunnerExit::kFailure);
+      return runner::exit_status(probed.status().code() == StatusCode::kCancelled ? runner::RunnerExit::kCancelled
+                                                                                  : runner::RunnerExit::kFailure);
     }
     if (args.probe_only) return runner::exit_status(runner::RunnerExit::kOk);
     opts.config = std::move(probed).value();

@@ -164,8 +164,14 @@ Result<ProbeMeasurement> measure_on_ranks(const TrainOptions& options, const std
 }  // namespace
 
 Result<RunConfig> probe_before_training(const TrainOptions& options, bool print_table) {
+  // Before the probe's first event: a cancel ends the probe (and the run)
+  // as cancelled, with its terminal event, not by the signal itself.
+  watch_stop_signals();
   return probe_each(options, print_table, [&](std::size_t, const ProbeCandidate& c) -> Result<ProbeMeasurement> {
-    return measure_candidate(options, c, *options.config.probe);
+    if (stop_signalled()) return Status::cancelled("the probe was stopped by a signal");
+    ProbeMeasurement m = measure_candidate(options, c, *options.config.probe);
+    if (stop_signalled()) return Status::cancelled("the probe was stopped by a signal");
+    return m;
   });
 }
 

@@ -81,6 +81,11 @@ void write_memory(JsonWriter& w, const Measured& m);
 
 double now_seconds();
 double wall_seconds();  // since the epoch: metrics lines' "time"
+// From the call on, SIGTERM and SIGINT ask this process to stop (training
+// at its next step boundary, after a checkpoint; a probe at its next step);
+// whether one has.
+void watch_stop_signals();
+bool stop_signalled();
 // How long the end of a run waits for its trackers to take the last
 // metrics and the outcome; the rest is left for the job's next runner.
 inline constexpr std::chrono::milliseconds kTrackerFinishTimeout{30000};

@@ -44,6 +44,9 @@ void Run::measure(const ProbeTable& steps, ProbeMeasurement& out) {
           done = v[0] > 0;
         }
         if (done) break;
+        // One process: a signal stops its probe here (ranks are stopped by
+        // their launcher).
+        if (world_ == 1 && stop_signalled()) return Status::cancelled("stopped by a signal");
         step_ = step;
         const double start = now_seconds();
         TAILOR_ASSIGN_OR_RETURN(Pass pass, forward_backward(batch.mine, denom, nll_weight));

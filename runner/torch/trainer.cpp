@@ -31,6 +31,17 @@ namespace {
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop.store(true); }
 
+}  // namespace
+
+void watch_stop_signals() {
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+}
+
+bool stop_signalled() { return g_stop.load(); }
+
+namespace {
+
 std::string format_eta(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const long s = std::lround(seconds);
@@ -381,8 +392,7 @@ RunnerExit Run::conclude(const Status& s) {
 RunnerExit Run::execute() {
   // From here on SIGTERM/SIGINT stop the run at the next step boundary
   // (train), after a checkpoint.
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
+  watch_stop_signals();
   if (Status s = open_outputs(); !s.is_ok()) {
     // No events file to report in (or one that belongs to an earlier run).
     std::fprintf(stderr, "tailor-runner: %s\n", s.message().c_str());

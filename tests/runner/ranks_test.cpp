@@ -1016,32 +1016,40 @@ TEST(RanksTest, TwoRanksProbeEachCandidateTogetherAndTrainTheFastestThatFits) {
 
 // SIGTERM while the ranks probe (tailord's cancel): the probe stops, the
 // run ends cancelled (exit 4) with its terminal event, and it leaves no
-// ranks' files behind. Ranks started by another launcher refuse to probe.
+// ranks' files behind; so does one process probing in itself (before, the
+// signal killed it mid-probe). Ranks started by another launcher refuse to
+// probe.
 TEST(RanksTest, ASignalWhileTheRanksProbeCancelsTheRunAndOtherLaunchersRanksRefuseIt) {
   TempDir t;
-  const std::string spec =
-      t.write("probe.yaml",
-              "apiVersion: tailor/v1\nkind: TrainingJob\nname: probe-cancel\n"
-              "model: {preset: tiny-llama-byte, init: random}\n"
-              "data: {train: " TAILOR_SOURCE_DIR
-              "/configs/data/tiny-corpus.txt, format: text, seq_len: 64, "
-              "packing: true}\n"
-              "training: {global_batch_size: 16, micro_batch_size: 8, max_steps: 3, lr: 2e-3, seed: 7}\n"
-              "strategy: {precision: fp32, adapter: none, gradient_checkpointing: false, probe: 3}\n"
-              "resources: {gpus: 0, host_memory: 4GiB, ranks: 2}\n");
-  const std::string plan = t.file("probe.plan.json");
-  ASSERT_EQ(shell(kBin + "tailor plan " + spec + " --output json > " + plan + " 2> " + plan + ".err"), 0);
-  const std::string out = t.file("job");
-  const pid_t launcher = start_runner(plan, out);
-  ASSERT_TRUE(wait_for([&] { return !json_lines(out + "/events.jsonl").empty(); }));
-  ASSERT_EQ(::kill(launcher, SIGTERM), 0);
-  EXPECT_EQ(wait_exit(launcher), 4);
-  const json last = json_lines(out + "/events.jsonl").back();
-  EXPECT_EQ(last["event"], "cancelled") << last;
-  EXPECT_EQ(last["exit_code"], 4) << last;
-  EXPECT_FALSE(std::filesystem::exists(out + "/probe"));
-  EXPECT_FALSE(std::filesystem::exists(out + "/plan.probed.json"));
-  EXPECT_FALSE(std::filesystem::exists(out + "/metrics.jsonl"));
+  std::string plan;
+  // Two ranks, then one process (whose probe runs in the process itself).
+  for (const int ranks : {2, 1}) {
+    const std::string name = "probe" + std::to_string(ranks);
+    const std::string spec =
+        t.write(name + ".yaml",
+                "apiVersion: tailor/v1\nkind: TrainingJob\nname: probe-cancel\n"
+                "model: {preset: tiny-llama-byte, init: random}\n"
+                "data: {train: " TAILOR_SOURCE_DIR
+                "/configs/data/tiny-corpus.txt, format: text, seq_len: 64, packing: true}\n"
+                "training: {global_batch_size: 16, micro_batch_size: 8, max_steps: 3, lr: 2e-3, seed: 7}\n"
+                "strategy: {precision: fp32, adapter: none, gradient_checkpointing: false, probe: 3}\n"
+                "resources: {gpus: 0, host_memory: 4GiB, ranks: " +
+                    std::to_string(ranks) + "}\n");
+    const std::string this_plan = t.file(name + ".plan.json");
+    ASSERT_EQ(shell(kBin + "tailor plan " + spec + " --output json > " + this_plan + " 2> " + this_plan + ".err"), 0);
+    if (ranks == 2) plan = this_plan;
+    const std::string out = t.file("job" + std::to_string(ranks));
+    const pid_t runner = start_runner(this_plan, out);
+    ASSERT_TRUE(wait_for([&] { return !json_lines(out + "/events.jsonl").empty(); }));
+    ASSERT_EQ(::kill(runner, SIGTERM), 0);
+    EXPECT_EQ(wait_exit(runner), 4) << ranks << " ranks";
+    const json last = json_lines(out + "/events.jsonl").back();
+    EXPECT_EQ(last["event"], "cancelled") << last;
+    EXPECT_EQ(last["exit_code"], 4) << last;
+    EXPECT_FALSE(std::filesystem::exists(out + "/probe"));
+    EXPECT_FALSE(std::filesystem::exists(out + "/plan.probed.json"));
+    EXPECT_FALSE(std::filesystem::exists(out + "/metrics.jsonl"));
+  }
 
   // Ranks another launcher started (srun, torchrun) refuse the probe by
   // name: none of ours could stop a rank's peers when it runs out of memory.
