@@ -70,7 +70,8 @@ options:
   --no-calibration    plan from the estimates alone
   --probe K           measure the K fastest plans that fit (1-5) on this
                       machine with tailor-runner (a few steps each on the
-                      longest batches) and show predicted beside measured
+                      longest batches; a plan of several ranks by its
+                      ranks together) and show predicted beside measured
                       speed and peak; the plan then trains the fastest
                       measured one (as strategy.probe: K does in a spec).
                       With --output json, the plan document with the
