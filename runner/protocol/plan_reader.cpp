@@ -8,6 +8,7 @@
 #include "dsl/spec_loader.h"
 #include "dsl/technique.h"
 #include "runner/protocol/probe.h"
+#include "runner/protocol/probe_json.h"
 #include "strategies/plan_document.h"
 
 namespace tailor::runner {
@@ -147,8 +148,8 @@ Result<std::optional<ProbeTable>> parse_probe(const std::string& text, const std
       pc.predicted_tokens_per_second = c.at("throughput").at("tokens_per_second").get<double>();
       if (c.contains("measured")) {
         TAILOR_ASSIGN_OR_RETURN(
-            pc.measured, parse_measurement(c["measured"].dump(),
-                                           name + ": probe candidate " + std::to_string(t.candidates.size() + 1)));
+            pc.measured, measurement_from_json(c["measured"],
+                                               name + ": probe candidate " + std::to_string(t.candidates.size() + 1)));
       }
       t.candidates.push_back(std::move(pc));
     }

@@ -1,5 +1,7 @@
 #include "runner/protocol/probe.h"
 
+#include "runner/protocol/probe_json.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -60,7 +62,10 @@ json measurement_json(const ProbeMeasurement& m) {
 std::string measurement_json_text(const ProbeMeasurement& m) { return measurement_json(m).dump(); }
 
 Result<ProbeMeasurement> parse_measurement(const std::string& text, const std::string& name) {
-  const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return measurement_from_json(json::parse(text, nullptr, /*allow_exceptions=*/false), name);
+}
+
+Result<ProbeMeasurement> measurement_from_json(const json& m, const std::string& name) {
   if (m.is_discarded() || !m.is_object()) return Status::invalid_argument(name + ": not a JSON measurement");
   ProbeMeasurement pm;
   try {

@@ -74,8 +74,8 @@ std::string probe_rank_file(const std::string& out_dir, std::size_t candidate, i
 // One candidate's measurement from its ranks' (nullopt: a rank that left
 // none, stopped by the launcher once another failed). All fit: the job's
 // step is the slowest rank's and its speed that rank's (each rank counts the
-// global batch's tokens, summed over the ranks, over its own step time);
-// its peak is the largest rank's, since that rank is the one that must fit. A rank out of memory
+// global batch's tokens, summed over the ranks, over its own step time); its
+// peak is the largest rank's, the one that must fit. A rank out of memory
 // makes the candidate a measured "does not fit", saying which rank; anything
 // else is a failure, with `ended` (how the ranks ended) where no rank said
 // why. `seconds` is the caller's (launching included).

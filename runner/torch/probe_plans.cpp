@@ -145,6 +145,8 @@ Result<ProbeMeasurement> measure_on_ranks(const TrainOptions& options, const std
   if (dist::stop_signal() != 0) return Status::cancelled("the probe was stopped by a signal");
   std::vector<std::optional<ProbeMeasurement>> ranks(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r) {
+    // (Not data::read_file: the job's folder lies outside tailord's read
+    // root, which bounds what a spec names.)
     const std::string path = probe_rank_file(options.out_dir, index, r);
     std::ifstream in(path);
     if (!in) continue;

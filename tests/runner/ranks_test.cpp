@@ -22,16 +22,18 @@
 
 #include "runner/dist/launcher.h"
 #include "runner/io/safetensors.h"
+#include "tests/testing/golden_cases.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner {
 namespace {
 
-using nlohmann::json;
-using testing::TempDir;
 using io::DType;
 using io::SafetensorsFile;
 using io::TensorView;
+using nlohmann::json;
+using testing::read_file;
+using testing::TempDir;
 const std::string kBin = std::string(TAILOR_BINARY_DIR) + "/bin/";
 // Busy-waiting OpenMP threads stall ranks that share 2 cores with ctest's
 // other work (docs/libtorch.md).
@@ -98,13 +100,6 @@ std::string plan_file(const TempDir& t, const std::string& name, const JobShape&
 
 int run_runner(const std::string& plan, const std::string& out, const std::string& extra = "") {
   return shell(kBin + "tailor-runner --plan " + plan + " --out " + out + " --quiet " + extra + " 2> " + out + ".log");
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 std::vector<json> json_lines(const std::string& path) {
