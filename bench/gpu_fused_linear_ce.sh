@@ -17,6 +17,7 @@
 #     CASES="seq adapter small_gpu ..." (default below)
 #     MODEL="layers hidden heads kv_heads intermediate vocab" (default: Llama 3.2 1B's)
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 bin=${1:-build/bin}
 steps=${STEPS:-5}
 warmup=2
@@ -26,15 +27,7 @@ trap 'rm -rf "$work"' EXIT
 read -r layers hidden heads kv intermediate vocab <<<"${MODEL:-16 2048 32 8 8192 128256}"
 read -r -a cases <<<"${CASES:-4096 lora 1x6GiB 16384 lora 1x12GiB 32768 lora 1x24GiB 4096 none 1x24GiB}"
 
-"$python" - "$work/tokens.bin" "$vocab" <<'PY'
-import random, struct, sys
-random.seed(0)
-vocab = int(sys.argv[2])
-with open(sys.argv[1], "wb") as f:
-    for _ in range(8):  # documents of 40000 random ids, EOS-separated (2)
-        f.write(struct.pack("<40000i", *[random.randrange(3, vocab) for _ in range(40000)]))
-        f.write(struct.pack("<i", 2))
-PY
+bench_long_documents "$work/tokens.bin" "$vocab"
 
 spec() {  # seq adapter -> job.yaml
   cat > "$work/job.yaml" <<YAML

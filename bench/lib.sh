@@ -57,3 +57,18 @@ with open(sys.argv[1], "wb") as f:
         f.write(struct.pack("<i", 257))
 PY
 }
+
+# FILE: 8 documents of 40,000 random ids in [3, VOCAB), EOS-separated (2),
+# as little-endian int32: longer than any sequence the GPU benchmarks
+# train, so packing never masks. bench_long_documents FILE VOCAB
+bench_long_documents() {
+  "$python" - "$1" "$2" <<'PY'
+import random, struct, sys
+random.seed(0)
+vocab = int(sys.argv[2])
+with open(sys.argv[1], "wb") as f:
+    for _ in range(8):
+        f.write(struct.pack("<40000i", *[random.randrange(3, vocab) for _ in range(40000)]))
+        f.write(struct.pack("<i", 2))
+PY
+}

@@ -98,8 +98,9 @@ if(TAILOR_CUDA)
       "at ${CUDAToolkit_BIN_DIR} is CUDA ${CUDAToolkit_VERSION}. Install the CUDA ${_torch_cuda_major} toolkit "
       "(or point CUDAToolkit_ROOT at it), or configure with -DTAILOR_CUDA=OFF.")
   endif()
-  # Nothing here compiles CUDA sources, so name the architectures instead of
-  # letting Caffe2's cmake probe for a GPU (and warn that it found none).
+  # Name the architectures instead of letting Caffe2's cmake probe for a GPU
+  # (and warn that it found none); the runner's own kernels set theirs
+  # (runner/CMakeLists.txt).
   if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST} AND NOT TORCH_CUDA_ARCH_LIST)
     set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
   endif()

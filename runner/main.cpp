@@ -88,6 +88,11 @@ TAILOR_RENDEZVOUS_TIMEOUT (seconds, default 300) bounds the wait for them.
 With strategy.probe the launcher first starts the ranks together for each
 candidate (--probe-candidate I and --append-events are its flags to them).
 
+CUDA kernels: TAILOR_CUDA_KERNELS selects the runner's own CUDA kernels
+(verified, the default: those a GPU run has verified; none; all; or names
+from rms_norm,rope,swiglu,geglu,cross_entropy,adamw,nf4_dequantize); a CUDA
+run's start event lists those in use.
+
 exit codes: 0 done, 1 failure, 2 bad input (never retried), 3 out of memory
 (re-plan), 4 cancelled (SIGTERM/SIGINT; a checkpoint was written)
 )";

@@ -86,7 +86,8 @@ std::int64_t cross_entropy_slice_rows(std::int64_t elements, std::int64_t vocab)
 }
 
 Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, std::int64_t slice_elements, double softcap) {
-  if (softcap <= 0 && fused_supported(logits)) return fused_cross_entropy_sum(logits, targets);
+  if (softcap <= 0 && fused_supported(logits, FusedKernel::kCrossEntropy))
+    return fused_cross_entropy_sum(logits, targets);
   return SlicedCrossEntropy::apply(logits, targets,
                                    slice_elements > 0 ? slice_elements : strategies::kCrossEntropySliceElements,
                                    softcap);

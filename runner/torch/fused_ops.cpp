@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "runner/torch/cuda_kernels.h"
 #include "runner/torch/kernels.h"
 
 namespace tailor::runner {
@@ -44,9 +45,14 @@ struct CrossEntropy : torch::autograd::Function<CrossEntropy> {
   }
 };
 
-struct SwiGlu : torch::autograd::Function<SwiGlu> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& gate_up_in) {
+// SwiGLU on either device, GeGLU on CUDA only (kernels.h has none).
+struct GatedUnit : torch::autograd::Function<GatedUnit> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& gate_up_in, std::int64_t kind) {
     const Tensor gate_up = gate_up_in.contiguous();
+    ctx->save_for_backward({gate_up});
+    ctx->saved_data["kind"] = kind;
+    if (gate_up.is_cuda()) return cuda_glu(gate_up, static_cast<cuda::Glu>(kind));
+    TORCH_CHECK(kind == static_cast<std::int64_t>(cuda::Glu::kSwiglu), "fused GeGLU runs on CUDA tensors only");
     const std::int64_t i = gate_up.size(-1) / 2, rows = rows_of(gate_up);
     auto sizes = gate_up.sizes().vec();
     sizes.back() = i;
@@ -58,13 +64,15 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
         kernels::swiglu_forward(ptr<float>(gate_up), r0, r1, i, ptr<float>(y));
       }
     });
-    ctx->save_for_backward({gate_up});
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const Tensor gate_up = ctx->get_saved_variables()[0];
     const Tensor dy = grad_out[0].contiguous();
+    if (gate_up.is_cuda()) {
+      return {cuda_glu_backward(gate_up, dy, static_cast<cuda::Glu>(ctx->saved_data["kind"].toInt())), Tensor()};
+    }
     const std::int64_t i = gate_up.size(-1) / 2, rows = rows_of(gate_up);
     Tensor grad = torch::empty_like(gate_up);
     at::parallel_for(0, rows, grain(2 * i), [&](std::int64_t r0, std::int64_t r1) {
@@ -74,7 +82,7 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
         kernels::swiglu_backward(ptr<float>(gate_up), ptr<float>(dy), r0, r1, i, ptr<float>(grad));
       }
     });
-    return {grad};
+    return {grad, Tensor()};
   }
 };
 
@@ -82,6 +90,11 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x_in, const Tensor& w_in, double eps) {
     const Tensor x = x_in.contiguous(), w = w_in.contiguous();
     TORCH_CHECK(w.scalar_type() == x.scalar_type(), "rms_norm: weight and input dtypes differ");
+    if (x.is_cuda()) {
+      auto [y, rstd] = cuda_rms_norm(x, w, eps);
+      ctx->save_for_backward({x, w, rstd});
+      return y;
+    }
     const std::int64_t c = x.size(-1), rows = rows_of(x);
     Tensor y = torch::empty_like(x);
     Tensor rstd = torch::empty({rows}, torch::kFloat32);
@@ -101,6 +114,10 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
     auto saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &w = saved[1], &rstd = saved[2];
     const Tensor dy = grad_out[0].contiguous();
+    if (x.is_cuda()) {
+      auto [dx, dw] = cuda_rms_norm_backward(x, w, rstd, dy);
+      return {dx, dw.to(w.scalar_type()), Tensor()};
+    }
     const std::int64_t c = x.size(-1), rows = rows_of(x);
     Tensor dx = torch::empty_like(x);
     // The weight's gradient sums over rows: a fixed number of chunks, each
@@ -128,6 +145,7 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
 struct Rope : torch::autograd::Function<Rope> {
   static Tensor apply_rows(const Tensor& x, const Tensor& cos, const Tensor& sin, std::int64_t rotated, std::int64_t d,
                            bool inverse) {
+    if (x.is_cuda()) return cuda_rope(x, cos, sin, rotated, d, inverse);
     const std::int64_t width = x.size(-1), rows = rows_of(x);
     Tensor y = torch::empty_like(x);
     at::parallel_for(0, rows, grain(width), [&](std::int64_t r0, std::int64_t r1) {
@@ -164,11 +182,19 @@ struct Rope : torch::autograd::Function<Rope> {
 
 }  // namespace
 
-bool fused_supported(const Tensor& t) {
-  return t.device().is_cpu() && (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16);
+bool fused_supported(const Tensor& t, FusedKernel k) {
+  if (t.scalar_type() != torch::kFloat32 && t.scalar_type() != torch::kBFloat16) return false;
+  if (t.device().is_cpu())
+    return k == FusedKernel::kCrossEntropy || k == FusedKernel::kSwiglu || k == FusedKernel::kRmsNorm ||
+           k == FusedKernel::kRope;
+  return t.is_cuda() && cuda_kernel_enabled(k);
 }
 
 CrossEntropyRows fused_cross_entropy_rows(const Tensor& logits, const Tensor& targets) {
+  if (logits.is_cuda()) {
+    auto [lse, loss] = cuda_cross_entropy_rows(logits, targets);
+    return {lse, loss};
+  }
   const std::int64_t v = logits.size(-1), rows = rows_of(logits);
   CrossEntropyRows out{torch::empty({rows}, torch::kFloat32), torch::empty({rows}, torch::kFloat64)};
   const auto* t = ptr<std::int64_t>(targets);
@@ -184,6 +210,7 @@ CrossEntropyRows fused_cross_entropy_rows(const Tensor& logits, const Tensor& ta
 }
 
 Tensor fused_cross_entropy_rows_grad(const Tensor& logits, const Tensor& targets, const Tensor& lse, float scale) {
+  if (logits.is_cuda()) return cuda_cross_entropy_rows_grad(logits, targets, lse, scale);
   const std::int64_t v = logits.size(-1), rows = rows_of(logits);
   Tensor grad = torch::empty_like(logits);
   const auto* t = ptr<std::int64_t>(targets);
@@ -201,7 +228,12 @@ Tensor fused_cross_entropy_rows_grad(const Tensor& logits, const Tensor& targets
 Tensor fused_cross_entropy_sum(const Tensor& logits, const Tensor& targets) {
   return CrossEntropy::apply(logits, targets);
 }
-Tensor fused_swiglu(const Tensor& gate_up) { return SwiGlu::apply(gate_up); }
+Tensor fused_swiglu(const Tensor& gate_up) {
+  return GatedUnit::apply(gate_up, static_cast<std::int64_t>(cuda::Glu::kSwiglu));
+}
+Tensor fused_geglu(const Tensor& gate_up) {
+  return GatedUnit::apply(gate_up, static_cast<std::int64_t>(cuda::Glu::kGegluTanh));
+}
 Tensor fused_rms_norm(const Tensor& x, const Tensor& w, double eps) { return RmsNorm::apply(x, w, eps); }
 Tensor fused_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, std::int64_t rotated_heads, std::int64_t d) {
   return Rope::apply(x, cos, sin, rotated_heads, d);

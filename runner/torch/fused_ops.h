@@ -1,18 +1,22 @@
-// Autograd operations over the fused CPU kernels of kernels.h: cross-entropy,
-// SwiGLU, RMSNorm and RoPE, each one node that keeps only what its backward
-// needs. They run on CPU tensors of fp32 or bf16 (fused_supported); the model
-// falls back to composed ATen ops elsewhere (CUDA, fp16), so both paths give
-// the same results to rounding.
+// Autograd operations over the fused kernels: cross-entropy, SwiGLU, GeGLU,
+// RMSNorm and RoPE, each one node that keeps only what its backward needs.
+// On CPU tensors they run kernels.h's loops, on CUDA tensors the project's
+// CUDA kernels (cuda_kernels.h); fused_supported() says where. The model
+// falls back to composed ATen ops elsewhere (fp16, a CUDA kernel not
+// selected), so both paths give the same results to rounding.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 
+#include "runner/torch/kernel_selection.h"
+
 namespace tailor::runner {
 
-// True when the fused kernels handle tensors like `t` (CPU, fp32 or bf16).
-bool fused_supported(const torch::Tensor& t);
+// True when kernel `k` handles tensors like `t`: fp32 or bf16, on the CPU
+// where kernels.h has `k` (not GeGLU), on CUDA where cuda_kernel_enabled(k).
+bool fused_supported(const torch::Tensor& t, FusedKernel k);
 
 // Sum over rows of -log softmax(logits)[target], targets == -100 ignored; an
 // fp32 scalar. logits (..., V) contiguous, targets (...) int64 in [0, V) or
@@ -34,6 +38,8 @@ torch::Tensor fused_cross_entropy_rows_grad(const torch::Tensor& logits, const t
 // silu(gate) * up for gate_up = [gate, up] along the last dimension
 // (..., 2I) -> (..., I). Keeps only gate_up.
 torch::Tensor fused_swiglu(const torch::Tensor& gate_up);
+// gelu_tanh(gate) * up, the same way; CUDA tensors only.
+torch::Tensor fused_geglu(const torch::Tensor& gate_up);
 
 // x * rsqrt(mean(x^2) + eps) * w over the last dimension. Keeps x, w and the
 // fp32 inverse RMS per row.

@@ -13,9 +13,10 @@
 #include "dsl/model_family.h"
 #include "runner/data/prompt_tokens.h"
 #include "runner/device_choice.h"
-#include "runner/torch_probe.h"
+#include "runner/torch/cuda_kernels.h"
 #include "runner/torch/hf_checkpoint.h"
 #include "runner/torch/lora.h"
+#include "runner/torch_probe.h"
 
 namespace tailor::runner {
 namespace {
@@ -113,6 +114,7 @@ Result<ModelSources> resolve_model_sources(const std::string& target, const std:
 }
 
 Result<InferenceDevice> choose_inference_device(const std::string& choice) {
+  TAILOR_RETURN_IF_ERROR(select_cuda_kernels());
   const int cuda_devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   TAILOR_ASSIGN_OR_RETURN(const DeviceChoice d,
                           choose_device(choice, dsl::TrainDevice::kAuto, /*plan_for_gpus=*/cuda_devices > 0, cuda_devices,

@@ -23,7 +23,7 @@ struct SliceLoss {
 
 SliceLoss slice_loss(const Tensor& h, const Tensor& w, const Tensor& t, double cap, std::optional<double> scale) {
   Tensor z = torch::mm(h, w.t());
-  if (cap <= 0 && fused_supported(z)) {
+  if (cap <= 0 && fused_supported(z, FusedKernel::kCrossEntropy)) {
     CrossEntropyRows r = fused_cross_entropy_rows(z, t);
     SliceLoss out{r.loss.sum(), Tensor()};
     if (scale) out.grad = fused_cross_entropy_rows_grad(z, t, r.lse, static_cast<float>(*scale));

@@ -47,7 +47,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
 };
 
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
-  return fused_supported(x) ? fused_rms_norm(x, w, eps) : RmsNormFunction::apply(x, w, eps);
+  return fused_supported(x, FusedKernel::kRmsNorm) ? fused_rms_norm(x, w, eps) : RmsNormFunction::apply(x, w, eps);
 }
 
 // RoPE (Su et al. 2021) in the rotate-half layout of Hugging Face Llama on
@@ -56,7 +56,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
 // cos/sin are (B, T, r/2) fp32, one value per frequency.
 Tensor apply_rope(const Tensor& qkv, const Tensor& cos, const Tensor& sin, std::int64_t rotated_heads, std::int64_t d,
                   std::int64_t r) {
-  if (r == d && fused_supported(qkv)) return fused_rope(qkv, cos, sin, rotated_heads, d);
+  if (r == d && fused_supported(qkv, FusedKernel::kRope)) return fused_rope(qkv, cos, sin, rotated_heads, d);
   const Tensor c = torch::cat({cos, cos}, -1).to(qkv.scalar_type()).unsqueeze(2);  // (B, T, 1, r)
   const Tensor s = torch::cat({sin, sin}, -1).to(qkv.scalar_type()).unsqueeze(2);
   const std::int64_t b = qkv.size(0), t = qkv.size(1);
@@ -77,15 +77,17 @@ Tensor norm_of(const dsl::ModelArch& a, const Tensor& x, const Tensor& w) {
   return rms_norm(x, (w.to(torch::kFloat32) + 1.0).to(x.scalar_type()), a.norm_eps);
 }
 
-// GeGLU (Shazeer 2020) with the tanh GELU, as Gemma's MLP: composed ATen ops,
-// which keep gate_up and the GELU output for backward.
+// GeGLU (Shazeer 2020) with the tanh GELU, as Gemma's MLP: fused on CUDA
+// where selected, else composed ATen ops, which keep gate_up and the GELU
+// output for backward.
 Tensor geglu(const Tensor& gate_up) {
+  if (fused_supported(gate_up, FusedKernel::kGeglu)) return fused_geglu(gate_up);
   auto parts = gate_up.chunk(2, -1);
   return torch::gelu(parts[0], "tanh") * parts[1];
 }
 
 Tensor swiglu(const Tensor& gate_up) {
-  if (fused_supported(gate_up)) return fused_swiglu(gate_up);
+  if (fused_supported(gate_up, FusedKernel::kSwiglu)) return fused_swiglu(gate_up);
   auto parts = gate_up.chunk(2, -1);
   return torch::silu(parts[0]) * parts[1];
 }

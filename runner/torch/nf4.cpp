@@ -1,8 +1,11 @@
 #include "runner/torch/nf4.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <string>
 
+#include "runner/torch/cuda_kernels.h"
 #include "runner/torch/quant8.h"
 
 namespace tailor::runner {
@@ -132,6 +135,27 @@ struct Nf4GroupedLinear : torch::autograd::Function<Nf4GroupedLinear> {
   }
 };
 
+// The signed 8-bit code map on a device, copied there once.
+Tensor code_map_on(const torch::Device& device) {
+  static std::mutex mu;
+  static std::map<std::string, Tensor> maps;
+  std::lock_guard<std::mutex> lock(mu);
+  Tensor& t = maps[device.str()];
+  if (!t.defined()) t = dynamic_map(true).to(device);
+  return t;
+}
+
+// The blocks [b0, b0 + blocks) as n values, by the CUDA kernel.
+Tensor dequantize_on_gpu(const Nf4Tensor& q, std::int64_t b0, std::int64_t blocks, std::int64_t n, torch::Dtype dtype) {
+  const Tensor map = q.double_quantized() ? code_map_on(q.packed.device()) : Tensor();
+  return cuda_nf4_dequantize(q.packed, q.absmax_scale, q.absmax_codes, map, q.absmax_offset, b0, blocks, n, dtype);
+}
+
+bool on_gpu_kernel(const Nf4Tensor& q, torch::Dtype dtype) {
+  return q.packed.is_cuda() && cuda_kernel_enabled(FusedKernel::kNf4Dequantize) &&
+         (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16);
+}
+
 }  // namespace
 
 std::int64_t Nf4Tensor::bytes() const {
@@ -198,6 +222,7 @@ Tensor nf4_absmax(const Nf4Tensor& q) {
 Tensor dequantize_nf4(const Nf4Tensor& q, torch::Dtype dtype) {
   torch::NoGradGuard no_grad;
   const std::int64_t nb = q.blocks();
+  if (on_gpu_kernel(q, dtype)) return dequantize_on_gpu(q, 0, nb, q.numel, dtype).view(q.shape);
   const Tensor absmax = nf4_absmax(q);
   const Tensor table = byte_table().to(q.packed.device());
   // Written chunk by chunk into the output: the lookup's int32 index and
@@ -223,6 +248,7 @@ Tensor dequantize_nf4_rows(const Nf4Tensor& q, std::int64_t row0, std::int64_t r
   TORCH_CHECK(e0 % kNf4BlockSize == 0 && n % kNf4BlockSize == 0 && row0 >= 0 && row0 + rows <= q.shape[0],
               "dequantize_nf4_rows: rows [", row0, ", ", row0 + rows, ") of ", in, " values are not whole blocks");
   const std::int64_t b0 = e0 / kNf4BlockSize, nb = n / kNf4BlockSize;
+  if (on_gpu_kernel(q, dtype)) return dequantize_on_gpu(q, b0, nb, n, dtype).view({rows, in});
   // This slice's first-level absmax: as stored, or its 8-bit codes times
   // their 256-block scales, plus the offset (nf4_absmax() for the whole
   // tensor).

@@ -7,7 +7,9 @@
 // 256) after subtracting their mean (0.5 + 1/64 + 4/(64*256); both in
 // memory_model.cpp). bitsandbytes calls the choice compress_statistics.
 // nf4_linear() dequantises the weight into the compute dtype and multiplies;
-// its backward yields the input's gradient only (the weight is frozen).
+// its backward yields the input's gradient only (the weight is frozen). On
+// CUDA the dequantisation is one kernel of the project's own where
+// TAILOR_CUDA_KERNELS selects it (cuda_kernels.h), ATen's ops otherwise.
 // Not here: FP4, fused dequantise-matmul kernels, per-tensor compute dtypes
 // other than that of the input.
 #pragma once

@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "runner/torch/cuda_kernels.h"
 #include "runner/torch/host_tensor.h"
 #include "runner/torch/kernels.h"
 #include "runner/torch/tracking_allocator.h"
@@ -235,6 +236,11 @@ bool TrainingOptimizer::fused_step(Slot& s, double lr, double grad_scale, double
   a.step_size = static_cast<float>(lr / bc1);
   a.sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
   a.grad_scale = static_cast<float>(grad_scale);
+  if (s.param.is_cuda()) {
+    if (!cuda_kernel_enabled(FusedKernel::kAdamw)) return false;
+    return s.master.defined() ? cuda_adamw(s.master, s.m, s.v, g, a, s.param)
+                              : cuda_adamw(s.param, s.m, s.v, g, a, torch::Tensor());
+  }
   const std::int64_t n = s.param.numel();
   using F = torch::ScalarType;
   std::function<void(std::int64_t, std::int64_t)> run;
@@ -255,7 +261,7 @@ bool TrainingOptimizer::fused_step(Slot& s, double lr, double grad_scale, double
       kernels::adamw(ptr<bf16>(s.param) + i, ptr<bf16>(s.m) + i, ptr<bf16>(s.v) + i, ptr<bf16>(g) + i, len, a);
     };
   } else {
-    return false;  // fp16, CUDA or a layout the kernels do not take: the ATen ops below
+    return false;  // fp16 or a layout the kernels do not take: the ATen ops below
   }
   at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t b = b0; b < b1; ++b) run(b * kBlock, std::min(kBlock, n - b * kBlock));

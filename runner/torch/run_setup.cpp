@@ -15,6 +15,7 @@
 #include "runner/dist/launcher.h"
 #include "runner/loss_scaler.h"
 #include "runner/protocol/capabilities.h"
+#include "runner/torch/cuda_kernels.h"
 #include "runner/torch/data_parallel.h"
 #include "runner/torch/lora.h"
 #include "runner/torch/run.h"
@@ -88,6 +89,7 @@ Status Run::prepare() {
 }
 
 Status Run::choose_device() {
+  TAILOR_RETURN_IF_ERROR(select_cuda_kernels());  // a bad TAILOR_CUDA_KERNELS is bad input on any device
   const int cuda_devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   auto chosen = runner::choose_device(o_.device, spec_.resources.device, !cfg_.on_cpu, cuda_devices,
                                      /*cuda_built=*/TAILOR_CUDA != 0, std::getenv("CUDA_VISIBLE_DEVICES"));

@@ -10,6 +10,7 @@
 
 #include "runner/loss_scaler.h"
 #include "runner/protocol/events.h"
+#include "runner/torch/cuda_kernels.h"
 #include "runner/torch/data_parallel.h"
 #include "runner/torch/lora.h"
 #include "runner/torch/run.h"
@@ -124,6 +125,7 @@ Status Run::probe() {
   event(events::kStart, [&](JsonWriter& w) {
     w.field("job", spec_.name).field("steps", data_.total_steps).field("first_step", first_step_);
     w.field("device", device_.name()).field("device_reason", device_.reason);
+    if (device_.cuda) w.field("cuda_kernels", cuda_kernels_in_use());
     w.field("strategy", st_.describe()).field("memory_limit_bytes", limit_);
     w.field("parameters", spec_.model.arch.parameter_count());
     // The process to signal: the launcher of a multi-rank job.

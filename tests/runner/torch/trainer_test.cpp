@@ -14,6 +14,7 @@
 #include "runner/data/dataset.h"
 #include "runner/data/tokenizer.h"
 #include "runner/torch/checkpoint.h"
+#include "runner/torch/cuda_kernels.h"
 #include "runner/torch/hf_checkpoint.h"
 #include "runner/torch/model.h"
 #include "runner/torch/tracking_allocator.h"
@@ -562,6 +563,35 @@ TEST(TrainerTest, GpuPlansTrainOnCudaWhereLibTorchHasIt) {
   const auto l = losses(dir.file("cuda"));
   EXPECT_LT(l.back(), l.front() * 0.7) << l.front() << " -> " << l.back();
   EXPECT_GT(lines(dir.file("cuda") + "/metrics.jsonl").front()["memory"]["activations"].get<std::int64_t>(), 0);
+}
+
+// The project's CUDA kernels in a whole run (RMSNorm, RoPE, SwiGLU,
+// cross-entropy, AdamW on a Llama in bf16): the same job with every kernel
+// and with none follows the same losses to bf16's rounding, and the start
+// event names the kernels in use.
+TEST(TrainerTest, CudaKernelsTrainAsAtenOpsDo) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  TempDir dir;
+  RunConfig cfg = job(dir, {}, dsl::Precision::kBf16, 4, 2);
+  cfg.on_cpu = false;
+  const KernelSet before = set_cuda_kernels(KernelSet());
+  auto run = [&](const char* kernels, const std::string& out) {
+    ::setenv(kCudaKernelsEnv, kernels, 1);
+    const RunnerExit e = train_in(cfg, out, 0, false, "cuda");
+    ::unsetenv(kCudaKernelsEnv);
+    return e;
+  };
+  ASSERT_EQ(run("none", dir.file("aten")), RunnerExit::kOk);
+  ASSERT_EQ(run("all", dir.file("fused")), RunnerExit::kOk);
+  set_cuda_kernels(before);
+  EXPECT_EQ(lines(dir.file("aten") + "/events.jsonl").front()["cuda_kernels"], "none");
+  EXPECT_EQ(lines(dir.file("fused") + "/events.jsonl").front()["cuda_kernels"], describe_kernels(KernelSet().set()));
+  const auto aten = losses(dir.file("aten")), fused = losses(dir.file("fused"));
+  ASSERT_EQ(aten.size(), fused.size());
+  for (std::size_t i = 0; i < aten.size(); ++i) {
+    EXPECT_NEAR(fused[i], aten[i], 0.02 * std::abs(aten[i]) + 1e-3) << "step " << i + 1;
+  }
+  EXPECT_LT(fused.back(), fused.front() * 0.7);
 }
 
 TEST(TrainerTest, BadInputsExitTwoWithAClearError) {
