@@ -15,7 +15,8 @@
 # kernel_selection.cpp's verified_cuda_kernels() turns it on by default.
 #   bench/gpu_kernels.sh [BUILD_DIR]    STEPS=8 SEQ=4096 PYTHON=python3
 #     CASES="llama:lora llama:none llama:qlora gemma:lora" (default)
-#     SKIP_TESTS=1 to train only
+#     SKIP_TESTS=1 to train only; LLAMA_ARCH=, GEMMA_ARCH= another model.arch
+#     (vocab 128256 at least), e.g. a small one to try the script on the CPU
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 build=${1:-build}
@@ -40,8 +41,8 @@ bench_long_documents "$work/tokens.bin" 128256
 
 arch() {  # family -> the model.arch mapping
   case $1 in
-    llama) echo "{family: llama, layers: 16, hidden: 2048, intermediate: 8192, heads: 32, kv_heads: 8, vocab: 128256, max_seq_len: 8192, tie_embeddings: true}" ;;
-    gemma) echo "{family: gemma2, layers: 26, hidden: 2304, intermediate: 9216, heads: 8, kv_heads: 4, head_dim: 256, vocab: 256000, max_seq_len: 8192, sliding_window: 4096, attn_logit_softcap: 50, final_logit_softcap: 30, query_pre_attn_scalar: 256, tie_embeddings: true, norm_eps: 1.0e-6}" ;;
+    llama) echo "${LLAMA_ARCH:-{family: llama, layers: 16, hidden: 2048, intermediate: 8192, heads: 32, kv_heads: 8, vocab: 128256, max_seq_len: 8192, tie_embeddings: true\}}" ;;
+    gemma) echo "${GEMMA_ARCH:-{family: gemma2, layers: 26, hidden: 2304, intermediate: 9216, heads: 8, kv_heads: 4, head_dim: 256, vocab: 256000, max_seq_len: 8192, sliding_window: 4096, attn_logit_softcap: 50, final_logit_softcap: 30, query_pre_attn_scalar: 256, tie_embeddings: true, norm_eps: 1.0e-6\}}" ;;
   esac
 }
 
@@ -78,10 +79,12 @@ def tps(rs):
     timed = rs[int(warmup):] or rs
     return len(timed) / sum(1 / r["tokens_per_second"] for r in timed)
 start = [json.loads(l) for l in open(out + "/events.jsonl") if '"start"' in l]
-used = start[0].get("cuda_kernels", "?") if start else "?"
+used = start[0].get("cuda_kernels", "- (not on CUDA)") if start else "?"
 diff = max(abs(a["loss"] - b["loss"]) for a, b in zip(mine, ref))
 peak = max(r["memory"]["peak_bytes"] for r in mine)
-print(f"{label:<14} {selection:<16} {used:<60.60} {tps(mine):9.0f} {tps(mine) / tps(ref):6.3f} "
+timed = mine[int(warmup):] or mine
+mfu = f"{sum(r['mfu'] for r in timed) / len(timed):6.3f}" if "mfu" in timed[0] else f"{'-':>6}"
+print(f"{label:<14} {selection:<16} {used:<60.60} {tps(mine):9.0f} {tps(mine) / tps(ref):6.3f} {mfu} "
       f"{mine[-1]['loss']:9.5f} {diff:9.2e} {peak / 2**20:9.0f}", flush=True)
 PY
 }
@@ -93,7 +96,8 @@ train() {  # selection plan.json -> out dir
 }
 
 echo "== training: $steps steps of 2 x $seq tokens, bf16; ratio = tokens/s against TAILOR_CUDA_KERNELS=none"
-printf '%-14s %-16s %-60s %9s %6s %9s %9s %9s\n' case selection cuda_kernels tokens/s ratio loss max_dloss peak_MiB
+printf '%-14s %-16s %-60s %9s %6s %6s %9s %9s %9s\n' case selection cuda_kernels tokens/s ratio mfu loss max_dloss \
+  peak_MiB
 for c in "${cases[@]}"; do
   family=${c%%:*} adapter=${c#*:}
   spec "$family" "$adapter"

@@ -24,6 +24,36 @@ int fidelity_cost(const Strategy& s) {
   return cost;
 }
 
+namespace {
+
+// Forward FLOPs per token: every matmul weight twice (multiply-add), the
+// lm_head included even when tied, and attention's QK^T and AV. Under a
+// mixture of experts, a token goes through its experts only.
+struct ForwardFlops {
+  double matmuls, attention;
+  double total() const { return matmuls + attention; }
+};
+
+ForwardFlops forward_flops(const dsl::ModelArch& a, std::int64_t seq_len) {
+  const ParameterCounts pc = count_parameters(a);
+  const double matmul_params = static_cast<double>(pc.block_linear + pc.active_expert + a.vocab * a.hidden);
+  return {2.0 * matmul_params, 4.0 * static_cast<double>(a.layers) * static_cast<double>(seq_len) *
+                                   static_cast<double>(a.heads * a.head_dim())};
+}
+
+}  // namespace
+
+double model_flops_per_token(const dsl::ModelArch& a, const Strategy& s, std::int64_t seq_len) {
+  return forward_flops(a, seq_len).total() * (s.adapter != Adapter::kNone ? 2.0 : 3.0);
+}
+
+double dense_peak_tflops(const Device& dev, const Strategy& s) {
+  double peak = dev.peak_tflops_fp32;
+  if (s.precision == Precision::kBf16 || s.precision == Precision::kPureBf16) peak = dev.peak_tflops_bf16;
+  if (s.precision == Precision::kFp16) peak = dev.peak_tflops_fp16;
+  return peak > 0 ? peak : dev.peak_tflops_fp32;  // unsupported dtype: emulated at fp32 speed
+}
+
 Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::int64_t seq_len,
                                std::int64_t global_batch, const Device& dev, const CostConstants& k) {
   Throughput t;
@@ -33,12 +63,10 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   const double seq = static_cast<double>(seq_len);
   const bool adapter = s.adapter != Adapter::kNone;
 
-  // Forward FLOPs per token: every matmul weight twice (multiply-add), the
-  // lm_head included even when tied, and attention's QK^T and AV.
-  // Under a mixture of experts, a token goes through its experts only.
-  const double matmul_params = static_cast<double>(pc.block_linear + pc.active_expert + a.vocab * a.hidden);
-  const double attention = 4.0 * L * seq * static_cast<double>(a.heads * a.head_dim());
-  const double forward = 2.0 * matmul_params + attention;
+  const ForwardFlops ff = forward_flops(a, seq_len);
+  const double attention = ff.attention;
+  const double forward = ff.total();
+  t.model_flops_per_token = model_flops_per_token(a, s, seq_len);
   const double recompute_fraction =
       s.checkpoint_every > 0 ? std::min(1.0, 1.0 / static_cast<double>(s.checkpoint_every)) : 0.0;
   const double passes = (adapter ? 2.0 : 3.0) + recompute_fraction;
@@ -57,16 +85,8 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
     timed_flops_per_token += k.fused_linear_slice_extra * head_forward;
   }
 
-  double peak_tflops = dev.peak_tflops_fp32;
-  double mfu = k.mfu_fp32;
-  if (s.precision == Precision::kBf16 || s.precision == Precision::kPureBf16) {
-    peak_tflops = dev.peak_tflops_bf16;
-    mfu = k.mfu_tensor;
-  } else if (s.precision == Precision::kFp16) {
-    peak_tflops = dev.peak_tflops_fp16;
-    mfu = k.mfu_tensor;
-  }
-  if (peak_tflops <= 0) peak_tflops = dev.peak_tflops_fp32;  // unsupported dtype: emulated at fp32 speed
+  const double peak_tflops = dense_peak_tflops(dev, s);
+  const double mfu = s.precision == Precision::kFp32 ? k.mfu_fp32 : k.mfu_tensor;
   // Preference pairs: a micro-batch of b pairs is 2b rows.
   const double rows_per_sequence = s.pairs ? 2.0 : 1.0;
   const double micro_tokens = rows_per_sequence * static_cast<double>(s.micro_batch_size) * seq;

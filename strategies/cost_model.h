@@ -74,7 +74,8 @@ struct CostConstants {
 int fidelity_cost(const Strategy& s);
 
 struct Throughput {
-  double flops_per_token = 0;     // model FLOPs per trained token, recomputation included
+  double flops_per_token = 0;        // FLOPs per trained token, recomputation included
+  double model_flops_per_token = 0;  // model_flops_per_token(): what MFU counts
   double compute_seconds = 0;     // per optimizer step
   double comm_seconds = 0;        // exposed collective time per step
   double offload_seconds = 0;     // host transfers (optimizer, weights, activations) and CPU optimizer per step
@@ -88,6 +89,17 @@ struct Throughput {
   double step_seconds = 0;
   double tokens_per_second = 0;
 };
+
+// Model FLOPs per trained token, as model FLOPs utilisation counts them
+// (Chowdhery et al. 2022, PaLM, appendix B): the forward's matmuls and
+// attention (4 L s h, causal or not) times 3 for a full fine-tune, times 2
+// under adapters (frozen weights have no weight-gradient matmuls); no
+// recomputation, no fused head's second projection.
+double model_flops_per_token(const dsl::ModelArch& arch, const Strategy& s, std::int64_t seq_len);
+
+// The device's dense peak in TFLOP/s for the strategy's compute dtype (fp32
+// where it has none for it), the denominator of MFU.
+double dense_peak_tflops(const Device& device, const Strategy& s);
 
 // `global_batch` sequences of `seq_len` tokens per optimizer step.
 Throughput estimate_throughput(const dsl::ModelArch& arch, const Strategy& s, std::int64_t seq_len,

@@ -44,6 +44,7 @@ void write_throughput(JsonWriter& w, const Throughput& t) {
   w.field("step_seconds", t.step_seconds);
   w.field("tokens_per_second", t.tokens_per_second);
   w.field("flops_per_token", t.flops_per_token);
+  w.field("model_flops_per_token", t.model_flops_per_token);
   w.field("compute_seconds", t.compute_seconds);
   w.field("comm_seconds", t.comm_seconds);
   w.field("offload_seconds", t.offload_seconds);

@@ -43,7 +43,9 @@ Result<std::unique_ptr<CudaMemoryMeter>> CudaMemoryMeter::open(int index, std::i
       total = static_cast<std::int64_t>(total_bytes);
     }
     if (total <= 0) return Status::unavailable("cannot tell the memory of CUDA device " + std::to_string(index));
-    return std::unique_ptr<CudaMemoryMeter>(new CudaMemoryMeter(index, total));
+    cudaDeviceProp prop{};
+    std::string product = cudaGetDeviceProperties(&prop, index) == cudaSuccess ? std::string(prop.name) : "";
+    return std::unique_ptr<CudaMemoryMeter>(new CudaMemoryMeter(index, total, std::move(product)));
   } catch (const c10::Error& e) {
     return Status::unavailable("CUDA device " + std::to_string(index) + ": " + e.what_without_backtrace());
   }

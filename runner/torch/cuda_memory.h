@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/status.h"
 #include "runner/torch/memory_meter.h"
@@ -37,13 +38,17 @@ class CudaMemoryMeter final : public MemoryMeter {
 
   // The device's total memory in bytes.
   std::int64_t total_bytes() const { return total_; }
-
+  // Its product name as the CUDA runtime reports it ("NVIDIA H200"); empty
+  // when the runtime cannot say.
+  const std::string& product_name() const { return product_; }
 
  private:
-  CudaMemoryMeter(int index, std::int64_t total) : index_(index), total_(total) {}
+  CudaMemoryMeter(int index, std::int64_t total, std::string product)
+      : index_(index), total_(total), product_(std::move(product)) {}
 
   int index_;
   std::int64_t total_;
+  std::string product_;
   std::int64_t budget_ = 0;
   std::int64_t folded_peak_ = 0;  // raise_peak(): peaks from before a reset
 };

@@ -135,12 +135,13 @@ struct Nf4GroupedLinear : torch::autograd::Function<Nf4GroupedLinear> {
   }
 };
 
-// The signed 8-bit code map on a device, copied there once.
+// The signed 8-bit code map on a device, copied there once. Never freed:
+// a CUDA tensor released by a static destructor could outlive the driver.
 Tensor code_map_on(const torch::Device& device) {
   static std::mutex mu;
-  static std::map<std::string, Tensor> maps;
+  static auto* maps = new std::map<std::string, Tensor>();
   std::lock_guard<std::mutex> lock(mu);
-  Tensor& t = maps[device.str()];
+  Tensor& t = (*maps)[device.str()];
   if (!t.defined()) t = dynamic_map(true).to(device);
   return t;
 }

@@ -413,6 +413,11 @@ class Run {
   std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<NcclGroup> nccl_;  // the gradients and parameters of GPU ranks; null: the ring
   std::string collectives_;          // what carries them, for the start event
+  // Model FLOPs utilisation (strategies/cost_model.h): the model FLOPs of a
+  // trained token, and the catalog's dense peak of the GPU the run is on in
+  // FLOP/s (0 on the CPU or a GPU the catalog does not know: no mfu field).
+  double model_flops_per_token_ = 0, peak_flops_ = 0;
+  std::string gpu_model_;               // that GPU's catalog key
   std::unique_ptr<GradientSync> sync_;  // last: it references the model, comm_ and nccl_
 };
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "dsl/catalog.h"
 #include "dsl/model_family.h"
 #include "dsl/spec_loader.h"
 #include "runner/data/dataset.h"
@@ -20,6 +21,8 @@
 #include "runner/torch/lora.h"
 #include "runner/torch/run.h"
 #include "strategies/candidate.h"
+#include "strategies/cost_model.h"
+#include "strategies/hardware.h"
 
 namespace tailor::runner {
 namespace {
@@ -110,6 +113,11 @@ Status Run::choose_device() {
   if (!meter.is_ok()) return Status::unavailable(device_.name() + ": " + meter.status().message());
   cuda_meter_ = std::move(meter).value();
   meter_ = cuda_meter_.get();
+  model_flops_per_token_ = strategies::model_flops_per_token(spec_.model.arch, st_, spec_.data.seq_len);
+  if (const dsl::GpuModel* g = dsl::Catalog::builtin().match_gpu_name(cuda_meter_->product_name())) {
+    gpu_model_ = g->key;
+    peak_flops_ = strategies::dense_peak_tflops(strategies::device_from_catalog(*g), st_) * 1e12;
+  }
   return Status::ok();
 }
 

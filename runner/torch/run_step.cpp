@@ -126,6 +126,7 @@ Status Run::probe() {
     w.field("job", spec_.name).field("steps", data_.total_steps).field("first_step", first_step_);
     w.field("device", device_.name()).field("device_reason", device_.reason);
     if (device_.cuda) w.field("cuda_kernels", cuda_kernels_in_use());
+    if (peak_flops_ > 0) w.field("gpu_model", gpu_model_).field("peak_tflops", peak_flops_ / 1e12);
     w.field("strategy", st_.describe()).field("memory_limit_bytes", limit_);
     w.field("parameters", spec_.model.arch.parameter_count());
     // The process to signal: the launcher of a multi-rank job.
@@ -385,6 +386,10 @@ void Run::write_metrics(std::int64_t step, double loss, const Update& u, const P
   w.begin_object().field("step", step).field("time", wall_seconds()).field("loss", loss).field("lr", u.lr);
   w.field("grad_norm", u.norm);
   w.field("tokens", pass.tokens).field("target_tokens", target_tokens).field("tokens_per_second", pass.tokens / seconds);
+  // Every rank's GPU counts in the peak (ranks on GPUs of their own).
+  if (peak_flops_ > 0 && seconds > 0) {
+    w.field("mfu", pass.tokens / seconds * model_flops_per_token_ / (peak_flops_ * world_));
+  }
   w.field("step_seconds", seconds).field("epoch", data_.train->epoch_progress()).field("skipped", u.skipped);
   if (preference()) write_preference(w, pass.preference, "");
   write_memory(w, memory.line());

@@ -39,6 +39,40 @@ TEST(CostModelTest, RecomputationAddsAForwardAndAdaptersSkipWeightGradients) {
   EXPECT_NEAR(estimate_throughput(a, lora, 2048, 1, a100()).flops_per_token, full * 2 / 3, 1);
 }
 
+// MFU's numerator (PaLM, appendix B: 6N + 12 L s h per token for a full
+// step): recomputation and the fused head's second projection are not
+// model FLOPs, and adapters train without weight gradients.
+TEST(CostModelTest, ModelFlopsAreThePalmFormulaWithoutRecomputation) {
+  const dsl::ModelArch& a = llama7b();
+  const double n = static_cast<double>(a.parameter_count() - a.vocab * a.hidden) - 2.0 * a.hidden * a.layers - a.hidden;
+  const double palm = 6 * n + 12.0 * a.layers * 2048.0 * a.hidden;
+  Strategy s = bf16(1, 1);
+  EXPECT_NEAR(model_flops_per_token(a, s, 2048), palm, 1e6);
+  s.checkpoint_every = 1;
+  s.cross_entropy = CrossEntropy::kFusedLinear;
+  const Throughput t = estimate_throughput(a, s, 2048, 1, a100());
+  EXPECT_NEAR(t.model_flops_per_token, palm, 1e6);
+  EXPECT_GT(t.flops_per_token, t.model_flops_per_token * 1.3) << "the hardware does more than the model needs";
+  s.adapter = Adapter::kLora;
+  s.lora_rank = 16;
+  EXPECT_NEAR(model_flops_per_token(a, s, 2048), palm * 2 / 3, 1e6);
+}
+
+TEST(CostModelTest, DensePeakFollowsTheComputeDtype) {
+  const Device h100 = device_from_catalog(*dsl::Catalog::builtin().find_gpu("H100"));
+  Strategy s = bf16(1, 1);
+  EXPECT_EQ(dense_peak_tflops(h100, s), h100.peak_tflops_bf16);
+  s.precision = Precision::kFp32;
+  EXPECT_EQ(dense_peak_tflops(h100, s), h100.peak_tflops_fp32);
+  s.precision = Precision::kFp16;
+  EXPECT_EQ(dense_peak_tflops(h100, s), h100.peak_tflops_fp16);
+  // A GPU without bf16 emulates it at its fp32 rate.
+  const Device t4 = device_from_catalog(*dsl::Catalog::builtin().find_gpu("T4"));
+  ASSERT_EQ(t4.peak_tflops_bf16, 0);
+  s.precision = Precision::kBf16;
+  EXPECT_EQ(dense_peak_tflops(t4, s), t4.peak_tflops_fp32);
+}
+
 TEST(CostModelTest, LargerMicroBatchesAreFasterForTheSameGlobalBatch) {
   const dsl::ModelArch& a = llama7b();
   const double small = estimate_throughput(a, bf16(1, 8), 512, 8, a100()).tokens_per_second;

@@ -103,6 +103,10 @@ TEST(TrainerTest, LossFallsAndEveryArtifactIsWritten) {
   EXPECT_EQ(m["optimizer_states"].get<std::int64_t>(), 4 * m["weights"].get<std::int64_t>());
   EXPECT_GT(m["activations"].get<std::int64_t>(), 0);
   EXPECT_GE(m["peak_bytes"].get<std::int64_t>(), m["allocated_bytes"].get<std::int64_t>());
+  // A CPU has no datasheet peak in the catalog: no MFU, rather than one
+  // against a guess.
+  EXPECT_FALSE(lines(out + "/metrics.jsonl").front().contains("mfu"));
+  EXPECT_FALSE(events.front().contains("peak_tflops"));
 }
 
 // Lion (strategy.optimizer: lion) trains with one fp32 momentum per
@@ -563,6 +567,16 @@ TEST(TrainerTest, GpuPlansTrainOnCudaWhereLibTorchHasIt) {
   const auto l = losses(dir.file("cuda"));
   EXPECT_LT(l.back(), l.front() * 0.7) << l.front() << " -> " << l.back();
   EXPECT_GT(lines(dir.file("cuda") + "/metrics.jsonl").front()["memory"]["activations"].get<std::int64_t>(), 0);
+  // A GPU the catalog knows: model FLOPs utilisation against its bf16 peak,
+  // a fraction (a tiny model uses little of it).
+  const auto started = lines(dir.file("cuda") + "/events.jsonl").front();
+  if (started.contains("gpu_model")) {
+    EXPECT_GT(started["peak_tflops"].get<double>(), 0);
+    for (const auto& line : lines(dir.file("cuda") + "/metrics.jsonl")) {
+      EXPECT_GT(line["mfu"].get<double>(), 0);
+      EXPECT_LT(line["mfu"].get<double>(), 1);
+    }
+  }
 }
 
 // The project's CUDA kernels in a whole run (RMSNorm, RoPE, SwiGLU,
