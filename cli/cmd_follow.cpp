@@ -56,6 +56,7 @@ Progress progress_of(const RestClient& client, const Json& job) {
       if (row.contains("tokens_per_second") && row["tokens_per_second"].is_number()) {
         p.tokens_per_second = row["tokens_per_second"].get<double>();
       }
+      if (row.contains("mfu") && row["mfu"].is_number()) p.mfu = row["mfu"].get<double>();
       if (row.contains("memory") && row["memory"].is_object() && row["memory"].contains("peak_bytes") &&
           row["memory"]["peak_bytes"].is_number()) {
         p.peak_bytes = row["memory"]["peak_bytes"].get<std::int64_t>();
@@ -181,9 +182,15 @@ int run_top(const Argv& argv, Streams io) {
           table << pad_right("ID", 20) << pad_right("NAME", 20) << pad_right("STATE", 10) << "PROGRESS\n";
         }
         const Progress p = state == std::string("running") ? progress_of(client, j) : Progress{j.value("name", ""), state};
-        rows.push_back({{"id", j.value("id", "")}, {"name", p.name}, {"state", p.state}, {"step", p.step},
-                        {"total_steps", p.total}, {"loss", p.loss >= 0 ? Json(p.loss) : Json()},
-                        {"tokens_per_second", p.tokens_per_second}, {"peak_bytes", p.peak_bytes},
+        rows.push_back({{"id", j.value("id", "")},
+                        {"name", p.name},
+                        {"state", p.state},
+                        {"step", p.step},
+                        {"total_steps", p.total},
+                        {"loss", p.loss >= 0 ? Json(p.loss) : Json()},
+                        {"tokens_per_second", p.tokens_per_second},
+                        {"mfu", p.mfu >= 0 ? Json(p.mfu) : Json()},
+                        {"peak_bytes", p.peak_bytes},
                         {"eta_seconds", p.eta_seconds >= 0 ? Json(p.eta_seconds) : Json()}});
         table << pad_right(j.value("id", ""), 20) << pad_right(p.name, 20) << pad_right(p.state, 10)
               << (state == std::string("running") ? progress_line(p, true) : "") << "\n";

@@ -83,6 +83,10 @@ std::string progress_line(const Progress& p, bool bar) {
     std::snprintf(buf, sizeof buf, "  %.0f tok/s", p.tokens_per_second);
     out += buf;
   }
+  if (p.mfu >= 0) {
+    std::snprintf(buf, sizeof buf, "  MFU %.1f%%", 100 * p.mfu);
+    out += buf;
+  }
   if (p.peak_bytes > 0) out += "  mem " + Bytes(p.peak_bytes).to_string();
   if (p.eta_seconds >= 0 && p.state == "running") out += "  ETA " + format_duration(p.eta_seconds);
   out += "  " + p.state;

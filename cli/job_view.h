@@ -35,11 +35,12 @@ struct Progress {
   std::string name, state;
   std::int64_t step = 0, total = 0;
   double loss = -1, tokens_per_second = 0;
+  double mfu = -1;  // model FLOPs utilisation; -1: not reported (the CPU, an unknown GPU)
   std::int64_t peak_bytes = 0;
   double eta_seconds = -1;
 };
 
-// "[#####.....] step 40/200  loss 2.3104  5120 tok/s  mem 180.4 MiB  ETA 1m12s"
+// "[#####.....] step 40/200  loss 2.3104  5120 tok/s  MFU 41.2%  mem 180.4 MiB  ETA 1m12s"
 std::string progress_line(const Progress& p, bool bar);
 
 // "1m12s", "2h05m", "45s".

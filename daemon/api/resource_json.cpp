@@ -161,20 +161,21 @@ json step_json(const StepMetric& m) {
   // A preference step's loss is per pair: no perplexity.
   const bool pairs = !m.preference.empty();
   json o = {{"step", m.step},
-          {"rank", m.rank},
-          {"attempt", m.attempt},
-          {"time", m.time},
-          {"loss", opt_json(m.loss)},
-          {"lr", opt_json(m.lr)},
-          {"grad_norm", opt_json(m.grad_norm)},
-          {"tokens", opt_json(m.tokens)},
-          {"tokens_per_second", opt_json(m.tokens_per_second)},
-          {"step_seconds", opt_json(m.step_seconds)},
-          {"eval_loss", opt_json(m.eval_loss)},
-          {"eval_perplexity", m.eval_loss && !pairs ? json(std::exp(*m.eval_loss)) : json(nullptr)},
-          {"eval_tokens", opt_json(m.eval_tokens)},
-          {"eval_seconds", opt_json(m.eval_seconds)},
-          {"memory", mem}};
+            {"rank", m.rank},
+            {"attempt", m.attempt},
+            {"time", m.time},
+            {"loss", opt_json(m.loss)},
+            {"lr", opt_json(m.lr)},
+            {"grad_norm", opt_json(m.grad_norm)},
+            {"tokens", opt_json(m.tokens)},
+            {"tokens_per_second", opt_json(m.tokens_per_second)},
+            {"step_seconds", opt_json(m.step_seconds)},
+            {"eval_loss", opt_json(m.eval_loss)},
+            {"eval_perplexity", m.eval_loss && !pairs ? json(std::exp(*m.eval_loss)) : json(nullptr)},
+            {"eval_tokens", opt_json(m.eval_tokens)},
+            {"eval_seconds", opt_json(m.eval_seconds)},
+            {"mfu", opt_json(m.mfu)},
+            {"memory", mem}};
   for (const PreferenceMetric& p : kPreferenceMetrics) {
     const auto it = m.preference.find(p.key);
     o[p.key] = it == m.preference.end() ? json(nullptr) : json(it->second);

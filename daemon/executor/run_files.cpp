@@ -81,6 +81,7 @@ std::optional<StepMetric> parse_metric_line(const std::string& line, std::int64_
   m.eval_loss = opt<double>(j, "eval_loss");
   m.eval_tokens = opt<std::int64_t>(j, "eval_tokens");
   m.eval_seconds = opt<double>(j, "eval_seconds");
+  m.mfu = opt<double>(j, "mfu");
   for (const PreferenceMetric& p : kPreferenceMetrics) {
     if (auto v = opt<double>(j, p.key)) m.preference[p.key] = *v;
   }

@@ -24,6 +24,7 @@ struct DaemonMetrics::JobSeries {
   Gauge* loss = nullptr;
   Gauge* eval_loss = nullptr;
   Gauge* tps = nullptr;
+  Gauge* mfu = nullptr;
   Gauge* step = nullptr;
   Gauge* peak = nullptr;
   Gauge* running = nullptr;
@@ -110,6 +111,12 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                         .Register(r)
                         .Add({});
   job_loss_ = &prometheus::BuildGauge().Name("tailor_job_loss").Help("Training loss of a job's latest step.").Register(r);
+  job_mfu_ = &prometheus::BuildGauge()
+                  .Name("tailor_job_mfu")
+                  .Help(
+                      "Model FLOPs utilisation of a job's latest step: the model FLOPs of its tokens per second over "
+                      "its GPUs' dense peak (0-1). Only jobs on a GPU the catalog knows.")
+                  .Register(r);
   job_eval_loss_ = &prometheus::BuildGauge()
                         .Name("tailor_job_eval_loss")
                         .Help("Loss on data.eval (the mean over its trained tokens) of a job's latest evaluation.")
@@ -260,6 +267,15 @@ void DaemonMetrics::set_job_eval_loss(const std::string& job_id, const std::stri
   s->eval_loss->Set(eval_loss);
 }
 
+void DaemonMetrics::set_job_mfu(const std::string& job_id, const std::string& name, double mfu) {
+  std::lock_guard lock(mu_);
+  auto& s = jobs_series_[job_id];
+  if (!s) s = std::make_unique<JobSeries>();
+  s->name = name;
+  if (!s->mfu) s->mfu = &job_mfu_->Add({{"job_id", job_id}, {"job", name}});
+  s->mfu->Set(mfu);
+}
+
 void DaemonMetrics::set_job_preference(const std::string& job_id, const std::string& name,
                                        const std::map<std::string, double>& by_column) {
   if (by_column.empty()) return;
@@ -297,6 +313,7 @@ void DaemonMetrics::drop_job(const std::string& job_id) {
   if (s.loss) job_loss_->Remove(s.loss);
   if (s.eval_loss) job_eval_loss_->Remove(s.eval_loss);
   if (s.tps) job_tps_->Remove(s.tps);
+  if (s.mfu) job_mfu_->Remove(s.mfu);
   if (s.step) job_step_->Remove(s.step);
   if (s.peak) job_peak_->Remove(s.peak);
   if (s.running) job_running_->Remove(s.running);

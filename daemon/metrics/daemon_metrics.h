@@ -48,6 +48,8 @@ class DaemonMetrics {
                     std::int64_t peak_bytes, const std::map<std::int64_t, std::int64_t>& rank_peak_bytes = {});
   // The eval loss after a job's latest evaluated step.
   void set_job_eval_loss(const std::string& job_id, const std::string& name, double eval_loss);
+  // A job's latest model FLOPs utilisation (steps on a GPU the catalog knows).
+  void set_job_mfu(const std::string& job_id, const std::string& name, double mfu);
   // A preference job's latest rewards and log-probabilities, by the store's column
   // names (rewards_margins, ...; job_store.h's kPreferenceMetrics), as the
   // `metric` label of tailor_job_preference.
@@ -100,6 +102,7 @@ class DaemonMetrics {
   std::uint64_t store_commits_seen_ = 0, store_writes_seen_ = 0;
   prometheus::Family<prometheus::Gauge>* job_loss_;
   prometheus::Family<prometheus::Gauge>* job_eval_loss_;
+  prometheus::Family<prometheus::Gauge>* job_mfu_;
   prometheus::Family<prometheus::Gauge>* job_preference_;
   prometheus::Family<prometheus::Gauge>* job_tracker_;
   prometheus::Family<prometheus::Gauge>* job_tps_;

@@ -381,6 +381,7 @@ Supervisor::Ingested Supervisor::ingest(Running& r) {
     const StepMetric& last = batch.metrics.back();
     metrics_.set_job_step(r.id, r.name, last.step, last.loss.value_or(NAN), last.tokens_per_second.value_or(0),
                           last.component_bytes, last.peak_bytes.value_or(0), last.rank_peak_bytes);
+    if (last.mfu) metrics_.set_job_mfu(r.id, r.name, *last.mfu);
   }
   // A preference job's newest value of each preference metric (eval ones only on
   // evaluated steps), by column name.

@@ -605,15 +605,15 @@ Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const J
     if (!batch.metrics.empty()) {
       std::string sql =
           "INSERT OR REPLACE INTO step_metrics (job_id, rank, step, attempt, time, loss, lr, grad_norm, tokens, "
-          "tokens_per_second, step_seconds, allocated_bytes, peak_bytes, eval_loss, eval_tokens, eval_seconds";
+          "tokens_per_second, step_seconds, allocated_bytes, peak_bytes, eval_loss, eval_tokens, eval_seconds, mfu";
       for (const auto& c : component_columns())
         sql += ", " + c;
       for (const PreferenceMetric& p : kPreferenceMetrics)
         sql += std::string(", ") + p.column;
-      sql += ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16";
+      sql += ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17";
       const std::size_t extra = component_columns().size() + std::size(kPreferenceMetrics);
       for (std::size_t i = 0; i < extra; ++i)
-        sql += ", ?" + std::to_string(17 + i);
+        sql += ", ?" + std::to_string(18 + i);
       sql += ")";
       TAILOR_ASSIGN_OR_RETURN(Statement q, db_.prepare(sql));
       for (const StepMetric& m : batch.metrics) {
@@ -621,8 +621,8 @@ Status JobStore::ingest(const std::string& id, const IngestBatch& batch, const J
         q.bind(1, id).bind(2, m.rank).bind(3, m.step).bind(4, m.attempt).bind(5, m.time);
         q.bind(6, m.loss).bind(7, m.lr).bind(8, m.grad_norm).bind(9, m.tokens).bind(10, m.tokens_per_second);
         q.bind(11, m.step_seconds).bind(12, m.allocated_bytes).bind(13, m.peak_bytes);
-        q.bind(14, m.eval_loss).bind(15, m.eval_tokens).bind(16, m.eval_seconds);
-        int b = 17;
+        q.bind(14, m.eval_loss).bind(15, m.eval_tokens).bind(16, m.eval_seconds).bind(17, m.mfu);
+        int b = 18;
         for (const auto& name : memory_component_names()) {
           const auto it = m.component_bytes.find(name);
           if (it == m.component_bytes.end())
@@ -703,8 +703,9 @@ Result<std::map<std::int64_t, std::int64_t>> JobStore::peak_by_attempt(const std
 
 Result<std::vector<StepMetric>> JobStore::metrics(const std::string& id, std::int64_t since_step, std::int64_t limit) {
   Reader db = reader();
-  std::string sql = "SELECT rank, step, attempt, time, loss, lr, grad_norm, tokens, tokens_per_second, step_seconds, "
-                    "allocated_bytes, peak_bytes, eval_loss, eval_tokens, eval_seconds";
+  std::string sql =
+      "SELECT rank, step, attempt, time, loss, lr, grad_norm, tokens, tokens_per_second, step_seconds, "
+      "allocated_bytes, peak_bytes, eval_loss, eval_tokens, eval_seconds, mfu";
   for (const auto& c : component_columns()) sql += ", " + c;
   for (const PreferenceMetric& p : kPreferenceMetrics) sql += std::string(", ") + p.column;
   sql += " FROM step_metrics WHERE job_id = ?1 AND step > ?2 ORDER BY step, rank LIMIT ?3";
@@ -730,7 +731,8 @@ Result<std::vector<StepMetric>> JobStore::metrics(const std::string& id, std::in
     m.eval_loss = q.opt_real(12);
     m.eval_tokens = q.opt_int64(13);
     m.eval_seconds = q.opt_real(14);
-    int c = 15;
+    m.mfu = q.opt_real(15);
+    int c = 16;
     for (const auto& name : memory_component_names()) {
       if (auto v = q.opt_int64(c++)) m.component_bytes[name] = *v;
     }

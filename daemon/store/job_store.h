@@ -172,6 +172,8 @@ struct StepMetric {
   // Set on a step after which the model was evaluated on data.eval.
   std::optional<double> eval_loss, eval_seconds;
   std::optional<std::int64_t> eval_tokens;
+  // Model FLOPs utilisation, on a GPU the catalog knows (docs/training.md).
+  std::optional<double> mfu;
   // weights, gradients, optimizer_states, master_weights, adapter,
   // activations, logits, overhead (the plan document's keys).
   std::map<std::string, std::int64_t> component_bytes;

@@ -13,6 +13,7 @@ extern const char tailor_daemon_migration_0008[];
 extern const char tailor_daemon_migration_0009[];
 extern const char tailor_daemon_migration_0010[];
 extern const char tailor_daemon_migration_0011[];
+extern const char tailor_daemon_migration_0012[];
 
 namespace tailor::daemon {
 
@@ -29,6 +30,7 @@ const std::vector<Migration>& builtin_migrations() {
       {9, "0009_deleted_jobs", tailor_daemon_migration_0009},
       {10, "0010_reward_metrics", tailor_daemon_migration_0010},
       {11, "0011_kto_kl", tailor_daemon_migration_0011},
+      {12, "0012_mfu", tailor_daemon_migration_0012},
   };
   return kMigrations;
 }

@@ -813,5 +813,18 @@ TEST(CliDataTest, StatsCountEveryExampleAsThePreviewTokenizesItAndThePlanReports
   EXPECT_NE(usage_text.find("--n is preview's, not stats'"), std::string::npos) << usage_text;
 }
 
+// tailor top's progress line: MFU where the runner reported it (a GPU the
+// catalog knows), nothing where it did not.
+TEST(CliTest, TheProgressLineShowsMfuOnlyWhereReported) {
+  Progress p;
+  p.state = "running";
+  p.step = 40;
+  p.total = 200;
+  p.tokens_per_second = 5120;
+  EXPECT_EQ(progress_line(p, false).find("MFU"), std::string::npos) << progress_line(p, false);
+  p.mfu = 0.4123;
+  EXPECT_NE(progress_line(p, false).find("5120 tok/s  MFU 41.2%"), std::string::npos) << progress_line(p, false);
+}
+
 }  // namespace
 }  // namespace tailor::cli

@@ -49,6 +49,35 @@ TEST(RunFilesTest, AnEvaluatedStepsLineCarriesTheEvalLoss) {
   EXPECT_FALSE(parse_metric_line(R"({"step":11,"loss":2.4})", 1)->eval_loss);
 }
 
+// A step on a GPU the catalog knows carries its model FLOPs utilisation;
+// through the store and back, and absent (NULL) where the runner had none.
+TEST(RunFilesTest, MfuIsKeptWhereTheRunnerReportsIt) {
+  const auto gpu = parse_metric_line(R"({"step":3,"loss":2.5,"tokens_per_second":9000,"mfu":0.412})", 1);
+  ASSERT_TRUE(gpu && gpu->mfu);
+  EXPECT_DOUBLE_EQ(*gpu->mfu, 0.412);
+  const auto cpu = parse_metric_line(R"({"step":4,"loss":2.4,"tokens_per_second":900})", 1);
+  ASSERT_TRUE(cpu);
+  EXPECT_FALSE(cpu->mfu);
+
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  NewJob job;
+  job.name = "mfu";
+  job.spec_text = "name: mfu\n";
+  job.spec_json = "{}";
+  job.plan_json = "{\"fits\":true}";
+  const auto id = store->create(job)->job.id;
+  IngestBatch batch;
+  batch.metrics = {*gpu, *cpu};
+  ASSERT_TRUE(store->ingest(id, batch, JobUpdate{}).is_ok());
+  auto rows = store->metrics(id);
+  ASSERT_TRUE(rows.is_ok());
+  ASSERT_EQ(rows->size(), 2u);
+  ASSERT_TRUE((*rows)[0].mfu);
+  EXPECT_DOUBLE_EQ(*(*rows)[0].mfu, 0.412);
+  EXPECT_FALSE((*rows)[1].mfu);
+}
+
 // `m` ingested into a new store and read back: each of `keys` as it was.
 void expect_stored(const StepMetric& m, std::initializer_list<const char*> keys) {
   testing::TempDir dir;

@@ -76,6 +76,22 @@ TEST(DaemonMetricsTest, TheEvalLossIsAJobSeriesDroppedWithTheOthers) {
   EXPECT_EQ(metrics.render().find("job_id=\"j-1\""), std::string::npos);
 }
 
+// MFU is a series only for jobs that report it, dropped with the others.
+TEST(DaemonMetricsTest, MfuIsAJobSeriesOnlyWhereReported) {
+  DaemonMetrics metrics;
+  metrics.set_job_step("j-1", "demo", 4, 2.0, 100.0, {{"weights", 10}}, 10);
+  EXPECT_EQ(metrics.render().find("tailor_job_mfu{"), std::string::npos);
+  metrics.set_job_mfu("j-1", "demo", 0.375);
+  EXPECT_NE(metrics.render().find("tailor_job_mfu{job=\"demo\",job_id=\"j-1\"} 0.375"), std::string::npos)
+      << metrics.render();
+  metrics.job_finished("j-1");
+  for (int i = 0; i < static_cast<int>(DaemonMetrics::kFinishedJobsKept); ++i) {
+    metrics.set_job_estimate("other-" + std::to_string(i), "x", {}, 1);
+    metrics.job_finished("other-" + std::to_string(i));
+  }
+  EXPECT_EQ(metrics.render().find("tailor_job_mfu{"), std::string::npos);
+}
+
 // A DPO job's rewards are series of the job's too, one per metric.
 TEST(DaemonMetricsTest, PreferenceMetricsAreJobSeriesByMetric) {
   DaemonMetrics metrics;
