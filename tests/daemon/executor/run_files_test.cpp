@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "daemon/executor/run_files.h"
 #include "daemon/store/job_store.h"
@@ -49,6 +50,34 @@ TEST(RunFilesTest, AnEvaluatedStepsLineCarriesTheEvalLoss) {
   EXPECT_FALSE(parse_metric_line(R"({"step":11,"loss":2.4})", 1)->eval_loss);
 }
 
+// `metrics` ingested into a new store and read back.
+std::vector<StepMetric> stored(const std::vector<StepMetric>& metrics) {
+  testing::TempDir dir;
+  auto store = JobStore::open(dir.file("tailor.db")).value();
+  NewJob job;
+  job.name = "stored";
+  job.spec_text = "name: stored\n";
+  job.spec_json = "{}";
+  job.plan_json = "{\"fits\":true}";
+  const auto id = store->create(job)->job.id;
+  IngestBatch batch;
+  batch.metrics = metrics;
+  EXPECT_TRUE(store->ingest(id, batch, JobUpdate{}).is_ok());
+  auto rows = store->metrics(id);
+  EXPECT_TRUE(rows.is_ok());
+  return rows.is_ok() ? *rows : std::vector<StepMetric>{};
+}
+
+// `m` ingested into a new store and read back: each of `keys` as it was.
+void expect_stored(const StepMetric& m, std::initializer_list<const char*> keys) {
+  const std::vector<StepMetric> rows = stored({m});
+  ASSERT_EQ(rows.size(), 1u);
+  for (const char* key : keys) {
+    ASSERT_TRUE(rows[0].preference.contains(key)) << key;
+    EXPECT_DOUBLE_EQ(rows[0].preference.at(key), m.preference.at(key)) << key;
+  }
+}
+
 // A step on a GPU the catalog knows carries its model FLOPs utilisation;
 // through the store and back, and absent (NULL) where the runner had none.
 TEST(RunFilesTest, MfuIsKeptWhereTheRunnerReportsIt) {
@@ -59,45 +88,11 @@ TEST(RunFilesTest, MfuIsKeptWhereTheRunnerReportsIt) {
   ASSERT_TRUE(cpu);
   EXPECT_FALSE(cpu->mfu);
 
-  testing::TempDir dir;
-  auto store = JobStore::open(dir.file("tailor.db")).value();
-  NewJob job;
-  job.name = "mfu";
-  job.spec_text = "name: mfu\n";
-  job.spec_json = "{}";
-  job.plan_json = "{\"fits\":true}";
-  const auto id = store->create(job)->job.id;
-  IngestBatch batch;
-  batch.metrics = {*gpu, *cpu};
-  ASSERT_TRUE(store->ingest(id, batch, JobUpdate{}).is_ok());
-  auto rows = store->metrics(id);
-  ASSERT_TRUE(rows.is_ok());
-  ASSERT_EQ(rows->size(), 2u);
-  ASSERT_TRUE((*rows)[0].mfu);
-  EXPECT_DOUBLE_EQ(*(*rows)[0].mfu, 0.412);
-  EXPECT_FALSE((*rows)[1].mfu);
-}
-
-// `m` ingested into a new store and read back: each of `keys` as it was.
-void expect_stored(const StepMetric& m, std::initializer_list<const char*> keys) {
-  testing::TempDir dir;
-  auto store = JobStore::open(dir.file("tailor.db")).value();
-  NewJob job;
-  job.name = "preference";
-  job.spec_text = "name: preference\n";
-  job.spec_json = "{}";
-  job.plan_json = "{\"fits\":true}";
-  const auto id = store->create(job)->job.id;
-  IngestBatch batch;
-  batch.metrics.push_back(m);
-  ASSERT_TRUE(store->ingest(id, batch, JobUpdate{}).is_ok());
-  auto rows = store->metrics(id);
-  ASSERT_TRUE(rows.is_ok());
-  ASSERT_EQ(rows->size(), 1u);
-  for (const char* key : keys) {
-    ASSERT_TRUE((*rows)[0].preference.contains(key)) << key;
-    EXPECT_DOUBLE_EQ((*rows)[0].preference.at(key), m.preference.at(key)) << key;
-  }
+  const std::vector<StepMetric> rows = stored({*gpu, *cpu});
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_TRUE(rows[0].mfu);
+  EXPECT_DOUBLE_EQ(*rows[0].mfu, 0.412);
+  EXPECT_FALSE(rows[1].mfu);
 }
 
 // A reward model's line (training.method reward) carries TRL's
