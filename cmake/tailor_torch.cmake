@@ -104,9 +104,13 @@ if(TAILOR_CUDA)
   if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST} AND NOT TORCH_CUDA_ARCH_LIST)
     set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
   endif()
-  # Caffe2's cmake enables the CUDA language, which caches an architecture
-  # that it then warns about on every later configure.
+  # Caffe2's cmake enables the CUDA language, which on a first configure
+  # sets CMAKE_CUDA_ARCHITECTURES to nvcc's default, and then warns that it
+  # ignores that variable. Enabled here first, the variable is gone before
+  # Caffe2 looks (the runner's kernels name their architectures).
+  enable_language(CUDA)
   unset(CMAKE_CUDA_ARCHITECTURES CACHE)
+  unset(CMAKE_CUDA_ARCHITECTURES)
   # The wheel links kineto (the profiler) into libtorch_cpu; TorchConfig
   # looks for a separate library and warns when there is none.
   set(kineto_LIBRARY "${_torch_root}/lib/libtorch_cpu.so" CACHE FILEPATH "kineto, inside libtorch_cpu")
