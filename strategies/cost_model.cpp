@@ -34,17 +34,20 @@ struct ForwardFlops {
   double total() const { return matmuls + attention; }
 };
 
-ForwardFlops forward_flops(const dsl::ModelArch& a, std::int64_t seq_len) {
-  const ParameterCounts pc = count_parameters(a);
+ForwardFlops forward_flops(const dsl::ModelArch& a, const ParameterCounts& pc, std::int64_t seq_len) {
   const double matmul_params = static_cast<double>(pc.block_linear + pc.active_expert + a.vocab * a.hidden);
   return {2.0 * matmul_params, 4.0 * static_cast<double>(a.layers) * static_cast<double>(seq_len) *
                                    static_cast<double>(a.heads * a.head_dim())};
 }
 
+// A forward and the backward's two matmuls per weight (input and weight
+// gradients); frozen weights skip the weight gradient.
+double model_passes(const Strategy& s) { return s.adapter != Adapter::kNone ? 2.0 : 3.0; }
+
 }  // namespace
 
 double model_flops_per_token(const dsl::ModelArch& a, const Strategy& s, std::int64_t seq_len) {
-  return forward_flops(a, seq_len).total() * (s.adapter != Adapter::kNone ? 2.0 : 3.0);
+  return forward_flops(a, count_parameters(a), seq_len).total() * model_passes(s);
 }
 
 double dense_peak_tflops(const Device& dev, const Strategy& s) {
@@ -63,13 +66,13 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   const double seq = static_cast<double>(seq_len);
   const bool adapter = s.adapter != Adapter::kNone;
 
-  const ForwardFlops ff = forward_flops(a, seq_len);
+  const ForwardFlops ff = forward_flops(a, pc, seq_len);
   const double attention = ff.attention;
   const double forward = ff.total();
-  t.model_flops_per_token = model_flops_per_token(a, s, seq_len);
+  t.model_flops_per_token = forward * model_passes(s);
   const double recompute_fraction =
       s.checkpoint_every > 0 ? std::min(1.0, 1.0 / static_cast<double>(s.checkpoint_every)) : 0.0;
-  const double passes = (adapter ? 2.0 : 3.0) + recompute_fraction;
+  const double passes = model_passes(s) + recompute_fraction;
   t.flops_per_token = forward * passes;
   // FLOPs that take as long as that, for the time estimate.
   double timed_flops_per_token = t.flops_per_token;

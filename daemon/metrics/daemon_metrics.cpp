@@ -208,47 +208,45 @@ void DaemonMetrics::set_job_estimate(const std::string& job_id, const std::strin
                                      const std::map<std::string, std::int64_t>& component_bytes,
                                      std::int64_t total_bytes) {
   std::lock_guard lock(mu_);
-  auto& s = jobs_series_[job_id];
-  if (!s) s = std::make_unique<JobSeries>();
-  s->name = name;
+  JobSeries& s = series_of(job_id, name);
   auto set = [&](const std::string& component, std::int64_t v) {
-    auto& g = s->memory[{component, "estimated"}];
-    if (!g) g = &job_memory_->Add({{"job_id", job_id}, {"job", name}, {"component", component}, {"source", "estimated"}});
+    auto& g = s.memory[{component, "estimated"}];
+    if (!g)
+      g = &job_memory_->Add({{"job_id", job_id}, {"job", name}, {"component", component}, {"source", "estimated"}});
     g->Set(static_cast<double>(v));
   };
   for (const auto& [c, v] : component_bytes) set(c, v);
   set("total", total_bytes);
   // An estimate is set when an attempt starts: a retried job runs again.
   std::erase(finished_, job_id);
-  mark_running(job_id, *s, true);
+  mark_running(job_id, s, true);
 }
 
 void DaemonMetrics::set_job_step(const std::string& job_id, const std::string& name, std::int64_t step, double loss,
                                  double tokens_per_second, const std::map<std::string, std::int64_t>& component_bytes,
                                  std::int64_t peak_bytes, const std::map<std::int64_t, std::int64_t>& rank_peak_bytes) {
   std::lock_guard lock(mu_);
-  auto& s = jobs_series_[job_id];
-  if (!s) s = std::make_unique<JobSeries>();
-  s->name = name;
+  JobSeries& s = series_of(job_id, name);
   const prometheus::Labels labels = {{"job_id", job_id}, {"job", name}};
-  if (!s->loss) s->loss = &job_loss_->Add(labels);
-  if (!s->tps) s->tps = &job_tps_->Add(labels);
-  if (!s->step) s->step = &job_step_->Add(labels);
-  if (!s->peak) s->peak = &job_peak_->Add(labels);
-  s->loss->Set(loss);
-  s->tps->Set(tokens_per_second);
-  s->step->Set(static_cast<double>(step));
-  s->peak->Set(static_cast<double>(peak_bytes));
-  if (std::find(finished_.begin(), finished_.end(), job_id) == finished_.end()) mark_running(job_id, *s, true);
+  if (!s.loss) s.loss = &job_loss_->Add(labels);
+  if (!s.tps) s.tps = &job_tps_->Add(labels);
+  if (!s.step) s.step = &job_step_->Add(labels);
+  if (!s.peak) s.peak = &job_peak_->Add(labels);
+  s.loss->Set(loss);
+  s.tps->Set(tokens_per_second);
+  s.step->Set(static_cast<double>(step));
+  s.peak->Set(static_cast<double>(peak_bytes));
+  if (std::find(finished_.begin(), finished_.end(), job_id) == finished_.end()) mark_running(job_id, s, true);
   for (const auto& [rank, bytes] : rank_peak_bytes) {
-    auto& g = s->rank_peak[rank];
+    auto& g = s.rank_peak[rank];
     if (!g) g = &job_rank_peak_->Add({{"job_id", job_id}, {"job", name}, {"rank", std::to_string(rank)}});
     g->Set(static_cast<double>(bytes));
   }
   std::int64_t total = 0;
   auto set = [&](const std::string& component, std::int64_t v) {
-    auto& g = s->memory[{component, "measured"}];
-    if (!g) g = &job_memory_->Add({{"job_id", job_id}, {"job", name}, {"component", component}, {"source", "measured"}});
+    auto& g = s.memory[{component, "measured"}];
+    if (!g)
+      g = &job_memory_->Add({{"job_id", job_id}, {"job", name}, {"component", component}, {"source", "measured"}});
     g->Set(static_cast<double>(v));
   };
   for (const auto& [c, v] : component_bytes) {
@@ -260,31 +258,25 @@ void DaemonMetrics::set_job_step(const std::string& job_id, const std::string& n
 
 void DaemonMetrics::set_job_eval_loss(const std::string& job_id, const std::string& name, double eval_loss) {
   std::lock_guard lock(mu_);
-  auto& s = jobs_series_[job_id];
-  if (!s) s = std::make_unique<JobSeries>();
-  s->name = name;
-  if (!s->eval_loss) s->eval_loss = &job_eval_loss_->Add({{"job_id", job_id}, {"job", name}});
-  s->eval_loss->Set(eval_loss);
+  JobSeries& s = series_of(job_id, name);
+  if (!s.eval_loss) s.eval_loss = &job_eval_loss_->Add({{"job_id", job_id}, {"job", name}});
+  s.eval_loss->Set(eval_loss);
 }
 
 void DaemonMetrics::set_job_mfu(const std::string& job_id, const std::string& name, double mfu) {
   std::lock_guard lock(mu_);
-  auto& s = jobs_series_[job_id];
-  if (!s) s = std::make_unique<JobSeries>();
-  s->name = name;
-  if (!s->mfu) s->mfu = &job_mfu_->Add({{"job_id", job_id}, {"job", name}});
-  s->mfu->Set(mfu);
+  JobSeries& s = series_of(job_id, name);
+  if (!s.mfu) s.mfu = &job_mfu_->Add({{"job_id", job_id}, {"job", name}});
+  s.mfu->Set(mfu);
 }
 
 void DaemonMetrics::set_job_preference(const std::string& job_id, const std::string& name,
                                        const std::map<std::string, double>& by_column) {
   if (by_column.empty()) return;
   std::lock_guard lock(mu_);
-  auto& s = jobs_series_[job_id];
-  if (!s) s = std::make_unique<JobSeries>();
-  s->name = name;
+  JobSeries& s = series_of(job_id, name);
   for (const auto& [metric, v] : by_column) {
-    Gauge*& g = s->preference[metric];
+    Gauge*& g = s.preference[metric];
     if (g == nullptr) g = &job_preference_->Add({{"job_id", job_id}, {"job", name}, {"metric", metric}});
     g->Set(v);
   }
@@ -293,12 +285,17 @@ void DaemonMetrics::set_job_preference(const std::string& job_id, const std::str
 void DaemonMetrics::set_job_tracker(const std::string& job_id, const std::string& name, const std::string& tracker,
                                     bool up) {
   std::lock_guard lock(mu_);
+  JobSeries& s = series_of(job_id, name);
+  Gauge*& g = s.trackers[tracker];
+  if (g == nullptr) g = &job_tracker_->Add({{"job_id", job_id}, {"job", name}, {"tracker", tracker}});
+  g->Set(up ? 1.0 : 0.0);
+}
+
+DaemonMetrics::JobSeries& DaemonMetrics::series_of(const std::string& job_id, const std::string& name) {
   auto& s = jobs_series_[job_id];
   if (!s) s = std::make_unique<JobSeries>();
   s->name = name;
-  Gauge*& g = s->trackers[tracker];
-  if (g == nullptr) g = &job_tracker_->Add({{"job_id", job_id}, {"job", name}, {"tracker", tracker}});
-  g->Set(up ? 1.0 : 0.0);
+  return *s;
 }
 
 void DaemonMetrics::mark_running(const std::string& job_id, JobSeries& s, bool running) {

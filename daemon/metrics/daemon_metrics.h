@@ -79,6 +79,8 @@ class DaemonMetrics {
  private:
   struct JobSeries;
   void drop_job(const std::string& job_id);
+  // The job's series, created on first use; the name follows the latest call. mu_ is held.
+  JobSeries& series_of(const std::string& job_id, const std::string& name);
   void mark_running(const std::string& job_id, JobSeries& s, bool running);
 
   mutable std::mutex mu_;
