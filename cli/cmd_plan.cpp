@@ -500,7 +500,7 @@ int run_plan(const Argv& argv, Streams io) {
   }
   io.err << loaded.diagnostics.to_string();
   if (!loaded.ok()) {
-    io.err << file << ": invalid (" << loaded.diagnostics.error_count() << " errors)\n";
+    io.err << loaded.diagnostics.verdict(file) << "\n";
     return kExitInvalid;
   }
   dsl::JobSpec spec = *loaded.spec;

@@ -127,8 +127,7 @@ int run_validate(const Argv& argv, Streams io) {
     }
     io.err << loaded.diagnostics.to_string();
     if (!loaded.ok()) {
-      const std::size_t n = loaded.diagnostics.error_count();
-      io.err << file << ": invalid (" << n << (n == 1 ? " error" : " errors") << ")\n";
+      io.err << loaded.diagnostics.verdict(file) << "\n";
       continue;
     }
     if (args.has("resolved")) {

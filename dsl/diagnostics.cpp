@@ -62,4 +62,9 @@ std::string Diagnostics::to_string() const {
   return out;
 }
 
+std::string Diagnostics::verdict(const std::string& file) const {
+  const std::size_t n = error_count();
+  return file + ": invalid (" + std::to_string(n) + (n == 1 ? " error)" : " errors)");
+}
+
 }  // namespace tailor::dsl

@@ -45,6 +45,8 @@ class Diagnostics {
   // One diagnostic per line, in the order found, sorted stably by file and
   // position so the output reads top to bottom.
   std::string to_string() const;
+  // The closing line of an invalid spec: "job.yaml: invalid (1 error)".
+  std::string verdict(const std::string& file) const;
 
  private:
   std::vector<Diagnostic> items_;

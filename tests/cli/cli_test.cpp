@@ -304,6 +304,9 @@ TEST(CliTest, PlanExitCodesSayFitsNoFitBadSpecBadFlag) {
                          example("llama2-70b-2xa6000.yaml")});
   EXPECT_EQ(nofit.code, kExitNoFit) << nofit.out << nofit.err;
   EXPECT_NE(nofit.out.find("Does not fit. The closest strategy tailor-runner can run is short by"), std::string::npos) << nofit.out;
+  CliRun bad = tailor({"plan", "--set", "training.lr=-1", example("tiny-cpu.yaml")});
+  EXPECT_EQ(bad.code, kExitInvalid);
+  EXPECT_NE(bad.err.find("tiny-cpu.yaml: invalid (1 error)\n"), std::string::npos) << bad.err;
   EXPECT_EQ(tailor({"plan", spec_case("out-of-range.yaml")}).code, kExitInvalid);
   // Without its folder a path model has no shape: an error, not a plan of nothing.
   TempDir dir;
