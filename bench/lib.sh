@@ -9,7 +9,6 @@ bench_init() {
   anchor="$root/../shared/bench/anchor_pytorch_llama.py"
   [[ -x $python ]] || { echo "bench: $python not found: run scripts/setup" >&2; exit 1; }
   [[ -f $anchor ]] || { echo "bench: $anchor not found" >&2; exit 1; }
-  command -v /usr/bin/time >/dev/null || { echo "bench: GNU time missing: scripts/setup --bench" >&2; exit 1; }
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   export OMP_WAIT_POLICY=PASSIVE
@@ -19,12 +18,22 @@ bench_init() {
 # seconds and peak resident memory (GB), in a name column $timed_width wide
 # (default 8); sets NAME_secs (dashes as underscores). Its output goes to
 # $work/NAME.log, shown if it fails: bench_timed NAME COMMAND...
+# Without GNU time (a bare GPU machine) the wall time comes from date and
+# the peak RSS column says "-".
 bench_timed() {
   local name=$1 secs kb
   shift
-  /usr/bin/time -f '%e %M' -o "$work/$name.time" "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; exit 1; }
-  read -r secs kb < "$work/$name.time"
-  printf "%-${timed_width:-8}s %9.1f %11.2f\n" "$name" "$secs" "$(echo "$kb / 1048576" | bc -l)"
+  if [[ -x /usr/bin/time ]]; then
+    /usr/bin/time -f '%e %M' -o "$work/$name.time" "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; exit 1; }
+    read -r secs kb < "$work/$name.time"
+    printf "%-${timed_width:-8}s %9.1f %11.2f\n" "$name" "$secs" "$(awk -v k="$kb" 'BEGIN { print k / 1048576 }')"
+  else
+    local start
+    start=$(date +%s.%N)
+    "$@" > "$work/$name.log" 2>&1 || { cat "$work/$name.log" >&2; exit 1; }
+    secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+    printf "%-${timed_width:-8}s %9.1f %11s\n" "$name" "$secs" "-"
+  fi
   eval "${name//-/_}_secs=$secs"
 }
 

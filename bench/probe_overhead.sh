@@ -52,6 +52,6 @@ PY
 echo
 echo "probe of 3 plans: $probe_secs s (chose plan $((chosen + 1)) of 3)"
 echo "job without probe: $plain_secs s measured, $predicted s predicted (the plan's step time x steps)"
-echo "overhead: $(echo "$probe_3_secs - $plain_secs" | bc -l | xargs printf '%.1f') s of wall time;" \
-  "the probe is $(echo "100 * $probe_secs / $predicted" | bc -l | xargs printf '%.1f')% of the predicted" \
-  "and $(echo "100 * $probe_secs / $plain_secs" | bc -l | xargs printf '%.1f')% of the measured job time"
+awk -v p3="$probe_3_secs" -v plain="$plain_secs" -v probe="$probe_secs" -v pred="$predicted" 'BEGIN {
+  printf "overhead: %.1f s of wall time; the probe is %.1f%% of the predicted and %.1f%% of the measured job time\n",
+    p3 - plain, 100 * probe / pred, 100 * probe / plain }'

@@ -114,7 +114,7 @@ TEST_P(FusedOpsTest, SwiGluMatchesSiluTimesUp) {
 }
 
 // GeGLU with GELU's tanh form, as Gemma: a CUDA kernel only.
-TEST_P(FusedOpsTest, GegluMatchesTanhGeluTimesUpOnCuda) {
+TEST_P(FusedOpsTest, GegluMatchesTanhGeluTimesUp) {
   torch::manual_seed(6);
   const auto dtype = this->dtype();
   const Tensor base = torch::randn({3, 5, 2 * 300}, torch::kFloat64) * 3;
