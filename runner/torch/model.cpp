@@ -446,7 +446,8 @@ Tensor CausalLMImpl::embed(const Tensor& input_ids, const Tensor& positions) {
   // Gemma: embeddings times sqrt(hidden), the factor rounded to the dtype
   // first as transformers does.
   if (dsl::family_info(arch_.family).gemma) {
-    x = x * torch::scalar_tensor(std::sqrt(static_cast<double>(arch_.hidden)), x.options()).item();
+    // (Rounded on the host: an item() of a GPU tensor would wait for the GPU.)
+    x = x * torch::scalar_tensor(std::sqrt(static_cast<double>(arch_.hidden)), torch::dtype(x.scalar_type())).item();
   }
   return x;
 }

@@ -2,9 +2,10 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
-#include <optional>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "runner/torch/cuda_kernels.h"
@@ -44,6 +45,30 @@ double sum_squares(const torch::Tensor& g) {
   double s = 0;
   for (double x : partial) s += x;
   return s;
+}
+
+// One-element tensors' values as doubles, in their order, read with one
+// copy per device: a GPU is waited for once, not once a tensor.
+std::vector<double> read_scalars(const std::vector<torch::Tensor>& scalars) {
+  std::vector<double> out(scalars.size());
+  std::vector<bool> done(scalars.size(), false);
+  for (std::size_t i = 0; i < scalars.size(); ++i) {
+    if (done[i]) continue;
+    std::vector<std::size_t> same;
+    std::vector<torch::Tensor> parts;
+    for (std::size_t j = i; j < scalars.size(); ++j) {
+      if (!done[j] && scalars[j].device() == scalars[i].device()) {
+        same.push_back(j);
+        parts.push_back(scalars[j].reshape({1}).to(torch::kFloat64));
+        done[j] = true;
+      }
+    }
+    const torch::Tensor host = torch::cat(parts).to(torch::kCPU);
+    const double* v = host.const_data_ptr<double>();
+    for (std::size_t k = 0; k < same.size(); ++k)
+      out[same[k]] = v[k];
+  }
+  return out;
 }
 
 }  // namespace
@@ -158,8 +183,11 @@ void TrainingOptimizer::sync_from_device() {
   for (Slot& s : slots_) s.param.copy_(s.device);
 }
 
+// The norms ATen computes (GPU tensors, other dtypes) are read back together:
+// one wait for the GPU a step rather than one a tensor.
 double TrainingOptimizer::grad_norm(double unscale) const {
   double sum = 0;
+  std::vector<torch::Tensor> norms;
   for (const Slot& s : slots_) {
     const torch::Tensor& g = s.param.grad();
     if (!g.defined()) continue;
@@ -167,17 +195,20 @@ double TrainingOptimizer::grad_norm(double unscale) const {
       sum += sum_squares(g);
       continue;
     }
-    const double n = g.to(torch::kFloat32).norm().item<double>();
-    sum += n * n;
+    norms.push_back(g.to(torch::kFloat32).norm());
   }
+  for (const double n : read_scalars(norms))
+    sum += n * n;
   return std::sqrt(sum) / unscale;
 }
 
 bool TrainingOptimizer::grads_finite() const {
+  std::vector<torch::Tensor> finite;
   for (const Slot& s : slots_) {
-    if (s.param.grad().defined() && !torch::isfinite(s.param.grad()).all().item<bool>()) return false;
+    if (s.param.grad().defined()) finite.push_back(torch::isfinite(s.param.grad()).all());
   }
-  return true;
+  const std::vector<double> answers = read_scalars(finite);
+  return std::ranges::all_of(answers, [](double a) { return a != 0; });
 }
 
 void TrainingOptimizer::step(double lr, double grad_scale) {

@@ -258,6 +258,7 @@ Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, d
   zero_grads();
   Pass out;
   Measured& m = out.memory;
+  torch::Tensor loss_sum;
   for (const data::Batch& b : micro) {
     // DPO and KTO: the reference's forward (and KTO's KL rows) first,
     // freed before the trained one (none for ORPO and SimPO).
@@ -287,12 +288,17 @@ Result<Run::Pass> Run::forward_backward(const std::vector<data::Batch>& micro, d
     }
     (loss * (state_.loss_scale / denom)).backward();
     TAILOR_RETURN_IF_ERROR(sync_->after_backward());
-    out.loss_sum += loss.item<double>();
+    // Summed where the loss is, in fp64 as the host would: reading each
+    // micro-batch's loss would make the host wait for the GPU before it
+    // queues the next micro-batch.
+    const torch::Tensor l64 = loss.detach().to(torch::kFloat64);
+    loss_sum = loss_sum.defined() ? loss_sum + l64 : l64;
     out.tokens += b.rows * b.seq_len;
     m.parts.activations = std::max(m.parts.activations, Bytes(after_body - base));
     m.parts.logits = std::max(m.parts.logits, Bytes(head_peak));
     m.peak = std::max(m.peak, scope.peak_increase() + scope.start_bytes());
   }
+  if (loss_sum.defined()) out.loss_sum = loss_sum.item<double>();
   // Gradients as backward left them (ZeRO-2: this rank's share), before
   // ZeRO-1 sends away those it does not own.
   m.parts.gradients = measure_static().parts.gradients;
