@@ -30,7 +30,10 @@ say() { echo "gpu_session: $*" | tee -a "$out/session.log"; }
 # they were built with (tests read TAILOR_SOURCE_DIR and TAILOR_BINARY_DIR)
 # made to lead here.
 unpacked=$(mktemp -d)
-python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle" "$unpacked" ||
+# (tarfile's "data" filter where Python has it: no warning on 3.12 and later.)
+python3 -c 'import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    t.extractall(sys.argv[2], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))' "$bundle" "$unpacked" ||
   { echo "gpu_session: could not unpack $bundle" >&2; exit 1; }
 built() { sed -n "s/^$1=//p" "$unpacked/built_from"; }
 source_dir=$(built source_dir)
