@@ -13,8 +13,12 @@
 #             plain PyTorch loop (bf16);
 #   4. probe  GPU=1 bench/probe_overhead.sh: strategy.probe's cost on a 1B
 #             LoRA job.
+# Not in the default list (about 5 minutes alone), for a call of its own:
+#   long      bench/gpu_activation_offload.sh on Llama 3.1 8B's shape, QLoRA
+#             at 32k tokens with and without activation offloading (issue
+#             42's long-context row: under 24 GiB).
 #   bash bench/gpu_session.sh          PARTS="tests kernels speed probe"
-#   LIMITS="tests=100 kernels=200 speed=130 probe=120" (seconds)
+#   LIMITS="tests=100 kernels=200 speed=130 probe=120 long=420" (seconds)
 # Off a GPU machine it stops after the set-up, saying why; GPU_SESSION_DRY=1
 # goes through the set-up and the tests alone (they report SKIPPED), which
 # is how it is checked where there is no GPU.
@@ -81,7 +85,7 @@ else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee -a "$out/session.log"
 fi
 
-declare -A limit=([tests]=100 [kernels]=200 [speed]=130 [probe]=120)
+declare -A limit=([tests]=100 [kernels]=200 [speed]=130 [probe]=120 [long]=420)
 for kv in ${LIMITS:-}; do limit[${kv%%=*}]=${kv#*=}; done
 failed=0
 part() {  # NAME COMMAND...: runs under its limit, its log in $OUT/NAME.log
@@ -108,7 +112,10 @@ for p in ${PARTS:-tests kernels speed probe}; do
         bash "$root/bench/gpu_runner_vs_pytorch.sh" "$root/build" ;;
     probe)
       part probe env GPU=1 STEPS="${PROBE_STEPS:-60}" bash "$root/bench/probe_overhead.sh" ;;
-    *) say "unknown part $p (tests, kernels, speed, probe)"; failed=1 ;;
+    long)
+      part long env STEPS="${LONG_STEPS:-3}" PYTHON=python3 MODEL="32 4096 32 8 14336 128256" \
+        CASES="${LONG_CASES:-32768 qlora}" bash "$root/bench/gpu_activation_offload.sh" "$root/build/bin" ;;
+    *) say "unknown part $p (tests, kernels, speed, probe, long)"; failed=1 ;;
   esac
 done
 exit $failed
