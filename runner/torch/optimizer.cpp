@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "runner/torch/cuda_kernels.h"
@@ -50,23 +51,19 @@ double sum_squares(const torch::Tensor& g) {
 // One-element tensors' values as doubles, in their order, read with one
 // copy per device: a GPU is waited for once, not once a tensor.
 std::vector<double> read_scalars(const std::vector<torch::Tensor>& scalars) {
+  std::unordered_map<c10::Device, std::vector<std::size_t>> by_device;
+  for (std::size_t i = 0; i < scalars.size(); ++i)
+    by_device[scalars[i].device()].push_back(i);
   std::vector<double> out(scalars.size());
-  std::vector<bool> done(scalars.size(), false);
-  for (std::size_t i = 0; i < scalars.size(); ++i) {
-    if (done[i]) continue;
-    std::vector<std::size_t> same;
+  for (const auto& entry : by_device) {
+    const std::vector<std::size_t>& indices = entry.second;
     std::vector<torch::Tensor> parts;
-    for (std::size_t j = i; j < scalars.size(); ++j) {
-      if (!done[j] && scalars[j].device() == scalars[i].device()) {
-        same.push_back(j);
-        parts.push_back(scalars[j].reshape({1}).to(torch::kFloat64));
-        done[j] = true;
-      }
-    }
+    for (const std::size_t i : indices)
+      parts.push_back(scalars[i].reshape({1}).to(torch::kFloat64));
     const torch::Tensor host = torch::cat(parts).to(torch::kCPU);
     const double* v = host.const_data_ptr<double>();
-    for (std::size_t k = 0; k < same.size(); ++k)
-      out[same[k]] = v[k];
+    for (std::size_t k = 0; k < indices.size(); ++k)
+      out[indices[k]] = v[k];
   }
   return out;
 }
