@@ -102,8 +102,8 @@ MemoryConstants MemoryConstants::defaults() {
   // logits are gone with its output by then). Counting only the first two
   // (10 B) put the estimates of transformers runs up to 17% under their
   // published peaks (tests/strategies/data/peak_corpus.yaml).
-  // transformers 4.46-4.49 briefly hold 14 B in forward (the half logits,
-  // their fp32 copy, its shifted contiguous copy, the log-probabilities).
+  // transformers 4.46-4.48 hold more in forward (RuntimeQuirks::
+  // shifted_logits_copy).
   k.logits_bytes_per_element_half = 12.0;
   k.logits_bytes_per_element_fp32 = 12.0;
   // tailor-runner's cross-entropy reads the logits as they are and writes
@@ -477,6 +477,16 @@ double fused_linear_bytes(const Setting& g) {
          g.correct(Correction::kFusedHeadAccumulation, head_gradient * k);
 }
 
+// Bytes per logit that a loss copying the shifted logits holds at the end
+// of forward (RuntimeQuirks::shifted_logits_copy): the model's logits when
+// half (.float() of fp32 logits is the same tensor), their fp32 copy, the
+// shifted contiguous copy, and the log-probabilities composed ops write (a
+// fused kernel writes none). 0 without the quirk.
+double shifted_copy_bytes_per_logit(const Setting& g, bool half_logits) {
+  if (!g.in.quirks.shifted_logits_copy) return 0;
+  return (half_logits ? 2.0 : 0.0) + 8.0 + (g.in.quirks.lean_cross_entropy ? 0.0 : 4.0);
+}
+
 // The logits and the loss's buffers at the forward/backward boundary.
 double logits_bytes(const Setting& g) {
   const MemoryInput& in = g.in;
@@ -491,7 +501,7 @@ double logits_bytes(const Setting& g) {
                                              : k.logits_bytes_per_element_lean_fp32)
                               : (half_logits ? k.logits_bytes_per_element_half
                                              : k.logits_bytes_per_element_fp32);
-  double logits = logit_elems * per_elem;
+  double logits = logit_elems * std::max(per_elem, shifted_copy_bytes_per_logit(g, half_logits));
   // Pairs score each row's log-probability with its own loss (runner/torch/
   // preference_loss.h): backward makes one row's logit gradient at a time,
   // so the peak holds every row's logits and one row's gradient; ORPO's

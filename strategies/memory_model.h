@@ -91,6 +91,13 @@ struct RuntimeQuirks {
   // logits and their gradient only, on every device; false models composed
   // ops (a cast, log_softmax, nll_loss), as other frameworks run them.
   bool lean_cross_entropy = true;
+  // transformers 4.46-4.48's ForCausalLMLoss (loss/loss_utils.py), and
+  // fms-acceleration's FastForCausalLMLoss modelled on it, cast the logits
+  // to fp32 and copy the shifted slice contiguously while the model still
+  // holds its half-precision logits: in forward 2 + 4 + 4 B per logit, plus
+  // the 4 B of log-probabilities composed ops write, above the 12 B (4 B
+  // lean) kept at the start of backward. 4.49 pads the labels instead.
+  bool shifted_logits_copy = false;
   // Whether a quantised (NF4/int8) frozen linear keeps its input for
   // backward. tailor-runner's does not (only the input gradient is needed);
   // bitsandbytes' MatMul4Bit does (it saves A whenever A requires grad), so

@@ -278,6 +278,28 @@ TEST(MemoryModelTest, ComposedLossKeepsTwelveBytesPerLogitInAnyDtype) {
   EXPECT_DOUBLE_EQ(static_cast<double>(estimate_memory(in).per_device.logits.count()), 12 * elems);
 }
 
+// transformers 4.46-4.48: the half logits, their fp32 copy, its shifted
+// copy and the log-probabilities, all at once in forward.
+TEST(MemoryModelTest, AShiftedLogitsCopyPeaksInForward) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  in.quirks.lean_cross_entropy = false;
+  in.quirks.shifted_logits_copy = true;
+  const double elems = 2.0 * 512 * static_cast<double>(a.vocab);
+  auto logits = [&] { return static_cast<double>(estimate_memory(in).per_device.logits.count()); };
+  EXPECT_DOUBLE_EQ(logits(), 14 * elems);
+  // fp32 logits are their own fp32 copy: backward's 12 B is the larger.
+  in.strategy.precision = Precision::kFp32;
+  EXPECT_DOUBLE_EQ(logits(), 12 * elems);
+  // A fused loss kernel (fms-acceleration's) writes no log-probabilities,
+  // but the copies are still made before it.
+  in.strategy.precision = Precision::kPureBf16;
+  in.quirks.lean_cross_entropy = true;
+  const double with_copy = logits();
+  in.quirks.shifted_logits_copy = false;
+  EXPECT_DOUBLE_EQ(with_copy - logits(), (10 - 4) * elems);
+}
+
 TEST(MemoryModelTest, NoSyncAccumulationUnderFsdp1KeepsWholeBlockGradients) {
   const dsl::ModelArch& a = arch("llama-2-7b");
   MemoryInput in = lora_input(a, Quantization::kNone);
