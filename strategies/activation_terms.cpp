@@ -6,6 +6,7 @@
 // Activation Recomputation in Large Transformer Models" (2022), section 4.1,
 // adapted tensor by tensor for SwiGLU MLPs, RMSNorm and grouped-query
 // attention.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -22,13 +23,15 @@ using dsl::Projection;
 // added. sbh = s*b*h elements; `e` bytes per element; dropout masks are 1
 // byte per element.
 struct LayerTerms {
-  LayerTerms(const dsl::ModelArch& a, BatchShape batch, Attention attention, bool dropout, double e, bool fused,
-             bool kv_repeated)
+  LayerTerms(const dsl::ModelArch& a, BatchShape batch, Attention attention, bool dropout, double e,
+             const LayerTermOptions& o)
       : a(a),
         dropout(dropout),
         e(e),
-        fused(fused),
-        kv_repeated(kv_repeated),
+        fused(o.fused),
+        kv_repeated(o.kv_repeated || o.fused_qkv_views),
+        qkv_views(o.fused_qkv_views && !o.fused && attention != Attention::kStandard && a.kv_heads == a.heads),
+        norm_e(o.fp32_norm_inputs ? std::max(e, 4.0) : e),
         standard(attention == Attention::kStandard),
         s(static_cast<double>(batch.seq_len)),
         b(static_cast<double>(batch.micro_batch)),
@@ -68,7 +71,10 @@ struct LayerTerms {
   const dsl::ModelArch& a;
   const bool dropout;
   const double e;
-  const bool fused, kv_repeated, standard;
+  const bool fused, kv_repeated;
+  const bool qkv_views;  // V a view of the whole q/k/v output, which the attention so keeps
+  const double norm_e;   // bytes per element of an RMSNorm's kept input
+  const bool standard;
   const double s, b, h, i, heads, kv, q, sbh, sbi, sbq, scores;
   const std::vector<LinearLayer> linears;
   std::vector<ActivationTerm> terms;
@@ -114,6 +120,7 @@ std::vector<ActivationTerm> LayerTerms::gpt_neox() {
   add("LayerNorm statistics (fp32 mean and rstd, both norms)", 2 * 8 * s * b);
   add("query_key_value input (input_layernorm output)", e * sbh, inputs_of(Projection::kQkv));
   add("q, k, v after RoPE", 3 * e * sbq);
+  if (qkv_views) add("query_key_value output (kept whole by V's view)", 2 * e * sbq);
   if (standard) {
     standard_attention_scores();
   } else {
@@ -142,7 +149,7 @@ std::vector<ActivationTerm> LayerTerms::llama() {
 }
 
 void LayerTerms::llama_attention(bool gemma) {
-  add("input_layernorm input", e * sbh);
+  add("input_layernorm input", norm_e * sbh);
   add(gemma ? "RMSNorm statistics (fp32, four norms)" : "RMSNorm statistics (fp32, both norms)",
       (gemma ? 4 : 2) * 4 * s * b);
   add("q/k/v_proj input (norm output)", e * sbh, inputs_of(Projection::kQkv));
@@ -173,6 +180,7 @@ void LayerTerms::llama_attention(bool gemma) {
       add("K and V repeated to all heads", 2 * e * sbq);
     } else if (!fused) {
       add("K and V (kv_heads)", 2 * e * s * b * kv);  // fused: views of the rotated copy
+      if (qkv_views) add("q and k parts of the q/k/v output (kept whole by V's view)", e * (sbq + s * b * kv));
     }
     add("softmax statistics (fp32 logsumexp)", 4 * heads * s * b);
   }
@@ -180,8 +188,8 @@ void LayerTerms::llama_attention(bool gemma) {
   // backward: FlashAttention's backward pass reads O (Dao et al. 2022,
   // algorithm 4).
   add("o_proj input", e * sbq, standard ? inputs_of(Projection::kO) : std::vector<std::string>{});
-  if (gemma) add("post_attention_layernorm input (o_proj output)", e * sbh);
-  add(gemma ? "pre_feedforward_layernorm input" : "post_attention_layernorm input", e * sbh);
+  if (gemma) add("post_attention_layernorm input (o_proj output)", norm_e * sbh);
+  add(gemma ? "pre_feedforward_layernorm input" : "post_attention_layernorm input", norm_e * sbh);
 }
 
 // tailor-runner's MoE block (runner/torch/model.cpp): a token's k
@@ -208,14 +216,14 @@ void LayerTerms::llama_mlp(bool gemma) {
   if (!fused || gemma) add(gemma ? "GELU output" : "SiLU output", e * sbi);
   add("up_proj output", e * sbi);
   add("down_proj input", e * sbi, inputs_of(Projection::kDown));
-  if (gemma) add("post_feedforward_layernorm input (down_proj output)", e * sbh);
+  if (gemma) add("post_feedforward_layernorm input (down_proj output)", norm_e * sbh);
 }
 
 }  // namespace
 
 std::vector<ActivationTerm> layer_activation_terms(const dsl::ModelArch& a, BatchShape batch, Attention attention,
-                                                   bool dropout, double e, bool fused, bool kv_repeated) {
-  LayerTerms t(a, batch, attention, dropout, e, fused, kv_repeated);
+                                                   bool dropout, double e, const LayerTermOptions& options) {
+  LayerTerms t(a, batch, attention, dropout, e, options);
   switch (dsl::family_info(a.family).block) {
     case dsl::BlockKind::kGpt2: return t.gpt2();
     case dsl::BlockKind::kLlama: return t.llama();

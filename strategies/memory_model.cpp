@@ -373,8 +373,11 @@ LayerActivations layer_activations(const Setting& g) {
   const ModelArch& a = g.a;
   LayerActivations out;
   const std::vector<ActivationTerm> terms =
-      layer_activation_terms(a, in.batch, st.attention, in.dropout, g.e, in.fused_kernels,
-                             /*kv_repeated=*/in.on_gpu && st.precision == Precision::kFp32);
+      layer_activation_terms(a, in.batch, st.attention, in.dropout, g.e,
+                             {.fused = in.fused_kernels,
+                              .kv_repeated = in.on_gpu && st.precision == Precision::kFp32,
+                              .fused_qkv_views = in.quirks.fused_qkv_views,
+                              .fp32_norm_inputs = in.quirks.fp32_norm_inputs});
   for (const ActivationTerm& term : terms) {
     out.full += term.bytes;
     out.largest_term = std::max(out.largest_term, term.bytes);
@@ -406,13 +409,27 @@ LayerActivations layer_activations(const Setting& g) {
       if (!term.weight_grad_of.empty() && !input_kept(term.weight_grad_of)) out.full -= term.bytes;
     }
     // LoRA: with dropout, each adapted linear keeps its own dropped-out input
-    // copy and mask; every adapter keeps its A output (s*b*r).
+    // copy and mask; every adapter keeps its A output (s*b*r). litgpt's
+    // fused q/k/v linear has one adapter: one dropout, and the adapter's
+    // output padded to the linear's width by index_copy, which keeps it
+    // when only some of q, k and v are adapted.
+    const bool fused_qkv = in.quirks.fused_qkv_views;
+    bool qkv_dropout_counted = false;
+    double qkv_adapted = 0, qkv_all = 0;
     for (const LinearLayer& l : dsl::block_linears(a)) {
+      const bool qkv = fused_qkv && l.projection == Projection::kQkv;
+      if (qkv) qkv_all += static_cast<double>(l.rows);
       if (!targeted(l.target, in.lora_targets)) continue;
+      if (qkv) qkv_adapted += static_cast<double>(l.rows);
       double kept = g.e * s * b * static_cast<double>(st.lora_rank);
-      if (in.lora_dropout > 0) kept += (g.e + 1.0) * s * b * static_cast<double>(l.in);
+      if (in.lora_dropout > 0 && !(qkv && qkv_dropout_counted)) kept += (g.e + 1.0) * s * b * static_cast<double>(l.in);
+      qkv_dropout_counted = qkv_dropout_counted || qkv;
       out.full += kept;
       out.recomputed += kept;
+    }
+    if (qkv_adapted > 0 && qkv_adapted < qkv_all) {
+      out.full += g.e * s * b * qkv_adapted;
+      out.recomputed += g.e * s * b * qkv_adapted;
     }
   }
   out.input = g.residual_bytes * s * b * static_cast<double>(a.hidden);

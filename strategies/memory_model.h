@@ -131,6 +131,22 @@ struct RuntimeQuirks {
   // embedding into a separate lm_head (litgpt/scripts/convert_hf_checkpoint.py),
   // so Llama 3.2 1B/3B carry the head twice.
   bool unties_embeddings = false;
+  // litgpt projects q, k and v with one linear and splits its output into
+  // views (litgpt/model.py's CausalSelfAttention; lit_gpt's of 2023 alike).
+  // With as many K/V heads as query heads, V reaches the attention as such a
+  // view, and the attention saving it keeps the whole q/k/v output alive
+  // beside the rotated q and k; with fewer, K and V are first repeated to
+  // every query head (flash attention needs it in training). Under LoRA the
+  // fused linear has one adapter, so one dropout serves q, k and v, and
+  // where not all three are adapted, the index_copy padding the adapter's
+  // output keeps it (litgpt/lora.py, zero_pad). Measured on lit_gpt's own
+  // modules (saved tensors, docs/planner.md "litgpt's fused q/k/v").
+  bool fused_qkv_views = false;
+  // An RMSNorm that casts its input to fp32 first keeps that copy for
+  // backward: 4 B per element of each norm's input rather than the compute
+  // dtype's. litgpt's since 2023-10-24 (6178c7cc, "Half precision fixes";
+  // lit_gpt before it kept the input as it came).
+  bool fp32_norm_inputs = false;
   // Lightning's bitsandbytes plugin quantises every nn.Linear, the lm_head
   // included (litgpt passes no ignore_modules); PEFT/transformers and
   // tailor-runner keep the head in the compute dtype.
@@ -233,9 +249,15 @@ struct ActivationTerm {
   // adapted), LibTorch does not keep it. Empty: kept regardless.
   std::vector<std::string> weight_grad_of;
 };
+struct LayerTermOptions {
+  bool fused = false;
+  bool kv_repeated = false;
+  bool fused_qkv_views = false;   // litgpt's attention (RuntimeQuirks::fused_qkv_views)
+  bool fp32_norm_inputs = false;  // RuntimeQuirks::fp32_norm_inputs
+};
 std::vector<ActivationTerm> layer_activation_terms(const dsl::ModelArch& arch, BatchShape batch, Attention attention,
-                                                   bool dropout, double bytes_per_element, bool fused = false,
-                                                   bool kv_repeated = false);
+                                                   bool dropout, double bytes_per_element,
+                                                   const LayerTermOptions& options = {});
 
 // ZeRO per-GPU model-state bytes for P parameters under mixed-precision
 // AdamW (Rajbhandari et al. 2020, fig. 1): stage 0: 16P; 1: 4P + 12P/N;

@@ -42,13 +42,16 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
   // through Lightning's plugin (every linear, the head too, quantised from
   // fp16), torch's foreach AdamW, Lightning's FSDP1 (use_orig_params, one
   // unit per block holding frozen and LoRA weights) accumulating under
-  // no_sync, and a tied embedding copied into a head of its own.
+  // no_sync, a tied embedding copied into a head of its own, q, k and v as
+  // views of one fused linear's output, and RMSNorm upcasting its input.
   static const RuntimeProfile kLitgpt{.runtime = dsl::Runtime::kLitgpt,
                                       .quirks = {.lean_cross_entropy = true,
                                                  .quantized_linear_keeps_input = true,
                                                  .optimizer_step_temporaries = 1,
                                                  .unsharded_accumulated_gradients = true,
                                                  .unties_embeddings = true,
+                                                 .fused_qkv_views = true,
+                                                 .fp32_norm_inputs = true,
                                                  .quantizes_head = true,
                                                  .dequantized_copies = 2},
                                       .reserved_over_allocated = 1.08,

@@ -300,6 +300,53 @@ TEST(MemoryModelTest, AShiftedLogitsCopyPeaksInForward) {
   EXPECT_DOUBLE_EQ(with_copy - logits(), (10 - 4) * elems);
 }
 
+// litgpt's attention and norms (RuntimeQuirks::fused_qkv_views,
+// fp32_norm_inputs) against what lit_gpt's and litgpt's own modules save
+// for backward, measured with torch's saved-tensor hooks on the CPU
+// (bench/saved_activations.py; docs/planner.md "litgpt's fused q/k/v"):
+// a 256-wide Llama block (8 heads, MLP 688), bf16, LoRA r8 on q and v
+// without dropout, in bytes per token per hidden unit a layer.
+double litgpt_layer_bytes(std::int64_t kv_heads, bool fp32_norms) {
+  dsl::ModelArch a = arch("llama-2-7b");
+  a.hidden = 256, a.intermediate = 688, a.heads = 8, a.kv_heads = kv_heads, a.vocab = 1024;
+  auto activations = [&](std::int64_t layers) {
+    a.layers = layers;
+    MemoryInput in = lora_input(a, Quantization::kNone);
+    in.batch = {1, 128};
+    in.lora_targets = {"q_proj", "v_proj"};
+    in.quirks.lean_cross_entropy = true;
+    in.quirks.fused_qkv_views = true;
+    in.quirks.fp32_norm_inputs = fp32_norms;
+    return static_cast<double>(estimate_memory(in).per_device.activations.count());
+  };
+  return (activations(3) - activations(2)) / (128.0 * 256.0);
+}
+
+TEST(MemoryModelTest, LitgptsFusedQkvViewsAndNormsKeepWhatLitgptSaves) {
+  // lit_gpt at 8641822 (2023-10-16): 38.52 with as many K/V heads as query
+  // heads (V a view keeping the whole q/k/v output), 32.97 with 2 (K and V
+  // repeated to all heads); litgpt 0.5.13 keeps fp32 norm inputs: 42.59, 37.05.
+  EXPECT_NEAR(litgpt_layer_bytes(8, false), 38.52, 0.4);
+  EXPECT_NEAR(litgpt_layer_bytes(2, false), 32.97, 0.4);
+  EXPECT_NEAR(litgpt_layer_bytes(8, true), 42.59, 0.4);
+  EXPECT_NEAR(litgpt_layer_bytes(2, true), 37.05, 0.4);
+}
+
+TEST(MemoryModelTest, OneLoraOnTheFusedQkvLinearKeepsOneDropoutAndItsPaddedOutput) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  in.lora_targets = {"q_proj", "v_proj"};
+  in.lora_dropout = 0.05;
+  const double sbh = 2.0 * 512 * static_cast<double>(a.hidden);
+  const double separate = static_cast<double>(estimate_memory(in).per_device.activations.count());
+  in.quirks.fused_qkv_views = true;
+  const double fused = static_cast<double>(estimate_memory(in).per_device.activations.count());
+  // Per layer, in bf16: the q and k parts of the output kept by V's view
+  // (4 B per sbh element), the adapter's padded output for q and v (4 B),
+  // one dropout copy and mask fewer (3 B).
+  EXPECT_DOUBLE_EQ(fused - separate, static_cast<double>(a.layers) * (4 + 4 - 3) * sbh);
+}
+
 TEST(MemoryModelTest, NoSyncAccumulationUnderFsdp1KeepsWholeBlockGradients) {
   const dsl::ModelArch& a = arch("llama-2-7b");
   MemoryInput in = lora_input(a, Quantization::kNone);

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""What a training stack's own modules keep for backward, a layer at a time.
+
+Runs the blocks of a small Llama (hidden 256, 8 heads, MLP 688, vocab 1024;
+bf16 on the CPU) under torch's saved-tensor hooks and counts each storage a
+saved tensor keeps alive once, parameters and buffers left out: the bytes a
+layer keeps are those of 3 layers less those of 2. This is the figure the
+memory model's activation terms (strategies/activation_terms.cpp) predict
+for the stack's runtime profile; tests/strategies/memory_model_test.cpp
+holds the model to it.
+
+Stacks:
+  (default)        transformers' LlamaForCausalLM, with PEFT's LoRA
+  --litgpt SRC     lit_gpt (2023) or litgpt from a source tree (SRC holds
+                   lit_gpt/ or litgpt/); Lightning's imports are stubbed,
+                   as only the model's modules run
+
+Prints one JSON object: {"stack", "bytes_per_token_per_hidden", "tensors"}.
+"""
+import argparse
+import importlib.abc
+import importlib.machinery
+import json
+import sys
+import types
+
+HIDDEN, HEADS, MLP, VOCAB, TOKENS = 256, 8, 688, 1024, 128
+
+
+def stub_imports(packages):
+    """Every import of these packages yields a module of inert classes."""
+
+    class Inert:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __call__(self, *args, **kwargs):
+            return Inert()
+
+        def __getattr__(self, name):
+            return Inert()
+
+        def __bool__(self):
+            return False
+
+    class Module(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return type(name, (Inert,), {})
+
+    class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] in packages:
+                return importlib.machinery.ModuleSpec(name, self, is_package=True)
+            return None
+
+        def create_module(self, spec):
+            return Module(spec.name)
+
+        def exec_module(self, module):
+            module.__path__ = []
+
+    sys.meta_path.insert(0, Finder())
+
+
+def saved_storages(run, params):
+    import torch
+
+    seen = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params and storage.nbytes() > 0:
+            seen[storage.data_ptr()] = (storage.nbytes(), str(t.dtype).removeprefix("torch."), list(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        run()
+    return seen
+
+
+def litgpt_blocks(src, layers, args):
+    import torch
+
+    sys.path.insert(0, src)
+    stub_imports({"lightning", "lightning_utilities", "jsonargparse", "tokenizers", "huggingface_hub",
+                  "safetensors", "yaml", "litdata", "torchmetrics", "bitsandbytes", "psutil", "requests", "tqdm"})
+    # The package's __init__ imports its whole API; the model needs none of it.
+    package = "litgpt" if __import__("os").path.isdir(f"{src}/litgpt") else "lit_gpt"
+    sys.modules[package] = types.ModuleType(package)
+    sys.modules[package].__path__ = [f"{src}/{package}"]
+    importlib.import_module(f"{package}.model")  # before its config, as the package's __init__ does
+    lora = importlib.import_module(f"{package}.lora")
+    common = dict(block_size=512, vocab_size=VOCAB, padded_vocab_size=VOCAB, n_layer=layers, n_head=HEADS,
+                  n_embd=HIDDEN, n_query_groups=args.kv_heads, rotary_percentage=1.0, parallel_residual=False,
+                  bias=False, intermediate_size=MLP)
+    if package == "litgpt":
+        config = lora.Config(**common, norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", lora_r=8, lora_alpha=16,
+                             lora_dropout=args.dropout, lora_query=True, lora_value=True)
+    else:
+        config = lora.Config(**common, _norm_class="RMSNorm", _mlp_class="LLaMAMLP", r=8, alpha=16,
+                             dropout=args.dropout, to_query=True, to_value=True)
+    # bf16-true: the rope cache is built while bf16 is the default dtype.
+    torch.set_default_dtype(torch.bfloat16)
+    model = lora.GPT(config)
+    torch.set_default_dtype(torch.float32)
+    model = model.to(torch.bfloat16)
+    lora.mark_only_lora_as_trainable(model)
+    cos, sin = model.cos[:TOKENS], model.sin[:TOKENS]
+    if package == "litgpt":
+        cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
+
+    def run():
+        x = model.transformer.wte(torch.randint(0, VOCAB, (1, TOKENS)))
+        for block in model.transformer.h:
+            x = block(x, cos, sin) if package == "litgpt" else block(x, cos, sin, None, None)
+
+    return model, run, package
+
+
+def hf_blocks(layers, args):
+    import peft
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(hidden_size=HIDDEN, intermediate_size=MLP, num_hidden_layers=layers,
+                                      num_attention_heads=HEADS, num_key_value_heads=args.kv_heads, vocab_size=VOCAB,
+                                      max_position_embeddings=512, attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=args.dropout,
+                                                       target_modules=["q_proj", "v_proj"]))
+    model.train()
+    ids = torch.randint(0, VOCAB, (1, TOKENS))
+    return model, lambda: model.base_model.model.model(input_ids=ids), \
+        f"transformers {transformers.__version__}, peft {peft.__version__}"
+
+
+def measure(layers, args):
+    import torch
+
+    torch.manual_seed(0)
+    model, run, stack = litgpt_blocks(args.litgpt, layers, args) if args.litgpt else hf_blocks(layers, args)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    params |= {b.untyped_storage().data_ptr() for b in model.buffers()}
+    return saved_storages(run, params), stack
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--litgpt", metavar="SRC", help="a lit_gpt or litgpt source tree instead of transformers")
+    parser.add_argument("--kv-heads", type=int, default=HEADS, help=f"K/V heads (default {HEADS}: no GQA)")
+    parser.add_argument("--dropout", type=float, default=0.0, help="LoRA dropout (default 0)")
+    args = parser.parse_args()
+    two, _ = measure(2, args)
+    three, stack = measure(3, args)
+    layer = sum(v[0] for v in three.values()) - sum(v[0] for v in two.values())
+    extra = [v for k, v in three.items() if k not in two or two[k] != v]
+    print(json.dumps({"stack": stack, "kv_heads": args.kv_heads, "dropout": args.dropout,
+                      "bytes_per_token_per_hidden": layer / (TOKENS * HIDDEN),
+                      "tensors": sorted(extra, key=lambda v: -v[0])}))
+
+
+if __name__ == "__main__":
+    main()
