@@ -32,6 +32,7 @@ struct LayerTerms {
         kv_repeated(o.kv_repeated || o.fused_qkv_views),
         qkv_views(o.fused_qkv_views && !o.fused && attention != Attention::kStandard && a.kv_heads == a.heads),
         norm_e(o.fp32_norm_inputs ? std::max(e, 4.0) : e),
+        norm_keeps_normalized(o.norm_keeps_normalized),
         standard(attention == Attention::kStandard),
         s(static_cast<double>(batch.seq_len)),
         b(static_cast<double>(batch.micro_batch)),
@@ -74,6 +75,7 @@ struct LayerTerms {
   const bool fused, kv_repeated;
   const bool qkv_views;  // V a view of the whole q/k/v output, which the attention so keeps
   const double norm_e;   // bytes per element of an RMSNorm's kept input
+  const bool norm_keeps_normalized;
   const bool standard;
   const double s, b, h, i, heads, kv, q, sbh, sbi, sbq, scores;
   const std::vector<LinearLayer> linears;
@@ -150,6 +152,7 @@ std::vector<ActivationTerm> LayerTerms::llama() {
 
 void LayerTerms::llama_attention(bool gemma) {
   add("input_layernorm input", norm_e * sbh);
+  if (norm_keeps_normalized && !gemma) add("input_layernorm normalised input", e * sbh, {kNormWeight});
   add(gemma ? "RMSNorm statistics (fp32, four norms)" : "RMSNorm statistics (fp32, both norms)",
       (gemma ? 4 : 2) * 4 * s * b);
   add("q/k/v_proj input (norm output)", e * sbh, inputs_of(Projection::kQkv));
@@ -190,6 +193,7 @@ void LayerTerms::llama_attention(bool gemma) {
   add("o_proj input", e * sbq, standard ? inputs_of(Projection::kO) : std::vector<std::string>{});
   if (gemma) add("post_attention_layernorm input (o_proj output)", norm_e * sbh);
   add(gemma ? "pre_feedforward_layernorm input" : "post_attention_layernorm input", norm_e * sbh);
+  if (norm_keeps_normalized && !gemma) add("post_attention_layernorm normalised input", e * sbh, {kNormWeight});
 }
 
 // tailor-runner's MoE block (runner/torch/model.cpp): a token's k

@@ -377,7 +377,8 @@ LayerActivations layer_activations(const Setting& g) {
                              {.fused = in.fused_kernels,
                               .kv_repeated = in.on_gpu && st.precision == Precision::kFp32,
                               .fused_qkv_views = in.quirks.fused_qkv_views,
-                              .fp32_norm_inputs = in.quirks.fp32_norm_inputs});
+                              .fp32_norm_inputs = in.quirks.fp32_norm_inputs,
+                              .norm_keeps_normalized = in.quirks.norm_keeps_normalized});
   for (const ActivationTerm& term : terms) {
     out.full += term.bytes;
     out.largest_term = std::max(out.largest_term, term.bytes);
@@ -397,11 +398,14 @@ LayerActivations layer_activations(const Setting& g) {
     // estimate of LoRA runs without checkpointing was 10-20% high. An adapter
     // reads that same input only without dropout.
     const bool quantized = st.quantization != Quantization::kNone;
+    // PEFT's fp32 adapters under a half-precision base read their own
+    // copies (RuntimeQuirks::adapter_input_copies).
+    const bool input_copies = in.quirks.adapter_input_copies && g.e < 4.0;
     auto input_kept = [&](const std::vector<std::string>& linears) {
       if (quantized && in.quirks.quantized_linear_keeps_input) return true;
-      if (in.lora_dropout > 0) return false;
+      if (in.lora_dropout > 0 || input_copies) return false;
       for (const std::string& name : linears) {
-        if (targeted(name, in.lora_targets)) return true;
+        if (name != kNormWeight && targeted(name, in.lora_targets)) return true;
       }
       return false;
     };
@@ -409,7 +413,8 @@ LayerActivations layer_activations(const Setting& g) {
       if (!term.weight_grad_of.empty() && !input_kept(term.weight_grad_of)) out.full -= term.bytes;
     }
     // LoRA: with dropout, each adapted linear keeps its own dropped-out input
-    // copy and mask; every adapter keeps its A output (s*b*r). litgpt's
+    // copy and mask, and PEFT's fp32 adapters their own copy without; every
+    // adapter keeps its A output (s*b*r). litgpt's
     // fused q/k/v linear has one adapter: one dropout, and the adapter's
     // output padded to the linear's width by index_copy, which keeps it
     // when only some of q, k and v are adapted.
@@ -422,7 +427,11 @@ LayerActivations layer_activations(const Setting& g) {
       if (!targeted(l.target, in.lora_targets)) continue;
       if (qkv) qkv_adapted += static_cast<double>(l.rows);
       double kept = g.e * s * b * static_cast<double>(st.lora_rank);
-      if (in.lora_dropout > 0 && !(qkv && qkv_dropout_counted)) kept += (g.e + 1.0) * s * b * static_cast<double>(l.in);
+      if (in.lora_dropout > 0 && !(qkv && qkv_dropout_counted)) {
+        kept += (g.e + 1.0) * s * b * static_cast<double>(l.in);
+      } else if (input_copies) {
+        kept += g.e * s * b * static_cast<double>(l.in);
+      }
       qkv_dropout_counted = qkv_dropout_counted || qkv;
       out.full += kept;
       out.recomputed += kept;

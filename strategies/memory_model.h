@@ -140,13 +140,24 @@ struct RuntimeQuirks {
   // fused linear has one adapter, so one dropout serves q, k and v, and
   // where not all three are adapted, the index_copy padding the adapter's
   // output keeps it (litgpt/lora.py, zero_pad). Measured on lit_gpt's own
-  // modules (saved tensors, docs/planner.md "litgpt's fused q/k/v").
+  // modules (saved tensors, docs/planner.md "What stacks keep for backward").
   bool fused_qkv_views = false;
   // An RMSNorm that casts its input to fp32 first keeps that copy for
   // backward: 4 B per element of each norm's input rather than the compute
   // dtype's. litgpt's since 2023-10-24 (6178c7cc, "Half precision fixes";
   // lit_gpt before it kept the input as it came).
   bool fp32_norm_inputs = false;
+  // transformers' LlamaRMSNorm (and its copies: Mistral, Qwen2/3) multiplies
+  // its weight by the normalised input cast back to the compute dtype, which
+  // the multiplication keeps when the weight trains: a full fine-tune's
+  // norms keep one more compute-dtype copy of their input.
+  bool norm_keeps_normalized = false;
+  // PEFT since 0.12 (autocast_adapter_dtype) keeps LoRA weights in fp32
+  // under a half-precision base and casts each adapter's input to fp32, which
+  // the Trainer's autocast casts back for the matmul: every adapted linear
+  // keeps its own compute-dtype copy of its input rather than sharing the
+  // one the base linear reads, as with dropout.
+  bool adapter_input_copies = false;
   // Lightning's bitsandbytes plugin quantises every nn.Linear, the lm_head
   // included (litgpt passes no ignore_modules); PEFT/transformers and
   // tailor-runner keep the head in the compute dtype.
@@ -254,7 +265,11 @@ struct LayerTermOptions {
   bool kv_repeated = false;
   bool fused_qkv_views = false;   // litgpt's attention (RuntimeQuirks::fused_qkv_views)
   bool fp32_norm_inputs = false;  // RuntimeQuirks::fp32_norm_inputs
+  bool norm_keeps_normalized = false;  // RuntimeQuirks::norm_keeps_normalized
 };
+// The name a term's weight_grad_of gives a norm's weight: never a LoRA
+// target, so such a term is kept in full fine-tunes only.
+inline constexpr const char* kNormWeight = "norm weight";
 std::vector<ActivationTerm> layer_activation_terms(const dsl::ModelArch& arch, BatchShape batch, Attention attention,
                                                    bool dropout, double bytes_per_element,
                                                    const LayerTermOptions& options = {});

@@ -28,7 +28,10 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
                                   .quirks = {.lean_cross_entropy = false,
                                              .quantized_linear_keeps_input = true,
                                              .optimizer_step_temporaries = 1,
-                                             .fp32_non_quantized = true},
+                                             .fp32_non_quantized = true,
+                                             .fp32_norm_inputs = true,
+                                             .norm_keeps_normalized = true,
+                                             .adapter_input_copies = true},
                                   .reserved_over_allocated = 1.21,
                                   .reserved_over_allocated_sharded = 1.32};
   // torchtune: chunked cross-entropy, torchao's NF4 linear (saves only the

@@ -4,10 +4,12 @@
 Runs the blocks of a small Llama (hidden 256, 8 heads, MLP 688, vocab 1024;
 bf16 on the CPU) under torch's saved-tensor hooks and counts each storage a
 saved tensor keeps alive once, parameters and buffers left out: the bytes a
-layer keeps are those of 3 layers less those of 2. This is the figure the
+layer keeps are those of 3 layers less those of 2, and those a token adds
+the difference between 256 and 128 tokens. This is the figure the
 memory model's activation terms (strategies/activation_terms.cpp) predict
-for the stack's runtime profile; tests/strategies/memory_model_test.cpp
-holds the model to it.
+for the stack's runtime profile: hf_saved_activations_test.cpp holds the hf
+profile to transformers and PEFT in .venv, memory_model_test.cpp the litgpt
+one to figures this script measured on litgpt's sources.
 
 Stacks:
   (default)        transformers' LlamaForCausalLM, with PEFT's LoRA
@@ -15,7 +17,8 @@ Stacks:
                    lit_gpt/ or litgpt/); Lightning's imports are stubbed,
                    as only the model's modules run
 
-Prints one JSON object: {"stack", "bytes_per_token_per_hidden", "tensors"}.
+Prints (or writes to --out) one JSON object: {"stack", "kv_heads", "dropout",
+"lora", "bytes_per_token_per_hidden", "tensors_of_3_layers_at_256"}.
 """
 import argparse
 import importlib.abc
@@ -24,7 +27,7 @@ import json
 import sys
 import types
 
-HIDDEN, HEADS, MLP, VOCAB, TOKENS = 256, 8, 688, 1024, 128
+HIDDEN, HEADS, MLP, VOCAB = 256, 8, 688, 1024
 
 
 def stub_imports(packages):
@@ -80,7 +83,7 @@ def saved_storages(run, params):
     return seen
 
 
-def litgpt_blocks(src, layers, args):
+def litgpt_blocks(src, layers, tokens, args):
     import torch
 
     sys.path.insert(0, src)
@@ -107,19 +110,19 @@ def litgpt_blocks(src, layers, args):
     torch.set_default_dtype(torch.float32)
     model = model.to(torch.bfloat16)
     lora.mark_only_lora_as_trainable(model)
-    cos, sin = model.cos[:TOKENS], model.sin[:TOKENS]
+    cos, sin = model.cos[:tokens], model.sin[:tokens]
     if package == "litgpt":
         cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
 
     def run():
-        x = model.transformer.wte(torch.randint(0, VOCAB, (1, TOKENS)))
+        x = model.transformer.wte(torch.randint(0, VOCAB, (1, tokens)))
         for block in model.transformer.h:
             x = block(x, cos, sin) if package == "litgpt" else block(x, cos, sin, None, None)
 
     return model, run, package
 
 
-def hf_blocks(layers, args):
+def hf_blocks(layers, tokens, args):
     import peft
     import torch
     import transformers
@@ -128,19 +131,30 @@ def hf_blocks(layers, args):
                                       num_attention_heads=HEADS, num_key_value_heads=args.kv_heads, vocab_size=VOCAB,
                                       max_position_embeddings=512, attn_implementation="sdpa")
     model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
-    model = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=args.dropout,
-                                                       target_modules=["q_proj", "v_proj"]))
+    stack = f"transformers {transformers.__version__}"
+    body = model.model
+    if args.lora != "none":
+        targets = ["q_proj", "v_proj"] if args.lora == "qv" else "all-linear"
+        model = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=args.dropout,
+                                                           target_modules=targets))
+        stack += f", peft {peft.__version__}"
     model.train()
-    ids = torch.randint(0, VOCAB, (1, TOKENS))
-    return model, lambda: model.base_model.model.model(input_ids=ids), \
-        f"transformers {transformers.__version__}, peft {peft.__version__}"
+    ids = torch.randint(0, VOCAB, (1, tokens))
+    if not args.autocast:
+        return model, lambda: body(input_ids=ids), stack
+
+    def run():  # as the Trainer runs a bf16 model with bf16=True (accelerate's autocast)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            body(input_ids=ids)
+
+    return model, run, stack + ", autocast"
 
 
-def measure(layers, args):
+def measure(layers, tokens, args):
     import torch
 
     torch.manual_seed(0)
-    model, run, stack = litgpt_blocks(args.litgpt, layers, args) if args.litgpt else hf_blocks(layers, args)
+    model, run, stack = litgpt_blocks(args.litgpt, layers, tokens, args) if args.litgpt else hf_blocks(layers, tokens, args)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     params |= {b.untyped_storage().data_ptr() for b in model.buffers()}
     return saved_storages(run, params), stack
@@ -151,14 +165,29 @@ def main():
     parser.add_argument("--litgpt", metavar="SRC", help="a lit_gpt or litgpt source tree instead of transformers")
     parser.add_argument("--kv-heads", type=int, default=HEADS, help=f"K/V heads (default {HEADS}: no GQA)")
     parser.add_argument("--dropout", type=float, default=0.0, help="LoRA dropout (default 0)")
+    parser.add_argument("--out", metavar="FILE", help="write the JSON object there instead of printing it")
+    parser.add_argument("--autocast", action="store_true", help="run under bf16 autocast (transformers only)")
+    parser.add_argument("--lora", choices=["qv", "all", "none"], default="qv",
+                        help="LoRA r8 on q and v (default), on every linear, or none: a full fine-tune "
+                             "(transformers only)")
     args = parser.parse_args()
-    two, _ = measure(2, args)
-    three, stack = measure(3, args)
-    layer = sum(v[0] for v in three.values()) - sum(v[0] for v in two.values())
-    extra = [v for k, v in three.items() if k not in two or two[k] != v]
-    print(json.dumps({"stack": stack, "kv_heads": args.kv_heads, "dropout": args.dropout,
-                      "bytes_per_token_per_hidden": layer / (TOKENS * HIDDEN),
-                      "tensors": sorted(extra, key=lambda v: -v[0])}))
+    # A layer's bytes at two lengths: what grows with the tokens, less what
+    # does not (weights autocast copies once a step).
+    def layer_bytes(tokens):
+        two, _ = measure(2, tokens, args)
+        three, stack = measure(3, tokens, args)
+        return sum(v[0] for v in three.values()) - sum(v[0] for v in two.values()), three, stack
+
+    short, _, _ = layer_bytes(128)
+    long, tensors, stack = layer_bytes(256)
+    result = json.dumps({"stack": stack, "kv_heads": args.kv_heads, "dropout": args.dropout, "lora": args.lora,
+                         "bytes_per_token_per_hidden": (long - short) / (128 * HIDDEN),
+                         "tensors_of_3_layers_at_256": sorted(tensors.values(), key=lambda v: -v[0])})
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(result + "\n")
+    else:
+        print(result)
 
 
 if __name__ == "__main__":
