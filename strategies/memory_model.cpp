@@ -436,6 +436,13 @@ LayerActivations layer_activations(const Setting& g) {
       out.full += kept;
       out.recomputed += kept;
     }
+    // A family whose q, k and v are one linear (GPT-NeoX) names it whole as
+    // a target; litgpt adapts its q and v parts by default (lora_key false),
+    // as the corpus' runs did, and pads those.
+    const double kv_width = static_cast<double>(a.kv_heads * a.head_dim());
+    if (qkv_adapted == qkv_all && qkv_all > 0 && dsl::family_info(a.family).block == dsl::BlockKind::kGptNeox) {
+      qkv_adapted = qkv_all - kv_width;
+    }
     if (qkv_adapted > 0 && qkv_adapted < qkv_all) {
       out.full += g.e * s * b * qkv_adapted;
       out.recomputed += g.e * s * b * qkv_adapted;

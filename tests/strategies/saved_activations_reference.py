@@ -95,14 +95,18 @@ def litgpt_blocks(src, layers, tokens, args):
     sys.modules[package].__path__ = [f"{src}/{package}"]
     importlib.import_module(f"{package}.model")  # before its config, as the package's __init__ does
     lora = importlib.import_module(f"{package}.lora")
+    neox = args.arch == "neox"
+    # neox: GPT-NeoX's block (StableLM-alpha): LayerNorm, a quarter of each
+    # head rotated, exact GELU MLP 4h wide, parallel residual, biases.
     common = dict(block_size=512, vocab_size=VOCAB, padded_vocab_size=VOCAB, n_layer=layers, n_head=HEADS,
-                  n_embd=HIDDEN, n_query_groups=args.kv_heads, rotary_percentage=1.0, parallel_residual=False,
-                  bias=False, intermediate_size=MLP)
+                  n_embd=HIDDEN, n_query_groups=args.kv_heads, rotary_percentage=0.25 if neox else 1.0,
+                  parallel_residual=neox, bias=neox, intermediate_size=4 * HIDDEN if neox else MLP)
+    norm, mlp = ("LayerNorm", "GptNeoxMLP") if neox else ("RMSNorm", "LLaMAMLP")
     if package == "litgpt":
-        config = lora.Config(**common, norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", lora_r=8, lora_alpha=16,
+        config = lora.Config(**common, norm_class_name=norm, mlp_class_name=mlp, lora_r=8, lora_alpha=16,
                              lora_dropout=args.dropout, lora_query=True, lora_value=True)
     else:
-        config = lora.Config(**common, _norm_class="RMSNorm", _mlp_class="LLaMAMLP", r=8, alpha=16,
+        config = lora.Config(**common, _norm_class=norm, _mlp_class=mlp, r=8, alpha=16,
                              dropout=args.dropout, to_query=True, to_value=True)
     # bf16-true: the rope cache is built while bf16 is the default dtype.
     torch.set_default_dtype(torch.bfloat16)
@@ -163,6 +167,8 @@ def measure(layers, tokens, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--litgpt", metavar="SRC", help="a lit_gpt or litgpt source tree instead of transformers")
+    parser.add_argument("--arch", choices=["llama", "neox"], default="llama",
+                        help="the block: Llama's (default) or GPT-NeoX's (litgpt only)")
     parser.add_argument("--kv-heads", type=int, default=HEADS, help=f"K/V heads (default {HEADS}: no GQA)")
     parser.add_argument("--dropout", type=float, default=0.0, help="LoRA dropout (default 0)")
     parser.add_argument("--out", metavar="FILE", help="write the JSON object there instead of printing it")
