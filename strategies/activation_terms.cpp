@@ -159,9 +159,16 @@ void LayerTerms::llama_attention(bool gemma) {
   if (dsl::family_info(a.family).qk_norm) {
     // q_norm and k_norm keep their inputs and an fp32 inverse RMS per head:
     // the fused norm keeps contiguous copies of the q and k heads, the
-    // composed one views of the q/k/v_proj output, which so stays alive whole.
-    add(fused ? "q and k (q_norm/k_norm input)" : "q/k/v_proj output (q_norm/k_norm input)",
-        e * (sbq + (fused ? 1 : 2) * s * b * kv));
+    // composed one views of the q/k/v_proj output, which so stays alive
+    // whole; one upcasting its input (transformers') keeps fp32 copies of
+    // q and k, and with training weights their normalised values too.
+    if (norm_e > e) {
+      add("q and k (q_norm/k_norm fp32 input)", norm_e * (sbq + s * b * kv));
+    } else {
+      add(fused ? "q and k (q_norm/k_norm input)" : "q/k/v_proj output (q_norm/k_norm input)",
+          e * (sbq + (fused ? 1 : 2) * s * b * kv));
+    }
+    if (norm_keeps_normalized) add("q_norm/k_norm normalised input", e * (sbq + s * b * kv), {kNormWeight});
     add("q_norm/k_norm statistics (fp32)", 4 * s * b * static_cast<double>(a.heads + a.kv_heads));
   }
   if (fused) {

@@ -50,8 +50,8 @@ namespace {
 // 2026-11-30 and the model of 2026-12-01 (transformers 4.46-4.48's shifted
 // logits copy; litgpt's fused q/k/v views and fp32 norm inputs;
 // transformers' norms and PEFT's adapter input copies) (one GPU /
-// several): in-sample 7.8% / 28.1% and 8.5% / 23.6%; LOSO 8.0% / 28.2%
-// and 8.3% / 23.6%; strict LOSO 8.2% / 28.2% and 10.1% / 28.4%.
+// several): in-sample 8.4% / 28.1% and 8.5% / 23.6%; LOSO 8.2% / 28.2%
+// and 8.3% / 23.6%; strict LOSO 9.0% / 28.2% and 10.1% / 28.4%.
 constexpr double kGuardInOneMedian = 0.10, kGuardInOneP90 = 0.291, kGuardInSeveralMedian = 0.10,
                  kGuardInSeveralP90 = 0.25;
 constexpr double kGuardOneMedian = 0.10, kGuardOneP90 = 0.293, kGuardSeveralMedian = 0.10, kGuardSeveralP90 = 0.25;

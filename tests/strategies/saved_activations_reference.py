@@ -131,10 +131,14 @@ def hf_blocks(layers, tokens, args):
     import torch
     import transformers
 
-    config = transformers.LlamaConfig(hidden_size=HIDDEN, intermediate_size=MLP, num_hidden_layers=layers,
-                                      num_attention_heads=HEADS, num_key_value_heads=args.kv_heads, vocab_size=VOCAB,
-                                      max_position_embeddings=512, attn_implementation="sdpa")
-    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    shape = dict(hidden_size=HIDDEN, intermediate_size=MLP, num_hidden_layers=layers, num_attention_heads=HEADS,
+                 num_key_value_heads=args.kv_heads, vocab_size=VOCAB, max_position_embeddings=512,
+                 attn_implementation="sdpa")
+    if args.family == "qwen3":  # RMSNorm on each head of q and k
+        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=HIDDEN // HEADS, **shape))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape))
+    model = model.to(torch.bfloat16)
     stack = f"transformers {transformers.__version__}"
     body = model.model
     if args.lora != "none":
@@ -169,6 +173,8 @@ def main():
     parser.add_argument("--litgpt", metavar="SRC", help="a lit_gpt or litgpt source tree instead of transformers")
     parser.add_argument("--arch", choices=["llama", "neox"], default="llama",
                         help="the block: Llama's (default) or GPT-NeoX's (litgpt only)")
+    parser.add_argument("--family", choices=["llama", "qwen3"], default="llama",
+                        help="transformers' model: Llama (default) or Qwen3 (q_norm and k_norm)")
     parser.add_argument("--kv-heads", type=int, default=HEADS, help=f"K/V heads (default {HEADS}: no GQA)")
     parser.add_argument("--dropout", type=float, default=0.0, help="LoRA dropout (default 0)")
     parser.add_argument("--out", metavar="FILE", help="write the JSON object there instead of printing it")
@@ -186,7 +192,7 @@ def main():
 
     short, _, _ = layer_bytes(128)
     long, tensors, stack = layer_bytes(256)
-    result = json.dumps({"stack": stack, "kv_heads": args.kv_heads, "dropout": args.dropout, "lora": args.lora,
+    result = json.dumps({"stack": stack, "family": args.family, "kv_heads": args.kv_heads, "dropout": args.dropout, "lora": args.lora,
                          "bytes_per_token_per_hidden": (long - short) / (128 * HIDDEN),
                          "tensors_of_3_layers_at_256": sorted(tensors.values(), key=lambda v: -v[0])})
     if args.out:
