@@ -13,6 +13,7 @@
 #include "dsl/catalog.h"
 #include "strategies/memory_model.h"
 #include "strategies/runtime_profile.h"
+#include "tests/strategies/layer_bytes.h"
 #include "tests/testing/python_scripts.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/text_file.h"
@@ -32,23 +33,16 @@ double model_bytes_per_token_per_hidden(const Block& block) {
   dsl::ModelArch a = dsl::Catalog::builtin().find_model(qwen3 ? "qwen3-0.6b" : "llama-2-7b")->arch;
   a.hidden = 256, a.intermediate = 688, a.heads = 8, a.kv_heads = block.kv_heads, a.vocab = 1024;
   a.head_size = qwen3 ? 32 : 0;
-  auto activations = [&](std::int64_t layers, std::int64_t tokens) {
-    a.layers = layers;
-    MemoryInput in;
-    in.arch = &a;
-    in.batch = {1, tokens};
-    apply(runtime_profile(dsl::Runtime::kHf), in);
-    in.strategy.precision = Precision::kBf16;
-    in.strategy.attention = Attention::kMemoryEfficient;
-    if (std::string(block.lora) != "none") {
-      in.strategy.adapter = Adapter::kLora;
-      in.strategy.lora_rank = 8;
-      if (std::string(block.lora) == "qv") in.lora_targets = {"q_proj", "v_proj"};
-    }
-    return static_cast<double>(estimate_memory(in).per_device.activations.count());
-  };
-  auto layer = [&](std::int64_t tokens) { return activations(3, tokens) - activations(2, tokens); };
-  return (layer(256) - layer(128)) / (128.0 * 256.0);
+  MemoryInput in;
+  apply(runtime_profile(dsl::Runtime::kHf), in);
+  in.strategy.precision = Precision::kBf16;
+  in.strategy.attention = Attention::kMemoryEfficient;
+  if (std::string(block.lora) != "none") {
+    in.strategy.adapter = Adapter::kLora;
+    in.strategy.lora_rank = 8;
+    if (std::string(block.lora) == "qv") in.lora_targets = {"q_proj", "v_proj"};
+  }
+  return layer_bytes_per_token_per_hidden(a, in);
 }
 
 class HfSavedActivationsTest : public ::testing::TestWithParam<Block> {};

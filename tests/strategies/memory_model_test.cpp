@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dsl/catalog.h"
+#include "tests/strategies/layer_bytes.h"
 
 namespace tailor::strategies {
 namespace {
@@ -310,18 +311,12 @@ TEST(MemoryModelTest, AShiftedLogitsCopyPeaksInForward) {
 double litgpt_layer_bytes(std::int64_t kv_heads, bool fp32_norms) {
   dsl::ModelArch a = arch("llama-2-7b");
   a.hidden = 256, a.intermediate = 688, a.heads = 8, a.kv_heads = kv_heads, a.vocab = 1024;
-  auto activations = [&](std::int64_t layers, std::int64_t tokens) {
-    a.layers = layers;
-    MemoryInput in = lora_input(a, Quantization::kNone);
-    in.batch = {1, tokens};
-    in.lora_targets = {"q_proj", "v_proj"};
-    in.quirks.lean_cross_entropy = true;
-    in.quirks.fused_qkv_views = true;
-    in.quirks.fp32_norm_inputs = fp32_norms;
-    return static_cast<double>(estimate_memory(in).per_device.activations.count());
-  };
-  auto layer = [&](std::int64_t tokens) { return activations(3, tokens) - activations(2, tokens); };
-  return (layer(256) - layer(128)) / (128.0 * 256.0);
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  in.lora_targets = {"q_proj", "v_proj"};
+  in.quirks.lean_cross_entropy = true;
+  in.quirks.fused_qkv_views = true;
+  in.quirks.fp32_norm_inputs = fp32_norms;
+  return layer_bytes_per_token_per_hidden(a, in);
 }
 
 TEST(MemoryModelTest, LitgptsFusedQkvViewsAndNormsKeepWhatLitgptSaves) {
@@ -342,17 +337,11 @@ TEST(MemoryModelTest, LitgptsFusedQkvViewsAndNormsKeepWhatLitgptSaves) {
 TEST(MemoryModelTest, LitgptsGptNeoxBlockKeepsWhatLitgptSaves) {
   dsl::ModelArch a = arch("pythia-70m");
   a.hidden = 256, a.intermediate = 1024, a.heads = 8, a.kv_heads = 8, a.vocab = 1024;
-  auto activations = [&](std::int64_t layers, std::int64_t tokens) {
-    a.layers = layers;
-    MemoryInput in = lora_input(a, Quantization::kNone);
-    in.batch = {1, tokens};
-    in.lora_targets = {"query_key_value"};
-    in.quirks.lean_cross_entropy = true;
-    in.quirks.fused_qkv_views = true;
-    return static_cast<double>(estimate_memory(in).per_device.activations.count());
-  };
-  auto layer = [&](std::int64_t tokens) { return activations(3, tokens) - activations(2, tokens); };
-  EXPECT_NEAR((layer(256) - layer(128)) / (128.0 * 256.0), 28.28, 0.05);
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  in.lora_targets = {"query_key_value"};
+  in.quirks.lean_cross_entropy = true;
+  in.quirks.fused_qkv_views = true;
+  EXPECT_NEAR(layer_bytes_per_token_per_hidden(a, in), 28.28, 0.05);
 }
 
 TEST(MemoryModelTest, OneLoraOnTheFusedQkvLinearKeepsOneDropoutAndItsPaddedOutput) {
