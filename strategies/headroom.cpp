@@ -15,9 +15,9 @@ using dsl::Runtime;
 // kind with fewer than 3 such points takes its runtime's widest row.
 constexpr HeadroomRow kRows[] = {
     // runtime, adapter, sharded, headroom, points
-    {Runtime::kHf, Adapter::kNone, false, 0.10, 4},          {Runtime::kHf, Adapter::kNone, true, 0.11, 8},
-    {Runtime::kHf, Adapter::kLora, false, 0.10, 7},          {Runtime::kHf, Adapter::kLora, true, 0.11, 23},
-    {Runtime::kHf, Adapter::kQlora, false, 0.10, 15},        {Runtime::kHf, Adapter::kQlora, true, 0.22, 38},
+    {Runtime::kHf, Adapter::kNone, false, 0.10, 4},          {Runtime::kHf, Adapter::kNone, true, 0.10, 8},
+    {Runtime::kHf, Adapter::kLora, false, 0.10, 7},          {Runtime::kHf, Adapter::kLora, true, 0.10, 23},
+    {Runtime::kHf, Adapter::kQlora, false, 0.10, 15},        {Runtime::kHf, Adapter::kQlora, true, 0.18, 38},
     {Runtime::kTorchtune, Adapter::kNone, false, 0.10, 0},   {Runtime::kTorchtune, Adapter::kNone, true, 0.10, 0},
     {Runtime::kTorchtune, Adapter::kLora, false, 0.10, 0},   {Runtime::kTorchtune, Adapter::kLora, true, 0.10, 0},
     {Runtime::kTorchtune, Adapter::kQlora, false, 0.10, 0},  {Runtime::kTorchtune, Adapter::kQlora, true, 0.10, 0},

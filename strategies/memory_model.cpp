@@ -640,6 +640,14 @@ double overhead_bytes(const Setting& g) {
   // their backward (tailor-runner: a unit of their own).
   if (in.quirks.head_unit_gathered) layer = std::max(layer, static_cast<double>(g.head_params + g.a.hidden) * wbytes);
   overhead += in.quirks.gathered_units * layer;
+  if (in.quirks.root_unit_gathered) {
+    // RuntimeQuirks::root_unit_gathered: the embedding, the final norm and
+    // an untied head (in NF4 where the stack quantises it).
+    const bool nf4_head = g.adapter && in.quirks.quantizes_head && st.quantization != Quantization::kNone;
+    const double head_bytes = nf4_head ? quantized_bytes_per_param(st.quantization, g.a.hidden) : wbytes;
+    const double head = g.head_own ? static_cast<double>(g.head_params) * head_bytes : 0.0;
+    overhead += static_cast<double>(g.a.vocab * g.a.hidden + g.a.hidden) * wbytes + head;
+  }
   if (in.quirks.whole_gradient_transient) {
     // RuntimeQuirks::whole_gradient_transient: the largest trainable tensor.
     double largest = 0, grad_bytes = gradient_bytes_per_param(st.precision);

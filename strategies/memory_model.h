@@ -171,6 +171,14 @@ struct RuntimeQuirks {
   // (2); tailor-runner counts the head's unit when it is the larger.
   double gathered_units = 2;
   bool head_unit_gathered = false;
+  // FSDP1 does not free the root unit's gathered parameters after forward
+  // under FULL_SHARD ("used immediately in backward": torch's
+  // fsdp/_runtime_utils.py, _post_forward_reshard), and a wrap policy of
+  // blocks leaves the embedding, the final norm and an untied head to the
+  // root. So that unit is whole on every rank from the start of forward
+  // through backward, beside the gathered blocks. DeepSpeed's ZeRO-3 gathers
+  // the embedding and the head for their own forward and backward only.
+  bool root_unit_gathered = false;
   // ZeRO-3: whole gradients alive until they are reduce-scattered into the
   // parts. tailor-runner sends each as backward completes it, in fp32, one
   // in flight while backward computes the next: the fp32 sum being sent

@@ -20,7 +20,8 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
   // transformers with PEFT/TRL: composed losses upcasting the logits,
   // bitsandbytes' Linear4bit (before 0.44 it keeps every input, as in the
   // corpus' runs; 0.44 keeps none), foreach AdamW, and prepare_model_for_
-  // kbit_training's fp32 upcast under QLoRA. Fragmentation: the medians of the
+  // kbit_training's fp32 upcast under QLoRA, and FSDP1 under ZeRO-3 (accelerate's,
+  // wrapping the blocks: the root unit stays gathered). Fragmentation: the medians of the
   // published pairs of allocated and nvidia-smi peaks of the same
   // fms-acceleration runs (tests/strategies/data/peak_corpus.yaml): 1.21 on
   // one GPU (12 pairs), 1.32 under FSDP1 (27 pairs).
@@ -31,7 +32,8 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
                                              .fp32_non_quantized = true,
                                              .fp32_norm_inputs = true,
                                              .norm_keeps_normalized = true,
-                                             .adapter_input_copies = true},
+                                             .adapter_input_copies = true,
+                                             .root_unit_gathered = true},
                                   .reserved_over_allocated = 1.21,
                                   .reserved_over_allocated_sharded = 1.32};
   // torchtune: chunked cross-entropy, torchao's NF4 linear (saves only the
@@ -44,7 +46,8 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
   // litgpt: chunked lm_head and loss on bf16 logits, bitsandbytes for QLoRA
   // through Lightning's plugin (every linear, the head too, quantised from
   // fp16), torch's foreach AdamW, Lightning's FSDP1 (use_orig_params, one
-  // unit per block holding frozen and LoRA weights) accumulating under
+  // unit per block holding frozen and LoRA weights; the root unit, with the
+  // embedding and the head, gathered through the step) accumulating under
   // no_sync, a tied embedding copied into a head of its own, q, k and v as
   // views of one fused linear's output, and RMSNorm upcasting its input.
   static const RuntimeProfile kLitgpt{.runtime = dsl::Runtime::kLitgpt,
@@ -56,7 +59,8 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
                                                  .fused_qkv_views = true,
                                                  .fp32_norm_inputs = true,
                                                  .quantizes_head = true,
-                                                 .dequantized_copies = 2},
+                                                 .dequantized_copies = 2,
+                                                 .root_unit_gathered = true},
                                       .reserved_over_allocated = 1.08,
                                       .reserved_over_allocated_sharded = 1.08};
   // torchtitan: compiled loss, fused AdamW, FSDP2 (no record_stream).

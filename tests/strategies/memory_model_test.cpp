@@ -376,6 +376,36 @@ TEST(MemoryModelTest, NoSyncAccumulationUnderFsdp1KeepsWholeBlockGradients) {
   EXPECT_LT(estimate_memory(in).per_device.gradients, Bytes::mib(100));
 }
 
+// FSDP1 keeps its root unit gathered through the step: the embedding, the
+// final norm and an untied head, whole on every rank beside the blocks.
+TEST(MemoryModelTest, Fsdp1KeepsItsRootUnitWhole) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  ASSERT_FALSE(a.tie_embeddings);
+  const double root = static_cast<double>(2 * a.vocab * a.hidden + a.hidden);
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  in.strategy.zero_stage = 3;
+  in.strategy.num_gpus = 4;
+  auto overhead = [&] { return static_cast<double>(estimate_memory(in).per_device.overhead.count()); };
+  const double blocks_only = overhead();
+  in.quirks.root_unit_gathered = true;
+  EXPECT_DOUBLE_EQ(overhead() - blocks_only, root * 2);
+  // A head the stack quantises is gathered in NF4.
+  in = lora_input(a, Quantization::kNf4);
+  in.strategy.zero_stage = 3;
+  in.strategy.num_gpus = 4;
+  in.quirks.quantizes_head = true;
+  const double nf4_blocks_only = overhead();
+  in.quirks.root_unit_gathered = true;
+  const double head = static_cast<double>(a.vocab * a.hidden);
+  EXPECT_NEAR(overhead() - nf4_blocks_only,
+              (root - head) * 2 + head * quantized_bytes_per_param(Quantization::kNf4, a.hidden), 1);
+  // Unsharded ranks gather nothing.
+  in.strategy.zero_stage = 1;
+  const double unsharded = overhead();
+  in.quirks.root_unit_gathered = false;
+  EXPECT_DOUBLE_EQ(overhead(), unsharded);
+}
+
 TEST(MemoryModelTest, AnUntiedQuantisedHeadIsLitgptsHead) {
   const dsl::ModelArch& a = arch("llama-3.2-1b");
   ASSERT_TRUE(a.tie_embeddings);
