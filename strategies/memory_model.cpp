@@ -372,13 +372,9 @@ LayerActivations layer_activations(const Setting& g) {
   const Strategy& st = g.st;
   const ModelArch& a = g.a;
   LayerActivations out;
-  const std::vector<ActivationTerm> terms =
-      layer_activation_terms(a, in.batch, st.attention, in.dropout, g.e,
-                             {.fused = in.fused_kernels,
-                              .kv_repeated = in.on_gpu && st.precision == Precision::kFp32,
-                              .fused_qkv_views = in.quirks.fused_qkv_views,
-                              .fp32_norm_inputs = in.quirks.fp32_norm_inputs,
-                              .norm_keeps_normalized = in.quirks.norm_keeps_normalized});
+  const std::vector<ActivationTerm> terms = layer_activation_terms(
+      a, in.batch, st.attention, in.dropout, g.e,
+      {.fused = in.fused_kernels, .kv_repeated = in.on_gpu && st.precision == Precision::kFp32, .quirks = in.quirks});
   for (const ActivationTerm& term : terms) {
     out.full += term.bytes;
     out.largest_term = std::max(out.largest_term, term.bytes);

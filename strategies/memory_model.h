@@ -271,9 +271,9 @@ struct ActivationTerm {
 struct LayerTermOptions {
   bool fused = false;
   bool kv_repeated = false;
-  bool fused_qkv_views = false;   // litgpt's attention (RuntimeQuirks::fused_qkv_views)
-  bool fp32_norm_inputs = false;  // RuntimeQuirks::fp32_norm_inputs
-  bool norm_keeps_normalized = false;  // RuntimeQuirks::norm_keeps_normalized
+  // The stack's: what its attention, norms and adapters keep
+  // (fused_qkv_views, fp32_norm_inputs, norm_keeps_normalized).
+  RuntimeQuirks quirks;
 };
 // The name a term's weight_grad_of gives a norm's weight: never a LoRA
 // target, so such a term is kept in full fine-tunes only.
