@@ -7,7 +7,8 @@ saved tensor keeps alive once, parameters and buffers left out: the bytes a
 layer keeps are those of 3 layers less those of 2, and those a token adds
 the difference between 256 and 128 tokens. This is the figure the
 memory model's activation terms (strategies/activation_terms.cpp) predict
-for the stack's runtime profile: hf_saved_activations_test.cpp holds the hf
+for the stack's runtime profile: hf_saved_activations_test.cpp (in
+runtime_profile_interop_test) holds the hf
 profile to transformers and PEFT in .venv, memory_model_test.cpp the litgpt
 one to figures this script measured on litgpt's sources.
 
