@@ -162,6 +162,11 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   if (spec.planner.runtime != dsl::Runtime::kTailor) {
     out << "Runtime: " << dsl::to_string(spec.planner.runtime)
         << " (memory as that stack keeps it: a prediction for its run, not tailor-runner's)\n";
+    if (const Bytes root = plan.chosen.memory.root_unit; root.count() > 0) {
+      out << "  ZeRO-3 as FSDP1 runs it (accelerate's, Lightning's): the root unit (embedding, final norm, head) "
+          << "stays gathered through the step, " << root.to_string()
+          << " a GPU in overhead; DeepSpeed's ZeRO-3 gathers by submodule, which this prediction does not model\n";
+    }
   }
   if (const auto& c = plan.calibration) {
     out << "Calibrated: " << fmt("peak estimates x%.3f", c->memory) << " (" << plan.chosen.memory.calibrated.to_string()

@@ -188,6 +188,8 @@ struct Setting {
   // The measured terms this estimate added (measured_corrections.h).
   mutable std::vector<CorrectionTerm> corrections;
 
+  // FSDP1's gathered root unit, counted in the overhead (overhead_bytes).
+  mutable double root_unit = 0;
   // Records a measured term's bytes when it adds any, and returns them.
   double correct(Correction c, double bytes) const {
     if (bytes > 0) corrections.push_back({c, Bytes(static_cast<std::int64_t>(bytes))});
@@ -642,7 +644,8 @@ double overhead_bytes(const Setting& g) {
     const bool nf4_head = g.adapter && in.quirks.quantizes_head && st.quantization != Quantization::kNone;
     const double head_bytes = nf4_head ? quantized_bytes_per_param(st.quantization, g.a.hidden) : wbytes;
     const double head = g.head_own ? static_cast<double>(g.head_params) * head_bytes : 0.0;
-    overhead += static_cast<double>(g.a.vocab * g.a.hidden + g.a.hidden) * wbytes + head;
+    g.root_unit = static_cast<double>(g.a.vocab * g.a.hidden + g.a.hidden) * wbytes + head;
+    overhead += g.root_unit;
   }
   if (in.quirks.whole_gradient_transient) {
     // RuntimeQuirks::whole_gradient_transient: the largest trainable tensor.
@@ -800,6 +803,7 @@ MemoryEstimate estimate_memory(const MemoryInput& input, const MemoryConstants& 
   m.overhead = Bytes(static_cast<std::int64_t>(overhead_bytes(g)));
   peak_over_the_step(g, layer, out.trainable_parameters, m);
   out.corrections = std::move(g.corrections);
+  out.root_unit = Bytes(static_cast<std::int64_t>(g.root_unit));
   return out;
 }
 

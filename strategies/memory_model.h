@@ -233,6 +233,8 @@ struct MemoryEstimate {
   Bytes reference;             // dpo's and kto's separate reference: the frozen copy (this rank's part at
                                // ZeRO-3), counted in per_device.weights (in host under parameter offload)
   Bytes host;                  // host RAM the strategy needs (offload buffers, 0 without offload)
+  Bytes root_unit;             // FSDP1's root unit, whole through the step (RuntimeQuirks::root_unit_gathered),
+                               // counted in per_device.overhead
   std::int64_t trainable_parameters = 0;
   std::int64_t frozen_parameters = 0;
   std::vector<CorrectionTerm> corrections;  // the measured terms counted above, in the order they were added

@@ -157,6 +157,9 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   w.field("host_total", plan.chosen.memory.host.count());
   w.field("host_budget", plan.host_budget.count());
   w.field("trainable_parameters", plan.chosen.memory.trainable_parameters);
+  // Another stack's ZeRO-3 as FSDP1 runs it: its root unit, in the overhead.
+  if (plan.chosen.memory.root_unit.count() > 0)
+    w.field("fsdp1_root_unit_per_gpu", plan.chosen.memory.root_unit.count());
   // The components' keys and words in order, so readers (the web UI) need
   // no list of their own.
   w.key("components").begin_array();

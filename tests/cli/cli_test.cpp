@@ -298,6 +298,33 @@ TEST(CliTest, PlanJsonIsThePlanDocument) {
   EXPECT_EQ(j["decisions"].back()["bytes_needed"], j["memory"]["per_gpu"]["total"]);
 }
 
+// A prediction for another stack's ZeRO-3 says it is FSDP1's, whose root
+// unit stays whole through the step, and how much that is; tailor-runner's
+// own plans have no such unit.
+TEST(CliTest, AnotherStacksZeroThreePlanNamesFsdp1sGatheredRootUnit) {
+  TempDir dir;
+  const auto spec = [&](const char* runtime) {
+    return dir.write(std::string(runtime) + ".yaml",
+                     "apiVersion: tailor/v1\nkind: TrainingJob\nname: root\nmodel: {preset: llama-2-7b}\n"
+                     "data: {train: none.txt, seq_len: 1024}\ntraining: {global_batch_size: 8}\n"
+                     "strategy: {adapter: lora, zero_stage: 3}\nplanner: {runtime: " +
+                         std::string(runtime) + "}\nresources: {gpus: 2, gpu_memory: 24GiB}\n");
+  };
+  CliRun hf = tailor({"plan", "--no-check-files", spec("hf")});
+  ASSERT_EQ(hf.code, kExitOk) << hf.err;
+  EXPECT_NE(hf.out.find("ZeRO-3 as FSDP1 runs it"), std::string::npos) << hf.out;
+  // The embedding, the final norm and the untied head, in bf16.
+  const std::int64_t root = (2 * 32000 * 4096 + 4096) * 2;
+  CliRun json = tailor({"plan", "--output", "json", "--no-check-files", spec("hf")});
+  ASSERT_EQ(json.code, kExitOk) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["memory"]["fsdp1_root_unit_per_gpu"], root) << json.out;
+
+  CliRun own = tailor({"plan", "--output", "json", "--no-check-files", spec("tailor")});
+  ASSERT_EQ(own.code, kExitOk) << own.err;
+  EXPECT_FALSE(nlohmann::json::parse(own.out)["memory"].contains("fsdp1_root_unit_per_gpu")) << own.out;
+  EXPECT_EQ(tailor({"plan", "--no-check-files", spec("tailor")}).out.find("FSDP1"), std::string::npos);
+}
+
 TEST(CliTest, PlanExitCodesSayFitsNoFitBadSpecBadFlag) {
   EXPECT_EQ(tailor({"plan", example("tiny-cpu.yaml")}).code, kExitOk);
   CliRun nofit = tailor({"plan", "--gpus", "1xT4", "--set", "strategy.forbid=[adapters, offload_optimizer]",
