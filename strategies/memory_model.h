@@ -177,7 +177,7 @@ struct RuntimeQuirks {
   // blocks leaves the embedding, the final norm and an untied head to the
   // root. So that unit is whole on every rank from the start of forward
   // through backward, beside the gathered blocks. DeepSpeed's ZeRO-3 gathers
-  // the embedding and the head for their own forward and backward only.
+  // and releases each submodule on a schedule of its own, not modelled here.
   bool root_unit_gathered = false;
   // ZeRO-3: whole gradients alive until they are reduce-scattered into the
   // parts. tailor-runner sends each as backward completes it, in fp32, one
