@@ -198,8 +198,14 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   row("micro-batch", std::to_string(s.micro_batch_size) + " x " + std::to_string(s.grad_accumulation) +
                          " accumulation x " + std::to_string(s.num_gpus) + (s.num_gpus == 1 ? " rank" : " ranks") + " = global batch " +
                          std::to_string(plan.global_batch));
-  row("adapter", s.adapter == dsl::Adapter::kNone ? "none (full fine-tune)"
-                                                  : std::string(dsl::to_string(s.adapter)) + " r" + std::to_string(s.lora_rank));
+  const std::vector<std::string>& whole = spec.strategy.lora.modules_to_save;
+  std::string whole_text;
+  for (const std::string& module : whole)
+    whole_text += (whole_text.empty() ? "" : ", ") + module;
+  row("adapter", s.adapter == dsl::Adapter::kNone
+                     ? "none (full fine-tune)"
+                     : std::string(dsl::to_string(s.adapter)) + " r" + std::to_string(s.lora_rank) +
+                           (whole.empty() ? "" : " (" + whole_text + " trained whole: modules_to_save)"));
   row("base weights", dsl::to_string(s.quantization));
   row("optimizer", dsl::to_string(s.optimizer));
   row("ZeRO stage", std::to_string(s.zero_stage));

@@ -30,7 +30,8 @@ namespace fs = std::filesystem;
 const std::vector<std::string>& mapped_keys() {
   static const std::vector<std::string> k = split(
       "base_model adapter load_in_4bit load_in_8bit lora_r lora_alpha lora_dropout lora_target_modules "
-      "lora_target_linear sequence_len sample_packing micro_batch_size gradient_accumulation_steps batch_size "
+      "lora_target_linear lora_modules_to_save sequence_len sample_packing micro_batch_size "
+      "gradient_accumulation_steps batch_size "
       "num_epochs max_steps learning_rate lr_scheduler warmup_steps warmup_ratio weight_decay max_grad_norm seed "
       "eval_steps save_steps save_total_limit optimizer bf16 fp16 bfloat16 float16 gradient_checkpointing deepspeed "
       "fsdp fsdp_config datasets test_datasets train_on_inputs val_set_size",
@@ -90,7 +91,6 @@ const std::vector<IgnoredKey>& ignored_keys() {
       {"auto_resume_from_checkpoints", "tailord resumes a job from its own checkpoints"},
       {"lora_model_dir", "Tailor starts LoRA adapters from scratch"},
       {"lora_fan_in_fan_out", "Tailor knows each architecture's weight layout"},
-      {"lora_modules_to_save", "Tailor trains only the adapters"},
       {"lr_scheduler_kwargs", "training.scheduler takes no arguments"},
       {"cosine_min_lr_ratio", "the cosine schedule decays to zero"},
       {"adam_beta1", "Tailor uses the optimizer's standard betas"},
@@ -228,6 +228,7 @@ struct Converted {
   std::optional<double> lora_alpha;
   std::optional<double> lora_dropout;
   std::vector<std::string> lora_targets;
+  std::vector<std::string> lora_modules_to_save;
   std::string optimizer;
   std::optional<std::int64_t> zero_stage;
   std::string offload;
@@ -895,8 +896,9 @@ class Importer {
     const MapEntry* dropout = take("lora_dropout");
     const MapEntry* modules = take("lora_target_modules");
     const MapEntry* linear = take("lora_target_linear");
+    const MapEntry* whole = take("lora_modules_to_save");
     if (adapter_at == nullptr) {
-      for (const MapEntry* e : {r, alpha, dropout, modules, linear}) {
+      for (const MapEntry* e : {r, alpha, dropout, modules, linear, whole}) {
         if (e != nullptr) warn(*e, "ignored: no LoRA adapter is used");
       }
       return;
@@ -916,6 +918,18 @@ class Importer {
       read_lora_targets(*modules);
     } else if (modules == nullptr && !all_linear) {
       warn(*adapter_at, "neither lora_target_modules nor lora_target_linear is set; Tailor adapts every linear layer");
+    }
+    // Checked against the model's family where the spec is loaded.
+    if (whole != nullptr) {
+      if (whole->value.is_scalar()) {
+        c_.lora_modules_to_save.push_back(whole->value.scalar);
+      } else if (whole->value.is_sequence() && std::all_of(whole->value.items.begin(), whole->value.items.end(),
+                                                           [](const Node& n) { return n.is_scalar(); })) {
+        for (const Node& n : whole->value.items)
+          c_.lora_modules_to_save.push_back(n.scalar);
+      } else {
+        warn_bad(*whole, "a list of module names");
+      }
     }
   }
 
@@ -1294,6 +1308,12 @@ Node build_spec(const Converted& c, const std::string& name) {
       Node targets = Node::make_sequence();
       for (const std::string& t : c.lora_targets) targets.items.push_back(text_node(t));
       lora.set("targets", std::move(targets));
+    }
+    if (!c.lora_modules_to_save.empty()) {
+      Node whole = Node::make_sequence();
+      for (const std::string& m : c.lora_modules_to_save)
+        whole.items.push_back(text_node(m));
+      lora.set("modules_to_save", std::move(whole));
     }
     if (!lora.entries.empty()) strategy.set("lora", std::move(lora));
   }

@@ -341,6 +341,11 @@ struct LoraSpec {
   // Target linear layers by their Hugging Face names (q_proj, ..., down_proj;
   // gpt2: c_attn, c_proj, c_fc). Empty = every linear layer of the blocks.
   std::vector<std::string> targets;
+  // The embedding and the head trained whole beside the adapters, by their
+  // Hugging Face names (PEFT's modules_to_save: embed_tokens, lm_head; gpt2
+  // wte; gpt_neox embed_in, embed_out). A tied model's one matrix is both
+  // names, and both are then given. Empty = only the adapters train.
+  std::vector<std::string> modules_to_save;
 };
 
 struct StrategySpec {

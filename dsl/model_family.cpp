@@ -643,6 +643,28 @@ std::vector<std::string> lora_target_names(ModelFamily f) {
   return out;
 }
 
+std::vector<std::string> whole_module_names(ModelFamily f) {
+  const HfTensorNames& t = family_info(f).tensors;
+  std::vector<std::string> out = {t.embed, "lm_head"};
+  if (std::string_view(t.head) != "lm_head") out.emplace_back(t.head);
+  return out;
+}
+
+bool is_head_module(ModelFamily f, const std::string& name) {
+  return name == "lm_head" || name == family_info(f).tensors.head;
+}
+
+WholeModules whole_modules(const ModelArch& a, const std::vector<std::string>& names) {
+  const std::string embed = family_info(a.family).tensors.embed;
+  const bool embedding = std::find(names.begin(), names.end(), embed) != names.end();
+  const bool head =
+      std::any_of(names.begin(), names.end(), [&](const std::string& n) { return is_head_module(a.family, n); });
+  WholeModules w;
+  w.embedding = embedding || (a.tie_embeddings && head);
+  w.head = !a.tie_embeddings && head;
+  return w;
+}
+
 bool arch_from_hf_config(const std::string& text, const std::string& file, ModelArch& arch,
                          std::vector<std::string>& errors) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

@@ -144,6 +144,22 @@ std::vector<LinearLayer> block_linears(const ModelArch& a);
 // The distinct LoRA target names of a family ("c_proj" once for GPT-2).
 std::vector<std::string> lora_target_names(ModelFamily f);
 
+// What strategy.lora.modules_to_save trains whole: the embedding and the
+// head (PEFT's module names: HfTensorNames::embed and ::head). A tied
+// model's one matrix is `embedding` alone.
+struct WholeModules {
+  bool embedding = false;
+  bool head = false;  // an untied head
+  bool any() const { return embedding || head; }
+};
+// The names modules_to_save accepts for the family: the embedding's, then
+// the head's as transformers 5 names its module (lm_head), then the head's
+// older name where it has one (gpt_neox's embed_out, the checkpoints' name).
+std::vector<std::string> whole_module_names(ModelFamily f);
+// Whether `name` is one of the family's names for its head.
+bool is_head_module(ModelFamily f, const std::string& name);
+WholeModules whole_modules(const ModelArch& a, const std::vector<std::string>& names);
+
 // The architecture in a Hugging Face config.json's text. Problems (not a
 // JSON object, an unsupported model_type, a key of the wrong type) are
 // appended to `errors`, each naming `file` and the key; false when any.

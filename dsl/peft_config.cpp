@@ -31,15 +31,24 @@ Result<PeftConfig> read_peft_config_file(const std::string& dir) {
   PeftConfig out;
   out.sequence_classifier = cfg.value("task_type", nlohmann::json()) == "SEQ_CLS";
   if (const auto it = cfg.find("modules_to_save"); it != cfg.end() && !it->is_null()) {
+    if (!it->is_array() ||
+        !std::all_of(it->begin(), it->end(), [](const nlohmann::json& m) { return m.is_string(); })) {
+      return bad("modules_to_save", "expected a list of module names");
+    }
     // PEFT's SEQ_CLS task saves a classifier's head whole: "score" in every
     // family Tailor reads ("classifier" is other models' name for it).
-    const bool score_only = it->is_array() && std::all_of(it->begin(), it->end(), [](const nlohmann::json& m) {
-                              return m == "score" || m == "classifier";
-                            });
-    if (!(it->is_array() && it->empty()) && !(out.sequence_classifier && score_only)) {
-      return bad("modules_to_save", it->dump() +
-                                        ": fully trained modules beside the adapters are built for a "
-                                        "sequence classifier's score (task_type SEQ_CLS) only");
+    const bool score_only =
+        std::all_of(it->begin(), it->end(), [](const nlohmann::json& m) { return m == "score" || m == "classifier"; });
+    if (out.sequence_classifier && !score_only) {
+      return bad("modules_to_save",
+                 it->dump() + ": a sequence classifier's adapter trains its score whole, nothing else");
+    }
+    if (!out.sequence_classifier) {
+      for (const auto& m : *it)
+        out.modules_to_save.push_back(m.get<std::string>());
+      std::sort(out.modules_to_save.begin(), out.modules_to_save.end());
+      out.modules_to_save.erase(std::unique(out.modules_to_save.begin(), out.modules_to_save.end()),
+                                out.modules_to_save.end());
     }
   }
   for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {

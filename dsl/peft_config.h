@@ -19,12 +19,16 @@ struct PeftConfig {
   // task_type SEQ_CLS: a sequence classifier's adapter (a reward model),
   // whose score is saved whole (modules_to_save).
   bool sequence_classifier = false;
+  // A causal language model's modules trained whole beside the adapters
+  // (the embedding and the head by name), sorted; the spec loader and the
+  // runner check them against the family.
+  std::vector<std::string> modules_to_save;
 };
 
 // dir/adapter_config.json. InvalidArgument naming the file and key for what
 // Tailor's adapters do not compute: peft_type other than LORA, use_dora,
-// use_rslora, bias other than "none", modules_to_save other than a
-// sequence classifier's score, rank_pattern or alpha_pattern, a regular
+// use_rslora, bias other than "none", a sequence classifier's
+// modules_to_save other than its score, rank_pattern or alpha_pattern, a regular
 // expression in target_modules; a missing or non-positive r, a missing
 // lora_alpha. NotFound when the file is missing.
 Result<PeftConfig> read_peft_config_file(const std::string& dir);

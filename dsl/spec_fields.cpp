@@ -717,9 +717,16 @@ const std::vector<Field<LoraSpec>>& lora_fields() {
             number_above(0)),
       field("dropout", "Dropout on the adapter input, in [0, 1). Default 0.05.", &LoraSpec::dropout,
             number_in_range(0, 1, false)),
-      field("targets", "Target linear layers by their Hugging Face names (" + lora_targets_doc() +
-                           "). Default: all of them.",
+      field("targets",
+            "Target linear layers by their Hugging Face names (" + lora_targets_doc() + "). Default: all of them.",
             &LoraSpec::targets),
+      field("modules_to_save",
+            "The embedding and the head trained whole beside the adapters, by their Hugging Face names "
+            "(embed_tokens, lm_head; gpt2: wte; gpt_neox: embed_in, embed_out), as PEFT's modules_to_save: new "
+            "tokens' rows learn, and the adapter folder carries both matrices. A tied model's one matrix needs "
+            "both names. Not with ZeRO-3, offload, a reward model, or dpo and kto (their reference is the "
+            "starting model). Default: none.",
+            &LoraSpec::modules_to_save),
   };
   return k;
 }

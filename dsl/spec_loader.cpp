@@ -363,21 +363,29 @@ void resolve_start_adapter(JobSpec& spec, const Node& root, const std::string& b
   };
   std::vector<std::string> targets = lora.targets;
   std::sort(targets.begin(), targets.end());
+  std::vector<std::string> whole = lora.modules_to_save;
+  std::sort(whole.begin(), whole.end());
+  whole.erase(std::unique(whole.begin(), whole.end()), whole.end());
   const std::tuple<const char*, bool, std::string, std::string> agree[] = {
       {"r", lora.r == cfg->rank, std::to_string(lora.r), std::to_string(cfg->rank)},
       {"alpha", lora.alpha == cfg->alpha, number(lora.alpha), number(cfg->alpha)},
-      {"targets", targets == cfg->targets, join(targets, ", "), join(cfg->targets, ", ")}};
+      {"targets", targets == cfg->targets, join(targets, ", "), join(cfg->targets, ", ")},
+      {"modules_to_save", whole == cfg->modules_to_save, join(whole, ", "), join(cfg->modules_to_save, ", ")}};
   for (const auto& [key, same, ours, theirs] : agree) {
     const std::string path = std::string("strategy.lora.") + key;
     if (node_at(root, path) != nullptr && !same) {
       d.error(loc_at(root, path), path,
-              ours + " differs from model.adapter's " + (theirs.empty() ? "(every linear)" : theirs) +
+              ours + " differs from model.adapter's " +
+                  (!theirs.empty()                 ? theirs
+                   : std::string(key) == "targets" ? "(every linear)"
+                                                   : "(none)") +
                   ": leave it out to take the adapter's");
     }
   }
   lora.r = cfg->rank;
   lora.alpha = cfg->alpha;
   lora.targets = cfg->targets;
+  lora.modules_to_save = cfg->modules_to_save;
 }
 
 // The keys of conversation data (data.chat): each applies to it alone, and
@@ -749,6 +757,53 @@ void check_data_files(const JobSpec& spec, const Node& root, const LoadOptions& 
 // The techniques a pinned knob uses, to check them against allow/forbid.
 std::vector<Technique> pinned_techniques(const StrategySpec& s) { return techniques_used(pinned_knob_values(s)); }
 
+// strategy.lora.modules_to_save: the family's embedding and head names; a
+// tied matrix by both; what needs the untrained embedding and head (a
+// reference model) or holds them elsewhere (ZeRO-3's shards, offload) is
+// refused by name.
+void check_modules_to_save(const JobSpec& spec, const Node& root, Diagnostics& d) {
+  const std::vector<std::string>& names = spec.strategy.lora.modules_to_save;
+  if (names.empty() || spec.model.arch.layers == 0) return;
+  const std::string path = "strategy.lora.modules_to_save";
+  const SourceLocation at = loc_at(root, path);
+  const std::vector<std::string> valid = whole_module_names(spec.model.arch.family);
+  const Node* list = node_at(root, path);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (std::find(valid.begin(), valid.end(), names[i]) != valid.end()) continue;
+    const SourceLocation item = list && list->is_sequence() && i < list->items.size() ? list->items[i].location : at;
+    std::string msg = quote(names[i]) + " is not the embedding or the head of a " +
+                      std::string(to_string(spec.model.arch.family)) + " model; expected one of " + join(valid, ", ");
+    const std::string hint = closest_match(names[i], valid);
+    if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+    d.error(item, path + "[" + std::to_string(i) + "]", msg);
+  }
+  const bool embedding = std::find(names.begin(), names.end(), valid[0]) != names.end();
+  const bool head = std::any_of(names.begin(), names.end(),
+                                [&](const std::string& n) { return is_head_module(spec.model.arch.family, n); });
+  if (spec.model.arch.tie_embeddings && embedding != head) {
+    d.error(
+        at, path,
+        "this model ties " + valid[0] + " and " + valid[1] + " (one matrix): training it changes both, so name both");
+  }
+  const TrainingMethod method = spec.training.method;
+  if (scores_sequences(method) || needs_reference(method)) {
+    d.error(at, path,
+            std::string("with training.method ") + to_string(method) + " is not built: " +
+                (scores_sequences(method) ? "a reward model trains its score head whole and has no vocabulary head"
+                                          : "the reference model is the starting model, whose embedding and head "
+                                            "would no longer exist apart from the trained ones"));
+  }
+  if (spec.strategy.adapter == Adapter::kNone) return;  // ignored (warned above): everything trains
+  if (spec.strategy.zero_stage && *spec.strategy.zero_stage >= 3) {
+    d.error(loc_at(root, "strategy.zero_stage"), "strategy.zero_stage",
+            "3 with strategy.lora.modules_to_save is not built (the whole modules are trained replicated)");
+  }
+  if (spec.strategy.offload && *spec.strategy.offload != Offload::kNone) {
+    d.error(loc_at(root, "strategy.offload"), "strategy.offload",
+            quote(to_string(*spec.strategy.offload)) + " with strategy.lora.modules_to_save is not built");
+  }
+}
+
 void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalog, Diagnostics& d) {
   const StrategySpec& s = spec.strategy;
   if (s.headroom && spec.resources.headroom) {
@@ -814,6 +869,7 @@ void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalo
       d.error(at, "strategy.lora.targets[" + std::to_string(i) + "]", msg);
     }
   }
+  check_modules_to_save(spec, root, d);
   // Hardware facts known from the catalog (detected hardware is the planner's).
   if (!spec.resources.gpu_model.empty()) {
     const GpuModel* gpu = catalog.find_gpu(spec.resources.gpu_model);

@@ -41,6 +41,7 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   in.on_gpu = !on_cpu;
   in.prompt_nll = spec.training.method == dsl::TrainingMethod::kOrpo;
   in.score_head = dsl::scores_sequences(spec.training.method);
+  in.whole_modules = dsl::whole_modules(spec.model.arch, spec.strategy.lora.modules_to_save);
   // What the stack that will run it keeps (planner.runtime): tailor-runner
   // by default, another framework to predict its users' runs.
   const RuntimeProfile& profile = runtime_profile(spec.planner.runtime);

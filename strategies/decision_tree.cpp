@@ -94,13 +94,20 @@ class Walker {
     rung("optimizer_8bit", "8-bit optimizer states (block-wise AdamW, ~2 bytes/param instead of 8)?",
          target_.optimizer == Optimizer::kAdamw8bit && cur_.optimizer != Optimizer::kAdamw8bit,
          [](Strategy& s) { s.optimizer = Optimizer::kAdamw8bit; }, "use adamw_8bit");
-    rung("lora", "LoRA (freeze the base, train rank-" + std::to_string(spec_.strategy.lora.r) + " adapters)?",
-         target_.adapter != Adapter::kNone && cur_.adapter == Adapter::kNone,
-         [&](Strategy& s) {
-           s.adapter = Adapter::kLora;
-           s.lora_rank = spec_.strategy.lora.r;
-         },
-         "train LoRA adapters");
+    // modules_to_save: the embedding and head train whole beside them.
+    const dsl::WholeModules whole = dsl::whole_modules(spec_.model.arch, spec_.strategy.lora.modules_to_save);
+    const std::string also = !whole.any() ? ""
+                             : whole.head ? ", and the embedding and the head whole"
+                                          : ", and the (tied) embedding whole";
+    rung(
+        "lora",
+        "LoRA (freeze the base, train rank-" + std::to_string(spec_.strategy.lora.r) + " adapters" + also + ")?",
+        target_.adapter != Adapter::kNone && cur_.adapter == Adapter::kNone,
+        [&](Strategy& s) {
+          s.adapter = Adapter::kLora;
+          s.lora_rank = spec_.strategy.lora.r;
+        },
+        "train LoRA adapters");
     const Quantization base = target_.adapter == Adapter::kQlora ? target_.quantization : Quantization::kNf4Double;
     rung(
         "qlora", std::string("QLoRA (") + base_words(base) + " under the adapters)?",

@@ -188,6 +188,10 @@ struct Setting {
   // The measured terms this estimate added (measured_corrections.h).
   mutable std::vector<CorrectionTerm> corrections;
 
+  // strategy.lora.modules_to_save beside adapters: the parameters trained
+  // whole (the embedding, an untied head), and the larger of the two.
+  std::int64_t whole_params = 0;
+  std::int64_t whole_largest = 0;
   // FSDP1's gathered root unit, counted in the overhead (overhead_bytes).
   mutable double root_unit = 0;
   // Records a measured term's bytes when it adds any, and returns them.
@@ -220,6 +224,12 @@ struct Setting {
     e = is_half(st.precision) ? 2.0 : 4.0;
     upcast = in.quirks.fp32_non_quantized && st.quantization != Quantization::kNone && st.zero_stage < 3;
     residual_bytes = upcast ? 4.0 : e;
+    if (adapter && !in.score_head) {
+      const std::int64_t embedding = in.whole_modules.embedding ? a.vocab * a.hidden : 0;
+      const std::int64_t head = in.whole_modules.head && head_own ? head_params : 0;
+      whole_params = embedding + head;
+      whole_largest = std::max(embedding, head);
+    }
   }
 };
 
@@ -254,8 +264,9 @@ ModelState full_model_state(const Setting& g) {
 
 // Adapters: a frozen base (block linears and experts quantised under QLoRA,
 // Dettmers et al. 2023) and trained LoRA pairs (Hu et al. 2021).
-// `lora`: the trained parameters, the adapters and a reward model's score
-// head (trained whole beside them, in their dtype: runner/torch/lora.h).
+// `lora`: the parameters trained in the adapters' dtype, the adapters and a
+// reward model's score head (trained whole beside them: runner/torch/lora.h);
+// modules_to_save's are Setting::whole_params.
 ModelState adapter_model_state(const Setting& g, std::int64_t lora) {
   const Strategy& st = g.st;
   const ParameterCounts& pc = g.pc;
@@ -288,6 +299,19 @@ ModelState adapter_model_state(const Setting& g, std::int64_t lora) {
                                                    tensor_state_bytes(l.rows * st.lora_rank, st.optimizer, st.precision));
   }
   if (trained_head > 0) m.states += tensor_state_bytes(trained_head, st.optimizer, st.precision);
+  // modules_to_save: trained whole in the weights' dtype, as a full
+  // fine-tune trains them (runner/torch/lora.h); PEFT keeps the frozen
+  // originals beside its trained copies (RuntimeQuirks::whole_module_copies).
+  if (g.whole_params > 0) {
+    const double whole = static_cast<double>(g.whole_params);
+    m.grads += whole * gradient_bytes_per_param(st.precision);
+    m.master += whole * master_bytes_per_param(st.precision);
+    for (const std::int64_t n : {in.whole_modules.embedding ? g.a.vocab * g.a.hidden : std::int64_t{0},
+                                 g.whole_params - (in.whole_modules.embedding ? g.a.vocab * g.a.hidden : 0)}) {
+      if (n > 0) m.states += tensor_state_bytes(n, st.optimizer, st.precision);
+    }
+    if (in.quirks.whole_module_copies) m.weights += whole * (g.upcast ? 4.0 : weight_bytes_per_param(st.precision));
+  }
   return m;
 }
 
@@ -657,6 +681,11 @@ double overhead_bytes(const Setting& g) {
         }
       }
       grad_bytes = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
+      // A module trained whole: its gradient in the weights' dtype.
+      if (static_cast<double>(g.whole_largest) * gradient_bytes_per_param(st.precision) > largest * grad_bytes) {
+        largest = static_cast<double>(g.whole_largest);
+        grad_bytes = gradient_bytes_per_param(st.precision);
+      }
     } else {
       // The embedding is the head unless a reward model's score replaced it.
       largest = static_cast<double>(
@@ -689,7 +718,11 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
     const double a_l = static_cast<double>((m.activations + m.logits).count());
     // (A reward model's score is the head; its embedding's gradient comes last.)
     const double head_size = static_cast<double>(in.score_head ? g.head_params : g.a.vocab * g.a.hidden);
-    double head = g.adapter ? 0.0 : head_size * gradient_bytes_per_param(st.precision) * k.static_factor;
+    // Beside adapters only a head trained whole (modules_to_save: an untied
+    // head, or the tied embedding that is the head) has one.
+    const bool head_trained =
+        !g.adapter || (g.a.tie_embeddings || !g.head_own ? in.whole_modules.embedding : in.whole_modules.head);
+    double head = head_trained ? head_size * gradient_bytes_per_param(st.precision) * k.static_factor : 0.0;
     if (st.zero_stage >= 2) head /= g.n;
     // Offloaded activations: the end of backward is no longer bounded by
     // the activations at the loss, which have lost the layers' inputs: the
@@ -761,10 +794,10 @@ MemoryEstimate estimate_memory(const MemoryInput& input, const MemoryConstants& 
   MemoryEstimate out;
   ModelState state;
   if (g.adapter) {
-    out.trainable_parameters =
-        lora_parameter_count(g.a, g.st.lora_rank, in.lora_targets) + (in.score_head ? g.head_params : 0);
+    out.trainable_parameters = lora_parameter_count(g.a, g.st.lora_rank, in.lora_targets) +
+                               (in.score_head ? g.head_params : 0) + g.whole_params;
     out.frozen_parameters = g.pc.total;
-    state = adapter_model_state(g, out.trainable_parameters);
+    state = adapter_model_state(g, out.trainable_parameters - g.whole_params);
   } else {
     out.trainable_parameters = g.pc.total;
     state = full_model_state(g);

@@ -14,6 +14,7 @@
 
 #include "core/units.h"
 #include "dsl/job_spec.h"
+#include "dsl/model_family.h"
 #include "strategies/measured_corrections.h"
 #include "strategies/strategy.h"
 
@@ -158,6 +159,11 @@ struct RuntimeQuirks {
   // keeps its own compute-dtype copy of its input rather than sharing the
   // one the base linear reads, as with dropout.
   bool adapter_input_copies = false;
+  // PEFT's modules_to_save (ModulesToSaveWrapper) trains a copy of each
+  // module and keeps the original beside it (for disable_adapter), so the
+  // embedding and head it trains are held twice; tailor-runner trains them
+  // in place.
+  bool whole_module_copies = false;
   // Lightning's bitsandbytes plugin quantises every nn.Linear, the lm_head
   // included (litgpt passes no ignore_modules); PEFT/transformers and
   // tailor-runner keep the head in the compute dtype.
@@ -218,6 +224,10 @@ struct MemoryInput {
   // reward: the head is a (1, hidden) score read at each row's last token,
   // no vocabulary projection and no logits.
   bool score_head = false;
+  // strategy.lora.modules_to_save beside adapters: the embedding and an
+  // untied head trained whole (gradients, optimizer states and, under mixed
+  // precision, fp32 master weights as a full fine-tune keeps them).
+  dsl::WholeModules whole_modules;
   // What the stack that runs the job keeps beyond the formulas (runtime_profile.h).
   RuntimeQuirks quirks;
 };

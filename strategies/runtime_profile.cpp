@@ -33,6 +33,7 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
                                              .fp32_norm_inputs = true,
                                              .norm_keeps_normalized = true,
                                              .adapter_input_copies = true,
+                                             .whole_module_copies = true,
                                              .root_unit_gathered = true},
                                   .reserved_over_allocated = 1.21,
                                   .reserved_over_allocated_sharded = 1.32};

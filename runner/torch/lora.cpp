@@ -155,6 +155,20 @@ std::string shape_string(const std::vector<std::int64_t>& s) {
 // (modules_to_save): the model's path, no adapter name.
 constexpr const char* kPeftScoreName = "base_model.model.score.weight";
 
+namespace {
+
+// modules_to_save's tensor `name` (the embedding's or the head's Hugging Face
+// name, checked at attach) with PEFT's name for it: the module's path.
+std::pair<std::string, Tensor> whole_module_tensor(CausalLMImpl& model, const std::string& name) {
+  const dsl::HfTensorNames& t = dsl::family_info(model.arch().family).tensors;
+  if (name == t.embed)
+    return {std::string("base_model.model.") + t.body + t.embed + ".weight", model.embedding_weight()};
+  const Tensor head = model.lm_head_weight().defined() ? model.lm_head_weight() : model.embedding_weight();
+  return {"base_model.model." + name + ".weight", head};
+}
+
+}  // namespace
+
 std::string peft_tensor_name(const dsl::ModelArch& arch, std::int64_t layer, const std::string& module,
                              const std::string& which) {
   const dsl::ModelFamilyInfo& family = dsl::family_info(arch.family);
@@ -162,8 +176,49 @@ std::string peft_tensor_name(const dsl::ModelArch& arch, std::int64_t layer, con
   return prefix + std::to_string(layer) + "." + module + "." + which + ".weight";
 }
 
+namespace {
+
+// The tensors modules_to_save names (checked by check_whole_modules): the
+// embedding, then an untied head; a tied matrix once.
+std::vector<Tensor*> whole_tensors(CausalLMImpl& model, const std::vector<std::string>& names) {
+  const dsl::WholeModules w = dsl::whole_modules(model.arch(), names);
+  std::vector<Tensor*> out;
+  if (w.embedding) out.push_back(&model.embedding_weight());
+  if (w.head && model.lm_head_weight().defined()) out.push_back(&model.lm_head_weight());
+  return out;
+}
+
+Status check_whole_modules(const CausalLMImpl& model, const std::vector<std::string>& names) {
+  if (names.empty()) return Status::ok();
+  const dsl::ModelArch& arch = model.arch();
+  const std::vector<std::string> valid = dsl::whole_module_names(arch.family);
+  for (const std::string& n : names) {
+    if (std::find(valid.begin(), valid.end(), n) == valid.end()) {
+      std::string list;
+      for (const std::string& v : valid)
+        list += (list.empty() ? "" : ", ") + v;
+      return Status::invalid_argument("lora: modules_to_save \"" + n + "\" is not the embedding or the head of a " +
+                                      dsl::to_string(arch.family) + " model (valid: " + list + ")");
+    }
+  }
+  if (model.head() == ModelHead::kScore) {
+    return Status::invalid_argument("lora: modules_to_save beside a score head is not built");
+  }
+  const bool embedding = std::find(names.begin(), names.end(), valid[0]) != names.end();
+  const bool head = std::any_of(names.begin(), names.end(),
+                                [&](const std::string& n) { return dsl::is_head_module(arch.family, n); });
+  if (arch.tie_embeddings && embedding != head) {
+    return Status::invalid_argument("lora: modules_to_save: this model ties " + valid[0] + " and " + valid[1] +
+                                    " (one matrix), so both are named");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status attach_lora(CausalLMImpl& model, const LoraOptions& o) {
   if (has_lora(model)) return Status::failed_precondition("attach_lora: the model already has adapters");
+  TAILOR_RETURN_IF_ERROR(check_whole_modules(model, o.modules_to_save));
   if (o.rank < 1) return Status::invalid_argument("lora: r must be at least 1, got " + std::to_string(o.rank));
   if (!(o.dropout >= 0 && o.dropout < 1)) {
     return Status::invalid_argument("lora: dropout must be in [0, 1), got " + std::to_string(o.dropout));
@@ -213,6 +268,8 @@ Status attach_lora(CausalLMImpl& model, const LoraOptions& o) {
         }
       }
     }
+    for (Tensor* t : whole_tensors(model, o.modules_to_save))
+      t->requires_grad_(true);
     model.register_module("lora", adapters);
     model.set_projection_hook(adapters);
     if (model.head() == ModelHead::kScore) {
@@ -238,6 +295,15 @@ std::vector<Tensor> lora_parameters(const CausalLMImpl& model) {
       }
     }
     if (model.head() == ModelHead::kScore) out.push_back(model.score_weight());
+  }
+  return out;
+}
+
+std::vector<Tensor> whole_module_parameters(const CausalLMImpl& model) {
+  std::vector<Tensor> out;
+  if (const LoraAdapters* a = adapters_of(model)) {
+    for (Tensor* t : whole_tensors(const_cast<CausalLMImpl&>(model), a->options.modules_to_save))
+      out.push_back(*t);
   }
   return out;
 }
@@ -381,6 +447,16 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
       tensors.push_back({kPeftScoreName, dt, c.sizes().vec(),
                          std::span<const std::byte>(static_cast<const std::byte*>(c.data_ptr()), c.nbytes())});
     }
+    // modules_to_save, under PEFT's names (the module's path, no adapter
+    // name); a tied matrix under both, as PEFT keeps a copy of each.
+    for (const std::string& name : a->options.modules_to_save) {
+      const auto [peft_name, t] = whole_module_tensor(const_cast<CausalLMImpl&>(model), name);
+      TAILOR_ASSIGN_OR_RETURN(const io::DType dt, io_dtype(t.scalar_type()));
+      keep.push_back(t.detach().to(torch::kCPU).contiguous());
+      const Tensor& c = keep.back();
+      tensors.push_back({peft_name, dt, c.sizes().vec(),
+                         std::span<const std::byte>(static_cast<const std::byte*>(c.data_ptr()), c.nbytes())});
+    }
   } catch (const c10::Error& e) {
     return Status::internal(std::string("save_peft_adapter: ") + e.what_without_backtrace());
   }
@@ -400,7 +476,9 @@ Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, cons
       {"fan_in_fan_out", dsl::block_traits(a->arch).conv1d},
       {"inference_mode", true},
       {"init_lora_weights", true},
-      {"modules_to_save", classifier ? nlohmann::json::array({"score"}) : nlohmann::json(nullptr)},
+      {"modules_to_save", classifier                           ? nlohmann::json::array({"score"})
+                          : a->options.modules_to_save.empty() ? nlohmann::json(nullptr)
+                                                               : nlohmann::json(a->options.modules_to_save)},
       {"use_rslora", false},
   };
   {
@@ -428,6 +506,7 @@ Result<LoraOptions> read_peft_config(const std::string& dir, std::string* base_m
   o.rank = cfg.rank;
   o.alpha = cfg.alpha;
   o.targets = cfg.targets;
+  o.modules_to_save = cfg.modules_to_save;
   if (base_model != nullptr) *base_model = cfg.base_model;
   return o;
 }
@@ -488,6 +567,33 @@ Status load_peft_adapter(CausalLMImpl& model, const std::string& dir) {
       const io::TensorView* v = file.find(kPeftScoreName);
       if (!v) return Status::invalid_argument(st_path + ": missing tensor " + names.back());
       TAILOR_RETURN_IF_ERROR(copy_tensor(*v, model.score_weight(), st_path + ": tensor " + names.back()));
+    }
+    // modules_to_save: the trained embedding and head replace the base's. A
+    // tied matrix is saved under both names; PEFT's copies of it may differ
+    // (each trained apart), which one matrix cannot hold.
+    std::vector<std::string> whole = a->options.modules_to_save;
+    std::sort(whole.begin(), whole.end());
+    if (whole != cfg.modules_to_save) {
+      return Status::invalid_argument(cfg_path + ": modules_to_save " + nlohmann::json(cfg.modules_to_save).dump() +
+                                      " differs from the adapters attached (" + nlohmann::json(whole).dump() + ")");
+    }
+    std::vector<Tensor> loaded;
+    for (const std::string& name : whole) {
+      auto [peft_name, t] = whole_module_tensor(model, name);
+      names.push_back(peft_name);
+      const io::TensorView* v = file.find(peft_name);
+      if (!v) return Status::invalid_argument(st_path + ": missing tensor " + peft_name);
+      if (std::any_of(loaded.begin(), loaded.end(), [&](const Tensor& l) { return l.is_same(t); })) {
+        Tensor other = torch::empty_like(t);
+        TAILOR_RETURN_IF_ERROR(copy_tensor(*v, other, st_path + ": tensor " + peft_name));
+        if (!torch::equal(other, t)) {
+          return Status::invalid_argument(st_path + ": " + peft_name +
+                                          " differs from the embedding it is tied to in this model");
+        }
+        continue;
+      }
+      TAILOR_RETURN_IF_ERROR(copy_tensor(*v, t, st_path + ": tensor " + peft_name));
+      loaded.push_back(t);
     }
   } catch (const c10::Error& e) {
     return Status::internal(std::string("load_peft_adapter: ") + e.what_without_backtrace());

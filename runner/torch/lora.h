@@ -16,6 +16,10 @@
 // is renamed. Files are PEFT's adapter_config.json and
 // adapter_model.safetensors with PEFT's tensor names, so HF PEFT loads them.
 //
+// modules_to_save trains the embedding and the head whole beside the
+// adapters (in place: there is no frozen original to switch back to, so
+// LoraMode::kOff keeps the trained ones), saved under PEFT's names.
+//
 // Not here: rsLoRA/DoRA variants, bias training, adapters on the embedding
 // or the head, several adapters at once.
 #pragma once
@@ -41,6 +45,10 @@ struct LoraOptions {
   // nf4-double-quant: 8-bit ones); none keeps them dense.
   dsl::Quantization base = dsl::Quantization::kNone;
   torch::Dtype adapter_dtype = torch::kFloat32;  // A and B (and so their gradients)
+  // PEFT's modules_to_save by Hugging Face name (dsl::whole_module_names):
+  // the embedding and the head trained whole, in place and in the weights'
+  // dtype, as a full fine-tune trains them.
+  std::vector<std::string> modules_to_save;
 };
 
 // What adapters and quantisation hold, in bytes and parameters.
@@ -56,8 +64,9 @@ struct LoraFootprint {
 // empty tensors), and adds adapters. A sequence classifier's score head
 // (ModelHead::kScore, a reward model) stays trained whole, in the adapters'
 // dtype: PEFT's SEQ_CLS task with the score among its modules_to_save. Call after moving the model to its
-// dtype. Errors (InvalidArgument): unknown target names (the valid ones are
-// listed), rank < 1, dropout outside [0, 1), adapters already attached.
+// dtype. Errors (InvalidArgument): unknown target or modules_to_save names
+// (the valid ones are listed), a tied matrix named once, rank < 1, dropout
+// outside [0, 1), adapters already attached.
 Status attach_lora(CausalLMImpl& model, const LoraOptions& options);
 
 bool has_lora(const CausalLMImpl& model);
@@ -81,6 +90,8 @@ LoraFootprint lora_footprint(const CausalLMImpl& model);
 // The adapter tensors (A and B of every adapted module), then a sequence
 // classifier's score head: what the adapters train and PEFT saves.
 std::vector<torch::Tensor> lora_parameters(const CausalLMImpl& model);
+// modules_to_save's tensors: the embedding, then an untied head.
+std::vector<torch::Tensor> whole_module_parameters(const CausalLMImpl& model);
 // Block `layer`'s adapters and the storage of its NF4 projections (packed
 // codes and both levels of scales): what ZeRO-3 shards with the block.
 std::vector<torch::Tensor> lora_layer_tensors(const CausalLMImpl& model, std::size_t layer);
@@ -110,7 +121,7 @@ Status load_peft_adapter(CausalLMImpl& model, const std::string& dir);
 // blocks), and base_model_name_or_path into `base_model` when given.
 // InvalidArgument naming the file and key for what Tailor's adapters do not
 // compute (peft_type other than LORA, use_dora, use_rslora, bias other than
-// "none", modules_to_save, rank_pattern or alpha_pattern, a regex
+// "none", rank_pattern or alpha_pattern, a regex
 // target_modules) and for a sequence classifier's adapter (SEQ_CLS: a
 // reward model scores text and has no head to generate from or export);
 // NotFound when the file is missing.

@@ -440,6 +440,8 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
 
 }  // namespace
 
+Tensor& CausalLMImpl::embedding_weight() { return embed_->weight; }
+
 Tensor CausalLMImpl::embed(const Tensor& input_ids, const Tensor& positions) {
   Tensor x = embed_->forward(input_ids);
   if (pos_embed_) x = x + pos_embed_->forward(positions);

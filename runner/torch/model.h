@@ -127,6 +127,10 @@ class CausalLMImpl : public torch::nn::Module {
   // The score head (1, C); undefined under ModelHead::kVocabulary.
   torch::Tensor& score_weight() { return score_; }
   const torch::Tensor& score_weight() const { return score_; }
+  // The embedding matrix, and the head when it is a matrix of its own
+  // (undefined when tied to the embedding or replaced by a score).
+  torch::Tensor& embedding_weight();
+  torch::Tensor& lm_head_weight() { return lm_head_; }
 
   const dsl::ModelArch& arch() const { return arch_; }
   void set_checkpoint_every(std::int64_t n) { checkpoint_every_ = n; }

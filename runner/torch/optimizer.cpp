@@ -137,7 +137,8 @@ TrainingOptimizer::TrainingOptimizer(std::vector<torch::Tensor> params, dsl::Pre
       s.param = params[i];
     }
     const torch::Tensor& p = s.param;
-    if (mixed) s.master = p.detach().to(torch::kFloat32).clone();
+    // fp32 parameters (adapters beside modules trained whole) need none.
+    if (mixed && p.scalar_type() != torch::kFloat32) s.master = p.detach().to(torch::kFloat32).clone();
     if (kind_ == dsl::Optimizer::kAdamw8bit && po.blockwise_8bit) {
       s.q8 = make_adam8bit_state(p.numel(), p.device());
     } else {

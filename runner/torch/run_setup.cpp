@@ -321,6 +321,7 @@ Result<Run::Tensors> Run::attach_adapters() {
     lo.base =
         st_.quantization != dsl::Quantization::kNone ? st_.quantization : strategies::default_quantization(st_.adapter);
     lo.adapter_dtype = st_.precision == dsl::Precision::kPureBf16 ? torch::kBFloat16 : torch::kFloat32;
+    lo.modules_to_save = spec_.strategy.lora.modules_to_save;
     TAILOR_RETURN_IF_ERROR(as_bad_input(attach_lora(*model_, lo)));
     // model.adapter: the adapters (and a reward model's score) start from
     // the folder's; a resume then replaces them with its checkpoint's.
@@ -412,11 +413,16 @@ Status Run::build_model() {
   sync_ = make_gradient_sync(sync, *model_, tensors_.trainable);
   // The optimizer sees only trainable tensors (this rank's share); adapters
   // are fp32 under fp32 and mixed precision (so no master copy), bf16 under
-  // pure bf16, as memory_model.cpp assumes. Offload: this rank's optimizer
+  // pure bf16, as memory_model.cpp assumes; modules_to_save's embedding and
+  // head keep the weights' dtype, with fp32 master copies under mixed
+  // precision, as a full fine-tune's. Offload: this rank's optimizer
   // in host memory (optimizer.h), beside the parts it updates when those
   // are offloaded too.
+  const bool whole_modules = !whole_module_parameters(*model_).empty();
   const dsl::Precision opt_precision =
-      st_.adapter != dsl::Adapter::kNone && st_.precision != dsl::Precision::kPureBf16 ? dsl::Precision::kFp32 : st_.precision;
+      st_.adapter != dsl::Adapter::kNone && st_.precision != dsl::Precision::kPureBf16 && !whole_modules
+          ? dsl::Precision::kFp32
+          : st_.precision;
   const OptimizerHome home = offload_params                           ? OptimizerHome::kHost
                              : st_.offload == dsl::Offload::kOptimizer ? OptimizerHome::kHostCopies
                                                                        : OptimizerHome::kDevice;

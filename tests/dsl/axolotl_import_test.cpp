@@ -427,6 +427,12 @@ TEST(AxolotlImportTest, LoraTargetsAreCheckedAgainstTheArchitecture) {
   EXPECT_EQ(none.at("strategy.lora"), "<missing>");
   EXPECT_EQ(none.warnings_for("adapter").size(), 1u);
 
+  // lora_modules_to_save carries over (checked against the model where the spec loads).
+  const Imported whole = convert(
+      "base_model: meta-llama/Llama-2-7b-hf\nadapter: lora\nlora_target_linear: true\n"
+      "lora_modules_to_save: [embed_tokens, lm_head]\n");
+  EXPECT_EQ(whole.list_at("strategy.lora.modules_to_save"), (std::vector<std::string>{"embed_tokens", "lm_head"}));
+
   // LoRA settings without an adapter are ignored, one warning each.
   const Imported full = convert("base_model: gpt2\nlora_r: 8\nlora_alpha: 16\n");
   EXPECT_EQ(full.at("strategy.adapter"), "none");

@@ -29,6 +29,13 @@ TEST(PeftConfigTest, ACausalAndASequenceClassifiersAdapterAreRead) {
   EXPECT_EQ(causal->targets, (std::vector<std::string>{"q_proj", "v_proj"}));  // sorted
   EXPECT_EQ(causal->base_model, "/m/base");
   EXPECT_FALSE(causal->sequence_classifier);
+  EXPECT_TRUE(causal->modules_to_save.empty());
+  // A causal language model's embedding and head trained whole: read
+  // sorted, once each (checked against the family where they are used).
+  auto whole = read_peft_config_file(adapter(dir, "whole", R"({"peft_type": "LORA", "task_type": "CAUSAL_LM",
+      "r": 8, "lora_alpha": 16, "modules_to_save": ["lm_head", "embed_tokens", "lm_head"]})"));
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  EXPECT_EQ(whole->modules_to_save, (std::vector<std::string>{"embed_tokens", "lm_head"}));
   // As PEFT writes a SEQ_CLS adapter: the score (and "classifier") saved whole.
   auto classifier = read_peft_config_file(adapter(dir, "seq", R"({"peft_type": "LORA", "task_type": "SEQ_CLS",
       "r": 4, "lora_alpha": 8, "target_modules": "all-linear", "modules_to_save": ["score", "classifier", "score"]})"));
@@ -44,7 +51,7 @@ TEST(PeftConfigTest, WhatTailorsAdaptersDoNotComputeIsRefusedNamingTheFileAndKey
       {R"({"peft_type": "IA3", )" + ok + "}", "peft_type: \"IA3\" is not built"},
       {R"({"use_dora": true, )" + ok + "}", "use_dora: true is not built"},
       {R"({"bias": "all", )" + ok + "}", "bias: \"all\" is not built"},
-      {R"({"modules_to_save": ["lm_head"], )" + ok + "}", "modules_to_save: [\"lm_head\"]"},
+      {R"({"modules_to_save": "lm_head", )" + ok + "}", "modules_to_save: expected a list of module names"},
       {R"({"task_type": "SEQ_CLS", "modules_to_save": ["lm_head"], )" + ok + "}", "modules_to_save"},
       {R"({"rank_pattern": {"q_proj": 4}, )" + ok + "}", "rank_pattern: per-module ranks"},
       {R"({"target_modules": ".*proj", )" + ok + "}", "target_modules: a regular expression is not built"},

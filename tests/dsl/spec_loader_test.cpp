@@ -586,6 +586,38 @@ TEST_F(SpecLoaderTest, LoraTargetsMustExistInTheArchitecture) {
       << errors(s);
 }
 
+// strategy.lora.modules_to_save: the family's embedding and head names, a
+// tied matrix by both, and what it is not built with refused by name; a
+// valid list survives the resolved spec.
+TEST_F(SpecLoaderTest, ModulesToSaveNameTheFamilysEmbeddingAndHead) {
+  const std::string head =
+      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/train.txt}\n";
+  LoadedSpec s = load(head + "strategy:\n  lora:\n    modules_to_save: [wte, embed_tokens]\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("job.yaml:7:28: error: strategy.lora.modules_to_save[1]: \"embed_tokens\" is not the "
+                           "embedding or the head of a gpt2 model; expected one of wte, lm_head"),
+            std::string::npos)
+      << errors(s);
+  s = load(head + "strategy:\n  lora:\n    modules_to_save: [wte]\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("this model ties wte and lm_head (one matrix): training it changes both, so name both"),
+            std::string::npos)
+      << errors(s);
+  s = load(head + "strategy:\n  zero_stage: 3\n  lora:\n    modules_to_save: [wte, lm_head]\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("strategy.zero_stage: 3 with strategy.lora.modules_to_save is not built"), std::string::npos)
+      << errors(s);
+  s = load(head + "training: {method: dpo}\nstrategy:\n  lora:\n    modules_to_save: [wte, lm_head]\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("strategy.lora.modules_to_save: with training.method dpo is not built"), std::string::npos)
+      << errors(s);
+  s = load(head + "strategy:\n  lora:\n    modules_to_save: [wte, lm_head]\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  LoadedSpec again = load(emit_yaml(write_job_spec(*s.spec)));
+  ASSERT_TRUE(again.ok()) << errors(again);
+  EXPECT_EQ(again.spec->strategy.lora.modules_to_save, (std::vector<std::string>{"wte", "lm_head"}));
+}
+
 TEST_F(SpecLoaderTest, ResolvedSpecRoundTripsThroughTheLoader) {
   LoadedSpec s = load(std::string(kMinimal) + "strategy: {gradient_checkpointing: true, zero_stage: 1}\n");
   ASSERT_TRUE(s.ok()) << errors(s);

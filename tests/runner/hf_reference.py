@@ -9,6 +9,12 @@ project's .venv (transformers, PEFT, safetensors on the same torch).
       the blocks, saved by PEFT, with non-zero B), and reference.safetensors:
       input_ids (2, 16), base_logits, base_loss (transformers' mean shifted
       cross-entropy), adapter_logits, bf16_logits (the base cast to bf16).
+  hf_reference.py whole DIR FAMILY...
+      as make, but adapter/ also trains the embedding and the head whole
+      (PEFT's modules_to_save, by the family's module names), their trained
+      copies moved away from the base's (a tied model's two copies alike, as
+      one matrix holds them); reference.safetensors holds input_ids,
+      base_logits and adapter_logits.
   hf_reference.py tokenizers DIR
       trains byte-level BPE tokenizers with the `tokenizers` library on a
       multilingual corpus (scripts, emoji, digits, whitespace runs, code,
@@ -128,13 +134,20 @@ def base_model(family=None, cfg=None, weight_scale=1.0):
     return model.eval()
 
 
-def make(root, family):
-    from peft import LoraConfig, get_peft_model
+def saved_base(root, family):
+    """ROOT/FAMILY/base/ as transformers saves the family's tiny model: the
+    folder, the model and the input ids (2, 16) both sides run."""
     out = os.path.join(root, family)
     os.makedirs(out, exist_ok=True)
     model = base_model(family)
     model.save_pretrained(os.path.join(out, "base"), safe_serialization=True)
     ids = torch.randint(0, CONFIGS[family]["vocab_size"], (2, 16), generator=torch.Generator().manual_seed(1))
+    return out, model, ids
+
+
+def make(root, family):
+    from peft import LoraConfig, get_peft_model
+    out, model, ids = saved_base(root, family)
     with torch.no_grad():
         base = model(ids, labels=ids)
         # The same model in bf16, as transformers runs it: what Tailor's bf16
@@ -150,6 +163,32 @@ def make(root, family):
                "base_loss": base.loss.reshape(1).contiguous(), "adapter_logits": adapted.logits.contiguous(),
                "bf16_logits": bf16_logits.contiguous()},
               os.path.join(out, "reference.safetensors"))
+
+
+# PEFT's modules_to_save names of each family's embedding and head.
+WHOLE_MODULES = {"gpt2": ["wte", "lm_head"], "gpt_neox": ["embed_in", "lm_head"]}
+
+
+def make_whole(root, family):
+    from peft import LoraConfig, get_peft_model
+    out, model, ids = saved_base(root, family)
+    with torch.no_grad():
+        base = model(ids)
+    names = WHOLE_MODULES.get(family, ["embed_tokens", "lm_head"])
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS.get(family, LLAMA_TARGETS),
+                      modules_to_save=names, init_lora_weights=False, task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, lora)
+    copies = [p for n, p in peft_model.named_parameters() if ".modules_to_save." in n]
+    assert len(copies) == 2, [n for n, _ in peft_model.named_parameters() if ".modules_to_save." in n]
+    with torch.no_grad():
+        step = torch.randn(copies[0].shape, generator=torch.Generator().manual_seed(2)) * 0.05
+        for p in copies:
+            p.add_(step if model.config.tie_word_embeddings else torch.randn_like(p) * 0.05)
+    peft_model.save_pretrained(os.path.join(out, "adapter"))
+    with torch.no_grad():
+        adapted = peft_model(ids)
+    save_file({"input_ids": ids.contiguous(), "base_logits": base.logits.contiguous(),
+               "adapter_logits": adapted.logits.contiguous()}, os.path.join(out, "reference.safetensors"))
 
 
 def off_by(a, b):
@@ -287,15 +326,15 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "nf4":
         nf4(sys.argv[2])
         return
-    if len(sys.argv) < 4 or sys.argv[1] not in ("make", "check"):
+    if len(sys.argv) < 4 or sys.argv[1] not in ("make", "whole", "check"):
         sys.exit(__doc__)
     root, families = sys.argv[2], sys.argv[3:]
     for f in families:
         if f not in CONFIGS:
             sys.exit(f"hf_reference.py: unknown family {f}")
-    if sys.argv[1] == "make":
+    if sys.argv[1] in ("make", "whole"):
         for f in families:
-            make(root, f)
+            (make if sys.argv[1] == "make" else make_whole)(root, f)
         return
     bad = False
     for f in families:

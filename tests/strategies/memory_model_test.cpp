@@ -406,6 +406,38 @@ TEST(MemoryModelTest, Fsdp1KeepsItsRootUnitWhole) {
   EXPECT_DOUBLE_EQ(overhead(), unsharded);
 }
 
+// modules_to_save beside adapters: the embedding and an untied head train
+// as a full fine-tune's parameters do (mixed precision: a gradient in the
+// weights' dtype, an fp32 master copy, two fp32 moments: 14 bytes beside the
+// 2 of the weight); a tied matrix once; PEFT keeps the originals too.
+TEST(MemoryModelTest, ModulesToSaveTrainTheEmbeddingAndHeadAsAFullFineTuneDoes) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  const double matrix = static_cast<double>(a.vocab * a.hidden);
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  in.strategy.precision = Precision::kBf16;
+  const MemoryEstimate adapters = estimate_memory(in);
+  in.whole_modules = {.embedding = true, .head = true};
+  const MemoryEstimate whole = estimate_memory(in);
+  EXPECT_EQ(whole.trainable_parameters - adapters.trainable_parameters, static_cast<std::int64_t>(2 * matrix));
+  const auto delta = [](Bytes x, Bytes y) { return static_cast<double>((x - y).count()); };
+  EXPECT_DOUBLE_EQ(delta(whole.per_device.gradients, adapters.per_device.gradients), 2 * matrix * 2);
+  EXPECT_DOUBLE_EQ(delta(whole.per_device.master_weights, adapters.per_device.master_weights), 2 * matrix * 4);
+  EXPECT_DOUBLE_EQ(delta(whole.per_device.optimizer_states, adapters.per_device.optimizer_states), 2 * matrix * 8);
+  EXPECT_EQ(whole.per_device.weights, adapters.per_device.weights);  // trained in place
+  EXPECT_EQ(whole.per_device.adapter, adapters.per_device.adapter);
+  // PEFT's ModulesToSaveWrapper: the frozen originals beside the copies.
+  in.quirks.whole_module_copies = true;
+  EXPECT_DOUBLE_EQ(delta(estimate_memory(in).per_device.weights, adapters.per_device.weights), 2 * matrix * 2);
+  // A tied matrix is one tensor, whichever name trains it.
+  const dsl::ModelArch& tied = arch("llama-3.2-1b");
+  ASSERT_TRUE(tied.tie_embeddings);
+  EXPECT_EQ(dsl::whole_modules(tied, {"lm_head", "embed_tokens"}).head, false);
+  MemoryInput t = lora_input(tied, Quantization::kNone);
+  const std::int64_t lora_only = estimate_memory(t).trainable_parameters;
+  t.whole_modules = dsl::whole_modules(tied, {"embed_tokens", "lm_head"});
+  EXPECT_EQ(estimate_memory(t).trainable_parameters - lora_only, tied.vocab * tied.hidden);
+}
+
 TEST(MemoryModelTest, AnUntiedQuantisedHeadIsLitgptsHead) {
   const dsl::ModelArch& a = arch("llama-3.2-1b");
   ASSERT_TRUE(a.tie_embeddings);

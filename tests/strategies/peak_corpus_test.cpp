@@ -15,9 +15,10 @@
 //
 // Points in the corpus but outside the goal statistics, printed apart:
 //  - `runtime_fit: poor`: a stack no runtime profile describes (Unsloth, a
-//    plain PyTorch loop);
-//  - `modules_to_save`: LoRA that also trains full copies of the embedding
-//    and the head, which the memory model cannot express.
+//    plain PyTorch loop).
+// `modules_to_save` points (LoRA that also trains the embedding and the
+// head whole) are in the goal since strategy.lora.modules_to_save exists
+// (2026-12-01); until then the model could not express them.
 // When a figure misses a goal the test asserts the achieved figure plus one
 // point as a guard and prints the goal beside it.
 #include <gtest/gtest.h>
@@ -50,13 +51,14 @@ namespace {
 // 2026-11-30 and the model of 2026-12-01 (transformers 4.46-4.48's shifted
 // logits copy; litgpt's fused q/k/v views and fp32 norm inputs;
 // transformers' norms and PEFT's adapter input copies; FSDP1's gathered
-// root unit) (one GPU / several): in-sample 8.4% / 28.1% and 7.6% / 23.6%;
-// LOSO 8.2% / 28.2% and 7.6% / 23.6%; strict LOSO 9.0% / 28.2% and
+// root unit; modules_to_save, whose 18 Qwen README points joined the goal
+// statistics) (one GPU / several): in-sample 9.2% / 23.1% and 7.6% / 23.6%;
+// LOSO 9.0% / 23.2% and 7.6% / 23.6%; strict LOSO 9.1% / 23.2% and
 // 9.7% / 28.1%.
-constexpr double kGuardInOneMedian = 0.10, kGuardInOneP90 = 0.291, kGuardInSeveralMedian = 0.10,
+constexpr double kGuardInOneMedian = 0.10, kGuardInOneP90 = 0.25, kGuardInSeveralMedian = 0.10,
                  kGuardInSeveralP90 = 0.25;
-constexpr double kGuardOneMedian = 0.10, kGuardOneP90 = 0.293, kGuardSeveralMedian = 0.10, kGuardSeveralP90 = 0.25;
-constexpr double kGuardStrictOneMedian = 0.10, kGuardStrictOneP90 = 0.293, kGuardStrictSeveralMedian = 0.10,
+constexpr double kGuardOneMedian = 0.10, kGuardOneP90 = 0.25, kGuardSeveralMedian = 0.10, kGuardSeveralP90 = 0.25;
+constexpr double kGuardStrictOneMedian = 0.10, kGuardStrictOneP90 = 0.25, kGuardStrictSeveralMedian = 0.10,
                  kGuardStrictSeveralP90 = 0.291;
 // Under-estimates beyond 10% on points whose settings are all known (LOSO): 13 of 128.
 constexpr std::size_t kGuardUnderEstimates = 13;
@@ -68,13 +70,13 @@ struct Point {
   double measured = 0;  // per device (a published sum over GPUs divided by gpus)
   bool settings_known = false;
   bool poor_fit = false;         // runtime_fit: poor
-  bool modules_to_save = false;  // embedding/head trained besides LoRA: not expressible
+  bool modules_to_save = false;  // embedding/head trained whole beside LoRA (PEFT's modules_to_save)
   bool sum_over_gpus = false;
   bool sharded = false;  // parameters sharded: ZeRO-3/FSDP on several GPUs
   Adapter adapter = Adapter::kNone;
   // The memory model's per-device total and the context outside the caching allocator.
   Bytes total, context;
-  bool in_goal() const { return !poor_fit && !modules_to_save; }
+  bool in_goal() const { return !poor_fit; }
 };
 
 // The fitted numbers: each runtime's reserved/allocated ratio on one GPU
@@ -220,6 +222,19 @@ Point evaluate(const YAML::Node& n) {
     for (const std::string& t : in.lora_targets) {
       EXPECT_TRUE(t == "lm_head" || std::find(names.begin(), names.end(), t) != names.end())
           << p.id << ": LoRA target " << t << " is not a linear of family " << dsl::to_string(arch->family);
+    }
+    // The publisher's module names: Qwen-1's embedding is `wte` (mapped to
+    // qwen2, whose embedding is embed_tokens).
+    if (p.modules_to_save) {
+      std::vector<std::string> whole;
+      for (std::string m : n["modules_to_save"].as<std::vector<std::string>>()) {
+        whole.push_back(m == "wte" ? dsl::whole_module_names(arch->family)[0] : m);
+      }
+      const auto valid = dsl::whole_module_names(arch->family);
+      for (const std::string& m : whole) {
+        EXPECT_NE(std::find(valid.begin(), valid.end(), m), valid.end()) << p.id << ": modules_to_save " << m;
+      }
+      in.whole_modules = dsl::whole_modules(*arch, whole);
     }
   }
   MemoryConstants k = MemoryConstants::defaults();
@@ -370,7 +385,7 @@ TEST_F(PeakCorpusTest, EstimatesMatchPublishedMeasurementsAcrossStacksAndGpuCoun
   const Ratios ratios = profile_ratios();
   std::printf(
       "flags: K settings known, S published as a sum over GPUs, P runtime_fit poor (not in the goal),\n"
-      "       E modules_to_save (embedding/head trained: not expressible, not in the goal)\n");
+      "       E modules_to_save (the embedding and head trained whole beside LoRA)\n");
   std::printf("%-56s %-16s %-10s %-10s %4s %4s %9s %9s %7s\n", "published run", "origin", "runtime", "metric", "gpus",
               "flag", "measured", "estimate", "error");
   std::vector<double> single, multi;
@@ -390,7 +405,7 @@ TEST_F(PeakCorpusTest, EstimatesMatchPublishedMeasurementsAcrossStacksAndGpuCoun
   }
   std::printf(
       "corpus: %zu points from %zu origins (%zu frameworks); in the goal statistics %zu points from %zu "
-      "origins; apart: %zu runtime_fit poor, %zu modules_to_save\n",
+      "origins; apart: %zu runtime_fit poor; %zu with modules_to_save\n",
       points_.size(), origins.size(), frameworks.size(), single.size() + multi.size(), goal_origins.size(), poor, emb);
   // The corpus issue 14 asks for: at least 250 points from 12 independent
   // publishers, 25 of them on several GPUs.
@@ -536,7 +551,7 @@ TEST_F(PeakCorpusTest, LeaveOneSourceOut) {
 
   // Outside the goal statistics, printed for what they say.
   const Fit all = fit_ratios(points_);
-  std::printf("apart (P runtime_fit poor, E modules_to_save), whole-corpus ratios:\n");
+  std::printf("apart (P runtime_fit poor), whole-corpus ratios:\n");
   for (const Point& p : points_) {
     if (p.in_goal()) continue;
     std::printf("  %-56s %-16s %4s %4d gpus %8.2fG %8.2fG %+6.1f%%\n", p.id.c_str(), p.origin.c_str(), flags(p), p.gpus,

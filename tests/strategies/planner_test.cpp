@@ -61,6 +61,28 @@ TEST(PlannerTest, Llama2_70bOnTwoA6000sNeedsZero3WithOffloadOrQlora) {
   EXPECT_FALSE(strict.fits);
 }
 
+// strategy.lora.modules_to_save: the embedding and head train replicated,
+// beside an optimizer on the device, so no ZeRO-3 or offload plan is made;
+// the planner counts their states (trainable parameters: the two matrices
+// more than the adapters).
+TEST(PlannerTest, ModulesToSaveKeepsZeroThreeAndOffloadOutOfThePlan) {
+  const Hardware hw = gpus("2xA6000", Bytes::gib(256));
+  const dsl::JobSpec spec = load("llama2-70b-2xa6000.yaml",
+                                 {"strategy.adapter=qlora", "strategy.lora.modules_to_save=[embed_tokens, lm_head]"});
+  const Plan p = plan_job(spec, hw);
+  ASSERT_TRUE(p.fits);
+  EXPECT_LT(p.chosen.strategy.zero_stage, 3) << p.chosen.strategy.describe();
+  EXPECT_EQ(p.chosen.strategy.offload, Offload::kNone) << p.chosen.strategy.describe();
+  Strategy z3 = p.chosen.strategy;
+  z3.zero_stage = 3;
+  EXPECT_EQ(Constraints(spec, hw).why_not(z3), "ZeRO-3 and offload with strategy.lora.modules_to_save are not built");
+  const Plan plain = plan_job(load("llama2-70b-2xa6000.yaml", {"strategy.adapter=qlora"}), hw);
+  ASSERT_TRUE(plain.fits);
+  const std::int64_t matrices = 2 * spec.model.arch.vocab * spec.model.arch.hidden;
+  EXPECT_EQ(evaluate(spec, hw, plain.chosen.strategy, {}).memory.trainable_parameters,
+            plain.chosen.memory.trainable_parameters + matrices);
+}
+
 TEST(PlannerTest, Gpt2OnAT4FitsAFullFineTuneInFp16) {
   const Plan p = plan_job(load("gpt2-t4.yaml"), gpus("1xT4"));
   ASSERT_TRUE(p.fits);

@@ -6,7 +6,9 @@
 
 #include <cstdio>
 
+#include "dsl/model_family.h"
 #include "dsl/spec_loader.h"
+#include "runner/io/safetensors.h"
 #include "runner/torch/nf4.h"
 #include "runner/torch/optimizer.h"
 #include "runner/torch/tracking_allocator.h"
@@ -65,6 +67,32 @@ struct Case {
   dsl::Quantization base = dsl::Quantization::kNf4Double;  // QLoRA's
 };
 
+// The accuracy runs' job: `arch` on the accuracy corpus, two steps of four
+// sequences of 96 tokens, `lora` the strategy.lora mapping's keys.
+std::string accuracy_job(const std::string& arch, const std::string& lora) {
+  return "apiVersion: tailor/v1\nkind: TrainingJob\nname: acc\nmodel:\n  arch: " + arch +
+         "\ndata: {train: data.txt, seq_len: 96}\n"
+         "training: {global_batch_size: 4, max_steps: 2}\nresources: {gpus: 0, host_memory: 8GiB}\n"
+         "strategy: {lora: {" +
+         lora + "}}\n";
+}
+
+// Two micro-batches of two: accumulation keeps the gradients alive through
+// the next forward, the case the planner's peak (all components at once)
+// describes.
+strategies::Strategy accuracy_strategy(dsl::Precision precision, std::int64_t checkpoint_every, dsl::Adapter adapter,
+                                       dsl::Optimizer optimizer) {
+  strategies::Strategy s;
+  s.precision = precision;
+  s.checkpoint_every = checkpoint_every;
+  s.micro_batch_size = 2;
+  s.grad_accumulation = 2;
+  s.adapter = adapter;
+  s.lora_rank = adapter == dsl::Adapter::kNone ? 0 : 16;
+  s.optimizer = optimizer;
+  return s;
+}
+
 TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
   TempDir dir;
   testing::write_accuracy_corpus(dir);
@@ -97,26 +125,13 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
               "ckpt", "peak est", "peak meas", "ratio", "states est", "states", "ratio");
   int n = 0;
   for (const Case& c : cases) {
-    const std::string spec_text =
-        std::string("apiVersion: tailor/v1\nkind: TrainingJob\nname: acc\nmodel:\n  arch: ") + c.model +
-        "\ndata: {train: data.txt, seq_len: 96}\n"
-        "training: {global_batch_size: 4, max_steps: 2}\nresources: {gpus: 0, host_memory: 8GiB}\n"
-        "strategy: {lora: {r: 16, alpha: 32, dropout: 0.05}}\n";
-    const auto loaded = dsl::load_job_spec(dir.write("job.yaml", spec_text));
+    const auto loaded =
+        dsl::load_job_spec(dir.write("job.yaml", accuracy_job(c.model, "r: 16, alpha: 32, dropout: 0.05")));
     ASSERT_TRUE(loaded.ok()) << loaded.diagnostics.to_string();
     const dsl::JobSpec& spec = *loaded.spec;
 
-    strategies::Strategy s;
-    s.precision = c.precision;
-    s.checkpoint_every = c.checkpoint_every;
-    // Accumulation keeps the gradients alive through the next forward, the
-    // case the planner's peak (all components at once) describes.
-    s.micro_batch_size = 2;
-    s.grad_accumulation = 2;
-    s.adapter = c.adapter;
-    s.lora_rank = c.adapter == dsl::Adapter::kNone ? 0 : 16;
+    strategies::Strategy s = accuracy_strategy(c.precision, c.checkpoint_every, c.adapter, c.optimizer);
     s.quantization = c.adapter == dsl::Adapter::kQlora ? c.base : dsl::Quantization::kNone;
-    s.optimizer = c.optimizer;
     const std::string out_dir = dir.file("run" + std::to_string(n++));
     const auto run = testing::estimate_and_train(spec, s, out_dir);
     ASSERT_TRUE(run.has_value());
@@ -159,6 +174,82 @@ TEST(AdapterMemoryTest, LoraAndQloraRunsAreWithinTenPercentOfTheEstimate) {
     if (c.adapter != dsl::Adapter::kNone) {
       EXPECT_TRUE(std::filesystem::exists(out_dir + "/adapter/adapter_model.safetensors")) << label;
       EXPECT_TRUE(std::filesystem::exists(out_dir + "/adapter/adapter_config.json")) << label;
+    }
+  }
+}
+
+// strategy.lora.modules_to_save: the embedding and the head trained whole
+// beside the adapters, with their gradients, states and (mixed precision)
+// fp32 master copies, as the planner counts them; a tied matrix once; 8-bit
+// states for the large matrices. The adapter folder carries them under
+// PEFT's names.
+TEST(AdapterMemoryTest, ModulesToSaveRunsAreWithinTenPercentOfTheEstimate) {
+  TempDir dir;
+  testing::write_accuracy_corpus(dir);
+  const char* llama =
+      "{family: llama, layers: 2, hidden: 256, intermediate: 688, heads: 8, kv_heads: 4, vocab: 512, max_seq_len: 128}";
+  const char* gpt2 =
+      "{family: gpt2, layers: 2, hidden: 256, intermediate: 1024, heads: 4, vocab: 512, max_seq_len: 128, "
+      "tie_embeddings: true}";
+  struct WholeCase {
+    const char* model;
+    const char* names;
+    const char* head_tensor;  // PEFT's name of the head in the folder
+    dsl::Precision precision;
+    std::int64_t checkpoint_every;
+    dsl::Optimizer optimizer;
+  };
+  using P = dsl::Precision;
+  using O = dsl::Optimizer;
+  const std::vector<WholeCase> cases = {
+      {llama, "[embed_tokens, lm_head]", "base_model.model.lm_head.weight", P::kBf16, 1, O::kAdamw},
+      {llama, "[embed_tokens, lm_head]", "base_model.model.lm_head.weight", P::kFp32, 0, O::kAdamw},
+      {llama, "[embed_tokens, lm_head]", "base_model.model.lm_head.weight", P::kPureBf16, 0, O::kAdamw8bit},
+      {gpt2, "[wte, lm_head]", "base_model.model.lm_head.weight", P::kBf16, 0, O::kAdamw},
+  };
+  int n = 0;
+  for (const WholeCase& c : cases) {
+    const auto loaded = dsl::load_job_spec(
+        dir.write("job.yaml",
+                  accuracy_job(c.model, std::string("r: 16, alpha: 32, dropout: 0.05, modules_to_save: ") + c.names)));
+    ASSERT_TRUE(loaded.ok()) << loaded.diagnostics.to_string();
+    const dsl::JobSpec& spec = *loaded.spec;
+    const strategies::Strategy s = accuracy_strategy(c.precision, c.checkpoint_every, dsl::Adapter::kLora, c.optimizer);
+    const std::string label = std::string(dsl::to_string(spec.model.arch.family)) + " " + dsl::to_string(c.precision) +
+                              " " + dsl::to_string(c.optimizer) + " ckpt " + std::to_string(c.checkpoint_every);
+    const std::string out_dir = dir.file("whole" + std::to_string(n++));
+    const auto run = testing::estimate_and_train(spec, s, out_dir);
+    ASSERT_TRUE(run.has_value()) << label;
+    const strategies::MemoryBreakdown& e = run->estimate;
+    const nlohmann::json& m = run->measured;
+    const double estimate = static_cast<double>(e.total().count()), measured = m["peak_bytes"].get<double>();
+    std::printf("modules_to_save %-32s peak est %10.0f meas %10.0f (%.3f), states est %10lld meas %10lld\n",
+                label.c_str(), estimate, measured, measured / estimate,
+                static_cast<long long>(e.optimizer_states.count()), m["optimizer_states"].get<long long>());
+    EXPECT_NEAR(measured / estimate, 1.0, 0.10) << label;
+    for (const char* part : {"weights", "gradients", "adapter", "optimizer_states", "master_weights"}) {
+      const std::string k = part;
+      const double est_part = static_cast<double>(k == "weights"            ? e.weights.count()
+                                                  : k == "gradients"        ? e.gradients.count()
+                                                  : k == "adapter"          ? e.adapter.count()
+                                                  : k == "optimizer_states" ? e.optimizer_states.count()
+                                                                            : e.master_weights.count());
+      EXPECT_NEAR(m[part].get<double>(), est_part, 0.10 * est_part + 1) << label << " " << part;
+    }
+    // The embedding (and the head) trained: more than the adapters alone.
+    const std::int64_t matrix = spec.model.arch.vocab * spec.model.arch.hidden;
+    const std::int64_t matrices = (spec.model.arch.tie_embeddings ? 1 : 2) * matrix;
+    const std::int64_t adapter_bytes = c.precision == P::kPureBf16 ? 2 : 4;
+    EXPECT_EQ((run->trainable_parameters - matrices) * adapter_bytes, m["adapter"].get<std::int64_t>()) << label;
+    auto file = io::SafetensorsFile::open(out_dir + "/adapter/adapter_model.safetensors");
+    ASSERT_TRUE(file.is_ok()) << label << ": " << file.status().message();
+    const std::string body = dsl::family_info(spec.model.arch.family).tensors.body;
+    const std::string embed =
+        std::string("base_model.model.") + body + dsl::family_info(spec.model.arch.family).tensors.embed + ".weight";
+    for (const std::string& name : {embed, std::string(c.head_tensor)}) {
+      const io::TensorView* t = file->find(name);
+      ASSERT_NE(t, nullptr) << label << ": " << name;
+      EXPECT_EQ(t->shape, (std::vector<std::int64_t>{spec.model.arch.vocab, spec.model.arch.hidden})) << label;
     }
   }
 }

@@ -174,17 +174,80 @@ TEST(HfInteropTest, EveryFamilyRoundTripsThroughTransformersAndPeft) {
   std::printf("%s", read_text(dir.file("python.log")).c_str());
 }
 
+// LoRA that also trains the embedding and the head whole (modules_to_save):
+// PEFT's adapter loads in Tailor with PEFT's logits, and the adapter Tailor
+// saves loads in PEFT with Tailor's; under each family's names (embed_tokens,
+// wte, embed_in/embed_out), untied and tied (one matrix saved under both
+// names, as PEFT keeps a copy of each).
+TEST(HfInteropTest, ModulesToSaveRoundTripThroughPeft) {
+  TempDir dir;
+  const std::vector<std::string> families = {"llama", "qwen3", "gpt_neox", "gpt2"};
+  std::string names;
+  for (const std::string& f : families)
+    names += " " + f;
+  ASSERT_TRUE(python(dir, "whole " + dir.path().string() + names));
+  for (const std::string& family : families) {
+    SCOPED_TRACE(family);
+    const std::string d = dir.file(family);
+    auto ref = io::SafetensorsFile::open(d + "/reference.safetensors");
+    ASSERT_TRUE(ref.is_ok()) << ref.status().message();
+    const Tensor ids = tensor_in(*ref, "input_ids");
+    const auto attach = [](CausalLM& m) {
+      LoraOptions o;
+      o.rank = kRank;
+      o.alpha = kAlpha;
+      o.targets = dsl::lora_target_names(m->arch().family);
+      const std::vector<std::string> whole = dsl::whole_module_names(m->arch().family);
+      o.modules_to_save = {whole[0], whole[1]};  // the embedding, and the head as transformers 5 names it
+      const Status s = attach_lora(*m, o);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+    };
+    CausalLM adapted = load_model(d + "/base");
+    const Tensor base_embedding = adapted->embedding_weight().clone();
+    attach(adapted);
+    ASSERT_EQ(whole_module_parameters(*adapted).size(), adapted->arch().tie_embeddings ? 1u : 2u);
+    Status s = load_peft_adapter(*adapted, d + "/adapter");
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    EXPECT_GT(off_by(adapted->embedding_weight(), base_embedding), 1e-3) << "the trained embedding was not loaded";
+    const double error = off_by(logits_of(adapted, ids), tensor_in(*ref, "adapter_logits"));
+    EXPECT_LT(error, kTolerance);
+    std::printf("%-8s PEFT modules_to_save -> Tailor: logits %.2e\n", family.c_str(), error);
+
+    CausalLM ours = load_model(d + "/base");
+    attach(ours);
+    {
+      torch::NoGradGuard no_grad;
+      torch::manual_seed(11);
+      for (Tensor& p : lora_parameters(*ours))
+        p.copy_(torch::randn_like(p) * 0.1);
+      for (Tensor& p : whole_module_parameters(*ours))
+        p.add_(torch::randn_like(p) * 0.05);
+    }
+    s = save_peft_adapter(*ours, d + "/tailor_adapter", d + "/base");
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    const Tensor adapter_logits = logits_of(ours, ids);
+    s = io::write_safetensors(d + "/tailor.safetensors",
+                              {to_write("input_ids", ids), to_write("adapter_logits", adapter_logits)});
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+  EXPECT_TRUE(python(dir, "check " + dir.path().string() + names));
+  std::printf("%s", read_text(dir.file("python.log")).c_str());
+}
+
 // What a newcomer does: point model.path at a folder transformers saved,
-// train with `tailor run` (LoRA on Gemma 2, a full fine-tune of Qwen2, on
-// this CPU), and load the run's adapter/ in PEFT and model/ in transformers:
-// the same logits as Tailor's own loader gives, and not the base's.
+// train with `tailor run` (LoRA on Gemma 2, a full fine-tune of Qwen2, LoRA
+// with the embedding and head trained whole on Llama, on this CPU), and
+// load the run's adapter/ in PEFT and model/ in transformers: the same
+// logits as Tailor's own loader gives, and not the base's.
 TEST(HfInteropTest, TrainedRunsLoadInTransformersAndPeft) {
   TempDir dir;
-  ASSERT_TRUE(python(dir, "make " + dir.path().string() + " gemma2 qwen2"));
+  ASSERT_TRUE(python(dir, "make " + dir.path().string() + " gemma2 qwen2 llama"));
   std::string text;
   for (int i = 0; i < 40; ++i) text += "Tailor trains what transformers saved, line " + std::to_string(i) + ".\n";
   const std::string data = dir.write("train.txt", text);
-  for (const auto& [family, adapter] : {std::pair<std::string, std::string>{"gemma2", "lora"}, {"qwen2", "none"}}) {
+  for (const auto& [family, adapter] : {std::pair<std::string, std::string>{"gemma2", "lora"},
+                                        {"qwen2", "none"},
+                                        {"llama", "lora, lora: {modules_to_save: [embed_tokens, lm_head]}"}}) {
     SCOPED_TRACE(family);
     const std::string d = dir.file(family);
     // transformers saved no tokenizer; a model folder trains with its own.
@@ -193,8 +256,8 @@ TEST(HfInteropTest, TrainedRunsLoadInTransformersAndPeft) {
         family + ".yaml",
         "apiVersion: tailor/v1\nkind: TrainingJob\nname: " + family + "\nmodel: {path: " + d + "/base}\n" +
             "data: {train: " + data + ", format: text, seq_len: 16}\n" +
-            "training: {global_batch_size: 4, max_steps: 3, lr: 1e-2}\nstrategy: {adapter: " + adapter +
-            ", precision: fp32}\nresources: {gpus: 0, host_memory: 2GiB}\n");
+            "training: {global_batch_size: 4, max_steps: 3, lr: 1e-2, weight_decay: 0}\nstrategy: {adapter: " +
+            adapter + ", precision: fp32}\nresources: {gpus: 0, host_memory: 2GiB}\n");
     const std::string out = d + "/run";
     const std::string cmd = std::string(TAILOR_BINARY_DIR) + "/bin/tailor run " + spec + " --out " + out + " > " +
                             dir.file(family + "-run.log") + " 2>&1";
@@ -205,15 +268,24 @@ TEST(HfInteropTest, TrainedRunsLoadInTransformersAndPeft) {
     const Tensor ids = tensor_in(*ref, "input_ids");
     std::vector<io::TensorToWrite> tensors = {to_write("input_ids", ids)};
     Tensor trained;
-    if (adapter == "lora") {
+    if (adapter != "none") {
       std::filesystem::rename(out + "/adapter", d + "/tailor_adapter");
       CausalLM m = load_model(d + "/base");
-      const dsl::ModelArch arch = m->arch();
-      LoraOptions o;
-      o.targets = dsl::lora_target_names(arch.family);
-      ASSERT_TRUE(attach_lora(*m, o).is_ok());
+      const Tensor base_embedding = m->embedding_weight().clone();
+      auto o = read_peft_config(d + "/tailor_adapter");
+      ASSERT_TRUE(o.is_ok()) << o.status().message();
+      ASSERT_TRUE(attach_lora(*m, *o).is_ok());
       const Status s = load_peft_adapter(*m, d + "/tailor_adapter");
       ASSERT_TRUE(s.is_ok()) << s.message();
+      // modules_to_save: the rows of the tokens the data holds moved (no
+      // weight decay), the others are the base's.
+      const std::int64_t moved = (m->embedding_weight() != base_embedding).any(1).sum().item<std::int64_t>();
+      if (o->modules_to_save.empty()) {
+        EXPECT_EQ(moved, 0);
+      } else {
+        EXPECT_GT(moved, 10);
+        EXPECT_LT(moved, 80) << "of " << base_embedding.size(0) << " rows";
+      }
       trained = logits_of(m, ids);
       tensors.push_back(to_write("adapter_logits", trained));
     } else {
@@ -226,7 +298,7 @@ TEST(HfInteropTest, TrainedRunsLoadInTransformersAndPeft) {
     const Status s = io::write_safetensors(d + "/tailor.safetensors", tensors);
     ASSERT_TRUE(s.is_ok()) << s.message();
   }
-  EXPECT_TRUE(python(dir, "check " + dir.path().string() + " gemma2 qwen2"));
+  EXPECT_TRUE(python(dir, "check " + dir.path().string() + " gemma2 qwen2 llama"));
   std::printf("%s", read_text(dir.file("python.log")).c_str());
 }
 

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 
+#include "dsl/model_family.h"
 #include "runner/io/safetensors.h"
 #include "runner/torch/lora.h"
 #include "runner/torch/model.h"
@@ -114,6 +116,59 @@ TEST(LoraTest, OnlyAdapterTensorsReceiveGradients) {
       }
     }
   }
+}
+
+// modules_to_save: the embedding and the head train beside the adapters
+// (the embedding's rows of the tokens seen only), in the weights' dtype;
+// a tied matrix trains once; the rest stays frozen. Names outside the
+// family's, and a tied matrix named once, are refused.
+TEST(LoraTest, ModulesToSaveTrainTheEmbeddingAndTheHeadWhole) {
+  for (const auto& arch : {llama_arch(), gpt2_arch()}) {
+    SCOPED_TRACE(dsl::to_string(arch.family));
+    torch::manual_seed(2);
+    CausalLM m(arch, 1);
+    m->to(torch::kBFloat16);
+    LoraOptions o;
+    o.rank = 4;
+    const std::vector<std::string> names = dsl::whole_module_names(arch.family);
+    o.modules_to_save = {names[0], names[1]};
+    ASSERT_TRUE(attach_lora(*m, o).is_ok());
+    const std::vector<Tensor> whole = whole_module_parameters(*m);
+    ASSERT_EQ(whole.size(), arch.tie_embeddings ? 1u : 2u);
+    m->train();
+    ModelInput in = sample_input();
+    in.input_ids = in.input_ids.remainder(100);  // rows 100 and above are never seen
+    logits_of(m, in).to(torch::kFloat32).pow(2).mean().backward();
+    for (const auto& p : m->named_parameters()) {
+      const bool trained =
+          p.key().rfind("lora.", 0) == 0 ||
+          std::any_of(whole.begin(), whole.end(), [&](const Tensor& w) { return w.is_same(p.value()); });
+      EXPECT_EQ(p.value().grad().defined(), trained) << p.key();
+    }
+    const Tensor embedding_grad = m->embedding_weight().grad();
+    EXPECT_EQ(embedding_grad.scalar_type(), torch::kBFloat16);
+    EXPECT_GT(embedding_grad.slice(0, 0, 100).abs().sum().item<double>(), 0);
+    // Tied, the head's gradient reaches every row of the one matrix.
+    const double unseen = embedding_grad.slice(0, 100).abs().sum().item<double>();
+    if (arch.tie_embeddings) {
+      EXPECT_GT(unseen, 0);
+    } else {
+      EXPECT_EQ(unseen, 0);
+      EXPECT_GT(m->lm_head_weight().grad().abs().sum().item<double>(), 0);
+    }
+  }
+  CausalLM tied(gpt2_arch(), 0);
+  LoraOptions once;
+  once.modules_to_save = {"wte"};
+  const Status s = attach_lora(*tied, once);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("ties wte and lm_head"), std::string::npos) << s.message();
+  CausalLM llama(llama_arch(), 0);
+  LoraOptions wrong;
+  wrong.modules_to_save = {"wte"};
+  const Status w = attach_lora(*llama, wrong);
+  EXPECT_FALSE(w.is_ok());
+  EXPECT_NE(w.message().find("valid: embed_tokens, lm_head"), std::string::npos) << w.message();
 }
 
 TEST(LoraTest, MergedWeightsGiveTheSameOutputs) {
