@@ -175,9 +175,10 @@ TEST(HfInteropTest, EveryFamilyRoundTripsThroughTransformersAndPeft) {
 }
 
 // LoRA that also trains the embedding and the head whole (modules_to_save):
-// PEFT's adapter loads in Tailor with PEFT's logits, and the adapter Tailor
-// saves loads in PEFT with Tailor's; under each family's names (embed_tokens,
-// wte, embed_in/embed_out), untied and tied (one matrix saved under both
+// PEFT's adapter loads in Tailor with PEFT's logits, merged and exported
+// it loads in transformers with the same, and the adapter Tailor saves
+// loads in PEFT with Tailor's; under each family's names (embed_tokens,
+// wte, embed_in, lm_head), untied and tied (one matrix saved under both
 // names, as PEFT keeps a copy of each).
 TEST(HfInteropTest, ModulesToSaveRoundTripThroughPeft) {
   TempDir dir;
@@ -212,6 +213,13 @@ TEST(HfInteropTest, ModulesToSaveRoundTripThroughPeft) {
     const double error = off_by(logits_of(adapted, ids), tensor_in(*ref, "adapter_logits"));
     EXPECT_LT(error, kTolerance);
     std::printf("%-8s PEFT modules_to_save -> Tailor: logits %.2e\n", family.c_str(), error);
+    // Merged and exported, the trained embedding and head go with it:
+    // transformers loads the folder with these logits (PEFT's, above).
+    s = merge_lora(*adapted, torch::kFloat32);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    s = save_hf_model(adapted, d + "/export", 0);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    const Tensor export_logits = logits_of(adapted, ids);
 
     CausalLM ours = load_model(d + "/base");
     attach(ours);
@@ -226,8 +234,8 @@ TEST(HfInteropTest, ModulesToSaveRoundTripThroughPeft) {
     s = save_peft_adapter(*ours, d + "/tailor_adapter", d + "/base");
     ASSERT_TRUE(s.is_ok()) << s.message();
     const Tensor adapter_logits = logits_of(ours, ids);
-    s = io::write_safetensors(d + "/tailor.safetensors",
-                              {to_write("input_ids", ids), to_write("adapter_logits", adapter_logits)});
+    s = io::write_safetensors(d + "/tailor.safetensors", {to_write("input_ids", ids), to_write("adapter_logits", adapter_logits),
+                                                          to_write("export_logits", export_logits)});
     ASSERT_TRUE(s.is_ok()) << s.message();
   }
   EXPECT_TRUE(python(dir, "check " + dir.path().string() + names));
