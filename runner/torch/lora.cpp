@@ -577,23 +577,24 @@ Status load_peft_adapter(CausalLMImpl& model, const std::string& dir) {
       return Status::invalid_argument(cfg_path + ": modules_to_save " + nlohmann::json(cfg.modules_to_save).dump() +
                                       " differs from the adapters attached (" + nlohmann::json(whole).dump() + ")");
     }
-    std::vector<Tensor> loaded;
+    std::vector<std::pair<std::string, Tensor>> loaded;  // PEFT's name, the model's tensor
     for (const std::string& name : whole) {
       auto [peft_name, t] = whole_module_tensor(model, name);
       names.push_back(peft_name);
       const io::TensorView* v = file.find(peft_name);
       if (!v) return Status::invalid_argument(st_path + ": missing tensor " + peft_name);
-      if (std::any_of(loaded.begin(), loaded.end(), [&](const Tensor& l) { return l.is_same(t); })) {
+      const auto same = std::find_if(loaded.begin(), loaded.end(), [&](const auto& l) { return l.second.is_same(t); });
+      if (same != loaded.end()) {
         Tensor other = torch::empty_like(t);
         TAILOR_RETURN_IF_ERROR(copy_tensor(*v, other, st_path + ": tensor " + peft_name));
         if (!torch::equal(other, t)) {
-          return Status::invalid_argument(st_path + ": " + peft_name +
-                                          " differs from the embedding it is tied to in this model");
+          return Status::invalid_argument(st_path + ": " + peft_name + " differs from " + same->first +
+                                          ", which this model ties to it (one matrix)");
         }
         continue;
       }
       TAILOR_RETURN_IF_ERROR(copy_tensor(*v, t, st_path + ": tensor " + peft_name));
-      loaded.push_back(t);
+      loaded.emplace_back(peft_name, t);
     }
   } catch (const c10::Error& e) {
     return Status::internal(std::string("load_peft_adapter: ") + e.what_without_backtrace());

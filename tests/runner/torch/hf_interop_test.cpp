@@ -234,8 +234,9 @@ TEST(HfInteropTest, ModulesToSaveRoundTripThroughPeft) {
     s = save_peft_adapter(*ours, d + "/tailor_adapter", d + "/base");
     ASSERT_TRUE(s.is_ok()) << s.message();
     const Tensor adapter_logits = logits_of(ours, ids);
-    s = io::write_safetensors(d + "/tailor.safetensors", {to_write("input_ids", ids), to_write("adapter_logits", adapter_logits),
-                                                          to_write("export_logits", export_logits)});
+    s = io::write_safetensors(d + "/tailor.safetensors",
+                              {to_write("input_ids", ids), to_write("adapter_logits", adapter_logits),
+                               to_write("export_logits", export_logits)});
     ASSERT_TRUE(s.is_ok()) << s.message();
   }
   EXPECT_TRUE(python(dir, "check " + dir.path().string() + names));

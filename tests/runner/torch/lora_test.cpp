@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "dsl/model_family.h"
@@ -274,6 +276,58 @@ TEST(QloraTest, QuantisedBaseMatchesADequantisedReferenceAndFreesDenseWeights) {
         EXPECT_EQ(m->experts_weight(0, true).sizes(), ref->experts_weight(0, true).sizes());
       }
     }
+}
+
+// A folder whose modules_to_save do not fit the model is refused naming the
+// file and what differs: other modules than the attached ones, or a tied
+// matrix's two copies (PEFT trains them apart) that differ.
+TEST(LoraTest, ModulesToSaveThatDoNotFitTheModelAreRefused) {
+  tailor::testing::TempDir dir;
+  torch::manual_seed(5);
+  CausalLM m(gpt2_arch(), 0);
+  LoraOptions o;
+  o.rank = 4;
+  o.modules_to_save = {"wte", "lm_head"};
+  ASSERT_TRUE(attach_lora(*m, o).is_ok());
+  const std::string out = dir.file("whole");
+  ASSERT_TRUE(save_peft_adapter(*m, out, "tiny-base").is_ok());
+  std::ifstream cfg_in(out + "/adapter_config.json");
+  EXPECT_EQ(nlohmann::json::parse(cfg_in)["modules_to_save"], nlohmann::json::array({"wte", "lm_head"}));
+
+  CausalLM plain(gpt2_arch(), 0);
+  LoraOptions adapters_only = o;
+  adapters_only.modules_to_save.clear();
+  ASSERT_TRUE(attach_lora(*plain, adapters_only).is_ok());
+  Status s = load_peft_adapter(*plain, out);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find(
+                "adapter_config.json: modules_to_save [\"lm_head\",\"wte\"] differs from the adapters attached ([])"),
+            std::string::npos)
+      << s.message();
+
+  // The head's copy moved away from the embedding's.
+  auto file = io::SafetensorsFile::open(out + "/adapter_model.safetensors");
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  std::vector<Tensor> keep;
+  std::vector<io::TensorToWrite> tensors;
+  for (const io::TensorView& v : file->tensors()) {
+    Tensor t = torch::empty(v.shape, torch::kFloat32);
+    std::memcpy(t.data_ptr(), v.data.data(), v.data.size());
+    if (v.name == "base_model.model.lm_head.weight") t.add_(0.5);
+    keep.push_back(t);
+    tensors.push_back({v.name, v.dtype, v.shape,
+                       std::span<const std::byte>(static_cast<const std::byte*>(t.data_ptr()), t.nbytes())});
+  }
+  ASSERT_TRUE(io::write_safetensors(dir.file("moved.safetensors"), tensors).is_ok());
+  std::filesystem::rename(dir.file("moved.safetensors"), out + "/adapter_model.safetensors");
+  CausalLM tied(gpt2_arch(), 0);
+  ASSERT_TRUE(attach_lora(*tied, o).is_ok());
+  s = load_peft_adapter(*tied, out);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("adapter_model.safetensors: base_model.model.transformer.wte.weight differs from "
+                             "base_model.model.lm_head.weight, which this model ties to it (one matrix)"),
+            std::string::npos)
+      << s.message();
 }
 
 TEST(LoraTest, PeftFilesRoundTripWithPeftNames) {
