@@ -724,8 +724,8 @@ const std::vector<Field<LoraSpec>>& lora_fields() {
             "The embedding and the head trained whole beside the adapters, by their Hugging Face names "
             "(embed_tokens, lm_head; gpt2: wte; gpt_neox: embed_in, embed_out), as PEFT's modules_to_save: new "
             "tokens' rows learn, and the adapter folder carries both matrices. A tied model's one matrix needs "
-            "both names. Not with ZeRO-3, offload, a reward model, or dpo and kto (their reference is the "
-            "starting model). Default: none.",
+            "both names. Not with a reward model, or dpo and kto (their reference is the starting model); "
+            "under planner.runtime other than tailor, not with ZeRO-3 or offload (not modelled). Default: none.",
             &LoraSpec::modules_to_save),
   };
   return k;

@@ -759,8 +759,8 @@ std::vector<Technique> pinned_techniques(const StrategySpec& s) { return techniq
 
 // strategy.lora.modules_to_save: the family's embedding and head names; a
 // tied matrix by both; what needs the untrained embedding and head (a
-// reference model) or holds them elsewhere (ZeRO-3's shards, offload) is
-// refused by name.
+// reference model) is refused by name, and so is what another stack's plan
+// would not model (its ZeRO-3 and offload).
 void check_modules_to_save(const JobSpec& spec, const Node& root, Diagnostics& d) {
   const std::vector<std::string>& names = spec.strategy.lora.modules_to_save;
   if (names.empty() || spec.model.arch.layers == 0) return;
@@ -793,14 +793,18 @@ void check_modules_to_save(const JobSpec& spec, const Node& root, Diagnostics& d
                                           : "the reference model is the starting model, whose embedding and head "
                                             "would no longer exist apart from the trained ones"));
   }
-  if (spec.strategy.adapter == Adapter::kNone) return;  // ignored (warned above): everything trains
+  // Another stack's ZeRO-3 and offload keep them in ways not modelled.
+  if (spec.strategy.adapter == Adapter::kNone || spec.planner.runtime == Runtime::kTailor) return;
   if (spec.strategy.zero_stage && *spec.strategy.zero_stage >= 3) {
     d.error(loc_at(root, "strategy.zero_stage"), "strategy.zero_stage",
-            "3 with strategy.lora.modules_to_save is not built (the whole modules are trained replicated)");
+            std::string("3 with strategy.lora.modules_to_save is not modelled for planner.runtime ") +
+                to_string(spec.planner.runtime));
   }
   if (spec.strategy.offload && *spec.strategy.offload != Offload::kNone) {
     d.error(loc_at(root, "strategy.offload"), "strategy.offload",
-            quote(to_string(*spec.strategy.offload)) + " with strategy.lora.modules_to_save is not built");
+            quote(to_string(*spec.strategy.offload)) +
+                " with strategy.lora.modules_to_save is not modelled for planner.runtime " +
+                to_string(spec.planner.runtime));
   }
 }
 

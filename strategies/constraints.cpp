@@ -135,11 +135,12 @@ std::optional<Constraints::Refusal> Constraints::refusal(const Strategy& s) cons
           "model.adapter adapter_off is the same reference without the copy"};
     }
   }
-  // strategy.lora.modules_to_save: the whole modules train replicated,
-  // beside the optimizer on the device.
+  // strategy.lora.modules_to_save under ZeRO-3 or offload: tailor-runner's
+  // are measured; another stack's (PEFT's copies inside FSDP's units or
+  // DeepSpeed's offload) are not modelled.
   if (s.adapter != Adapter::kNone && !p.lora.modules_to_save.empty() &&
-      (s.zero_stage >= 3 || s.offload != Offload::kNone)) {
-    return Refusal{"ZeRO-3 and offload with strategy.lora.modules_to_save are not built"};
+      (s.zero_stage >= 3 || s.offload != Offload::kNone) && spec_.planner.runtime != dsl::Runtime::kTailor) {
+    return Refusal{"ZeRO-3 and offload with strategy.lora.modules_to_save are modelled for tailor-runner only"};
   }
   // Answers to eval_prompts are generated on rank 0 alone, from the whole
   // model; sharded parameters would need every rank's forward in lockstep.

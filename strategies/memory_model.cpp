@@ -356,10 +356,13 @@ double offload(const Setting& g, std::int64_t trainable, ModelState& m) {
   } else if (st.offload != Offload::kNone && !in.quirks.offload_streams_gradients) {
     // tailor-runner: the host copy of each trainable tensor and of its
     // gradient, in their dtypes, beside the states and master weights.
-    host += (m.states + m.master) * g.n + static_cast<double>(trainable) *
-                                              (g.adapter ? 2.0 * (st.precision == Precision::kPureBf16 ? 2.0 : 4.0)
-                                                         : weight_bytes_per_param(st.precision) +
-                                                               gradient_bytes_per_param(st.precision));
+    // (modules_to_save's embedding and head in the weights' dtype.)
+    const double dense = weight_bytes_per_param(st.precision) + gradient_bytes_per_param(st.precision);
+    const double copies = g.adapter ? static_cast<double>(trainable - g.whole_params) * 2.0 *
+                                              (st.precision == Precision::kPureBf16 ? 2.0 : 4.0) +
+                                          static_cast<double>(g.whole_params) * dense
+                                    : static_cast<double>(trainable) * dense;
+    host += (m.states + m.master) * g.n + copies;
     m.states = 0;
     m.master = 0;
   } else if (st.offload != Offload::kNone) {

@@ -308,7 +308,11 @@ Status Run::finish() {
   if (merge_output()) {
     TAILOR_RETURN_IF_ERROR(sync_->gather_for_output({}));
   } else if (has_lora(*model_)) {
-    TAILOR_RETURN_IF_ERROR(sync_->gather_for_output(lora_parameters(*model_)));
+    // With the embedding and head trained whole beside them (modules_to_save).
+    std::vector<torch::Tensor> saved = lora_parameters(*model_);
+    for (torch::Tensor& t : whole_module_parameters(*model_))
+      saved.push_back(std::move(t));
+    TAILOR_RETURN_IF_ERROR(sync_->gather_for_output(saved));
   }
   if (!leader()) return Status::ok();  // rank 0 writes the model
   TAILOR_RETURN_IF_ERROR(write_model());

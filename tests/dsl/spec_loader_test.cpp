@@ -587,8 +587,8 @@ TEST_F(SpecLoaderTest, LoraTargetsMustExistInTheArchitecture) {
 }
 
 // strategy.lora.modules_to_save: the family's embedding and head names, a
-// tied matrix by both, and what it is not built with refused by name; a
-// valid list survives the resolved spec.
+// tied matrix by both, and what it is not built or modelled with refused by
+// name; a valid list survives the resolved spec.
 TEST_F(SpecLoaderTest, ModulesToSaveNameTheFamilysEmbeddingAndHead) {
   const std::string head =
       "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/train.txt}\n";
@@ -604,8 +604,12 @@ TEST_F(SpecLoaderTest, ModulesToSaveNameTheFamilysEmbeddingAndHead) {
             std::string::npos)
       << errors(s);
   s = load(head + "strategy:\n  zero_stage: 3\n  lora:\n    modules_to_save: [wte, lm_head]\n");
+  EXPECT_TRUE(s.ok()) << errors(s);
+  s = load(head + "planner: {runtime: hf}\nstrategy:\n  zero_stage: 3\n  lora:\n    modules_to_save: [wte, lm_head]\n");
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(errors(s).find("strategy.zero_stage: 3 with strategy.lora.modules_to_save is not built"), std::string::npos)
+  EXPECT_NE(errors(s).find("strategy.zero_stage: 3 with strategy.lora.modules_to_save is not modelled for "
+                           "planner.runtime hf"),
+            std::string::npos)
       << errors(s);
   s = load(head + "training: {method: dpo}\nstrategy:\n  lora:\n    modules_to_save: [wte, lm_head]\n");
   ASSERT_FALSE(s.ok());

@@ -44,6 +44,7 @@ struct JobShape {
   int zero = 0;
   bool lora = false;
   bool qlora = false;
+  bool whole = false;  // strategy.lora.modules_to_save: the embedding and head trained whole
   const char* optimizer = "adamw";
   int steps = 4;
   int checkpoint_every = 0;
@@ -76,7 +77,9 @@ std::string spec_text(const JobShape& j) {
     << ", lr: 2e-3, scheduler: constant, warmup_steps: 0, weight_decay: 0.01, seed: 7}\n"
     << "strategy: {precision: fp32, gradient_checkpointing: " << j.recompute_every << ", optimizer: " << j.optimizer
     << ", zero_stage: " << j.zero << ", offload: " << j.offload << ", adapter: "
-    << (j.lora || j.qlora ? std::string(j.qlora ? "qlora" : "lora") + ", lora: {r: 4, alpha: 8, dropout: 0}" : "none")
+    << (j.lora || j.qlora ? std::string(j.qlora ? "qlora" : "lora") + ", lora: {r: 4, alpha: 8, dropout: 0" +
+                                (j.whole ? ", modules_to_save: [embed_tokens, lm_head]" : "") + "}"
+                          : "none")
     << "}\n"
     << "resources: {gpus: 0, host_memory: " << j.host_memory << ", ranks: " << j.ranks << "}\n"
     << "checkpoint: {every_steps: " << j.checkpoint_every << ", keep: 2}\n"
@@ -481,6 +484,35 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
 
 TEST(RanksTest, LoraAdaptersTrainLikeOneRankAtEveryStage) {
   expect_two_ranks_like_one({.lora = true}, {0, 1, 2, 3}, "adapter/adapter_model.safetensors");
+}
+
+// The embedding and head trained whole beside the adapters
+// (modules_to_save): replicated under ZeRO-1/2, a part on each rank under
+// ZeRO-3 (gathered onto rank 0 for the adapter folder), on the host beside
+// the optimizer or with the parameters offloaded; each as one rank trains
+// them, in the memory the plan gives each rank.
+TEST(RanksTest, ModulesToSaveTrainLikeOneRankAtEveryStageAndOffloaded) {
+  const JobShape one{.lora = true, .whole = true, .merge = false};
+  expect_two_ranks_like_one(one, {1, 3}, "adapter/adapter_model.safetensors");
+  TempDir t;
+  const std::string base = t.file("one");
+  ASSERT_EQ(run_runner(plan_file(t, "one", one), base), 0);
+  for (const auto& [zero, offload] : {std::pair<int, const char*>{2, "optimizer"}, {3, "optimizer_and_params"}}) {
+    SCOPED_TRACE(std::string("ZeRO-") + std::to_string(zero) + ", offload " + offload);
+    JobShape two = one;
+    two.ranks = 2;
+    two.zero = zero;
+    two.offload = offload;
+    const std::string name = std::string("two-") + offload;
+    const std::string out = t.file(name);
+    const std::string plan = plan_file(t, name, two);
+    ASSERT_EQ(run_runner(plan, out), 0);
+    expect_same_losses(base + "/metrics.jsonl", out + "/metrics.jsonl");
+    expect_ranks_as_planned(plan, out, 2);
+    EXPECT_LT(max_abs_difference(fp32_tensors(base + "/adapter/adapter_model.safetensors"),
+                                 fp32_tensors(out + "/adapter/adapter_model.safetensors")),
+              kWeightTolerance);
+  }
 }
 
 // ZeRO-3 cuts the NF4 storage (codes and both levels of scales) like any

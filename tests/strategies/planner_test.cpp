@@ -61,21 +61,28 @@ TEST(PlannerTest, Llama2_70bOnTwoA6000sNeedsZero3WithOffloadOrQlora) {
   EXPECT_FALSE(strict.fits);
 }
 
-// strategy.lora.modules_to_save: the embedding and head train replicated,
-// beside an optimizer on the device, so no ZeRO-3 or offload plan is made;
-// the planner counts their states (trainable parameters: the two matrices
-// more than the adapters).
-TEST(PlannerTest, ModulesToSaveKeepsZeroThreeAndOffloadOutOfThePlan) {
+// strategy.lora.modules_to_save: the planner counts the two matrices'
+// states (trainable parameters: the matrices more than the adapters) under
+// every rung tailor-runner trains them with, ZeRO-3 and offload included;
+// another stack's ZeRO-3 and offload with them are not modelled.
+TEST(PlannerTest, ModulesToSaveArePlannedAtEveryStageForTailorRunnerOnly) {
   const Hardware hw = gpus("2xA6000", Bytes::gib(256));
-  const dsl::JobSpec spec = load("llama2-70b-2xa6000.yaml",
-                                 {"strategy.adapter=qlora", "strategy.lora.modules_to_save=[embed_tokens, lm_head]"});
+  const std::string whole = "strategy.lora.modules_to_save=[embed_tokens, lm_head]";
+  const dsl::JobSpec spec = load("llama2-70b-2xa6000.yaml", {"strategy.adapter=qlora", whole});
   const Plan p = plan_job(spec, hw);
   ASSERT_TRUE(p.fits);
-  EXPECT_LT(p.chosen.strategy.zero_stage, 3) << p.chosen.strategy.describe();
-  EXPECT_EQ(p.chosen.strategy.offload, Offload::kNone) << p.chosen.strategy.describe();
   Strategy z3 = p.chosen.strategy;
   z3.zero_stage = 3;
-  EXPECT_EQ(Constraints(spec, hw).why_not(z3), "ZeRO-3 and offload with strategy.lora.modules_to_save are not built");
+  z3.offload = Offload::kOptimizerAndParams;
+  EXPECT_EQ(Constraints(spec, hw).why_not(z3), "");
+  const dsl::JobSpec hf = load("llama2-70b-2xa6000.yaml", {"strategy.adapter=qlora", whole, "planner.runtime=hf"});
+  EXPECT_EQ(Constraints(hf, hw).why_not(z3),
+            "ZeRO-3 and offload with strategy.lora.modules_to_save are modelled for tailor-runner only");
+  const Plan hf_plan = plan_job(hf, hw);
+  if (hf_plan.fits) {
+    EXPECT_LT(hf_plan.chosen.strategy.zero_stage, 3) << hf_plan.chosen.strategy.describe();
+    EXPECT_EQ(hf_plan.chosen.strategy.offload, Offload::kNone) << hf_plan.chosen.strategy.describe();
+  }
   const Plan plain = plan_job(load("llama2-70b-2xa6000.yaml", {"strategy.adapter=qlora"}), hw);
   ASSERT_TRUE(plain.fits);
   const std::int64_t matrices = 2 * spec.model.arch.vocab * spec.model.arch.hidden;
