@@ -203,8 +203,12 @@ Launched SlurmExecutor::launch(const LaunchRequest& request) {
   a.attempt = request.attempt;
   a.dir = dir;
   a.ranks = b->ranks;
-  a.submitted_at = now_seconds();
   auto id = options_.cluster->client().submit(script);
+  // Once sbatch has answered, slurmctld knows the job: a queue read begun
+  // before then may not list it, and would have it vanish (measured: a read
+  // begun while sbatch ran, 0.13 s after the submission, declared it gone,
+  // and the job ran beside its retry).
+  a.submitted_at = now_seconds();
   if (!id.is_ok() && id.status().code() == StatusCode::kUnavailable) {
     // The controller went away since the partition was read: back to the
     // queue, the attempt not counted, tried again in a few seconds.

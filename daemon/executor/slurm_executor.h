@@ -63,7 +63,7 @@ class SlurmExecutor final : public Executor {
     bool running = false;        // seen running: its ranks beat
     bool killed = false;         // scancel --signal=KILL sent (once is enough)
     bool ended = false;          // its end was reported
-    double submitted_at = 0;     // a queue read begun before this cannot know the job
+    double submitted_at = 0;     // when sbatch answered: a queue read begun before may not know the job
     int ranks = 1;
   };
   // Slurm's queue as the reader thread last read it.
