@@ -189,9 +189,9 @@ struct Setting {
   mutable std::vector<CorrectionTerm> corrections;
 
   // strategy.lora.modules_to_save beside adapters: the parameters trained
-  // whole (the embedding, an untied head), and the larger of the two.
-  std::int64_t whole_params = 0;
-  std::int64_t whole_largest = 0;
+  // whole, the embedding's and an untied head's.
+  std::int64_t whole_embedding = 0, whole_head = 0;
+  std::int64_t whole_params() const { return whole_embedding + whole_head; }
   // FSDP1's gathered root unit, counted in the overhead (overhead_bytes).
   mutable double root_unit = 0;
   // Records a measured term's bytes when it adds any, and returns them.
@@ -225,10 +225,8 @@ struct Setting {
     upcast = in.quirks.fp32_non_quantized && st.quantization != Quantization::kNone && st.zero_stage < 3;
     residual_bytes = upcast ? 4.0 : e;
     if (adapter && !in.score_head) {
-      const std::int64_t embedding = in.whole_modules.embedding ? a.vocab * a.hidden : 0;
-      const std::int64_t head = in.whole_modules.head && head_own ? head_params : 0;
-      whole_params = embedding + head;
-      whole_largest = std::max(embedding, head);
+      whole_embedding = in.whole_modules.embedding ? a.vocab * a.hidden : 0;
+      whole_head = in.whole_modules.head && head_own ? head_params : 0;
     }
   }
 };
@@ -266,7 +264,7 @@ ModelState full_model_state(const Setting& g) {
 // Dettmers et al. 2023) and trained LoRA pairs (Hu et al. 2021).
 // `lora`: the parameters trained in the adapters' dtype, the adapters and a
 // reward model's score head (trained whole beside them: runner/torch/lora.h);
-// modules_to_save's are Setting::whole_params.
+// modules_to_save's are Setting::whole_params().
 ModelState adapter_model_state(const Setting& g, std::int64_t lora) {
   const Strategy& st = g.st;
   const ParameterCounts& pc = g.pc;
@@ -302,12 +300,11 @@ ModelState adapter_model_state(const Setting& g, std::int64_t lora) {
   // modules_to_save: trained whole in the weights' dtype, as a full
   // fine-tune trains them (runner/torch/lora.h); PEFT keeps the frozen
   // originals beside its trained copies (RuntimeQuirks::whole_module_copies).
-  if (g.whole_params > 0) {
-    const double whole = static_cast<double>(g.whole_params);
+  if (g.whole_params() > 0) {
+    const double whole = static_cast<double>(g.whole_params());
     m.grads += whole * gradient_bytes_per_param(st.precision);
     m.master += whole * master_bytes_per_param(st.precision);
-    for (const std::int64_t n : {in.whole_modules.embedding ? g.a.vocab * g.a.hidden : std::int64_t{0},
-                                 g.whole_params - (in.whole_modules.embedding ? g.a.vocab * g.a.hidden : 0)}) {
+    for (const std::int64_t n : {g.whole_embedding, g.whole_head}) {
       if (n > 0) m.states += tensor_state_bytes(n, st.optimizer, st.precision);
     }
     if (in.quirks.whole_module_copies) m.weights += whole * (g.upcast ? 4.0 : weight_bytes_per_param(st.precision));
@@ -358,9 +355,9 @@ double offload(const Setting& g, std::int64_t trainable, ModelState& m) {
     // gradient, in their dtypes, beside the states and master weights.
     // (modules_to_save's embedding and head in the weights' dtype.)
     const double dense = weight_bytes_per_param(st.precision) + gradient_bytes_per_param(st.precision);
-    const double copies = g.adapter ? static_cast<double>(trainable - g.whole_params) * 2.0 *
+    const double copies = g.adapter ? static_cast<double>(trainable - g.whole_params()) * 2.0 *
                                               (st.precision == Precision::kPureBf16 ? 2.0 : 4.0) +
-                                          static_cast<double>(g.whole_params) * dense
+                                          static_cast<double>(g.whole_params()) * dense
                                     : static_cast<double>(trainable) * dense;
     host += (m.states + m.master) * g.n + copies;
     m.states = 0;
@@ -685,8 +682,9 @@ double overhead_bytes(const Setting& g) {
       }
       grad_bytes = st.precision == Precision::kPureBf16 ? 2.0 : 4.0;
       // A module trained whole: its gradient in the weights' dtype.
-      if (static_cast<double>(g.whole_largest) * gradient_bytes_per_param(st.precision) > largest * grad_bytes) {
-        largest = static_cast<double>(g.whole_largest);
+      if (static_cast<double>(std::max(g.whole_embedding, g.whole_head)) * gradient_bytes_per_param(st.precision) >
+          largest * grad_bytes) {
+        largest = static_cast<double>(std::max(g.whole_embedding, g.whole_head));
         grad_bytes = gradient_bytes_per_param(st.precision);
       }
     } else {
@@ -798,9 +796,9 @@ MemoryEstimate estimate_memory(const MemoryInput& input, const MemoryConstants& 
   ModelState state;
   if (g.adapter) {
     out.trainable_parameters = lora_parameter_count(g.a, g.st.lora_rank, in.lora_targets) +
-                               (in.score_head ? g.head_params : 0) + g.whole_params;
+                               (in.score_head ? g.head_params : 0) + g.whole_params();
     out.frozen_parameters = g.pc.total;
-    state = adapter_model_state(g, out.trainable_parameters - g.whole_params);
+    state = adapter_model_state(g, out.trainable_parameters - g.whole_params());
   } else {
     out.trainable_parameters = g.pc.total;
     state = full_model_state(g);

@@ -85,11 +85,17 @@ Tensor logits_of(CausalLM& m, const Tensor& ids, bool capped = true) {
 
 double off_by(const Tensor& a, const Tensor& b) { return ((a - b).abs().max() / b.abs().max()).item<double>(); }
 
-void attach_adapters(CausalLM& m) {
+// Adapters on every linear of the blocks; `whole`: with the embedding and
+// the head (as transformers 5 names it) trained whole too.
+void attach_adapters(CausalLM& m, bool whole = false) {
   LoraOptions o;
   o.rank = kRank;
   o.alpha = kAlpha;
   o.targets = dsl::lora_target_names(m->arch().family);
+  if (whole) {
+    const std::vector<std::string> names = dsl::whole_module_names(m->arch().family);
+    o.modules_to_save = {names[0], names[1]};
+  }
   const Status s = attach_lora(*m, o);
   ASSERT_TRUE(s.is_ok()) << s.message();
 }
@@ -193,19 +199,9 @@ TEST(HfInteropTest, ModulesToSaveRoundTripThroughPeft) {
     auto ref = io::SafetensorsFile::open(d + "/reference.safetensors");
     ASSERT_TRUE(ref.is_ok()) << ref.status().message();
     const Tensor ids = tensor_in(*ref, "input_ids");
-    const auto attach = [](CausalLM& m) {
-      LoraOptions o;
-      o.rank = kRank;
-      o.alpha = kAlpha;
-      o.targets = dsl::lora_target_names(m->arch().family);
-      const std::vector<std::string> whole = dsl::whole_module_names(m->arch().family);
-      o.modules_to_save = {whole[0], whole[1]};  // the embedding, and the head as transformers 5 names it
-      const Status s = attach_lora(*m, o);
-      ASSERT_TRUE(s.is_ok()) << s.message();
-    };
     CausalLM adapted = load_model(d + "/base");
     const Tensor base_embedding = adapted->embedding_weight().clone();
-    attach(adapted);
+    attach_adapters(adapted, /*whole=*/true);
     ASSERT_EQ(whole_module_parameters(*adapted).size(), adapted->arch().tie_embeddings ? 1u : 2u);
     Status s = load_peft_adapter(*adapted, d + "/adapter");
     ASSERT_TRUE(s.is_ok()) << s.message();
@@ -222,7 +218,7 @@ TEST(HfInteropTest, ModulesToSaveRoundTripThroughPeft) {
     const Tensor export_logits = logits_of(adapted, ids);
 
     CausalLM ours = load_model(d + "/base");
-    attach(ours);
+    attach_adapters(ours, /*whole=*/true);
     {
       torch::NoGradGuard no_grad;
       torch::manual_seed(11);
