@@ -1,5 +1,6 @@
 // The runner's fused CPU kernels (runner/torch/fused_ops.h, the fused AdamW
-// pass of optimizer.h) against what LibTorch itself offers for the same math
+// pass of optimizer.h, bf16 linear layers through fp32 of half_matmul.h)
+// against what LibTorch itself offers for the same math
 // on this torch, side by side in one run: forward + backward time of each op
 // at the shapes of bench/runner_vs_python.sh's model, in bf16 and fp32, and
 // an AdamW step over that model's parameters. A fused kernel earns its place
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "runner/torch/fused_ops.h"
+#include "runner/torch/half_matmul.h"
 #include "runner/torch/optimizer.h"
 
 namespace {
@@ -121,6 +123,13 @@ int main(int argc, char** argv) {
         return torch::cat({r.reshape({b, t, 2 * heads * d}), parts[1]}, -1);
       }, {qkv}), reps);
       row("rope", dn, "x*cos + rotate_half(x)*sin", fused, aten);
+    }
+    if (dtype == torch::kBFloat16) {  // The MLP's gate/up projection, input and weight trained.
+      Tensor x = torch::randn({b, t, c}, opts).requires_grad_();
+      Tensor w = torch::randn({2 * inter, c}, opts).mul(0.05).requires_grad_();
+      const double fused = time_ms(fwd_bwd([&] { return tailor::runner::linear_through_fp32(x, w); }, {x, w}), reps);
+      const double aten = time_ms(fwd_bwd([&] { return torch::linear(x, w); }, {x, w}), reps);
+      row("linear", dn, "torch::linear (its bf16 GEMM)", fused, aten);
     }
     {  // One AdamW step over the model's parameters (mixed precision in
        // bf16: bf16 parameters and gradients, fp32 master weights and moments).

@@ -17,7 +17,7 @@ struct TorchProbe {
   int cuda_devices = 0;
   int threads = 0;             // intra-op threads
   double fp32_matmul_gflops = 0;  // 512x512 fp32 matmul, best of a few runs
-  double bf16_matmul_gflops = 0;  // same in bf16 (oneDNN on CPU)
+  double bf16_matmul_gflops = 0;  // same in bf16 (oneDNN on CPU, through fp32 without bf16 in hardware)
 
   std::string to_json() const;
 };

@@ -22,13 +22,13 @@ std::string Hardware::describe() const {
 
 Device cpu_device(Bytes host_memory, bool native_bf16) {
   Device d;
-  d.name = native_bf16 ? "CPU" : "CPU (bf16 emulated)";
+  d.name = native_bf16 ? "CPU" : "CPU (bf16 through fp32)";
   d.cpu = true;
   d.memory = host_memory;
   d.free_memory = host_memory;
   d.bf16 = true;  // through oneDNN; fp16 has no fast CPU path
   d.peak_tflops_fp32 = 0.14;
-  d.peak_tflops_bf16 = native_bf16 ? 0.40 : 0.14 / 60;
+  d.peak_tflops_bf16 = native_bf16 ? 0.40 : 0.14 * kBf16ThroughFp32Speed;
   d.peak_tflops_fp16 = 0;
   d.memory_bandwidth_gbps = 20;
   return d;

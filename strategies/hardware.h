@@ -64,16 +64,18 @@ inline constexpr double kCpuLoopbackGBps = 1.0;
 // bandwidth divided between them, loopback in between).
 Device rank_device(const dsl::JobSpec& spec, const Hardware& hw);
 
-
 // The host as a compute device: this project's 2-core reference machine
 // figures, kept below the peaks `tailor-runner --probe` measures on 512²
 // matmuls (docs/libtorch.md: ~165 GFLOP/s fp32 with MKL, ~430 bf16 through
 // oneDNN) because a whole step runs below them. Measured runs calibrate them.
 // `native_bf16`: the CPU multiplies bf16 in hardware (AVX512_BF16, AMX,
-// Arm's BF16; platform::detect_native_bf16()). Without it oneDNN emulates
-// bf16 some 60x slower than fp32 (an AVX2 AMD EPYC, torch 2.x, 1024²
-// matmuls on 2 threads: 0.9 against 59 GFLOP/s), so bf16 stays possible
-// (it halves memory) but is costed as what it is.
+// Arm's BF16; platform::detect_native_bf16()). Without it LibTorch's own
+// bf16 GEMM is 30-40x slower than its fp32 one, so the runner multiplies
+// bf16 through fp32 blocks (runner/torch/half_matmul.h); a whole bf16 step
+// there measured kBf16ThroughFp32Speed of an fp32 step's tokens/s (the
+// demo's model, an AVX2 AMD EPYC, 2 threads, 2026-12-01: 3,072 against
+// 4,028), which is what bf16 is costed at.
+inline constexpr double kBf16ThroughFp32Speed = 0.76;
 Device cpu_device(Bytes host_memory, bool native_bf16 = true);
 
 // Parses "2xA6000", "A6000", "1x24GiB", "4xH100-80", "0" / "cpu" (the GPU

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "runner/torch/half_matmul.h"
+
 namespace tailor::runner {
 
 using torch::Tensor;
@@ -55,11 +57,11 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const std::opti
     vr = v.repeat_interleave(heads / kv_heads, 1);
   }
   // In place: the scores are a fresh tensor that nothing saves for backward.
-  Tensor scores = torch::matmul(q, kr.transpose(-2, -1)).mul_(scale);
+  Tensor scores = batched_matmul(q, kr.transpose(-2, -1)).mul_(scale);
   // tanh keeps its output for backward: the cap's product is a new tensor.
   if (sc.softcap > 0) scores = torch::tanh(scores.div_(sc.softcap)) * sc.softcap;
   if (mask) scores.add_(*mask);
-  return torch::matmul(torch::softmax(scores, -1), vr);
+  return batched_matmul(torch::softmax(scores, -1), vr);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "runner/torch/grouped_linear.h"
 
+#include "runner/torch/half_matmul.h"
+
 namespace tailor::runner {
 namespace {
 
@@ -16,7 +18,7 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
       const std::int64_t n = counts[g];
       if (n > 0) {
         Tensor out = y.narrow(0, row, n);
-        at::mm_out(out, x.narrow(0, row, n), w[static_cast<std::int64_t>(g)].t());
+        matmul_into(out, x.narrow(0, row, n), w[static_cast<std::int64_t>(g)].t());
       }
       row += n;
     }
@@ -43,11 +45,11 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
         const Tensor dy = gy.narrow(0, row, n);
         if (need_x) {
           Tensor out = gx.narrow(0, row, n);
-          at::mm_out(out, dy, w[gi]);
+          matmul_into(out, dy, w[gi]);
         }
         if (need_w) {
           Tensor out = gw[gi];
-          at::mm_out(out, dy.t(), x.narrow(0, row, n));
+          matmul_into(out, dy.t(), x.narrow(0, row, n));
         }
       }
       row += n;

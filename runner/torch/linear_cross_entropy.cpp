@@ -5,6 +5,7 @@
 
 #include "runner/torch/cross_entropy.h"
 #include "runner/torch/fused_ops.h"
+#include "runner/torch/half_matmul.h"
 #include "strategies/memory_model.h"
 
 namespace tailor::runner {
@@ -22,7 +23,7 @@ struct SliceLoss {
 };
 
 SliceLoss slice_loss(const Tensor& h, const Tensor& w, const Tensor& t, double cap, std::optional<double> scale) {
-  Tensor z = torch::mm(h, w.t());
+  Tensor z = matmul_2d(h, w.t());
   if (cap <= 0 && fused_supported(z, FusedKernel::kCrossEntropy)) {
     CrossEntropyRows r = fused_cross_entropy_rows(z, t);
     SliceLoss out{r.loss.sum(), Tensor()};
@@ -88,7 +89,7 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
       loss += s.loss;
       if (early) {
         Tensor dst = grad_hs.slice(0, r0, r1);
-        torch::mm_out(dst, s.grad, weight);
+        matmul_into(dst, s.grad, weight);
       }
     }
     if (early) {
@@ -129,9 +130,9 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
       SliceLoss s = slice_loss(h, weight, ts.slice(0, r0, r1), cap, scale);
       if (need_h) {
         Tensor dst = grad_hs.slice(0, r0, r1);
-        torch::mm_out(dst, s.grad, weight);
+        matmul_into(dst, s.grad, weight);
       }
-      if (need_w) grad_w.addmm_(s.grad.t(), h);
+      if (need_w) matmul_into(grad_w, s.grad.t(), h, /*accumulate=*/true);
     }
     if (need_h) out[0] = scatter_rows(grad_hs, rows, all_rows, sizes);
     out[1] = grad_w;

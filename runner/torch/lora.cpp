@@ -11,6 +11,7 @@
 
 #include "dsl/peft_config.h"
 #include "runner/io/safetensors.h"
+#include "runner/torch/half_matmul.h"
 #include "runner/torch/nf4.h"
 
 namespace tailor::runner {
@@ -79,7 +80,7 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
 
   Tensor project(std::size_t layer, Projection p, const Tensor& x, const Tensor& weight, const Tensor& bias) override {
     const auto& q = quantized[layer][static_cast<std::size_t>(p)];
-    Tensor y = q ? nf4_linear(x, *q, bias) : torch::linear(x, weight, bias);
+    Tensor y = q ? nf4_linear(x, *q, bias) : linear_layer(x, weight, bias);
     if (mode == LoraMode::kOff) return y;
     const bool reference = mode == LoraMode::kReference;
     for (const Adapter& ad : layers[layer]) {
@@ -93,7 +94,7 @@ class LoraAdapters : public torch::nn::Module, public ProjectionHook {
       }
       const Tensor& a = reference ? ad.reference_a : ad.a;
       const Tensor& b = reference ? ad.reference_b : ad.b;
-      const Tensor delta = torch::linear(torch::linear(in, a.to(x.scalar_type())), b.to(x.scalar_type()));
+      const Tensor delta = linear_layer(linear_layer(in, a.to(x.scalar_type())), b.to(x.scalar_type()));
       y.narrow(-1, ad.slice.row_offset, ad.slice.rows).add_(delta, scale);
     }
     return y;

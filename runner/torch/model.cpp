@@ -10,6 +10,7 @@
 #include "runner/torch/cross_entropy.h"
 #include "runner/torch/fused_ops.h"
 #include "runner/torch/grouped_linear.h"
+#include "runner/torch/half_matmul.h"
 #include "runner/torch/linear_cross_entropy.h"
 
 namespace tailor::runner {
@@ -104,7 +105,7 @@ Tensor mixture_of_experts(const Tensor& h, const Tensor& router, const Tensor& g
                           std::int64_t top_k, ProjectionHook* hook, std::size_t layer) {
   const std::int64_t c = h.size(-1), experts = router.size(0);
   const Tensor x = h.reshape({-1, c});  // (N, C)
-  const Tensor probs = torch::softmax(torch::linear(x, router).to(torch::kFloat32), -1);  // (N, E)
+  const Tensor probs = torch::softmax(linear_layer(x, router).to(torch::kFloat32), -1);  // (N, E)
   auto [top, index] = probs.topk(top_k, -1);                                             // (N, k)
   const Tensor weights = (top / top.sum(-1, /*keepdim=*/true)).to(h.scalar_type());
   // The assignments, token-major, stably sorted by expert.
@@ -332,7 +333,7 @@ Tensor CausalLMImpl::attention(std::size_t i, const Tensor& h, const Tensor& cos
 }
 
 Tensor CausalLMImpl::project(std::size_t layer, Projection p, const Tensor& x, const Tensor& w, const Tensor& b) {
-  return hook_ ? hook_->project(layer, p, x, w, b) : torch::linear(x, w, b);
+  return hook_ ? hook_->project(layer, p, x, w, b) : linear_layer(x, w, b);
 }
 
 Tensor& CausalLMImpl::projection_weight(std::size_t layer, Projection p) {
@@ -640,11 +641,11 @@ Tensor CausalLMImpl::scores(const Tensor& hidden, const Tensor& last) {
   // Beside adapters the score is trained in their dtype (lora.h), which
   // may be wider than the body's.
   const Tensor pooled = hidden.gather(1, at).squeeze(1).to(score_.scalar_type());
-  return torch::linear(pooled, score_).squeeze(1).to(torch::kFloat32);
+  return linear_layer(pooled, score_).squeeze(1).to(torch::kFloat32);
 }
 
 Tensor CausalLMImpl::logits(const Tensor& hidden, bool capped) {
-  Tensor z = torch::linear(hidden, lm_head_.defined() ? lm_head_ : embed_->weight);
+  Tensor z = linear_layer(hidden, lm_head_.defined() ? lm_head_ : embed_->weight);
   const double cap = arch_.final_logit_softcap;
   if (!capped || cap == 0) return z;
   return torch::tanh(z / cap) * cap;

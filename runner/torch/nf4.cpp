@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runner/torch/cuda_kernels.h"
+#include "runner/torch/half_matmul.h"
 #include "runner/torch/quant8.h"
 
 namespace tailor::runner {
@@ -79,14 +80,15 @@ struct Nf4LinearFunction : torch::autograd::Function<Nf4LinearFunction> {
                         std::int64_t in_features) {
     save_weight(ctx, packed, absmax_codes, absmax_scale, offset, out_features, in_features);
     const Nf4Tensor w = weight_of(packed, absmax_codes, absmax_scale, offset, out_features, in_features);
-    return torch::linear(x, dequantize_nf4(w, x.scalar_type()));
+    return linear_layer(x, dequantize_nf4(w, x.scalar_type()));
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
     const Tensor& g = grad_out[0];
-    return {torch::matmul(g, dequantize_nf4(saved_weight(ctx), g.scalar_type())), Tensor(), Tensor(), Tensor(),
-            Tensor(), Tensor(), Tensor()};
+    torch::autograd::variable_list grads(7);  // the input's only
+    grads[0] = linear_layer(g, dequantize_nf4(saved_weight(ctx), g.scalar_type()).t());
+    return grads;
   }
 };
 
@@ -108,7 +110,7 @@ struct Nf4GroupedLinear : torch::autograd::Function<Nf4GroupedLinear> {
       const std::int64_t n = counts[static_cast<std::size_t>(g)];
       if (n > 0) {
         Tensor dst = y.narrow(0, row, n);
-        at::mm_out(dst, x.narrow(0, row, n), dequantize_nf4_rows(w, g * out, out, x.scalar_type()).t());
+        matmul_into(dst, x.narrow(0, row, n), dequantize_nf4_rows(w, g * out, out, x.scalar_type()).t());
       }
       row += n;
     }
@@ -127,7 +129,7 @@ struct Nf4GroupedLinear : torch::autograd::Function<Nf4GroupedLinear> {
       const std::int64_t n = counts[static_cast<std::size_t>(g)];
       if (n > 0) {
         Tensor dst = gx.narrow(0, row, n);
-        at::mm_out(dst, gy.narrow(0, row, n), dequantize_nf4_rows(w, g * out, out, gy.scalar_type()));
+        matmul_into(dst, gy.narrow(0, row, n), dequantize_nf4_rows(w, g * out, out, gy.scalar_type()));
       }
       row += n;
     }
