@@ -141,6 +141,11 @@ struct HalfBatchedMatmul : torch::autograd::Function<HalfBatchedMatmul> {
   }
 };
 
+// Whether a @ b goes through fp32: both of a's dtype and a routed.
+bool through_fp32(const Tensor& a, const Tensor& b) {
+  return half_matmul_through_fp32(a) && b.scalar_type() == a.scalar_type();
+}
+
 }  // namespace
 
 bool half_matmul_through_fp32(const Tensor& t) {
@@ -187,7 +192,7 @@ void matmul_through_fp32(Tensor& out, const Tensor& a, const Tensor& b, bool acc
 }
 
 void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
-  if (half_matmul_through_fp32(a) && b.scalar_type() == a.scalar_type() && out.scalar_type() == a.scalar_type()) {
+  if (through_fp32(a, b) && out.scalar_type() == a.scalar_type()) {
     matmul_through_fp32(out, a, b, accumulate);
   } else if (accumulate) {
     out.addmm_(a, b);
@@ -197,16 +202,15 @@ void matmul_into(Tensor& out, const Tensor& a, const Tensor& b, bool accumulate)
 }
 
 Tensor matmul_2d(const Tensor& a, const Tensor& b) {
-  if (!half_matmul_through_fp32(a) || b.scalar_type() != a.scalar_type()) return torch::mm(a, b);
+  if (!through_fp32(a, b)) return torch::mm(a, b);
   Tensor out = torch::empty({a.size(0), b.size(1)}, a.options());
   matmul_through_fp32(out, a, b);
   return out;
 }
 
 Tensor linear_layer(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  const bool same = w.scalar_type() == x.scalar_type() && (!bias.defined() || bias.scalar_type() == x.scalar_type());
-  if (!same || !half_matmul_through_fp32(x) || !w.device().is_cpu()) return torch::linear(x, w, bias);
-  return linear_through_fp32(x, w, bias);
+  const bool routed = through_fp32(x, w) && (!bias.defined() || bias.scalar_type() == x.scalar_type());
+  return routed ? linear_through_fp32(x, w, bias) : torch::linear(x, w, bias);
 }
 
 Tensor linear_through_fp32(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -214,8 +218,8 @@ Tensor linear_through_fp32(const Tensor& x, const Tensor& w, const Tensor& bias)
 }
 
 Tensor batched_matmul(const Tensor& a, const Tensor& b) {
-  const bool routed = half_matmul_through_fp32(a) && b.scalar_type() == a.scalar_type() && a.dim() >= 2 &&
-                      a.dim() == b.dim() && a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2);
+  const bool routed = through_fp32(a, b) && a.dim() >= 2 && a.dim() == b.dim() &&
+                      a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2);
   return routed ? HalfBatchedMatmul::apply(a, b) : torch::matmul(a, b);
 }
 

@@ -22,7 +22,7 @@ namespace tailor::runner {
 
 // Whether products of `t`'s dtype on its device go through fp32 here: a
 // CPU bf16 tensor on a CPU without bf16 in hardware
-// (platform::detect_native_bf16(), the planner's test too).
+// (platform::detect_native_bf16(), the planner's check too).
 bool half_matmul_through_fp32(const torch::Tensor& t);
 
 // out = a @ b (+ out when `accumulate`) for 2-D a (m, k), b (k, n) and out
@@ -33,11 +33,11 @@ void matmul_into(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor
 // a @ b for 2-D a and b, as a new tensor.
 torch::Tensor matmul_2d(const torch::Tensor& a, const torch::Tensor& b);
 
-// torch::linear (y = x w^T + bias, x of any rank), with autograd. (Not
-// named linear: at::linear would be found beside it by argument lookup.) Through
-// fp32 when half_matmul_through_fp32(x) and w (and bias) share x's dtype;
-// it then keeps what LibTorch's linear keeps: x only when w needs a
-// gradient, w only when x does.
+// torch::linear (y = x w^T + bias, x of any rank), with autograd; through
+// fp32 when half_matmul_through_fp32(x) and w (and bias) share x's dtype,
+// keeping what LibTorch's linear keeps: x only when w needs a gradient, w
+// only when x does. (Not named linear: argument lookup would find
+// at::linear beside it.)
 torch::Tensor linear_layer(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias = {});
 
 // torch::matmul for a (..., m, k) and b (..., k, n) of the same leading
