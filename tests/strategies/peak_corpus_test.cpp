@@ -53,13 +53,14 @@ namespace {
 // transformers' norms and PEFT's adapter input copies; FSDP1's gathered
 // root unit; modules_to_save, whose 18 Qwen README points joined the goal
 // statistics) (one GPU / several): in-sample 9.2% / 23.1% and 7.6% / 23.6%;
-// LOSO 9.0% / 23.2% and 7.6% / 23.6%; strict LOSO 9.1% / 23.2% and
-// 9.7% / 28.1%.
+// LOSO 9.0% / 23.2% and 7.6% / 23.6%; strict LOSO (2026-12-02: a ratio
+// with no pair left fitted from the other origins' figures) 9.0% / 23.2% and
+// 7.8% / 23.5% (with the borrowed 1.08 there: 9.1% / 23.2% and 9.7% / 28.1%).
 constexpr double kGuardInOneMedian = 0.10, kGuardInOneP90 = 0.25, kGuardInSeveralMedian = 0.10,
                  kGuardInSeveralP90 = 0.25;
 constexpr double kGuardOneMedian = 0.10, kGuardOneP90 = 0.25, kGuardSeveralMedian = 0.10, kGuardSeveralP90 = 0.25;
 constexpr double kGuardStrictOneMedian = 0.10, kGuardStrictOneP90 = 0.25, kGuardStrictSeveralMedian = 0.10,
-                 kGuardStrictSeveralP90 = 0.291;
+                 kGuardStrictSeveralP90 = 0.25;
 // Under-estimates beyond 10% on points whose settings are all known (LOSO): 13 of 128.
 constexpr std::size_t kGuardUnderEstimates = 13;
 
@@ -289,21 +290,50 @@ Ratios profile_ratios() {
 struct Fit {
   Ratios ratios;
   std::map<dsl::Runtime, std::array<std::size_t, 2>> pairs;  // how many pairs each ratio comes from (0: the profile's)
+  // strict: how many figures a ratio with no pair left was fitted from
+  // against their estimates (0: the borrowed 1.08).
+  std::map<dsl::Runtime, std::array<std::size_t, 2>> figures;
 };
 
 // The ratio runtime_profile.cpp borrows for a stack with no measured pair
 // (litgpt, torchtitan, tailor-runner).
 constexpr double kBorrowedRatio = 1.08;
 
+// A ratio with no same-run pair left, fitted the way a stack without pairs
+// gets one (torchtune's 1.0: "its reserved figures sit at the allocated
+// estimate"): the median, over the stack's other reserved and nvidia-smi
+// figures of the same kind (one GPU or sharded), of what the figure implies
+// (reserved / the allocated estimate; nvidia-smi less the context, over it),
+// at least 1.0 (a pool holds what it hands out: a figure below the estimate
+// says the estimate is high, not that the pool is small). 0 figures: the
+// borrowed 1.08.
+double ratio_from_figures(const std::vector<Point>& points, const std::string& without, dsl::Runtime rt, int kind,
+                          std::size_t& figures) {
+  std::vector<double> implied;
+  for (const Point& p : points) {
+    if (p.origin == without || p.poor_fit || runtime_named(p.runtime) != rt || (p.sharded ? 1 : 0) != kind) continue;
+    const double tensors = static_cast<double>((p.total - p.context).count());
+    if (p.metric == "reserved") implied.push_back(p.measured / tensors);
+    if (p.metric == "nvidia-smi") implied.push_back((p.measured - static_cast<double>(p.context.count())) / tensors);
+  }
+  figures = implied.size();
+  return implied.empty() ? kBorrowedRatio : std::max(1.0, percentile(implied, 0.5));
+}
+
+// Where a ratio's every same-run pair came from the held-out origin: the
+// profile's value (fitted on that origin, so it leaks), one fitted from the
+// other origins' figures against their estimates (strict), or the borrowed
+// 1.08 (strict, printed for comparison).
+enum class NoPairLeft { kProfile, kFigures, kBorrowed };
+
 // Each runtime's two ratios: the median, over same-run pairs (an allocated
 // peak and a reserved or nvidia-smi peak of one run, published together), of
 // measured(reserved or nvidia-smi) / measured(allocated); the profile's value
 // where a runtime has no pair. Points of a stack no profile describes
-// (runtime_fit: poor) and those of `without` do not take part. `strict`: a
-// ratio whose every pair came from `without` is not the profile's (fitted on
-// `without`) but the borrowed 1.08, so that nothing of the held-out origin
-// reaches its prediction.
-Fit fit_ratios(const std::vector<Point>& points, const std::string& without = "", bool strict = false) {
+// (runtime_fit: poor) and those of `without` do not take part. `fallback`
+// says what a ratio whose every pair came from `without` takes instead.
+Fit fit_ratios(const std::vector<Point>& points, const std::string& without = "",
+               NoPairLeft fallback = NoPairLeft::kProfile) {
   std::map<std::string, std::vector<const Point*>> runs;
   for (const Point& p : points) {
     if (p.origin != without && !p.poor_fit) runs[p.run].push_back(&p);
@@ -318,18 +348,22 @@ Fit fit_ratios(const std::vector<Point>& points, const std::string& without = ""
       }
     }
   }
-  Fit fit{profile_ratios(), {}};
+  Fit fit{profile_ratios(), {}, {}};
   for (const auto& [rt, by_kind] : samples) {
     for (int kind = 0; kind < 2; ++kind) {
       fit.pairs[rt][kind] = by_kind[kind].size();
       if (!by_kind[kind].empty()) fit.ratios[rt][kind] = percentile(by_kind[kind], 0.5);
     }
   }
-  if (strict && !without.empty()) {
+  if (fallback != NoPairLeft::kProfile && !without.empty()) {
     const Fit all = fit_ratios(points);
     for (const auto& [rt, n] : all.pairs) {
       for (int kind = 0; kind < 2; ++kind) {
-        if (n[kind] > 0 && (!fit.pairs.count(rt) || fit.pairs.at(rt)[kind] == 0)) fit.ratios[rt][kind] = kBorrowedRatio;
+        if (n[kind] > 0 && (!fit.pairs.count(rt) || fit.pairs.at(rt)[kind] == 0)) {
+          fit.ratios[rt][kind] = fallback == NoPairLeft::kFigures
+                                     ? ratio_from_figures(points, without, rt, kind, fit.figures[rt][kind])
+                                     : kBorrowedRatio;
+        }
       }
     }
   }
@@ -436,6 +470,24 @@ TEST_F(PeakCorpusTest, FittedRatiosReproduceTheRuntimeProfiles) {
   }
 }
 
+// The fallback of strict LOSO against what it stands in for: on the whole
+// corpus, hf's ratios fitted from its reserved and nvidia-smi figures against
+// their estimates agree with those of its same-run pairs (1.15 against 1.21
+// on one GPU, 1.30 against 1.32 sharded), so holding the pairs out changes the
+// method's source, not what it measures.
+TEST_F(PeakCorpusTest, RatiosFromFiguresAgreeWithThoseOfTheSameRunPairs) {
+  const Fit fit = fit_ratios(points_);
+  for (int kind = 0; kind < 2; ++kind) {
+    std::size_t figures = 0;
+    const double from_figures = ratio_from_figures(points_, "", dsl::Runtime::kHf, kind, figures);
+    const double from_pairs = fit.ratios.at(dsl::Runtime::kHf)[kind];
+    std::printf("hf %-9s from %3zu figures %.3f, from %2zu pairs %.3f\n", kind ? "sharded" : "one GPU", figures,
+                from_figures, fit.pairs.at(dsl::Runtime::kHf)[kind], from_pairs);
+    EXPECT_GE(figures, 30u);
+    EXPECT_NEAR(from_figures / from_pairs, 1.0, 0.06) << (kind ? "sharded" : "one GPU");
+  }
+}
+
 struct Miss {
   const Point* p;
   double error;
@@ -457,7 +509,7 @@ struct Loso {
 };
 
 // Each origin's points predicted with the ratios fitted without it.
-Loso leave_one_source_out(const std::vector<Point>& points, bool strict) {
+Loso leave_one_source_out(const std::vector<Point>& points, NoPairLeft fallback) {
   std::set<std::string> origins;
   for (const Point& p : points)
     origins.insert(p.origin);
@@ -465,7 +517,7 @@ Loso leave_one_source_out(const std::vector<Point>& points, bool strict) {
   Loso out;
   std::vector<double> single, multi;
   for (const std::string& origin : origins) {
-    const Fit fit = fit_ratios(points, origin, strict);
+    const Fit fit = fit_ratios(points, origin, fallback);
     Loso::Row row;
     row.origin = origin;
     row.hf = fit.ratios.at(dsl::Runtime::kHf);
@@ -473,8 +525,16 @@ Loso leave_one_source_out(const std::vector<Point>& points, bool strict) {
       for (int kind = 0; kind < 2; ++kind) {
         const std::size_t left = fit.pairs.count(rt) ? fit.pairs.at(rt)[kind] : 0;
         if (n[kind] > 0 && left == 0) {
-          row.leak += std::string(" [") + dsl::to_string(rt) + (kind ? " sharded" : " one GPU") + ": no pair left, " +
-                      (strict ? "borrowed 1.08]" : "profile's value, fitted on this origin]");
+          row.leak += std::string(" [") + dsl::to_string(rt) + (kind ? " sharded" : " one GPU") + ": no pair left, ";
+          if (fallback == NoPairLeft::kProfile) {
+            row.leak += "profile's value, fitted on this origin]";
+          } else {
+            const std::size_t figures = fit.figures.count(rt) ? fit.figures.at(rt)[kind] : 0;
+            char text[96];
+            std::snprintf(text, sizeof text, "%.3f from %zu figures against their estimates]", fit.ratios.at(rt)[kind],
+                          figures);
+            row.leak += figures > 0 ? text : "borrowed 1.08]";
+          }
         }
       }
     }
@@ -519,15 +579,23 @@ void print_rows(const Loso& l) {
 }
 
 TEST_F(PeakCorpusTest, LeaveOneSourceOut) {
-  const Loso loso = leave_one_source_out(points_, /*strict=*/false);
+  const Loso loso = leave_one_source_out(points_, NoPairLeft::kProfile);
   std::printf("leave-one-source-out (a runtime with no pair left keeps runtime_profile.cpp's ratio):\n");
   print_rows(loso);
   // The same where a ratio whose pairs all came from the held-out origin
-  // falls back to the borrowed 1.08 instead (fms-acceleration gives every
-  // hf pair): nothing of an origin reaches its own prediction.
-  const Loso strict = leave_one_source_out(points_, /*strict=*/true);
-  std::printf("strict leave-one-source-out (no pair left: the borrowed %.2f):\n", kBorrowedRatio);
+  // (fms-acceleration gives every hf pair) is fitted from the other origins'
+  // reserved and nvidia-smi figures against their estimates: nothing of an
+  // origin reaches its own prediction.
+  const Loso strict = leave_one_source_out(points_, NoPairLeft::kFigures);
+  std::printf("strict leave-one-source-out (no pair left: fitted from the other origins' figures):\n");
   print_rows(strict);
+  // And with the borrowed 1.08 there, as strict LOSO was until 2026-12-02.
+  const Loso borrowed = leave_one_source_out(points_, NoPairLeft::kBorrowed);
+  std::printf(
+      "strict leave-one-source-out with the borrowed %.2f instead: one GPU median %.1f%%, p90 %.1f%%; several "
+      "GPUs median %.1f%%, p90 %.1f%%\n",
+      kBorrowedRatio, 100 * borrowed.one.median, 100 * borrowed.one.p90, 100 * borrowed.several.median,
+      100 * borrowed.several.p90);
 
   std::printf("largest LOSO misses:\n");
   for (std::size_t i = 0; i < std::min<std::size_t>(10, loso.misses.size()); ++i) {
@@ -579,7 +647,7 @@ TEST_F(PeakCorpusTest, LeaveOneSourceOut) {
 // widest row. The test prints the table as headroom.cpp should hold it.
 TEST_F(PeakCorpusTest, HeadroomByKindCoversItsHeldOutUnderEstimates) {
   constexpr std::size_t kMinPoints = 3;
-  const Loso loso = leave_one_source_out(points_, /*strict=*/false);
+  const Loso loso = leave_one_source_out(points_, NoPairLeft::kProfile);
   struct Kind {
     std::vector<double> under;
     double required = 0;
