@@ -1,9 +1,10 @@
 // The runner's fused CPU kernels (runner/torch/fused_ops.h, the fused AdamW
-// pass of optimizer.h, bf16 linear layers through fp32 of half_matmul.h)
-// against what LibTorch itself offers for the same math
-// on this torch, side by side in one run: forward + backward time of each op
-// at the shapes of bench/runner_vs_python.sh's model, in bf16 and fp32, and
-// an AdamW step over that model's parameters. A fused kernel earns its place
+// pass of optimizer.h and its 8-bit form of adamw_8bit.h, bf16 linear
+// layers through fp32 of half_matmul.h) against what LibTorch itself offers
+// for the same math on this torch, side by side in one run: forward +
+// backward time of each op at the shapes of bench/runner_vs_python.sh's
+// model, in bf16 and fp32, and an AdamW step (and an 8-bit one) over that
+// model's parameters. A fused kernel earns its place
 // only where it is measured faster than the best ATen form; the table says
 // which.
 //   build/bin/fused_ops_bench [--threads N] [--reps N]
@@ -16,6 +17,7 @@
 #include <functional>
 #include <string>
 
+#include "runner/torch/adamw_8bit.h"
 #include "runner/torch/fused_ops.h"
 #include "runner/torch/half_matmul.h"
 #include "runner/torch/optimizer.h"
@@ -167,6 +169,30 @@ int main(int argc, char** argv) {
         }
       }, reps);
       row("adamw_step", dn, "at::_fused_adamw_ (fp32 master)", fused, aten);
+      // The 8-bit AdamW update of the same parameters (fp32 targets: the
+      // master weights in bf16), fused against the same update in ATen ops.
+      std::vector<Tensor> fused_targets, composed_targets;
+      std::vector<tailor::runner::Adam8bitState> fused_states, composed_states;
+      for (const Tensor& p : params) {
+        fused_targets.push_back(p.detach().to(torch::kFloat32));
+        composed_targets.push_back(fused_targets.back().clone());
+        fused_states.push_back(tailor::runner::make_adam8bit_state(p.numel()));
+        composed_states.push_back(tailor::runner::make_adam8bit_state(p.numel()));
+      }
+      const tailor::runner::AdamUpdate u{1e-4, 0.9, 0.95, 1e-8, 0.1, 0.05, 1.0};
+      const double fused8 = time_ms(
+          [&] {
+            for (std::size_t i = 0; i < params.size(); ++i)
+              tailor::runner::adam8bit_update(fused_targets[i], params[i].grad(), fused_states[i], u);
+          },
+          reps);
+      const double composed8 = time_ms(
+          [&] {
+            for (std::size_t i = 0; i < params.size(); ++i)
+              tailor::runner::adam8bit_update_composed(composed_targets[i], params[i].grad(), composed_states[i], u);
+          },
+          reps);
+      row("adamw_8bit", dn, "the same update in ATen ops", fused8, composed8);
     }
   }
   return 0;

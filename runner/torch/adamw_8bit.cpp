@@ -1,7 +1,15 @@
 #include "runner/torch/adamw_8bit.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "runner/torch/kernels.h"
 
 namespace tailor::runner {
 namespace {
@@ -10,6 +18,7 @@ namespace {
 // peak is the product; large on accelerators, where launches cost time.
 constexpr std::int64_t kCpuChunkBlocks = 16;
 constexpr std::int64_t kDeviceChunkBlocks = 512;
+static_assert(kAdamw8bitBlockSize <= kernels::kAdamw8bitMaxBlock);
 
 }  // namespace
 
@@ -27,7 +36,93 @@ Adam8bitState make_adam8bit_state(std::int64_t numel, torch::Device device) {
   return s;
 }
 
-void adam8bit_update(torch::Tensor& target, const torch::Tensor& grad, Adam8bitState& st, const AdamUpdate& u) {
+namespace {
+
+// Each map's bounds padded for kernels::adamw_8bit and their bucket_index,
+// built once.
+struct EncoderTable {
+  std::vector<float> bounds;
+  std::vector<std::uint8_t> index;
+};
+
+const EncoderTable& encoder_table(bool is_signed) {
+  static const auto kTables = [] {
+    std::array<EncoderTable, 2> t;
+    for (const bool s : {false, true}) {
+      const torch::Tensor b = dynamic_map_bounds(s);
+      t[s].bounds.assign(b.data_ptr<float>(), b.data_ptr<float>() + b.numel());
+      t[s].bounds.resize(t[s].bounds.size() + kernels::kBucketSteps + 1, std::numeric_limits<float>::infinity());
+      t[s].index.resize(kernels::kBucketIndexSize);
+      const int widest = kernels::bucket_index(t[s].bounds.data(), t[s].index.data());
+      TORCH_CHECK(widest <= kernels::kBucketSteps, "8-bit AdamW: a table span holds ", widest, " bounds");
+    }
+    return t;
+  }();
+  return kTables[is_signed];
+}
+
+bool fused_update(torch::Tensor& target, const torch::Tensor& grad, Adam8bitState& st, const AdamUpdate& u) {
+  using F = torch::ScalarType;
+  const auto dtype = [](const torch::Tensor& t, F f) { return t.scalar_type() == f && t.is_contiguous(); };
+  const torch::Tensor* all[] = {&target, &grad, &st.m.codes, &st.m.absmax, &st.v.codes, &st.v.absmax};
+  if (std::ranges::any_of(all, [](const torch::Tensor* t) { return !t->is_cpu() || !t->is_contiguous(); }))
+    return false;
+  const std::int64_t n = target.numel(), bs = kAdamw8bitBlockSize, nb = st.m.absmax.numel();
+  kernels::Adamw8bitArgs a{};
+  a.beta1 = static_cast<float>(u.beta1);
+  a.beta2 = static_cast<float>(u.beta2);
+  a.eps = static_cast<float>(u.eps);
+  a.step_size = static_cast<float>(u.lr / u.bias_correction1);
+  a.sqrt_bc2 = static_cast<float>(std::sqrt(u.bias_correction2));
+  a.grad_scale = static_cast<float>(u.grad_scale);
+  a.map_m = dynamic_map(true).data_ptr<float>();
+  a.bounds_m = encoder_table(true).bounds.data();
+  a.map_v = dynamic_map(false).data_ptr<float>();
+  a.bounds_v = encoder_table(false).bounds.data();
+  a.index_m = encoder_table(true).index.data();
+  a.index_v = encoder_table(false).index.data();
+  std::uint8_t* cm = st.m.codes.data_ptr<std::uint8_t>();
+  std::uint8_t* cv = st.v.codes.data_ptr<std::uint8_t>();
+  float* am = st.m.absmax.data_ptr<float>();
+  float* av = st.v.absmax.data_ptr<float>();
+  std::function<void(std::int64_t, std::int64_t)> run;
+  if (dtype(target, F::Float) && dtype(grad, F::Float)) {
+    run = [&](std::int64_t b0, std::int64_t b1) {
+      kernels::adamw_8bit(target.data_ptr<float>(), grad.data_ptr<float>(), cm, am, cv, av, n, bs, b0, b1, a);
+    };
+  } else if (dtype(target, F::Float) && dtype(grad, F::BFloat16)) {
+    run = [&](std::int64_t b0, std::int64_t b1) {
+      kernels::adamw_8bit(target.data_ptr<float>(), reinterpret_cast<const kernels::bf16*>(grad.data_ptr()), cm, am, cv,
+                          av, n, bs, b0, b1, a);
+    };
+  } else if (dtype(target, F::BFloat16) && dtype(grad, F::BFloat16)) {
+    run = [&](std::int64_t b0, std::int64_t b1) {
+      kernels::adamw_8bit(reinterpret_cast<kernels::bf16*>(target.data_ptr()),
+                          reinterpret_cast<const kernels::bf16*>(grad.data_ptr()), cm, am, cv, av, n, bs, b0, b1, a);
+    };
+  } else {
+    return false;
+  }
+  // A fixed grain: results do not depend on the thread count (each block is
+  // independent anyway).
+  at::parallel_for(0, nb, 8, run);
+  return true;
+}
+
+}  // namespace
+
+bool adam8bit_update(torch::Tensor& target, const torch::Tensor& grad, Adam8bitState& st, const AdamUpdate& u) {
+  torch::NoGradGuard no_grad;
+  const std::int64_t n = target.numel();
+  TORCH_CHECK(grad.numel() == n && st.m.codes.numel() == n && st.v.codes.numel() == n,
+              "adam8bit_update: parameter, gradient and state sizes differ");
+  if (fused_update(target, grad, st, u)) return true;
+  adam8bit_update_composed(target, grad, st, u);
+  return false;
+}
+
+void adam8bit_update_composed(torch::Tensor& target, const torch::Tensor& grad, Adam8bitState& st,
+                              const AdamUpdate& u) {
   torch::NoGradGuard no_grad;
   const std::int64_t n = target.numel(), bs = kAdamw8bitBlockSize, nb = st.m.absmax.numel();
   TORCH_CHECK(grad.numel() == n && st.m.codes.numel() == n && st.v.codes.numel() == n,

@@ -48,6 +48,17 @@ struct AdamUpdate {
 // element of a chunk, 32768 elements on the CPU (under 1 MiB, so the
 // update adds next to nothing to the peak), 2^20 on accelerators, where
 // each chunk costs kernel launches.
-void adam8bit_update(torch::Tensor& target, const torch::Tensor& grad, Adam8bitState& state, const AdamUpdate& u);
+// On the CPU, with target and gradient fp32 or bf16 (not an fp32 gradient for
+// a bf16 target), one fused pass per block on LibTorch's threads
+// (kernels::adamw_8bit): no temporaries. Elsewhere, and for other dtypes,
+// adam8bit_update_composed. Returns whether the fused pass ran.
+bool adam8bit_update(torch::Tensor& target, const torch::Tensor& grad, Adam8bitState& state, const AdamUpdate& u);
+
+// The same update in ATen ops over chunks of blocks, on any device: the
+// fused pass's reference (tests/runner/torch/quant_test.cpp). Equal to it
+// but for rounding: fp32 operations in another order, and a bf16 target
+// rounded once instead of its update first.
+void adam8bit_update_composed(torch::Tensor& target, const torch::Tensor& grad, Adam8bitState& state,
+                              const AdamUpdate& u);
 
 }  // namespace tailor::runner

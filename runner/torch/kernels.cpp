@@ -202,6 +202,64 @@ TAILOR_INLINE void adamw_loop(P* p, S* m, S* v, const G* grad, std::int64_t n, c
   }
 }
 
+// A float's bits as an unsigned integer in the floats' order.
+TAILOR_INLINE std::uint32_t ordered_bits(float x) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+}
+
+// The number of the 255 ascending bounds below x: the table's count for x's
+// top 16 ordered bits, then the bounds within that span stepped over (at
+// most kBucketSteps; the +inf past the end stops the last). A loop that
+// usually stops at once: 1.8x faster here than a fixed kBucketSteps steps.
+TAILOR_INLINE std::uint8_t bucket(const float* bounds, const std::uint8_t* index, float x) {
+  std::int32_t pos = index[ordered_bits(x) >> 16];
+  while (bounds[pos] < x)
+    ++pos;
+  return static_cast<std::uint8_t>(pos);
+}
+
+// One block in three passes over L1-resident scratch: decode and update
+// (vectorizable but for the map gathers), the absmaxes, then encode.
+template <class P, class G>
+TAILOR_INLINE void adamw_8bit_blocks(P* __restrict p, const G* __restrict grad, std::uint8_t* __restrict cm,
+                                     float* __restrict am, std::uint8_t* __restrict cv, float* __restrict av,
+                                     std::int64_t n, std::int64_t block, std::int64_t b0, std::int64_t b1,
+                                     const Adamw8bitArgs& a) {
+  const float b1f = a.beta1, b2f = a.beta2, c1 = 1.0f - a.beta1, c2 = 1.0f - a.beta2;
+  const float scale = a.grad_scale, step = a.step_size, sqrt_bc2 = a.sqrt_bc2, eps = a.eps;
+  const float* __restrict map_m = a.map_m, * __restrict map_v = a.map_v;
+  alignas(64) float m[kAdamw8bitMaxBlock];
+  alignas(64) float v[kAdamw8bitMaxBlock];
+  for (std::int64_t b = b0; b < b1; ++b) {
+    const std::int64_t e0 = b * block, len = std::min(block, n - e0);
+    const float sm = am[b], sv = av[b];
+    for (std::int64_t k = 0; k < len; ++k) {
+      const float g = ld(grad[e0 + k]) * scale;
+      const float mk = b1f * (map_m[cm[e0 + k]] * sm) + c1 * g;
+      const float vk = b2f * (map_v[cv[e0 + k]] * sv) + c2 * g * g;
+      float pk = ld(p[e0 + k]);
+      pk -= step * mk / (std::sqrt(vk) / sqrt_bc2 + eps);
+      st(p[e0 + k], pk);
+      m[k] = mk;
+      v[k] = vk;
+    }
+    float mmax = 0, vmax = 0;
+    for (std::int64_t k = 0; k < len; ++k) {
+      mmax = std::max(mmax, std::fabs(m[k]));
+      vmax = std::max(vmax, std::fabs(v[k]));
+    }
+    mmax = mmax == 0 ? 1.0f : mmax;
+    vmax = vmax == 0 ? 1.0f : vmax;
+    for (std::int64_t k = 0; k < len; ++k) {
+      cm[e0 + k] = bucket(a.bounds_m, a.index_m, m[k] / mmax);
+      cv[e0 + k] = bucket(a.bounds_v, a.index_v, v[k] / vmax);
+    }
+    am[b] = mmax;
+    av[b] = vmax;
+  }
+}
+
 template <class T>
 TAILOR_INLINE double sum_sq(const T* x, std::int64_t n) {
   double s = 0;
@@ -284,6 +342,38 @@ TAILOR_KERNEL void adamw(float* p, float* m, float* v, const bf16* grad, std::in
 }
 TAILOR_KERNEL void adamw(bf16* p, bf16* m, bf16* v, const bf16* grad, std::int64_t n, const AdamWArgs& a) {
   adamw_loop(p, m, v, grad, n, a, nullptr);
+}
+
+int bucket_index(const float* bounds, std::uint8_t* index) {
+  std::int32_t below = 0, widest = 0;
+  for (std::int64_t k = 0; k < kBucketIndexSize; ++k) {
+    // Bounds whose ordered bits fall under the first float of this k.
+    const std::uint32_t first = static_cast<std::uint32_t>(k) << 16;
+    const std::int32_t before = below;
+    while (below < 255 && ordered_bits(bounds[below]) < first)
+      ++below;
+    index[k] = static_cast<std::uint8_t>(below);
+    if (k > 0) widest = std::max(widest, below - before);
+  }
+  return std::max(widest, 255 - below);
+}
+
+std::uint8_t bounds_below(const float* bounds, const std::uint8_t* index, float x) { return bucket(bounds, index, x); }
+
+TAILOR_KERNEL void adamw_8bit(float* p, const float* grad, std::uint8_t* codes_m, float* absmax_m,
+                              std::uint8_t* codes_v, float* absmax_v, std::int64_t n, std::int64_t block,
+                              std::int64_t b0, std::int64_t b1, const Adamw8bitArgs& a) {
+  adamw_8bit_blocks(p, grad, codes_m, absmax_m, codes_v, absmax_v, n, block, b0, b1, a);
+}
+TAILOR_KERNEL void adamw_8bit(float* p, const bf16* grad, std::uint8_t* codes_m, float* absmax_m, std::uint8_t* codes_v,
+                              float* absmax_v, std::int64_t n, std::int64_t block, std::int64_t b0, std::int64_t b1,
+                              const Adamw8bitArgs& a) {
+  adamw_8bit_blocks(p, grad, codes_m, absmax_m, codes_v, absmax_v, n, block, b0, b1, a);
+}
+TAILOR_KERNEL void adamw_8bit(bf16* p, const bf16* grad, std::uint8_t* codes_m, float* absmax_m, std::uint8_t* codes_v,
+                              float* absmax_v, std::int64_t n, std::int64_t block, std::int64_t b0, std::int64_t b1,
+                              const Adamw8bitArgs& a) {
+  adamw_8bit_blocks(p, grad, codes_m, absmax_m, codes_v, absmax_v, n, block, b0, b1, a);
 }
 
 TAILOR_KERNEL double sum_squares(const float* x, std::int64_t n) { return sum_sq(x, n); }

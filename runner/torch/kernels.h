@@ -80,6 +80,44 @@ void adamw(float* p, float* m, float* v, const bf16* grad, std::int64_t n, const
 // Pure bf16: parameter, gradient and both moments bf16.
 void adamw(bf16* p, bf16* m, bf16* v, const bf16* grad, std::int64_t n, const AdamWArgs& a);
 
+// ---- 8-bit AdamW (Dettmers et al. 2022), one pass per block ----------------
+// Both moments stored block-wise in one-byte codes of a 256-value map with an
+// fp32 absmax per block (adamw_8bit.h). For the blocks [b0, b1) of `block`
+// elements (the last ends at n): the moments decoded (map[code] * absmax),
+// the AdamW update of kernels::adamw without weight decay (the caller's),
+// then each block's new moments encoded again: absmax = max |x| (1 where all
+// are 0) and code = the number of `bounds` below x / absmax (the nearest map
+// value; torch.bucketize's). maps: 256 fp32 ascending; bounds: their 255
+// midpoints; index: bucket_index of the bounds. block <= kAdamw8bitMaxBlock.
+inline constexpr std::int64_t kAdamw8bitMaxBlock = 4096;
+struct Adamw8bitArgs {
+  float beta1, beta2, eps, step_size, sqrt_bc2, grad_scale;
+  const float *map_m, *bounds_m, *map_v, *bounds_v;
+  const std::uint8_t *index_m, *index_v;
+};
+// A search table over 255 ascending bounds (none of them zero), so that
+// finding how many lie below x costs a lookup and at most kBucketSteps
+// steps instead of eight dependent compares: for each of the 65536 values k
+// of the top 16 bits of a float's bits in order (sign flipped, negatives
+// inverted), the number of bounds below every float of that k
+// (kBucketIndexSize entries). `bounds` as the kernel reads them: the 255
+// then kBucketSteps + 1 of +inf. Returns the most bounds one k spans,
+// which must not exceed kBucketSteps (the dynamic maps': 2).
+inline constexpr std::int64_t kBucketIndexSize = 65536;
+inline constexpr int kBucketSteps = 3;
+int bucket_index(const float* bounds, std::uint8_t* index);
+// The number of bounds below x through such a table, as adamw_8bit counts it.
+std::uint8_t bounds_below(const float* bounds, const std::uint8_t* index, float x);
+void adamw_8bit(float* p, const float* grad, std::uint8_t* codes_m, float* absmax_m, std::uint8_t* codes_v,
+                float* absmax_v, std::int64_t n, std::int64_t block, std::int64_t b0, std::int64_t b1,
+                const Adamw8bitArgs& a);
+void adamw_8bit(float* p, const bf16* grad, std::uint8_t* codes_m, float* absmax_m, std::uint8_t* codes_v,
+                float* absmax_v, std::int64_t n, std::int64_t block, std::int64_t b0, std::int64_t b1,
+                const Adamw8bitArgs& a);
+void adamw_8bit(bf16* p, const bf16* grad, std::uint8_t* codes_m, float* absmax_m, std::uint8_t* codes_v,
+                float* absmax_v, std::int64_t n, std::int64_t block, std::int64_t b0, std::int64_t b1,
+                const Adamw8bitArgs& a);
+
 // Sum of squares in double (the global gradient norm).
 double sum_squares(const float* x, std::int64_t n);
 double sum_squares(const bf16* x, std::int64_t n);

@@ -63,6 +63,7 @@ const torch::Tensor& bounds(const torch::Tensor& map) {
 }  // namespace
 
 const torch::Tensor& dynamic_map(bool is_signed) { return tables(is_signed).map; }
+const torch::Tensor& dynamic_map_bounds(bool is_signed) { return tables(is_signed).bounds; }
 
 std::int64_t Blockwise8::bytes() const {
   return static_cast<std::int64_t>(codes.nbytes()) + static_cast<std::int64_t>(absmax.nbytes());

@@ -19,6 +19,9 @@ namespace tailor::runner {
 // fp32, on the CPU. Signed: sign + 7 bits, 0 and 1 included; unsigned: no
 // sign bit, one more fraction bit per exponent. Cached: cheap to call.
 const torch::Tensor& dynamic_map(bool is_signed);
+// Its 255 midpoints between neighbours, fp32 on the CPU: the nearest map
+// value of x is the number of them below x (torch.bucketize).
+const torch::Tensor& dynamic_map_bounds(bool is_signed);
 
 // A tensor quantised block-wise to 8-bit codes.
 struct Blockwise8 {

@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <limits>
+#include <vector>
 
 #include "runner/torch/adamw_8bit.h"
+#include "runner/torch/kernels.h"
 #include "runner/torch/nf4.h"
 #include "runner/torch/optimizer.h"
 #include "runner/torch/quant8.h"
@@ -240,6 +244,80 @@ TEST(Adamw8bitTest, StateTensorsRestoreTheSameTrajectory) {
   EXPECT_TRUE(torch::equal(p1, p2));
   // A mismatched layout is refused rather than misread.
   EXPECT_FALSE(b.load_state_tensors({saved[0], saved[1], saved[2]}, 1));
+}
+
+// The fused pass encodes through a lookup table and a step or two
+// (kernels::bucket_index): the same code as torch.bucketize for every bound,
+// the floats either side of each, every map value and values of every
+// magnitude and sign.
+TEST(Adamw8bitTest, TheEncodersTableCountsTheBoundsBelowAsBucketizeDoes) {
+  for (const bool is_signed : {true, false}) {
+    const torch::Tensor bounds = dynamic_map_bounds(is_signed);
+    std::vector<float> padded(bounds.data_ptr<float>(), bounds.data_ptr<float>() + bounds.numel());
+    padded.resize(padded.size() + kernels::kBucketSteps + 1, std::numeric_limits<float>::infinity());
+    std::vector<std::uint8_t> index(kernels::kBucketIndexSize);
+    // The densest span (the unsigned map's top octave) within the kernel's fixed steps.
+    EXPECT_LE(kernels::bucket_index(padded.data(), index.data()), kernels::kBucketSteps);
+    std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -2.0f, 1e-30f, -1e-30f};
+    for (std::int64_t i = 0; i < bounds.numel(); ++i) {
+      const float b = bounds[i].item<float>();
+      xs.insert(xs.end(), {b, std::nextafter(b, 2.0f), std::nextafter(b, -2.0f)});
+    }
+    for (std::int64_t i = 0; i < 256; ++i)
+      xs.push_back(dynamic_map(is_signed)[i].item<float>());
+    torch::manual_seed(11);
+    const torch::Tensor random = torch::randn({200000}) * torch::pow(10.0, torch::rand({200000}) * -9);
+    xs.insert(xs.end(), random.data_ptr<float>(), random.data_ptr<float>() + random.numel());
+    const torch::Tensor x = torch::tensor(xs);
+    const torch::Tensor expected = torch::bucketize(x, bounds, /*out_int32=*/true);
+    std::int64_t wrong = 0;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      wrong += kernels::bounds_below(padded.data(), index.data(), xs[i]) != expected[i].item<int>();
+    }
+    EXPECT_EQ(wrong, 0) << (is_signed ? "signed" : "unsigned") << " map, " << xs.size() << " values";
+  }
+}
+
+// The fused CPU pass (kernels::adamw_8bit) against the same update in ATen
+// ops, step after step from the same start: a partial last block, a
+// gradient scale, and each dtype pair the trainer hands it.
+TEST(Adamw8bitTest, FusedPassMatchesTheComposedUpdate) {
+  struct Case {
+    torch::ScalarType target, grad;
+  };
+  for (const Case c : {Case{torch::kFloat32, torch::kFloat32}, Case{torch::kFloat32, torch::kBFloat16},
+                       Case{torch::kBFloat16, torch::kBFloat16}}) {
+    SCOPED_TRACE(std::string(c10::toString(c.target)) + " target, " + c10::toString(c.grad) + " gradient");
+    torch::manual_seed(4);
+    const std::int64_t n = 5 * kAdamw8bitBlockSize + 777;
+    torch::Tensor fused = torch::randn({n}).to(c.target), composed = fused.clone();
+    Adam8bitState sf = make_adam8bit_state(n), sc = make_adam8bit_state(n);
+    for (int t = 1; t <= 6; ++t) {
+      // Gradients of several scales per block, so that the maps' fine ends are used.
+      const torch::Tensor g = (torch::randn({n}) * torch::rand({n}).pow(4)).to(c.grad);
+      const AdamUpdate u{1e-2, 0.9, 0.999, 1e-8, 1 - std::pow(0.9, t), 1 - std::pow(0.999, t), t == 3 ? 0.5 : 1.0};
+      EXPECT_TRUE(adam8bit_update(fused, g, sf, u));
+      adam8bit_update_composed(composed, g, sc, u);
+    }
+    // fp32: the same operations in another order; bf16: one rounding instead of two.
+    const double tol = c.target == torch::kFloat32 ? 1e-5 : 1e-2;
+    EXPECT_TRUE(torch::allclose(fused.to(torch::kFloat32), composed.to(torch::kFloat32), tol, tol));
+    // Where v decodes to 0 and m does not, the update is m / eps in both: a
+    // rounding of m is multiplied by 1e8, so compare relative to the value.
+    const torch::Tensor f32 = fused.to(torch::kFloat32), c32 = composed.to(torch::kFloat32);
+    std::printf("%s target, %s gradient: max |fused - composed| / max(|composed|, 1) %.3g; codes differing",
+                c10::toString(c.target), c10::toString(c.grad),
+                ((f32 - c32).abs() / c32.abs().clamp_min(1)).max().item<double>());
+    for (const auto& [f, r] : {std::pair{&sf.m, &sc.m}, std::pair{&sf.v, &sc.v}}) {
+      EXPECT_TRUE(torch::allclose(f->absmax, r->absmax, 1e-4, 0));
+      // A code differs only where a value sits within rounding of a midpoint, and then by one.
+      const torch::Tensor d = (f->codes.to(torch::kInt32) - r->codes.to(torch::kInt32)).abs();
+      EXPECT_LE(d.max().item<int>(), 1);
+      EXPECT_LT(d.sum().item<double>(), 1e-3 * static_cast<double>(n));
+      std::printf(" %lld", static_cast<long long>(d.gt(0).sum().item<std::int64_t>()));
+    }
+    std::printf(" of %lld\n", static_cast<long long>(n));
+  }
 }
 
 }  // namespace
