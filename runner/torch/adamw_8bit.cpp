@@ -63,7 +63,7 @@ const EncoderTable& encoder_table(bool is_signed) {
 
 bool fused_update(torch::Tensor& target, const torch::Tensor& grad, Adam8bitState& st, const AdamUpdate& u) {
   using F = torch::ScalarType;
-  const auto dtype = [](const torch::Tensor& t, F f) { return t.scalar_type() == f && t.is_contiguous(); };
+  const auto dtype = [](const torch::Tensor& t, F f) { return t.scalar_type() == f; };
   const torch::Tensor* all[] = {&target, &grad, &st.m.codes, &st.m.absmax, &st.v.codes, &st.v.absmax};
   if (std::ranges::any_of(all, [](const torch::Tensor* t) { return !t->is_cpu() || !t->is_contiguous(); }))
     return false;
@@ -75,12 +75,13 @@ bool fused_update(torch::Tensor& target, const torch::Tensor& grad, Adam8bitStat
   a.step_size = static_cast<float>(u.lr / u.bias_correction1);
   a.sqrt_bc2 = static_cast<float>(std::sqrt(u.bias_correction2));
   a.grad_scale = static_cast<float>(u.grad_scale);
+  const EncoderTable &table_m = encoder_table(true), &table_v = encoder_table(false);
   a.map_m = dynamic_map(true).data_ptr<float>();
-  a.bounds_m = encoder_table(true).bounds.data();
+  a.bounds_m = table_m.bounds.data();
+  a.index_m = table_m.index.data();
   a.map_v = dynamic_map(false).data_ptr<float>();
-  a.bounds_v = encoder_table(false).bounds.data();
-  a.index_m = encoder_table(true).index.data();
-  a.index_v = encoder_table(false).index.data();
+  a.bounds_v = table_v.bounds.data();
+  a.index_v = table_v.index.data();
   std::uint8_t* cm = st.m.codes.data_ptr<std::uint8_t>();
   std::uint8_t* cv = st.v.codes.data_ptr<std::uint8_t>();
   float* am = st.m.absmax.data_ptr<float>();

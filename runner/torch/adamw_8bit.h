@@ -44,10 +44,6 @@ struct AdamUpdate {
 // target -= lr * m_hat / (sqrt(v_hat) + eps) with the moments updated by
 // grad (same shape as target; any float dtype, read as fp32). target may be
 // any float dtype; it is updated in place. Weight decay is the caller's.
-// Works through chunks of blocks: fp32 temporaries of about 26 bytes per
-// element of a chunk, 32768 elements on the CPU (under 1 MiB, so the
-// update adds next to nothing to the peak), 2^20 on accelerators, where
-// each chunk costs kernel launches.
 // On the CPU, with target and gradient fp32 or bf16 (not an fp32 gradient for
 // a bf16 target), one fused pass per block on LibTorch's threads
 // (kernels::adamw_8bit): no temporaries. Elsewhere, and for other dtypes,
@@ -57,7 +53,10 @@ bool adam8bit_update(torch::Tensor& target, const torch::Tensor& grad, Adam8bitS
 // The same update in ATen ops over chunks of blocks, on any device: the
 // fused pass's reference (tests/runner/torch/quant_test.cpp). Equal to it
 // but for rounding: fp32 operations in another order, and a bf16 target
-// rounded once instead of its update first.
+// rounded once instead of its update first. fp32 temporaries of about 26
+// bytes per element of a chunk: 32768 elements on the CPU (under 1 MiB, so
+// the update adds next to nothing to the peak), 2^20 on accelerators, where
+// each chunk costs kernel launches.
 void adam8bit_update_composed(torch::Tensor& target, const torch::Tensor& grad, Adam8bitState& state,
                               const AdamUpdate& u);
 
