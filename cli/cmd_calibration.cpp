@@ -24,8 +24,11 @@ and each run of `tailor run` measured against its plan's prediction, by
 machine (the GPU's name, or cpu and its processor), runtime and model family. Later plans for
 the same key multiply their peak estimates by the median measured/predicted
 ratio (never below 1, at most 1.5) and their speeds by the median speed
-ratio (0.2 to 5), and say so. tailord keeps its own store in its data folder
-(DATA_DIR/calibration.db: pass it as --calibration).
+ratio (0.2 to 5), and say so; only a key's newest 20 records count. A speed
+measured while other processes held more than a quarter of the cores the
+run needed (its contention) is left out of the speed factor: it says more
+about them than about the machine. tailord keeps its own store in its data
+folder (DATA_DIR/calibration.db: pass it as --calibration).
 
   show    the factors of each key, from how many runs, and (--output json)
           every record
@@ -62,6 +65,7 @@ int show(platform::CalibrationStore& store, const std::string& path, bool json, 
                              {"runtime", k.first.runtime},
                              {"family", k.first.family},
                              {"runs", c.runs},
+                             {"busy_runs", c.busy},
                              {"memory_factor", c.memory},
                              {"speed_factor", c.speed}});
     }
@@ -75,6 +79,7 @@ int show(platform::CalibrationStore& store, const std::string& path, bool json, 
                                 {"measured_peak_bytes", r.sample.measured_peak},
                                 {"predicted_tokens_per_second", r.sample.predicted_tokens_per_second},
                                 {"measured_tokens_per_second", r.sample.measured_tokens_per_second},
+                                {"contention", r.sample.contention},
                                 {"recorded_at", r.recorded_at}});
     }
     io.out << out.dump(2) << "\n";
@@ -87,15 +92,17 @@ int show(platform::CalibrationStore& store, const std::string& path, bool json, 
               "record here)\n";
     return kExitOk;
   }
-  std::vector<std::vector<std::string>> rows = {{"machine", "runtime", "family", "runs", "memory", "speed"}};
+  std::vector<std::vector<std::string>> rows = {{"machine", "runtime", "family", "runs", "busy", "memory", "speed"}};
   for (const auto& [text, k] : keys) {
     const strategies::Calibration c = strategies::fit_calibration(text, k.second);
     char mem[32], speed[32];
     std::snprintf(mem, sizeof mem, "x%.3f", c.memory);
     std::snprintf(speed, sizeof speed, "x%.3f", c.speed);
-    rows.push_back({k.first.machine, k.first.runtime, k.first.family, std::to_string(c.runs), mem, speed});
+    rows.push_back(
+        {k.first.machine, k.first.runtime, k.first.family, std::to_string(c.runs), std::to_string(c.busy), mem, speed});
   }
   io.out << format_columns(rows);
+  io.out << "busy: speeds measured while other processes held the cores, left out of the speed factor\n";
   return kExitOk;
 }
 

@@ -171,7 +171,12 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   if (const auto& c = plan.calibration) {
     out << "Calibrated: " << fmt("peak estimates x%.3f", c->memory) << " (" << plan.chosen.memory.calibrated.to_string()
         << " on this plan), " << fmt("speeds x%.3f", c->speed) << ", from " << c->runs
-        << (c->runs == 1 ? " run" : " runs") << " measured on " << c->key << " (tailor calibration show)\n";
+        << (c->runs == 1 ? " run" : " runs") << " measured on " << c->key;
+    if (c->busy > 0) {
+      out << "; the speeds of " << c->busy << (c->busy == 1 ? " run" : " runs")
+          << " left out, measured while other processes held the cores";
+    }
+    out << " (tailor calibration show)\n";
   }
   if (plan.probe_requested > 0) {
     out << "Probe: strategy.probe " << plan.probe_requested << ": ";

@@ -154,7 +154,9 @@ int run_run(const Argv& argv, Streams io) {
          << " estimated\n";
   if (plan.calibration) {
     io.err << "tailor run: calibrated from " << plan.calibration->runs << " runs on " << plan.calibration->key
-           << " (peak x" << plan.calibration->memory << ", speed x" << plan.calibration->speed << ")\n";
+           << " (peak x" << plan.calibration->memory << ", speed x" << plan.calibration->speed;
+    if (plan.calibration->busy > 0) io.err << "; " << plan.calibration->busy << " busy speeds left out";
+    io.err << ")\n";
   }
   if (!plan.probe_limited.empty()) io.err << "tailor run: strategy.probe: " << plan.probe_limited << "\n";
   io.err << "tailor run: writing to " << out.string() << "\n";

@@ -28,13 +28,19 @@ Calibration fit_calibration(const std::string& key, const std::vector<Calibratio
   Calibration c;
   c.key = key;
   std::vector<double> memory, speed;
-  for (const CalibrationSample& s : samples) {
+  const std::size_t first = samples.size() > kCalibrationWindow ? samples.size() - kCalibrationWindow : 0;
+  for (std::size_t i = first; i < samples.size(); ++i) {
+    const CalibrationSample& s = samples[i];
     if (s.predicted_peak > 0 && s.measured_peak > 0) memory.push_back(s.measured_peak / s.predicted_peak);
     if (s.predicted_tokens_per_second > 0 && s.measured_tokens_per_second > 0) {
-      speed.push_back(s.measured_tokens_per_second / s.predicted_tokens_per_second);
+      if (s.contention > kMaxSpeedContention) {
+        ++c.busy;
+      } else {
+        speed.push_back(s.measured_tokens_per_second / s.predicted_tokens_per_second);
+      }
     }
   }
-  c.runs = static_cast<int>(std::max(memory.size(), speed.size()));
+  c.runs = static_cast<int>(std::max(memory.size(), speed.size() + static_cast<std::size_t>(c.busy)));
   if (!memory.empty()) c.memory = std::clamp(median(memory), 1.0, kMaxMemoryFactor);
   if (!speed.empty()) c.speed = std::clamp(median(speed), kMinSpeedFactor, kMaxSpeedFactor);
   return c;

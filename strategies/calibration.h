@@ -6,6 +6,7 @@
 // read by the callers of plan_job.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -25,11 +26,23 @@ CalibrationKey calibration_key(const dsl::JobSpec& spec, const Hardware& hw);
 struct CalibrationSample {
   double predicted_peak = 0, measured_peak = 0;  // bytes per device
   double predicted_tokens_per_second = 0, measured_tokens_per_second = 0;
+  // The share of the cores the run needed that other processes held while
+  // its speed was measured (platform/cpu_contention.h); 0 when unknown.
+  double contention = 0;
 };
+
+// A speed measured with more contention than this is left out of the speed
+// factor (its peak still counts): a quarter of the cores it wanted went to
+// other processes, so it says more about them than about this machine.
+inline constexpr double kMaxSpeedContention = 0.25;
+// The factors come from a key's newest samples only: a faster runner, driver
+// or kernel makes older speeds stale.
+inline constexpr std::size_t kCalibrationWindow = 20;
 
 struct Calibration {
   std::string key;  // CalibrationKey::text()
   int runs = 0;     // samples behind the factors
+  int busy = 0;     // of those, speeds left out as measured on a busy machine
   // Estimates of peak memory times `memory`: the median of measured over
   // predicted, never below 1 (an over-estimate costs some speed, an
   // under-estimate an out-of-memory) and at most kMaxMemoryFactor.
@@ -42,8 +55,9 @@ inline constexpr double kMaxMemoryFactor = 1.5;
 inline constexpr double kMinSpeedFactor = 0.2;
 inline constexpr double kMaxSpeedFactor = 5.0;
 
-// The factors of `samples` (those with both figures of a kind count for
-// it); runs = 0 when there are none.
+// The factors of `samples`, oldest first: of the newest kCalibrationWindow,
+// those with both figures of a kind count for it, and for speed only those
+// measured with at most kMaxSpeedContention; runs = 0 when none counts.
 Calibration fit_calibration(const std::string& key, const std::vector<CalibrationSample>& samples);
 
 }  // namespace tailor::strategies

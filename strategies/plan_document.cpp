@@ -241,6 +241,7 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
     w.key("calibration").begin_object();
     w.field("key", plan.calibration->key);
     w.field("runs", static_cast<std::int64_t>(plan.calibration->runs));
+    w.field("busy_runs", static_cast<std::int64_t>(plan.calibration->busy));
     w.field("memory_factor", plan.calibration->memory);
     w.field("speed_factor", plan.calibration->speed);
     w.field("calibrated_bytes", plan.chosen.memory.calibrated.count());

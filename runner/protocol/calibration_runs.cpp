@@ -45,6 +45,7 @@ std::vector<CalibrationRun> probe_calibration(const std::string& probed_plan_jso
     r.sample.measured_peak = static_cast<double>(c.measured->peak_bytes);
     r.sample.predicted_tokens_per_second = c.predicted_tokens_per_second / ctx->speed;
     r.sample.measured_tokens_per_second = c.measured->tokens_per_second;
+    r.sample.contention = std::max(0.0, c.measured->contention);
     out.push_back(std::move(r));
   }
   return out;
@@ -56,7 +57,7 @@ std::optional<CalibrationRun> run_calibration(const std::string& plan_json,
   const auto ctx = plan_context(plan);
   if (!ctx) return std::nullopt;
   double peak = 0;
-  std::vector<double> speeds;
+  std::vector<double> speeds, contention;
   for (const std::string& line : metrics_lines) {
     const json m = json::parse(line, nullptr, false);
     if (!m.is_object() || m.value("rank", 0) != 0 || !m.contains("step")) continue;
@@ -65,6 +66,7 @@ std::optional<CalibrationRun> run_calibration(const std::string& plan_json,
     }
     if (m.value("step", 0) > 1 && m.contains("tokens_per_second") && m["tokens_per_second"].is_number()) {
       speeds.push_back(m["tokens_per_second"].get<double>());
+      if (m.contains("contention") && m["contention"].is_number()) contention.push_back(m["contention"].get<double>());
     }
   }
   if (speeds.empty() || peak <= 0) return std::nullopt;
@@ -78,6 +80,10 @@ std::optional<CalibrationRun> run_calibration(const std::string& plan_json,
   }
   r.sample.measured_peak = peak;
   r.sample.measured_tokens_per_second = speeds[speeds.size() / 2];
+  if (!contention.empty()) {
+    std::sort(contention.begin(), contention.end());
+    r.sample.contention = contention[contention.size() / 2];
+  }
   return r;
 }
 

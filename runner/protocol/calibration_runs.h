@@ -26,7 +26,8 @@ std::vector<CalibrationRun> probe_calibration(const std::string& probed_plan_jso
 
 // A finished run of `plan_json`: the plan's per-device peak and speed
 // against the highest peak and the median tokens/s of rank 0's steps after
-// the first (the first pays for warming up) in `metrics_lines`; nullopt
+// the first (the first pays for warming up) in `metrics_lines`, and the
+// median contention of those steps; nullopt
 // with fewer than two steps, or when the lines or plan cannot be read.
 std::optional<CalibrationRun> run_calibration(const std::string& plan_json,
                                               const std::vector<std::string>& metrics_lines);

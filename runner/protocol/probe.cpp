@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "core/units.h"
+#include "strategies/calibration.h"
 
 namespace tailor::runner {
 
@@ -53,6 +54,7 @@ json measurement_json(const ProbeMeasurement& m) {
               {"step_seconds", m.step_seconds},  {"peak_bytes", m.peak_bytes},
               {"budget_bytes", m.budget_bytes},  {"seconds", m.seconds}};
   if (m.reserved_bytes > 0) out["reserved_bytes"] = m.reserved_bytes;
+  if (m.contention >= 0) out["contention"] = m.contention;
   if (!m.message.empty()) out["message"] = m.message;
   return out;
 }
@@ -79,6 +81,7 @@ Result<ProbeMeasurement> measurement_from_json(const json& m, const std::string&
     pm.reserved_bytes = m.value("reserved_bytes", std::int64_t{0});
     pm.budget_bytes = m.at("budget_bytes").get<std::int64_t>();
     pm.seconds = m.at("seconds").get<double>();
+    pm.contention = m.value("contention", -1.0);
     pm.message = m.value("message", std::string());
   } catch (const json::exception& e) {
     return Status::invalid_argument(name + ": malformed measurement: " + e.what());
@@ -101,6 +104,9 @@ ProbeMeasurement combine_rank_measurements(const std::vector<std::optional<Probe
     out.peak_bytes = std::max(out.peak_bytes, m->peak_bytes);
     out.reserved_bytes = std::max(out.reserved_bytes, m->reserved_bytes);
     out.budget_bytes = std::max(out.budget_bytes, m->budget_bytes);
+    // The job's speed is its slowest rank's: the busiest rank says how
+    // busy the machine was.
+    out.contention = std::max(out.contention, m->contention);
   }
   if (all_fit) {
     out.outcome = Outcome::kFits;
@@ -204,6 +210,17 @@ std::string format_probe_table(const ProbeTable& t, bool on_gpu) {
     out += line;
     out += t.chosen >= 0 ? "training plan " + std::to_string(t.chosen + 1) + " (*), the fastest measured that fits\n"
                          : "no candidate fitted: the plan's own choice stays\n";
+    double busiest = -1;
+    for (const ProbeCandidate& c : t.candidates) {
+      if (c.measured) busiest = std::max(busiest, c.measured->contention);
+    }
+    if (busiest > strategies::kMaxSpeedContention) {
+      std::snprintf(line, sizeof line,
+                    "other processes held up to %.0f%% of the cores the steps needed: the speeds rank these "
+                    "candidates but will not calibrate later plans\n",
+                    100.0 * busiest);
+      out += line;
+    }
   }
   return out;
 }

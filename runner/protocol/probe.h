@@ -31,6 +31,11 @@ struct ProbeMeasurement {
   std::int64_t reserved_bytes = 0;  // the caching allocator's reserved peak on a GPU; 0 on the CPU
   std::int64_t budget_bytes = 0;    // the budget it ran under
   double seconds = 0;               // the whole probe of this candidate, loading included
+  // The share of the cores the timed steps needed that other processes
+  // held (platform/cpu_contention.h); -1 when not measured. A speed measured
+  // on a busy machine still ranks the candidates (all alike), but does not
+  // calibrate later plans.
+  double contention = -1;
   std::string message;              // why it failed or ran out of memory
 };
 const char* to_string(ProbeMeasurement::Outcome o);  // "fits", "out_of_memory", "failed"

@@ -257,8 +257,9 @@ class Run {
   Result<Update> update(std::int64_t step, Measured& memory);
   Status check_loss(std::int64_t step, double loss);
   Result<RankMemory> gather_memory(const Measured& mine);
+  // `contention`: platform/cpu_contention.h's over the step (-1 unknown).
   void write_metrics(std::int64_t step, double loss, const Update& u, const Pass& pass, std::int64_t target_tokens,
-                     double seconds, std::uint64_t sent, const RankMemory& memory,
+                     double seconds, double contention, std::uint64_t sent, const RankMemory& memory,
                      const std::optional<Evaluation>& eval);
   bool eval_due(std::int64_t step) const;
   Result<Evaluation> evaluate();
@@ -273,6 +274,9 @@ class Run {
   // run_preference.cpp
   // Preference training: each batch is pairs (chosen rows, then rejected).
   bool preference() const { return st_.pairs; }
+  // The cores a timed step needs to itself: LibTorch's threads on the CPU,
+  // the host thread feeding a GPU.
+  int timed_cores() const { return device_.cuda ? 1 : at::get_num_threads(); }
   bool reward() const { return dsl::scores_sequences(spec_.training.method); }
   // What the model reads of a pair batch: pair_input, or a reward model's
   // scored_rows.

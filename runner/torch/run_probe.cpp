@@ -2,6 +2,7 @@
 // metered (run.h's measure; probe_plans.cpp runs it for each candidate).
 #include <algorithm>
 
+#include "platform/cpu_contention.h"
 #include "runner/torch/data_parallel.h"
 #include "runner/torch/run.h"
 
@@ -16,6 +17,7 @@ void Run::measure(const ProbeTable& steps, ProbeMeasurement& out) {
   double timed_seconds = 0;
   std::int64_t timed = 0;
   std::vector<double> step_seconds, step_rates;  // each timed step's
+  platform::CpuTimes cpu0;                       // at the first timed step
   if (s.is_ok()) {
     s = guarded("probe: steps", [&]() -> Status {
       // Every micro-batch the longest: the peak and the speed of the
@@ -48,6 +50,7 @@ void Run::measure(const ProbeTable& steps, ProbeMeasurement& out) {
         // their launcher).
         if (world_ == 1 && stop_signalled()) return Status::cancelled("stopped by a signal");
         step_ = step;
+        if (step == warmup + 1) cpu0 = platform::read_cpu_times();
         const double start = now_seconds();
         TAILOR_ASSIGN_OR_RETURN(Pass pass, forward_backward(batch.mine, denom, nll_weight));
         TAILOR_ASSIGN_OR_RETURN(const Update u, update(step, pass.memory));
@@ -79,6 +82,7 @@ void Run::measure(const ProbeTable& steps, ProbeMeasurement& out) {
       return v[v.size() / 2];
     };
     out.outcome = ProbeMeasurement::Outcome::kFits;
+    out.contention = platform::contention_between(cpu0, platform::read_cpu_times(), timed_cores());
     out.step_seconds = median(step_seconds);
     out.tokens_per_second = median(step_rates);
     return;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <unistd.h>
 
+#include "platform/cpu_contention.h"
 #include "runner/loss_scaler.h"
 #include "runner/protocol/events.h"
 #include "runner/torch/cuda_kernels.h"
@@ -194,6 +195,7 @@ Status Run::probe() {
 
 Status Run::train_step(std::int64_t step) {
   const double t0 = now_seconds();
+  const platform::CpuTimes cpu0 = platform::read_cpu_times();
   const std::uint64_t sent_before = comm_ ? comm_->bytes_sent() : 0;
   const GlobalBatch batch = draw_global_batch();
   // Normalised by the whole global batch's target tokens, so accumulated
@@ -207,6 +209,7 @@ Status Run::train_step(std::int64_t step) {
   TAILOR_ASSIGN_OR_RETURN(const Update u, update(step, pass.memory));
   last_ = pass.memory;
   const double seconds = now_seconds() - t0;
+  const double contention = platform::contention_between(cpu0, platform::read_cpu_times(), timed_cores());
   tokens_this_run_ += pass.tokens;
   state_.tokens_seen += pass.tokens;
   const double loss = pass.loss_sum / denom;
@@ -219,7 +222,7 @@ Status Run::train_step(std::int64_t step) {
   }
   if (!metrics_) return Status::ok();
   const std::uint64_t sent = comm_ ? comm_->bytes_sent() - sent_before : 0;
-  write_metrics(step, loss, u, pass, batch.target_tokens, seconds, sent, memory, eval);
+  write_metrics(step, loss, u, pass, batch.target_tokens, seconds, contention, sent, memory, eval);
   if (eval) {
     event(events::kEval, [&](JsonWriter& ev) {
       ev.field("step", step).field("loss", eval->loss);
@@ -386,7 +389,7 @@ Result<Run::RankMemory> Run::gather_memory(const Measured& mine) {
 }
 
 void Run::write_metrics(std::int64_t step, double loss, const Update& u, const Pass& pass, std::int64_t target_tokens,
-                        double seconds, std::uint64_t sent, const RankMemory& memory,
+                        double seconds, double contention, std::uint64_t sent, const RankMemory& memory,
                         const std::optional<Evaluation>& eval) {
   JsonWriter w(0);
   w.begin_object().field("step", step).field("time", wall_seconds()).field("loss", loss).field("lr", u.lr);
@@ -397,6 +400,9 @@ void Run::write_metrics(std::int64_t step, double loss, const Update& u, const P
     w.field("mfu", pass.tokens / seconds * model_flops_per_token_ / (peak_flops_ * world_));
   }
   w.field("step_seconds", seconds).field("epoch", data_.train->epoch_progress()).field("skipped", u.skipped);
+  // Whether other processes slowed this step (the calibration store leaves
+  // busy steps' speeds out).
+  if (contention >= 0) w.field("contention", contention);
   if (preference()) write_preference(w, pass.preference, "");
   write_memory(w, memory.line());
   if (opt_->offloaded() || st_.activation_offload) {

@@ -473,6 +473,23 @@ TEST(CliBinaryTest, ProbesRecordCalibrationThatLaterPlansTake) {
     EXPECT_EQ(c["measured"]["outcome"], "fits") << c.dump();
     EXPECT_GT(c["measured"]["tokens_per_second"].get<double>(), 0) << c.dump();
     EXPECT_GT(c["measured"]["peak_bytes"].get<std::int64_t>(), 0) << c.dump();
+    // How busy the machine was while it was timed (how busy is the machine's say).
+    ASSERT_TRUE(c["measured"].contains("contention")) << c.dump();
+    EXPECT_GE(c["measured"]["contention"].get<double>(), 0.0) << c.dump();
+    EXPECT_LE(c["measured"]["contention"].get<double>(), 1.0) << c.dump();
+  }
+  {
+    std::ifstream metrics(dir.file("run/metrics.jsonl"));
+    int steps = 0;
+    for (std::string line; std::getline(metrics, line);) {
+      const auto m = nlohmann::json::parse(line);
+      if (!m.contains("step")) continue;
+      ++steps;
+      ASSERT_TRUE(m.contains("contention")) << line;
+      EXPECT_GE(m["contention"].get<double>(), 0.0) << line;
+      EXPECT_LE(m["contention"].get<double>(), 1.0) << line;
+    }
+    EXPECT_EQ(steps, 4);
   }
   // Two probes and the run itself.
   out.clear();

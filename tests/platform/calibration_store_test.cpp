@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "platform/sqlite.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::platform {
@@ -59,6 +60,44 @@ TEST(CalibrationStoreTest, KeepsRecordsByKeyAndFitsTheirFactors) {
   EXPECT_EQ(*store->reset(), 3);
   EXPECT_TRUE(store->records()->empty());
   EXPECT_FALSE(load_calibration(path, h200).has_value());
+}
+
+// A store written before contention was recorded opens as it was, its
+// records as measured on an idle machine; busy records keep their share.
+TEST(CalibrationStoreTest, AStoreFromBeforeContentionGainsItAndBusySpeedsAreLeftOut) {
+  TempDir dir;
+  const std::string path = dir.file("calibration.db");
+  {
+    auto db = Database::open(path);
+    ASSERT_TRUE(db.is_ok());
+    ASSERT_TRUE(db->exec("CREATE TABLE calibration (id INTEGER PRIMARY KEY, machine TEXT NOT NULL, runtime TEXT NOT "
+                         "NULL, family TEXT NOT NULL, source TEXT NOT NULL, summary TEXT NOT NULL, predicted_peak REAL "
+                         "NOT NULL, measured_peak REAL NOT NULL, predicted_tokens_per_second REAL NOT NULL, "
+                         "measured_tokens_per_second REAL NOT NULL, recorded_at TEXT NOT NULL);"
+                         "INSERT INTO calibration (machine, runtime, family, source, summary, predicted_peak, "
+                         "measured_peak, predicted_tokens_per_second, measured_tokens_per_second, recorded_at) VALUES "
+                         "('cpu', 'tailor', 'llama', 'job', 'fp32', 100, 110, 100, 200, '2026-12-01T00:00:00Z')")
+                    .is_ok());
+  }
+  auto store = CalibrationStore::open(path);
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+  CalibrationRecord busy = record("cpu", 100, 130);
+  busy.sample.measured_tokens_per_second = 20;
+  busy.sample.contention = 0.8;
+  ASSERT_TRUE(store->add(busy).is_ok());
+  const auto all = store->records();
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_DOUBLE_EQ((*all)[0].sample.contention, 0);
+  EXPECT_DOUBLE_EQ((*all)[1].sample.contention, 0.8);
+  const auto c = store->calibration({"cpu", "tailor", "llama"});
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->runs, 2);
+  EXPECT_EQ(c->busy, 1);
+  EXPECT_DOUBLE_EQ(c->speed, 2.0) << "the idle run's alone";
+  EXPECT_DOUBLE_EQ(c->memory, 1.2) << "both peaks";
+  // Opening it again finds the column there.
+  EXPECT_TRUE(CalibrationStore::open(path).is_ok());
 }
 
 TEST(CalibrationStoreTest, APlannerReadsNothingWhereNothingWasMeasuredOrTheFileIsNoStore) {

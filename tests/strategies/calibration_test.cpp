@@ -52,6 +52,42 @@ TEST(CalibrationTest, FactorsAreTheMediansNeverLoweringAPeakEstimate) {
   EXPECT_EQ(fit_calibration("k", {}).runs, 0);
 }
 
+TEST(CalibrationTest, ASpeedMeasuredOnABusyMachineCountsForItsPeakOnly) {
+  // Two idle runs at 1.5x the predicted speed; one measured while other
+  // processes held 60% of its cores, at 0.3x. Its peak still counts.
+  CalibrationSample busy{100, 140, 10, 3};
+  busy.contention = 0.6;
+  CalibrationSample idle_a{100, 110, 10, 15}, idle_b{100, 120, 10, 15};
+  idle_a.contention = 0.05;
+  const Calibration c = fit_calibration("k", {idle_a, busy, idle_b});
+  EXPECT_EQ(c.runs, 3);
+  EXPECT_EQ(c.busy, 1);
+  EXPECT_DOUBLE_EQ(c.speed, 1.5);
+  EXPECT_DOUBLE_EQ(c.memory, 1.2);
+  // At the bound it still counts; only busy speeds: the speed stays as estimated.
+  busy.contention = kMaxSpeedContention;
+  EXPECT_DOUBLE_EQ(fit_calibration("k", {busy}).speed, 0.3);
+  busy.contention = 0.9;
+  const Calibration only_busy = fit_calibration("k", {busy, busy});
+  EXPECT_EQ(only_busy.runs, 2);
+  EXPECT_EQ(only_busy.busy, 2);
+  EXPECT_DOUBLE_EQ(only_busy.speed, 1.0);
+  EXPECT_DOUBLE_EQ(only_busy.memory, 1.4);
+}
+
+TEST(CalibrationTest, OnlyAKeysNewestSamplesCount) {
+  // Old runs at half the speed, then a faster runner: the window holds the new ones only.
+  std::vector<CalibrationSample> samples(30, CalibrationSample{100, 100, 10, 5});
+  for (std::size_t i = samples.size() - kCalibrationWindow; i < samples.size(); ++i)
+    samples[i] = {100, 130, 10, 20};
+  const Calibration c = fit_calibration("k", samples);
+  EXPECT_EQ(c.runs, static_cast<int>(kCalibrationWindow));
+  EXPECT_DOUBLE_EQ(c.speed, 2.0);
+  EXPECT_DOUBLE_EQ(c.memory, 1.3);
+  samples.push_back({100, 100, 10, 5});  // one old-style run more: still the newest 20's median
+  EXPECT_DOUBLE_EQ(fit_calibration("k", samples).speed, 2.0);
+}
+
 TEST(CalibrationTest, ACalibratedPlanRaisesItsPeakEstimatesAndScalesItsSpeedsAndSaysSo) {
   const dsl::JobSpec spec = example_spec("tiny-cpu.yaml");
   const Hardware hw = host_only(Bytes::gib(2));

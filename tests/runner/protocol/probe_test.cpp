@@ -98,6 +98,14 @@ TEST(ProbeProtocolTest, TheRanksMeasurementsOfACandidateCombineIntoTheJobs) {
   EXPECT_EQ(back->budget_bytes, m.budget_bytes);
   EXPECT_EQ(back->seconds, m.seconds);
   EXPECT_EQ(back->message, m.message);
+  EXPECT_EQ(back->contention, -1) << "not measured stays unknown";
+  m.contention = 0.375;
+  EXPECT_EQ(parse_measurement(measurement_json_text(m), "rank file")->contention, 0.375);
+  // The busiest rank says how busy the machine was.
+  ProbeMeasurement a = rank_measured(O::kFits, 100, 0.5, 700), b = rank_measured(O::kFits, 90, 0.6, 800);
+  a.contention = 0.1;
+  b.contention = 0.4;
+  EXPECT_DOUBLE_EQ(combine_rank_measurements({a, b}, "").contention, 0.4);
   const auto bad = parse_measurement(R"({"outcome": "fits"})", "probe/candidate-0.rank-1.json");
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("probe/candidate-0.rank-1.json"), std::string::npos);
@@ -183,19 +191,32 @@ TEST(ProbeProtocolTest, ProbesAndRunsLeaveCalibrationSamplesWithoutThePlansCalib
   EXPECT_DOUBLE_EQ(probes[0].sample.measured_peak, 2.0 * static_cast<double>(t.candidates[0].predicted_peak));
   EXPECT_DOUBLE_EQ(probes[0].sample.predicted_tokens_per_second, t.candidates[0].predicted_tokens_per_second / 2.0);
   EXPECT_DOUBLE_EQ(probes[0].sample.measured_tokens_per_second, 300);
+  EXPECT_DOUBLE_EQ(probes[0].sample.contention, 0) << "unknown counts as idle";
+  {
+    ProbeTable busy = t;
+    busy.candidates[0].measured->contention = 0.7;
+    auto busy_doc = nlohmann::json::parse(*probed_plan_json(text, busy));
+    EXPECT_DOUBLE_EQ(probe_calibration(busy_doc.dump())[0].sample.contention, 0.7);
+    // The table says the speeds will not calibrate.
+    busy.seconds = 2;
+    EXPECT_NE(format_probe_table(busy, false).find("other processes held up to 70% of the cores"), std::string::npos)
+        << format_probe_table(busy, false);
+    EXPECT_EQ(format_probe_table(t, false).find("other processes held"), std::string::npos);
+  }
   // A run: the highest peak and the median speed of rank 0's steps after the first.
   const std::vector<std::string> metrics = {
       R"({"step":1,"rank":0,"tokens_per_second":10,"memory":{"peak_bytes":900}})",
       R"({"step":1,"rank":1,"tokens_per_second":99,"memory":{"peak_bytes":99999}})",
-      R"({"step":2,"rank":0,"tokens_per_second":400,"memory":{"peak_bytes":1000}})",
-      R"({"step":3,"rank":0,"tokens_per_second":500,"memory":{"peak_bytes":800}})",
-      R"({"step":4,"rank":0,"tokens_per_second":450,"memory":{"peak_bytes":950}})",
+      R"({"step":2,"rank":0,"tokens_per_second":400,"memory":{"peak_bytes":1000},"contention":0.5})",
+      R"({"step":3,"rank":0,"tokens_per_second":500,"memory":{"peak_bytes":800},"contention":0.0})",
+      R"({"step":4,"rank":0,"tokens_per_second":450,"memory":{"peak_bytes":950},"contention":0.25})",
       "not json"};
   const auto run = run_calibration(text, metrics);
   ASSERT_TRUE(run.has_value());
   EXPECT_EQ(run->source, "job");
   EXPECT_DOUBLE_EQ(run->sample.measured_peak, 1000);
   EXPECT_DOUBLE_EQ(run->sample.measured_tokens_per_second, 450);
+  EXPECT_DOUBLE_EQ(run->sample.contention, 0.25) << "the median step's";
   EXPECT_DOUBLE_EQ(run->sample.predicted_peak, nlohmann::json::parse(text)["memory"]["per_gpu"]["total"].get<double>());
   EXPECT_FALSE(run_calibration(text, {metrics[0]}).has_value()) << "one step says nothing of the speed";
 }
