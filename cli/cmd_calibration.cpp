@@ -2,6 +2,7 @@
 // measured against their plans (platform/calibration_store.h), the factors
 // later plans take from it, and clearing it.
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <ostream>
 
@@ -44,12 +45,7 @@ options:
   -h, --help          show this help
 )";
 
-int show(platform::CalibrationStore& store, const std::string& path, bool json, Streams io) {
-  auto records = store.records();
-  if (!records.is_ok()) {
-    io.err << "tailor calibration: " << records.status().message() << "\n";
-    return kExitInvalid;
-  }
+int show(const std::vector<platform::CalibrationRecord>* records, const std::string& path, bool json, Streams io) {
   std::map<std::string, std::pair<strategies::CalibrationKey, std::vector<strategies::CalibrationSample>>> keys;
   for (const auto& r : *records) {
     auto& slot = keys[r.key.text()];
@@ -131,14 +127,32 @@ int run_calibration(const Argv& argv, Streams io) {
     io.err << "tailor calibration: TAILOR_CALIBRATION=none: there is no store (name one with --calibration FILE)\n";
     return kExitUsage;
   }
+  const std::optional<std::string> machine =
+      args.has("machine") ? std::optional<std::string>(args.get("machine")) : std::nullopt;
+  // Neither command creates a store (nor its folder) where there is none.
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    if (pos[0] == "show") {
+      const std::vector<platform::CalibrationRecord> none;
+      return show(&none, path, format == "json", io);
+    }
+    io.out << "removed 0 records" << (machine ? " of " + *machine : std::string()) << ": there is no store at " << path
+           << "\n";
+    return kExitOk;
+  }
   auto store = platform::CalibrationStore::open(path);
   if (!store.is_ok()) {
     io.err << "tailor calibration: " << store.status().message() << "\n";
     return kExitInvalid;
   }
-  if (pos[0] == "show") return show(*store, path, format == "json", io);
-  const std::optional<std::string> machine =
-      args.has("machine") ? std::optional<std::string>(args.get("machine")) : std::nullopt;
+  if (pos[0] == "show") {
+    auto records = store->records();
+    if (!records.is_ok()) {
+      io.err << "tailor calibration: " << records.status().message() << "\n";
+      return kExitInvalid;
+    }
+    return show(&*records, path, format == "json", io);
+  }
   auto removed = store->reset(machine);
   if (!removed.is_ok()) {
     io.err << "tailor calibration: " << removed.status().message() << "\n";

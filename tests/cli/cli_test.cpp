@@ -545,6 +545,29 @@ TEST(CliBinaryTest, ProbesRecordCalibrationThatLaterPlansTake) {
   EXPECT_EQ(out.find("Calibrated:"), std::string::npos) << out;
 }
 
+// Reading or clearing a store that is not there creates nothing, neither
+// the file nor its folder; a file that is no store is an error naming it.
+TEST(CliBinaryTest, CalibrationShowAndResetCreateNoStore) {
+  TempDir dir;
+  const std::string absent = dir.file("no/such/folder/calibration.db");
+  std::string out;
+  ASSERT_EQ(run_binary("calibration show --calibration " + absent, &out), 0) << out;
+  EXPECT_NE(out.find("0 records"), std::string::npos) << out;
+  out.clear();
+  ASSERT_EQ(run_binary("calibration show --output json --calibration " + absent, &out), 0) << out;
+  const auto shown = nlohmann::json::parse(out);
+  EXPECT_TRUE(shown["records"].empty());
+  EXPECT_TRUE(shown["keys"].empty());
+  out.clear();
+  ASSERT_EQ(run_binary("calibration reset --calibration " + absent, &out), 0) << out;
+  EXPECT_NE(out.find("removed 0 records: there is no store at " + absent), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir.file("no"))) << "nothing may be created";
+  const std::string junk = dir.write("junk.db", "a text file, not a database, of some length\n");
+  out.clear();
+  EXPECT_EQ(run_binary("calibration show --calibration " + junk, &out), 1) << out;
+  EXPECT_NE(out.find(junk), std::string::npos) << out;
+}
+
 // A preset without weights is refused before anything runs; with init:
 // random it trains (the test above).
 TEST(CliBinaryTest, RunRefusesAPresetWithoutWeights) {
