@@ -26,6 +26,7 @@ struct HeadroomRow {
   bool sharded;     // parameters sharded over several GPUs (ZeRO-3, FSDP)
   double headroom;  // the fraction kept free
   int points;       // corpus points with every setting known (fewer than 3: its runtime's widest row)
+  double worst = 0;  // the largest of their held-out under-estimates (0 without points)
 };
 
 // The headroom of a kind of job when the spec sets none.
@@ -35,8 +36,10 @@ const HeadroomRow& kind_headroom(dsl::Runtime runtime, Adapter adapter, bool sha
 // when it sets one, else its kind's under strategy `s`.
 double headroom_for(const dsl::JobSpec& spec, const Strategy& s);
 
-// "25% headroom (hf, qlora, sharded: the held-out under-estimates of 38
-// published peaks)", for explanations.
+// "18% headroom (hf, qlora, sharded: the held-out under-estimates of 38
+// published peaks; the largest, 21.4% over its estimate, exceeds it)", for
+// explanations: a plan says where published runs of its kind went beyond
+// the margin it keeps.
 std::string describe_headroom(const dsl::JobSpec& spec, const Strategy& s);
 
 }  // namespace tailor::strategies

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "dsl/spec_loader.h"
 #include "strategies/constraints.h"
+#include "strategies/headroom.h"
 #include "strategies/plan_document.h"
 #include "strategies/runtime_profile.h"
 
@@ -88,6 +90,36 @@ TEST(PlannerTest, ModulesToSaveArePlannedAtEveryStageForTailorRunnerOnly) {
   const std::int64_t matrices = 2 * spec.model.arch.vocab * spec.model.arch.hidden;
   EXPECT_EQ(evaluate(spec, hw, plain.chosen.strategy, {}).memory.trainable_parameters,
             plain.chosen.memory.trainable_parameters + matrices);
+}
+
+// Another stack's plan keeps its kind's headroom and says so; where a
+// published run of that kind went beyond it, the text says by how much.
+TEST(PlannerTest, AnotherStacksHeadroomNamesItsKindAndTheLargestMissBeyondIt) {
+  const dsl::JobSpec hf = load("llama2-70b-2xa6000.yaml", {"strategy.adapter=qlora", "planner.runtime=hf"});
+  Strategy s;
+  s.adapter = Adapter::kQlora;
+  s.num_gpus = 2;
+  s.zero_stage = 3;
+  const HeadroomRow& row = kind_headroom(dsl::Runtime::kHf, Adapter::kQlora, true);
+  ASSERT_GT(row.worst, row.headroom);
+  char expected[160];
+  std::snprintf(expected, sizeof expected,
+                "%.0f%% headroom (hf, qlora, sharded: the held-out under-estimates of %d published peaks; the largest, "
+                "%.1f%% over its estimate, exceeds it)",
+                100 * row.headroom, row.points, 100 * row.worst);
+  EXPECT_EQ(describe_headroom(hf, s), expected);
+  EXPECT_DOUBLE_EQ(headroom_for(hf, s), row.headroom);
+  // A kind whose published runs all stayed within it says nothing more.
+  s.adapter = Adapter::kLora;
+  s.num_gpus = 1;
+  s.zero_stage = 0;
+  const HeadroomRow& litgpt = kind_headroom(dsl::Runtime::kLitgpt, Adapter::kLora, false);
+  ASSERT_LE(litgpt.worst, litgpt.headroom);
+  const dsl::JobSpec lit = load("llama2-70b-2xa6000.yaml", {"strategy.adapter=lora", "planner.runtime=litgpt"});
+  EXPECT_EQ(describe_headroom(lit, s).find("the largest"), std::string::npos) << describe_headroom(lit, s);
+  // The spec's own headroom is the spec's.
+  const dsl::JobSpec own = load("llama2-70b-2xa6000.yaml", {"planner.runtime=hf", "strategy.headroom=0.3"});
+  EXPECT_EQ(describe_headroom(own, s), "30% headroom (the spec's)");
 }
 
 TEST(PlannerTest, Gpt2OnAT4FitsAFullFineTuneInFp16) {
