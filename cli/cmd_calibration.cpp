@@ -45,9 +45,9 @@ options:
   -h, --help          show this help
 )";
 
-int show(const std::vector<platform::CalibrationRecord>* records, const std::string& path, bool json, Streams io) {
+int show(const std::vector<platform::CalibrationRecord>& records, const std::string& path, bool json, Streams io) {
   std::map<std::string, std::pair<strategies::CalibrationKey, std::vector<strategies::CalibrationSample>>> keys;
-  for (const auto& r : *records) {
+  for (const auto& r : records) {
     auto& slot = keys[r.key.text()];
     slot.first = r.key;
     slot.second.push_back(r.sample);
@@ -65,7 +65,7 @@ int show(const std::vector<platform::CalibrationRecord>* records, const std::str
                              {"memory_factor", c.memory},
                              {"speed_factor", c.speed}});
     }
-    for (const auto& r : *records) {
+    for (const auto& r : records) {
       out["records"].push_back({{"machine", r.key.machine},
                                 {"runtime", r.key.runtime},
                                 {"family", r.key.family},
@@ -81,8 +81,8 @@ int show(const std::vector<platform::CalibrationRecord>* records, const std::str
     io.out << out.dump(2) << "\n";
     return kExitOk;
   }
-  io.out << "calibration store " << path << ": " << records->size()
-         << (records->size() == 1 ? " record\n" : " records\n");
+  io.out << "calibration store " << path << ": " << records.size()
+         << (records.size() == 1 ? " record\n" : " records\n");
   if (keys.empty()) {
     io.out << "nothing measured yet: plans are not calibrated (strategy.probe, tailor plan --probe and tailor run "
               "record here)\n";
@@ -134,7 +134,7 @@ int run_calibration(const Argv& argv, Streams io) {
   if (!std::filesystem::exists(path, ec)) {
     if (pos[0] == "show") {
       const std::vector<platform::CalibrationRecord> none;
-      return show(&none, path, format == "json", io);
+      return show(none, path, format == "json", io);
     }
     io.out << "removed 0 records" << (machine ? " of " + *machine : std::string()) << ": there is no store at " << path
            << "\n";
@@ -151,7 +151,7 @@ int run_calibration(const Argv& argv, Streams io) {
       io.err << "tailor calibration: " << records.status().message() << "\n";
       return kExitInvalid;
     }
-    return show(&*records, path, format == "json", io);
+    return show(*records, path, format == "json", io);
   }
   auto removed = store->reset(machine);
   if (!removed.is_ok()) {

@@ -195,7 +195,8 @@ Status Run::probe() {
 
 Status Run::train_step(std::int64_t step) {
   const double t0 = now_seconds();
-  const platform::CpuTimes cpu0 = platform::read_cpu_times();
+  // Only the rank writing the metrics reads the machine's counters.
+  const platform::CpuTimes cpu0 = metrics_ ? platform::read_cpu_times() : platform::CpuTimes{};
   const std::uint64_t sent_before = comm_ ? comm_->bytes_sent() : 0;
   const GlobalBatch batch = draw_global_batch();
   // Normalised by the whole global batch's target tokens, so accumulated
@@ -209,7 +210,8 @@ Status Run::train_step(std::int64_t step) {
   TAILOR_ASSIGN_OR_RETURN(const Update u, update(step, pass.memory));
   last_ = pass.memory;
   const double seconds = now_seconds() - t0;
-  const double contention = platform::contention_between(cpu0, platform::read_cpu_times(), timed_cores());
+  const double contention =
+      metrics_ ? platform::contention_between(cpu0, platform::read_cpu_times(), timed_cores()) : -1.0;
   tokens_this_run_ += pass.tokens;
   state_.tokens_seen += pass.tokens;
   const double loss = pass.loss_sum / denom;
