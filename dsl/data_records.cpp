@@ -15,6 +15,7 @@
 #include "core/units.h"
 #include "dsl/chat_records.h"
 #include "dsl/conversation_json.h"
+#include "dsl/owned_fd.h"
 #include "dsl/spec_fields.h"
 #include "dsl/table_records.h"
 
@@ -451,21 +452,6 @@ Status deliver_record_json(std::string_view json, std::int64_t number, const std
 
 namespace {
 
-// An open file descriptor, closed when it goes.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Up to `limit` bytes of `fd` from `offset` appended to `out`; the count read
 // (short only at the end of the file).
 Result<std::size_t> read_at(int fd, std::uint64_t offset, std::size_t limit, std::string& out,
@@ -547,7 +533,7 @@ Result<DataFileFacts> check_data_file(const std::string& path, const DataSpec& s
   }
   // Never opened unless regular: opening a FIFO would wait for a writer.
   if (!S_ISREG(st.st_mode)) return Status::invalid_argument(path + ": is " + kind_of(st.st_mode) + ", not a data file");
-  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  const OwnedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return Status::io_error(path + ": cannot be read: " + std::strerror(errno));
   struct stat opened{};
   if (::fstat(fd.get(), &opened) != 0) return Status::io_error(path + ": cannot be read: " + std::strerror(errno));

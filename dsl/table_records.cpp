@@ -1,6 +1,5 @@
 #include "dsl/table_records.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,13 +7,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <string_view>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
 
 #include "core/text.h"
+#include "dsl/owned_fd.h"
+#include "dsl/shared_module.h"
 #include "dsl/table_module.h"
 
 namespace tailor::dsl {
@@ -24,45 +24,23 @@ namespace fs = std::filesystem;
 
 constexpr const char* kModuleFile = "libtailor_tables.so";
 
-// The module next to the executable's folder (bin/../lib, where the build
-// and the install put it), else where this build wrote it. Loaded once, never
-// closed. RTLD_DEEPBIND: Arrow binds to its own bundled libraries, not to
-// same-named symbols of LibTorch's in a runner.
+// Loaded once, never closed (dsl/shared_module.h). RTLD_DEEPBIND: Arrow
+// binds to its own bundled libraries, not to same-named symbols of
+// LibTorch's in a runner.
 Result<const TailorTablesApi*> load_module() {
-  static std::once_flag once;
-  static Result<const TailorTablesApi*> loaded = Status::internal("not loaded");
-  std::call_once(once, [] {
-    std::vector<std::string> candidates;
-    std::error_code ec;
-    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) candidates.push_back((exe.parent_path().parent_path() / "lib" / kModuleFile).string());
-    if (std::string_view(TAILOR_TABLES_MODULE_PATH).size() > 0) candidates.push_back(TAILOR_TABLES_MODULE_PATH);
-    std::string tried;
-    for (const std::string& path : candidates) {
-      if (!fs::exists(path, ec)) {
-        tried += " " + path + " (missing)";
-        continue;
-      }
-      void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-      if (handle == nullptr) {
-        tried += " " + path + " (" + ::dlerror() + ")";
-        continue;
-      }
-      using ApiFn = const TailorTablesApi* (*)();
-      auto fn = reinterpret_cast<ApiFn>(::dlsym(handle, "tailor_tables_api"));
-      const TailorTablesApi* api = fn != nullptr ? fn() : nullptr;
-      if (api == nullptr || api->abi_version != kTailorTablesAbiVersion) {
-        tried += " " + path + " (not this build's module)";
-        continue;
-      }
-      loaded = api;
-      return;
-    }
-    loaded = Status::failed_precondition(
+  static const Result<const TailorTablesApi*> loaded = []() -> Result<const TailorTablesApi*> {
+    const auto entry = open_shared_module(
+        kModuleFile, TAILOR_TABLES_MODULE_PATH, "tailor_tables_api", [](void* symbol) -> const void* {
+          const auto api = reinterpret_cast<const TailorTablesApi* (*)()>(symbol)();
+          return api != nullptr && api->abi_version == kTailorTablesAbiVersion ? api : nullptr;
+        });
+    if (entry.is_ok()) return static_cast<const TailorTablesApi*>(*entry);
+    const std::string& tried = entry.status().message();
+    return Status::failed_precondition(
         "reading Parquet and Arrow data needs " + std::string(kModuleFile) +
         ", built where the Python environment has pyarrow (scripts/setup installs it); tried:" +
         (tried.empty() ? std::string(" nothing (this build has no such module)") : tried));
-  });
+  }();  // thread-safe once
   return loaded;
 }
 
@@ -80,23 +58,9 @@ Result<int> open_plain(const std::string& path) {
   return fd;
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 Result<std::string> read_small(const std::string& path, const DataFileOpener& open) {
   TAILOR_ASSIGN_OR_RETURN(const int raw, open ? open(path) : open_plain(path));
-  const Fd fd(raw);
+  const OwnedFd fd(raw);
   std::string out;
   char buf[65536];
   while (true) {
@@ -115,7 +79,7 @@ class TableFile {
   static Result<TableFile> open(const TailorTablesApi* api, const std::string& path, DataFormat format,
                                 const DataFileOpener& opener) {
     TAILOR_ASSIGN_OR_RETURN(const int raw, opener ? opener(path) : open_plain(path));
-    const Fd fd(raw);
+    const OwnedFd fd(raw);
     char error[1024] = {};
     void* t = api->open(fd.get(), format == DataFormat::kParquet ? kTailorTableParquet : kTailorTableArrow, error,
                         sizeof error);

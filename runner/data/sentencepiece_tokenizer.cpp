@@ -1,10 +1,9 @@
 #include "runner/data/sentencepiece_tokenizer.h"
 
-#include <dlfcn.h>
+#include <string>
+#include <vector>
 
-#include <filesystem>
-#include <system_error>
-
+#include "dsl/shared_module.h"
 #include "runner/data/file_io.h"
 #include "runner/data/hash.h"
 #include "runner/data/sentencepiece_module.h"
@@ -12,43 +11,21 @@
 namespace tailor::runner::data {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr const char* kModuleFile = "libtailor_sentencepiece.so";
 
-// Next to the executable's folder (bin/../lib, where the build puts it),
-// else where this build wrote it.
+// RTLD_LOCAL keeps sentencepiece's bundled protobuf out of the global
+// scope; RTLD_DEEPBIND makes sentencepiece bind to it rather than to
+// LibTorch's libprotobuf (dsl/shared_module.h). Never closed: tokenizers may
+// live until exit.
 Result<const TailorSpApi*> open_module() {
-  std::vector<std::string> candidates;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back((exe.parent_path().parent_path() / "lib" / kModuleFile).string());
-  candidates.push_back(TAILOR_SENTENCEPIECE_MODULE_PATH);
-  std::string tried;
-  for (const std::string& path : candidates) {
-    if (!fs::exists(path, ec)) {
-      tried += " " + path + " (missing)";
-      continue;
-    }
-    // RTLD_LOCAL keeps sentencepiece's bundled protobuf out of the global
-    // scope; RTLD_DEEPBIND makes sentencepiece bind to it rather than to
-    // LibTorch's libprotobuf. Never closed: tokenizers may live until exit.
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-    if (handle == nullptr) {
-      tried += " " + path + " (" + ::dlerror() + ")";
-      continue;
-    }
-    using ApiFn = const TailorSpApi* (*)();
-    auto fn = reinterpret_cast<ApiFn>(::dlsym(handle, "tailor_sentencepiece_api"));
-    const TailorSpApi* api = fn != nullptr ? fn() : nullptr;
-    if (api == nullptr || api->abi_version != kTailorSpAbiVersion) {
-      tried += " " + path + " (not a matching module)";
-      continue;
-    }
-    return api;
-  }
+  const auto entry = dsl::open_shared_module(
+      kModuleFile, TAILOR_SENTENCEPIECE_MODULE_PATH, "tailor_sentencepiece_api", [](void* symbol) -> const void* {
+        const auto api = reinterpret_cast<const TailorSpApi* (*)()>(symbol)();
+        return api != nullptr && api->abi_version == kTailorSpAbiVersion ? api : nullptr;
+      });
+  if (entry.is_ok()) return static_cast<const TailorSpApi*>(*entry);
   return Status::failed_precondition("cannot load the SentencePiece module " + std::string(kModuleFile) +
-                                     "; tried:" + tried);
+                                     "; tried:" + entry.status().message());
 }
 
 const Result<const TailorSpApi*>& module_api() {
