@@ -31,6 +31,7 @@ Result<const void*> open_shared_module(std::string_view file, std::string_view b
     void* found = ::dlsym(handle, symbol);
     const void* api = found != nullptr ? entry(found) : nullptr;
     if (api == nullptr) {
+      ::dlclose(handle);  // another build's module stays out of the process
       tried += " " + path + " (not this build's module)";
       continue;
     }

@@ -20,10 +20,11 @@ namespace tailor::dsl {
 // it; empty: nowhere else); the first that gives an entry is kept, opened
 // with RTLD_LOCAL | RTLD_DEEPBIND (it binds to its own bundled libraries
 // before same-named symbols of the program's, and adds none to the
-// program) and never closed. Otherwise FailedPrecondition whose message
-// lists each candidate and why it was passed over (" PATH (missing)",
-// " PATH (dlerror's words)", " PATH (not this build's module)"), empty when
-// there was none: the caller says what needed the module.
+// program) and never closed; one passed over is closed again. Otherwise
+// FailedPrecondition whose message lists each candidate and why it was
+// passed over (" PATH (missing)", " PATH (dlerror's words)", " PATH (not
+// this build's module)"), empty when there was none: the caller says what
+// needed the module.
 Result<const void*> open_shared_module(std::string_view file, std::string_view built_at, const char* symbol,
                                        const void* (*entry)(void* symbol));
 
