@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Byte-level BPE encoding speed: tailor-runner's tokenizer.json reader
-# (build/bin/tokenizer_bench) against the tokenizers library it must match,
+# tokenizer.json encoding speed: tailor-runner's readers (byte-level BPE and
+# SentencePiece-style BPE, build/bin/tokenizer_bench) against the tokenizers
+# library they must match,
 # on one thread (RAYON_NUM_THREADS=1, TOKENIZERS_PARALLELISM=false; the
 # library through encode_batch, so that Python's per-call cost is not
 # counted), same tokenizer files and corpus, in one run. The tokenizers are
 # the ones tests/runner/hf_reference.py trains (GPT-2's pre-tokenizer; Llama
-# 3's regex split; Qwen2's NFC and regex), the corpus its multilingual lines
-# repeated to about 4 MB.
+# 3's regex split; Qwen2's NFC and regex) and the Llama 2 and Gemma folders
+# tests/runner/data/metaspace_reference.py has transformers write (the
+# library's side is the pipeline AutoTokenizer builds for them), the corpus
+# hf_reference.py's multilingual lines repeated to about 4 MB.
 # Prints MB/s and the ratio; warns if the token counts differ.
 #   bench/tokenizer_vs_hf.sh [BUILD_DIR]
 set -euo pipefail
@@ -16,6 +19,10 @@ python="$root/.venv/bin/python"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$python" "$root/tests/runner/hf_reference.py" tokenizers "$work"
+mkdir "$work/spm"
+"$python" "$root/tests/runner/data/metaspace_reference.py" "$work/spm" >/dev/null 2>&1
+ln -s "$work/spm/llama2" "$work/llama2"
+ln -s "$work/spm/gemma" "$work/gemma"
 "$python" - "$work" <<'PY'
 import json, sys
 lines = json.load(open(sys.argv[1] + "/lines.json"))
@@ -25,12 +32,12 @@ with open(sys.argv[1] + "/corpus.txt", "w") as f:
             f.write(l.replace("\n", " ").replace("\r", " ") + "\n")
 PY
 printf '%-8s %12s %12s %8s\n' tokenizer tailor_MB/s hf_MB/s ratio
-for name in gpt2 llama3 qwen2; do
+for name in gpt2 llama3 qwen2 llama2 gemma; do
   t=$("$root/$build/bin/tokenizer_bench" "$work/$name" "$work/corpus.txt")
-  h=$(RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false "$python" - "$work/$name/tokenizer.json" "$work/corpus.txt" <<'PY'
+  h=$(RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false "$python" - "$work/$name" "$work/corpus.txt" 2>/dev/null <<'PY'
 import json, sys, time
-from tokenizers import Tokenizer
-tok = Tokenizer.from_file(sys.argv[1])
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1]).backend_tokenizer
 lines = open(sys.argv[2], encoding="utf-8").read().split("\n")[:-1]
 n = sum(len(l.encode()) for l in lines)
 t0 = time.perf_counter()

@@ -1023,11 +1023,13 @@ LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, c
       d.error(loc_at(root, key), key, found.status().message());
     }
     // Masks map characters to tokens through the tokenizer's offsets, which
-    // the SentencePiece reader does not give.
+    // the SentencePiece reader does not give, and a chat template's special
+    // tokens are the tokenizer.json's added tokens.
     if (auto tok = choose_tokenizer(spec.model.path); tok.is_ok() && tok->kind == TokenizerKind::kSentencePiece) {
       d.error(loc_at(root, "data.chat"), "data.chat",
-              "conversations need a tokenizer.json (byte-level BPE) or byte tokenizer; " + tok->file +
-                  " is a SentencePiece model, which Tailor does not read offsets from yet");
+              "conversations are read with the model folder's tokenizer.json (as transformers reads them), and " +
+                  spec.model.path + " has only " + tok->file +
+                  ": copy the base model's tokenizer.json beside it (Llama 2, Mistral and Gemma ship one)");
     }
   }
   if (!d.has_errors()) out.spec = std::move(spec);

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -67,13 +66,6 @@ const ByteSymbols& byte_symbols() {
 
 std::size_t utf8_length(unsigned char lead) {
   return lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 1;
-}
-
-// The text of a token given as a string or as {"content": ...}; empty if neither.
-std::string token_text(const json& j) {
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
-  return {};
 }
 
 // Unicode NFC (UAX #15) through ICU, as the tokenizers library's NFC
@@ -133,13 +125,6 @@ NfcChunks nfc_chunks(std::string_view text) {
   return out;
 }
 
-// Ids index tables of that size: a bound keeps a corrupt file from asking
-// for gigabytes (the largest real vocabularies are ~256k).
-constexpr std::int64_t kMaxId = std::int64_t{1} << 24;
-bool valid_id(const json& v) {
-  return v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() < kMaxId;
-}
-
 }  // namespace
 
 struct BpeTokenizer::Regex {
@@ -164,7 +149,9 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
   const json& model = j.value("model", json());
   if (!model.is_object()) return bad("no \"model\" object");
-  TAILOR_RETURN_IF_ERROR(dsl::check_tokenizer_json(text, path));
+  TAILOR_ASSIGN_OR_RETURN(const dsl::TokenizerKind kind, dsl::check_tokenizer_json(text, path));
+  if (kind != dsl::TokenizerKind::kByteLevelBpe)
+    return bad("not a byte-level BPE tokenizer (no ByteLevel pre-tokenizer step)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && !model[key].is_null() && model[key] != "")
       return bad(std::string("model.") + key + " is not supported");
@@ -244,7 +231,7 @@ Status BpeTokenizer::read_vocabulary(const json& j, const json& model) {
   if (!vocab.is_object() || vocab.empty()) return bad("model.vocab is not a non-empty object");
   std::int64_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!valid_id(it.value())) {
+    if (!valid_token_id(it.value())) {
       return bad("model.vocab[" + json(it.key()).dump() + "] is not an integer id in [0, 2^24)");
     }
     const auto id = it.value().get<std::int32_t>();
@@ -263,33 +250,10 @@ Status BpeTokenizer::read_vocabulary(const json& j, const json& model) {
     if (key.find(' ') == std::string::npos) return bad("model.merges[" + std::to_string(rank) + "] is not a pair");
     merge_rank_.emplace(std::move(key), rank++);
   }
-  std::size_t k = 0;
-  for (const json& a : j.value("added_tokens", json::array())) {
-    const std::string where = "added_tokens[" + std::to_string(k++) + "]";
-    if (!a.is_object() || !a.contains("id") || !valid_id(a["id"]) || !a.contains("content") ||
-        !a["content"].is_string() || a["content"].get<std::string>().empty()) {
-      return bad(where + " is not {id in [0, 2^24), content}");
-    }
-    for (const char* key : {"lstrip", "rstrip", "single_word"}) {
-      if (a.value(key, false)) return bad(where + " (" + a["content"].dump() + "): " + key + " is not supported");
-    }
-    added_.push_back({a["content"].get<std::string>(), a["id"].get<std::int32_t>(), a.value("special", false)});
-    max_id = std::max<std::int64_t>(max_id, added_.back().id);
-  }
-  std::stable_sort(added_.begin(), added_.end(),
-                   [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+  TAILOR_ASSIGN_OR_RETURN(added_, AddedTokens::read(j, path_));
+  max_id = std::max(max_id, added_.max_id());
   vocab_size_ = max_id + 1;
-  id_to_token_.assign(static_cast<std::size_t>(vocab_size_), std::string());
-  special_.assign(static_cast<std::size_t>(vocab_size_), false);
-  added_id_.assign(static_cast<std::size_t>(vocab_size_), false);
-  for (const auto& [t, id] : vocab_)
-    id_to_token_[static_cast<std::size_t>(id)] = t;
-  for (const AddedToken& a : added_) {
-    id_to_token_[static_cast<std::size_t>(a.id)] = a.content;
-    special_[static_cast<std::size_t>(a.id)] = a.special;
-    added_id_[static_cast<std::size_t>(a.id)] = true;
-    added_first_byte_[static_cast<unsigned char>(a.content[0])] = true;
-  }
+  table_ = TokenTable(vocab_, added_, vocab_size_);
 
   return Status::ok();
 }
@@ -297,36 +261,17 @@ Status BpeTokenizer::read_vocabulary(const json& j, const json& model) {
 // BOS and EOS: tokenizer_config.json's, else GPT-2's <|endoftext|>.
 Status BpeTokenizer::read_bos_eos() {
   auto id_of = [&](const std::string& t) -> std::int32_t {
-    for (const AddedToken& a : added_) {
-      if (a.content == t) return a.id;
-    }
+    if (const AddedToken* a = added_.find(t)) return a->id;
     auto it = vocab_.find(t);
     return it == vocab_.end() ? -1 : it->second;
   };
-  const std::string config_path = (std::filesystem::path(path_).parent_path() / "tokenizer_config.json").string();
-  std::string bos_text, eos_text = "<|endoftext|>", pad_text;
   // Optional; but one that exists is read like tokenizer.json (under
   // tailord, only inside the spec root).
-  auto cfg_text = read_file(config_path);
-  if (!cfg_text.is_ok() && cfg_text.status().code() != StatusCode::kNotFound) return cfg_text.status();
-  if (cfg_text.is_ok()) {
-    const json cfg = json::parse(*cfg_text, nullptr, false);
-    if (cfg.is_object()) {
-      if (cfg.contains("bos_token")) bos_text = token_text(cfg["bos_token"]);
-      if (cfg.contains("eos_token") && !token_text(cfg["eos_token"]).empty()) eos_text = token_text(cfg["eos_token"]);
-      if (cfg.contains("pad_token")) pad_text = token_text(cfg["pad_token"]);
-    }
-  }
-  eos_ = id_of(eos_text);
-  if (eos_ < 0) {
-    return bad("no EOS token (\"" + eos_text +
-               "\" is not in the vocabulary; tokenizer_config.json's eos_token names it): "
-               "training needs it to mark document boundaries");
-  }
-  bos_ = bos_text.empty() ? eos_ : id_of(bos_text);
-  if (bos_ < 0) bos_ = eos_;
-  declared_pad_ = pad_text.empty() ? -1 : id_of(pad_text);
-  if (declared_pad_ < 0) declared_pad_ = eos_;
+  TAILOR_ASSIGN_OR_RETURN(const json cfg, read_tokenizer_config(path_));
+  TAILOR_ASSIGN_OR_RETURN(const SpecialIds ids, special_ids(cfg, "", "<|endoftext|>", id_of, path_));
+  bos_ = ids.bos;
+  eos_ = ids.eos;
+  declared_pad_ = ids.declared_pad;
   return Status::ok();
 }
 
@@ -471,31 +416,14 @@ void BpeTokenizer::encode_words(std::string_view raw, std::vector<std::int32_t>&
 }
 
 void BpeTokenizer::encode_text(std::string_view text, std::vector<std::int32_t>& out, Offsets* offsets) const {
-  // Added tokens are matched first, longest first at each position.
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < text.size();) {
-    const AddedToken* hit = nullptr;
-    if (!added_first_byte_[static_cast<unsigned char>(text[i])]) {
-      ++i;
-      continue;
-    }
-    for (const AddedToken& a : added_) {
-      if (text.compare(i, a.content.size(), a.content) == 0) {
-        hit = &a;
-        break;
-      }
-    }
-    if (hit == nullptr) {
-      ++i;
-      continue;
-    }
-    encode_words(text.substr(start, i - start), out, start, offsets);
-    out.push_back(hit->id);
-    if (offsets) offsets->emplace_back(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i + hit->content.size()));
-    i += hit->content.size();
-    start = i;
-  }
-  encode_words(text.substr(start), out, start, offsets);
+  added_.split(
+      text,
+      [&](std::size_t begin, std::size_t end) { encode_words(text.substr(begin, end - begin), out, begin, offsets); },
+      [&](const AddedToken& t, std::size_t at) {
+        out.push_back(t.id);
+        if (offsets)
+          offsets->emplace_back(static_cast<std::uint32_t>(at), static_cast<std::uint32_t>(at + t.content.size()));
+      });
 }
 
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
@@ -524,7 +452,8 @@ Result<EncodedText> BpeTokenizer::encode_with_offsets(std::string_view text) con
 }
 
 bool BpeTokenizer::is_special(std::int32_t id) const {
-  return id >= 0 && static_cast<std::size_t>(id) < special_.size() && special_[static_cast<std::size_t>(id)];
+  return id >= 0 && static_cast<std::size_t>(id) < table_.special.size() &&
+         table_.special[static_cast<std::size_t>(id)];
 }
 
 std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
@@ -533,9 +462,9 @@ std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   for (std::int32_t id : ids) {
     if (id < 0 || id >= vocab_size_) continue;
     const auto i = static_cast<std::size_t>(id);
-    if (special_[i]) continue;
-    const std::string& t = id_to_token_[i];
-    if (added_id_[i]) {
+    if (table_.special[i]) continue;
+    const std::string& t = table_.text[i];
+    if (table_.added[i]) {
       out += t;
       continue;
     }

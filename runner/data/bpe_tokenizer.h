@@ -24,6 +24,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "runner/data/added_tokens.h"
 #include "runner/data/tokenizer.h"
 
 namespace tailor::runner::data {
@@ -58,11 +59,6 @@ class BpeTokenizer final : public Tokenizer {
   Status read_vocabulary(const nlohmann::json& j, const nlohmann::json& model);
   Status read_bos_eos();
   Status bad(const std::string& what) const;
-  struct AddedToken {
-    std::string content;
-    std::int32_t id;
-    bool special;
-  };
   BpeTokenizer() = default;
   // Offsets, where asked for, are of the bytes of the text given to encode():
   // `base` is where `text`/`word` starts in it.
@@ -85,11 +81,8 @@ class BpeTokenizer final : public Tokenizer {
   bool nfc_ = false;  // the NFC normalizer (Qwen2)
   std::unordered_map<std::string, std::int32_t> vocab_;
   std::unordered_map<std::string, std::int32_t> merge_rank_;  // "left right" -> rank
-  std::vector<std::string> id_to_token_;                      // byte symbols, or an added token's text
-  std::vector<bool> special_;                                 // by id
-  std::vector<bool> added_id_;                                // by id
-  std::vector<AddedToken> added_;                             // longest first
-  std::array<bool, 256> added_first_byte_{};                  // bytes an added token starts with
+  AddedTokens added_;
+  TokenTable table_;
   std::int32_t bos_ = -1, eos_ = -1;
   std::int32_t declared_pad_ = -1;  // tokenizer_config.json's pad_token, else eos_
   std::int64_t vocab_size_ = 0;

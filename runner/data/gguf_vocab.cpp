@@ -24,7 +24,7 @@ constexpr const char* kQwen2Pattern =
 // converter's _create_vocab_sentencepiece writes it.
 constexpr float kPadScore = -10000.0f;
 
-std::optional<std::string> read_file(const fs::path& p) {
+std::optional<std::string> read_whole(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   if (!in) return std::nullopt;
   std::stringstream s;
@@ -86,7 +86,7 @@ class Wire {
 };
 
 Status read_sentencepiece(const fs::path& file, GgufVocab& v) {
-  const auto text = read_file(file);
+  const auto text = read_whole(file);
   if (!text) return Status::io_error("cannot read " + file.string());
   auto bad = [&](const std::string& what) { return Status::invalid_argument(file.string() + ": " + what); };
   Wire w(*text);
@@ -167,7 +167,7 @@ Status read_sentencepiece(const fs::path& file, GgufVocab& v) {
 // ---- byte-level BPE (tokenizer.json) ------------------------------------------
 
 Status read_bpe(const fs::path& file, GgufVocab& v) {
-  const auto text = read_file(file);
+  const auto text = read_whole(file);
   if (!text) return Status::io_error("cannot read " + file.string());
   auto bad = [&](const std::string& what) { return Status::invalid_argument(file.string() + ": " + what); };
   const json j = json::parse(*text, nullptr, false);
@@ -248,7 +248,7 @@ Status read_bpe(const fs::path& file, GgufVocab& v) {
 Status read_config(const fs::path& file, GgufVocab& v) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec)) return Status::ok();
-  const auto text = read_file(file);
+  const auto text = read_whole(file);
   if (!text) return Status::io_error("cannot read " + file.string());
   const json j = json::parse(*text, nullptr, false);
   if (!j.is_object()) return Status::invalid_argument(file.string() + ": not a JSON object");

@@ -31,13 +31,13 @@ constexpr std::uint64_t kHeaderBytes = 64;
 // arithmetic of a corrupt header from overflowing.
 constexpr std::uint64_t kMaxCount = std::uint64_t{1} << 40;
 
-struct Layout {
+struct CacheLayout {
   std::uint64_t offsets_at = 0, tokens_at = 0, trained_at = 0, file_bytes = 0;
 };
 
-std::optional<Layout> layout_of(std::uint64_t key_bytes, std::uint64_t documents, std::uint64_t tokens) {
+std::optional<CacheLayout> layout_of(std::uint64_t key_bytes, std::uint64_t documents, std::uint64_t tokens) {
   if (key_bytes > kMaxCount || documents > kMaxCount || tokens > kMaxCount) return std::nullopt;
-  Layout l;
+  CacheLayout l;
   l.offsets_at = kHeaderBytes + pad8(key_bytes);
   l.tokens_at = l.offsets_at + 8 * (documents + 1);
   l.trained_at = l.tokens_at + pad8(4 * tokens);

@@ -3,6 +3,7 @@
 #include "dsl/tokenizer_files.h"
 #include "runner/data/bpe_tokenizer.h"
 #include "runner/data/byte_tokenizer.h"
+#include "runner/data/metaspace_tokenizer.h"
 #include "runner/data/sentencepiece_tokenizer.h"
 
 namespace tailor::runner::data {
@@ -10,7 +11,7 @@ namespace tailor::runner::data {
 Result<EncodedText> Tokenizer::encode_with_offsets(std::string_view) const {
   return Status::failed_precondition("the tokenizer (" + describe() +
                                      ") does not report which text each token stands for, which chat data needs; "
-                                     "chat data is read with a tokenizer.json (byte-level BPE) or the byte tokenizer");
+                                     "chat data is read with the model folder's tokenizer.json or the byte tokenizer");
 }
 
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const dsl::ModelSpec& model) {
@@ -26,6 +27,8 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const dsl::ModelSpec& model) {
     tok = std::move(sp);
   } else if (choice.kind == dsl::TokenizerKind::kByteLevelBpe) {
     TAILOR_ASSIGN_OR_RETURN(tok, BpeTokenizer::load(choice.file));
+  } else if (choice.kind == dsl::TokenizerKind::kMetaspaceBpe) {
+    TAILOR_ASSIGN_OR_RETURN(tok, MetaspaceTokenizer::load(choice.file));
   } else {
     tok = std::make_unique<ByteTokenizer>();
   }

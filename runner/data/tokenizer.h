@@ -1,7 +1,9 @@
 // The tokenizer interface of the data pipeline, and the choice of tokenizer
 // for a model. Implementations: ByteTokenizer (byte_tokenizer.h),
-// SentencePieceTokenizer (sentencepiece_tokenizer.h) and BpeTokenizer
-// (bpe_tokenizer.h: Hugging Face tokenizer.json, byte-level BPE).
+// SentencePieceTokenizer (sentencepiece_tokenizer.h), BpeTokenizer
+// (bpe_tokenizer.h: Hugging Face tokenizer.json, byte-level BPE) and
+// MetaspaceTokenizer (metaspace_tokenizer.h: tokenizer.json, SentencePiece-
+// style BPE).
 #pragma once
 
 #include <cstdint>
@@ -66,12 +68,13 @@ class Tokenizer {
 
 // The tokenizer for a job's model, as dsl::choose_tokenizer
 // (dsl/tokenizer_files.h) chooses it:
-//  - model.path holds tokenizer.model: that SentencePiece model (Llama-2
-//    style folders);
-//  - else model.path holds a byte-level BPE tokenizer.json: that (GPT-2,
-//    Llama 3 style folders);
+//  - model.path holds a tokenizer.json of a kind Tailor reads: that,
+//    byte-level BPE (GPT-2, Llama 3 style folders) or SentencePiece-style BPE
+//    (Llama 2, Mistral, Gemma style folders), as transformers prefers it;
+//  - else model.path holds tokenizer.model: that SentencePiece model;
 //  - model.path holds only tokenizer files Tailor does not read (another
-//    kind of tokenizer.json, vocab.json + merges.txt, vocab.txt):
+//    kind of tokenizer.json and no tokenizer.model, vocab.json + merges.txt,
+//    vocab.txt):
 //    InvalidArgument naming the file;
 //  - a folder without tokenizer files: InvalidArgument naming the folder
 //    (`tailor validate` refuses it first; this is the runner's own check);

@@ -510,6 +510,38 @@ TEST_F(SpecLoaderTest, ModelPathWithoutTokenizerFilesIsAnErrorNamingTheFolder) {
                   .ok());
 }
 
+// Chat data is read with the folder's tokenizer.json, SentencePiece-style
+// ones (Llama 2, Mistral, Gemma) included; a tokenizer.model alone is
+// refused where data.chat is written, saying what to copy.
+TEST_F(SpecLoaderTest, ChatDataNeedsTheFoldersTokenizerJsonNotATokenizerModelAlone) {
+  dir_.write("llama2/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+    "intermediate_size": 172, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 128})");
+  dir_.write("llama2/tokenizer.model", "");  // read at training time; only its presence decides here
+  dir_.write("data/chat.jsonl",
+             R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
+             "\n");
+  dir_.write("chat.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}");
+  const std::string spec =
+      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: llama2}\n"
+      "data:\n  train: data/chat.jsonl\n  chat: messages\n  chat_template: chat.jinja\n";
+  LoadedSpec alone = load(spec);
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(errors(alone).find(":6:9: error: data.chat: conversations are read with the model folder's "
+                               "tokenizer.json"),
+            std::string::npos)
+      << errors(alone);
+  EXPECT_NE(errors(alone).find("has only " + dir_.file("llama2/tokenizer.model")), std::string::npos) << errors(alone);
+  dir_.write("llama2/tokenizer.json", R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {"</s>": 0},
+    "merges": []}, "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+    "split": false}})");
+  dir_.write("llama2/tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizer", "legacy": false})");
+  LoadedSpec with_json = load(spec);
+  EXPECT_TRUE(with_json.ok()) << errors(with_json);
+  // A class whose pipeline Tailor does not know leaves the tokenizer.model.
+  dir_.write("llama2/tokenizer_config.json", R"({"tokenizer_class": "T5Tokenizer"})");
+  EXPECT_FALSE(load(spec).ok());
+}
+
 TEST_F(SpecLoaderTest, ModelPathWithoutConfigIsAnError) {
   dir_.write("empty/README", "");
   LoadedSpec s = load("apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {path: empty}\ndata: {train: data/train.txt}\n");

@@ -1,8 +1,9 @@
 """Reference tokens and masks of rendered conversations, from transformers.
 
 Trains small byte-level BPE tokenizers with the `tokenizers` library (the
-special tokens of Llama 3, ChatML (Qwen2.5) and Phi-3), saves each as a model
-folder, and for every (template, conversation) case writes what
+special tokens of Llama 3, ChatML (Qwen2.5) and Phi-3) and SentencePiece BPE
+models written by transformers as Llama 2's and Gemma's folders are
+(metaspace_reference.py), saves each as a model folder, and for every (template, conversation) case writes what
 transformers' apply_chat_template gives: the rendered text, the token ids
 (tokenize=True) and, for templates with {% generation %} blocks, the
 assistant mask (return_assistant_tokens_mask=True). chat_tokens_test.cpp
@@ -20,6 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from hf_reference import LLAMA3_PATTERN, QWEN2_PATTERN  # noqa: E402
+import metaspace_reference  # noqa: E402
 
 TEMPLATES = HERE / "chat_templates"
 
@@ -33,6 +35,29 @@ FAMILIES = {
     "phi3": (["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"], None, "<|endoftext|>",
              LLAMA3_PATTERN, ["trl_phi3.jinja", "trl_phi3_training.jinja"]),
 }
+
+# SentencePiece-style folders: family: (builder, [template file]). Llama 2's
+# template has no {% generation %} version; llama2_training.jinja is made
+# from it here (training_llama2_template), written beside the reference.
+SPM_FAMILIES = {
+    "llama2": (metaspace_reference.make_llama,
+               ["chujiezheng_llama-2-chat.jinja", "chujiezheng_mistral-instruct.jinja", "trl_mistral.jinja",
+                "llama2_training.jinja"]),
+    "gemma": (metaspace_reference.make_gemma,
+              ["trl_gemma3.jinja", "trl_gemma3_training.jinja", "chujiezheng_gemma-it.jinja"]),
+}
+
+
+def training_llama2_template():
+    """Llama 2's template with each assistant reply and its </s> in a
+    {% generation %} block (the space before the reply stays outside), and
+    the same text: a newline more, for the one trim_blocks takes after the
+    block's end tag."""
+    text = (TEMPLATES / "chujiezheng_llama-2-chat.jinja").read_text()
+    old = "{{ ' ' + content | trim + ' ' + eos_token }}"
+    assert old in text
+    return text.replace(old, "{{ ' ' }}{% generation %}{{ content | trim + ' ' + eos_token }}{% endgeneration %}\n")
+
 
 TEXTS = [
     "Hello!", "What is the capital of France?", "Paris is the capital of France.",
@@ -80,13 +105,20 @@ def main():
     convs = conversations()
     corpus = TEXTS + [m["content"] for c in convs for m in c]
     result = {"conversations": convs, "families": {}}
-    for family, (specials, bos, eos, pattern, templates) in FAMILIES.items():
+    generated = {"llama2_training.jinja": training_llama2_template()}
+    for name, text in generated.items():
+        with open(os.path.join(out_dir, name), "w") as f:
+            f.write(text)
+    families = {family: (lambda folder, f=f: train(folder, *f[:4], corpus), f[4]) for family, f in FAMILIES.items()}
+    families.update({family: (lambda folder, b=b: b(os.path.dirname(folder), os.path.basename(folder), corpus=corpus),
+                              templates) for family, (b, templates) in SPM_FAMILIES.items()})
+    for family, (build, templates) in families.items():
         folder = os.path.join(out_dir, family)
-        train(folder, specials, bos, eos, pattern, corpus)
+        build(folder)
         tok = AutoTokenizer.from_pretrained(folder)
         cases = {}
         for name in templates:
-            template = (TEMPLATES / name).read_text()
+            template = generated[name] if name in generated else (TEMPLATES / name).read_text()
             rows = []
             for conv in convs:
                 text = tok.apply_chat_template(conv, chat_template=template, tokenize=False)

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -20,6 +21,7 @@
 #include "runner/data/bpe_tokenizer.h"
 #include "runner/data/byte_tokenizer.h"
 #include "runner/data/dataset.h"
+#include "runner/data/tokenizer.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner::data {
@@ -55,7 +57,8 @@ class ChatTokensReference : public ::testing::Test {
                          dsl::TrainOn on = dsl::TrainOn::kAssistant, dsl::TrainOnEos eos = dsl::TrainOnEos::kTurn) {
     dsl::DataSpec data;
     data.chat = dsl::ChatFormat::kMessages;
-    data.chat_template = template_file(name);
+    // A template the reference made (a {% generation %} version) lies beside it.
+    data.chat_template = std::filesystem::exists(dir_->file(name)) ? dir_->file(name) : template_file(name);
     data.train_on = on;
     data.train_on_eos = eos;
     auto s = load_chat_setup(data, folder(family));
@@ -63,8 +66,13 @@ class ChatTokensReference : public ::testing::Test {
     return std::move(s).value();
   }
   static std::string folder(const std::string& family) { return (*ref_)["families"][family]["folder"]; }
-  static std::unique_ptr<BpeTokenizer> tokenizer(const std::string& family) {
-    auto t = BpeTokenizer::load(folder(family) + "/tokenizer.json");
+  // The folder's tokenizer as a job reads it: byte-level BPE, or
+  // SentencePiece-style BPE (llama2, gemma).
+  static std::unique_ptr<Tokenizer> tokenizer(const std::string& family) {
+    dsl::ModelSpec model;
+    model.path = folder(family);
+    model.arch.vocab = 1000;
+    auto t = make_tokenizer(model);
     EXPECT_TRUE(t.is_ok()) << t.status().to_string();
     return std::move(t).value();
   }
@@ -98,14 +106,17 @@ TEST_F(ChatTokensReference, IdsEqualApplyChatTemplateForEveryTemplateAndConversa
       }
     }
   }
-  EXPECT_EQ(compared, 8u * 60u);
+  EXPECT_EQ(compared, 15u * 60u);
   EXPECT_GT(tokens, 30000u);
 }
 
 TEST_F(ChatTokensReference, GenerationBlocksTrainWhatReturnAssistantTokensMaskMarks) {
-  for (const auto& [family, name] : std::vector<std::pair<std::string, std::string>>{
-           {"llama3", "trl_llama3_training.jinja"}, {"qwen2", "trl_qwen2_5_training.jinja"},
-           {"phi3", "trl_phi3_training.jinja"}}) {
+  for (const auto& [family, name] :
+       std::vector<std::pair<std::string, std::string>>{{"llama3", "trl_llama3_training.jinja"},
+                                                        {"qwen2", "trl_qwen2_5_training.jinja"},
+                                                        {"phi3", "trl_phi3_training.jinja"},
+                                                        {"llama2", "llama2_training.jinja"},
+                                                        {"gemma", "trl_gemma3_training.jinja"}}) {
     SCOPED_TRACE(name);
     const auto tok = tokenizer(family);
     const ChatSetup s = setup(family, name);
@@ -128,7 +139,9 @@ TEST_F(ChatTokensReference, MarkerAlignmentTrainsTheTokensTheGenerationBlocksWra
   for (const auto& [family, plain, training] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"llama3", "trl_llama3.jinja", "trl_llama3_training.jinja"},
            {"qwen2", "trl_qwen2_5.jinja", "trl_qwen2_5_training.jinja"},
-           {"phi3", "trl_phi3.jinja", "trl_phi3_training.jinja"}}) {
+           {"phi3", "trl_phi3.jinja", "trl_phi3_training.jinja"},
+           {"llama2", "chujiezheng_llama-2-chat.jinja", "llama2_training.jinja"},
+           {"gemma", "trl_gemma3.jinja", "trl_gemma3_training.jinja"}}) {
     SCOPED_TRACE(plain);
     const auto tok = tokenizer(family);
     const ChatSetup s = setup(family, plain);
