@@ -9,8 +9,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -81,6 +83,38 @@ struct TokenTable {
       added[static_cast<std::size_t>(a.id)] = true;
     }
   }
+};
+
+// Words (or pieces) already merged, by their text: real text repeats its
+// words, and merging is an encoder's cost (the tokenizers library caches
+// likewise). Bounded; a mutex keeps the tokenizer shareable between threads.
+template <typename Piece>
+class MergeCache {
+ public:
+  // The pieces of `key` into `out`: the cached ones, else merge(key, out)'s,
+  // kept when the key is short (longer ones rarely repeat).
+  template <typename Merge>
+  void get(std::string_view key, std::vector<Piece>& out, Merge&& merge) {
+    const bool cacheable = key.size() <= kMaxKeyBytes;
+    if (cacheable) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (const auto it = entries_.find(std::string(key)); it != entries_.end()) {
+        out = it->second;
+        return;
+      }
+    }
+    merge(key, out);
+    if (!cacheable) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+    entries_.emplace(std::string(key), out);
+  }
+
+ private:
+  static constexpr std::size_t kMaxEntries = 1 << 16;
+  static constexpr std::size_t kMaxKeyBytes = 256;
+  std::mutex mu_;
+  std::unordered_map<std::string, std::vector<Piece>> entries_;
 };
 
 // tokenizer_config.json beside the tokenizer file `tokenizer_path`: an

@@ -132,13 +132,6 @@ struct BpeTokenizer::Regex {
   ~Regex() { pcre2_code_free(code); }
 };
 
-struct BpeTokenizer::WordCache {
-  static constexpr std::size_t kMaxWords = 1 << 16;
-  static constexpr std::size_t kMaxWordBytes = 256;  // longer words are rare and not worth keeping
-  std::mutex mu;
-  std::unordered_map<std::string, std::vector<Piece>> words;
-};
-
 BpeTokenizer::~BpeTokenizer() = default;
 
 Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path) {
@@ -159,7 +152,7 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path
   if (model.contains("dropout") && !model["dropout"].is_null()) return bad("model.dropout is not supported");
 
   auto tok = std::unique_ptr<BpeTokenizer>(new BpeTokenizer());
-  tok->cache_ = std::make_unique<WordCache>();
+  tok->cache_ = std::make_unique<MergeCache<Piece>>();
   tok->path_ = path;
   tok->ignore_merges_ = model.value("ignore_merges", false);
   tok->nfc_ = j.contains("normalizer") && !j["normalizer"].is_null();  // check_tokenizer_json admits NFC only
@@ -278,23 +271,7 @@ Status BpeTokenizer::read_bos_eos() {
 void BpeTokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& out, std::size_t base,
                                Offsets* offsets) const {
   std::vector<Piece> pieces;
-  const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
-  bool cached = false;
-  if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_->mu);
-    if (const auto it = cache_->words.find(std::string(word)); it != cache_->words.end()) {
-      pieces = it->second;
-      cached = true;
-    }
-  }
-  if (!cached) {
-    merge_word(word, pieces);
-    if (cacheable) {
-      std::lock_guard<std::mutex> lock(cache_->mu);
-      if (cache_->words.size() >= WordCache::kMaxWords) cache_->words.clear();
-      cache_->words.emplace(std::string(word), pieces);
-    }
-  }
+  cache_->get(word, pieces, [this](std::string_view w, std::vector<Piece>& merged) { merge_word(w, merged); });
   for (const Piece& p : pieces) {
     out.push_back(p.id);
     if (offsets) offsets->emplace_back(static_cast<std::uint32_t>(base + p.begin), static_cast<std::uint32_t>(base + p.end));

@@ -86,12 +86,8 @@ class BpeTokenizer final : public Tokenizer {
   std::int32_t bos_ = -1, eos_ = -1;
   std::int32_t declared_pad_ = -1;  // tokenizer_config.json's pad_token, else eos_
   std::int64_t vocab_size_ = 0;
-  // Words already merged: (id, bytes of the word) per token. Real text
-  // repeats its words, and merging is the encoder's cost (the tokenizers
-  // library caches likewise). Bounded; a mutex keeps the tokenizer
-  // shareable between threads.
-  struct WordCache;
-  std::unique_ptr<WordCache> cache_;
+  // Words already merged: (id, bytes of the word) per token.
+  std::unique_ptr<MergeCache<Piece>> cache_;
 };
 
 // The files of a model folder whose tokenizer is the byte tokenizer

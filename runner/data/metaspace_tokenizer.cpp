@@ -57,13 +57,6 @@ struct MetaspaceTokenizer::Aligned {
   }
 };
 
-struct MetaspaceTokenizer::PieceCache {
-  static constexpr std::size_t kMaxPieces = 1 << 16;
-  static constexpr std::size_t kMaxPieceBytes = 256;  // longer pieces rarely repeat
-  std::mutex mu;
-  std::unordered_map<std::string, std::vector<Piece>> pieces;
-};
-
 namespace {
 
 // A character's bytes at s[i]; a byte that starts no well-formed character
@@ -196,7 +189,7 @@ Result<std::unique_ptr<MetaspaceTokenizer>> MetaspaceTokenizer::load(const std::
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto tok = std::unique_ptr<MetaspaceTokenizer>(new MetaspaceTokenizer());
   tok->path_ = path;
-  tok->cache_ = std::make_unique<PieceCache>();
+  tok->cache_ = std::make_unique<MergeCache<Piece>>();
   TAILOR_ASSIGN_OR_RETURN(const json config, read_tokenizer_config(path));
   const std::string config_path = (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
   TAILOR_ASSIGN_OR_RETURN(tok->class_,
@@ -492,23 +485,7 @@ void MetaspaceTokenizer::encode_stretch(std::string_view text, std::size_t begin
   std::vector<Piece> merged;
   for (const Aligned& p : pieces) {
     merged.clear();
-    const bool cacheable = p.text.size() <= PieceCache::kMaxPieceBytes;
-    bool cached = false;
-    if (cacheable) {
-      std::lock_guard<std::mutex> lock(cache_->mu);
-      if (const auto it = cache_->pieces.find(p.text); it != cache_->pieces.end()) {
-        merged = it->second;
-        cached = true;
-      }
-    }
-    if (!cached) {
-      merge_piece(p.text, merged);
-      if (cacheable) {
-        std::lock_guard<std::mutex> lock(cache_->mu);
-        if (cache_->pieces.size() >= PieceCache::kMaxPieces) cache_->pieces.clear();
-        cache_->pieces.emplace(p.text, merged);
-      }
-    }
+    cache_->get(p.text, merged, [this](std::string_view s, std::vector<Piece>& into) { merge_piece(s, into); });
     for (const Piece& m : merged) {
       out.push_back(m.id);
       if (offsets == nullptr) continue;

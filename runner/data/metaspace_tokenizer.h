@@ -98,8 +98,7 @@ class MetaspaceTokenizer final : public Tokenizer {
   std::int32_t bos_ = -1, eos_ = -1, declared_pad_ = -1;
   std::int64_t vocab_size_ = 0;
   // Pieces already merged (short ones: words when the pre-tokenizer splits).
-  struct PieceCache;
-  std::unique_ptr<PieceCache> cache_;
+  std::unique_ptr<MergeCache<Piece>> cache_;
 };
 
 }  // namespace tailor::runner::data
