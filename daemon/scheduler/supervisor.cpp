@@ -532,9 +532,12 @@ Status Supervisor::finish(Running& r, const ProcessExit& exit, const std::string
       return end_as(JobState::kCancelled, "cancelled: runner stopped");
     case Verdict::kSucceeded: {
       u.set("exit_reason", "");
-      const Status s = end_as(JobState::kSucceeded, prefix + "runner finished");
-      if (s.is_ok()) record_calibration_of_run(r.id, job->plan_json);
-      return s;
+      // Before the job reads as succeeded: whoever sees it succeed (a
+      // client, the next job's plan) sees its run in the calibration store.
+      // Once per attempt, though the store write below may be tried again.
+      if (!r.run_calibrated) record_calibration_of_run(r.id, job->plan_json);
+      r.run_calibrated = true;
+      return end_as(JobState::kSucceeded, prefix + "runner finished");
     }
     case Verdict::kReplan:
       return replan(r, *job, oom, u);

@@ -137,6 +137,7 @@ class Supervisor {
     std::optional<JobUpdate> unrecorded_start;  // planning -> running, not yet stored
     std::string start_message, start_data;
     std::string store_error;  // the last failed write's message, logged once
+    bool run_calibrated = false;  // the succeeded run is in the calibration store
   };
 
   // A job's attempt as the store has it: its offsets and cancel request as
