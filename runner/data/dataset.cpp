@@ -7,6 +7,7 @@
 #include "dsl/table_records.h"
 #include "runner/data/file_io.h"
 #include "runner/data/pair_tokens.h"
+#include "runner/data/prompt_completion.h"
 
 namespace tailor::runner::data {
 namespace {
@@ -28,11 +29,18 @@ class Builder {
     tokens_.push_back(tok_.bos_id());
     trained_.push_back(0);  // nothing predicts the first token
   }
-  // Appends `text` as trained or untrained tokens.
-  void append_text(std::string_view text, bool trained) {
+  // Appends `text`, trained.
+  void append_text(std::string_view text) {
     const auto ids = tok_.encode(text);
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
-    trained_.insert(trained_.end(), ids.size(), trained ? 1 : 0);
+    trained_.insert(trained_.end(), ids.size(), 1);
+  }
+  // Appends `prompt` untrained and `completion` trained, encoded together.
+  void append_prompt_completion(std::string_view prompt, std::string_view completion) {
+    const PromptCompletion pc = encode_prompt_completion(tok_, prompt, completion);
+    tokens_.insert(tokens_.end(), pc.ids.begin(), pc.ids.end());
+    trained_.insert(trained_.end(), pc.prompt_tokens, 0);
+    trained_.insert(trained_.end(), pc.ids.size() - pc.prompt_tokens, 1);
   }
   // A whole document as it comes: a rendered conversation carries its own
   // BOS and end-of-turn tokens.
@@ -110,8 +118,11 @@ Status load_records(std::string_view bytes, const std::string& path, const dsl::
     }
     if (r.prompt.empty() && r.text.empty()) return Status::ok();
     out.begin();
-    if (!r.prompt.empty()) out.append_text(r.prompt, false);
-    out.append_text(r.text, true);
+    if (r.prompt.empty()) {
+      out.append_text(r.text);
+    } else {
+      out.append_prompt_completion(r.prompt, r.text);
+    }
     out.end();
     return Status::ok();
   };

@@ -60,6 +60,7 @@ Result<std::vector<Example>> load_examples(const std::string& path, const dsl::D
 
 // Bumped whenever tokenize_file's output for the same input could change
 // (document splitting, masking, specials): part of the token cache's key.
-inline constexpr int kDatasetFormatVersion = 2;
+// 3: a prompt and its completion encoded together (prompt_completion.h).
+inline constexpr int kDatasetFormatVersion = 3;
 
 }  // namespace tailor::runner::data

@@ -3,21 +3,22 @@
 #include <algorithm>
 #include <tuple>
 
+#include "runner/data/prompt_completion.h"
+
 namespace tailor::runner::data {
 namespace {
 
-PairRow string_row(const Tokenizer& tok, const std::vector<std::int32_t>& prompt, std::string_view prompt_text,
-                   std::string_view completion) {
+// BOS, the prompt's first `untrained` ids of `pc`, the rest trained, EOS.
+PairRow string_row(const Tokenizer& tok, std::string_view prompt, std::string_view completion,
+                   const PromptCompletion& pc, std::size_t untrained) {
   PairRow row;
-  row.text = std::string(prompt_text) + std::string(completion);
-  row.completion_begin = prompt_text.size();
+  row.text = std::string(prompt) + std::string(completion);
+  row.completion_begin = byte_of_id(tok, prompt, completion, pc, untrained);
   row.ids.push_back(tok.bos_id());
-  row.ids.insert(row.ids.end(), prompt.begin(), prompt.end());
-  row.trained.assign(row.ids.size(), 0);
-  const std::vector<std::int32_t> ids = tok.encode(completion);
-  row.ids.insert(row.ids.end(), ids.begin(), ids.end());
+  row.ids.insert(row.ids.end(), pc.ids.begin(), pc.ids.end());
   row.ids.push_back(tok.eos_id());
-  row.trained.resize(row.ids.size(), 1);
+  row.trained.assign(row.ids.size(), 1);
+  std::fill(row.trained.begin(), row.trained.begin() + 1 + static_cast<std::ptrdiff_t>(untrained), 0);
   return row;
 }
 
@@ -54,10 +55,14 @@ Result<PairTokens> tokenize_pair(const dsl::DataRecord& r, const dsl::DataSpec& 
                                  const ChatSetup* chat) {
   PairTokens out;
   if (!dsl::is_chat(spec)) {
-    const std::vector<std::int32_t> prompt = tok.encode(r.prompt);
-    TAILOR_RETURN_IF_ERROR(prompt_fits(prompt.size(), spec.seq_len));
-    out.chosen = string_row(tok, prompt, r.prompt, r.chosen);
-    out.rejected = string_row(tok, prompt, r.prompt, r.rejected);
+    // TRL's DPOTrainer: each completion encoded after its prompt, the prompt
+    // the ids both rows share with it alone (prompt_completion.h).
+    const PromptCompletion chosen = encode_prompt_completion(tok, r.prompt, r.chosen);
+    const PromptCompletion rejected = encode_prompt_completion(tok, r.prompt, r.rejected);
+    const std::size_t shared = std::min(chosen.prompt_tokens, rejected.prompt_tokens);
+    TAILOR_RETURN_IF_ERROR(prompt_fits(shared, spec.seq_len));
+    out.chosen = string_row(tok, r.prompt, r.chosen, chosen, shared);
+    out.rejected = string_row(tok, r.prompt, r.rejected, rejected, shared);
     return out;
   }
   if (chat == nullptr) return Status::internal("conversational pairs without their chat template");

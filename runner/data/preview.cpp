@@ -14,6 +14,7 @@
 #include "runner/data/chat_tokens.h"
 #include "runner/data/file_io.h"
 #include "runner/data/pair_tokens.h"
+#include "runner/data/prompt_completion.h"
 #include "runner/data/tokenizer.h"
 
 namespace tailor::runner::data {
@@ -50,19 +51,16 @@ std::int64_t DataPreview::too_long() const {
 namespace {
 
 // As the dataset builds a document: BOS, the untrained prompt, the trained
-// text, EOS.
+// text (the two encoded together: prompt_completion.h), EOS.
 void prompt_and_completion(const Tokenizer& tok, std::string_view prompt, std::string_view text, PreviewExample& ex) {
+  const PromptCompletion pc = encode_prompt_completion(tok, prompt, text);
   ex.text = std::string(prompt) + std::string(text);
   ex.ids.push_back(tok.bos_id());
-  ex.trained.push_back(0);
-  const auto p = tok.encode(prompt), t = tok.encode(text);
-  ex.ids.insert(ex.ids.end(), p.begin(), p.end());
-  ex.trained.insert(ex.trained.end(), p.size(), 0);
-  ex.ids.insert(ex.ids.end(), t.begin(), t.end());
-  ex.trained.insert(ex.trained.end(), t.size(), 1);
+  ex.ids.insert(ex.ids.end(), pc.ids.begin(), pc.ids.end());
   ex.ids.push_back(tok.eos_id());
-  ex.trained.push_back(1);
-  ex.trained_text.emplace_back(prompt.size(), ex.text.size());
+  ex.trained.assign(ex.ids.size(), 1);
+  std::fill(ex.trained.begin(), ex.trained.begin() + 1 + static_cast<std::ptrdiff_t>(pc.prompt_tokens), 0);
+  ex.trained_text.emplace_back(byte_of_id(tok, prompt, text, pc, pc.prompt_tokens), ex.text.size());
 }
 
 }  // namespace

@@ -6,8 +6,12 @@ models written by transformers as Llama 2's and Gemma's folders are
 (metaspace_reference.py), saves each as a model folder, and for every (template, conversation) case writes what
 transformers' apply_chat_template gives: the rendered text, the token ids
 (tokenize=True) and, for templates with {% generation %} blocks, the
-assistant mask (return_assistant_tokens_mask=True). chat_tokens_test.cpp
-compares Tailor's tokenize_chat against it.
+assistant mask (return_assistant_tokens_mask=True). For the SentencePiece
+folders it also writes what TRL's SFTTrainer makes of prompt-completion
+records (input_ids, labels) and DPOTrainer of preference pairs
+(prompt_ids, chosen_ids, rejected_ids), each trainer built over a tiny
+random Llama and not run. chat_tokens_test.cpp compares Tailor's
+tokenize_chat, dataset and tokenize_pair against it.
 
     python chat_tokens_reference.py OUT_DIR
 """
@@ -83,6 +87,48 @@ def conversations(n=60, seed=7):
     return out
 
 
+# Prompt-completion records whose boundary each tokenizer may encode
+# differently apart than together: a completion mid-line, after a newline,
+# after a space, with its own leading space, merging with the prompt's end.
+PROMPT_COMPLETIONS = [
+    ("Question: 2+2=", "4"), ("Answer:\n", "Yes."), ("Answer: ", "yes, it is."), ("Say hi:", " hello there"),
+    ("The cat sat on", "the mat"), ("What is the capital of France?", " Paris."), ("Ünïcödé: naïve", " café 😀"),
+    ("def f(x):\n", "    return x * 2\n"), ("Numbers: 3.14", "159, 42"), ("Tell me more.", "\nStarts with a newline"),
+]
+
+
+def trl_rows(folder, tok):
+    """TRL's SFTTrainer and DPOTrainer token rows of PROMPT_COMPLETIONS."""
+    import datasets
+    import tempfile
+    import transformers
+    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+    transformers.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    datasets.disable_caching()
+    config = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1,
+                                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = transformers.LlamaForCausalLM(config)
+    n = len(PROMPT_COMPLETIONS)
+    sft = datasets.Dataset.from_list([{"prompt": p, "completion": c} for p, c in PROMPT_COMPLETIONS])
+    pairs = datasets.Dataset.from_list([{"prompt": p, "chosen": c, "rejected": PROMPT_COMPLETIONS[(i + 3) % n][1]}
+                                        for i, (p, c) in enumerate(PROMPT_COMPLETIONS)])
+    with tempfile.TemporaryDirectory() as scratch:
+        model.save_pretrained(os.path.join(scratch, "model"))  # DPOTrainer loads its reference from the path
+        model = os.path.join(scratch, "model")
+        common = dict(output_dir=os.path.join(scratch, "out"), use_cpu=True, bf16=False, fp16=False, max_length=None,
+                      report_to=[], save_strategy="no")
+        s = SFTTrainer(model=model, args=SFTConfig(packing=False, **common), train_dataset=sft, processing_class=tok)
+        d = DPOTrainer(model=model, ref_model=None, args=DPOConfig(**common), train_dataset=pairs, processing_class=tok)
+        return {"records": [{"prompt": p, "completion": c} for p, c in PROMPT_COMPLETIONS],
+                "pairs": [dict(r) for r in pairs],
+                # TRL 1.16 keeps the completion mask as labels: -100 where untrained.
+                "sft": [{"input_ids": list(r["input_ids"]), "trained": [int(x != -100) for x in r["labels"]]}
+                        for r in s.train_dataset],
+                "dpo": [{k: list(r[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")} for r in d.train_dataset]}
+
+
 def train(folder, specials, bos, eos, pattern, corpus):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
@@ -131,6 +177,8 @@ def main():
                 rows.append(row)
             cases[name] = rows
         result["families"][family] = {"folder": folder, "cases": cases}
+        if family in SPM_FAMILIES:
+            result["families"][family]["trl"] = trl_rows(folder, tok)
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(result, f, ensure_ascii=False)
 

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "runner/data/bpe_tokenizer.h"
 #include "runner/data/byte_tokenizer.h"
 #include "runner/data/dataset.h"
+#include "runner/data/pair_tokens.h"
 #include "runner/data/tokenizer.h"
 #include "tests/testing/temp_dir.h"
 
@@ -214,6 +216,81 @@ TEST_F(ChatTokensReference, TrainOnAndTrainOnEosChooseTheTrainedTurnsAndTheirEnd
   ASSERT_LT(tail.size(), every.size());
   EXPECT_TRUE(std::equal(tail.begin(), tail.end(), every.end() - static_cast<std::ptrdiff_t>(tail.size())));
   EXPECT_EQ(count_eot(last_turn), 1u);
+}
+
+// Prompt-completion records as TRL's SFTTrainer tokenizes them on the
+// SentencePiece-style folders: the two texts encoded together, so that a
+// completion starting mid-line ("4" after "2+2=") gains no word-start "▁".
+TEST_F(ChatTokensReference, PromptCompletionRowsEqualTrlsSftTrainerOnSentencePieceFolders) {
+  for (const std::string family : {"llama2", "gemma"}) {
+    SCOPED_TRACE(family);
+    const auto tok = tokenizer(family);
+    const ChatJson& trl = (*ref_)["families"][family]["trl"];
+    std::string lines;
+    for (const ChatJson& r : trl["records"])
+      lines += r.dump() + "\n";
+    tailor::testing::TempDir dir;
+    dsl::DataSpec spec;
+    spec.format = dsl::DataFormat::kJsonl;
+    spec.prompt_field = "prompt";
+    spec.completion_field = "completion";
+    auto examples = load_examples(dir.write("records.jsonl", lines), spec, *tok);
+    ASSERT_TRUE(examples.is_ok()) << examples.status().to_string();
+    ASSERT_EQ(examples->size(), trl["sft"].size());
+    ASSERT_GE(examples->size(), 10u);
+    std::size_t apart_differs = 0;
+    for (std::size_t i = 0; i < examples->size(); ++i) {
+      const Example& ex = (*examples)[i];
+      EXPECT_EQ(ex.tokens, trl["sft"][i]["input_ids"].get<std::vector<std::int32_t>>()) << i;
+      EXPECT_EQ(ex.trained, trl["sft"][i]["trained"].get<std::vector<std::uint8_t>>()) << i;
+      const auto completion = tok->encode(trl["records"][i]["completion"].get<std::string>());
+      const auto first = std::find(ex.trained.begin(), ex.trained.end(), 1) - ex.trained.begin();
+      apart_differs += completion.front() != ex.tokens[static_cast<std::size_t>(first)];
+    }
+    // Encoded apart, some completions would have started otherwise (Llama 2's
+    // "▁" before them); Gemma's tokenizer adds none.
+    if (family == "llama2") {
+      EXPECT_GE(apart_differs, 3u);
+    }
+  }
+}
+
+// Preference pairs of strings as TRL's DPOTrainer tokenizes them on the same
+// folders: prompt_ids the ids both prompt + completion encodings share with
+// the prompt alone, then each completion's and EOS.
+TEST_F(ChatTokensReference, PreferencePairsEqualTrlsDpoTrainerOnSentencePieceFolders) {
+  for (const std::string family : {"llama2", "gemma"}) {
+    SCOPED_TRACE(family);
+    const auto tok = tokenizer(family);
+    const ChatJson& trl = (*ref_)["families"][family]["trl"];
+    dsl::DataSpec spec;
+    spec.preference = true;
+    spec.seq_len = 512;
+    ASSERT_EQ(trl["pairs"].size(), trl["dpo"].size());
+    ASSERT_GE(trl["pairs"].size(), 10u);
+    for (std::size_t i = 0; i < trl["pairs"].size(); ++i) {
+      const ChatJson& want = trl["dpo"][i];
+      const std::string prompt = trl["pairs"][i]["prompt"], chosen = trl["pairs"][i]["chosen"],
+                        rejected = trl["pairs"][i]["rejected"];
+      dsl::DataRecord r;
+      r.prompt = prompt;
+      r.chosen = chosen;
+      r.rejected = rejected;
+      auto pair = tokenize_pair(r, spec, *tok, nullptr);
+      ASSERT_TRUE(pair.is_ok()) << pair.status().to_string();
+      const auto prompt_ids = want["prompt_ids"].get<std::vector<std::int32_t>>();
+      for (const auto& [row, key] :
+           {std::pair{&pair->chosen, "chosen_ids"}, std::pair{&pair->rejected, "rejected_ids"}}) {
+        std::vector<std::int32_t> ids = prompt_ids;
+        const auto completion = want[key].get<std::vector<std::int32_t>>();
+        ids.insert(ids.end(), completion.begin(), completion.end());
+        std::vector<std::uint8_t> trained(prompt_ids.size(), 0);
+        trained.resize(ids.size(), 1);
+        EXPECT_EQ(row->ids, ids) << i << " " << key;
+        EXPECT_EQ(row->trained, trained) << i << " " << key;
+      }
+    }
+  }
 }
 
 // ---- where the template comes from

@@ -308,14 +308,20 @@ TEST(SentencePieceDatasetTest, DocumentsUseTheModelsBosEosAndMaskThePrompt) {
   ASSERT_TRUE(examples.is_ok()) << examples.status().to_string();
   ASSERT_EQ(examples->size(), 1u);
   const Example& ex = examples->front();
+  // Encoded together, as TRL does: apart, "four." would gain the word-start
+  // "▁" the text does not have.
   const auto prompt = tok->encode("question: two plus two?");
-  const auto completion = tok->encode("four.");
+  const auto whole = tok->encode("question: two plus two?four.");
+  ASSERT_TRUE(std::equal(prompt.begin(), prompt.end(), whole.begin()));
+  EXPECT_NE(tok->encode("four.").front(), whole[prompt.size()]);
   std::vector<std::int32_t> expected{5};
-  expected.insert(expected.end(), prompt.begin(), prompt.end());
-  expected.insert(expected.end(), completion.begin(), completion.end());
+  expected.insert(expected.end(), whole.begin(), whole.end());
   expected.push_back(6);
   EXPECT_EQ(ex.tokens, expected);
   EXPECT_EQ(std::count(ex.trained.begin(), ex.trained.end(), 0), static_cast<long>(1 + prompt.size()));
+  const std::vector<std::int32_t> trained(ex.tokens.begin() + 1 + static_cast<long>(prompt.size()),
+                                          ex.tokens.end() - 1);
+  EXPECT_EQ(tok->decode(trained), "four.");
   EXPECT_EQ(ex.trained.back(), 1);
 }
 
