@@ -182,6 +182,10 @@ struct DataSpec {
   // is not a key: the loader sets it from training.method, so the data
   // readers know the shape of a record.
   bool preference = false;
+  // kto reads each row of a pair alone, as TRL's KTOTrainer does: a row's
+  // prompt ends where its own ids leave the prompt's, not where both rows'
+  // do. Not a key either: set from training.method.
+  bool unpaired = false;
   std::string chosen_field = "chosen";
   std::string rejected_field = "rejected";
   // data.train as a list: every dataset, the first one being `train` (and

@@ -684,6 +684,7 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
     }
   }
   data.preference = trains_on_pairs(spec.training.method);
+  data.unpaired = spec.training.method == TrainingMethod::kKto;
   if (data.preference) {
     check_preference_data(data, root, d);
   } else if (data.prompt_field.empty() != data.completion_field.empty()) {

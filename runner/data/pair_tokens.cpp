@@ -56,19 +56,21 @@ Result<PairTokens> tokenize_pair(const dsl::DataRecord& r, const dsl::DataSpec& 
   PairTokens out;
   if (!dsl::is_chat(spec)) {
     // TRL's DPOTrainer: each completion encoded after its prompt, the prompt
-    // the ids both rows share with it alone (prompt_completion.h).
+    // the ids both rows share with it alone (prompt_completion.h); its
+    // KTOTrainer: the ids each row shares.
     const PromptCompletion chosen = encode_prompt_completion(tok, r.prompt, r.chosen);
     const PromptCompletion rejected = encode_prompt_completion(tok, r.prompt, r.rejected);
     const std::size_t shared = std::min(chosen.prompt_tokens, rejected.prompt_tokens);
     TAILOR_RETURN_IF_ERROR(prompt_fits(shared, spec.seq_len));
-    out.chosen = string_row(tok, r.prompt, r.chosen, chosen, shared);
-    out.rejected = string_row(tok, r.prompt, r.rejected, rejected, shared);
+    out.chosen = string_row(tok, r.prompt, r.chosen, chosen, spec.unpaired ? chosen.prompt_tokens : shared);
+    out.rejected = string_row(tok, r.prompt, r.rejected, rejected, spec.unpaired ? rejected.prompt_tokens : shared);
     return out;
   }
   if (chat == nullptr) return Status::internal("conversational pairs without their chat template");
   // TRL's DPOTrainer: the completion is what follows the longest run the
   // prompt's ids share with both conversations' (a template may render the
-  // prompt's last turn apart from the completion differently).
+  // prompt's last turn apart from the completion differently); its
+  // KTOTrainer: with the row's own.
   TAILOR_ASSIGN_OR_RETURN(const Encoded prompt, render_and_encode(*chat, tok, r.prompt, true));
   TAILOR_ASSIGN_OR_RETURN(Encoded chosen, render_and_encode(*chat, tok, r.chosen, false));
   TAILOR_ASSIGN_OR_RETURN(Encoded rejected, render_and_encode(*chat, tok, r.rejected, false));
@@ -76,15 +78,17 @@ Result<PairTokens> tokenize_pair(const dsl::DataRecord& r, const dsl::DataSpec& 
                                       common_prefix(prompt.tokens.ids, rejected.tokens.ids));
   TAILOR_RETURN_IF_ERROR(prompt_fits(shared, spec.seq_len));
   for (auto [which, e, row] : {std::tuple{"chosen", &chosen, &out.chosen}, std::tuple{"rejected", &rejected, &out.rejected}}) {
-    if (e->tokens.ids.size() <= shared) {
+    const std::size_t untrained = spec.unpaired ? common_prefix(prompt.tokens.ids, e->tokens.ids) : shared;
+    if (e->tokens.ids.size() <= untrained) {
       return Status::invalid_argument(std::string("the ") + which +
                                       " conversation renders no token after its prompt: a pair needs two completions");
     }
-    row->completion_begin = e->tokens.offsets[shared].first;
+    row->completion_begin = e->tokens.offsets[untrained].first;
     row->text = std::move(e->text);
     row->ids = std::move(e->tokens.ids);
     row->trained.assign(row->ids.size(), 1);
-    std::fill(row->trained.begin(), row->trained.begin() + static_cast<std::ptrdiff_t>(std::max<std::size_t>(shared, 1)), 0);
+    std::fill(row->trained.begin(),
+              row->trained.begin() + static_cast<std::ptrdiff_t>(std::max<std::size_t>(untrained, 1)), 0);
   }
   return out;
 }

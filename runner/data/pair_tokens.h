@@ -29,11 +29,13 @@ struct PairTokens {
 };
 
 // Strings: BOS + prompt + completion + EOS, prompt and completion encoded
-// apart. Conversations (data.chat: messages, `chat` required): as TRL reads
-// them, the prompt rendered with the generation prompt and each whole
-// conversation rendered and encoded; the completion starts where the
-// prompt's ids and the conversation's part (no BOS or EOS added: the
-// template writes its own). InvalidArgument (without the record's place)
+// together (prompt_completion.h). Conversations (data.chat: messages,
+// `chat` required): as TRL reads them, the prompt rendered with the
+// generation prompt and each whole conversation rendered and encoded (no
+// BOS or EOS added: the template writes its own). Either way the
+// completion starts where the prompt's ids and the row's part: the earlier
+// place of the two rows (TRL's DPOTrainer), or each row's own with
+// spec.unpaired (its KTOTrainer). InvalidArgument (without the record's place)
 // when the prompt alone takes seq_len tokens or a completion has no token
 // of its own; the template's and the tokenizer's errors.
 Result<PairTokens> tokenize_pair(const dsl::DataRecord& record, const dsl::DataSpec& spec, const Tokenizer& tok,

@@ -225,6 +225,7 @@ std::string entry_name_key(const FileIdentity& file, const dsl::DataSpec& spec, 
     add_field(key, "chosen_field", spec.chosen_field);
     add_field(key, "rejected_field", spec.rejected_field);
     add_field(key, "seq_len", std::to_string(spec.seq_len));
+    add_field(key, "prompt_of", spec.unpaired ? "each row" : "both rows");
   }
   if (dsl::is_chat(spec) && chat != nullptr) {  // what a conversation renders to and trains
     add_field(key, "chat", dsl::to_string(spec.chat));

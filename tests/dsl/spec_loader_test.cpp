@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "dsl/spec_fields.h"
 #include "dsl/yaml_tree.h"
 #include "tests/testing/temp_dir.h"
@@ -652,6 +654,26 @@ TEST_F(SpecLoaderTest, ModulesToSaveNameTheFamilysEmbeddingAndHead) {
   LoadedSpec again = load(emit_yaml(write_job_spec(*s.spec)));
   ASSERT_TRUE(again.ok()) << errors(again);
   EXPECT_EQ(again.spec->strategy.lora.modules_to_save, (std::vector<std::string>{"wte", "lm_head"}));
+}
+
+// The data readers learn the shape of a record from training.method: pairs
+// for every preference method, each row read alone (its own prompt ids) for
+// kto, as TRL's KTOTrainer reads them.
+TEST_F(SpecLoaderTest, PreferenceMethodsReadPairsAndKtoEachRowAlone) {
+  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
+  const std::string head =
+      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/pairs.jsonl}\n";
+  for (const auto& [method, pairs, unpaired] :
+       {std::tuple{"sft", false, false}, std::tuple{"dpo", true, false}, std::tuple{"orpo", true, false},
+        std::tuple{"reward", true, false}, std::tuple{"kto", true, true}}) {
+    SCOPED_TRACE(method);
+    const std::string text =
+        std::string(method) == "sft" ? std::string(kMinimal) : head + "training: {method: " + method + "}\n";
+    LoadedSpec s = load(text);
+    ASSERT_TRUE(s.ok()) << errors(s);
+    EXPECT_EQ(s.spec->data.preference, pairs);
+    EXPECT_EQ(s.spec->data.unpaired, unpaired);
+  }
 }
 
 TEST_F(SpecLoaderTest, ResolvedSpecRoundTripsThroughTheLoader) {

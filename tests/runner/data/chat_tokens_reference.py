@@ -94,15 +94,21 @@ PROMPT_COMPLETIONS = [
     ("Question: 2+2=", "4"), ("Answer:\n", "Yes."), ("Answer: ", "yes, it is."), ("Say hi:", " hello there"),
     ("The cat sat on", "the mat"), ("What is the capital of France?", " Paris."), ("Ünïcödé: naïve", " café 😀"),
     ("def f(x):\n", "    return x * 2\n"), ("Numbers: 3.14", "159, 42"), ("Tell me more.", "\nStarts with a newline"),
+    ("Capital of Fra", "nce is Paris"), ("She said hel", "lo"),
 ]
+# Pairs over them, and two whose completions leave the prompt's ids at
+# different places (a prompt ending mid-word, one completion finishing it).
+PAIRS = [(p, c, PROMPT_COMPLETIONS[(i + 3) % len(PROMPT_COMPLETIONS)][1]) for i, (p, c) in enumerate(PROMPT_COMPLETIONS)]
+PAIRS += [("Capital of Fra", "nce is Paris", " France is Paris"), ("She said hel", "lo", " hello")]
 
 
 def trl_rows(folder, tok):
-    """TRL's SFTTrainer and DPOTrainer token rows of PROMPT_COMPLETIONS."""
+    """TRL's SFTTrainer token rows of PROMPT_COMPLETIONS, and its DPOTrainer's
+    and KTOTrainer's of PAIRS (KTO unpairs them itself)."""
     import datasets
     import tempfile
     import transformers
-    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+    from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer, SFTConfig, SFTTrainer
     transformers.logging.set_verbosity_error()
     datasets.disable_progress_bars()
     datasets.disable_caching()
@@ -110,10 +116,8 @@ def trl_rows(folder, tok):
                                       num_attention_heads=2, num_key_value_heads=1,
                                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     model = transformers.LlamaForCausalLM(config)
-    n = len(PROMPT_COMPLETIONS)
     sft = datasets.Dataset.from_list([{"prompt": p, "completion": c} for p, c in PROMPT_COMPLETIONS])
-    pairs = datasets.Dataset.from_list([{"prompt": p, "chosen": c, "rejected": PROMPT_COMPLETIONS[(i + 3) % n][1]}
-                                        for i, (p, c) in enumerate(PROMPT_COMPLETIONS)])
+    pairs = datasets.Dataset.from_list([{"prompt": p, "chosen": c, "rejected": r} for p, c, r in PAIRS])
     with tempfile.TemporaryDirectory() as scratch:
         model.save_pretrained(os.path.join(scratch, "model"))  # DPOTrainer loads its reference from the path
         model = os.path.join(scratch, "model")
@@ -121,12 +125,22 @@ def trl_rows(folder, tok):
                       report_to=[], save_strategy="no")
         s = SFTTrainer(model=model, args=SFTConfig(packing=False, **common), train_dataset=sft, processing_class=tok)
         d = DPOTrainer(model=model, ref_model=None, args=DPOConfig(**common), train_dataset=pairs, processing_class=tok)
+        k = KTOTrainer(model=model, ref_model=None, args=KTOConfig(**common), train_dataset=pairs, processing_class=tok)
+        # Unpaired as [every chosen row, then every rejected one]: each found
+        # by its pair and label.
+        kto = {}
+        for r in k.train_dataset:
+            completion = r["completion"].removesuffix(tok.eos_token)
+            i = next(i for i, (p, c, rej) in enumerate(PAIRS) if (i, r["label"]) not in kto
+                     and p == r["prompt"] and (c if r["label"] else rej) == completion)
+            kto[(i, r["label"])] = {key: list(r[key]) for key in ("prompt_ids", "completion_ids")}
         return {"records": [{"prompt": p, "completion": c} for p, c in PROMPT_COMPLETIONS],
                 "pairs": [dict(r) for r in pairs],
                 # TRL 1.16 keeps the completion mask as labels: -100 where untrained.
                 "sft": [{"input_ids": list(r["input_ids"]), "trained": [int(x != -100) for x in r["labels"]]}
                         for r in s.train_dataset],
-                "dpo": [{k: list(r[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")} for r in d.train_dataset]}
+                "dpo": [{k: list(r[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")} for r in d.train_dataset],
+                "kto": [{"chosen": kto[(i, True)], "rejected": kto[(i, False)]} for i in range(len(PAIRS))]}
 
 
 def train(folder, specials, bos, eos, pattern, corpus):

@@ -257,39 +257,55 @@ TEST_F(ChatTokensReference, PromptCompletionRowsEqualTrlsSftTrainerOnSentencePie
 
 // Preference pairs of strings as TRL's DPOTrainer tokenizes them on the same
 // folders: prompt_ids the ids both prompt + completion encodings share with
-// the prompt alone, then each completion's and EOS.
-TEST_F(ChatTokensReference, PreferencePairsEqualTrlsDpoTrainerOnSentencePieceFolders) {
+// the prompt alone, then each completion's and EOS; and as its KTOTrainer
+// does (data.unpaired), each row's prompt the ids that row shares.
+TEST_F(ChatTokensReference, PreferencePairsEqualTrlsDpoAndKtoTrainersOnSentencePieceFolders) {
   for (const std::string family : {"llama2", "gemma"}) {
     SCOPED_TRACE(family);
     const auto tok = tokenizer(family);
     const ChatJson& trl = (*ref_)["families"][family]["trl"];
-    dsl::DataSpec spec;
-    spec.preference = true;
-    spec.seq_len = 512;
     ASSERT_EQ(trl["pairs"].size(), trl["dpo"].size());
-    ASSERT_GE(trl["pairs"].size(), 10u);
-    for (std::size_t i = 0; i < trl["pairs"].size(); ++i) {
-      const ChatJson& want = trl["dpo"][i];
-      const std::string prompt = trl["pairs"][i]["prompt"], chosen = trl["pairs"][i]["chosen"],
-                        rejected = trl["pairs"][i]["rejected"];
-      dsl::DataRecord r;
-      r.prompt = prompt;
-      r.chosen = chosen;
-      r.rejected = rejected;
-      auto pair = tokenize_pair(r, spec, *tok, nullptr);
-      ASSERT_TRUE(pair.is_ok()) << pair.status().to_string();
-      const auto prompt_ids = want["prompt_ids"].get<std::vector<std::int32_t>>();
-      for (const auto& [row, key] :
-           {std::pair{&pair->chosen, "chosen_ids"}, std::pair{&pair->rejected, "rejected_ids"}}) {
-        std::vector<std::int32_t> ids = prompt_ids;
-        const auto completion = want[key].get<std::vector<std::int32_t>>();
-        ids.insert(ids.end(), completion.begin(), completion.end());
-        std::vector<std::uint8_t> trained(prompt_ids.size(), 0);
-        trained.resize(ids.size(), 1);
-        EXPECT_EQ(row->ids, ids) << i << " " << key;
-        EXPECT_EQ(row->trained, trained) << i << " " << key;
+    ASSERT_EQ(trl["pairs"].size(), trl["kto"].size());
+    ASSERT_GE(trl["pairs"].size(), 12u);
+    auto expect_row = [](const PairRow& row, const ChatJson& prompt_ids, const ChatJson& completion_ids) {
+      std::vector<std::int32_t> ids = prompt_ids.get<std::vector<std::int32_t>>();
+      std::vector<std::uint8_t> trained(ids.size(), 0);
+      const auto completion = completion_ids.get<std::vector<std::int32_t>>();
+      ids.insert(ids.end(), completion.begin(), completion.end());
+      trained.resize(ids.size(), 1);
+      EXPECT_EQ(row.ids, ids);
+      EXPECT_EQ(row.trained, trained);
+    };
+    std::size_t rows_apart = 0;
+    for (const bool unpaired : {false, true}) {
+      dsl::DataSpec spec;
+      spec.preference = true;
+      spec.unpaired = unpaired;
+      spec.seq_len = 512;
+      for (std::size_t i = 0; i < trl["pairs"].size(); ++i) {
+        SCOPED_TRACE(std::to_string(i) + (unpaired ? " kto" : " dpo"));
+        const std::string prompt = trl["pairs"][i]["prompt"], chosen = trl["pairs"][i]["chosen"],
+                          rejected = trl["pairs"][i]["rejected"];
+        dsl::DataRecord r;
+        r.prompt = prompt;
+        r.chosen = chosen;
+        r.rejected = rejected;
+        auto pair = tokenize_pair(r, spec, *tok, nullptr);
+        ASSERT_TRUE(pair.is_ok()) << pair.status().to_string();
+        if (unpaired) {
+          const ChatJson& kto = trl["kto"][i];
+          expect_row(pair->chosen, kto["chosen"]["prompt_ids"], kto["chosen"]["completion_ids"]);
+          expect_row(pair->rejected, kto["rejected"]["prompt_ids"], kto["rejected"]["completion_ids"]);
+          rows_apart += kto["chosen"]["prompt_ids"].size() != kto["rejected"]["prompt_ids"].size();
+        } else {
+          const ChatJson& dpo = trl["dpo"][i];
+          expect_row(pair->chosen, dpo["prompt_ids"], dpo["chosen_ids"]);
+          expect_row(pair->rejected, dpo["prompt_ids"], dpo["rejected_ids"]);
+        }
       }
     }
+    // Pairs whose rows leave the prompt at different places tell the two apart.
+    EXPECT_GE(rows_apart, 2u);
   }
 }
 
