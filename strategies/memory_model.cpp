@@ -194,6 +194,9 @@ struct Setting {
   std::int64_t whole_params() const { return whole_embedding + whole_head; }
   // FSDP1's gathered root unit, counted in the overhead (overhead_bytes).
   mutable double root_unit = 0;
+  // ZeRO-3: the bytes of one gathered unit (overhead_bytes counts
+  // RuntimeQuirks::gathered_units of them).
+  mutable double gathered_unit = 0;
   // Records a measured term's bytes when it adds any, and returns them.
   double correct(Correction c, double bytes) const {
     if (bytes > 0) corrections.push_back({c, Bytes(static_cast<std::int64_t>(bytes))});
@@ -661,6 +664,7 @@ double overhead_bytes(const Setting& g) {
   // The final norm and head, gathered from the end of forward through
   // their backward (tailor-runner: a unit of their own).
   if (in.quirks.head_unit_gathered) layer = std::max(layer, static_cast<double>(g.head_params + g.a.hidden) * wbytes);
+  g.gathered_unit = layer;
   overhead += in.quirks.gathered_units * layer;
   if (in.quirks.root_unit_gathered) {
     // RuntimeQuirks::root_unit_gathered: the embedding, the final norm and
@@ -705,6 +709,19 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
   const Strategy& st = g.st;
   const MemoryConstants& k = g.k;
   const double at_end = ((l.checkpointed > 0 ? l.recomputed : l.full) + l.backward_transient) * k.activation_factor;
+  // RuntimeQuirks::held_checkpoints: the end of backward holds every
+  // checkpointed input and its gradient beside the first layer's
+  // recomputation; where that outgrows the activations and logits alive at
+  // the loss, the activations' peak is there.
+  // The first layer is the last unit backward gathers: none is prefetched
+  // beside it, one gathered unit fewer than overhead_bytes counts.
+  double held_end = -1;
+  if (in.quirks.held_checkpoints && st.zero_stage >= 3 && g.adapter && l.checkpointed > 0) {
+    held_end = 2.0 * static_cast<double>(l.checkpointed) * l.input * k.activation_factor + at_end -
+               std::max(0.0, in.quirks.gathered_units - 1) * g.gathered_unit;
+    const double live = static_cast<double>((m.activations + m.logits).count());
+    if (held_end > live) m.activations += Bytes(static_cast<std::int64_t>(held_end - live));
+  }
   // One micro-batch per step: the step's gradients come to life during
   // backward, layer by layer, as the activations of the layers above are
   // freed. At the start of backward only the head's gradient (the lm_head or
@@ -732,6 +749,7 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
     // (activation_offload_test): without this a full fine-tune of a 12-layer
     // Llama peaked 16% above the estimate.
     const double end = g.st.activation_offload ? at_end + (l.input + shared_mask_bytes(g)) * k.activation_factor
+                       : held_end >= 0         ? held_end
                                                : std::min(at_end, a_l);
     const double peak_part = std::max(a_l + std::min(head, grads), grads + end);
     m.overlap = Bytes(static_cast<std::int64_t>(std::max(0.0, a_l + grads - peak_part)));

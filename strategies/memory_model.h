@@ -172,6 +172,21 @@ struct RuntimeQuirks {
   // Lightning quantises from fp16, so bitsandbytes dequantises to fp16 and
   // MatMul4Bit casts that to bf16 (2); quantised from the compute dtype, 1.
   double dequantized_copies = 1;
+  // Reentrant checkpointing around FSDP1 units whose weights are all frozen:
+  // transformers 4.x's model loop checkpoints each decoder layer's call,
+  // the FSDP unit's, with use_reentrant=True by default, and PEFT's
+  // fsdp_auto_wrap_policy gives the LoRA weights units of their own. The
+  // recomputation runs FSDP's pre-forward on the detached copy of the saved
+  // input, and the post-backward hook FSDP registers on that leaf keeps it,
+  // and the gradient backward gives it, until the backward ends (torch's
+  // fsdp/_runtime_utils.py, _register_post_backward_reshard_only_hook;
+  // utils/checkpoint.py, detach_variable). So under ZeRO-3 with adapters
+  // every checkpointed input and its gradient are alive at the end of
+  // backward. runtime_profile_interop_test measures it on torch's FSDP1
+  // (every input alive with its gradient; none without reentrance, none
+  // with transformers 5, which checkpoints inside the layer): off in the hf
+  // profile, on for the corpus' transformers 4.x runs (docs/planner.md).
+  bool held_checkpoints = false;
   // ZeRO-3: units gathered whole at once. FSDP, DeepSpeed and tailor-runner
   // (runner/torch/zero3.h) hold the one computing and the one prefetched
   // (2); tailor-runner counts the head's unit when it is the larger.

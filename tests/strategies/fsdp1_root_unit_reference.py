@@ -9,6 +9,15 @@ gathered (unsharded) parameters still held, and writes them as JSON for
 fsdp1_root_unit_test.cpp, which compares the root's with the memory
 model's RuntimeQuirks::root_unit_gathered.
 
+Then, under LoRA with checkpointing (the Trainer's enable_input_require_grads
+for PEFT), it records how many of the layers' recomputed inputs are alive,
+with their gradients, when backward reaches the embedding's output: the
+memory model's RuntimeQuirks::held_checkpoints. Three placements:
+transformers 4.x's (its model loop checkpoints each layer's call, the FSDP
+unit's pre-forward inside: torch's checkpoint around the unit here), reentrant
+and not, and the venv's transformers' own (a layer that checkpoints itself,
+inside its unit).
+
   fsdp1_root_unit_reference.py --out F
 """
 
@@ -56,6 +65,71 @@ def gathered(units):
     return rows
 
 
+class CheckpointAround(torch.nn.Module):
+    """transformers 4.x's loop: checkpoint(decoder_layer.__call__, hidden, ...)
+    with the FSDP unit as the decoder layer."""
+
+    def __init__(self, unit, reentrant):
+        super().__init__()
+        self.unit, self.reentrant = unit, reentrant
+
+    def forward(self, hidden_states, **kwargs):
+        import torch.utils.checkpoint as checkpoint
+        return checkpoint.checkpoint(functools.partial(self.unit.__call__, **kwargs), hidden_states,
+                                     use_reentrant=self.reentrant)
+
+
+def held_inputs(placement, reentrant):
+    """The recomputed layer inputs alive, and their bytes with their
+    gradients', when backward reaches the embedding's output."""
+    import weakref
+
+    import torch.utils.checkpoint as checkpoint
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardingStrategy
+
+    model, policy = build("lora")
+    if placement == "own":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    model.enable_input_require_grads()  # as the Trainer does for PEFT under checkpointing
+    wrapped = FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                   device_id=torch.device("cpu"), use_orig_params=True)
+    if placement == "around":
+        layers = model.get_base_model().model.layers
+        for i in range(len(layers)):
+            layers[i] = CheckpointAround(layers[i], reentrant)
+    inputs = []
+    original = checkpoint.detach_variable
+
+    def recording(values):
+        out = original(values)
+        inputs.extend(weakref.ref(t) for t in out if isinstance(t, torch.Tensor))
+        return out
+
+    seen = {}
+
+    def at_embedding(grad):
+        alive = [t for t in (r() for r in inputs) if t is not None]
+        seen["alive"] = len(alive)
+        seen["with_grad"] = sum(t.grad is not None for t in alive)
+        seen["bytes"] = sum(t.untyped_storage().nbytes() + (t.grad.untyped_storage().nbytes() if t.grad is not None
+                                                             else 0) for t in alive)
+
+    def on_embedding(module, args, output):
+        if output.requires_grad:
+            output.register_hook(at_embedding)  # returns None: the output stays
+
+    model.get_input_embeddings().register_forward_hook(on_embedding)
+    checkpoint.detach_variable = recording
+    try:
+        ids = torch.randint(0, VOCAB, (1, TOKENS), generator=torch.Generator().manual_seed(1))
+        wrapped.train()
+        wrapped(input_ids=ids, labels=ids).loss.backward()
+    finally:
+        checkpoint.detach_variable = original
+    return {"recomputed": len(inputs), **seen}
+
+
 def rank_main(rank, world, store_path, out):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import ShardingStrategy
@@ -81,10 +155,14 @@ def rank_main(rank, world, store_path, out):
         loss = wrapped(input_ids=ids, labels=ids).loss
         loss.backward()
         results[case] = {"end_of_forward": seen["end"], "after_backward": gathered(units)}
+    for name, placement, reentrant in (("around_units_reentrant", "around", True),
+                                       ("around_units_non_reentrant", "around", False),
+                                       ("transformers", "own", True)):
+        results[name] = held_inputs(placement, reentrant)
     if rank == 0:
         with open(out, "w") as f:
             json.dump({"torch": torch.__version__, "world": world, "hidden": HIDDEN, "intermediate": INTERMEDIATE,
-                       "layers": LAYERS, "heads": HEADS, "vocab": VOCAB, "cases": results}, f, indent=1)
+                       "layers": LAYERS, "heads": HEADS, "vocab": VOCAB, "tokens": TOKENS, "cases": results}, f, indent=1)
     dist.barrier()
     dist.destroy_process_group()
 

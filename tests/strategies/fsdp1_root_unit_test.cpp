@@ -4,7 +4,9 @@
 // policy) and records what each unit holds gathered at the end of forward.
 // The root, and only the root, is whole there, freed by the end of
 // backward, and its bytes are the model's term: the embedding, the final
-// norm and an untied head.
+// norm and an untied head. And RuntimeQuirks::held_checkpoints: reentrant
+// checkpointing around the FSDP units (transformers 4.x's placement) keeps
+// every recomputed layer input and its gradient to the end of backward.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -47,13 +49,24 @@ double model_root_bytes(const nlohmann::json& m, bool tied, bool lora) {
   return static_cast<double>((with - estimate_memory(in).per_device.overhead).count());
 }
 
+// The script's record, made once for both tests (about 10 s).
+const nlohmann::json& reference() {
+  static const nlohmann::json m = [] {
+    testing::TempDir dir;
+    const std::string out = dir.file("units.json");
+    if (!testing::run_python_script(std::string(TAILOR_SOURCE_DIR) + "/tests/strategies/fsdp1_root_unit_reference.py",
+                                    "--out " + out, dir.file("python.log"))) {
+      ADD_FAILURE() << "fsdp1_root_unit_reference.py failed: " << testing::read_text(dir.file("python.log"));
+      return nlohmann::json::object();
+    }
+    return nlohmann::json::parse(testing::read_text(out));
+  }();
+  return m;
+}
+
 TEST(Fsdp1RootUnitTest, OnlyTheRootStaysGatheredThroughForwardAndItHoldsTheModelsBytes) {
-  testing::TempDir dir;
-  const std::string out = dir.file("units.json");
-  ASSERT_TRUE(
-      testing::run_python_script(std::string(TAILOR_SOURCE_DIR) + "/tests/strategies/fsdp1_root_unit_reference.py",
-                                 "--out " + out, dir.file("python.log")));
-  const nlohmann::json m = nlohmann::json::parse(testing::read_text(out));
+  const nlohmann::json& m = reference();
+  ASSERT_TRUE(m.contains("cases"));
   for (const std::string c : {"untied", "tied", "lora"}) {
     SCOPED_TRACE(c);
     const nlohmann::json& units = m["cases"][c];
@@ -75,6 +88,32 @@ TEST(Fsdp1RootUnitTest, OnlyTheRootStaysGatheredThroughForwardAndItHoldsTheModel
     EXPECT_EQ(others, 0) << "blocks and LoRA leaves are resharded after their forward";
     EXPECT_EQ(after_backward, 0) << "the root is resharded by the end of backward";
   }
+}
+
+// Checkpointed around each unit, reentrant, every layer's recomputed input
+// and its gradient are alive when backward reaches the embedding: 2 x the
+// layers x b*s*h*2 bytes in bf16, the model's held term. Not reentrant, or
+// checkpointed inside the unit as the venv's transformers does, none are.
+TEST(Fsdp1RootUnitTest, ReentrantCheckpointsAroundFrozenUnitsHoldEveryInputAndItsGradient) {
+  const nlohmann::json& m = reference();
+  ASSERT_TRUE(m.contains("cases"));
+  const std::int64_t layers = m["layers"],
+                     input = m["tokens"].get<std::int64_t>() * m["hidden"].get<std::int64_t>() * 2;
+  const nlohmann::json& held = m["cases"]["around_units_reentrant"];
+  std::printf(
+      "torch %s FSDP1, LoRA, reentrant checkpoints around the units: %d of %d inputs alive at the "
+      "embedding, %d with gradients, %lld B (2 x layers x tokens x hidden x 2 B: %lld)\n",
+      m["torch"].get<std::string>().c_str(), held["alive"].get<int>(), held["recomputed"].get<int>(),
+      held["with_grad"].get<int>(), held["bytes"].get<long long>(), static_cast<long long>(2 * layers * input));
+  EXPECT_EQ(held["recomputed"], layers);
+  EXPECT_EQ(held["alive"], layers);
+  EXPECT_EQ(held["with_grad"], layers);
+  EXPECT_EQ(held["bytes"], 2 * layers * input);
+  EXPECT_EQ(m["cases"]["around_units_non_reentrant"]["alive"], 0);
+  EXPECT_EQ(m["cases"]["transformers"]["recomputed"], layers) << "transformers recomputes each layer";
+  EXPECT_EQ(m["cases"]["transformers"]["alive"], 0);
+  // The hf profile models the venv's transformers: nothing held.
+  EXPECT_FALSE(runtime_profile(dsl::Runtime::kHf).quirks.held_checkpoints);
 }
 
 }  // namespace

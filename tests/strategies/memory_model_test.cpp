@@ -301,6 +301,43 @@ TEST(MemoryModelTest, AShiftedLogitsCopyPeaksInForward) {
   EXPECT_DOUBLE_EQ(with_copy - logits(), (10 - 4) * elems);
 }
 
+// Reentrant checkpointing around FSDP1 units of frozen weights
+// (RuntimeQuirks::held_checkpoints): the end of backward holds every
+// checkpointed input and its gradient, so a deep model at long sequences
+// peaks there, about one more set of layer inputs above the start of
+// backward; without ZeRO-3, adapters or checkpointing nothing changes.
+TEST(MemoryModelTest, HeldCheckpointsAddTheInputsGradientsAtTheEndOfBackward) {
+  const dsl::ModelArch& a = arch("llama-2-70b");
+  MemoryInput in = lora_input(a, Quantization::kNf4Double);
+  in.batch = {2, 4096};
+  in.strategy.micro_batch_size = 2;
+  in.strategy.checkpoint_every = 1;
+  in.strategy.zero_stage = 3;
+  in.strategy.num_gpus = 2;
+  in.quirks.lean_cross_entropy = false;
+  const double inputs = static_cast<double>(a.layers) * 2 * 4096 * static_cast<double>(a.hidden) * 2;
+  auto total = [&] { return static_cast<double>(estimate_memory(in).per_device.total().count()); };
+  const double without = total();
+  in.quirks.held_checkpoints = true;
+  const double with = total();
+  // The inputs' gradients, less what the loss held at the start of backward
+  // and plus the first layer's recomputation at its end.
+  EXPECT_GT(with - without, 0.8 * inputs);
+  EXPECT_LT(with - without, 1.2 * inputs);
+  for (auto off :
+       {+[](MemoryInput& m) { m.strategy.zero_stage = 2; }, +[](MemoryInput& m) { m.strategy.checkpoint_every = 0; },
+        +[](MemoryInput& m) {
+          m.strategy.adapter = Adapter::kNone;
+          m.strategy.quantization = Quantization::kNone;
+        }}) {
+    MemoryInput other = in;
+    off(other);
+    const double held = static_cast<double>(estimate_memory(other).per_device.total().count());
+    other.quirks.held_checkpoints = false;
+    EXPECT_EQ(held, static_cast<double>(estimate_memory(other).per_device.total().count()));
+  }
+}
+
 // litgpt's attention and norms (RuntimeQuirks::fused_qkv_views,
 // fp32_norm_inputs) against what lit_gpt's and litgpt's own modules keep
 // for backward, measured with torch's saved-tensor hooks on the CPU by
