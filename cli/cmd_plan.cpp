@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +17,7 @@
 #include "core/args.h"
 #include "core/text.h"
 #include "core/units.h"
+#include "dsl/library_version.h"
 #include "dsl/spec_fields.h"
 #include "dsl/spec_loader.h"
 #include "dsl/yaml_tree.h"
@@ -89,6 +92,25 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// What planner.transformers keeps beyond 5.x in the chosen plan
+// (strategies::apply_transformers), "" when nothing.
+std::string transformers_keeps(const dsl::JobSpec& spec, const strategies::Strategy& s) {
+  const auto v = dsl::parse_library_version(spec.planner.transformers);
+  if (spec.planner.runtime != dsl::Runtime::kHf || !v || v->major != 4) return {};
+  std::vector<std::string> kept;
+  if (s.zero_stage >= 3 && s.adapter != dsl::Adapter::kNone && s.checkpoint_every > 0) {
+    kept.push_back(
+        "every checkpointed layer input and its gradient until backward ends (reentrant checkpointing around "
+        "FSDP1 units; use_reentrant=False keeps none of it)");
+  }
+  if (v->minor >= 46 && v->minor <= 48) kept.push_back("an fp32 copy of the shifted logits in its loss");
+  if (kept.empty()) return {};
+  std::string out = "transformers " + spec.planner.transformers + " keeps ";
+  for (std::size_t i = 0; i < kept.size(); ++i)
+    out += (i ? "; and " : "") + kept[i];
+  return out;
+}
+
 // The chosen plan and its alternatives side by side: memory, spare and speed.
 void print_alternatives_table(const strategies::Plan& plan, std::ostream& out) {
   out << "\nThe chosen plan and the best of each other kind\n";
@@ -161,7 +183,10 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
   if (!lengths.empty()) out << "Lengths: " << lengths << "\n";
   if (spec.planner.runtime != dsl::Runtime::kTailor) {
     out << "Runtime: " << dsl::to_string(spec.planner.runtime)
+        << (spec.planner.transformers.empty() ? std::string() : ", transformers " + spec.planner.transformers)
         << " (memory as that stack keeps it: a prediction for its run, not tailor-runner's)\n";
+    if (const std::string kept = transformers_keeps(spec, plan.chosen.strategy); !kept.empty())
+      out << "  " << kept << "\n";
     if (const Bytes root = plan.chosen.memory.root_unit; root.count() > 0) {
       out << "  ZeRO-3 as FSDP1 runs it (accelerate's, Lightning's): the root unit (embedding, final norm, head) "
           << "stays gathered through the step, " << root.to_string()

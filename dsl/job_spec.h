@@ -424,6 +424,9 @@ enum class Runtime { kTailor, kHf, kTorchtune, kLitgpt, kTorchtitan };
 
 struct PlannerSpec {
   Runtime runtime = Runtime::kTailor;
+  // Under runtime hf: the transformers version its users run ("4.47", see
+  // dsl/library_version.h); empty: 5.x. 4.x keeps more (strategies/runtime_profile.h).
+  std::string transformers;
 };
 
 // Where tailord runs a job (daemon/executor/): its own machine, a Slurm

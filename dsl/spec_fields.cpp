@@ -7,6 +7,7 @@
 #include "core/text.h"
 #include "dsl/catalog.h"
 #include "dsl/field_table.h"
+#include "dsl/library_version.h"
 #include "dsl/model_family.h"
 #include "dsl/rope.h"
 
@@ -994,12 +995,31 @@ const std::vector<Field<ResourcesSpec>>& resources_fields() {
   return k;
 }
 
+// A version is text ("4.47"), but YAML reads 4.47 unquoted as a number:
+// the schema takes both, and the reader the scalar's text either way.
+Field<PlannerSpec> transformers_field() {
+  Field<PlannerSpec> f =
+      field("transformers",
+            "Under runtime hf: the transformers version the run uses (major.minor[.patch], e.g. 4.47). 4.x "
+            "keeps more than 5.x: every checkpointed layer input and its gradient until backward ends under "
+            "FSDP with adapters (checkpointing is reentrant by default), and 4.46-4.48 an fp32 copy of the "
+            "shifted logits. Default: 5.x.",
+            &PlannerSpec::transformers, Check<std::string>([](const std::string& v) -> std::optional<std::string> {
+              if (parse_library_version(v)) return std::nullopt;
+              return "expected a version major.minor[.patch] such as 4.47, got \"" + v + "\"";
+            }));
+  const std::string doc = f.doc;
+  f.schema = [doc] { return Json{{"description", doc}, {"type", Json::array({"string", "number"})}}; };
+  return f;
+}
+
 const std::vector<Field<PlannerSpec>>& planner_fields() {
   static const std::vector<Field<PlannerSpec>> k = {
       field("runtime",
             "Whose memory behaviour plans predict: tailor (tailor-runner, the default), hf (transformers with "
             "PEFT, TRL, Axolotl: bitsandbytes QLoRA, composed losses), torchtune, litgpt or torchtitan.",
             &PlannerSpec::runtime),
+      transformers_field(),
   };
   return k;
 }

@@ -2,6 +2,7 @@
 
 #include "dsl/chat_records.h"
 #include "dsl/chat_template_source.h"
+#include "dsl/library_version.h"
 #include "dsl/model_family.h"
 #include "dsl/peft_config.h"
 #include "dsl/rope.h"
@@ -809,6 +810,23 @@ void check_modules_to_save(const JobSpec& spec, const Node& root, Diagnostics& d
   }
 }
 
+// The transformers version is the hf profile's, and only 4.x and 5.x are modelled.
+void check_planner(const JobSpec& spec, const Node& root, Diagnostics& d) {
+  if (spec.planner.transformers.empty()) return;
+  const std::string path = "planner.transformers";
+  if (spec.planner.runtime != Runtime::kHf) {
+    d.error(loc_at(root, path), path,
+            "is the version of planner.runtime hf's transformers, but planner.runtime is " +
+                quote(to_string(spec.planner.runtime)));
+    return;
+  }
+  const auto v = parse_library_version(spec.planner.transformers);
+  if (v && (v->major < 4 || v->major > 5)) {
+    d.error(loc_at(root, path), path,
+            quote(spec.planner.transformers) + " is not modelled: transformers 4.x and 5.x are");
+  }
+}
+
 void check_strategy(const JobSpec& spec, const Node& root, const Catalog& catalog, Diagnostics& d) {
   const StrategySpec& s = spec.strategy;
   if (s.headroom && spec.resources.headroom) {
@@ -1009,6 +1027,7 @@ LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, c
   check_training(spec, root, d);
   check_method(spec, root, d);
   check_strategy(spec, root, catalog, d);
+  check_planner(spec, root, d);
   check_checkpoint(spec, root, d);
   check_labels(spec, root, d);
   // Data is read only for a spec otherwise valid: its format and fields

@@ -46,6 +46,7 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   // by default, another framework to predict its users' runs.
   const RuntimeProfile& profile = runtime_profile(spec.planner.runtime);
   apply(profile, in);
+  apply_versions(spec.planner, in);
   // tailor-runner's fused kernels cover fp32 and bf16 on the CPU.
   in.fused_kernels = on_cpu && s.precision != Precision::kFp16 && spec.planner.runtime == dsl::Runtime::kTailor;
   Candidate c;

@@ -545,6 +545,16 @@ double shifted_copy_bytes_per_logit(const Setting& g, bool half_logits) {
   return (half_logits ? 2.0 : 0.0) + 8.0 + (g.in.quirks.lean_cross_entropy ? 0.0 : 4.0);
 }
 
+// The model's output logits that the training loop keeps through backward
+// (RuntimeQuirks::held_output_bytes_per_logit): no buffer of the loss, so
+// nothing that backward frees for the recomputed layer.
+double held_output_bytes(const Setting& g) {
+  const bool per_row = g.st.pairs && g.in.quirks.lean_cross_entropy;
+  if (g.in.score_head || per_row || g.st.cross_entropy == CrossEntropy::kFusedLinear) return 0;
+  return static_cast<double>(g.in.batch.micro_batch) * static_cast<double>(g.in.batch.seq_len) *
+         static_cast<double>(g.a.vocab) * g.in.quirks.held_output_bytes_per_logit * g.k.logits_factor;
+}
+
 // The logits and the loss's buffers at the forward/backward boundary.
 double logits_bytes(const Setting& g) {
   const MemoryInput& in = g.in;
@@ -559,7 +569,10 @@ double logits_bytes(const Setting& g) {
                                              : k.logits_bytes_per_element_lean_fp32)
                               : (half_logits ? k.logits_bytes_per_element_half
                                              : k.logits_bytes_per_element_fp32);
-  double logits = logit_elems * std::max(per_elem, shifted_copy_bytes_per_logit(g, half_logits));
+  // A held output adds to the start of backward; the shifted copy's
+  // forward figure already counts the model's logits.
+  double logits = logit_elems * std::max(per_elem + in.quirks.held_output_bytes_per_logit,
+                                         shifted_copy_bytes_per_logit(g, half_logits));
   // Pairs score each row's log-probability with its own loss (runner/torch/
   // preference_loss.h): backward makes one row's logit gradient at a time,
   // so the peak holds every row's logits and one row's gradient; ORPO's
@@ -601,6 +614,7 @@ double shared_mask_bytes(const Setting& g) {
 // backward one checkpointed layer at a time is recomputed in full.
 double activation_bytes(const Setting& g, const LayerActivations& l, double logits) {
   const MemoryConstants& k = g.k;
+  logits -= held_output_bytes(g);
   // Offloaded (runner/torch/activation_offload.h), the checkpointed inputs
   // are in host memory but two: the one a layer recomputes from and the
   // next, brought back while it does.
@@ -610,8 +624,9 @@ double activation_bytes(const Setting& g, const LayerActivations& l, double logi
   acts += 2 * l.input;  // final norm input and lm_head input
   acts += shared_mask_bytes(g);
   acts *= k.activation_factor;
-  // The recomputed layer lives in backward, after the loss has freed the
-  // logits buffers: only what exceeds them adds to the peak. While it
+  // The recomputed layer lives in backward, after the loss has freed its
+  // logits buffers (a held output stays): only what exceeds them adds to
+  // the peak. While it
   // back-propagates, a gradient as large as its largest tensor (the score
   // matrices under standard attention) is alive too.
   if (l.checkpointed > 0) {

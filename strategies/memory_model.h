@@ -99,6 +99,13 @@ struct RuntimeQuirks {
   // the 4 B of log-probabilities composed ops write, above the 12 B (4 B
   // lean) kept at the start of backward. 4.49 pads the labels instead.
   bool shifted_logits_copy = false;
+  // Bytes per logit of the model's output that the training loop keeps
+  // through backward (0: none). The HF Trainer's compute_loss lets the
+  // output go once it has the loss; Answer.AI's fsdp_qlora train.py keeps
+  // `output` until the next step's forward replaces it, and transformers
+  // before 4.46 return fp32 logits (the model's forward casts them before
+  // its loss): 4 B per logit beside the loss's 12 at the start of backward.
+  double held_output_bytes_per_logit = 0;
   // Whether a quantised (NF4/int8) frozen linear keeps its input for
   // backward. tailor-runner's does not (only the input gradient is needed);
   // bitsandbytes' MatMul4Bit does (it saves A whenever A requires grad), so

@@ -153,6 +153,7 @@ std::string plan_to_json(const Plan& plan, const dsl::JobSpec& spec) {
   w.field("spare_per_gpu", plan.chosen.spare().count());
   w.field("reserved_per_gpu", plan.chosen.reserved.count());
   w.field("runtime", dsl::to_string(spec.planner.runtime));
+  if (!spec.planner.transformers.empty()) w.field("transformers", spec.planner.transformers);
   w.field("headroom", plan.headroom);
   w.field("host_total", plan.chosen.memory.host.count());
   w.field("host_budget", plan.host_budget.count());

@@ -81,6 +81,17 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime) {
 
 void apply(const RuntimeProfile& profile, MemoryInput& in) { in.quirks = profile.quirks; }
 
+void apply_transformers(const dsl::LibraryVersion& version, RuntimeQuirks& quirks) {
+  if (version.major != 4) return;
+  quirks.held_checkpoints = true;
+  quirks.shifted_logits_copy = version.minor >= 46 && version.minor <= 48;
+}
+
+void apply_versions(const dsl::PlannerSpec& planner, MemoryInput& in) {
+  if (planner.runtime != dsl::Runtime::kHf || planner.transformers.empty()) return;
+  if (const auto v = dsl::parse_library_version(planner.transformers)) apply_transformers(*v, in.quirks);
+}
+
 Bytes reserved_peak(const RuntimeProfile& profile, Bytes allocated_total, Bytes context, bool sharded) {
   const double tensors = static_cast<double>((allocated_total - context).count());
   const double factor = sharded ? profile.reserved_over_allocated_sharded : profile.reserved_over_allocated;

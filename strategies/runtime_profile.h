@@ -8,6 +8,7 @@
 #pragma once
 
 #include "dsl/job_spec.h"
+#include "dsl/library_version.h"
 #include "strategies/memory_model.h"
 
 namespace tailor::strategies {
@@ -28,6 +29,17 @@ const RuntimeProfile& runtime_profile(dsl::Runtime runtime);
 
 // Sets the memory model's inputs that the profile decides.
 void apply(const RuntimeProfile& profile, MemoryInput& in);
+
+// What transformers 4.x keeps beyond 5.x, the hf profile's (planner.
+// transformers): its model loop checkpoints each decoder layer reentrantly
+// by default (RuntimeQuirks::held_checkpoints), and 4.46-4.48's loss copies
+// the shifted logits in fp32 (shifted_logits_copy). 5.x adds nothing.
+void apply_transformers(const dsl::LibraryVersion& version, RuntimeQuirks& quirks);
+
+// The planner section's versions onto `in` (after apply): only under the
+// runtime they belong to, and only a version that parses (the spec loader
+// refuses the others).
+void apply_versions(const dsl::PlannerSpec& planner, MemoryInput& in);
 
 // The reserved peak of an allocated peak: `context` (outside the caching
 // allocator) stays, the rest grows by the profile's fragmentation

@@ -325,6 +325,57 @@ TEST(CliTest, AnotherStacksZeroThreePlanNamesFsdp1sGatheredRootUnit) {
   EXPECT_EQ(tailor({"plan", "--no-check-files", spec("tailor")}).out.find("FSDP1"), std::string::npos);
 }
 
+// planner.transformers: a plan for transformers 4.x says what that version
+// keeps beyond 5.x and predicts more for the same strategy (reentrant
+// checkpoints held under FSDP1 with adapters; 4.46-4.48's shifted logits).
+TEST(CliTest, APlanForTransformersFourSaysWhatItKeeps) {
+  TempDir dir;
+  // A 70B's QLoRA under ZeRO-3 on two GPUs (deep enough that the held
+  // inputs outgrow the loss's buffers), or a 7B's LoRA on one GPU.
+  const auto spec = [&](const std::string& name, const std::string& transformers, bool sharded) {
+    return dir.write(name + ".yaml", "apiVersion: tailor/v1\nkind: TrainingJob\nname: " + name +
+                                         "\nmodel: {preset: " + (sharded ? "llama-2-70b" : "llama-2-7b") +
+                                         "}\n"
+                                         "data: {train: none.txt, seq_len: 4096}\n"
+                                         "training: {global_batch_size: 8, micro_batch_size: 1}\n"
+                                         "strategy: {adapter: " +
+                                         (sharded ? "qlora" : "lora") + ", zero_stage: " + (sharded ? "3" : "0") +
+                                         ", gradient_checkpointing: true, precision: pure-bf16, offload: none}\n"
+                                         "planner: {runtime: hf" +
+                                         (transformers.empty() ? "" : ", transformers: " + transformers) +
+                                         "}\nresources: {gpus: " + (sharded ? "2" : "1") + ", gpu_memory: 80GiB}\n");
+  };
+  const auto plan = [&](const std::string& file) {
+    CliRun run = tailor({"plan", "--output", "json", "--no-check-files", file});
+    EXPECT_EQ(run.code, kExitOk) << run.err;
+    return nlohmann::json::parse(run.out.empty() ? "{}" : run.out);
+  };
+  const auto total = [](const nlohmann::json& j) { return j["memory"]["per_gpu"]["total"].get<std::int64_t>(); };
+  // Held checkpoints: under ZeRO-3 with adapters, from 4.0 on.
+  const nlohmann::json five = plan(spec("five", "", true)), four = plan(spec("four", "4.40", true));
+  EXPECT_EQ(four["strategy"], five["strategy"]);
+  EXPECT_GT(total(four), total(five));
+  EXPECT_FALSE(five["memory"].contains("transformers"));
+  EXPECT_EQ(four["memory"]["transformers"], "4.40");
+  // The shifted logits' copy: 4.46 to 4.48 only, sharded or not.
+  const nlohmann::json one = plan(spec("one", "", false)), before = plan(spec("before", "4.40", false)),
+                       copying = plan(spec("copying", "4.47", false));
+  EXPECT_EQ(copying["strategy"], one["strategy"]);
+  EXPECT_EQ(total(before), total(one));
+  EXPECT_GT(total(copying), total(one));
+
+  CliRun text = tailor({"plan", "--no-check-files", spec("text", "4.47", true)});
+  ASSERT_EQ(text.code, kExitOk) << text.err;
+  EXPECT_NE(text.out.find("Runtime: hf, transformers 4.47"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("transformers 4.47 keeps every checkpointed layer input and its gradient until backward "
+                          "ends"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("; and an fp32 copy of the shifted logits in its loss"), std::string::npos) << text.out;
+  EXPECT_EQ(tailor({"plan", "--no-check-files", spec("plain", "", true)}).out.find(" keeps every checkpointed"),
+            std::string::npos);
+}
+
 TEST(CliTest, PlanExitCodesSayFitsNoFitBadSpecBadFlag) {
   EXPECT_EQ(tailor({"plan", example("tiny-cpu.yaml")}).code, kExitOk);
   CliRun nofit = tailor({"plan", "--gpus", "1xT4", "--set", "strategy.forbid=[adapters, offload_optimizer]",

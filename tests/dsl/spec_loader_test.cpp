@@ -656,6 +656,41 @@ TEST_F(SpecLoaderTest, ModulesToSaveNameTheFamilysEmbeddingAndHead) {
   EXPECT_EQ(again.spec->strategy.lora.modules_to_save, (std::vector<std::string>{"wte", "lm_head"}));
 }
 
+// planner.transformers: a version of the hf runtime's transformers, as
+// text or as YAML's number, kept through the resolved spec; refused with
+// another runtime, as a malformed version, or as one not modelled.
+TEST_F(SpecLoaderTest, PlannerTransformersIsTheHfRuntimesVersion) {
+  const std::string head =
+      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/train.txt}\n";
+  LoadedSpec s = load(head + "planner: {runtime: hf, transformers: 4.47}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->planner.transformers, "4.47");
+  LoadedSpec again = load(emit_yaml(write_job_spec(*s.spec)));
+  ASSERT_TRUE(again.ok()) << errors(again);
+  EXPECT_EQ(again.spec->planner.transformers, "4.47");
+  s = load(head + "planner: {runtime: hf, transformers: \"4.48.1\"}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->planner.transformers, "4.48.1");
+
+  s = load(head + "planner: {transformers: 4.47}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("job.yaml:5:25: error: planner.transformers: is the version of planner.runtime hf's "
+                           "transformers, but planner.runtime is \"tailor\""),
+            std::string::npos)
+      << errors(s);
+  s = load(head + "planner: {runtime: hf, transformers: 4.x}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("job.yaml:5:38: error: planner.transformers: expected a version major.minor[.patch] such "
+                           "as 4.47, got \"4.x\""),
+            std::string::npos)
+      << errors(s);
+  s = load(head + "planner: {runtime: hf, transformers: 3.36}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("planner.transformers: \"3.36\" is not modelled: transformers 4.x and 5.x are"),
+            std::string::npos)
+      << errors(s);
+}
+
 // The data readers learn the shape of a record from training.method: pairs
 // for every preference method, each row read alone (its own prompt ids) for
 // kto, as TRL's KTOTrainer reads them.

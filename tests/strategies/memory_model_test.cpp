@@ -301,6 +301,28 @@ TEST(MemoryModelTest, AShiftedLogitsCopyPeaksInForward) {
   EXPECT_DOUBLE_EQ(with_copy - logits(), (10 - 4) * elems);
 }
 
+// A loop that keeps the model's output through backward (Answer.AI's
+// train.py, whose transformers return fp32 logits) holds those logits
+// beside the loss's buffers, and the recomputed layer cannot use them.
+TEST(MemoryModelTest, HeldOutputLogitsStayThroughBackward) {
+  const dsl::ModelArch& a = arch("llama-2-7b");
+  MemoryInput in = lora_input(a, Quantization::kNone);
+  in.quirks.lean_cross_entropy = false;
+  in.strategy.checkpoint_every = 1;
+  const double elems = 2.0 * 512 * static_cast<double>(a.vocab);
+  const MemoryEstimate without = estimate_memory(in);
+  in.quirks.held_output_bytes_per_logit = 4;
+  const MemoryEstimate with = estimate_memory(in);
+  EXPECT_DOUBLE_EQ(static_cast<double>(with.per_device.logits.count()), 16 * elems);
+  EXPECT_EQ(with.per_device.activations, without.per_device.activations);
+  EXPECT_DOUBLE_EQ(static_cast<double>((with.per_device.total() - without.per_device.total()).count()), 4 * elems);
+  // With the shifted copy, forward's 14 B already count half-precision
+  // output logits: a held bf16 output makes backward's 12 B as many.
+  in.quirks.shifted_logits_copy = true;
+  in.quirks.held_output_bytes_per_logit = 2;
+  EXPECT_DOUBLE_EQ(static_cast<double>(estimate_memory(in).per_device.logits.count()), 14 * elems);
+}
+
 // Reentrant checkpointing around FSDP1 units of frozen weights
 // (RuntimeQuirks::held_checkpoints): the end of backward holds every
 // checkpointed input and its gradient, so a deep model at long sequences
