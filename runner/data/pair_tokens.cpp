@@ -58,8 +58,9 @@ Result<PairTokens> tokenize_pair(const dsl::DataRecord& r, const dsl::DataSpec& 
     // TRL's DPOTrainer: each completion encoded after its prompt, the prompt
     // the ids both rows share with it alone (prompt_completion.h); its
     // KTOTrainer: the ids each row shares.
-    const PromptCompletion chosen = encode_prompt_completion(tok, r.prompt, r.chosen);
-    const PromptCompletion rejected = encode_prompt_completion(tok, r.prompt, r.rejected);
+    const std::vector<std::int32_t> prompt_ids = tok.encode(r.prompt);
+    const PromptCompletion chosen = encode_prompt_completion(tok, prompt_ids, r.prompt, r.chosen);
+    const PromptCompletion rejected = encode_prompt_completion(tok, prompt_ids, r.prompt, r.rejected);
     const std::size_t shared = std::min(chosen.prompt_tokens, rejected.prompt_tokens);
     TAILOR_RETURN_IF_ERROR(prompt_fits(shared, spec.seq_len));
     out.chosen = string_row(tok, r.prompt, r.chosen, chosen, spec.unpaired ? chosen.prompt_tokens : shared);

@@ -6,12 +6,16 @@
 namespace tailor::runner::data {
 
 PromptCompletion encode_prompt_completion(const Tokenizer& tok, std::string_view prompt, std::string_view completion) {
+  return encode_prompt_completion(tok, tok.encode(prompt), prompt, completion);
+}
+
+PromptCompletion encode_prompt_completion(const Tokenizer& tok, const std::vector<std::int32_t>& prompt_ids,
+                                          std::string_view prompt, std::string_view completion) {
   PromptCompletion out;
   out.ids = tok.encode(std::string(prompt) + std::string(completion));
-  const std::vector<std::int32_t> alone = tok.encode(prompt);
-  const auto ends = std::mismatch(alone.begin(), alone.end(), out.ids.begin(), out.ids.end()).first;
-  out.prompt_tokens = static_cast<std::size_t>(ends - alone.begin());
-  out.prompt_alone = alone.size();
+  const auto ends = std::mismatch(prompt_ids.begin(), prompt_ids.end(), out.ids.begin(), out.ids.end()).first;
+  out.prompt_tokens = static_cast<std::size_t>(ends - prompt_ids.begin());
+  out.prompt_alone = prompt_ids.size();
   return out;
 }
 

@@ -25,6 +25,10 @@ struct PromptCompletion {
 // With a tokenizer that merges across the boundary ("on" + "the" as "o",
 // "nt", "he"), the completion starts at the merged token, as TRL's does.
 PromptCompletion encode_prompt_completion(const Tokenizer& tok, std::string_view prompt, std::string_view completion);
+// The same with encode(prompt) given, for completions that share a prompt
+// (a preference pair's two rows): the prompt is encoded once.
+PromptCompletion encode_prompt_completion(const Tokenizer& tok, const std::vector<std::int32_t>& prompt_ids,
+                                          std::string_view prompt, std::string_view completion);
 
 // Where `pc`'s id `k` (at most prompt_tokens) starts in prompt + completion,
 // in bytes: the prompt's end when the ids before it are the prompt's own.
