@@ -697,12 +697,15 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
       // Written back only where it is read, so other jobs' resolved form
       // does not change.
       [] {
-        Field<TrainingSpec> f = field("label_smoothing",
-            "dpo with loss_type robust or exo_pair: the assumed share of flipped preference labels, in [0, 0.5) "
-            "(exo_pair: above 0; TRL suggests 1e-3). Default 0.",
-            &TrainingSpec::label_smoothing, number_in_range(0, 0.5, false));
+        Field<TrainingSpec> f =
+            field("label_smoothing",
+                  "dpo with loss_type robust or exo_pair, and simpo: the assumed share of flipped preference labels, "
+                  "in [0, 0.5) (exo_pair: above 0; TRL suggests 1e-3). Default 0.",
+                  &TrainingSpec::label_smoothing, number_in_range(0, 0.5, false));
         f.write = [write = f.write](const TrainingSpec& t) -> std::optional<Node> {
-          if (t.method != TrainingMethod::kDpo || !uses_label_smoothing(t.loss_type)) return std::nullopt;
+          const bool dpo = t.method == TrainingMethod::kDpo && uses_label_smoothing(t.loss_type);
+          const bool simpo = t.method == TrainingMethod::kSimpo && t.label_smoothing > 0;
+          if (!dpo && !simpo) return std::nullopt;
           return write(t);
         };
         return f;

@@ -540,7 +540,7 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
   const std::vector<Key> keys = {
       {"training.beta", {TrainingMethod::kDpo, TrainingMethod::kSimpo, TrainingMethod::kKto}, "dpo, simpo and kto"},
       {"training.loss_type", {TrainingMethod::kDpo, TrainingMethod::kKto}, "dpo and kto"},
-      {"training.label_smoothing", {TrainingMethod::kDpo}, "dpo"},
+      {"training.label_smoothing", {TrainingMethod::kDpo, TrainingMethod::kSimpo}, "dpo and simpo"},
       {"training.gamma", {TrainingMethod::kSimpo}, "simpo"},
       {"training.center_rewards", {TrainingMethod::kReward}, "reward"},
       {"training.lambda", {TrainingMethod::kOrpo}, "orpo (its odds-ratio weight; simpo and dpo read beta)"},

@@ -145,8 +145,11 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
     const torch::Tensor chosen = means.narrow(0, 0, pairs), rejected = means.narrow(0, pairs, pairs);
     double scale = o.beta;
     if (o.method == dsl::TrainingMethod::kSimpo) {
-      // TRL's order: the margin gamma / beta inside the scaled difference.
-      per_pair = -torch::log_sigmoid(o.beta * ((chosen - rejected) - o.gamma / o.beta));
+      // TRL's order: the margin gamma / beta inside the scaled difference;
+      // label smoothing e as its CPOTrainer weighs the flipped label.
+      const torch::Tensor h = o.beta * ((chosen - rejected) - o.gamma / o.beta);
+      const double e = o.label_smoothing;
+      per_pair = e > 0 ? -(1.0 - e) * torch::log_sigmoid(h) - e * torch::log_sigmoid(-h) : -torch::log_sigmoid(h);
     } else {
       const torch::Tensor log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected));
       const torch::Tensor ratio = torch::log_sigmoid(log_odds);

@@ -71,8 +71,9 @@ struct PreferenceLossOut {
 //   ipo      (h' - 1 / (2 beta))^2, h' on per-token means  (Azar et al. 2023)
 //   hinge    relu(1 - beta h)                       (Zhao et al. 2023, SLiC)
 //   and the others of dsl::PreferenceLoss, each as TRL 1.16 computes it;
-//   `label_smoothing` is read by robust and exo_pair.
-// simpo, on per-token means m: -log sigmoid(beta (m_w - m_l) - gamma)
+//   `label_smoothing` is read by robust and exo_pair (and simpo, below).
+// simpo, on per-token means m, with h = beta (m_w - m_l) - gamma:
+//   -(1 - e) log sigmoid(h) - e log sigmoid(-h), e = label_smoothing
 //   (Meng et al. 2024; TRL's CPOTrainer, loss_type simpo, cpo_alpha 0).
 // orpo, on per-token means m: -lambda log sigmoid(log odds), log odds =
 //   (m_w - m_l) - (log(1 - e^m_w) - log(1 - e^m_l)) (Hong et al. 2024; TRL's

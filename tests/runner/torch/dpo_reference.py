@@ -56,7 +56,8 @@ same torch), on the CPU.
       CASE orpo:8:1 trains with trl.experimental.orpo.ORPOTrainer (its beta,
       the paper's lambda, 0.1) and simpo:8:1 with
       trl.experimental.cpo.CPOTrainer (loss_type simpo, beta 2.0, simpo_gamma
-      1.0, cpo_alpha 0: pure SimPO), neither with a reference, the rest as
+      1.0, cpo_alpha 0: pure SimPO; simpo:8:1:0.1 with label_smoothing 0.1),
+      neither with a reference, the rest as
       above; their "steps" add ORPO's nll_loss, log_odds_ratio and
       log_odds_chosen, and "tokens" come from their own tokenization
       (chosen_input_ids less prompt_input_ids, and so on).
@@ -199,8 +200,8 @@ def make(root):
                                 "rejected": [{"role": "assistant", "content": rejected}]}) + "\n")
 
 
-def reference_free_trainer(method, base, pairs, common):
-    """ORPOTrainer or CPOTrainer (SimPO) on DIR/base, as the C++ test configures Tailor."""
+def reference_free_trainer(method, base, pairs, common, label_smoothing=0.0):
+    """ORPOTrainer or CPOTrainer (SimPO, with `label_smoothing`) on DIR/base, as the C++ test configures Tailor."""
     import warnings
 
     from transformers import AutoTokenizer
@@ -212,7 +213,8 @@ def reference_free_trainer(method, base, pairs, common):
             cls = ORPOTrainer
         else:
             from trl.experimental.cpo import CPOConfig, CPOTrainer
-            args = CPOConfig(loss_type="simpo", beta=2.0, simpo_gamma=1.0, cpo_alpha=0.0, max_length=1024,
+            args = CPOConfig(loss_type="simpo", beta=2.0, simpo_gamma=1.0, cpo_alpha=0.0,
+                             label_smoothing=label_smoothing, max_length=1024,
                              remove_unused_columns=False, **common)
             cls = CPOTrainer
     from transformers import AutoModelForCausalLM
@@ -268,7 +270,7 @@ def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
         pairs = load_pairs(root, scratch)
         common = trainer_args(scratch, micro, accum)
         if loss_type in METHODS:
-            trainer = reference_free_trainer(loss_type, base, pairs, common)
+            trainer = reference_free_trainer(loss_type, base, pairs, common, label_smoothing)
         else:
             args = DPOConfig(loss_type=[loss_type], beta=0.1, label_smoothing=label_smoothing, max_length=None,
                              **common)

@@ -128,7 +128,7 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
   struct Case {
     const char* loss;  // a dpo loss_type, or the method orpo or simpo
     std::int64_t micro, accum;
-    const char* label_smoothing = nullptr;  // robust and exo_pair read it
+    const char* label_smoothing = nullptr;  // robust, exo_pair and simpo read it
     // The TRL run compared with, when not the same micro-batches: ORPO's
     // NLL is a per-token mean over TRL's micro-batch, over Tailor's whole
     // step, so Tailor's 4 x 2 equals TRL's 8 x 1.
@@ -140,9 +140,19 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
     }
   };
   // Accumulation once (its loss is the mean of the micro-batches' means).
-  const Case cases[] = {{"sigmoid", 8, 1},  {"ipo", 4, 2},      {"hinge", 8, 1},    {"robust", 8, 1, "0.1"},
-                        {"exo_pair", 8, 1, "0.001"}, {"nca_pair", 8, 1}, {"bco_pair", 8, 1}, {"sppo_hard", 8, 1},
-                        {"apo_zero", 8, 1}, {"apo_down", 4, 2}, {"simpo", 4, 2}, {"orpo", 8, 1},
+  const Case cases[] = {{"sigmoid", 8, 1},
+                        {"ipo", 4, 2},
+                        {"hinge", 8, 1},
+                        {"robust", 8, 1, "0.1"},
+                        {"exo_pair", 8, 1, "0.001"},
+                        {"nca_pair", 8, 1},
+                        {"bco_pair", 8, 1},
+                        {"sppo_hard", 8, 1},
+                        {"apo_zero", 8, 1},
+                        {"apo_down", 4, 2},
+                        {"simpo", 4, 2},
+                        {"simpo", 8, 1, "0.1"},
+                        {"orpo", 8, 1},
                         {"orpo", 4, 2, nullptr, 8, 1}};
   std::string args = "run " + dir.path().string() + " chat";
   for (const Case& c : cases) {
