@@ -323,9 +323,13 @@ struct TrainingSpec {
   double beta = 0.1;
   PreferenceLoss loss_type = PreferenceLoss::kSigmoid;  // dpo; kto (kto's default: kKto)
   double gamma = 1.0;        // simpo: the target reward margin (gamma / beta 0.5, the paper's default)
+  // simpo: the weight of the chosen completions' per-token NLL beside the
+  // pair loss (CPO's behaviour-cloning term, Xu et al. 2024; TRL's
+  // cpo_alpha, "CPO-SimPO"), >= 0. Default 0 (pure SimPO).
+  double cpo_alpha = 0.0;
   double orpo_lambda = 0.1;  // orpo: the odds-ratio term's weight (the paper's lambda, TRL's beta)
-  // dpo, robust and exo_pair: the assumed share of flipped preference
-  // labels, in [0, 0.5) (exo_pair: above 0). Default 0.
+  // dpo (robust and exo_pair) and simpo: the assumed share of flipped
+  // preference labels, in [0, 0.5) (exo_pair: above 0). Default 0.
   double label_smoothing = 0.0;
   // reward: the weight of the pairs' mean squared summed score, mean((r_w +
   // r_l)^2), beside the pair loss, which keeps the scores centred on zero

@@ -683,6 +683,11 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
                 "simpo: the target reward margin between the chosen and the rejected completion, >= 0. Default 1.0 "
                 "(gamma / beta 0.5, the SimPO paper's default ratio).",
                 &TrainingSpec::gamma, number_at_least(0))),
+      only_for({TrainingMethod::kSimpo},
+               field("cpo_alpha",
+                     "simpo: the weight of the chosen completions' per-token NLL added to the pair loss, >= 0 (CPO's "
+                     "term, Xu et al. 2024; TRL's CPOConfig cpo_alpha: SimPO with it is 'CPO-SimPO'). Default 0.",
+                     &TrainingSpec::cpo_alpha, number_at_least(0))),
       only_for({TrainingMethod::kReward},
                field("center_rewards",
                      "reward: the weight of mean((r_chosen + r_rejected)^2) added to the loss, which keeps the scores "

@@ -542,6 +542,7 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
       {"training.loss_type", {TrainingMethod::kDpo, TrainingMethod::kKto}, "dpo and kto"},
       {"training.label_smoothing", {TrainingMethod::kDpo, TrainingMethod::kSimpo}, "dpo and simpo"},
       {"training.gamma", {TrainingMethod::kSimpo}, "simpo"},
+      {"training.cpo_alpha", {TrainingMethod::kSimpo}, "simpo"},
       {"training.center_rewards", {TrainingMethod::kReward}, "reward"},
       {"training.lambda", {TrainingMethod::kOrpo}, "orpo (its odds-ratio weight; simpo and dpo read beta)"},
       {"training.desirable_weight", {TrainingMethod::kKto}, "kto"},

@@ -50,8 +50,8 @@ void PreferenceSums::add(const PreferenceSums& o) {
   max_reward = std::max(max_reward, o.max_reward);
 }
 
-double PreferenceSums::mean_loss() const {
-  return loss / std::max(1.0, pairs) + (nll_tokens > 0 ? nll / nll_tokens : 0.0);
+double PreferenceSums::mean_loss(double nll_weight) const {
+  return loss / std::max(1.0, pairs) + (nll_tokens > 0 ? nll_weight * nll / nll_tokens : 0.0);
 }
 
 namespace {

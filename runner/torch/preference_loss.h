@@ -35,8 +35,9 @@ struct PreferenceSums {
   double chosen_logps = 0, rejected_logps = 0;      // the trained model's, TRL's logps/* (orpo, simpo:
                                                     // per-token means)
   // orpo: the chosen rows' NLL summed over their prompt and completion
-  // tokens, those tokens, and the sums of log sigmoid(log odds) and of the
-  // log odds (TRL's nll_loss, log_odds_ratio and log_odds_chosen).
+  // tokens (simpo with cpo_alpha: over their completions), those tokens,
+  // and the sums of log sigmoid(log odds) and of the log odds (TRL's
+  // nll_loss, log_odds_ratio and log_odds_chosen).
   double nll = 0, nll_tokens = 0;
   double log_odds_ratio = 0, log_odds_chosen = 0;
   // kto: each micro-batch's KL estimate times its pairs (so that dividing
@@ -53,8 +54,9 @@ struct PreferenceSums {
   void add(const PreferenceSums& o);
   std::vector<double> values() const;
   static PreferenceSums from_values(const std::vector<double>& v);
-  // The mean loss of these pairs: the terms per pair, plus orpo's NLL per token.
-  double mean_loss() const;
+  // The mean loss of these pairs: the terms per pair, plus the NLL per
+  // token times `nll_weight` (orpo 1, simpo cpo_alpha).
+  double mean_loss(double nll_weight = 1.0) const;
 };
 
 struct PreferenceLossOut {

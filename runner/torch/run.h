@@ -106,6 +106,14 @@ ScoredRows scored_rows(const data::Batch& b, const torch::Device& device, std::i
 // given, and the count of the chosen rows' prompt and completion targets
 // (the NLL's tokens).
 std::int64_t orpo_prompt_targets(const data::Batch& b, std::vector<std::int32_t>* out);
+// Whether the loss has an NLL term: orpo's, or simpo's under cpo_alpha.
+bool has_nll_term(const dsl::TrainingSpec& t);
+// The NLL tokens `b` adds to its step's count: orpo's chosen prompts and
+// completions, simpo's chosen completions when training.cpo_alpha is set;
+// 0 for the others (no NLL term).
+std::int64_t nll_targets(const dsl::TrainingSpec& t, const data::Batch& b);
+// The NLL term's weight in the loss: orpo's 1, simpo's cpo_alpha.
+double nll_term_weight(const dsl::TrainingSpec& t);
 torch::Tensor to_tensor(const std::vector<std::int32_t>& v, std::int64_t rows, std::int64_t cols,
                         const torch::Device& device);
 torch::Dtype param_dtype(dsl::Precision p);
@@ -171,7 +179,7 @@ class Run {
   struct GlobalBatch {
     std::vector<data::Batch> mine;
     std::int64_t target_tokens = 0;
-    std::int64_t nll_tokens = 0;  // orpo: the chosen rows' prompt and completion targets
+    std::int64_t nll_tokens = 0;  // nll_targets summed: the NLL term's tokens
   };
   // What a step's forward and backward passes produced: the loss summed
   // over target tokens and the tokens (every rank's, once reduced), and

@@ -66,6 +66,24 @@ std::int64_t orpo_prompt_targets(const data::Batch& b, std::vector<std::int32_t>
   return count;
 }
 
+bool has_nll_term(const dsl::TrainingSpec& t) {
+  return t.method == dsl::TrainingMethod::kOrpo || (t.method == dsl::TrainingMethod::kSimpo && t.cpo_alpha > 0);
+}
+
+std::int64_t nll_targets(const dsl::TrainingSpec& t, const data::Batch& b) {
+  if (t.method == dsl::TrainingMethod::kOrpo) return orpo_prompt_targets(b, nullptr);
+  if (!has_nll_term(t)) return 0;
+  std::int64_t count = 0;
+  const std::size_t chosen = static_cast<std::size_t>(b.rows / 2 * b.seq_len);
+  for (std::size_t at = 0; at < chosen; ++at)
+    count += b.targets[at] != -100;
+  return count;
+}
+
+double nll_term_weight(const dsl::TrainingSpec& t) {
+  return t.method == dsl::TrainingMethod::kSimpo ? t.cpo_alpha : 1.0;
+}
+
 Result<Run::PairReference> Run::pair_reference(const data::Batch& b) {
   PairReference out;
   TAILOR_ASSIGN_OR_RETURN(out.logps, reference_logps(b));
@@ -93,13 +111,23 @@ PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch&
   const torch::Tensor tokens = targets.ne(-100).sum(1);
   const torch::Tensor logps = sequence_logps(*model_, hidden, targets);
   PreferenceLossOut out = preference_loss(logps, reference.logps, tokens, spec_.training, reference.kl);
+  const std::int64_t pairs = b.rows / 2;
+  if (spec_.training.method == dsl::TrainingMethod::kSimpo && spec_.training.cpo_alpha > 0) {
+    // CPO's NLL: the chosen completions' cross-entropy, over the targets
+    // their log-probabilities above already sum (TRL's CPOTrainer masks
+    // the prompt from its labels).
+    const torch::Tensor nll = -logps.narrow(0, 0, pairs).sum();
+    out.sums.nll = nll.detach().item<double>();
+    out.sums.nll_tokens = static_cast<double>(nll_targets(spec_.training, b));
+    out.loss_sum = out.loss_sum + spec_.training.cpo_alpha * nll_weight * nll;
+    return out;
+  }
   if (spec_.training.method != dsl::TrainingMethod::kOrpo) return out;
   // ORPO's NLL is the chosen sequences' whole (prompt and completion, as
   // TRL's ORPOTrainer computes it): the completions' log-probabilities
   // above, and the prompts' through the same head, a row at a time.
   std::vector<std::int32_t> prompt;
   const std::int64_t count = orpo_prompt_targets(b, &prompt);
-  const std::int64_t pairs = b.rows / 2;
   const torch::Tensor prompt_targets = to_tensor(prompt, pairs, b.seq_len, dev_);
   torch::Tensor nll = -logps.narrow(0, 0, pairs).sum();
   for (std::int64_t r = 0; r < pairs; ++r) {
@@ -145,8 +173,8 @@ void Run::write_preference(JsonWriter& w, const PreferenceSums& s, const char* p
   w.field(p + "rewards/accuracies", s.accurate / n).field(p + "rewards/margins", s.margins / n);
   w.field(p + "logps/chosen", s.chosen_logps / n).field(p + "logps/rejected", s.rejected_logps / n);
   if (st_.kl_rows) w.field(p + "kl", s.kl / n);
+  if (has_nll_term(spec_.training)) w.field(p + "nll_loss", s.nll / std::max(1.0, s.nll_tokens));
   if (spec_.training.method == dsl::TrainingMethod::kOrpo) {
-    w.field(p + "nll_loss", s.nll / std::max(1.0, s.nll_tokens));
     w.field(p + "log_odds_ratio", s.log_odds_ratio / n).field(p + "log_odds_chosen", s.log_odds_chosen / n);
   }
 }

@@ -26,8 +26,7 @@ void Run::measure(const ProbeTable& steps, ProbeMeasurement& out) {
       const data::Batch longest = data_.train->longest_batch();
       for (std::int64_t k = 0; k < st_.grad_accumulation; ++k) {
         batch.target_tokens += longest.target_tokens;
-        if (spec_.training.method == dsl::TrainingMethod::kOrpo)
-          batch.nll_tokens += orpo_prompt_targets(longest, nullptr);
+        batch.nll_tokens += nll_targets(spec_.training, longest);
         batch.mine.push_back(longest);
       }
       const double denom = preference() ? static_cast<double>(spec_.training.global_batch_size)

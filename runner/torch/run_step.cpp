@@ -201,8 +201,8 @@ Status Run::train_step(std::int64_t step) {
   const GlobalBatch batch = draw_global_batch();
   // Normalised by the whole global batch's target tokens, so accumulated
   // training equals one large batch even with padding and masking; a
-  // preference loss is a mean over the global batch's pairs, and ORPO's NLL
-  // a mean over its chosen rows' tokens.
+  // preference loss is a mean over the global batch's pairs, and an NLL
+  // term (ORPO's, CPO-SimPO's) a mean over its chosen rows' tokens.
   const double denom = preference() ? static_cast<double>(spec_.training.global_batch_size)
                                     : static_cast<double>(std::max<std::int64_t>(1, batch.target_tokens));
   const double nll_weight = denom / static_cast<double>(std::max<std::int64_t>(1, batch.nll_tokens));
@@ -250,7 +250,7 @@ Run::GlobalBatch Run::draw_global_batch() {
   for (std::int64_t k = 0; k < st_.grad_accumulation * world_; ++k) {
     data::Batch b = data_.train->next();
     out.target_tokens += b.target_tokens;
-    if (spec_.training.method == dsl::TrainingMethod::kOrpo) out.nll_tokens += orpo_prompt_targets(b, nullptr);
+    out.nll_tokens += nll_targets(spec_.training, b);
     if (k % world_ == rank_) out.mine.push_back(std::move(b));
   }
   return out;
@@ -530,7 +530,7 @@ Result<Run::Evaluation> Run::evaluate() {
     TAILOR_RETURN_IF_ERROR(reduce_preference(pairs));
     e.preference = pairs;
     e.tokens = static_cast<std::int64_t>(pairs.pairs);
-    e.loss = pairs.mean_loss();
+    e.loss = pairs.mean_loss(nll_term_weight(spec_.training));
   }
   e.seconds = now_seconds() - t0;
   return e;

@@ -691,6 +691,30 @@ TEST_F(SpecLoaderTest, PlannerTransformersIsTheHfRuntimesVersion) {
       << errors(s);
 }
 
+// training.cpo_alpha: simpo's NLL weight, >= 0, refused by name elsewhere;
+// label_smoothing is read by simpo too.
+TEST_F(SpecLoaderTest, CpoAlphaAndLabelSmoothingAreSimposKeys) {
+  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
+  const std::string head =
+      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/pairs.jsonl}\n";
+  LoadedSpec s = load(head + "training: {method: simpo, cpo_alpha: 1.0, label_smoothing: 0.1}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->training.cpo_alpha, 1.0);
+  EXPECT_EQ(s.spec->training.label_smoothing, 0.1);
+  LoadedSpec again = load(emit_yaml(write_job_spec(*s.spec)));
+  ASSERT_TRUE(again.ok()) << errors(again);
+  EXPECT_EQ(again.spec->training.cpo_alpha, 1.0);
+  EXPECT_EQ(again.spec->training.label_smoothing, 0.1);
+  s = load(head + "training: {method: dpo, cpo_alpha: 1.0}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("training.cpo_alpha: applies to training.method simpo, not dpo"), std::string::npos)
+      << errors(s);
+  s = load(head + "training: {method: simpo, cpo_alpha: -1}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("training.cpo_alpha: expected a number of at least 0, got -1"), std::string::npos)
+      << errors(s);
+}
+
 // The data readers learn the shape of a record from training.method: pairs
 // for every preference method, each row read alone (its own prompt ids) for
 // kto, as TRL's KTOTrainer reads them.

@@ -56,7 +56,8 @@ same torch), on the CPU.
       CASE orpo:8:1 trains with trl.experimental.orpo.ORPOTrainer (its beta,
       the paper's lambda, 0.1) and simpo:8:1 with
       trl.experimental.cpo.CPOTrainer (loss_type simpo, beta 2.0, simpo_gamma
-      1.0, cpo_alpha 0: pure SimPO; simpo:8:1:0.1 with label_smoothing 0.1),
+      1.0, cpo_alpha 0: pure SimPO; simpo:8:1:0.1 with label_smoothing 0.1;
+      cpo_simpo:8:1 with cpo_alpha 1.0, its "steps" adding nll_loss),
       neither with a reference, the rest as
       above; their "steps" add ORPO's nll_loss, log_odds_ratio and
       log_odds_chosen, and "tokens" come from their own tokenization
@@ -140,8 +141,9 @@ CORPUS = [
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
               "apo_zero", "apo_down")
-# Reference-free methods, each its own TRL trainer.
-METHODS = ("orpo", "simpo")
+# Reference-free methods, each its own TRL trainer (cpo_simpo: CPOTrainer's
+# simpo with cpo_alpha 1.0, "CPO-SimPO").
+METHODS = ("orpo", "simpo", "cpo_simpo")
 ORPO_METRICS = ["nll_loss", "log_odds_ratio", "log_odds_chosen"]
 
 
@@ -213,7 +215,8 @@ def reference_free_trainer(method, base, pairs, common, label_smoothing=0.0):
             cls = ORPOTrainer
         else:
             from trl.experimental.cpo import CPOConfig, CPOTrainer
-            args = CPOConfig(loss_type="simpo", beta=2.0, simpo_gamma=1.0, cpo_alpha=0.0,
+            args = CPOConfig(loss_type="simpo", beta=2.0, simpo_gamma=1.0,
+                             cpo_alpha=1.0 if method == "cpo_simpo" else 0.0,
                              label_smoothing=label_smoothing, max_length=1024,
                              remove_unused_columns=False, **common)
             cls = CPOTrainer
@@ -282,7 +285,7 @@ def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
         trainer.train()
 
     steps = []
-    metrics = METRICS + (ORPO_METRICS if loss_type == "orpo" else [])
+    metrics = METRICS + (ORPO_METRICS if loss_type == "orpo" else ["nll_loss"] if loss_type == "cpo_simpo" else [])
     for entry in trainer.state.log_history:
         if "loss" in entry:
             steps.append({"step": entry["step"], **{k: float(entry[k]) for k in metrics}})

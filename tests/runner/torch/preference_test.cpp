@@ -120,7 +120,8 @@ strategy: {precision: fp32, adapter: none, optimizer: adamw}
 // whole data, so the data order cannot differ; TRL makes its frozen copy of
 // the model, Tailor its separate reference.
 // ORPO and SimPO likewise against TRL's ORPOTrainer and CPOTrainer (SimPO:
-// loss_type simpo, cpo_alpha 0), without a reference.
+// loss_type simpo, cpo_alpha 0, with and without label smoothing; and
+// CPO-SimPO, cpo_alpha 1), without a reference.
 TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
   TempDir dir;
   ASSERT_TRUE(run_reference(dir, "make " + dir.path().string()));
@@ -133,7 +134,9 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
     // NLL is a per-token mean over TRL's micro-batch, over Tailor's whole
     // step, so Tailor's 4 x 2 equals TRL's 8 x 1.
     std::int64_t trl_micro = 0, trl_accum = 0;
-    bool reference_free() const { return std::string(loss) == "orpo" || std::string(loss) == "simpo"; }
+    bool reference_free() const {
+      return std::string(loss) == "orpo" || std::string(loss) == "simpo" || std::string(loss) == "cpo_simpo";
+    }
     std::string trl_name() const {
       return std::string(loss) + "_" + std::to_string(trl_micro ? trl_micro : micro) + "x" +
              std::to_string(trl_accum ? trl_accum : accum);
@@ -152,6 +155,7 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
                         {"apo_down", 4, 2},
                         {"simpo", 4, 2},
                         {"simpo", 8, 1, "0.1"},
+                        {"cpo_simpo", 8, 1},
                         {"orpo", 8, 1},
                         {"orpo", 4, 2, nullptr, 8, 1}};
   std::string args = "run " + dir.path().string() + " chat";
@@ -198,6 +202,10 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
       overrides = {"training.method=orpo", "training.lambda=0.1"};
     } else if (std::string(c.loss) == "simpo") {
       overrides = {"training.method=simpo", "training.beta=2.0", "training.gamma=1.0"};
+    } else if (std::string(c.loss) == "cpo_simpo") {
+      // CPO's NLL beside SimPO: a per-token mean over TRL's micro-batch and
+      // over Tailor's step, the same without accumulation.
+      overrides = {"training.method=simpo", "training.beta=2.0", "training.gamma=1.0", "training.cpo_alpha=1.0"};
     } else {
       overrides = {std::string("training.loss_type=") + c.loss};
     }
@@ -250,6 +258,9 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
       }
       EXPECT_NEAR(ours[k]["rewards/accuracies"].get<double>(), theirs[k]["rewards/accuracies"].get<double>(), 1e-9)
           << at;
+      if (std::string(c.loss) == "cpo_simpo") {
+        worst = std::max(worst, expect_close(ours[k]["nll_loss"], theirs[k]["nll_loss"], 1e-4, 1e-2, at + " nll_loss"));
+      }
       if (std::string(c.loss) == "orpo") {
         for (const char* key : {"nll_loss", "log_odds_ratio", "log_odds_chosen"}) {
           worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1e-2, at + " " + key));
