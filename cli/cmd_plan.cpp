@@ -17,7 +17,6 @@
 #include "core/args.h"
 #include "core/text.h"
 #include "core/units.h"
-#include "dsl/library_version.h"
 #include "dsl/spec_fields.h"
 #include "dsl/spec_loader.h"
 #include "dsl/yaml_tree.h"
@@ -29,6 +28,7 @@
 #include "strategies/headroom.h"
 #include "strategies/plan_document.h"
 #include "strategies/planner.h"
+#include "strategies/runtime_profile.h"
 
 namespace tailor::cli {
 namespace {
@@ -92,18 +92,25 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-// What planner.transformers keeps beyond 5.x in the chosen plan
-// (strategies::apply_transformers), "" when nothing.
+// What planner.transformers keeps beyond 5.x in the chosen plan: the
+// quirks strategies::apply_versions adds to the profile's, "" when none.
 std::string transformers_keeps(const dsl::JobSpec& spec, const strategies::Strategy& s) {
-  const auto v = dsl::parse_library_version(spec.planner.transformers);
-  if (spec.planner.runtime != dsl::Runtime::kHf || !v || v->major != 4) return {};
+  strategies::MemoryInput profile, versioned;
+  strategies::apply(strategies::runtime_profile(spec.planner.runtime), profile);
+  versioned = profile;
+  strategies::apply_versions(spec.planner, versioned);
+  const strategies::RuntimeQuirks &before = profile.quirks, &after = versioned.quirks;
   std::vector<std::string> kept;
-  if (s.zero_stage >= 3 && s.adapter != dsl::Adapter::kNone && s.checkpoint_every > 0) {
+  // Held only where the memory model counts them: ZeRO-3, adapters, checkpointing.
+  if (after.held_checkpoints && !before.held_checkpoints && s.zero_stage >= 3 && s.adapter != dsl::Adapter::kNone &&
+      s.checkpoint_every > 0) {
     kept.push_back(
         "every checkpointed layer input and its gradient until backward ends (reentrant checkpointing around "
         "FSDP1 units; use_reentrant=False keeps none of it)");
   }
-  if (v->minor >= 46 && v->minor <= 48) kept.push_back("an fp32 copy of the shifted logits in its loss");
+  if (after.shifted_logits_copy && !before.shifted_logits_copy) {
+    kept.push_back("an fp32 copy of the shifted logits in its loss");
+  }
   if (kept.empty()) return {};
   std::string out = "transformers " + spec.planner.transformers + " keeps ";
   for (std::size_t i = 0; i < kept.size(); ++i)
