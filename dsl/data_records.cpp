@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -226,6 +227,26 @@ Status read_preference_pair(const Json& obj, const DataSpec& spec, const std::st
   return Status::ok();
 }
 
+// A reward pair's margin (data.margin_field): a finite JSON number, as
+// TRL's RewardTrainer makes a float tensor of its "margin" column.
+Status read_margin(const Json& obj, const DataSpec& spec, const std::string& where, DataRecord& record) {
+  if (spec.margin_field.empty()) return Status::ok();
+  const auto it = obj.find(spec.margin_field);
+  if (it == obj.end()) {
+    return Status::invalid_argument(where + "missing field " + quote(spec.margin_field) +
+                                    " (data.margin_field: every pair needs its margin)");
+  }
+  if (!it->is_number()) {
+    return Status::invalid_argument(where + "field " + quote(spec.margin_field) + " must be a number, got " +
+                                    it->type_name());
+  }
+  record.margin = it->get<double>();
+  if (!std::isfinite(record.margin)) {
+    return Status::invalid_argument(where + "field " + quote(spec.margin_field) + " is not a finite number");
+  }
+  return Status::ok();
+}
+
 // The record of a parsed JSON value, `where` its place ("path:line" or a
 // table's row). A record that cannot be read goes to `skip` when
 // data.on_bad_record says skip (and skip is given), else it is the error.
@@ -249,8 +270,10 @@ Status deliver_object(const Result<Json>& parsed, std::int64_t number, const std
       record.prompt = pair.prompt;
       record.chosen = pair.chosen;
       record.rejected = pair.rejected;
+      return read_margin(obj, spec, where, record);
     } else if (spec.preference) {
-      return read_preference_pair(obj, spec, where, record);
+      TAILOR_RETURN_IF_ERROR(read_preference_pair(obj, spec, where, record));
+      return read_margin(obj, spec, where, record);
     } else if (!spec.prompt_field.empty()) {
       TAILOR_ASSIGN_OR_RETURN(record.prompt, string_field(obj, spec.prompt_field, where));
       TAILOR_ASSIGN_OR_RETURN(record.text, string_field(obj, spec.completion_field, where));

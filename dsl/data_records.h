@@ -31,6 +31,9 @@ struct DataRecord {
   // its turns alone, `chosen` and `rejected` the prompt's turns and then
   // each completion's.
   std::string_view chosen, rejected;
+  // Preference pairs with data.margin_field (reward): the pair's margin;
+  // 0 without the key.
+  double margin = 0.0;
 };
 
 // Calls fn for each record of `bytes`, the content of `path` read as
@@ -44,7 +47,8 @@ struct DataRecord {
 // In jsonl and json, with spec.chat set a record is a conversation (its
 // turns checked: roles, contents, a turn data.train_on trains), with
 // spec.preference a prompt/chosen/rejected pair (strings; an empty or
-// duplicated completion is a bad record), with
+// duplicated completion is a bad record; with spec.margin_field its
+// margin, a finite number), with
 // spec.prompt_field and completion_field set that pair, else the string in
 // spec.field. A UTF-8 byte-order
 // mark is dropped. Records whose strings are all empty are delivered too

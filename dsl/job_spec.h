@@ -188,6 +188,10 @@ struct DataSpec {
   bool unpaired = false;
   std::string chosen_field = "chosen";
   std::string rejected_field = "rejected";
+  // reward: each pair's margin, a number in this field (TRL's RewardTrainer
+  // reads a "margin" column): the loss is -log sigmoid(r_w - r_l - margin).
+  // Empty: no margin.
+  std::string margin_field;
   // data.train as a list: every dataset, the first one being `train` (and
   // `format` its format). Empty when data.train is one path.
   std::vector<DataSource> sources;
@@ -327,6 +331,11 @@ struct TrainingSpec {
   // pair loss (CPO's behaviour-cloning term, Xu et al. 2024; TRL's
   // cpo_alpha, "CPO-SimPO"), >= 0. Default 0 (pure SimPO).
   double cpo_alpha = 0.0;
+  // simpo: AlphaPO's reward shape (Gupta et al., "AlphaPO: Reward Shape
+  // Matters for LLM Alignment", 2025; TRL's CPOConfig alpha): each
+  // completion's reward is (1 - p^-alpha) / alpha of its per-token mean
+  // probability p instead of log p. Default 0 (log p: plain SimPO).
+  double alpha = 0.0;
   double orpo_lambda = 0.1;  // orpo: the odds-ratio term's weight (the paper's lambda, TRL's beta)
   // dpo (robust and exo_pair) and simpo: the assumed share of flipped
   // preference labels, in [0, 0.5) (exo_pair: above 0). Default 0.

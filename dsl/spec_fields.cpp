@@ -419,6 +419,15 @@ Field<DataSpec> preference_only(Field<DataSpec> f) {
   return f;
 }
 
+// A key with no default (data.margin_field), written back only when set.
+Field<DataSpec> when_set(Field<DataSpec> f, std::string DataSpec::*member) {
+  f.write = [write = f.write, member](const DataSpec& d) -> std::optional<Node> {
+    if ((d.*member).empty()) return std::nullopt;
+    return write(d);
+  };
+  return f;
+}
+
 // Generation at evaluation (training.eval_prompts), written back only when
 // asked for, so the resolved form of other jobs does not change.
 Field<TrainingSpec> eval_prompts_only(Field<TrainingSpec> f) {
@@ -546,6 +555,12 @@ const std::vector<Field<DataSpec>>& data_fields() {
       preference_only(field("rejected_field",
                             "Preference pairs: the dispreferred completion's field. Default \"rejected\".",
                             &DataSpec::rejected_field, string_not_empty())),
+      when_set(field("margin_field",
+                     "Reward models (training.method reward): a field with each pair's margin, a number; the "
+                     "loss becomes -log sigmoid(r_chosen - r_rejected - margin), as TRL's RewardTrainer reads "
+                     "a \"margin\" column. Default: none (no margin).",
+                     &DataSpec::margin_field, string_not_empty()),
+               &DataSpec::margin_field),
       field("completion_field", "Records (jsonl, json, parquet, arrow): completion field of prompt/completion pairs.",
             &DataSpec::completion_field, string_not_empty()),
       field("seq_len", "Tokens per sequence. Default: min(2048, the model's max_seq_len).", &DataSpec::seq_len,
@@ -688,6 +703,13 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
                      "simpo: the weight of the chosen completions' per-token NLL added to the pair loss, >= 0 (CPO's "
                      "term, Xu et al. 2024; TRL's CPOConfig cpo_alpha: SimPO with it is 'CPO-SimPO'). Default 0.",
                      &TrainingSpec::cpo_alpha, number_at_least(0))),
+      only_for({TrainingMethod::kSimpo},
+               field("alpha",
+                     "simpo: AlphaPO's reward shape (Gupta et al. 2025; TRL's CPOConfig alpha), in [-10, 10]: each "
+                     "completion's reward is (1 - p^-alpha) / alpha of its per-token mean probability p instead of "
+                     "log p. Default 0 (log p, plain SimPO). Beyond 10, p^-alpha leaves fp32's range once a "
+                     "completion's mean log-probability is below -8.8.",
+                     &TrainingSpec::alpha, number_in_range(-10, 10, true))),
       only_for({TrainingMethod::kReward},
                field("center_rewards",
                      "reward: the weight of mean((r_chosen + r_rejected)^2) added to the loss, which keeps the scores "

@@ -543,6 +543,9 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
       {"training.label_smoothing", {TrainingMethod::kDpo, TrainingMethod::kSimpo}, "dpo and simpo"},
       {"training.gamma", {TrainingMethod::kSimpo}, "simpo"},
       {"training.cpo_alpha", {TrainingMethod::kSimpo}, "simpo"},
+      {"training.alpha",
+       {TrainingMethod::kSimpo},
+       "simpo (AlphaPO's reward shape; LoRA's alpha is strategy.lora.alpha)"},
       {"training.center_rewards", {TrainingMethod::kReward}, "reward"},
       {"training.lambda", {TrainingMethod::kOrpo}, "orpo (its odds-ratio weight; simpo and dpo read beta)"},
       {"training.desirable_weight", {TrainingMethod::kKto}, "kto"},
@@ -552,6 +555,7 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
        "dpo and kto (orpo, simpo and reward have no reference model)"},
       {"data.chosen_field", pairs, "dpo, orpo, simpo, reward and kto"},
       {"data.rejected_field", pairs, "dpo, orpo, simpo, reward and kto"},
+      {"data.margin_field", {TrainingMethod::kReward}, "reward (the pairs' margins in its loss)"},
   };
   // A key set to null is a default asked for, not a key set.
   const auto set = [&](const char* path) {

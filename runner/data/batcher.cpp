@@ -410,7 +410,11 @@ Batch Batcher::padded_batch(std::span<const std::size_t> docs) const {
 Batch Batcher::pair_batch(std::span<const std::size_t> firsts) const {
   std::vector<std::size_t> docs(firsts.begin(), firsts.end());
   for (std::size_t d : firsts) docs.push_back(d + 1);
-  return padded_batch(docs);
+  Batch b = padded_batch(docs);
+  b.pair_values.reserve(firsts.size());
+  for (std::size_t d : firsts)
+    b.pair_values.push_back(store_.value(d));
+  return b;
 }
 
 Result<Batcher> make_batcher(TokenStore store, const dsl::DataSpec& spec, std::int64_t micro_batch,

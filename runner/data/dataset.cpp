@@ -62,13 +62,21 @@ class Builder {
   std::size_t open_length() const { return tokens_.size() - static_cast<std::size_t>(offsets_.back()); }
   std::size_t documents() const { return offsets_.size() - 1; }
 
+  // The number of the document ended last (a reward pair's margin); the
+  // store has values only when some document was given one.
+  void set_value(float v) {
+    values_.resize(documents(), 0.0f);
+    values_.back() = v;
+  }
+
   // The documents ended so far; an open one (a lone BOS) is dropped.
   TokenStore finish() && {
     tokens_.resize(static_cast<std::size_t>(offsets_.back()));
     trained_.resize(tokens_.size());
     tokens_.shrink_to_fit();
     trained_.shrink_to_fit();
-    return TokenStore::from_vectors(std::move(tokens_), std::move(trained_), std::move(offsets_));
+    if (!values_.empty()) values_.resize(documents(), 0.0f);
+    return TokenStore::from_vectors(std::move(tokens_), std::move(trained_), std::move(offsets_), std::move(values_));
   }
 
  private:
@@ -76,15 +84,20 @@ class Builder {
   std::vector<std::int32_t> tokens_;
   std::vector<std::uint8_t> trained_;
   std::vector<std::int64_t> offsets_{0};
+  std::vector<float> values_;
 };
 
 // A preference pair as two documents in a row, chosen then rejected
-// (pair_tokens.h): the batcher keeps them together.
+// (pair_tokens.h): the batcher keeps them together. With data.margin_field
+// both carry the pair's margin.
 Status append_pair(const dsl::DataRecord& r, const dsl::DataSpec& spec, const Tokenizer& tok, const ChatSetup* chat,
                    Builder& out) {
   TAILOR_ASSIGN_OR_RETURN(const PairTokens pair, tokenize_pair(r, spec, tok, chat));
+  const bool margin = !spec.margin_field.empty();
   out.append_document(pair.chosen.ids, pair.chosen.trained);
+  if (margin) out.set_value(static_cast<float>(r.margin));
   out.append_document(pair.rejected.ids, pair.rejected.trained);
+  if (margin) out.set_value(static_cast<float>(r.margin));
   return Status::ok();
 }
 

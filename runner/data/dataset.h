@@ -43,6 +43,9 @@ namespace tailor::runner::data {
 // a file that cannot be read is NotFound or IOError, and a file without a
 // single document is InvalidArgument. Never throws.
 //
+// Preference pairs are two documents each, chosen then rejected; with
+// spec.margin_field both have the pair's margin as their store value.
+//
 // With spec.on_bad_record: skip, a record that cannot be read or rendered
 // is left out and counted in `skipped` (when given), with its error.
 struct SkippedRecords {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -121,9 +122,16 @@ Status walk_examples(const dsl::JobSpec& spec, DataPreview& head, const std::fun
             head.skipped.add(why);
             return Status::ok();
           }
-          for (auto [which, row] : {std::pair{" (chosen)", &pair->chosen}, std::pair{" (rejected)", &pair->rejected}}) {
+          // A reward pair's margin beside its rows' names (data.margin_field).
+          std::string margin;
+          if (!data.margin_field.empty()) {
+            std::ostringstream m;
+            m << ", margin " << r.margin;
+            margin = m.str();
+          }
+          for (auto [which, row] : {std::pair{"chosen", &pair->chosen}, std::pair{"rejected", &pair->rejected}}) {
             PreviewExample shown;
-            shown.record = ex.record + which;
+            shown.record = ex.record + " (" + which + margin + ")";
             shown.text = std::move(row->text);
             shown.ids = std::move(row->ids);
             shown.trained = std::move(row->trained);

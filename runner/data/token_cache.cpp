@@ -32,7 +32,7 @@ constexpr std::uint64_t kHeaderBytes = 64;
 constexpr std::uint64_t kMaxCount = std::uint64_t{1} << 40;
 
 struct CacheLayout {
-  std::uint64_t offsets_at = 0, tokens_at = 0, trained_at = 0, file_bytes = 0;
+  std::uint64_t offsets_at = 0, tokens_at = 0, trained_at = 0, values_at = 0, file_bytes = 0;
 };
 
 std::optional<CacheLayout> layout_of(std::uint64_t key_bytes, std::uint64_t documents, std::uint64_t tokens) {
@@ -41,7 +41,8 @@ std::optional<CacheLayout> layout_of(std::uint64_t key_bytes, std::uint64_t docu
   l.offsets_at = kHeaderBytes + pad8(key_bytes);
   l.tokens_at = l.offsets_at + 8 * (documents + 1);
   l.trained_at = l.tokens_at + pad8(4 * tokens);
-  l.file_bytes = l.trained_at + pad8(tokens);
+  l.values_at = l.trained_at + pad8(tokens);
+  l.file_bytes = l.values_at + pad8(4 * documents);
   return l;
 }
 
@@ -133,7 +134,8 @@ Opened open_entry(const std::string& file, const std::string& key) {
   }
   const std::span<const std::int32_t> ids(reinterpret_cast<const std::int32_t*>(p + layout->tokens_at), tokens);
   const std::span<const std::uint8_t> trained(p + layout->trained_at, tokens);
-  return {Opened::Kind::kValid, "", TokenStore::from_views(std::move(map), ids, trained, offsets)};
+  const std::span<const float> values(reinterpret_cast<const float*>(p + layout->values_at), documents);
+  return {Opened::Kind::kValid, "", TokenStore::from_views(std::move(map), ids, trained, offsets, values)};
 }
 
 Status write_all(int fd, const void* data, std::size_t size, Checksum64& sum, const std::string& file) {
@@ -170,6 +172,10 @@ Status write_body(int fd, const std::string& tmp, const std::string& key, const 
   TAILOR_RETURN_IF_ERROR(write_padded(fd, offsets.data(), offsets.size_bytes(), payload, tmp));
   TAILOR_RETURN_IF_ERROR(write_padded(fd, tokens.data(), tokens.size_bytes(), payload, tmp));
   TAILOR_RETURN_IF_ERROR(write_padded(fd, trained.data(), trained.size_bytes(), payload, tmp));
+  std::vector<float> values(store.documents(), 0.0f);
+  for (std::size_t d = 0; d < values.size(); ++d)
+    values[d] = store.value(d);
+  TAILOR_RETURN_IF_ERROR(write_padded(fd, values.data(), values.size() * sizeof(float), payload, tmp));
 
   const auto layout = layout_of(key.size(), store.documents(), tokens.size());
   TAILOR_CHECK(layout.has_value());
@@ -226,6 +232,7 @@ std::string entry_name_key(const FileIdentity& file, const dsl::DataSpec& spec, 
     add_field(key, "rejected_field", spec.rejected_field);
     add_field(key, "seq_len", std::to_string(spec.seq_len));
     add_field(key, "prompt_of", spec.unpaired ? "each row" : "both rows");
+    add_field(key, "margin_field", spec.margin_field);
   }
   if (dsl::is_chat(spec) && chat != nullptr) {  // what a conversation renders to and trains
     add_field(key, "chat", dsl::to_string(spec.chat));

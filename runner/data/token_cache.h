@@ -2,7 +2,7 @@
 // cache entry that later loads memory-map. Entries are validated on every
 // open and rebuilt, never trusted, when anything is off.
 //
-// Entry format (version 1, little-endian, every section 8-byte aligned so
+// Entry format (version 2, little-endian, every section 8-byte aligned so
 // the mapped arrays are naturally aligned):
 //   0   char[8]  magic "TLRTOKC\0"
 //   8   u32      format version (kTokenCacheVersion)
@@ -17,6 +17,8 @@
 //       offsets  i64[D + 1]: document d is tokens [offsets[d], offsets[d+1])
 //       tokens   i32[N], zero-padded to 8
 //       trained  u8[N], zero-padded to 8
+//       values   f32[D]: each document's number (data.margin_field), zeros
+//                without one, zero-padded to 8 (version 2)
 // Entries are written to a temporary file in the cache folder and renamed
 // into place, so readers see a whole old entry or a whole new one, and two
 // runners tokenizing the same file at once leave one valid entry. Nothing is
@@ -39,7 +41,7 @@
 
 namespace tailor::runner::data {
 
-inline constexpr std::uint32_t kTokenCacheVersion = 1;
+inline constexpr std::uint32_t kTokenCacheVersion = 2;
 
 // The default cache folder: $TAILOR_CACHE_DIR if set and non-empty, else
 // $XDG_CACHE_HOME/tailor/tokens, else $HOME/.cache/tailor/tokens; empty

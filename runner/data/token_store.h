@@ -1,7 +1,8 @@
 // Tokenized documents stored flat: one array of token ids, one of trained
-// flags and one of document offsets, either owned or views into memory kept
-// alive by someone else (the token cache's mmap). A corpus costs 13 bytes
-// per token plus 8 per document and no heap object per document.
+// flags and one of document offsets, and optionally a number per document
+// (a reward pair's margin), either owned or views into memory kept alive by
+// someone else (the token cache's mmap). A corpus costs 13 bytes per token
+// plus 8 (12 with values) per document and no heap object per document.
 #pragma once
 
 #include <cstddef>
@@ -31,12 +32,14 @@ class TokenStore {
   // Takes ownership. Requires offsets.size() >= 1, offsets[0] == 0,
   // non-decreasing offsets, offsets.back() == tokens.size() ==
   // trained.size(); violations are bugs (TAILOR_CHECK).
+  // `values`: empty (every document's value 0) or one per document.
   static TokenStore from_vectors(std::vector<std::int32_t> tokens, std::vector<std::uint8_t> trained,
-                                 std::vector<std::int64_t> offsets);
+                                 std::vector<std::int64_t> offsets, std::vector<float> values = {});
   // Views into memory that `owner` keeps alive (e.g. a mapping); the same
   // requirements. The store holds `owner` until its last copy is gone.
   static TokenStore from_views(std::shared_ptr<const void> owner, std::span<const std::int32_t> tokens,
-                               std::span<const std::uint8_t> trained, std::span<const std::int64_t> offsets);
+                               std::span<const std::uint8_t> trained, std::span<const std::int64_t> offsets,
+                               std::span<const float> values = {});
   static TokenStore from_examples(const std::vector<Example>& examples);
   std::vector<Example> to_examples() const;
 
@@ -49,6 +52,11 @@ class TokenStore {
   std::span<const std::uint8_t> trained(std::size_t doc) const {
     return trained_.subspan(static_cast<std::size_t>(offsets_[doc]), static_cast<std::size_t>(length(doc)));
   }
+  // The document's number (data.margin_field: its pair's margin); 0 when
+  // the store has none.
+  float value(std::size_t doc) const { return values_.empty() ? 0.0f : values_[doc]; }
+  bool has_values() const { return !values_.empty(); }
+  std::span<const float> all_values() const { return values_; }  // empty or one per document
   std::span<const std::int32_t> all_tokens() const { return tokens_; }
   std::span<const std::uint8_t> all_trained() const { return trained_; }
   std::span<const std::int64_t> offsets() const { return offsets_; }
@@ -61,9 +69,11 @@ class TokenStore {
   std::span<const std::int32_t> tokens_;
   std::span<const std::uint8_t> trained_;
   std::span<const std::int64_t> offsets_;
+  std::span<const float> values_;
 };
 
-// Two stores with the same documents, tokens and trained flags.
+// Two stores with the same documents, tokens, trained flags and values
+// (none reads as zeros).
 bool same_documents(const TokenStore& a, const TokenStore& b);
 
 }  // namespace tailor::runner::data

@@ -142,7 +142,13 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
   } else {
     // Per-token means, at least one token (a completion is never empty).
     const torch::Tensor means = logps / tokens.to(logps.dtype()).clamp_min(1.0);
-    const torch::Tensor chosen = means.narrow(0, 0, pairs), rejected = means.narrow(0, pairs, pairs);
+    // The rewards before their scale: the means, or under AlphaPO (1 -
+    // p^-alpha) / alpha of p = exp(mean), through expm1 so that it stays
+    // exact near alpha m = 0 (TRL computes exp(m).pow(-alpha)). logps/*
+    // stay the means, as TRL logs them.
+    const torch::Tensor shaped =
+        o.method == dsl::TrainingMethod::kSimpo && o.alpha != 0 ? -torch::expm1(-o.alpha * means) / o.alpha : means;
+    const torch::Tensor chosen = shaped.narrow(0, 0, pairs), rejected = shaped.narrow(0, pairs, pairs);
     double scale = o.beta;
     if (o.method == dsl::TrainingMethod::kSimpo) {
       // TRL's order: the margin gamma / beta inside the scaled difference;
@@ -159,7 +165,7 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
       s.log_odds_chosen = log_odds.detach().to(torch::kFloat64).sum().item<double>();
     }
     scores = means;
-    rewards = scale * means.detach().to(torch::kFloat64);
+    rewards = scale * shaped.detach().to(torch::kFloat64);
   }
   out.loss_sum = per_pair.sum();
   const torch::Tensor chosen_rewards = rewards.narrow(0, 0, pairs);
@@ -176,11 +182,12 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
   return out;
 }
 
-PreferenceLossOut reward_loss(const torch::Tensor& scores, double center) {
+PreferenceLossOut reward_loss(const torch::Tensor& scores, double center, const torch::Tensor& margins) {
   const std::int64_t pairs = scores.size(0) / 2;
   const torch::Tensor chosen = scores.narrow(0, 0, pairs), rejected = scores.narrow(0, pairs, pairs);
   PreferenceLossOut out;
-  torch::Tensor per_pair = -torch::log_sigmoid(chosen - rejected);
+  torch::Tensor per_pair = margins.defined() ? -torch::log_sigmoid(chosen - rejected - margins.to(scores.dtype()))
+                                             : -torch::log_sigmoid(chosen - rejected);
   if (center > 0) per_pair = per_pair + center * (chosen + rejected).square();
   out.loss_sum = per_pair.sum();
   const torch::Tensor r = scores.detach().to(torch::kFloat64);

@@ -76,7 +76,9 @@ struct PreferenceLossOut {
 //   `label_smoothing` is read by robust and exo_pair (and simpo, below).
 // simpo, on per-token means m, with h = beta (m_w - m_l) - gamma:
 //   -(1 - e) log sigmoid(h) - e log sigmoid(-h), e = label_smoothing
-//   (Meng et al. 2024; TRL's CPOTrainer, loss_type simpo, cpo_alpha 0).
+//   (Meng et al. 2024; TRL's CPOTrainer, loss_type simpo, cpo_alpha 0);
+//   with `alpha` (AlphaPO, Gupta et al. 2025) each m replaced by
+//   (1 - e^(-alpha m)) / alpha in h and the rewards, not in logps/*.
 // orpo, on per-token means m: -lambda log sigmoid(log odds), log odds =
 //   (m_w - m_l) - (log(1 - e^m_w) - log(1 - e^m_l)) (Hong et al. 2024; TRL's
 //   ORPOTrainer). Its NLL term is the caller's (Run::pair_loss).
@@ -94,10 +96,14 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
                                   const torch::Tensor& tokens, const dsl::TrainingSpec& t, double kl = 0.0);
 
 // reward, on each row's score r (fp32, chosen rows then rejected):
-// -log sigmoid(r_w - r_l) (the Bradley-Terry model; Ouyang et al. 2022),
-// plus `center` (r_w + r_l)^2 (training.center_rewards; Eisenstein et al.
-// 2023): TRL's RewardTrainer without its per-pair margins. The sums' loss
-// holds both terms, as TRL logs it; their rewards are the scores.
-PreferenceLossOut reward_loss(const torch::Tensor& scores, double center = 0.0);
+// -log sigmoid(r_w - r_l - m) (the Bradley-Terry model; Ouyang et al. 2022;
+// m each pair's margin from `margins`, Touvron et al. 2023, Llama 2's
+// reward models), plus `center` (r_w + r_l)^2 (training.center_rewards;
+// Eisenstein et al. 2023), as TRL's RewardTrainer computes them. `margins`
+// is undefined (no margin) or one value a pair. The sums' loss holds both
+// terms, as TRL logs it; their rewards are the scores, and their margins
+// r_w - r_l without m (TRL's "margin" metric).
+PreferenceLossOut reward_loss(const torch::Tensor& scores, double center = 0.0,
+                              const torch::Tensor& margins = torch::Tensor());
 
 }  // namespace tailor::runner

@@ -4,6 +4,7 @@
 // names TRL reports them (rewards/chosen, ..., logps/rejected; orpo's
 // nll_loss and log odds; reward's accuracy, margin and min/mean/max_reward;
 // kto's kl). The reference's log-probabilities are run_reference.cpp's.
+#include "core/check.h"
 #include "runner/data/batcher.h"
 #include "runner/data/kl_rows.h"
 #include "runner/torch/data_parallel.h"
@@ -105,7 +106,12 @@ PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch&
   if (reward()) {
     const ScoredRows rows = scored_rows(b, torch::kCPU, static_cast<std::int32_t>(data_.tokenizer.tokens.pad));
     const torch::Tensor last = torch::tensor(rows.last, torch::kInt64).to(dev_);
-    return reward_loss(model_->scores(hidden, last), spec_.training.center_rewards);
+    torch::Tensor margins;
+    if (!spec_.data.margin_field.empty()) {
+      TAILOR_CHECK(static_cast<std::int64_t>(b.pair_values.size()) == b.rows / 2);
+      margins = torch::tensor(b.pair_values, torch::kFloat32).to(dev_);
+    }
+    return reward_loss(model_->scores(hidden, last), spec_.training.center_rewards, margins);
   }
   const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   const torch::Tensor tokens = targets.ne(-100).sum(1);

@@ -333,6 +333,44 @@ TEST(PreferenceRecordsTest, ConversationalPairsGiveThePromptAndEachWholeConversa
             "d:1: field \"chosen\" must be a list of turns (data.chat: messages), got string");
 }
 
+// data.margin_field (reward): each pair's margin, a finite number, in
+// string and conversational pairs alike; a pair without one is a bad record.
+TEST(PreferenceRecordsTest, MarginsAreReadFromTheMarginField) {
+  DataSpec spec = preference_of(DataFormat::kJsonl);
+  spec.margin_field = "margin";
+  const std::string text = R"({"prompt": "Q", "chosen": " a", "rejected": " b", "margin": 1.5})"
+                           "\n"
+                           R"({"prompt": "Q", "chosen": " a", "rejected": " b", "margin": -2})"
+                           "\n";
+  std::vector<double> margins;
+  auto collect = [&](const DataRecord& r) {
+    margins.push_back(r.margin);
+    return Status::ok();
+  };
+  ASSERT_TRUE(for_each_record(text, "d", spec, collect).is_ok());
+  EXPECT_THAT(margins, ElementsAre(1.5, -2.0));
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "chosen": " a", "rejected": " b"})", spec),
+            "d:1: missing field \"margin\" (data.margin_field: every pair needs its margin)");
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "chosen": " a", "rejected": " b", "margin": "1"})", spec),
+            "d:1: field \"margin\" must be a number, got string");
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "chosen": " a", "rejected": " b", "margin": null})", spec),
+            "d:1: field \"margin\" must be a number, got null");
+  // Without the key a margin field in the data is not read.
+  spec.margin_field.clear();
+  margins.clear();
+  ASSERT_TRUE(for_each_record(text, "d", spec, collect).is_ok());
+  EXPECT_THAT(margins, ElementsAre(0.0, 0.0));
+  // Conversational pairs carry theirs too.
+  spec.margin_field = "m";
+  spec.chat = ChatFormat::kMessages;
+  margins.clear();
+  ASSERT_TRUE(for_each_record(R"({"prompt": "Q", "chosen": [{"role": "assistant", "content": "A"}], )"
+                              R"("rejected": [{"role": "assistant", "content": "B"}], "m": 0.25})",
+                              "d", spec, collect)
+                  .is_ok());
+  EXPECT_THAT(margins, ElementsAre(0.25));
+}
+
 TEST(PreferenceRecordsTest, ASupervisedJobNamesPreferencePairsAsSuch) {
   EXPECT_EQ(error_of(R"({"prompt": "Q", "chosen": " a", "rejected": " b"})", spec_of(DataFormat::kJsonl)),
             "d:1: missing field \"text\": this record is a preference pair (\"chosen\", \"rejected\"): set "

@@ -715,6 +715,54 @@ TEST_F(SpecLoaderTest, CpoAlphaAndLabelSmoothingAreSimposKeys) {
       << errors(s);
 }
 
+// data.margin_field: reward's pair margins, kept through the resolved spec
+// (and not written when unset), refused by name under other methods.
+TEST_F(SpecLoaderTest, MarginFieldIsARewardModelsKey) {
+  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\", \"m\": 1}\n");
+  const std::string head = "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\n";
+  LoadedSpec s = load(head + "data: {train: data/pairs.jsonl, margin_field: m}\ntraining: {method: reward}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->data.margin_field, "m");
+  LoadedSpec again = load(emit_yaml(write_job_spec(*s.spec)));
+  ASSERT_TRUE(again.ok()) << errors(again);
+  EXPECT_EQ(again.spec->data.margin_field, "m");
+  const std::string plain =
+      emit_yaml(write_job_spec(*load(head + "data: {train: data/pairs.jsonl}\ntraining: {method: reward}\n").spec));
+  EXPECT_EQ(plain.find("margin_field"), std::string::npos) << plain;
+  s = load(head + "data: {train: data/pairs.jsonl, margin_field: m}\ntraining: {method: dpo}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("data.margin_field: applies to training.method reward (the pairs' margins in its loss), "
+                           "not dpo"),
+            std::string::npos)
+      << errors(s);
+}
+
+// training.alpha: AlphaPO's reward shape under simpo, kept through the
+// resolved spec, refused elsewhere by name (pointing at LoRA's alpha) and
+// outside [-10, 10].
+TEST_F(SpecLoaderTest, AlphaIsSimposRewardShape) {
+  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
+  const std::string head =
+      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/pairs.jsonl}\n";
+  LoadedSpec s = load(head + "training: {method: simpo, alpha: -0.25}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->training.alpha, -0.25);
+  LoadedSpec again = load(emit_yaml(write_job_spec(*s.spec)));
+  ASSERT_TRUE(again.ok()) << errors(again);
+  EXPECT_EQ(again.spec->training.alpha, -0.25);
+  EXPECT_EQ(load(head + "training: {method: simpo}\n").spec->training.alpha, 0.0);
+  s = load(head + "training: {method: dpo, alpha: 0.25}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("training.alpha: applies to training.method simpo (AlphaPO's reward shape; LoRA's alpha "
+                           "is strategy.lora.alpha), not dpo"),
+            std::string::npos)
+      << errors(s);
+  s = load(head + "training: {method: simpo, alpha: 11}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("training.alpha: "), std::string::npos) << errors(s);
+  EXPECT_NE(errors(s).find("11"), std::string::npos) << errors(s);
+}
+
 // The data readers learn the shape of a record from training.method: pairs
 // for every preference method, each row read alone (its own prompt ids) for
 // kto, as TRL's KTOTrainer reads them.

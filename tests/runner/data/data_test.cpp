@@ -15,6 +15,7 @@
 #include "runner/data/byte_tokenizer.h"
 #include "runner/data/dataset.h"
 #include "runner/data/file_io.h"
+#include "runner/data/token_cache.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tailor::runner::data {
@@ -933,6 +934,49 @@ TEST(PreferenceDataTest, APromptThatFillsSeqLenIsABadRecord) {
   ASSERT_TRUE(store.is_ok()) << store.status().to_string();
   EXPECT_EQ(store->documents(), 2u);
   EXPECT_EQ(skipped.count, 1);
+}
+
+// data.margin_field: each pair's margin is both its documents' value, kept
+// by the token cache's entry, and each batch carries its pairs' margins in
+// the order of its chosen rows.
+TEST(PreferenceDataTest, MarginsReachTheBatchesThroughTheTokenCache) {
+  testing::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 6; ++i) {
+    text += "{\"prompt\": \"Q" + std::to_string(i) + ":\", \"chosen\": \"" + std::string(1 + i, 'y') +
+            "\", \"rejected\": \"no\", \"margin\": " + std::to_string(0.5 * i - 1) + "}\n";
+  }
+  const auto path = dir.write("pairs.jsonl", text);
+  dsl::DataSpec spec = preference_spec(32);
+  spec.margin_field = "margin";
+  const ByteTokenizer tok;
+  for (const TokenizedData::Source source : {TokenizedData::Source::kTokenized, TokenizedData::Source::kCache}) {
+    auto loaded = load_tokenized(path, spec, tok, dir.file("cache"));
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+    ASSERT_EQ(loaded->source, source);
+    const TokenStore& store = loaded->store;
+    ASSERT_TRUE(store.has_values());
+    ASSERT_EQ(store.documents(), 12u);
+    for (std::size_t d = 0; d < 12; ++d)
+      EXPECT_EQ(store.value(d), 0.5f * static_cast<float>(d / 2) - 1.0f) << d;
+    auto batcher = make_batcher(store, spec, 4, 7, ByteTokenizer::kPad);
+    ASSERT_TRUE(batcher.is_ok()) << batcher.status().to_string();
+    for (int k = 0; k < 3; ++k) {
+      const Batch b = batcher->next();
+      ASSERT_EQ(b.pair_values.size(), 4u);
+      for (std::int64_t r = 0; r < 4; ++r) {
+        // The chosen row's prompt names its pair: "Q<i>:".
+        const int pair = b.inputs[static_cast<std::size_t>(r * b.seq_len + 2)] - '0';
+        EXPECT_EQ(b.pair_values[static_cast<std::size_t>(r)], 0.5f * static_cast<float>(pair) - 1.0f);
+      }
+    }
+  }
+  // Without the key the same file has no values, and another cache entry.
+  spec.margin_field.clear();
+  auto plain = load_tokenized(path, spec, tok, dir.file("cache"));
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->source, TokenizedData::Source::kTokenized);
+  EXPECT_EQ(plain->store.value(0), 0.0f);
 }
 
 // Pairs (chosen, rejected) as documents 2p and 2p + 1: distinct first bytes.

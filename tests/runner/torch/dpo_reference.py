@@ -57,7 +57,8 @@ same torch), on the CPU.
       the paper's lambda, 0.1) and simpo:8:1 with
       trl.experimental.cpo.CPOTrainer (loss_type simpo, beta 2.0, simpo_gamma
       1.0, cpo_alpha 0: pure SimPO; simpo:8:1:0.1 with label_smoothing 0.1;
-      cpo_simpo:8:1 with cpo_alpha 1.0, its "steps" adding nll_loss),
+      cpo_simpo:8:1 with cpo_alpha 1.0, its "steps" adding nll_loss;
+      alphapo:8:1 with alpha 0.25, AlphaPO's reward shape),
       neither with a reference, the rest as
       above; their "steps" add ORPO's nll_loss, log_odds_ratio and
       log_odds_chosen, and "tokens" come from their own tokenization
@@ -142,8 +143,8 @@ CORPUS = [
 LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
               "apo_zero", "apo_down")
 # Reference-free methods, each its own TRL trainer (cpo_simpo: CPOTrainer's
-# simpo with cpo_alpha 1.0, "CPO-SimPO").
-METHODS = ("orpo", "simpo", "cpo_simpo")
+# simpo with cpo_alpha 1.0, "CPO-SimPO"; alphapo: its simpo with alpha 0.25).
+METHODS = ("orpo", "simpo", "cpo_simpo", "alphapo")
 ORPO_METRICS = ["nll_loss", "log_odds_ratio", "log_odds_chosen"]
 
 
@@ -217,6 +218,7 @@ def reference_free_trainer(method, base, pairs, common, label_smoothing=0.0):
             from trl.experimental.cpo import CPOConfig, CPOTrainer
             args = CPOConfig(loss_type="simpo", beta=2.0, simpo_gamma=1.0,
                              cpo_alpha=1.0 if method == "cpo_simpo" else 0.0,
+                             alpha=0.25 if method == "alphapo" else 0.0,
                              label_smoothing=label_smoothing, max_length=1024,
                              remove_unused_columns=False, **common)
             cls = CPOTrainer

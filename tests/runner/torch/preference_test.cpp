@@ -121,7 +121,7 @@ strategy: {precision: fp32, adapter: none, optimizer: adamw}
 // the model, Tailor its separate reference.
 // ORPO and SimPO likewise against TRL's ORPOTrainer and CPOTrainer (SimPO:
 // loss_type simpo, cpo_alpha 0, with and without label smoothing; and
-// CPO-SimPO, cpo_alpha 1), without a reference.
+// CPO-SimPO, cpo_alpha 1; and AlphaPO, alpha 0.25), without a reference.
 TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
   TempDir dir;
   ASSERT_TRUE(run_reference(dir, "make " + dir.path().string()));
@@ -135,7 +135,8 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
     // step, so Tailor's 4 x 2 equals TRL's 8 x 1.
     std::int64_t trl_micro = 0, trl_accum = 0;
     bool reference_free() const {
-      return std::string(loss) == "orpo" || std::string(loss) == "simpo" || std::string(loss) == "cpo_simpo";
+      return std::string(loss) == "orpo" || std::string(loss) == "simpo" || std::string(loss) == "cpo_simpo" ||
+             std::string(loss) == "alphapo";
     }
     std::string trl_name() const {
       return std::string(loss) + "_" + std::to_string(trl_micro ? trl_micro : micro) + "x" +
@@ -143,21 +144,12 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
     }
   };
   // Accumulation once (its loss is the mean of the micro-batches' means).
-  const Case cases[] = {{"sigmoid", 8, 1},
-                        {"ipo", 4, 2},
-                        {"hinge", 8, 1},
-                        {"robust", 8, 1, "0.1"},
-                        {"exo_pair", 8, 1, "0.001"},
-                        {"nca_pair", 8, 1},
-                        {"bco_pair", 8, 1},
-                        {"sppo_hard", 8, 1},
-                        {"apo_zero", 8, 1},
-                        {"apo_down", 4, 2},
-                        {"simpo", 4, 2},
-                        {"simpo", 8, 1, "0.1"},
-                        {"cpo_simpo", 8, 1},
-                        {"orpo", 8, 1},
-                        {"orpo", 4, 2, nullptr, 8, 1}};
+  const Case cases[] = {
+      {"sigmoid", 8, 1},           {"ipo", 4, 2},      {"hinge", 8, 1},    {"robust", 8, 1, "0.1"},
+      {"exo_pair", 8, 1, "0.001"}, {"nca_pair", 8, 1}, {"bco_pair", 8, 1}, {"sppo_hard", 8, 1},
+      {"apo_zero", 8, 1},          {"apo_down", 4, 2}, {"simpo", 4, 2},    {"simpo", 8, 1, "0.1"},
+      {"cpo_simpo", 8, 1},         {"alphapo", 8, 1},  {"orpo", 8, 1},     {"orpo", 4, 2, nullptr, 8, 1},
+  };
   std::string args = "run " + dir.path().string() + " chat";
   for (const Case& c : cases) {
     if (c.trl_micro) continue;
@@ -206,6 +198,8 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
       // CPO's NLL beside SimPO: a per-token mean over TRL's micro-batch and
       // over Tailor's step, the same without accumulation.
       overrides = {"training.method=simpo", "training.beta=2.0", "training.gamma=1.0", "training.cpo_alpha=1.0"};
+    } else if (std::string(c.loss) == "alphapo") {
+      overrides = {"training.method=simpo", "training.beta=2.0", "training.gamma=1.0", "training.alpha=0.25"};
     } else {
       overrides = {std::string("training.loss_type=") + c.loss};
     }
@@ -739,27 +733,30 @@ double expect_eval_scores(const json& scored, const json& last, const std::strin
 TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) {
   TempDir dir;
   ASSERT_TRUE(run_reference(dir, "make " + dir.path().string(), "reward_reference.py"));
-  ASSERT_TRUE(run_reference(dir, "run " + dir.path().string() + " 8:1 4:2 4:2:0.01", "reward_reference.py"));
+  ASSERT_TRUE(run_reference(dir, "run " + dir.path().string() + " 8:1 4:2 4:2:0.01 4:2:margin", "reward_reference.py"));
   const std::string yaml = trl_job("reward_base", "reward");
   struct Case {
     int micro, accum;
-    const char* center;  // training.center_rewards, TRL's center_rewards_coefficient
+    const char* center;   // training.center_rewards, TRL's center_rewards_coefficient
+    bool margin = false;  // margin_pairs.jsonl with data.margin_field, TRL's "margin" column
   };
   // (TRL's suggested weight, 0.01. At 0.05 Tailor and TRL part by 3e-6
   // after the first step, 8 x 1 and 4 x 2 alike, and by 6e-4 at step 8
   // (TRL's own 8 x 1 and 4 x 2 by 6e-5): probably Adam's first steps, which
   // move a weight by about lr whatever its gradient's size, on weights whose
   // two terms' gradients cancel to rounding; not investigated further.)
-  for (const Case& c : {Case{8, 1, nullptr}, Case{4, 2, nullptr}, Case{4, 2, "0.01"}}) {
+  for (const Case& c : {Case{8, 1, nullptr}, Case{4, 2, nullptr}, Case{4, 2, "0.01"}, Case{4, 2, nullptr, true}}) {
     const int micro = c.micro, accum = c.accum;
     const std::string name = "reward_" + std::to_string(micro) + "x" + std::to_string(accum) +
-                             (c.center ? std::string("_c") + c.center : "");
+                             (c.center ? std::string("_c") + c.center : "") + (c.margin ? "_margin" : "");
     SCOPED_TRACE(name);
     std::ifstream in(dir.file(name + ".json"));
     const json trl = json::parse(in);
     // The last evaluation (after step 20) scores the pairs with the final weights.
-    std::vector<std::string> sets = {"data.eval=" + dir.file("pairs.jsonl"), "training.eval_every=20"};
+    const std::string pairs = dir.file(c.margin ? "margin_pairs.jsonl" : "pairs.jsonl");
+    std::vector<std::string> sets = {"data.eval=" + pairs, "training.eval_every=20"};
     if (c.center) sets.push_back(std::string("training.center_rewards=") + c.center);
+    if (c.margin) sets.insert(sets.end(), {"data.train=" + pairs, "data.margin_field=margin"});
     RunConfig cfg = load_job(dir, yaml, sets);
     // The rows are TRL's: BOS, prompt, completion, EOS.
     auto tok = data::make_tokenizer(cfg.spec.model);
@@ -790,6 +787,15 @@ TEST(PreferenceTest, ARewardModelEqualsTrlsRewardTrainerAndLoadsInTransformers) 
       std::getline(plain_in, first_plain);
       EXPECT_GT(ours.front()["loss"].get<double>(), json::parse(first_plain)["loss"].get<double>());
       EXPECT_EQ(ours.front()["mean_reward"].get<double>(), json::parse(first_plain)["mean_reward"].get<double>());
+    }
+    if (c.margin) {
+      // The same first scores as without margins, another loss: the
+      // margins reached it (TRL's log above agrees on every step's).
+      std::ifstream plain_in(dir.file("reward_4x2/metrics.jsonl"));
+      std::string first_plain;
+      std::getline(plain_in, first_plain);
+      EXPECT_EQ(ours.front()["mean_reward"].get<double>(), json::parse(first_plain)["mean_reward"].get<double>());
+      EXPECT_GT(std::abs(ours.front()["loss"].get<double>() - json::parse(first_plain)["loss"].get<double>()), 0.1);
     }
     if (accum != 1) continue;
     // The exported folder, scored by transformers, as Tailor's last evaluation.

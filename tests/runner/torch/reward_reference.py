@@ -9,11 +9,14 @@ scoring the folder Tailor exports. Run with the project's .venv, on the CPU.
       DIR/reward_base/: that Llama loaded by AutoModelForSequenceClassification
       with one label (its body as saved, its score head initialised by
       transformers under seed 0, lm_head dropped) and config.pad_token_id
-      the tokenizer's pad, saved with the tokenizer files.
-  reward_reference.py run DIR MICRO:ACCUM[:CENTER]...
+      the tokenizer's pad, saved with the tokenizer files; and
+      DIR/margin_pairs.jsonl, the same pairs each with a "margin" (MARGINS).
+  reward_reference.py run DIR MICRO:ACCUM[:CENTER|:margin]...
       for each case, writes DIR/reward_MICROxACCUM.json (with CENTER,
       DIR/reward_MICROxACCUM_cCENTER.json and TRL's
-      center_rewards_coefficient CENTER): trl.RewardTrainer on
+      center_rewards_coefficient CENTER; with "margin",
+      DIR/reward_MICROxACCUM_margin.json, trained on DIR/margin_pairs.jsonl,
+      whose "margin" column TRL's loss reads): trl.RewardTrainer on
       DIR/reward_base over DIR/pairs.jsonl (AdamW lr 1e-3 constant, betas
       0.9/0.95, eps 1e-8, no weight decay, gradients clipped to norm 1, MICRO
       pairs per micro-batch, ACCUM micro-batches a step, MICRO * ACCUM = 8,
@@ -43,7 +46,8 @@ What TRL 1.16's RewardTrainer does with this data, which the runner matches:
   - the model pools each row at its last token that is not the pad token
     (transformers' sequence classifiers), here the EOS;
   - the loss is the mean over the micro-batch's pairs of
-    -log sigmoid(r_chosen - r_rejected), plus with center_rewards_coefficient
+    -log sigmoid(r_chosen - r_rejected - margin) (margin 0 without the
+    column), plus with center_rewards_coefficient
     c, c times the mean of (r_chosen + r_rejected)^2; logged metrics are the means over
     the step's micro-batches of each micro-batch's value (min_reward and
     max_reward too: per micro-batch extremes, averaged).
@@ -61,6 +65,9 @@ import torch  # noqa: E402
 STEPS = dpo_reference.STEPS
 PAIRS_PER_STEP = dpo_reference.PAIRS_PER_STEP
 METRICS = ["loss", "accuracy", "margin", "min_reward", "mean_reward", "max_reward", "grad_norm"]
+# Each pair's margin in DIR/margin_pairs.jsonl, in file order: integers and
+# fractions, zero and negative ones.
+MARGINS = [0.5, 1, 0, 2.25, -0.5, 1.5, 0.25, 3]
 
 
 def make(root):
@@ -77,6 +84,13 @@ def make(root):
     model.config.pad_token_id = tok.pad_token_id
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
+    with open(os.path.join(root, "pairs.jsonl")) as f:
+        pairs = [json.loads(line) for line in f if line.strip()]
+    if len(pairs) != len(MARGINS):
+        sys.exit(f"reward_reference.py: {len(pairs)} pairs for {len(MARGINS)} margins")
+    with open(os.path.join(root, "margin_pairs.jsonl"), "w") as f:
+        for pair, margin in zip(pairs, MARGINS):
+            f.write(json.dumps({**pair, "margin": margin}) + "\n")
 
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -99,7 +113,7 @@ def make_lora_init(root):
     return out
 
 
-def run(root, micro, accum, out, center=None, lora=False):
+def run(root, micro, accum, out, center=None, lora=False, margins=False):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import RewardConfig, RewardTrainer
@@ -109,6 +123,10 @@ def run(root, micro, accum, out, center=None, lora=False):
     adapter = make_lora_init(root) if lora else None
     with tempfile.TemporaryDirectory() as scratch:
         pairs = dpo_reference.load_pairs(root, scratch)
+        if margins:
+            import datasets
+            pairs = datasets.load_dataset("json", data_files=os.path.join(root, "margin_pairs.jsonl"),
+                                          split="train", cache_dir=os.path.join(scratch, "datasets"))
         args = RewardConfig(max_length=None, center_rewards_coefficient=center,
                             **dpo_reference.trainer_args(scratch, micro, accum))
         model = AutoModelForSequenceClassification.from_pretrained(base, dtype=torch.float32)
@@ -179,13 +197,15 @@ def main():
         for case in sys.argv[3:]:
             parts = case.split(":")
             if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[:2]):
-                sys.exit(f"reward_reference.py: {case!r} is not MICRO:ACCUM[:CENTER]")
+                sys.exit(f"reward_reference.py: {case!r} is not MICRO:ACCUM[:CENTER|:margin]")
             micro, accum = int(parts[0]), int(parts[1])
             if micro < 1 or accum < 1 or micro * accum != PAIRS_PER_STEP:
                 sys.exit(f"reward_reference.py: MICRO * ACCUM must be {PAIRS_PER_STEP}, got {micro} * {accum}")
-            center = float(parts[2]) if len(parts) == 3 else None
-            name = f"reward_{micro}x{accum}" + (f"_c{parts[2]}" if center is not None else "")
-            run(root, micro, accum, os.path.join(root, name + ".json"), center)
+            margins = len(parts) == 3 and parts[2] == "margin"
+            center = float(parts[2]) if len(parts) == 3 and not margins else None
+            name = f"reward_{micro}x{accum}" + (f"_c{parts[2]}" if center is not None else "") + \
+                ("_margin" if margins else "")
+            run(root, micro, accum, os.path.join(root, name + ".json"), center, margins=margins)
         return
     if len(sys.argv) in (5, 6) and sys.argv[1] == "score":
         score(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) == 6 else None)
