@@ -525,9 +525,11 @@ void check_kto(JobSpec& spec, const Node& root, Diagnostics& d) {
 }
 
 // Keys of preference training set on a job whose method does not read them
-// are refused, not ignored; SimPO's beta has its own default.
-void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
-  const TrainingMethod method = spec.training.method;
+// are refused, not ignored. They depend on the method alone, so they are
+// told beside the fields' type errors too: `skip` names paths already in
+// error, which get no second one.
+void check_method_keys(TrainingMethod method, const Node& root, Diagnostics& d,
+                       const std::vector<std::string>& skip = {}) {
   // Which methods read each key (data.chosen_field and rejected_field: every
   // preference method).
   struct Key {
@@ -563,10 +565,21 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
     return n != nullptr && !n->is_null();
   };
   for (const Key& k : keys) {
-    if (!set(k.path)) continue;
+    if (!set(k.path) || std::find(skip.begin(), skip.end(), k.path) != skip.end()) continue;
     if (std::find(k.readers.begin(), k.readers.end(), method) != k.readers.end()) continue;
     d.error(loc_at(root, k.path), k.path, std::string("applies to training.method ") + k.who + ", not " + to_string(method));
   }
+}
+
+// The method's keys (above), its defaults (SimPO's beta) and its
+// combinations with the strategy.
+void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
+  const TrainingMethod method = spec.training.method;
+  check_method_keys(method, root, d);
+  const auto set = [&](const char* path) {
+    const Node* n = node_at(root, path);
+    return n != nullptr && !n->is_null();
+  };
   if (method == TrainingMethod::kSimpo && !set("training.beta")) spec.training.beta = 2.0;
   if (method == TrainingMethod::kReward) check_reward(spec, root, d);
   if (method == TrainingMethod::kKto) check_kto(spec, root, d);
@@ -1018,7 +1031,23 @@ LoadedSpec finish_loading(std::optional<Node> tree, const std::string& source, c
   const std::size_t errors_before_fields = d.error_count();
   read_job_spec(root, spec, d);
   spec.source_file = source;
-  if (d.error_count() > errors_before_fields) return out;  // cross-field rules assume well-typed fields
+  if (d.error_count() > errors_before_fields) {
+    // Cross-field rules assume well-typed fields, but which method reads a
+    // key needs only the method: told now, where the spec names a method
+    // that was read, so that fixing the type errors does not reveal a
+    // second round. (An unset method, or a misspelt key for it, would make
+    // it sft's by default.)
+    std::vector<std::string> failed;
+    for (const Diagnostic& item : d.items()) {
+      if (item.severity == Severity::kError) failed.push_back(item.path);
+    }
+    const Node* method = node_at(root, "training.method");
+    if (method != nullptr && !method->is_null() &&
+        std::find(failed.begin(), failed.end(), "training.method") == failed.end()) {
+      check_method_keys(spec.training.method, root, d, failed);
+    }
+    return out;
+  }
 
   if (spec.name.empty()) spec.name = default_job_name(source);
   if (!valid_job_name(spec.name)) {

@@ -737,6 +737,32 @@ TEST_F(SpecLoaderTest, MarginFieldIsARewardModelsKey) {
       << errors(s);
 }
 
+// A key the spec's method does not read is told beside the fields' type
+// errors (not after they are fixed), once per key; where the method itself
+// is not read, nothing is said of the keys it would decide.
+TEST_F(SpecLoaderTest, KeysOfAnotherMethodAreToldBesideTypeErrors) {
+  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
+  const std::string head = "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\n";
+  LoadedSpec s = load(head +
+                      "data: {train: data/pairs.jsonl, margin_field: m}\n"
+                      "training: {method: dpo, lr: abc, gamma: x, cpo_alpha: 1}\n");
+  ASSERT_FALSE(s.ok());
+  const std::string all = errors(s);
+  EXPECT_NE(all.find("training.lr: expected a number"), std::string::npos) << all;
+  EXPECT_NE(all.find("data.margin_field: applies to training.method reward"), std::string::npos) << all;
+  EXPECT_NE(all.find("training.cpo_alpha: applies to training.method simpo, not dpo"), std::string::npos) << all;
+  // gamma's own type error, not a second one.
+  EXPECT_NE(all.find("training.gamma: expected a number"), std::string::npos) << all;
+  EXPECT_EQ(all.find("training.gamma: applies"), std::string::npos) << all;
+  // A method that could not be read, or a misspelt method key: the keys
+  // wait for it.
+  for (const char* training : {"{method: dpx, lr: abc, cpo_alpha: 1}", "{methd: simpo, lr: abc, cpo_alpha: 1}"}) {
+    s = load(head + "data: {train: data/pairs.jsonl}\ntraining: " + training + "\n");
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(errors(s).find("applies to training.method"), std::string::npos) << errors(s);
+  }
+}
+
 // training.alpha: AlphaPO's reward shape under simpo, kept through the
 // resolved spec, refused elsewhere by name (pointing at LoRA's alpha) and
 // outside [-10, 10].
