@@ -287,6 +287,12 @@ enum class PreferenceLoss {
               // Optimization", 2024, its hard-label form)
   kApoZero,   // (1 - sigmoid(r_w)) + sigmoid(r_l) (D'Oosterlinck et al., "Anchored Preference Optimization", 2024)
   kApoDown,   // sigmoid(r_w) + (1 - sigmoid(h)) (the same paper, for chosen answers worse than the model's own)
+  // -log sigmoid(h) on per-token mean log-ratios (TRL's sigmoid_norm: DPO
+  // insensitive to the completions' lengths)
+  kSigmoidNorm,
+  // -log sigmoid(h) (1 - sigmoid(h / tau)) + e^-h sigmoid(h / tau), tau = discopop_tau (Lu et al.,
+  // "Discovering Preference Optimization Algorithms with and for Large Language Models", 2024, Eq. 5: DiscoPOP)
+  kDiscopop,
   // kto's, each completion alone, with r its beta-scaled log-ratio and z the
   // micro-batch's KL estimate (clamped at 0):
   kKto,              // desirable 1 - sigmoid(r - beta z), undesirable 1 - sigmoid(beta z - r) (Eq. 7 of the KTO paper)
@@ -299,6 +305,25 @@ inline bool is_kto_loss(PreferenceLoss loss) {
 // Whether `loss` reads training.label_smoothing.
 inline bool uses_label_smoothing(PreferenceLoss loss) {
   return loss == PreferenceLoss::kRobust || loss == PreferenceLoss::kExoPair;
+}
+
+// The divergence from the reference that DPO's implicit reward regularises
+// (Wang et al., "Beyond Reverse KL: Generalizing Direct Preference
+// Optimization with Diverse Divergence Constraints", 2023; TRL's
+// f_divergence_type): each completion's log-ratio u = log pi - log ref
+// enters h as f'(e^u) instead of u.
+enum class FDivergence {
+  kReverseKl,        // f'(t) = log t + 1: u itself (DPO)
+  kForwardKl,        // f'(t) = 1 - 1/t: 1 - e^-u
+  kJsDivergence,     // f'(t) = log(2t / (t + 1)): log 2 + log sigmoid(u)
+  kAlphaDivergence,  // f'(t) = (t^(a-1) - 1) / (a - 1), a = f_alpha_divergence_coef
+};
+// Whether `loss` reads its log-ratios through f_divergence_type (the losses
+// of h alone; TRL refuses the others).
+inline bool uses_f_divergence(PreferenceLoss loss) {
+  return loss == PreferenceLoss::kSigmoid || loss == PreferenceLoss::kSigmoidNorm || loss == PreferenceLoss::kHinge ||
+         loss == PreferenceLoss::kIpo || loss == PreferenceLoss::kExoPair || loss == PreferenceLoss::kRobust ||
+         loss == PreferenceLoss::kDiscopop;
 }
 
 // The largest global (and micro) batch a spec may ask for, in sequences.
@@ -326,6 +351,9 @@ struct TrainingSpec {
   // 0.1; simpo: the reward's scale, default 2.0 (the SimPO paper's).
   double beta = 0.1;
   PreferenceLoss loss_type = PreferenceLoss::kSigmoid;  // dpo; kto (kto's default: kKto)
+  double discopop_tau = 0.05;  // dpo, discopop: the temperature of the mix of its two terms (the paper's 0.05)
+  FDivergence f_divergence_type = FDivergence::kReverseKl;  // dpo: see FDivergence
+  double f_alpha_divergence_coef = 0.5;  // dpo, alpha_divergence: a in [0, 1] (0 forward KL, 1 reverse KL)
   double gamma = 1.0;        // simpo: the target reward margin (gamma / beta 0.5, the paper's default)
   // simpo: the weight of the chosen completions' per-token NLL beside the
   // pair loss (CPO's behaviour-cloning term, Xu et al. 2024; TRL's
@@ -539,7 +567,9 @@ const char* to_string(TrainOn v);       // assistant | all | last_assistant
 const char* to_string(TrainOnEos v);    // turn | last | none
 const char* to_string(Packing v);       // none | stream | whole-examples
 const char* to_string(TrainingMethod v);  // sft | dpo | orpo | simpo
-const char* to_string(PreferenceLoss v);  // sigmoid | ipo | hinge | robust | exo_pair | nca_pair | bco_pair | sppo_hard | apo_zero | apo_down
+const char* to_string(PreferenceLoss v);  // sigmoid | ipo | hinge | robust | exo_pair | nca_pair | bco_pair | sppo_hard
+                                          // | apo_zero | apo_down | sigmoid_norm | discopop | kto | apo_zero_unpaired
+const char* to_string(FDivergence v);     // reverse_kl | forward_kl | js_divergence | alpha_divergence
 // The plan's words: "whole examples, first-fit decreasing", "stream, split at
 // row boundaries (plain text)", "none: one example per row, padded".
 const char* describe(Packing v);

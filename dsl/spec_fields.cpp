@@ -189,12 +189,31 @@ template <>
 struct EnumNames<PreferenceLoss> {
   static const std::vector<std::pair<PreferenceLoss, const char*>>& names() {
     static const std::vector<std::pair<PreferenceLoss, const char*>> k = {
-        {PreferenceLoss::kSigmoid, "sigmoid"},  {PreferenceLoss::kIpo, "ipo"},
-        {PreferenceLoss::kHinge, "hinge"},      {PreferenceLoss::kRobust, "robust"},
-        {PreferenceLoss::kExoPair, "exo_pair"}, {PreferenceLoss::kNcaPair, "nca_pair"},
-        {PreferenceLoss::kBcoPair, "bco_pair"}, {PreferenceLoss::kSppoHard, "sppo_hard"},
-        {PreferenceLoss::kApoZero, "apo_zero"}, {PreferenceLoss::kApoDown, "apo_down"},
-        {PreferenceLoss::kKto, "kto"},          {PreferenceLoss::kApoZeroUnpaired, "apo_zero_unpaired"}};
+        {PreferenceLoss::kSigmoid, "sigmoid"},
+        {PreferenceLoss::kIpo, "ipo"},
+        {PreferenceLoss::kHinge, "hinge"},
+        {PreferenceLoss::kRobust, "robust"},
+        {PreferenceLoss::kExoPair, "exo_pair"},
+        {PreferenceLoss::kNcaPair, "nca_pair"},
+        {PreferenceLoss::kBcoPair, "bco_pair"},
+        {PreferenceLoss::kSppoHard, "sppo_hard"},
+        {PreferenceLoss::kApoZero, "apo_zero"},
+        {PreferenceLoss::kApoDown, "apo_down"},
+        {PreferenceLoss::kSigmoidNorm, "sigmoid_norm"},
+        {PreferenceLoss::kDiscopop, "discopop"},
+        {PreferenceLoss::kKto, "kto"},
+        {PreferenceLoss::kApoZeroUnpaired, "apo_zero_unpaired"}};
+    return k;
+  }
+};
+template <>
+struct EnumNames<FDivergence> {
+  static const std::vector<std::pair<FDivergence, const char*>>& names() {
+    static const std::vector<std::pair<FDivergence, const char*>> k = {
+        {FDivergence::kReverseKl, "reverse_kl"},
+        {FDivergence::kForwardKl, "forward_kl"},
+        {FDivergence::kJsDivergence, "js_divergence"},
+        {FDivergence::kAlphaDivergence, "alpha_divergence"}};
     return k;
   }
 };
@@ -449,6 +468,15 @@ Field<TrainingSpec> only_for(std::initializer_list<TrainingMethod> methods, Fiel
   return f;
 }
 
+// A training key written back only where `read` says the job reads it.
+Field<TrainingSpec> written_when(Field<TrainingSpec> f, bool (*read)(const TrainingSpec&)) {
+  f.write = [write = f.write, read](const TrainingSpec& t) -> std::optional<Node> {
+    if (!read(t)) return std::nullopt;
+    return write(t);
+  };
+  return f;
+}
+
 const std::vector<Field<DataSource>>& data_source_fields() {
   static const std::vector<Field<DataSource>> k = {
       field("path", "The dataset: a file, or a folder datasets' save_to_disk wrote; relative to the spec file.",
@@ -678,10 +706,37 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
                 "(SLiC-HF, Zhao et al. 2023), robust (rDPO, Chowdhury et al. 2024; reads label_smoothing), exo_pair "
                 "(EXO, Ji et al. 2024; label_smoothing > 0), nca_pair (NCA, Chen et al. 2024), bco_pair (BCO, Jung et "
                 "al. 2024), sppo_hard (SPPO, Wu et al. 2024), apo_zero or apo_down (APO, D'Oosterlinck et al. 2024), "
-                "as TRL's DPOTrainer computes them. kto: kto (the paper's Eq. 7, the default) or apo_zero_unpaired "
+                "sigmoid_norm (sigmoid on per-token mean log-ratios), discopop (DiscoPOP, Lu et al. 2024; reads "
+                "discopop_tau), as TRL's DPOTrainer computes them. kto: kto (the paper's Eq. 7, the default) or "
+                "apo_zero_unpaired "
                 "(APO-zero on unpaired examples, D'Oosterlinck et al. 2024; no KL estimate), as TRL's KTOTrainer "
                 "computes them.",
                 &TrainingSpec::loss_type)),
+      // Written back only where read, so that other jobs' resolved specs
+      // do not change (and reload: each is refused where it is not read).
+      written_when(field("discopop_tau",
+                         "dpo, loss_type discopop: the temperature of sigmoid(h / tau), which mixes its logistic and "
+                         "exponential terms, > 0. Default 0.05 (the DiscoPOP paper's, and TRL's).",
+                         &TrainingSpec::discopop_tau, number_above(0)),
+                   [](const TrainingSpec& t) {
+                     return t.method == TrainingMethod::kDpo && t.loss_type == PreferenceLoss::kDiscopop;
+                   }),
+      written_when(field("f_divergence_type",
+                         "dpo: the divergence from the reference the loss regularises (Wang et al. 2023, f-DPO; "
+                         "TRL's f_divergence_type): reverse_kl (DPO's, the default), forward_kl, js_divergence or "
+                         "alpha_divergence (reads f_alpha_divergence_coef). Read by the losses of h alone: sigmoid, "
+                         "sigmoid_norm, hinge, ipo, exo_pair, robust and discopop.",
+                         &TrainingSpec::f_divergence_type),
+                   [](const TrainingSpec& t) {
+                     return t.method == TrainingMethod::kDpo && t.f_divergence_type != FDivergence::kReverseKl;
+                   }),
+      written_when(field("f_alpha_divergence_coef",
+                         "dpo, f_divergence_type alpha_divergence: its a, in [0, 1] (0 is forward KL, 1 reverse KL). "
+                         "Default 0.5 (TRL's).",
+                         &TrainingSpec::f_alpha_divergence_coef, number_in_range(0, 1, true)),
+                   [](const TrainingSpec& t) {
+                     return t.method == TrainingMethod::kDpo && t.f_divergence_type == FDivergence::kAlphaDivergence;
+                   }),
       only_for({TrainingMethod::kKto},
                field("desirable_weight",
                      "kto: the weight of each desirable (chosen) completion's loss, > 0. Default 1.0. The KTO paper "
@@ -1341,6 +1396,7 @@ const char* to_string(TrainOn v) { return name_of(v); }
 const char* to_string(TrainOnEos v) { return name_of(v); }
 const char* to_string(TrainingMethod v) { return name_of(v); }
 const char* to_string(PreferenceLoss v) { return name_of(v); }
+const char* to_string(FDivergence v) { return name_of(v); }
 
 const char* to_string(Packing v) {
   switch (v) {

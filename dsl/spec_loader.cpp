@@ -550,6 +550,9 @@ void check_method_keys(TrainingMethod method, const Node& root, Diagnostics& d,
        "simpo (AlphaPO's reward shape; LoRA's alpha is strategy.lora.alpha)"},
       {"training.center_rewards", {TrainingMethod::kReward}, "reward"},
       {"training.lambda", {TrainingMethod::kOrpo}, "orpo (its odds-ratio weight; simpo and dpo read beta)"},
+      {"training.discopop_tau", {TrainingMethod::kDpo}, "dpo"},
+      {"training.f_divergence_type", {TrainingMethod::kDpo}, "dpo"},
+      {"training.f_alpha_divergence_coef", {TrainingMethod::kDpo}, "dpo"},
       {"training.desirable_weight", {TrainingMethod::kKto}, "kto"},
       {"training.undesirable_weight", {TrainingMethod::kKto}, "kto"},
       {"strategy.reference",
@@ -604,11 +607,27 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
   const PreferenceLoss loss = spec.training.loss_type;
   if (is_kto_loss(loss)) {
     d.error(loc_at(root, "training.loss_type"), "training.loss_type",
-            std::string(to_string(loss)) + " is a kto loss (training.method: kto); dpo's are sigmoid to apo_down");
+            std::string(to_string(loss)) + " is a kto loss (training.method: kto); dpo's are sigmoid to discopop");
   }
   if (node_at(root, "training.label_smoothing") != nullptr && !uses_label_smoothing(loss)) {
     d.error(loc_at(root, "training.label_smoothing"), "training.label_smoothing",
             std::string("loss_type ") + to_string(loss) + " does not read it (robust and exo_pair do)");
+  }
+  if (node_at(root, "training.discopop_tau") != nullptr && loss != PreferenceLoss::kDiscopop) {
+    d.error(loc_at(root, "training.discopop_tau"), "training.discopop_tau",
+            std::string("loss_type ") + to_string(loss) + " does not read it (discopop does)");
+  }
+  const FDivergence f = spec.training.f_divergence_type;
+  if (f != FDivergence::kReverseKl && !uses_f_divergence(loss)) {
+    d.error(loc_at(root, "training.f_divergence_type"), "training.f_divergence_type",
+            std::string(to_string(f)) +
+                " applies to the losses of h alone (sigmoid, sigmoid_norm, hinge, ipo, "
+                "exo_pair, robust, discopop), not " +
+                to_string(loss) + ", whose terms read each log-ratio on its own");
+  }
+  if (node_at(root, "training.f_alpha_divergence_coef") != nullptr && f != FDivergence::kAlphaDivergence) {
+    d.error(loc_at(root, "training.f_alpha_divergence_coef"), "training.f_alpha_divergence_coef",
+            std::string("f_divergence_type ") + to_string(f) + " does not read it (alpha_divergence does)");
   }
   if (loss == PreferenceLoss::kExoPair && spec.training.label_smoothing <= 0) {
     d.error(loc_at(root, "training.loss_type"), "training.loss_type",

@@ -62,9 +62,31 @@ torch::Tensor log1mexp(const torch::Tensor& x) {
   return torch::where(x < -0.6931471805599453, torch::log1p(-torch::exp(x)), torch::log(-torch::expm1(x)));
 }
 
-torch::Tensor dpo_terms(const torch::Tensor& chosen_ratio, const torch::Tensor& rejected_ratio,
+// A completion's log-ratio u as f-DPO's f'(e^u) (dsl::FDivergence), as TRL
+// computes each: alpha_divergence through exp((a - 1) u) clamped at 80, as
+// TRL clamps it in fp32, and u itself at a = 1 (TRL's limit case).
+torch::Tensor f_divergence_score(const torch::Tensor& u, const dsl::TrainingSpec& o) {
+  switch (o.f_divergence_type) {
+    case dsl::FDivergence::kReverseKl: return u;
+    case dsl::FDivergence::kForwardKl: return 1.0 - torch::exp(-u);
+    case dsl::FDivergence::kJsDivergence: return std::log(2.0) + torch::log_sigmoid(u);
+    case dsl::FDivergence::kAlphaDivergence: {
+      const double a = o.f_alpha_divergence_coef;
+      if (std::abs(a - 1.0) < 1e-6) return u;
+      return (torch::exp(torch::clamp_max((a - 1.0) * u, 80.0)) - 1.0) / (a - 1.0);
+    }
+  }
+  return u;
+}
+
+torch::Tensor dpo_terms(const torch::Tensor& chosen_logratio, const torch::Tensor& rejected_logratio,
                         const torch::Tensor& tokens, std::int64_t pairs, const dsl::TrainingSpec& o) {
   const double beta = o.beta;
+  // The losses of h alone read the log-ratios through the f-divergence
+  // (the spec refuses another divergence for the rest).
+  const bool f = dsl::uses_f_divergence(o.loss_type);
+  const torch::Tensor chosen_ratio = f ? f_divergence_score(chosen_logratio, o) : chosen_logratio;
+  const torch::Tensor rejected_ratio = f ? f_divergence_score(rejected_logratio, o) : rejected_logratio;
   switch (o.loss_type) {
     case dsl::PreferenceLoss::kSigmoid:
       return -torch::log_sigmoid(beta * (chosen_ratio - rejected_ratio));
@@ -93,12 +115,21 @@ torch::Tensor dpo_terms(const torch::Tensor& chosen_ratio, const torch::Tensor& 
       return (1.0 - torch::sigmoid(beta * chosen_ratio)) + torch::sigmoid(beta * rejected_ratio);
     case dsl::PreferenceLoss::kApoDown:
       return torch::sigmoid(beta * chosen_ratio) + (1.0 - torch::sigmoid(beta * (chosen_ratio - rejected_ratio)));
-    case dsl::PreferenceLoss::kIpo: {
+    case dsl::PreferenceLoss::kIpo:
+    case dsl::PreferenceLoss::kSigmoidNorm: {
       // TRL normalises IPO's log-ratios by the completion's length (its
-      // authors' form, dpo_trainer.py), at least one token.
+      // authors' form, dpo_trainer.py), at least one token; sigmoid_norm
+      // is DPO's sigmoid on the same per-token means.
       const torch::Tensor n = tokens.to(chosen_ratio.dtype()).clamp_min(1.0);
       const torch::Tensor delta = chosen_ratio / n.narrow(0, 0, pairs) - rejected_ratio / n.narrow(0, pairs, pairs);
+      if (o.loss_type == dsl::PreferenceLoss::kSigmoidNorm) return -torch::log_sigmoid(beta * delta);
       return (delta - 1.0 / (2.0 * beta)).pow(2);
+    }
+    case dsl::PreferenceLoss::kDiscopop: {
+      // A logistic and an exponential term, mixed by sigmoid(h / tau).
+      const torch::Tensor h = beta * (chosen_ratio - rejected_ratio);
+      const torch::Tensor mix = torch::sigmoid(h / o.discopop_tau);
+      return -torch::log_sigmoid(h) * (1.0 - mix) + torch::exp(-h) * mix;
     }
     case dsl::PreferenceLoss::kKto:  // kto's (kto_terms); the spec refuses them for dpo
     case dsl::PreferenceLoss::kApoZeroUnpaired: break;

@@ -73,7 +73,10 @@ struct PreferenceLossOut {
 //   ipo      (h' - 1 / (2 beta))^2, h' on per-token means  (Azar et al. 2023)
 //   hinge    relu(1 - beta h)                       (Zhao et al. 2023, SLiC)
 //   and the others of dsl::PreferenceLoss, each as TRL 1.16 computes it;
-//   `label_smoothing` is read by robust and exo_pair (and simpo, below).
+//   `label_smoothing` is read by robust and exo_pair (and simpo, below),
+//   `discopop_tau` by discopop, and the losses of h alone read each
+//   log-ratio u through `f_divergence_type` (f'(e^u); u under reverse_kl).
+//   rewards stay beta u, as TRL logs them.
 // simpo, on per-token means m, with h = beta (m_w - m_l) - gamma:
 //   -(1 - e) log sigmoid(h) - e log sigmoid(-h), e = label_smoothing
 //   (Meng et al. 2024; TRL's CPOTrainer, loss_type simpo, cpo_alpha 0);

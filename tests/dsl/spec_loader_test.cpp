@@ -763,6 +763,54 @@ TEST_F(SpecLoaderTest, KeysOfAnotherMethodAreToldBesideTypeErrors) {
   }
 }
 
+// DPO's sigmoid_norm and discopop losses and f-DPO's divergences: kept
+// through the resolved spec (written only where read), and refused by name
+// where the loss or divergence does not read them.
+TEST_F(SpecLoaderTest, DiscopopAndFDivergencesAreDposKeys) {
+  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
+  const std::string head =
+      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/pairs.jsonl}\n";
+  LoadedSpec s = load(head +
+                      "training: {method: dpo, loss_type: discopop, discopop_tau: 0.1, "
+                      "f_divergence_type: alpha_divergence, f_alpha_divergence_coef: 0.25}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->training.loss_type, PreferenceLoss::kDiscopop);
+  EXPECT_EQ(s.spec->training.discopop_tau, 0.1);
+  EXPECT_EQ(s.spec->training.f_divergence_type, FDivergence::kAlphaDivergence);
+  EXPECT_EQ(s.spec->training.f_alpha_divergence_coef, 0.25);
+  LoadedSpec again = load(emit_yaml(write_job_spec(*s.spec)));
+  ASSERT_TRUE(again.ok()) << errors(again);
+  EXPECT_EQ(again.spec->training.discopop_tau, 0.1);
+  EXPECT_EQ(again.spec->training.f_alpha_divergence_coef, 0.25);
+  // Another dpo job's resolved spec names none of them, and reloads.
+  for (const char* loss : {"sigmoid_norm", "nca_pair"}) {
+    const LoadedSpec plain = load(head + "training: {method: dpo, loss_type: " + loss + "}\n");
+    ASSERT_TRUE(plain.ok()) << errors(plain);
+    const std::string yaml = emit_yaml(write_job_spec(*plain.spec));
+    EXPECT_EQ(yaml.find("discopop_tau"), std::string::npos) << yaml;
+    EXPECT_EQ(yaml.find("f_divergence_type"), std::string::npos) << yaml;
+    EXPECT_EQ(yaml.find("f_alpha_divergence_coef"), std::string::npos) << yaml;
+    EXPECT_TRUE(load(yaml).ok()) << loss;
+  }
+  const std::pair<const char*, const char*> refused[] = {
+      {"{method: dpo, loss_type: sigmoid, discopop_tau: 0.1}",
+       "training.discopop_tau: loss_type sigmoid does not read it (discopop does)"},
+      {"{method: dpo, loss_type: nca_pair, f_divergence_type: forward_kl}",
+       "training.f_divergence_type: forward_kl applies to the losses of h alone"},
+      {"{method: dpo, f_divergence_type: js_divergence, f_alpha_divergence_coef: 0.5}",
+       "training.f_alpha_divergence_coef: f_divergence_type js_divergence does not read it (alpha_divergence does)"},
+      {"{method: dpo, f_divergence_type: alpha_divergence, f_alpha_divergence_coef: 2}",
+       "training.f_alpha_divergence_coef: "},
+      {"{method: simpo, f_divergence_type: forward_kl}", "training.f_divergence_type: applies to training.method dpo"},
+      {"{method: dpo, loss_type: discopop, discopop_tau: 0}", "training.discopop_tau: "},
+  };
+  for (const auto& [training, want] : refused) {
+    s = load(head + "training: " + training + "\n");
+    ASSERT_FALSE(s.ok()) << training;
+    EXPECT_NE(errors(s).find(want), std::string::npos) << training << "\n" << errors(s);
+  }
+}
+
 // training.alpha: AlphaPO's reward shape under simpo, kept through the
 // resolved spec, refused elsewhere by name (pointing at LoRA's alpha) and
 // outside [-10, 10].

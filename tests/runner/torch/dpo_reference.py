@@ -44,7 +44,9 @@ same torch), on the CPU.
       robust:8:1:0.1), in one process (the imports are most of the time),
       writes DIR/LOSS_TYPE_MICROxACCUM.json: trains DIR/base on
       DIR/pairs.jsonl with trl.DPOTrainer (full fine-tuning, the reference a
-      frozen copy TRL loads itself; LOSS_TYPE one of LOSS_TYPES, beta 0.1;
+      frozen copy TRL loads itself; LOSS_TYPE one of LOSS_TYPES, beta 0.1,
+      optionally followed by +F_DIVERGENCE, TRL's f_divergence_type, as in
+      sigmoid+js_divergence, whose file keeps the name;
       AdamW lr 1e-3 constant, betas 0.9/0.95, eps 1e-8, no
       weight decay, gradients clipped to norm 1; MICRO pairs per micro-batch,
       ACCUM micro-batches per step with MICRO * ACCUM = 8, so every step sees
@@ -141,7 +143,9 @@ CORPUS = [
 
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
-              "apo_zero", "apo_down")
+              "apo_zero", "apo_down", "sigmoid_norm", "discopop")
+# f_divergence_type values a DPO case may name after its loss ("sigmoid+js_divergence").
+F_DIVERGENCES = ("reverse_kl", "forward_kl", "js_divergence", "alpha_divergence")
 # Reference-free methods, each its own TRL trainer (cpo_simpo: CPOTrainer's
 # simpo with cpo_alpha 1.0, "CPO-SimPO"; alphapo: its simpo with alpha 0.25).
 METHODS = ("orpo", "simpo", "cpo_simpo", "alphapo")
@@ -277,8 +281,9 @@ def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
         if loss_type in METHODS:
             trainer = reference_free_trainer(loss_type, base, pairs, common, label_smoothing)
         else:
-            args = DPOConfig(loss_type=[loss_type], beta=0.1, label_smoothing=label_smoothing, max_length=None,
-                             **common)
+            base_loss, _, f_divergence = loss_type.partition("+")
+            args = DPOConfig(loss_type=[base_loss], beta=0.1, label_smoothing=label_smoothing, max_length=None,
+                             f_divergence_type=f_divergence or "reverse_kl", **common)
             trainer = DPOTrainer(model=base, ref_model=None, args=args, train_dataset=pairs,
                                  processing_class=AutoTokenizer.from_pretrained(base))
         # Both print each log line to stdout; log_history keeps them.
@@ -440,8 +445,10 @@ def main():
                 sys.exit(f"dpo_reference.py: {case!r} is not LOSS_TYPE:MICRO:ACCUM[:LABEL_SMOOTHING]")
             loss_type, micro, accum = parts[0], int(parts[1]), int(parts[2])
             smoothing = float(parts[3]) if len(parts) == 4 else 0.0
-            if loss_type not in LOSS_TYPES + METHODS:
-                sys.exit(f"dpo_reference.py: unknown loss type {loss_type} ({', '.join(LOSS_TYPES + METHODS)})")
+            base_loss, _, f_divergence = loss_type.partition("+")
+            if base_loss not in LOSS_TYPES + METHODS or (f_divergence and f_divergence not in F_DIVERGENCES):
+                sys.exit(f"dpo_reference.py: unknown loss type {loss_type} ({', '.join(LOSS_TYPES + METHODS)}, "
+                         f"a dpo one followed by +{'|'.join(F_DIVERGENCES)})")
             if micro < 1 or accum < 1 or micro * accum != PAIRS_PER_STEP:
                 sys.exit(f"dpo_reference.py: MICRO * ACCUM must be {PAIRS_PER_STEP}, got {micro} * {accum}")
             cases.append((loss_type, micro, accum, smoothing))

@@ -145,10 +145,30 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
   };
   // Accumulation once (its loss is the mean of the micro-batches' means).
   const Case cases[] = {
-      {"sigmoid", 8, 1},           {"ipo", 4, 2},      {"hinge", 8, 1},    {"robust", 8, 1, "0.1"},
-      {"exo_pair", 8, 1, "0.001"}, {"nca_pair", 8, 1}, {"bco_pair", 8, 1}, {"sppo_hard", 8, 1},
-      {"apo_zero", 8, 1},          {"apo_down", 4, 2}, {"simpo", 4, 2},    {"simpo", 8, 1, "0.1"},
-      {"cpo_simpo", 8, 1},         {"alphapo", 8, 1},  {"orpo", 8, 1},     {"orpo", 4, 2, nullptr, 8, 1},
+      {"sigmoid", 8, 1},
+      {"ipo", 4, 2},
+      {"hinge", 8, 1},
+      {"robust", 8, 1, "0.1"},
+      {"exo_pair", 8, 1, "0.001"},
+      {"nca_pair", 8, 1},
+      {"bco_pair", 8, 1},
+      {"sppo_hard", 8, 1},
+      {"apo_zero", 8, 1},
+      {"apo_down", 4, 2},
+      {"simpo", 4, 2},
+      {"simpo", 8, 1, "0.1"},
+      {"cpo_simpo", 8, 1},
+      {"alphapo", 8, 1},
+      {"orpo", 8, 1},
+      {"orpo", 4, 2, nullptr, 8, 1},
+      // TRL's sigmoid_norm and DiscoPOP (discopop_tau 0.05), and the
+      // f-divergences of f-DPO, each through a loss that reads them.
+      {"sigmoid_norm", 8, 1},
+      {"discopop", 8, 1},
+      {"sigmoid+forward_kl", 8, 1},
+      {"ipo+js_divergence", 4, 2},
+      {"discopop+alpha_divergence", 8, 1},
+      {"robust+js_divergence", 8, 1, "0.1"},
   };
   std::string args = "run " + dir.path().string() + " chat";
   for (const Case& c : cases) {
@@ -201,7 +221,11 @@ TEST(PreferenceTest, DpoOrpoAndSimpoEqualTrlsTrainersOverTwentySteps) {
     } else if (std::string(c.loss) == "alphapo") {
       overrides = {"training.method=simpo", "training.beta=2.0", "training.gamma=1.0", "training.alpha=0.25"};
     } else {
-      overrides = {std::string("training.loss_type=") + c.loss};
+      // LOSS or LOSS+F_DIVERGENCE (dpo_reference.py's name).
+      const std::string loss = c.loss;
+      const std::size_t plus = loss.find('+');
+      overrides = {"training.loss_type=" + loss.substr(0, plus)};
+      if (plus != std::string::npos) overrides.push_back("training.f_divergence_type=" + loss.substr(plus + 1));
     }
     if (c.label_smoothing) overrides.push_back(std::string("training.label_smoothing=") + c.label_smoothing);
     RunConfig cfg = load_job(dir, yaml, overrides);
