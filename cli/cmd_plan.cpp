@@ -277,7 +277,9 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
       weights = ", weights " + fmt("%g", t.desirable_weight) + " / " + fmt("%g", t.undesirable_weight);
     }
     row("method", std::string("kto (") + dsl::to_string(t.loss_type) + ", beta " + fmt("%g", t.beta) + weights +
-                      "): micro-batches of pairs, each chosen row desirable and each rejected row undesirable" +
+                      (s.unpaired ? "): micro-batches of labelled completions (data.label_field), one row each"
+                                  : "): micro-batches of pairs, each chosen row desirable and each rejected row "
+                                    "undesirable") +
                       (s.kl_rows ? "; each row's prompt with the previous row's completion forwarded for the KL "
                                    "estimate"
                                  : ""));

@@ -116,6 +116,11 @@ std::string missing_field(const Json& obj, const std::string& name) {
     return why + ": this record is a preference pair (\"chosen\", \"rejected\"): set training.method: dpo to "
                  "train on it";
   }
+  if (obj.contains("completion") && obj.contains("label")) {
+    return why +
+           ": this record is an unpaired KTO example (\"completion\", \"label\"): set training.method: kto "
+           "and data.label_field: label to train on it";
+  }
   std::vector<std::string> keys;
   constexpr std::size_t kMaxKeys = 8;
   for (auto it = obj.begin(); it != obj.end() && keys.size() < kMaxKeys; ++it) keys.push_back(quote(it.key()));
@@ -144,26 +149,58 @@ struct PairConversations {
 // a prompt field, chosen and rejected are whole conversations and the prompt
 // is the turns they share (an assistant turn ending that run goes with the
 // completions). Each side is checked as a conversation of data.chat.
-Status read_conversation_pair(const Json& obj, const DataSpec& spec, const std::string& where, PairConversations& out) {
-  Json chosen, rejected, prompt = Json::array();
-  for (auto [name, into] : {std::pair{&spec.chosen_field, &chosen}, std::pair{&spec.rejected_field, &rejected}}) {
-    const auto it = obj.find(*name);
-    if (it == obj.end()) return Status::invalid_argument(where + "missing field " + quote(*name));
-    if (!it->is_array()) {
-      return Status::invalid_argument(where + "field " + quote(*name) + " must be a list of turns (data.chat: messages), got " +
-                                      it->type_name());
-    }
-    *into = *it;
+// obj[name] as a list of turns, or an error after `where`.
+Result<Json> turns_field(const Json& obj, const std::string& name, const std::string& where) {
+  const auto it = obj.find(name);
+  if (it == obj.end()) return Status::invalid_argument(where + "missing field " + quote(name));
+  if (!it->is_array()) {
+    return Status::invalid_argument(where + "field " + quote(name) +
+                                    " must be a list of turns (data.chat: messages), got " + it->type_name());
   }
+  return *it;
+}
+
+// A conversational prompt field: a list of turns, or a string (one user
+// turn), as TRL reads it.
+Result<Json> prompt_turns(const Json& p, const DataSpec& spec, const std::string& where) {
+  if (p.is_array()) return p;
+  if (p.is_string()) {
+    Json prompt = Json::array();
+    prompt.push_back(Json{{chat_field(spec, "role"), "user"}, {chat_field(spec, "content"), p}});
+    return prompt;
+  }
+  return Status::invalid_argument(where + "field " + quote(spec.prompt_field) +
+                                  " must be a list of turns or a string, got " + p.type_name());
+}
+
+// The record of the prompt's turns then the completion's, with the
+// record's tools, serialized and checked as a conversation of data.chat.
+Result<std::string> whole_conversation(const Json& obj, const DataSpec& spec, const Json& prompt,
+                                       const Json& completion, const std::string& where) {
+  Json record = Json::object();
+  Json turns = prompt;
+  for (const Json& t : completion)
+    turns.push_back(t);
+  record[chat_field(spec, "messages")] = std::move(turns);
+  if (const auto t = obj.find(chat_field(spec, "tools")); t != obj.end()) record[chat_field(spec, "tools")] = *t;
+  return conversation_of(record, spec, where);
+}
+
+// A serialized whole conversation without the turns after its first
+// `prompt_turns` (the prompt as that side reads it).
+std::string prompt_only(const std::string& whole, std::size_t prompt_turns) {
+  Json prompt = Json::parse(whole);
+  Json& turns = prompt["messages"];
+  turns.erase(turns.begin() + static_cast<std::ptrdiff_t>(prompt_turns), turns.end());
+  return prompt.dump();
+}
+
+Status read_conversation_pair(const Json& obj, const DataSpec& spec, const std::string& where, PairConversations& out) {
+  Json prompt = Json::array();
+  TAILOR_ASSIGN_OR_RETURN(Json chosen, turns_field(obj, spec.chosen_field, where));
+  TAILOR_ASSIGN_OR_RETURN(Json rejected, turns_field(obj, spec.rejected_field, where));
   if (const auto p = obj.find(spec.prompt_field); p != obj.end()) {
-    if (p->is_string()) {
-      prompt.push_back(Json{{chat_field(spec, "role"), "user"}, {chat_field(spec, "content"), *p}});
-    } else if (p->is_array()) {
-      prompt = *p;
-    } else {
-      return Status::invalid_argument(where + "field " + quote(spec.prompt_field) +
-                                      " must be a list of turns or a string, got " + p->type_name());
-    }
+    TAILOR_ASSIGN_OR_RETURN(prompt, prompt_turns(*p, spec, where));
   } else {
     std::size_t shared = 0;
     while (shared < chosen.size() && shared < rejected.size() && chosen[shared] == rejected[shared]) ++shared;
@@ -182,22 +219,67 @@ Status read_conversation_pair(const Json& obj, const DataSpec& spec, const std::
     return Status::invalid_argument(where + "the chosen and rejected completions are identical: the pair teaches nothing");
   }
   // Each side as a conversation of data.chat (roles, contents, a turn to train).
-  const std::string turns_key = chat_field(spec, "messages"), tools_key = chat_field(spec, "tools");
-  auto whole = [&](const Json& completion) {
-    Json record = Json::object();
-    Json turns = prompt;
-    for (const Json& t : completion) turns.push_back(t);
-    record[turns_key] = std::move(turns);
-    if (const auto t = obj.find(tools_key); t != obj.end()) record[tools_key] = *t;
-    return record;
-  };
-  TAILOR_ASSIGN_OR_RETURN(out.chosen, conversation_of(whole(chosen), spec, where + spec.chosen_field + ": "));
-  TAILOR_ASSIGN_OR_RETURN(out.rejected, conversation_of(whole(rejected), spec, where + spec.rejected_field + ": "));
-  // The prompt as the chosen side reads it, without the completion's turns.
-  Json prompt_only = Json::parse(out.chosen);
-  Json& turns = prompt_only["messages"];
-  turns.erase(turns.begin() + static_cast<std::ptrdiff_t>(prompt.size()), turns.end());
-  out.prompt = prompt_only.dump();
+  TAILOR_ASSIGN_OR_RETURN(out.chosen, whole_conversation(obj, spec, prompt, chosen, where + spec.chosen_field + ": "));
+  TAILOR_ASSIGN_OR_RETURN(out.rejected,
+                          whole_conversation(obj, spec, prompt, rejected, where + spec.rejected_field + ": "));
+  out.prompt = prompt_only(out.chosen, prompt.size());
+  return Status::ok();
+}
+
+// kto's label (data.label_field): true or false, or the numbers 1 and 0 (a
+// 0/1 column), as TRL's KTOTrainer reads its "label" column.
+Status read_label(const Json& obj, const DataSpec& spec, const std::string& where, DataRecord& record) {
+  const auto it = obj.find(spec.label_field);
+  if (it == obj.end()) {
+    return Status::invalid_argument(where + "missing field " + quote(spec.label_field) +
+                                    " (data.label_field: every completion needs its label, true or false)");
+  }
+  if (it->is_boolean()) {
+    record.desirable = it->get<bool>();
+    return Status::ok();
+  }
+  if (it->is_number() && (*it == 0 || *it == 1)) {
+    record.desirable = *it == 1;
+    return Status::ok();
+  }
+  return Status::invalid_argument(where + "field " + quote(spec.label_field) +
+                                  " must be true or false (or 1 or 0), got " +
+                                  (it->is_number() ? it->dump() : std::string(it->type_name())));
+}
+
+// A labelled completion (kto with data.label_field) of strings: the
+// completion in `chosen`. An empty completion teaches nothing: a bad record.
+Status read_labelled_completion(const Json& obj, const DataSpec& spec, const std::string& where, DataRecord& record) {
+  if (const auto it = obj.find(spec.completion_field); it != obj.end() && it->is_array()) {
+    return Status::invalid_argument(where + "field " + quote(spec.completion_field) +
+                                    " is a conversation: set data.chat: messages to read labelled completions as "
+                                    "conversations, rendered with the chat template");
+  }
+  TAILOR_ASSIGN_OR_RETURN(record.prompt, string_field(obj, spec.prompt_field, where));
+  TAILOR_ASSIGN_OR_RETURN(record.chosen, string_field(obj, spec.completion_field, where));
+  if (record.chosen.empty()) {
+    return Status::invalid_argument(where + "field " + quote(spec.completion_field) +
+                                    " is empty: a labelled completion needs text");
+  }
+  return read_label(obj, spec, where, record);
+}
+
+// A conversational labelled completion, as TRL reads one: `prompt` a list
+// of turns (or a string, a user turn) and the completion the turns after
+// it; `out.chosen` the whole conversation, `out.prompt` its prompt.
+Status read_labelled_conversation(const Json& obj, const DataSpec& spec, const std::string& where,
+                                  PairConversations& out) {
+  TAILOR_ASSIGN_OR_RETURN(const Json completion, turns_field(obj, spec.completion_field, where));
+  const auto p = obj.find(spec.prompt_field);
+  if (p == obj.end()) return Status::invalid_argument(where + missing_field(obj, spec.prompt_field));
+  TAILOR_ASSIGN_OR_RETURN(const Json prompt, prompt_turns(*p, spec, where));
+  if (completion.empty()) {
+    return Status::invalid_argument(where + "field " + quote(spec.completion_field) +
+                                    " has no turn: a labelled completion needs one");
+  }
+  TAILOR_ASSIGN_OR_RETURN(out.chosen,
+                          whole_conversation(obj, spec, prompt, completion, where + spec.completion_field + ": "));
+  out.prompt = prompt_only(out.chosen, prompt.size());
   return Status::ok();
 }
 
@@ -265,6 +347,13 @@ Status deliver_object(const Result<Json>& parsed, std::int64_t number, const std
     if (is_chat(spec) && !spec.preference) {
       TAILOR_ASSIGN_OR_RETURN(conversation, conversation_of(obj, spec, where));
       record.conversation = conversation;
+    } else if (is_labelled(spec) && is_chat(spec)) {
+      TAILOR_RETURN_IF_ERROR(read_labelled_conversation(obj, spec, where, pair));
+      record.prompt = pair.prompt;
+      record.chosen = pair.chosen;
+      return read_label(obj, spec, where, record);
+    } else if (is_labelled(spec)) {
+      return read_labelled_completion(obj, spec, where, record);
     } else if (spec.preference && is_chat(spec)) {
       TAILOR_RETURN_IF_ERROR(read_conversation_pair(obj, spec, where, pair));
       record.prompt = pair.prompt;

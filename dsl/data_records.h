@@ -34,6 +34,10 @@ struct DataRecord {
   // Preference pairs with data.margin_field (reward): the pair's margin;
   // 0 without the key.
   double margin = 0.0;
+  // kto's labelled completions (data.label_field): the completion is
+  // `chosen` (with data.chat the whole conversation, `prompt` its turns
+  // alone), rejected is empty, and this its label.
+  bool desirable = false;
 };
 
 // Calls fn for each record of `bytes`, the content of `path` read as
@@ -48,7 +52,8 @@ struct DataRecord {
 // turns checked: roles, contents, a turn data.train_on trains), with
 // spec.preference a prompt/chosen/rejected pair (strings; an empty or
 // duplicated completion is a bad record; with spec.margin_field its
-// margin, a finite number), with
+// margin, a finite number), with spec.label_field (kto) a prompt, a
+// completion and its label (true or false, 1 or 0), with
 // spec.prompt_field and completion_field set that pair, else the string in
 // spec.field. A UTF-8 byte-order
 // mark is dropped. Records whose strings are all empty are delivered too

@@ -192,6 +192,12 @@ struct DataSpec {
   // reads a "margin" column): the loss is -log sigmoid(r_w - r_l - margin).
   // Empty: no margin.
   std::string margin_field;
+  // kto on unpaired examples (TRL's unpaired format): each record is a
+  // prompt, a completion (completion_field, default "completion") and this
+  // field, true where the completion is desirable and false where it is
+  // not. Empty: the records are pairs, each chosen completion desirable and
+  // each rejected one not.
+  std::string label_field;
   // data.train as a list: every dataset, the first one being `train` (and
   // `format` its format). Empty when data.train is one path.
   std::vector<DataSource> sources;
@@ -223,6 +229,13 @@ enum class Packing {
   kWholeExamples,  // prompt/completion: whole examples placed into rows by first-fit
                    // decreasing, never split; on_long_example says what a long one becomes
 };
+// Whether the records are preference pairs, two rows each (every
+// preference method but kto with data.label_field, whose records are one
+// labelled completion each).
+inline bool is_paired(const DataSpec& d) { return d.preference && d.label_field.empty(); }
+// Whether they are kto's labelled completions.
+inline bool is_labelled(const DataSpec& d) { return d.preference && !d.label_field.empty(); }
+
 inline Packing packing_of(const DataSpec& d) {
   if (!d.packing || d.preference) return Packing::kNone;  // a pair's two rows are never packed
   if (is_chat(d)) return Packing::kWholeExamples;

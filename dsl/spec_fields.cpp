@@ -428,11 +428,11 @@ Field<DataSpec> chat_sft_only(Field<DataSpec> f) {
   return f;
 }
 
-// A key of preference data (training.method dpo, orpo, simpo, reward or kto), written
-// back only for it.
+// A key of preference pairs (training.method dpo, orpo, simpo, reward or kto
+// without data.label_field), written back only for them.
 Field<DataSpec> preference_only(Field<DataSpec> f) {
   f.write = [write = f.write](const DataSpec& d) -> std::optional<Node> {
-    if (!d.preference) return std::nullopt;
+    if (!is_paired(d)) return std::nullopt;
     return write(d);
   };
   return f;
@@ -589,7 +589,17 @@ const std::vector<Field<DataSpec>>& data_fields() {
                      "a \"margin\" column. Default: none (no margin).",
                      &DataSpec::margin_field, string_not_empty()),
                &DataSpec::margin_field),
-      field("completion_field", "Records (jsonl, json, parquet, arrow): completion field of prompt/completion pairs.",
+      when_set(field("label_field",
+                     "KTO on unpaired examples (training.method kto): each record is a prompt, a completion "
+                     "(data.completion_field, default \"completion\") and this field, true (or 1) where the "
+                     "completion is desirable and false (or 0) where it is not, as TRL's KTOTrainer reads its "
+                     "unpaired format; strings or, with data.chat: messages, lists of turns. Default: none (the "
+                     "records are pairs, each chosen completion desirable and each rejected one not).",
+                     &DataSpec::label_field, string_not_empty()),
+               &DataSpec::label_field),
+      field("completion_field",
+            "Records (jsonl, json, parquet, arrow): completion field of prompt/completion pairs, or of kto's "
+            "labelled completions (data.label_field; default \"completion\" there).",
             &DataSpec::completion_field, string_not_empty()),
       field("seq_len", "Tokens per sequence. Default: min(2048, the model's max_seq_len).", &DataSpec::seq_len,
             int_at_least(1)),

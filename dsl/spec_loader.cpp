@@ -405,7 +405,7 @@ void check_chat_data(DataSpec& data, const Node& root, const std::string& base_d
   // defaults were asked for. Preference pairs name their prompt field.
   for (const auto& [key, set] : {std::pair{"field", data.field != DataSpec().field},
                                  std::pair{"prompt_field", !data.prompt_field.empty() && !data.preference},
-                                 std::pair{"completion_field", !data.completion_field.empty()}}) {
+                                 std::pair{"completion_field", !data.completion_field.empty() && !is_labelled(data)}}) {
     const std::string path = std::string("data.") + key;
     if (set) {
       d.error(loc_at(root, path), path,
@@ -454,15 +454,33 @@ void check_chat_data(DataSpec& data, const Node& root, const std::string& base_d
 // strings in jsonl or json records, never packed.
 void check_preference_data(DataSpec& data, const Node& root, Diagnostics& d) {
   if (data.prompt_field.empty()) data.prompt_field = "prompt";
-  // A resolved spec writes every key back: their defaults are not asked for.
-  for (const auto& [key, set] : {std::pair{"field", data.field != DataSpec().field},
-                                 std::pair{"completion_field", !data.completion_field.empty()}}) {
-    const std::string path = std::string("data.") + key;
-    if (set) {
-      d.error(loc_at(root, path), path,
-              "does not apply to preference pairs (training.method dpo, orpo, simpo, reward or kto): they are read "
-              "from prompt_field, "
-              "chosen_field and rejected_field");
+  if (is_labelled(data)) {
+    // kto's labelled completions: prompt, completion and label fields.
+    if (data.completion_field.empty()) data.completion_field = "completion";
+    // (A resolved spec writes `field` back, at its default.)
+    for (const auto& [key, set] : {std::pair{"field", data.field != DataSpec().field},
+                                   std::pair{"chosen_field", node_at(root, "data.chosen_field") != nullptr},
+                                   std::pair{"rejected_field", node_at(root, "data.rejected_field") != nullptr}}) {
+      const std::string path = std::string("data.") + key;
+      if (set) {
+        d.error(loc_at(root, path), path,
+                "does not apply to labelled completions (data.label_field): each record is read from prompt_field, "
+                "completion_field and label_field");
+      }
+    }
+  } else {
+    // A resolved spec writes every key back: their defaults are not asked for.
+    for (const auto& [key, set] : {std::pair{"field", data.field != DataSpec().field},
+                                   std::pair{"completion_field", !data.completion_field.empty()}}) {
+      const std::string path = std::string("data.") + key;
+      if (set) {
+        d.error(loc_at(root, path), path,
+                "does not apply to preference pairs (training.method dpo, orpo, simpo, reward or kto): they are read "
+                "from prompt_field, chosen_field and rejected_field" +
+                    std::string(key == std::string("completion_field") && data.unpaired
+                                    ? " (kto reads single completions with data.label_field)"
+                                    : ""));
+      }
     }
   }
   if (node_at(root, "data.packing") == nullptr) {
@@ -561,6 +579,7 @@ void check_method_keys(TrainingMethod method, const Node& root, Diagnostics& d,
       {"data.chosen_field", pairs, "dpo, orpo, simpo, reward and kto"},
       {"data.rejected_field", pairs, "dpo, orpo, simpo, reward and kto"},
       {"data.margin_field", {TrainingMethod::kReward}, "reward (the pairs' margins in its loss)"},
+      {"data.label_field", {TrainingMethod::kKto}, "kto (its unpaired examples, each a labelled completion)"},
   };
   // A key set to null is a default asked for, not a key set.
   const auto set = [&](const char* path) {
@@ -723,6 +742,8 @@ void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, 
   }
   data.preference = trains_on_pairs(spec.training.method);
   data.unpaired = spec.training.method == TrainingMethod::kKto;
+  // Other methods refuse the key (check_method_keys): read their pairs.
+  if (spec.training.method != TrainingMethod::kKto) data.label_field.clear();
   if (data.preference) {
     check_preference_data(data, root, d);
   } else if (data.prompt_field.empty() != data.completion_field.empty()) {

@@ -30,6 +30,7 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   s.pairs = dsl::trains_on_pairs(spec.training.method);
   s.reference = reference_for(spec, s);
   s.kl_rows = kl_rows_for(spec);
+  s.unpaired = dsl::is_labelled(spec.data);
   const bool on_cpu = hw.cpu_only();
   const Device dev = rank_device(spec, hw);
   MemoryInput in;

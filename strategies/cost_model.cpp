@@ -91,7 +91,7 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
   const double peak_tflops = dense_peak_tflops(dev, s);
   const double mfu = s.precision == Precision::kFp32 ? k.mfu_fp32 : k.mfu_tensor;
   // Preference pairs: a micro-batch of b pairs is 2b rows.
-  const double rows_per_sequence = s.pairs ? 2.0 : 1.0;
+  const auto rows_per_sequence = static_cast<double>(s.rows_per_sequence());
   const double micro_tokens = rows_per_sequence * static_cast<double>(s.micro_batch_size) * seq;
   const double utilisation = mfu * micro_tokens / (micro_tokens + k.half_saturation_tokens);
   const double micro_compute = timed_flops_per_token * micro_tokens / (peak_tflops * 1e12 * utilisation);

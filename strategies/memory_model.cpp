@@ -819,11 +819,12 @@ void peak_over_the_step(const Setting& g, const LayerActivations& l, std::int64_
 
 MemoryEstimate estimate_memory(const MemoryInput& input, const MemoryConstants& k) {
   // Pairs: the chosen and rejected completions of each pair in one forward
-  // and backward, so activations and logits are those of 2b rows. DPO's
-  // reference forward runs first, without gradients, and frees what it
-  // made before the trained forward starts: it adds nothing to the peak.
+  // and backward, so activations and logits are those of 2b rows (kto's
+  // unpaired examples: b rows). DPO's reference forward runs first,
+  // without gradients, and frees what it made before the trained forward
+  // starts: it adds nothing to the peak.
   MemoryInput in = input;
-  if (in.strategy.pairs) in.batch.micro_batch *= 2;
+  in.batch.micro_batch *= in.strategy.rows_per_sequence();
   const Setting g(in, k);
   MemoryEstimate out;
   ModelState state;

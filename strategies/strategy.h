@@ -78,6 +78,13 @@ struct Strategy {
   // another row's completion) forwarded without gradients through the
   // trained model and the reference. Not searched: it follows the spec.
   bool kl_rows = false;
+  // kto on unpaired examples (data.label_field): each sequence of the batch
+  // is one labelled completion, one row (pairs stays on: the preference
+  // loss and its reference). Not searched: it follows the spec.
+  bool unpaired = false;
+
+  // Rows forward and backward per sequence of the micro-batch.
+  std::int64_t rows_per_sequence() const { return pairs && !unpaired ? 2 : 1; }
 
   bool operator==(const Strategy&) const = default;
   // "bf16, checkpointing every layer, micro-batch 2 x 16, lora r16, adamw, ZeRO-3";

@@ -404,23 +404,24 @@ Batch Batcher::padded_batch(std::span<const std::size_t> docs) const {
       b.segment_ids[cell] = 0;
     }
   }
+  if (store_.has_values()) {
+    b.values.reserve(docs.size());
+    for (const std::size_t d : docs)
+      b.values.push_back(store_.value(d));
+  }
   return b;
 }
 
 Batch Batcher::pair_batch(std::span<const std::size_t> firsts) const {
   std::vector<std::size_t> docs(firsts.begin(), firsts.end());
   for (std::size_t d : firsts) docs.push_back(d + 1);
-  Batch b = padded_batch(docs);
-  b.pair_values.reserve(firsts.size());
-  for (std::size_t d : firsts)
-    b.pair_values.push_back(store_.value(d));
-  return b;
+  return padded_batch(docs);
 }
 
 Result<Batcher> make_batcher(TokenStore store, const dsl::DataSpec& spec, std::int64_t micro_batch,
                              std::uint64_t seed, std::int32_t pad_id) {
   Batcher b(std::move(store), spec.seq_len, dsl::packing_of(spec), spec.on_long_example, micro_batch, seed, pad_id,
-            spec.preference);
+            dsl::is_paired(spec));
   const PackingStats& s = b.stats();
   if (s.examples == 0) {
     const std::int64_t long_dropped = s.dropped - s.dropped_untrained;

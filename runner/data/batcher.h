@@ -30,8 +30,8 @@ struct Batch {
   std::vector<std::int32_t> segment_ids;  // (rows, seq_len) which document of the row (0, 1, ...);
                                           // -1 on padding. Attend only within equal ids.
   std::int64_t target_tokens = 0;         // count of targets != -100 (the loss denominator)
-  std::vector<float> pair_values;         // pairs: each pair's store value (its margin), in the
-                                          // order of the chosen rows; empty otherwise
+  std::vector<float> values;              // without packing, when the store has values: each row's
+                                          // (a pair's margin on both its rows, a kto label); else empty
 
   // Row r's cells before its padding (without packing a row's padding is
   // all at its end).

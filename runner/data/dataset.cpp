@@ -101,6 +101,16 @@ Status append_pair(const dsl::DataRecord& r, const dsl::DataSpec& spec, const To
   return Status::ok();
 }
 
+// kto's labelled completion as one document whose value is its label (1
+// desirable, 0 not).
+Status append_labelled(const dsl::DataRecord& r, const dsl::DataSpec& spec, const Tokenizer& tok, const ChatSetup* chat,
+                       Builder& out) {
+  TAILOR_ASSIGN_OR_RETURN(const PairRow row, tokenize_labelled(r, spec, tok, chat));
+  out.append_document(row.ids, row.trained);
+  out.set_value(r.desirable ? 1.0f : 0.0f);
+  return Status::ok();
+}
+
 // jsonl, json, text and tables: the records dsl::for_each_record and
 // for_each_table_record read, the same readers `tailor validate` and
 // tailord's submission check files with.
@@ -122,7 +132,8 @@ Status load_records(std::string_view bytes, const std::string& path, const dsl::
       return Status::ok();
     }
     if (spec.preference) {
-      const Status pair = append_pair(r, spec, tok, chat, out);
+      const Status pair =
+          dsl::is_labelled(spec) ? append_labelled(r, spec, tok, chat, out) : append_pair(r, spec, tok, chat, out);
       if (pair.is_ok()) return pair;
       const Status why = pair.prefixed(std::string(r.where));
       if (spec.on_bad_record != dsl::OnBadRecord::kSkip) return why;

@@ -45,6 +45,8 @@ namespace tailor::runner::data {
 //
 // Preference pairs are two documents each, chosen then rejected; with
 // spec.margin_field both have the pair's margin as their store value.
+// kto's labelled completions (spec.label_field) are one document each,
+// valued 1 where desirable and 0 where not.
 //
 // With spec.on_bad_record: skip, a record that cannot be read or rendered
 // is left out and counted in `skipped` (when given), with its error.

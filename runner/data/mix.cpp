@@ -127,6 +127,11 @@ Result<MixedData> mix_datasets(const std::vector<MixInput>& inputs, dsl::DataMix
   std::vector<std::int32_t> ids;
   std::vector<std::uint8_t> trained;
   std::vector<std::int64_t> offsets{0};
+  // Each document's value (a margin, a kto label) goes with it; a dataset
+  // without values gives 0s, as its store reads.
+  const bool valued =
+      std::any_of(inputs.begin(), inputs.end(), [](const MixInput& in) { return in.store.has_values(); });
+  std::vector<float> values;
   ids.reserve(static_cast<std::size_t>(tokens));
   trained.reserve(static_cast<std::size_t>(tokens));
   offsets.reserve(order.size() * unit + 1);
@@ -141,11 +146,12 @@ Result<MixedData> mix_datasets(const std::vector<MixInput>& inputs, dsl::DataMix
       ids.insert(ids.end(), t.begin(), t.end());
       trained.insert(trained.end(), m.begin(), m.end());
       offsets.push_back(static_cast<std::int64_t>(ids.size()));
+      if (valued) values.push_back(inputs[i].store.value(doc));
     }
     out.source.push_back(i);
     out.record.push_back(e);
   }
-  out.store = TokenStore::from_vectors(std::move(ids), std::move(trained), std::move(offsets));
+  out.store = TokenStore::from_vectors(std::move(ids), std::move(trained), std::move(offsets), std::move(values));
   return out;
 }
 

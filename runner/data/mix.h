@@ -37,7 +37,8 @@ struct MixedData {
 // counted exactly (largest remainders), each dataset's examples in seeded
 // orders, a new one per pass, and the datasets alternating in proportion.
 // An example is a document, or a pair of documents (chosen, rejected) with
-// `pairs`, never split. InvalidArgument when a dataset would contribute
+// `pairs`, never split; each document keeps its store value (0 from a
+// dataset without values, when another has them). InvalidArgument when a dataset would contribute
 // nothing (a weight too small for its size), naming it.
 Result<MixedData> mix_datasets(const std::vector<MixInput>& inputs, dsl::DataMix mix, std::uint64_t seed, bool pairs);
 

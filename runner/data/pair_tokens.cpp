@@ -49,7 +49,39 @@ std::size_t common_prefix(const std::vector<std::int32_t>& a, const std::vector<
   return i;
 }
 
+// A conversation's row: trained from `untrained` on (at least its first
+// id untrained); `which` names it in the error when nothing follows.
+Status conversation_row(Encoded& e, std::size_t untrained, const char* which, PairRow& row) {
+  if (e.tokens.ids.size() <= untrained) {
+    return Status::invalid_argument(std::string("the ") + which + " conversation renders no token after its prompt");
+  }
+  row.completion_begin = e.tokens.offsets[untrained].first;
+  row.text = std::move(e.text);
+  row.ids = std::move(e.tokens.ids);
+  row.trained.assign(row.ids.size(), 1);
+  std::fill(row.trained.begin(), row.trained.begin() + static_cast<std::ptrdiff_t>(std::max<std::size_t>(untrained, 1)),
+            0);
+  return Status::ok();
+}
+
 }  // namespace
+
+Result<PairRow> tokenize_labelled(const dsl::DataRecord& r, const dsl::DataSpec& spec, const Tokenizer& tok,
+                                  const ChatSetup* chat) {
+  if (!dsl::is_chat(spec)) {
+    const PromptCompletion pc = encode_prompt_completion(tok, tok.encode(r.prompt), r.prompt, r.chosen);
+    TAILOR_RETURN_IF_ERROR(prompt_fits(pc.prompt_tokens, spec.seq_len));
+    return string_row(tok, r.prompt, r.chosen, pc, pc.prompt_tokens);
+  }
+  if (chat == nullptr) return Status::internal("conversational completions without their chat template");
+  TAILOR_ASSIGN_OR_RETURN(const Encoded prompt, render_and_encode(*chat, tok, r.prompt, true));
+  TAILOR_ASSIGN_OR_RETURN(Encoded whole, render_and_encode(*chat, tok, r.chosen, false));
+  const std::size_t untrained = common_prefix(prompt.tokens.ids, whole.tokens.ids);
+  TAILOR_RETURN_IF_ERROR(prompt_fits(untrained, spec.seq_len));
+  PairRow row;
+  TAILOR_RETURN_IF_ERROR(conversation_row(whole, untrained, "completion's", row));
+  return row;
+}
 
 Result<PairTokens> tokenize_pair(const dsl::DataRecord& r, const dsl::DataSpec& spec, const Tokenizer& tok,
                                  const ChatSetup* chat) {
@@ -80,16 +112,8 @@ Result<PairTokens> tokenize_pair(const dsl::DataRecord& r, const dsl::DataSpec& 
   TAILOR_RETURN_IF_ERROR(prompt_fits(shared, spec.seq_len));
   for (auto [which, e, row] : {std::tuple{"chosen", &chosen, &out.chosen}, std::tuple{"rejected", &rejected, &out.rejected}}) {
     const std::size_t untrained = spec.unpaired ? common_prefix(prompt.tokens.ids, e->tokens.ids) : shared;
-    if (e->tokens.ids.size() <= untrained) {
-      return Status::invalid_argument(std::string("the ") + which +
-                                      " conversation renders no token after its prompt: a pair needs two completions");
-    }
-    row->completion_begin = e->tokens.offsets[untrained].first;
-    row->text = std::move(e->text);
-    row->ids = std::move(e->tokens.ids);
-    row->trained.assign(row->ids.size(), 1);
-    std::fill(row->trained.begin(),
-              row->trained.begin() + static_cast<std::ptrdiff_t>(std::max<std::size_t>(untrained, 1)), 0);
+    const Status made = conversation_row(*e, untrained, which, *row);
+    if (!made.is_ok()) return Status::invalid_argument(made.message() + ": a pair needs two completions");
   }
   return out;
 }

@@ -41,4 +41,11 @@ struct PairTokens {
 Result<PairTokens> tokenize_pair(const dsl::DataRecord& record, const dsl::DataSpec& spec, const Tokenizer& tok,
                                  const ChatSetup* chat);
 
+// kto's labelled completion (data.label_field; the completion in
+// record.chosen) as its one row, encoded as each row of a pair is under
+// spec.unpaired: the completion starts where its own ids leave the
+// prompt's. The same errors.
+Result<PairRow> tokenize_labelled(const dsl::DataRecord& record, const dsl::DataSpec& spec, const Tokenizer& tok,
+                                  const ChatSetup* chat);
+
 }  // namespace tailor::runner::data

@@ -113,6 +113,21 @@ Status walk_examples(const dsl::JobSpec& spec, DataPreview& head, const std::fun
           ex.trained = std::move(tokens->trained);
           ex.trained_text = std::move(tokens->trained_text);
           ex.turns_without_eos = tokens->turns_without_eos;
+        } else if (dsl::is_labelled(data)) {
+          // kto's labelled completion: its row, the label beside its name.
+          auto row = tokenize_labelled(r, data, *tok, chat ? &*chat : nullptr);
+          if (!row.is_ok()) {
+            const Status why = row.status().prefixed(ex.record);
+            if (data.on_bad_record != dsl::OnBadRecord::kSkip) return why;
+            head.skipped.add(why);
+            return Status::ok();
+          }
+          ex.record += r.desirable ? " (desirable)" : " (undesirable)";
+          ex.label = r.desirable ? 1 : 0;
+          ex.text = std::move(row->text);
+          ex.ids = std::move(row->ids);
+          ex.trained = std::move(row->trained);
+          ex.trained_text.emplace_back(row->completion_begin, ex.text.size());
         } else if (!r.chosen.empty()) {
           // A preference pair: its two rows, as the dataset builds them.
           auto pair = tokenize_pair(r, data, *tok, chat ? &*chat : nullptr);
@@ -195,13 +210,15 @@ Result<DataStats> data_stats(const dsl::JobSpec& spec, std::int64_t max_examples
     s.tokens += n;
     s.trained_tokens += ex.trained_tokens();
     if (n > head.seq_len + 1) ++s.longer_than_seq_len;
+    if (ex.label >= 0) s.desirable = std::max<std::int64_t>(s.desirable, 0) + ex.label;
     return true;
   }));
   s.file = head.file;
   s.seq_len = head.seq_len;
   s.on_long_example = head.on_long_example;
   s.packing = dsl::packing_of(spec.data);
-  s.pairs = spec.data.preference;
+  s.pairs = dsl::is_paired(spec.data);
+  if (dsl::is_labelled(spec.data)) s.desirable = std::max<std::int64_t>(s.desirable, 0);
   s.skipped_records = head.skipped.count;
   s.examples = static_cast<std::int64_t>(lengths.size());
   s.complete = !cut;
@@ -227,18 +244,20 @@ const char* long_examples(const DataStats& s) {
 }  // namespace
 
 std::string stats_json(const DataStats& s) {
-  nlohmann::ordered_json j = {{"file", s.file},
-                              {"complete", s.complete},
-                              {"examples", s.examples},
-                              {"pairs", s.pairs ? nlohmann::ordered_json(s.examples / 2) : nlohmann::ordered_json()},
-                              {"tokens", s.tokens},
-                              {"trained_tokens", s.trained_tokens},
-                              {"tokens_per_example", {{"min", s.min}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}}},
-                              {"seq_len", s.seq_len},
-                              {"longer_than_seq_len", s.longer_than_seq_len},
-                              {"packing", dsl::to_string(s.packing)},
-                              {"long_examples", long_examples(s)},
-                              {"skipped_records", s.skipped_records}};
+  nlohmann::ordered_json j = {
+      {"file", s.file},
+      {"complete", s.complete},
+      {"examples", s.examples},
+      {"pairs", s.pairs ? nlohmann::ordered_json(s.examples / 2) : nlohmann::ordered_json()},
+      {"desirable", s.desirable >= 0 ? nlohmann::ordered_json(s.desirable) : nlohmann::ordered_json()},
+      {"tokens", s.tokens},
+      {"trained_tokens", s.trained_tokens},
+      {"tokens_per_example", {{"min", s.min}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}}},
+      {"seq_len", s.seq_len},
+      {"longer_than_seq_len", s.longer_than_seq_len},
+      {"packing", dsl::to_string(s.packing)},
+      {"long_examples", long_examples(s)},
+      {"skipped_records", s.skipped_records}};
   return j.dump(2) + "\n";
 }
 
@@ -248,6 +267,10 @@ std::string stats_text(const DataStats& s) {
   out += s.pairs ? group_thousands(s.examples) + " rows (" + group_thousands(s.examples / 2) +
                        " pairs, chosen and rejected)"
                  : group_thousands(s.examples) + " example" + (s.examples == 1 ? "" : "s");
+  if (s.desirable >= 0) {
+    out += " (" + group_thousands(s.desirable) + " desirable, " + group_thousands(s.examples - s.desirable) +
+           " undesirable)";
+  }
   out += ", " + group_thousands(s.tokens) + " tokens, " + group_thousands(s.trained_tokens) + " trained\n";
   out += std::string("tokens per ") + (s.pairs ? "row" : "example") + ": min " + group_thousands(s.min) + ", p50 " +
          group_thousands(s.p50) + ", p90 " + group_thousands(s.p90) + ", p99 " + group_thousands(s.p99) + ", max " +
@@ -325,16 +348,18 @@ std::string preview_json(const DataPreview& p) {
   for (const PreviewExample& e : p.examples) {
     std::vector<std::int32_t> labels(e.ids.size());
     for (std::size_t i = 0; i < e.ids.size(); ++i) labels[i] = e.trained[i] ? e.ids[i] : -100;
-    j["examples"].push_back({{"record", e.record},
-                             {"text", e.text},
-                             {"input_ids", e.ids},
-                             {"labels", labels},
-                             {"tokens", e.ids.size()},
-                             {"trained_tokens", e.trained_tokens()},
-                             {"role_tokens", e.role_tokens},
-                             {"turns_without_eos", e.turns_without_eos},
-                             {"trained_text", e.trained_text},
-                             {"too_long", static_cast<std::int64_t>(e.ids.size()) > p.seq_len + 1}});
+    j["examples"].push_back(
+        {{"record", e.record},
+         {"text", e.text},
+         {"input_ids", e.ids},
+         {"labels", labels},
+         {"tokens", e.ids.size()},
+         {"trained_tokens", e.trained_tokens()},
+         {"role_tokens", e.role_tokens},
+         {"turns_without_eos", e.turns_without_eos},
+         {"trained_text", e.trained_text},
+         {"too_long", static_cast<std::int64_t>(e.ids.size()) > p.seq_len + 1},
+         {"desirable", e.label >= 0 ? nlohmann::ordered_json(e.label == 1) : nlohmann::ordered_json()}});
   }
   // Invalid UTF-8 in a rendered text is replaced, not an exception.
   return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";

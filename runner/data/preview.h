@@ -25,6 +25,7 @@ struct PreviewExample {
   // to none); empty where the turns could not be located.
   std::map<std::string, std::int64_t> role_tokens;
   std::int64_t turns_without_eos = 0;  // ChatExample's
+  int label = -1;                      // kto's labelled completions: 1 desirable, 0 not; else -1
   std::int64_t trained_tokens() const;
 };
 
@@ -54,6 +55,7 @@ struct DataStats {
   std::string file;
   bool complete = true;  // every example was read (not cut at max_examples)
   bool pairs = false;    // preference pairs: each pair is two examples, chosen and rejected
+  std::int64_t desirable = -1;  // kto's labelled completions: the desirable ones; else -1
   std::int64_t examples = 0, tokens = 0, trained_tokens = 0;
   std::int64_t min = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;  // tokens per example
   std::int64_t seq_len = 0;
@@ -64,7 +66,8 @@ struct DataStats {
 };
 Result<DataStats> data_stats(const dsl::JobSpec& spec, std::int64_t max_examples);
 std::string stats_text(const DataStats& stats);
-// {"file", "complete", "examples", "pairs" (null unless pairs), "tokens", "trained_tokens",
+// {"file", "complete", "examples", "pairs" (null unless pairs), "desirable"
+// (null unless kto's labelled completions), "tokens", "trained_tokens",
 // "tokens_per_example": {"min", "p50", "p90", "p99", "max"}, "seq_len",
 // "longer_than_seq_len", "packing", "long_examples" (continued, truncated
 // or dropped), "skipped_records"}
@@ -79,7 +82,7 @@ std::string preview_text(const DataPreview& preview, bool colour);
 // "skipped_records", "examples": [{"record", "text", "input_ids", "labels"
 // (-100 where not trained), "tokens", "trained_tokens", "role_tokens",
 // "turns_without_eos", "trained_text" ([begin, end) byte ranges of text),
-// "too_long"}]}.
+// "too_long", "desirable" (kto's labelled completions; else null)}]}.
 std::string preview_json(const DataPreview& preview);
 
 }  // namespace tailor::runner::data

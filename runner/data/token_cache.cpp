@@ -233,6 +233,8 @@ std::string entry_name_key(const FileIdentity& file, const dsl::DataSpec& spec, 
     add_field(key, "seq_len", std::to_string(spec.seq_len));
     add_field(key, "prompt_of", spec.unpaired ? "each row" : "both rows");
     add_field(key, "margin_field", spec.margin_field);
+    // kto's labelled completions: one document a record, its label the value.
+    if (dsl::is_labelled(spec)) add_field(key, "label_field", spec.label_field);
   }
   if (dsl::is_chat(spec) && chat != nullptr) {  // what a conversation renders to and trains
     add_field(key, "chat", dsl::to_string(spec.chat));

@@ -28,7 +28,9 @@ const std::vector<double PreferenceSums::*>& PreferenceSums::fields() {
                                                           &PreferenceSums::nll_tokens,
                                                           &PreferenceSums::log_odds_ratio,
                                                           &PreferenceSums::log_odds_chosen,
-                                                          &PreferenceSums::kl};
+                                                          &PreferenceSums::kl,
+                                                          &PreferenceSums::desirable,
+                                                          &PreferenceSums::undesirable};
   return k;
 }
 
@@ -137,18 +139,23 @@ torch::Tensor dpo_terms(const torch::Tensor& chosen_logratio, const torch::Tenso
   return {};
 }
 
+// KTO's term of a desirable and of an undesirable completion, each of its
+// log-ratio u, weighted.
+torch::Tensor kto_desirable(const torch::Tensor& u, double kl, const dsl::TrainingSpec& o) {
+  const double beta = o.beta;
+  if (o.loss_type == dsl::PreferenceLoss::kApoZeroUnpaired)
+    return o.desirable_weight * (1.0 - torch::sigmoid(beta * u));
+  return o.desirable_weight * (1.0 - torch::sigmoid(beta * (u - kl)));
+}
+torch::Tensor kto_undesirable(const torch::Tensor& u, double kl, const dsl::TrainingSpec& o) {
+  const double beta = o.beta;
+  if (o.loss_type == dsl::PreferenceLoss::kApoZeroUnpaired) return o.undesirable_weight * torch::sigmoid(beta * u);
+  return o.undesirable_weight * (1.0 - torch::sigmoid(beta * (kl - u)));
+}
+
 torch::Tensor kto_terms(const torch::Tensor& chosen_ratio, const torch::Tensor& rejected_ratio, double kl,
                         const dsl::TrainingSpec& o) {
-  const double beta = o.beta;
-  torch::Tensor desirable, undesirable;
-  if (o.loss_type == dsl::PreferenceLoss::kApoZeroUnpaired) {
-    desirable = 1.0 - torch::sigmoid(beta * chosen_ratio);
-    undesirable = torch::sigmoid(beta * rejected_ratio);
-  } else {
-    desirable = 1.0 - torch::sigmoid(beta * (chosen_ratio - kl));
-    undesirable = 1.0 - torch::sigmoid(beta * (kl - rejected_ratio));
-  }
-  return 0.5 * (o.desirable_weight * desirable + o.undesirable_weight * undesirable);
+  return 0.5 * (kto_desirable(chosen_ratio, kl, o) + kto_undesirable(rejected_ratio, kl, o));
 }
 
 }  // namespace
@@ -210,6 +217,29 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
   s.margins = (chosen_rewards - rejected_rewards).sum().item<double>();
   s.chosen_logps = l.narrow(0, 0, pairs).sum().item<double>();
   s.rejected_logps = l.narrow(0, pairs, pairs).sum().item<double>();
+  return out;
+}
+
+PreferenceLossOut labelled_loss(const torch::Tensor& logps, const torch::Tensor& reference,
+                                const torch::Tensor& desirable, const dsl::TrainingSpec& o, double kl) {
+  const torch::Tensor ratios = logps - reference.to(logps.dtype());
+  const torch::Tensor per_row = torch::where(desirable, kto_desirable(ratios, kl, o), kto_undesirable(ratios, kl, o));
+  PreferenceLossOut out;
+  out.loss_sum = per_row.sum();
+  PreferenceSums& s = out.sums;
+  const auto rows = static_cast<double>(logps.size(0));
+  const torch::Tensor good = desirable.to(torch::kFloat64), bad = 1.0 - good;
+  const torch::Tensor rewards = o.beta * ratios.detach().to(torch::kFloat64);
+  const torch::Tensor l = logps.detach().to(torch::kFloat64);
+  s.pairs = rows;
+  s.desirable = good.sum().item<double>();
+  s.undesirable = rows - s.desirable;
+  s.loss = per_row.detach().to(torch::kFloat64).sum().item<double>();
+  s.kl = kl * rows;
+  s.chosen_rewards = (rewards * good).sum().item<double>();
+  s.rejected_rewards = (rewards * bad).sum().item<double>();
+  s.chosen_logps = (l * good).sum().item<double>();
+  s.rejected_logps = (l * bad).sum().item<double>();
   return out;
 }
 

@@ -43,6 +43,10 @@ struct PreferenceSums {
   // kto: each micro-batch's KL estimate times its pairs (so that dividing
   // by the pairs gives TRL's kl, the mean over micro-batches).
   double kl = 0;
+  // kto's labelled completions (its unpaired examples): `pairs` counts the
+  // rows, these its desirable and undesirable ones, and chosen_* and
+  // rejected_* sum over each kind (TRL's rewards/chosen is their mean).
+  double desirable = 0, undesirable = 0;
   // reward: the lowest and highest score of any row (not sums: add() and
   // the ranks take their minimum and maximum; TRL's min_reward and
   // max_reward, which TRL averages over micro-batches instead).
@@ -97,6 +101,13 @@ struct PreferenceLossOut {
 // label_smoothing, the kto weights).
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
                                   const torch::Tensor& tokens, const dsl::TrainingSpec& t, double kl = 0.0);
+
+// kto on labelled completions (data.label_field), each row alone as above,
+// desirable where `desirable` (a bool vector of the rows) is true: the
+// terms of the rows, weighted, summed (the caller divides by the rows, TRL's
+// mean over them); the sums count rows in `pairs` and each kind apart.
+PreferenceLossOut labelled_loss(const torch::Tensor& logps, const torch::Tensor& reference,
+                                const torch::Tensor& desirable, const dsl::TrainingSpec& t, double kl = 0.0);
 
 // reward, on each row's score r (fp32, chosen rows then rejected):
 // -log sigmoid(r_w - r_l - m) (the Bradley-Terry model; Ouyang et al. 2022;

@@ -151,6 +151,9 @@ class Run {
     std::int64_t total_steps = 0;
     data::SkippedRecords skipped;         // data.on_bad_record: skip: records of data.train left out
     std::string mix;                      // several datasets: what the mix took of each (data/mix.h)
+    // kto's labelled completions (data.label_field): each kind's count in
+    // data.train; -1 for other data.
+    std::int64_t desirable = -1, undesirable = -1;
     // Several datasets: per example of the mix, its dataset and its index
     // there; empty for one dataset.
     std::vector<std::uint32_t> example_dataset;
@@ -304,6 +307,7 @@ class Run {
   // Sums of every rank's pairs.
   Status reduce_preference(PreferenceSums& sums);
   void write_preference(JsonWriter& w, const PreferenceSums& s, const char* prefix) const;
+  void print_label_balance() const;  // kto's labelled completions: each kind's count (stderr)
 
   // run_reference.cpp
   // The reference's summed log-probability of each row's trained targets,

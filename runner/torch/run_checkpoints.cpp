@@ -27,7 +27,7 @@ Status Run::checkpoint(std::int64_t step) {
   state_.data_index = s.index;
   state_.data_identity = data_.identity;
   const data::Batcher::Position at = data_.train->position();
-  const std::size_t example = spec_.data.preference ? at.document / 2 : at.document;
+  const std::size_t example = dsl::is_paired(spec_.data) ? at.document / 2 : at.document;
   state_.data_dataset = data_.example_dataset.empty() ? 0 : data_.example_dataset[example];
   state_.data_example =
       data_.example_index.empty() ? static_cast<std::int64_t>(example) : data_.example_index[example];

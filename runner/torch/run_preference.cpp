@@ -108,14 +108,22 @@ PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch&
     const torch::Tensor last = torch::tensor(rows.last, torch::kInt64).to(dev_);
     torch::Tensor margins;
     if (!spec_.data.margin_field.empty()) {
-      TAILOR_CHECK(static_cast<std::int64_t>(b.pair_values.size()) == b.rows / 2);
-      margins = torch::tensor(b.pair_values, torch::kFloat32).to(dev_);
+      // Both rows of a pair carry its margin: the chosen rows' are the pairs'.
+      TAILOR_CHECK(static_cast<std::int64_t>(b.values.size()) == b.rows);
+      margins =
+          torch::tensor(std::vector<float>(b.values.begin(), b.values.begin() + b.rows / 2), torch::kFloat32).to(dev_);
     }
     return reward_loss(model_->scores(hidden, last), spec_.training.center_rewards, margins);
   }
   const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   const torch::Tensor tokens = targets.ne(-100).sum(1);
   const torch::Tensor logps = sequence_logps(*model_, hidden, targets);
+  if (dsl::is_labelled(spec_.data)) {
+    // kto's labelled completions: each row's label is its store value.
+    TAILOR_CHECK(static_cast<std::int64_t>(b.values.size()) == b.rows);
+    const torch::Tensor desirable = torch::tensor(b.values, torch::kFloat32).gt(0.5).to(dev_);
+    return labelled_loss(logps, reference.logps, desirable, spec_.training, reference.kl);
+  }
   PreferenceLossOut out = preference_loss(logps, reference.logps, tokens, spec_.training, reference.kl);
   const std::int64_t pairs = b.rows / 2;
   if (spec_.training.method == dsl::TrainingMethod::kSimpo && spec_.training.cpo_alpha > 0) {
@@ -173,6 +181,20 @@ void Run::write_preference(JsonWriter& w, const PreferenceSums& s, const char* p
     w.field(p + "accuracy", s.accurate / n).field(p + "margin", s.margins / n);
     w.field(p + "min_reward", s.min_reward).field(p + "max_reward", s.max_reward);
     w.field(p + "mean_reward", (s.chosen_rewards + s.rejected_rewards) / (2.0 * n));
+    return;
+  }
+  if (dsl::is_labelled(spec_.data)) {
+    // TRL's KTOTrainer on unpaired data: each kind's mean where the step
+    // has that kind, their difference where it has both; no accuracy
+    // without pairs.
+    const bool good = s.desirable > 0, bad = s.undesirable > 0;
+    if (good) w.field(p + "rewards/chosen", s.chosen_rewards / s.desirable);
+    if (bad) w.field(p + "rewards/rejected", s.rejected_rewards / s.undesirable);
+    if (good && bad)
+      w.field(p + "rewards/margins", s.chosen_rewards / s.desirable - s.rejected_rewards / s.undesirable);
+    if (good) w.field(p + "logps/chosen", s.chosen_logps / s.desirable);
+    if (bad) w.field(p + "logps/rejected", s.rejected_logps / s.undesirable);
+    if (st_.kl_rows) w.field(p + "kl", s.kl / n);
     return;
   }
   w.field(p + "rewards/chosen", s.chosen_rewards / n).field(p + "rewards/rejected", s.rejected_rewards / n);

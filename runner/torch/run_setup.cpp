@@ -60,7 +60,8 @@ Status Run::prepare() {
   TAILOR_RETURN_IF_ERROR(dsl::check_weights(spec_));
   TAILOR_RETURN_IF_ERROR(dsl::check_tracking(spec_));
   if (dsl::needs_reference(spec_.training.method) != (st_.reference != dsl::Reference::kNone) ||
-      dsl::trains_on_pairs(spec_.training.method) != st_.pairs || strategies::kl_rows_for(spec_) != st_.kl_rows) {
+      dsl::trains_on_pairs(spec_.training.method) != st_.pairs || strategies::kl_rows_for(spec_) != st_.kl_rows ||
+      dsl::is_labelled(spec_.data) != st_.unpaired) {
     return Status::invalid_argument(std::string("the plan's strategy (") + (st_.pairs ? "pairs" : "no pairs") +
                                     ", reference " + dsl::to_string(st_.reference) + ") does not match training.method " +
                                     dsl::to_string(spec_.training.method) + ": plan the job again");
@@ -200,6 +201,11 @@ Result<Run::Data> Run::load_data() {
   out.tokenizer.tokenizer_from = spec_.model.path;
   out.tokenizer.byte_tokenizer = dynamic_cast<const data::ByteTokenizer*>(tok->get()) != nullptr;
   if (chat) out.tokenizer.chat_template = chat->template_text;
+  if (dsl::is_labelled(spec_.data)) {
+    const auto labels = tokenized.store.all_values();
+    out.desirable = std::count_if(labels.begin(), labels.end(), [](float v) { return v > 0.5f; });
+    out.undesirable = static_cast<std::int64_t>(tokenized.store.documents()) - out.desirable;
+  }
   auto batcher = data::make_batcher(std::move(tokenized.store), spec_.data, st_.micro_batch_size,
                                     static_cast<std::uint64_t>(spec_.training.seed), (*tok)->pad_id());
   if (!batcher.is_ok()) return as_bad_input(batcher.status());
@@ -246,7 +252,7 @@ Result<data::TokenStore> Run::mix_sources(const DataFiles& files, Data& out) {
     inputs.push_back({source.path, source.weight, std::move(one.store)});
   }
   const auto seed = static_cast<std::uint64_t>(spec_.data.mix_seed.value_or(spec_.training.seed));
-  auto mixed = data::mix_datasets(inputs, spec_.data.mix, seed, spec_.data.preference);
+  auto mixed = data::mix_datasets(inputs, spec_.data.mix, seed, dsl::is_paired(spec_.data));
   if (!mixed.is_ok()) return as_bad_input(mixed.status());
   out.mix = data::describe(*mixed, inputs);
   out.example_dataset = std::move(mixed->source);

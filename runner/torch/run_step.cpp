@@ -144,6 +144,7 @@ Status Run::probe() {
     if (!data_.mix.empty()) {
       w.field("data_mix", dsl::to_string(spec_.data.mix)).field("data_mix_taken", data_.mix);
     }
+    if (data_.desirable >= 0) w.field("desirable", data_.desirable).field("undesirable", data_.undesirable);
     if (spec_.data.on_bad_record == dsl::OnBadRecord::kSkip) {
       w.field("skipped_records", data_.skipped.count);
       if (!data_.skipped.first.empty()) w.field("first_skipped", data_.skipped.first.front());
@@ -163,6 +164,7 @@ Status Run::probe() {
       std::fprintf(stderr, "data: %zu datasets mixed (%s): %s\n", spec_.data.sources.size(),
                    dsl::to_string(spec_.data.mix), data_.mix.c_str());
     }
+    if (data_.desirable >= 0) print_label_balance();
   }
   step_ = first_step_;
   // The probe draws no random numbers of the run's (dropout would): a
@@ -254,6 +256,29 @@ Run::GlobalBatch Run::draw_global_batch() {
     if (k % world_ == rank_) out.mine.push_back(std::move(b));
   }
   return out;
+}
+
+// kto's labelled completions: each kind's count, and where the weights
+// leave the range the KTO paper gives for uneven data (Ethayarajh et al.
+// 2024, Eq. 8: desirable_weight n_D / (undesirable_weight n_U) in [1, 4/3];
+// TRL's KTOTrainer warns alike), the weight that would bring it there.
+void Run::print_label_balance() const {
+  const double d = static_cast<double>(data_.desirable), u = static_cast<double>(data_.undesirable);
+  std::fprintf(stderr, "data: %lld desirable and %lld undesirable completions (data.label_field)\n",
+               static_cast<long long>(data_.desirable), static_cast<long long>(data_.undesirable));
+  if (d == 0 || u == 0) {
+    std::fprintf(stderr, "note: every completion is %s: KTO learns from both kinds\n",
+                 d == 0 ? "undesirable" : "desirable");
+    return;
+  }
+  const double wd = spec_.training.desirable_weight, wu = spec_.training.undesirable_weight;
+  const double ratio = wd * d / (wu * u);
+  if (ratio >= 1.0 && ratio <= 4.0 / 3.0) return;
+  std::fprintf(stderr,
+               "note: desirable_weight x %lld / (undesirable_weight x %lld) is %.3g; the KTO paper (Eq. 8) keeps it "
+               "in [1, 4/3]: desirable_weight %.3g to %.3g, or undesirable_weight %.3g to %.3g\n",
+               static_cast<long long>(data_.desirable), static_cast<long long>(data_.undesirable), ratio, wu * u / d,
+               4.0 / 3.0 * wu * u / d, 0.75 * wd * d / u, wd * d / u);
 }
 
 // The micro-batches' forward and backward passes with the memory each

@@ -230,7 +230,15 @@ Result<bool> Run::stop_requested() {
 
 void Run::print_progress(std::int64_t step, double loss, std::int64_t peak, const std::optional<Evaluation>& eval) {
   if (o_.quiet) return;
-  if (eval && eval->preference) {
+  if (eval && eval->preference && eval->preference->desirable + eval->preference->undesirable > 0) {
+    // kto's labelled completions: each kind's mean reward.
+    const PreferenceSums& p = *eval->preference;
+    std::fprintf(stderr,
+                 "%seval at step %lld: loss %.4f  reward desirable %.4f, undesirable %.4f  (%lld examples, %.1f s)\n",
+                 o_.progress ? "\r\033[K" : "", static_cast<long long>(step), eval->loss,
+                 p.chosen_rewards / std::max(1.0, p.desirable), p.rejected_rewards / std::max(1.0, p.undesirable),
+                 static_cast<long long>(eval->tokens), eval->seconds);
+  } else if (eval && eval->preference) {
     const PreferenceSums& p = *eval->preference;
     std::fprintf(stderr, "%seval at step %lld: loss %.4f  reward accuracy %.1f%%  margin %.4f  (%lld pairs, %.1f s)\n",
                  o_.progress ? "\r\033[K" : "", static_cast<long long>(step), eval->loss,

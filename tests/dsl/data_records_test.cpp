@@ -371,6 +371,71 @@ TEST(PreferenceRecordsTest, MarginsAreReadFromTheMarginField) {
   EXPECT_THAT(margins, ElementsAre(0.25));
 }
 
+// kto's labelled completions (data.label_field): a prompt, a completion
+// (in `chosen`) and a label, true or false or 1 or 0; anything else, or a
+// completion that is empty or a conversation without data.chat, is a bad
+// record naming the field.
+TEST(PreferenceRecordsTest, LabelledCompletionsAreReadWithTheirLabels) {
+  DataSpec spec = preference_of(DataFormat::kJsonl);
+  spec.label_field = "label";
+  spec.completion_field = "completion";
+  const std::string text = R"({"prompt": "Q1", "completion": " a", "label": true})"
+                           "\n"
+                           R"({"prompt": "Q2", "completion": " b", "label": false})"
+                           "\n"
+                           R"({"prompt": "Q3", "completion": " c", "label": 1})"
+                           "\n"
+                           R"({"prompt": "Q4", "completion": " d", "label": 0})"
+                           "\n";
+  std::vector<std::string> read;
+  auto collect = [&](const DataRecord& r) {
+    EXPECT_TRUE(r.rejected.empty());
+    read.push_back(std::string(r.prompt) + "|" + std::string(r.chosen) + "|" + (r.desirable ? "+" : "-"));
+    return Status::ok();
+  };
+  ASSERT_TRUE(for_each_record(text, "d", spec, collect).is_ok());
+  EXPECT_THAT(read, ElementsAre("Q1| a|+", "Q2| b|-", "Q3| c|+", "Q4| d|-"));
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "completion": " a"})", spec),
+            "d:1: missing field \"label\" (data.label_field: every completion needs its label, true or false)");
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "completion": " a", "label": "yes"})", spec),
+            "d:1: field \"label\" must be true or false (or 1 or 0), got string");
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "completion": " a", "label": 2})", spec),
+            "d:1: field \"label\" must be true or false (or 1 or 0), got 2");
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "completion": "", "label": true})", spec),
+            "d:1: field \"completion\" is empty: a labelled completion needs text");
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "label": true})", spec),
+            "d:1: missing field \"completion\" (the record has \"prompt\", \"label\")");
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "completion": [{"role": "assistant", "content": "A"}], "label": true})", spec),
+            "d:1: field \"completion\" is a conversation: set data.chat: messages to read labelled completions as "
+            "conversations, rendered with the chat template");
+  // Conversations: the prompt's turns (or a string, a user turn) and the
+  // completion's after them, as one whole conversation and its prompt.
+  spec.chat = ChatFormat::kMessages;
+  std::vector<std::pair<std::string, std::string>> turns;
+  ASSERT_TRUE(for_each_record(R"({"prompt": "Hi", "completion": [{"role": "assistant", "content": "Hello"}], )"
+                              R"("label": false})",
+                              "d", spec,
+                              [&](const DataRecord& r) {
+                                EXPECT_FALSE(r.desirable);
+                                turns.emplace_back(std::string(r.prompt), std::string(r.chosen));
+                                return Status::ok();
+                              })
+                  .is_ok());
+  ASSERT_EQ(turns.size(), 1u);
+  EXPECT_EQ(turns[0].first, R"({"messages":[{"role":"user","content":"Hi"}]})");
+  EXPECT_EQ(turns[0].second, R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"}]})");
+  EXPECT_EQ(error_of(R"({"prompt": "Hi", "completion": "Hello", "label": true})", spec),
+            "d:1: field \"completion\" must be a list of turns (data.chat: messages), got string");
+  EXPECT_EQ(error_of(R"({"prompt": "Hi", "completion": [], "label": true})", spec),
+            "d:1: field \"completion\" has no turn: a labelled completion needs one");
+}
+
+TEST(PreferenceRecordsTest, APairedJobNamesUnpairedExamplesAsSuch) {
+  EXPECT_EQ(error_of(R"({"prompt": "Q", "completion": " a", "label": true})", preference_of(DataFormat::kJsonl)),
+            "d:1: missing field \"chosen\": this record is an unpaired KTO example (\"completion\", \"label\"): "
+            "set training.method: kto and data.label_field: label to train on it");
+}
+
 TEST(PreferenceRecordsTest, ASupervisedJobNamesPreferencePairsAsSuch) {
   EXPECT_EQ(error_of(R"({"prompt": "Q", "chosen": " a", "rejected": " b"})", spec_of(DataFormat::kJsonl)),
             "d:1: missing field \"text\": this record is a preference pair (\"chosen\", \"rejected\"): set "

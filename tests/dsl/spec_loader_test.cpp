@@ -737,6 +737,49 @@ TEST_F(SpecLoaderTest, MarginFieldIsARewardModelsKey) {
       << errors(s);
 }
 
+// kto's unpaired examples: data.label_field, with the completion field
+// defaulting to "completion"; written back and read again; the pairs' own
+// fields refused beside it, and the key refused for other methods.
+TEST_F(SpecLoaderTest, LabelFieldReadsKtosUnpairedExamples) {
+  dir_.write("data/feedback.jsonl", "{\"prompt\": \"Q:\", \"completion\": \" yes\", \"label\": true}\n");
+  const std::string head = "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\n";
+  LoadedSpec s = load(head + "data: {train: data/feedback.jsonl, label_field: label}\ntraining: {method: kto}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_TRUE(is_labelled(s.spec->data));
+  EXPECT_FALSE(is_paired(s.spec->data));
+  EXPECT_EQ(s.spec->data.completion_field, "completion");
+  EXPECT_EQ(s.spec->data.prompt_field, "prompt");
+  EXPECT_EQ(packing_of(s.spec->data), Packing::kNone);
+  const std::string written = emit_yaml(write_job_spec(*s.spec));
+  EXPECT_EQ(written.find("chosen_field"), std::string::npos) << written;
+  LoadedSpec again = load(written);
+  ASSERT_TRUE(again.ok()) << errors(again);
+  EXPECT_EQ(again.spec->data.label_field, "label");
+  EXPECT_EQ(again.spec->data.completion_field, "completion");
+  // Pairs: no label_field written back.
+  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
+  const LoadedSpec pairs = load(head + "data: {train: data/pairs.jsonl}\ntraining: {method: kto}\n");
+  ASSERT_TRUE(pairs.ok()) << errors(pairs);
+  const std::string paired = emit_yaml(write_job_spec(*pairs.spec));
+  EXPECT_EQ(paired.find("label_field"), std::string::npos) << paired;
+  s = load(head +
+           "data: {train: data/feedback.jsonl, label_field: label, chosen_field: good}\ntraining: {method: kto}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("data.chosen_field: does not apply to labelled completions (data.label_field)"),
+            std::string::npos)
+      << errors(s);
+  s = load(head + "data: {train: data/feedback.jsonl, label_field: label}\ntraining: {method: dpo}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("data.label_field: applies to training.method kto (its unpaired examples, each a "
+                           "labelled completion), not dpo"),
+            std::string::npos)
+      << errors(s);
+  // Paired kto is told where the single completions go.
+  s = load(head + "data: {train: data/feedback.jsonl, completion_field: completion}\ntraining: {method: kto}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(errors(s).find("(kto reads single completions with data.label_field)"), std::string::npos) << errors(s);
+}
+
 // A key the spec's method does not read is told beside the fields' type
 // errors (not after they are fixed), once per key; where the method itself
 // is not read, nothing is said of the keys it would decide.

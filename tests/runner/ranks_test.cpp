@@ -333,12 +333,13 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
   std::string eval, line;
   for (int i = 0; i < 36 && std::getline(pairs, line); ++i) eval += line + "\n";
   const std::string eval_file = t.write("eval.jsonl", eval);
-  auto run = [&](const std::string& name, int ranks, int zero, const std::string& sets = "") {
+  auto run = [&](const std::string& name, int ranks, int zero, const std::string& sets = "",
+                 const std::string& eval_path = "") {
     const std::string plan = t.file(name + ".plan.json");
     EXPECT_EQ(shell(kBin + "tailor plan " + TAILOR_SOURCE_DIR + "/configs/examples/dpo-cpu.yaml --output json" + sets +
-                    " --set training.max_steps=3 --set training.micro_batch_size=2 --set data.eval=" + eval_file +
-                    " --set resources.ranks=" + std::to_string(ranks) + " --set strategy.zero_stage=" +
-                    std::to_string(zero) + " > " + plan + " 2> " + plan + ".err"),
+                    " --set training.max_steps=3 --set training.micro_batch_size=2 --set data.eval=" +
+                    (eval_path.empty() ? eval_file : eval_path) + " --set resources.ranks=" + std::to_string(ranks) +
+                    " --set strategy.zero_stage=" + std::to_string(zero) + " > " + plan + " 2> " + plan + ".err"),
               0);
     EXPECT_EQ(run_runner(plan, t.file(name), "--cache-dir " + t.file("cache")), 0) << name;
     return json_lines(t.file(name) + "/metrics.jsonl");
@@ -415,6 +416,25 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
                 {"eval_loss", "eval_kl", "eval_rewards/margins"}, "kto");
   ASSERT_EQ(kto_one.size(), 3u);
   EXPECT_NEAR(kto_one[0]["loss"].get<double>(), 0.5, 1e-6);
+  // KTO on labelled completions (configs/data/feedback.jsonl, two desirable
+  // to one undesirable): each kind's count summed over the ranks, so the
+  // means are the step's; 37 eval completions, an odd number of batches.
+  {
+    std::ifstream feedback(std::string(TAILOR_SOURCE_DIR) + "/configs/data/feedback.jsonl");
+    std::string labelled;
+    for (int i = 0; i < 37 && std::getline(feedback, line); ++i)
+      labelled += line + "\n";
+    const std::string labelled_eval = t.write("labelled_eval.jsonl", labelled);
+    const std::string unpaired =
+        kto + " --set data.label_field=label --set data.train=" + TAILOR_SOURCE_DIR + "/configs/data/feedback.jsonl";
+    const auto unpaired_one = run("kto-labelled-one", 1, 0, unpaired, labelled_eval);
+    like_one_rank(unpaired_one, run("kto-labelled-two-z3", 2, 3, unpaired, labelled_eval),
+                  {"loss", "kl", "rewards/chosen", "rewards/rejected", "logps/chosen"},
+                  {"eval_loss", "eval_kl", "eval_rewards/margins"}, "kto on labelled completions");
+    ASSERT_EQ(unpaired_one.size(), 3u);
+    EXPECT_EQ(unpaired_one[2]["eval_tokens"], 37);  // completions, one row each
+    EXPECT_FALSE(unpaired_one[2].contains("eval_rewards/accuracies"));
+  }
   // From the adapter the first run wrote (model.adapter): the reference is
   // that adapter frozen (separate, the plan's choice), kept whole on every
   // rank at ZeRO-3 while the trained copy is sharded.

@@ -936,6 +936,56 @@ TEST(PreferenceDataTest, APromptThatFillsSeqLenIsABadRecord) {
   EXPECT_EQ(skipped.count, 1);
 }
 
+// kto's labelled completions (data.label_field): one document a record,
+// its prompt untrained and its label the value (1 desirable, 0 not), kept
+// by the token cache's entry; batches of one document a row carry each
+// row's label; another label field is another entry.
+TEST(PreferenceDataTest, LabelledCompletionsAreOneDocumentEachWithTheirLabel) {
+  testing::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 6; ++i) {
+    text += "{\"prompt\": \"Q" + std::to_string(i) + ":\", \"completion\": \"" + std::string(1 + i, 'y') +
+            "\", \"label\": " + (i % 3 == 0 ? "false" : "true") + ", \"other\": true}\n";
+  }
+  const auto path = dir.write("feedback.jsonl", text);
+  dsl::DataSpec spec = preference_spec(32);
+  spec.unpaired = true;
+  spec.label_field = "label";
+  spec.completion_field = "completion";
+  const ByteTokenizer tok;
+  for (const TokenizedData::Source source : {TokenizedData::Source::kTokenized, TokenizedData::Source::kCache}) {
+    auto loaded = load_tokenized(path, spec, tok, dir.file("cache"));
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+    ASSERT_EQ(loaded->source, source);
+    const TokenStore& store = loaded->store;
+    ASSERT_EQ(store.documents(), 6u);
+    ASSERT_TRUE(store.has_values());
+    for (std::size_t d = 0; d < 6; ++d) {
+      EXPECT_EQ(store.value(d), d % 3 == 0 ? 0.0f : 1.0f) << d;
+      // BOS "Qd:" untrained, the completion and EOS trained.
+      const auto trained = store.trained(d);
+      EXPECT_EQ(std::count(trained.begin(), trained.end(), std::uint8_t{1}), static_cast<std::ptrdiff_t>(d + 2)) << d;
+    }
+    auto batcher = make_batcher(store, spec, 4, 7, ByteTokenizer::kPad);
+    ASSERT_TRUE(batcher.is_ok()) << batcher.status().to_string();
+    EXPECT_EQ(batcher->rows_per_epoch(), 6);
+    for (int k = 0; k < 3; ++k) {
+      const Batch b = batcher->next();
+      ASSERT_EQ(b.rows, 4);
+      ASSERT_EQ(b.values.size(), 4u);
+      for (std::int64_t r = 0; r < 4; ++r) {
+        const int record = b.inputs[static_cast<std::size_t>(r * b.seq_len + 2)] - '0';  // "Q<i>:"
+        EXPECT_EQ(b.values[static_cast<std::size_t>(r)], record % 3 == 0 ? 0.0f : 1.0f) << record;
+      }
+    }
+  }
+  spec.label_field = "other";
+  auto other = load_tokenized(path, spec, tok, dir.file("cache"));
+  ASSERT_TRUE(other.is_ok()) << other.status().to_string();
+  EXPECT_EQ(other->source, TokenizedData::Source::kTokenized);
+  EXPECT_EQ(other->store.value(0), 1.0f);
+}
+
 // data.margin_field: each pair's margin is both its documents' value, kept
 // by the token cache's entry, and each batch carries its pairs' margins in
 // the order of its chosen rows.
@@ -963,11 +1013,13 @@ TEST(PreferenceDataTest, MarginsReachTheBatchesThroughTheTokenCache) {
     ASSERT_TRUE(batcher.is_ok()) << batcher.status().to_string();
     for (int k = 0; k < 3; ++k) {
       const Batch b = batcher->next();
-      ASSERT_EQ(b.pair_values.size(), 4u);
+      ASSERT_EQ(b.values.size(), 8u);
       for (std::int64_t r = 0; r < 4; ++r) {
         // The chosen row's prompt names its pair: "Q<i>:".
         const int pair = b.inputs[static_cast<std::size_t>(r * b.seq_len + 2)] - '0';
-        EXPECT_EQ(b.pair_values[static_cast<std::size_t>(r)], 0.5f * static_cast<float>(pair) - 1.0f);
+        EXPECT_EQ(b.values[static_cast<std::size_t>(r)], 0.5f * static_cast<float>(pair) - 1.0f);
+        EXPECT_EQ(b.values[static_cast<std::size_t>(r + 4)],
+                  b.values[static_cast<std::size_t>(r)]);  // its rejected row
       }
     }
   }

@@ -159,6 +159,34 @@ TEST(MixTest, PairsStayTogetherChosenThenRejected) {
   }
 }
 
+// Each document's value (a reward pair's margin, a kto label) goes with it
+// into the mix; a dataset without values gives 0s.
+TEST(MixTest, ValuesTravelWithTheirDocuments) {
+  std::vector<MixInput> in = inputs({{30, 1.0}, {20, 1.5}});
+  {
+    const TokenStore& s = in[0].store;
+    std::vector<float> values(s.documents());
+    for (std::size_t d = 0; d < values.size(); ++d)
+      values[d] = 1.0f + static_cast<float>(d);
+    const auto tokens = s.all_tokens();
+    const auto trained = s.all_trained();
+    const auto offsets = s.offsets();
+    in[0].store = TokenStore::from_vectors({tokens.begin(), tokens.end()}, {trained.begin(), trained.end()},
+                                           {offsets.begin(), offsets.end()}, std::move(values));
+  }
+  for (const auto mix : {dsl::DataMix::kConcat, dsl::DataMix::kInterleave}) {
+    auto mixed = mix_datasets(in, mix, 5, false);
+    ASSERT_TRUE(mixed.is_ok());
+    ASSERT_TRUE(mixed->store.has_values());
+    for (std::size_t d = 0; d < mixed->store.documents(); ++d) {
+      const auto [which, index] = origin(mixed->store, d);
+      EXPECT_EQ(mixed->store.value(d), which == 0 ? 1.0f + static_cast<float>(index) : 0.0f) << d;
+    }
+  }
+  // Without values anywhere, none.
+  EXPECT_FALSE(mix_datasets(inputs({{3, 1.0}, {2, 1.0}}), dsl::DataMix::kConcat, 5, false)->store.has_values());
+}
+
 TEST(MixTest, AWeightThatTakesNothingIsAnErrorNamingTheDataset) {
   const auto in = inputs({{100, 1.0}, {3, 0.1}});
   auto mixed = mix_datasets(in, dsl::DataMix::kConcat, 1, false);

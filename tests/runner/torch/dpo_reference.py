@@ -18,6 +18,10 @@ same torch), on the CPU.
       (turns between <|bos|>role and <|eos|>) and DIR/chat_pairs.jsonl: 4
       conversational pairs ("prompt" a list of turns, some with a system turn
       or an earlier exchange; "chosen" and "rejected" an assistant turn each).
+      DIR/feedback.jsonl: 12 unpaired KTO examples {prompt, completion,
+      label} of the pairs (every chosen completion desirable, every second
+      pair's rejected one undesirable); DIR/chat_feedback.jsonl: 8 of the
+      conversational pairs (completion a list of one assistant turn).
   dpo_reference.py kto DIR ORDER OUT
       trains DIR/base with trl.KTOTrainer on the pairs of DIR/pairs.jsonl
       unpaired in the order the JSON file ORDER gives: {"loss_type": "kto" or
@@ -29,6 +33,9 @@ same torch), on the CPU.
       per micro-batch, and pairs each row's prompt with the previous row's
       completion within its micro-batch for the KL estimate, as Tailor does;
       beta 0.1, weights 1, the reference a frozen copy, the rest as `run`.
+      Unpaired examples instead: "rows" [{prompt, completion, label}, ...],
+      "micro" rows per micro-batch, and optionally "desirable_weight" and
+      "undesirable_weight".
       Writes OUT: "steps" with TRL's logged loss, rewards/{chosen,rejected,
       margins}, logps/{chosen,rejected}, kl and grad_norm per step.
   dpo_reference.py peft DIR OUT
@@ -68,6 +75,9 @@ same torch), on the CPU.
       The CASE "chat" trains nothing: DIR/chat_tokens.json holds the
       prompt_ids, chosen_ids and rejected_ids DPOTrainer makes of
       DIR/chat_pairs.jsonl with the folder's chat template.
+  dpo_reference.py kto_chat_tokens DIR
+      writes DIR/kto_chat_tokens.json: the prompt_ids, completion_ids and
+      label KTOTrainer makes of each record of DIR/chat_feedback.jsonl.
 
 What TRL 1.16 does with this data, which the runner must match:
   - it appends the EOS token's text ("<|eos|>") to chosen and rejected, then
@@ -205,6 +215,17 @@ def make(root):
         for prompt, chosen, rejected in CHAT_PAIRS:
             f.write(json.dumps({"prompt": prompt, "chosen": [{"role": "assistant", "content": chosen}],
                                 "rejected": [{"role": "assistant", "content": rejected}]}) + "\n")
+    # Unpaired examples (KTO's labelled completions) made of the same pairs.
+    with open(os.path.join(root, "feedback.jsonl"), "w") as f:
+        for i, (prompt, chosen, rejected) in enumerate(PAIRS):
+            f.write(json.dumps({"prompt": prompt, "completion": chosen, "label": True}) + "\n")
+            if i % 2 == 1:
+                f.write(json.dumps({"prompt": prompt, "completion": rejected, "label": False}) + "\n")
+    with open(os.path.join(root, "chat_feedback.jsonl"), "w") as f:
+        for prompt, chosen, rejected in CHAT_PAIRS:
+            for completion, label in ((chosen, True), (rejected, False)):
+                f.write(json.dumps({"prompt": prompt, "completion": [{"role": "assistant", "content": completion}],
+                                    "label": label}) + "\n")
 
 
 def reference_free_trainer(method, base, pairs, common, label_smoothing=0.0):
@@ -333,27 +354,36 @@ def kto(root, order_file, out):
         order = json.load(f)
     micro, accum, loss_type = order["micro"], order["accum"], order["loss_type"]
     rows = order["rows"]
-    if len(rows) != STEPS * accum * 2 * micro:
-        sys.exit(f"dpo_reference.py: {order_file} holds {len(rows)} rows, expected {STEPS * accum * 2 * micro}")
+    unpaired = bool(rows) and isinstance(rows[0], dict)
+    per_device = micro if unpaired else 2 * micro
+    if len(rows) != STEPS * accum * per_device:
+        sys.exit(f"dpo_reference.py: {order_file} holds {len(rows)} rows, expected {STEPS * accum * per_device}")
     base = os.path.join(root, "base")
     with tempfile.TemporaryDirectory() as scratch:
         pairs = load_pairs(root, scratch)
         examples = {"prompt": [], "completion": [], "label": []}
-        for pair, chosen in rows:
-            examples["prompt"].append(pairs[pair]["prompt"])
-            examples["completion"].append(pairs[pair]["chosen" if chosen else "rejected"])
-            examples["label"].append(bool(chosen))
+        for row in rows:
+            if unpaired:
+                prompt, completion, label = row["prompt"], row["completion"], row["label"]
+            else:
+                pair, chosen = row
+                prompt, completion, label = pairs[pair]["prompt"], pairs[pair]["chosen" if chosen else "rejected"], chosen
+            examples["prompt"].append(prompt)
+            examples["completion"].append(completion)
+            examples["label"].append(bool(label))
         data = datasets.Dataset.from_dict(examples)
-        args = KTOConfig(loss_type=loss_type, beta=0.1, desirable_weight=1.0, undesirable_weight=1.0,
+        args = KTOConfig(loss_type=loss_type, beta=0.1, desirable_weight=order.get("desirable_weight", 1.0),
+                         undesirable_weight=order.get("undesirable_weight", 1.0),
                          max_length=1024, train_sampling_strategy="sequential",
-                         **trainer_args(scratch, 2 * micro, accum))
+                         **trainer_args(scratch, per_device, accum))
         trainer = KTOTrainer(model=base, ref_model=None, args=args, train_dataset=data,
                              processing_class=AutoTokenizer.from_pretrained(base))
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
         trainer.train()
     metrics = [m for m in KTO_METRICS if loss_type == "kto" or m != "kl"]
-    steps = [{"step": e["step"], **{k: float(e[k]) for k in metrics}}
+    # A step without desirable (or undesirable) rows logs no rewards of that kind.
+    steps = [{"step": e["step"], **{k: float(e[k]) for k in metrics if k in e}}
              for e in trainer.state.log_history if "loss" in e]
     if [s["step"] for s in steps] != list(range(1, STEPS + 1)):
         sys.exit(f"dpo_reference.py: TRL logged steps {[s['step'] for s in steps]}, expected 1..{STEPS}")
@@ -423,6 +453,31 @@ def chat_tokens(root):
         json.dump({"tokens": tokens}, f, indent=1)
 
 
+def kto_chat_tokens(root):
+    """KTOTrainer's token ids of DIR/chat_feedback.jsonl (the trainer is built, not run)."""
+    import datasets
+    import transformers
+    from transformers import AutoTokenizer
+    from trl import KTOConfig, KTOTrainer
+
+    transformers.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    datasets.disable_caching()
+    base = os.path.join(root, "base")
+    with tempfile.TemporaryDirectory() as scratch:
+        data = datasets.load_dataset("json", data_files=os.path.join(root, "chat_feedback.jsonl"), split="train",
+                                     cache_dir=os.path.join(scratch, "datasets"))
+        args = KTOConfig(output_dir=os.path.join(scratch, "out"), use_cpu=True, bf16=False, fp16=False,
+                         max_length=1024, per_device_train_batch_size=2, gradient_checkpointing=False,
+                         report_to=[], save_strategy="no")
+        trainer = KTOTrainer(model=base, ref_model=None, args=args, train_dataset=data,
+                             processing_class=AutoTokenizer.from_pretrained(base))
+        tokens = [{"prompt_ids": list(row["prompt_ids"]), "completion_ids": list(row["completion_ids"]),
+                   "label": bool(row["label"])} for row in trainer.train_dataset]
+    with open(os.path.join(root, "kto_chat_tokens.json"), "w") as f:
+        json.dump({"tokens": tokens}, f, indent=1)
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "make":
         make(sys.argv[2])
@@ -432,6 +487,9 @@ def main():
         return
     if len(sys.argv) == 5 and sys.argv[1] == "kto":
         kto(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "kto_chat_tokens":
+        kto_chat_tokens(sys.argv[2])
         return
     if len(sys.argv) >= 4 and sys.argv[1] == "run":
         root = sys.argv[2]

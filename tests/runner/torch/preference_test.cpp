@@ -308,6 +308,22 @@ std::vector<std::size_t> documents_of(const data::Batch& b, const std::vector<da
   return out;
 }
 
+// A KTO job trained in fp32 as the TRL comparisons configure TRL (the
+// reference a frozen copy), at micro x accum; its metrics.jsonl lines
+// (none, and a test failure, when the run fails).
+std::vector<json> train_kto(RunConfig cfg, const std::string& loss, std::int64_t micro, std::int64_t accum,
+                            bool unpaired, const std::string& out) {
+  cfg.strategy.precision = dsl::Precision::kFp32;
+  cfg.strategy.micro_batch_size = micro;
+  cfg.strategy.grad_accumulation = accum;
+  cfg.strategy.pairs = true;
+  cfg.strategy.unpaired = unpaired;
+  cfg.strategy.reference = dsl::Reference::kSeparate;
+  cfg.strategy.kl_rows = loss == "kto";
+  EXPECT_EQ(train_in(cfg, out), RunnerExit::kOk);
+  return lines(out + "/metrics.jsonl");
+}
+
 // KTO on the same model and pairs, each pair's chosen completion a
 // desirable example and its rejected one an undesirable example, against
 // TRL's KTOTrainer fed the same rows in Tailor's order (the batcher's,
@@ -348,15 +364,7 @@ TEST(PreferenceTest, KtoEqualsTrlsKtoTrainerOverTwentySteps) {
     std::ifstream in(dir.file(name + ".json"));
     const json theirs = json::parse(in)["steps"];
 
-    cfg.strategy.precision = dsl::Precision::kFp32;
-    cfg.strategy.micro_batch_size = c.micro;
-    cfg.strategy.grad_accumulation = c.accum;
-    cfg.strategy.pairs = true;
-    cfg.strategy.reference = dsl::Reference::kSeparate;
-    cfg.strategy.kl_rows = std::string(c.loss) == "kto";
-    const std::string out = dir.file(name);
-    ASSERT_EQ(train_in(cfg, out), RunnerExit::kOk);
-    const std::vector<json> ours = lines(out + "/metrics.jsonl");
+    const std::vector<json> ours = train_kto(cfg, c.loss, c.micro, c.accum, /*unpaired=*/false, dir.file(name));
     ASSERT_EQ(ours.size(), 20u);
     ASSERT_EQ(theirs.size(), 20u);
     double worst = 0;
@@ -369,7 +377,7 @@ TEST(PreferenceTest, KtoEqualsTrlsKtoTrainerOverTwentySteps) {
       for (const char* key : {"logps/chosen", "logps/rejected"}) {
         worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1.0, at + " " + key));
       }
-      if (cfg.strategy.kl_rows) {
+      if (std::string(c.loss) == "kto") {
         // A difference of summed log-probabilities: their scale.
         worst = std::max(worst, expect_close(ours[k]["kl"], theirs[k]["kl"], 1e-4, 1.0, at + " kl"));
         largest_kl = std::max(largest_kl, ours[k]["kl"].get<double>());
@@ -383,6 +391,141 @@ TEST(PreferenceTest, KtoEqualsTrlsKtoTrainerOverTwentySteps) {
   }
   // The estimate was compared where it moves the loss.
   EXPECT_GT(largest_kl, 0.1);
+}
+
+// KTO on unpaired examples (data.label_field): dpo_reference.py's 12
+// labelled completions, 8 desirable and 4 undesirable, so micro-batches mix
+// the kinds unevenly (some have none of one). Each against TRL's KTOTrainer
+// on the same records in the order Tailor's batcher draws them: kto with a
+// micro-batch of 6 and its KL estimate, apo_zero_unpaired at 4, and kto at
+// 2 x 3 with the desirable completions weighed 0.5. TRL's rewards and logps
+// are the means of each kind over a micro-batch, averaged over the step's
+// micro-batches; Tailor's over the step's rows of that kind (what any plan
+// of the same global batch reports alike), so they are compared without
+// accumulation and the loss, kl and gradient norm always. Then the
+// conversational records' tokens against KTOTrainer's.
+TEST(PreferenceTest, KtoOnLabelledCompletionsEqualsTrlsKtoTrainer) {
+  TempDir dir;
+  ASSERT_TRUE(run_reference(dir, "make " + dir.path().string()));
+  std::vector<json> records;
+  {
+    std::ifstream in(dir.file("feedback.jsonl"));
+    for (std::string line; std::getline(in, line);)
+      records.push_back(json::parse(line));
+  }
+  ASSERT_EQ(records.size(), 12u);
+  struct Case {
+    const char* loss;
+    std::int64_t micro, accum;
+    double desirable_weight;
+  };
+  double largest_kl = 0;
+  bool a_step_without_undesirable = false;
+  for (const Case& c : {Case{"kto", 6, 1, 1.0}, Case{"apo_zero_unpaired", 4, 1, 1.0}, Case{"kto", 2, 3, 0.5}}) {
+    const std::string name =
+        std::string("labelled_") + c.loss + "_" + std::to_string(c.micro) + "x" + std::to_string(c.accum);
+    SCOPED_TRACE(name);
+    char weight[16];
+    std::snprintf(weight, sizeof weight, "%g", c.desirable_weight);
+    RunConfig cfg = load_job(dir, trl_job("base", "kto"),
+                             {std::string("training.loss_type=") + c.loss, "data.train=" + dir.file("feedback.jsonl"),
+                              "data.label_field=label", std::string("training.desirable_weight=") + weight,
+                              "training.global_batch_size=" + std::to_string(c.micro * c.accum)});
+    ASSERT_TRUE(dsl::is_labelled(cfg.spec.data));
+    auto tok = data::make_tokenizer(cfg.spec.model);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+    const auto docs = data::load_examples(cfg.spec.data.train, cfg.spec.data, **tok);
+    ASSERT_TRUE(docs.is_ok()) << docs.status().to_string();
+    ASSERT_EQ(docs->size(), records.size());  // one row a record
+    auto batcher = data::make_batcher(data::TokenStore::from_examples(*docs), cfg.spec.data, c.micro,
+                                      static_cast<std::uint64_t>(cfg.spec.training.seed), (*tok)->pad_id());
+    ASSERT_TRUE(batcher.is_ok()) << batcher.status().to_string();
+    json rows = json::array();
+    for (std::int64_t k = 0; k < 20 * c.accum; ++k) {
+      for (const std::size_t d : documents_of(batcher->next(), *docs))
+        rows.push_back(records[d]);
+    }
+    const std::string order = dir.write(name + "_order.json", json{{"loss_type", c.loss},
+                                                                   {"micro", c.micro},
+                                                                   {"accum", c.accum},
+                                                                   {"desirable_weight", c.desirable_weight},
+                                                                   {"rows", rows}}
+                                                                  .dump());
+    ASSERT_TRUE(run_reference(dir, "kto " + dir.path().string() + " " + order + " " + dir.file(name + ".json")));
+    std::ifstream in(dir.file(name + ".json"));
+    const json theirs = json::parse(in)["steps"];
+
+    // What the planner decides of this spec: one row an example.
+    strategies::Hardware hw;
+    hw.host_memory = Bytes::gib(8);
+    hw.cpu = strategies::cpu_device(hw.host_memory);
+    const strategies::Candidate planned = strategies::evaluate(cfg.spec, hw, {}, {});
+    EXPECT_TRUE(planned.strategy.pairs && planned.strategy.unpaired);
+    EXPECT_EQ(planned.strategy.rows_per_sequence(), 1);
+    const std::vector<json> ours = train_kto(cfg, c.loss, c.micro, c.accum, /*unpaired=*/true, dir.file(name));
+    ASSERT_EQ(ours.size(), 20u);
+    ASSERT_EQ(theirs.size(), 20u);
+    double worst = 0;
+    for (std::size_t k = 0; k < 20; ++k) {
+      const std::string at = name + " step " + std::to_string(k + 1);
+      worst = std::max(worst, expect_close(ours[k]["loss"], theirs[k]["loss"], 1e-4, 1e-2, at + " loss"));
+      worst =
+          std::max(worst, expect_close(ours[k]["grad_norm"], theirs[k]["grad_norm"], 1e-4, 1e-3, at + " grad_norm"));
+      EXPECT_FALSE(ours[k].contains("rewards/accuracies")) << at;
+      if (c.accum == 1) {
+        // A kind the step lacks has no mean, in either.
+        for (const char* key :
+             {"rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected"}) {
+          ASSERT_EQ(ours[k].contains(key), theirs[k].contains(key)) << at << " " << key;
+          if (!theirs[k].contains(key)) continue;
+          const double floor = std::string(key).starts_with("logps") ? 1.0 : 1e-2;
+          worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, floor, at + " " + key));
+        }
+        a_step_without_undesirable = a_step_without_undesirable || !theirs[k].contains("rewards/rejected");
+      }
+      if (std::string(c.loss) == "kto") {
+        worst = std::max(worst, expect_close(ours[k]["kl"], theirs[k]["kl"], 1e-4, 1.0, at + " kl"));
+        largest_kl = std::max(largest_kl, ours[k]["kl"].get<double>());
+      } else {
+        EXPECT_FALSE(ours[k].contains("kl")) << at;
+      }
+    }
+    EXPECT_LT(ours.back()["loss"].get<double>(), ours.front()["loss"].get<double>());
+    std::printf("%s: 20 steps, largest deviation from TRL %.2e of the value (loss %.6f -> %.6f)\n", name.c_str(), worst,
+                ours.front()["loss"].get<double>(), ours.back()["loss"].get<double>());
+  }
+  EXPECT_GT(largest_kl, 0.1);               // the estimate moved the loss somewhere
+  EXPECT_TRUE(a_step_without_undesirable);  // and a step without one kind was compared
+
+  // Conversations: each record's row is the ids KTOTrainer makes of it,
+  // trained from where its prompt (with the generation prompt) ends.
+  ASSERT_TRUE(run_reference(dir, "kto_chat_tokens " + dir.path().string()));
+  const RunConfig chat =
+      load_job(dir, trl_job("base", "kto"),
+               {"data.train=" + dir.file("chat_feedback.jsonl"), "data.chat=messages", "data.label_field=label"});
+  auto tok = data::make_tokenizer(chat.spec.model);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  auto setup = data::load_chat_setup(chat.spec.data, chat.spec.model.path);
+  ASSERT_TRUE(setup.is_ok()) << setup.status().to_string();
+  const auto loaded = data::tokenize_file(chat.spec.data.train, chat.spec.data, **tok, &*setup);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  std::ifstream in(dir.file("kto_chat_tokens.json"));
+  const json trl = json::parse(in)["tokens"];
+  const data::TokenStore& store = *loaded;
+  ASSERT_EQ(store.documents(), trl.size());
+  for (std::size_t d = 0; d < trl.size(); ++d) {
+    std::vector<std::int32_t> ids = trl[d]["prompt_ids"].get<std::vector<std::int32_t>>();
+    const std::size_t prompt = ids.size();
+    const auto completion = trl[d]["completion_ids"].get<std::vector<std::int32_t>>();
+    ids.insert(ids.end(), completion.begin(), completion.end());
+    const auto tokens = store.tokens(d);
+    EXPECT_EQ(std::vector<std::int32_t>(tokens.begin(), tokens.end()), ids) << "record " << d;
+    std::vector<std::uint8_t> trained(prompt, 0);
+    trained.resize(ids.size(), 1);
+    const auto flags = store.trained(d);
+    EXPECT_EQ(std::vector<std::uint8_t>(flags.begin(), flags.end()), trained) << "record " << d;
+    EXPECT_EQ(store.value(d), trl[d]["label"].get<bool>() ? 1.0f : 0.0f) << "record " << d;
+  }
 }
 
 std::string lora_job() {
@@ -955,6 +1098,14 @@ TEST(PreferenceTest, ARewardModelReadsEachRowWhereTransformersPools) {
 TEST(PreferenceTest, TheEstimateHoldsForEachReferencePlacementAndWithout) {
   TempDir dir;
   write_pairs(dir, /*fill=*/true);
+  // The same completions unpaired, each pair's two as one desirable and one
+  // undesirable record.
+  std::string feedback;
+  for (const json& pair : lines(dir.file("pairs.jsonl"))) {
+    feedback += json{{"prompt", pair["prompt"]}, {"completion", pair["chosen"]}, {"label", true}}.dump() + "\n";
+    feedback += json{{"prompt", pair["prompt"]}, {"completion", pair["rejected"]}, {"label", false}}.dump() + "\n";
+  }
+  dir.write("feedback.jsonl", feedback);
   struct Case {
     const char* name;
     dsl::Reference placement;
@@ -972,6 +1123,11 @@ TEST(PreferenceTest, TheEstimateHoldsForEachReferencePlacementAndWithout) {
       // KTO's KL rows forwarded before the trained forward, without gradients.
       {"kto-separate", dsl::Reference::kSeparate, false, {"training.method=kto", "strategy.reference=separate"}},
       {"kto-adapter_off", dsl::Reference::kAdapterOff, true, {"training.method=kto"}},
+      // Labelled completions: a micro-batch of 4 is 4 rows, not 8.
+      {"kto-labelled",
+       dsl::Reference::kAdapterOff,
+       true,
+       {"training.method=kto", "data.label_field=label", "data.train=" + dir.file("feedback.jsonl")}},
   };
   std::map<dsl::Reference, double> placed_weights;  // measured
   for (const Case& c : cases) {
