@@ -156,6 +156,9 @@ std::string data_lengths(const std::string& file, const Args& args, const dsl::J
   const auto& t = j["tokens_per_example"];
   const bool pairs = j["pairs"].is_number();
   std::string line = format_count(j.value("examples", 0.0)) + (pairs ? " rows" : " examples");
+  if (j.contains("desirable") && j["desirable"].is_number()) {
+    line += " (" + format_count(j["desirable"].get<double>()) + " desirable)";
+  }
   if (!j.value("complete", true)) line += " (the first; more not read)";
   line += ", tokens per " + std::string(pairs ? "row" : "example") + " p50 " + std::to_string(t.value("p50", 0)) +
           ", p90 " + std::to_string(t.value("p90", 0)) + ", max " + std::to_string(t.value("max", 0)) + "; " +

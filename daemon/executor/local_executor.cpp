@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "core/log.h"
 #include "core/units.h"
@@ -46,19 +48,27 @@ std::optional<std::pair<std::int64_t, std::int64_t>> recorded_runner(const fs::p
 // A runner tailord never recorded (it died between fork and its commit):
 // the process group of whoever holds the job's lock, or the holder itself
 // once the group's leader is gone.
+// A runner that is exiting still holds the lock between the check and
+// the scan of /proc (its descriptors go as it ends), so a lock with no
+// holder in sight is checked again: one that is no longer held had a
+// runner that ended, which is not a reason to leave the job alone.
 std::optional<platform::Process> runner_holding_lock(const fs::path& dir, std::string& why_not) {
   const std::string path = (dir / kRunnerLockFile).string();
-  auto held = platform::file_lock_held(path);
-  if (!held.is_ok()) {
-    why_not = held.status().message();
-    return std::nullopt;
-  }
-  if (!*held) return std::nullopt;
-  for (const pid_t holder : platform::processes_with_file_open(path)) {
-    const pid_t group = ::getpgid(holder);
-    for (const pid_t pid : {group, holder}) {
-      if (pid <= 1) continue;
-      if (auto ticks = platform::process_start_ticks(pid)) return platform::Process{pid, *ticks};
+  constexpr int kLooks = 5;
+  for (int look = 0; look < kLooks; ++look) {
+    if (look > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20 << look));
+    auto held = platform::file_lock_held(path);
+    if (!held.is_ok()) {
+      why_not = held.status().message();
+      return std::nullopt;
+    }
+    if (!*held) return std::nullopt;
+    for (const pid_t holder : platform::processes_with_file_open(path)) {
+      const pid_t group = ::getpgid(holder);
+      for (const pid_t pid : {group, holder}) {
+        if (pid <= 1) continue;
+        if (auto ticks = platform::process_start_ticks(pid)) return platform::Process{pid, *ticks};
+      }
     }
   }
   why_not = path + " is locked, but no process holding it can be seen";
