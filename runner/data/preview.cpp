@@ -53,6 +53,18 @@ namespace {
 
 // As the dataset builds a document: BOS, the untrained prompt, the trained
 // text (the two encoded together: prompt_completion.h), EOS.
+// A preference row (a pair's or a labelled completion's) as shown, its
+// completion trained.
+PreviewExample shown_row(PairRow&& row, std::string record) {
+  PreviewExample shown;
+  shown.record = std::move(record);
+  shown.text = std::move(row.text);
+  shown.ids = std::move(row.ids);
+  shown.trained = std::move(row.trained);
+  shown.trained_text.emplace_back(row.completion_begin, shown.text.size());
+  return shown;
+}
+
 void prompt_and_completion(const Tokenizer& tok, std::string_view prompt, std::string_view text, PreviewExample& ex) {
   const PromptCompletion pc = encode_prompt_completion(tok, prompt, text);
   ex.text = std::string(prompt) + std::string(text);
@@ -98,14 +110,17 @@ Status walk_examples(const dsl::JobSpec& spec, DataPreview& head, const std::fun
       [&](const dsl::DataRecord& r) -> Status {
         PreviewExample ex;
         ex.record = std::string(r.where);
+        // A record that cannot be tokenized: the error, or skipped as
+        // data.on_bad_record says.
+        const auto bad_record = [&](const Status& status) {
+          const Status why = status.prefixed(ex.record);
+          if (data.on_bad_record != dsl::OnBadRecord::kSkip) return why;
+          head.skipped.add(why);
+          return Status::ok();
+        };
         if (!r.conversation.empty()) {
           auto tokens = tokenize_chat(*chat, *tok, r.conversation);
-          if (!tokens.is_ok()) {
-            const Status why = tokens.status().prefixed(ex.record);
-            if (data.on_bad_record != dsl::OnBadRecord::kSkip) return why;
-            head.skipped.add(why);
-            return Status::ok();
-          }
+          if (!tokens.is_ok()) return bad_record(tokens.status());
           auto offsets = tok->encode_with_offsets(tokens->text);
           if (offsets.is_ok()) ex.role_tokens = tokens_by_role(*chat, r.conversation, *tokens, offsets->offsets);
           ex.text = std::move(tokens->text);
@@ -116,27 +131,13 @@ Status walk_examples(const dsl::JobSpec& spec, DataPreview& head, const std::fun
         } else if (dsl::is_labelled(data)) {
           // kto's labelled completion: its row, the label beside its name.
           auto row = tokenize_labelled(r, data, *tok, chat ? &*chat : nullptr);
-          if (!row.is_ok()) {
-            const Status why = row.status().prefixed(ex.record);
-            if (data.on_bad_record != dsl::OnBadRecord::kSkip) return why;
-            head.skipped.add(why);
-            return Status::ok();
-          }
-          ex.record += r.desirable ? " (desirable)" : " (undesirable)";
+          if (!row.is_ok()) return bad_record(row.status());
+          ex = shown_row(std::move(*row), ex.record + (r.desirable ? " (desirable)" : " (undesirable)"));
           ex.label = r.desirable ? 1 : 0;
-          ex.text = std::move(row->text);
-          ex.ids = std::move(row->ids);
-          ex.trained = std::move(row->trained);
-          ex.trained_text.emplace_back(row->completion_begin, ex.text.size());
         } else if (!r.chosen.empty()) {
           // A preference pair: its two rows, as the dataset builds them.
           auto pair = tokenize_pair(r, data, *tok, chat ? &*chat : nullptr);
-          if (!pair.is_ok()) {
-            const Status why = pair.status().prefixed(ex.record);
-            if (data.on_bad_record != dsl::OnBadRecord::kSkip) return why;
-            head.skipped.add(why);
-            return Status::ok();
-          }
+          if (!pair.is_ok()) return bad_record(pair.status());
           // A reward pair's margin beside its rows' names (data.margin_field).
           std::string margin;
           if (!data.margin_field.empty()) {
@@ -145,13 +146,7 @@ Status walk_examples(const dsl::JobSpec& spec, DataPreview& head, const std::fun
             margin = m.str();
           }
           for (auto [which, row] : {std::pair{"chosen", &pair->chosen}, std::pair{"rejected", &pair->rejected}}) {
-            PreviewExample shown;
-            shown.record = ex.record + " (" + which + margin + ")";
-            shown.text = std::move(row->text);
-            shown.ids = std::move(row->ids);
-            shown.trained = std::move(row->trained);
-            shown.trained_text.emplace_back(row->completion_begin, shown.text.size());
-            if (!take(std::move(shown))) return enough();
+            if (!take(shown_row(std::move(*row), ex.record + " (" + which + margin + ")"))) return enough();
           }
           return Status::ok();
         } else {

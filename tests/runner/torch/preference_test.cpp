@@ -324,6 +324,19 @@ std::vector<json> train_kto(RunConfig cfg, const std::string& loss, std::int64_t
   return lines(out + "/metrics.jsonl");
 }
 
+// A KTO step's kl against TRL's where the loss reads one (kto; a
+// difference of summed log-probabilities, so at their scale), noting the
+// largest; none under apo_zero_unpaired. The deviation, as expect_close.
+double expect_kl(const json& ours, const json& theirs, const std::string& loss, const std::string& at,
+                 double& largest_kl) {
+  if (loss != "kto") {
+    EXPECT_FALSE(ours.contains("kl")) << at;
+    return 0.0;
+  }
+  largest_kl = std::max(largest_kl, ours["kl"].get<double>());
+  return expect_close(ours["kl"], theirs["kl"], 1e-4, 1.0, at + " kl");
+}
+
 // KTO on the same model and pairs, each pair's chosen completion a
 // desirable example and its rejected one an undesirable example, against
 // TRL's KTOTrainer fed the same rows in Tailor's order (the batcher's,
@@ -377,13 +390,7 @@ TEST(PreferenceTest, KtoEqualsTrlsKtoTrainerOverTwentySteps) {
       for (const char* key : {"logps/chosen", "logps/rejected"}) {
         worst = std::max(worst, expect_close(ours[k][key], theirs[k][key], 1e-4, 1.0, at + " " + key));
       }
-      if (std::string(c.loss) == "kto") {
-        // A difference of summed log-probabilities: their scale.
-        worst = std::max(worst, expect_close(ours[k]["kl"], theirs[k]["kl"], 1e-4, 1.0, at + " kl"));
-        largest_kl = std::max(largest_kl, ours[k]["kl"].get<double>());
-      } else {
-        EXPECT_FALSE(ours[k].contains("kl")) << at;
-      }
+      worst = std::max(worst, expect_kl(ours[k], theirs[k], c.loss, at, largest_kl));
     }
     EXPECT_LT(ours.back()["loss"].get<double>(), ours.front()["loss"].get<double>());
     std::printf("%s: 20 steps, largest deviation from TRL %.2e of the value (loss %.6f -> %.6f)\n", name.c_str(), worst,
@@ -483,12 +490,7 @@ TEST(PreferenceTest, KtoOnLabelledCompletionsEqualsTrlsKtoTrainer) {
         }
         a_step_without_undesirable = a_step_without_undesirable || !theirs[k].contains("rewards/rejected");
       }
-      if (std::string(c.loss) == "kto") {
-        worst = std::max(worst, expect_close(ours[k]["kl"], theirs[k]["kl"], 1e-4, 1.0, at + " kl"));
-        largest_kl = std::max(largest_kl, ours[k]["kl"].get<double>());
-      } else {
-        EXPECT_FALSE(ours[k].contains("kl")) << at;
-      }
+      worst = std::max(worst, expect_kl(ours[k], theirs[k], c.loss, at, largest_kl));
     }
     EXPECT_LT(ours.back()["loss"].get<double>(), ours.front()["loss"].get<double>());
     std::printf("%s: 20 steps, largest deviation from TRL %.2e of the value (loss %.6f -> %.6f)\n", name.c_str(), worst,
