@@ -279,7 +279,7 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
     if (t.desirable_weight != 1.0 || t.undesirable_weight != 1.0) {
       weights = ", weights " + fmt("%g", t.desirable_weight) + " / " + fmt("%g", t.undesirable_weight);
     }
-    row("method", std::string("kto (") + dsl::to_string(t.loss_type) + ", beta " + fmt("%g", t.beta) + weights +
+    row("method", std::string("kto (") + dsl::to_string(t.losses.front()) + ", beta " + fmt("%g", t.beta) + weights +
                       (s.unpaired ? "): micro-batches of labelled completions (data.label_field), one row each"
                                   : "): micro-batches of pairs, each chosen row desirable and each rejected row "
                                     "undesirable") +
@@ -287,8 +287,18 @@ void print_text(const strategies::Plan& plan, const dsl::JobSpec& spec, const st
                                    "estimate"
                                  : ""));
   } else if (s.reference != dsl::Reference::kNone) {
-    row("method", std::string("dpo (") + dsl::to_string(t.loss_type) + ", beta " + fmt("%g", t.beta) +
-                      "): micro-batches of pairs, two rows each");
+    // The losses with their weights where there are several or one is
+    // weighted, then the keys that change the log-probabilities and the
+    // pairs' weights.
+    std::string losses;
+    for (std::size_t i = 0; i < t.losses.size(); ++i) {
+      losses += (i > 0 ? " + " : "") + std::string(dsl::to_string(t.losses[i]));
+      if (!t.loss_weights.empty()) losses += " x " + fmt("%g", dsl::loss_weight(t, i));
+    }
+    if (t.ld_alpha) losses += ", ld_alpha " + fmt("%g", *t.ld_alpha);
+    if (t.use_weighting) losses += ", WPO weights";
+    row("method", "dpo (" + losses + ", beta " + fmt("%g", t.beta) + "): micro-batches of pairs, two rows each" +
+                      (t.use_weighting ? "; one more pass of the head over the completions, without gradients" : ""));
   }
   if (s.reference != dsl::Reference::kNone) {
     row("reference", s.reference == dsl::Reference::kAdapterOff

@@ -306,6 +306,11 @@ enum class PreferenceLoss {
   // -log sigmoid(h) (1 - sigmoid(h / tau)) + e^-h sigmoid(h / tau), tau = discopop_tau (Lu et al.,
   // "Discovering Preference Optimization Algorithms with and for Large Language Models", 2024, Eq. 5: DiscoPOP)
   kDiscopop,
+  // The chosen completions' mean token NLL over the micro-batch, added to
+  // the pair losses beside it (Pang et al., "Iterative Reasoning Preference
+  // Optimization", 2024, RPO; TRL's loss_type sft, which replaced its
+  // rpo_alpha)
+  kSft,
   // kto's, each completion alone, with r its beta-scaled log-ratio and z the
   // micro-batch's KL estimate (clamped at 0):
   kKto,              // desirable 1 - sigmoid(r - beta z), undesirable 1 - sigmoid(beta z - r) (Eq. 7 of the KTO paper)
@@ -338,6 +343,9 @@ inline bool uses_f_divergence(PreferenceLoss loss) {
          loss == PreferenceLoss::kIpo || loss == PreferenceLoss::kExoPair || loss == PreferenceLoss::kRobust ||
          loss == PreferenceLoss::kDiscopop;
 }
+// Whether a loss may sit beside an f-divergence other than reverse KL: the
+// losses of h, and sft, which reads no log-ratio (TRL allows the same).
+inline bool allows_f_divergence(PreferenceLoss loss) { return uses_f_divergence(loss) || loss == PreferenceLoss::kSft; }
 
 // The largest global (and micro) batch a spec may ask for, in sequences.
 inline constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 20;
@@ -363,7 +371,22 @@ struct TrainingSpec {
   // dpo: the log-ratio margin's scale (the KL penalty's weight), default
   // 0.1; simpo: the reward's scale, default 2.0 (the SimPO paper's).
   double beta = 0.1;
-  PreferenceLoss loss_type = PreferenceLoss::kSigmoid;  // dpo; kto (kto's default: kKto)
+  // dpo: one loss or several, each term weighted by loss_weights and the
+  // terms added (TRL's list of loss types: MPO's sigmoid + bco_pair + sft,
+  // RPO's sigmoid + sft); kto: one (kto's default: kKto).
+  std::vector<PreferenceLoss> losses = {PreferenceLoss::kSigmoid};
+  std::vector<double> loss_weights;  // dpo: one per loss, > 0; empty = each 1
+  // dpo: LD-DPO's weight of the completion tokens past the pair's shared
+  // length (Liu et al., "Length Desensitization in Direct Preference
+  // Optimization", 2024; TRL's ld_alpha), in [0, 1], in the trained
+  // model's and the reference's log-probabilities alike. Unset = 1 (off).
+  std::optional<double> ld_alpha;
+  // dpo: WPO (Zhou et al., "WPO: Enhancing RLHF with Weighted Preference
+  // Optimization", 2024, Eq. 2; TRL's use_weighting): each pair's loss
+  // scaled by the product of its two completions' weights, each exp of the
+  // mean over its tokens of log p(token) - log sum_v p(v)^2 under the
+  // trained model, without gradients.
+  bool use_weighting = false;
   double discopop_tau = 0.05;  // dpo, discopop: the temperature of the mix of its two terms (the paper's 0.05)
   FDivergence f_divergence_type = FDivergence::kReverseKl;  // dpo: see FDivergence
   double f_alpha_divergence_coef = 0.5;  // dpo, alpha_divergence: a in [0, 1] (0 forward KL, 1 reverse KL)
@@ -391,6 +414,17 @@ struct TrainingSpec {
   double desirable_weight = 1.0;
   double undesirable_weight = 1.0;
 };
+// Whether `t` trains `loss` (alone or among several), and the weight of its
+// i-th loss.
+inline bool has_loss(const TrainingSpec& t, PreferenceLoss loss) {
+  for (PreferenceLoss l : t.losses) {
+    if (l == loss) return true;
+  }
+  return false;
+}
+inline double loss_weight(const TrainingSpec& t, std::size_t i) {
+  return i < t.loss_weights.size() ? t.loss_weights[i] : 1.0;
+}
 
 struct LoraSpec {
   std::int64_t r = 16;       // adapter rank

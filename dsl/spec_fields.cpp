@@ -1,7 +1,8 @@
 #include "dsl/spec_fields.h"
 
-#include <cctype>
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <initializer_list>
 
 #include "core/text.h"
@@ -201,6 +202,7 @@ struct EnumNames<PreferenceLoss> {
         {PreferenceLoss::kApoDown, "apo_down"},
         {PreferenceLoss::kSigmoidNorm, "sigmoid_norm"},
         {PreferenceLoss::kDiscopop, "discopop"},
+        {PreferenceLoss::kSft, "sft"},
         {PreferenceLoss::kKto, "kto"},
         {PreferenceLoss::kApoZeroUnpaired, "apo_zero_unpaired"}};
     return k;
@@ -468,6 +470,45 @@ Field<TrainingSpec> only_for(std::initializer_list<TrainingMethod> methods, Fiel
   return f;
 }
 
+// training.loss_type: one loss, or a list of them (dpo); written back as it
+// is most often given, one name, when there is one.
+Field<TrainingSpec> loss_type_field() {
+  Field<TrainingSpec> f =
+      field("loss_type",
+            "dpo: one loss or a list of them, whose terms add up (each weighted by loss_weights, as TRL's DPOTrainer "
+            "combines a list): sigmoid (the paper's, the default), ipo (Azar et al. 2023; per-token mean log-ratios), "
+            "hinge (SLiC-HF, Zhao et al. 2023), robust (rDPO, Chowdhury et al. 2024; reads label_smoothing), exo_pair "
+            "(EXO, Ji et al. 2024; label_smoothing > 0), nca_pair (NCA, Chen et al. 2024), bco_pair (BCO, Jung et al. "
+            "2024), sppo_hard (SPPO, Wu et al. 2024), apo_zero or apo_down (APO, D'Oosterlinck et al. 2024), "
+            "sigmoid_norm (sigmoid on per-token mean log-ratios), discopop (DiscoPOP, Lu et al. 2024; reads "
+            "discopop_tau), sft (the chosen completions' mean token NLL: RPO, Pang et al. 2024, as sigmoid + sft; "
+            "MPO as sigmoid + bco_pair + sft), as TRL's DPOTrainer computes them. kto: kto (the paper's Eq. 7, the "
+            "default) or apo_zero_unpaired (APO-zero on unpaired examples, D'Oosterlinck et al. 2024; no KL "
+            "estimate), as TRL's KTOTrainer computes them.",
+            &TrainingSpec::losses, Check<std::vector<PreferenceLoss>>([](const std::vector<PreferenceLoss>& v) {
+              if (v.empty()) return std::optional<std::string>("name at least one loss");
+              for (std::size_t i = 0; i < v.size(); ++i) {
+                for (std::size_t j = 0; j < i; ++j) {
+                  if (v[i] == v[j]) {
+                    return std::optional<std::string>(std::string(to_string(v[i])) +
+                                                      " is named twice; name it once, with its weight in loss_weights");
+                  }
+                }
+              }
+              return std::optional<std::string>();
+            }));
+  f.schema = [doc = f.doc] {
+    return Json{
+        {"description", doc},
+        {"anyOf", Json::array({Codec<PreferenceLoss>::schema(), Codec<std::vector<PreferenceLoss>>::schema()})}};
+  };
+  f.write = [write = f.write](const TrainingSpec& t) -> std::optional<Node> {
+    if (t.losses.size() == 1) return Codec<PreferenceLoss>::write(t.losses.front());
+    return write(t);
+  };
+  return f;
+}
+
 // A training key written back only where `read` says the job reads it.
 Field<TrainingSpec> written_when(Field<TrainingSpec> f, bool (*read)(const TrainingSpec&)) {
   f.write = [write = f.write, read](const TrainingSpec& t) -> std::optional<Node> {
@@ -709,19 +750,37 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
                 "and TRL; simpo: the scale of the per-token mean log-probability rewards, > 0, default 2.0 as in the "
                 "SimPO paper's configurations.",
                 &TrainingSpec::beta, number_above(0))),
-      only_for(
-          {TrainingMethod::kDpo, TrainingMethod::kKto},
-          field("loss_type",
-                "dpo: sigmoid (the paper's, the default), ipo (Azar et al. 2023; per-token mean log-ratios), hinge "
-                "(SLiC-HF, Zhao et al. 2023), robust (rDPO, Chowdhury et al. 2024; reads label_smoothing), exo_pair "
-                "(EXO, Ji et al. 2024; label_smoothing > 0), nca_pair (NCA, Chen et al. 2024), bco_pair (BCO, Jung et "
-                "al. 2024), sppo_hard (SPPO, Wu et al. 2024), apo_zero or apo_down (APO, D'Oosterlinck et al. 2024), "
-                "sigmoid_norm (sigmoid on per-token mean log-ratios), discopop (DiscoPOP, Lu et al. 2024; reads "
-                "discopop_tau), as TRL's DPOTrainer computes them. kto: kto (the paper's Eq. 7, the default) or "
-                "apo_zero_unpaired "
-                "(APO-zero on unpaired examples, D'Oosterlinck et al. 2024; no KL estimate), as TRL's KTOTrainer "
-                "computes them.",
-                &TrainingSpec::loss_type)),
+      only_for({TrainingMethod::kDpo, TrainingMethod::kKto}, loss_type_field()),
+      written_when(field("loss_weights",
+                         "dpo: one weight a loss of loss_type, each > 0, in its order: the loss is the sum of each "
+                         "loss's mean times its weight (TRL's loss_weights; MPO's sigmoid, bco_pair, sft is 0.8, 0.2, "
+                         "1.0). Default: 1 each.",
+                         &TrainingSpec::loss_weights, Check<std::vector<double>>([](const std::vector<double>& v) {
+                           for (double w : v) {
+                             if (!(w > 0) || !std::isfinite(w)) {
+                               return std::optional<std::string>("each weight must be above 0, got " +
+                                                                 format_number(w));
+                             }
+                           }
+                           return std::optional<std::string>();
+                         })),
+                   [](const TrainingSpec& t) { return t.method == TrainingMethod::kDpo && !t.loss_weights.empty(); }),
+      only_for({TrainingMethod::kDpo},
+               optional_field("ld_alpha",
+                              "dpo: LD-DPO's weight of each completion's tokens past the length the pair's two "
+                              "completions share (Liu et al. 2024, 'Length Desensitization in DPO'; TRL's ld_alpha), "
+                              "in [0, 1], in the trained model's and the reference's log-probabilities alike: 1 is "
+                              "plain DPO, 0 scores only the shared length. The paper's range is 0.1 to 0.5 (0.2 for "
+                              "Llama-3-8B). Default: unset (off).",
+                              &TrainingSpec::ld_alpha, number_in_range(0, 1, true))),
+      written_when(field("use_weighting",
+                         "dpo: WPO's weighting (Zhou et al. 2024, Eq. 2; TRL's use_weighting): each pair's loss "
+                         "scaled by its two completions' weights, each exp of the mean over its tokens of log "
+                         "p(token) - log sum_v p(v)^2 under the trained model (no gradient through them), so that "
+                         "pairs the model would itself write count more. Costs one more pass of the head over the "
+                         "completions, without gradients. Not with loss_type sft. Default false.",
+                         &TrainingSpec::use_weighting),
+                   [](const TrainingSpec& t) { return t.method == TrainingMethod::kDpo && t.use_weighting; }),
       // Written back only where read, so that other jobs' resolved specs
       // do not change (and reload: each is refused where it is not read).
       written_when(field("discopop_tau",
@@ -729,7 +788,7 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
                          "exponential terms, > 0. Default 0.05 (the DiscoPOP paper's, and TRL's).",
                          &TrainingSpec::discopop_tau, number_above(0)),
                    [](const TrainingSpec& t) {
-                     return t.method == TrainingMethod::kDpo && t.loss_type == PreferenceLoss::kDiscopop;
+                     return t.method == TrainingMethod::kDpo && has_loss(t, PreferenceLoss::kDiscopop);
                    }),
       written_when(field("f_divergence_type",
                          "dpo: the divergence from the reference the loss regularises (Wang et al. 2023, f-DPO; "
@@ -795,7 +854,8 @@ const std::vector<Field<TrainingSpec>>& training_fields() {
                   "in [0, 0.5) (exo_pair: above 0; TRL suggests 1e-3). Default 0.",
                   &TrainingSpec::label_smoothing, number_in_range(0, 0.5, false));
         f.write = [write = f.write](const TrainingSpec& t) -> std::optional<Node> {
-          const bool dpo = t.method == TrainingMethod::kDpo && uses_label_smoothing(t.loss_type);
+          const bool dpo =
+              t.method == TrainingMethod::kDpo && std::any_of(t.losses.begin(), t.losses.end(), uses_label_smoothing);
           const bool simpo = t.method == TrainingMethod::kSimpo && t.label_smoothing > 0;
           if (!dpo && !simpo) return std::nullopt;
           return write(t);

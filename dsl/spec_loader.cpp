@@ -529,11 +529,15 @@ void check_reward(JobSpec& spec, const Node& root, Diagnostics& d) {
 // reference is the model with its adapters off or a frozen copy.
 void check_kto(JobSpec& spec, const Node& root, Diagnostics& d) {
   const Node* loss = node_at(root, "training.loss_type");
+  std::vector<PreferenceLoss>& losses = spec.training.losses;
   if (loss == nullptr || loss->is_null()) {
-    spec.training.loss_type = PreferenceLoss::kKto;
-  } else if (!is_kto_loss(spec.training.loss_type)) {
+    losses = {PreferenceLoss::kKto};
+  } else if (losses.size() > 1) {
     d.error(loc_at(root, "training.loss_type"), "training.loss_type",
-            std::string(to_string(spec.training.loss_type)) + " is a dpo loss; kto's are kto and apo_zero_unpaired");
+            "kto trains one loss (kto or apo_zero_unpaired); a list of losses is dpo's");
+  } else if (losses.size() == 1 && !is_kto_loss(losses.front())) {
+    d.error(loc_at(root, "training.loss_type"), "training.loss_type",
+            std::string(to_string(losses.front())) + " is a dpo loss; kto's are kto and apo_zero_unpaired");
   }
   if (spec.strategy.reference == Reference::kPrecomputed) {
     d.error(loc_at(root, "strategy.reference"), "strategy.reference",
@@ -569,6 +573,9 @@ void check_method_keys(TrainingMethod method, const Node& root, Diagnostics& d,
       {"training.center_rewards", {TrainingMethod::kReward}, "reward"},
       {"training.lambda", {TrainingMethod::kOrpo}, "orpo (its odds-ratio weight; simpo and dpo read beta)"},
       {"training.discopop_tau", {TrainingMethod::kDpo}, "dpo"},
+      {"training.loss_weights", {TrainingMethod::kDpo}, "dpo (one weight a loss of its loss_type list)"},
+      {"training.ld_alpha", {TrainingMethod::kDpo}, "dpo"},
+      {"training.use_weighting", {TrainingMethod::kDpo}, "dpo"},
       {"training.f_divergence_type", {TrainingMethod::kDpo}, "dpo"},
       {"training.f_alpha_divergence_coef", {TrainingMethod::kDpo}, "dpo"},
       {"training.desirable_weight", {TrainingMethod::kKto}, "kto"},
@@ -590,6 +597,64 @@ void check_method_keys(TrainingMethod method, const Node& root, Diagnostics& d,
     if (!set(k.path) || std::find(skip.begin(), skip.end(), k.path) != skip.end()) continue;
     if (std::find(k.readers.begin(), k.readers.end(), method) != k.readers.end()) continue;
     d.error(loc_at(root, k.path), k.path, std::string("applies to training.method ") + k.who + ", not " + to_string(method));
+  }
+}
+
+// dpo's losses and the keys they read: each key set must be read by one of
+// the losses, each loss's needs met.
+void check_dpo_losses(const TrainingSpec& t, const Node& root, Diagnostics& d) {
+  const std::vector<PreferenceLoss>& losses = t.losses;
+  const auto names = [&] {
+    std::string out;
+    for (PreferenceLoss l : losses)
+      out += (out.empty() ? "" : ", ") + std::string(to_string(l));
+    return (losses.size() > 1 ? "loss_type [" : "loss_type ") + out + (losses.size() > 1 ? "]" : "");
+  };
+  for (PreferenceLoss l : losses) {
+    if (is_kto_loss(l)) {
+      d.error(
+          loc_at(root, "training.loss_type"), "training.loss_type",
+          std::string(to_string(l)) + " is a kto loss (training.method: kto); dpo's are sigmoid to discopop and sft");
+    }
+  }
+  const auto any = [&](bool (*reads)(PreferenceLoss)) { return std::any_of(losses.begin(), losses.end(), reads); };
+  if (node_at(root, "training.label_smoothing") != nullptr && !any(uses_label_smoothing)) {
+    d.error(loc_at(root, "training.label_smoothing"), "training.label_smoothing",
+            names() + " does not read it (robust and exo_pair do)");
+  }
+  if (node_at(root, "training.discopop_tau") != nullptr && !has_loss(t, PreferenceLoss::kDiscopop)) {
+    d.error(loc_at(root, "training.discopop_tau"), "training.discopop_tau",
+            names() + " does not read it (discopop does)");
+  }
+  const FDivergence f = t.f_divergence_type;
+  for (PreferenceLoss l : losses) {
+    if (f == FDivergence::kReverseKl || allows_f_divergence(l)) continue;
+    d.error(loc_at(root, "training.f_divergence_type"), "training.f_divergence_type",
+            std::string(to_string(f)) +
+                " applies to the losses of h alone (sigmoid, sigmoid_norm, hinge, ipo, "
+                "exo_pair, robust, discopop; sft beside them), not " +
+                to_string(l) + ", whose terms read each log-ratio on its own");
+  }
+  if (node_at(root, "training.f_alpha_divergence_coef") != nullptr && f != FDivergence::kAlphaDivergence) {
+    d.error(loc_at(root, "training.f_alpha_divergence_coef"), "training.f_alpha_divergence_coef",
+            std::string("f_divergence_type ") + to_string(f) + " does not read it (alpha_divergence does)");
+  }
+  if (has_loss(t, PreferenceLoss::kExoPair) && t.label_smoothing <= 0) {
+    d.error(loc_at(root, "training.loss_type"), "training.loss_type",
+            "exo_pair needs training.label_smoothing above 0 (its target is (1 - e, e); TRL suggests 1e-3)");
+  }
+  if (!t.loss_weights.empty() && t.loss_weights.size() != losses.size()) {
+    d.error(loc_at(root, "training.loss_weights"), "training.loss_weights",
+            std::to_string(t.loss_weights.size()) + " weights for " + std::to_string(losses.size()) +
+                (losses.size() == 1 ? " loss" : " losses") + " (" + names() +
+                "): give one weight a loss, in its order");
+  }
+  if (t.use_weighting && has_loss(t, PreferenceLoss::kSft)) {
+    // TRL scales sft's micro-batch mean by the pairs' mean weight: a product
+    // of two means that accumulation and ranks cannot add up before backward.
+    d.error(loc_at(root, "training.use_weighting"), "training.use_weighting",
+            "WPO's weights with loss_type sft are not built: TRL scales sft's token mean by the pairs' mean "
+            "weight, which no micro-batch knows before the step's last; leave sft out, or the weighting");
   }
 }
 
@@ -623,35 +688,7 @@ void check_method(JobSpec& spec, const Node& root, Diagnostics& d) {
                 (method == TrainingMethod::kKto ? "" : "precomputed, ") + "separate or auto");
   }
   if (method != TrainingMethod::kDpo) return;
-  const PreferenceLoss loss = spec.training.loss_type;
-  if (is_kto_loss(loss)) {
-    d.error(loc_at(root, "training.loss_type"), "training.loss_type",
-            std::string(to_string(loss)) + " is a kto loss (training.method: kto); dpo's are sigmoid to discopop");
-  }
-  if (node_at(root, "training.label_smoothing") != nullptr && !uses_label_smoothing(loss)) {
-    d.error(loc_at(root, "training.label_smoothing"), "training.label_smoothing",
-            std::string("loss_type ") + to_string(loss) + " does not read it (robust and exo_pair do)");
-  }
-  if (node_at(root, "training.discopop_tau") != nullptr && loss != PreferenceLoss::kDiscopop) {
-    d.error(loc_at(root, "training.discopop_tau"), "training.discopop_tau",
-            std::string("loss_type ") + to_string(loss) + " does not read it (discopop does)");
-  }
-  const FDivergence f = spec.training.f_divergence_type;
-  if (f != FDivergence::kReverseKl && !uses_f_divergence(loss)) {
-    d.error(loc_at(root, "training.f_divergence_type"), "training.f_divergence_type",
-            std::string(to_string(f)) +
-                " applies to the losses of h alone (sigmoid, sigmoid_norm, hinge, ipo, "
-                "exo_pair, robust, discopop), not " +
-                to_string(loss) + ", whose terms read each log-ratio on its own");
-  }
-  if (node_at(root, "training.f_alpha_divergence_coef") != nullptr && f != FDivergence::kAlphaDivergence) {
-    d.error(loc_at(root, "training.f_alpha_divergence_coef"), "training.f_alpha_divergence_coef",
-            std::string("f_divergence_type ") + to_string(f) + " does not read it (alpha_divergence does)");
-  }
-  if (loss == PreferenceLoss::kExoPair && spec.training.label_smoothing <= 0) {
-    d.error(loc_at(root, "training.loss_type"), "training.loss_type",
-            "exo_pair needs training.label_smoothing above 0 (its target is (1 - e, e); TRL suggests 1e-3)");
-  }
+  check_dpo_losses(spec.training, root, d);
 }
 
 void resolve_data(JobSpec& spec, const Node& root, const std::string& base_dir, const LoadOptions& opt,

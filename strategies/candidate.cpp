@@ -22,7 +22,7 @@ dsl::Reference reference_for(const dsl::JobSpec& spec, const Strategy& s) {
 }
 
 bool kl_rows_for(const dsl::JobSpec& spec) {
-  return spec.training.method == dsl::TrainingMethod::kKto && spec.training.loss_type == dsl::PreferenceLoss::kKto;
+  return spec.training.method == dsl::TrainingMethod::kKto && dsl::has_loss(spec.training, dsl::PreferenceLoss::kKto);
 }
 
 Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy& strategy, const PlanOptions& o) {
@@ -31,6 +31,7 @@ Candidate evaluate(const dsl::JobSpec& spec, const Hardware& hw, const Strategy&
   s.reference = reference_for(spec, s);
   s.kl_rows = kl_rows_for(spec);
   s.unpaired = dsl::is_labelled(spec.data);
+  s.head_pass = spec.training.method == dsl::TrainingMethod::kDpo && spec.training.use_weighting;
   const bool on_cpu = hw.cpu_only();
   const Device dev = rank_device(spec, hw);
   MemoryInput in;

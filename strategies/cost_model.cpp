@@ -109,8 +109,15 @@ Throughput estimate_throughput(const dsl::ModelArch& a, const Strategy& s, std::
     micro_dequant = dense_passes * quantized * moved / bandwidth;
   }
 
+  // WPO's weights: the head once more over every row, forward only.
+  double micro_head_pass = 0;
+  if (s.head_pass) {
+    const double head_forward = 2.0 * static_cast<double>(a.vocab * a.hidden);
+    micro_head_pass = head_forward * micro_tokens / (peak_tflops * 1e12 * utilisation);
+  }
+
   const double accum = static_cast<double>(s.grad_accumulation);
-  t.compute_seconds = accum * (micro_compute + micro_dequant);
+  t.compute_seconds = accum * (micro_compute + micro_dequant + micro_head_pass);
   // The reference's forward over the same rows, without recomputation or
   // backward (and, QLoRA's base being the reference, one more dequantise);
   // kto's KL rows add two such forwards, the reference's and the trained

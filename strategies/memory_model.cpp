@@ -580,6 +580,16 @@ double logits_bytes(const Setting& g) {
   const double row_elems = static_cast<double>(in.batch.seq_len) * static_cast<double>(g.a.vocab);
   const bool per_row = g.st.pairs && in.quirks.lean_cross_entropy;
   if (per_row) logits = ((in.prompt_nll ? 1.5 : 1.0) * logit_elems + row_elems) * per_elem / 2.0;
+  // WPO's pass of the head (Strategy::head_pass), forward only, after every
+  // row's logits exist: a slice of a row's logits at a time, cast to fp32
+  // and exponentiated in place (runner/torch/preference_loss.cpp,
+  // wpo_weights): the compute dtype's slice and its fp32 copy. Measured on
+  // the CPU (fp32, no copy): one fp32 row of 64 x 260 beside the loss's.
+  if (per_row && g.st.head_pass) {
+    const double slice = std::min(row_elems, static_cast<double>(kCrossEntropySliceElements));
+    const double pass = (half_logits ? 6.0 : 4.0) * slice;
+    logits = std::max(logits, (in.prompt_nll ? 1.5 : 1.0) * logit_elems * per_elem / 2.0 + pass);
+  }
   // A head that trains is used once per row, so its weight gradient is made
   // a row at a time and summed by autograd: on a GPU a full fine-tune of a
   // 1.24B Llama (tied 128k head, 2 x 1024-token pairs, 2 micro-batches)

@@ -26,6 +26,7 @@ void write_strategy(JsonWriter& w, const Strategy& s) {
   if (s.reference != Reference::kNone) w.field("reference", dsl::to_string(s.reference));
   if (s.kl_rows) w.field("kl_rows", true);
   if (s.unpaired) w.field("unpaired", true);
+  if (s.head_pass) w.field("head_pass", true);
   if (s.activation_offload) w.field("activation_offload", true);
   w.end_object();
 }

@@ -82,6 +82,10 @@ struct Strategy {
   // is one labelled completion, one row (pairs stays on: the preference
   // loss and its reference). Not searched: it follows the spec.
   bool unpaired = false;
+  // dpo with WPO's weights (training.use_weighting): one more pass of the
+  // head over each row, without gradients. Not searched: it follows the
+  // spec.
+  bool head_pass = false;
 
   // Rows forward and backward per sequence of the micro-batch.
   std::int64_t rows_per_sequence() const { return pairs && !unpaired ? 2 : 1; }

@@ -66,6 +66,7 @@ Result<strategies::Strategy> read_strategy(const json& s, const std::string& nam
     // Supervised plans have no pairs, only dpo's and kto's a reference, only kto's KL rows.
     if (s.contains("pairs")) st.pairs = s.at("pairs").get<bool>();
     if (s.contains("kl_rows")) st.kl_rows = s.at("kl_rows").get<bool>();
+    if (s.contains("head_pass")) st.head_pass = s.at("head_pass").get<bool>();
     if (s.contains("unpaired")) st.unpaired = s.at("unpaired").get<bool>();
     // Written only when on.
     if (s.contains("activation_offload")) st.activation_offload = s.at("activation_offload").get<bool>();

@@ -4,15 +4,99 @@
 #include <cmath>
 #include <vector>
 
+#include "runner/torch/cross_entropy.h"
+#include "strategies/memory_model.h"
+
 namespace tailor::runner {
 
-torch::Tensor sequence_logps(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets) {
-  std::vector<torch::Tensor> rows;
-  rows.reserve(static_cast<std::size_t>(hidden.size(0)));
-  for (std::int64_t r = 0; r < hidden.size(0); ++r) {
-    rows.push_back(-model.loss_sum(hidden.narrow(0, r, 1), targets.narrow(0, r, 1)).to(torch::kFloat32));
+ScoredSpans scored_spans(const std::vector<std::int32_t>& targets, std::int64_t rows, std::int64_t T,
+                         bool shared_length) {
+  ScoredSpans out;
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(rows), 0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t first = T, end = T, n = 0;
+    for (std::int64_t t = 0; t < T; ++t) {
+      if (targets[static_cast<std::size_t>(r * T + t)] == -100) continue;
+      if (n++ == 0) first = t;
+      end = t + 1;
+    }
+    if (n == 0) first = end = 0;
+    out.first.push_back(first);
+    out.end.push_back(end);
+    counts[static_cast<std::size_t>(r)] = n;
   }
-  return torch::stack(rows);
+  out.split = out.end;
+  if (!shared_length) return out;
+  const std::int64_t pairs = rows / 2;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t p = r % pairs;
+    const std::int64_t keep =
+        std::min(counts[static_cast<std::size_t>(p)], counts[static_cast<std::size_t>(pairs + p)]);
+    // The position after the row's keep-th scored target.
+    std::int64_t n = 0, at = out.first[static_cast<std::size_t>(r)];
+    while (n < keep && at < T)
+      n += targets[static_cast<std::size_t>(r * T + at++)] != -100;
+    out.split[static_cast<std::size_t>(r)] = keep == 0 ? out.first[static_cast<std::size_t>(r)] : at;
+  }
+  return out;
+}
+
+torch::Tensor RowLogps::weighted(double tail_weight) const {
+  return tail_weight == 1.0 ? shared + tail : shared + tail_weight * tail;
+}
+
+RowLogps row_logps(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets,
+                   const ScoredSpans& spans) {
+  const std::int64_t rows = hidden.size(0);
+  // The summed log-probability of row r's targets at positions [from, to).
+  const auto span = [&](std::int64_t r, std::int64_t from, std::int64_t to) {
+    if (to <= from) return torch::zeros({}, hidden.options().dtype(torch::kFloat32));
+    const torch::Tensor h = hidden.narrow(0, r, 1).narrow(1, from, to - from);
+    return -model.loss_sum(h, targets.narrow(0, r, 1).narrow(1, from, to - from)).to(torch::kFloat32);
+  };
+  // The row whole, as the memory model counts it (every position's
+  // logits), in two pieces only where LD-DPO splits it.
+  const std::int64_t T = hidden.size(1);
+  std::vector<torch::Tensor> shared, tail;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t split = spans.split[static_cast<std::size_t>(r)] < spans.end[static_cast<std::size_t>(r)]
+                                   ? spans.split[static_cast<std::size_t>(r)]
+                                   : T;
+    shared.push_back(span(r, 0, split));
+    tail.push_back(span(r, split, T));
+  }
+  return {torch::stack(shared), torch::stack(tail)};
+}
+
+torch::Tensor wpo_weights(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets,
+                          const ScoredSpans& spans, const torch::Tensor& logps) {
+  torch::NoGradGuard no_grad;
+  const std::int64_t rows = hidden.size(0), vocab = model.arch().vocab;
+  const std::int64_t slice = cross_entropy_slice_rows(strategies::kCrossEntropySliceElements, vocab);
+  std::vector<torch::Tensor> sums, counts;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const std::int64_t from = spans.first[i], to = spans.end[i];
+    torch::Tensor sum = torch::zeros({}, hidden.options().dtype(torch::kFloat32));
+    for (std::int64_t at = from; at < to; at += slice) {
+      const std::int64_t n = std::min(slice, to - at);
+      // log sum_v p(v)^2 = log sum e^(2 (z - m)) - 2 log sum e^(z - m), on
+      // the logits the loss reads (soft-capped where the model caps them),
+      // in fp32, in place: the slice's logits and one fp32 copy at most
+      // (strategies' logits_bytes counts them).
+      torch::Tensor z = model.logits(hidden.narrow(0, r, 1).narrow(1, at, n)).to(torch::kFloat32);
+      z.sub_(std::get<0>(z.max(-1, /*keepdim=*/true)));
+      z.exp_();
+      const torch::Tensor total = z.sum(-1);
+      const torch::Tensor lss = torch::log(z.square_().sum(-1)) - 2.0 * torch::log(total);
+      const torch::Tensor scored = targets.narrow(0, r, 1).narrow(1, at, n).ne(-100);
+      sum = sum + (lss * scored).sum();
+    }
+    sums.push_back(sum);
+    counts.push_back(targets.narrow(0, r, 1).ne(-100).sum().to(torch::kFloat32));
+  }
+  const torch::Tensor lss = torch::stack(sums), n = torch::stack(counts).clamp_min(1.0);
+  return torch::exp((logps.detach().to(torch::kFloat32) - lss) / n);
 }
 
 const std::vector<double PreferenceSums::*>& PreferenceSums::fields() {
@@ -81,15 +165,17 @@ torch::Tensor f_divergence_score(const torch::Tensor& u, const dsl::TrainingSpec
   return u;
 }
 
-torch::Tensor dpo_terms(const torch::Tensor& chosen_logratio, const torch::Tensor& rejected_logratio,
-                        const torch::Tensor& tokens, std::int64_t pairs, const dsl::TrainingSpec& o) {
+// One dpo loss's term of each pair.
+torch::Tensor dpo_terms(dsl::PreferenceLoss loss, const torch::Tensor& chosen_logratio,
+                        const torch::Tensor& rejected_logratio, const torch::Tensor& tokens, std::int64_t pairs,
+                        const dsl::TrainingSpec& o) {
   const double beta = o.beta;
   // The losses of h alone read the log-ratios through the f-divergence
   // (the spec refuses another divergence for the rest).
-  const bool f = dsl::uses_f_divergence(o.loss_type);
+  const bool f = dsl::uses_f_divergence(loss);
   const torch::Tensor chosen_ratio = f ? f_divergence_score(chosen_logratio, o) : chosen_logratio;
   const torch::Tensor rejected_ratio = f ? f_divergence_score(rejected_logratio, o) : rejected_logratio;
-  switch (o.loss_type) {
+  switch (loss) {
     case dsl::PreferenceLoss::kSigmoid:
       return -torch::log_sigmoid(beta * (chosen_ratio - rejected_ratio));
     case dsl::PreferenceLoss::kHinge:
@@ -124,7 +210,7 @@ torch::Tensor dpo_terms(const torch::Tensor& chosen_logratio, const torch::Tenso
       // is DPO's sigmoid on the same per-token means.
       const torch::Tensor n = tokens.to(chosen_ratio.dtype()).clamp_min(1.0);
       const torch::Tensor delta = chosen_ratio / n.narrow(0, 0, pairs) - rejected_ratio / n.narrow(0, pairs, pairs);
-      if (o.loss_type == dsl::PreferenceLoss::kSigmoidNorm) return -torch::log_sigmoid(beta * delta);
+      if (loss == dsl::PreferenceLoss::kSigmoidNorm) return -torch::log_sigmoid(beta * delta);
       return (delta - 1.0 / (2.0 * beta)).pow(2);
     }
     case dsl::PreferenceLoss::kDiscopop: {
@@ -133,6 +219,8 @@ torch::Tensor dpo_terms(const torch::Tensor& chosen_logratio, const torch::Tenso
       const torch::Tensor mix = torch::sigmoid(h / o.discopop_tau);
       return -torch::log_sigmoid(h) * (1.0 - mix) + torch::exp(-h) * mix;
     }
+    case dsl::PreferenceLoss::kSft:  // the caller's NLL
+      return torch::zeros_like(chosen_ratio);
     case dsl::PreferenceLoss::kKto:  // kto's (kto_terms); the spec refuses them for dpo
     case dsl::PreferenceLoss::kApoZeroUnpaired: break;
   }
@@ -143,13 +231,13 @@ torch::Tensor dpo_terms(const torch::Tensor& chosen_logratio, const torch::Tenso
 // log-ratio u, weighted.
 torch::Tensor kto_desirable(const torch::Tensor& u, double kl, const dsl::TrainingSpec& o) {
   const double beta = o.beta;
-  if (o.loss_type == dsl::PreferenceLoss::kApoZeroUnpaired)
+  if (dsl::has_loss(o, dsl::PreferenceLoss::kApoZeroUnpaired))
     return o.desirable_weight * (1.0 - torch::sigmoid(beta * u));
   return o.desirable_weight * (1.0 - torch::sigmoid(beta * (u - kl)));
 }
 torch::Tensor kto_undesirable(const torch::Tensor& u, double kl, const dsl::TrainingSpec& o) {
   const double beta = o.beta;
-  if (o.loss_type == dsl::PreferenceLoss::kApoZeroUnpaired) return o.undesirable_weight * torch::sigmoid(beta * u);
+  if (dsl::has_loss(o, dsl::PreferenceLoss::kApoZeroUnpaired)) return o.undesirable_weight * torch::sigmoid(beta * u);
   return o.undesirable_weight * (1.0 - torch::sigmoid(beta * (kl - u)));
 }
 
@@ -161,7 +249,8 @@ torch::Tensor kto_terms(const torch::Tensor& chosen_ratio, const torch::Tensor& 
 }  // namespace
 
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
-                                  const torch::Tensor& tokens, const dsl::TrainingSpec& o, double kl) {
+                                  const torch::Tensor& tokens, const dsl::TrainingSpec& o, double kl,
+                                  const torch::Tensor& pair_weights) {
   const std::int64_t pairs = logps.size(0) / 2;
   PreferenceLossOut out;
   PreferenceSums& s = out.sums;
@@ -173,7 +262,12 @@ PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tenso
       per_pair = kto_terms(chosen, rejected, kl, o);
       s.kl = kl * static_cast<double>(pairs);
     } else {
-      per_pair = dpo_terms(chosen, rejected, tokens, pairs, o);
+      // The losses' terms, each times its weight, added (TRL's list).
+      for (std::size_t i = 0; i < o.losses.size(); ++i) {
+        const torch::Tensor term = dsl::loss_weight(o, i) * dpo_terms(o.losses[i], chosen, rejected, tokens, pairs, o);
+        per_pair = per_pair.defined() ? per_pair + term : term;
+      }
+      if (pair_weights.defined()) per_pair = per_pair * pair_weights.to(per_pair.dtype());
     }
     scores = logps;
     rewards = o.beta * ratios.detach().to(torch::kFloat64);

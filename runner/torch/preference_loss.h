@@ -16,12 +16,39 @@
 
 namespace tailor::runner {
 
-// Each row's summed log-probability of its trained targets (-100 ignored),
-// an fp32 vector of B. Goes through the model's training loss a row at a
-// time (loss_sum: the sliced cross-entropy or the fused head), so no
-// (B, T, V) fp32 copy of the logits ever exists; backward flows as the
-// loss's does.
-torch::Tensor sequence_logps(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets);
+// Where each row's scored targets lie, by position: within [first, end),
+// and from `split` on its tail under LD-DPO (first <= split <= end; split
+// == end without it, and first == end for a row with none).
+struct ScoredSpans {
+  std::vector<std::int64_t> first, split, end;
+};
+// From `targets` (rows x T on the host, -100 unscored). With `shared_length`
+// the rows are pairs' ([chosen of pairs 0..P-1, rejected of pairs 0..P-1])
+// and each row's split follows as many scored targets as its pair's shorter
+// completion has (TRL's shared length for ld_alpha).
+ScoredSpans scored_spans(const std::vector<std::int32_t>& targets, std::int64_t rows, std::int64_t T,
+                         bool shared_length);
+
+// Each row's summed log-probability of its scored targets before its split
+// (`shared`) and from it on (`tail`, zero where it has none), fp32 vectors
+// of B. Goes through the model's training loss a row at a time (loss_sum:
+// the sliced cross-entropy or the fused head), so no (B, T, V) fp32 copy of
+// the logits ever exists; backward flows as the loss's does.
+struct RowLogps {
+  torch::Tensor shared, tail;
+  // shared + weight * tail: the log-probabilities the losses read (LD-DPO's
+  // weight ld_alpha; 1 sums every scored target).
+  torch::Tensor weighted(double tail_weight) const;
+};
+RowLogps row_logps(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets,
+                   const ScoredSpans& spans);
+// WPO's weight of each row (Zhou et al. 2024, Eq. 2; TRL's use_weighting):
+// exp of the mean over its scored targets of log p(target) - log sum_v
+// p(v)^2, from `logps` (each row's plain sum) and the logits of `hidden`
+// at the scored positions, computed a slice of positions at a time without
+// gradients. fp32 (B,).
+torch::Tensor wpo_weights(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets,
+                          const ScoredSpans& spans, const torch::Tensor& logps);
 
 // Sums over a micro-batch's pairs (what the ranks and the accumulation add
 // up; divide by the pairs for TRL's means).
@@ -99,8 +126,14 @@ struct PreferenceLossOut {
 //   rows.
 // `t` gives the method and its keys (beta, loss_type, gamma, lambda,
 // label_smoothing, the kto weights).
+//
+// dpo's losses are a list (training.loss_type): each pair's term is the sum
+// of each loss's term times its weight; sft's is the caller's (an NLL over
+// the chosen rows' tokens, Run::pair_loss). `pair_weights` (WPO; undefined
+// = 1) scales each pair's term.
 PreferenceLossOut preference_loss(const torch::Tensor& logps, const torch::Tensor& reference,
-                                  const torch::Tensor& tokens, const dsl::TrainingSpec& t, double kl = 0.0);
+                                  const torch::Tensor& tokens, const dsl::TrainingSpec& t, double kl = 0.0,
+                                  const torch::Tensor& pair_weights = torch::Tensor());
 
 // kto on labelled completions (data.label_field), each row alone as above,
 // desirable where `desirable` (a bool vector of the rows) is true: the

@@ -304,6 +304,12 @@ class Run {
   // chosen tokens, so that dividing by the pairs leaves a per-token mean).
   PreferenceLossOut pair_loss(const torch::Tensor& hidden, const data::Batch& b, const PairReference& reference,
                               double nll_weight);
+  // Where a batch's rows are scored, split at their pair's shared length
+  // under LD-DPO (training.ld_alpha).
+  ScoredSpans scored_spans(const data::Batch& b) const;
+  // Each row's log-probability as the losses read it: the scored targets'
+  // sum, their tail (LD-DPO) weighted by ld_alpha.
+  torch::Tensor scored_logps(CausalLMImpl& model, const torch::Tensor& hidden, const data::Batch& b) const;
   // Sums of every rank's pairs.
   Status reduce_preference(PreferenceSums& sums);
   void write_preference(JsonWriter& w, const PreferenceSums& s, const char* prefix) const;

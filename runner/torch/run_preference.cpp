@@ -68,7 +68,8 @@ std::int64_t orpo_prompt_targets(const data::Batch& b, std::vector<std::int32_t>
 }
 
 bool has_nll_term(const dsl::TrainingSpec& t) {
-  return t.method == dsl::TrainingMethod::kOrpo || (t.method == dsl::TrainingMethod::kSimpo && t.cpo_alpha > 0);
+  return t.method == dsl::TrainingMethod::kOrpo || (t.method == dsl::TrainingMethod::kSimpo && t.cpo_alpha > 0) ||
+         (t.method == dsl::TrainingMethod::kDpo && dsl::has_loss(t, dsl::PreferenceLoss::kSft));
 }
 
 std::int64_t nll_targets(const dsl::TrainingSpec& t, const data::Batch& b) {
@@ -82,7 +83,23 @@ std::int64_t nll_targets(const dsl::TrainingSpec& t, const data::Batch& b) {
 }
 
 double nll_term_weight(const dsl::TrainingSpec& t) {
-  return t.method == dsl::TrainingMethod::kSimpo ? t.cpo_alpha : 1.0;
+  if (t.method == dsl::TrainingMethod::kSimpo) return t.cpo_alpha;
+  if (t.method == dsl::TrainingMethod::kDpo) {
+    for (std::size_t i = 0; i < t.losses.size(); ++i) {
+      if (t.losses[i] == dsl::PreferenceLoss::kSft) return dsl::loss_weight(t, i);
+    }
+  }
+  return 1.0;
+}
+
+ScoredSpans Run::scored_spans(const data::Batch& b) const {
+  const bool ld = spec_.training.method == dsl::TrainingMethod::kDpo && spec_.training.ld_alpha.has_value();
+  return runner::scored_spans(b.targets, b.rows, b.seq_len, ld);
+}
+
+torch::Tensor Run::scored_logps(CausalLMImpl& model, const torch::Tensor& hidden, const data::Batch& b) const {
+  const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
+  return row_logps(model, hidden, targets, scored_spans(b)).weighted(spec_.training.ld_alpha.value_or(1.0));
 }
 
 Result<Run::PairReference> Run::pair_reference(const data::Batch& b) {
@@ -115,17 +132,37 @@ PreferenceLossOut Run::pair_loss(const torch::Tensor& hidden, const data::Batch&
     }
     return reward_loss(model_->scores(hidden, last), spec_.training.center_rewards, margins);
   }
+  const dsl::TrainingSpec& t = spec_.training;
   const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   const torch::Tensor tokens = targets.ne(-100).sum(1);
-  const torch::Tensor logps = sequence_logps(*model_, hidden, targets);
+  const ScoredSpans spans = scored_spans(b);
+  const RowLogps parts = row_logps(*model_, hidden, targets, spans);
+  // The losses read LD-DPO's weighted log-probabilities; sft's NLL and
+  // WPO's weights the plain ones (as TRL's per-token log-probabilities).
+  const torch::Tensor logps = parts.weighted(t.ld_alpha.value_or(1.0));
+  const torch::Tensor plain = t.ld_alpha ? parts.weighted(1.0) : logps;
   if (dsl::is_labelled(spec_.data)) {
     // kto's labelled completions: each row's label is its store value.
     TAILOR_CHECK(static_cast<std::int64_t>(b.values.size()) == b.rows);
     const torch::Tensor desirable = torch::tensor(b.values, torch::kFloat32).gt(0.5).to(dev_);
     return labelled_loss(logps, reference.logps, desirable, spec_.training, reference.kl);
   }
-  PreferenceLossOut out = preference_loss(logps, reference.logps, tokens, spec_.training, reference.kl);
   const std::int64_t pairs = b.rows / 2;
+  torch::Tensor pair_weights;
+  if (t.method == dsl::TrainingMethod::kDpo && t.use_weighting) {
+    const torch::Tensor w = wpo_weights(*model_, hidden, targets, spans, plain);
+    pair_weights = w.narrow(0, 0, pairs) * w.narrow(0, pairs, pairs);
+  }
+  PreferenceLossOut out = preference_loss(logps, reference.logps, tokens, t, reference.kl, pair_weights);
+  if (t.method == dsl::TrainingMethod::kDpo && dsl::has_loss(t, dsl::PreferenceLoss::kSft)) {
+    // sft: the chosen completions' NLL, a mean over the step's chosen
+    // tokens (TRL's over the batch's), weighted by its loss weight.
+    const torch::Tensor nll = -plain.narrow(0, 0, pairs).sum();
+    out.sums.nll = nll.detach().item<double>();
+    out.sums.nll_tokens = static_cast<double>(nll_targets(t, b));
+    out.loss_sum = out.loss_sum + nll_term_weight(t) * nll_weight * nll;
+    return out;
+  }
   if (spec_.training.method == dsl::TrainingMethod::kSimpo && spec_.training.cpo_alpha > 0) {
     // CPO's NLL: the chosen completions' cross-entropy, over the targets
     // their log-probabilities above already sum (TRL's CPOTrainer masks

@@ -18,7 +18,6 @@ namespace tailor::runner {
 
 Result<torch::Tensor> Run::base_logps(const data::Batch& b, LoraMode mode) {
   torch::NoGradGuard no_grad;
-  const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
   // The adapters start at zero (or at model.adapter's, frozen), so the base
   // (or the base with the frozen ones) is the starting model. Neither
   // draws dropout; the forward is the model's own, so ZeRO-3 gathers its
@@ -28,7 +27,7 @@ Result<torch::Tensor> Run::base_logps(const data::Batch& b, LoraMode mode) {
     ~Restore() { set_lora_mode(model, LoraMode::kOn); }
   } restore{*model_};
   set_lora_mode(*model_, mode);
-  torch::Tensor out = sequence_logps(*model_, model_->hidden_states(pair_input(b, dev_)), targets);
+  torch::Tensor out = scored_logps(*model_, model_->hidden_states(pair_input(b, dev_)), b);
   // ZeRO-3's head is still gathered: no backward released it.
   if (sync_ && sync_->collective_forward()) TAILOR_RETURN_IF_ERROR(sync_->after_backward());
   return out;
@@ -43,8 +42,7 @@ Result<torch::Tensor> Run::reference_logps(const data::Batch& b) {
     case dsl::Reference::kSeparate: {
       if (!reference_) return base_logps(b, LoraMode::kReference);  // beside adapters
       torch::NoGradGuard no_grad;
-      const torch::Tensor targets = to_tensor(b.targets, b.rows, b.seq_len, dev_);
-      return sequence_logps(*reference_, reference_->hidden_states(pair_input(b, dev_)), targets);
+      return scored_logps(*reference_, reference_->hidden_states(pair_input(b, dev_)), b);
     }
     case dsl::Reference::kPrecomputed:
       break;
@@ -104,6 +102,12 @@ std::string Run::reference_identity() const {
   out += std::string("dtype ") + c10::toString(param_dtype(st_.precision)) + "\n";
   out += std::string("quantization ") + dsl::to_string(st_.quantization) + "\n";
   out += std::string("device ") + (dev_.is_cuda() ? "cuda" : "cpu") + "\n";
+  // LD-DPO weighs each completion's tail: other log-probabilities.
+  if (spec_.training.ld_alpha) {
+    char alpha[32];
+    std::snprintf(alpha, sizeof alpha, "%.17g", *spec_.training.ld_alpha);
+    out += std::string("ld_alpha ") + alpha + "\n";
+  }
   return out;
 }
 

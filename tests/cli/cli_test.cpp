@@ -376,6 +376,44 @@ TEST(CliTest, APlanForTransformersFourSaysWhatItKeeps) {
             std::string::npos);
 }
 
+// A dpo plan names its losses with their weights, LD-DPO's ld_alpha and
+// WPO's weights, and counts WPO's extra pass of the head in its time (the
+// same strategy, a longer step).
+TEST(CliTest, ADpoPlanNamesItsLossesAndTimesWposHeadPass) {
+  TempDir dir;
+  dir.write("pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
+  const auto spec = [&](const std::string& name, const std::string& training) {
+    return dir.write(name + ".yaml", "apiVersion: tailor/v1\nkind: TrainingJob\nname: " + name +
+                                         "\nmodel: {preset: llama-3.2-1b}\n"
+                                         "data: {train: pairs.jsonl, seq_len: 1024}\n"
+                                         "training: {method: dpo, global_batch_size: 8, micro_batch_size: 2" +
+                                         training +
+                                         "}\nstrategy: {adapter: lora, precision: bf16}\n"
+                                         "resources: {gpus: 1, gpu_memory: 24GiB}\n");
+  };
+  const auto plan = [&](const std::string& file) {
+    CliRun run = tailor({"plan", "--output", "json", file});
+    EXPECT_EQ(run.code, kExitOk) << run.err;
+    return nlohmann::json::parse(run.out.empty() ? "{}" : run.out);
+  };
+  const std::string plain = spec("plain", ""), wpo = spec("wpo", ", use_weighting: true");
+  const nlohmann::json a = plan(plain), b = plan(wpo);
+  EXPECT_FALSE(a["strategy"].contains("head_pass"));
+  EXPECT_EQ(b["strategy"]["head_pass"], true);
+  EXPECT_GT(b["throughput"]["compute_seconds"].get<double>(), a["throughput"]["compute_seconds"].get<double>());
+  CliRun text = tailor({"plan", spec("mpo",
+                                     ", loss_type: [sigmoid, bco_pair, sft], loss_weights: [0.8, 0.2, 1], "
+                                     "ld_alpha: 0.3, use_weighting: false")});
+  ASSERT_EQ(text.code, kExitOk) << text.err;
+  EXPECT_NE(text.out.find("dpo (sigmoid x 0.8 + bco_pair x 0.2 + sft x 1, ld_alpha 0.3, beta 0.1)"), std::string::npos)
+      << text.out;
+  text = tailor({"plan", wpo});
+  EXPECT_NE(text.out.find("dpo (sigmoid, WPO weights, beta 0.1): micro-batches of pairs, two rows each; one more pass "
+                          "of the head over the completions, without gradients"),
+            std::string::npos)
+      << text.out;
+}
+
 TEST(CliTest, PlanExitCodesSayFitsNoFitBadSpecBadFlag) {
   EXPECT_EQ(tailor({"plan", example("tiny-cpu.yaml")}).code, kExitOk);
   CliRun nofit = tailor({"plan", "--gpus", "1xT4", "--set", "strategy.forbid=[adapters, offload_optimizer]",

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
+#include <string>
 #include <tuple>
+#include <utility>
 
 #include "dsl/spec_fields.h"
 #include "dsl/yaml_tree.h"
@@ -32,6 +35,21 @@ class SpecLoaderTest : public ::testing::Test {
   }
 
   static std::string errors(const LoadedSpec& s) { return s.diagnostics.to_string(); }
+
+  // A dpo job's spec up to its training section, over one pair.
+  std::string pairs_head() {
+    dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
+    return "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/pairs.jsonl}\n";
+  }
+
+  // Each training section refused, its errors naming `want`.
+  void expect_refused(const std::string& head, std::span<const std::pair<const char*, const char*>> refused) {
+    for (const auto& [training, want] : refused) {
+      const LoadedSpec s = load(head + "training: " + training + "\n");
+      ASSERT_FALSE(s.ok()) << training;
+      EXPECT_NE(errors(s).find(want), std::string::npos) << training << "\n" << errors(s);
+    }
+  }
 
   TempDir dir_;
 };
@@ -694,9 +712,7 @@ TEST_F(SpecLoaderTest, PlannerTransformersIsTheHfRuntimesVersion) {
 // training.cpo_alpha: simpo's NLL weight, >= 0, refused by name elsewhere;
 // label_smoothing is read by simpo too.
 TEST_F(SpecLoaderTest, CpoAlphaAndLabelSmoothingAreSimposKeys) {
-  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
-  const std::string head =
-      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/pairs.jsonl}\n";
+  const std::string head = pairs_head();
   LoadedSpec s = load(head + "training: {method: simpo, cpo_alpha: 1.0, label_smoothing: 0.1}\n");
   ASSERT_TRUE(s.ok()) << errors(s);
   EXPECT_EQ(s.spec->training.cpo_alpha, 1.0);
@@ -810,14 +826,12 @@ TEST_F(SpecLoaderTest, KeysOfAnotherMethodAreToldBesideTypeErrors) {
 // through the resolved spec (written only where read), and refused by name
 // where the loss or divergence does not read them.
 TEST_F(SpecLoaderTest, DiscopopAndFDivergencesAreDposKeys) {
-  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
-  const std::string head =
-      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/pairs.jsonl}\n";
+  const std::string head = pairs_head();
   LoadedSpec s = load(head +
                       "training: {method: dpo, loss_type: discopop, discopop_tau: 0.1, "
                       "f_divergence_type: alpha_divergence, f_alpha_divergence_coef: 0.25}\n");
   ASSERT_TRUE(s.ok()) << errors(s);
-  EXPECT_EQ(s.spec->training.loss_type, PreferenceLoss::kDiscopop);
+  EXPECT_EQ(s.spec->training.losses, std::vector<PreferenceLoss>{PreferenceLoss::kDiscopop});
   EXPECT_EQ(s.spec->training.discopop_tau, 0.1);
   EXPECT_EQ(s.spec->training.f_divergence_type, FDivergence::kAlphaDivergence);
   EXPECT_EQ(s.spec->training.f_alpha_divergence_coef, 0.25);
@@ -847,20 +861,75 @@ TEST_F(SpecLoaderTest, DiscopopAndFDivergencesAreDposKeys) {
       {"{method: simpo, f_divergence_type: forward_kl}", "training.f_divergence_type: applies to training.method dpo"},
       {"{method: dpo, loss_type: discopop, discopop_tau: 0}", "training.discopop_tau: "},
   };
-  for (const auto& [training, want] : refused) {
-    s = load(head + "training: " + training + "\n");
-    ASSERT_FALSE(s.ok()) << training;
-    EXPECT_NE(errors(s).find(want), std::string::npos) << training << "\n" << errors(s);
-  }
+  expect_refused(head, refused);
+}
+
+// DPOTrainer's options beside its losses: a list of losses with their
+// weights (written back as a list, one loss as a name), LD-DPO's ld_alpha
+// and WPO's use_weighting, kept through the resolved spec and written only
+// where set; each misuse refused by name.
+TEST_F(SpecLoaderTest, LossListsLdAlphaAndWeightingAreDposKeys) {
+  const std::string head = pairs_head();
+  LoadedSpec s = load(head +
+                      "training: {method: dpo, loss_type: [sigmoid, bco_pair, sft], loss_weights: [0.8, 0.2, 1.0], "
+                      "ld_alpha: 0.3, use_weighting: false}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  const std::vector<PreferenceLoss> mpo = {PreferenceLoss::kSigmoid, PreferenceLoss::kBcoPair, PreferenceLoss::kSft};
+  EXPECT_EQ(s.spec->training.losses, mpo);
+  EXPECT_EQ(s.spec->training.loss_weights, (std::vector<double>{0.8, 0.2, 1.0}));
+  EXPECT_EQ(dsl::loss_weight(s.spec->training, 1), 0.2);
+  EXPECT_EQ(s.spec->training.ld_alpha, 0.3);
+  EXPECT_FALSE(s.spec->training.use_weighting);
+  std::string yaml = emit_yaml(write_job_spec(*s.spec));
+  LoadedSpec again = load(yaml);
+  ASSERT_TRUE(again.ok()) << errors(again) << yaml;
+  EXPECT_EQ(again.spec->training.losses, mpo);
+  EXPECT_EQ(again.spec->training.loss_weights, s.spec->training.loss_weights);
+  EXPECT_EQ(again.spec->training.ld_alpha, 0.3);
+  EXPECT_EQ(yaml.find("use_weighting"), std::string::npos) << yaml;
+  s = load(head + "training: {method: dpo, use_weighting: true}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_TRUE(s.spec->training.use_weighting);
+  yaml = emit_yaml(write_job_spec(*s.spec));
+  EXPECT_NE(yaml.find("use_weighting: true"), std::string::npos) << yaml;
+  // One loss is written as its name; nothing else of these appears.
+  EXPECT_NE(yaml.find("loss_type: sigmoid\n"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("loss_weights"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("ld_alpha"), std::string::npos) << yaml;
+  // The others read no list: kto's one loss stays as it was.
+  s = load(head + "training: {method: kto}\n");
+  ASSERT_TRUE(s.ok()) << errors(s);
+  EXPECT_EQ(s.spec->training.losses, std::vector<PreferenceLoss>{PreferenceLoss::kKto});
+  const std::pair<const char*, const char*> refused[] = {
+      {"{method: dpo, loss_type: [sigmoid, sigmoid]}", "training.loss_type: sigmoid is named twice"},
+      {"{method: dpo, loss_type: []}", "training.loss_type: name at least one loss"},
+      {"{method: dpo, loss_type: [sigmoid, kto]}", "training.loss_type: kto is a kto loss"},
+      {"{method: dpo, loss_type: [sigmoid, sft], loss_weights: [1.0]}",
+       "training.loss_weights: 1 weights for 2 losses (loss_type [sigmoid, sft]): give one weight a loss"},
+      {"{method: dpo, loss_type: [sigmoid, sft], loss_weights: [1.0, 0]}",
+       "training.loss_weights: each weight must be above 0, got 0"},
+      {"{method: dpo, loss_type: [sigmoid, nca_pair], f_divergence_type: js_divergence}",
+       "training.f_divergence_type: js_divergence applies to the losses of h alone"},
+      {"{method: dpo, loss_type: [sigmoid, hinge], discopop_tau: 0.1}",
+       "training.discopop_tau: loss_type [sigmoid, hinge] does not read it (discopop does)"},
+      {"{method: dpo, loss_type: [sigmoid, sft], use_weighting: true}",
+       "training.use_weighting: WPO's weights with loss_type sft are not built"},
+      {"{method: dpo, ld_alpha: 1.5}", "training.ld_alpha: "},
+      {"{method: kto, loss_type: [kto, apo_zero_unpaired]}", "training.loss_type: kto trains one loss"},
+      {"{method: kto, loss_weights: [1.0]}", "training.loss_weights: applies to training.method dpo"},
+      {"{method: simpo, ld_alpha: 0.5}", "training.ld_alpha: applies to training.method dpo, not simpo"},
+      {"{method: orpo, use_weighting: true}", "training.use_weighting: applies to training.method dpo, not orpo"},
+  };
+  expect_refused(head, refused);
+  // sft with a divergence is allowed, as TRL allows it: it reads no ratio.
+  EXPECT_TRUE(load(head + "training: {method: dpo, loss_type: [sigmoid, sft], f_divergence_type: forward_kl}\n").ok());
 }
 
 // training.alpha: AlphaPO's reward shape under simpo, kept through the
 // resolved spec, refused elsewhere by name (pointing at LoRA's alpha) and
 // outside [-10, 10].
 TEST_F(SpecLoaderTest, AlphaIsSimposRewardShape) {
-  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
-  const std::string head =
-      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/pairs.jsonl}\n";
+  const std::string head = pairs_head();
   LoadedSpec s = load(head + "training: {method: simpo, alpha: -0.25}\n");
   ASSERT_TRUE(s.ok()) << errors(s);
   EXPECT_EQ(s.spec->training.alpha, -0.25);
@@ -884,9 +953,7 @@ TEST_F(SpecLoaderTest, AlphaIsSimposRewardShape) {
 // for every preference method, each row read alone (its own prompt ids) for
 // kto, as TRL's KTOTrainer reads them.
 TEST_F(SpecLoaderTest, PreferenceMethodsReadPairsAndKtoEachRowAlone) {
-  dir_.write("data/pairs.jsonl", "{\"prompt\": \"Q:\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n");
-  const std::string head =
-      "apiVersion: tailor/v1\nkind: TrainingJob\nmodel: {preset: gpt2}\ndata: {train: data/pairs.jsonl}\n";
+  const std::string head = pairs_head();
   for (const auto& [method, pairs, unpaired] :
        {std::tuple{"sft", false, false}, std::tuple{"dpo", true, false}, std::tuple{"orpo", true, false},
         std::tuple{"reward", true, false}, std::tuple{"kto", true, true}}) {

@@ -387,6 +387,15 @@ TEST(RanksTest, DpoOrpoAndRewardModelsTrainAndEvaluateLikeOneRank) {
   like_one_rank(run("orpo-one", 1, 0, orpo), run("orpo-two-z3", 2, 3, orpo),
                 {"loss", "nll_loss", "log_odds_ratio", "rewards/chosen", "logps/rejected"},
                 {"eval_loss", "eval_nll_loss", "eval_rewards/margins"}, "orpo");
+  // Two weighted dpo losses with WPO's weights and LD-DPO's split rows at
+  // ZeRO-3: the weights' pass of the head while the head is gathered, and
+  // each row split where its pair's shorter completion ends.
+  const std::string options =
+      " --set training.loss_type=[sigmoid,bco_pair] --set training.loss_weights=[1,0.5]"
+      " --set training.use_weighting=true --set training.ld_alpha=0.4";
+  like_one_rank(run("options-one", 1, 0, options), run("options-two-z3", 2, 3, options),
+                {"loss", "rewards/chosen", "rewards/margins", "logps/chosen"}, {"eval_loss", "eval_rewards/margins"},
+                "dpo with a weighted list, WPO and LD-DPO");
   // A reward model: its score head sharded with the last unit, the
   // extremes of the scores taken over the ranks.
   // (fp32 pinned: a CPU with bf16 in hardware would plan bf16 weights,

@@ -257,6 +257,26 @@ TEST(MemoryModelTest, LogitsScaleWithBatchSequenceAndVocabulary) {
   EXPECT_DOUBLE_EQ(static_cast<double>(estimate(a, s, 1024, 4).per_device.logits.count()), 4 * (one - slice) + slice);
 }
 
+// WPO's pass of the head: a slice of one row's logits, in the compute dtype
+// and cast to fp32, beside every row's logits at the end of forward. With
+// short rows in bf16 that is more than backward's one row of gradient (2
+// bytes a logit): the logits rise by 4 bytes a logit of one row. Long rows'
+// slices stay under that gradient: nothing changes.
+TEST(MemoryModelTest, WposHeadPassOutgrowsOneRowsGradientOnlyForShortRows) {
+  const dsl::ModelArch& a = arch("llama-3-8b");
+  Strategy s;
+  s.precision = Precision::kBf16;
+  s.pairs = true;
+  Strategy wpo = s;
+  wpo.head_pass = true;
+  const auto logits = [&](const Strategy& st, std::int64_t seq) {
+    return static_cast<double>(estimate(a, st, seq, 2).per_device.logits.count());
+  };
+  const double row = 64.0 * static_cast<double>(a.vocab);
+  EXPECT_DOUBLE_EQ(logits(wpo, 64) - logits(s, 64), 4.0 * row * MemoryConstants{}.logits_factor);
+  EXPECT_DOUBLE_EQ(logits(wpo, 1024), logits(s, 1024));
+}
+
 // The runtime profiles' inputs (strategies/runtime_profile.h), each alone.
 MemoryInput lora_input(const dsl::ModelArch& a, Quantization q) {
   MemoryInput in;

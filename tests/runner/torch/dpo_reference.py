@@ -75,6 +75,12 @@ same torch), on the CPU.
       The CASE "chat" trains nothing: DIR/chat_tokens.json holds the
       prompt_ids, chosen_ids and rejected_ids DPOTrainer makes of
       DIR/chat_pairs.jsonl with the folder's chat template.
+  dpo_reference.py options DIR CASES
+      for each case of the JSON file CASES, a list of {"name", "loss_type"
+      (a list), "micro", "accum"} with optionally "loss_weights", "ld_alpha"
+      and "use_weighting" (DPOConfig's keys of those names), trains DIR/base
+      with trl.DPOTrainer as `run` does and writes DIR/NAME.json as `run`
+      writes its file.
   dpo_reference.py kto_chat_tokens DIR
       writes DIR/kto_chat_tokens.json: the prompt_ids, completion_ids and
       label KTOTrainer makes of each record of DIR/chat_feedback.jsonl.
@@ -289,7 +295,7 @@ def trainer_args(scratch, micro, accum):
         dataloader_num_workers=0, disable_tqdm=True)
 
 
-def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
+def run(root, loss_type, micro, accum, out, label_smoothing=0.0, options=None):
     from transformers import AutoTokenizer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import DPOConfig, DPOTrainer
@@ -302,9 +308,12 @@ def run(root, loss_type, micro, accum, out, label_smoothing=0.0):
         if loss_type in METHODS:
             trainer = reference_free_trainer(loss_type, base, pairs, common, label_smoothing)
         else:
-            base_loss, _, f_divergence = loss_type.partition("+")
-            args = DPOConfig(loss_type=[base_loss], beta=0.1, label_smoothing=label_smoothing, max_length=None,
-                             f_divergence_type=f_divergence or "reverse_kl", **common)
+            extra = options or {}
+            base_loss, _, f_divergence = ("", "", "") if options else loss_type.partition("+")
+            args = DPOConfig(loss_type=extra.get("loss_type", [base_loss]), beta=0.1, label_smoothing=label_smoothing,
+                             max_length=None, f_divergence_type=f_divergence or "reverse_kl",
+                             loss_weights=extra.get("loss_weights"), ld_alpha=extra.get("ld_alpha"),
+                             use_weighting=extra.get("use_weighting", False), **common)
             trainer = DPOTrainer(model=base, ref_model=None, args=args, train_dataset=pairs,
                                  processing_class=AutoTokenizer.from_pretrained(base))
         # Both print each log line to stdout; log_history keeps them.
@@ -487,6 +496,18 @@ def main():
         return
     if len(sys.argv) == 5 and sys.argv[1] == "kto":
         kto(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
+    if len(sys.argv) == 4 and sys.argv[1] == "options":
+        with open(sys.argv[3]) as f:
+            cases = json.load(f)
+        for case in cases:
+            unknown = set(case) - {"name", "loss_type", "micro", "accum", "loss_weights", "ld_alpha", "use_weighting"}
+            if unknown or case["micro"] * case["accum"] != PAIRS_PER_STEP:
+                sys.exit(f"dpo_reference.py: bad case {case} (unknown keys {sorted(unknown)}, or MICRO * ACCUM "
+                         f"not {PAIRS_PER_STEP})")
+            options = {k: case[k] for k in ("loss_type", "loss_weights", "ld_alpha", "use_weighting") if k in case}
+            run(sys.argv[2], "+".join(case["loss_type"]), case["micro"], case["accum"],
+                os.path.join(sys.argv[2], case["name"] + ".json"), options=options)
         return
     if len(sys.argv) == 3 and sys.argv[1] == "kto_chat_tokens":
         kto_chat_tokens(sys.argv[2])
