@@ -118,6 +118,29 @@ Node Codec<Bytes>::write(Bytes v) {
   return Node::make_scalar(std::to_string(v.count()));
 }
 
+std::string foreign_key_hint(const std::string& path) {
+  // TRL's (DPOConfig, CPOConfig) and transformers' TrainingArguments names.
+  static const std::pair<const char*, const char*> kHints[] = {
+      {"training.rpo_alpha",
+       "TRL's rpo_alpha (before 1.0) is loss_type: [sigmoid, sft] with loss_weights: [1, rpo_alpha] here"},
+      {"training.simpo_gamma", "TRL's simpo_gamma is gamma here (training.method: simpo)"},
+      {"training.learning_rate", "transformers' learning_rate is lr here"},
+      {"training.num_train_epochs", "transformers' num_train_epochs is epochs here"},
+      {"training.max_grad_norm", "transformers' max_grad_norm is grad_clip here"},
+      {"training.lr_scheduler_type", "transformers' lr_scheduler_type is scheduler here"},
+      {"training.per_device_train_batch_size",
+       "transformers' per_device_train_batch_size is micro_batch_size here (or auto: the planner's choice)"},
+      {"training.gradient_accumulation_steps",
+       "accumulation follows from global_batch_size / (micro_batch_size x GPUs); set global_batch_size"},
+      {"training.max_length", "TRL's max_length is data.seq_len here"},
+      {"training.gradient_checkpointing", "gradient checkpointing is strategy.gradient_checkpointing here"},
+  };
+  for (const auto& [key, hint] : kHints) {
+    if (path == key) return hint;
+  }
+  return "";
+}
+
 void report_bad_choice(const Node& n, const std::string& path, const std::vector<std::string>& choices,
                        Diagnostics& d) {
   const std::string got = n.is_scalar() ? quote(n.scalar) : std::string(n.kind_name());

@@ -25,6 +25,12 @@ using Json = nlohmann::ordered_json;
 
 std::string join_path(const std::string& parent, const std::string& key);
 
+// What a key of another trainer (TRL's and transformers' arguments) is
+// called here, for its unknown-key error ("TRL's rpo_alpha is ..."), or
+// empty: a spelling's nearest key can mislead (rpo_alpha is not
+// cpo_alpha).
+std::string foreign_key_hint(const std::string& path);
+
 // ---- scalar parsing --------------------------------------------------------
 
 // Each returns nullopt after reporting a diagnostic at `n`.
@@ -332,7 +338,9 @@ void read_map(const Node& n, S& s, const std::vector<Field<S>>& table, const std
     const std::string p = join_path(path, e.key);
     if (field == nullptr) {
       std::string msg = "unknown key";
-      std::string hint = closest_match(e.key, keys);
+      const std::string foreign = foreign_key_hint(p);
+      std::string hint = foreign.empty() ? closest_match(e.key, keys) : "";
+      if (!foreign.empty()) msg += "; " + foreign;
       if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
       d.error(e.key_location, p, msg);
       continue;

@@ -925,6 +925,27 @@ TEST_F(SpecLoaderTest, LossListsLdAlphaAndWeightingAreDposKeys) {
   EXPECT_TRUE(load(head + "training: {method: dpo, loss_type: [sigmoid, sft], f_divergence_type: forward_kl}\n").ok());
 }
 
+// Keys of TRL's and transformers' arguments name what they are called
+// here, instead of the nearest spelling (rpo_alpha's is cpo_alpha, a
+// simpo key).
+TEST_F(SpecLoaderTest, AnotherTrainersKeyNamesItsTailorEquivalent) {
+  const std::string head = pairs_head();
+  const std::pair<const char*, const char*> refused[] = {
+      {"{method: dpo, rpo_alpha: 1.0}",
+       "training.rpo_alpha: unknown key; TRL's rpo_alpha (before 1.0) is loss_type: [sigmoid, sft] with "
+       "loss_weights: [1, rpo_alpha] here"},
+      {"{method: simpo, simpo_gamma: 0.5}", "training.simpo_gamma: unknown key; TRL's simpo_gamma is gamma here"},
+      {"{learning_rate: 1e-4}", "training.learning_rate: unknown key; transformers' learning_rate is lr here"},
+      {"{gradient_accumulation_steps: 4}",
+       "training.gradient_accumulation_steps: unknown key; accumulation follows from global_batch_size"},
+  };
+  expect_refused(head, refused);
+  const LoadedSpec s = load(head + "training: {method: dpo, rpo_alpha: 1.0}\n");
+  EXPECT_EQ(errors(s).find("did you mean"), std::string::npos) << errors(s);
+  // Another unknown key still gets its nearest spelling.
+  EXPECT_NE(errors(load(head + "training: {lrr: 1e-4}\n")).find("did you mean 'lr'?"), std::string::npos);
+}
+
 // training.alpha: AlphaPO's reward shape under simpo, kept through the
 // resolved spec, refused elsewhere by name (pointing at LoRA's alpha) and
 // outside [-10, 10].
