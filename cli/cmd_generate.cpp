@@ -10,7 +10,8 @@
 namespace tailor::cli {
 namespace {
 
-constexpr const char* kGenerateHelp = R"(usage: tailor generate MODEL_DIR|JOB_ID [OPTIONS] (--prompt TEXT | --prompt-file FILE |
+constexpr const char* kGenerateHelp =
+    R"(usage: tailor generate MODEL_DIR|JOB_ID [OPTIONS] (--prompt TEXT | --prompt-file FILE |
        --messages FILE | --prompt-ids IDS)
 
 Generates text with a trained model on this machine, streaming the
@@ -34,6 +35,14 @@ options:
   --top-p P            nucleus sampling, in (0, 1] (default 1)
   --top-k K            sample from the K most likely (default 0: all)
   --seed S             the sampler's seed (default 0)
+  --repetition-penalty R
+                       transformers' repetition_penalty over the prompt and
+                       what was generated (> 0; default 1: off)
+  --presence-penalty P OpenAI's presence_penalty over what was generated
+                       ([-2, 2]; default 0)
+  --frequency-penalty F
+                       OpenAI's frequency_penalty over what was generated
+                       ([-2, 2]; default 0)
   --stop-id ID         also stop at this token id (repeatable); the model's
                        EOS ids and its template's end-of-turn token always stop
   --device DEV         auto (default), cpu, cuda or cuda:N
@@ -44,10 +53,13 @@ options:
   --quiet              no summary on stderr
 )";
 
+// clang-format off
 const std::vector<FlagSpec> kRunnerFlags = {
-    {"adapter", true},    {"prompt", true}, {"prompt-file", true}, {"messages", true}, {"prompt-ids", true}, {"max-tokens", true},
-    {"temperature", true}, {"top-p", true},  {"top-k", true},    {"seed", true},       {"stop-id", true, true},
+    {"adapter", true},    {"prompt", true}, {"prompt-file", true}, {"messages", true}, {"prompt-ids", true},
+    {"max-tokens", true}, {"temperature", true}, {"top-p", true},  {"top-k", true},    {"seed", true},
+    {"stop-id", true, true}, {"repetition-penalty", true}, {"presence-penalty", true}, {"frequency-penalty", true},
     {"device", true},     {"dtype", true},  {"threads", true},  {"output", true},     {"quiet", false}};
+// clang-format on
 
 }  // namespace
 

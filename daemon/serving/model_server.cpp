@@ -24,9 +24,10 @@ const char* const kServeHelp = R"(usage: tailord serve MODEL [OPTIONS]     (tail
 
 Serves one model on OpenAI's completions API: POST /v1/completions (prompt
 as text or token ids, max_tokens, temperature, top_p, top_k, seed, stop,
-echo, logprobs; max_tokens 0 with echo and logprobs scores a text), POST
+presence/frequency/repetition_penalty, echo, logprobs; max_tokens 0 with echo and logprobs scores a text), POST
 /v1/chat/completions (messages rendered with the model's chat template;
-max_tokens, temperature, top_p, top_k, seed, stop, stream), GET /v1/models
+max_tokens, temperature, top_p, top_k, seed, stop, the penalties, stream),
+GET /v1/models
 and GET /healthz. lm-eval runs against it as it is:
   lm_eval --model local-completions --tasks TASKS --model_args \
     base_url=http://127.0.0.1:8000/v1/completions,tokenizer_backend=huggingface,tokenizer=MODEL

@@ -24,7 +24,7 @@ const std::vector<std::string>& known_chat_fields() {
   static const std::vector<std::string> fields = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop",
       "n", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-      "logit_bias", "tools", "tool_choice", "response_format", "user"};
+      "repetition_penalty", "logit_bias", "tools", "tool_choice", "response_format", "user"};
   // clang-format on
   return fields;
 }
@@ -81,8 +81,6 @@ std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const Compl
            {"n", 1, "only 1 choice is generated"},
            {"logprobs", false, "log-probabilities are served by /v1/completions (logprobs, echo), not here"},
            {"top_logprobs", 0, "log-probabilities are served by /v1/completions (logprobs, echo), not here"},
-           {"presence_penalty", 0, "penalties are not applied, so only 0 is accepted"},
-           {"frequency_penalty", 0, "penalties are not applied, so only 0 is accepted"},
            {"logit_bias", Json::object(), "logit biases are not applied"},
            {"tools", Json::array(), "tools are not served: no tool calls are read from the model's text"},
            {"tool_choice", "none", "tools are not served: no tool calls are read from the model's text"},

@@ -21,9 +21,25 @@ using namespace openai;
 using Ids = std::vector<std::int32_t>;
 
 const std::vector<std::string>& known_completion_fields() {
-  static const std::vector<std::string> fields = {
-      "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "echo", "logprobs",
-      "n", "best_of", "stream", "presence_penalty", "frequency_penalty", "logit_bias", "suffix", "user"};
+  static const std::vector<std::string> fields = {"model",
+                                                  "prompt",
+                                                  "max_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "seed",
+                                                  "stop",
+                                                  "echo",
+                                                  "logprobs",
+                                                  "n",
+                                                  "best_of",
+                                                  "stream",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "repetition_penalty",
+                                                  "logit_bias",
+                                                  "suffix",
+                                                  "user"};
   return fields;
 }
 
@@ -88,8 +104,6 @@ std::variant<CompletionRequest, Problem> parse_completion_request(const Json& j,
            {"n", 1, "only 1 completion per prompt is generated"},
            {"best_of", 1, "only 1 completion per prompt is generated"},
            {"stream", false, "streamed responses are not served; ask without stream"},
-           {"presence_penalty", 0, "penalties are not applied, so only 0 is accepted"},
-           {"frequency_penalty", 0, "penalties are not applied, so only 0 is accepted"},
            {"logit_bias", Json::object(), "logit biases are not applied"},
            {"suffix", "", "insertion (a suffix) is not served"}}) {
     if (auto bad = refuse_unless(j, key, off, why)) return *bad;

@@ -8,11 +8,13 @@
 // Read from the request: prompt (a string, a list of strings, a list of
 // token ids, or a list of such lists), max_tokens (default 16), temperature
 // (default 1, OpenAI's; 0 is greedy), top_p, top_k (0 or -1: every token),
-// seed (default: drawn at random), stop (a string or a list), echo,
-// logprobs (the alternatives kept per position, at most `max_logprobs`),
-// and model and user, which change nothing. n and best_of other than 1,
-// stream, non-zero penalties, logit_bias, suffix and any other field are
-// refused by name, never ignored.
+// seed (default: drawn at random), stop (a string or a list),
+// presence_penalty, frequency_penalty and vLLM's repetition_penalty, echo,
+// logprobs (the alternatives kept per position, at most `max_logprobs`,
+// from the model's logits before penalties and temperature), and model and
+// user, which change nothing. n and best_of other than 1, stream,
+// logit_bias, suffix and any other field are refused by name, never
+// ignored.
 #pragma once
 
 #include <cstdint>

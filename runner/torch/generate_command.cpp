@@ -50,6 +50,18 @@ options:
   --top-k K            sample from the K most likely tokens (default 0: all)
   --seed S             the sampler's seed (default 0): the same seed gives
                        the same tokens on the same device
+  --repetition-penalty R
+                       divide the positive logits (multiply the negative
+                       ones) of every token in the prompt or generated so
+                       far by R, as transformers' repetition_penalty does:
+                       > 0, 1 (default) is off, 1.1-1.3 is usual
+  --presence-penalty P subtract P from the logit of every token generated
+                       so far, as OpenAI's presence_penalty: in [-2, 2],
+                       default 0
+  --frequency-penalty F
+                       subtract F times the times each token was generated
+                       so far, as OpenAI's frequency_penalty: in [-2, 2],
+                       default 0
   --stop-id ID         also stop at this token id (repeatable). Generation
                        stops at the model's EOS ids (generation_config.json,
                        config.json, the tokenizer) and at the token its chat
@@ -138,6 +150,9 @@ Result<SamplingOptions> sampling_of(const Args& args) {
   TAILOR_ASSIGN_OR_RETURN(so.top_k, integer_of("top-k", args.get("top-k", "0")));
   TAILOR_ASSIGN_OR_RETURN(const std::int64_t seed, integer_of("seed", args.get("seed", "0")));
   so.seed = static_cast<std::uint64_t>(seed);
+  TAILOR_ASSIGN_OR_RETURN(so.repetition_penalty, number_of("repetition-penalty", args.get("repetition-penalty", "1")));
+  TAILOR_ASSIGN_OR_RETURN(so.presence_penalty, number_of("presence-penalty", args.get("presence-penalty", "0")));
+  TAILOR_ASSIGN_OR_RETURN(so.frequency_penalty, number_of("frequency-penalty", args.get("frequency-penalty", "0")));
   for (const std::string& id : args.all("stop-id")) {
     TAILOR_ASSIGN_OR_RETURN(const std::int64_t v, integer_of("stop-id", id));
     so.stop_ids.push_back(static_cast<std::int32_t>(v));
@@ -235,13 +250,27 @@ Json result_json(const ModelSources& sources, const InferenceDevice& device, con
 int run_generate_command(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   const ModelCommand command{"generate", kGenerateHelp, out, err};
   int exit_code = kModelCommandOk;
-  const auto parsed = command.parse(
-      argv,
-      {{"adapter", true},     {"prompt", true}, {"prompt-file", true}, {"messages", true}, {"prompt-ids", true},
-       {"max-tokens", true},  {"temperature", true}, {"top-p", true},  {"top-k", true},    {"seed", true},
-       {"stop-id", true, true}, {"device", true}, {"dtype", true},    {"threads", true},  {"output", true},
-       {"quiet", false}},
-      exit_code);
+  const auto parsed = command.parse(argv,
+                                    {{"adapter", true},
+                                     {"prompt", true},
+                                     {"prompt-file", true},
+                                     {"messages", true},
+                                     {"prompt-ids", true},
+                                     {"max-tokens", true},
+                                     {"temperature", true},
+                                     {"top-p", true},
+                                     {"top-k", true},
+                                     {"seed", true},
+                                     {"repetition-penalty", true},
+                                     {"presence-penalty", true},
+                                     {"frequency-penalty", true},
+                                     {"stop-id", true, true},
+                                     {"device", true},
+                                     {"dtype", true},
+                                     {"threads", true},
+                                     {"output", true},
+                                     {"quiet", false}},
+                                    exit_code);
   if (!parsed) return exit_code;
   const Args& args = *parsed;
   const int prompts = int(args.has("prompt")) + int(args.has("prompt-file")) + int(args.has("messages")) +

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <tuple>
+#include <utility>
 
 namespace tailor::runner {
 namespace {
@@ -33,6 +35,34 @@ std::int32_t choose(const Tensor& logits, const SamplingOptions& o, at::Generato
   }
   const std::int64_t pick = torch::multinomial(probs / probs.sum(), 1, /*replacement=*/false, gen).item<std::int64_t>();
   return static_cast<std::int32_t>(order[pick].item<std::int64_t>());
+}
+
+// What the penalties read: which tokens the prompt and the generated ones
+// hold, and how many times each was generated (V each, fp32 on the CPU).
+struct Seen {
+  Tensor any, generated;
+  Seen(const std::vector<std::int32_t>& prompt, std::int64_t vocab)
+      : any(torch::zeros({vocab}, torch::kFloat32)), generated(torch::zeros({vocab}, torch::kFloat32)) {
+    any.index_fill_(0, torch::tensor(std::vector<std::int64_t>(prompt.begin(), prompt.end()), torch::kInt64), 1.0);
+  }
+  void add(std::int32_t id) {
+    any[id] = 1.0;
+    generated[id] += 1.0;
+  }
+};
+
+// `logits` with the options' penalties (a copy; the model's logits stay
+// for scoring).
+Tensor penalised(const Tensor& logits, const SamplingOptions& o, const Seen& seen) {
+  Tensor z = logits;
+  if (o.repetition_penalty != 1.0) {
+    const Tensor repeated = seen.any.gt(0);
+    z = torch::where(repeated, torch::where(z < 0, z * o.repetition_penalty, z / o.repetition_penalty), z);
+  }
+  if (o.frequency_penalty != 0 || o.presence_penalty != 0) {
+    z = z - seen.generated * o.frequency_penalty - seen.generated.gt(0).to(torch::kFloat32) * o.presence_penalty;
+  }
+  return z;
 }
 
 // Rows of log-probabilities (R, V) fp32 on the CPU: each row's `targets`
@@ -90,6 +120,17 @@ Status check_sampling(const SamplingOptions& o, std::int64_t min_new_tokens) {
     return Status::invalid_argument("top-p must be in (0, 1], got " + std::to_string(o.top_p));
   }
   if (o.top_k < 0) return Status::invalid_argument("top-k must be 0 (off) or positive, got " + std::to_string(o.top_k));
+  if (!std::isfinite(o.repetition_penalty) || o.repetition_penalty <= 0) {
+    return Status::invalid_argument("repetition penalty must be positive (1 is off), got " +
+                                    std::to_string(o.repetition_penalty));
+  }
+  for (const auto& [name, value] :
+       {std::pair{"presence", o.presence_penalty}, std::pair{"frequency", o.frequency_penalty}}) {
+    if (!(value >= -2.0 && value <= 2.0)) {
+      return Status::invalid_argument(std::string(name) + " penalty must be in [-2, 2] (0 is off), got " +
+                                      std::to_string(value));
+    }
+  }
   return Status::ok();
 }
 
@@ -125,10 +166,13 @@ Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& pro
     auto hidden = model->hidden_states_cached(input, cache);
     if (!hidden.is_ok()) return hidden.status();
     if (scoring.prompt) score_prompt(model, *hidden, prompt, scoring.top, out.prompt_scores);
+    std::optional<Seen> seen;
+    if (o.penalised()) seen.emplace(prompt, arch.vocab);
     while (static_cast<std::int64_t>(out.ids.size()) < budget) {
       // Only the last position's logits: the prompt's others are never read.
       const Tensor logits = model->logits(hidden->select(1, -1))[0].to(torch::kCPU, torch::kFloat32);
-      const std::int32_t id = choose(logits, o, gen);
+      const std::int32_t id = choose(seen ? penalised(logits, o, *seen) : logits, o, gen);
+      if (seen) seen->add(id);
       if (scoring.generated) score_rows(torch::log_softmax(logits, -1).unsqueeze(0), {id}, scoring.top, out.scores);
       if (out.ids.empty()) {
         out.prompt_seconds = seconds_since(start);

@@ -27,6 +27,18 @@ struct SamplingOptions {
   std::int64_t top_k = 0;             // 0: every token; else the k most likely
   std::uint64_t seed = 0;             // the sampler's generator (same seed, same tokens on the same device)
   std::vector<std::int32_t> stop_ids; // generation ends after producing one of these (it is kept)
+  // transformers' RepetitionPenaltyLogitsProcessor (Keskar et al. 2019,
+  // CTRL, Eq. 3 as transformers applies it): each token of the prompt or
+  // generated so far has its logit divided by it where positive, multiplied
+  // where negative. 1 is off; > 0.
+  double repetition_penalty = 1.0;
+  // OpenAI's penalties (its API reference's "frequency and presence
+  // penalties"): logit[j] -= c[j] * frequency_penalty + (c[j] > 0) *
+  // presence_penalty, c[j] the times token j was generated so far (the
+  // prompt not counted, as vLLM counts). 0 is off; each in [-2, 2].
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  bool penalised() const { return repetition_penalty != 1.0 || presence_penalty != 0 || frequency_penalty != 0; }
 };
 
 // InvalidArgument naming the option and its range; max_new_tokens must be
@@ -34,8 +46,8 @@ struct SamplingOptions {
 Status check_sampling(const SamplingOptions& o, std::int64_t min_new_tokens = 1);
 
 // What to score besides generating: log-probabilities are the log-softmax
-// of the model's logits in fp32, before any temperature (what OpenAI's
-// completions report as logprobs).
+// of the model's logits in fp32, before any penalty or temperature (what
+// OpenAI's completions report as logprobs; vLLM's raw log-probabilities).
 struct Scoring {
   bool prompt = false;     // each prompt token after the first, given those before it
   bool generated = false;  // each generated token

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <utility>
 
 #include "core/text.h"
 #include "runner/data/text_stream.h"
@@ -77,6 +78,15 @@ std::optional<Problem> read_sampling(const Json& j, Sampling& s) {
   if (!(s.top_p > 0 && s.top_p <= 1)) return Problem{"top_p", "top_p: expected a number in (0, 1]"};
   if (auto bad = read_integer(j, "top_k", -1, INT32_MAX, s.top_k)) return bad;
   s.top_k = std::max<std::int64_t>(s.top_k, 0);  // vLLM's -1 and 0 both mean every token
+  for (const auto& [key, value] :
+       {std::pair{"presence_penalty", &s.presence_penalty}, std::pair{"frequency_penalty", &s.frequency_penalty}}) {
+    if (auto bad = read_number(j, key, *value)) return bad;
+    if (!(*value >= -2.0 && *value <= 2.0)) return Problem{key, std::string(key) + ": expected a number in [-2, 2]"};
+  }
+  if (auto bad = read_number(j, "repetition_penalty", s.repetition_penalty)) return bad;
+  if (!(s.repetition_penalty > 0) || !std::isfinite(s.repetition_penalty)) {
+    return Problem{"repetition_penalty", "repetition_penalty: expected a positive number (1 is off)"};
+  }
   std::int64_t seed = 0;
   if (auto bad = read_integer(j, "seed", 0, INT64_MAX, seed)) return bad;
   if (j.contains("seed") && !j["seed"].is_null()) s.seed = static_cast<std::uint64_t>(seed);
@@ -110,6 +120,9 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
   so.temperature = s.temperature;
   so.top_p = s.top_p;
   so.top_k = s.top_k;
+  so.presence_penalty = s.presence_penalty;
+  so.frequency_penalty = s.frequency_penalty;
+  so.repetition_penalty = s.repetition_penalty;
   so.seed = seed;
   so.stop_ids = m.stop_ids;
   data::TextStream stream(*m.tokenizer);

@@ -43,12 +43,15 @@ std::optional<Problem> read_optional_string(const Json& j, const char* key);
 // A field Tailor does not implement, accepted only at the value that means "off".
 std::optional<Problem> refuse_unless(const Json& j, const char* key, const Json& off, const std::string& why);
 
-// temperature (>= 0), top_p (0, 1], top_k (-1 and 0: every token), seed and
-// stop (a string or up to 16 non-empty ones), with OpenAI's defaults.
+// temperature (>= 0), top_p (0, 1], top_k (-1 and 0: every token), seed,
+// stop (a string or up to 16 non-empty ones), presence_penalty and
+// frequency_penalty ([-2, 2]) with OpenAI's defaults, and vLLM's
+// repetition_penalty (> 0, default 1: off); generation.h applies them.
 struct Sampling {
   double temperature = 1.0;
   double top_p = 1.0;
   std::int64_t top_k = 0;
+  double presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1.0;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
 };

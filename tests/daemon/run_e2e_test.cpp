@@ -354,8 +354,10 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAIC
 
   // Refused before anything runs: a bad body (400 naming the field), an
   // unknown job (404), a read-only token (403).
-  for (const char* body : {R"({"prompt": "x", "max_tokens": 0})", R"({"prompt": "x", "messages": []})",
-                           R"({"prompt": "x", "top_p": 0})", R"({"prompt": "x", "colour": 1})", "[]"}) {
+  for (const char* body :
+       {R"({"prompt": "x", "max_tokens": 0})", R"({"prompt": "x", "messages": []})", R"({"prompt": "x", "top_p": 0})",
+        R"({"prompt": "x", "colour": 1})", R"({"prompt": "x", "presence_penalty": 3})",
+        R"({"prompt": "x", "repetition_penalty": 0})", "[]"}) {
     const auto bad = d.post("/v1/jobs/" + id + "/generate", body, "application/json");
     EXPECT_EQ(bad.status, 400) << body << " -> " << bad.body;
   }
@@ -403,6 +405,18 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAIC
   const json& lp = completion["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"].size(), completion["usage"]["total_tokens"].get<std::size_t>());
   EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  // Penalties reach both routes' generation alike.
+  const std::string penalties = R"("repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.5)";
+  const auto penalised = d.post("/v1/jobs/" + id + "/generate",
+                                R"({"prompt": "The", "max_tokens": 6, )" + penalties + "}", "application/json");
+  ASSERT_EQ(penalised.status, 200) << penalised.body;
+  const json penalised_done = sse_events(penalised.body).back().second;
+  ASSERT_TRUE(penalised_done.contains("text")) << penalised.body;
+  const auto pc =
+      d.post("/v1/jobs/" + id + "/completions",
+             R"({"prompt": "The", "max_tokens": 6, "temperature": 0, )" + penalties + "}", "application/json");
+  ASSERT_EQ(pc.status, 200) << pc.body;
+  EXPECT_EQ(pc.json()["choices"][0]["text"], penalised_done["text"]);
   // The model stays loaded for the next request; what it does not compute
   // is refused in OpenAI's shape, naming the field.
   const auto n2 = d.post("/v1/jobs/" + id + "/completions", R"({"prompt": "The", "n": 2})", "application/json");

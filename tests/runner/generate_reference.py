@@ -9,7 +9,13 @@ project's .venv (transformers and PEFT on the same torch).
       with non-zero B whose base_model_name_or_path is base/) and
       reference.json: a 12-token prompt and transformers' greedy generate() of
       64 tokens with the base and with the adapter, with each step's margin
-      between the two largest logits (a near tie may go either way in fp32).
+      between the two largest logits (a near tie may go either way in fp32);
+      and the base's greedy tokens with penalties: "repetition" with
+      repetition_penalty 1.3, "openai" with repetition_penalty 1.2 and
+      OpenAI's presence_penalty 0.7 and frequency_penalty 0.4 (a logits
+      processor after transformers' own, as OpenAI's API reference gives
+      the formula: logit[j] -= c[j] * frequency + (c[j] > 0) * presence, c[j]
+      the times j was generated so far).
   generate_reference.py chat DIR
       DIR/ gets a Qwen2-style model with a trained byte-level BPE tokenizer and
       a ChatML template in tokenizer_config.json (EOS <|im_end|>),
@@ -37,11 +43,28 @@ def tiny_model(cfg):
     return hf.base_model(cfg=cfg, weight_scale=4.0)
 
 
-def greedy(model, ids, eos=None):
+class OpenAIPenalties:
+    """OpenAI's presence and frequency penalties over the tokens generated after the first `prompt_length`."""
+
+    def __init__(self, prompt_length, presence, frequency):
+        self.prompt_length, self.presence, self.frequency = prompt_length, presence, frequency
+
+    def __call__(self, input_ids, scores):
+        generated = input_ids[:, self.prompt_length:]
+        counts = torch.zeros_like(scores).scatter_add_(1, generated, torch.ones_like(generated, dtype=scores.dtype))
+        return scores - counts * self.frequency - (counts > 0).to(scores.dtype) * self.presence
+
+
+def greedy(model, ids, eos=None, **penalties):
+    from transformers import LogitsProcessorList
+    processors = LogitsProcessorList()
+    if "presence_penalty" in penalties:
+        processors.append(OpenAIPenalties(ids.size(1), penalties.pop("presence_penalty"),
+                                          penalties.pop("frequency_penalty")))
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
                              do_sample=False, output_scores=True, return_dict_in_generate=True,
-                             eos_token_id=eos, pad_token_id=0)
+                             eos_token_id=eos, pad_token_id=0, logits_processor=processors, **penalties)
     new = out.sequences[0, ids.size(1):].tolist()
     margins = []
     for s in out.scores:
@@ -71,6 +94,9 @@ def make(root, family):
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, attn_implementation="eager").eval()
     ids = torch.randint(3, cfg["vocab_size"], (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(5))
     base_ids, base_margins = greedy(model, ids)
+    repetition_ids, repetition_margins = greedy(model, ids, repetition_penalty=1.3)
+    openai_ids, openai_margins = greedy(model, ids, repetition_penalty=1.2, presence_penalty=0.7,
+                                        frequency_penalty=0.4)
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=hf.TARGETS.get(family, hf.LLAMA_TARGETS),
                       init_lora_weights=False, task_type="CAUSAL_LM")
     peft_model = get_peft_model(model, lora).eval()
@@ -82,7 +108,9 @@ def make(root, family):
     adapter_ids, adapter_margins = greedy(peft_model, ids)
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump({"prompt": ids[0].tolist(), "base": base_ids, "base_margins": base_margins,
-                   "adapter": adapter_ids, "adapter_margins": adapter_margins}, f)
+                   "adapter": adapter_ids, "adapter_margins": adapter_margins,
+                   "repetition": repetition_ids, "repetition_margins": repetition_margins,
+                   "openai": openai_ids, "openai_margins": openai_margins}, f)
 
 
 def chat(root):

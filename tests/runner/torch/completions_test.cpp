@@ -120,6 +120,37 @@ TEST_F(CompletionsTest, StopSequencesSeedsAndBatchesBehaveAsOpenAIs) {
   EXPECT_EQ(batch["choices"][0]["text"], "Once upon a time" + whole);
 }
 
+// presence_penalty, frequency_penalty and repetition_penalty reach
+// generation: the text is the one generation.h gives with them (whose
+// tokens generation_test.cpp checks against transformers), and not the
+// unpenalised one.
+TEST_F(CompletionsTest, PenaltiesGenerateAsGenerationDoesWithThem) {
+  const std::string text = "Once upon a time";
+  auto [status, body] = ask({{"prompt", text},
+                             {"max_tokens", 24},
+                             {"temperature", 0},
+                             {"presence_penalty", 0.5},
+                             {"frequency_penalty", 0.5},
+                             {"repetition_penalty", 1.3}});
+  ASSERT_EQ(status, 200) << body;
+  auto prompt = prompt_ids_of_text(*model_, text);
+  ASSERT_TRUE(prompt.is_ok());
+  SamplingOptions o;
+  o.max_new_tokens = 24;
+  o.stop_ids = model_->stop_ids;
+  auto plain = generate(model_->model, *prompt, o);
+  o.presence_penalty = 0.5;
+  o.frequency_penalty = 0.5;
+  o.repetition_penalty = 1.3;
+  auto penalised = generate(model_->model, *prompt, o);
+  ASSERT_TRUE(plain.is_ok() && penalised.is_ok());
+  EXPECT_NE(plain->ids, penalised->ids);
+  std::vector<std::int32_t> ids = penalised->ids;
+  if (penalised->stopped) ids.pop_back();  // a final stop id is not text
+  EXPECT_EQ(body["choices"][0]["text"], model_->tokenizer->decode(ids));
+  EXPECT_EQ(body["usage"]["completion_tokens"], ids.size());
+}
+
 TEST_F(CompletionsTest, WhatIsNotServedIsRefusedByName) {
   const int context = static_cast<int>(model_->model->arch().max_seq_len);
   const int vocab = static_cast<int>(model_->model->arch().vocab);
@@ -127,7 +158,8 @@ TEST_F(CompletionsTest, WhatIsNotServedIsRefusedByName) {
       {{{"prompt", "x"}, {"frobnicate", 1}}, "unknown field \"frobnicate\""},
       {{{"prompt", "x"}, {"n", 2}}, "n: only 1"},
       {{{"prompt", "x"}, {"stream", true}}, "stream: "},
-      {{{"prompt", "x"}, {"presence_penalty", 0.5}}, "presence_penalty: "},
+      {{{"prompt", "x"}, {"presence_penalty", 2.5}}, "presence_penalty: expected a number in [-2, 2]"},
+      {{{"prompt", "x"}, {"repetition_penalty", 0}}, "repetition_penalty: expected a positive number"},
       {{{"prompt", "x"}, {"logit_bias", {{"5", 1}}}}, "logit_bias: "},
       {{{"prompt", "x"}, {"logprobs", 21}}, "logprobs: expected an integer from 0 to 20"},
       {{{"prompt", "x"}, {"max_tokens", 5000}}, "max_tokens: expected an integer from 0 to 4096"},

@@ -2,7 +2,7 @@
 // and PEFT on tiny random models of every family (generate_reference.py in
 // .venv): greedy ids equal with and without an adapter, through the KV
 // cache, fused and materialised attention, sliding windows and Gemma's
-// caps; a chat model's prompt rendered and its text decoded as
+// caps, and under repetition, presence and frequency penalties; a chat model's prompt rendered and its text decoded as
 // transformers does, through the tailor-runner and tailor commands;
 // seeded sampling, stop ids and bad input.
 #include <gtest/gtest.h>
@@ -99,8 +99,30 @@ TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters
     const std::size_t adapter_steps =
         agree(with_adapter->ids, ids_of(ref["adapter"]), ref["adapter_margins"].get<std::vector<double>>());
     EXPECT_NE(ref["base"], ref["adapter"]);  // the adapter changes what is generated
-    std::printf("%-12s greedy: base %zu/64 steps equal transformers', adapter %zu/64 equal PEFT's\n", family.c_str(),
-                base_steps, adapter_steps);
+
+    // Penalties: transformers' repetition_penalty alone, then with
+    // OpenAI's presence and frequency penalties after it.
+    SamplingOptions repetition = greedy();
+    repetition.repetition_penalty = 1.3;
+    auto repeated = generate(base->model, prompt, repetition);
+    ASSERT_TRUE(repeated.is_ok()) << repeated.status().message();
+    const std::size_t repetition_steps =
+        agree(repeated->ids, ids_of(ref["repetition"]), ref["repetition_margins"].get<std::vector<double>>());
+    SamplingOptions openai = greedy();
+    openai.repetition_penalty = 1.2;
+    openai.presence_penalty = 0.7;
+    openai.frequency_penalty = 0.4;
+    auto penalised = generate(base->model, prompt, openai);
+    ASSERT_TRUE(penalised.is_ok()) << penalised.status().message();
+    const std::size_t openai_steps =
+        agree(penalised->ids, ids_of(ref["openai"]), ref["openai_margins"].get<std::vector<double>>());
+    // Each changes what is generated.
+    EXPECT_NE(ref["base"], ref["repetition"]);
+    EXPECT_NE(ref["repetition"], ref["openai"]);
+    std::printf(
+        "%-12s greedy: base %zu/64 steps equal transformers', adapter %zu/64 equal PEFT's, "
+        "repetition_penalty %zu/64, with presence and frequency penalties %zu/64\n",
+        family.c_str(), base_steps, adapter_steps, repetition_steps, openai_steps);
   }
 }
 
@@ -191,13 +213,19 @@ TEST(GenerationTest, SamplingIsSeededAndTopKOfOneIsGreedy) {
   ASSERT_TRUE(k1.is_ok());
   agree(k1->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
 
-  for (auto [field, value] : {std::pair<const char*, double>{"temperature", -1}, {"top-p", 0}, {"top-p", 1.5}}) {
+  for (auto [field, value] : {std::pair<const char*, double>{"temperature", -1},
+                              {"top-p", 0},
+                              {"top-p", 1.5},
+                              {"repetition penalty", 0},
+                              {"presence penalty", 2.5},
+                              {"frequency penalty", -3}}) {
     SamplingOptions bad = greedy();
-    if (std::string(field) == "temperature") {
-      bad.temperature = value;
-    } else {
-      bad.top_p = value;
-    }
+    const std::string f = field;
+    if (f == "temperature") bad.temperature = value;
+    if (f == "top-p") bad.top_p = value;
+    if (f == "repetition penalty") bad.repetition_penalty = value;
+    if (f == "presence penalty") bad.presence_penalty = value;
+    if (f == "frequency penalty") bad.frequency_penalty = value;
     const Status s = check_sampling(bad);
     EXPECT_FALSE(s.is_ok());
     EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
