@@ -46,6 +46,7 @@ int run_run(const Argv& args, Streams io);
 int run_calibration(const Argv& args, Streams io);
 // `tailor data preview`: runs tailor-data with these arguments.
 int run_data(const Argv& args, Streams io);
+int run_cache(const Argv& args, Streams io);
 // `tailor generate`: runs `tailor-runner generate`, a job id resolved first.
 int run_generate(const Argv& args, Streams io);
 // `tailor serve`: runs `tailord serve`, a job id resolved first.

@@ -19,6 +19,7 @@ constexpr Command kCommands[] = {
     {"run", "Plan and train a job in the foreground on this machine", run_run},
     {"calibration", "This machine's measured against predicted peaks and speeds (show, reset)", run_calibration},
     {"data", "A job's data: rendered examples and what is trained (preview), lengths (stats)", run_data},
+    {"cache", "Tokenized data and DPO references cached on this machine (show, prune, clear)", run_cache},
     {"generate", "Generate text with a trained model or a finished job's (streamed)", run_generate},
     {"serve", "Serve a trained model on OpenAI's completions and chat completions APIs", run_serve},
     {"export", "Write a trained model as one Hugging Face folder, its adapter merged", run_export},

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dsl/spec_loader.h"
+#include "runner/cache_command.h"
 #include "runner/data/file_io.h"
 #include "runner/data/preview.h"
 #include "runner/protocol/launch_env.h"
@@ -63,6 +64,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string command = args[0];
+  // `tailor cache`: the cache folder, not a job's data.
+  if (command == "cache")
+    return tailor::runner::run_cache_command({args.begin() + 1, args.end()}, std::cout, std::cerr);
   if (command != "preview" && command != "stats") {
     return usage("unknown command '" + command + "' (the commands are preview and stats)");
   }

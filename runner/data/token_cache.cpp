@@ -265,6 +265,51 @@ std::string default_token_cache_dir() {
   return {};
 }
 
+Result<TokenCacheEntryInfo> read_token_cache_entry_info(const std::string& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::invalid_argument("cannot open: " + errno_text(errno));
+  unsigned char header[kHeaderBytes];
+  std::string key;
+  const auto read_at = [&](void* to, std::size_t n, off_t at) {
+    return ::pread(fd, to, n, at) == static_cast<ssize_t>(n);
+  };
+  const bool header_read = read_at(header, sizeof header, 0);
+  const std::uint64_t key_bytes = header_read ? get_le(header + 16, 8) : 0;
+  // A key is text of settings and a chat template: far below this.
+  const bool key_sane = key_bytes <= (std::uint64_t{64} << 20);
+  if (header_read && key_sane) {
+    key.resize(static_cast<std::size_t>(key_bytes));
+    if (!read_at(key.data(), key.size(), static_cast<off_t>(kHeaderBytes))) key.clear();
+  }
+  ::close(fd);
+  if (!header_read) return Status::invalid_argument("truncated: shorter than the 64-byte header");
+  if (std::memcmp(header, kMagic, sizeof kMagic) != 0) return Status::invalid_argument("not a token cache entry");
+  if (get_le(header + 8, 4) != kTokenCacheVersion) {
+    return Status::invalid_argument("format version " + std::to_string(get_le(header + 8, 4)) + ", not " +
+                                    std::to_string(kTokenCacheVersion));
+  }
+  if (get_le(header + 56, 8) != checksum64(header, 56)) return Status::invalid_argument("header checksum mismatch");
+  if (!key_sane || key.size() != key_bytes) return Status::invalid_argument("truncated key");
+  TokenCacheEntryInfo info;
+  info.documents = get_le(header + 24, 8);
+  info.tokens = get_le(header + 32, 8);
+  // The key's fields, each name=<length>:<value> on a line of its own.
+  std::size_t at = key.find('\n');
+  while (at != std::string::npos && at + 1 < key.size()) {
+    const std::size_t eq = key.find('=', at + 1), colon = eq == std::string::npos ? eq : key.find(':', eq);
+    if (colon == std::string::npos) break;
+    const std::string name = key.substr(at + 1, eq - at - 1);
+    const std::uint64_t length = std::strtoull(key.c_str() + eq + 1, nullptr, 10);
+    if (length > key.size() - colon - 1) break;
+    const std::string value = key.substr(colon + 1, static_cast<std::size_t>(length));
+    if (name == "path") info.data_path = value;
+    if (name == "format") info.format = value;
+    at = colon + 1 + static_cast<std::size_t>(length);
+  }
+  if (info.data_path.empty()) return Status::invalid_argument("its key names no data file");
+  return info;
+}
+
 std::string token_cache_key(const FileIdentity& file, const dsl::DataSpec& spec, const Tokenizer& tok,
                             const ChatSetup* chat) {
   std::string key = entry_name_key(file, spec, tok, chat);
@@ -306,6 +351,9 @@ Result<TokenizedData> load_tokenized(const std::string& path, const dsl::DataSpe
       out.store = std::move(opened.store);
       out.source = TokenizedData::Source::kCache;
       out.cache_file = file;
+      // Its time of use, for the least-recently-used order of `tailor
+      // cache prune`; a read-only cache folder keeps the old time.
+      (void)::utimensat(AT_FDCWD, file.c_str(), nullptr, 0);
       return out;
     case Opened::Kind::kCorrupt:
       warn(file + ": " + opened.why + "; ignoring it and tokenizing " + path + " again");

@@ -83,4 +83,18 @@ struct TokenizedData {
 Result<TokenizedData> load_tokenized(const std::string& path, const dsl::DataSpec& spec, const Tokenizer& tok,
                                      const std::string& cache_dir, const ChatSetup* chat = nullptr);
 
+// What an entry says of itself, from its header and key alone (the
+// payload is not read): the data file it holds, its format, documents and
+// tokens. A valid hit also sets the entry's modification time to the time
+// of use, so that `tailor cache prune` (runner/io/cache_folder.h) evicts
+// the least recently used first.
+struct TokenCacheEntryInfo {
+  std::string data_path;
+  std::string format;
+  std::uint64_t documents = 0, tokens = 0;
+};
+// InvalidArgument saying why when `file` is not a readable entry of this
+// version (bad magic, another version, a damaged header or key).
+Result<TokenCacheEntryInfo> read_token_cache_entry_info(const std::string& file);
+
 }  // namespace tailor::runner::data

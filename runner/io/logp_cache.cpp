@@ -1,5 +1,7 @@
 #include "runner/io/logp_cache.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -111,7 +113,32 @@ LoadedLogps read_logp_cache(const std::string& file, const std::string& identity
     v.rejected = std::bit_cast<float>(static_cast<std::uint32_t>(get_le(s, at + 12, 4)));
     out.table.emplace(get_le(s, at, 8), v);
   }
+  (void)::utimensat(AT_FDCWD, file.c_str(), nullptr, 0);  // its time of use; read-only folders keep the old one
   return out;
+}
+
+Result<LogpCacheInfo> read_logp_cache_info(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Status::invalid_argument("cannot open");
+  std::string s(kHeaderBytes, '\0');
+  if (!in.read(s.data(), static_cast<std::streamsize>(s.size()))) {
+    return Status::invalid_argument("truncated: shorter than its header");
+  }
+  if (std::memcmp(s.data(), kMagic, sizeof kMagic) != 0) return Status::invalid_argument("not a log-probability cache");
+  if (get_le(s, 56, 8) != data::checksum64(s.data(), 56)) return Status::invalid_argument("header checksum mismatch");
+  if (get_le(s, 8, 4) != kLogpCacheVersion) {
+    return Status::invalid_argument("format version " + std::to_string(get_le(s, 8, 4)) + ", not " +
+                                    std::to_string(kLogpCacheVersion));
+  }
+  const std::uint64_t key_bytes = get_le(s, 16, 8);
+  if (key_bytes > (std::uint64_t{1} << 20)) return Status::invalid_argument("its sizes do not add up");
+  LogpCacheInfo info;
+  info.pairs = get_le(s, 24, 8);
+  info.identity.resize(static_cast<std::size_t>(key_bytes));
+  if (!in.read(info.identity.data(), static_cast<std::streamsize>(key_bytes))) {
+    return Status::invalid_argument("truncated key");
+  }
+  return info;
 }
 
 Status write_logp_cache(const std::string& file, const std::string& identity, const LogpTable& table) {

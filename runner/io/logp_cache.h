@@ -68,6 +68,18 @@ struct LoadedLogps {
 // problem) when the file does not exist. Never throws.
 LoadedLogps read_logp_cache(const std::string& file, const std::string& identity);
 
+// What a file says of itself, from its header and key (cache_folder.h
+// lists files with it): the reference's identity and its pairs.
+// InvalidArgument saying why when it is not a readable file of this
+// version. A read that finds the pairs also sets the file's modification
+// time to the time of use (`tailor cache prune` evicts the least recently
+// used first).
+struct LogpCacheInfo {
+  std::string identity;
+  std::uint64_t pairs = 0;
+};
+Result<LogpCacheInfo> read_logp_cache_info(const std::string& file);
+
 // `table` as `file` for `identity`, atomically, creating the folder.
 // IOError naming the file (NoSpace on a full disk); nothing half-written.
 Status write_logp_cache(const std::string& file, const std::string& identity, const LogpTable& table);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -861,6 +862,67 @@ TEST(CliDataTest, PreviewShowsTheRenderedConversationsAndWhatIsTrained) {
   const auto [help, help_text] = run("help", {"--help"});
   EXPECT_EQ(help, kExitOk);
   EXPECT_NE(help_text.find("usage: tailor data preview"), std::string::npos) << help_text;
+}
+
+// `tailor cache` (through tailor-data) on a folder of a damaged entry, a
+// writer's file left two hours ago and a file of someone else's: listed as
+// JSON, pruned (a dry run first) without touching the other file, and its
+// command line checked. Real entries: tests/runner/io/cache_folder_test.cpp.
+TEST(CliDataTest, CacheShowsPrunesAndRefusesBadArguments) {
+  const fs::path bin = fs::path(TAILOR_BINARY_DIR) / "bin";
+  if (!fs::exists(bin / "tailor-data")) GTEST_SKIP() << "no tailor-data built";
+  TempDir dir;
+  const std::string cache = dir.file("cache");
+  const std::string damaged = dir.write("cache/tokens-00000000deadbeef.bin", std::string(100, 'x'));
+  const std::string part = dir.write("cache/reference-0000000000000002.logps.part-4242", "left behind");
+  const std::string foreign = dir.write("cache/notes.txt", "the user's own file");
+  const auto two_hours_ago = fs::last_write_time(part) - std::chrono::hours(2);
+  fs::last_write_time(part, two_hours_ago);
+  auto run = [&](const std::string& name, std::vector<std::string> args) {
+    platform::LaunchRequest req;
+    req.argv = {(bin / "tailor").string(), "cache"};
+    req.argv.insert(req.argv.end(), args.begin(), args.end());
+    req.log_path = dir.file(name + ".log");
+    return run_logged(req);
+  };
+  const auto [show_code, show] = run("show", {"show", "--cache-dir", cache, "--output", "json"});
+  ASSERT_EQ(show_code, kExitOk) << show;
+  const auto listed = nlohmann::json::parse(show);
+  ASSERT_EQ(listed["entries"].size(), 2u) << show;
+  // Most recently used first: the damaged entry written now, then the writer's file.
+  EXPECT_EQ(listed["entries"][0]["file"], damaged);
+  EXPECT_EQ(listed["entries"][0]["problem"], "not a token cache entry");
+  EXPECT_EQ(listed["entries"][1]["kind"], "partial");
+  EXPECT_EQ(listed["bytes"], 100 + 11);
+
+  const auto [dry_code, dry] = run("dry", {"prune", "--orphaned", "--dry-run", "--cache-dir", cache});
+  ASSERT_EQ(dry_code, kExitOk) << dry;
+  EXPECT_NE(dry.find("would remove " + damaged + " (100 B): unreadable"), std::string::npos) << dry;
+  EXPECT_NE(dry.find("Would remove 2 entries"), std::string::npos) << dry;
+  EXPECT_TRUE(fs::exists(damaged) && fs::exists(part));
+
+  const auto [prune_code, pruned] = run("prune", {"prune", "--orphaned", "--cache-dir", cache, "--output", "json"});
+  ASSERT_EQ(prune_code, kExitOk) << pruned;
+  const auto result = nlohmann::json::parse(pruned);
+  EXPECT_EQ(result["removed"].size(), 2u);
+  EXPECT_EQ(result["removed_bytes"], 111);
+  EXPECT_EQ(result["kept"], 0);
+  EXPECT_FALSE(fs::exists(damaged) || fs::exists(part));
+  EXPECT_TRUE(fs::exists(foreign));
+
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"prune", "--cache-dir", cache}, "prune needs --max-size, --unused-for or --orphaned"},
+           {{"prune", "--max-size", "lots", "--cache-dir", cache}, "--max-size: "},
+           {{"prune", "--unused-for", "3x", "--cache-dir", cache}, "--unused-for: \"3x\" is not an age"},
+           {{"show", "--orphaned"}, "--orphaned is prune's"},
+           {{"tidy"}, "unknown command 'tidy'"}}) {
+    const auto [code, text] = run("usage", args);
+    EXPECT_EQ(code, kExitUsage) << text;
+    EXPECT_NE(text.find(says), std::string::npos) << text;
+  }
+  const auto [help, help_text] = run("help", {"--help"});
+  EXPECT_EQ(help, kExitOk);
+  EXPECT_NE(help_text.find("usage: tailor cache show"), std::string::npos) << help_text;
 }
 
 // A Parquet file (written by pyarrow) and a JSON Lines file as one mixed
