@@ -25,6 +25,7 @@ const std::vector<Key>& keys() {
                                          {"catalog_dir", true},
                                          {"gpus", true},
                                          {"memory_budget", true},
+                                         {"cache_max_size", true},
                                          {"max_body", true},
                                          {"read_timeout", true},
                                          {"poll_interval", true},
@@ -146,6 +147,10 @@ options (also TAILORD_<KEY> environment variables and keys of --config):
   --catalog-dir DIR     models.yaml and gpus.yaml instead of the built-in catalog
   --gpus SPEC           GPUs to schedule on, as in `tailor plan --gpus` ("0": none)
   --memory-budget SIZE  host memory CPU jobs share (default: 90% of RAM)
+  --cache-max-size SIZE after each job, the runners' cache folder (tokenized
+                        data, DPO references) is pruned to SIZE, least
+                        recently used first, by `tailor-data cache prune`
+                        (default: never pruned; `tailor cache`)
   --max-body SIZE       largest request body (default 1MiB)
   --read-timeout S      seconds to receive a request (default 30)
   --poll-interval S     supervisor tick (default 0.2)
@@ -232,11 +237,13 @@ Result<DaemonConfig> load_config(const std::vector<std::string>& argv, const std
       for (std::string h; std::getline(ss, h, ',');) {
         if (!h.empty()) c.allowed_hosts.push_back(h);
       }
-    } else if (key == "memory_budget" || key == "max_body") {
+    } else if (key == "memory_budget" || key == "max_body" || key == "cache_max_size") {
       auto b = parse_bytes(v);
       if (!b.is_ok()) return b.status().prefixed(where);
       if (b->count() <= 0) return Status::invalid_argument(where + ": must be positive");
       if (key == "memory_budget") c.memory_budget = *b;
+      else if (key == "cache_max_size")
+        c.cache_max_size = *b;
       else c.max_body_bytes = b->count();
     } else if (key == "read_timeout") {
       TAILOR_ASSIGN_OR_RETURN(c.read_timeout_seconds, parse_seconds(v, where));

@@ -26,6 +26,7 @@ struct DaemonConfig {
   std::string catalog_dir;                  // catalog_dir: models.yaml + gpus.yaml instead of the built-in catalog
   std::string gpus;                         // gpus: as tailor plan --gpus ("0" = none); default: detected
   std::optional<Bytes> memory_budget;       // memory_budget: host memory for CPU jobs; default 90% of detected RAM
+  std::optional<Bytes> cache_max_size;      // cache_max_size: the runners' cache folder pruned to this after each job
   std::int64_t max_body_bytes = 1 << 20;    // max_body: largest request body (e.g. 1MiB)
   double read_timeout_seconds = 30;         // read_timeout: seconds to receive one request
   double poll_seconds = 0.2;                // poll_interval: supervisor tick in seconds

@@ -138,6 +138,7 @@ SupervisorOptions supervisor_options(const DaemonConfig& config, const fs::path&
   so.max_backoff_seconds = config.max_backoff_seconds;
   so.max_oom_replans = config.max_oom_replans;
   so.slurm = slurm;
+  if (config.cache_max_size) so.cache_max_bytes = config.cache_max_size->count();
   so.slurm_poll_seconds = config.slurm_poll_seconds;
   return so;
 }
@@ -197,6 +198,14 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   TAILOR_ASSIGN_OR_RETURN(parts->tokens, TokenFiles::open((data / "token").string(), (data / "token.read").string()));
   TAILOR_ASSIGN_OR_RETURN(parts->sessions, Sessions::open((data / "sessions").string()));
   TAILOR_ASSIGN_OR_RETURN(const std::string runner, platform::find_executable("tailor-runner", config.runner, "TAILOR_RUNNER"));
+  // cache_max_size is carried out by tailor-data: without it, refused here
+  // rather than ignored.
+  std::string cache_tool;
+  if (config.cache_max_size) {
+    auto tool = platform::find_executable("tailor-data", "", "TAILOR_DATA");
+    if (!tool.is_ok()) return tool.status().prefixed("cache_max_size needs tailor-data");
+    cache_tool = *tool;
+  }
 
   if (!config.catalog_dir.empty()) {
     auto loaded = dsl::Catalog::load_dir(config.catalog_dir);
@@ -231,9 +240,9 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& config) {
   if (config.executor != dsl::ExecutorKind::kLocal) TAILOR_RETURN_IF_ERROR(attach_slurm(config, data, *parts, planning));
 
   TAILOR_ASSIGN_OR_RETURN(parts->store, JobStore::open((data / "tailor.db").string()));
-  parts->supervisor = std::make_unique<Supervisor>(
-      *parts->store, parts->metrics,
-      supervisor_options(config, data, runner, planning, budget, gpus, parts->slurm.get()));
+  SupervisorOptions so = supervisor_options(config, data, runner, planning, budget, gpus, parts->slurm.get());
+  so.cache_tool = cache_tool;
+  parts->supervisor = std::make_unique<Supervisor>(*parts->store, parts->metrics, std::move(so));
   TAILOR_RETURN_IF_ERROR(parts->supervisor->recover().prefixed("recovering jobs"));
 
   TAILOR_ASSIGN_OR_RETURN(const Listen listen, parse_listen(config.listen));

@@ -239,7 +239,43 @@ void Supervisor::tick() {
     running_.at(id).executor->forget(id);
     running_.erase(id);
   }
+  reap_cache_prune();
+  if (!ended.empty()) prune_cache();
   schedule_queued(lock);
+}
+
+void Supervisor::prune_cache() {
+  if (options_.cache_max_bytes <= 0) return;
+  if (cache_prune_pid_ > 0) {
+    cache_prune_again_ = true;  // what this job left is pruned by the next one
+    return;
+  }
+  platform::LaunchRequest req;
+  req.argv = {options_.cache_tool, "cache", "prune", "--max-size", std::to_string(options_.cache_max_bytes),
+              "--output",          "json"};
+  req.env = options_.runner_env;  // the runners' cache folder
+  req.log_path = (fs::path(options_.data_dir) / "cache-prune.log").string();
+  auto p = platform::launch_process(req);
+  if (!p.is_ok()) {
+    log_warning("cannot prune the cache folder: " + p.status().message());
+    return;
+  }
+  cache_prune_pid_ = p->pid;
+}
+
+void Supervisor::reap_cache_prune() {
+  if (cache_prune_pid_ <= 0) return;
+  auto ended = platform::reap_child(cache_prune_pid_);
+  if (ended.is_ok() && !ended->has_value()) return;  // still pruning
+  if (ended.is_ok() && (**ended).code != 0) {
+    log_warning("pruning the cache folder failed (" + describe_exit(**ended) + "): see " +
+                (fs::path(options_.data_dir) / "cache-prune.log").string());
+  }
+  cache_prune_pid_ = -1;
+  if (cache_prune_again_) {
+    cache_prune_again_ = false;
+    prune_cache();
+  }
 }
 
 bool Supervisor::observe(Running& r, Observation o) {

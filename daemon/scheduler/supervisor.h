@@ -65,6 +65,11 @@ struct SupervisorOptions {
   // 0 turns the check off.
   double heartbeat_timeout_seconds = 120;
   std::map<std::string, std::string> runner_env;
+  // After each job ends, `cache_tool cache prune --max-size cache_max_bytes`
+  // (tailor-data, with runner_env: the runners' cache folder), one at a
+  // time, its report appended to DATA/cache-prune.log. 0: never.
+  std::int64_t cache_max_bytes = 0;
+  std::string cache_tool;
   // The Slurm cluster (nullptr: none), and how often its queue is read.
   slurm::Cluster* slurm = nullptr;
   double slurm_poll_seconds = 1;
@@ -143,6 +148,8 @@ class Supervisor {
   // A job's attempt as the store has it: its offsets and cancel request as
   // recorded.
   static Running attempt_of(const JobRecord& job, Executor* executor, std::int64_t attempt);
+  pid_t cache_prune_pid_ = -1;
+  bool cache_prune_again_ = false;
   Executor* executor_for(ExecutorKind kind) const;
   void loop();
   void tick();
@@ -187,6 +194,10 @@ class Supervisor {
   void start_attempt(Executor& executor, const JobRecord& job, const Placement& where);
   // Leaves a job in the queue with the reason its executor gives.
   void note_waiting(const JobRecord& job, const std::string& why);
+  // SupervisorOptions::cache_max_bytes: a prune after jobs ended (once
+  // more when asked while one runs), and its end reaped each tick.
+  void prune_cache();
+  void reap_cache_prune();
   Status recover_job(const JobRecord& job);
   std::string log_tail(const std::string& id) const;
   void log_status(const Status& s, const std::string& what) const;

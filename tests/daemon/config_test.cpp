@@ -43,6 +43,28 @@ TEST(ConfigTest, TheStreamBudgetIsReadFromFlagsFileAndEnvironmentAndChecked) {
   EXPECT_EQ(c->max_streams_per_token, 128);
 }
 
+// The cache folder's limit: unset (never pruned) unless given, a size from
+// a flag, the environment or the file, positive.
+TEST(ConfigTest, TheCacheLimitIsASizeAndOffUnlessGiven) {
+  tailor::testing::TempDir dir;
+  bool help = false;
+  auto c = load_config({"--data-dir", "/d"}, {}, help);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_FALSE(c->cache_max_size.has_value());
+  c = load_config({"--data-dir", "/d", "--cache-max-size", "20GiB"}, {}, help);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->cache_max_size, Bytes::gib(20));
+  const std::string file = dir.write("tailord.yaml", "data_dir: /d\ncache_max_size: 512MiB\n");
+  c = load_config({"--config", file}, {}, help);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->cache_max_size, Bytes::mib(512));
+  for (const char* bad : {"0", "lots", "-1GiB"}) {
+    c = load_config({"--data-dir", "/d"}, {{"TAILORD_CACHE_MAX_SIZE", bad}}, help);
+    ASSERT_FALSE(c.is_ok()) << bad;
+    EXPECT_NE(c.status().message().find("TAILORD_CACHE_MAX_SIZE"), std::string::npos) << c.status().message();
+  }
+}
+
 // The submission workers apart from the I/O threads: read from a flag or
 // the environment, 16 unless set, at least 1.
 TEST(ConfigTest, WorkersAreReadApartFromTheHttpThreadsAndChecked) {

@@ -1157,5 +1157,37 @@ TEST(RunE2eTest, AGpuJobWhoseRunnerFindsNoCudaFailsAsBadInputWithTheReason) {
   EXPECT_EQ(d.job(ok_id)["state"], "succeeded") << d.job(ok_id).dump();
 }
 
+// cache_max_size: once a job ends, tailord prunes the runners' cache
+// folder (tailor-data cache prune) to that size; at 1 byte the entry the
+// job's runner wrote goes, while a file of someone else's there stays.
+TEST(RunE2eTest, TheCacheFolderIsPrunedToItsSizeAfterAJobEnds) {
+  REQUIRE_RUNNER();
+  tailor::testing::TempDir dir;
+  const std::string cache = dir.file("cache");
+  const std::string foreign = dir.write("cache/notes.txt", "the user's own file");
+  ::setenv("TAILOR_CACHE_DIR", cache.c_str(), 1);  // tailord's, and so its runners' and the prune's
+  DaemonProcess d(dir.file("data"), {"--cache-max-size", "1"});
+  ::unsetenv("TAILOR_CACHE_DIR");
+  ASSERT_TRUE(d.ok()) << d.log();
+  const std::string id = submit(d, tiny_spec("cached", 2, 0));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(d.wait_state(id, "succeeded", seconds(120))) << d.job(id).dump();
+  // The prune's report, once it is whole.
+  json report;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        report = json::parse(tailor::testing::read_text(dir.file("data/cache-prune.log")), nullptr, false);
+        return report.is_object();
+      },
+      seconds(60)))
+      << d.log_tail();
+  ASSERT_EQ(report["removed"].size(), 1u) << report.dump();
+  EXPECT_EQ(report["removed"][0]["kind"], "tokens");
+  EXPECT_EQ(report["removed"][0]["why"], "least recently used beyond the size limit");
+  EXPECT_EQ(report["kept"], 0);
+  EXPECT_FALSE(std::filesystem::exists(report["removed"][0]["file"].get<std::string>()));
+  EXPECT_TRUE(std::filesystem::exists(foreign));
+}
+
 }  // namespace
 }  // namespace tailor::daemon::testing
