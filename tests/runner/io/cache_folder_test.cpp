@@ -194,8 +194,12 @@ TEST(CacheFolderTest, ASizeLimitEvictsTheLeastRecentlyUsedAndOnlyTailorsFiles) {
     EXPECT_TRUE(fs::exists(file)) << file;
   }
   for (const auto& r : done.removed) {
-    if (r.entry.file == f.big_entry) EXPECT_EQ(r.why, "least recently used beyond the size limit");
-    if (r.entry.file == f.stale_part) EXPECT_EQ(r.why.rfind("left by a writer that stopped 2", 0), 0u) << r.why;
+    if (r.entry.file == f.big_entry) {
+      EXPECT_EQ(r.why, "least recently used beyond the size limit");
+    }
+    if (r.entry.file == f.stale_part) {
+      EXPECT_EQ(r.why.rfind("left by a writer that stopped 2", 0), 0u) << r.why;
+    }
   }
   // The evicted data is tokenized again by the next job that needs it.
   auto retokenized = data::load_tokenized(f.big, text_spec(), data::ByteTokenizer(), f.cache);
@@ -224,7 +228,9 @@ TEST(CacheFolderTest, AgeAndOrphanRulesRemoveOnlyWhatTheyName) {
   const PruneResult old = prune_cache(*entries, unused, now_ns(), true);
   EXPECT_EQ(files_of(old.removed), (std::set<std::string>{f.big_entry, f.stale_part}));
   for (const auto& r : old.removed) {
-    if (r.entry.file == f.big_entry) EXPECT_EQ(r.why, "unused for 40 days");
+    if (r.entry.file == f.big_entry) {
+      EXPECT_EQ(r.why, "unused for 40 days");
+    }
   }
 
   // The small data file is deleted: its entry can never be read again.
@@ -258,7 +264,9 @@ TEST(CacheFolderTest, AgesParseAndPrintInWholeUnits) {
   for (const char* bad : {"", "d", "3", "3x", "-3d", "1.5h", "30 d", "99999999999999d"}) {
     const auto r = parse_age(bad);
     EXPECT_FALSE(r.is_ok()) << bad;
-    if (!r.is_ok()) EXPECT_NE(r.status().message().find("is not an age"), std::string::npos) << bad;
+    if (!r.is_ok()) {
+      EXPECT_NE(r.status().message().find("is not an age"), std::string::npos) << bad;
+    }
   }
   EXPECT_EQ(format_age(93 * kDay), "93 days");
   EXPECT_EQ(format_age(5400 * kSecond), "90 minutes");
