@@ -13,6 +13,12 @@ endfunction()
 # store (platform/calibration_store.h), which would calibrate the plans of
 # the tests after it; a test of the store names a file of its own.
 set(TAILOR_TEST_ENVIRONMENT "TAILOR_CALIBRATION=none")
+# Nor the user's cache folder (~/.cache/tailor/tokens): the runners the
+# tests start cache their data in the build folder (each test's temporary
+# data file used to leave an entry there that no job could read again;
+# `tailor cache show`). A property of its own, one value, as
+# gtest_discover_tests passes a list property's items as separate arguments.
+set(TAILOR_TEST_CACHE "TAILOR_CACHE_DIR=set:${CMAKE_BINARY_DIR}/test-cache")
 
 # The same for a directory's scripted tests (add_test): called at the end of
 # each tests/ CMakeLists.txt that adds any.
@@ -20,6 +26,7 @@ function(tailor_isolate_scripted_tests)
   get_property(scripted DIRECTORY PROPERTY TESTS)
   foreach(t IN LISTS scripted)
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${TAILOR_TEST_ENVIRONMENT})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT_MODIFICATION ${TAILOR_TEST_CACHE})
   endforeach()
 endfunction()
 
@@ -40,10 +47,10 @@ function(tailor_add_test name)
     # Busy-waiting OpenMP threads stall when ctest runs other work beside
     # them on 2 cores (docs/libtorch.md, "OpenMP and fresh pages").
     set_tests_properties(${name} PROPERTIES LABELS ${T_LABEL}
-      ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;${TAILOR_TEST_ENVIRONMENT}")
+      ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;${TAILOR_TEST_ENVIRONMENT}" ENVIRONMENT_MODIFICATION ${TAILOR_TEST_CACHE})
   else()
     include(GoogleTest)
     gtest_discover_tests(${name} PROPERTIES LABELS ${T_LABEL} ENVIRONMENT "${TAILOR_TEST_ENVIRONMENT}"
-      DISCOVERY_TIMEOUT 30)
+      ENVIRONMENT_MODIFICATION "${TAILOR_TEST_CACHE}" DISCOVERY_TIMEOUT 30)
   endif()
 endfunction()
