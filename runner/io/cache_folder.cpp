@@ -51,11 +51,13 @@ std::string reference_summary(const std::string& identity) {
   return out;
 }
 
-// Its modification time (ns since the epoch); false when it is gone.
-bool mtime_ns(const std::string& file, std::int64_t& out) {
+// Its size and modification time (ns since the epoch), from one stat;
+// false when it is gone or is not a regular file.
+bool stat_entry(CacheEntry& e) {
   struct stat st {};
-  if (::stat(file.c_str(), &st) != 0) return false;
-  out = static_cast<std::int64_t>(st.st_mtim.tv_sec) * kSecond + st.st_mtim.tv_nsec;
+  if (::stat(e.file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  e.bytes = static_cast<std::uint64_t>(st.st_size);
+  e.last_used_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * kSecond + st.st_mtim.tv_nsec;
   return true;
 }
 
@@ -86,14 +88,13 @@ Result<std::vector<CacheEntry>> list_cache(const std::string& dir) {
     if (ec) return Status::io_error("cannot read the cache folder " + dir + ": " + ec.message());
     const std::string name = it->path().filename().string();
     const auto kind = kind_of(name);
-    std::error_code file_ec;
-    if (!kind || !it->is_regular_file(file_ec)) continue;
+    if (!kind) continue;
     CacheEntry e;
     e.file = it->path().string();
     e.kind = *kind;
-    e.bytes = static_cast<std::uint64_t>(it->file_size(file_ec));
-    // Gone between the listing and the look: another prune, or a rename.
-    if (file_ec || !mtime_ns(e.file, e.last_used_ns)) continue;
+    // Gone between the listing and the look (another prune, a rename), or not a file.
+    if (!stat_entry(e)) continue;
+    std::error_code file_ec;
     if (e.kind == CacheEntryKind::kTokens) {
       auto info = data::read_token_cache_entry_info(e.file);
       if (info.is_ok()) {

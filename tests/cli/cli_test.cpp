@@ -807,6 +807,17 @@ TEST(CliTest, ListColumnsAreAsWideAsTheirWidestCellAndNeverTouch) {
   EXPECT_EQ(header.find("REASON"), first.find("bad input"));
 }
 
+// `tailor COMMAND ARGS...` of the build, its output in dir/NAME.log: the
+// exit code and that output.
+std::pair<int, std::string> run_tailor(const TempDir& dir, const std::string& name, const std::string& command,
+                                       const std::vector<std::string>& args) {
+  platform::LaunchRequest req;
+  req.argv = {(fs::path(TAILOR_BINARY_DIR) / "bin" / "tailor").string(), command};
+  req.argv.insert(req.argv.end(), args.begin(), args.end());
+  req.log_path = dir.file(name + ".log");
+  return run_logged(req);
+}
+
 // `tailor data preview` (through tailor-data): the shipped chat example's
 // conversations rendered with its template, the assistant's replies marked
 // as trained, as text and as JSON; a chat spec without a template is refused
@@ -815,12 +826,8 @@ TEST(CliDataTest, PreviewShowsTheRenderedConversationsAndWhatIsTrained) {
   const fs::path bin = fs::path(TAILOR_BINARY_DIR) / "bin";
   if (!fs::exists(bin / "tailor-data")) GTEST_SKIP() << "no tailor-data built";
   TempDir dir;
-  auto run = [&](const std::string& name, std::vector<std::string> args) {
-    platform::LaunchRequest req;
-    req.argv = {(bin / "tailor").string(), "data"};
-    req.argv.insert(req.argv.end(), args.begin(), args.end());
-    req.log_path = dir.file(name + ".log");
-    return run_logged(req);
+  auto run = [&](const std::string& name, const std::vector<std::string>& args) {
+    return run_tailor(dir, name, "data", args);
   };
   const auto [code, text] = run("text", {"preview", example("chat-cpu.yaml"), "--n", "2"});
   ASSERT_EQ(code, kExitOk) << text;
@@ -878,12 +885,8 @@ TEST(CliDataTest, CacheShowsPrunesAndRefusesBadArguments) {
   const std::string foreign = dir.write("cache/notes.txt", "the user's own file");
   const auto two_hours_ago = fs::last_write_time(part) - std::chrono::hours(2);
   fs::last_write_time(part, two_hours_ago);
-  auto run = [&](const std::string& name, std::vector<std::string> args) {
-    platform::LaunchRequest req;
-    req.argv = {(bin / "tailor").string(), "cache"};
-    req.argv.insert(req.argv.end(), args.begin(), args.end());
-    req.log_path = dir.file(name + ".log");
-    return run_logged(req);
+  auto run = [&](const std::string& name, const std::vector<std::string>& args) {
+    return run_tailor(dir, name, "cache", args);
   };
   const auto [show_code, show] = run("show", {"show", "--cache-dir", cache, "--output", "json"});
   ASSERT_EQ(show_code, kExitOk) << show;
