@@ -34,6 +34,8 @@ options:
   --temperature T      0 (default) is greedy; T > 0 samples
   --top-p P            nucleus sampling, in (0, 1] (default 1)
   --top-k K            sample from the K most likely (default 0: all)
+  --min-p M            transformers' min_p: only tokens at least M times as
+                       likely as the most likely ([0, 1]; default 0: off)
   --seed S             the sampler's seed (default 0)
   --repetition-penalty R
                        transformers' repetition_penalty over the prompt and
@@ -43,6 +45,8 @@ options:
   --frequency-penalty F
                        OpenAI's frequency_penalty over what was generated
                        ([-2, 2]; default 0)
+  --logit-bias ID=B    OpenAI's logit_bias: add B ([-100, 100]) to token ID's
+                       logit (repeatable)
   --stop-id ID         also stop at this token id (repeatable); the model's
                        EOS ids and its template's end-of-turn token always stop
   --device DEV         auto (default), cpu, cuda or cuda:N
@@ -58,6 +62,7 @@ const std::vector<FlagSpec> kRunnerFlags = {
     {"adapter", true},    {"prompt", true}, {"prompt-file", true}, {"messages", true}, {"prompt-ids", true},
     {"max-tokens", true}, {"temperature", true}, {"top-p", true},  {"top-k", true},    {"seed", true},
     {"stop-id", true, true}, {"repetition-penalty", true}, {"presence-penalty", true}, {"frequency-penalty", true},
+    {"min-p", true},      {"logit-bias", true, true},
     {"device", true},     {"dtype", true},  {"threads", true},  {"output", true},     {"quiet", false}};
 // clang-format on
 

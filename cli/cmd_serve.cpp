@@ -17,17 +17,18 @@ until Ctrl-C, so that lm-eval and OpenAI clients use it as it is:
     base_url=http://127.0.0.1:8000/v1/completions,tokenizer_backend=huggingface,tokenizer=MODEL_DIR
   lm_eval --model local-chat-completions --apply_chat_template --tasks TASKS \
     --model_args base_url=http://127.0.0.1:8000/v1/chat/completions
-POST /v1/completions takes a prompt as text or token ids, max_tokens,
-temperature, top_p, top_k, seed, stop, the presence, frequency and
-repetition penalties, echo and logprobs (echo with
-logprobs scores the prompt: lm-eval's log-likelihood tasks); POST
-/v1/chat/completions takes messages, rendered with the model's chat
-template and its generation prompt, with max_tokens (or
-max_completion_tokens), temperature, top_p, top_k, seed, stop, the
-penalties and stream
-(server-sent events as OpenAI sends them); GET /v1/models lists the model. MODEL_DIR is a model folder, a PEFT adapter folder or a
-run's output folder; JOB_ID is a tailord job that succeeded, whose output
-folder is read where tailord wrote it. Adapters apply unmerged.
+POST /v1/completions takes a prompt as text or token ids (a list of them
+runs several prompts to a forward pass), max_tokens, temperature, top_p,
+top_k, min_p, seed, stop, the presence, frequency and repetition
+penalties, logit_bias, n, echo and logprobs (echo with logprobs scores the
+prompt: lm-eval's log-likelihood tasks; give lm-eval batch_size=16 to send
+16 prompts a request); POST /v1/chat/completions takes messages, rendered
+with the model's chat template and its generation prompt, with max_tokens
+(or max_completion_tokens), the same sampling fields, n and stream
+(server-sent events as OpenAI sends them); GET /v1/models lists the model.
+MODEL_DIR is a model folder, a PEFT adapter folder or a run's output
+folder; JOB_ID is a tailord job that succeeded, whose output folder is read
+where tailord wrote it. Adapters apply unmerged.
 
 options:
   --adapter DIR         a PEFT adapter folder to apply over MODEL_DIR

@@ -501,12 +501,29 @@ function talkBox(enc, plan) {
   const input = h("textarea", {rows: 3, "aria-label": chat ? "Your message" : "Prompt", placeholder: chat ? "Your message" : "A prompt"});
   const maxTokens = h("input", {type: "number", min: 1, max: 4096, value: 128, "aria-label": "Max tokens"});
   const temperature = h("input", {type: "number", min: 0, max: 100, step: 0.1, value: 0, "aria-label": "Temperature"});
+  // The rest of the API's sampling settings, sent only where they differ
+  // from their defaults (which leave the tokens as they are).
+  const settings = [
+    ["top_p", "Top-p", {min: 0.01, max: 1, step: 0.01, value: 1}, 1],
+    ["top_k", "Top-k", {min: 0, step: 1, value: 0}, 0],
+    ["min_p", "Min-p", {min: 0, max: 1, step: 0.01, value: 0}, 0],
+    ["repetition_penalty", "Repetition penalty", {min: 0.01, max: 100, step: 0.05, value: 1}, 1],
+    ["presence_penalty", "Presence penalty", {min: -2, max: 2, step: 0.1, value: 0}, 0],
+    ["frequency_penalty", "Frequency penalty", {min: -2, max: 2, step: 0.1, value: 0}, 0],
+    ["seed", "Seed", {min: 0, step: 1, value: 0}, 0],
+  ].map(([key, label, attrs, off]) => ({key, label, off, input: h("input", {type: "number", "aria-label": label, ...attrs})}));
+  const sampling = h("details", {}, h("summary", {}, "Sampling"),
+    h("p", {class: "muted"}, "Top-k, top-p and min-p apply when the temperature is above 0; the penalties always."),
+    h("p", {}, ...settings.flatMap((s) => [h("label", {}, `${s.label} `, s.input), " "])));
   const answer = h("pre", {class: "log", "aria-live": "polite", "aria-label": "The model's answer"});
   const status = h("p", {class: "muted"});
   let running = null;
   const go = h("button", {type: "button", class: "action", onclick: async () => {
     if (running) { running.abort(); return; }
     const body = {max_tokens: Number(maxTokens.value) || 128, temperature: Number(temperature.value) || 0};
+    for (const s of settings) {
+      if (s.input.value !== "" && Number(s.input.value) !== s.off) body[s.key] = Number(s.input.value);
+    }
     if (chat) body.messages = [{role: "user", content: input.value}];
     else body.prompt = input.value;
     answer.textContent = "";
@@ -536,7 +553,7 @@ function talkBox(enc, plan) {
     h("p", {class: "muted"}, chat ? "Rendered with the chat template the job trained with; it stops at the end of its turn."
       : "Plain text; it continues it."),
     input, h("p", {}, h("label", {}, "Max tokens ", maxTokens), " ", h("label", {}, "Temperature ", temperature), " ", go),
-    status, answer];
+    sampling, status, answer];
 }
 
 // Exporting a succeeded job's model (POST /v1/jobs/{id}/exports) into the

@@ -153,8 +153,8 @@ HttpResponse Generations::start(const JobRecord& job, const std::string& output_
   const json req = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!req.is_object()) return bad("the body must be a JSON object");
   static const std::vector<std::string> kKeys = {
-      "prompt", "messages", "tools", "prompt_ids",         "max_tokens",       "temperature",
-      "top_p",  "top_k",    "seed",  "repetition_penalty", "presence_penalty", "frequency_penalty"};
+      "prompt", "messages", "tools", "prompt_ids",         "max_tokens",       "temperature",      "top_p",
+      "top_k",  "min_p",    "seed",  "repetition_penalty", "presence_penalty", "frequency_penalty"};
   for (const auto& [key, value] : req.items()) {
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) return bad("unknown field \"" + key + "\"");
   }
@@ -218,6 +218,7 @@ HttpResponse Generations::start(const JobRecord& job, const std::string& output_
   if (auto e = number("repetition_penalty", 0, 100, true, "--repetition-penalty")) return *e;
   if (auto e = number("presence_penalty", -2, 2, false, "--presence-penalty")) return *e;
   if (auto e = number("frequency_penalty", -2, 2, false, "--frequency-penalty")) return *e;
+  if (auto e = number("min_p", 0, 1, false, "--min-p")) return *e;
 
   if (scratch_.empty() || runner_.empty()) {
     return error_response(ApiError::kUnavailable, "this tailord has no runner to generate with");

@@ -120,6 +120,7 @@ std::vector<std::pair<std::string, std::string>> ollama_sampling_parameters(cons
   if (const auto* p = finite("top_p")) out.emplace_back("top_p", number(p->get<double>()));
   if (const auto* k = finite("top_k"); k && k->is_number_integer())
     out.emplace_back("top_k", std::to_string(k->get<long long>()));
+  if (const auto* m = finite("min_p")) out.emplace_back("min_p", number(m->get<double>()));
   if (const auto* r = finite("repetition_penalty")) out.emplace_back("repeat_penalty", number(r->get<double>()));
   return out;
 }

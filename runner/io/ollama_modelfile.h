@@ -27,7 +27,7 @@ struct Modelfile {
 Result<std::string> modelfile_text(const Modelfile& m);
 
 // generation_config.json of `folder` as Ollama's sampling parameters:
-// temperature (0 when do_sample is false), top_p, top_k, repeat_penalty
+// temperature (0 when do_sample is false), top_p, top_k, min_p, repeat_penalty
 // (repetition_penalty), each only when the file sets it; none without the
 // file.
 std::vector<std::pair<std::string, std::string>> ollama_sampling_parameters(const std::string& folder);

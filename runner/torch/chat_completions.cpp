@@ -17,6 +17,7 @@ struct ChatRequest {
   Sampling sampling;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  std::int64_t n = 1;          // choices
 };
 
 const std::vector<std::string>& known_chat_fields() {
@@ -24,7 +25,7 @@ const std::vector<std::string>& known_chat_fields() {
   static const std::vector<std::string> fields = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop",
       "n", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-      "repetition_penalty", "logit_bias", "tools", "tool_choice", "response_format", "user"};
+      "repetition_penalty", "min_p", "logit_bias", "tools", "tool_choice", "response_format", "user"};
   // clang-format on
   return fields;
 }
@@ -78,10 +79,8 @@ std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const Compl
   ChatRequest r;
   if (auto bad = read_messages(j, r)) return *bad;
   for (const auto& [key, off, why] : std::vector<std::tuple<const char*, Json, std::string>>{
-           {"n", 1, "only 1 choice is generated"},
            {"logprobs", false, "log-probabilities are served by /v1/completions (logprobs, echo), not here"},
            {"top_logprobs", 0, "log-probabilities are served by /v1/completions (logprobs, echo), not here"},
-           {"logit_bias", Json::object(), "logit biases are not applied"},
            {"tools", Json::array(), "tools are not served: no tool calls are read from the model's text"},
            {"tool_choice", "none", "tools are not served: no tool calls are read from the model's text"},
            {"response_format", Json{{"type", "text"}}, "only {\"type\": \"text\"} is served (no JSON modes)"}}) {
@@ -98,6 +97,7 @@ std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const Compl
   }
   r.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
   if (auto bad = read_sampling(j, r.sampling)) return *bad;
+  if (auto bad = read_choices(j, limits.max_choices, r.n)) return *bad;
   if (auto bad = read_bool(j, "stream", r.stream)) return *bad;
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     const Json& o = j["stream_options"];
@@ -119,9 +119,9 @@ class Chunks {
   Chunks(const std::string& model_name, const ChunkSink& emit)
       : id_(new_response_id("chatcmpl")), created_(now_seconds()), model_(model_name), emit_(emit) {}
 
-  void role() { send(Json{{"role", "assistant"}, {"content", ""}}, nullptr); }
-  void content(std::string_view text) { send(Json{{"content", text}}, nullptr); }
-  void finish(const char* reason) { send(Json::object(), reason); }
+  void role(std::int64_t index) { send(index, Json{{"role", "assistant"}, {"content", ""}}, nullptr); }
+  void content(std::int64_t index, std::string_view text) { send(index, Json{{"content", text}}, nullptr); }
+  void finish(std::int64_t index, const char* reason) { send(index, Json::object(), reason); }
   void usage_of(std::size_t prompt_tokens, std::size_t completion_tokens) {
     Json chunk = head();
     chunk["choices"] = Json::array();
@@ -138,10 +138,10 @@ class Chunks {
     chunk["model"] = model_;
     return chunk;
   }
-  void send(Json delta, const char* finish_reason) {
+  void send(std::int64_t index, Json delta, const char* finish_reason) {
     Json chunk = head();
     Json choice;
-    choice["index"] = 0;
+    choice["index"] = index;
     choice["delta"] = std::move(delta);
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json();
@@ -170,34 +170,58 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
   // generation stops there by itself.
   const std::int64_t max_tokens = r.max_tokens ? r.max_tokens : limits.max_tokens;
   const std::uint64_t seed = r.sampling.seed ? *r.sampling.seed : std::random_device{}();
+  if (Status s = check_prompt(model.model, *prompt, max_tokens); !s.is_ok()) {
+    return error_reply(400, "invalid_request_error", "messages: " + s.message(), "messages");
+  }
+  // The prompt's forward pass once; each choice but the last generates
+  // from a copy of it.
+  auto passes = prefill_prompts(model, {*prompt}, max_tokens, Scoring{});
+  if (auto* failed = std::get_if<CompletionReply>(&passes)) return std::move(*failed);
+  Prefill& pass = std::get<std::vector<Prefill>>(passes).front();
+  Prefill copy;
+  auto pass_of = [&](std::int64_t k) {
+    if (k + 1 == r.n) return &pass;
+    copy = pass.clone();
+    return &copy;
+  };
   if (r.stream) {
     if (!emit) return bad_request({"stream", "stream: this server does not stream; ask without stream"});
-    // The first chunk once the prompt is taken: an error before it is an
-    // ordinary reply, one after it ends the stream.
+    // Each choice's first chunk once the prompt is taken: an error before
+    // the first is an ordinary reply, one after it ends the stream.
     Chunks chunks(model_name, emit);
-    auto on_text = [&chunks, begun = false](std::string_view piece) mutable {
-      if (!begun) chunks.role();
-      begun = true;
-      if (!piece.empty()) chunks.content(piece);
-    };
-    auto run = run_completion(model, *prompt, max_tokens, r.sampling, seed, Scoring{}, "messages", "messages", on_text);
-    if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
-    const Completion& c = std::get<Completion>(run);
-    chunks.finish(c.stopped ? "stop" : "length");
-    if (r.include_usage) chunks.usage_of(prompt->size(), c.ids.size());
+    std::size_t completion_tokens = 0;
+    for (std::int64_t k = 0; k < r.n; ++k) {
+      auto on_text = [&chunks, k, begun = false](std::string_view piece) mutable {
+        if (!begun) chunks.role(k);
+        begun = true;
+        if (!piece.empty()) chunks.content(k, piece);
+      };
+      auto run = run_completion(model, *prompt, max_tokens, r.sampling, choice_seed(seed, k), Scoring{}, "messages",
+                                "messages", on_text, pass_of(k));
+      if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
+      const Completion& c = std::get<Completion>(run);
+      chunks.finish(k, c.stopped ? "stop" : "length");
+      completion_tokens += c.ids.size();
+    }
+    if (r.include_usage) chunks.usage_of(prompt->size(), completion_tokens);
     return {200, "null"};
   }
-  auto run = run_completion(model, *prompt, max_tokens, r.sampling, seed, Scoring{}, "messages", "messages");
-  if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
-  const Completion& c = std::get<Completion>(run);
-
-  Json choice;
-  choice["index"] = 0;
-  choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = c.stopped ? "stop" : "length";
-  return response("chatcmpl", "chat.completion", model_name, Json::array({std::move(choice)}), prompt->size(),
-                  c.ids.size());
+  Json choices = Json::array();
+  std::size_t completion_tokens = 0;
+  for (std::int64_t k = 0; k < r.n; ++k) {
+    auto run = run_completion(model, *prompt, max_tokens, r.sampling, choice_seed(seed, k), Scoring{}, "messages",
+                              "messages", {}, pass_of(k));
+    if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
+    const Completion& c = std::get<Completion>(run);
+    Json choice;
+    choice["index"] = k;
+    choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = c.stopped ? "stop" : "length";
+    choices.push_back(std::move(choice));
+    completion_tokens += c.ids.size();
+  }
+  return response("chatcmpl", "chat.completion", model_name, std::move(choices), prompt->size(), completion_tokens);
 }
 
 }  // namespace tailor::runner

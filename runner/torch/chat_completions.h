@@ -9,11 +9,13 @@
 // content a string, null or a list of text parts, joined with "\n" as vLLM
 // joins them), max_completion_tokens or max_tokens (default: as many as the
 // context leaves, at most `max_tokens`), temperature (default 1), top_p,
-// top_k, seed, stop, presence_penalty, frequency_penalty and vLLM's
-// repetition_penalty, stream and stream_options.include_usage, and model and
-// user, which change nothing. n other than 1, logprobs, logit_bias, tools,
-// tool_choice other than "none", a response_format other than text and any
-// other field are refused by name, never ignored.
+// top_k, seed (choice k samples with seed + k), stop, presence_penalty,
+// frequency_penalty, logit_bias and vLLM's repetition_penalty and min_p, n
+// (choices, each generated on its own; streamed one after another, each
+// chunk naming its choice's index), stream and
+// stream_options.include_usage, and model and user, which change nothing.
+// logprobs, tools, tool_choice other than "none", a response_format other
+// than text and any other field are refused by name, never ignored.
 #pragma once
 
 #include <functional>

@@ -20,6 +20,11 @@ namespace {
 using namespace openai;
 using Ids = std::vector<std::int32_t>;
 
+// Positions (rows times the longest prompt and its new tokens) in one
+// forward pass of several prompts: a pass's keys and values are about 1 GB
+// for an 8B Llama in bf16, a tenth of that for a 1B one.
+constexpr std::int64_t kPrefillPositions = 8192;
+
 const std::vector<std::string>& known_completion_fields() {
   static const std::vector<std::string> fields = {"model",
                                                   "prompt",
@@ -37,6 +42,7 @@ const std::vector<std::string>& known_completion_fields() {
                                                   "presence_penalty",
                                                   "frequency_penalty",
                                                   "repetition_penalty",
+                                                  "min_p",
                                                   "logit_bias",
                                                   "suffix",
                                                   "user"};
@@ -49,6 +55,7 @@ struct CompletionRequest {
   Sampling sampling;
   bool echo = false;
   std::optional<std::int64_t> logprobs;
+  std::int64_t n = 1;  // choices per prompt
 };
 
 std::optional<Problem> read_ids(const Json& list, const std::string& where, Ids& ids) {
@@ -100,11 +107,13 @@ std::variant<CompletionRequest, Problem> parse_completion_request(const Json& j,
     return Problem{"prompt", "prompt: " + std::to_string(r.prompts.size()) + " prompts; at most " +
                                  std::to_string(limits.max_prompts) + " in one request"};
   }
+  if (auto bad = read_choices(j, limits.max_choices, r.n)) return *bad;
+  if (static_cast<std::int64_t>(r.prompts.size()) * r.n > limits.max_prompts) {
+    return Problem{"n", "n: " + std::to_string(r.prompts.size()) + " prompts of " + std::to_string(r.n) +
+                            " choices each; at most " + std::to_string(limits.max_prompts) + " choices in one request"};
+  }
   for (const auto& [key, off, why] : std::vector<std::tuple<const char*, Json, std::string>>{
-           {"n", 1, "only 1 completion per prompt is generated"},
-           {"best_of", 1, "only 1 completion per prompt is generated"},
            {"stream", false, "streamed responses are not served; ask without stream"},
-           {"logit_bias", Json::object(), "logit biases are not applied"},
            {"suffix", "", "insertion (a suffix) is not served"}}) {
     if (auto bad = refuse_unless(j, key, off, why)) return *bad;
   }
@@ -133,30 +142,53 @@ struct Choice {
   std::size_t prompt_tokens = 0, completion_tokens = 0;
 };
 
-// One prompt's choice, or the status with which the whole request fails.
-std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const CompletionRequest& r, std::size_t index,
-                                                   std::uint64_t seed) {
-  const data::Tokenizer& tok = *m.tokenizer;
-  const std::string where = "prompt" + (r.prompts.size() > 1 ? "[" + std::to_string(index) + "]" : std::string());
-  Ids prompt;
-  std::string prompt_text;
-  if (const auto* text = std::get_if<std::string>(&r.prompts[index])) {
-    auto ids = prompt_ids_of_text(m, *text);
-    if (!ids.is_ok()) return error_reply(400, "invalid_request_error", where + ": " + ids.status().message(), "prompt");
-    prompt = std::move(*ids);
-    prompt_text = *text;
-  } else {
-    prompt = std::get<Ids>(r.prompts[index]);
-    if (r.echo) prompt_text = utf8_lossy(tok.decode(prompt));
-  }
-
+// What a request scores. max_tokens 0 scores the prompt (echo shows it, or
+// nothing is returned but its length).
+Scoring scoring_of(const CompletionRequest& r) {
   Scoring scoring;
-  // max_tokens 0 still runs the prompt's forward, so that its ids and
-  // length are checked as for any other request.
   scoring.prompt = (r.echo && r.logprobs) || r.max_tokens == 0;
   scoring.generated = r.logprobs.has_value();
   scoring.top = r.logprobs.value_or(0);
-  auto run = run_completion(m, prompt, r.max_tokens, r.sampling, seed, scoring, where, "prompt");
+  return scoring;
+}
+
+// A prompt's ids and the text echo gives it, or the reply with which the
+// request fails (400 naming prompt[p]).
+struct Prompt {
+  Ids ids;
+  std::string text;
+};
+std::variant<Prompt, CompletionReply> read_prompt(InferenceModel& m, const CompletionRequest& r, std::size_t p) {
+  const std::string where = "prompt" + (r.prompts.size() > 1 ? "[" + std::to_string(p) + "]" : std::string());
+  Prompt out;
+  if (const auto* text = std::get_if<std::string>(&r.prompts[p])) {
+    auto ids = prompt_ids_of_text(m, *text);
+    if (!ids.is_ok()) return error_reply(400, "invalid_request_error", where + ": " + ids.status().message(), "prompt");
+    out.ids = std::move(*ids);
+    out.text = *text;
+  } else {
+    out.ids = std::get<Ids>(r.prompts[p]);
+    if (r.echo) out.text = utf8_lossy(m.tokenizer->decode(out.ids));
+  }
+  if (Status s = check_prompt(m.model, out.ids, r.max_tokens); !s.is_ok()) {
+    return error_reply(400, "invalid_request_error", where + ": " + s.message(), "prompt");
+  }
+  return out;
+}
+
+// Choice `index` (of every choice in the request), generated after prompt
+// `p` from its forward pass, or the status with which the whole request
+// fails.
+std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const CompletionRequest& r, std::size_t p,
+                                                   const Prompt& given, std::size_t index, std::uint64_t seed,
+                                                   Prefill& prefilled) {
+  const data::Tokenizer& tok = *m.tokenizer;
+  const std::string where = "prompt" + (r.prompts.size() > 1 ? "[" + std::to_string(p) + "]" : std::string());
+  const Ids& prompt = given.ids;
+  const std::string& prompt_text = given.text;
+
+  const Scoring scoring = scoring_of(r);
+  auto run = run_completion(m, prompt, r.max_tokens, r.sampling, seed, scoring, where, "prompt", {}, &prefilled);
   if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
   const Completion& g = std::get<Completion>(run);
   const Ids& ids = g.ids;
@@ -210,16 +242,45 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
   if (const auto* bad = std::get_if<Problem>(&request)) return bad_request(*bad);
   const CompletionRequest& r = std::get<CompletionRequest>(request);
   const std::uint64_t seed = r.sampling.seed ? *r.sampling.seed : std::random_device{}();
-  Json choices = Json::array();
-  std::size_t prompt_tokens = 0, completion_tokens = 0;
+  // Every prompt read and checked before any runs.
+  std::vector<Prompt> prompts;
+  std::vector<std::int64_t> lengths;
   for (std::size_t i = 0; i < r.prompts.size(); ++i) {
-    auto one = complete_one(model, r, i, seed);
+    auto one = read_prompt(model, r, i);
     if (auto* failed = std::get_if<CompletionReply>(&one)) return std::move(*failed);
-    auto& c = std::get<Choice>(one);
-    prompt_tokens += c.prompt_tokens;
-    completion_tokens += c.completion_tokens;
-    choices.push_back(std::move(c.json));
+    prompts.push_back(std::move(std::get<Prompt>(one)));
+    lengths.push_back(static_cast<std::int64_t>(prompts.back().ids.size()));
   }
+  // The prompts' forward passes several at a time (what lm-eval's batches
+  // of log-likelihood requests are mostly made of), then each choice; the
+  // choices in OpenAI's order, a prompt's n together, its tokens counted once.
+  std::vector<Json> slots(r.prompts.size() * static_cast<std::size_t>(r.n));
+  std::size_t prompt_tokens = 0, completion_tokens = 0;
+  for (const auto& group : prefill_groups(lengths, r.max_tokens, kPrefillPositions)) {
+    std::vector<Ids> ids;
+    for (std::size_t i : group)
+      ids.push_back(prompts[i].ids);
+    auto passes = prefill_prompts(model, ids, r.max_tokens, scoring_of(r));
+    if (auto* failed = std::get_if<CompletionReply>(&passes)) return std::move(*failed);
+    auto& pass = std::get<std::vector<Prefill>>(passes);
+    for (std::size_t g = 0; g < group.size(); ++g) {
+      const std::size_t i = group[g];
+      for (std::int64_t k = 0; k < r.n; ++k) {
+        // The last choice takes the pass over; the others generate from copies.
+        Prefill copy = k + 1 < r.n ? pass[g].clone() : Prefill{};
+        const std::size_t index = i * static_cast<std::size_t>(r.n) + static_cast<std::size_t>(k);
+        auto one = complete_one(model, r, i, prompts[i], index, choice_seed(seed, k), k + 1 < r.n ? copy : pass[g]);
+        if (auto* failed = std::get_if<CompletionReply>(&one)) return std::move(*failed);
+        auto& c = std::get<Choice>(one);
+        if (k == 0) prompt_tokens += c.prompt_tokens;
+        completion_tokens += c.completion_tokens;
+        slots[index] = std::move(c.json);
+      }
+    }
+  }
+  Json choices = Json::array();
+  for (Json& c : slots)
+    choices.push_back(std::move(c));
   return response("cmpl", "text_completion", model_name, std::move(choices), prompt_tokens, completion_tokens);
 }
 

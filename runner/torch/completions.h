@@ -8,13 +8,14 @@
 // Read from the request: prompt (a string, a list of strings, a list of
 // token ids, or a list of such lists), max_tokens (default 16), temperature
 // (default 1, OpenAI's; 0 is greedy), top_p, top_k (0 or -1: every token),
-// seed (default: drawn at random), stop (a string or a list),
-// presence_penalty, frequency_penalty and vLLM's repetition_penalty, echo,
-// logprobs (the alternatives kept per position, at most `max_logprobs`,
-// from the model's logits before penalties and temperature), and model and
-// user, which change nothing. n and best_of other than 1, stream,
-// logit_bias, suffix and any other field are refused by name, never
-// ignored.
+// seed (default: drawn at random; choice k of each prompt samples with
+// seed + k), stop (a string or a list), presence_penalty,
+// frequency_penalty, logit_bias and vLLM's repetition_penalty and min_p, n
+// (choices per prompt, each generated on its own; best_of only equal to
+// n), echo, logprobs (the alternatives kept per position, at most
+// `max_logprobs`, from the model's logits before biases, penalties and
+// temperature), and model and user, which change nothing. stream, suffix
+// and any other field are refused by name, never ignored.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,8 @@
 namespace tailor::runner {
 
 struct CompletionLimits {
-  std::int64_t max_prompts = 256;    // prompts in one request
+  std::int64_t max_prompts = 256;    // prompts in one request (completions: prompts times n)
+  std::int64_t max_choices = 16;     // n
   std::int64_t max_tokens = 4096;    // the largest max_tokens a request may ask for
   std::int64_t max_logprobs = 20;    // the largest logprobs
 };

@@ -48,6 +48,9 @@ options:
   --top-p P            sample from the most likely tokens whose probability
                        reaches P, in (0, 1] (default 1)
   --top-k K            sample from the K most likely tokens (default 0: all)
+  --min-p M            sample only from tokens at least M times as likely
+                       as the most likely one (after top-k and top-p, as
+                       transformers' min_p), in [0, 1] (default 0: off)
   --seed S             the sampler's seed (default 0): the same seed gives
                        the same tokens on the same device
   --repetition-penalty R
@@ -62,6 +65,9 @@ options:
                        subtract F times the times each token was generated
                        so far, as OpenAI's frequency_penalty: in [-2, 2],
                        default 0
+  --logit-bias ID=B    add B to token ID's logit before the penalties, as
+                       OpenAI's logit_bias: B in [-100, 100] (-100 bans the
+                       token, 100 all but forces it; repeatable)
   --stop-id ID         also stop at this token id (repeatable). Generation
                        stops at the model's EOS ids (generation_config.json,
                        config.json, the tokenizer) and at the token its chat
@@ -153,6 +159,22 @@ Result<SamplingOptions> sampling_of(const Args& args) {
   TAILOR_ASSIGN_OR_RETURN(so.repetition_penalty, number_of("repetition-penalty", args.get("repetition-penalty", "1")));
   TAILOR_ASSIGN_OR_RETURN(so.presence_penalty, number_of("presence-penalty", args.get("presence-penalty", "0")));
   TAILOR_ASSIGN_OR_RETURN(so.frequency_penalty, number_of("frequency-penalty", args.get("frequency-penalty", "0")));
+  TAILOR_ASSIGN_OR_RETURN(so.min_p, number_of("min-p", args.get("min-p", "0")));
+  for (const std::string& item : args.all("logit-bias")) {
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      return Status::invalid_argument("--logit-bias: expected ID=BIAS (a token id and a number), got \"" + item + "\"");
+    }
+    TAILOR_ASSIGN_OR_RETURN(const std::int64_t id, integer_of("logit-bias", item.substr(0, eq)));
+    TAILOR_ASSIGN_OR_RETURN(const double bias, number_of("logit-bias", item.substr(eq + 1)));
+    if (id < 0 || id > INT32_MAX) return Status::invalid_argument("--logit-bias: " + item + ": not a token id");
+    for (const auto& given : so.logit_bias) {
+      if (given.first == id) {
+        return Status::invalid_argument("--logit-bias: token " + std::to_string(id) + " is given twice");
+      }
+    }
+    so.logit_bias.emplace_back(static_cast<std::int32_t>(id), bias);
+  }
   for (const std::string& id : args.all("stop-id")) {
     TAILOR_ASSIGN_OR_RETURN(const std::int64_t v, integer_of("stop-id", id));
     so.stop_ids.push_back(static_cast<std::int32_t>(v));
@@ -264,6 +286,8 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
                                      {"repetition-penalty", true},
                                      {"presence-penalty", true},
                                      {"frequency-penalty", true},
+                                     {"min-p", true},
+                                     {"logit-bias", true, true},
                                      {"stop-id", true, true},
                                      {"device", true},
                                      {"dtype", true},

@@ -1,10 +1,12 @@
 #include "runner/torch/openai_request.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <utility>
 
@@ -78,6 +80,26 @@ std::optional<Problem> read_sampling(const Json& j, Sampling& s) {
   if (!(s.top_p > 0 && s.top_p <= 1)) return Problem{"top_p", "top_p: expected a number in (0, 1]"};
   if (auto bad = read_integer(j, "top_k", -1, INT32_MAX, s.top_k)) return bad;
   s.top_k = std::max<std::int64_t>(s.top_k, 0);  // vLLM's -1 and 0 both mean every token
+  if (auto bad = read_number(j, "min_p", s.min_p)) return bad;
+  if (!(s.min_p >= 0 && s.min_p <= 1)) return Problem{"min_p", "min_p: expected a number in [0, 1]"};
+  if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
+    const Json& bias = j["logit_bias"];
+    if (!bias.is_object()) return Problem{"logit_bias", "logit_bias: expected an object of token ids to biases"};
+    for (const auto& [key, value] : bias.items()) {
+      const std::string at = "logit_bias[\"" + key + "\"]";
+      char* end = nullptr;
+      errno = 0;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || errno == ERANGE || id < 0 || id > INT32_MAX ||
+          key.find_first_not_of("0123456789") != std::string::npos) {
+        return Problem{"logit_bias", at + ": a key is a token id (a non-negative integer as a string)"};
+      }
+      if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0)) {
+        return Problem{"logit_bias", at + ": expected a number in [-100, 100]"};
+      }
+      s.logit_bias.emplace_back(static_cast<std::int32_t>(id), value.get<double>());
+    }
+  }
   for (const auto& [key, value] :
        {std::pair{"presence_penalty", &s.presence_penalty}, std::pair{"frequency_penalty", &s.frequency_penalty}}) {
     if (auto bad = read_number(j, key, *value)) return bad;
@@ -104,6 +126,20 @@ std::optional<Problem> read_sampling(const Json& j, Sampling& s) {
   return std::nullopt;
 }
 
+std::optional<Problem> read_choices(const Json& j, std::int64_t max, std::int64_t& n) {
+  n = 1;
+  if (auto bad = read_integer(j, "n", 1, max, n)) return bad;
+  std::int64_t best_of = n;
+  if (auto bad = read_integer(j, "best_of", 1, INT32_MAX, best_of)) return bad;
+  if (best_of < n) return Problem{"best_of", "best_of: must be at least n"};
+  if (best_of > n) {
+    return Problem{"best_of",
+                   "best_of: only best_of equal to n is served (each choice is one sample, none drawn to "
+                   "be discarded)"};
+  }
+  return std::nullopt;
+}
+
 std::size_t first_stop(const std::string& text, const std::vector<std::string>& stops) {
   std::size_t at = std::string::npos;
   for (const std::string& s : stops)
@@ -114,7 +150,8 @@ std::size_t first_stop(const std::string& text, const std::vector<std::string>& 
 std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
                                                          std::int64_t max_tokens, const Sampling& s, std::uint64_t seed,
                                                          const Scoring& scoring, const std::string& where,
-                                                         const std::string& param, const TextSink& on_text) {
+                                                         const std::string& param, const TextSink& on_text,
+                                                         Prefill* prefilled) {
   SamplingOptions so;
   so.max_new_tokens = max_tokens;
   so.temperature = s.temperature;
@@ -123,6 +160,16 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
   so.presence_penalty = s.presence_penalty;
   so.frequency_penalty = s.frequency_penalty;
   so.repetition_penalty = s.repetition_penalty;
+  so.min_p = s.min_p;
+  so.logit_bias = s.logit_bias;
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id >= m.model->arch().vocab) {
+      return error_reply(400, "invalid_request_error",
+                         "logit_bias: token id " + std::to_string(id) + " is outside the model's vocabulary (" +
+                             std::to_string(m.model->arch().vocab) + " ids)",
+                         "logit_bias");
+    }
+  }
   so.seed = seed;
   so.stop_ids = m.stop_ids;
   data::TextStream stream(*m.tokenizer);
@@ -146,7 +193,7 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
   };
   Result<Generated> g = Status::internal("not run");
   try {
-    g = generate(m.model, prompt, so, on_token, scoring);
+    g = generate(m.model, prompt, so, on_token, scoring, prefilled);
   } catch (const c10::OutOfMemoryError& e) {
     return error_reply(503, "server_error", std::string("out of memory: ") + e.what_without_backtrace());
   }
@@ -175,6 +222,19 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
   if (on_text && (c.text.size() > sent || !begun))
     on_text(std::string_view(c.text).substr(std::min(sent, c.text.size())));
   return c;
+}
+
+std::variant<std::vector<Prefill>, CompletionReply> prefill_prompts(
+    InferenceModel& m, const std::vector<std::vector<std::int32_t>>& prompts, std::int64_t max_tokens,
+    const Scoring& scoring) {
+  Result<std::vector<Prefill>> done = Status::internal("not run");
+  try {
+    done = prefill(m.model, prompts, max_tokens, scoring);
+  } catch (const c10::OutOfMemoryError& e) {
+    return error_reply(503, "server_error", std::string("out of memory: ") + e.what_without_backtrace());
+  }
+  if (!done.is_ok()) return error_reply(500, "server_error", done.status().message());
+  return std::move(*done);
 }
 
 std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::string>& stops) {

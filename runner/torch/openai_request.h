@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -45,17 +46,28 @@ std::optional<Problem> refuse_unless(const Json& j, const char* key, const Json&
 
 // temperature (>= 0), top_p (0, 1], top_k (-1 and 0: every token), seed,
 // stop (a string or up to 16 non-empty ones), presence_penalty and
-// frequency_penalty ([-2, 2]) with OpenAI's defaults, and vLLM's
-// repetition_penalty (> 0, default 1: off); generation.h applies them.
+// frequency_penalty ([-2, 2]) and logit_bias (token ids as strings to
+// biases in [-100, 100]) with OpenAI's defaults, and vLLM's
+// repetition_penalty (> 0, default 1: off) and min_p ([0, 1], default 0:
+// off); generation.h applies them.
 struct Sampling {
   double temperature = 1.0;
   double top_p = 1.0;
   std::int64_t top_k = 0;
+  double min_p = 0;
   double presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1.0;
+  std::vector<std::pair<std::int32_t, double>> logit_bias;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
 };
 std::optional<Problem> read_sampling(const Json& j, Sampling& s);
+
+// n (choices per prompt, 1 to `max`) and best_of, served only equal to n
+// (each choice is one sample; none is drawn to be discarded).
+std::optional<Problem> read_choices(const Json& j, std::int64_t max, std::int64_t& n);
+// The seed of choice `k` of a request seeded with `seed`: its choices
+// differ from each other, and the request is repeatable.
+inline std::uint64_t choice_seed(std::uint64_t seed, std::int64_t k) { return seed + static_cast<std::uint64_t>(k); }
 
 // The first place in `text` where a stop sequence begins, or npos.
 std::size_t first_stop(const std::string& text, const std::vector<std::string>& stops);
@@ -76,10 +88,20 @@ struct Completion {
 // Completion::text: first with "" once the first token is chosen (the
 // prompt was taken), then each piece no stop sequence can still claim.
 using TextSink = std::function<void(std::string_view piece)>;
+// `prefilled`: the prompt's forward pass, done ahead (generation.h's
+// prefill()).
 std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
                                                          std::int64_t max_tokens, const Sampling& s, std::uint64_t seed,
                                                          const Scoring& scoring, const std::string& where,
-                                                         const std::string& param, const TextSink& on_text = {});
+                                                         const std::string& param, const TextSink& on_text = {},
+                                                         Prefill* prefilled = nullptr);
+
+// The prompts' forward passes, several in one (generation.h's prefill()),
+// or the reply with which the request fails: 503 out of memory, 500 for
+// the rest (each prompt was checked before).
+std::variant<std::vector<Prefill>, CompletionReply> prefill_prompts(
+    InferenceModel& m, const std::vector<std::vector<std::int32_t>>& prompts, std::int64_t max_tokens,
+    const Scoring& scoring);
 
 // How many bytes at the end of `text` may begin a stop sequence (the
 // longest suffix that is a proper prefix of one of `stops`): text a stream

@@ -354,10 +354,10 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAIC
 
   // Refused before anything runs: a bad body (400 naming the field), an
   // unknown job (404), a read-only token (403).
-  for (const char* body :
-       {R"({"prompt": "x", "max_tokens": 0})", R"({"prompt": "x", "messages": []})", R"({"prompt": "x", "top_p": 0})",
-        R"({"prompt": "x", "colour": 1})", R"({"prompt": "x", "presence_penalty": 3})",
-        R"({"prompt": "x", "repetition_penalty": 0})", "[]"}) {
+  for (const char* body : {R"({"prompt": "x", "max_tokens": 0})", R"({"prompt": "x", "messages": []})",
+                           R"({"prompt": "x", "top_p": 0})", R"({"prompt": "x", "colour": 1})",
+                           R"({"prompt": "x", "presence_penalty": 3})", R"({"prompt": "x", "repetition_penalty": 0})",
+                           R"({"prompt": "x", "min_p": 2})", R"({"prompt": "x", "logit_bias": {"1": 1}})", "[]"}) {
     const auto bad = d.post("/v1/jobs/" + id + "/generate", body, "application/json");
     EXPECT_EQ(bad.status, 400) << body << " -> " << bad.body;
   }
@@ -405,8 +405,9 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAIC
   const json& lp = completion["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"].size(), completion["usage"]["total_tokens"].get<std::size_t>());
   EXPECT_TRUE(lp["token_logprobs"][0].is_null());
-  // Penalties reach both routes' generation alike.
-  const std::string penalties = R"("repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.5)";
+  // Penalties and min-p reach both routes' generation alike.
+  const std::string penalties =
+      R"("repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.5, "min_p": 0.1)";
   const auto penalised = d.post("/v1/jobs/" + id + "/generate",
                                 R"({"prompt": "The", "max_tokens": 6, )" + penalties + "}", "application/json");
   ASSERT_EQ(penalised.status, 200) << penalised.body;
@@ -419,9 +420,17 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAIC
   EXPECT_EQ(pc.json()["choices"][0]["text"], penalised_done["text"]);
   // The model stays loaded for the next request; what it does not compute
   // is refused in OpenAI's shape, naming the field.
-  const auto n2 = d.post("/v1/jobs/" + id + "/completions", R"({"prompt": "The", "n": 2})", "application/json");
-  EXPECT_EQ(n2.status, 400);
-  EXPECT_EQ(n2.json()["error"]["param"], "n") << n2.body;
+  const auto n2 =
+      d.post("/v1/jobs/" + id + "/completions", R"({"prompt": "The", "n": 2, "max_tokens": 2})", "application/json");
+  ASSERT_EQ(n2.status, 200) << n2.body;
+  EXPECT_EQ(n2.json()["choices"].size(), 2u);
+  const auto n17 = d.post("/v1/jobs/" + id + "/completions", R"({"prompt": "The", "n": 17})", "application/json");
+  EXPECT_EQ(n17.status, 400);
+  EXPECT_EQ(n17.json()["error"]["param"], "n") << n17.body;
+  const auto outside =
+      d.post("/v1/jobs/" + id + "/completions", R"({"prompt": "The", "logit_bias": {"99999": 1}})", "application/json");
+  EXPECT_EQ(outside.status, 400);
+  EXPECT_EQ(outside.json()["error"]["param"], "logit_bias") << outside.body;
   EXPECT_EQ(d.post("/v1/jobs/" + id + "/completions", "{\"prompt\": ", "application/json").status, 400);
   EXPECT_EQ(d.post("/v1/jobs/j-0000000000000000/completions", R"({"prompt": "x"})", "application/json").status, 404);
   EXPECT_EQ(http_request(d.address(), "POST", "/v1/jobs/" + id + "/completions", R"({"prompt": "x"})",

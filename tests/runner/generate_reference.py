@@ -15,7 +15,12 @@ project's .venv (transformers and PEFT on the same torch).
       OpenAI's presence_penalty 0.7 and frequency_penalty 0.4 (a logits
       processor after transformers' own, as OpenAI's API reference gives
       the formula: logit[j] -= c[j] * frequency + (c[j] > 0) * presence, c[j]
-      the times j was generated so far).
+      the times j was generated so far); "bias" with logit biases (transformers'
+      sequence_bias of one-token sequences: -100 on the base's first two
+      tokens, +1.5 on another) and repetition_penalty 1.2.
+      DIR/warpers.json: random logits and, for each of a list of sampling
+      settings, the probabilities transformers' warpers (temperature, top-k,
+      top-p, min-p, in generate()'s order) leave after a softmax.
   generate_reference.py chat DIR
       DIR/ gets a Qwen2-style model with a trained byte-level BPE tokenizer and
       a ChatML template in tokenizer_config.json (EOS <|im_end|>),
@@ -53,6 +58,30 @@ class OpenAIPenalties:
         generated = input_ids[:, self.prompt_length:]
         counts = torch.zeros_like(scores).scatter_add_(1, generated, torch.ones_like(generated, dtype=scores.dtype))
         return scores - counts * self.frequency - (counts > 0).to(scores.dtype) * self.presence
+
+
+def warpers(root):
+    from transformers import LogitsProcessorList, MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper, \
+        TopPLogitsWarper
+    logits = torch.randn(1, 96, generator=torch.Generator().manual_seed(11)) * 3
+    cases = []
+    for t, k, p, m in [(1.0, 0, 1.0, 0.0), (0.7, 0, 1.0, 0.0), (1.3, 10, 1.0, 0.0), (1.0, 0, 0.9, 0.0),
+                       (0.8, 20, 0.8, 0.0), (1.0, 0, 1.0, 0.1), (1.5, 0, 1.0, 0.05), (0.9, 30, 0.95, 0.2),
+                       (2.0, 0, 0.5, 0.3), (1.0, 1, 1.0, 0.0), (1.0, 0, 1.0, 1.0)]:
+        processors = LogitsProcessorList()
+        # generate()'s own order and conditions (GenerationMixin._get_logits_processor)
+        if t != 1.0:
+            processors.append(TemperatureLogitsWarper(t))
+        if k != 0:
+            processors.append(TopKLogitsWarper(top_k=k))
+        if p < 1.0:
+            processors.append(TopPLogitsWarper(top_p=p))
+        if m > 0:
+            processors.append(MinPLogitsWarper(min_p=m))
+        probs = torch.softmax(processors(None, logits.clone()), -1)[0]
+        cases.append({"temperature": t, "top_k": k, "top_p": p, "min_p": m, "probs": probs.tolist()})
+    with open(os.path.join(root, "warpers.json"), "w") as f:
+        json.dump({"logits": logits[0].tolist(), "cases": cases}, f)
 
 
 def greedy(model, ids, eos=None, **penalties):
@@ -97,6 +126,10 @@ def make(root, family):
     repetition_ids, repetition_margins = greedy(model, ids, repetition_penalty=1.3)
     openai_ids, openai_margins = greedy(model, ids, repetition_penalty=1.2, presence_penalty=0.7,
                                         frequency_penalty=0.4)
+    other = next(t for t in range(3, cfg["vocab_size"]) if t not in base_ids[:8])
+    bias = [[base_ids[0], -100.0], [base_ids[1], -100.0], [other, 1.5]]
+    bias_ids, bias_margins = greedy(model, ids, repetition_penalty=1.2,
+                                    sequence_bias={(t,): b for t, b in bias})
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=hf.TARGETS.get(family, hf.LLAMA_TARGETS),
                       init_lora_weights=False, task_type="CAUSAL_LM")
     peft_model = get_peft_model(model, lora).eval()
@@ -110,7 +143,8 @@ def make(root, family):
         json.dump({"prompt": ids[0].tolist(), "base": base_ids, "base_margins": base_margins,
                    "adapter": adapter_ids, "adapter_margins": adapter_margins,
                    "repetition": repetition_ids, "repetition_margins": repetition_margins,
-                   "openai": openai_ids, "openai_margins": openai_margins}, f)
+                   "openai": openai_ids, "openai_margins": openai_margins,
+                   "logit_bias": bias, "bias": bias_ids, "bias_margins": bias_margins}, f)
 
 
 def chat(root):
@@ -155,6 +189,7 @@ def main():
         sys.exit(__doc__)
     for family in sys.argv[3:]:
         make(sys.argv[2], family)
+    warpers(sys.argv[2])
 
 
 if __name__ == "__main__":

@@ -276,22 +276,43 @@ def main():
         # is what the API gives for the same greedy request.
         prompt = driver.find_element(By.CSS_SELECTOR, "textarea[aria-label=Prompt]")
         prompt.send_keys("The ")
-        max_tokens = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Max tokens']")
-        max_tokens.clear()
-        max_tokens.send_keys("24")
-        driver.find_element(By.XPATH, "//button[normalize-space()='Generate']").click()
-        long_wait.until(lambda d: "tokens/s" in d.find_element(By.XPATH, "//h2[.='Talk to the model']/..").text)
-        answer = driver.find_element(By.CSS_SELECTOR, "pre[aria-label=\"The model's answer\"]").text
-        request = urllib.request.Request(
-            f"http://{address}/v1/jobs/{job_id}/generate", method="POST",
-            data=json.dumps({"prompt": "The ", "max_tokens": 24, "temperature": 0}).encode(),
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=120) as response:
-            stream = response.read().decode("utf-8")
-        done = [json.loads(line[len("data: "):]) for block in stream.split("\n\n") if block.startswith("event: done")
-                for line in block.split("\n") if line.startswith("data: ")]
+
+        def set_number(label, value):
+            field = driver.find_element(By.CSS_SELECTOR, f"input[aria-label='{label}']")
+            field.clear()
+            field.send_keys(value)
+
+        def page_answer():
+            # The click clears the last answer and its status at once.
+            driver.find_element(By.XPATH, "//button[normalize-space()='Generate']").click()
+            long_wait.until(lambda d: "tokens/s" in d.find_element(By.XPATH, "//h2[.='Talk to the model']/..").text)
+            return driver.find_element(By.CSS_SELECTOR, "pre[aria-label=\"The model's answer\"]").text
+
+        def api_answer(**sampling):
+            request = urllib.request.Request(
+                f"http://{address}/v1/jobs/{job_id}/generate", method="POST",
+                data=json.dumps({"prompt": "The ", "max_tokens": 24, "temperature": 0, **sampling}).encode(),
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                stream = response.read().decode("utf-8")
+            return [json.loads(line[len("data: "):]) for block in stream.split("\n\n")
+                    if block.startswith("event: done") for line in block.split("\n") if line.startswith("data: ")]
+
+        set_number("Max tokens", "24")
+        answer = page_answer()
+        done = api_answer()
         if len(done) != 1 or done[0]["text"].strip() != answer.strip():
             fail(f"the page's answer {answer!r} is not the API's {done!r}")
+        # The sampling settings reach the request: a repetition penalty
+        # gives the API's penalised answer, not the plain one.
+        driver.find_element(By.XPATH, "//summary[.='Sampling']").click()
+        set_number("Repetition penalty", "1.5")
+        penalised = page_answer()
+        penalised_done = api_answer(repetition_penalty=1.5)
+        if len(penalised_done) != 1 or penalised_done[0]["text"].strip() != penalised.strip():
+            fail(f"the page's answer with a repetition penalty {penalised!r} is not the API's {penalised_done!r}")
+        if penalised.strip() == answer.strip():
+            fail(f"a repetition penalty of 1.5 left the answer as it was: {answer!r}")
         shot("05b-talk")
         print(f"ok: the job page generated {done[0]['completion_tokens']} tokens from its model, streamed, "
               "equal to the API's answer")

@@ -186,10 +186,12 @@ TEST(OllamaModelfileTest, SamplingDefaultsComeFromGenerationConfig) {
   fs::create_directories(dir);
   EXPECT_TRUE(io::ollama_sampling_parameters(dir.string()).empty());
   std::ofstream(dir / "generation_config.json")
-      << R"({"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05})";
+      << R"({"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05})";
   using Params = std::vector<std::pair<std::string, std::string>>;
-  EXPECT_EQ(io::ollama_sampling_parameters(dir.string()),
-            (Params{{"temperature", "0.7"}, {"top_p", "0.8"}, {"top_k", "20"}, {"repeat_penalty", "1.05"}}));
+  EXPECT_EQ(
+      io::ollama_sampling_parameters(dir.string()),
+      (Params{
+          {"temperature", "0.7"}, {"top_p", "0.8"}, {"top_k", "20"}, {"min_p", "0.05"}, {"repeat_penalty", "1.05"}}));
   std::ofstream(dir / "generation_config.json") << R"({"do_sample": false, "temperature": 0.7})";
   EXPECT_EQ(io::ollama_sampling_parameters(dir.string()), (Params{{"temperature", "0"}}));
   std::ofstream(dir / "generation_config.json") << R"({"bos_token_id": 1, "eos_token_id": 2})";

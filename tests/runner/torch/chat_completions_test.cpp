@@ -4,7 +4,8 @@
 // text transformers' generation gives after apply_chat_template(...,
 // add_generation_prompt=True); text parts read as their text joined with a
 // newline; stop sequences, seeds and lengths behave as OpenAI's; a streamed
-// reply is the same text in chunks; what is not served is refused by name. lm-eval's local-chat-completions against
+// reply is the same text in chunks; n choices are each their seed's reply;
+// what is not served is refused by name. lm-eval's local-chat-completions against
 // `tailor serve` is tests/cli/serve_test.py.
 #include <gtest/gtest.h>
 
@@ -185,6 +186,65 @@ TEST_F(ChatCompletionsTest, AStreamedReplyIsTheRepliesTextInChunksAsOpenAIStream
   EXPECT_EQ(no_sink["error"]["param"], "stream") << no_sink;
 }
 
+// n choices: each the reply its seed gives alone (choice k seed + k), the
+// prompt counted once; streamed one choice after another, each chunk naming
+// its choice, the pieces of each adding up to its text.
+TEST_F(ChatCompletionsTest, SeveralChoicesAreEachTheReplyOfTheirSeed) {
+  const Json sampled = {{"messages", conversation_},
+                        {"max_tokens", 12},
+                        {"temperature", 1.5},
+                        {"min_p", 0.05},
+                        {"logit_bias", {{"9", 2}}},
+                        {"seed", 21},
+                        {"n", 3}};
+  auto [status, body] = ask(sampled);
+  ASSERT_EQ(status, 200) << body;
+  ASSERT_EQ(body["choices"].size(), 3u);
+  std::int64_t completion_tokens = 0;
+  std::vector<std::string> texts;
+  for (int k = 0; k < 3; ++k) {
+    Json one = sampled;
+    one["n"] = 1;
+    one["seed"] = 21 + k;
+    auto [s1, alone] = ask(one);
+    ASSERT_EQ(s1, 200) << alone;
+    EXPECT_EQ(body["choices"][k]["index"], k);
+    EXPECT_EQ(body["choices"][k]["message"], alone["choices"][0]["message"]) << "choice " << k;
+    EXPECT_EQ(body["usage"]["prompt_tokens"], alone["usage"]["prompt_tokens"]);
+    completion_tokens += alone["usage"]["completion_tokens"].get<std::int64_t>();
+    texts.push_back(body["choices"][k]["message"]["content"]);
+  }
+  EXPECT_EQ(body["usage"]["completion_tokens"], completion_tokens);
+  EXPECT_TRUE(texts[0] != texts[1] || texts[1] != texts[2]);
+
+  Json streamed = sampled;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  std::vector<Json> chunks;
+  const CompletionReply r = complete_chat(*model_, "tiny", streamed.dump(), {},
+                                          [&](const std::string& c) { chunks.push_back(Json::parse(c)); });
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<std::string> pieces(3);
+  std::vector<int> finished(3, 0), roles(3, 0);
+  int last_index = 0;
+  for (const Json& c : chunks) {
+    if (c["choices"].empty()) continue;  // the usage
+    const int k = c["choices"][0]["index"];
+    EXPECT_GE(k, last_index);  // one choice after another
+    last_index = k;
+    const Json& delta = c["choices"][0]["delta"];
+    if (delta.contains("role")) ++roles[k];
+    if (delta.contains("content")) pieces[k] += delta["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) ++finished[k];
+  }
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(pieces[k], texts[k]) << "choice " << k;
+    EXPECT_EQ(finished[k], 1);
+    EXPECT_EQ(roles[k], 1);
+  }
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], completion_tokens);
+}
+
 TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
   const Json& m = conversation_;
   const std::vector<std::pair<Json, std::string>> cases = {
@@ -195,14 +255,15 @@ TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
       {{{"messages", {{{"role", "user"}, {"content", 5}}}}}, "messages[0].content: expected a string"},
       {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}}}}}}},
        "messages[0].content[0]: a \"image_url\" part; only text parts"},
-      {{{"messages", m}, {"n", 2}}, "n: only 1"},
+      {{{"messages", m}, {"n", 0}}, "n: expected an integer from 1 to 16"},
+      {{{"messages", m}, {"min_p", -0.5}}, "min_p: "},
+      {{{"messages", m}, {"logit_bias", {{"5", -101}}}}, "logit_bias[\"5\"]: expected a number in [-100, 100]"},
       {{{"messages", m}, {"stream", "yes"}}, "stream: expected true or false"},
       {{{"messages", m}, {"stream", true}, {"stream_options", {{"colour", 1}}}}, "stream_options: unknown field"},
       {{{"messages", m}, {"logprobs", true}}, "logprobs: "},
       {{{"messages", m}, {"top_logprobs", 2}}, "top_logprobs: "},
       {{{"messages", m}, {"frequency_penalty", -3}}, "frequency_penalty: expected a number in [-2, 2]"},
       {{{"messages", m}, {"repetition_penalty", "high"}}, "repetition_penalty: "},
-      {{{"messages", m}, {"logit_bias", {{"5", 1}}}}, "logit_bias: "},
       {{{"messages", m}, {"tools", {{{"type", "function"}}}}}, "tools: "},
       {{{"messages", m}, {"tool_choice", "auto"}}, "tool_choice: "},
       {{{"messages", m}, {"response_format", {{"type", "json_object"}}}}, "response_format: "},

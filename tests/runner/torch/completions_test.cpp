@@ -2,10 +2,12 @@
 // a trained byte-level tokenizer (generate_reference.py chat): the echoed
 // prompt's log-probabilities are those generation gave its tokens, greedy
 // tokens head their top_logprobs, stop sequences cut the text, seeds
-// repeat, batches keep their order, and what is not served is refused by
+// repeat, batches keep their order, logit biases, min-p and n choices
+// generate as generation.h does, and what is not served is refused by
 // name. lm-eval's own client against `tailor serve` is tests/cli/serve_test.py.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -118,6 +120,33 @@ TEST_F(CompletionsTest, StopSequencesSeedsAndBatchesBehaveAsOpenAIs) {
   EXPECT_EQ(batch["choices"][0]["index"], 0);
   EXPECT_EQ(batch["choices"][1]["index"], 1);
   EXPECT_EQ(batch["choices"][0]["text"], "Once upon a time" + whole);
+
+  // What lm-eval's batches of log-likelihood requests send: several prompts
+  // of different lengths, echoed and scored, one token each. They run
+  // through one forward pass; each choice is the one its prompt gets alone.
+  const std::vector<std::string> texts = {"Once upon a time", "Hi", "The quick brown fox jumps over the lazy dog"};
+  auto [sscored, scored] =
+      ask({{"prompt", texts}, {"max_tokens", 1}, {"temperature", 0}, {"echo", true}, {"logprobs", 1}});
+  ASSERT_EQ(sscored, 200) << scored;
+  std::size_t prompt_tokens = 0;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    auto [salone, alone] =
+        ask({{"prompt", texts[i]}, {"max_tokens", 1}, {"temperature", 0}, {"echo", true}, {"logprobs", 1}});
+    ASSERT_EQ(salone, 200) << alone;
+    const Json& one = alone["choices"][0];
+    const Json& together = scored["choices"][i];
+    EXPECT_EQ(together["index"], i);
+    EXPECT_EQ(together["text"], one["text"]);
+    EXPECT_EQ(together["logprobs"]["tokens"], one["logprobs"]["tokens"]);
+    ASSERT_EQ(together["logprobs"]["token_logprobs"].size(), one["logprobs"]["token_logprobs"].size());
+    for (std::size_t t = 1; t < one["logprobs"]["token_logprobs"].size(); ++t) {
+      EXPECT_NEAR(together["logprobs"]["token_logprobs"][t].get<double>(),
+                  one["logprobs"]["token_logprobs"][t].get<double>(), 1e-5)
+          << "prompt " << i << ", token " << t;
+    }
+    prompt_tokens += alone["usage"]["prompt_tokens"].get<std::size_t>();
+  }
+  EXPECT_EQ(scored["usage"]["prompt_tokens"], prompt_tokens);
 }
 
 // presence_penalty, frequency_penalty and repetition_penalty reach
@@ -151,16 +180,94 @@ TEST_F(CompletionsTest, PenaltiesGenerateAsGenerationDoesWithThem) {
   EXPECT_EQ(body["usage"]["completion_tokens"], ids.size());
 }
 
+// logit_bias and min_p reach generation as presence_penalty does above; n
+// gives each prompt n choices, in OpenAI's order, choice k sampled with
+// seed + k, and the prompt's tokens counted once.
+TEST_F(CompletionsTest, LogitBiasMinPAndSeveralChoicesGenerateAsGenerationDoes) {
+  const std::string text = "Once upon a time";
+  auto prompt = prompt_ids_of_text(*model_, text);
+  ASSERT_TRUE(prompt.is_ok());
+  SamplingOptions o;
+  o.max_new_tokens = 16;
+  o.stop_ids = model_->stop_ids;
+  auto plain = generate(model_->model, *prompt, o);
+  ASSERT_TRUE(plain.is_ok());
+  ASSERT_FALSE(plain->ids.empty());
+  auto text_of = [&](const Generated& g) {
+    std::vector<std::int32_t> ids = g.ids;
+    if (g.stopped) ids.pop_back();
+    return model_->tokenizer->decode(ids);
+  };
+  // Greedy with the first token forbidden.
+  const std::int32_t first = plain->ids.front();
+  auto [status, body] = ask({{"prompt", text},
+                             {"max_tokens", 16},
+                             {"temperature", 0},
+                             {"logit_bias", {{std::to_string(first), -100}, {"7", 0.5}}}});
+  ASSERT_EQ(status, 200) << body;
+  o.logit_bias = {{first, -100.0}, {7, 0.5}};
+  auto biased = generate(model_->model, *prompt, o);
+  ASSERT_TRUE(biased.is_ok());
+  EXPECT_NE(biased->ids.front(), first);
+  EXPECT_EQ(body["choices"][0]["text"], text_of(*biased));
+
+  // Sampled with min_p: the tokens generation draws with the same seed.
+  auto [ms, sampled] = ask({{"prompt", text},
+                            {"max_tokens", 16},
+                            {"temperature", 1.5},
+                            {"min_p", 0.2},
+                            {"seed", 3},
+                            {"n", 3},
+                            {"best_of", 3}});
+  ASSERT_EQ(ms, 200) << sampled;
+  ASSERT_EQ(sampled["choices"].size(), 3u);
+  SamplingOptions s;
+  s.max_new_tokens = 16;
+  s.stop_ids = model_->stop_ids;
+  s.temperature = 1.5;
+  s.min_p = 0.2;
+  std::set<std::string> texts;
+  std::size_t completion_tokens = 0;
+  for (std::uint64_t k = 0; k < 3; ++k) {
+    s.seed = 3 + k;
+    auto g = generate(model_->model, *prompt, s);
+    ASSERT_TRUE(g.is_ok());
+    EXPECT_EQ(sampled["choices"][k]["index"], k);
+    EXPECT_EQ(sampled["choices"][k]["text"], text_of(*g)) << "choice " << k;
+    texts.insert(sampled["choices"][k]["text"].get<std::string>());
+    completion_tokens += g->ids.size() - (g->stopped ? 1 : 0);
+  }
+  EXPECT_GT(texts.size(), 1u);  // the choices are not copies of one
+  EXPECT_EQ(sampled["usage"]["prompt_tokens"], prompt->size());
+  EXPECT_EQ(sampled["usage"]["completion_tokens"], completion_tokens);
+
+  // Two prompts of two choices: a prompt's choices together.
+  auto [bs, batch] = ask({{"prompt", {text, "Hello"}}, {"max_tokens", 4}, {"temperature", 0}, {"n", 2}});
+  ASSERT_EQ(bs, 200) << batch;
+  ASSERT_EQ(batch["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(batch["choices"][i]["index"], i);
+  EXPECT_EQ(batch["choices"][0]["text"], batch["choices"][1]["text"]);  // greedy: equal
+  EXPECT_EQ(batch["choices"][2]["text"], batch["choices"][3]["text"]);
+  EXPECT_NE(batch["choices"][1]["text"], batch["choices"][2]["text"]);  // the second prompt's
+}
+
 TEST_F(CompletionsTest, WhatIsNotServedIsRefusedByName) {
   const int context = static_cast<int>(model_->model->arch().max_seq_len);
   const int vocab = static_cast<int>(model_->model->arch().vocab);
   const std::vector<std::pair<Json, std::string>> cases = {
       {{{"prompt", "x"}, {"frobnicate", 1}}, "unknown field \"frobnicate\""},
-      {{{"prompt", "x"}, {"n", 2}}, "n: only 1"},
+      {{{"prompt", "x"}, {"n", 17}}, "n: expected an integer from 1 to 16"},
+      {{{"prompt", "x"}, {"n", 2}, {"best_of", 3}}, "best_of: only best_of equal to n"},
+      {{{"prompt", "x"}, {"n", 2}, {"best_of", 1}}, "best_of: must be at least n"},
+      {{{"prompt", "x"}, {"min_p", 1.5}}, "min_p: expected a number in [0, 1]"},
+      {{{"prompt", "x"}, {"logit_bias", {{"5", 101}}}}, "logit_bias[\"5\"]: expected a number in [-100, 100]"},
+      {{{"prompt", "x"}, {"logit_bias", {{"a5", 1}}}}, "logit_bias[\"a5\"]: a key is a token id"},
+      {{{"prompt", "x"}, {"logit_bias", {{std::to_string(vocab), 1}}}}, "logit_bias: token id"},
+      {{{"prompt", "x"}, {"logit_bias", 3}}, "logit_bias: expected an object"},
       {{{"prompt", "x"}, {"stream", true}}, "stream: "},
       {{{"prompt", "x"}, {"presence_penalty", 2.5}}, "presence_penalty: expected a number in [-2, 2]"},
       {{{"prompt", "x"}, {"repetition_penalty", 0}}, "repetition_penalty: expected a positive number"},
-      {{{"prompt", "x"}, {"logit_bias", {{"5", 1}}}}, "logit_bias: "},
       {{{"prompt", "x"}, {"logprobs", 21}}, "logprobs: expected an integer from 0 to 20"},
       {{{"prompt", "x"}, {"max_tokens", 5000}}, "max_tokens: expected an integer from 0 to 4096"},
       {{{"prompt", "x"}, {"temperature", -1}}, "temperature: "},
@@ -188,6 +295,10 @@ TEST_F(CompletionsTest, WhatIsNotServedIsRefusedByName) {
   CompletionLimits few;
   few.max_prompts = 1;
   EXPECT_EQ(ask({{"prompt", {"a", "b"}}}, few).first, 400);
+  few.max_prompts = 3;
+  auto [many_status, many] = ask({{"prompt", {"a", "b"}}, {"n", 2}}, few);
+  EXPECT_EQ(many_status, 400);
+  EXPECT_EQ(many["error"]["param"], "n") << many;
 }
 
 }  // namespace

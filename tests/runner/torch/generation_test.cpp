@@ -2,9 +2,11 @@
 // and PEFT on tiny random models of every family (generate_reference.py in
 // .venv): greedy ids equal with and without an adapter, through the KV
 // cache, fused and materialised attention, sliding windows and Gemma's
-// caps, and under repetition, presence and frequency penalties; a chat model's prompt rendered and its text decoded as
-// transformers does, through the tailor-runner and tailor commands;
-// seeded sampling, stop ids and bad input.
+// caps, under repetition, presence and frequency penalties and under logit
+// biases; the distribution sampling draws from equal to what transformers'
+// warpers leave (temperature, top-k, top-p, min-p); a chat model's prompt
+// rendered and its text decoded as transformers does, through the
+// tailor-runner and tailor commands; seeded sampling, stop ids and bad input.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -84,6 +87,16 @@ TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters
     const std::size_t base_steps =
         agree(out->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
 
+    // The prompt's forward pass beside a longer prompt's (so that padding
+    // follows it in its row): the same tokens.
+    std::vector<std::int32_t> longer = prompt;
+    longer.insert(longer.end(), prompt.begin(), prompt.begin() + 5);
+    auto passes = prefill(base->model, {prompt, longer}, 64);
+    ASSERT_TRUE(passes.is_ok()) << passes.status().message();
+    auto prefilled = generate(base->model, prompt, greedy(), {}, {}, &passes->front());
+    ASSERT_TRUE(prefilled.is_ok()) << prefilled.status().message();
+    agree(prefilled->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
+
     // Materialised attention over the cache (the masks it builds for
     // windows and caps) gives the same tokens.
     base->model->set_fused_attention(false);
@@ -116,13 +129,24 @@ TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters
     ASSERT_TRUE(penalised.is_ok()) << penalised.status().message();
     const std::size_t openai_steps =
         agree(penalised->ids, ids_of(ref["openai"]), ref["openai_margins"].get<std::vector<double>>());
+    // Logit biases, added before the repetition penalty as transformers'
+    // sequence_bias is.
+    SamplingOptions biased = greedy();
+    biased.repetition_penalty = 1.2;
+    for (const Json& b : ref["logit_bias"])
+      biased.logit_bias.emplace_back(b[0].get<std::int32_t>(), b[1].get<double>());
+    auto with_bias = generate(base->model, prompt, biased);
+    ASSERT_TRUE(with_bias.is_ok()) << with_bias.status().message();
+    const std::size_t bias_steps =
+        agree(with_bias->ids, ids_of(ref["bias"]), ref["bias_margins"].get<std::vector<double>>());
     // Each changes what is generated.
     EXPECT_NE(ref["base"], ref["repetition"]);
     EXPECT_NE(ref["repetition"], ref["openai"]);
+    EXPECT_NE(ref["base"].front(), ref["bias"].front());  // the base's first token is biased by -100
     std::printf(
         "%-12s greedy: base %zu/64 steps equal transformers', adapter %zu/64 equal PEFT's, "
-        "repetition_penalty %zu/64, with presence and frequency penalties %zu/64\n",
-        family.c_str(), base_steps, adapter_steps, repetition_steps, openai_steps);
+        "repetition_penalty %zu/64, with presence and frequency penalties %zu/64, with logit biases %zu/64\n",
+        family.c_str(), base_steps, adapter_steps, repetition_steps, openai_steps, bias_steps);
   }
 }
 
@@ -188,6 +212,70 @@ TEST(GenerationTest, RunFoldersAdaptersAndStopIdsResolveAsDocumented) {
   EXPECT_FALSE(bounded->stopped);
 }
 
+// Prompts run several to a forward pass: each row's scores and tokens are
+// its own pass's, whatever the rows beside it; groups are shortest first,
+// within their positions.
+TEST(GenerationTest, PromptsPrefilledTogetherGenerateAsEachAlone) {
+  TempDir dir;
+  ASSERT_TRUE(generate_reference(dir, "make " + dir.path().string() + " gemma2"));
+  const Json ref = Json::parse(read_text(dir.file("gemma2/reference.json")));
+  const auto prompt = ids_of(ref["prompt"]);
+  auto m = open_on_cpu(dir.file("gemma2/base"));
+  ASSERT_TRUE(m.is_ok());
+  // Three lengths, the shortest in the middle.
+  std::vector<std::vector<std::int32_t>> prompts = {prompt, {prompt.begin(), prompt.begin() + 3}, prompt};
+  prompts[2].insert(prompts[2].end(), prompt.begin(), prompt.end());
+  Scoring scoring;
+  scoring.prompt = scoring.generated = true;
+  scoring.top = 3;
+  SamplingOptions o = greedy(16);
+  auto passes = prefill(m->model, prompts, o.max_new_tokens, scoring);
+  ASSERT_TRUE(passes.is_ok()) << passes.status().message();
+  ASSERT_EQ(passes->size(), 3u);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(i);
+    auto alone = generate(m->model, prompts[i], o, {}, scoring);
+    Prefill copy = (*passes)[i].clone();
+    auto together = generate(m->model, prompts[i], o, {}, scoring, &(*passes)[i]);
+    auto again = generate(m->model, prompts[i], o, {}, scoring, &copy);
+    ASSERT_TRUE(alone.is_ok() && together.is_ok() && again.is_ok());
+    EXPECT_EQ(together->ids, alone->ids);
+    EXPECT_EQ(again->ids, alone->ids);  // a copy of the pass generates the same
+    ASSERT_EQ(together->prompt_scores.size(), prompts[i].size() - 1);
+    for (std::size_t t = 0; t < together->prompt_scores.size(); ++t) {
+      EXPECT_NEAR(together->prompt_scores[t].logprob, alone->prompt_scores[t].logprob, 1e-5) << "prompt token " << t;
+    }
+    for (std::size_t t = 0; t < together->scores.size(); ++t) {
+      EXPECT_NEAR(together->scores[t].logprob, alone->scores[t].logprob, 1e-5) << "new token " << t;
+    }
+  }
+  // A pass made for fewer new tokens, or scored otherwise, is refused, not
+  // overrun or misread.
+  auto short_pass = prefill(m->model, {prompt}, 2);
+  ASSERT_TRUE(short_pass.is_ok());
+  EXPECT_FALSE(generate(m->model, prompt, o, {}, {}, &short_pass->front()).is_ok());
+  auto unscored = prefill(m->model, {prompt}, o.max_new_tokens);
+  ASSERT_TRUE(unscored.is_ok());
+  EXPECT_FALSE(generate(m->model, prompt, o, {}, scoring, &unscored->front()).is_ok());
+  // A prompt prefill cannot take is refused as generate() refuses it.
+  auto bad = prefill(m->model, {prompt, {static_cast<std::int32_t>(m->model->arch().vocab)}}, 4);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("outside the model's vocabulary"), std::string::npos);
+
+  using Groups = std::vector<std::vector<std::size_t>>;
+  EXPECT_EQ(prefill_groups({10, 3, 20, 3}, 6, 40), (Groups{{1, 3}, {0}, {2}}));
+  EXPECT_EQ(prefill_groups({10, 3, 20, 3}, 0, 1000), (Groups{{1, 3, 0, 2}}));
+  EXPECT_EQ(prefill_groups({50}, 0, 10), (Groups{{0}}));  // longer than a pass: alone
+  EXPECT_TRUE(prefill_groups({}, 0, 10).empty());
+  // Padding: 3 rows of 100 beside one of 1000 would be 2,700 tokens of it.
+  EXPECT_EQ(prefill_groups({100, 1000, 100, 100}, 0, 100000), (Groups{{0, 2, 3}, {1}}));
+  // 16 prompts of 300 and one of 330: 480 tokens of padding, within 256 and
+  // a quarter of 5,130.
+  std::vector<std::int64_t> close(16, 300);
+  close.push_back(330);
+  EXPECT_EQ(prefill_groups(close, 0, 100000).size(), 1u);
+}
+
 TEST(GenerationTest, SamplingIsSeededAndTopKOfOneIsGreedy) {
   TempDir dir;
   ASSERT_TRUE(generate_reference(dir, "make " + dir.path().string() + " qwen2"));
@@ -213,9 +301,47 @@ TEST(GenerationTest, SamplingIsSeededAndTopKOfOneIsGreedy) {
   ASSERT_TRUE(k1.is_ok());
   agree(k1->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
 
+  // What sampling draws from, against transformers' warpers on the same
+  // logits: the same tokens kept, with the same probabilities.
+  const Json warpers = Json::parse(read_text(dir.file("warpers.json")));
+  const torch::Tensor logits = torch::tensor(warpers["logits"].get<std::vector<float>>());
+  for (const Json& w : warpers["cases"]) {
+    SCOPED_TRACE(w.dump().substr(0, 80));
+    SamplingOptions so;
+    so.temperature = w["temperature"].get<double>();
+    so.top_k = w["top_k"].get<std::int64_t>();
+    so.top_p = w["top_p"].get<double>();
+    so.min_p = w["min_p"].get<double>();
+    const Candidates kept = sampling_candidates(logits, so);
+    const auto theirs = w["probs"].get<std::vector<double>>();
+    std::vector<double> ours(theirs.size(), 0.0);
+    for (std::int64_t i = 0; i < kept.ids.size(0); ++i)
+      ours.at(kept.ids[i].item<std::int64_t>()) = kept.probs[i].item<float>();
+    for (std::size_t t = 0; t < theirs.size(); ++t) {
+      EXPECT_EQ(ours[t] > 0, theirs[t] > 0) << "token " << t << " kept by one side only";
+      EXPECT_NEAR(ours[t], theirs[t], 1e-6) << "token " << t;
+    }
+  }
+  // min-p of 1 keeps the most likely token alone: greedy.
+  o.top_k = 0;
+  o.min_p = 1.0;
+  auto p1 = generate(m->model, prompt, o);
+  ASSERT_TRUE(p1.is_ok());
+  agree(p1->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
+
+  SamplingOptions outside = greedy();
+  outside.logit_bias = {{static_cast<std::int32_t>(m->model->arch().vocab), 1.0}};
+  auto refused = generate(m->model, prompt, outside);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("outside the model's vocabulary"), std::string::npos)
+      << refused.status().message();
+
   for (auto [field, value] : {std::pair<const char*, double>{"temperature", -1},
                               {"top-p", 0},
                               {"top-p", 1.5},
+                              {"min-p", -0.1},
+                              {"min-p", 1.5},
+                              {"logit bias", 101},
                               {"repetition penalty", 0},
                               {"presence penalty", 2.5},
                               {"frequency penalty", -3}}) {
@@ -223,6 +349,8 @@ TEST(GenerationTest, SamplingIsSeededAndTopKOfOneIsGreedy) {
     const std::string f = field;
     if (f == "temperature") bad.temperature = value;
     if (f == "top-p") bad.top_p = value;
+    if (f == "min-p") bad.min_p = value;
+    if (f == "logit bias") bad.logit_bias = {{5, value}};
     if (f == "repetition penalty") bad.repetition_penalty = value;
     if (f == "presence penalty") bad.presence_penalty = value;
     if (f == "frequency penalty") bad.frequency_penalty = value;
@@ -270,6 +398,25 @@ TEST(GenerationTest, ChatPromptAndTextEqualTransformersThroughTheCommands) {
   std::ofstream(dir.file("bad.json")) << R"([{"role": "narrator", "content": "x"}])";
   EXPECT_EQ(shell(bin + "tailor generate " + model + " --messages " + dir.file("bad.json"), out, dir), 1);
   EXPECT_NE(read_text(dir.file("stderr.txt")).find("messages[0].role"), std::string::npos);
+  // Logit biases and min-p from the command line.
+  const std::string first = std::to_string(j["ids"][0].get<std::int32_t>());
+  ASSERT_EQ(shell(bin + "tailor generate " + model + " --messages " + conversation +
+                      " --max-tokens 4 --min-p 0.5 --logit-bias " + first + "=-100 --logit-bias 3=0.5 --output json",
+                  out, dir),
+            0)
+      << read_text(dir.file("stderr.txt"));
+  EXPECT_NE(Json::parse(out)["ids"][0], j["ids"][0]);
+  for (const auto& [flags, code, says] :
+       std::vector<std::tuple<std::string, int, std::string>>{{"--logit-bias 5", 2, "ID=BIAS"},
+                                                              {"--logit-bias 5=x", 2, "expected a number"},
+                                                              {"--logit-bias 5=1 --logit-bias 5=2", 2, "given twice"},
+                                                              {"--logit-bias 5=150", 1, "[-100, 100]"},
+                                                              {"--logit-bias 99999=1", 1, "outside the model's"},
+                                                              {"--min-p 2", 1, "min-p"}}) {
+    EXPECT_EQ(shell(bin + "tailor generate " + model + " --prompt hi " + flags, out, dir), code) << flags;
+    EXPECT_NE(read_text(dir.file("stderr.txt")).find(says), std::string::npos)
+        << flags << ": " << read_text(dir.file("stderr.txt"));
+  }
   std::filesystem::create_directories(dir.file("empty"));
   EXPECT_EQ(shell(bin + "tailor generate " + dir.file("empty") + " --prompt hi", out, dir), 1);
   EXPECT_NE(read_text(dir.file("stderr.txt")).find("not a model folder"), std::string::npos);
