@@ -23,11 +23,12 @@ namespace tailor::daemon {
 const char* const kServeHelp = R"(usage: tailord serve MODEL [OPTIONS]     (tailor serve MODEL_DIR|JOB_ID runs it)
 
 Serves one model on OpenAI's completions API: POST /v1/completions (prompt
-as text or token ids, max_tokens, temperature, top_p, top_k, seed, stop,
-presence/frequency/repetition_penalty, echo, logprobs; max_tokens 0 with echo and logprobs scores a text), POST
+as text or token ids, a list of them sharing forward passes, max_tokens,
+temperature, top_p, top_k, min_p, seed, stop,
+presence/frequency/repetition_penalty, logit_bias, n, echo, logprobs,
+stream; max_tokens 0 with echo and logprobs scores a text), POST
 /v1/chat/completions (messages rendered with the model's chat template;
-max_tokens, temperature, top_p, top_k, seed, stop, the penalties, stream),
-GET /v1/models
+max_tokens, the same sampling fields, n, stream), GET /v1/models
 and GET /healthz. lm-eval runs against it as it is:
   lm_eval --model local-completions --tasks TASKS --model_args \
     base_url=http://127.0.0.1:8000/v1/completions,tokenizer_backend=huggingface,tokenizer=MODEL
@@ -132,8 +133,7 @@ HttpResponse handle(Served& s, HttpRequest& request) {
     if (!s.worker_ended.exchange(true)) ::kill(::getpid(), SIGTERM);
     return openai_error(503, "server_error", ended.message());
   };
-  if (request.path == runner::kChatCompletionsRoute && body.is_object() && body.contains("stream") &&
-      body["stream"] == true) {
+  if (body.is_object() && body.contains("stream") && body["stream"] == true) {
     return answer_streamed(s.worker, request.path, body.dump(), nullptr, failed);
   }
   auto reply = s.worker->call(request.path, body.dump());

@@ -98,18 +98,7 @@ std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const Compl
   r.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
   if (auto bad = read_sampling(j, r.sampling)) return *bad;
   if (auto bad = read_choices(j, limits.max_choices, r.n)) return *bad;
-  if (auto bad = read_bool(j, "stream", r.stream)) return *bad;
-  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
-    const Json& o = j["stream_options"];
-    if (!r.stream) return Problem{"stream_options", "stream_options: only with stream: true"};
-    if (!o.is_object()) return Problem{"stream_options", "stream_options: expected an object"};
-    if (auto bad = check_known(o, {"include_usage"})) {
-      return Problem{"stream_options", "stream_options: " + bad->message};
-    }
-    if (auto bad = read_bool(o, "include_usage", r.include_usage)) {
-      return Problem{"stream_options", "stream_options." + bad->message};
-    }
-  }
+  if (auto bad = read_stream(j, r.stream, r.include_usage)) return *bad;
   return r;
 }
 
@@ -117,42 +106,21 @@ std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const Compl
 class Chunks {
  public:
   Chunks(const std::string& model_name, const ChunkSink& emit)
-      : id_(new_response_id("chatcmpl")), created_(now_seconds()), model_(model_name), emit_(emit) {}
+      : stream_("chatcmpl", "chat.completion.chunk", model_name, emit) {}
 
-  void role(std::int64_t index) { send(index, Json{{"role", "assistant"}, {"content", ""}}, nullptr); }
-  void content(std::int64_t index, std::string_view text) { send(index, Json{{"content", text}}, nullptr); }
-  void finish(std::int64_t index, const char* reason) { send(index, Json::object(), reason); }
+  void role(std::int64_t index) { delta(index, Json{{"role", "assistant"}, {"content", ""}}); }
+  void content(std::int64_t index, std::string_view text) { delta(index, Json{{"content", text}}); }
+  void finish(std::int64_t index, const char* reason) { delta(index, Json::object(), reason); }
   void usage_of(std::size_t prompt_tokens, std::size_t completion_tokens) {
-    Json chunk = head();
-    chunk["choices"] = Json::array();
-    chunk["usage"] = usage(prompt_tokens, completion_tokens);
-    emit_(chunk.dump());
+    stream_.usage_of(prompt_tokens, completion_tokens);
   }
 
  private:
-  Json head() const {
-    Json chunk;
-    chunk["id"] = id_;
-    chunk["object"] = "chat.completion.chunk";
-    chunk["created"] = created_;
-    chunk["model"] = model_;
-    return chunk;
-  }
-  void send(std::int64_t index, Json delta, const char* finish_reason) {
-    Json chunk = head();
-    Json choice;
-    choice["index"] = index;
-    choice["delta"] = std::move(delta);
-    choice["logprobs"] = nullptr;
-    choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json();
-    chunk["choices"] = Json::array({std::move(choice)});
-    emit_(chunk.dump());
+  void delta(std::int64_t index, Json d, const char* finish_reason = nullptr) {
+    stream_.choice(index, Json{{"delta", std::move(d)}}, finish_reason);
   }
 
-  std::string id_;
-  std::int64_t created_;
-  std::string model_;
-  const ChunkSink& emit_;
+  ChunkStream stream_;
 };
 
 }  // namespace

@@ -26,9 +26,6 @@
 
 namespace tailor::runner {
 
-// One chat.completion.chunk object (JSON text) of a streamed reply.
-using ChunkSink = std::function<void(const std::string& chunk)>;
-
 // The reply to `request` (the request's JSON body) from `model`, named
 // `model_name` in the response; 400 naming the field for a bad request or a
 // model without a chat template. With "stream": true the reply goes to

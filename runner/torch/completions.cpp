@@ -39,6 +39,7 @@ const std::vector<std::string>& known_completion_fields() {
                                                   "n",
                                                   "best_of",
                                                   "stream",
+                                                  "stream_options",
                                                   "presence_penalty",
                                                   "frequency_penalty",
                                                   "repetition_penalty",
@@ -56,6 +57,8 @@ struct CompletionRequest {
   bool echo = false;
   std::optional<std::int64_t> logprobs;
   std::int64_t n = 1;  // choices per prompt
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
 };
 
 std::optional<Problem> read_ids(const Json& list, const std::string& where, Ids& ids) {
@@ -112,11 +115,8 @@ std::variant<CompletionRequest, Problem> parse_completion_request(const Json& j,
     return Problem{"n", "n: " + std::to_string(r.prompts.size()) + " prompts of " + std::to_string(r.n) +
                             " choices each; at most " + std::to_string(limits.max_prompts) + " choices in one request"};
   }
-  for (const auto& [key, off, why] : std::vector<std::tuple<const char*, Json, std::string>>{
-           {"stream", false, "streamed responses are not served; ask without stream"},
-           {"suffix", "", "insertion (a suffix) is not served"}}) {
-    if (auto bad = refuse_unless(j, key, off, why)) return *bad;
-  }
+  if (auto bad = refuse_unless(j, "suffix", "", "insertion (a suffix) is not served")) return *bad;
+  if (auto bad = read_stream(j, r.stream, r.include_usage)) return *bad;
   for (const char* key : {"model", "user"}) {
     if (auto bad = read_optional_string(j, key)) return *bad;
   }
@@ -126,6 +126,7 @@ std::variant<CompletionRequest, Problem> parse_completion_request(const Json& j,
   std::int64_t logprobs = -1;
   if (auto bad = read_integer(j, "logprobs", 0, limits.max_logprobs, logprobs)) return *bad;
   if (logprobs >= 0) r.logprobs = logprobs;
+  if (r.stream && r.logprobs) return Problem{"logprobs", "logprobs: not streamed; ask without stream"};
   return r;
 }
 
@@ -181,14 +182,14 @@ std::variant<Prompt, CompletionReply> read_prompt(InferenceModel& m, const Compl
 // fails.
 std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const CompletionRequest& r, std::size_t p,
                                                    const Prompt& given, std::size_t index, std::uint64_t seed,
-                                                   Prefill& prefilled) {
+                                                   Prefill& prefilled, const TextSink& on_text) {
   const data::Tokenizer& tok = *m.tokenizer;
   const std::string where = "prompt" + (r.prompts.size() > 1 ? "[" + std::to_string(p) + "]" : std::string());
   const Ids& prompt = given.ids;
   const std::string& prompt_text = given.text;
 
   const Scoring scoring = scoring_of(r);
-  auto run = run_completion(m, prompt, r.max_tokens, r.sampling, seed, scoring, where, "prompt", {}, &prefilled);
+  auto run = run_completion(m, prompt, r.max_tokens, r.sampling, seed, scoring, where, "prompt", on_text, &prefilled);
   if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
   const Completion& g = std::get<Completion>(run);
   const Ids& ids = g.ids;
@@ -235,13 +236,14 @@ std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const Comp
 }  // namespace
 
 CompletionReply complete(InferenceModel& model, const std::string& model_name, const std::string& body,
-                         const CompletionLimits& limits) {
+                         const CompletionLimits& limits, const ChunkSink& emit) {
   auto parsed = read_body(model, body);
   if (auto* failed = std::get_if<CompletionReply>(&parsed)) return std::move(*failed);
   auto request = parse_completion_request(std::get<Json>(parsed), limits);
   if (const auto* bad = std::get_if<Problem>(&request)) return bad_request(*bad);
   const CompletionRequest& r = std::get<CompletionRequest>(request);
   const std::uint64_t seed = r.sampling.seed ? *r.sampling.seed : std::random_device{}();
+  if (r.stream && !emit) return bad_request({"stream", "stream: this server does not stream; ask without stream"});
   // Every prompt read and checked before any runs.
   std::vector<Prompt> prompts;
   std::vector<std::int64_t> lengths;
@@ -256,6 +258,7 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
   // choices in OpenAI's order, a prompt's n together, its tokens counted once.
   std::vector<Json> slots(r.prompts.size() * static_cast<std::size_t>(r.n));
   std::size_t prompt_tokens = 0, completion_tokens = 0;
+  ChunkStream stream("cmpl", "text_completion", model_name, emit);
   for (const auto& group : prefill_groups(lengths, r.max_tokens, kPrefillPositions)) {
     std::vector<Ids> ids;
     for (std::size_t i : group)
@@ -269,14 +272,32 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
         // The last choice takes the pass over; the others generate from copies.
         Prefill copy = k + 1 < r.n ? pass[g].clone() : Prefill{};
         const std::size_t index = i * static_cast<std::size_t>(r.n) + static_cast<std::size_t>(k);
-        auto one = complete_one(model, r, i, prompts[i], index, choice_seed(seed, k), k + 1 < r.n ? copy : pass[g]);
+        TextSink on_text;
+        if (r.stream) {
+          on_text = [&, index, begun = false](std::string_view piece) mutable {
+            // The echoed prompt with the first token (the prompt was taken).
+            const std::string text = (!begun && r.echo ? prompts[i].text : std::string()) + std::string(piece);
+            if (!text.empty()) stream.choice(static_cast<std::int64_t>(index), Json{{"text", text}});
+            begun = true;
+          };
+        }
+        auto one =
+            complete_one(model, r, i, prompts[i], index, choice_seed(seed, k), k + 1 < r.n ? copy : pass[g], on_text);
         if (auto* failed = std::get_if<CompletionReply>(&one)) return std::move(*failed);
         auto& c = std::get<Choice>(one);
+        if (r.stream) {
+          stream.choice(static_cast<std::int64_t>(index), Json{{"text", ""}},
+                        c.json["finish_reason"].get<std::string>().c_str());
+        }
         if (k == 0) prompt_tokens += c.prompt_tokens;
         completion_tokens += c.completion_tokens;
         slots[index] = std::move(c.json);
       }
     }
+  }
+  if (r.stream) {
+    if (r.include_usage) stream.usage_of(prompt_tokens, completion_tokens);
+    return {200, "null"};
   }
   Json choices = Json::array();
   for (Json& c : slots)

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "runner/torch/inference_model.h"
@@ -32,14 +33,26 @@ struct CompletionLimits {
   std::int64_t max_logprobs = 20;    // the largest logprobs
 };
 
+// One chunk object (JSON text) of a streamed reply: text_completion or
+// chat.completion.chunk.
+using ChunkSink = std::function<void(const std::string& chunk)>;
+
 struct CompletionReply {
   int status = 200;        // 200, 400 (the request), 500 (the model), 503 (out of memory)
   std::string body;        // the JSON response, or OpenAI's error object {"error": {message, type, param, code}}
 };
 
 // The reply to `request` (the request's JSON body) from `model`, named
-// `model_name` in the response. Never throws.
+// `model_name` in the response. With "stream": true the reply goes to
+// `emit` as OpenAI streams completions: text_completion chunks of one
+// choice each (its index; the echoed prompt first, then the text as it
+// becomes final, a last chunk with the finish reason; the choices one after
+// another, shortest prompt first), then the usage when
+// stream_options.include_usage; the returned reply is 200 with the body
+// null, an error before the first chunk an ordinary reply, one after it the
+// returned error. Without `emit`, streaming is refused; so are logprobs with
+// it. Never throws.
 CompletionReply complete(InferenceModel& model, const std::string& model_name, const std::string& request,
-                         const CompletionLimits& limits = {});
+                         const CompletionLimits& limits = {}, const ChunkSink& emit = {});
 
 }  // namespace tailor::runner

@@ -126,6 +126,19 @@ std::optional<Problem> read_sampling(const Json& j, Sampling& s) {
   return std::nullopt;
 }
 
+std::optional<Problem> read_stream(const Json& j, bool& stream, bool& include_usage) {
+  if (auto bad = read_bool(j, "stream", stream)) return bad;
+  if (!j.contains("stream_options") || j["stream_options"].is_null()) return std::nullopt;
+  const Json& o = j["stream_options"];
+  if (!stream) return Problem{"stream_options", "stream_options: only with stream: true"};
+  if (!o.is_object()) return Problem{"stream_options", "stream_options: expected an object"};
+  if (auto bad = check_known(o, {"include_usage"})) return Problem{"stream_options", "stream_options: " + bad->message};
+  if (auto bad = read_bool(o, "include_usage", include_usage)) {
+    return Problem{"stream_options", "stream_options." + bad->message};
+  }
+  return std::nullopt;
+}
+
 std::optional<Problem> read_choices(const Json& j, std::int64_t max, std::int64_t& n) {
   n = 1;
   if (auto bad = read_integer(j, "n", 1, max, n)) return bad;
@@ -255,6 +268,38 @@ std::string new_response_id(const char* prefix) {
   char id[48];
   std::snprintf(id, sizeof id, "%s-%016llx", prefix, static_cast<unsigned long long>(rng()));
   return id;
+}
+
+ChunkStream::ChunkStream(const char* id_prefix, const char* object, const std::string& model_name,
+                         const ChunkSink& emit)
+    : id_(new_response_id(id_prefix)), object_(object), created_(now_seconds()), model_(model_name), emit_(emit) {}
+
+Json ChunkStream::head() const {
+  Json chunk;
+  chunk["id"] = id_;
+  chunk["object"] = object_;
+  chunk["created"] = created_;
+  chunk["model"] = model_;
+  return chunk;
+}
+
+void ChunkStream::choice(std::int64_t index, Json fields, const char* finish_reason) {
+  Json chunk = head();
+  Json choice;
+  choice["index"] = index;
+  for (auto& [key, value] : fields.items())
+    choice[key] = std::move(value);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json();
+  chunk["choices"] = Json::array({std::move(choice)});
+  emit_(chunk.dump());
+}
+
+void ChunkStream::usage_of(std::size_t prompt_tokens, std::size_t completion_tokens) {
+  Json chunk = head();
+  chunk["choices"] = Json::array();
+  chunk["usage"] = usage(prompt_tokens, completion_tokens);
+  emit_(chunk.dump());
 }
 
 std::int64_t now_seconds() {

@@ -62,6 +62,9 @@ struct Sampling {
 };
 std::optional<Problem> read_sampling(const Json& j, Sampling& s);
 
+// stream and stream_options ({"include_usage": bool}, only with stream).
+std::optional<Problem> read_stream(const Json& j, bool& stream, bool& include_usage);
+
 // n (choices per prompt, 1 to `max`) and best_of, served only equal to n
 // (each choice is one sample; none is drawn to be discarded).
 std::optional<Problem> read_choices(const Json& j, std::int64_t max, std::int64_t& n);
@@ -107,6 +110,26 @@ std::variant<std::vector<Prefill>, CompletionReply> prefill_prompts(
 // longest suffix that is a proper prefix of one of `stops`): text a stream
 // holds back until it knows.
 std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::string>& stops);
+
+// The chunks of one streamed reply, each an `object` (text_completion,
+// chat.completion.chunk) with the reply's id, created time and model.
+class ChunkStream {
+ public:
+  ChunkStream(const char* id_prefix, const char* object, const std::string& model_name, const ChunkSink& emit);
+  // A chunk of one choice: {index, logprobs: null, finish_reason, ...fields}.
+  void choice(std::int64_t index, Json fields, const char* finish_reason = nullptr);
+  // The last chunk when asked: no choices, the usage.
+  void usage_of(std::size_t prompt_tokens, std::size_t completion_tokens);
+
+ private:
+  Json head() const;
+
+  std::string id_;
+  const char* object_;
+  std::int64_t created_;
+  std::string model_;
+  const ChunkSink& emit_;
+};
 
 // "PREFIX-" and 16 random hex digits: a response's id.
 std::string new_response_id(const char* prefix);

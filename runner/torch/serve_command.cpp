@@ -24,7 +24,7 @@ Keeps a model loaded and answers OpenAI requests read one a line from
 stdin, each the route and the body on one line ("/v1/completions {...}" or
 "/v1/chat/completions {...}"), with one line {"status": HTTP status,
 "body": response} on stdout, after a first line {"event": "ready", ...}
-once the model is loaded; a streamed chat reply writes its chunks first,
+once the model is loaded; a streamed reply writes its chunks first,
 one line {"chunk": {...}} each. `tailor serve` puts an HTTP server in front of
 it. MODEL is as for tailor-runner generate: a model folder, an adapter
 folder or a run's output folder; it must hold the tokenizer's files.
@@ -99,12 +99,12 @@ int run_serve_command(const std::vector<std::string>& argv, std::istream& in, st
     if (line.empty()) continue;
     const auto [route, body] = split_serve_request(line);
     CompletionReply reply;
+    // A streamed reply's chunks go out as they come, before its reply line.
+    const ChunkSink emit = [&out](const std::string& chunk) { out << kChunkLinePrefix << chunk << "}" << std::endl; };
     if (route == kCompletionsRoute) {
-      reply = complete(*model, name, body, limits);
+      reply = complete(*model, name, body, limits, emit);
     } else if (route == kChatCompletionsRoute) {
-      // A streamed reply's chunks go out as they come, before its reply line.
-      reply = complete_chat(*model, name, body, limits,
-                            [&out](const std::string& chunk) { out << kChunkLinePrefix << chunk << "}" << std::endl; });
+      reply = complete_chat(*model, name, body, limits, emit);
     } else {
       reply = openai::error_reply(404, "invalid_request_error", "no route " + route);
     }

@@ -3,8 +3,9 @@
 // prompt's log-probabilities are those generation gave its tokens, greedy
 // tokens head their top_logprobs, stop sequences cut the text, seeds
 // repeat, batches keep their order, logit biases, min-p and n choices
-// generate as generation.h does, and what is not served is refused by
-// name. lm-eval's own client against `tailor serve` is tests/cli/serve_test.py.
+// generate as generation.h does, a streamed reply is each choice's text in
+// chunks, and what is not served is refused by name. lm-eval's own client against `tailor serve` is
+// tests/cli/serve_test.py.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -252,6 +253,65 @@ TEST_F(CompletionsTest, LogitBiasMinPAndSeveralChoicesGenerateAsGenerationDoes) 
   EXPECT_NE(batch["choices"][1]["text"], batch["choices"][2]["text"]);  // the second prompt's
 }
 
+// A streamed reply: each choice's pieces (the echoed prompt first) add up
+// to its text asked without stream, each chunk naming its choice, one
+// finish reason a choice, then the usage when asked.
+TEST_F(CompletionsTest, AStreamedReplyIsEachChoicesTextInChunks) {
+  const Json request = {{"prompt", {"Once upon a time", "Hi"}},
+                        {"max_tokens", 12},
+                        {"temperature", 1.2},
+                        {"seed", 5},
+                        {"n", 2},
+                        {"echo", true},
+                        {"stop", "e"}};
+  auto [status, whole] = ask(request);
+  ASSERT_EQ(status, 200) << whole;
+  Json streamed = request;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  std::vector<Json> chunks;
+  const CompletionReply r =
+      complete(*model_, "tiny", streamed.dump(), {}, [&](const std::string& c) { chunks.push_back(Json::parse(c)); });
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_FALSE(chunks.empty());
+  std::vector<std::string> texts(4);
+  std::vector<std::string> finished(4);
+  for (std::size_t i = 0; i + 1 < chunks.size(); ++i) {
+    const Json& c = chunks[i];
+    EXPECT_EQ(c["object"], "text_completion");
+    EXPECT_EQ(c["id"], chunks[0]["id"]);
+    ASSERT_EQ(c["choices"].size(), 1u) << c;
+    const std::size_t k = c["choices"][0]["index"];
+    ASSERT_LT(k, 4u);
+    EXPECT_TRUE(finished[k].empty()) << "a chunk after choice " << k << " finished";
+    texts[k] += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finished[k] = c["choices"][0]["finish_reason"];
+  }
+  for (std::size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(texts[k], whole["choices"][k]["text"]) << "choice " << k;
+    EXPECT_EQ(finished[k], whole["choices"][k]["finish_reason"]) << "choice " << k;
+  }
+  EXPECT_TRUE(chunks.back()["choices"].empty());
+  EXPECT_EQ(chunks.back()["usage"], whole["usage"]);
+  // Refused: a caller that cannot take a stream, logprobs with it, and
+  // stream_options without it.
+  Json no_sink = request;
+  no_sink["stream"] = true;
+  auto [s1, b1] = ask(no_sink);
+  EXPECT_EQ(s1, 400);
+  EXPECT_EQ(b1["error"]["param"], "stream") << b1;
+  Json with_logprobs = no_sink;
+  with_logprobs["logprobs"] = 1;
+  auto [s2, b2] = ask(with_logprobs);
+  EXPECT_EQ(s2, 400);
+  EXPECT_EQ(b2["error"]["param"], "logprobs") << b2;
+  Json options = request;
+  options["stream_options"] = {{"include_usage", true}};
+  auto [s3, b3] = ask(options);
+  EXPECT_EQ(s3, 400);
+  EXPECT_EQ(b3["error"]["param"], "stream_options") << b3;
+}
+
 TEST_F(CompletionsTest, WhatIsNotServedIsRefusedByName) {
   const int context = static_cast<int>(model_->model->arch().max_seq_len);
   const int vocab = static_cast<int>(model_->model->arch().vocab);
@@ -265,7 +325,7 @@ TEST_F(CompletionsTest, WhatIsNotServedIsRefusedByName) {
       {{{"prompt", "x"}, {"logit_bias", {{"a5", 1}}}}, "logit_bias[\"a5\"]: a key is a token id"},
       {{{"prompt", "x"}, {"logit_bias", {{std::to_string(vocab), 1}}}}, "logit_bias: token id"},
       {{{"prompt", "x"}, {"logit_bias", 3}}, "logit_bias: expected an object"},
-      {{{"prompt", "x"}, {"stream", true}}, "stream: "},
+      {{{"prompt", "x"}, {"stream", "yes"}}, "stream: expected true or false"},
       {{{"prompt", "x"}, {"presence_penalty", 2.5}}, "presence_penalty: expected a number in [-2, 2]"},
       {{{"prompt", "x"}, {"repetition_penalty", 0}}, "repetition_penalty: expected a positive number"},
       {{{"prompt", "x"}, {"logprobs", 21}}, "logprobs: expected an integer from 0 to 20"},
