@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "daemon/http/errors.h"
+#include "daemon/serving/streamed_reply.h"
 
 namespace tailor::daemon {
 
@@ -18,34 +19,44 @@ JobCompletions::JobCompletions(std::string runner_path, std::string log_dir, dou
 
 JobCompletions::~JobCompletions() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stopping = true;
   }
-  wake_.notify_all();
+  state_->wake.notify_all();
   reaper_.join();
 }
 
+void JobCompletions::State::release() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    busy = false;
+    last_used = std::chrono::steady_clock::now();
+  }
+  wake.notify_all();
+}
+
 void JobCompletions::close_when_idle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    if (!worker_ || busy_) {
-      wake_.wait(lock);
+  State& st = *state_;
+  std::unique_lock<std::mutex> lock(st.mu);
+  while (!st.stopping) {
+    if (!st.worker || st.busy) {
+      st.wake.wait(lock);
       continue;
     }
-    const auto due = last_used_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(idle_);
+    const auto due = st.last_used + std::chrono::duration_cast<std::chrono::steady_clock::duration>(idle_);
     if (std::chrono::steady_clock::now() < due) {
-      wake_.wait_until(lock, due);
+      st.wake.wait_until(lock, due);
       continue;
     }
-    std::shared_ptr<CompletionWorker> idle = std::move(worker_);
-    log_info("completions: job " + job_id_ + "'s model closed after " + std::to_string(int(idle_.count())) +
+    std::shared_ptr<CompletionWorker> idle = std::move(st.worker);
+    log_info("completions: job " + st.job_id + "'s model closed after " + std::to_string(int(idle_.count())) +
              " s without a request");
-    job_id_.clear();
+    st.job_id.clear();
     lock.unlock();
     idle.reset();  // waits for the process to end: outside the lock
     lock.lock();
   }
-  std::shared_ptr<CompletionWorker> last = std::move(worker_);
+  std::shared_ptr<CompletionWorker> last = std::move(st.worker);
   lock.unlock();
 }
 
@@ -73,41 +84,27 @@ HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& o
   std::error_code ec;
   const auto request = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (request.is_discarded()) return error_response(ApiError::kInvalidArgument, "the request body is not JSON");
-  if (request.is_object() && request.contains("stream") && request["stream"] == true) {
-    // OpenAI's error object, as the model's own refusals.
-    nlohmann::json error;
-    error["error"] = {
-        {"message", "stream: tailord answers without streaming (tailor serve streams); ask without stream"},
-        {"type", "invalid_request_error"},
-        {"param", "stream"},
-        {"code", nullptr}};
-    return HttpResponse::json(400, error.dump());
-  }
   if (runner_.empty()) return error_response(ApiError::kUnavailable, "this tailord has no runner to serve a model with");
 
   std::shared_ptr<CompletionWorker> worker, replaced;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (busy_) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->busy) {
       return error_response(ApiError::kUnavailable,
                             "tailord is answering another completion request (one at a time); try again");
     }
-    busy_ = true;
-    if (worker_ && (job_id_ != job.id || !worker_->alive())) replaced = std::move(worker_);
-    worker = worker_;
+    state_->busy = true;
+    if (state_->worker && (state_->job_id != job.id || !state_->worker->alive())) replaced = std::move(state_->worker);
+    worker = state_->worker;
   }
-  // From here this request holds the slot: given back however it ends.
+  // From here this request holds the slot: given back however it ends, by
+  // a stream when it ends.
   struct Release {
-    JobCompletions& c;
+    std::shared_ptr<State> state;
     ~Release() {
-      {
-        std::lock_guard<std::mutex> lock(c.mu_);
-        c.busy_ = false;
-        c.last_used_ = std::chrono::steady_clock::now();
-      }
-      c.wake_.notify_all();
+      if (state) state->release();
     }
-  } release{*this};
+  } release{state_};
   replaced.reset();
   if (!worker) {
     fs::create_directories(log_dir_, ec);
@@ -119,12 +116,32 @@ HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& o
     }
     worker = std::move(*started);
     log_info("completions: job " + job.id + "'s model loaded");
-    std::lock_guard<std::mutex> lock(mu_);
-    worker_ = worker;
-    job_id_ = job.id;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->worker = worker;
+    state_->job_id = job.id;
+  }
+  auto failed = [id = job.id](const Status& s) {
+    return error_response(ApiError::kUnavailable, "job " + id + "'s model: " + s.message());
+  };
+  if (request.is_object() && request.contains("stream") && request["stream"] == true) {
+    std::shared_ptr<State> state = std::move(release.state);  // the stream's now
+    HttpResponse res = answer_streamed(
+        worker, std::string(route), request.dump(), [state] { state->release(); }, failed);
+    // At shutdown or eviction: OpenAI's error object, then the end of the stream.
+    if (res.stream) {
+      res.stream_farewell = [](const std::string& reason) {
+        nlohmann::json error;
+        error["error"] = {{"message", "tailord closed the stream: " + reason},
+                          {"type", "server_error"},
+                          {"param", nullptr},
+                          {"code", nullptr}};
+        return "data: " + error.dump() + "\n\ndata: [DONE]\n\n";
+      };
+    }
+    return res;
   }
   auto reply = worker->call(route, request.dump());
-  if (!reply.is_ok()) return error_response(ApiError::kUnavailable, "job " + job.id + "'s model: " + reply.status().message());
+  if (!reply.is_ok()) return failed(reply.status());
   return HttpResponse::json(reply->status, std::move(reply->body));
 }
 

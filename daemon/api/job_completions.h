@@ -6,7 +6,9 @@
 // kept for the next ones; one job's model at a time (asking for another
 // job's replaces it), closed after `idle_seconds` without a request. One
 // request is answered at a time: another that comes meanwhile is 503 with
-// Retry-After, so that no API worker thread waits on a model.
+// Retry-After, so that no API worker thread waits on a model. A request
+// with "stream": true is answered as OpenAI streams (server-sent events,
+// serving/streamed_reply.h) and holds the slot until its stream ends.
 #pragma once
 
 #include <chrono>
@@ -40,24 +42,32 @@ class JobCompletions {
   // The reply for `body`: 409 when the job has not succeeded, 404 when its
   // folder is gone or holds no model, 503 while another request is answered or when the
   // model cannot be loaded (saying why), else the model's own status and
-  // body (OpenAI's error object for a bad request).
+  // body (OpenAI's error object for a bad request), or its event stream.
   // `route`: runner/protocol/serve_protocol.h's completions or chat completions.
   HttpResponse complete(const JobRecord& job, const std::string& output_dir, std::string_view route,
                         const std::string& body);
 
  private:
+  // What the reaper, the handlers and a streamed reply's relay share: a
+  // stream gives the slot back when it ends, after its handler returned
+  // (and, at shutdown, after this object is gone).
+  struct State {
+    std::mutex mu;  // guards the fields below; never held while a model answers
+    bool busy = false;
+    std::string job_id;
+    std::shared_ptr<CompletionWorker> worker;
+    std::chrono::steady_clock::time_point last_used;
+    bool stopping = false;
+    std::condition_variable wake;
+    void release();  // the request holding the slot ended
+  };
+
   void close_when_idle();
 
   std::string runner_;
   std::string log_dir_;
   std::chrono::duration<double> idle_;
-  std::mutex mu_;  // guards the fields below; never held while a model answers
-  bool busy_ = false;
-  std::string job_id_;
-  std::shared_ptr<CompletionWorker> worker_;
-  std::chrono::steady_clock::time_point last_used_;
-  bool stopping_ = false;
-  std::condition_variable wake_;
+  std::shared_ptr<State> state_ = std::make_shared<State>();
   std::thread reaper_;
 };
 

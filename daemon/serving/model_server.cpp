@@ -25,7 +25,7 @@ const char* const kServeHelp = R"(usage: tailord serve MODEL [OPTIONS]     (tail
 Serves one model on OpenAI's completions API: POST /v1/completions (prompt
 as text or token ids, a list of them sharing forward passes, max_tokens,
 temperature, top_p, top_k, min_p, seed, stop,
-presence/frequency/repetition_penalty, logit_bias, n, echo, logprobs,
+presence/frequency/repetition_penalty, logit_bias, n, best_of, echo, logprobs,
 stream; max_tokens 0 with echo and logprobs scores a text), POST
 /v1/chat/completions (messages rendered with the model's chat template;
 max_tokens, the same sampling fields, n, stream), GET /v1/models

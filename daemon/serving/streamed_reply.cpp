@@ -35,13 +35,15 @@ HttpResponse answer_streamed(std::shared_ptr<CompletionWorker> worker, std::stri
       }
       relay->changed.notify_all();
     });
+    // The slot back before the end is sent: a client that asks again once
+    // it has the end finds the model free.
+    if (done) done();
     {
       std::lock_guard<std::mutex> lock(relay->mu);
       relay->reply = std::move(reply);
       relay->finished = true;
     }
     relay->changed.notify_all();
-    if (done) done();
   }).detach();
 
   std::unique_lock<std::mutex> lock(relay->mu);

@@ -1,5 +1,5 @@
-// A reply the model process may stream (a chat completion with "stream":
-// true) relayed as OpenAI streams it: server-sent events, one
+// A reply the model process may stream (a completion or chat completion
+// with "stream": true) relayed as OpenAI streams it: server-sent events, one
 // "data: {chunk}" each, then "data: [DONE]". The call runs on a thread of
 // its own, so that the HTTP server sends the chunks as they come (its
 // stream poll) while the model generates.
@@ -21,7 +21,8 @@ namespace tailor::daemon {
 // failed (the process ended). Once a chunk came, the answer is an event
 // stream; a failure after it is one last event with the error object
 // (`failed`'s body) before [DONE]. `done` runs once the call has returned,
-// however it ended (a slot given back).
+// however it ended, and before the answer is complete (a slot given back
+// before the client can ask again).
 HttpResponse answer_streamed(std::shared_ptr<CompletionWorker> worker, std::string route, std::string body,
                              std::function<void()> done, std::function<HttpResponse(const Status&)> failed);
 

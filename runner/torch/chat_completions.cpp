@@ -97,7 +97,8 @@ std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const Compl
   }
   r.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
   if (auto bad = read_sampling(j, r.sampling)) return *bad;
-  if (auto bad = read_choices(j, limits.max_choices, r.n)) return *bad;
+  std::int64_t candidates = 1;  // chat has no best_of: never a known field
+  if (auto bad = read_choices(j, limits.max_choices, r.n, candidates)) return *bad;
   if (auto bad = read_stream(j, r.stream, r.include_usage)) return *bad;
   return r;
 }

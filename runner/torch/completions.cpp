@@ -56,7 +56,8 @@ struct CompletionRequest {
   Sampling sampling;
   bool echo = false;
   std::optional<std::int64_t> logprobs;
-  std::int64_t n = 1;  // choices per prompt
+  std::int64_t n = 1;        // choices per prompt
+  std::int64_t best_of = 1;  // candidates per prompt, the n likeliest returned
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };
@@ -110,10 +111,12 @@ std::variant<CompletionRequest, Problem> parse_completion_request(const Json& j,
     return Problem{"prompt", "prompt: " + std::to_string(r.prompts.size()) + " prompts; at most " +
                                  std::to_string(limits.max_prompts) + " in one request"};
   }
-  if (auto bad = read_choices(j, limits.max_choices, r.n)) return *bad;
-  if (static_cast<std::int64_t>(r.prompts.size()) * r.n > limits.max_prompts) {
-    return Problem{"n", "n: " + std::to_string(r.prompts.size()) + " prompts of " + std::to_string(r.n) +
-                            " choices each; at most " + std::to_string(limits.max_prompts) + " choices in one request"};
+  if (auto bad = read_choices(j, limits.max_choices, r.n, r.best_of)) return *bad;
+  if (static_cast<std::int64_t>(r.prompts.size()) * r.best_of > limits.max_prompts) {
+    const char* field = r.best_of > r.n ? "best_of" : "n";
+    return Problem{field, std::string(field) + ": " + std::to_string(r.prompts.size()) + " prompts of " +
+                              std::to_string(r.best_of) + " choices each; at most " +
+                              std::to_string(limits.max_prompts) + " choices in one request"};
   }
   if (auto bad = refuse_unless(j, "suffix", "", "insertion (a suffix) is not served")) return *bad;
   if (auto bad = read_stream(j, r.stream, r.include_usage)) return *bad;
@@ -127,6 +130,9 @@ std::variant<CompletionRequest, Problem> parse_completion_request(const Json& j,
   if (auto bad = read_integer(j, "logprobs", 0, limits.max_logprobs, logprobs)) return *bad;
   if (logprobs >= 0) r.logprobs = logprobs;
   if (r.stream && r.logprobs) return Problem{"logprobs", "logprobs: not streamed; ask without stream"};
+  if (r.stream && r.best_of > r.n) {
+    return Problem{"best_of", "best_of: the likeliest choices are known only at the end; ask without stream"};
+  }
   return r;
 }
 
@@ -141,6 +147,7 @@ std::size_t code_points(const std::string& s) {
 struct Choice {
   Json json;
   std::size_t prompt_tokens = 0, completion_tokens = 0;
+  double mean_logprob = 0;  // of its tokens (its stop token where it has none): best_of's ranking
 };
 
 // What a request scores. max_tokens 0 scores the prompt (echo shows it, or
@@ -188,13 +195,21 @@ std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const Comp
   const Ids& prompt = given.ids;
   const std::string& prompt_text = given.text;
 
-  const Scoring scoring = scoring_of(r);
+  Scoring scoring = scoring_of(r);
+  scoring.generated = scoring.generated || r.best_of > r.n;  // the ranking reads the tokens' log-probabilities
   auto run = run_completion(m, prompt, r.max_tokens, r.sampling, seed, scoring, where, "prompt", on_text, &prefilled);
   if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
   const Completion& g = std::get<Completion>(run);
   const Ids& ids = g.ids;
 
   Choice c;
+  if (scoring.generated) {
+    double sum = g.stop_logprob.value_or(0);
+    for (const TokenScore& s : g.scores)
+      sum += s.logprob;
+    const std::size_t count = g.scores.size() + (g.stop_logprob ? 1 : 0);
+    c.mean_logprob = count ? sum / static_cast<double>(count) : 0;
+  }
   c.prompt_tokens = prompt.size();
   c.completion_tokens = ids.size();
   c.json["index"] = index;
@@ -268,12 +283,14 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
     auto& pass = std::get<std::vector<Prefill>>(passes);
     for (std::size_t g = 0; g < group.size(); ++g) {
       const std::size_t i = group[g];
-      for (std::int64_t k = 0; k < r.n; ++k) {
-        // The last choice takes the pass over; the others generate from copies.
-        Prefill copy = k + 1 < r.n ? pass[g].clone() : Prefill{};
+      // best_of candidates (n unless asked), the n likeliest kept.
+      std::vector<Choice> candidates;
+      for (std::int64_t k = 0; k < r.best_of; ++k) {
+        // The last candidate takes the pass over; the others generate from copies.
+        Prefill copy = k + 1 < r.best_of ? pass[g].clone() : Prefill{};
         const std::size_t index = i * static_cast<std::size_t>(r.n) + static_cast<std::size_t>(k);
         TextSink on_text;
-        if (r.stream) {
+        if (r.stream) {  // best_of is n here
           on_text = [&, index, begun = false](std::string_view piece) mutable {
             // The echoed prompt with the first token (the prompt was taken).
             const std::string text = (!begun && r.echo ? prompts[i].text : std::string()) + std::string(piece);
@@ -281,8 +298,8 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
             begun = true;
           };
         }
-        auto one =
-            complete_one(model, r, i, prompts[i], index, choice_seed(seed, k), k + 1 < r.n ? copy : pass[g], on_text);
+        auto one = complete_one(model, r, i, prompts[i], index, choice_seed(seed, k),
+                                k + 1 < r.best_of ? copy : pass[g], on_text);
         if (auto* failed = std::get_if<CompletionReply>(&one)) return std::move(*failed);
         auto& c = std::get<Choice>(one);
         if (r.stream) {
@@ -290,8 +307,19 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
                         c.json["finish_reason"].get<std::string>().c_str());
         }
         if (k == 0) prompt_tokens += c.prompt_tokens;
-        completion_tokens += c.completion_tokens;
-        slots[index] = std::move(c.json);
+        completion_tokens += c.completion_tokens;  // every candidate's: all were computed
+        candidates.push_back(std::move(c));
+      }
+      if (r.best_of > r.n) {
+        // OpenAI's "best": the highest log-probability per token.
+        std::stable_sort(candidates.begin(), candidates.end(),
+                         [](const Choice& a, const Choice& b) { return a.mean_logprob > b.mean_logprob; });
+      }
+      for (std::int64_t k = 0; k < r.n; ++k) {
+        const std::size_t index = i * static_cast<std::size_t>(r.n) + static_cast<std::size_t>(k);
+        Json& json = candidates[static_cast<std::size_t>(k)].json;
+        json["index"] = index;
+        slots[index] = std::move(json);
       }
     }
   }

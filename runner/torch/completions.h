@@ -11,8 +11,10 @@
 // seed (default: drawn at random; choice k of each prompt samples with
 // seed + k), stop (a string or a list), presence_penalty,
 // frequency_penalty, logit_bias and vLLM's repetition_penalty and min_p, n
-// (choices per prompt, each generated on its own; best_of only equal to
-// n), echo, logprobs (the alternatives kept per position, at most
+// (choices per prompt, each generated on its own) and best_of (that many
+// candidates, the n with the highest log-probability per token returned,
+// their final stop token counted; usage counts every candidate's tokens),
+// echo, logprobs (the alternatives kept per position, at most
 // `max_logprobs`, from the model's logits before biases, penalties and
 // temperature), and model and user, which change nothing. stream, suffix
 // and any other field are refused by name, never ignored.

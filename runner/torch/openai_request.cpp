@@ -139,17 +139,12 @@ std::optional<Problem> read_stream(const Json& j, bool& stream, bool& include_us
   return std::nullopt;
 }
 
-std::optional<Problem> read_choices(const Json& j, std::int64_t max, std::int64_t& n) {
+std::optional<Problem> read_choices(const Json& j, std::int64_t max, std::int64_t& n, std::int64_t& best_of) {
   n = 1;
   if (auto bad = read_integer(j, "n", 1, max, n)) return bad;
-  std::int64_t best_of = n;
-  if (auto bad = read_integer(j, "best_of", 1, INT32_MAX, best_of)) return bad;
+  best_of = n;
+  if (auto bad = read_integer(j, "best_of", 1, max, best_of)) return bad;
   if (best_of < n) return Problem{"best_of", "best_of: must be at least n"};
-  if (best_of > n) {
-    return Problem{"best_of",
-                   "best_of: only best_of equal to n is served (each choice is one sample, none drawn to "
-                   "be discarded)"};
-  }
   return std::nullopt;
 }
 
@@ -229,7 +224,10 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
   c.prompt_scores = std::move(g->prompt_scores);
   if (g->stopped) {  // the end-of-sequence token is not part of the text
     c.ids.pop_back();
-    if (!c.scores.empty()) c.scores.pop_back();
+    if (!c.scores.empty()) {
+      c.stop_logprob = c.scores.back().logprob;
+      c.scores.pop_back();
+    }
   }
   c.stopped = g->stopped || stop_at != std::string::npos;
   if (on_text && (c.text.size() > sent || !begun))

@@ -65,9 +65,9 @@ std::optional<Problem> read_sampling(const Json& j, Sampling& s);
 // stream and stream_options ({"include_usage": bool}, only with stream).
 std::optional<Problem> read_stream(const Json& j, bool& stream, bool& include_usage);
 
-// n (choices per prompt, 1 to `max`) and best_of, served only equal to n
-// (each choice is one sample; none is drawn to be discarded).
-std::optional<Problem> read_choices(const Json& j, std::int64_t max, std::int64_t& n);
+// n (choices per prompt, 1 to `max`) and best_of (the candidates drawn, n
+// to `max`; default n).
+std::optional<Problem> read_choices(const Json& j, std::int64_t max, std::int64_t& n, std::int64_t& best_of);
 // The seed of choice `k` of a request seeded with `seed`: its choices
 // differ from each other, and the request is repeatable.
 inline std::uint64_t choice_seed(std::uint64_t seed, std::int64_t k) { return seed + static_cast<std::uint64_t>(k); }
@@ -82,6 +82,7 @@ struct Completion {
   std::vector<TokenScore> scores;         // Scoring::generated: one per id
   std::vector<TokenScore> prompt_scores;  // Scoring::prompt
   bool stopped = false;                   // a stop id or a stop sequence ended it (else the length)
+  std::optional<float> stop_logprob;      // Scoring::generated: the final stop id's, dropped from scores
 };
 // generation.h with the request's sampling, stopping at the model's stop ids
 // and at `s.stop`'s sequences; the reply with which the request fails

@@ -424,6 +424,16 @@ TEST(RunE2eTest, ASucceededJobsModelGeneratesAsServerSentEventsAndAnswersOpenAIC
       d.post("/v1/jobs/" + id + "/completions", R"({"prompt": "The", "n": 2, "max_tokens": 2})", "application/json");
   ASSERT_EQ(n2.status, 200) << n2.body;
   EXPECT_EQ(n2.json()["choices"].size(), 2u);
+  // Streamed: text_completion chunks adding up to the generation's text.
+  const auto sc = d.post("/v1/jobs/" + id + "/completions",
+                         R"({"prompt": "The", "max_tokens": 6, "temperature": 0, "stream": true})", "application/json");
+  ASSERT_EQ(sc.status, 200) << sc.body;
+  std::string streamed_text;
+  for (std::size_t at = 0; (at = sc.body.find("data: {", at)) != std::string::npos; ++at) {
+    streamed_text += json::parse(sc.body.substr(at + 6, sc.body.find("\n\n", at) - at - 6))["choices"][0]["text"];
+  }
+  EXPECT_EQ(streamed_text, generated["text"]) << sc.body;
+  EXPECT_NE(sc.body.find("data: [DONE]"), std::string::npos) << sc.body;
   const auto n17 = d.post("/v1/jobs/" + id + "/completions", R"({"prompt": "The", "n": 17})", "application/json");
   EXPECT_EQ(n17.status, 400);
   EXPECT_EQ(n17.json()["error"]["param"], "n") << n17.body;
@@ -1101,10 +1111,39 @@ TEST(RunE2eTest, AChatJobsModelAnswersOpenAIChatCompletionsAsItGenerates) {
   EXPECT_EQ(chat["usage"]["completion_tokens"],
             done["completion_tokens"].get<int>() - (done["finish_reason"] == "stop" ? 1 : 0));
 
+  // Streamed through tailord as OpenAI streams chat: chunks whose content
+  // adds up to the same reply, the usage, then [DONE]; and, once the stream
+  // has given back the model, the next request is answered.
   const auto streamed = d.post("/v1/jobs/" + id + "/chat/completions",
-                               json{{"messages", messages}, {"stream", true}}.dump(), "application/json");
-  EXPECT_EQ(streamed.status, 400);
-  EXPECT_EQ(streamed.json()["error"]["param"], "stream") << streamed.body;
+                               json{{"messages", messages},
+                                    {"max_tokens", 12},
+                                    {"temperature", 0},
+                                    {"stream", true},
+                                    {"stream_options", {{"include_usage", true}}}}
+                                   .dump(),
+                               "application/json");
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  EXPECT_EQ(streamed.headers.at("content-type"), "text/event-stream");
+  std::vector<std::string> data;
+  for (std::size_t at = 0; (at = streamed.body.find("data: ", at)) != std::string::npos;) {
+    const std::size_t end = streamed.body.find("\n\n", at);
+    data.push_back(streamed.body.substr(at + 6, end - at - 6));
+    at = end;
+  }
+  ASSERT_GE(data.size(), 3u) << streamed.body;
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string content;
+  for (std::size_t i = 0; i + 2 < data.size(); ++i) {
+    const json chunk = json::parse(data[i]);
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    content += chunk["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(content, chat["choices"][0]["message"]["content"]);
+  EXPECT_EQ(json::parse(data[data.size() - 2])["usage"], chat["usage"]);
+  EXPECT_EQ(d.post("/v1/jobs/" + id + "/chat/completions", json{{"messages", messages}, {"max_tokens", 2}}.dump(),
+                   "application/json")
+                .status,
+            200);
   EXPECT_EQ(d.post("/v1/jobs/" + id + "/chat/completions", "{\"messages\": ", "application/json").status, 400);
   EXPECT_EQ(d.post("/v1/jobs/j-0000000000000000/chat/completions", json{{"messages", messages}}.dump(),
                    "application/json")

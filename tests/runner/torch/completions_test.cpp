@@ -242,6 +242,38 @@ TEST_F(CompletionsTest, LogitBiasMinPAndSeveralChoicesGenerateAsGenerationDoes) 
   EXPECT_EQ(sampled["usage"]["prompt_tokens"], prompt->size());
   EXPECT_EQ(sampled["usage"]["completion_tokens"], completion_tokens);
 
+  // best_of 5, n 2: the two of the five candidates (seeds 3 to 7) with the
+  // highest log-probability per token, likeliest first; usage counts all five.
+  auto [bs5, best] = ask({{"prompt", text},
+                          {"max_tokens", 8},
+                          {"temperature", 1.5},
+                          {"min_p", 0.2},
+                          {"seed", 3},
+                          {"n", 2},
+                          {"best_of", 5}});
+  ASSERT_EQ(bs5, 200) << best;
+  ASSERT_EQ(best["choices"].size(), 2u);
+  std::vector<std::pair<double, std::string>> ranked;
+  std::size_t all_tokens = 0;
+  s.max_new_tokens = 8;
+  Scoring scored;
+  scored.generated = true;
+  for (std::uint64_t k = 0; k < 5; ++k) {
+    s.seed = 3 + k;
+    auto g = generate(model_->model, *prompt, s, {}, scored);
+    ASSERT_TRUE(g.is_ok());
+    double sum = 0;
+    for (const TokenScore& t : g->scores)
+      sum += t.logprob;
+    ranked.emplace_back(sum / static_cast<double>(g->scores.size()), text_of(*g));
+    all_tokens += g->ids.size() - (g->stopped ? 1 : 0);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  EXPECT_EQ(best["choices"][0]["text"], ranked[0].second);
+  EXPECT_EQ(best["choices"][1]["text"], ranked[1].second);
+  EXPECT_EQ(best["choices"][1]["index"], 1);
+  EXPECT_EQ(best["usage"]["completion_tokens"], all_tokens);
+
   // Two prompts of two choices: a prompt's choices together.
   auto [bs, batch] = ask({{"prompt", {text, "Hello"}}, {"max_tokens", 4}, {"temperature", 0}, {"n", 2}});
   ASSERT_EQ(bs, 200) << batch;
@@ -318,7 +350,8 @@ TEST_F(CompletionsTest, WhatIsNotServedIsRefusedByName) {
   const std::vector<std::pair<Json, std::string>> cases = {
       {{{"prompt", "x"}, {"frobnicate", 1}}, "unknown field \"frobnicate\""},
       {{{"prompt", "x"}, {"n", 17}}, "n: expected an integer from 1 to 16"},
-      {{{"prompt", "x"}, {"n", 2}, {"best_of", 3}}, "best_of: only best_of equal to n"},
+      {{{"prompt", "x"}, {"best_of", 17}}, "best_of: expected an integer from 1 to 16"},
+      {{{"prompt", "x"}, {"n", 2}, {"best_of", 3}, {"stream", true}}, "best_of: the likeliest choices"},
       {{{"prompt", "x"}, {"n", 2}, {"best_of", 1}}, "best_of: must be at least n"},
       {{{"prompt", "x"}, {"min_p", 1.5}}, "min_p: expected a number in [0, 1]"},
       {{{"prompt", "x"}, {"logit_bias", {{"5", 101}}}}, "logit_bias[\"5\"]: expected a number in [-100, 100]"},
