@@ -213,13 +213,12 @@ TEST_F(CompletionsTest, LogitBiasMinPAndSeveralChoicesGenerateAsGenerationDoes) 
   EXPECT_EQ(body["choices"][0]["text"], text_of(*biased));
 
   // Sampled with min_p: the tokens generation draws with the same seed.
-  auto [ms, sampled] = ask({{"prompt", text},
-                            {"max_tokens", 16},
-                            {"temperature", 1.5},
-                            {"min_p", 0.2},
-                            {"seed", 3},
-                            {"n", 3},
-                            {"best_of", 3}});
+  // Sampled at temperature 1.5 with min-p 0.2 from seed 3.
+  auto sampled_request = [&](int max_tokens, int n, int best_of) {
+    return Json{{"prompt", text}, {"max_tokens", max_tokens}, {"temperature", 1.5}, {"min_p", 0.2},
+                {"seed", 3},      {"n", n},                   {"best_of", best_of}};
+  };
+  auto [ms, sampled] = ask(sampled_request(16, 3, 3));
   ASSERT_EQ(ms, 200) << sampled;
   ASSERT_EQ(sampled["choices"].size(), 3u);
   SamplingOptions s;
@@ -244,13 +243,7 @@ TEST_F(CompletionsTest, LogitBiasMinPAndSeveralChoicesGenerateAsGenerationDoes) 
 
   // best_of 5, n 2: the two of the five candidates (seeds 3 to 7) with the
   // highest log-probability per token, likeliest first; usage counts all five.
-  auto [bs5, best] = ask({{"prompt", text},
-                          {"max_tokens", 8},
-                          {"temperature", 1.5},
-                          {"min_p", 0.2},
-                          {"seed", 3},
-                          {"n", 2},
-                          {"best_of", 5}});
+  auto [bs5, best] = ask(sampled_request(8, 2, 5));
   ASSERT_EQ(bs5, 200) << best;
   ASSERT_EQ(best["choices"].size(), 2u);
   std::vector<std::pair<double, std::string>> ranked;
