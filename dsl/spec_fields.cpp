@@ -383,9 +383,10 @@ const std::vector<Field<ModelSpec>>& model_fields() {
       field("path", "Hugging Face-style model folder; its config.json gives the architecture.", &ModelSpec::path,
             string_not_empty()),
       field("adapter",
-            "A PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) the job's adapters start "
-            "from, over the model: its r, lora_alpha and target_modules are strategy.lora's, and strategy.adapter "
-            "is lora unless it says qlora. A reward model's is a SEQ_CLS adapter, its score saved whole.",
+            "A PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors or .bin) the job's adapters "
+            "start from, over the model: its r, lora_alpha and target_modules are strategy.lora's, and "
+            "strategy.adapter is lora unless it says qlora. A reward model's is a SEQ_CLS adapter, its score saved "
+            "whole.",
             &ModelSpec::adapter, string_not_empty()),
       field("init",
             "pretrained (the weights of model.path; default for preset and path) or random (train from "

@@ -72,35 +72,34 @@ std::string shard_file_name(int shard, int count) {
 Result<WeightFiles> find_weight_files(const std::string& folder) {
   std::error_code ec;
   if (!fs::is_directory(folder, ec)) return Status::not_found(folder + " is not a folder");
-  WeightFiles out;
-  const fs::path single = fs::path(folder) / kSingleWeightsFile;
-  if (fs::is_regular_file(single, ec)) {
-    out.files.push_back(single.string());
+  for (const auto& [single_name, index_name] :
+       {std::pair{kSingleWeightsFile, kShardIndexFile}, std::pair{kTorchWeightsFile, kTorchShardIndexFile}}) {
+    WeightFiles out;
+    const fs::path single = fs::path(folder) / single_name;
+    if (fs::is_regular_file(single, ec)) {
+      out.files.push_back(single.string());
+      return out;
+    }
+    const fs::path index_path = fs::path(folder) / index_name;
+    if (!fs::is_regular_file(index_path, ec)) continue;
+    TAILOR_ASSIGN_OR_RETURN(ShardIndex index, read_shard_index(index_path.string()));
+    std::set<std::string> shards;
+    for (const auto& [name, file] : index.weight_map)
+      shards.insert(file);
+    for (const auto& file : shards) {
+      const fs::path p = fs::path(folder) / file;
+      if (!fs::is_regular_file(p, ec)) {
+        return Status::invalid_argument(index_path.string() + " names shard " + file + ", which does not exist in " +
+                                        folder);
+      }
+      out.files.push_back(p.string());
+    }
+    out.index = std::move(index);
+    out.index_path = index_path.string();
     return out;
   }
-  const fs::path index_path = fs::path(folder) / kShardIndexFile;
-  if (!fs::is_regular_file(index_path, ec)) {
-    std::string msg = "no " + std::string(kSingleWeightsFile) + " or " + kShardIndexFile + " in " + folder;
-    if (fs::exists(fs::path(folder) / "pytorch_model.bin", ec) ||
-        fs::exists(fs::path(folder) / "pytorch_model.bin.index.json", ec)) {
-      msg += " (it holds pytorch_model.bin weights, which are not supported: convert them to safetensors)";
-    }
-    return Status::not_found(msg);
-  }
-  TAILOR_ASSIGN_OR_RETURN(ShardIndex index, read_shard_index(index_path.string()));
-  std::set<std::string> shards;
-  for (const auto& [name, file] : index.weight_map) shards.insert(file);
-  for (const auto& file : shards) {
-    const fs::path p = fs::path(folder) / file;
-    if (!fs::is_regular_file(p, ec)) {
-      return Status::invalid_argument(index_path.string() + " names shard " + file + ", which does not exist in " +
-                                      folder);
-    }
-    out.files.push_back(p.string());
-  }
-  out.index = std::move(index);
-  out.index_path = index_path.string();
-  return out;
+  return Status::not_found("no weights in " + folder + " (" + kSingleWeightsFile + ", " + kShardIndexFile + ", " +
+                           kTorchWeightsFile + " or " + kTorchShardIndexFile + ")");
 }
 
 Status write_hf_config(const std::string& path, const dsl::ModelArch& arch, std::string_view torch_dtype,

@@ -1,8 +1,9 @@
 // The files of a Hugging Face model folder, torch-free: where its weights
 // are (one model.safetensors, or model.safetensors.index.json and its
-// shards), the shard index itself, and config.json written from a ModelArch.
-// Not here: pytorch_model.bin weights (pickle; refused with a clear error),
-// tokenizer files.
+// shards; else, as older transformers saved them, pytorch_model.bin or
+// pytorch_model.bin.index.json and its shards), the shard index itself, and
+// config.json written from a ModelArch. Not here: reading the weights
+// (runner/torch/weight_file.h), tokenizer files.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +21,13 @@ namespace tailor::runner::io {
 
 inline constexpr const char* kSingleWeightsFile = "model.safetensors";
 inline constexpr const char* kShardIndexFile = "model.safetensors.index.json";
+// torch.save's format (runner/torch/torch_save_file.h), read when a folder
+// has no safetensors weights.
+inline constexpr const char* kTorchWeightsFile = "pytorch_model.bin";
+inline constexpr const char* kTorchShardIndexFile = "pytorch_model.bin.index.json";
 inline constexpr const char* kConfigFile = "config.json";
 
-// model.safetensors.index.json:
+// model.safetensors.index.json (and pytorch_model.bin.index.json):
 //   {"metadata": {"total_size": N}, "weight_map": {"tensor name": "shard file name"}}
 struct ShardIndex {
   std::int64_t total_size = 0;                    // bytes of all tensors' data (metadata.total_size; 0 if absent)
@@ -43,15 +48,15 @@ std::string shard_file_name(int shard, int count);
 
 // A folder's weight files.
 struct WeightFiles {
-  std::vector<std::string> files;  // full paths: model.safetensors, or the index's shards in name order
+  std::vector<std::string> files;  // full paths: the single file, or the index's shards in name order
   std::optional<ShardIndex> index; // set for a sharded folder
   std::string index_path;          // the index's full path when sharded
 };
 
-// model.safetensors when present (as transformers prefers it), else the
-// index and its shards. Errors: NotFound when the folder has neither (the
-// message mentions a pytorch_model.bin found instead); InvalidArgument for a
-// bad index or one naming a shard that does not exist.
+// In transformers' order of preference: model.safetensors, the safetensors
+// index and its shards, pytorch_model.bin, the pytorch_model.bin index and
+// its shards. Errors: NotFound when the folder has none of them;
+// InvalidArgument for a bad index or one naming a shard that does not exist.
 Result<WeightFiles> find_weight_files(const std::string& folder);
 
 // Writes dsl::hf_config_json(arch, torch_dtype) (dsl/model_family.h), which

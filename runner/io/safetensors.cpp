@@ -18,6 +18,7 @@
 #include "core/text.h"
 #include "platform/files.h"
 #include "runner/data/file_io.h"
+#include "runner/io/mapped_file.h"
 
 // The format stores little-endian values and the reader hands out views of
 // the mapped bytes unchanged; a big-endian host would need byte swapping.
@@ -163,38 +164,14 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
 }
 
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path, bool inside_read_root) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const std::string why = errno_text();
-    return errno == ENOENT ? Status::not_found(path + ": " + why) : Status::io_error(path + ": " + why);
-  }
-  if (inside_read_root) {
-    if (Status inside = data::check_inside_read_root(fd, path); !inside.is_ok()) {
-      ::close(fd);
-      return inside;
-    }
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string why = errno_text();
-    ::close(fd);
-    return Status::io_error(path + ": " + why);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::invalid_argument(path + " is not a regular file");
-  }
-  const auto file_size = static_cast<std::uint64_t>(st.st_size);
+  TAILOR_ASSIGN_OR_RETURN(const FileMap file, map_file(path, inside_read_root));
+  const auto file_size = static_cast<std::uint64_t>(file.size);
   if (file_size < 8) {
-    ::close(fd);
+    unmap_file(file);
     return Status::invalid_argument(path + ": " + std::to_string(file_size) +
                                     " bytes is too short for a safetensors file (it starts with an 8-byte header length)");
   }
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const std::string map_error = map == MAP_FAILED ? errno_text() : "";
-  ::close(fd);  // the mapping keeps the file alive
-  if (map == MAP_FAILED) return Status::io_error(path + ": mmap: " + map_error);
-
+  void* map = file.data;
   SafetensorsFile f;
   f.path_ = path;
   f.map_ = map;

@@ -19,6 +19,7 @@
 #include "runner/io/hf_folder.h"
 #include "runner/io/safetensors.h"
 #include "runner/torch/io_dtype.h"
+#include "runner/torch/weight_file.h"
 
 namespace tailor::runner {
 namespace fs = std::filesystem;
@@ -217,11 +218,11 @@ struct Located {
 
 Status load_checked(CausalLM& model, const std::string& folder) {
   TAILOR_ASSIGN_OR_RETURN(io::WeightFiles wf, io::find_weight_files(folder));
-  std::vector<io::SafetensorsFile> files;
+  std::vector<WeightFile> files;
   std::vector<std::string> file_names;
   std::map<std::string, Located, std::less<>> tensors;
   for (const std::string& path : wf.files) {
-    TAILOR_ASSIGN_OR_RETURN(io::SafetensorsFile f, io::SafetensorsFile::open(path, /*inside_read_root=*/true));
+    TAILOR_ASSIGN_OR_RETURN(WeightFile f, WeightFile::open(path, /*inside_read_root=*/true));
     files.push_back(std::move(f));
     file_names.push_back(fs::path(path).filename().string());
   }
@@ -238,8 +239,8 @@ Status load_checked(CausalLM& model, const std::string& folder) {
     for (const auto& [name, file] : wf.index->weight_map) {
       const auto it = tensors.find(name);
       if (it == tensors.end() || file_names[it->second.file] != file) {
-        return Status::invalid_argument(std::string(io::kShardIndexFile) + " places " + name + " in " + file +
-                                        ", which does not hold it");
+        return Status::invalid_argument(fs::path(wf.index_path).filename().string() + " places " + name + " in " +
+                                        file + ", which does not hold it");
       }
     }
   }
@@ -287,11 +288,12 @@ Status load_checked(CausalLM& model, const std::string& folder) {
   torch::NoGradGuard no_grad;
   for (const Slot& s : layout) {
     if (!used.contains(s.hf_name)) continue;  // an optional tensor the folder lacks
-    const io::TensorView& t = *tensors.find(s.hf_name)->second.view;
+    const Located& loc = tensors.find(s.hf_name)->second;
+    const io::TensorView& t = *loc.view;
     // Copied out of the map first: the file gives no alignment guarantee.
     torch::Tensor src = torch::empty(t.shape, torch::TensorOptions().dtype(*weight_dtype_of(t.dtype)));
     if (!t.data.empty()) std::memcpy(src.data_ptr(), t.data.data(), t.data.size());
-    io::drop_mapped_pages(t.data);  // copied: the file's pages need not stay resident
+    files[loc.file].done_with(t);  // copied: the file's pages need not stay resident
     if (s.transpose) src = src.t();
     torch::Tensor dst = *params.find(s.param);
     if (s.index >= 0) dst = dst.select(0, s.index);

@@ -1,6 +1,6 @@
-// Hugging Face checkpoints for CausalLM: loading a model folder's
-// safetensors weights (one file or an index with shards) into the model's
-// fused parameters, and saving the model as a folder transformers can load
+// Hugging Face checkpoints for CausalLM: loading a model folder's weights
+// (safetensors or pytorch_model.bin, one file or an index with shards) into
+// the model's fused parameters, and saving the model as a folder transformers can load
 // (config.json + model.safetensors or shards + index).
 //
 // Names: Llama/Mistral/Qwen2 as LlamaForCausalLM (model.embed_tokens,
@@ -11,7 +11,7 @@
 // with or without the "transformer." prefix; its Conv1D weights are stored
 // (in, out), the transpose of ours). q/k/v and gate/up are slices of the
 // fused qkv and gate_up parameters, in that order.
-// Not here: pytorch_model.bin, adapters (merge them first), tokenizers
+// Not here: adapters (merge them first), tokenizers
 // (their files are copied, not read).
 #pragma once
 
@@ -34,8 +34,9 @@ inline constexpr std::int64_t kDefaultMaxShardBytes = 5'000'000'000;
 // unexpected one (the attention-mask buffers of GPT-2 files, rotary inv_freq
 // and a tied model's lm_head.weight are ignored); a wrong shape; an
 // unsupported dtype; a tensor in two files or not where the index says; an
-// index naming a missing shard. NotFound when the folder holds no
-// safetensors weights; IOError when a file cannot be read.
+// index naming a missing shard; a pytorch_model.bin that TorchSaveFile
+// refuses (runner/torch/torch_save_file.h). NotFound when the folder holds
+// no weights; IOError when a file cannot be read.
 Status load_hf_weights(CausalLM& model, const std::string& folder);
 
 // One tensor of a checkpoint by its Hugging Face name.

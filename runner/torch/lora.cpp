@@ -13,6 +13,7 @@
 #include "runner/io/safetensors.h"
 #include "runner/torch/half_matmul.h"
 #include "runner/torch/nf4.h"
+#include "runner/torch/weight_file.h"
 
 namespace tailor::runner {
 namespace {
@@ -546,8 +547,14 @@ Status load_peft_adapter(CausalLMImpl& model, const std::string& dir) {
                                     ": task_type \"SEQ_CLS\" is a sequence classifier's adapter, and this "
                                     "model has a language-model head");
   }
-  const std::string st_path = (fs::path(dir) / "adapter_model.safetensors").string();
-  TAILOR_ASSIGN_OR_RETURN(io::SafetensorsFile file, io::SafetensorsFile::open(st_path));
+  // PEFT before 0.6 saved adapter_model.bin (torch.save), as PEFT still
+  // does with safe_serialization=False; it reads either, safetensors first.
+  std::string st_path = (fs::path(dir) / "adapter_model.safetensors").string();
+  std::error_code ec;
+  if (!fs::exists(st_path, ec) && fs::exists(fs::path(dir) / "adapter_model.bin", ec)) {
+    st_path = (fs::path(dir) / "adapter_model.bin").string();
+  }
+  TAILOR_ASSIGN_OR_RETURN(WeightFile file, WeightFile::open(st_path));
   std::vector<std::string> names;  // of the tensors read
   try {
     torch::NoGradGuard no_grad;

@@ -110,8 +110,9 @@ Status merge_lora(CausalLMImpl& model, torch::Dtype dtype);
 // AutoModelForSequenceClassification.
 Status save_peft_adapter(const CausalLMImpl& model, const std::string& dir, const std::string& base_model);
 
-// Reads a PEFT adapter folder into the attached adapters: every adapter
-// tensor must be present with shape (r, in) / (out, r); the file's
+// Reads a PEFT adapter folder (adapter_config.json with
+// adapter_model.safetensors, or PEFT's older adapter_model.bin) into the
+// attached adapters: every adapter tensor must be present with shape (r, in) / (out, r); the file's
 // lora_alpha sets the scale. Errors name the file and tensor.
 Status load_peft_adapter(CausalLMImpl& model, const std::string& dir);
 

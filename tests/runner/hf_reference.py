@@ -31,6 +31,20 @@ project's .venv (transformers, PEFT, safetensors on the same torch).
       offset, second-level scales and its dequantised weight; the same
       without double quantisation (plain_packed, plain_absmax,
       plain_dequantized); and code, bnb's signed 8-bit dynamic map.
+  hf_reference.py torch_save DIR FAMILY...
+      for each family, DIR/FAMILY/ gets folders as transformers 4 and PEFT
+      saved them without safetensors (torch.save's zip): bin/ (config.json
+      and pytorch_model.bin: the whole state_dict, tied matrices sharing
+      their storage, one matrix stored as a transposed, non-contiguous
+      view), sharded/ (the model in bf16 as pytorch_model-0000i-of-0000n.bin
+      shards of at most 40 kB plus pytorch_model.bin.index.json) and
+      adapter_bin/ (PEFT's adapter_model.bin); and reference.safetensors:
+      input_ids and the logits transformers and PEFT give from each folder
+      (bin_logits, sharded_logits, adapter_logits). DIR/refused/ gets files
+      Tailor must refuse: legacy.bin (PyTorch's format before 1.6),
+      hostile.bin (a pickle whose object calls os.system), checkpoint.bin (a
+      dict of a state_dict and a step), deflated.bin (a state_dict whose
+      records are compressed) and truncated.bin (the first half of one).
   hf_reference.py check DIR FAMILY...
       for each family, loads what Tailor wrote: DIR/FAMILY/export/ with
       AutoModelForCausalLM and DIR/FAMILY/tailor_adapter/ onto base/ with
@@ -191,6 +205,76 @@ def make_whole(root, family):
                "adapter_logits": adapted.logits.contiguous()}, os.path.join(out, "reference.safetensors"))
 
 
+def torch_saved(root, family):
+    import shutil
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+    out, model, ids = saved_base(root, family)
+    base = os.path.join(out, "base")
+    # transformers 4's .bin: torch.save of the state_dict, which keeps tied
+    # matrices as one storage; one matrix saved as a transposed view.
+    state = model.state_dict()
+    name = next(n for n, t in state.items() if t.dim() == 2 and t.shape[0] != t.shape[1])
+    state[name] = state[name].t().contiguous().t()
+    assert not state[name].is_contiguous()
+    os.makedirs(os.path.join(out, "bin"))
+    shutil.copy(os.path.join(base, "config.json"), os.path.join(out, "bin"))
+    torch.save(state, os.path.join(out, "bin", "pytorch_model.bin"))
+    # Shards in bf16, named and indexed as transformers 4 wrote them.
+    sharded = os.path.join(out, "sharded")
+    os.makedirs(sharded)
+    shutil.copy(os.path.join(base, "config.json"), sharded)
+    half = {n: t.to(torch.bfloat16) for n, t in model.state_dict().items()}
+    split = split_torch_state_dict_into_shards(half, filename_pattern="pytorch_model{suffix}.bin",
+                                              max_shard_size=40_000)
+    assert len(split.filename_to_tensors) > 1
+    for file, names in split.filename_to_tensors.items():
+        torch.save({n: half[n] for n in names}, os.path.join(sharded, file))
+    with open(os.path.join(sharded, "pytorch_model.bin.index.json"), "w") as f:
+        json.dump({"metadata": split.metadata, "weight_map": split.tensor_to_filename}, f)
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS.get(family, LLAMA_TARGETS),
+                      init_lora_weights=False, task_type="CAUSAL_LM")
+    get_peft_model(copy.deepcopy(model), lora).save_pretrained(os.path.join(out, "adapter_bin"),
+                                                               safe_serialization=False)
+    assert os.path.isfile(os.path.join(out, "adapter_bin", "adapter_model.bin"))
+
+    def logits(folder):
+        with torch.no_grad():
+            return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()(ids).logits
+    with torch.no_grad():
+        adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+                                            os.path.join(out, "adapter_bin")).eval()(ids).logits
+    save_file({"input_ids": ids.contiguous(), "bin_logits": logits(os.path.join(out, "bin")).contiguous(),
+               "sharded_logits": logits(sharded).contiguous(), "adapter_logits": adapted.contiguous()},
+              os.path.join(out, "reference.safetensors"))
+
+
+class Hostile:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def refused_files(root):
+    import zipfile
+    out = os.path.join(root, "refused")
+    os.makedirs(out, exist_ok=True)
+    state = {"w": torch.randn(8, 8), "b": torch.randn(8)}
+    torch.save(state, os.path.join(out, "legacy.bin"), _use_new_zipfile_serialization=False)
+    torch.save({"w": torch.randn(2), "x": Hostile()}, os.path.join(out, "hostile.bin"))
+    torch.save({"model": state, "step": 3}, os.path.join(out, "checkpoint.bin"))
+    plain = os.path.join(out, "plain.bin")
+    torch.save(state, plain)
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(os.path.join(out, "deflated.bin"), "w",
+                                                        compression=zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            dst.writestr(item.filename, src.read(item.filename))
+    with open(plain, "rb") as f:
+        data = f.read()
+    with open(os.path.join(out, "truncated.bin"), "wb") as f:
+        f.write(data[:len(data) // 2])
+
+
 def off_by(a, b):
     return ((a - b).abs().max() / b.abs().max()).item()
 
@@ -326,12 +410,17 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "nf4":
         nf4(sys.argv[2])
         return
-    if len(sys.argv) < 4 or sys.argv[1] not in ("make", "whole", "check"):
+    if len(sys.argv) < 4 or sys.argv[1] not in ("make", "whole", "check", "torch_save"):
         sys.exit(__doc__)
     root, families = sys.argv[2], sys.argv[3:]
     for f in families:
         if f not in CONFIGS:
             sys.exit(f"hf_reference.py: unknown family {f}")
+    if sys.argv[1] == "torch_save":
+        for f in families:
+            torch_saved(root, f)
+        refused_files(root)
+        return
     if sys.argv[1] in ("make", "whole"):
         for f in families:
             (make if sys.argv[1] == "make" else make_whole)(root, f)

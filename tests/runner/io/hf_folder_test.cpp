@@ -188,13 +188,48 @@ TEST(HfFolderTest, AFolderWithoutWeightsSaysWhatIsMissing) {
   auto r = find_weight_files(dir.path().string());
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(r.status().message().find("no model.safetensors or model.safetensors.index.json in"), std::string::npos)
+  EXPECT_NE(r.status().message().find("no weights in " + dir.path().string() +
+                                      " (model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+                                      "pytorch_model.bin.index.json)"),
+            std::string::npos)
       << r.status().message();
-  dir.write("pytorch_model.bin", "pickle");
+}
+
+// transformers' order: safetensors before pytorch_model.bin, one file before
+// an index; the .bin index is read as the safetensors one.
+TEST(HfFolderTest, SafetensorsComeFirstThenPytorchModelBin) {
+  TempDir dir;
+  ShardIndex index;
+  index.weight_map = {{"a", "pytorch_model-00001-of-00002.bin"}, {"b", "pytorch_model-00002-of-00002.bin"}};
+  ASSERT_TRUE(write_shard_index(dir.file(kTorchShardIndexFile), index).is_ok());
+  dir.write("pytorch_model-00001-of-00002.bin", "");
+  dir.write("pytorch_model-00002-of-00002.bin", "");
+  auto r = find_weight_files(dir.path().string());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->files, (std::vector<std::string>{dir.file("pytorch_model-00001-of-00002.bin"),
+                                                dir.file("pytorch_model-00002-of-00002.bin")}));
+  EXPECT_EQ(r->index_path, dir.file(kTorchShardIndexFile));
+  ASSERT_TRUE(r->index.has_value());
+  EXPECT_EQ(r->index->weight_map, index.weight_map);
+
+  dir.write(kTorchWeightsFile, "");
   r = find_weight_files(dir.path().string());
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("pytorch_model.bin weights, which are not supported"), std::string::npos)
-      << r.status().message();
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->files, std::vector<std::string>{dir.file(kTorchWeightsFile)});
+  EXPECT_FALSE(r->index.has_value());
+
+  index.weight_map = {{"a", shard_file_name(1, 1)}};
+  ASSERT_TRUE(write_shard_index(dir.file(kShardIndexFile), index).is_ok());
+  dir.write(shard_file_name(1, 1), "");
+  r = find_weight_files(dir.path().string());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->files, std::vector<std::string>{dir.file(shard_file_name(1, 1))});
+  EXPECT_EQ(r->index_path, dir.file(kShardIndexFile));
+
+  dir.write(kSingleWeightsFile, "");
+  r = find_weight_files(dir.path().string());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->files, std::vector<std::string>{dir.file(kSingleWeightsFile)});
 }
 
 }  // namespace

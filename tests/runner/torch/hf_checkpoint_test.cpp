@@ -366,9 +366,8 @@ TEST(HfCheckpointTest, EveryLoadErrorNamesFileAndTensorAndLeavesTheModelUnchange
        },
        StatusCode::kInvalidArgument, ", which does not exist in"},
       {"config.json but no weights", [](const TempDir& d) { fs::remove(d.file("hf/model.safetensors")); },
-       StatusCode::kNotFound, "no model.safetensors or model.safetensors.index.json in"},
-      {"corrupt file",
-       [](const TempDir& d) { d.write("hf/model.safetensors", std::string("\x10\0\0\0\0\0\0\0{", 9)); },
+       StatusCode::kNotFound, "no weights in"},
+      {"corrupt file", [](const TempDir& d) { d.write("hf/model.safetensors", std::string("\x10\0\0\0\0\0\0\0{", 9)); },
        StatusCode::kInvalidArgument, "model.safetensors: header length 16 runs past the end"},
   };
   for (const LoadError& c : cases) {
@@ -603,9 +602,7 @@ TEST(HfCheckpointTest, AFolderWithConfigButNoWeightsIsBadInput) {
   const auto events = lines(out + "/events.jsonl");
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back()["event"], "error");
-  EXPECT_NE(events.back()["message"].get<std::string>().find("no model.safetensors or model.safetensors.index.json"),
-            std::string::npos)
-      << events.back();
+  EXPECT_NE(events.back()["message"].get<std::string>().find("no weights in"), std::string::npos) << events.back();
   EXPECT_FALSE(fs::exists(out + "/model"));
 }
 

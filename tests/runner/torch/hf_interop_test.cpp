@@ -5,8 +5,9 @@
 // in transformers with Tailor's logits; an adapter saved by PEFT loads in
 // Tailor with PEFT's logits; the adapter Tailor saves loads in PEFT with
 // Tailor's. fp32 within 1e-4 of the largest logit; bf16 as near
-// transformers' bf16 as bf16 is to fp32. And QLoRA's
-// NF4 storage against bitsandbytes' quantize_4bit on the CPU.
+// transformers' bf16 as bf16 is to fp32. Folders saved without safetensors
+// (pytorch_model.bin, adapter_model.bin) as transformers and PEFT load them.
+// And QLoRA's NF4 storage against bitsandbytes' quantize_4bit on the CPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "runner/torch/model.h"
 #include "runner/torch/nf4.h"
 #include "runner/torch/quant8.h"
+#include "runner/torch/torch_save_file.h"
 #include "tests/testing/python_scripts.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/text_file.h"
@@ -244,6 +246,84 @@ TEST(HfInteropTest, ModulesToSaveRoundTripThroughPeft) {
 // with the embedding and head trained whole on Llama, on this CPU), and
 // load the run's adapter/ in PEFT and model/ in transformers: the same
 // logits as Tailor's own loader gives, and not the base's.
+// Folders as transformers 4 and PEFT saved them without safetensors
+// (torch.save's zip: pytorch_model.bin, its bf16 shards with their index,
+// adapter_model.bin) load in Tailor with the logits transformers and PEFT
+// give from the same folders; the .bin's parameters are the safetensors
+// folder's to the bit, a transposed (non-contiguous) matrix and tied
+// matrices sharing one storage among them. Files Tailor must not read are
+// refused by name, a pickle that would call os.system without running it.
+TEST(HfInteropTest, PytorchModelBinFoldersLoadAsTransformersAndPeftLoadThem) {
+  TempDir dir;
+  const std::vector<std::string> families = {"llama", "gpt2", "phi3"};
+  ASSERT_TRUE(python(dir, "torch_save " + dir.path().string() + " llama gpt2 phi3"));
+  for (const std::string& family : families) {
+    SCOPED_TRACE(family);
+    const std::string d = dir.file(family);
+    auto ref = io::SafetensorsFile::open(d + "/reference.safetensors");
+    ASSERT_TRUE(ref.is_ok()) << ref.status().message();
+    const Tensor ids = tensor_in(*ref, "input_ids");
+
+    CausalLM from_bin = load_model(d + "/bin");
+    CausalLM from_safetensors = load_model(d + "/base");
+    const auto a = from_bin->named_parameters(), b = from_safetensors->named_parameters();
+    for (const auto& p : a)
+      EXPECT_TRUE(torch::equal(p.value(), b[p.key()])) << p.key();
+    const double bin_error = off_by(logits_of(from_bin, ids), tensor_in(*ref, "bin_logits"));
+    EXPECT_LT(bin_error, kTolerance);
+
+    CausalLM sharded = load_model(d + "/sharded");
+    const double sharded_error = off_by(logits_of(sharded, ids), tensor_in(*ref, "sharded_logits"));
+    EXPECT_LT(sharded_error, kTolerance);
+
+    CausalLM adapted = load_model(d + "/base");
+    attach_adapters(adapted);
+    const Status s = load_peft_adapter(*adapted, d + "/adapter_bin");
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    const double adapter_error = off_by(logits_of(adapted, ids), tensor_in(*ref, "adapter_logits"));
+    EXPECT_LT(adapter_error, kTolerance);
+    std::printf("%-6s pytorch_model.bin -> Tailor: logits %.2e; bf16 shards %.2e; adapter_model.bin %.2e\n",
+                family.c_str(), bin_error, sharded_error, adapter_error);
+  }
+
+  const struct {
+    std::string file;
+    std::string says;
+  } refused[] = {
+      {"legacy.bin", "saved in PyTorch's legacy format (before 1.6), which Tailor does not read"},
+      {"hostile.bin", "data.pkl: the pickle names posix.system, which is not part of a dict of tensors"},
+      {"checkpoint.bin", "data.pkl: model is a dict, not a tensor"},
+      {"deflated.bin", "is compressed"},
+      {"truncated.bin", dir.file("refused/truncated.bin") + ": PytorchStreamReader failed reading zip archive"},
+  };
+  for (const auto& r : refused) {
+    SCOPED_TRACE(r.file);
+    const auto f = TorchSaveFile::open(dir.file("refused/") + r.file);
+    ASSERT_FALSE(f.is_ok());
+    EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(f.status().message().find(r.says), std::string::npos) << f.status().message();
+  }
+  EXPECT_FALSE(std::filesystem::exists("PWNED"));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("PWNED")));
+  const auto plain = TorchSaveFile::open(dir.file("refused/plain.bin"));
+  ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+  EXPECT_EQ(plain->tensors().size(), 2u);
+  // Through a folder: the loader names the folder and the file's reason.
+  std::filesystem::create_directories(dir.file("hostile"));
+  std::filesystem::copy_file(dir.file("llama/bin/config.json"), dir.file("hostile/config.json"));
+  std::filesystem::copy_file(dir.file("refused/hostile.bin"), dir.file("hostile/pytorch_model.bin"));
+  dsl::ModelArch arch;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(dsl::arch_from_hf_config(read_text(dir.file("hostile/config.json")), "config.json", arch, errors));
+  CausalLM m(arch, 0);
+  const Status s = load_hf_weights(m, dir.file("hostile"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("loading Hugging Face weights from " + dir.file("hostile")), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("pytorch_model.bin: data.pkl: the pickle names posix.system"), std::string::npos)
+      << s.message();
+}
+
 TEST(HfInteropTest, TrainedRunsLoadInTransformersAndPeft) {
   TempDir dir;
   ASSERT_TRUE(python(dir, "make " + dir.path().string() + " gemma2 qwen2 llama"));
