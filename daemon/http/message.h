@@ -35,7 +35,9 @@ struct HttpRequest {
 // A body written as it is produced (GET .../logs?follow=true): the server
 // calls `poll` every poll interval; it appends what is new to `out` and
 // returns false once the stream is complete. Called from one thread at a
-// time; must not block.
+// time; must not block. The server releases it (and what it captured) when
+// the stream ends: complete, or its client gone (a read or write on the
+// connection failed), or closed by the stream budget or shutdown.
 using StreamPoll = std::function<bool(std::string& out)>;
 
 // A stretch of a body of several files (an archive): `bytes` as they are

@@ -455,8 +455,25 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(options_.write_timeout);
     http::async_write_header(stream_, *serializer_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) return self->close();
+      self->watch_client();
       self->pump();
     });
+  }
+
+  // A stream's client has nothing more to send (the response closes the
+  // connection), so a read that ends says it has gone, even while the
+  // stream has nothing to write: the stream ends then, and its poll (with
+  // what it holds, e.g. a generation to stop) is released at once rather
+  // than at its next write. On the socket itself, outside the stream's
+  // write timeouts.
+  void watch_client() {
+    scratch_.resize(512);
+    stream_.socket().async_read_some(net::buffer(scratch_),
+                                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                                       if (!ec) return self->watch_client();  // bytes after the request: ignored
+                                       self->timer_.cancel();
+                                       self->close();
+                                     });
   }
 
   void pump() {

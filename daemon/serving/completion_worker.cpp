@@ -153,22 +153,57 @@ std::string CompletionWorker::ended_how() {
   return how;
 }
 
+namespace {
+
+// How often a streamed reply's client is asked whether it still listens
+// while the model process is silent.
+constexpr std::chrono::milliseconds kListenCheck{200};
+
+}  // namespace
+
 Result<WorkerReply> CompletionWorker::call(std::string_view route, const std::string& one_line_body,
-                                           const std::function<void(std::string chunk)>& on_chunk) {
+                                           const std::function<bool(std::string chunk)>& on_chunk,
+                                           const std::function<bool()>& listening) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dead_) return Status::unavailable("the model process has ended");
   if (!write_all(to_child_, runner::serve_request_line(route, one_line_body) + "\n")) {
     dead_ = true;
     return Status::unavailable("the model process has ended (" + ended_how() + ")");
   }
-  // No deadline of its own: a long generation is the client's to time out.
-  auto line = read_line(std::chrono::steady_clock::time_point::max());
+  // Once the client has left (a chunk refused, or `listening` says so),
+  // the process is told to stop, and what it sends meanwhile is dropped.
+  bool stopped = false;
+  bool ended = false;
+  auto stop = [&] {
+    stopped = true;
+    ended = !write_all(to_child_, std::string(runner::kCancelLine) + "\n");
+  };
+  // No deadline of its own: a long generation is the client's to time out;
+  // with `listening`, asked every kListenCheck meanwhile.
+  auto next_line = [&]() -> Result<std::string> {
+    while (true) {
+      if (!listening || stopped) return read_line(std::chrono::steady_clock::time_point::max());
+      auto line = read_line(std::chrono::steady_clock::now() + kListenCheck);
+      if (line.is_ok() || line.status().code() != StatusCode::kCancelled) return line;
+      if (!listening()) stop();
+      if (ended) return Status::unavailable("the model process ended");
+    }
+  };
+  auto line = next_line();
   // A streamed reply's chunks, each passed on as it comes.
   while (line.is_ok() && line->rfind(runner::kChunkLinePrefix, 0) == 0 &&
          line->size() > runner::kChunkLinePrefix.size()) {
     if (!on_chunk) return Status::internal("the model process streamed a reply nobody asked to stream");
-    on_chunk(line->substr(runner::kChunkLinePrefix.size(), line->size() - runner::kChunkLinePrefix.size() - 1));
-    line = read_line(std::chrono::steady_clock::time_point::max());
+    if (!stopped &&
+        !on_chunk(line->substr(runner::kChunkLinePrefix.size(), line->size() - runner::kChunkLinePrefix.size() - 1))) {
+      stop();
+    }
+    if (ended) break;
+    line = next_line();
+  }
+  if (ended) {
+    dead_ = true;
+    return Status::unavailable("the model process has ended (" + ended_how() + ")");
   }
   if (!line.is_ok()) return Status::unavailable("the model process has ended (" + ended_how() + ")");
   // {"status": N, "body": ...}; ordered, so the body keeps its fields' order.

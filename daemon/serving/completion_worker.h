@@ -45,10 +45,15 @@ class CompletionWorker {
   // One request to `route` (runner/protocol/serve_protocol.h: completions or
   // chat completions), its body a JSON document on one line, and the reply.
   // A streamed reply's chunks (each a JSON object's text) go to `on_chunk`
-  // as they come, before the reply (Internal without one). Unavailable once
-  // the process has ended (saying how); it is not restarted.
+  // as they come, before the reply (Internal without one). It answers
+  // whether the client still listens, and so does `listening`, asked every
+  // 200 ms while the process is silent: once either says no, the process is
+  // told to stop generating (serve_protocol.h's cancel line), and its later
+  // chunks are dropped until the reply, which comes at once. Unavailable
+  // once the process has ended (saying how); it is not restarted.
   Result<WorkerReply> call(std::string_view route, const std::string& one_line_body,
-                           const std::function<void(std::string chunk)>& on_chunk = {});
+                           const std::function<bool(std::string chunk)>& on_chunk = {},
+                           const std::function<bool()>& listening = {});
 
   // False once the process has ended or stopped answering.
   bool alive() const;

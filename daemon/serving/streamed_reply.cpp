@@ -1,5 +1,6 @@
 #include "daemon/serving/streamed_reply.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -15,7 +16,22 @@ struct Relay {
   std::string pending;  // events not yet sent
   bool streaming = false;
   bool finished = false;
+  std::atomic<bool> client_left{false};
   Result<WorkerReply> reply = Status::internal("not answered yet");
+};
+
+// Held by the stream poll alone: the HTTP server drops the poll when the
+// client has gone (a write failed, the stream budget or shutdown closed it)
+// or the stream has ended, and the relay learns it here.
+class ClientWatch {
+ public:
+  explicit ClientWatch(std::shared_ptr<Relay> relay) : relay_(std::move(relay)) {}
+  ~ClientWatch() { relay_->client_left = true; }
+  ClientWatch(const ClientWatch&) = delete;
+  ClientWatch& operator=(const ClientWatch&) = delete;
+
+ private:
+  std::shared_ptr<Relay> relay_;
 };
 
 }  // namespace
@@ -23,18 +39,23 @@ struct Relay {
 HttpResponse answer_streamed(std::shared_ptr<CompletionWorker> worker, std::string route, std::string body,
                              std::function<void()> done, std::function<HttpResponse(const Status&)> failed) {
   auto relay = std::make_shared<Relay>();
-  // Detached, holding what it uses: a client that leaves does not stop the
-  // generation, which ends by its own limits; the worker answers one
-  // request at a time meanwhile.
+  // Detached, holding what it uses. A client that leaves stops the
+  // generation at its next chunk (the worker tells the model process), so
+  // that the model, which answers one request at a time, is free again.
   std::thread([worker, relay, route = std::move(route), body = std::move(body), done = std::move(done)] {
-    auto reply = worker->call(route, body, [&relay](std::string chunk) {
-      {
-        std::lock_guard<std::mutex> lock(relay->mu);
-        relay->pending += "data: " + chunk + "\n\n";
-        relay->streaming = true;
-      }
-      relay->changed.notify_all();
-    });
+    auto reply = worker->call(
+        route, body,
+        [&relay](std::string chunk) {
+          if (relay->client_left) return false;
+          {
+            std::lock_guard<std::mutex> lock(relay->mu);
+            relay->pending += "data: " + chunk + "\n\n";
+            relay->streaming = true;
+          }
+          relay->changed.notify_all();
+          return true;
+        },
+        [&relay] { return !relay->client_left; });
     // The slot back before the end is sent: a client that asks again once
     // it has the end finds the model free.
     if (done) done();
@@ -55,7 +76,8 @@ HttpResponse answer_streamed(std::shared_ptr<CompletionWorker> worker, std::stri
   HttpResponse res;
   res.content_type = "text/event-stream";
   res.headers.emplace_back("Cache-Control", "no-store");
-  res.stream = [relay, failed = std::move(failed)](std::string& out) {
+  res.stream = [relay, watch = std::make_shared<ClientWatch>(relay), failed = std::move(failed)](std::string& out) {
+    (void)watch;  // held, not read: its end tells the relay the client left
     std::lock_guard<std::mutex> guard(relay->mu);
     out += relay->pending;
     relay->pending.clear();

@@ -20,7 +20,9 @@ namespace tailor::daemon {
 // answered as it is, JSON with its status; `failed` answers a call that
 // failed (the process ended). Once a chunk came, the answer is an event
 // stream; a failure after it is one last event with the error object
-// (`failed`'s body) before [DONE]. `done` runs once the call has returned,
+// (`failed`'s body) before [DONE]. A client that leaves (the server drops
+// the stream) stops the generation at its next chunk: the model answers one
+// request at a time and is free again. `done` runs once the call has returned,
 // however it ended, and before the answer is complete (a slot given back
 // before the client can ask again).
 HttpResponse answer_streamed(std::shared_ptr<CompletionWorker> worker, std::string route, std::string body,

@@ -3,7 +3,10 @@
 // route, a space and the JSON body ("/v1/chat/completions {...}"); one reply
 // a line on its stdout, {"status": HTTP status, "body": response}, before
 // which a streamed reply ("stream": true) writes its chunks, one line
-// {"chunk": {...}} each.
+// {"chunk": {...}} each. While a reply streams, the line "cancel" says its
+// client has left: the process stops that reply's generation at its next
+// token and ends it with {"status": 200, "body": null}. A cancel line read
+// after its reply ended cancels nothing.
 #pragma once
 
 #include <string>
@@ -16,6 +19,8 @@ inline constexpr std::string_view kCompletionsRoute = "/v1/completions";
 inline constexpr std::string_view kChatCompletionsRoute = "/v1/chat/completions";
 // How a chunk line begins; the chunk's JSON and "}" follow.
 inline constexpr std::string_view kChunkLinePrefix = "{\"chunk\":";
+
+inline constexpr std::string_view kCancelLine = "cancel";
 
 // The request line for `route` and a body on one line (JSON without newlines).
 inline std::string serve_request_line(std::string_view route, std::string_view one_line_body) {

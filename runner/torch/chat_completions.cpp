@@ -109,16 +109,18 @@ class Chunks {
   Chunks(const std::string& model_name, const ChunkSink& emit)
       : stream_("chatcmpl", "chat.completion.chunk", model_name, emit) {}
 
-  void role(std::int64_t index) { delta(index, Json{{"role", "assistant"}, {"content", ""}}); }
-  void content(std::int64_t index, std::string_view text) { delta(index, Json{{"content", text}}); }
-  void finish(std::int64_t index, const char* reason) { delta(index, Json::object(), reason); }
-  void usage_of(std::size_t prompt_tokens, std::size_t completion_tokens) {
-    stream_.usage_of(prompt_tokens, completion_tokens);
+  // Each answers whether the client still listens (ChunkStream::listening).
+  bool role(std::int64_t index) { return delta(index, Json{{"role", "assistant"}, {"content", ""}}); }
+  bool content(std::int64_t index, std::string_view text) { return delta(index, Json{{"content", text}}); }
+  bool finish(std::int64_t index, const char* reason) { return delta(index, Json::object(), reason); }
+  bool usage_of(std::size_t prompt_tokens, std::size_t completion_tokens) {
+    return stream_.usage_of(prompt_tokens, completion_tokens);
   }
+  bool listening() const { return stream_.listening(); }
 
  private:
-  void delta(std::int64_t index, Json d, const char* finish_reason = nullptr) {
-    stream_.choice(index, Json{{"delta", std::move(d)}}, finish_reason);
+  bool delta(std::int64_t index, Json d, const char* finish_reason = nullptr) {
+    return stream_.choice(index, Json{{"delta", std::move(d)}}, finish_reason);
   }
 
   ChunkStream stream_;
@@ -164,12 +166,14 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
         if (!begun) chunks.role(k);
         begun = true;
         if (!piece.empty()) chunks.content(k, piece);
+        return chunks.listening();
       };
       auto run = run_completion(model, *prompt, max_tokens, r.sampling, choice_seed(seed, k), Scoring{}, "messages",
                                 "messages", on_text, pass_of(k));
       if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
       const Completion& c = std::get<Completion>(run);
-      chunks.finish(k, c.stopped ? "stop" : "length");
+      // A client that left is answered no further: the model is free again.
+      if (!chunks.finish(k, c.stopped ? "stop" : "length")) return {200, "null"};
       completion_tokens += c.ids.size();
     }
     if (r.include_usage) chunks.usage_of(prompt->size(), completion_tokens);

@@ -294,17 +294,19 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
           on_text = [&, index, begun = false](std::string_view piece) mutable {
             // The echoed prompt with the first token (the prompt was taken).
             const std::string text = (!begun && r.echo ? prompts[i].text : std::string()) + std::string(piece);
-            if (!text.empty()) stream.choice(static_cast<std::int64_t>(index), Json{{"text", text}});
             begun = true;
+            return text.empty() ? stream.listening()
+                                : stream.choice(static_cast<std::int64_t>(index), Json{{"text", text}});
           };
         }
         auto one = complete_one(model, r, i, prompts[i], index, choice_seed(seed, k),
                                 k + 1 < r.best_of ? copy : pass[g], on_text);
         if (auto* failed = std::get_if<CompletionReply>(&one)) return std::move(*failed);
         auto& c = std::get<Choice>(one);
-        if (r.stream) {
-          stream.choice(static_cast<std::int64_t>(index), Json{{"text", ""}},
-                        c.json["finish_reason"].get<std::string>().c_str());
+        // A client that left is answered no further: the model is free again.
+        if (r.stream && !stream.choice(static_cast<std::int64_t>(index), Json{{"text", ""}},
+                                       c.json["finish_reason"].get<std::string>().c_str())) {
+          return {200, "null"};
         }
         if (k == 0) prompt_tokens += c.prompt_tokens;
         completion_tokens += c.completion_tokens;  // every candidate's: all were computed

@@ -36,8 +36,10 @@ struct CompletionLimits {
 };
 
 // One chunk object (JSON text) of a streamed reply: text_completion or
-// chat.completion.chunk.
-using ChunkSink = std::function<void(const std::string& chunk)>;
+// chat.completion.chunk. It answers whether the client still listens: once
+// it says no, generation stops at its next token, no later chunk is sent,
+// and the reply ends as one that streamed (200, body null).
+using ChunkSink = std::function<bool(const std::string& chunk)>;
 
 struct CompletionReply {
   int status = 200;        // 200, 400 (the request), 500 (the model), 503 (out of memory)

@@ -184,6 +184,7 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
   std::size_t stop_at = std::string::npos;
   std::size_t sent = 0;  // bytes of text given to on_text
   bool begun = false;
+  bool left = false;  // on_text said to stop: the client is gone
   auto on_token = [&](std::int32_t id) {
     stream.push(id);
     if (!s.stop.empty()) stop_at = first_stop(stream.text(), s.stop);
@@ -192,12 +193,12 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
       // Up to a stop sequence found, else short of what may begin one.
       const std::size_t safe = stop_at != std::string::npos ? stop_at : text.size() - stop_prefix_at_end(text, s.stop);
       if (safe > sent || !begun) {
-        on_text(std::string_view(text).substr(sent, safe > sent ? safe - sent : 0));
+        left = !on_text(std::string_view(text).substr(sent, safe > sent ? safe - sent : 0));
         sent = std::max(sent, safe);
         begun = true;
       }
     }
-    return stop_at == std::string::npos;
+    return stop_at == std::string::npos && !left;
   };
   Result<Generated> g = Status::internal("not run");
   try {
@@ -230,7 +231,7 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
     }
   }
   c.stopped = g->stopped || stop_at != std::string::npos;
-  if (on_text && (c.text.size() > sent || !begun))
+  if (on_text && !left && (c.text.size() > sent || !begun))
     on_text(std::string_view(c.text).substr(std::min(sent, c.text.size())));
   return c;
 }
@@ -281,7 +282,7 @@ Json ChunkStream::head() const {
   return chunk;
 }
 
-void ChunkStream::choice(std::int64_t index, Json fields, const char* finish_reason) {
+bool ChunkStream::choice(std::int64_t index, Json fields, const char* finish_reason) {
   Json chunk = head();
   Json choice;
   choice["index"] = index;
@@ -290,14 +291,19 @@ void ChunkStream::choice(std::int64_t index, Json fields, const char* finish_rea
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json();
   chunk["choices"] = Json::array({std::move(choice)});
-  emit_(chunk.dump());
+  return send(chunk);
 }
 
-void ChunkStream::usage_of(std::size_t prompt_tokens, std::size_t completion_tokens) {
+bool ChunkStream::usage_of(std::size_t prompt_tokens, std::size_t completion_tokens) {
   Json chunk = head();
   chunk["choices"] = Json::array();
   chunk["usage"] = usage(prompt_tokens, completion_tokens);
-  emit_(chunk.dump());
+  return send(chunk);
+}
+
+bool ChunkStream::send(const Json& chunk) {
+  if (listening_) listening_ = emit_(chunk.dump());
+  return listening_;
 }
 
 std::int64_t now_seconds() {

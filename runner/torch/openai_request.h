@@ -90,8 +90,10 @@ struct Completion {
 // cannot take, 503 out of memory, 500 for the rest. `on_text`, when set,
 // sees the text as it becomes final, in pieces whose concatenation is
 // Completion::text: first with "" once the first token is chosen (the
-// prompt was taken), then each piece no stop sequence can still claim.
-using TextSink = std::function<void(std::string_view piece)>;
+// prompt was taken), then each piece no stop sequence can still claim. It
+// answers false to stop generating (a streaming client left): the
+// completion ends there, with no last piece.
+using TextSink = std::function<bool(std::string_view piece)>;
 // `prefilled`: the prompt's forward pass, done ahead (generation.h's
 // prefill()).
 std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
@@ -118,18 +120,23 @@ class ChunkStream {
  public:
   ChunkStream(const char* id_prefix, const char* object, const std::string& model_name, const ChunkSink& emit);
   // A chunk of one choice: {index, logprobs: null, finish_reason, ...fields}.
-  void choice(std::int64_t index, Json fields, const char* finish_reason = nullptr);
+  // Each answers listening().
+  bool choice(std::int64_t index, Json fields, const char* finish_reason = nullptr);
   // The last chunk when asked: no choices, the usage.
-  void usage_of(std::size_t prompt_tokens, std::size_t completion_tokens);
+  bool usage_of(std::size_t prompt_tokens, std::size_t completion_tokens);
+  // False once the sink said the client left; nothing is sent after that.
+  bool listening() const { return listening_; }
 
  private:
   Json head() const;
+  bool send(const Json& chunk);
 
   std::string id_;
   const char* object_;
   std::int64_t created_;
   std::string model_;
   const ChunkSink& emit_;
+  bool listening_ = true;
 };
 
 // "PREFIX-" and 16 random hex digits: a response's id.

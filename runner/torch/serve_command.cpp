@@ -1,17 +1,26 @@
 #include "runner/torch/serve_command.h"
 
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "platform/failpoint.h"
 #include "runner/protocol/serve_protocol.h"
 #include "runner/torch/chat_completions.h"
 #include "runner/torch/completions.h"
-#include "runner/torch/openai_request.h"
 #include "runner/torch/inference_model.h"
 #include "runner/torch/model_command.h"
+#include "runner/torch/openai_request.h"
 
 namespace tailor::runner {
 namespace {
@@ -25,9 +34,11 @@ stdin, each the route and the body on one line ("/v1/completions {...}" or
 "/v1/chat/completions {...}"), with one line {"status": HTTP status,
 "body": response} on stdout, after a first line {"event": "ready", ...}
 once the model is loaded; a streamed reply writes its chunks first,
-one line {"chunk": {...}} each. `tailor serve` puts an HTTP server in front of
-it. MODEL is as for tailor-runner generate: a model folder, an adapter
-folder or a run's output folder; it must hold the tokenizer's files.
+one line {"chunk": {...}} each, and a line "cancel" read while they come
+stops that reply's generation (its client left). `tailor serve` puts an
+HTTP server in front of it. MODEL is as for tailor-runner generate: a model
+folder, an adapter folder or a run's output folder; it must hold the
+tokenizer's files.
 
 options:
   --adapter DIR     a PEFT adapter folder to apply over MODEL (unmerged)
@@ -40,6 +51,67 @@ options:
 
 exit codes: 0 input ended, 1 bad input (the folder), 2 bad command line
 )";
+
+// The input, read on a thread of its own so that a cancel line reaches the
+// request in flight. Request lines queue in order, numbered from 1; a cancel
+// line cancels the newest request read before it, so one that comes after
+// its request ended cancels nothing.
+class RequestLines {
+ public:
+  explicit RequestLines(std::istream& in) {
+    // Untied: a tied input (std::cin) flushes its output before each read,
+    // from the reader's thread, while the main thread writes to it.
+    in.tie(nullptr);
+    reader_ = std::thread([this, &in] { read(in); });
+  }
+  // The reader ends with the input, as the caller's loop does.
+  ~RequestLines() { reader_.join(); }
+  RequestLines(const RequestLines&) = delete;
+  RequestLines& operator=(const RequestLines&) = delete;
+
+  // The next request and its number; nullopt once the input has ended.
+  std::optional<std::pair<std::uint64_t, std::string>> next() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ready_.wait(lock, [&] { return !queue_.empty() || ended_; });
+    if (queue_.empty()) return std::nullopt;
+    auto request = std::move(queue_.front());
+    queue_.pop_front();
+    return request;
+  }
+  bool cancelled(std::uint64_t request) const { return cancelled_up_to_.load() >= request; }
+  // Until `request` is cancelled or the input ends (the failpoint
+  // serve.hold_after_first_chunk).
+  void wait_for_cancel(std::uint64_t request) {
+    std::unique_lock<std::mutex> lock(mu_);
+    ready_.wait(lock, [&] { return cancelled(request) || ended_; });
+  }
+
+ private:
+  void read(std::istream& in) {
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (line == kCancelLine) {
+        cancelled_up_to_ = read_;
+      } else {
+        queue_.emplace_back(++read_, std::move(line));
+      }
+      ready_.notify_all();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ended_ = true;
+    ready_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::pair<std::uint64_t, std::string>> queue_;
+  std::uint64_t read_ = 0;  // requests read so far
+  bool ended_ = false;
+  std::atomic<std::uint64_t> cancelled_up_to_{0};
+  std::thread reader_;
+};
 
 }  // namespace
 
@@ -94,13 +166,28 @@ int run_serve_command(const std::vector<std::string>& argv, std::istream& in, st
   ready["chat_template"] = model->chat.has_value();
   out << ready.dump() << std::endl;
 
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const auto [route, body] = split_serve_request(line);
+  // A test's: each streamed reply holds after its first chunk until its
+  // client leaves, so that it leaves mid-generation on any machine.
+  const bool hold = platform::failpoint_armed("serve.hold_after_first_chunk");
+  RequestLines requests(in);
+  while (auto request = requests.next()) {
+    const std::uint64_t number = request->first;
+    const auto [route, body] = split_serve_request(request->second);
     CompletionReply reply;
-    // A streamed reply's chunks go out as they come, before its reply line.
-    const ChunkSink emit = [&out](const std::string& chunk) { out << kChunkLinePrefix << chunk << "}" << std::endl; };
+    // A streamed reply's chunks go out as they come, before its reply line,
+    // until its client leaves.
+    std::size_t chunks = 0;
+    const ChunkSink emit = [&](const std::string& chunk) {
+      if (hold && chunks == 1) requests.wait_for_cancel(number);
+      if (requests.cancelled(number)) {
+        err << "request " << number << ": its client left after " << chunks << " chunks; generation stopped"
+            << std::endl;
+        return false;
+      }
+      out << kChunkLinePrefix << chunk << "}" << std::endl;
+      ++chunks;
+      return true;
+    };
     if (route == kCompletionsRoute) {
       reply = complete(*model, name, body, limits, emit);
     } else if (route == kChatCompletionsRoute) {

@@ -7,7 +7,10 @@ and a rolling log-likelihood task through its local-completions client
 against the server and through its hf backend on the same folder, and every
 request's result must agree; the generative task again as conversations,
 through local-chat-completions and hf with --apply_chat_template, with equal
-generations; Ctrl-C stops the server and its model process.
+generations; Ctrl-C stops the server and its model process. Then a client
+that leaves a streamed reply mid-generation: the model process stops that
+generation (it holds after the first chunk until told, the failpoint
+serve.hold_after_first_chunk) and answers the next request.
 
   serve_test.py BUILD_DIR SOURCE_DIR
 """
@@ -16,6 +19,7 @@ import os
 import secrets
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -74,6 +78,60 @@ def runner_pids(model):
     return out.stdout.split()
 
 
+def start_server(model, work, token_file, err_name, env=None):
+    """`tailor serve` on a free port in its own session, and its URL (None
+    when it does not say where it listens)."""
+    server = subprocess.Popen([TAILOR, "serve", model, "--port", "0", "--token-file", token_file,
+                               "--max-body-bytes", "65536", "--threads", "2"],
+                              stdout=subprocess.PIPE, stderr=open(os.path.join(work, err_name), "w"),
+                              start_new_session=True, env=env)
+    line = first_line(server, 300)
+    check(line is not None and "/v1/completions" in line, f"the server says where it listens: {line}")
+    if line is None:
+        print(open(os.path.join(work, err_name)).read())
+        return server, None
+    return server, line.split(" on ", 1)[1].split(" ", 1)[0]
+
+
+def client_leaves(model, work, token_file, token):
+    """A streamed chat reply whose client reads its first event and leaves:
+    the generation (held after its first chunk until then) stops, and the
+    model answers the next request."""
+    env = dict(os.environ, TAILOR_FAILPOINTS="serve.hold_after_first_chunk")
+    server, url = start_server(model, work, token_file, "leave.err", env)
+    try:
+        if url is None:
+            return
+        root = url[: -len("/v1/completions")]
+        host, port = root[len("http://"):].split(":")
+        body = json.dumps({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 200,
+                           "temperature": 0, "stream": True}).encode()
+        sock = socket.create_connection((host, int(port)), timeout=60)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: " + f"{host}:{port}".encode() +
+                     b"\r\nAuthorization: Bearer " + token.encode() + b"\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        seen = b""
+        while b"data: " not in seen:
+            got = sock.recv(4096)
+            if not got:
+                break
+            seen += got
+        sock.close()
+        check(b"data: " in seen and b" 200 " in seen.split(b"\r\n", 1)[0],
+              f"a streamed reply's first event came ({seen[:120]!r}), and its client left")
+        status, text = request(url, json.dumps({"prompt": "Hello", "max_tokens": 2, "temperature": 0}).encode(),
+                               token=token)
+        check(status == 200 and json.loads(text)["usage"]["completion_tokens"] == 2,
+              f"the next request is answered: the left reply's generation stopped ({status} {text[:200]})")
+        log = open(os.path.join(work, "leave.err")).read()
+        check("its client left after 1 chunks; generation stopped" in log,
+              "the model process says it stopped where the client left: " +
+              next((l for l in log.splitlines() if "client left" in l), log[-300:]))
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
 def main():
     work = tempfile.mkdtemp(prefix="tailor-serve-")
     env = dict(os.environ, **OFFLINE)
@@ -96,17 +154,10 @@ def main():
     check(bad.returncode == 1 and "not a model folder" in bad.stderr, "a folder without a model is refused: " + bad.stderr.strip())
 
     # Its own session, so that a Ctrl-C reaches the group as a terminal's would.
-    server = subprocess.Popen([TAILOR, "serve", model, "--port", "0", "--token-file", token_file,
-                               "--max-body-bytes", "65536", "--threads", "2"],
-                              stdout=subprocess.PIPE, stderr=open(os.path.join(work, "serve.err"), "w"),
-                              start_new_session=True)
+    server, url = start_server(model, work, token_file, "serve.err")
     try:
-        line = first_line(server, 300)
-        check(line is not None and "/v1/completions" in line, f"the server says where it listens: {line}")
-        if line is None:
-            print(open(os.path.join(work, "serve.err")).read())
+        if url is None:
             return 1
-        url = line.split(" on ", 1)[1].split(" ", 1)[0]
         root = url[: -len("/v1/completions")]
 
         status, text = request(root + "/healthz")
@@ -194,6 +245,7 @@ def main():
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+    client_leaves(model, work, token_file, token)
     print(f"serve_test: {'FAILED: ' + '; '.join(failures) if failures else 'ok'}")
     return 1 if failures else 0
 

@@ -358,5 +358,53 @@ TEST(HttpServerTest, StreamsHaveABudgetOfTheirOwnWhereTheOldestOfTheLargestOwner
   for (std::size_t i = 2; i < reader.size(); ++i) EXPECT_FALSE(reader[i]->closed_within(milliseconds(0))) << i;
 }
 
+// A stream whose client leaves while it has nothing to send (a generation
+// held before its next token) ends then: its poll, and what that holds, is
+// released, rather than at a next write that may never come.
+TEST(HttpServerTest, AStreamWhoseClientLeavesIsReleasedWhileItHasNothingToSend) {
+  struct Released {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto released = std::make_shared<Released>();
+  struct Holder {
+    explicit Holder(std::shared_ptr<Released> released) : r(std::move(released)) {}
+    Holder(const Holder&) = delete;
+    Holder& operator=(const Holder&) = delete;
+    std::shared_ptr<Released> r;
+    ~Holder() {
+      std::lock_guard lock(r->mu);
+      r->done = true;
+      r->cv.notify_all();
+    }
+  };
+  ServerOptions o;
+  o.port = 0;
+  o.stream_poll = milliseconds(20);
+  auto started = HttpServer::start(o, [released](HttpRequest&) {
+    HttpResponse r;
+    r.content_type = "text/event-stream";
+    r.stream = [holder = std::make_shared<Holder>(released)](std::string&) { return true; };
+    return r;
+  });
+  ASSERT_TRUE(started.is_ok()) << started.status().to_string();
+  HttpServer& server = **started;
+  auto client = open_stream(server, "reader");
+  ASSERT_EQ(server.streams(), 1);
+  {
+    std::lock_guard lock(released->mu);
+    EXPECT_FALSE(released->done);
+  }
+  client.reset();  // the client leaves
+  std::unique_lock lock(released->mu);
+  EXPECT_TRUE(released->cv.wait_for(lock, std::chrono::seconds(10), [&] { return released->done; }));
+  lock.unlock();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server.streams() != 0 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(milliseconds(2));
+  EXPECT_EQ(server.streams(), 0);
+}
+
 }  // namespace
 }  // namespace tailor::daemon

@@ -121,8 +121,10 @@ TEST_F(ChatCompletionsTest, AStreamedReplyIsTheRepliesTextInChunksAsOpenAIStream
   auto streamed = [&](Json request) {
     request["stream"] = true;
     std::vector<Json> chunks;
-    const CompletionReply r = complete_chat(*model_, "tiny", request.dump(), {},
-                                            [&](const std::string& c) { chunks.push_back(Json::parse(c)); });
+    const CompletionReply r = complete_chat(*model_, "tiny", request.dump(), {}, [&](const std::string& c) {
+      chunks.push_back(Json::parse(c));
+      return true;
+    });
     return std::make_pair(r, chunks);
   };
   const Json greedy = {{"messages", conversation_}, {"max_tokens", 24}, {"temperature", 0}};
@@ -221,8 +223,10 @@ TEST_F(ChatCompletionsTest, SeveralChoicesAreEachTheReplyOfTheirSeed) {
   streamed["stream"] = true;
   streamed["stream_options"] = {{"include_usage", true}};
   std::vector<Json> chunks;
-  const CompletionReply r = complete_chat(*model_, "tiny", streamed.dump(), {},
-                                          [&](const std::string& c) { chunks.push_back(Json::parse(c)); });
+  const CompletionReply r = complete_chat(*model_, "tiny", streamed.dump(), {}, [&](const std::string& c) {
+    chunks.push_back(Json::parse(c));
+    return true;
+  });
   ASSERT_EQ(r.status, 200) << r.body;
   std::vector<std::string> pieces(3);
   std::vector<int> finished(3, 0), roles(3, 0);
@@ -243,6 +247,35 @@ TEST_F(ChatCompletionsTest, SeveralChoicesAreEachTheReplyOfTheirSeed) {
     EXPECT_EQ(roles[k], 1);
   }
   EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], completion_tokens);
+}
+
+// A client that leaves (the sink answers false): nothing is sent after it
+// said so, the choices after it are never generated, and the reply ends as
+// a streamed one.
+TEST_F(ChatCompletionsTest, AStreamStopsWhereItsClientLeaves) {
+  const Json request = {
+      {"messages", conversation_}, {"max_tokens", 40}, {"temperature", 0}, {"n", 2}, {"stream", true}};
+  std::vector<Json> chunks;
+  const auto sink = [&](const std::string& c) {
+    chunks.push_back(Json::parse(c));
+    return chunks.size() < 3;
+  };
+  const CompletionReply r = complete_chat(*model_, "tiny", request.dump(), {}, sink);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "null");
+  ASSERT_EQ(chunks.size(), 3u);  // the role, then two pieces
+  for (const Json& c : chunks) {
+    EXPECT_EQ(c["choices"][0]["index"], 0) << c;
+    EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null()) << c;
+  }
+  Json whole = request;
+  whole.erase("stream");
+  whole["n"] = 1;
+  const std::string text = content(ask(whole).second);
+  const std::string sent = chunks[1]["choices"][0]["delta"]["content"].get<std::string>() +
+                           chunks[2]["choices"][0]["delta"]["content"].get<std::string>();
+  EXPECT_LT(sent.size(), text.size());
+  EXPECT_EQ(text.substr(0, sent.size()), sent);
 }
 
 TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {

@@ -295,8 +295,10 @@ TEST_F(CompletionsTest, AStreamedReplyIsEachChoicesTextInChunks) {
   streamed["stream"] = true;
   streamed["stream_options"] = {{"include_usage", true}};
   std::vector<Json> chunks;
-  const CompletionReply r =
-      complete(*model_, "tiny", streamed.dump(), {}, [&](const std::string& c) { chunks.push_back(Json::parse(c)); });
+  const CompletionReply r = complete(*model_, "tiny", streamed.dump(), {}, [&](const std::string& c) {
+    chunks.push_back(Json::parse(c));
+    return true;
+  });
   ASSERT_EQ(r.status, 200) << r.body;
   ASSERT_FALSE(chunks.empty());
   std::vector<std::string> texts(4);
@@ -335,6 +337,34 @@ TEST_F(CompletionsTest, AStreamedReplyIsEachChoicesTextInChunks) {
   auto [s3, b3] = ask(options);
   EXPECT_EQ(s3, 400);
   EXPECT_EQ(b3["error"]["param"], "stream_options") << b3;
+}
+
+// A client that leaves (the sink answers false): nothing is sent after it
+// said so, the choices after it are never generated, and the reply ends as
+// a streamed one.
+TEST_F(CompletionsTest, AStreamStopsWhereItsClientLeaves) {
+  const Json request = {
+      {"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}, {"n", 3}, {"stream", true}};
+  std::vector<Json> chunks;
+  const auto sink = [&](const std::string& c) {
+    chunks.push_back(Json::parse(c));
+    return chunks.size() < 3;
+  };
+  const CompletionReply r = complete(*model_, "tiny", request.dump(), {}, sink);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "null");
+  ASSERT_EQ(chunks.size(), 3u);
+  for (const Json& c : chunks) {
+    EXPECT_EQ(c["choices"][0]["index"], 0) << c;
+    EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null()) << c;
+  }
+  // Asked whole, the first choice has more to it than the chunks sent.
+  auto [status, whole] = ask({{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}});
+  ASSERT_EQ(status, 200);
+  std::string sent;
+  for (const Json& c : chunks)
+    sent += c["choices"][0]["text"].get<std::string>();
+  EXPECT_LT(sent.size(), whole["choices"][0]["text"].get<std::string>().size());
 }
 
 TEST_F(CompletionsTest, WhatIsNotServedIsRefusedByName) {
