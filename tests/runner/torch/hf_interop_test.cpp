@@ -60,6 +60,13 @@ Tensor tensor_in(const io::SafetensorsFile& file, const std::string& name) {
   return torch::from_blob(const_cast<std::byte*>(t->data.data()), t->shape, dtype).clone();
 }
 
+// DIR/reference.safetensors, which hf_reference.py wrote beside the folders.
+io::SafetensorsFile reference_in(const std::string& dir) {
+  auto ref = io::SafetensorsFile::open(dir + "/reference.safetensors");
+  if (!ref.is_ok()) throw std::runtime_error(ref.status().message());
+  return std::move(*ref);
+}
+
 io::TensorToWrite to_write(const std::string& name, const Tensor& t) {
   const bool ids = t.scalar_type() == torch::kInt64;
   return {name, ids ? io::DType::kI64 : io::DType::kF32, t.sizes().vec(),
@@ -116,15 +123,14 @@ TEST(HfInteropTest, EveryFamilyRoundTripsThroughTransformersAndPeft) {
   for (const std::string& family : families) {
     SCOPED_TRACE(family);
     const std::string d = dir.file(family);
-    auto ref = io::SafetensorsFile::open(d + "/reference.safetensors");
-    ASSERT_TRUE(ref.is_ok()) << ref.status().message();
-    const Tensor ids = tensor_in(*ref, "input_ids");
+    const io::SafetensorsFile ref = reference_in(d);
+    const Tensor ids = tensor_in(ref, "input_ids");
     const std::int64_t b = ids.size(0), t = ids.size(1);
 
     // transformers' folder in Tailor: the same logits and loss.
     CausalLM base = load_model(d + "/base");
     const Tensor logits = logits_of(base, ids);
-    const double base_error = off_by(logits, tensor_in(*ref, "base_logits"));
+    const double base_error = off_by(logits, tensor_in(ref, "base_logits"));
     EXPECT_LT(base_error, kTolerance);
     // The loss as training computes it: Gemma 2's cap applied inside the
     // cross-entropy.
@@ -132,7 +138,7 @@ TEST(HfInteropTest, EveryFamilyRoundTripsThroughTransformersAndPeft) {
                                           0, base->arch().final_logit_softcap)
                             .item<double>() /
                         static_cast<double>(b * (t - 1));
-    const double loss_ratio = loss / tensor_in(*ref, "base_loss").item<double>();
+    const double loss_ratio = loss / tensor_in(ref, "base_loss").item<double>();
     EXPECT_NEAR(loss_ratio, 1.0, 1e-5);
 
     // PEFT's adapter in Tailor.
@@ -140,13 +146,13 @@ TEST(HfInteropTest, EveryFamilyRoundTripsThroughTransformersAndPeft) {
     attach_adapters(adapted);
     Status s = load_peft_adapter(*adapted, d + "/adapter");
     ASSERT_TRUE(s.is_ok()) << s.message();
-    const double adapter_error = off_by(logits_of(adapted, ids), tensor_in(*ref, "adapter_logits"));
+    const double adapter_error = off_by(logits_of(adapted, ids), tensor_in(ref, "adapter_logits"));
     EXPECT_LT(adapter_error, kTolerance);
     // bf16: Tailor's bf16 forward is as near transformers' bf16 forward as
     // bf16 itself is to fp32 (both round every op; their orders differ).
     CausalLM half = load_model(d + "/base");
     half->to(torch::kBFloat16);
-    const Tensor hf_bf16 = tensor_in(*ref, "bf16_logits"), hf_fp32 = tensor_in(*ref, "base_logits");
+    const Tensor hf_bf16 = tensor_in(ref, "bf16_logits"), hf_fp32 = tensor_in(ref, "base_logits");
     const double bf16_error = off_by(logits_of(half, ids).to(torch::kFloat32), hf_bf16);
     const double bf16_rounding = off_by(hf_bf16, hf_fp32);
     EXPECT_LT(bf16_error, std::max(2 * bf16_rounding, 1.0 / 256)) << "bf16 rounding alone: " << bf16_rounding;
@@ -199,9 +205,8 @@ TEST(HfInteropTest, ModulesToSaveRoundTripThroughPeft) {
   for (const std::string& family : families) {
     SCOPED_TRACE(family);
     const std::string d = dir.file(family);
-    auto ref = io::SafetensorsFile::open(d + "/reference.safetensors");
-    ASSERT_TRUE(ref.is_ok()) << ref.status().message();
-    const Tensor ids = tensor_in(*ref, "input_ids");
+    const io::SafetensorsFile ref = reference_in(d);
+    const Tensor ids = tensor_in(ref, "input_ids");
     CausalLM adapted = load_model(d + "/base");
     const Tensor base_embedding = adapted->embedding_weight().clone();
     attach_adapters(adapted, /*whole=*/true);
@@ -209,7 +214,7 @@ TEST(HfInteropTest, ModulesToSaveRoundTripThroughPeft) {
     Status s = load_peft_adapter(*adapted, d + "/adapter");
     ASSERT_TRUE(s.is_ok()) << s.message();
     EXPECT_GT(off_by(adapted->embedding_weight(), base_embedding), 1e-3) << "the trained embedding was not loaded";
-    const double error = off_by(logits_of(adapted, ids), tensor_in(*ref, "adapter_logits"));
+    const double error = off_by(logits_of(adapted, ids), tensor_in(ref, "adapter_logits"));
     EXPECT_LT(error, kTolerance);
     std::printf("%-8s PEFT modules_to_save -> Tailor: logits %.2e\n", family.c_str(), error);
     // Merged and exported, the trained embedding and head go with it:
@@ -261,27 +266,26 @@ TEST(HfInteropTest, PytorchModelBinFoldersLoadAsTransformersAndPeftLoadThem) {
   for (const std::string& family : families) {
     SCOPED_TRACE(family);
     const std::string d = dir.file(family);
-    auto ref = io::SafetensorsFile::open(d + "/reference.safetensors");
-    ASSERT_TRUE(ref.is_ok()) << ref.status().message();
-    const Tensor ids = tensor_in(*ref, "input_ids");
+    const io::SafetensorsFile ref = reference_in(d);
+    const Tensor ids = tensor_in(ref, "input_ids");
 
     CausalLM from_bin = load_model(d + "/bin");
     CausalLM from_safetensors = load_model(d + "/base");
     const auto a = from_bin->named_parameters(), b = from_safetensors->named_parameters();
     for (const auto& p : a)
       EXPECT_TRUE(torch::equal(p.value(), b[p.key()])) << p.key();
-    const double bin_error = off_by(logits_of(from_bin, ids), tensor_in(*ref, "bin_logits"));
+    const double bin_error = off_by(logits_of(from_bin, ids), tensor_in(ref, "bin_logits"));
     EXPECT_LT(bin_error, kTolerance);
 
     CausalLM sharded = load_model(d + "/sharded");
-    const double sharded_error = off_by(logits_of(sharded, ids), tensor_in(*ref, "sharded_logits"));
+    const double sharded_error = off_by(logits_of(sharded, ids), tensor_in(ref, "sharded_logits"));
     EXPECT_LT(sharded_error, kTolerance);
 
     CausalLM adapted = load_model(d + "/base");
     attach_adapters(adapted);
     const Status s = load_peft_adapter(*adapted, d + "/adapter_bin");
     ASSERT_TRUE(s.is_ok()) << s.message();
-    const double adapter_error = off_by(logits_of(adapted, ids), tensor_in(*ref, "adapter_logits"));
+    const double adapter_error = off_by(logits_of(adapted, ids), tensor_in(ref, "adapter_logits"));
     EXPECT_LT(adapter_error, kTolerance);
     std::printf("%-6s pytorch_model.bin -> Tailor: logits %.2e; bf16 shards %.2e; adapter_model.bin %.2e\n",
                 family.c_str(), bin_error, sharded_error, adapter_error);
@@ -378,9 +382,8 @@ TEST(HfInteropTest, TrainedRunsLoadInTransformersAndPeft) {
                             dir.file(family + "-run.log") + " 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(dir.file(family + "-run.log"));
 
-    auto ref = io::SafetensorsFile::open(d + "/reference.safetensors");
-    ASSERT_TRUE(ref.is_ok()) << ref.status().message();
-    const Tensor ids = tensor_in(*ref, "input_ids");
+    const io::SafetensorsFile ref = reference_in(d);
+    const Tensor ids = tensor_in(ref, "input_ids");
     std::vector<io::TensorToWrite> tensors = {to_write("input_ids", ids)};
     Tensor trained;
     if (adapter != "none") {
@@ -409,7 +412,7 @@ TEST(HfInteropTest, TrainedRunsLoadInTransformersAndPeft) {
       trained = logits_of(m, ids);
       tensors.push_back(to_write("export_logits", trained));
     }
-    EXPECT_GT(off_by(trained, tensor_in(*ref, "base_logits")), 1e-3) << "training changed nothing";
+    EXPECT_GT(off_by(trained, tensor_in(ref, "base_logits")), 1e-3) << "training changed nothing";
     const Status s = io::write_safetensors(d + "/tailor.safetensors", tensors);
     ASSERT_TRUE(s.is_ok()) << s.message();
   }
