@@ -17,22 +17,8 @@ threads=${THREADS:-$(nproc)}
 source "$(dirname "$0")/lib.sh"
 bench_init
 
-"$python" "$root/bench/scoring_hf.py" make "$work" 2> "$work/make.log" || { cat "$work/make.log" >&2; exit 1; }
-"$root/$build/bin/tailor" serve "$work/model" --port 0 --threads "$threads" > "$work/serve.log" 2>&1 &
-serve=$!
-trap 'kill $serve 2> /dev/null; wait $serve 2> /dev/null; rm -rf "$work"' EXIT
-url=""
-for _ in $(seq 600); do
-  url=$(grep -o 'http://127.0.0.1:[0-9]*/v1/completions' "$work/serve.log" | head -1 || true)
-  [[ -n $url ]] && break
-  kill -0 $serve 2> /dev/null || { cat "$work/serve.log" >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n $url ]] || { echo "tailor serve did not start" >&2; cat "$work/serve.log" >&2; exit 1; }
-
-run() {  # NAME ARGS...: the JSON line of scoring_hf.py ARGS
-  "$python" "$root/bench/scoring_hf.py" "${@:2}" > "$work/$1.json" 2> "$work/$1.log" || { cat "$work/$1.log" >&2; exit 1; }
-}
+bench_scoring_model "$root/$build/bin/tailor" "$threads"
+run() { bench_scoring "$@"; }
 run warm client "$url" "$work" 64  # the model's first pass
 run one client "$url" "$work" 1
 run batched client "$url" "$work" "$batch"

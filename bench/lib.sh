@@ -14,6 +14,37 @@ bench_init() {
   export OMP_WAIT_POLICY=PASSIVE
 }
 
+# Starts `TAILOR serve MODEL_DIR` on a free port with THREADS threads,
+# stopped on exit; sets serve (its pid) and url (its /v1/completions) once
+# it listens: bench_serve TAILOR MODEL_DIR THREADS.
+bench_serve() {
+  "$1" serve "$2" --port 0 --threads "$3" > "$work/serve.log" 2>&1 &
+  serve=$!
+  trap 'kill $serve 2> /dev/null; wait $serve 2> /dev/null; rm -rf "$work"' EXIT
+  url=""
+  for _ in $(seq 600); do
+    url=$(grep -o 'http://127.0.0.1:[0-9]*/v1/completions' "$work/serve.log" | head -1 || true)
+    [[ -n $url ]] && return 0
+    kill -0 $serve 2> /dev/null || { cat "$work/serve.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "tailor serve did not start" >&2
+  cat "$work/serve.log" >&2
+  exit 1
+}
+
+# bench/scoring_hf.py's random 110M Llama and prompts made in $work, the
+# model served by `TAILOR serve` (bench_serve): bench_scoring_model TAILOR THREADS.
+bench_scoring_model() {
+  "$python" "$root/bench/scoring_hf.py" make "$work" 2> "$work/make.log" || { cat "$work/make.log" >&2; exit 1; }
+  bench_serve "$1" "$work/model" "$2"
+}
+
+# scoring_hf.py ARGS..., its JSON line into $work/NAME.json: bench_scoring NAME ARGS...
+bench_scoring() {
+  "$python" "$root/bench/scoring_hf.py" "${@:2}" > "$work/$1.json" 2> "$work/$1.log" || { cat "$work/$1.log" >&2; exit 1; }
+}
+
 # Runs COMMAND as one process under GNU time and prints NAME, its wall
 # seconds and peak resident memory (GB), in a name column $timed_width wide
 # (default 8); sets NAME_secs (dashes as underscores). Its output goes to

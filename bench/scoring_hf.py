@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The Python sides of bench/completions_batch.sh, on the project's torch.
+"""The Python sides of bench/completions_batch.sh and
+bench/completions_generate.sh, on the project's torch.
 
   scoring_hf.py make DIR          DIR/model/: a random Llama (12 layers,
                                   hidden 768, 12 heads over 4 KV heads, vocab
@@ -21,6 +22,19 @@
                                   BATCH, longest first, right-padded, each
                                   prompt's tokens scored by log_softmax; prints
                                   the same JSON
+  scoring_hf.py generate URL DIR BATCH NEW
+                                  posts the prompts' first GEN_PROMPTS (32)
+                                  to URL BATCH to a request, as lm-eval's
+                                  local-completions posts generative
+                                  requests (max_tokens NEW, temperature 0),
+                                  one request after another; prints
+                                  {"seconds", "texts"}
+  scoring_hf.py hf_generate DIR BATCH THREADS NEW
+                                  what lm-eval's hf model does with them:
+                                  transformers' generate() in batches of
+                                  BATCH, left-padded, greedy, NEW tokens each;
+                                  prints the same JSON, the texts decoded by
+                                  the folder's tokenizer
 """
 import json
 import os
@@ -92,6 +106,50 @@ def hf(root, batch, threads):
     print(json.dumps({"seconds": time.time() - start, "sums": sums}))
 
 
+def generative_prompts(root):
+    with open(os.path.join(root, "prompts.json")) as f:
+        return json.load(f)[:int(os.environ.get("GEN_PROMPTS", 32))]
+
+
+def generate(url, root, batch, new):
+    prompts = generative_prompts(root)
+    texts = []
+    start = time.time()
+    for i in range(0, len(prompts), batch):
+        body = {"prompt": prompts[i:i + batch], "max_tokens": new, "temperature": 0}
+        request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=3600) as response:
+            reply = json.load(response)
+        texts += [c["text"] for c in sorted(reply["choices"], key=lambda c: c["index"])]
+    print(json.dumps({"seconds": time.time() - start, "texts": texts}))
+
+
+def hf_generate(root, batch, threads, new):
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+    torch.set_num_threads(threads)
+    prompts = generative_prompts(root)
+    model = AutoModelForCausalLM.from_pretrained(os.path.join(root, "model"), dtype=torch.float32).eval()
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(root, "model", "tokenizer.json"))
+    texts = [""] * len(prompts)
+    start = time.time()
+    with torch.no_grad():
+        for i in range(0, len(prompts), batch):
+            rows = list(range(i, min(i + batch, len(prompts))))
+            longest = max(len(prompts[r]) for r in rows)
+            ids = torch.zeros(len(rows), longest, dtype=torch.long)
+            mask = torch.zeros(len(rows), longest, dtype=torch.long)
+            for j, r in enumerate(rows):
+                n = len(prompts[r])
+                ids[j, longest - n:] = torch.tensor(prompts[r])
+                mask[j, longest - n:] = 1
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                                 do_sample=False, pad_token_id=0)
+            for j, r in enumerate(rows):
+                texts[r] = tok.decode(out[j, longest:].tolist())
+    print(json.dumps({"seconds": time.time() - start, "texts": texts}))
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "make":
         make(sys.argv[2])
@@ -99,6 +157,10 @@ def main():
         client(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif len(sys.argv) == 5 and sys.argv[1] == "hf":
         hf(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif len(sys.argv) == 6 and sys.argv[1] == "generate":
+        generate(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif len(sys.argv) == 6 and sys.argv[1] == "hf_generate":
+        hf_generate(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     else:
         sys.exit(__doc__)
 

@@ -144,17 +144,10 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
   if (Status s = check_prompt(model.model, *prompt, max_tokens); !s.is_ok()) {
     return error_reply(400, "invalid_request_error", "messages: " + s.message(), "messages");
   }
-  // The prompt's forward pass once; each choice but the last generates
-  // from a copy of it.
+  // The prompt's forward pass once, for every choice.
   auto passes = prefill_prompts(model, {*prompt}, max_tokens, Scoring{});
   if (auto* failed = std::get_if<CompletionReply>(&passes)) return std::move(*failed);
   Prefill& pass = std::get<std::vector<Prefill>>(passes).front();
-  Prefill copy;
-  auto pass_of = [&](std::int64_t k) {
-    if (k + 1 == r.n) return &pass;
-    copy = pass.clone();
-    return &copy;
-  };
   if (r.stream) {
     if (!emit) return bad_request({"stream", "stream: this server does not stream; ask without stream"});
     // Each choice's first chunk once the prompt is taken: an error before
@@ -169,7 +162,7 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
         return chunks.listening();
       };
       auto run = run_completion(model, *prompt, max_tokens, r.sampling, choice_seed(seed, k), Scoring{}, "messages",
-                                "messages", on_text, pass_of(k));
+                                "messages", on_text, &pass);
       if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
       const Completion& c = std::get<Completion>(run);
       // A client that left is answered no further: the model is free again.
@@ -179,15 +172,17 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
     if (r.include_usage) chunks.usage_of(prompt->size(), completion_tokens);
     return {200, "null"};
   }
+  // The choices generated together.
+  std::vector<CompletionJob> jobs;
+  for (std::int64_t k = 0; k < r.n; ++k)
+    jobs.push_back({&*prompt, &pass, choice_seed(seed, k), "messages", "messages"});
+  auto run = run_completions(model, jobs, max_tokens, r.sampling, Scoring{}, limits.batch_positions);
+  if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
   Json choices = Json::array();
   std::size_t completion_tokens = 0;
-  for (std::int64_t k = 0; k < r.n; ++k) {
-    auto run = run_completion(model, *prompt, max_tokens, r.sampling, choice_seed(seed, k), Scoring{}, "messages",
-                              "messages", {}, pass_of(k));
-    if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
-    const Completion& c = std::get<Completion>(run);
+  for (const Completion& c : std::get<std::vector<Completion>>(run)) {
     Json choice;
-    choice["index"] = k;
+    choice["index"] = choices.size();
     choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = c.stopped ? "stop" : "length";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <list>
 #include <optional>
 #include <random>
 #include <variant>
@@ -19,11 +20,6 @@ namespace {
 
 using namespace openai;
 using Ids = std::vector<std::int32_t>;
-
-// Positions (rows times the longest prompt and its new tokens) in one
-// forward pass of several prompts: a pass's keys and values are about 1 GB
-// for an 8B Llama in bf16, a tenth of that for a 1B one.
-constexpr std::int64_t kPrefillPositions = 8192;
 
 const std::vector<std::string>& known_completion_fields() {
   static const std::vector<std::string> fields = {"model",
@@ -160,6 +156,11 @@ Scoring scoring_of(const CompletionRequest& r) {
   return scoring;
 }
 
+// How errors name prompt `i`: "prompt", or "prompt[i]" of several.
+std::string where_of(const CompletionRequest& r, std::size_t i) {
+  return "prompt" + (r.prompts.size() > 1 ? "[" + std::to_string(i) + "]" : std::string());
+}
+
 // A prompt's ids and the text echo gives it, or the reply with which the
 // request fails (400 naming prompt[p]).
 struct Prompt {
@@ -167,7 +168,7 @@ struct Prompt {
   std::string text;
 };
 std::variant<Prompt, CompletionReply> read_prompt(InferenceModel& m, const CompletionRequest& r, std::size_t p) {
-  const std::string where = "prompt" + (r.prompts.size() > 1 ? "[" + std::to_string(p) + "]" : std::string());
+  const std::string where = where_of(r, p);
   Prompt out;
   if (const auto* text = std::get_if<std::string>(&r.prompts[p])) {
     auto ids = prompt_ids_of_text(m, *text);
@@ -184,22 +185,22 @@ std::variant<Prompt, CompletionReply> read_prompt(InferenceModel& m, const Compl
   return out;
 }
 
-// Choice `index` (of every choice in the request), generated after prompt
-// `p` from its forward pass, or the status with which the whole request
-// fails.
-std::variant<Choice, CompletionReply> complete_one(InferenceModel& m, const CompletionRequest& r, std::size_t p,
-                                                   const Prompt& given, std::size_t index, std::uint64_t seed,
-                                                   Prefill& prefilled, const TextSink& on_text) {
+// What a choice scores: the request's, and its generated tokens where
+// best_of ranks candidates by their log-probabilities.
+Scoring choice_scoring(const CompletionRequest& r) {
+  Scoring scoring = scoring_of(r);
+  scoring.generated = scoring.generated || r.best_of > r.n;
+  return scoring;
+}
+
+// Choice `index` (of every choice in the request): completion `g`, generated
+// after `given`.
+Choice choice_of(InferenceModel& m, const CompletionRequest& r, const Prompt& given, std::size_t index,
+                 const Completion& g) {
   const data::Tokenizer& tok = *m.tokenizer;
-  const std::string where = "prompt" + (r.prompts.size() > 1 ? "[" + std::to_string(p) + "]" : std::string());
   const Ids& prompt = given.ids;
   const std::string& prompt_text = given.text;
-
-  Scoring scoring = scoring_of(r);
-  scoring.generated = scoring.generated || r.best_of > r.n;  // the ranking reads the tokens' log-probabilities
-  auto run = run_completion(m, prompt, r.max_tokens, r.sampling, seed, scoring, where, "prompt", on_text, &prefilled);
-  if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
-  const Completion& g = std::get<Completion>(run);
+  const Scoring scoring = choice_scoring(r);
   const Ids& ids = g.ids;
 
   Choice c;
@@ -274,55 +275,93 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
   std::vector<Json> slots(r.prompts.size() * static_cast<std::size_t>(r.n));
   std::size_t prompt_tokens = 0, completion_tokens = 0;
   ChunkStream stream("cmpl", "text_completion", model_name, emit);
-  for (const auto& group : prefill_groups(lengths, r.max_tokens, kPrefillPositions)) {
+  // Each prompt's best_of candidates (n unless asked), the n likeliest kept.
+  std::vector<std::vector<Choice>> candidates(r.prompts.size());
+  // Unstreamed, the candidates of several passes generate together, as
+  // many as keep their rows times the longest prompt and its new tokens
+  // within limits.batch_positions; their passes are held until then.
+  std::list<std::vector<Prefill>> held;
+  std::vector<CompletionJob> jobs;
+  std::vector<std::pair<std::size_t, std::size_t>> job_of;  // (prompt, candidate)
+  std::int64_t longest = 0;                                 // of the jobs' prompts and new tokens
+  const std::int64_t context = model.model->arch().max_seq_len;
+  auto generate_held = [&]() -> std::optional<CompletionReply> {
+    if (jobs.empty()) return std::nullopt;
+    auto run = run_completions(model, jobs, r.max_tokens, r.sampling, choice_scoring(r), limits.batch_positions);
+    if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
+    const auto& completions = std::get<std::vector<Completion>>(run);
+    for (std::size_t j = 0; j < completions.size(); ++j) {
+      const auto [i, k] = job_of[j];
+      candidates[i].push_back(choice_of(model, r, prompts[i], i * static_cast<std::size_t>(r.n) + k, completions[j]));
+    }
+    jobs.clear();
+    job_of.clear();
+    held.clear();
+    longest = 0;
+    return std::nullopt;
+  };
+  for (const auto& group : prefill_groups(lengths, r.max_tokens, limits.batch_positions)) {
     std::vector<Ids> ids;
-    for (std::size_t i : group)
+    std::int64_t group_longest = 0;
+    for (std::size_t i : group) {
       ids.push_back(prompts[i].ids);
+      group_longest = std::max(group_longest, std::min(lengths[i] + r.max_tokens, context));
+    }
+    const auto rows = static_cast<std::int64_t>(group.size()) * r.best_of;
+    if (!r.stream &&
+        (static_cast<std::int64_t>(jobs.size()) + rows) * std::max(longest, group_longest) > limits.batch_positions) {
+      if (auto failed = generate_held()) return std::move(*failed);
+    }
     auto passes = prefill_prompts(model, ids, r.max_tokens, scoring_of(r));
     if (auto* failed = std::get_if<CompletionReply>(&passes)) return std::move(*failed);
-    auto& pass = std::get<std::vector<Prefill>>(passes);
+    auto& pass = held.emplace_back(std::move(std::get<std::vector<Prefill>>(passes)));
     for (std::size_t g = 0; g < group.size(); ++g) {
       const std::size_t i = group[g];
-      // best_of candidates (n unless asked), the n likeliest kept.
-      std::vector<Choice> candidates;
       for (std::int64_t k = 0; k < r.best_of; ++k) {
-        // The last candidate takes the pass over; the others generate from copies.
-        Prefill copy = k + 1 < r.best_of ? pass[g].clone() : Prefill{};
         const std::size_t index = i * static_cast<std::size_t>(r.n) + static_cast<std::size_t>(k);
-        TextSink on_text;
-        if (r.stream) {  // best_of is n here
-          on_text = [&, index, begun = false](std::string_view piece) mutable {
-            // The echoed prompt with the first token (the prompt was taken).
-            const std::string text = (!begun && r.echo ? prompts[i].text : std::string()) + std::string(piece);
-            begun = true;
-            return text.empty() ? stream.listening()
-                                : stream.choice(static_cast<std::int64_t>(index), Json{{"text", text}});
-          };
+        if (!r.stream) {
+          jobs.push_back({&prompts[i].ids, &pass[g], choice_seed(seed, k), where_of(r, i), "prompt"});
+          job_of.emplace_back(i, static_cast<std::size_t>(k));
+          continue;
         }
-        auto one = complete_one(model, r, i, prompts[i], index, choice_seed(seed, k),
-                                k + 1 < r.best_of ? copy : pass[g], on_text);
-        if (auto* failed = std::get_if<CompletionReply>(&one)) return std::move(*failed);
-        auto& c = std::get<Choice>(one);
+        // Streamed (best_of is n): a prompt's choices one after another.
+        auto on_text = [&, i, index, begun = false](std::string_view piece) mutable {
+          // The echoed prompt with the first token (the prompt was taken).
+          const std::string text = (!begun && r.echo ? prompts[i].text : std::string()) + std::string(piece);
+          begun = true;
+          return text.empty() ? stream.listening()
+                              : stream.choice(static_cast<std::int64_t>(index), Json{{"text", text}});
+        };
+        auto run = run_completion(model, prompts[i].ids, r.max_tokens, r.sampling, choice_seed(seed, k),
+                                  choice_scoring(r), where_of(r, i), "prompt", on_text, &pass[g]);
+        if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
+        Choice c = choice_of(model, r, prompts[i], index, std::get<Completion>(run));
         // A client that left is answered no further: the model is free again.
-        if (r.stream && !stream.choice(static_cast<std::int64_t>(index), Json{{"text", ""}},
-                                       c.json["finish_reason"].get<std::string>().c_str())) {
+        if (!stream.choice(static_cast<std::int64_t>(index), Json{{"text", ""}},
+                           c.json["finish_reason"].get<std::string>().c_str())) {
           return {200, "null"};
         }
-        if (k == 0) prompt_tokens += c.prompt_tokens;
-        completion_tokens += c.completion_tokens;  // every candidate's: all were computed
-        candidates.push_back(std::move(c));
+        candidates[i].push_back(std::move(c));
       }
-      if (r.best_of > r.n) {
-        // OpenAI's "best": the highest log-probability per token.
-        std::stable_sort(candidates.begin(), candidates.end(),
-                         [](const Choice& a, const Choice& b) { return a.mean_logprob > b.mean_logprob; });
-      }
-      for (std::int64_t k = 0; k < r.n; ++k) {
-        const std::size_t index = i * static_cast<std::size_t>(r.n) + static_cast<std::size_t>(k);
-        Json& json = candidates[static_cast<std::size_t>(k)].json;
-        json["index"] = index;
-        slots[index] = std::move(json);
-      }
+    }
+    if (r.stream) held.clear();
+    longest = std::max(longest, group_longest);
+  }
+  if (auto failed = generate_held()) return std::move(*failed);
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    prompt_tokens += candidates[i].front().prompt_tokens;
+    for (const Choice& c : candidates[i])
+      completion_tokens += c.completion_tokens;  // every candidate's: all were computed
+    if (r.best_of > r.n) {
+      // OpenAI's "best": the highest log-probability per token.
+      std::stable_sort(candidates[i].begin(), candidates[i].end(),
+                       [](const Choice& a, const Choice& b) { return a.mean_logprob > b.mean_logprob; });
+    }
+    for (std::int64_t k = 0; k < r.n; ++k) {
+      const std::size_t index = i * static_cast<std::size_t>(r.n) + static_cast<std::size_t>(k);
+      Json& json = candidates[i][static_cast<std::size_t>(k)].json;
+      json["index"] = index;
+      slots[index] = std::move(json);
     }
   }
   if (r.stream) {

@@ -33,6 +33,11 @@ struct CompletionLimits {
   std::int64_t max_choices = 16;     // n
   std::int64_t max_tokens = 4096;    // the largest max_tokens a request may ask for
   std::int64_t max_logprobs = 20;    // the largest logprobs
+  // Positions (rows times the longest prompt and its new tokens) in one
+  // forward pass of several prompts, and in one batch of sequences
+  // generated together: their keys and values are about 1 GB for an 8B
+  // Llama in bf16, a tenth of that for a 1B one.
+  std::int64_t batch_positions = 8192;
 };
 
 // One chunk object (JSON text) of a streamed reply: text_completion or

@@ -287,73 +287,189 @@ Status check_sampling(const SamplingOptions& o, std::int64_t min_new_tokens) {
   return Status::ok();
 }
 
-Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& prompt, const SamplingOptions& o,
-                           const std::function<bool(std::int32_t)>& on_token, const Scoring& scoring,
-                           Prefill* prefilled) {
-  TAILOR_RETURN_IF_ERROR(check_sampling(o, scoring.prompt ? 0 : 1));
-  if (scoring.top < 0) return Status::invalid_argument("the alternatives scored must be 0 or more");
+namespace {
+
+// Where generate_batch() checks a sequence: check_sampling's and
+// check_prompt's errors, a logit bias outside the vocabulary, a prefill
+// that is not this prompt's.
+Status check_sequence(CausalLM& model, const Sequence& s, const Scoring& scoring) {
+  TAILOR_RETURN_IF_ERROR(check_sampling(s.options, scoring.prompt ? 0 : 1));
   const dsl::ModelArch& arch = model->arch();
+  const std::vector<std::int32_t>& prompt = *s.prompt;
   const auto n = static_cast<std::int64_t>(prompt.size());
-  TAILOR_RETURN_IF_ERROR(check_prompt(model, prompt, o.max_new_tokens));
-  for (const auto& bias : o.logit_bias) {
+  TAILOR_RETURN_IF_ERROR(check_prompt(model, prompt, s.options.max_new_tokens));
+  for (const auto& bias : s.options.logit_bias) {
     if (bias.first >= arch.vocab) {
       return Status::invalid_argument("logit bias: token id " + std::to_string(bias.first) +
                                       " is outside the model's vocabulary (" + std::to_string(arch.vocab) + " ids)");
     }
   }
-  const std::int64_t budget = std::min(o.max_new_tokens, arch.max_seq_len - n);
-  Generated out;
+  const Prefill* p = s.prefilled;
+  const std::int64_t budget = std::min(s.options.max_new_tokens, arch.max_seq_len - n);
+  if (p == nullptr || p->cache.length != n || p->cache.capacity() < n + budget || p->scoring.prompt != scoring.prompt ||
+      p->scoring.top != scoring.top) {
+    return Status::internal(
+        "generation: the prefilled prompt is not this one, has no room for its tokens or was scored otherwise");
+  }
+  return Status::ok();
+}
+
+// A row of generate_batch()'s batch: what chooses its tokens.
+struct Row {
+  std::int64_t length = 0;  // its cached positions
+  std::int64_t budget = 0;  // new tokens at most
+  at::Generator gen;
+  std::optional<Seen> seen;
+  Tensor logits;  // of its last position (V), fp32 on the CPU
+  std::chrono::steady_clock::time_point first_at;
+  bool done = false;
+};
+
+}  // namespace
+
+Result<std::vector<Generated>> generate_batch(CausalLM& model, const std::vector<Sequence>& sequences,
+                                              const Scoring& scoring) {
+  if (scoring.top < 0) return Status::invalid_argument("the alternatives scored must be 0 or more");
+  for (const Sequence& s : sequences)
+    TAILOR_RETURN_IF_ERROR(check_sequence(model, s, scoring));
+  const dsl::ModelArch& arch = model->arch();
+  std::vector<Generated> out(sequences.size());
+  if (sequences.empty()) return out;
   try {
     torch::NoGradGuard no_grad;
     const auto device = model->parameters().front().device();
-    at::Generator gen = at::detail::createCPUGenerator(o.seed);
-    auto start = std::chrono::steady_clock::now();
-    Prefill own;
-    if (prefilled) {
-      if (prefilled->cache.length != n || prefilled->cache.capacity() < n + budget ||
-          prefilled->scoring.prompt != scoring.prompt || prefilled->scoring.top != scoring.top) {
-        return Status::internal(
-            "generation: the prefilled prompt is not this one, has no room for its tokens or "
-            "was scored otherwise");
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<Row> rows(sequences.size());
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const Sequence& s = sequences[r];
+      Row& row = rows[r];
+      row.length = static_cast<std::int64_t>(s.prompt->size());
+      row.budget = std::min(s.options.max_new_tokens, arch.max_seq_len - row.length);
+      row.gen = at::detail::createCPUGenerator(s.options.seed);
+      if (s.options.penalised()) row.seen.emplace(*s.prompt, arch.vocab);
+      row.logits = s.prefilled->last_logits;
+      out[r].prompt_scores = s.prefilled->prompt_scores;
+      // Scoring alone (no new token): ended before it began.
+      if (row.budget == 0) {
+        row.done = true;
+        out[r].prompt_seconds = seconds_since(start);
       }
-    } else {
-      auto made = prefill(model, {prompt}, o.max_new_tokens, scoring);
-      if (!made.is_ok()) return made.status();
-      own = std::move(made->front());
-      prefilled = &own;
     }
-    KvCache cache = std::move(prefilled->cache);
-    out.prompt_scores = std::move(prefilled->prompt_scores);
-    std::optional<Seen> seen;
-    if (o.penalised()) seen.emplace(prompt, arch.vocab);
-    // The last position's logits (fp32, on the CPU): the prompt's from its
-    // pass, then each new token's.
-    Tensor logits = prefilled->last_logits;
-    while (static_cast<std::int64_t>(out.ids.size()) < budget) {
-      const std::int32_t id = choose(processed(logits, o, seen), o, gen);
-      if (seen) seen->add(id);
-      if (scoring.generated) score_rows(torch::log_softmax(logits, -1).unsqueeze(0), {id}, scoring.top, out.scores);
-      if (out.ids.empty()) {
-        out.prompt_seconds = seconds_since(start);
-        start = std::chrono::steady_clock::now();
+    std::vector<std::size_t> live;  // the rows still generating
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      if (!rows[r].done) live.push_back(r);
+    }
+    KvCache cache;
+    std::vector<std::size_t> batch;  // the rows in the cache, in its order (none before the first forward)
+    std::vector<std::int32_t> last(rows.size(), 0);
+    while (!live.empty()) {
+      for (std::size_t r : live) {
+        Row& row = rows[r];
+        const Sequence& s = sequences[r];
+        Generated& g = out[r];
+        const std::int32_t id = choose(processed(row.logits, s.options, row.seen), s.options, row.gen);
+        if (row.seen) row.seen->add(id);
+        if (scoring.generated) score_rows(torch::log_softmax(row.logits, -1).unsqueeze(0), {id}, scoring.top, g.scores);
+        if (g.ids.empty()) {
+          g.prompt_seconds = seconds_since(start);
+          row.first_at = std::chrono::steady_clock::now();
+        }
+        g.ids.push_back(id);
+        last[r] = id;
+        g.stopped = std::find(s.options.stop_ids.begin(), s.options.stop_ids.end(), id) != s.options.stop_ids.end();
+        if ((s.on_token && !s.on_token(id)) || g.stopped || static_cast<std::int64_t>(g.ids.size()) == row.budget) {
+          row.done = true;
+          g.decode_seconds = g.ids.size() > 1 ? seconds_since(row.first_at) : 0;
+        }
       }
-      out.ids.push_back(id);
-      out.stopped = std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end();
-      if ((on_token && !on_token(id)) || out.stopped) break;
-      if (static_cast<std::int64_t>(out.ids.size()) == budget) break;
-      auto hidden = model->hidden_states_cached(torch::full({1, 1}, static_cast<std::int64_t>(id),
-                                                            torch::TensorOptions().dtype(torch::kInt64).device(device)),
-                                                cache);
+      std::erase_if(live, [&](std::size_t r) { return rows[r].done; });
+      if (live.empty()) break;
+      if (batch.empty()) {
+        // The first forward: a cache for the rows still generating (none is
+        // made when every row ends at its first token, as scoring's do).
+        // One sequence generates in its prefill's own cache, beyond its
+        // length; several in a cache of their own, each row's prompt copied
+        // in. Zeroed: a shorter row's unused positions are weighed by zero,
+        // and 0 * NaN would not be zero. A row that ends later rides along,
+        // writing at its length (below its prompt and budget), until dropped.
+        batch = live;
+        if (batch.size() == 1) {
+          cache = sequences[batch.front()].prefilled->cache;
+        } else {
+          std::int64_t capacity = 0;
+          for (std::size_t r : batch)
+            capacity = std::max(capacity, static_cast<std::int64_t>(sequences[r].prompt->size()) + rows[r].budget);
+          cache = model->new_kv_cache(static_cast<std::int64_t>(batch.size()), capacity);
+          for (std::size_t l = 0; l < cache.k.size(); ++l) {
+            cache.k[l].zero_();
+            cache.v[l].zero_();
+            for (std::size_t j = 0; j < batch.size(); ++j) {
+              const KvCache& from = sequences[batch[j]].prefilled->cache;
+              const std::int64_t n = rows[batch[j]].length;
+              const auto at = static_cast<std::int64_t>(j);
+              cache.k[l][at].narrow(1, 0, n).copy_(from.k[l][0].narrow(1, 0, n));
+              cache.v[l][at].narrow(1, 0, n).copy_(from.v[l][0].narrow(1, 0, n));
+            }
+          }
+        }
+      } else if ((batch.size() - live.size()) * 4 >= batch.size()) {
+        // A quarter of the rows ended: the cache keeps the others alone.
+        std::vector<std::int64_t> keep;
+        for (std::size_t j = 0; j < batch.size(); ++j) {
+          if (!rows[batch[j]].done) keep.push_back(static_cast<std::int64_t>(j));
+        }
+        const Tensor index = torch::tensor(keep, torch::kInt64).to(device);
+        for (std::size_t l = 0; l < cache.k.size(); ++l) {
+          cache.k[l] = cache.k[l].index_select(0, index);
+          cache.v[l] = cache.v[l].index_select(0, index);
+        }
+        batch = live;
+      }
+      // Each row's last token at its length; a row that ended but is still
+      // in the cache writes its own again where nothing reads it.
+      std::vector<std::int64_t> ids, lengths;
+      for (std::size_t r : batch) {
+        ids.push_back(last[r]);
+        lengths.push_back(rows[r].length);
+      }
+      const auto b = static_cast<std::int64_t>(batch.size());
+      auto hidden = model->decode_step(torch::tensor(ids, torch::kInt64).view({b, 1}).to(device), cache, lengths);
       if (!hidden.is_ok()) return hidden.status();
-      logits = model->logits(hidden->select(1, -1))[0].to(torch::kCPU, torch::kFloat32);
+      const Tensor logits = model->logits(hidden->select(1, -1)).to(torch::kCPU, torch::kFloat32);
+      for (std::size_t j = 0; j < batch.size(); ++j) {
+        Row& row = rows[batch[j]];
+        if (row.done) continue;
+        row.logits = logits[static_cast<std::int64_t>(j)];
+        row.length += 1;
+      }
     }
-    if (out.ids.empty()) out.prompt_seconds = seconds_since(start);
-    out.decode_seconds = out.ids.size() > 1 ? seconds_since(start) : 0;
   } catch (const c10::OutOfMemoryError&) {
     throw;  // the caller's to handle: a training run re-plans
   } catch (const c10::Error& e) {
     return Status::internal(std::string("generation: ") + e.what_without_backtrace());
   }
+  return out;
+}
+
+Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& prompt, const SamplingOptions& o,
+                           const std::function<bool(std::int32_t)>& on_token, const Scoring& scoring,
+                           Prefill* prefilled) {
+  TAILOR_RETURN_IF_ERROR(check_sampling(o, scoring.prompt ? 0 : 1));
+  if (scoring.top < 0) return Status::invalid_argument("the alternatives scored must be 0 or more");
+  TAILOR_RETURN_IF_ERROR(check_prompt(model, prompt, o.max_new_tokens));
+  const auto start = std::chrono::steady_clock::now();
+  Prefill own;
+  if (prefilled == nullptr) {
+    auto made = prefill(model, {prompt}, o.max_new_tokens, scoring);
+    if (!made.is_ok()) return made.status();
+    own = std::move(made->front());
+    prefilled = &own;
+  }
+  const double prefill_seconds = seconds_since(start);
+  auto done = generate_batch(model, {Sequence{&prompt, o, prefilled, on_token}}, scoring);
+  if (!done.is_ok()) return done.status();
+  Generated out = std::move(done->front());
+  out.prompt_seconds += prefill_seconds;
   return out;
 }
 

@@ -2,7 +2,8 @@
 // one forward, then one token per forward, each chosen greedily or sampled
 // (temperature, then top-k, top-p and min-p, as transformers' warpers apply
 // them) from a seeded generator, after the logit biases and the penalties;
-// stops at a stop id or the length limit. One sequence at a time (batch 1).
+// stops at a stop id or the length limit. One sequence alone, or several
+// together (generate_batch(): one forward per step for all of them).
 // Adapters apply through the model's projection hook, unmerged.
 // Not here: beam search, speculative decoding.
 #pragma once
@@ -148,5 +149,30 @@ std::vector<std::vector<std::size_t>> prefill_groups(const std::vector<std::int6
 Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& prompt, const SamplingOptions& options,
                            const std::function<bool(std::int32_t)>& on_token = {}, const Scoring& scoring = {},
                            Prefill* prefilled = nullptr);
+
+// One generation of generate_batch(): its prompt (checked as generate()
+// checks it), its options, its prompt's prefill() pass, made with at least
+// its max_new_tokens of room and the batch's prompt scoring (read, never
+// written below its length, so one pass serves several sequences: a
+// prompt's n choices), and what sees each new id (generate()'s on_token).
+struct Sequence {
+  const std::vector<std::int32_t>* prompt = nullptr;
+  SamplingOptions options;
+  const Prefill* prefilled = nullptr;
+  std::function<bool(std::int32_t)> on_token;
+};
+
+// Several generations together: each step is one forward of every
+// unfinished sequence, its rows at their own lengths
+// (CausalLMImpl::decode_step), so that a step reads the weights once for
+// all of them; each sequence's tokens are chosen from its own logits with
+// its own options and generator, as generate() would choose them alone (up
+// to the order of floating-point sums). A sequence that ends leaves the
+// batch: its row is dropped from the batch's cache once a quarter of the
+// rows have ended. Results in the sequences' order; errors as generate()'s,
+// for the first sequence at fault. The batch's cache holds every row's
+// prompt and new tokens, so callers bound rows times positions.
+Result<std::vector<Generated>> generate_batch(CausalLM& model, const std::vector<Sequence>& sequences,
+                                              const Scoring& scoring = {});
 
 }  // namespace tailor::runner

@@ -1,6 +1,8 @@
 #include "runner/torch/model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "core/check.h"
@@ -318,7 +320,15 @@ Tensor CausalLMImpl::attention(std::size_t i, const Tensor& h, const Tensor& cos
   const AttentionScores scores{arch_.attention_scale(), arch_.attn_logit_softcap};
   const bool fused = fused_attention_ && scores.softcap == 0;
   Tensor y;
-  if (cache != nullptr) {
+  if (cache != nullptr && cache->step_positions.defined()) {
+    // Batched decoding: one new position per row, each at its own.
+    const Tensor at = cache->step_positions.view({b, 1, 1, 1}).expand({b, kv_heads, 1, d});
+    cache->k[i].scatter_(2, at, k);
+    cache->v[i].scatter_(2, at, v);
+    k = cache->k[i].slice(2, 0, cache->step_span);
+    v = cache->v[i].slice(2, 0, cache->step_span);
+    y = cached_attention(q, k, v, mask, fused, scores);
+  } else if (cache != nullptr) {
     const std::int64_t past = cache->length;
     cache->k[i].slice(2, past, past + t).copy_(k);
     cache->v[i].slice(2, past, past + t).copy_(v);
@@ -580,6 +590,26 @@ Tensor cached_mask(std::int64_t past, std::int64_t t, std::int64_t window, torch
 
 }  // namespace
 
+Tensor CausalLMImpl::cached_layers(Tensor x, const Tensor& positions,
+                                   const std::function<Tensor(std::int64_t window)>& mask_for, KvCache& cache) {
+  const Tensor mask = mask_for(arch_.sliding_window);
+  Tensor full_mask = mask;
+  for (std::int64_t i = 0; i < arch_.layers; ++i) {
+    if (dsl::layer_window(arch_, i) != arch_.sliding_window) {
+      full_mask = mask_for(0);
+      break;
+    }
+  }
+  const RopeTables rope = rope_tables(positions);
+  const bool local_rope = rope.local_cos.defined();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const bool windowed = dsl::layer_window(arch_, static_cast<std::int64_t>(i)) > 0;
+    x = run_layer(i, x, windowed && local_rope ? rope.local_cos : rope.cos,
+                  windowed && local_rope ? rope.local_sin : rope.sin, windowed ? mask : full_mask, &cache);
+  }
+  return x;
+}
+
 Result<Tensor> CausalLMImpl::hidden_states_cached(const Tensor& input_ids, KvCache& cache) {
   const std::int64_t b = input_ids.size(0), t = input_ids.size(1), past = cache.length;
   if (cache.k.size() != layers_.size() || cache.k.front().size(0) != b) {
@@ -602,22 +632,49 @@ Result<Tensor> CausalLMImpl::hidden_states_cached(const Tensor& input_ids, KvCac
     return past == 0 ? attention_mask(Tensor(), t, fused, dtype, device, window)
                      : cached_mask(past, t, window, dtype, device);
   };
-  const Tensor mask = mask_for(arch_.sliding_window);
-  Tensor full_mask = mask;
-  for (std::int64_t i = 0; i < arch_.layers; ++i) {
-    if (dsl::layer_window(arch_, i) != arch_.sliding_window) {
-      full_mask = mask_for(0);
-      break;
-    }
-  }
-  const RopeTables rope = rope_tables(positions);
-  const bool local_rope = rope.local_cos.defined();
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const bool windowed = dsl::layer_window(arch_, static_cast<std::int64_t>(i)) > 0;
-    x = run_layer(i, x, windowed && local_rope ? rope.local_cos : rope.cos,
-                  windowed && local_rope ? rope.local_sin : rope.sin, windowed ? mask : full_mask, &cache);
-  }
+  x = cached_layers(x, positions, mask_for, cache);
   cache.length = past + t;
+  return final_norm(x);
+}
+
+Result<Tensor> CausalLMImpl::decode_step(const Tensor& ids, KvCache& cache, const std::vector<std::int64_t>& lengths) {
+  const std::int64_t b = ids.size(0);
+  if (ids.dim() != 2 || ids.size(1) != 1 || static_cast<std::int64_t>(lengths.size()) != b) {
+    return Status::invalid_argument("decode step: one new token per row, and one length per row");
+  }
+  const auto [shortest, longest] = std::minmax_element(lengths.begin(), lengths.end());
+  cache.step_positions = Tensor();
+  if (*shortest == *longest) {  // the rows in step: the plain cached forward
+    cache.length = *longest;
+    return hidden_states_cached(ids, cache);
+  }
+  if (cache.k.size() != layers_.size() || cache.k.front().size(0) != b) {
+    return Status::invalid_argument("KV cache: made for another model or batch size");
+  }
+  const std::int64_t span = *longest + 1;
+  if (*shortest < 0 || span > cache.capacity()) {
+    return Status::invalid_argument("KV cache: " + std::to_string(span) + " positions do not fit its " +
+                                    std::to_string(cache.capacity()));
+  }
+  torch::NoGradGuard no_grad;
+  const auto device = ids.device();
+  const Tensor positions = torch::tensor(lengths, torch::kInt64).to(device).view({b, 1});
+  Tensor x = embed(ids, positions);
+  const auto dtype = x.scalar_type();
+  // Row r's query sees keys j <= lengths[r], and within a window
+  // j > lengths[r] - window: (B, 1, 1, span) additive masks.
+  const Tensor key = torch::arange(0, span, torch::TensorOptions().device(device).dtype(torch::kInt64)).view({1, span});
+  auto mask_for = [&](std::int64_t window) {
+    Tensor allowed = key <= positions;
+    if (window > 0) allowed = allowed & (key > positions - window);
+    return torch::zeros({b, 1, 1, span}, torch::TensorOptions().device(device).dtype(dtype))
+        .masked_fill_(allowed.logical_not().view({b, 1, 1, span}), -std::numeric_limits<float>::infinity());
+  };
+  cache.step_positions = positions.view({b});
+  cache.step_span = span;
+  x = cached_layers(x, positions, mask_for, cache);
+  cache.step_positions = Tensor();
+  cache.step_span = 0;
   return final_norm(x);
 }
 

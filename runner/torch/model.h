@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/status.h"
@@ -76,6 +77,11 @@ struct ModelInput {
 struct KvCache {
   std::vector<torch::Tensor> k, v;
   std::int64_t length = 0;
+  // Set by CausalLMImpl::decode_step() for its forward alone, when its rows
+  // stand at different lengths: where each row's new position goes ((B)
+  // int64 on the cache's device), and how many positions the step reads.
+  torch::Tensor step_positions;
+  std::int64_t step_span = 0;
   std::int64_t capacity() const { return k.empty() ? 0 : k.front().size(2); }
 };
 
@@ -103,6 +109,15 @@ class CausalLMImpl : public torch::nn::Module {
   // when the cache has no room for T more positions or was made for another
   // batch.
   Result<torch::Tensor> hidden_states_cached(const torch::Tensor& input_ids, KvCache& cache);
+  // Batched generation: the final hidden states (B, 1, C) of one new token
+  // per row (`ids` (B, 1)), row r's placed after its own `lengths[r]` cached
+  // positions and attending to those and itself (within the layers'
+  // windows); its keys and values are written at position lengths[r]. The
+  // rows' lengths are the caller's to keep (cache.length is set to theirs
+  // when all are equal, and is not read otherwise); positions beyond a
+  // row's length must hold finite values (a zeroed cache), since attention
+  // weighs them by zero. InvalidArgument as hidden_states_cached's.
+  Result<torch::Tensor> decode_step(const torch::Tensor& ids, KvCache& cache, const std::vector<std::int64_t>& lengths);
   // An empty cache for `batch` rows of up to `capacity` positions, on the
   // parameters' device and in their dtype.
   KvCache new_kv_cache(std::int64_t batch, std::int64_t capacity) const;
@@ -213,6 +228,11 @@ class CausalLMImpl : public torch::nn::Module {
   // The input embeddings of ids at `positions` (learned positions, Gemma's
   // scale).
   torch::Tensor embed(const torch::Tensor& input_ids, const torch::Tensor& positions);
+  // The layers of a cached forward (hidden_states_cached, decode_step) over
+  // x at `positions`, each layer's mask from `mask_for` (its window; 0 for
+  // global layers), Gemma 3's windowed layers by their own RoPE base.
+  torch::Tensor cached_layers(torch::Tensor x, const torch::Tensor& positions,
+                              const std::function<torch::Tensor(std::int64_t window)>& mask_for, KvCache& cache);
   // RoPE's cos/sin tables (B, T, r/2) fp32 for `positions`, global and, for
   // Gemma 3, local (undefined otherwise; all undefined for gpt2).
   struct RopeTables {

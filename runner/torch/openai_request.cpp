@@ -155,11 +155,12 @@ std::size_t first_stop(const std::string& text, const std::vector<std::string>& 
   return at;
 }
 
-std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
-                                                         std::int64_t max_tokens, const Sampling& s, std::uint64_t seed,
-                                                         const Scoring& scoring, const std::string& where,
-                                                         const std::string& param, const TextSink& on_text,
-                                                         Prefill* prefilled) {
+namespace {
+
+// The sampling options of a request's sequence, or the reply with which the
+// request fails (a logit bias outside the vocabulary).
+std::variant<SamplingOptions, CompletionReply> options_of(InferenceModel& m, std::int64_t max_tokens, const Sampling& s,
+                                                          std::uint64_t seed) {
   SamplingOptions so;
   so.max_new_tokens = max_tokens;
   so.temperature = s.temperature;
@@ -180,60 +181,165 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
   }
   so.seed = seed;
   so.stop_ids = m.stop_ids;
-  data::TextStream stream(*m.tokenizer);
-  std::size_t stop_at = std::string::npos;
-  std::size_t sent = 0;  // bytes of text given to on_text
-  bool begun = false;
-  bool left = false;  // on_text said to stop: the client is gone
-  auto on_token = [&](std::int32_t id) {
-    stream.push(id);
-    if (!s.stop.empty()) stop_at = first_stop(stream.text(), s.stop);
-    if (on_text) {
-      const std::string& text = stream.text();
+  return so;
+}
+
+// One sequence's text as its tokens come: decoded, cut at the first stop
+// sequence, given to its sink as it becomes final.
+class CompletionText {
+ public:
+  CompletionText(const data::Tokenizer& tok, const std::vector<std::string>& stops, TextSink on_text)
+      : stream_(tok), stops_(stops), on_text_(std::move(on_text)) {}
+
+  // generation.h's on_token: false once a stop sequence is found or the
+  // sink says stop.
+  bool on_token(std::int32_t id) {
+    stream_.push(id);
+    if (!stops_.empty()) stop_at_ = first_stop(stream_.text(), stops_);
+    if (on_text_) {
+      const std::string& text = stream_.text();
       // Up to a stop sequence found, else short of what may begin one.
-      const std::size_t safe = stop_at != std::string::npos ? stop_at : text.size() - stop_prefix_at_end(text, s.stop);
-      if (safe > sent || !begun) {
-        left = !on_text(std::string_view(text).substr(sent, safe > sent ? safe - sent : 0));
-        sent = std::max(sent, safe);
-        begun = true;
+      const std::size_t safe =
+          stop_at_ != std::string::npos ? stop_at_ : text.size() - stop_prefix_at_end(text, stops_);
+      if (safe > sent_ || !begun_) {
+        left_ = !on_text_(std::string_view(text).substr(sent_, safe > sent_ ? safe - sent_ : 0));
+        sent_ = std::max(sent_, safe);
+        begun_ = true;
       }
     }
-    return stop_at == std::string::npos && !left;
-  };
+    return stop_at_ == std::string::npos && !left_;
+  }
+
+  // The completion of what was generated; the sink's last piece.
+  Completion finish(Generated&& g) {
+    Completion c;
+    c.text = stream_.text();
+    if (stop_at_ == std::string::npos) {
+      c.text += stream_.finish();
+      // A stop sequence may end in the last, held-back character.
+      if (!stops_.empty()) stop_at_ = first_stop(c.text, stops_);
+    }
+    if (stop_at_ != std::string::npos) c.text.resize(stop_at_);
+    c.ids = std::move(g.ids);
+    c.scores = std::move(g.scores);
+    c.prompt_scores = std::move(g.prompt_scores);
+    if (g.stopped) {  // the end-of-sequence token is not part of the text
+      c.ids.pop_back();
+      if (!c.scores.empty()) {
+        c.stop_logprob = c.scores.back().logprob;
+        c.scores.pop_back();
+      }
+    }
+    c.stopped = g.stopped || stop_at_ != std::string::npos;
+    if (on_text_ && !left_ && (c.text.size() > sent_ || !begun_))
+      on_text_(std::string_view(c.text).substr(std::min(sent_, c.text.size())));
+    return c;
+  }
+
+ private:
+  data::TextStream stream_;
+  const std::vector<std::string>& stops_;
+  TextSink on_text_;
+  std::size_t stop_at_ = std::string::npos;
+  std::size_t sent_ = 0;  // bytes of text given to on_text
+  bool begun_ = false;
+  bool left_ = false;  // on_text said to stop: the client is gone
+};
+
+CompletionReply failure_of(const Status& s, const std::string& where, const std::string& param) {
+  if (s.code() == StatusCode::kInvalidArgument) {
+    return error_reply(400, "invalid_request_error", where + ": " + s.message(), param);
+  }
+  return error_reply(500, "server_error", s.message());
+}
+
+}  // namespace
+
+std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
+                                                         std::int64_t max_tokens, const Sampling& s, std::uint64_t seed,
+                                                         const Scoring& scoring, const std::string& where,
+                                                         const std::string& param, const TextSink& on_text,
+                                                         Prefill* prefilled) {
+  auto so = options_of(m, max_tokens, s, seed);
+  if (auto* failed = std::get_if<CompletionReply>(&so)) return std::move(*failed);
+  CompletionText text(*m.tokenizer, s.stop, on_text);
   Result<Generated> g = Status::internal("not run");
   try {
-    g = generate(m.model, prompt, so, on_token, scoring, prefilled);
+    g = generate(
+        m.model, prompt, std::get<SamplingOptions>(so), [&](std::int32_t id) { return text.on_token(id); }, scoring,
+        prefilled);
+  } catch (const c10::OutOfMemoryError& e) {
+    return error_reply(503, "server_error", std::string("out of memory: ") + e.what_without_backtrace());
+  }
+  if (!g.is_ok()) return failure_of(g.status(), where, param);
+  return text.finish(std::move(*g));
+}
+
+namespace {
+
+// One run of run_completions(): jobs generated together.
+std::variant<std::vector<Completion>, CompletionReply> run_together(InferenceModel& m,
+                                                                    const std::vector<CompletionJob>& jobs,
+                                                                    std::int64_t max_tokens, const Sampling& s,
+                                                                    const Scoring& scoring) {
+  std::vector<Sequence> sequences;
+  std::vector<CompletionText> texts;
+  texts.reserve(jobs.size());  // the sequences' callbacks hold their addresses
+  for (const CompletionJob& job : jobs) {
+    auto so = options_of(m, max_tokens, s, job.seed);
+    if (auto* failed = std::get_if<CompletionReply>(&so)) return std::move(*failed);
+    CompletionText& text = texts.emplace_back(*m.tokenizer, s.stop, TextSink());
+    sequences.push_back({job.prompt, std::get<SamplingOptions>(so), job.prefilled,
+                         [&text](std::int32_t id) { return text.on_token(id); }});
+  }
+  Result<std::vector<Generated>> g = Status::internal("not run");
+  try {
+    g = generate_batch(m.model, sequences, scoring);
   } catch (const c10::OutOfMemoryError& e) {
     return error_reply(503, "server_error", std::string("out of memory: ") + e.what_without_backtrace());
   }
   if (!g.is_ok()) {
-    if (g.status().code() == StatusCode::kInvalidArgument) {
-      return error_reply(400, "invalid_request_error", where + ": " + g.status().message(), param);
+    // Named by the first prompt the model cannot take, if one is at fault.
+    std::size_t at = 0;
+    while (at + 1 < jobs.size() && check_prompt(m.model, *jobs[at].prompt, max_tokens).is_ok())
+      ++at;
+    return failure_of(g.status(), jobs[at].where, jobs[at].param);
+  }
+  std::vector<Completion> out;
+  for (std::size_t i = 0; i < jobs.size(); ++i)
+    out.push_back(texts[i].finish(std::move((*g)[i])));
+  return out;
+}
+
+}  // namespace
+
+std::variant<std::vector<Completion>, CompletionReply> run_completions(InferenceModel& m,
+                                                                       const std::vector<CompletionJob>& jobs,
+                                                                       std::int64_t max_tokens, const Sampling& s,
+                                                                       const Scoring& scoring,
+                                                                       std::int64_t max_positions) {
+  std::vector<Completion> out;
+  const std::int64_t context = m.model->arch().max_seq_len;
+  for (std::size_t begin = 0; begin < jobs.size();) {
+    // As many jobs as keep rows times the run's longest within the bound.
+    std::size_t end = begin + 1;
+    std::int64_t longest = std::min(static_cast<std::int64_t>(jobs[begin].prompt->size()) + max_tokens, context);
+    while (end < jobs.size()) {
+      const std::int64_t wider =
+          std::max(longest, std::min(static_cast<std::int64_t>(jobs[end].prompt->size()) + max_tokens, context));
+      if (static_cast<std::int64_t>(end - begin + 1) * wider > max_positions) break;
+      longest = wider;
+      ++end;
     }
-    return error_reply(500, "server_error", g.status().message());
+    auto run = run_together(
+        m, {jobs.begin() + static_cast<std::ptrdiff_t>(begin), jobs.begin() + static_cast<std::ptrdiff_t>(end)},
+        max_tokens, s, scoring);
+    if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
+    for (Completion& c : std::get<std::vector<Completion>>(run))
+      out.push_back(std::move(c));
+    begin = end;
   }
-  Completion c;
-  c.text = stream.text();
-  if (stop_at == std::string::npos) {
-    c.text += stream.finish();
-    // A stop sequence may end in the last, held-back character.
-    if (!s.stop.empty()) stop_at = first_stop(c.text, s.stop);
-  }
-  if (stop_at != std::string::npos) c.text.resize(stop_at);
-  c.ids = std::move(g->ids);
-  c.scores = std::move(g->scores);
-  c.prompt_scores = std::move(g->prompt_scores);
-  if (g->stopped) {  // the end-of-sequence token is not part of the text
-    c.ids.pop_back();
-    if (!c.scores.empty()) {
-      c.stop_logprob = c.scores.back().logprob;
-      c.scores.pop_back();
-    }
-  }
-  c.stopped = g->stopped || stop_at != std::string::npos;
-  if (on_text && !left && (c.text.size() > sent || !begun))
-    on_text(std::string_view(c.text).substr(std::min(sent, c.text.size())));
-  return c;
+  return out;
 }
 
 std::variant<std::vector<Prefill>, CompletionReply> prefill_prompts(

@@ -102,6 +102,27 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
                                                          const std::string& param, const TextSink& on_text = {},
                                                          Prefill* prefilled = nullptr);
 
+// One sequence of run_completions(): its prompt and that prompt's forward
+// pass (one pass may serve several sequences), its sampler's seed, and
+// what its errors name (run_completion()'s `where` and `param`).
+struct CompletionJob {
+  const std::vector<std::int32_t>* prompt = nullptr;
+  const Prefill* prefilled = nullptr;
+  std::uint64_t seed = 0;
+  std::string where, param;
+};
+// run_completion() for several sequences, generated together
+// (generation.h's generate_batch()) with the same sampling and scoring and
+// no text sink, in runs of consecutive jobs whose rows times their longest
+// prompt and new tokens stay within `max_positions` (one job alone where it
+// is longer): their completions in the jobs' order, or the reply with
+// which the request fails.
+std::variant<std::vector<Completion>, CompletionReply> run_completions(InferenceModel& m,
+                                                                       const std::vector<CompletionJob>& jobs,
+                                                                       std::int64_t max_tokens, const Sampling& s,
+                                                                       const Scoring& scoring,
+                                                                       std::int64_t max_positions);
+
 // The prompts' forward passes, several in one (generation.h's prefill()),
 // or the reply with which the request fails: 503 out of memory, 500 for
 // the rest (each prompt was checked before).

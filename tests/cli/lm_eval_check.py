@@ -15,11 +15,12 @@ to every request.
       greedy, 16 tokens at most, stopping at "\\n" or ".") and
       tailor_check_rolling (loglikelihood_rolling).
   lm_eval_check.py compare DIR MODEL_DIR COMPLETIONS_URL CHAT_URL
-      runs lm-eval on DIR/tasks twice, batch size 1, fixed seeds, samples
-      logged: with `hf` on MODEL_DIR (fp32, CPU) and with `local-completions`
-      posting to COMPLETIONS_URL, the whole completions URL (lm-eval posts to
-      it as it is: http://HOST:PORT/v1/completions), with MODEL_DIR's
-      tokenizer and OPENAI_API_KEY from the environment as its bearer token.
+      runs lm-eval on DIR/tasks twice, fixed seeds, samples logged: with `hf`
+      on MODEL_DIR (fp32, CPU, batch size 1) and with `local-completions`
+      posting 4 requests at a time (batch size 4) to COMPLETIONS_URL, the
+      whole completions URL (lm-eval posts to it as it is:
+      http://HOST:PORT/v1/completions), with MODEL_DIR's tokenizer and
+      OPENAI_API_KEY from the environment as its bearer token.
       Each request, matched by task, doc id and request index, must agree:
       log-likelihoods within 1e-4 and the same is_greedy, generations the same
       string. Then the same with the chat template on tailor_check_generate
@@ -133,10 +134,10 @@ def tasks(root):
                {"group": GROUP, "task": list(TASKS), "metadata": {"version": 1.0}})
 
 
-def run_lm_eval(root, name, model_type, model_args, device=None, chat=False, tasks=(GROUP,)):
+def run_lm_eval(root, name, model_type, model_args, device=None, chat=False, tasks=(GROUP,), batch_size=1):
     """Runs lm-eval on `tasks` (the group, or some of its tasks) in this
     process, as `lm_eval run --model MODEL_TYPE --model_args MODEL_ARGS
-    --tasks TASKS --include_path DIR/tasks --batch_size 1 --seed 1234
+    --tasks TASKS --include_path DIR/tasks --batch_size BATCH_SIZE --seed 1234
     --log_samples [--apply_chat_template]` does (its CLI calls the same
     simple_evaluate), except that the task index holds DIR/tasks alone: the
     CLI indexes the 26,629 task files lm-eval ships first, about 60% of a run
@@ -147,7 +148,7 @@ def run_lm_eval(root, name, model_type, model_args, device=None, chat=False, tas
     start = time.monotonic()
     try:
         results = simple_evaluate(
-            model=model_type, model_args=model_args, tasks=list(tasks), batch_size=1, device=device,
+            model=model_type, model_args=model_args, tasks=list(tasks), batch_size=batch_size, device=device,
             log_samples=True, apply_chat_template=chat, fewshot_as_multiturn=chat,
             task_manager=TaskManager(include_path=os.path.join(root, "tasks"), include_defaults=False),
             random_seed=1234, numpy_random_seed=1234, torch_random_seed=1234, fewshot_random_seed=1234)
@@ -196,8 +197,11 @@ def compare_one(root, model_dir, base_url, chat):
         server_args = (f"base_url={base_url},tokenizer_backend=huggingface,tokenizer={model_dir},model=tailor,"
                        "max_length=256,num_concurrent=1,max_retries=1")
     suffix = "-chat" if chat else ""
-    # The server first: a server that is down fails in seconds.
-    server_seconds, server = run_lm_eval(root, "server" + suffix, server_type, server_args, chat=chat, tasks=tasks)
+    # The server first: a server that is down fails in seconds. Completions
+    # 4 to a request (several prompts scored in one pass, generated
+    # together); lm-eval's chat client posts one conversation a request.
+    server_seconds, server = run_lm_eval(root, "server" + suffix, server_type, server_args, chat=chat, tasks=tasks,
+                                         batch_size=1 if chat else 4)
     # The device is not in model_args: lm-eval passes its own.
     hf_seconds, hf = run_lm_eval(root, "hf" + suffix, "hf", f"pretrained={model_dir},dtype=float32", device="cpu",
                                  chat=chat, tasks=tasks)

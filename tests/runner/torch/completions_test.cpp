@@ -2,8 +2,8 @@
 // a trained byte-level tokenizer (generate_reference.py chat): the echoed
 // prompt's log-probabilities are those generation gave its tokens, greedy
 // tokens head their top_logprobs, stop sequences cut the text, seeds
-// repeat, batches keep their order, logit biases, min-p and n choices
-// generate as generation.h does, a streamed reply is each choice's text in
+// repeat, batches keep their order and generate together as each prompt
+// alone, logit biases, min-p and n choices generate as generation.h does, a streamed reply is each choice's text in
 // chunks, and what is not served is refused by name. lm-eval's own client against `tailor serve` is
 // tests/cli/serve_test.py.
 #include <gtest/gtest.h>
@@ -148,6 +148,64 @@ TEST_F(CompletionsTest, StopSequencesSeedsAndBatchesBehaveAsOpenAIs) {
     prompt_tokens += alone["usage"]["prompt_tokens"].get<std::size_t>();
   }
   EXPECT_EQ(scored["usage"]["prompt_tokens"], prompt_tokens);
+}
+
+// What lm-eval's generative batches send: prompts of different lengths
+// that generate together (rows at different positions, rows ending at a
+// stop sequence or a stop token before the others), sampled, two choices
+// each. Each choice is the text its prompt and seed give alone; the
+// request is the same whether its choices generate in one batch or, under
+// a bound of 96 positions, in several passes and batches.
+TEST_F(CompletionsTest, PromptsGeneratedTogetherAreEachTheTextItGetsAlone) {
+  const std::vector<std::string> texts = {"Once upon a time", "Hi", "The quick brown fox jumps over the lazy dog",
+                                          "Hello", "A"};
+  auto request = [](const Json& prompt) {
+    return Json{{"prompt", prompt}, {"max_tokens", 20}, {"temperature", 0.9}, {"seed", 5},
+                {"n", 2},           {"stop", {"e"}},    {"logprobs", 2}};
+  };
+  // The same choice: text, finish, tokens, their log-probabilities within
+  // 1e-5 (sums in another order).
+  auto expect_same = [](const Json& mine, const Json& theirs) {
+    EXPECT_EQ(mine["index"], theirs["index"]);
+    EXPECT_EQ(mine["text"], theirs["text"]);
+    EXPECT_EQ(mine["finish_reason"], theirs["finish_reason"]);
+    EXPECT_EQ(mine["logprobs"]["tokens"], theirs["logprobs"]["tokens"]);
+    const Json& lp = theirs["logprobs"]["token_logprobs"];
+    ASSERT_EQ(mine["logprobs"]["token_logprobs"].size(), lp.size());
+    for (std::size_t t = 0; t < lp.size(); ++t)
+      EXPECT_NEAR(mine["logprobs"]["token_logprobs"][t].get<double>(), lp[t].get<double>(), 1e-5) << "token " << t;
+  };
+  auto [status, together] = ask(request(texts));
+  ASSERT_EQ(status, 200) << together;
+  ASSERT_EQ(together["choices"].size(), 2 * texts.size());
+  CompletionLimits small;
+  small.batch_positions = 96;  // about two rows of the longest prompt and its 20 tokens
+  auto [bounded_status, bounded] = ask(request(texts), small);
+  ASSERT_EQ(bounded_status, 200) << bounded;
+  ASSERT_EQ(bounded["choices"].size(), together["choices"].size());
+  for (std::size_t c = 0; c < together["choices"].size(); ++c) {
+    SCOPED_TRACE("bounded, choice " + std::to_string(c));
+    expect_same(bounded["choices"][c], together["choices"][c]);
+  }
+  std::size_t stopped = 0, completion_tokens = 0;
+  std::set<std::size_t> lengths;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    auto [alone_status, alone] = ask(request(texts[i]));
+    ASSERT_EQ(alone_status, 200) << alone;
+    for (std::size_t k = 0; k < 2; ++k) {
+      SCOPED_TRACE("prompt " + std::to_string(i) + ", choice " + std::to_string(k));
+      Json one = alone["choices"][k];
+      one["index"] = 2 * i + k;
+      expect_same(together["choices"][2 * i + k], one);
+      stopped += one["finish_reason"] == "stop" ? 1 : 0;
+      lengths.insert(one["logprobs"]["tokens"].size());
+    }
+    completion_tokens += alone["usage"]["completion_tokens"].get<std::size_t>();
+  }
+  EXPECT_EQ(together["usage"]["completion_tokens"], completion_tokens);
+  // Rows left the batch before others: some stopped, at different lengths.
+  EXPECT_GT(stopped, 0u);
+  EXPECT_GT(lengths.size(), 2u);
 }
 
 // presence_penalty, frequency_penalty and repetition_penalty reach

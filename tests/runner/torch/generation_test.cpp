@@ -6,13 +6,15 @@
 // biases; the distribution sampling draws from equal to what transformers'
 // warpers leave (temperature, top-k, top-p, min-p); a chat model's prompt
 // rendered and its text decoded as transformers does, through the
-// tailor-runner and tailor commands; seeded sampling, stop ids and bad input.
+// tailor-runner and tailor commands; seeded sampling, stop ids and bad input;
+// sequences generated together (generate_batch) as each alone.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -67,6 +69,80 @@ SamplingOptions greedy(std::int64_t n = 64) {
   return o;
 }
 
+// generate_batch() against generate() alone: prompts of three lengths (rows
+// at different positions in every step), greedy, penalised, biased and
+// sampled sequences, two on one prompt's pass, one stopped by its callback
+// after 5 tokens and one at 20 (so that rows ride along, then leave the
+// cache), with every token scored. Equal ids, scores within 1e-5. The
+// number of sequences that agree.
+std::size_t expect_batch_equals_alone(CausalLM& model, const std::vector<std::int32_t>& prompt) {
+  const std::vector<std::int32_t> short_prompt(prompt.begin(), prompt.begin() + 3);
+  std::vector<std::int32_t> long_prompt = prompt;
+  long_prompt.insert(long_prompt.end(), prompt.begin(), prompt.begin() + 5);
+  Scoring scoring;
+  scoring.generated = true;
+  scoring.top = 2;
+  SamplingOptions penalised = greedy(40);
+  penalised.repetition_penalty = 1.3;
+  penalised.presence_penalty = 0.5;
+  SamplingOptions sampled = greedy(64);
+  sampled.temperature = 0.8;
+  sampled.top_p = 0.9;
+  sampled.seed = 7;
+  SamplingOptions other_seed = sampled;
+  other_seed.seed = 8;
+  SamplingOptions biased = greedy(20);
+  biased.logit_bias = {{prompt[0], 5.0}};
+  struct Case {
+    const std::vector<std::int32_t>* prompt;
+    SamplingOptions options;
+    std::int64_t stop_after = 0;  // the callback says stop after this many tokens (0: never)
+  };
+  const std::vector<Case> cases = {{&prompt, greedy(64)},   {&short_prompt, penalised},
+                                   {&long_prompt, sampled}, {&long_prompt, other_seed},
+                                   {&prompt, biased},       {&short_prompt, greedy(64), 5}};
+  auto passes = prefill(model, {prompt, short_prompt, long_prompt}, 64, scoring);
+  EXPECT_TRUE(passes.is_ok()) << passes.status().message();
+  if (!passes.is_ok()) return 0;
+  auto pass_of = [&](const std::vector<std::int32_t>* p) {
+    return &(*passes)[p == &prompt ? 0 : p == &short_prompt ? 1 : 2];
+  };
+  std::vector<Sequence> sequences;
+  std::vector<std::int64_t> seen(cases.size(), 0);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    std::function<bool(std::int32_t)> on_token;
+    if (c.stop_after > 0) on_token = [&seen, i, n = c.stop_after](std::int32_t) { return ++seen[i] < n; };
+    sequences.push_back({c.prompt, c.options, pass_of(c.prompt), on_token});
+  }
+  auto together = generate_batch(model, sequences, scoring);
+  EXPECT_TRUE(together.is_ok()) << together.status().message();
+  if (!together.is_ok()) return 0;
+  std::size_t equal = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("sequence " + std::to_string(i));
+    std::int64_t count = 0;
+    auto alone = generate(
+        model, *cases[i].prompt, cases[i].options,
+        [&](std::int32_t) { return cases[i].stop_after == 0 || ++count < cases[i].stop_after; }, scoring);
+    EXPECT_TRUE(alone.is_ok()) << alone.status().message();
+    if (!alone.is_ok()) continue;
+    const Generated& t = (*together)[i];
+    EXPECT_EQ(t.ids, alone->ids);
+    EXPECT_EQ(t.stopped, alone->stopped);
+    EXPECT_EQ(t.scores.size(), alone->scores.size());
+    for (std::size_t k = 0; k < std::min(t.scores.size(), alone->scores.size()); ++k) {
+      EXPECT_NEAR(t.scores[k].logprob, alone->scores[k].logprob, 1e-5) << "token " << k;
+      EXPECT_EQ(t.scores[k].top.size(), 2u);
+    }
+    equal += t.ids == alone->ids ? 1 : 0;
+  }
+  const std::vector<std::size_t> lengths = {64, 40, 64, 64, 20, 5};
+  for (std::size_t i = 0; i < cases.size(); ++i)
+    EXPECT_EQ((*together)[i].ids.size(), lengths[i]) << "sequence " << i;
+  return equal;
+}
+
 TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters) {
   TempDir dir;
   std::string names;
@@ -97,12 +173,16 @@ TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters
     ASSERT_TRUE(prefilled.is_ok()) << prefilled.status().message();
     agree(prefilled->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
 
+    // Sequences generated together, each as it generates alone.
+    const std::size_t batched = expect_batch_equals_alone(base->model, prompt);
+
     // Materialised attention over the cache (the masks it builds for
-    // windows and caps) gives the same tokens.
+    // windows and caps) gives the same tokens, alone and together.
     base->model->set_fused_attention(false);
     auto materialised = generate(base->model, prompt, greedy());
     ASSERT_TRUE(materialised.is_ok()) << materialised.status().message();
     agree(materialised->ids, ids_of(ref["base"]), ref["base_margins"].get<std::vector<double>>());
+    const std::size_t batched_materialised = expect_batch_equals_alone(base->model, prompt);
 
     // The adapter folder alone: its base_model_name_or_path is the base.
     auto adapted = open_on_cpu(d + "/adapter");
@@ -145,8 +225,10 @@ TEST(GenerationTest, GreedyEqualsTransformersOnEveryFamilyWithAndWithoutAdapters
     EXPECT_NE(ref["base"].front(), ref["bias"].front());  // the base's first token is biased by -100
     std::printf(
         "%-12s greedy: base %zu/64 steps equal transformers', adapter %zu/64 equal PEFT's, "
-        "repetition_penalty %zu/64, with presence and frequency penalties %zu/64, with logit biases %zu/64\n",
-        family.c_str(), base_steps, adapter_steps, repetition_steps, openai_steps, bias_steps);
+        "repetition_penalty %zu/64, with presence and frequency penalties %zu/64, with logit biases %zu/64; "
+        "generated together as alone: %zu/6 sequences fused, %zu/6 materialised\n",
+        family.c_str(), base_steps, adapter_steps, repetition_steps, openai_steps, bias_steps, batched,
+        batched_materialised);
   }
 }
 
