@@ -854,13 +854,15 @@ HttpResponse Api::generate(HttpRequest& r) {
 HttpResponse Api::completions(HttpRequest& r) {
   auto job = ctx_.store->get(r.params["id"]);
   if (!job.is_ok()) return error_response(job.status());
-  return completions_.complete(*job, ctx_.supervisor->job_dir(job->id), runner::kCompletionsRoute, r.body);
+  return completions_.complete(*job, ctx_.supervisor->job_dir(job->id), runner::kCompletionsRoute, r.body,
+                               r.client_left);
 }
 
 HttpResponse Api::chat_completions(HttpRequest& r) {
   auto job = ctx_.store->get(r.params["id"]);
   if (!job.is_ok()) return error_response(job.status());
-  return completions_.complete(*job, ctx_.supervisor->job_dir(job->id), runner::kChatCompletionsRoute, r.body);
+  return completions_.complete(*job, ctx_.supervisor->job_dir(job->id), runner::kChatCompletionsRoute, r.body,
+                               r.client_left);
 }
 
 HttpResponse Api::exports(HttpRequest& r) {

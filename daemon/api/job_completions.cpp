@@ -79,7 +79,7 @@ std::optional<HttpResponse> check_job_model(const JobRecord& job, const std::str
 }
 
 HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& output_dir, std::string_view route,
-                                      const std::string& body) {
+                                      const std::string& body, const std::function<bool()>& client_left) {
   if (auto refused = check_job_model(job, output_dir)) return *refused;
   std::error_code ec;
   const auto request = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -140,7 +140,8 @@ HttpResponse JobCompletions::complete(const JobRecord& job, const std::string& o
     }
     return res;
   }
-  auto reply = worker->call(route, request.dump());
+  // A client that leaves before its reply stops the generation it asked for.
+  auto reply = worker->call(route, request.dump(), {}, still_there(client_left));
   if (!reply.is_ok()) return failed(reply.status());
   return HttpResponse::json(reply->status, std::move(reply->body));
 }

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,8 +45,10 @@ class JobCompletions {
   // model cannot be loaded (saying why), else the model's own status and
   // body (OpenAI's error object for a bad request), or its event stream.
   // `route`: runner/protocol/serve_protocol.h's completions or chat completions.
+  // `client_left` (HttpRequest's): once it says so, an unstreamed reply's
+  // generation stops.
   HttpResponse complete(const JobRecord& job, const std::string& output_dir, std::string_view route,
-                        const std::string& body);
+                        const std::string& body, const std::function<bool()>& client_left = {});
 
  private:
   // What the reaper, the handlers and a streamed reply's relay share: a

@@ -23,6 +23,12 @@ struct HttpRequest {
   std::string body;
   std::map<std::string, std::string> params;   // path parameters, filled by the router
   std::string remote;                          // peer address, for logs
+  // For a request answered on a worker thread (ServerOptions::offload):
+  // whether its client has gone (its connection closed, or its sending side
+  // shut down, which HTTP/1.1 clients do not do while they wait), asked as
+  // often as the handler likes while it works, so that a long answer (a
+  // generation) stops when nobody waits for it. Unset for other requests.
+  std::function<bool()> client_left;
 
   // The header's value, or "" (name in any case).
   std::string header(std::string_view name) const;

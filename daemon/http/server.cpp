@@ -4,6 +4,8 @@
 #include "daemon/http/server.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,6 +42,18 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 namespace {
+
+// Whether the peer of connected socket `fd` has gone: its end read (a close
+// or a shutdown of its sending side), or the connection broken. Bytes
+// waiting (a pipelined request) are left where they are.
+bool peer_has_gone(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) return true;
+  char c = 0;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
 
 // A Beast body that sends a FileBody: `length` bytes of a file from
 // `offset` (Beast's own file_body always sends the whole file: a Range asks
@@ -335,6 +349,9 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (workers_ != nullptr && options_.offload && options_.offload(req)) {
       // Handled on a worker; the answer is sent from this session's strand.
+      // Nothing reads the socket meanwhile (the session waits for the
+      // answer), so the worker may look at it.
+      req.client_left = [fd = stream_.socket().native_handle()] { return peer_has_gone(fd); };
       net::post(*workers_, [self = shared_from_this(), req = std::move(req), keep_alive]() mutable {
         HttpResponse res = self->call_handler(req);
         net::post(self->stream_.get_executor(), [self, res = std::move(res), keep_alive]() mutable {

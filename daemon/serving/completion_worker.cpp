@@ -166,6 +166,7 @@ Result<WorkerReply> CompletionWorker::call(std::string_view route, const std::st
                                            const std::function<bool()>& listening) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dead_) return Status::unavailable("the model process has ended");
+  if (listening && !listening()) return WorkerReply{200, "null"};  // nobody waits for it any more
   if (!write_all(to_child_, runner::serve_request_line(route, one_line_body) + "\n")) {
     dead_ = true;
     return Status::unavailable("the model process has ended (" + ended_how() + ")");

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -23,6 +24,13 @@ struct WorkerReply {
   int status = 200;  // the HTTP status the model process chose
   std::string body;  // its JSON response or error object
 };
+
+// CompletionWorker::call's `listening` for a request that an HTTP server
+// answers on a worker thread: true until `client_left` (HttpRequest's) says
+// its client has gone; always true without it.
+inline std::function<bool()> still_there(std::function<bool()> client_left) {
+  return [left = std::move(client_left)] { return !left || !left(); };
+}
 
 class CompletionWorker {
  public:
@@ -49,7 +57,9 @@ class CompletionWorker {
   // whether the client still listens, and so does `listening`, asked every
   // 200 ms while the process is silent: once either says no, the process is
   // told to stop generating (serve_protocol.h's cancel line), and its later
-  // chunks are dropped until the reply, which comes at once. Unavailable
+  // chunks are dropped until the reply, which comes at once. A request whose
+  // client left while it waited its turn is not sent (200, body null).
+  // Unavailable
   // once the process has ended (saying how); it is not restarted.
   Result<WorkerReply> call(std::string_view route, const std::string& one_line_body,
                            const std::function<bool(std::string chunk)>& on_chunk = {},

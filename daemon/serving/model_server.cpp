@@ -136,7 +136,8 @@ HttpResponse handle(Served& s, HttpRequest& request) {
   if (body.is_object() && body.contains("stream") && body["stream"] == true) {
     return answer_streamed(s.worker, request.path, body.dump(), nullptr, failed);
   }
-  auto reply = s.worker->call(request.path, body.dump());
+  // A client that leaves before its reply stops the generation it asked for.
+  auto reply = s.worker->call(request.path, body.dump(), {}, still_there(request.client_left));
   if (!reply.is_ok()) return failed(reply.status());
   return HttpResponse::json(reply->status, std::move(reply->body));
 }

@@ -3,10 +3,10 @@
 // route, a space and the JSON body ("/v1/chat/completions {...}"); one reply
 // a line on its stdout, {"status": HTTP status, "body": response}, before
 // which a streamed reply ("stream": true) writes its chunks, one line
-// {"chunk": {...}} each. While a reply streams, the line "cancel" says its
-// client has left: the process stops that reply's generation at its next
-// token and ends it with {"status": 200, "body": null}. A cancel line read
-// after its reply ended cancels nothing.
+// {"chunk": {...}} each. While a request is answered, streamed or not, the
+// line "cancel" says its client has left: the process stops its generation
+// at its next token and ends it with {"status": 200, "body": null}. A cancel
+// line read after its reply ended cancels nothing.
 #pragma once
 
 #include <string>

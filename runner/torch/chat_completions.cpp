@@ -129,7 +129,7 @@ class Chunks {
 }  // namespace
 
 CompletionReply complete_chat(InferenceModel& model, const std::string& model_name, const std::string& body,
-                              const CompletionLimits& limits, const ChunkSink& emit) {
+                              const CompletionLimits& limits, const ChunkSink& emit, const Listening& listening) {
   auto parsed = read_body(model, body);
   if (auto* failed = std::get_if<CompletionReply>(&parsed)) return std::move(*failed);
   auto request = parse_chat_request(std::get<Json>(parsed), limits);
@@ -176,7 +176,7 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
   std::vector<CompletionJob> jobs;
   for (std::int64_t k = 0; k < r.n; ++k)
     jobs.push_back({&*prompt, &pass, choice_seed(seed, k), "messages", "messages"});
-  auto run = run_completions(model, jobs, max_tokens, r.sampling, Scoring{}, limits.batch_positions);
+  auto run = run_completions(model, jobs, max_tokens, r.sampling, Scoring{}, limits.batch_positions, listening);
   if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
   Json choices = Json::array();
   std::size_t completion_tokens = 0;

@@ -35,8 +35,9 @@ namespace tailor::runner {
 // stream_options.include_usage), and the returned reply is 200 with the
 // body null; an error before the first chunk is an ordinary reply, one
 // after it the returned error. Without `emit`, streaming is refused. Never
-// throws.
+// throws. `listening` as complete()'s.
 CompletionReply complete_chat(InferenceModel& model, const std::string& model_name, const std::string& request,
-                              const CompletionLimits& limits = {}, const ChunkSink& emit = {});
+                              const CompletionLimits& limits = {}, const ChunkSink& emit = {},
+                              const Listening& listening = {});
 
 }  // namespace tailor::runner

@@ -252,7 +252,7 @@ Choice choice_of(InferenceModel& m, const CompletionRequest& r, const Prompt& gi
 }  // namespace
 
 CompletionReply complete(InferenceModel& model, const std::string& model_name, const std::string& body,
-                         const CompletionLimits& limits, const ChunkSink& emit) {
+                         const CompletionLimits& limits, const ChunkSink& emit, const Listening& listening) {
   auto parsed = read_body(model, body);
   if (auto* failed = std::get_if<CompletionReply>(&parsed)) return std::move(*failed);
   auto request = parse_completion_request(std::get<Json>(parsed), limits);
@@ -287,7 +287,8 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
   const std::int64_t context = model.model->arch().max_seq_len;
   auto generate_held = [&]() -> std::optional<CompletionReply> {
     if (jobs.empty()) return std::nullopt;
-    auto run = run_completions(model, jobs, r.max_tokens, r.sampling, choice_scoring(r), limits.batch_positions);
+    auto run =
+        run_completions(model, jobs, r.max_tokens, r.sampling, choice_scoring(r), limits.batch_positions, listening);
     if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
     const auto& completions = std::get<std::vector<Completion>>(run);
     for (std::size_t j = 0; j < completions.size(); ++j) {
@@ -301,6 +302,7 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
     return std::nullopt;
   };
   for (const auto& group : prefill_groups(lengths, r.max_tokens, limits.batch_positions)) {
+    if (!r.stream && listening && !listening()) return {200, "null"};  // the client has gone
     std::vector<Ids> ids;
     std::int64_t group_longest = 0;
     for (std::size_t i : group) {

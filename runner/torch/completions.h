@@ -61,7 +61,12 @@ struct CompletionReply {
 // null, an error before the first chunk an ordinary reply, one after it the
 // returned error. Without `emit`, streaming is refused; so are logprobs with
 // it. Never throws.
+// `listening`, when set, is asked at each new token of an unstreamed reply
+// whether its client still waits for it: once it says no, generation stops
+// and the reply is 200 with the body null (nobody reads it).
+using Listening = std::function<bool()>;
 CompletionReply complete(InferenceModel& model, const std::string& model_name, const std::string& request,
-                         const CompletionLimits& limits = {}, const ChunkSink& emit = {});
+                         const CompletionLimits& limits = {}, const ChunkSink& emit = {},
+                         const Listening& listening = {});
 
 }  // namespace tailor::runner

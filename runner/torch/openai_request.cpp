@@ -281,7 +281,8 @@ namespace {
 std::variant<std::vector<Completion>, CompletionReply> run_together(InferenceModel& m,
                                                                     const std::vector<CompletionJob>& jobs,
                                                                     std::int64_t max_tokens, const Sampling& s,
-                                                                    const Scoring& scoring) {
+                                                                    const Scoring& scoring,
+                                                                    const Listening& listening) {
   std::vector<Sequence> sequences;
   std::vector<CompletionText> texts;
   texts.reserve(jobs.size());  // the sequences' callbacks hold their addresses
@@ -289,8 +290,9 @@ std::variant<std::vector<Completion>, CompletionReply> run_together(InferenceMod
     auto so = options_of(m, max_tokens, s, job.seed);
     if (auto* failed = std::get_if<CompletionReply>(&so)) return std::move(*failed);
     CompletionText& text = texts.emplace_back(*m.tokenizer, s.stop, TextSink());
-    sequences.push_back({job.prompt, std::get<SamplingOptions>(so), job.prefilled,
-                         [&text](std::int32_t id) { return text.on_token(id); }});
+    sequences.push_back(
+        {job.prompt, std::get<SamplingOptions>(so), job.prefilled,
+         [&text, &listening](std::int32_t id) { return text.on_token(id) && (!listening || listening()); }});
   }
   Result<std::vector<Generated>> g = Status::internal("not run");
   try {
@@ -305,6 +307,7 @@ std::variant<std::vector<Completion>, CompletionReply> run_together(InferenceMod
       ++at;
     return failure_of(g.status(), jobs[at].where, jobs[at].param);
   }
+  if (listening && !listening()) return CompletionReply{200, "null"};  // the client has gone
   std::vector<Completion> out;
   for (std::size_t i = 0; i < jobs.size(); ++i)
     out.push_back(texts[i].finish(std::move((*g)[i])));
@@ -313,11 +316,9 @@ std::variant<std::vector<Completion>, CompletionReply> run_together(InferenceMod
 
 }  // namespace
 
-std::variant<std::vector<Completion>, CompletionReply> run_completions(InferenceModel& m,
-                                                                       const std::vector<CompletionJob>& jobs,
-                                                                       std::int64_t max_tokens, const Sampling& s,
-                                                                       const Scoring& scoring,
-                                                                       std::int64_t max_positions) {
+std::variant<std::vector<Completion>, CompletionReply> run_completions(
+    InferenceModel& m, const std::vector<CompletionJob>& jobs, std::int64_t max_tokens, const Sampling& s,
+    const Scoring& scoring, std::int64_t max_positions, const Listening& listening) {
   std::vector<Completion> out;
   const std::int64_t context = m.model->arch().max_seq_len;
   for (std::size_t begin = 0; begin < jobs.size();) {
@@ -333,7 +334,7 @@ std::variant<std::vector<Completion>, CompletionReply> run_completions(Inference
     }
     auto run = run_together(
         m, {jobs.begin() + static_cast<std::ptrdiff_t>(begin), jobs.begin() + static_cast<std::ptrdiff_t>(end)},
-        max_tokens, s, scoring);
+        max_tokens, s, scoring, listening);
     if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
     for (Completion& c : std::get<std::vector<Completion>>(run))
       out.push_back(std::move(c));

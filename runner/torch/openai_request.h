@@ -116,12 +116,11 @@ struct CompletionJob {
 // no text sink, in runs of consecutive jobs whose rows times their longest
 // prompt and new tokens stay within `max_positions` (one job alone where it
 // is longer): their completions in the jobs' order, or the reply with
-// which the request fails.
-std::variant<std::vector<Completion>, CompletionReply> run_completions(InferenceModel& m,
-                                                                       const std::vector<CompletionJob>& jobs,
-                                                                       std::int64_t max_tokens, const Sampling& s,
-                                                                       const Scoring& scoring,
-                                                                       std::int64_t max_positions);
+// which the request fails. Once `listening` (asked at each new token) says
+// the client has gone, generation stops and the reply is 200, body null.
+std::variant<std::vector<Completion>, CompletionReply> run_completions(
+    InferenceModel& m, const std::vector<CompletionJob>& jobs, std::int64_t max_tokens, const Sampling& s,
+    const Scoring& scoring, std::int64_t max_positions, const Listening& listening = {});
 
 // The prompts' forward passes, several in one (generation.h's prefill()),
 // or the reply with which the request fails: 503 out of memory, 500 for

@@ -34,8 +34,9 @@ stdin, each the route and the body on one line ("/v1/completions {...}" or
 "/v1/chat/completions {...}"), with one line {"status": HTTP status,
 "body": response} on stdout, after a first line {"event": "ready", ...}
 once the model is loaded; a streamed reply writes its chunks first,
-one line {"chunk": {...}} each, and a line "cancel" read while they come
-stops that reply's generation (its client left). `tailor serve` puts an
+one line {"chunk": {...}} each. A line "cancel" read while a request is
+answered stops its generation (its client left); an unstreamed one then
+replies {"status": 200, "body": null}. `tailor serve` puts an
 HTTP server in front of it. MODEL is as for tailor-runner generate: a model
 folder, an adapter folder or a run's output folder; it must hold the
 tokenizer's files.
@@ -166,9 +167,11 @@ int run_serve_command(const std::vector<std::string>& argv, std::istream& in, st
   ready["chat_template"] = model->chat.has_value();
   out << ready.dump() << std::endl;
 
-  // A test's: each streamed reply holds after its first chunk until its
-  // client leaves, so that it leaves mid-generation on any machine.
+  // A test's: each streamed reply holds after its first chunk, and the first
+  // unstreamed one at its first token, until its client leaves, so that it
+  // leaves mid-generation on any machine.
   const bool hold = platform::failpoint_armed("serve.hold_after_first_chunk");
+  bool hold_unstreamed = platform::failpoint_armed("serve.hold_first_unstreamed");
   RequestLines requests(in);
   while (auto request = requests.next()) {
     const std::uint64_t number = request->first;
@@ -188,10 +191,24 @@ int run_serve_command(const std::vector<std::string>& argv, std::istream& in, st
       ++chunks;
       return true;
     };
+    // An unstreamed reply's generation asks at each token whether its client
+    // still waits.
+    bool told = false;
+    const Listening listening = [&] {
+      if (hold_unstreamed) {
+        hold_unstreamed = false;
+        err << "request " << number << ": held at its first token (failpoint serve.hold_first_unstreamed)" << std::endl;
+        requests.wait_for_cancel(number);
+      }
+      if (!requests.cancelled(number)) return true;
+      if (!told) err << "request " << number << ": its client left before the reply; generation stopped" << std::endl;
+      told = true;
+      return false;
+    };
     if (route == kCompletionsRoute) {
-      reply = complete(*model, name, body, limits, emit);
+      reply = complete(*model, name, body, limits, emit, listening);
     } else if (route == kChatCompletionsRoute) {
-      reply = complete_chat(*model, name, body, limits, emit);
+      reply = complete_chat(*model, name, body, limits, emit, listening);
     } else {
       reply = openai::error_reply(404, "invalid_request_error", "no route " + route);
     }

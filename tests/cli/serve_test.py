@@ -8,9 +8,11 @@ against the server and through its hf backend on the same folder, and every
 request's result must agree; the generative task again as conversations,
 through local-chat-completions and hf with --apply_chat_template, with equal
 generations; Ctrl-C stops the server and its model process. Then a client
-that leaves a streamed reply mid-generation: the model process stops that
-generation (it holds after the first chunk until told, the failpoint
-serve.hold_after_first_chunk) and answers the next request.
+that leaves a streamed reply mid-generation, and one that leaves an
+unstreamed one: the model process stops each generation (it holds after the
+first chunk, or at the first token, until told: the failpoints
+serve.hold_after_first_chunk and serve.hold_first_unstreamed) and answers
+the next request.
 
   serve_test.py BUILD_DIR SOURCE_DIR
 """
@@ -94,16 +96,43 @@ def start_server(model, work, token_file, err_name, env=None):
 
 
 def client_leaves(model, work, token_file, token):
-    """A streamed chat reply whose client reads its first event and leaves:
-    the generation (held after its first chunk until then) stops, and the
-    model answers the next request."""
-    env = dict(os.environ, TAILOR_FAILPOINTS="serve.hold_after_first_chunk")
+    """An unstreamed completion whose client sends it and closes its
+    connection: its generation (held at its first token until then) stops,
+    and the model answers the next request. Then a streamed chat reply whose
+    client reads its first event and leaves: the generation (held after its
+    first chunk until then) stops too, and the next request is answered."""
+    env = dict(os.environ, TAILOR_FAILPOINTS="serve.hold_after_first_chunk,serve.hold_first_unstreamed")
     server, url = start_server(model, work, token_file, "leave.err", env)
     try:
         if url is None:
             return
         root = url[: -len("/v1/completions")]
         host, port = root[len("http://"):].split(":")
+        body = json.dumps({"prompt": ["Hello", "Once upon a time"], "max_tokens": 200, "temperature": 0}).encode()
+        sock = socket.create_connection((host, int(port)), timeout=60)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: " + f"{host}:{port}".encode() +
+                     b"\r\nAuthorization: Bearer " + token.encode() + b"\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        def logged(said):  # the model process's log once it says `said` (120 s at most)
+            log, deadline = "", time.monotonic() + 120
+            while said not in log and time.monotonic() < deadline:
+                log = open(os.path.join(work, "leave.err")).read()
+                time.sleep(0.05)
+            return log
+        # Generating (held at its first token), the client leaves; the model
+        # process is told, and says so (the next request is sent after).
+        log = logged("held at its first token")
+        check("held at its first token" in log, "the unstreamed request reached the model process")
+        sock.close()  # without waiting for the reply
+        said = "its client left before the reply; generation stopped"
+        log = logged(said)
+        check(said in log, "the model process says the unstreamed generation stopped: " +
+              next((l for l in log.splitlines() if "before the reply" in l), log[-300:]))
+        status, text = request(url, json.dumps({"prompt": "Hello", "max_tokens": 2, "temperature": 0}).encode(),
+                               token=token)
+        check(status == 200 and json.loads(text)["usage"]["completion_tokens"] == 2,
+              f"after an unstreamed request's client left, the next is answered ({status} {text[:200]})")
+
         body = json.dumps({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 200,
                            "temperature": 0, "stream": True}).encode()
         sock = socket.create_connection((host, int(port)), timeout=60)
@@ -127,6 +156,7 @@ def client_leaves(model, work, token_file, token):
         check("its client left after 1 chunks; generation stopped" in log,
               "the model process says it stopped where the client left: " +
               next((l for l in log.splitlines() if "client left" in l), log[-300:]))
+
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()

@@ -4,7 +4,8 @@
 // nothing cannot lock everyone else out; a connection whose request is
 // being answered is never evicted. Its request budget: a request that
 // dribbles in, lies about its length or is too large ends at its deadline
-// or its limit without reaching a handler.
+// or its limit without reaching a handler. A handler on a worker sees
+// whether its client is still there.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -404,6 +405,62 @@ TEST(HttpServerTest, AStreamWhoseClientLeavesIsReleasedWhileItHasNothingToSend) 
   while (server.streams() != 0 && std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(milliseconds(2));
   EXPECT_EQ(server.streams(), 0);
+}
+
+// A long answer on a worker (a generation) asks whether its client is still
+// there: a client that waits for it is; one that closes its connection
+// while it works is seen gone, so the work can stop. Requests answered on
+// the I/O thread have no such question.
+TEST(HttpServerTest, AnOffloadedHandlerSeesWhetherItsClientIsStillThere) {
+  struct Seen {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool waiting_client_there = false;
+    bool unasked_on_io_thread = false;
+    bool done = false;
+    bool gone = false;
+  };
+  auto seen = std::make_shared<Seen>();
+  ServerOptions o;
+  o.port = 0;
+  o.offload = [](const HttpRequest& r) { return r.path != "/fast"; };
+  auto server = HttpServer::start(o, [seen](HttpRequest& req) {
+    std::unique_lock lock(seen->mu);
+    if (req.path == "/fast") {
+      seen->unasked_on_io_thread = !req.client_left;
+    } else if (req.path == "/wait") {
+      seen->waiting_client_there = req.client_left && !req.client_left();
+    } else {
+      lock.unlock();
+      // Works until its client is gone (10 s at most).
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      bool gone = false;
+      while (!(gone = req.client_left()) && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(milliseconds(2));
+      lock.lock();
+      seen->gone = gone;
+      seen->done = true;
+      seen->cv.notify_all();
+    }
+    return HttpResponse::json(200, "{}");
+  });
+  ASSERT_TRUE(server.is_ok()) << server.status().to_string();
+  {
+    RawSocket fast((*server)->port());
+    fast.send(kFast);
+    EXPECT_EQ(fast.receive().rfind("HTTP/1.1 200", 0), 0u);
+    RawSocket waiting((*server)->port());
+    waiting.send("GET /wait HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(waiting.receive().rfind("HTTP/1.1 200", 0), 0u);
+  }
+  auto leaving = std::make_unique<RawSocket>((*server)->port());
+  leaving->send(kSlow);
+  leaving.reset();  // the client leaves without its answer
+  std::unique_lock lock(seen->mu);
+  EXPECT_TRUE(seen->cv.wait_for(lock, std::chrono::seconds(20), [&] { return seen->done; }));
+  EXPECT_TRUE(seen->gone);
+  EXPECT_TRUE(seen->waiting_client_there);
+  EXPECT_TRUE(seen->unasked_on_io_thread);
 }
 
 }  // namespace

@@ -278,6 +278,24 @@ TEST_F(ChatCompletionsTest, AStreamStopsWhereItsClientLeaves) {
   EXPECT_EQ(text.substr(0, sent.size()), sent);
 }
 
+// Unstreamed: once `listening` says the client has gone, every choice stops
+// at its next token and the reply is 200 with the body null; while it says
+// the client waits, the reply is the one asked without it.
+TEST_F(ChatCompletionsTest, AnUnstreamedReplyStopsWhereItsClientLeaves) {
+  const Json request = {{"messages", conversation_}, {"max_tokens", 40}, {"temperature", 0}, {"n", 2}};
+  int asked = 0;
+  const CompletionReply gone = complete_chat(*model_, "tiny", request.dump(), {}, {}, [&asked] { return ++asked < 4; });
+  EXPECT_EQ(gone.status, 200);
+  EXPECT_EQ(gone.body, "null");
+  EXPECT_LT(asked, 10);  // asked at each token until it said no: 80 tokens were asked for
+  const CompletionReply there = complete_chat(*model_, "tiny", request.dump(), {}, {}, [] { return true; });
+  ASSERT_EQ(there.status, 200) << there.body;
+  const Json with = Json::parse(there.body), without = ask(request).second;
+  ASSERT_EQ(with["choices"].size(), 2u);
+  EXPECT_EQ(with["choices"], without["choices"]);
+  EXPECT_EQ(with["usage"], without["usage"]);
+}
+
 TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
   const Json& m = conversation_;
   const std::vector<std::pair<Json, std::string>> cases = {

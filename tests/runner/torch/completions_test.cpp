@@ -425,6 +425,25 @@ TEST_F(CompletionsTest, AStreamStopsWhereItsClientLeaves) {
   EXPECT_LT(sent.size(), whole["choices"][0]["text"].get<std::string>().size());
 }
 
+// Unstreamed: once `listening` says the client has gone, every prompt's
+// choices stop at their next token, no later pass runs, and the reply is
+// 200 with the body null; while it says the client waits, the reply is the
+// one asked without it.
+TEST_F(CompletionsTest, AnUnstreamedRequestStopsWhereItsClientLeaves) {
+  const Json request = {{"prompt", {"Once upon a time", "Hi"}}, {"max_tokens", 24}, {"temperature", 0}, {"n", 2}};
+  int asked = 0;
+  const CompletionReply gone = complete(*model_, "tiny", request.dump(), {}, {}, [&asked] { return ++asked < 3; });
+  EXPECT_EQ(gone.status, 200);
+  EXPECT_EQ(gone.body, "null");
+  EXPECT_LT(asked, 10);  // asked at each token until it said no: 96 tokens were asked for
+  const CompletionReply there = complete(*model_, "tiny", request.dump(), {}, {}, [] { return true; });
+  ASSERT_EQ(there.status, 200) << there.body;
+  const Json with = Json::parse(there.body), without = ask(request).second;
+  ASSERT_EQ(with["choices"].size(), 4u);
+  EXPECT_EQ(with["choices"], without["choices"]);
+  EXPECT_EQ(with["usage"], without["usage"]);
+}
+
 TEST_F(CompletionsTest, WhatIsNotServedIsRefusedByName) {
   const int context = static_cast<int>(model_->model->arch().max_seq_len);
   const int vocab = static_cast<int>(model_->model->arch().vocab);
