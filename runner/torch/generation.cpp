@@ -129,15 +129,6 @@ Status check_prompt(const CausalLM& model, const std::vector<std::int32_t>& prom
   return Status::ok();
 }
 
-Prefill Prefill::clone() const {
-  Prefill out = *this;
-  for (Tensor& k : out.cache.k)
-    k = k.clone();
-  for (Tensor& v : out.cache.v)
-    v = v.clone();
-  return out;  // last_logits is read, never written
-}
-
 Result<std::vector<Prefill>> prefill(CausalLM& model, const std::vector<std::vector<std::int32_t>>& prompts,
                                      std::int64_t max_new_tokens, const Scoring& scoring) {
   if (prompts.empty()) return std::vector<Prefill>{};

@@ -104,7 +104,6 @@ struct Prefill {
   torch::Tensor last_logits;
   Scoring scoring;                        // what was scored (generated: not read)
   std::vector<TokenScore> prompt_scores;  // scoring.prompt: prompt.size() - 1, for prompt[1..]
-  Prefill clone() const;                  // a cache of its own, for another generation after the same prompt
 };
 
 // The forward passes of `prompts` (each checked by check_prompt), several in
@@ -145,7 +144,8 @@ std::vector<std::vector<std::size_t>> prefill_groups(const std::vector<std::int6
 // out-of-memory outcome).
 // `prefilled`, when given, is prefill()'s pass of this very prompt, made
 // with at least options.max_new_tokens of room and the same prompt scoring;
-// generation takes its cache over. Without it, generate() makes one.
+// generation writes its cache beyond the prompt only, so the pass may
+// serve again. Without it, generate() makes one.
 Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& prompt, const SamplingOptions& options,
                            const std::function<bool(std::int32_t)>& on_token = {}, const Scoring& scoring = {},
                            Prefill* prefilled = nullptr);
