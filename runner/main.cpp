@@ -1,6 +1,5 @@
 // tailor-runner: the LibTorch training worker. Runs a plan document and
 // reports through files (metrics.jsonl, events.jsonl) and its exit code.
-#include <malloc.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -22,6 +21,7 @@
 #include "runner/protocol/runner_command.h"
 #include "runner/torch/export_command.h"
 #include "runner/torch/generate_command.h"
+#include "runner/torch/heap_policy.h"
 #include "runner/torch/serve_command.h"
 #include "runner/torch/trainer.h"
 #include "runner/torch_probe.h"
@@ -97,22 +97,11 @@ exit codes: 0 done, 1 failure, 2 bad input (never retried), 3 out of memory
 (re-plan), 4 cancelled (SIGTERM/SIGINT; a checkpoint was written)
 )";
 
-// Keeps freed tensor memory in the process' heap. By default glibc serves
-// large blocks with fresh mmap()s and unmaps them on free, so every step
-// pays the kernel's page faults again for each activation-sized tensor
-// (~0.4 ms per MiB here, docs/libtorch.md); a training loop allocates the same
-// sizes every step, so reuse is the right trade (RSS stays at the peak).
-void keep_freed_memory() {
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 64 << 20);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace tailor;
-  keep_freed_memory();
+  runner::keep_freed_memory();
   if (argc > 1 && std::string(argv[1]) == "generate") {
     return runner::run_generate_command(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
   }
