@@ -155,7 +155,7 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
     Chunks chunks(model_name, emit);
     std::size_t completion_tokens = 0;
     for (std::int64_t k = 0; k < r.n; ++k) {
-      auto on_text = [&chunks, k, begun = false](std::string_view piece) mutable {
+      auto on_text = [&chunks, k, begun = false](std::string_view piece, const std::vector<ChosenToken>&) mutable {
         if (!begun) chunks.role(k);
         begun = true;
         if (!piece.empty()) chunks.content(k, piece);

@@ -125,7 +125,6 @@ std::variant<CompletionRequest, Problem> parse_completion_request(const Json& j,
   std::int64_t logprobs = -1;
   if (auto bad = read_integer(j, "logprobs", 0, limits.max_logprobs, logprobs)) return *bad;
   if (logprobs >= 0) r.logprobs = logprobs;
-  if (r.stream && r.logprobs) return Problem{"logprobs", "logprobs: not streamed; ask without stream"};
   if (r.stream && r.best_of > r.n) {
     return Problem{"best_of", "best_of: the likeliest choices are known only at the end; ask without stream"};
   }
@@ -138,6 +137,57 @@ std::string token_string(const data::Tokenizer& tok, std::int32_t id) { return t
 
 std::size_t code_points(const std::string& s) {
   return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+// OpenAI's logprobs object of one choice (tokens, token_logprobs,
+// top_logprobs, text_offset), written as its tokens come: take() gives
+// those added since the last take(), so that a stream's chunks add up to
+// the object the unstreamed reply gives.
+class LogprobsWriter {
+ public:
+  explicit LogprobsWriter(const data::Tokenizer& tok) : tok_(tok), offsets_(tok) {}
+
+  // `s` null: a token not scored (the echoed prompt's first).
+  void add(std::int32_t id, const TokenScore* s) {
+    tokens_.push_back(token_string(tok_, id));
+    // In code points from the start of the choice's text (the echoed prompt's
+    // when echoed), as the token's text begins.
+    text_offset_.push_back(code_points(offsets_.text()));
+    offsets_.push(id);
+    token_logprobs_.push_back(s ? Json(s->logprob) : Json());
+    if (!s) {
+      top_logprobs_.push_back(nullptr);
+      return;
+    }
+    Json top = Json::object();
+    for (const auto& [alt, lp] : s->top) {
+      const std::string key = token_string(tok_, alt);
+      if (!top.contains(key)) top[key] = lp;  // the likelier of two tokens with one text
+    }
+    top_logprobs_.push_back(std::move(top));
+  }
+
+  Json take() {
+    Json out = {{"tokens", std::move(tokens_)},
+                {"token_logprobs", std::move(token_logprobs_)},
+                {"top_logprobs", std::move(top_logprobs_)},
+                {"text_offset", std::move(text_offset_)}};
+    tokens_ = token_logprobs_ = top_logprobs_ = text_offset_ = Json::array();
+    return out;
+  }
+
+ private:
+  const data::Tokenizer& tok_;
+  data::TextStream offsets_;
+  Json tokens_ = Json::array(), token_logprobs_ = Json::array(), top_logprobs_ = Json::array(),
+       text_offset_ = Json::array();
+};
+
+// The echoed prompt's tokens in `w`: the first unscored, each other as
+// generation scored it given those before it.
+void add_prompt(LogprobsWriter& w, const Ids& prompt, const std::vector<TokenScore>& scores) {
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    w.add(prompt[i], i == 0 ? nullptr : &scores[i - 1]);
 }
 
 struct Choice {
@@ -216,32 +266,11 @@ Choice choice_of(InferenceModel& m, const CompletionRequest& r, const Prompt& gi
   c.json["index"] = index;
   c.json["text"] = (r.echo ? prompt_text : std::string()) + g.text;
   if (r.logprobs) {
-    Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(), offsets = Json::array();
-    data::TextStream offset_stream(tok);
-    auto add = [&](std::int32_t id, const TokenScore* s) {
-      tokens.push_back(token_string(tok, id));
-      offsets.push_back(code_points(offset_stream.text()));
-      offset_stream.push(id);
-      token_logprobs.push_back(s ? Json(s->logprob) : Json());
-      if (!s) {
-        top_logprobs.push_back(nullptr);
-        return;
-      }
-      Json top = Json::object();
-      for (const auto& [alt, lp] : s->top) {
-        const std::string key = token_string(tok, alt);
-        if (!top.contains(key)) top[key] = lp;  // the likelier of two tokens with one text
-      }
-      top_logprobs.push_back(std::move(top));
-    };
-    if (r.echo) {
-      for (std::size_t i = 0; i < prompt.size(); ++i) add(prompt[i], i == 0 ? nullptr : &g.prompt_scores[i - 1]);
-    }
-    for (std::size_t i = 0; i < ids.size(); ++i) add(ids[i], &g.scores[i]);
-    c.json["logprobs"] = {{"tokens", tokens},
-                          {"token_logprobs", token_logprobs},
-                          {"top_logprobs", top_logprobs},
-                          {"text_offset", offsets}};
+    LogprobsWriter w(tok);
+    if (r.echo) add_prompt(w, prompt, g.prompt_scores);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      w.add(ids[i], &g.scores[i]);
+    c.json["logprobs"] = w.take();
   } else {
     c.json["logprobs"] = nullptr;
   }
@@ -326,20 +355,35 @@ CompletionReply complete(InferenceModel& model, const std::string& model_name, c
           job_of.emplace_back(i, static_cast<std::size_t>(k));
           continue;
         }
-        // Streamed (best_of is n): a prompt's choices one after another.
-        auto on_text = [&, i, index, begun = false](std::string_view piece) mutable {
+        // Streamed (best_of is n): a prompt's choices one after another,
+        // each chunk with the log-probabilities of the tokens chosen since
+        // the chunk before (a token whose text is still held back comes
+        // with the text after it).
+        LogprobsWriter w(*model.tokenizer);
+        auto fields = [&](std::string text) {
+          Json f = {{"text", std::move(text)}};
+          if (r.logprobs) f["logprobs"] = w.take();
+          return f;
+        };
+        auto on_text = [&, i, g, index, begun = false](std::string_view piece,
+                                                       const std::vector<ChosenToken>& tokens) mutable {
+          if (r.logprobs) {
+            if (!begun && r.echo) add_prompt(w, prompts[i].ids, pass[g].prompt_scores);
+            for (const ChosenToken& t : tokens)
+              w.add(t.id, &t.score);
+          }
           // The echoed prompt with the first token (the prompt was taken).
-          const std::string text = (!begun && r.echo ? prompts[i].text : std::string()) + std::string(piece);
+          std::string text = (!begun && r.echo ? prompts[i].text : std::string()) + std::string(piece);
           begun = true;
           return text.empty() ? stream.listening()
-                              : stream.choice(static_cast<std::int64_t>(index), Json{{"text", text}});
+                              : stream.choice(static_cast<std::int64_t>(index), fields(std::move(text)));
         };
         auto run = run_completion(model, prompts[i].ids, r.max_tokens, r.sampling, choice_seed(seed, k),
                                   choice_scoring(r), where_of(r, i), "prompt", on_text, &pass[g]);
         if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
         Choice c = choice_of(model, r, prompts[i], index, std::get<Completion>(run));
         // A client that left is answered no further: the model is free again.
-        if (!stream.choice(static_cast<std::int64_t>(index), Json{{"text", ""}},
+        if (!stream.choice(static_cast<std::int64_t>(index), fields(""),
                            c.json["finish_reason"].get<std::string>().c_str())) {
           return {200, "null"};
         }

@@ -331,7 +331,7 @@ int run_generate_command(const std::vector<std::string>& argv, std::ostream& out
   TokenPrinter printer(out, *model, format);
   Result<Generated> generated = Status::internal("not run");
   try {
-    generated = generate(model->model, *prompt, *so, [&](std::int32_t id) { return printer(id); });
+    generated = generate(model->model, *prompt, *so, [&](std::int32_t id, const TokenScore*) { return printer(id); });
   } catch (const c10::OutOfMemoryError& e) {
     generated = Status::resource_exhausted(std::string("out of memory: ") + e.what_without_backtrace());
   }

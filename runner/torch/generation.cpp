@@ -368,7 +368,8 @@ Result<std::vector<Generated>> generate_batch(CausalLM& model, const std::vector
         g.ids.push_back(id);
         last[r] = id;
         g.stopped = std::find(s.options.stop_ids.begin(), s.options.stop_ids.end(), id) != s.options.stop_ids.end();
-        if ((s.on_token && !s.on_token(id)) || g.stopped || static_cast<std::int64_t>(g.ids.size()) == row.budget) {
+        if ((s.on_token && !s.on_token(id, scoring.generated ? &g.scores.back() : nullptr)) || g.stopped ||
+            static_cast<std::int64_t>(g.ids.size()) == row.budget) {
           row.done = true;
           g.decode_seconds = g.ids.size() > 1 ? seconds_since(row.first_at) : 0;
         }
@@ -443,8 +444,7 @@ Result<std::vector<Generated>> generate_batch(CausalLM& model, const std::vector
 }
 
 Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& prompt, const SamplingOptions& o,
-                           const std::function<bool(std::int32_t)>& on_token, const Scoring& scoring,
-                           Prefill* prefilled) {
+                           const TokenSink& on_token, const Scoring& scoring, Prefill* prefilled) {
   TAILOR_RETURN_IF_ERROR(check_sampling(o, scoring.prompt ? 0 : 1));
   if (scoring.top < 0) return Status::invalid_argument("the alternatives scored must be 0 or more");
   TAILOR_RETURN_IF_ERROR(check_prompt(model, prompt, o.max_new_tokens));

@@ -136,7 +136,8 @@ std::vector<std::vector<std::size_t>> prefill_groups(const std::vector<std::int6
 // and dtype, at most min(max_new_tokens, context - prompt) tokens where
 // context is the arch's max_seq_len; max_new_tokens may be 0 when the
 // prompt is scored (the prompt may then fill the context). `on_token` sees
-// each new id as it is chosen and may return false to stop early.
+// each new id as it is chosen, with its score under Scoring::generated
+// (null otherwise), and may return false to stop early.
 // InvalidArgument when the prompt is empty, holds ids outside the
 // vocabulary, or leaves no room to generate (saying how many tokens each);
 // check_sampling's errors. LibTorch errors become Internal, except
@@ -146,9 +147,9 @@ std::vector<std::vector<std::size_t>> prefill_groups(const std::vector<std::int6
 // with at least options.max_new_tokens of room and the same prompt scoring;
 // generation writes its cache beyond the prompt only, so the pass may
 // serve again. Without it, generate() makes one.
+using TokenSink = std::function<bool(std::int32_t id, const TokenScore* score)>;
 Result<Generated> generate(CausalLM& model, const std::vector<std::int32_t>& prompt, const SamplingOptions& options,
-                           const std::function<bool(std::int32_t)>& on_token = {}, const Scoring& scoring = {},
-                           Prefill* prefilled = nullptr);
+                           const TokenSink& on_token = {}, const Scoring& scoring = {}, Prefill* prefilled = nullptr);
 
 // One generation of generate_batch(): its prompt (checked as generate()
 // checks it), its options, its prompt's prefill() pass, made with at least
@@ -159,7 +160,7 @@ struct Sequence {
   const std::vector<std::int32_t>* prompt = nullptr;
   SamplingOptions options;
   const Prefill* prefilled = nullptr;
-  std::function<bool(std::int32_t)> on_token;
+  TokenSink on_token;
 };
 
 // Several generations together: each step is one forward of every

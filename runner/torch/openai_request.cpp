@@ -188,21 +188,28 @@ std::variant<SamplingOptions, CompletionReply> options_of(InferenceModel& m, std
 // sequence, given to its sink as it becomes final.
 class CompletionText {
  public:
-  CompletionText(const data::Tokenizer& tok, const std::vector<std::string>& stops, TextSink on_text)
-      : stream_(tok), stops_(stops), on_text_(std::move(on_text)) {}
+  // `stop_ids`: the ids that end generation, which the text sink is not
+  // given (the completion drops a final one).
+  CompletionText(const data::Tokenizer& tok, const std::vector<std::string>& stops,
+                 const std::vector<std::int32_t>& stop_ids, TextSink on_text)
+      : stream_(tok), stops_(stops), stop_ids_(stop_ids), on_text_(std::move(on_text)) {}
 
   // generation.h's on_token: false once a stop sequence is found or the
   // sink says stop.
-  bool on_token(std::int32_t id) {
+  bool on_token(std::int32_t id, const TokenScore* score) {
     stream_.push(id);
     if (!stops_.empty()) stop_at_ = first_stop(stream_.text(), stops_);
     if (on_text_) {
+      if (std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end()) {
+        pending_.push_back({id, score ? *score : TokenScore{}});
+      }
       const std::string& text = stream_.text();
       // Up to a stop sequence found, else short of what may begin one.
       const std::size_t safe =
           stop_at_ != std::string::npos ? stop_at_ : text.size() - stop_prefix_at_end(text, stops_);
       if (safe > sent_ || !begun_) {
-        left_ = !on_text_(std::string_view(text).substr(sent_, safe > sent_ ? safe - sent_ : 0));
+        left_ = !on_text_(std::string_view(text).substr(sent_, safe > sent_ ? safe - sent_ : 0), pending_);
+        pending_.clear();
         sent_ = std::max(sent_, safe);
         begun_ = true;
       }
@@ -231,15 +238,17 @@ class CompletionText {
       }
     }
     c.stopped = g.stopped || stop_at_ != std::string::npos;
-    if (on_text_ && !left_ && (c.text.size() > sent_ || !begun_))
-      on_text_(std::string_view(c.text).substr(std::min(sent_, c.text.size())));
+    if (on_text_ && !left_ && (c.text.size() > sent_ || !begun_ || !pending_.empty()))
+      on_text_(std::string_view(c.text).substr(std::min(sent_, c.text.size())), pending_);
     return c;
   }
 
  private:
   data::TextStream stream_;
   const std::vector<std::string>& stops_;
+  const std::vector<std::int32_t>& stop_ids_;
   TextSink on_text_;
+  std::vector<ChosenToken> pending_;  // chosen since the sink's last piece
   std::size_t stop_at_ = std::string::npos;
   std::size_t sent_ = 0;  // bytes of text given to on_text
   bool begun_ = false;
@@ -262,12 +271,12 @@ std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, cons
                                                          Prefill* prefilled) {
   auto so = options_of(m, max_tokens, s, seed);
   if (auto* failed = std::get_if<CompletionReply>(&so)) return std::move(*failed);
-  CompletionText text(*m.tokenizer, s.stop, on_text);
+  CompletionText text(*m.tokenizer, s.stop, m.stop_ids, on_text);
   Result<Generated> g = Status::internal("not run");
   try {
     g = generate(
-        m.model, prompt, std::get<SamplingOptions>(so), [&](std::int32_t id) { return text.on_token(id); }, scoring,
-        prefilled);
+        m.model, prompt, std::get<SamplingOptions>(so),
+        [&](std::int32_t id, const TokenScore* score) { return text.on_token(id, score); }, scoring, prefilled);
   } catch (const c10::OutOfMemoryError& e) {
     return error_reply(503, "server_error", std::string("out of memory: ") + e.what_without_backtrace());
   }
@@ -289,10 +298,11 @@ std::variant<std::vector<Completion>, CompletionReply> run_together(InferenceMod
   for (const CompletionJob& job : jobs) {
     auto so = options_of(m, max_tokens, s, job.seed);
     if (auto* failed = std::get_if<CompletionReply>(&so)) return std::move(*failed);
-    CompletionText& text = texts.emplace_back(*m.tokenizer, s.stop, TextSink());
-    sequences.push_back(
-        {job.prompt, std::get<SamplingOptions>(so), job.prefilled,
-         [&text, &listening](std::int32_t id) { return text.on_token(id) && (!listening || listening()); }});
+    CompletionText& text = texts.emplace_back(*m.tokenizer, s.stop, m.stop_ids, TextSink());
+    sequences.push_back({job.prompt, std::get<SamplingOptions>(so), job.prefilled,
+                         [&text, &listening](std::int32_t id, const TokenScore* score) {
+                           return text.on_token(id, score) && (!listening || listening());
+                         }});
   }
   Result<std::vector<Generated>> g = Status::internal("not run");
   try {
@@ -395,7 +405,7 @@ bool ChunkStream::choice(std::int64_t index, Json fields, const char* finish_rea
   choice["index"] = index;
   for (auto& [key, value] : fields.items())
     choice[key] = std::move(value);
-  choice["logprobs"] = nullptr;
+  if (!choice.contains("logprobs")) choice["logprobs"] = nullptr;
   choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json();
   chunk["choices"] = Json::array({std::move(choice)});
   return send(chunk);

@@ -90,10 +90,17 @@ struct Completion {
 // cannot take, 503 out of memory, 500 for the rest. `on_text`, when set,
 // sees the text as it becomes final, in pieces whose concatenation is
 // Completion::text: first with "" once the first token is chosen (the
-// prompt was taken), then each piece no stop sequence can still claim. It
-// answers false to stop generating (a streaming client left): the
-// completion ends there, with no last piece.
-using TextSink = std::function<bool(std::string_view piece)>;
+// prompt was taken), then each piece no stop sequence can still claim, and
+// a last one (text or not) for the tokens not yet seen. With each piece
+// come the tokens chosen since the piece before (their scores under
+// Scoring::generated), a final stop id left out: all the pieces' tokens are
+// Completion::ids. It answers false to stop generating (a streaming client
+// left): the completion ends there, with no last piece.
+struct ChosenToken {
+  std::int32_t id = 0;
+  TokenScore score;  // Scoring::generated's; empty otherwise
+};
+using TextSink = std::function<bool(std::string_view piece, const std::vector<ChosenToken>& tokens)>;
 // `prefilled`: the prompt's forward pass, done ahead (generation.h's
 // prefill()).
 std::variant<Completion, CompletionReply> run_completion(InferenceModel& m, const std::vector<std::int32_t>& prompt,
@@ -139,7 +146,8 @@ std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::str
 class ChunkStream {
  public:
   ChunkStream(const char* id_prefix, const char* object, const std::string& model_name, const ChunkSink& emit);
-  // A chunk of one choice: {index, logprobs: null, finish_reason, ...fields}.
+  // A chunk of one choice: {index, logprobs: null, finish_reason, ...fields}
+  // (`fields` may hold the logprobs).
   // Each answers listening().
   bool choice(std::int64_t index, Json fields, const char* finish_reason = nullptr);
   // The last chunk when asked: no choices, the usage.

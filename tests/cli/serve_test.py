@@ -225,18 +225,22 @@ def main():
               and chunks[-1]["usage"]["completion_tokens"] == json.loads(whole)["usage"]["completion_tokens"],
               f"a streamed chat completion: {len(chunks)} chunks, the same text, then [DONE] ({text[-300:]!r})")
         # Completions streamed the same way: text_completion chunks, each
-        # choice's text as asked without stream.
-        asked = {"prompt": ["Hello", "Once upon"], "max_tokens": 8, "temperature": 0, "echo": True}
+        # choice's text and tokens (logprobs) as asked without stream.
+        asked = {"prompt": ["Hello", "Once upon"], "max_tokens": 8, "temperature": 0, "echo": True, "logprobs": 1}
         _, whole = request(url, json.dumps(asked).encode(), token=token)
         status, text = request(url, json.dumps(dict(asked, stream=True)).encode(), token=token)
         events = [line[len("data: "):] for line in text.split("\n\n") if line.startswith("data: ")]
-        pieces = {}
+        pieces, tokens = {}, {}
         for e in events[:-1]:
-            c = json.loads(e)
-            pieces[c["choices"][0]["index"]] = pieces.get(c["choices"][0]["index"], "") + c["choices"][0]["text"]
+            c = json.loads(e)["choices"][0]
+            pieces[c["index"]] = pieces.get(c["index"], "") + c["text"]
+            tokens[c["index"]] = tokens.get(c["index"], []) + c["logprobs"]["tokens"]
+        whole = json.loads(whole)["choices"]
         check(status == 200 and events[-1] == "[DONE]"
-              and [pieces.get(i) for i in range(2)] == [c["text"] for c in json.loads(whole)["choices"]],
-              f"a streamed completion of two prompts: {len(events) - 1} chunks, each choice's text ({text[-300:]!r})")
+              and [pieces.get(i) for i in range(2)] == [c["text"] for c in whole]
+              and [tokens.get(i) for i in range(2)] == [c["logprobs"]["tokens"] for c in whole],
+              f"a streamed completion of two prompts with logprobs: {len(events) - 1} chunks, each choice's text "
+              f"and tokens ({text[-300:]!r})")
         status, text = request(chat_url, json.dumps({"messages": [{"role": "user", "content": "x" * 2000}],
                                                      "stream": True}).encode(), token=token)
         check(status == 400 and "no room" in json.loads(text)["error"]["message"],

@@ -3,9 +3,9 @@
 // prompt's log-probabilities are those generation gave its tokens, greedy
 // tokens head their top_logprobs, stop sequences cut the text, seeds
 // repeat, batches keep their order and generate together as each prompt
-// alone, logit biases, min-p and n choices generate as generation.h does, a streamed reply is each choice's text in
-// chunks, and what is not served is refused by name. lm-eval's own client against `tailor serve` is
-// tests/cli/serve_test.py.
+// alone, logit biases, min-p and n choices generate as generation.h does, a streamed reply is each choice's text and
+// log-probabilities in chunks, and what is not served is refused by name. lm-eval's own client against `tailor serve`
+// is tests/cli/serve_test.py.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -336,9 +336,96 @@ TEST_F(CompletionsTest, LogitBiasMinPAndSeveralChoicesGenerateAsGenerationDoes) 
   EXPECT_NE(batch["choices"][1]["text"], batch["choices"][2]["text"]);  // the second prompt's
 }
 
+// A streamed request's chunks, gathered by choice: each choice's text,
+// finish reason and logprobs lists (tokens, token_logprobs, top_logprobs,
+// text_offset) in the order they came, then the last chunk (the usage).
+struct Streamed {
+  std::vector<std::string> texts, finished;
+  std::vector<Json> logprobs;
+  Json last;
+};
+Streamed stream_of(InferenceModel& model, Json request, std::size_t choices) {
+  request["stream"] = true;
+  request["stream_options"] = {{"include_usage", true}};
+  std::vector<Json> chunks;
+  const CompletionReply r = complete(model, "tiny", request.dump(), {}, [&](const std::string& c) {
+    chunks.push_back(Json::parse(c));
+    return true;
+  });
+  Streamed out{std::vector<std::string>(choices), std::vector<std::string>(choices), std::vector<Json>(choices), {}};
+  EXPECT_EQ(r.status, 200) << r.body;
+  if (chunks.empty()) {
+    ADD_FAILURE() << "no chunk";
+    return out;
+  }
+  const char* lists[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+  for (Json& l : out.logprobs) {
+    for (const char* key : lists)
+      l[key] = Json::array();
+  }
+  for (std::size_t i = 0; i + 1 < chunks.size(); ++i) {
+    const Json& c = chunks[i];
+    EXPECT_EQ(c["object"], "text_completion");
+    EXPECT_EQ(c["id"], chunks[0]["id"]);
+    if (c["choices"].size() != 1u) {
+      ADD_FAILURE() << "a chunk of " << c["choices"].size() << " choices: " << c;
+      continue;
+    }
+    const Json& choice = c["choices"][0];
+    const std::size_t k = choice["index"];
+    if (k >= choices) {
+      ADD_FAILURE() << "choice " << k << " of " << choices;
+      continue;
+    }
+    EXPECT_TRUE(out.finished[k].empty()) << "a chunk after choice " << k << " finished";
+    out.texts[k] += choice["text"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) out.finished[k] = choice["finish_reason"];
+    const Json& l = choice["logprobs"];
+    if (!request.contains("logprobs")) {
+      EXPECT_TRUE(l.is_null()) << c;
+      continue;
+    }
+    EXPECT_EQ(l["tokens"].size(), l["text_offset"].size()) << c;
+    for (const char* key : lists) {
+      for (const Json& v : l[key])
+        out.logprobs[k][key].push_back(v);
+    }
+  }
+  out.last = chunks.back();
+  return out;
+}
+
+// A streamed choice's logprobs lists against the unstreamed reply's object.
+// The reply asked without stream generated its choices together (one
+// forward for all), the stream one after another: the same up to the order
+// of sums.
+void expect_same_logprobs(const Json& got, const Json& expected) {
+  EXPECT_EQ(got["tokens"], expected["tokens"]);
+  EXPECT_EQ(got["text_offset"], expected["text_offset"]);
+  ASSERT_EQ(got["token_logprobs"].size(), expected["token_logprobs"].size());
+  for (std::size_t t = 0; t < got["token_logprobs"].size(); ++t) {
+    const Json& a = got["token_logprobs"][t];
+    const Json& b = expected["token_logprobs"][t];
+    ASSERT_EQ(a.is_null(), b.is_null()) << "token " << t;
+    if (!a.is_null()) {
+      EXPECT_NEAR(a.get<double>(), b.get<double>(), 1e-4) << "token " << t;
+    }
+    const Json& top_a = got["top_logprobs"][t];
+    const Json& top_b = expected["top_logprobs"][t];
+    ASSERT_EQ(top_a.size(), top_b.size()) << "token " << t;
+    for (const auto& [alt, lp] : top_b.items()) {
+      ASSERT_TRUE(top_a.contains(alt)) << "token " << t << ": " << alt;
+      EXPECT_NEAR(top_a[alt].get<double>(), lp.get<double>(), 1e-4) << "token " << t << ": " << alt;
+    }
+  }
+}
+
 // A streamed reply: each choice's pieces (the echoed prompt first) add up
-// to its text asked without stream, each chunk naming its choice, one
-// finish reason a choice, then the usage when asked.
+// to its text asked without stream, their log-probabilities to its
+// logprobs object (the echoed prompt's, each token's with its two likeliest
+// alternatives, the offsets into the whole text; a final stop id left out
+// as the reply leaves it out), each chunk naming its choice, one finish
+// reason a choice, then the usage when asked.
 TEST_F(CompletionsTest, AStreamedReplyIsEachChoicesTextInChunks) {
   const Json request = {{"prompt", {"Once upon a time", "Hi"}},
                         {"max_tokens", 12},
@@ -346,50 +433,56 @@ TEST_F(CompletionsTest, AStreamedReplyIsEachChoicesTextInChunks) {
                         {"seed", 5},
                         {"n", 2},
                         {"echo", true},
+                        {"logprobs", 2},
                         {"stop", "e"}};
   auto [status, whole] = ask(request);
   ASSERT_EQ(status, 200) << whole;
-  Json streamed = request;
-  streamed["stream"] = true;
-  streamed["stream_options"] = {{"include_usage", true}};
-  std::vector<Json> chunks;
-  const CompletionReply r = complete(*model_, "tiny", streamed.dump(), {}, [&](const std::string& c) {
-    chunks.push_back(Json::parse(c));
-    return true;
-  });
-  ASSERT_EQ(r.status, 200) << r.body;
-  ASSERT_FALSE(chunks.empty());
-  std::vector<std::string> texts(4);
-  std::vector<std::string> finished(4);
-  for (std::size_t i = 0; i + 1 < chunks.size(); ++i) {
-    const Json& c = chunks[i];
-    EXPECT_EQ(c["object"], "text_completion");
-    EXPECT_EQ(c["id"], chunks[0]["id"]);
-    ASSERT_EQ(c["choices"].size(), 1u) << c;
-    const std::size_t k = c["choices"][0]["index"];
-    ASSERT_LT(k, 4u);
-    EXPECT_TRUE(finished[k].empty()) << "a chunk after choice " << k << " finished";
-    texts[k] += c["choices"][0]["text"].get<std::string>();
-    if (!c["choices"][0]["finish_reason"].is_null()) finished[k] = c["choices"][0]["finish_reason"];
-  }
+  const Streamed streamed = stream_of(*model_, request, 4);
   for (std::size_t k = 0; k < 4; ++k) {
-    EXPECT_EQ(texts[k], whole["choices"][k]["text"]) << "choice " << k;
-    EXPECT_EQ(finished[k], whole["choices"][k]["finish_reason"]) << "choice " << k;
+    SCOPED_TRACE("choice " + std::to_string(k));
+    EXPECT_EQ(streamed.texts[k], whole["choices"][k]["text"]);
+    EXPECT_EQ(streamed.finished[k], whole["choices"][k]["finish_reason"]);
+    expect_same_logprobs(streamed.logprobs[k], whole["choices"][k]["logprobs"]);
+    // The echoed prompt, then at least one generated token.
+    EXPECT_TRUE(whole["choices"][k]["logprobs"]["token_logprobs"][0].is_null());
+    EXPECT_GT(whole["choices"][k]["logprobs"]["tokens"].size(), 2u);
   }
-  EXPECT_TRUE(chunks.back()["choices"].empty());
-  EXPECT_EQ(chunks.back()["usage"], whole["usage"]);
-  // Refused: a caller that cannot take a stream, logprobs with it, and
-  // stream_options without it.
+  EXPECT_TRUE(streamed.last["choices"].empty());
+  EXPECT_EQ(streamed.last["usage"], whole["usage"]);
+  // Choices that end at the model's stop id (made likelier by a bias),
+  // unechoed, and without logprobs: every chunk's logprobs null.
+  ASSERT_FALSE(model_->stop_ids.empty());
+  const Json ending = {{"prompt", "Once upon a time"},
+                       {"max_tokens", 16},
+                       {"temperature", 1.0},
+                       {"seed", 11},
+                       {"n", 4},
+                       {"logprobs", 1},
+                       {"logit_bias", {{std::to_string(model_->stop_ids.front()), 4}}}};
+  auto [status2, whole2] = ask(ending);
+  ASSERT_EQ(status2, 200) << whole2;
+  const Streamed ended = stream_of(*model_, ending, 4);
+  std::size_t stopped = 0;
+  for (std::size_t k = 0; k < 4; ++k) {
+    SCOPED_TRACE("choice " + std::to_string(k) + " of the biased request");
+    EXPECT_EQ(ended.texts[k], whole2["choices"][k]["text"]);
+    EXPECT_EQ(ended.finished[k], whole2["choices"][k]["finish_reason"]);
+    expect_same_logprobs(ended.logprobs[k], whole2["choices"][k]["logprobs"]);
+    stopped += ended.finished[k] == "stop" ? 1 : 0;
+  }
+  EXPECT_GE(stopped, 1u) << "no choice ended at the stop id: the bias no longer reaches it";
+  Json plain = ending;
+  plain.erase("logprobs");
+  const Streamed without = stream_of(*model_, plain, 4);
+  for (std::size_t k = 0; k < 4; ++k)
+    EXPECT_EQ(without.texts[k], ended.texts[k]) << "choice " << k;
+  // Refused: a caller that cannot take a stream, and stream_options
+  // without it.
   Json no_sink = request;
   no_sink["stream"] = true;
   auto [s1, b1] = ask(no_sink);
   EXPECT_EQ(s1, 400);
   EXPECT_EQ(b1["error"]["param"], "stream") << b1;
-  Json with_logprobs = no_sink;
-  with_logprobs["logprobs"] = 1;
-  auto [s2, b2] = ask(with_logprobs);
-  EXPECT_EQ(s2, 400);
-  EXPECT_EQ(b2["error"]["param"], "logprobs") << b2;
   Json options = request;
   options["stream_options"] = {{"include_usage", true}};
   auto [s3, b3] = ask(options);

@@ -111,8 +111,9 @@ std::size_t expect_batch_equals_alone(CausalLM& model, const std::vector<std::in
   std::vector<std::int64_t> seen(cases.size(), 0);
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    std::function<bool(std::int32_t)> on_token;
-    if (c.stop_after > 0) on_token = [&seen, i, n = c.stop_after](std::int32_t) { return ++seen[i] < n; };
+    TokenSink on_token;
+    if (c.stop_after > 0)
+      on_token = [&seen, i, n = c.stop_after](std::int32_t, const TokenScore*) { return ++seen[i] < n; };
     sequences.push_back({c.prompt, c.options, pass_of(c.prompt), on_token});
   }
   auto together = generate_batch(model, sequences, scoring);
@@ -124,7 +125,8 @@ std::size_t expect_batch_equals_alone(CausalLM& model, const std::vector<std::in
     std::int64_t count = 0;
     auto alone = generate(
         model, *cases[i].prompt, cases[i].options,
-        [&](std::int32_t) { return cases[i].stop_after == 0 || ++count < cases[i].stop_after; }, scoring);
+        [&](std::int32_t, const TokenScore*) { return cases[i].stop_after == 0 || ++count < cases[i].stop_after; },
+        scoring);
     EXPECT_TRUE(alone.is_ok()) << alone.status().message();
     if (!alone.is_ok()) continue;
     const Generated& t = (*together)[i];
