@@ -20,13 +20,14 @@ until Ctrl-C, so that lm-eval and OpenAI clients use it as it is:
 POST /v1/completions takes a prompt as text or token ids (a list of them
 runs several prompts to a forward pass), max_tokens, temperature, top_p,
 top_k, min_p, seed, stop, the presence, frequency and repetition
-penalties, logit_bias, n, best_of, echo, logprobs (streamed too; echo with logprobs
-scores the prompt: lm-eval's log-likelihood tasks; give lm-eval
-batch_size=16 to send 16 prompts a request) and stream; POST
+penalties, logit_bias, n, best_of, echo, logprobs (streamed too; echo
+with logprobs scores the prompt: lm-eval's log-likelihood tasks; give
+lm-eval batch_size=16 to send 16 prompts a request) and stream; POST
 /v1/chat/completions takes messages, rendered with the model's chat
 template and its generation prompt, with max_tokens (or
-max_completion_tokens), the same sampling fields, n and stream
-(server-sent events as OpenAI sends them); GET /v1/models lists the model.
+max_completion_tokens), the same sampling fields, n, logprobs,
+top_logprobs and stream (server-sent events as OpenAI sends them); GET
+/v1/models lists the model.
 MODEL_DIR is a model folder, a PEFT adapter folder or a run's output
 folder; JOB_ID is a tailord job that succeeded, whose output folder is read
 where tailord wrote it. Adapters apply unmerged.

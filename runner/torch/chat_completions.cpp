@@ -1,5 +1,6 @@
 #include "runner/torch/chat_completions.h"
 
+#include <algorithm>
 #include <random>
 #include <variant>
 
@@ -18,6 +19,8 @@ struct ChatRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::int64_t n = 1;          // choices
+  bool logprobs = false;       // each token's log-probability
+  std::int64_t top_logprobs = 0;  // and that many alternatives at each
 };
 
 const std::vector<std::string>& known_chat_fields() {
@@ -79,8 +82,6 @@ std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const Compl
   ChatRequest r;
   if (auto bad = read_messages(j, r)) return *bad;
   for (const auto& [key, off, why] : std::vector<std::tuple<const char*, Json, std::string>>{
-           {"logprobs", false, "log-probabilities are served by /v1/completions (logprobs, echo), not here"},
-           {"top_logprobs", 0, "log-probabilities are served by /v1/completions (logprobs, echo), not here"},
            {"tools", Json::array(), "tools are not served: no tool calls are read from the model's text"},
            {"tool_choice", "none", "tools are not served: no tool calls are read from the model's text"},
            {"response_format", Json{{"type", "text"}}, "only {\"type\": \"text\"} is served (no JSON modes)"}}) {
@@ -100,8 +101,50 @@ std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const Compl
   std::int64_t candidates = 1;  // chat has no best_of: never a known field
   if (auto bad = read_choices(j, limits.max_choices, r.n, candidates)) return *bad;
   if (auto bad = read_stream(j, r.stream, r.include_usage)) return *bad;
+  if (auto bad = read_bool(j, "logprobs", r.logprobs)) return *bad;
+  std::int64_t top = -1;
+  if (auto bad = read_integer(j, "top_logprobs", 0, limits.max_logprobs, top)) return *bad;
+  if (top >= 0 && !r.logprobs) return Problem{"top_logprobs", "top_logprobs: needs logprobs: true"};
+  r.top_logprobs = std::max<std::int64_t>(top, 0);
   return r;
 }
+
+// What a reply scores: each new token, and top_logprobs alternatives.
+Scoring scoring_of(const ChatRequest& r) {
+  Scoring scoring;
+  scoring.generated = r.logprobs;
+  scoring.top = r.top_logprobs;
+  return scoring;
+}
+
+// One token as OpenAI's chat logprobs list it: its text, its
+// log-probability and its text's UTF-8 bytes (a byte-level token inside a
+// character reads as U+FFFD, as Hugging Face's decoders give it).
+Json token_logprob(const data::Tokenizer& tok, std::int32_t id, float logprob) {
+  const std::string text = tok.decode({id});
+  Json bytes = Json::array();
+  for (unsigned char c : text)
+    bytes.push_back(static_cast<int>(c));
+  return {{"token", text}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
+}
+
+// The `content` entries of `tokens`: each with its top_logprobs (the
+// likeliest first).
+Json content_logprobs(const data::Tokenizer& tok, const std::vector<ChosenToken>& tokens) {
+  Json content = Json::array();
+  for (const ChosenToken& t : tokens) {
+    Json entry = token_logprob(tok, t.id, t.score.logprob);
+    Json top = Json::array();
+    for (const auto& [alt, lp] : t.score.top)
+      top.push_back(token_logprob(tok, alt, lp));
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return content;
+}
+
+// A choice's (or a chunk's) logprobs object: {content, refusal: null}.
+Json logprobs_of(Json content) { return {{"content", std::move(content)}, {"refusal", nullptr}}; }
 
 // OpenAI's chat.completion.chunk objects of one streamed reply.
 class Chunks {
@@ -111,16 +154,21 @@ class Chunks {
 
   // Each answers whether the client still listens (ChunkStream::listening).
   bool role(std::int64_t index) { return delta(index, Json{{"role", "assistant"}, {"content", ""}}); }
-  bool content(std::int64_t index, std::string_view text) { return delta(index, Json{{"content", text}}); }
-  bool finish(std::int64_t index, const char* reason) { return delta(index, Json::object(), reason); }
+  // `logprobs`: the chunk's (null unless asked).
+  bool content(std::int64_t index, std::string_view text, Json logprobs = nullptr) {
+    return delta(index, Json{{"content", text}}, nullptr, std::move(logprobs));
+  }
+  bool finish(std::int64_t index, const char* reason, Json logprobs = nullptr) {
+    return delta(index, Json::object(), reason, std::move(logprobs));
+  }
   bool usage_of(std::size_t prompt_tokens, std::size_t completion_tokens) {
     return stream_.usage_of(prompt_tokens, completion_tokens);
   }
   bool listening() const { return stream_.listening(); }
 
  private:
-  bool delta(std::int64_t index, Json d, const char* finish_reason = nullptr) {
-    return stream_.choice(index, Json{{"delta", std::move(d)}}, finish_reason);
+  bool delta(std::int64_t index, Json d, const char* finish_reason = nullptr, Json logprobs = nullptr) {
+    return stream_.choice(index, Json{{"delta", std::move(d)}, {"logprobs", std::move(logprobs)}}, finish_reason);
   }
 
   ChunkStream stream_;
@@ -145,7 +193,7 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
     return error_reply(400, "invalid_request_error", "messages: " + s.message(), "messages");
   }
   // The prompt's forward pass once, for every choice.
-  auto passes = prefill_prompts(model, {*prompt}, max_tokens, Scoring{});
+  auto passes = prefill_prompts(model, {*prompt}, max_tokens, scoring_of(r));
   if (auto* failed = std::get_if<CompletionReply>(&passes)) return std::move(*failed);
   Prefill& pass = std::get<std::vector<Prefill>>(passes).front();
   if (r.stream) {
@@ -155,18 +203,32 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
     Chunks chunks(model_name, emit);
     std::size_t completion_tokens = 0;
     for (std::int64_t k = 0; k < r.n; ++k) {
-      auto on_text = [&chunks, k, begun = false](std::string_view piece, const std::vector<ChosenToken>&) mutable {
+      // Each content chunk with the log-probabilities of the tokens chosen
+      // since the one before (a token whose text is held back comes with
+      // the text after it), the rest with the last.
+      Json pending = Json::array();
+      auto logprobs = [&] {
+        if (!r.logprobs) return Json();
+        Json out = logprobs_of(std::move(pending));
+        pending = Json::array();
+        return out;
+      };
+      auto on_text = [&, k, begun = false](std::string_view piece, const std::vector<ChosenToken>& tokens) mutable {
         if (!begun) chunks.role(k);
         begun = true;
-        if (!piece.empty()) chunks.content(k, piece);
+        if (r.logprobs) {
+          for (Json& entry : content_logprobs(*model.tokenizer, tokens))
+            pending.push_back(std::move(entry));
+        }
+        if (!piece.empty()) chunks.content(k, piece, logprobs());
         return chunks.listening();
       };
-      auto run = run_completion(model, *prompt, max_tokens, r.sampling, choice_seed(seed, k), Scoring{}, "messages",
+      auto run = run_completion(model, *prompt, max_tokens, r.sampling, choice_seed(seed, k), scoring_of(r), "messages",
                                 "messages", on_text, &pass);
       if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
       const Completion& c = std::get<Completion>(run);
       // A client that left is answered no further: the model is free again.
-      if (!chunks.finish(k, c.stopped ? "stop" : "length")) return {200, "null"};
+      if (!chunks.finish(k, c.stopped ? "stop" : "length", logprobs())) return {200, "null"};
       completion_tokens += c.ids.size();
     }
     if (r.include_usage) chunks.usage_of(prompt->size(), completion_tokens);
@@ -176,7 +238,7 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
   std::vector<CompletionJob> jobs;
   for (std::int64_t k = 0; k < r.n; ++k)
     jobs.push_back({&*prompt, &pass, choice_seed(seed, k), "messages", "messages"});
-  auto run = run_completions(model, jobs, max_tokens, r.sampling, Scoring{}, limits.batch_positions, listening);
+  auto run = run_completions(model, jobs, max_tokens, r.sampling, scoring_of(r), limits.batch_positions, listening);
   if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
   Json choices = Json::array();
   std::size_t completion_tokens = 0;
@@ -184,7 +246,14 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
     Json choice;
     choice["index"] = choices.size();
     choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    choice["logprobs"] = nullptr;
+    if (r.logprobs) {
+      std::vector<ChosenToken> tokens;
+      for (std::size_t i = 0; i < c.ids.size(); ++i)
+        tokens.push_back({c.ids[i], c.scores[i]});
+      choice["logprobs"] = logprobs_of(content_logprobs(*model.tokenizer, tokens));
+    } else {
+      choice["logprobs"] = nullptr;
+    }
     choice["finish_reason"] = c.stopped ? "stop" : "length";
     choices.push_back(std::move(choice));
     completion_tokens += c.ids.size();

@@ -212,18 +212,26 @@ def main():
         reply = json.loads(text)
         check(status == 200 and reply["object"] == "chat.completion" and reply["usage"]["completion_tokens"] == 4
               and reply["choices"][0]["message"]["role"] == "assistant", f"a chat completion: 200 ({text[:200]})")
-        # Streamed: server-sent events as OpenAI sends them, the same text.
-        asked = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12, "temperature": 0}
+        # Streamed: server-sent events as OpenAI sends them, the same text
+        # and the same tokens' log-probabilities.
+        asked = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12, "temperature": 0,
+                 "logprobs": True, "top_logprobs": 2}
         _, whole = request(chat_url, json.dumps(asked).encode(), token=token)
         status, text = request(chat_url, json.dumps(dict(asked, stream=True, stream_options={"include_usage": True})
                                                     ).encode(), token=token)
         events = [line[len("data: "):] for line in text.split("\n\n") if line.startswith("data: ")]
         chunks = [json.loads(e) for e in events[:-1]]
         streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+        streamed_tokens = [e["token"] for c in chunks if c["choices"] and c["choices"][0]["logprobs"]
+                           for e in c["choices"][0]["logprobs"]["content"]]
+        whole = json.loads(whole)
         check(status == 200 and events[-1] == "[DONE]" and chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-              and streamed == json.loads(whole)["choices"][0]["message"]["content"]
-              and chunks[-1]["usage"]["completion_tokens"] == json.loads(whole)["usage"]["completion_tokens"],
-              f"a streamed chat completion: {len(chunks)} chunks, the same text, then [DONE] ({text[-300:]!r})")
+              and streamed == whole["choices"][0]["message"]["content"]
+              and streamed_tokens == [e["token"] for e in whole["choices"][0]["logprobs"]["content"]]
+              and all(len(e["top_logprobs"]) == 2 for e in whole["choices"][0]["logprobs"]["content"])
+              and chunks[-1]["usage"]["completion_tokens"] == whole["usage"]["completion_tokens"],
+              f"a streamed chat completion with logprobs: {len(chunks)} chunks, the same text and tokens, then "
+              f"[DONE] ({text[-300:]!r})")
         # Completions streamed the same way: text_completion chunks, each
         # choice's text and tokens (logprobs) as asked without stream.
         asked = {"prompt": ["Hello", "Once upon"], "max_tokens": 8, "temperature": 0, "echo": True, "logprobs": 1}

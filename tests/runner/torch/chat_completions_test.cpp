@@ -4,8 +4,10 @@
 // text transformers' generation gives after apply_chat_template(...,
 // add_generation_prompt=True); text parts read as their text joined with a
 // newline; stop sequences, seeds and lengths behave as OpenAI's; a streamed
-// reply is the same text in chunks; n choices are each their seed's reply;
-// what is not served is refused by name. lm-eval's local-chat-completions against
+// reply is the same text in chunks; a reply's log-probabilities are those
+// /v1/completions gives the same tokens after the rendered prompt, streamed
+// or not; n choices are each their seed's reply; what is not served is
+// refused by name. lm-eval's local-chat-completions against
 // `tailor serve` is tests/cli/serve_test.py.
 #include <gtest/gtest.h>
 
@@ -16,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runner/torch/chat_completions.h"
+#include "runner/torch/completions.h"
 #include "tests/runner/torch/generate_fixture.h"
 
 namespace tailor::runner {
@@ -188,6 +191,98 @@ TEST_F(ChatCompletionsTest, AStreamedReplyIsTheRepliesTextInChunksAsOpenAIStream
   EXPECT_EQ(no_sink["error"]["param"], "stream") << no_sink;
 }
 
+// logprobs and top_logprobs: each token of the reply with its
+// log-probability, its text's bytes and its alternatives, as
+// /v1/completions scores the same tokens after the chat template's prompt
+// (its ids given as the prompt); streamed, the chunks' entries add up to
+// the unstreamed reply's.
+TEST_F(ChatCompletionsTest, LogprobsAreThoseOfTheReplysTokensStreamedOrNot) {
+  const Json request = {{"messages", conversation_}, {"max_tokens", 16}, {"temperature", 1.1}, {"seed", 3},
+                        {"logprobs", true},          {"top_logprobs", 3}};
+  auto [status, body] = ask(request);
+  ASSERT_EQ(status, 200) << body;
+  const Json& lp = body["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp.is_object()) << body;
+  EXPECT_TRUE(lp["refusal"].is_null());
+  const Json& entries = lp["content"];
+  ASSERT_EQ(entries.size(), body["usage"]["completion_tokens"].get<std::size_t>());
+  ASSERT_FALSE(entries.empty());
+
+  // The same tokens through /v1/completions: the prompt's ids, the same
+  // seed and sampling.
+  auto prompt = prompt_ids_of_conversation(*model_, Json{{"messages", conversation_}}.dump());
+  ASSERT_TRUE(prompt.is_ok()) << prompt.status().message();
+  const Json completion_request = {
+      {"prompt", *prompt}, {"max_tokens", 16}, {"temperature", 1.1}, {"seed", 3}, {"logprobs", 3}};
+  const CompletionReply plain = complete(*model_, "tiny", completion_request.dump(), {});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const Json completion = Json::parse(plain.body)["choices"][0];
+  EXPECT_EQ(completion["text"], content(body));
+  const Json& expected = completion["logprobs"];
+  ASSERT_EQ(expected["tokens"].size(), entries.size());
+  std::string joined;
+  for (std::size_t t = 0; t < entries.size(); ++t) {
+    SCOPED_TRACE("token " + std::to_string(t));
+    const Json& entry = entries[t];
+    EXPECT_EQ(entry["token"], expected["tokens"][t]);
+    EXPECT_NEAR(entry["logprob"].get<double>(), expected["token_logprobs"][t].get<double>(), 1e-6);
+    const std::string text = entry["token"];
+    Json bytes = Json::array();
+    for (unsigned char c : text)
+      bytes.push_back(static_cast<int>(c));
+    EXPECT_EQ(entry["bytes"], bytes);
+    joined += text;
+    // Three alternatives, the likeliest first, each as /v1/completions
+    // lists it (there, of two tokens with one text the likelier).
+    ASSERT_EQ(entry["top_logprobs"].size(), 3u);
+    double before = 0;
+    for (std::size_t a = 0; a < 3; ++a) {
+      const Json& alt = entry["top_logprobs"][a];
+      const double v = alt["logprob"];
+      if (a > 0) {
+        EXPECT_LE(v, before);
+      }
+      before = v;
+      const Json& listed = expected["top_logprobs"][t];
+      ASSERT_TRUE(listed.contains(alt["token"].get<std::string>())) << alt;
+      EXPECT_GE(listed[alt["token"].get<std::string>()].get<double>(), v - 1e-6) << alt;
+    }
+  }
+  EXPECT_EQ(joined, content(body));
+
+  // Streamed: every content chunk's entries, and the last chunk's, add up
+  // to the reply's; the role chunk has none.
+  Json streamed = request;
+  streamed["stream"] = true;
+  std::vector<Json> chunks;
+  const CompletionReply r = complete_chat(*model_, "tiny", streamed.dump(), {}, [&](const std::string& c) {
+    chunks.push_back(Json::parse(c));
+    return true;
+  });
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_GE(chunks.size(), 2u);
+  EXPECT_TRUE(chunks.front()["choices"][0]["logprobs"].is_null()) << chunks.front();
+  Json gathered = Json::array();
+  for (std::size_t i = 1; i < chunks.size(); ++i) {
+    const Json& l = chunks[i]["choices"][0]["logprobs"];
+    ASSERT_TRUE(l.is_object()) << chunks[i];
+    for (const Json& e : l["content"])
+      gathered.push_back(e);
+  }
+  ASSERT_EQ(gathered.size(), entries.size());
+  for (std::size_t t = 0; t < entries.size(); ++t) {
+    EXPECT_EQ(gathered[t]["token"], entries[t]["token"]) << "token " << t;
+    EXPECT_EQ(gathered[t]["bytes"], entries[t]["bytes"]) << "token " << t;
+    EXPECT_NEAR(gathered[t]["logprob"].get<double>(), entries[t]["logprob"].get<double>(), 1e-6) << "token " << t;
+    ASSERT_EQ(gathered[t]["top_logprobs"].size(), entries[t]["top_logprobs"].size()) << "token " << t;
+  }
+  // Without logprobs: none, streamed or not.
+  Json plain_chat = request;
+  plain_chat.erase("logprobs");
+  plain_chat.erase("top_logprobs");
+  EXPECT_TRUE(ask(plain_chat).second["choices"][0]["logprobs"].is_null());
+}
+
 // n choices: each the reply its seed gives alone (choice k seed + k), the
 // prompt counted once; streamed one choice after another, each chunk naming
 // its choice, the pieces of each adding up to its text.
@@ -311,8 +406,9 @@ TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
       {{{"messages", m}, {"logit_bias", {{"5", -101}}}}, "logit_bias[\"5\"]: expected a number in [-100, 100]"},
       {{{"messages", m}, {"stream", "yes"}}, "stream: expected true or false"},
       {{{"messages", m}, {"stream", true}, {"stream_options", {{"colour", 1}}}}, "stream_options: unknown field"},
-      {{{"messages", m}, {"logprobs", true}}, "logprobs: "},
-      {{{"messages", m}, {"top_logprobs", 2}}, "top_logprobs: "},
+      {{{"messages", m}, {"logprobs", 1}}, "logprobs: expected true or false"},
+      {{{"messages", m}, {"top_logprobs", 2}}, "top_logprobs: needs logprobs: true"},
+      {{{"messages", m}, {"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs: expected an integer from 0 to 20"},
       {{{"messages", m}, {"frequency_penalty", -3}}, "frequency_penalty: expected a number in [-2, 2]"},
       {{{"messages", m}, {"repetition_penalty", "high"}}, "repetition_penalty: "},
       {{{"messages", m}, {"tools", {{{"type", "function"}}}}}, "tools: "},
