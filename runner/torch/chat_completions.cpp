@@ -128,19 +128,15 @@ Json token_logprob(const data::Tokenizer& tok, std::int32_t id, float logprob) {
   return {{"token", text}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
 }
 
-// The `content` entries of `tokens`: each with its top_logprobs (the
-// likeliest first).
-Json content_logprobs(const data::Tokenizer& tok, const std::vector<ChosenToken>& tokens) {
-  Json content = Json::array();
-  for (const ChosenToken& t : tokens) {
-    Json entry = token_logprob(tok, t.id, t.score.logprob);
-    Json top = Json::array();
-    for (const auto& [alt, lp] : t.score.top)
-      top.push_back(token_logprob(tok, alt, lp));
-    entry["top_logprobs"] = std::move(top);
-    content.push_back(std::move(entry));
-  }
-  return content;
+// One `content` entry: the token with its top_logprobs (the likeliest
+// first).
+Json content_entry(const data::Tokenizer& tok, std::int32_t id, const TokenScore& score) {
+  Json entry = token_logprob(tok, id, score.logprob);
+  Json top = Json::array();
+  for (const auto& [alt, lp] : score.top)
+    top.push_back(token_logprob(tok, alt, lp));
+  entry["top_logprobs"] = std::move(top);
+  return entry;
 }
 
 // A choice's (or a chunk's) logprobs object: {content, refusal: null}.
@@ -217,8 +213,8 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
         if (!begun) chunks.role(k);
         begun = true;
         if (r.logprobs) {
-          for (Json& entry : content_logprobs(*model.tokenizer, tokens))
-            pending.push_back(std::move(entry));
+          for (const ChosenToken& t : tokens)
+            pending.push_back(content_entry(*model.tokenizer, t.id, t.score));
         }
         if (!piece.empty()) chunks.content(k, piece, logprobs());
         return chunks.listening();
@@ -247,10 +243,10 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
     choice["index"] = choices.size();
     choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     if (r.logprobs) {
-      std::vector<ChosenToken> tokens;
+      Json content = Json::array();
       for (std::size_t i = 0; i < c.ids.size(); ++i)
-        tokens.push_back({c.ids[i], c.scores[i]});
-      choice["logprobs"] = logprobs_of(content_logprobs(*model.tokenizer, tokens));
+        content.push_back(content_entry(*model.tokenizer, c.ids[i], c.scores[i]));
+      choice["logprobs"] = logprobs_of(std::move(content));
     } else {
       choice["logprobs"] = nullptr;
     }
