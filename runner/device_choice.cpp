@@ -2,13 +2,15 @@
 
 #include <charconv>
 
+#include "runner/variant_choice.h"
+
 namespace tailor::runner {
 
 Result<DeviceChoice> choose_device(const std::string& flag, dsl::TrainDevice spec_device, bool plan_for_gpus,
                                    int cuda_devices, bool cuda_built, const char* cuda_visible) {
   DeviceChoice d;
   if (!cuda_built) cuda_devices = 0;
-  std::string no_cuda = "this tailor-runner was built without its CUDA path (TAILOR_CUDA=OFF)";
+  std::string no_cuda = no_cuda_path_reason();
   if (cuda_built && cuda_visible != nullptr) {
     no_cuda = "LibTorch sees no CUDA device: CUDA_VISIBLE_DEVICES='" + std::string(cuda_visible) +
               "' hides them, or there is no NVIDIA driver";

@@ -68,6 +68,7 @@ options:
   --progress           redraw a progress line on stderr (default on a terminal)
   --quiet              no progress output
   --probe              print LibTorch's version, devices and matmul rates
+  --version            print the version and which build of the runner runs
   --probe-only         measure the plan's probe candidates (strategy.probe),
                        write OUT/plan.probed.json and stop before training
   --export CHECKPOINT  write the model of a checkpoint folder (e.g.
@@ -87,6 +88,12 @@ under torchrun, whose agent holds MASTER_PORT, at MASTER_PORT + 1).
 TAILOR_RENDEZVOUS_TIMEOUT (seconds, default 300) bounds the wait for them.
 With strategy.probe the launcher first starts the ranks together for each
 candidate (--probe-candidate I and --append-events are its flags to them).
+
+Builds: with the CUDA toolkit, tailor-runner runs one of two builds beside
+it, tailor-runner-cuda where the NVIDIA driver (libcuda.so.1) loads and
+tailor-runner-cpu (LibTorch's CPU libraries only: it starts faster and
+maps 350 MB less) where it does not. TAILOR_RUNNER_VARIANT=cuda or cpu
+chooses one (auto, the default, goes by the driver).
 
 CUDA kernels: TAILOR_CUDA_KERNELS selects the runner's own CUDA kernels
 (verified, the default: those a GPU run has verified; none; all; or names
@@ -122,7 +129,7 @@ int main(int argc, char** argv) {
     return runner::exit_status(runner::RunnerExit::kOk);
   }
   if (args.version) {
-    std::cout << "tailor-runner 0.1.0\n";
+    std::cout << "tailor-runner 0.1.0 (" << (runner::cuda_path_built() ? "CUDA build" : "CPU-only build") << ")\n";
     return runner::exit_status(runner::RunnerExit::kOk);
   }
   if (args.probe) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <regex>
 
+#include "runner/variant_choice.h"
+
 #if TAILOR_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -51,8 +53,7 @@ Result<std::unique_ptr<CudaMemoryMeter>> CudaMemoryMeter::open(int index, std::i
   }
 #else
   (void)fallback_total;
-  return Status::unavailable("no CUDA device " + std::to_string(index) +
-                             ": this tailor-runner was built without its CUDA path (TAILOR_CUDA=OFF)");
+  return Status::unavailable("no CUDA device " + std::to_string(index) + ": " + no_cuda_path_reason());
 #endif
 }
 

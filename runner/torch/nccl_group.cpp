@@ -9,6 +9,8 @@
 #include <cstring>
 #include <exception>
 
+#include "runner/variant_choice.h"
+
 namespace tailor::runner {
 
 Segments segments_of(const dist::Communicator& comm, std::int64_t count, std::int64_t align) {
@@ -206,7 +208,7 @@ NcclGroup::~NcclGroup() = default;
 
 Result<std::unique_ptr<NcclGroup>> NcclGroup::connect(dist::Communicator&, const std::string&, int,
                                                       std::chrono::milliseconds) {
-  return Status::unavailable("NCCL: this tailor-runner was built without its CUDA path (TAILOR_CUDA=OFF)");
+  return Status::unavailable("NCCL: " + no_cuda_path_reason());
 }
 
 namespace {

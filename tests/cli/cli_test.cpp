@@ -694,12 +694,14 @@ namespace {
 // with only an event saying so: `tailor run` now fails as bad input with the
 // reason, and trains it on the CPU when the spec says resources.device: cpu.
 // CUDA_VISIBLE_DEVICES="" hides any GPU, so this means the same on a GPU
-// machine.
+// machine. Both builds of a CUDA build's runner say why: the CUDA build
+// that LibTorch sees no device, the CPU build (where no driver loads) that
+// there is no driver.
 TEST(CliRunTest, AGpuPlanWithoutCudaFailsWithTheReasonUnlessTheSpecSaysCpu) {
   const fs::path bin = fs::path(TAILOR_BINARY_DIR) / "bin";
   if (!fs::exists(bin / "tailor-runner")) GTEST_SKIP() << "no tailor-runner built";
   TempDir dir;
-  auto run = [&](const std::string& name, const std::vector<std::string>& extra) {
+  auto run = [&](const std::string& name, const std::vector<std::string>& extra, const char* variant = "") {
     platform::LaunchRequest req;
     req.argv = {(bin / "tailor").string(), "run", example("tiny-cpu.yaml"), "--out", dir.file(name), "--gpus", "1xT4",
                 "--set", "resources.gpus=1", "--set", "strategy.precision=fp32", "--set", "training.max_steps=2",
@@ -708,15 +710,25 @@ TEST(CliRunTest, AGpuPlanWithoutCudaFailsWithTheReasonUnlessTheSpecSaysCpu) {
     req.log_path = dir.file(name + ".log");
     req.env["CUDA_VISIBLE_DEVICES"] = "";
     req.env["OMP_WAIT_POLICY"] = "PASSIVE";
+    req.env["TAILOR_RUNNER_VARIANT"] = variant;
     return run_logged(req);
   };
   const auto [refused, why] = run("auto", {});
   EXPECT_EQ(refused, kExitInvalid) << why;
   EXPECT_NE(why.find("the plan is for GPUs but"), std::string::npos) << why;
   EXPECT_TRUE(why.find("CUDA_VISIBLE_DEVICES='' hides them") != std::string::npos ||
+              why.find("this machine has no NVIDIA driver (libcuda.so.1") != std::string::npos ||
               why.find("built without its CUDA path") != std::string::npos)
       << why;
   EXPECT_NE(why.find("set resources.device: cpu"), std::string::npos) << why;
+  if (fs::exists(bin / "tailor-runner-cuda")) {
+    const auto [cuda_refused, cuda_why] = run("cuda-build", {}, "cuda");
+    EXPECT_EQ(cuda_refused, kExitInvalid) << cuda_why;
+    EXPECT_NE(
+        cuda_why.find("the plan is for GPUs but LibTorch sees no CUDA device: CUDA_VISIBLE_DEVICES='' hides them"),
+        std::string::npos)
+        << cuda_why;
+  }
 
   const auto [trained, log] = run("cpu", {"--set", "resources.device=cpu"});
   ASSERT_EQ(trained, kExitOk) << log;

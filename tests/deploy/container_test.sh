@@ -91,7 +91,8 @@ echo "image built in $((SECONDS - t1)) s, $((size / 1024 / 1024)) MiB"
 [[ $(pm image inspect localhost/tailor:test --format '{{.Config.User}}') == 10001:10001 ]] || fail "the image does not run as 10001"
 
 echo "== ldd in the image: nothing missing"
-for f in /usr/local/bin/tailord /usr/local/bin/tailor /usr/local/bin/tailor-runner /usr/local/lib/libtailor_sentencepiece.so; do
+for f in /usr/local/bin/tailord /usr/local/bin/tailor /usr/local/bin/tailor-runner /usr/local/bin/tailor-runner-cuda \
+  /usr/local/bin/tailor-runner-cpu /usr/local/lib/libtailor_sentencepiece.so; do
   out=$(pm run --rm --no-healthcheck --entrypoint ldd localhost/tailor:test "$f") || fail "ldd $f: $out"
   ! grep -q "not found" <<<"$out" || fail "$f in the image misses: $(grep "not found" <<<"$out")"
 done

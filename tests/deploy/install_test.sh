@@ -14,7 +14,10 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || fail "cmake --install: $(cat "$work/install.log")"
-for f in bin/tailord bin/tailor bin/tailor-runner lib/libtailor_sentencepiece.so share/tailor/configs/examples/tiny-cpu.yaml \
+# A CUDA build's tailor-runner runs one of its two builds, installed beside it.
+builds=()
+[[ -x $build/bin/tailor-runner-cuda ]] && builds=(bin/tailor-runner-cuda bin/tailor-runner-cpu)
+for f in bin/tailord bin/tailor bin/tailor-runner "${builds[@]}" lib/libtailor_sentencepiece.so share/tailor/configs/examples/tiny-cpu.yaml \
   share/tailor/deploy/systemd/tailord.service share/tailor/deploy/prometheus/alerts.yml \
   share/tailor/deploy/grafana/dashboards/job.json share/doc/tailor/README.md share/doc/tailor/openapi.yaml; do
   [[ -e $prefix/$f ]] || fail "$f was not installed"

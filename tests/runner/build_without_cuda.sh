@@ -5,8 +5,9 @@
 # CPU-only flags as under this build's, so its object serves both variants;
 # tailor-runner-cpu (the sources that read TAILOR_CUDA compiled again with
 # TAILOR_CUDA=0, linked with the neutral objects against LibTorch's CPU
-# libraries) builds with no CUDA flag or library, refuses `--device cuda`
-# with the reason, and trains the demo job a few steps on the CPU.
+# libraries, the build that tailor-runner runs where no NVIDIA driver loads)
+# builds with no CUDA flag or library, refuses `--device cuda` with the
+# reason, and trains the demo job a few steps on the CPU.
 #   tests/runner/build_without_cuda.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=${1:?source dir}
