@@ -26,7 +26,9 @@ lm-eval batch_size=16 to send 16 prompts a request) and stream; POST
 /v1/chat/completions takes messages, rendered with the model's chat
 template and its generation prompt, with max_tokens (or
 max_completion_tokens), the same sampling fields, n, logprobs,
-top_logprobs and stream (server-sent events as OpenAI sends them); GET
+top_logprobs, tools and tool_choice (none, or auto: calls read from the
+reply where the template writes Hermes' <tool_call> blocks, as Qwen 2.5
+to 3 do) and stream (server-sent events as OpenAI sends them); GET
 /v1/models lists the model.
 MODEL_DIR is a model folder, a PEFT adapter folder or a run's output
 folder; JOB_ID is a tailord job that succeeded, whose output folder is read

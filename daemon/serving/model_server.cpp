@@ -28,7 +28,8 @@ temperature, top_p, top_k, min_p, seed, stop,
 presence/frequency/repetition_penalty, logit_bias, n, best_of, echo, logprobs,
 stream; max_tokens 0 with echo and logprobs scores a text), POST
 /v1/chat/completions (messages rendered with the model's chat template;
-max_tokens, the same sampling fields, n, logprobs, top_logprobs, stream), GET /v1/models
+max_tokens, the same sampling fields, n, logprobs, top_logprobs, tools and
+tool_choice, stream), GET /v1/models
 and GET /healthz. lm-eval runs against it as it is:
   lm_eval --model local-completions --tasks TASKS --model_args \
     base_url=http://127.0.0.1:8000/v1/completions,tokenizer_backend=huggingface,tokenizer=MODEL

@@ -109,4 +109,9 @@ Result<RenderedChat> render_chat_template(std::string_view source, const ChatInp
   return t.render(input);
 }
 
+Result<std::string> python_json_dumps(const ChatJson& j) {
+  TAILOR_ASSIGN_OR_RETURN(const Value v, to_value(j, 0));
+  return jinja::to_json(v, jinja::JsonOptions{});
+}
+
 }  // namespace tailor::runner::data

@@ -51,4 +51,10 @@ class ChatTemplate {
 // Parses and renders in one step.
 Result<RenderedChat> render_chat_template(std::string_view source, const ChatInput& input);
 
+// `j` as Python's json.dumps(j, ensure_ascii=False) writes it (", " and
+// ": " between items, key order kept): how vLLM and transformers write a
+// tool call's arguments. InvalidArgument for what Python could not hold
+// (nesting past 256 levels, text that is not UTF-8).
+Result<std::string> python_json_dumps(const ChatJson& j);
+
 }  // namespace tailor::runner::data

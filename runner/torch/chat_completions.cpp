@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "core/text.h"
+#include "runner/torch/chat_tools.h"
 #include "runner/torch/openai_request.h"
 
 namespace tailor::runner {
@@ -21,6 +22,9 @@ struct ChatRequest {
   std::int64_t n = 1;          // choices
   bool logprobs = false;       // each token's log-probability
   std::int64_t top_logprobs = 0;  // and that many alternatives at each
+  // The format the reply's tool calls are read in (tool_choice "auto" with
+  // tools); kNone: the reply is text.
+  data::ToolCallFormat tool_calls = data::ToolCallFormat::kNone;
 };
 
 const std::vector<std::string>& known_chat_fields() {
@@ -69,6 +73,7 @@ std::optional<Problem> read_messages(const Json& j, ChatRequest& r) {
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (turns[i].is_object()) {
       if (auto bad = text_content(turns[i], where)) return bad;
+      if (auto bad = call_arguments_as_values(turns[i], where)) return bad;
     }
   }
   r.record = Json{{"messages", std::move(turns)}};
@@ -76,16 +81,17 @@ std::optional<Problem> read_messages(const Json& j, ChatRequest& r) {
   return std::nullopt;
 }
 
-std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const CompletionLimits& limits) {
+// `tool_format`: the format the model's chat template writes tool calls in.
+std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const CompletionLimits& limits,
+                                                      data::ToolCallFormat tool_format) {
   if (!j.is_object()) return Problem{"", "the request body must be a JSON object"};
   if (auto bad = check_known(j, known_chat_fields())) return *bad;
   ChatRequest r;
   if (auto bad = read_messages(j, r)) return *bad;
-  for (const auto& [key, off, why] : std::vector<std::tuple<const char*, Json, std::string>>{
-           {"tools", Json::array(), "tools are not served: no tool calls are read from the model's text"},
-           {"tool_choice", "none", "tools are not served: no tool calls are read from the model's text"},
-           {"response_format", Json{{"type", "text"}}, "only {\"type\": \"text\"} is served (no JSON modes)"}}) {
-    if (auto bad = refuse_unless(j, key, off, why)) return *bad;
+  if (auto bad = read_tools(j, tool_format, r.record, r.tool_calls)) return *bad;
+  if (auto bad = refuse_unless(j, "response_format", Json{{"type", "text"}},
+                               "only {\"type\": \"text\"} is served (no JSON modes)")) {
+    return *bad;
   }
   for (const char* key : {"model", "user"}) {
     if (auto bad = read_optional_string(j, key)) return *bad;
@@ -154,6 +160,8 @@ class Chunks {
   bool content(std::int64_t index, std::string_view text, Json logprobs = nullptr) {
     return delta(index, Json{{"content", text}}, nullptr, std::move(logprobs));
   }
+  // The reply's calls in one delta, each whole.
+  bool tool_calls(std::int64_t index, Json calls) { return delta(index, Json{{"tool_calls", std::move(calls)}}); }
   bool finish(std::int64_t index, const char* reason, Json logprobs = nullptr) {
     return delta(index, Json::object(), reason, std::move(logprobs));
   }
@@ -176,7 +184,9 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
                               const CompletionLimits& limits, const ChunkSink& emit, const Listening& listening) {
   auto parsed = read_body(model, body);
   if (auto* failed = std::get_if<CompletionReply>(&parsed)) return std::move(*failed);
-  auto request = parse_chat_request(std::get<Json>(parsed), limits);
+  const data::ToolCallFormat tool_format =
+      model.chat ? data::tool_call_format_of(model.chat->template_text) : data::ToolCallFormat::kNone;
+  auto request = parse_chat_request(std::get<Json>(parsed), limits, tool_format);
   if (const auto* bad = std::get_if<Problem>(&request)) return bad_request(*bad);
   const ChatRequest& r = std::get<ChatRequest>(request);
   auto prompt = prompt_ids_of_conversation(model, r.record.dump());
@@ -209,6 +219,11 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
         pending = Json::array();
         return out;
       };
+      // Where calls are read, the text from a call's opening tag on (or
+      // from what may begin one) is held back: at the end it is either
+      // the calls, in one delta, or the content it was.
+      std::string held;
+      bool in_call = false;
       auto on_text = [&, k, begun = false](std::string_view piece, const std::vector<ChosenToken>& tokens) mutable {
         if (!begun) chunks.role(k);
         begun = true;
@@ -216,15 +231,38 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
           for (const ChosenToken& t : tokens)
             pending.push_back(content_entry(*model.tokenizer, t.id, t.score));
         }
-        if (!piece.empty()) chunks.content(k, piece, logprobs());
+        std::string text = std::move(held);
+        text += piece;
+        held.clear();
+        if (!in_call) {
+          std::size_t cut = data::tool_call_start(r.tool_calls, text);
+          in_call = cut != std::string::npos;
+          if (!in_call) cut = text.size() - data::tool_call_tag_prefix(r.tool_calls, text);
+          held = text.substr(cut);
+          text.resize(cut);
+        } else {
+          held = std::move(text);
+          text.clear();
+        }
+        if (!text.empty()) chunks.content(k, text, logprobs());
         return chunks.listening();
       };
       auto run = run_completion(model, *prompt, max_tokens, r.sampling, choice_seed(seed, k), scoring_of(r), "messages",
                                 "messages", on_text, &pass);
       if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
       const Completion& c = std::get<Completion>(run);
+      const char* finish = c.stopped ? "stop" : "length";
+      if (!held.empty()) {
+        const data::ReadToolCalls read = data::read_tool_calls(r.tool_calls, c.text);
+        if (!read.calls.empty()) {
+          chunks.tool_calls(k, tool_calls_json(read.calls, /*indexed=*/true));
+          finish = "tool_calls";
+        } else {
+          chunks.content(k, held, logprobs());
+        }
+      }
       // A client that left is answered no further: the model is free again.
-      if (!chunks.finish(k, c.stopped ? "stop" : "length", logprobs())) return {200, "null"};
+      if (!chunks.finish(k, finish, logprobs())) return {200, "null"};
       completion_tokens += c.ids.size();
     }
     if (r.include_usage) chunks.usage_of(prompt->size(), completion_tokens);
@@ -242,6 +280,12 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
     Json choice;
     choice["index"] = choices.size();
     choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    const char* finish = c.stopped ? "stop" : "length";
+    if (const data::ReadToolCalls read = data::read_tool_calls(r.tool_calls, c.text); !read.calls.empty()) {
+      choice["message"]["content"] = read.content ? Json(*read.content) : Json();
+      choice["message"]["tool_calls"] = tool_calls_json(read.calls, /*indexed=*/false);
+      finish = "tool_calls";  // whatever ended the text, as vLLM says
+    }
     if (r.logprobs) {
       Json content = Json::array();
       for (std::size_t i = 0; i < c.ids.size(); ++i)
@@ -250,7 +294,7 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
     } else {
       choice["logprobs"] = nullptr;
     }
-    choice["finish_reason"] = c.stopped ? "stop" : "length";
+    choice["finish_reason"] = finish;
     choices.push_back(std::move(choice));
     completion_tokens += c.ids.size();
   }

@@ -11,11 +11,15 @@
 // context leaves, at most `max_tokens`), temperature (default 1), top_p,
 // top_k, seed (choice k samples with seed + k), stop, presence_penalty,
 // frequency_penalty, logit_bias and vLLM's repetition_penalty and min_p, n
-// (choices, each generated on its own; streamed one after another, each
-// chunk naming its choice's index), stream and
-// stream_options.include_usage, and model and user, which change nothing.
-// logprobs, tools, tool_choice other than "none", a response_format other
-// than text and any other field are refused by name, never ignored.
+// (choices, generated together; streamed one after another, each chunk
+// naming its choice's index), stream and stream_options.include_usage,
+// logprobs and top_logprobs, tools and tool_choice (chat_tools.h: with
+// "auto" the reply's calls are read in the format the template writes
+// them, data/tool_calls.h, and returned as tool_calls with finish_reason
+// "tool_calls"; streamed, the text before a call as it comes and the calls
+// in one delta at the end), and model and user, which change nothing. A
+// response_format other than text, tool_choice "required" or a named
+// function, and any other field are refused by name, never ignored.
 #pragma once
 
 #include <functional>

@@ -21,13 +21,23 @@ project's .venv (transformers and PEFT on the same torch).
       DIR/warpers.json: random logits and, for each of a list of sampling
       settings, the probabilities transformers' warpers (temperature, top-k,
       top-p, min-p, in generate()'s order) leave after a softmax.
-  generate_reference.py chat DIR
+  generate_reference.py chat DIR [--tools]
       DIR/ gets a Qwen2-style model with a trained byte-level BPE tokenizer and
       a ChatML template in tokenizer_config.json (EOS <|im_end|>),
       conversation.json, and reference.json: the prompt ids of
       apply_chat_template(add_generation_prompt=True) and generate()'s greedy
       64 tokens with their text (skip_special_tokens).
+      With --tools, DIR/tools/ gets the same model, trained until its greedy reply to a
+      conversation with tools is two Hermes-style tool calls after a line of
+      text, with Qwen 2.5's chat template (tests/runner/data/chat_templates),
+      and tools.json: the request (messages, tools), transformers' prompt
+      ids and greedy reply with its text, the calls read from that text as
+      vLLM's hermes parser reads them (Python's json), and the prompt
+      lengths of a conversation with an earlier call whose arguments are
+      given as JSON text: rendered with them as objects (as vLLM gives them
+      to the template) and as the text.
 """
+import re
 import json
 import os
 import sys
@@ -84,14 +94,14 @@ def warpers(root):
         json.dump({"logits": logits[0].tolist(), "cases": cases}, f)
 
 
-def greedy(model, ids, eos=None, **penalties):
+def greedy(model, ids, eos=None, new_tokens=NEW_TOKENS, **penalties):
     from transformers import LogitsProcessorList
     processors = LogitsProcessorList()
     if "presence_penalty" in penalties:
         processors.append(OpenAIPenalties(ids.size(1), penalties.pop("presence_penalty"),
                                           penalties.pop("frequency_penalty")))
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
                              do_sample=False, output_scores=True, return_dict_in_generate=True,
                              eos_token_id=eos, pad_token_id=0, logits_processor=processors, **penalties)
     new = out.sequences[0, ids.size(1):].tolist()
@@ -147,7 +157,18 @@ def make(root, family):
                    "logit_bias": bias, "bias": bias_ids, "bias_margins": bias_margins}, f)
 
 
-def chat(root):
+def write_tokenizer(folder, tok_root, template):
+    """The trained Qwen2-style tokenizer and `template` into a model folder (EOS <|im_end|>)."""
+    with open(os.path.join(tok_root, "qwen2", "tokenizer.json")) as f:
+        tokenizer_json = f.read()
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        f.write(tokenizer_json)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                   "chat_template": template}, f)
+
+
+def chat(root, with_tools=False):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     os.makedirs(root, exist_ok=True)
     tok_root = os.path.join(root, "tokenizers")
@@ -159,13 +180,7 @@ def chat(root):
     model = tiny_model(cfg)
     model_dir = os.path.join(root, "model")
     model.save_pretrained(model_dir, safe_serialization=True)
-    with open(os.path.join(tok_root, "qwen2", "tokenizer.json")) as f:
-        tokenizer_json = f.read()
-    with open(os.path.join(model_dir, "tokenizer.json"), "w") as f:
-        f.write(tokenizer_json)
-    with open(os.path.join(model_dir, "tokenizer_config.json"), "w") as f:
-        json.dump({"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-                   "chat_template": CHATML}, f)
+    write_tokenizer(model_dir, tok_root, CHATML)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
     messages = [{"role": "system", "content": "You answer in one word."},
@@ -179,11 +194,98 @@ def chat(root):
         json.dump({"prompt": ids[0].tolist(), "ids": new, "margins": margins,
                    "text": tok.decode(new, skip_special_tokens=True),
                    "im_end": tok.convert_tokens_to_ids("<|im_end|>")}, f, ensure_ascii=False)
+    if with_tools:
+        tools(root, model_dir, tok_root)
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"]}}}]
+TOOL_REPLY = ('Checking both.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+              '\n</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "東京"}}\n</tool_call>')
+
+
+def hermes_calls(text):
+    """vLLM's hermes parser (extract_tool_calls) on a reply's text."""
+    if "<tool_call>" not in text:
+        return None, text
+    calls = []
+    for closed, unclosed in re.findall(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", text, re.DOTALL):
+        call = json.loads(closed if closed else unclosed)
+        calls.append({"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)})
+    content = text[:text.find("<tool_call>")]
+    return calls, content if content else None
+
+
+def tools(root, model_dir, tok_root):
+    """A copy of the chat model trained to answer the tools conversation with TOOL_REPLY."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "data", "chat_templates", "llamacpp_Qwen-Qwen2.5-7B-Instruct.jinja")) as f:
+        template = f.read()
+    out = os.path.join(root, "tools")
+    os.makedirs(out, exist_ok=True)
+    write_tokenizer(out, tok_root, template)
+    tok = AutoTokenizer.from_pretrained(out)
+    messages = [{"role": "user", "content": "What is the weather in Paris and in Tokyo?"}]
+    prompt = tok.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    reply_ids = tok(TOOL_REPLY, add_special_tokens=False)["input_ids"] + [im_end]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    model.config.max_position_embeddings = 1024  # the template's tool instructions take a few hundred tokens
+    # Trained on the reply's tokens alone until greedy decoding gives them;
+    # one thread, as the other tests run beside it.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    ids = torch.tensor([prompt_ids + reply_ids])
+    labels = ids.clone()
+    labels[0, :len(prompt_ids)] = -100
+    torch.manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    prompt_t = torch.tensor([prompt_ids])
+    for _ in range(40):
+        model.train()
+        for _ in range(25):
+            opt.zero_grad()
+            loss = model(input_ids=ids, labels=labels).loss
+            loss.backward()
+            opt.step()
+        model.eval()
+        new, margins = greedy(model, prompt_t, eos=im_end, new_tokens=len(reply_ids) + 8)
+        print(f"tools model: loss {loss.item():.4f}, {sum(a == b for a, b in zip(new, reply_ids))} of {len(reply_ids)} "
+              f"tokens, margin {min(margins):.3f}", file=sys.stderr)
+        if new == reply_ids and min(margins) > 0.5:
+            break
+    else:
+        sys.exit("the tools model did not learn its reply")
+    torch.set_num_threads(threads)
+    model.save_pretrained(out, safe_serialization=True)
+    text = tok.decode(new, skip_special_tokens=True)
+    calls, content = hermes_calls(text)
+    # An earlier call with its arguments as JSON text, and its result.
+    history = messages + [
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'}]
+    as_objects = json.loads(json.dumps(history))
+    as_objects[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris", "unit": "celsius"}
+
+    def prompt_length(msgs):
+        text = tok.apply_chat_template(msgs, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+    with open(os.path.join(root, "tools.json"), "w") as f:
+        json.dump({"messages": messages, "tools": TOOLS, "prompt": prompt_ids, "ids": new, "text": text,
+                   "margins": margins, "tool_calls": calls, "content": content, "history": history,
+                   "history_prompt_tokens": prompt_length(as_objects),
+                   "history_prompt_tokens_as_text": prompt_length(history)}, f, ensure_ascii=False)
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "chat":
-        chat(sys.argv[2])
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "chat" and sys.argv[3:] in ([], ["--tools"]):
+        chat(sys.argv[2], sys.argv[3:] == ["--tools"])
         return
     if len(sys.argv) < 4 or sys.argv[1] != "make":
         sys.exit(__doc__)

@@ -6,7 +6,9 @@
 // newline; stop sequences, seeds and lengths behave as OpenAI's; a streamed
 // reply is the same text in chunks; a reply's log-probabilities are those
 // /v1/completions gives the same tokens after the rendered prompt, streamed
-// or not; n choices are each their seed's reply; what is not served is
+// or not; n choices are each their seed's reply; tool calls are read from
+// a reply as vLLM's hermes parser reads them (the model trained to call
+// tools, with Qwen 2.5's template), streamed or not; what is not served is
 // refused by name. lm-eval's local-chat-completions against
 // `tailor serve` is tests/cli/serve_test.py.
 #include <gtest/gtest.h>
@@ -25,6 +27,7 @@ namespace tailor::runner {
 namespace {
 
 using Json = nlohmann::json;
+using Ordered = nlohmann::ordered_json;
 
 class ChatCompletionsTest : public TinyChatModelTest {
  protected:
@@ -33,6 +36,16 @@ class ChatCompletionsTest : public TinyChatModelTest {
     std::ifstream conversation(dir_->file("conversation.json")), reference(dir_->file("reference.json"));
     conversation_ = Json::parse(conversation);
     reference_ = Json::parse(reference);
+    std::ifstream tools(dir_->file("tools.json"));
+    tools_ = Ordered::parse(tools);
+    auto m = open_on_cpu(dir_->file("tools"));
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    tools_model_ = new InferenceModel(std::move(*m));
+  }
+  static void TearDownTestSuite() {
+    delete tools_model_;
+    tools_model_ = nullptr;
+    TinyChatModelTest::TearDownTestSuite();
   }
 
   static std::pair<int, Json> ask(const Json& request, CompletionLimits limits = {}) {
@@ -43,6 +56,11 @@ class ChatCompletionsTest : public TinyChatModelTest {
 
   inline static Json conversation_;  // system and user turns
   inline static Json reference_;     // transformers' prompt ids, greedy ids and their text
+  // The tools conversation and transformers' side (generate_reference.py
+  // chat --tools), keys in their order: the template writes the tools
+  // with tojson.
+  inline static Ordered tools_;
+  inline static InferenceModel* tools_model_ = nullptr;  // trained to answer it with two calls
 };
 
 TEST_F(ChatCompletionsTest, AGreedyReplyIsTransformersGenerationAfterTheChatTemplate) {
@@ -391,8 +409,92 @@ TEST_F(ChatCompletionsTest, AnUnstreamedReplyStopsWhereItsClientLeaves) {
   EXPECT_EQ(with["usage"], without["usage"]);
 }
 
+// Tools with Qwen 2.5's template: the prompt is transformers'
+// apply_chat_template(messages, tools=tools), and the reply's two calls
+// after a line of text come back as tool_calls, their arguments as Python's
+// json.dumps writes them, the text before them as the content and
+// finish_reason "tool_calls", as vLLM's hermes parser returns them; streamed,
+// the text as it comes and the calls in one delta. With tool_choice "none"
+// the reply is text; an earlier call's arguments given as JSON text reach
+// the template as an object, as vLLM gives them.
+TEST_F(ChatCompletionsTest, ToolCallsAreReadFromTheReplyAsVllmReadsThemStreamedOrNot) {
+  const Ordered& ref = tools_;
+  const std::size_t n = ref["ids"].size();
+  Ordered request = {{"messages", ref["messages"]}, {"tools", ref["tools"]}, {"temperature", 0}, {"max_tokens", n + 4}};
+  auto ask_tools = [&](const Ordered& body, const ChunkSink& emit = {}) {
+    const CompletionReply r = complete_chat(*tools_model_, "tiny", body.dump(), {}, emit);
+    return std::make_pair(r.status, Ordered::parse(r.body));
+  };
+  auto [status, body] = ask_tools(request);
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(body["usage"]["prompt_tokens"], ref["prompt"].size());
+  EXPECT_EQ(body["usage"]["completion_tokens"], n - 1);  // <|im_end|> ends it, uncounted
+  const Ordered& message = body["choices"][0]["message"];
+  EXPECT_EQ(message["content"], ref["content"]);
+  ASSERT_EQ(message["tool_calls"].size(), ref["tool_calls"].size()) << body;
+  ASSERT_EQ(message["tool_calls"].size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Ordered& call = message["tool_calls"][i];
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_EQ(call["function"]["name"], ref["tool_calls"][i]["name"]);
+    EXPECT_EQ(call["function"]["arguments"], ref["tool_calls"][i]["arguments"]);
+    EXPECT_EQ(call["id"].get<std::string>().rfind("call-", 0), 0u) << call;
+    EXPECT_FALSE(call.contains("index"));
+  }
+  EXPECT_NE(message["tool_calls"][0]["id"], message["tool_calls"][1]["id"]);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+
+  // Streamed: the content in pieces, then the calls in one delta.
+  request["stream"] = true;
+  std::vector<Ordered> chunks;
+  auto [streamed, none] = ask_tools(request, [&](const std::string& c) {
+    chunks.push_back(Ordered::parse(c));
+    return true;
+  });
+  ASSERT_EQ(streamed, 200);
+  std::string text;
+  Ordered calls = Ordered::array();
+  for (const Ordered& c : chunks) {
+    const Ordered& delta = c["choices"][0]["delta"];
+    if (delta.contains("content")) text += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls")) calls.insert(calls.end(), delta["tool_calls"].begin(), delta["tool_calls"].end());
+  }
+  EXPECT_EQ(text, ref["content"]);
+  ASSERT_EQ(calls.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(calls[i]["index"], i);
+    EXPECT_EQ(calls[i]["type"], "function");
+    EXPECT_EQ(calls[i]["function"], message["tool_calls"][i]["function"]);
+  }
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "tool_calls");
+
+  // tool_choice "none": the same prompt (the tools are still written), the
+  // reply its text.
+  Ordered plain = {{"messages", ref["messages"]},
+                   {"tools", ref["tools"]},
+                   {"tool_choice", "none"},
+                   {"temperature", 0},
+                   {"max_tokens", n + 4}};
+  auto [plain_status, plain_body] = ask_tools(plain);
+  ASSERT_EQ(plain_status, 200) << plain_body;
+  EXPECT_EQ(plain_body["usage"]["prompt_tokens"], ref["prompt"].size());
+  EXPECT_EQ(plain_body["choices"][0]["message"]["content"], ref["text"]);
+  EXPECT_FALSE(plain_body["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(plain_body["choices"][0]["finish_reason"], "stop");
+
+  // An earlier call whose arguments are JSON text: rendered as an object.
+  ASSERT_NE(ref["history_prompt_tokens"], ref["history_prompt_tokens_as_text"]);
+  auto [history_status, history] =
+      ask_tools({{"messages", ref["history"]}, {"tools", ref["tools"]}, {"max_tokens", 1}});
+  ASSERT_EQ(history_status, 200) << history;
+  EXPECT_EQ(history["usage"]["prompt_tokens"], ref["history_prompt_tokens"]);
+}
+
 TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
   const Json& m = conversation_;
+  // The ChatML model's template writes no tool calls: tools go to it only
+  // with tool_choice "none".
+  const Json weather = {{{"type", "function"}, {"function", {{"name", "get_weather"}}}}};
   const std::vector<std::pair<Json, std::string>> cases = {
       {{{"messages", m}, {"frobnicate", 1}}, "unknown field \"frobnicate\""},
       {{{"max_tokens", 1}}, "messages: required"},
@@ -411,8 +513,24 @@ TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
       {{{"messages", m}, {"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs: expected an integer from 0 to 20"},
       {{{"messages", m}, {"frequency_penalty", -3}}, "frequency_penalty: expected a number in [-2, 2]"},
       {{{"messages", m}, {"repetition_penalty", "high"}}, "repetition_penalty: "},
-      {{{"messages", m}, {"tools", {{{"type", "function"}}}}}, "tools: "},
-      {{{"messages", m}, {"tool_choice", "auto"}}, "tool_choice: "},
+      {{{"messages", m}, {"tools", {{{"type", "function"}}}}}, "tools[0].function: expected an object"},
+      {{{"messages", m}, {"tools", {{{"type", "function"}, {"function", {{"name", ""}}}}}}},
+       "tools[0].function.name: expected a non-empty string"},
+      {{{"messages", m}, {"tools", {{{"type", "code_interpreter"}}}}}, "tools[0]: expected {\"type\": \"function\""},
+      {{{"messages", m}, {"tools", weather}}, "tools: this model's chat template writes no tool calls"},
+      {{{"messages", m}, {"tools", weather}, {"tool_choice", "required"}},
+       "tool_choice: \"required\" needs the reply "
+       "constrained to a call"},
+      {{{"messages", m}, {"tools", weather}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}},
+       "tool_choice: a named function needs"},
+      {{{"messages", m}, {"tool_choice", "auto"}}, "tool_choice: \"auto\" needs tools"},
+      {{{"messages", m}, {"tool_choice", "sometimes"}}, "tool_choice: expected \"none\""},
+      {{{"messages",
+         {{{"role", "user"}, {"content", "hi"}},
+          {{"role", "assistant"},
+           {"tool_calls",
+            {{{"id", "c"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{city: Paris}"}}}}}}}}}},
+       "messages[1].tool_calls[0].function.arguments: not JSON"},
       {{{"messages", m}, {"response_format", {{"type", "json_object"}}}}, "response_format: "},
       {{{"messages", m}, {"max_tokens", 0}}, "max_tokens: expected an integer from 1 to 4096"},
       {{{"messages", m}, {"max_tokens", 3}, {"max_completion_tokens", 4}}, "give one of them"},
@@ -435,7 +553,7 @@ TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
                                 {"stream", false},
                                 {"logprobs", false},
                                 {"tool_choice", "none"},
-                                {"tools", Json::array()},
+                                {"tools", weather},
                                 {"response_format", {{"type", "text"}}},
                                 {"presence_penalty", 0}});
   EXPECT_EQ(off_status, 200) << off;

@@ -59,7 +59,7 @@ class TinyChatModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new tailor::testing::TempDir();
-    ASSERT_TRUE(generate_reference(*dir_, "chat " + dir_->path().string()));
+    ASSERT_TRUE(generate_reference(*dir_, "chat " + dir_->path().string() + " --tools"));
     auto m = open_on_cpu(dir_->file("model"));
     ASSERT_TRUE(m.is_ok()) << m.status().message();
     model_ = new InferenceModel(std::move(*m));
