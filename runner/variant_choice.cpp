@@ -5,7 +5,7 @@
 
 namespace tailor::runner {
 
-Result<VariantChoice> choose_variant(const char* requested, const std::string& driver_error) {
+Result<VariantChoice> choose_variant(const char* requested, const std::function<std::string()>& driver_error) {
   const std::string_view want = requested == nullptr ? "" : requested;
   VariantChoice c;
   if (want == "cuda") {
@@ -13,11 +13,11 @@ Result<VariantChoice> choose_variant(const char* requested, const std::string& d
   } else if (want == "cpu") {
     c.no_cuda = std::string(kVariantEnv) + "=cpu runs the runner's CPU-only build";
   } else if (want.empty() || want == "auto") {
-    if (driver_error.empty()) {
+    if (const std::string why = driver_error(); why.empty()) {
       c.variant = RunnerVariant::kCuda;
     } else {
-      c.no_cuda = "this machine has no NVIDIA driver (" + driver_error +
-                  "), so tailor-runner runs its CPU-only build (" + kVariantEnv + "=cuda runs the CUDA build)";
+      c.no_cuda = "this machine has no NVIDIA driver (" + why + "), so tailor-runner runs its CPU-only build (" +
+                  kVariantEnv + "=cuda runs the CUDA build)";
     }
   } else {
     return Status::invalid_argument(std::string(kVariantEnv) + ": expected auto, cuda or cpu, got '" +

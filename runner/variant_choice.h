@@ -8,6 +8,7 @@
 // read TAILOR_CUDA (runner/CMakeLists.txt). Torch-free.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "core/status.h"
@@ -30,10 +31,10 @@ struct VariantChoice {
 };
 
 // `requested`: kVariantEnv as this process sees it (nullptr: unset).
-// `driver_error`: empty when kCudaDriverLibrary loaded, else why not
-// (dlerror). A forced variant is run whatever the driver; a bad value is
-// InvalidArgument naming the variable.
-Result<VariantChoice> choose_variant(const char* requested, const std::string& driver_error);
+// `driver_error`: asked only when the driver decides; empty when
+// kCudaDriverLibrary loads, else why not (dlerror). A forced variant is run
+// whatever the driver; a bad value is InvalidArgument naming the variable.
+Result<VariantChoice> choose_variant(const char* requested, const std::function<std::string()>& driver_error);
 
 // "tailor-runner-cuda" or "tailor-runner-cpu": the program beside the launcher.
 const char* variant_program(RunnerVariant v);

@@ -33,10 +33,7 @@ std::string driver_error() {
 int main(int, char** argv) {
   using namespace tailor::runner;
   namespace fs = std::filesystem;
-  const char* requested = std::getenv(kVariantEnv);
-  const std::string_view want = requested == nullptr ? "" : requested;
-  // A forced variant needs no look at the driver.
-  auto choice = choose_variant(requested, want == "cuda" || want == "cpu" ? "" : driver_error());
+  auto choice = choose_variant(std::getenv(kVariantEnv), driver_error);
   if (!choice.is_ok()) {
     std::cerr << "tailor-runner: " << choice.status().message() << "\n";
     return exit_status(RunnerExit::kBadInput);

@@ -231,20 +231,14 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
           for (const ChosenToken& t : tokens)
             pending.push_back(content_entry(*model.tokenizer, t.id, t.score));
         }
-        std::string text = std::move(held);
-        text += piece;
-        held.clear();
+        held += piece;
         if (!in_call) {
-          std::size_t cut = data::tool_call_start(r.tool_calls, text);
+          std::size_t cut = data::tool_call_start(r.tool_calls, held);
           in_call = cut != std::string::npos;
-          if (!in_call) cut = text.size() - data::tool_call_tag_prefix(r.tool_calls, text);
-          held = text.substr(cut);
-          text.resize(cut);
-        } else {
-          held = std::move(text);
-          text.clear();
+          if (!in_call) cut = held.size() - data::tool_call_tag_prefix(r.tool_calls, held);
+          if (cut > 0) chunks.content(k, std::string_view(held).substr(0, cut), logprobs());
+          held.erase(0, cut);
         }
-        if (!text.empty()) chunks.content(k, text, logprobs());
         return chunks.listening();
       };
       auto run = run_completion(model, *prompt, max_tokens, r.sampling, choice_seed(seed, k), scoring_of(r), "messages",
