@@ -221,8 +221,10 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
       };
       // Where calls are read, the text from a call's opening tag on (or
       // from what may begin one) is held back: at the end it is either
-      // the calls, in one delta, or the content it was.
-      std::string held;
+      // the calls, in one delta, or the content it was. `sent`: how much
+      // of the reply so far went out as content.
+      std::string so_far;
+      std::size_t sent = 0;
       bool in_call = false;
       auto on_text = [&, k, begun = false](std::string_view piece, const std::vector<ChosenToken>& tokens) mutable {
         if (!begun) chunks.role(k);
@@ -231,13 +233,13 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
           for (const ChosenToken& t : tokens)
             pending.push_back(content_entry(*model.tokenizer, t.id, t.score));
         }
-        held += piece;
+        so_far += piece;
         if (!in_call) {
-          std::size_t cut = data::tool_call_start(r.tool_calls, held);
-          in_call = cut != std::string::npos;
-          if (!in_call) cut = held.size() - data::tool_call_tag_prefix(r.tool_calls, held);
-          if (cut > 0) chunks.content(k, std::string_view(held).substr(0, cut), logprobs());
-          held.erase(0, cut);
+          std::size_t cut = data::tool_call_start(r.tool_calls, so_far);
+          in_call = cut != std::string::npos && cut >= sent;
+          if (!in_call) cut = so_far.size() - data::tool_call_tag_prefix(r.tool_calls, so_far);
+          if (cut > sent) chunks.content(k, std::string_view(so_far).substr(sent, cut - sent), logprobs());
+          sent = std::max(sent, cut);
         }
         return chunks.listening();
       };
@@ -246,13 +248,13 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
       if (auto* failed = std::get_if<CompletionReply>(&run)) return std::move(*failed);
       const Completion& c = std::get<Completion>(run);
       const char* finish = c.stopped ? "stop" : "length";
-      if (!held.empty()) {
+      if (sent < so_far.size()) {
         const data::ReadToolCalls read = data::read_tool_calls(r.tool_calls, c.text);
         if (!read.calls.empty()) {
           chunks.tool_calls(k, tool_calls_json(read.calls, /*indexed=*/true));
           finish = "tool_calls";
         } else {
-          chunks.content(k, held, logprobs());
+          chunks.content(k, std::string_view(so_far).substr(sent), logprobs());
         }
       }
       // A client that left is answered no further: the model is free again.

@@ -75,7 +75,8 @@ std::optional<Problem> read_tools(const Json& request, data::ToolCallFormat temp
       return Problem{"tools",
                      "tools: this model's chat template writes no tool calls in a format that is read "
                      "(Hermes' <tool_call> blocks of JSON, as Qwen 2.5 to 3 and Hermes 2 Pro and 3 "
-                     "write them); with tool_choice \"none\" the tools still go to the template"};
+                     "write them, or Llama 3.1 to 3.3's JSON objects); with tool_choice \"none\" the tools "
+                     "still go to the template"};
     }
     read = template_format;
   }

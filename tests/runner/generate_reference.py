@@ -35,7 +35,13 @@ project's .venv (transformers and PEFT on the same torch).
       vLLM's hermes parser reads them (Python's json), and the prompt
       lengths of a conversation with an earlier call whose arguments are
       given as JSON text: rendered with them as objects (as vLLM gives them
-      to the template) and as the text.
+      to the template) and as the text. DIR/llama3_tools/ gets the same model
+      with Meta's Llama 3.1 template and its special tokens added, trained
+      until its reply to a conversation with tools is one JSON call, and
+      llama3_tools.json: the request, the prompt ids, the greedy reply with
+      its text, the call read as vLLM's llama3_json parser reads it (Python's
+      json.JSONDecoder.raw_decode and json.dumps), and that reading of a list
+      of other replies ("cases").
 """
 import re
 import json
@@ -196,6 +202,7 @@ def chat(root, with_tools=False):
                    "im_end": tok.convert_tokens_to_ids("<|im_end|>")}, f, ensure_ascii=False)
     if with_tools:
         tools(root, model_dir, tok_root)
+        llama3_tools(root, model_dir, tok_root)
 
 
 TOOLS = [{"type": "function", "function": {
@@ -219,25 +226,15 @@ def hermes_calls(text):
     return calls, content if content else None
 
 
-def tools(root, model_dir, tok_root):
-    """A copy of the chat model trained to answer the tools conversation with TOOL_REPLY."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "data", "chat_templates", "llamacpp_Qwen-Qwen2.5-7B-Instruct.jinja")) as f:
-        template = f.read()
-    out = os.path.join(root, "tools")
-    os.makedirs(out, exist_ok=True)
-    write_tokenizer(out, tok_root, template)
-    tok = AutoTokenizer.from_pretrained(out)
-    messages = [{"role": "user", "content": "What is the weather in Paris and in Tokyo?"}]
-    prompt = tok.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
-    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    reply_ids = tok(TOOL_REPLY, add_special_tokens=False)["input_ids"] + [im_end]
+def train_reply(model_dir, out, prompt_ids, reply_ids, eos, what, vocab=None):
+    """A copy of the chat model trained on reply_ids after prompt_ids until greedy decoding gives them."""
+    from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    if vocab is not None:
+        model.resize_token_embeddings(vocab, mean_resizing=False)
     model.config.max_position_embeddings = 1024  # the template's tool instructions take a few hundred tokens
-    # Trained on the reply's tokens alone until greedy decoding gives them;
-    # one thread, as the other tests run beside it.
+    # Trained on the reply's tokens alone; one thread, as the other tests
+    # run beside it.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     ids = torch.tensor([prompt_ids + reply_ids])
@@ -254,15 +251,42 @@ def tools(root, model_dir, tok_root):
             loss.backward()
             opt.step()
         model.eval()
-        new, margins = greedy(model, prompt_t, eos=im_end, new_tokens=len(reply_ids) + 8)
-        print(f"tools model: loss {loss.item():.4f}, {sum(a == b for a, b in zip(new, reply_ids))} of {len(reply_ids)} "
-              f"tokens, margin {min(margins):.3f}", file=sys.stderr)
+        new, margins = greedy(model, prompt_t, eos=eos, new_tokens=len(reply_ids) + 8)
+        print(f"{what} model: loss {loss.item():.4f}, {sum(a == b for a, b in zip(new, reply_ids))} of "
+              f"{len(reply_ids)} tokens, margin {min(margins):.3f}", file=sys.stderr)
         if new == reply_ids and min(margins) > 0.5:
             break
     else:
-        sys.exit("the tools model did not learn its reply")
+        sys.exit(f"the {what} model did not learn its reply")
     torch.set_num_threads(threads)
     model.save_pretrained(out, safe_serialization=True)
+    return new, margins
+
+
+def read_template(name):
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "data", "chat_templates", name)) as f:
+        return f.read()
+
+
+def tools_prompt_and_reply(tok, messages, reply, eos_token):
+    """The ids of the tools conversation's prompt, of `reply` and its end-of-turn token, and that token's id."""
+    prompt = tok.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    eos = tok.convert_tokens_to_ids(eos_token)
+    return (tok(prompt, add_special_tokens=False)["input_ids"],
+            tok(reply, add_special_tokens=False)["input_ids"] + [eos], eos)
+
+
+def tools(root, model_dir, tok_root):
+    """A copy of the chat model trained to answer the tools conversation with TOOL_REPLY."""
+    from transformers import AutoTokenizer
+    out = os.path.join(root, "tools")
+    os.makedirs(out, exist_ok=True)
+    write_tokenizer(out, tok_root, read_template("llamacpp_Qwen-Qwen2.5-7B-Instruct.jinja"))
+    tok = AutoTokenizer.from_pretrained(out)
+    messages = [{"role": "user", "content": "What is the weather in Paris and in Tokyo?"}]
+    prompt_ids, reply_ids, im_end = tools_prompt_and_reply(tok, messages, TOOL_REPLY, "<|im_end|>")
+    new, margins = train_reply(model_dir, out, prompt_ids, reply_ids, im_end, "tools")
     text = tok.decode(new, skip_special_tokens=True)
     calls, content = hermes_calls(text)
     # An earlier call with its arguments as JSON text, and its result.
@@ -281,6 +305,79 @@ def tools(root, model_dir, tok_root):
                    "margins": margins, "tool_calls": calls, "content": content, "history": history,
                    "history_prompt_tokens": prompt_length(as_objects),
                    "history_prompt_tokens_as_text": prompt_length(history)}, f, ensure_ascii=False)
+
+
+# Meta's Llama 3.1 template writes a call as this object (with "parameters")
+# and ends the turn with <|eot_id|>; its special tokens are added to the
+# trained tokenizer.
+LLAMA3_TOOL_REPLY = '{"name": "get_weather", "parameters": {"city": "東京", "unit": "celsius"}}'
+LLAMA3_SPECIAL = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>",
+                  "<|python_tag|>"]
+# Replies read by llama3_calls, for the C++ reader to read the same.
+LLAMA3_CASES = [
+    '{"name": "f", "parameters": {"z": 1, "a": [1.5e3, -0.0, 1E-7, true, null], "s": "b{r}ace \\" \\\\ \\u00e9 東京"}}',
+    '<|python_tag|>{"name": "f", "arguments": {"x": 1}, "parameters": 2}; {"name": "g", "parameters": "t"}',
+    'Here you go: {"name": "f", "parameters": {}} and then {"name": "g", "parameters": [1, {"k": {}}]} done.',
+    '{"name": "f", "parameters": {}}{"name": "g", "parameters": {}}',
+    '{"name": "f", "parameters": {"a": 1, "a": 2}}',
+    '{"name": "f", "parameters": 12345678901234567}',
+    '{"name": "f"}',
+    '{"name": 1, "parameters": {}}',
+    '{"name": "f", "parameters": {}}; {"oops": 1}',
+    '{"name": "f", "parameters": {',
+    'Use {braces} like this.',
+    '{"name": "f", "parameters": {]}',
+    'No call at all.',
+    '<|python_tag|>no object',
+]
+
+
+def llama3_calls(text):
+    """vLLM's llama3_json parser (extract_tool_calls, the JSON-decoder version) on a reply's text."""
+    if "<|python_tag|>" not in text and "{" not in text:
+        return None, text
+    decoder = json.JSONDecoder()
+    end = -1
+    calls = []
+    for match in re.finditer(r"\{", text):
+        start = match.start()
+        if start <= end:
+            continue
+        try:
+            obj, length = decoder.raw_decode(text[start:])
+            end = start + length
+            name = obj["name"]
+            arguments = obj["arguments"] if "arguments" in obj else obj["parameters"]
+            if not isinstance(name, str):  # FunctionCall's name is a str (pydantic refuses others)
+                raise TypeError(name)
+            calls.append({"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)})
+        except Exception:
+            return None, text
+    return (calls, None) if calls else (None, text)
+
+
+def llama3_tools(root, model_dir, tok_root):
+    """A copy of the chat model with Llama 3.1's template, trained to answer with one JSON call."""
+    from transformers import AutoTokenizer
+    out = os.path.join(root, "llama3_tools")
+    os.makedirs(out, exist_ok=True)
+    write_tokenizer(out, tok_root, read_template("llamacpp_meta-llama-Llama-3.1-8B-Instruct.jinja"))
+    tok = AutoTokenizer.from_pretrained(out)
+    tok.add_special_tokens({"additional_special_tokens": LLAMA3_SPECIAL})
+    tok.bos_token = "<|begin_of_text|>"
+    tok.eos_token = "<|eot_id|>"
+    tok.save_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    messages = [{"role": "user", "content": "What is the weather in Tokyo?"}]
+    prompt_ids, reply_ids, eot = tools_prompt_and_reply(tok, messages, LLAMA3_TOOL_REPLY, "<|eot_id|>")
+    new, margins = train_reply(model_dir, out, prompt_ids, reply_ids, eot, "llama3 tools", vocab=len(tok))
+    text = tok.decode(new, skip_special_tokens=True)
+    calls, content = llama3_calls(text)
+    cases = [{"text": t, "calls": c, "content": s} for t, (c, s) in ((t, llama3_calls(t)) for t in LLAMA3_CASES)]
+    with open(os.path.join(root, "llama3_tools.json"), "w") as f:
+        json.dump({"messages": messages, "tools": TOOLS, "prompt": prompt_ids, "ids": new, "text": text,
+                   "margins": margins, "tool_calls": calls, "content": content, "cases": cases}, f,
+                  ensure_ascii=False)
 
 
 def main():

@@ -8,7 +8,9 @@
 // /v1/completions gives the same tokens after the rendered prompt, streamed
 // or not; n choices are each their seed's reply; tool calls are read from
 // a reply as vLLM's hermes parser reads them (the model trained to call
-// tools, with Qwen 2.5's template), streamed or not; what is not served is
+// tools, with Qwen 2.5's template) and as its llama3_json parser reads
+// them (the model trained to call a tool with Llama 3.1's template, and
+// Python's reading of other replies), streamed or not; what is not served is
 // refused by name. lm-eval's local-chat-completions against
 // `tailor serve` is tests/cli/serve_test.py.
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/data/tool_calls.h"
 #include "runner/torch/chat_completions.h"
 #include "runner/torch/completions.h"
 #include "tests/runner/torch/generate_fixture.h"
@@ -41,10 +44,17 @@ class ChatCompletionsTest : public TinyChatModelTest {
     auto m = open_on_cpu(dir_->file("tools"));
     ASSERT_TRUE(m.is_ok()) << m.status().message();
     tools_model_ = new InferenceModel(std::move(*m));
+    std::ifstream llama3_tools(dir_->file("llama3_tools.json"));
+    llama3_tools_ = Ordered::parse(llama3_tools);
+    auto l = open_on_cpu(dir_->file("llama3_tools"));
+    ASSERT_TRUE(l.is_ok()) << l.status().message();
+    llama3_tools_model_ = new InferenceModel(std::move(*l));
   }
   static void TearDownTestSuite() {
     delete tools_model_;
+    delete llama3_tools_model_;
     tools_model_ = nullptr;
+    llama3_tools_model_ = nullptr;
     TinyChatModelTest::TearDownTestSuite();
   }
 
@@ -53,6 +63,33 @@ class ChatCompletionsTest : public TinyChatModelTest {
     return {r.status, Json::parse(r.body)};
   }
   static std::string content(const Json& body) { return body["choices"][0]["message"]["content"]; }
+  // `body` asked of `m`: the status and the reply's JSON.
+  static std::pair<int, Ordered> ask_model(InferenceModel& m, const Ordered& body) {
+    const CompletionReply r = complete_chat(m, "tiny", body.dump(), {});
+    return {r.status, Ordered::parse(r.body)};
+  }
+  // `body` asked of `m` as a stream: its chunks (none where it is refused).
+  static std::vector<Ordered> stream_model(InferenceModel& m, const Ordered& body) {
+    std::vector<Ordered> chunks;
+    const CompletionReply r = complete_chat(m, "tiny", body.dump(), {}, [&](const std::string& c) {
+      chunks.push_back(Ordered::parse(c));
+      return true;
+    });
+    EXPECT_EQ(r.status, 200) << r.body;
+    return chunks;
+  }
+  // A stream's content joined, and its calls' deltas in order.
+  static std::pair<std::string, Ordered> streamed_text_and_calls(const std::vector<Ordered>& chunks) {
+    std::string text;
+    Ordered calls = Ordered::array();
+    for (const Ordered& c : chunks) {
+      const Ordered& delta = c["choices"][0]["delta"];
+      if (delta.contains("content")) text += delta["content"].get<std::string>();
+      if (delta.contains("tool_calls"))
+        calls.insert(calls.end(), delta["tool_calls"].begin(), delta["tool_calls"].end());
+    }
+    return {text, calls};
+  }
 
   inline static Json conversation_;  // system and user turns
   inline static Json reference_;     // transformers' prompt ids, greedy ids and their text
@@ -61,6 +98,10 @@ class ChatCompletionsTest : public TinyChatModelTest {
   // with tojson.
   inline static Ordered tools_;
   inline static InferenceModel* tools_model_ = nullptr;  // trained to answer it with two calls
+  // The same with Llama 3.1's template (llama3_tools.json), and Python's
+  // reading of other replies ("cases").
+  inline static Ordered llama3_tools_;
+  inline static InferenceModel* llama3_tools_model_ = nullptr;  // trained to answer with one JSON call
 };
 
 TEST_F(ChatCompletionsTest, AGreedyReplyIsTransformersGenerationAfterTheChatTemplate) {
@@ -421,10 +462,7 @@ TEST_F(ChatCompletionsTest, ToolCallsAreReadFromTheReplyAsVllmReadsThemStreamedO
   const Ordered& ref = tools_;
   const std::size_t n = ref["ids"].size();
   Ordered request = {{"messages", ref["messages"]}, {"tools", ref["tools"]}, {"temperature", 0}, {"max_tokens", n + 4}};
-  auto ask_tools = [&](const Ordered& body, const ChunkSink& emit = {}) {
-    const CompletionReply r = complete_chat(*tools_model_, "tiny", body.dump(), {}, emit);
-    return std::make_pair(r.status, Ordered::parse(r.body));
-  };
+  auto ask_tools = [](const Ordered& body) { return ask_model(*tools_model_, body); };
   auto [status, body] = ask_tools(request);
   ASSERT_EQ(status, 200) << body;
   EXPECT_EQ(body["usage"]["prompt_tokens"], ref["prompt"].size());
@@ -446,19 +484,9 @@ TEST_F(ChatCompletionsTest, ToolCallsAreReadFromTheReplyAsVllmReadsThemStreamedO
 
   // Streamed: the content in pieces, then the calls in one delta.
   request["stream"] = true;
-  std::vector<Ordered> chunks;
-  auto [streamed, none] = ask_tools(request, [&](const std::string& c) {
-    chunks.push_back(Ordered::parse(c));
-    return true;
-  });
-  ASSERT_EQ(streamed, 200);
-  std::string text;
-  Ordered calls = Ordered::array();
-  for (const Ordered& c : chunks) {
-    const Ordered& delta = c["choices"][0]["delta"];
-    if (delta.contains("content")) text += delta["content"].get<std::string>();
-    if (delta.contains("tool_calls")) calls.insert(calls.end(), delta["tool_calls"].begin(), delta["tool_calls"].end());
-  }
+  const std::vector<Ordered> chunks = stream_model(*tools_model_, request);
+  ASSERT_FALSE(chunks.empty());
+  const auto [text, calls] = streamed_text_and_calls(chunks);
   EXPECT_EQ(text, ref["content"]);
   ASSERT_EQ(calls.size(), 2u);
   for (std::size_t i = 0; i < 2; ++i) {
@@ -488,6 +516,62 @@ TEST_F(ChatCompletionsTest, ToolCallsAreReadFromTheReplyAsVllmReadsThemStreamedO
       ask_tools({{"messages", ref["history"]}, {"tools", ref["tools"]}, {"max_tokens", 1}});
   ASSERT_EQ(history_status, 200) << history;
   EXPECT_EQ(history["usage"]["prompt_tokens"], ref["history_prompt_tokens"]);
+}
+
+// Tools with Llama 3.1's template: the prompt is transformers'
+// apply_chat_template(messages, tools=tools) (the tools in the user's
+// turn), and the reply's JSON object comes back as a tool call with no
+// content, streamed or not, as vLLM's llama3_json parser reads it; other
+// replies are read as the parser, run in Python, reads them.
+TEST_F(ChatCompletionsTest, Llama3JsonToolCallsAreReadAsVllmReadsThemStreamedOrNot) {
+  const Ordered& ref = llama3_tools_;
+  for (const Ordered& c : ref["cases"]) {
+    const std::string text = c["text"];
+    const data::ReadToolCalls read = data::read_tool_calls(data::ToolCallFormat::kLlama3Json, text);
+    if (c["calls"].is_null()) {
+      EXPECT_TRUE(read.calls.empty()) << text;
+    } else {
+      ASSERT_EQ(read.calls.size(), c["calls"].size()) << text;
+      for (std::size_t i = 0; i < read.calls.size(); ++i) {
+        EXPECT_EQ(read.calls[i].name, c["calls"][i]["name"]) << text;
+        EXPECT_EQ(read.calls[i].arguments, c["calls"][i]["arguments"]) << text;
+      }
+    }
+    EXPECT_EQ(read.content.has_value(), !c["content"].is_null()) << text;
+    if (read.content) {
+      EXPECT_EQ(*read.content, c["content"]) << text;
+    }
+  }
+
+  const std::size_t n = ref["ids"].size();
+  Ordered request = {{"messages", ref["messages"]}, {"tools", ref["tools"]}, {"temperature", 0}, {"max_tokens", n + 4}};
+  auto ask_tools = [](const Ordered& body) { return ask_model(*llama3_tools_model_, body); };
+  auto [status, body] = ask_tools(request);
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(body["usage"]["prompt_tokens"], ref["prompt"].size());
+  EXPECT_EQ(body["usage"]["completion_tokens"], n - 1);  // <|eot_id|> ends it, uncounted
+  const Ordered& message = body["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null()) << body;
+  ASSERT_TRUE(ref["content"].is_null());
+  ASSERT_EQ(ref["tool_calls"].size(), 1u);
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << body;
+  const Ordered& call = message["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], ref["tool_calls"][0]["name"]);
+  EXPECT_EQ(call["function"]["arguments"], ref["tool_calls"][0]["arguments"]);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+
+  // Streamed: the reply begins with "{", so nothing goes out as content and
+  // the call comes in one delta.
+  request["stream"] = true;
+  const std::vector<Ordered> chunks = stream_model(*llama3_tools_model_, request);
+  ASSERT_FALSE(chunks.empty());
+  const auto [text, calls] = streamed_text_and_calls(chunks);
+  EXPECT_EQ(text, "");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_EQ(calls[0]["function"], call["function"]);
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "tool_calls");
 }
 
 TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
