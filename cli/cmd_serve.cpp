@@ -28,7 +28,8 @@ template and its generation prompt, with max_tokens (or
 max_completion_tokens), the same sampling fields, n, logprobs,
 top_logprobs, tools and tool_choice (none, or auto: calls read from the
 reply where the template writes Hermes' <tool_call> blocks, as Qwen 2.5
-to 3 do, or Llama 3.1 to 3.3's JSON objects) and stream (server-sent events as OpenAI sends them); GET
+to 3 do, or Llama 3.1 to 3.3's JSON objects), parallel_tool_calls and
+stream (server-sent events as OpenAI sends them); GET
 /v1/models lists the model.
 MODEL_DIR is a model folder, a PEFT adapter folder or a run's output
 folder; JOB_ID is a tailord job that succeeded, whose output folder is read

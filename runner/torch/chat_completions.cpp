@@ -25,6 +25,9 @@ struct ChatRequest {
   // The format the reply's tool calls are read in (tool_choice "auto" with
   // tools); kNone: the reply is text.
   data::ToolCallFormat tool_calls = data::ToolCallFormat::kNone;
+  // OpenAI's parallel_tool_calls: false keeps a reply's first call only
+  // (as vLLM filters them).
+  bool parallel_tool_calls = true;
 };
 
 const std::vector<std::string>& known_chat_fields() {
@@ -32,7 +35,7 @@ const std::vector<std::string>& known_chat_fields() {
   static const std::vector<std::string> fields = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop",
       "n", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-      "repetition_penalty", "min_p", "logit_bias", "tools", "tool_choice", "response_format", "user"};
+      "repetition_penalty", "min_p", "logit_bias", "tools", "tool_choice", "parallel_tool_calls", "response_format", "user"};
   // clang-format on
   return fields;
 }
@@ -89,6 +92,7 @@ std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const Compl
   ChatRequest r;
   if (auto bad = read_messages(j, r)) return *bad;
   if (auto bad = read_tools(j, tool_format, r.record, r.tool_calls)) return *bad;
+  if (auto bad = read_bool(j, "parallel_tool_calls", r.parallel_tool_calls)) return *bad;
   if (auto bad = refuse_unless(j, "response_format", Json{{"type", "text"}},
                                "only {\"type\": \"text\"} is served (no JSON modes)")) {
     return *bad;
@@ -113,6 +117,14 @@ std::variant<ChatRequest, Problem> parse_chat_request(const Json& j, const Compl
   if (top >= 0 && !r.logprobs) return Problem{"top_logprobs", "top_logprobs: needs logprobs: true"};
   r.top_logprobs = std::max<std::int64_t>(top, 0);
   return r;
+}
+
+// The calls read from a reply's text, the first only where parallel calls
+// are not asked for.
+data::ReadToolCalls reply_calls(const ChatRequest& r, const std::string& text) {
+  data::ReadToolCalls read = data::read_tool_calls(r.tool_calls, text);
+  if (!r.parallel_tool_calls && read.calls.size() > 1) read.calls.resize(1);
+  return read;
 }
 
 // What a reply scores: each new token, and top_logprobs alternatives.
@@ -249,7 +261,7 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
       const Completion& c = std::get<Completion>(run);
       const char* finish = c.stopped ? "stop" : "length";
       if (sent < so_far.size()) {
-        const data::ReadToolCalls read = data::read_tool_calls(r.tool_calls, c.text);
+        const data::ReadToolCalls read = reply_calls(r, c.text);
         if (!read.calls.empty()) {
           chunks.tool_calls(k, tool_calls_json(read.calls, /*indexed=*/true));
           finish = "tool_calls";
@@ -277,7 +289,7 @@ CompletionReply complete_chat(InferenceModel& model, const std::string& model_na
     choice["index"] = choices.size();
     choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     const char* finish = c.stopped ? "stop" : "length";
-    if (const data::ReadToolCalls read = data::read_tool_calls(r.tool_calls, c.text); !read.calls.empty()) {
+    if (const data::ReadToolCalls read = reply_calls(r, c.text); !read.calls.empty()) {
       choice["message"]["content"] = read.content ? Json(*read.content) : Json();
       choice["message"]["tool_calls"] = tool_calls_json(read.calls, /*indexed=*/false);
       finish = "tool_calls";  // whatever ended the text, as vLLM says

@@ -455,7 +455,8 @@ TEST_F(ChatCompletionsTest, AnUnstreamedReplyStopsWhereItsClientLeaves) {
 // after a line of text come back as tool_calls, their arguments as Python's
 // json.dumps writes them, the text before them as the content and
 // finish_reason "tool_calls", as vLLM's hermes parser returns them; streamed,
-// the text as it comes and the calls in one delta. With tool_choice "none"
+// the text as it comes and the calls in one delta; with parallel_tool_calls
+// false, the first call only. With tool_choice "none"
 // the reply is text; an earlier call's arguments given as JSON text reach
 // the template as an object, as vLLM gives them.
 TEST_F(ChatCompletionsTest, ToolCallsAreReadFromTheReplyAsVllmReadsThemStreamedOrNot) {
@@ -495,6 +496,24 @@ TEST_F(ChatCompletionsTest, ToolCallsAreReadFromTheReplyAsVllmReadsThemStreamedO
     EXPECT_EQ(calls[i]["function"], message["tool_calls"][i]["function"]);
   }
   EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "tool_calls");
+
+  // parallel_tool_calls false: the first call only, streamed or not, as
+  // vLLM filters them; true is the default.
+  Ordered first_only = request;
+  first_only["parallel_tool_calls"] = false;
+  const std::vector<Ordered> first_chunks = stream_model(*tools_model_, first_only);
+  const auto [first_text, first_calls] = streamed_text_and_calls(first_chunks);
+  EXPECT_EQ(first_text, ref["content"]);
+  ASSERT_EQ(first_calls.size(), 1u);
+  EXPECT_EQ(first_calls[0]["function"], message["tool_calls"][0]["function"]);
+  first_only.erase("stream");
+  auto [first_status, first_body] = ask_tools(first_only);
+  ASSERT_EQ(first_status, 200) << first_body;
+  ASSERT_EQ(first_body["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(first_body["choices"][0]["message"]["tool_calls"][0]["function"], message["tool_calls"][0]["function"]);
+  EXPECT_EQ(first_body["choices"][0]["finish_reason"], "tool_calls");
+  first_only["parallel_tool_calls"] = true;
+  EXPECT_EQ(ask_tools(first_only).second["choices"][0]["message"]["tool_calls"].size(), 2u);
 
   // tool_choice "none": the same prompt (the tools are still written), the
   // reply its text.
@@ -593,6 +612,7 @@ TEST_F(ChatCompletionsTest, WhatIsNotServedIsRefusedByName) {
       {{{"messages", m}, {"stream", "yes"}}, "stream: expected true or false"},
       {{{"messages", m}, {"stream", true}, {"stream_options", {{"colour", 1}}}}, "stream_options: unknown field"},
       {{{"messages", m}, {"logprobs", 1}}, "logprobs: expected true or false"},
+      {{{"messages", m}, {"parallel_tool_calls", "no"}}, "parallel_tool_calls: expected true or false"},
       {{{"messages", m}, {"top_logprobs", 2}}, "top_logprobs: needs logprobs: true"},
       {{{"messages", m}, {"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs: expected an integer from 0 to 20"},
       {{{"messages", m}, {"frequency_penalty", -3}}, "frequency_penalty: expected a number in [-2, 2]"},
